@@ -1,0 +1,1 @@
+"""The core: the daemon's scheduler loop, placement, dispatch, recovery."""

@@ -1,0 +1,1 @@
+"""Provider drivers behind one base class; only the core calls them."""

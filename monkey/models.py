@@ -1,0 +1,192 @@
+"""Domain types shared by every part of monkey: job states, jobs, attempts. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class MonkeyError(Exception):
+    """A user-facing error: its message is one line naming the problem and the fix."""
+
+
+class State(str, enum.Enum):
+    """Lifecycle state of a job."""
+
+    QUEUED = "queued"
+    DISPATCHING = "dispatching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PAUSED = "paused"
+    PREEMPTED = "preempted"
+    LOST = "lost"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTED, State.LOST})
+LIVE = frozenset({State.DISPATCHING, State.RUNNING})
+
+# The only legal moves; every other transition is refused by the store.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.DISPATCHING, State.CANCELLED, State.PAUSED}),
+    State.DISPATCHING: frozenset(
+        {State.RUNNING, State.QUEUED, State.FAILED, State.CANCELLED, State.PAUSED, State.LOST}
+    ),
+    State.RUNNING: frozenset(
+        {
+            State.SUCCEEDED,
+            State.FAILED,
+            State.CANCELLED,
+            State.PAUSED,
+            State.PREEMPTED,
+            State.LOST,
+        }
+    ),
+    State.PAUSED: frozenset({State.QUEUED, State.CANCELLED}),
+    State.SUCCEEDED: frozenset({State.QUEUED}),
+    State.FAILED: frozenset({State.QUEUED}),
+    State.CANCELLED: frozenset({State.QUEUED}),
+    State.PREEMPTED: frozenset({State.QUEUED}),
+    State.LOST: frozenset({State.QUEUED}),
+}
+
+
+def can_transition(old: State, new: State) -> bool:
+    """Whether a job may move from ``old`` to ``new``."""
+    return new in TRANSITIONS[old]
+
+
+class Request(str, enum.Enum):
+    """What a user asked of a live job; the core carries it out."""
+
+    CANCEL = "cancel"
+    PAUSE = "pause"
+
+
+JUID_RE = re.compile(r"^\d{2}-\d{2}-\d{2}-\d{3,}$")
+
+SECRET_NAME_RE = re.compile(
+    r"(KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH|PRIVATE|SESSION|COOKIE|SIGNATURE)", re.I
+)
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable name looks like it holds a secret."""
+    return bool(SECRET_NAME_RE.search(name))
+
+
+def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
+    """Back-off before re-running a job whose attempt number ``attempt`` failed."""
+    return min(cap, base * (2 ** max(0, attempt - 1)))
+
+
+@dataclass
+class Resources:
+    """What a job asks of a worker."""
+
+    cpus: int = 1
+    gpus: int = 0
+    memory: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
+
+
+@dataclass
+class Attempt:
+    """One try of a job on one instance."""
+
+    juid: str
+    n: int
+    instance: str
+    state: str
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    pid: int | None = None
+    run_dir: str = ""
+    heartbeat_at: float | None = None
+    events_offset: int = 0
+    gpus: str = ""
+
+
+@dataclass
+class Job:
+    """A job as recorded in the store: everything needed to run it again."""
+
+    juid: str
+    name: str
+    state: State
+    argv: list[str]
+    provider: str
+    resources: Resources = field(default_factory=Resources)
+    env: dict[str, str] = field(default_factory=dict)
+    snapshot: str | None = None
+    workdir: str = ""
+    datasets: list[dict[str, Any]] = field(default_factory=list)
+    git: dict[str, Any] = field(default_factory=dict)
+    python: str = ""
+    retries: int = 0
+    attempts: int = 0
+    request: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    not_before: float = 0.0
+    sweep: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    instance: str | None = None
+
+    @property
+    def command(self) -> str:
+        """The command as a shell would show it."""
+        import shlex
+
+        return shlex.join(self.argv)
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for --json output and the API."""
+        return {
+            "juid": self.juid,
+            "name": self.name,
+            "state": self.state.value,
+            "argv": self.argv,
+            "command": self.command,
+            "provider": self.provider,
+            "instance": self.instance,
+            "resources": self.resources.to_json(),
+            "env": self.env,
+            "snapshot": self.snapshot,
+            "workdir": self.workdir,
+            "datasets": self.datasets,
+            "git": self.git,
+            "python": self.python,
+            "retries": self.retries,
+            "attempts": self.attempts,
+            "request": self.request,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "sweep": self.sweep,
+            "params": self.params,
+        }
+
+
+def dumps(value: Any) -> str:
+    """Compact, stable JSON used for every stored document."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

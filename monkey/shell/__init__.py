@@ -1,0 +1,1 @@
+"""The command line: one-shot commands and the interactive `monkey>` shell."""

@@ -1,0 +1,514 @@
+"""Store: typed queries and compare-and-set transitions over one SQLite file (WAL)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from monkey.models import (
+    JUID_RE,
+    Attempt,
+    Job,
+    MonkeyError,
+    Resources,
+    State,
+    can_transition,
+    dumps,
+)
+from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+
+_JOB_COLUMNS = (
+    "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
+    "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
+    "started_at, finished_at, not_before, sweep, params, instance"
+)
+_ATTEMPT_COLUMNS = (
+    "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
+    "run_dir, heartbeat_at, events_offset, gpus"
+)
+
+
+class IllegalTransition(MonkeyError):
+    """A state change the job model does not allow."""
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
+     python, retries, attempts, request, exit_code, reason, created_at, updated_at,
+     started_at, finished_at, not_before, sweep, params, instance) = row  # fmt: skip
+    return Job(
+        juid=juid,
+        name=name,
+        state=State(state),
+        argv=json.loads(argv),
+        provider=provider,
+        resources=Resources(**json.loads(resources)),
+        env=json.loads(env),
+        snapshot=snapshot,
+        workdir=workdir,
+        datasets=json.loads(datasets),
+        git=json.loads(git),
+        python=python,
+        retries=retries,
+        attempts=attempts,
+        request=request,
+        exit_code=exit_code,
+        reason=reason,
+        created_at=created_at,
+        updated_at=updated_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        not_before=not_before,
+        sweep=sweep,
+        params=json.loads(params),
+        instance=instance,
+    )
+
+
+def _attempt(row: tuple[Any, ...]) -> Attempt:
+    return Attempt(*row)
+
+
+class Store:
+    """A connection to monkey.db; safe to use from several processes at once."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise MonkeyError(f"no monkey database at {self.path}; run a job first")
+        try:
+            # Autocommit mode: every write goes through tx(), which takes the write lock up
+            # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.
+            self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                      check_same_thread=False)
+            self.db.execute("PRAGMA busy_timeout = 60000")
+            self._prepare()
+        except sqlite3.DatabaseError as exc:
+            raise MonkeyError(
+                f"{self.path} is not a readable monkey database ({exc}); move it aside to start afresh"
+            ) from None
+
+    # -- schema -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise MonkeyError(
+                f"{self.path} was written by a newer monkey (schema {version} > {SCHEMA_VERSION}); "
+                "upgrade monkey to use it"
+            )
+        if version == SCHEMA_VERSION:
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            return
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        with self.tx():
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            for index, (name, script) in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in script.split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(
+                    "INSERT INTO migrations(name, applied_at) VALUES (?, ?)", (name, time.time())
+                )
+                self.db.execute(f"PRAGMA user_version = {index}")
+
+    def schema_version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding the lock from its first statement."""
+        if self.db.in_transaction:
+            yield self.db
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        *,
+        name: str,
+        argv: list[str],
+        provider: str,
+        resources: Resources,
+        env: dict[str, str],
+        snapshot: str | None,
+        workdir: str,
+        datasets: list[dict[str, Any]],
+        git: dict[str, Any],
+        python: str,
+        retries: int = 0,
+        state: State = State.QUEUED,
+        sweep: str | None = None,
+        params: dict[str, Any] | None = None,
+        blobs: Iterable[tuple[str, int]] = (),
+        now: float | None = None,
+    ) -> Job:
+        """Insert a job with a fresh juid (YY-MM-DD-NNN) and its `created` event."""
+        now = time.time() if now is None else now
+        day = time.strftime("%y-%m-%d", time.localtime(now))
+        with self.tx() as db:
+            self._add_blobs(db, blobs, now)
+            db.execute(
+                "INSERT INTO day_counters(day, n) VALUES (?, 1) "
+                "ON CONFLICT(day) DO UPDATE SET n = n + 1",
+                (day,),
+            )
+            n = db.execute("SELECT n FROM day_counters WHERE day = ?", (day,)).fetchone()[0]
+            juid = f"{day}-{n:03d}"
+            db.execute(
+                f"INSERT INTO jobs({_JOB_COLUMNS}) VALUES ({', '.join('?' * 25)})",
+                (
+                    juid, name or juid, state.value, dumps(argv), provider,
+                    dumps(resources.to_json()), dumps(env), snapshot, workdir, dumps(datasets),
+                    dumps(git), python, retries, 0, None, None, None, now, now, None, None, 0.0,
+                    sweep, dumps(params or {}), None,
+                ),
+            )  # fmt: skip
+            self._event(db, juid, None, "created", None, state.value, None, now)
+        job = self.get_job(juid)
+        assert job is not None
+        return job
+
+    def get_job(self, juid: str) -> Job | None:
+        row = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE juid = ?", (juid,)).fetchone()
+        return _job(row) if row else None
+
+    def resolve(self, ref: str) -> str:
+        """A full juid from a full id, a unique prefix, or `last`."""
+        ref = ref.strip()
+        if ref == "last":
+            row = self.db.execute("SELECT juid FROM jobs ORDER BY seq DESC LIMIT 1").fetchone()
+            if not row:
+                raise MonkeyError("no jobs yet, so `last` names nothing; submit one with `monkey run`")
+            return row[0]
+        if not ref or any(c not in "0123456789-" for c in ref):
+            raise MonkeyError(f"{ref!r} is not a job id; use an id like 26-11-21-001, a prefix, or `last`")
+        if JUID_RE.match(ref):
+            if self.db.execute("SELECT 1 FROM jobs WHERE juid = ?", (ref,)).fetchone():
+                return ref
+        rows = self.db.execute(
+            "SELECT juid FROM jobs WHERE juid >= ? AND juid < ? ORDER BY seq LIMIT 3",
+            (ref, ref + "\x7f"),
+        ).fetchall()
+        if not rows:
+            raise MonkeyError(f"no job matches {ref!r}; see `monkey list jobs`")
+        if len(rows) > 1:
+            shown = ", ".join(r[0] for r in rows[:2])
+            raise MonkeyError(f"{ref!r} matches several jobs ({shown}, ...); give more of the id")
+        return rows[0][0]
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        provider: str | None = None,
+        sweep: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = True,
+    ) -> list[Job]:
+        where, args = [], []
+        if states is not None:
+            states = list(states)
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += [s.value for s in states]
+        if provider:
+            where.append("provider = ?")
+            args.append(provider)
+        if sweep:
+            where.append("sweep = ?")
+            args.append(sweep)
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq " + ("DESC" if newest_first else "ASC")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [_job(r) for r in self.db.execute(sql, args)]
+
+    def count_jobs(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+
+    def ready_jobs(self, now: float, limit: int = 1000) -> list[Job]:
+        """Queued jobs whose back-off has passed, oldest first."""
+        rows = self.db.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ? "
+            "ORDER BY seq LIMIT ?",
+            (now, limit),
+        )
+        return [_job(r) for r in rows]
+
+    def next_not_before(self) -> float | None:
+        row = self.db.execute(
+            "SELECT MIN(not_before) FROM jobs WHERE state = 'queued'"
+        ).fetchone()
+        return row[0]
+
+    def requested_jobs(self) -> list[Job]:
+        rows = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE request IS NOT NULL")
+        return [_job(r) for r in rows]
+
+    # -- transitions --------------------------------------------------------------------
+
+    def transition(
+        self,
+        juid: str,
+        old: State,
+        new: State,
+        *,
+        kind: str = "state",
+        detail: str | None = None,
+        attempt: int | None = None,
+        now: float | None = None,
+        **updates: Any,
+    ) -> bool:
+        """Compare-and-set the job's state from ``old`` to ``new``; False if it was not ``old``."""
+        if not can_transition(old, new):
+            raise IllegalTransition(f"job {juid}: {old.value} -> {new.value} is not allowed")
+        now = time.time() if now is None else now
+        sets = ["state = ?", "updated_at = ?"] + [f"{k} = ?" for k in updates]
+        with self.tx() as db:
+            cur = db.execute(
+                f"UPDATE jobs SET {', '.join(sets)} WHERE juid = ? AND state = ?",
+                (new.value, now, *updates.values(), juid, old.value),
+            )
+            if cur.rowcount != 1:
+                return False
+            self._event(db, juid, attempt, kind, old.value, new.value, detail, now)
+        return True
+
+    def set_request(self, juid: str, request: str | None, states: Iterable[State]) -> bool:
+        """Record a user's request on a job while it is in one of ``states``."""
+        states = list(states)
+        with self.tx() as db:
+            cur = db.execute(
+                f"UPDATE jobs SET request = ?, updated_at = ? WHERE juid = ? "
+                f"AND state IN ({', '.join('?' * len(states))})",
+                (request, time.time(), juid, *[s.value for s in states]),
+            )
+            if cur.rowcount == 1 and request:
+                self._event(db, juid, None, "request", None, None, request, time.time())
+            return cur.rowcount == 1
+
+    def add_event(self, juid: str, kind: str, detail: str | None = None,
+                  attempt: int | None = None) -> None:
+        with self.tx() as db:
+            self._event(db, juid, attempt, kind, None, None, detail, time.time())
+
+    @staticmethod
+    def _event(db: sqlite3.Connection, juid: str, attempt: int | None, kind: str,
+               old: str | None, new: str | None, detail: str | None, now: float) -> None:
+        db.execute(
+            "INSERT INTO events(juid, attempt, ts, kind, old, new, detail) VALUES (?,?,?,?,?,?,?)",
+            (juid, attempt, now, kind, old, new, detail),
+        )
+
+    def events(self, juid: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT id, attempt, ts, kind, old, new, detail FROM events WHERE juid = ? ORDER BY id",
+            (juid,),
+        )
+        keys = ("id", "attempt", "ts", "kind", "old", "new", "detail")
+        return [dict(zip(keys, r)) for r in rows]
+
+    # -- attempts -----------------------------------------------------------------------
+
+    def begin_attempt(self, job: Job, instance: str, run_dir: str, gpus: str = "",
+                      now: float | None = None) -> Attempt | None:
+        """Move a queued job to dispatching and open its next attempt, atomically."""
+        now = time.time() if now is None else now
+        n = job.attempts + 1
+        with self.tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state = 'dispatching', attempts = ?, updated_at = ?, instance = ?, "
+                "reason = NULL, exit_code = NULL, finished_at = NULL "
+                "WHERE juid = ? AND state = 'queued' AND attempts = ?",
+                (n, now, instance, job.juid, job.attempts),
+            )
+            if cur.rowcount != 1:
+                return None
+            db.execute(
+                "INSERT INTO attempts(juid, n, instance, state, run_dir, gpus) VALUES (?,?,?,?,?,?)",
+                (job.juid, n, instance, "live", run_dir, gpus),
+            )
+            self._event(db, job.juid, n, "state", "queued", "dispatching", instance, now)
+        job.attempts, job.state, job.instance = n, State.DISPATCHING, instance
+        return Attempt(job.juid, n, instance, "live", run_dir=run_dir, gpus=gpus)
+
+    def attempt_started(self, juid: str, n: int, pid: int, started_at: float) -> bool:
+        """Record the process start and move the job from dispatching to running."""
+        with self.tx() as db:
+            db.execute(
+                "UPDATE attempts SET pid = ?, started_at = ?, heartbeat_at = ? "
+                "WHERE juid = ? AND n = ? AND state = 'live'",
+                (pid, started_at, started_at, juid, n),
+            )
+            cur = db.execute(
+                "UPDATE jobs SET state = 'running', updated_at = ?, "
+                "started_at = COALESCE(started_at, ?) "
+                "WHERE juid = ? AND state = 'dispatching' AND attempts = ?",
+                (time.time(), started_at, juid, n),
+            )
+            if cur.rowcount == 1:
+                self._event(db, juid, n, "state", "dispatching", "running", f"pid {pid}",
+                            started_at)
+            return cur.rowcount == 1
+
+    def end_attempt(
+        self,
+        juid: str,
+        n: int,
+        *,
+        final: State,
+        exit_code: int | None,
+        signal: int | None,
+        reason: str,
+        requeue_after: float | None = None,
+        offset: int | None = None,
+        now: float | None = None,
+    ) -> State | None:
+        """Close a live attempt and move its job to ``final`` (then to queued when
+        ``requeue_after`` is given), all in one transaction. Returns the job's new state,
+        or None when the attempt was not live (already handled)."""
+        now = time.time() if now is None else now
+        with self.tx() as db:
+            cur = db.execute(
+                "UPDATE attempts SET state = 'ended', ended_at = ?, exit_code = ?, signal = ?, "
+                "reason = ?, events_offset = COALESCE(?, events_offset) "
+                "WHERE juid = ? AND n = ? AND state = 'live'",
+                (now, exit_code, signal, reason, offset, juid, n),
+            )
+            if cur.rowcount != 1:
+                return None
+            row = db.execute("SELECT state FROM jobs WHERE juid = ?", (juid,)).fetchone()
+            old = State(row[0])
+            if not can_transition(old, final):
+                raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
+            db.execute(
+                "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
+                "finished_at = ?, updated_at = ? WHERE juid = ?",
+                (final.value, exit_code, reason, now, now, juid),
+            )
+            self._event(db, juid, n, "state", old.value, final.value, reason, now)
+            if requeue_after is None:
+                return final
+            db.execute(
+                "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
+                "updated_at = ? WHERE juid = ?",
+                (now + requeue_after, now, juid),
+            )
+            self._event(db, juid, n, "retry", final.value, "queued",
+                        f"retry in {requeue_after:.0f}s", now)
+            return State.QUEUED
+
+    def get_attempt(self, juid: str, n: int) -> Attempt | None:
+        row = self.db.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE juid = ? AND n = ?", (juid, n)
+        ).fetchone()
+        return _attempt(row) if row else None
+
+    def attempts(self, juid: str) -> list[Attempt]:
+        rows = self.db.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE juid = ? ORDER BY n", (juid,)
+        )
+        return [_attempt(r) for r in rows]
+
+    def live_attempts(self, instance: str | None = None) -> list[Attempt]:
+        sql = f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE state = 'live'"
+        args: tuple[Any, ...] = ()
+        if instance:
+            sql += " AND instance = ?"
+            args = (instance,)
+        return [_attempt(r) for r in self.db.execute(sql + " ORDER BY juid, n", args)]
+
+    def heartbeat(self, juid: str, n: int, ts: float, offset: int,
+                  cpu: float | None = None, rss: int | None = None) -> None:
+        with self.tx() as db:
+            db.execute(
+                "UPDATE attempts SET heartbeat_at = ?, events_offset = ?, "
+                "cpu = COALESCE(?, cpu), rss = COALESCE(?, rss) WHERE juid = ? AND n = ?",
+                (ts, offset, cpu, rss, juid, n),
+            )
+
+    # -- instances ----------------------------------------------------------------------
+
+    def upsert_instance(self, id: str, provider: str, kind: str, host: str, state: str,
+                        extra: dict[str, Any]) -> None:
+        now = time.time()
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
+                "updated_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                "state = excluded.state, extra = excluded.extra, updated_at = excluded.updated_at",
+                (id, provider, kind, host, state, dumps(extra), now, now),
+            )
+
+    def instances(self) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT id, provider, kind, host, state, extra, updated_at FROM instances ORDER BY id"
+        )
+        keys = ("id", "provider", "kind", "host", "state", "extra", "updated_at")
+        out = [dict(zip(keys, r)) for r in rows]
+        for item in out:
+            item["extra"] = json.loads(item["extra"])
+        return out
+
+    # -- blobs and the stat cache -------------------------------------------------------
+
+    @staticmethod
+    def _add_blobs(db: sqlite3.Connection, blobs: Iterable[tuple[str, int]], now: float) -> None:
+        db.executemany(
+            "INSERT OR IGNORE INTO blobs(digest, size, created_at) VALUES (?, ?, ?)",
+            [(d, s, now) for d, s in blobs],
+        )
+
+    def add_blobs(self, blobs: Iterable[tuple[str, int]]) -> None:
+        with self.tx() as db:
+            self._add_blobs(db, blobs, time.time())
+
+    def blob_count(self) -> tuple[int, int]:
+        """Number of blobs and their total size."""
+        count, size = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs").fetchone()
+        return count, size
+
+    def cached_digests(self, paths: list[str]) -> dict[str, tuple[int, int, int, str]]:
+        """Known (size, mtime_ns, ino, digest) of files, by absolute path."""
+        out: dict[str, tuple[int, int, int, str]] = {}
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            rows = self.db.execute(
+                "SELECT path, size, mtime_ns, ino, digest FROM stat_cache "
+                f"WHERE path IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for path, size, mtime_ns, ino, digest in rows:
+                out[path] = (size, mtime_ns, ino, digest)
+        return out
+
+    def cache_digests(self, entries: Iterable[tuple[str, int, int, int, str]]) -> None:
+        entries = list(entries)
+        if not entries:
+            return
+        with self.tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ino, digest) "
+                "VALUES (?, ?, ?, ?, ?)",
+                entries,
+            )

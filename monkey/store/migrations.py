@@ -1,0 +1,94 @@
+"""Forward migrations of monkey.db, registered by name and applied in order."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        """
+        CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at REAL NOT NULL);
+        CREATE TABLE day_counters(day TEXT PRIMARY KEY, n INTEGER NOT NULL);
+        CREATE TABLE jobs(
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            juid TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            argv TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            resources TEXT NOT NULL,
+            env TEXT NOT NULL,
+            snapshot TEXT,
+            workdir TEXT NOT NULL,
+            datasets TEXT NOT NULL,
+            git TEXT NOT NULL,
+            python TEXT NOT NULL,
+            retries INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            request TEXT,
+            exit_code INTEGER,
+            reason TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            not_before REAL NOT NULL DEFAULT 0,
+            sweep TEXT,
+            params TEXT NOT NULL DEFAULT '{}',
+            instance TEXT
+        );
+        CREATE INDEX jobs_state ON jobs(state, seq);
+        CREATE INDEX jobs_request ON jobs(request) WHERE request IS NOT NULL;
+        CREATE TABLE attempts(
+            juid TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            instance TEXT NOT NULL,
+            state TEXT NOT NULL,
+            started_at REAL,
+            ended_at REAL,
+            exit_code INTEGER,
+            signal INTEGER,
+            reason TEXT,
+            pid INTEGER,
+            run_dir TEXT NOT NULL,
+            heartbeat_at REAL,
+            events_offset INTEGER NOT NULL DEFAULT 0,
+            gpus TEXT NOT NULL DEFAULT '',
+            cpu REAL,
+            rss INTEGER,
+            PRIMARY KEY (juid, n)
+        );
+        CREATE UNIQUE INDEX attempts_one_live ON attempts(juid) WHERE state = 'live';
+        CREATE TABLE instances(
+            id TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            host TEXT NOT NULL,
+            state TEXT NOT NULL,
+            extra TEXT NOT NULL DEFAULT '{}',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE TABLE events(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            juid TEXT NOT NULL,
+            attempt INTEGER,
+            ts REAL NOT NULL,
+            kind TEXT NOT NULL,
+            old TEXT,
+            new TEXT,
+            detail TEXT
+        );
+        CREATE INDEX events_juid ON events(juid, id);
+        CREATE TABLE blobs(digest TEXT PRIMARY KEY, size INTEGER NOT NULL, created_at REAL NOT NULL);
+        CREATE TABLE stat_cache(
+            path TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ino INTEGER NOT NULL,
+            digest TEXT NOT NULL
+        );
+        """,
+    ),
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

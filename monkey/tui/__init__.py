@@ -1,0 +1,1 @@
+"""The full-screen Textual dashboard (see the dashboard issue)."""
