@@ -159,6 +159,7 @@ class Store:
         sweep: str | None = None,
         params: dict[str, Any] | None = None,
         blobs: Iterable[tuple[str, int]] = (),
+        secrets: str | None = None,
         now: float | None = None,
     ) -> Job:
         """Insert a job with a fresh juid (YY-MM-DD-NNN) and its `created` event."""
@@ -174,12 +175,12 @@ class Store:
             n = db.execute("SELECT n FROM day_counters WHERE day = ?", (day,)).fetchone()[0]
             juid = f"{day}-{n:03d}"
             db.execute(
-                f"INSERT INTO jobs({_JOB_COLUMNS}) VALUES ({', '.join('?' * 25)})",
+                f"INSERT INTO jobs({_JOB_COLUMNS}, secrets) VALUES ({', '.join('?' * 26)})",
                 (
                     juid, name or juid, state.value, dumps(argv), provider,
                     dumps(resources.to_json()), dumps(env), snapshot, workdir, dumps(datasets),
                     dumps(git), python, retries, 0, None, None, None, now, now, None, None, 0.0,
-                    sweep, dumps(params or {}), None,
+                    sweep, dumps(params or {}), None, secrets,
                 ),
             )  # fmt: skip
             self._event(db, juid, None, "created", None, state.value, None, now)
@@ -190,6 +191,11 @@ class Store:
     def get_job(self, juid: str) -> Job | None:
         row = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE juid = ?", (juid,)).fetchone()
         return _job(row) if row else None
+
+    def secrets_ref(self, juid: str) -> str | None:
+        """Name of the 0600 file holding the job's secret environment values, if any."""
+        row = self.db.execute("SELECT secrets FROM jobs WHERE juid = ?", (juid,)).fetchone()
+        return row[0] if row else None
 
     def resolve(self, ref: str) -> str:
         """A full juid from a full id, a unique prefix, or `last`."""
@@ -246,14 +252,22 @@ class Store:
     def count_jobs(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
 
-    def ready_jobs(self, now: float, limit: int = 1000) -> list[Job]:
+    def ready_jobs(self, now: float, limit: int = 1000, provider: str | None = None) -> list[Job]:
         """Queued jobs whose back-off has passed, oldest first."""
-        rows = self.db.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ? "
-            "ORDER BY seq LIMIT ?",
-            (now, limit),
-        )
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ?"
+        args: list[Any] = [now]
+        if provider is not None:
+            sql += " AND provider = ?"
+            args.append(provider)
+        rows = self.db.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit))
         return [_job(r) for r in rows]
+
+    def ready_providers(self, now: float) -> list[str]:
+        """Providers that have queued jobs ready to run."""
+        rows = self.db.execute(
+            "SELECT DISTINCT provider FROM jobs WHERE state = 'queued' AND not_before <= ?", (now,)
+        )
+        return sorted(r[0] for r in rows)
 
     def next_not_before(self) -> float | None:
         row = self.db.execute(
@@ -417,6 +431,14 @@ class Store:
             self._event(db, juid, n, "retry", final.value, "queued",
                         f"retry in {requeue_after:.0f}s", now)
             return State.QUEUED
+
+    def auto_retries(self, juid: str) -> int:
+        """Automatic retries since the user last re-queued the job by hand."""
+        return self.db.execute(
+            "SELECT COUNT(*) FROM events WHERE juid = ? AND kind = 'retry' AND id > "
+            "COALESCE((SELECT MAX(id) FROM events WHERE juid = ? AND kind = 'user'), 0)",
+            (juid, juid),
+        ).fetchone()[0]
 
     def get_attempt(self, juid: str, n: int) -> Attempt | None:
         row = self.db.execute(

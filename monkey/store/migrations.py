@@ -34,7 +34,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             not_before REAL NOT NULL DEFAULT 0,
             sweep TEXT,
             params TEXT NOT NULL DEFAULT '{}',
-            instance TEXT
+            instance TEXT,
+            secrets TEXT
         );
         CREATE INDEX jobs_state ON jobs(state, seq);
         CREATE INDEX jobs_request ON jobs(request) WHERE request IS NOT NULL;

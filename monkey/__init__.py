@@ -1,0 +1,42 @@
+"""monkey: run experiments on any compute, track them, and never lose one.
+
+The public Python API::
+
+    from monkey import Monkey
+    job = Monkey().run("python train.py --lr 0.1")
+    job.wait()
+
+Names are loaded on first use so that `import monkey` stays cheap for one-shot commands.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monkey.api import Job, Monkey
+    from monkey.models import MonkeyError, State
+
+__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir"]
+__version__ = "0.1.0"
+
+
+def checkpoint_dir() -> Path:
+    """The job's checkpoint folder, kept across attempts; ./checkpoints outside monkey."""
+    path = Path(os.environ.get("MONKEY_CHECKPOINT_DIR") or "checkpoints")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Job", "Monkey"):
+        from monkey import api
+
+        return getattr(api, name)
+    if name in ("MonkeyError", "State"):
+        from monkey import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'monkey' has no attribute {name!r}")

@@ -1,0 +1,392 @@
+"""The Monkey facade: the one door for the shell, the dashboard and user scripts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import secrets as _secrets
+import shlex
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from monkey.config import Home, ProviderConfig, load_providers
+from monkey.models import (
+    LIVE,
+    REDACTED,
+    TERMINAL,
+    Attempt,
+    MonkeyError,
+    Request,
+    Resources,
+    State,
+    dumps,
+    is_secret_name,
+)
+from monkey.models import Job as JobRecord
+from monkey.store import Store
+
+# Variables that define the software environment a job was submitted from.
+CAPTURED_ENV = (
+    "PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
+    "LD_LIBRARY_PATH", "CUDA_HOME",
+)  # fmt: skip
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHONS = re.compile(r"^python[0-9.]*$")
+
+
+class Job:
+    """A handle on one job; its fields are read fresh from the store on each access."""
+
+    def __init__(self, monkey: Monkey, juid: str) -> None:
+        self.monkey = monkey
+        self.juid = juid
+
+    def __repr__(self) -> str:
+        return f"<Job {self.juid} {self.status.value}>"
+
+    @property
+    def record(self) -> JobRecord:
+        job = self.monkey.store.get_job(self.juid)
+        assert job is not None
+        return job
+
+    @property
+    def status(self) -> State:
+        return self.record.state
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.record.exit_code
+
+    def attempts(self) -> list[Attempt]:
+        return self.monkey.store.attempts(self.juid)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> State:
+        """Block until the job ends (a retry pending is not an end); return its state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.status
+            if state in TERMINAL or state == State.PAUSED:
+                return state
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
+            time.sleep(poll)
+
+    def logs(self, stderr: bool = False) -> str:
+        return self.monkey.logs(self.juid, stderr=stderr).decode(errors="replace")
+
+    def cancel(self) -> State:
+        return self.monkey.cancel(self.juid)
+
+
+class Monkey:
+    """Submit, inspect and control jobs. Every UI goes through this class."""
+
+    def __init__(self, home: str | os.PathLike[str] | Home | None = None) -> None:
+        self.home = (home if isinstance(home, Home) else Home(home)).ensure()
+        self.store = Store(self.home.db)
+        self._providers: dict[str, ProviderConfig] | None = None
+
+    @property
+    def providers(self) -> dict[str, ProviderConfig]:
+        if self._providers is None:
+            self._providers = load_providers(self.home)
+        return self._providers
+
+    # -- submit -------------------------------------------------------------------------
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        provider: str = "local",
+        name: str | None = None,
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        retries: int = 0,
+        datasets: Iterable[str] = (),
+        env: dict[str, str] | Iterable[str] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        sweep: str | None = None,
+        params: dict[str, Any] | None = None,
+        start_core: bool = True,
+    ) -> Job:
+        """Snapshot the code and data, record the job, and wake the core. Returns at once."""
+        from monkey import snapshot
+
+        argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+        if not argv:
+            raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
+        resources = self._resources(provider, cpus, gpus, memory)
+        if not isinstance(retries, int) or retries < 0:
+            raise MonkeyError(f"--retries must be a whole number >= 0, got {retries!r}")
+        plain_env, secret_env = self._split_env(env)
+        root = Path(workdir).expanduser() if workdir else Path.cwd()
+        blobs = snapshot.BlobStore(self.home.blobs)
+        snap = snapshot.snapshot_dir(root, blobs, self.store)
+        new_blobs = list(snap.new_blobs)
+        recorded_datasets = []
+        seen: set[str] = set()
+        for spec in datasets:
+            ds = snapshot.dataset(spec, blobs, self.store, base=root)
+            if ds.name in seen:
+                raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
+            seen.add(ds.name)
+            new_blobs += ds.new_blobs
+            recorded_datasets.append(
+                {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
+                 "source": spec}
+            )  # fmt: skip
+        git, git_blobs = snapshot.git_info(root, blobs)
+        new_blobs += git_blobs
+        secrets_ref = self._write_secrets(secret_env) if secret_env else None
+        job = self.store.create_job(
+            name=name or _default_name(argv),
+            argv=argv,
+            provider=provider,
+            resources=resources,
+            env={**plain_env, **{k: REDACTED for k in secret_env}},
+            snapshot=snap.digest,
+            workdir=str(root.resolve()),
+            datasets=recorded_datasets,
+            git=git,
+            python=platform.python_version(),
+            retries=retries,
+            sweep=sweep,
+            params=params,
+            blobs=new_blobs,
+            secrets=secrets_ref,
+        )
+        if start_core:
+            self.wake()
+        return Job(self, job.juid)
+
+    def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None) -> Resources:
+        config = self.providers.get(provider)
+        if config is None:
+            names = ", ".join(sorted(self.providers))
+            raise MonkeyError(
+                f"unknown provider {provider!r}; configured: {names} (add it to {self.home.providers_file})"
+            )
+        from monkey.drivers import supported_kinds
+
+        if config.type not in supported_kinds():
+            raise MonkeyError(
+                f"provider {provider!r} has type {config.type!r}, which this monkey cannot drive yet; "
+                f"use one of: {', '.join(supported_kinds())}"
+            )
+        for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
+        resources = Resources(cpus=cpus, gpus=gpus, memory=memory)
+        if config.type == "local":
+            from monkey.core.placement import fits_ever
+            from monkey.drivers.local import local_capacity
+
+            cap = local_capacity(config) if gpus else _cpu_only_capacity(config)
+            if not fits_ever(resources, cap):
+                raise MonkeyError(
+                    f"provider {provider!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
+                    f"a job asking --cpus {cpus} --gpus {gpus} could never run there"
+                )
+        return resources
+
+    @staticmethod
+    def _split_env(env: dict[str, str] | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
+        given: dict[str, str] = {}
+        if isinstance(env, dict):
+            given = {str(k): str(v) for k, v in env.items()}
+        elif env:
+            for item in env:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise MonkeyError(f"--env {item!r} is not KEY=VALUE; write e.g. --env SEED=1")
+                given[key] = value
+        for key in given:
+            if not _ENV_NAME.match(key):
+                raise MonkeyError(f"--env name {key!r} is not a valid variable name")
+        plain = {k: os.environ[k] for k in CAPTURED_ENV if k in os.environ}
+        secret: dict[str, str] = {}
+        for key, value in given.items():
+            (secret if is_secret_name(key) else plain)[key] = value
+        return plain, secret
+
+    def _write_secrets(self, values: dict[str, str]) -> str:
+        ref = _secrets.token_hex(16) + ".json"
+        path = self.home.secrets / ref
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(dumps(values))
+        return ref
+
+    def wake(self) -> None:
+        """Tell the core there is work, starting it when it is not running."""
+        from monkey.core import daemon
+
+        daemon.wake(self.home)
+
+    # -- read ---------------------------------------------------------------------------
+
+    def job(self, ref: str) -> Job:
+        return Job(self, self.store.resolve(ref))
+
+    def jobs(
+        self,
+        state: State | str | Iterable[State | str] | None = None,
+        provider: str | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        """Job records, newest first."""
+        states = None
+        if state is not None:
+            items = [state] if isinstance(state, (str, State)) else list(state)
+            try:
+                states = [State(s) for s in items]
+            except ValueError:
+                allowed = ", ".join(s.value for s in State)
+                raise MonkeyError(f"unknown state in {items!r}; use one of {allowed}") from None
+        return self.store.list_jobs(states=states, provider=provider, limit=limit)
+
+    def info(self, ref: str) -> dict[str, Any]:
+        """Everything known about a job: record, attempts, events."""
+        juid = self.store.resolve(ref)
+        job = self.store.get_job(juid)
+        assert job is not None
+        return {
+            **job.to_json(),
+            "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
+            "attempts_detail": [vars(a) for a in self.store.attempts(juid)],
+            "events": self.store.events(juid),
+        }
+
+    def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None) -> list[Path]:
+        """The job's log files, one per attempt, oldest first."""
+        juid = self.store.resolve(ref)
+        name = "stderr.log" if stderr else "stdout.log"
+        attempts = self.store.attempts(juid)
+        if attempt is not None:
+            attempts = [a for a in attempts if a.n == attempt]
+            if not attempts:
+                raise MonkeyError(f"job {juid} has no attempt {attempt}")
+        return [self.home.run_dir(juid, a.n) / name for a in attempts if a.run_dir]
+
+    def logs(self, ref: str, stderr: bool = False, attempt: int | None = None) -> bytes:
+        out = []
+        for path in self.log_paths(ref, stderr, attempt):
+            try:
+                out.append(path.read_bytes())
+            except FileNotFoundError:
+                continue
+        return b"".join(out)
+
+    def follow(self, ref: str, stderr: bool = False, poll: float = 0.05) -> Iterator[bytes]:
+        """Yield the job's output as it is written, across attempts, until the job ends."""
+        juid = self.store.resolve(ref)
+        name = "stderr.log" if stderr else "stdout.log"
+        offsets: dict[int, int] = {}
+        while True:
+            job = self.store.get_job(juid)
+            assert job is not None
+            # Read after looking at the state, so output written before the end is never missed.
+            finished = job.state in TERMINAL or job.state == State.PAUSED
+            for att in self.store.attempts(juid):
+                if not att.run_dir:
+                    continue
+                pos = offsets.get(att.n, 0)
+                try:
+                    with open(self.home.run_dir(juid, att.n) / name, "rb") as fh:
+                        fh.seek(pos)
+                        chunk = fh.read()
+                except FileNotFoundError:
+                    continue
+                if chunk:
+                    offsets[att.n] = pos + len(chunk)
+                    yield chunk
+            if finished:
+                return
+            time.sleep(poll)
+
+    # -- control ------------------------------------------------------------------------
+
+    def _control(self, ref: str, request: Request) -> State:
+        juid = self.store.resolve(ref)
+        target = State.CANCELLED if request == Request.CANCEL else State.PAUSED
+        for _ in range(20):
+            job = self.store.get_job(juid)
+            assert job is not None
+            if job.state in (State.QUEUED, State.PAUSED):
+                if job.state == target:
+                    return target
+                if self.store.transition(juid, job.state, target, kind="user",
+                                         detail=request.value):
+                    return target
+            elif job.state in LIVE:
+                if self.store.set_request(juid, request.value, LIVE):
+                    self.wake()
+                    return job.state
+            else:
+                raise MonkeyError(
+                    f"job {juid} already {job.state.value}; nothing to {request.value}"
+                )
+        raise MonkeyError(f"job {juid} kept changing state; try again")
+
+    def cancel(self, ref: str) -> State:
+        """Cancel a job: queued/paused at once; running gets SIGTERM, then SIGKILL."""
+        return self._control(ref, Request.CANCEL)
+
+    def pause(self, ref: str) -> State:
+        """Hold a queued job, or stop a running one gracefully and hold it."""
+        return self._control(ref, Request.PAUSE)
+
+    def resume(self, ref: str) -> State:
+        """Re-queue a paused job; it continues from its checkpoint directory."""
+        juid = self.store.resolve(ref)
+        job = self.store.get_job(juid)
+        assert job is not None
+        if job.state != State.PAUSED:
+            raise MonkeyError(f"job {juid} is {job.state.value}, not paused; only paused jobs resume")
+        if not self.store.transition(juid, State.PAUSED, State.QUEUED, kind="user",
+                                     detail="resume", not_before=0.0, request=None):
+            raise MonkeyError(f"job {juid} changed state meanwhile; try again")
+        self.wake()
+        return State.QUEUED
+
+    def retry(self, ref: str) -> State:
+        """Re-queue a finished job as a new attempt (its checkpoint directory is kept)."""
+        juid = self.store.resolve(ref)
+        job = self.store.get_job(juid)
+        assert job is not None
+        if job.state not in TERMINAL:
+            raise MonkeyError(
+                f"job {juid} is {job.state.value}; only finished jobs can be retried"
+                + (" (resume paused ones)" if job.state == State.PAUSED else "")
+            )
+        if not self.store.transition(juid, job.state, State.QUEUED, kind="user", detail="retry",
+                                     not_before=0.0, request=None):
+            raise MonkeyError(f"job {juid} changed state meanwhile; try again")
+        self.wake()
+        return State.QUEUED
+
+
+def _cpu_only_capacity(config: ProviderConfig) -> Any:
+    from monkey.drivers.base import Capacity
+
+    slots = config.options.get("slots") or os.cpu_count() or 1
+    return Capacity(config.name, int(slots), [])
+
+
+def _default_name(argv: list[str]) -> str:
+    """A readable name: the script or module a Python command runs, else the program."""
+    first = Path(argv[0]).name
+    if _PYTHONS.match(first):
+        args = argv[1:]
+        if "-m" in args and args.index("-m") + 1 < len(args):
+            return args[args.index("-m") + 1]
+        scripts = [a for a in args if a.endswith(".py")]
+        if scripts and "-c" not in args:
+            return Path(scripts[0]).stem
+    return first

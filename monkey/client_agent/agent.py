@@ -1,0 +1,1011 @@
+"""The monkey worker agent: starts, watches and signals every job on one worker.
+
+Standard library only, and nothing imported from the rest of ``monkey``: this folder is
+copied alone to workers that have just a python3 (Linux, ``os.pidfd_open``).
+
+    python -m monkey.client_agent --root ROOT --socket PATH [--idle-timeout S] [--heartbeat S]
+
+One agent per ROOT serves all the jobs of the worker. It holds an exclusive ``flock`` on
+``ROOT/private/agent.lock`` (a second agent on the same ROOT exits 0 at once) and writes
+its pid to ``ROOT/private/agent.pid``. It is one thread around a ``selectors`` loop over
+the listening socket, the client connections and one pidfd per live job; heartbeats,
+kill grace periods and the idle exit are timers of that loop. Jobs live in their own
+sessions, so they keep running when the agent exits (SIGTERM, ``shutdown``, idle, crash);
+a new agent adopts them again on ``sync``. Agent errors are logged to stderr.
+
+Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
+
+    stdout.log    the job's stdout, opened O_APPEND
+    stderr.log    the job's stderr, opened O_APPEND
+    events.jsonl  events, appended by the agent only (one os.write per line)
+    pid           {"pid": P, "start_ticks": T}; T = field 22 of /proc/P/stat (pid reuse)
+    exit          the job's exit code as text, written by the wrapper shell itself
+    work/         the materialised code: the job's working directory
+
+Datasets are materialised once per worker into ``ROOT/datasets/<digest>/`` (built in a
+temporary folder, then renamed into place) and shared, read-only, by all jobs.
+
+Each job runs as ``/bin/sh -c WRAPPER monkey-job ARGV...`` (see ``WRAPPER``) in a new
+session whose id is the wrapper's pid P: the shell records the exit code in ``exit``
+even while the agent is down. A command that cannot be run exits 127.
+
+Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
+file, continued on adoption), ``ts`` (time.time()) and ``type``:
+
+    started    {"pid": P}
+    heartbeat  {"cpu": percent of one CPU since the last heartbeat, "rss": bytes,
+                "procs": n}, summed over every process of the job's session
+    exit       {"code": int|null, "signal": int|null, "reason": "exited"|"killed"|"vanished"}
+
+``exit`` is always the last line of a file and is never written twice. ``code`` comes
+from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
+agent signalled the job (then ``signal`` is that signal: a job that dies of SIGTERM
+under the trapping wrapper has code 143 and signal 15) or when the wait status shows a
+signal; ``vanished`` when an adopted job is gone without an ``exit`` file. When the
+wrapper of a job started by this agent ends, the processes left in its process group
+are SIGKILLed (all of the session when the job was signalled).
+
+Protocol: newline-delimited JSON both ways over a Unix stream socket (0600; peers of
+another uid are refused by SO_PEERCRED). Requests ``{"id": N, "op": OP, ...}``; replies
+``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "one line"}``.
+Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "event":
+{...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
+
+    hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
+    start     juid, attempt, run_dir, argv, env, files [[relpath, digest, mode]], blobs_dir,
+              datasets [{digest, env, files, single}], workdir_name (optional, unused:
+              the working directory is always run_dir/work) -> pid.
+              Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
+              work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
+              run_dir that already has a ``pid`` file are refused and nothing is run.
+    signal    juid, attempt, signal ("TERM", "INT", "KILL", ... or a number), grace
+              (seconds, default 10): the signal goes to every process of the job's
+              session and its process group; SIGKILL follows after grace if the job is
+              still alive. -> running (false when the job is not live: still ok).
+    sync      attempts [{juid, attempt, run_dir, offset}] -> attempts [{juid, attempt,
+              status: running|exited|unknown}]; jobs not live are adopted from their run
+              dir. After the reply, every complete events.jsonl line after ``offset`` is
+              pushed, and from then on the connection gets every new event of every job.
+    jobs      -> jobs [{juid, attempt, pid, run_dir}] of the live jobs
+    shutdown  if_idle (bool) -> stopping; jobs keep running either way.
+
+Idle exit: no live job and no connection for --idle-timeout seconds (default 600).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import functools
+import json
+import os
+import re
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+VERSION = "1"
+WRAPPER = (
+    'trap : TERM INT HUP; "$@"; rc=$?; '
+    'echo "$rc" > "$MONKEY_EXIT_FILE.tmp" && mv -f "$MONKEY_EXIT_FILE.tmp" "$MONKEY_EXIT_FILE"; '
+    'exit "$rc"'
+)
+MAX_LINE = 256 << 20  # longest request accepted
+MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+_DIGEST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+Key = tuple[str, int]  # (juid, attempt)
+
+
+class RequestError(Exception):
+    """A request the agent refuses; the message goes back to the client."""
+
+
+def log(msg: str) -> None:
+    """One line to stderr with a timestamp."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(f"{stamp} agent[{os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- /proc and files
+
+
+def read_stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/PID/stat after the command name (index 0 is field 3), or None."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def stat_start_ticks(fields: list[bytes]) -> int:
+    """Field 22 (starttime, clock ticks after boot)."""
+    return int(fields[19])
+
+
+def is_running(fields: list[bytes] | None) -> bool:
+    """True for a process that has not exited yet (not a zombie)."""
+    return fields is not None and fields[0] not in (b"Z", b"X", b"x")
+
+
+def proc_pids() -> list[int]:
+    """Every process id in /proc."""
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Pids of the processes whose session id (field 6) is SID."""
+    found = []
+    for pid in proc_pids():
+        fields = read_stat(pid)
+        if fields is not None and int(fields[3]) == sid:
+            found.append(pid)
+    return found
+
+
+def session_usage(sids: set[int]) -> dict[int, list[int]]:
+    """Per session id: [utime+stime+cutime+cstime ticks, rss pages, processes]."""
+    usage: dict[int, list[int]] = {}
+    for pid in proc_pids():
+        fields = read_stat(pid)
+        if fields is None:
+            continue
+        sid = int(fields[3])
+        if sid in sids:
+            total = usage.setdefault(sid, [0, 0, 0])
+            total[0] += sum(int(x) for x in fields[11:15])
+            total[1] += int(fields[21])
+            total[2] += 1
+    return usage
+
+
+def boottime() -> float:
+    """Seconds since boot, the clock of /proc start times."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write a file through a temporary name and rename."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.rename(tmp, path)
+
+
+def read_exit_code(run_dir: str) -> int | None:
+    """The code in run_dir/exit, or None when absent or unreadable."""
+    try:
+        with open(os.path.join(run_dir, "exit"), "rb") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def last_event(path: str) -> dict[str, Any] | None:
+    """The last complete event of an events file (a torn tail is cut off), or None."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - (1 << 16))
+        tail = os.pread(fd, size - start, start)
+        while start > 0 and tail.count(b"\n") < 2:  # a heartbeat line is short; be safe
+            start = max(0, start - (1 << 20))
+            tail = os.pread(fd, size - start, start)
+        cut = tail.rfind(b"\n") + 1
+        if start + cut < size:
+            log(f"{path}: cutting a torn last line of {size - start - cut} bytes")
+            os.ftruncate(fd, start + cut)
+        lines = tail[:cut].splitlines()
+        return json.loads(lines[-1]) if lines else None
+    finally:
+        os.close(fd)
+
+
+def read_lines_after(path: str, offset: int) -> list[tuple[int, bytes]]:
+    """Complete lines after byte OFFSET, each with the offset just after it."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    pos = 0
+    while (end := data.find(b"\n", pos)) >= 0:
+        out.append((offset + end + 1, data[pos:end]))
+        pos = end + 1
+    return out
+
+
+def safe_relpath(rel: Any) -> str:
+    """RELPATH normalised, or RequestError when absolute, empty or with '..'."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        raise RequestError(f"unsafe path {rel!r}")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise RequestError(f"unsafe path {rel!r}")
+    return "/".join(parts)
+
+
+def check_digest(digest: Any) -> str:
+    """DIGEST if it is a plain name usable in a path, else RequestError."""
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise RequestError(f"bad digest {digest!r}")
+    return digest
+
+
+def parse_signal(value: Any) -> int:
+    """A signal number from "TERM", "SIGTERM" or a number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        name = value.upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        sig = getattr(signal.Signals, name, None)
+        if sig is not None:
+            return int(sig)
+    raise RequestError(f"unknown signal {value!r}")
+
+
+def detect_gpus() -> list[dict[str, Any]]:
+    """GPUs reported by nvidia-smi, [] without it."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"nvidia-smi failed: {e}")
+        return []
+    gpus = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            memory = int(parts[2]) if parts[2].isdigit() else None
+            gpus.append({"index": int(parts[0]), "name": parts[1], "memory": memory})
+    return gpus
+
+
+def mem_total() -> int | None:
+    """MemTotal of /proc/meminfo in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# ---------------------------------------------------------------- state
+
+
+class Job:
+    """One live attempt the agent watches through a pidfd."""
+
+    __slots__ = (
+        "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
+        "signalled", "cpu_prev",
+    )  # fmt: skip
+
+    def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
+                 proc: subprocess.Popen | None, seq: int, start_ticks: int) -> None:  # fmt: skip
+        self.juid = juid
+        self.attempt = attempt
+        self.run_dir = run_dir
+        self.pid = pid  # also the session and process group id
+        self.pidfd = pidfd
+        self.proc = proc  # None for an adopted job (not our child)
+        self.seq = seq
+        self.signalled: int | None = None
+        self.cpu_prev = (0, start_ticks / CLK_TCK)  # (ticks, boot time) at last heartbeat
+
+    @property
+    def key(self) -> Key:
+        return (self.juid, self.attempt)
+
+    @property
+    def events_path(self) -> str:
+        return os.path.join(self.run_dir, "events.jsonl")
+
+
+class Conn:
+    """One client connection with its input and output buffers."""
+
+    __slots__ = ("sock", "inbuf", "outbuf", "subscribed", "writing")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.subscribed = False
+        self.writing = False
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One protocol line."""
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+
+# ---------------------------------------------------------------- the agent
+
+
+class Agent:
+    """The selector loop and the request handlers."""
+
+    def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float) -> None:
+        self.root = root
+        self.socket_path = socket_path
+        self.idle_timeout = idle_timeout
+        self.heartbeat = heartbeat
+        self.pid_path = os.path.join(root, "private", "agent.pid")
+        self.sel = selectors.DefaultSelector()
+        self.jobs: dict[Key, Job] = {}
+        self.conns: set[Conn] = set()
+        self.kill_at: dict[Key, float] = {}  # SIGKILL deadlines (monotonic)
+        self.next_heartbeat = time.monotonic() + heartbeat
+        self.idle_since: float | None = time.monotonic()
+        self.stopping = False
+        self.gpus: list[dict[str, Any]] | None = None
+        self.listener: socket.socket | None = None
+        self.socket_ino = 0
+
+    # ---- lifetime
+
+    def serve(self) -> None:
+        """Listen, loop until told to stop, then clean up (jobs keep running)."""
+        self._open_listener()
+        write_atomic(self.pid_path, f"{os.getpid()}\n".encode())
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        # a handler rather than SIG_IGN, which jobs would inherit
+        signal.signal(signal.SIGHUP, lambda *_: None)
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: os.read(wake_r, 512))
+        log(f"serving {self.root} on {self.socket_path}")
+        try:
+            while not self.stopping:
+                self._loop_once()
+        finally:
+            self._cleanup()
+            log(f"stopped; jobs left running: {len(self.jobs)}")
+
+    def _open_listener(self) -> None:
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(self.socket_path)
+        finally:
+            os.umask(old)
+        os.chmod(self.socket_path, 0o600)
+        self.socket_ino = os.stat(self.socket_path).st_ino
+        sock.listen(128)
+        sock.setblocking(False)
+        self.listener = sock
+        self.sel.register(sock, selectors.EVENT_READ, self._on_accept)
+
+    def _on_stop_signal(self, signum: int, _frame: Any) -> None:
+        self.stopping = True
+
+    def _cleanup(self) -> None:
+        for conn in list(self.conns):
+            self._flush_blocking(conn, deadline=time.monotonic() + 2)
+            self._close(conn)
+        try:
+            if os.stat(self.socket_path).st_ino == self.socket_ino:
+                os.unlink(self.socket_path)
+        except OSError:
+            pass
+        try:
+            os.unlink(self.pid_path)
+        except OSError:
+            pass
+
+    def _loop_once(self) -> None:
+        for key, mask in self.sel.select(self._timeout()):
+            try:
+                key.data(mask)
+            except Exception:
+                log("error in the loop:\n" + traceback.format_exc())
+        try:
+            self._run_timers()
+        except Exception:
+            log("error in a timer:\n" + traceback.format_exc())
+
+    def _timeout(self) -> float | None:
+        now = time.monotonic()
+        deadlines = list(self.kill_at.values())
+        if self.jobs:
+            deadlines.append(self.next_heartbeat)
+        if self.idle_since is not None:
+            deadlines.append(self.idle_since + self.idle_timeout)
+        if not deadlines:
+            return 60.0
+        return min(60.0, max(0.0, min(deadlines) - now))
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        for key, when in list(self.kill_at.items()):
+            if when <= now:
+                del self.kill_at[key]
+                job = self.jobs.get(key)
+                if job is not None:
+                    log(f"{job.juid}/{job.attempt}: grace over, SIGKILL")
+                    job.signalled = signal.SIGKILL
+                    self._signal_session(job, signal.SIGKILL)
+        if self.jobs and now >= self.next_heartbeat:
+            self._heartbeats()
+            self.next_heartbeat = time.monotonic() + self.heartbeat
+        if self.jobs or self.conns:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        elif now - self.idle_since >= self.idle_timeout:
+            log("idle, exiting")
+            self.stopping = True
+
+    # ---- connections
+
+    def _on_accept(self, _mask: int) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            try:
+                creds = sock.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+                )
+                pid, uid, _gid = struct.unpack("3i", creds)
+            except OSError as e:
+                log(f"SO_PEERCRED failed: {e}")
+                sock.close()
+                continue
+            if uid != os.getuid():
+                log(f"refused a connection from uid {uid} (pid {pid})")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = Conn(sock)
+            self.conns.add(conn)
+            self.sel.register(sock, selectors.EVENT_READ, functools.partial(self._on_conn, conn))
+
+    def _on_conn(self, conn: Conn, mask: int) -> None:
+        if mask & selectors.EVENT_WRITE:
+            self._flush(conn)
+        if mask & selectors.EVENT_READ and conn in self.conns:
+            self._read(conn)
+
+    def _read(self, conn: Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 18)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            log(f"connection error: {e}")
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        buf = conn.inbuf
+        start = len(buf)
+        buf += data
+        if buf.find(b"\n", start) < 0:
+            if len(buf) > MAX_LINE:
+                log("request too long; dropping the connection")
+                self._close(conn)
+            return
+        *lines, rest = buf.split(b"\n")
+        conn.inbuf = bytearray(rest)
+        for line in lines:
+            if line.strip() and conn in self.conns:
+                self._handle_line(conn, bytes(line))
+
+    def _send(self, conn: Conn, data: bytes) -> None:
+        """Queue DATA for CONN and send what the socket takes now."""
+        conn.outbuf += data
+        self._flush(conn)
+
+    def _flush(self, conn: Conn) -> None:
+        out = conn.outbuf
+        while out:
+            try:
+                sent = conn.sock.send(out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                log(f"send failed: {e}")
+                self._close(conn)
+                return
+            del out[:sent]
+        if len(out) > MAX_OUTBUF:
+            log("client too far behind; dropping the connection")
+            self._close(conn)
+            return
+        want = bool(out)
+        if want != conn.writing:
+            conn.writing = want
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+            self.sel.modify(conn.sock, events, functools.partial(self._on_conn, conn))
+
+    def _flush_blocking(self, conn: Conn, deadline: float) -> None:
+        """Best effort to send what is queued before exiting."""
+        try:
+            conn.sock.setblocking(True)
+            while conn.outbuf and (left := deadline - time.monotonic()) > 0:
+                conn.sock.settimeout(left)
+                sent = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:sent]
+        except OSError:
+            pass
+
+    def _close(self, conn: Conn) -> None:
+        if conn not in self.conns:
+            return
+        self.conns.discard(conn)
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    # ---- requests
+
+    def _handle_line(self, conn: Conn, line: bytes) -> None:
+        rid = None
+        backlog: list[bytes] = []
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise RequestError("a request must be a JSON object")
+            rid = req.get("id")
+            op = req.get("op")
+            handler: Callable[..., dict[str, Any]] | None = getattr(self, f"op_{op}", None)
+            if not isinstance(op, str) or handler is None:
+                raise RequestError(f"unknown op {op!r}")
+            result = handler(req, backlog) if op == "sync" else handler(req)
+            reply = {"id": rid, "ok": True, **result}
+            conn.subscribed = conn.subscribed or op == "sync"
+        except RequestError as e:
+            reply = {"id": rid, "ok": False, "error": one_line(e)}
+        except (ValueError, TypeError, KeyError) as e:
+            log(f"bad request {line[:200]!r}: {one_line(e)}")
+            reply = {"id": rid, "ok": False, "error": f"bad request: {one_line(e)}"}
+        except Exception as e:
+            log(f"request failed: {line[:200]!r}\n{traceback.format_exc()}")
+            reply = {"id": rid, "ok": False, "error": one_line(e)}
+        self._send(conn, encode(reply) + b"".join(backlog))
+
+    def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.gpus is None:
+            self.gpus = detect_gpus()
+        return {
+            "version": VERSION, "pid": os.getpid(), "root": self.root,
+            "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
+        }  # fmt: skip
+
+    def op_jobs(self, req: dict[str, Any]) -> dict[str, Any]:
+        jobs = [
+            {"juid": j.juid, "attempt": j.attempt, "pid": j.pid, "run_dir": j.run_dir}
+            for j in self.jobs.values()
+        ]
+        return {"jobs": jobs}
+
+    def op_shutdown(self, req: dict[str, Any]) -> dict[str, Any]:
+        stopping = not (req.get("if_idle") and self.jobs)
+        self.stopping = self.stopping or stopping
+        return {"stopping": stopping}
+
+    def op_signal(self, req: dict[str, Any]) -> dict[str, Any]:
+        key = (req["juid"], req["attempt"])
+        signum = parse_signal(req["signal"])
+        grace = float(req.get("grace", 10))
+        job = self.jobs.get(key)
+        if job is None:
+            return {"running": False}
+        job.signalled = signum
+        self._signal_session(job, signum)
+        if signum != signal.SIGKILL:
+            when = time.monotonic() + max(0.0, grace)
+            self.kill_at[key] = min(when, self.kill_at.get(key, when))
+        return {"running": True}
+
+    def _signal_session(self, job: Job, signum: int) -> None:
+        """Send SIGNUM to the job, its process group and every process of its session."""
+        try:
+            signal.pidfd_send_signal(job.pidfd, signum)
+        except OSError:
+            pass
+        try:
+            os.killpg(job.pid, signum)
+        except OSError:
+            pass
+        for pid in session_pids(job.pid):
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+    # ---- start
+
+    def op_start(self, req: dict[str, Any]) -> dict[str, Any]:
+        juid, attempt, run_dir = req["juid"], req["attempt"], req["run_dir"]
+        argv, env = req["argv"], req.get("env") or {}
+        if not isinstance(juid, str) or not isinstance(attempt, int):
+            raise RequestError("juid must be a string and attempt an integer")
+        if not isinstance(run_dir, str) or not os.path.isabs(run_dir):
+            raise RequestError(f"run_dir must be an absolute path: {run_dir!r}")
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise RequestError("argv must be a non-empty list of strings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise RequestError("env must map strings to strings")
+        if (juid, attempt) in self.jobs:
+            raise RequestError(f"{juid}/{attempt} is already running")
+        if os.path.exists(os.path.join(run_dir, "pid")):
+            raise RequestError(f"{run_dir} was already started; use sync")
+        blobs_dir = req.get("blobs_dir") or ""
+        files = self._check_files(req.get("files") or [], blobs_dir)
+        datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
+        work = os.path.join(run_dir, "work")
+        env = dict(os.environ, **env)
+        try:
+            os.makedirs(work, exist_ok=True)
+            for name, ds_files, digest, single in datasets:
+                env[name] = self._materialise_dataset(digest, ds_files, single)
+            for rel, blob, mode in files:
+                self._copy_blob(blob, work, rel, mode)
+        except OSError as e:
+            raise RequestError(f"materialising {run_dir} failed: {e}") from None
+        env["MONKEY_EXIT_FILE"] = os.path.join(run_dir, "exit")
+        job = self._spawn(juid, attempt, run_dir, argv, env)
+        return {"pid": job.pid}
+
+    def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
+        """[(relpath, blob path, mode)] after checking paths, digests and blobs."""
+        if not isinstance(files, list):
+            raise RequestError("files must be a list")
+        out = []
+        for entry in files:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                raise RequestError(f"bad file entry {entry!r}")
+            rel, digest, mode = entry
+            rel = safe_relpath(rel)
+            digest = check_digest(digest)
+            if not isinstance(mode, int):
+                raise RequestError(f"bad mode for {rel!r}")
+            blob = os.path.join(blobs_dir, digest[:2], digest[2:])
+            if not blobs_dir or not os.path.isfile(blob):
+                raise RequestError(f"missing blob {digest} for {rel} in {blobs_dir!r}")
+            out.append((rel, blob, mode))
+        return out
+
+    def _check_dataset(self, ds: Any, blobs_dir: str) -> tuple[str, list, str, bool]:
+        """(env name, files, digest, single) of a dataset entry after checking it."""
+        if not isinstance(ds, dict):
+            raise RequestError(f"bad dataset entry {ds!r}")
+        digest = check_digest(ds.get("digest"))
+        name = ds.get("env")
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise RequestError(f"bad dataset env name {name!r}")
+        files = self._check_files(ds.get("files") or [], blobs_dir)
+        single = bool(ds.get("single"))
+        if single and len(files) != 1:
+            raise RequestError(f"dataset {digest} is single but has {len(files)} files")
+        return name, files, digest, single
+
+    @staticmethod
+    def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
+        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store)."""
+        target = os.path.join(base, rel)
+        parent = os.path.dirname(target)
+        os.makedirs(parent, exist_ok=True)
+        real_base = os.path.realpath(base)
+        if os.path.commonpath([os.path.realpath(parent), real_base]) != real_base:
+            raise OSError(f"{rel} leaves {base}")
+        if os.path.islink(target):
+            os.unlink(target)
+        shutil.copyfile(blob, target)
+        os.chmod(target, mode & 0o777)
+
+    def _materialise_dataset(self, digest: str, files: list, single: bool) -> str:
+        """ROOT/datasets/DIGEST built once (or its single file) for the job's env."""
+        parent = os.path.join(self.root, "datasets")
+        final = os.path.join(parent, digest)
+        if not os.path.isdir(final):
+            os.makedirs(parent, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".tmp-{digest[:16]}-", dir=parent)
+            try:
+                os.chmod(tmp, 0o755)
+                for rel, blob, mode in files:
+                    self._copy_blob(blob, tmp, rel, mode & 0o555)
+                os.rename(tmp, final)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if not os.path.isdir(final):
+                    raise
+        return os.path.join(final, files[0][0]) if single else final
+
+    def _spawn(self, juid: str, attempt: int, run_dir: str, argv: list[str],
+               env: dict[str, str]) -> Job:  # fmt: skip
+        """Start the wrapper in a new session and track it."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o644)
+        try:
+            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o644)
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", WRAPPER, "monkey-job", *argv],
+                    cwd=os.path.join(run_dir, "work"), env=env, stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=err, start_new_session=True, close_fds=True,
+                )  # fmt: skip
+            finally:
+                os.close(err)
+        except OSError as e:
+            raise RequestError(f"cannot spawn the job: {e}") from None
+        finally:
+            os.close(out)
+        pidfd = os.pidfd_open(proc.pid)  # our unreaped child: cannot fail for a lack of it
+        try:
+            fields = read_stat(proc.pid)
+            start_ticks = stat_start_ticks(fields) if fields else 0
+            record = {"pid": proc.pid, "start_ticks": start_ticks}
+            write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
+        except OSError as e:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            os.close(pidfd)
+            raise RequestError(f"cannot record the job: {e}") from None
+        last = last_event(os.path.join(run_dir, "events.jsonl"))
+        job = Job(juid, attempt, run_dir, proc.pid, pidfd, proc, last["seq"] if last else 0,
+                  start_ticks)  # fmt: skip
+        self._track(job)
+        self._append(job, "started", pid=job.pid)
+        return job
+
+    def _track(self, job: Job) -> None:
+        if not self.jobs:
+            self.next_heartbeat = time.monotonic() + self.heartbeat
+        self.jobs[job.key] = job
+        self.sel.register(job.pidfd, selectors.EVENT_READ, functools.partial(self._on_exit, job))
+
+    # ---- events
+
+    def _append(self, job: Job, etype: str, **fields: Any) -> None:
+        """Append one event line to the job's events.jsonl and push it to subscribers.
+
+        A failed write is logged and skipped (an exit is found again on the next sync).
+        """
+        event = {"seq": job.seq + 1, "ts": time.time(), "type": etype, **fields}
+        line = encode(event)
+        try:
+            fd = os.open(
+                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    log(f"{job.events_path}: short write {written}/{len(line)}")
+                    os.write(fd, line[written:])
+                offset = os.lseek(fd, 0, os.SEEK_CUR)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            log(f"cannot append a {etype} event for {job.juid}/{job.attempt}: {e}")
+            return
+        job.seq += 1
+        push = encode({
+            "push": "event", "juid": job.juid, "attempt": job.attempt,
+            "offset": offset, "event": event,
+        })  # fmt: skip
+        for conn in list(self.conns):
+            if conn.subscribed:
+                self._send(conn, push)
+
+    def _heartbeats(self) -> None:
+        usage = session_usage({job.pid for job in self.jobs.values()})
+        now = boottime()
+        for job in list(self.jobs.values()):
+            ticks, rss, procs = usage.get(job.pid, (0, 0, 0))
+            prev_ticks, prev_time = job.cpu_prev
+            elapsed = now - prev_time
+            cpu = 100.0 * max(0, ticks - prev_ticks) / CLK_TCK / elapsed if elapsed > 0 else 0.0
+            job.cpu_prev = (max(ticks, prev_ticks), now)
+            self._append(job, "heartbeat", cpu=round(cpu, 1), rss=rss * PAGE_SIZE, procs=procs)
+
+    def _on_exit(self, job: Job, _mask: int) -> None:
+        """The job's wrapper exited: reap, clean its group, record the exit event."""
+        self.sel.unregister(job.pidfd)
+        self.jobs.pop(job.key, None)
+        self.kill_at.pop(job.key, None)
+        returncode = None
+        if job.proc is not None:
+            if job.signalled is not None:
+                self._signal_session(job, signal.SIGKILL)
+            else:
+                try:
+                    os.killpg(job.pid, signal.SIGKILL)  # leftovers; the zombie holds the pgid
+                except OSError:
+                    pass
+            returncode = job.proc.wait()
+        os.close(job.pidfd)
+        self._append(job, "exit", **exit_fields(job, read_exit_code(job.run_dir), returncode))
+
+    # ---- sync and adoption
+
+    def op_sync(self, req: dict[str, Any], backlog: list[bytes]) -> dict[str, Any]:
+        statuses = []
+        for item in req.get("attempts") or []:
+            juid, attempt, run_dir = item["juid"], item["attempt"], item["run_dir"]
+            offset = int(item.get("offset") or 0)
+            if not isinstance(run_dir, str) or not os.path.isabs(run_dir):
+                raise RequestError(f"run_dir must be an absolute path: {run_dir!r}")
+            try:
+                status = self._adopt(juid, attempt, run_dir)
+            except Exception as e:
+                log(f"adopting {run_dir} failed:\n{traceback.format_exc()}")
+                statuses.append({"juid": juid, "attempt": attempt, "status": "unknown",
+                                 "error": one_line(e)})  # fmt: skip
+                continue
+            statuses.append({"juid": juid, "attempt": attempt, "status": status})
+            job = self.jobs.get((juid, attempt))
+            events = os.path.join(job.run_dir if job else run_dir, "events.jsonl")
+            for end, line in read_lines_after(events, offset):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    log(f"{events}: bad line at {end - len(line) - 1}")
+                    continue
+                backlog.append(encode({
+                    "push": "event", "juid": juid, "attempt": attempt,
+                    "offset": end, "event": event,
+                }))  # fmt: skip
+        return {"attempts": statuses}
+
+    def _adopt(self, juid: str, attempt: int, run_dir: str) -> str:
+        """Status of an attempt, tracking it again or recording its exit when needed."""
+        if (juid, attempt) in self.jobs:
+            return "running"
+        last = last_event(os.path.join(run_dir, "events.jsonl"))
+        if last is not None and last.get("type") == "exit":
+            return "exited"
+        try:
+            with open(os.path.join(run_dir, "pid"), "rb") as f:
+                record = json.loads(f.read())
+            pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
+        except FileNotFoundError:
+            return "unknown"
+        seq = last["seq"] if last else 0
+        job = Job(juid, attempt, run_dir, pid, -1, None, seq, start_ticks)
+        if seq == 0:
+            self._append(job, "started", pid=pid)
+        pidfd = self._open_if_alive(pid, start_ticks)
+        if pidfd is not None:
+            job.pidfd = pidfd
+            self._track(job)
+            log(f"{juid}/{attempt}: adopted pid {pid}")
+            return "running"
+        self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None))
+        return "exited"
+
+    @staticmethod
+    def _open_if_alive(pid: int, start_ticks: int) -> int | None:
+        """A pidfd for PID when it is the same process (start time) and still running."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        fields = read_stat(pid)  # read after pidfd_open: the pidfd is for this process
+        if is_running(fields) and stat_start_ticks(fields) == start_ticks:
+            return pidfd
+        os.close(pidfd)
+        return None
+
+
+def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str, Any]:
+    """code, signal and reason of an exit event."""
+    sig = None
+    if code is None and returncode is not None:
+        if returncode < 0:
+            return {"code": None, "signal": -returncode, "reason": "killed"}
+        code = returncode
+    if job.signalled is not None:
+        if code is None or code > 128:
+            sig = code - 128 if code is not None else job.signalled
+        return {"code": code, "signal": sig, "reason": "killed"}
+    if code is None:
+        return {"code": None, "signal": None, "reason": "vanished"}
+    return {"code": code, "signal": None, "reason": "exited"}
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line of text."""
+    text = str(e) if isinstance(e, RequestError) else f"{type(e).__name__}: {e}"
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------- main
+
+
+def raise_fd_limit() -> None:
+    """Allow one pidfd per live job: lift the soft limit of open files to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def lock_root(root: str) -> int | None:
+    """The fd holding ROOT/private/agent.lock, or None when another agent holds it."""
+    private = os.path.join(root, "private")
+    os.makedirs(root, exist_ok=True)
+    try:
+        os.mkdir(private, 0o700)
+    except FileExistsError:
+        pass
+    fd = os.open(os.path.join(private, "agent.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse arguments, take the root's lock, serve."""
+    parser = argparse.ArgumentParser(prog="monkey.client_agent", description="monkey worker agent")
+    parser.add_argument("--root", required=True, help="the worker's monkey folder")
+    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    parser.add_argument("--idle-timeout", type=float, default=600.0)
+    parser.add_argument("--heartbeat", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    root = os.path.abspath(args.root)
+    lock_fd = lock_root(root)
+    if lock_fd is None:
+        return 0
+    raise_fd_limit()
+    agent = Agent(root, os.path.abspath(args.socket), args.idle_timeout, max(0.05, args.heartbeat))
+    agent.serve()
+    os.close(lock_fd)
+    return 0

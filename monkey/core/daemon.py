@@ -1,0 +1,149 @@
+"""Running the core: one per MONKEY_HOME (a file lock), in the foreground or detached."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from monkey.config import Home
+from monkey.models import MonkeyError
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from monkey.core.daemon import run_foreground; run_foreground()"
+)
+
+
+def _try_lock(home: Home) -> int | None:
+    """The lock's fd when this process could take it, else None (a core holds it)."""
+    fd = os.open(home.daemon_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def status(home: Home) -> int | None:
+    """PID of the core serving this MONKEY_HOME, or None when none runs."""
+    home.ensure()
+    fd = _try_lock(home)
+    if fd is not None:
+        os.close(fd)
+        return None
+    try:
+        return int(home.daemon_pid.read_text().strip())
+    except (OSError, ValueError):
+        return -1  # locked but the pid file is not written yet
+
+
+def run_foreground(home: Home | None = None) -> int:
+    """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock."""
+    home = (home or Home()).ensure()
+    fd = _try_lock(home)
+    if fd is None:
+        pid = status(home)
+        print(f"monkey: a core is already running for {home.root} (pid {pid})", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from monkey.core.scheduler import Core
+
+    home.daemon_pid.write_text(f"{os.getpid()}\n")
+    core = Core(home)
+
+    def _stop(signum: int, frame: object) -> None:
+        core.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    logging.getLogger("monkey.core").info("core %d serving %s", os.getpid(), home.root)
+    try:
+        core.run()
+    finally:
+        try:
+            home.daemon_pid.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return 0
+
+
+def spawn(home: Home) -> subprocess.Popen[bytes]:
+    """Start a detached core (it exits at once if another one holds the lock)."""
+    home.ensure()
+    env = dict(os.environ, MONKEY_HOME=str(home.root))
+    with open(home.daemon_log, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", _BOOT, _PACKAGE_PARENT],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+
+
+def start(home: Home, timeout: float = 10.0) -> int:
+    """Start the core in the background (if needed) and wait until it serves."""
+    pid = status(home)
+    if pid:
+        return pid
+    proc = spawn(home)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not status(home):
+            raise MonkeyError(f"the core exited at start-up; see {home.daemon_log}")
+        if ping(home):
+            return status(home) or proc.pid
+        time.sleep(0.01)
+    raise MonkeyError(f"the core did not come up within {timeout:.0f}s; see {home.daemon_log}")
+
+
+def stop(home: Home, timeout: float = 15.0) -> int | None:
+    """Ask the core to stop and wait for it; returns the pid that stopped, or None."""
+    pid = status(home)
+    if not pid or pid < 0:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while status(home):
+        if time.monotonic() > deadline:
+            raise MonkeyError(f"the core (pid {pid}) did not stop within {timeout:.0f}s")
+        time.sleep(0.02)
+    return pid
+
+
+def ping(home: Home) -> bool:
+    """Wake the core; False when no core listens."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    try:
+        sock.sendto(b"w", str(home.socket_path("core")))
+    except BlockingIOError:
+        return True  # its queue is full of wake-ups already
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
+
+
+def wake(home: Home) -> None:
+    """Wake the core, starting one in the background when none runs."""
+    if not ping(home):
+        spawn(home)

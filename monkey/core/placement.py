@@ -1,0 +1,60 @@
+"""Placement: pure functions that choose an instance (and GPUs) for a job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from monkey.drivers.base import Capacity
+from monkey.models import Resources
+
+
+@dataclass
+class Usage:
+    """What live attempts hold on one instance."""
+
+    slots: int = 0
+    gpus: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Placement:
+    instance: str
+    gpus: list[str]
+
+
+def slots_needed(resources: Resources, capacity: Capacity) -> int:
+    """Slots a job takes: its CPUs, at least one, at most the whole instance."""
+    return max(1, min(resources.cpus, capacity.slots))
+
+
+def fits_ever(resources: Resources, capacity: Capacity) -> bool:
+    """Whether the job could run on the instance when it is empty."""
+    return resources.cpus <= capacity.slots and resources.gpus <= len(capacity.gpus)
+
+
+def place(
+    resources: Resources, capacities: list[Capacity], usage: dict[str, Usage],
+    pinned: str | None = None,
+) -> Placement | None:
+    """The least loaded instance that has room for the job now, or None."""
+    best: tuple[float, Capacity] | None = None
+    for cap in capacities:
+        if pinned and cap.instance != pinned:
+            continue
+        used = usage.get(cap.instance, Usage())
+        if used.slots + slots_needed(resources, cap) > cap.slots:
+            continue
+        free_gpus = [g for g in cap.gpus if g not in used.gpus]
+        if resources.gpus > len(free_gpus):
+            continue
+        load = used.slots / cap.slots
+        if best is None or load < best[0]:
+            best = (load, cap)
+    if best is None:
+        return None
+    cap = best[1]
+    used = usage.setdefault(cap.instance, Usage())
+    gpus = [g for g in cap.gpus if g not in used.gpus][: resources.gpus]
+    used.slots += slots_needed(resources, cap)
+    used.gpus.update(gpus)
+    return Placement(cap.instance, gpus)

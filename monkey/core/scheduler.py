@@ -1,0 +1,405 @@
+"""The core's loop: carry out what the store asks, against the drivers, and record every step."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import socket
+import time
+from typing import Any
+
+from monkey.config import Home, ProviderConfig, load_providers
+from monkey.core.placement import Usage, place
+from monkey.drivers import get_driver
+from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
+from monkey.drivers.base import Driver
+from monkey.models import REDACTED, Attempt, Job, MonkeyError, Request, State, retry_delay
+from monkey.store import Store
+
+log = logging.getLogger("monkey.core")
+
+HEARTBEAT_TIMEOUT = float(os.environ.get("MONKEY_HEARTBEAT_TIMEOUT", "30"))
+KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
+_IDLE_TICK = 1.0
+
+
+def bind_wake_socket(home: Home) -> socket.socket:
+    """The datagram socket that clients poke after writing a request into the store."""
+    path = str(home.socket_path("core"))
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.setblocking(False)
+    return sock
+
+
+class Core:
+    """The scheduler: dispatches queued jobs, follows live attempts, applies requests."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.store = Store(home.db)
+        self.providers: dict[str, ProviderConfig] = load_providers(home)
+        self.drivers: dict[str, Driver] = {}
+        self.links: dict[tuple[str, str], AgentLink] = {}
+        self.selector = selectors.DefaultSelector()
+        self.wake_sock = bind_wake_socket(home)
+        self.selector.register(self.wake_sock, selectors.EVENT_READ, None)
+        self.signalled: set[tuple[str, int]] = set()
+        self.manifests: dict[str, list[Any]] = {}
+        self.next_health = 0.0
+        self.retry_links_at = 0.0
+        self.stopping = False
+
+    # -- main loop ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Recover live attempts, then serve until ``stop()``."""
+        self.recover()
+        while not self.stopping:
+            self.tick()
+            for key, _ in self.selector.select(self.timeout()):
+                if key.data is None:
+                    self._drain_wakes()
+                else:
+                    self._poll_link(key.data)
+        self.close()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def close(self) -> None:
+        for link in list(self.links.values()):
+            link.close()
+        self.links.clear()
+        self.selector.close()
+        self.wake_sock.close()
+        self.store.close()
+
+    def timeout(self) -> float:
+        nxt = self.store.next_not_before()
+        wait = _IDLE_TICK if nxt is None else min(_IDLE_TICK, max(0.0, nxt - time.time()))
+        return max(wait, 0.001)
+
+    def tick(self) -> None:
+        """One pass: requests, dispatch, health."""
+        now = time.time()
+        self.apply_requests()
+        self.dispatch_ready(now)
+        if now >= self.next_health:
+            self.next_health = now + 1.0
+            self.check_health(now)
+
+    def _drain_wakes(self) -> None:
+        while True:
+            try:
+                self.wake_sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return
+
+    # -- links to agents ----------------------------------------------------------------
+
+    def driver(self, provider: str) -> Driver:
+        drv = self.drivers.get(provider)
+        if drv is None:
+            config = self.providers.get(provider)
+            if config is None:
+                raise MonkeyError(f"provider {provider!r} is not configured")
+            drv = self.drivers[provider] = get_driver(config, self.home)
+        return drv
+
+    def link(self, provider: str, instance: str) -> AgentLink:
+        """The live link to an instance's agent, connecting and re-syncing when needed."""
+        key = (provider, instance)
+        link = self.links.get(key)
+        if link is not None:
+            return link
+        link = self.driver(provider).connect(instance)
+        live = self.store.live_attempts(instance)
+        reply = link.request(
+            "sync",
+            attempts=[
+                {"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir, "offset": a.events_offset}
+                for a in live
+            ],
+        )
+        self.links[key] = link
+        self.selector.register(link.fileno(), selectors.EVENT_READ, key)
+        by_id = {(a.juid, a.n): a for a in live}
+        for status in reply.get("attempts", []):
+            att = by_id.get((status["juid"], status["attempt"]))
+            if att is not None and status["status"] == "unknown":
+                self._never_started(att)
+        self._handle_pushes(key, link.poll())
+        return link
+
+    def drop_link(self, key: tuple[str, str]) -> None:
+        link = self.links.pop(key, None)
+        if link is None:
+            return
+        try:
+            self.selector.unregister(link.fileno())
+        except (KeyError, ValueError, OSError):
+            pass
+        link.close()
+        log.warning("lost the link to %s/%s; will reconnect", *key)
+
+    def _poll_link(self, key: tuple[str, str]) -> None:
+        link = self.links.get(key)
+        if link is None:
+            return
+        try:
+            pushes = link.poll()
+        except AgentGone:
+            self.drop_link(key)
+            self._reconnect(key)
+            return
+        self._handle_pushes(key, pushes)
+
+    def _reconnect(self, key: tuple[str, str]) -> None:
+        try:
+            self.link(*key)
+        except (MonkeyError, AgentGone, AgentError, OSError) as exc:
+            log.error("cannot reach the agent of %s/%s: %s", key[0], key[1], exc)
+            self.retry_links_at = time.time() + 1.0
+
+    def recover(self) -> None:
+        """Re-attach to every attempt that was live when the core last stopped."""
+        instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
+        providers: set[tuple[str, str]] = set()
+        for instance, juid in instances:
+            job = self.store.get_job(juid)
+            if job is not None:
+                providers.add((job.provider, instance))
+        for key in sorted(providers):
+            self._reconnect(key)
+
+    # -- events from agents -------------------------------------------------------------
+
+    def _handle_pushes(self, key: tuple[str, str], pushes: list[dict[str, Any]]) -> None:
+        for push in pushes:
+            if push.get("push") != "event":
+                continue
+            event = push["event"]
+            juid, n, offset = push["juid"], push["attempt"], push["offset"]
+            kind = event.get("type")
+            if kind == "exit":
+                self.on_exit(key, juid, n, event, offset)
+            elif kind == "heartbeat":
+                self.store.heartbeat(juid, n, event["ts"], offset, event.get("cpu"), event.get("rss"))
+            elif kind == "started":
+                self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
+
+    def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
+                offset: int) -> None:
+        """Close the attempt and decide the job's next state."""
+        job = self.store.get_job(juid)
+        if job is None:
+            return
+        code, sig, why = event.get("code"), event.get("signal"), event.get("reason")
+        requeue = None
+        if job.request == Request.CANCEL.value:
+            final, reason = State.CANCELLED, "cancelled by user"
+        elif job.request == Request.PAUSE.value:
+            final, reason = State.PAUSED, "paused by user"
+        elif why == "vanished":
+            final, reason = State.LOST, "process vanished"
+        elif code == 0:
+            final, reason = State.SUCCEEDED, "exit 0"
+        else:
+            final = State.FAILED
+            reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
+        if final in (State.FAILED, State.LOST):
+            done = self.store.auto_retries(juid)
+            if done < job.retries:
+                requeue = retry_delay(done + 1)
+        state = self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
+                                       reason=reason, requeue_after=requeue, offset=offset)
+        self.signalled.discard((juid, n))
+        if state is not None:
+            try:
+                self.driver(key[0]).finish(key[1], juid, n)
+            except (MonkeyError, OSError) as exc:
+                log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
+
+    def _never_started(self, att: Attempt) -> None:
+        job = self.store.get_job(att.juid)
+        if job is None:
+            return
+        if job.state == State.DISPATCHING:
+            self.store.end_attempt(att.juid, att.n, final=State.QUEUED, exit_code=None,
+                                   signal=None, reason="never started")
+        else:
+            self.on_exit((job.provider, att.instance), att.juid, att.n,
+                         {"reason": "vanished"}, att.events_offset)
+
+    # -- requests and dispatch ----------------------------------------------------------
+
+    def apply_requests(self) -> None:
+        """Signal live attempts whose job the user asked to cancel or pause."""
+        for job in self.store.requested_jobs():
+            if job.state not in (State.RUNNING, State.DISPATCHING):
+                continue
+            key = (job.juid, job.attempts)
+            if key in self.signalled:
+                continue
+            att = self.store.get_attempt(job.juid, job.attempts)
+            if att is None or att.state != "live":
+                continue
+            try:
+                link = self.link(job.provider, att.instance)
+                link.request("signal", juid=job.juid, attempt=att.n, signal="TERM",
+                             grace=KILL_GRACE)
+                self.signalled.add(key)
+                self._handle_pushes((job.provider, att.instance), link.poll())
+            except (AgentGone, AgentError, MonkeyError, OSError) as exc:
+                log.error("cannot signal %s: %s", job.juid, exc)
+                self.drop_link((job.provider, att.instance))
+
+    def usage(self) -> dict[str, Usage]:
+        used: dict[str, Usage] = {}
+        jobs: dict[str, Job] = {}
+        for att in self.store.live_attempts():
+            job = jobs.get(att.juid) or self.store.get_job(att.juid)
+            if job is None:
+                continue
+            u = used.setdefault(att.instance, Usage())
+            u.slots += max(1, job.resources.cpus)
+            u.gpus.update(g for g in att.gpus.split(",") if g)
+        return used
+
+    def dispatch_ready(self, now: float) -> None:
+        """Place and start every queued job that fits somewhere now."""
+        usage: dict[str, Usage] | None = None
+        for provider in self.store.ready_providers(now):
+            try:
+                drv = self.driver(provider)
+                capacities = drv.instances()
+            except MonkeyError as exc:
+                self._fail_queued(provider, str(exc), now)
+                continue
+            if usage is None:
+                usage = self.usage()
+            free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
+            if free <= 0:
+                continue
+            for job in self.store.ready_jobs(now, limit=free * 2 + 8, provider=provider):
+                placement = place(job.resources, capacities, usage)
+                if placement is None:
+                    continue
+                self.start(job, drv, placement.instance, placement.gpus,
+                           bool(capacities[0].gpus))
+
+    def _fail_queued(self, provider: str, why: str, now: float) -> None:
+        for job in self.store.ready_jobs(now, limit=100, provider=provider):
+            att = self.store.begin_attempt(job, provider, "")
+            if att is not None:
+                self.store.end_attempt(job.juid, att.n, final=State.FAILED, exit_code=None,
+                                       signal=None, reason=why)
+
+    def start(self, job: Job, drv: Driver, instance: str, gpus: list[str],
+              has_gpus: bool) -> None:
+        """Open an attempt and ask the instance's agent to start it."""
+        key = (job.provider, instance)
+        try:
+            # Link first: connecting syncs the live attempts, and this one must not be
+            # among them before the agent has been asked to start it.
+            link = self.link(*key)
+        except (AgentGone, AgentError, MonkeyError, OSError) as exc:
+            log.error("cannot reach %s/%s: %s", *key, exc)
+            self.retry_links_at = time.time() + 1.0
+            return
+        n = job.attempts + 1
+        run_dir = drv.run_dir(instance, job.juid, n)
+        att = self.store.begin_attempt(job, instance, run_dir, ",".join(gpus))
+        if att is None:
+            return
+        try:
+            spec = self.start_spec(job, drv, instance, run_dir, gpus, has_gpus)
+            drv.prepare(instance, spec.pop("_blobs"))
+            reply = link.request("start", **spec)
+        except AgentError as exc:
+            self.store.end_attempt(job.juid, n, final=State.FAILED, exit_code=None, signal=None,
+                                   reason=f"could not start: {exc}")
+            return
+        except (AgentGone, MonkeyError, OSError) as exc:
+            # The agent may or may not have started it: the next sync decides.
+            log.error("dispatch of %s to %s/%s interrupted: %s", job.juid, *key, exc)
+            self.drop_link(key)
+            self.retry_links_at = time.time() + 1.0
+            return
+        log.debug("started %s attempt %d as pid %s", job.juid, n, reply.get("pid"))
+        # The job moves to running when the agent's `started` event arrives (it carries
+        # the exact start time), usually in the same read as the reply.
+        self._handle_pushes(key, link.poll())
+
+    def _manifest(self, digest: str) -> list[Any]:
+        files = self.manifests.get(digest)
+        if files is None:
+            path = self.home.blobs / digest[:2] / digest[2:]
+            files = json.loads(path.read_bytes())["files"]
+            if len(self.manifests) > 256:
+                self.manifests.clear()
+            self.manifests[digest] = files
+        return files
+
+    def start_spec(self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str],
+                   has_gpus: bool) -> dict[str, Any]:
+        """The agent's `start` request for the job's next attempt."""
+        env = {k: v for k, v in job.env.items() if v != REDACTED}
+        env.update(self._secrets(job))
+        checkpoint = drv.checkpoint_dir(instance, job.juid)
+        env.update(
+            MONKEY_JUID=job.juid,
+            MONKEY_ATTEMPT=str(job.attempts),
+            MONKEY_RUN_DIR=run_dir,
+            MONKEY_CHECKPOINT_DIR=checkpoint,
+            MONKEY_PROVIDER=job.provider,
+        )
+        if gpus or has_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        files = [f[:3] for f in self._manifest(job.snapshot)] if job.snapshot else []
+        blobs = [f[1] for f in files]
+        datasets = []
+        for ds in job.datasets:
+            ds_files = [f[:3] for f in self._manifest(ds["digest"])]
+            blobs += [f[1] for f in ds_files]
+            datasets.append({"digest": ds["digest"], "env": f"MONKEY_DATASET_{ds['name']}",
+                             "files": ds_files, "single": ds.get("single", False)})
+        return {
+            "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
+            "env": env, "files": files, "blobs_dir": drv.blobs_dir(instance),
+            "datasets": datasets, "_blobs": blobs,
+        }  # fmt: skip
+
+    def _secrets(self, job: Job) -> dict[str, str]:
+        ref = self.store.secrets_ref(job.juid)
+        if not ref:
+            return {}
+        try:
+            return json.loads((self.home.secrets / ref).read_text())
+        except (OSError, ValueError) as exc:
+            log.error("secrets of %s unreadable: %s", job.juid, exc)
+            return {}
+
+    # -- health -------------------------------------------------------------------------
+
+    def check_health(self, now: float) -> None:
+        """Reconnect dropped links; mark attempts silent past the heartbeat timeout lost."""
+        for att in self.store.live_attempts():
+            job = self.store.get_job(att.juid)
+            if job is None:
+                continue
+            key = (job.provider, att.instance)
+            if key not in self.links and now >= self.retry_links_at:
+                self._reconnect(key)
+            beat = att.heartbeat_at
+            if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
+                log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
+                self.on_exit(key, att.juid, att.n, {"reason": "vanished"}, att.events_offset)

@@ -1,0 +1,104 @@
+"""The `local` provider: this machine, through one agent sharing MONKEY_HOME with the core."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from monkey.config import Home, ProviderConfig
+from monkey.drivers.agent_link import AgentLink, connect_unix
+from monkey.drivers.base import Capacity, Driver
+from monkey.models import MonkeyError
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_AGENT_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from monkey.client_agent.agent import main; main()"
+)
+
+
+def detect_gpus() -> list[str]:
+    """GPU indices reported by nvidia-smi, or none when it is absent."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def local_capacity(config: ProviderConfig) -> Capacity:
+    """Slots and GPUs of this machine as configured (defaults: all CPUs, detected GPUs)."""
+    slots = config.options.get("slots") or os.cpu_count() or 1
+    gpus = config.options.get("gpus")
+    if gpus is None:
+        devices = detect_gpus()
+    elif isinstance(gpus, int):
+        devices = [str(i) for i in range(gpus)]
+    else:
+        devices = [str(g) for g in gpus]
+    return Capacity(config.name, int(slots), devices)
+
+
+class LocalDriver(Driver):
+    """Runs jobs on this machine; run directories and blobs live in MONKEY_HOME itself."""
+
+    kind = "local"
+
+    def __init__(self, config: ProviderConfig, home: Home) -> None:
+        super().__init__(config, home)
+        self._capacity: Capacity | None = None
+        self.socket = str(home.socket_path("agent"))
+
+    def instances(self) -> list[Capacity]:
+        if self._capacity is None:
+            self._capacity = local_capacity(self.config)
+        return [self._capacity]
+
+    def connect(self, instance: str) -> AgentLink:
+        try:
+            return connect_unix(self.socket)
+        except OSError:
+            pass
+        self._spawn_agent()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return connect_unix(self.socket)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise MonkeyError(
+                        f"the local agent did not start; see {self.home.root / 'agent.log'}"
+                    ) from None
+                time.sleep(0.005)
+
+    def _spawn_agent(self) -> None:
+        idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
+        heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
+        with open(self.home.root / "agent.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-c", _AGENT_BOOT, _PACKAGE_PARENT,
+                 "--root", str(self.home.agent_root), "--socket", self.socket,
+                 "--idle-timeout", idle, "--heartbeat", heartbeat],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, close_fds=True,
+            )  # fmt: skip
+
+    def blobs_dir(self, instance: str) -> str:
+        return str(self.home.blobs)
+
+    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
+        return str(self.home.run_dir(juid, attempt))
+
+    def checkpoint_dir(self, instance: str, juid: str) -> str:
+        path = self.home.checkpoint_dir(juid)
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)

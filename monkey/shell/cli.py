@@ -1,0 +1,471 @@
+"""The one-shot CLI: `monkey COMMAND ...`. Each command is a few lines of glue over the API.
+
+The same parsers serve the interactive shell (monkey/shell/repl.py). This module imports
+only what a command needs, so `monkey list jobs` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from monkey.models import TERMINAL, MonkeyError, State
+
+if TYPE_CHECKING:
+    from monkey.api import Monkey
+
+VERSION = "0.1.0"
+
+
+class UsageError(MonkeyError):
+    """A command line that does not parse."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and raises instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        raise SystemExit(status)
+
+
+# The parser class a builder makes its parsers with: `Parser` for one-shot use; the shell
+# passes a cmd2.Cmd2ArgumentParser subclass (this module never imports cmd2).
+ParserClass = type[argparse.ArgumentParser]
+
+
+def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
+    return cls(prog=f"monkey {prog}", description=help)
+
+
+# -- parsers --------------------------------------------------------------------------
+
+
+def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "run", "Snapshot the code, queue CMD and print the job id.")
+    p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
+    p.add_argument("--name", "-n", help="a readable name (default: the script's name)")
+    p.add_argument("--cpus", type=int, default=1, help="CPU slots the job takes (default 1)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
+    p.add_argument("--memory", help="memory the job needs, e.g. 8G")
+    p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
+    p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
+                   help="checksum and ship PATH; the job finds it at $MONKEY_DATASET_NAME")
+    p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
+                   help="set a variable for the job (secret-looking names are never stored)")
+    p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="stream the job's output and exit with its exit code")
+    p.add_argument("--json", action="store_true", help="print the job as JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
+    p.set_defaults(func=cmd_run)
+    return p
+
+
+def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "list", "List jobs or providers.")
+    sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers}")
+    jobs = sub.add_parser("jobs", help="jobs, newest first", description="Jobs, newest first.")
+    for flag, text in (("--running", "dispatching or running"), ("--queued", "queued or paused"),
+                       ("--finished", "ended in any way"), ("--failed", "failed or lost")):
+        jobs.add_argument(flag, action="store_true", help=f"only jobs {text}")
+    jobs.add_argument("--provider", "-p", help="only jobs of this provider")
+    jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
+    jobs.add_argument("--json", action="store_true", help="print JSON")
+    jobs.set_defaults(func=cmd_list_jobs)
+    prov = sub.add_parser("providers", help="configured providers and their capacity",
+                          description="Configured providers and their capacity.")
+    prov.add_argument("--json", action="store_true", help="print JSON")
+    prov.set_defaults(func=cmd_list_providers)
+    return p
+
+
+def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "info", "Show everything known about a job.")
+    sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
+    job = sub.add_parser("job", help="one job in full", description="One job in full.")
+    job.add_argument("job", help="job id, unique prefix, or `last`")
+    job.add_argument("--json", action="store_true", help="print JSON")
+    job.set_defaults(func=cmd_info_job)
+    return p
+
+
+def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "logs", "Print a job's output (all attempts, oldest first).")
+    p.add_argument("job", help="job id, unique prefix, or `last`")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing until the job ends; exit with its exit code")
+    p.add_argument("--stderr", action="store_true", help="the error stream instead of stdout")
+    p.add_argument("--tail", "-t", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("--attempt", "-a", type=int, help="only this attempt")
+    p.set_defaults(func=cmd_logs)
+    return p
+
+
+def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "job", "Control jobs: cancel, pause, resume, retry.")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{cancel,pause,resume,retry}")
+    texts = {
+        "cancel": "stop jobs for good (SIGTERM, then SIGKILL after a grace period)",
+        "pause": "hold jobs; running ones are stopped gracefully",
+        "resume": "re-queue paused jobs; they continue from their checkpoint",
+        "retry": "run finished jobs again as a new attempt",
+    }
+    for action, text in texts.items():
+        a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        a.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+        a.set_defaults(func=cmd_job)
+    return p
+
+
+def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "kill", "Same as `job cancel`.")
+    sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
+    job = sub.add_parser("job", help="cancel jobs", description="Cancel jobs.")
+    job.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+    job.set_defaults(func=cmd_job, action="cancel")
+    return p
+
+
+def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "daemon", "Run the core: start (background), stop, status, run (foreground).")
+    p.add_argument("action", choices=("start", "stop", "status", "run"))
+    p.set_defaults(func=cmd_daemon)
+    return p
+
+
+PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
+    "run": run_parser,
+    "list": list_parser,
+    "info": info_parser,
+    "logs": logs_parser,
+    "job": job_parser,
+    "kill": kill_parser,
+    "daemon": daemon_parser,
+}
+
+OVERVIEW = """\
+usage: monkey [COMMAND [ARGS]]
+
+monkey runs your experiments on any compute and remembers everything.
+With no command it opens the interactive `monkey>` shell.
+
+commands:
+  run [OPTIONS] -- CMD...    snapshot the code and queue CMD (prints the job id)
+  list jobs|providers        jobs (newest first) or configured providers
+  info job JOB               everything known about a job
+  logs [-f] JOB              a job's output; -f follows it to the end
+  job cancel|pause|resume|retry JOB...
+  kill job JOB...            same as `job cancel`
+  daemon start|stop|status|run
+
+JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
+`monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
+"""
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _monkey() -> Monkey:
+    from monkey.api import Monkey
+
+    return Monkey()
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _exit_status(state: State, code: int | None) -> int:
+    """The shell exit status that reflects how a job ended."""
+    if state == State.SUCCEEDED:
+        return 0
+    if state == State.FAILED and code:
+        return code if 0 < code < 256 else 1
+    if state == State.CANCELLED:
+        return 130
+    return 1
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UsageError("monkey run: no command given; write it after `--`, e.g. "
+                         "monkey run -- python train.py")
+    m = _monkey()
+    job = m.run(
+        cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
+        memory=args.memory, retries=args.retries, datasets=args.dataset, env=args.env,
+        workdir=args.workdir,
+    )  # fmt: skip
+    if args.json:
+        _print_json(job.record.to_json())
+    elif args.follow:
+        print(f"monkey: job {job.juid} queued on {args.provider}", file=sys.stderr)
+    else:
+        print(job.juid)
+    if args.follow:
+        return _follow(m, job.juid, stderr=False)
+    return 0
+
+
+def _follow(m: Monkey, juid: str, stderr: bool) -> int:
+    out = sys.stdout.buffer
+    try:
+        for chunk in m.follow(juid, stderr=stderr):
+            out.write(chunk)
+            out.flush()
+    except KeyboardInterrupt:
+        print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
+        return 130
+    job = m.store.get_job(juid)
+    assert job is not None
+    if job.state != State.SUCCEEDED:
+        print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else ""),
+              file=sys.stderr)
+    return _exit_status(job.state, job.exit_code)
+
+
+_FILTERS = {
+    "running": (State.DISPATCHING, State.RUNNING),
+    "queued": (State.QUEUED, State.PAUSED),
+    "finished": tuple(TERMINAL),
+    "failed": (State.FAILED, State.LOST),
+}
+
+
+def cmd_list_jobs(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.shell.table import STATE_COLOURS, ago, duration, render
+    from monkey.store import Store
+
+    if args.limit < 1:
+        raise UsageError("monkey list jobs: --limit must be at least 1")
+    states: set[State] | None = None
+    for flag, members in _FILTERS.items():
+        if getattr(args, flag):
+            states = (states or set()) | set(members)
+    home = Home().ensure()
+    store = Store(home.db)
+    jobs = store.list_jobs(states=states, provider=args.provider, limit=args.limit)
+    if args.json:
+        _print_json([j.to_json() for j in jobs])
+        return 0
+    if not jobs:
+        print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
+        return 0
+    now = time.time()
+    rows, colours = [], []
+    for j in jobs:
+        end = j.finished_at if j.state in TERMINAL or j.state == State.PAUSED else now
+        runtime = (end or now) - j.started_at if j.started_at else None
+        rows.append([
+            j.juid, j.name, j.state.value, j.provider, str(j.attempts),
+            ago(now - j.created_at), duration(runtime),
+            "-" if j.exit_code is None else str(j.exit_code), j.command,
+        ])  # fmt: skip
+        colours.append([None, None, STATE_COLOURS.get(j.state.value)] + [None] * 6)
+    render(["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"],
+           rows, colours=colours, flex=8)
+    return 0
+
+
+def cmd_list_providers(args: argparse.Namespace) -> int:
+    from monkey.core import daemon
+    from monkey.drivers.local import local_capacity
+    from monkey.shell.table import render
+
+    m = _monkey()
+    counts: dict[str, dict[str, int]] = {}
+    for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
+        c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
+        c["queued" if job.state == State.QUEUED else "running"] += 1
+    out = []
+    for name, cfg in sorted(m.providers.items()):
+        info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
+        if cfg.type == "local":
+            cap = local_capacity(cfg)
+            info.update(slots=cap.slots, gpus=len(cap.gpus))
+        out.append(info)
+    pid = daemon.status(m.home)
+    if args.json:
+        _print_json({"core": {"running": bool(pid), "pid": pid}, "providers": out})
+        return 0
+    render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
+           [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
+             str(p["running"]), str(p["queued"])] for p in out])
+    print(f"core: {'running (pid %s)' % pid if pid else 'not running'}")
+    return 0
+
+
+def cmd_info_job(args: argparse.Namespace) -> int:
+    from monkey.shell.table import duration, render, state_text, use_colour
+
+    m = _monkey()
+    info = m.info(args.job)
+    if args.json:
+        _print_json(info)
+        return 0
+    colour = use_colour(sys.stdout)
+    res = info["resources"]
+    git = info["git"] or {}
+    fields = [
+        ("job", info["juid"]),
+        ("name", info["name"]),
+        ("state", state_text(info["state"], colour)
+         + (f" ({info['reason']})" if info["reason"] else "")
+         + (f" [{info['request']} requested]" if info["request"] else "")),
+        ("command", info["command"]),
+        ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
+        ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
+         + (f", memory {res['memory']}" if res.get("memory") else "")),
+        ("retries", str(info["retries"])),
+        ("workdir", info["workdir"]),
+        ("snapshot", info["snapshot"] or "-"),
+        ("git", (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
+         if git else "not a git repository"),
+        ("python", info["python"]),
+        ("created", _when(info["created_at"])),
+        ("started", _when(info["started_at"])),
+        ("finished", _when(info["finished_at"])),
+        ("exit code", "-" if info["exit_code"] is None else str(info["exit_code"])),
+        ("checkpoints", info["checkpoint_dir"]),
+    ]
+    for ds in info["datasets"]:
+        fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
+    for key, value in info["env"].items():
+        fields.append((f"env {key}", value if len(value) < 80 else value[:77] + "..."))
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        print(f"{key.ljust(width)}  {value}")
+    if info["attempts_detail"]:
+        print()
+        render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"], [
+            [str(a["n"]), a["instance"], _when(a["started_at"]),
+             duration((a["ended_at"] or time.time()) - a["started_at"]) if a["started_at"] else "-",
+             "-" if a["exit_code"] is None else str(a["exit_code"]),
+             a["reason"] or ("running" if a["state"] == "live" else "-")]
+            for a in info["attempts_detail"]
+        ])  # fmt: skip
+    print()
+    render(["TIME", "EVENT", "DETAIL"], [
+        [_when(e["ts"]), f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"],
+         (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or "")]
+        for e in info["events"][-30:]
+    ])  # fmt: skip
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    m = _monkey()
+    juid = m.store.resolve(args.job)
+    if args.follow:
+        if args.tail is not None or args.attempt is not None:
+            raise UsageError("monkey logs: --follow cannot be combined with --tail or --attempt")
+        return _follow(m, juid, stderr=args.stderr)
+    data = m.logs(juid, stderr=args.stderr, attempt=args.attempt)
+    if args.tail is not None:
+        if args.tail < 0:
+            raise UsageError("monkey logs: --tail must be >= 0")
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-args.tail:]) if args.tail else b""
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    m = _monkey()
+    action = getattr(m, args.action)
+    status = 0
+    for ref in args.jobs:
+        try:
+            juid = m.store.resolve(ref)
+            state = action(juid)
+        except MonkeyError as exc:
+            print(f"monkey: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        done = {"cancel": State.CANCELLED, "pause": State.PAUSED}.get(args.action)
+        if done is not None and state != done:
+            print(f"{juid} {args.action} requested (job is {state.value})")
+        else:
+            print(f"{juid} {state.value}")
+    return status
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.core import daemon
+
+    home = Home().ensure()
+    if args.action == "run":
+        return daemon.run_foreground(home)
+    if args.action == "start":
+        pid = daemon.start(home)
+        print(f"core running (pid {pid}) for {home.root}")
+    elif args.action == "stop":
+        pid = daemon.stop(home)
+        print(f"core stopped (pid {pid})" if pid else "core was not running")
+    else:
+        pid = daemon.status(home)
+        print(f"core running (pid {pid}) for {home.root}" if pid else "core not running")
+        return 0 if pid else 3
+    return 0
+
+
+# -- entry point ----------------------------------------------------------------------
+
+
+def dispatch(argv: list[str]) -> int:
+    """Run one command line; returns the exit status. Errors raise MonkeyError."""
+    name = argv[0]
+    builder = PARSERS.get(name)
+    if builder is None:
+        raise UsageError(f"unknown command {name!r}; commands: {', '.join(PARSERS)} (see monkey --help)")
+    args = builder().parse_args(argv[1:])
+    return int(args.func(args) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`monkey ARGS`: one command, or the interactive shell when there are none."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        from monkey.shell.repl import run_shell
+
+        return run_shell()
+    if argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(OVERVIEW)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"monkey {VERSION}")
+        return 0
+    try:
+        return dispatch(argv)
+    except MonkeyError as exc:
+        print(f"monkey: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,255 @@
+"""The interactive `monkey>` shell: the one-shot commands, with completion and history.
+
+Every command here is the one-shot command of the same name: the shell builds its parser with
+the builder in `cli.PARSERS` (given a cmd2 parser class) and runs the same `cmd_*` function
+through `MonkeyShell.run_command`. Nothing else in monkey imports this module (cmd2 is slow to
+import), except `cli.main` when `monkey` is run with no arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import io
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+import cmd2
+
+from monkey.models import MonkeyError
+from monkey.shell import cli
+
+if TYPE_CHECKING:
+    from monkey.api import Monkey
+
+PROMPT = "monkey> "
+CATEGORY = "monkey"
+# Arguments that name jobs; tab completes them with job ids.
+JOB_ARGUMENTS = ("job", "jobs")
+# How many of the newest job ids completion offers.
+JOB_CHOICES = 200
+
+
+class ShellParser(cmd2.Cmd2ArgumentParser):
+    """cmd2's parser, reporting a bad command line in one line as the one-shot CLI does.
+
+    The SystemExit that follows is caught by cmd2, so the shell goes on.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {self.prog}: {message}; see `{self.prog} --help`\n")
+        self.exit(2)
+
+
+class _BinaryOutput:
+    """`sys.stdout.buffer` while a shell command runs: bytes to the shell's stdout.
+
+    Bytes pass through untouched to a stream that has a binary layer (a terminal, a file,
+    a pipe); otherwise (a StringIO in tests) they are decoded as UTF-8.
+    """
+
+    def __init__(self, text: TextIO) -> None:
+        self._text = text
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data: bytes) -> int:
+        raw = getattr(self._text, "buffer", None)
+        if raw is not None:
+            self._text.flush()  # keep text written before these bytes in front of them
+            raw.write(data)
+        else:
+            self._text.write(self._decoder.decode(bytes(data)))
+        return len(data)
+
+    def flush(self) -> None:
+        self._text.flush()
+        raw = getattr(self._text, "buffer", None)
+        if raw is not None:
+            raw.flush()
+
+
+class _CommandOutput(io.TextIOBase):
+    """`sys.stdout` while a shell command runs: the shell's current stdout.
+
+    cmd2 swaps `self.stdout` for redirection (`list jobs > file`, `| less`) and tests swap it
+    to capture output; the command functions print to `sys.stdout`, so it points here.
+    """
+
+    def __init__(self, target: TextIO) -> None:
+        super().__init__()
+        self._target = target
+        self.buffer = _BinaryOutput(target)
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._target, "encoding", None) or "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._target.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+
+def _job_choices(app: MonkeyShell) -> cmd2.Choices:
+    """choices_provider for JOB arguments: `last` and the newest job ids."""
+    return cmd2.Choices.from_values(["last", *app.job_ids()], is_sorted=True)
+
+
+def _complete_jobs(parser: argparse.ArgumentParser) -> None:
+    """Give every job argument of `parser` and its sub-parsers job-id completion."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                _complete_jobs(sub)
+        elif action.dest in JOB_ARGUMENTS and not action.option_strings:
+            action.set_choices_provider(_job_choices)  # type: ignore[attr-defined]
+
+
+def shell_parser(name: str) -> ShellParser:
+    """The parser of one-shot command `name`, built for the shell."""
+    parser = cli.PARSERS[name](cls=ShellParser)
+    _complete_jobs(parser)
+    return parser
+
+
+class MonkeyShell(cmd2.Cmd):
+    """`monkey>`: every one-shot command, plus cmd2's history, redirection and scripting."""
+
+    def __init__(self, *, persistent_history_file: str | None = None, **kwargs: Any) -> None:
+        """cmd2.Cmd's options; history persists in $MONKEY_HOME/history unless a file is given."""
+        if persistent_history_file is None:
+            from monkey.config import Home
+
+            persistent_history_file = str(Home().root / "history")
+        kwargs.setdefault("allow_cli_args", False)  # `monkey ARGS` is the one-shot CLI's
+        kwargs.setdefault("suggest_similar_command", True)
+        super().__init__(persistent_history_file=persistent_history_file, **kwargs)
+        self.prompt = PROMPT
+        self.default_error = "error: unknown command '{}'; type `help` to list the commands"
+        self._monkey: Monkey | None = None
+
+    # -- running the one-shot commands ----------------------------------------------------
+
+    def run_command(self, args: argparse.Namespace) -> int:
+        """Run a parsed one-shot command as the CLI would, printing into the shell.
+
+        A MonkeyError prints `error: MESSAGE` and the shell goes on; the exit status the
+        command would have had is left in `self.last_result`.
+        """
+        saved = sys.stdout
+        sys.stdout = _CommandOutput(self.stdout)
+        try:
+            status = int(args.func(args) or 0)
+        except MonkeyError as exc:
+            self.perror(f"error: {exc}")
+            status = 2 if isinstance(exc, cli.UsageError) else 1
+        except BrokenPipeError:  # `list jobs | head -1`
+            status = 141
+        finally:
+            try:
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+            sys.stdout = saved
+        self.last_result = status
+        return status
+
+    def monkey(self) -> Monkey:
+        """The Monkey the shell reads from to complete; commands make their own."""
+        if self._monkey is None:
+            from monkey.api import Monkey
+
+            self._monkey = Monkey()
+        return self._monkey
+
+    def job_ids(self) -> list[str]:
+        """The newest job ids, newest first, for completion."""
+        try:
+            return [job.juid for job in self.monkey().store.list_jobs(limit=JOB_CHOICES)]
+        except MonkeyError as exc:
+            raise cmd2.CompletionError(str(exc)) from None
+
+    # -- shell commands -------------------------------------------------------------------
+
+    @cmd2.with_argparser(cmd2.Cmd.__dict__["_build_help_parser"])
+    def do_help(self, args: argparse.Namespace) -> None:
+        """List the commands, or describe one: help COMMAND [SUBCOMMAND]."""
+        if args.command or args.verbose:
+            _CMD2_HELP(self, args)
+            return
+        self.last_result = True
+        ours = [name for name in cli.PARSERS if self.get_command_func(name) is not None]
+        others = sorted(set(self.get_visible_commands()) - set(ours))
+        width = max(len(name) for name in ours + others)
+        self.poutput("monkey commands (`COMMAND --help` describes one):")
+        for name in ours:
+            self.poutput(f"  {name.ljust(width)}  {self._summary(name)}")
+        self.poutput("")
+        self.poutput("shell commands:")
+        for name in others:
+            self.poutput(f"  {name.ljust(width)}  {self._summary(name)}")
+        self.poutput("")
+        self.poutput("JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.")
+        self.poutput("Tab completes commands, options and job ids; `quit` or Ctrl-D leaves.")
+
+    def _summary(self, name: str) -> str:
+        """The first line of a command's description."""
+        func = self.get_command_func(name)
+        doc = (func.__doc__ or "").strip() if func else ""
+        return doc.splitlines()[0].strip() if doc else ""
+
+    @staticmethod
+    def _build_exit_parser() -> cmd2.Cmd2ArgumentParser:
+        return cmd2.Cmd2ArgumentParser(description="Leave the shell (same as quit).")
+
+    @cmd2.with_argparser(_build_exit_parser)
+    def do_exit(self, _: argparse.Namespace) -> bool:
+        """Leave the shell (same as quit)."""
+        self.last_result = True
+        return True
+
+
+# cmd2's own help, for `help COMMAND` and `help -v`.
+_CMD2_HELP: Callable[[cmd2.Cmd, argparse.Namespace], None] = cmd2.Cmd.do_help.__wrapped__  # type: ignore[attr-defined]
+
+
+def _shell_command(name: str) -> Callable[..., Any]:
+    """`do_NAME`: parse with the one-shot parser, run the one-shot command function."""
+
+    def build_parser() -> ShellParser:
+        return shell_parser(name)
+
+    def command(self: MonkeyShell, args: argparse.Namespace) -> None:
+        self.run_command(args)
+
+    # cmd2 names the command and keys its parser by these, so set them before decorating.
+    command.__name__ = f"do_{name}"
+    command.__qualname__ = f"{MonkeyShell.__qualname__}.do_{name}"
+    command.__doc__ = build_parser().description
+    return cmd2.with_category(CATEGORY)(cmd2.with_argparser(build_parser)(command))
+
+
+for _name in cli.PARSERS:
+    setattr(MonkeyShell, f"do_{_name}", _shell_command(_name))
+del _name
+
+
+def run_shell() -> int:
+    """`monkey` with no arguments: the interactive shell until quit, exit or Ctrl-D."""
+    app = MonkeyShell()
+    intro = ""
+    if sys.stdin.isatty():
+        intro = f"monkey {cli.VERSION}: type `help` for the commands, `quit` or Ctrl-D to leave."
+    return app.cmdloop(intro)

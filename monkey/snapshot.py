@@ -1,0 +1,768 @@
+"""Content-addressed code snapshots, dataset digests and git provenance.
+
+Every file is stored once as a read-only blob named by its blake3 digest at
+``blobs/D[:2]/D[2:]`` (the worker agent reads this layout). A snapshot or dataset is a
+manifest blob listing its files; the manifest's digest names the snapshot.
+
+Manifest format (JSON, compact separators, sorted keys, UTF-8/ASCII)::
+
+    {"files": [[path, digest, mode, size], ...]}    # sorted by path
+
+``path`` is POSIX and relative to the snapshot root, ``mode`` is ``st_mode & 0o777``,
+``size`` is in bytes. :func:`load_manifest` also accepts three-element entries (size 0).
+
+Blob contents always match their digest: a file is hashed from the bytes that were
+actually copied into the store, so an edit racing a snapshot can never corrupt a blob, and
+an edit after a snapshot never changes what a queued job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import blake3
+from pathspec import GitIgnoreSpec
+
+from monkey.models import MonkeyError
+from monkey.store.db import Store
+
+__all__ = [
+    "BlobStore",
+    "Dataset",
+    "FileEntry",
+    "Snapshot",
+    "dataset",
+    "git_info",
+    "hash_file",
+    "load_manifest",
+    "dataset_name",
+    "parse_dataset_spec",
+    "snapshot_dir",
+]
+
+_BIG = 1 << 20  # files at least this large are hashed via mmap on several threads
+_CHUNK = 1 << 20
+# The stat cache does not remember files modified this recently (the "racy git" problem):
+# an edit landing in the same timestamp tick as our stat would otherwise go unnoticed.
+_RACY_NS = 2_000_000_000
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GIT_TIMEOUT = 60.0
+_MAX_UNTRACKED = 100
+
+
+def hash_file(path: Path) -> str:
+    """The blake3 hex digest (64 chars) of a file's current content."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < _BIG:
+            return blake3.blake3(f.read()).hexdigest()
+    return blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(path).hexdigest()
+
+
+def _hash_big(path: str) -> str:
+    return blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(path).hexdigest()
+
+
+# -- blob store -------------------------------------------------------------------------
+
+
+class BlobStore:
+    """Immutable, content-addressed files under ``root``: digest D lives at ``root/D[:2]/D[2:]``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._root = os.fspath(self.root)
+        self._shards: set[str] = set()
+
+    def path(self, digest: str) -> Path:
+        """Where the blob ``digest`` lives (whether or not it exists)."""
+        if not _DIGEST_RE.fullmatch(digest):
+            raise MonkeyError(f"{digest!r} is not a blob digest; expected 64 lowercase hex characters")
+        return Path(self._p(digest))
+
+    def has(self, digest: str) -> bool:
+        """Whether the blob is stored."""
+        return os.path.exists(self._p(digest))
+
+    def read_bytes(self, digest: str) -> bytes:
+        """The content of a stored blob."""
+        try:
+            with open(self.path(digest), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise MonkeyError(
+                f"blob {digest} is missing from {self.root}; resubmit the job to store it again"
+            ) from None
+
+    def put_bytes(self, data: bytes) -> tuple[str, bool]:
+        """Store ``data``; returns (digest, newly stored)."""
+        digest = blake3.blake3(data).hexdigest()
+        if self.has(digest):
+            return digest, False
+        fd, tmp = self._temp(digest)
+        try:
+            with open(fd, "wb", closefd=True) as f:
+                f.write(data)
+                os.fchmod(f.fileno(), 0o444)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return digest, self._commit(tmp, digest)
+
+    def put_file(self, src: Path, digest: str) -> bool:
+        """Copy ``src`` in as blob ``digest``; True if newly stored, False if already there.
+
+        The copied bytes are hashed; if they no longer match ``digest`` (the file changed
+        since it was hashed) nothing is stored and MonkeyError is raised."""
+        if self.has(digest):
+            return False
+        return self._ingest(os.fspath(src), expect=digest)[2]
+
+    def put_path(self, src: Path | str) -> tuple[str, int, bool]:
+        """Copy ``src`` in under the digest of the bytes actually copied.
+
+        Returns (digest, size, newly stored). Safe against concurrent edits of ``src``."""
+        return self._ingest(os.fspath(src), expect=None)
+
+    # -- internals
+
+    def _p(self, digest: str) -> str:
+        return f"{self._root}/{digest[:2]}/{digest[2:]}"
+
+    def _shard(self, digest: str) -> str:
+        shard = f"{self._root}/{digest[:2]}"
+        if shard not in self._shards:
+            os.makedirs(shard, exist_ok=True)
+            self._shards.add(shard)
+        return shard
+
+    def _temp(self, digest: str | None) -> tuple[int, str]:
+        """A temporary file on the store's filesystem (in the blob's folder when known)."""
+        if digest is None:
+            os.makedirs(self._root, exist_ok=True)
+            folder = self._root
+        else:
+            folder = self._shard(digest)
+        return tempfile.mkstemp(prefix=".tmp-", dir=folder)
+
+    def _commit(self, tmp: str, digest: str) -> bool:
+        """Move a finished, read-only temp file into place; False if the blob already existed."""
+        final = self._p(digest)
+        self._shard(digest)
+        try:
+            os.link(tmp, final)  # never replaces: the first writer wins
+        except FileExistsError:
+            _unlink(tmp)
+            return False
+        except OSError:
+            # Filesystems without hard links: an atomic rename (identical content anyway).
+            if os.path.exists(final):
+                _unlink(tmp)
+                return False
+            os.replace(tmp, final)
+            return True
+        _unlink(tmp)
+        return True
+
+    def _ingest(self, src: str, expect: str | None) -> tuple[str, int, bool]:
+        with open(src, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < _BIG:
+                data = f.read()
+                digest = blake3.blake3(data).hexdigest()
+                _check(src, digest, expect)
+                if self.has(digest):
+                    return digest, len(data), False
+                fd, tmp = self._temp(digest)
+                try:
+                    with open(fd, "wb", closefd=True) as out:
+                        out.write(data)
+                        os.fchmod(out.fileno(), 0o444)
+                except BaseException:
+                    _unlink(tmp)
+                    raise
+                return digest, len(data), self._commit(tmp, digest)
+            fd, tmp = self._temp(None)
+            try:
+                with open(fd, "wb", closefd=True) as out:
+                    _copy(f, out)
+                    os.fchmod(out.fileno(), 0o444)
+                    size = os.fstat(out.fileno()).st_size
+                digest = _hash_big(tmp)  # the bytes that were copied, not the source's
+                _check(src, digest, expect)
+            except BaseException:
+                _unlink(tmp)
+                raise
+        if self.has(digest):
+            _unlink(tmp)
+            return digest, size, False
+        return digest, size, self._commit(tmp, digest)
+
+
+def _check(src: str, digest: str, expect: str | None) -> None:
+    if expect is not None and digest != expect:
+        raise MonkeyError(f"{src} changed while it was being stored; run the command again")
+
+
+def _copy(src: Any, dst: Any) -> None:
+    """Copy an open file to another, in the kernel when possible (reflinks on CoW filesystems)."""
+    infd, outfd = src.fileno(), dst.fileno()
+    copy_range = getattr(os, "copy_file_range", None)
+    if copy_range is not None:
+        copied = 0
+        try:
+            while n := copy_range(infd, outfd, 1 << 30):
+                copied += n
+            return
+        except OSError:
+            if copied:
+                raise
+    shutil.copyfileobj(src, dst, _CHUNK)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# -- manifests --------------------------------------------------------------------------
+
+
+@dataclass
+class FileEntry:
+    """One file of a snapshot or dataset; ``path`` is POSIX and relative."""
+
+    path: str
+    digest: str
+    mode: int
+    size: int
+
+
+@dataclass
+class Snapshot:
+    """A stored code snapshot: ``digest`` names its manifest blob."""
+
+    digest: str
+    files: list[FileEntry]
+    new_blobs: list[tuple[str, int]]  # (digest, size) written by this call; record with add_blobs
+    size: int  # total bytes of the files
+
+
+@dataclass
+class Dataset:
+    """A stored dataset (one file, or a folder's files): ``digest`` names its manifest blob."""
+
+    name: str  # upper-case; exposed to jobs as MONKEY_DATASET_<NAME>
+    digest: str
+    single: bool  # a single file rather than a folder
+    files: list[FileEntry]
+    new_blobs: list[tuple[str, int]]
+    size: int
+
+
+def _manifest_bytes(files: list[FileEntry]) -> bytes:
+    rows = [[f.path, f.digest, f.mode, f.size] for f in files]
+    return json.dumps({"files": rows}, separators=(",", ":"), sort_keys=True).encode()
+
+
+def load_manifest(blobs: BlobStore, digest: str) -> list[FileEntry]:
+    """The files listed by the manifest blob ``digest`` (size 0 where a manifest omits it)."""
+    data = blobs.read_bytes(digest)
+    try:
+        rows = json.loads(data)["files"]
+        return [FileEntry(r[0], r[1], r[2], r[3] if len(r) > 3 else 0) for r in rows]
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise MonkeyError(f"blob {digest} is not a snapshot manifest; check the digest") from None
+
+
+# -- walking ----------------------------------------------------------------------------
+
+
+class _Rules:
+    """One ignore file's patterns, applied to paths relative to the folder holding it."""
+
+    __slots__ = ("spec", "quick", "strip", "prefix")
+
+    def __init__(self, spec: GitIgnoreSpec, strip: int, prefix: str) -> None:
+        self.spec = spec
+        self.strip = strip  # characters of the walk-relative path to drop ...
+        self.prefix = prefix  # ... and what to put in front, giving the file-relative path
+        self.quick = _prefilter(spec)
+
+    def check(self, rel: str) -> bool | None:
+        """True if ignored, False if re-included by a negation, None if no pattern matches."""
+        path = self.prefix + rel[self.strip :] if (self.strip or self.prefix) else rel
+        if self.quick is not None and self.quick.match(path) is None:
+            return None
+        return self.spec.check_file(path).include
+
+
+_ANY_DIR = "^(?:.+/)?"
+
+
+def _prefilter(spec: GitIgnoreSpec) -> re.Pattern[str] | None:
+    """One regex matching whenever any pattern does, so most paths skip the per-pattern loop.
+
+    Patterns that may match at any depth share a single ``^(?:.+/)?`` prefix, which keeps
+    the backtracking to one pass per path."""
+    anywhere, anchored = [], []
+    for pattern in spec.patterns:
+        regex = getattr(pattern, "regex", None)
+        if getattr(pattern, "include", None) is None or regex is None:
+            continue
+        source = regex.pattern
+        if not isinstance(source, str) or not source.startswith("^") or regex.flags & ~re.UNICODE:
+            return None
+        source = re.sub(r"\(\?P<\w+>", "(?:", source)
+        if source.startswith(_ANY_DIR):
+            anywhere.append(f"(?:{source[len(_ANY_DIR):]})")
+        else:
+            anchored.append(f"(?:{source})")
+    if anywhere:
+        anchored.append(f"(?:{_ANY_DIR}(?:{'|'.join(anywhere)}))")
+    if not anchored:
+        return re.compile(r"(?!)")
+    try:
+        return re.compile("|".join(anchored))
+    except re.error:
+        return None
+
+
+def _load_rules(path: str, strip: int, prefix: str) -> _Rules | None:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    spec = GitIgnoreSpec.from_lines(text.splitlines())
+    if not any(getattr(p, "include", None) is not None for p in spec.patterns):
+        return None
+    return _Rules(spec, strip, prefix)
+
+
+def _ancestor_rules(root: str) -> list[_Rules]:
+    """.gitignore files (and .git/info/exclude) above ``root`` up to its repository's top."""
+    top = _git_top(root)
+    if top is None:
+        return []
+    found: list[tuple[str, str]] = []
+    rules = []
+    exclude = os.path.join(top, ".git", "info", "exclude")
+    rel_top = os.path.relpath(root, top).replace(os.sep, "/")
+    prefix_top = "" if rel_top == "." else rel_top + "/"
+    if os.path.isfile(exclude):
+        found.append((exclude, prefix_top))
+    here = top
+    parts = [] if rel_top == "." else rel_top.split("/")
+    for i in range(len(parts)):
+        found.append((os.path.join(here, ".gitignore"), "/".join(parts[i:]) + "/"))
+        here = os.path.join(here, parts[i])
+    for path, prefix in found:
+        r = _load_rules(path, 0, prefix)
+        if r is not None:
+            rules.append(r)
+    return rules
+
+
+def _ignored(chain: tuple[_Rules, ...], first: _Rules | None, rel: str) -> bool:
+    if first is not None:
+        verdict = first.check(rel)
+        if verdict is not None:
+            return verdict
+    for rules in reversed(chain):  # deeper ignore files override shallower ones
+        verdict = rules.check(rel)
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str], bool] | None:
+    """A function telling whether a walk-relative path is ignored (None: nothing is)."""
+    if first is None and not chain:
+        return None
+    if first is None and len(chain) == 1 and not chain[0].strip and not chain[0].prefix:
+        only = chain[0]  # the common case: a single top-level .gitignore
+        quick, spec = only.quick, only.spec
+        if quick is not None:
+            return lambda rel: quick.match(rel) is not None and spec.check_file(rel).include is True
+    return lambda rel: _ignored(chain, first, rel)
+
+
+def _walk(
+    root: str, *, ignore: bool, follow_dirs: bool
+) -> list[tuple[str, str, os.stat_result]]:
+    """Regular files under ``root`` as (relative POSIX path, absolute path, stat)."""
+    out: list[tuple[str, str, os.stat_result]] = []
+    first: _Rules | None = None
+    chain: tuple[_Rules, ...] = ()
+    if ignore:
+        first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "")
+        chain = tuple(_ancestor_rules(root))
+    seen: set[tuple[int, int]] = set()
+    if follow_dirs:
+        st = os.stat(root)
+        seen.add((st.st_dev, st.st_ino))
+    stack: list[tuple[str, str, tuple[_Rules, ...]]] = [(root, "", chain)]
+    while stack:
+        folder, prefix, chain = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise MonkeyError(
+                f"cannot read folder {folder} ({exc.strerror}); fix its permissions "
+                "or list it in .monkeyignore"
+            ) from None
+        if ignore:
+            for entry in entries:
+                if entry.name == ".gitignore":
+                    rules = _load_rules(entry.path, len(prefix), "")
+                    if rules is not None:
+                        chain = (*chain, rules)
+                    break
+        ignored = _matcher(chain, first) if ignore else None
+        for entry in entries:
+            name = entry.name
+            if name == ".git":
+                continue
+            rel = prefix + name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if ignored is not None and ignored(rel + "/"):
+                    continue
+                if follow_dirs:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                stack.append((entry.path, rel + "/", chain))
+                continue
+            if ignored is not None and ignored(rel):
+                continue
+            try:
+                st = entry.stat()  # follows symlinks: a link to a file stores the target
+            except OSError:
+                continue  # broken symlink, or gone since listed
+            if stat.S_ISREG(st.st_mode):
+                out.append((rel, entry.path, st))
+            elif follow_dirs and stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key not in seen:
+                    seen.add(key)
+                    stack.append((entry.path, rel + "/", chain))
+            # other kinds (sockets, fifos, devices, links to folders in code) are skipped
+    return out
+
+
+# -- storing ----------------------------------------------------------------------------
+
+
+def _cached(store: Store, keys: list[str]) -> dict[str, tuple[int, int, int, str]]:
+    try:
+        return store.cached_digests(keys)
+    except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
+        return store.cached_digests([k for k in keys if _encodable(k)])
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _names(exc: OSError, path: str) -> bool:
+    return exc.filename is not None and os.fsdecode(exc.filename) == path
+
+
+def _io_error(exc: OSError, path: str, blobs: BlobStore) -> MonkeyError:
+    if _names(exc, path):
+        return MonkeyError(
+            f"cannot read {path} ({exc.strerror}); fix its permissions or list it in .monkeyignore"
+        )
+    return MonkeyError(
+        f"cannot store blobs in {blobs.root} ({exc.strerror}); free disk space or fix its permissions"
+    )
+
+
+def _store_files(
+    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int
+) -> tuple[list[FileEntry], list[tuple[str, int]], str, int]:
+    """Digest and store walked files, write their manifest; returns (files, new, digest, size)."""
+    cached = _cached(store, [ap for _, ap, _ in found])
+    racy_after = since_ns - _RACY_NS
+    files: list[FileEntry] = []
+    trusted: list[tuple[FileEntry, str]] = []  # digests taken from the cache, blob unchecked
+    new: list[tuple[str, int]] = []
+    updates: list[tuple[str, int, int, int, str]] = []
+    for rel, ap, st in found:
+        size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+        hit = cached.get(ap)
+        if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
+            entry = FileEntry(rel, hit[3], st.st_mode & 0o777, size)
+            trusted.append((entry, ap))
+            files.append(entry)
+            continue
+        try:
+            digest = hash_file(Path(ap))
+            stable = True
+            if not blobs.has(digest):
+                stored, size, fresh = blobs.put_path(ap)
+                stable = stored == digest  # otherwise the file changed under us
+                digest = stored
+                if fresh:
+                    new.append((digest, size))
+        except FileNotFoundError as exc:
+            if _names(exc, ap):
+                continue  # deleted since the walk
+            raise _io_error(exc, ap, blobs) from None
+        except OSError as exc:
+            raise _io_error(exc, ap, blobs) from None
+        if stable and mtime < racy_after:
+            updates.append((ap, st.st_size, mtime, ino, digest))
+        files.append(FileEntry(rel, digest, st.st_mode & 0o777, size))
+    files.sort(key=lambda f: f.path)
+    data = _manifest_bytes(files)
+    digest = blake3.blake3(data).hexdigest()
+    if not blobs.has(digest):
+        # A stored manifest implies its files are stored; otherwise check cached digests.
+        repaired = False
+        for entry, ap in trusted:
+            if not blobs.has(entry.digest):
+                try:
+                    entry.digest, entry.size, fresh = blobs.put_path(ap)
+                except OSError as exc:
+                    raise _io_error(exc, ap, blobs) from None
+                if fresh:
+                    new.append((entry.digest, entry.size))
+                repaired = True
+        if repaired:
+            data = _manifest_bytes(files)
+        digest, fresh = blobs.put_bytes(data)
+        if fresh:
+            new.append((digest, len(data)))
+    if updates:
+        try:
+            store.cache_digests(updates)
+        except UnicodeEncodeError:
+            store.cache_digests([u for u in updates if _encodable(u[0])])
+    return files, new, digest, sum(f.size for f in files)
+
+
+def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store) -> Snapshot:
+    """Store every file of ``workdir`` not ignored by .gitignore files or a root .monkeyignore.
+
+    ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
+    broken links, sockets and fifos are skipped. Unchanged files (same size, mtime, inode)
+    reuse their cached digest; only new content is copied into ``blobs``."""
+    since = time.time_ns()
+    root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
+    if not os.path.isdir(root):
+        raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
+    found = _walk(root, ignore=True, follow_dirs=False)
+    files, new, digest, size = _store_files(found, blobs, store, since)
+    return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
+
+
+def _existing(path: Path | str, what: str, hint: str) -> str:
+    try:
+        resolved = Path(path).expanduser().resolve()
+        exists = resolved.exists()
+    except (OSError, RuntimeError):
+        exists = False
+    if not exists:
+        raise MonkeyError(f"{what} {path} does not exist; {hint}")
+    return os.fspath(resolved)
+
+
+# -- datasets ---------------------------------------------------------------------------
+
+
+def parse_dataset_spec(spec: str, base: Path | None = None) -> tuple[str, str | None]:
+    """Split ``PATH[:NAME]`` into (path, upper-cased name or None).
+
+    The split happens at the last colon only when what follows is a valid name
+    (``[A-Za-z_][A-Za-z0-9_]*``), so ``a:b/c.csv`` is a path. A path that exists as written
+    (colon and all) while the part before the colon does not is kept whole."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and _NAME_RE.fullmatch(tail):
+        if not (os.path.lexists(_join(base, spec)) and not os.path.lexists(_join(base, head))):
+            return head, tail.upper()
+    return spec, None
+
+
+def _join(base: Path | None, path: str) -> str:
+    path = os.path.expanduser(path)
+    return os.path.join(base, path) if base is not None else path
+
+
+def dataset_name(path: str, is_file: bool) -> str:
+    """The default dataset name: the basename (stem for a file), upper-cased, with every
+    non-alphanumeric character replaced by ``_``."""
+    base = os.path.basename(os.path.abspath(path))
+    if is_file:
+        base = Path(base).stem
+    return re.sub(r"[^A-Za-z0-9]", "_", base).upper() or "DATA"
+
+
+def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None) -> Dataset:
+    """Store a dataset given as ``PATH[:NAME]`` (a file, or every file of a folder).
+
+    Relative paths are taken from ``base`` (default: the current folder). A folder dataset
+    takes all files recursively (``.git`` skipped, no ignore rules; symlinked folders are
+    followed, each folder once). A single file's manifest entry is named by its basename.
+    The digest is the manifest's, so identical data gets the same digest wherever it
+    lives; blobs are stored once."""
+    raw, name = parse_dataset_spec(spec, base)
+    target = _join(base, raw)
+    since = time.time_ns()
+    root = _existing(target, "dataset", "check the path given to --dataset")
+    st = os.stat(root)
+    single = not stat.S_ISDIR(st.st_mode)
+    if single:
+        if not stat.S_ISREG(st.st_mode):
+            raise MonkeyError(f"dataset {target} is not a regular file or folder; "
+                              "check the path given to --dataset")
+        found = [(os.path.basename(os.path.abspath(target)), root, st)]
+    else:
+        found = _walk(root, ignore=False, follow_dirs=True)
+    files, new, digest, size = _store_files(found, blobs, store, since)
+    return Dataset(
+        name=name or dataset_name(target, single),
+        digest=digest,
+        single=single,
+        files=files,
+        new_blobs=new,
+        size=size,
+    )
+
+
+# -- git --------------------------------------------------------------------------------
+
+
+def _git_top(start: str) -> str | None:
+    here = start
+    while True:
+        if os.path.lexists(os.path.join(here, ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def git_info(workdir: Path, blobs: BlobStore) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """Git provenance of ``workdir``, and the blobs newly stored for it.
+
+    Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}`` where
+    ``dirty`` means tracked files differ from HEAD, ``diff`` is the digest of a blob holding
+    ``git diff HEAD --binary`` (None when clean or without commits) and ``untracked`` lists
+    up to 100 untracked, non-ignored paths (relative to ``root``; folders end in ``/``).
+    ``({}, [])`` outside a repository or without git. Never raises on git problems; runs
+    two git processes concurrently (three when GIT_DIR/GIT_WORK_TREE are set), none
+    outside a repository."""
+    try:
+        wd = os.fspath(Path(workdir).resolve())
+    except (OSError, RuntimeError):
+        return {}, []
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    custom = "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ
+    top = None if custom else _git_top(wd)
+    if top is None and not custom:
+        return {}, []
+    base = ["git", "-C", wd]
+    commands = [
+        [*base, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal",
+         "--no-renames"],
+        [*base, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+         "--src-prefix=a/", "--dst-prefix=b/"],
+    ]
+    if top is None:
+        commands.append([*base, "rev-parse", "--show-toplevel"])
+    outputs = _run_all(commands, env)
+    if outputs is None or outputs[0] is None:
+        return {}, []
+    if top is None:
+        if outputs[2] is None:
+            return {}, []
+        top = os.fsdecode(outputs[2].strip())
+    info: dict[str, Any] = {"commit": None, "branch": None, "dirty": False, "diff": None,
+                            "root": top, "untracked": []}
+    fields = outputs[0].split(b"\0")
+    i = 0
+    while i < len(fields):
+        field = fields[i]
+        i += 1
+        if field.startswith(b"# branch.oid "):
+            oid = field[13:].decode(errors="replace")
+            info["commit"] = None if oid == "(initial)" else oid
+        elif field.startswith(b"# branch.head "):
+            head = os.fsdecode(field[14:])
+            info["branch"] = None if head == "(detached)" else head
+        elif field[:2] == b"? ":
+            if len(info["untracked"]) < _MAX_UNTRACKED:
+                info["untracked"].append(os.fsdecode(field[2:]))
+        elif field[:2] in (b"1 ", b"u "):
+            info["dirty"] = True
+        elif field[:2] == b"2 ":
+            info["dirty"] = True
+            i += 1  # a rename record is followed by its original path
+    new: list[tuple[str, int]] = []
+    diff = outputs[1]
+    if info["commit"] and diff:
+        try:
+            digest, fresh = blobs.put_bytes(diff)
+        except OSError:
+            digest, fresh = None, False
+        info["diff"] = digest
+        if fresh:
+            new.append((digest, len(diff)))
+    return info, new
+
+
+def _run_all(commands: list[list[str]], env: dict[str, str]) -> list[bytes | None] | None:
+    """Run commands concurrently; each one's stdout, or None where it failed."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for cmd in commands:
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, env=env))
+    except OSError:  # git is not installed
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        return None
+    deadline = time.monotonic() + _GIT_TIMEOUT
+    outputs: list[bytes | None] = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            out = None
+        outputs.append(out if proc.returncode == 0 else None)
+    return outputs

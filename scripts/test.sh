@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install monkey with its test dependencies, then run the test suite.
+# Usage (from anywhere):  bash scripts/test.sh [extra pytest args]
+# CI runs this same script via .ci/run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+
+# System packages: task-spooler (local job queue), sshd + iproute2 (SSH tests), git.
+# python3/pip/venv are listed too because a bare Debian 12 image has none of them.
+apt_pkgs=(task-spooler openssh-server iproute2 git python3 python3-pip python3-venv)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "==> apt-get install ${missing[*]}"
+    log=$(mktemp)
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+      >"$log" 2>&1 </dev/null; then
+      cat "$log"; echo "error: apt-get install failed" >&2; exit 1
+    fi
+    rm -f "$log"
+  else
+    echo "warning: not root (or no apt-get); not installing: ${missing[*]}" >&2
+  fi
+fi
+
+# Debian's system python3 refuses pip installs (PEP 668). In CI the machine is throwaway, so
+# override that; elsewhere, outside a virtualenv, use ./.venv instead of touching the system.
+if python3 -c 'import sys, sysconfig, os; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
+  if [ "${CI:-}" = "true" ]; then
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+  else
+    [ -x .venv/bin/python3 ] || { echo "==> creating .venv"; python3 -m venv .venv; }
+    export VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH"
+  fi
+fi
+
+echo "==> pip install -e '.[test]'"
+python3 -m pip install -q -e '.[test]' </dev/null
+
+echo "==> pytest"
+rc=0
+python3 -m pytest -q "$@" </dev/null || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "error: pytest collected no tests - refusing to report success" >&2
+  exit 1
+fi
+exit "$rc"

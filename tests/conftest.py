@@ -1,0 +1,124 @@
+"""Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
+every process (core, agent, jobs) the test started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.02,
+             what: str = "condition") -> object:
+    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def processes_with_env(marker: str) -> list[int]:
+    """PIDs of processes whose environment contains ``marker`` (e.g. MONKEY_HOME=...)."""
+    needle = marker.encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read() + b"\0":
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_all(marker: str) -> None:
+    for _ in range(50):
+        pids = processes_with_env(marker)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh MONKEY_HOME; everything started under it is killed afterwards."""
+    root = tmp_path / "mh"
+    monkeypatch.setenv("MONKEY_HOME", str(root))
+    monkeypatch.setenv("MONKEY_HEARTBEAT", "0.5")
+    monkeypatch.setenv("MONKEY_KILL_GRACE", "3")
+    monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "60")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    yield root
+    kill_all(f"MONKEY_HOME={root}")
+
+
+@pytest.fixture
+def cli(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run `monkey ARGS` as a user would, in a subprocess."""
+
+    def run(*args: str, timeout: float = 120, check: bool = False,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "monkey", *args], capture_output=True, text=True,
+            timeout=timeout, input=input, env=os.environ.copy(),
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"monkey {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    return run
+
+
+@pytest.fixture
+def monkey(home: Path):
+    """The Python API over the test's MONKEY_HOME."""
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    yield m
+    m.store.close()
+
+
+def core_pid(home: Path) -> int | None:
+    from monkey.config import Home
+    from monkey.core import daemon
+
+    return daemon.status(Home(home))
+
+
+def start_core(home: Path) -> int:
+    from monkey.config import Home
+    from monkey.core import daemon
+
+    return daemon.start(Home(home))
+
+
+def kill_core(home: Path) -> None:
+    """SIGKILL the core, as a crash would."""
+    pid = core_pid(home)
+    assert pid and pid > 0, "no core to kill"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: core_pid(home) is None, what="the core to die")

@@ -1,0 +1,662 @@
+"""The worker agent, run for real as a subprocess and driven through AgentLink."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monkey.drivers.agent_link import AgentError, AgentLink, connect_unix
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 20.0
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
+    """Poll COND until it returns something true; fail after TIMEOUT seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat fields after the command name, or None when gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return data[data.rfind(")") + 2 :].split()
+
+
+def alive(pid: int) -> bool:
+    """PID exists and is not a zombie."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is SID."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = stat_fields(int(name))
+            if fields and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                found.append(int(name))
+    return found
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries the test's tag."""
+    needle = f"MONKEY_TEST_TAG={tag}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0") and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def put_blob(blobs: Path, data: bytes) -> str:
+    """Store DATA in the content-addressed store; return its digest."""
+    digest = hashlib.sha256(data).hexdigest()
+    path = blobs / digest[:2] / digest[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return digest
+
+
+def connect_as(uid: int, path: str) -> str:
+    """In a forked child running as UID: connect to PATH, say hello; what came back."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        result = b"error"
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(10)
+                sock.connect(path)
+                try:
+                    sock.sendall(b'{"id": 1, "op": "hello"}\n')
+                    result = b"reply" if sock.recv(100) else b"closed"
+                except ConnectionError:
+                    result = b"closed"
+        except BaseException as e:
+            result = repr(e).encode()
+        finally:
+            os.write(write_end, result)
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        answer = f.read().decode()
+    os.waitpid(pid, 0)
+    return answer
+
+
+class Client:
+    """An AgentLink plus the pushes received so far."""
+
+    def __init__(self, link: AgentLink) -> None:
+        self.link = link
+        self.pushes: list[dict[str, Any]] = []
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        return self.link.request(op, **fields)
+
+    def collect(self) -> None:
+        self.pushes += self.link.poll()
+
+    def events(self, juid: str, etype: str | None = None) -> list[dict[str, Any]]:
+        self.collect()
+        return [
+            p
+            for p in self.pushes
+            if p["juid"] == juid and (etype is None or p["event"]["type"] == etype)
+        ]
+
+    def wait_event(self, juid: str, etype: str, count: int = 1) -> list[dict[str, Any]]:
+        """Wait until COUNT events of ETYPE for JUID were pushed."""
+
+        def enough() -> list[dict[str, Any]] | None:
+            select.select([self.link], [], [], 0.05)
+            found = self.events(juid, etype)
+            return found if len(found) >= count else None
+
+        return wait_for(enough, f"{count} {etype} event(s) of {juid}")
+
+    def wait_exit(self, juid: str) -> dict[str, Any]:
+        return self.wait_event(juid, "exit")[0]["event"]
+
+
+class World:
+    """Agents on one ROOT started by a test; all killed, with their jobs, at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.root = tmp_path / "root"
+        self.blobs = tmp_path / "blobs"
+        self.blobs.mkdir()
+        self.sockdir = Path(tempfile.mkdtemp(prefix="mk-", dir="/tmp"))
+        self.socket = str(self.sockdir / "agent.sock")
+        self.tag = uuid.uuid4().hex
+        self.procs: list[subprocess.Popen] = []
+        self.links: list[AgentLink] = []
+
+    def spawn(self, *extra: str, socket_path: str | None = None) -> subprocess.Popen:
+        """Start an agent process (without waiting for it)."""
+        env = dict(os.environ, MONKEY_TEST_TAG=self.tag, PYTHONPATH=str(REPO))
+        cmd = [sys.executable, "-m", "monkey.client_agent", "--root", str(self.root)]
+        cmd += ["--socket", socket_path or self.socket, *extra]
+        with open(self.tmp / "agent.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, stderr=log, cwd=self.tmp
+            )
+        self.procs.append(proc)
+        return proc
+
+    def start_agent(self, *extra: str) -> subprocess.Popen:
+        """Start an agent and wait until its socket accepts connections."""
+        proc = self.spawn(*extra)
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"agent exited: {self.log()}"
+            try:
+                connect_unix(self.socket).close()
+            except OSError:
+                return False
+            return True
+
+        wait_for(ready, "the agent's socket")
+        return proc
+
+    def client(self, sync: bool = True) -> Client:
+        """A new connection, subscribed to pushes (sync with no attempts) by default."""
+        link = connect_unix(self.socket)
+        self.links.append(link)
+        client = Client(link)
+        if sync:
+            client.request("sync", attempts=[])
+        return client
+
+    def log(self) -> str:
+        path = self.tmp / "agent.log"
+        return path.read_text() if path.exists() else ""
+
+    def run_dir(self, juid: str) -> Path:
+        return self.tmp / "runs" / juid / "1"
+
+    def start(self, client: Client, juid: str, argv: list[str], **fields: Any) -> dict[str, Any]:
+        """Send a start request for attempt 1 of JUID."""
+        request = {"env": {}, "files": [], "blobs_dir": str(self.blobs), "datasets": []}
+        request.update(fields)
+        return client.request(
+            "start", juid=juid, attempt=1, run_dir=str(self.run_dir(juid)), argv=argv, **request
+        )
+
+    def sync_item(self, juid: str, offset: int = 0) -> dict[str, Any]:
+        return {"juid": juid, "attempt": 1, "run_dir": str(self.run_dir(juid)), "offset": offset}
+
+    def job_pid(self, juid: str) -> int:
+        return json.loads((self.run_dir(juid) / "pid").read_text())["pid"]
+
+    def kill_agents(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+    def teardown(self) -> None:
+        for link in self.links:
+            link.close()
+        self.kill_agents()
+        for _ in range(50):
+            pids = tagged_processes(self.tag)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
+        assert not tagged_processes(self.tag), "job processes survived the test"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    try:
+        yield w
+    finally:
+        w.teardown()
+
+
+@pytest.fixture
+def agent(world: World) -> Client:
+    """A running agent and a subscribed client."""
+    world.start_agent()
+    return world.client()
+
+
+WAIT_GO = "while [ ! -e go ]; do sleep 0.02; done"
+
+
+# ---------------------------------------------------------------- running jobs
+
+
+def test_job_output_and_exit_zero(world: World, agent: Client) -> None:
+    reply = world.start(agent, "j", ["sh", "-c", "echo hello; echo oops >&2"])
+    assert reply["pid"] > 0
+    event = agent.wait_exit("j")
+    assert (event["code"], event["signal"], event["reason"]) == (0, None, "exited")
+    run = world.run_dir("j")
+    assert (run / "stdout.log").read_text() == "hello\n"
+    assert (run / "stderr.log").read_text() == "oops\n"
+    assert (run / "exit").read_text().strip() == "0"
+    pid = json.loads((run / "pid").read_text())
+    assert pid["pid"] == reply["pid"] and pid["start_ticks"] > 0
+    lines = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in lines] == ["started", "exit"]
+    assert [e["seq"] for e in lines] == [1, 2]
+    assert lines[0]["pid"] == reply["pid"]
+    pushes = agent.events("j")
+    assert [p["event"] for p in pushes] == lines
+    assert pushes[-1]["offset"] == (run / "events.jsonl").stat().st_size
+    assert agent.request("jobs")["jobs"] == []
+
+
+def test_exit_code_propagated(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["sh", "-c", "exit 3"])
+    event = agent.wait_exit("j")
+    assert (event["code"], event["reason"]) == (3, "exited")
+
+
+def test_command_not_found_is_exit_127(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["/no/such/program"])
+    assert agent.wait_exit("j")["code"] == 127
+
+
+def test_env_overlay_and_cwd(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["sh", "-c", 'echo "$GREETING $MONKEY_TEST_TAG"; pwd'],
+                env={"GREETING": "hi"})  # fmt: skip
+    agent.wait_exit("j")
+    out = (world.run_dir("j") / "stdout.log").read_text().splitlines()
+    assert out == [f"hi {world.tag}", str(world.run_dir("j") / "work")]
+
+
+def test_signal_term_kills_whole_tree(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["sh", "-c", "sleep 100 & sleep 100 & wait"])
+    pid = world.job_pid("j")
+    # the wrapper shell, the job's shell and its two sleeps
+    wait_for(lambda: len(session_members(pid)) == 4, "the job's children")
+    agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
+    event = agent.wait_exit("j")
+    assert event["reason"] == "killed" and event["signal"] == signal.SIGTERM
+    assert event["code"] == 128 + signal.SIGTERM
+    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+
+
+def test_signal_reaches_children_that_left_the_process_group(world: World, agent: Client) -> None:
+    # a child in another process group but the same session: only the session scan finds it
+    script = f"{sys.executable} -c 'import os,time; os.setpgid(0,0); time.sleep(100)' & wait"
+    world.start(agent, "j", ["sh", "-c", script])
+    pid = world.job_pid("j")
+
+    def moved() -> bool:
+        groups = {int(stat_fields(p)[2]) for p in session_members(pid) if stat_fields(p)}
+        return len(groups) >= 2
+
+    wait_for(moved, "a child in its own process group")
+    agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
+    assert agent.wait_exit("j")["reason"] == "killed"
+    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+
+
+def test_job_ignoring_term_is_killed_after_grace(world: World, agent: Client) -> None:
+    script = 'trap "" TERM; touch ready; while :; do sleep 0.05; done'
+    world.start(agent, "j", ["sh", "-c", script])
+    wait_for((world.run_dir("j") / "work" / "ready").exists, "the job to ignore TERM")
+    pid = world.job_pid("j")
+    reply = agent.request("signal", juid="j", attempt=1, signal="TERM", grace=0.5)
+    assert reply["running"] is True
+    event = agent.wait_exit("j")
+    assert (event["code"], event["signal"], event["reason"]) == (None, 9, "killed")
+    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+
+
+def test_signal_after_exit_is_ok(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["true"])
+    agent.wait_exit("j")
+    assert agent.request("signal", juid="j", attempt=1, signal="TERM")["running"] is False
+
+
+def test_leftover_background_processes_are_killed_at_exit(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["sh", "-c", "sleep 100 & echo started"])
+    pid = world.job_pid("j")
+    assert agent.wait_exit("j")["code"] == 0
+    wait_for(lambda: not session_members(pid), "the background sleep to be killed")
+
+
+def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
+    world.start(agent, "j", ["true"])
+    agent.wait_exit("j")
+    with pytest.raises(AgentError, match="already started"):
+        world.start(agent, "j", ["true"])
+    assert len(agent.events("j", "exit")) == 1
+
+
+# ---------------------------------------------------------------- agent restarts
+
+
+def test_job_outlives_agent_crash_and_sync_resumes(world: World) -> None:
+    agent_proc = world.start_agent()
+    first = world.client()
+    world.start(first, "j", ["sh", "-c", f"{WAIT_GO}; echo done; exit 5"])
+    started = first.wait_event("j", "started")[0]
+    agent_proc.kill()
+    agent_proc.wait()
+
+    pid = world.job_pid("j")
+    assert alive(pid), "the job died with the agent"
+    (world.run_dir("j") / "work" / "go").touch()
+    wait_for(lambda: (world.run_dir("j") / "exit").exists(), "the wrapper to record the exit")
+    wait_for(lambda: not alive(pid), "the job to end")
+    assert (world.run_dir("j") / "exit").read_text().strip() == "5"
+
+    world.start_agent()
+    second = world.client(sync=False)
+    reply = second.request("sync", attempts=[world.sync_item("j", 0)])
+    assert reply["attempts"] == [{"juid": "j", "attempt": 1, "status": "exited"}]
+    second.wait_event("j", "exit")
+    pushes = second.events("j")
+    assert [p["event"]["type"] for p in pushes] == ["started", "exit"]
+    assert [p["event"]["seq"] for p in pushes] == [1, 2]
+    assert pushes[0] == started
+    exit_event = pushes[1]["event"]
+    assert (exit_event["code"], exit_event["reason"]) == (5, "exited")
+    size = (world.run_dir("j") / "events.jsonl").stat().st_size
+    assert pushes[1]["offset"] == size
+
+    # resuming from the last offset pushes nothing; from the middle, only what follows
+    third = world.client(sync=False)
+    reply = third.request("sync", attempts=[world.sync_item("j", size)])
+    assert reply["attempts"][0]["status"] == "exited"
+    third.request("hello")  # the backlog is pushed right after the sync reply
+    assert third.events("j") == []
+    third.request("sync", attempts=[world.sync_item("j", started["offset"])])
+    third.request("hello")
+    assert [p["event"]["type"] for p in third.events("j")] == ["exit"]
+    lines = (world.run_dir("j") / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["started", "exit"]
+
+
+def test_running_job_adopted_by_new_agent(world: World) -> None:
+    agent_proc = world.start_agent()
+    first = world.client()
+    world.start(first, "j", ["sh", "-c", WAIT_GO])
+    first.wait_event("j", "started")
+    agent_proc.kill()
+    agent_proc.wait()
+
+    world.start_agent()
+    second = world.client(sync=False)
+    reply = second.request("sync", attempts=[world.sync_item("j", 0)])
+    assert reply["attempts"][0]["status"] == "running"
+    assert [j["juid"] for j in second.request("jobs")["jobs"]] == ["j"]
+    (world.run_dir("j") / "work" / "go").touch()
+    event = second.wait_exit("j")
+    assert (event["code"], event["reason"], event["seq"]) == (0, "exited", 2)
+
+
+def test_adopted_job_can_be_signalled(world: World) -> None:
+    agent_proc = world.start_agent()
+    first = world.client()
+    world.start(first, "j", ["sh", "-c", "sleep 100"])
+    first.wait_event("j", "started")
+    agent_proc.kill()
+    agent_proc.wait()
+
+    world.start_agent()
+    second = world.client(sync=False)
+    second.request("sync", attempts=[world.sync_item("j", 0)])
+    second.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
+    event = second.wait_exit("j")
+    assert (event["code"], event["signal"], event["reason"]) == (143, 15, "killed")
+
+
+def test_job_killed_while_agent_down_is_vanished(world: World) -> None:
+    agent_proc = world.start_agent()
+    first = world.client()
+    world.start(first, "j", ["sh", "-c", "sleep 100"])
+    first.wait_event("j", "started")
+    agent_proc.kill()
+    agent_proc.wait()
+
+    pid = world.job_pid("j")
+    wait_for(lambda: len(session_members(pid)) >= 2, "the job's sleep")
+    for member in session_members(pid):
+        os.kill(member, signal.SIGKILL)
+    wait_for(lambda: not session_members(pid), "the job's session to be gone")
+    assert not (world.run_dir("j") / "exit").exists()
+
+    world.start_agent()
+    second = world.client(sync=False)
+    reply = second.request("sync", attempts=[world.sync_item("j", 0)])
+    assert reply["attempts"][0]["status"] == "exited"
+    event = second.wait_exit("j")
+    assert (event["code"], event["signal"], event["reason"]) == (None, None, "vanished")
+    # syncing again does not record a second exit
+    second.request("sync", attempts=[world.sync_item("j", 0)])
+    lines = (world.run_dir("j") / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["started", "exit"]
+
+
+def test_never_started_is_unknown(world: World, agent: Client) -> None:
+    world.run_dir("ghost").mkdir(parents=True)
+    reply = agent.request("sync", attempts=[world.sync_item("ghost"), world.sync_item("none")])
+    assert [a["status"] for a in reply["attempts"]] == ["unknown", "unknown"]
+
+
+# ---------------------------------------------------------------- materialising
+
+
+def test_unsafe_paths_refused_and_nothing_runs(world: World, agent: Client) -> None:
+    digest = put_blob(world.blobs, b"x")
+    for rel in ["../x", "/etc/x", "a/../../x"]:
+        with pytest.raises(AgentError, match="unsafe path"):
+            world.start(agent, "j", ["touch", "ran"], files=[[rel, digest, 0o644]])
+    with pytest.raises(AgentError, match="missing blob"):
+        world.start(agent, "j", ["touch", "ran"], files=[["a", "ab" + "0" * 62, 0o644]])
+    with pytest.raises(AgentError, match="bad digest"):
+        world.start(agent, "j", ["touch", "ran"], files=[["a", "../../etc", 0o644]])
+    assert not (world.run_dir("j") / "pid").exists()
+    assert not (world.tmp / "runs" / "x").exists() and not (world.tmp / "x").exists()
+    assert agent.request("jobs")["jobs"] == []
+    # the same request with a safe path then works
+    world.start(agent, "j", ["true"], files=[["sub/x", digest, 0o644]])
+    assert agent.wait_exit("j")["code"] == 0
+
+
+def test_files_are_private_copies(world: World, agent: Client) -> None:
+    script = b"#!/bin/sh\ncat data/input.txt\necho changed >> data/input.txt\n"
+    run_digest = put_blob(world.blobs, script)
+    data_digest = put_blob(world.blobs, b"original\n")
+    files = [["run.sh", run_digest, 0o755], ["data/input.txt", data_digest, 0o644]]
+    world.start(agent, "j", ["./run.sh"], files=files)
+    assert agent.wait_exit("j")["code"] == 0
+    work = world.run_dir("j") / "work"
+    assert (world.run_dir("j") / "stdout.log").read_text() == "original\n"
+    assert (work / "data" / "input.txt").read_text() == "original\nchanged\n"
+    blob = world.blobs / data_digest[:2] / data_digest[2:]
+    assert blob.read_bytes() == b"original\n"
+    assert (work / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (work / "run.sh").stat().st_ino != (
+        world.blobs / run_digest[:2] / run_digest[2:]
+    ).stat().st_ino
+
+
+def test_datasets_materialised_once_and_exposed(world: World, agent: Client) -> None:
+    a = put_blob(world.blobs, b"aaa\n")
+    b = put_blob(world.blobs, b"bbb\n")
+    multi = {"digest": "d" * 64, "env": "MONKEY_DATASET_TRAIN", "single": False,
+             "files": [["x/a.txt", a, 0o644], ["b.txt", b, 0o644]]}  # fmt: skip
+    single = {"digest": "e" * 64, "env": "MONKEY_DATASET_ONE", "single": True,
+              "files": [["only.csv", b, 0o644]]}  # fmt: skip
+    script = (
+        'echo "$MONKEY_DATASET_TRAIN"; cat "$MONKEY_DATASET_TRAIN/x/a.txt" "$MONKEY_DATASET_ONE"'
+    )
+    world.start(agent, "j1", ["sh", "-c", script], datasets=[multi, single])
+    assert agent.wait_exit("j1")["code"] == 0
+    folder = world.root / "datasets" / ("d" * 64)
+    out = (world.run_dir("j1") / "stdout.log").read_text()
+    assert out == f"{folder}\naaa\nbbb\n"
+    inode = folder.stat().st_ino
+    marker = (folder / "b.txt").stat().st_mtime_ns
+
+    world.start(agent, "j2", ["sh", "-c", script], datasets=[multi, single])
+    assert agent.wait_exit("j2")["code"] == 0
+    assert (world.run_dir("j2") / "stdout.log").read_text() == out
+    assert folder.stat().st_ino == inode and (folder / "b.txt").stat().st_mtime_ns == marker
+    assert sorted(p.name for p in (world.root / "datasets").iterdir()) == ["d" * 64, "e" * 64]
+
+
+# ---------------------------------------------------------------- the agent process
+
+
+def test_hello(world: World, agent: Client) -> None:
+    reply = agent.request("hello")
+    assert reply["version"] == "1" and reply["root"] == str(world.root)
+    assert reply["cpus"] == os.cpu_count() and reply["memory"] > 0
+    assert isinstance(reply["gpus"], list)
+    assert int((world.root / "private" / "agent.pid").read_text()) == reply["pid"]
+    assert (world.root / "private").stat().st_mode & 0o777 == 0o700
+    assert os.stat(world.socket).st_mode & 0o777 == 0o600
+
+
+def test_bad_requests_do_not_break_the_agent(world: World, agent: Client) -> None:
+    with pytest.raises(AgentError, match="unknown op"):
+        agent.request("fly")
+    with pytest.raises(AgentError):
+        agent.request("start", juid="j")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(world.socket)
+    sock.sendall(b"this is not json\n[1, 2]\n")
+    raw = AgentLink(sock)
+    assert raw.request("hello")["version"] == "1"
+    raw.close()
+    assert agent.request("hello")["version"] == "1"
+
+
+def test_second_agent_on_same_root_exits(world: World, agent: Client) -> None:
+    other_socket = str(world.sockdir / "other.sock")
+    second = world.spawn(socket_path=other_socket)
+    assert second.wait(timeout=TIMEOUT) == 0
+    assert not os.path.exists(other_socket)
+    assert agent.request("hello")["pid"] == world.procs[0].pid
+
+
+def test_connection_from_other_uid_refused(world: World) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another user")
+    os.chmod(world.sockdir, 0o755)
+    world.start_agent()
+    os.chmod(world.socket, 0o666)  # let the file mode through: the peer check must still refuse
+    assert connect_as(65534, world.socket) == "closed"
+    assert "refused a connection from uid 65534" in world.log()
+    assert world.client().request("hello")["version"] == "1"
+
+
+def test_heartbeats(world: World) -> None:
+    world.start_agent("--heartbeat", "0.2")
+    client = world.client()
+    world.start(client, "j", ["sh", "-c", WAIT_GO])
+    beats = client.wait_event("j", "heartbeat", count=3)
+    for beat in beats:
+        event = beat["event"]
+        assert event["rss"] > 0 and event["cpu"] >= 0 and event["procs"] >= 1
+    seqs = [p["event"]["seq"] for p in client.events("j")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    (world.run_dir("j") / "work" / "go").touch()
+    assert client.wait_exit("j")["code"] == 0
+
+
+def test_sigterm_stops_agent_but_not_jobs(world: World) -> None:
+    agent_proc = world.start_agent()
+    client = world.client()
+    world.start(client, "j", ["sh", "-c", f"{WAIT_GO}; exit 4"])
+    agent_proc.send_signal(signal.SIGTERM)
+    assert agent_proc.wait(timeout=TIMEOUT) == 0
+    assert not os.path.exists(world.socket)
+    assert not (world.root / "private" / "agent.pid").exists()
+    assert alive(world.job_pid("j"))
+    (world.run_dir("j") / "work" / "go").touch()
+    wait_for(lambda: (world.run_dir("j") / "exit").exists(), "the exit file")
+    assert (world.run_dir("j") / "exit").read_text().strip() == "4"
+
+
+def test_idle_agent_exits(world: World) -> None:
+    agent_proc = world.start_agent("--idle-timeout", "0.3")
+    assert agent_proc.wait(timeout=TIMEOUT) == 0
+    assert not os.path.exists(world.socket)
+    assert not (world.root / "private" / "agent.pid").exists()
+
+
+def test_shutdown_if_idle(world: World) -> None:
+    agent_proc = world.start_agent()
+    client = world.client()
+    world.start(client, "j", ["sh", "-c", WAIT_GO])
+    assert client.request("shutdown", if_idle=True)["stopping"] is False
+    (world.run_dir("j") / "work" / "go").touch()
+    client.wait_exit("j")
+    assert client.request("shutdown", if_idle=True)["stopping"] is True
+    assert agent_proc.wait(timeout=TIMEOUT) == 0
+
+
+def test_many_trivial_jobs_two_at_a_time(world: World, agent: Client) -> None:
+    total, in_flight, started = 200, set(), 0
+    exits: dict[str, dict[str, Any]] = {}
+    begin = time.monotonic()
+    while len(exits) < total:
+        while len(in_flight) < 2 and started < total:
+            juid = f"t{started}"
+            world.start(agent, juid, ["true"])
+            in_flight.add(juid)
+            started += 1
+        select.select([agent.link], [], [], 1.0)
+        for push in agent.link.poll():
+            if push["event"]["type"] == "exit":
+                exits[push["juid"]] = push["event"]
+                in_flight.discard(push["juid"])
+        assert time.monotonic() - begin < 120, "jobs stopped making progress"
+    assert all(e["code"] == 0 and e["reason"] == "exited" for e in exits.values())
+    print(f"\n{total} trivial jobs in {time.monotonic() - begin:.2f} s")

@@ -1,0 +1,203 @@
+"""A researcher's session on the local provider: run, list, logs, info, cancel, pause, retry."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+from conftest import REPO, wait_for
+
+from monkey.models import State
+
+JUID = re.compile(r"^\d{2}-\d{2}-\d{2}-\d{3,}$")
+
+
+def test_run_prints_id_and_logs_follow_streams_to_the_end(cli, home):
+    Path("train.py").write_text(
+        "import sys, time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(0.1)\n"
+        "print('oops', file=sys.stderr)\n"
+    )
+    run = cli("run", "--", sys.executable, "train.py", "--lr", "0.1", check=True)
+    juid = run.stdout.strip()
+    assert JUID.match(juid), run.stdout
+
+    follow = cli("logs", "--follow", "last")
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout == "step 0\nstep 1\nstep 2\n"
+    assert cli("logs", "--stderr", juid).stdout == "oops\n"
+
+    listing = cli("list", "jobs", check=True).stdout
+    line = next(x for x in listing.splitlines() if x.startswith(juid))
+    assert "succeeded" in line and "train" in line and "--lr 0.1" in line
+
+    data = json.loads(cli("list", "jobs", "--json", check=True).stdout)
+    assert [j["juid"] for j in data] == [juid]
+    assert data[0]["state"] == "succeeded" and data[0]["exit_code"] == 0
+    assert data[0]["argv"] == [sys.executable, "train.py", "--lr", "0.1"]
+
+    info = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
+    assert info["snapshot"] and info["python"]
+    assert [a["exit_code"] for a in info["attempts_detail"]] == [0]
+    moves = [(e["old"], e["new"]) for e in info["events"] if e["new"]]
+    assert moves == [(None, "queued"), ("queued", "dispatching"), ("dispatching", "running"),
+                     ("running", "succeeded")]
+    text = cli("info", "job", "last", check=True).stdout
+    assert "succeeded" in text and "exit 0" in text
+
+
+def test_follow_exits_with_the_jobs_exit_code(cli, home):
+    proc = cli("run", "--follow", "--", "sh", "-c", "echo before; exit 3")
+    assert proc.returncode == 3
+    assert proc.stdout == "before\n"
+    assert "failed" in proc.stderr
+    assert cli("logs", "--follow", "last").returncode == 3
+    assert cli("list", "jobs", "--failed", check=True).stdout.count("failed") == 1
+    assert "no jobs match" in cli("list", "jobs", "--running", check=True).stdout
+
+
+def test_python_api_and_seed_script_form(home, monkey):
+    job = monkey.run([sys.executable, "-c", "print('api ok')"])
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    assert job.logs() == "api ok\n"
+    assert monkey.job("last").juid == job.juid
+    assert [j.juid for j in monkey.jobs(state="succeeded")] == [job.juid]
+
+    from monkeycli import MonkeyCLI
+
+    seed = MonkeyCLI().run(f"{sys.executable} -u -c 'print(42)'")
+    assert seed.wait(timeout=60) == State.SUCCEEDED
+    assert seed.logs() == "42\n"
+    assert seed.record.argv == [sys.executable, "-u", "-c", "print(42)"]
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def test_cancel_kills_the_whole_process_tree(cli, home, monkey):
+    Path("tree.sh").write_text(
+        "sleep 300 &\nsh -c 'sleep 300' &\necho ready\nwait\n"
+    )
+    job = monkey.run(["sh", "tree.sh"])
+    wait_for(lambda: job.logs() == "ready\n", what="the job to start its children")
+    pid = job.attempts()[0].pid
+    assert len(_session_members(pid)) >= 3
+    out = cli("job", "cancel", job.juid, check=True).stdout
+    assert job.juid in out
+    assert job.wait(timeout=30) == State.CANCELLED
+    wait_for(lambda: not _session_members(pid), timeout=10, what="the tree to die")
+    assert job.attempts()[0].reason == "cancelled by user"
+
+
+def test_cancel_and_pause_of_queued_jobs_take_effect_at_once(cli, home, monkey):
+    job = monkey.run(["true"], start_core=False)
+    held = monkey.run(["true"], start_core=False)
+    assert cli("kill", "job", job.juid, check=True).stdout.strip() == f"{job.juid} cancelled"
+    assert cli("job", "pause", held.juid, check=True).stdout.strip() == f"{held.juid} paused"
+    assert job.status == State.CANCELLED and held.status == State.PAUSED
+    assert job.attempts() == [] and held.attempts() == []
+    bad = cli("job", "resume", job.juid)
+    assert bad.returncode == 1 and "not paused" in bad.stderr
+    assert cli("job", "resume", held.juid, check=True).stdout.strip() == f"{held.juid} queued"
+    assert held.wait(timeout=60) == State.SUCCEEDED
+
+
+def test_pause_and_resume_continue_from_the_checkpoint(cli, home, monkey):
+    example = REPO / "examples" / "mnist.py"
+    job = monkey.run([sys.executable, "-u", str(example), "--n-epochs", "6", "--sleep", "0.5"])
+    wait_for(lambda: "epoch 2/6" in job.logs(), timeout=60, what="two epochs")
+    assert cli("job", "pause", job.juid, check=True).returncode == 0
+    assert job.wait(timeout=30) == State.PAUSED
+    done = sum(line.startswith("epoch ") for line in job.logs().splitlines())
+    assert 2 <= done < 6
+    assert cli("job", "resume", job.juid, check=True).returncode == 0
+    assert job.wait(timeout=120) == State.SUCCEEDED
+    second = monkey.logs(job.juid, attempt=2).decode()
+    first_epoch = int(re.search(r"resumed from epoch (\d+)", second).group(1))
+    assert first_epoch >= done
+    assert f"epoch {first_epoch + 1}/6" in second and "epoch 1/6" not in second
+    assert "final test_acc" in second
+    assert [a.reason for a in job.attempts()] == ["paused by user", "exit 0"]
+
+
+def test_retries_rerun_a_failed_job_with_the_same_checkpoint_dir(home, monkey):
+    script = (
+        'if [ -f "$MONKEY_CHECKPOINT_DIR/seen" ]; then echo second; exit 0; fi; '
+        'touch "$MONKEY_CHECKPOINT_DIR/seen"; echo first; exit 7'
+    )
+    job = monkey.run(["sh", "-c", script], retries=2)
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    assert [(a.n, a.exit_code) for a in job.attempts()] == [(1, 7), (2, 0)]
+    assert job.logs() == "first\nsecond\n"
+    kinds = [e["kind"] for e in monkey.store.events(job.juid)]
+    assert kinds.count("retry") == 1
+
+    failing = monkey.run(["sh", "-c", "exit 5"], retries=1)
+    assert failing.wait(timeout=60) == State.FAILED
+    assert [a.exit_code for a in failing.attempts()] == [5, 5]
+    assert failing.exit_code == 5
+
+
+def test_retry_command_reruns_a_finished_job(cli, home, monkey):
+    job = monkey.run(["sh", "-c", "echo run $MONKEY_ATTEMPT"])
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    assert cli("job", "retry", "last", check=True).stdout.strip() == f"{job.juid} queued"
+    wait_for(lambda: len(job.attempts()) == 2 and job.status == State.SUCCEEDED, timeout=60,
+             what="the second attempt")
+    assert job.logs() == "run 1\nrun 2\n"
+    assert cli("logs", job.juid, "--attempt", "2", check=True).stdout == "run 2\n"
+    assert cli("logs", job.juid, "--tail", "1", check=True).stdout == "run 2\n"
+
+
+def test_secret_env_values_never_reach_the_database(cli, home, monkey):
+    proc = cli("run", "--env", "API_TOKEN=hunter2-secret", "--env", "SEED=7", "--follow", "--",
+               "sh", "-c", 'echo "${#API_TOKEN} ${API_TOKEN%%-*} seed=$SEED"')
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "14 hunter2 seed=7\n"
+    job = monkey.job("last").record
+    assert job.env["API_TOKEN"] == "<redacted>" and job.env["SEED"] == "7"
+    for path in home.glob("monkey.db*"):
+        assert b"hunter2-secret" not in path.read_bytes()
+    secret_files = list((home / "secrets").iterdir())
+    assert len(secret_files) == 1
+    assert secret_files[0].stat().st_mode & 0o777 == 0o600
+
+
+def test_local_slots_limit_concurrency(home, monkey):
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    jobs = [monkey.run(["sh", "-c", "date +%s.%N; sleep 0.3; date +%s.%N"]) for _ in range(3)]
+    for job in jobs:
+        assert job.wait(timeout=60) == State.SUCCEEDED
+    spans = sorted(tuple(map(float, job.logs().split())) for job in jobs)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end
+
+
+def test_job_environment(home, monkey):
+    job = monkey.run(["sh", "-c", 'echo "$MONKEY_JUID $MONKEY_ATTEMPT"; pwd; ls "$MONKEY_CHECKPOINT_DIR"'])
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    juid_line, cwd, *_ = job.logs().splitlines()
+    assert juid_line == f"{job.juid} 1"
+    assert cwd.startswith(str(home / "runs" / job.juid))
+    assert (home / "runs" / job.juid / "checkpoint").is_dir()
+
+
+def test_database_is_sqlite_wal_with_a_schema_version(home, monkey):
+    con = sqlite3.connect(home / "monkey.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("PRAGMA user_version").fetchone()[0] >= 1
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"jobs", "attempts", "instances", "events", "blobs", "migrations"} <= tables

@@ -1,0 +1,123 @@
+"""The core can be killed at any moment: no job is lost, none runs twice, no log line goes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO, core_pid, kill_core, start_core, wait_for
+
+from monkey.models import State
+
+
+def test_core_killed_repeatedly_during_100_jobs(home, monkey):
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    script = 'echo "start $MONKEY_JUID"; sleep 0.05; echo "end $MONKEY_JUID"'
+    jobs = [monkey.run(["sh", "-c", script], start_core=False) for _ in range(100)]
+    start_core(home)
+    for round_ in range(3):
+        wait_for(lambda r=round_: sum(j.status == State.SUCCEEDED for j in jobs) > 20 * (r + 1),
+                 timeout=60, what="progress")
+        kill_core(home)
+        time.sleep(0.1)  # jobs keep running and ending while no core is up
+        start_core(home)
+    for job in jobs:
+        assert job.wait(timeout=120) == State.SUCCEEDED, job.juid
+    for job in jobs:
+        attempts = job.attempts()
+        assert len(attempts) == 1, (job.juid, attempts)
+        assert attempts[0].exit_code == 0
+        assert job.logs() == f"start {job.juid}\nend {job.juid}\n"
+        runs = sorted(p.name for p in (home / "runs" / job.juid).iterdir() if p.name.isdigit())
+        assert runs == ["1"]
+
+
+def test_job_that_outlives_the_core_is_reattached(home, monkey):
+    gate = Path("gate")
+    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
+                                  "echo down; exit 4"])
+    wait_for(lambda: job.logs() == "up\n", what="the job to start")
+    pid = job.attempts()[0].pid
+    kill_core(home)
+    gate.touch()  # the job ends while no core runs
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="the job to end")
+    assert job.status == State.RUNNING
+    start_core(home)
+    assert job.wait(timeout=30) == State.FAILED
+    assert job.exit_code == 4
+    assert len(job.attempts()) == 1
+    assert job.logs() == "up\ndown\n"
+
+
+def test_running_job_is_reattached_and_keeps_streaming(home, monkey):
+    gate = Path("gate2")
+    job = monkey.run(["sh", "-c", f"i=0; while [ ! -e {gate.resolve()} ]; do echo $i; i=$((i+1)); "
+                                  "sleep 0.01; done; echo done"])
+    wait_for(lambda: "5\n" in job.logs(), what="output")
+    kill_core(home)
+    start_core(home)
+    wait_for(lambda: job.attempts()[0].heartbeat_at and job.status == State.RUNNING,
+             what="re-attach")
+    gate.touch()
+    assert job.wait(timeout=30) == State.SUCCEEDED
+    lines = job.logs().splitlines()
+    assert lines[-1] == "done"
+    assert lines[:-1] == [str(i) for i in range(len(lines) - 1)]
+    assert len(job.attempts()) == 1
+
+
+def _agent_pid(home: Path) -> int:
+    return int((home / "private" / "agent.pid").read_text())
+
+
+def test_vanished_process_is_lost_and_retried(home, monkey):
+    job = monkey.run(["sh", "-c", 'if [ -e "$MONKEY_CHECKPOINT_DIR/x" ]; then echo again; exit 0; fi; '
+                                  'touch "$MONKEY_CHECKPOINT_DIR/x"; echo once; sleep 300'], retries=1)
+    wait_for(lambda: job.logs() == "once\n", what="the job to start")
+    pid = job.attempts()[0].pid
+    kill_core(home)
+    os.kill(_agent_pid(home), signal.SIGKILL)
+    os.killpg(pid, signal.SIGKILL)  # the machine "lost" the job while nothing watched
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or
+             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", what="the job to die")
+    start_core(home)
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    attempts = job.attempts()
+    assert [a.reason for a in attempts] == ["process vanished", "exit 0"]
+    assert job.logs() == "once\nagain\n"
+    kinds = [(e["old"], e["new"]) for e in monkey.store.events(job.juid) if e["new"]]
+    assert ("running", "lost") in kinds and ("lost", "queued") in kinds
+
+
+def test_only_one_core_per_home(cli, home):
+    start_core(home)
+    pid = core_pid(home)
+    second = subprocess.run([sys.executable, "-m", "monkey", "daemon", "run"],
+                            capture_output=True, text=True, timeout=30,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert second.returncode == 1
+    assert "already running" in second.stderr
+    assert core_pid(home) == pid
+    status = cli("daemon", "status")
+    assert status.returncode == 0 and str(pid) in status.stdout
+    assert "stopped" in cli("daemon", "stop", check=True).stdout
+    assert cli("daemon", "status").returncode == 3
+
+
+def test_core_restart_with_10000_jobs_is_quick_to_dispatch(home, monkey):
+    # Many finished jobs in the store must not slow the way back to dispatching.
+    monkey.run(["true"], start_core=False)
+    job = monkey.store.get_job(monkey.job("last").juid)
+    with monkey.store.tx() as db:
+        db.executemany(
+            "INSERT INTO jobs(juid, name, state, argv, provider, resources, env, workdir, datasets,"
+            " git, python, created_at, updated_at) VALUES (?, 'x', 'succeeded', '[\"true\"]', "
+            "'local', '{\"cpus\":1,\"gpus\":0,\"memory\":null}', '{}', '/', '[]', '{}', '3', 0, 0)",
+            [(f"00-01-01-{i:05d}",) for i in range(10000)],
+        )
+    start_core(home)
+    assert monkey.job(job.juid).wait(timeout=30) == State.SUCCEEDED
