@@ -402,9 +402,10 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 
 
 def _walk(
-    root: str, *, ignore: bool, follow_dirs: bool
+    root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset()
 ) -> list[tuple[str, str, os.stat_result]]:
-    """Regular files under ``root`` as (relative POSIX path, absolute path, stat)."""
+    """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
+    whose absolute path is in ``skip`` are left out."""
     out: list[tuple[str, str, os.stat_result]] = []
     first: _Rules | None = None
     chain: tuple[_Rules, ...] = ()
@@ -447,6 +448,8 @@ def _walk(
                 continue
             if is_dir:
                 if ignored is not None and ignored(rel + "/"):
+                    continue
+                if entry.path in skip:
                     continue
                 if follow_dirs:
                     try:
@@ -576,13 +579,15 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore files or a root .monkeyignore.
 
     ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
-    broken links, sockets and fifos are skipped. Unchanged files (same size, mtime, inode)
+    broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the folder holding
+    ``blobs``) when it lies inside ``workdir``. Unchanged files (same size, mtime, inode)
     reuse their cached digest; only new content is copied into ``blobs``."""
     since = time.time_ns()
     root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
     if not os.path.isdir(root):
         raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
-    found = _walk(root, ignore=True, follow_dirs=False)
+    home = os.fspath(Path(blobs.root).resolve().parent)
+    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}))
     files, new, digest, size = _store_files(found, blobs, store, since)
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
 

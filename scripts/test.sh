@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+export DEBIAN_FRONTEND=noninteractive
 
 # System packages: task-spooler (local job queue), sshd + iproute2 (SSH tests), git.
 # python3/pip/venv are listed too because a bare Debian 12 image has none of them.
@@ -28,16 +28,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
-# Debian's system python3 refuses pip installs (PEP 668). In CI the machine is throwaway, so
-# override that; elsewhere, outside a virtualenv, use ./.venv instead of touching the system.
-if python3 -c 'import sys, sysconfig, os; sys.exit(not (sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'; then
-  if [ "${CI:-}" = "true" ]; then
-    export PIP_BREAK_SYSTEM_PACKAGES=1
-  else
-    [ -x .venv/bin/python3 ] || { echo "==> creating .venv"; python3 -m venv .venv; }
-    export VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH"
-  fi
-fi
+source scripts/python-env.sh
 
 echo "==> pip install -e '.[test]'"
 python3 -m pip install -q -e '.[test]' </dev/null

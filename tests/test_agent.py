@@ -660,3 +660,29 @@ def test_many_trivial_jobs_two_at_a_time(world: World, agent: Client) -> None:
         assert time.monotonic() - begin < 120, "jobs stopped making progress"
     assert all(e["code"] == 0 and e["reason"] == "exited" for e in exits.values())
     print(f"\n{total} trivial jobs in {time.monotonic() - begin:.2f} s")
+
+
+def test_big_request_and_backlog_with_a_slow_client(world: World, agent: Client) -> None:
+    # a start request of ~400 kB (many reads on the agent's side)
+    digest = put_blob(world.blobs, b"x")
+    files = [[f"d{i % 7}/{'f' * 120}{i}", digest, 0o644] for i in range(2000)]
+    world.start(agent, "big", ["sh", "-c", "ls d*/ | wc -l"], files=files)
+    assert agent.wait_exit("big")["code"] == 0
+    assert int((world.run_dir("big") / "stdout.log").read_text().split()[-1]) >= 2000
+
+    # a 4 MB backlog for a client that does not read: the agent keeps serving others
+    run = world.run_dir("old")
+    run.mkdir(parents=True)
+    lines = [json.dumps({"seq": i, "ts": 0.0, "type": "heartbeat", "pad": "p" * 150}) + "\n"
+             for i in range(1, 25001)]  # fmt: skip
+    (run / "events.jsonl").write_text("".join(lines))
+    slow = world.client(sync=False)
+    assert (
+        slow.request("sync", attempts=[world.sync_item("old")])["attempts"][0]["status"]
+        == "unknown"
+    )
+    for _ in range(5):
+        assert agent.request("hello", timeout=5)["version"] == "1"
+    pushes = slow.wait_event("old", "heartbeat", count=len(lines))
+    assert [p["event"]["seq"] for p in pushes] == list(range(1, len(lines) + 1))
+    assert pushes[-1]["offset"] == (run / "events.jsonl").stat().st_size

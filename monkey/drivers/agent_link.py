@@ -22,6 +22,7 @@ class AgentGone(ConnectionError):
     """The link to the agent is closed, broken or timed out."""
 
 
+_CHUNK = 1 << 18
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, TimeoutError, socket.timeout)
 
 
@@ -107,28 +108,27 @@ class AgentLink:
         return AgentGone(why)
 
     def _send_all(self, data: bytes, deadline: float, op: str) -> None:
-        view = memoryview(data)
-        while view:
+        pos = 0
+        while pos < len(data):
             self._set_timeout(deadline, op)
             try:
-                sent = self._sock.send(view)
+                sent = self._sock.send(data[pos : pos + _CHUNK])  # bytes: paramiko wants them
             except _WOULD_BLOCK:
                 continue
             except OSError as e:
                 raise self._gone(f"agent link broken while sending {op}: {e}") from e
             if not sent:
                 raise self._gone(f"agent link closed while sending {op}")
-            view = view[sent:]
-            # read meanwhile so that an agent pushing to us can never stall our send
-            if view:
-                self._drain()
+            pos += sent
+            if pos < len(data):
+                self._drain()  # so that an agent pushing to us never stalls our send
 
     def _drain(self) -> None:
         """Read whatever is available without blocking."""
         try:
             self._sock.settimeout(0.0)
-            while self._recv_once():
-                pass
+            while True:
+                self._recv_once()
         except _WOULD_BLOCK:
             pass
 
@@ -145,10 +145,10 @@ class AgentLink:
             raise self._gone(f"no reply from the agent to {op} in time")
         self._sock.settimeout(left)
 
-    def _recv_once(self) -> bool:
+    def _recv_once(self) -> None:
         """Read one chunk and parse its complete lines; raises AgentGone on EOF."""
         try:
-            data = self._sock.recv(1 << 18)
+            data = self._sock.recv(_CHUNK)
         except _WOULD_BLOCK:
             raise
         except OSError as e:
@@ -162,13 +162,14 @@ class AgentLink:
             for line in lines:
                 if line.strip():
                     self._dispatch(line)
-        return True
 
     def _dispatch(self, line: bytes) -> None:
         try:
             msg = json.loads(line)
-        except ValueError as e:
-            raise self._gone(f"garbled line from the agent: {bytes(line[:100])!r}") from e
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            raise self._gone(f"garbled line from the agent: {bytes(line[:100])!r}")
         if "push" in msg:
             self._pushes.append(msg)
         elif msg.get("id") == self._waiting:

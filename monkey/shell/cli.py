@@ -313,7 +313,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
            [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
              str(p["running"]), str(p["queued"])] for p in out])
-    print(f"core: {'running (pid %s)' % pid if pid else 'not running'}")
+    print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
     return 0
 
 

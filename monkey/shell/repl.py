@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import codecs
 import io
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import cmd2
@@ -124,6 +126,12 @@ def shell_parser(name: str) -> ShellParser:
     return parser
 
 
+def _private_file(path: Path) -> Path:
+    """Create `path` 0600 if missing: history may hold secrets typed in `run --env`."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    return path
+
+
 class MonkeyShell(cmd2.Cmd):
     """`monkey>`: every one-shot command, plus cmd2's history, redirection and scripting."""
 
@@ -132,7 +140,7 @@ class MonkeyShell(cmd2.Cmd):
         if persistent_history_file is None:
             from monkey.config import Home
 
-            persistent_history_file = str(Home().root / "history")
+            persistent_history_file = str(_private_file(Home().ensure().root / "history"))
         kwargs.setdefault("allow_cli_args", False)  # `monkey ARGS` is the one-shot CLI's
         kwargs.setdefault("suggest_similar_command", True)
         super().__init__(persistent_history_file=persistent_history_file, **kwargs)
@@ -192,15 +200,15 @@ class MonkeyShell(cmd2.Cmd):
         self.last_result = True
         ours = [name for name in cli.PARSERS if self.get_command_func(name) is not None]
         others = sorted(set(self.get_visible_commands()) - set(ours))
-        width = max(len(name) for name in ours + others)
-        self.poutput("monkey commands (`COMMAND --help` describes one):")
-        for name in ours:
-            self.poutput(f"  {name.ljust(width)}  {self._summary(name)}")
-        self.poutput("")
-        self.poutput("shell commands:")
-        for name in others:
-            self.poutput(f"  {name.ljust(width)}  {self._summary(name)}")
-        self.poutput("")
+        for title, names in (
+            ("monkey commands (`COMMAND --help` describes one):", ours),
+            ("shell commands:", others),
+        ):
+            self.poutput(title)
+            width = max(len(name) for name in names)
+            for name in names:
+                self.poutput(f"  {name.ljust(width)}  {self._summary(name)}")
+            self.poutput("")
         self.poutput("JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.")
         self.poutput("Tab completes commands, options and job ids; `quit` or Ctrl-D leaves.")
 

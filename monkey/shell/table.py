@@ -57,11 +57,11 @@ def render(
         total = shutil.get_terminal_size((120, 24)).columns
         others = sum(w for i, w in enumerate(widths) if i != flex) + 2 * (len(widths) - 1)
         widths[flex] = max(len(headers[flex]), min(widths[flex], total - others))
-    lines = ["  ".join(paint(h.ljust(w), "1", colour) for h, w in zip(headers, widths)).rstrip()]
+    lines = ["  ".join(paint(h.ljust(w), "1", colour) for h, w in zip(headers, widths, strict=True)).rstrip()]
     last = len(headers) - 1
     for r, row in enumerate(rows):
         cells = []
-        for i, (cell, w) in enumerate(zip(row, widths)):
+        for i, (cell, w) in enumerate(zip(row, widths, strict=False)):
             if len(cell) > w:
                 cell = cell[: max(0, w - 1)] + "…"
             text = cell if i == last else cell.ljust(w)

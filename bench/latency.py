@@ -1,0 +1,49 @@
+"""With the core running: `monkey run -- true` (a new CLI process) until the job's process
+has started, as recorded by the agent. Target: median under 150 ms.
+
+Also prints `python -c pass` from the same interpreter as the baseline for process start.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import fresh_home, median_wall, run_quiet, stop_everything
+
+RUNS = 21
+
+
+def main() -> None:
+    home = fresh_home()
+    from monkey.api import Monkey
+    from monkey.config import Home
+    from monkey.core import daemon
+
+    project = tempfile.mkdtemp()
+    m = Monkey(home)
+    daemon.start(Home(home))
+    try:
+        m.run(["true"]).wait(timeout=30)  # warm: the agent is up
+        latencies = []
+        for _ in range(RUNS):
+            t0 = time.time()
+            out = subprocess.run([sys.executable, "-m", "monkey", "run", "--", "true"],
+                                 capture_output=True, text=True, check=True, cwd=project)
+            job = m.job(out.stdout.strip())
+            job.wait(timeout=30)
+            latencies.append(job.attempts()[0].started_at - t0)
+        base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
+        lat = statistics.median(latencies)
+        print(f"python -c pass:                      {base * 1000:6.1f} ms")
+        print(f"monkey run -- true -> process start: {lat * 1000:6.1f} ms median "
+              f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}; target < 150 ms)")
+    finally:
+        stop_everything(home)
+
+
+if __name__ == "__main__":
+    main()

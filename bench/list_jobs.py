@@ -1,0 +1,49 @@
+"""`monkey list jobs` with 100,000 jobs in the store, newest 50 as a table.
+
+Target: median wall time at most 8x `python -c pass` run by the same interpreter.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from common import fresh_home, median_wall, run_quiet
+
+N = 100_000
+
+
+def main() -> None:
+    home = fresh_home()
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    job = m.run(["true"], start_core=False)
+    row = m.store.db.execute("SELECT * FROM jobs WHERE juid = ?", (job.juid,)).fetchone()
+    cols = [d[0] for d in m.store.db.execute("SELECT * FROM jobs LIMIT 0").description]
+    t = time.perf_counter()
+    with m.store.tx() as db:
+        values = []
+        for i in range(N):
+            r = dict(zip(cols, row))
+            r.pop("seq")
+            r["juid"] = f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}"
+            r["state"] = ("succeeded", "failed", "running", "queued")[i % 4]
+            values.append(tuple(r.values()))
+        names = [c for c in cols if c != "seq"]
+        db.executemany(
+            f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", values
+        )
+    print(f"inserted {N} jobs in {time.perf_counter() - t:.1f}s")
+    base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 21)
+    listing = median_wall(lambda: run_quiet([sys.executable, "-m", "monkey", "list", "jobs"]), 21)
+    filtered = median_wall(
+        lambda: run_quiet([sys.executable, "-m", "monkey", "list", "jobs", "--failed"]), 21
+    )
+    print(f"python -c pass:            {base * 1000:7.1f} ms")
+    print(f"monkey list jobs:          {listing * 1000:7.1f} ms  ({listing / base:.1f}x, target <= 8x)")
+    print(f"monkey list jobs --failed: {filtered * 1000:7.1f} ms  ({filtered / base:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
