@@ -306,6 +306,17 @@ def test_command_not_found_is_exit_127(world: World, agent: Client) -> None:
     assert agent.wait_exit("j")["code"] == 127
 
 
+def test_workdir_name(world: World, agent: Client) -> None:
+    digest = put_blob(world.blobs, b"print('hi')\n")
+    world.start(agent, "j", ["sh", "-c", "pwd; cat main.py"], workdir_name="myproject",
+                files=[["main.py", digest, 0o644]])  # fmt: skip
+    assert agent.wait_exit("j")["code"] == 0
+    out = (world.run_dir("j") / "stdout.log").read_text()
+    assert out == f"{world.run_dir('j') / 'work' / 'myproject'}\nprint('hi')\n"
+    with pytest.raises(AgentError, match="unsafe path"):
+        world.start(agent, "k", ["true"], workdir_name="..")
+
+
 def test_env_overlay_and_cwd(world: World, agent: Client) -> None:
     world.start(agent, "j", ["sh", "-c", 'echo "$GREETING $MONKEY_TEST_TAG"; pwd'],
                 env={"GREETING": "hi"})  # fmt: skip

@@ -34,23 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    root = tmp_path / "home"
-    monkeypatch.setenv("MONKEY_HOME", str(root))
+def shell_home(home, monkeypatch):
+    """conftest's MONKEY_HOME (everything started under it is killed afterwards), no colour."""
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    project = tmp_path / "project"
-    project.mkdir()
-    monkeypatch.chdir(project)
-    yield Home(root)
-    from monkey.core import daemon
-
-    with contextlib.suppress(Exception):
-        daemon.stop(Home(root))
+    return Home(home)
 
 
 @pytest.fixture
-def app(home):
+def app(shell_home):
     return MonkeyShell(persistent_history_file="")
 
 
@@ -165,7 +157,7 @@ def _complete(app: MonkeyShell, line: str) -> list[str]:
 
 
 @pytest.fixture
-def two_jobs(home):
+def two_jobs(shell_home):
     when = time.mktime((2026, 11, 21, 12, 0, 0, 0, 0, -1))
     m = Monkey()
     return [_new_job(m, when), _new_job(m, when + 1)]
@@ -174,7 +166,8 @@ def two_jobs(home):
 def test_complete_job_ids(app, two_jobs):
     assert two_jobs == ["26-11-21-001", "26-11-21-002"]
     assert set(_complete(app, "info job 26-")) == set(two_jobs)
-    assert _complete(app, "info job 26-11-21-00") == ["26-11-21-002", "26-11-21-001"]  # newest first
+    # newest first
+    assert _complete(app, "info job 26-11-21-00") == ["26-11-21-002", "26-11-21-001"]
     assert "last" in _complete(app, "logs ")
     # nargs="+" arguments complete each job once
     assert _complete(app, "job cancel 26-11-21-001 26-") == ["26-11-21-002"]
@@ -182,7 +175,7 @@ def test_complete_job_ids(app, two_jobs):
     assert _complete(app, "logs --follow la") == ["last"]
 
 
-def test_complete_job_ids_newest_200(app, home):
+def test_complete_job_ids_newest_200(app):
     m = Monkey()
     base = time.mktime((2026, 11, 20, 12, 0, 0, 0, 0, -1))
     ids = [_new_job(m, base) for _ in range(205)]
@@ -215,17 +208,17 @@ def test_redirection_to_file(app, two_jobs, tmp_path):
     assert "26-11-21-002" in out.read_text().split("JOB ", 1)[1]
 
 
-def test_logs_bytes_go_to_shell_stdout(app, home, two_jobs):
+def test_logs_bytes_go_to_shell_stdout(app, shell_home, two_jobs):
     """`logs` writes bytes to sys.stdout.buffer; the shell puts them in its own stdout."""
     m = Monkey()
     job = m.store.get_job("26-11-21-001")
-    run_dir = home.run_dir(job.juid, 1)
+    run_dir = shell_home.run_dir(job.juid, 1)
     run_dir.mkdir(parents=True)
     (run_dir / "stdout.log").write_bytes("héllo\nworld\n".encode())
     m.store.begin_attempt(job, "local", str(run_dir))
     got, _ = run_one(app, "logs 26-11-21-001")
     assert got == "héllo\nworld\n"
-    out = home.root / "log.txt"
+    out = shell_home.root / "log.txt"
     run_one(app, f"logs 26-11-21-001 --tail 1 > {out}")
     assert out.read_bytes() == b"world\n"
 
@@ -238,7 +231,7 @@ def test_sys_stdout_restored(app):
     assert app.last_result == 1
 
 
-def test_ctrl_c_stops_follow_and_the_shell_goes_on(home, two_jobs):
+def test_ctrl_c_stops_follow_and_the_shell_goes_on(two_jobs):
     """`logs --follow` of a job that never ends; Ctrl-C brings back the prompt."""
     out = io.StringIO()
     app = MonkeyShell(
@@ -263,9 +256,9 @@ def test_exit_and_quit_stop(app):
     assert run_one(app, "quit")[1] is True
 
 
-def test_history_persists_in_monkey_home(home):
+def test_history_persists_in_monkey_home(shell_home):
     app = MonkeyShell()
-    history = home.root / "history"
+    history = shell_home.root / "history"
     assert app.persistent_history_file == str(history)
     assert history.stat().st_mode & 0o777 == 0o600
     run_one(app, "list jobs")
@@ -285,10 +278,18 @@ def test_one_way_per_command():
         shell = repl.shell_parser(name)
         assert shell.description == one_shot.description
         assert {a.dest for a in shell._actions} == {a.dest for a in one_shot._actions}
-    assert not hasattr(MonkeyShell, "do_dash")
 
 
 # -- the real thing: `monkey` in a terminal ----------------------------------------------
+
+
+def _controlling_terminal() -> None:
+    """In the child: a new session whose controlling terminal is stdin, so ^C is SIGINT."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 class Terminal:
@@ -302,7 +303,7 @@ class Terminal:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "monkey"], stdin=slave, stdout=slave, stderr=slave,
-            env=env, cwd=cwd, start_new_session=True,
+            env=env, cwd=cwd, preexec_fn=_controlling_terminal,
         )  # fmt: skip
         os.close(slave)
         self.raw = ""
@@ -346,7 +347,7 @@ class Terminal:
 
 
 @pytest.mark.timeout(120)
-def test_interactive_terminal(home, two_jobs):
+def test_interactive_terminal(shell_home, two_jobs):
     env = dict(os.environ, PYTHONPATH=str(ROOT), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
     term = Terminal(env, Path.cwd())
     prompt = r"monkey>"
@@ -373,4 +374,4 @@ def test_interactive_terminal(home, two_jobs):
     finally:
         if term.proc.poll() is None:
             term.proc.kill()
-    assert (home.root / "history").exists()
+    assert (shell_home.root / "history").exists()

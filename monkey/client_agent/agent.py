@@ -20,7 +20,8 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     events.jsonl  events, appended by the agent only (one os.write per line)
     pid           {"pid": P, "start_ticks": T}; T = field 22 of /proc/P/stat (pid reuse)
     exit          the job's exit code as text, written by the wrapper shell itself
-    work/         the materialised code: the job's working directory
+    work/         the materialised code: the job's working directory; with
+                  ``workdir_name`` W, the code and the cwd are work/W/ instead
 
 Datasets are materialised once per worker into ``ROOT/datasets/<digest>/`` (built in a
 temporary folder, then renamed into place) and shared, read-only, by all jobs.
@@ -39,9 +40,10 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
 from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
-agent signalled the job (then ``signal`` is that signal: a job that dies of SIGTERM
-under the trapping wrapper has code 143 and signal 15) or when the wait status shows a
-signal; ``vanished`` when an adopted job is gone without an ``exit`` file. When the
+agent signalled the job or the wait status shows a signal; ``signal`` is then the signal
+that ended it when known (from the wait status; code - 128 for a code above 128, e.g. a
+job that dies of SIGTERM has code 143 and signal 15; else the agent's last signal).
+``vanished``: an adopted job gone without an ``exit`` file. When the
 wrapper of a job started by this agent ends, the processes left in its process group
 are SIGKILLed (all of the session when the job was signalled).
 
@@ -53,8 +55,8 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
 
     hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, files [[relpath, digest, mode]], blobs_dir,
-              datasets [{digest, env, files, single}], workdir_name (optional, unused:
-              the working directory is always run_dir/work) -> pid.
+              datasets [{digest, env, files, single}], workdir_name (optional: one path
+              component, to keep the project folder's name) -> pid.
               Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
               work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
               run_dir that already has a ``pid`` file are refused and nothing is run.
@@ -95,8 +97,12 @@ from collections.abc import Callable
 from typing import Any
 
 VERSION = "1"
+# The job runs as `/bin/sh -c WRAPPER monkey-job ARGV...`. `trap :` keeps the shell alive
+# while the job handles TERM/INT/HUP (trapped signals are reset to default in the job).
+# Once the job is over the shell ignores them, so that a signal sent to the session at
+# that moment cannot kill the `mv` that records the exit code (ignoring is inherited).
 WRAPPER = (
-    'trap : TERM INT HUP; "$@"; rc=$?; '
+    'trap : TERM INT HUP; "$@"; rc=$?; trap "" TERM INT HUP; '
     'echo "$rc" > "$MONKEY_EXIT_FILE.tmp" && mv -f "$MONKEY_EXIT_FILE.tmp" "$MONKEY_EXIT_FILE"; '
     'exit "$rc"'
 )
@@ -686,6 +692,11 @@ class Agent:
         files = self._check_files(req.get("files") or [], blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
         work = os.path.join(run_dir, "work")
+        if req.get("workdir_name"):
+            name = safe_relpath(req["workdir_name"])
+            if "/" in name:
+                raise RequestError(f"workdir_name must be one path component: {name!r}")
+            work = os.path.join(work, name)
         env = dict(os.environ, **env)
         try:
             os.makedirs(work, exist_ok=True)
@@ -696,7 +707,7 @@ class Agent:
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
         env["MONKEY_EXIT_FILE"] = os.path.join(run_dir, "exit")
-        job = self._spawn(juid, attempt, run_dir, argv, env)
+        job = self._spawn(juid, attempt, run_dir, work, argv, env)
         return {"pid": job.pid}
 
     def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
@@ -764,7 +775,7 @@ class Agent:
                     raise
         return os.path.join(final, files[0][0]) if single else final
 
-    def _spawn(self, juid: str, attempt: int, run_dir: str, argv: list[str],
+    def _spawn(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
                env: dict[str, str]) -> Job:  # fmt: skip
         """Start the wrapper in a new session and track it."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -774,7 +785,7 @@ class Agent:
             try:
                 proc = subprocess.Popen(
                     ["/bin/sh", "-c", WRAPPER, "monkey-job", *argv],
-                    cwd=os.path.join(run_dir, "work"), env=env, stdin=subprocess.DEVNULL,
+                    cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                     stdout=out, stderr=err, start_new_session=True, close_fds=True,
                 )  # fmt: skip
             finally:

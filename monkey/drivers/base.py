@@ -71,9 +71,12 @@ class Driver(ABC):
 
     def prepare(self, instance: str, blobs: list[str]) -> None:
         """Make the blobs available on the instance; the default assumes shared storage."""
+        return None
 
     def finish(self, instance: str, juid: str, attempt: int) -> None:
         """Fetch the attempt's results back to MONKEY_HOME; nothing to do for shared storage."""
+        return None
 
     def close(self) -> None:
         """Drop connections; agents and jobs keep running."""
+        return None

@@ -127,8 +127,9 @@ def shell_parser(name: str) -> ShellParser:
 
 
 def _private_file(path: Path) -> Path:
-    """Create `path` 0600 if missing: history may hold secrets typed in `run --env`."""
+    """Make `path` a 0600 file: the history may hold secrets typed in `run --env`."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
     return path
 
 

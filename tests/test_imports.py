@@ -1,0 +1,48 @@
+"""One-shot commands import only what they need (docs: ARCHITECTURE.md, "Heavy imports")."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "rich")
+REPORT = "print(sorted(m for m in sys.modules if m.split('.')[0] in " + repr(HEAVY) + "))"
+
+
+def _heavy_modules(code: str, tmp_path: Path) -> list[str]:
+    env = dict(os.environ, MONKEY_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}; {REPORT}"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+
+
+def test_list_jobs_imports_nothing_heavy(tmp_path):
+    code = "from monkey.shell.cli import main; main(['list','jobs'])"
+    assert _heavy_modules(code, tmp_path) == []
+
+
+def test_shell_package_imports_nothing_heavy(tmp_path):
+    assert _heavy_modules("import monkey.shell", tmp_path) == []
+
+
+@pytest.mark.parametrize("module", ["monkey.shell.cli", "monkey"])
+def test_cli_and_api_import_nothing_heavy(tmp_path, module):
+    assert _heavy_modules(f"import {module}", tmp_path) == []
+
+
+def test_cli_never_imports_the_shell_or_tui():
+    """cli.py may load repl.py only inside main(), for `monkey` with no arguments."""
+    tree = ast.parse((ROOT / "monkey" / "shell" / "cli.py").read_text())
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in top for alias in node.names]
+    names += [node.module or "" for node in top if isinstance(node, ast.ImportFrom)]
+    assert not [n for n in names if n.startswith(("cmd2", "monkey.shell.repl", "monkey.tui"))]
