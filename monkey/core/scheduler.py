@@ -52,6 +52,7 @@ class Core:
         self.wake_sock = bind_wake_socket(home)
         self.selector.register(self.wake_sock, selectors.EVENT_READ, None)
         self.signalled: set[tuple[str, int]] = set()
+        self.starting: dict[tuple[tuple[str, str], int], tuple[str, int]] = {}
         self.manifests: dict[str, list[Any]] = {}
         self.next_health = 0.0
         self.retry_links_at = 0.0
@@ -143,6 +144,8 @@ class Core:
         link = self.links.pop(key, None)
         if link is None:
             return
+        # Starts without a reply are settled by the next sync, not by this link's ids.
+        self.starting = {k: v for k, v in self.starting.items() if k[0] != key}
         try:
             self.selector.unregister(link.fileno())
         except (KeyError, ValueError, OSError):
@@ -184,6 +187,9 @@ class Core:
 
     def _handle_pushes(self, key: tuple[str, str], pushes: list[dict[str, Any]]) -> None:
         for push in pushes:
+            if "id" in push:
+                self._on_reply(key, push)
+                continue
             if push.get("push") != "event":
                 continue
             event = push["event"]
@@ -195,6 +201,15 @@ class Core:
                 self.store.heartbeat(juid, n, event["ts"], offset, event.get("cpu"), event.get("rss"))
             elif kind == "started":
                 self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
+
+    def _on_reply(self, key: tuple[str, str], reply: dict[str, Any]) -> None:
+        """The agent's answer to a `start` sent without waiting."""
+        started = self.starting.pop((key, reply["id"]), None)
+        if started is None or reply.get("ok"):
+            return
+        juid, n = started
+        self.store.end_attempt(juid, n, final=State.FAILED, exit_code=None, signal=None,
+                               reason=f"could not start: {reply.get('error')}")
 
     def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                 offset: int) -> None:
@@ -264,20 +279,18 @@ class Core:
 
     def usage(self) -> dict[str, Usage]:
         used: dict[str, Usage] = {}
-        jobs: dict[str, Job] = {}
-        for att in self.store.live_attempts():
-            job = jobs.get(att.juid) or self.store.get_job(att.juid)
-            if job is None:
-                continue
-            u = used.setdefault(att.instance, Usage())
-            u.slots += max(1, job.resources.cpus)
-            u.gpus.update(g for g in att.gpus.split(",") if g)
+        for instance, cpus, gpus in self.store.live_usage():
+            u = used.setdefault(instance, Usage())
+            u.slots += max(1, cpus or 1)
+            u.gpus.update(g for g in gpus.split(",") if g)
         return used
 
     def dispatch_ready(self, now: float) -> None:
         """Place and start every queued job that fits somewhere now."""
         usage: dict[str, Usage] | None = None
-        for provider in self.store.ready_providers(now):
+        for provider in self.providers:
+            if not self.store.has_ready(provider, now):
+                continue
             try:
                 drv = self.driver(provider)
                 capacities = drv.instances()
@@ -289,7 +302,7 @@ class Core:
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
             if free <= 0:
                 continue
-            for job in self.store.ready_jobs(now, limit=free * 2 + 8, provider=provider):
+            for job in self.store.ready_jobs(now, limit=free + 2, provider=provider):
                 placement = place(job.resources, capacities, usage)
                 if placement is None:
                     continue
@@ -323,21 +336,16 @@ class Core:
         try:
             spec = self.start_spec(job, drv, instance, run_dir, gpus, has_gpus)
             drv.prepare(instance, spec.pop("_blobs"))
-            reply = link.request("start", **spec)
-        except AgentError as exc:
-            self.store.end_attempt(job.juid, n, final=State.FAILED, exit_code=None, signal=None,
-                                   reason=f"could not start: {exc}")
-            return
+            # Not waiting for the reply lets the core go on while the agent spawns; a
+            # refusal comes back through poll, the start itself as a `started` event.
+            rid = link.send("start", **spec)
         except (AgentGone, MonkeyError, OSError) as exc:
             # The agent may or may not have started it: the next sync decides.
             log.error("dispatch of %s to %s/%s interrupted: %s", job.juid, *key, exc)
             self.drop_link(key)
             self.retry_links_at = time.time() + 1.0
             return
-        log.debug("started %s attempt %d as pid %s", job.juid, n, reply.get("pid"))
-        # The job moves to running when the agent's `started` event arrives (it carries
-        # the exact start time), usually in the same read as the reply.
-        self._handle_pushes(key, link.poll())
+        self.starting[(key, rid)] = (job.juid, n)
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
@@ -391,7 +399,11 @@ class Core:
     # -- health -------------------------------------------------------------------------
 
     def check_health(self, now: float) -> None:
-        """Reconnect dropped links; mark attempts silent past the heartbeat timeout lost."""
+        """Fail jobs queued for providers no longer configured; reconnect dropped links;
+        mark attempts silent past the heartbeat timeout lost."""
+        for provider in self.store.queued_providers():
+            if provider not in self.providers:
+                self._fail_queued(provider, f"provider {provider!r} is no longer configured", now)
         for att in self.store.live_attempts():
             job = self.store.get_job(att.juid)
             if job is None:

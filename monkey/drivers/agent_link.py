@@ -2,7 +2,8 @@
 
 An :class:`AgentLink` wraps any connected socket-like object that has ``send``,
 ``recv``, ``fileno``, ``settimeout`` and ``close`` (a Unix socket, a paramiko Channel).
-Requests are synchronous; events the agent pushes meanwhile are kept until ``poll``.
+``request`` waits for its reply; ``send`` does not, and its reply comes back through
+``poll`` like the events the agent pushes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class AgentLink:
         self._pushes: deque[dict[str, Any]] = deque()
         self._replies: dict[int, dict[str, Any]] = {}
         self._waiting: int | None = None
+        self._sent: set[int] = set()
         self._next_id = 1
         self._closed = False
 
@@ -65,8 +67,18 @@ class AgentLink:
             raise AgentError(str(reply.get("error") or f"{op} failed"))
         return reply
 
+    def send(self, op: str, timeout: float = 30, **fields: Any) -> int:
+        """Send OP without waiting; its reply (with this id) comes back through ``poll``."""
+        self._check_open()
+        rid = self._next_id
+        self._next_id += 1
+        data = (json.dumps({"id": rid, "op": op, **fields}, separators=(",", ":")) + "\n").encode()
+        self._sent.add(rid)
+        self._send_all(data, time.monotonic() + timeout, op)
+        return rid
+
     def poll(self) -> list[dict[str, Any]]:
-        """Pushes received so far, reading what is available without blocking.
+        """Pushes and replies to ``send`` received so far, reading without blocking.
 
         Raises AgentGone when the link is closed and no push is left to return.
         """
@@ -174,6 +186,9 @@ class AgentLink:
             self._pushes.append(msg)
         elif msg.get("id") == self._waiting:
             self._replies[msg["id"]] = msg
+        elif msg.get("id") in self._sent:
+            self._sent.discard(msg["id"])
+            self._pushes.append(msg)
 
 
 def connect_unix(path: str, timeout: float = 5.0) -> AgentLink:

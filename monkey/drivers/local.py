@@ -99,6 +99,7 @@ class LocalDriver(Driver):
         return str(self.home.run_dir(juid, attempt))
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
-        path = self.home.checkpoint_dir(juid)
-        path.mkdir(parents=True, exist_ok=True)
-        return str(path)
+        path = str(self.home.checkpoint_dir(juid))
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+        return path

@@ -262,12 +262,25 @@ class Store:
         rows = self.db.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit))
         return [_job(r) for r in rows]
 
-    def ready_providers(self, now: float) -> list[str]:
-        """Providers that have queued jobs ready to run."""
-        rows = self.db.execute(
-            "SELECT DISTINCT provider FROM jobs WHERE state = 'queued' AND not_before <= ?", (now,)
-        )
+    def has_ready(self, provider: str, now: float) -> bool:
+        """Whether the provider has a queued job ready to run."""
+        return self.db.execute(
+            "SELECT 1 FROM jobs WHERE state = 'queued' AND not_before <= ? AND provider = ? "
+            "LIMIT 1",
+            (now, provider),
+        ).fetchone() is not None
+
+    def queued_providers(self) -> list[str]:
+        """Providers named by queued jobs."""
+        rows = self.db.execute("SELECT DISTINCT provider FROM jobs WHERE state = 'queued'")
         return sorted(r[0] for r in rows)
+
+    def live_usage(self) -> list[tuple[str, int, str]]:
+        """(instance, cpus, gpus) of every live attempt."""
+        return self.db.execute(
+            "SELECT a.instance, json_extract(j.resources, '$.cpus'), a.gpus FROM attempts a "
+            "JOIN jobs j ON j.juid = a.juid WHERE a.state = 'live'"
+        ).fetchall()
 
     def next_not_before(self) -> float | None:
         row = self.db.execute(
