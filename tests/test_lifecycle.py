@@ -201,3 +201,25 @@ def test_database_is_sqlite_wal_with_a_schema_version(home, monkey):
     assert con.execute("PRAGMA user_version").fetchone()[0] >= 1
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"jobs", "attempts", "instances", "events", "blobs", "migrations"} <= tables
+
+
+def test_gpus_are_assigned_exclusively(home, monkey, cli):
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n")
+    gate = Path("gate").resolve()
+    hold = f'echo "gpus=$CUDA_VISIBLE_DEVICES"; while [ ! -e {gate} ]; do sleep 0.05; done'
+    first = monkey.run(["sh", "-c", hold], gpus=1)
+    second = monkey.run(["sh", "-c", hold], gpus=1)
+    third = monkey.run(["sh", "-c", 'echo "gpus=$CUDA_VISIBLE_DEVICES"'], gpus=1)
+    cpu_only = monkey.run(["sh", "-c", 'echo "gpus=[$CUDA_VISIBLE_DEVICES]"'])
+    assert cpu_only.wait(timeout=60) == State.SUCCEEDED
+    assert cpu_only.logs() == "gpus=[]\n"  # a CPU job must not grab a GPU
+    wait_for(lambda: first.logs() and second.logs(), what="both GPU jobs")
+    assert {first.logs(), second.logs()} == {"gpus=0\n", "gpus=1\n"}
+    assert third.status == State.QUEUED  # both GPUs are taken
+    gate.touch()
+    assert third.wait(timeout=60) == State.SUCCEEDED
+    assert third.logs() in ("gpus=0\n", "gpus=1\n")
+    bad = cli("run", "--gpus", "3", "--", "true")
+    assert bad.returncode == 1 and "could never run" in bad.stderr
+    providers = cli("list", "providers", check=True).stdout
+    assert "local" in providers and " 2 " in providers
