@@ -187,7 +187,7 @@ class Monkey:
             from monkey.core.placement import fits_ever
             from monkey.drivers.local import local_capacity
 
-            cap = local_capacity(config) if gpus else _cpu_only_capacity(config)
+            cap = local_capacity(config, detect=bool(gpus))
             if not fits_ever(resources, cap):
                 raise MonkeyError(
                     f"provider {provider!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
@@ -310,6 +310,32 @@ class Monkey:
                 return
             time.sleep(poll)
 
+    # -- dashboard ----------------------------------------------------------------------
+
+    def jobs_changed(self, since: float) -> list[JobRecord]:
+        """Jobs whose record changed at or after ``since`` (epoch seconds), newest first."""
+        return self.store.jobs_updated_since(since)
+
+    def live_attempts(self) -> list[dict[str, Any]]:
+        """Live attempts with their job, instance and last heartbeat CPU (%) and RSS (bytes)."""
+        return self.store.live_attempt_figures()
+
+    def instances(self) -> list[dict[str, Any]]:
+        """Instances the core has recorded (id, provider, kind, host, state, extra)."""
+        return self.store.instances()
+
+    def core_status(self) -> int | None:
+        """PID of the core serving this MONKEY_HOME, or None when it is down."""
+        from monkey.core import daemon
+
+        return daemon.status(self.home)
+
+    def start_core(self) -> int:
+        """Start the core in the background (when it is down); returns its PID."""
+        from monkey.core import daemon
+
+        return daemon.start(self.home)
+
     # -- control ------------------------------------------------------------------------
 
     def _control(self, ref: str, request: Request) -> State:
@@ -370,13 +396,6 @@ class Monkey:
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
         return State.QUEUED
-
-
-def _cpu_only_capacity(config: ProviderConfig) -> Any:
-    from monkey.drivers.base import Capacity
-
-    slots = config.options.get("slots") or os.cpu_count() or 1
-    return Capacity(config.name, int(slots), [])
 
 
 def _default_name(argv: list[str]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,18 @@ from monkey.models import MonkeyError
 
 # Unix socket paths are limited to 107 bytes; longer homes get a short private folder.
 _SOCKET_PATH_MAX = 100
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
+
+
+def python_entry(module: str, function: str) -> list[str]:
+    """argv running ``module.function()`` with this interpreter and this copy of monkey,
+    whether or not monkey is installed (the launcher passes its location, not PYTHONPATH,
+    so jobs started below it inherit nothing)."""
+    boot = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        f"from {module} import {function}; {function}()"
+    )
+    return [sys.executable, "-c", boot, _PACKAGE_PARENT]
 
 
 class Home:

@@ -496,6 +496,11 @@ def test_never_started_is_unknown(world: World, agent: Client) -> None:
     world.run_dir("ghost").mkdir(parents=True)
     reply = agent.request("sync", attempts=[world.sync_item("ghost"), world.sync_item("none")])
     assert [a["status"] for a in reply["attempts"]] == ["unknown", "unknown"]
+    # a start for an attempt already reported as never started (sent by a core that died
+    # before the sync) is refused, so the attempt the core re-queued is the only one to run
+    with pytest.raises(AgentError, match="never started"):
+        world.start(agent, "ghost", ["touch", "ran"])
+    assert not (world.run_dir("ghost") / "pid").exists()
 
 
 # ---------------------------------------------------------------- materialising

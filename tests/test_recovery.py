@@ -28,12 +28,13 @@ def test_core_killed_repeatedly_during_100_jobs(home, monkey):
     for job in jobs:
         assert job.wait(timeout=120) == State.SUCCEEDED, job.juid
     for job in jobs:
-        attempts = job.attempts()
-        assert len(attempts) == 1, (job.juid, attempts)
-        assert attempts[0].exit_code == 0
+        # An attempt the core opened just before dying may never have started (it is then
+        # closed as such); exactly one attempt ran, and its output is there once.
+        ran = [a for a in job.attempts() if a.started_at is not None]
+        assert len(ran) == 1, (job.juid, job.attempts())
+        assert ran[0].exit_code == 0
+        assert all(a.reason == "never started" for a in job.attempts() if a.n != ran[0].n)
         assert job.logs() == f"start {job.juid}\nend {job.juid}\n"
-        runs = sorted(p.name for p in (home / "runs" / job.juid).iterdir() if p.name.isdigit())
-        assert runs == ["1"]
 
 
 def test_job_that_outlives_the_core_is_reattached(home, monkey):

@@ -59,14 +59,16 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               component, to keep the project folder's name) -> pid.
               Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
               work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
-              run_dir that already has a ``pid`` file are refused and nothing is run.
+              run_dir that already has a ``pid`` file (or an ``abandoned`` mark) are
+              refused and nothing is run.
     signal    juid, attempt, signal ("TERM", "INT", "KILL", ... or a number), grace
               (seconds, default 10): the signal goes to every process of the job's
               session and its process group; SIGKILL follows after grace if the job is
               still alive. -> running (false when the job is not live: still ok).
     sync      attempts [{juid, attempt, run_dir, offset}] -> attempts [{juid, attempt,
               status: running|exited|unknown}]; jobs not live are adopted from their run
-              dir. After the reply, every complete events.jsonl line after ``offset`` is
+              dir. ``unknown`` (never started) marks the run dir ``abandoned``, so a
+              late ``start`` for it, sent by a core that died, is refused. After the reply, every complete events.jsonl line after ``offset`` is
               pushed, and from then on the connection gets every new event of every job.
     jobs      -> jobs [{juid, attempt, pid, run_dir}] of the live jobs
     shutdown  if_idle (bool) -> stopping; jobs keep running either way.
@@ -107,6 +109,7 @@ WRAPPER = (
     'trap : TERM INT HUP; "$@"; rc=$?; trap "" TERM INT HUP; '
     'echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
 )
+ABANDONED = "abandoned"  # marks a run dir that a sync reported as never started
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -689,6 +692,8 @@ class Agent:
             raise RequestError(f"{juid}/{attempt} is already running")
         if os.path.exists(os.path.join(run_dir, "pid")):
             raise RequestError(f"{run_dir} was already started; use sync")
+        if os.path.exists(os.path.join(run_dir, ABANDONED)):
+            raise RequestError(f"{run_dir} was reported never started; start a new attempt")
         blobs_dir = req.get("blobs_dir") or ""
         files = self._check_files(req.get("files") or [], blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
@@ -924,6 +929,11 @@ class Agent:
                 record = json.loads(f.read())
             pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
         except FileNotFoundError:
+            # Fence: the core now treats this attempt as never started, so a `start` for it
+            # still in flight (sent by a core that died) must never run it later.
+            os.makedirs(run_dir, exist_ok=True)
+            with open(os.path.join(run_dir, ABANDONED), "wb"):
+                pass
             return "unknown"
         seq = last["seq"] if last else 0
         job = Job(juid, attempt, run_dir, pid, -1, None, seq, start_ticks)

@@ -11,16 +11,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from monkey.config import Home
+from monkey.config import Home, python_entry
 from monkey.models import MonkeyError
-
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from monkey.core.daemon import run_foreground; run_foreground()"
-)
 
 
 def _try_lock(home: Home) -> int | None:
@@ -89,7 +82,7 @@ def spawn(home: Home) -> subprocess.Popen[bytes]:
     env = dict(os.environ, MONKEY_HOME=str(home.root))
     with open(home.daemon_log, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-c", _BOOT, _PACKAGE_PARENT],
+            python_entry("monkey.core.daemon", "run_foreground"),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
             start_new_session=True, close_fds=True,
         )  # fmt: skip

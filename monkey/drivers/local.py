@@ -5,20 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-from monkey.config import Home, ProviderConfig
+from monkey.config import Home, ProviderConfig, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver
 from monkey.models import MonkeyError
-
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-_AGENT_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from monkey.client_agent.agent import main; main()"
-)
 
 
 def detect_gpus() -> list[str]:
@@ -35,12 +27,13 @@ def detect_gpus() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def local_capacity(config: ProviderConfig) -> Capacity:
-    """Slots and GPUs of this machine as configured (defaults: all CPUs, detected GPUs)."""
+def local_capacity(config: ProviderConfig, detect: bool = True) -> Capacity:
+    """Slots and GPUs of this machine as configured (defaults: all CPUs, and the GPUs
+    nvidia-smi reports unless ``detect`` is False)."""
     slots = config.options.get("slots") or os.cpu_count() or 1
     gpus = config.options.get("gpus")
     if gpus is None:
-        devices = detect_gpus()
+        devices = detect_gpus() if detect else []
     elif isinstance(gpus, int):
         devices = [str(i) for i in range(gpus)]
     else:
@@ -85,7 +78,7 @@ class LocalDriver(Driver):
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
         with open(self.home.root / "agent.log", "ab") as log:
             subprocess.Popen(
-                [sys.executable, "-c", _AGENT_BOOT, _PACKAGE_PARENT,
+                [*python_entry("monkey.client_agent.agent", "main"),
                  "--root", str(self.home.agent_root), "--socket", self.socket,
                  "--idle-timeout", idle, "--heartbeat", heartbeat],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
