@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from monkey.api import Job, Monkey
     from monkey.models import MonkeyError, State
+    from monkey.tracking.logger import log, log_params, summary
 
-__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir"]
+__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir", "log", "log_params",
+           "summary"]
 __version__ = "0.1.0"
 
 
@@ -31,6 +33,11 @@ def checkpoint_dir() -> Path:
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("log", "log_params", "summary"):
+        from monkey.tracking import logger
+
+        globals()[name] = value = getattr(logger, name)  # later calls skip this hook
+        return value
     if name in ("Job", "Monkey"):
         from monkey import api
 

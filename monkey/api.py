@@ -24,9 +24,11 @@ from monkey.models import (
     State,
     dumps,
     is_secret_name,
+    parse_size,
 )
 from monkey.models import Job as JobRecord
 from monkey.store import Store
+from monkey.tracking.facade import TrackingAPI
 
 # Variables that define the software environment a job was submitted from.
 CAPTURED_ENV = (
@@ -82,7 +84,7 @@ class Job:
         return self.monkey.cancel(self.juid)
 
 
-class Monkey:
+class Monkey(TrackingAPI):
     """Submit, inspect and control jobs. Every UI goes through this class."""
 
     def __init__(self, home: str | os.PathLike[str] | Home | None = None) -> None:
@@ -107,6 +109,8 @@ class Monkey:
         cpus: int = 1,
         gpus: int = 0,
         memory: str | None = None,
+        host: str | None = None,
+        outputs: Iterable[str] = (),
         retries: int = 0,
         datasets: Iterable[str] = (),
         env: dict[str, str] | Iterable[str] | None = None,
@@ -114,21 +118,38 @@ class Monkey:
         sweep: str | None = None,
         params: dict[str, Any] | None = None,
         start_core: bool = True,
+        job_yml: str | os.PathLike[str] | bool | None = None,
     ) -> Job:
-        """Snapshot the code and data, record the job, and wake the core. Returns at once."""
-        from monkey import snapshot
+        """Snapshot the code and data, record the job, and wake the core. Returns at once.
+
+        ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
+        one, False ignores it. Arguments given here override the file."""
+        from monkey import jobspec, snapshot
 
         argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv:
             raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
-        resources = self._resources(provider, cpus, gpus, memory)
+        resources = self._resources(provider, cpus, gpus, memory, host)
+        outputs = [_check_output_glob(g) for g in outputs]
         if not isinstance(retries, int) or retries < 0:
             raise MonkeyError(f"--retries must be a whole number >= 0, got {retries!r}")
-        plain_env, secret_env = self._split_env(env)
         root = Path(workdir).expanduser() if workdir else Path.cwd()
+        job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
+        js = jobspec.load(job_file) if job_file else None
+        if js is not None:  # the file's values first, so that arguments override them
+            root = js.code_root
+            given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
+            env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
+            name = name or js.name
+        plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
-        snap = snapshot.snapshot_dir(root, blobs, self.store)
+        snap = snapshot.snapshot_dir(root, blobs, self.store, js.snapshot_ignore() if js else ())
         new_blobs = list(snap.new_blobs)
+        spec_record = None
+        if js is not None:
+            spec_record, spec_blobs = jobspec.resolve(js, snap.files, blobs, self.store, provider,
+                                                      self.providers[provider].type)
+            new_blobs += spec_blobs
         recorded_datasets = []
         seen: set[str] = set()
         for spec in datasets:
@@ -144,28 +165,35 @@ class Monkey:
         git, git_blobs = snapshot.git_info(root, blobs)
         new_blobs += git_blobs
         secrets_ref = self._write_secrets(secret_env) if secret_env else None
-        job = self.store.create_job(
-            name=name or _default_name(argv),
-            argv=argv,
-            provider=provider,
-            resources=resources,
-            env={**plain_env, **{k: REDACTED for k in secret_env}},
-            snapshot=snap.digest,
-            workdir=str(root.resolve()),
-            datasets=recorded_datasets,
-            git=git,
-            python=platform.python_version(),
-            retries=retries,
-            sweep=sweep,
-            params=params,
-            blobs=new_blobs,
-            secrets=secrets_ref,
-        )
+        with self.store.tx():  # the job and its spec become visible together
+            job = self.store.create_job(
+                name=name or _default_name(argv),
+                argv=argv,
+                provider=provider,
+                resources=resources,
+                env={**plain_env, **{k: REDACTED for k in secret_env}},
+                snapshot=snap.digest,
+                workdir=str(root.resolve()),
+                datasets=recorded_datasets,
+                git=git,
+                python=platform.python_version(),
+                retries=retries,
+                sweep=sweep,
+                params=params,
+                blobs=new_blobs,
+                secrets=secrets_ref,
+            )
+            if spec_record is not None:
+                self.store.set_job_spec(job.juid, spec_record)
+            if outputs:
+                self.store.set_outputs(job.juid, outputs)
+            self._record_packages(job.juid)
         if start_core:
             self.wake()
         return Job(self, job.juid)
 
-    def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None) -> Resources:
+    def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
+                   host: str | None = None) -> Resources:
         config = self.providers.get(provider)
         if config is None:
             names = ", ".join(sorted(self.providers))
@@ -182,7 +210,14 @@ class Monkey:
         for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
-        resources = Resources(cpus=cpus, gpus=gpus, memory=memory)
+        if memory is not None:
+            parse_size(memory)  # refuse "lots" now, not when placing
+        if host is not None:
+            names = [str(h.get("name") or h.get("host")) for h in config.options.get("hosts") or []]
+            if host not in names:
+                raise MonkeyError(f"--host {host}: provider {provider!r} has no such host; "
+                                  f"its hosts: {', '.join(names) or 'none (--host is for ssh providers)'}")
+        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host)
         if config.type == "local":
             from monkey.core.placement import fits_ever
             from monkey.drivers.local import local_capacity
@@ -192,6 +227,14 @@ class Monkey:
                 raise MonkeyError(
                     f"provider {provider!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
                     f"a job asking --cpus {cpus} --gpus {gpus} could never run there"
+                )
+        elif config.type == "ssh":
+            from monkey.drivers.ssh_hosts import could_fit
+
+            if not could_fit(config, resources):
+                raise MonkeyError(
+                    f"no host of provider {provider!r} has --cpus {cpus} --gpus {gpus}"
+                    f"{f' --memory {memory}' if memory else ''}; see `monkey list providers`"
                 )
         return resources
 
@@ -259,6 +302,7 @@ class Monkey:
         return {
             **job.to_json(),
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
+            "spec": self.store.job_spec(juid),
             "attempts_detail": [vars(a) for a in self.store.attempts(juid)],
             "events": self.store.events(juid),
         }
@@ -282,6 +326,24 @@ class Monkey:
             except FileNotFoundError:
                 continue
         return b"".join(out)
+
+    def setup_logs(self, ref: str, attempt: int | None = None) -> bytes:
+        """What preparing the job's environment printed (job.yml `run`), all attempts."""
+        out = []
+        for path in self.log_paths(ref, attempt=attempt):
+            try:
+                out.append(path.with_name("setup.log").read_bytes())
+            except FileNotFoundError:
+                continue
+        return b"".join(out)
+
+    def persisted(self, ref: str) -> list[tuple[str, Path]]:
+        """The job's last saved persisted folders (job.yml `persist`) as (path, saved copy)."""
+        juid = self.store.resolve(ref)
+        base = self.home.checkpoint_dir(juid).parent / "persist"
+        spec = self.store.job_spec(juid) or {}
+        return [(p["path"], base / p["name"]) for p in spec.get("persist", [])
+                if (base / p["name"]).is_dir()]
 
     def follow(self, ref: str, stderr: bool = False, poll: float = 0.05) -> Iterator[bytes]:
         """Yield the job's output as it is written, across attempts, until the job ends."""
@@ -315,6 +377,10 @@ class Monkey:
     def jobs_changed(self, since: float) -> list[JobRecord]:
         """Jobs whose record changed at or after ``since`` (epoch seconds), newest first."""
         return self.store.jobs_updated_since(since)
+
+    def latest_metrics(self, refs: list[str]) -> dict[str, dict[str, float | None]]:
+        """Job id -> metric name -> its last logged value, for the given job ids."""
+        return self.store.latest_metric_values(refs)
 
     def live_attempts(self) -> list[dict[str, Any]]:
         """Live attempts with their job, instance and last heartbeat CPU (%) and RSS (bytes)."""
@@ -396,6 +462,15 @@ class Monkey:
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
         return State.QUEUED
+
+
+def _check_output_glob(pattern: str) -> str:
+    """An --outputs glob, refused when it could reach outside the job's folder."""
+    parts = pattern.split("/")
+    if not pattern or pattern.startswith("/") or ".." in parts:
+        raise MonkeyError(f"--outputs {pattern!r}: give a glob relative to the job's folder, "
+                          "e.g. --outputs 'results/*.csv'")
+    return pattern
 
 
 def _default_name(argv: list[str]) -> str:

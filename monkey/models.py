@@ -88,6 +88,21 @@ def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
     return min(cap, base * (2 ** max(0, attempt - 1)))
 
 
+def parse_size(value: object) -> int:
+    """Bytes from 17179869184, "16G", "512M", "1.5T", "64GiB"; MonkeyError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    try:
+        size = float(text[:-1] if text[-1:] in "KMGT" else text)
+    except ValueError:
+        size = -1.0
+    if size < 0:
+        raise MonkeyError(f"memory {value!r} is not a size; write e.g. 16G or 512M")
+    return int(size * scale)
+
+
 @dataclass
 class Resources:
     """What a job asks of a worker."""
@@ -95,9 +110,13 @@ class Resources:
     cpus: int = 1
     gpus: int = 0
     memory: str | None = None
+    host: str | None = None  # pinned to this instance of the provider (`run --host`)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
+        out: dict[str, Any] = {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
+        if self.host:
+            out["host"] = self.host
+        return out
 
 
 @dataclass

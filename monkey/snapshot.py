@@ -26,7 +26,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -341,13 +341,16 @@ def _prefilter(spec: GitIgnoreSpec) -> re.Pattern[str] | None:
         return None
 
 
-def _load_rules(path: str, strip: int, prefix: str) -> _Rules | None:
+def _load_rules(path: str, strip: int, prefix: str, extra: Sequence[str] = ()) -> _Rules | None:
+    """The patterns of the ignore file PATH (if any) followed by EXTRA patterns."""
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8", "surrogateescape")
     except OSError:
-        return None
-    spec = GitIgnoreSpec.from_lines(text.splitlines())
+        if not extra:
+            return None
+        text = ""
+    spec = GitIgnoreSpec.from_lines([*text.splitlines(), *extra])
     if not any(getattr(p, "include", None) is not None for p in spec.patterns):
         return None
     return _Rules(spec, strip, prefix)
@@ -402,15 +405,17 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 
 
 def _walk(
-    root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset()
+    root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset(),
+    extra_ignore: Sequence[str] = (),
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
-    whose absolute path is in ``skip`` are left out."""
+    whose absolute path is in ``skip`` are left out; ``extra_ignore`` patterns count as
+    lines of the root .monkeyignore."""
     out: list[tuple[str, str, os.stat_result]] = []
     first: _Rules | None = None
     chain: tuple[_Rules, ...] = ()
     if ignore:
-        first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "")
+        first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "", extra_ignore)
         chain = tuple(_ancestor_rules(root))
     seen: set[tuple[int, int]] = set()
     if follow_dirs:
@@ -575,8 +580,10 @@ def _store_files(
     return files, new, digest, sum(f.size for f in files)
 
 
-def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store) -> Snapshot:
-    """Store every file of ``workdir`` not ignored by .gitignore files or a root .monkeyignore.
+def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
+                 ignore: Sequence[str] = ()) -> Snapshot:
+    """Store every file of ``workdir`` not ignored by .gitignore files, a root .monkeyignore
+    or the gitignore-style ``ignore`` patterns (job.yml's ``code.ignore``).
 
     ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
     broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the folder holding
@@ -587,7 +594,8 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store) -> Snapshot:
     if not os.path.isdir(root):
         raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
     home = os.fspath(Path(blobs.root).resolve().parent)
-    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}))
+    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}),
+                  extra_ignore=ignore)
     files, new, digest, size = _store_files(found, blobs, store, since)
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
 

@@ -20,30 +20,51 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     events.jsonl  events, appended by the agent only (one os.write per line)
     pid           {"pid": P, "start_ticks": T}; T = field 22 of /proc/P/stat (pid reuse)
     exit          the job's exit code as text, written by the wrapper shell itself
+    metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
+                  per line (format: monkey/tracking/logger.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
                   ``workdir_name`` W, the code and the cwd are work/W/ instead
+    launch.json   for a job with ``setup`` or ``persist``: what launcher.py is to do
+    setup.log     launcher.py: the environment's set-up output, restores and saves
+    setup.json    launcher.py: {"key", "reused", "seconds", "prefix"} of the environment
+    setup.failed  launcher.py: one line, when the set-up failed (the job did not run)
 
 Datasets are materialised once per worker into ``ROOT/datasets/<digest>/`` (built in a
 temporary folder, then renamed into place) and shared, read-only, by all jobs.
 
 Each job runs as ``/bin/sh -c WRAPPER monkey-job ARGV...`` (see ``WRAPPER``) in a new
 session whose id is the wrapper's pid P: the shell records the exit code in ``exit``
-even while the agent is down. A command that cannot be run exits 127.
+even while the agent is down. A command that cannot be run exits 127. A job whose start
+has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
+in that session (see launcher.py): it restores the persisted folders, prepares the
+environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
+saves the persisted folders while it runs and after it ends, before exiting with its code.
 
 Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
 file, continued on adoption), ``ts`` (time.time()) and ``type``:
 
     started    {"pid": P}
     heartbeat  {"cpu": percent of one CPU since the last heartbeat, "rss": bytes,
-                "procs": n}, summed over every process of the job's session
-    exit       {"code": int|null, "signal": int|null, "reason": "exited"|"killed"|"vanished"}
+                "procs": n}, summed over every process of the job's session; with
+                nvidia-smi, "gpus": [{"index": i, "util": percent, "mem": MiB used}] of the
+                job's CUDA_VISIBLE_DEVICES (as sampled at the previous heartbeat)
+    metrics    {"log": [start, end], "out": [start, end], "lines": text, "stdout": text}:
+                every TAIL_EVERY seconds, and before ``exit``, the complete lines of
+                metrics.jsonl from byte ``start`` to ``end`` (``lines``, verbatim) and the
+                stdout.log lines in the byte range that start with ``{"experiment"`` or
+                ``{"monkey"`` (``stdout``). Ranges follow each other without gaps; an
+                adopted job continues from the ends of its last metrics event. Nothing is
+                parsed here: the core validates and stores.
+    exit       {"code": int|null, "signal": int|null,
+                "reason": "exited"|"killed"|"vanished"|"setup", "error": text (setup only)}
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
 from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
 agent signalled the job or the wait status shows a signal; ``signal`` is then the signal
 that ended it when known (from the wait status; code - 128 for a code above 128, e.g. a
 job that dies of SIGTERM has code 143 and signal 15; else the agent's last signal).
-``vanished``: an adopted job gone without an ``exit`` file. When the
+``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
+(``setup.failed`` holds ``error``) and the job never ran. When the
 wrapper of a job started by this agent ends, the processes left in its process group
 are SIGKILLed (all of the session when the job was signalled).
 
@@ -56,7 +77,12 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
     hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, files [[relpath, digest, mode]], blobs_dir,
               datasets [{digest, env, files, single}], workdir_name (optional: one path
-              component, to keep the project folder's name) -> pid.
+              component, to keep the project folder's name), and from a job.yml:
+              placed [{path, digest, files, mount}] (data folders put at work/PATH: copies,
+              or with ``mount`` a symlink to ROOT/datasets/DIGEST), setup {type: pip|conda|
+              none, env_file, env_file_digest, install_script, install_script_digest},
+              persist [{name, path}], persist_dir (absolute; saved copies go to
+              persist_dir/NAME) -> pid.
               Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
               work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
               run_dir that already has a ``pid`` file (or an ``abandoned`` mark) are
@@ -110,12 +136,19 @@ WRAPPER = (
     'echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
 )
 ABANDONED = "abandoned"  # marks a run dir that a sync reported as never started
+TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
+TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics event
+TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
+_SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
+_TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+)\]')
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _DIGEST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 Key = tuple[str, int]  # (juid, attempt)
 
@@ -251,6 +284,79 @@ def read_lines_after(path: str, offset: int) -> list[tuple[int, bytes]]:
     return out
 
 
+def read_new(path: str, offset: int, final: bool) -> tuple[int, bytes]:
+    """Complete lines of PATH from OFFSET (about TAIL_CHUNK bytes, never half a line;
+    FINAL also takes an unterminated last line) and the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(TAIL_CHUNK)
+            while len(data) >= TAIL_CHUNK and b"\n" not in data[-TAIL_CHUNK:]:
+                more = f.read(TAIL_CHUNK)  # a line longer than a chunk: read on to its end
+                if not more:
+                    break
+                data += more
+            at_eof = not f.read(1)
+    except FileNotFoundError:
+        return offset, b""
+    if not (final and at_eof):
+        data = data[: data.rfind(b"\n") + 1]
+    return offset + len(data), data
+
+
+def scrape(data: bytes) -> bytes:
+    """The lines of DATA that are {"experiment": ...} or {"monkey": ...} JSON objects."""
+    out = []
+    for match in _SCRAPED.finditer(data):
+        end = data.find(b"\n", match.start())
+        out.append(data[match.start() : end if end >= 0 else len(data)].strip() + b"\n")
+    return b"".join(out)
+
+
+def tail_offsets(events_path: str) -> list[int]:
+    """[metrics.jsonl, stdout.log] offsets after the last metrics event of a job."""
+    try:
+        with open(events_path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            while end > 0:
+                start = max(0, end - (1 << 20))
+                f.seek(start)
+                block = f.read(end - start + 200)  # overlap: a mark cut by the block edge
+                found = list(_TAIL_MARK.finditer(block))
+                if found:
+                    return [int(found[-1].group(1)), int(found[-1].group(2))]
+                end = start
+    except FileNotFoundError:
+        pass
+    return [0, 0]
+
+
+def gpu_usage_probe() -> subprocess.Popen | None:
+    """Start nvidia-smi reading utilisation and memory of every GPU (None without it)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        return subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+             "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError:
+        return None
+
+
+def parse_gpu_usage(out: bytes) -> dict[str, dict[str, float]]:
+    """{index: {"util": percent, "mem": MiB}} from nvidia-smi's CSV."""
+    usage = {}
+    for line in out.decode(errors="replace").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            usage[parts[0]] = {"util": float(parts[1]), "mem": float(parts[2])}
+        except (IndexError, ValueError):
+            continue
+    return usage
+
+
 def safe_relpath(rel: Any) -> str:
     """RELPATH normalised, or RequestError when absolute, empty or with '..'."""
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
@@ -325,7 +431,7 @@ class Job:
 
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
-        "signalled", "cpu_prev",
+        "signalled", "cpu_prev", "tail", "gpus",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -339,6 +445,8 @@ class Job:
         self.seq = seq
         self.signalled: int | None = None
         self.cpu_prev = (0, start_ticks / CLK_TCK)  # (ticks, boot time) at last heartbeat
+        self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
+        self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
 
     @property
     def key(self) -> Key:
@@ -384,6 +492,8 @@ class Agent:
         self.conns: set[Conn] = set()
         self.kill_at: dict[Key, float] = {}  # SIGKILL deadlines (monotonic)
         self.next_heartbeat = time.monotonic() + heartbeat
+        self.next_tail = time.monotonic() + TAIL_EVERY
+        self.gpu_probe: subprocess.Popen | None = None
         self.idle_since: float | None = time.monotonic()
         self.stopping = False
         self.gpus: list[dict[str, Any]] | None = None
@@ -464,6 +574,7 @@ class Agent:
         deadlines = list(self.kill_at.values())
         if self.jobs:
             deadlines.append(self.next_heartbeat)
+            deadlines.append(self.next_tail)
         if self.idle_since is not None:
             deadlines.append(self.idle_since + self.idle_timeout)
         if not deadlines:
@@ -480,6 +591,10 @@ class Agent:
                     log(f"{job.juid}/{job.attempt}: grace over, SIGKILL")
                     job.signalled = signal.SIGKILL
                     self._signal_session(job, signal.SIGKILL)
+        if self.jobs and now >= self.next_tail:
+            for job in list(self.jobs.values()):
+                self._tail(job)
+            self.next_tail = time.monotonic() + TAIL_EVERY
         if self.jobs and now >= self.next_heartbeat:
             self._heartbeats()
             self.next_heartbeat = time.monotonic() + self.heartbeat
@@ -697,6 +812,7 @@ class Agent:
         blobs_dir = req.get("blobs_dir") or ""
         files = self._check_files(req.get("files") or [], blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
+        placed = [self._check_placed(p, blobs_dir) for p in req.get("placed") or []]
         work = os.path.join(run_dir, "work")
         if req.get("workdir_name"):
             name = safe_relpath(req["workdir_name"])
@@ -710,6 +826,9 @@ class Agent:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
                 self._copy_blob(blob, work, rel, mode)
+            for rel, ds_files, digest, mount in placed:
+                self._place(work, rel, ds_files, digest, mount)
+            argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
         env["MONKEY_EXIT_FILE"] = os.path.join(run_dir, "exit")
@@ -748,6 +867,52 @@ class Agent:
         if single and len(files) != 1:
             raise RequestError(f"dataset {digest} is single but has {len(files)} files")
         return name, files, digest, single
+
+    def _check_placed(self, entry: Any, blobs_dir: str) -> tuple[str, list, str, bool]:
+        """(relpath, files, digest, mount) of a data folder entry after checking it."""
+        if not isinstance(entry, dict):
+            raise RequestError(f"bad placed entry {entry!r}")
+        files = self._check_files(entry.get("files") or [], blobs_dir)
+        return safe_relpath(entry.get("path")), files, check_digest(entry.get("digest")), \
+            bool(entry.get("mount"))
+
+    def _place(self, work: str, rel: str, files: list, digest: str, mount: bool) -> None:
+        """A data folder at work/REL: a copy, or a link to the worker's shared copy."""
+        if mount:
+            target = os.path.join(work, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.lexists(target):
+                raise OSError(f"{rel} is both in the code and a data folder")
+            os.symlink(self._materialise_dataset(digest, files, False), target)
+            return
+        for frel, blob, mode in files:
+            self._copy_blob(blob, os.path.join(work, rel), frel, mode)
+
+    def _launcher(self, req: dict[str, Any], run_dir: str, work: str,
+                  argv: list[str]) -> list[str]:  # fmt: skip
+        """ARGV, or ARGV behind launcher.py when the job has a set-up or persisted folders."""
+        setup, persist = req.get("setup"), req.get("persist") or []
+        if not setup and not persist:
+            return argv
+        if setup is not None and not isinstance(setup, dict):
+            raise RequestError("setup must be an object")
+        for item in persist:
+            if not isinstance(item, dict) or not _FOLDER_NAME.fullmatch(str(item.get("name"))):
+                raise RequestError(f"bad persist entry {item!r}")
+            item["path"] = safe_relpath(item.get("path"))
+        for key in ("env_file", "install_script"):
+            if setup and setup.get(key) is not None:
+                setup[key] = safe_relpath(setup[key])
+        persist_dir = req.get("persist_dir") or os.path.join(run_dir, "persist")
+        if not os.path.isabs(persist_dir):
+            raise RequestError(f"persist_dir must be an absolute path: {persist_dir!r}")
+        launch = {
+            "run_dir": run_dir, "work": work, "envs": os.path.join(self.root, "envs"),
+            "setup": setup, "persist": persist, "persist_dir": persist_dir,
+        }  # fmt: skip
+        path = os.path.join(run_dir, "launch.json")
+        write_atomic(path, json.dumps(launch).encode())
+        return [sys.executable, LAUNCHER, path, "--", *argv]
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
@@ -804,7 +969,8 @@ class Agent:
         try:
             fields = read_stat(proc.pid)
             start_ticks = stat_start_ticks(fields) if fields else 0
-            record = {"pid": proc.pid, "start_ticks": start_ticks}
+            gpus = env.get("CUDA_VISIBLE_DEVICES", "")
+            record = {"pid": proc.pid, "start_ticks": start_ticks, "gpus": gpus}
             write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
         except OSError as e:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -814,6 +980,8 @@ class Agent:
         last = last_event(os.path.join(run_dir, "events.jsonl"))
         job = Job(juid, attempt, run_dir, proc.pid, pidfd, proc, last["seq"] if last else 0,
                   start_ticks)  # fmt: skip
+        job.gpus = [g for g in gpus.split(",") if g]
+        job.tail = tail_offsets(job.events_path)
         self._track(job)
         self._append(job, "started", pid=job.pid)
         return job
@@ -857,7 +1025,44 @@ class Agent:
             if conn.subscribed:
                 self._send(conn, push)
 
+    def _tail(self, job: Job, final: bool = False) -> None:
+        """Ship new metrics.jsonl lines and scraped stdout lines as metrics events."""
+        shipped = 0
+        while shipped < TAIL_BUDGET or final:
+            log_end, lines = read_new(os.path.join(job.run_dir, "metrics.jsonl"), job.tail[0], final)
+            out_end, out = read_new(os.path.join(job.run_dir, "stdout.log"), job.tail[1], final)
+            if not lines and not out:
+                return
+            scraped = scrape(out)
+            if lines or scraped:
+                seq = job.seq
+                self._append(job, "metrics", log=[job.tail[0], log_end], out=[job.tail[1], out_end],
+                             lines=lines.decode(errors="replace"),
+                             stdout=scraped.decode(errors="replace"))  # fmt: skip
+                if job.seq == seq:  # not written: try again on the next pass
+                    return
+            # Output with nothing to scrape needs no event: a re-scan finds nothing either.
+            job.tail = [log_end, out_end]
+            shipped += len(lines) + len(out)
+
+    def _gpu_usage(self) -> dict[str, dict[str, float]]:
+        """GPU usage read by the previous heartbeat's nvidia-smi; starts the next one."""
+        usage: dict[str, dict[str, float]] = {}
+        probe = self.gpu_probe
+        if probe is not None and probe.poll() is not None:
+            assert probe.stdout is not None
+            usage = parse_gpu_usage(probe.stdout.read())
+            probe.stdout.close()
+            probe = None
+        if probe is None:
+            if self.gpus is None:
+                self.gpus = detect_gpus()
+            probe = gpu_usage_probe() if self.gpus else None
+        self.gpu_probe = probe
+        return usage
+
     def _heartbeats(self) -> None:
+        gpu_usage = self._gpu_usage()
         usage = session_usage({job.pid for job in self.jobs.values()})
         now = boottime()
         for job in list(self.jobs.values()):
@@ -866,7 +1071,12 @@ class Agent:
             elapsed = now - prev_time
             cpu = 100.0 * max(0, ticks - prev_ticks) / CLK_TCK / elapsed if elapsed > 0 else 0.0
             job.cpu_prev = (max(ticks, prev_ticks), now)
-            self._append(job, "heartbeat", cpu=round(cpu, 1), rss=rss * PAGE_SIZE, procs=procs)
+            extra: dict[str, Any] = {}
+            if gpu_usage:
+                extra["gpus"] = [{"index": int(g), **gpu_usage[g]} for g in job.gpus
+                                 if g in gpu_usage and g.isdigit()]  # fmt: skip
+            self._append(job, "heartbeat", cpu=round(cpu, 1), rss=rss * PAGE_SIZE, procs=procs,
+                         **extra)
 
     def _on_exit(self, job: Job, _mask: int) -> None:
         """The job's wrapper exited: reap, clean its group, record the exit event."""
@@ -884,6 +1094,7 @@ class Agent:
                     pass
             returncode = job.proc.wait()
         os.close(job.pidfd)
+        self._tail(job, final=True)
         self._append(job, "exit", **exit_fields(job, read_exit_code(job.run_dir), returncode))
 
     # ---- sync and adoption
@@ -937,6 +1148,8 @@ class Agent:
             return "unknown"
         seq = last["seq"] if last else 0
         job = Job(juid, attempt, run_dir, pid, -1, None, seq, start_ticks)
+        job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
+        job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", pid=pid)
         pidfd = self._open_if_alive(pid, start_ticks)
@@ -945,6 +1158,7 @@ class Agent:
             self._track(job)
             log(f"{juid}/{attempt}: adopted pid {pid}")
             return "running"
+        self._tail(job, final=True)
         self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None))
         return "exited"
 
@@ -975,7 +1189,11 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
         return {"code": code, "signal": sig, "reason": "killed"}
     if code is None:
         return {"code": None, "signal": None, "reason": "vanished"}
-    return {"code": code, "signal": None, "reason": "exited"}
+    try:
+        with open(os.path.join(job.run_dir, "setup.failed"), encoding="utf-8") as f:
+            return {"code": code, "signal": None, "reason": "setup", "error": f.read().strip()}
+    except OSError:
+        return {"code": code, "signal": None, "reason": "exited"}
 
 
 def one_line(e: BaseException) -> str:

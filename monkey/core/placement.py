@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from monkey.drivers.base import Capacity
-from monkey.models import Resources
+from monkey.models import Resources, parse_size
 
 
 @dataclass
@@ -14,6 +14,7 @@ class Usage:
 
     slots: int = 0
     gpus: set[str] = field(default_factory=set)
+    memory: int = 0
 
 
 @dataclass
@@ -27,9 +28,15 @@ def slots_needed(resources: Resources, capacity: Capacity) -> int:
     return max(1, min(resources.cpus, capacity.slots))
 
 
+def memory_needed(resources: Resources) -> int:
+    """Bytes the job asked for (0 when it did not say)."""
+    return parse_size(resources.memory) if resources.memory else 0
+
+
 def fits_ever(resources: Resources, capacity: Capacity) -> bool:
     """Whether the job could run on the instance when it is empty."""
-    return resources.cpus <= capacity.slots and resources.gpus <= len(capacity.gpus)
+    return (resources.cpus <= capacity.slots and resources.gpus <= len(capacity.gpus)
+            and (capacity.memory is None or memory_needed(resources) <= capacity.memory))
 
 
 def place(
@@ -38,11 +45,14 @@ def place(
 ) -> Placement | None:
     """The least loaded instance that has room for the job now, or None."""
     best: tuple[float, Capacity] | None = None
+    memory = memory_needed(resources)
     for cap in capacities:
-        if pinned and cap.instance != pinned:
+        if pinned and pinned not in (cap.instance, cap.instance.rsplit("/", 1)[-1]):
             continue
         used = usage.get(cap.instance, Usage())
         if used.slots + slots_needed(resources, cap) > cap.slots:
+            continue
+        if memory and cap.memory is not None and used.memory + memory > cap.memory:
             continue
         free_gpus = [g for g in cap.gpus if g not in used.gpus]
         if resources.gpus > len(free_gpus):
@@ -57,4 +67,5 @@ def place(
     gpus = [g for g in cap.gpus if g not in used.gpus][: resources.gpus]
     used.slots += slots_needed(resources, cap)
     used.gpus.update(gpus)
+    used.memory += memory
     return Placement(cap.instance, gpus)

@@ -15,8 +15,19 @@ from monkey.core.placement import Usage, place
 from monkey.drivers import get_driver
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
 from monkey.drivers.base import Driver
-from monkey.models import REDACTED, Attempt, Job, MonkeyError, Request, State, retry_delay
+from monkey.environments import start_fields
+from monkey.models import (
+    REDACTED,
+    Attempt,
+    Job,
+    MonkeyError,
+    Request,
+    State,
+    parse_size,
+    retry_delay,
+)
 from monkey.store import Store
+from monkey.tracking import ingest, sweeps
 
 log = logging.getLogger("monkey.core")
 
@@ -96,6 +107,7 @@ class Core:
         if now >= self.next_health:
             self.next_health = now + 1.0
             self.check_health(now)
+            sweeps.tick(self.store)
 
     def _drain_wakes(self) -> None:
         while True:
@@ -198,7 +210,9 @@ class Core:
             if kind == "exit":
                 self.on_exit(key, juid, n, event, offset)
             elif kind == "heartbeat":
-                self.store.heartbeat(juid, n, event["ts"], offset, event.get("cpu"), event.get("rss"))
+                ingest.on_heartbeat(self.store, juid, n, offset, event)
+            elif kind == "metrics":
+                ingest.on_metrics(self.store, juid, n, offset, event)
             elif kind == "started":
                 self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
 
@@ -225,23 +239,28 @@ class Core:
             final, reason = State.PAUSED, "paused by user"
         elif why == "vanished":
             final, reason = State.LOST, "process vanished"
+        elif why == "setup":  # not retried: the same inputs would fail the same way
+            final = State.FAILED
+            reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
         elif code == 0:
             final, reason = State.SUCCEEDED, "exit 0"
         else:
             final = State.FAILED
             reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
-        if final in (State.FAILED, State.LOST):
+        if final in (State.FAILED, State.LOST) and why != "setup":
             done = self.store.auto_retries(juid)
             if done < job.retries:
                 requeue = retry_delay(done + 1)
-        state = self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
-                                       reason=reason, requeue_after=requeue, offset=offset)
-        self.signalled.discard((juid, n))
-        if state is not None:
+        att = self.store.get_attempt(juid, n)
+        if att is not None and att.state == "live":
+            # Results first: a reader that sees the job end must find its logs complete.
             try:
                 self.driver(key[0]).finish(key[1], juid, n)
             except (MonkeyError, OSError) as exc:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
+        self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
+                               reason=reason, requeue_after=requeue, offset=offset)
+        self.signalled.discard((juid, n))
 
     def _never_started(self, att: Attempt) -> None:
         job = self.store.get_job(att.juid)
@@ -283,6 +302,8 @@ class Core:
             u = used.setdefault(instance, Usage())
             u.slots += max(1, cpus or 1)
             u.gpus.update(g for g in gpus.split(",") if g)
+        for instance, memory in self.store.live_memory():
+            used.setdefault(instance, Usage()).memory += parse_size(memory)
         return used
 
     def dispatch_ready(self, now: float) -> None:
@@ -303,11 +324,11 @@ class Core:
             if free <= 0:
                 continue
             for job in self.store.ready_jobs(now, limit=free + 2, provider=provider):
-                placement = place(job.resources, capacities, usage)
+                placement = place(job.resources, capacities, usage, pinned=job.resources.host)
                 if placement is None:
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
-                           bool(capacities[0].gpus))
+                           any(c.gpus for c in capacities if c.instance == placement.instance))
 
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
@@ -360,7 +381,7 @@ class Core:
     def start_spec(self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str],
                    has_gpus: bool) -> dict[str, Any]:
         """The agent's `start` request for the job's next attempt."""
-        env = {k: v for k, v in job.env.items() if v != REDACTED}
+        env = drv.job_env({k: v for k, v in job.env.items() if v != REDACTED})
         env.update(self._secrets(job))
         checkpoint = drv.checkpoint_dir(instance, job.juid)
         env.update(
@@ -374,6 +395,12 @@ class Core:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         files = [f[:3] for f in self._manifest(job.snapshot)] if job.snapshot else []
         blobs = [f[1] for f in files]
+        spec_fields: dict[str, Any] = {}
+        spec = self.store.job_spec(job.juid)
+        if spec is not None:
+            spec_fields, spec_blobs = start_fields(spec, self._manifest,
+                                                   drv.persist_dir(instance, job.juid))
+            blobs += spec_blobs
         datasets = []
         for ds in job.datasets:
             ds_files = [f[:3] for f in self._manifest(ds["digest"])]
@@ -383,7 +410,7 @@ class Core:
         return {
             "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
             "env": env, "files": files, "blobs_dir": drv.blobs_dir(instance),
-            "datasets": datasets, "_blobs": blobs,
+            "datasets": datasets, "_blobs": blobs, **spec_fields,
         }  # fmt: skip
 
     def _secrets(self, job: Job) -> dict[str, str]:

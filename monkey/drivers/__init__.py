@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from monkey.drivers.base import Driver
 
 # Imported lazily: a driver's SDK (paramiko, libcloud, boto3) loads only when it is used.
-_DRIVERS = {"local": "monkey.drivers.local:LocalDriver"}
+_DRIVERS = {"local": "monkey.drivers.local:LocalDriver", "ssh": "monkey.drivers.ssh:SSHDriver"}
 
 
 def supported_kinds() -> list[str]:

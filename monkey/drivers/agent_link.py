@@ -32,6 +32,9 @@ class AgentLink:
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
+        # Kept: once closed, a socket answers -1 and a paramiko Channel a new pipe, and the
+        # core must unregister the descriptor it registered.
+        self._fileno = sock.fileno()
         self._buf = bytearray()
         self._pushes: deque[dict[str, Any]] = deque()
         self._replies: dict[int, dict[str, Any]] = {}
@@ -42,7 +45,7 @@ class AgentLink:
 
     def fileno(self) -> int:
         """The underlying file descriptor, to wait on with select."""
-        return self._sock.fileno()
+        return self._fileno
 
     def request(self, op: str, timeout: float = 30, **fields: Any) -> dict[str, Any]:
         """Send OP with FIELDS and return the agent's reply.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,17 @@ class Driver(ABC):
     @abstractmethod
     def checkpoint_dir(self, instance: str, juid: str) -> str:
         """The job's checkpoint directory as seen on the instance (kept across attempts)."""
+
+    def persist_dir(self, instance: str, juid: str) -> str:
+        """Where the instance keeps the job's saved persisted folders (job.yml ``persist``),
+        one sub-folder per name; the default is ``persist/`` beside the checkpoint dir.
+        ``finish`` brings them back when they do not live in MONKEY_HOME already."""
+        return os.path.join(os.path.dirname(self.checkpoint_dir(instance, juid)), "persist")
+
+    def job_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The job's recorded environment as it should reach the instance; the default keeps
+        it whole (the instance is the machine the job was submitted from)."""
+        return env
 
     def prepare(self, instance: str, blobs: list[str]) -> None:
         """Make the blobs available on the instance; the default assumes shared storage."""

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
+from monkey.shell import provider_commands, tracking_commands
+from monkey.shell.dash_commands import dash_parser, web_parser
+from monkey.shell.jobspec_commands import init_parser, pull_parser
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
@@ -57,14 +60,20 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=int, default=1, help="CPU slots the job takes (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
     p.add_argument("--memory", help="memory the job needs, e.g. 8G")
+    p.add_argument("--host", help="run on this host of the provider (ssh providers)")
+    p.add_argument("--outputs", action="append", default=[], metavar="GLOB",
+                   help="files to fetch back from a remote host when the job ends (repeatable)")
     p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
     p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
                    help="checksum and ship PATH; the job finds it at $MONKEY_DATASET_NAME")
     p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
                    help="set a variable for the job (secret-looking names are never stored)")
-    p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
+    p.add_argument("--workdir", "-w", help="folder to snapshot and run in; its job.yml applies (default: .)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="stream the job's output and exit with its exit code")
+    spec = p.add_mutually_exclusive_group()
+    spec.add_argument("--job-yml", metavar="FILE", help="apply this job.yml (default: the workdir's)")
+    spec.add_argument("--no-job-yml", action="store_true", help="ignore the workdir's job.yml")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
     p.set_defaults(func=cmd_run)
@@ -72,8 +81,8 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "list", "List jobs or providers.")
-    sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers}")
+    p = _parser(cls, "list", "List jobs, providers or sweeps.")
+    sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers,sweeps}")
     jobs = sub.add_parser("jobs", help="jobs, newest first", description="Jobs, newest first.")
     for flag, text in (("--running", "dispatching or running"), ("--queued", "queued or paused"),
                        ("--finished", "ended in any way"), ("--failed", "failed or lost")):
@@ -86,6 +95,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
                           description="Configured providers and their capacity.")
     prov.add_argument("--json", action="store_true", help="print JSON")
     prov.set_defaults(func=cmd_list_providers)
+    tracking_commands.add_list_sweeps(sub)
     return p
 
 
@@ -107,6 +117,8 @@ def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--stderr", action="store_true", help="the error stream instead of stdout")
     p.add_argument("--tail", "-t", type=int, metavar="N", help="only the last N lines")
     p.add_argument("--attempt", "-a", type=int, help="only this attempt")
+    p.add_argument("--setup", action="store_true",
+                   help="what preparing the job's environment printed (job.yml `run`)")
     p.set_defaults(func=cmd_logs)
     return p
 
@@ -151,6 +163,12 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "job": job_parser,
     "kill": kill_parser,
     "daemon": daemon_parser,
+    "dash": dash_parser,
+    "web": web_parser,
+    "init": init_parser,
+    "pull": pull_parser,
+    **tracking_commands.PARSERS,
+    **provider_commands.PARSERS,
 }
 
 OVERVIEW = """\
@@ -161,12 +179,24 @@ With no command it opens the interactive `monkey>` shell.
 
 commands:
   run [OPTIONS] -- CMD...    snapshot the code and queue CMD (prints the job id)
-  list jobs|providers        jobs (newest first) or configured providers
+  list jobs|providers|sweeps jobs (newest first), configured providers, or sweeps
   info job JOB               everything known about a job
-  logs [-f] JOB              a job's output; -f follows it to the end
+  logs [-f] JOB              a job's output; -f follows it, --setup its set-up
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run
+  provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
+  provider check NAME        connect to a provider's hosts and report each
+  dash [JOB]                 the full-screen dashboard (`web --juid JOB` too)
+  init                       write a commented job.yml for this project
+  pull JOB [--to DIR]        fetch a job's persisted folders (job.yml `persist`)
+  metrics JOB [--plot]       a job's metrics (--name N, --json, --csv)
+  plot JOB... -m M -o F.png  a PNG comparing metric M across jobs
+  sweep [OPTIONS] -- CMD     a hyper-parameter sweep (--grid, --random, --file)
+  sweep status|cancel|pause|resume|retry SWEEP
+  compare JOB...|--sweep S   parameters and final/best metrics, ranked
+  diff JOB_A JOB_B           what differs between two jobs
+  report SWEEP -o F.html     a self-contained HTML report of a sweep
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
@@ -214,8 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     m = _monkey()
     job = m.run(
         cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, retries=args.retries, datasets=args.dataset, env=args.env,
-        workdir=args.workdir,
+        memory=args.memory, host=args.host, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
+        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml,
     )  # fmt: skip
     if args.json:
         _print_json(job.record.to_json())
@@ -305,6 +335,10 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
         if cfg.type == "local":
             cap = local_capacity(cfg)
             info.update(slots=cap.slots, gpus=len(cap.gpus))
+        elif cfg.type == "ssh":
+            info["hosts"] = provider_commands.host_status(m, name, cfg)
+            up = [h for h in info["hosts"] if h["state"] == "up"]
+            info.update(slots=sum(h["slots"] or 0 for h in up), gpus=sum(len(h["gpus"]) for h in up))
         out.append(info)
     pid = daemon.status(m.home)
     if args.json:
@@ -313,6 +347,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
            [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
              str(p["running"]), str(p["queued"])] for p in out])
+    provider_commands.print_hosts(out)
     print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
     return 0
 
@@ -352,6 +387,10 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     ]
     for ds in info["datasets"]:
         fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
+    if info.get("spec"):
+        from monkey.shell.jobspec_commands import spec_fields
+
+        fields += spec_fields(info["spec"])
     for key, value in info["env"].items():
         fields.append((f"env {key}", value if len(value) < 80 else value[:77] + "..."))
     width = max(len(k) for k, _ in fields)
@@ -379,10 +418,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     m = _monkey()
     juid = m.store.resolve(args.job)
     if args.follow:
-        if args.tail is not None or args.attempt is not None:
-            raise UsageError("monkey logs: --follow cannot be combined with --tail or --attempt")
+        if args.tail is not None or args.attempt is not None or args.setup:
+            raise UsageError("monkey logs: --follow cannot be combined with --tail, --attempt "
+                             "or --setup")
         return _follow(m, juid, stderr=args.stderr)
-    data = m.logs(juid, stderr=args.stderr, attempt=args.attempt)
+    if args.setup and args.stderr:
+        raise UsageError("monkey logs: --setup cannot be combined with --stderr")
+    if args.setup:
+        data = m.setup_logs(juid, attempt=args.attempt)
+        if not data:
+            print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
+                  "environment and persists no folder, or it has not started)", file=sys.stderr)
+    else:
+        data = m.logs(juid, stderr=args.stderr, attempt=args.attempt)
     if args.tail is not None:
         if args.tail < 0:
             raise UsageError("monkey logs: --tail must be >= 0")

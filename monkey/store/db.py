@@ -20,7 +20,11 @@ from monkey.models import (
     can_transition,
     dumps,
 )
+from monkey.store.dashboard import DashboardQueries
+from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from monkey.store.ssh import SSHQueries
+from monkey.store.tracking import TrackingStore
 
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
@@ -74,7 +78,7 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
     return Attempt(*row)
 
 
-class Store:
+class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

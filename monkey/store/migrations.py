@@ -90,6 +90,53 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0002_tracking",
+        """
+        CREATE TABLE metric_series(
+            id INTEGER PRIMARY KEY,
+            juid TEXT NOT NULL,
+            name TEXT NOT NULL,
+            UNIQUE (juid, name)
+        );
+        CREATE TABLE metrics(
+            series INTEGER NOT NULL,
+            attempt INTEGER NOT NULL,
+            step INTEGER,
+            value REAL,
+            wall REAL NOT NULL
+        );
+        CREATE INDEX metrics_series ON metrics(series);
+        CREATE TABLE run_summary(
+            juid TEXT NOT NULL,
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (juid, name)
+        );
+        CREATE TABLE sweeps(
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX jobs_sweep ON jobs(sweep, seq) WHERE sweep IS NOT NULL;
+        CREATE TABLE job_packages(juid TEXT PRIMARY KEY, digest TEXT NOT NULL);
+        """,
+    ),
+    (
+        "0003_jobspec",
+        """
+        CREATE TABLE job_specs(juid TEXT PRIMARY KEY, spec TEXT NOT NULL);
+        """,
+    ),
+    (
+        "0004_ssh",
+        """
+        CREATE TABLE job_outputs(juid TEXT PRIMARY KEY, globs TEXT NOT NULL);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,727 @@
+"""The `ssh` provider: a pool of machines reached over SSH (paramiko), one agent per host.
+
+Per host: one transport shared by every channel; the agent is installed once per version
+under ``WORKDIR/agent/<digest>/`` and started detached; the core's link to it is an exec
+channel relaying to the agent's Unix socket. A thread per host reconnects with back-off,
+appends new stdout/stderr bytes of live attempts to the local run folders (from the local
+size, so nothing is lost or doubled across reconnects), pulls checkpoints periodically,
+and stops attempts the store no longer counts as live (fencing after a host returns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import socket
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from monkey.config import Home, ProviderConfig
+from monkey.drivers import ssh_remote
+from monkey.drivers.agent_link import AgentLink
+from monkey.drivers.base import Capacity, Driver
+from monkey.drivers.ssh_hosts import HostKeys, HostSpec, Unreachable, host_specs, open_transport
+from monkey.models import MonkeyError
+from monkey.store import Store
+
+if TYPE_CHECKING:
+    import paramiko
+
+log = logging.getLogger("monkey.ssh")
+
+_AGENT_SRC = Path(__file__).resolve().parents[1] / "client_agent"
+# Folders of a job kept across attempts, under runs/<juid>/ on both sides: the checkpoint
+# and job.yml's saved persisted folders. They follow the job from host to host.
+_KEPT = ("checkpoint", "persist")
+_LOG_NAMES = ("stdout.log", "stderr.log")
+_PUMP_EVERY = 0.25
+_TAIL_MAX = 8 << 20  # what the helper returns of one file per request
+_BACKOFF_MAX = 0.5
+# Paths of the machine a job was submitted from; they mean nothing on another host.
+_LOCAL_ONLY_ENV = frozenset({"PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+                             "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME"})
+
+logging.getLogger("paramiko").setLevel(logging.WARNING)
+
+
+def _agent_files() -> list[str]:
+    return sorted(p.name for p in _AGENT_SRC.glob("*.py"))
+
+
+def agent_digest() -> str:
+    """Digest of the agent's source: the version installed on hosts."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in _agent_files():
+        h.update(name.encode() + b"\0" + (_AGENT_SRC / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+class Host:
+    """One host's connection state; ``lock`` guards the transport and its SFTP session."""
+
+    def __init__(self, instance: str, spec: HostSpec) -> None:
+        self.instance = instance
+        self.spec = spec
+        self.lock = threading.RLock()
+        self.transport: paramiko.Transport | None = None
+        self.sftp: paramiko.SFTPClient | None = None
+        self.helper: paramiko.Channel | None = None
+        self.helper_out: Any = None
+        self.workdir = ""
+        self.capacity: Capacity | None = None
+        self.error: str | None = None
+        self.transient = False
+        self.tried = False
+        self.next_try = 0.0
+        self.failures = 0
+        self.synced: set[str] = set()
+        self.bytes_sent = 0
+        self.thread: threading.Thread | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.transport is not None and self.transport.is_active()
+
+
+class SSHDriver(Driver):
+    """Jobs on configured SSH hosts; run folders and blobs live under each host's workdir."""
+
+    kind = "ssh"
+
+    def __init__(self, config: ProviderConfig, home: Home) -> None:
+        super().__init__(config, home)
+        opts = config.options
+        self.timeout = float(opts.get("connect_timeout", 10))
+        self.checkpoint_every = float(opts.get("checkpoint_every", 30))
+        self.shared_fs: str | None = opts.get("shared_fs")
+        self.host_keys = HostKeys(home, bool(opts.get("trust_on_first_use", False)))
+        self.hosts: dict[str, Host] = {}
+        for spec in host_specs(config):
+            instance = f"{self.name}/{spec.name}"
+            self.hosts[instance] = Host(instance, spec)
+        self.by_alias = {h.spec.name: h.spec for h in self.hosts.values()}
+        self.tag = hashlib.blake2s(f"{socket.gethostname()}:{home.root}".encode(),
+                                   digest_size=6).hexdigest()
+        self.store = Store(home.db)
+        self.store_lock = threading.Lock()
+        self.closing = threading.Event()
+        self.idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
+        self.heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
+
+    # -- the contract -------------------------------------------------------------------
+
+    def instances(self) -> list[Capacity]:
+        for host in self.hosts.values():
+            if not host.tried:
+                self._contact(host)
+                self._start_pump(host)
+        up = [h.capacity for h in self.hosts.values() if h.up and h.capacity]
+        if not up and all(h.error and not h.transient for h in self.hosts.values()):
+            raise MonkeyError("; ".join(h.error or "" for h in self.hosts.values()))
+        return up
+
+    def connect(self, instance: str) -> AgentLink:
+        host = self._host(instance)
+        if not host.tried:
+            self._contact(host)
+            self._start_pump(host)
+        if not host.up:
+            raise MonkeyError(f"{instance} is down ({host.error or 'connection lost'}); "
+                              "reconnecting in the background")
+        with _ssh_errors(host):
+            return self._open_link(host)
+
+    def blobs_dir(self, instance: str) -> str:
+        if self.shared_fs:
+            return f"{self.shared_fs}/blobs"
+        return f"{self._host(instance).workdir}/blobs"
+
+    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
+        return f"{self._runs(self._host(instance))}/{juid}/{attempt}"
+
+    def checkpoint_dir(self, instance: str, juid: str) -> str:
+        """The host's copy of the job's checkpoint (and persisted folders), first made equal
+        to MONKEY_HOME's, so that a job resumes on any host."""
+        host = self._host(instance)
+        remote = [f"{self._runs(host)}/{juid}/{name}" for name in _KEPT]
+        with host.lock, _ssh_errors(host):
+            [(head, _)] = self._helper(host, ("mkdirs", [remote]))
+            for name, path, made in zip(_KEPT, remote, head["made"]):
+                local = self.home.runs / juid / name
+                if not made or (local.is_dir() and any(local.iterdir())):
+                    _push_tree(self._sftp(host), str(local), path)
+        return remote[0]
+
+    def persist_dir(self, instance: str, juid: str) -> str:
+        return f"{self._runs(self._host(instance))}/{juid}/persist"
+
+    def job_env(self, env: dict[str, str]) -> dict[str, str]:
+        """Without the submitting machine's software paths: the host has its own."""
+        return {k: v for k, v in env.items() if k not in _LOCAL_ONLY_ENV}
+
+    def prepare(self, instance: str, blobs: list[str]) -> None:
+        """Send the blobs the host lacks: ask which are missing, then stream only those
+        (with ``shared_fs``, put them into the shared folder instead)."""
+        host = self._host(instance)
+        wanted = [b for b in dict.fromkeys(blobs) if b not in host.synced]
+        if not wanted:
+            return
+        if self.shared_fs:
+            self._share_blobs(wanted)
+            host.synced.update(wanted)
+            return
+        target = f"{host.workdir}/blobs"
+        with _ssh_errors(host):
+            out = self._exec(host, ssh_remote.MISSING, [target],
+                             "".join(f"{b}\n" for b in wanted).encode())
+            missing = out.decode().split()
+            if missing:
+                self._send_blobs(host, target, missing)
+        host.synced.update(wanted)
+
+    def finish(self, instance: str, juid: str, attempt: int) -> None:
+        """Fetch the rest of the logs and the outputs, and the kept folders (checkpoint,
+        persisted) unless a newer attempt exists."""
+        host = self._host(instance)
+        if not host.up:
+            raise MonkeyError(f"{instance} is down; the logs of {juid} attempt {attempt} stay there")
+        # One round trip for the common case: the logs' tails and the kept folders' listings.
+        current = self._is_current(juid, attempt)
+        kept = [("listing", [f"{self._runs(host)}/{juid}/{name}"]) for name in _KEPT]
+        with host.lock, _ssh_errors(host):
+            call, local = self._tail_call(host, [(juid, attempt)])
+            results = self._helper(host, call, *(kept if current else []))
+            if self._append(local, results[0][1]):
+                self._fetch_logs(host, [(juid, attempt)])
+            for name, (listing, _) in zip(_KEPT, results[1:]):
+                self._pull_kept(host, juid, name, listing)
+            self._fetch_outputs(host, juid, attempt)
+
+    def _fetch_outputs(self, host: Host, juid: str, attempt: int) -> None:
+        """Bring the files of `run --outputs` back into the attempt's local work folder."""
+        with self.store_lock:
+            globs = self.store.outputs(juid)
+        if not globs:
+            return
+        work = f"{self._runs(host)}/{juid}/{attempt}/work"
+        local = self.home.run_dir(juid, attempt) / "work"
+        with host.lock:
+            [(head, _)] = self._helper(host, ("matches", [work, globs]))
+            for rel in head["files"]:
+                dst = local / _checked_rel(rel)
+                _clear(dst.parent, local)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                self._sftp(host).get(f"{work}/{rel}", str(dst))
+
+    def close(self) -> None:
+        self.closing.set()
+        for host in self.hosts.values():
+            with host.lock:
+                self._drop(host)
+        with self.store_lock:
+            self.store.close()
+
+    # -- status ---------------------------------------------------------------------------
+
+    def check(self) -> list[dict[str, Any]]:
+        """Contact every host now; one report per host (error None when usable)."""
+        report = []
+        for host in self.hosts.values():
+            self._contact(host)
+            cap = host.capacity if host.up else None
+            report.append({
+                "instance": host.instance, "host": host.spec.label, "error": host.error,
+                "slots": cap.slots if cap else None, "gpus": cap.gpus if cap else [],
+                "memory": cap.memory if cap else None, "workdir": host.workdir or None,
+            })  # fmt: skip
+        return report
+
+    def bytes_sent(self) -> int:
+        """Blob bytes sent to all hosts by this driver (for benchmarks and tests)."""
+        return sum(h.bytes_sent for h in self.hosts.values())
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _runs(self, host: Host) -> str:
+        """This MONKEY_HOME's run folders on the host (several homes may share a host)."""
+        return f"{host.workdir}/runs/{self.tag}"
+
+    def _host(self, instance: str) -> Host:
+        host = self.hosts.get(instance)
+        if host is None:
+            raise MonkeyError(f"provider {self.name!r} has no host {instance!r}")
+        return host
+
+    def _contact(self, host: Host) -> None:
+        """Connect, install and start the agent, learn capacity, fence stale attempts."""
+        with host.lock:
+            if host.error and not host.transient:  # known_hosts or keys may have been fixed
+                self.host_keys = HostKeys(self.home, self.host_keys.tofu)
+            host.tried = True
+            self._drop(host)
+            try:
+                host.transport = open_transport(host.spec, self.host_keys, self.timeout, self.by_alias)
+                sftp = self._sftp(host)
+                home = sftp.normalize(".")
+                wd = host.spec.workdir
+                host.workdir = home + wd[1:] if wd == "~" or wd.startswith("~/") else wd
+                self._install_agent(host)
+                with self._open_link(host) as link:
+                    hello = link.request("hello", timeout=self.timeout)
+                    self._fence(host, link)
+            except Unreachable as exc:
+                self._failed(host, str(exc), transient=True)
+                return
+            except MonkeyError as exc:
+                self._failed(host, str(exc), transient=False)
+                return
+            except Exception as exc:  # noqa: BLE001 - OSError, EOFError, paramiko's, agent's
+                self._failed(host, f"{host.spec.name}: {type(exc).__name__}: {exc}", transient=True)
+                return
+            spec = host.spec
+            gpus = spec.gpus if spec.gpus is not None else [str(g["index"]) for g in hello.get("gpus", [])]
+            host.capacity = Capacity(
+                host.instance, int(spec.cpus or hello.get("cpus") or 1), gpus,
+                spec.memory if spec.memory is not None else hello.get("memory"),
+                {"host": spec.label, "workdir": host.workdir},
+            )  # fmt: skip
+            host.error, host.failures = None, 0
+            self._record(host, "up")
+            log.info("%s: connected, %d cpus, gpus %s", host.instance, host.capacity.slots, gpus)
+
+    def _failed(self, host: Host, error: str, transient: bool) -> None:
+        self._drop(host)
+        changed = error != host.error
+        host.error, host.transient = error, transient
+        host.failures += 1
+        # An unreachable host is retried soon; keys, users and config do not fix themselves.
+        delay = min(_BACKOFF_MAX, 0.25 * 2 ** (host.failures - 1)) if transient else 10.0
+        host.next_try = time.monotonic() + delay
+        if changed:  # once per change, not once per retry
+            log.warning("%s: %s", host.instance, error)
+            self._record(host, "unreachable" if transient else "error")
+
+    def _drop(self, host: Host) -> None:
+        for closable in (host.helper, host.sftp, host.transport, getattr(host.transport, "jump", None)):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
+                    pass
+        host.helper = host.helper_out = host.sftp = host.transport = None
+
+    def _record(self, host: Host, state: str) -> None:
+        cap = host.capacity
+        extra = {"error": host.error, "workdir": host.workdir}
+        if cap is not None:
+            extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
+        with self.store_lock:
+            self.store.upsert_instance(host.instance, self.name, self.kind, host.spec.label, state, extra)
+
+    def _sftp(self, host: Host) -> paramiko.SFTPClient:
+        if host.sftp is None:
+            if host.transport is None:
+                raise MonkeyError(f"{host.instance} is not connected")
+            import paramiko
+
+            host.sftp = paramiko.SFTPClient.from_transport(host.transport)
+        return host.sftp
+
+    def _helper(self, host: Host, *calls: tuple[str, list[Any]]) -> list[tuple[dict[str, Any], list[bytes | None]]]:
+        """One round trip to the host's file helper: per call, its result and files' bytes."""
+        with host.lock, _ssh_errors(host):
+            if host.helper is None or host.helper.closed:
+                host.helper = self._run(host, ssh_remote.HELPER, [])
+                host.helper_out = host.helper.makefile("rb")
+            try:
+                host.helper.sendall(json.dumps(calls).encode() + b"\n")
+                results = []
+                for head in json.loads(_read_exactly(host.helper_out, None)):
+                    sizes = head.get("sizes", [])
+                    results.append((head, [_read_exactly(host.helper_out, n) if n >= 0 else None
+                                           for n in sizes]))
+            except BaseException:
+                host.helper.close()  # a half-read reply would garble the next one
+                host.helper = None
+                raise
+        for (op, _), (head, _) in zip(calls, results):
+            if not head.get("ok"):
+                raise MonkeyError(f"{host.instance}: {op} failed: {head.get('error')}")
+        return results
+
+    def _exec(self, host: Host, script: str, args: list[str], data: bytes = b"") -> bytes:
+        """Run a stdlib script with the host's python3; its stdout, or MonkeyError."""
+        channel = self._run(host, script, args)
+        try:
+            if data:
+                channel.sendall(data)
+            channel.shutdown_write()
+            return _finish_channel(channel, host)
+        finally:
+            channel.close()
+
+    def _run(self, host: Host, script: str, args: list[str]) -> paramiko.Channel:
+        with host.lock, _ssh_errors(host):
+            if host.transport is None:
+                raise MonkeyError(f"{host.instance} is not connected")
+            channel = host.transport.open_session(timeout=self.timeout)
+            command = " ".join(shlex.quote(a) for a in [host.spec.python, "-c", script, *args])
+            channel.exec_command(command)
+        return channel
+
+    def _install_agent(self, host: Host) -> None:
+        """Copy client_agent to WORKDIR/agent/<digest>/ unless that version is there."""
+        sftp = self._sftp(host)
+        base = f"{host.workdir}/agent"
+        final = f"{base}/{agent_digest()}"
+        try:
+            sftp.stat(f"{final}/monkey/client_agent/agent.py")
+            return
+        except FileNotFoundError:
+            pass
+        tmp = f"{base}/.tmp-{agent_digest()}-{os.getpid()}-{threading.get_ident()}"
+        _sftp_makedirs(sftp, f"{tmp}/monkey/client_agent")
+        with sftp.open(f"{tmp}/monkey/__init__.py", "wb") as fh:
+            fh.write(b"")
+        for name in _agent_files():
+            sftp.put(str(_AGENT_SRC / name), f"{tmp}/monkey/client_agent/{name}")
+        try:
+            sftp.posix_rename(tmp, final)
+        except OSError:
+            sftp.stat(f"{final}/monkey/client_agent/agent.py")  # installed meanwhile
+            _remove_tree(sftp, tmp)
+        log.info("%s: installed the agent in %s", host.instance, final)
+
+    def _open_link(self, host: Host) -> AgentLink:
+        """An AgentLink over an exec channel relaying to the agent's socket."""
+        root = host.workdir
+        code = f"{root}/agent/{agent_digest()}"
+        channel = self._run(host, ssh_remote.RELAY, [
+            f"{root}/private/agent.sock", root, code, self.idle, self.heartbeat,
+        ])  # fmt: skip
+        channel.settimeout(self.timeout + 15)
+        first = b""
+        try:
+            while not first.endswith(b"\n"):
+                chunk = channel.recv(1)
+                if not chunk:
+                    break
+                first += chunk
+        except TimeoutError:
+            pass
+        if first != b"ok\n":
+            channel.settimeout(2)
+            try:
+                err = _finish_channel(channel, host, check=False, stderr=True)
+            except TimeoutError:
+                err = b"no answer from the relay"
+            finally:
+                channel.close()
+            raise MonkeyError(f"{host.instance}: cannot reach the agent: {err.decode(errors='replace').strip()}")
+        return AgentLink(channel)
+
+    def _fence(self, host: Host, link: AgentLink) -> None:
+        """Stop attempts on the host that the store has already ended (lost, superseded)."""
+        mine = self._runs(host) + "/"
+        for job in link.request("jobs", timeout=self.timeout).get("jobs", []):
+            if not str(job.get("run_dir", "")).startswith(mine):
+                continue  # another MONKEY_HOME's job
+            with self.store_lock:
+                att = self.store.get_attempt(job["juid"], job["attempt"])
+            if att is not None and att.state != "live":
+                log.warning("%s: stopping stale %s attempt %d", host.instance, job["juid"], att.n)
+                link.request("signal", juid=job["juid"], attempt=job["attempt"], signal="KILL",
+                             grace=0, timeout=self.timeout)
+
+    def _is_current(self, juid: str, attempt: int) -> bool:
+        with self.store_lock:
+            job = self.store.get_job(juid)
+        return job is not None and job.attempts == attempt
+
+    # -- the per-host thread ------------------------------------------------------------
+
+    def _start_pump(self, host: Host) -> None:
+        if host.thread is None:
+            host.thread = threading.Thread(target=self._pump, args=(host,), daemon=True,
+                                           name=f"ssh-{host.instance}")
+            host.thread.start()
+
+    def _pump(self, host: Host) -> None:
+        last_checkpoint = time.monotonic()
+        while not self.closing.wait(_PUMP_EVERY):
+            try:
+                if not host.up:
+                    if time.monotonic() < host.next_try:
+                        continue
+                    self._contact(host)  # and, when back, fetch the logs at once
+                    if not host.up:
+                        continue
+                with self.store_lock:
+                    live = self.store.live_attempts(host.instance)
+                if live:
+                    self._fetch_logs(host, [(a.juid, a.n) for a in live])
+                if time.monotonic() - last_checkpoint >= self.checkpoint_every:
+                    last_checkpoint = time.monotonic()
+                    for att in live:
+                        if self._is_current(att.juid, att.n):
+                            for name in _KEPT:
+                                self._pull_kept(host, att.juid, name)
+            except Exception as exc:  # noqa: BLE001 - the thread must survive any failure
+                if self.closing.is_set():
+                    return
+                log.warning("%s: %s", host.instance, exc)
+                with host.lock:
+                    if host.transport is not None and not host.transport.is_active():
+                        self._failed(host, f"{host.spec.name}: connection lost", transient=True)
+
+    # -- transfers ----------------------------------------------------------------------
+
+    def _tail_call(self, host: Host, attempts: list[tuple[str, int]]) -> tuple[tuple[str, list[Any]], list[Path]]:
+        """The helper call reading the attempts' logs past their local sizes, and the files."""
+        remote, local = [], []
+        for juid, n in attempts:
+            folder = self.home.run_dir(juid, n)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in _LOG_NAMES:
+                path = folder / name
+                have = path.stat().st_size if path.exists() else 0
+                remote.append([f"{self._runs(host)}/{juid}/{n}/{name}", have])
+                local.append(path)
+        return ("tail", [remote]), local
+
+    @staticmethod
+    def _append(local: list[Path], chunks: list[bytes | None]) -> bool:
+        """Append each chunk to its local log; True when one was cut at the helper's limit."""
+        more = False
+        for path, data in zip(local, chunks):
+            if data:
+                with open(path, "ab") as out:
+                    out.write(data)
+            more = more or (data is not None and len(data) >= _TAIL_MAX)
+        return more
+
+    def _fetch_logs(self, host: Host, attempts: list[tuple[str, int]]) -> None:
+        """Append the remote logs' new bytes to the local copies (from their local size, so
+        a reconnect neither loses nor repeats a byte)."""
+        with host.lock:
+            more = True
+            while more:
+                call, local = self._tail_call(host, attempts)
+                [(_, chunks)] = self._helper(host, call)
+                more = self._append(local, chunks)
+
+    def _pull_kept(self, host: Host, juid: str, name: str,
+                   listing: dict[str, Any] | None = None) -> None:
+        """Make MONKEY_HOME's copy of a kept folder equal to the host's (regular files only)."""
+        remote = f"{self._runs(host)}/{juid}/{name}"
+        local = self.home.runs / juid / name
+        with host.lock:
+            if listing is None:
+                [(listing, _)] = self._helper(host, ("listing", [remote]))
+            if not listing["exists"]:
+                return
+            files = {_checked_rel(rel): (size, mtime_ns) for rel, size, mtime_ns in listing["files"]}
+            dirs = {_checked_rel(d) for d in listing["dirs"]}
+            local.mkdir(parents=True, exist_ok=True)
+            for rel, (size, mtime_ns) in files.items():
+                dst = local / rel
+                try:
+                    info = os.lstat(dst)
+                    if stat.S_ISREG(info.st_mode) and (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+                        continue
+                except FileNotFoundError:
+                    pass
+                _clear(dst.parent, local)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dst.with_name(dst.name + ".monkey-tmp")
+                self._sftp(host).get(f"{remote}/{rel}", str(tmp))
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+                if dst.is_dir() and not dst.is_symlink():
+                    shutil.rmtree(dst)
+                os.replace(tmp, dst)
+            for path in sorted(local.rglob("*"), reverse=True):
+                rel = path.relative_to(local).as_posix()
+                if rel in files or (rel in dirs and path.is_dir() and not path.is_symlink()):
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+
+    def _share_blobs(self, digests: list[str]) -> None:
+        """Put the blobs into the shared folder every host mounts (linked when possible)."""
+        for digest in digests:
+            dst = Path(self.shared_fs or "", "blobs", digest[:2], digest[2:])
+            if dst.exists():
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".tmp-{dst.name}-{os.getpid()}")
+            src = self.home.blobs / digest[:2] / digest[2:]
+            try:
+                os.link(src, tmp)
+            except OSError:  # another file system
+                shutil.copyfile(src, tmp)
+                os.chmod(tmp, 0o644)
+            os.replace(tmp, dst)
+
+    def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:
+        channel = self._run(host, ssh_remote.RECEIVE, [target])
+        sent = 0
+        try:
+            for digest in digests:
+                path = self.home.blobs / digest[:2] / digest[2:]
+                size = path.stat().st_size
+                head = f"{digest} {size}\n".encode()
+                channel.sendall(head)
+                with open(path, "rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        channel.sendall(chunk)
+                sent += len(head) + size
+            channel.shutdown_write()
+            _finish_channel(channel, host)
+        finally:
+            channel.close()
+            host.bytes_sent += sent
+        log.info("%s: sent %d blobs, %d bytes", host.instance, len(digests), sent)
+
+
+@contextmanager
+def _ssh_errors(host: Host) -> Iterator[None]:
+    """paramiko's own errors as MonkeyError (what the core handles), naming the host."""
+    import paramiko
+
+    try:
+        yield
+    except (paramiko.SSHException, EOFError) as exc:
+        raise Unreachable(f"{host.instance}: {exc or type(exc).__name__}") from None
+
+
+def _read_exactly(stream: Any, size: int | None) -> bytes:
+    """SIZE bytes (a line when None) from the helper, or MonkeyError when it ends early."""
+    data = stream.readline() if size is None else stream.read(size)
+    short = not data.endswith(b"\n") if size is None else len(data) != size
+    if short:
+        raise MonkeyError("the connection to the host dropped mid-reply")
+    return data
+
+
+def _finish_channel(channel: paramiko.Channel, host: Host, check: bool = True,
+                    stderr: bool = False) -> bytes:
+    """Read a channel to its end: stdout (or stderr); MonkeyError on a non-zero exit."""
+    out, err = bytearray(), bytearray()
+    while True:
+        chunk = channel.recv(1 << 16)
+        if not chunk:
+            break
+        out += chunk
+    while chunk := channel.recv_stderr(1 << 16):
+        err += chunk
+    code = channel.recv_exit_status()
+    if code == 127 and b"not found" in err:
+        raise MonkeyError(f"{host.instance}: {host.spec.python!r} is not installed there; set "
+                          "`python:` for this host in providers.yml")
+    if check and code != 0:
+        text = err.decode(errors="replace").strip().splitlines()
+        raise MonkeyError(f"{host.instance}: remote step failed (exit {code}): "
+                          f"{text[-1] if text else 'no message'}")
+    return bytes(err if stderr else out)
+
+
+# -- SFTP tree helpers (names are checked: a hostile listing cannot leave the folder) ------
+
+
+def _safe_names(entries: list[Any]) -> list[Any]:
+    return [e for e in entries if e.filename not in (".", "..") and "/" not in e.filename]
+
+
+def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    parts = path.split("/")
+    for i in range(2, len(parts) + 1):
+        sub = "/".join(parts[:i])
+        try:
+            sftp.stat(sub)
+        except FileNotFoundError:
+            try:
+                sftp.mkdir(sub)
+            except OSError:
+                sftp.stat(sub)  # made meanwhile, or a real error
+
+
+def _remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:
+    for entry in _safe_names(sftp.listdir_attr(path)):
+        sub = f"{path}/{entry.filename}"
+        if stat.S_ISDIR(entry.st_mode or 0):
+            _remove_tree(sftp, sub)
+        else:
+            sftp.remove(sub)
+    sftp.rmdir(path)
+
+
+def _same(local: os.stat_result, size: int | None, mtime: int | None) -> bool:
+    """Whether two copies match by size and whole-second mtime (SFTP has no finer time).
+
+    A file modified in the last few seconds may have changed again within its second
+    without changing size: it never counts as the same.
+    """
+    return (stat.S_ISREG(local.st_mode) and local.st_size == size and mtime is not None
+            and int(local.st_mtime) == mtime and mtime < time.time() - 5)
+
+
+def _checked_rel(rel: str) -> str:
+    """A relative path from the host, refused when it could leave its folder."""
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or "" in parts or rel == ".":
+        raise MonkeyError(f"refusing the unsafe checkpoint path {rel!r} sent by the host")
+    return rel
+
+
+def _clear(folder: Path, base: Path) -> None:
+    """Remove files standing where FOLDER (under BASE) must be a folder."""
+    while folder != base:
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()
+        folder = folder.parent
+
+
+def _push_tree(sftp: paramiko.SFTPClient, local: str, remote: str) -> None:
+    """Make the remote folder a copy of LOCAL (regular files and folders only)."""
+    existing = {e.filename: e for e in _safe_names(sftp.listdir_attr(remote))}
+    names = set()
+    for name in os.listdir(local) if os.path.isdir(local) else []:
+        src, dst = os.path.join(local, name), f"{remote}/{name}"
+        info = os.lstat(src)
+        have = existing.get(name)
+        if stat.S_ISDIR(info.st_mode):
+            if have is not None and not stat.S_ISDIR(have.st_mode or 0):
+                sftp.remove(dst)
+            if have is None or not stat.S_ISDIR(have.st_mode or 0):
+                sftp.mkdir(dst)
+            _push_tree(sftp, src, dst)
+        elif stat.S_ISREG(info.st_mode):
+            if have is not None and stat.S_ISREG(have.st_mode or 0) and \
+                    _same(info, have.st_size, have.st_mtime):
+                names.add(name)
+                continue
+            if have is not None and stat.S_ISDIR(have.st_mode or 0):
+                _remove_tree(sftp, dst)
+            sftp.put(src, f"{dst}.monkey-tmp")
+            sftp.utime(f"{dst}.monkey-tmp", (int(info.st_mtime), int(info.st_mtime)))
+            sftp.posix_rename(f"{dst}.monkey-tmp", dst)
+        else:
+            continue
+        names.add(name)
+    for name, entry in existing.items():
+        if name not in names:
+            if stat.S_ISDIR(entry.st_mode or 0):
+                _remove_tree(sftp, f"{remote}/{name}")
+            else:
+                sftp.remove(f"{remote}/{name}")

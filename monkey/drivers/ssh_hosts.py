@@ -1,0 +1,285 @@
+"""SSH hosts: their settings (providers.yml over ~/.ssh/config), host keys and transports.
+
+paramiko is imported inside functions: this module is loaded only when an ssh provider is used.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from monkey.config import Home, ProviderConfig
+from monkey.models import MonkeyError, Resources, parse_size
+
+if TYPE_CHECKING:
+    import paramiko
+
+_DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
+
+
+class Unreachable(MonkeyError):
+    """The host did not answer (network, sshd down): worth retrying soon."""
+
+
+@dataclass
+class HostSpec:
+    """One configured host, with ~/.ssh/config applied."""
+
+    name: str
+    hostname: str
+    port: int = 22
+    user: str = ""
+    keys: list[str] = field(default_factory=list)
+    cpus: int | None = None
+    gpus: list[str] | None = None
+    memory: int | None = None
+    workdir: str = "~/.monkey-agent"
+    python: str = "python3"
+    proxy_jump: str | None = None
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How known_hosts names this host (``[host]:port`` off port 22)."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.user}@{self.hostname}:{self.port}"
+
+
+def could_fit(config: ProviderConfig, resources: Resources) -> bool:
+    """False only when the configured cpus, gpus and memory of every host (or of the pinned
+    one) rule the job out; what a host does not configure counts as enough."""
+    for entry in config.options.get("hosts") or []:
+        if resources.host and resources.host != str(entry.get("name") or entry["host"]):
+            continue
+        cpus, gpus, memory = entry.get("cpus"), entry.get("gpus"), entry.get("memory")
+        gpu_count = gpus if isinstance(gpus, int) or gpus is None else len(gpus)
+        if (cpus is None or resources.cpus <= cpus) and (
+                gpu_count is None or resources.gpus <= gpu_count) and (
+                memory is None or not resources.memory
+                or parse_size(resources.memory) <= parse_size(memory)):
+            return True
+    return False
+
+
+def ssh_config() -> paramiko.SSHConfig | None:
+    """~/.ssh/config parsed, or None when there is none."""
+    import paramiko
+
+    path = Path("~/.ssh/config").expanduser()
+    if not path.is_file():
+        return None
+    try:
+        return paramiko.SSHConfig.from_path(str(path))
+    except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
+        raise MonkeyError(f"{path}: cannot be parsed ({exc}); fix it or move it aside") from None
+
+
+def host_specs(config: ProviderConfig) -> list[HostSpec]:
+    """The provider's hosts, each with its ~/.ssh/config entry applied."""
+    sshconf = ssh_config()
+    specs = []
+    for entry in config.options.get("hosts") or []:
+        alias = str(entry["host"])
+        found: dict[str, Any] = sshconf.lookup(alias) if sshconf else {}
+        gpus = entry.get("gpus")
+        if isinstance(gpus, int) and not isinstance(gpus, bool):
+            gpus = [str(i) for i in range(gpus)]
+        elif gpus is not None:
+            gpus = [str(g) for g in gpus]
+        key = entry.get("key")
+        keys = [key] if key else list(found.get("identityfile") or [])
+        specs.append(HostSpec(
+            name=str(entry.get("name") or alias),
+            hostname=str(found.get("hostname") or alias),
+            port=int(entry.get("port") or found.get("port") or 22),
+            user=str(entry.get("user") or found.get("user") or _local_user()),
+            keys=[os.path.expanduser(k) for k in keys],
+            cpus=entry.get("cpus"),
+            gpus=gpus,
+            memory=None if entry.get("memory") is None else parse_size(entry["memory"]),
+            workdir=str(entry.get("workdir") or "~/.monkey-agent"),
+            python=str(entry.get("python") or "python3"),
+            proxy_jump=entry.get("proxy_jump") or found.get("proxyjump"),
+        ))  # fmt: skip
+    return specs
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class HostKeys:
+    """~/.ssh/known_hosts plus monkey's own known_hosts (where trust-on-first-use records)."""
+
+    def __init__(self, home: Home, trust_on_first_use: bool) -> None:
+        import paramiko
+
+        self.tofu = trust_on_first_use
+        self.own_path = home.root / "known_hosts"
+        self.keys = paramiko.HostKeys()
+        for path in (Path("~/.ssh/known_hosts").expanduser(), self.own_path):
+            if path.is_file():
+                try:
+                    self.keys.load(str(path))
+                except (OSError, paramiko.SSHException) as exc:
+                    raise MonkeyError(f"{path}: unreadable known_hosts ({exc}); fix or remove it") from None
+
+    def known_types(self, name: str) -> list[str]:
+        """Key types known for NAME, to ask the server for one of those first."""
+        found = self.keys.lookup(name)
+        return list(found.keys()) if found else []
+
+    def check(self, name: str, key: paramiko.PKey) -> None:
+        """Accept KEY for NAME or raise MonkeyError naming host and fingerprint."""
+        found = self.keys.lookup(name)
+        kind, fp = key.get_name(), fingerprint(key)
+        if found and kind in found:
+            if found[kind] == key:
+                return
+            raise MonkeyError(
+                f"host key of {name} has CHANGED ({kind} {fp}); refusing to connect. If the host "
+                f"was really reinstalled, remove its old line from known_hosts (ssh-keygen -R '{name}')"
+            )
+        if found:
+            raise MonkeyError(
+                f"host {name} offered a {kind} key ({fp}) but known_hosts has only "
+                f"{', '.join(found.keys())} for it; refusing to connect"
+            )
+        if not self.tofu:
+            raise MonkeyError(
+                f"host key of {name} is unknown ({kind} {fp}); verify it and add it to "
+                f"~/.ssh/known_hosts (ssh-keyscan), or set `trust_on_first_use: true` for this provider"
+            )
+        self.keys.add(name, kind, key)
+        line = f"{name} {kind} {key.get_base64()}\n"
+        fd = os.open(self.own_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(line)
+
+
+def _load_key(path: str) -> paramiko.PKey:
+    import paramiko
+
+    if not os.path.isfile(path):
+        raise MonkeyError(f"SSH key {path} does not exist; fix `key:` in providers.yml")
+    try:
+        return paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        raise MonkeyError(
+            f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) and drop `key:`"
+        ) from None
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise MonkeyError(f"SSH key {path} cannot be read ({exc})") from None
+
+
+def _auth_keys(spec: HostSpec) -> list[Any]:
+    """Keys to offer: the configured one, else ssh-agent's, else the default files."""
+    import paramiko
+
+    if spec.keys:
+        return [_load_key(path) for path in spec.keys if os.path.isfile(path)] or [
+            _load_key(spec.keys[0])
+        ]
+    keys: list[Any] = list(paramiko.Agent().get_keys())
+    for name in _DEFAULT_KEYS:
+        path = Path("~/.ssh").expanduser() / name
+        if path.is_file():
+            try:
+                keys.append(_load_key(str(path)))
+            except MonkeyError:
+                continue
+    if not keys:
+        raise MonkeyError(
+            f"no SSH key for {spec.name}: set `key:` in providers.yml or load one into ssh-agent"
+        )
+    return keys
+
+
+def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
+                   specs_by_alias: dict[str, HostSpec] | None = None) -> paramiko.Transport:
+    """A connected, verified and authenticated transport to the host (through ProxyJump)."""
+    import paramiko
+
+    jump = None
+    try:
+        if spec.proxy_jump:
+            jump_spec = _jump_spec(spec.proxy_jump, specs_by_alias or {})
+            jump = open_transport(jump_spec, host_keys, timeout, specs_by_alias)
+            sock: Any = jump.open_channel("direct-tcpip", (spec.hostname, spec.port),
+                                          ("127.0.0.1", 0), timeout=timeout)
+        else:
+            sock = socket.create_connection((spec.hostname, spec.port), timeout=timeout)
+            # Requests are small and answered at once: Nagle's delay would cost each one.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError as exc:
+        raise Unreachable(f"{spec.name} ({spec.label}) is unreachable: {exc.strerror or exc}") from None
+    except paramiko.SSHException as exc:
+        raise Unreachable(f"{spec.name}: jump host cannot reach {spec.label}: {exc}") from None
+    transport = paramiko.Transport(sock)
+    transport.jump = jump  # kept alive with the transport it carries
+    try:
+        types = host_keys.known_types(spec.known_hosts_name)
+        if types:
+            opts = transport.get_security_options()
+            opts.key_types = types + [t for t in opts.key_types if t not in types]
+        transport.start_client(timeout=timeout)
+        host_keys.check(spec.known_hosts_name, transport.get_remote_server_key())
+        _authenticate(transport, spec)
+    except MonkeyError:
+        transport.close()
+        raise
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        transport.close()
+        raise Unreachable(f"{spec.name} ({spec.label}): SSH handshake failed: {exc}") from None
+    transport.set_keepalive(5)
+    return transport
+
+
+def _authenticate(transport: paramiko.Transport, spec: HostSpec) -> None:
+    import paramiko
+
+    for key in _auth_keys(spec):
+        try:
+            transport.auth_publickey(spec.user, key)
+        except paramiko.AuthenticationException:
+            continue
+        if transport.is_authenticated():
+            return
+    which = ", ".join(spec.keys) if spec.keys else "ssh-agent and ~/.ssh keys"
+    raise MonkeyError(
+        f"{spec.name}: authentication as {spec.user!r} failed on {spec.hostname}:{spec.port} "
+        f"with {which}; check `user:` and `key:` in providers.yml"
+    )
+
+
+def _jump_spec(text: str, specs_by_alias: dict[str, HostSpec]) -> HostSpec:
+    """The last hop of a ProxyJump value ``[user@]host[:port][,...]``; earlier hops lead to it."""
+    *before, hop = [h.strip() for h in text.split(",")]
+    user, _, hostport = hop.rpartition("@")
+    host, _, port = hostport.partition(":")
+    if host in specs_by_alias:
+        return specs_by_alias[host]
+    sshconf = ssh_config()
+    found: dict[str, Any] = sshconf.lookup(host) if sshconf else {}
+    keys = [os.path.expanduser(k) for k in found.get("identityfile") or []]
+    return HostSpec(
+        name=host, hostname=str(found.get("hostname") or host),
+        port=int(port or found.get("port") or 22),
+        user=user or str(found.get("user") or _local_user()), keys=keys,
+        proxy_jump=",".join(before) or found.get("proxyjump"),
+    )  # fmt: skip

@@ -1,0 +1,436 @@
+"""`job.yml`: a project's job description (environment, persisted and data folders,
+per-provider machine options), loaded with line numbers so every error names its place.
+
+The format is the original Monkey one::
+
+    name: mnist
+    run:
+      env_type: pip            # pip | conda | none
+      env_file: requirements.txt
+      env:
+        - TEST_ENV: "HELLO"    # or a mapping {TEST_ENV: HELLO}
+      install_script: setup.sh
+    code:
+      path: "."
+      ignore: ["data**", "output**", "venv**"]
+    persist:
+      - name: output
+        path: output
+    data:
+      - name: mnist-data
+        type: copy             # copy | mount
+        path: data
+        compression: gztar     # gztar | zip | none
+    providers:
+      - name: gcp
+        machine_type: n1-standard-2
+        preemptible: true
+
+Every path is relative to the code folder (``code.path``, itself relative to the folder
+holding job.yml) and may not leave it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monkey.models import MonkeyError
+
+FILENAME = "job.yml"
+ENV_TYPES = ("pip", "conda", "none")
+DATA_TYPES = ("copy", "mount")
+COMPRESSIONS = ("gztar", "zip", "none")
+# Machine options a provider entry may carry, with the YAML types each accepts.
+MACHINE_OPTIONS: dict[str, tuple[type, ...]] = {
+    "size": (str,),
+    "machine_type": (str,),
+    "disk": (int, str),
+    "preemptible": (bool,),
+    "spot": (bool,),
+    "image": (str,),
+    "region": (str,),
+    "zone": (str,),
+    "gpu_type": (str,),
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false",
+               float: "a number", list: "a list", dict: "a mapping"}  # fmt: skip
+
+
+@dataclass
+class Folder:
+    """A persisted or data folder: ``path`` is relative to the code folder."""
+
+    name: str
+    path: str
+    type: str = "copy"  # data folders only: copy | mount
+    compression: str = "none"  # data folders only; accepted for the original format
+
+
+@dataclass
+class JobSpec:
+    """A validated job.yml."""
+
+    file: Path
+    name: str | None = None
+    env_type: str = "none"
+    env_file: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    install_script: str | None = None
+    code_path: str = "."
+    ignore: list[str] = field(default_factory=list)
+    persist: list[Folder] = field(default_factory=list)
+    data: list[Folder] = field(default_factory=list)
+    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def code_root(self) -> Path:
+        return (self.file.parent / self.code_path).resolve()
+
+    def snapshot_ignore(self) -> list[str]:
+        """Ignore patterns for the code snapshot: code.ignore plus the persisted and data
+        folders, which reach the job by their own way."""
+        folders = (*self.persist, *self.data)
+        return [*self.ignore, *("/" + re.sub(r"([*?\[\]\\!# ])", r"\\\1", f.path) for f in folders)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file), "name": self.name, "env_type": self.env_type,
+            "env_file": self.env_file, "env": dict(self.env),
+            "install_script": self.install_script,
+            "code": {"path": self.code_path, "ignore": list(self.ignore)},
+            "persist": [{"name": f.name, "path": f.path} for f in self.persist],
+            "data": [{"name": f.name, "path": f.path, "type": f.type,
+                      "compression": f.compression} for f in self.data],
+            "providers": {k: dict(v) for k, v in self.providers.items()},
+        }  # fmt: skip
+
+
+class _Node:
+    """A YAML node with its value constructed and its line remembered."""
+
+    def __init__(self, file: Path, node: Any, constructor: Any) -> None:
+        self.file = file
+        self.node = node
+        self.line = node.start_mark.line + 1
+        self.c = constructor
+
+    def fail(self, key: str, problem: str) -> MonkeyError:
+        return MonkeyError(f"{self.file}:{self.line}: {key}: {problem}")
+
+    def kind(self) -> type:
+        import yaml
+
+        if isinstance(self.node, yaml.MappingNode):
+            return dict
+        if isinstance(self.node, yaml.SequenceNode):
+            return list
+        value = self.c.construct_object(self.node, deep=True)
+        return type(value) if value is not None else type(None)
+
+    def value(self, key: str, *types: type) -> Any:
+        """The scalar value, checked against TYPES."""
+        kind = self.kind()
+        if kind in (dict, list) or not any(kind is t for t in types):
+            if kind is int and float in types:
+                return self.c.construct_object(self.node, deep=True)
+            wanted = " or ".join(_TYPE_NAMES[t] for t in types)
+            got = "nothing" if kind is type(None) else _TYPE_NAMES.get(kind, kind.__name__)
+            raise self.fail(key, f"must be {wanted}, not {got}")
+        return self.c.construct_object(self.node, deep=True)
+
+    def mapping(self, key: str, allowed: tuple[str, ...] | None) -> dict[str, _Node]:
+        """Children of a mapping; unknown keys are refused when ALLOWED is given."""
+        if self.kind() is not dict:
+            raise self.fail(key, "must be a mapping of `name: value` lines")
+        out: dict[str, _Node] = {}
+        for k, v in self.node.value:
+            name = _Node(self.file, k, self.c).value(key, str, int, bool)
+            name = str(name)
+            here = f"{key}.{name}" if key else name
+            if allowed is not None and name not in allowed:
+                raise _Node(self.file, k, self.c).fail(
+                    here, f"unknown key; allowed here: {', '.join(allowed)}")
+            if name in out:
+                raise _Node(self.file, k, self.c).fail(here, "given twice")
+            out[name] = _Node(self.file, v, self.c)
+        return out
+
+    def items(self, key: str) -> list[_Node]:
+        if self.kind() is not list:
+            raise self.fail(key, "must be a list (lines starting with `- `)")
+        return [_Node(self.file, n, self.c) for n in self.node.value]
+
+
+def find(folder: str | os.PathLike[str]) -> Path | None:
+    """FOLDER/job.yml when it exists."""
+    path = Path(folder) / FILENAME
+    return path if path.is_file() else None
+
+
+def load(path: str | os.PathLike[str]) -> JobSpec:
+    """Read and validate a job.yml; MonkeyError names the file, line, key and the fix."""
+    import yaml
+
+    file = Path(path).expanduser().resolve()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MonkeyError(f"cannot read {file} ({exc.strerror}); check the path") from None
+    except UnicodeDecodeError:
+        raise MonkeyError(f"{file} is not UTF-8 text; save it as UTF-8") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise MonkeyError(f"{file}:{line}: not valid YAML ({exc.problem}); fix the syntax") from None
+    except yaml.YAMLError as exc:
+        raise MonkeyError(f"{file}: not valid YAML ({exc}); fix the syntax") from None
+    spec = JobSpec(file=file)
+    if root is None:
+        return spec
+    top = _Node(file, root, yaml.SafeLoader("")).mapping(
+        "", ("name", "run", "code", "persist", "data", "providers"))
+    if "name" in top:
+        spec.name = str(top["name"].value("name", str, int))
+    if "code" in top:
+        code = top["code"].mapping("code", ("path", "ignore"))
+        if "path" in code:
+            spec.code_path = _relpath(code["path"], "code.path", file.parent, allow_dot=True)
+        if "ignore" in code:
+            node = code["ignore"]
+            items = [node] if node.kind() is str else node.items("code.ignore")
+            spec.ignore = [n.value("code.ignore", str) for n in items]
+    base = spec.code_root
+    if not base.is_dir():
+        raise top["code"].fail("code.path", f"{base} is not a folder; point it at your code")
+    if "run" in top:
+        _load_run(spec, top["run"], base)
+    for key in ("persist", "data"):
+        if key in top:
+            _load_folders(spec, top[key], key, base)
+    if "providers" in top:
+        _load_providers(spec, top["providers"])
+    return spec
+
+
+def _load_run(spec: JobSpec, node: _Node, base: Path) -> None:
+    run = node.mapping("run", ("env_type", "env_file", "env", "install_script"))
+    if "env_type" in run:
+        value = run["env_type"].value("run.env_type", str)
+        if value not in ENV_TYPES:
+            raise run["env_type"].fail("run.env_type", f"{value!r} is not allowed; use one of "
+                                       f"{', '.join(ENV_TYPES)}")
+        spec.env_type = value
+    for key in ("env_file", "install_script"):
+        if key not in run:
+            continue
+        rel = _relpath(run[key], f"run.{key}", base)
+        if not (base / rel).is_file():
+            raise run[key].fail(f"run.{key}", f"{base / rel} does not exist; create it or fix "
+                                "the path (relative to the code folder)")
+        setattr(spec, key, rel)
+    if spec.env_type != "none" and spec.env_file is None:
+        default = "requirements.txt" if spec.env_type == "pip" else "environment.yml"
+        raise node.fail("run.env_file", f"env_type {spec.env_type} needs an env_file, e.g. "
+                        f"env_file: {default}")
+    if spec.env_type == "none" and spec.env_file is not None:
+        raise run["env_file"].fail("run.env_file", "is only used with env_type pip or conda; "
+                                   "set run.env_type")
+    if "env" in run:
+        env = run["env"]
+        pairs: list[tuple[str, _Node]] = []
+        if env.kind() is list:
+            for item in env.items("run.env"):
+                pairs += [(k, v) for k, v in item.mapping("run.env", None).items()]
+        else:
+            pairs = list(env.mapping("run.env", None).items())
+        for name, value in pairs:
+            if not _ENV_NAME.fullmatch(name):
+                raise value.fail(f"run.env.{name}", "is not a valid variable name")
+            scalar = value.value(f"run.env.{name}", str, int, float, bool)
+            spec.env[name] = str(scalar).lower() if isinstance(scalar, bool) else str(scalar)
+
+
+def _load_folders(spec: JobSpec, node: _Node, key: str, base: Path) -> None:
+    allowed = ("name", "path") if key == "persist" else ("name", "path", "type", "compression")
+    folders: list[Folder] = getattr(spec, key)
+    for i, item in enumerate(node.items(key)):
+        here = f"{key}[{i}]"
+        if item.kind() is str:
+            fields = {"path": item}
+        else:
+            fields = item.mapping(here, allowed)
+        if "path" not in fields:
+            raise item.fail(f"{here}.path", "is missing; give the folder's path, e.g. path: output")
+        path = _relpath(fields["path"], f"{here}.path", base)
+        name = fields["name"].value(f"{here}.name", str) if "name" in fields else Path(path).name
+        if not _FOLDER_NAME.fullmatch(name):
+            raise (fields.get("name") or item).fail(
+                f"{here}.name", f"{name!r} must be letters, digits, '.', '_' or '-'")
+        folder = Folder(name=name, path=path)
+        if "type" in fields:
+            folder.type = fields["type"].value(f"{here}.type", str)
+            if folder.type not in DATA_TYPES:
+                raise fields["type"].fail(f"{here}.type", f"{folder.type!r} is not allowed; use "
+                                          f"one of {', '.join(DATA_TYPES)}")
+        if "compression" in fields:
+            value = fields["compression"].value(f"{here}.compression", str, type(None))
+            folder.compression = value or "none"
+            if folder.compression not in COMPRESSIONS:
+                raise fields["compression"].fail(
+                    f"{here}.compression", f"{value!r} is not allowed; use one of "
+                    f"{', '.join(COMPRESSIONS)}")
+        if key == "data" and not (base / path).is_dir():
+            problem = "is not a folder" if (base / path).exists() else "does not exist"
+            raise fields["path"].fail(f"{here}.path", f"{base / path} {problem}; data entries "
+                                      "are folders (ship single files with --dataset)")
+        if any(other.name == name for other in folders):
+            raise item.fail(f"{here}.name", f"{name!r} is used twice; give each its own name")
+        for other in (*spec.persist, *spec.data):
+            a, b = other.path + "/", path + "/"
+            if a.startswith(b) or b.startswith(a):
+                raise fields["path"].fail(f"{here}.path", f"{path!r} overlaps {other.path!r}; "
+                                "use separate folders")
+        folders.append(folder)
+
+
+def _load_providers(spec: JobSpec, node: _Node) -> None:
+    entries: list[tuple[str, _Node, dict[str, _Node]]] = []
+    if node.kind() is list:
+        for i, item in enumerate(node.items("providers")):
+            fields = item.mapping(f"providers[{i}]", ("name", *MACHINE_OPTIONS))
+            if "name" not in fields:
+                raise item.fail(f"providers[{i}].name", "is missing; name the provider of "
+                                "providers.yml these options are for")
+            name = fields.pop("name").value(f"providers[{i}].name", str)
+            entries.append((name, item, fields))
+    else:
+        for name, item in node.mapping("providers", None).items():
+            entries.append((name, item, item.mapping(f"providers.{name}", tuple(MACHINE_OPTIONS))))
+    for name, item, fields in entries:
+        if name in spec.providers:
+            raise item.fail(f"providers.{name}", "given twice; merge the entries")
+        options = {}
+        for key, value in fields.items():
+            options[key] = value.value(f"providers.{name}.{key}", *MACHINE_OPTIONS[key])
+        spec.providers[name] = options
+
+
+def _relpath(node: _Node, key: str, base: Path, allow_dot: bool = False) -> str:
+    """A relative path inside BASE, normalised; absolute or escaping paths are refused."""
+    raw = node.value(key, str)
+    if not raw or raw.startswith(("/", "~")) or "\0" in raw:
+        raise node.fail(key, f"{raw!r} must be a relative path inside the project")
+    norm = os.path.normpath(raw).replace(os.sep, "/")
+    resolved = (base / norm).resolve()
+    if norm == ".." or norm.startswith("../") or not resolved.is_relative_to(base.resolve()):
+        raise node.fail(key, f"{raw!r} is outside the project ({base}); use a path inside it")
+    if norm == "." and not allow_dot:
+        raise node.fail(key, f"{raw!r} is the whole project; name a folder or file inside it")
+    return norm
+
+
+# -- monkey init ----------------------------------------------------------------------
+
+
+def detect_env(folder: Path) -> tuple[str, str | None]:
+    """(env_type, env_file) guessed from the files of FOLDER."""
+    for name, kind in (("requirements.txt", "pip"), ("environment.yml", "conda"),
+                       ("environment.yaml", "conda")):
+        if (folder / name).is_file():
+            return kind, name
+    return "none", None
+
+
+def render(name: str, env_type: str, env_file: str | None, install_script: str | None,
+           persist: list[str], data: list[str]) -> str:
+    """A commented job.yml in the original Monkey format."""
+    import json
+
+    def q(text: str) -> str:
+        return json.dumps(text)  # a JSON string is a valid YAML scalar
+
+    lines = [
+        "# monkey job description; `monkey run CMD` reads it from this folder.",
+        "# Command-line options override it. Paths are relative to code.path.",
+        f"name: {q(name)}",
+        "run:",
+        f"  env_type: {env_type}            # pip | conda | none: prepared once per worker",
+    ]
+    if env_file:
+        lines.append(f"  env_file: {q(env_file)}")
+    lines.append('  env: []                    # variables for the job, e.g. [{SEED: "1"}]')
+    if install_script:
+        lines.append(f"  install_script: {q(install_script)}  # runs once per worker")
+    else:
+        lines.append("  # install_script: setup.sh  # runs once per worker, inside the environment")
+    ignore = ["venv**", ".venv**", *(f"{p}**" for p in (*persist, *data))]
+    lines += [
+        "code:",
+        '  path: "."',
+        f"  ignore: [{', '.join(q(i) for i in ignore)}]",
+        "# folders kept across attempts and laid over the code when a job starts again",
+    ]
+    lines.append("persist:" + ("" if persist else " []"))
+    for p in persist:
+        lines += [f"  - name: {q(Path(p).name)}", f"    path: {q(p)}"]
+    lines.append("# folders checksummed and stored once, placed at their path before the job starts")
+    lines.append("data:" + ("" if data else " []"))
+    for d in data:
+        lines += [f"  - name: {q(Path(d).name)}", "    type: copy               # copy | mount",
+                  f"    path: {q(d)}"]
+    lines += [
+        "# machine options per provider of providers.yml, e.g.",
+        "# - name: gcp",
+        "#   machine_type: n1-standard-2",
+        "#   preemptible: true",
+        "providers: []",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- submit ---------------------------------------------------------------------------
+
+
+def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: str,
+            provider_type: str) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """The spec as recorded on a job: env file and install script digests from the code
+    snapshot FILES, data folders checksummed and stored, this provider's machine options.
+    Returns (record, new blobs)."""
+    import logging
+
+    from monkey.models import REDACTED, is_secret_name
+    from monkey.snapshot import dataset
+
+    record = spec.to_json()
+    record["env"] = {k: REDACTED if is_secret_name(k) else v for k, v in spec.env.items()}
+    digests = {f.path: f.digest for f in files}
+    for key in ("env_file", "install_script"):
+        rel = getattr(spec, key)
+        if rel is None:
+            continue
+        if rel not in digests:
+            raise MonkeyError(f"{spec.file}: run.{key} {rel} is left out of the code snapshot "
+                              "by an ignore rule; remove that rule or move the file")
+        record[f"{key}_digest"] = digests[rel]
+    new_blobs: list[tuple[str, int]] = []
+    for entry, folder in zip(record["data"], spec.data):
+        ds = dataset(f"{spec.code_root / folder.path}:DATA", blobs, store)
+        new_blobs += ds.new_blobs
+        entry.update(digest=ds.digest, single=ds.single, size=ds.size,
+                     stored=sum(size for _, size in ds.new_blobs))
+    options = spec.providers.get(provider, {})
+    if options and provider_type == "local":
+        logging.getLogger("monkey").warning(
+            "monkey: provider %r is this machine; it ignores %s from %s", provider,
+            ", ".join(sorted(options)), spec.file)
+    record["provider_options"] = options
+    return record, new_blobs

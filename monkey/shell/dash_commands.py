@@ -1,0 +1,48 @@
+"""`monkey dash` and `monkey web --juid JOB`: open the full-screen dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from monkey.models import MonkeyError
+
+
+def dash_parser(cls: Any = None) -> argparse.ArgumentParser:
+    from monkey.shell.cli import Parser
+
+    p = (cls or Parser)(prog="monkey dash", description=(
+        "Open the dashboard of live jobs, logs, metrics and instances (? lists the keys)."))
+    p.add_argument("job", nargs="?", help="open on this job (id, unique prefix, or `last`)")
+    p.set_defaults(func=cmd_dash)
+    return p
+
+
+def web_parser(cls: Any = None) -> argparse.ArgumentParser:
+    from monkey.shell.cli import Parser
+
+    p = (cls or Parser)(prog="monkey web", description=(
+        "Open the dashboard, on one job with --juid (the original Monkey's `web`)."))
+    p.add_argument("--juid", "-j", dest="job", help="job id, unique prefix, or `last`")
+    p.set_defaults(func=cmd_dash)
+    return p
+
+
+def cmd_dash(args: argparse.Namespace) -> int:
+    from monkey.api import Monkey
+
+    juid = None
+    if args.job:
+        monkey = Monkey()
+        try:
+            juid = monkey.job(args.job).juid
+        finally:
+            monkey.store.close()
+    if not (sys.stdin.isatty() and sys.__stderr__.isatty()):  # Textual draws on stderr
+        raise MonkeyError("the dashboard needs a terminal; use `monkey list jobs` or "
+                          "`monkey info job JOB` in scripts")
+    from monkey.tui.app import DashApp
+
+    DashApp(job=juid).run()
+    return 0

@@ -1,0 +1,182 @@
+"""`monkey provider add ssh NAME --host ...` and `monkey provider check NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from monkey.models import MonkeyError
+
+_HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>\d+))?$")
+
+
+def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
+    from monkey.shell.cli import Parser
+
+    p = (cls or Parser)(prog="monkey provider",
+                        description="Add a provider to providers.yml, or check its hosts.")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
+    add = sub.add_parser("add", help="add a provider to providers.yml",
+                         description="Add a provider to providers.yml.")
+    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh}")
+    ssh = kinds.add_parser("ssh", help="a pool of SSH hosts",
+                           description="Add an `ssh` provider: hosts reached over SSH.")
+    ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
+    ssh.add_argument("--host", action="append", required=True, metavar="[USER@]HOST[:PORT]",
+                     help="a host (repeatable); a ~/.ssh/config alias works")
+    ssh.add_argument("--user", help="login user for hosts that name none")
+    ssh.add_argument("--key", help="private key file (default: ssh-agent, then ~/.ssh keys)")
+    ssh.add_argument("--cpus", type=int, help="job slots per host (default: its CPU count)")
+    ssh.add_argument("--gpus", type=int, help="GPUs per host (default: what nvidia-smi finds)")
+    ssh.add_argument("--memory", help="memory per host for placement, e.g. 64G")
+    ssh.add_argument("--workdir", help="folder on each host for the agent, code and runs "
+                                       "(default: ~/.monkey-agent)")
+    ssh.add_argument("--python", help="python3 on the hosts (default: python3)")
+    ssh.add_argument("--trust-on-first-use", action="store_true",
+                     help="accept unknown host keys once, recorded in MONKEY_HOME/known_hosts")
+    ssh.add_argument("--force", action="store_true", help="replace a provider of that name")
+    ssh.set_defaults(func=cmd_provider_add_ssh)
+    check = sub.add_parser("check", help="connect to a provider's hosts and report each",
+                           description="Connect to each host of a provider and report it.")
+    check.add_argument("name", help="the provider's name")
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(func=cmd_provider_check)
+    return p
+
+
+def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
+    """The providers.yml entry the `provider add ssh` arguments describe."""
+    hosts = []
+    for text in args.host:
+        match = _HOST_RE.match(text)
+        if not match:
+            raise MonkeyError(f"--host {text!r} is not [USER@]HOST[:PORT]; e.g. --host me@gpu1:2222")
+        entry: dict[str, Any] = {"host": match["host"]}
+        if match["port"]:
+            entry["port"] = int(match["port"])
+        if match["user"] or args.user:
+            entry["user"] = match["user"] or args.user
+        for key in ("key", "cpus", "gpus", "memory", "workdir", "python"):
+            value = getattr(args, key)
+            if value is not None:
+                entry[key] = os.path.abspath(os.path.expanduser(value)) if key == "key" else value
+        hosts.append(entry)
+    provider: dict[str, Any] = {"type": "ssh", "hosts": hosts}
+    if args.trust_on_first_use:
+        provider["trust_on_first_use"] = True
+    return provider
+
+
+def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
+    import yaml
+
+    from monkey.config import Home, load_providers
+
+    home = Home().ensure()
+    path = home.providers_file
+    providers = load_providers(home)  # refuses a broken file before we touch it
+    if args.name in providers and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
+    if args.name == "local":
+        raise MonkeyError("`local` is this machine; choose another name")
+    if args.key and not os.path.isfile(os.path.expanduser(args.key)):
+        raise MonkeyError(f"--key {args.key}: no such file")
+    data = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    data.setdefault("providers", {})
+    data["providers"][args.name] = ssh_entry(args)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        load_providers(_Staged(home, tmp))
+    except MonkeyError:
+        tmp.unlink()
+        raise
+    os.replace(tmp, path)
+    print(f"added provider {args.name!r} ({len(args.host)} host(s)) to {path}")
+    print(f"check it with: monkey provider check {args.name}")
+    return 0
+
+
+class _Staged:
+    """A Home whose providers.yml is the staged copy (to validate before replacing)."""
+
+    def __init__(self, home: Any, staged: Any) -> None:
+        self.providers_file = staged
+        self.root = home.root
+
+
+def cmd_provider_check(args: argparse.Namespace) -> int:
+    import json
+
+    from monkey.config import Home, load_providers
+    from monkey.drivers import get_driver
+
+    home = Home().ensure()
+    config = load_providers(home).get(args.name)
+    if config is None:
+        raise MonkeyError(f"no provider {args.name!r}; see `monkey list providers`")
+    if config.type != "ssh":
+        raise MonkeyError(f"provider {args.name!r} is {config.type!r}; `provider check` checks ssh providers")
+    driver = get_driver(config, home)
+    try:
+        report = driver.check()
+    finally:
+        driver.close()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for host in report:
+            if host["error"]:
+                print(f"{host['instance']:<24} {host['host']:<32} DOWN  {host['error']}")
+            else:
+                gpus = ",".join(host["gpus"]) or "-"
+                print(f"{host['instance']:<24} {host['host']:<32} up    cpus {host['slots']}  "
+                      f"gpus {gpus}  memory {_size(host['memory'])}")
+    bad = [h for h in report if h["error"]]
+    if bad:
+        sys.stderr.write(f"{len(bad)} of {len(report)} host(s) unusable\n")
+    return 1 if bad else 0
+
+
+def _size(value: int | None) -> str:
+    return "-" if not value else f"{value / (1 << 30):.1f}G"
+
+
+PARSERS = {"provider": provider_parser}
+
+
+def host_status(m: Any, name: str, config: Any) -> list[dict[str, Any]]:
+    """Each host of an ssh provider as the core last saw it, with the jobs running there."""
+    seen = {i["id"]: i for i in m.store.instances() if i["provider"] == name}
+    running: dict[str, int] = {}
+    for instance, _cpus, _gpus in m.store.live_usage():
+        running[instance] = running.get(instance, 0) + 1
+    hosts = []
+    for entry in config.options.get("hosts") or []:
+        instance = f"{name}/{entry.get('name') or entry['host']}"
+        rec = seen.get(instance, {})
+        extra = rec.get("extra", {})
+        hosts.append({
+            "instance": instance, "host": rec.get("host") or str(entry["host"]),
+            "state": rec.get("state", "not contacted yet"), "slots": extra.get("slots"),
+            "gpus": extra.get("gpus") or [], "memory": extra.get("memory"),
+            "running": running.get(instance, 0), "error": extra.get("error"),
+        })  # fmt: skip
+    return hosts
+
+
+def print_hosts(providers: list[dict[str, Any]]) -> None:
+    """The hosts table under `monkey list providers`, when a provider has hosts."""
+    from monkey.shell.table import render
+
+    rows = [
+        [h["instance"], h["host"], h["state"], str(h["slots"] or "-"), str(len(h["gpus"])),
+         _size(h["memory"]), str(h["running"]), h["error"] or ""]
+        for p in providers for h in p.get("hosts", [])
+    ]  # fmt: skip
+    if rows:
+        print()
+        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING", "ERROR"], rows)

@@ -1,0 +1,402 @@
+"""Tracking commands: metrics, plot, report, sweep, compare, diff, list sweeps.
+
+Parser builders take the parser class like those of cli.py; commands are glue over the
+``Monkey`` facade. Only argparse and the standard library are imported up here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monkey.api import Monkey
+
+SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry")
+
+
+ParserClass = type[argparse.ArgumentParser] | None
+
+
+def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
+    if cls is None:
+        from monkey.shell.cli import Parser
+
+        cls = Parser
+    return cls(prog=f"monkey {prog}", description=help)
+
+
+def _monkey() -> Monkey:
+    from monkey.api import Monkey
+
+    return Monkey()
+
+
+def _usage(message: str) -> Exception:
+    from monkey.shell.cli import UsageError
+
+    return UsageError(message)
+
+
+def _json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str, allow_nan=True) + "\n")
+
+
+def fmt(value: Any) -> str:
+    """A value for a table cell: numbers to 4 significant digits, nothing as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+# -- parsers --------------------------------------------------------------------------
+
+
+def metrics_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "metrics", "Show a job's metrics: a summary per series, or the points.")
+    p.add_argument("job", help="job id, unique prefix, or `last`")
+    p.add_argument("--name", "-n", help="only this metric (prints its points)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="every point as JSON")
+    out.add_argument("--csv", action="store_true", help="every point as CSV")
+    out.add_argument("--plot", action="store_true", help="draw the series in the terminal")
+    p.add_argument("--x", choices=("step", "time"), default="step",
+                   help="x axis of --plot: step (default) or seconds since the start")
+    p.set_defaults(func=cmd_metrics)
+    return p
+
+
+def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "plot", "Write a PNG comparing one metric across jobs (needs matplotlib).")
+    p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+    p.add_argument("--metric", "-m", required=True, help="the metric to draw")
+    p.add_argument("--out", "-o", required=True, help="the PNG file to write")
+    p.add_argument("--x", choices=("step", "time"), default="step", help="x axis")
+    p.add_argument("--size", default="1000x600", metavar="WxH", help="pixels (default 1000x600)")
+    p.set_defaults(func=cmd_plot)
+    return p
+
+
+def report_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep.")
+    p.add_argument("sweep", help="sweep id (sw-...), unique prefix, or `last`")
+    p.add_argument("--out", "-o", required=True, help="the HTML file to write")
+    p.set_defaults(func=cmd_report)
+    return p
+
+
+def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "sweep", "Start a hyper-parameter sweep, or act on one: "
+                "`sweep status|cancel|pause|resume|retry SWEEP`.")
+    p.add_argument("--grid", "-g", action="append", default=[], metavar="NAME=V1,V2",
+                   help="values to try (a grid: every combination)")
+    p.add_argument("--random", "-r", type=int, metavar="N", help="N random cells instead of a grid")
+    p.add_argument("--uniform", action="append", default=[], metavar="NAME=MIN:MAX",
+                   help="with --random: drawn uniformly")
+    p.add_argument("--log-uniform", action="append", default=[], metavar="NAME=MIN:MAX",
+                   help="with --random: drawn uniformly on a log scale")
+    p.add_argument("--int", action="append", default=[], metavar="NAME=MIN:MAX",
+                   help="with --random: a whole number in [MIN, MAX]")
+    p.add_argument("--choice", action="append", default=[], metavar="NAME=A,B",
+                   help="with --random: one of the values")
+    p.add_argument("--file", "-f", metavar="SWEEP.yml", help="a YAML sweep file")
+    p.add_argument("--metric", "-m", help="the metric that ranks runs")
+    p.add_argument("--goal", choices=("max", "min"), help="whether --metric is better high or low")
+    p.add_argument("--max-parallel", type=int, metavar="N", help="at most N runs at once")
+    p.add_argument("--retries", type=int, help="re-runs of a failed cell (default 2)")
+    p.add_argument("--early-terminate", choices=("median", "asha"),
+                   help="stop hopeless runs by the median rule or ASHA (needs --metric)")
+    p.add_argument("--seed", type=int, help="seed of --random draws")
+    p.add_argument("--name", "-n", help="a readable name for the sweep")
+    p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
+    p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
+    p.add_argument("--memory", help="memory each run needs, e.g. 8G")
+    p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
+                   help="data every run gets at $MONKEY_DATASET_NAME (checksummed once)")
+    p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
+                   help="a variable for every run")
+    p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD | ACTION SWEEP",
+                   help="the command template, with {name} placeholders; or an action")
+    p.set_defaults(func=cmd_sweep)
+    return p
+
+
+def compare_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    p.add_argument("--sweep", "-s", help="every run of this sweep (ranked on its metric)")
+    p.add_argument("--sort", metavar="COLUMN", help="sort by a column (metrics: best first)")
+    p.add_argument("--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--sys", action="store_true", help="include system metrics (sys/...)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON")
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    p.set_defaults(func=cmd_compare)
+    return p
+
+
+def diff_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
+                "code, git, data, Python.")
+    p.add_argument("jobs", nargs=2, metavar="JOB", help="two job ids, prefixes, or `last`")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_diff)
+    return p
+
+
+def add_list_sweeps(sub: Any) -> None:
+    """`list sweeps`, added to the `list` parser's sub-commands."""
+    p = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list_sweeps)
+
+
+PARSERS = {
+    "metrics": metrics_parser,
+    "plot": plot_parser,
+    "report": report_parser,
+    "sweep": sweep_parser,
+    "compare": compare_parser,
+    "diff": diff_parser,
+}
+
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    m = _monkey()
+    juid = m.store.resolve(args.job)
+    series = m.metrics(juid, args.name)
+    if args.json:
+        _json({name: [{"step": s, "value": v, "time": w} for s, v, w in pts]
+               for name, pts in series.items()})
+    elif args.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(["job", "name", "step", "value", "time"])
+        for name, pts in series.items():
+            writer.writerows([juid, name, "" if s is None else s, repr(v), f"{w:.6f}"]
+                             for s, v, w in pts)
+    elif not series:
+        print(f"job {juid} has logged no metrics yet")
+    elif args.plot:
+        from monkey.shell.table import use_colour
+        from monkey.tracking.plots import terminal_plot
+
+        shown = series if args.name else {k: v for k, v in series.items()
+                                          if not k.startswith("sys/")} or series
+        for name, pts in shown.items():
+            print(terminal_plot({name: pts}, f"{juid} {name}", x=args.x,
+                                colour=use_colour(sys.stdout)))
+    elif args.name:
+        from monkey.shell.table import render
+
+        render(["STEP", "VALUE", "TIME"],
+               [[fmt(s), fmt(v), time.strftime("%H:%M:%S", time.localtime(w))]
+                for s, v, w in series[args.name]])
+    else:
+        from monkey.shell.table import render
+
+        rows = []
+        for name, pts in series.items():
+            values = [v for _, v, _ in pts if not math.isnan(v)]
+            last_step = pts[-1][0]
+            rows.append([name, str(len(pts)), fmt(last_step), fmt(pts[-1][1]),
+                         fmt(min(values) if values else None), fmt(max(values) if values else None)])
+        render(["METRIC", "POINTS", "STEP", "LAST", "MIN", "MAX"], rows)
+    return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or not (50 <= int(w) <= 10000) or not (
+            50 <= int(h) <= 10000):
+        raise _usage(f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600")
+    return int(w), int(h)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    size = _size(args.size)
+    path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size)
+    print(path)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    print(_monkey().report(args.sweep, args.out))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    words = args.cmd
+    if words and words[0] in SWEEP_ACTIONS:
+        as_json = args.json or "--json" in words
+        words = [w for w in words if w != "--json"]
+        if len(words) != 2:
+            raise _usage(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
+                         f"{words[0]} last")
+        return _sweep_action(words[0], words[1], as_json)
+    command = words[1:] if words[:1] == ["--"] else words
+    if not command and not args.file:
+        raise _usage("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
+                     "--grid lr=0.01,0.1 -- python train.py --lr {lr}")
+    from monkey.tracking import sweepspec
+
+    options = sweepspec.from_options(
+        command, grid=args.grid, random_count=args.random, uniform=args.uniform,
+        log_uniform=args.log_uniform, ints=args.int, choice=args.choice,
+    )  # fmt: skip
+    if args.random is None and (args.uniform or args.log_uniform or args.int or args.choice):
+        raise _usage("monkey sweep: --uniform/--log-uniform/--int/--choice draw random values; "
+                     "add --random N (how many runs)")
+    grid = {k: v["values"] for k, v in options["parameters"].items() if "distribution" not in v}
+    dists = {k: v for k, v in options["parameters"].items() if "distribution" in v}
+    m = _monkey()
+    sid = m.sweep(
+        command or None, grid=grid, random=args.random, distributions=dists, file=args.file,
+        metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
+        retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
+        name=args.name, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
+        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir,
+    )  # fmt: skip
+    if args.json:
+        _json(m.sweep_status(sid))
+    else:
+        total = len(m.store.sweep_jobs_brief(sid))
+        print(sid)
+        print(f"monkey: sweep {sid}: {total} runs queued; `monkey sweep status {sid}`",
+              file=sys.stderr)
+    return 0
+
+
+def _sweep_action(action: str, ref: str, as_json: bool) -> int:
+    m = _monkey()
+    if action != "status":
+        done = m.sweep_control(ref, action)
+        sid = m.store.resolve_sweep(ref)
+        print(f"{sid} {action}: {done['jobs']} runs")
+        return 0
+    st = m.sweep_status(ref)
+    if as_json:
+        _json(st)
+        return 0
+    from monkey.shell.table import STATE_COLOURS, render
+
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(st["counts"].items()))
+    print(f"sweep {st['id']} ({st['name']}): {st['state']}, {st['done']}/{st['total']} ended"
+          + (f" ({counts})" if counts else ""))
+    metric = st["spec"].get("metric")
+    if metric:
+        best = st["best"]
+        print(f"metric {metric['name']} ({metric['goal']}): "
+              + (f"best {fmt(best['value'])} by {best['job']} {json.dumps(best['params'])}"
+                 if best else "no values yet"))
+    if st["stopped_early"]:
+        print(f"stopped early: {', '.join(st['stopped_early'])}")
+    print()
+    render(["JOB", "STATE", "TRIES", "PARAMS"],
+           [[j["job"], j["state"], str(j["attempts"]), json.dumps(j["params"])] for j in st["jobs"]],
+           colours=[[None, STATE_COLOURS.get(j["state"]), None, None] for j in st["jobs"]])
+    return 0
+
+
+def cmd_list_sweeps(args: argparse.Namespace) -> int:
+    from monkey.shell.table import ago, render
+
+    sweeps = _monkey().sweeps()
+    if args.json:
+        _json(sweeps)
+        return 0
+    if not sweeps:
+        print("no sweeps yet; try `monkey sweep --grid lr=0.01,0.1 -- python train.py --lr {lr}`")
+        return 0
+    now = time.time()
+    rows = []
+    for s in sweeps:
+        counts = s["counts"]
+        total = sum(counts.values())
+        done = sum(n for st, n in counts.items() if st in ("succeeded", "failed", "cancelled",
+                                                          "lost", "preempted"))
+        metric = s["spec"].get("metric")
+        rows.append([s["id"], s["name"], s["state"], f"{done}/{total}",
+                     f"{metric['name']} ({metric['goal']})" if metric else "-",
+                     ago(now - s["created_at"]), " ".join(s["spec"]["command"])])
+    render(["SWEEP", "NAME", "STATE", "DONE", "METRIC", "AGE", "COMMAND"], rows, flex=6)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    m = _monkey()
+    table = m.compare(args.jobs or None, sweep=args.sweep, sort=args.sort, reverse=args.reverse,
+                      system=args.sys)
+    columns, rows = table["columns"], table["rows"]
+    if args.json:
+        _json(rows)
+    elif args.csv:
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({c: "" if r.get(c) is None else r[c] for c in columns} for r in rows)
+    else:
+        from monkey.shell.table import render
+
+        headers = ["#", *(c.upper() if c in ("job", "name", "state") else c for c in columns)]
+        render(headers, [[str(i), *(fmt(r.get(c)) for c in columns)]
+                         for i, r in enumerate(rows, start=1)])
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    result = _monkey().diff(*args.jobs)
+    if args.json:
+        _json(result)
+        return 0
+    a, b = result["jobs"]
+    print(f"--- {a}\n+++ {b}")
+    same = True
+    for section in ("command", "params", "env", "datasets", "resources", "python", "packages"):
+        value = result.get(section)
+        if not value:
+            continue
+        same = False
+        print(f"\n[{section}]")
+        if isinstance(value, list):
+            print(f"- {value[0]}\n+ {value[1]}")
+            continue
+        for key, (va, vb) in value.items():
+            print(f"  {key}: {fmt(va)} -> {fmt(vb)}")
+    git = result.get("git")
+    if git:
+        same = False
+        print("\n[git]")
+        for key in ("commit", "branch", "dirty"):
+            if key in git:
+                print(f"  {key}: {fmt(git[key][0])} -> {fmt(git[key][1])}")
+        if git.get("uncommitted"):
+            print("  uncommitted changes differ:")
+            sys.stdout.write(git["uncommitted"])
+    code = result.get("code")
+    if code:
+        same = False
+        print("\n[code]")
+        for label in ("added", "removed", "changed"):
+            for path in code[label]:
+                print(f"  {label}: {path}")
+        if code["diff"]:
+            print()
+            sys.stdout.write(code["diff"])
+    if same:
+        print("\nno differences in command, parameters, environment, code, git, data or Python")
+    return 0

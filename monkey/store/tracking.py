@@ -1,0 +1,290 @@
+"""SQL of experiment tracking: metric series and points, run summaries, sweeps."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from typing import Any
+
+from monkey.models import dumps
+
+# A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
+# core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.
+HOLD = 1e18
+
+# A batch of points as columns: distinct names, then per point the index of its name, its
+# step (or None), value (NaN is stored as NULL) and wall time in seconds.
+Columns = tuple[list[str], Iterable[int], Iterable[int | None], Iterable[float], Iterable[float]]
+
+
+class TrackingStore:
+    """Mixin of ``Store``: metrics, summaries and sweeps."""
+
+    db: sqlite3.Connection
+    tx: Any
+    _series_ids: dict[tuple[str, str], int]
+
+    # -- ingestion ----------------------------------------------------------------------
+
+    def _claim_offset(self, db: sqlite3.Connection, juid: str, n: int, offset: int) -> bool:
+        """Advance the attempt's events offset; False when OFFSET was already applied."""
+        cur = db.execute(
+            "UPDATE attempts SET events_offset = ? WHERE juid = ? AND n = ? AND events_offset < ?",
+            (offset, juid, n, offset),
+        )
+        return cur.rowcount == 1
+
+    def _series(self, db: sqlite3.Connection, juid: str, names: Iterable[str]) -> dict[str, int]:
+        cache = self.__dict__.setdefault("_series_ids", {})
+        out = {}
+        for name in names:
+            sid = cache.get((juid, name))
+            if sid is None:
+                db.execute(
+                    "INSERT OR IGNORE INTO metric_series(juid, name) VALUES (?, ?)", (juid, name)
+                )
+                sid = db.execute(
+                    "SELECT id FROM metric_series WHERE juid = ? AND name = ?", (juid, name)
+                ).fetchone()[0]
+                cache[(juid, name)] = sid
+            out[name] = sid
+        return out
+
+    def ingest_metrics(self, juid: str, n: int, offset: int, batches: list[Columns],
+                       params: dict[str, Any] | None = None,
+                       summary: dict[str, Any] | None = None) -> bool:
+        """Store one batch and advance the attempt's offset in one transaction.
+
+        Returns False (and stores nothing) when the batch at OFFSET was stored before.
+        """
+        with self.tx() as db:
+            if not self._claim_offset(db, juid, n, offset):
+                return False
+            for batch in batches:
+                self._insert_columns(db, juid, n, batch)
+            if params:
+                row = db.execute("SELECT params FROM jobs WHERE juid = ?", (juid,)).fetchone()
+                merged = {**json.loads(row[0]), **params} if row else params
+                db.execute("UPDATE jobs SET params = ? WHERE juid = ?", (dumps(merged), juid))
+            if summary:
+                db.executemany(
+                    "INSERT OR REPLACE INTO run_summary(juid, name, value) VALUES (?, ?, ?)",
+                    [(juid, k, json.dumps(v)) for k, v in summary.items()],
+                )
+        return True
+
+    def _insert_columns(self, db: sqlite3.Connection, juid: str, n: int,
+                        batch: Columns) -> None:
+        names, index, steps, values, walls = batch
+        ids = self._series(db, juid, names)
+        series = [ids[name] for name in names]
+        db.executemany(  # rows zipped from columns in C: no Python loop per point
+            "INSERT INTO metrics(series, attempt, step, value, wall) VALUES (?, ?, ?, ?, ?)",
+            zip(map(series.__getitem__, index), repeat(n), steps, values, walls),
+        )
+
+    def heartbeat_metrics(self, juid: str, n: int, ts: float, offset: int, cpu: float | None,
+                          rss: int | None, batch: Columns | None) -> None:
+        """A heartbeat (liveness, usage) and its system metrics, stored once."""
+        with self.tx() as db:
+            db.execute(
+                "UPDATE attempts SET heartbeat_at = ?, cpu = COALESCE(?, cpu), "
+                "rss = COALESCE(?, rss) WHERE juid = ? AND n = ?",
+                (ts, cpu, rss, juid, n),
+            )
+            if self._claim_offset(db, juid, n, offset) and batch is not None:
+                self._insert_columns(db, juid, n, batch)
+
+    # -- queries ------------------------------------------------------------------------
+
+    def metric_names(self, juid: str) -> list[str]:
+        rows = self.db.execute(
+            "SELECT name FROM metric_series WHERE juid = ? ORDER BY name", (juid,)
+        )
+        return [r[0] for r in rows]
+
+    def metric_points(self, juid: str, name: str | None = None
+                      ) -> dict[str, list[tuple[int | None, float | None, float]]]:
+        """Series name -> [(step, value, wall)] in logging order."""
+        sql = "SELECT id, name FROM metric_series WHERE juid = ?"
+        args: tuple[Any, ...] = (juid,)
+        if name is not None:
+            sql += " AND name = ?"
+            args += (name,)
+        out: dict[str, list[tuple[int | None, float | None, float]]] = {}
+        for sid, sname in self.db.execute(sql + " ORDER BY name", args).fetchall():
+            out[sname] = self.db.execute(
+                "SELECT step, value, wall FROM metrics WHERE series = ? ORDER BY rowid", (sid,)
+            ).fetchall()
+        return out
+
+    def metric_points_many(self, juids: list[str], name: str
+                           ) -> dict[str, list[tuple[int | None, float | None, float]]]:
+        """juid -> [(step, value, wall)] of one metric, for the jobs that logged it."""
+        out: dict[str, list[tuple[int | None, float | None, float]]] = {}
+        for chunk in _chunks(juids, 500):
+            rows = self.db.execute(
+                "SELECT s.juid, m.step, m.value, m.wall FROM metric_series s "
+                "JOIN metrics m ON m.series = s.id "
+                f"WHERE s.name = ? AND s.juid IN ({', '.join('?' * len(chunk))}) "
+                "ORDER BY m.series, m.rowid",
+                [name, *chunk],
+            )
+            for juid, step, value, wall in rows:
+                out.setdefault(juid, []).append((step, value, wall))
+        return out
+
+    def metric_stats(self, juids: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        """juid -> name -> {last, step, min, max, count} (NaN points count, never compare)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {j: {} for j in juids}
+        for chunk in _chunks(juids, 500):
+            rows = self.db.execute(
+                "SELECT s.juid, s.name, MIN(m.value), MAX(m.value), COUNT(*), MAX(m.rowid) "
+                "FROM metric_series s JOIN metrics m ON m.series = s.id "
+                f"WHERE s.juid IN ({', '.join('?' * len(chunk))}) GROUP BY s.id",
+                chunk,
+            ).fetchall()
+            marks = ", ".join("?" * len(rows))
+            last = {
+                rowid: (step, value) for rowid, step, value in self.db.execute(
+                    f"SELECT rowid, step, value FROM metrics WHERE rowid IN ({marks})",
+                    [r[5] for r in rows],
+                )
+            } if rows else {}
+            for juid, name, lo, hi, count, rowid in rows:
+                step, value = last.get(rowid, (None, None))
+                out[juid][name] = {"last": value, "step": step, "min": lo, "max": hi,
+                                   "count": count}
+        return out
+
+    def summaries(self, juids: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {j: {} for j in juids}
+        for chunk in _chunks(juids, 500):
+            rows = self.db.execute(
+                "SELECT juid, name, value FROM run_summary "
+                f"WHERE juid IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for juid, name, value in rows:
+                out[juid][name] = json.loads(value)
+        return out
+
+    def set_job_packages(self, juid: str, digest: str, size: int) -> None:
+        """Record the blob listing the packages a job was submitted with."""
+        with self.tx() as db:
+            db.execute("INSERT OR IGNORE INTO blobs(digest, size, created_at) VALUES (?, ?, ?)",
+                       (digest, size, time.time()))
+            db.execute("INSERT OR REPLACE INTO job_packages(juid, digest) VALUES (?, ?)",
+                       (juid, digest))
+
+    def job_packages(self, juid: str) -> str | None:
+        row = self.db.execute("SELECT digest FROM job_packages WHERE juid = ?", (juid,)).fetchone()
+        return row[0] if row else None
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    def create_sweep(self, name: str, spec: dict[str, Any], now: float | None = None) -> str:
+        """A new sweep id (sw-YY-MM-DD-NNN) for SPEC, in state running."""
+        now = time.time() if now is None else now
+        day = time.strftime("%y-%m-%d", time.localtime(now))
+        with self.tx() as db:
+            key = f"sweep:{day}"
+            db.execute(
+                "INSERT INTO day_counters(day, n) VALUES (?, 1) "
+                "ON CONFLICT(day) DO UPDATE SET n = n + 1",
+                (key,),
+            )
+            count = db.execute("SELECT n FROM day_counters WHERE day = ?", (key,)).fetchone()[0]
+            sid = f"sw-{day}-{count:03d}"
+            db.execute(
+                "INSERT INTO sweeps(id, name, state, spec, created_at, updated_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?)",
+                (sid, name or sid, dumps(spec), now, now),
+            )
+        return sid
+
+    def get_sweep(self, sid: str) -> dict[str, Any] | None:
+        row = self.db.execute(
+            "SELECT id, name, state, spec, created_at, updated_at FROM sweeps WHERE id = ?", (sid,)
+        ).fetchone()
+        return _sweep(row) if row else None
+
+    def list_sweeps(self, states: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT id, name, state, spec, created_at, updated_at FROM sweeps"
+        args: list[str] = []
+        if states is not None:
+            args = list(states)
+            sql += f" WHERE state IN ({', '.join('?' * len(args))})"
+        return [_sweep(r) for r in self.db.execute(sql + " ORDER BY created_at DESC", args)]
+
+    def resolve_sweep(self, ref: str) -> str:
+        """A sweep id from a full id, a unique prefix (the `sw-` may be left out), or `last`."""
+        from monkey.models import MonkeyError
+
+        ref = ref.strip()
+        if ref == "last":
+            row = self.db.execute(
+                "SELECT id FROM sweeps ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
+            if not row:
+                raise MonkeyError("no sweeps yet, so `last` names nothing; start one with `monkey sweep`")
+            return row[0]
+        full = ref if ref.startswith("sw-") else f"sw-{ref}"
+        rows = self.db.execute(
+            "SELECT id FROM sweeps WHERE id >= ? AND id < ? ORDER BY id LIMIT 3",
+            (full, full + "\x7f"),
+        ).fetchall()
+        if any(r[0] == full for r in rows):
+            return full
+        if not rows:
+            raise MonkeyError(f"no sweep matches {ref!r}; see `monkey list sweeps`")
+        if len(rows) > 1:
+            raise MonkeyError(f"{ref!r} matches several sweeps; give more of the id")
+        return rows[0][0]
+
+    def set_sweep_state(self, sid: str, state: str, only_from: Iterable[str] | None = None) -> bool:
+        sql = "UPDATE sweeps SET state = ?, updated_at = ? WHERE id = ?"
+        args: list[Any] = [state, time.time(), sid]
+        if only_from is not None:
+            old = list(only_from)
+            sql += f" AND state IN ({', '.join('?' * len(old))})"
+            args += old
+        with self.tx() as db:
+            return db.execute(sql, args).rowcount == 1
+
+    def sweep_jobs_brief(self, sid: str) -> list[tuple[str, str, float, str | None]]:
+        """(juid, state, not_before, request) of a sweep's jobs, oldest first."""
+        return self.db.execute(
+            "SELECT juid, state, not_before, request FROM jobs WHERE sweep = ? ORDER BY seq", (sid,)
+        ).fetchall()
+
+    def hold_jobs(self, juids: list[str]) -> None:
+        """Keep queued jobs waiting for their sweep's hook to release them."""
+        with self.tx() as db:
+            db.executemany(
+                "UPDATE jobs SET not_before = ? WHERE juid = ? AND state = 'queued'",
+                [(HOLD, j) for j in juids],
+            )
+
+    def release_jobs(self, juids: list[str]) -> None:
+        with self.tx() as db:
+            db.executemany(
+                "UPDATE jobs SET not_before = 0 WHERE juid = ? AND state = 'queued' "
+                "AND not_before >= ?",
+                [(j, HOLD) for j in juids],
+            )
+
+
+def _sweep(row: tuple[Any, ...]) -> dict[str, Any]:
+    sid, name, state, spec, created, updated = row
+    return {"id": sid, "name": name, "state": state, "spec": json.loads(spec),
+            "created_at": created, "updated_at": updated}
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+

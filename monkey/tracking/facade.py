@@ -1,0 +1,287 @@
+"""The tracking half of the ``Monkey`` facade (mixed into ``monkey.api.Monkey``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from monkey.models import MonkeyError
+
+if TYPE_CHECKING:
+    from monkey.config import Home
+    from monkey.store import Store
+
+Series = list[tuple[int | None, float, float]]
+
+
+class TrackingAPI:
+    """Metrics, sweeps, compare, diff, plots and reports."""
+
+    store: Store
+    home: Home
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def metrics(self, ref: str, name: str | None = None) -> dict[str, Series]:
+        """Series name -> [(step, value, wall_time)] in logging order (NaN stays NaN)."""
+        juid = self.store.resolve(ref)
+        out = self.store.metric_points(juid, name)
+        if name is not None and not out:
+            known = ", ".join(self.store.metric_names(juid)) or "none yet"
+            raise MonkeyError(f"job {juid} has no metric {name!r}; its metrics: {known}")
+        return {k: [(s, math.nan if v is None else v, w) for s, v, w in pts]
+                for k, pts in out.items()}
+
+    def metric_names(self, ref: str) -> list[str]:
+        """Names of the job's metric series, sorted."""
+        return self.store.metric_names(self.store.resolve(ref))
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    def sweep(self, command: str | list[str] | None = None, *, grid: dict[str, list[Any]] | None = None,
+              random: int | None = None, distributions: dict[str, dict[str, Any]] | None = None,
+              file: str | None = None, metric: str | None = None, goal: str | None = None,
+              max_parallel: int | None = None, retries: int | None = None,
+              early_terminate: str | dict[str, Any] | None = None, seed: int | None = None,
+              name: str | None = None, **run_options: Any) -> str:
+        """Create a sweep: one queued job per cell; returns the sweep id.
+
+        ``grid``: name -> values; ``random=N`` draws N cells from ``grid`` values and
+        ``distributions`` (name -> {"distribution": "uniform"|"log_uniform"|"int_uniform"|
+        "choice", "min", "max" | "values"}); ``file``: a YAML sweep file (explicit
+        arguments override it). ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
+        """
+        from monkey.tracking import sweeps, sweepspec
+
+        spec: dict[str, Any] = sweepspec.load_file(file) if file else {}
+        params = dict(spec.get("parameters") or {})
+        params.update({k: {"values": list(v) if isinstance(v, (list, tuple)) else [v]}
+                       for k, v in (grid or {}).items()})
+        params.update(distributions or {})
+        spec["parameters"] = params
+        if command is not None:
+            spec["command"] = command
+        if random is not None:
+            spec["method"], spec["count"] = "random", random
+        if metric is not None:
+            spec["metric"] = {"name": metric, "goal": goal or "max"}
+        elif goal is not None:
+            raise MonkeyError("--goal needs --metric NAME (the metric the goal applies to)")
+        for key, value in (("max_parallel", max_parallel), ("retries", retries),
+                           ("early_terminate", early_terminate), ("seed", seed)):
+            if value is not None:
+                spec[key] = value
+        name = name or spec.pop("name", None)
+        spec = sweepspec.check(spec)
+        cells = sweepspec.expand(spec)
+        self._resources(run_options.get("provider", "local"), run_options.get("cpus", 1),
+                        run_options.get("gpus", 0), run_options.get("memory"))
+        with self.store.tx():  # all or nothing; cells are held before the core sees them
+            sid = self.store.create_sweep(name or "", spec)
+            label = name or sid
+            for i, cell in enumerate(cells, start=1):
+                job = self.run(sweepspec.render(spec["command"], cell), sweep=sid, params=cell,
+                               retries=spec["retries"], name=f"{label}-{i}",
+                               start_core=False, **run_options)
+                self.store.hold_jobs([job.juid])
+        sweep = self.store.get_sweep(sid)
+        assert sweep is not None
+        sweeps.advance(self.store, sweep)
+        self.wake()
+        return sid
+
+    def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
+        """Sweeps, newest first, each with its job counts by state."""
+        out = self.store.list_sweeps(states=[state] if state else None)
+        for sweep in out:
+            sweep["counts"] = self._sweep_counts(sweep["id"])
+        return out
+
+    def _sweep_counts(self, sid: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, state, _, _ in self.store.sweep_jobs_brief(sid):
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def sweep_status(self, ref: str) -> dict[str, Any]:
+        """Progress of a sweep and its best run so far on its metric."""
+        from monkey.models import TERMINAL
+        from monkey.tracking.compare import goal_of
+
+        sid = self.store.resolve_sweep(ref)
+        sweep = self.store.get_sweep(sid)
+        assert sweep is not None
+        jobs = self.store.list_jobs(sweep=sid, newest_first=False)
+        sweep["counts"] = self._sweep_counts(sid)
+        sweep["total"] = len(jobs)
+        sweep["done"] = sum(1 for j in jobs if j.state in TERMINAL)
+        sweep["stopped_early"] = [j.juid for j in jobs
+                                  if any(e["kind"] == "early-stop" for e in self.store.events(j.juid))]
+        metric = sweep["spec"].get("metric")
+        best = None
+        if metric:
+            goal = goal_of(metric["name"], {metric["name"]: metric["goal"]})
+            stats = self.store.metric_stats([j.juid for j in jobs])
+            for job in jobs:
+                st = stats[job.juid].get(metric["name"])
+                value = st and (st["max"] if goal == "max" else st["min"])
+                if value is not None and (best is None or (value > best["value"]) == (goal == "max")):
+                    best = {"job": job.juid, "value": value, "params": job.params}
+        sweep["best"] = best
+        sweep["jobs"] = [{"job": j.juid, "state": j.state.value, "params": j.params,
+                          "attempts": j.attempts} for j in jobs]
+        return sweep
+
+    def sweep_control(self, ref: str, action: str) -> dict[str, int]:
+        """cancel, pause, resume or retry every cell of a sweep; counts of jobs touched."""
+        from monkey.models import LIVE, TERMINAL, Request, State
+        from monkey.store.tracking import HOLD
+        from monkey.tracking import sweeps
+
+        sid = self.store.resolve_sweep(ref)
+        sweep = self.store.get_sweep(sid)
+        assert sweep is not None
+        touched = 0
+        jobs = self.store.list_jobs(sweep=sid, newest_first=False)
+        if action in ("cancel", "pause"):
+            if sweep["state"] in ("finished", "cancelled") or (
+                    action == "pause" and sweep["state"] == "paused"):
+                raise MonkeyError(f"sweep {sid} is already {sweep['state']}; nothing to {action}"
+                                  + (" (retry re-runs its failed cells)" if action == "cancel"
+                                     else ""))
+            self.store.set_sweep_state(sid, "cancelled" if action == "cancel" else "paused")
+            for job in jobs:
+                if job.state in LIVE or job.state == State.QUEUED or (
+                        action == "cancel" and job.state == State.PAUSED):
+                    try:
+                        self._control(job.juid, Request.CANCEL if action == "cancel"
+                                      else Request.PAUSE)
+                        touched += 1
+                    except MonkeyError:
+                        continue  # ended meanwhile
+        elif action in ("resume", "retry"):
+            if action == "resume" and sweep["state"] != "paused":
+                raise MonkeyError(f"sweep {sid} is {sweep['state']}, not paused; only paused "
+                                  "sweeps resume (retry re-runs failed cells)")
+            wanted = {State.PAUSED} if action == "resume" else set(TERMINAL) - {State.SUCCEEDED}
+            for job in jobs:
+                if job.state in wanted and self.store.transition(
+                        job.juid, job.state, State.QUEUED, kind="user", detail=action,
+                        not_before=HOLD, request=None):
+                    touched += 1
+            if action == "retry" and not touched:
+                raise MonkeyError(f"sweep {sid} has no failed, cancelled or lost cells to retry")
+            self.store.set_sweep_state(sid, "running")
+            sweep = self.store.get_sweep(sid)
+            assert sweep is not None
+            sweeps.advance(self.store, sweep)
+        else:
+            raise MonkeyError(f"unknown sweep action {action!r}; use cancel, pause, resume or retry")
+        self.wake()
+        return {"jobs": touched}
+
+    # -- compare and diff ---------------------------------------------------------------
+
+    def compare(self, refs: list[str] | None = None, *, sweep: str | None = None,
+                sort: str | None = None, reverse: bool = False,
+                system: bool = False) -> dict[str, Any]:
+        """{"columns", "rows"}: parameters and final/best metrics of jobs or a sweep's runs.
+
+        A sweep's table is sorted best first on its metric unless ``sort`` names a column.
+        """
+        from monkey.tracking.compare import compare
+
+        goals: dict[str, str] = {}
+        if sweep is not None:
+            if refs:
+                raise MonkeyError("give either jobs or --sweep, not both")
+            sid = self.store.resolve_sweep(sweep)
+            record = self.store.get_sweep(sid)
+            assert record is not None
+            jobs = self.store.list_jobs(sweep=sid, newest_first=False)
+            metric = record["spec"].get("metric")
+            if metric:
+                goals[metric["name"]] = metric["goal"]
+                sort = sort or metric["name"] + ":best"
+        else:
+            if not refs:
+                raise MonkeyError("name the jobs to compare (or --sweep S)")
+            juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
+            jobs = [j for j in (self.store.get_job(juid) for juid in juids) if j is not None]
+        result = compare(self.store, jobs, goals, sort, reverse, system)
+        if sweep is not None and sort not in result["columns"]:
+            result = compare(self.store, jobs, goals, None, reverse, system)
+        return result
+
+    def diff(self, ref_a: str, ref_b: str) -> dict[str, Any]:
+        """What differs between two jobs (see ``monkey.tracking.diff.diff_jobs``)."""
+        from monkey.snapshot import BlobStore
+        from monkey.tracking.diff import diff_jobs
+        from monkey.tracking.packages import from_text
+
+        jobs = [self.store.get_job(self.store.resolve(r)) for r in (ref_a, ref_b)]
+        a, b = jobs
+        assert a is not None and b is not None
+        blobs = BlobStore(self.home.blobs)
+        digests = [self.store.job_packages(j.juid) for j in (a, b)]
+        packages = None
+        if all(digests):
+            pa, pb = (from_text(blobs.read_bytes(d)) for d in digests)  # type: ignore[arg-type]
+            packages = (pa, pb)
+        return diff_jobs(blobs, a, b, packages)
+
+    def _record_packages(self, juid: str) -> None:
+        """Remember the installed packages of this Python for the job (see `diff`)."""
+        from monkey.snapshot import BlobStore
+        from monkey.tracking.packages import as_text, installed
+
+        data = as_text(installed(self.home.private))
+        digest, _ = BlobStore(self.home.blobs).put_bytes(data)
+        self.store.set_job_packages(juid, digest, len(data))
+
+    # -- plots and reports --------------------------------------------------------------
+
+    def plot(self, refs: list[str], metric: str, out: str, x: str = "step",
+             size: tuple[int, int] = (1000, 600)) -> str:
+        """Write a PNG comparing METRIC across jobs; returns its path."""
+        from monkey.tracking.plots import png_plot
+
+        lines = self._runs_series(refs, metric)
+        return str(png_plot(lines, metric, out, x, size))
+
+    def _runs_series(self, refs: list[str], metric: str) -> dict[str, Series]:
+        juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
+        found = self.store.metric_points_many(juids, metric)
+        missing = [j for j in juids if j not in found]
+        if len(missing) == len(juids):
+            raise MonkeyError(f"no job among {', '.join(juids)} logged {metric!r}; "
+                              f"see `monkey metrics {juids[0]}`")
+        labels = {}
+        for juid in juids:
+            job = self.store.get_job(juid)
+            params = ", ".join(f"{k}={v}" for k, v in (job.params if job else {}).items())
+            labels[juid] = f"{juid} ({params})" if params else juid
+        return {labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in found[j]]
+                for j in juids if j in found}
+
+    def report(self, ref: str, out: str) -> str:
+        """Write a self-contained HTML report of a sweep; returns its path."""
+        from monkey.tracking.report import sweep_report
+
+        status = self.sweep_status(ref)
+        table = self.compare(sweep=status["id"])
+        juids = [j["job"] for j in status["jobs"]]
+        names = sorted({n for j in juids for n in self.store.metric_names(j)
+                        if not n.startswith("sys/")})
+        charts = {}
+        for name in names:
+            found = self.store.metric_points_many(juids, name)
+            charts[name] = {j: [(s, math.nan if v is None else v, w) for s, v, w in pts]
+                            for j, pts in found.items()}
+        html = sweep_report(status, table, charts)
+        tmp = f"{out}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(html)
+        os.replace(tmp, out)
+        return out

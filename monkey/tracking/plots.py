@@ -1,0 +1,128 @@
+"""Charts of metric series: in the terminal (plotext), as PNG (matplotlib, optional) and as
+inline SVG (no dependency; used by HTML reports).
+
+A series is [(step, value, wall_time)]; x is the step where one was logged, else the
+point's position in logging order (1, 2, ...). NaN values are left out of charts.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+
+from monkey.models import MonkeyError
+
+Series = list[tuple[int | None, float, float]]
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+
+
+def xy(series: Series, x: str = "step") -> tuple[list[float], list[float]]:
+    """The points of a series to draw: x by step (or index), or seconds since its start."""
+    xs, ys = [], []
+    start = series[0][2] if series else 0.0
+    for i, (step, value, wall) in enumerate(series, start=1):
+        if value is None or math.isnan(value) or math.isinf(value):
+            continue
+        xs.append(wall - start if x == "time" else (step if step is not None else i))
+        ys.append(value)
+    return xs, ys
+
+
+def terminal_plot(lines: dict[str, Series], title: str, width: int | None = None,
+                  height: int | None = None, x: str = "step", colour: bool = False) -> str:
+    """A plotext chart of the series, as text."""
+    import plotext as plt
+
+    plt.clear_figure()
+    plt.theme("clear")
+    if width and height:
+        plt.plot_size(width, height)
+    for label, series in lines.items():
+        xs, ys = xy(series, x)
+        if xs:
+            plt.plot(xs, ys, label=label if len(lines) > 1 else None, marker="braille")
+    plt.title(title)
+    plt.xlabel("seconds" if x == "time" else "step")
+    text = plt.build()
+    return text if colour else plt.uncolorize(text)
+
+
+def png_plot(lines: dict[str, Series], metric: str, out: str | Path, x: str = "step",
+             size: tuple[int, int] = (1000, 600)) -> Path:
+    """Write a PNG of SIZE pixels comparing the series; returns its path."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MonkeyError("PNG plots need matplotlib: pip install 'monkey[plot]'") from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    dpi = 100
+    fig, ax = plt.subplots(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
+    try:
+        for i, (label, series) in enumerate(lines.items()):
+            xs, ys = xy(series, x)
+            ax.plot(xs, ys, label=label, color=PALETTE[i % len(PALETTE)],
+                    marker="o" if len(xs) <= 30 else None, markersize=3)
+        ax.set_xlabel("seconds" if x == "time" else "step")
+        ax.set_ylabel(metric)
+        ax.set_title(metric)
+        ax.grid(alpha=0.3)
+        if lines:
+            ax.legend(fontsize="small")
+        path = Path(out)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def svg_chart(lines: dict[str, Series], title: str, width: int = 640, height: int = 320,
+              x: str = "step") -> str:
+    """A self-contained SVG line chart with axes, ticks and a legend."""
+    left, right, top, bottom = 60, 150, 28, 36
+    pw, ph = width - left - right, height - top - bottom
+    data = {label: xy(s, x) for label, s in lines.items()}
+    xs_all = [v for xs, _ in data.values() for v in xs]
+    ys_all = [v for _, ys in data.values() for v in ys]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+             f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>']
+    if not xs_all:
+        parts.append(f'<text x="{left}" y="{top + ph / 2}" font-size="12">no data</text></svg>')
+        return "".join(parts)
+    x0, x1 = min(xs_all), max(xs_all)
+    y0, y1 = min(ys_all), max(ys_all)
+    x1 = x1 if x1 > x0 else x0 + 1
+    y1 = y1 if y1 > y0 else y0 + 1
+
+    def px(v: float) -> float:
+        return left + (v - x0) / (x1 - x0) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (v - y0) / (y1 - y0) * ph
+
+    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
+                 'stroke="#999"/>')
+    for i in range(5):
+        yv = y0 + (y1 - y0) * i / 4
+        xv = x0 + (x1 - x0) * i / 4
+        parts.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" font-size="10" '
+                     f'text-anchor="end">{yv:.4g}</text>')
+        parts.append(f'<text x="{px(xv):.1f}" y="{top + ph + 14}" font-size="10" '
+                     f'text-anchor="middle">{xv:.4g}</text>')
+    parts.append(f'<text x="{left + pw / 2}" y="{height - 4}" font-size="11" '
+                 f'text-anchor="middle">{"seconds" if x == "time" else "step"}</text>')
+    for i, (label, (xs, ys)) in enumerate(data.items()):
+        colour = PALETTE[i % len(PALETTE)]
+        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(xs, ys))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
+                     f'points="{points}"><title>{escape(label)}</title></polyline>')
+        ly = top + 12 + 16 * i
+        parts.append(f'<line x1="{left + pw + 10}" y1="{ly - 4}" x2="{left + pw + 26}" '
+                     f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>')
+        parts.append(f'<text x="{left + pw + 30}" y="{ly}" font-size="11">{escape(label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)

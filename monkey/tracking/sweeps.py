@@ -1,0 +1,66 @@
+"""Driving sweeps from the core: release held cells up to max_parallel, stop hopeless runs
+early, and mark a sweep finished when every cell has ended. ``tick`` runs once a second.
+
+A sweep's cells are ordinary jobs (``jobs.sweep`` = the sweep id) created queued and held
+(``not_before`` = HOLD); failed or lost cells retry by themselves through the job's
+``retries``. Sweep states: running, paused, finished, cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from monkey.models import LIVE, TERMINAL, State
+from monkey.store import Store
+from monkey.store.tracking import HOLD
+from monkey.tracking import early_stop
+
+log = logging.getLogger("monkey.tracking")
+ACTIVE_SWEEP = "running"
+
+
+def tick(store: Store) -> None:
+    """One pass over the running sweeps."""
+    for sweep in store.list_sweeps(states=[ACTIVE_SWEEP]):
+        try:
+            advance(store, sweep)
+        except Exception:  # one bad sweep must not stop the core
+            log.exception("sweep %s", sweep["id"])
+
+
+def advance(store: Store, sweep: dict[str, Any]) -> None:
+    """Release, stop early, or finish one running sweep."""
+    spec = sweep["spec"]
+    jobs = store.sweep_jobs_brief(sweep["id"])
+    states = {juid: State(state) for juid, state, _, _ in jobs}
+    held = [juid for juid, state, not_before, _ in jobs
+            if state == State.QUEUED.value and not_before >= HOLD]
+    active = sum(1 for juid, state, not_before, _ in jobs
+                 if State(state) in LIVE or (state == State.QUEUED.value and not_before < HOLD))
+    limit = spec.get("max_parallel") or len(jobs)
+    if held and active < limit:
+        store.release_jobs(held[: limit - active])
+    if spec.get("early_terminate") and spec.get("metric"):
+        running = {juid for juid, state, _, request in jobs
+                   if state == State.RUNNING.value and request is None}
+        for juid in sorted(stop_early(store, spec, list(states), running)):
+            if store.set_request(juid, "cancel", LIVE):
+                store.add_event(juid, "early-stop", f"{spec['early_terminate']['type']} rule on "
+                                f"{spec['metric']['name']}")
+                log.info("sweep %s: stopping %s early", sweep["id"], juid)
+    if jobs and all(s in TERMINAL for s in states.values()):
+        store.set_sweep_state(sweep["id"], "finished", only_from=[ACTIVE_SWEEP])
+
+
+def stop_early(store: Store, spec: dict[str, Any], juids: list[str],
+               running: set[str]) -> set[str]:
+    """Running cells the sweep's early-termination rule would stop now."""
+    if not running:
+        return set()
+    metric, rule = spec["metric"], spec["early_terminate"]
+    curves = {juid: early_stop.oriented([v for _, v, _ in pts], metric["goal"])
+              for juid, pts in store.metric_points_many(juids, metric["name"]).items()}
+    if rule["type"] == "median":
+        return early_stop.median_stop(curves, running, rule["min_steps"], rule["min_runs"])
+    return early_stop.asha_stop(curves, running, rule["min_steps"], rule["eta"])

@@ -1,0 +1,256 @@
+"""Sweep specifications: parse (command line, YAML, Python), check, and expand into cells.
+
+Pure functions, no I/O except reading a sweep file. A spec is a plain dict::
+
+    {"command": [argv template], "method": "grid"|"random", "count": N | None,
+     "parameters": {name: {"values": [...]} | {"distribution": D, "min": a, "max": b}},
+     "metric": {"name": M, "goal": "max"|"min"} | None, "max_parallel": N | None,
+     "early_terminate": {"type": "median"|"asha", ...} | None, "retries": N, "seed": S}
+
+Placeholders in the command are ``{name}``; other braces are left alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from monkey.models import MonkeyError
+
+DISTRIBUTIONS = ("uniform", "log_uniform", "int_uniform", "choice")
+EARLY_TERMINATE = ("median", "asha")
+PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_.]*)\}")  # ${VAR} is the shell's
+_KEYS = ("command", "method", "count", "parameters", "metric", "max_parallel",
+         "early_terminate", "retries", "seed", "name")  # fmt: skip
+
+
+def scalar(text: str) -> Any:
+    """'3' -> 3, '0.1' -> 0.1, 'true' -> True, anything else stays a string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _split_kv(flag: str, item: str, allow_empty: bool = False) -> tuple[str, str]:
+    name, sep, rest = item.partition("=")
+    if not sep or not name.strip() or not (rest.strip() or allow_empty):
+        raise MonkeyError(f"{flag} {item!r} is not NAME=VALUES; write e.g. {flag} lr=0.01,0.1")
+    return name.strip(), rest.strip()
+
+
+def _range(flag: str, item: str) -> dict[str, Any]:
+    name, rest = _split_kv(flag, item)
+    low, sep, high = rest.partition(":")
+    try:
+        a, b = float(low), float(high)
+    except ValueError:
+        a = b = math.nan
+    if not sep or math.isnan(a) or math.isnan(b):
+        raise MonkeyError(f"{flag} {item!r} needs a range MIN:MAX, e.g. {flag} {name}=0.001:0.1")
+    return {"name": name, "min": a, "max": b}
+
+
+def from_options(command: list[str], *, grid: Sequence[str] = (),
+                 random_count: int | None = None, uniform: Sequence[str] = (),
+                 log_uniform: Sequence[str] = (), ints: Sequence[str] = (),
+                 choice: Sequence[str] = ()) -> dict[str, Any]:
+    """A spec from `monkey sweep` options (checked later by ``check``)."""
+    params: dict[str, dict[str, Any]] = {}
+
+    def put(name: str, value: dict[str, Any]) -> None:
+        if name in params:
+            raise MonkeyError(f"parameter {name!r} is given twice; give each parameter once")
+        params[name] = value
+
+    for item in grid:
+        name, rest = _split_kv("--grid", item, allow_empty=True)
+        put(name, {"values": [scalar(v) for v in rest.split(",") if v.strip()]})
+    for item in choice:
+        name, rest = _split_kv("--choice", item, allow_empty=True)
+        put(name, {"distribution": "choice",
+                   "values": [scalar(v) for v in rest.split(",") if v.strip()]})
+    for flag, dist, items in (("--uniform", "uniform", uniform),
+                              ("--log-uniform", "log_uniform", log_uniform),
+                              ("--int", "int_uniform", ints)):
+        for item in items:
+            r = _range(flag, item)
+            put(r["name"], {"distribution": dist, "min": r["min"], "max": r["max"]})
+    return {"command": command, "method": "random" if random_count is not None else "grid",
+            "count": random_count, "parameters": params}
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    """A spec from a YAML sweep file."""
+    import yaml
+
+    p = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise MonkeyError(f"cannot read sweep file {p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise MonkeyError(f"{p}{line}: not valid YAML; fix the file") from None
+    if not isinstance(data, dict):
+        raise MonkeyError(f"{p}: a sweep file is a mapping with `parameters:`; see the README")
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        raise MonkeyError(f"{p}: unknown key {unknown[0]!r}; known keys: {', '.join(_KEYS)}")
+    params = data.get("parameters")
+    if not isinstance(params, dict):
+        raise MonkeyError(f"{p}: `parameters:` must map each parameter to its values")
+    data["parameters"] = {str(k): _param_from_yaml(p, str(k), v) for k, v in params.items()}
+    return data
+
+
+def _param_from_yaml(path: Path, name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, list):
+        return {"values": value}
+    if not isinstance(value, dict):
+        return {"values": [value]}
+    if "value" in value:
+        return {"values": [value["value"]]}
+    return dict(value)
+
+
+def check(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with defaults filled in, or MonkeyError naming the first problem."""
+    command = spec.get("command")
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    if not command or not all(isinstance(a, str) for a in command):
+        raise MonkeyError("a sweep needs a command; write it after `--`, e.g. "
+                          "monkey sweep --grid lr=0.01,0.1 -- python train.py --lr {lr}")
+    method = spec.get("method") or "grid"
+    if method not in ("grid", "random"):
+        raise MonkeyError(f"unknown sweep method {method!r}; use grid or random")
+    params = spec.get("parameters") or {}
+    if not params:
+        raise MonkeyError("a sweep needs parameters, e.g. --grid lr=0.01,0.1")
+    for name, p in params.items():
+        _check_param(name, p, method)
+    used = {m.group(1) for arg in command for m in PLACEHOLDER.finditer(arg)}
+    for name in sorted(used - set(params)):
+        raise MonkeyError(f"the command uses {{{name}}} but no parameter {name!r} is given; "
+                          f"add e.g. --grid {name}=1,2 or remove the placeholder")
+    for name in sorted(set(params) - used):
+        raise MonkeyError(f"parameter {name!r} is not used by the command; "
+                          f"put {{{name}}} in it, e.g. --{name.replace('_', '-')} {{{name}}}")
+    count = spec.get("count")
+    if method == "random":
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise MonkeyError("a random sweep needs a count of runs >= 1, e.g. --random 20")
+    elif count is not None:
+        raise MonkeyError("count applies to random sweeps; use --random N (or method: random)")
+    metric = spec.get("metric")
+    if metric is not None:
+        if isinstance(metric, str):
+            metric = {"name": metric}
+        if not isinstance(metric, dict) or not isinstance(metric.get("name"), str):
+            raise MonkeyError("metric must name a logged metric, e.g. metric: {name: acc, goal: max}")
+        goal = {"maximize": "max", "minimize": "min"}.get(metric.get("goal"), metric.get("goal"))
+        if goal not in ("max", "min", None):
+            raise MonkeyError(f"metric goal {metric.get('goal')!r} is not max or min")
+        metric = {"name": metric["name"], "goal": goal or "max"}
+    for key in ("max_parallel", "retries"):
+        value = spec.get(key)
+        low = 1 if key == "max_parallel" else 0
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < low):
+            raise MonkeyError(f"{key} must be a whole number >= {low}, got {value!r}")
+    early = spec.get("early_terminate")
+    if early is not None:
+        early = _check_early(early, metric)
+    seed = spec.get("seed")
+    return {
+        "command": list(command), "method": method, "count": count, "parameters": params,
+        "metric": metric, "max_parallel": spec.get("max_parallel"),
+        "early_terminate": early,
+        "retries": 2 if spec.get("retries") is None else spec["retries"],
+        "seed": seed if isinstance(seed, int) else random.SystemRandom().randrange(1 << 31),
+    }  # fmt: skip
+
+
+def _check_param(name: str, p: dict[str, Any], method: str) -> None:
+    if not PLACEHOLDER.fullmatch("{" + name + "}"):
+        raise MonkeyError(f"parameter name {name!r} must be letters, digits, _ or .")
+    dist = p.get("distribution")
+    if dist is None or dist == "choice":
+        values = p.get("values")
+        if not isinstance(values, list) or not values:
+            raise MonkeyError(f"parameter {name!r} has no values; give at least one, "
+                              f"e.g. --grid {name}=1,2")
+        return
+    if dist not in DISTRIBUTIONS:
+        raise MonkeyError(f"parameter {name!r}: unknown distribution {dist!r}; use one of "
+                          + ", ".join(DISTRIBUTIONS))
+    if method == "grid":
+        raise MonkeyError(f"parameter {name!r} is drawn from a distribution; a grid needs "
+                          f"listed values, so use --random N (method: random)")
+    low, high = p.get("min"), p.get("max")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
+        raise MonkeyError(f"parameter {name!r}: {dist} needs numeric min and max")
+    if low > high:
+        raise MonkeyError(f"parameter {name!r}: min {low} is above max {high}")
+    if dist == "log_uniform" and low <= 0:
+        raise MonkeyError(f"parameter {name!r}: log_uniform needs min > 0, got {low}")
+
+
+def _check_early(early: Any, metric: dict[str, Any] | None) -> dict[str, Any]:
+    if isinstance(early, str):
+        early = {"type": early}
+    if not isinstance(early, dict) or early.get("type") not in EARLY_TERMINATE:
+        raise MonkeyError("early_terminate type must be median or asha, "
+                          "e.g. early_terminate: {type: median, min_steps: 3}")
+    if metric is None:
+        raise MonkeyError("early termination needs the metric to judge runs by; "
+                          "add metric: {name: ..., goal: max|min} (or --metric)")
+    out = {"type": early["type"], "min_steps": early.get("min_steps", 3),
+           "min_runs": early.get("min_runs", 3), "eta": early.get("eta", 3)}
+    for key in ("min_steps", "min_runs", "eta"):
+        if not isinstance(out[key], int) or out[key] < 1 or (key == "eta" and out[key] < 2):
+            raise MonkeyError(f"early_terminate {key} must be a whole number "
+                              f">= {2 if key == 'eta' else 1}")
+    return out
+
+
+def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells of a checked spec: one dict of parameter values per run."""
+    params = spec["parameters"]
+    names = list(params)
+    if spec["method"] == "grid":
+        return [dict(zip(names, combo))
+                for combo in itertools.product(*(params[n]["values"] for n in names))]
+    rng = random.Random(spec["seed"])
+    return [{n: _draw(rng, params[n]) for n in names} for _ in range(spec["count"])]
+
+
+def _draw(rng: random.Random, p: dict[str, Any]) -> Any:
+    dist = p.get("distribution")
+    if dist is None or dist == "choice":
+        return rng.choice(p["values"])
+    low, high = p["min"], p["max"]
+    if dist == "uniform":
+        return float(f"{rng.uniform(low, high):.6g}")  # the value the command line shows
+    if dist == "log_uniform":
+        return float(f"{math.exp(rng.uniform(math.log(low), math.log(high))):.6g}")
+    return rng.randint(math.ceil(low), math.floor(high))
+
+
+def render(command: list[str], cell: dict[str, Any]) -> list[str]:
+    """The argv of one cell: each {name} replaced by its value."""
+    return [PLACEHOLDER.sub(lambda m: str(cell[m.group(1)]), arg) for arg in command]

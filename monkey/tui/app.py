@@ -1,0 +1,411 @@
+"""`monkey dash`: the full-screen dashboard of jobs, logs, metrics and instances.
+
+Every read and every change goes through `monkey.api.Monkey`, in thread workers that post
+messages; widgets change only in the message handlers, so the UI never waits on SQLite.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
+
+from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
+from monkey.tui.confirm import ConfirmScreen
+from monkey.tui.format import COLUMNS, JobFilter, cell_widths, metrics_text, row_cells
+from monkey.tui.help_screen import HelpScreen
+from monkey.tui.instances_pane import InstancesPane
+from monkey.tui.job_screen import JobScreen
+from monkey.tui.jobs_table import JobsTable
+from monkey.tui.log_pane import LogPane
+from monkey.tui.new_job import NewJobScreen
+from monkey.tui.shared import SharedMonkey
+from monkey.tui.status_bar import StatusBar
+
+POLL = 1.0  # seconds between looks at the store: the table is at most this late
+OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
+RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
+
+# What each control action does to a job, for the confirmation and the notes.
+CONTROLS = {
+    "cancel": ("Cancel", "stops it for good (SIGTERM, then SIGKILL)", True),
+    "pause": ("Pause", "stops it gracefully and holds it until resumed", True),
+    "resume": ("Resume", "re-queues it; it continues from its checkpoint", False),
+    "retry": ("Retry", "runs it again as a new attempt", False),
+}
+
+
+class DataLoaded(Message):
+    """What one poll of the store found."""
+
+    def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, object]],
+                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text], now: float,
+                 core_pid: int | None,
+                 live: list[dict[str, Any]], instances: list[dict[str, Any]],
+                 providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None) -> None:
+        super().__init__()
+        self.jobs = jobs
+        self.cells = cells
+        self.widths = widths
+        self.metrics = metrics
+        self.now = now
+        self.core_pid = core_pid
+        self.live = live
+        self.instances = instances
+        self.providers = providers
+        self.problem = problem
+
+
+class PollFailed(Message):
+    """A look at the store failed (a broken providers.yml, an unreadable database...)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class ControlDone(Message):
+    """Outcome of a control action over one or more jobs."""
+
+    def __init__(self, action: str, done: list[str], errors: list[str]) -> None:
+        super().__init__()
+        self.action = action
+        self.done = done
+        self.errors = errors
+
+
+class CoreStarted(Message):
+    def __init__(self, pid: int | None, error: str | None) -> None:
+        super().__init__()
+        self.pid = pid
+        self.error = error
+
+
+class DashApp(App[None]):
+    """The dashboard. ``job`` opens it on one job; ``clock`` is injectable for snapshots."""
+
+    CSS_PATH = Path(__file__).with_name("dash.tcss")
+    TITLE = "monkey"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys"),
+        Binding("slash", "filter", "Filter"),
+        Binding("enter", "open", "Open"),
+        Binding("c", "control('cancel')", "Cancel"),
+        Binding("p", "control('pause')", "Pause"),
+        Binding("u", "control('resume')", "Resume"),
+        Binding("r", "control('retry')", "Retry"),
+        Binding("n", "new_job", "New job"),
+        Binding("i", "instances", "Instances"),
+        Binding("D", "start_core", "Start core", show=False),
+        Binding("escape", "clear", "Clear filter/marks", show=False),
+    ]
+
+    def __init__(self, home: str | os.PathLike[str] | Home | None = None, *,
+                 job: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.shared = SharedMonkey(home)
+        self.open_job = job
+        self.clock = clock
+        self.core_pid: int | None = None
+        self._polling = False
+        self._problem: str | None = None
+        self._since: float | None = None
+        self._seen: dict[str, JobRecord] = {}
+        self._sent_metrics: dict[str, Text] = {}
+        self._last_full = 0.0
+        self.table = JobsTable(id="jobs-table")
+        self.status = StatusBar(id="status")
+        self.instances = InstancesPane(id="instances-pane")
+
+    def compose(self) -> ComposeResult:
+        yield self.status
+        with TabbedContent(id="main-tabs"):
+            with TabPane("Jobs", id="jobs"):
+                yield self.table
+            with TabPane("Instances", id="instances"):
+                yield self.instances
+        yield Input(placeholder="filter: words, state:running,failed provider:P sweep:S "
+                                "(Enter applies, Esc closes)", id="filter", classes="hidden")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.set_interval(POLL, self.poll)
+        self.poll()
+        if self.open_job:
+            self.push_screen(JobScreen(self.shared, self.open_job, self.clock))
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_all()
+
+    # -- reading the store --------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Look at the store now (skipped while the previous look is still running)."""
+        if not self._polling:
+            self._polling = True
+            self._poll()
+
+    @work(thread=True, group="poll")
+    def _poll(self) -> None:
+        try:
+            self._read_store()
+        except (MonkeyError, OSError, sqlite3.Error) as exc:
+            self.post_message(PollFailed(str(exc)))
+
+    def _read_store(self) -> None:
+        """Post what changed in the store since the last look (runs in the poll worker)."""
+        real_now = time.time()
+        full = self._since is None or real_now - self._last_full > RESYNC
+        if full:
+            jobs = self.shared("jobs")
+            self._last_full = real_now
+        else:
+            jobs = self.shared("jobs_changed", self._since - OVERLAP)
+        seen = self._seen
+        changed = [j for j in jobs if seen.get(j.juid) != j]
+        for job in changed:
+            seen[job.juid] = job
+        newest = max((j.updated_at for j in jobs), default=0.0)
+        self._since = max(self._since or 0.0, newest) or real_now
+        problem = None
+        try:
+            providers = {name: (cfg.type, dict(cfg.options))
+                         for name, cfg in self.shared.get("providers").items()}
+        except MonkeyError as exc:  # the jobs are still worth showing
+            providers, problem = {}, str(exc)
+        now = self.clock()
+        # Metrics change without a change of the job's record while it runs, and its last
+        # batch may land just after it ended: read them for live and recently changed jobs.
+        watch = {j for j, job in seen.items() if job.state in LIVE}
+        watch.update(j.juid for j in (changed if full else jobs))
+        last = self.shared("latest_metrics", sorted(watch))
+        cells = {job.juid: row_cells(job, now, last.get(job.juid)) for job in changed}
+        sent = self._sent_metrics
+        metrics = {}
+        for juid in watch:
+            text = cells[juid]["metrics"] if juid in cells else metrics_text(last.get(juid))
+            if sent.get(juid) != text:
+                sent[juid] = text  # type: ignore[assignment]
+                if juid not in cells:
+                    metrics[juid] = text
+        widths = {juid: cell_widths(row) for juid, row in cells.items()}
+        self.post_message(DataLoaded(
+            changed, cells, widths, metrics, now, self.shared("core_status"),
+            self.shared("live_attempts"), self.shared("instances"), providers, problem))  # fmt: skip
+
+    @on(PollFailed)
+    def _on_poll_failed(self, message: PollFailed) -> None:
+        self._polling = False
+        self._report(message.error)
+
+    def _report(self, problem: str | None) -> None:
+        """Tell a problem reading the state once, not at every poll."""
+        if problem and problem != self._problem:
+            self.notify(problem, severity="error", timeout=15)
+        self._problem = problem
+
+    @on(DataLoaded)
+    def _on_data(self, message: DataLoaded) -> None:
+        self._polling = False
+        self._report(message.problem)
+        if self.core_pid and not message.core_pid:
+            self.notify("the core stopped; press D to start it", severity="warning")
+        self.core_pid = message.core_pid
+        self.table.load(message.jobs, message.cells, message.widths, message.now)
+        self.table.show_metrics(message.metrics)
+        self.instances.show(message.providers, message.instances, message.live, message.now)
+        self._show_status()
+
+    @on(JobsTable.Changed)
+    def _on_table_changed(self) -> None:
+        self._show_status()
+
+    def _show_status(self) -> None:
+        table = self.table
+        self.status.show(
+            core_pid=self.core_pid, counts=Counter(r.state.value for r in table.records.values()),
+            shown=table.row_count, marked=len(table.marked),
+            filter_text=self.query_one("#filter", Input).value if table.filter else "",
+            sort=f"{COLUMNS[table.sort_column]} {'↓' if table.sort_reverse else '↑'}",
+            grouped=table.group_sweeps,
+        )  # fmt: skip
+
+    # -- opening, filtering -------------------------------------------------------------
+
+    @on(DataTable.RowSelected, "#jobs-table")
+    def _on_row(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        juid = self.table.current_juid()
+        if juid:
+            self.push_screen(JobScreen(self.shared, juid, self.clock,
+                                       overlay=self.table.targets() if self.table.marked else None))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("hidden")
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _on_filter(self, event: Input.Submitted) -> None:
+        try:
+            job_filter = JobFilter.parse(event.value)
+        except MonkeyError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.table.set_filter(job_filter)
+        if not job_filter:
+            event.input.add_class("hidden")
+        self.table.focus()
+
+    def action_clear(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.has_focus:
+            box.add_class("hidden")
+            self.table.focus()
+        elif self.table.marked:
+            self.table.clear_marks()
+        elif self.table.filter:
+            box.value = ""
+            box.add_class("hidden")
+            self.table.set_filter(JobFilter())
+
+    def action_instances(self) -> None:
+        tabs = self.query_one("#main-tabs", TabbedContent)
+        tabs.active = "jobs" if tabs.active == "instances" else "instances"
+        (self.table if tabs.active == "jobs" else self.instances.query_one(DataTable)).focus()
+
+    def action_help(self) -> None:
+        sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
+                    ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
+                    ("new job form", NewJobScreen.BINDINGS)]
+        self.push_screen(HelpScreen([(t, [b for b in bs if isinstance(b, Binding)])
+                                     for t, bs in sections]))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
+            return False
+        return True
+
+    # -- changing jobs ------------------------------------------------------------------
+
+    def targets(self) -> list[str]:
+        if isinstance(self.screen, JobScreen):
+            return [self.screen.juid]
+        return self.table.targets()
+
+    def action_control(self, action: str) -> None:
+        juids = self.targets()
+        if not juids:
+            self.notify("no job selected", severity="warning")
+            return
+        label, effect, destructive = CONTROLS[action]
+        if not destructive and len(juids) == 1:
+            self._control(action, juids)
+            return
+        which = juids[0] if len(juids) == 1 else f"{len(juids)} jobs ({', '.join(juids[:3])}" + (
+            ", ...)" if len(juids) > 3 else ")")
+        question = f"{label} {which}? This {effect}."
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._control(action, juids)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @work(thread=True, group="control")
+    def _control(self, action: str, juids: list[str]) -> None:
+        done, errors = [], []
+        for juid in juids:
+            try:
+                state: State = self.shared(action, juid)
+            except MonkeyError as exc:
+                errors.append(str(exc))
+                continue
+            done.append(f"{juid} {state.value}")
+        self.post_message(ControlDone(action, done, errors))
+
+    @on(ControlDone)
+    def _on_control(self, message: ControlDone) -> None:
+        if message.done:
+            shown = ", ".join(message.done[:4]) + (" ..." if len(message.done) > 4 else "")
+            self.notify(f"{message.action}: {shown}")
+            if not message.errors:
+                self.table.clear_marks()
+        for error in message.errors[:3]:
+            self.notify(error, severity="error")
+        if len(message.errors) > 3:
+            self.notify(f"{len(message.errors) - 3} more jobs refused", severity="error")
+        self.poll()
+
+    def action_new_job(self) -> None:
+        try:
+            providers = sorted(self.shared.get("providers"))
+        except MonkeyError as exc:
+            self.notify(str(exc), severity="error")
+            return
+
+        def submitted(juid: str | None) -> None:
+            if juid:
+                self.notify(f"job {juid} queued")
+                self.poll()
+
+        self.push_screen(NewJobScreen(self.shared, providers, str(Path.cwd())), submitted)
+
+    def action_start_core(self) -> None:
+        if self.core_pid:
+            self.notify(f"the core is already running (pid {self.core_pid})")
+            return
+        self.notify("starting the core…")
+        self._start_core()
+
+    @work(thread=True, exclusive=True, group="core")
+    def _start_core(self) -> None:
+        try:
+            self.post_message(CoreStarted(self.shared("start_core"), None))
+        except MonkeyError as exc:
+            self.post_message(CoreStarted(None, str(exc)))
+
+    @on(CoreStarted)
+    def _on_core(self, message: CoreStarted) -> None:
+        if message.error:
+            self.notify(message.error, severity="error")
+        else:
+            self.notify(f"core running (pid {message.pid})")
+            self.poll()
+
+    # -- command palette ----------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for action, (label, effect, _) in CONTROLS.items():
+            yield SystemCommand(f"{label} job(s)", f"the marked jobs or the current one: {effect}",
+                                lambda a=action: self.action_control(a))
+        yield SystemCommand("New job", "submit a command with a provider and resources",
+                            self.action_new_job)
+        yield SystemCommand("Start core", "start the core in the background when it is down",
+                            self.action_start_core)
+        if not isinstance(screen, JobScreen):
+            yield SystemCommand("Filter jobs", "by words, state:, provider:, sweep:",
+                                self.action_filter)
+            yield SystemCommand("Mark sweep", "mark every job of the current job's sweep",
+                                self.table.action_mark_sweep)
+            yield SystemCommand("Group by sweep", "toggle grouping the table by sweep",
+                                self.table.action_group)
+            yield SystemCommand("Instances", "providers, instances and live attempts",
+                                self.action_instances)

@@ -1,0 +1,199 @@
+"""A job's output, followed live across attempts, with search."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, Log, Static
+from textual.worker import get_current_worker
+
+from monkey.tui.shared import SharedMonkey
+
+POLL = 0.1  # seconds between looks at the log files
+FIRST_TAIL = 2 << 20  # at open, show at most this much of an attempt's existing output
+MAX_READ = 4 << 20  # at most this much per file per look, so a flood never stalls a look
+MAX_LINES = 50_000
+
+
+class LogPane(Vertical):
+    """Tails stdout (or stderr) of every attempt of a job; `/` searches, `n`/`N` jump."""
+
+    BINDINGS = [
+        Binding("e", "stream", "stdout/stderr"),
+        Binding("slash", "search", "Search"),
+        Binding("n", "next_match", "Next match"),
+        Binding("N", "previous_match", "Previous match", show=False),
+        Binding("f", "follow", "Follow"),
+        Binding("escape", "close_search", "Close search", show=False),
+    ]
+
+    class Output(Message):
+        """Text read from the log files by the tail worker."""
+
+        def __init__(self, text: str, generation: int) -> None:
+            super().__init__()
+            self.text = text
+            self.generation = generation
+
+    def __init__(self, shared: SharedMonkey, juid: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.shared = shared
+        self.juid = juid
+        self.stderr = False
+        self.generation = 0
+        self.query_text = ""
+        self.matches: list[int] = []
+        self.match_index = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="log-status")
+        yield Log(max_lines=MAX_LINES, id="log-view")
+        yield Input(placeholder="search the log: Enter finds, Esc closes", id="log-search",
+                    classes="hidden")
+
+    @property
+    def view(self) -> Log:
+        return self.query_one("#log-view", Log)
+
+    def on_mount(self) -> None:
+        self._restart()
+
+    def _restart(self) -> None:
+        self.generation += 1
+        self.view.clear()
+        self.matches, self.match_index = [], -1
+        self._tail(self.juid, self.stderr, self.generation)
+        self._show_status()
+
+    def _show_status(self, extra: str = "") -> None:
+        stream = "stderr" if self.stderr else "stdout"
+        follow = "following" if self.view.auto_scroll else "paused (f follows)"
+        self.query_one("#log-status", Static).update(
+            f"{stream} of {self.juid}, all attempts · {follow}" + (f" · {extra}" if extra else "")
+        )
+
+    @work(thread=True, exclusive=True, group="tail")
+    def _tail(self, juid: str, stderr: bool, generation: int) -> None:
+        """Read new bytes of each attempt's log by offset and post them; ends when cancelled."""
+        worker = get_current_worker()
+        monkey = self.shared.fresh()
+        offsets: dict[Path, int] = {}
+        decoders: dict[Path, codecs.IncrementalDecoder] = {}
+        try:
+            while not worker.is_cancelled:
+                parts = []
+                for path in monkey.log_paths(juid, stderr=stderr):
+                    try:
+                        with open(path, "rb") as fh:
+                            if path not in offsets:
+                                offsets[path] = _first_offset(fh)
+                                decoders[path] = codecs.getincrementaldecoder("utf-8")("replace")
+                                header = _attempt_header(path, offsets[path], len(offsets) > 1)
+                                if header:
+                                    parts.append(header)
+                            fh.seek(offsets[path])
+                            data = fh.read(MAX_READ)
+                    except FileNotFoundError:
+                        continue
+                    offsets[path] += len(data)
+                    parts.append(decoders[path].decode(data))
+                text = "".join(parts)
+                if text and not worker.is_cancelled:
+                    self.post_message(self.Output(text, generation))
+                time.sleep(POLL)
+        finally:
+            monkey.store.close()
+
+    @on(Output)
+    def _on_output(self, message: Output) -> None:
+        if message.generation == self.generation:
+            self.view.write(message.text)
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def action_stream(self) -> None:
+        self.stderr = not self.stderr
+        self._restart()
+
+    def action_follow(self) -> None:
+        log = self.view
+        log.auto_scroll = not log.auto_scroll
+        if log.auto_scroll:
+            log.scroll_end(animate=False)
+        self._show_status()
+
+    def action_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.remove_class("hidden")
+        box.focus()
+
+    @on(Input.Submitted, "#log-search")
+    def _on_search(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.query_text = event.value
+        needle = event.value.lower()
+        self.matches = [i for i, line in enumerate(self.view.lines) if needle and needle in line.lower()]
+        self.match_index = -1
+        self.view.focus()
+        if not needle:
+            self._show_status()
+        elif not self.matches:
+            self._show_status(f"no line contains {event.value!r}")
+        else:
+            self.action_next_match()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close_search":  # otherwise Esc goes on to the screen: back
+            return self.query_one("#log-search", Input).has_focus
+        return True
+
+    def action_close_search(self) -> None:
+        self.query_one("#log-search", Input).add_class("hidden")
+        self.view.focus()
+
+    def _jump(self, step: int) -> None:
+        if not self.matches:
+            self._show_status(f"no matches for {self.query_text!r}" if self.query_text
+                              else "press / to search")
+            return
+        self.match_index = (self.match_index + step) % len(self.matches)
+        line = self.matches[self.match_index]
+        log = self.view
+        log.auto_scroll = False
+        log.scroll_to(y=max(0, line - 2), animate=False)
+        self._show_status(f"match {self.match_index + 1}/{len(self.matches)} "
+                          f"for {self.query_text!r} at line {line + 1}: {log.lines[line][:60]}")
+
+    def action_next_match(self) -> None:
+        self._jump(1)
+
+    def action_previous_match(self) -> None:
+        self._jump(-1)
+
+
+def _first_offset(fh: BinaryIO) -> int:
+    """Where to start showing an attempt's existing output: its last FIRST_TAIL bytes."""
+    size = fh.seek(0, 2)
+    if size <= FIRST_TAIL:
+        return 0
+    fh.seek(size - FIRST_TAIL)
+    skipped = fh.readline()  # start on a whole line
+    return size - FIRST_TAIL + len(skipped)
+
+
+def _attempt_header(path: Path, offset: int, later: bool) -> str:
+    """A line marking where an attempt's output begins (or that its start is cut)."""
+    lines = []
+    if later:
+        lines.append(f"──── attempt {path.parent.name} ────\n")
+    if offset:
+        lines.append(f"[{offset} earlier bytes not shown; `monkey logs` prints them]\n")
+    return "".join(lines)

@@ -1,0 +1,32 @@
+"""The line at the top: whether the core runs, job counts, filter, order, marks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from textual.widgets import Static
+
+from monkey.tui.format import STATE_STYLES
+
+_ORDER = ("running", "dispatching", "queued", "paused", "failed", "lost", "preempted",
+          "cancelled", "succeeded")  # fmt: skip
+
+
+class StatusBar(Static):
+    """One line of `Static`, rebuilt from what the app knows (cheap: it is one line)."""
+
+    def show(self, *, core_pid: int | None, counts: Counter[str], shown: int, marked: int,
+             filter_text: str, sort: str, grouped: bool) -> None:
+        if core_pid:
+            core = f"[green]core running[/] (pid {core_pid})" if core_pid > 0 else "[green]core starting[/]"
+        else:
+            core = "[b red]core down[/] — press [b]D[/] to start it"
+        total = sum(counts.values())
+        parts = [f"{counts[s]} [{STATE_STYLES[s]}]{s}[/]" for s in _ORDER if counts[s]]
+        line = f"{core} · {total} jobs" + (f": {', '.join(parts)}" if parts else "")
+        if filter_text:
+            line += f" · filter [b]{filter_text}[/] ({shown} shown)"
+        if marked:
+            line += f" · [b]{marked} marked[/]"
+        line += f" · sort {sort}" + (" · grouped by sweep" if grouped else "")
+        self.update(line)

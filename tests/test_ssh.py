@@ -1,0 +1,424 @@
+"""The `ssh` provider against real OpenSSH servers on loopback (see tests/sshd.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import wait_for
+from tests.sshd import Lab, SSHHost
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
+                                reason="needs openssh-server (scripts/test.sh installs it)")
+
+
+@pytest.fixture
+def lab(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
+    """SSH hosts on loopback, with the client's ~/.ssh in a private HOME."""
+    client_home = tmp_path / "client"
+    monkeypatch.setenv("HOME", str(client_home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("MONKEY_HEARTBEAT_TIMEOUT", "4")
+    lab = Lab(client_home)
+    yield lab
+    lab.close()
+
+
+def configure(home: Path, hosts: list[dict[str, Any]], name: str = "lab", **options: Any) -> None:
+    providers = {"providers": {name: {"type": "ssh", "hosts": hosts, **options}}}
+    home.mkdir(exist_ok=True)
+    (home / "providers.yml").write_text(yaml.safe_dump(providers))
+
+
+def remote_runs(host: SSHHost) -> Path:
+    """The host's folder of this MONKEY_HOME's runs."""
+    [tag] = os.listdir(Path(host.workdir) / "runs")
+    return Path(host.workdir) / "runs" / tag
+
+
+def job_info(cli, juid: str) -> dict[str, Any]:
+    return json.loads(cli("info", "job", juid, "--json", check=True).stdout)
+
+
+def run(cli, *args: str) -> str:
+    out = cli("run", "--json", *args, check=True).stdout
+    return json.loads(out)["juid"]
+
+
+def state(cli, juid: str) -> str:
+    return job_info(cli, juid)["state"]
+
+
+def wait_state(cli, juid: str, *states: str, timeout: float = 30) -> str:
+    return wait_for(lambda: (s := state(cli, juid)) in states and s, timeout=timeout,
+                    what=f"{juid} to be {'/'.join(states)}")  # type: ignore[return-value]
+
+
+def test_first_contact_installs_agent_once_and_runs_jobs(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("train.py").write_text("import sys; print('hello from', sys.argv[1])\n")
+    first = run(cli, "--provider", "lab", "--", "python3", "train.py", "one")
+    assert wait_state(cli, first, "succeeded", "failed") == "succeeded", job_info(cli, first)
+    assert cli("logs", first, check=True).stdout == "hello from one\n"
+    installed = sorted(os.listdir(Path(host.workdir) / "agent"))
+    assert len(installed) == 1
+    stamp = os.stat(Path(host.workdir) / "agent" / installed[0]).st_mtime_ns
+
+    second = run(cli, "--provider", "lab", "--", "python3", "train.py", "two")
+    assert wait_state(cli, second, "succeeded", "failed") == "succeeded"
+    assert cli("logs", second, check=True).stdout == "hello from two\n"
+    assert sorted(os.listdir(Path(host.workdir) / "agent")) == installed
+    assert os.stat(Path(host.workdir) / "agent" / installed[0]).st_mtime_ns == stamp
+    assert job_info(cli, second)["instance"] == "lab/h1"
+
+
+def test_unknown_host_key_refused_then_trusted_on_first_use(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1", trusted=False)
+    configure(home, [host.entry(key=lab.key)])
+    juid = run(cli, "--provider", "lab", "--", "true")
+    assert wait_state(cli, juid, "failed") == "failed"
+    reason = job_info(cli, juid)["reason"]
+    fingerprint = "SHA256:" + __import__("base64").b64encode(
+        __import__("hashlib").sha256(__import__("base64").b64decode(host.host_key_pub[1])).digest()
+    ).decode().rstrip("=")
+    assert f"host key of [{host.address}]:{host.port} is unknown" in reason
+    assert fingerprint in reason and "trust_on_first_use" in reason
+    assert not (Path(host.workdir) / "agent").exists()  # nothing was installed
+
+    cli("daemon", "stop", check=True)
+    configure(home, [host.entry(key=lab.key)], trust_on_first_use=True)
+    juid = run(cli, "--provider", "lab", "--", "true")
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+    assert host.host_key_pub[1] in (home / "known_hosts").read_text()
+
+
+def test_changed_host_key_refused(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1", trusted=False)
+    other = lab.add("h2", trusted=False)
+    # known_hosts pins h2's key under h1's name: h1 now presents a "changed" key.
+    line = f"[{host.address}]:{host.port} {' '.join(other.host_key_pub)}\n"
+    (lab.ssh_dir / "known_hosts").write_text(line)
+    configure(home, [host.entry(key=lab.key)], trust_on_first_use=True)
+    juid = run(cli, "--provider", "lab", "--", "true")
+    assert wait_state(cli, juid, "failed") == "failed"
+    assert "has CHANGED" in job_info(cli, juid)["reason"]
+    assert not (home / "known_hosts").exists()
+
+
+def test_jobs_spread_by_capacity_and_gpus_assigned(cli, home: Path, lab: Lab) -> None:
+    hosts = [lab.add(f"h{i}") for i in range(3)]
+    configure(home, [hosts[0].entry(key=lab.key, cpus=2, gpus=2),
+                     hosts[1].entry(key=lab.key, cpus=1),
+                     hosts[2].entry(key=lab.key, cpus=1)])
+    Path("hold.py").write_text(
+        "import os, sys, time\n"
+        "print('gpus=' + os.environ.get('CUDA_VISIBLE_DEVICES', '-'), flush=True)\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+    )
+    release = hosts[0].dir / "release"
+    gpu_jobs = [run(cli, "--provider", "lab", "--gpus", "1", "--", "python3", "hold.py", str(release))
+                for _ in range(2)]
+    cpu_jobs = [run(cli, "--provider", "lab", "--", "python3", "hold.py", str(release))
+                for _ in range(3)]
+    for juid in gpu_jobs:
+        wait_state(cli, juid, "running")
+    running = wait_for(lambda: [j for j in cpu_jobs if state(cli, j) == "running"] if sum(
+        state(cli, j) == "running" for j in cpu_jobs) == 2 else None, what="two cpu jobs running")
+    waiting = [j for j in cpu_jobs if j not in running]
+    # h0 is full with the two GPU jobs, h1 and h2 take one job each; the fifth waits.
+    assert {job_info(cli, j)["instance"] for j in gpu_jobs} == {"lab/h0"}
+    assert {job_info(cli, j)["instance"] for j in running} == {"lab/h1", "lab/h2"}
+    assert state(cli, waiting[0]) == "queued"
+    wait_for(lambda: all(cli("logs", j).stdout for j in gpu_jobs), what="gpu job output")
+    assert sorted(cli("logs", j).stdout for j in gpu_jobs) == ["gpus=0\n", "gpus=1\n"]
+    assert cli("logs", running[0]).stdout == "gpus=-\n"
+    release.write_text("")
+    os.chmod(release, 0o644)
+    for juid in gpu_jobs + cpu_jobs:
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+
+
+COUNTER = """\
+import sys, time
+for i in range(int(sys.argv[1])):
+    print(f"line {i:05d} " + "x" * 60, flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_link_cut_mid_job_keeps_job_and_logs_complete(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("count.py").write_text(COUNTER)
+    juid = run(cli, "--provider", "lab", "--", "python3", "count.py", "150", "0.03")
+    wait_for(lambda: "line 00020" in cli("logs", juid).stdout, what="output before the cut")
+    host.cut()
+    remote_log = remote_runs(host) / juid / "1" / "stdout.log"
+    wait_for(lambda: remote_log.exists() and "line 00080" in remote_log.read_text(),
+             what="the job to keep printing while cut off")
+    assert state(cli, juid) == "running"
+    host.restore()
+    wait_for(lambda: "line 00100" in cli("logs", juid).stdout, what="output after the link returned")
+    host.restart_sshd()  # the other way to lose the link: sshd itself dies and comes back
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+    expected = "".join(f"line {i:05d} " + "x" * 60 + "\n" for i in range(150))
+    assert cli("logs", juid).stdout == expected
+    assert remote_log.read_text() == expected
+
+
+EPOCHS = """\
+import os, sys, time
+ckpt = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "epoch.txt")
+start = int(open(ckpt).read()) + 1 if os.path.exists(ckpt) else 1
+print(f"start at epoch {start}", flush=True)
+for epoch in range(start, int(sys.argv[1]) + 1):
+    time.sleep(float(sys.argv[2]))
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(epoch))
+    os.replace(ckpt + ".tmp", ckpt)
+    print(f"epoch {epoch}", flush=True)
+"""
+
+
+def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
+        cli, home: Path, lab: Lab) -> None:
+    first, second = lab.add("h1"), lab.add("h2")
+    configure(home, [first.entry(key=lab.key, cpus=1)], checkpoint_every=0.2)
+    Path("train.py").write_text(EPOCHS)
+    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "40", "0.25")
+    wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, what="three epochs")
+    ckpt = home / "runs" / juid / "checkpoint" / "epoch.txt"
+    wait_for(lambda: ckpt.exists() and int(ckpt.read_text()) >= 3, what="the checkpoint synced back")
+    # Add the second host, then lose the first for good (the job keeps running there).
+    cli("daemon", "stop", check=True)
+    configure(home, [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)],
+              checkpoint_every=0.2)
+    first.cut()
+    cli("daemon", "start", check=True)
+    wait_for(lambda: (i := job_info(cli, juid))["state"] == "queued" and i["attempts"] == 1,
+             what="the attempt lost and the job re-queued")
+    events = [e for e in job_info(cli, juid)["events"] if e["kind"] == "state"]
+    assert events[-1]["new"] == "lost" and events[-1]["detail"] == "process vanished"
+    synced = int(ckpt.read_text())  # what MONKEY_HOME holds when the host is lost
+    wait_for(lambda: job_info(cli, juid)["attempts"] == 2 or None, what="a second attempt")
+    assert job_info(cli, juid)["instance"] == "lab/h2"
+    wait_for(lambda: "start at epoch" in cli("logs", juid, "--attempt", "2").stdout, what="resume")
+    resumed = int(cli("logs", juid, "--attempt", "2").stdout.split()[3])
+    assert synced >= 3 and resumed == synced + 1, (resumed, synced)
+    stale_pid = json.loads((remote_runs(first) / juid / "1" / "pid").read_text())["pid"]
+    assert os.path.exists(f"/proc/{stale_pid}")  # still running on the lost host
+    first.restore()
+    wait_for(lambda: not os.path.exists(f"/proc/{stale_pid}"), what="the stale attempt stopped")
+    assert wait_state(cli, juid, "succeeded", "failed", timeout=60) == "succeeded"
+    assert ckpt.read_text() == "40"
+    out = cli("logs", juid, "--attempt", "2").stdout.splitlines()
+    assert out[-1] == "epoch 40" and out[1] == f"epoch {resumed}"
+
+
+def test_cancel_stops_remote_process_tree(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("tree.py").write_text(
+        "import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    juid = run(cli, "--provider", "lab", "--", "python3", "tree.py")
+    child = int(wait_for(lambda: cli("logs", juid).stdout.strip(), what="the child's pid"))
+    parent = json.loads((remote_runs(host) / juid / "1" / "pid").read_text())["pid"]
+    assert os.path.exists(f"/proc/{child}") and os.path.exists(f"/proc/{parent}")
+    cli("job", "cancel", juid, check=True)
+    assert wait_state(cli, juid, "cancelled") == "cancelled"
+    wait_for(lambda: not os.path.exists(f"/proc/{child}") and not os.path.exists(f"/proc/{parent}"),
+             what="the remote process tree gone")
+
+
+def test_pause_and_resume_remote_job_from_checkpoint(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("train.py").write_text(EPOCHS)
+    juid = run(cli, "--provider", "lab", "--", "python3", "train.py", "8", "0.2")
+    wait_for(lambda: "epoch 2\n" in cli("logs", juid).stdout, what="two epochs")
+    cli("job", "pause", juid, check=True)
+    assert wait_state(cli, juid, "paused") == "paused"
+    done = int((home / "runs" / juid / "checkpoint" / "epoch.txt").read_text())
+    cli("job", "resume", juid, check=True)
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+    assert cli("logs", juid, "--attempt", "2").stdout.splitlines()[0] == f"start at epoch {done + 1}"
+
+
+def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: Lab, monkey) -> None:
+    from monkey.config import load_providers
+    from monkey.drivers.ssh import SSHDriver
+
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    data = Path("data")
+    data.mkdir()
+    (data / "a.bin").write_bytes(os.urandom(300_000))
+    (data / "b.bin").write_bytes(os.urandom(200_000))
+    Path("train.py").write_text("print(1)\n")
+    first = monkey.run("python3 train.py", provider="lab", datasets=["data"], start_core=False)
+    driver = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)
+    try:
+        [cap] = driver.instances()
+        job = monkey.store.get_job(first.juid)
+        blobs = _blobs(monkey, job)
+        driver.prepare(cap.instance, blobs)
+        assert driver.bytes_sent() >= 500_000
+        Path("train.py").write_text("print(2)\n")  # new code, same data
+        second = monkey.store.get_job(monkey.run("python3 train.py", provider="lab",
+                                                 datasets=["data"], start_core=False).juid)
+        fresh = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)  # no in-memory cache
+        try:
+            fresh.instances()
+            fresh.prepare(cap.instance, _blobs(monkey, second))
+            assert 0 < fresh.bytes_sent() < 1000  # the changed file only
+        finally:
+            fresh.close()
+    finally:
+        driver.close()
+
+
+def _blobs(monkey, job) -> list[str]:
+    from monkey.snapshot import BlobStore
+
+    store = BlobStore(monkey.home.blobs)
+    digests = [job.snapshot] + [d["digest"] for d in job.datasets]
+    out = []
+    for digest in digests:
+        out += [f[1] for f in json.loads(store.read_bytes(digest))["files"]]
+    return out
+
+
+def test_bad_host_configs_give_clear_errors(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    cases = [
+        ({"key": lab.key, "port": 1}, "is unreachable"),
+        ({"key": lab.key, "user": "nobody"}, "authentication as 'nobody' failed"),
+        ({"key": str(home / "no-such-key")}, "no-such-key does not exist"),
+        ({"key": lab.key, "python": "python9"}, "'python9' is not installed there"),
+    ]
+    for extra, message in cases:
+        cli("daemon", "stop")
+        configure(home, [host.entry(**extra)])
+        juid = run(cli, "--provider", "lab", "--", "true")
+        if message == "is unreachable":
+            wait_for(lambda: "is unreachable" in cli("list", "providers").stdout, what="unreachable shown")
+            assert state(cli, juid) == "queued"  # waits for the host to come back
+            cli("job", "cancel", juid, check=True)
+            continue
+        assert wait_state(cli, juid, "failed") == "failed"
+        reason = job_info(cli, juid)["reason"]
+        assert message in reason and "Traceback" not in reason, reason
+    (home / "providers.yml").write_text("providers:\n  lab: {type: ssh, hosts: [{host: a, port: x}]}\n")
+    proc = cli("list", "providers")
+    assert proc.returncode != 0
+    assert proc.stderr.strip().endswith("provider 'lab': host 'a': port must be 1-65535, got 'x'")
+
+
+def test_ssh_config_applies_to_hosts(home: Path, lab: Lab) -> None:
+    from monkey.config import ProviderConfig
+    from monkey.drivers.ssh_hosts import host_specs
+
+    ssh = Path(os.environ["HOME"]) / ".ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    (ssh / "config").write_text(
+        "Host gpu1\n  HostName 10.0.0.5\n  User alice\n  Port 2200\n  IdentityFile ~/.ssh/lab\n"
+        "  ProxyJump bastion\n"
+    )
+    [spec] = host_specs(ProviderConfig("lab", "ssh", {"hosts": [{"host": "gpu1", "memory": "2G",
+                                                                  "gpus": 2}]}))
+    assert (spec.hostname, spec.user, spec.port, spec.proxy_jump) == ("10.0.0.5", "alice", 2200, "bastion")
+    assert spec.keys == [str(ssh / "lab")] and spec.gpus == ["0", "1"] and spec.memory == 2 << 30
+
+
+def test_provider_add_then_run_pinned_to_a_host(cli, home: Path, lab: Lab) -> None:
+    one, two = lab.add("h1"), lab.add("h2")
+    proc = cli("provider", "add", "ssh", "lab", "--host", f"{lab.user}@{one.address}:{one.port}",
+               "--host", f"{two.address}:{two.port}", "--user", lab.user, "--key", lab.key,
+               "--cpus", "2", "--workdir", one.workdir)
+    assert proc.returncode == 0, proc.stderr
+    # Both hosts share the user's workdir here: give the second its own folder.
+    data = yaml.safe_load((home / "providers.yml").read_text())
+    data["providers"]["lab"]["hosts"][1]["workdir"] = two.workdir
+    (home / "providers.yml").write_text(yaml.safe_dump(data))
+    again = cli("provider", "add", "ssh", "lab", "--host", "x")
+    assert again.returncode != 0 and "exists already; pass --force" in again.stderr
+    bad = cli("provider", "add", "ssh", "other", "--host", "a@b@c")
+    assert bad.returncode != 0 and "is not [USER@]HOST[:PORT]" in bad.stderr
+    check = cli("provider", "check", "lab")
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.count(" up ") == 2 and "cpus 2" in check.stdout
+    juids = [run(cli, "--provider", "lab", "--host", two.address, "--", "true") for _ in range(3)]
+    for juid in juids:
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+        assert job_info(cli, juid)["instance"] == f"lab/{two.address}"
+    wrong = cli("run", "--provider", "lab", "--host", "nope", "--", "true")
+    assert wrong.returncode != 0 and "has no such host" in wrong.stderr
+    too_big = cli("run", "--provider", "lab", "--cpus", "3", "--", "true")
+    assert too_big.returncode != 0 and "no host of provider 'lab' has --cpus 3" in too_big.stderr
+    listing = cli("list", "providers").stdout
+    assert f"lab/{two.address}" in listing and "up" in listing
+
+
+def test_outputs_fetched_back(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("make.py").write_text(
+        "import os\nos.makedirs('results/plots', exist_ok=True)\n"
+        "open('results/metrics.csv', 'w').write('a,b\\n1,2\\n')\n"
+        "open('results/plots/loss.txt', 'w').write('0.1')\nopen('scratch.tmp', 'w').write('x')\n"
+    )
+    juid = run(cli, "--provider", "lab", "--outputs", "results/**", "--", "python3", "make.py")
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
+    work = home / "runs" / juid / "1" / "work"
+    assert (work / "results" / "metrics.csv").read_text() == "a,b\n1,2\n"
+    assert (work / "results" / "plots" / "loss.txt").read_text() == "0.1"
+    assert not (work / "scratch.tmp").exists()
+    bad = cli("run", "--provider", "lab", "--outputs", "../etc/*", "--", "true")
+    assert bad.returncode != 0 and "relative to the job's folder" in bad.stderr
+
+
+def test_host_behind_a_proxy_jump(cli, home: Path, lab: Lab) -> None:
+    bastion, inner = lab.add("bastion"), lab.add("inner")
+    # The client reaches `inner` only through the bastion's sshd (direct-tcpip to inner's sshd).
+    with open(lab.ssh_dir / "known_hosts", "a") as fh:
+        fh.write(f"[{inner.address}]:{inner.sshd_port} {' '.join(inner.host_key_pub)}\n")
+    (lab.ssh_dir / "config").write_text(
+        f"Host inner\n  HostName {inner.address}\n  Port {inner.sshd_port}\n  User {lab.user}\n"
+        f"  ProxyJump {lab.user}@{bastion.address}:{bastion.port}\n"
+    )
+    configure(home, [{"host": "inner", "workdir": inner.workdir}])
+    juid = run(cli, "--provider", "lab", "--", "sh", "-c", "echo via jump")
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)["reason"]
+    assert cli("logs", juid).stdout == "via jump\n"
+    assert (Path(inner.workdir) / "agent").is_dir() and not (Path(bastion.workdir) / "agent").exists()
+    assert bastion.relay.sent > 10_000  # the code, the agent and every request went through it
+
+
+def test_shared_fs_sends_no_blobs_over_ssh(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1")
+    shared = Path(tempfile.mkdtemp(prefix="monkey-shared-"))
+    try:
+        os.chmod(shared, 0o755)
+        configure(home, [host.entry(key=lab.key)], shared_fs=str(shared))
+        Path("data.txt").write_text("shared data\n")
+        Path("read.py").write_text("import os; print(open(os.environ['MONKEY_DATASET_D']).read(), end='')\n")
+        juid = run(cli, "--provider", "lab", "--dataset", "data.txt:D", "--", "python3", "read.py")
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)["reason"]
+        assert cli("logs", juid).stdout == "shared data\n"
+        assert not (Path(host.workdir) / "blobs").exists()  # nothing went over SSH
+        assert len(list((shared / "blobs").glob("*/*"))) == 2  # the code and the dataset
+    finally:
+        shutil.rmtree(shared)
