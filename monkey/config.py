@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, parse_size
 
 # Unix socket paths are limited to 107 bytes; longer homes get a short private folder.
 _SOCKET_PATH_MAX = 100
@@ -234,8 +234,11 @@ def _validate_ssh(where: str, name: str, entry: dict[str, Any]) -> None:
         ):
             raise bad(f"{label}: gpus must be a count or a list of device ids, got {gpus!r}")
         memory = host.get("memory")
-        if memory is not None and not (isinstance(memory, (int, str)) and not isinstance(memory, bool)):
-            raise bad(f"{label}: memory must be a size like 64G, got {memory!r}")
+        if memory is not None:
+            try:
+                parse_size(memory if not isinstance(memory, bool) else "?")
+            except MonkeyError:
+                raise bad(f"{label}: memory must be a size like 64G, got {memory!r}") from None
         for key in ("user", "key", "workdir", "python", "proxy_jump", "name"):
             if host.get(key) is not None and not isinstance(host[key], str):
                 raise bad(f"{label}: {key} must be text, got {host[key]!r}")

@@ -240,6 +240,9 @@ class Lab:
     """A client identity (~/.ssh under a private HOME) and any number of hosts."""
 
     def __init__(self, client_home: Path) -> None:
+        if not os.path.exists("/usr/sbin/sshd"):
+            raise RuntimeError("these tests need OpenSSH's sshd: apt-get install openssh-server "
+                               "(scripts/test.sh does)")
         self.user = lab_user()
         self.ssh_dir = client_home / ".ssh"
         self.ssh_dir.mkdir(parents=True, mode=0o700)

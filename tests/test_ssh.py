@@ -16,9 +16,6 @@ import yaml
 from tests.conftest import wait_for
 from tests.sshd import Lab, SSHHost
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
-                                reason="needs openssh-server (scripts/test.sh installs it)")
-
 
 @pytest.fixture
 def lab(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
@@ -271,7 +268,7 @@ def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: La
     first = monkey.run("python3 train.py", provider="lab", datasets=["data"], start_core=False)
     driver = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)
     try:
-        [cap] = driver.instances()
+        [cap] = wait_for(driver.instances, what="the host contacted")
         job = monkey.store.get_job(first.juid)
         blobs = _blobs(monkey, job)
         driver.prepare(cap.instance, blobs)
@@ -281,7 +278,7 @@ def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: La
                                                  datasets=["data"], start_core=False).juid)
         fresh = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)  # no in-memory cache
         try:
-            fresh.instances()
+            wait_for(fresh.instances, what="the host contacted")
             fresh.prepare(cap.instance, _blobs(monkey, second))
             assert 0 < fresh.bytes_sent() < 1000  # the changed file only
         finally:

@@ -120,10 +120,9 @@ class SSHDriver(Driver):
     # -- the contract -------------------------------------------------------------------
 
     def instances(self) -> list[Capacity]:
+        # Hosts are contacted by their own threads: an unreachable one never stalls the core.
         for host in self.hosts.values():
-            if not host.tried:
-                self._contact(host)
-                self._start_pump(host)
+            self._start_pump(host)
         up = [h.capacity for h in self.hosts.values() if h.up and h.capacity]
         if not up and all(h.error and not h.transient for h in self.hosts.values()):
             raise MonkeyError("; ".join(h.error or "" for h in self.hosts.values()))
@@ -264,6 +263,8 @@ class SSHDriver(Driver):
     def _contact(self, host: Host) -> None:
         """Connect, install and start the agent, learn capacity, fence stale attempts."""
         with host.lock:
+            if host.up:
+                return  # another thread connected it while this one waited
             if host.error and not host.transient:  # known_hosts or keys may have been fixed
                 self.host_keys = HostKeys(self.home, self.host_keys.tofu)
             host.tried = True
@@ -457,7 +458,9 @@ class SSHDriver(Driver):
 
     def _pump(self, host: Host) -> None:
         last_checkpoint = time.monotonic()
-        while not self.closing.wait(_PUMP_EVERY):
+        while True:
+            if host.tried and self.closing.wait(_PUMP_EVERY):
+                return
             try:
                 if not host.up:
                     if time.monotonic() < host.next_try:

@@ -110,10 +110,12 @@ class _Staged:
 
 def cmd_provider_check(args: argparse.Namespace) -> int:
     import json
+    import logging
 
     from monkey.config import Home, load_providers
     from monkey.drivers import get_driver
 
+    logging.getLogger("monkey").addHandler(logging.NullHandler())  # the report says it all
     home = Home().ensure()
     config = load_providers(home).get(args.name)
     if config is None:
