@@ -44,6 +44,7 @@ def test_log_forms_params_summary_and_scraping(home, monkey, cli):
             monkey.log("plain", i)
         print(json.dumps({"experiment": {"val_acc": 0.93, "val": {"loss": 0.24}}}))
         print(json.dumps({"monkey": {"step": 7, "lr_now": 0.05}}))
+        print(json.dumps({"experiment": {"epoch": 2, "ep_acc": 0.8}}))
         print('{"other": {"x": 1}}')
         print('not json {"experiment": {"x": 1}}')
         print('{"experiment": broken')
@@ -59,6 +60,7 @@ def test_log_forms_params_summary_and_scraping(home, monkey, cli):
     assert [v for _, v, _ in m["val_acc"]] == [0.93]
     assert [v for _, v, _ in m["val.loss"]] == [0.24]
     assert m["lr_now"][0][:2] == (7, 0.05)
+    assert m["ep_acc"][0][:2] == (2, 0.8) and "epoch" not in m  # epoch is the step
     assert "x" not in m and "other.x" not in m
     assert set(monkey.metric_names(job.juid)) >= {"acc", "loss", "div", "plain", "val_acc"}
     assert job.record.params == {"lr": 0.1, "optim": {"name": "sgd", "momentum": 0.9}}

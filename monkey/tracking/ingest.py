@@ -140,17 +140,22 @@ def parse_scraped(text: str, ts: float) -> list[Point]:
             continue  # a line that only looked like one: it stays plain output
         if not isinstance(obj, dict) or len(obj) != 1:
             continue
-        body = next(iter(obj.values()))
-        if not isinstance(body, dict):
+        key, body = next(iter(obj.items()))
+        if key not in ("experiment", "monkey") or not isinstance(body, dict):
             continue
-        step = body.get("step")
-        step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        # The step is `step`, else `epoch` (the StudioML convention logs per epoch).
+        step_key = next((k for k in ("step", "epoch") if _is_int(body.get(k))), None)
+        step = body[step_key] if step_key else None
         for name, value in flatten(body).items():
-            if name == "step" and step is not None:
+            if name == step_key:
                 continue
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 points.append((name, step, None if math.isnan(value) else float(value), ts))
     return points
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
