@@ -111,6 +111,20 @@ class Home:
         return self.secrets / f"{juid}.json"
 
 
+def read_yaml(path: Path) -> Any:
+    """A YAML file's data; unreadable files and bad syntax give a one-line MonkeyError."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise MonkeyError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise MonkeyError(f"{path}{line}: invalid YAML; fix the syntax there") from None
+
+
 @dataclass
 class ProviderConfig:
     """One entry of providers.yml."""
@@ -135,17 +149,8 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
     path = home.providers_file
     if not path.exists():
         return providers
-    import yaml
-
     where = f"{path}"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise MonkeyError(f"cannot read {where}: {exc.strerror}; check its permissions") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise MonkeyError(f"{where}{line}: invalid YAML; fix the syntax there") from None
+    data = read_yaml(path)
     if data is None:
         return providers
     if not isinstance(data, dict) or not isinstance(data.get("providers", {}), dict):

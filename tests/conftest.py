@@ -45,9 +45,10 @@ def processes_with_env(marker: str) -> list[int]:
     return found
 
 
-def kill_all(marker: str) -> None:
-    for _ in range(50):
-        pids = processes_with_env(marker)
+def kill_until_gone(find: Callable[[], list[int]], tries: int = 50) -> None:
+    """SIGKILL what ``find()`` lists until it lists nothing (children may appear late)."""
+    for _ in range(tries):
+        pids = find()
         if not pids:
             return
         for pid in pids:
@@ -56,6 +57,11 @@ def kill_all(marker: str) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
+
+
+def kill_all(marker: str) -> None:
+    """Kill every process whose environment contains ``marker``."""
+    kill_until_gone(lambda: processes_with_env(marker))
 
 
 @pytest.fixture

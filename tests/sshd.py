@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from conftest import kill_until_gone
+
 SSH_USER = "monkeyssh"
 
 
@@ -223,16 +225,7 @@ LogLevel ERROR
             except ProcessLookupError:
                 pass
             self.proc.wait()
-        for _ in range(50):
-            pids = self.processes()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
+        kill_until_gone(self.processes)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -107,7 +107,8 @@ def test_mnist_sweep_compare_diff_plot_report(home, monkey, cli, tmp_path):
     header, *body = page.rows
     assert header[:3] == ["job", "name", "state"] and len(body) == 4
     assert [row[0] for row in body] == [r["job"] for r in rows]
-    assert page.svgs >= 4 and page.polylines >= 4 * 4  # a chart per metric, a line per run
+    # a chart per metric (accuracy, loss, test_accuracy; epoch is the step), a line per run
+    assert page.svgs >= 3 and page.polylines >= 3 * 4
 
 
 def test_failed_cell_retries_by_itself(home, monkey, cli):

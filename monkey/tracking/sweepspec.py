@@ -92,17 +92,10 @@ def from_options(command: list[str], *, grid: Sequence[str] = (),
 
 def load_file(path: str | Path) -> dict[str, Any]:
     """A spec from a YAML sweep file."""
-    import yaml
+    from monkey.config import read_yaml
 
     p = Path(path).expanduser()
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise MonkeyError(f"cannot read sweep file {p}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" line {where.line + 1}" if where else ""
-        raise MonkeyError(f"{p}{line}: not valid YAML; fix the file") from None
+    data = read_yaml(p)
     if not isinstance(data, dict):
         raise MonkeyError(f"{p}: a sweep file is a mapping with `parameters:`; see the README")
     unknown = sorted(set(data) - set(_KEYS))
