@@ -26,8 +26,8 @@ from pathlib import Path
 import yaml
 from common import REPO, fresh_home, stop_everything
 
-sys.path.insert(0, str(REPO))
-from tests.sshd import Lab  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))  # the test fixtures' sshd lab and its helpers
+from sshd import Lab  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 DATASET_MB = int(sys.argv[2]) if len(sys.argv) > 2 else 500

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import kill_until_gone
 
 from monkey.drivers.agent_link import AgentError, AgentLink, connect_unix
 
@@ -218,6 +219,8 @@ class World:
         """Send a start request for attempt 1 of JUID."""
         request = {"env": {}, "files": [], "blobs_dir": str(self.blobs), "datasets": []}
         request.update(fields)
+        if request["files"] is None:  # no `files` key at all
+            del request["files"]
         return client.request(
             "start", juid=juid, attempt=1, run_dir=str(self.run_dir(juid)), argv=argv, **request
         )
@@ -238,16 +241,7 @@ class World:
         for link in self.links:
             link.close()
         self.kill_agents()
-        for _ in range(50):
-            pids = tagged_processes(self.tag)
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
+        kill_until_gone(lambda: tagged_processes(self.tag))
         shutil.rmtree(self.sockdir, ignore_errors=True)
         assert not tagged_processes(self.tag), "job processes survived the test"
 
@@ -564,6 +558,79 @@ def test_datasets_materialised_once_and_exposed(world: World, agent: Client) -> 
     assert (world.run_dir("j2") / "stdout.log").read_text() == out
     assert folder.stat().st_ino == inode and (folder / "b.txt").stat().st_mtime_ns == marker
     assert sorted(p.name for p in (world.root / "datasets").iterdir()) == ["d" * 64, "e" * 64]
+
+
+def manifest_digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def test_code_list_cached_then_named_by_manifest(world: World, agent: Client) -> None:
+    a, b = put_blob(world.blobs, b"aaa\n"), put_blob(world.blobs, b"bbb\n")
+    files = [["sub/b.txt", b, 0o644], ["a.txt", a, 0o755]]
+    m1 = manifest_digest("m1")
+    world.start(agent, "j1", ["cat", "a.txt", "sub/b.txt"], files=files, manifest=m1)
+    assert agent.wait_exit("j1")["code"] == 0
+    cached = world.root / "manifests" / f"{m1}.json"
+    assert cached.read_text() == json.dumps(sorted(files), separators=(",", ":"))
+    world.start(agent, "j2", ["cat", "a.txt", "sub/b.txt"], files=None, manifest=m1)
+    assert agent.wait_exit("j2")["code"] == 0
+    assert (world.run_dir("j2") / "stdout.log").read_text() == "aaa\nbbb\n"
+    assert (world.run_dir("j2") / "work" / "a.txt").stat().st_mode & 0o777 == 0o755
+
+
+def test_code_list_as_a_delta(world: World, agent: Client) -> None:
+    a, b, c = (put_blob(world.blobs, x) for x in (b"a1\n", b"b\n", b"c\n"))
+    a2, d = put_blob(world.blobs, b"a2\n"), put_blob(world.blobs, b"d\n")
+    m1, m2 = manifest_digest("m1"), manifest_digest("m2")
+    files = [["a.txt", a, 0o644], ["b.txt", b, 0o644], ["sub/c.txt", c, 0o644]]
+    world.start(agent, "j1", ["true"], files=files, manifest=m1)
+    assert agent.wait_exit("j1")["code"] == 0
+    world.start(agent, "j2", ["sh", "-c", "find . -type f | sort | xargs cat"], files=None,
+                manifest=m2, base=m1, removed=["b.txt"],
+                changes=[["a.txt", a2, 0o644], ["d/d.txt", d, 0o600]])  # fmt: skip
+    assert agent.wait_exit("j2")["code"] == 0
+    work = world.run_dir("j2") / "work"
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()) == [
+        "a.txt", "d/d.txt", "sub/c.txt"]
+    assert (world.run_dir("j2") / "stdout.log").read_text() == "a2\nd\nc\n"
+    assert (work / "d" / "d.txt").stat().st_mode & 0o777 == 0o600
+    cached = json.loads((world.root / "manifests" / f"{m2}.json").read_text())
+    assert cached == [["a.txt", a2, 0o644], ["d/d.txt", d, 0o600], ["sub/c.txt", c, 0o644]]
+    # the list built from the delta is itself a base
+    world.start(agent, "j3", ["cat", "a.txt"], files=None, manifest=m2)
+    assert agent.wait_exit("j3")["code"] == 0
+
+
+def test_unknown_manifest_refused_and_nothing_runs(world: World, agent: Client) -> None:
+    a = put_blob(world.blobs, b"a\n")
+    known, unknown = manifest_digest("known"), manifest_digest("unknown")
+    world.start(agent, "j0", ["true"], files=[["a.txt", a, 0o644]], manifest=known)
+    agent.wait_exit("j0")
+    for fields in ({"manifest": unknown},
+                   {"manifest": manifest_digest("new"), "base": unknown, "changes": [],
+                    "removed": ["a.txt"]}):  # fmt: skip
+        with pytest.raises(AgentError, match="unknown manifest"):
+            world.start(agent, "j", ["touch", "ran"], files=None, **fields)
+    assert not world.run_dir("j").exists()
+    assert not (world.root / "manifests" / f"{manifest_digest('new')}.json").exists()
+    assert agent.request("jobs")["jobs"] == [] and agent.events("j") == []
+
+
+def test_unsafe_paths_in_a_delta_refused(world: World, agent: Client) -> None:
+    a = put_blob(world.blobs, b"a\n")
+    base, new = manifest_digest("base"), manifest_digest("new")
+    world.start(agent, "j0", ["true"], files=[["a.txt", a, 0o644]], manifest=base)
+    agent.wait_exit("j0")
+    for delta in ({"changes": [["../x", a, 0o644]], "removed": []},
+                  {"changes": [["/tmp/x", a, 0o644]], "removed": []},
+                  {"changes": [], "removed": ["a/../../x"]},
+                  {"changes": [["b.txt", "../../etc", 0o644]], "removed": []}):  # fmt: skip
+        with pytest.raises(AgentError, match="unsafe path|bad digest"):
+            world.start(agent, "j", ["touch", "ran"], files=None, manifest=new, base=base,
+                        **delta)  # fmt: skip
+    assert not world.run_dir("j").exists()
+    assert not (world.root / "manifests" / f"{new}.json").exists()
+    assert agent.request("jobs")["jobs"] == []
 
 
 # ---------------------------------------------------------------- the agent process

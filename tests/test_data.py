@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,36 @@ def test_unchanged_files_are_stored_once(home, monkey):
     second = monkey.run(["true"], start_core=False)
     assert monkey.store.blob_count() == (count, size)
     assert first.record.snapshot == second.record.snapshot
+
+
+def test_code_sent_as_a_delta_and_resent_when_the_agent_lost_it(home, monkey):
+    Path("pkg").mkdir()
+    for i in range(20):
+        Path(f"pkg/m{i}.py").write_text(f"V = {i}\n")
+    Path("old.txt").write_text("old\n")
+    show = ["sh", "-c", "find . -type f ! -name '.*' | LC_ALL=C sort; cat pkg/m7.py"]
+    first = monkey.run(show)
+    assert first.wait(timeout=60) == State.SUCCEEDED
+    Path("pkg/m7.py").write_text("V = 'changed'\n")
+    Path("old.txt").unlink()
+    Path("new.txt").write_text("new\n")
+    second = monkey.run(show)
+    assert second.wait(timeout=60) == State.SUCCEEDED
+    names = sorted(f"./pkg/m{i}.py" for i in range(20))
+    assert first.logs() == "\n".join(sorted([*names, "./old.txt"])) + "\nV = 7\n"
+    assert second.logs() == "\n".join(sorted([*names, "./new.txt"])) + "\nV = 'changed'\n"
+    cached = home / "manifests"
+    assert {p.name for p in cached.iterdir()} == {
+        f"{first.record.snapshot}.json", f"{second.record.snapshot}.json"}
+    # the agent lost its cache: the start naming a list is refused, the job queued again
+    # (no retry used) and started with the full list
+    shutil.rmtree(cached)
+    Path("new.txt").write_text("newer\n")
+    third = monkey.run(["cat", "new.txt"])
+    assert third.wait(timeout=60) == State.SUCCEEDED
+    assert third.logs() == "newer\n"
+    assert [a.reason for a in third.attempts()] == ["never started", "exit 0"]
+    assert (cached / f"{third.record.snapshot}.json").exists()
 
 
 def test_dataset_is_checksummed_stored_once_and_exposed(home, monkey, tmp_path):

@@ -122,3 +122,42 @@ def test_core_restart_with_10000_jobs_is_quick_to_dispatch(home, monkey):
         )
     start_core(home)
     assert monkey.job(job.juid).wait(timeout=30) == State.SUCCEEDED
+
+
+def test_follow_and_wait_start_a_stopped_core(cli, home, monkey):
+    """`daemon stop` while a job runs, then `logs --follow`: the job ends, the follow too."""
+    gate = Path("gate3")
+    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
+                                  "echo down"])
+    wait_for(lambda: job.logs() == "up\n", what="the job to start")
+    cli("daemon", "stop", check=True)
+    gate.touch()
+    follow = cli("logs", "--follow", job.juid, timeout=60)
+    assert (follow.returncode, follow.stdout) == (0, "up\ndown\n")
+    assert core_pid(home)
+    cli("daemon", "stop", check=True)
+    later = monkey.run(["echo", "later"], start_core=False)
+    assert later.wait(timeout=60) == State.SUCCEEDED
+    assert later.logs() == "later\n"
+
+
+def test_cancel_asked_while_a_start_is_refused_is_not_lost(home, monkey):
+    from monkey.config import Home
+    from monkey.core.scheduler import Core
+    from monkey.models import Request
+
+    core = Core(Home(home))
+    try:
+        cancelled = monkey.run(["true"], start_core=False)
+        queued = monkey.run(["true"], start_core=False)
+        for job in (cancelled, queued):
+            record = monkey.store.get_job(job.juid)
+            monkey.store.begin_attempt(record, "local", str(home / "runs" / job.juid / "1"))
+        assert monkey.store.set_request(cancelled.juid, Request.CANCEL.value, [State.DISPATCHING])
+        for job in (cancelled, queued):  # the agent answered: never started
+            core._never_started(monkey.store.get_attempt(job.juid, 1))
+        assert cancelled.status == State.CANCELLED
+        assert queued.status == State.QUEUED  # started again later, no retry used
+        assert [a.reason for a in queued.attempts()] == ["never started"]
+    finally:
+        core.close()

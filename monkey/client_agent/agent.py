@@ -29,6 +29,11 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     setup.json    launcher.py: {"key", "reused", "seconds", "prefix"} of the environment
     setup.failed  launcher.py: one line, when the set-up failed (the job did not run)
 
+Code file lists the agent was given are cached per worker in ``ROOT/manifests/<digest>.json``
+(the compact JSON list ``[[relpath, digest, mode], ...]`` sorted by relpath, written through
+a temporary name), so that a ``start`` can name a list, or a change to one, instead of
+carrying it whole.
+
 Datasets are materialised once per worker into ``ROOT/datasets/<digest>/`` (built in a
 temporary folder, then renamed into place) and shared, read-only, by all jobs.
 
@@ -75,9 +80,10 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
 {...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
 
     hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
-    start     juid, attempt, run_dir, argv, env, files [[relpath, digest, mode]], blobs_dir,
-              datasets [{digest, env, files, single}], workdir_name (optional: one path
-              component, to keep the project folder's name), and from a job.yml:
+    start     juid, attempt, run_dir, argv, env, the code (``files`` and/or ``manifest``:
+              see below), blobs_dir, datasets [{digest, env, files, single}],
+              workdir_name (optional: one path component, to keep the project folder's
+              name), and from a job.yml:
               placed [{path, digest, files, mount}] (data folders put at work/PATH: copies,
               or with ``mount`` a symlink to ROOT/datasets/DIGEST), setup {type: pip|conda|
               none, env_file, env_file_digest, install_script, install_script_digest},
@@ -87,6 +93,14 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
               run_dir that already has a ``pid`` file (or an ``abandoned`` mark) are
               refused and nothing is run.
+              The code is one of: ``files`` [[relpath, digest, mode]] (also cached as
+              ``manifest`` M when given); ``manifest`` M alone (the cached list M); or
+              ``manifest`` M, ``base`` B, ``changes`` [[relpath, digest, mode]], ``removed``
+              [relpath] (the cached list B without ``removed``, then with ``changes`` added
+              or replacing the entries of the same relpath; cached as M). Neither ``files``
+              nor ``manifest``: no code. A list M or B not in the cache is refused with an
+              error containing ``unknown manifest``, before anything is made: send the
+              full list. Every entry of the resulting list is checked as ``files`` are.
     signal    juid, attempt, signal ("TERM", "INT", "KILL", ... or a number), grace
               (seconds, default 10): the signal goes to every process of the job's
               session and its process group; SIGKILL follows after grace if the job is
@@ -372,6 +386,22 @@ def check_digest(digest: Any) -> str:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise RequestError(f"bad digest {digest!r}")
     return digest
+
+
+def check_entries(files: Any) -> list[list[Any]]:
+    """[[relpath, digest, mode]] with relpaths normalised, or RequestError."""
+    if not isinstance(files, list):
+        raise RequestError("files must be a list")
+    out = []
+    for entry in files:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise RequestError(f"bad file entry {entry!r}")
+        rel, digest, mode = entry
+        rel, digest = safe_relpath(rel), check_digest(digest)
+        if not isinstance(mode, int):
+            raise RequestError(f"bad mode for {rel!r}")
+        out.append([rel, digest, mode])
+    return out
 
 
 def parse_signal(value: Any) -> int:
@@ -810,7 +840,7 @@ class Agent:
         if os.path.exists(os.path.join(run_dir, ABANDONED)):
             raise RequestError(f"{run_dir} was reported never started; start a new attempt")
         blobs_dir = req.get("blobs_dir") or ""
-        files = self._check_files(req.get("files") or [], blobs_dir)
+        files = self._blob_paths(self._code_entries(req), blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
         placed = [self._check_placed(p, blobs_dir) for p in req.get("placed") or []]
         work = os.path.join(run_dir, "work")
@@ -837,22 +867,62 @@ class Agent:
 
     def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
         """[(relpath, blob path, mode)] after checking paths, digests and blobs."""
-        if not isinstance(files, list):
-            raise RequestError("files must be a list")
+        return self._blob_paths(check_entries(files), blobs_dir)
+
+    @staticmethod
+    def _blob_paths(entries: list[list[Any]], blobs_dir: str) -> list[tuple[str, str, int]]:
+        """[(relpath, blob path, mode)] of checked ENTRIES whose blobs are all present."""
         out = []
-        for entry in files:
-            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-                raise RequestError(f"bad file entry {entry!r}")
-            rel, digest, mode = entry
-            rel = safe_relpath(rel)
-            digest = check_digest(digest)
-            if not isinstance(mode, int):
-                raise RequestError(f"bad mode for {rel!r}")
+        for rel, digest, mode in entries:
             blob = os.path.join(blobs_dir, digest[:2], digest[2:])
             if not blobs_dir or not os.path.isfile(blob):
                 raise RequestError(f"missing blob {digest} for {rel} in {blobs_dir!r}")
             out.append((rel, blob, mode))
         return out
+
+    def _code_entries(self, req: dict[str, Any]) -> list[list[Any]]:
+        """The checked code list of a start: ``files``, or the cached list ``manifest``, or
+        the cached list ``base`` with ``removed`` and ``changes`` applied; a list given in
+        full or built from a delta is cached under ``manifest``."""
+        digest = req.get("manifest")
+        if digest is None:
+            return check_entries(req.get("files") or [])
+        path = self._manifest_path(check_digest(digest))
+        if "files" in req:
+            entries = check_entries(req["files"])
+        elif req.get("base") is None:
+            return check_entries(self._cached_manifest(path, digest))
+        else:
+            removed, changes = req.get("removed") or [], check_entries(req.get("changes") or [])
+            if not isinstance(removed, list):
+                raise RequestError("removed must be a list")
+            base = check_digest(req["base"])
+            cached = self._cached_manifest(self._manifest_path(base), base)
+            merged = {e[0]: e for e in check_entries(cached)}
+            for rel in removed:
+                merged.pop(safe_relpath(rel), None)
+            merged.update((e[0], e) for e in changes)
+            entries = list(merged.values())
+        if not os.path.exists(path):
+            entries.sort(key=lambda e: e[0])
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_atomic(path, json.dumps(entries, separators=(",", ":")).encode())
+            except OSError as e:  # the job can still run; a later start gets `unknown manifest`
+                log(f"cannot cache manifest {digest}: {e}")
+        return entries
+
+    def _manifest_path(self, digest: str) -> str:
+        return os.path.join(self.root, "manifests", f"{digest}.json")
+
+    @staticmethod
+    def _cached_manifest(path: str, digest: str) -> Any:
+        """The list cached at PATH, or RequestError ``unknown manifest`` (also when torn)."""
+        try:
+            with open(path, "rb") as f:
+                return json.loads(f.read())
+        except (OSError, ValueError):
+            raise RequestError(f"unknown manifest {digest}: send the full file list") from None
 
     def _check_dataset(self, ds: Any, blobs_dir: str) -> tuple[str, list, str, bool]:
         """(env name, files, digest, single) of a dataset entry after checking it."""

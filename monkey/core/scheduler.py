@@ -63,8 +63,13 @@ class Core:
         self.wake_sock = bind_wake_socket(home)
         self.selector.register(self.wake_sock, selectors.EVENT_READ, None)
         self.signalled: set[tuple[str, int]] = set()
-        self.starting: dict[tuple[tuple[str, str], int], tuple[str, int]] = {}
+        # Per request id: the attempt a `start` was sent for, and the code list it named.
+        self.starting: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]] = {}
         self.manifests: dict[str, list[Any]] = {}
+        # What this core gave each instance's agent since linking to it: the code lists it
+        # holds, and the last one sent per workdir (the base of the next one's delta).
+        self.given: dict[tuple[str, str], set[str]] = {}
+        self.last_given: dict[tuple[tuple[str, str], str], str] = {}
         self.next_health = 0.0
         self.retry_links_at = 0.0
         self.stopping = False
@@ -143,6 +148,7 @@ class Core:
             ],
         )
         self.links[key] = link
+        self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
         for status in reply.get("attempts", []):
@@ -221,9 +227,24 @@ class Core:
         started = self.starting.pop((key, reply["id"]), None)
         if started is None or reply.get("ok"):
             return
-        juid, n = started
+        juid, n, manifest = started
+        error = str(reply.get("error"))
+        if "unknown manifest" in error:
+            # The agent lost its cached lists: start the job again, with the full list.
+            self._forget_given(key)
+            att = self.store.get_attempt(juid, n)
+            if att is not None:
+                self._never_started(att)
+            return
+        if manifest:  # the agent may not have kept it
+            self.given.get(key, set()).discard(manifest)
         self.store.end_attempt(juid, n, final=State.FAILED, exit_code=None, signal=None,
-                               reason=f"could not start: {reply.get('error')}")
+                               reason=f"could not start: {error}")
+
+    def _forget_given(self, key: tuple[str, str]) -> None:
+        """Assume the instance's agent holds no code list."""
+        self.given[key] = set()
+        self.last_given = {k: v for k, v in self.last_given.items() if k[0] != key}
 
     def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                 offset: int) -> None:
@@ -267,7 +288,11 @@ class Core:
         if job is None:
             return
         if job.state == State.DISPATCHING:
-            self.store.end_attempt(att.juid, att.n, final=State.QUEUED, exit_code=None,
+            # A cancel or pause asked meanwhile takes effect now; otherwise the job waits
+            # for its next start (no retry used: nothing ran).
+            final = {Request.CANCEL.value: State.CANCELLED,
+                     Request.PAUSE.value: State.PAUSED}.get(job.request or "", State.QUEUED)
+            self.store.end_attempt(att.juid, att.n, final=final, exit_code=None,
                                    signal=None, reason="never started")
         else:
             self.on_exit((job.provider, att.instance), att.juid, att.n,
@@ -366,7 +391,7 @@ class Core:
             self.drop_link(key)
             self.retry_links_at = time.time() + 1.0
             return
-        self.starting[(key, rid)] = (job.juid, n)
+        self.starting[(key, rid)] = (job.juid, n, spec.get("manifest"))
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
@@ -393,8 +418,7 @@ class Core:
         )
         if gpus or has_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        files = [f[:3] for f in self._manifest(job.snapshot)] if job.snapshot else []
-        blobs = [f[1] for f in files]
+        code, blobs = self._code_fields((job.provider, instance), job)
         spec_fields: dict[str, Any] = {}
         spec = self.store.job_spec(job.juid)
         if spec is not None:
@@ -409,9 +433,32 @@ class Core:
                              "files": ds_files, "single": ds.get("single", False)})
         return {
             "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
-            "env": env, "files": files, "blobs_dir": drv.blobs_dir(instance),
+            "env": env, **code, "blobs_dir": drv.blobs_dir(instance),
             "datasets": datasets, "_blobs": blobs, **spec_fields,
         }  # fmt: skip
+
+    def _code_fields(self, key: tuple[str, str], job: Job) -> tuple[dict[str, Any], list[str]]:
+        """The `start` fields naming the job's code for the instance KEY, and its blobs: the
+        manifest's digest alone when the agent holds that list, else a delta against the
+        last list of the same workdir it was given, else the full list."""
+        if not job.snapshot:
+            return {"files": []}, []
+        files = [f[:3] for f in self._manifest(job.snapshot)]
+        blobs = [f[1] for f in files]
+        given = self.given.setdefault(key, set())
+        base = self.last_given.get((key, job.workdir))
+        fields: dict[str, Any] = {"manifest": job.snapshot}
+        if job.snapshot not in given:
+            fields["files"] = files
+            if base is not None and base in given:
+                old = {f[0]: f[:3] for f in self._manifest(base)}
+                changes = [f for f in files if old.pop(f[0], None) != f]
+                if len(changes) + len(old) < len(files):
+                    del fields["files"]
+                    fields.update(base=base, changes=changes, removed=list(old))
+        given.add(job.snapshot)
+        self.last_given[(key, job.workdir)] = job.snapshot
+        return fields, blobs
 
     def _secrets(self, job: Job) -> dict[str, str]:
         ref = self.store.secrets_ref(job.juid)
