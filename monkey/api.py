@@ -35,6 +35,7 @@ CAPTURED_ENV = (
     "PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
     "LD_LIBRARY_PATH", "CUDA_HOME",
 )  # fmt: skip
+MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
 
@@ -67,12 +68,18 @@ class Job:
         return self.monkey.store.attempts(self.juid)
 
     def wait(self, timeout: float | None = None, poll: float = 0.05) -> State:
-        """Block until the job ends (a retry pending is not an end); return its state."""
+        """Block until the job ends (a retry pending is not an end); return its state.
+
+        Starts the core when it is down: without it the job would never end."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        woken = False
         while True:
             state = self.status
             if state in TERMINAL or state == State.PAUSED:
                 return state
+            if not woken:
+                self.monkey.wake()
+                woken = True
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
             time.sleep(poll)
@@ -91,11 +98,19 @@ class Monkey(TrackingAPI):
         self.home = (home if isinstance(home, Home) else Home(home)).ensure()
         self.store = Store(self.home.db)
         self._providers: dict[str, ProviderConfig] | None = None
+        self._providers_stamp: tuple[int, int] | None = None
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
-        if self._providers is None:
+        """providers.yml, read again when it changed (a long-lived Monkey sees `provider add`)."""
+        try:
+            st = self.home.providers_file.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if self._providers is None or stamp != self._providers_stamp:
             self._providers = load_providers(self.home)
+            self._providers_stamp = stamp
         return self._providers
 
     # -- submit -------------------------------------------------------------------------
@@ -110,10 +125,10 @@ class Monkey(TrackingAPI):
         gpus: int = 0,
         memory: str | None = None,
         host: str | None = None,
-        outputs: Iterable[str] = (),
+        outputs: str | Iterable[str] = (),
         retries: int = 0,
-        datasets: Iterable[str] = (),
-        env: dict[str, str] | Iterable[str] | None = None,
+        datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+        env: dict[str, str] | str | Iterable[str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
         sweep: str | None = None,
         params: dict[str, Any] | None = None,
@@ -126,13 +141,19 @@ class Monkey(TrackingAPI):
         one, False ignores it. Arguments given here override the file."""
         from monkey import jobspec, snapshot
 
-        argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+        try:
+            argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+        except ValueError as exc:
+            raise MonkeyError(f"command {cmd!r}: {exc} (it is split as a shell would)") from None
         if not argv:
             raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
         resources = self._resources(provider, cpus, gpus, memory, host)
-        outputs = [_check_output_glob(g) for g in outputs]
-        if not isinstance(retries, int) or retries < 0:
-            raise MonkeyError(f"--retries must be a whole number >= 0, got {retries!r}")
+        # A lone string is one glob / one dataset, not a sequence of one-letter ones.
+        outputs = [_check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
+        one = isinstance(datasets, (str, os.PathLike))
+        datasets = [os.fspath(d) for d in ([datasets] if one else datasets)]
+        if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
         root = Path(workdir).expanduser() if workdir else Path.cwd()
         job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
         js = jobspec.load(job_file) if job_file else None
@@ -153,7 +174,7 @@ class Monkey(TrackingAPI):
         recorded_datasets = []
         seen: set[str] = set()
         for spec in datasets:
-            ds = snapshot.dataset(spec, blobs, self.store, base=root)
+            ds = snapshot.dataset(spec, blobs, self.store)  # a path as typed: from the current folder
             if ds.name in seen:
                 raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
             seen.add(ds.name)
@@ -239,12 +260,12 @@ class Monkey(TrackingAPI):
         return resources
 
     @staticmethod
-    def _split_env(env: dict[str, str] | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    def _split_env(env: dict[str, str] | str | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
         given: dict[str, str] = {}
         if isinstance(env, dict):
             given = {str(k): str(v) for k, v in env.items()}
         elif env:
-            for item in env:
+            for item in [env] if isinstance(env, str) else env:
                 key, sep, value = item.partition("=")
                 if not sep:
                     raise MonkeyError(f"--env {item!r} is not KEY=VALUE; write e.g. --env SEED=1")
@@ -346,15 +367,21 @@ class Monkey(TrackingAPI):
                 if (base / p["name"]).is_dir()]
 
     def follow(self, ref: str, stderr: bool = False, poll: float = 0.05) -> Iterator[bytes]:
-        """Yield the job's output as it is written, across attempts, until the job ends."""
+        """Yield the job's output as it is written, across attempts, until the job ends.
+
+        Starts the core when it is down: without it the job would never end."""
         juid = self.store.resolve(ref)
         name = "stderr.log" if stderr else "stdout.log"
         offsets: dict[int, int] = {}
+        woken = False
         while True:
             job = self.store.get_job(juid)
             assert job is not None
             # Read after looking at the state, so output written before the end is never missed.
             finished = job.state in TERMINAL or job.state == State.PAUSED
+            if not finished and not woken:
+                self.wake()
+                woken = True
             for att in self.store.attempts(juid):
                 if not att.run_dir:
                     continue

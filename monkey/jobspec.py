@@ -254,6 +254,8 @@ def _load_run(spec: JobSpec, node: _Node, base: Path) -> None:
         for name, value in pairs:
             if not _ENV_NAME.fullmatch(name):
                 raise value.fail(f"run.env.{name}", "is not a valid variable name")
+            if name in spec.env:
+                raise value.fail(f"run.env.{name}", "is given twice; give each variable once")
             scalar = value.value(f"run.env.{name}", str, int, float, bool)
             spec.env[name] = str(scalar).lower() if isinstance(scalar, bool) else str(scalar)
 

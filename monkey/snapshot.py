@@ -423,6 +423,7 @@ def _walk(
         first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "", extra_ignore)
         chain = tuple(_ancestor_rules(root))
     seen: set[tuple[int, int]] = set()
+    linked: list[str] = []  # symlinked folders left out of a code snapshot
     if follow_dirs:
         st = os.stat(root)
         seen.add((st.st_dev, st.st_ino))
@@ -440,12 +441,13 @@ def _walk(
                 "or list it in .monkeyignore"
             ) from None
         if ignore:
-            for entry in entries:
-                if entry.name == ".gitignore":
-                    rules = _load_rules(entry.path, len(prefix), "")
-                    if rules is not None:
-                        chain = (*chain, rules)
-                    break
+            # A folder's .monkeyignore overrides its .gitignore; the root one is `first`.
+            names = (".gitignore", ".monkeyignore") if prefix else (".gitignore",)
+            found = {e.name: e.path for e in entries if e.name in names}
+            for name in names:
+                rules = _load_rules(found[name], len(prefix), "") if name in found else None
+                if rules is not None:
+                    chain = (*chain, rules)
         ignored = _matcher(chain, first) if ignore else None
         for entry in entries:
             name = entry.name
@@ -485,7 +487,16 @@ def _walk(
                 if key not in seen:
                     seen.add(key)
                     stack.append((entry.path, rel + "/", chain))
+            elif stat.S_ISDIR(st.st_mode) and not (ignored is not None and ignored(rel + "/")):
+                linked.append(rel)
             # other kinds (sockets, fifos, devices, links to folders in code) are skipped
+    if linked:  # the job would miss them without a word: say so (once per run)
+        import logging
+
+        logging.getLogger("monkey").warning(
+            "monkey: the job does not get symlinked folder(s) %s; pass data with --dataset "
+            "PATH, or list them in .monkeyignore", ", ".join(sorted(linked)[:3])
+            + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""))
     return out
 
 
@@ -587,8 +598,9 @@ def _store_files(
 
 def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
                  ignore: Sequence[str] = ()) -> Snapshot:
-    """Store every file of ``workdir`` not ignored by .gitignore files, a root .monkeyignore
-    or the gitignore-style ``ignore`` patterns (job.yml's ``code.ignore``).
+    """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
+    root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
+    ``code.ignore``).
 
     ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
     broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the folder holding
@@ -656,6 +668,10 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None)
     lives; blobs are stored once."""
     raw, name = parse_dataset_spec(spec, base)
     target = _join(base, raw)
+    head, sep, tail = spec.rpartition(":")
+    if name is None and sep and not os.path.lexists(target) and os.path.lexists(_join(base, head)):
+        raise MonkeyError(f"dataset {spec}: name {tail!r} is not valid; use letters, digits "
+                          f"and _, not starting with a digit, e.g. {head}:train")
     since = time.time_ns()
     root = _existing(target, "dataset", "check the path given to --dataset")
     st = os.stat(root)

@@ -557,7 +557,10 @@ def test_datasets_materialised_once_and_exposed(world: World, agent: Client) -> 
     assert agent.wait_exit("j2")["code"] == 0
     assert (world.run_dir("j2") / "stdout.log").read_text() == out
     assert folder.stat().st_ino == inode and (folder / "b.txt").stat().st_mtime_ns == marker
-    assert sorted(p.name for p in (world.root / "datasets").iterdir()) == ["d" * 64, "e" * 64]
+    assert sorted(p.name for p in (world.root / "datasets").iterdir() if p.is_dir()) == [
+        "d" * 64, "e" * 64]  # built once each, no temporary folders left
+    assert not os.access(folder / "b.txt", os.W_OK) or os.getuid() == 0  # shared: read-only
+    assert folder.stat().st_mode & 0o777 == 0o555
 
 
 def manifest_digest(name: str) -> str:

@@ -46,12 +46,23 @@ def _one_line_error(proc, *needles: str) -> None:
         (["run", "--dataset", "/no/such/data", "--", "true"], ["/no/such/data", "--dataset"]),
         (["run", "--env", "NOEQUALS", "--", "true"], ["KEY=VALUE"]),
         (["run", "--provider", "nowhere", "--", "true"], ["unknown provider 'nowhere'"]),
+        (["run", "--retries", "99999999999999999999", "--", "true"], ["--retries must be", "0 to 1000"]),
     ],
 )
 def test_bad_commands(cli, home, args, needles):
     cli("list", "jobs", check=True)  # creates the database
     before = _db_state(home)
     _one_line_error(cli(*args), *needles)
+    assert _db_state(home) == before
+
+
+def test_bad_dataset_name_is_named_as_such(cli, home):
+    """`--dataset data.csv:1st` names the bad name, not a missing file."""
+    Path("data.csv").write_text("1\n")
+    cli("list", "jobs", check=True)
+    before = _db_state(home)
+    _one_line_error(cli("run", "--dataset", "data.csv:1st", "--", "true"),
+                    "name '1st' is not valid", "data.csv:train")
     assert _db_state(home) == before
 
 

@@ -109,3 +109,18 @@ def test_git_commit_and_uncommitted_diff_are_recorded(home, monkey):
     assert git["commit"] == head and git["dirty"] is True
     diff = (home / "blobs" / git["diff"][:2] / git["diff"][2:]).read_text()
     assert "+print(2)" in diff
+
+
+def test_a_job_that_changes_the_shared_dataset_copy_cannot_spoil_the_next_one(home, monkey, tmp_path):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "train.csv").write_text("1,2,3\n")
+    (data / "sub" / "labels.txt").write_text("cat\n")
+    spoil = ('chmod -R u+w "$MONKEY_DATASET_D"; echo spoiled > "$MONKEY_DATASET_D/train.csv"; '
+             'rm "$MONKEY_DATASET_D/sub/labels.txt"; touch "$MONKEY_DATASET_D/extra"')
+    first = monkey.run(["sh", "-c", spoil], datasets=[f"{data}:d"])
+    assert first.wait(timeout=60) == State.SUCCEEDED
+    read = 'cat "$MONKEY_DATASET_D/train.csv" "$MONKEY_DATASET_D/sub/labels.txt"; ls "$MONKEY_DATASET_D"'
+    second = monkey.run(["sh", "-c", read], datasets=[f"{data}:d"])
+    assert second.wait(timeout=60) == State.SUCCEEDED
+    assert second.logs() == "1,2,3\ncat\nsub\ntrain.csv\n"

@@ -88,6 +88,8 @@ def test_the_original_sample_loads(tmp_path):
      "job.yml:6: run.env.TEST-ENV: is not a valid variable name"),
     (("name: mnist", "name: [mnist"),
      "job.yml:2: not valid YAML"),
+    (('    - TEST_ENV: "HELLO"', '    - TEST_ENV: "HELLO"\n    - TEST_ENV: "BYE"'),
+     "job.yml:7: run.env.TEST_ENV: is given twice"),
 ])
 def test_bad_job_files_name_the_key_line_and_fix(tmp_path, change, expected):
     path = sample_project(tmp_path)
@@ -203,6 +205,31 @@ def test_init_asks_on_a_terminal_and_detects_conda(cli, home):
     assert "environment (pip, conda, none) [conda]" in proc.stdout
     spec = jobspec.load("job.yml")
     assert (spec.name, spec.env_type, spec.env_file) == ("proj", "conda", "environment.yml")
+
+
+def test_init_on_a_terminal_asks_again_after_a_wrong_answer(cli, home):
+    Path("requirements.txt").write_text("numpy\n")
+    Path("data").mkdir()
+    script = (
+        "import sys; from monkey.shell.cli import main; "
+        "sys.stdin.isatty = lambda: True; sys.exit(main(['init']))"
+    )
+    import subprocess
+    import sys
+
+    answers = "proj\npoetry\npip\nreqs.txt\nrequirements.txt\n\n../out\nout\nmissing\ndata\n"
+    proc = subprocess.run([sys.executable, "-c", script], input=answers, text=True,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "  answer one of pip, conda, none",
+        f"  there is no file 'reqs.txt' in {Path.cwd()}; give one that exists",
+        f"  '../out' is outside the project; give a folder inside {Path.cwd()}",
+        f"  there is no folder 'missing' in {Path.cwd()}; give one that exists",
+    ]
+    spec = jobspec.load("job.yml")
+    assert (spec.env_type, spec.env_file) == ("pip", "requirements.txt")
+    assert [f.path for f in spec.persist] == ["out"] and [f.path for f in spec.data] == ["data"]
 
 
 def test_init_refuses_an_env_file_that_does_not_exist(cli, home):

@@ -165,6 +165,11 @@ def test_paused_job_resumes_from_its_persisted_progress(cli, home, tmp_path):
     assert (tmp_path / "results" / "output" / "progress.txt").read_text() == "60"
     again = cli("pull", juid, "--to", str(tmp_path / "results"))
     assert again.returncode == 1 and "is not empty; pass --force" in again.stderr
+    (tmp_path / "notes.txt").write_text("mine")
+    onto_file = cli("pull", juid, "--to", str(tmp_path / "notes.txt"))
+    assert onto_file.returncode == 1 and "Traceback" not in onto_file.stderr
+    assert "notes.txt is a file, not a folder" in onto_file.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_mounted_data_folder_is_a_link_to_the_workers_copy(cli, home):
@@ -211,3 +216,17 @@ def test_persisted_folders_are_saved_while_the_job_runs(cli, home):
     info = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
     assert info["state"] == "running"
     assert cli("job", "cancel", juid).returncode == 0
+
+
+def test_a_job_in_a_pip_environment_can_import_monkey_to_log(cli, home, monkey):
+    # Installed with pip (here: PYTHONPATH hidden from the job), monkey is not in the job's
+    # fresh virtualenv, yet `import monkey; monkey.log(...)` must work there.
+    make_project(Path.cwd(), env_type="pip")
+    Path("train.py").write_text(
+        "import sys, tinypkg, monkey\nprint(sys.prefix)\nmonkey.log('acc', 0.5, step=1)\n")
+    juid = cli("run", "--env", "PYTHONPATH=/nonexistent", "--", "python", "train.py",
+               check=True).stdout.strip()
+    follow = cli("logs", "--follow", juid)
+    assert follow.returncode == 0, cli("logs", "--stderr", juid).stdout
+    assert follow.stdout.strip() == setup_record(home, juid)["prefix"]  # inside the env
+    assert monkey.metrics(juid, "acc")["acc"][0][:2] == (1, 0.5)

@@ -9,7 +9,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from conftest import REPO, wait_for
+from conftest import REPO, core_pid, wait_for
 
 from monkey.models import State
 
@@ -54,6 +54,8 @@ def test_follow_exits_with_the_jobs_exit_code(cli, home):
     assert proc.returncode == 3
     assert proc.stdout == "before\n"
     assert "failed" in proc.stderr
+    juid = proc.stderr.split()[2]
+    assert f"its errors: `monkey logs --stderr {juid}`" in proc.stderr  # stdout was followed
     assert cli("logs", "--follow", "last").returncode == 3
     assert cli("list", "jobs", "--failed", check=True).stdout.count("failed") == 1
     assert "no jobs match" in cli("list", "jobs", "--running", check=True).stdout
@@ -223,3 +225,64 @@ def test_gpus_are_assigned_exclusively(home, monkey, cli):
     assert bad.returncode == 1 and "could never run" in bad.stderr
     providers = cli("list", "providers", check=True).stdout
     assert "local" in providers and " 2 " in providers
+
+
+def test_providers_yml_edited_while_the_core_runs_takes_effect(home, monkey):
+    """Raising `gpus` in providers.yml with the core up: the next job gets them (the core
+    restarts to read the file) and a job running meanwhile goes on undisturbed."""
+    gate = Path("gate").resolve()
+    running = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done"])
+    wait_for(lambda: running.logs() == "up\n", what="the first job to run")
+    before = core_pid(home)
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n")
+    job = monkey.run(["sh", "-c", 'echo "gpus=$CUDA_VISIBLE_DEVICES"'], gpus=2)
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    assert job.logs() == "gpus=0,1\n"
+    assert core_pid(home) != before
+    gate.touch()
+    assert running.wait(timeout=60) == State.SUCCEEDED
+    assert len(running.attempts()) == 1
+
+
+def test_a_multi_line_command_stays_on_its_row_in_list_jobs(cli, home, monkey):
+    job = monkey.run(["python3", "-c", "import sys\nprint(1)"], start_core=False)
+    lines = cli("list", "jobs", check=True).stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith(job.juid) and lines[1].endswith("python3 -c 'import sys\\nprint(1)'")
+
+
+def test_api_takes_one_dataset_env_or_output_as_a_plain_string(home, monkey):
+    """`m.run(cmd, datasets="train.csv", env="SEED=3")` means one of each, not one per letter."""
+    Path("train.csv").write_text("a,b\n")
+    job = monkey.run(["sh", "-c", 'cat "$MONKEY_DATASET_TRAIN"; echo "seed=$SEED"'],
+                     datasets="train.csv", env="SEED=3", outputs="results/*")
+    assert job.wait(timeout=60) == State.SUCCEEDED
+    assert job.logs() == "a,b\nseed=3\n"
+    assert monkey.run(["true"], datasets=Path("train.csv")).wait(timeout=60) == State.SUCCEEDED
+
+
+def test_dataset_path_is_taken_from_the_current_folder_with_workdir(cli, home):
+    """`monkey run --workdir proj --dataset proj/data.csv`: the path as the shell sees it."""
+    Path("proj").mkdir()
+    Path("proj/data.csv").write_text("1,2\n")
+    run = cli("run", "--follow", "--workdir", "proj", "--dataset", "proj/data.csv:d", "--",
+              "sh", "-c", 'cat "$MONKEY_DATASET_D"')
+    assert (run.returncode, run.stdout) == (0, "1,2\n"), run.stderr
+
+
+def test_a_broken_providers_yml_does_not_stop_the_running_core(cli, home, monkey):
+    """A half-edited providers.yml: the core keeps what it read, so a cancel still works."""
+    job = monkey.run(["sleep", "60"])
+    wait_for(lambda: job.status == State.RUNNING, what="the job to run")
+    before = core_pid(home)
+    (home / "providers.yml").write_text("providers: [half-written\n")
+    cli("job", "cancel", job.juid, check=True)
+    assert job.wait(timeout=60) == State.CANCELLED
+    assert core_pid(home) == before
+
+
+def test_a_missing_command_is_named_in_plain_words(cli, home):
+    proc = cli("run", "--follow", "--", "nosuchcommand-xyz", "--flag")
+    assert proc.returncode == 127
+    err = cli("logs", "--stderr", "last", check=True).stdout
+    assert err == "monkey: command not found: nosuchcommand-xyz (not on the job's PATH, or not executable)\n"

@@ -140,9 +140,9 @@ def test_transcript_run_and_follow(app):
 # -- completion -------------------------------------------------------------------------
 
 
-def _new_job(m: Monkey, when: float) -> str:
+def _new_job(m: Monkey, when: float, argv: tuple[str, ...] = ("echo", "hi")) -> str:
     job = m.store.create_job(
-        name="t", argv=["echo", "hi"], provider="local", resources=Resources(cpus=1, gpus=0),
+        name="t", argv=list(argv), provider="local", resources=Resources(cpus=1, gpus=0),
         env={}, snapshot=None, workdir=str(Path.cwd()), datasets=[], git={}, python="3",
         now=when,
     )  # fmt: skip
@@ -194,6 +194,20 @@ def test_complete_commands_subcommands_options(app):
     assert "--follow" in _complete(app, "logs --fo")
 
 
+def test_complete_paths(app, shell_home):
+    """Folders, datasets, job.yml files and the command's own arguments complete as paths."""
+    Path("data_dir").mkdir()
+    Path("train.py").write_text("print(1)\n")
+    assert _complete(app, "run --workdir data_") == ["data_dir/"]
+    assert _complete(app, "run --dataset data_") == ["data_dir/"]
+    assert _complete(app, "run --job-yml tra") == ["train.py"]
+    assert _complete(app, "run -- python tra") == ["train.py"]
+    assert _complete(app, "sweep --grid lr=1,2 -- python tra") == ["train.py"]
+    # a folder on the SSH host is not completed from this machine
+    line = "provider add ssh lab --host h --workdir data_"
+    assert not app.complete("data_", line, len(line) - 5, len(line)).to_strings()
+
+
 # -- output, redirection, Ctrl-C, history ---------------------------------------------------
 
 
@@ -231,12 +245,13 @@ def test_sys_stdout_restored(app):
     assert app.last_result == 1
 
 
-def test_ctrl_c_stops_follow_and_the_shell_goes_on(two_jobs):
+def test_ctrl_c_stops_follow_and_the_shell_goes_on(shell_home):
     """`logs --follow` of a job that never ends; Ctrl-C brings back the prompt."""
+    juid = Monkey().run(["sleep", "600"]).juid
     out = io.StringIO()
     app = MonkeyShell(
         persistent_history_file="",
-        stdin=io.StringIO("logs --follow 26-11-21-001\nlist jobs --json\n"),
+        stdin=io.StringIO(f"logs --follow {juid}\nlist jobs --json\n"),
         stdout=out,
     )
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
@@ -247,8 +262,8 @@ def test_ctrl_c_stops_follow_and_the_shell_goes_on(two_jobs):
             assert app.cmdloop() == 0
     finally:
         timer.cancel()
-    assert "stopped following; job 26-11-21-001 goes on" in err.getvalue()
-    assert '"juid": "26-11-21-002"' in out.getvalue()  # the next command ran
+    assert f"stopped following; job {juid} goes on" in err.getvalue()
+    assert f'"juid": "{juid}"' in out.getvalue()  # the next command ran
 
 
 def test_exit_and_quit_stop(app):
@@ -348,6 +363,8 @@ class Terminal:
 
 @pytest.mark.timeout(120)
 def test_interactive_terminal(shell_home, two_jobs):
+    # A job that never ends, to follow (following starts the core).
+    endless = _new_job(Monkey(), time.mktime((2026, 11, 21, 12, 0, 2, 0, 0, -1)), ("sleep", "600"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
     term = Terminal(env, Path.cwd())
     prompt = r"monkey>"
@@ -362,11 +379,11 @@ def test_interactive_terminal(shell_home, two_jobs):
             term.settle()
         term.send("\r")
         term.expect(r"info job last.*state\s+queued.*" + prompt)
-        term.send("logs --follow 26-11-21-001\r")
-        term.expect(r"logs --follow 26-11-21-001")
+        term.send(f"logs --follow {endless}\r")
+        term.expect(f"logs --follow {endless}")
         time.sleep(1.0)
         term.send("\x03")  # Ctrl-C
-        term.expect(r"stopped following; job 26-11-21-001 goes on.*" + prompt)
+        term.expect(f"stopped following; job {endless} goes on.*" + prompt)
         term.send("info job 99-99\r")
         term.expect(r"error: no job matches '99-99'.*" + prompt)
         term.send("\x04")  # Ctrl-D

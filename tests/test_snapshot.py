@@ -126,6 +126,26 @@ def test_ignore_rules(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     ]
 
 
+def test_monkeyignore_in_a_subfolder_applies_there(tmp_path: Path, blobs: BlobStore,
+                                                   store: Store) -> None:
+    """A .monkeyignore deeper in the project works like a .gitignore there, and wins over
+    the .gitignore beside it."""
+    wd = tmp_path / "wd"
+    write(wd, {
+        "train.py": "pass\n",
+        "big.ckpt": "root file, untouched by models/.monkeyignore",
+        "models/.monkeyignore": "*.ckpt\n!notes.txt\n",
+        "models/.gitignore": "notes.txt\n",
+        "models/net.py": "pass\n",
+        "models/w.ckpt": "w",
+        "models/notes.txt": "git ignores it; monkey keeps it",
+        "models/old/w2.ckpt": "w",
+    })
+    snap = snapshot_dir(wd, blobs, store)
+    assert paths(snap) == ["big.ckpt", "models/.gitignore", "models/.monkeyignore",
+                           "models/net.py", "models/notes.txt", "train.py"]
+
+
 def test_gitignore_above_workdir_applies(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     repo = tmp_path / "repo"
     write(repo, {
@@ -366,6 +386,22 @@ def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Sto
         sock.close()
     assert paths(snap) == ["main.py", "shared.py"]
     assert blobs.read_bytes({f.path: f.digest for f in snap.files}["shared.py"]) == b"shared\n"
+
+
+def test_a_symlinked_folder_left_out_is_named(tmp_path: Path, blobs: BlobStore, store: Store,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """`data -> /big/disk/data` in the project: the user is told the job will not have it,
+    until it is listed in .monkeyignore."""
+    write(tmp_path / "disk", {"data/x.csv": "1\n"})
+    wd = tmp_path / "wd"
+    write(wd, {"train.py": "pass\n"})
+    os.symlink(tmp_path / "disk" / "data", wd / "data")
+    snapshot_dir(wd, blobs, store)
+    assert "does not get symlinked folder(s) data; pass data with --dataset" in caplog.text
+    caplog.clear()
+    (wd / ".monkeyignore").write_text("data\n")
+    assert paths(snapshot_dir(wd, blobs, store)) == [".monkeyignore", "train.py"]
+    assert "symlinked" not in caplog.text
 
 
 def test_undecodable_file_name(tmp_path: Path, blobs: BlobStore, store: Store) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -419,3 +420,102 @@ def test_shared_fs_sends_no_blobs_over_ssh(cli, home: Path, lab: Lab) -> None:
         assert len(list((shared / "blobs").glob("*/*"))) == 2  # the code and the dataset
     finally:
         shutil.rmtree(shared)
+
+
+def test_provider_added_while_the_core_runs_takes_jobs(cli, home: Path, lab: Lab) -> None:
+    """The README's flow with a core already running: add, check, run on it."""
+    host = lab.add("h1")
+    assert wait_state(cli, run(cli, "--", "true"), "succeeded") == "succeeded"  # the core runs
+    bad = cli("provider", "add", "ssh", "lab", "--host", f"{host.address}:99999")
+    assert bad.returncode != 0 and bad.stderr.strip().endswith(
+        f"provider 'lab': host '{host.address}': port must be 1-65535, got 99999")
+    assert ".tmp" not in bad.stderr and not (home / "providers.yml").exists()
+    slash = cli("provider", "add", "ssh", "a/b", "--host", "x")
+    assert slash.returncode != 0 and "provider name 'a/b'" in slash.stderr
+    added = cli("provider", "add", "ssh", "lab", "--host", f"{lab.user}@{host.address}:{host.port}",
+                "--key", lab.key, "--workdir", "/proc/monkey-work")
+    assert added.returncode == 0 and "restarted the core" in added.stdout, added.stderr
+    check = cli("provider", "check", "lab")
+    assert check.returncode != 0
+    assert "cannot create /proc/monkey-work on the host" in check.stdout, check.stdout
+    cli("provider", "add", "ssh", "lab", "--force", "--host", f"{lab.user}@{host.address}:{host.port}",
+        "--key", lab.key, "--workdir", host.workdir, check=True)
+    juid = run(cli, "--provider", "lab", "--", "echo", "hi")
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
+    assert cli("logs", juid, check=True).stdout == "hi\n"
+
+
+def test_dashboard_instances_pane_shows_ssh_hosts_as_configured(cli, home: Path, lab: Lab,
+                                                                monkey) -> None:
+    """Attempts are placed as `lab/h1` (not `lab/lab/h1`), a down host says why, and a host
+    removed from providers.yml (or a provider added) shows once the file changes."""
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from monkey.tui.app import DashApp
+    from tests.conftest import start_core
+
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key), {"name": "gone", "host": host.address, "port": 1}])
+    start_core(home)
+    juid = monkey.run(["sleep", "60"], provider="lab", host="h1").juid
+    wait_for(lambda: monkey.job(juid).status.value == "running", what="the job running on h1")
+    assert cli("provider", "check", "lab").returncode == 1  # records why `gone` is down
+    app = DashApp(home)
+
+    def rows(table: str) -> list[list[str]]:
+        t = app.instances.query_one(f"#{table}", DataTable)
+        return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+
+    async def until(pilot, predicate, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await pilot.pause(0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.press("i")
+            await until(pilot, lambda: [r[3] for r in rows("attempts-table")] == ["lab/h1"],
+                        "the attempt on lab/h1")
+            await until(pilot, lambda: any(r[2] == "lab/gone" and "unreachable:" in r[4]
+                                           for r in rows("instances-table")), "why gone is down")
+            configure(home, [host.entry(key=lab.key)])
+            await until(pilot, lambda: [r[2] for r in rows("instances-table") if r[0] == "lab"]
+                        == ["lab/h1"], "the removed host gone")
+            app.exit()
+
+    asyncio.run(main())
+    monkey.job(juid).cancel()
+
+
+def test_passphrase_key_in_ssh_agent_is_used_and_named_when_configured(
+        cli, home: Path, lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common set-up: ~/.ssh/id_ed25519 has a passphrase and ssh-agent holds it."""
+    import subprocess
+
+    host = lab.add("h1")
+    subprocess.run(["ssh-keygen", "-q", "-p", "-N", "secret", "-f", lab.key], check=True,
+                   capture_output=True)
+    askpass = tmp_path / "askpass"
+    askpass.write_text("#!/bin/sh\necho secret\n")
+    askpass.chmod(0o700)
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(sock), what="ssh-agent")
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        subprocess.run(["ssh-add", lab.key], check=True, capture_output=True, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force",
+                            "DISPLAY": ":0"})
+        configure(home, [host.entry()])  # no `key:`: the agent's key, then ~/.ssh/id_*
+        check = cli("provider", "check", "lab")
+        assert check.returncode == 0 and " up " in check.stdout, check.stdout + check.stderr
+        configure(home, [host.entry(key=lab.key)])
+        check = cli("provider", "check", "lab")
+        assert check.returncode == 1
+        assert f"SSH key {lab.key} is encrypted; load it into ssh-agent" in check.stdout, check.stdout
+    finally:
+        agent.terminate()
+        agent.wait()

@@ -218,3 +218,50 @@ def test_points_survive_an_exception_and_forked_children_never_double(home, monk
     assert steps(monkey, job.juid, "x") == list(range(100))
     assert monkey.store.summaries([job.juid])[job.juid] == {"child": True}
     assert len(monkey.metrics(job.juid, "child")["child"]) == 1
+
+
+def test_points_logged_in_forked_multiprocessing_children_and_threads_all_arrive(home, monkey):
+    # A fork-started multiprocessing child ends with os._exit, which skips atexit.
+    write(Path("train.py"), """
+        import multiprocessing as mp, threading, monkey
+        def child(i):
+            for s in range(5):
+                monkey.log(f"child{i}", s, step=s)
+        def thread():
+            for s in range(5):
+                monkey.log("thread", s, step=s)
+        if __name__ == "__main__":
+            monkey.log("parent", 1.0)
+            procs = [mp.get_context("fork").Process(target=child, args=(i,)) for i in range(2)]
+            [p.start() for p in procs]
+            [p.join() for p in procs]
+            t = threading.Thread(target=thread)
+            t.start()
+            t.join()
+            with mp.get_context("fork").Pool(2) as pool:
+                pool.map(child, [2, 3])
+        """)
+    job = monkey.run("python train.py")
+    assert job.wait(60) == State.SUCCEEDED
+    for name in ("child0", "child1", "child2", "child3", "thread"):
+        assert steps(monkey, job.juid, name) == [0, 1, 2, 3, 4], name
+    assert steps(monkey, job.juid, "parent") == [None]
+
+
+def test_metrics_json_with_nan_and_infinity_is_valid_json(home, monkey, cli):
+    write(Path("train.py"), """
+        import monkey
+        monkey.log({"nan": float("nan"), "inf": float("inf"), "ninf": float("-inf")}, step=1)
+        """)
+    job = monkey.run("python train.py")
+    assert job.wait(60) == State.SUCCEEDED
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"bare {constant} is not JSON")
+
+    out = cli("metrics", job.juid, "--json", check=True).stdout
+    data = json.loads(out, parse_constant=refuse)
+    assert [p["value"] for p in data["nan"]] == ["NaN"]
+    assert [p["value"] for p in data["inf"]] == ["Infinity"]
+    assert [p["value"] for p in data["ninf"]] == ["-Infinity"]
+    json.loads(cli("compare", job.juid, "--json", check=True).stdout, parse_constant=refuse)

@@ -180,6 +180,10 @@ def test_early_termination_stops_the_worst_runs(home, monkey, rule):
     (["--uniform", "lr=0.1:1", "--", "t", "{lr}"], "add --random N"),
     (["--grid", "lr=1", "--early-terminate", "median", "--", "t", "{lr}"], "needs the metric"),
     (["--grid", "lr=1"], "no command given"),
+    (["--random", "2", "--int", "n=1.6:1.9", "--", "t", "{n}"], "needs whole-number bounds"),
+    (["--grid", "lr=1", "--", "t", "--lr={lr:.3f}"], "write plain {lr}"),
+    (["--grid", "lr=1", "--grid", "lr=2", "--", "t", "{lr}"], "'lr' is given twice"),
+    (["--random", "0", "--uniform", "lr=0:1", "--", "t", "{lr}"], "count of runs >= 1"),
 ])
 def test_bad_sweep_specs_are_refused(home, monkey, cli, args, message):
     proc = cli("sweep", *args)
@@ -200,6 +204,37 @@ def test_bad_sweep_file_is_refused(home, monkey, cli):
     assert proc.returncode == 1
     assert "unknown distribution 'gaussian'" in proc.stderr
     assert monkey.store.list_sweeps() == []
+
+
+@pytest.mark.parametrize("param, early, message", [
+    ("{distrib: uniform, min: 0, max: 1}", "", "parameter 'lr': unknown key 'distrib'"),
+    ("[0.1]", "early_terminate: {type: median, min_step: 1}", "unknown key 'min_step'"),
+])
+def test_misspelt_keys_in_a_sweep_file_are_named(home, monkey, cli, param, early, message):
+    Path("sweep.yml").write_text(f"command: t {{lr}}\nmethod: random\ncount: 2\n"
+                                 f"metric: acc\nparameters:\n  lr: {param}\n{early}\n")
+    proc = cli("sweep", "--file", "sweep.yml")
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert monkey.store.list_sweeps() == []
+
+
+def test_a_sweep_whose_metric_no_run_logs_still_compares(home, monkey, cli):
+    # The sweep ranks on `acc`, but the script logs `accuracy`: a typo, not a crash.
+    sid = monkey.sweep("python -c \"import monkey; monkey.log('accuracy', {q})\"",
+                       grid={"q": [1, 2]}, metric="acc")
+    wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")
+    proc = cli("compare", "--sweep", sid)
+    assert proc.returncode == 0, proc.stderr
+    assert "accuracy:best" in proc.stdout.splitlines()[0]
+    status = cli("sweep", "status", sid, check=True).stdout
+    assert "no run has logged 'acc' yet (they log: accuracy)" in status
+    first = monkey.store.list_jobs(sweep=sid, newest_first=False)[0].juid
+    info = cli("info", "job", first, check=True).stdout.splitlines()
+    assert [line.split() for line in info if line.startswith(("sweep", "param"))] == [
+        ["sweep", sid], ["param", "q", "1"]]
+    # A run's id where a sweep's is expected: job and sweep ids look alike without `sw-`.
+    wrong = cli("sweep", "status", first)
+    assert wrong.returncode == 1 and f"'{first}' is a job of sweep {sid}; use {sid}" in wrong.stderr
 
 
 def test_yaml_random_sweep_with_count(home, monkey, cli):
@@ -249,3 +284,22 @@ def test_diff_shows_code_env_and_packages(home, monkey, cli):
     assert result["packages"]["numpy"][1] == "0.0.1"
     text = cli("diff", a.juid, b.juid, check=True).stdout
     assert "SEED: 1 -> 2" in text and "+++ b/train.py" in text and "added: extra.py" in text
+
+
+@pytest.mark.parametrize("command, out, message", [
+    ("plot", "nowhere/acc.png", "folder nowhere does not exist"),
+    ("plot", "acc.txt", "cannot tell the image format of acc.txt"),
+    ("plot", "plots/", "plots/ is a folder; name the file to write, e.g. plots/acc.png"),
+    ("report", "nowhere/r.html", "folder nowhere does not exist"),
+    ("report", "plots", "plots is a folder"),
+])
+def test_plot_and_report_refuse_an_output_they_cannot_write(home, monkey, cli, command, out,
+                                                             message):
+    Path("plots").mkdir()
+    sid = monkey.sweep("python -c \"import monkey; monkey.log('acc', {q})\"", grid={"q": [1]})
+    wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")
+    target = sid if command == "report" else "last"
+    proc = cli(command, target, *(["-m", "acc"] if command == "plot" else []), "-o", out)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in Path.cwd().rglob("*")) == ["plots"]  # nothing written

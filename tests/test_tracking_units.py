@@ -84,3 +84,36 @@ def test_sort_puts_missing_and_nan_last():
 def test_flatten_nested_configs():
     assert flatten({"optim": {"lr": 0.1, "betas": {"b1": 0.9}}, "bs": 32, "empty": {}}) == {
         "optim.lr": 0.1, "optim.betas.b1": 0.9, "bs": 32, "empty": {}}
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    (("acc", None), {}, "the value of 'acc' must be a number, got None"),
+    (("acc", "high"), {}, "the value of 'acc' must be a number, got 'high'"),
+    (("acc", [0.1, 0.2]), {}, "the value of 'acc' must be a number, got [0.1, 0.2]"),
+    (("acc", 0.5), {"step": "ten"}, "step must be a whole number, got 'ten'"),
+    (({"loss": None},), {}, "the value of 'loss' must be a number, got None"),
+    ((7, 0.5), {}, "name must be a string or a dict, got int"),
+])
+def test_a_bad_log_call_names_the_metric_and_the_value(args, kwargs, message):
+    from monkey.tracking import logger
+
+    with pytest.raises((TypeError, ValueError)) as err:
+        logger.log(*args, **kwargs)
+    assert str(err.value) == f"monkey.log: {message}" and not logger._points
+
+
+def test_plots_draw_steps_logged_out_of_order_in_step_order():
+    from monkey.tracking.plots import xy
+
+    assert xy([(5, 3.0, 0.0), (1, 1.0, 0.1), (3, 2.0, 0.2), (None, math.nan, 0.3)]) == (
+        [1, 3, 5], [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("metric, goal, expected", [
+    ("val_loss", None, "min"), ("error_rate", None, "min"), ("acc", None, "max"),
+    ("val_loss", "max", "max"), ("acc", "minimize", "min"),
+])
+def test_a_sweep_metric_without_a_goal_is_minimised_when_it_is_a_loss(metric, goal, expected):
+    spec = sweepspec.from_options(["t", "{lr}"], grid=["lr=1"])
+    spec["metric"] = {"name": metric, "goal": goal}
+    assert sweepspec.check(spec)["metric"] == {"name": metric, "goal": expected}

@@ -343,3 +343,43 @@ def test_metrics_chart_shows_logged_series_overlaid_for_marked_runs(home, monkey
         assert f"{runs[0]} loss" in text and f"{runs[1]} acc" in text  # the legend
 
     drive(app, body)
+
+
+def test_job_with_only_stderr_and_no_metrics_says_where_to_look(home, monkey):
+    start_core(home)
+    code = "import sys\nprint('boom', file=sys.stderr)\nsys.exit(3)"
+    juid = monkey.run([sys.executable, "-c", code]).juid
+    assert monkey.job(juid).wait(60).value == "failed"
+    app = DashApp(home, job=juid)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job screen")
+        await pilot.press("l")
+        status = app.screen.query_one("#log-status")
+        await until(pilot, lambda: "stderr has 5 bytes: press e" in str(status.render()),
+                    "the hint that the output is on stderr")
+        assert "stdout is empty" in str(status.render())
+        await pilot.press("e")
+        pane = app.screen.query_one(LogPane)
+        await until(pilot, lambda: "boom" in pane.view.lines, "stderr shown")
+        assert "empty" not in str(status.render())
+        await pilot.press("m")
+        await until(pilot, lambda: "no metrics yet" in screen_text(app), "the empty chart explained")
+
+    drive(app, body)
+
+
+def test_form_error_is_visible_on_an_80x24_terminal(home, monkey):
+    app = DashApp(home)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n", *"python train.py")
+            app.screen.query_one("#memory", Input).value = "lots"
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: "memory 'lots' is not a size" in screen_text(app),
+                        "the error on screen")
+            assert isinstance(app.screen, NewJobScreen) and not monkey.jobs()
+            app.exit()
+
+    asyncio.run(main())

@@ -146,8 +146,11 @@ VERSION = "1"
 # built-ins run after the job: an extra process per job would double the cost of short
 # jobs. The agent reads the file only once the shell has exited, so it is complete then.
 WRAPPER = (
-    'trap : TERM INT HUP; "$@"; rc=$?; trap "" TERM INT HUP; '
-    'echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
+    'trap : TERM INT HUP; '
+    'if command -v "$1" >/dev/null 2>&1; then "$@"; rc=$?; '
+    'else echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
+    'rc=127; fi; '
+    'trap "" TERM INT HUP; echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
 )
 ABANDONED = "abandoned"  # marks a run dir that a sync reported as never started
 TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
@@ -248,6 +251,36 @@ def write_atomic(path: str, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.rename(tmp, path)
+
+
+def tree_stamp(root: str) -> dict[str, list[int]]:
+    """{relpath: [size, mtime_ns]} of every file under ROOT."""
+    out = {}
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, root)] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def dataset_intact(root: str, stamp: str) -> bool:
+    """Whether the files under ROOT are exactly those recorded in the STAMP file."""
+    try:
+        with open(stamp, "rb") as f:
+            return json.loads(f.read()) == tree_stamp(root)
+    except (OSError, ValueError):
+        return False
+
+
+def remove_tree(path: str) -> None:
+    """Delete a folder even when its subfolders were made read-only."""
+    for folder, _dirs, _files in os.walk(path):
+        try:
+            os.chmod(folder, 0o755)
+        except OSError:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def read_exit_code(run_dir: str) -> int | None:
@@ -999,9 +1032,17 @@ class Agent:
         os.chmod(target, mode & 0o777)
 
     def _materialise_dataset(self, digest: str, files: list, single: bool) -> str:
-        """ROOT/datasets/DIGEST built once (or its single file) for the job's env."""
+        """ROOT/datasets/DIGEST built once (or its single file) for the job's env.
+
+        The copy is shared by every job, so it is made read-only, and a stamp of each
+        file's size and mtime is checked before reuse: a copy that a job changed anyway
+        (root ignores modes) is rebuilt instead of being handed to the next job."""
         parent = os.path.join(self.root, "datasets")
         final = os.path.join(parent, digest)
+        stamp = final + ".stamp"
+        if os.path.isdir(final) and not dataset_intact(final, stamp):
+            log(f"dataset {digest[:16]} was changed in place; rebuilding it")
+            remove_tree(final)
         if not os.path.isdir(final):
             os.makedirs(parent, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix=f".tmp-{digest[:16]}-", dir=parent)
@@ -1009,9 +1050,12 @@ class Agent:
                 os.chmod(tmp, 0o755)
                 for rel, blob, mode in files:
                     self._copy_blob(blob, tmp, rel, mode & 0o555)
+                write_atomic(stamp, json.dumps(tree_stamp(tmp)).encode())
+                for folder, _dirs, _files in os.walk(tmp, topdown=False):
+                    os.chmod(folder, 0o555)
                 os.rename(tmp, final)
             except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
+                remove_tree(tmp)
                 if not os.path.isdir(final):
                     raise
         return os.path.join(final, files[0][0]) if single else final

@@ -33,6 +33,7 @@ core sees the exit once the progress is safe. A save is built beside the previou
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -139,12 +140,39 @@ def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
                 raise
             with open(ready, "w") as f:
                 f.write(f"{time.time()}\n")
+        if setup["type"] != "none":
+            try:
+                expose_monkey(prefix)
+            except OSError as e:  # the job may not need it: say so, do not fail
+                note(log, f"cannot make monkey importable in the environment: {e}")
     seconds = time.monotonic() - started
     note(log, f"environment {'reused' if reused else 'built'} in {seconds:.2f}s")
     record = {"key": key, "reused": reused, "seconds": seconds, "prefix": prefix}
     with open(os.path.join(run_dir, "setup.json"), "w") as f:
         json.dump(record, f)
     return activation(setup, prefix)
+
+
+def expose_monkey(prefix: str) -> None:
+    """Let a job inside the environment ``import monkey`` (for ``monkey.log``): a .pth file
+    in its site-packages names a folder holding only this worker's monkey package. It comes
+    last on sys.path, so a monkey the requirements install wins. The agent copied to SSH
+    workers carries no tracking code; nothing is done there."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(package, "tracking", "logger.py")):
+        return
+    shelf = os.path.join(prefix, ".monkey-lib")
+    link = os.path.join(shelf, "monkey")
+    if os.path.realpath(link) != os.path.realpath(package):
+        os.makedirs(shelf, exist_ok=True)
+        tmp = f"{link}.{os.getpid()}"
+        os.symlink(package, tmp)
+        os.replace(tmp, link)
+    for site in glob.glob(os.path.join(prefix, "lib", "python*", "site-packages")):
+        pth = os.path.join(site, "monkey-worker.pth")
+        if not os.path.exists(pth):
+            with open(pth, "w") as f:
+                f.write(shelf + "\n")
 
 
 # ---------------------------------------------------------------- persisted folders

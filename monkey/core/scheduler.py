@@ -279,8 +279,11 @@ class Core:
                 self.driver(key[0]).finish(key[1], juid, n)
             except (MonkeyError, OSError) as exc:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
+        # The agent's time of the exit: a job that ended while the core was down did not
+        # run until the core came back.
         self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
-                               reason=reason, requeue_after=requeue, offset=offset)
+                               reason=reason, requeue_after=requeue, offset=offset,
+                               now=event.get("ts"))
         self.signalled.discard((juid, n))
 
     def _never_started(self, att: Attempt) -> None:

@@ -647,16 +647,29 @@ def _safe_names(entries: list[Any]) -> list[Any]:
 
 
 def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    """mkdir -p over SFTP; MonkeyError naming the folder when the user may not create it."""
     parts = path.split("/")
     for i in range(2, len(parts) + 1):
         sub = "/".join(parts[:i])
         try:
             sftp.stat(sub)
+            continue
         except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _cannot_create(sub, exc) from None
+        try:
+            sftp.mkdir(sub)
+        except OSError as exc:
             try:
-                sftp.mkdir(sub)
+                sftp.stat(sub)  # made meanwhile
             except OSError:
-                sftp.stat(sub)  # made meanwhile, or a real error
+                raise _cannot_create(sub, exc) from None
+
+
+def _cannot_create(path: str, exc: OSError) -> MonkeyError:
+    return MonkeyError(f"cannot create {path} on the host ({exc.strerror or exc}); "
+                       "set this host's `workdir:` to a folder its user can write")
 
 
 def _remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:

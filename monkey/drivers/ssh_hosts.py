@@ -177,14 +177,18 @@ def _load_key(path: str) -> paramiko.PKey:
 
     if not os.path.isfile(path):
         raise MonkeyError(f"SSH key {path} does not exist; fix `key:` in providers.yml")
+    encrypted = MonkeyError(f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) and drop `key:`")
     try:
         return paramiko.PKey.from_path(path)
     except paramiko.PasswordRequiredException:
-        raise MonkeyError(
-            f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) and drop `key:`"
-        ) from None
-    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise encrypted from None
+    except TypeError as exc:  # cryptography's way of saying so for OpenSSH-format keys
+        if "password" in str(exc).lower():
+            raise encrypted from None
         raise MonkeyError(f"SSH key {path} cannot be read ({exc})") from None
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        hint = "; that is a public key: give the private one, without .pub" if path.endswith(".pub") else ""
+        raise MonkeyError(f"SSH key {path} cannot be read ({exc}){hint}") from None
 
 
 def _auth_keys(spec: HostSpec) -> list[Any]:

@@ -62,7 +62,8 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--memory", help="memory the job needs, e.g. 8G")
     p.add_argument("--host", help="run on this host of the provider (ssh providers)")
     p.add_argument("--outputs", action="append", default=[], metavar="GLOB",
-                   help="files to fetch back from a remote host when the job ends (repeatable)")
+                   help="files to fetch back from a remote host when the job ends, into "
+                        "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)")
     p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
     p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
                    help="checksum and ship PATH; the job finds it at $MONKEY_DATASET_NAME")
@@ -270,8 +271,10 @@ def _follow(m: Monkey, juid: str, stderr: bool) -> int:
     job = m.store.get_job(juid)
     assert job is not None
     if job.state != State.SUCCEEDED:
-        print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else ""),
-              file=sys.stderr)
+        hint = "" if stderr or "monkey logs" in (job.reason or "") or job.state != State.FAILED \
+            else f"; its errors: `monkey logs --stderr {juid}`"
+        print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else "")
+              + hint, file=sys.stderr)
     return _exit_status(job.state, job.exit_code)
 
 
@@ -385,6 +388,13 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         ("exit code", "-" if info["exit_code"] is None else str(info["exit_code"])),
         ("checkpoints", info["checkpoint_dir"]),
     ]
+    if info.get("sweep"):
+        fields.append(("sweep", info["sweep"]))
+    if info.get("params"):
+        from monkey.tracking.ingest import flatten
+
+        fields += [(f"param {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
+                   for k, v in flatten(info["params"]).items()]
     for ds in info["datasets"]:
         fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
     if info.get("spec"):

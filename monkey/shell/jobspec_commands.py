@@ -6,6 +6,7 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from monkey.models import MonkeyError
@@ -45,12 +46,40 @@ def pull_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.Ar
     return p
 
 
-def _ask(question: str, default: str) -> str:
-    try:
-        answer = input(f"{question} [{default}]: ").strip()
-    except EOFError:  # input ended: take the defaults
-        answer = ""
-    return answer or default
+def _ask(question: str, default: str,
+         problem: Callable[[str], str | None] = lambda answer: None) -> str:
+    """The answer (DEFAULT when empty), asked again while ``problem(answer)`` names one."""
+    while True:
+        try:
+            answer = input(f"{question} [{default}]: ").strip() or default
+        except EOFError:  # input ended: take the defaults
+            answer = default
+            ended = True
+        else:
+            ended = False
+        trouble = problem(answer)
+        if trouble is None:
+            return answer
+        if ended:
+            raise MonkeyError(trouble)
+        print(f"  {trouble}", file=sys.stderr)
+
+
+def _outside(folder: Path, answer: str) -> str | None:
+    """A line naming the first of the comma-separated ANSWER that leaves FOLDER."""
+    for item in (a.strip() for a in answer.split(",")):
+        if item and not (folder / item).resolve().is_relative_to(folder.resolve()):
+            return f"{item!r} is outside the project; give a folder inside {folder}"
+    return None
+
+
+def _missing_files(folder: Path, answer: str, kind: str) -> str | None:
+    """A line naming the first of the comma-separated ANSWER that is not a KIND in FOLDER."""
+    for item in (a.strip() for a in answer.split(",")):
+        path = folder / item
+        if item and not (path.is_dir() if kind == "folder" else path.is_file()):
+            return f"there is no {kind} {item!r} in {folder}; give one that exists"
+    return None
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -73,15 +102,21 @@ def cmd_init(args: argparse.Namespace) -> int:
     data = args.data or []
     script = args.install_script
     if not args.yes and sys.stdin.isatty():
+        types = ", ".join(jobspec.ENV_TYPES)
         name = _ask("project name", name)
-        env_type = _ask("environment (pip, conda, none)", env_type)
+        env_type = _ask(f"environment ({types})", env_type,
+                        lambda a: None if a in jobspec.ENV_TYPES else f"answer one of {types}")
         if env_type != "none":
-            env_file = _ask("environment file", env_file or "requirements.txt")
+            env_file = _ask("environment file", env_file or "requirements.txt",
+                            lambda a: _missing_files(folder, a, "file"))
         else:
             env_file = None
-        script = _ask("install script run once per worker (empty: none)", script or "") or None
-        persist = _ask("persisted folders, comma-separated", ",".join(persist)).split(",")
-        data = _ask("data folders, comma-separated", ",".join(data)).split(",")
+        script = _ask("install script run once per worker (empty: none)", script or "",
+                      lambda a: _missing_files(folder, a, "file")) or None
+        persist = _ask("persisted folders, comma-separated", ",".join(persist),
+                       lambda a: _outside(folder, a)).split(",")
+        data = _ask("data folders, comma-separated", ",".join(data),
+                    lambda a: _missing_files(folder, a, "folder")).split(",")
     if env_type not in jobspec.ENV_TYPES:
         raise MonkeyError(f"environment {env_type!r} is not one of {', '.join(jobspec.ENV_TYPES)}")
     if env_type != "none" and not env_file:
@@ -113,11 +148,17 @@ def cmd_pull(args: argparse.Namespace) -> int:
     dest = Path(args.to or juid).expanduser()
     for rel, _saved in folders:
         target = dest / rel
+        blocker = next((p for p in (dest, target) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise MonkeyError(f"{blocker} is a file, not a folder; choose another folder with --to")
         if target.exists() and any(target.iterdir()) and not args.force:
             raise MonkeyError(f"{target} is not empty; pass --force to write into it "
                               "or choose another folder with --to")
     for rel, saved in folders:
-        shutil.copytree(saved, dest / rel, symlinks=True, dirs_exist_ok=True)
+        try:
+            shutil.copytree(saved, dest / rel, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:
+            raise MonkeyError(f"cannot copy {rel} to {dest / rel}: {exc}") from None
         print(f"{rel} -> {dest / rel}")
     return 0
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from monkey.models import MonkeyError
 
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>\d+))?$")
 
 
@@ -74,14 +75,17 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     import yaml
 
     from monkey.config import Home, load_providers
+    from monkey.core import daemon
 
     home = Home().ensure()
     path = home.providers_file
     providers = load_providers(home)  # refuses a broken file before we touch it
-    if args.name in providers and not args.force:
-        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
     if args.name == "local":
         raise MonkeyError("`local` is this machine; choose another name")
+    if not _NAME_RE.match(args.name):
+        raise MonkeyError(f"provider name {args.name!r}: use letters, digits, '.', '_' and '-', e.g. lab")
+    if args.name in providers and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
     if args.key and not os.path.isfile(os.path.expanduser(args.key)):
         raise MonkeyError(f"--key {args.key}: no such file")
     data = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
@@ -91,11 +95,14 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     tmp.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
         load_providers(_Staged(home, tmp))
-    except MonkeyError:
+    except MonkeyError as exc:
         tmp.unlink()
-        raise
+        raise MonkeyError(str(exc).removeprefix(f"{tmp}: ")) from None
     os.replace(tmp, path)
     print(f"added provider {args.name!r} ({len(args.host)} host(s)) to {path}")
+    if daemon.status(home):  # the core reads providers.yml when it starts
+        daemon.stop(home)
+        print(f"restarted the core (pid {daemon.start(home)}) to use it; running jobs go on")
     print(f"check it with: monkey provider check {args.name}")
     return 0
 

@@ -31,6 +31,10 @@ CATEGORY = "monkey"
 JOB_ARGUMENTS = ("job", "jobs")
 # How many of the newest job ids completion offers.
 JOB_CHOICES = 200
+# Arguments that name local files or folders (and the command after `--`); tab completes
+# them with paths. `provider add ssh --workdir` is a folder on the host, so not completed.
+PATH_ARGUMENTS = ("workdir", "dataset", "job_yml", "env_file", "install_script", "persist",
+                  "data", "to", "out", "file", "cmd")
 
 
 class ShellParser(cmd2.Cmd2ArgumentParser):
@@ -109,20 +113,23 @@ def _job_choices(app: MonkeyShell) -> cmd2.Choices:
     return cmd2.Choices.from_values(["last", *app.job_ids()], is_sorted=True)
 
 
-def _complete_jobs(parser: argparse.ArgumentParser) -> None:
-    """Give every job argument of `parser` and its sub-parsers job-id completion."""
+def _complete_jobs(parser: argparse.ArgumentParser, paths: bool = True) -> None:
+    """Give every job argument of `parser` and its sub-parsers job-id completion, and
+    (with `paths`) every path argument path completion."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
-                _complete_jobs(sub)
+                _complete_jobs(sub, paths)
         elif action.dest in JOB_ARGUMENTS and not action.option_strings:
             action.set_choices_provider(_job_choices)  # type: ignore[attr-defined]
+        elif paths and action.dest in PATH_ARGUMENTS:
+            action.set_completer(cmd2.Cmd.path_complete)  # type: ignore[attr-defined]
 
 
 def shell_parser(name: str) -> ShellParser:
     """The parser of one-shot command `name`, built for the shell."""
     parser = cli.PARSERS[name](cls=ShellParser)
-    _complete_jobs(parser)
+    _complete_jobs(parser, paths=name != "provider")
     return parser
 
 

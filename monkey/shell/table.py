@@ -38,6 +38,10 @@ def state_text(state: str, enabled: bool) -> str:
     return paint(state, STATE_COLOURS.get(state), enabled)
 
 
+# Control characters shown escaped in a cell, so a multi-line command stays on its row.
+_ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
+
+
 def render(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -49,6 +53,7 @@ def render(
     """Print an aligned table; column ``flex`` is cut to fit the terminal's width."""
     out = stream or sys.stdout
     colour = use_colour(out)
+    rows = [[cell.translate(_ESCAPES) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):

@@ -44,7 +44,19 @@ def _usage(message: str) -> Exception:
 
 
 def _json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str, allow_nan=True) + "\n")
+    sys.stdout.write(json.dumps(_finite(value), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    """VALUE with NaN and infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has
+    no such numbers; jq and browsers refuse bare ``NaN``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def fmt(value: Any) -> str:
@@ -110,7 +122,8 @@ def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
                    help="with --random: one of the values")
     p.add_argument("--file", "-f", metavar="SWEEP.yml", help="a YAML sweep file")
     p.add_argument("--metric", "-m", help="the metric that ranks runs")
-    p.add_argument("--goal", choices=("max", "min"), help="whether --metric is better high or low")
+    p.add_argument("--goal", choices=("max", "min"), help="whether --metric is better high or low (default: min for "
+                   "names like loss, error, perplexity; else max)")
     p.add_argument("--max-parallel", type=int, metavar="N", help="at most N runs at once")
     p.add_argument("--retries", type=int, help="re-runs of a failed cell (default 2)")
     p.add_argument("--early-terminate", choices=("median", "asha"),
@@ -303,7 +316,8 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
         best = st["best"]
         print(f"metric {metric['name']} ({metric['goal']}): "
               + (f"best {fmt(best['value'])} by {best['job']} {json.dumps(best['params'])}"
-                 if best else "no values yet"))
+                 if best else f"no run has logged {metric['name']!r} yet"
+                 + (f" (they log: {', '.join(st['logged'])})" if st.get("logged") else "")))
     if st["stopped_early"]:
         print(f"stopped early: {', '.join(st['stopped_early'])}")
     print()

@@ -232,6 +232,12 @@ class TrackingStore:
             if not row:
                 raise MonkeyError("no sweeps yet, so `last` names nothing; start one with `monkey sweep`")
             return row[0]
+        if not ref.startswith("sw-"):
+            job = self.db.execute("SELECT sweep FROM jobs WHERE juid = ?", (ref,)).fetchone()
+            if job is not None:  # job and sweep ids look alike: say which one this is
+                raise MonkeyError(
+                    f"{ref!r} is a job" + (f" of sweep {job[0]}; use {job[0]}" if job[0] else
+                                          ", not a sweep; sweep ids start with sw-"))
         full = ref if ref.startswith("sw-") else f"sw-{ref}"
         rows = self.db.execute(
             "SELECT id FROM sweeps WHERE id >= ? AND id < ? ORDER BY id LIMIT 3",

@@ -63,11 +63,12 @@ def compare(store: Store, jobs: list[Job], goals: dict[str, str] | None = None,
             from monkey.models import MonkeyError
 
             raise MonkeyError(f"no column {sort!r} to sort by; columns: {', '.join(columns)}")
-        rows = sort_rows(rows, sort, _descending(sort, metric_names, goals) != reverse)
+        rows = sort_rows(rows, sort, descending(sort, metric_names, goals) != reverse)
     return {"columns": columns, "rows": rows}
 
 
-def _descending(column: str, metrics: list[str], goals: dict[str, str]) -> bool:
+def descending(column: str, metrics: list[str], goals: dict[str, str]) -> bool:
+    """Whether COLUMN sorts high values first: a metric (or its :best) whose goal is max."""
     metric = column.removesuffix(":best")
     return metric in metrics and goal_of(metric, goals) == "max"
 

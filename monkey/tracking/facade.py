@@ -65,7 +65,7 @@ class TrackingAPI:
         if random is not None:
             spec["method"], spec["count"] = "random", random
         if metric is not None:
-            spec["metric"] = {"name": metric, "goal": goal or "max"}
+            spec["metric"] = {"name": metric, "goal": goal}  # None: guessed from the name
         elif goal is not None:
             raise MonkeyError("--goal needs --metric NAME (the metric the goal applies to)")
         for key, value in (("max_parallel", max_parallel), ("retries", retries),
@@ -128,6 +128,8 @@ class TrackingAPI:
                 value = st and (st["max"] if goal == "max" else st["min"])
                 if value is not None and (best is None or (value > best["value"]) == (goal == "max")):
                     best = {"job": job.juid, "value": value, "params": job.params}
+            sweep["logged"] = sorted({n for per in stats.values() for n in per
+                                      if not n.startswith("sys/")})
         sweep["best"] = best
         sweep["jobs"] = [{"job": j.juid, "state": j.state.value, "params": j.params,
                           "attempts": j.attempts} for j in jobs]
@@ -190,9 +192,10 @@ class TrackingAPI:
 
         A sweep's table is sorted best first on its metric unless ``sort`` names a column.
         """
-        from monkey.tracking.compare import compare
+        from monkey.tracking.compare import compare, descending, sort_rows
 
         goals: dict[str, str] = {}
+        ranked_on = None
         if sweep is not None:
             if refs:
                 raise MonkeyError("give either jobs or --sweep, not both")
@@ -203,15 +206,17 @@ class TrackingAPI:
             metric = record["spec"].get("metric")
             if metric:
                 goals[metric["name"]] = metric["goal"]
-                sort = sort or metric["name"] + ":best"
+                ranked_on = None if sort else metric["name"] + ":best"
         else:
             if not refs:
                 raise MonkeyError("name the jobs to compare (or --sweep S)")
             juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
             jobs = [j for j in (self.store.get_job(juid) for juid in juids) if j is not None]
         result = compare(self.store, jobs, goals, sort, reverse, system)
-        if sweep is not None and sort not in result["columns"]:
-            result = compare(self.store, jobs, goals, None, reverse, system)
+        if ranked_on in result["columns"]:  # no run logging the sweep's metric keeps job order
+            metrics = [c for c in result["columns"] if f"{c}:best" in result["columns"]]
+            result["rows"] = sort_rows(result["rows"], ranked_on,
+                                       descending(ranked_on, metrics, goals) != reverse)
         return result
 
     def diff(self, ref_a: str, ref_b: str) -> dict[str, Any]:
@@ -247,8 +252,12 @@ class TrackingAPI:
         """Write a PNG comparing METRIC across jobs; returns its path."""
         from monkey.tracking.plots import png_plot
 
+        _check_out(out, "monkey plot", "acc.png", IMAGE_SUFFIXES)
         lines = self._runs_series(refs, metric)
-        return str(png_plot(lines, metric, out, x, size))
+        try:
+            return str(png_plot(lines, metric, out, x, size))
+        except OSError as exc:
+            raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
 
     def _runs_series(self, refs: list[str], metric: str) -> dict[str, Series]:
         juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
@@ -269,6 +278,7 @@ class TrackingAPI:
         """Write a self-contained HTML report of a sweep; returns its path."""
         from monkey.tracking.report import sweep_report
 
+        _check_out(out, "monkey report", "report.html")
         status = self.sweep_status(ref)
         table = self.compare(sweep=status["id"])
         juids = [j["job"] for j in status["jobs"]]
@@ -281,7 +291,29 @@ class TrackingAPI:
                             for j, pts in found.items()}
         html = sweep_report(status, table, charts)
         tmp = f"{out}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.replace(tmp, out)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(html)
+            os.replace(tmp, out)
+        except OSError as exc:
+            if os.path.isfile(tmp):
+                os.unlink(tmp)
+            raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
         return out
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")
+
+
+def _check_out(out: str, command: str, example: str, suffixes: tuple[str, ...] = ()) -> None:
+    """MonkeyError unless OUT names a file that can be written in an existing folder."""
+    if os.path.isdir(out) or out.endswith(os.sep):
+        raise MonkeyError(f"{command}: {out} is a folder; name the file to write, "
+                          f"e.g. {os.path.join(out, example)}")
+    folder = os.path.dirname(out) or "."
+    if not os.path.isdir(folder):
+        raise MonkeyError(f"{command}: folder {folder} does not exist; create it or write "
+                          "somewhere else")
+    if suffixes and os.path.splitext(out)[1].lower() not in suffixes:
+        raise MonkeyError(f"{command}: cannot tell the image format of {out}; end the name "
+                          f"with {', '.join(suffixes)}, e.g. {example}")

@@ -57,22 +57,44 @@ def metrics_path() -> str:
 
 def log(name: str | Mapping[str, Any], value: Any = None, step: int | None = None) -> None:
     """Record ``value`` of metric ``name`` (at ``step``), or every item of a dict."""
-    if step is not None:
-        step = int(step)
-    if name.__class__ is str:
-        _append((name, step, float(value), _now()))  # type: ignore[arg-type]
-    elif isinstance(name, Mapping):
-        if value is not None:
-            raise TypeError("monkey.log({...}) takes no value; pass step= by name")
-        wall = _now()
-        for key, item in name.items():
-            if not isinstance(key, str) or not key:
-                raise TypeError(f"metric names must be non-empty strings, got {key!r}")
-            _append((key, step, float(item), wall))
-    else:
-        raise TypeError(f"monkey.log: name must be a string or a dict, got {type(name).__name__}")
+    try:  # free unless it raises: then the message names the metric and the value
+        if step is not None:
+            step = int(step)
+        if name.__class__ is str:
+            _append((name, step, float(value), _now()))  # type: ignore[arg-type]
+        else:
+            _log_many(name, value, step)
+    except (TypeError, ValueError) as exc:
+        raise _bad_call(name, value, step, exc) from None
     if not _state["started"]:
         _start()
+
+
+def _log_many(values: Any, value: Any, step: int | None) -> None:
+    if not isinstance(values, Mapping):
+        raise TypeError(f"monkey.log: name must be a string or a dict, got {type(values).__name__}")
+    if value is not None:
+        raise TypeError("monkey.log({...}) takes no value; pass step= by name")
+    wall = _now()
+    for key, item in values.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"monkey.log: metric names must be non-empty strings, got {key!r}")
+        _append((key, step, float(item), wall))
+
+
+def _bad_call(name: Any, value: Any, step: Any, exc: Exception) -> Exception:
+    """EXC (a TypeError or ValueError) reworded to say which part of the call is wrong."""
+    if str(exc).startswith("monkey.log"):
+        return exc
+    kind = TypeError if isinstance(exc, TypeError) else ValueError
+    if step is not None and not isinstance(step, int):
+        return kind(f"monkey.log: step must be a whole number, got {step!r}")
+    for key, item in name.items() if isinstance(name, Mapping) else [(name, value)]:
+        try:
+            float(item)
+        except (TypeError, ValueError):
+            return kind(f"monkey.log: the value of {key!r} must be a number, got {item!r}")
+    return kind(f"monkey.log: {exc}")
 
 
 def log_params(params: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -181,8 +203,11 @@ def _end_if_signalled() -> None:
 
 
 def _after_fork() -> None:
-    """A forked child logs on its own: the parent's buffer is the parent's to write."""
+    """A forked child logs on its own: the parent's buffer is the parent's to write, and
+    locks held by the parent's threads at the fork are never released in the child."""
+    global _lock, _wake
     del _points[:]
+    _lock, _wake = threading.Lock(), threading.Event()
     _state["started"] = False
 
 
@@ -192,6 +217,9 @@ os.register_at_fork(after_in_child=_after_fork)
 def _start() -> None:
     _state["started"] = True
     atexit.register(flush)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # a forked multiprocessing child ends in os._exit, not atexit
+        mp_util.Finalize(None, flush, exitpriority=100)
     threading.Thread(target=_flusher, name="monkey-log-flush", daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

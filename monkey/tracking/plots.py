@@ -19,15 +19,16 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 
 
 def xy(series: Series, x: str = "step") -> tuple[list[float], list[float]]:
-    """The points of a series to draw: x by step (or index), or seconds since its start."""
-    xs, ys = [], []
+    """The points of a series to draw, in x order: x by step (or index), or seconds since its
+    start. Steps logged out of order (a resumed run, a late validation) are drawn in order."""
+    points = []
     start = series[0][2] if series else 0.0
     for i, (step, value, wall) in enumerate(series, start=1):
         if value is None or math.isnan(value) or math.isinf(value):
             continue
-        xs.append(wall - start if x == "time" else (step if step is not None else i))
-        ys.append(value)
-    return xs, ys
+        points.append((wall - start if x == "time" else (step if step is not None else i), value))
+    points.sort(key=lambda p: p[0])
+    return [p[0] for p in points], [p[1] for p in points]
 
 
 def terminal_plot(lines: dict[str, Series], title: str, width: int | None = None,

@@ -108,11 +108,18 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+_PARAM_KEYS = ("distribution", "min", "max", "values", "value")
+
+
 def _param_from_yaml(path: Path, name: str, value: Any) -> dict[str, Any]:
     if isinstance(value, list):
         return {"values": value}
     if not isinstance(value, dict):
         return {"values": [value]}
+    unknown = sorted(str(k) for k in value if k not in _PARAM_KEYS)
+    if unknown:
+        raise MonkeyError(f"{path}: parameter {name!r}: unknown key {unknown[0]!r}; "
+                          f"known keys: {', '.join(_PARAM_KEYS)}")
     if "value" in value:
         return {"values": [value["value"]]}
     return dict(value)
@@ -141,6 +148,9 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
         raise MonkeyError(f"the command uses {{{name}}} but no parameter {name!r} is given; "
                           f"add e.g. --grid {name}=1,2 or remove the placeholder")
     for name in sorted(set(params) - used):
+        if any(f"{{{name}:" in arg or f"{{{name}!" in arg for arg in command):
+            raise MonkeyError(f"the command formats {{{name}}} (e.g. {{{name}:.3f}}), which sweeps "
+                              f"do not do; write plain {{{name}}}")
         raise MonkeyError(f"parameter {name!r} is not used by the command; "
                           f"put {{{name}}} in it, e.g. --{name.replace('_', '-')} {{{name}}}")
     count = spec.get("count")
@@ -158,7 +168,11 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
         goal = {"maximize": "max", "minimize": "min"}.get(metric.get("goal"), metric.get("goal"))
         if goal not in ("max", "min", None):
             raise MonkeyError(f"metric goal {metric.get('goal')!r} is not max or min")
-        metric = {"name": metric["name"], "goal": goal or "max"}
+        if goal is None:  # loss, error, perplexity... are better low; the rest high
+            from monkey.tracking.compare import goal_of
+
+            goal = goal_of(metric["name"], {})
+        metric = {"name": metric["name"], "goal": goal}
     for key in ("max_parallel", "retries"):
         value = spec.get(key)
         low = 1 if key == "max_parallel" else 0
@@ -199,6 +213,9 @@ def _check_param(name: str, p: dict[str, Any], method: str) -> None:
         raise MonkeyError(f"parameter {name!r}: {dist} needs numeric min and max")
     if low > high:
         raise MonkeyError(f"parameter {name!r}: min {low} is above max {high}")
+    if dist == "int_uniform" and not (float(low).is_integer() and float(high).is_integer()):
+        raise MonkeyError(f"parameter {name!r}: int_uniform needs whole-number bounds, "
+                          f"got {low}:{high}")
     if dist == "log_uniform" and low <= 0:
         raise MonkeyError(f"parameter {name!r}: log_uniform needs min > 0, got {low}")
 
@@ -212,6 +229,10 @@ def _check_early(early: Any, metric: dict[str, Any] | None) -> dict[str, Any]:
     if metric is None:
         raise MonkeyError("early termination needs the metric to judge runs by; "
                           "add metric: {name: ..., goal: max|min} (or --metric)")
+    unknown = sorted(str(k) for k in early if k not in ("type", "min_steps", "min_runs", "eta"))
+    if unknown:
+        raise MonkeyError(f"early_terminate: unknown key {unknown[0]!r}; "
+                          "known keys: type, min_steps, min_runs, eta")
     out = {"type": early["type"], "min_steps": early.get("min_steps", 3),
            "min_runs": early.get("min_runs", 3), "eta": early.get("eta", 3)}
     for key in ("min_steps", "min_runs", "eta"):

@@ -337,7 +337,10 @@ class DashApp(App[None]):
             except MonkeyError as exc:
                 errors.append(str(exc))
                 continue
-            done.append(f"{juid} {state.value}")
+            final = {"cancel": State.CANCELLED, "pause": State.PAUSED}.get(action)
+            # As the CLI says it: a running job stops once its agent has stopped it.
+            done.append(f"{juid} {state.value}" if final in (None, state)
+                        else f"{juid} requested (job is {state.value})")
         self.post_message(ControlDone(action, done, errors))
 
     @on(ControlDone)

@@ -94,9 +94,14 @@ def runtime(job: JobRecord, now: float) -> float | None:
 
 def where(job: JobRecord) -> str:
     """Provider, and the instance when it has one of its own name."""
-    if job.instance and job.instance != job.provider:
-        return f"{job.provider}/{job.instance}"
-    return job.provider
+    return place(job.provider, job.instance)
+
+
+def place(provider: str, instance: str | None) -> str:
+    """``provider/instance``; an ssh instance id (``lab/gpu1``) names its provider already."""
+    if not instance or instance == provider:
+        return provider
+    return instance if instance.startswith(f"{provider}/") else f"{provider}/{instance}"
 
 
 def metrics_text(values: dict[str, float | None] | None, most: int = 3) -> Text:

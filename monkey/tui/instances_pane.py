@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from monkey.api import REDACTED, is_secret_name
-from monkey.tui.format import duration, size, sparkline
+from monkey.tui.format import duration, place, size, sparkline
 
 HISTORY = 40  # heartbeats kept per attempt for its sparklines
 
@@ -47,12 +47,18 @@ class InstancesPane(Vertical):
         rows = []
         for name, (kind, options) in sorted(providers.items()):
             mine = [i for i in instances if i["provider"] == name]
+            if "hosts" in options:  # not hosts since removed from providers.yml
+                hosts = {f"{name}/{h.get('name') or h.get('host')}" for h in options["hosts"] or []
+                         if isinstance(h, dict)}
+                mine = [i for i in mine if i["id"] in hosts]
             config = ", ".join(f"{k}={REDACTED if is_secret_name(k) else _short(v)}"
-                               for k, v in sorted(options.items())) or "defaults"
+                               for k, v in sorted(options.items()) if k != "hosts") or "defaults"
             if not mine:
                 rows.append((name, kind, "-", "-", "configured", str(jobs_of.get(name, 0)), config))
             for inst in mine:
-                rows.append((name, kind, inst["id"], inst["host"], inst["state"],
+                error = (inst.get("extra") or {}).get("error")  # why a host is down, with the fix
+                rows.append((name, kind, inst["id"], inst["host"],
+                             f"{inst['state']}: {error}" if error else inst["state"],
                              str(jobs_on.get(inst["id"], 0)), config))
         _replace(self.query_one("#instances-table", DataTable), rows)
 
@@ -66,9 +72,7 @@ class InstancesPane(Vertical):
                 cpus.append(float(att["cpu"]))
                 mems.append(float(att["rss"] or 0))
             self.history[key] = (att["heartbeat_at"], cpus, mems)
-            where = att["provider"]
-            if att["instance"] != where:
-                where += f"/{att['instance']}"
+            where = place(att["provider"], att["instance"])
             ran = now - att["started_at"] if att["started_at"] else None
             since = now - att["heartbeat_at"] if att["heartbeat_at"] else None
             rows.append((

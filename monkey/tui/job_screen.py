@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from monkey.api import MonkeyError
-from monkey.tui.format import STATE_STYLES
+from monkey.tui.format import STATE_STYLES, place
 from monkey.tui.job_detail import JobDetail
 from monkey.tui.log_pane import LogPane
 from monkey.tui.metrics_pane import MetricsPane
@@ -79,9 +79,7 @@ class JobScreen(Screen[None]):
             return
         info = message.info
         style = STATE_STYLES.get(info["state"], "")
-        where = info["provider"]
-        if info["instance"] and info["instance"] != where:
-            where += f"/{info['instance']}"
+        where = place(info["provider"], info["instance"])
         title.update(f"job [b]{info['juid']}[/b] · {info['name']} · [{style}]{info['state']}[/]"
                      f" · {where}")
         self.query_one(JobDetail).show(info, self.clock())

@@ -43,6 +43,14 @@ class LogPane(Vertical):
             self.text = text
             self.generation = generation
 
+    class Empty(Message):
+        """Nothing in this stream yet; ``other`` bytes in the other one (stdout/stderr)."""
+
+        def __init__(self, other: int, generation: int) -> None:
+            super().__init__()
+            self.other = other
+            self.generation = generation
+
     def __init__(self, shared: SharedMonkey, juid: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.shared = shared
@@ -52,6 +60,7 @@ class LogPane(Vertical):
         self.query_text = ""
         self.matches: list[int] = []
         self.match_index = -1
+        self.other = 0  # bytes in the other stream while this one is empty
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-status")
@@ -70,12 +79,17 @@ class LogPane(Vertical):
         self.generation += 1
         self.view.clear()
         self.matches, self.match_index = [], -1
+        self.other = 0
         self._tail(self.juid, self.stderr, self.generation)
         self._show_status()
 
     def _show_status(self, extra: str = "") -> None:
         stream = "stderr" if self.stderr else "stdout"
         follow = "following" if self.view.auto_scroll else "paused (f follows)"
+        if not self.view.line_count and not extra:
+            extra = f"{stream} is empty"
+            if self.other:
+                extra += f"; {'stdout' if self.stderr else 'stderr'} has {self.other} bytes: press e"
         self.query_one("#log-status", Static).update(
             f"{stream} of {self.juid}, all attempts · {follow}" + (f" · {extra}" if extra else "")
         )
@@ -87,10 +101,13 @@ class LogPane(Vertical):
         monkey = self.shared.fresh()
         offsets: dict[Path, int] = {}
         decoders: dict[Path, codecs.IncrementalDecoder] = {}
+        shown, other_seen = 0, -1
+        other_name = "stdout.log" if stderr else "stderr.log"
         try:
             while not worker.is_cancelled:
                 parts = []
-                for path in monkey.log_paths(juid, stderr=stderr):
+                paths = monkey.log_paths(juid, stderr=stderr)
+                for path in paths:
                     try:
                         with open(path, "rb") as fh:
                             if path not in offsets:
@@ -106,8 +123,14 @@ class LogPane(Vertical):
                     offsets[path] += len(data)
                     parts.append(decoders[path].decode(data))
                 text = "".join(parts)
+                shown += len(text)
                 if text and not worker.is_cancelled:
                     self.post_message(self.Output(text, generation))
+                elif not shown:  # say where the output is, e.g. a job that writes only stderr
+                    other = sum(_size(p.with_name(other_name)) for p in paths)
+                    if other != other_seen:
+                        other_seen = other
+                        self.post_message(self.Empty(other, generation))
                 time.sleep(POLL)
         finally:
             monkey.store.close()
@@ -115,7 +138,16 @@ class LogPane(Vertical):
     @on(Output)
     def _on_output(self, message: Output) -> None:
         if message.generation == self.generation:
+            empty = not self.view.line_count
             self.view.write(message.text)
+            if empty:
+                self._show_status()
+
+    @on(Empty)
+    def _on_empty(self, message: Empty) -> None:
+        if message.generation == self.generation:
+            self.other = message.other
+            self._show_status()
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -177,6 +209,13 @@ class LogPane(Vertical):
 
     def action_previous_match(self) -> None:
         self._jump(-1)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _first_offset(fh: BinaryIO) -> int:

@@ -39,7 +39,7 @@ class MetricsPane(Horizontal):
         self.juids = juids
         self.chosen: set[str] = set()
         self.names: list[str] = []
-        self.shown: dict[tuple[str, str], tuple[int, float]] = {}
+        self.shown: dict[tuple[str, str], tuple[int, float]] | None = None  # None: not drawn yet
 
     def compose(self) -> ComposeResult:
         with Vertical(id="series-side"):

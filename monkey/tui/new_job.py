@@ -106,7 +106,10 @@ class NewJobScreen(ModalScreen[str | None]):
             self._error(message.error or "the job was not submitted")
 
     def _error(self, text: str) -> None:
-        self.query_one("#form-error", Static).update(text)
+        box = self.query_one("#form-error", Static)
+        box.update(text)
+        if text:  # on a short terminal the message sits below the fold
+            box.scroll_visible(animate=False)
 
     @on(Input.Submitted)
     def _on_enter(self, event: Input.Submitted) -> None:
