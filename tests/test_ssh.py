@@ -205,7 +205,8 @@ def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
     wait_for(lambda: (i := job_info(cli, juid))["state"] == "queued" and i["attempts"] == 1,
              what="the attempt lost and the job re-queued")
     events = [e for e in job_info(cli, juid)["events"] if e["kind"] == "state"]
-    assert events[-1]["new"] == "lost" and events[-1]["detail"] == "process vanished"
+    assert events[-1]["new"] == "lost"
+    assert events[-1]["detail"].startswith("no heartbeat for ")  # the user sees why
     synced = int(ckpt.read_text())  # what MONKEY_HOME holds when the host is lost
     wait_for(lambda: job_info(cli, juid)["attempts"] == 2 or None, what="a second attempt")
     assert job_info(cli, juid)["instance"] == "lab/h2"
@@ -434,7 +435,7 @@ def test_provider_added_while_the_core_runs_takes_jobs(cli, home: Path, lab: Lab
     assert slash.returncode != 0 and "provider name 'a/b'" in slash.stderr
     added = cli("provider", "add", "ssh", "lab", "--host", f"{lab.user}@{host.address}:{host.port}",
                 "--key", lab.key, "--workdir", "/proc/monkey-work")
-    assert added.returncode == 0 and "restarted the core" in added.stdout, added.stderr
+    assert added.returncode == 0, added.stderr
     check = cli("provider", "check", "lab")
     assert check.returncode != 0
     assert "cannot create /proc/monkey-work on the host" in check.stdout, check.stdout

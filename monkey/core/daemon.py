@@ -136,25 +136,7 @@ def ping(home: Home) -> bool:
     return True
 
 
-def config_changed(home: Home) -> bool:
-    """Whether providers.yml changed, validly, after the running core read it (at its start).
-    A broken file does not count: the core keeps serving with what it read."""
-    from monkey.config import load_providers
-
-    try:
-        if home.providers_file.stat().st_mtime_ns <= home.daemon_pid.stat().st_mtime_ns:
-            return False
-        load_providers(home)
-    except (FileNotFoundError, MonkeyError):
-        return False
-    return True
-
-
 def wake(home: Home) -> None:
-    """Wake the core, starting one in the background when none runs, and restarting it
-    when providers.yml changed since it started (its jobs go on)."""
+    """Wake the core, starting one in the background when none runs."""
     if not ping(home):
-        spawn(home)
-    elif config_changed(home):
-        stop(home)
         spawn(home)

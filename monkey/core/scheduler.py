@@ -50,6 +50,15 @@ def bind_wake_socket(home: Home) -> socket.socket:
     return sock
 
 
+def _mtime(path: os.PathLike[str]) -> tuple[int, int, int]:
+    """What changes when a file is edited or replaced (mtime alone may not, within a tick)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 class Core:
     """The scheduler: dispatches queued jobs, follows live attempts, applies requests."""
 
@@ -57,6 +66,7 @@ class Core:
         self.home = home
         self.store = Store(home.db)
         self.providers: dict[str, ProviderConfig] = load_providers(home)
+        self.providers_mtime = _mtime(home.providers_file)
         self.drivers: dict[str, Driver] = {}
         self.links: dict[tuple[str, str], AgentLink] = {}
         self.selector = selectors.DefaultSelector()
@@ -105,14 +115,35 @@ class Core:
         return max(wait, 0.001)
 
     def tick(self) -> None:
-        """One pass: requests, dispatch, health."""
+        """One pass: configuration, requests, dispatch, health."""
         now = time.time()
+        self.reload_providers()
         self.apply_requests()
         self.dispatch_ready(now)
         if now >= self.next_health:
             self.next_health = now + 1.0
             self.check_health(now)
             sweeps.tick(self.store)
+
+    def reload_providers(self) -> None:
+        """Take edits of providers.yml into account; a broken file keeps the last good one.
+        Providers whose entry changed get a new driver and new links (jobs go on)."""
+        mtime = _mtime(self.home.providers_file)
+        if mtime == self.providers_mtime:
+            return
+        self.providers_mtime = mtime
+        try:
+            providers = load_providers(self.home)
+        except MonkeyError as exc:
+            log.error("providers.yml not reloaded, keeping the last good one: %s", exc)
+            return
+        for name in list(self.drivers):
+            if providers.get(name) != self.providers.get(name):
+                for key in [k for k in self.links if k[0] == name]:
+                    self.drop_link(key)
+                self.drivers.pop(name).close()
+        self.providers = providers
+        log.info("providers.yml reloaded: %s", ", ".join(sorted(providers)))
 
     def _drain_wakes(self) -> None:
         while True:
@@ -169,7 +200,7 @@ class Core:
         except (KeyError, ValueError, OSError):
             pass
         link.close()
-        log.warning("lost the link to %s/%s; will reconnect", *key)
+        log.warning("lost the link to %s; will reconnect", key[1])
 
     def _poll_link(self, key: tuple[str, str]) -> None:
         link = self.links.get(key)
@@ -187,7 +218,7 @@ class Core:
         try:
             self.link(*key)
         except (MonkeyError, AgentGone, AgentError, OSError) as exc:
-            log.error("cannot reach the agent of %s/%s: %s", key[0], key[1], exc)
+            log.error("cannot reach the agent of %s: %s", key[1], exc)
             self.retry_links_at = time.time() + 1.0
 
     def recover(self) -> None:
@@ -260,6 +291,8 @@ class Core:
             final, reason = State.PAUSED, "paused by user"
         elif why == "vanished":
             final, reason = State.LOST, "process vanished"
+        elif why == "silent":
+            final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
         elif why == "setup":  # not retried: the same inputs would fail the same way
             final = State.FAILED
             reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
@@ -491,4 +524,5 @@ class Core:
             beat = att.heartbeat_at
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
-                self.on_exit(key, att.juid, att.n, {"reason": "vanished"}, att.events_offset)
+                self.on_exit(key, att.juid, att.n, {"reason": "silent", "silence": now - beat,
+                                                    "ts": now}, att.events_offset)

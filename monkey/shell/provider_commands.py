@@ -75,7 +75,6 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     import yaml
 
     from monkey.config import Home, load_providers
-    from monkey.core import daemon
 
     home = Home().ensure()
     path = home.providers_file
@@ -100,9 +99,6 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
         raise MonkeyError(str(exc).removeprefix(f"{tmp}: ")) from None
     os.replace(tmp, path)
     print(f"added provider {args.name!r} ({len(args.host)} host(s)) to {path}")
-    if daemon.status(home):  # the core reads providers.yml when it starts
-        daemon.stop(home)
-        print(f"restarted the core (pid {daemon.start(home)}) to use it; running jobs go on")
     print(f"check it with: monkey provider check {args.name}")
     return 0
 
