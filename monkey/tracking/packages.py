@@ -21,10 +21,22 @@ def _stamp() -> list[list[object]]:
     return [[d, os.stat(d).st_mtime_ns] for d in _site_dirs()]
 
 
+_memo: tuple[list[object], dict[str, str]] | None = None  # this process's last answer
+
+
 def installed(cache_dir: Path) -> dict[str, str]:
-    """{name: version} of the installed distributions (cached by site-folder mtimes)."""
+    """{name: version} of the installed distributions (cached by site-folder mtimes, on
+    disk across processes and in memory within one, e.g. a sweep script's many runs)."""
+    global _memo
+    stamp: list[object] = [sys.prefix, _stamp()]
+    if _memo is not None and _memo[0] == stamp:
+        return _memo[1]
+    _memo = (stamp, _installed(cache_dir, stamp))
+    return _memo[1]
+
+
+def _installed(cache_dir: Path, stamp: list[object]) -> dict[str, str]:
     cache = cache_dir / f"packages-{zlib.crc32(sys.prefix.encode()):08x}.json"
-    stamp = [sys.prefix, _stamp()]
     try:
         saved = json.loads(cache.read_text())
         if saved["stamp"] == stamp:
