@@ -8,39 +8,19 @@ Figures come from each attempt's setup.json (written by the worker's launcher).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import statistics
+import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
-from common import fresh_home, stop_everything
+from common import REPO, fresh_home, stop_everything
+
+sys.path.insert(0, str(REPO / "tests"))
+from wheels import build_wheel  # noqa: E402
 
 REUSES = 7
-
-
-def write_wheel(folder: Path, name: str = "benchpkg", version: str = "1.0") -> None:
-    """A pure-Python wheel written by hand."""
-    files = {
-        f"{name}/__init__.py": "VALUE = 1\n",
-        f"{name}-{version}.dist-info/METADATA":
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{name}-{version}.dist-info/WHEEL":
-            "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }  # fmt: skip
-    record = f"{name}-{version}.dist-info/RECORD"
-    rows = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[record] = "\n".join([*rows, f"{record},,"]) + "\n"
-    folder.mkdir(parents=True)
-    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
-        for path, text in files.items():
-            z.writestr(path, text)
 
 
 def main() -> None:
@@ -48,7 +28,7 @@ def main() -> None:
     from monkey.api import Monkey
 
     project = Path(tempfile.mkdtemp(prefix="monkey-bench-project-"))
-    write_wheel(project / "wheels")
+    build_wheel(project / "wheels", "benchpkg")
     (project / "requirements.txt").write_text(
         f"--no-index\n--find-links {project / 'wheels'}\nbenchpkg\n")
     (project / "job.yml").write_text(

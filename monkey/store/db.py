@@ -171,13 +171,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         day = time.strftime("%y-%m-%d", time.localtime(now))
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
-            db.execute(
-                "INSERT INTO day_counters(day, n) VALUES (?, 1) "
-                "ON CONFLICT(day) DO UPDATE SET n = n + 1",
-                (day,),
-            )
-            n = db.execute("SELECT n FROM day_counters WHERE day = ?", (day,)).fetchone()[0]
-            juid = f"{day}-{n:03d}"
+            juid = f"{day}-{self._next_of_day(db, day):03d}"
             db.execute(
                 f"INSERT INTO jobs({_JOB_COLUMNS}, secrets) VALUES ({', '.join('?' * 26)})",
                 (
@@ -191,6 +185,16 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         job = self.get_job(juid)
         assert job is not None
         return job
+
+    @staticmethod
+    def _next_of_day(db: sqlite3.Connection, counter: str) -> int:
+        """The next number of a per-day counter (inside the caller's write transaction)."""
+        db.execute(
+            "INSERT INTO day_counters(day, n) VALUES (?, 1) "
+            "ON CONFLICT(day) DO UPDATE SET n = n + 1",
+            (counter,),
+        )
+        return db.execute("SELECT n FROM day_counters WHERE day = ?", (counter,)).fetchone()[0]
 
     def get_job(self, juid: str) -> Job | None:
         row = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE juid = ?", (juid,)).fetchone()

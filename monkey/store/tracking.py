@@ -191,14 +191,7 @@ class TrackingStore:
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         with self.tx() as db:
-            key = f"sweep:{day}"
-            db.execute(
-                "INSERT INTO day_counters(day, n) VALUES (?, 1) "
-                "ON CONFLICT(day) DO UPDATE SET n = n + 1",
-                (key,),
-            )
-            count = db.execute("SELECT n FROM day_counters WHERE day = ?", (key,)).fetchone()[0]
-            sid = f"sw-{day}-{count:03d}"
+            sid = f"sw-{day}-{self._next_of_day(db, f'sweep:{day}'):03d}"
             db.execute(
                 "INSERT INTO sweeps(id, name, state, spec, created_at, updated_at) "
                 "VALUES (?, ?, 'running', ?, ?, ?)",
