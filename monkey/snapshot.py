@@ -112,6 +112,10 @@ class BlobStore:
         digest = blake3.blake3(data).hexdigest()
         if self.has(digest):
             return digest, False
+        return digest, self._write(data, digest)
+
+    def _write(self, data: bytes, digest: str) -> bool:
+        """Store DATA, whose digest is DIGEST, read-only; True if newly stored."""
         fd, tmp = self._temp(digest)
         try:
             with open(fd, "wb", closefd=True) as f:
@@ -120,7 +124,7 @@ class BlobStore:
         except BaseException:
             _unlink(tmp)
             raise
-        return digest, self._commit(tmp, digest)
+        return self._commit(tmp, digest)
 
     def put_file(self, src: Path, digest: str) -> bool:
         """Copy ``src`` in as blob ``digest``; True if newly stored, False if already there.
@@ -186,15 +190,7 @@ class BlobStore:
                 _check(src, digest, expect)
                 if self.has(digest):
                     return digest, len(data), False
-                fd, tmp = self._temp(digest)
-                try:
-                    with open(fd, "wb", closefd=True) as out:
-                        out.write(data)
-                        os.fchmod(out.fileno(), 0o444)
-                except BaseException:
-                    _unlink(tmp)
-                    raise
-                return digest, len(data), self._commit(tmp, digest)
+                return digest, len(data), self._write(data, digest)
             fd, tmp = self._temp(None)
             try:
                 with open(fd, "wb", closefd=True) as out:

@@ -14,12 +14,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kill_until_gone
+from conftest import kill_until_gone, wait_for
 
 from monkey.drivers.agent_link import AgentError, AgentLink, connect_unix
 
@@ -28,18 +28,6 @@ TIMEOUT = 20.0
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
-    """Poll COND until it returns something true; fail after TIMEOUT seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -152,7 +140,7 @@ class Client:
             found = self.events(juid, etype)
             return found if len(found) >= count else None
 
-        return wait_for(enough, f"{count} {etype} event(s) of {juid}")
+        return wait_for(enough, timeout=TIMEOUT, what=f"{count} {etype} event(s) of {juid}")
 
     def wait_exit(self, juid: str) -> dict[str, Any]:
         return self.wait_event(juid, "exit")[0]["event"]
@@ -196,7 +184,7 @@ class World:
                 return False
             return True
 
-        wait_for(ready, "the agent's socket")
+        wait_for(ready, timeout=TIMEOUT, what="the agent's socket")
         return proc
 
     def client(self, sync: bool = True) -> Client:
@@ -323,12 +311,12 @@ def test_signal_term_kills_whole_tree(world: World, agent: Client) -> None:
     world.start(agent, "j", ["sh", "-c", "sleep 100 & sleep 100 & wait"])
     pid = world.job_pid("j")
     # the wrapper shell, the job's shell and its two sleeps
-    wait_for(lambda: len(session_members(pid)) == 4, "the job's children")
+    wait_for(lambda: len(session_members(pid)) == 4, timeout=TIMEOUT, what="the job's children")
     agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
     event = agent.wait_exit("j")
     assert event["reason"] == "killed" and event["signal"] == signal.SIGTERM
     assert event["code"] == 128 + signal.SIGTERM
-    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
 
 
 def test_signal_reaches_children_that_left_the_process_group(world: World, agent: Client) -> None:
@@ -341,22 +329,22 @@ def test_signal_reaches_children_that_left_the_process_group(world: World, agent
         groups = {int(stat_fields(p)[2]) for p in session_members(pid) if stat_fields(p)}
         return len(groups) >= 2
 
-    wait_for(moved, "a child in its own process group")
+    wait_for(moved, timeout=TIMEOUT, what="a child in its own process group")
     agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
     assert agent.wait_exit("j")["reason"] == "killed"
-    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
 
 
 def test_job_ignoring_term_is_killed_after_grace(world: World, agent: Client) -> None:
     script = 'trap "" TERM; touch ready; while :; do sleep 0.05; done'
     world.start(agent, "j", ["sh", "-c", script])
-    wait_for((world.run_dir("j") / "work" / "ready").exists, "the job to ignore TERM")
+    wait_for((world.run_dir("j") / "work" / "ready").exists, timeout=TIMEOUT, what="the job to ignore TERM")
     pid = world.job_pid("j")
     reply = agent.request("signal", juid="j", attempt=1, signal="TERM", grace=0.5)
     assert reply["running"] is True
     event = agent.wait_exit("j")
     assert (event["code"], event["signal"], event["reason"]) == (None, 9, "killed")
-    wait_for(lambda: not session_members(pid), "no process left in the job's session")
+    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
 
 
 def test_signal_after_exit_is_ok(world: World, agent: Client) -> None:
@@ -369,7 +357,7 @@ def test_leftover_background_processes_are_killed_at_exit(world: World, agent: C
     world.start(agent, "j", ["sh", "-c", "sleep 100 & echo started"])
     pid = world.job_pid("j")
     assert agent.wait_exit("j")["code"] == 0
-    wait_for(lambda: not session_members(pid), "the background sleep to be killed")
+    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="the background sleep to be killed")
 
 
 def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
@@ -394,8 +382,8 @@ def test_job_outlives_agent_crash_and_sync_resumes(world: World) -> None:
     pid = world.job_pid("j")
     assert alive(pid), "the job died with the agent"
     (world.run_dir("j") / "work" / "go").touch()
-    wait_for(lambda: (world.run_dir("j") / "exit").exists(), "the wrapper to record the exit")
-    wait_for(lambda: not alive(pid), "the job to end")
+    wait_for(lambda: (world.run_dir("j") / "exit").exists(), timeout=TIMEOUT, what="the wrapper to record the exit")
+    wait_for(lambda: not alive(pid), timeout=TIMEOUT, what="the job to end")
     assert (world.run_dir("j") / "exit").read_text().strip() == "5"
 
     world.start_agent()
@@ -468,10 +456,10 @@ def test_job_killed_while_agent_down_is_vanished(world: World) -> None:
     agent_proc.wait()
 
     pid = world.job_pid("j")
-    wait_for(lambda: len(session_members(pid)) >= 2, "the job's sleep")
+    wait_for(lambda: len(session_members(pid)) >= 2, timeout=TIMEOUT, what="the job's sleep")
     for member in session_members(pid):
         os.kill(member, signal.SIGKILL)
-    wait_for(lambda: not session_members(pid), "the job's session to be gone")
+    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="the job's session to be gone")
     assert not (world.run_dir("j") / "exit").exists()
 
     world.start_agent()
@@ -706,7 +694,7 @@ def test_sigterm_stops_agent_but_not_jobs(world: World) -> None:
     assert not (world.root / "private" / "agent.pid").exists()
     assert alive(world.job_pid("j"))
     (world.run_dir("j") / "work" / "go").touch()
-    wait_for(lambda: (world.run_dir("j") / "exit").exists(), "the exit file")
+    wait_for(lambda: (world.run_dir("j") / "exit").exists(), timeout=TIMEOUT, what="the exit file")
     assert (world.run_dir("j") / "exit").read_text().strip() == "4"
 
 

@@ -73,7 +73,7 @@ def _fill(m: Monkey) -> None:
             store.end_attempt(j.juid, 1, final=state, exit_code=code, signal=None, reason=reason,
                               now=n_at + 95)
         else:
-            store.heartbeat(j.juid, 1, NOW - 2, 0, cpu=97.5, rss=512 << 20)
+            store.heartbeat_metrics(j.juid, 1, NOW - 2, 0, 97.5, 512 << 20, None)
 
     ok = job("mnist", ["python", "mnist.py", "--lr", "0.1"], NOW - 3600)
     run(ok, NOW - 3500, (State.SUCCEEDED, 0, "exit 0"))

@@ -481,15 +481,6 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
             args = (instance,)
         return [_attempt(r) for r in self.db.execute(sql + " ORDER BY juid, n", args)]
 
-    def heartbeat(self, juid: str, n: int, ts: float, offset: int,
-                  cpu: float | None = None, rss: int | None = None) -> None:
-        with self.tx() as db:
-            db.execute(
-                "UPDATE attempts SET heartbeat_at = ?, events_offset = ?, "
-                "cpu = COALESCE(?, cpu), rss = COALESCE(?, rss) WHERE juid = ? AND n = ?",
-                (ts, offset, cpu, rss, juid, n),
-            )
-
     # -- instances ----------------------------------------------------------------------
 
     def upsert_instance(self, id: str, provider: str, kind: str, host: str, state: str,
