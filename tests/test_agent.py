@@ -360,6 +360,100 @@ def test_leftover_background_processes_are_killed_at_exit(world: World, agent: C
     wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="the background sleep to be killed")
 
 
+def with_cmdline(token: str) -> list[int]:
+    """Live processes whose command line contains TOKEN (they may have cleared their env)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if name.isdigit() and token.encode() in cmd and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture(params=["cgroup", "sweep"])
+def tree_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Agents that track jobs by cgroup (where the kernel lets them) or by sweeping."""
+    if request.param == "sweep":
+        monkeypatch.setenv("MONKEY_NO_CGROUP", "1")
+    return request.param
+
+
+ESCAPES = ("setsid sleep 1001 & setsid sh -c '( sleep 1002 & ) &'; "
+           "env -i setsid sleep 1003 & echo up")  # fmt: skip
+
+
+@pytest.mark.parametrize("end", ["cancel", "exit"])
+def test_processes_that_left_the_session_are_killed(world: World, tree_mode: str, end: str) -> None:
+    world.start_agent()
+    agent = world.client()
+    world.start(agent, "j", ["sh", "-c", f"{ESCAPES}; {WAIT_GO}"])
+    tokens = ("sleep 1001", "sleep 1002", "sleep 1003")
+    wait_for(lambda: all(with_cmdline(t) for t in tokens), timeout=TIMEOUT, what="the escapees")
+    if end == "cancel":
+        agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
+    else:
+        (world.run_dir("j") / "work" / "go").touch()
+    agent.wait_exit("j")
+    wait_for(lambda: not any(with_cmdline(t) for t in tokens), timeout=TIMEOUT,
+             what="every process of the job to be gone")  # fmt: skip
+
+
+def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
+    """Start a job's wrapper as an agent does, without an agent: what an agent SIGKILLed
+    between its spawn and its own records leaves behind."""
+    from monkey.client_agent import agent as agent_module
+
+    (run_dir / "work").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, MONKEY_TEST_TAG=tag, **agent_module.job_env(str(run_dir), ""))
+    return subprocess.Popen(["/bin/sh", "-c", agent_module.WRAPPER, "monkey-job", *argv],
+                            cwd=run_dir / "work", env=env, start_new_session=True)  # fmt: skip
+
+
+def test_job_whose_agent_died_before_recording_it_is_adopted_not_rerun(world: World) -> None:
+    ledger = world.tmp / "ledger"
+    proc = run_wrapper(world.run_dir("j"), ["sh", "-c", f"echo ran >> {ledger}; exit 3"], world.tag)
+    assert proc.wait() == 3
+    world.start_agent()
+    client = world.client(sync=False)
+    reply = client.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "exited"
+    event = client.wait_exit("j")
+    assert (event["code"], event["reason"]) == (3, "exited")
+    with pytest.raises(AgentError, match="already started"):
+        world.start(client, "j", ["sh", "-c", f"echo ran >> {ledger}"])
+    assert ledger.read_text() == "ran\n"
+
+
+def test_running_job_whose_agent_died_before_recording_it_is_adopted(world: World) -> None:
+    proc = run_wrapper(world.run_dir("j"), ["sh", "-c", WAIT_GO + "; echo done"], world.tag)
+    wait_for((world.run_dir("j") / "started").exists, timeout=TIMEOUT, what="the claim")
+    world.start_agent()
+    client = world.client(sync=False)
+    reply = client.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "running"
+    assert world.job_pid("j") == proc.pid
+    (world.run_dir("j") / "work" / "go").touch()
+    event = client.wait_exit("j")
+    assert (event["code"], event["reason"]) == (0, "exited")
+    proc.wait()
+    assert (world.run_dir("j") / "stdout.log").exists() is False  # not ours: no redirect
+    assert [p["event"]["type"] for p in client.events("j")] == ["started", "exit"]
+
+
+def test_wrapper_that_loses_to_a_sync_runs_nothing(world: World, agent: Client) -> None:
+    # A sync found no claim and reported the attempt never started; the wrapper of an agent
+    # that died just after forking it comes late: it must not run the job.
+    ledger = world.tmp / "ledger"
+    reply = agent.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "unknown"
+    proc = run_wrapper(world.run_dir("j"), ["sh", "-c", f"echo ran >> {ledger}"], world.tag)
+    assert proc.wait() == 125
+    assert not ledger.exists() and not (world.run_dir("j") / "exit").exists()
+
+
 def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
     world.start(agent, "j", ["true"])
     agent.wait_exit("j")

@@ -71,6 +71,14 @@ def test_running_job_is_reattached_and_keeps_streaming(home, monkey):
     assert len(job.attempts()) == 1
 
 
+def _dead(pid: int) -> bool:
+    """PID is gone or a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _agent_pid(home: Path) -> int:
     return int((home / "private" / "agent.pid").read_text())
 
@@ -83,8 +91,7 @@ def test_vanished_process_is_lost_and_retried(home, monkey):
     kill_core(home)
     os.kill(_agent_pid(home), signal.SIGKILL)
     os.killpg(pid, signal.SIGKILL)  # the machine "lost" the job while nothing watched
-    wait_for(lambda: not Path(f"/proc/{pid}").exists() or
-             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", what="the job to die")
+    wait_for(lambda: _dead(pid), what="the job to die")
     start_core(home)
     assert job.wait(timeout=60) == State.SUCCEEDED
     attempts = job.attempts()
@@ -161,3 +168,30 @@ def test_cancel_asked_while_a_start_is_refused_is_not_lost(home, monkey):
         assert [a.reason for a in queued.attempts()] == ["never started"]
     finally:
         core.close()
+
+
+def test_agent_killed_while_the_core_is_stopped_is_noticed(home, monkey):
+    """The agent dies while the core, stopped, has not read its last events: the core
+    reads them, notices the broken link, connects to a new agent and follows the rest."""
+    gates = [Path("gate-a").resolve(), Path("gate-b").resolve()]
+    jobs = [monkey.run(["sh", "-c", f"echo up; while [ ! -e {g} ]; do sleep 0.02; done; echo down"])
+            for g in gates]
+    for job in jobs:
+        wait_for(lambda j=job: j.logs() == "up\n" and j.status == State.RUNNING, what="the jobs")
+    core = core_pid(home)
+    agent = _agent_pid(home)
+    os.kill(core, signal.SIGSTOP)
+    try:
+        gates[0].touch()
+        events = home / "runs" / jobs[0].juid / "1" / "events.jsonl"
+        wait_for(lambda: b'"type":"exit"' in events.read_bytes(), what="the agent to see A end")
+        os.kill(agent, signal.SIGKILL)
+        wait_for(lambda: _dead(agent), what="the agent to die")
+    finally:
+        os.kill(core, signal.SIGCONT)
+    assert jobs[0].wait(timeout=60) == State.SUCCEEDED
+    gates[1].touch()  # B ends after the agent that started it is gone
+    assert jobs[1].wait(timeout=60) == State.SUCCEEDED
+    assert [job.logs() for job in jobs] == ["up\ndown\n", "up\ndown\n"]
+    assert [len(job.attempts()) for job in jobs] == [1, 1]
+    assert core_pid(home) == core

@@ -18,7 +18,11 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     stdout.log    the job's stdout, opened O_APPEND
     stderr.log    the job's stderr, opened O_APPEND
     events.jsonl  events, appended by the agent only (one os.write per line)
-    pid           {"pid": P, "start_ticks": T}; T = field 22 of /proc/P/stat (pid reuse)
+    started       the wrapper's claim, made before anything runs (O_EXCL): its pid P; or
+                  "abandoned", made by a sync that found no claim (the job never ran)
+    pid           {"pid": P, "start_ticks": T, "gpus", "cgroup"}; T = field 22 of
+                  /proc/P/stat (pid reuse); written by the agent after the spawn, or by a
+                  sync from the claim when the agent died before writing it
     exit          the job's exit code as text, written by the wrapper shell itself
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
@@ -69,9 +73,12 @@ agent signalled the job or the wait status shows a signal; ``signal`` is then th
 that ended it when known (from the wait status; code - 128 for a code above 128, e.g. a
 job that dies of SIGTERM has code 143 and signal 15; else the agent's last signal).
 ``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
-(``setup.failed`` holds ``error``) and the job never ran. When the
-wrapper of a job started by this agent ends, the processes left in its process group
-are SIGKILLed (all of the session when the job was signalled).
+(``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
+every process the job left is SIGKILLed: its cgroup (v2, one per attempt under the
+agent's own, when the agent may make them), else its session, its process group, the
+processes that carry its MONKEY_STARTED_FILE in their environment and all their
+descendants (the agent is then the child subreaper of its jobs, and kills and reaps the
+orphans that came to it once no job is live). Signals reach the same set.
 
 Protocol: newline-delimited JSON both ways over a Unix stream socket (0600; peers of
 another uid are refused by SO_PEERCRED). Requests ``{"id": N, "op": OP, ...}``; replies
@@ -139,20 +146,30 @@ from collections.abc import Callable
 from typing import Any
 
 VERSION = "1"
-# The job runs as `/bin/sh -c WRAPPER monkey-job ARGV...`. `trap :` keeps the shell alive
-# while the job handles TERM/INT/HUP (trapped signals are reset to default in the job).
-# Once the job is over the shell ignores them, so that a signal sent to the session at
-# that moment cannot stop it recording the exit code (ignoring is inherited). Only shell
-# built-ins run after the job: an extra process per job would double the cost of short
-# jobs. The agent reads the file only once the shell has exited, so it is complete then.
+# The job runs as `/bin/sh -c WRAPPER monkey-job ARGV...`. Before anything else the shell
+# claims the run dir: it creates STARTED with O_EXCL (`set -C`) and writes its pid there, so
+# that a job is known to have started even when the agent dies between the spawn and its own
+# records. A sync that finds no claim makes one itself saying "abandoned" (the same O_EXCL
+# create): exactly one of the two wins, and a wrapper that loses runs nothing (exit 125).
+# It then joins the job's cgroup when it has one, so that every descendant, even one that
+# left the session, is found at the end. `trap :` keeps the shell alive while the job
+# handles TERM/INT/HUP (trapped signals are reset to default in the job). Once the job is
+# over the shell ignores them, so that a signal sent to the session at that moment cannot
+# stop it recording the exit code (ignoring is inherited). Only shell built-ins run around
+# the job: an extra process per job would double the cost of short jobs. The agent reads
+# the exit file only once the shell has exited, so it is complete then.
 WRAPPER = (
+    'set -C; { echo "$$" > "$MONKEY_STARTED_FILE"; } 2>/dev/null || exit 125; set +C; '
+    'if [ -n "$MONKEY_CGROUP" ]; then { echo 0 > "$MONKEY_CGROUP/cgroup.procs"; } 2>/dev/null; fi; '
     'trap : TERM INT HUP; '
     'if command -v "$1" >/dev/null 2>&1; then "$@"; rc=$?; '
     'else echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
     'rc=127; fi; '
     'trap "" TERM INT HUP; echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
 )
-ABANDONED = "abandoned"  # marks a run dir that a sync reported as never started
+STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
+ABANDONED_CLAIM = b"abandoned\n"
+ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never started
 TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
 TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics event
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
@@ -224,6 +241,148 @@ def session_pids(sid: int) -> list[int]:
     return found
 
 
+def job_tree(sid: int | None, tag: bytes | None, roots: set[int]) -> set[int]:
+    """Pids of a job's processes: its session SID, the processes whose environment has the
+    line TAG (every process the job started that kept its environment, even after setsid),
+    the pids in ROOTS, and every descendant of all of those."""
+    parents: dict[int, int] = {}
+    found = set(roots)
+    for pid in proc_pids():
+        fields = read_stat(pid)
+        if fields is None or pid == os.getpid():
+            continue
+        parents[pid] = int(fields[1])
+        if sid is not None and int(fields[3]) == sid:
+            found.add(pid)
+        elif tag is not None and tag in environ_lines(pid):
+            found.add(pid)
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in found and pid not in found}
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def environ_lines(pid: int) -> list[bytes]:
+    """The NUL-separated lines of /proc/PID/environ (empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def signal_pids(pids: set[int], signum: int) -> None:
+    """Send SIGNUM to each of PIDS that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+
+def cgroup2_self() -> str | None:
+    """The folder of this process's cgroup v2, or None without a cgroup2 mount."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            own = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            mount = next((m.split()[1] for m in f if m.split()[2:3] == ["cgroup2"]), None)
+    except OSError:
+        return None
+    if own is None or mount is None:
+        return None
+    return os.path.join(mount, own.lstrip("/"))
+
+
+class Cgroups:
+    """One cgroup v2 per job, under the agent's own, when the kernel lets the agent make
+    them and move processes in (root, or a delegated subtree). Every process a job starts
+    stays in its cgroup whatever it does (setsid, double fork), so nothing is left behind.
+    ``base`` is None when cgroups cannot be used (the agent then sweeps by session,
+    environment and descendants, as a child subreaper)."""
+
+    def __init__(self, root: str) -> None:
+        self.base: str | None = None
+        self.leftover: set[str] = set()  # cgroups to remove once their processes are gone
+        parent = None if os.environ.get("MONKEY_NO_CGROUP") else cgroup2_self()
+        if parent is None:
+            return
+        name = "monkey-" + re.sub(r"[^A-Za-z0-9]", "_", root)[-40:] + f"-{os.stat(root).st_ino}"
+        base = os.path.join(parent, name)
+        try:
+            os.makedirs(base, exist_ok=True)
+            if self._can_move_into(base):
+                self.base = base
+        except OSError as e:
+            log(f"no cgroups for jobs ({e}); sweeping process trees instead")
+
+    @staticmethod
+    def _can_move_into(base: str) -> bool:
+        """Move a throwaway child into a probe cgroup under BASE, and check it got there."""
+        probe = os.path.join(base, f"probe-{os.getpid()}")
+        os.makedirs(probe, exist_ok=True)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_end)
+            os.read(read_end, 1)
+            os._exit(0)
+        os.close(read_end)
+        try:
+            with open(os.path.join(probe, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                return any(line.rstrip().endswith(f"/probe-{os.getpid()}") for line in f)
+        finally:
+            os.close(write_end)
+            os.waitpid(pid, 0)
+            os.rmdir(probe)
+
+    def make(self, juid: str, attempt: int) -> str:
+        """A new, empty cgroup for one attempt ("" when cgroups are not used)."""
+        if self.base is None:
+            return ""
+        path = os.path.join(self.base, f"job-{re.sub(r'[^A-Za-z0-9._-]', '_', juid)}-{attempt}")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            log(f"cannot make the cgroup of {juid}/{attempt}: {e}")
+            return ""
+        return path
+
+    @staticmethod
+    def pids(path: str) -> set[int]:
+        """The processes in the cgroup at PATH."""
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "rb") as f:
+                return {int(p) for p in f.read().split()}
+        except (OSError, ValueError):
+            return set()
+
+    def kill(self, path: str) -> None:
+        """SIGKILL every process of the cgroup, then remove it (later, if still busy)."""
+        try:
+            with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:  # kernels before 5.14
+            signal_pids(self.pids(path), signal.SIGKILL)
+        self.leftover.add(path)
+        self.tidy()
+
+    def tidy(self) -> None:
+        """Remove the cgroups left to remove whose processes are gone."""
+        for path in list(self.leftover):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            self.leftover.discard(path)
+
+
 def session_usage(sids: set[int]) -> dict[int, list[int]]:
     """Per session id: [utime+stime+cutime+cstime ticks, rss pages, processes]."""
     usage: dict[int, list[int]] = {}
@@ -281,6 +440,44 @@ def remove_tree(path: str) -> None:
         except OSError:
             pass
     shutil.rmtree(path, ignore_errors=True)
+
+
+def read_claim(run_dir: str) -> bytes | None:
+    """The content of run_dir/started (the wrapper's pid or ABANDONED_CLAIM), or None."""
+    try:
+        with open(os.path.join(run_dir, STARTED), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
+    """The variables WRAPPER reads, for a job run in RUN_DIR (in CGROUP when not "")."""
+    return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED),
+            "MONKEY_EXIT_FILE": os.path.join(run_dir, "exit"), "MONKEY_CGROUP": cgroup}
+
+
+def children_of(pid: int) -> set[int]:
+    """The children of PID (of all its threads)."""
+    found: set[int] = set()
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.update(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux prctl)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
 
 
 def read_exit_code(run_dir: str) -> int | None:
@@ -494,7 +691,7 @@ class Job:
 
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
-        "signalled", "cpu_prev", "tail", "gpus",
+        "signalled", "cpu_prev", "tail", "gpus", "cgroup",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -510,6 +707,7 @@ class Job:
         self.cpu_prev = (0, start_ticks / CLK_TCK)  # (ticks, boot time) at last heartbeat
         self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
+        self.cgroup = ""  # its cgroup's folder, when the agent could make one
 
     @property
     def key(self) -> Key:
@@ -562,6 +760,8 @@ class Agent:
         self.gpus: list[dict[str, Any]] | None = None
         self.listener: socket.socket | None = None
         self.socket_ino = 0
+        self.cgroups = Cgroups(root)
+        self.orphans = False  # a child we did not start may have exited (subreaper)
 
     # ---- lifetime
 
@@ -577,6 +777,8 @@ class Agent:
         signal.signal(signal.SIGINT, self._on_stop_signal)
         # a handler rather than SIG_IGN, which jobs would inherit
         signal.signal(signal.SIGHUP, lambda *_: None)
+        if self.cgroups.base is None and become_subreaper():
+            signal.signal(signal.SIGCHLD, self._on_child)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: os.read(wake_r, 512))
         log(f"serving {self.root} on {self.socket_path}")
         try:
@@ -606,6 +808,22 @@ class Agent:
 
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         self.stopping = True
+
+    def _on_child(self, signum: int, _frame: Any) -> None:
+        self.orphans = True
+
+    def _reap_orphans(self) -> None:
+        """Reap the exited processes that jobs left behind and that came to us as their
+        subreaper (never a job's wrapper: its exit status is read by its Popen)."""
+        self.orphans = False
+        ours = {job.pid for job in self.jobs.values() if job.proc is not None}
+        if self.gpu_probe is not None:
+            ours.add(self.gpu_probe.pid)
+        for pid in children_of(os.getpid()) - ours:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
     def _cleanup(self) -> None:
         for conn in list(self.conns):
@@ -646,6 +864,10 @@ class Agent:
 
     def _run_timers(self) -> None:
         now = time.monotonic()
+        if self.orphans:
+            self._reap_orphans()
+        if self.cgroups.leftover:
+            self.cgroups.tidy()
         for key, when in list(self.kill_at.items()):
             if when <= now:
                 del self.kill_at[key]
@@ -838,20 +1060,41 @@ class Agent:
         return {"running": True}
 
     def _signal_session(self, job: Job, signum: int) -> None:
-        """Send SIGNUM to the job, its process group and every process of its session."""
-        try:
-            signal.pidfd_send_signal(job.pidfd, signum)
-        except OSError:
-            pass
-        try:
-            os.killpg(job.pid, signum)
-        except OSError:
-            pass
-        for pid in session_pids(job.pid):
+        """Send SIGNUM to the job and every process it started: its cgroup's, else its
+        session's, its process group's and those carrying its environment, with their
+        descendants."""
+        if job.pidfd >= 0:
             try:
-                os.kill(pid, signum)
+                signal.pidfd_send_signal(job.pidfd, signum)
             except OSError:
                 pass
+        if job.proc is not None:  # our unreaped child: its pid cannot have been reused
+            try:
+                os.killpg(job.pid, signum)
+            except OSError:
+                pass
+        signal_pids(self._tree(job), signum)
+
+    def _tree(self, job: Job) -> set[int]:
+        """Every process of the job still around."""
+        if job.cgroup:
+            return Cgroups.pids(job.cgroup)
+        tag = f"MONKEY_STARTED_FILE={os.path.join(job.run_dir, STARTED)}".encode()
+        # An adopted job's wrapper was reaped by someone else: its pid may name a stranger.
+        sid = job.pid if job.proc is not None or job.pidfd >= 0 else None
+        return job_tree(sid, tag, set())
+
+    def _end_tree(self, job: Job) -> None:
+        """SIGKILL whatever is left of a job that ended, and release its cgroup."""
+        if job.cgroup:
+            self.cgroups.kill(job.cgroup)
+            return
+        signal_pids(self._tree(job), signal.SIGKILL)
+        if not self.jobs:  # orphans that came to us (subreaper) and kept no trace of a job
+            strays = children_of(os.getpid())
+            strays.discard(self.gpu_probe.pid if self.gpu_probe is not None else -1)
+            strays.discard(job.pid)
+            signal_pids(job_tree(None, None, strays), signal.SIGKILL)
 
     # ---- start
 
@@ -870,8 +1113,11 @@ class Agent:
             raise RequestError(f"{juid}/{attempt} is already running")
         if os.path.exists(os.path.join(run_dir, "pid")):
             raise RequestError(f"{run_dir} was already started; use sync")
-        if os.path.exists(os.path.join(run_dir, ABANDONED)):
+        claim = read_claim(run_dir)
+        if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
             raise RequestError(f"{run_dir} was reported never started; start a new attempt")
+        if claim is not None:
+            raise RequestError(f"{run_dir} was already started; use sync")
         blobs_dir = req.get("blobs_dir") or ""
         files = self._blob_paths(self._code_entries(req), blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
@@ -894,8 +1140,10 @@ class Agent:
             argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
-        env["MONKEY_EXIT_FILE"] = os.path.join(run_dir, "exit")
+        cgroup = self.cgroups.make(juid, attempt)
+        env.update(job_env(run_dir, cgroup))
         job = self._spawn(juid, attempt, run_dir, work, argv, env)
+        job.cgroup = cgroup
         return {"pid": job.pid}
 
     def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
@@ -1084,11 +1332,14 @@ class Agent:
             fields = read_stat(proc.pid)
             start_ticks = stat_start_ticks(fields) if fields else 0
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
-            record = {"pid": proc.pid, "start_ticks": start_ticks, "gpus": gpus}
+            record = {"pid": proc.pid, "start_ticks": start_ticks, "gpus": gpus,
+                      "cgroup": env.get("MONKEY_CGROUP", "")}  # fmt: skip
             write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
         except OSError as e:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if env.get("MONKEY_CGROUP"):
+                self.cgroups.kill(env["MONKEY_CGROUP"])
             os.close(pidfd)
             raise RequestError(f"cannot record the job: {e}") from None
         last = last_event(os.path.join(run_dir, "events.jsonl"))
@@ -1197,16 +1448,10 @@ class Agent:
         self.sel.unregister(job.pidfd)
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
-        returncode = None
-        if job.proc is not None:
-            if job.signalled is not None:
-                self._signal_session(job, signal.SIGKILL)
-            else:
-                try:
-                    os.killpg(job.pid, signal.SIGKILL)  # leftovers; the zombie holds the pgid
-                except OSError:
-                    pass
-            returncode = job.proc.wait()
+        # Leftovers, before reaping: the wrapper's zombie keeps its pid (the session and
+        # group id) from being reused meanwhile.
+        self._end_tree(job)
+        returncode = job.proc.wait() if job.proc is not None else None
         os.close(job.pidfd)
         self._tail(job, final=True)
         self._append(job, "exit", **exit_fields(job, read_exit_code(job.run_dir), returncode))
@@ -1252,17 +1497,15 @@ class Agent:
         try:
             with open(os.path.join(run_dir, "pid"), "rb") as f:
                 record = json.loads(f.read())
-            pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
         except FileNotFoundError:
-            # Fence: the core now treats this attempt as never started, so a `start` for it
-            # still in flight (sent by a core that died) must never run it later.
-            os.makedirs(run_dir, exist_ok=True)
-            with open(os.path.join(run_dir, ABANDONED), "wb"):
-                pass
-            return "unknown"
+            record = self._claimed(run_dir)
+            if record is None:
+                return "unknown"
+        pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
         seq = last["seq"] if last else 0
         job = Job(juid, attempt, run_dir, pid, -1, None, seq, start_ticks)
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
+        job.cgroup = str(record.get("cgroup") or "")
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", pid=pid)
@@ -1272,9 +1515,51 @@ class Agent:
             self._track(job)
             log(f"{juid}/{attempt}: adopted pid {pid}")
             return "running"
+        self._end_tree(job)
         self._tail(job, final=True)
         self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None))
         return "exited"
+
+    @staticmethod
+    def _claimed(run_dir: str) -> dict[str, Any] | None:
+        """The pid record of a job whose wrapper claimed RUN_DIR but whose agent died
+        before recording it; None when it never started. In that case RUN_DIR is claimed
+        "abandoned" first (O_EXCL, as the wrapper does), so that a wrapper or a `start`
+        still on its way (from an agent or a core that died) can never run it later."""
+        os.makedirs(run_dir, exist_ok=True)
+        path = os.path.join(run_dir, STARTED)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            try:
+                os.write(fd, ABANDONED_CLAIM)
+            finally:
+                os.close(fd)
+            return None
+        if os.path.exists(os.path.join(run_dir, ABANDONED)):
+            return None
+        deadline = time.monotonic() + 2.0
+        while (claim := read_claim(run_dir)) == b"" and time.monotonic() < deadline:
+            time.sleep(0.005)  # the wrapper created the file and is writing its pid
+        if claim == ABANDONED_CLAIM:
+            return None
+        try:
+            pid = int(claim or b"")
+        except ValueError:  # the wrapper died between the two: it ran nothing
+            return {"pid": 0, "start_ticks": -1}
+        env = environ_lines(pid)
+        fields = read_stat(pid)
+        mine = f"MONKEY_STARTED_FILE={path}".encode() in env
+        record: dict[str, Any] = {"pid": pid, "start_ticks": -1}
+        if mine and fields is not None:  # else gone: its exit file tells how it ended
+            values = dict(line.partition(b"=")[::2] for line in env)
+            record.update(start_ticks=stat_start_ticks(fields),
+                          gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
+                          cgroup=values.get(b"MONKEY_CGROUP", b"").decode())  # fmt: skip
+        write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
+        return record
 
     @staticmethod
     def _open_if_alive(pid: int, start_ticks: int) -> int | None:

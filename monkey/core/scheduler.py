@@ -186,7 +186,9 @@ class Core:
             att = by_id.get((status["juid"], status["attempt"]))
             if att is not None and status["status"] == "unknown":
                 self._never_started(att)
-        self._handle_pushes(key, link.poll())
+        self._pump(key, link)
+        if link.closed:
+            raise AgentGone(f"the link to {instance} broke right after its sync")
         return link
 
     def drop_link(self, key: tuple[str, str]) -> None:
@@ -204,15 +206,22 @@ class Core:
 
     def _poll_link(self, key: tuple[str, str]) -> None:
         link = self.links.get(key)
-        if link is None:
-            return
+        if link is not None:
+            self._pump(key, link)
+        if link is not None and link.closed:
+            self._reconnect(key)
+
+    def _pump(self, key: tuple[str, str], link: AgentLink) -> None:
+        """Handle what LINK received; a link found broken is dropped at once (the closed
+        socket leaves the selector, so nothing would ever poll it again), and the caller
+        or the next health check connects anew."""
         try:
             pushes = link.poll()
         except AgentGone:
-            self.drop_link(key)
-            self._reconnect(key)
-            return
+            pushes = []
         self._handle_pushes(key, pushes)
+        if link.closed:
+            self.drop_link(key)
 
     def _reconnect(self, key: tuple[str, str]) -> None:
         try:
@@ -352,7 +361,7 @@ class Core:
                 link.request("signal", juid=job.juid, attempt=att.n, signal="TERM",
                              grace=KILL_GRACE)
                 self.signalled.add(key)
-                self._handle_pushes((job.provider, att.instance), link.poll())
+                self._pump((job.provider, att.instance), link)
             except (AgentGone, AgentError, MonkeyError, OSError) as exc:
                 log.error("cannot signal %s: %s", job.juid, exc)
                 self.drop_link((job.provider, att.instance))
@@ -514,6 +523,9 @@ class Core:
         for provider in self.store.queued_providers():
             if provider not in self.providers:
                 self._fail_queued(provider, f"provider {provider!r} is no longer configured", now)
+        for key, link in list(self.links.items()):
+            if link.closed:  # broken by a request: nothing polls it any more
+                self.drop_link(key)
         for att in self.store.live_attempts():
             job = self.store.get_job(att.juid)
             if job is None:

@@ -80,10 +80,17 @@ class AgentLink:
         self._send_all(data, time.monotonic() + timeout, op)
         return rid
 
+    @property
+    def closed(self) -> bool:
+        """True once the link is closed or found broken; it never opens again."""
+        return self._closed
+
     def poll(self) -> list[dict[str, Any]]:
         """Pushes and replies to ``send`` received so far, reading without blocking.
 
-        Raises AgentGone when the link is closed and no push is left to return.
+        What arrived before the link broke is returned first; the break itself shows in
+        ``closed`` (check it after handling the pushes), and a poll of a closed link with
+        nothing left to return raises AgentGone.
         """
         if self._closed and not self._pushes:
             raise AgentGone("the link to the agent is closed")
