@@ -44,14 +44,18 @@ def test_job_that_outlives_the_core_is_reattached(home, monkey):
     wait_for(lambda: job.logs() == "up\n", what="the job to start")
     pid = job.attempts()[0].pid
     kill_core(home)
+    os.kill(_agent_pid(home), signal.SIGKILL)  # no agent sees it end either
     gate.touch()  # the job ends while no core runs
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="the job to end")
+    wait_for(lambda: _dead(pid), what="the job to end")
     assert job.status == State.RUNNING
+    ended = (home / "runs" / job.juid / "1" / "exit").stat().st_mtime
+    time.sleep(1.5)  # the restart comes well after the end
     start_core(home)
     assert job.wait(timeout=30) == State.FAILED
     assert job.exit_code == 4
     assert len(job.attempts()) == 1
     assert job.logs() == "up\ndown\n"
+    assert abs(job.attempts()[0].ended_at - ended) < 0.5  # its end, not its re-adoption
 
 
 def test_running_job_is_reattached_and_keeps_streaming(home, monkey):

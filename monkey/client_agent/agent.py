@@ -1517,7 +1517,11 @@ class Agent:
             return "running"
         self._end_tree(job)
         self._tail(job, final=True)
-        self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None))
+        try:  # it ended while no agent watched: when the wrapper wrote its exit file
+            ended = {"ts": os.stat(os.path.join(run_dir, "exit")).st_mtime}
+        except OSError:
+            ended = {}
+        self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None), **ended)
         return "exited"
 
     @staticmethod
