@@ -826,6 +826,7 @@ class Agent:
                 pass
 
     def _cleanup(self) -> None:
+        self.cgroups.tidy()
         for conn in list(self.conns):
             self._flush_blocking(conn, deadline=time.monotonic() + 2)
             self._close(conn)
@@ -1086,6 +1087,11 @@ class Agent:
 
     def _end_tree(self, job: Job) -> None:
         """SIGKILL whatever is left of a job that ended, and release its cgroup."""
+        if job.proc is not None:  # the wrapper's zombie keeps the group id ours
+            try:
+                os.killpg(job.pid, signal.SIGKILL)
+            except OSError:
+                pass
         if job.cgroup:
             self.cgroups.kill(job.cgroup)
             return

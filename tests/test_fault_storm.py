@@ -1,0 +1,103 @@
+"""A fault storm: the agent and the core are SIGKILLed at random while a few hundred short
+jobs start and end. Every job must run exactly once, keep every log byte, and end."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+from conftest import core_pid, start_core, wait_for
+
+from monkey.models import TERMINAL, State
+
+JOBS = 300
+STORM_SECONDS = 30.0
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _kill(pid: int | None) -> bool:
+    if not pid or pid < 0:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_agent_and_core_killed_at_random(home, monkey):
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
+    ledger = Path("ledger").resolve()
+    script = (f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
+              'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"')
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(JOBS // 2)]
+    start_core(home)
+    kills = {"agent": 0, "core": 0}
+    stop = threading.Event()
+
+    def storm() -> None:
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.02, 0.4))
+            agent = _pid_in(home / "private" / "agent.pid")
+            roll = rng.random()
+            if roll < 0.6:
+                kills["agent"] += _kill(agent)
+            elif roll < 0.75:  # the agent dies while the core, stopped, has events unread
+                core = core_pid(home)
+                if core and core > 0 and agent:
+                    os.kill(core, signal.SIGSTOP)
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    kills["agent"] += _kill(agent)
+                    os.kill(core, signal.SIGCONT)
+            elif _kill(core_pid(home)):
+                kills["core"] += 1
+                wait_for(lambda: core_pid(home) is None, what="the core to die")
+                time.sleep(rng.uniform(0, 0.3))  # jobs go on ending while no core runs
+                start_core(home)
+
+    thread = threading.Thread(target=storm)
+    thread.start()
+    try:
+        # The other half arrives during the storm.
+        for _ in range(JOBS - len(jobs)):
+            jobs.append(monkey.run(["bash", "-c", script], start_core=False))
+            time.sleep(STORM_SECONDS / JOBS)
+        deadline = time.monotonic() + STORM_SECONDS
+        while time.monotonic() < deadline and not all(j.status in TERMINAL for j in jobs):
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    start_core(home)
+    for job in jobs:
+        job.wait(timeout=120)
+
+    runs: dict[str, int] = {}
+    for line in ledger.read_text().splitlines():
+        runs[line] = runs.get(line, 0) + 1
+    once = [j for j in jobs if runs.get(j.juid) == 1]
+    complete = [j for j in jobs if j.logs() == f"start {j.juid}\nend {j.juid}\n"]
+    stuck = [j for j in jobs if j.status not in TERMINAL]
+    print(f"\nfault storm (seed {seed}): jobs tried {len(jobs)} / ran exactly once {len(once)}"
+          f" / logs byte-complete {len(complete)} / left stuck {len(stuck)};"
+          f" agent kills {kills['agent']}, core kills {kills['core']}")
+    assert kills["agent"] > 0 and kills["core"] > 0
+    assert not stuck, [(j.juid, j.status) for j in stuck]
+    assert [j.juid for j in jobs if runs.get(j.juid) != 1] == []
+    assert [(j.juid, j.logs()) for j in jobs if j not in complete] == []
+    assert [(j.juid, j.status) for j in jobs if j.status != State.SUCCEEDED] == []
+    for job in jobs:
+        ran = [a for a in job.attempts() if a.started_at is not None]
+        assert len(ran) == 1, (job.juid, job.attempts())
