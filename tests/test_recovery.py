@@ -199,3 +199,19 @@ def test_agent_killed_while_the_core_is_stopped_is_noticed(home, monkey):
     assert [job.logs() for job in jobs] == ["up\ndown\n", "up\ndown\n"]
     assert [len(job.attempts()) for job in jobs] == [1, 1]
     assert core_pid(home) == core
+
+
+def test_a_wedged_agent_is_noticed(home, monkey, monkeypatch):
+    """The link stays open but the agent answers nothing (stopped, or a half-open
+    connection): the attempt is declared lost after the heartbeat timeout, not followed
+    for ever."""
+    monkeypatch.setenv("MONKEY_HEARTBEAT_TIMEOUT", "2")
+    job = monkey.run(["sh", "-c", "echo up; sleep 300"])
+    wait_for(lambda: job.logs() == "up\n" and job.attempts()[0].heartbeat_at, what="heartbeats")
+    agent = _agent_pid(home)
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        wait_for(lambda: job.status == State.LOST, timeout=60, what="the attempt to be lost")
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    assert "no heartbeat" in job.attempts()[0].reason

@@ -33,6 +33,8 @@ log = logging.getLogger("monkey.core")
 
 HEARTBEAT_TIMEOUT = float(os.environ.get("MONKEY_HEARTBEAT_TIMEOUT", "30"))
 KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
+# A wedged agent must not hold the core longer than it takes to call its attempts silent.
+SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
 
 
@@ -82,6 +84,7 @@ class Core:
         self.last_given: dict[tuple[tuple[str, str], str], str] = {}
         self.next_health = 0.0
         self.retry_links_at = 0.0
+        self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.stopping = False
 
     # -- main loop ----------------------------------------------------------------------
@@ -173,12 +176,14 @@ class Core:
         live = self.store.live_attempts(instance)
         reply = link.request(
             "sync",
+            timeout=SYNC_TIMEOUT,
             attempts=[
                 {"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir, "offset": a.events_offset}
                 for a in live
             ],
         )
         self.links[key] = link
+        self.linked_at[key] = time.time()
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
@@ -531,9 +536,15 @@ class Core:
             if job is None:
                 continue
             key = (job.provider, att.instance)
+            beat = att.heartbeat_at
+            silence = now - max(beat, self.linked_at.get(key, 0.0)) if beat is not None else 0.0
+            if silence > HEARTBEAT_TIMEOUT and key in self.links:
+                # Heartbeats stopped on a link that looks open (a half-open connection,
+                # a wedged agent): test it by connecting anew.
+                log.warning("no heartbeat from %s for %.0fs; reconnecting", key[1], silence)
+                self.drop_link(key)
             if key not in self.links and now >= self.retry_links_at:
                 self._reconnect(key)
-            beat = att.heartbeat_at
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
                 self.on_exit(key, att.juid, att.n, {"reason": "silent", "silence": now - beat,
