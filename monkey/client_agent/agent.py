@@ -827,6 +827,11 @@ class Agent:
 
     def _cleanup(self) -> None:
         self.cgroups.tidy()
+        if self.cgroups.base and not self.jobs:
+            try:
+                os.rmdir(self.cgroups.base)
+            except OSError:
+                pass  # jobs of an earlier agent still run there
         for conn in list(self.conns):
             self._flush_blocking(conn, deadline=time.monotonic() + 2)
             self._close(conn)
