@@ -210,7 +210,7 @@ class Monkey(TrackingAPI):
                 self.store.set_outputs(job.juid, outputs)
             self._record_packages(job.juid)
         if start_core:
-            self.wake()
+            self.wake(queued=f"job {job.juid}")
         return Job(self, job.juid)
 
     def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
@@ -287,11 +287,18 @@ class Monkey(TrackingAPI):
             fh.write(dumps(values))
         return ref
 
-    def wake(self) -> None:
-        """Tell the core there is work, starting it when it is not running."""
+    def wake(self, queued: str | None = None) -> None:
+        """Tell the core there is work, starting it when it is not running; MonkeyError when
+        it cannot start. QUEUED names what was just recorded (e.g. "job 26-11-21-001"), which
+        stays queued for the core's next start, as the error says."""
         from monkey.core import daemon
 
-        daemon.wake(self.home)
+        try:
+            daemon.wake(self.home)
+        except MonkeyError as exc:
+            if queued is None:
+                raise
+            raise MonkeyError(f"{queued} is queued, but {exc}") from None
 
     # -- read ---------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -20,13 +21,43 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 def python_entry(module: str, function: str) -> list[str]:
     """argv running ``module.function()`` with this interpreter and this copy of monkey,
-    whether or not monkey is installed (the launcher passes its location, not PYTHONPATH,
-    so jobs started below it inherit nothing)."""
+    whether or not monkey is installed. The process is isolated (``-I``: neither the folder
+    it starts in nor PYTHON* variables reach sys.path, so a project's json.py cannot stand
+    in for the standard library's) and given this process's import path instead, minus the
+    script's folder and the current one; the path travels as an argument, not PYTHONPATH,
+    so jobs started below it inherit nothing."""
+    skip = 0 if sys.flags.isolated or getattr(sys.flags, "safe_path", False) else 1
+    try:
+        here = os.getcwd()
+    except OSError:  # the folder was deleted: nothing can be imported from it
+        here = ""
+    # Relative entries ('' included) name the current folder too.
+    paths = [p for p in sys.path[skip:] if os.path.isabs(p) and p != here]
     boot = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "import os, sys; sys.path[:] = sys.argv.pop(1).split(os.pathsep); "
         f"from {module} import {function}; {function}()"
     )
-    return [sys.executable, "-c", boot, _PACKAGE_PARENT]
+    path = os.pathsep.join(dict.fromkeys([_PACKAGE_PARENT, *paths]))
+    return [sys.executable, "-I", "-c", boot, path]
+
+
+_ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
+
+
+def first_error(log: Path, offset: int) -> str:
+    """The first error a process wrote to LOG from byte OFFSET on: the exception line of a
+    traceback, else the first line that is not a routine log message."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read(1 << 16).decode(errors="replace")
+    except OSError as exc:
+        return f"its log {log} cannot be read ({exc.strerror})"
+    for line in text.splitlines():
+        if line.strip() and not line.startswith((" ", "\t", "Traceback (", "usage: ")) \
+                and not _ROUTINE_LOG_LINE.match(line):
+            return line.strip().removeprefix("monkey: ").removeprefix("error: ")[:500]
+    return "it exited without saying why"
 
 
 class Home:

@@ -88,7 +88,7 @@ class TrackingAPI:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
-        self.wake()
+        self.wake(queued=f"sweep {sid}")
         return sid
 
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
