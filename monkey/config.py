@@ -68,12 +68,25 @@ class Home:
         self.root = Path(base).expanduser().resolve()
 
     def ensure(self) -> Home:
-        """Create the folder layout (idempotent) and return self."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        for sub in (self.blobs, self.runs, self.secrets, self.private):
-            sub.mkdir(exist_ok=True)
-        for private in (self.secrets, self.private):
-            os.chmod(private, 0o700)
+        """Create the folder layout (idempotent) and return self; MonkeyError when
+        MONKEY_HOME is not a folder of this user that it can write to."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            owner = self.root.stat().st_uid
+            if owner != os.getuid():
+                raise MonkeyError(f"MONKEY_HOME {self.root} belongs to another user (uid {owner}); "
+                                  "set MONKEY_HOME to a folder of your own")
+            for sub in (self.blobs, self.runs, self.secrets, self.private):
+                sub.mkdir(exist_ok=True)
+            for private in (self.secrets, self.private):
+                os.chmod(private, 0o700)
+        except FileExistsError as exc:
+            raise MonkeyError(f"MONKEY_HOME: {exc.filename} is a file, not a folder; move it "
+                              "aside or set MONKEY_HOME to a folder") from None
+        except OSError as exc:
+            raise MonkeyError(f"MONKEY_HOME {self.root} cannot be used ({exc.strerror}: "
+                              f"{exc.filename}); fix its permissions or set MONKEY_HOME "
+                              "elsewhere") from None
         return self
 
     @property

@@ -44,7 +44,7 @@ def status(home: Home) -> int | None:
 
 def run_foreground(home: Home | None = None) -> int:
     """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock, and
-    says why in one line on stderr when it cannot start."""
+    says why in one line on stderr when it cannot start (a damaged database among others)."""
     home = (home or Home()).ensure()
     fd = _try_lock(home)
     if fd is None:
@@ -56,8 +56,14 @@ def run_foreground(home: Home | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from monkey.core.scheduler import Core
+    from monkey.store import Store
 
     try:
+        store = Store(home.db)
+        try:
+            store.check_integrity()  # a damaged file is refused before anything is written
+        finally:
+            store.close()
         home.daemon_pid.write_text(f"{os.getpid()}\n")
         core = Core(home)
     except MonkeyError as exc:

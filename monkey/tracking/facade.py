@@ -77,6 +77,7 @@ class TrackingAPI:
         cells = sweepspec.expand(spec)
         self._resources(run_options.get("provider", "local"), run_options.get("cpus", 1),
                         run_options.get("gpus", 0), run_options.get("memory"))
+        self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         with self.store.tx():  # all or nothing; cells are held before the core sees them
             sid = self.store.create_sweep(name or "", spec)
             label = name or sid
