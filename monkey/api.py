@@ -147,7 +147,12 @@ class Monkey(TrackingAPI):
             raise MonkeyError(f"command {cmd!r}: {exc} (it is split as a shell would)") from None
         if not argv:
             raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
+        if any("\0" in arg for arg in argv):
+            raise MonkeyError(f"command {argv!r} contains a NUL byte (\\0), which no program can "
+                              "receive; remove it")
         resources = self._resources(provider, cpus, gpus, memory, host)
+        if start_core:  # a socket folder that cannot be used refuses before anything is written
+            self.home.socket_path("core")
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
         outputs = [_check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
         one = isinstance(datasets, (str, os.PathLike))
@@ -210,7 +215,7 @@ class Monkey(TrackingAPI):
                 self.store.set_outputs(job.juid, outputs)
             self._record_packages(job.juid)
         if start_core:
-            self.wake()
+            self.wake(queued=f"job {job.juid}")
         return Job(self, job.juid)
 
     def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
@@ -270,9 +275,12 @@ class Monkey(TrackingAPI):
                 if not sep:
                     raise MonkeyError(f"--env {item!r} is not KEY=VALUE; write e.g. --env SEED=1")
                 given[key] = value
-        for key in given:
+        for key, value in given.items():
             if not _ENV_NAME.match(key):
                 raise MonkeyError(f"--env name {key!r} is not a valid variable name")
+            if "\0" in value:
+                raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
+                                  "program can receive; remove it")
         plain = {k: os.environ[k] for k in CAPTURED_ENV if k in os.environ}
         secret: dict[str, str] = {}
         for key, value in given.items():
@@ -287,11 +295,18 @@ class Monkey(TrackingAPI):
             fh.write(dumps(values))
         return ref
 
-    def wake(self) -> None:
-        """Tell the core there is work, starting it when it is not running."""
+    def wake(self, queued: str | None = None) -> None:
+        """Tell the core there is work, starting it when it is not running; MonkeyError when
+        it cannot start. QUEUED names what was just recorded (e.g. "job 26-11-21-001"), which
+        stays queued for the core's next start, as the error says."""
         from monkey.core import daemon
 
-        daemon.wake(self.home)
+        try:
+            daemon.wake(self.home)
+        except MonkeyError as exc:
+            if queued is None:
+                raise
+            raise MonkeyError(f"{queued} is queued, but {exc}") from None
 
     # -- read ---------------------------------------------------------------------------
 
@@ -494,7 +509,7 @@ class Monkey(TrackingAPI):
 def _check_output_glob(pattern: str) -> str:
     """An --outputs glob, refused when it could reach outside the job's folder."""
     parts = pattern.split("/")
-    if not pattern or pattern.startswith("/") or ".." in parts:
+    if not pattern or pattern.startswith("/") or ".." in parts or "\0" in pattern:
         raise MonkeyError(f"--outputs {pattern!r}: give a glob relative to the job's folder, "
                           "e.g. --outputs 'results/*.csv'")
     return pattern

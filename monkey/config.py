@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -19,13 +21,43 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 def python_entry(module: str, function: str) -> list[str]:
     """argv running ``module.function()`` with this interpreter and this copy of monkey,
-    whether or not monkey is installed (the launcher passes its location, not PYTHONPATH,
-    so jobs started below it inherit nothing)."""
+    whether or not monkey is installed. The process is isolated (``-I``: neither the folder
+    it starts in nor PYTHON* variables reach sys.path, so a project's json.py cannot stand
+    in for the standard library's) and given this process's import path instead, minus the
+    script's folder and the current one; the path travels as an argument, not PYTHONPATH,
+    so jobs started below it inherit nothing."""
+    skip = 0 if sys.flags.isolated or getattr(sys.flags, "safe_path", False) else 1
+    try:
+        here = os.getcwd()
+    except OSError:  # the folder was deleted: nothing can be imported from it
+        here = ""
+    # Relative entries ('' included) name the current folder too.
+    paths = [p for p in sys.path[skip:] if os.path.isabs(p) and p != here]
     boot = (
-        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "import os, sys; sys.path[:] = sys.argv.pop(1).split(os.pathsep); "
         f"from {module} import {function}; {function}()"
     )
-    return [sys.executable, "-c", boot, _PACKAGE_PARENT]
+    path = os.pathsep.join(dict.fromkeys([_PACKAGE_PARENT, *paths]))
+    return [sys.executable, "-I", "-c", boot, path]
+
+
+_ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
+
+
+def first_error(log: Path, offset: int) -> str:
+    """The first error a process wrote to LOG from byte OFFSET on: the exception line of a
+    traceback, else the first line that is not a routine log message."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read(1 << 16).decode(errors="replace")
+    except OSError as exc:
+        return f"its log {log} cannot be read ({exc.strerror})"
+    for line in text.splitlines():
+        if line.strip() and not line.startswith((" ", "\t", "Traceback (", "usage: ")) \
+                and not _ROUTINE_LOG_LINE.match(line):
+            return line.strip().removeprefix("monkey: ").removeprefix("error: ")[:500]
+    return "it exited without saying why"
 
 
 class Home:
@@ -36,12 +68,25 @@ class Home:
         self.root = Path(base).expanduser().resolve()
 
     def ensure(self) -> Home:
-        """Create the folder layout (idempotent) and return self."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        for sub in (self.blobs, self.runs, self.secrets, self.private):
-            sub.mkdir(exist_ok=True)
-        for private in (self.secrets, self.private):
-            os.chmod(private, 0o700)
+        """Create the folder layout (idempotent) and return self; MonkeyError when
+        MONKEY_HOME is not a folder of this user that it can write to."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            owner = self.root.stat().st_uid
+            if owner != os.getuid():
+                raise MonkeyError(f"MONKEY_HOME {self.root} belongs to another user (uid {owner}); "
+                                  "set MONKEY_HOME to a folder of your own")
+            for sub in (self.blobs, self.runs, self.secrets, self.private):
+                sub.mkdir(exist_ok=True)
+            for private in (self.secrets, self.private):
+                os.chmod(private, 0o700)
+        except FileExistsError as exc:
+            raise MonkeyError(f"MONKEY_HOME: {exc.filename} is a file, not a folder; move it "
+                              "aside or set MONKEY_HOME to a folder") from None
+        except OSError as exc:
+            raise MonkeyError(f"MONKEY_HOME {self.root} cannot be used ({exc.strerror}: "
+                              f"{exc.filename}); fix its permissions or set MONKEY_HOME "
+                              "elsewhere") from None
         return self
 
     @property
@@ -111,18 +156,112 @@ class Home:
         return self.secrets / f"{juid}.json"
 
 
-def read_yaml(path: Path) -> Any:
-    """A YAML file's data; unreadable files and bad syntax give a one-line MonkeyError."""
-    import yaml
+CONFIG_MAX_BYTES = 1 << 20  # providers.yml, job.yml and sweep files are far smaller
+YAML_MAX_NODES = 100_000  # values in one file, counting each alias (*name) as what it repeats
+YAML_MAX_DEPTH = 100
 
+
+def read_config(path: Path) -> str:
+    """The text of a config file: a regular UTF-8 file of at most CONFIG_MAX_BYTES.
+
+    FIFOs, devices and folders are refused without reading them (the open does not block)."""
     try:
-        return yaml.safe_load(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise MonkeyError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise MonkeyError(f"cannot read {path}: not a regular file; put a YAML file there")
+        chunks, size = [], 0
+        while size <= CONFIG_MAX_BYTES:
+            chunk = os.read(fd, CONFIG_MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise MonkeyError(f"cannot read {path}: {exc.strerror}; check the file") from None
+    finally:
+        os.close(fd)
+    if size > CONFIG_MAX_BYTES:
+        raise MonkeyError(f"{path} is over {CONFIG_MAX_BYTES >> 20} MB, too big for a config "
+                          "file; point at the right file or trim it")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MonkeyError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def compose_yaml(path: Path) -> tuple[Any, Any]:
+    """A config file's root YAML node (None when empty) and the loader that constructs its
+    values. Read through ``read_config``; aliases and nesting are bounded (no alias bombs)."""
+    import yaml
+
+    text = read_config(path)
+    try:
+        loader = _bounded_loader()(text, path)
+        return loader.get_single_node(), loader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        problem = exc.problem or exc.context
+        raise MonkeyError(f"{path}:{line}: invalid YAML ({problem}); fix the syntax there") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise MonkeyError(f"{path}{line}: invalid YAML; fix the syntax there") from None
+        problem = str(exc).splitlines()[0]
+        raise MonkeyError(f"{path}: invalid YAML ({problem}); fix the syntax there") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """A config file's YAML data; every problem is a one-line MonkeyError naming the file."""
+    root, loader = compose_yaml(path)
+    return None if root is None else loader.construct_document(root)
+
+
+@functools.cache
+def _bounded_loader() -> type:
+    """yaml.SafeLoader that counts the values a document expands to as it is composed."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def __init__(self, text: str, path: Path) -> None:
+            super().__init__(text)
+            self.path = path
+            self.sizes: dict[int, int] = {}  # id(node) -> values it expands to
+            self.depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):  # repeats its anchor's values
+                node = super().compose_node(parent, index)
+                self.size(node)
+                return node
+            if self.depth >= YAML_MAX_DEPTH:
+                raise MonkeyError(f"{self.path}: nested over {YAML_MAX_DEPTH} levels deep; "
+                                  "a config file needs far fewer")
+            self.depth += 1
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+            if isinstance(node, yaml.SequenceNode):
+                size = 1 + sum(self.size(n) for n in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                size = 1 + sum(self.size(k) + self.size(v) for k, v in node.value)
+            else:
+                size = 1
+            if size > YAML_MAX_NODES:
+                raise MonkeyError(f"{self.path}: over {YAML_MAX_NODES:,} values (counting what "
+                                  "its aliases *name repeat); write the values out once")
+            self.sizes[id(node)] = size
+            return node
+
+        def size(self, node: Any) -> int:
+            size = self.sizes.get(id(node))
+            if size is None:  # an alias of a value still being composed
+                raise MonkeyError(f"{self.path}: an alias refers to the value that contains "
+                                  "it; remove the loop")
+            return size
+
+    return BoundedLoader
 
 
 @dataclass

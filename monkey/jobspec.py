@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monkey.config import compose_yaml
 from monkey.models import MonkeyError
 
 FILENAME = "job.yml"
@@ -168,34 +169,19 @@ class _Node:
 
 
 def find(folder: str | os.PathLike[str]) -> Path | None:
-    """FOLDER/job.yml when it exists."""
+    """FOLDER/job.yml when there is one (whatever it is: `load` refuses all but files)."""
     path = Path(folder) / FILENAME
-    return path if path.is_file() else None
+    return path if os.path.lexists(path) else None
 
 
 def load(path: str | os.PathLike[str]) -> JobSpec:
     """Read and validate a job.yml; MonkeyError names the file, line, key and the fix."""
-    import yaml
-
     file = Path(path).expanduser().resolve()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MonkeyError(f"cannot read {file} ({exc.strerror}); check the path") from None
-    except UnicodeDecodeError:
-        raise MonkeyError(f"{file} is not UTF-8 text; save it as UTF-8") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise MonkeyError(f"{file}:{line}: not valid YAML ({exc.problem}); fix the syntax") from None
-    except yaml.YAMLError as exc:
-        raise MonkeyError(f"{file}: not valid YAML ({exc}); fix the syntax") from None
+    root, loader = compose_yaml(file)
     spec = JobSpec(file=file)
     if root is None:
         return spec
-    top = _Node(file, root, yaml.SafeLoader("")).mapping(
+    top = _Node(file, root, loader).mapping(
         "", ("name", "run", "code", "persist", "data", "providers"))
     if "name" in top:
         spec.name = str(top["name"].value("name", str, int))

@@ -95,12 +95,12 @@ def parse_size(value: object) -> int:
     text = str(value).strip().upper().removesuffix("B").removesuffix("I")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
     try:
-        size = float(text[:-1] if text[-1:] in "KMGT" else text)
+        size = float(text[:-1] if text[-1:] in "KMGT" else text) * scale
     except ValueError:
         size = -1.0
-    if size < 0:
+    if not 0 <= size < 1 << 80:  # refuses nan and inf too
         raise MonkeyError(f"memory {value!r} is not a size; write e.g. 16G or 512M")
-    return int(size * scale)
+    return int(size)
 
 
 @dataclass

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
+import resource
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 
 def _db_state(home: Path) -> tuple[int, str]:
@@ -47,6 +56,12 @@ def _one_line_error(proc, *needles: str) -> None:
         (["run", "--env", "NOEQUALS", "--", "true"], ["KEY=VALUE"]),
         (["run", "--provider", "nowhere", "--", "true"], ["unknown provider 'nowhere'"]),
         (["run", "--retries", "99999999999999999999", "--", "true"], ["--retries must be", "0 to 1000"]),
+        (["run", "--memory", "nan", "--", "true"], ["memory 'nan' is not a size"]),
+        (["run", "--memory", "inf", "--", "true"], ["memory 'inf' is not a size"]),
+        (["run", "--memory", "1e400G", "--", "true"], ["memory '1e400G' is not a size"]),
+        (["sweep", "--random", "2", "--uniform", "lr=-inf:inf", "--", "echo", "{lr}"],
+         ["'lr'", "finite"]),
+        (["sweep", "--grid", "lr=nan,0.1", "--", "echo", "{lr}"], ["'lr'", "nan is not a finite"]),
     ],
 )
 def test_bad_commands(cli, home, args, needles):
@@ -86,8 +101,6 @@ def test_invalid_providers_file(cli, home, content, needles):
 
 
 def test_unreadable_providers_file(cli, home):
-    import os
-
     if os.getuid() == 0:
         path = home / "providers.yml"
         home.mkdir(parents=True, exist_ok=True)
@@ -119,3 +132,316 @@ def test_corrupt_database_is_refused_untouched(cli, home):
     _one_line_error(cli("list", "jobs"), "monkey.db", "move it aside")
     _one_line_error(cli("run", "--", "true"), "move it aside")
     assert (home / "monkey.db").read_bytes() == junk
+
+
+def test_huge_list_limit_lists_everything(cli, home):
+    proc = cli("list", "jobs", "--limit", "99999999999999999999")
+    assert proc.returncode == 0, proc.stderr
+    assert "no jobs yet" in proc.stdout
+
+
+def test_providers_file_not_utf8(cli, home):
+    cli("list", "jobs", check=True)
+    (home / "providers.yml").write_bytes(b"providers:\n  local: {type: local}\n# caf\xe9\n")
+    _one_line_error(cli("list", "providers"), "providers.yml is not UTF-8", "save it as UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        ("command: 5\nparameters: {lr: [1, 2]}\n", ["command must be text", "got 5"]),
+        ("command: \"python t.py '{lr}\"\nparameters: {lr: [1, 2]}\n", ["No closing quotation"]),
+        ("command: echo {lr}\nmetric: {name: acc, goal: [max]}\nparameters: {lr: [1, 2]}\n",
+         ["goal ['max'] is not max or min"]),
+        ("command: echo {lr}\nname: [a]\nparameters: {lr: [1, 2]}\n", ["name must be text"]),
+        ("command: echo {lr}\nmethod: random\ncount: 2\n"
+         "parameters: {lr: {distribution: uniform, min: -.inf, max: .inf}}\n", ["finite"]),
+        ("command: echo {lr}\nparameters: {lr: [.nan]}\n", ["nan is not a finite number"]),
+    ],
+)
+def test_bad_sweep_files(cli, home, content, needles):
+    cli("list", "jobs", check=True)
+    Path("sweep.yml").write_text(content)
+    before = _db_state(home)
+    _one_line_error(cli("sweep", "--file", "sweep.yml"), *needles)
+    assert _db_state(home) == before
+
+
+def test_nul_bytes_are_refused_at_submit(cli, monkey, home):
+    """No program can receive a NUL byte: refused when submitted, not when started."""
+    from monkey.models import MonkeyError
+
+    before = _db_state(home)
+    with pytest.raises(MonkeyError, match="NUL byte"):
+        monkey.run(["echo", "a\0b"], start_core=False)
+    with pytest.raises(MonkeyError, match="NUL byte"):
+        monkey.run(["true"], env={"SEED": "1\0"}, start_core=False)
+    Path("job.yml").write_text('run:\n  env_type: none\n  env:\n    - SEED: "1\\0"\n')
+    _one_line_error(cli("run", "--", "true"), "--env SEED", "NUL byte")
+    Path("job.yml").unlink()
+    Path("sweep.yml").write_text('command: echo {x}\nparameters: {x: ["a\\0b"]}\n')
+    _one_line_error(cli("sweep", "--file", "sweep.yml"), "NUL byte")
+    assert _db_state(home) == before
+
+
+# -- hostile config files: bounded in size, regular files only, aliases bounded -------
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """YAML of a few hundred bytes whose aliases expand to 10**LEVELS values."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def _limited_monkey(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`monkey ARGS` with 1 GB of address space and 60 s: a hostile file cannot take the
+    machine down with the test."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
+                          text=True, timeout=60, preexec_fn=limit, cwd=cwd)
+
+
+HOSTILE = {
+    "alias bomb": (lambda path, text: path.write_text(_alias_bomb() + text), "over 100,000 values"),
+    "alias loop": (lambda path, text: path.write_text("loop: &l [*l]\n" + text),
+                   "refers to the value that contains it"),
+    "fifo": (lambda path, text: os.mkfifo(path), "not a regular file"),
+    "/dev/zero": (lambda path, text: path.symlink_to("/dev/zero"), "not a regular file"),
+    "100 MB": (lambda path, text: path.write_text(text + "#" * (100 << 20) + "\n"), "over 1 MB"),
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_hostile_providers_file(cli, home, kind):
+    cli("list", "jobs", check=True)
+    make, needle = HOSTILE[kind]
+    path = home / "providers.yml"
+    make(path, "providers:\n  local: {type: local, slots: 2}\n")
+    before = _db_state(home)
+    for args in (["list", "providers"], ["run", "--", "true"]):
+        _one_line_error(_limited_monkey(*args), str(path), needle)
+    assert _db_state(home) == before
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_hostile_job_file(cli, home, kind):
+    cli("list", "jobs", check=True)
+    make, needle = HOSTILE[kind]
+    path = Path("job.yml")
+    make(path, "name: hostile\n")
+    before = _db_state(home)
+    _one_line_error(_limited_monkey("run", "--", "true"), str(path.resolve()), needle)
+    assert _db_state(home) == before
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_hostile_sweep_file(cli, home, kind):
+    cli("list", "jobs", check=True)
+    make, needle = HOSTILE[kind]
+    path = Path("sweep.yml")
+    make(path, "command: echo {lr}\nparameters: {lr: [1, 2]}\n")
+    before = _db_state(home)
+    _one_line_error(_limited_monkey("sweep", "--file", "sweep.yml"), "sweep.yml", needle)
+    assert _db_state(home) == before
+
+
+# -- a project folder cannot break the core or the agent ------------------------------
+
+SHADOWS = ("json", "random", "types", "signal", "copy", "string", "logging", "tempfile")
+
+
+def _monkey_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`monkey ARGS` through the launcher script, as the installed command runs: the
+    current folder is not on its sys.path (unlike `python -m monkey`)."""
+    return subprocess.run([sys.executable, str(REPO / "monkey.py"), *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_project_modules_named_like_the_standard_library(home):
+    """A project's json.py, signal.py... stop neither the core nor the agent."""
+    for name in SHADOWS:
+        Path(f"{name}.py").write_text(f"raise SystemExit('the project {name}.py was imported')\n")
+    proc = _monkey_script("run", "--follow", "--", "echo", "ran")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ran\n"
+    core = int((home / "daemon.pid").read_text())
+    assert os.readlink(f"/proc/{core}/cwd") == str(home)
+    assert "was imported" not in (home / "daemon.log").read_text()
+
+
+def test_core_that_cannot_start_fails_the_command(home):
+    """`monkey run` says the job is queued but the core could not start, and why; the
+    job runs once the core can start."""
+    env = dict(os.environ, MONKEY_LOG_LEVEL="nonsense")  # the core's logging set-up fails
+    proc = _monkey_script("run", "--", "echo", "later", env=env)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    _one_line_error(proc, "is queued, but the core could not start",
+                    "Unknown level: 'nonsense'", "daemon.log")
+    juid = proc.stderr.split("job ")[1].split()[0]
+    _one_line_error(_monkey_script("daemon", "start", env=env), "the core could not start")
+    assert _monkey_script("daemon", "status").returncode == 3
+    assert _monkey_script("logs", "--follow", juid).stdout == "later\n"
+
+
+# -- the database: damaged pages, another program's file -------------------------------
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_database_with_a_damaged_page(cli, home):
+    """A real monkey.db with one page overwritten: every command says which file is damaged
+    and how to recover it; the core refuses to start on it; the file is left as it was."""
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    juids = [m.run(["echo", "x" * 300, str(i)], start_core=False).juid for i in range(40)]
+    m.store.close()  # the last connection folds the WAL into the file
+    db = home / "monkey.db"
+    con = sqlite3.connect(db)
+    page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'").fetchone()[0]
+    size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with open(db, "r+b") as fh:
+        fh.seek((page - 1) * size)
+        fh.write(bytes(range(256)) * (size // 256))
+    digest = _sha(db)
+    for args in (["list", "jobs"], ["info", "job", juids[20]], ["run", "--", "true"],
+                 ["daemon", "start"]):
+        _one_line_error(cli(*args), f"{db} is damaged", f"sqlite3 {db} .recover")
+    assert cli("daemon", "status").returncode == 3
+    assert _sha(db) == digest
+
+
+def test_another_programs_database_is_refused_untouched(cli, home):
+    home.mkdir(parents=True, exist_ok=True)
+    db = home / "monkey.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE notes(body TEXT)")
+    con.execute("INSERT INTO notes VALUES ('mine')")
+    con.commit()
+    con.close()
+    digest = _sha(db)
+    _one_line_error(cli("list", "jobs"), str(db), "another program", "move it aside")
+    _one_line_error(cli("run", "--", "true"), "another program")
+    assert _sha(db) == digest
+    assert not (home / "monkey.db-wal").exists()
+
+
+# -- MONKEY_HOME that cannot be used; a socket folder of another user ------------------
+
+NOBODY = 65534
+
+
+def _as_user(uid: int, work) -> str:
+    """Run WORK() in a forked child as UID (root only); its result or error, as text.
+    Everything WORK needs must be imported already: the child cannot read /root."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            result = str(work())
+        except BaseException as exc:  # noqa: B036 - reported to the parent
+            result = f"{type(exc).__name__}: {exc}"
+        os.write(write_end, result.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        answer = fh.read().decode()
+    os.waitpid(pid, 0)
+    return answer
+
+
+def test_monkey_home_that_is_a_file(cli, home, tmp_path):
+    home.parent.mkdir(parents=True, exist_ok=True)
+    home.write_text("not a folder\n")
+    _one_line_error(cli("list", "jobs"), f"{home} is a file, not a folder")
+    _one_line_error(cli("run", "--", "true"), "is a file, not a folder")
+    assert home.read_text() == "not a folder\n"
+
+
+def test_monkey_home_of_another_user(cli, home):
+    home.mkdir(parents=True)
+    if os.getuid() == 0:
+        os.chown(home, NOBODY, NOBODY)
+    else:
+        os.environ["MONKEY_HOME"] = "/"  # root's, for a user that is not root
+    _one_line_error(cli("list", "jobs"), "belongs to another user", "set MONKEY_HOME")
+    _one_line_error(cli("run", "--", "true"), "belongs to another user")
+
+
+def test_unwritable_monkey_home(tmp_path):
+    from monkey.shell import cli, table  # noqa: F401 - loaded before the child drops root
+
+    def list_jobs() -> str:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = cli.main(["list", "jobs"])
+        return f"exit {code}: {err.getvalue()}"
+
+    home = Path(tempfile.mkdtemp(prefix="monkey-ro-"))
+    try:
+        os.environ["MONKEY_HOME"] = str(home / "mh")
+        if os.getuid() == 0:
+            os.chown(home, NOBODY, NOBODY)
+            os.chmod(home, 0o500)
+            answer = _as_user(NOBODY, list_jobs)
+        else:
+            os.chmod(home, 0o500)
+            answer = list_jobs()
+    finally:
+        os.environ.pop("MONKEY_HOME")
+        os.chmod(home, 0o700)
+        shutil.rmtree(home)
+    assert answer.startswith("exit 1: monkey: error: MONKEY_HOME") and answer.count("\n") == 1
+    assert "cannot be used (Permission denied" in answer and "fix its permissions" in answer
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+def test_socket_folder_of_another_user_refuses_before_recording(tmp_path):
+    """A long MONKEY_HOME keeps its sockets in /tmp/monkey-UID; when another user owns that
+    folder, `run` fails with one line and records nothing."""
+    from monkey.api import Monkey
+    from monkey.models import MonkeyError
+
+    short = Path(f"/tmp/monkey-{NOBODY}")
+    if os.path.lexists(short):
+        pytest.skip(f"{short} exists already; this test needs to create it")
+    base = Path(tempfile.mkdtemp(prefix="monkey-sock-"))
+    home = base / ("deep-" * 20) / "mh"
+    project = base / "project"
+    try:
+        project.mkdir()
+        (project / "train.py").write_text("print(1)\n")
+        Monkey(home).run(["true"], workdir=project, start_core=False).monkey.store.close()
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+        short.mkdir(mode=0o700)  # root's: another user's, for nobody
+
+        def submit() -> str:
+            m = Monkey(home)
+            try:
+                m.run(["true"], workdir=project)
+            except MonkeyError as exc:
+                return f"refused: {exc}"
+            finally:
+                m.store.close()
+            return "accepted"
+
+        answer = _as_user(NOBODY, submit)
+        con = sqlite3.connect(home / "monkey.db")
+        jobs = con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+        con.close()
+    finally:
+        short.rmdir()
+        shutil.rmtree(base)
+    assert answer.startswith("refused: ") and f"{short} is not a private folder" in answer
+    assert jobs == 1

@@ -87,7 +87,7 @@ def test_the_original_sample_loads(tmp_path):
     (('    - TEST_ENV: "HELLO"', "    - TEST-ENV: 1"),
      "job.yml:6: run.env.TEST-ENV: is not a valid variable name"),
     (("name: mnist", "name: [mnist"),
-     "job.yml:2: not valid YAML"),
+     "job.yml:2: invalid YAML"),
     (('    - TEST_ENV: "HELLO"', '    - TEST_ENV: "HELLO"\n    - TEST_ENV: "BYE"'),
      "job.yml:7: run.env.TEST_ENV: is given twice"),
 ])

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from monkey.config import Home, python_entry
+from monkey.config import Home, first_error, python_entry
 from monkey.models import MonkeyError
 
 
@@ -43,7 +43,8 @@ def status(home: Home) -> int | None:
 
 
 def run_foreground(home: Home | None = None) -> int:
-    """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock."""
+    """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock, and
+    says why in one line on stderr when it cannot start (a damaged database among others)."""
     home = (home or Home()).ensure()
     fd = _try_lock(home)
     if fd is None:
@@ -55,9 +56,21 @@ def run_foreground(home: Home | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from monkey.core.scheduler import Core
+    from monkey.store import Store
 
-    home.daemon_pid.write_text(f"{os.getpid()}\n")
-    core = Core(home)
+    try:
+        store = Store(home.db)
+        try:
+            store.check_integrity()  # a damaged file is refused before anything is written
+        finally:
+            store.close()
+        home.daemon_pid.write_text(f"{os.getpid()}\n")
+        core = Core(home)
+    except MonkeyError as exc:
+        print(f"monkey: error: {exc}", file=sys.stderr)
+        home.daemon_pid.unlink(missing_ok=True)
+        os.close(fd)
+        return 1
 
     def _stop(signum: int, frame: object) -> None:
         core.stop()
@@ -68,36 +81,40 @@ def run_foreground(home: Home | None = None) -> int:
     try:
         core.run()
     finally:
-        try:
-            home.daemon_pid.unlink()
-        except FileNotFoundError:
-            pass
+        home.daemon_pid.unlink(missing_ok=True)
         os.close(fd)
     return 0
 
 
 def spawn(home: Home) -> subprocess.Popen[bytes]:
-    """Start a detached core (it exits at once if another one holds the lock)."""
+    """Start a detached core (it exits at once if another one holds the lock). It runs in
+    MONKEY_HOME, isolated from the caller's folder (see ``python_entry``)."""
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
     with open(home.daemon_log, "ab") as log:
         return subprocess.Popen(
             python_entry("monkey.core.daemon", "run_foreground"),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=home.root,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
 
 
 def start(home: Home, timeout: float = 10.0) -> int:
-    """Start the core in the background (if needed) and wait until it serves."""
+    """Start the core in the background (if needed) and wait until it serves; MonkeyError
+    with the first error it logged when it cannot start."""
     pid = status(home)
     if pid:
         return pid
+    try:
+        offset = home.daemon_log.stat().st_size
+    except FileNotFoundError:
+        offset = 0
     proc = spawn(home)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None and not status(home):
-            raise MonkeyError(f"the core exited at start-up; see {home.daemon_log}")
+            why = first_error(home.daemon_log, offset)
+            raise MonkeyError(f"the core could not start: {why}; see {home.daemon_log}")
         if ping(home):
             return status(home) or proc.pid
         time.sleep(0.01)
@@ -137,6 +154,7 @@ def ping(home: Home) -> bool:
 
 
 def wake(home: Home) -> None:
-    """Wake the core, starting one in the background when none runs."""
+    """Wake the core; when none runs, start one and wait until it serves (MonkeyError with
+    its first error when it cannot start). A running core costs one datagram."""
     if not ping(home):
-        spawn(home)
+        start(home)

@@ -6,8 +6,9 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
-from monkey.config import Home, ProviderConfig, python_entry
+from monkey.config import Home, ProviderConfig, first_error, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver
 from monkey.models import MonkeyError
@@ -61,27 +62,32 @@ class LocalDriver(Driver):
             return connect_unix(self.socket)
         except OSError:
             pass
-        self._spawn_agent()
+        log = self.home.root / "agent.log"
+        offset = log.stat().st_size if log.exists() else 0
+        proc = self._spawn_agent(log)
         deadline = time.monotonic() + 10
         while True:
             try:
                 return connect_unix(self.socket)
             except OSError:
+                # An agent exiting at once may have lost the race to another one: wait on.
+                if proc.poll() not in (None, 0):
+                    why = first_error(log, offset)
+                    raise MonkeyError(f"the local agent could not start: {why}; see {log}") from None
                 if time.monotonic() > deadline:
-                    raise MonkeyError(
-                        f"the local agent did not start; see {self.home.root / 'agent.log'}"
-                    ) from None
+                    raise MonkeyError(f"the local agent did not start; see {log}") from None
                 time.sleep(0.005)
 
-    def _spawn_agent(self) -> None:
+    def _spawn_agent(self, log_path: Path) -> subprocess.Popen[bytes]:
+        """Start a detached agent in MONKEY_HOME, isolated from the core's folder."""
         idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
-        with open(self.home.root / "agent.log", "ab") as log:
-            subprocess.Popen(
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
                 [*python_entry("monkey.client_agent.agent", "main"),
                  "--root", str(self.home.agent_root), "--socket", self.socket,
                  "--idle-timeout", idle, "--heartbeat", heartbeat],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home.root,
                 start_new_session=True, close_fds=True,
             )  # fmt: skip
 

@@ -375,7 +375,8 @@ class SSHDriver(Driver):
             if host.transport is None:
                 raise MonkeyError(f"{host.instance} is not connected")
             channel = host.transport.open_session(timeout=self.timeout)
-            command = " ".join(shlex.quote(a) for a in [host.spec.python, "-c", script, *args])
+            # -I: the login folder (and PYTHON* variables) never reach the script's sys.path.
+            command = " ".join(shlex.quote(a) for a in [host.spec.python, "-I", "-c", script, *args])
             channel.exec_command(command)
         return channel
 

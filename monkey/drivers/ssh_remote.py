@@ -12,6 +12,7 @@ from __future__ import annotations
 RELAY = r"""
 import os, selectors, socket, subprocess, sys, time
 sock_path, root, code, idle, beat = sys.argv[1:6]
+sock_path, root, code = (os.path.abspath(p) for p in (sock_path, root, code))  # the agent runs in root
 def dial():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sock_path)
@@ -22,9 +23,9 @@ except OSError:
     os.makedirs(root, exist_ok=True)
     boot = "import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.agent import main; main()"
     with open(os.path.join(root, "agent.log"), "ab") as log:
-        subprocess.Popen([sys.executable, "-c", boot, code, "--root", root, "--socket", sock_path,
+        subprocess.Popen([sys.executable, "-I", "-c", boot, code, "--root", root, "--socket", sock_path,
                           "--idle-timeout", idle, "--heartbeat", beat],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root,
                          start_new_session=True, close_fds=True)
     deadline = time.monotonic() + 15
     while True:

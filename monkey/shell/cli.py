@@ -494,6 +494,16 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 # -- entry point ----------------------------------------------------------------------
 
 
+def user_error(exc: Exception) -> MonkeyError | None:
+    """The one-line error for an exception the user can act on (a damaged database), or None."""
+    if "sqlite3" not in sys.modules:  # not loaded: EXC cannot come from it
+        return None
+    from monkey.config import Home
+    from monkey.store.db import damaged, is_damage
+
+    return damaged(Home().db, str(exc)) if is_damage(exc) else None
+
+
 def dispatch(argv: list[str]) -> int:
     """Run one command line; returns the exit status. Errors raise MonkeyError."""
     name = argv[0]
@@ -527,3 +537,9 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        error = user_error(exc)
+        if error is None:
+            raise
+        print(f"monkey: error: {error}", file=sys.stderr)
+        return 1

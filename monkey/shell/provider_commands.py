@@ -74,7 +74,7 @@ def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     import yaml
 
-    from monkey.config import Home, load_providers
+    from monkey.config import Home, load_providers, read_yaml
 
     home = Home().ensure()
     path = home.providers_file
@@ -87,7 +87,7 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
         raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
     if args.key and not os.path.isfile(os.path.expanduser(args.key)):
         raise MonkeyError(f"--key {args.key}: no such file")
-    data = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    data = (read_yaml(path) if path.exists() else None) or {}
     data.setdefault("providers", {})
     data["providers"][args.name] = ssh_entry(args)
     tmp = path.with_name(path.name + ".tmp")

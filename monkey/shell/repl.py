@@ -173,6 +173,12 @@ class MonkeyShell(cmd2.Cmd):
             status = 2 if isinstance(exc, cli.UsageError) else 1
         except BrokenPipeError:  # `list jobs | head -1`
             status = 141
+        except Exception as exc:
+            error = cli.user_error(exc)
+            if error is None:
+                raise
+            self.perror(f"error: {error}")
+            status = 1
         finally:
             try:
                 sys.stdout.flush()

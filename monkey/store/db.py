@@ -41,6 +41,22 @@ class IllegalTransition(MonkeyError):
     """A state change the job model does not allow."""
 
 
+def damaged(path: Path, detail: str) -> MonkeyError:
+    """The error for a database file with damaged pages, saying how to recover it."""
+    return MonkeyError(
+        f"{path} is damaged ({detail}); stop monkey and recover it: "
+        f"sqlite3 {path} .recover | sqlite3 {path}.recovered, then move that over {path.name}"
+    )
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether EXC is SQLite reporting a corrupt file (not a busy, full or missing one)."""
+    return isinstance(exc, sqlite3.DatabaseError) and (
+        getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT")
+        or "malformed" in str(exc)
+    )
+
+
 def _job(row: tuple[Any, ...]) -> Job:
     (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
      python, retries, attempts, request, exit_code, reason, created_at, updated_at,
@@ -92,7 +108,12 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
                                       check_same_thread=False)
             self.db.execute("PRAGMA busy_timeout = 60000")
             self._prepare()
+        except sqlite3.OperationalError as exc:  # the file is fine; its folder or disk is not
+            raise MonkeyError(f"cannot open {self.path} ({exc}); check that you may write to "
+                              f"{self.path.parent} and that its disk has space") from None
         except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise damaged(self.path, str(exc)) from None
             raise MonkeyError(
                 f"{self.path} is not a readable monkey database ({exc}); move it aside to start afresh"
             ) from None
@@ -109,6 +130,11 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         if version == SCHEMA_VERSION:
             self.db.execute("PRAGMA synchronous = NORMAL")
             return
+        # Read-only checks first: another program's database is refused untouched.
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables - {"sqlite_sequence"} and (version == 0 or "migrations" not in tables):
+            raise MonkeyError(f"{self.path} is an SQLite database of another program; move it "
+                              "aside or set MONKEY_HOME to another folder")
         if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
@@ -122,6 +148,16 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
                     "INSERT INTO migrations(name, applied_at) VALUES (?, ?)", (name, time.time())
                 )
                 self.db.execute(f"PRAGMA user_version = {index}")
+
+    def check_integrity(self) -> None:
+        """MonkeyError saying how to recover when a page of the file is damaged. Reads
+        every page (PRAGMA quick_check): for the core's start-up, not for every command."""
+        try:
+            problem = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            problem = str(exc)
+        if problem != "ok":  # e.g. "*** in database main ***\nPage 3: btreeInitPage() ..."
+            raise damaged(self.path, " ".join(problem.replace("*** in database main ***", "").split()))
 
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -254,7 +290,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq " + ("DESC" if newest_first else "ASC")
         if limit:
-            sql += f" LIMIT {int(limit)}"
+            sql += f" LIMIT {min(int(limit), 2**63 - 1)}"  # SQLite's largest integer
         return [_job(r) for r in self.db.execute(sql, args)]
 
     def count_jobs(self) -> dict[str, int]:

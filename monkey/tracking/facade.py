@@ -77,6 +77,7 @@ class TrackingAPI:
         cells = sweepspec.expand(spec)
         self._resources(run_options.get("provider", "local"), run_options.get("cpus", 1),
                         run_options.get("gpus", 0), run_options.get("memory"))
+        self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         with self.store.tx():  # all or nothing; cells are held before the core sees them
             sid = self.store.create_sweep(name or "", spec)
             label = name or sid
@@ -88,7 +89,7 @@ class TrackingAPI:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
-        self.wake()
+        self.wake(queued=f"sweep {sid}")
         return sid
 
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:

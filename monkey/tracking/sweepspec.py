@@ -101,6 +101,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
         raise MonkeyError(f"{p}: unknown key {unknown[0]!r}; known keys: {', '.join(_KEYS)}")
+    if not isinstance(data.get("name", ""), str):
+        raise MonkeyError(f"{p}: name must be text, got {data['name']!r}")
     params = data.get("parameters")
     if not isinstance(params, dict):
         raise MonkeyError(f"{p}: `parameters:` must map each parameter to its values")
@@ -131,8 +133,16 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(command, str):
         import shlex
 
-        command = shlex.split(command)
-    if not command or not all(isinstance(a, str) for a in command):
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise MonkeyError(f"sweep command {command!r}: {exc} (it is split as a shell "
+                              "would); close the quote") from None
+    if command is not None and not (isinstance(command, list)
+                                    and all(isinstance(a, str) for a in command)):
+        raise MonkeyError(f"sweep command must be text or a list of words, got {command!r}; "
+                          "e.g. command: python train.py --lr {lr}")
+    if not command:
         raise MonkeyError("a sweep needs a command; write it after `--`, e.g. "
                           "monkey sweep --grid lr=0.01,0.1 -- python train.py --lr {lr}")
     method = spec.get("method") or "grid"
@@ -165,7 +175,8 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
             metric = {"name": metric}
         if not isinstance(metric, dict) or not isinstance(metric.get("name"), str):
             raise MonkeyError("metric must name a logged metric, e.g. metric: {name: acc, goal: max}")
-        goal = {"maximize": "max", "minimize": "min"}.get(metric.get("goal"), metric.get("goal"))
+        goal = metric.get("goal")
+        goal = {"maximize": "max", "minimize": "min"}.get(goal, goal) if isinstance(goal, str) else goal
         if goal not in ("max", "min", None):
             raise MonkeyError(f"metric goal {metric.get('goal')!r} is not max or min")
         if goal is None:  # loss, error, perplexity... are better low; the rest high
@@ -201,6 +212,10 @@ def _check_param(name: str, p: dict[str, Any], method: str) -> None:
         if not isinstance(values, list) or not values:
             raise MonkeyError(f"parameter {name!r} has no values; give at least one, "
                               f"e.g. --grid {name}=1,2")
+        for value in values:
+            if isinstance(value, float) and not _finite(value):
+                raise MonkeyError(f"parameter {name!r}: {value} is not a finite number; "
+                                  "give numbers like 0.1 or 1e-3")
         return
     if dist not in DISTRIBUTIONS:
         raise MonkeyError(f"parameter {name!r}: unknown distribution {dist!r}; use one of "
@@ -209,8 +224,10 @@ def _check_param(name: str, p: dict[str, Any], method: str) -> None:
         raise MonkeyError(f"parameter {name!r} is drawn from a distribution; a grid needs "
                           f"listed values, so use --random N (method: random)")
     low, high = p.get("min"), p.get("max")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
-        raise MonkeyError(f"parameter {name!r}: {dist} needs numeric min and max")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
+               for v in (low, high)):
+        raise MonkeyError(f"parameter {name!r}: {dist} needs finite numeric min and max, "
+                          f"got {low!r}:{high!r}")
     if low > high:
         raise MonkeyError(f"parameter {name!r}: min {low} is above max {high}")
     if dist == "int_uniform" and not (float(low).is_integer() and float(high).is_integer()):
@@ -218,6 +235,14 @@ def _check_param(name: str, p: dict[str, Any], method: str) -> None:
                           f"got {low}:{high}")
     if dist == "log_uniform" and low <= 0:
         raise MonkeyError(f"parameter {name!r}: log_uniform needs min > 0, got {low}")
+
+
+def _finite(value: float) -> bool:
+    """Whether VALUE is a number a float can hold (not nan, inf or a 400-digit integer)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_early(early: Any, metric: dict[str, Any] | None) -> dict[str, Any]:
