@@ -381,16 +381,21 @@ def tree_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     return request.param
 
 
-ESCAPES = ("setsid sleep 1001 & setsid sh -c '( sleep 1002 & ) &'; "
-           "env -i setsid sleep 1003 & echo up")  # fmt: skip
+def escapes(mark: int) -> tuple[str, tuple[str, ...]]:
+    """A script whose processes leave the job's session (one also clears its environment),
+    and the command lines they show (unique to the test by MARK)."""
+    tokens = tuple(f"sleep 100{i}.{mark}" for i in range(3))
+    script = (f"setsid {tokens[0]} & setsid sh -c '( {tokens[1]} & ) &'; "
+              f"env -i setsid {tokens[2]} & echo up")  # fmt: skip
+    return script, tokens
 
 
 @pytest.mark.parametrize("end", ["cancel", "exit"])
 def test_processes_that_left_the_session_are_killed(world: World, tree_mode: str, end: str) -> None:
     world.start_agent()
     agent = world.client()
-    world.start(agent, "j", ["sh", "-c", f"{ESCAPES}; {WAIT_GO}"])
-    tokens = ("sleep 1001", "sleep 1002", "sleep 1003")
+    script, tokens = escapes(int(world.tag[:8], 16))
+    world.start(agent, "j", ["sh", "-c", f"{script}; {WAIT_GO}"])
     wait_for(lambda: all(with_cmdline(t) for t in tokens), timeout=TIMEOUT, what="the escapees")
     if end == "cancel":
         agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)

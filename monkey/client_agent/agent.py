@@ -1274,7 +1274,7 @@ class Agent:
         }  # fmt: skip
         path = os.path.join(run_dir, "launch.json")
         write_atomic(path, json.dumps(launch).encode())
-        return [sys.executable, LAUNCHER, path, "--", *argv]
+        return [sys.executable, "-I", LAUNCHER, path, "--", *argv]  # -I: no project module shadows
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
