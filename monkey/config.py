@@ -8,7 +8,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from monkey.models import MonkeyError, parse_size
 
@@ -28,6 +28,29 @@ def python_entry(module: str, function: str) -> list[str]:
     return [sys.executable, "-c", boot, _PACKAGE_PARENT]
 
 
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
+def open_private(path: str | os.PathLike[str], flags: int = _APPEND) -> BinaryIO:
+    """PATH opened for writing (appending unless FLAGS say otherwise), created 0600."""
+    return os.fdopen(os.open(path, flags | os.O_CLOEXEC, 0o600), "wb")
+
+
+def write_private(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write DATA to PATH (replacing what it held), a file only this user may read."""
+    with open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+        os.fchmod(f.fileno(), 0o600)  # a file left by an older monkey may be 0644
+        f.write(data)
+
+
+def _chmod_private(path: str | os.PathLike[str]) -> None:
+    """Take every group and other permission away from PATH (gone meanwhile: nothing to do)."""
+    try:
+        os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) & 0o700)
+    except FileNotFoundError:
+        pass
+
+
 class Home:
     """Every path under MONKEY_HOME, derived from one folder."""
 
@@ -36,13 +59,31 @@ class Home:
         self.root = Path(base).expanduser().resolve()
 
     def ensure(self) -> Home:
-        """Create the folder layout (idempotent) and return self."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Create the folder layout (idempotent), private to this user, and return self.
+
+        A home made by an older monkey (0755) is tightened once: the root and what lies
+        directly in it lose every group and other permission; deeper files need not be
+        visited, as nobody else can reach them any more."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for sub in (self.blobs, self.runs, self.secrets, self.private):
-            sub.mkdir(exist_ok=True)
-        for private in (self.secrets, self.private):
-            os.chmod(private, 0o700)
+            sub.mkdir(mode=0o700, exist_ok=True)
+        if os.stat(self.root).st_mode & 0o077:
+            self._tighten()
         return self
+
+    def _tighten(self) -> None:
+        """Remove group and other permissions from the root and its direct entries."""
+        try:
+            with os.scandir(self.root) as entries:
+                for entry in entries:
+                    if not entry.is_symlink():
+                        _chmod_private(entry.path)
+            _chmod_private(self.root)  # last: a tightening cut short is done again next time
+        except OSError as exc:
+            where = exc.filename or self.root
+            raise MonkeyError(
+                f"cannot make {where} private to you ({exc.strerror}); it must belong to you"
+            ) from None
 
     @property
     def db(self) -> Path:

@@ -61,6 +61,10 @@ _RACY_NS = 2_000_000_000
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GIT_TIMEOUT = 60.0
+# Blobs are read-only and private: the owner may read them (and run them, when the file
+# they came from was executable), nobody else may do anything.
+_BLOB_MODE = 0o400
+LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
 _MAX_UNTRACKED = 100
 
 
@@ -114,13 +118,13 @@ class BlobStore:
             return digest, False
         return digest, self._write(data, digest)
 
-    def _write(self, data: bytes, digest: str) -> bool:
-        """Store DATA, whose digest is DIGEST, read-only; True if newly stored."""
+    def _write(self, data: bytes, digest: str, mode: int = _BLOB_MODE) -> bool:
+        """Store DATA, whose digest is DIGEST, with MODE; True if newly stored."""
         fd, tmp = self._temp(digest)
         try:
             with open(fd, "wb", closefd=True) as f:
                 f.write(data)
-                os.fchmod(f.fileno(), 0o444)
+                os.fchmod(f.fileno(), mode)
         except BaseException:
             _unlink(tmp)
             raise
@@ -149,14 +153,14 @@ class BlobStore:
     def _shard(self, digest: str) -> str:
         shard = f"{self._root}/{digest[:2]}"
         if shard not in self._shards:
-            os.makedirs(shard, exist_ok=True)
+            os.makedirs(shard, mode=0o700, exist_ok=True)
             self._shards.add(shard)
         return shard
 
     def _temp(self, digest: str | None) -> tuple[int, str]:
         """A temporary file on the store's filesystem (in the blob's folder when known)."""
         if digest is None:
-            os.makedirs(self._root, exist_ok=True)
+            os.makedirs(self._root, mode=0o700, exist_ok=True)
             folder = self._root
         else:
             folder = self._shard(digest)
@@ -183,19 +187,20 @@ class BlobStore:
 
     def _ingest(self, src: str, expect: str | None) -> tuple[str, int, bool]:
         with open(src, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            size, mode = st.st_size, _BLOB_MODE | (st.st_mode & 0o100)
             if size < _BIG:
                 data = f.read()
                 digest = blake3.blake3(data).hexdigest()
                 _check(src, digest, expect)
                 if self.has(digest):
                     return digest, len(data), False
-                return digest, len(data), self._write(data, digest)
+                return digest, len(data), self._write(data, digest, mode)
             fd, tmp = self._temp(None)
             try:
                 with open(fd, "wb", closefd=True) as out:
                     _copy(f, out)
-                    os.fchmod(out.fileno(), 0o444)
+                    os.fchmod(out.fileno(), mode)
                     size = os.fstat(out.fileno()).st_size
                 digest = _hash_big(tmp)  # the bytes that were copied, not the source's
                 _check(src, digest, expect)

@@ -219,7 +219,7 @@ def test_blob_layout_and_manifest_round_trip(tmp_path: Path, blobs: BlobStore, s
         blob = blobs.root / entry.digest[:2] / entry.digest[2:]
         assert blobs.path(entry.digest) == blob
         assert blob.read_bytes() == (wd / entry.path).read_bytes()
-        assert stat.S_IMODE(blob.stat().st_mode) == 0o444
+        assert stat.S_IMODE(blob.stat().st_mode) == (0o500 if entry.mode & 0o100 else 0o400)
         assert len(entry.digest) == 64
     manifest = blobs.read_bytes(snap.digest)
     assert blake3.blake3(manifest).hexdigest() == snap.digest

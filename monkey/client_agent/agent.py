@@ -246,9 +246,9 @@ def boottime() -> float:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write a file through a temporary name and rename."""
+    """Write a file (0600) through a temporary name and rename."""
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
         f.write(data)
     os.rename(tmp, path)
 
@@ -884,7 +884,7 @@ class Agent:
             work = os.path.join(work, name)
         env = dict(os.environ, **env)
         try:
-            os.makedirs(work, exist_ok=True)
+            os.makedirs(work, 0o700, exist_ok=True)
             for name, ds_files, digest, single in datasets:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
@@ -939,7 +939,7 @@ class Agent:
         if not os.path.exists(path):
             entries.sort(key=lambda e: e[0])
             try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
                 write_atomic(path, json.dumps(entries, separators=(",", ":")).encode())
             except OSError as e:  # the job can still run; a later start gets `unknown manifest`
                 log(f"cannot cache manifest {digest}: {e}")
@@ -1044,7 +1044,7 @@ class Agent:
             log(f"dataset {digest[:16]} was changed in place; rebuilding it")
             remove_tree(final)
         if not os.path.isdir(final):
-            os.makedirs(parent, exist_ok=True)
+            os.makedirs(parent, 0o700, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix=f".tmp-{digest[:16]}-", dir=parent)
             try:
                 os.chmod(tmp, 0o755)
@@ -1064,9 +1064,9 @@ class Agent:
                env: dict[str, str]) -> Job:  # fmt: skip
         """Start the wrapper in a new session and track it."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o644)
+        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
         try:
-            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o644)
+            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
             try:
                 proc = subprocess.Popen(
                     ["/bin/sh", "-c", WRAPPER, "monkey-job", *argv],
@@ -1117,7 +1117,7 @@ class Agent:
         line = encode(event)
         try:
             fd = os.open(
-                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
             )
             try:
                 written = os.write(fd, line)
@@ -1332,7 +1332,7 @@ def raise_fd_limit() -> None:
 def lock_root(root: str) -> int | None:
     """The fd holding ROOT/private/agent.lock, or None when another agent holds it."""
     private = os.path.join(root, "private")
-    os.makedirs(root, exist_ok=True)
+    os.makedirs(root, 0o700, exist_ok=True)
     try:
         os.mkdir(private, 0o700)
     except FileExistsError:

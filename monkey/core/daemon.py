@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from monkey.config import Home, python_entry
+from monkey.config import Home, open_private, python_entry, write_private
 from monkey.models import MonkeyError
 
 
@@ -56,7 +56,7 @@ def run_foreground(home: Home | None = None) -> int:
     )
     from monkey.core.scheduler import Core
 
-    home.daemon_pid.write_text(f"{os.getpid()}\n")
+    write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
     core = Core(home)
 
     def _stop(signum: int, frame: object) -> None:
@@ -80,7 +80,7 @@ def spawn(home: Home) -> subprocess.Popen[bytes]:
     """Start a detached core (it exits at once if another one holds the lock)."""
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
-    with open(home.daemon_log, "ab") as log:
+    with open_private(home.daemon_log) as log:
         return subprocess.Popen(
             python_entry("monkey.core.daemon", "run_foreground"),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,

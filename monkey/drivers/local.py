@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import time
 
-from monkey.config import Home, ProviderConfig, python_entry
+from monkey.config import Home, ProviderConfig, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver
 from monkey.models import MonkeyError
@@ -76,7 +76,7 @@ class LocalDriver(Driver):
     def _spawn_agent(self) -> None:
         idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
-        with open(self.home.root / "agent.log", "ab") as log:
+        with open_private(self.home.root / "agent.log") as log:
             subprocess.Popen(
                 [*python_entry("monkey.client_agent.agent", "main"),
                  "--root", str(self.home.agent_root), "--socket", self.socket,

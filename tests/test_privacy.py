@@ -1,0 +1,139 @@
+"""A private MONKEY_HOME: what another user of the machine can read of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monkey.store.db import Store
+
+OTHER_UID = 65534  # nobody: any uid that is not ours
+
+
+def everything_under(root: Path) -> list[Path]:
+    """Every folder and file under ROOT, ROOT included (links are not followed)."""
+    found = [root]
+    for folder, dirs, files in os.walk(root):
+        found += [Path(folder, name) for name in (*dirs, *files)]
+    return found
+
+
+@pytest.fixture
+def reachable_home(home: Path) -> Iterator[Path]:
+    """HOME with the folders above it opened to everyone (pytest makes them 0700), so that
+    only MONKEY_HOME's own permissions stand between another user and its files."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as another user")
+    opened = []
+    for folder in home.parents:
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & 0o005 != 0o005:
+            os.chmod(folder, mode | 0o005)
+            opened.append((folder, mode))
+    try:
+        yield home
+    finally:
+        for folder, mode in opened:
+            os.chmod(folder, mode)
+
+
+def readable_by_another_user(paths: list[Path]) -> list[str]:
+    """The PATHS a process of another uid (and no group of ours) can list or read."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        found: list[str] = []
+        try:
+            os.setgroups([])
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            for path in paths:
+                try:
+                    if path.is_dir():
+                        os.listdir(path)
+                    else:
+                        with open(path, "rb") as f:
+                            f.read(1)
+                    found.append(str(path))
+                except OSError:
+                    pass
+        except BaseException as e:
+            found = [f"error: {e!r}"]
+        finally:
+            os.write(write_end, json.dumps(found).encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        answer = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return answer
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def blob_files(home: Path) -> list[Path]:
+    return [p for p in (home / "blobs").glob("??/*")]
+
+
+# -- finding 7: nobody else can read MONKEY_HOME -----------------------------------------
+
+
+def test_another_user_can_read_nothing_a_job_left_in_monkey_home(cli, reachable_home):
+    home = reachable_home
+    Path("job.yml").write_text("run:\n  env:\n    - HF_TOKEN: hf_not_a_real_token_but_long\n")
+    Path(".env").write_text("DB_PASS=from-the-dot-env\n")
+    os.chmod(".env", 0o600)
+    Path("run.sh").write_text("#!/bin/sh\necho out; echo err >&2; ls -l .env run.sh\n")
+    os.chmod("run.sh", 0o755)
+    Path("data.csv").write_text("1,2\n")
+    proc = cli("run", "--env", "API_TOKEN=x", "--dataset", "data.csv", "--follow", "--", "./run.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("out\n")
+    # File modes are kept in the job's folder ...
+    assert "-rw------- " in proc.stdout.splitlines()[1]  # .env
+    assert "-rwxr-xr-x " in proc.stdout.splitlines()[2]  # run.sh
+    # ... while everything under MONKEY_HOME is the user's alone.
+    assert readable_by_another_user(everything_under(home)) == []
+    assert mode(home) == 0o700
+    for entry in home.iterdir():
+        assert mode(entry) & 0o077 == 0, f"{entry} is {oct(mode(entry))}"
+    run = next((home / "runs").iterdir())
+    private_files = [*home.glob("monkey.db*"), home / "daemon.log", home / "agent.log",
+                     *(home / "secrets").iterdir(),
+                     *(run / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl"))]
+    assert len(private_files) >= 7
+    for path in private_files:
+        assert mode(path) == 0o600, f"{path} is {oct(mode(path))}"
+    blobs = {mode(p) for p in blob_files(home)}
+    assert blobs == {0o400, 0o500}  # read-only, the owner's only; run.sh stays executable
+
+
+def test_an_older_home_is_made_private_on_first_use(cli, reachable_home):
+    """A home written by an earlier monkey (0755 folders, 0644 files, 0444 blobs)."""
+    home = reachable_home
+    home.mkdir()
+    Store(home / "monkey.db").close()
+    (home / "daemon.log").write_text("an old log\n")
+    (home / "blobs" / "ab").mkdir(parents=True)
+    (home / "blobs" / "ab" / "cdef").write_text("an old blob\n")
+    os.chmod(home / "blobs" / "ab" / "cdef", 0o444)
+    (home / "runs" / "26-01-01-001" / "1").mkdir(parents=True)
+    (home / "runs" / "26-01-01-001" / "1" / "stdout.log").write_text("old output\n")
+    for path in everything_under(home):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    assert len(readable_by_another_user(everything_under(home))) > 5
+
+    assert cli("list", "jobs").returncode == 0
+    assert readable_by_another_user(everything_under(home)) == []
+    assert mode(home) == 0o700
+    modes = {entry.name: mode(entry) for entry in home.iterdir()}
+    assert {name: modes[name] for name in ("monkey.db", "daemon.log", "blobs", "runs")} == {
+        "monkey.db": 0o600, "daemon.log": 0o600, "blobs": 0o700, "runs": 0o700}
+    assert all(m & 0o077 == 0 for m in modes.values()), modes
