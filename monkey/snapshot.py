@@ -9,7 +9,9 @@ Manifest format (JSON, compact separators, sorted keys, UTF-8/ASCII)::
     {"files": [[path, digest, mode, size], ...]}    # sorted by path
 
 ``path`` is POSIX and relative to the snapshot root, ``mode`` is ``st_mode & 0o777``,
-``size`` is in bytes. :func:`load_manifest` also accepts three-element entries (size 0).
+``size`` is in bytes. A symlink leading out of a code snapshot is an entry of mode
+``LINK_MODE`` (``S_IFLNK | 0o777``) whose blob holds the link's target; it is never
+followed. :func:`load_manifest` also accepts three-element entries (size 0).
 
 Blob contents always match their digest: a file is hashed from the bytes that were
 actually copied into the store, so an edit racing a snapshot can never corrupt a blob, and
@@ -43,6 +45,7 @@ __all__ = [
     "BlobStore",
     "Dataset",
     "FileEntry",
+    "LINK_MODE",
     "Snapshot",
     "dataset",
     "git_info",
@@ -412,12 +415,14 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 
 def _walk(
     root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset(),
-    extra_ignore: Sequence[str] = (),
+    extra_ignore: Sequence[str] = (), links: list[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
     whose absolute path is in ``skip`` are left out; ``extra_ignore`` patterns count as
-    lines of the root .monkeyignore."""
+    lines of the root .monkeyignore. With a ``links`` list, symlinks leading out of
+    ``root`` are not followed but appended to it as (relative path, link target)."""
     out: list[tuple[str, str, os.stat_result]] = []
+    inside = root.rstrip("/") + "/"
     first: _Rules | None = None
     chain: tuple[_Rules, ...] = ()
     if ignore:
@@ -477,6 +482,13 @@ def _walk(
                 continue
             if ignored is not None and ignored(rel):
                 continue
+            if links is not None and entry.is_symlink():
+                target = _outside_link(entry.path, inside)
+                if target is not None:
+                    if not (ignored is not None and os.path.isdir(entry.path)
+                            and ignored(rel + "/")):
+                        links.append((rel, target))
+                    continue
             try:
                 st = entry.stat()  # follows symlinks: a link to a file stores the target
             except OSError:
@@ -499,6 +511,18 @@ def _walk(
             "PATH, or list them in .monkeyignore", ", ".join(sorted(linked)[:3])
             + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""))
     return out
+
+
+def _outside_link(path: str, inside: str) -> str | None:
+    """The target of the symlink PATH when it resolves outside the folder INSIDE ("/"
+    ended), else None (also when it cannot be read)."""
+    real = os.path.realpath(path)
+    if (real + "/").startswith(inside):
+        return None
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 # -- storing ----------------------------------------------------------------------------
@@ -534,15 +558,25 @@ def _io_error(exc: OSError, path: str, blobs: BlobStore) -> MonkeyError:
 
 
 def _store_files(
-    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int
+    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int,
+    given: Sequence[tuple[FileEntry, bytes]] = (),
 ) -> tuple[list[FileEntry], list[tuple[str, int]], str, int]:
-    """Digest and store walked files, write their manifest; returns (files, new, digest, size)."""
+    """Digest and store walked files and the GIVEN entries (with the content to store for
+    them), write their manifest; returns (files, new, digest, size)."""
     cached = _cached(store, [ap for _, ap, _ in found])
     racy_after = since_ns - _RACY_NS
     files: list[FileEntry] = []
     trusted: list[tuple[FileEntry, str]] = []  # digests taken from the cache, blob unchecked
     new: list[tuple[str, int]] = []
     updates: list[tuple[str, int, int, int, str]] = []
+    for entry, data in given:
+        try:
+            entry.digest, fresh = blobs.put_bytes(data)
+        except OSError as exc:
+            raise _io_error(exc, entry.path, blobs) from None
+        if fresh:
+            new.append((entry.digest, len(data)))
+        files.append(entry)
     for rel, ap, st in found:
         size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
         hit = cached.get(ap)
@@ -603,18 +637,31 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
     ``code.ignore``).
 
-    ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
-    broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the folder holding
-    ``blobs``) when it lies inside ``workdir``. Unchanged files (same size, mtime, inode)
-    reuse their cached digest; only new content is copied into ``blobs``."""
+    ``.git`` is always skipped. Symlinks leading out of ``workdir`` are never followed:
+    they are recorded as links (mode ``S_IFLNK | 0o777``, the blob holds the target) and
+    named in a warning. Inside it, symlinks to files store their target; symlinked
+    folders, broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the
+    folder holding ``blobs``) when it lies inside ``workdir``. Unchanged files (same
+    size, mtime, inode) reuse their cached digest; only new content is copied into
+    ``blobs``."""
     since = time.time_ns()
     root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
     if not os.path.isdir(root):
         raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
     home = os.fspath(Path(blobs.root).resolve().parent)
+    links: list[tuple[str, str]] = []
     found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}),
-                  extra_ignore=ignore)
-    files, new, digest, size = _store_files(found, blobs, store, since)
+                  extra_ignore=ignore, links=links)
+    given = [(FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
+             for rel, target in links]
+    files, new, digest, size = _store_files(found, blobs, store, since, given)
+    if links:
+        import logging
+
+        shown = ", ".join(f"{rel} -> {target}" for rel, target in sorted(links)[:3])
+        logging.getLogger("monkey").warning(
+            "monkey: note: %d symlink(s) leave the project and were recorded as links: %s%s",
+            len(links), shown, f" and {len(links) - 3} more" if len(links) > 3 else "")
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
 
 

@@ -1,4 +1,5 @@
-"""A private MONKEY_HOME: what another user of the machine can read of it."""
+"""A private MONKEY_HOME: what another user of the machine can read of it, and where
+symlinks leading out of a project end up."""
 
 from __future__ import annotations
 
@@ -137,3 +138,25 @@ def test_an_older_home_is_made_private_on_first_use(cli, reachable_home):
     assert {name: modes[name] for name in ("monkey.db", "daemon.log", "blobs", "runs")} == {
         "monkey.db": 0o600, "daemon.log": 0o600, "blobs": 0o700, "runs": 0o700}
     assert all(m & 0o077 == 0 for m in modes.values()), modes
+
+
+def test_a_symlink_out_of_the_project_is_recorded_never_read(cli, home, tmp_path):
+    """`leak -> /etc/shadow` in the working folder: the job gets the link, MONKEY_HOME never
+    gets what it points to; links inside the project still bring their target along."""
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:SECRET-SHADOW-LINE:19000::::::\n")
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "disk" / "big.bin").write_text("SECRET-DISK-DATA\n")
+    Path("a.py").write_text("print('a')\n")
+    os.symlink(shadow, "leak")
+    os.symlink(tmp_path / "disk", "data")
+    os.symlink("a.py", "same.py")
+    proc = cli("run", "--follow", "--", "sh", "-c", "readlink leak data; cat same.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{shadow}\n{tmp_path / 'disk'}\nprint('a')\n"
+    assert (f"monkey: note: 2 symlink(s) leave the project and were recorded as links: "
+            f"data -> {tmp_path / 'disk'}, leak -> {shadow}\n") in proc.stderr
+    for path in everything_under(home):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert b"SECRET-SHADOW-LINE" not in data and b"SECRET-DISK-DATA" not in data, path

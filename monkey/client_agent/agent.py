@@ -90,7 +90,9 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               persist [{name, path}], persist_dir (absolute; saved copies go to
               persist_dir/NAME) -> pid.
               Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
-              work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
+              work/ with mode & 0o777, except an entry whose mode is a symlink's
+              (S_IFLNK | 0o777: a link that leaves the project), made a symlink to the
+              target its blob holds; unsafe relpaths, bad digests, missing blobs and a
               run_dir that already has a ``pid`` file (or an ``abandoned`` mark) are
               refused and nothing is run.
               The code is one of: ``files`` [[relpath, digest, mode]] (also cached as
@@ -129,6 +131,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -1019,7 +1022,8 @@ class Agent:
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
-        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store)."""
+        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store); with a
+        symlink's MODE (S_IFLNK), make BASE/REL a link to the target that BLOB holds."""
         target = os.path.join(base, rel)
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)
@@ -1028,6 +1032,10 @@ class Agent:
             raise OSError(f"{rel} leaves {base}")
         if os.path.islink(target):
             os.unlink(target)
+        if stat.S_ISLNK(mode):  # a link out of the project: the blob holds its target
+            with open(blob, "rb") as f:
+                os.symlink(os.fsdecode(f.read()), target)
+            return
         shutil.copyfile(blob, target)
         os.chmod(target, mode & 0o777)
 
