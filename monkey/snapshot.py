@@ -28,7 +28,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -631,11 +631,12 @@ def _store_files(
     return files, new, digest, sum(f.size for f in files)
 
 
-def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
-                 ignore: Sequence[str] = ()) -> Snapshot:
+def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
+                 replace: Mapping[str, bytes] | None = None) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
-    ``code.ignore``).
+    ``code.ignore``); a file whose relative path is a key of ``replace`` is stored with
+    that content instead of its own.
 
     ``.git`` is always skipped. Symlinks leading out of ``workdir`` are never followed:
     they are recorded as links (mode ``S_IFLNK | 0o777``, the blob holds the target) and
@@ -654,6 +655,10 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
                   extra_ignore=ignore, links=links)
     given = [(FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
              for rel, target in links]
+    if replace:
+        given += [(FileEntry(rel, "", st.st_mode & 0o777, len(replace[rel])), replace[rel])
+                  for rel, _, st in found if rel in replace]
+        found = [f for f in found if f[0] not in replace]
     files, new, digest, size = _store_files(found, blobs, store, since, given)
     if links:
         import logging
@@ -756,12 +761,14 @@ def _git_top(start: str) -> str | None:
         here = parent
 
 
-def git_info(workdir: Path, blobs: BlobStore) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+def git_info(workdir: Path, blobs: BlobStore,
+             exclude: Sequence[str] = ()) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """Git provenance of ``workdir``, and the blobs newly stored for it.
 
     Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}`` where
     ``dirty`` means tracked files differ from HEAD, ``diff`` is the digest of a blob holding
-    ``git diff HEAD --binary`` (None when clean or without commits) and ``untracked`` lists
+    ``git diff HEAD --binary`` (None when clean or without commits; the absolute paths
+    ``exclude`` are left out of it, e.g. a job.yml holding secrets) and ``untracked`` lists
     up to 100 untracked, non-ignored paths (relative to ``root``; folders end in ``/``).
     ``({}, [])`` outside a repository or without git. Never raises on git problems; runs
     two git processes concurrently (three when GIT_DIR/GIT_WORK_TREE are set), none
@@ -782,6 +789,10 @@ def git_info(workdir: Path, blobs: BlobStore) -> tuple[dict[str, Any], list[tupl
         [*base, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
          "--src-prefix=a/", "--dst-prefix=b/"],
     ]
+    # Paths outside the work tree make git fail: then there is no diff, never a leak.
+    left_out = [p for p in exclude if top is None or (p + "/").startswith(top.rstrip("/") + "/")]
+    if left_out:
+        commands[1] += ["--", *(f":(exclude,literal){p}" for p in left_out)]
     if top is None:
         commands.append([*base, "rev-parse", "--show-toplevel"])
     outputs = _run_all(commands, env)

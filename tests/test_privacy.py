@@ -1,16 +1,18 @@
-"""A private MONKEY_HOME: what another user of the machine can read of it, and where
-symlinks leading out of a project end up."""
+"""A private MONKEY_HOME and secrets kept out of it: what another user of the machine can
+read, where symlinks leading out of a project end up, and where secret values are stored."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from monkey.models import is_secret, is_secret_name
 from monkey.store.db import Store
 
 OTHER_UID = 65534  # nobody: any uid that is not ours
@@ -106,9 +108,13 @@ def test_another_user_can_read_nothing_a_job_left_in_monkey_home(cli, reachable_
     for entry in home.iterdir():
         assert mode(entry) & 0o077 == 0, f"{entry} is {oct(mode(entry))}"
     run = next((home / "runs").iterdir())
-    private_files = [*home.glob("monkey.db*"), home / "daemon.log", home / "agent.log",
-                     *(home / "secrets").iterdir(),
-                     *(run / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl"))]
+    private_files = [
+        *home.glob("monkey.db*"),
+        home / "daemon.log",
+        home / "agent.log",
+        *(home / "secrets").iterdir(),
+        *(run / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl")),
+    ]
     assert len(private_files) >= 7
     for path in private_files:
         assert mode(path) == 0o600, f"{path} is {oct(mode(path))}"
@@ -136,7 +142,11 @@ def test_an_older_home_is_made_private_on_first_use(cli, reachable_home):
     assert mode(home) == 0o700
     modes = {entry.name: mode(entry) for entry in home.iterdir()}
     assert {name: modes[name] for name in ("monkey.db", "daemon.log", "blobs", "runs")} == {
-        "monkey.db": 0o600, "daemon.log": 0o600, "blobs": 0o700, "runs": 0o700}
+        "monkey.db": 0o600,
+        "daemon.log": 0o600,
+        "blobs": 0o700,
+        "runs": 0o700,
+    }
     assert all(m & 0o077 == 0 for m in modes.values()), modes
 
 
@@ -154,9 +164,168 @@ def test_a_symlink_out_of_the_project_is_recorded_never_read(cli, home, tmp_path
     proc = cli("run", "--follow", "--", "sh", "-c", "readlink leak data; cat same.py")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{shadow}\n{tmp_path / 'disk'}\nprint('a')\n"
-    assert (f"monkey: note: 2 symlink(s) leave the project and were recorded as links: "
-            f"data -> {tmp_path / 'disk'}, leak -> {shadow}\n") in proc.stderr
+    assert (
+        f"monkey: note: 2 symlink(s) leave the project and were recorded as links: "
+        f"data -> {tmp_path / 'disk'}, leak -> {shadow}\n"
+    ) in proc.stderr
     for path in everything_under(home):
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
             assert b"SECRET-SHADOW-LINE" not in data and b"SECRET-DISK-DATA" not in data, path
+
+
+# -- finding 8: secret values stay out of MONKEY_HOME -------------------------------------
+
+PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+SECRETS = {
+    "DB_PASS": "pw-of-the-db-7731",
+    "DATABASE_URL": "postgres://user:pw-in-url-5521@db.example.org:5432/app",
+    "GH": "ghp_" + "Ab1" * 12,
+    "DEPLOY": PEM,
+}
+YML_SECRET = "hf_" + "Zq9" * 12
+# The job checks its environment against a file outside MONKEY_HOME and prints OK or BAD
+# (its output is stored under MONKEY_HOME, so it must not print the values).
+CHECK = """\
+import json, os, sys
+want = json.load(open(sys.argv[1]))
+print("OK" if all(os.environ.get(k) == v for k, v in want.items()) else "BAD")
+"""
+
+
+def test_secret_values_are_stored_only_in_the_secrets_store(cli, home, tmp_path):
+    expected = tmp_path / "expected.json"
+    expected.write_text(json.dumps({**SECRETS, "HF_TOKEN": YML_SECRET, "SEED": "7"}))
+    Path("check.py").write_text(CHECK)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    Path("job.yml").write_text("name: private\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], check=True)
+    # An uncommitted edit of job.yml: the git diff recorded with the job must not carry it.
+    Path("job.yml").write_text(
+        f"name: private\nrun:\n  env:\n    - HF_TOKEN: {YML_SECRET}  # from the hub\n"
+        "    - SEED: 7\n"
+    )
+    args = [a for k, v in SECRETS.items() for a in ("--env", f"{k}={v}")]
+    proc = cli("run", *args, "--follow", "--", "python3", "check.py", str(expected))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "OK\n"  # the job saw every real value
+
+    info = cli("info", "job", "last", "--json", check=True).stdout
+    record = json.loads(info)
+    assert {k: record["env"][k] for k in (*SECRETS, "HF_TOKEN")} == dict.fromkeys(
+        (*SECRETS, "HF_TOKEN"), "<redacted>"
+    )
+    assert record["env"]["SEED"] == "7"
+    assert record["spec"]["env"] == {"HF_TOKEN": "<redacted>", "SEED": "7"}
+    assert record["git"]["dirty"] and record["git"]["diff"] is None  # only job.yml changed
+    work = home / "runs" / record["juid"] / "1" / "work"
+    assert (work / "job.yml").read_text() == (
+        'name: private\nrun:\n  env:\n    - HF_TOKEN: "<redacted>"  # from the hub\n'
+        '    - SEED: "<redacted>"\n'
+    )
+
+    values = [v.encode() for v in (*SECRETS.values(), YML_SECRET)]
+    values += [b"pw-in-url-5521", b"b3BlbnNzaC1rZXktdjEAAAAA"]
+    for text in (info, proc.stderr):
+        assert not [v for v in values if v.decode() in text]
+    secret_files = list((home / "secrets").iterdir())
+    assert len(secret_files) == 1
+    assert json.loads(secret_files[0].read_text()) == {**SECRETS, "HF_TOKEN": YML_SECRET}
+    for path in everything_under(home):
+        if path.is_file() and path.parent != home / "secrets":
+            data = path.read_bytes()
+            assert not [v for v in values if v in data], path
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DB_PASS",
+        "MYSQL_PASSWORD",
+        "PASSPHRASE",
+        "DB_PWD",
+        "API_KEY",
+        "OPENAI_API_KEY",
+        "APIKEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "KEY",
+        "HF_TOKEN",
+        "GOOGLE_CREDENTIALS",
+        "AUTHORIZATION",
+        "OAUTH_CLIENT",
+        "PRIVATE_DATA",
+        "SESSION_ID",
+        "COOKIE",
+        "client_secret",
+    ],
+)
+def test_secret_looking_names(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PWD",
+        "OLDPWD",
+        "KEYBOARD",
+        "MONKEY_JUID",
+        "MONKEY_SEED",
+        "HOTKEY",
+        "GIT_AUTHOR_NAME",
+        "PATH",
+        "SEED",
+        "LR",
+        "CUDA_VISIBLE_DEVICES",
+    ],
+)
+def test_ordinary_names(name):
+    assert not is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "postgres://u:pw@host/db",
+        "redis://:pass@cache:6379/0",
+        "https://me:tok@example.org/x",
+        PEM,
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE",
+        "ghp_" + "a" * 36,
+        "github_pat_" + "b" * 40,
+        "glpat-" + "c" * 20,
+        "xoxb-1234-5678-abcdef",
+        "sk-" + "d" * 48,
+        "sk_live_" + "e" * 24,
+        "AKIAIOSFODNN7EXAMPLE",
+        "hf_" + "f" * 34,
+        "AIza" + "g" * 35,
+        "ya29." + "h" * 40,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "Bearer ghp_" + "a" * 36,
+    ],
+)
+def test_secret_looking_values(value):
+    assert is_secret("SOMETHING", value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "7",
+        "0.001",
+        "/usr/local/bin:/usr/bin",
+        "https://example.org/data.csv",
+        "http://localhost:8080/api",
+        "user@example.org",
+        "sk-learn",
+        "resnet50",
+        "hf_hub",
+    ],
+)
+def test_ordinary_values(value):
+    assert not is_secret("SOMETHING", value)

@@ -782,7 +782,7 @@ class Agent:
     # ---- requests
 
     def _handle_line(self, conn: Conn, line: bytes) -> None:
-        rid = None
+        rid = op = None
         backlog: list[bytes] = []
         try:
             req = json.loads(line)
@@ -798,11 +798,11 @@ class Agent:
             conn.subscribed = conn.subscribed or op == "sync"
         except RequestError as e:
             reply = {"id": rid, "ok": False, "error": one_line(e)}
-        except (ValueError, TypeError, KeyError) as e:
-            log(f"bad request {line[:200]!r}: {one_line(e)}")
+        except (ValueError, TypeError, KeyError) as e:  # never the request: it holds secrets
+            log(f"bad request (op {op!r}): {one_line(e)}")
             reply = {"id": rid, "ok": False, "error": f"bad request: {one_line(e)}"}
         except Exception as e:
-            log(f"request failed: {line[:200]!r}\n{traceback.format_exc()}")
+            log(f"request failed (op {op!r}):\n{traceback.format_exc()}")
             reply = {"id": rid, "ok": False, "error": one_line(e)}
         self._send(conn, encode(reply) + b"".join(backlog))
 
