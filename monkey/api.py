@@ -23,7 +23,8 @@ from monkey.models import (
     Resources,
     State,
     dumps,
-    is_secret_name,
+    is_secret,
+    is_secret_name,  # noqa: F401 (the dashboard imports it from here)
     parse_size,
 )
 from monkey.models import Job as JobRecord
@@ -169,7 +170,10 @@ class Monkey(TrackingAPI):
             name = name or js.name
         plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
-        snap = snapshot.snapshot_dir(root, blobs, self.store, js.snapshot_ignore() if js else ())
+        # The job.yml stored with the code holds no env values: they reach the job as env.
+        hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
+        snap = snapshot.snapshot_dir(root, blobs, self.store, js.snapshot_ignore() if js else (),
+                                     replace=hidden)
         new_blobs = list(snap.new_blobs)
         spec_record = None
         if js is not None:
@@ -188,7 +192,7 @@ class Monkey(TrackingAPI):
                 {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
                  "source": spec}
             )  # fmt: skip
-        git, git_blobs = snapshot.git_info(root, blobs)
+        git, git_blobs = snapshot.git_info(root, blobs, [str(js.file)] if hidden else ())
         new_blobs += git_blobs
         secrets_ref = self._write_secrets(secret_env) if secret_env else None
         with self.store.tx():  # the job and its spec become visible together
@@ -284,7 +288,7 @@ class Monkey(TrackingAPI):
         plain = {k: os.environ[k] for k in CAPTURED_ENV if k in os.environ}
         secret: dict[str, str] = {}
         for key, value in given.items():
-            (secret if is_secret_name(key) else plain)[key] = value
+            (secret if is_secret(key, value) else plain)[key] = value
         return plain, secret
 
     def _write_secrets(self, values: dict[str, str]) -> str:

@@ -10,7 +10,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from monkey.models import MonkeyError, parse_size
 
@@ -60,6 +60,29 @@ def first_error(log: Path, offset: int) -> str:
     return "it exited without saying why"
 
 
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
+def open_private(path: str | os.PathLike[str], flags: int = _APPEND) -> BinaryIO:
+    """PATH opened for writing (appending unless FLAGS say otherwise), created 0600."""
+    return os.fdopen(os.open(path, flags | os.O_CLOEXEC, 0o600), "wb")
+
+
+def write_private(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write DATA to PATH (replacing what it held), a file only this user may read."""
+    with open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+        os.fchmod(f.fileno(), 0o600)  # a file left by an older monkey may be 0644
+        f.write(data)
+
+
+def _chmod_private(path: str | os.PathLike[str]) -> None:
+    """Take every group and other permission away from PATH (gone meanwhile: nothing to do)."""
+    try:
+        os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) & 0o700)
+    except FileNotFoundError:
+        pass
+
+
 class Home:
     """Every path under MONKEY_HOME, derived from one folder."""
 
@@ -68,18 +91,20 @@ class Home:
         self.root = Path(base).expanduser().resolve()
 
     def ensure(self) -> Home:
-        """Create the folder layout (idempotent) and return self; MonkeyError when
-        MONKEY_HOME is not a folder of this user that it can write to."""
+        """Create the folder layout (idempotent), private to this user, and return self;
+        MonkeyError when MONKEY_HOME is not a folder of this user that it can write to.
+
+        A home made by an older monkey (0755) is tightened once: the root and what lies
+        directly in it lose every group and other permission; deeper files need not be
+        visited, as nobody else can reach them any more."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            owner = self.root.stat().st_uid
-            if owner != os.getuid():
-                raise MonkeyError(f"MONKEY_HOME {self.root} belongs to another user (uid {owner}); "
-                                  "set MONKEY_HOME to a folder of your own")
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = self.root.stat()
+            if info.st_uid != os.getuid():
+                raise MonkeyError(f"MONKEY_HOME {self.root} belongs to another user "
+                                  f"(uid {info.st_uid}); set MONKEY_HOME to a folder of your own")
             for sub in (self.blobs, self.runs, self.secrets, self.private):
-                sub.mkdir(exist_ok=True)
-            for private in (self.secrets, self.private):
-                os.chmod(private, 0o700)
+                sub.mkdir(mode=0o700, exist_ok=True)
         except FileExistsError as exc:
             raise MonkeyError(f"MONKEY_HOME: {exc.filename} is a file, not a folder; move it "
                               "aside or set MONKEY_HOME to a folder") from None
@@ -87,7 +112,23 @@ class Home:
             raise MonkeyError(f"MONKEY_HOME {self.root} cannot be used ({exc.strerror}: "
                               f"{exc.filename}); fix its permissions or set MONKEY_HOME "
                               "elsewhere") from None
+        if info.st_mode & 0o077:
+            self._tighten()
         return self
+
+    def _tighten(self) -> None:
+        """Remove group and other permissions from the root and its direct entries."""
+        try:
+            with os.scandir(self.root) as entries:
+                for entry in entries:
+                    if not entry.is_symlink():
+                        _chmod_private(entry.path)
+            _chmod_private(self.root)  # last: a tightening cut short is done again next time
+        except OSError as exc:
+            where = exc.filename or self.root
+            raise MonkeyError(
+                f"cannot make {where} private to you ({exc.strerror}); it must belong to you"
+            ) from None
 
     @property
     def db(self) -> Path:
@@ -192,12 +233,14 @@ def read_config(path: Path) -> str:
         raise MonkeyError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def compose_yaml(path: Path) -> tuple[Any, Any]:
+def compose_yaml(path: Path, text: str | None = None) -> tuple[Any, Any]:
     """A config file's root YAML node (None when empty) and the loader that constructs its
-    values. Read through ``read_config``; aliases and nesting are bounded (no alias bombs)."""
+    values. Read through ``read_config`` unless its TEXT is given; aliases and nesting are
+    bounded (no alias bombs)."""
     import yaml
 
-    text = read_config(path)
+    if text is None:
+        text = read_config(path)
     try:
         loader = _bounded_loader()(text, path)
         return loader.get_single_node(), loader

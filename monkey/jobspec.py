@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monkey.config import compose_yaml
-from monkey.models import MonkeyError
+from monkey.config import compose_yaml, read_config
+from monkey.models import REDACTED, MonkeyError
 
 FILENAME = "job.yml"
 ENV_TYPES = ("pip", "conda", "none")
@@ -58,6 +58,7 @@ MACHINE_OPTIONS: dict[str, tuple[type, ...]] = {
     "gpu_type": (str,),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # a YAML node's anchor and tag
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false",
                float: "a number", list: "a list", dict: "a mapping"}  # fmt: skip
@@ -88,6 +89,8 @@ class JobSpec:
     persist: list[Folder] = field(default_factory=list)
     data: list[Folder] = field(default_factory=list)
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    text: str = field(default="", repr=False)  # the file as read
+    env_spans: list[tuple[int, int]] = field(default_factory=list, repr=False)  # env values in text
 
     @property
     def code_root(self) -> Path:
@@ -98,6 +101,17 @@ class JobSpec:
         folders, which reach the job by their own way."""
         folders = (*self.persist, *self.data)
         return [*self.ignore, *("/" + re.sub(r"([*?\[\]\\!# ])", r"\\\1", f.path) for f in folders)]
+
+    def redacted(self) -> bytes:
+        """The file with every env value replaced by ``"<redacted>"``: the copy stored with
+        the code (the values reach the job through the job's env and the secrets store)."""
+        text = self.text
+        for start, end in sorted(set(self.env_spans), reverse=True):  # an alias repeats one
+            value = text[start:end]
+            anchor = _PROPERTIES.match(value).group()  # keep `&name !tag`: aliases need them
+            kept = value[len(value.rstrip()) :]  # a block scalar's span ends with line breaks
+            text = f'{text[:start]}{anchor}"{REDACTED}"{kept}{text[end:]}'
+        return text.encode()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -177,8 +191,9 @@ def find(folder: str | os.PathLike[str]) -> Path | None:
 def load(path: str | os.PathLike[str]) -> JobSpec:
     """Read and validate a job.yml; MonkeyError names the file, line, key and the fix."""
     file = Path(path).expanduser().resolve()
-    root, loader = compose_yaml(file)
-    spec = JobSpec(file=file)
+    text = read_config(file)
+    root, loader = compose_yaml(file, text)
+    spec = JobSpec(file=file, text=text)
     if root is None:
         return spec
     top = _Node(file, root, loader).mapping(
@@ -244,6 +259,7 @@ def _load_run(spec: JobSpec, node: _Node, base: Path) -> None:
                 raise value.fail(f"run.env.{name}", "is given twice; give each variable once")
             scalar = value.value(f"run.env.{name}", str, int, float, bool)
             spec.env[name] = str(scalar).lower() if isinstance(scalar, bool) else str(scalar)
+            spec.env_spans.append((value.node.start_mark.index, value.node.end_mark.index))
 
 
 def _load_folders(spec: JobSpec, node: _Node, key: str, base: Path) -> None:
@@ -395,11 +411,11 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
     Returns (record, new blobs)."""
     import logging
 
-    from monkey.models import REDACTED, is_secret_name
+    from monkey.models import is_secret
     from monkey.snapshot import dataset
 
     record = spec.to_json()
-    record["env"] = {k: REDACTED if is_secret_name(k) else v for k, v in spec.env.items()}
+    record["env"] = {k: REDACTED if is_secret(k, v) else v for k, v in spec.env.items()}
     digests = {f.path: f.digest for f in files}
     for key in ("env_file", "install_script"):
         rel = getattr(spec, key)

@@ -72,15 +72,38 @@ class Request(str, enum.Enum):
 
 JUID_RE = re.compile(r"^\d{2}-\d{2}-\d{2}-\d{3,}$")
 
+# Names that usually hold a secret. KEY counts as a word of the name (API_KEY, KEY_ID,
+# APIKEY), so that KEYBOARD and MONKEY_* do not; PWD and OLDPWD alone are the shell's cwd.
 SECRET_NAME_RE = re.compile(
-    r"(KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH|PRIVATE|SESSION|COOKIE|SIGNATURE)", re.I
+    r"PASS|PWD|CREDENTIAL|TOKEN|SECRET|PRIVATE|SESSION|COOKIE|SIGNATURE|AUTH(?!OR(?!IZ))"
+    r"|(?:^|_)(?:API|ACCESS|SSH|SIGNING|ENCRYPTION|MASTER|LICENSE)?KEYS?(?:_|$)",
+    re.I,
+)
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# Values that are secrets whatever their name: URLs with a password, private keys, and
+# the shapes of common API tokens (GitHub, GitLab, Slack, OpenAI/Stripe, AWS, Hugging
+# Face, Google, JWTs).
+SECRET_VALUE_RE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s@]+@"
+    r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+    r"|(?<![A-Za-z0-9])(?:"
+    r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|xox[bpas]-[A-Za-z0-9-]{10,}"
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|hf_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
+    r"|ya29\.[0-9A-Za-z_-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
 )
 REDACTED = "<redacted>"
 
 
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable name looks like it holds a secret."""
-    return bool(SECRET_NAME_RE.search(name))
+    return name.upper() not in _NOT_SECRET_NAMES and bool(SECRET_NAME_RE.search(name))
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether a variable holds a secret, judged by its name or by its value."""
+    return is_secret_name(name) or bool(SECRET_VALUE_RE.search(value))
 
 
 def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:

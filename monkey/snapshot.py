@@ -9,7 +9,9 @@ Manifest format (JSON, compact separators, sorted keys, UTF-8/ASCII)::
     {"files": [[path, digest, mode, size], ...]}    # sorted by path
 
 ``path`` is POSIX and relative to the snapshot root, ``mode`` is ``st_mode & 0o777``,
-``size`` is in bytes. :func:`load_manifest` also accepts three-element entries (size 0).
+``size`` is in bytes. A symlink leading out of a code snapshot is an entry of mode
+``LINK_MODE`` (``S_IFLNK | 0o777``) whose blob holds the link's target; it is never
+followed. :func:`load_manifest` also accepts three-element entries (size 0).
 
 Blob contents always match their digest: a file is hashed from the bytes that were
 actually copied into the store, so an edit racing a snapshot can never corrupt a blob, and
@@ -26,7 +28,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,7 @@ __all__ = [
     "BlobStore",
     "Dataset",
     "FileEntry",
+    "LINK_MODE",
     "Snapshot",
     "dataset",
     "git_info",
@@ -61,6 +64,10 @@ _RACY_NS = 2_000_000_000
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GIT_TIMEOUT = 60.0
+# Blobs are read-only and private: the owner may read them (and run them, when the file
+# they came from was executable), nobody else may do anything.
+_BLOB_MODE = 0o400
+LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
 _MAX_UNTRACKED = 100
 
 
@@ -114,13 +121,13 @@ class BlobStore:
             return digest, False
         return digest, self._write(data, digest)
 
-    def _write(self, data: bytes, digest: str) -> bool:
-        """Store DATA, whose digest is DIGEST, read-only; True if newly stored."""
+    def _write(self, data: bytes, digest: str, mode: int = _BLOB_MODE) -> bool:
+        """Store DATA, whose digest is DIGEST, with MODE; True if newly stored."""
         fd, tmp = self._temp(digest)
         try:
             with open(fd, "wb", closefd=True) as f:
                 f.write(data)
-                os.fchmod(f.fileno(), 0o444)
+                os.fchmod(f.fileno(), mode)
         except BaseException:
             _unlink(tmp)
             raise
@@ -149,14 +156,14 @@ class BlobStore:
     def _shard(self, digest: str) -> str:
         shard = f"{self._root}/{digest[:2]}"
         if shard not in self._shards:
-            os.makedirs(shard, exist_ok=True)
+            os.makedirs(shard, mode=0o700, exist_ok=True)
             self._shards.add(shard)
         return shard
 
     def _temp(self, digest: str | None) -> tuple[int, str]:
         """A temporary file on the store's filesystem (in the blob's folder when known)."""
         if digest is None:
-            os.makedirs(self._root, exist_ok=True)
+            os.makedirs(self._root, mode=0o700, exist_ok=True)
             folder = self._root
         else:
             folder = self._shard(digest)
@@ -183,19 +190,20 @@ class BlobStore:
 
     def _ingest(self, src: str, expect: str | None) -> tuple[str, int, bool]:
         with open(src, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            size, mode = st.st_size, _BLOB_MODE | (st.st_mode & 0o100)
             if size < _BIG:
                 data = f.read()
                 digest = blake3.blake3(data).hexdigest()
                 _check(src, digest, expect)
                 if self.has(digest):
                     return digest, len(data), False
-                return digest, len(data), self._write(data, digest)
+                return digest, len(data), self._write(data, digest, mode)
             fd, tmp = self._temp(None)
             try:
                 with open(fd, "wb", closefd=True) as out:
                     _copy(f, out)
-                    os.fchmod(out.fileno(), 0o444)
+                    os.fchmod(out.fileno(), mode)
                     size = os.fstat(out.fileno()).st_size
                 digest = _hash_big(tmp)  # the bytes that were copied, not the source's
                 _check(src, digest, expect)
@@ -407,12 +415,14 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 
 def _walk(
     root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset(),
-    extra_ignore: Sequence[str] = (),
+    extra_ignore: Sequence[str] = (), links: list[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
     whose absolute path is in ``skip`` are left out; ``extra_ignore`` patterns count as
-    lines of the root .monkeyignore."""
+    lines of the root .monkeyignore. With a ``links`` list, symlinks leading out of
+    ``root`` are not followed but appended to it as (relative path, link target)."""
     out: list[tuple[str, str, os.stat_result]] = []
+    inside = root.rstrip("/") + "/"
     first: _Rules | None = None
     chain: tuple[_Rules, ...] = ()
     if ignore:
@@ -472,6 +482,13 @@ def _walk(
                 continue
             if ignored is not None and ignored(rel):
                 continue
+            if links is not None and entry.is_symlink():
+                target = _outside_link(entry.path, inside)
+                if target is not None:
+                    if not (ignored is not None and os.path.isdir(entry.path)
+                            and ignored(rel + "/")):
+                        links.append((rel, target))
+                    continue
             try:
                 st = entry.stat()  # follows symlinks: a link to a file stores the target
             except OSError:
@@ -494,6 +511,18 @@ def _walk(
             "PATH, or list them in .monkeyignore", ", ".join(sorted(linked)[:3])
             + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""))
     return out
+
+
+def _outside_link(path: str, inside: str) -> str | None:
+    """The target of the symlink PATH when it resolves outside the folder INSIDE ("/"
+    ended), else None (also when it cannot be read)."""
+    real = os.path.realpath(path)
+    if (real + "/").startswith(inside):
+        return None
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 # -- storing ----------------------------------------------------------------------------
@@ -529,15 +558,25 @@ def _io_error(exc: OSError, path: str, blobs: BlobStore) -> MonkeyError:
 
 
 def _store_files(
-    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int
+    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int,
+    given: Sequence[tuple[FileEntry, bytes]] = (),
 ) -> tuple[list[FileEntry], list[tuple[str, int]], str, int]:
-    """Digest and store walked files, write their manifest; returns (files, new, digest, size)."""
+    """Digest and store walked files and the GIVEN entries (with the content to store for
+    them), write their manifest; returns (files, new, digest, size)."""
     cached = _cached(store, [ap for _, ap, _ in found])
     racy_after = since_ns - _RACY_NS
     files: list[FileEntry] = []
     trusted: list[tuple[FileEntry, str]] = []  # digests taken from the cache, blob unchecked
     new: list[tuple[str, int]] = []
     updates: list[tuple[str, int, int, int, str]] = []
+    for entry, data in given:
+        try:
+            entry.digest, fresh = blobs.put_bytes(data)
+        except OSError as exc:
+            raise _io_error(exc, entry.path, blobs) from None
+        if fresh:
+            new.append((entry.digest, len(data)))
+        files.append(entry)
     for rel, ap, st in found:
         size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
         hit = cached.get(ap)
@@ -592,24 +631,42 @@ def _store_files(
     return files, new, digest, sum(f.size for f in files)
 
 
-def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store,
-                 ignore: Sequence[str] = ()) -> Snapshot:
+def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
+                 replace: Mapping[str, bytes] | None = None) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
-    ``code.ignore``).
+    ``code.ignore``); a file whose relative path is a key of ``replace`` is stored with
+    that content instead of its own.
 
-    ``.git`` is always skipped; symlinks to files store their target, symlinked folders,
-    broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the folder holding
-    ``blobs``) when it lies inside ``workdir``. Unchanged files (same size, mtime, inode)
-    reuse their cached digest; only new content is copied into ``blobs``."""
+    ``.git`` is always skipped. Symlinks leading out of ``workdir`` are never followed:
+    they are recorded as links (mode ``S_IFLNK | 0o777``, the blob holds the target) and
+    named in a warning. Inside it, symlinks to files store their target; symlinked
+    folders, broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the
+    folder holding ``blobs``) when it lies inside ``workdir``. Unchanged files (same
+    size, mtime, inode) reuse their cached digest; only new content is copied into
+    ``blobs``."""
     since = time.time_ns()
     root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
     if not os.path.isdir(root):
         raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
     home = os.fspath(Path(blobs.root).resolve().parent)
+    links: list[tuple[str, str]] = []
     found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}),
-                  extra_ignore=ignore)
-    files, new, digest, size = _store_files(found, blobs, store, since)
+                  extra_ignore=ignore, links=links)
+    given = [(FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
+             for rel, target in links]
+    if replace:
+        given += [(FileEntry(rel, "", st.st_mode & 0o777, len(replace[rel])), replace[rel])
+                  for rel, _, st in found if rel in replace]
+        found = [f for f in found if f[0] not in replace]
+    files, new, digest, size = _store_files(found, blobs, store, since, given)
+    if links:
+        import logging
+
+        shown = ", ".join(f"{rel} -> {target}" for rel, target in sorted(links)[:3])
+        logging.getLogger("monkey").warning(
+            "monkey: note: %d symlink(s) leave the project and were recorded as links: %s%s",
+            len(links), shown, f" and {len(links) - 3} more" if len(links) > 3 else "")
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
 
 
@@ -704,12 +761,14 @@ def _git_top(start: str) -> str | None:
         here = parent
 
 
-def git_info(workdir: Path, blobs: BlobStore) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+def git_info(workdir: Path, blobs: BlobStore,
+             exclude: Sequence[str] = ()) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """Git provenance of ``workdir``, and the blobs newly stored for it.
 
     Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}`` where
     ``dirty`` means tracked files differ from HEAD, ``diff`` is the digest of a blob holding
-    ``git diff HEAD --binary`` (None when clean or without commits) and ``untracked`` lists
+    ``git diff HEAD --binary`` (None when clean or without commits; the absolute paths
+    ``exclude`` are left out of it, e.g. a job.yml holding secrets) and ``untracked`` lists
     up to 100 untracked, non-ignored paths (relative to ``root``; folders end in ``/``).
     ``({}, [])`` outside a repository or without git. Never raises on git problems; runs
     two git processes concurrently (three when GIT_DIR/GIT_WORK_TREE are set), none
@@ -730,6 +789,10 @@ def git_info(workdir: Path, blobs: BlobStore) -> tuple[dict[str, Any], list[tupl
         [*base, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
          "--src-prefix=a/", "--dst-prefix=b/"],
     ]
+    # Paths outside the work tree make git fail: then there is no diff, never a leak.
+    left_out = [p for p in exclude if top is None or (p + "/").startswith(top.rstrip("/") + "/")]
+    if left_out:
+        commands[1] += ["--", *(f":(exclude,literal){p}" for p in left_out)]
     if top is None:
         commands.append([*base, "rev-parse", "--show-toplevel"])
     outputs = _run_all(commands, env)

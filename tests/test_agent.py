@@ -750,6 +750,21 @@ def test_bad_requests_do_not_break_the_agent(world: World, agent: Client) -> Non
     assert agent.request("hello")["version"] == "1"
 
 
+def test_failed_requests_are_logged_without_their_content(world: World, agent: Client) -> None:
+    """A start request carries the job's env (secrets included): agent.log names the op
+    and the error of a request that fails, never the request itself."""
+    secret = "hunter2-in-a-bad-request"
+    with pytest.raises(AgentError, match="bad request"):
+        agent.request("start", env={"DB_PASS": secret})  # no juid
+    with pytest.raises(AgentError):
+        agent.request("start", env=[f"DB_PASS={secret}"], juid="j", attempt=1,
+                      run_dir=str(world.run_dir("j")), argv=["true"])  # env not a mapping
+    assert agent.request("hello")["version"] == "1"
+    log = world.log()
+    assert log.count("(op 'start')") == 2
+    assert secret not in log
+
+
 def test_second_agent_on_same_root_exits(world: World, agent: Client) -> None:
     other_socket = str(world.sockdir / "other.sock")
     second = world.spawn(socket_path=other_socket)

@@ -103,6 +103,40 @@ def test_bad_job_files_name_the_key_line_and_fix(tmp_path, change, expected):
     assert message.startswith(str(path))
 
 
+def test_the_stored_copy_of_a_job_file_holds_no_env_value(tmp_path):
+    """Every way of writing a value (plain, quoted, block, folded, anchored, flow) becomes
+    "<redacted>", and the copy is still a valid job.yml with the same everything else."""
+    text = (
+        "name: n  # a comment\nrun:\n  env:\n"
+        "    - A: plain-value  # kept comment\n"
+        "    - B: 'single'\n"
+        '    - C: "double"\n'
+        "    - D: |\n        line one\n        line two\n"
+        "    - E: >-\n        folded\n"
+        "    - F: &tok anchored\n"
+        "    - G: *tok\n"
+        "    - H: !!str 12\n"
+        "code: {path: .}\n"
+    )
+    (tmp_path / "job.yml").write_text(text)
+    spec = jobspec.load(tmp_path / "job.yml")
+    assert spec.env == {"A": "plain-value", "B": "single", "C": "double",
+                        "D": "line one\nline two\n", "E": "folded", "F": "anchored",
+                        "G": "anchored", "H": "12"}
+    copy = spec.redacted().decode()
+    for value in ("plain-value", "single", "double", "line one", "folded", "anchored", "12"):
+        assert value not in copy
+    assert "# a comment" in copy and "# kept comment" in copy
+    (tmp_path / "copy.yml").write_text(copy)
+    again = jobspec.load(tmp_path / "copy.yml")
+    assert again.env == dict.fromkeys(spec.env, "<redacted>")
+    assert again.name == "n" and again.code_path == "."
+    flow = tmp_path / "flow" / "job.yml"
+    flow.parent.mkdir()
+    flow.write_text("run: {env: {TOKEN: abc, SEED: 1}}\n")
+    assert jobspec.load(flow).redacted() == b'run: {env: {TOKEN: "<redacted>", SEED: "<redacted>"}}\n'
+
+
 def test_persist_and_data_folders_may_not_overlap(tmp_path):
     path = sample_project(tmp_path)
     path.write_text(SAMPLE.replace("    path: output", "    path: data/out"))

@@ -219,7 +219,7 @@ def test_blob_layout_and_manifest_round_trip(tmp_path: Path, blobs: BlobStore, s
         blob = blobs.root / entry.digest[:2] / entry.digest[2:]
         assert blobs.path(entry.digest) == blob
         assert blob.read_bytes() == (wd / entry.path).read_bytes()
-        assert stat.S_IMODE(blob.stat().st_mode) == 0o444
+        assert stat.S_IMODE(blob.stat().st_mode) == (0o500 if entry.mode & 0o100 else 0o400)
         assert len(entry.digest) == 64
     manifest = blobs.read_bytes(snap.digest)
     assert blake3.blake3(manifest).hexdigest() == snap.digest
@@ -369,13 +369,16 @@ def test_blobstore_basics(tmp_path: Path, blobs: BlobStore) -> None:
 # -- symlinks and special files ------------------------------------------------------------
 
 
-def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
+def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Store,
+                                    caplog: pytest.LogCaptureFixture) -> None:
     outside = tmp_path / "outside"
     write(outside, {"shared.py": "shared\n", "lib/util.py": "u\n"})
     wd = tmp_path / "wd"
-    write(wd, {"main.py": "m\n"})
-    os.symlink(outside / "shared.py", wd / "shared.py")  # link to a file: target stored
-    os.symlink(outside / "lib", wd / "lib")  # link to a folder: not descended
+    write(wd, {"main.py": "m\n", "pkg/mod.py": "x\n"})
+    os.symlink(outside / "shared.py", wd / "shared.py")  # leaves the project: a link
+    os.symlink("../outside/lib", wd / "lib")  # the same, for a folder
+    os.symlink("main.py", wd / "alias.py")  # to a file inside: its content is stored
+    os.symlink(wd / "pkg", wd / "pkg2")  # to a folder inside: not descended
     os.symlink(wd / "missing.py", wd / "broken.py")  # broken: skipped
     os.mkfifo(wd / "pipe")
     sock = socket.socket(socket.AF_UNIX)
@@ -384,24 +387,58 @@ def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Sto
         snap = snapshot_dir(wd, blobs, store)
     finally:
         sock.close()
-    assert paths(snap) == ["main.py", "shared.py"]
-    assert blobs.read_bytes({f.path: f.digest for f in snap.files}["shared.py"]) == b"shared\n"
+    assert paths(snap) == ["alias.py", "lib", "main.py", "pkg/mod.py", "shared.py"]
+    by_path = {f.path: f for f in snap.files}
+    assert blobs.read_bytes(by_path["alias.py"].digest) == b"m\n"
+    for rel, target in (("shared.py", os.fspath(outside / "shared.py")), ("lib", "../outside/lib")):
+        assert by_path[rel].mode == stat.S_IFLNK | 0o777 == snapshot.LINK_MODE
+        assert blobs.read_bytes(by_path[rel].digest) == target.encode()
+    assert all(b"shared\n" != p.read_bytes() for p in blob_files(blobs))  # never read
+    assert (f"note: 2 symlink(s) leave the project and were recorded as links: "
+            f"lib -> ../outside/lib, shared.py -> {outside / 'shared.py'}") in caplog.text
+    assert load_manifest(blobs, snap.digest) == snap.files
 
 
 def test_a_symlinked_folder_left_out_is_named(tmp_path: Path, blobs: BlobStore, store: Store,
                                               caplog: pytest.LogCaptureFixture) -> None:
-    """`data -> /big/disk/data` in the project: the user is told the job will not have it,
-    until it is listed in .monkeyignore."""
-    write(tmp_path / "disk", {"data/x.csv": "1\n"})
+    """`data -> other/data` inside the project: the user is told the job will not have it
+    there, until it is listed in .monkeyignore."""
     wd = tmp_path / "wd"
-    write(wd, {"train.py": "pass\n"})
-    os.symlink(tmp_path / "disk" / "data", wd / "data")
+    write(wd, {"train.py": "pass\n", "disk/data/x.csv": "1\n"})
+    os.symlink(wd / "disk" / "data", wd / "data")
     snapshot_dir(wd, blobs, store)
     assert "does not get symlinked folder(s) data; pass data with --dataset" in caplog.text
     caplog.clear()
-    (wd / ".monkeyignore").write_text("data\n")
-    assert paths(snapshot_dir(wd, blobs, store)) == [".monkeyignore", "train.py"]
+    (wd / ".monkeyignore").write_text("/data\n")
+    assert paths(snapshot_dir(wd, blobs, store)) == [".monkeyignore", "disk/data/x.csv", "train.py"]
     assert "symlinked" not in caplog.text
+
+
+def test_an_ignored_link_out_of_the_project_is_not_recorded(
+        tmp_path: Path, blobs: BlobStore, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    write(tmp_path / "disk", {"data/x.csv": "1\n"})
+    wd = tmp_path / "wd"
+    write(wd, {"train.py": "pass\n", ".monkeyignore": "data/\n"})
+    os.symlink(tmp_path / "disk" / "data", wd / "data")
+    assert paths(snapshot_dir(wd, blobs, store)) == [".monkeyignore", "train.py"]
+    assert "symlink" not in caplog.text
+
+
+def test_blobs_are_private_and_read_only(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
+    """A 0600 .env must not become readable by others through its blob; the owner's
+    execute bit is kept, and the manifest keeps each file's own mode."""
+    wd = tmp_path / "wd"
+    write(wd, {".env": "TOKEN=1\n", "run.sh": "#!/bin/sh\n", "big.bin": b"x" * (2 << 20)})
+    os.chmod(wd / ".env", 0o600)
+    os.chmod(wd / "run.sh", 0o755)
+    os.chmod(wd / "big.bin", 0o644)
+    snap = snapshot_dir(wd, blobs, store)
+    assert {f.path: f.mode for f in snap.files} == {".env": 0o600, "big.bin": 0o644,
+                                                    "run.sh": 0o755}
+    modes = {f.path: stat.S_IMODE(blobs.path(f.digest).stat().st_mode) for f in snap.files}
+    assert modes == {".env": 0o400, "big.bin": 0o400, "run.sh": 0o500}
+    assert stat.S_IMODE(blobs.path(snap.digest).stat().st_mode) == 0o400  # the manifest
+    assert {stat.S_IMODE(p.stat().st_mode) for p in blobs.root.glob("??")} == {0o700}
 
 
 def test_undecodable_file_name(tmp_path: Path, blobs: BlobStore, store: Store) -> None:

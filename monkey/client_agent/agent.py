@@ -97,7 +97,9 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               persist [{name, path}], persist_dir (absolute; saved copies go to
               persist_dir/NAME) -> pid.
               Blob D is blobs_dir/D[:2]/D[2:]; files are copied (never linked) into
-              work/ with mode & 0o777; unsafe relpaths, bad digests, missing blobs and a
+              work/ with mode & 0o777, except an entry whose mode is a symlink's
+              (S_IFLNK | 0o777: a link that leaves the project), made a symlink to the
+              target its blob holds; unsafe relpaths, bad digests, missing blobs and a
               run_dir that already has a ``pid`` file (or an ``abandoned`` mark) are
               refused and nothing is run.
               The code is one of: ``files`` [[relpath, digest, mode]] (also cached as
@@ -136,6 +138,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -405,9 +408,9 @@ def boottime() -> float:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write a file through a temporary name and rename."""
+    """Write a file (0600) through a temporary name and rename."""
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
         f.write(data)
     os.rename(tmp, path)
 
@@ -1007,7 +1010,7 @@ class Agent:
     # ---- requests
 
     def _handle_line(self, conn: Conn, line: bytes) -> None:
-        rid = None
+        rid = op = None
         backlog: list[bytes] = []
         try:
             req = json.loads(line)
@@ -1023,11 +1026,11 @@ class Agent:
             conn.subscribed = conn.subscribed or op == "sync"
         except RequestError as e:
             reply = {"id": rid, "ok": False, "error": one_line(e)}
-        except (ValueError, TypeError, KeyError) as e:
-            log(f"bad request {line[:200]!r}: {one_line(e)}")
+        except (ValueError, TypeError, KeyError) as e:  # never the request: it holds secrets
+            log(f"bad request (op {op!r}): {one_line(e)}")
             reply = {"id": rid, "ok": False, "error": f"bad request: {one_line(e)}"}
         except Exception as e:
-            log(f"request failed: {line[:200]!r}\n{traceback.format_exc()}")
+            log(f"request failed (op {op!r}):\n{traceback.format_exc()}")
             reply = {"id": rid, "ok": False, "error": one_line(e)}
         self._send(conn, encode(reply) + b"".join(backlog))
 
@@ -1141,7 +1144,7 @@ class Agent:
             work = os.path.join(work, name)
         env = dict(os.environ, **env)
         try:
-            os.makedirs(work, exist_ok=True)
+            os.makedirs(work, 0o700, exist_ok=True)
             for name, ds_files, digest, single in datasets:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
@@ -1198,7 +1201,7 @@ class Agent:
         if not os.path.exists(path):
             entries.sort(key=lambda e: e[0])
             try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
                 write_atomic(path, json.dumps(entries, separators=(",", ":")).encode())
             except OSError as e:  # the job can still run; a later start gets `unknown manifest`
                 log(f"cannot cache manifest {digest}: {e}")
@@ -1278,7 +1281,8 @@ class Agent:
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
-        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store)."""
+        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store); with a
+        symlink's MODE (S_IFLNK), make BASE/REL a link to the target that BLOB holds."""
         target = os.path.join(base, rel)
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)
@@ -1287,6 +1291,10 @@ class Agent:
             raise OSError(f"{rel} leaves {base}")
         if os.path.islink(target):
             os.unlink(target)
+        if stat.S_ISLNK(mode):  # a link out of the project: the blob holds its target
+            with open(blob, "rb") as f:
+                os.symlink(os.fsdecode(f.read()), target)
+            return
         shutil.copyfile(blob, target)
         os.chmod(target, mode & 0o777)
 
@@ -1303,7 +1311,7 @@ class Agent:
             log(f"dataset {digest[:16]} was changed in place; rebuilding it")
             remove_tree(final)
         if not os.path.isdir(final):
-            os.makedirs(parent, exist_ok=True)
+            os.makedirs(parent, 0o700, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix=f".tmp-{digest[:16]}-", dir=parent)
             try:
                 os.chmod(tmp, 0o755)
@@ -1323,9 +1331,9 @@ class Agent:
                env: dict[str, str]) -> Job:  # fmt: skip
         """Start the wrapper in a new session and track it."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o644)
+        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
         try:
-            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o644)
+            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
             try:
                 proc = subprocess.Popen(
                     ["/bin/sh", "-c", WRAPPER, "monkey-job", *argv],
@@ -1379,7 +1387,7 @@ class Agent:
         line = encode(event)
         try:
             fd = os.open(
-                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
             )
             try:
                 written = os.write(fd, line)
@@ -1632,7 +1640,7 @@ def raise_fd_limit() -> None:
 def lock_root(root: str) -> int | None:
     """The fd holding ROOT/private/agent.lock, or None when another agent holds it."""
     private = os.path.join(root, "private")
-    os.makedirs(root, exist_ok=True)
+    os.makedirs(root, 0o700, exist_ok=True)
     try:
         os.mkdir(private, 0o700)
     except FileExistsError:

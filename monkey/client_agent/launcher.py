@@ -117,7 +117,7 @@ def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
     started = time.monotonic()
     key = env_key(setup)
     prefix = os.path.join(envs, key)
-    os.makedirs(envs, exist_ok=True)
+    os.makedirs(envs, 0o700, exist_ok=True)
     with open(os.path.join(envs, f"{key}.lock"), "wb") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

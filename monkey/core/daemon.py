@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from monkey.config import Home, first_error, python_entry
+from monkey.config import Home, first_error, open_private, python_entry, write_private
 from monkey.models import MonkeyError
 
 
@@ -64,7 +64,7 @@ def run_foreground(home: Home | None = None) -> int:
             store.check_integrity()  # a damaged file is refused before anything is written
         finally:
             store.close()
-        home.daemon_pid.write_text(f"{os.getpid()}\n")
+        write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
         core = Core(home)
     except MonkeyError as exc:
         print(f"monkey: error: {exc}", file=sys.stderr)
@@ -91,7 +91,7 @@ def spawn(home: Home) -> subprocess.Popen[bytes]:
     MONKEY_HOME, isolated from the caller's folder (see ``python_entry``)."""
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
-    with open(home.daemon_log, "ab") as log:
+    with open_private(home.daemon_log) as log:
         return subprocess.Popen(
             python_entry("monkey.core.daemon", "run_foreground"),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=home.root,

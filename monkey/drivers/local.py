@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from monkey.config import Home, ProviderConfig, first_error, python_entry
+from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver
 from monkey.models import MonkeyError
@@ -82,7 +82,7 @@ class LocalDriver(Driver):
         """Start a detached agent in MONKEY_HOME, isolated from the core's folder."""
         idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
-        with open(log_path, "ab") as log:
+        with open_private(log_path) as log:
             return subprocess.Popen(
                 [*python_entry("monkey.client_agent.agent", "main"),
                  "--root", str(self.home.agent_root), "--socket", self.socket,

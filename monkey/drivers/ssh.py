@@ -562,19 +562,17 @@ class SSHDriver(Driver):
                     path.unlink()
 
     def _share_blobs(self, digests: list[str]) -> None:
-        """Put the blobs into the shared folder every host mounts (linked when possible)."""
+        """Copy the blobs into the shared folder every host mounts, readable as far as that
+        folder lets anyone in (a hard link would share the home's private blob, unreadable
+        to a host's user of another uid)."""
         for digest in digests:
             dst = Path(self.shared_fs or "", "blobs", digest[:2], digest[2:])
             if dst.exists():
                 continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".tmp-{dst.name}-{os.getpid()}")
-            src = self.home.blobs / digest[:2] / digest[2:]
-            try:
-                os.link(src, tmp)
-            except OSError:  # another file system
-                shutil.copyfile(src, tmp)
-                os.chmod(tmp, 0o644)
+            shutil.copyfile(self.home.blobs / digest[:2] / digest[2:], tmp)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, dst)
 
     def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:

@@ -74,7 +74,7 @@ def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     import yaml
 
-    from monkey.config import Home, load_providers, read_yaml
+    from monkey.config import Home, load_providers, read_yaml, write_private
 
     home = Home().ensure()
     path = home.providers_file
@@ -91,7 +91,7 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     data.setdefault("providers", {})
     data["providers"][args.name] = ssh_entry(args)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_private(tmp, yaml.safe_dump(data, sort_keys=False).encode())
     try:
         load_providers(_Staged(home, tmp))
     except MonkeyError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -90,6 +91,15 @@ def _job(row: tuple[Any, ...]) -> Job:
     )
 
 
+def _create_private(path: Path) -> None:
+    """Create PATH empty and readable by this user only, unless it exists by now (other
+    failures are left for SQLite to report)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        pass
+
+
 def _attempt(row: tuple[Any, ...]) -> Attempt:
     return Attempt(*row)
 
@@ -99,8 +109,10 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
-        if not create and not self.path.exists():
-            raise MonkeyError(f"no monkey database at {self.path}; run a job first")
+        if not self.path.exists():
+            if not create:
+                raise MonkeyError(f"no monkey database at {self.path}; run a job first")
+            _create_private(self.path)  # SQLite gives its -wal and -shm files the same mode
         try:
             # Autocommit mode: every write goes through tx(), which takes the write lock up
             # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.

@@ -10,6 +10,8 @@ import sys
 import zlib
 from pathlib import Path
 
+from monkey.config import write_private
+
 
 def _site_dirs() -> list[str]:
     return sorted({p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
@@ -53,7 +55,7 @@ def _installed(cache_dir: Path, stamp: list[object]) -> dict[str, str]:
     packages = dict(sorted(packages.items()))
     tmp = cache.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps({"stamp": stamp, "packages": packages}))
+        write_private(tmp, json.dumps({"stamp": stamp, "packages": packages}).encode())
         os.replace(tmp, cache)
     except OSError:
         pass
