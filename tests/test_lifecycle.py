@@ -94,9 +94,10 @@ def test_cancel_kills_the_whole_process_tree(cli, home, monkey):
         "sleep 300 &\nsh -c 'sleep 300' &\necho ready\nwait\n"
     )
     job = monkey.run(["sh", "tree.sh"])
-    wait_for(lambda: job.logs() == "ready\n", what="the job to start its children")
+    wait_for(lambda: job.logs() == "ready\n" and job.attempts()[0].pid,
+             what="the job to start its children")  # fmt: skip
     pid = job.attempts()[0].pid
-    assert len(_session_members(pid)) >= 3
+    wait_for(lambda: len(_session_members(pid)) >= 3, what="the job's processes")
     out = cli("job", "cancel", job.juid, check=True).stdout
     assert job.juid in out
     assert job.wait(timeout=30) == State.CANCELLED
