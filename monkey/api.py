@@ -28,6 +28,7 @@ from monkey.models import (
 )
 from monkey.models import Job as JobRecord
 from monkey.store import Store
+from monkey.store.errors import disk_full, is_no_space
 from monkey.tracking.facade import TrackingAPI
 
 # Variables that define the software environment a job was submitted from.
@@ -283,8 +284,14 @@ class Monkey(TrackingAPI):
         ref = _secrets.token_hex(16) + ".json"
         path = self.home.secrets / ref
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(dumps(values))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(dumps(values))
+        except OSError as exc:
+            path.unlink()
+            if is_no_space(exc):
+                raise disk_full(self.home.secrets) from None
+            raise
         return ref
 
     def wake(self) -> None:

@@ -42,6 +42,13 @@ def status(home: Home) -> int | None:
         return -1  # locked but the pid file is not written yet
 
 
+def condition(home: Home) -> str:
+    """Why the running core cannot write, or "" when it can."""
+    from monkey.core.outage import read_status
+
+    return read_status(home.core_status)
+
+
 def run_foreground(home: Home | None = None) -> int:
     """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock."""
     home = (home or Home()).ensure()
@@ -56,8 +63,14 @@ def run_foreground(home: Home | None = None) -> int:
     )
     from monkey.core.scheduler import Core
 
-    home.daemon_pid.write_text(f"{os.getpid()}\n")
-    core = Core(home)
+    try:
+        home.daemon_pid.write_text(f"{os.getpid()}\n")
+        core = Core(home)
+    except (MonkeyError, OSError) as exc:  # e.g. a full disk: one line in daemon.log
+        print(f"monkey: the core cannot start: {exc}", file=sys.stderr)
+        home.daemon_pid.unlink(missing_ok=True)
+        os.close(fd)
+        return 1
 
     def _stop(signum: int, frame: object) -> None:
         core.stop()

@@ -21,6 +21,14 @@ from monkey.models import (
     dumps,
 )
 from monkey.store.dashboard import DashboardQueries
+from monkey.store.errors import (
+    NEARLY_FULL,
+    StoreBusy,
+    StoreUnavailable,
+    disk_full,
+    free_bytes,
+    sqlite_failure,
+)
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.ssh import SSHQueries
@@ -37,8 +45,53 @@ _ATTEMPT_COLUMNS = (
 )
 
 
+# How long a statement waits for the write lock before the user is told, and SQLite's own
+# wait per try: SQLite's waits grow to 100 ms, long enough to miss every pause of a writer
+# committing in batches, so the waiting is done here in short tries.
+BUSY_WAIT = 60.0
+_BUSY_TRY = 0.02
+
+
 class IllegalTransition(MonkeyError):
     """A state change the job model does not allow."""
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose statements wait for the write lock in short tries and raise
+    StoreUnavailable (not an SQLite error) for a full disk or a lock held too long; the
+    last such error stays in ``failure`` even when a caller catches it."""
+
+    path: Path
+    failure: StoreUnavailable | None = None
+
+    def execute(self, sql: str, params: Any = (), /) -> sqlite3.Cursor:
+        start = time.monotonic()
+        while True:
+            try:
+                return super().execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                failure = sqlite_failure(exc, self.path)
+                if failure is None:
+                    raise
+                # Waiting for the lock is safe outside a transaction only.
+                if (
+                    not isinstance(failure, StoreBusy)
+                    or self.in_transaction
+                    or time.monotonic() - start > BUSY_WAIT
+                ):
+                    self.failure = failure
+                    raise failure from exc
+            time.sleep(0.002)  # SQLite gives up without waiting in a few cases
+
+    def executemany(self, sql: str, rows: Iterable[Any], /) -> sqlite3.Cursor:
+        try:
+            return super().executemany(sql, rows)
+        except sqlite3.OperationalError as exc:
+            failure = sqlite_failure(exc, self.path)
+            if failure is None:
+                raise
+            self.failure = failure
+            raise failure from exc
 
 
 def _job(row: tuple[Any, ...]) -> Job:
@@ -88,11 +141,13 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         try:
             # Autocommit mode: every write goes through tx(), which takes the write lock up
             # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.
-            self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                      check_same_thread=False)
-            self.db.execute("PRAGMA busy_timeout = 60000")
+            self.db = sqlite3.connect(self.path, timeout=_BUSY_TRY, isolation_level=None,
+                                      check_same_thread=False, factory=_Connection)
+            self.db.path = self.path
             self._prepare()
         except sqlite3.DatabaseError as exc:
+            if 0 <= free_bytes(self.path.parent) < NEARLY_FULL:  # e.g. no room for its -shm
+                raise disk_full(self.path.parent) from None
             raise MonkeyError(
                 f"{self.path} is not a readable monkey database ({exc}); move it aside to start afresh"
             ) from None
@@ -135,10 +190,18 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            # A failed COMMIT keeps the lock until rolled back; SQLite may have rolled back
+            # already (a full disk).
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+
+    def take_failure(self) -> StoreUnavailable | None:
+        """The last failed write (full disk, lock held too long) since the previous call."""
+        failure, self.db.failure = self.db.failure, None
+        return failure
 
     def close(self) -> None:
         self.db.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 from monkey.models import LIVE, TERMINAL, State
 from monkey.store import Store
+from monkey.store.errors import StoreUnavailable
 from monkey.store.tracking import HOLD
 from monkey.tracking import early_stop
 
@@ -25,6 +26,8 @@ def tick(store: Store) -> None:
     for sweep in store.list_sweeps(states=[ACTIVE_SWEEP]):
         try:
             advance(store, sweep)
+        except StoreUnavailable:
+            raise  # the core waits for the store; no sweep is at fault
         except Exception:  # one bad sweep must not stop the core
             log.exception("sweep %s", sweep["id"])
 
