@@ -144,7 +144,7 @@ class Core:
         if now >= self.next_health:
             self.next_health = now + 1.0
             self.check_health(now)
-            sweeps.tick(self.store)
+            sweeps.tick(self.store, self.home)
 
     def reload_providers(self) -> None:
         """Take edits of providers.yml into account; a broken file keeps the last good one.

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from monkey.store.errors import (
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.ssh import SSHQueries
-from monkey.store.tracking import TrackingStore
+from monkey.store.tracking import HOLD, TrackingStore
 
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
@@ -48,7 +49,7 @@ _ATTEMPT_COLUMNS = (
 # How long a statement waits for the write lock before the user is told, and SQLite's own
 # wait per try: SQLite's waits grow to 100 ms, long enough to miss every pause of a writer
 # committing in batches, so the waiting is done here in short tries.
-BUSY_WAIT = 60.0
+BUSY_WAIT = float(os.environ.get("MONKEY_BUSY_WAIT", "60"))
 _BUSY_TRY = 0.02
 
 
@@ -209,10 +210,18 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
     # -- jobs ---------------------------------------------------------------------------
 
     def create_job(
+        self, *, name: str, argv: list[str], params: dict[str, Any] | None = None, **common: Any
+    ) -> Job:
+        """Insert one job (see ``create_jobs``) and return it."""
+        [juid] = self.create_jobs([(argv, name, params or {})], **common)
+        job = self.get_job(juid)
+        assert job is not None
+        return job
+
+    def create_jobs(
         self,
+        cells: Sequence[tuple[list[str], str, dict[str, Any]]],
         *,
-        name: str,
-        argv: list[str],
         provider: str,
         resources: Resources,
         env: dict[str, str],
@@ -224,40 +233,64 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         retries: int = 0,
         state: State = State.QUEUED,
         sweep: str | None = None,
-        params: dict[str, Any] | None = None,
+        held: bool = False,
         blobs: Iterable[tuple[str, int]] = (),
         secrets: str | None = None,
+        spec: dict[str, Any] | None = None,
+        outputs: Sequence[str] = (),
+        packages: str | None = None,
         now: float | None = None,
-    ) -> Job:
-        """Insert a job with a fresh juid (YY-MM-DD-NNN) and its `created` event."""
+    ) -> list[str]:
+        """Insert jobs alike but for their (argv, name, params), each with a fresh juid
+        (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
+
+        ``held`` jobs wait for their sweep's hook to release them; ``spec`` is the resolved
+        job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
+        of installed packages."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
+        shared = (
+            state.value, provider, dumps(resources.to_json()), dumps(env), snapshot, workdir,
+            dumps(datasets), dumps(git), python, retries, now, now, HOLD if held else 0.0, sweep,
+            secrets,
+        )  # fmt: skip
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
-            juid = f"{day}-{self._next_of_day(db, day):03d}"
-            db.execute(
-                f"INSERT INTO jobs({_JOB_COLUMNS}, secrets) VALUES ({', '.join('?' * 26)})",
-                (
-                    juid, name or juid, state.value, dumps(argv), provider,
-                    dumps(resources.to_json()), dumps(env), snapshot, workdir, dumps(datasets),
-                    dumps(git), python, retries, 0, None, None, None, now, now, None, None, 0.0,
-                    sweep, dumps(params or {}), None, secrets,
-                ),
+            first = self._next_of_day(db, day, len(cells))
+            juids = [f"{day}-{n:03d}" for n in range(first, first + len(cells))]
+            db.executemany(
+                "INSERT INTO jobs(juid, name, argv, params, state, provider, resources, env, "
+                "snapshot, workdir, datasets, git, python, retries, created_at, updated_at, "
+                "not_before, sweep, secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?)",
+                [(juid, name or juid, dumps(argv), dumps(params), *shared)
+                 for juid, (argv, name, params) in zip(juids, cells)],
             )  # fmt: skip
-            self._event(db, juid, None, "created", None, state.value, None, now)
-        job = self.get_job(juid)
-        assert job is not None
-        return job
+            db.executemany(
+                "INSERT INTO events(juid, ts, kind, new) VALUES (?, ?, 'created', ?)",
+                [(juid, now, state.value) for juid in juids],
+            )
+            for table, column, value in (("job_specs", "spec", spec and dumps(spec)),
+                                         ("job_outputs", "globs", outputs and dumps(outputs)),
+                                         ("job_packages", "digest", packages)):  # fmt: skip
+                if value:
+                    db.executemany(
+                        f"INSERT OR REPLACE INTO {table}(juid, {column}) VALUES (?, ?)",
+                        [(juid, value) for juid in juids],
+                    )
+        return juids
 
     @staticmethod
-    def _next_of_day(db: sqlite3.Connection, counter: str) -> int:
-        """The next number of a per-day counter (inside the caller's write transaction)."""
+    def _next_of_day(db: sqlite3.Connection, counter: str, count: int = 1) -> int:
+        """The first of the COUNT next numbers of a per-day counter (inside the caller's
+        write transaction)."""
         db.execute(
-            "INSERT INTO day_counters(day, n) VALUES (?, 1) "
-            "ON CONFLICT(day) DO UPDATE SET n = n + 1",
-            (counter,),
+            "INSERT INTO day_counters(day, n) VALUES (?, ?) "
+            "ON CONFLICT(day) DO UPDATE SET n = n + excluded.n",
+            (counter, count),
         )
-        return db.execute("SELECT n FROM day_counters WHERE day = ?", (counter,)).fetchone()[0]
+        last = db.execute("SELECT n FROM day_counters WHERE day = ?", (counter,)).fetchone()[0]
+        return last - count + 1
 
     def get_job(self, juid: str) -> Job | None:
         row = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE juid = ?", (juid,)).fetchone()

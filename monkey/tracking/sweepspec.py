@@ -22,6 +22,7 @@ from typing import Any
 
 from monkey.models import MonkeyError
 
+MAX_CELLS = 10_000  # cells of one sweep unless max_cells says otherwise
 DISTRIBUTIONS = ("uniform", "log_uniform", "int_uniform", "choice")
 EARLY_TERMINATE = ("median", "asha")
 PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_.]*)\}")  # ${VAR} is the shell's
@@ -240,6 +241,24 @@ def _check_early(early: Any, metric: dict[str, Any] | None) -> dict[str, Any]:
             raise MonkeyError(f"early_terminate {key} must be a whole number "
                               f">= {2 if key == 'eta' else 1}")
     return out
+
+
+def size(spec: dict[str, Any], max_cells: int | None = None) -> int:
+    """The number of cells of a checked spec (not expanded), or MonkeyError when it is more
+    than ``max_cells`` (default MAX_CELLS): a typo's sweep would queue runs for weeks."""
+    if max_cells is not None and (not isinstance(max_cells, int) or isinstance(max_cells, bool)
+                                  or max_cells < 1):
+        raise MonkeyError(f"--max-cells must be a whole number >= 1, got {max_cells!r}")
+    if spec["method"] == "random":
+        count = spec["count"]
+    else:
+        count = math.prod(len(p["values"]) for p in spec["parameters"].values())
+    cap = MAX_CELLS if max_cells is None else max_cells
+    if count > cap:
+        limit = f"the default cap of {cap:,}" if max_cells is None else f"--max-cells {cap:,}"
+        raise MonkeyError(f"this sweep has {count:,} cells, more than {limit}; pass "
+                          f"--max-cells {count} (max_cells={count} in Python) if you mean it")
+    return count
 
 
 def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
