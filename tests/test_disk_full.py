@@ -20,8 +20,11 @@ def disk(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """MONKEY_HOME on its own 8 MB tmpfs, unmounted afterwards whatever happened."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {done.stderr.strip()}")
     root = mount / "mh"
@@ -99,8 +102,10 @@ def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
     ballast = fill(disk)
     gate.touch()  # its end must be recorded on a full disk; the queued job must be started
 
-    status = wait_for(lambda: "cannot write" in (s := cli("daemon", "status").stdout) and s,
-                      what="`daemon status` to say why the core is stuck")
+    status = wait_for(
+        lambda: "cannot write" in (s := cli("daemon", "status").stdout) and s,
+        what="`daemon status` to say why the core is stuck",
+    )
     assert f"core running (pid {pid})" in status
     assert f"but cannot write: disk full at {disk} (" in status
     assert queued.status == State.QUEUED
@@ -120,8 +125,10 @@ def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
 def test_job_that_fills_the_disk_says_so(disk, cli, api):
     cli("daemon", "start", check=True)
     job = api.run(["python3", "-c", "f = open('fill', 'wb')\nwhile True: f.write(bytes(65536))"])
-    wait_for(lambda: "cannot write" in cli("daemon", "status").stdout or job.status == State.FAILED,
-             what="the job to fill the disk")
+    wait_for(
+        lambda: "cannot write" in cli("daemon", "status").stdout or job.status == State.FAILED,
+        what="the job to fill the disk",
+    )
     for path in (disk / "runs").rglob("fill"):
         path.unlink()
     assert job.wait(timeout=30) == State.FAILED
