@@ -9,6 +9,7 @@ import secrets as _secrets
 import shlex
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from monkey.models import (
 )
 from monkey.models import Job as JobRecord
 from monkey.store import Store
+from monkey.store.errors import disk_full, is_no_space
 from monkey.tracking.facade import TrackingAPI
 
 # Variables that define the software environment a job was submitted from.
@@ -39,6 +41,17 @@ CAPTURED_ENV = (
 MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
+
+
+@dataclass
+class Submission:
+    """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
+    job.yml's name, the secret environment values and, once written, their file's name."""
+
+    name: str | None
+    fields: dict[str, Any]
+    secrets: dict[str, str]
+    secrets_ref: str | None = None
 
 
 class Job:
@@ -140,8 +153,6 @@ class Monkey(TrackingAPI):
 
         ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
         one, False ignores it. Arguments given here override the file."""
-        from monkey import jobspec, snapshot
-
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
         except ValueError as exc:
@@ -151,9 +162,38 @@ class Monkey(TrackingAPI):
         if any("\0" in arg for arg in argv):
             raise MonkeyError(f"command {argv!r} contains a NUL byte (\\0), which no program can "
                               "receive; remove it")
-        resources = self._resources(provider, cpus, gpus, memory, host)
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
+        sub = self._submission(
+            provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, outputs=outputs,
+            retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
+        )  # fmt: skip
+        [juid] = self._record(sub, [(argv, name or sub.name or _default_name(argv), params or {})],
+                              sweep=sweep)  # fmt: skip
+        if start_core:
+            self.wake(queued=f"job {juid}")
+        return Job(self, juid)
+
+    def _submission(
+        self,
+        *,
+        provider: str = "local",
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        host: str | None = None,
+        outputs: str | Iterable[str] = (),
+        retries: int = 0,
+        datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+        env: dict[str, str] | str | Iterable[str] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        job_yml: str | os.PathLike[str] | bool | None = None,
+    ) -> Submission:
+        """Check the options and store the code, data and environment the jobs of one
+        submission share (done once for a whole sweep)."""
+        from monkey import jobspec, snapshot
+
+        resources = self._resources(provider, cpus, gpus, memory, host)
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
         outputs = [_check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
         one = isinstance(datasets, (str, os.PathLike))
@@ -167,7 +207,6 @@ class Monkey(TrackingAPI):
             root = js.code_root
             given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
-            name = name or js.name
         plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
         # The job.yml stored with the code holds no env values: they reach the job as env.
@@ -194,33 +233,36 @@ class Monkey(TrackingAPI):
             )  # fmt: skip
         git, git_blobs = snapshot.git_info(root, blobs, [str(js.file)] if hidden else ())
         new_blobs += git_blobs
-        secrets_ref = self._write_secrets(secret_env) if secret_env else None
-        with self.store.tx():  # the job and its spec become visible together
-            job = self.store.create_job(
-                name=name or _default_name(argv),
-                argv=argv,
-                provider=provider,
-                resources=resources,
-                env={**plain_env, **{k: REDACTED for k in secret_env}},
-                snapshot=snap.digest,
-                workdir=str(root.resolve()),
-                datasets=recorded_datasets,
-                git=git,
-                python=platform.python_version(),
-                retries=retries,
-                sweep=sweep,
-                params=params,
-                blobs=new_blobs,
-                secrets=secrets_ref,
-            )
-            if spec_record is not None:
-                self.store.set_job_spec(job.juid, spec_record)
-            if outputs:
-                self.store.set_outputs(job.juid, outputs)
-            self._record_packages(job.juid)
-        if start_core:
-            self.wake(queued=f"job {job.juid}")
-        return Job(self, job.juid)
+        packages = self._packages()
+        new_blobs.append(packages)
+        return Submission(
+            name=js.name if js is not None else None,
+            fields={
+                "provider": provider, "resources": resources,
+                "env": {**plain_env, **{k: REDACTED for k in secret_env}},
+                "snapshot": snap.digest, "workdir": str(root.resolve()),
+                "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
+                "retries": retries, "blobs": new_blobs, "spec": spec_record,
+                "outputs": outputs, "packages": packages[0],
+            },
+            secrets=secret_env,
+        )  # fmt: skip
+
+    def _record(self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]],
+                **fields: Any) -> list[str]:
+        """Record one job per (argv, name, params) cell in one transaction; the secret values
+        go to a 0600 file first, removed again when nothing refers to it."""
+        secrets_ref = sub.secrets_ref
+        if sub.secrets and secrets_ref is None:
+            secrets_ref = self._write_secrets(sub.secrets)
+        try:
+            juids = self.store.create_jobs(cells, secrets=secrets_ref, **sub.fields, **fields)
+        except BaseException:
+            if secrets_ref != sub.secrets_ref:
+                (self.home.secrets / secrets_ref).unlink(missing_ok=True)
+            raise
+        sub.secrets_ref = secrets_ref
+        return juids
 
     def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
                    host: str | None = None) -> Resources:
@@ -295,8 +337,14 @@ class Monkey(TrackingAPI):
         ref = _secrets.token_hex(16) + ".json"
         path = self.home.secrets / ref
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(dumps(values))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(dumps(values))
+        except OSError as exc:
+            path.unlink()
+            if is_no_space(exc):
+                raise disk_full(self.home.secrets) from None
+            raise
         return ref
 
     def wake(self, queued: str | None = None) -> None:

@@ -164,6 +164,11 @@ class Home:
         return self.root / "daemon.log"
 
     @property
+    def core_status(self) -> Path:
+        """Why the running core cannot write, when it cannot (see monkey.core.outage)."""
+        return self.private / "core.status"
+
+    @property
     def daemon_lock(self) -> Path:
         return self.private / "daemon.lock"
 

@@ -28,7 +28,8 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ import blake3
 
 from monkey.models import MonkeyError
 from monkey.store.db import Store
+from monkey.store.errors import disk_full, is_no_space
 
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
@@ -119,7 +121,8 @@ class BlobStore:
         digest = blake3.blake3(data).hexdigest()
         if self.has(digest):
             return digest, False
-        return digest, self._write(data, digest)
+        with self._writing():
+            return digest, self._write(data, digest)
 
     def _write(self, data: bytes, digest: str, mode: int = _BLOB_MODE) -> bool:
         """Store DATA, whose digest is DIGEST, with MODE; True if newly stored."""
@@ -140,15 +143,27 @@ class BlobStore:
         since it was hashed) nothing is stored and MonkeyError is raised."""
         if self.has(digest):
             return False
-        return self._ingest(os.fspath(src), expect=digest)[2]
+        with self._writing():
+            return self._ingest(os.fspath(src), expect=digest)[2]
 
     def put_path(self, src: Path | str) -> tuple[str, int, bool]:
         """Copy ``src`` in under the digest of the bytes actually copied.
 
         Returns (digest, size, newly stored). Safe against concurrent edits of ``src``."""
-        return self._ingest(os.fspath(src), expect=None)
+        with self._writing():
+            return self._ingest(os.fspath(src), expect=None)
 
     # -- internals
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Report a full disk as DiskFull (the temporary file is removed already)."""
+        try:
+            yield
+        except OSError as exc:
+            if is_no_space(exc):
+                raise disk_full(self.root) from None
+            raise
 
     def _p(self, digest: str) -> str:
         return f"{self._root}/{digest[:2]}/{digest[2:]}"
@@ -180,11 +195,13 @@ class BlobStore:
             return False
         except OSError:
             # Filesystems without hard links: an atomic rename (identical content anyway).
-            if os.path.exists(final):
+            try:
+                if os.path.exists(final):
+                    return False
+                os.replace(tmp, final)
+                return True
+            finally:
                 _unlink(tmp)
-                return False
-            os.replace(tmp, final)
-            return True
         _unlink(tmp)
         return True
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 
-from conftest import REPO, wait_for
+from conftest import REPO, core_pid, wait_for
+
+from monkey.models import State
 
 SUBMIT = """
 import sys
@@ -35,3 +38,27 @@ def test_eight_processes_submit_200_jobs_each(home, monkey):
     assert sorted(j.juid for j in monkey.store.list_jobs()) == sorted(ids)
     wait_for(lambda: monkey.store.count_jobs() == {"succeeded": 1600}, timeout=240,
              every=0.5, what="all 1600 jobs to finish")
+
+
+def test_a_lock_held_too_long_gives_one_line_and_the_core_waits_it_out(home, monkey, cli,
+                                                                        monkeypatch):
+    monkeypatch.setenv("MONKEY_BUSY_WAIT", "1")
+    gate = (home.parent / "gate").resolve()
+    running = monkey.run(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
+    wait_for(lambda: running.status == State.RUNNING, what="the job to run")
+    pid = core_pid(home)
+    holder = sqlite3.connect(home / "monkey.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another program keeps the write lock
+    try:
+        proc = cli("run", "--", "true")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith("monkey: error: ") and len(proc.stderr.splitlines()) == 1
+        assert "stayed locked by another process" in proc.stderr
+        wait_for(lambda: "cannot write" in cli("daemon", "status").stdout,
+                 what="the core to say it cannot write")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    gate.touch()  # its heartbeats could not be written meanwhile; its end can
+    assert running.wait(timeout=60) == State.SUCCEEDED
+    assert core_pid(home) == pid

@@ -42,6 +42,13 @@ def status(home: Home) -> int | None:
         return -1  # locked but the pid file is not written yet
 
 
+def condition(home: Home) -> str:
+    """Why the running core cannot write, or "" when it can."""
+    from monkey.core.outage import read_status
+
+    return read_status(home.core_status)
+
+
 def run_foreground(home: Home | None = None) -> int:
     """Serve as the core until SIGTERM/SIGINT; refuses when another core holds the lock, and
     says why in one line on stderr when it cannot start (a damaged database among others)."""
@@ -66,8 +73,8 @@ def run_foreground(home: Home | None = None) -> int:
             store.close()
         write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
         core = Core(home)
-    except MonkeyError as exc:
-        print(f"monkey: error: {exc}", file=sys.stderr)
+    except (MonkeyError, OSError) as exc:  # e.g. a damaged database or a full disk
+        print(f"monkey: error: the core cannot start: {exc}", file=sys.stderr)
         home.daemon_pid.unlink(missing_ok=True)
         os.close(fd)
         return 1

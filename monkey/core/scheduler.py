@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from monkey.config import Home, ProviderConfig, load_providers
+from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
 from monkey.drivers import get_driver
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
@@ -27,6 +28,7 @@ from monkey.models import (
     retry_delay,
 )
 from monkey.store import Store
+from monkey.store.errors import StoreUnavailable
 from monkey.tracking import ingest, sweeps
 
 log = logging.getLogger("monkey.core")
@@ -86,19 +88,37 @@ class Core:
         self.retry_links_at = 0.0
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.stopping = False
+        self.outage = Outage(home.core_status)
 
     # -- main loop ----------------------------------------------------------------------
 
     def run(self) -> None:
-        """Recover live attempts, then serve until ``stop()``."""
-        self.recover()
+        """Recover live attempts, then serve until ``stop()``.
+
+        While the store cannot be written (a full disk), retry with back-off; the links are
+        dropped then, and recovered afterwards, since what they said was not recorded."""
+        recovered = False
         while not self.stopping:
-            self.tick()
-            for key, _ in self.selector.select(self.timeout()):
-                if key.data is None:
-                    self._drain_wakes()
-                else:
-                    self._poll_link(key.data)
+            try:
+                if not recovered:
+                    self.recover()
+                    recovered = True
+                self.tick()
+                for key, _ in self.selector.select(self.timeout()):
+                    if key.data is None:
+                        self._drain_wakes()
+                    else:
+                        self._poll_link(key.data)
+                failure = self.store.take_failure()  # some callers catch MonkeyError
+            except StoreUnavailable as exc:
+                failure = self.store.take_failure() or exc
+            if failure is None:
+                self.outage.over()
+                continue
+            recovered = False
+            for key in list(self.links):
+                self.drop_link(key)
+            self.outage.wait(failure, lambda: self.stopping)
         self.close()
 
     def stop(self) -> None:
@@ -110,6 +130,7 @@ class Core:
         self.links.clear()
         self.selector.close()
         self.wake_sock.close()
+        self.outage.close()
         self.store.close()
 
     def timeout(self) -> float:
@@ -126,7 +147,7 @@ class Core:
         if now >= self.next_health:
             self.next_health = now + 1.0
             self.check_health(now)
-            sweeps.tick(self.store)
+            sweeps.tick(self.store, self.home)
 
     def reload_providers(self) -> None:
         """Take edits of providers.yml into account; a broken file keeps the last good one.
@@ -315,6 +336,7 @@ class Core:
         else:
             final = State.FAILED
             reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
+            reason += self.outage.job_note(self.home.run_dir(juid, n))
         if final in (State.FAILED, State.LOST) and why != "setup":
             done = self.store.auto_retries(juid)
             if done < job.retries:

@@ -486,8 +486,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         print(f"core stopped (pid {pid})" if pid else "core was not running")
     else:
         pid = daemon.status(home)
-        print(f"core running (pid {pid}) for {home.root}" if pid else "core not running")
-        return 0 if pid else 3
+        if not pid:
+            print("core not running")
+            return 3
+        why = daemon.condition(home)
+        print(f"core running (pid {pid}) for {home.root}" + (f", but {why}" if why else ""))
     return 0
 
 

@@ -130,6 +130,8 @@ def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
                    help="stop hopeless runs by the median rule or ASHA (needs --metric)")
     p.add_argument("--seed", type=int, help="seed of --random draws")
     p.add_argument("--name", "-n", help="a readable name for the sweep")
+    p.add_argument("--max-cells", type=int, metavar="N",
+                   help="allow up to N runs (default cap: 10000)")
     p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
@@ -282,7 +284,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         command or None, grid=grid, random=args.random, distributions=dists, file=args.file,
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
         retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
-        name=args.name, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
+        name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
         memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir,
     )  # fmt: skip
     if args.json:
@@ -311,6 +313,12 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st["counts"].items()))
     print(f"sweep {st['id']} ({st['name']}): {st['state']}, {st['done']}/{st['total']} ended"
           + (f" ({counts})" if counts else ""))
+    if st["state"] in ("submitting", "interrupted"):
+        cells = st["spec"].get("cells", "?")
+        print(f"{st['total']} of its {cells} cells written; "
+              + ("they run once all are written" if st["state"] == "submitting" else
+                 f"its submission stopped half-way, so none will run: `monkey sweep cancel "
+                 f"{st['id']}` and submit it again"))
     metric = st["spec"].get("metric")
     if metric:
         best = st["best"]

@@ -6,7 +6,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,18 @@ from monkey.models import (
     dumps,
 )
 from monkey.store.dashboard import DashboardQueries
+from monkey.store.errors import (
+    NEARLY_FULL,
+    StoreBusy,
+    StoreUnavailable,
+    disk_full,
+    free_bytes,
+    sqlite_failure,
+)
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.ssh import SSHQueries
-from monkey.store.tracking import TrackingStore
+from monkey.store.tracking import HOLD, TrackingStore
 
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
@@ -36,6 +44,13 @@ _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
     "run_dir, heartbeat_at, events_offset, gpus"
 )
+
+
+# How long a statement waits for the write lock before the user is told, and SQLite's own
+# wait per try: SQLite's waits grow to 100 ms, long enough to miss every pause of a writer
+# committing in batches, so the waiting is done here in short tries.
+BUSY_WAIT = float(os.environ.get("MONKEY_BUSY_WAIT", "60"))
+_BUSY_TRY = 0.02
 
 
 class IllegalTransition(MonkeyError):
@@ -56,6 +71,44 @@ def is_damage(exc: BaseException) -> bool:
         getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT")
         or "malformed" in str(exc)
     )
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose statements wait for the write lock in short tries and raise
+    StoreUnavailable (not an SQLite error) for a full disk or a lock held too long; the
+    last such error stays in ``failure`` even when a caller catches it."""
+
+    path: Path
+    failure: StoreUnavailable | None = None
+
+    def execute(self, sql: str, params: Any = (), /) -> sqlite3.Cursor:
+        start = time.monotonic()
+        while True:
+            try:
+                return super().execute(sql, params)
+            except sqlite3.OperationalError as exc:
+                failure = sqlite_failure(exc, self.path)
+                if failure is None:
+                    raise
+                # Waiting for the lock is safe outside a transaction only.
+                if (
+                    not isinstance(failure, StoreBusy)
+                    or self.in_transaction
+                    or time.monotonic() - start > BUSY_WAIT
+                ):
+                    self.failure = failure
+                    raise failure from exc
+            time.sleep(0.002)  # SQLite gives up without waiting in a few cases
+
+    def executemany(self, sql: str, rows: Iterable[Any], /) -> sqlite3.Cursor:
+        try:
+            return super().executemany(sql, rows)
+        except sqlite3.OperationalError as exc:
+            failure = sqlite_failure(exc, self.path)
+            if failure is None:
+                raise
+            self.failure = failure
+            raise failure from exc
 
 
 def _job(row: tuple[Any, ...]) -> Job:
@@ -116,16 +169,18 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         try:
             # Autocommit mode: every write goes through tx(), which takes the write lock up
             # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.
-            self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                      check_same_thread=False)
-            self.db.execute("PRAGMA busy_timeout = 60000")
+            self.db = sqlite3.connect(self.path, timeout=_BUSY_TRY, isolation_level=None,
+                                      check_same_thread=False, factory=_Connection)
+            self.db.path = self.path
             self._prepare()
-        except sqlite3.OperationalError as exc:  # the file is fine; its folder or disk is not
-            raise MonkeyError(f"cannot open {self.path} ({exc}); check that you may write to "
-                              f"{self.path.parent} and that its disk has space") from None
         except sqlite3.DatabaseError as exc:
             if is_damage(exc):
                 raise damaged(self.path, str(exc)) from None
+            if 0 <= free_bytes(self.path.parent) < NEARLY_FULL:  # e.g. no room for its -shm
+                raise disk_full(self.path.parent) from None
+            if isinstance(exc, sqlite3.OperationalError):  # the file is fine; its folder is not
+                raise MonkeyError(f"cannot open {self.path} ({exc}); check that you may write "
+                                  f"to {self.path.parent}") from None
             raise MonkeyError(
                 f"{self.path} is not a readable monkey database ({exc}); move it aside to start afresh"
             ) from None
@@ -183,10 +238,18 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            # A failed COMMIT keeps the lock until rolled back; SQLite may have rolled back
+            # already (a full disk).
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+
+    def take_failure(self) -> StoreUnavailable | None:
+        """The last failed write (full disk, lock held too long) since the previous call."""
+        failure, self.db.failure = self.db.failure, None
+        return failure
 
     def close(self) -> None:
         self.db.close()
@@ -194,10 +257,18 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
     # -- jobs ---------------------------------------------------------------------------
 
     def create_job(
+        self, *, name: str, argv: list[str], params: dict[str, Any] | None = None, **common: Any
+    ) -> Job:
+        """Insert one job (see ``create_jobs``) and return it."""
+        [juid] = self.create_jobs([(argv, name, params or {})], **common)
+        job = self.get_job(juid)
+        assert job is not None
+        return job
+
+    def create_jobs(
         self,
+        cells: Sequence[tuple[list[str], str, dict[str, Any]]],
         *,
-        name: str,
-        argv: list[str],
         provider: str,
         resources: Resources,
         env: dict[str, str],
@@ -209,40 +280,64 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
         retries: int = 0,
         state: State = State.QUEUED,
         sweep: str | None = None,
-        params: dict[str, Any] | None = None,
+        held: bool = False,
         blobs: Iterable[tuple[str, int]] = (),
         secrets: str | None = None,
+        spec: dict[str, Any] | None = None,
+        outputs: Sequence[str] = (),
+        packages: str | None = None,
         now: float | None = None,
-    ) -> Job:
-        """Insert a job with a fresh juid (YY-MM-DD-NNN) and its `created` event."""
+    ) -> list[str]:
+        """Insert jobs alike but for their (argv, name, params), each with a fresh juid
+        (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
+
+        ``held`` jobs wait for their sweep's hook to release them; ``spec`` is the resolved
+        job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
+        of installed packages."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
+        shared = (
+            state.value, provider, dumps(resources.to_json()), dumps(env), snapshot, workdir,
+            dumps(datasets), dumps(git), python, retries, now, now, HOLD if held else 0.0, sweep,
+            secrets,
+        )  # fmt: skip
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
-            juid = f"{day}-{self._next_of_day(db, day):03d}"
-            db.execute(
-                f"INSERT INTO jobs({_JOB_COLUMNS}, secrets) VALUES ({', '.join('?' * 26)})",
-                (
-                    juid, name or juid, state.value, dumps(argv), provider,
-                    dumps(resources.to_json()), dumps(env), snapshot, workdir, dumps(datasets),
-                    dumps(git), python, retries, 0, None, None, None, now, now, None, None, 0.0,
-                    sweep, dumps(params or {}), None, secrets,
-                ),
+            first = self._next_of_day(db, day, len(cells))
+            juids = [f"{day}-{n:03d}" for n in range(first, first + len(cells))]
+            db.executemany(
+                "INSERT INTO jobs(juid, name, argv, params, state, provider, resources, env, "
+                "snapshot, workdir, datasets, git, python, retries, created_at, updated_at, "
+                "not_before, sweep, secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?)",
+                [(juid, name or juid, dumps(argv), dumps(params), *shared)
+                 for juid, (argv, name, params) in zip(juids, cells)],
             )  # fmt: skip
-            self._event(db, juid, None, "created", None, state.value, None, now)
-        job = self.get_job(juid)
-        assert job is not None
-        return job
+            db.executemany(
+                "INSERT INTO events(juid, ts, kind, new) VALUES (?, ?, 'created', ?)",
+                [(juid, now, state.value) for juid in juids],
+            )
+            for table, column, value in (("job_specs", "spec", spec and dumps(spec)),
+                                         ("job_outputs", "globs", outputs and dumps(outputs)),
+                                         ("job_packages", "digest", packages)):  # fmt: skip
+                if value:
+                    db.executemany(
+                        f"INSERT OR REPLACE INTO {table}(juid, {column}) VALUES (?, ?)",
+                        [(juid, value) for juid in juids],
+                    )
+        return juids
 
     @staticmethod
-    def _next_of_day(db: sqlite3.Connection, counter: str) -> int:
-        """The next number of a per-day counter (inside the caller's write transaction)."""
+    def _next_of_day(db: sqlite3.Connection, counter: str, count: int = 1) -> int:
+        """The first of the COUNT next numbers of a per-day counter (inside the caller's
+        write transaction)."""
         db.execute(
-            "INSERT INTO day_counters(day, n) VALUES (?, 1) "
-            "ON CONFLICT(day) DO UPDATE SET n = n + 1",
-            (counter,),
+            "INSERT INTO day_counters(day, n) VALUES (?, ?) "
+            "ON CONFLICT(day) DO UPDATE SET n = n + excluded.n",
+            (counter, count),
         )
-        return db.execute("SELECT n FROM day_counters WHERE day = ?", (counter,)).fetchone()[0]
+        last = db.execute("SELECT n FROM day_counters WHERE day = ?", (counter,)).fetchone()[0]
+        return last - count + 1
 
     def get_job(self, juid: str) -> Job | None:
         row = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE juid = ?", (juid,)).fetchone()

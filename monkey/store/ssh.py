@@ -19,11 +19,6 @@ class SSHQueries:
             "WHERE a.state = 'live' AND json_extract(j.resources, '$.memory') IS NOT NULL"
         ).fetchall()
 
-    def set_outputs(self, juid: str, globs: list[str]) -> None:
-        """Record the job's output globs (call inside the transaction creating the job)."""
-        self.db.execute("INSERT OR REPLACE INTO job_outputs(juid, globs) VALUES (?, ?)",
-                        (juid, json.dumps(globs)))
-
     def outputs(self, juid: str) -> list[str]:
         """The globs of files to fetch back when the job ends (relative to its folder)."""
         row = self.db.execute("SELECT globs FROM job_outputs WHERE juid = ?", (juid,)).fetchone()

@@ -14,6 +14,8 @@ from monkey.models import dumps
 # A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
 # core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.
 HOLD = 1e18
+# Rows written per transaction by large writes (sweeps): other writers get in between.
+WRITE_BATCH = 1000
 
 # A batch of points as columns: distinct names, then per point the index of its name, its
 # step (or None), value (NaN is stored as NULL) and wall time in seconds.
@@ -186,16 +188,17 @@ class TrackingStore:
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def create_sweep(self, name: str, spec: dict[str, Any], now: float | None = None) -> str:
-        """A new sweep id (sw-YY-MM-DD-NNN) for SPEC, in state running."""
+    def create_sweep(self, name: str, spec: dict[str, Any], state: str = "running",
+                     now: float | None = None) -> str:
+        """A new sweep id (sw-YY-MM-DD-NNN) for SPEC, in STATE."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         with self.tx() as db:
             sid = f"sw-{day}-{self._next_of_day(db, f'sweep:{day}'):03d}"
             db.execute(
                 "INSERT INTO sweeps(id, name, state, spec, created_at, updated_at) "
-                "VALUES (?, ?, 'running', ?, ?, ?)",
-                (sid, name or sid, dumps(spec), now, now),
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (sid, name or sid, state, dumps(spec), now, now),
             )
         return sid
 
@@ -260,21 +263,15 @@ class TrackingStore:
             "SELECT juid, state, not_before, request FROM jobs WHERE sweep = ? ORDER BY seq", (sid,)
         ).fetchall()
 
-    def hold_jobs(self, juids: list[str]) -> None:
-        """Keep queued jobs waiting for their sweep's hook to release them."""
-        with self.tx() as db:
-            db.executemany(
-                "UPDATE jobs SET not_before = ? WHERE juid = ? AND state = 'queued'",
-                [(HOLD, j) for j in juids],
-            )
-
     def release_jobs(self, juids: list[str]) -> None:
-        with self.tx() as db:
-            db.executemany(
-                "UPDATE jobs SET not_before = 0 WHERE juid = ? AND state = 'queued' "
-                "AND not_before >= ?",
-                [(j, HOLD) for j in juids],
-            )
+        """Let held jobs run; in batches, so that a large sweep does not hold the lock long."""
+        for chunk in _chunks(juids, WRITE_BATCH):
+            with self.tx() as db:
+                db.executemany(
+                    "UPDATE jobs SET not_before = 0 WHERE juid = ? AND state = 'queued' "
+                    "AND not_before >= ?",
+                    [(j, HOLD) for j in chunk],
+                )
 
 
 def _sweep(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
+    from monkey.api import Submission
     from monkey.config import Home
     from monkey.store import Store
 
@@ -44,13 +46,18 @@ class TrackingAPI:
               file: str | None = None, metric: str | None = None, goal: str | None = None,
               max_parallel: int | None = None, retries: int | None = None,
               early_terminate: str | dict[str, Any] | None = None, seed: int | None = None,
-              name: str | None = None, **run_options: Any) -> str:
+              name: str | None = None, max_cells: int | None = None,
+              **run_options: Any) -> str:
         """Create a sweep: one queued job per cell; returns the sweep id.
 
         ``grid``: name -> values; ``random=N`` draws N cells from ``grid`` values and
         ``distributions`` (name -> {"distribution": "uniform"|"log_uniform"|"int_uniform"|
         "choice", "min", "max" | "values"}); ``file``: a YAML sweep file (explicit
-        arguments override it). ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
+        arguments override it). ``max_cells``: allow more cells than the default cap
+        (``sweepspec.MAX_CELLS``). ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
+
+        The code and data are stored once for all cells; the cells are written in batches
+        (see ``monkey.tracking.sweeps`` for what an interrupted submission leaves).
         """
         from monkey.tracking import sweeps, sweepspec
 
@@ -74,26 +81,54 @@ class TrackingAPI:
                 spec[key] = value
         name = name or spec.pop("name", None)
         spec = sweepspec.check(spec)
+        spec["cells"] = sweepspec.size(spec, max_cells)
         cells = sweepspec.expand(spec)
-        self._resources(run_options.get("provider", "local"), run_options.get("cpus", 1),
-                        run_options.get("gpus", 0), run_options.get("memory"))
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
-        with self.store.tx():  # all or nothing; cells are held before the core sees them
-            sid = self.store.create_sweep(name or "", spec)
-            label = name or sid
-            for i, cell in enumerate(cells, start=1):
-                job = self.run(sweepspec.render(spec["command"], cell), sweep=sid, params=cell,
-                               retries=spec["retries"], name=f"{label}-{i}",
-                               start_core=False, **run_options)
-                self.store.hold_jobs([job.juid])
+        sub = self._submission(retries=spec["retries"], **run_options)
+        lock = None
+        try:
+            with self.store.tx():  # the lock is held before anyone sees the sweep
+                sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
+                lock = sweeps.SubmissionLock(self.home, sid)
+            self._write_cells(sub, sid, name or sid, spec, cells)
+            self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
+        finally:
+            if lock is not None:
+                lock.release()
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
         self.wake(queued=f"sweep {sid}")
         return sid
 
+    def _write_cells(self, sub: Submission, sid: str, label: str, spec: dict[str, Any],
+                     cells: list[dict[str, Any]]) -> None:
+        """Write a submitting sweep's cells, held, in batches; on failure mark it interrupted
+        and say how far it got."""
+        import time
+
+        from monkey.store.tracking import WRITE_BATCH
+        from monkey.tracking import sweeps, sweepspec
+
+        written = 0
+        try:
+            for start in range(0, len(cells), WRITE_BATCH):
+                batch = [(sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
+                         for i, cell in enumerate(cells[start:start + WRITE_BATCH], start + 1)]
+                self._record(sub, batch, sweep=sid, held=True)
+                written += len(batch)
+                time.sleep(0.005)  # the lock is free: a waiting writer takes it now
+        except MonkeyError as exc:
+            with contextlib.suppress(MonkeyError):  # else the next reader marks it
+                self.store.set_sweep_state(sid, sweeps.INTERRUPTED, only_from=[sweeps.SUBMITTING])
+            raise MonkeyError(f"sweep {sid} stopped after {written:,} of its {len(cells):,} "
+                              f"cells (marked interrupted: none of them will run): {exc}") from None
+
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
         """Sweeps, newest first, each with its job counts by state."""
+        from monkey.tracking import sweeps
+
+        sweeps.settle(self.store, self.home)
         out = self.store.list_sweeps(states=[state] if state else None)
         for sweep in out:
             sweep["counts"] = self._sweep_counts(sweep["id"])
@@ -108,8 +143,10 @@ class TrackingAPI:
     def sweep_status(self, ref: str) -> dict[str, Any]:
         """Progress of a sweep and its best run so far on its metric."""
         from monkey.models import TERMINAL
+        from monkey.tracking import sweeps
         from monkey.tracking.compare import goal_of
 
+        sweeps.settle(self.store, self.home)
         sid = self.store.resolve_sweep(ref)
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
@@ -142,9 +179,16 @@ class TrackingAPI:
         from monkey.store.tracking import HOLD
         from monkey.tracking import sweeps
 
+        sweeps.settle(self.store, self.home)
         sid = self.store.resolve_sweep(ref)
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
+        if sweep["state"] == sweeps.SUBMITTING:
+            raise MonkeyError(f"sweep {sid} is still being submitted; {action} it once its "
+                              "`monkey sweep` is done")
+        if sweep["state"] == sweeps.INTERRUPTED and action != "cancel":
+            raise MonkeyError(f"sweep {sid} was interrupted while its cells were written; "
+                              f"`monkey sweep cancel {sid}` and submit it again")
         touched = 0
         jobs = self.store.list_jobs(sweep=sid, newest_first=False)
         if action in ("cancel", "pause"):
@@ -237,14 +281,15 @@ class TrackingAPI:
             packages = (pa, pb)
         return diff_jobs(blobs, a, b, packages)
 
-    def _record_packages(self, juid: str) -> None:
-        """Remember the installed packages of this Python for the job (see `diff`)."""
+    def _packages(self) -> tuple[str, int]:
+        """(digest, size) of the stored listing of this Python's installed packages (what
+        `diff` compares)."""
         from monkey.snapshot import BlobStore
         from monkey.tracking.packages import as_text, installed
 
         data = as_text(installed(self.home.private))
         digest, _ = BlobStore(self.home.blobs).put_bytes(data)
-        self.store.set_job_packages(juid, digest, len(data))
+        return digest, len(data)
 
     # -- plots and reports --------------------------------------------------------------
 

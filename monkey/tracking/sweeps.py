@@ -3,28 +3,43 @@ early, and mark a sweep finished when every cell has ended. ``tick`` runs once a
 
 A sweep's cells are ordinary jobs (``jobs.sweep`` = the sweep id) created queued and held
 (``not_before`` = HOLD); failed or lost cells retry by themselves through the job's
-``retries``. Sweep states: running, paused, finished, cancelled.
+``retries``. Sweep states: submitting, interrupted, running, paused, finished, cancelled.
+
+A large sweep is written in batches, so that other writers get in between. Until its last
+batch is written it is ``submitting`` and none of its cells runs; the process writing it
+holds a lock file meanwhile. A submitting sweep whose lock is free lost its writer half-way
+(killed, disk full): it becomes ``interrupted``, its cells never run, and `sweep status`
+says how many of its cells were written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 from typing import Any
 
+from monkey.config import Home
 from monkey.models import LIVE, TERMINAL, State
 from monkey.store import Store
+from monkey.store.errors import StoreUnavailable
 from monkey.store.tracking import HOLD
 from monkey.tracking import early_stop
 
 log = logging.getLogger("monkey.tracking")
 ACTIVE_SWEEP = "running"
+SUBMITTING, INTERRUPTED = "submitting", "interrupted"
 
 
-def tick(store: Store) -> None:
-    """One pass over the running sweeps."""
+def tick(store: Store, home: Home) -> None:
+    """One pass over the running sweeps (and those whose submission stopped half-way)."""
+    settle(store, home)
     for sweep in store.list_sweeps(states=[ACTIVE_SWEEP]):
         try:
             advance(store, sweep)
+        except StoreUnavailable:
+            raise  # the core waits for the store; no sweep is at fault
         except Exception:  # one bad sweep must not stop the core
             log.exception("sweep %s", sweep["id"])
 
@@ -64,3 +79,48 @@ def stop_early(store: Store, spec: dict[str, Any], juids: list[str],
     if rule["type"] == "median":
         return early_stop.median_stop(curves, running, rule["min_steps"], rule["min_runs"])
     return early_stop.asha_stop(curves, running, rule["min_steps"], rule["eta"])
+
+
+class SubmissionLock:
+    """Held by the process writing a sweep's cells, from before the sweep row is visible
+    until its last batch is written; the kernel drops it when that process dies."""
+
+    def __init__(self, home: Home, sid: str) -> None:
+        self.path = _lock_path(home, sid)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        os.unlink(self.path)
+        os.close(self.fd)
+
+
+def settle(store: Store, home: Home) -> None:
+    """Mark interrupted the submitting sweeps whose writer is gone."""
+    for sweep in store.list_sweeps(states=[SUBMITTING]):
+        path = _lock_path(home, sweep["id"])
+        if _locked(path):
+            continue  # still being written
+        if store.set_sweep_state(sweep["id"], INTERRUPTED, only_from=[SUBMITTING]):
+            log.warning("sweep %s: its submission stopped half-way; its cells will not run",
+                        sweep["id"])
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _locked(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _lock_path(home: Home, sid: str) -> str:
+    return os.path.join(home.private, f"{sid}.submitting")

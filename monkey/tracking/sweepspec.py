@@ -22,6 +22,7 @@ from typing import Any
 
 from monkey.models import MonkeyError
 
+MAX_CELLS = 10_000  # cells of one sweep unless max_cells says otherwise
 DISTRIBUTIONS = ("uniform", "log_uniform", "int_uniform", "choice")
 EARLY_TERMINATE = ("median", "asha")
 PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_.]*)\}")  # ${VAR} is the shell's
@@ -127,6 +128,17 @@ def _param_from_yaml(path: Path, name: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether a NUL byte is in any text within VALUE (lists and mappings, keys included)."""
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def check(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec with defaults filled in, or MonkeyError naming the first problem."""
     command = spec.get("command")
@@ -145,6 +157,9 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     if not command:
         raise MonkeyError("a sweep needs a command; write it after `--`, e.g. "
                           "monkey sweep --grid lr=0.01,0.1 -- python train.py --lr {lr}")
+    if _has_nul([command, spec.get("parameters")]):
+        raise MonkeyError("the sweep's command or a parameter value contains a NUL byte (\\0), "
+                          "which no program can receive; remove it")
     method = spec.get("method") or "grid"
     if method not in ("grid", "random"):
         raise MonkeyError(f"unknown sweep method {method!r}; use grid or random")
@@ -265,6 +280,24 @@ def _check_early(early: Any, metric: dict[str, Any] | None) -> dict[str, Any]:
             raise MonkeyError(f"early_terminate {key} must be a whole number "
                               f">= {2 if key == 'eta' else 1}")
     return out
+
+
+def size(spec: dict[str, Any], max_cells: int | None = None) -> int:
+    """The number of cells of a checked spec (not expanded), or MonkeyError when it is more
+    than ``max_cells`` (default MAX_CELLS): a typo's sweep would queue runs for weeks."""
+    if max_cells is not None and (not isinstance(max_cells, int) or isinstance(max_cells, bool)
+                                  or max_cells < 1):
+        raise MonkeyError(f"--max-cells must be a whole number >= 1, got {max_cells!r}")
+    if spec["method"] == "random":
+        count = spec["count"]
+    else:
+        count = math.prod(len(p["values"]) for p in spec["parameters"].values())
+    cap = MAX_CELLS if max_cells is None else max_cells
+    if count > cap:
+        limit = f"the default cap of {cap:,}" if max_cells is None else f"--max-cells {cap:,}"
+        raise MonkeyError(f"this sweep has {count:,} cells, more than {limit}; pass "
+                          f"--max-cells {count} (max_cells={count} in Python) if you mean it")
+    return count
 
 
 def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:

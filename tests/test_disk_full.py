@@ -1,0 +1,136 @@
+"""A full disk under MONKEY_HOME (a small tmpfs): commands say so in one line and write
+nothing half-way; the core waits, says why in `daemon status`, and carries on by itself
+once space is freed; a job that fills the disk says so in its reason."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import core_pid, kill_all, wait_for
+
+from monkey.models import State
+
+
+@pytest.fixture
+def disk(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """MONKEY_HOME on its own 8 MB tmpfs, unmounted afterwards whatever happened."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {done.stderr.strip()}")
+    root = mount / "mh"
+    root.mkdir()
+    monkeypatch.setenv("MONKEY_HOME", str(root))
+    try:
+        yield root
+    finally:
+        kill_all(f"MONKEY_HOME={root}")
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def api(disk: Path):
+    """The Python API over the MONKEY_HOME on the small disk."""
+    from monkey.api import Monkey
+
+    m = Monkey(disk)
+    yield m
+    m.store.close()
+
+
+def fill(folder: Path) -> Path:
+    """Write a file in FOLDER until the disk is full; returns it."""
+    ballast = folder / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def one_line_disk_full(proc: subprocess.CompletedProcess[str], disk: Path) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert f"disk full at {disk}" in lines[0] and "bytes free" in lines[0], lines[0]
+
+
+def test_commands_on_a_full_disk_fail_in_one_line_and_write_nothing(disk, cli):
+    Path("train.py").write_text("print('hi')\n")
+    cli("daemon", "start", check=True)
+    cli("run", "--", "python3", "train.py", check=True)
+    wait_for(lambda: "succeeded" in cli("list", "jobs").stdout, what="the first job to run")
+    cli("daemon", "stop", check=True)  # its database files are closed: they must be reopened
+    ballast = fill(disk)
+    Path("train.py").write_text("print('changed')\n")  # a new blob to store
+
+    one_line_disk_full(cli("run", "--", "python3", "train.py"), disk)
+    # Not "not a monkey database; move it aside": the store is healthy.
+    one_line_disk_full(cli("run", "--env", "MY_TOKEN=x", "--", "true"), disk)
+    one_line_disk_full(cli("list", "jobs"), disk)
+
+    ballast.unlink()
+    assert len(cli("list", "jobs", check=True).stdout.splitlines()) == 2  # header + the first job
+    assert not list((disk / "blobs").rglob(".tmp-*"))
+    assert not list((disk / "secrets").iterdir())
+    assert cli("run", "--env", "MY_TOKEN=x", "--", "python3", "train.py").returncode == 0
+
+
+def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
+    (disk / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    gate = Path("gate").resolve()
+    running = api.run(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
+    queued = api.run(["true"])
+    wait_for(lambda: running.status == State.RUNNING, what="the first job to run")
+    pid = core_pid(disk)
+    ballast = fill(disk)
+    gate.touch()  # its end must be recorded on a full disk; the queued job must be started
+
+    status = wait_for(
+        lambda: "cannot write" in (s := cli("daemon", "status").stdout) and s,
+        what="`daemon status` to say why the core is stuck",
+    )
+    assert f"core running (pid {pid})" in status
+    assert f"but cannot write: disk full at {disk} (" in status
+    assert queued.status == State.QUEUED
+    one_line_disk_full(cli("run", "--", "true"), disk)
+
+    ballast.unlink()  # nothing wakes the core: it must notice by itself
+    wait_for(lambda: queued.status == State.SUCCEEDED, what="the queued job to run")
+    assert running.status == State.SUCCEEDED
+    assert core_pid(disk) == pid
+    assert "cannot write" not in cli("daemon", "status").stdout
+    assert len(api.jobs()) == 2  # the refused `run` left no job behind
+    log = (disk / "daemon.log").read_text()
+    assert "Traceback" not in log
+    assert log.count("cannot write the store") <= 1  # said once, not at every retry
+
+
+def test_job_that_fills_the_disk_says_so(disk, cli, api):
+    cli("daemon", "start", check=True)
+    job = api.run(["python3", "-c", "f = open('fill', 'wb')\nwhile True: f.write(bytes(65536))"])
+    wait_for(
+        lambda: "cannot write" in cli("daemon", "status").stdout or job.status == State.FAILED,
+        what="the job to fill the disk",
+    )
+    for path in (disk / "runs").rglob("fill"):
+        path.unlink()
+    assert job.wait(timeout=30) == State.FAILED
+    reason = job.record.reason
+    assert reason.startswith("exit 1; disk full at "), reason
