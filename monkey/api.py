@@ -71,16 +71,17 @@ class Job:
     def wait(self, timeout: float | None = None, poll: float = 0.05) -> State:
         """Block until the job ends (a retry pending is not an end); return its state.
 
-        Starts the core when it is down: without it the job would never end."""
+        Keeps a core serving meanwhile (starting it again if it dies): without one the job
+        would never end."""
+        from monkey.core.daemon import Keeper
+
+        keeper = Keeper(self.monkey.home)
         deadline = None if timeout is None else time.monotonic() + timeout
-        woken = False
         while True:
             state = self.status
             if state in TERMINAL or state == State.PAUSED:
                 return state
-            if not woken:
-                self.monkey.wake()
-                woken = True
+            keeper.check()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
             time.sleep(poll)
@@ -374,9 +375,12 @@ class Monkey(TrackingAPI):
         """Yield the job's output as it is written, across attempts, until the job ends;
         with ``tail``, start from its last ``tail`` lines.
 
-        Starts the core when it is down: without it the job would never end."""
+        Keeps a core serving meanwhile (starting it again if it dies): without one the job
+        would never end."""
+        from monkey.core.daemon import Keeper
+
         juid = self.store.resolve(ref)
-        woken = False
+        keeper = Keeper(self.home)
         cursor = LogCursor()
         if tail is not None:
             cursor.skip_to_tail(self.log_paths(juid, stderr), tail)
@@ -385,9 +389,8 @@ class Monkey(TrackingAPI):
             assert job is not None
             # Read after looking at the state, so output written before the end is never missed.
             finished = job.state in TERMINAL or job.state == State.PAUSED
-            if not finished and not woken:
-                self.wake()
-                woken = True
+            if not finished:
+                keeper.check()
             for _, _, piece in cursor.read(self.log_paths(juid, stderr)):
                 yield piece
             if finished:
