@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from monkey.config import Home, ProviderConfig, load_providers
+from monkey.logfiles import LogCursor
 from monkey.models import (
     LIVE,
     REDACTED,
@@ -84,22 +85,24 @@ class Job:
     def wait(self, timeout: float | None = None, poll: float = 0.05) -> State:
         """Block until the job ends (a retry pending is not an end); return its state.
 
-        Starts the core when it is down: without it the job would never end."""
+        Keeps a core serving meanwhile (starting it again if it dies): without one the job
+        would never end."""
+        from monkey.core.daemon import Keeper
+
+        keeper = Keeper(self.monkey.home)
         deadline = None if timeout is None else time.monotonic() + timeout
-        woken = False
         while True:
             state = self.status
             if state in TERMINAL or state == State.PAUSED:
                 return state
-            if not woken:
-                self.monkey.wake()
-                woken = True
+            keeper.check()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
             time.sleep(poll)
 
-    def logs(self, stderr: bool = False) -> str:
-        return self.monkey.logs(self.juid, stderr=stderr).decode(errors="replace")
+    def logs(self, stderr: bool = False, tail: int | None = None) -> str:
+        """The job's output so far (all attempts), or its last ``tail`` lines."""
+        return self.monkey.logs(self.juid, stderr=stderr, tail=tail).decode(errors="replace")
 
     def cancel(self) -> State:
         return self.monkey.cancel(self.juid)
@@ -395,10 +398,11 @@ class Monkey(TrackingAPI):
             "events": self.store.events(juid),
         }
 
-    def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None) -> list[Path]:
-        """The job's log files, one per attempt, oldest first."""
+    def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None,
+                  setup: bool = False) -> list[Path]:
+        """The job's log files, one per attempt, oldest first (``setup``: the set-up logs)."""
         juid = self.store.resolve(ref)
-        name = "stderr.log" if stderr else "stdout.log"
+        name = "setup.log" if setup else "stderr.log" if stderr else "stdout.log"
         attempts = self.store.attempts(juid)
         if attempt is not None:
             attempts = [a for a in attempts if a.n == attempt]
@@ -406,24 +410,24 @@ class Monkey(TrackingAPI):
                 raise MonkeyError(f"job {juid} has no attempt {attempt}")
         return [self.home.run_dir(juid, a.n) / name for a in attempts if a.run_dir]
 
-    def logs(self, ref: str, stderr: bool = False, attempt: int | None = None) -> bytes:
-        out = []
-        for path in self.log_paths(ref, stderr, attempt):
-            try:
-                out.append(path.read_bytes())
-            except FileNotFoundError:
-                continue
-        return b"".join(out)
+    def log_chunks(self, ref: str, stderr: bool = False, attempt: int | None = None,
+                   tail: int | None = None, setup: bool = False) -> Iterator[bytes]:
+        """The job's output so far, attempts oldest first, in pieces of at most 1 MB; with
+        ``tail``, only its last ``tail`` lines (found from the end: a huge log costs nothing)."""
+        paths = self.log_paths(ref, stderr, attempt, setup)
+        cursor = LogCursor()
+        if tail is not None:
+            cursor.skip_to_tail(paths, tail)
+        return (piece for _, _, piece in cursor.read(paths))
+
+    def logs(self, ref: str, stderr: bool = False, attempt: int | None = None,
+             tail: int | None = None) -> bytes:
+        """The job's output so far, all attempts (or one), or its last ``tail`` lines."""
+        return b"".join(self.log_chunks(ref, stderr, attempt, tail))
 
     def setup_logs(self, ref: str, attempt: int | None = None) -> bytes:
         """What preparing the job's environment printed (job.yml `run`), all attempts."""
-        out = []
-        for path in self.log_paths(ref, attempt=attempt):
-            try:
-                out.append(path.with_name("setup.log").read_bytes())
-            except FileNotFoundError:
-                continue
-        return b"".join(out)
+        return b"".join(self.log_chunks(ref, attempt=attempt, setup=True))
 
     def persisted(self, ref: str) -> list[tuple[str, Path]]:
         """The job's last saved persisted folders (job.yml `persist`) as (path, saved copy)."""
@@ -433,35 +437,29 @@ class Monkey(TrackingAPI):
         return [(p["path"], base / p["name"]) for p in spec.get("persist", [])
                 if (base / p["name"]).is_dir()]
 
-    def follow(self, ref: str, stderr: bool = False, poll: float = 0.05) -> Iterator[bytes]:
-        """Yield the job's output as it is written, across attempts, until the job ends.
+    def follow(self, ref: str, stderr: bool = False, tail: int | None = None,
+               poll: float = 0.05) -> Iterator[bytes]:
+        """Yield the job's output as it is written, across attempts, until the job ends;
+        with ``tail``, start from its last ``tail`` lines.
 
-        Starts the core when it is down: without it the job would never end."""
+        Keeps a core serving meanwhile (starting it again if it dies): without one the job
+        would never end."""
+        from monkey.core.daemon import Keeper
+
         juid = self.store.resolve(ref)
-        name = "stderr.log" if stderr else "stdout.log"
-        offsets: dict[int, int] = {}
-        woken = False
+        keeper = Keeper(self.home)
+        cursor = LogCursor()
+        if tail is not None:
+            cursor.skip_to_tail(self.log_paths(juid, stderr), tail)
         while True:
             job = self.store.get_job(juid)
             assert job is not None
             # Read after looking at the state, so output written before the end is never missed.
             finished = job.state in TERMINAL or job.state == State.PAUSED
-            if not finished and not woken:
-                self.wake()
-                woken = True
-            for att in self.store.attempts(juid):
-                if not att.run_dir:
-                    continue
-                pos = offsets.get(att.n, 0)
-                try:
-                    with open(self.home.run_dir(juid, att.n) / name, "rb") as fh:
-                        fh.seek(pos)
-                        chunk = fh.read()
-                except FileNotFoundError:
-                    continue
-                if chunk:
-                    offsets[att.n] = pos + len(chunk)
-                    yield chunk
+            if not finished:
+                keeper.check()
+            for _, _, piece in cursor.read(self.log_paths(juid, stderr)):
+                yield piece
             if finished:
                 return
             time.sleep(poll)

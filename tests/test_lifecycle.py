@@ -163,6 +163,8 @@ def test_retry_command_reruns_a_finished_job(cli, home, monkey):
     assert job.logs() == "run 1\nrun 2\n"
     assert cli("logs", job.juid, "--attempt", "2", check=True).stdout == "run 2\n"
     assert cli("logs", job.juid, "--tail", "1", check=True).stdout == "run 2\n"
+    assert cli("logs", job.juid, "--tail", "2", check=True).stdout == "run 1\nrun 2\n"
+    assert cli("logs", job.juid, "--follow", "--tail", "1", check=True).stdout == "run 2\n"
 
 
 def test_secret_env_values_never_reach_the_database(cli, home, monkey):

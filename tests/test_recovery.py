@@ -215,3 +215,54 @@ def test_a_wedged_agent_is_noticed(home, monkey, monkeypatch):
     finally:
         os.kill(agent, signal.SIGCONT)
     assert "no heartbeat" in job.attempts()[0].reason
+
+
+
+def _gated_job(monkey, gate: Path):
+    """A job that prints `up`, waits for ``gate`` to exist, prints `down` and exits 3."""
+    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
+                                  "echo down; exit 3"])
+    wait_for(lambda: job.logs() == "up\n", what="the job to start")
+    return job
+
+
+def test_follow_survives_the_core_dying_while_it_follows(home, monkey):
+    """SIGKILL the core after `logs --follow` started: it starts another and sees the end."""
+    job = _gated_job(monkey, Path("gate4"))
+    follow = subprocess.Popen([sys.executable, "-m", "monkey", "logs", "--follow", job.juid],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout.readline() == "up\n"  # it has woken the core already
+        kill_core(home)
+        Path("gate4").touch()  # the job ends while no core runs; only a core can record it
+        out, err = follow.communicate(timeout=90)  # a hang guard, not a timing
+    finally:
+        follow.kill()
+        follow.wait()
+    assert (follow.returncode, "up\n" + out) == (3, "up\ndown\n"), err
+    assert f"job {job.juid} failed (exit 3)" in err
+    assert core_pid(home)
+    assert len(job.attempts()) == 1
+
+
+def test_wait_survives_the_core_dying_while_it_waits(home, monkey):
+    """SIGKILL the core while `Job.wait()` waits, twice: it starts another and returns the end."""
+    job = _gated_job(monkey, Path("gate5"))
+    script = ("import sys\nfrom monkey import Monkey\njob = Monkey().job(sys.argv[1])\n"
+              "print(job.wait().value, job.exit_code)")
+    waiter = subprocess.Popen([sys.executable, "-c", script, job.juid], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        first = core_pid(home)
+        kill_core(home)
+        # Only the waiter starts a core here, so once one runs the waiter is surely waiting.
+        wait_for(lambda: core_pid(home) not in (None, -1, first), what="the waiter to start a core")
+        kill_core(home)
+        Path("gate5").touch()  # the job ends while no core runs; only a core can record it
+        out = waiter.communicate(timeout=90)[0]  # a hang guard, not a timing
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert (waiter.returncode, out) == (0, "failed 3\n")
+    assert core_pid(home)
+    assert len(job.attempts()) == 1

@@ -165,3 +165,40 @@ def wake(home: Home) -> None:
     its first error when it cannot start). A running core costs one datagram."""
     if not ping(home):
         start(home)
+
+
+class Keeper:
+    """Keeps a core serving while someone waits on its work (a follow, a wait).
+
+    ``check`` is cheap to call often: about once a second it probes the core's lock and starts
+    a core when none runs (a new core re-attaches to the live attempts), so a core that dies
+    mid-wait never leaves the waiter hanging."""
+
+    def __init__(self, home: Home, every: float = 1.0) -> None:
+        self.home = home
+        self.every = every
+        self._next = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None  # the core we started, until it serves
+        self._log_from = 0  # where the started core's lines begin in daemon.log
+
+    def check(self) -> None:
+        """Start a core when none serves; raise MonkeyError when the one started could not start."""
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.every
+        if status(self.home):
+            self._proc = None
+            return
+        if self._proc is not None:
+            code = self._proc.poll()
+            if code is None:
+                return  # still starting
+            if code > 0:
+                why = first_error(self.home.daemon_log, self._log_from)
+                raise MonkeyError(f"the core could not start: {why}; see {self.home.daemon_log}")
+        try:
+            self._log_from = self.home.daemon_log.stat().st_size
+        except OSError:
+            self._log_from = 0
+        self._proc = spawn(self.home)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
@@ -116,7 +116,8 @@ def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing until the job ends; exit with its exit code")
     p.add_argument("--stderr", action="store_true", help="the error stream instead of stdout")
-    p.add_argument("--tail", "-t", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("--tail", "-t", type=int, metavar="N",
+                   help="only the last N lines (with --follow: start from them)")
     p.add_argument("--attempt", "-a", type=int, help="only this attempt")
     p.add_argument("--setup", action="store_true",
                    help="what preparing the job's environment printed (job.yml `run`)")
@@ -259,12 +260,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(m: Monkey, juid: str, stderr: bool) -> int:
-    out = sys.stdout.buffer
+def _write_all(chunks: Iterable[bytes]) -> bool:
+    """Write bytes to stdout as they come; whether there were any."""
+    out, wrote = sys.stdout.buffer, False
+    for chunk in chunks:
+        out.write(chunk)
+        out.flush()
+        wrote = True
+    return wrote
+
+
+def _follow(m: Monkey, juid: str, stderr: bool, tail: int | None = None) -> int:
     try:
-        for chunk in m.follow(juid, stderr=stderr):
-            out.write(chunk)
-            out.flush()
+        _write_all(m.follow(juid, stderr=stderr, tail=tail))
     except KeyboardInterrupt:
         print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
         return 130
@@ -427,27 +435,19 @@ def cmd_info_job(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     m = _monkey()
     juid = m.store.resolve(args.job)
+    if args.tail is not None and args.tail < 0:
+        raise UsageError("monkey logs: --tail must be >= 0")
     if args.follow:
-        if args.tail is not None or args.attempt is not None or args.setup:
-            raise UsageError("monkey logs: --follow cannot be combined with --tail, --attempt "
-                             "or --setup")
-        return _follow(m, juid, stderr=args.stderr)
+        if args.attempt is not None or args.setup:
+            raise UsageError("monkey logs: --follow cannot be combined with --attempt or --setup")
+        return _follow(m, juid, stderr=args.stderr, tail=args.tail)
     if args.setup and args.stderr:
         raise UsageError("monkey logs: --setup cannot be combined with --stderr")
-    if args.setup:
-        data = m.setup_logs(juid, attempt=args.attempt)
-        if not data:
-            print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
-                  "environment and persists no folder, or it has not started)", file=sys.stderr)
-    else:
-        data = m.logs(juid, stderr=args.stderr, attempt=args.attempt)
-    if args.tail is not None:
-        if args.tail < 0:
-            raise UsageError("monkey logs: --tail must be >= 0")
-        lines = data.splitlines(keepends=True)
-        data = b"".join(lines[-args.tail:]) if args.tail else b""
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
+    chunks = m.log_chunks(juid, stderr=args.stderr, attempt=args.attempt, tail=args.tail,
+                          setup=args.setup)
+    if not _write_all(chunks) and args.setup and args.tail != 0:
+        print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
+              "environment and persists no folder, or it has not started)", file=sys.stderr)
     return 0
 
 

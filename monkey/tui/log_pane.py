@@ -5,7 +5,6 @@ from __future__ import annotations
 import codecs
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -15,6 +14,7 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
+from monkey.api import LogCursor
 from monkey.tui.shared import SharedMonkey
 
 POLL = 0.1  # seconds between looks at the log files
@@ -99,7 +99,7 @@ class LogPane(Vertical):
         """Read new bytes of each attempt's log by offset and post them; ends when cancelled."""
         worker = get_current_worker()
         monkey = self.shared.fresh()
-        offsets: dict[Path, int] = {}
+        cursor = LogCursor(first_bytes=FIRST_TAIL)
         decoders: dict[Path, codecs.IncrementalDecoder] = {}
         shown, other_seen = 0, -1
         other_name = "stdout.log" if stderr else "stderr.log"
@@ -107,20 +107,10 @@ class LogPane(Vertical):
             while not worker.is_cancelled:
                 parts = []
                 paths = monkey.log_paths(juid, stderr=stderr)
-                for path in paths:
-                    try:
-                        with open(path, "rb") as fh:
-                            if path not in offsets:
-                                offsets[path] = _first_offset(fh)
-                                decoders[path] = codecs.getincrementaldecoder("utf-8")("replace")
-                                header = _attempt_header(path, offsets[path], len(offsets) > 1)
-                                if header:
-                                    parts.append(header)
-                            fh.seek(offsets[path])
-                            data = fh.read(MAX_READ)
-                    except FileNotFoundError:
-                        continue
-                    offsets[path] += len(data)
+                for path, offset, data in cursor.read(paths, limit=MAX_READ):
+                    if path not in decoders:
+                        decoders[path] = codecs.getincrementaldecoder("utf-8")("replace")
+                        parts.append(_attempt_header(path, offset, len(cursor.offsets) > 1))
                     parts.append(decoders[path].decode(data))
                 text = "".join(parts)
                 shown += len(text)
@@ -216,16 +206,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _first_offset(fh: BinaryIO) -> int:
-    """Where to start showing an attempt's existing output: its last FIRST_TAIL bytes."""
-    size = fh.seek(0, 2)
-    if size <= FIRST_TAIL:
-        return 0
-    fh.seek(size - FIRST_TAIL)
-    skipped = fh.readline()  # start on a whole line
-    return size - FIRST_TAIL + len(skipped)
 
 
 def _attempt_header(path: Path, offset: int, later: bool) -> str:

@@ -1,0 +1,114 @@
+"""Reading a job's log files (one per attempt) by byte offset, in bounded pieces.
+
+Memory stays bounded whatever a log's size: output is read in pieces of at most CHUNK bytes,
+and a tail is found by reading backwards from the end in blocks. Bytes pass through untouched
+(no decoding); a line is what ends with b"\\n" (or the last bytes, unterminated)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from monkey.models import MonkeyError
+
+CHUNK = 1 << 20  # largest piece read or yielded at once
+BLOCK = 64 << 10  # step when searching for line ends
+
+
+class LogCursor:
+    """Where a reader stands in each of a job's log files; ``read`` yields what they gained.
+
+    A file seen for the first time is read from its start, or, with ``first_bytes``, from the
+    first line start within its last ``first_bytes`` bytes."""
+
+    def __init__(self, first_bytes: int | None = None) -> None:
+        self.first_bytes = first_bytes
+        self.offsets: dict[Path, int] = {}
+
+    def read(
+        self, paths: Sequence[Path], limit: int | None = None
+    ) -> Iterator[tuple[Path, int, bytes]]:
+        """(file, offset, piece) for the new bytes of each file in turn, pieces of at most CHUNK
+        bytes; at most ``limit`` bytes per file (None: up to its end)."""
+        for path in paths:
+            try:
+                fh = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                if path not in self.offsets:
+                    size = fh.seek(0, 2)
+                    start = 0 if self.first_bytes is None else max(0, size - self.first_bytes)
+                    self.offsets[path] = _line_start(fh, start, size)
+                pos, left = self.offsets[path], limit
+                fh.seek(pos)
+                while left is None or left > 0:
+                    piece = fh.read(CHUNK if left is None else min(CHUNK, left))
+                    if not piece:
+                        break
+                    self.offsets[path] = pos + len(piece)
+                    left = None if left is None else left - len(piece)
+                    yield path, pos, piece
+                    pos += len(piece)
+
+    def skip_to_tail(self, paths: Sequence[Path], lines: int) -> None:
+        """Place the cursor so that reading on yields only the last ``lines`` lines of the
+        files' bytes taken together (a tail may span attempts)."""
+        if lines < 0:
+            raise MonkeyError(f"a tail must be 0 lines or more, not {lines}")
+        need, last = lines, True  # a newline ending the very last line does not start one
+        for path in reversed(paths):
+            try:
+                fh = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            with fh:
+                size = fh.seek(0, 2)
+                if need and size:
+                    found, start = _newlines_back(fh, size, need, skip_last=last)
+                    need, last = need - found, False
+                    self.offsets[path] = start if not need else 0
+                else:
+                    self.offsets[path] = size
+
+
+def _newlines_back(fh: BinaryIO, end: int, need: int, skip_last: bool) -> tuple[int, int]:
+    """Search fh[:end] backwards for up to ``need`` newlines: (how many were found, the offset
+    just after the last one found, or 0)."""
+    pos = end
+    if skip_last:
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            pos -= 1
+    found = 0
+    while pos > 0:
+        start = max(0, pos - BLOCK)
+        fh.seek(start)
+        block = fh.read(pos - start)
+        count = block.count(b"\n")
+        if found + count < need:
+            found += count
+        else:
+            i = len(block)
+            while True:
+                i = block.rindex(b"\n", 0, i)
+                found += 1
+                if found == need:
+                    return found, start + i + 1
+        pos = start
+    return found, 0
+
+
+def _line_start(fh: BinaryIO, pos: int, end: int) -> int:
+    """The first line start at or after ``pos`` (``end`` when no line starts there)."""
+    while 0 < pos < end:
+        fh.seek(pos - 1)
+        block = fh.read(min(BLOCK, end - pos + 1))
+        i = block.find(b"\n")
+        if i >= 0:
+            return pos + i
+        if len(block) < 2:  # the file shrank under us
+            return end
+        pos += len(block) - 1
+    return pos

@@ -1,0 +1,152 @@
+"""`monkey logs` streams in bounded pieces and reads a tail from the end, whatever the size."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monkey import logfiles
+from monkey.logfiles import LogCursor
+from monkey.models import MonkeyError
+
+BIG = 200 << 20  # bytes of log in the large-file test
+RSS_LIMIT = 100 << 20  # what `monkey logs` may take, whatever the log's size
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """Lines as `tail` counts them: ended by b"\\n", the last one maybe unterminated."""
+    return re.findall(rb"[^\n]*\n|[^\n]+$", data)
+
+
+def _read(paths: list[Path], tail: int | None = None, **kw: int) -> bytes:
+    cursor = LogCursor(**kw)
+    if tail is not None:
+        cursor.skip_to_tail(paths, tail)
+    return b"".join(piece for _, _, piece in cursor.read(paths))
+
+
+def _files(tmp_path: Path, parts: list[bytes]) -> list[Path]:
+    paths = []
+    for i, data in enumerate(parts, 1):
+        (tmp_path / str(i)).mkdir(exist_ok=True)
+        path = tmp_path / str(i) / "stdout.log"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"x", b"\n")), max_size=4),
+    n=st.integers(0, 12),
+)
+def test_tail_of_attempts_equals_the_last_lines_of_their_concatenation(tmp_path_factory, parts, n):
+    """Any bytes (CRLF, invalid UTF-8, no final newline), tails spanning attempts, small blocks."""
+    tmp = tmp_path_factory.mktemp("t")
+    paths = _files(tmp, parts)
+    saved = logfiles.BLOCK, logfiles.CHUNK
+    logfiles.BLOCK, logfiles.CHUNK = 3, 5  # so that lines cross block and piece boundaries
+    try:
+        whole = b"".join(parts)
+        assert _read(paths) == whole
+        assert _read(paths, tail=n) == (b"".join(_lines(whole)[-n:]) if n else b"")
+    finally:
+        logfiles.BLOCK, logfiles.CHUNK = saved
+
+
+def test_tail_edge_cases(tmp_path):
+    paths = _files(tmp_path, [b"a\r\nb\n", b"", b"\xff\xfe c\nno newline"])
+    assert _read(paths, tail=1) == b"no newline"
+    assert _read(paths, tail=2) == b"\xff\xfe c\nno newline"
+    assert _read(paths, tail=3) == b"b\n\xff\xfe c\nno newline"
+    assert _read(paths, tail=99) == b"a\r\nb\n\xff\xfe c\nno newline"
+    assert _read(paths, tail=0) == b""
+    assert _read(paths + [tmp_path / "3" / "missing.log"], tail=1) == b"no newline"
+    assert _read([], tail=5) == b""
+    with pytest.raises(MonkeyError, match="0 lines or more"):
+        _read(paths, tail=-1)
+
+
+def test_first_bytes_starts_on_a_whole_line(tmp_path):
+    """The dashboard's opening view: the last lines within a byte budget, from a line start."""
+    (path,) = _files(tmp_path, [b"one\ntwo\nthree\n"])
+    assert _read([path], first_bytes=7) == b"three\n"
+    assert _read([path], first_bytes=10) == b"two\nthree\n"
+    assert _read([path], first_bytes=100) == b"one\ntwo\nthree\n"
+    cursor = LogCursor(first_bytes=7)
+    assert [(off, data) for _, off, data in cursor.read([path], limit=2)] == [(8, b"th")]
+    assert [(off, data) for _, off, data in cursor.read([path])] == [(10, b"ree\n")]
+
+
+def _big_job(monkey, home: Path) -> tuple[str, Path]:
+    """A job whose stdout.log holds BIG bytes of one repeated line, then six distinct ones."""
+    job = monkey.run(["true"], start_core=False)
+    run_dir = home / "runs" / job.juid / "1"
+    run_dir.mkdir(parents=True)
+    monkey.store.begin_attempt(monkey.store.get_job(job.juid), "local", str(run_dir))
+    block = b"the same line of output, again and again\n" * ((8 << 20) // 41)
+    path = run_dir / "stdout.log"
+    with open(path, "wb") as fh:
+        while fh.tell() < BIG:
+            fh.write(block)
+        fh.write(b"".join(b"tail %d\n" % i for i in range(1, 7)) + b"last, unterminated")
+    return job.juid, path
+
+
+def _logs(args: list[str], out: Path) -> tuple[int, int]:
+    """Run `monkey logs ARGS > out`; its exit status and peak RSS in bytes."""
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "monkey", "logs", *args], stdout=fh)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss * 1024
+
+
+def test_logs_of_a_huge_file_stream_in_bounded_memory(home, monkey, tmp_path):
+    juid, path = _big_job(monkey, home)
+    out = tmp_path / "out.log"
+    try:
+        code, rss = _logs([juid, "--tail", "5"], out)
+        assert code == 0
+        assert out.read_bytes() == b"tail 3\ntail 4\ntail 5\ntail 6\nlast, unterminated"
+        assert rss < RSS_LIMIT, f"`logs --tail 5` of {BIG >> 20} MB took {rss >> 20} MB"
+        code, rss = _logs([juid], out)
+        assert code == 0
+        assert filecmp.cmp(path, out, shallow=False)
+        assert rss < RSS_LIMIT, f"`logs` of {BIG >> 20} MB took {rss >> 20} MB"
+    finally:
+        path.unlink()
+        out.unlink(missing_ok=True)
+
+
+def test_follow_with_tail_starts_from_the_last_lines(cli, home, monkey):
+    gate = Path("gate").resolve()
+    job = monkey.run(
+        ["sh", "-c", f"seq 1000; while [ ! -e {gate} ]; do sleep 0.05; done; echo end"]
+    )
+    wait_for(lambda: job.logs().endswith("1000\n"), what="the job's first output")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "logs", "--follow", "--tail", "2", job.juid],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert [follow.stdout.readline() for _ in range(2)] == ["999\n", "1000\n"]
+        gate.touch()
+        out = follow.communicate(timeout=90)[0]  # a hang guard, not a timing
+    finally:
+        follow.kill()
+        follow.wait()
+    assert (follow.returncode, out) == (0, "end\n")
+    bad = cli("logs", "--tail", "-1", job.juid)
+    assert (bad.returncode, bad.stderr.count("\n")) == (2, 1)
+    assert "--tail must be >= 0" in bad.stderr
