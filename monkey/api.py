@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monkey.config import Home, ProviderConfig, load_providers
+from monkey.config import Home, ProviderConfig
+from monkey.drivers import driver_class, load_providers
 from monkey.logfiles import LogCursor
 from monkey.models import (
     LIVE,
@@ -219,8 +220,9 @@ class Monkey(TrackingAPI):
         new_blobs = list(snap.new_blobs)
         spec_record = None
         if js is not None:
-            spec_record, spec_blobs = jobspec.resolve(js, snap.files, blobs, self.store, provider,
-                                                      self.providers[provider].type)
+            spec_record, spec_blobs = jobspec.resolve(
+                js, snap.files, blobs, self.store, provider,
+                driver_class(self.providers[provider].type).job_options)
             new_blobs += spec_blobs
         recorded_datasets = []
         seen: set[str] = set()
@@ -275,42 +277,15 @@ class Monkey(TrackingAPI):
             raise MonkeyError(
                 f"unknown provider {provider!r}; configured: {names} (add it to {self.home.providers_file})"
             )
-        from monkey.drivers import supported_kinds
-
-        if config.type not in supported_kinds():
-            raise MonkeyError(
-                f"provider {provider!r} has type {config.type!r}, which this monkey cannot drive yet; "
-                f"use one of: {', '.join(supported_kinds())}"
-            )
         for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
         if memory is not None:
             parse_size(memory)  # refuse "lots" now, not when placing
-        if host is not None:
-            names = [str(h.get("name") or h.get("host")) for h in config.options.get("hosts") or []]
-            if host not in names:
-                raise MonkeyError(f"--host {host}: provider {provider!r} has no such host; "
-                                  f"its hosts: {', '.join(names) or 'none (--host is for ssh providers)'}")
         resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host)
-        if config.type == "local":
-            from monkey.core.placement import fits_ever
-            from monkey.drivers.local import local_capacity
-
-            cap = local_capacity(config, detect=bool(gpus))
-            if not fits_ever(resources, cap):
-                raise MonkeyError(
-                    f"provider {provider!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
-                    f"a job asking --cpus {cpus} --gpus {gpus} could never run there"
-                )
-        elif config.type == "ssh":
-            from monkey.drivers.ssh_hosts import could_fit
-
-            if not could_fit(config, resources):
-                raise MonkeyError(
-                    f"no host of provider {provider!r} has --cpus {cpus} --gpus {gpus}"
-                    f"{f' --memory {memory}' if memory else ''}; see `monkey list providers`"
-                )
+        why = driver_class(config.type).never_fits(config, resources)
+        if why:
+            raise MonkeyError(why)
         return resources
 
     @staticmethod

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from monkey.models import MonkeyError, parse_size
+from monkey.models import MonkeyError
 
 # Unix socket paths are limited to 107 bytes; longer homes get a short private folder.
 _SOCKET_PATH_MAX = 100
@@ -321,17 +321,15 @@ class ProviderConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-PROVIDER_TYPES = ("local", "ssh", "ec2", "gce", "slurm")
-_LOCAL_KEYS = {"type", "slots", "gpus"}
-
-
 def default_local() -> ProviderConfig:
     """The `local` provider that exists with no configuration."""
     return ProviderConfig("local", "local", {})
 
 
-def load_providers(home: Home) -> dict[str, ProviderConfig]:
-    """Read and validate providers.yml; the `local` provider is always present."""
+def read_providers(home: Home) -> dict[str, ProviderConfig]:
+    """providers.yml's entries, checked for shape only (a mapping of names to mappings with
+    a `type`); each kind's own rules are applied by ``monkey.drivers.load_providers``. The
+    `local` provider is always present."""
     providers = {"local": default_local()}
     path = home.providers_file
     if not path.exists():
@@ -348,89 +346,7 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
     for name, entry in (data.get("providers") or {}).items():
         if not isinstance(entry, dict):
             raise MonkeyError(f"{where}: provider {name!r} must be a mapping with a `type`")
-        kind = entry.get("type")
-        if kind not in PROVIDER_TYPES:
-            raise MonkeyError(
-                f"{where}: provider {name!r} has type {kind!r}; use one of {', '.join(PROVIDER_TYPES)}"
-            )
-        if kind == "local":
-            _validate_local(where, name, entry)
-        elif kind == "ssh":
-            _validate_ssh(where, name, entry)
-        providers[str(name)] = ProviderConfig(str(name), kind, dict(entry))
+        if not isinstance(entry.get("type"), str):
+            raise MonkeyError(f"{where}: provider {name!r} needs `type:` (local, ssh, ...)")
+        providers[str(name)] = ProviderConfig(str(name), entry["type"], dict(entry))
     return providers
-
-
-def _validate_local(where: str, name: str, entry: dict[str, Any]) -> None:
-    unknown = set(entry) - _LOCAL_KEYS
-    if unknown:
-        key = sorted(unknown)[0]
-        raise MonkeyError(f"{where}: provider {name!r} has unknown key {key!r}; allowed: slots, gpus")
-    slots = entry.get("slots")
-    if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1):
-        raise MonkeyError(f"{where}: provider {name!r}: slots must be a positive integer, got {slots!r}")
-    gpus = entry.get("gpus")
-    if gpus is not None and not (
-        (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)
-        or (isinstance(gpus, list) and all(isinstance(g, (int, str)) for g in gpus))
-    ):
-        raise MonkeyError(
-            f"{where}: provider {name!r}: gpus must be a count or a list of device ids, got {gpus!r}"
-        )
-
-
-_SSH_KEYS = {"type", "hosts", "trust_on_first_use", "checkpoint_every", "connect_timeout", "shared_fs"}
-_SSH_HOST_KEYS = {"name", "host", "port", "user", "key", "cpus", "gpus", "memory", "workdir",
-                  "python", "proxy_jump"}
-
-
-def _validate_ssh(where: str, name: str, entry: dict[str, Any]) -> None:
-    def bad(what: str) -> MonkeyError:
-        return MonkeyError(f"{where}: provider {name!r}: {what}")
-
-    unknown = set(entry) - _SSH_KEYS
-    if unknown:
-        raise bad(f"unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(_SSH_KEYS - {'type'}))}")
-    hosts = entry.get("hosts")
-    if not isinstance(hosts, list) or not hosts:
-        raise bad("needs `hosts:`, a list like [{host: gpu1, user: me, key: ~/.ssh/id_ed25519}]")
-    for key in ("checkpoint_every", "connect_timeout"):
-        value = entry.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise bad(f"{key} must be a positive number of seconds, got {value!r}")
-    shared = entry.get("shared_fs")
-    if shared is not None and (not isinstance(shared, str) or not shared.startswith("/")):
-        raise bad(f"shared_fs must be an absolute path mounted on this machine and every host, got {shared!r}")
-    names = set()
-    for host in hosts:
-        if not isinstance(host, dict) or not isinstance(host.get("host"), str) or not host["host"]:
-            raise bad(f"each host needs `host: NAME`, got {host!r}")
-        label = f"host {host['host']!r}"
-        extra = set(host) - _SSH_HOST_KEYS
-        if extra:
-            raise bad(f"{label} has unknown key {sorted(extra)[0]!r}; allowed: {', '.join(sorted(_SSH_HOST_KEYS))}")
-        hname = str(host.get("name") or host["host"])
-        if hname in names or "/" in hname:
-            raise bad(f"{label}: host names must be unique and contain no '/'; set `name:`")
-        names.add(hname)
-        port = host.get("port")
-        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
-            raise bad(f"{label}: port must be 1-65535, got {port!r}")
-        cpus = host.get("cpus")
-        if cpus is not None and (not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1):
-            raise bad(f"{label}: cpus must be a positive integer, got {cpus!r}")
-        gpus = host.get("gpus")
-        if gpus is not None and not (
-            (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)
-            or (isinstance(gpus, list) and all(isinstance(g, (int, str)) for g in gpus))
-        ):
-            raise bad(f"{label}: gpus must be a count or a list of device ids, got {gpus!r}")
-        memory = host.get("memory")
-        if memory is not None:
-            try:
-                parse_size(memory if not isinstance(memory, bool) else "?")
-            except MonkeyError:
-                raise bad(f"{label}: memory must be a size like 64G, got {memory!r}") from None
-        for key in ("user", "key", "workdir", "python", "proxy_jump", "name"):
-            if host.get(key) is not None and not isinstance(host[key], str):
-                raise bad(f"{label}: {key} must be text, got {host[key]!r}")

@@ -405,7 +405,7 @@ def render(name: str, env_type: str, env_file: str | None, install_script: str |
 
 
 def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: str,
-            provider_type: str) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+            accepted: frozenset[str]) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """The spec as recorded on a job: env file and install script digests from the code
     snapshot FILES, data folders checksummed and stored, this provider's machine options.
     Returns (record, new blobs)."""
@@ -432,9 +432,10 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
         entry.update(digest=ds.digest, single=ds.single, size=ds.size,
                      stored=sum(size for _, size in ds.new_blobs))
     options = spec.providers.get(provider, {})
-    if options and provider_type == "local":
+    ignored = sorted(set(options) - accepted)
+    if ignored:
         logging.getLogger("monkey").warning(
-            "monkey: provider %r is this machine; it ignores %s from %s", provider,
-            ", ".join(sorted(options)), spec.file)
+            "monkey: provider %r ignores %s from %s (the options it takes: %s)", provider,
+            ", ".join(ignored), spec.file, ", ".join(sorted(accepted)) or "none")
     record["provider_options"] = options
     return record, new_blobs

@@ -142,6 +142,50 @@ class Resources:
         return out
 
 
+class InstanceState(str, enum.Enum):
+    """State of a machine as its provider reports it (libcloud's NodeState, narrowed)."""
+
+    PENDING = "pending"  # asked for, booting
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATED = "terminated"  # gone for good (a released SSH host is one too)
+    UNKNOWN = "unknown"  # the provider cannot say (an API error, an unreachable host)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The moves a provider can report; the store refuses the others (a terminated machine
+# never comes back: a new one has a new id).
+INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
+    InstanceState.PENDING: frozenset(InstanceState) - {InstanceState.PENDING},
+    InstanceState.RUNNING: frozenset(InstanceState) - {InstanceState.RUNNING, InstanceState.PENDING},
+    InstanceState.STOPPING: frozenset({InstanceState.STOPPED, InstanceState.TERMINATED,
+                                       InstanceState.UNKNOWN}),
+    InstanceState.STOPPED: frozenset({InstanceState.PENDING, InstanceState.RUNNING,
+                                      InstanceState.TERMINATED, InstanceState.UNKNOWN}),
+    InstanceState.TERMINATED: frozenset(),
+    InstanceState.UNKNOWN: frozenset(InstanceState) - {InstanceState.UNKNOWN},
+}
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One machine of a provider, normalised across kinds (a libcloud Node, an SSH host,
+    this machine, a Slurm allocation)."""
+
+    id: str  # unique across providers: "aws/i-0abc...", "lab/gpu1", "local"
+    provider: str
+    name: str
+    state: InstanceState
+    address: str | None = None  # where its agent is reached (SSH), None for this machine
+    size: str | None = None  # the provider's size name (e.g. g5.xlarge)
+    spot: bool = False  # spot / preemptible capacity
+    launched_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # provider-only data
+
+
 @dataclass
 class Attempt:
     """One try of a job on one instance."""

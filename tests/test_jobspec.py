@@ -201,7 +201,8 @@ def test_the_local_provider_says_which_machine_options_it_ignores(monkey, home, 
     Path("job.yml").write_text(SAMPLE + "  - name: local\n    disk: 100\n")
     job = monkey.run("python train.py", start_core=False)
     assert monkey.info(job.juid)["spec"]["provider_options"] == {"disk": 100}
-    assert "provider 'local' is this machine; it ignores disk" in caplog.text
+    assert "provider 'local' ignores disk from" in caplog.text
+    assert "(the options it takes: none)" in caplog.text
 
 
 def test_init_writes_a_job_file_that_loads_back(cli, home):

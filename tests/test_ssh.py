@@ -257,7 +257,7 @@ def test_pause_and_resume_remote_job_from_checkpoint(cli, home: Path, lab: Lab) 
 
 
 def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: Lab, monkey) -> None:
-    from monkey.config import load_providers
+    from monkey.drivers import load_providers
     from monkey.drivers.ssh import SSHDriver
 
     host = lab.add("h1")

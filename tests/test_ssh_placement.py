@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monkey.core.placement import Usage, fits_ever, place
+from monkey.core.placement import Usage, place
 from monkey.drivers.base import Capacity
 from monkey.models import MonkeyError, Resources, parse_size
 
@@ -26,8 +26,8 @@ def test_memory_decides_where_a_job_fits() -> None:
     third = place(Resources(memory="8G"), hosts(), usage)
     assert third is not None and third.instance == "lab/small"
     assert usage["lab/big"].memory == 56 * G
-    assert not fits_ever(Resources(memory="100G"), hosts()[1])
-    assert fits_ever(Resources(memory="64G", gpus=2), hosts()[1])
+    assert not hosts()[1].could_hold(Resources(memory="100G"))
+    assert hosts()[1].could_hold(Resources(memory="64G", gpus=2))
 
 
 def test_pinned_job_waits_for_its_host() -> None:

@@ -33,12 +33,6 @@ def memory_needed(resources: Resources) -> int:
     return parse_size(resources.memory) if resources.memory else 0
 
 
-def fits_ever(resources: Resources, capacity: Capacity) -> bool:
-    """Whether the job could run on the instance when it is empty."""
-    return (resources.cpus <= capacity.slots and resources.gpus <= len(capacity.gpus)
-            and (capacity.memory is None or memory_needed(resources) <= capacity.memory))
-
-
 def place(
     resources: Resources, capacities: list[Capacity], usage: dict[str, Usage],
     pinned: str | None = None,

@@ -10,10 +10,10 @@ import socket
 import time
 from typing import Any
 
-from monkey.config import Home, ProviderConfig, load_providers
+from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
-from monkey.drivers import get_driver
+from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
 from monkey.drivers.base import Driver
 from monkey.environments import start_fields

@@ -1,15 +1,61 @@
-"""The provider contract: every kind of compute is driven through this one base class."""
+"""The provider contract: every kind of compute is driven through this one base class.
+
+A kind (local, ssh, ec2, gce, slurm) is one module under ``monkey/drivers/`` with one
+``Driver`` subclass, named in the lazy table of ``monkey/drivers/__init__.py``. The class
+carries three things:
+
+**The kind's rules** (class methods, usable without a driver instance or a connection):
+``validate`` checks its providers.yml entry, ``never_fits`` says why a job could never run
+on it, ``describe`` is its line in ``monkey list providers``, ``job_options`` names the
+job.yml ``providers: NAME:`` keys it takes. The shell, the API and the job spec ask these
+instead of switching on kinds.
+
+**Provisioning**, in libcloud's terms. ``list_nodes`` returns the provider's machines as
+normalised :class:`~monkey.models.Instance` values (for clouds: only those tagged with this
+MONKEY_HOME); ``create_node`` creates one (elastic kinds) or claims a free one (fixed kinds:
+an SSH host); ``destroy_node`` terminates or releases one and is idempotent. ``elastic``
+says whether the kind can create machines; ``max_instances`` bounds them; ``size_for``
+picks the smallest size that holds a job. ``instances`` lists the capacity of the machines
+that can take jobs now (placement works on it with ``monkey.core.placement``).
+
+**Transport**: reach an instance's agent (``connect``), make blobs available there
+(``prepare``), say where runs, checkpoints and persisted folders live there (``run_dir``,
+``checkpoint_dir``, ``persist_dir``), bring results back (``finish``). Remote kinds share
+one SSH transport.
+
+Lifecycle of an attempt, all driven by the core (the core alone writes the store; a
+driver call may block, so the core runs them off its loop):
+
+1. ``instances()`` lists what can take jobs; when queued jobs fit nowhere and the kind is
+   elastic, the core calls ``create_node(size_for(resources))`` (booting nodes count as
+   capacity) and, once it runs, reaches it like any other instance.
+2. ``connect(instance)`` returns a live :class:`AgentLink` to the agent on that
+   instance, starting (and, for remote kinds, installing) the agent when needed. The
+   link is kept by the core and polled for pushed events; when it breaks the core
+   calls ``connect`` again and re-syncs from its stored byte offsets.
+3. ``prepare(instance, blobs)`` makes the given content-addressed blobs (code snapshot
+   and datasets) available in ``blobs_dir(instance)``, sending only missing ones.
+4. The core then sends the agent's ``start`` request with paths from ``run_dir`` and
+   ``checkpoint_dir``; ``signal`` and ``sync`` go through the same link.
+5. ``finish(instance, juid, attempt)`` brings results (logs, outputs, checkpoint) back to
+   MONKEY_HOME when they do not already live there.
+6. An elastic instance idle for ``idle_timeout`` seconds is destroyed with
+   ``destroy_node``; ``close()`` drops links (agents and their jobs keep running).
+"""
 
 from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from monkey.models import Instance, InstanceState, MonkeyError, parse_size
 
 if TYPE_CHECKING:
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
+    from monkey.models import Resources
 
 
 @dataclass
@@ -22,37 +68,91 @@ class Capacity:
     memory: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def could_hold(self, resources: Resources) -> bool:
+        """Whether a job asking RESOURCES could run here when the instance is empty."""
+        memory = parse_size(resources.memory) if resources.memory else 0
+        return (resources.cpus <= self.slots and resources.gpus <= len(self.gpus)
+                and (self.memory is None or memory <= self.memory))  # fmt: skip
+
+
+class NoCapacity(MonkeyError):
+    """The provider cannot create or claim another instance now (its limit, a quota, no
+    free host); the jobs that wait say why."""
+
+
+def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]) -> None:
+    """Refuse a providers.yml entry with a key outside ALLOWED (``type`` is always allowed)."""
+    unknown = set(entry) - allowed - {"type"}
+    if unknown:
+        raise MonkeyError(f"{where}: provider {name!r} has unknown key {sorted(unknown)[0]!r}; "
+                          f"allowed: {', '.join(sorted(allowed - {'type'}))}")  # fmt: skip
+
 
 class Driver(ABC):
-    """A provider kind (local, ssh, ec2, gce, slurm) as the core sees it.
+    """A provider kind as the core sees it: its rules, provisioning and transport."""
 
-    Lifecycle of an attempt, all called by the core only:
-
-    1. ``instances()`` lists the instances the provider has now and what each can hold;
-       the core places jobs on them with the pure functions of ``monkey.core.placement``.
-    2. ``connect(instance)`` returns a live :class:`AgentLink` to the agent on that
-       instance, starting (and, for remote kinds, installing) the agent when needed. The
-       link is kept by the core and polled for pushed events; when it breaks the core
-       calls ``connect`` again and re-syncs from its stored byte offsets.
-    3. ``prepare(instance, blobs)`` makes the given content-addressed blobs (code snapshot
-       and datasets) available in ``blobs_dir(instance)``, sending only missing ones.
-    4. The core then sends the agent's ``start`` request with paths from ``run_dir`` and
-       ``checkpoint_dir``; ``signal`` and ``sync`` go through the same link.
-    5. ``finish(instance, juid, attempt)`` brings results (logs, checkpoint) back to
-       MONKEY_HOME when they do not already live there.
-    6. ``close()`` drops links; agents and their jobs keep running.
-    """
-
-    kind: str = ""
+    kind: ClassVar[str] = ""
+    elastic: ClassVar[bool] = False  # creates machines on demand (clouds)
+    job_options: ClassVar[frozenset[str]] = frozenset()  # job.yml `providers: NAME:` keys
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         self.name = config.name
         self.config = config
         self.home = home
 
+    # -- the kind's rules -----------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        """Refuse a bad providers.yml entry with a one-line MonkeyError naming the key and
+        the fix (WHERE names the file)."""
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        """Why a job asking RESOURCES could never run on this provider, or None."""
+        if resources.host:
+            return f"provider {config.name!r} has no named hosts; --host is for ssh providers"
+        return None
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        """The provider in ``monkey list providers``: ``slots`` and ``gpus`` usable now, and
+        for kinds with several machines ``hosts`` (one dict per machine: instance, host,
+        state, slots, gpus, memory, running, error). INSTANCES are its recorded ones."""
+        return {}
+
+    # -- provisioning -----------------------------------------------------------------------
+
+    @property
+    def max_instances(self) -> int | None:
+        """How many instances the provider may have at once (None: no limit of monkey's)."""
+        value = self.config.options.get("max_instances")
+        return int(value) if value is not None else None
+
+    def list_nodes(self) -> list[Instance]:
+        """The provider's machines as they are now; fixed kinds: one per usable instance."""
+        return [Instance(c.instance, self.name, c.instance, InstanceState.RUNNING, extra=c.extra)
+                for c in self.instances()]  # fmt: skip
+
+    def create_node(self, size: str | None = None) -> Instance:
+        """Create (or claim) one machine of SIZE (None: the provider's default) and return it,
+        usually still PENDING. NoCapacity when none can be had now."""
+        raise NoCapacity(f"provider {self.name!r} ({self.kind}) cannot create machines")
+
+    def destroy_node(self, instance: str) -> None:
+        """Terminate (or release) the instance; nothing happens when it is already gone."""
+        return None
+
+    def size_for(self, resources: Resources) -> str | None:
+        """The smallest size of the provider that holds RESOURCES (None: its default)."""
+        return None
+
     @abstractmethod
     def instances(self) -> list[Capacity]:
-        """Instances of this provider and what each can hold."""
+        """Instances that can take jobs now, and what each can hold."""
+
+    # -- transport ----------------------------------------------------------------------------
 
     @abstractmethod
     def connect(self, instance: str) -> AgentLink:

@@ -7,11 +7,12 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, Resources
 
 
 def detect_gpus() -> list[str]:
@@ -42,10 +43,48 @@ def local_capacity(config: ProviderConfig, detect: bool = True) -> Capacity:
     return Capacity(config.name, int(slots), devices)
 
 
+_LOCAL_KEYS = {"type", "slots", "gpus"}
+
+
 class LocalDriver(Driver):
     """Runs jobs on this machine; run directories and blobs live in MONKEY_HOME itself."""
 
     kind = "local"
+
+    @classmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        """slots: a positive count; gpus: a count or a list of device ids."""
+        unknown = set(entry) - _LOCAL_KEYS
+        if unknown:
+            key = sorted(unknown)[0]
+            raise MonkeyError(f"{where}: provider {name!r} has unknown key {key!r}; allowed: slots, gpus")
+        slots = entry.get("slots")
+        if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1):
+            raise MonkeyError(f"{where}: provider {name!r}: slots must be a positive integer, got {slots!r}")
+        gpus = entry.get("gpus")
+        if gpus is not None and not (
+            (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)
+            or (isinstance(gpus, list) and all(isinstance(g, (int, str)) for g in gpus))
+        ):
+            raise MonkeyError(
+                f"{where}: provider {name!r}: gpus must be a count or a list of device ids, got {gpus!r}"
+            )
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        if resources.host:
+            return f"provider {config.name!r} is this machine; --host is for ssh providers"
+        cap = local_capacity(config, detect=bool(resources.gpus))
+        if not cap.could_hold(resources):
+            return (f"provider {config.name!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
+                    f"a job asking --cpus {resources.cpus} --gpus {resources.gpus} could never "
+                    "run there")  # fmt: skip
+        return None
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        cap = local_capacity(config)
+        return {"slots": cap.slots, "gpus": len(cap.gpus)}
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home)

@@ -29,8 +29,16 @@ from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.base import Capacity, Driver
-from monkey.drivers.ssh_hosts import HostKeys, HostSpec, Unreachable, host_specs, open_transport
-from monkey.models import MonkeyError
+from monkey.drivers.ssh_hosts import (
+    HostKeys,
+    HostSpec,
+    Unreachable,
+    could_fit,
+    host_specs,
+    open_transport,
+    validate_entry,
+)
+from monkey.models import Instance, InstanceState, MonkeyError, Resources
 from monkey.store import Store
 
 if TYPE_CHECKING:
@@ -96,6 +104,41 @@ class SSHDriver(Driver):
     """Jobs on configured SSH hosts; run folders and blobs live under each host's workdir."""
 
     kind = "ssh"
+
+    @classmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        validate_entry(where, name, entry)
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        names = [str(h.get("name") or h.get("host")) for h in config.options.get("hosts") or []]
+        if resources.host is not None and resources.host not in names:
+            return (f"--host {resources.host}: provider {config.name!r} has no such host; "
+                    f"its hosts: {', '.join(names)}")  # fmt: skip
+        if not could_fit(config, resources):
+            memory = f" --memory {resources.memory}" if resources.memory else ""
+            return (f"no host of provider {config.name!r} has --cpus {resources.cpus} "
+                    f"--gpus {resources.gpus}{memory}; see `monkey list providers`")  # fmt: skip
+        return None
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each configured host as the core last saw it, with the jobs running there."""
+        seen = {i["id"]: i for i in instances}
+        hosts = []
+        for entry in config.options.get("hosts") or []:
+            instance = f"{config.name}/{entry.get('name') or entry['host']}"
+            rec = seen.get(instance, {})
+            extra = rec.get("extra", {})
+            hosts.append({
+                "instance": instance, "host": rec.get("host") or str(entry["host"]),
+                "state": rec.get("reach") or "not contacted yet", "slots": extra.get("slots"),
+                "gpus": extra.get("gpus") or [], "memory": extra.get("memory"),
+                "running": rec.get("running", 0), "error": extra.get("error"),
+            })  # fmt: skip
+        up = [h for h in hosts if h["state"] == "up"]
+        return {"hosts": hosts, "slots": sum(h["slots"] or 0 for h in up),
+                "gpus": sum(len(h["gpus"]) for h in up)}  # fmt: skip
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home)
@@ -325,8 +368,11 @@ class SSHDriver(Driver):
         extra = {"error": host.error, "workdir": host.workdir}
         if cap is not None:
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
+        inst = Instance(host.instance, self.name, host.spec.name,
+                        InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
+                        address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
         with self.store_lock:
-            self.store.upsert_instance(host.instance, self.name, self.kind, host.spec.label, state, extra)
+            self.store.record_instance(inst, reach=state, extra=extra)
 
     def _sftp(self, host: Host) -> paramiko.SFTPClient:
         if host.sftp is None:

@@ -52,6 +52,64 @@ class HostSpec:
         return f"{self.user}@{self.hostname}:{self.port}"
 
 
+_SSH_KEYS = {"type", "hosts", "trust_on_first_use", "checkpoint_every", "connect_timeout", "shared_fs"}
+_SSH_HOST_KEYS = {"name", "host", "port", "user", "key", "cpus", "gpus", "memory", "workdir",
+                  "python", "proxy_jump"}
+
+
+def validate_entry(where: str, name: str, entry: dict[str, Any]) -> None:
+    """Refuse a bad `type: ssh` entry of providers.yml with one line naming the fix."""
+    def bad(what: str) -> MonkeyError:
+        return MonkeyError(f"{where}: provider {name!r}: {what}")
+
+    unknown = set(entry) - _SSH_KEYS
+    if unknown:
+        raise bad(f"unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(_SSH_KEYS - {'type'}))}")
+    hosts = entry.get("hosts")
+    if not isinstance(hosts, list) or not hosts:
+        raise bad("needs `hosts:`, a list like [{host: gpu1, user: me, key: ~/.ssh/id_ed25519}]")
+    for key in ("checkpoint_every", "connect_timeout"):
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    shared = entry.get("shared_fs")
+    if shared is not None and (not isinstance(shared, str) or not shared.startswith("/")):
+        raise bad(f"shared_fs must be an absolute path mounted on this machine and every host, got {shared!r}")
+    names = set()
+    for host in hosts:
+        if not isinstance(host, dict) or not isinstance(host.get("host"), str) or not host["host"]:
+            raise bad(f"each host needs `host: NAME`, got {host!r}")
+        label = f"host {host['host']!r}"
+        extra = set(host) - _SSH_HOST_KEYS
+        if extra:
+            raise bad(f"{label} has unknown key {sorted(extra)[0]!r}; allowed: {', '.join(sorted(_SSH_HOST_KEYS))}")
+        hname = str(host.get("name") or host["host"])
+        if hname in names or "/" in hname:
+            raise bad(f"{label}: host names must be unique and contain no '/'; set `name:`")
+        names.add(hname)
+        port = host.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise bad(f"{label}: port must be 1-65535, got {port!r}")
+        cpus = host.get("cpus")
+        if cpus is not None and (not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1):
+            raise bad(f"{label}: cpus must be a positive integer, got {cpus!r}")
+        gpus = host.get("gpus")
+        if gpus is not None and not (
+            (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)
+            or (isinstance(gpus, list) and all(isinstance(g, (int, str)) for g in gpus))
+        ):
+            raise bad(f"{label}: gpus must be a count or a list of device ids, got {gpus!r}")
+        memory = host.get("memory")
+        if memory is not None:
+            try:
+                parse_size(memory if not isinstance(memory, bool) else "?")
+            except MonkeyError:
+                raise bad(f"{label}: memory must be a size like 64G, got {memory!r}") from None
+        for key in ("user", "key", "workdir", "python", "proxy_jump", "name"):
+            if host.get(key) is not None and not isinstance(host[key], str):
+                raise bad(f"{label}: {key} must be text, got {host[key]!r}")
+
+
 def could_fit(config: ProviderConfig, resources: Resources) -> bool:
     """False only when the configured cpus, gpus and memory of every host (or of the pinned
     one) rule the job out; what a host does not configure counts as enough."""

@@ -332,7 +332,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
 
 def cmd_list_providers(args: argparse.Namespace) -> int:
     from monkey.core import daemon
-    from monkey.drivers.local import local_capacity
+    from monkey.drivers import driver_class
     from monkey.shell.table import render
 
     m = _monkey()
@@ -340,16 +340,16 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
         c["queued" if job.state == State.QUEUED else "running"] += 1
+    running: dict[str, int] = {}
+    for instance, _cpus, _gpus in m.store.live_usage():
+        running[instance] = running.get(instance, 0) + 1
     out = []
     for name, cfg in sorted(m.providers.items()):
         info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
-        if cfg.type == "local":
-            cap = local_capacity(cfg)
-            info.update(slots=cap.slots, gpus=len(cap.gpus))
-        elif cfg.type == "ssh":
-            info["hosts"] = provider_commands.host_status(m, name, cfg)
-            up = [h for h in info["hosts"] if h["state"] == "up"]
-            info.update(slots=sum(h["slots"] or 0 for h in up), gpus=sum(len(h["gpus"]) for h in up))
+        instances = m.store.instances(name)
+        for inst in instances:
+            inst["running"] = running.get(inst["id"], 0)
+        info.update(driver_class(cfg.type).describe(cfg, instances))
         out.append(info)
     pid = daemon.status(m.home)
     if args.json:

@@ -74,7 +74,8 @@ def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     import yaml
 
-    from monkey.config import Home, load_providers, read_yaml, write_private
+    from monkey.config import Home, read_yaml, write_private
+    from monkey.drivers import load_providers
 
     home = Home().ensure()
     path = home.providers_file
@@ -115,8 +116,8 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from monkey.config import Home, load_providers
-    from monkey.drivers import get_driver
+    from monkey.config import Home
+    from monkey.drivers import get_driver, load_providers
 
     logging.getLogger("monkey").addHandler(logging.NullHandler())  # the report says it all
     home = Home().ensure()
@@ -151,26 +152,6 @@ def _size(value: int | None) -> str:
 
 
 PARSERS = {"provider": provider_parser}
-
-
-def host_status(m: Any, name: str, config: Any) -> list[dict[str, Any]]:
-    """Each host of an ssh provider as the core last saw it, with the jobs running there."""
-    seen = {i["id"]: i for i in m.store.instances() if i["provider"] == name}
-    running: dict[str, int] = {}
-    for instance, _cpus, _gpus in m.store.live_usage():
-        running[instance] = running.get(instance, 0) + 1
-    hosts = []
-    for entry in config.options.get("hosts") or []:
-        instance = f"{name}/{entry.get('name') or entry['host']}"
-        rec = seen.get(instance, {})
-        extra = rec.get("extra", {})
-        hosts.append({
-            "instance": instance, "host": rec.get("host") or str(entry["host"]),
-            "state": rec.get("state", "not contacted yet"), "slots": extra.get("slots"),
-            "gpus": extra.get("gpus") or [], "memory": extra.get("memory"),
-            "running": running.get(instance, 0), "error": extra.get("error"),
-        })  # fmt: skip
-    return hosts
 
 
 def print_hosts(providers: list[dict[str, Any]]) -> None:

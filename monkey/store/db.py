@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from monkey.models import (
+    INSTANCE_TRANSITIONS,
     JUID_RE,
     Attempt,
+    Instance,
+    InstanceState,
     Job,
     MonkeyError,
     Resources,
@@ -626,25 +629,81 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
 
     # -- instances ----------------------------------------------------------------------
 
-    def upsert_instance(self, id: str, provider: str, kind: str, host: str, state: str,
-                        extra: dict[str, Any]) -> None:
+    def record_instance(self, inst: Instance, reach: str | None = None,
+                        extra: dict[str, Any] | None = None, detail: str = "") -> bool:
+        """Record what a provider reports of INST: inserted when new, its state changed only
+        by a legal move (compare-and-set), with a row in ``instance_events`` per change of
+        state or reach. REACH is monkey's own view of its agent ("up", "unreachable",
+        "error"; None keeps the last); EXTRA replaces the stored extra when given (else the
+        instance's own). False when the move is illegal (nothing is written then)."""
         now = time.time()
         with self.tx() as db:
+            row = db.execute("SELECT state, reach FROM instances WHERE id = ?",
+                             (inst.id,)).fetchone()  # fmt: skip
+            extra_json = dumps(extra if extra is not None else inst.extra)
+            if row is None:
+                db.execute(
+                    "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
+                    "updated_at, name, address, size, spot, launched_at, reach, terminated_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (inst.id, inst.provider, str(inst.extra.get("kind", "")), inst.address or "",
+                     inst.state.value, extra_json, now, now, inst.name, inst.address, inst.size,
+                     int(inst.spot), inst.launched_at, reach or "",
+                     now if inst.state == InstanceState.TERMINATED else None),
+                )  # fmt: skip
+                self._instance_event(db, inst.id, None, inst.state.value, detail or reach or "", now)
+                return True
+            old, old_reach = InstanceState(row[0]), row[1]
+            if old != inst.state and inst.state not in INSTANCE_TRANSITIONS[old]:
+                return False
             db.execute(
-                "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
-                "updated_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
-                "state = excluded.state, extra = excluded.extra, updated_at = excluded.updated_at",
-                (id, provider, kind, host, state, dumps(extra), now, now),
-            )
+                "UPDATE instances SET state = ?, extra = ?, updated_at = ?, address = ?, "
+                "size = coalesce(?, size), spot = max(spot, ?), launched_at = coalesce(?, launched_at), "
+                "reach = ?, terminated_at = CASE WHEN ? = 'terminated' "
+                "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host) "
+                "WHERE id = ?",
+                (inst.state.value, extra_json, now, inst.address, inst.size, int(inst.spot),
+                 inst.launched_at, reach if reach is not None else old_reach, inst.state.value,
+                 now, inst.address or "", inst.id),
+            )  # fmt: skip
+            if old != inst.state or (reach is not None and reach != old_reach):
+                what = detail or (reach if reach is not None and reach != old_reach else "")
+                self._instance_event(db, inst.id, old.value, inst.state.value, what, now)
+            return True
 
-    def instances(self) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT id, provider, kind, host, state, extra, updated_at FROM instances ORDER BY id"
-        )
-        keys = ("id", "provider", "kind", "host", "state", "extra", "updated_at")
-        out = [dict(zip(keys, r)) for r in rows]
+    @staticmethod
+    def _instance_event(db: sqlite3.Connection, instance: str, old: str | None, new: str,
+                        detail: str, now: float) -> None:
+        db.execute("INSERT INTO instance_events(instance, ts, old, new, detail) "
+                   "VALUES (?,?,?,?,?)", (instance, now, old, new, detail))  # fmt: skip
+
+    def set_instance_idle(self, id: str, since: float | None) -> None:
+        """When the instance last became idle (no live attempt), or None while busy."""
+        with self.tx() as db:
+            db.execute("UPDATE instances SET idle_since = ? WHERE id = ?", (since, id))
+
+    def instance_events(self, id: str) -> list[dict[str, Any]]:
+        """The state changes of one instance, oldest first."""
+        rows = self.db.execute("SELECT ts, old, new, detail FROM instance_events "
+                               "WHERE instance = ? ORDER BY id", (id,))  # fmt: skip
+        return [dict(zip(("ts", "old", "new", "detail"), r)) for r in rows]
+
+    def instances(self, provider: str | None = None, live: bool = False) -> list[dict[str, Any]]:
+        """Recorded instances (of PROVIDER; only those not terminated with LIVE), by id."""
+        keys = ("id", "provider", "kind", "host", "state", "reach", "extra", "updated_at",
+                "name", "address", "size", "spot", "launched_at", "terminated_at",
+                "idle_since", "price")  # fmt: skip
+        sql = f"SELECT {', '.join(keys)} FROM instances WHERE 1"
+        args: list[Any] = []
+        if provider is not None:
+            sql += " AND provider = ?"
+            args.append(provider)
+        if live:
+            sql += " AND state != 'terminated'"
+        out = [dict(zip(keys, r)) for r in self.db.execute(sql + " ORDER BY id", args)]
         for item in out:
             item["extra"] = json.loads(item["extra"])
+            item["spot"] = bool(item["spot"])
         return out
 
     # -- blobs and the stat cache -------------------------------------------------------

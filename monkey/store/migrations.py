@@ -137,6 +137,31 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE job_outputs(juid TEXT PRIMARY KEY, globs TEXT NOT NULL);
         """,
     ),
+    (
+        "0005_instances",
+        """
+        ALTER TABLE instances ADD COLUMN name TEXT NOT NULL DEFAULT '';
+        ALTER TABLE instances ADD COLUMN address TEXT;
+        ALTER TABLE instances ADD COLUMN size TEXT;
+        ALTER TABLE instances ADD COLUMN spot INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE instances ADD COLUMN launched_at REAL;
+        ALTER TABLE instances ADD COLUMN terminated_at REAL;
+        ALTER TABLE instances ADD COLUMN reach TEXT NOT NULL DEFAULT '';
+        ALTER TABLE instances ADD COLUMN idle_since REAL;
+        ALTER TABLE instances ADD COLUMN price REAL;
+        UPDATE instances SET reach = state,
+            state = CASE state WHEN 'up' THEN 'running' ELSE 'unknown' END;
+        CREATE TABLE instance_events(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            instance TEXT NOT NULL,
+            ts REAL NOT NULL,
+            old TEXT,
+            new TEXT,
+            detail TEXT
+        );
+        CREATE INDEX instance_events_instance ON instance_events(instance);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -57,8 +57,9 @@ class InstancesPane(Vertical):
                 rows.append((name, kind, "-", "-", "configured", str(jobs_of.get(name, 0)), config))
             for inst in mine:
                 error = (inst.get("extra") or {}).get("error")  # why a host is down, with the fix
+                state = inst.get("reach") or inst["state"]
                 rows.append((name, kind, inst["id"], inst["host"],
-                             f"{inst['state']}: {error}" if error else inst["state"],
+                             f"{state}: {error}" if error else state,
                              str(jobs_on.get(inst["id"], 0)), config))
         _replace(self.query_one("#instances-table", DataTable), rows)
 
