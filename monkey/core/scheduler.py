@@ -13,6 +13,7 @@ from typing import Any
 from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
+from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
 from monkey.drivers.base import Driver
@@ -85,8 +86,10 @@ class Core:
         self.given: dict[tuple[str, str], set[str]] = {}
         self.last_given: dict[tuple[tuple[str, str], str], str] = {}
         self.next_health = 0.0
-        self.retry_links_at = 0.0
+        self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
+        self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
+        self.workers = Workers(self.selector)
         self.stopping = False
         self.outage = Outage(home.core_status)
 
@@ -107,6 +110,8 @@ class Core:
                 for key, _ in self.selector.select(self.timeout()):
                     if key.data is None:
                         self._drain_wakes()
+                    elif key.data is self.workers:
+                        self.workers.drain()
                     else:
                         self._poll_link(key.data)
                 failure = self.store.take_failure()  # some callers catch MonkeyError
@@ -128,6 +133,7 @@ class Core:
         for link in list(self.links.values()):
             link.close()
         self.links.clear()
+        self.workers.close()
         self.selector.close()
         self.wake_sock.close()
         self.outage.close()
@@ -187,24 +193,41 @@ class Core:
             drv = self.drivers[provider] = get_driver(config, self.home)
         return drv
 
-    def link(self, provider: str, instance: str) -> AgentLink:
-        """The live link to an instance's agent, connecting and re-syncing when needed."""
-        key = (provider, instance)
-        link = self.links.get(key)
-        if link is not None:
-            return link
-        link = self.driver(provider).connect(instance)
-        live = self.store.live_attempts(instance)
-        reply = link.request(
-            "sync",
-            timeout=SYNC_TIMEOUT,
-            attempts=[
-                {"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir, "offset": a.events_offset}
-                for a in live
-            ],
-        )
+    def connect(self, key: tuple[str, str]) -> None:
+        """Link to the instance's agent, off the loop: the driver connects (starting the
+        agent when needed) and the agent answers a sync of the attempts live there. Nothing
+        happens while linked, while a connect is on its way, or before the retry time."""
+        if key in self.links or self.workers.busy(key) or time.time() < self.retry_at.get(key, 0):
+            return
+        try:
+            drv = self.driver(key[0])
+        except MonkeyError as exc:
+            self._link_failed(key, exc)
+            return
+        live = self.store.live_attempts(key[1])
+        attempts = [{"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir,
+                     "offset": a.events_offset} for a in live]  # fmt: skip
+
+        def call() -> tuple[AgentLink, dict[str, Any]]:
+            link = drv.connect(key[1])
+            try:
+                return link, link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts)
+            except BaseException:
+                link.close()
+                raise
+
+        self.workers.submit(key, call, lambda result: self._linked(key, live, *result),
+                            lambda exc: self._link_failed(key, exc))  # fmt: skip
+
+    def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
+                reply: dict[str, Any]) -> None:
+        """A connect came back: keep the link and settle what its sync said."""
+        if key in self.links or key[0] not in self.providers:
+            link.close()  # linked meanwhile, or the provider is gone
+            return
         self.links[key] = link
         self.linked_at[key] = time.time()
+        self.retry_at.pop(key, None)
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
@@ -213,9 +236,13 @@ class Core:
             if att is not None and status["status"] == "unknown":
                 self._never_started(att)
         self._pump(key, link)
-        if link.closed:
-            raise AgentGone(f"the link to {instance} broke right after its sync")
-        return link
+
+    def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
+        if not isinstance(exc, (MonkeyError, AgentGone, AgentError, OSError)):
+            log.error("connecting to %s failed", key[1], exc_info=exc)
+        else:
+            log.error("cannot reach the agent of %s: %s", key[1], exc)
+        self.retry_at[key] = time.time() + 1.0
 
     def drop_link(self, key: tuple[str, str]) -> None:
         link = self.links.pop(key, None)
@@ -235,7 +262,7 @@ class Core:
         if link is not None:
             self._pump(key, link)
         if link is not None and link.closed:
-            self._reconnect(key)
+            self.connect(key)
 
     def _pump(self, key: tuple[str, str], link: AgentLink) -> None:
         """Handle what LINK received; a link found broken is dropped at once (the closed
@@ -249,13 +276,6 @@ class Core:
         if link.closed:
             self.drop_link(key)
 
-    def _reconnect(self, key: tuple[str, str]) -> None:
-        try:
-            self.link(*key)
-        except (MonkeyError, AgentGone, AgentError, OSError) as exc:
-            log.error("cannot reach the agent of %s: %s", key[1], exc)
-            self.retry_links_at = time.time() + 1.0
-
     def recover(self) -> None:
         """Re-attach to every attempt that was live when the core last stopped."""
         instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
@@ -265,7 +285,7 @@ class Core:
             if job is not None:
                 providers.add((job.provider, instance))
         for key in sorted(providers):
-            self._reconnect(key)
+            self.connect(key)
 
     # -- events from agents -------------------------------------------------------------
 
@@ -314,7 +334,30 @@ class Core:
 
     def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                 offset: int) -> None:
-        """Close the attempt and decide the job's next state."""
+        """Bring the attempt's results back (off the loop), then close it: a reader that
+        sees the job end must find its logs complete."""
+        att = self.store.get_attempt(juid, n)
+        if att is None or att.state != "live" or (juid, n) in self.finishing:
+            return  # closed already (an exit replayed by a sync), or being closed
+        self.finishing.add((juid, n))
+        try:
+            drv = self.driver(key[0])
+        except MonkeyError:
+            self._close_attempt(key, juid, n, event, offset)
+            return
+
+        def fetched(exc: BaseException | None) -> None:
+            if exc is not None:
+                log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
+            self._close_attempt(key, juid, n, event, offset)
+
+        self.workers.submit(key, lambda: drv.finish(key[1], juid, n), lambda _: fetched(None),
+                            fetched)  # fmt: skip
+
+    def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
+                       offset: int) -> None:
+        """End the attempt as its exit EVENT says and decide the job's next state."""
+        self.finishing.discard((juid, n))
         job = self.store.get_job(juid)
         if job is None:
             return
@@ -341,13 +384,6 @@ class Core:
             done = self.store.auto_retries(juid)
             if done < job.retries:
                 requeue = retry_delay(done + 1)
-        att = self.store.get_attempt(juid, n)
-        if att is not None and att.state == "live":
-            # Results first: a reader that sees the job end must find its logs complete.
-            try:
-                self.driver(key[0]).finish(key[1], juid, n)
-            except (MonkeyError, OSError) as exc:
-                log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
         # The agent's time of the exit: a job that ended while the core was down did not
         # run until the core came back.
         self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
@@ -383,15 +419,18 @@ class Core:
             att = self.store.get_attempt(job.juid, job.attempts)
             if att is None or att.state != "live":
                 continue
+            where = (job.provider, att.instance)
+            link = self.links.get(where)
+            if link is None:  # asked again once linked
+                self.connect(where)
+                continue
             try:
-                link = self.link(job.provider, att.instance)
-                link.request("signal", juid=job.juid, attempt=att.n, signal="TERM",
-                             grace=KILL_GRACE)
-                self.signalled.add(key)
-                self._pump((job.provider, att.instance), link)
-            except (AgentGone, AgentError, MonkeyError, OSError) as exc:
+                link.send("signal", juid=job.juid, attempt=att.n, signal="TERM", grace=KILL_GRACE)
+            except AgentGone as exc:
                 log.error("cannot signal %s: %s", job.juid, exc)
-                self.drop_link((job.provider, att.instance))
+                self.drop_link(where)
+                continue
+            self.signalled.add(key)
 
     def usage(self) -> dict[str, Usage]:
         used: dict[str, Usage] = {}
@@ -436,15 +475,13 @@ class Core:
 
     def start(self, job: Job, drv: Driver, instance: str, gpus: list[str],
               has_gpus: bool) -> None:
-        """Open an attempt and ask the instance's agent to start it."""
+        """Open an attempt; off the loop, make its checkpoint and blobs ready on the instance;
+        then ask the instance's agent to start it."""
         key = (job.provider, instance)
-        try:
-            # Link first: connecting syncs the live attempts, and this one must not be
-            # among them before the agent has been asked to start it.
-            link = self.link(*key)
-        except (AgentGone, AgentError, MonkeyError, OSError) as exc:
-            log.error("cannot reach %s/%s: %s", *key, exc)
-            self.retry_links_at = time.time() + 1.0
+        # Linked first: a connect syncs the attempts live there, and this one must not be
+        # among them before the agent has been asked to start it.
+        if key not in self.links:
+            self.connect(key)
             return
         n = job.attempts + 1
         run_dir = drv.run_dir(instance, job.juid, n)
@@ -453,17 +490,47 @@ class Core:
             return
         try:
             spec = self.start_spec(job, drv, instance, run_dir, gpus, has_gpus)
-            drv.prepare(instance, spec.pop("_blobs"))
+        except (MonkeyError, OSError) as exc:
+            self._start_failed(key, att, exc)
+            return
+        blobs = spec.pop("_blobs")
+
+        def call() -> str:
+            checkpoint = drv.checkpoint_dir(instance, job.juid)
+            drv.prepare(instance, blobs)
+            return checkpoint
+
+        self.workers.submit(key, call, lambda checkpoint: self._send_start(key, att, spec, checkpoint),
+                            lambda exc: self._start_failed(key, att, exc))  # fmt: skip
+
+    def _send_start(self, key: tuple[str, str], att: Attempt, spec: dict[str, Any],
+                    checkpoint: str) -> None:
+        """Ask the agent to start the attempt, now that its inputs are on the instance."""
+        job = self.store.get_job(att.juid)
+        link = self.links.get(key)
+        if job is None or job.state != State.DISPATCHING or job.attempts != att.n:
+            return
+        if link is None or job.request:
+            # Not asked: nothing ran. A cancel or pause takes effect; else it is queued again.
+            self._never_started(att)
+            return
+        spec["env"]["MONKEY_CHECKPOINT_DIR"] = checkpoint
+        try:
             # Not waiting for the reply lets the core go on while the agent spawns; a
             # refusal comes back through poll, the start itself as a `started` event.
             rid = link.send("start", **spec)
-        except (AgentGone, MonkeyError, OSError) as exc:
+        except AgentGone as exc:
             # The agent may or may not have started it: the next sync decides.
-            log.error("dispatch of %s to %s/%s interrupted: %s", job.juid, *key, exc)
+            log.error("dispatch of %s to %s interrupted: %s", att.juid, key[1], exc)
             self.drop_link(key)
-            self.retry_links_at = time.time() + 1.0
             return
-        self.starting[(key, rid)] = (job.juid, n, spec.get("manifest"))
+        self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
+
+    def _start_failed(self, key: tuple[str, str], att: Attempt, exc: BaseException) -> None:
+        """The attempt's inputs could not be made ready: it never reached the agent."""
+        log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
+        self.retry_at[key] = time.time() + 1.0
+        self._never_started(att)
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
@@ -480,14 +547,12 @@ class Core:
         """The agent's `start` request for the job's next attempt."""
         env = drv.job_env({k: v for k, v in job.env.items() if v != REDACTED})
         env.update(self._secrets(job))
-        checkpoint = drv.checkpoint_dir(instance, job.juid)
         env.update(
             MONKEY_JUID=job.juid,
             MONKEY_ATTEMPT=str(job.attempts),
             MONKEY_RUN_DIR=run_dir,
-            MONKEY_CHECKPOINT_DIR=checkpoint,
             MONKEY_PROVIDER=job.provider,
-        )
+        )  # MONKEY_CHECKPOINT_DIR: once the checkpoint is on the instance
         if gpus or has_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         code, blobs = self._code_fields((job.provider, instance), job)
@@ -565,8 +630,8 @@ class Core:
                 # a wedged agent): test it by connecting anew.
                 log.warning("no heartbeat from %s for %.0fs; reconnecting", key[1], silence)
                 self.drop_link(key)
-            if key not in self.links and now >= self.retry_links_at:
-                self._reconnect(key)
+            if key not in self.links:
+                self.connect(key)
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
                 self.on_exit(key, att.juid, att.n, {"reason": "silent", "silence": now - beat,

@@ -1,0 +1,92 @@
+"""Driver calls off the core's loop.
+
+A driver call may block for long (an instance booting, an SSH connect to a host that does
+not answer, a large upload): each runs in a worker thread, and its outcome comes back to the
+loop through a socket the core's selector watches. The outcome is then handled on the loop's
+own thread, so the core alone writes the store. Calls for the same instance run one at a
+time, in the order they were made.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import selectors
+import socket
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+log = logging.getLogger("monkey.core")
+
+Outcome = tuple[Callable[[Any], None], Any]
+
+
+class Workers:
+    """A pool of threads for driver calls, whose outcomes the core handles in its loop."""
+
+    def __init__(self, selector: selectors.BaseSelector, threads: int = 16) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="monkey-driver")
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector = selector
+        selector.register(self._wake_r, selectors.EVENT_READ, self)
+        self._done: queue.SimpleQueue[tuple[Hashable, Outcome]] = queue.SimpleQueue()
+        self._locks: dict[Hashable, threading.Lock] = {}
+        self._busy: dict[Hashable, int] = {}  # calls in flight per key (loop thread only)
+
+    def submit(self, key: Hashable, call: Callable[[], Any], then: Callable[[Any], None],
+               failed: Callable[[BaseException], None]) -> None:
+        """Run CALL in a worker (after the calls made earlier for KEY); back in the loop,
+        ``then(result)`` or ``failed(exception)``."""
+        lock = self._locks.setdefault(key, threading.Lock())
+        self._busy[key] = self._busy.get(key, 0) + 1
+
+        def run() -> None:
+            with lock:
+                try:
+                    outcome: Outcome = (then, call())
+                except Exception as exc:  # noqa: BLE001 - handed to `failed` in the loop
+                    outcome = (failed, exc)
+            self._done.put((key, outcome))
+            try:
+                self._wake_w.send(b"x")
+            except (BlockingIOError, OSError):
+                pass  # the loop is awake already (or closing)
+
+        self._pool.submit(run)
+
+    def busy(self, key: Hashable) -> bool:
+        """Whether a call for KEY is in flight."""
+        return self._busy.get(key, 0) > 0
+
+    def drain(self) -> None:
+        """Handle every outcome that came back (called by the loop when the socket wakes it)."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                key, (handle, value) = self._done.get_nowait()
+            except queue.Empty:
+                return
+            left = self._busy.get(key, 1) - 1
+            if left:
+                self._busy[key] = left
+            else:
+                self._busy.pop(key, None)
+            handle(value)
+
+    def close(self) -> None:
+        """Stop taking calls; those in flight finish in the background, their outcomes dropped."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self._selector.unregister(self._wake_r)
+        except (KeyError, ValueError):
+            pass
+        self._wake_r.close()
+        self._wake_w.close()
