@@ -130,6 +130,12 @@ def source_size(source: BlobStore, digest: str) -> int:
                           "resubmit the job to store it again") from None
 
 
+def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:
+    """The error for a blob of SOURCE whose content no longer matches its digest."""
+    return MonkeyError(f"blob {digest} in {source.root} does not match its digest (changed "
+                       "on disk); delete it and resubmit the job")
+
+
 # -- local trees ------------------------------------------------------------------------
 
 

@@ -9,11 +9,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from monkey.config import Home
-from monkey.snapshot import BlobStore
+from monkey.models import MonkeyError
+from monkey.snapshot import BlobStore, hash_file
 from monkey.storage.base import (
     URL_EXPIRES,
     ProgressFn,
     Storage,
+    blob_mismatch,
     check_key,
     fix_modes,
     local_tree,
@@ -43,8 +45,13 @@ class LocalStorage(Storage):
         sent = 0
         with upload_progress(sum(sizes.values()), progress) as advance:
             for digest in wanted:
-                if self.blobs.put_file(source.path(digest), digest):  # checks the digest
-                    sent += sizes[digest]
+                try:
+                    if self.blobs.put_file(source.path(digest), digest):  # checks the digest
+                        sent += sizes[digest]
+                except MonkeyError:
+                    if hash_file(source.path(digest)) != digest:
+                        raise blob_mismatch(source, digest) from None
+                    raise
                 advance(sizes[digest])
         return sent
 

@@ -30,6 +30,7 @@ from monkey.storage.base import (
     Storage,
     Tree,
     blob_key,
+    blob_mismatch,
     check_key,
     check_rel,
     fix_modes,
@@ -91,8 +92,7 @@ class S3Storage(Storage):
         sizes = {d: source_size(source, d) for d in missing}
         for digest in missing:
             if hash_file(source.path(digest)) != digest:
-                raise MonkeyError(f"blob {digest} in {source.root} does not match its digest "
-                                  "(changed on disk); delete it and resubmit the job")
+                raise blob_mismatch(source, digest)
         files = [(source.path(d), blob_key(d)) for d in missing]
         with upload_progress(sum(sizes.values()), progress) as advance:
             self._upload(files, advance, "uploading blobs")
