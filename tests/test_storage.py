@@ -143,6 +143,16 @@ def test_blob_uploaded_once(storage: Storage, source: BlobStore, tmp_path: Path)
     assert storage.has([first, second]) == {first, second}
 
 
+@pytest.mark.parametrize("pages", [20, 0])
+def test_has_many_digests(storage: Storage, source: BlobStore, pages: int,
+                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Many digests at once: a listing of blobs/ (or HEADs when the listing stops short)."""
+    monkeypatch.setattr("monkey.storage.s3._LIST_PAGES", pages)
+    digests = [source.put_bytes(b"blob %d" % i)[0] for i in range(100)]
+    storage.put_blobs(digests[:70], source)
+    assert fresh(storage).has(digests) == set(digests[:70])
+
+
 def test_large_blob_goes_in_parts(storage: Storage, source: BlobStore, tmp_path: Path) -> None:
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(20 * MB))

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 MULTIPART = 8 << 20  # files from this size go in parts of this size (S3's default too)
 _HEAD_AT_MOST = 64  # more unknown digests than this: list blobs/ instead of one HEAD each
+_LIST_PAGES = 20  # ... unless the bucket holds more blobs than these pages of 1,000 list
 _THREADS = 8
 
 
@@ -71,17 +72,23 @@ class S3Storage(Storage):
     # -- blobs
 
     def has(self, digests: Iterable[str]) -> set[str]:
+        """Known digests cost nothing; many unknown ones are looked up by listing blobs/
+        (1,000 a call, at most _LIST_PAGES calls), the rest with concurrent HEADs."""
         wanted = set(digests)
         unknown = wanted - self._known
+        found: set[str] = set()
         with self._errors("checking which blobs are stored"):
             if len(unknown) > _HEAD_AT_MOST:
-                found = {k[len("blobs/"):] for k, _ in self._list("blobs/")}
-            else:
-                with ThreadPoolExecutor(_THREADS) as pool:
-                    present = pool.map(self._exists, [blob_key(d) for d in unknown])
-                    found = {d for d, there in zip(unknown, present) if there}
+                listed, complete = self._list_blobs()
+                found = unknown & listed
+                unknown = set() if complete else unknown - found
+            if unknown:
+                with ThreadPoolExecutor(min(_THREADS, len(unknown))) as pool:
+                    ordered = list(unknown)
+                    present = pool.map(self._exists, [blob_key(d) for d in ordered])
+                    found |= {d for d, there in zip(ordered, present) if there}
         with self._lock:
-            self._known |= found & unknown
+            self._known |= found
         return wanted & self._known
 
     def put_blobs(self, digests: Iterable[str], source: BlobStore,
@@ -126,8 +133,9 @@ class S3Storage(Storage):
             stored = {k for k, _ in self._list(prefix + "/")}
         changed = [rel for rel, entry in tree.items() if entry[1] >= 0
                    and (old.get(rel) != entry or f"{prefix}/{rel}" not in stored)]  # fmt: skip
-        self._upload([(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
-                     lambda _n: None, f"uploading {prefix}")  # fmt: skip
+        with upload_progress(sum(tree[rel][1] for rel in changed), None, prefix) as advance:
+            self._upload([(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
+                         advance, f"uploading {prefix}")  # fmt: skip
         body = json.dumps({"tree": {rel: list(e) for rel, e in sorted(tree.items())}}).encode()
         with self._errors(f"uploading {prefix}"):
             self._s3().put_object(Bucket=self.bucket, Key=prefix + "/", Body=body)
@@ -259,6 +267,16 @@ class S3Storage(Storage):
         for page in pages:
             for obj in page.get("Contents", []):
                 yield obj["Key"], obj["Size"]
+
+    def _list_blobs(self) -> tuple[set[str], bool]:
+        """Digests stored, from the first _LIST_PAGES pages of blobs/; and whether that was all."""
+        found: set[str] = set()
+        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix="blobs/")
+        for number, page in enumerate(pages):
+            if number == _LIST_PAGES:
+                return found, False
+            found.update(obj["Key"][len("blobs/"):] for obj in page.get("Contents", []))
+        return found, True
 
     def _read_tree(self, prefix: str) -> Tree | None:
         """The listing stored at PREFIX/, or None when there is no tree."""
