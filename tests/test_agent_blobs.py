@@ -1,0 +1,100 @@
+"""The agent fetches the blobs a start needs from presigned URLs (S3 on moto's server)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import test_agent
+import test_storage
+from test_agent import Client, World
+from test_storage import make_s3
+
+from monkey.config import Home
+from monkey.drivers.agent_link import AgentError
+from monkey.snapshot import BlobStore
+from monkey.storage.local import LocalStorage
+
+# The fixtures of the agent's and the storage's tests, used here as they are.
+world, agent = test_agent.world, test_agent.agent
+moto_server, moto_s3 = test_storage.moto_server, test_storage.moto_s3
+
+CODE = b"import helper\nprint(helper.GREETING, open('data.bin', 'rb').read().hex())\n"
+HELPER = b"GREETING = 'hello from s3'\n"
+
+
+def upload(moto_s3: str, tmp_path: Path) -> tuple[list[list], dict[str, list]]:
+    """Code stored on the submitting machine and sent to the bucket: (files, blob_urls)."""
+    source = BlobStore(tmp_path / "src-blobs")
+    storage = make_s3(moto_s3)
+    files, urls = [], {}
+    for rel, data in (("main.py", CODE), ("helper.py", HELPER), ("data.bin", bytes(range(8)))):
+        digest, _ = source.put_bytes(data)
+        files.append([rel, digest, 0o644])
+        urls[digest] = [storage.blob_url(digest, expires=600), len(data)]
+    storage.put_blobs(list(urls), source)
+    return files, urls
+
+
+def test_start_fetches_missing_blobs_then_runs(world: World, agent: Client, moto_s3: str,
+                                               tmp_path: Path) -> None:  # fmt: skip
+    files, urls = upload(moto_s3, tmp_path)
+    assert not any(world.blobs.iterdir())  # the worker has none of them
+    world.start(agent, "j", ["python3", "main.py"], files=files, blob_urls=urls)
+    assert agent.wait_exit("j")["code"] == 0
+    out = (world.run_dir("j") / "stdout.log").read_text()
+    assert out == "hello from s3 0001020304050607\n"
+    for digest in urls:  # kept in the worker's store for the next job
+        assert (world.blobs / digest[:2] / digest[2:]).is_file()
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    # a second start finds them all there: the URLs are not used again
+    dead = {d: ["http://127.0.0.1:9/gone", size] for d, (_url, size) in urls.items()}
+    world.start(agent, "k", ["python3", "main.py"], files=files, blob_urls=dead)
+    assert agent.wait_exit("k")["code"] == 0
+
+
+@pytest.mark.parametrize("fault", ["missing key", "wrong size", "unreachable"])
+def test_blob_that_cannot_be_fetched_refuses_the_start(world: World, agent: Client, moto_s3: str,
+                                                       tmp_path: Path, fault: str) -> None:  # fmt: skip
+    files, urls = upload(moto_s3, tmp_path)
+    bad = files[0][1]  # main.py
+    url, size = urls[bad]
+    if fault == "missing key":
+        urls[bad] = [url.replace(bad, "0" * 64), size]
+        expected = f"missing blob {bad} could not be fetched: HTTP 404 (?i:not found)"
+    elif fault == "wrong size":
+        urls[bad] = [url, size + 1]
+        expected = f"missing blob {bad} could not be fetched: {size} bytes instead of {size + 1}$"
+    else:
+        urls[bad] = ["http://127.0.0.1:9/nothing-listens-here", size]
+        expected = rf"missing blob {bad} could not be fetched: \[Errno 111\] Connection refused$"
+    with pytest.raises(AgentError, match=f"^{expected}"):
+        world.start(agent, "j", ["sh", "-c", "touch ran"], files=files, blob_urls=urls)
+    run = world.run_dir("j")
+    assert not (run / "work" / "ran").exists() and not (run / "started").exists()
+    assert not (run / "pid").exists()
+    assert not (world.blobs / bad[:2] / bad[2:]).exists()
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    assert agent.request("jobs")["jobs"] == []
+
+
+def test_bad_blob_urls_are_refused(world: World, agent: Client) -> None:
+    with pytest.raises(AgentError, match="blob_urls must map digests"):
+        world.start(agent, "j", ["true"], blob_urls=["http://x"])
+    with pytest.raises(AgentError, match="bad blob_urls entry"):
+        world.start(agent, "j", ["true"], blob_urls={"a" * 64: "http://x"})
+    with pytest.raises(AgentError, match="bad digest"):
+        world.start(agent, "j", ["true"], blob_urls={"../x": ["http://x", 1]})
+
+
+def test_local_storage_urls_work_too(world: World, agent: Client, tmp_path: Path) -> None:
+    """The local storage hands out file:// URLs; the agent reads them the same way."""
+    storage = LocalStorage(Home(tmp_path / "home").ensure())
+    source = BlobStore(tmp_path / "src-blobs")
+    digest, _ = source.put_bytes(b"echo from a file url\n")
+    storage.put_blobs([digest], source)
+    urls = {digest: [storage.blob_url(digest), os.path.getsize(storage.blobs.path(digest))]}
+    world.start(agent, "j", ["sh", "run.sh"], files=[["run.sh", digest, 0o755]], blob_urls=urls)
+    assert agent.wait_exit("j")["code"] == 0
+    assert (world.run_dir("j") / "stdout.log").read_text() == "from a file url\n"

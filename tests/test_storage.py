@@ -1,0 +1,367 @@
+"""The storage contract, run against MONKEY_HOME and against S3 (moto's server on loopback)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monkey.client_agent.agent import put_file
+from monkey.config import Home, ProviderConfig
+from monkey.models import MonkeyError
+from monkey.snapshot import BlobStore
+from monkey.storage import Storage, storage_for
+from monkey.storage.base import local_tree
+from monkey.storage.local import LocalStorage
+from monkey.storage.s3 import S3Storage
+
+REPO = Path(__file__).resolve().parents[1]
+BUCKET = "monkey-test"
+MB = 1 << 20
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto's server on 127.0.0.1 for the whole session: its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.get_host_and_port()[1]}"
+    finally:
+        server.stop()
+
+
+def fake_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials only: no real AWS file, profile or metadata endpoint is read."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+
+
+@pytest.fixture
+def moto_s3(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """A reset moto server and fake AWS credentials: the endpoint URL."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"))
+    fake_aws_env(monkeypatch, tmp_path)
+    return moto_server
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(signature_version="s3v4", s3={"addressing_style": "path"})
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=config)
+
+
+def make_s3(endpoint: str) -> S3Storage:
+    """The storage of an ec2 provider whose bucket exists."""
+    s3_client(endpoint).create_bucket(Bucket=BUCKET)
+    config = ProviderConfig("aws", "ec2", {"region": "us-east-1", "bucket": BUCKET, "endpoint": endpoint})
+    return S3Storage.from_config(config)
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
+    """Each implementation in turn (the local one is another MONKEY_HOME than the source's)."""
+    if request.param == "local":
+        return LocalStorage(Home(tmp_path / "home").ensure())
+    return make_s3(request.getfixturevalue("moto_s3"))
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> BlobStore:
+    """The submitting machine's blob store."""
+    return BlobStore(tmp_path / "src-blobs")
+
+
+def fresh(storage: Storage) -> Storage:
+    """Another object over the same storage, that has seen nothing yet."""
+    if isinstance(storage, LocalStorage):
+        return LocalStorage(Home(storage.root))
+    assert isinstance(storage, S3Storage)
+    return S3Storage(storage.bucket, endpoint=storage.endpoint, region=storage.region)
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return reply.read()
+
+
+def make_tree(root: Path) -> None:
+    """Nested folders, an empty one, and files of several modes."""
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "model.pt").write_bytes(os.urandom(3000))
+    (root / "a" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "a" / "run.sh").chmod(0o755)
+    (root / "a" / "b" / "secret").write_text("key")
+    (root / "a" / "b" / "secret").chmod(0o600)
+    (root / "a" / "b" / "c" / "deep.txt").write_text("deep")
+    (root / "a" / "b").chmod(0o750)
+
+
+# ---------------------------------------------------------------- blobs
+
+
+def test_put_has_and_url_round_trip(storage: Storage, source: BlobStore) -> None:
+    blobs = [b"print('hello')\n", b"", os.urandom(100_000)]
+    digests = [source.put_bytes(data)[0] for data in blobs]
+    assert storage.has(digests) == set()
+    sent = storage.put_blobs(digests + digests[:1], source)  # a repeated digest goes once
+    assert sent == sum(map(len, blobs))
+    assert storage.has(digests + ["0" * 64]) == set(digests)
+    for digest, data in zip(digests, blobs):
+        assert fetch(storage.blob_url(digest, expires=60)) == data
+
+
+def test_blob_uploaded_once(storage: Storage, source: BlobStore, tmp_path: Path) -> None:
+    first, _ = source.put_bytes(b"one")
+    second, _ = source.put_bytes(b"two!")
+    assert storage.put_blobs([first], source) == 3
+    assert storage.put_blobs([first], source) == 0
+    assert fresh(storage).put_blobs([first, second], source) == 4
+    assert storage.has([first, second]) == {first, second}
+
+
+@pytest.mark.parametrize("pages", [20, 0])
+def test_has_many_digests(storage: Storage, source: BlobStore, pages: int,
+                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Many digests at once: a listing of blobs/ (or HEADs when the listing stops short)."""
+    monkeypatch.setattr("monkey.storage.s3._LIST_PAGES", pages)
+    digests = [source.put_bytes(b"blob %d" % i)[0] for i in range(100)]
+    storage.put_blobs(digests[:70], source)
+    assert fresh(storage).has(digests) == set(digests[:70])
+
+
+def test_large_blob_goes_in_parts(storage: Storage, source: BlobStore, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(20 * MB))
+    digest, size, _ = source.put_path(big)
+    seen: list[int] = []
+    assert storage.put_blobs([digest], source, progress=seen.append) == 20 * MB
+    assert sum(seen) == 20 * MB
+    assert fetch(storage.blob_url(digest)) == big.read_bytes()
+    if isinstance(storage, S3Storage):  # a multipart ETag ends with -<number of parts>
+        head = s3_client(storage.endpoint).head_object(Bucket=BUCKET, Key=f"blobs/{digest}")
+        assert head["ETag"].strip('"').endswith("-3")
+
+
+def test_corrupted_local_blob_is_not_sent(storage: Storage, source: BlobStore) -> None:
+    digest, _ = source.put_bytes(b"the real content")
+    path = source.path(digest)
+    path.chmod(0o600)
+    path.write_bytes(b"rotten content!!")
+    with pytest.raises(MonkeyError, match=digest[:16]):
+        storage.put_blobs([digest], source)
+    assert storage.has([digest]) == set()
+
+
+def test_missing_local_blob_is_one_line(storage: Storage, source: BlobStore) -> None:
+    with pytest.raises(MonkeyError, match=r"blob a{64} is missing from .*resubmit"):
+        storage.put_blobs(["a" * 64], source)
+
+
+def test_put_url_takes_a_file_from_a_worker(storage: Storage, tmp_path: Path) -> None:
+    archive = tmp_path / "ckpt.tar"
+    archive.write_bytes(os.urandom(70_000))
+    key = "runs/26-01-01-001/1/outputs/ckpt.tar"
+    put_file(str(archive), storage.put_url(key, expires=60))  # what the agent does
+    back = tmp_path / "back" / "ckpt.tar"
+    assert storage.get_file(key, back)
+    assert back.read_bytes() == archive.read_bytes()
+    assert not storage.get_file("runs/26-01-01-001/1/outputs/none", tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+
+
+def test_s3_urls_are_signed_and_expire(moto_s3: str, source: BlobStore) -> None:
+    # moto 5.2 serves presigned URLs without checking their signature or expiry (its S3
+    # authorisation reads only the Authorization header), so the URL's terms are checked here.
+    storage = make_s3(moto_s3)
+    digest, _ = source.put_bytes(b"signed")
+    storage.put_blobs([digest], source)
+    url = storage.blob_url(digest, expires=90)
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+    assert query["X-Amz-Expires"] == ["90"] and query["X-Amz-Signature"][0]
+    assert "testing" in query["X-Amz-Credential"][0] and "secret" not in url.lower()
+    assert fetch(url) == b"signed"
+    storage.delete(f"blobs/{digest}")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        fetch(url)
+    assert err.value.code == 404
+
+
+# ---------------------------------------------------------------- trees
+
+
+def test_tree_round_trip(storage: Storage, tmp_path: Path) -> None:
+    src, copy = tmp_path / "src", tmp_path / "copy"
+    src.mkdir()
+    make_tree(src)
+    prefix = "runs/26-01-01-001/checkpoint"
+    sent = storage.put_tree(src, prefix)
+    assert sent == 3000 + 18 + 3 + 4
+    assert storage.get_tree(prefix, copy) == sent
+    assert local_tree(copy) == local_tree(src)  # folders, files, modes and mtimes
+    assert (copy / "a" / "b" / "c" / "deep.txt").read_text() == "deep"
+
+    # a second round moves only what changed, and removals reach the copy
+    (src / "a" / "b").chmod(0o755)
+    (src / "model.pt").unlink()
+    (src / "a" / "run.sh").write_text("#!/bin/sh\necho changed\n")
+    (src / "empty" / "new").write_bytes(b"12345")
+    assert storage.put_tree(src, prefix) == len("#!/bin/sh\necho changed\n") + 5
+    assert storage.put_tree(src, prefix) == 0
+    assert storage.get_tree(prefix, copy) == len("#!/bin/sh\necho changed\n") + 5
+    assert local_tree(copy) == local_tree(src)
+    assert not (copy / "model.pt").exists()
+
+
+def test_tree_emptied_and_absent(storage: Storage, tmp_path: Path) -> None:
+    src, copy = tmp_path / "src", tmp_path / "copy"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_text("x")
+    prefix = "runs/26-01-01-001/persist/data"
+    storage.put_tree(src, prefix)
+    storage.get_tree(prefix, copy)
+    # a folder that is gone now counts as empty: the copy is emptied too
+    storage.put_tree(tmp_path / "gone", prefix)
+    assert storage.get_tree(prefix, copy) == 0
+    assert list(copy.iterdir()) == []
+    # a prefix that holds no tree leaves the local folder alone
+    (copy / "mine").write_text("keep")
+    assert storage.get_tree("runs/26-01-01-001/checkpoint", copy) == 0
+    assert (copy / "mine").read_text() == "keep"
+
+
+def test_delete(storage: Storage, source: BlobStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    make_tree(src)
+    digest, _ = source.put_bytes(b"blob")
+    storage.put_blobs([digest], source)
+    storage.put_tree(src, "runs/26-01-01-001/checkpoint")
+    storage.put_tree(src, "runs/26-01-01-001/persist/x")
+    storage.delete("runs/26-01-01-001/checkpoint")
+    assert storage.get_tree("runs/26-01-01-001/checkpoint", tmp_path / "c") == 0
+    assert not (tmp_path / "c").exists()
+    assert storage.get_tree("runs/26-01-01-001/persist/x", tmp_path / "p") > 0
+    storage.delete(f"blobs/{digest}")
+    assert storage.has([digest]) == set()
+    storage.delete("runs/26-01-01-002")  # nothing there: not an error
+    assert storage.put_blobs([digest], source) == 4  # sent again once deleted
+
+
+@pytest.mark.parametrize("key", ["../etc", "etc/passwd", "runs/../../x", "runs", "runs//x", "/runs/x"])
+def test_keys_outside_the_layout_are_refused(storage: Storage, key: str, tmp_path: Path) -> None:
+    with pytest.raises(MonkeyError, match="is not a storage key"):
+        storage.put_tree(tmp_path, key)
+
+
+# ---------------------------------------------------------------- S3 failures and setup
+
+
+def test_missing_bucket_is_one_line(moto_s3: str, source: BlobStore) -> None:
+    storage = S3Storage("no-such-bucket", endpoint=moto_s3, region="us-east-1")
+    digest, _ = source.put_bytes(b"x")
+    with pytest.raises(MonkeyError) as err:
+        storage.put_blobs([digest], source)
+    assert "no-such-bucket" in str(err.value) and "NoSuchBucket" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_no_credentials_is_one_line(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
+                                    source: BlobStore) -> None:  # fmt: skip
+    storage = make_s3(moto_s3)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    digest, _ = source.put_bytes(b"x")
+    fresh = S3Storage(BUCKET, endpoint=storage.endpoint)
+    with pytest.raises(MonkeyError, match="no AWS credentials found; set `profile`"):
+        fresh.put_blobs([digest], source)
+
+
+def test_credentials_file_and_profile(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
+                                      tmp_path: Path, source: BlobStore) -> None:  # fmt: skip
+    make_s3(moto_s3)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    creds = tmp_path / "aws-creds"
+    creds.write_text("[lab]\naws_access_key_id = labkey\naws_secret_access_key = labsecret\n")
+    config = ProviderConfig("aws", "ec2", {"bucket": BUCKET, "endpoint": moto_s3,
+                                           "credentials": str(creds), "profile": "lab"})  # fmt: skip
+    storage = storage_for(config, Home(tmp_path / "home"))
+    digest, _ = source.put_bytes(b"via a profile")
+    assert storage.put_blobs([digest], source) == len(b"via a profile")
+    assert "labkey" in storage.blob_url(digest) and "labsecret" not in storage.blob_url(digest)
+    wrong = S3Storage(BUCKET, endpoint=moto_s3, credentials=str(creds), profile="nope")
+    with pytest.raises(MonkeyError, match="nope.*fix `profile`"):
+        wrong.has([digest])
+
+
+def test_storage_for_kinds(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    assert isinstance(storage_for(ProviderConfig("local", "local", {}), home), LocalStorage)
+    assert isinstance(storage_for(ProviderConfig("lab", "ssh", {"hosts": []}), home), LocalStorage)
+    assert isinstance(storage_for(ProviderConfig("aws", "ec2", {}), home), LocalStorage)
+    s3 = storage_for(ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"}), home)
+    assert isinstance(s3, S3Storage) and (s3.bucket, s3.region) == ("b", "eu-west-1")
+    code = "import sys, monkey.storage as s; s.storage_for; print('boto3' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True)  # fmt: skip
+    assert out.stdout.strip() == "False"
+
+
+def test_progress_bar_on_a_terminal(moto_s3: str, tmp_path: Path) -> None:
+    """An upload from a terminal draws a bar on stderr (shown at once here)."""
+    make_s3(moto_s3)
+    script = f"""
+import os, pathlib
+from monkey.snapshot import BlobStore
+from monkey.storage.s3 import S3Storage
+src = BlobStore(pathlib.Path({str(tmp_path / 'src')!r}))
+big = pathlib.Path({str(tmp_path / 'big')!r})
+big.write_bytes(os.urandom(12 << 20))
+digest = src.put_path(big)[0]
+print(S3Storage({BUCKET!r}, endpoint={moto_s3!r}).put_blobs([digest], src))
+"""
+    leader, follower = pty.openpty()
+    env = dict(os.environ, MONKEY_PROGRESS_AFTER="0", PYTHONPATH=str(REPO), COLUMNS="100")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=follower, env=env, cwd=REPO)  # fmt: skip
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        screen += chunk
+    out = proc.communicate(timeout=60)[0]
+    os.close(leader)
+    assert proc.returncode == 0, screen.decode(errors="replace")
+    assert out.decode().strip() == str(12 << 20)
+    text = screen.decode(errors="replace")
+    assert "uploading" in text and "12.6/12.6 MB" in text
