@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from monkey.models import Instance, InstanceState
+from monkey.models import Instance, InstanceState, Resources
 from monkey.store import Store
 from monkey.store.migrations import MIGRATIONS
 
@@ -53,3 +53,17 @@ def test_rows_of_an_older_monkey_are_upgraded(tmp_path):
     rows = {r["id"]: (r["state"], r["reach"]) for r in store.instances()}
     assert rows == {"lab/a": ("running", "up"), "lab/b": ("unknown", "unreachable")}
     store.close()
+
+
+def test_machines_needed_for_waiting_jobs():
+    from monkey.core.provisioning import machines_needed
+
+    jobs = [Resources(cpus=1)] * 40
+    # 2-CPU machines, 4 at most: 4, however many jobs wait
+    assert machines_needed(jobs, per_machine=2, booting=0, live=0, limit=4) == 4
+    # machines still booting take their share; a full quota creates nothing
+    assert machines_needed(jobs[:5], per_machine=2, booting=2, live=2, limit=4) == 1
+    assert machines_needed(jobs, per_machine=2, booting=0, live=4, limit=4) == 0
+    # a job asking 8 CPUs counts 8; no limit of monkey's
+    assert machines_needed([Resources(cpus=8)], per_machine=4, booting=0, live=0, limit=None) == 2
+    assert machines_needed([], per_machine=2, booting=0, live=0, limit=None) == 0

@@ -13,6 +13,7 @@ from typing import Any
 from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
+from monkey.core.provisioning import Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
@@ -24,6 +25,7 @@ from monkey.models import (
     Job,
     MonkeyError,
     Request,
+    Resources,
     State,
     parse_size,
     retry_delay,
@@ -39,6 +41,7 @@ KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
 # A wedged agent must not hold the core longer than it takes to call its attempts silent.
 SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
+_WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 
 
 def bind_wake_socket(home: Home) -> socket.socket:
@@ -90,6 +93,8 @@ class Core:
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.workers = Workers(self.selector)
+        self.elastic = Elastic(self)
+        self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
         self.stopping = False
         self.outage = Outage(home.core_status)
 
@@ -153,6 +158,7 @@ class Core:
         if now >= self.next_health:
             self.next_health = now + 1.0
             self.check_health(now)
+            self.elastic.tick(now, self.waiting)
             sweeps.tick(self.store, self.home)
 
     def reload_providers(self) -> None:
@@ -371,6 +377,8 @@ class Core:
             final, reason = State.LOST, "process vanished"
         elif why == "silent":
             final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
+        elif why == "terminated":
+            final, reason = State.LOST, "its instance was terminated"
         elif why == "setup":  # not retried: the same inputs would fail the same way
             final = State.FAILED
             reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
@@ -445,6 +453,7 @@ class Core:
     def dispatch_ready(self, now: float) -> None:
         """Place and start every queued job that fits somewhere now."""
         usage: dict[str, Usage] | None = None
+        self.waiting = {}
         for provider in self.providers:
             if not self.store.has_ready(provider, now):
                 continue
@@ -457,11 +466,15 @@ class Core:
             if usage is None:
                 usage = self.usage()
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
-            if free <= 0:
+            if free <= 0 and not drv.elastic:
                 continue
-            for job in self.store.ready_jobs(now, limit=free + 2, provider=provider):
+            # An elastic provider also learns which jobs fit nowhere: machines are made for them.
+            limit = _WAITING_MAX if drv.elastic else free + 2
+            waiting = self.waiting[provider] = []
+            for job in self.store.ready_jobs(now, limit=limit, provider=provider):
                 placement = place(job.resources, capacities, usage, pinned=job.resources.host)
                 if placement is None:
+                    waiting.append(job.resources)
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance))

@@ -148,6 +148,22 @@ class Driver(ABC):
         """The smallest size of the provider that holds RESOURCES (None: its default)."""
         return None
 
+    def size_slots(self, size: str | None) -> int:
+        """Job slots (CPUs) of a machine of SIZE (None: the default size) before it is
+        reached; the core plans how many machines to create with it."""
+        return 1
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds an elastic instance may stay without a job before it is destroyed."""
+        return float(self.config.options.get("idle_timeout", 600))
+
+    @property
+    def boot_timeout(self) -> float:
+        """Seconds an elastic instance may take from its creation until its agent answers;
+        past them it is destroyed (an instance created but never reached is not kept)."""
+        return float(self.config.options.get("boot_timeout", 600))
+
     @abstractmethod
     def instances(self) -> list[Capacity]:
         """Instances that can take jobs now, and what each can hold."""

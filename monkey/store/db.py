@@ -688,6 +688,21 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
                                "WHERE instance = ? ORDER BY id", (id,))  # fmt: skip
         return [dict(zip(("ts", "old", "new", "detail"), r)) for r in rows]
 
+    def set_provider_error(self, provider: str, error: str | None) -> None:
+        """Why the provider cannot give the jobs waiting for it a machine (None: it can)."""
+        with self.tx() as db:
+            if error is None:
+                db.execute("DELETE FROM provider_status WHERE provider = ?", (provider,))
+            else:
+                db.execute("INSERT INTO provider_status(provider, error, since) VALUES (?,?,?) "
+                           "ON CONFLICT(provider) DO UPDATE SET error = excluded.error",
+                           (provider, error, time.time()))  # fmt: skip
+
+    def provider_error(self, provider: str) -> str | None:
+        row = self.db.execute("SELECT error FROM provider_status WHERE provider = ?",
+                              (provider,)).fetchone()  # fmt: skip
+        return row[0] if row else None
+
     def instances(self, provider: str | None = None, live: bool = False) -> list[dict[str, Any]]:
         """Recorded instances (of PROVIDER; only those not terminated with LIVE), by id."""
         keys = ("id", "provider", "kind", "host", "state", "reach", "extra", "updated_at",

@@ -160,6 +160,11 @@ MIGRATIONS: list[tuple[str, str]] = [
             detail TEXT
         );
         CREATE INDEX instance_events_instance ON instance_events(instance);
+        CREATE TABLE provider_status(
+            provider TEXT PRIMARY KEY,
+            error TEXT NOT NULL,
+            since REAL NOT NULL
+        );
         """,
     ),
 ]

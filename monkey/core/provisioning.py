@@ -1,0 +1,196 @@
+"""Elastic providers (clouds): machines made for the jobs that wait, and unmade after.
+
+Each pass, for every provider whose driver is ``elastic``:
+
+- **inventory**: the cloud is listed (by this home's tag) every ``LIST_EVERY`` seconds, off
+  the loop; each machine's state is recorded with a compare-and-set move. A tagged machine
+  the store has no record of (its creation was never recorded: the core died meanwhile) is
+  terminated; a recorded one the cloud no longer lists is terminated in the store, and the
+  attempts live on it end ``lost``.
+- **growth**: queued jobs that fit on no machine cause machines to be created, as many as
+  their CPUs need beyond the slots of machines still booting, never more than
+  ``max_instances``; a failed creation is recorded as the provider's error (shown on the
+  jobs that wait) and retried with back-off.
+- **shrinking**: a machine with no live attempt for ``idle_timeout`` seconds, or one that
+  was never reached within ``boot_timeout`` seconds of its creation, is destroyed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from monkey.drivers.base import NoCapacity
+from monkey.models import Instance, InstanceState, MonkeyError, Resources
+
+if TYPE_CHECKING:
+    from monkey.core.scheduler import Core
+    from monkey.drivers.base import Driver
+
+log = logging.getLogger("monkey.core")
+
+LIST_EVERY = 5.0
+_BACKOFF_MAX = 60.0
+
+
+def machines_needed(waiting: list[Resources], per_machine: int, booting: int, live: int,
+                    limit: int | None) -> int:
+    """How many machines to create for the WAITING jobs' CPUs, given machines of
+    PER_MACHINE slots, BOOTING ones that will take some, LIVE ones in all, and LIMIT."""
+    demand = sum(max(1, r.cpus) for r in waiting)
+    need = -(-demand // max(1, per_machine)) - booting
+    if limit is not None:
+        need = min(need, limit - live)
+    return max(0, need)
+
+
+class Elastic:
+    """The provisioning side of the core, for elastic providers."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.listed_at: dict[str, float] = {}
+        self.inventoried: set[str] = set()  # providers listed once since the core started
+        self.creating: dict[str, int] = {}  # creations in flight per provider
+        self.retry_at: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
+
+    def tick(self, now: float, waiting: dict[str, list[Resources]]) -> None:
+        """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere."""
+        for name in list(self.core.providers):
+            try:
+                drv = self.core.driver(name)
+            except MonkeyError:
+                continue
+            if not drv.elastic:
+                continue
+            if now - self.listed_at.get(name, 0.0) >= LIST_EVERY:
+                self._list(name, drv, now)
+            if name in self.inventoried:
+                self._grow(name, drv, waiting.get(name, []), now)
+                self._shrink(name, drv, now)
+
+    # -- inventory -------------------------------------------------------------------------
+
+    def _list(self, name: str, drv: Driver, now: float) -> None:
+        key = ("list", name)
+        if self.core.workers.busy(key):
+            return
+        self.listed_at[name] = now
+        self.core.workers.submit(key, drv.list_nodes, lambda nodes: self._listed(name, drv, nodes),
+                                 lambda exc: log.error("listing %s failed: %s", name, exc))
+
+    def _listed(self, name: str, drv: Driver, nodes: list[Instance]) -> None:
+        store = self.core.store
+        known = {row["id"]: row for row in store.instances(name)}
+        seen = set()
+        for node in nodes:
+            seen.add(node.id)
+            if node.id not in known:
+                if node.state != InstanceState.TERMINATED:
+                    log.warning("%s: %s carries this home's tag but was never recorded; "
+                                "terminating it", name, node.id)  # fmt: skip
+                    self._destroy(name, drv, node.id, "unrecorded")
+                continue
+            if not store.record_instance(node):
+                log.warning("%s: %s reported %s after %s; ignored", name, node.id, node.state,
+                            known[node.id]["state"])  # fmt: skip
+        for row in known.values():
+            # Gone from the cloud's list (terminated long ago, or from outside monkey).
+            if row["state"] != "terminated" and row["id"] not in seen \
+                    and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY:
+                self._gone(name, row)
+        for row in store.instances(name, live=True):
+            if row["state"] in ("terminated", "stopped"):
+                self._gone(name, row)
+        self.inventoried.add(name)
+
+    def _gone(self, name: str, row: dict[str, object]) -> None:
+        """The machine is terminated: record it, and end the attempts that lived on it."""
+        store = self.core.store
+        inst = Instance(str(row["id"]), name, str(row["name"]), InstanceState.TERMINATED,
+                        extra=dict(row["extra"]))  # type: ignore[arg-type]
+        store.record_instance(inst, detail="no longer listed by the cloud")
+        for att in store.live_attempts(inst.id):
+            self.core.on_exit((name, inst.id), att.juid, att.n,
+                              {"reason": "terminated", "ts": time.time()}, att.events_offset)
+
+    # -- growth ----------------------------------------------------------------------------
+
+    def _grow(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:
+        store = self.core.store
+        if not waiting:
+            if store.provider_error(name) is not None and not self.creating.get(name):
+                store.set_provider_error(name, None)
+            return
+        if now < self.retry_at.get(name, 0.0):
+            return
+        rows = store.instances(name, live=True)
+        reached = {c.instance for c in drv.instances()}
+        booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
+        size = drv.size_for(waiting[0])
+        need = machines_needed(waiting, drv.size_slots(size), booting,
+                               len(rows) + self.creating.get(name, 0), drv.max_instances)
+        for _ in range(need):
+            self._create(name, drv, size)
+
+    def _create(self, name: str, drv: Driver, size: str | None) -> None:
+        self.creating[name] = self.creating.get(name, 0) + 1
+        count = sum(self.creating.values())
+
+        def created(inst: Instance) -> None:
+            self.creating[name] -= 1
+            self.failures.pop(name, None)
+            self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})")
+            self.core.store.set_provider_error(name, None)
+            log.info("%s: created %s (%s)", name, inst.id, inst.size)
+
+        def failed(exc: BaseException) -> None:
+            self.creating[name] -= 1
+            failures = self.failures[name] = self.failures.get(name, 0) + 1
+            delay = min(_BACKOFF_MAX, 2.0 ** failures)
+            self.retry_at[name] = time.time() + delay
+            why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, NoCapacity):
+                log.error("%s: creating a machine failed: %s (next try in %.0fs)", name, why, delay)
+            self.core.store.set_provider_error(name, why)
+
+        self.core.workers.submit(("create", name, count), lambda: drv.create_node(size),
+                                 created, failed)
+
+    # -- shrinking -------------------------------------------------------------------------
+
+    def _shrink(self, name: str, drv: Driver, now: float) -> None:
+        store = self.core.store
+        busy = {instance for instance, _cpus, _gpus in store.live_usage()}
+        reached = {c.instance for c in drv.instances()}
+        for row in store.instances(name, live=True):
+            if row["id"] in busy:
+                if row["idle_since"] is not None:
+                    store.set_instance_idle(row["id"], None)
+                continue
+            if row["id"] not in reached:
+                if now - (row["launched_at"] or now) > drv.boot_timeout:
+                    self._destroy(name, drv, row["id"], f"not reached within {drv.boot_timeout:.0f}s")
+                continue
+            if row["idle_since"] is None:
+                store.set_instance_idle(row["id"], now)
+            elif now - row["idle_since"] >= drv.idle_timeout:
+                self._destroy(name, drv, row["id"], f"idle for {drv.idle_timeout:.0f}s")
+
+    def _destroy(self, name: str, drv: Driver, instance: str, why: str) -> None:
+        key = ("destroy", instance)
+        if self.core.workers.busy(key):
+            return
+
+        def destroyed(_: object) -> None:
+            row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
+            if row is not None:
+                self.core.store.record_instance(
+                    Instance(instance, name, row["name"], InstanceState.TERMINATED,
+                             extra=row["extra"]), detail=f"destroyed: {why}")  # fmt: skip
+            log.info("%s: destroyed %s (%s)", name, instance, why)
+
+        self.core.workers.submit(key, lambda: drv.destroy_node(instance), destroyed,
+                                 lambda exc: log.error("destroying %s failed: %s", instance, exc))
