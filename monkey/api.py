@@ -365,8 +365,10 @@ class Monkey(TrackingAPI):
         juid = self.store.resolve(ref)
         job = self.store.get_job(juid)
         assert job is not None
+        waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
         return {
             **job.to_json(),
+            "waiting": waiting,  # why a queued job's provider has no machine for it yet
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
             "attempts_detail": [vars(a) for a in self.store.attempts(juid)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import filecmp
-import os
 import re
 import subprocess
 import sys
@@ -102,13 +101,25 @@ def _big_job(monkey, home: Path) -> tuple[str, Path]:
     return job.juid, path
 
 
+# Started from a small process: a child's peak RSS counts what it shares with its parent
+# between fork and exec, and the test runner itself may be hundreds of MB by then.
+_MEASURE = (
+    "import os, subprocess, sys\n"
+    "with open(sys.argv[1], 'wb') as fh:\n"
+    "    proc = subprocess.Popen(sys.argv[2:], stdout=fh)\n"
+    "    _, status, usage = os.wait4(proc.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)\n"
+)
+
+
 def _logs(args: list[str], out: Path) -> tuple[int, int]:
     """Run `monkey logs ARGS > out`; its exit status and peak RSS in bytes."""
-    with open(out, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "monkey", "logs", *args], stdout=fh)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss * 1024
+    measured = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(out), sys.executable, "-m", "monkey", "logs", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    code, rss = measured.stdout.split()
+    return int(code), int(rss)
 
 
 def test_logs_of_a_huge_file_stream_in_bounded_memory(home, monkey, tmp_path):

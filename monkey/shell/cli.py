@@ -350,6 +350,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
         for inst in instances:
             inst["running"] = running.get(inst["id"], 0)
         info.update(driver_class(cfg.type).describe(cfg, instances))
+        info["error"] = m.store.provider_error(name)
         out.append(info)
     pid = daemon.status(m.home)
     if args.json:
@@ -359,6 +360,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
            [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
              str(p["running"]), str(p["queued"])] for p in out])
     provider_commands.print_hosts(out)
+    for p in out:
+        if p["error"]:
+            print(f"{p['name']}: {p['error']}")
     print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
     return 0
 
@@ -379,7 +383,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         ("name", info["name"]),
         ("state", state_text(info["state"], colour)
          + (f" ({info['reason']})" if info["reason"] else "")
-         + (f" [{info['request']} requested]" if info["request"] else "")),
+         + (f" [{info['request']} requested]" if info["request"] else "")
+         + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
         ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
