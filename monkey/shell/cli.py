@@ -350,7 +350,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
         for inst in instances:
             inst["running"] = running.get(inst["id"], 0)
         info.update(driver_class(cfg.type).describe(cfg, instances))
-        info["error"] = m.store.provider_error(name)
+        error = m.store.provider_error(name)
+        if error:  # why the jobs waiting for it get no machine
+            info["error"] = error
         out.append(info)
     pid = daemon.status(m.home)
     if args.json:
@@ -361,7 +363,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
              str(p["running"]), str(p["queued"])] for p in out])
     provider_commands.print_hosts(out)
     for p in out:
-        if p["error"]:
+        if p.get("error"):
             print(f"{p['name']}: {p['error']}")
     print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
     return 0
