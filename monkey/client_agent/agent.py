@@ -254,19 +254,22 @@ def session_pids(sid: int) -> list[int]:
 
 
 def job_tree(sid: int | None, tag: bytes | None, roots: set[int]) -> set[int]:
-    """Pids of a job's processes: its session SID, the processes whose environment has the
-    line TAG (every process the job started that kept its environment, even after setsid),
-    the pids in ROOTS, and every descendant of all of those."""
+    """Pids of a job's processes: its session SID, the orphans whose environment has the
+    line TAG (a process the job started that left the session and lost its parent, having
+    kept its environment), the pids in ROOTS, and every descendant of all of those. Only
+    orphans (adopted by this agent as subreaper, or by init) have their environment read:
+    any other process of the job descends from one already found."""
     parents: dict[int, int] = {}
     found = set(roots)
+    adopters = {1, os.getpid()}
     for pid in proc_pids():
         fields = read_stat(pid)
         if fields is None or pid == os.getpid():
             continue
-        parents[pid] = int(fields[1])
+        ppid = parents[pid] = int(fields[1])
         if sid is not None and int(fields[3]) == sid:
             found.add(pid)
-        elif tag is not None and tag in environ_lines(pid):
+        elif tag is not None and ppid in adopters and tag in environ_lines(pid):
             found.add(pid)
     grew = True
     while grew:
