@@ -142,6 +142,26 @@ class Resources:
         return out
 
 
+class Ending(str, enum.Enum):
+    """How an attempt ended, as its agent (or the core, for what no agent saw) reports it;
+    the agent protocol's ``exit.reason`` values plus the core's own."""
+
+    EXITED = "exited"  # the job's process exited with a code
+    KILLED = "killed"  # a signal ended it (cancel, pause, grace over, the kernel)
+    VANISHED = "vanished"  # gone without an exit code (killed while no agent watched)
+    SETUP = "setup"  # its environment's set-up failed: the command never ran
+    SILENT = "silent"  # no heartbeat from its instance for too long
+    TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
+
+    @classmethod
+    def of(cls, event: dict[str, Any]) -> Ending:
+        """The ending an exit event reports (an unknown reason counts as an exit)."""
+        try:
+            return cls(event.get("reason") or "exited")
+        except ValueError:
+            return cls.EXITED
+
+
 class InstanceState(str, enum.Enum):
     """State of a machine as its provider reports it (libcloud's NodeState, narrowed)."""
 

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from monkey.drivers.base import NoCapacity
-from monkey.models import Instance, InstanceState, MonkeyError, Resources
+from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources
 
 if TYPE_CHECKING:
     from monkey.core.scheduler import Core
@@ -114,7 +114,8 @@ class Elastic:
         store.record_instance(inst, detail="no longer listed by the cloud")
         for att in store.live_attempts(inst.id):
             self.core.on_exit((name, inst.id), att.juid, att.n,
-                              {"reason": "terminated", "ts": time.time()}, att.events_offset)
+                              {"reason": Ending.TERMINATED.value, "ts": time.time()},
+                              att.events_offset)
 
     # -- growth ----------------------------------------------------------------------------
 

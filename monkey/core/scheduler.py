@@ -22,6 +22,7 @@ from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
     Attempt,
+    Ending,
     Job,
     MonkeyError,
     Request,
@@ -367,19 +368,19 @@ class Core:
         job = self.store.get_job(juid)
         if job is None:
             return
-        code, sig, why = event.get("code"), event.get("signal"), event.get("reason")
+        code, sig, why = event.get("code"), event.get("signal"), Ending.of(event)
         requeue = None
         if job.request == Request.CANCEL.value:
             final, reason = State.CANCELLED, "cancelled by user"
         elif job.request == Request.PAUSE.value:
             final, reason = State.PAUSED, "paused by user"
-        elif why == "vanished":
+        elif why == Ending.VANISHED:
             final, reason = State.LOST, "process vanished"
-        elif why == "silent":
+        elif why == Ending.SILENT:
             final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
-        elif why == "terminated":
+        elif why == Ending.TERMINATED:
             final, reason = State.LOST, "its instance was terminated"
-        elif why == "setup":  # not retried: the same inputs would fail the same way
+        elif why == Ending.SETUP:  # not retried: the same inputs would fail the same way
             final = State.FAILED
             reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
         elif code == 0:
@@ -388,7 +389,7 @@ class Core:
             final = State.FAILED
             reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
             reason += self.outage.job_note(self.home.run_dir(juid, n))
-        if final in (State.FAILED, State.LOST) and why != "setup":
+        if final in (State.FAILED, State.LOST) and why != Ending.SETUP:
             done = self.store.auto_retries(juid)
             if done < job.retries:
                 requeue = retry_delay(done + 1)
@@ -412,7 +413,7 @@ class Core:
                                    signal=None, reason="never started")
         else:
             self.on_exit((job.provider, att.instance), att.juid, att.n,
-                         {"reason": "vanished"}, att.events_offset)
+                         {"reason": Ending.VANISHED.value}, att.events_offset)
 
     # -- requests and dispatch ----------------------------------------------------------
 
@@ -647,5 +648,5 @@ class Core:
                 self.connect(key)
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
-                self.on_exit(key, att.juid, att.n, {"reason": "silent", "silence": now - beat,
+                self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
                                                     "ts": now}, att.events_offset)
