@@ -73,18 +73,18 @@ _NAMESPACE = re.compile(r'xmlns="(http://ec2\.amazonaws\.com/doc/[0-9-]+)"')
 
 class _EndpointResponse(EC2Response):
     """EC2-compatible endpoints (moto, LocalStack) write the EC2 XML namespace without its
-    trailing slash; libcloud looks names up with it, so every list would come back empty."""
-
-    def _fix(self) -> None:
-        if isinstance(self.body, str):
-            self.body = _NAMESPACE.sub(r'xmlns="\1/"', self.body)
+    trailing slash; libcloud looks names up with it, so every list would come back empty.
+    Their error replies carry that namespace too, where AWS's have none: libcloud would
+    find no error code in them (an empty message), so it is dropped there."""
 
     def parse_body(self) -> Any:
-        self._fix()
+        if isinstance(self.body, str):
+            self.body = _NAMESPACE.sub(r'xmlns="\1/"', self.body)
         return super().parse_body()
 
     def parse_error(self) -> Any:
-        self._fix()
+        if isinstance(self.body, str):
+            self.body = _NAMESPACE.sub("", self.body)
         return super().parse_error()
 
 

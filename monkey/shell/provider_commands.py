@@ -258,13 +258,19 @@ PARSERS = {"provider": provider_parser}
 
 def print_hosts(providers: list[dict[str, Any]]) -> None:
     """The hosts table under `monkey list providers`, when a provider has hosts."""
-    from monkey.shell.table import render
+    from monkey.shell.table import ago, render
 
+    hosts = [h for p in providers for h in p.get("hosts", [])]
+    cloud = any("size" in h for h in hosts)  # instances monkey created: size, spot, age too
     rows = [
         [h["instance"], h["host"], h["state"], str(h["slots"] or "-"), str(len(h["gpus"])),
-         _size(h["memory"]), str(h["running"]), h["error"] or ""]
-        for p in providers for h in p.get("hosts", [])
+         _size(h["memory"]), str(h["running"])]
+        + ([h.get("size") or "-", "spot" if h.get("spot") else "-",
+            ago(h.get("age"))] if cloud else [])
+        + [h["error"] or ""]
+        for h in hosts
     ]  # fmt: skip
     if rows:
         print()
-        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING", "ERROR"], rows)
+        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING"]
+               + (["SIZE", "SPOT", "AGE"] if cloud else []) + ["ERROR"], rows)
