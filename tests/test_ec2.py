@@ -385,7 +385,7 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     try:
         juid = run_job(cli, "echo", "hi")
-        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60,
+        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=30,
                  what="the job to end")
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert cli("logs", juid, check=True).stdout == "hi\n"

@@ -45,7 +45,7 @@ log = logging.getLogger("monkey.ec2")
 T = TypeVar("T")
 
 _GIB = 1 << 30
-_REFRESH_BOOTING = 2.0  # seconds between listings while an instance boots
+_REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
 _REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
 
 
@@ -184,7 +184,7 @@ class EC2Driver(Driver):
         self._api: EC2NodeDriver | None = None
         self._api_lock = threading.Lock()  # one cloud call at a time on the one connection
         self._track_lock = threading.Lock()
-        self._booting = False  # an instance was pending at the last listing
+        self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed
         self._refresher: threading.Thread | None = None
 
@@ -355,21 +355,23 @@ class EC2Driver(Driver):
                     self.pool.remove_host(inst.id)
                     if inst.state == InstanceState.TERMINATED:
                         self.pool.host_keys.forget(inst.id)
+            booting = any(i.state == InstanceState.PENDING for i in instances)
             if listed:
                 for gone in set(self.pool.hosts) - seen:
                     self.pool.remove_host(gone)
                     self.pool.host_keys.forget(gone)
-                self._booting = any(i.state == InstanceState.PENDING for i in instances)
-            else:
-                self._booting = self._booting or any(i.state == InstanceState.PENDING for i in instances)
-            self._next_refresh = time.monotonic() + (_REFRESH_BOOTING if self._booting else _REFRESH_IDLE)
+                wait = min(max(self._boot_wait * 2, _REFRESH_BOOTING[0]), _REFRESH_BOOTING[1]) if booting else 0.0
+            else:  # a create: look again soon
+                wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
+            self._boot_wait = wait
+            self._next_refresh = time.monotonic() + (wait or _REFRESH_IDLE)
 
     def _refresh_soon(self) -> None:
         """List the instances in a thread when due: at first, while one boots, and now and
         then (one may vanish)."""
         if time.monotonic() < self._next_refresh or (self._refresher and self._refresher.is_alive()):
             return
-        self._next_refresh = time.monotonic() + _REFRESH_BOOTING  # until the listing says more
+        self._next_refresh = time.monotonic() + _REFRESH_BOOTING[1]  # until the listing says more
 
         def refresh() -> None:
             try:

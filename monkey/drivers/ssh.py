@@ -10,7 +10,6 @@ and stops attempts the store no longer counts as live (fencing after a host retu
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -422,7 +421,7 @@ class SSHDriver(Driver):
         if cap is not None:
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
         if host.node is not None:
-            inst = dataclasses.replace(host.node, address=host.spec.label)
+            inst = host.node
         else:
             inst = Instance(host.instance, self.name, host.spec.name,
                             InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
