@@ -32,6 +32,7 @@ from monkey.drivers import ec2_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.ec2 import SIZES, USER_DATA, EC2Driver
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
+from monkey.store import Store
 from tests.conftest import wait_for
 from tests.sshd import Lab
 
@@ -168,18 +169,28 @@ def test_max_instances_then_no_capacity(driver: EC2Driver, moto: Any) -> None:
 
 
 def test_size_for_and_never_fits(aws: ProviderConfig, driver: EC2Driver) -> None:
-    assert driver.size_for(Resources()) == "t3.micro"  # the entry's size (unknown to the table)
+    assert driver.size_for(Resources()) == "t3.micro"  # the entry's size, since it holds the job
+    assert driver.size_for(Resources(cpus=2)) == "t3.micro"
     assert driver.size_for(Resources(cpus=4)) == "t3.xlarge"
     assert driver.size_for(Resources(cpus=2, memory="6G")) == "t3.large"
     assert driver.size_for(Resources(gpus=1)) == "g4dn.xlarge"
     assert driver.size_for(Resources(cpus=64, gpus=4)) == "g5.48xlarge"
     assert driver.size_for(Resources(cpus=1000)) == "t3.micro"  # nothing holds it: the default
+    assert (driver.size_slots(None), driver.size_slots("c5.4xlarge"), driver.size_slots("x9.odd")) == (2, 16, 1)
+    odd = EC2Driver(ProviderConfig("o", "ec2", {**aws.options, "size": "x9.odd"}), driver.home)
+    try:
+        assert odd.size_for(Resources()) == "x9.odd"  # not in the table: the default all the same
+        assert odd.size_for(Resources(cpus=2)) == "t3.nano"
+    finally:
+        odd.close()
     g5 = ProviderConfig("g", "ec2", {**aws.options, "size": "g5.xlarge"})
     assert EC2Driver.never_fits(g5, Resources(cpus=1000)) == (
         "no instance size of provider 'g' holds --cpus 1000 --gpus 0; the largest, g5.48xlarge, "
         "has 192 cpus, 8 gpus, 768G")
     assert EC2Driver.never_fits(g5, Resources(cpus=8, gpus=1)) is None
-    assert EC2Driver.never_fits(aws, Resources(cpus=1000)) is None  # t3.micro: not in the table
+    assert EC2Driver.never_fits(aws, Resources(cpus=1000)).startswith("no instance size of provider 'aws'")
+    odd = ProviderConfig("o", "ec2", {**aws.options, "size": "x9.odd"})
+    assert EC2Driver.never_fits(odd, Resources(cpus=1000)) is None  # its size may be large: unknown
     assert "--host is for ssh providers" in EC2Driver.never_fits(g5, Resources(host="x"))
     assert all(s.name.count(".") == 1 for s in SIZES)
 
@@ -318,13 +329,13 @@ def test_changed_host_key_on_a_live_instance_is_refused(driver: EC2Driver, fleet
 
 
 def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, home: Path) -> None:
-    from monkey.store import Store
-
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
         store = Store(Home(home).db)
         try:
+            # as the core records each listing: what the transport learnt is kept
+            assert store.record_instance(listed(driver, inst.id))
             recorded = store.instances("aws")
         finally:
             store.close()
@@ -360,7 +371,12 @@ def test_job_runs_on_an_instance_through_the_cli(cli, home: Path, moto: Any, fle
     add_aws(cli, moto, fleet, home)
     config = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]
     creator = EC2Driver(ProviderConfig("aws", "ec2", config), Home(home))
-    inst = creator.create_node()  # what the core's provisioning does (tested below)
+    inst = creator.create_node()  # what the core's provisioning does (tested below) ...
+    store = Store(Home(home).db)
+    try:
+        store.record_instance(inst, detail="created")  # ... and records, so the core keeps it
+    finally:
+        store.close()
     try:
         juid = run_job(cli, "sh", "-c", "echo hi from $(hostname -I 2>/dev/null || echo ec2)")
         wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60,

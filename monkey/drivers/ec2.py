@@ -65,7 +65,7 @@ class Size(NamedTuple):
 # Common instance types, cheapest first (us-east-1 on-demand prices): `size_for` takes the
 # first that holds a job.
 SIZES = [Size(*s) for s in (
-    ("t3.small", 2, 2), ("t3.medium", 2, 4), ("t3.large", 2, 8), ("c5.large", 2, 4),
+    ("t3.nano", 2, 0.5), ("t3.micro", 2, 1), ("t3.small", 2, 2), ("t3.medium", 2, 4), ("t3.large", 2, 8), ("c5.large", 2, 4),
     ("m5.large", 2, 8), ("t3.xlarge", 4, 16), ("c5.xlarge", 4, 8), ("m5.xlarge", 4, 16),
     ("r5.large", 2, 16), ("t3.2xlarge", 8, 32), ("c5.2xlarge", 8, 16), ("m5.2xlarge", 8, 32),
     ("r5.xlarge", 4, 32), ("g4dn.xlarge", 4, 16, 1), ("c5.4xlarge", 16, 32),
@@ -199,7 +199,7 @@ class EC2Driver(Driver):
         nodes = self._call("cannot list instances", lambda api: api.list_nodes(ex_filters=filters))
         found = [self._instance(n) for n in nodes]
         self._track(found, listed=True)
-        return found
+        return [self._with_reach(i) for i in found]
 
     def create_node(self, size: str | None = None,
                     options: Mapping[str, Any] | None = None) -> Instance:
@@ -276,6 +276,11 @@ class EC2Driver(Driver):
             return default
         return next((s.name for s in SIZES if s.holds(resources)), default)
 
+    def size_slots(self, size: str | None) -> int:
+        """vCPUs of SIZE (the entry's by default) when the table knows it, else 1."""
+        known = _BY_NAME.get(size or str(self.entry["size"]))
+        return known.cpus if known else 1
+
     def instances(self) -> list[Capacity]:
         """The instances reached (never waits): listing and contacting run in threads."""
         self._refresh_soon()
@@ -336,6 +341,18 @@ class EC2Driver(Driver):
                    "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
                    "public_ip": (node.public_ips or [None])[0]},
         )  # fmt: skip
+
+    def _with_reach(self, inst: Instance) -> Instance:
+        """INST with what the transport learnt of it in `extra` (slots, gpus, memory, error,
+        workdir), so that recording the listing keeps them."""
+        host = self.pool.hosts.get(inst.id)
+        if host is None or not (host.capacity or host.error):
+            return inst
+        extra = {**inst.extra, "error": host.error, "workdir": host.workdir}
+        if host.capacity is not None:
+            cap = host.capacity
+            extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
+        return replace(inst, extra=extra)
 
     def _track(self, instances: list[Instance], listed: bool = False) -> None:
         """Make the running instances (with an address) the transport's hosts; the others
