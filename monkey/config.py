@@ -177,6 +177,30 @@ class Home:
         """Where the local agent keeps its state; runs and blobs are shared with the core."""
         return self.root
 
+    @property
+    def keys(self) -> Path:
+        """SSH keys monkey made for the machines it creates (0700; each key 0600)."""
+        return self.root / "keys"
+
+    def home_id(self) -> str:
+        """This home's id, made once at random (file `home_id`). Cloud resources monkey
+        creates carry it in their `monkey-home` tag, so a home touches only its own."""
+        path = self.root / "home_id"
+        if not path.exists():
+            staged = path.with_name(f"home_id.{os.getpid()}")
+            write_private(staged, os.urandom(6).hex().encode())
+            try:
+                os.link(staged, path)  # atomic: of two racing processes, one id wins
+            except FileExistsError:
+                pass
+            finally:
+                staged.unlink()
+        found = path.read_text().strip()
+        if not re.fullmatch(r"[0-9a-f]{12}", found):
+            raise MonkeyError(f"{path} holds {found[:40]!r}, not a home id; delete it and "
+                              "monkey makes a new one")
+        return found
+
     def socket_path(self, name: str) -> Path:
         """Path of a private Unix socket, shortened when MONKEY_HOME is deep."""
         path = self.private / f"{name}.sock"

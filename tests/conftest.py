@@ -128,3 +128,35 @@ def kill_core(home: Path) -> None:
     assert pid and pid > 0, "no core to kill"
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: core_pid(home) is None, what="the core to die")
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """moto's server on 127.0.0.1 for the whole session (see tests/moto_server.py)."""
+    from tests.moto_server import MotoServer
+
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def moto(moto_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """An empty EC2 + S3 at ``moto.endpoint`` and fake credentials in the environment (no
+    real AWS file or profile is read); the test must leave no instance running."""
+    from tests.moto_server import CREDENTIALS, REGION, Moto
+
+    moto_server.reset()
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    cloud = Moto(moto_server)
+    yield cloud
+    moto_server.reset_auth()
+    left = [(i["InstanceId"], i["State"]["Name"], i["Region"]) for i in cloud.instances()]
+    assert not left, f"the test left instances running: {left}"

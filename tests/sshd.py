@@ -120,14 +120,25 @@ class Relay:
 
 
 class SSHHost:
-    """One sshd on 127.0.0.K with its own host key and folder."""
+    """One sshd on 127.0.0.K with its own host key and folder.
 
-    def __init__(self, name: str, index: int, client_pub: str, user: str) -> None:
+    With OWN_HOME, a session's home folder is the host's own (``home/`` in its folder: the
+    login folder of SFTP and $HOME of commands), so that hosts logging in the same user
+    share no `~` — as separate machines would not.
+    """
+
+    def __init__(self, name: str, index: int, client_pub: str, user: str,
+                 address: str | None = None, own_home: bool = False) -> None:
         self.name = name
-        self.address = f"127.0.0.{index + 2}"
+        self.address = address or f"127.0.0.{index + 2}"
         self.user = user
         self.dir = Path(tempfile.mkdtemp(prefix=f"monkey-sshd-{name}-"))
         self.workdir = str(self.dir / "work")
+        self.home = self.dir / "home"
+        sftp, home_env = "internal-sftp", ""
+        if own_home:
+            self.home.mkdir()
+            sftp, home_env = f"internal-sftp -d {self.home}", f"SetEnv HOME={self.home}\n"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")],
                        check=True)
         self.host_key_pub = (self.dir / "host_key.pub").read_text().split()[:2]
@@ -150,14 +161,16 @@ X11Forwarding no
 PrintMotd no
 MaxSessions 100
 MaxStartups 100
-Subsystem sftp internal-sftp
-LogLevel ERROR
+Subsystem sftp {sftp}
+{home_env}LogLevel ERROR
 """)
         os.chmod(self.dir, 0o755)
         if os.getuid() == 0:
             shutil.chown(self.dir, user, user)
             for path in self.dir.iterdir():
                 shutil.chown(path, user, user)
+        if own_home:
+            os.chmod(self.home, 0o755)
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
         self.relay = Relay(self.address, self.sshd_port)
@@ -185,6 +198,10 @@ LogLevel ERROR
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.start()
+
+    def authorize(self, public_key: str) -> None:
+        """Let the holder of PUBLIC_KEY (an OpenSSH line) log in, instead of the lab's key."""
+        (self.dir / "authorized_keys").write_text(public_key.strip() + "\n")
 
     def known_hosts_line(self) -> str:
         return f"[{self.address}]:{self.port} {' '.join(self.host_key_pub)}\n"
@@ -244,8 +261,9 @@ class Lab:
         self.client_pub = Path(self.key + ".pub").read_text()
         self.hosts: list[SSHHost] = []
 
-    def add(self, name: str, trusted: bool = True) -> SSHHost:
-        host = SSHHost(name, len(self.hosts), self.client_pub, self.user)
+    def add(self, name: str, trusted: bool = True, address: str | None = None,
+            own_home: bool = False) -> SSHHost:
+        host = SSHHost(name, len(self.hosts), self.client_pub, self.user, address, own_home)
         self.hosts.append(host)
         if trusted:
             with open(self.ssh_dir / "known_hosts", "a") as fh:

@@ -46,3 +46,11 @@ def test_cli_never_imports_the_shell_or_tui():
     names = [alias.name for node in top for alias in node.names]
     names += [node.module or "" for node in top if isinstance(node, ast.ImportFrom)]
     assert not [n for n in names if n.startswith(("cmd2", "monkey.shell.repl", "monkey.tui"))]
+
+
+def test_ec2_entry_validation_imports_nothing_heavy(tmp_path):
+    """providers.yml is validated on every one-shot command: the ec2 rules load no SDK."""
+    code = ("from monkey.drivers.ec2_setup import validate; "
+            "validate('p', 'aws', {'type': 'ec2', 'region': 'us-east-1', 'size': 't3.micro', "
+            "'image': 'ami-1', 'endpoint': 'http://127.0.0.1:5000'})")
+    assert _heavy_modules(code, tmp_path) == []

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _DRIVERS = {
     "local": "monkey.drivers.local:LocalDriver",
     "ssh": "monkey.drivers.ssh:SSHDriver",
+    "ec2": "monkey.drivers.ec2:EC2Driver",
 }
 
 

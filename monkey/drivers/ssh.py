@@ -94,6 +94,8 @@ class Host:
         self.synced: set[str] = set()
         self.bytes_sent = 0
         self.thread: threading.Thread | None = None
+        self.node: Instance | None = None  # what its provider said of it (cloud instances)
+        self.removed = False  # no longer served: its thread ends
 
     @property
     def up(self) -> bool:
@@ -101,7 +103,10 @@ class Host:
 
 
 class SSHDriver(Driver):
-    """Jobs on configured SSH hosts; run folders and blobs live under each host's workdir."""
+    """Jobs on configured SSH hosts; run folders and blobs live under each host's workdir.
+
+    Hosts can also come and go at run time (``add_host``, ``remove_host``): a cloud kind
+    keeps one of these as the transport to its running instances."""
 
     kind = "ssh"
 
@@ -147,7 +152,9 @@ class SSHDriver(Driver):
         self.checkpoint_every = float(opts.get("checkpoint_every", 30))
         self.shared_fs: str | None = opts.get("shared_fs")
         self.host_keys = HostKeys(home, bool(opts.get("trust_on_first_use", False)))
+        # Replaced, never changed in place, so readers iterate without a lock.
         self.hosts: dict[str, Host] = {}
+        self.hosts_lock = threading.Lock()
         for spec in host_specs(config):
             instance = f"{self.name}/{spec.name}"
             self.hosts[instance] = Host(instance, spec)
@@ -163,13 +170,57 @@ class SSHDriver(Driver):
     # -- the contract -------------------------------------------------------------------
 
     def instances(self) -> list[Capacity]:
-        # Hosts are contacted by their own threads: an unreachable one never stalls the core.
-        for host in self.hosts.values():
-            self._start_pump(host)
-        up = [h.capacity for h in self.hosts.values() if h.up and h.capacity]
-        if not up and all(h.error and not h.transient for h in self.hosts.values()):
-            raise MonkeyError("; ".join(h.error or "" for h in self.hosts.values()))
+        up = self.reached()
+        hosts = self.hosts.values()
+        if not up and hosts and all(h.error and not h.transient for h in hosts):
+            raise MonkeyError("; ".join(h.error or "" for h in hosts))
         return up
+
+    def reached(self) -> list[Capacity]:
+        """Capacities of the hosts reached; the others are contacted by their own threads,
+        so an unreachable one never stalls the caller."""
+        hosts = self.hosts.values()
+        for host in hosts:
+            self._start_pump(host)
+        return [h.capacity for h in hosts if h.up and h.capacity]
+
+    def list_nodes(self) -> list[Instance]:
+        """Every host: RUNNING once reached, UNKNOWN before or while unreachable."""
+        return [Instance(h.instance, self.name, h.spec.name,
+                         InstanceState.RUNNING if h.up else InstanceState.UNKNOWN,
+                         address=h.spec.label, extra={"kind": self.kind})
+                for h in self.hosts.values()]  # fmt: skip
+
+    def add_host(self, instance: str, spec: HostSpec, node: Instance | None = None) -> None:
+        """Serve INSTANCE, reached as SPEC, from now on (NODE: what its provider says of
+        it, recorded with it). A host served already keeps its connection unless SPEC
+        changed (a new address)."""
+        with self.hosts_lock:
+            old = self.hosts.get(instance)
+            if old is not None and old.spec == spec:
+                old.node = node
+                return
+            host = Host(instance, spec)
+            host.node = node
+            self.hosts = {**self.hosts, instance: host}
+            self.by_alias = {**self.by_alias, spec.name: spec}
+        if old is not None:
+            self._retire(old)
+
+    def remove_host(self, instance: str) -> None:
+        """Stop serving INSTANCE: its thread ends and its connection closes (the agent and
+        its jobs are left alone)."""
+        with self.hosts_lock:
+            host = self.hosts.get(instance)
+            if host is None:
+                return
+            self.hosts = {k: v for k, v in self.hosts.items() if k != instance}
+        self._retire(host)
+
+    def _retire(self, host: Host) -> None:
+        host.removed = True
+        with host.lock:
+            self._drop(host)
 
     def connect(self, instance: str) -> AgentLink:
         host = self._host(instance)
@@ -306,8 +357,8 @@ class SSHDriver(Driver):
     def _contact(self, host: Host) -> None:
         """Connect, install and start the agent, learn capacity, fence stale attempts."""
         with host.lock:
-            if host.up:
-                return  # another thread connected it while this one waited
+            if host.up or host.removed:
+                return  # another thread connected it while this one waited, or it is gone
             if host.error and not host.transient:  # known_hosts or keys may have been fixed
                 self.host_keys = HostKeys(self.home, self.host_keys.tofu)
             host.tried = True
@@ -364,13 +415,17 @@ class SSHDriver(Driver):
         host.helper = host.helper_out = host.sftp = host.transport = None
 
     def _record(self, host: Host, state: str) -> None:
+        """Record the host's reach; a cloud instance keeps the state its provider reported."""
         cap = host.capacity
-        extra = {"error": host.error, "workdir": host.workdir}
+        extra = {**(host.node.extra if host.node else {}), "error": host.error, "workdir": host.workdir}
         if cap is not None:
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
-        inst = Instance(host.instance, self.name, host.spec.name,
-                        InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
-                        address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
+        if host.node is not None:
+            inst = host.node
+        else:
+            inst = Instance(host.instance, self.name, host.spec.name,
+                            InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
+                            address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
         with self.store_lock:
             self.store.record_instance(inst, reach=state, extra=extra)
 
@@ -505,7 +560,7 @@ class SSHDriver(Driver):
 
     def _pump(self, host: Host) -> None:
         last_checkpoint = time.monotonic()
-        while True:
+        while not host.removed:
             if host.tried and self.closing.wait(_PUMP_EVERY):
                 return
             try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from monkey.config import Home, ProviderConfig
+from monkey.config import Home, ProviderConfig, write_private
 from monkey.models import MonkeyError, Resources, parse_size
 
 if TYPE_CHECKING:
@@ -41,10 +41,15 @@ class HostSpec:
     workdir: str = "~/.monkey-agent"
     python: str = "python3"
     proxy_jump: str | None = None
+    # A machine monkey created: its key is pinned under this name (its instance id, never
+    # reused, unlike its address) at first contact, whatever `trust_on_first_use` says.
+    host_key_alias: str | None = None
 
     @property
     def known_hosts_name(self) -> str:
-        """How known_hosts names this host (``[host]:port`` off port 22)."""
+        """How known_hosts names this host (``[host]:port`` off port 22, else its alias)."""
+        if self.host_key_alias:
+            return self.host_key_alias
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
     @property
@@ -142,31 +147,34 @@ def ssh_config() -> paramiko.SSHConfig | None:
 def host_specs(config: ProviderConfig) -> list[HostSpec]:
     """The provider's hosts, each with its ~/.ssh/config entry applied."""
     sshconf = ssh_config()
-    specs = []
-    for entry in config.options.get("hosts") or []:
-        alias = str(entry["host"])
-        found: dict[str, Any] = sshconf.lookup(alias) if sshconf else {}
-        gpus = entry.get("gpus")
-        if isinstance(gpus, int) and not isinstance(gpus, bool):
-            gpus = [str(i) for i in range(gpus)]
-        elif gpus is not None:
-            gpus = [str(g) for g in gpus]
-        key = entry.get("key")
-        keys = [key] if key else list(found.get("identityfile") or [])
-        specs.append(HostSpec(
-            name=str(entry.get("name") or alias),
-            hostname=str(found.get("hostname") or alias),
-            port=int(entry.get("port") or found.get("port") or 22),
-            user=str(entry.get("user") or found.get("user") or _local_user()),
-            keys=[os.path.expanduser(k) for k in keys],
-            cpus=entry.get("cpus"),
-            gpus=gpus,
-            memory=None if entry.get("memory") is None else parse_size(entry["memory"]),
-            workdir=str(entry.get("workdir") or "~/.monkey-agent"),
-            python=str(entry.get("python") or "python3"),
-            proxy_jump=entry.get("proxy_jump") or found.get("proxyjump"),
-        ))  # fmt: skip
-    return specs
+    return [host_spec(entry, sshconf) for entry in config.options.get("hosts") or []]
+
+
+def host_spec(entry: dict[str, Any], sshconf: paramiko.SSHConfig | None) -> HostSpec:
+    """One host of the shape of a `hosts:` item, with its ~/.ssh/config entry applied (the
+    item's own values win)."""
+    alias = str(entry["host"])
+    found: dict[str, Any] = sshconf.lookup(alias) if sshconf else {}
+    gpus = entry.get("gpus")
+    if isinstance(gpus, int) and not isinstance(gpus, bool):
+        gpus = [str(i) for i in range(gpus)]
+    elif gpus is not None:
+        gpus = [str(g) for g in gpus]
+    key = entry.get("key")
+    keys = [key] if key else list(found.get("identityfile") or [])
+    return HostSpec(
+        name=str(entry.get("name") or alias),
+        hostname=str(found.get("hostname") or alias),
+        port=int(entry.get("port") or found.get("port") or 22),
+        user=str(entry.get("user") or found.get("user") or _local_user()),
+        keys=[os.path.expanduser(k) for k in keys],
+        cpus=entry.get("cpus"),
+        gpus=gpus,
+        memory=None if entry.get("memory") is None else parse_size(entry["memory"]),
+        workdir=str(entry.get("workdir") or "~/.monkey-agent"),
+        python=str(entry.get("python") or "python3"),
+        proxy_jump=entry.get("proxy_jump") or found.get("proxyjump"),
+    )  # fmt: skip
 
 
 def _local_user() -> str:
@@ -202,8 +210,9 @@ class HostKeys:
         found = self.keys.lookup(name)
         return list(found.keys()) if found else []
 
-    def check(self, name: str, key: paramiko.PKey) -> None:
-        """Accept KEY for NAME or raise MonkeyError naming host and fingerprint."""
+    def check(self, name: str, key: paramiko.PKey, tofu: bool = False) -> None:
+        """Accept KEY for NAME or raise MonkeyError naming host and fingerprint; an unknown
+        key is recorded when trusting on first use (the provider's setting, or TOFU)."""
         found = self.keys.lookup(name)
         kind, fp = key.get_name(), fingerprint(key)
         if found and kind in found:
@@ -218,7 +227,7 @@ class HostKeys:
                 f"host {name} offered a {kind} key ({fp}) but known_hosts has only "
                 f"{', '.join(found.keys())} for it; refusing to connect"
             )
-        if not self.tofu:
+        if not (self.tofu or tofu):
             raise MonkeyError(
                 f"host key of {name} is unknown ({kind} {fp}); verify it and add it to "
                 f"~/.ssh/known_hosts (ssh-keyscan), or set `trust_on_first_use: true` for this provider"
@@ -228,6 +237,21 @@ class HostKeys:
         fd = os.open(self.own_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as fh:
             fh.write(line)
+
+    def forget(self, name: str) -> None:
+        """Drop the keys recorded for NAME in monkey's own known_hosts (a machine monkey
+        created is gone; ~/.ssh/known_hosts is the user's and stays as it is)."""
+        while self.keys.lookup(name) is not None:
+            del self.keys[name]
+        try:
+            lines = self.own_path.read_text().splitlines(keepends=True)
+        except FileNotFoundError:
+            return
+        kept = [line for line in lines if name not in line.split(" ", 1)[0].split(",")]
+        if len(kept) != len(lines):
+            staged = self.own_path.with_name(f"known_hosts.{os.getpid()}")
+            write_private(staged, "".join(kept).encode())
+            os.replace(staged, self.own_path)
 
 
 def _load_key(path: str) -> paramiko.PKey:
@@ -300,7 +324,8 @@ def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
             opts = transport.get_security_options()
             opts.key_types = types + [t for t in opts.key_types if t not in types]
         transport.start_client(timeout=timeout)
-        host_keys.check(spec.known_hosts_name, transport.get_remote_server_key())
+        host_keys.check(spec.known_hosts_name, transport.get_remote_server_key(),
+                        tofu=spec.host_key_alias is not None)
         _authenticate(transport, spec)
     except MonkeyError:
         transport.close()

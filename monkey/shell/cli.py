@@ -188,6 +188,7 @@ commands:
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
+  provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider check NAME        connect to a provider's hosts and report each
   dash [JOB]                 the full-screen dashboard (`web --juid JOB` too)
   init                       write a commented job.yml for this project

@@ -22,7 +22,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
     add = sub.add_parser("add", help="add a provider to providers.yml",
                          description="Add a provider to providers.yml.")
-    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh}")
+    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws}")
     ssh = kinds.add_parser("ssh", help="a pool of SSH hosts",
                            description="Add an `ssh` provider: hosts reached over SSH.")
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
@@ -40,6 +40,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
                      help="accept unknown host keys once, recorded in MONKEY_HOME/known_hosts")
     ssh.add_argument("--force", action="store_true", help="replace a provider of that name")
     ssh.set_defaults(func=cmd_provider_add_ssh)
+    _aws_parser(kinds)
     check = sub.add_parser("check", help="connect to a provider's hosts and report each",
                            description="Connect to each host of a provider and report it.")
     check.add_argument("name", help="the provider's name")
@@ -71,26 +72,25 @@ def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
     return provider
 
 
-def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
+def _check_name(name: str) -> None:
+    if name == "local":
+        raise MonkeyError("`local` is this machine; choose another name")
+    if not _NAME_RE.match(name):
+        raise MonkeyError(f"provider name {name!r}: use letters, digits, '.', '_' and '-', e.g. lab")
+
+
+def _save_provider(home: Any, name: str, entry: dict[str, Any]) -> Any:
+    """Put ENTRY under NAME in providers.yml: written to a staged copy, validated, then moved
+    over the file, which is untouched if the result is refused. Returns the file's path."""
     import yaml
 
-    from monkey.config import Home, read_yaml, write_private
+    from monkey.config import read_yaml, write_private
     from monkey.drivers import load_providers
 
-    home = Home().ensure()
     path = home.providers_file
-    providers = load_providers(home)  # refuses a broken file before we touch it
-    if args.name == "local":
-        raise MonkeyError("`local` is this machine; choose another name")
-    if not _NAME_RE.match(args.name):
-        raise MonkeyError(f"provider name {args.name!r}: use letters, digits, '.', '_' and '-', e.g. lab")
-    if args.name in providers and not args.force:
-        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
-    if args.key and not os.path.isfile(os.path.expanduser(args.key)):
-        raise MonkeyError(f"--key {args.key}: no such file")
     data = (read_yaml(path) if path.exists() else None) or {}
     data.setdefault("providers", {})
-    data["providers"][args.name] = ssh_entry(args)
+    data["providers"][name] = entry
     tmp = path.with_name(path.name + ".tmp")
     write_private(tmp, yaml.safe_dump(data, sort_keys=False).encode())
     try:
@@ -99,9 +99,111 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
         tmp.unlink()
         raise MonkeyError(str(exc).removeprefix(f"{tmp}: ")) from None
     os.replace(tmp, path)
+    return path
+
+
+def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.drivers import load_providers
+
+    home = Home().ensure()
+    providers = load_providers(home)  # refuses a broken file before we touch it
+    _check_name(args.name)
+    if args.name in providers and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
+    if args.key and not os.path.isfile(os.path.expanduser(args.key)):
+        raise MonkeyError(f"--key {args.key}: no such file")
+    path = _save_provider(home, args.name, ssh_entry(args))
     print(f"added provider {args.name!r} ({len(args.host)} host(s)) to {path}")
     print(f"check it with: monkey provider check {args.name}")
     return 0
+
+
+_AWS_OPTIONS = ("region", "size", "image", "spot", "max_instances", "idle_timeout", "bucket",
+                "endpoint", "credentials", "profile", "user", "address", "metadata_url")
+_ASK = {"region": "AWS region", "size": "instance type", "image": "image (AMI id)"}
+
+
+def _aws_parser(kinds: Any) -> None:
+    aws = kinds.add_parser(
+        "aws", help="an EC2 region where monkey creates instances for jobs",
+        description="Add an `ec2` provider. Checks the credentials, then creates what is missing "
+                    "(VPC, subnet, internet gateway and route, a security group letting SSH in "
+                    "from one address range, a key pair, the S3 bucket), tagged monkey-NAME, and "
+                    "records their ids. Run it again to reuse them or repair what is gone; flags "
+                    "not given keep the provider's current values. Asks on a terminal for what "
+                    "is missing.")  # fmt: skip
+    aws.add_argument("name", help="the provider's name, used with `run --provider NAME`")
+    aws.add_argument("--region", help="AWS region, e.g. us-east-1")
+    aws.add_argument("--size", help="default instance type, e.g. t3.micro")
+    aws.add_argument("--image", help="image (AMI id) of the region, e.g. an Ubuntu AMI")
+    aws.add_argument("--spot", action=argparse.BooleanOptionalAction, default=None,
+                     help="ask for spot capacity (default: on-demand)")
+    aws.add_argument("--max-instances", type=int, metavar="N", help="at most N instances (default 1)")
+    aws.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                     help="terminate an instance idle this long (default 600)")
+    aws.add_argument("--bucket", help="S3 bucket for code, data and results "
+                                      "(default: monkey-<home id>-NAME); created if missing")
+    aws.add_argument("--endpoint", metavar="URL",
+                     help="an EC2/S3-compatible endpoint instead of AWS, e.g. http://127.0.0.1:5000")
+    aws.add_argument("--credentials", metavar="FILE",
+                     help="an AWS credentials file (default: the environment, then ~/.aws)")
+    aws.add_argument("--profile", help="the profile to use in the AWS files")
+    aws.add_argument("--user", help="login user of the image (default: ubuntu)")
+    aws.add_argument("--address", choices=("public", "private"),
+                     help="which instance address monkey connects to (default: public)")
+    aws.add_argument("--ssh-from", metavar="CIDR",
+                     help="addresses SSH may come from, e.g. 203.0.113.7/32 (needed unless the "
+                          "endpoint is on this machine or the security group has a rule)")
+    aws.add_argument("--subnet-cidr", default=None, metavar="CIDR",
+                     help="address range of the VPC and subnet when created (default 10.77.0.0/24)")
+    aws.add_argument("--metadata-url", help=argparse.SUPPRESS)  # emulators serve their own
+    aws.add_argument("--force", action="store_true", help="replace a provider of another kind")
+    aws.set_defaults(func=cmd_provider_add_aws)
+
+
+def cmd_provider_add_aws(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.drivers import ec2_setup, load_providers
+
+    home = Home().ensure()
+    providers = load_providers(home)  # refuses a broken file before anything is created
+    _check_name(args.name)
+    old = providers.get(args.name)
+    if old is not None and old.type != "ec2" and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already as {old.type}; pass --force "
+                          "to replace it")
+    base = dict(old.options) if old is not None and old.type == "ec2" else {}
+    options = {key: getattr(args, key) for key in _AWS_OPTIONS}
+    for key, label in _ASK.items():
+        if options[key] is None and key not in base:
+            options[key] = _ask(key, label)
+    entry = ec2_setup.entry_from(options, base)
+    ec2_setup.validate("monkey provider add aws", args.name, entry)
+    entry = ec2_setup.setup(home, args.name, entry, ssh_from=args.ssh_from,
+                            subnet_cidr=args.subnet_cidr or ec2_setup.DEFAULT_SUBNET)
+    ec2_setup.validate(str(home.providers_file), args.name, entry)
+    path = _save_provider(home, args.name, entry)
+    print(f"added provider {args.name!r} (ec2, {entry['region']}) to {path}")
+    return 0
+
+
+def _ask(key: str, label: str) -> str:
+    """Ask on a terminal for a required option; refuse when there is no terminal."""
+    from monkey.drivers.ec2_setup import REQUIRED
+
+    default = {"region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+               or "us-east-1", "size": "t3.micro"}.get(key)
+    answer = ""
+    if sys.stdin.isatty():
+        try:
+            answer = input(label + (f" [{default}]" if default else "") + ": ").strip()
+        except EOFError:
+            pass
+        answer = answer or default or ""
+    if not answer:
+        raise MonkeyError(f"--{key} is needed: {REQUIRED[key]}")
+    return answer
 
 
 class _Staged:
@@ -156,13 +258,19 @@ PARSERS = {"provider": provider_parser}
 
 def print_hosts(providers: list[dict[str, Any]]) -> None:
     """The hosts table under `monkey list providers`, when a provider has hosts."""
-    from monkey.shell.table import render
+    from monkey.shell.table import ago, render
 
+    hosts = [h for p in providers for h in p.get("hosts", [])]
+    cloud = any("size" in h for h in hosts)  # instances monkey created: size, spot, age too
     rows = [
         [h["instance"], h["host"], h["state"], str(h["slots"] or "-"), str(len(h["gpus"])),
-         _size(h["memory"]), str(h["running"]), h["error"] or ""]
-        for p in providers for h in p.get("hosts", [])
+         _size(h["memory"]), str(h["running"])]
+        + ([h.get("size") or "-", "spot" if h.get("spot") else "-",
+            ago(h.get("age"))] if cloud else [])
+        + [h["error"] or ""]
+        for h in hosts
     ]  # fmt: skip
     if rows:
         print()
-        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING", "ERROR"], rows)
+        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING"]
+               + (["SIZE", "SPOT", "AGE"] if cloud else []) + ["ERROR"], rows)
