@@ -260,6 +260,9 @@ def test_credentials_file_is_recorded_by_path_and_used(cli, moto, home, tmp_path
     assert ec2_node_driver(e).key == "AKIAFILEKEY"
     missing = add_aws(cli, moto, "--credentials", str(tmp_path / "nope"), name="other")
     assert missing.returncode == 1 and "--credentials" in missing.stderr and "no such file" in missing.stderr
+    unknown = add_aws(cli, moto, "--credentials", str(creds), "--profile", "play", name="other")
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert f"AWS profile 'play' is not in {creds}" in unknown.stderr
 
 
 def test_libcloud_driver_works_against_the_endpoint(cli, moto, home):

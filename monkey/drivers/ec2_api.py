@@ -16,7 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.exceptions import ProfileNotFound
 from libcloud.compute.drivers.ec2 import EC2Connection, EC2NodeDriver, EC2Response
 
 from monkey.models import MonkeyError
@@ -31,9 +33,6 @@ def session(entry: dict[str, Any]) -> boto3.Session:
     With a `credentials` file the profile (default: `default`) is read from that file alone:
     an explicit profile makes boto3 ignore the AWS_* key variables, so the entry means what it
     says whatever the environment holds."""
-    import botocore.session
-    from botocore.exceptions import ProfileNotFound
-
     core = botocore.session.Session()
     profile = entry.get("profile")
     if entry.get("credentials"):
@@ -44,8 +43,8 @@ def session(entry: dict[str, Any]) -> boto3.Session:
                              region_name=entry.get("region"))
     except ProfileNotFound:
         where = entry.get("credentials") or "~/.aws/config and ~/.aws/credentials"
-        raise MonkeyError(f"AWS profile {profile!r} is not in {where}; name one that is, "
-                          "e.g. --profile default") from None
+        raise MonkeyError(f"AWS profile {profile!r} is not in {where}; name a profile that is "
+                          "(--profile, or `profile:` in providers.yml)") from None
 
 
 def credentials(entry: dict[str, Any]) -> tuple[str, str, str | None]:

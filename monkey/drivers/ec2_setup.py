@@ -41,7 +41,8 @@ REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _AUTH_CODES = {"InvalidClientTokenId", "SignatureDoesNotMatch", "AuthFailure", "ExpiredToken",
-               "UnrecognizedClientException", "InvalidAccessKeyId", "AccessDenied"}
+               "UnrecognizedClientException", "InvalidAccessKeyId"}
+_DENIED_CODES = {"AccessDenied", "UnauthorizedOperation", "AccessDeniedException"}
 
 
 def _url_problem(url: str, with_path: bool) -> bool:
@@ -177,6 +178,9 @@ def _aws_error(doing: str, exc: Exception, fix: str = "") -> MonkeyError:
         if code in _AUTH_CODES:
             return MonkeyError(f"{doing}: AWS refused the credentials ({said}); check --profile, "
                                "--credentials or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+        if code in _DENIED_CODES:
+            return MonkeyError(f"{doing}: not permitted ({said}); give the credentials' IAM "
+                               "identity EC2 and S3 rights, or pass --profile for another")
         return MonkeyError(f"{doing}: {said}" + (f"; {fix}" if fix else ""))
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return MonkeyError(f"{doing}: {first}; check --endpoint (or the network) and run again")
@@ -416,7 +420,8 @@ class _Setup:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
             if code in ("403", "AccessDenied"):
-                raise MonkeyError(taken) from None
+                raise MonkeyError(f"bucket {bucket} exists and these credentials may not use it; "
+                                  "choose another --bucket or give them access") from None
             if code not in ("404", "NoSuchBucket"):
                 raise _aws_error(f"looking up bucket {bucket}", exc) from None
         except BotoCoreError as exc:  # no connection, no credentials

@@ -140,7 +140,7 @@ def _aws_parser(kinds: Any) -> None:
     aws.add_argument("--spot", action=argparse.BooleanOptionalAction, default=None,
                      help="ask for spot capacity (default: on-demand)")
     aws.add_argument("--max-instances", type=int, metavar="N", help="at most N instances (default 1)")
-    aws.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+    aws.add_argument("--idle-timeout", type=int, metavar="SECONDS",
                      help="terminate an instance idle this long (default 600)")
     aws.add_argument("--bucket", help="S3 bucket for code, data and results "
                                       "(default: monkey-<home id>-NAME); created if missing")
