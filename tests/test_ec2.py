@@ -396,7 +396,6 @@ def test_job_runs_on_an_instance_through_the_cli(cli, home: Path, moto: Any, fle
         creator.close()
 
 
-@pytest.mark.xfail(reason="core provisioning policy lands with the lead's scheduler change", strict=False)
 def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, fleet: Lab) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     try:
@@ -408,6 +407,12 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
         assert info(cli, juid)["instance"].startswith("aws/i-")
         assert len(moto.instances()) == 1
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
+        store = Store(home / "monkey.db")
+        [row] = store.instances("aws")
+        moves = [(e["old"], e["new"]) for e in store.instance_events(row["id"])]
+        store.close()
+        assert row["state"] == "terminated"
+        assert moves[0] == (None, "pending") and moves[-1][1] == "terminated"
     finally:
         cli("daemon", "stop")
         ec2 = moto.boto3("ec2")
