@@ -18,7 +18,7 @@ from monkey.storage.local import LocalStorage
 
 # The fixtures of the agent's and the storage's tests, used here as they are.
 world, agent = test_agent.world, test_agent.agent
-moto_server, moto_s3 = test_storage.moto_server, test_storage.moto_s3
+moto_s3 = test_storage.moto_s3
 
 CODE = b"import helper\nprint(helper.GREETING, open('data.bin', 'rb').read().hex())\n"
 HELPER = b"GREETING = 'hello from s3'\n"

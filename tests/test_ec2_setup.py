@@ -195,6 +195,9 @@ def test_an_endpoint_elsewhere_needs_ssh_from(moto, home, tmp_path):
     """Off this machine monkey never guesses its own address: it asks for --ssh-from, then
     keeps the rule on later runs. (The endpoint's name resolves to 127.0.0.1 through an
     /etc/hosts bind-mounted in a private mount namespace: no traffic leaves loopback.)"""
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"a private mount namespace is not permitted here: {probe.stderr.strip()}")
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 ec2.test.invalid\n" + Path("/etc/hosts").read_text())
     endpoint = moto.endpoint.replace("127.0.0.1", "ec2.test.invalid")

@@ -9,7 +9,6 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,37 +31,10 @@ MB = 1 << 20
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[str]:
-    """moto's server on 127.0.0.1 for the whole session: its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{server.get_host_and_port()[1]}"
-    finally:
-        server.stop()
-
-
-def fake_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fake credentials only: no real AWS file, profile or metadata endpoint is read."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-
-
 @pytest.fixture
-def moto_s3(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    """A reset moto server and fake AWS credentials: the endpoint URL."""
-    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"))
-    fake_aws_env(monkeypatch, tmp_path)
-    return moto_server
+def moto_s3(moto: Any) -> str:
+    """An empty moto (the shared fixture: fake credentials, nothing real read): its endpoint."""
+    return moto.endpoint
 
 
 def s3_client(endpoint: str) -> Any:
