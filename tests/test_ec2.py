@@ -33,7 +33,7 @@ from monkey.drivers.base import NoCapacity
 from monkey.drivers.ec2 import SIZES, USER_DATA, EC2Driver
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
 from monkey.store import Store
-from tests.conftest import wait_for
+from tests.conftest import kill_core, start_core, wait_for
 from tests.sshd import Lab
 
 FLEET = 3  # instances a test may create: 127.0.0.4 .. 127.0.0.6
@@ -419,3 +419,69 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             ec2.terminate_instances(InstanceIds=left)
+
+
+def test_core_terminates_a_tagged_instance_it_has_no_record_of(cli, home: Path, moto: Any,
+                                                                fleet: Lab) -> None:
+    """An instance created while the core was dying (never recorded) is this home's, by
+    its tags: the next core terminates it, and leaves other homes' and untagged ones."""
+    add_aws(cli, moto, fleet, home)
+    config = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]
+    stray = EC2Driver(ProviderConfig("aws", "ec2", config), Home(home)).create_node()
+    ec2 = moto.boto3("ec2")
+    other = ec2.run_instances(ImageId=moto.image, InstanceType="t3.micro", MinCount=1,
+                              MaxCount=1)["Instances"][0]["InstanceId"]  # fmt: skip
+    try:
+        start_core(home)
+        wait_for(lambda: [i["InstanceId"] for i in moto.instances()] == [other], timeout=30,
+                 what="the stray instance to be terminated")
+        assert stray.extra["node"] not in [i["InstanceId"] for i in moto.instances()]
+    finally:
+        cli("daemon", "stop")
+        ec2.terminate_instances(InstanceIds=[other])
+
+
+def test_core_killed_while_a_job_runs_on_an_instance_reattaches(cli, home: Path, moto: Any,
+                                                                 fleet: Lab) -> None:
+    add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    gate = home.parent / "gate"
+    try:
+        juid = run_job(cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down")
+        wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
+        kill_core(home)
+        gate.touch()  # it ends while no core runs
+        start_core(home)
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60,
+                 what="the job to be followed again")
+        assert cli("logs", juid, check=True).stdout == "up\ndown\n"
+        assert len(info(cli, juid)["attempts_detail"]) == 1
+        store = Store(Home(home).db)
+        try:
+            assert len(store.instances("aws")) == 1  # the same instance, not a second one
+        finally:
+            store.close()
+        wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
+
+
+def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, home: Path,
+                                                                          moto: Any, fleet: Lab) -> None:
+    add_aws(cli, moto, fleet, home)
+    entry = yaml.safe_load((home / "providers.yml").read_text())
+    entry["providers"]["aws"]["image"] = "ami-00000000"  # deregistered since
+    (home / "providers.yml").write_text(yaml.safe_dump(entry))
+    try:
+        juid = run_job(cli, "true")
+        wait_for(lambda: info(cli, juid).get("waiting"), timeout=30, what="the reason it waits")
+        assert "InvalidAMIID" in info(cli, juid)["waiting"] and "image" in info(cli, juid)["waiting"]
+        assert info(cli, juid)["state"] == "queued"
+        shown = cli("info", "job", juid, check=True).stdout
+        assert "waiting: aws: cannot create" in shown
+        assert "aws: cannot create" in cli("list", "providers", check=True).stdout
+        assert moto.instances() == []
+    finally:
+        cli("daemon", "stop")
