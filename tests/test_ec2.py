@@ -32,6 +32,7 @@ from monkey.drivers import ec2_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.ec2 import SIZES, USER_DATA, EC2Driver
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
+from monkey.snapshot import BlobStore
 from monkey.store import Store
 from tests.conftest import wait_for
 from tests.sshd import Lab
@@ -346,6 +347,86 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
         assert info["slots"] == row["slots"]
     finally:
         driver.destroy_node(inst.id)
+
+
+# -- blobs: through the bucket, or over SSH without one ----------------------------------
+
+
+def bucket_blobs(moto: Any, bucket: str) -> dict[str, int]:
+    """Digest -> number of versions stored, of every blob in BUCKET (versioning on)."""
+    pages = moto.boto3("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix="blobs/")
+    found: dict[str, int] = {}
+    for page in pages:
+        for version in page.get("Versions", []):
+            digest = version["Key"].removeprefix("blobs/")
+            found[digest] = found.get(digest, 0) + 1
+    return found
+
+
+def versioned(moto: Any, bucket: str) -> None:
+    """Keep every upload as a version, so that an upload of a blob stored already shows."""
+    moto.boto3("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+
+
+def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: ProviderConfig,
+                                                     home: Path, moto: Any) -> None:
+    bucket = aws.options["bucket"]
+    versioned(moto, bucket)
+    local = BlobStore(Home(home).blobs)
+    code, _ = local.put_bytes(b"print(open('data.bin', 'rb').read().count(7))\n")
+    payload = os.urandom(300_000)
+    data, _ = local.put_bytes(payload)
+    inst = driver.create_node()
+    try:
+        wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
+        driver.prepare(inst.id, [code, data, code])
+        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
+        fields = driver.blob_fields(inst.id, [code, data])
+        urls = fields["blob_urls"]
+        assert sorted(urls) == sorted([code, data]) and urls[data][1] == 300_000
+        assert "X-Amz-Signature=" in urls[data][0]
+
+        link = driver.connect(inst.id)
+        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        try:
+            link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
+                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         files=[["main.py", code, 0o644], ["data.bin", data, 0o644]], **fields)  # fmt: skip
+            out = Path(run_dir, "stdout.log")
+            wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
+        finally:
+            link.close()
+        assert out.read_text() == f"{payload.count(7)}\n"
+        fetched = Path(driver.blobs_dir(inst.id), data[:2], data[2:])
+        assert fetched.read_bytes() == payload
+        assert driver.pool.bytes_sent() == 0  # nothing went over SSH
+
+        # The instance has them now, and the bucket too, even for a driver that never saw them.
+        assert driver.blob_fields(inst.id, [code, data]) == {}
+        fresh = EC2Driver(aws, Home(home))
+        try:
+            fresh.prepare(inst.id, [code, data])
+        finally:
+            fresh.close()
+        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
+    finally:
+        driver.destroy_node(inst.id)
+
+
+def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> None:
+    entry = {k: v for k, v in aws.options.items() if k != "bucket"}
+    drv = EC2Driver(ProviderConfig("aws", "ec2", entry), Home(home))
+    digest, _ = BlobStore(Home(home).blobs).put_bytes(b"over ssh\n")
+    inst = drv.create_node()
+    try:
+        wait_for(lambda: reached(drv, inst.id), what="the instance to be reached")
+        drv.prepare(inst.id, [digest])
+        assert Path(drv.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
+        assert drv.pool.bytes_sent() > 0
+        assert drv.blob_fields(inst.id, [digest]) == {}
+    finally:
+        drv.destroy_node(inst.id)
+        drv.close()
 
 
 # -- end to end, through the real CLI -----------------------------------------------------
