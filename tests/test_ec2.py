@@ -500,3 +500,49 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             ec2.terminate_instances(InstanceIds=left)
+
+
+def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, moto: Any,
+                                                             fleet: Lab) -> None:
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
+    versioned(moto, bucket)
+    Path("main.py").write_text("import words; print(words.WORD)\n")
+    Path("words.py").write_text("WORD = 'fetched from the bucket'\n")
+    try:
+        first = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the first job to end")
+        assert info(cli, first)["state"] == "succeeded", info(cli, first)
+        assert cli("logs", first, check=True).stdout == "fetched from the bucket\n"
+        store = Store(home / "monkey.db")
+        try:
+            snapshot = store.get_job(first).snapshot
+        finally:
+            store.close()
+        code = {f[1] for f in json.loads(BlobStore(home / "blobs").read_bytes(snapshot))["files"]}
+        assert len(code) == 2 and bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)
+        instance_home = fleet.hosts[0].home
+        on_instance = {f"{p.parent.name}{p.name}" for p in instance_home.rglob("*")
+                       if p.parent.parent.name == "blobs"}  # fmt: skip
+        assert code <= on_instance
+        daemon_log = (home / "daemon.log").read_text()
+        assert not re.search(r"sent \d+ blobs", daemon_log), daemon_log  # none over SSH
+
+        second = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the second job to end")
+        assert info(cli, second)["state"] == "succeeded", info(cli, second)
+        assert info(cli, second)["instance"] == info(cli, first)["instance"]
+        assert bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)  # nothing uploaded again
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
+    # The presigned URLs went in start requests only: no file keeps one (logs, agent logs,
+    # the database).
+    for root in (home, instance_home):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert b"X-Amz-Signature" not in path.read_bytes(), path
