@@ -128,16 +128,16 @@ class TestContract:
             assert link.request("hello")["cpus"] >= 1
             link.request("sync", attempts=[])  # pushes: the job's events
 
-            drv.prepare(instance, [digest])
-            blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
-            assert blob.read_bytes() == b"echo hello from the contract\n"
-
+            drv.prepare(instance, [digest])  # the blob there, or fetched by the start
             juid = "26-01-01-001"
             run_dir = drv.run_dir(instance, juid, 1)
             link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
                          env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.blobs_dir(instance))  # fmt: skip
+                         blobs_dir=drv.blobs_dir(instance),
+                         **drv.blob_fields(instance, [digest]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
+            blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
+            assert blob.read_bytes() == b"echo hello from the contract\n"
             drv.finish(instance, juid, 1)
         finally:
             link.close()

@@ -32,6 +32,7 @@ from monkey.drivers import ec2_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.ec2 import SIZES, USER_DATA, EC2Driver
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
+from monkey.snapshot import BlobStore
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
 from tests.sshd import Lab
@@ -348,6 +349,86 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
         driver.destroy_node(inst.id)
 
 
+# -- blobs: through the bucket, or over SSH without one ----------------------------------
+
+
+def bucket_blobs(moto: Any, bucket: str) -> dict[str, int]:
+    """Digest -> number of versions stored, of every blob in BUCKET (versioning on)."""
+    pages = moto.boto3("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix="blobs/")
+    found: dict[str, int] = {}
+    for page in pages:
+        for version in page.get("Versions", []):
+            digest = version["Key"].removeprefix("blobs/")
+            found[digest] = found.get(digest, 0) + 1
+    return found
+
+
+def versioned(moto: Any, bucket: str) -> None:
+    """Keep every upload as a version, so that an upload of a blob stored already shows."""
+    moto.boto3("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+
+
+def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: ProviderConfig,
+                                                     home: Path, moto: Any) -> None:
+    bucket = aws.options["bucket"]
+    versioned(moto, bucket)
+    local = BlobStore(Home(home).blobs)
+    code, _ = local.put_bytes(b"print(open('data.bin', 'rb').read().count(7))\n")
+    payload = os.urandom(300_000)
+    data, _ = local.put_bytes(payload)
+    inst = driver.create_node()
+    try:
+        wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
+        driver.prepare(inst.id, [code, data, code])
+        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
+        fields = driver.blob_fields(inst.id, [code, data])
+        urls = fields["blob_urls"]
+        assert sorted(urls) == sorted([code, data]) and urls[data][1] == 300_000
+        assert "X-Amz-Signature=" in urls[data][0]
+
+        link = driver.connect(inst.id)
+        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        try:
+            link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
+                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         files=[["main.py", code, 0o644], ["data.bin", data, 0o644]], **fields)  # fmt: skip
+            out = Path(run_dir, "stdout.log")
+            wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
+        finally:
+            link.close()
+        assert out.read_text() == f"{payload.count(7)}\n"
+        fetched = Path(driver.blobs_dir(inst.id), data[:2], data[2:])
+        assert fetched.read_bytes() == payload
+        assert driver.pool.bytes_sent() == 0  # nothing went over SSH
+
+        # The instance has them now, and the bucket too, even for a driver that never saw them.
+        assert driver.blob_fields(inst.id, [code, data]) == {}
+        fresh = EC2Driver(aws, Home(home))
+        try:
+            fresh.prepare(inst.id, [code, data])
+        finally:
+            fresh.close()
+        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
+    finally:
+        driver.destroy_node(inst.id)
+
+
+def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> None:
+    entry = {k: v for k, v in aws.options.items() if k != "bucket"}
+    drv = EC2Driver(ProviderConfig("aws", "ec2", entry), Home(home))
+    digest, _ = BlobStore(Home(home).blobs).put_bytes(b"over ssh\n")
+    inst = drv.create_node()
+    try:
+        wait_for(lambda: reached(drv, inst.id), what="the instance to be reached")
+        drv.prepare(inst.id, [digest])
+        assert Path(drv.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
+        assert drv.pool.bytes_sent() > 0
+        assert drv.blob_fields(inst.id, [digest]) == {}
+    finally:
+        drv.destroy_node(inst.id)
+        drv.close()
+
+
 # -- end to end, through the real CLI -----------------------------------------------------
 
 
@@ -419,6 +500,52 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             ec2.terminate_instances(InstanceIds=left)
+
+
+def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, moto: Any,
+                                                             fleet: Lab) -> None:
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
+    versioned(moto, bucket)
+    Path("main.py").write_text("import words; print(words.WORD)\n")
+    Path("words.py").write_text("WORD = 'fetched from the bucket'\n")
+    try:
+        first = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the first job to end")
+        assert info(cli, first)["state"] == "succeeded", info(cli, first)
+        assert cli("logs", first, check=True).stdout == "fetched from the bucket\n"
+        store = Store(home / "monkey.db")
+        try:
+            snapshot = store.get_job(first).snapshot
+        finally:
+            store.close()
+        code = {f[1] for f in json.loads(BlobStore(home / "blobs").read_bytes(snapshot))["files"]}
+        assert len(code) == 2 and bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)
+        instance_home = fleet.hosts[0].home
+        on_instance = {f"{p.parent.name}{p.name}" for p in instance_home.rglob("*")
+                       if p.parent.parent.name == "blobs"}  # fmt: skip
+        assert code <= on_instance
+        daemon_log = (home / "daemon.log").read_text()
+        assert not re.search(r"sent \d+ blobs", daemon_log), daemon_log  # none over SSH
+
+        second = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the second job to end")
+        assert info(cli, second)["state"] == "succeeded", info(cli, second)
+        assert info(cli, second)["instance"] == info(cli, first)["instance"]
+        assert bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)  # nothing uploaded again
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
+    # The presigned URLs went in start requests only: no file keeps one (logs, agent logs,
+    # the database).
+    for root in (home, instance_home):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert b"X-Amz-Signature" not in path.read_bytes(), path
 
 
 def test_core_terminates_a_tagged_instance_it_has_no_record_of(cli, home: Path, moto: Any,

@@ -509,17 +509,18 @@ class Core:
             return
         blobs = spec.pop("_blobs")
 
-        def call() -> str:
+        def call() -> tuple[str, dict[str, Any]]:
             checkpoint = drv.checkpoint_dir(instance, job.juid)
             drv.prepare(instance, blobs)
-            return checkpoint
+            return checkpoint, drv.blob_fields(instance, blobs)
 
-        self.workers.submit(key, call, lambda checkpoint: self._send_start(key, att, spec, checkpoint),
+        self.workers.submit(key, call, lambda ready: self._send_start(key, att, spec, *ready),
                             lambda exc: self._start_failed(key, att, exc))  # fmt: skip
 
     def _send_start(self, key: tuple[str, str], att: Attempt, spec: dict[str, Any],
-                    checkpoint: str) -> None:
-        """Ask the agent to start the attempt, now that its inputs are on the instance."""
+                    checkpoint: str, blob_fields: dict[str, Any]) -> None:
+        """Ask the agent to start the attempt, now that its inputs are on the instance or
+        BLOB_FIELDS (the driver's: presigned URLs, never logged nor stored) fetch them."""
         job = self.store.get_job(att.juid)
         link = self.links.get(key)
         if job is None or job.state != State.DISPATCHING or job.attempts != att.n:
@@ -532,7 +533,7 @@ class Core:
         try:
             # Not waiting for the reply lets the core go on while the agent spawns; a
             # refusal comes back through poll, the start itself as a `started` event.
-            rid = link.send("start", **spec)
+            rid = link.send("start", **spec, **blob_fields)
         except AgentGone as exc:
             # The agent may or may not have started it: the next sync decides.
             log.error("dispatch of %s to %s interrupted: %s", att.juid, key[1], exc)

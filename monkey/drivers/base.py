@@ -34,9 +34,12 @@ driver call may block, so the core runs them off its loop):
    link is kept by the core and polled for pushed events; when it breaks the core
    calls ``connect`` again and re-syncs from its stored byte offsets.
 3. ``prepare(instance, blobs)`` makes the given content-addressed blobs (code snapshot
-   and datasets) available in ``blobs_dir(instance)``, sending only missing ones.
+   and datasets) available in ``blobs_dir(instance)``, sending only missing ones; or,
+   for kinds whose instances fetch them (a cloud's bucket), makes them fetchable, and
+   ``blob_fields(instance, blobs)`` then gives the ``start`` fields that fetch them.
 4. The core then sends the agent's ``start`` request with paths from ``run_dir`` and
-   ``checkpoint_dir``; ``signal`` and ``sync`` go through the same link.
+   ``checkpoint_dir`` (and ``blob_fields``); ``signal`` and ``sync`` go through the same
+   link.
 5. ``finish(instance, juid, attempt)`` brings results (logs, outputs, checkpoint) back to
    MONKEY_HOME when they do not already live there.
 6. An elastic instance idle for ``idle_timeout`` seconds is destroyed with
@@ -200,6 +203,14 @@ class Driver(ABC):
     def prepare(self, instance: str, blobs: list[str]) -> None:
         """Make the blobs available on the instance; the default assumes shared storage."""
         return None
+
+    def blob_fields(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """Extra fields of the agent's ``start`` request that make BLOBS available in
+        ``blobs_dir(instance)`` when the agent fetches them itself, such as ``blob_urls``
+        ({digest: [presigned url, size]}); called after ``prepare``, off the core's loop.
+        The fields may carry credentials (a URL's signature): the core neither logs nor
+        stores them. The default adds none (``prepare`` put the blobs there)."""
+        return {}
 
     def finish(self, instance: str, juid: str, attempt: int) -> None:
         """Fetch the attempt's results back to MONKEY_HOME; nothing to do for shared storage."""

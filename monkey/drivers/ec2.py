@@ -8,8 +8,11 @@ created in the provider's subnet and security group with its key pair, and a sta
 (or the job's ``spot`` option).
 
 Transport is an :class:`~monkey.drivers.ssh.SSHDriver` whose hosts are the running
-instances (their public or private address, as ``address:`` says): agent install, blob sync,
-logs and fencing are the SSH provider's. An instance's host key is pinned at first contact
+instances (their public or private address, as ``address:`` says): agent install, logs and
+fencing are the SSH provider's. Blobs (code, datasets) go to the provider's ``bucket``,
+each uploaded once by digest, and the agent downloads those it lacks through presigned
+URLs in its ``start`` request, so instances hold no credentials; an entry without a bucket
+sends them over SSH instead. An instance's host key is pinned at first contact
 under its instance id (trust on first use, for machines monkey created only) and forgotten
 when the instance is terminated; a changed key on a live instance is refused.
 
@@ -33,6 +36,9 @@ from monkey.drivers.base import Capacity, Driver, NoCapacity
 from monkey.drivers.ssh import SSHDriver
 from monkey.drivers.ssh_hosts import host_spec, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
+from monkey.snapshot import BlobStore
+from monkey.storage import storage_for
+from monkey.storage.base import source_size
 
 if TYPE_CHECKING:
     from libcloud.compute.base import Node
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
 
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
+    from monkey.storage import Storage
 
 log = logging.getLogger("monkey.ec2")
 T = TypeVar("T")
@@ -187,6 +194,8 @@ class EC2Driver(Driver):
         self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed
         self._refresher: threading.Thread | None = None
+        # The bucket blobs go through (its client is made on first use); None: over SSH.
+        self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
 
     @property
     def max_instances(self) -> int | None:
@@ -311,7 +320,23 @@ class EC2Driver(Driver):
         return self.pool.job_env(env)
 
     def prepare(self, instance: str, blobs: list[str]) -> None:
-        self.pool.prepare(instance, blobs)
+        """Upload the blobs the bucket lacks (each digest once); without a bucket, send
+        those the instance lacks over SSH."""
+        if self.storage is None:
+            self.pool.prepare(instance, blobs)
+        else:
+            self.storage.put_blobs(blobs, BlobStore(self.home.blobs))
+
+    def blob_fields(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """``blob_urls``: a presigned URL and the size of each blob the instance lacks (one
+        SSH round trip asks which, until all are known to be there)."""
+        if self.storage is None:
+            return {}
+        missing = self.pool.missing(instance, blobs)
+        if not missing:
+            return {}
+        source = BlobStore(self.home.blobs)
+        return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
 
     def finish(self, instance: str, juid: str, attempt: int) -> None:
         self.pool.finish(instance, juid, attempt)

@@ -272,14 +272,25 @@ class SSHDriver(Driver):
             self._share_blobs(wanted)
             host.synced.update(wanted)
             return
-        target = f"{host.workdir}/blobs"
-        with _ssh_errors(host):
-            out = self._exec(host, ssh_remote.MISSING, [target],
-                             "".join(f"{b}\n" for b in wanted).encode())
-            missing = out.decode().split()
-            if missing:
-                self._send_blobs(host, target, missing)
+        missing = self.missing(instance, wanted)
+        if missing:
+            with _ssh_errors(host):
+                self._send_blobs(host, f"{host.workdir}/blobs", missing)
         host.synced.update(wanted)
+
+    def missing(self, instance: str, blobs: list[str]) -> list[str]:
+        """The BLOBS the host's blobs folder lacks, asked in one round trip unless all are
+        known there; the ones found there are remembered."""
+        host = self._host(instance)
+        wanted = [b for b in dict.fromkeys(blobs) if b not in host.synced]
+        if not wanted:
+            return []
+        with _ssh_errors(host):
+            out = self._exec(host, ssh_remote.MISSING, [self.blobs_dir(instance)],
+                             "".join(f"{b}\n" for b in wanted).encode())
+        missing = out.decode().split()
+        host.synced.update(set(wanted) - set(missing))
+        return missing
 
     def finish(self, instance: str, juid: str, attempt: int) -> None:
         """Fetch the rest of the logs and the outputs, and the kept folders (checkpoint,
