@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -32,6 +33,20 @@ def median_wall(fn: Callable[[], object], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def run_to_start(m: Any, project: str, runs: int) -> list[float]:
+    """Seconds from starting `monkey run -- true` (a new CLI process, in PROJECT) to the job's
+    process start as the agent recorded it, for RUNS jobs one after another (a core serves)."""
+    latencies = []
+    for _ in range(runs):
+        t0 = time.time()
+        out = subprocess.run([sys.executable, "-m", "monkey", "run", "--", "true"],
+                             capture_output=True, text=True, check=True, cwd=project)
+        job = m.job(out.stdout.strip())
+        job.wait(timeout=30)
+        latencies.append(job.attempts()[0].started_at - t0)
+    return latencies
 
 
 def run_quiet(argv: list[str]) -> None:

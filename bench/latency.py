@@ -7,12 +7,10 @@ Also prints `python -c pass` from the same interpreter as the baseline for proce
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-from common import fresh_home, median_wall, run_quiet, stop_everything
+from common import fresh_home, median_wall, run_quiet, run_to_start, stop_everything
 
 RUNS = 21
 
@@ -28,14 +26,7 @@ def main() -> None:
     daemon.start(Home(home))
     try:
         m.run(["true"]).wait(timeout=30)  # warm: the agent is up
-        latencies = []
-        for _ in range(RUNS):
-            t0 = time.time()
-            out = subprocess.run([sys.executable, "-m", "monkey", "run", "--", "true"],
-                                 capture_output=True, text=True, check=True, cwd=project)
-            job = m.job(out.stdout.strip())
-            job.wait(timeout=30)
-            latencies.append(job.attempts()[0].started_at - t0)
+        latencies = run_to_start(m, project, RUNS)
         base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
         lat = statistics.median(latencies)
         print(f"python -c pass:                      {base * 1000:6.1f} ms")

@@ -146,8 +146,12 @@ class Core:
         self.store.close()
 
     def timeout(self) -> float:
+        """Until the next queued job's back-off ends. Jobs ready now that this tick left
+        queued fit nowhere: an exit, a worker's outcome or a request wakes the loop when that
+        changes (or the idle tick), so they must not make it spin."""
         nxt = self.store.next_not_before()
-        wait = _IDLE_TICK if nxt is None else min(_IDLE_TICK, max(0.0, nxt - time.time()))
+        now = time.time()
+        wait = _IDLE_TICK if nxt is None or nxt <= now else min(_IDLE_TICK, nxt - now)
         return max(wait, 0.001)
 
     def tick(self) -> None:

@@ -5,6 +5,10 @@ not answer, a large upload): each runs in a worker thread, and its outcome comes
 loop through a socket the core's selector watches. The outcome is then handled on the loop's
 own thread, so the core alone writes the store. Calls for the same instance run one at a
 time, in the order they were made.
+
+The threads are daemon threads: a call hanging on a dead endpoint (until its own timeout,
+minutes maybe) must not hold the core's process at exit. concurrent.futures' pool would:
+its threads are joined when the interpreter exits, whatever ``shutdown(wait=False)`` says.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 log = logging.getLogger("monkey.core")
@@ -27,7 +30,10 @@ class Workers:
     """A pool of threads for driver calls, whose outcomes the core handles in its loop."""
 
     def __init__(self, selector: selectors.BaseSelector, threads: int = 16) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="monkey-driver")
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._max_threads = threads
+        self._idle = threading.Semaphore(0)  # one per thread waiting for a call
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -56,7 +62,17 @@ class Workers:
             except (BlockingIOError, OSError):
                 pass  # the loop is awake already (or closing)
 
-        self._pool.submit(run)
+        self._calls.put(run)
+        if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_threads:
+            thread = threading.Thread(target=self._work, daemon=True,
+                                      name=f"monkey-driver-{len(self._threads)}")
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call()
+            self._idle.release()
 
     def busy(self, key: Hashable) -> bool:
         """Whether a call for KEY is in flight."""
@@ -82,8 +98,15 @@ class Workers:
             handle(value)
 
     def close(self) -> None:
-        """Stop taking calls; those in flight finish in the background, their outcomes dropped."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Drop the calls not started; those in flight finish in the background (or die with
+        the process), their outcomes dropped."""
+        try:
+            while True:
+                self._calls.get_nowait()
+        except queue.Empty:
+            pass
+        for _ in self._threads:
+            self._calls.put(None)
         try:
             self._selector.unregister(self._wake_r)
         except (KeyError, ValueError):
