@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -571,7 +572,9 @@ def test_core_terminates_a_tagged_instance_it_has_no_record_of(cli, home: Path, 
 def test_core_killed_while_a_job_runs_on_an_instance_reattaches(cli, home: Path, moto: Any,
                                                                  fleet: Lab) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
-    gate = home.parent / "gate"
+    gates = Path(tempfile.mkdtemp(prefix="monkey-gate-"))  # the instance's user may not see ours
+    os.chmod(gates, 0o777)
+    gate = gates / "gate"
     try:
         juid = run_job(cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down")
         wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
@@ -593,6 +596,7 @@ def test_core_killed_while_a_job_runs_on_an_instance_reattaches(cli, home: Path,
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
+        shutil.rmtree(gates, ignore_errors=True)
 
 
 def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, home: Path,
