@@ -616,3 +616,24 @@ def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, ho
         assert moto.instances() == []
     finally:
         cli("daemon", "stop")
+
+
+def test_an_unreachable_cloud_says_why_on_the_waiting_job(cli, home: Path, moto: Any) -> None:
+    """Nothing listens at the endpoint: the job waits, and says why in one line."""
+    entry = {"type": "ec2", "region": moto.region, "endpoint": "http://127.0.0.1:9",
+             "size": "t3.micro", "image": moto.image, "key": str(home / "no-key")}
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": entry}}))
+    try:
+        juid = run_job(cli, "true")
+        wait_for(lambda: info(cli, juid).get("waiting"), timeout=30, what="the reason it waits")
+        assert info(cli, juid)["waiting"] == ("aws: cannot list instances: cannot reach "
+                                              "http://127.0.0.1:9 (Connection refused); check "
+                                              "the network or `endpoint:`")
+        assert info(cli, juid)["state"] == "queued"
+        shown = cli("list", "providers", check=True).stdout
+        assert "\naws: cannot list instances: cannot reach http://127.0.0.1:9" in shown
+        log = (home / "daemon.log").read_text()
+        assert log.count("cannot reach http://127.0.0.1:9") <= 3  # once per change, not a flood
+    finally:
+        cli("daemon", "stop")

@@ -55,6 +55,7 @@ class Elastic:
         self.creating: dict[str, int] = {}  # creations in flight per provider
         self.retry_at: dict[str, float] = {}
         self.failures: dict[str, int] = {}
+        self.list_failed: set[str] = set()  # providers whose last listing failed
 
     def tick(self, now: float, waiting: dict[str, list[Resources]]) -> None:
         """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere."""
@@ -79,7 +80,15 @@ class Elastic:
             return
         self.listed_at[name] = now
         self.core.workers.submit(key, drv.list_nodes, lambda nodes: self._listed(name, drv, nodes),
-                                 lambda exc: log.error("listing %s failed: %s", name, exc))
+                                 lambda exc: self._list_failed(name, exc))
+
+    def _list_failed(self, name: str, exc: BaseException) -> None:
+        """The jobs that wait for the provider say why (and the log, once per change)."""
+        why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+        self.list_failed.add(name)
+        if self.core.store.provider_error(name) != why:
+            log.error("listing %s failed: %s", name, why)
+            self.core.store.set_provider_error(name, why)
 
     def _listed(self, name: str, drv: Driver, nodes: list[Instance]) -> None:
         store = self.core.store
@@ -104,6 +113,9 @@ class Elastic:
         for row in store.instances(name, live=True):
             if row["state"] in ("terminated", "stopped"):
                 self._gone(name, row)
+        if name in self.list_failed:  # the listing error is over
+            self.list_failed.discard(name)
+            store.set_provider_error(name, None)
         self.inventoried.add(name)
 
     def _gone(self, name: str, row: dict[str, object]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -194,6 +195,7 @@ class EC2Driver(Driver):
         self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed
         self._refresher: threading.Thread | None = None
+        self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
 
@@ -419,7 +421,11 @@ class EC2Driver(Driver):
             try:
                 self.list_nodes()
             except MonkeyError as exc:
-                log.warning("%s", exc)
+                if str(exc) != self._refresh_error:  # once per change, not once per retry
+                    log.warning("%s", exc)
+                self._refresh_error = str(exc)
+            else:
+                self._refresh_error = ""
 
         self._refresher = threading.Thread(target=refresh, daemon=True, name=f"ec2-{self.name}")
         self._refresher.start()
@@ -469,7 +475,7 @@ class EC2Driver(Driver):
                 raise self._cloud_error(what, _text(exc)) from None
             except OSError as exc:  # requests' connection errors are OSErrors too
                 where = self.entry.get("endpoint") or f"EC2 in {self.entry['region']}"
-                raise MonkeyError(f"{self.name}: {what}: cannot reach {where} ({_text(exc)}); "
+                raise MonkeyError(f"{self.name}: {what}: cannot reach {where} ({_cause(exc)}); "
                                   "check the network or `endpoint:`") from None
 
     def _cloud_error(self, what: str, said: str) -> MonkeyError:
@@ -487,6 +493,16 @@ class EC2Driver(Driver):
         else:
             fix = ""
         return MonkeyError(f"{self.name}: {what}: {said}" + (f"; {fix}" if fix else ""))
+
+
+def _cause(exc: BaseException) -> str:
+    """What a connection error comes down to ("Connection refused", "timed out"), not the
+    whole chain of wrappers and the request's URL."""
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if found:
+        return found.group(1).strip()
+    return "timed out" if "timed out" in text.lower() else _text(exc)
 
 
 def _text(exc: BaseException) -> str:

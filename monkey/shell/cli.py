@@ -364,8 +364,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
              str(p["running"]), str(p["queued"])] for p in out])
     provider_commands.print_hosts(out)
     for p in out:
-        if p.get("error"):
-            print(f"{p['name']}: {p['error']}")
+        error = p.get("error")
+        if error:
+            print(error if error.startswith(f"{p['name']}:") else f"{p['name']}: {error}")
     print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
     return 0
 
