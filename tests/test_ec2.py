@@ -336,7 +336,9 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
         store = Store(Home(home).db)
         try:
-            # as the core records each listing: what the transport learnt is kept
+            # as the core records what the transport learnt, and each listing (which keeps it)
+            for changed, reach, extra in driver.changes():
+                store.record_instance(changed, reach=reach, extra=extra)
             assert store.record_instance(listed(driver, inst.id))
             recorded = store.instances("aws")
         finally:

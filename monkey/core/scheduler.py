@@ -155,9 +155,12 @@ class Core:
         return max(wait, 0.001)
 
     def tick(self) -> None:
-        """One pass: configuration, requests, dispatch, health."""
+        """One pass: configuration, what drivers learnt, requests, dispatch, health."""
         now = time.time()
         self.reload_providers()
+        for drv in self.drivers.values():
+            for inst, reach, extra in drv.changes():
+                self.store.record_instance(inst, reach=reach, extra=extra)
         self.apply_requests()
         self.dispatch_ready(now)
         if now >= self.next_health:

@@ -216,6 +216,12 @@ class Driver(ABC):
         """Fetch the attempt's results back to MONKEY_HOME; nothing to do for shared storage."""
         return None
 
+    def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
+        """What the driver learnt of its instances by itself since the last call (an SSH host
+        reached or lost in a background thread): ``(instance, reach, extra)`` each, recorded
+        by the core (drivers never write the store)."""
+        return []
+
     def close(self) -> None:
         """Drop connections; agents and jobs keep running."""
         return None

@@ -343,6 +343,9 @@ class EC2Driver(Driver):
     def finish(self, instance: str, juid: str, attempt: int) -> None:
         self.pool.finish(instance, juid, attempt)
 
+    def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
+        return self.pool.changes()
+
     def close(self) -> None:
         self.pool.close()
 

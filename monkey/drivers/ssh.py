@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shlex
 import shutil
 import socket
@@ -161,8 +162,10 @@ class SSHDriver(Driver):
         self.by_alias = {h.spec.name: h.spec for h in self.hosts.values()}
         self.tag = hashlib.blake2s(f"{socket.gethostname()}:{home.root}".encode(),
                                    digest_size=6).hexdigest()
-        self.store = Store(home.db)
+        self.store = Store(home.db)  # read only: the core records what changes() reports
         self.store_lock = threading.Lock()
+        self._changes: queue.SimpleQueue[tuple[Instance, str | None, dict[str, Any] | None]] = \
+            queue.SimpleQueue()
         self.closing = threading.Event()
         self.idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         self.heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
@@ -437,8 +440,15 @@ class SSHDriver(Driver):
             inst = Instance(host.instance, self.name, host.spec.name,
                             InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
                             address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
-        with self.store_lock:
-            self.store.record_instance(inst, reach=state, extra=extra)
+        self._changes.put((inst, state, extra))
+
+    def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
+        found = []
+        while True:
+            try:
+                found.append(self._changes.get_nowait())
+            except queue.Empty:
+                return found
 
     def _sftp(self, host: Host) -> paramiko.SFTPClient:
         if host.sftp is None:

@@ -228,9 +228,17 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
         raise MonkeyError(f"no provider {args.name!r}; see `monkey list providers`")
     if config.type != "ssh":
         raise MonkeyError(f"provider {args.name!r} is {config.type!r}; `provider check` checks ssh providers")
+    from monkey.store import Store
+
     driver = get_driver(config, home)
     try:
         report = driver.check()
+        store = Store(home.db)
+        try:
+            for inst, reach, extra in driver.changes():
+                store.record_instance(inst, reach=reach, extra=extra)
+        finally:
+            store.close()
     finally:
         driver.close()
     if args.json:
