@@ -413,7 +413,7 @@ class SSHDriver(Driver):
         host.error, host.transient = error, transient
         host.failures += 1
         # An unreachable host is retried soon; keys, users and config do not fix themselves.
-        delay = min(_BACKOFF_MAX, 0.25 * 2 ** (host.failures - 1)) if transient else 10.0
+        delay = min(_BACKOFF_MAX, 0.25 * 2 ** min(host.failures - 1, 8)) if transient else 10.0
         host.next_try = time.monotonic() + delay
         if changed:  # once per change, not once per retry
             log.warning("%s: %s", host.instance, error)
