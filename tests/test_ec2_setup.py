@@ -296,7 +296,7 @@ GOOD = {"type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-
 
 
 @pytest.mark.parametrize("change, says", [
-    ({"colour": "red"}, "unknown key 'colour'; allowed: address, bucket"),
+    ({"colour": "red"}, "unknown key 'colour'; allowed: address, boot_timeout, bucket"),
     ({"image": None}, "needs `image:`"),
     ({"size": 3}, "size must be text, got 3"),
     ({"region": "US East"}, "region 'US East' is not a region name"),
@@ -306,6 +306,7 @@ GOOD = {"type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-
     ({"max_instances": 0}, "max_instances must be a positive integer"),
     ({"max_instances": True}, "max_instances must be a positive integer"),
     ({"idle_timeout": "10m"}, "idle_timeout must be a positive number of seconds"),
+    ({"boot_timeout": 0}, "boot_timeout must be a positive number of seconds"),
     ({"bucket": "ab"}, "bucket 'ab' is not a bucket name"),
     ({"bucket": "192.168.1.1"}, "bucket '192.168.1.1' is not a bucket name"),
     ({"metadata_url": "ftp://x"}, "metadata_url 'ftp://x' is not an http(s) URL"),

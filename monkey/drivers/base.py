@@ -87,8 +87,16 @@ def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]
     """Refuse a providers.yml entry with a key outside ALLOWED (``type`` is always allowed)."""
     unknown = set(entry) - allowed - {"type"}
     if unknown:
-        raise MonkeyError(f"{where}: provider {name!r} has unknown key {sorted(unknown)[0]!r}; "
+        raise MonkeyError(f"{where}: provider {name!r}: unknown key {sorted(unknown)[0]!r}; "
                           f"allowed: {', '.join(sorted(allowed - {'type'}))}")  # fmt: skip
+
+
+def hosts_summary(hosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``describe``'s answer for a provider of several machines: the machines, and the
+    slots and GPUs of those whose agent is reached."""
+    up = [h for h in hosts if h["state"] == "up"]
+    return {"hosts": hosts, "slots": sum(h["slots"] or 0 for h in up),
+            "gpus": sum(len(h["gpus"]) for h in up)}  # fmt: skip
 
 
 class Driver(ABC):

@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from monkey.drivers import ec2_setup
-from monkey.drivers.base import Capacity, Driver, NoCapacity
+from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
 from monkey.drivers.ssh import SSHDriver
 from monkey.drivers.ssh_hosts import host_spec, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
@@ -178,9 +178,7 @@ class EC2Driver(Driver):
                 "error": extra.get("error"), "size": rec.get("size") or "-",
                 "spot": bool(rec.get("spot")), "age": now - launched if launched else None,
             })  # fmt: skip
-        up = [h for h in hosts if h["state"] == "up"]
-        return {"hosts": hosts, "slots": sum(h["slots"] or 0 for h in up),
-                "gpus": sum(len(h["gpus"]) for h in up)}  # fmt: skip
+        return hosts_summary(hosts)
 
     # -- provisioning ---------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from monkey.drivers.base import unknown_keys
 from monkey.models import MonkeyError
 
 DEFAULTS: dict[str, Any] = {
@@ -34,7 +35,7 @@ _TEXT = ("region", "endpoint", "profile", "credentials", "size", "image", "user"
          "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url")
 _ORDER = ("type", "region", "endpoint", "credentials", "profile", "size", "image", "user", "key",
           "key_name", "vpc", "subnet", "security_group", "address", "spot", "max_instances",
-          "idle_timeout", "bucket", "metadata_url")
+          "idle_timeout", "boot_timeout", "bucket", "metadata_url")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro",
             "image": "an AMI id of the region, e.g. ami-0123456789abcdef0"}
@@ -68,9 +69,7 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     def bad(what: str) -> MonkeyError:
         return MonkeyError(f"{where}: provider {name!r}: {what}")
 
-    unknown = set(entry) - KEYS
-    if unknown:
-        raise bad(f"unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(KEYS - {'type'}))}")
+    unknown_keys(where, name, entry, set(KEYS))
     for key, example in REQUIRED.items():
         if entry.get(key) is None:
             raise bad(f"needs `{key}:` ({example})")
@@ -90,9 +89,11 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     count = entry.get("max_instances")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise bad(f"max_instances must be a positive integer, got {count!r}")
-    idle = entry.get("idle_timeout")
-    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle <= 0):
-        raise bad(f"idle_timeout must be a positive number of seconds, got {idle!r}")
+    for key in ("idle_timeout", "boot_timeout"):
+        value = entry.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise bad(f"{key} must be a positive number of seconds, got {value!r}")
     if entry.get("bucket") is not None and bucket_problem(entry["bucket"]):
         raise bad(f"bucket {entry['bucket']!r} is not a bucket name: {bucket_problem(entry['bucket'])}")
 

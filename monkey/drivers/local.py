@@ -11,7 +11,7 @@ from typing import Any
 
 from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
-from monkey.drivers.base import Capacity, Driver
+from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.models import MonkeyError, Resources
 
 
@@ -54,10 +54,7 @@ class LocalDriver(Driver):
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
         """slots: a positive count; gpus: a count or a list of device ids."""
-        unknown = set(entry) - _LOCAL_KEYS
-        if unknown:
-            key = sorted(unknown)[0]
-            raise MonkeyError(f"{where}: provider {name!r} has unknown key {key!r}; allowed: slots, gpus")
+        unknown_keys(where, name, entry, _LOCAL_KEYS)
         slots = entry.get("slots")
         if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1):
             raise MonkeyError(f"{where}: provider {name!r}: slots must be a positive integer, got {slots!r}")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
-from monkey.drivers.base import Capacity, Driver
+from monkey.drivers.base import Capacity, Driver, hosts_summary
 from monkey.drivers.ssh_hosts import (
     HostKeys,
     HostSpec,
@@ -142,9 +142,7 @@ class SSHDriver(Driver):
                 "gpus": extra.get("gpus") or [], "memory": extra.get("memory"),
                 "running": rec.get("running", 0), "error": extra.get("error"),
             })  # fmt: skip
-        up = [h for h in hosts if h["state"] == "up"]
-        return {"hosts": hosts, "slots": sum(h["slots"] or 0 for h in up),
-                "gpus": sum(len(h["gpus"]) for h in up)}  # fmt: skip
+        return hosts_summary(hosts)
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home)

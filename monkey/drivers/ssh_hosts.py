@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monkey.config import Home, ProviderConfig, write_private
+from monkey.drivers.base import unknown_keys
 from monkey.models import MonkeyError, Resources, parse_size
 
 if TYPE_CHECKING:
@@ -67,9 +68,7 @@ def validate_entry(where: str, name: str, entry: dict[str, Any]) -> None:
     def bad(what: str) -> MonkeyError:
         return MonkeyError(f"{where}: provider {name!r}: {what}")
 
-    unknown = set(entry) - _SSH_KEYS
-    if unknown:
-        raise bad(f"unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(_SSH_KEYS - {'type'}))}")
+    unknown_keys(where, name, entry, _SSH_KEYS)
     hosts = entry.get("hosts")
     if not isinstance(hosts, list) or not hosts:
         raise bad("needs `hosts:`, a list like [{host: gpu1, user: me, key: ~/.ssh/id_ed25519}]")
