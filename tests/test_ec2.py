@@ -649,3 +649,19 @@ def test_an_unreachable_cloud_says_why_on_the_waiting_job(cli, home: Path, moto:
         assert log.count("cannot reach http://127.0.0.1:9") <= 3  # once per change, not a flood
     finally:
         cli("daemon", "stop")
+
+
+def test_an_instance_terminated_from_outside_ends_its_attempt_lost(cli, home: Path, moto: Any,
+                                                                    fleet: Lab) -> None:
+    """A spot reclaim (or a console click): the cloud lists the machine terminated while its
+    agent still answers here; the attempt ends `lost` from the listing, not from silence."""
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    try:
+        juid = run_job(cli, "sh", "-c", "echo up; sleep 300")
+        wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
+        node = info(cli, juid)["instance"].split("/", 1)[1]
+        moto.boto3("ec2").terminate_instances(InstanceIds=[node])
+        wait_for(lambda: info(cli, juid)["state"] == "lost", timeout=30, what="the attempt to end")
+        assert info(cli, juid)["attempts_detail"][0]["reason"] == "its instance was terminated"
+    finally:
+        cli("daemon", "stop")

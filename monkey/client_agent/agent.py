@@ -243,16 +243,6 @@ def proc_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
 
-def session_pids(sid: int) -> list[int]:
-    """Pids of the processes whose session id (field 6) is SID."""
-    found = []
-    for pid in proc_pids():
-        fields = read_stat(pid)
-        if fields is not None and int(fields[3]) == sid:
-            found.append(pid)
-    return found
-
-
 def job_tree(sid: int | None, tag: bytes | None, roots: set[int]) -> set[int]:
     """Pids of a job's processes: its session SID, the orphans whose environment has the
     line TAG (a process the job started that left the session and lost its parent, having

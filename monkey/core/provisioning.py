@@ -105,13 +105,15 @@ class Elastic:
             if not store.record_instance(node):
                 log.warning("%s: %s reported %s after %s; ignored", name, node.id, node.state,
                             known[node.id]["state"])  # fmt: skip
+                continue
+            if node.state in (InstanceState.TERMINATED, InstanceState.STOPPED):
+                self._end_attempts(name, node.id)  # reclaimed, or stopped from outside
+            if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
+                self._destroy(name, drv, node.id, "stopped from outside monkey")
         for row in known.values():
             # Gone from the cloud's list (terminated long ago, or from outside monkey).
             if row["state"] != "terminated" and row["id"] not in seen \
                     and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY:
-                self._gone(name, row)
-        for row in store.instances(name, live=True):
-            if row["state"] in ("terminated", "stopped"):
                 self._gone(name, row)
         if name in self.list_failed:  # the listing error is over
             self.list_failed.discard(name)
@@ -124,8 +126,12 @@ class Elastic:
         inst = Instance(str(row["id"]), name, str(row["name"]), InstanceState.TERMINATED,
                         extra=dict(row["extra"]))  # type: ignore[arg-type]
         store.record_instance(inst, detail="no longer listed by the cloud")
-        for att in store.live_attempts(inst.id):
-            self.core.on_exit((name, inst.id), att.juid, att.n,
+        self._end_attempts(name, inst.id)
+
+    def _end_attempts(self, name: str, instance: str) -> None:
+        """End the attempts live on a machine that is gone or stopped (`lost`, retried)."""
+        for att in self.core.store.live_attempts(instance):
+            self.core.on_exit((name, instance), att.juid, att.n,
                               {"reason": Ending.TERMINATED.value, "ts": time.time()},
                               att.events_offset)
 

@@ -92,6 +92,7 @@ class Core:
         self.next_health = 0.0
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
+        self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
@@ -242,6 +243,7 @@ class Core:
         self.links[key] = link
         self.linked_at[key] = time.time()
         self.retry_at.pop(key, None)
+        self.link_errors.pop(key, None)
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
@@ -252,10 +254,13 @@ class Core:
         self._pump(key, link)
 
     def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
-        if not isinstance(exc, (MonkeyError, AgentGone, AgentError, OSError)):
-            log.error("connecting to %s failed", key[1], exc_info=exc)
-        else:
-            log.error("cannot reach the agent of %s: %s", key[1], exc)
+        """Try again in a second; the log says why once per change, not once per retry."""
+        why = str(exc)
+        if self.link_errors.get(key) != why:
+            self.link_errors[key] = why
+            expected = isinstance(exc, (MonkeyError, AgentGone, AgentError, OSError))
+            log.error("cannot reach the agent of %s: %s", key[1], why,
+                      exc_info=None if expected else exc)  # fmt: skip
         self.retry_at[key] = time.time() + 1.0
 
     def drop_link(self, key: tuple[str, str]) -> None:

@@ -99,18 +99,6 @@ def blob_key(digest: str) -> str:
     return f"blobs/{digest}"
 
 
-def checkpoint_prefix(juid: str) -> str:
-    return f"runs/{juid}/checkpoint"
-
-
-def persist_prefix(juid: str, name: str) -> str:
-    return f"runs/{juid}/persist/{name}"
-
-
-def outputs_prefix(juid: str, attempt: int) -> str:
-    return f"runs/{juid}/{attempt}/outputs"
-
-
 def check_key(key: str) -> str:
     """KEY without a trailing slash, or MonkeyError when it is not under blobs/ or runs/ or
     could leave its folder."""
