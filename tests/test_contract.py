@@ -122,7 +122,7 @@ class TestContract:
         drv = target.driver
         instance = target.usable()
         assert states(drv)[instance] == InstanceState.RUNNING
-        digest, _ = BlobStore(Home(home).blobs).put_bytes(b"echo hello from the contract\n")
+        digest, _ = BlobStore(Home(home).blobs).put_bytes(b"echo hello from the contract\necho 42 > result.txt\n")
         link = drv.connect(instance)
         try:
             assert link.request("hello")["cpus"] >= 1
@@ -137,8 +137,9 @@ class TestContract:
                          **drv.blob_fields(instance, [digest]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
             blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
-            assert blob.read_bytes() == b"echo hello from the contract\n"
-            drv.finish(instance, juid, 1)
+            assert blob.read_bytes().startswith(b"echo hello from the contract\n")
+            drv.finish(instance, juid, 1, ["*.txt"], True)
         finally:
             link.close()
         assert (Home(home).run_dir(juid, 1) / "stdout.log").read_text() == "hello from the contract\n"
+        assert (Home(home).run_dir(juid, 1) / "work" / "result.txt").read_text() == "42\n"

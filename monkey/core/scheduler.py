@@ -94,6 +94,7 @@ class Core:
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
+        self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
@@ -159,9 +160,11 @@ class Core:
         """One pass: configuration, what drivers learnt, requests, dispatch, health."""
         now = time.time()
         self.reload_providers()
-        for drv in self.drivers.values():
+        for name, drv in list(self.drivers.items()):
             for inst, reach, extra in drv.changes():
                 self.store.record_instance(inst, reach=reach, extra=extra)
+                if reach == "up":  # back: its agent may run attempts ended meanwhile
+                    self.connect((name, inst.id))
         self.apply_requests()
         self.dispatch_ready(now)
         if now >= self.next_health:
@@ -223,10 +226,11 @@ class Core:
         attempts = [{"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir,
                      "offset": a.events_offset} for a in live]  # fmt: skip
 
-        def call() -> tuple[AgentLink, dict[str, Any]]:
+        def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
             link = drv.connect(key[1])
             try:
-                return link, link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts)
+                reply = link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts)
+                return link, reply, link.request("jobs", timeout=SYNC_TIMEOUT)["jobs"]
             except BaseException:
                 link.close()
                 raise
@@ -235,8 +239,9 @@ class Core:
                             lambda exc: self._link_failed(key, exc))  # fmt: skip
 
     def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
-                reply: dict[str, Any]) -> None:
-        """A connect came back: keep the link and settle what its sync said."""
+                reply: dict[str, Any], running: list[dict[str, Any]]) -> None:
+        """A connect came back: keep the link, settle what its sync said and stop what the
+        agent RUNNING for this home that the store has ended meanwhile."""
         if key in self.links or key[0] not in self.providers:
             link.close()  # linked meanwhile, or the provider is gone
             return
@@ -251,7 +256,23 @@ class Core:
             att = by_id.get((status["juid"], status["attempt"]))
             if att is not None and status["status"] == "unknown":
                 self._never_started(att)
+        self._fence(key, link, running)
         self._pump(key, link)
+
+    def _fence(self, key: tuple[str, str], link: AgentLink, running: list[dict[str, Any]]) -> None:
+        """Kill the agent's jobs of this home whose attempt the store ended while the instance
+        was out of reach (lost, then retried elsewhere): a job runs exactly once."""
+        drv = self.drivers.get(key[0])
+        for job in running:
+            juid, n = job.get("juid"), job.get("attempt")
+            if drv is None or not isinstance(juid, str) or not isinstance(n, int):
+                continue
+            if job.get("run_dir") != drv.run_dir(key[1], juid, n):
+                continue  # another MONKEY_HOME's job
+            att = self.store.get_attempt(juid, n)
+            if att is not None and att.state != "live":
+                log.warning("%s: stopping stale %s attempt %d", key[1], juid, n)
+                link.send("signal", juid=juid, attempt=n, signal="KILL", grace=0)
 
     def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
         """Try again in a second; the log says why once per change, not once per retry."""
@@ -370,8 +391,10 @@ class Core:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
             self._close_attempt(key, juid, n, event, offset)
 
-        self.workers.submit(key, lambda: drv.finish(key[1], juid, n), lambda _: fetched(None),
-                            fetched)  # fmt: skip
+        job = self.store.get_job(juid)
+        outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
+        self.workers.submit(key, lambda: drv.finish(key[1], juid, n, outputs, current),
+                            lambda _: fetched(None), fetched)  # fmt: skip
 
     def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                        offset: int) -> None:
@@ -552,6 +575,19 @@ class Core:
             self.drop_link(key)
             return
         self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
+        self._follow(key, [*self.followed.get(key, []), (att.juid, att.n)])
+
+    def _follow(self, key: tuple[str, str], attempts: list[tuple[str, int]]) -> None:
+        """Tell the instance's driver which attempts live there, when that changed."""
+        if self.followed.get(key, []) == attempts:
+            return
+        drv = self.drivers.get(key[0])
+        if drv is not None:
+            drv.follow(key[1], attempts)
+        if attempts:
+            self.followed[key] = attempts
+        else:
+            self.followed.pop(key, None)
 
     def _start_failed(self, key: tuple[str, str], att: Attempt, exc: BaseException) -> None:
         """The attempt's inputs could not be made ready: it never reached the agent."""
@@ -645,11 +681,13 @@ class Core:
         for key, link in list(self.links.items()):
             if link.closed:  # broken by a request: nothing polls it any more
                 self.drop_link(key)
+        live: dict[tuple[str, str], list[tuple[str, int]]] = {}
         for att in self.store.live_attempts():
             job = self.store.get_job(att.juid)
             if job is None:
                 continue
             key = (job.provider, att.instance)
+            live.setdefault(key, []).append((att.juid, att.n))
             beat = att.heartbeat_at
             silence = now - max(beat, self.linked_at.get(key, 0.0)) if beat is not None else 0.0
             if silence > HEARTBEAT_TIMEOUT and key in self.links:
@@ -663,3 +701,5 @@ class Core:
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
                 self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
                                                     "ts": now}, att.events_offset)
+        for key in set(self.followed) | set(live):
+            self._follow(key, live.get(key, []))

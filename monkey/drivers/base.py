@@ -220,8 +220,19 @@ class Driver(ABC):
         stores them. The default adds none (``prepare`` put the blobs there)."""
         return {}
 
-    def finish(self, instance: str, juid: str, attempt: int) -> None:
-        """Fetch the attempt's results back to MONKEY_HOME; nothing to do for shared storage."""
+    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        """The attempts live on INSTANCE now, as ``(juid, attempt)``: the core says so when
+        one starts and on each health pass. A remote transport streams their logs (and pulls
+        their checkpoints) into MONKEY_HOME until they leave the list. Must not block; the
+        default keeps nothing (the instance writes MONKEY_HOME itself)."""
+        return None
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
+               current: bool) -> None:
+        """Fetch the ended attempt's results back to MONKEY_HOME, off the core's loop: the
+        rest of its logs, the files matching OUTPUTS (``run --outputs`` globs, relative to
+        its work folder) and, when CURRENT (no newer attempt exists), the job's kept
+        folders (checkpoint, persisted). Nothing to do for shared storage."""
         return None
 
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:

@@ -338,8 +338,12 @@ class EC2Driver(Driver):
         source = BlobStore(self.home.blobs)
         return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
 
-    def finish(self, instance: str, juid: str, attempt: int) -> None:
-        self.pool.finish(instance, juid, attempt)
+    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        self.pool.follow(instance, attempts)
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
+               current: bool) -> None:
+        self.pool.finish(instance, juid, attempt, outputs, current)
 
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         return self.pool.changes()

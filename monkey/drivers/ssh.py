@@ -2,10 +2,12 @@
 
 Per host: one transport shared by every channel; the agent is installed once per version
 under ``WORKDIR/agent/<digest>/`` and started detached; the core's link to it is an exec
-channel relaying to the agent's Unix socket. A thread per host reconnects with back-off,
-appends new stdout/stderr bytes of live attempts to the local run folders (from the local
-size, so nothing is lost or doubled across reconnects), pulls checkpoints periodically,
-and stops attempts the store no longer counts as live (fencing after a host returns).
+channel relaying to the agent's Unix socket. A thread per host keeps its connection
+(reconnecting with back-off, reporting reach through ``changes()``) and, for the attempts
+the core says are live there (``follow``), appends new stdout/stderr bytes to the local run
+folders (from the local size, so nothing is lost or doubled across reconnects) and pulls
+checkpoints periodically. The driver never reads nor writes the store: the core hands it
+what it needs and records what it reports.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from monkey.drivers.ssh_hosts import (
     validate_entry,
 )
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
-from monkey.store import Store
 
 if TYPE_CHECKING:
     import paramiko
@@ -160,8 +161,8 @@ class SSHDriver(Driver):
         self.by_alias = {h.spec.name: h.spec for h in self.hosts.values()}
         self.tag = hashlib.blake2s(f"{socket.gethostname()}:{home.root}".encode(),
                                    digest_size=6).hexdigest()
-        self.store = Store(home.db)  # read only: the core records what changes() reports
-        self.store_lock = threading.Lock()
+        # Per instance: the attempts live there, as the core last said (replaced, not changed).
+        self.followed: dict[str, list[tuple[str, int]]] = {}
         self._changes: queue.SimpleQueue[tuple[Instance, str | None, dict[str, Any] | None]] = \
             queue.SimpleQueue()
         self.closing = threading.Event()
@@ -293,14 +294,15 @@ class SSHDriver(Driver):
         host.synced.update(set(wanted) - set(missing))
         return missing
 
-    def finish(self, instance: str, juid: str, attempt: int) -> None:
-        """Fetch the rest of the logs and the outputs, and the kept folders (checkpoint,
-        persisted) unless a newer attempt exists."""
+    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        self.followed = {**self.followed, instance: list(attempts)}
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
+               current: bool) -> None:
         host = self._host(instance)
         if not host.up:
             raise MonkeyError(f"{instance} is down; the logs of {juid} attempt {attempt} stay there")
         # One round trip for the common case: the logs' tails and the kept folders' listings.
-        current = self._is_current(juid, attempt)
         kept = [("listing", [f"{self._runs(host)}/{juid}/{name}"]) for name in _KEPT]
         with host.lock, _ssh_errors(host):
             call, local = self._tail_call(host, [(juid, attempt)])
@@ -309,12 +311,10 @@ class SSHDriver(Driver):
                 self._fetch_logs(host, [(juid, attempt)])
             for name, (listing, _) in zip(_KEPT, results[1:]):
                 self._pull_kept(host, juid, name, listing)
-            self._fetch_outputs(host, juid, attempt)
+            self._fetch_outputs(host, juid, attempt, outputs)
 
-    def _fetch_outputs(self, host: Host, juid: str, attempt: int) -> None:
+    def _fetch_outputs(self, host: Host, juid: str, attempt: int, globs: list[str]) -> None:
         """Bring the files of `run --outputs` back into the attempt's local work folder."""
-        with self.store_lock:
-            globs = self.store.outputs(juid)
         if not globs:
             return
         work = f"{self._runs(host)}/{juid}/{attempt}/work"
@@ -332,8 +332,6 @@ class SSHDriver(Driver):
         for host in self.hosts.values():
             with host.lock:
                 self._drop(host)
-        with self.store_lock:
-            self.store.close()
 
     # -- status ---------------------------------------------------------------------------
 
@@ -367,7 +365,7 @@ class SSHDriver(Driver):
         return host
 
     def _contact(self, host: Host) -> None:
-        """Connect, install and start the agent, learn capacity, fence stale attempts."""
+        """Connect, install and start the agent, learn capacity."""
         with host.lock:
             if host.up or host.removed:
                 return  # another thread connected it while this one waited, or it is gone
@@ -384,7 +382,6 @@ class SSHDriver(Driver):
                 self._install_agent(host)
                 with self._open_link(host) as link:
                     hello = link.request("hello", timeout=self.timeout)
-                    self._fence(host, link)
             except Unreachable as exc:
                 self._failed(host, str(exc), transient=True)
                 return
@@ -551,24 +548,6 @@ class SSHDriver(Driver):
             raise MonkeyError(f"{host.instance}: cannot reach the agent: {err.decode(errors='replace').strip()}")
         return AgentLink(channel)
 
-    def _fence(self, host: Host, link: AgentLink) -> None:
-        """Stop attempts on the host that the store has already ended (lost, superseded)."""
-        mine = self._runs(host) + "/"
-        for job in link.request("jobs", timeout=self.timeout).get("jobs", []):
-            if not str(job.get("run_dir", "")).startswith(mine):
-                continue  # another MONKEY_HOME's job
-            with self.store_lock:
-                att = self.store.get_attempt(job["juid"], job["attempt"])
-            if att is not None and att.state != "live":
-                log.warning("%s: stopping stale %s attempt %d", host.instance, job["juid"], att.n)
-                link.request("signal", juid=job["juid"], attempt=job["attempt"], signal="KILL",
-                             grace=0, timeout=self.timeout)
-
-    def _is_current(self, juid: str, attempt: int) -> bool:
-        with self.store_lock:
-            job = self.store.get_job(juid)
-        return job is not None and job.attempts == attempt
-
     # -- the per-host thread ------------------------------------------------------------
 
     def _start_pump(self, host: Host) -> None:
@@ -589,16 +568,14 @@ class SSHDriver(Driver):
                     self._contact(host)  # and, when back, fetch the logs at once
                     if not host.up:
                         continue
-                with self.store_lock:
-                    live = self.store.live_attempts(host.instance)
+                live = self.followed.get(host.instance) or []
                 if live:
-                    self._fetch_logs(host, [(a.juid, a.n) for a in live])
+                    self._fetch_logs(host, live)
                 if time.monotonic() - last_checkpoint >= self.checkpoint_every:
                     last_checkpoint = time.monotonic()
-                    for att in live:
-                        if self._is_current(att.juid, att.n):
-                            for name in _KEPT:
-                                self._pull_kept(host, att.juid, name)
+                    for juid, _ in live:  # a live attempt is its job's newest
+                        for name in _KEPT:
+                            self._pull_kept(host, juid, name)
             except Exception as exc:  # noqa: BLE001 - the thread must survive any failure
                 if self.closing.is_set():
                     return
