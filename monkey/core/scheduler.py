@@ -8,6 +8,7 @@ import os
 import selectors
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from monkey.config import Home, ProviderConfig
@@ -393,8 +394,8 @@ class Core:
 
         job = self.store.get_job(juid)
         outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
-        self.workers.submit(key, lambda: drv.finish(key[1], juid, n, outputs, current),
-                            lambda _: fetched(None), fetched)  # fmt: skip
+        self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, current),
+                        lambda _: fetched(None), fetched)  # fmt: skip
 
     def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                        offset: int) -> None:
@@ -549,8 +550,22 @@ class Core:
             drv.prepare(instance, blobs)
             return checkpoint, drv.blob_fields(instance, blobs)
 
-        self.workers.submit(key, call, lambda ready: self._send_start(key, att, spec, *ready),
-                            lambda exc: self._start_failed(key, att, exc))  # fmt: skip
+        self._transport(key, drv, call, lambda ready: self._send_start(key, att, spec, *ready),
+                        lambda exc: self._start_failed(key, att, exc))  # fmt: skip
+
+    def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
+                   then: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:
+        """Run a transport CALL for the instance KEY in a worker, or here when the driver's
+        transport is quick and nothing else is under way for KEY (the order stays)."""
+        if not drv.quick_transport or self.workers.busy(key):
+            self.workers.submit(key, call, then, failed)
+            return
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001 - handed to `failed`, as a worker would
+            failed(exc)
+            return
+        then(result)
 
     def _send_start(self, key: tuple[str, str], att: Attempt, spec: dict[str, Any],
                     checkpoint: str, blob_fields: dict[str, Any]) -> None:

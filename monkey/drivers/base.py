@@ -104,6 +104,9 @@ class Driver(ABC):
 
     kind: ClassVar[str] = ""
     elastic: ClassVar[bool] = False  # creates machines on demand (clouds)
+    # Its checkpoint_dir, prepare, blob_fields and finish only touch this machine's files
+    # (never a network): the core calls them in its loop, sparing a worker's round trip.
+    quick_transport: ClassVar[bool] = False
     job_options: ClassVar[frozenset[str]] = frozenset()  # job.yml `providers: NAME:` keys
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:

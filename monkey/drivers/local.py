@@ -50,6 +50,7 @@ class LocalDriver(Driver):
     """Runs jobs on this machine; run directories and blobs live in MONKEY_HOME itself."""
 
     kind = "local"
+    quick_transport = True
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
