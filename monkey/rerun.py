@@ -100,10 +100,10 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
     from monkey.tracking.sweepspec import PLACEHOLDER, render
 
     argv, params = list(job.argv), dict(job.params)
-    given = command_params(argv)
     by_norm = {_norm(k): k for k in params}
+    placeholders = {m.group(1) for a in template or () for m in PLACEHOLDER.finditer(a)}
     changed: dict[str, list[Any]] = {}
-    rendered = False
+    rest: dict[str, tuple[str | None, str]] = {}
     for name, text in sets.items():
         key = by_norm.get(_norm(name))
         if key is not None:
@@ -111,9 +111,13 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
             if params[key] != value:
                 changed[key] = [params[key], value]
             params[key] = value
-            if template and any(m.group(1) == key for a in template for m in PLACEHOLDER.finditer(a)):
-                rendered = True
+            if key in placeholders:
                 continue
+        rest[name] = (key, text)
+    if template is not None and any(k in placeholders for k in changed):
+        argv = render(template, params)  # first: the other parameters are rewritten in it
+    given = command_params(argv)
+    for name, (key, text) in rest.items():
         hit = given.get(_norm(name))
         if hit is None:
             if key is not None:
@@ -133,8 +137,6 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
                 argv[index] = text
             if key is None and old != text:
                 changed[shown] = [_scalar(old), _scalar(text)]
-    if rendered and template is not None:
-        argv = render(template, params)
     return argv, params, changed
 
 
@@ -374,6 +376,9 @@ class RerunAPI:
                 target, label = sid, None
             else:
                 spec = dict(sweep["spec"], rerun_of=sid, cells=len(picked))
+                spec["parameters"] = {  # a parameter set to one value has that value only
+                    k: {"values": [_scalar(sets[k])]} if k in sets else v
+                    for k, v in spec.get("parameters", {}).items()}
                 target = self.store.create_sweep(name or "", spec)
                 label = name or target
             names = [j.name if label is None else f"{label}-{k}" for k, j in picked]

@@ -173,6 +173,10 @@ def test_set_rewrites_every_form_and_sweep_placeholders(monkey) -> None:
                                        ["python3", "t.py", "--out", "runs/lr{lr}"])
     assert argv == ["python3", "t.py", "--out", "runs/lr0.3"] and params == {"lr": 0.3}
     assert changed == {"lr": [0.1, 0.3]}
+    argv, _, changed = apply_sets(cell, {"lr": "0.4", "out": "x"},
+                                  ["python3", "t.py", "--out", "runs/lr{lr}"])
+    assert argv == ["python3", "t.py", "--out", "x"]
+    assert changed == {"lr": [0.1, 0.4], "out": ["runs/lr0.4", "x"]}
 
 
 def test_api_rerun_and_missing_blob_error(cli, monkey, project) -> None:
@@ -216,6 +220,7 @@ def test_rerun_failed_sweep_cells(cli, home: Path) -> None:
     rerun = json.loads(cli("sweep", "status", new, "--json").stdout)
     [cell] = rerun["jobs"]
     assert cell["state"] == "succeeded" and cell["params"] == {"x": 2}
+    assert rerun["spec"]["rerun_of"] == sid and rerun["spec"]["cells"] == 1
     assert cli("logs", cell["job"], check=True).stdout == "x 2 ok 1\n"
     assert job_info(cli, cell["job"])["rerun_of"]["job"] == status["jobs"][1]["job"]
 
