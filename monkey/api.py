@@ -31,6 +31,7 @@ from monkey.models import (
     parse_size,
 )
 from monkey.models import Job as JobRecord
+from monkey.rerun import RerunAPI
 from monkey.store import Store
 from monkey.store.errors import disk_full, is_no_space
 from monkey.tracking.facade import TrackingAPI
@@ -108,8 +109,12 @@ class Job:
     def cancel(self) -> State:
         return self.monkey.cancel(self.juid)
 
+    def rerun(self, **options: Any) -> Job:
+        """Queue this job again from its record (see ``Monkey.rerun``)."""
+        return self.monkey.rerun(self.juid, **options)
 
-class Monkey(TrackingAPI):
+
+class Monkey(RerunAPI, TrackingAPI):
     """Submit, inspect and control jobs. Every UI goes through this class."""
 
     def __init__(self, home: str | os.PathLike[str] | Home | None = None) -> None:
@@ -368,6 +373,7 @@ class Monkey(TrackingAPI):
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
         return {
             **job.to_json(),
+            "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),

@@ -126,7 +126,7 @@ def test_transcript_regex():
 # -- transcripts ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["help", "errors", "providers"])
+@pytest.mark.parametrize("name", ["help", "errors", "providers", "rerun"])
 def test_transcript(app, name):
     run_transcript(app, TRANSCRIPTS / f"{name}.txt")
 

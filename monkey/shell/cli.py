@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.shell import provider_commands, tracking_commands
+from monkey.shell import provider_commands, rerun_commands, tracking_commands
 from monkey.shell.dash_commands import dash_parser, web_parser
 from monkey.shell.jobspec_commands import init_parser, pull_parser
 
@@ -106,6 +106,8 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     job = sub.add_parser("job", help="one job in full", description="One job in full.")
     job.add_argument("job", help="job id, unique prefix, or `last`")
     job.add_argument("--json", action="store_true", help="print JSON")
+    job.add_argument("--files", action="store_true",
+                     help="list its code files with sizes and digests")
     job.set_defaults(func=cmd_info_job)
     return p
 
@@ -171,6 +173,7 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "pull": pull_parser,
     **tracking_commands.PARSERS,
     **provider_commands.PARSERS,
+    **rerun_commands.PARSERS,
 }
 
 OVERVIEW = """\
@@ -200,6 +203,9 @@ commands:
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
   report SWEEP -o F.html     a self-contained HTML report of a sweep
+  rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
+  clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
+  cat JOB PATH               one of a job's code files as it saw it
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
@@ -375,6 +381,12 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     from monkey.shell.table import duration, render, state_text, use_colour
 
     m = _monkey()
+    if args.files:
+        if args.json:
+            _print_json([vars(f) for f in m.files(args.job)])
+        else:
+            rerun_commands.print_files(m, args.job)
+        return 0
     info = m.info(args.job)
     if args.json:
         _print_json(info)
@@ -407,6 +419,16 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     ]
     if info.get("sweep"):
         fields.append(("sweep", info["sweep"]))
+    if info.get("rerun_of"):
+        from monkey.shell.tracking_commands import fmt
+
+        rerun = info["rerun_of"]
+        changes = rerun["changes"]
+        shown = [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("params", {}).items()]
+        shown += [f"{k} {fmt(v[0])} -> {fmt(v[1])}" for k, v in changes.items()
+                  if k in ("provider", "name")]
+        shown += [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("resources", {}).items()]
+        fields.append(("rerun of", rerun["job"] + (f" ({', '.join(shown)})" if shown else "")))
     if info.get("params"):
         from monkey.tracking.ingest import flatten
 

@@ -388,14 +388,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a, b = result["jobs"]
     print(f"--- {a}\n+++ {b}")
     same = True
-    for section in ("command", "params", "env", "datasets", "resources", "python", "packages"):
+    for section in ("rerun_of", "command", "params", "env", "datasets", "resources", "python",
+                    "packages"):
         value = result.get(section)
         if not value:
             continue
         same = False
         print(f"\n[{section}]")
         if isinstance(value, list):
-            print(f"- {value[0]}\n+ {value[1]}")
+            print(f"- {fmt(value[0])}\n+ {fmt(value[1])}")
             continue
         for key, (va, vb) in value.items():
             print(f"  {key}: {fmt(va)} -> {fmt(vb)}")

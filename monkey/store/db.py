@@ -35,6 +35,7 @@ from monkey.store.errors import (
 )
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from monkey.store.rerun import RerunStore
 from monkey.store.ssh import SSHQueries
 from monkey.store.tracking import HOLD, TrackingStore
 
@@ -160,7 +161,7 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
     return Attempt(*row)
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries):
+class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

@@ -167,6 +167,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0006_rerun",
+        """
+        CREATE TABLE job_reruns(
+            juid TEXT PRIMARY KEY,
+            rerun_of TEXT NOT NULL,
+            changes TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX job_reruns_of ON job_reruns(rerun_of);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

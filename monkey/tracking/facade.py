@@ -279,7 +279,11 @@ class TrackingAPI:
         if all(digests):
             pa, pb = (from_text(blobs.read_bytes(d)) for d in digests)  # type: ignore[arg-type]
             packages = (pa, pb)
-        return diff_jobs(blobs, a, b, packages)
+        out = diff_jobs(blobs, a, b, packages)
+        reruns = [(self.store.rerun_of(j.juid) or {}).get("job") for j in (a, b)]
+        if reruns[0] != reruns[1]:
+            out["rerun_of"] = reruns
+        return out
 
     def _packages(self) -> tuple[str, int]:
         """(digest, size) of the stored listing of this Python's installed packages (what
