@@ -101,6 +101,12 @@ class Core:
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
         self.stopping = False
         self.outage = Outage(home.core_status)
+        # What the next pass must look at: requests and providers.yml after a client's wake,
+        # the queue after anything that can free capacity or add jobs (not after a job's
+        # start or heartbeat). The health pass each second looks at everything anyway.
+        self.woken = True
+        self.dirty = True
+        self.ready_at: float | None = None  # when the next queued job's back-off ends
 
     # -- main loop ----------------------------------------------------------------------
 
@@ -121,6 +127,7 @@ class Core:
                         self._drain_wakes()
                     elif key.data is self.workers:
                         self.workers.drain()
+                        self.dirty = True
                     else:
                         self._poll_link(key.data)
                 failure = self.store.take_failure()  # some callers catch MonkeyError
@@ -149,26 +156,32 @@ class Core:
         self.store.close()
 
     def timeout(self) -> float:
-        """Until the next queued job's back-off ends. Jobs ready now that this tick left
+        """Until the next queued job's back-off ends. Jobs ready now that the last pass left
         queued fit nowhere: an exit, a worker's outcome or a request wakes the loop when that
         changes (or the idle tick), so they must not make it spin."""
-        nxt = self.store.next_not_before()
-        now = time.time()
-        wait = _IDLE_TICK if nxt is None or nxt <= now else min(_IDLE_TICK, nxt - now)
+        wait = _IDLE_TICK if self.ready_at is None else min(_IDLE_TICK, self.ready_at - time.time())
         return max(wait, 0.001)
 
     def tick(self) -> None:
         """One pass: configuration, what drivers learnt, requests, dispatch, health."""
         now = time.time()
-        self.reload_providers()
+        health = now >= self.next_health
+        if self.woken or health:
+            self.reload_providers()
         for name, drv in list(self.drivers.items()):
             for inst, reach, extra in drv.changes():
+                self.dirty = True
                 self.store.record_instance(inst, reach=reach, extra=extra)
                 if reach == "up":  # back: its agent may run attempts ended meanwhile
                     self.connect((name, inst.id))
-        self.apply_requests()
-        self.dispatch_ready(now)
-        if now >= self.next_health:
+        if self.woken or health:
+            self.apply_requests()
+        self.woken = False
+        if self.dirty or health or (self.ready_at is not None and self.ready_at <= now):
+            self.dirty = False
+            self.dispatch_ready(now)
+            self.ready_at = self.store.next_not_before(now)
+        if health:
             self.next_health = now + 1.0
             self.check_health(now)
             self.elastic.tick(now, self.waiting)
@@ -195,6 +208,7 @@ class Core:
         log.info("providers.yml reloaded: %s", ", ".join(sorted(providers)))
 
     def _drain_wakes(self) -> None:
+        self.woken = self.dirty = True
         while True:
             try:
                 self.wake_sock.recv(64)
@@ -341,6 +355,7 @@ class Core:
             juid, n, offset = push["juid"], push["attempt"], push["offset"]
             kind = event.get("type")
             if kind == "exit":
+                self.dirty = True
                 self.on_exit(key, juid, n, event, offset)
             elif kind == "heartbeat":
                 ingest.on_heartbeat(self.store, juid, n, offset, event)
@@ -354,6 +369,7 @@ class Core:
         started = self.starting.pop((key, reply["id"]), None)
         if started is None or reply.get("ok"):
             return
+        self.dirty = True
         juid, n, manifest = started
         error = str(reply.get("error"))
         if "unknown manifest" in error:

@@ -437,9 +437,13 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
             "JOIN jobs j ON j.juid = a.juid WHERE a.state = 'live'"
         ).fetchall()
 
-    def next_not_before(self) -> float | None:
+    def next_not_before(self, after: float) -> float | None:
+        """When the first queued job whose back-off ends after AFTER becomes ready."""
         row = self.db.execute(
-            "SELECT MIN(not_before) FROM jobs WHERE state = 'queued'"
+            # Named: without statistics the planner would walk jobs_state instead.
+            "SELECT MIN(not_before) FROM jobs INDEXED BY jobs_queued "
+            "WHERE state = 'queued' AND not_before > ?",
+            (after,),
         ).fetchone()
         return row[0]
 

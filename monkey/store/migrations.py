@@ -178,6 +178,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX job_reruns_of ON job_reruns(rerun_of);
         """,
     ),
+    (
+        "0007_queue_index",
+        # The core asks for the next back-off's end on every pass: without it, a scan of
+        # every queued job (10% of the core's time with 1,000 queued).
+        """
+        CREATE INDEX jobs_queued ON jobs(not_before) WHERE state = 'queued';
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
