@@ -14,7 +14,11 @@ each uploaded once by digest, and the agent downloads those it lacks through pre
 URLs in its ``start`` request, so instances hold no credentials; an entry without a bucket
 sends them over SSH instead. An instance's host key is pinned at first contact
 under its instance id (trust on first use, for machines monkey created only) and forgotten
-when the instance is terminated; a changed key on a live instance is refused.
+when the instance is terminated; a changed key on a live instance is refused. At first
+contact the key must be one of those the instance printed on its console (EC2's
+GetConsoleOutput: cloud-init's ``SSH HOST KEY KEYS`` block) when the image prints them; a
+key that is not is refused, and the instance is reported by ``distrusted()`` so the core
+terminates it.
 
 libcloud and boto3 load only when the cloud is called (in the core's workers), never when
 the kind's rules are asked.
@@ -35,13 +39,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from monkey.drivers import ec2_setup
 from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
 from monkey.drivers.ssh import SSHDriver
-from monkey.drivers.ssh_hosts import host_spec, ssh_config
+from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 from monkey.snapshot import BlobStore
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
 
 if TYPE_CHECKING:
+    import paramiko
     from libcloud.compute.base import Node
     from libcloud.compute.drivers.ec2 import EC2NodeDriver
 
@@ -194,6 +199,7 @@ class EC2Driver(Driver):
         self._next_refresh = 0.0  # 0: never listed
         self._refresher: threading.Thread | None = None
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
+        self._refused: dict[str, str] = {}  # instance -> why its host key was refused
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
 
@@ -274,6 +280,12 @@ class EC2Driver(Driver):
         self._call(f"cannot terminate {node_id}", run)
         self.pool.remove_host(instance)
         self.pool.host_keys.forget(instance)
+        self._refused.pop(instance, None)
+
+    def distrusted(self) -> dict[str, str]:
+        """Instances whose host key was refused at first contact (not one of those their
+        console printed), with why."""
+        return dict(self._refused)
 
     def size_for(self, resources: Resources) -> str | None:
         """The entry's size when it holds the job (or the table does not know it and the job
@@ -395,7 +407,9 @@ class EC2Driver(Driver):
                     spec = host_spec({"host": inst.address, "name": inst.extra["node"],
                                       "user": self.entry["user"], "key": self.entry.get("key")},
                                      sshconf)  # fmt: skip
-                    self.pool.add_host(inst.id, replace(spec, host_key_alias=inst.id), inst)
+                    spec = replace(spec, host_key_alias=inst.id,
+                                   confirm_key=lambda key, i=inst.id: self._confirm_key(i, key))
+                    self.pool.add_host(inst.id, spec, inst)
                 elif inst.state != InstanceState.PENDING:
                     self.pool.remove_host(inst.id)
                     if inst.state == InstanceState.TERMINATED:
@@ -410,6 +424,24 @@ class EC2Driver(Driver):
                 wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
             self._boot_wait = wait
             self._next_refresh = time.monotonic() + (wait or _REFRESH_IDLE)
+
+    def _confirm_key(self, instance: str, key: paramiko.PKey) -> None:
+        """Refuse KEY, seen at first contact, when the instance's console printed host keys
+        and KEY is not one of them (remembered for ``distrusted``); a console that printed
+        none (yet, or ever: not every image does) leaves the key trusted on first use."""
+        from libcloud.compute.base import Node
+
+        node = Node(self._node_id(instance), None, None, [], [], None)
+        console = self._call(f"cannot read the console of {node.id}",
+                             lambda api: api.ex_get_console_output(node))["output"]
+        printed = printed_host_keys(console)
+        try:
+            check_printed(instance, key, printed)
+        except MonkeyError as exc:
+            self._refused[instance] = str(exc)
+            raise
+        if not printed:
+            log.info("%s: its console prints no host keys; key pinned on first use", instance)
 
     def _refresh_soon(self) -> None:
         """List the instances in a thread when due: at first, while one boots, and now and
