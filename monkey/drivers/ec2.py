@@ -60,6 +60,7 @@ T = TypeVar("T")
 _GIB = 1 << 30
 _REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
 _REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
+_SPOT_PRICE_TTL = 3600.0  # seconds a spot price EC2 reported is used before asking again
 
 
 class Size(NamedTuple):
@@ -200,6 +201,7 @@ class EC2Driver(Driver):
         self._refresher: threading.Thread | None = None
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
+        self._spot_prices: dict[tuple[str, str | None], tuple[float, float | None]] = {}
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
 
@@ -376,11 +378,48 @@ class EC2Driver(Driver):
             f"{self.name}/{node.id}", self.name, node.name or node.id, _state(node),
             address=next((ip for ip in ips or [] if ip), None),
             size=extra.get("instance_type"), spot=extra.get("instance_lifecycle") == "spot",
-            launched_at=created,
+            launched_at=created, price=self._price(extra.get("instance_type"),
+                                                   extra.get("instance_lifecycle") == "spot",
+                                                   extra.get("availability")),
             extra={"kind": self.kind, "node": node.id, "image": extra.get("image_id"),
                    "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
                    "public_ip": (node.public_ips or [None])[0]},
         )  # fmt: skip
+
+    def _price(self, size: str | None, spot: bool, zone: str | None) -> float | None:
+        """Estimated $/hour of an instance of SIZE: the entry's ``prices:`` for it, else
+        libcloud's on-demand price in the region; a spot one costs the spot price EC2 reports
+        for the size (in ZONE) when it reports one. None when nothing knows."""
+        if not size:
+            return None
+        price = (self.entry.get("prices") or {}).get(size)
+        if price is None:
+            from libcloud.pricing import get_size_price
+
+            price = get_size_price("compute", "ec2_linux", size, self.entry["region"])
+        if spot:
+            price = self._spot_price(size, zone) or price
+        return None if price is None else float(price)
+
+    def _spot_price(self, size: str, zone: str | None) -> float | None:
+        """The current spot price of SIZE in ZONE (else the lowest of the region), as EC2
+        reports it; asked at most once an hour (None: it reports none, or cannot be asked)."""
+        asked_at, price = self._spot_prices.get((size, zone), (-_SPOT_PRICE_TTL, None))
+        if time.monotonic() - asked_at < _SPOT_PRICE_TTL:
+            return price
+        from monkey.drivers.ec2_api import boto3_client
+
+        try:
+            history = boto3_client(self.entry, "ec2").describe_spot_price_history(
+                InstanceTypes=[size], ProductDescriptions=["Linux/UNIX"],
+                StartTime=time.time())["SpotPriceHistory"]  # fmt: skip
+            prices = {h.get("AvailabilityZone"): float(h["SpotPrice"]) for h in history}
+            price = prices.get(zone, min(prices.values(), default=None))
+        except Exception as exc:  # noqa: BLE001 - botocore's errors: the estimate goes without
+            log.warning("%s: no spot price for %s (%s); its on-demand price is shown", self.name, size, _text(exc))
+            price = None
+        self._spot_prices[(size, zone)] = (time.monotonic(), price)
+        return price
 
     def _with_reach(self, inst: Instance) -> Instance:
         """INST with what the transport learnt of it in `extra` (slots, gpus, memory, error,

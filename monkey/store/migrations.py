@@ -167,6 +167,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0006_cost",
+        """
+        ALTER TABLE attempts ADD COLUMN size TEXT;
+        ALTER TABLE attempts ADD COLUMN spot INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE attempts ADD COLUMN price REAL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
