@@ -147,3 +147,26 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
 
 
 
+
+
+def test_dashboard_instances_pane_shows_them_with_their_cost(home: Path, monkey) -> None:
+    from monkey.tui.app import DashApp
+    from tests.test_tui import drive, until
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": {
+        "type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-1"}}}))
+    monkey.store.record_instance(Instance("aws/i-0abc", "aws", "monkey-aws", InstanceState.RUNNING,
+                                          address="10.77.0.4", size="t3.micro", spot=True,
+                                          launched_at=T0 - 7200, price=0.5,
+                                          extra={"kind": "ec2", "slots": 2}), reach="up")  # fmt: skip
+    app = DashApp(home, clock=lambda: T0)
+
+    async def body(pilot) -> None:
+        await pilot.press("i")
+        table = app.screen.query_one("#created-table")
+        await until(pilot, lambda: table.row_count == 1, "the instance")
+        assert [str(c) for c in table.get_row_at(0)] == [
+            "aws/i-0abc", "aws", "up", "t3.micro", "spot", "10.77.0.4", "-", "2h00m", "0.5", "$1.00"]
+
+    drive(app, body)
