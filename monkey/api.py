@@ -371,15 +371,49 @@ class Monkey(RerunAPI, TrackingAPI):
         job = self.store.get_job(juid)
         assert job is not None
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
+        now = time.time()
         return {
             **job.to_json(),
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
-            "attempts_detail": [vars(a) for a in self.store.attempts(juid)],
+            # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
+            "cost": self.costs([juid], now).get(juid),
+            "attempts_detail": [{**vars(a), "cost": a.cost(now)} for a in self.store.attempts(juid)],
             "events": self.store.events(juid),
         }
+
+    def monkey_instances(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The machines monkey created (of elastic providers) and has not seen terminated:
+        id, provider, state (the agent's reach once running), size, spot, address, the jobs
+        live on it, age in seconds, estimated $/hour and $ spent so far (None: unknown)."""
+        now = time.time() if now is None else now
+        elastic = {name for name, cfg in self.providers.items() if driver_class(cfg.type).elastic}
+        jobs: dict[str, list[str]] = {}
+        for att in self.store.live_attempts():
+            jobs.setdefault(att.instance, []).append(att.juid)
+        out = []
+        for row in self.store.instances(live=True):
+            if row["provider"] not in elastic:
+                continue
+            launched = row["launched_at"]
+            price = row["price"]
+            state = row["reach"] if row["state"] == "running" and row["reach"] else row["state"]
+            out.append({
+                "id": row["id"], "provider": row["provider"], "state": state,
+                "size": row["size"], "spot": row["spot"], "address": row["address"],
+                "jobs": jobs.get(row["id"], []), "age": None if launched is None else now - launched,
+                "price": price,
+                "cost": None if price is None or launched is None else price * (now - launched) / 3600,
+            })  # fmt: skip
+        return out
+
+    def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
+        """juid -> estimated cost ``{"total", "preempted"}`` in $, for jobs with any known."""
+        from monkey.store.cost import job_costs
+
+        return dict(job_costs(self.store.db, juids, time.time() if now is None else now))
 
     def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None,
                   setup: bool = False) -> list[Path]:

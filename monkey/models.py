@@ -204,6 +204,7 @@ class Instance:
     spot: bool = False  # spot / preemptible capacity
     launched_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # provider-only data
+    price: float | None = None  # estimated $ per hour (None: unknown)
 
 
 @dataclass
@@ -224,6 +225,15 @@ class Attempt:
     heartbeat_at: float | None = None
     events_offset: int = 0
     gpus: str = ""
+    size: str | None = None  # its instance's size, spot or not, and the estimated $ per
+    spot: bool = False  # hour charged to it (the instance's price times the job's share
+    price: float | None = None  # of its CPUs), recorded when it began
+
+    def cost(self, now: float) -> float | None:
+        """Estimated $ spent on this attempt (so far, while it runs); None when unknown."""
+        if self.price is None or self.started_at is None:
+            return None
+        return self.price * max(0.0, (self.ended_at or now) - self.started_at) / 3600
 
 
 @dataclass

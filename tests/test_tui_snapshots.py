@@ -18,7 +18,7 @@ import pytest
 from textual.widgets import Input
 
 from monkey.api import Monkey
-from monkey.models import Resources, State
+from monkey.models import Instance, InstanceState, Resources, State
 from monkey.tui.app import DashApp
 
 NOW = 1_795_000_000.0  # 2026-11-18 08:26:40 UTC
@@ -90,6 +90,18 @@ def _fill(m: Monkey) -> None:
                      now=NOW - 20)
 
 
+def _cloud(m: Monkey) -> None:
+    """A cloud provider and an instance monkey created 90 minutes ago, at $3.60 an hour."""
+    store = m.store
+    (m.home.root / "providers.yml").write_text(
+        "providers:\n  aws: {type: ec2, region: us-east-1, size: t3.micro, image: ami-12c6146b, "
+        "spot: true, prices: {t3.micro: 3.6}}\n")
+    store.record_instance(Instance("aws/i-0abc12", "aws", "monkey-aws", InstanceState.RUNNING,
+                                   address="10.77.0.4", size="t3.micro", spot=True,
+                                   launched_at=NOW - 5400, price=3.6,
+                                   extra={"kind": "ec2", "slots": 2}), reach="up")  # fmt: skip
+
+
 def app_for(m: Monkey, **kwargs: object) -> DashApp:
     return DashApp(m.home, clock=lambda: NOW, **kwargs)  # type: ignore[arg-type]
 
@@ -134,6 +146,7 @@ def test_log_pane(frozen, snap_compare):
 
 
 def test_instances_pane(frozen, snap_compare):
+    _cloud(frozen)
     assert snap_compare(app_for(frozen), terminal_size=SIZE, run_before=settle(
         "i", until=lambda app: app.instances.history))
 

@@ -11,8 +11,9 @@ Each pass, for every provider whose driver is ``elastic``:
   their CPUs need beyond the slots of machines still booting, never more than
   ``max_instances``; a failed creation is recorded as the provider's error (shown on the
   jobs that wait) and retried with back-off.
-- **shrinking**: a machine with no live attempt for ``idle_timeout`` seconds, or one that
-  was never reached within ``boot_timeout`` seconds of its creation, is destroyed.
+- **shrinking**: a machine with no live attempt for ``idle_timeout`` seconds, one that
+  was never reached within ``boot_timeout`` seconds of its creation, or one whose host key
+  was refused (``distrusted``: the jobs keep waiting, and say why), is destroyed.
 """
 
 from __future__ import annotations
@@ -184,7 +185,16 @@ class Elastic:
         store = self.core.store
         busy = {instance for instance, _cpus, _gpus in store.live_usage()}
         reached = {c.instance for c in drv.instances()}
+        refused = drv.distrusted()
         for row in store.instances(name, live=True):
+            if row["id"] in refused:
+                if not self.core.workers.busy(("destroy", row["id"])):  # once per machine
+                    store.set_provider_error(name, f"{refused[row['id']]}; monkey terminated it")
+                    failures = self.failures[name] = self.failures.get(name, 0) + 1
+                    self.retry_at[name] = time.time() + min(_BACKOFF_MAX, 2.0 ** failures)
+                    log.error("%s: %s", name, refused[row["id"]])
+                self._destroy(name, drv, row["id"], "host key refused")
+                continue
             if row["id"] in busy:
                 if row["idle_since"] is not None:
                     store.set_instance_idle(row["id"], None)

@@ -43,7 +43,7 @@ driver call may block, so the core runs them off its loop):
 5. ``finish(instance, juid, attempt)`` brings results (logs, outputs, checkpoint) back to
    MONKEY_HOME when they do not already live there.
 6. An elastic instance idle for ``idle_timeout`` seconds is destroyed with
-   ``destroy_node``; ``close()`` drops links (agents and their jobs keep running).
+   ``destroy_node``, and so is one listed by ``distrusted()`` (its host key refused); ``close()`` drops links (agents and their jobs keep running).
 """
 
 from __future__ import annotations
@@ -157,6 +157,12 @@ class Driver(ABC):
     def destroy_node(self, instance: str) -> None:
         """Terminate (or release) the instance; nothing happens when it is already gone."""
         return None
+
+    def distrusted(self) -> dict[str, str]:
+        """Instances the transport refused to trust, with why (a host key at first contact
+        that is not among those the machine printed on its console): the core destroys
+        them at once, never sends them a job, and shows why on the jobs that wait."""
+        return {}
 
     def size_for(self, resources: Resources) -> str | None:
         """The smallest size of the provider that holds RESOURCES (None: its default)."""

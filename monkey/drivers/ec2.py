@@ -14,7 +14,11 @@ each uploaded once by digest, and the agent downloads those it lacks through pre
 URLs in its ``start`` request, so instances hold no credentials; an entry without a bucket
 sends them over SSH instead. An instance's host key is pinned at first contact
 under its instance id (trust on first use, for machines monkey created only) and forgotten
-when the instance is terminated; a changed key on a live instance is refused.
+when the instance is terminated; a changed key on a live instance is refused. At first
+contact the key must be one of those the instance printed on its console (EC2's
+GetConsoleOutput: cloud-init's ``SSH HOST KEY KEYS`` block) when the image prints them; a
+key that is not is refused, and the instance is reported by ``distrusted()`` so the core
+terminates it.
 
 libcloud and boto3 load only when the cloud is called (in the core's workers), never when
 the kind's rules are asked.
@@ -35,13 +39,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from monkey.drivers import ec2_setup
 from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
 from monkey.drivers.ssh import SSHDriver
-from monkey.drivers.ssh_hosts import host_spec, ssh_config
+from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 from monkey.snapshot import BlobStore
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
 
 if TYPE_CHECKING:
+    import paramiko
     from libcloud.compute.base import Node
     from libcloud.compute.drivers.ec2 import EC2NodeDriver
 
@@ -55,6 +60,7 @@ T = TypeVar("T")
 _GIB = 1 << 30
 _REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
 _REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
+_SPOT_PRICE_TTL = 3600.0  # seconds a spot price EC2 reported is used before asking again
 
 
 class Size(NamedTuple):
@@ -194,6 +200,8 @@ class EC2Driver(Driver):
         self._next_refresh = 0.0  # 0: never listed
         self._refresher: threading.Thread | None = None
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
+        self._refused: dict[str, str] = {}  # instance -> why its host key was refused
+        self._spot_prices: dict[tuple[str, str | None], tuple[float, float | None]] = {}
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
 
@@ -274,6 +282,12 @@ class EC2Driver(Driver):
         self._call(f"cannot terminate {node_id}", run)
         self.pool.remove_host(instance)
         self.pool.host_keys.forget(instance)
+        self._refused.pop(instance, None)
+
+    def distrusted(self) -> dict[str, str]:
+        """Instances whose host key was refused at first contact (not one of those their
+        console printed), with why."""
+        return dict(self._refused)
 
     def size_for(self, resources: Resources) -> str | None:
         """The entry's size when it holds the job (or the table does not know it and the job
@@ -368,11 +382,48 @@ class EC2Driver(Driver):
             f"{self.name}/{node.id}", self.name, node.name or node.id, _state(node),
             address=next((ip for ip in ips or [] if ip), None),
             size=extra.get("instance_type"), spot=extra.get("instance_lifecycle") == "spot",
-            launched_at=created,
+            launched_at=created, price=self._price(extra.get("instance_type"),
+                                                   extra.get("instance_lifecycle") == "spot",
+                                                   extra.get("availability")),
             extra={"kind": self.kind, "node": node.id, "image": extra.get("image_id"),
                    "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
                    "public_ip": (node.public_ips or [None])[0]},
         )  # fmt: skip
+
+    def _price(self, size: str | None, spot: bool, zone: str | None) -> float | None:
+        """Estimated $/hour of an instance of SIZE: the entry's ``prices:`` for it, else
+        libcloud's on-demand price in the region; a spot one costs the spot price EC2 reports
+        for the size (in ZONE) when it reports one. None when nothing knows."""
+        if not size:
+            return None
+        price = (self.entry.get("prices") or {}).get(size)
+        if price is None:
+            from libcloud.pricing import get_size_price
+
+            price = get_size_price("compute", "ec2_linux", size, self.entry["region"])
+        if spot:
+            price = self._spot_price(size, zone) or price
+        return None if price is None else float(price)
+
+    def _spot_price(self, size: str, zone: str | None) -> float | None:
+        """The current spot price of SIZE in ZONE (else the lowest of the region), as EC2
+        reports it; asked at most once an hour (None: it reports none, or cannot be asked)."""
+        asked_at, price = self._spot_prices.get((size, zone), (-_SPOT_PRICE_TTL, None))
+        if time.monotonic() - asked_at < _SPOT_PRICE_TTL:
+            return price
+        from monkey.drivers.ec2_api import boto3_client
+
+        try:
+            history = boto3_client(self.entry, "ec2").describe_spot_price_history(
+                InstanceTypes=[size], ProductDescriptions=["Linux/UNIX"],
+                StartTime=time.time())["SpotPriceHistory"]  # fmt: skip
+            prices = {h.get("AvailabilityZone"): float(h["SpotPrice"]) for h in history}
+            price = prices.get(zone, min(prices.values(), default=None))
+        except Exception as exc:  # noqa: BLE001 - botocore's errors: the estimate goes without
+            log.warning("%s: no spot price for %s (%s); its on-demand price is shown", self.name, size, _text(exc))
+            price = None
+        self._spot_prices[(size, zone)] = (time.monotonic(), price)
+        return price
 
     def _with_reach(self, inst: Instance) -> Instance:
         """INST with what the transport learnt of it in `extra` (slots, gpus, memory, error,
@@ -399,7 +450,9 @@ class EC2Driver(Driver):
                     spec = host_spec({"host": inst.address, "name": inst.extra["node"],
                                       "user": self.entry["user"], "key": self.entry.get("key")},
                                      sshconf)  # fmt: skip
-                    self.pool.add_host(inst.id, replace(spec, host_key_alias=inst.id), inst)
+                    spec = replace(spec, host_key_alias=inst.id,
+                                   confirm_key=lambda key, i=inst.id: self._confirm_key(i, key))
+                    self.pool.add_host(inst.id, spec, inst)
                 elif inst.state != InstanceState.PENDING:
                     self.pool.remove_host(inst.id)
                     if inst.state == InstanceState.TERMINATED:
@@ -414,6 +467,24 @@ class EC2Driver(Driver):
                 wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
             self._boot_wait = wait
             self._next_refresh = time.monotonic() + (wait or _REFRESH_IDLE)
+
+    def _confirm_key(self, instance: str, key: paramiko.PKey) -> None:
+        """Refuse KEY, seen at first contact, when the instance's console printed host keys
+        and KEY is not one of them (remembered for ``distrusted``); a console that printed
+        none (yet, or ever: not every image does) leaves the key trusted on first use."""
+        from libcloud.compute.base import Node
+
+        node = Node(self._node_id(instance), None, None, [], [], None)
+        console = self._call(f"cannot read the console of {node.id}",
+                             lambda api: api.ex_get_console_output(node))["output"]
+        printed = printed_host_keys(console)
+        try:
+            check_printed(instance, key, printed)
+        except MonkeyError as exc:
+            self._refused[instance] = str(exc)
+            raise
+        if not printed:
+            log.info("%s: its console prints no host keys; key pinned on first use", instance)
 
     def _refresh_soon(self) -> None:
         """List the instances in a thread when due: at first, while one boots, and now and

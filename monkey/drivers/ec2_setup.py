@@ -35,7 +35,7 @@ _TEXT = ("region", "endpoint", "profile", "credentials", "size", "image", "user"
          "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url")
 _ORDER = ("type", "region", "endpoint", "credentials", "profile", "size", "image", "user", "key",
           "key_name", "vpc", "subnet", "security_group", "address", "spot", "max_instances",
-          "idle_timeout", "boot_timeout", "bucket", "metadata_url")
+          "idle_timeout", "boot_timeout", "bucket", "metadata_url", "prices")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro",
             "image": "an AMI id of the region, e.g. ami-0123456789abcdef0"}
@@ -94,6 +94,11 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value <= 0):
             raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    prices = entry.get("prices")
+    if prices is not None and not (isinstance(prices, dict) and all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in prices.items())):  # fmt: skip
+        raise bad(f"prices must map sizes to $ per hour, e.g. prices: {{t3.micro: 0.0104}}, got {prices!r}")
     if entry.get("bucket") is not None and bucket_problem(entry["bucket"]):
         raise bad(f"bucket {entry['bucket']!r} is not a bucket name: {bucket_problem(entry['bucket'])}")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,9 @@ class HostSpec:
     # A machine monkey created: its key is pinned under this name (its instance id, never
     # reused, unlike its address) at first contact, whatever `trust_on_first_use` says.
     host_key_alias: str | None = None
+    # Called with a key seen for the first time, before it is pinned: raises MonkeyError to
+    # refuse it (a cloud instance whose console printed other keys).
+    confirm_key: Callable[[paramiko.PKey], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def known_hosts_name(self) -> str:
@@ -188,6 +193,31 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+_PRINTED_BLOCK = re.compile(r"-----BEGIN SSH HOST KEY KEYS-----(.*?)-----END SSH HOST KEY KEYS-----", re.S)
+_PRINTED_KEY = re.compile(r"\b((?:ssh|ecdsa-sha2|sk-ssh|sk-ecdsa-sha2)-[A-Za-z0-9@.-]+) (AAAA[A-Za-z0-9+/]+=*)")
+
+
+def printed_host_keys(console: str | None) -> set[tuple[str, str]]:
+    """The ``(type, base64)`` host keys a machine printed on its console (cloud-init's
+    ``-----BEGIN SSH HOST KEY KEYS-----`` block; lines may carry a prefix such as ``ec2:``);
+    empty when the image printed none (yet)."""
+    found: set[tuple[str, str]] = set()
+    for block in _PRINTED_BLOCK.findall(console or ""):
+        found.update(_PRINTED_KEY.findall(block))
+    return found
+
+
+def check_printed(name: str, key: paramiko.PKey, printed: set[tuple[str, str]]) -> None:
+    """Refuse KEY, offered by NAME at first contact, when its console printed host keys and
+    KEY is not one of them (someone else answers at its address)."""
+    if printed and (key.get_name(), key.get_base64()) not in printed:
+        kinds = ", ".join(sorted({kind for kind, _ in printed}))
+        raise MonkeyError(
+            f"host key of {name} ({key.get_name()} {fingerprint(key)}) is not among the keys its "
+            f"console printed ({kinds}); refusing to connect: another machine answers at its address"
+        )
+
+
 class HostKeys:
     """~/.ssh/known_hosts plus monkey's own known_hosts (where trust-on-first-use records)."""
 
@@ -209,9 +239,11 @@ class HostKeys:
         found = self.keys.lookup(name)
         return list(found.keys()) if found else []
 
-    def check(self, name: str, key: paramiko.PKey, tofu: bool = False) -> None:
+    def check(self, name: str, key: paramiko.PKey, tofu: bool = False,
+              confirm: Callable[[paramiko.PKey], None] | None = None) -> None:
         """Accept KEY for NAME or raise MonkeyError naming host and fingerprint; an unknown
-        key is recorded when trusting on first use (the provider's setting, or TOFU)."""
+        key is recorded when trusting on first use (the provider's setting, or TOFU), once
+        CONFIRM (when given) did not refuse it."""
         found = self.keys.lookup(name)
         kind, fp = key.get_name(), fingerprint(key)
         if found and kind in found:
@@ -231,6 +263,8 @@ class HostKeys:
                 f"host key of {name} is unknown ({kind} {fp}); verify it and add it to "
                 f"~/.ssh/known_hosts (ssh-keyscan), or set `trust_on_first_use: true` for this provider"
             )
+        if confirm is not None:
+            confirm(key)
         self.keys.add(name, kind, key)
         line = f"{name} {kind} {key.get_base64()}\n"
         fd = os.open(self.own_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -324,7 +358,7 @@ def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
             opts.key_types = types + [t for t in opts.key_types if t not in types]
         transport.start_client(timeout=timeout)
         host_keys.check(spec.known_hosts_name, transport.get_remote_server_key(),
-                        tofu=spec.host_key_alias is not None)
+                        tofu=spec.host_key_alias is not None, confirm=spec.confirm_key)
         _authenticate(transport, spec)
     except MonkeyError:
         transport.close()

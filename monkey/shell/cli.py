@@ -95,6 +95,9 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     prov = sub.add_parser("providers", help="configured providers and their capacity",
                           description="Configured providers and their capacity.")
     prov.add_argument("--json", action="store_true", help="print JSON")
+    prov.add_argument("--monkey-instances", action="store_true",
+                      help="the cloud instances monkey created: state, size, spot, address, "
+                           "jobs, age and estimated cost so far")
     prov.set_defaults(func=cmd_list_providers)
     tracking_commands.add_list_sweeps(sub)
     return p
@@ -343,6 +346,8 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     from monkey.shell.table import render
 
     m = _monkey()
+    if args.monkey_instances:
+        return provider_commands.print_monkey_instances(m.monkey_instances(), args.json)
     counts: dict[str, dict[str, int]] = {}
     for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
@@ -417,6 +422,12 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         ("exit code", "-" if info["exit_code"] is None else str(info["exit_code"])),
         ("checkpoints", info["checkpoint_dir"]),
     ]
+    if info.get("cost"):
+        from monkey.store.cost import dollars
+
+        cost = info["cost"]
+        fields.append(("cost", f"{dollars(cost['total'])} estimated" + (
+            f", {dollars(cost['preempted'])} of it on preempted attempts" if cost["preempted"] else "")))
     if info.get("sweep"):
         fields.append(("sweep", info["sweep"]))
     if info.get("rerun_of"):
@@ -446,12 +457,17 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     for key, value in fields:
         print(f"{key.ljust(width)}  {value}")
     if info["attempts_detail"]:
+        from monkey.store.cost import dollars
+
         print()
-        render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"], [
+        cloud = any(a["size"] for a in info["attempts_detail"])  # size, spot and cost too
+        render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
+               + (["SIZE", "SPOT", "COST"] if cloud else []), [
             [str(a["n"]), a["instance"], _when(a["started_at"]),
              duration((a["ended_at"] or time.time()) - a["started_at"]) if a["started_at"] else "-",
              "-" if a["exit_code"] is None else str(a["exit_code"]),
              a["reason"] or ("running" if a["state"] == "live" else "-")]
+            + ([a["size"] or "-", "spot" if a["spot"] else "-", dollars(a["cost"])] if cloud else [])
             for a in info["attempts_detail"]
         ])  # fmt: skip
     print()

@@ -282,3 +282,27 @@ def print_hosts(providers: list[dict[str, Any]]) -> None:
         print()
         render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING"]
                + (["SIZE", "SPOT", "AGE"] if cloud else []) + ["ERROR"], rows)
+
+
+def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> int:
+    """`monkey list providers --monkey-instances`: one row per instance monkey created."""
+    import json
+
+    from monkey.shell.table import ago, render
+    from monkey.store.cost import dollars
+
+    if as_json:
+        print(json.dumps({"instances": instances}, indent=2))
+        return 0
+    if not instances:
+        print("no instances: monkey creates them for jobs of cloud providers (`monkey run -p NAME`)")
+        return 0
+    render(["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST"],
+           [[i["id"], i["provider"], i["state"], i["size"] or "-", "spot" if i["spot"] else "-",
+             i["address"] or "-", ",".join(i["jobs"]) or "-", ago(i["age"]),
+             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"])]
+            for i in instances])  # fmt: skip
+    total = [i["cost"] for i in instances if i["cost"] is not None]
+    if total:
+        print(f"estimated cost so far: {dollars(sum(total))}")
+    return 0

@@ -305,6 +305,9 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
         print(f"{sid} {action}: {done['jobs']} runs")
         return 0
     st = m.sweep_status(ref)
+    costs = m.costs([j["job"] for j in st["jobs"]])
+    for j in st["jobs"]:
+        j["cost"] = costs.get(j["job"])  # estimated $ {total, preempted}, None: unknown
     if as_json:
         _json(st)
         return 0
@@ -328,10 +331,20 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
                  + (f" (they log: {', '.join(st['logged'])})" if st.get("logged") else "")))
     if st["stopped_early"]:
         print(f"stopped early: {', '.join(st['stopped_early'])}")
+    if costs:
+        from monkey.store.cost import dollars
+
+        total = sum(c["total"] for c in costs.values())
+        wasted = sum(c["preempted"] for c in costs.values())
+        print(f"cost: {dollars(total)} estimated"
+              + (f", {dollars(wasted)} of it on preempted attempts" if wasted else ""))
     print()
-    render(["JOB", "STATE", "TRIES", "PARAMS"],
-           [[j["job"], j["state"], str(j["attempts"]), json.dumps(j["params"])] for j in st["jobs"]],
-           colours=[[None, STATE_COLOURS.get(j["state"]), None, None] for j in st["jobs"]])
+    extra = [dollars(costs[j["job"]]["total"]) if j["job"] in costs else "-" for j in st["jobs"]] if costs else []
+    render(["JOB", "STATE", "TRIES"] + (["COST"] if costs else []) + ["PARAMS"],
+           [[j["job"], j["state"], str(j["attempts"])] + ([extra[i]] if costs else []) + [json.dumps(j["params"])]
+            for i, j in enumerate(st["jobs"])],
+           colours=[[None, STATE_COLOURS.get(j["state"]), None] + ([None] if costs else []) + [None]
+                    for j in st["jobs"]])  # fmt: skip
     return 0
 
 
@@ -365,6 +378,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = m.compare(args.jobs or None, sweep=args.sweep, sort=args.sort, reverse=args.reverse,
                       system=args.sys)
     columns, rows = table["columns"], table["rows"]
+    costs = m.costs([r["job"] for r in rows])
+    if costs:  # a column only when some run has a known price
+        columns = [*columns, "cost"]
+        for r in rows:
+            r["cost"] = round(costs[r["job"]]["total"], 6) if r["job"] in costs else None
     if args.json:
         _json(rows)
     elif args.csv:
@@ -373,9 +391,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         writer.writerows({c: "" if r.get(c) is None else r[c] for c in columns} for r in rows)
     else:
         from monkey.shell.table import render
+        from monkey.store.cost import dollars
 
-        headers = ["#", *(c.upper() if c in ("job", "name", "state") else c for c in columns)]
-        render(headers, [[str(i), *(fmt(r.get(c)) for c in columns)]
+        headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
+        render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
                          for i, r in enumerate(rows, start=1)])
     return 0
 

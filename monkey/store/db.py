@@ -46,7 +46,7 @@ _JOB_COLUMNS = (
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
-    "run_dir, heartbeat_at, events_offset, gpus"
+    "run_dir, heartbeat_at, events_offset, gpus, size, spot, price"
 )
 
 
@@ -158,7 +158,9 @@ def _create_private(path: Path) -> None:
 
 
 def _attempt(row: tuple[Any, ...]) -> Attempt:
-    return Attempt(*row)
+    att = Attempt(*row)
+    att.spot = bool(att.spot)
+    return att
 
 
 class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore):
@@ -530,13 +532,22 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
             )
             if cur.rowcount != 1:
                 return None
+            # The instance's size, spot and price, its price shared by the job's part of its
+            # CPUs (all of it when its CPUs are unknown).
+            cpus = max(1, job.resources.cpus)
+            size, spot, price = db.execute(
+                "SELECT size, spot, price * min(1.0, ? * 1.0 / coalesce("
+                "json_extract(extra, '$.slots'), ?)) FROM instances WHERE id = ?",
+                (cpus, cpus, instance)).fetchone() or (None, 0, None)  # fmt: skip
             db.execute(
-                "INSERT INTO attempts(juid, n, instance, state, run_dir, gpus) VALUES (?,?,?,?,?,?)",
-                (job.juid, n, instance, "live", run_dir, gpus),
+                "INSERT INTO attempts(juid, n, instance, state, run_dir, gpus, size, spot, price) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (job.juid, n, instance, "live", run_dir, gpus, size, spot, price),
             )
             self._event(db, job.juid, n, "state", "queued", "dispatching", instance, now)
         job.attempts, job.state, job.instance = n, State.DISPATCHING, instance
-        return Attempt(job.juid, n, instance, "live", run_dir=run_dir, gpus=gpus)
+        return Attempt(job.juid, n, instance, "live", run_dir=run_dir, gpus=gpus, size=size,
+                       spot=bool(spot), price=price)
 
     def attempt_started(self, juid: str, n: int, pid: int, started_at: float) -> bool:
         """Record the process start and move the job from dispatching to running."""
@@ -649,12 +660,12 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
             if row is None:
                 db.execute(
                     "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
-                    "updated_at, name, address, size, spot, launched_at, reach, terminated_at) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "updated_at, name, address, size, spot, launched_at, reach, terminated_at, "
+                    "price) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (inst.id, inst.provider, str(inst.extra.get("kind", "")), inst.address or "",
                      inst.state.value, extra_json, now, now, inst.name, inst.address, inst.size,
                      int(inst.spot), inst.launched_at, reach or "",
-                     now if inst.state == InstanceState.TERMINATED else None),
+                     now if inst.state == InstanceState.TERMINATED else None, inst.price),
                 )  # fmt: skip
                 self._instance_event(db, inst.id, None, inst.state.value, detail or reach or "", now)
                 return True
@@ -665,11 +676,11 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
                 "UPDATE instances SET state = ?, extra = ?, updated_at = ?, address = ?, "
                 "size = coalesce(?, size), spot = max(spot, ?), launched_at = coalesce(?, launched_at), "
                 "reach = ?, terminated_at = CASE WHEN ? = 'terminated' "
-                "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host) "
-                "WHERE id = ?",
+                "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host), "
+                "price = coalesce(?, price) WHERE id = ?",
                 (inst.state.value, extra_json, now, inst.address, inst.size, int(inst.spot),
                  inst.launched_at, reach if reach is not None else old_reach, inst.state.value,
-                 now, inst.address or "", inst.id),
+                 now, inst.address or "", inst.price, inst.id),
             )  # fmt: skip
             if old != inst.state or (reach is not None and reach != old_reach):
                 what = detail or (reach if reach is not None and reach != old_reach else "")

@@ -186,6 +186,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_queued ON jobs(not_before) WHERE state = 'queued';
         """,
     ),
+    (
+        "0008_cost",
+        """
+        ALTER TABLE attempts ADD COLUMN size TEXT;
+        ALTER TABLE attempts ADD COLUMN spot INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE attempts ADD COLUMN price REAL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

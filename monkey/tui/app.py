@@ -54,8 +54,10 @@ class DataLoaded(Message):
                  widths: dict[str, tuple[int, ...]], metrics: dict[str, Text], now: float,
                  core_pid: int | None,
                  live: list[dict[str, Any]], instances: list[dict[str, Any]],
-                 providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None) -> None:
+                 providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None,
+                 created: list[dict[str, Any]]) -> None:
         super().__init__()
+        self.created = created  # the cloud instances monkey created, with their cost
         self.jobs = jobs
         self.cells = cells
         self.widths = widths
@@ -205,7 +207,8 @@ class DashApp(App[None]):
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
         self.post_message(DataLoaded(
             changed, cells, widths, metrics, now, self.shared("core_status"),
-            self.shared("live_attempts"), self.shared("instances"), providers, problem))  # fmt: skip
+            self.shared("live_attempts"), self.shared("instances"), providers, problem,
+            self.shared("monkey_instances", now) if providers else []))  # fmt: skip
 
     @on(PollFailed)
     def _on_poll_failed(self, message: PollFailed) -> None:
@@ -227,7 +230,8 @@ class DashApp(App[None]):
         self.core_pid = message.core_pid
         self.table.load(message.jobs, message.cells, message.widths, message.now)
         self.table.show_metrics(message.metrics)
-        self.instances.show(message.providers, message.instances, message.live, message.now)
+        self.instances.show(message.providers, message.instances, message.live, message.now,
+                            message.created)
         self._show_status()
 
     @on(JobsTable.Changed)

@@ -1,4 +1,5 @@
-"""Providers, their instances, and the live attempts on them with CPU/memory sparklines."""
+"""Providers, their instances, the cloud instances monkey created (with their estimated cost),
+and the live attempts on them with CPU/memory sparklines."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from monkey.api import REDACTED, is_secret_name
+from monkey.store.cost import dollars
 from monkey.tui.format import duration, place, size, sparkline
 
 HISTORY = 40  # heartbeats kept per attempt for its sparklines
 
 
 class InstancesPane(Vertical):
-    """What runs where: one table of providers and instances, one of live attempts."""
+    """What runs where: one table of providers and instances, one of the cloud instances
+    monkey created (as `monkey list providers --monkey-instances` shows them), one of live
+    attempts."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -25,6 +29,8 @@ class InstancesPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("providers and instances", classes="pane-title")
         yield DataTable(id="instances-table", cursor_type="row")
+        yield Static("instances monkey created (estimated cost so far)", classes="pane-title")
+        yield DataTable(id="created-table", cursor_type="row")
         yield Static("live attempts (CPU % of one core, resident memory; one mark per heartbeat)",
                      classes="pane-title")
         yield DataTable(id="attempts-table", cursor_type="row")
@@ -32,13 +38,17 @@ class InstancesPane(Vertical):
     def on_mount(self) -> None:
         self.query_one("#instances-table", DataTable).add_columns(
             "PROVIDER", "TYPE", "INSTANCE", "HOST", "STATE", "JOBS", "CONFIG")
+        self.query_one("#created-table", DataTable).add_columns(
+            "INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST")
         self.query_one("#attempts-table", DataTable).add_columns(
             "JOB", "TRY", "NAME", "WHERE", "GPUS", "RUNTIME", "CPU", "CPU HISTORY", "MEM",
             "MEM HISTORY", "HEARTBEAT")
 
     def show(self, providers: dict[str, tuple[str, dict[str, Any]]],
-             instances: list[dict[str, Any]], live: list[dict[str, Any]], now: float) -> None:
-        """Redraw from the providers' configuration, recorded instances and live attempts."""
+             instances: list[dict[str, Any]], live: list[dict[str, Any]], now: float,
+             created: list[dict[str, Any]]) -> None:
+        """Redraw from the providers' configuration, recorded instances, live attempts and
+        the instances monkey created (``Monkey.monkey_instances``)."""
         jobs_on: dict[str, int] = {}
         jobs_of: dict[str, int] = {}
         for att in live:
@@ -62,6 +72,11 @@ class InstancesPane(Vertical):
                              f"{state}: {error}" if error else state,
                              str(jobs_on.get(inst["id"], 0)), config))
         _replace(self.query_one("#instances-table", DataTable), rows)
+        _replace(self.query_one("#created-table", DataTable), [
+            (i["id"], i["provider"], i["state"], i["size"] or "-", "spot" if i["spot"] else "-",
+             i["address"] or "-", ",".join(i["jobs"]) or "-", duration(i["age"]),
+             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"]))
+            for i in created])  # fmt: skip
 
         seen = set()
         rows = []
