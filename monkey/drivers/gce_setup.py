@@ -25,9 +25,9 @@ DEFAULTS: dict[str, Any] = {
     "user": "monkey", "address": "public", "preemptible": False, "max_instances": 1,
     "idle_timeout": 600, "network": "default", "metadata_url": "http://metadata.google.internal",
 }  # fmt: skip
-_TEXT = ("project", "zone", "endpoint", "credentials", "size", "image", "user", "key",
+_TEXT = ("project", "zone", "endpoint", "storage_endpoint", "credentials", "size", "image", "user", "key",
          "network", "firewall", "bucket", "metadata_url")
-_ORDER = ("type", "project", "zone", "zones", "endpoint", "credentials", "size", "image", "user",
+_ORDER = ("type", "project", "zone", "zones", "endpoint", "storage_endpoint", "credentials", "size", "image", "user",
           "key", "network", "firewall", "address", "preemptible", "max_instances", "idle_timeout",
           "boot_timeout", "bucket", "metadata_url")
 KEYS = frozenset(_ORDER)
@@ -70,7 +70,7 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     for key in ("network", "firewall"):
         if entry.get(key) is not None and not _NAME.match(entry[key]):
             raise bad(f"{key} {entry[key]!r} is not a GCE name (lowercase letters, digits, '-')")
-    for key, with_path in (("endpoint", False), ("metadata_url", True)):
+    for key, with_path in (("endpoint", False), ("storage_endpoint", False), ("metadata_url", True)):
         if entry.get(key) is not None and _url_problem(entry[key], with_path):
             raise bad(f"{key} {entry[key]!r} is not an http(s) URL; e.g. http://127.0.0.1:8080")
     if entry.get("address", "public") not in ("public", "private"):

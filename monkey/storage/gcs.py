@@ -2,8 +2,8 @@
 when first used).
 
 The entry's `credentials` (a service-account JSON key) authenticates the client and signs
-V4 URLs for workers, which hold no credentials. With `endpoint` set (fake-gcs-server in
-tests) the client talks to that server without Google tokens, and signed URLs name it.
+V4 URLs for workers, which hold no credentials. With `storage_endpoint` set (fake-gcs-server
+in tests) the client talks to that server without Google tokens, and signed URLs name it.
 
 Keys and trees are those of ``monkey.storage.base``; a tree is stored as S3's is (its files
 under ``PREFIX/REL`` and its listing, written last, at ``PREFIX/``).
@@ -64,7 +64,7 @@ class GCSStorage(Storage):
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> GCSStorage:
         return cls(str(entry["bucket"]), credentials=str(entry["credentials"]),
-                   project=entry.get("project"), endpoint=entry.get("endpoint"))  # fmt: skip
+                   project=entry.get("project"), endpoint=entry.get("storage_endpoint"))  # fmt: skip
 
     @classmethod
     def from_config(cls, config: ProviderConfig) -> GCSStorage:
