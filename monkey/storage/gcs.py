@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -231,14 +232,14 @@ class GCSStorage(Storage):
             yield
         except MonkeyError:
             raise
-        except NotFound as e:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.message}; create it "
+        except NotFound:
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: not found; create it "
                               "with `monkey provider add gcp`") from None
         except Forbidden as e:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.message}; give the "
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {_said(e)}; give the "
                               "service account Storage Admin rights on it") from None
         except GoogleAPICallError as e:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.code} {e.message}") from None
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.code} {_said(e)}") from None
         except GoogleAuthError as e:
             first = (str(e).strip().splitlines() or ["refused"])[0]
             raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: credentials: {first}; "
@@ -306,3 +307,14 @@ class GCSStorage(Storage):
                 version="v4", method=method, expiration=datetime.timedelta(seconds=int(expires)),
                 credentials=self._service_account(), content_type=content_type,
                 api_access_endpoint=self.endpoint or "https://storage.googleapis.com")
+
+
+def _said(exc: Any) -> str:
+    """The server's message of a client error, on one line, without the request's URL."""
+    text = str(getattr(exc, "message", "") or exc)
+    text = re.sub(r"^[A-Z]+ https?://\S+: ", "", text.strip())
+    try:
+        text = json.loads(text.split("\n", 1)[0])["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        pass
+    return (str(text).strip().splitlines() or ["refused"])[0]
