@@ -287,6 +287,7 @@ class FakeGCS:
     (``endpoint``); ``close()`` stops it."""
 
     def __init__(self) -> None:
+        import os
         import socket
         import subprocess
 
@@ -300,7 +301,9 @@ class FakeGCS:
             [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
              "-backend", "memory", "-external-url", self.endpoint,
              "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # shared by the session's tests: not one of the processes a test's home kills
+            env={k: v for k, v in os.environ.items() if k != "MONKEY_HOME"})  # fmt: skip
         deadline = time.monotonic() + 20
         while True:
             try:

@@ -196,8 +196,12 @@ class GCSStorage(Storage):
         emulator `endpoint`."""
         with self._lock:
             if self._client is None:
-                from google.auth.credentials import AnonymousCredentials
-                from google.cloud import storage
+                try:
+                    from google.auth.credentials import AnonymousCredentials
+                    from google.cloud import storage
+                except ImportError:
+                    raise MonkeyError("GCS storage needs google-cloud-storage: pip install "
+                                      "'monkey[gcp]'") from None
 
                 options = {"api_endpoint": self.endpoint} if self.endpoint else None
                 creds = AnonymousCredentials() if self.endpoint else self._service_account()
