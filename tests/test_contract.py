@@ -1,5 +1,6 @@
 """One contract, every driver: local (this machine), ssh (a real sshd on loopback), ec2 (moto's
-server, its instance reached over a real sshd). What the core relies on of any provider kind:
+server, its instance reached over a real sshd), gce (the fake compute API and fake-gcs-server,
+likewise). What the core relies on of any provider kind:
 provisioning (list, create, destroy, states) and transport (agent, blobs, results)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import test_ec2
+import test_gce
 import test_ssh
 import yaml
 
@@ -27,6 +29,7 @@ from tests.conftest import wait_for
 # The fixtures of the ssh and ec2 tests, used here as they are.
 lab = test_ssh.lab
 fleet, aws = test_ec2.fleet, test_ec2.aws
+gce, gcp, gcs_server = test_gce.gce, test_gce.gcp, test_gce.gcs_server
 
 
 @dataclass
@@ -54,7 +57,7 @@ def configure(home: Path, name: str, entry: dict[str, Any]) -> ProviderConfig:
     return ProviderConfig(name, entry["type"], entry)
 
 
-@pytest.fixture(params=["local", "ssh", "ec2"])
+@pytest.fixture(params=["local", "ssh", "ec2", "gce"])
 def target(request: pytest.FixtureRequest, home: Path) -> Iterator[Target]:
     kind = request.param
     if kind == "local":
@@ -65,7 +68,7 @@ def target(request: pytest.FixtureRequest, home: Path) -> Iterator[Target]:
         config = configure(home, "lab", {"type": "ssh", "hosts": [host.entry(key=hosts.key)]})
         configured = ["lab/h1"]
     else:
-        config, configured = request.getfixturevalue("aws"), []
+        config, configured = request.getfixturevalue({"ec2": "aws", "gce": "gcp"}[kind]), []
     drv = get_driver(config, Home(home).ensure())
     assert drv.kind == kind
     t = Target(drv, configured)

@@ -20,8 +20,10 @@ from monkey.models import MonkeyError
 from monkey.snapshot import BlobStore
 from monkey.storage import Storage, storage_for
 from monkey.storage.base import local_tree
+from monkey.storage.gcs import GCSStorage
 from monkey.storage.local import LocalStorage
 from monkey.storage.s3 import S3Storage
+from tests.test_gce import gce, gcs_server  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "monkey-test"
@@ -52,11 +54,20 @@ def make_s3(endpoint: str) -> S3Storage:
     return S3Storage.from_config(config)
 
 
-@pytest.fixture(params=["local", "s3"])
+def make_gcs(gce: Any) -> GCSStorage:  # noqa: F811
+    """The storage of a gce provider whose bucket exists (fake-gcs-server)."""
+    storage = GCSStorage(BUCKET, credentials=gce.key, project="monkey-test", endpoint=gce.gcs.endpoint)
+    assert storage.ensure_bucket() and not storage.ensure_bucket()
+    return storage
+
+
+@pytest.fixture(params=["local", "s3", "gcs"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     """Each implementation in turn (the local one is another MONKEY_HOME than the source's)."""
     if request.param == "local":
         return LocalStorage(Home(tmp_path / "home").ensure())
+    if request.param == "gcs":
+        return make_gcs(request.getfixturevalue("gce"))
     return make_s3(request.getfixturevalue("moto_s3"))
 
 
@@ -70,6 +81,9 @@ def fresh(storage: Storage) -> Storage:
     """Another object over the same storage, that has seen nothing yet."""
     if isinstance(storage, LocalStorage):
         return LocalStorage(Home(storage.root))
+    if isinstance(storage, GCSStorage):
+        return GCSStorage(storage.bucket, credentials=storage.credentials, project=storage.project,
+                          endpoint=storage.endpoint)
     assert isinstance(storage, S3Storage)
     return S3Storage(storage.bucket, endpoint=storage.endpoint, region=storage.region)
 
@@ -296,6 +310,8 @@ def test_storage_for_kinds(tmp_path: Path) -> None:
     assert isinstance(storage_for(ProviderConfig("local", "local", {}), home), LocalStorage)
     assert isinstance(storage_for(ProviderConfig("lab", "ssh", {"hosts": []}), home), LocalStorage)
     assert isinstance(storage_for(ProviderConfig("aws", "ec2", {}), home), LocalStorage)
+    gcs = storage_for(ProviderConfig("gcp", "gce", {"bucket": "g", "credentials": "/sa.json"}), home)
+    assert isinstance(gcs, GCSStorage) and gcs.bucket == "g"
     s3 = storage_for(ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"}), home)
     assert isinstance(s3, S3Storage) and (s3.bucket, s3.region) == ("b", "eu-west-1")
     code = "import sys, monkey.storage as s; s.storage_for; print('boto3' in sys.modules)"
@@ -337,3 +353,16 @@ print(S3Storage({BUCKET!r}, endpoint={moto_s3!r}).put_blobs([digest], src))
     assert out.decode().strip() == str(12 << 20)
     text = screen.decode(errors="replace")
     assert "uploading" in text and "12.6/12.6 MB" in text
+
+
+def test_gcs_urls_are_v4_signed_and_a_missing_bucket_is_one_line(gce: Any, source: BlobStore) -> None:  # noqa: F811
+    storage = make_gcs(gce)
+    digest, _ = source.put_bytes(b"signed")
+    storage.put_blobs([digest], source)
+    url = storage.blob_url(digest, expires=60)
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    assert query["X-Goog-Algorithm"] == ["GOOG4-RSA-SHA256"] and query["X-Goog-Expires"] == ["60"]
+    assert "private_key" not in url and fetch(url) == b"signed"
+    gone = GCSStorage("no-such-bucket", credentials=gce.key, endpoint=gce.gcs.endpoint)
+    with pytest.raises(MonkeyError, match=r"^GCS bucket no-such-bucket: .*create it with `monkey provider add gcp`$"):
+        gone.put_blobs([digest], source)

@@ -22,7 +22,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
     add = sub.add_parser("add", help="add a provider to providers.yml",
                          description="Add a provider to providers.yml.")
-    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws}")
+    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp}")
     ssh = kinds.add_parser("ssh", help="a pool of SSH hosts",
                            description="Add an `ssh` provider: hosts reached over SSH.")
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
@@ -41,6 +41,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
     ssh.add_argument("--force", action="store_true", help="replace a provider of that name")
     ssh.set_defaults(func=cmd_provider_add_ssh)
     _aws_parser(kinds)
+    _gcp_parser(kinds)
     check = sub.add_parser("check", help="connect to a provider's hosts and report each",
                            description="Connect to each host of a provider and report it.")
     check.add_argument("name", help="the provider's name")
@@ -189,11 +190,85 @@ def cmd_provider_add_aws(args: argparse.Namespace) -> int:
 
 
 def _ask(key: str, label: str) -> str:
-    """Ask on a terminal for a required option; refuse when there is no terminal."""
+    """Ask on a terminal for a required option of `provider add aws`."""
     from monkey.drivers.ec2_setup import REQUIRED
 
     default = {"region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
                or "us-east-1", "size": "t3.micro"}.get(key)
+    return _prompt(f"--{key}", label, default, REQUIRED[key])
+
+
+_GCP_OPTIONS = ("credentials", "project", "zones", "size", "image", "preemptible", "network",
+                "max_instances", "idle_timeout", "bucket", "endpoint", "storage_endpoint", "user",
+                "address", "metadata_url")
+_GCP_ASK = {"credentials": ("service-account JSON key file", None),
+            "zones": ("zone(s), comma-separated", "us-central1-a"),
+            "size": ("machine type", "e2-small"), "image": ("image or image family", "debian-12")}
+
+
+def _gcp_parser(kinds: Any) -> None:
+    gcp = kinds.add_parser(
+        "gcp", help="GCE zones where monkey creates instances for jobs",
+        description="Add a `gce` provider. Checks the service account, project, zone, machine "
+                    "type and image with API calls, then creates what is missing (the network, "
+                    "a firewall rule letting SSH in from one address range, an SSH key, the GCS "
+                    "bucket). Run it again to reuse them; flags not given keep the provider's "
+                    "current values. Asks on a terminal for what is missing.")  # fmt: skip
+    gcp.add_argument("name", help="the provider's name, used with `run --provider NAME`")
+    gcp.add_argument("--credentials", metavar="FILE", help="service-account JSON key file")
+    gcp.add_argument("--project", help="GCP project (default: the key's)")
+    gcp.add_argument("--zone", dest="zones", metavar="ZONE[,ZONE...]",
+                     help="zone(s), the preferred first, e.g. us-central1-a,us-central1-b")
+    gcp.add_argument("--size", help="default machine type, e.g. e2-small")
+    gcp.add_argument("--image", help="image or image family, e.g. debian-12")
+    gcp.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None,
+                     help="ask for preemptible instances (default: standard)")
+    gcp.add_argument("--network", help="VPC network (default: default); created if missing")
+    gcp.add_argument("--max-instances", type=int, metavar="N", help="at most N instances (default 1)")
+    gcp.add_argument("--idle-timeout", type=int, metavar="SECONDS",
+                     help="delete an instance idle this long (default 600)")
+    gcp.add_argument("--bucket", help="GCS bucket for code, data and results "
+                                      "(default: monkey-<home id>-NAME); created if missing")
+    gcp.add_argument("--endpoint", metavar="URL", help=argparse.SUPPRESS)  # emulators
+    gcp.add_argument("--storage-endpoint", metavar="URL", help=argparse.SUPPRESS)
+    gcp.add_argument("--user", help="login user made on the instances (default: monkey)")
+    gcp.add_argument("--address", choices=("public", "private"),
+                     help="which instance address monkey connects to (default: public)")
+    gcp.add_argument("--ssh-from", metavar="CIDR",
+                     help="addresses SSH may come from, e.g. 203.0.113.7/32")
+    gcp.add_argument("--metadata-url", help=argparse.SUPPRESS)
+    gcp.add_argument("--force", action="store_true", help="replace a provider of another kind")
+    gcp.set_defaults(func=cmd_provider_add_gcp)
+
+
+def cmd_provider_add_gcp(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.drivers import gce_setup, load_providers
+
+    home = Home().ensure()
+    providers = load_providers(home)  # refuses a broken file before anything is created
+    _check_name(args.name)
+    old = providers.get(args.name)
+    if old is not None and old.type != "gce" and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already as {old.type}; pass --force "
+                          "to replace it")
+    base = dict(old.options) if old is not None and old.type == "gce" else {}
+    options = {key: getattr(args, key) for key in _GCP_OPTIONS}
+    for key, (label, default) in _GCP_ASK.items():
+        if options[key] is None and key not in base and not (key == "zones" and "zone" in base):
+            options[key] = _prompt(f"--{key.rstrip('s') if key == 'zones' else key}", label,
+                                   default, gce_setup.REQUIRED.get(key, "e.g. us-central1-a"))
+    entry = gce_setup.entry_from(options, base)
+    gce_setup.validate("monkey provider add gcp", args.name, entry)
+    entry = gce_setup.setup(home, args.name, entry, ssh_from=args.ssh_from)
+    gce_setup.validate(str(home.providers_file), args.name, entry)
+    path = _save_provider(home, args.name, entry)
+    print(f"added provider {args.name!r} (gce, {entry['project']}, {entry['zone']}) to {path}")
+    return 0
+
+
+def _prompt(flag: str, label: str, default: str | None, example: str) -> str:
+    """Ask on a terminal for a required option; refuse when there is no terminal."""
     answer = ""
     if sys.stdin.isatty():
         try:
@@ -202,7 +277,7 @@ def _ask(key: str, label: str) -> str:
             pass
         answer = answer or default or ""
     if not answer:
-        raise MonkeyError(f"--{key} is needed: {REQUIRED[key]}")
+        raise MonkeyError(f"{flag} is needed: {example}")
     return answer
 
 

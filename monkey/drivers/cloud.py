@@ -1,0 +1,406 @@
+"""What every cloud kind (``ec2``, ``gce``) shares: instances monkey creates, labelled with
+this home's id and the provider's name, reached over SSH like the hosts of an ``ssh``
+provider once they run, with blobs going through the provider's bucket.
+
+A cloud kind subclasses :class:`CloudDriver` and supplies the cloud's calls:
+``_list`` (this home's instances of the provider, as Instances whose ``extra["node"]`` is
+the cloud's name of the machine), ``_launch`` (create one, labelled with the launch id),
+``_destroy`` (terminate one; gone already is no error) and ``_launched`` (what a launch id
+made, to clean up after a failed create), plus its ``SIZES`` table and its kind rules.
+Everything else — tracking the running instances as the SSH transport's hosts (host keys
+pinned at first contact under the instance id, forgotten at termination), listing in a
+thread while one boots, ``max_instances``, sizes, blobs by presigned URL, describing the
+instances in ``list providers`` — lives here once.
+
+At first contact an instance's host key must be one of those it printed on its console
+(cloud-init's ``SSH HOST KEY KEYS`` block, read by the kind's ``_console``) when it printed
+some; a key that is not is refused and the instance is reported by ``distrusted()``, so the
+core terminates it. A console that prints none leaves the key trusted on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
+from monkey.drivers.ssh import SSHDriver
+from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
+from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
+from monkey.snapshot import BlobStore
+from monkey.storage import storage_for
+from monkey.storage.base import source_size
+
+if TYPE_CHECKING:
+    import paramiko
+
+    from monkey.config import Home, ProviderConfig
+    from monkey.drivers.agent_link import AgentLink
+    from monkey.storage import Storage
+
+log = logging.getLogger("monkey.cloud")
+
+GIB = 1 << 30
+_REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
+_REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
+
+# The startup script (EC2 user data, GCE `startup-script` metadata): the agent needs
+# python3 and nothing else.
+USER_DATA = """#!/bin/sh
+# monkey: make sure python3 exists (monkey's agent needs nothing else)
+command -v python3 >/dev/null 2>&1 && exit 0
+if command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q python3
+elif command -v dnf >/dev/null 2>&1; then
+    dnf install -y python3
+elif command -v yum >/dev/null 2>&1; then
+    yum install -y python3
+elif command -v apk >/dev/null 2>&1; then
+    apk add --no-cache python3
+elif command -v zypper >/dev/null 2>&1; then
+    zypper --non-interactive install python3
+fi
+"""
+
+
+class Size(NamedTuple):
+    """A machine type: vCPUs, memory in GiB, GPUs."""
+
+    name: str
+    cpus: int
+    memory: float
+    gpus: int = 0
+
+    def holds(self, resources: Resources) -> bool:
+        memory = parse_size(resources.memory) / GIB if resources.memory else 0
+        return resources.cpus <= self.cpus and resources.gpus <= self.gpus and memory <= self.memory
+
+
+class CloudDriver(Driver):
+    """Instances created on demand in a cloud, reached over SSH (see the module docstring)."""
+
+    elastic = True
+    SIZES: ClassVar[list[Size]] = []  # the kind's common sizes, cheapest first
+
+    # -- the kind's rules -------------------------------------------------------------------
+
+    @classmethod
+    def _by_name(cls) -> dict[str, Size]:
+        return {s.name: s for s in cls.SIZES}
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        """Only when no size of the table (nor the entry's own, when the table knows it)
+        holds the job; an entry size the table does not know is given the benefit of doubt."""
+        why = super().never_fits(config, resources)
+        if why or any(s.holds(resources) for s in cls.SIZES):
+            return why
+        if str(config.options.get("size")) not in cls._by_name():
+            return None
+        top = max(cls.SIZES, key=lambda s: (s.cpus, s.gpus, s.memory))
+        memory = f" --memory {resources.memory}" if resources.memory else ""
+        return (f"no instance size of provider {config.name!r} holds --cpus {resources.cpus} "
+                f"--gpus {resources.gpus}{memory}; the largest, {top.name}, has {top.cpus} cpus, "
+                f"{top.gpus} gpus, {top.memory:.0f}G")  # fmt: skip
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        """Its live instances (state, size, spot, address, jobs, age) and the slots and GPUs
+        of those reached."""
+        now = time.time()
+        hosts = []
+        for rec in instances:
+            if rec["state"] == InstanceState.TERMINATED.value:
+                continue
+            extra = rec.get("extra") or {}
+            state = rec["state"]
+            if state == InstanceState.RUNNING.value:
+                state = rec.get("reach") or state  # up, unreachable, error
+            launched = rec.get("launched_at")
+            hosts.append({
+                "instance": rec["id"], "host": rec.get("address") or "-", "state": state,
+                "slots": extra.get("slots"), "gpus": extra.get("gpus") or [],
+                "memory": extra.get("memory"), "running": rec.get("running", 0),
+                "error": extra.get("error"), "size": rec.get("size") or "-",
+                "spot": bool(rec.get("spot")), "age": now - launched if launched else None,
+            })  # fmt: skip
+        return hosts_summary(hosts)
+
+    # -- provisioning ---------------------------------------------------------------------
+
+    def __init__(self, config: ProviderConfig, home: Home, entry: dict[str, Any]) -> None:
+        """ENTRY: the provider's options over the kind's defaults."""
+        super().__init__(config, home)
+        self.entry = entry
+        self.pool = SSHDriver(config, home)
+        self._track_lock = threading.Lock()
+        self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
+        self._next_refresh = 0.0  # 0: never listed
+        self._refresher: threading.Thread | None = None
+        self._refresh_error = ""  # the last listing error logged (logged again when it changes)
+        self._refused: dict[str, str] = {}  # instance -> why its host key was refused
+        # The bucket blobs go through (its client is made on first use); None: over SSH.
+        self.storage: Storage | None = storage_for(config, home) if entry.get("bucket") else None
+
+    @property
+    def max_instances(self) -> int | None:
+        return int(self.entry["max_instances"])
+
+    @abstractmethod
+    def _list(self) -> list[Instance]:
+        """This home's instances of the provider as the cloud lists them now."""
+
+    @abstractmethod
+    def _launch(self, size: str, launch: str, opts: dict[str, Any]) -> Instance:
+        """Create one instance of SIZE labelled with the LAUNCH id (OPTS: the job's options);
+        MonkeyError (NoCapacity for a quota or no capacity) when the cloud refuses."""
+
+    @abstractmethod
+    def _destroy(self, node: str) -> None:
+        """Terminate the cloud's machine NODE; nothing happens when it is gone already."""
+
+    @abstractmethod
+    def _launched(self, launch: str) -> list[Instance]:
+        """The instances labelled with the LAUNCH id."""
+
+    def _console(self, node: str) -> str | None:
+        """The console output of the cloud's machine NODE (None: the cloud keeps none)."""
+        return None
+
+    def list_nodes(self) -> list[Instance]:
+        """This home's instances of the provider, terminated ones included while the cloud
+        still lists them; running ones with an address become the transport's hosts."""
+        found = self._list()
+        self._track(found, listed=True)
+        return [self._with_reach(i) for i in found]
+
+    def create_node(self, size: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> Instance:
+        """Launch one instance of SIZE (the job's `size` option first, else the entry's);
+        OPTIONS are the job's job.yml options. NoCapacity at ``max_instances`` or when the
+        cloud has none (a quota, no capacity), MonkeyError naming the key to fix otherwise;
+        a launch that fails leaves no instance behind."""
+        opts = dict(options or {})
+        size = str(opts.get("size") or size or self.entry["size"])
+        live = [i for i in self.list_nodes() if i.state != InstanceState.TERMINATED]
+        limit = self.max_instances
+        if limit is not None and len(live) >= limit:
+            raise NoCapacity(f"{self.name}: {len(live)} instance(s) exist, max_instances is "
+                             f"{limit}; jobs wait for one to be free (or raise max_instances)")
+        launch = uuid.uuid4().hex
+        try:
+            created = self._launch(size, launch, opts)
+        except MonkeyError:
+            self._clean_up(launch)
+            raise
+        self._track([created])
+        log.info("%s: created %s (%s%s)", self.name, created.id, size, ", spot" if created.spot else "")
+        return created
+
+    def destroy_node(self, instance: str) -> None:
+        """Terminate the instance (nothing happens when it is gone already) and forget its
+        host key."""
+        self._destroy(self._node_id(instance))
+        self.pool.remove_host(instance)
+        self.pool.host_keys.forget(instance)
+        self._refused.pop(instance, None)
+
+    def distrusted(self) -> dict[str, str]:
+        """Instances whose host key was refused at first contact (not one of those their
+        console printed), with why."""
+        return dict(self._refused)
+
+    def size_for(self, resources: Resources) -> str | None:
+        """The entry's size when it holds the job (or the table does not know it and the job
+        asks for nothing more than one cpu), else the cheapest size of the table that holds
+        it, else the entry's size."""
+        default = str(self.entry["size"])
+        known = self._by_name().get(default)
+        if (known and known.holds(resources)) or (known is None and resources == Resources()):
+            return default
+        return next((s.name for s in self.SIZES if s.holds(resources)), default)
+
+    def size_slots(self, size: str | None) -> int:
+        """vCPUs of SIZE (the entry's by default) when the table knows it, else 1."""
+        known = self._by_name().get(size or str(self.entry["size"]))
+        return known.cpus if known else 1
+
+    def instances(self) -> list[Capacity]:
+        """The instances reached (never waits): listing and contacting run in threads."""
+        self._refresh_soon()
+        return self.pool.reached()
+
+    # -- transport: the SSH provider's, over the running instances ------------------------
+
+    def connect(self, instance: str) -> AgentLink:
+        if instance not in self.pool.hosts:  # after a restart: list before giving up
+            self.list_nodes()
+        if instance not in self.pool.hosts:
+            raise MonkeyError(f"{instance} is not a running instance of provider {self.name!r}")
+        return self.pool.connect(instance)
+
+    def blobs_dir(self, instance: str) -> str:
+        return self.pool.blobs_dir(instance)
+
+    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
+        return self.pool.run_dir(instance, juid, attempt)
+
+    def checkpoint_dir(self, instance: str, juid: str) -> str:
+        return self.pool.checkpoint_dir(instance, juid)
+
+    def persist_dir(self, instance: str, juid: str) -> str:
+        return self.pool.persist_dir(instance, juid)
+
+    def job_env(self, env: dict[str, str]) -> dict[str, str]:
+        return self.pool.job_env(env)
+
+    def prepare(self, instance: str, blobs: list[str]) -> None:
+        """Upload the blobs the bucket lacks (each digest once); without a bucket, send
+        those the instance lacks over SSH."""
+        if self.storage is None:
+            self.pool.prepare(instance, blobs)
+        else:
+            self.storage.put_blobs(blobs, BlobStore(self.home.blobs))
+
+    def blob_fields(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """``blob_urls``: a presigned URL and the size of each blob the instance lacks (one
+        SSH round trip asks which, until all are known to be there)."""
+        if self.storage is None:
+            return {}
+        missing = self.pool.missing(instance, blobs)
+        if not missing:
+            return {}
+        source = BlobStore(self.home.blobs)
+        return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
+
+    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        self.pool.follow(instance, attempts)
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
+               current: bool) -> None:
+        self.pool.finish(instance, juid, attempt, outputs, current)
+
+    def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
+        return self.pool.changes()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _node_id(self, instance: str) -> str:
+        prefix = f"{self.name}/"
+        if not instance.startswith(prefix):
+            raise MonkeyError(f"{instance!r} is not an instance of provider {self.name!r}")
+        return instance[len(prefix):]
+
+    def _with_reach(self, inst: Instance) -> Instance:
+        """INST with what the transport learnt of it in `extra` (slots, gpus, memory, error,
+        workdir), so that recording the listing keeps them."""
+        host = self.pool.hosts.get(inst.id)
+        if host is None or not (host.capacity or host.error):
+            return inst
+        extra = {**inst.extra, "error": host.error, "workdir": host.workdir}
+        if host.capacity is not None:
+            cap = host.capacity
+            extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
+        return replace(inst, extra=extra)
+
+    def _track(self, instances: list[Instance], listed: bool = False) -> None:
+        """Make the running instances (with an address) the transport's hosts; the others
+        leave it, a terminated one (or, after a full LISTED listing, a vanished one) with
+        its pinned host key."""
+        sshconf = ssh_config()
+        with self._track_lock:
+            seen = set()
+            for inst in instances:
+                seen.add(inst.id)
+                if inst.state == InstanceState.RUNNING and inst.address:
+                    spec = host_spec({"host": inst.address, "name": inst.extra["node"],
+                                      "user": self.entry["user"], "key": self.entry.get("key")},
+                                     sshconf)  # fmt: skip
+                    spec = replace(spec, host_key_alias=inst.id,
+                                   confirm_key=lambda key, i=inst.id: self._confirm_key(i, key))
+                    self.pool.add_host(inst.id, spec, inst)
+                elif inst.state != InstanceState.PENDING:
+                    self.pool.remove_host(inst.id)
+                    if inst.state == InstanceState.TERMINATED:
+                        self.pool.host_keys.forget(inst.id)
+            booting = any(i.state == InstanceState.PENDING for i in instances)
+            if listed:
+                for gone in set(self.pool.hosts) - seen:
+                    self.pool.remove_host(gone)
+                    self.pool.host_keys.forget(gone)
+                wait = min(max(self._boot_wait * 2, _REFRESH_BOOTING[0]), _REFRESH_BOOTING[1]) if booting else 0.0
+            else:  # a create: look again soon
+                wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
+            self._boot_wait = wait
+            self._next_refresh = time.monotonic() + (wait or _REFRESH_IDLE)
+
+    def _confirm_key(self, instance: str, key: paramiko.PKey) -> None:
+        """Refuse KEY, seen at first contact, when the instance's console printed host keys
+        and KEY is not one of them (remembered for ``distrusted``); a console that printed
+        none (yet, or ever: not every image does) leaves the key trusted on first use."""
+        printed = printed_host_keys(self._console(self._node_id(instance)) or "")
+        try:
+            check_printed(instance, key, printed)
+        except MonkeyError as exc:
+            self._refused[instance] = str(exc)
+            raise
+        if not printed:
+            log.info("%s: its console prints no host keys; key pinned on first use", instance)
+
+    def _refresh_soon(self) -> None:
+        """List the instances in a thread when due: at first, while one boots, and now and
+        then (one may vanish)."""
+        if time.monotonic() < self._next_refresh or (self._refresher and self._refresher.is_alive()):
+            return
+        self._next_refresh = time.monotonic() + _REFRESH_BOOTING[1]  # until the listing says more
+
+        def refresh() -> None:
+            try:
+                self.list_nodes()
+            except MonkeyError as exc:
+                if str(exc) != self._refresh_error:  # once per change, not once per retry
+                    log.warning("%s", exc)
+                self._refresh_error = str(exc)
+            else:
+                self._refresh_error = ""
+
+        self._refresher = threading.Thread(target=refresh, daemon=True, name=f"{self.kind}-{self.name}")
+        self._refresher.start()
+
+    def _clean_up(self, launch: str) -> None:
+        """Terminate what a failed launch may have started anyway (its launch label finds it)."""
+        try:
+            for inst in self._launched(launch):
+                if inst.state != InstanceState.TERMINATED:
+                    self.destroy_node(inst.id)
+        except MonkeyError as exc:
+            log.error("%s: after a failed launch, could not check for a leaked instance "
+                      "(label monkey-launch=%s): %s", self.name, launch, exc)
+
+
+def cause(exc: BaseException) -> str:
+    """What a connection error comes down to ("Connection refused", "timed out"), not the
+    whole chain of wrappers and the request's URL."""
+    text = str(exc)
+    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if found:
+        return found.group(1).strip()
+    return "timed out" if "timed out" in text.lower() else one_line(exc)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line."""
+    text = getattr(exc, "message", None) or getattr(exc, "value", None) or str(exc)
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -1,0 +1,284 @@
+"""The `gce` provider: instances monkey creates in Google Compute Engine (libcloud's
+GCENodeDriver), reached over SSH like the hosts of an `ssh` provider once they run.
+
+Instances carry the labels ``monkey-home=<home id>`` and ``monkey-provider=<name>`` (libcloud
+cannot filter a listing by label, so the listing is filtered here), the provider's network
+tag (its firewall rule lets SSH in), the startup script making sure python3 exists in their
+``startup-script`` metadata and the provider key's public half in ``ssh-keys``. They are
+created in the first of the entry's ``zones`` that has capacity; ``preemptible: true`` (or
+the job's ``preemptible`` option) asks for preemptible ones. A GCE instance that is stopped
+(a preemption stops it) is listed STOPPED and destroyed by the core.
+
+Everything else — tracking, transport, blobs through the bucket (GCS, signed URLs) — is
+:class:`~monkey.drivers.cloud.CloudDriver`'s, as for EC2.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from monkey.drivers import gce_setup
+from monkey.drivers.base import NoCapacity
+from monkey.drivers.cloud import GIB, USER_DATA, CloudDriver, Size, cause, one_line
+from monkey.models import Instance, InstanceState, MonkeyError, parse_size
+
+if TYPE_CHECKING:
+    from libcloud.compute.base import Node
+    from libcloud.compute.drivers.gce import GCENodeDriver
+
+    from monkey.config import Home, ProviderConfig
+
+T = TypeVar("T")
+
+# Common machine types, cheapest first: `size_for` takes the first that holds a job.
+SIZES = [Size(*s) for s in (
+    ("e2-micro", 2, 1), ("e2-small", 2, 2), ("e2-medium", 2, 4), ("n1-standard-1", 1, 3.75),
+    ("e2-standard-2", 2, 8), ("n2-standard-2", 2, 8), ("e2-highmem-2", 2, 16),
+    ("e2-standard-4", 4, 16), ("n2-standard-4", 4, 16), ("e2-standard-8", 8, 32),
+    ("g2-standard-4", 4, 16, 1), ("g2-standard-8", 8, 32, 1), ("n2-standard-16", 16, 64),
+    ("a2-highgpu-1g", 12, 85, 1), ("g2-standard-48", 48, 192, 4), ("a2-highgpu-8g", 96, 680, 8),
+)]  # fmt: skip
+
+_STATES = {
+    "PROVISIONING": InstanceState.PENDING, "STAGING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING, "RUNNING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.STOPPING, "SUSPENDING": InstanceState.STOPPING,
+    "SUSPENDED": InstanceState.STOPPED, "TERMINATED": InstanceState.STOPPED,  # GCE's "stopped"
+}  # fmt: skip
+_QUOTA = ("QUOTA_EXCEEDED", "quotaExceeded", "rateLimitExceeded", "ZONE_RESOURCE_POOL_EXHAUSTED",
+          "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "RESOURCE_POOL_EXHAUSTED")  # fmt: skip
+
+
+def _options(config: ProviderConfig) -> dict[str, Any]:
+    entry = {**gce_setup.DEFAULTS, **config.options}
+    entry.setdefault("zone", (entry.get("zones") or [None])[0])
+    return entry
+
+
+class GCEDriver(CloudDriver):
+    """Instances created on demand in GCE zones, reached over SSH."""
+
+    kind = "gce"
+    job_options = frozenset({"size", "preemptible", "image", "disk"})
+    SIZES = SIZES
+
+    @classmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        gce_setup.validate(where, name, entry)
+
+    @classmethod
+    def for_setup(cls, name: str, entry: dict[str, Any], home: Home) -> GCEDriver:
+        """A driver over ENTRY before it is saved (``provider add gcp``)."""
+        from monkey.config import ProviderConfig
+
+        return cls(ProviderConfig(name, "gce", {k: v for k, v in entry.items() if k != "bucket"}), home)
+
+    def __init__(self, config: ProviderConfig, home: Home) -> None:
+        super().__init__(config, home, _options(config))
+        self.labels = {"monkey-home": home.home_id(), "monkey-provider": gce_setup.label(self.name)}
+        self.zones = list(self.entry.get("zones") or [self.entry["zone"]])
+        self._api: GCENodeDriver | None = None
+        self._api_lock = threading.Lock()  # one cloud call at a time on the one connection
+
+    # -- the cloud's calls ------------------------------------------------------------------
+
+    def _list(self) -> list[Instance]:
+        nodes = self._call("cannot list instances", lambda api: api.list_nodes(ex_zone="all"))
+        return [self._instance(n) for n in nodes if self._mine(n)]
+
+    def _launched(self, launch: str) -> list[Instance]:
+        nodes = self._call("", lambda api: api.list_nodes(ex_zone="all"))
+        return [self._instance(n) for n in nodes
+                if (n.extra.get("labels") or {}).get("monkey-launch") == launch]  # fmt: skip
+
+    def _launch(self, size: str, launch: str, opts: dict[str, Any]) -> Instance:
+        """In the first zone with capacity; OPTS: size, preemptible, image, disk."""
+        image = str(opts.get("image") or self.entry["image"])
+        preemptible = bool(opts.get("preemptible", self.entry["preemptible"]))
+        metadata = {"startup-script": USER_DATA}
+        key = self.entry.get("key")
+        if key and os.path.isfile(f"{key}.pub"):
+            with open(f"{key}.pub") as fh:
+                metadata["ssh-keys"] = f"{self.entry['user']}:{fh.read().strip()}"
+        disk = opts.get("disk")
+        gib = None if disk is None else (disk if isinstance(disk, int) else -(-parse_size(str(disk)) // GIB))
+        what = f"cannot create a {'preemptible ' if preemptible else ''}{size}"
+        name = f"monkey-{gce_setup.label(self.name)}"[:40].rstrip("-") + f"-{launch[:12]}"
+        for number, zone in enumerate(self.zones):
+
+            def run(api: GCENodeDriver, zone: str = zone) -> Node:
+                try:
+                    found_size = api.ex_get_size(size, zone)
+                except Exception as exc:
+                    if _code(exc) is None or "not found" in str(exc).lower() or "404" in str(exc):
+                        raise MonkeyError(f"{self.name}: {what}: machine type {size} does not "
+                                          f"exist in {zone}; fix `size:` in providers.yml (or "
+                                          "the job's size option), e.g. e2-small") from None
+                    raise
+                try:
+                    found_image = api.ex_get_image(image)
+                except Exception as exc:
+                    if "could not find" in str(exc).lower() or "not found" in str(exc).lower():
+                        raise MonkeyError(f"{self.name}: {what}: image {image} not found; fix "
+                                          "`image:` in providers.yml (an image or family, e.g. "
+                                          "debian-12)") from None
+                    raise
+                return api.create_node(
+                    name, found_size, found_image, location=zone,
+                    ex_network=self.entry.get("network") or "default",
+                    ex_tags=[gce_setup.network_tag(self.name)], ex_metadata=metadata,
+                    ex_labels={**self.labels, "monkey-launch": launch},
+                    ex_preemptible=preemptible or None, ex_disk_size=gib)
+
+            try:
+                return self._instance(self._call(what, run))
+            except NoCapacity:
+                if number == len(self.zones) - 1:
+                    raise
+                self._clean_up(launch)
+        raise AssertionError("unreachable: there is always a zone")
+
+    def _destroy(self, node: str) -> None:
+        from libcloud.common.google import ResourceNotFoundError
+
+        def run(api: GCENodeDriver) -> None:
+            for zone in self.zones:
+                try:
+                    api.connection.async_request(f"/zones/{zone}/instances/{node}", method="DELETE")
+                    return
+                except ResourceNotFoundError:
+                    continue
+
+        self._call(f"cannot delete {node}", run)
+
+    # -- provider add gcp ---------------------------------------------------------------------
+
+    def check_offer(self) -> None:
+        """Reach GCE (credentials, project, zone) and refuse a machine type or image it lacks,
+        before anything is created."""
+        size, image, zone = self.entry["size"], self.entry["image"], self.zones[0]
+
+        def run(api: GCENodeDriver) -> None:
+            for other in self.zones:
+                api.ex_get_zone(other) or _raise(f"zone {other} does not exist; fix --zone")
+            try:
+                api.ex_get_size(size, zone)
+            except Exception:
+                raise MonkeyError(f"machine type {size} does not exist in {zone}; pass --size "
+                                  "with a machine type, e.g. e2-small") from None
+            try:
+                api.ex_get_image(image)
+            except Exception:
+                raise MonkeyError(f"image {image} not found; pass --image with an image or "
+                                  "image family, e.g. debian-12") from None
+
+        self._call("checking the project", run)
+
+    def ensure_network(self, network: str) -> bool:
+        """Create NETWORK (auto subnets) unless it exists; whether it was created."""
+        from libcloud.common.google import ResourceNotFoundError
+
+        def run(api: GCENodeDriver) -> bool:
+            try:
+                api.ex_get_network(network)
+                return False
+            except ResourceNotFoundError:
+                api.ex_create_network(network, None, mode="auto")
+                return True
+
+        return self._call(f"creating network {network}", run)
+
+    def ensure_firewall(self, name: str, network: str, tag: str, source: str) -> bool:
+        """Create the rule NAME letting TCP 22 in from SOURCE to instances tagged TAG unless
+        it exists; whether it was created."""
+        from libcloud.common.google import ResourceNotFoundError
+
+        def run(api: GCENodeDriver) -> bool:
+            try:
+                api.ex_get_firewall(name)
+                return False
+            except ResourceNotFoundError:
+                api.ex_create_firewall(name, [{"IPProtocol": "tcp", "ports": ["22"]}],
+                                       network=network, source_ranges=[source], target_tags=[tag])
+                return True
+
+        return self._call(f"creating firewall rule {name}", run)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _mine(self, node: Node) -> bool:
+        labels = node.extra.get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.labels.items())
+
+    def _instance(self, node: Node) -> Instance:
+        """NODE as monkey's Instance: its address is the public or private one (`address:`)."""
+        extra = node.extra
+        ips = node.public_ips if self.entry["address"] == "public" else node.private_ips
+        stamp = extra.get("creationTimestamp")
+        try:
+            launched = datetime.fromisoformat(stamp).timestamp() if stamp else None
+        except ValueError:
+            launched = None
+        scheduling = extra.get("scheduling") or {}
+        zone = extra.get("zone")
+        return Instance(
+            f"{self.name}/{node.name}", self.name, node.name,
+            _STATES.get(str(extra.get("status")), InstanceState.UNKNOWN),
+            address=next((ip for ip in ips or [] if ip), None), size=node.size,
+            spot=bool(scheduling.get("preemptible")) or scheduling.get("provisioningModel") == "SPOT",
+            launched_at=launched,
+            extra={"kind": self.kind, "node": node.name, "zone": getattr(zone, "name", zone),
+                   "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
+                   "public_ip": (node.public_ips or [None])[0]},
+        )  # fmt: skip
+
+    def _call(self, what: str, call: Callable[[GCENodeDriver], T]) -> T:
+        """CALL with the provider's libcloud driver; its errors as one MonkeyError line
+        ("NAME: WHAT: CODE: message; the fix"), NoCapacity for quotas and capacity."""
+        from libcloud.common.exceptions import BaseHTTPError
+        from libcloud.common.google import GoogleAuthError
+        from libcloud.common.types import InvalidCredsError, LibcloudError
+
+        with self._api_lock:
+            try:
+                if self._api is None:
+                    from monkey.drivers.gce_api import gce_node_driver
+
+                    self._api = gce_node_driver(self.entry)
+                return call(self._api)
+            except MonkeyError:
+                raise
+            except (GoogleAuthError, InvalidCredsError) as exc:
+                raise MonkeyError(f"{self.name}: {what}: Google refused the credentials "
+                                  f"({one_line(exc)}); check `credentials:` (a service-account "
+                                  "JSON key with Compute Admin rights)") from None
+            except (BaseHTTPError, LibcloudError) as exc:
+                raise self._cloud_error(what, exc) from None
+            except OSError as exc:  # requests' connection errors are OSErrors too
+                where = self.entry.get("endpoint") or "the GCE API"
+                raise MonkeyError(f"{self.name}: {what}: cannot reach {where} ({cause(exc)}); "
+                                  "check the network or `endpoint:`") from None
+
+    def _cloud_error(self, what: str, exc: Exception) -> MonkeyError:
+        code = _code(exc)
+        said = f"{code}: {one_line(exc)}" if code else one_line(exc)
+        if code in _QUOTA:
+            return NoCapacity(f"{self.name}: {what}: {said}; monkey tries again later (a quota "
+                              "can be raised in the Cloud console, or add `zones:`)")
+        if getattr(exc, "http_code", None) in (401, 403):
+            return MonkeyError(f"{self.name}: {what}: {said}; give the service account Compute "
+                               "Admin rights on the project, or fix `project:`")
+        return MonkeyError(f"{self.name}: {what}: {said}")
+
+
+def _code(exc: BaseException) -> str | None:
+    code = getattr(exc, "code", None)
+    return str(code) if code else None
+
+
+def _raise(message: str) -> None:
+    raise MonkeyError(message)

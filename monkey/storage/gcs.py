@@ -1,0 +1,324 @@
+"""The GCS storage: a `gce` provider's bucket, through google-cloud-storage (imported only
+when first used).
+
+The entry's `credentials` (a service-account JSON key) authenticates the client and signs
+V4 URLs for workers, which hold no credentials. With `storage_endpoint` set (fake-gcs-server
+in tests) the client talks to that server without Google tokens, and signed URLs name it.
+
+Keys and trees are those of ``monkey.storage.base``; a tree is stored as S3's is (its files
+under ``PREFIX/REL`` and its listing, written last, at ``PREFIX/``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from monkey.models import MonkeyError
+from monkey.snapshot import hash_file
+from monkey.storage.base import (
+    URL_EXPIRES,
+    ProgressFn,
+    Storage,
+    Tree,
+    blob_key,
+    blob_mismatch,
+    check_key,
+    check_rel,
+    fix_modes,
+    local_tree,
+    prune,
+    source_size,
+)
+from monkey.storage.progress import upload_progress
+
+if TYPE_CHECKING:
+    from monkey.config import ProviderConfig
+    from monkey.snapshot import BlobStore
+
+_HEAD_AT_MOST = 64  # more unknown digests than this: list blobs/ instead of one lookup each
+_THREADS = 8
+_CHUNK = 8 << 20  # resumable uploads in chunks of this size
+
+
+class GCSStorage(Storage):
+    """Keys of the module docstring of ``monkey.storage.base``, in BUCKET."""
+
+    def __init__(self, bucket: str, *, credentials: str, project: str | None = None,
+                 endpoint: str | None = None) -> None:  # fmt: skip
+        self.bucket, self.credentials = bucket, credentials
+        self.project, self.endpoint = project, endpoint
+        self._client: Any = None
+        self._signer: Any = None
+        self._lock = threading.Lock()
+        self._known: set[str] = set()  # digests seen stored (blobs are never changed)
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> GCSStorage:
+        return cls(str(entry["bucket"]), credentials=str(entry["credentials"]),
+                   project=entry.get("project"), endpoint=entry.get("storage_endpoint"))  # fmt: skip
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> GCSStorage:
+        return cls.from_entry(config.options)
+
+    def ensure_bucket(self) -> bool:
+        """Create the bucket unless it exists; whether it was created."""
+        with self._errors("looking up the bucket"):
+            if self._gcs().lookup_bucket(self.bucket) is not None:
+                return False
+        with self._errors("creating the bucket"):
+            self._gcs().create_bucket(self.bucket)
+        return True
+
+    # -- blobs
+
+    def has(self, digests: Iterable[str]) -> set[str]:
+        wanted = set(digests)
+        unknown = wanted - self._known
+        found: set[str] = set()
+        with self._errors("checking which blobs are stored"):
+            if len(unknown) > _HEAD_AT_MOST:
+                found = unknown & {name[len("blobs/"):] for name, _ in self._list("blobs/")}
+            elif unknown:
+                ordered = list(unknown)
+                with ThreadPoolExecutor(min(_THREADS, len(ordered))) as pool:
+                    present = pool.map(lambda d: self._blob(blob_key(d)).exists(), ordered)
+                    found = {d for d, there in zip(ordered, present) if there}
+        with self._lock:
+            self._known |= found
+        return wanted & self._known
+
+    def put_blobs(self, digests: Iterable[str], source: BlobStore,
+                  progress: ProgressFn | None = None) -> int:  # fmt: skip
+        wanted = list(dict.fromkeys(digests))
+        present = self.has(wanted)
+        missing = [d for d in wanted if d not in present]
+        sizes = {d: source_size(source, d) for d in missing}
+        for digest in missing:
+            if hash_file(source.path(digest)) != digest:
+                raise blob_mismatch(source, digest)
+        with upload_progress(sum(sizes.values()), progress) as advance:
+            self._upload([(source.path(d), blob_key(d)) for d in missing], advance, "uploading blobs")
+        with self._lock:
+            self._known.update(missing)
+        return sum(sizes.values())
+
+    def blob_url(self, digest: str, expires: int = URL_EXPIRES) -> str:
+        return self._sign(blob_key(digest), "GET", expires)
+
+    def put_url(self, key: str, expires: int = URL_EXPIRES) -> str:
+        return self._sign(key, "PUT", expires, content_type="application/octet-stream")
+
+    def get_file(self, key: str, path: Path) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        key, path = check_key(key), Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.monkey-{uuid.uuid4().hex[:8]}")
+        try:
+            with self._errors(f"downloading {key}"):
+                try:
+                    self._blob(key).download_to_filename(str(tmp))
+                except NotFound:
+                    return False
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    # -- trees
+
+    def put_tree(self, local_dir: Path, prefix: str) -> int:
+        prefix = check_key(prefix)
+        tree = local_tree(Path(local_dir)) or {"": (0o700, -1, 0)}
+        old = self._read_tree(prefix) or {}
+        with self._errors(f"uploading {prefix}"):
+            stored = {k for k, _ in self._list(prefix + "/")}
+        changed = [rel for rel, entry in tree.items() if entry[1] >= 0
+                   and (old.get(rel) != entry or f"{prefix}/{rel}" not in stored)]  # fmt: skip
+        with upload_progress(sum(tree[rel][1] for rel in changed), None, prefix) as advance:
+            self._upload([(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
+                         advance, f"uploading {prefix}")  # fmt: skip
+        body = json.dumps({"tree": {rel: list(e) for rel, e in sorted(tree.items())}})
+        with self._errors(f"uploading {prefix}"):
+            self._blob(prefix + "/").upload_from_string(body, content_type="application/json")
+        keep = {f"{prefix}/{rel}" for rel, e in tree.items() if e[1] >= 0} | {prefix + "/"}
+        self._delete_keys(sorted(stored - keep), prefix)
+        return sum(tree[rel][1] for rel in changed)
+
+    def get_tree(self, prefix: str, local_dir: Path) -> int:
+        prefix, local_dir = check_key(prefix), Path(local_dir)
+        tree = self._read_tree(prefix)
+        if tree is None:
+            return 0
+        prune(local_dir, tree)
+        have = local_tree(local_dir)
+        changed = [rel for rel, e in tree.items() if e[1] >= 0 and have.get(rel) != e]
+        temps = {rel: local_dir / f"{rel}.monkey-{uuid.uuid4().hex[:8]}" for rel in changed}
+        try:
+            with self._errors(f"downloading {prefix}"), ThreadPoolExecutor(_THREADS) as pool:
+                list(pool.map(lambda rel: self._blob(f"{prefix}/{rel}").download_to_filename(
+                    str(temps[rel])), changed))
+            for rel in changed:
+                mode, _size, mtime = tree[rel]
+                os.chmod(temps[rel], mode)
+                os.utime(temps[rel], ns=(mtime, mtime))
+                os.replace(temps[rel], local_dir / rel)
+        finally:
+            for tmp in temps.values():
+                tmp.unlink(missing_ok=True)
+        fix_modes(local_dir, tree)
+        return sum(tree[rel][1] for rel in changed)
+
+    def delete(self, prefix: str) -> None:
+        prefix = check_key(prefix)
+        with self._errors(f"deleting {prefix}"):
+            keys = [k for k, _ in self._list(prefix) if k == prefix or k.startswith(prefix + "/")]
+        self._delete_keys(keys, prefix)
+        if prefix.startswith("blobs/"):
+            with self._lock:
+                self._known.discard(prefix[len("blobs/"):])
+
+    # -- internals
+
+    def _gcs(self) -> Any:
+        """The client, made on first use: the service account's credentials, or none at an
+        emulator `endpoint`."""
+        with self._lock:
+            if self._client is None:
+                try:
+                    from google.auth.credentials import AnonymousCredentials
+                    from google.cloud import storage
+                except ImportError:
+                    raise MonkeyError("GCS storage needs google-cloud-storage: pip install "
+                                      "'monkey[gcp]'") from None
+
+                options = {"api_endpoint": self.endpoint} if self.endpoint else None
+                creds = AnonymousCredentials() if self.endpoint else self._service_account()
+                with self._errors("connecting"):
+                    self._client = storage.Client(project=self.project or "-", credentials=creds,
+                                                  client_options=options)  # fmt: skip
+            return self._client
+
+    def _service_account(self) -> Any:
+        if self._signer is None:
+            from google.oauth2 import service_account
+
+            try:
+                self._signer = service_account.Credentials.from_service_account_file(
+                    os.path.expanduser(self.credentials))
+            except (OSError, ValueError) as exc:
+                raise MonkeyError(f"GCS bucket {self.bucket}: credentials {self.credentials} is "
+                                  f"not a service-account JSON key ({exc}); fix `credentials:`") from None
+        return self._signer
+
+    def _blob(self, key: str) -> Any:
+        return self._gcs().bucket(self.bucket).blob(key, chunk_size=_CHUNK)
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Turn the client's failures into one line naming the bucket and the fix."""
+        from google.api_core.exceptions import Forbidden, GoogleAPICallError, NotFound
+        from google.auth.exceptions import GoogleAuthError
+        from requests.exceptions import RequestException
+
+        try:
+            yield
+        except MonkeyError:
+            raise
+        except NotFound:
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: not found; create it "
+                              "with `monkey provider add gcp`") from None
+        except Forbidden as e:
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {_said(e)}; give the "
+                              "service account Storage Admin rights on it") from None
+        except GoogleAPICallError as e:
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.code} {_said(e)}") from None
+        except GoogleAuthError as e:
+            first = (str(e).strip().splitlines() or ["refused"])[0]
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: credentials: {first}; "
+                              "fix `credentials:` in providers.yml") from None
+        except RequestException as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {first}; check the "
+                              "network or `endpoint:`") from None
+
+    def _upload(self, files: list[tuple[Path, str]], advance: ProgressFn, what: str) -> None:
+        """Upload (path, key) pairs at once; ADVANCE gets byte counts as each file lands."""
+        if not files:
+            return
+
+        def one(item: tuple[Path, str]) -> None:
+            path, key = item
+            self._blob(key).upload_from_filename(str(path), content_type="application/octet-stream")
+            advance(path.stat().st_size)
+
+        with self._errors(what), ThreadPoolExecutor(min(_THREADS, len(files))) as pool:
+            list(pool.map(one, files))
+
+    def _list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, size) of every object whose key starts with PREFIX."""
+        for blob in self._gcs().list_blobs(self.bucket, prefix=prefix):
+            yield blob.name, int(blob.size or 0)
+
+    def _read_tree(self, prefix: str) -> Tree | None:
+        """The listing stored at PREFIX/, or None when there is no tree."""
+        from google.api_core.exceptions import NotFound
+
+        with self._errors(f"reading {prefix}"):
+            try:
+                body = self._blob(prefix + "/").download_as_bytes()
+            except NotFound:
+                return None
+        try:
+            raw = json.loads(body)["tree"]
+            tree = {rel: (int(e[0]), int(e[1]), int(e[2])) for rel, e in raw.items()}
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise MonkeyError(f"GCS bucket {self.bucket}: {prefix}/ is not a tree stored by "
+                              "monkey; delete it or use another bucket") from None
+        for rel in tree:
+            if rel:
+                check_rel(rel, f"gs://{self.bucket}/{prefix}/")
+        return tree
+
+    def _delete_keys(self, keys: list[str], prefix: str) -> None:
+        from google.api_core.exceptions import NotFound
+
+        def one(key: str) -> None:
+            try:
+                self._blob(key).delete()
+            except NotFound:
+                pass
+
+        if keys:
+            with self._errors(f"deleting {prefix}"), ThreadPoolExecutor(min(_THREADS, len(keys))) as pool:
+                list(pool.map(one, keys))
+
+    def _sign(self, key: str, method: str, expires: int, content_type: str | None = None) -> str:
+        key = check_key(key)
+        with self._errors("signing a URL"):
+            return self._gcs().bucket(self.bucket).blob(key).generate_signed_url(
+                version="v4", method=method, expiration=datetime.timedelta(seconds=int(expires)),
+                credentials=self._service_account(), content_type=content_type,
+                api_access_endpoint=self.endpoint or "https://storage.googleapis.com")
+
+
+def _said(exc: Any) -> str:
+    """The server's message of a client error, on one line, without the request's URL."""
+    text = str(getattr(exc, "message", "") or exc)
+    text = re.sub(r"^[A-Z]+ https?://\S+: ", "", text.strip())
+    try:
+        text = json.loads(text.split("\n", 1)[0])["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        pass
+    return (str(text).strip().splitlines() or ["refused"])[0]

@@ -1,0 +1,332 @@
+"""The `gce` provider against a stateful fake of the compute API (tests/fake_gce.py) and the
+real fake-gcs-server, each instance reached over real SSH.
+
+The fake gives instance N of a test the internal address 127.0.0.(N+3) (never reused), so
+with `address: private` the `fleet` of tests/test_ec2.py (one sshd per address, own host
+key and home folder each) serves them. Everything above the address is real: libcloud's
+GCENodeDriver, the agent, SSH, the bucket and its signed URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monkey.config import Home, ProviderConfig
+from monkey.drivers import gce_setup
+from monkey.drivers.base import NoCapacity
+from monkey.drivers.cloud import USER_DATA
+from monkey.drivers.gce import GCEDriver
+from monkey.models import InstanceState, MonkeyError, Resources
+from monkey.snapshot import BlobStore
+from monkey.store import Store
+from tests.conftest import kill_core, start_core, wait_for
+from tests.fake_gce import FakeGCE, FakeGCS, service_account_file
+from tests.sshd import Lab
+from tests.test_ec2 import authorize, fleet  # noqa: F401 (a fixture)
+
+ZONE = "us-central1-a"
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[FakeGCS]:
+    server = FakeGCS()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def gce(gcs_server: FakeGCS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGCE]:
+    """An empty fake compute API and an empty fake-gcs-server; nothing Google's is reached
+    (metadata probes go to a closed loopback port). The test must leave no instance."""
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    gcs_server.reset()
+    fake = FakeGCE()
+    fake.gcs = gcs_server  # type: ignore[attr-defined]
+    fake.key = service_account_file(tmp_path / "sa.json")  # type: ignore[attr-defined]
+    yield fake
+    left = [(i["name"], i["status"]) for i in fake.listed()]
+    fake.close()
+    assert not left, f"the test left instances: {left}"
+
+
+def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfig:  # noqa: F811
+    """Provider `gcp` made as `monkey provider add gcp` makes it, recorded in providers.yml;
+    the fleet lets its key in."""
+    h = Home(home).ensure()
+    wanted = {"credentials": gce.key, "zones": [ZONE], "size": "e2-small", "image": "debian-12",
+              "endpoint": gce.endpoint, "storage_endpoint": gce.gcs.endpoint, "address": "private", "user": fleet.user, **options}
+    entry = gce_setup.setup(h, "gcp", gce_setup.entry_from(wanted, {}), say=lambda _: None)
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"gcp": entry}}))
+    authorize(h, fleet, "gcp")
+    return ProviderConfig("gcp", "gce", entry)
+
+
+@pytest.fixture
+def gcp(home: Path, gce: FakeGCE, fleet: Lab) -> ProviderConfig:  # noqa: F811
+    return setup_gcp(home, gce, fleet, max_instances=2)
+
+
+@pytest.fixture
+def driver(gcp: ProviderConfig, home: Path) -> Iterator[GCEDriver]:
+    drv = GCEDriver(gcp, Home(home))
+    yield drv
+    drv.close()
+
+
+def reached(drv: GCEDriver, instance: str) -> bool:
+    return any(c.instance == instance for c in drv.instances())
+
+
+def test_create_list_destroy(driver: GCEDriver, gce: FakeGCE, home: Path, gcp: ProviderConfig) -> None:
+    inst = driver.create_node(options={"preemptible": True})
+    assert inst.id.startswith("gcp/monkey-gcp-") and inst.provider == "gcp"
+    assert (inst.size, inst.spot, inst.address, inst.extra["zone"]) == ("e2-small", True, "127.0.0.4", ZONE)
+    [raw] = gce.listed()
+    assert raw["labels"]["monkey-home"] == Home(home).home_id()
+    assert raw["labels"]["monkey-provider"] == "gcp" and raw["scheduling"]["preemptible"] is True
+    metadata = {i["key"]: i["value"] for i in raw["metadata"]["items"]}
+    assert metadata["startup-script"] == USER_DATA
+    public = (Home(home).keys / "gcp.pub").read_text().strip()
+    assert metadata["ssh-keys"] == f"{gcp.options['user']}:{public}"
+    assert raw["tags"]["items"] == [gce_setup.network_tag("gcp")]
+
+    [found] = driver.list_nodes()
+    assert (found.id, found.state, found.address) == (inst.id, InstanceState.RUNNING, "127.0.0.4")
+    gce.preempt(ZONE, raw["name"])  # GCE stops a preempted instance: listed stopped
+    assert driver.list_nodes()[0].state == InstanceState.STOPPED
+    driver.destroy_node(inst.id)
+    assert driver.list_nodes() == [] and gce.listed() == []
+    driver.destroy_node(inst.id)  # idempotent
+
+
+def test_labels_filter_the_listing(driver: GCEDriver, gcp: ProviderConfig, gce: FakeGCE,
+                                   tmp_path: Path) -> None:  # fmt: skip
+    inst = driver.create_node()
+    other = GCEDriver(gcp, Home(tmp_path / "other-home").ensure())
+    try:
+        assert other.list_nodes() == []  # another home's instance is not listed there
+        assert [i.id for i in driver.list_nodes()] == [inst.id]
+    finally:
+        other.close()
+        driver.destroy_node(inst.id)
+
+
+def test_max_instances_then_no_capacity(driver: GCEDriver, gce: FakeGCE) -> None:
+    made = [driver.create_node(), driver.create_node()]
+    try:
+        with pytest.raises(NoCapacity, match=r"^gcp: 2 instance\(s\) exist, max_instances is 2; "):
+            driver.create_node()
+        assert len(gce.listed()) == 2
+    finally:
+        for inst in made:
+            driver.destroy_node(inst.id)
+    assert driver.size_for(Resources(cpus=4)) == "e2-standard-4"
+    assert driver.size_slots(None) == 2
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"image": "no-such-image"}, r"^gcp: cannot create a e2-small: image no-such-image not found; fix `image:`"),
+    ({"size": "x9-huge"}, r"^gcp: cannot create a x9-huge: machine type x9-huge does not exist in "
+                          r"us-central1-a; fix `size:`"),
+])  # fmt: skip
+def test_bad_image_or_size_is_one_line_and_leaks_nothing(driver: GCEDriver, gce: FakeGCE,
+                                                         options: dict[str, str], expected: str) -> None:  # fmt: skip
+    with pytest.raises(MonkeyError, match=expected) as caught:
+        driver.create_node(options=options)
+    assert "\n" not in str(caught.value) and not isinstance(caught.value, NoCapacity)
+    assert gce.listed() == []
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_quota_is_no_capacity_and_a_half_made_instance_is_deleted(driver: GCEDriver, gce: FakeGCE,
+                                                                   leak: bool) -> None:  # fmt: skip
+    gce.fail_next_insert("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1.", leak)
+    with pytest.raises(NoCapacity, match=r"^gcp: cannot create a e2-small: QUOTA_EXCEEDED: Quota "
+                                         r"'CPUS' exceeded\. .*; monkey tries again later"):
+        driver.create_node()
+    assert gce.listed() == []
+
+
+def test_next_zone_when_the_first_has_no_capacity(gce: FakeGCE, home: Path, fleet: Lab) -> None:  # noqa: F811
+    config = setup_gcp(home, gce, fleet, zones=[ZONE, "us-central1-b"])
+    drv = GCEDriver(config, Home(home))
+    try:
+        gce.fail_next_insert("ZONE_RESOURCE_POOL_EXHAUSTED", "no e2-small in us-central1-a")
+        inst = drv.create_node()
+        assert inst.extra["zone"] == "us-central1-b"
+        drv.destroy_node(inst.id)
+    finally:
+        drv.close()
+
+
+def test_unreachable_endpoint_is_one_line(gcp: ProviderConfig, home: Path) -> None:
+    drv = GCEDriver(ProviderConfig("gcp", "gce", {**gcp.options, "endpoint": "http://127.0.0.1:9"}), Home(home))
+    try:
+        with pytest.raises(MonkeyError, match=r"^gcp: cannot list instances: cannot reach "
+                                              r"http://127\.0\.0\.1:9 \(.*\); check the network"):
+            drv.list_nodes()
+    finally:
+        drv.close()
+
+
+def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: ProviderConfig,
+                                                       home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+    local = BlobStore(Home(home).blobs)
+    code, _ = local.put_bytes(b"print(len(open('data.bin', 'rb').read()))\n")
+    data, _ = local.put_bytes(os.urandom(200_000))
+    inst = driver.create_node()
+    try:
+        wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
+        driver.prepare(inst.id, [code, data])
+        stored = gce.gcs.objects(gcp.options["bucket"], "blobs/")
+        assert sorted(stored) == sorted([f"blobs/{code}", f"blobs/{data}"])
+        fields = driver.blob_fields(inst.id, [code, data])
+        assert "X-Goog-Signature=" in fields["blob_urls"][data][0]
+        link = driver.connect(inst.id)
+        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        try:
+            link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
+                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         files=[["main.py", code, 0o644], ["data.bin", data, 0o644]], **fields)  # fmt: skip
+            out = Path(run_dir, "stdout.log")
+            wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
+        finally:
+            link.close()
+        assert out.read_text() == "200000\n"
+        assert driver.pool.bytes_sent() == 0  # nothing went over SSH
+        assert str(fleet.hosts[0].home) in run_dir
+    finally:
+        driver.destroy_node(inst.id)
+
+
+# -- end to end, through the real CLI -----------------------------------------------------
+
+
+def add_gcp(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, *extra: str) -> Any:  # noqa: F811
+    proc = cli("provider", "add", "gcp", "gcp", "--endpoint", gce.endpoint, "--credentials", gce.key,
+               "--storage-endpoint", gce.gcs.endpoint, "--zone", ZONE, "--size", "e2-small", "--image", "debian-12", "--address", "private",
+               "--user", fleet.user, *extra)
+    assert proc.returncode == 0, proc.stderr
+    authorize(Home(home), fleet, "gcp")
+    return proc
+
+
+def run_job(cli: Any, *argv: str) -> str:
+    return json.loads(cli("run", "--json", "-p", "gcp", "--", *argv, check=True).stdout)["juid"]
+
+
+def info(cli: Any, juid: str) -> dict[str, Any]:
+    return json.loads(cli("info", "job", juid, "--json", check=True).stdout)
+
+
+def test_provider_add_gcp_creates_then_reuses(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+    first = add_gcp(cli, gce, fleet, home, "--network", "monkey-net")
+    entry = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
+    assert "created network monkey-net" in first.stdout
+    assert f"created bucket {entry['bucket']}" in first.stdout
+    rule = gce.firewalls[entry["firewall"]]
+    assert rule["sourceRanges"] == ["127.0.0.1/32"] and rule["targetTags"] == ["monkey-gcp"]
+    assert rule["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
+    assert entry["project"] == "monkey-test" and entry["credentials"] == gce.key
+    assert oct(os.stat(entry["key"]).st_mode & 0o777) == "0o600"
+    assert "BEGIN PRIVATE KEY" not in (home / "providers.yml").read_text()
+    second = add_gcp(cli, gce, fleet, home, "--max-instances", "3")
+    assert "created" not in second.stdout and "reusing network monkey-net" in second.stdout
+    again = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
+    assert again == {**entry, "max_instances": 3}
+    bad = cli("provider", "add", "gcp", "g2", "--endpoint", gce.endpoint, "--credentials", gce.key,
+              "--zone", ZONE, "--size", "e2-small", "--image", "nope-image")
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0
+    assert "image nope-image not found; pass --image" in bad.stderr
+
+
+def test_core_creates_an_instance_code_goes_through_gcs_then_idle_termination(
+        cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811 # fmt: skip
+    add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]["bucket"]
+    Path("main.py").write_text("import words; print(words.WORD)\n")
+    Path("words.py").write_text("WORD = 'fetched from gcs'\n")
+    try:
+        juid = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the job to end")
+        assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
+        assert cli("logs", juid, check=True).stdout == "fetched from gcs\n"
+        assert info(cli, juid)["instance"].startswith("gcp/monkey-gcp-")
+        assert len(gce.gcs.objects(bucket, "blobs/")) >= 2
+        assert not re.search(r"sent \d+ blobs", (home / "daemon.log").read_text())  # none over SSH
+        wait_for(lambda: gce.listed() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert b"X-Goog-Signature" not in path.read_bytes(), path
+
+
+def test_core_terminates_a_labelled_instance_it_has_no_record_of(cli, home: Path, gce: FakeGCE,
+                                                                  fleet: Lab) -> None:  # noqa: F811 # fmt: skip
+    add_gcp(cli, gce, fleet, home)
+    config = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
+    stray = GCEDriver(ProviderConfig("gcp", "gce", config), Home(home)).create_node()
+    try:
+        start_core(home)
+        wait_for(lambda: gce.listed() == [], timeout=30, what="the stray instance to be deleted")
+        assert stray.id.startswith("gcp/")
+    finally:
+        cli("daemon", "stop")
+
+
+def test_core_killed_while_a_job_runs_reattaches(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+    add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    gates = Path(tempfile.mkdtemp(prefix="monkey-gate-"))
+    os.chmod(gates, 0o777)
+    gate = gates / "gate"
+    try:
+        juid = run_job(cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down")
+        wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
+        kill_core(home)
+        gate.touch()
+        start_core(home)
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60,
+                 what="the job to be followed again")
+        assert cli("logs", juid, check=True).stdout == "up\ndown\n"
+        assert len(info(cli, juid)["attempts_detail"]) == 1
+        store = Store(Home(home).db)
+        try:
+            assert len(store.instances("gcp")) == 1
+        finally:
+            store.close()
+        wait_for(lambda: gce.listed() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")
+        shutil.rmtree(gates, ignore_errors=True)
+
+
+def test_a_failed_creation_says_why_on_the_waiting_job(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+    add_gcp(cli, gce, fleet, home)
+    entry = yaml.safe_load((home / "providers.yml").read_text())
+    entry["providers"]["gcp"]["image"] = "gone-image"
+    (home / "providers.yml").write_text(yaml.safe_dump(entry))
+    try:
+        juid = run_job(cli, "true")
+        wait_for(lambda: info(cli, juid).get("waiting"), timeout=30, what="the reason it waits")
+        assert "image gone-image not found" in info(cli, juid)["waiting"]
+        assert info(cli, juid)["state"] == "queued"
+        assert "gcp: cannot create" in cli("list", "providers", check=True).stdout
+        assert gce.listed() == []
+    finally:
+        cli("daemon", "stop")
