@@ -22,6 +22,7 @@ _DRIVERS = {
     "local": "monkey.drivers.local:LocalDriver",
     "ssh": "monkey.drivers.ssh:SSHDriver",
     "ec2": "monkey.drivers.ec2:EC2Driver",
+    "slurm": "monkey.drivers.slurm:SlurmDriver",
 }
 
 
