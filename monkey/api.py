@@ -366,9 +366,16 @@ class Monkey(TrackingAPI):
         job = self.store.get_job(juid)
         assert job is not None
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
+        record = job.to_json()
+        machines = self.store.instances(job.provider, live=job.state == State.QUEUED)
         return {
-            **job.to_json(),
+            **record,
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
+            # What the provider says of the job's machine (a Slurm job id, its node list)...
+            "instance_extra": next((m["extra"] for m in machines if m["id"] == record.get("instance")), None),
+            # ... and of the machines still being made while it is queued (Slurm's pending reason).
+            "pending_instances": [{"id": m["id"], **m["extra"]} for m in machines
+                                  if job.state == State.QUEUED and m["state"] == "pending"],
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
             "attempts_detail": [vars(a) for a in self.store.attempts(juid)],

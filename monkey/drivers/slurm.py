@@ -93,16 +93,17 @@ def slurm_command(argv: list[str], stdin: str | None = None, what: str = "") -> 
 
 def partitions() -> dict[str, dict[str, Any]]:
     """The cluster's partitions (one ``sinfo`` call): per name, its nodes by state
-    (idle, mixed, allocated, other), its idle CPUs and whether it is up."""
-    out = slurm_command(["sinfo", "-h", "-o", "%R|%a|%T|%D|%C"], what="sinfo")
+    (idle, mixed, allocated, other), its idle CPUs, whether it is up and the default."""
+    out = slurm_command(["sinfo", "-h", "-o", "%P|%a|%T|%D|%C"], what="sinfo")
     found: dict[str, dict[str, Any]] = {}
     for line in out.splitlines():
         parts = line.strip().split("|")
         if len(parts) != 5:
             continue
         name, avail, state, count, cpus = parts
-        info = found.setdefault(name, {"up": avail == "up", "idle": 0, "mixed": 0,
-                                       "allocated": 0, "other": 0, "idle_cpus": 0})  # fmt: skip
+        info = found.setdefault(name.rstrip("*"), {
+            "up": avail == "up", "default": name.endswith("*"), "idle": 0, "mixed": 0,
+            "allocated": 0, "other": 0, "idle_cpus": 0})  # fmt: skip
         kind = state.rstrip("*~#!%$@^-")
         key = {"idle": "idle", "mixed": "mixed", "allocated": "allocated"}.get(kind, "other")
         info[key] += int(count)
@@ -217,7 +218,7 @@ class SlurmDriver(Driver):
         try:
             parts = partitions()
             if partition is None:
-                partition = next(iter(parts), None)
+                partition = next((p for p, i in parts.items() if i["default"]), None)
             info = parts.get(str(partition))
             if info is None:
                 return {"slots": 0, "gpus": 0, "error": f"no partition {partition!r} "
@@ -227,7 +228,7 @@ class SlurmDriver(Driver):
             return {"slots": 0, "gpus": 0, "error": str(exc)}
         state = "up" if info["up"] else "down"
         return {"slots": info["idle_cpus"], "gpus": 0, "allocations": live,
-                "partition": f"{partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
+                "detail": f"partition {partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
                              f"{info['allocated']} allocated nodes; {pending} pending jobs"}  # fmt: skip
 
     # -- provisioning -----------------------------------------------------------------------
