@@ -372,10 +372,17 @@ class Monkey(RerunAPI, TrackingAPI):
         assert job is not None
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
         now = time.time()
+        record = job.to_json()
+        machines = self.store.instances(job.provider, live=job.state == State.QUEUED)
         return {
-            **job.to_json(),
+            **record,
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
+            # What the provider says of the job's machine (a Slurm job id, its node list)...
+            "instance_extra": next((m["extra"] for m in machines if m["id"] == record.get("instance")), None),
+            # ... and of the machines still being made while it is queued (Slurm's pending reason).
+            "pending_instances": [{"id": m["id"], **m["extra"]} for m in machines
+                                  if job.state == State.QUEUED and m["state"] == "pending"],
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown

@@ -23,6 +23,7 @@ _DRIVERS = {
     "ssh": "monkey.drivers.ssh:SSHDriver",
     "ec2": "monkey.drivers.ec2:EC2Driver",
     "gce": "monkey.drivers.gce:GCEDriver",
+    "slurm": "monkey.drivers.slurm:SlurmDriver",
 }
 
 

@@ -375,6 +375,8 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
              str(p["running"]), str(p["queued"])] for p in out])
     provider_commands.print_hosts(out)
     for p in out:
+        if p.get("detail"):  # a kind's own line (a Slurm partition's state)
+            print(f"{p['name']}: {p['detail']}")
         error = p.get("error")
         if error:
             print(error if error.startswith(f"{p['name']}:") else f"{p['name']}: {error}")
@@ -408,6 +410,9 @@ def cmd_info_job(args: argparse.Namespace) -> int:
          + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
+        *([("machine", ", ".join(f"{k} {v}" for k, v in info["instance_extra"].items() if v))]
+          if info.get("instance_extra") else []),
+        *[("pending", ", ".join(f"{k} {v}" for k, v in p.items() if v)) for p in info.get("pending_instances", [])],
         ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
          + (f", memory {res['memory']}" if res.get("memory") else "")),
         ("retries", str(info["retries"])),

@@ -22,7 +22,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
     add = sub.add_parser("add", help="add a provider to providers.yml",
                          description="Add a provider to providers.yml.")
-    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp}")
+    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp,slurm}")
     ssh = kinds.add_parser("ssh", help="a pool of SSH hosts",
                            description="Add an `ssh` provider: hosts reached over SSH.")
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
@@ -42,6 +42,7 @@ def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argpars
     ssh.set_defaults(func=cmd_provider_add_ssh)
     _aws_parser(kinds)
     _gcp_parser(kinds)
+    _slurm_parser(kinds)
     check = sub.add_parser("check", help="connect to a provider's hosts and report each",
                            description="Connect to each host of a provider and report it.")
     check.add_argument("name", help="the provider's name")
@@ -186,6 +187,61 @@ def cmd_provider_add_aws(args: argparse.Namespace) -> int:
     ec2_setup.validate(str(home.providers_file), args.name, entry)
     path = _save_provider(home, args.name, entry)
     print(f"added provider {args.name!r} (ec2, {entry['region']}) to {path}")
+    return 0
+
+
+_SLURM_OPTIONS = ("partition", "account", "qos", "time", "gres", "constraint", "workdir", "signal")
+
+
+def _slurm_parser(kinds: Any) -> None:
+    slurm = kinds.add_parser(
+        "slurm", help="a Slurm cluster: each job runs in an allocation made with sbatch",
+        description="Add a `slurm` provider. Slurm's commands (sbatch, squeue, sinfo) must work "
+                    "on this machine; the partition is checked with sinfo.")  # fmt: skip
+    slurm.add_argument("name", help="the provider's name, used with `run --provider NAME`")
+    slurm.add_argument("--partition", help="partition for the jobs (default: the cluster's default)")
+    slurm.add_argument("--account", help="account to charge (sbatch --account)")
+    slurm.add_argument("--qos", help="quality of service (sbatch --qos)")
+    slurm.add_argument("--time", help="default time limit, e.g. 4:00:00 (sbatch --time)")
+    slurm.add_argument("--gres", help="generic resources for every job (sbatch --gres)")
+    slurm.add_argument("--constraint", help="node features (sbatch --constraint)")
+    slurm.add_argument("--signal", help="warning before the time limit (default B:USR1@120)")
+    slurm.add_argument("--workdir", help="folder on the shared filesystem for the agent and "
+                                         "Slurm's output (default: MONKEY_HOME/slurm/NAME)")
+    slurm.add_argument("--extra-arg", action="append", default=[], metavar="OPTION",
+                       help="another sbatch option (repeatable), e.g. --extra-arg=--nice=10")
+    slurm.add_argument("--force", action="store_true", help="replace a provider of that name")
+    slurm.set_defaults(func=cmd_provider_add_slurm)
+
+
+def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.drivers import load_providers
+    from monkey.drivers.slurm import partitions
+
+    home = Home().ensure()
+    providers = load_providers(home)
+    _check_name(args.name)
+    if args.name in providers and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
+    entry: dict[str, Any] = {"type": "slurm"}
+    entry.update({k: getattr(args, k) for k in _SLURM_OPTIONS if getattr(args, k) is not None})
+    if args.workdir:
+        entry["workdir"] = os.path.abspath(os.path.expanduser(args.workdir))
+    if args.extra_arg:
+        entry["extra_args"] = args.extra_arg
+    found = partitions()
+    if not found:
+        raise MonkeyError("sinfo lists no partition: is this machine part of a Slurm cluster?")
+    partition = args.partition or next((p for p, i in found.items() if i["default"]), next(iter(found)))
+    if partition not in found:
+        raise MonkeyError(f"no partition {partition!r} on this cluster; partitions: "
+                          f"{', '.join(sorted(found))}")  # fmt: skip
+    entry.setdefault("partition", partition)
+    path = _save_provider(home, args.name, entry)
+    info = found[partition]
+    print(f"added provider {args.name!r} (slurm, partition {partition}: {info['idle']} idle, "
+          f"{info['mixed']} mixed, {info['allocated']} allocated nodes) to {path}")
     return 0
 
 

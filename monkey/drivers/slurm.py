@@ -1,0 +1,450 @@
+"""The `slurm` provider: hands work to a Slurm cluster's own scheduler.
+
+Slurm places, queues and accounts; monkey keeps what it adds everywhere else. An
+*allocation* is one Slurm batch job made for one monkey attempt: an elastic instance that
+lives as long as that attempt. ``create_node`` submits the batch script (``batch_script``)
+with ``sbatch``; the script starts monkey's agent (stdlib python3, copied to ``workdir``)
+inside the allocation, listening on a Unix socket; the core reaches it there like the local
+agent, and sends it the job's ``start`` as on any other instance, so logs, events, metrics,
+checkpoints and set-up work as elsewhere. Once its job ended the allocation takes no other
+(its capacity drops to 0) and the core releases it with ``scancel`` (``idle_timeout``,
+default 0 s: at its next pass). A job's resources size its allocation: ``--cpus-per-task``,
+``--mem``, ``--gres=gpu:N``.
+
+State is followed with one ``squeue`` call per listing for all of the provider's
+allocations (the core's inventory, in a worker, every few seconds), never one per job; an
+allocation's agent is known reached as soon as its socket appears. A job's exit comes from
+the agent's exit record in its run directory.
+
+Sharing: MONKEY_HOME (runs, blobs, checkpoints) and ``workdir`` must be on a filesystem the
+allocation's node shares with this machine, and ``sbatch`` runs on this machine (a
+``login`` host is not supported yet).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from monkey.drivers.agent_link import connect_unix
+from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
+
+if TYPE_CHECKING:
+    from monkey.config import Home, ProviderConfig
+    from monkey.drivers.agent_link import AgentLink
+
+log = logging.getLogger("monkey.slurm")
+
+_AGENT_SRC = Path(__file__).resolve().parents[1] / "client_agent"
+_KEYS = {"partition", "account", "qos", "time", "gres", "constraint", "extra_args", "workdir",
+         "signal", "requeue", "python", "max_instances", "idle_timeout"}  # fmt: skip
+# Values that go into `#SBATCH` lines as they are: no spaces, quotes or newlines.
+_WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
+_SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
+_COMMAND_TIMEOUT = 60.0
+_SOCKET_MAX = 100
+# Slurm's job states as instance states; anything else (finished) is TERMINATED.
+_STATES = {
+    "PENDING": InstanceState.PENDING, "CONFIGURING": InstanceState.PENDING,
+    "REQUEUED": InstanceState.PENDING, "REQUEUE_HOLD": InstanceState.PENDING,
+    "REQUEUE_FED": InstanceState.PENDING, "RESV_DEL_HOLD": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING, "SUSPENDED": InstanceState.RUNNING,
+    "SIGNALING": InstanceState.RUNNING, "STAGE_OUT": InstanceState.RUNNING,
+    "COMPLETING": InstanceState.STOPPING, "STOPPED": InstanceState.STOPPING,
+}  # fmt: skip
+# Run by the batch shell on Slurm's USR1: every job of the agent gets SIGTERM (the agent
+# kills what is left after its grace period). argv: the agent's socket.
+NOTICE = ('import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
+          'f = s.makefile("rw"); r = lambda m: (f.write(json.dumps(m) + "\\n"), f.flush(), f.readline()); '
+          '[r({"id": 2, "op": "signal", "juid": j["juid"], "attempt": j["attempt"], "signal": "TERM", '
+          '"grace": 60}) for j in json.loads(r({"id": 1, "op": "jobs"})[2])["jobs"]]')
+_AGENT_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+               "from monkey.client_agent.agent import main; main()")  # fmt: skip
+
+
+def slurm_command(argv: list[str], stdin: str | None = None, what: str = "") -> str:
+    """Run a Slurm client command here and return its stdout; a one-line MonkeyError with
+    Slurm's own message when it fails or is missing."""
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                              timeout=_COMMAND_TIMEOUT)  # fmt: skip
+    except FileNotFoundError:
+        raise MonkeyError(f"{argv[0]} not found: this machine needs Slurm's client commands "
+                          "(install slurm-client, or run monkey on a login node)") from None
+    except subprocess.TimeoutExpired:
+        raise MonkeyError(f"{argv[0]} gave no answer in {_COMMAND_TIMEOUT:.0f}s: is slurmctld "
+                          "reachable from this machine?") from None
+    if done.returncode != 0:
+        said = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        raise MonkeyError(f"{what or argv[0]} failed: {said}")
+    return done.stdout
+
+
+def partitions() -> dict[str, dict[str, Any]]:
+    """The cluster's partitions (one ``sinfo`` call): per name, its nodes by state
+    (idle, mixed, allocated, other), its idle CPUs, whether it is up and the default."""
+    out = slurm_command(["sinfo", "-h", "-o", "%P|%a|%T|%D|%C"], what="sinfo")
+    found: dict[str, dict[str, Any]] = {}
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        name, avail, state, count, cpus = parts
+        info = found.setdefault(name.rstrip("*"), {
+            "up": avail == "up", "default": name.endswith("*"), "idle": 0, "mixed": 0,
+            "allocated": 0, "other": 0, "idle_cpus": 0})  # fmt: skip
+        kind = state.rstrip("*~#!%$@^-")
+        key = {"idle": "idle", "mixed": "mixed", "allocated": "allocated"}.get(kind, "other")
+        info[key] += int(count)
+        info["idle_cpus"] += int(cpus.split("/")[1]) if cpus.count("/") == 3 else 0
+    return found
+
+
+def pending_jobs(partition: str | None) -> int:
+    """Jobs pending in PARTITION (all partitions when None), from one ``squeue`` call."""
+    argv = ["squeue", "-h", "-t", "PENDING", "-o", "%i"]
+    if partition:
+        argv += ["-p", partition]
+    return len(slurm_command(argv, what="squeue").split())
+
+
+@dataclass
+class Size:
+    """What one allocation asks of Slurm; as text (the instance's size) ``c2-m512M-g1``."""
+
+    cpus: int = 1
+    memory: str | None = None
+    gpus: int = 0
+
+    @classmethod
+    def of(cls, resources: Resources) -> Size:
+        return cls(max(1, resources.cpus), resources.memory, resources.gpus)
+
+    @classmethod
+    def parse(cls, text: str | None) -> Size:
+        size = cls()
+        for part in (text or "").split("-"):
+            if part.startswith("c"):
+                size.cpus = int(part[1:])
+            elif part.startswith("m"):
+                size.memory = part[1:]
+            elif part.startswith("g"):
+                size.gpus = int(part[1:])
+        return size
+
+    def __str__(self) -> str:
+        return "-".join([f"c{self.cpus}", *([f"m{self.memory}"] if self.memory else []),
+                         *([f"g{self.gpus}"] if self.gpus else [])])  # fmt: skip
+
+
+def _mem_megabytes(memory: str) -> int:
+    return max(1, -(-parse_size(memory) // (1 << 20)))
+
+
+@dataclass
+class _Alloc:
+    """An allocation this driver made or listed."""
+
+    job_id: str
+    size: Size
+    created: float
+    reached: bool = False
+    used: bool = False  # a job was placed on it: it takes no other
+
+
+class SlurmDriver(Driver):
+    """Allocations made with sbatch, each running monkey's agent for one attempt."""
+
+    kind = "slurm"
+    elastic = True
+
+    # -- the kind's rules -------------------------------------------------------------------
+
+    @classmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        """Slurm option values are single words; extra_args a list of sbatch options."""
+        if "login" in entry:
+            raise MonkeyError(f"{where}: provider {name!r}: a login host is not supported yet; "
+                              "run monkey on a machine with Slurm's commands and drop `login`")
+        unknown_keys(where, name, entry, _KEYS)
+        for key in ("partition", "account", "qos", "time", "gres", "constraint", "python"):
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, str) and _WORD.fullmatch(value)):
+                raise MonkeyError(f"{where}: provider {name!r}: {key} must be one word "
+                                  f"(letters, digits, _.:,=+/@%-), got {value!r}")  # fmt: skip
+        signal = entry.get("signal")
+        if signal is not None and not (isinstance(signal, str) and _SIGNAL.fullmatch(signal)):
+            raise MonkeyError(f"{where}: provider {name!r}: signal must look like B:USR1@120 "
+                              f"(sbatch --signal), got {signal!r}")  # fmt: skip
+        extra = entry.get("extra_args", [])
+        if not isinstance(extra, list) or not all(
+                isinstance(a, str) and a.startswith("-") and "\n" not in a for a in extra):
+            raise MonkeyError(f"{where}: provider {name!r}: extra_args must be a list of sbatch "
+                              "options, each one line starting with '-' (e.g. --nice=10)")
+        for key in ("max_instances", "idle_timeout"):
+            value = entry.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                      or value < 0):
+                raise MonkeyError(f"{where}: provider {name!r}: {key} must be a number >= 0, "
+                                  f"got {value!r}")  # fmt: skip
+        if entry.get("requeue") is not None and not isinstance(entry["requeue"], bool):
+            raise MonkeyError(f"{where}: provider {name!r}: requeue must be true or false")
+        workdir = entry.get("workdir")
+        if workdir is not None and not (isinstance(workdir, str) and workdir):
+            raise MonkeyError(f"{where}: provider {name!r}: workdir must be a folder path")
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        if resources.host:
+            return f"provider {config.name!r} is a Slurm cluster; --host is for ssh providers"
+        return None  # the cluster decides: a request it refuses is reported by sbatch
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        """The partition's nodes by state and its pending jobs (one sinfo, one squeue)."""
+        partition = config.options.get("partition")
+        live = sum(1 for i in instances if i.get("state") not in ("terminated", None))
+        try:
+            parts = partitions()
+            if partition is None:
+                partition = next((p for p, i in parts.items() if i["default"]), None)
+            info = parts.get(str(partition))
+            if info is None:
+                return {"slots": 0, "gpus": 0, "error": f"no partition {partition!r} "
+                        f"(partitions: {', '.join(sorted(parts)) or 'none'})"}  # fmt: skip
+            pending = pending_jobs(str(partition))
+        except MonkeyError as exc:
+            return {"slots": 0, "gpus": 0, "error": str(exc)}
+        state = "up" if info["up"] else "down"
+        return {"slots": info["idle_cpus"], "gpus": 0, "allocations": live,
+                "detail": f"partition {partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
+                             f"{info['allocated']} allocated nodes; {pending} pending jobs"}  # fmt: skip
+
+    # -- provisioning -----------------------------------------------------------------------
+
+    def __init__(self, config: ProviderConfig, home: Home) -> None:
+        super().__init__(config, home)
+        options = config.options
+        self.workdir = Path(os.path.expanduser(str(options.get("workdir") or home.root / "slurm" / self.name)))
+        self.job_name = f"monkey-{home.home_id()}-{self.name}"
+        self._allocs: dict[str, _Alloc] = {}
+        self._lock = threading.Lock()
+        self._installed: str | None = None
+
+    @property
+    def idle_timeout(self) -> float:
+        """An allocation is released as soon as its attempt ended (default 0 s)."""
+        return float(self.config.options.get("idle_timeout", 0))
+
+    @property
+    def boot_timeout(self) -> float:
+        """Allocations may wait in Slurm's queue as long as Slurm keeps them."""
+        return float("inf")
+
+    def size_for(self, resources: Resources) -> str | None:
+        return str(Size.of(resources))
+
+    def size_slots(self, size: str | None) -> int:
+        return Size.parse(size).cpus
+
+    def instance_id(self, job_id: str) -> str:
+        return f"{self.name}/{job_id}"
+
+    def _job_id(self, instance: str) -> str:
+        return instance.rsplit("/", 1)[-1]
+
+    def _socket_parts(self) -> tuple[str, str]:
+        """The agent's socket path around the job id: under workdir, or under /tmp when
+        workdir is too deep for a Unix socket's path."""
+        prefix, suffix = f"{self.workdir}/alloc/", "/agent.sock"
+        if len(prefix) + len(suffix) + 12 <= _SOCKET_MAX:
+            return prefix, suffix
+        tag = hashlib.blake2s(str(self.workdir).encode(), digest_size=6).hexdigest()
+        return f"/tmp/monkey-{os.getuid()}/slurm-{tag}-", ".sock"
+
+    def socket_path(self, job_id: str) -> str:
+        """Where the allocation JOB_ID's agent listens."""
+        prefix, suffix = self._socket_parts()
+        return f"{prefix}{job_id}{suffix}"
+
+    def batch_script(self, size: Size) -> str:
+        """The sbatch script of one allocation: sbatch options, then the agent, which serves
+        the allocation's attempt; a pre-timeout/preemption signal reaches it as SIGTERM."""
+        opts = self.config.options
+        lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
+                 f"#SBATCH --output={self.workdir}/logs/%j.out", "#SBATCH --open-mode=append",
+                 "#SBATCH --nodes=1", "#SBATCH --ntasks=1"]  # fmt: skip
+        for key in ("partition", "account", "qos", "time", "constraint"):
+            if opts.get(key):
+                lines.append(f"#SBATCH --{key}={opts[key]}")
+        lines.append(f"#SBATCH --cpus-per-task={size.cpus}")
+        if size.memory:
+            lines.append(f"#SBATCH --mem={_mem_megabytes(size.memory)}M")
+        gres = [str(opts["gres"])] if opts.get("gres") else []
+        if size.gpus:
+            gres.append(f"gpu:{size.gpus}")
+        if gres:
+            lines.append(f"#SBATCH --gres={','.join(gres)}")
+        lines.append(f"#SBATCH --signal={opts.get('signal', 'B:USR1@120')}")
+        lines.append("#SBATCH --requeue" if opts.get("requeue", True) else "#SBATCH --no-requeue")
+        lines += [f"#SBATCH {arg}" for arg in opts.get("extra_args", [])]
+        root = shlex.quote(str(self.workdir / "alloc"))
+        prefix, suffix = self._socket_parts()
+        sock = f'{shlex.quote(prefix)}"$SLURM_JOB_ID"{shlex.quote(suffix)}'
+        code = shlex.quote(str(self.workdir / "agent" / self._agent_version()))
+        idle = shlex.quote(os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600"))
+        beat = shlex.quote(os.environ.get("MONKEY_HEARTBEAT", "5"))
+        python = str(opts.get("python", "python3"))  # one word (validate)
+        lines += [
+            "# monkey: this allocation runs monkey's agent, which runs one attempt of a monkey",
+            "# job; its logs, events and exit code are in the attempt's run directory.",
+            f'root={root}/"$SLURM_JOB_ID"',
+            f"sock={sock}",
+            'mkdir -p "$root" "$(dirname "$sock")"',
+            f"{python} -I -c {shlex.quote(_AGENT_BOOT)} {code} --root \"$root\" --socket \"$sock\" \\",
+            f"    --idle-timeout {idle} --heartbeat {beat} &",
+            "agent=$!",
+            "# Slurm's warning before a time limit or a preemption: the agent's jobs get SIGTERM",
+            "# (checkpoint, then exit), as on a spot notice.",
+            f"notice={shlex.quote(NOTICE)}",
+            f"trap '{python} -I -c \"$notice\" \"$sock\"' USR1",
+            'wait "$agent"; code=$?',
+            'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
+            'exit "$code"',
+            "",
+        ]  # fmt: skip
+        return "\n".join(lines)
+
+    def _agent_version(self) -> str:
+        from monkey.drivers.ssh import agent_digest
+
+        return agent_digest()
+
+    def _install_agent(self) -> None:
+        """Copy client_agent to WORKDIR/agent/<digest>/ unless that version is there."""
+        version = self._agent_version()
+        if self._installed == version:
+            return
+        final = self.workdir / "agent" / version
+        if not (final / "monkey" / "client_agent" / "agent.py").exists():
+            tmp = final.with_name(f".tmp-{version}-{os.getpid()}-{threading.get_ident()}")
+            (tmp / "monkey" / "client_agent").mkdir(parents=True, exist_ok=True)
+            (tmp / "monkey" / "__init__.py").write_bytes(b"")
+            for src in _AGENT_SRC.glob("*.py"):
+                shutil.copy2(src, tmp / "monkey" / "client_agent" / src.name)
+            try:
+                tmp.rename(final)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # installed meanwhile
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        self._installed = version
+
+    def create_node(self, size: str | None = None) -> Instance:
+        """Submit one allocation of SIZE; PENDING until Slurm starts it."""
+        wanted = Size.parse(size)
+        self._install_agent()
+        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted),
+                            what=f"provider {self.name!r}: sbatch")  # fmt: skip
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise MonkeyError(f"provider {self.name!r}: sbatch answered {out.strip()!r}, not a job id")
+        with self._lock:
+            self._allocs[job_id] = _Alloc(job_id, wanted, time.time())
+        return Instance(self.instance_id(job_id), self.name, job_id, InstanceState.PENDING,
+                        size=str(wanted), launched_at=time.time(), extra={"job_id": job_id})  # fmt: skip
+
+    def list_nodes(self) -> list[Instance]:
+        """The provider's allocations as Slurm has them now: ONE squeue call."""
+        began = time.time()
+        out = slurm_command(["squeue", "-h", f"--name={self.job_name}", "-o", "%i|%T|%r|%N|%b|%C|%m"],
+                            what=f"provider {self.name!r}: squeue")  # fmt: skip
+        nodes: list[Instance] = []
+        seen = set()
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 7:
+                continue
+            job_id, state, reason, nodelist, _gres, cpus, _mem = parts
+            seen.add(job_id)
+            inst_state = _STATES.get(state, InstanceState.TERMINATED)
+            extra = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
+                     "reason": reason if state == "PENDING" else ""}  # fmt: skip
+            with self._lock:
+                alloc = self._allocs.get(job_id)
+                if alloc is None and inst_state != InstanceState.TERMINATED:
+                    # Made by an earlier core of this home: followed again.
+                    alloc = self._allocs[job_id] = _Alloc(job_id, Size(int(cpus or 1)), began)
+            size = str(alloc.size) if alloc else None
+            nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
+                                  address=nodelist or None, size=size, extra=extra))  # fmt: skip
+        with self._lock:
+            for job_id, alloc in list(self._allocs.items()):
+                if job_id not in seen and alloc.created < began:
+                    del self._allocs[job_id]  # finished: gone from Slurm's queue
+        return nodes
+
+    def destroy_node(self, instance: str) -> None:
+        """scancel the allocation (its agent and anything left in it)."""
+        job_id = self._job_id(instance)
+        try:
+            slurm_command(["scancel", job_id], what=f"scancel {job_id}")
+        except MonkeyError as exc:
+            if "Invalid job id" not in str(exc):
+                raise
+        with self._lock:
+            self._allocs.pop(job_id, None)
+
+    def instances(self) -> list[Capacity]:
+        """Allocations whose agent is up; one already given its attempt holds nothing more."""
+        caps = []
+        with self._lock:
+            allocs = list(self._allocs.values())
+        for alloc in allocs:
+            if not alloc.reached:
+                alloc.reached = os.path.exists(self.socket_path(alloc.job_id))
+                if not alloc.reached:
+                    continue
+            size = alloc.size
+            caps.append(Capacity(
+                self.instance_id(alloc.job_id), 0 if alloc.used else size.cpus,
+                [] if alloc.used else [str(i) for i in range(size.gpus)],
+                parse_size(size.memory) if size.memory else None,
+            ))  # fmt: skip
+        return caps
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def connect(self, instance: str) -> AgentLink:
+        job_id = self._job_id(instance)
+        try:
+            return connect_unix(self.socket_path(job_id))
+        except OSError as exc:
+            raise MonkeyError(f"allocation {job_id}: its agent is not reachable ({exc}); "
+                              f"see {self.workdir}/logs/{job_id}.out") from None  # fmt: skip
+
+    def blobs_dir(self, instance: str) -> str:
+        return str(self.home.blobs)
+
+    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
+        """The attempt's run directory in MONKEY_HOME (shared); the allocation is then used."""
+        with self._lock:
+            alloc = self._allocs.get(self._job_id(instance))
+            if alloc is not None:
+                alloc.used = True
+        return str(self.home.run_dir(juid, attempt))
+
+    def checkpoint_dir(self, instance: str, juid: str) -> str:
+        path = self.home.checkpoint_dir(juid)
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)

@@ -1,0 +1,139 @@
+"""The `slurm` provider against a real single-node Slurm (tests/slurm.py): jobs run inside
+allocations monkey makes with sbatch, followed and released like any instance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import wait_for
+from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def write_provider(home: Path, **options: Any) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    entry = {"type": "slurm", "partition": PARTITION, **options}
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"cluster": entry}}))
+
+
+def run_job(cli: Any, *argv: str, options: tuple[str, ...] = ()) -> str:
+    out = cli("run", "--json", "-p", "cluster", *options, "--", *argv, check=True).stdout
+    return json.loads(out)["juid"]
+
+
+def info(cli: Any, juid: str) -> dict[str, Any]:
+    return json.loads(cli("info", "job", juid, "--json", check=True).stdout)
+
+
+def monkey_jobs(lab: SlurmLab) -> list[str]:
+    return [line for line in lab.jobs() if " monkey-" in line]
+
+
+@pytest.fixture
+def cluster(cli: Any, home: Path, slurm: SlurmLab) -> Any:  # noqa: F811 - the fixture
+    write_provider(home)
+    yield slurm
+    cli("daemon", "stop")
+
+
+def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, cluster: SlurmLab) -> None:
+    juid = run_job(cli, "sh", "-c", 'echo "hi from slurm job $SLURM_JOB_ID"; echo oops >&2',
+                   options=("--cpus", "2", "--memory", "100M"))
+    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60, what="the job to end")
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", job
+    assert job["instance"].startswith("cluster/")
+    slurm_id = job["instance"].split("/")[1]
+    assert cli("logs", juid, check=True).stdout == f"hi from slurm job {slurm_id}\n"
+    assert cli("logs", "--stderr", juid, check=True).stdout == "oops\n"
+    # The allocation lived for the job only: released once it ended, nothing left in Slurm.
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")
+
+
+def test_cancel_leaves_no_slurm_job_and_a_waiting_job_shows_slurms_reason(
+        cli: Any, home: Path, cluster: SlurmLab) -> None:
+    everything = ("--cpus", str(cluster.cpus))
+    first = run_job(cli, "sh", "-c", "echo started; exec sleep 300", options=everything)
+    wait_for(lambda: cli("logs", first).stdout == "started\n", timeout=60, what="the first job to run")
+    second = run_job(cli, "sleep", "300", options=everything)
+    # The second allocation waits in Slurm's queue for the node: `info job` says why.
+    wait_for(lambda: any(p.get("reason") == "Resources" for p in info(cli, second)["pending_instances"]),
+             timeout=30, what="Slurm's pending reason on the queued job")
+    text = cli("info", "job", second, check=True).stdout
+    assert "reason Resources" in text and "slurm_state PENDING" in text, text
+    running = info(cli, first)
+    assert running["instance_extra"]["node_list"] == cluster.node
+    assert f"job_id {running['instance'].split('/')[1]}" in cli("info", "job", first, check=True).stdout
+
+    cli("job", "cancel", first, check=True)
+    wait_for(lambda: info(cli, first)["state"] == "cancelled", timeout=30, what="the cancel")
+    first_slurm_id = running["instance"].split("/")[1]
+    wait_for(lambda: not any(line.startswith(first_slurm_id + " ") for line in cluster.jobs()),
+             timeout=30, what="the first allocation to be released")
+    wait_for(lambda: info(cli, second)["state"] == "running", timeout=60, what="the second job to run")
+    cli("job", "cancel", second, check=True)
+    wait_for(lambda: info(cli, second)["state"] == "cancelled", timeout=30, what="the second cancel")
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_bad_partition_one_line_and_the_job_waits_with_the_reason(cli: Any, home: Path, slurm: SlurmLab) -> None:  # noqa: F811
+    bad = cli("provider", "add", "slurm", "hpc", "--partition", "nope")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [f"monkey: no partition 'nope' on this cluster; partitions: {PARTITION}"] \
+        or len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "no partition 'nope'" in bad.stderr and PARTITION in bad.stderr
+    assert not (home / "providers.yml").exists() or "hpc" not in (home / "providers.yml").read_text()
+
+    write_provider(home, partition="nope")  # written by hand: sbatch is the one to refuse it
+    try:
+        juid = run_job(cli, "true")
+        wait_for(lambda: "invalid partition" in (info(cli, juid)["waiting"] or ""), timeout=30,
+                 what="the job to say why it waits")
+        job = info(cli, juid)
+        assert job["state"] == "queued" and "\n" not in job["waiting"], job
+        assert not monkey_jobs(slurm)
+    finally:
+        cli("daemon", "stop")
+
+
+def test_provider_add_and_list_providers_show_the_partition(cli: Any, home: Path, slurm: SlurmLab) -> None:  # noqa: F811
+    added = cli("provider", "add", "slurm", "hpc", "--time", "1:00:00", check=True).stdout
+    assert f"added provider 'hpc' (slurm, partition {PARTITION}: 1 idle, 0 mixed, 0 allocated nodes)" in added
+    entry = yaml.safe_load((home / "providers.yml").read_text())["providers"]["hpc"]
+    assert entry == {"type": "slurm", "time": "1:00:00", "partition": PARTITION}
+    listing = cli("list", "providers", check=True).stdout
+    assert f"hpc: partition {PARTITION} (up): 1 idle, 0 mixed, 0 allocated nodes; 0 pending jobs" in listing
+    [hpc] = [p for p in json.loads(cli("list", "providers", "--json", check=True).stdout)["providers"]
+             if p["name"] == "hpc"]
+    assert (hpc["type"], hpc["slots"]) == ("slurm", slurm.cpus)
+
+
+def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from monkey.config import Home, ProviderConfig
+    from monkey.drivers.slurm import Size, SlurmDriver
+    from monkey.drivers.ssh import agent_digest
+    from monkey.models import Resources
+
+    monkeypatch.setenv("MONKEY_HEARTBEAT", "5")
+    monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "600")
+    (tmp_path / "home_id").write_text("0123456789ab")
+    options = {"partition": "gpu", "account": "lab42", "qos": "normal", "time": "2:00:00",
+               "constraint": "a100", "extra_args": ["--nice=10", "--comment=from monkey"],
+               "workdir": "/shared/me/monkey"}
+    driver = SlurmDriver(ProviderConfig("hpc", "slurm", options), Home(tmp_path))
+    script = driver.batch_script(Size.of(Resources(cpus=4, gpus=2, memory="16G")))
+    script = script.replace(agent_digest(), "AGENT")
+    golden = GOLDEN / "slurm_batch.sh"
+    if not golden.exists():  # made once, then reviewed and committed
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(script)
+    assert script == golden.read_text()
+    validate_refuses = [{"partition": "a b"}, {"extra_args": ["x"]}, {"signal": "USR1"}, {"login": {"host": "h"}}]
+    for bad in validate_refuses:
+        with pytest.raises(Exception, match="provider 'hpc'"):
+            SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
