@@ -371,9 +371,16 @@ class Monkey(TrackingAPI):
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
-            "attempts_detail": [vars(a) for a in self.store.attempts(juid)],
+            "attempts_detail": self._attempts_detail(juid),
             "events": self.store.events(juid),
         }
+
+    def _attempts_detail(self, juid: str) -> list[dict[str, Any]]:
+        """The job's attempts, each with its instance's size and capacity type (spot)."""
+        machines = {r["id"]: r for r in self.store.instances()}
+        return [{**vars(a), "size": machines.get(a.instance, {}).get("size"),
+                 "spot": bool(machines[a.instance]["spot"]) if a.instance in machines else None}
+                for a in self.store.attempts(juid)]  # fmt: skip
 
     def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None,
                   setup: bool = False) -> list[Path]:

@@ -38,6 +38,7 @@ from monkey.drivers.ssh import SSHDriver
 from monkey.drivers.ssh_hosts import host_spec, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 from monkey.snapshot import BlobStore
+from monkey.storage import results as bucket_results
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
 
@@ -196,6 +197,10 @@ class EC2Driver(Driver):
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if config.options.get("bucket") else None
+        if self.storage is not None:  # kept folders go through the bucket, not over SSH
+            self.pool.checkpoint_every = math.inf
+        self.spot_nodes: dict[str, str] = {}  # spot instance -> its address (watched)
+        self._reasons: dict[str, str] = {}  # node id -> EC2's state reason code (ended ones)
 
     @property
     def max_instances(self) -> int | None:
@@ -206,7 +211,7 @@ class EC2Driver(Driver):
         lists them; running ones with an address become the transport's hosts."""
         filters = {f"tag:{k}": v for k, v in self.tags.items()}
         nodes = self._call("cannot list instances", lambda api: api.list_nodes(ex_filters=filters))
-        found = [self._instance(n) for n in nodes]
+        found = [self._reclaimed(self._instance(n)) for n in nodes]
         self._track(found, listed=True)
         return [self._with_reach(i) for i in found]
 
@@ -338,8 +343,49 @@ class EC2Driver(Driver):
         source = BlobStore(self.home.blobs)
         return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
 
+    def start_fields(self, instance: str, juid: str, attempt: int) -> dict[str, Any]:
+        """``results``: the bucket's upload form for the job, the kept folders to restore
+        from its newest manifest (see monkey.storage.results); ``watch`` for spot ones."""
+        if self.storage is None:
+            return {}
+        with self.pool.store_lock:
+            outputs = self.pool.store.outputs(juid)
+        dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
+                "persist": self.persist_dir(instance, juid)}  # fmt: skip
+        every = float(self.entry.get("checkpoint_every", 60))
+        return {**bucket_results.start_fields(self.storage, juid, dirs, outputs, every),
+                **self.sync_fields(instance)}  # fmt: skip
+
+    def sync_fields(self, instance: str) -> dict[str, Any]:
+        """``watch`` of the instance's metadata (``metadata_url``, ``{address}`` replaced)
+        when it is a spot instance."""
+        address = self.spot_nodes.get(instance)
+        if address is None:
+            return {}
+        url = str(self.entry["metadata_url"]).replace("{address}", address)
+        return {"watch": {"kind": "ec2", "url": url, "every": float(self.entry.get("notice_every", 1.0))}}
+
     def finish(self, instance: str, juid: str, attempt: int) -> None:
-        self.pool.finish(instance, juid, attempt)
+        """Without a bucket, the SSH provider's. With one: the logs over SSH while the
+        instance is up, the checkpoint, persisted folders and outputs from the bucket
+        (also when the instance is gone)."""
+        if self.storage is None:
+            self.pool.finish(instance, juid, attempt)
+            return
+        host = self.pool.hosts.get(instance)
+        logs_error = None
+        if host is not None and host.up:
+            try:
+                self.pool._fetch_logs(host, [(juid, attempt)])
+            except Exception as exc:  # noqa: BLE001 - the bucket's part comes first
+                logs_error = exc
+        current = self.pool._is_current(juid, attempt)
+        fetched = bucket_results.bring_back(self.storage, self.home, juid, attempt, current)
+        if fetched:
+            log.info("%s: %s attempt %d: %d bytes of results from the bucket", self.name, juid,
+                     attempt, fetched)  # fmt: skip
+        if logs_error is not None:
+            raise logs_error
 
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         return self.pool.changes()
@@ -391,6 +437,8 @@ class EC2Driver(Driver):
             seen = set()
             for inst in instances:
                 seen.add(inst.id)
+                if inst.spot and inst.address and inst.state in (InstanceState.PENDING, InstanceState.RUNNING):
+                    self.spot_nodes[inst.id] = inst.address
                 if inst.state == InstanceState.RUNNING and inst.address:
                     spec = host_spec({"host": inst.address, "name": inst.extra["node"],
                                       "user": self.entry["user"], "key": self.entry.get("key")},
@@ -410,6 +458,25 @@ class EC2Driver(Driver):
                 wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
             self._boot_wait = wait
             self._next_refresh = time.monotonic() + (wait or _REFRESH_IDLE)
+
+    def _reclaimed(self, inst: Instance) -> Instance:
+        """INST with ``extra["preempted"]`` when EC2 ended it as a spot interruption
+        (``Server.SpotInstanceTermination``: its state reason, asked once per instance)."""
+        if not inst.spot or inst.state not in (InstanceState.TERMINATED, InstanceState.STOPPED,
+                                               InstanceState.STOPPING):
+            return inst
+        node = inst.extra["node"]
+        if node not in self._reasons:
+
+            def ask(api: EC2NodeDriver) -> str:
+                reply = api.connection.request(api.path, params={"Action": "DescribeInstances",
+                                                                 "InstanceId.1": node}).object
+                found = [e.text for e in reply.iter() if e.tag.endswith("code") and e.text]
+                return next((c for c in found if c.startswith(("Server.", "Client."))), "")
+
+            self._reasons[node] = self._call(f"cannot describe {node}", ask)
+        spot = self._reasons[node].startswith(("Server.SpotInstance", "Server.SpotInstanceTermination"))
+        return replace(inst, extra={**inst.extra, "reason": self._reasons[node], "preempted": spot})
 
     def _refresh_soon(self) -> None:
         """List the instances in a thread when due: at first, while one boots, and now and

@@ -35,7 +35,8 @@ _TEXT = ("region", "endpoint", "profile", "credentials", "size", "image", "user"
          "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url")
 _ORDER = ("type", "region", "endpoint", "credentials", "profile", "size", "image", "user", "key",
           "key_name", "vpc", "subnet", "security_group", "address", "spot", "max_instances",
-          "idle_timeout", "boot_timeout", "bucket", "metadata_url")
+          "idle_timeout", "boot_timeout", "bucket", "metadata_url", "checkpoint_every",
+          "notice_every", "max_preemptions", "fallback")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro",
             "image": "an AMI id of the region, e.g. ami-0123456789abcdef0"}
@@ -89,7 +90,17 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     count = entry.get("max_instances")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise bad(f"max_instances must be a positive integer, got {count!r}")
-    for key in ("idle_timeout", "boot_timeout"):
+    for key in ("max_preemptions",):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise bad(f"{key} must be a whole number, got {value!r}")
+    fallback = entry.get("fallback")
+    if fallback is not None:
+        after = fallback.get("on_demand_after") if isinstance(fallback, dict) else None
+        if set(fallback or {}) != {"on_demand_after"} or not isinstance(after, int) \
+                or isinstance(after, bool) or after < 0:
+            raise bad(f"fallback must be {{on_demand_after: N}} (N preemptions), got {fallback!r}")
+    for key in ("idle_timeout", "boot_timeout", "checkpoint_every", "notice_every"):
         value = entry.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value <= 0):

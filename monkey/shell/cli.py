@@ -425,8 +425,10 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         print(f"{key.ljust(width)}  {value}")
     if info["attempts_detail"]:
         print()
-        render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"], [
-            [str(a["n"]), a["instance"], _when(a["started_at"]),
+        render(["ATTEMPT", "INSTANCE", "CAPACITY", "STARTED", "RUNTIME", "EXIT", "REASON"], [
+            [str(a["n"]), a["instance"],
+             "-" if a.get("spot") is None else "spot" if a["spot"] else "on-demand",
+             _when(a["started_at"]),
              duration((a["ended_at"] or time.time()) - a["started_at"]) if a["started_at"] else "-",
              "-" if a["exit_code"] is None else str(a["exit_code"]),
              a["reason"] or ("running" if a["state"] == "live" else "-")]

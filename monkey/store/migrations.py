@@ -167,6 +167,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0006_spot",
+        """
+        ALTER TABLE jobs ADD COLUMN front INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
