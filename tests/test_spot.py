@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import wait_for
+from tests.conftest import kill_until_gone, wait_for
 from tests.imds import Metadata
 from tests.sshd import Lab
 from tests.test_ec2 import FLEET, add_aws, fleet, info, run_job  # noqa: F401 - fixture
@@ -43,9 +43,9 @@ print("result", state["total"], flush=True)
 EPOCHS = 12
 
 
-def expected() -> int:
+def expected(epochs: int = EPOCHS) -> int:
     total = 0
-    for epoch in range(1, EPOCHS + 1):
+    for epoch in range(1, epochs + 1):
         total = total * 3 + epoch
     return total
 
@@ -65,14 +65,15 @@ def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:  # noqa: F811
             service.close()
 
 
-def spot_provider(cli: Any, moto: Any, fleet: Lab, home: Path, port: int, **options: Any) -> str:  # noqa: F811
+def spot_provider(cli: Any, moto: Any, fleet: Lab, home: Path, port: int, epochs: int = EPOCHS,  # noqa: F811
+                  **options: Any) -> str:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     path = home / "providers.yml"
     doc = yaml.safe_load(path.read_text())
     doc["providers"]["aws"].update(spot=True, metadata_url=f"http://{{address}}:{port}",
                                    checkpoint_every=1, notice_every=0.2, **options)
     path.write_text(yaml.safe_dump(doc))
-    Path("train.py").write_text(TRAIN.replace("EPOCHS", str(EPOCHS)))
+    Path("train.py").write_text(TRAIN.replace("EPOCHS", str(epochs)))
     return doc["providers"]["aws"]["bucket"]
 
 
@@ -135,18 +136,21 @@ def test_notice_stops_the_job_which_resumes_on_a_new_instance(cli, home: Path, m
 
 def test_a_reclaim_without_notice_resumes_from_the_last_upload(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
                                                                metadata: dict[str, Metadata]) -> None:
-    spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port)
+    spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=40)
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 4\n" in stdout(home, juid, 1), timeout=60, what="epoch 4")
         node = info(cli, juid)["instance"].split("/", 1)[1]
         wait_for(lambda: _uploaded_epoch(moto, home, juid) >= 3, timeout=30, what="a periodic upload")
         moto.reclaim_spot(node)
+        # The machine is gone: everything that ran there with it.
+        fleet.hosts[0].cut()
+        kill_until_gone(fleet.hosts[0].processes)
         wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to resume")
         one, two = info(cli, juid)["attempts_detail"]
         assert one["reason"].startswith("preempted: its spot instance was reclaimed"), one
         assert "start at epoch 0\n" not in stdout(home, juid, 2)
-        assert f"result {expected()}\n" in stdout(home, juid, 2)
+        assert f"result {expected(40)}\n" in stdout(home, juid, 2)
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
     finally:
         finish(cli, moto)

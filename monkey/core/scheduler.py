@@ -13,7 +13,7 @@ from typing import Any
 from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
-from monkey.core.provisioning import Elastic
+from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
@@ -451,6 +451,10 @@ class Core:
             return False
         return self.store.auto_retries(job.juid, "preempt") >= int(fallback["on_demand_after"])
 
+    def _on_spot(self, key: tuple[str, str]) -> bool:
+        """Whether the instance KEY is a spot/preemptible machine of an elastic provider."""
+        return any(r["id"] == key[1] and r["spot"] for r in self.store.instances(key[0], live=True))
+
     def _never_started(self, att: Attempt) -> None:
         job = self.store.get_job(att.juid)
         if job is None:
@@ -709,6 +713,8 @@ class Core:
             if key not in self.links:
                 self.connect(key)
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
+                if now - beat <= HEARTBEAT_TIMEOUT + 2 * LIST_EVERY and self._on_spot(key):
+                    continue  # the cloud's listing says first whether it was reclaimed
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
                 self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
                                                     "ts": now}, att.events_offset)
