@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from monkey.tracking.logger import log, log_params, summary
 
 __all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir", "log", "log_params",
-           "summary"]
+           "preempted", "summary"]
 __version__ = "0.1.0"
 
 
@@ -30,6 +30,16 @@ def checkpoint_dir() -> Path:
     path = Path(os.environ.get("MONKEY_CHECKPOINT_DIR") or "checkpoints")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def preempted() -> bool:
+    """Whether a spot/preemption notice is stopping this job (its SIGTERM says "save and
+    exit": the job is re-queued and its checkpoint folder restored). ``MONKEY_PREEMPTED=1``
+    in the environment, or the agent's ``preempted`` mark in the run folder."""
+    if os.environ.get("MONKEY_PREEMPTED") == "1":
+        return True
+    run_dir = os.environ.get("MONKEY_RUN_DIR")
+    return bool(run_dir) and os.path.exists(os.path.join(run_dir, "preempted"))
 
 
 def __getattr__(name: str) -> Any:

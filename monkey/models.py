@@ -37,7 +37,8 @@ LIVE = frozenset({State.DISPATCHING, State.RUNNING})
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.DISPATCHING, State.CANCELLED, State.PAUSED}),
     State.DISPATCHING: frozenset(
-        {State.RUNNING, State.QUEUED, State.FAILED, State.CANCELLED, State.PAUSED, State.LOST}
+        {State.RUNNING, State.QUEUED, State.FAILED, State.CANCELLED, State.PAUSED, State.LOST,
+         State.PREEMPTED}
     ),
     State.RUNNING: frozenset(
         {
@@ -152,6 +153,7 @@ class Ending(str, enum.Enum):
     SETUP = "setup"  # its environment's set-up failed: the command never ran
     SILENT = "silent"  # no heartbeat from its instance for too long
     TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
+    PREEMPTED = "preempted"  # a spot/preemption notice stopped it, or the cloud reclaimed it
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Ending:

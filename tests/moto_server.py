@@ -116,6 +116,20 @@ class Moto:
                       for r in page["Reservations"] for i in r["Instances"]]
         return found
 
+    def reclaim_spot(self, instance_id: str, region: str = REGION) -> None:
+        """What AWS does when it takes a spot instance back: terminated with the state
+        reason ``Server.SpotInstanceTermination`` (the server runs in this process; its API
+        has no call for this: TerminateInstances records a user's shutdown)."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        backend = ec2_backends[ACCOUNT][region]
+        instance = backend.get_instance(instance_id)
+        instance.terminate()
+        instance.state_reason = StateReason("Server.SpotInstanceTermination: Spot instance termination",
+                                            "Server.SpotInstanceTermination")
+        instance._reason = "Service initiated"
+
     def reject_credentials(self) -> None:
         """Make moto check credentials as AWS does (until the next test)."""
         self.server.reject_credentials()

@@ -65,7 +65,13 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 adopted job continues from the ends of its last metrics event. Nothing is
                 parsed here: the core validates and stores.
     exit       {"code": int|null, "signal": int|null,
-                "reason": "exited"|"killed"|"vanished"|"setup", "error": text (setup only)}
+                "reason": "exited"|"killed"|"vanished"|"setup"|"preempted",
+                "error": text (setup only), "saved": (with ``results``) the last upload's
+                {"bytes", "digest", "files"} or {"error"}}
+    saved      a periodic upload of the checkpoint and persisted folders (``results``):
+                {"bytes", "digest", "files"} or {"error"}
+    preempt-notice {"deadline": epoch s, "kind", "detail"}: a notice stopped the job
+                (SIGTERM now, SIGKILL after the grace; its run dir holds ``preempted``)
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
 from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
@@ -95,7 +101,15 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               or with ``mount`` a symlink to ROOT/datasets/DIGEST), setup {type: pip|conda|
               none, env_file, env_file_digest, install_script, install_script_digest},
               persist [{name, path}], persist_dir (absolute; saved copies go to
-              persist_dir/NAME), blob_urls (optional: {digest: [url, size]}) -> pid.
+              persist_dir/NAME), blob_urls (optional: {digest: [url, size]}),
+              results (optional, see results.py: {url, fields, prefix, every, dirs,
+              outputs, restore}: the kept folders are restored before the job starts,
+              uploaded every ``every`` seconds and at the exit, which waits for it),
+              watch (optional: {kind: ec2|gce, url, every}: see notice.py) -> pid.
+              On a notice (spot interruption, preemption) every job gets SIGTERM, SIGKILL
+              after MONKEY_PREEMPT_GRACE (20 s) capped 5 s before the deadline, and exits
+              ``preempted``; subscribers get ``{"push": "notice", "kind", "deadline",
+              "detail"}`` (also for a rebalance recommendation, which only uploads now).
               Each blob of ``blob_urls`` missing from blobs_dir is first downloaded from
               its URL (a presigned GET minted by the core; ``file://`` works too) to a
               temporary file there, checked to have ``size`` bytes and renamed into place
@@ -121,7 +135,7 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               (seconds, default 10): the signal goes to every process of the job's
               session and its process group; SIGKILL follows after grace if the job is
               still alive. -> running (false when the job is not live: still ok).
-    sync      attempts [{juid, attempt, run_dir, offset}] -> attempts [{juid, attempt,
+    sync      attempts [{juid, attempt, run_dir, offset}], watch (optional) -> attempts [{juid, attempt,
               status: running|exited|unknown}]; jobs not live are adopted from their run
               dir. ``unknown`` (never started) marks the run dir ``abandoned``, so a
               late ``start`` for it, sent by a core that died, is refused. After the reply, every complete events.jsonl line after ``offset`` is
@@ -139,6 +153,7 @@ import fcntl
 import functools
 import json
 import os
+import queue
 import re
 import resource
 import selectors
@@ -195,6 +210,9 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FETCH_TIMEOUT = 60.0  # seconds a blob download or a result upload may stall
 FETCH_THREADS = 8  # blob downloads at once (each is one request: latency adds up)
+PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
+PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
+PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
 
 Key = tuple[str, int]  # (juid, attempt)
 
@@ -787,7 +805,7 @@ class Job:
 
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
-        "signalled", "cpu_prev", "tail", "gpus", "cgroup",
+        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -804,6 +822,7 @@ class Job:
         self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
+        self.preempted = False  # stopped by a spot/preemption notice
 
     @property
     def key(self) -> Key:
@@ -858,6 +877,16 @@ class Agent:
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
         self.orphans = False  # a child we did not start may have exited (subreaper)
+        # Results through a bucket (results.py) and the metadata watcher (notice.py): their
+        # threads hand outcomes to the loop through `done` and a wake-up pipe.
+        self.results: dict[Key, Any] = {}
+        self.exiting: set[Key] = set()  # exited, their last upload on its way
+        self.watcher: Any = None
+        self.notice: dict[str, Any] | None = None
+        self.done: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.done_r, self.done_w = os.pipe()
+        os.set_blocking(self.done_r, False)
+        os.set_blocking(self.done_w, False)
 
     # ---- lifetime
 
@@ -876,6 +905,7 @@ class Agent:
         if self.cgroups.base is None and become_subreaper():
             signal.signal(signal.SIGCHLD, self._on_child)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: os.read(wake_r, 512))
+        self.sel.register(self.done_r, selectors.EVENT_READ, self._on_done)
         log(f"serving {self.root} on {self.socket_path}")
         try:
             while not self.stopping:
@@ -960,6 +990,7 @@ class Agent:
             deadlines.append(self.next_tail)
         if self.idle_since is not None:
             deadlines.append(self.idle_since + self.idle_timeout)
+        deadlines += [r.next_at for k, r in self.results.items() if k in self.jobs]
         if not deadlines:
             return 60.0
         return min(60.0, max(0.0, min(deadlines) - now))
@@ -985,7 +1016,11 @@ class Agent:
         if self.jobs and now >= self.next_heartbeat:
             self._heartbeats()
             self.next_heartbeat = time.monotonic() + self.heartbeat
-        if self.jobs or self.conns:
+        for key, res in list(self.results.items()):
+            if key in self.jobs and self.notice is None and res.due(now):
+                res.next_at = now + res.every  # due again after this one
+                self._in_thread("saved", self.jobs[key], res.upload)
+        if self.jobs or self.conns or self.exiting:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = now
@@ -1218,6 +1253,9 @@ class Agent:
             raise RequestError("env must map strings to strings")
         if (juid, attempt) in self.jobs:
             raise RequestError(f"{juid}/{attempt} is already running")
+        if self.notice is not None:
+            raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
+        self._watch(req.get("watch"))
         if os.path.exists(os.path.join(run_dir, "pid")):
             raise RequestError(f"{run_dir} was already started; use sync")
         claim = read_claim(run_dir)
@@ -1248,11 +1286,127 @@ class Agent:
             argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
+        results = self._results(req.get("results"), juid, attempt, work)
         cgroup = self.cgroups.make(juid, attempt)
         env.update(job_env(run_dir, cgroup))
         job = self._spawn(juid, attempt, run_dir, work, argv, env)
         job.cgroup = cgroup
+        if results is not None:
+            self.results[job.key] = results
         return {"pid": job.pid}
+
+    def _results(self, cfg: Any, juid: str, attempt: int, work: str) -> Any:
+        """The attempt's uploads (``results`` of a start), its kept folders restored first
+        from the last manifest; None without a bucket."""
+        if not cfg:
+            return None
+        from monkey.client_agent.results import Results
+
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("url"), str):
+            raise RequestError("results must be {url, fields, prefix, every, dirs, outputs, restore}")
+        try:
+            results = Results(cfg, juid, attempt, work)
+            fetched = results.restore(cfg.get("restore"))
+        except (OSError, ValueError, TypeError) as e:
+            raise RequestError(f"restoring the checkpoint of {juid} failed: {one_line(e)}") from None
+        if fetched:
+            log(f"{juid}/{attempt}: restored {fetched} bytes of checkpoint and persisted folders")
+        return results
+
+    # ---- notices and uploads
+
+    def _watch(self, cfg: Any) -> None:
+        """Watch the instance's metadata as ``watch`` ({kind: ec2|gce, url, every}) says,
+        once (a start or a sync may carry it)."""
+        if not cfg or self.watcher is not None:
+            return
+        from monkey.client_agent.notice import Watcher
+
+        def on_notice(info: dict[str, Any]) -> None:
+            self.done.put(("notice", info))
+            self._wake()
+
+        try:
+            self.watcher = Watcher(str(cfg["kind"]), str(cfg["url"]), on_notice,
+                                   float(cfg.get("every", 1.0)))  # fmt: skip
+        except (KeyError, ValueError, TypeError) as e:
+            raise RequestError(f"bad watch {cfg!r}: {one_line(e)}") from None
+        log(f"watching {cfg['kind']} metadata at {cfg['url']} for notices")
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.done_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _in_thread(self, what: str, job: Job, call: Callable[[], Any]) -> None:
+        """Run CALL (an upload) in a thread; its outcome comes back to the loop as WHAT."""
+        import threading
+
+        def run() -> None:
+            try:
+                outcome = call()
+            except Exception as e:  # a bucket that refuses, a network error
+                outcome = {"error": one_line(e)}
+            self.done.put((what, (job, outcome)))
+            self._wake()
+
+        threading.Thread(target=run, daemon=True, name=f"upload-{job.juid}").start()
+
+    def _on_done(self, _mask: int) -> None:
+        try:
+            while os.read(self.done_r, 512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                what, value = self.done.get_nowait()
+            except queue.Empty:
+                return
+            if what == "notice":
+                self._on_notice(value)
+            elif what == "saved":
+                job, saved = value
+                if "error" in saved:
+                    log(f"{job.juid}/{job.attempt}: checkpoint upload failed: {saved['error']}")
+                if job.key in self.jobs:
+                    self._append(job, "saved", **saved)
+            elif what == "exit":
+                job, (fields, saved) = value
+                self.exiting.discard(job.key)
+                self.results.pop(job.key, None)
+                self._append(job, "exit", **fields, saved=saved)
+
+    def _on_notice(self, info: dict[str, Any]) -> None:
+        """A notice: tell the core; on a spot interruption or a preemption stop every job
+        (SIGTERM, SIGKILL after the grace, capped below the deadline), each to be
+        reported ``preempted`` once its checkpoint is uploaded. A rebalance recommendation
+        only uploads checkpoints now."""
+        log(f"notice: {info['kind']}: {info['detail']}")
+        push = encode({"push": "notice", **info})
+        for conn in list(self.conns):
+            if conn.subscribed:
+                self._send(conn, push)
+        if info["kind"] == "rebalance":
+            for res in self.results.values():
+                res.next_at = 0.0
+            return
+        if self.notice is not None:
+            return
+        self.notice = info
+        grace = min(PREEMPT_GRACE, max(0.0, info["deadline"] - time.time() - PREEMPT_RESERVE))
+        for job in list(self.jobs.values()):
+            self._append(job, "preempt-notice", deadline=info["deadline"], kind=info["kind"],
+                         detail=info["detail"])  # fmt: skip
+            try:
+                write_atomic(os.path.join(job.run_dir, PREEMPTED), b"1\n")
+            except OSError as e:
+                log(f"cannot mark {job.run_dir} preempted: {e}")
+            job.preempted = True
+            job.signalled = signal.SIGTERM
+            self._signal_session(job, signal.SIGTERM)
+            self.kill_at[job.key] = time.monotonic() + grace
 
     def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
         """[(relpath, blob path, mode)] after checking paths, digests and blobs."""
@@ -1567,11 +1721,29 @@ class Agent:
         returncode = job.proc.wait() if job.proc is not None else None
         os.close(job.pidfd)
         self._tail(job, final=True)
-        self._append(job, "exit", **exit_fields(job, read_exit_code(job.run_dir), returncode))
+        fields = exit_fields(job, read_exit_code(job.run_dir), returncode)
+        if job.preempted:
+            fields["reason"] = PREEMPTED
+        results = self.results.get(job.key)
+        if results is None:
+            self._append(job, "exit", **fields)
+            return
+        # The exit is told once the last upload is in the bucket: the core then finds there
+        # what the next attempt restores.
+        self.exiting.add(job.key)
+
+        def last_upload() -> tuple[dict[str, Any], dict[str, Any]]:
+            try:
+                return fields, results.upload(final=True)
+            except Exception as e:  # reported with the exit: the core keeps what it has
+                return fields, {"error": one_line(e)}
+
+        self._in_thread("exit", job, last_upload)
 
     # ---- sync and adoption
 
     def op_sync(self, req: dict[str, Any], backlog: list[bytes]) -> dict[str, Any]:
+        self._watch(req.get("watch"))
         statuses = []
         for item in req.get("attempts") or []:
             juid, attempt, run_dir = item["juid"], item["attempt"], item["run_dir"]
@@ -1602,7 +1774,7 @@ class Agent:
 
     def _adopt(self, juid: str, attempt: int, run_dir: str) -> str:
         """Status of an attempt, tracking it again or recording its exit when needed."""
-        if (juid, attempt) in self.jobs:
+        if (juid, attempt) in self.jobs or (juid, attempt) in self.exiting:
             return "running"
         last = last_event(os.path.join(run_dir, "events.jsonl"))
         if last is not None and last.get("type") == "exit":

@@ -6,8 +6,12 @@ Each pass, for every provider whose driver is ``elastic``:
   the loop; each machine's state is recorded with a compare-and-set move. A tagged machine
   the store has no record of (its creation was never recorded: the core died meanwhile) is
   terminated; a recorded one the cloud no longer lists is terminated in the store, and the
-  attempts live on it end ``lost``.
-- **growth**: queued jobs that fit on no machine cause machines to be created, as many as
+  attempts live on it end ``lost`` (``preempted`` when the cloud says it reclaimed a spot
+  machine: ``extra["preempted"]``).
+- **notices**: an agent's spot/preemption notice for a machine with no live attempt has it
+  destroyed at once (one with jobs ends them itself, each ``preempted``).
+- **growth**: queued jobs that fit on no machine cause machines to be created (on-demand
+  ones for jobs past ``fallback: on_demand_after``), as many as
   their CPUs need beyond the slots of machines still booting, never more than
   ``max_instances``; a failed creation is recorded as the provider's error (shown on the
   jobs that wait) and retried with back-off.
@@ -57,9 +61,12 @@ class Elastic:
         self.retry_at: dict[str, float] = {}
         self.failures: dict[str, int] = {}
         self.list_failed: set[str] = set()  # providers whose last listing failed
+        self.noticed: set[str] = set()  # machines whose agent saw a spot/preemption notice
 
-    def tick(self, now: float, waiting: dict[str, list[Resources]]) -> None:
-        """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere."""
+    def tick(self, now: float, waiting: dict[str, list[Resources]],
+             on_demand: dict[str, list[Resources]] | None = None) -> None:
+        """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere,
+        ON_DEMAND: of those that need on-demand capacity."""
         for name in list(self.core.providers):
             try:
                 drv = self.core.driver(name)
@@ -71,6 +78,7 @@ class Elastic:
                 self._list(name, drv, now)
             if name in self.inventoried:
                 self._grow(name, drv, waiting.get(name, []), now)
+                self._grow_on_demand(name, drv, (on_demand or {}).get(name, []), now)
                 self._shrink(name, drv, now)
 
     # -- inventory -------------------------------------------------------------------------
@@ -108,7 +116,8 @@ class Elastic:
                             known[node.id]["state"])  # fmt: skip
                 continue
             if node.state in (InstanceState.TERMINATED, InstanceState.STOPPED):
-                self._end_attempts(name, node.id)  # reclaimed, or stopped from outside
+                # reclaimed, or stopped from outside
+                self._end_attempts(name, node.id, bool(node.extra.get("preempted")))
             if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
                 self._destroy(name, drv, node.id, "stopped from outside monkey")
         for row in known.values():
@@ -129,12 +138,31 @@ class Elastic:
         store.record_instance(inst, detail="no longer listed by the cloud")
         self._end_attempts(name, inst.id)
 
-    def _end_attempts(self, name: str, instance: str) -> None:
-        """End the attempts live on a machine that is gone or stopped (`lost`, retried)."""
+    def _end_attempts(self, name: str, instance: str, preempted: bool = False) -> None:
+        """End the attempts live on a machine that is gone or stopped (`lost`, retried), or
+        that the cloud reclaimed (PREEMPTED: they resume from their last upload)."""
+        why = Ending.PREEMPTED if preempted else Ending.TERMINATED
+        detail = "its spot instance was reclaimed without a notice" if preempted else None
         for att in self.core.store.live_attempts(instance):
             self.core.on_exit((name, instance), att.juid, att.n,
-                              {"reason": Ending.TERMINATED.value, "ts": time.time()},
+                              {"reason": why.value, "ts": time.time(), "detail": detail},
                               att.events_offset)
+
+    def on_notice(self, key: tuple[str, str], notice: dict[str, object]) -> None:
+        """An agent saw a notice: recorded on the machine; one with no live attempt is
+        destroyed now (its jobs, if any, end themselves)."""
+        name, instance = key
+        log.warning("%s: %s: %s", name, instance, notice.get("detail"))
+        if notice.get("kind") == "rebalance":
+            return
+        self.noticed.add(instance)
+        if self.core.store.live_attempts(instance):
+            return  # destroyed once idle (_shrink)
+        try:
+            drv = self.core.driver(name)
+        except MonkeyError:
+            return
+        self._destroy(name, drv, instance, f"notice: {notice.get('detail')}")
 
     # -- growth ----------------------------------------------------------------------------
 
@@ -155,7 +183,20 @@ class Elastic:
         for _ in range(need):
             self._create(name, drv, size)
 
-    def _create(self, name: str, drv: Driver, size: str | None) -> None:
+    def _grow_on_demand(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:
+        """Create on-demand machines for the jobs that need one, beyond those booting."""
+        if not waiting or now < self.retry_at.get(name, 0.0):
+            return
+        rows = [r for r in self.core.store.instances(name, live=True) if not r["spot"]]
+        reached = {c.instance for c in drv.instances()}
+        booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
+        size = drv.size_for(waiting[0])
+        live = len(self.core.store.instances(name, live=True)) + self.creating.get(name, 0)
+        for _ in range(machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)):
+            self._create(name, drv, size, {"spot": False})
+
+    def _create(self, name: str, drv: Driver, size: str | None,
+                options: dict[str, object] | None = None) -> None:
         self.creating[name] = self.creating.get(name, 0) + 1
         count = sum(self.creating.values())
 
@@ -176,8 +217,10 @@ class Elastic:
                 log.error("%s: creating a machine failed: %s (next try in %.0fs)", name, why, delay)
             self.core.store.set_provider_error(name, why)
 
-        self.core.workers.submit(("create", name, count), lambda: drv.create_node(size),
-                                 created, failed)
+        def create() -> Instance:
+            return drv.create_node(size, options) if options else drv.create_node(size)  # type: ignore[call-arg]
+
+        self.core.workers.submit(("create", name, count), create, created, failed)
 
     # -- shrinking -------------------------------------------------------------------------
 
@@ -198,6 +241,9 @@ class Elastic:
             if row["id"] in busy:
                 if row["idle_since"] is not None:
                     store.set_instance_idle(row["id"], None)
+                continue
+            if row["id"] in self.noticed:
+                self._destroy(name, drv, row["id"], "spot/preemption notice")
                 continue
             if row["id"] not in reached:
                 if now - (row["launched_at"] or now) > drv.boot_timeout:

@@ -14,7 +14,7 @@ from typing import Any
 from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
-from monkey.core.provisioning import Elastic
+from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
@@ -44,6 +44,7 @@ KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
 SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
+MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
 
 
 def bind_wake_socket(home: Home) -> socket.socket:
@@ -99,6 +100,7 @@ class Core:
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
+        self.on_demand: dict[str, list[Resources]] = {}  # those of them that need on-demand
         self.stopping = False
         self.outage = Outage(home.core_status)
         # What the next pass must look at: requests and providers.yml after a client's wake,
@@ -184,7 +186,7 @@ class Core:
         if health:
             self.next_health = now + 1.0
             self.check_health(now)
-            self.elastic.tick(now, self.waiting)
+            self.elastic.tick(now, self.waiting, self.on_demand)
             sweeps.tick(self.store, self.home)
 
     def reload_providers(self) -> None:
@@ -244,7 +246,8 @@ class Core:
         def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
             link = drv.connect(key[1])
             try:
-                reply = link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts)
+                reply = link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts,
+                                     **drv.sync_fields(key[1]))
                 return link, reply, link.request("jobs", timeout=SYNC_TIMEOUT)["jobs"]
             except BaseException:
                 link.close()
@@ -349,6 +352,8 @@ class Core:
             if "id" in push:
                 self._on_reply(key, push)
                 continue
+            if push.get("push") == "notice":
+                self.elastic.on_notice(key, push)
             if push.get("push") != "event":
                 continue
             event = push["event"]
@@ -363,6 +368,10 @@ class Core:
                 ingest.on_metrics(self.store, juid, n, offset, event)
             elif kind == "started":
                 self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
+            elif kind == "preempt-notice":
+                self.store.add_event(juid, "preempt-notice", f"{event.get('detail')}; the "
+                                     f"instance goes in {event['deadline'] - event['ts']:.0f}s",
+                                     attempt=n)  # fmt: skip
 
     def _on_reply(self, key: tuple[str, str], reply: dict[str, Any]) -> None:
         """The agent's answer to a `start` sent without waiting."""
@@ -372,7 +381,7 @@ class Core:
         self.dirty = True
         juid, n, manifest = started
         error = str(reply.get("error"))
-        if "unknown manifest" in error:
+        if "unknown manifest" in error or "being preempted" in error:
             # The agent lost its cached lists: start the job again, with the full list.
             self._forget_given(key)
             att = self.store.get_attempt(juid, n)
@@ -432,6 +441,10 @@ class Core:
             final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
         elif why == Ending.TERMINATED:
             final, reason = State.LOST, "its instance was terminated"
+        elif why == Ending.PREEMPTED:
+            final = State.PREEMPTED
+            reason, again = self._preempted(job, event)
+            requeue = 0.0 if again else None
         elif why == Ending.SETUP:  # not retried: the same inputs would fail the same way
             final = State.FAILED
             reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
@@ -449,8 +462,38 @@ class Core:
         # run until the core came back.
         self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
                                reason=reason, requeue_after=requeue, offset=offset,
-                               now=event.get("ts"))
+                               now=event.get("ts"), requeue_kind="preempt"
+                               if final == State.PREEMPTED else "retry")  # fmt: skip
         self.signalled.discard((juid, n))
+
+    def _preempted(self, job: Job, event: dict[str, Any]) -> tuple[str, bool]:
+        """The reason a preempted attempt ends with, and whether its job is re-queued (not
+        once it has been preempted ``max_preemptions`` times)."""
+        saved = event.get("saved") or {}
+        reason = "preempted" + (f": {event['detail']}" if event.get("detail") else "")
+        if saved.get("digest"):
+            reason += f"; checkpoint saved ({saved['bytes']} bytes sent, manifest {saved['digest'][:12]})"
+        elif saved.get("error"):
+            reason += f"; checkpoint upload failed: {saved['error']}"
+        config = self.providers.get(job.provider)
+        limit = int(config.options.get("max_preemptions", MAX_PREEMPTIONS)) if config else MAX_PREEMPTIONS
+        done = self.store.auto_retries(job.juid, "preempt")
+        if done >= limit:
+            return reason + f"; preempted {done + 1} times, max_preemptions is {limit}", False
+        return reason, True
+
+    def needs_on_demand(self, job: Job) -> bool:
+        """Whether the job's provider asks on-demand capacity for it now (``fallback:
+        on_demand_after: N`` and N preemptions since the user last re-queued it)."""
+        config = self.providers.get(job.provider)
+        fallback = config.options.get("fallback") if config else None
+        if not fallback:
+            return False
+        return self.store.auto_retries(job.juid, "preempt") >= int(fallback["on_demand_after"])
+
+    def _on_spot(self, key: tuple[str, str]) -> bool:
+        """Whether the instance KEY is a spot/preemptible machine of an elastic provider."""
+        return any(r["id"] == key[1] and r["spot"] for r in self.store.instances(key[0], live=True))
 
     def _never_started(self, att: Attempt) -> None:
         job = self.store.get_job(att.juid)
@@ -518,16 +561,25 @@ class Core:
                 continue
             if usage is None:
                 usage = self.usage()
+            if self.elastic.noticed:  # machines about to go take no new job
+                capacities = [c for c in capacities if c.instance not in self.elastic.noticed]
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
             if free <= 0 and not drv.elastic:
                 continue
             # An elastic provider also learns which jobs fit nowhere: machines are made for them.
             limit = _WAITING_MAX if drv.elastic else free + 2
             waiting = self.waiting[provider] = []
+            on_demand = self.on_demand[provider] = []
+            spot: set[str] | None = None
             for job in self.store.ready_jobs(now, limit=limit, provider=provider):
-                placement = place(job.resources, capacities, usage, pinned=job.resources.host)
+                where = capacities
+                if drv.elastic and self.needs_on_demand(job):
+                    if spot is None:
+                        spot = {r["id"] for r in self.store.instances(provider, live=True) if r["spot"]}
+                    where = [c for c in capacities if c.instance not in spot]
+                placement = place(job.resources, where, usage, pinned=job.resources.host)
                 if placement is None:
-                    waiting.append(job.resources)
+                    (on_demand if where is not capacities else waiting).append(job.resources)
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance))
@@ -560,11 +612,13 @@ class Core:
             self._start_failed(key, att, exc)
             return
         blobs = spec.pop("_blobs")
+        outputs = self.store.outputs(job.juid)
 
         def call() -> tuple[str, dict[str, Any]]:
             checkpoint = drv.checkpoint_dir(instance, job.juid)
             drv.prepare(instance, blobs)
-            return checkpoint, drv.blob_fields(instance, blobs)
+            return checkpoint, {**drv.blob_fields(instance, blobs),
+                                **drv.start_fields(instance, job.juid, n, outputs)}
 
         self._transport(key, drv, call, lambda ready: self._send_start(key, att, spec, *ready),
                         lambda exc: self._start_failed(key, att, exc))  # fmt: skip
@@ -729,6 +783,8 @@ class Core:
             if key not in self.links:
                 self.connect(key)
             if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
+                if now - beat <= HEARTBEAT_TIMEOUT + 2 * LIST_EVERY and self._on_spot(key):
+                    continue  # the cloud's listing says first whether it was reclaimed
                 log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
                 self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
                                                     "ts": now}, att.events_offset)

@@ -40,8 +40,21 @@ driver call may block, so the core runs them off its loop):
 4. The core then sends the agent's ``start`` request with paths from ``run_dir`` and
    ``checkpoint_dir`` (and ``blob_fields``); ``signal`` and ``sync`` go through the same
    link.
+   ``start_fields(instance, juid, attempt, outputs)`` adds what the agent needs to move results
+   itself (kinds with a bucket: an upload form and the checkpoint to restore, see
+   ``monkey.storage.results``); ``sync_fields(instance)`` what every sync carries (a
+   ``watch`` of the instance's metadata for spot/preemption notices).
 5. ``finish(instance, juid, attempt)`` brings results (logs, outputs, checkpoint) back to
-   MONKEY_HOME when they do not already live there.
+   MONKEY_HOME when they do not already live there (from the bucket for kinds with one,
+   also when the instance is gone).
+
+Preemption: an agent that sees a notice ends its attempts with ``reason: preempted`` (after
+uploading their checkpoints); an instance the cloud reclaimed without a notice is listed
+TERMINATED (or STOPPED) with ``extra["preempted"]`` true, and its attempts end preempted
+too. The core re-queues a preempted job at the head of the queue, without using a retry,
+up to ``max_preemptions`` (providers.yml, default 10); with ``fallback: {on_demand_after:
+N}`` it asks ``create_node(size, {"spot": False})`` for it after N preemptions and places
+it only on instances whose Capacity ``extra["spot"]`` is false.
 6. An elastic instance idle for ``idle_timeout`` seconds is destroyed with
    ``destroy_node``, and so is one listed by ``distrusted()`` (its host key refused); ``close()`` drops links (agents and their jobs keep running).
 """
@@ -227,6 +240,19 @@ class Driver(ABC):
         ({digest: [presigned url, size]}); called after ``prepare``, off the core's loop.
         The fields may carry credentials (a URL's signature): the core neither logs nor
         stores them. The default adds none (``prepare`` put the blobs there)."""
+        return {}
+
+    def start_fields(self, instance: str, juid: str, attempt: int,
+                     outputs: list[str]) -> dict[str, Any]:
+        """Extra fields of the agent's ``start`` for results moved by the agent itself
+        (``results``: see monkey/client_agent/results.py; OUTPUTS: the job's ``run --outputs``
+        globs); called off the core's loop. They
+        carry presigned grants: never logged nor stored. The default adds none."""
+        return {}
+
+    def sync_fields(self, instance: str) -> dict[str, Any]:
+        """Extra fields of every ``sync`` sent to the instance's agent, such as ``watch``
+        ({kind: ec2|gce, url, every}: the metadata service to watch for notices)."""
         return {}
 
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:

@@ -21,6 +21,7 @@ core terminates it. A console that prints none leaves the key trusted on first u
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -35,6 +36,7 @@ from monkey.drivers.ssh import SSHDriver
 from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 from monkey.snapshot import BlobStore
+from monkey.storage import results as bucket_results
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
 
@@ -149,6 +151,9 @@ class CloudDriver(Driver):
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
         # The bucket blobs go through (its client is made on first use); None: over SSH.
         self.storage: Storage | None = storage_for(config, home) if entry.get("bucket") else None
+        if self.storage is not None:  # kept folders go through the bucket, not over SSH
+            self.pool.checkpoint_every = math.inf
+        self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
 
     @property
     def max_instances(self) -> int | None:
@@ -281,12 +286,51 @@ class CloudDriver(Driver):
         source = BlobStore(self.home.blobs)
         return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
 
+    def start_fields(self, instance: str, juid: str, attempt: int,
+                     outputs: list[str]) -> dict[str, Any]:
+        """``results``: the bucket's upload form for the job, the kept folders to restore
+        from its newest manifest (see monkey.storage.results); ``watch`` for spot ones."""
+        if self.storage is None:
+            return {}
+        dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
+                "persist": self.persist_dir(instance, juid)}  # fmt: skip
+        every = float(self.entry.get("checkpoint_every", 60))
+        return {**bucket_results.start_fields(self.storage, juid, dirs, outputs, every),
+                **self.sync_fields(instance)}  # fmt: skip
+
+    def sync_fields(self, instance: str) -> dict[str, Any]:
+        """``watch`` of the instance's metadata (``metadata_url``, ``{address}`` replaced)
+        when it is a spot (preemptible) instance."""
+        address = self.spot_nodes.get(instance)
+        if address is None or not self.entry.get("metadata_url"):
+            return {}
+        url = str(self.entry["metadata_url"]).replace("{address}", address)
+        return {"watch": {"kind": self.kind, "url": url,
+                          "every": float(self.entry.get("notice_every", 1.0))}}  # fmt: skip
+
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.pool.follow(instance, attempts)
 
     def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
                current: bool) -> None:
-        self.pool.finish(instance, juid, attempt, outputs, current)
+        """Without a bucket, the SSH provider's. With one: the logs over SSH while the
+        instance is up, the checkpoint, persisted folders and outputs from the bucket
+        (also when the instance is gone)."""
+        if self.storage is None:
+            self.pool.finish(instance, juid, attempt, outputs, current)
+            return
+        logs_error = None
+        if instance in self.pool.hosts and self.pool.hosts[instance].up:
+            try:
+                self.pool.fetch_logs(instance, [(juid, attempt)])
+            except Exception as exc:  # noqa: BLE001 - the bucket's part comes first
+                logs_error = exc
+        fetched = bucket_results.bring_back(self.storage, self.home, juid, attempt, current)
+        if fetched:
+            log.info("%s: %s attempt %d: %d bytes of results from the bucket", self.name, juid,
+                     attempt, fetched)  # fmt: skip
+        if logs_error is not None:
+            raise logs_error
 
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         return self.pool.changes()
@@ -323,6 +367,8 @@ class CloudDriver(Driver):
             seen = set()
             for inst in instances:
                 seen.add(inst.id)
+                if inst.spot and inst.address and inst.state in (InstanceState.PENDING, InstanceState.RUNNING):
+                    self.spot_nodes[inst.id] = inst.address
                 if inst.state == InstanceState.RUNNING and inst.address:
                     spec = host_spec({"host": inst.address, "name": inst.extra["node"],
                                       "user": self.entry["user"], "key": self.entry.get("key")},

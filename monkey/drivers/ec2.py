@@ -27,6 +27,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from monkey.drivers import ec2_setup
@@ -100,13 +101,14 @@ class EC2Driver(CloudDriver):
         self._api: EC2NodeDriver | None = None
         self._api_lock = threading.Lock()  # one cloud call at a time on the one connection
         self._spot_prices: dict[tuple[str, str | None], tuple[float, float | None]] = {}
+        self._reasons: dict[str, str] = {}  # node id -> EC2's state reason code (ended ones)
 
     # -- the cloud's calls ------------------------------------------------------------------
 
     def _list(self) -> list[Instance]:
         filters = {f"tag:{k}": v for k, v in self.tags.items()}
         nodes = self._call("cannot list instances", lambda api: api.list_nodes(ex_filters=filters))
-        return [self._instance(n) for n in nodes]
+        return [self._reclaimed(self._instance(n)) for n in nodes]
 
     def _launched(self, launch: str) -> list[Instance]:
         nodes = self._call("", lambda api: api.list_nodes(ex_filters={"tag:monkey-launch": launch}))
@@ -169,6 +171,25 @@ class EC2Driver(CloudDriver):
                    "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
                    "public_ip": (node.public_ips or [None])[0]},
         )  # fmt: skip
+
+    def _reclaimed(self, inst: Instance) -> Instance:
+        """INST with ``extra["preempted"]`` when EC2 ended it as a spot interruption
+        (``Server.SpotInstanceTermination``: its state reason, asked once per instance)."""
+        if not inst.spot or inst.state not in (InstanceState.TERMINATED, InstanceState.STOPPED,
+                                               InstanceState.STOPPING):
+            return inst
+        node = inst.extra["node"]
+        if node not in self._reasons:
+
+            def ask(api: EC2NodeDriver) -> str:
+                reply = api.connection.request(api.path, params={"Action": "DescribeInstances",
+                                                                 "InstanceId.1": node}).object
+                found = [e.text for e in reply.iter() if e.tag.endswith("code") and e.text]
+                return next((c for c in found if c.startswith(("Server.", "Client."))), "")
+
+            self._reasons[node] = self._call(f"cannot describe {node}", ask)
+        spot = self._reasons[node].startswith("Server.SpotInstance")
+        return replace(inst, extra={**inst.extra, "reason": self._reasons[node], "preempted": spot})
 
     def _console(self, node: str) -> str | None:
         from libcloud.compute.base import Node

@@ -35,7 +35,8 @@ _TEXT = ("region", "endpoint", "profile", "credentials", "size", "image", "user"
          "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url")
 _ORDER = ("type", "region", "endpoint", "credentials", "profile", "size", "image", "user", "key",
           "key_name", "vpc", "subnet", "security_group", "address", "spot", "max_instances",
-          "idle_timeout", "boot_timeout", "bucket", "metadata_url", "prices")
+          "idle_timeout", "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every",
+          "notice_every", "max_preemptions", "fallback")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro",
             "image": "an AMI id of the region, e.g. ami-0123456789abcdef0"}
@@ -86,10 +87,28 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
         raise bad(f"address must be public or private, got {entry['address']!r}")
     if not isinstance(entry.get("spot", False), bool):
         raise bad(f"spot must be true or false, got {entry['spot']!r}")
+    check_cloud_keys(entry, bad)
+    if entry.get("bucket") is not None and bucket_problem(entry["bucket"]):
+        raise bad(f"bucket {entry['bucket']!r} is not a bucket name: {bucket_problem(entry['bucket'])}")
+
+
+
+def check_cloud_keys(entry: dict[str, Any], bad: Callable[[str], MonkeyError]) -> None:
+    """The keys every cloud kind shares: max_instances, timeouts, spot recovery, prices."""
     count = entry.get("max_instances")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise bad(f"max_instances must be a positive integer, got {count!r}")
-    for key in ("idle_timeout", "boot_timeout"):
+    for key in ("max_preemptions",):
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise bad(f"{key} must be a whole number, got {value!r}")
+    fallback = entry.get("fallback")
+    if fallback is not None:
+        after = fallback.get("on_demand_after") if isinstance(fallback, dict) else None
+        if set(fallback or {}) != {"on_demand_after"} or not isinstance(after, int) \
+                or isinstance(after, bool) or after < 0:
+            raise bad(f"fallback must be {{on_demand_after: N}} (N preemptions), got {fallback!r}")
+    for key in ("idle_timeout", "boot_timeout", "checkpoint_every", "notice_every"):
         value = entry.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value <= 0):
@@ -99,9 +118,6 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
             for k, v in prices.items())):  # fmt: skip
         raise bad(f"prices must map sizes to $ per hour, e.g. prices: {{t3.micro: 0.0104}}, got {prices!r}")
-    if entry.get("bucket") is not None and bucket_problem(entry["bucket"]):
-        raise bad(f"bucket {entry['bucket']!r} is not a bucket name: {bucket_problem(entry['bucket'])}")
-
 
 def entry_from(options: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """The ec2 entry OPTIONS (flags; None = not given) ask for, over BASE (the provider's

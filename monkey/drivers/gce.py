@@ -225,13 +225,16 @@ class GCEDriver(CloudDriver):
             launched = None
         scheduling = extra.get("scheduling") or {}
         zone = extra.get("zone")
+        state = _STATES.get(str(extra.get("status")), InstanceState.UNKNOWN)
+        spot = bool(scheduling.get("preemptible")) or scheduling.get("provisioningModel") == "SPOT"
         return Instance(
-            f"{self.name}/{node.name}", self.name, node.name,
-            _STATES.get(str(extra.get("status")), InstanceState.UNKNOWN),
-            address=next((ip for ip in ips or [] if ip), None), size=node.size,
-            spot=bool(scheduling.get("preemptible")) or scheduling.get("provisioningModel") == "SPOT",
+            f"{self.name}/{node.name}", self.name, node.name, state,
+            address=next((ip for ip in ips or [] if ip), None), size=node.size, spot=spot,
             launched_at=launched,
+            # GCE stops a preemptible instance it reclaims: its jobs were preempted.
             extra={"kind": self.kind, "node": node.name, "zone": getattr(zone, "name", zone),
+                   "preempted": spot and state in (InstanceState.STOPPED, InstanceState.STOPPING,
+                                                   InstanceState.TERMINATED),
                    "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
                    "public_ip": (node.public_ips or [None])[0]},
         )  # fmt: skip

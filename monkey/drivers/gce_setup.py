@@ -18,7 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from monkey.drivers.base import unknown_keys
-from monkey.drivers.ec2_setup import _cidr, _loopback, _url_problem, default_bucket, ssh_key
+from monkey.drivers.ec2_setup import (
+    _cidr,
+    _loopback,
+    _url_problem,
+    check_cloud_keys,
+    default_bucket,
+    ssh_key,
+)
 from monkey.models import MonkeyError
 
 DEFAULTS: dict[str, Any] = {
@@ -29,7 +36,8 @@ _TEXT = ("project", "zone", "endpoint", "storage_endpoint", "credentials", "size
          "network", "firewall", "bucket", "metadata_url")
 _ORDER = ("type", "project", "zone", "zones", "endpoint", "storage_endpoint", "credentials", "size", "image", "user",
           "key", "network", "firewall", "address", "preemptible", "max_instances", "idle_timeout",
-          "boot_timeout", "bucket", "metadata_url")
+          "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every", "notice_every",
+          "max_preemptions", "fallback")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"credentials": "a service-account JSON key file", "size": "a machine type, e.g. e2-small",
             "image": "an image or image family, e.g. debian-12"}
@@ -77,14 +85,7 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
         raise bad(f"address must be public or private, got {entry['address']!r}")
     if not isinstance(entry.get("preemptible", False), bool):
         raise bad(f"preemptible must be true or false, got {entry['preemptible']!r}")
-    count = entry.get("max_instances")
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        raise bad(f"max_instances must be a positive integer, got {count!r}")
-    for key in ("idle_timeout", "boot_timeout"):
-        value = entry.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or value <= 0):
-            raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    check_cloud_keys(entry, bad)
     bucket = entry.get("bucket")
     if bucket is not None and (not _BUCKET.match(bucket) or ".." in bucket):
         raise bad(f"bucket {bucket!r} is not a bucket name: 3-63 lowercase letters, digits, "

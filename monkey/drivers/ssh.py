@@ -610,6 +610,10 @@ class SSHDriver(Driver):
             more = more or (data is not None and len(data) >= _TAIL_MAX)
         return more
 
+    def fetch_logs(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        """Bring the ATTEMPTS' logs on INSTANCE up to date in MONKEY_HOME now."""
+        self._fetch_logs(self._host(instance), attempts)
+
     def _fetch_logs(self, host: Host, attempts: list[tuple[str, int]]) -> None:
         """Append the remote logs' new bytes to the local copies (from their local size, so
         a reconnect neither loses nor repeats a byte)."""

@@ -465,14 +465,14 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         from monkey.store.cost import dollars
 
         print()
-        cloud = any(a["size"] for a in info["attempts_detail"])  # size, spot and cost too
+        cloud = any(a["size"] for a in info["attempts_detail"])  # size, capacity and cost too
         render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
-               + (["SIZE", "SPOT", "COST"] if cloud else []), [
+               + (["SIZE", "CAPACITY", "COST"] if cloud else []), [
             [str(a["n"]), a["instance"], _when(a["started_at"]),
              duration((a["ended_at"] or time.time()) - a["started_at"]) if a["started_at"] else "-",
              "-" if a["exit_code"] is None else str(a["exit_code"]),
              a["reason"] or ("running" if a["state"] == "live" else "-")]
-            + ([a["size"] or "-", "spot" if a["spot"] else "-", dollars(a["cost"])] if cloud else [])
+            + ([a["size"] or "-", "spot" if a["spot"] else "on-demand", dollars(a["cost"])] if cloud else [])
             for a in info["attempts_detail"]
         ])  # fmt: skip
     print()

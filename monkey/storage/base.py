@@ -6,6 +6,10 @@ A storage is addressed by *keys*, POSIX paths that are the same for every implem
     runs/<juid>/checkpoint/...           the job's checkpoint, kept across attempts
     runs/<juid>/persist/<name>/...       a persisted folder (job.yml ``persist``)
     runs/<juid>/<attempt>/outputs/...    an attempt's outputs brought back
+    runs/<juid>/results/...              what workers upload themselves (cloud providers):
+                                         objects/<sha256>, manifests/<attempt>-<seq>.json
+                                         and manifest.json, the newest one (see
+                                         monkey/client_agent/results.py and ``results``)
 
 The local storage (``local.py``) is MONKEY_HOME itself: ``blobs/<digest>`` is the
 :class:`~monkey.snapshot.BlobStore` path ``blobs/<d[:2]>/<d[2:]>`` and every other key is
@@ -26,7 +30,7 @@ import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 
@@ -70,6 +74,17 @@ class Storage(ABC):
     def put_url(self, key: str, expires: int = URL_EXPIRES) -> str:
         """A URL a worker can PUT one file to at KEY (checkpoint archives, outputs), for
         EXPIRES seconds. Send ``Content-Type: application/octet-stream``."""
+
+    def get_url(self, key: str, expires: int = URL_EXPIRES) -> str:
+        """A URL a worker can GET the object at KEY from without credentials."""
+        raise MonkeyError(f"{type(self).__name__} cannot give workers download URLs")
+
+    def upload_form(self, prefix: str, expires: int = URL_EXPIRES) -> dict[str, Any]:
+        """What lets a worker upload any number of files under PREFIX/ without credentials
+        for EXPIRES seconds: ``{"url", "fields"}``, a presigned POST policy (the worker
+        posts a multipart form of FIELDS, ``key`` = PREFIX/name and ``file``), or a
+        ``file://`` folder URL and no fields (the key is then a path under it)."""
+        raise MonkeyError(f"{type(self).__name__} cannot give workers an upload form")
 
     @abstractmethod
     def get_file(self, key: str, path: Path) -> bool:

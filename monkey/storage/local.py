@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from monkey.config import Home
 from monkey.models import MonkeyError
@@ -60,6 +61,13 @@ class LocalStorage(Storage):
 
     def put_url(self, key: str, expires: int = URL_EXPIRES) -> str:
         return self._path(key).as_uri()
+
+    def get_url(self, key: str, expires: int = URL_EXPIRES) -> str:
+        return self._path(key).as_uri()
+
+    def upload_form(self, prefix: str, expires: int = URL_EXPIRES) -> dict[str, Any]:
+        check_key(prefix)
+        return {"url": self.root.as_uri(), "fields": {}}
 
     def get_file(self, key: str, path: Path) -> bool:
         src, path = self._path(key), Path(path)

@@ -113,6 +113,20 @@ class S3Storage(Storage):
     def put_url(self, key: str, expires: int = URL_EXPIRES) -> str:
         return self._presign("put_object", key, expires)
 
+    def get_url(self, key: str, expires: int = URL_EXPIRES) -> str:
+        return self._presign("get_object", key, expires)
+
+    def upload_form(self, prefix: str, expires: int = URL_EXPIRES) -> dict[str, Any]:
+        """A presigned POST policy for keys starting with PREFIX/ (octet-stream only)."""
+        prefix = check_key(prefix) + "/"
+        with self._errors("signing an upload form"):
+            form = self._s3().generate_presigned_post(
+                self.bucket, prefix + "${filename}", ExpiresIn=int(expires),
+                Fields={"Content-Type": "application/octet-stream"},
+                Conditions=[["starts-with", "$key", prefix],
+                            {"Content-Type": "application/octet-stream"}])  # fmt: skip
+        return {"url": form["url"], "fields": form["fields"]}
+
     def get_file(self, key: str, path: Path) -> bool:
         key, path = check_key(key), Path(path)
         with self._errors(f"downloading {key}"):

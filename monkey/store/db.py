@@ -410,13 +410,13 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
 
     def ready_jobs(self, now: float, limit: int = 1000, provider: str | None = None) -> list[Job]:
-        """Queued jobs whose back-off has passed, oldest first."""
+        """Queued jobs whose back-off has passed: preempted ones first, then oldest first."""
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ?"
         args: list[Any] = [now]
         if provider is not None:
             sql += " AND provider = ?"
             args.append(provider)
-        rows = self.db.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit))
+        rows = self.db.execute(sql + " ORDER BY front DESC, seq LIMIT ?", (*args, limit))
         return [_job(r) for r in rows]
 
     def has_ready(self, provider: str, now: float) -> bool:
@@ -526,7 +526,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         with self.tx() as db:
             cur = db.execute(
                 "UPDATE jobs SET state = 'dispatching', attempts = ?, updated_at = ?, instance = ?, "
-                "reason = NULL, exit_code = NULL, finished_at = NULL "
+                "reason = NULL, exit_code = NULL, finished_at = NULL, front = 0 "
                 "WHERE juid = ? AND state = 'queued' AND attempts = ?",
                 (n, now, instance, job.juid, job.attempts),
             )
@@ -580,10 +580,13 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         requeue_after: float | None = None,
         offset: int | None = None,
         now: float | None = None,
+        requeue_kind: str = "retry",
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
         ``requeue_after`` is given), all in one transaction. Returns the job's new state,
-        or None when the attempt was not live (already handled)."""
+        or None when the attempt was not live (already handled). REQUEUE_KIND names the
+        re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
+        job goes to the head of the queue)."""
         now = time.time() if now is None else now
         with self.tx() as db:
             cur = db.execute(
@@ -608,19 +611,20 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
                 return final
             db.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
-                "updated_at = ? WHERE juid = ?",
-                (now + requeue_after, now, juid),
+                "updated_at = ?, front = ? WHERE juid = ?",
+                (now + requeue_after, now, int(requeue_kind == "preempt"), juid),
             )
-            self._event(db, juid, n, "retry", final.value, "queued",
-                        f"retry in {requeue_after:.0f}s", now)
+            self._event(db, juid, n, requeue_kind, final.value, "queued",
+                        f"{requeue_kind} in {requeue_after:.0f}s", now)
             return State.QUEUED
 
-    def auto_retries(self, juid: str) -> int:
-        """Automatic retries since the user last re-queued the job by hand."""
+    def auto_retries(self, juid: str, kind: str = "retry") -> int:
+        """Automatic re-queues of KIND (``retry``, ``preempt``) since the user last re-queued
+        the job by hand."""
         return self.db.execute(
-            "SELECT COUNT(*) FROM events WHERE juid = ? AND kind = 'retry' AND id > "
+            "SELECT COUNT(*) FROM events WHERE juid = ? AND kind = ? AND id > "
             "COALESCE((SELECT MAX(id) FROM events WHERE juid = ? AND kind = 'user'), 0)",
-            (juid, juid),
+            (juid, kind, juid),
         ).fetchone()[0]
 
     def get_attempt(self, juid: str, n: int) -> Attempt | None:

@@ -194,6 +194,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE attempts ADD COLUMN price REAL;
         """,
     ),
+    (
+        "0009_spot",
+        """
+        ALTER TABLE jobs ADD COLUMN front INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
