@@ -289,3 +289,20 @@ def test_a_missing_command_is_named_in_plain_words(cli, home):
     assert proc.returncode == 127
     err = cli("logs", "--stderr", "last", check=True).stdout
     assert err == "monkey: command not found: nosuchcommand-xyz (not on the job's PATH, or not executable)\n"
+
+
+def test_a_job_whose_inputs_cannot_be_prepared_fails_after_three_tries(monkey, home, cli):
+    """A cause that lasts (here a file where the job's checkpoint folder goes) fails the job
+    with why, after a few tries; it never spins through thousands of attempts."""
+    from conftest import start_core
+
+    juid = monkey.run(["true"], start_core=False).juid
+    blocker = home / "runs" / juid / "checkpoint"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a folder\n")
+    start_core(home)
+    wait_for(lambda: monkey.job(juid).status == State.FAILED, what="the job to fail")
+    info = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
+    assert len(info["attempts_detail"]) == 3
+    assert "cannot prepare its inputs on" in info["attempts_detail"][-1]["reason"]
+    assert "File exists" in info["attempts_detail"][-1]["reason"]

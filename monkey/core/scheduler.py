@@ -43,6 +43,7 @@ KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
 # A wedged agent must not hold the core longer than it takes to call its attempts silent.
 SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
+_PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
 
@@ -96,6 +97,7 @@ class Core:
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
+        self.prepare_failures: dict[str, int] = {}  # per job: starts failed in a row
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
@@ -601,6 +603,8 @@ class Core:
         if key not in self.links:
             self.connect(key)
             return
+        if time.time() < self.retry_at.get(key, 0):
+            return  # a start there just failed: not again at once
         n = job.attempts + 1
         run_dir = drv.run_dir(instance, job.juid, n)
         att = self.store.begin_attempt(job, instance, run_dir, ",".join(gpus))
@@ -660,6 +664,7 @@ class Core:
             self.drop_link(key)
             return
         self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
+        self.prepare_failures.pop(att.juid, None)
         self._follow(key, [*self.followed.get(key, []), (att.juid, att.n)])
 
     def _follow(self, key: tuple[str, str], attempts: list[tuple[str, int]]) -> None:
@@ -675,10 +680,18 @@ class Core:
             self.followed.pop(key, None)
 
     def _start_failed(self, key: tuple[str, str], att: Attempt, exc: BaseException) -> None:
-        """The attempt's inputs could not be made ready: it never reached the agent."""
+        """The attempt's inputs could not be made ready: it never reached the agent. The
+        job waits a second and tries again; the third failure in a row fails it (a cause
+        that lasts must not spin through attempts)."""
         log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
         self.retry_at[key] = time.time() + 1.0
-        self._never_started(att)
+        failures = self.prepare_failures[att.juid] = self.prepare_failures.get(att.juid, 0) + 1
+        if failures < _PREPARE_TRIES:
+            self._never_started(att)
+            return
+        self.prepare_failures.pop(att.juid, None)
+        self.store.end_attempt(att.juid, att.n, final=State.FAILED, exit_code=None, signal=None,
+                               reason=f"cannot prepare its inputs on {key[1]}: {exc}")
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
