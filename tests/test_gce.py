@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,10 +59,14 @@ def gce(gcs_server: FakeGCS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     fake = FakeGCE()
     fake.gcs = gcs_server  # type: ignore[attr-defined]
     fake.key = service_account_file(tmp_path / "sa.json")  # type: ignore[attr-defined]
+    gcs_server.gate.keys.clear()
+    gcs_server.gate.refused.clear()
+    gcs_server.trust(fake.key)
     yield fake
     left = [(i["name"], i["status"]) for i in fake.listed()]
     fake.close()
     assert not left, f"the test left instances: {left}"
+    assert not gcs_server.gate.refused, f"GCS would have refused: {gcs_server.gate.refused}"
 
 
 def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfig:  # noqa: F811
@@ -211,6 +217,49 @@ def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: P
         assert str(fleet.hosts[0].home) in run_dir
     finally:
         driver.destroy_node(inst.id)
+
+
+def test_workers_upload_results_through_a_signed_post_policy(gce: FakeGCE, tmp_path: Path) -> None:
+    """The agent's uploader posts under the form's prefix; GCS's checks (the gate's) refuse
+    a key outside it, a forged signature and an expired form."""
+    from monkey.client_agent.results import Results
+    from monkey.storage.gcs import GCSStorage
+
+    storage = GCSStorage("results", credentials=gce.key, endpoint=gce.gcs.endpoint)
+    storage.ensure_bucket()
+    form = storage.upload_form("runs/26-01-01-001/results", expires=600)
+    assert form["url"] == f"{gce.gcs.endpoint}/results" and "private_key" not in json.dumps(form)
+    state = tmp_path / "ckpt" / "state.json"
+    state.parent.mkdir()
+    state.write_text('{"epoch": 3}')
+    uploader = Results({**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
+                       "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    sent = uploader.upload()
+    assert sent["files"] == 1 and sent["bytes"] == len('{"epoch": 3}')
+    stored = gce.gcs.objects("results", "runs/26-01-01-001/results/")  # type: ignore[attr-defined]
+    manifest = json.loads(stored["runs/26-01-01-001/results/manifest.json"])
+    sha = manifest["files"]["checkpoint/state.json"][0]
+    back = tmp_path / "back.json"
+    assert storage.get_file(f"runs/26-01-01-001/results/objects/{sha}", back)
+    assert back.read_text() == '{"epoch": 3}'
+    with urllib.request.urlopen(storage.get_url(f"runs/26-01-01-001/results/objects/{sha}", 60)) as got:
+        assert got.read() == b'{"epoch": 3}'
+
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x")
+    expired = storage.upload_form("runs/26-01-01-001/results", expires=-1)
+    forged = {**form, "fields": {**form["fields"], "x-goog-signature": "00" * 256}}
+    for bad, prefix in ((form, "runs/26-01-01-002/results"), (forged, "runs/26-01-01-001/results"),
+                        (expired, "runs/26-01-01-001/results")):  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file("objects/y", str(blob))
+        assert refused.value.code == 403
+    assert [r.split(": ", 1)[1] for r in gce.gcs.gate.refused] == [  # type: ignore[attr-defined]
+        "the form's key='runs/26-01-01-002/results/objects/y' does not meet "
+        "['starts-with', '$key', 'runs/26-01-01-001/results/']",
+        "the signature does not match", "the policy has expired"]
+    gce.gcs.gate.refused.clear()  # type: ignore[attr-defined]
+    assert sorted(gce.gcs.objects("results")) == sorted(stored)  # type: ignore[attr-defined]
 
 
 # -- end to end, through the real CLI -----------------------------------------------------

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 _HEAD_AT_MOST = 64  # more unknown digests than this: list blobs/ instead of one lookup each
 _THREADS = 8
 _CHUNK = 8 << 20  # resumable uploads in chunks of this size
+_LONGEST_SIGNATURE = 7 * 24 * 3600  # a V4 signature lives at most 7 days
+_GOOGLE = "https://storage.googleapis.com"
 
 
 class GCSStorage(Storage):
@@ -118,6 +120,36 @@ class GCSStorage(Storage):
 
     def put_url(self, key: str, expires: int = URL_EXPIRES) -> str:
         return self._sign(key, "PUT", expires, content_type="application/octet-stream")
+
+    def get_url(self, key: str, expires: int = URL_EXPIRES) -> str:
+        return self._sign(key, "GET", expires)
+
+    def upload_form(self, prefix: str, expires: int = URL_EXPIRES) -> dict[str, Any]:
+        """A V4 signed POST policy for any key under PREFIX/ (octet-stream only).
+
+        Built here rather than by the client's ``generate_signed_post_policy_v4``, which
+        always adds an exact ``{"key": NAME}`` condition: GCS would then refuse every key
+        but that one, and a worker sends many (``objects/<sha>``, manifests)."""
+        import base64
+
+        prefix = check_key(prefix) + "/"
+        creds = self._service_account()
+        now = datetime.datetime.now(datetime.timezone.utc)
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        fields = {"Content-Type": "application/octet-stream", "x-goog-algorithm": "GOOG4-RSA-SHA256",
+                  "x-goog-credential": f"{creds.signer_email}/{stamp[:8]}/auto/storage/goog4_request",
+                  "x-goog-date": stamp}  # fmt: skip
+        ends = now + datetime.timedelta(seconds=min(int(expires), _LONGEST_SIGNATURE))
+        policy = json.dumps({
+            "conditions": [{"bucket": self.bucket}, ["starts-with", "$key", prefix],
+                           *({k: v} for k, v in fields.items())],
+            "expiration": ends.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }, separators=(",", ":")).encode()  # fmt: skip
+        encoded = base64.b64encode(policy)
+        with self._errors("signing an upload form"):
+            signature = creds.sign_bytes(encoded).hex()
+        url = f"{(self.endpoint or _GOOGLE).rstrip('/')}/{self.bucket}"  # XML API: POST /BUCKET
+        return {"url": url, "fields": {**fields, "policy": encoded.decode(), "x-goog-signature": signature}}
 
     def get_file(self, key: str, path: Path) -> bool:
         from google.api_core.exceptions import NotFound
@@ -310,7 +342,7 @@ class GCSStorage(Storage):
             return self._gcs().bucket(self.bucket).blob(key).generate_signed_url(
                 version="v4", method=method, expiration=datetime.timedelta(seconds=int(expires)),
                 credentials=self._service_account(), content_type=content_type,
-                api_access_endpoint=self.endpoint or "https://storage.googleapis.com")
+                api_access_endpoint=self.endpoint or _GOOGLE)
 
 
 def _said(exc: Any) -> str:
