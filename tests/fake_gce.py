@@ -62,11 +62,15 @@ class FakeGCE:
         with self.lock:
             self.failure = {"code": code, "message": message, "leak": leak}
 
-    def preempt(self, zone: str, name: str) -> None:
+    def preempt(self, zone: str, name: str) -> bool:
+        """Whether the instance was there to preempt (monkey may have deleted it first)."""
         with self.lock:
-            inst = self.instances[(zone, name)]
+            inst = self.instances.get((zone, name))
+            if inst is None:
+                return False
             inst["status"] = "TERMINATED"
             self.op(inst["selfLink"], zone, "compute.instances.preempted")
+            return True
 
     def listed(self) -> list[dict[str, Any]]:
         """Every instance, as the cloud lists it."""
