@@ -179,6 +179,39 @@ def test_next_zone_when_the_first_has_no_capacity(gce: FakeGCE, home: Path, flee
         drv.close()
 
 
+def test_libclouds_token_cache_lives_in_monkey_home(gcp: ProviderConfig, home: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Against Google (no `endpoint`), libcloud caches its OAuth2 token under MONKEY_HOME,
+    0600, not in ~/.google_libcloud_auth.*; here a cached token spares the token request."""
+    import datetime
+
+    from libcloud.common import google
+    from libcloud.compute.drivers.gce import GCENodeDriver
+
+    from monkey.drivers.gce_api import gce_node_driver, service_account, token_cache
+
+    def no_token(*_: Any) -> None:
+        raise AssertionError("asked Google for a token")
+
+    monkeypatch.setattr(google.GoogleServiceAcctAuthConnection, "get_new_token", no_token)
+    monkeypatch.setattr(GCENodeDriver, "ex_get_zone", lambda *_: None)  # no call to Google
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    (tmp_path / "user-home").mkdir()
+    entry = {k: v for k, v in gcp.options.items() if k != "endpoint"}
+    cache = token_cache(Home(home), service_account(entry["credentials"]))
+    later = datetime.datetime.utcnow() + datetime.timedelta(hours=1)
+    cache.write_text(json.dumps({"access_token": "cached", "token_type": "Bearer",
+                                 "expire_time": later.strftime(google.UTC_TIMESTAMP_FORMAT)}))  # fmt: skip
+    api = gce_node_driver(entry, Home(home))
+    credential = api.connection.oauth2_credential
+    assert credential.access_token == "cached" and Path(credential.credential_file) == cache
+    cache.unlink()
+    credential._write_token_to_file()  # as libcloud does after each new token
+    assert oct(cache.stat().st_mode & 0o777) == "0o600" and cache.parent == Home(home).private
+    assert oct(cache.parent.stat().st_mode & 0o777) == "0o700"
+    assert list((tmp_path / "user-home").iterdir()) == []
+
+
 def test_unreachable_endpoint_is_one_line(gcp: ProviderConfig, home: Path) -> None:
     drv = GCEDriver(ProviderConfig("gcp", "gce", {**gcp.options, "endpoint": "http://127.0.0.1:9"}), Home(home))
     try:

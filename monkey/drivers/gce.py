@@ -251,7 +251,7 @@ class GCEDriver(CloudDriver):
                 if self._api is None:
                     from monkey.drivers.gce_api import gce_node_driver
 
-                    self._api = gce_node_driver(self.entry)
+                    self._api = gce_node_driver(self.entry, self.home)
                 return call(self._api)
             except MonkeyError:
                 raise

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from libcloud.common.base import ConnectionUserAndKey
 from libcloud.compute.drivers.gce import GCEConnection, GCENodeDriver
 
 from monkey.models import MonkeyError
+
+if TYPE_CHECKING:
+    from monkey.config import Home
 
 
 def service_account(path: str) -> dict[str, Any]:
@@ -77,8 +81,16 @@ def project_of(entry: dict[str, Any]) -> str:
     return str(project)
 
 
-def gce_node_driver(entry: dict[str, Any]) -> GCENodeDriver:
-    """libcloud's GCE driver for a validated entry, in its first zone."""
+def token_cache(home: Home, account: dict[str, Any]) -> Path:
+    """Where libcloud caches the service account's OAuth2 token: MONKEY_HOME's private
+    folder (0700; libcloud creates the file 0600), never libcloud's default
+    ``~/.google_libcloud_auth.<email>`` in the user's home."""
+    return home.private / f"gce-token.{account['client_email']}"
+
+
+def gce_node_driver(entry: dict[str, Any], home: Home) -> GCENodeDriver:
+    """libcloud's GCE driver for a validated entry, in its first zone. Against Google, its
+    token is cached under HOME (see :func:`token_cache`); at an `endpoint` none is made."""
     account = service_account(entry["credentials"])
     kwargs: dict[str, Any] = {"project": project_of(entry), "datacenter": zones(entry)[0]}
     cls = GCENodeDriver
@@ -88,5 +100,6 @@ def gce_node_driver(entry: dict[str, Any]) -> GCENodeDriver:
         kwargs.update(host=parts.hostname, port=parts.port or (443 if secure else 80), secure=secure)
         cls = _EndpointGCENodeDriver
     else:
-        kwargs["auth_type"] = "SA"
+        home.private.mkdir(mode=0o700, parents=True, exist_ok=True)
+        kwargs.update(auth_type="SA", credential_file=str(token_cache(home, account)))
     return cls(account["client_email"], os.path.expanduser(entry["credentials"]), **kwargs)
