@@ -2,7 +2,8 @@
 when first used).
 
 The entry's `credentials` (a service-account JSON key) authenticates the client and signs
-V4 URLs for workers, which hold no credentials. With `storage_endpoint` set (fake-gcs-server
+what workers get, who hold no credentials: V4 signed URLs (GET, PUT) and V4 signed POST
+policies (``upload_form``: any key under a prefix, octet-stream only). With `storage_endpoint` set (fake-gcs-server
 in tests) the client talks to that server without Google tokens, and signed URLs name it.
 
 Keys and trees are those of ``monkey.storage.base``; a tree is stored as S3's is (its files
