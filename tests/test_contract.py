@@ -136,8 +136,8 @@ class TestContract:
             run_dir = drv.run_dir(instance, juid, 1)
             link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
                          env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.blobs_dir(instance),
-                         **drv.blob_fields(instance, [digest]))  # fmt: skip
+                         blobs_dir=drv.blobs_dir(instance), **drv.blob_fields(instance, [digest]),
+                         **drv.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
             blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
             assert blob.read_bytes().startswith(b"echo hello from the contract\n")
