@@ -90,7 +90,7 @@ def test_attempt_costs_and_the_part_lost_to_preemption(home: Path, monkey, cli) 
     text = cli("info", "job", juid, check=True).stdout
     assert re.search(r"^cost\s+\$0\.1000 estimated, \$0\.0500 of it on preempted attempts$", text, re.M), text
     assert re.search(r"^1\s+aws/i-spot .* t3\.large\s+spot\s+\$0\.0500$", text, re.M), text
-    assert re.search(r"^2\s+aws/i-demand .* c5\.large\s+-\s+\$0\.0500$", text, re.M), text
+    assert re.search(r"^2\s+aws/i-demand .* c5\.large\s+on-demand\s+\$0\.0500$", text, re.M), text
 
     compared = cli("compare", juid, other, check=True).stdout
     assert re.search(rf"^1\s+{juid}\s.*\$0\.1000$", compared, re.M), compared
