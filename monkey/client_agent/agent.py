@@ -92,7 +92,8 @@ another uid are refused by SO_PEERCRED). Requests ``{"id": N, "op": OP, ...}``; 
 Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "event":
 {...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
 
-    hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
+    hello     -> version (of the protocol), digest (of the agent's code, see code_digest),
+              pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, the code (``files`` and/or ``manifest``:
               see below), blobs_dir, datasets [{digest, env, files, single}],
               workdir_name (optional: one path component, to keep the project folder's
@@ -151,6 +152,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import queue
@@ -171,6 +173,19 @@ from collections.abc import Callable
 from typing import Any
 
 VERSION = "1"
+
+
+def code_digest() -> str:
+    """Digest of this agent's source files as loaded (monkey.version.agent_digest computes
+    the same from an installed copy): a core that finds another one replaces the agent."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
 # The job runs as `/bin/sh -c WRAPPER monkey-job ARGV...`. Before anything else the shell
 # claims the run dir: it creates STARTED with O_EXCL (`set -C`) and writes its pid there, so
 # that a job is known to have started even when the agent dies between the spawn and its own
@@ -873,6 +888,7 @@ class Agent:
         self.idle_since: float | None = time.monotonic()
         self.stopping = False
         self.gpus: list[dict[str, Any]] | None = None
+        self.digest = code_digest()  # read once: the files may be replaced while it runs
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
@@ -1166,7 +1182,7 @@ class Agent:
         if self.gpus is None:
             self.gpus = detect_gpus()
         return {
-            "version": VERSION, "pid": os.getpid(), "root": self.root,
+            "version": VERSION, "digest": self.digest, "pid": os.getpid(), "root": self.root,
             "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
         }  # fmt: skip
 
