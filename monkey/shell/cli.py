@@ -222,7 +222,6 @@ JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
 
 def _monkey() -> Monkey:
     from monkey.api import Monkey
-    from monkey.config import Home
 
     return Monkey()
 
