@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.shell import provider_commands, rerun_commands, tracking_commands
+from monkey.shell import disk_commands, provider_commands, rerun_commands, tracking_commands
 from monkey.shell.dash_commands import dash_parser, web_parser
 from monkey.shell.jobspec_commands import init_parser, pull_parser
 
@@ -179,6 +179,7 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     **tracking_commands.PARSERS,
     **provider_commands.PARSERS,
     **rerun_commands.PARSERS,
+    **disk_commands.PARSERS,
 }
 
 OVERVIEW = """\
@@ -194,7 +195,7 @@ commands:
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
-  daemon start|stop|status|run
+  daemon start|stop|status|run   (status: versions; stop --all: idle agent too)
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider check NAME        connect to a provider's hosts and report each
@@ -211,6 +212,9 @@ commands:
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it
+  rm JOB...|--sweep S|--older-than 30d|--failed   delete ended jobs and their files
+  gc                         free blobs no job needs and folders of deleted jobs
+  du                         disk used by jobs, blobs, environments
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
