@@ -1,4 +1,4 @@
-"""A real, installable pure-Python wheel written by hand: pip environments without network."""
+"""Real, installable pure-Python wheels written by hand: pip environments without network."""
 
 from __future__ import annotations
 
@@ -8,24 +8,32 @@ import zipfile
 from pathlib import Path
 
 
-def build_wheel(folder: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
-    """A real, installable pure-Python wheel, written by hand (no network, no build)."""
-    files = {
-        f"{name}/__init__.py": f"VALUE = '{name} {version}'\n",
-        f"{name}-{version}.dist-info/METADATA":
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{name}-{version}.dist-info/WHEEL":
-            "Wheel-Version: 1.0\nGenerator: monkey-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }  # fmt: skip
-    record = f"{name}-{version}.dist-info/RECORD"
+def write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes],
+                entry_points: str = "") -> Path:  # fmt: skip
+    """A real, installable wheel of FILES (path in site-packages -> content), with its
+    metadata and RECORD, and ENTRY_POINTS (entry_points.txt text) when given."""
+    dist = f"{name}-{version}.dist-info"
+    files = dict(files)
+    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    files[f"{dist}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: monkey-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    if entry_points:
+        files[f"{dist}/entry_points.txt"] = entry_points.encode()
+    record = f"{dist}/RECORD"
     rows = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        rows.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[record] = "\n".join([*rows, f"{record},,"]) + "\n"
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        rows.append(f"{path},sha256={digest.decode()},{len(data)}")
+    files[record] = ("\n".join([*rows, f"{record},,"]) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
-        for path, text in files.items():
-            z.writestr(path, text)
+        for path, data in files.items():
+            z.writestr(path, data)
     return wheel
+
+
+def build_wheel(folder: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
+    """A real, installable pure-Python wheel, written by hand (no network, no build)."""
+    return write_wheel(folder, name, version, {f"{name}/__init__.py": f"VALUE = '{name} {version}'\n".encode()})

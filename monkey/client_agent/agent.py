@@ -27,7 +27,14 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
-                  ``workdir_name`` W, the code and the cwd are work/W/ instead
+                  ``workdir_name`` W, the code and the cwd are work/W/ instead. Files
+                  are reflinks of the blobs where the filesystem has them, else copies
+    code.json     {"work": path, "files": [[relpath, size, mtime_ns]]}: the code and data
+                  copies made in work/. When the attempt ends (its exit event written)
+                  they are deleted unless the job changed them, with the folders left
+                  empty, then this file: what stays is what the job wrote (outputs,
+                  persisted folders), logs, events and metrics. The code stays in the
+                  blob store by digest.
     launch.json   for a job with ``setup`` or ``persist``: what launcher.py is to do
     setup.log     launcher.py: the environment's set-up output, restores and saves
     setup.json    launcher.py: {"key", "reused", "seconds", "prefix"} of the environment
@@ -92,7 +99,8 @@ another uid are refused by SO_PEERCRED). Requests ``{"id": N, "op": OP, ...}``; 
 Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "event":
 {...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
 
-    hello     -> version, pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
+    hello     -> version (of the protocol), digest (of the agent's code, see code_digest),
+              pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, the code (``files`` and/or ``manifest``:
               see below), blobs_dir, datasets [{digest, env, files, single}],
               workdir_name (optional: one path component, to keep the project folder's
@@ -151,6 +159,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import queue
@@ -171,6 +180,19 @@ from collections.abc import Callable
 from typing import Any
 
 VERSION = "1"
+
+
+def code_digest() -> str:
+    """Digest of this agent's source files as loaded (monkey.version.agent_digest computes
+    the same from an installed copy): a core that finds another one replaces the agent."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
 # The job runs as `/bin/sh -c WRAPPER monkey-job ARGV...`. Before anything else the shell
 # claims the run dir: it creates STARTED with O_EXCL (`set -C`) and writes its pid there, so
 # that a job is known to have started even when the agent dies between the spawn and its own
@@ -192,6 +214,7 @@ WRAPPER = (
     'rc=127; fi; '
     'trap "" TERM INT HUP; echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
 )
+CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
 STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
 ABANDONED_CLAIM = b"abandoned\n"
 ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never started
@@ -463,6 +486,76 @@ def remove_tree(path: str) -> None:
         except OSError:
             pass
     shutil.rmtree(path, ignore_errors=True)
+
+
+FICLONE = 0x40049409  # linux/fs.h: make DEST share SRC's extents (btrfs, xfs, bcachefs...)
+_reflink = [True]  # False once the filesystem refused a clone: plain copies from then on
+
+
+def clone_file(src: str, dest: str) -> None:
+    """DEST as a copy of SRC: a reflink (no data copied) where the filesystem has them,
+    else a copy. Never a hard link: a job writing to its code would change the blob."""
+    if _reflink[0]:
+        with open(src, "rb") as fsrc, open(dest, "wb") as fdest:
+            try:
+                fcntl.ioctl(fdest.fileno(), FICLONE, fsrc.fileno())
+                return
+            except OSError:
+                _reflink[0] = False
+    shutil.copyfile(src, dest)
+
+
+def record_code(run_dir: str, work: str, rels: list[str]) -> None:
+    """Write CODE_RECORD: the files materialised under WORK with the size and mtime they
+    were made with, so that ``reclaim_code`` deletes them, and only them, at the end."""
+    files = []
+    for rel in rels:
+        try:
+            st = os.lstat(os.path.join(work, rel))
+        except OSError:
+            continue
+        files.append([rel, st.st_size, st.st_mtime_ns])
+    write_atomic(os.path.join(run_dir, CODE_RECORD), encode({"work": work, "files": files}))
+
+
+def reclaim_code(run_dir: str) -> int:
+    """Delete the attempt's code copy (files of CODE_RECORD the job left unchanged, and the
+    folders they leave empty), then the record; the bytes freed. What the job wrote or
+    changed stays: outputs, logs, persisted folders. Redone safely after an interruption."""
+    record = os.path.join(run_dir, CODE_RECORD)
+    try:
+        with open(record, "rb") as f:
+            rec = json.loads(f.read())
+        work = os.path.realpath(rec["work"])
+        files = rec["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    if os.path.commonpath([work, os.path.realpath(run_dir)]) != os.path.realpath(run_dir):
+        return 0
+    freed, parents = 0, set()
+    for rel, size, mtime in files:
+        try:
+            path = os.path.join(work, safe_relpath(rel))
+            st = os.lstat(path)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime):
+                continue  # changed by the job: kept
+            os.unlink(path)
+        except (OSError, RequestError):
+            continue
+        freed += st.st_size if stat.S_ISREG(st.st_mode) else 0
+        parents.add(os.path.dirname(path))
+    for folder in sorted(parents, key=len, reverse=True):
+        while len(folder) > len(work):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+            folder = os.path.dirname(folder)
+    try:
+        os.unlink(record)
+    except OSError:
+        pass
+    return freed
 
 
 def read_claim(run_dir: str) -> bytes | None:
@@ -873,6 +966,7 @@ class Agent:
         self.idle_since: float | None = time.monotonic()
         self.stopping = False
         self.gpus: list[dict[str, Any]] | None = None
+        self.digest = code_digest()  # read once: the files may be replaced while it runs
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
@@ -1166,7 +1260,7 @@ class Agent:
         if self.gpus is None:
             self.gpus = detect_gpus()
         return {
-            "version": VERSION, "pid": os.getpid(), "root": self.root,
+            "version": VERSION, "digest": self.digest, "pid": os.getpid(), "root": self.root,
             "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
         }  # fmt: skip
 
@@ -1283,6 +1377,10 @@ class Agent:
                 self._copy_blob(blob, work, rel, mode)
             for rel, ds_files, digest, mount in placed:
                 self._place(work, rel, ds_files, digest, mount)
+            code = [rel for rel, _blob, _mode in files]
+            for rel, ds_files, _digest, mount in placed:
+                code += [rel] if mount else [f"{rel}/{frel}" for frel, _blob, _mode in ds_files]
+            record_code(run_dir, work, code)
             argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
@@ -1529,7 +1627,7 @@ class Agent:
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
-        """Copy BLOB to BASE/REL (a copy, so the job cannot corrupt the store); with a
+        """Copy BLOB to BASE/REL (a reflink or a copy, so the job cannot corrupt the store); with a
         symlink's MODE (S_IFLNK), make BASE/REL a link to the target that BLOB holds."""
         target = os.path.join(base, rel)
         parent = os.path.dirname(target)
@@ -1543,7 +1641,7 @@ class Agent:
             with open(blob, "rb") as f:
                 os.symlink(os.fsdecode(f.read()), target)
             return
-        shutil.copyfile(blob, target)
+        clone_file(blob, target)
         os.chmod(target, mode & 0o777)
 
     def _materialise_dataset(self, digest: str, files: list, single: bool) -> str:
@@ -1649,6 +1747,11 @@ class Agent:
             log(f"cannot append a {etype} event for {job.juid}/{job.attempt}: {e}")
             return
         job.seq += 1
+        if etype == "exit":  # the code copy is not needed any more: reclaimed off the loop
+            import threading
+
+            threading.Thread(target=reclaim_code, args=(job.run_dir,), daemon=True,
+                             name=f"reclaim-{job.juid}").start()  # fmt: skip
         push = encode({
             "push": "event", "juid": job.juid, "attempt": job.attempt,
             "offset": offset, "event": event,

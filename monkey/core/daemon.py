@@ -11,9 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from monkey.config import Home, first_error, open_private, python_entry, write_private
 from monkey.models import MonkeyError
+from monkey.version import version
 
 
 def _try_lock(home: Home) -> int | None:
@@ -40,6 +43,40 @@ def status(home: Home) -> int | None:
         return int(home.daemon_pid.read_text().strip())
     except (OSError, ValueError):
         return -1  # locked but the pid file is not written yet
+
+
+def core_version_file(home: Home) -> Path:
+    """Where the running core records its version (see monkey.version)."""
+    return home.private / "core.version"
+
+
+def core_version(home: Home) -> str | None:
+    """The version the running core recorded, or None (none runs, or a core from before
+    versions were recorded)."""
+    try:
+        return core_version_file(home).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def outdated(home: Home) -> bool:
+    """Whether a core runs code other than this process's (a reinstall since it started)."""
+    return bool(status(home)) and core_version(home) != version()
+
+
+def local_agent(home: Home, stop_if_idle: bool = False) -> dict[str, Any] | None:
+    """The local agent's ``hello`` (pid, digest: its code's version), or None when none runs;
+    with STOP_IF_IDLE it is asked to stop when it runs no job (``stopping`` says whether)."""
+    from monkey.drivers.agent_link import AgentError, AgentGone, connect_unix
+
+    try:
+        with connect_unix(str(home.socket_path("agent"))) as link:
+            hello = link.request("hello", timeout=10)
+            if stop_if_idle:
+                hello["stopping"] = bool(link.request("shutdown", timeout=10, if_idle=True)["stopping"])
+            return hello
+    except (OSError, AgentError, AgentGone):
+        return None
 
 
 def condition(home: Home) -> str:
@@ -72,6 +109,7 @@ def run_foreground(home: Home | None = None) -> int:
         finally:
             store.close()
         write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
+        write_private(core_version_file(home), version().encode())
         core = Core(home)
     except (MonkeyError, OSError) as exc:  # e.g. a damaged database or a full disk
         print(f"monkey: error: the core cannot start: {exc}", file=sys.stderr)
@@ -108,8 +146,14 @@ def spawn(home: Home) -> subprocess.Popen[bytes]:
 
 def start(home: Home, timeout: float = 10.0) -> int:
     """Start the core in the background (if needed) and wait until it serves; MonkeyError
-    with the first error it logged when it cannot start."""
+    with the first error it logged when it cannot start. A core running other code than
+    this process's (monkey was reinstalled) is restarted: its jobs keep running and the
+    new core re-attaches to them."""
     pid = status(home)
+    if pid and outdated(home):
+        logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
+        stop(home)
+        pid = status(home)
     if pid:
         return pid
     try:
@@ -161,9 +205,10 @@ def ping(home: Home) -> bool:
 
 
 def wake(home: Home) -> None:
-    """Wake the core; when none runs, start one and wait until it serves (MonkeyError with
-    its first error when it cannot start). A running core costs one datagram."""
-    if not ping(home):
+    """Wake the core; when none runs, or one of another version (see ``start``), start one
+    and wait until it serves (MonkeyError with its first error when it cannot start). A
+    running core of this version costs one datagram and a file read."""
+    if core_version(home) != version() or not ping(home):
         start(home)
 
 

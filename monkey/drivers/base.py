@@ -205,7 +205,10 @@ class Driver(ABC):
 
     @abstractmethod
     def connect(self, instance: str) -> AgentLink:
-        """A connected link to the instance's agent, started if it was not running."""
+        """A connected link to the instance's agent, started if it was not running. An agent
+        running other code than the installed agent's (``hello``'s ``digest`` against
+        monkey.version.agent_digest) is asked to ``shutdown``, its jobs left running, and a
+        fresh one is started; it adopts them on the core's ``sync``."""
 
     @abstractmethod
     def blobs_dir(self, instance: str) -> str:

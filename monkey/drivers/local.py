@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ from monkey.config import Home, ProviderConfig, first_error, open_private, pytho
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.models import MonkeyError, Resources
+from monkey.version import agent_digest
 
 
 def detect_gpus() -> list[str]:
@@ -41,6 +44,45 @@ def local_capacity(config: ProviderConfig, detect: bool = True) -> Capacity:
     else:
         devices = [str(g) for g in gpus]
     return Capacity(config.name, int(slots), devices)
+
+
+def agent_lock_free(agent_root: Path) -> bool:
+    """Whether no agent holds AGENT_ROOT's lock (probed, and released at once)."""
+    try:
+        fd = os.open(agent_root / "private" / "agent.lock", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def replace_outdated(link: AgentLink, agent_root: Path, timeout: float = 15.0) -> bool:
+    """Stop the agent at the end of LINK when it runs other code than the installed agent's
+    (its jobs keep running), closing LINK; False, with LINK open, when it is current."""
+    try:
+        digest = link.request("hello", timeout=timeout).get("digest")
+        if digest == agent_digest():
+            return False
+        logging.getLogger("monkey.local").info(
+            "the local agent runs other code (%s, installed %s): replacing it; its jobs keep "
+            "running", digest or "older", agent_digest())
+        link.request("shutdown", timeout=timeout)
+    except BaseException:
+        link.close()
+        raise
+    link.close()
+    deadline = time.monotonic() + timeout
+    while not agent_lock_free(agent_root):
+        if time.monotonic() > deadline:
+            raise MonkeyError(f"the outdated local agent did not stop within {timeout:.0f}s; "
+                              f"see {agent_root / 'agent.log'}")
+        time.sleep(0.01)
+    return True
 
 
 _LOCAL_KEYS = {"type", "slots", "gpus"}
@@ -95,10 +137,16 @@ class LocalDriver(Driver):
         return [self._capacity]
 
     def connect(self, instance: str) -> AgentLink:
+        """A link to the local agent, started when none runs. An agent of another version
+        (a reinstall) is asked to stop, its jobs left running, and a fresh one started from
+        the installed code adopts them on the core's ``sync``."""
         try:
-            return connect_unix(self.socket)
+            link = connect_unix(self.socket)
         except OSError:
             pass
+        else:
+            if not replace_outdated(link, self.home.agent_root):
+                return link
         log = self.home.root / "agent.log"
         offset = log.stat().st_size if log.exists() else 0
         proc = self._spawn_agent(log)

@@ -42,13 +42,13 @@ from monkey.drivers.ssh_hosts import (
     validate_entry,
 )
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
+from monkey.version import AGENT_SRC, agent_digest, agent_files
 
 if TYPE_CHECKING:
     import paramiko
 
 log = logging.getLogger("monkey.ssh")
 
-_AGENT_SRC = Path(__file__).resolve().parents[1] / "client_agent"
 # Folders of a job kept across attempts, under runs/<juid>/ on both sides: the checkpoint
 # and job.yml's saved persisted folders. They follow the job from host to host.
 _KEPT = ("checkpoint", "persist")
@@ -61,18 +61,6 @@ _LOCAL_ONLY_ENV = frozenset({"PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAU
                              "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME"})
 
 logging.getLogger("paramiko").setLevel(logging.WARNING)
-
-
-def _agent_files() -> list[str]:
-    return sorted(p.name for p in _AGENT_SRC.glob("*.py"))
-
-
-def agent_digest() -> str:
-    """Digest of the agent's source: the version installed on hosts."""
-    h = hashlib.blake2b(digest_size=12)
-    for name in _agent_files():
-        h.update(name.encode() + b"\0" + (_AGENT_SRC / name).read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 class Host:
@@ -382,6 +370,12 @@ class SSHDriver(Driver):
                 self._install_agent(host)
                 with self._open_link(host) as link:
                     hello = link.request("hello", timeout=self.timeout)
+                    if hello.get("digest") != agent_digest():  # a reinstall: jobs keep running
+                        log.info("%s: replacing an outdated agent", host.instance)
+                        link.request("shutdown", timeout=self.timeout)
+                if hello.get("digest") != agent_digest():
+                    with self._open_link(host) as link:  # the relay starts the installed one
+                        hello = link.request("hello", timeout=self.timeout)
             except Unreachable as exc:
                 self._failed(host, str(exc), transient=True)
                 return
@@ -511,8 +505,8 @@ class SSHDriver(Driver):
         _sftp_makedirs(sftp, f"{tmp}/monkey/client_agent")
         with sftp.open(f"{tmp}/monkey/__init__.py", "wb") as fh:
             fh.write(b"")
-        for name in _agent_files():
-            sftp.put(str(_AGENT_SRC / name), f"{tmp}/monkey/client_agent/{name}")
+        for name in agent_files():
+            sftp.put(str(AGENT_SRC / name), f"{tmp}/monkey/client_agent/{name}")
         try:
             sftp.posix_rename(tmp, final)
         except OSError:

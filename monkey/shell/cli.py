@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.shell import provider_commands, rerun_commands, tracking_commands
+from monkey.shell import disk_commands, provider_commands, rerun_commands, tracking_commands
 from monkey.shell.dash_commands import dash_parser, web_parser
 from monkey.shell.jobspec_commands import init_parser, pull_parser
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
+    from monkey.config import Home
 
 VERSION = "0.1.0"
 
@@ -158,6 +159,7 @@ def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = _parser(cls, "daemon", "Run the core: start (background), stop, status, run (foreground).")
     p.add_argument("action", choices=("start", "stop", "status", "run"))
+    p.add_argument("--all", action="store_true", help="stop: also stop the local agent when it runs no job")
     p.set_defaults(func=cmd_daemon)
     return p
 
@@ -177,6 +179,7 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     **tracking_commands.PARSERS,
     **provider_commands.PARSERS,
     **rerun_commands.PARSERS,
+    **disk_commands.PARSERS,
 }
 
 OVERVIEW = """\
@@ -192,7 +195,7 @@ commands:
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
-  daemon start|stop|status|run
+  daemon start|stop|status|run   (status: versions; stop --all: idle agent too)
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider check NAME        connect to a provider's hosts and report each
@@ -209,6 +212,9 @@ commands:
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it
+  rm JOB...|--sweep S|--older-than 30d|--failed   delete ended jobs and their files
+  gc                         free blobs no job needs and folders of deleted jobs
+  du                         disk used by jobs, blobs, environments
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
@@ -536,14 +542,38 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         pid = daemon.stop(home)
         print(f"core stopped (pid {pid})" if pid else "core was not running")
+        agent = daemon.local_agent(home, stop_if_idle=True) if args.all else None
+        if agent is not None:
+            print(f"agent stopped (pid {agent['pid']})" if agent["stopping"]
+                  else f"agent (pid {agent['pid']}) left running: it runs jobs")
     else:
-        pid = daemon.status(home)
-        if not pid:
-            print("core not running")
-            return 3
+        return _daemon_status(home)
+    return 0
+
+
+def _daemon_status(home: Home) -> int:
+    """`daemon status`: the core, and the versions of this CLI, the core and the local agent."""
+    from monkey.core import daemon
+    from monkey.version import agent_digest, version
+
+    pid = daemon.status(home)
+    if pid:
         why = daemon.condition(home)
         print(f"core running (pid {pid}) for {home.root}" + (f", but {why}" if why else ""))
-    return 0
+    else:
+        print("core not running")
+    mine, core, agent = version(), daemon.core_version(home), daemon.local_agent(home)
+    print(f"  cli    {mine}")
+    if pid:
+        print(f"  core   {core or 'unknown (older)'}"
+              + ("" if core == mine else "  (outdated: the next command restarts it)"))
+    if agent is None:
+        print("  agent  not running")
+    else:
+        digest = agent.get("digest") or "unknown (older)"
+        print(f"  agent  {digest} (pid {agent['pid']})"
+              + ("" if digest == agent_digest() else "  (outdated: the core replaces it, its jobs keep running)"))
+    return 0 if pid else 3
 
 
 # -- entry point ----------------------------------------------------------------------

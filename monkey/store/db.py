@@ -33,6 +33,7 @@ from monkey.store.errors import (
     free_bytes,
     sqlite_failure,
 )
+from monkey.store.housekeeping import HousekeepingStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.rerun import RerunStore
@@ -163,7 +164,7 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
     return att
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore):
+class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore, HousekeepingStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

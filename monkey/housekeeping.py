@@ -1,0 +1,213 @@
+"""Disk housekeeping of MONKEY_HOME: `monkey rm` (delete jobs), `monkey gc` (blobs no job
+references, run folders of deleted jobs, code copies left behind), `monkey du` (usage).
+
+Consistency when interrupted (even by SIGKILL): `rm` deletes a job's rows in one
+transaction, then its run folder; a folder left behind is a deleted job's and `gc` removes
+it. `gc` removes a blob's row from the store before its file; a file left without a row is
+unreferenced and the next `gc` removes it. A blob any existing job names (its code and the
+files its file list names, datasets, job.yml data folders, git diff, packages, set-up
+files: every digest written in its records) is never deleted, so `rerun` of every job that
+remains keeps working. Blobs younger than the grace period are kept too: a submit writes
+its blobs before its job row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monkey.models import TERMINAL, MonkeyError, State
+
+if TYPE_CHECKING:
+    from monkey.api import Monkey
+    from monkey.models import Job
+
+_MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age like ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
+    if not found:
+        raise MonkeyError(f"{text!r} is not an age; give a number and a unit, e.g. 30d, 12h, 90m")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def tree_size(path: Path) -> tuple[int, int]:
+    """(bytes, files) under PATH (apparent sizes; links not followed)."""
+    total = count = 0
+    for folder, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+                count += 1
+            except OSError:
+                pass
+    return total, count
+
+
+def human(n: float) -> str:
+    """Bytes as 1.2 GB, 340 MB, 12 KB, 5 B."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def select_jobs(m: Monkey, refs: Iterable[str], sweep: str | None = None,
+                older_than: str | None = None, failed: bool = False) -> list[Job]:  # fmt: skip
+    """The jobs named by REFS (ids, prefixes, `last`), in SWEEP, ended longer than
+    OLDER_THAN ago and/or failed; the filters narrow each other."""
+    refs = list(refs)
+    if not (refs or sweep or older_than or failed):
+        raise MonkeyError("monkey rm: name jobs, or give --sweep S, --older-than AGE or --failed")
+    if refs:
+        jobs = [m.store.get_job(m.store.resolve(r)) for r in refs]
+    else:
+        jobs = m.store.list_jobs(sweep=m.store.resolve_sweep(sweep) if sweep else None)
+    if sweep and refs:
+        jobs = [j for j in jobs if j.sweep == sweep]
+    if older_than:
+        cut = time.time() - parse_age(older_than)
+        jobs = [j for j in jobs if (j.finished_at or j.created_at) < cut]
+    if failed:
+        jobs = [j for j in jobs if j.state == State.FAILED]
+    return list({j.juid: j for j in jobs}.values())
+
+
+def remove_jobs(m: Monkey, jobs: list[Job]) -> tuple[int, int]:
+    """Delete JOBS (all ended) and their run folders and secrets; (jobs, bytes freed).
+    A job not ended is refused, and nothing is deleted."""
+    live = [j for j in jobs if j.state not in TERMINAL]
+    if live:
+        j = live[0]
+        raise MonkeyError(f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
+                          f"{j.juid}`) or leave it out")
+    m.store.delete_jobs(j.juid for j in jobs)
+    freed = 0
+    for j in jobs:
+        freed += _remove(m.home.runs / j.juid)
+        m.home.secrets_file(j.juid).unlink(missing_ok=True)
+    return len(jobs), freed
+
+
+def _remove(path: Path) -> int:
+    """Delete the folder PATH; the bytes it held."""
+    if not path.exists():
+        return 0
+    size, _ = tree_size(path)
+    for folder, _dirs, _files in os.walk(path):  # read-only folders (datasets, persisted)
+        try:
+            os.chmod(folder, 0o700)
+        except OSError:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+    return size
+
+
+@dataclass
+class GcReport:
+    """What `gc` freed."""
+
+    blobs: int = 0
+    blob_bytes: int = 0
+    runs: int = 0
+    run_bytes: int = 0
+    code_bytes: int = 0
+    kept: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.blob_bytes + self.run_bytes + self.code_bytes
+
+
+def needed_blobs(m: Monkey) -> set[str]:
+    """Every blob an existing job needs: the digests in its records and, for each that is a
+    file list (code, dataset, data folder), the digests it lists."""
+    from monkey.snapshot import BlobStore, load_manifest
+
+    needed = m.store.referenced_digests()
+    blobs = BlobStore(m.home.blobs)
+    for digest in list(needed):
+        try:
+            with open(blobs.path(digest), "rb") as f:
+                if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
+                    continue  # not a file list (a data file, a diff)
+        except OSError:
+            continue
+        try:
+            needed.update(f.digest for f in load_manifest(blobs, digest))
+        except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
+            continue  # not a file list
+    return needed
+
+
+def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
+    """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
+    agent that died, and blobs no job needs (older than GRACE seconds)."""
+    from monkey.client_agent.agent import CODE_RECORD, reclaim_code
+
+    report = GcReport()
+    jobs = {j.juid: j for j in m.store.list_jobs()}
+    if m.home.runs.is_dir():
+        for entry in sorted(os.scandir(m.home.runs), key=lambda e: e.name):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            job = jobs.get(entry.name)
+            if job is None:
+                report.run_bytes += _remove(Path(entry.path))
+                report.runs += 1
+            elif job.state in TERMINAL:
+                for attempt in Path(entry.path).glob(f"*/{CODE_RECORD}"):
+                    report.code_bytes += reclaim_code(str(attempt.parent))
+    needed = needed_blobs(m)
+    cut = time.time() - grace
+    doomed: list[tuple[str, Path, int]] = []
+    root = m.home.blobs
+    for shard in sorted(root.iterdir()) if root.is_dir() else []:
+        if not shard.is_dir() or len(shard.name) != 2:
+            continue
+        for f in shard.iterdir():
+            digest = shard.name + f.name
+            try:
+                st = f.lstat()
+            except OSError:
+                continue
+            if st.st_mtime > cut:
+                continue
+            if digest not in needed:  # temporary files of an interrupted write included
+                doomed.append((digest, f, st.st_size))
+    for start in range(0, len(doomed), 1000):
+        batch = doomed[start:start + 1000]
+        m.store.forget_blobs(d for d, _p, _s in batch)  # the row first, then the file
+        for _digest, path, size in batch:
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            report.blobs += 1
+            report.blob_bytes += size
+    return report
+
+
+def usage(m: Monkey) -> dict[str, dict[str, int]]:
+    """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs, envs (job.yml
+    environments), datasets (shared copies), and the database."""
+    home = m.home
+    out: dict[str, dict[str, int]] = {}
+    for name, path in (("runs", home.runs), ("blobs", home.blobs),
+                       ("envs", home.agent_root / "envs"), ("datasets", home.agent_root / "datasets")):  # fmt: skip
+        size, count = tree_size(path)
+        out[name] = {"bytes": size, "files": count}
+    db = sum(p.stat().st_size for p in home.root.glob("monkey.db*") if p.is_file())
+    out["database"] = {"bytes": db, "files": 1}
+    out["runs"]["jobs"] = len(m.store.job_ids())
+    return out

@@ -1,0 +1,94 @@
+"""`rm`, `gc` and `du`: MONKEY_HOME's disk (see monkey/housekeeping.py).
+
+Parser builders take the parser class like those of cli.py; only argparse and the standard
+library are imported up here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from monkey.models import MonkeyError
+from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
+
+
+def rm_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
+                "on a terminal); then `monkey gc` frees the blobs no job needs.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, unique prefixes, or `last`")
+    p.add_argument("--sweep", metavar="S", help="the jobs of this sweep")
+    p.add_argument("--older-than", metavar="AGE", help="jobs ended longer ago than AGE (30d, 12h)")
+    p.add_argument("--failed", action="store_true", help="failed jobs only")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_rm)
+    return p
+
+
+def gc_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "gc", "Free the blobs no job needs, the folders of deleted jobs and code "
+                "copies left behind, and print what was freed.")
+    p.add_argument("--grace", default="1h", metavar="AGE",
+                   help="keep blobs younger than AGE (default 1h: a submit in progress)")
+    p.set_defaults(func=cmd_gc)
+    return p
+
+
+def du_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments.")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(func=cmd_du)
+    return p
+
+
+PARSERS = {"rm": rm_parser, "gc": gc_parser, "du": du_parser}
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from monkey import housekeeping
+
+    m = _monkey()
+    jobs = housekeeping.select_jobs(m, args.jobs, args.sweep, args.older_than, args.failed)
+    if not jobs:
+        print("no job matches")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise MonkeyError(f"monkey rm: deleting {len(jobs)} jobs needs --yes when not asked on a terminal")
+        shown = ", ".join(j.juid for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+        answer = input(f"delete {len(jobs)} jobs ({shown}) with their logs, metrics and files? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 1
+    count, freed = housekeeping.remove_jobs(m, jobs)
+    print(f"deleted {count} jobs, freed {housekeeping.human(freed)}; `monkey gc` frees their blobs")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from monkey import housekeeping
+
+    report = housekeeping.gc(_monkey(), housekeeping.parse_age(args.grace))
+    h = housekeeping.human
+    print(f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
+          f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
+          f"code copies left behind ({h(report.code_bytes)})")
+    return 0
+
+
+def cmd_du(args: argparse.Namespace) -> int:
+    from monkey import housekeeping
+    from monkey.shell.table import render
+
+    m = _monkey()
+    parts = housekeeping.usage(m)
+    if args.json:
+        print(json.dumps({"home": str(m.home.root), **parts}, indent=2))
+        return 0
+    h = housekeeping.human
+    rows = [[name, h(p["bytes"]), f"{p['files']:,}"] for name, p in parts.items()]
+    rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
+    print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
+    render(["PART", "SIZE", "FILES"], rows)
+    return 0

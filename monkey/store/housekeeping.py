@@ -1,0 +1,63 @@
+"""Store queries of `monkey rm` and `monkey gc`: deleting jobs, and what jobs reference."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+_DIGEST = re.compile(r"\b[0-9a-f]{64}\b")
+
+
+class HousekeepingStore:
+    """Mixin of Store: delete jobs with every row that names them; digests jobs reference."""
+
+    db: sqlite3.Connection
+
+    tx: Any  # Store.tx
+
+    def juid_tables(self) -> list[str]:
+        """Every table with a ``juid`` column."""
+        names = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [n for n in names
+                if any(c[1] == "juid" for c in self.db.execute(f"PRAGMA table_info({n})"))]  # fmt: skip
+
+    def delete_jobs(self, juids: Iterable[str]) -> int:
+        """Delete the jobs and every row naming them, in one transaction; the count deleted.
+        Jobs that are not ended are refused by the caller (see monkey.housekeeping)."""
+        juids = list(juids)
+        tables = self.juid_tables()
+        done = 0
+        with self.tx() as db:
+            for start in range(0, len(juids), 500):
+                chunk = juids[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                db.execute(f"DELETE FROM metrics WHERE series IN "
+                           f"(SELECT id FROM metric_series WHERE juid IN ({marks}))", chunk)  # fmt: skip
+                for table in tables:
+                    if table != "jobs":
+                        db.execute(f"DELETE FROM {table} WHERE juid IN ({marks})", chunk)
+                done += db.execute(f"DELETE FROM jobs WHERE juid IN ({marks})", chunk).rowcount
+        return done
+
+    def referenced_digests(self) -> set[str]:
+        """Every blob digest written anywhere in a job's records (snapshot, datasets, git
+        diff, packages, job.yml digests...): blobs gc must keep, before expanding manifests."""
+        found: set[str] = set()
+        for table in self.juid_tables():
+            if table in ("events", "metric_series", "run_summary"):
+                continue  # no blob is named there, and they are the largest tables
+            for row in self.db.execute(f"SELECT * FROM {table}"):
+                found.update(_DIGEST.findall(" ".join(v for v in row if isinstance(v, str))))
+        return found
+
+    def forget_blobs(self, digests: Iterable[str]) -> None:
+        """Remove the blobs table's rows of DIGESTS (before their files are deleted)."""
+        rows: list[Any] = [(d,) for d in digests]
+        with self.tx() as db:
+            db.executemany("DELETE FROM blobs WHERE digest = ?", rows)
+
+    def job_ids(self) -> set[str]:
+        """Every job's juid."""
+        return {r[0] for r in self.db.execute("SELECT juid FROM jobs")}

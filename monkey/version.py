@@ -1,0 +1,66 @@
+"""What version of monkey a CLI, a core or an agent runs: the package version plus a digest.
+
+The CLI and the core compare ``version()``: the package version and a digest of the
+name, size and modification time of every ``.py`` file of the installed package (stat
+only: about half a millisecond on the one-shot path). A reinstall, editable or not, changes
+it. A running core records its version in ``MONKEY_HOME/private/core.version``; a CLI that
+finds another one there restarts the core (jobs keep running: the new core re-attaches).
+
+Agents are compared by ``agent_digest()``: a digest of the content of the agent's own files
+(``monkey/client_agent/*.py``), which an agent computes for itself and reports in ``hello``
+(``digest``). SSH hosts keep each agent version in a folder named by it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+AGENT_SRC = PACKAGE / "client_agent"
+
+
+def package_version() -> str:
+    """The version the package declares."""
+    from monkey import __version__
+
+    return __version__
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the package's .py files' names, sizes and modification times."""
+    h = hashlib.blake2b(digest_size=6)
+    stack = [str(PACKAGE)]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.endswith(".py"):
+                    st = entry.stat()
+                    h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                elif entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                    stack.append(entry.path)
+    return h.hexdigest()
+
+
+def version() -> str:
+    """This process's monkey version: ``0.1.0+<code digest>``."""
+    return f"{package_version()}+{code_digest()}"
+
+
+def agent_files() -> list[str]:
+    """Names of the agent's source files (what is copied to a worker)."""
+    return sorted(p.name for p in AGENT_SRC.glob("*.py"))
+
+
+def agent_digest() -> str:
+    """Digest of the agent's source as it is on disk now: the agent version a worker should
+    run (the same computation as the agent's own ``code_digest``). Not cached: a running
+    core compares agents with the files a fresh agent would load."""
+    h = hashlib.blake2b(digest_size=12)
+    for name in agent_files():
+        h.update(name.encode() + b"\0" + (AGENT_SRC / name).read_bytes() + b"\0")
+    return h.hexdigest()

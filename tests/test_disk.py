@@ -1,0 +1,149 @@
+"""MONKEY_HOME stays small (issue 13 §2): the code copy of an attempt is reclaimed when it
+ends, `monkey rm` deletes jobs, `monkey gc` frees the blobs no job needs (and stays
+consistent when killed), `monkey du` shows usage. Driven through the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import wait_for
+
+from monkey.housekeeping import tree_size
+from monkey.rerun import check_blobs
+from monkey.snapshot import BlobStore
+from monkey.store import Store
+
+MB = 1 << 20
+
+
+def run_job(cli, *argv: str, code: int = 0) -> str:
+    juid = cli("run", "--", *argv, check=True).stdout.strip()
+    follow = cli("logs", "--follow", juid)
+    assert follow.returncode == code, follow.stderr
+    return juid
+
+
+def blob_files(home: Path) -> dict[str, int]:
+    return {p.parent.name + p.name: p.stat().st_size for p in (home / "blobs").glob("??/*")}
+
+
+def blob_count(home: Path) -> int:
+    """Blob files now (while a gc may be deleting them)."""
+    return sum(len(os.listdir(shard)) for shard in (home / "blobs").glob("??"))
+
+
+def assert_consistent(home: Path) -> None:
+    """The database is sound, every blob it lists is there, and every job can run again."""
+    db = sqlite3.connect(home / "monkey.db")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = {d for (d,) in db.execute("SELECT digest FROM blobs")}
+    finally:
+        db.close()
+    assert rows <= set(blob_files(home)), "a blob row without its file"
+    store = Store(home / "monkey.db")
+    try:
+        for job in store.list_jobs():
+            check_blobs(BlobStore(home / "blobs"), job, store.job_spec(job.juid), git=True)
+    finally:
+        store.close()
+
+
+def test_the_code_copy_is_reclaimed_when_the_job_ends(cli, home: Path) -> None:
+    for i in range(5):
+        Path(f"weights{i}.bin").write_bytes(os.urandom(10 * MB))
+    Path("train.py").write_text(
+        "import os\nassert os.path.getsize('weights3.bin') == 10 << 20\n"
+        "os.makedirs('results', exist_ok=True)\nopen('results/score.txt', 'w').write('0.9')\n"
+        "print('trained')\n")  # fmt: skip
+    juid = cli("run", "--outputs", "results/*", "--", sys.executable, "train.py", check=True).stdout.strip()
+    assert cli("logs", "--follow", juid).stdout == "trained\n"
+    run_dir = home / "runs" / juid / "1"
+    wait_for(lambda: not (run_dir / "code.json").exists(), what="the code copy to be reclaimed")
+    size, _ = tree_size(home / "runs" / juid)
+    assert size < MB, f"the run folder holds {size} bytes after the job"
+    assert (run_dir / "work" / "results" / "score.txt").read_text() == "0.9"
+    assert (run_dir / "stdout.log").read_text() == "trained\n"
+    assert not (run_dir / "work" / "weights0.bin").exists()
+    # The code is still in the blob store: the job can be seen and run again.
+    assert cli("cat", juid, "train.py", check=True).stdout.startswith("import os")
+    again = cli("rerun", juid, check=True).stdout.strip().split()[-1]
+    assert cli("logs", "--follow", again).stdout == "trained\n"
+    usage = json.loads(cli("du", "--json", check=True).stdout)
+    assert 50 * MB <= usage["blobs"]["bytes"] < 51 * MB  # stored once for both jobs
+    assert usage["runs"]["bytes"] < MB and usage["runs"]["jobs"] == 2
+
+
+def test_rm_and_gc_free_the_expected_bytes(cli, home: Path) -> None:
+    Path("shared.bin").write_bytes(os.urandom(4 * MB))
+    Path("a.bin").write_bytes(os.urandom(20 * MB))
+    first = run_job(cli, "true")
+    os.unlink("a.bin")
+    Path("b.bin").write_bytes(os.urandom(8 * MB))
+    second = run_job(cli, "false", code=1)  # a failed job
+    assert len({first, second}) == 2
+
+    refused = cli("rm", first)  # no terminal and no --yes: nothing deleted
+    assert refused.returncode != 0 and "--yes" in refused.stderr
+    assert cli("info", "job", first).returncode == 0
+
+    before = sum(blob_files(home).values())
+    out = cli("rm", "--yes", first, check=True).stdout
+    assert "deleted 1 jobs" in out
+    assert cli("info", "job", first).returncode != 0 and not (home / "runs" / first).exists()
+    gc = cli("gc", "--grace", "0s", check=True).stdout
+    freed = before - sum(blob_files(home).values())
+    # a.bin and the first job's file list went; shared.bin and b.bin stay for the second job.
+    assert 20 * MB <= freed < 20 * MB + 64 * 1024, freed
+    assert gc.startswith("freed 21.0 MB") and "1 folders" not in gc, gc
+    assert_consistent(home)
+    assert cli("gc", "--grace", "0s", check=True).stdout.startswith("freed 0 B")
+
+    # --failed selects the second job; afterwards gc leaves an empty blob store.
+    assert "deleted 1 jobs" in cli("rm", "--failed", "--yes", check=True).stdout
+    cli("gc", "--grace", "0s", check=True)
+    assert blob_files(home) == {}
+    assert_consistent(home)
+
+
+def test_rm_refuses_a_running_job(cli, home: Path) -> None:
+    juid = cli("run", "--", "sleep", "60", check=True).stdout.strip()
+    wait_for(lambda: "running" in cli("info", "job", juid).stdout, what="the job to run")
+    out = cli("rm", "--yes", juid)
+    assert out.returncode != 0 and "cancel it first" in out.stderr
+    assert cli("info", "job", juid).returncode == 0
+    cli("job", "cancel", juid, check=True)
+
+
+def test_gc_killed_midway_leaves_the_store_consistent(cli, home: Path) -> None:
+    Path("pkg").mkdir()
+    for i in range(3000):
+        Path(f"pkg/m{i}.py").write_text(f"V = {i}  # {os.urandom(8).hex()}\n")
+    doomed = run_job(cli, "true")
+    for i in range(3000):
+        os.unlink(f"pkg/m{i}.py")
+    Path("keep.txt").write_text("kept\n")
+    kept = run_job(cli, "cat", "keep.txt")
+    cli("rm", "--yes", doomed, check=True)
+    before = blob_count(home)
+    gc = subprocess.Popen([sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
+                          stdout=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
+    # Kill it once it has started deleting (or at its end, if it was quicker than the poll).
+    wait_for(lambda: gc.poll() is not None or blob_count(home) < before, every=0.001,
+             what="gc to start deleting")  # fmt: skip
+    gc.send_signal(signal.SIGKILL)
+    gc.wait()
+    assert_consistent(home)
+    # A second gc finishes the work: what is left is the kept job's (keep.txt, its file
+    # list, its package list), and it runs again.
+    cli("gc", "--grace", "0s", check=True)
+    assert_consistent(home)
+    assert len(blob_files(home)) < 5
+    again = cli("rerun", kept, check=True).stdout.strip().split()[-1]
+    assert cli("logs", "--follow", again).returncode == 0

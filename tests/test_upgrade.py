@@ -1,0 +1,134 @@
+"""Reinstalling monkey while its core and agent run (issue 13 §1), with real installs:
+`pip install .` into a venv, then an editable install of a changed tree, as README's
+scripts/example.sh then scripts/test.sh do. The next job.yml job works, the job that was
+running keeps running under a fresh agent and its exit code is recorded, and
+`daemon status` shows the versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, wait_for
+from wheels import write_wheel
+
+JOB_YML = """\
+name: upgrade
+run:
+  env_type: none
+persist:
+  - name: output
+    path: output
+"""
+
+
+ENTRY_POINTS = "[console_scripts]\nmonkey = monkey.shell.cli:main\n"
+
+
+def copy_tree(dest: Path, marker: str) -> Path:
+    """A source tree of monkey, its code (CLI, core and agent) changed by MARKER."""
+    shutil.copytree(REPO / "monkey", dest / "monkey",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copy(REPO / "monkeycli.py", dest / "monkeycli.py")
+    for rel in ("monkey/api.py", "monkey/client_agent/agent.py"):
+        with open(dest / rel, "a") as f:
+            f.write(f"# {marker}\n")
+    return dest
+
+
+def pip_install(venv: Path, wheel: Path) -> None:
+    """`pip install` as a user does (a reinstall replaces the installed files)."""
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         "--force-reinstall", str(wheel)],
+        check=True, capture_output=True, timeout=300, cwd=venv.parent,
+    )  # fmt: skip
+
+
+def install(venv: Path, src: Path) -> None:
+    """`pip install .` of SRC: the wheel its build makes (written here: no network)."""
+    files = {str(p.relative_to(src)): p.read_bytes()
+             for p in [*src.glob("monkey/**/*.py"), *src.glob("monkey/**/*.tcss"), src / "monkeycli.py"]}
+    pip_install(venv, write_wheel(src / "dist", "monkey", "0.1.0", files, ENTRY_POINTS))
+
+
+def install_editable(venv: Path, src: Path) -> None:
+    """`pip install -e SRC`: what setuptools' editable wheel holds, a .pth naming SRC."""
+    files = {"__editable__.monkey-0.1.0.pth": f"{src}\n".encode()}
+    pip_install(venv, write_wheel(src / "dist-e", "monkey", "0.1.0", files, ENTRY_POINTS))
+
+
+def test_reinstall_while_the_core_and_agent_run(home: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy only
+
+    def monkey(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(venv / "bin" / "monkey"), *args], capture_output=True,
+                              text=True, env=env, timeout=120)  # fmt: skip
+        if check:
+            assert proc.returncode == 0, f"monkey {' '.join(args)}: {proc.stdout}{proc.stderr}"
+        return proc
+
+    def job(juid: str) -> dict:
+        return next(j for j in json.loads(monkey("list", "jobs", "--json").stdout)
+                    if juid in (j.get("juid"), j.get("id")))  # fmt: skip
+
+    home.mkdir(exist_ok=True)
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    Path("job.yml").write_text(JOB_YML)
+    Path("train.py").write_text("import os\nos.makedirs('output', exist_ok=True)\nprint('trained')\n")
+
+    # `pip install .` (scripts/example.sh), then a job.yml job and a job that outlives the upgrade.
+    install(venv, copy_tree(tmp_path / "src1", "first"))
+    first = monkey("run", "--", "python3", "train.py").stdout.strip()
+    assert monkey("logs", "--follow", first).returncode == 0
+    gate = Path.cwd() / "gate"
+    gate.touch()
+    long = monkey("run", "--", "sh", "-c", f"while [ -e {gate} ]; do sleep 0.1; done; exit 7").stdout.strip()
+    wait_for(lambda: job(long)["state"] == "running", what="the long job to run")
+    before = monkey("daemon", "status").stdout
+    old_core = int(before.split("(pid ")[1].split(")")[0])
+
+    # An editable install of a changed tree (scripts/test.sh): the first install's files are gone.
+    src2 = copy_tree(tmp_path / "src2", "second")
+    install_editable(venv, src2)
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import monkey; print(monkey.__file__)"],
+        capture_output=True, text=True, env=env, check=True, cwd=tmp_path,
+    ).stdout.strip()
+    assert installed == str(src2 / "monkey" / "__init__.py")
+
+    # The next job.yml job works: the CLI restarted the core, the core replaced the agent.
+    second = monkey("run", "--", "python3", "train.py").stdout.strip()
+    follow = monkey("logs", "--follow", second, check=False)
+    assert follow.returncode == 0, follow.stdout + follow.stderr
+    assert "trained" in follow.stdout
+    status = monkey("daemon", "status").stdout
+    lines = {line.split()[0]: line.split()[1:] for line in status.splitlines()[1:]}
+    assert lines["cli"][0] == lines["core"][0] and "outdated" not in status, status
+    assert lines["cli"][0] != before.splitlines()[1].split()[1]  # a new version
+    assert int(status.split("(pid ")[1].split(")")[0]) != old_core
+    from monkey.client_agent.agent import code_digest
+
+    agent_version = lines["agent"][0]
+    assert agent_version != code_digest()  # the changed tree's agent, not this worktree's
+
+    # The job that ran across the upgrade keeps running, and its exit code is recorded.
+    assert job(long)["state"] == "running"
+    gate.unlink()
+    wait_for(lambda: job(long)["state"] in ("failed", "succeeded"), timeout=60,
+             what="the long job to end")  # fmt: skip
+    ended = job(long)
+    assert ended["state"] == "failed" and ended["exit_code"] == 7, ended
+
+    # `daemon stop --all` stops the core and the idle agent.
+    out = monkey("daemon", "stop", "--all").stdout
+    assert "core stopped" in out and "agent stopped" in out
+    wait_for(lambda: "agent  not running" in monkey("daemon", "status", check=False).stdout,
+             what="the agent to stop")  # fmt: skip
