@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -33,7 +34,35 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and raises instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+        raise UsageError(f"{self.prog}: {message}{self._hint(message)}; see `{self.prog} --help`")
+
+    def _hint(self, message: str) -> str:
+        """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
+        if message.startswith("unrecognized arguments: "):
+            word = message.split()[2].partition("=")[0]
+            return suggest(word, _long_options(self)) if word.startswith("-") else ""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            return suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return ""
+
+
+def _long_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The --options of PARSER and of its sub-commands."""
+    found = [o for o in parser._option_string_actions if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _long_options(sub)
+    return found
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """"; did you mean X?" naming the choice closest to WORD, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
@@ -116,11 +145,14 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "logs", "Print a job's output (all attempts, oldest first).")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    p = _parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
+                "written (all attempts, oldest first, each marked).")
+    p.add_argument("job", nargs="?", default="last", help="job id, unique prefix, or `last` (default)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing until the job ends; exit with its exit code")
-    p.add_argument("--stderr", action="store_true", help="the error stream instead of stdout")
+    stream = p.add_mutually_exclusive_group()
+    stream.add_argument("--stdout", action="store_true", help="only the output stream")
+    stream.add_argument("--stderr", action="store_true", help="only the error stream")
     p.add_argument("--tail", "-t", type=int, metavar="N",
                    help="only the last N lines (with --follow: start from them)")
     p.add_argument("--attempt", "-a", type=int, help="only this attempt")
@@ -266,7 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(job.juid)
     if args.follow:
-        return _follow(m, job.juid, stderr=False)
+        return _follow(m, job.juid, "both")
     return 0
 
 
@@ -280,17 +312,17 @@ def _write_all(chunks: Iterable[bytes]) -> bool:
     return wrote
 
 
-def _follow(m: Monkey, juid: str, stderr: bool, tail: int | None = None) -> int:
+def _follow(m: Monkey, juid: str, stream: str, tail: int | None = None) -> int:
     try:
-        _write_all(m.follow(juid, stderr=stderr, tail=tail))
+        _write_all(m.follow(juid, tail=tail, stream=stream))
     except KeyboardInterrupt:
         print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
         return 130
     job = m.store.get_job(juid)
     assert job is not None
     if job.state != State.SUCCEEDED:
-        hint = "" if stderr or "monkey logs" in (job.reason or "") or job.state != State.FAILED \
-            else f"; its errors: `monkey logs --stderr {juid}`"
+        hint = "" if stream != "stdout" or "monkey logs" in (job.reason or "") \
+            or job.state != State.FAILED else f"; its errors: `monkey logs --stderr {juid}`"
         print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else "")
               + hint, file=sys.stderr)
     return _exit_status(job.state, job.exit_code)
@@ -492,15 +524,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         if args.attempt is not None or args.setup:
             raise UsageError("monkey logs: --follow cannot be combined with --attempt or --setup")
-        return _follow(m, juid, stderr=args.stderr, tail=args.tail)
-    if args.setup and args.stderr:
-        raise UsageError("monkey logs: --setup cannot be combined with --stderr")
-    chunks = m.log_chunks(juid, stderr=args.stderr, attempt=args.attempt, tail=args.tail,
-                          setup=args.setup)
+        return _follow(m, juid, _stream(args), tail=args.tail)
+    if args.setup and (args.stderr or args.stdout):
+        raise UsageError("monkey logs: --setup cannot be combined with --stdout or --stderr")
+    chunks = m.output_chunks(juid, _stream(args), attempt=args.attempt, tail=args.tail,
+                             setup=args.setup)
     if not _write_all(chunks) and args.setup and args.tail != 0:
         print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
               "environment and persists no folder, or it has not started)", file=sys.stderr)
     return 0
+
+
+def _stream(args: argparse.Namespace) -> str:
+    return "stderr" if args.stderr else "stdout" if args.stdout else "both"
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -559,12 +595,29 @@ def user_error(exc: Exception) -> MonkeyError | None:
     return damaged(Home().db, str(exc)) if is_damage(exc) else None
 
 
+# Short forms: `monkey cancel JOB` is `monkey job cancel JOB`, `monkey info JOB` is
+# `monkey info job JOB`.
+SHORT_FORMS = {action: ["job", action] for action in ("cancel", "pause", "resume", "retry")}
+
+
+def expand(argv: list[str]) -> list[str]:
+    """ARGV with a short form written out in full."""
+    if argv[0] in SHORT_FORMS:
+        return [*SHORT_FORMS[argv[0]], *argv[1:]]
+    if argv[0] == "info" and len(argv) > 1 and argv[1] != "job" and not argv[1].startswith("-"):
+        return ["info", "job", *argv[1:]]
+    return argv
+
+
 def dispatch(argv: list[str]) -> int:
     """Run one command line; returns the exit status. Errors raise MonkeyError."""
+    argv = expand(argv)
     name = argv[0]
     builder = PARSERS.get(name)
     if builder is None:
-        raise UsageError(f"unknown command {name!r}; commands: {', '.join(PARSERS)} (see monkey --help)")
+        names = [*PARSERS, *SHORT_FORMS]
+        raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
+                         f"(commands: {', '.join(names)}; see monkey --help)")
     args = builder().parse_args(argv[1:])
     return int(args.func(args) or 0)
 

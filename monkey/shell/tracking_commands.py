@@ -264,6 +264,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise _usage(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
                          f"{words[0]} last")
         return _sweep_action(words[0], words[1], as_json)
+    if words and words[0] != "--" and not (args.grid or args.random or args.file):
+        from monkey.shell.cli import suggest
+
+        hint = suggest(words[0], SWEEP_ACTIONS)
+        if hint or len(words) == 2:  # `sweep stauts last`: a mistyped action, not a command
+            raise _usage(f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
+                         f"{', '.join(SWEEP_ACTIONS)}; a new sweep: --grid ... -- CMD)")
     command = words[1:] if words[:1] == ["--"] else words
     if not command and not args.file:
         raise _usage("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
