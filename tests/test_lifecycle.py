@@ -35,7 +35,7 @@ def test_run_prints_id_and_logs_follow_streams_to_the_end(cli, home):
     assert "succeeded" in line and "train" in line and "--lr 0.1" in line
 
     data = json.loads(cli("list", "jobs", "--json", check=True).stdout)
-    assert [j["juid"] for j in data] == [juid]
+    assert [j["job"] for j in data["jobs"]] == [juid] and data["total"] == 1
     assert data[0]["state"] == "succeeded" and data[0]["exit_code"] == 0
     assert data[0]["argv"] == [sys.executable, "train.py", "--lr", "0.1"]
 

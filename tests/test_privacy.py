@@ -220,7 +220,7 @@ def test_secret_values_are_stored_only_in_the_secrets_store(cli, home, tmp_path)
     assert record["env"]["SEED"] == "7"
     assert record["spec"]["env"] == {"HF_TOKEN": "<redacted>", "SEED": "7"}
     assert record["git"]["dirty"] and record["git"]["diff"] is None  # only job.yml changed
-    work = home / "runs" / record["juid"] / "1" / "work"
+    work = home / "runs" / record["job"] / "1" / "work"
     assert (work / "job.yml").read_text() == (
         'name: private\nrun:\n  env:\n    - HF_TOKEN: "<redacted>"  # from the hub\n'
         '    - SEED: "<redacted>"\n'

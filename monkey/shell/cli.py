@@ -119,6 +119,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         jobs.add_argument(flag, action="store_true", help=f"only jobs {text}")
     jobs.add_argument("--provider", "-p", help="only jobs of this provider")
     jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
+    jobs.add_argument("--all", "-a", action="store_true", help="every job (no --limit)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
     jobs.set_defaults(func=cmd_list_jobs)
     prov = sub.add_parser("providers", help="configured providers and their capacity",
@@ -349,26 +350,31 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             states = (states or set()) | set(members)
     home = Home().ensure()
     store = Store(home.db)
-    jobs = store.list_jobs(states=states, provider=args.provider, limit=args.limit)
+    limit = None if args.all else args.limit
+    jobs = store.list_jobs(states=states, provider=args.provider, limit=limit)
+    total = len(jobs) if limit is None or len(jobs) < limit else \
+        store.count_listed(states=states, provider=args.provider)
+    now = time.time()
+    runtimes = store.runtimes([j.juid for j in jobs], now)  # summed over the attempts
     if args.json:
-        _print_json([j.to_json() for j in jobs])
+        _print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
+                     "total": total})
         return 0
     if not jobs:
         print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
         return 0
-    now = time.time()
     rows, colours = [], []
     for j in jobs:
-        end = j.finished_at if j.state in TERMINAL or j.state == State.PAUSED else now
-        runtime = (end or now) - j.started_at if j.started_at else None
         rows.append([
             j.juid, j.name, j.state.value, j.provider, str(j.attempts),
-            ago(now - j.created_at), duration(runtime),
+            ago(now - j.created_at), duration(runtimes.get(j.juid)),
             "-" if j.exit_code is None else str(j.exit_code), j.command,
         ])  # fmt: skip
         colours.append([None, None, STATE_COLOURS.get(j.state.value)] + [None] * 6)
     render(["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"],
-           rows, colours=colours, flex=8)
+           rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
+    if total > len(jobs):
+        print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
     return 0
 
 
@@ -434,7 +440,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     res = info["resources"]
     git = info["git"] or {}
     fields = [
-        ("job", info["juid"]),
+        ("job", info["job"]),
         ("name", info["name"]),
         ("state", state_text(info["state"], colour)
          + (f" ({info['reason']})" if info["reason"] else "")

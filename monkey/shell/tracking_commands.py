@@ -401,8 +401,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from monkey.store.cost import dollars
 
         headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
-        render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
-                         for i, r in enumerate(rows, start=1)])
+        name = headers.index("NAME") if "NAME" in headers else None
+        left_out = render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
+                                    for i, r in enumerate(rows, start=1)],
+                          flex=name, drop=range(len(headers) - 1, 2, -1))  # fmt: skip
+        if left_out:
+            print(f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
+                  file=sys.stderr)
     return 0
 
 
