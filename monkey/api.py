@@ -393,7 +393,21 @@ class Monkey(RerunAPI, TrackingAPI):
             "cost": self.costs([juid], now).get(juid),
             "attempts_detail": [{**vars(a), "cost": a.cost(now)} for a in self.store.attempts(juid)],
             "events": self.store.events(juid),
+            "last_output": self._last_output(job),
         }
+
+    def _last_output(self, job: JobRecord, lines: int = 10) -> dict[str, Any] | None:
+        """For a job that did not succeed: its last ended attempt's number, why it ended and
+        the last LINES lines it printed (stdout and stderr as written); else None."""
+        if job.state in (State.SUCCEEDED, State.CANCELLED):
+            return None
+        ended = [a for a in self.store.attempts(job.juid) if a.ended_at and a.run_dir]
+        if not ended or ended[-1].exit_code == 0:
+            return None
+        a = ended[-1]
+        text = b"".join(self.output_chunks(job.juid, attempt=a.n, tail=lines, marks=False))
+        return {"attempt": a.n, "reason": a.reason,
+                "lines": text.decode(errors="replace").splitlines()}
 
     def monkey_instances(self, now: float | None = None) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated:
@@ -466,7 +480,8 @@ class Monkey(RerunAPI, TrackingAPI):
                 if (base / p["name"]).is_dir()]
 
     def output_chunks(self, ref: str, stream: str = "both", attempt: int | None = None,
-                      tail: int | None = None, setup: bool = False) -> Iterator[bytes]:
+                      tail: int | None = None, setup: bool = False,
+                      marks: bool = True) -> Iterator[bytes]:
         """What the job printed so far, attempts oldest first, each marked when it has several
         (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
         were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
@@ -494,7 +509,7 @@ class Monkey(RerunAPI, TrackingAPI):
             pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept):], kept)]
         marked = None
         for n, seg in pieces:
-            if len(attempts) > 1 and n != marked:
+            if marks and len(attempts) > 1 and n != marked:
                 marked = n
                 yield self._attempt_mark(attempts, n)
             if seg is not None:

@@ -195,6 +195,13 @@ def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     return p
 
 
+def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "completion", "Print a completion script: eval \"$(monkey completion bash)\".")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=cmd_completion)
+    return p
+
+
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "run": run_parser,
     "list": list_parser,
@@ -203,6 +210,7 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "job": job_parser,
     "kill": kill_parser,
     "daemon": daemon_parser,
+    "completion": completion_parser,
     "dash": dash_parser,
     "web": web_parser,
     "init": init_parser,
@@ -226,6 +234,7 @@ commands:
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run
+  completion bash|zsh        a completion script: eval "$(monkey completion bash)"
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider check NAME        connect to a provider's hosts and report each
@@ -499,6 +508,12 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         print(f"{key.ljust(width)}  {value}")
+    last = info.get("last_output")
+    if last:
+        print(f"\nlast output of attempt {last['attempt']}"
+              + (f" ({last['reason']})" if last["reason"] else "") + ":")
+        for line in last["lines"] or ["(it printed nothing)"]:
+            print(f"  {line}")
     if info["attempts_detail"]:
         from monkey.store.cost import dollars
 
@@ -543,6 +558,30 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _stream(args: argparse.Namespace) -> str:
     return "stderr" if args.stderr else "stdout" if args.stdout else "both"
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from monkey.shell.completion import SCRIPTS
+
+    sys.stdout.write(SCRIPTS[args.shell])
+    return 0
+
+
+def _complete(words: list[str]) -> int:
+    """`monkey __complete WORD...`: the candidates for the last word, one a line."""
+    from monkey.shell.completion import candidates
+
+    def recent_jobs() -> list[str]:
+        from monkey.config import Home
+        from monkey.store import Store
+
+        return [j.juid for j in Store(Home().ensure().db).list_jobs(limit=50)]
+
+    if len(words) > 1:
+        words = expand(words)
+    for word in candidates(words, PARSERS, list(SHORT_FORMS), recent_jobs):
+        print(word)
+    return 0
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -638,6 +677,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] in ("-h", "--help", "help"):
         sys.stdout.write(OVERVIEW)
         return 0
+    if argv[0] == "__complete":
+        try:
+            return _complete(argv[1:])
+        except Exception:  # completion never prints a traceback into the user's prompt
+            return 1
     if argv[0] in ("-V", "--version"):
         print(f"monkey {VERSION}")
         return 0
