@@ -27,7 +27,7 @@ def test_run_prints_id_and_logs_follow_streams_to_the_end(cli, home):
 
     follow = cli("logs", "--follow", "last")
     assert follow.returncode == 0, follow.stderr
-    assert follow.stdout == "step 0\nstep 1\nstep 2\n"
+    assert follow.stdout == "step 0\nstep 1\nstep 2\noops\n"  # both streams, as written
     assert cli("logs", "--stderr", juid).stdout == "oops\n"
 
     listing = cli("list", "jobs", check=True).stdout
@@ -36,8 +36,8 @@ def test_run_prints_id_and_logs_follow_streams_to_the_end(cli, home):
 
     data = json.loads(cli("list", "jobs", "--json", check=True).stdout)
     assert [j["job"] for j in data["jobs"]] == [juid] and data["total"] == 1
-    assert data[0]["state"] == "succeeded" and data[0]["exit_code"] == 0
-    assert data[0]["argv"] == [sys.executable, "train.py", "--lr", "0.1"]
+    assert data["jobs"][0]["state"] == "succeeded" and data["jobs"][0]["exit_code"] == 0
+    assert data["jobs"][0]["argv"] == [sys.executable, "train.py", "--lr", "0.1"]
 
     info = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
     assert info["snapshot"] and info["python"]
