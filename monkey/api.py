@@ -485,7 +485,7 @@ class Monkey(RerunAPI, TrackingAPI):
         """What the job printed so far, attempts oldest first, each marked when it has several
         (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
         were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
-        log instead); with ``tail``, only the last ``tail`` lines of it all."""
+        log instead); with ``tail``, only the last ``tail`` lines of it all, unmarked."""
         from monkey.logfiles import interleaved, read_segments, tail_segments
 
         juid = self.store.resolve(ref)
@@ -509,7 +509,7 @@ class Monkey(RerunAPI, TrackingAPI):
             pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept):], kept)]
         marked = None
         for n, seg in pieces:
-            if marks and len(attempts) > 1 and n != marked:
+            if marks and tail is None and len(shown) > 1 and n != marked:
                 marked = n
                 yield self._attempt_mark(attempts, n)
             if seg is not None:
