@@ -79,7 +79,8 @@ def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, proje
     assert out_a.endswith("args --lr 0.1 --epochs 2\n")
 
     diff = json.loads(cli("diff", first, second, "--json", check=True).stdout)
-    assert set(diff) == {"jobs", "command", "rerun_of"}, diff
+    assert set(diff) == {"jobs", "command", "params", "rerun_of"}, diff
+    assert diff["params"] == {"lr": [0.1, 0.2]}  # a plain run's flags are its parameters
     assert diff["command"] == ["python3 train.py --lr 0.1 --epochs 2",
                                "python3 train.py --lr 0.2 --epochs 2"]
     assert diff["rerun_of"] == [None, first]
@@ -164,7 +165,7 @@ def test_set_rewrites_every_form_and_sweep_placeholders(monkey) -> None:
                                        None)
     assert argv == ["python3", "t.py", "--lr=0.2", "batch_size=16", "--drop-out", "0"]
     assert changed == {"lr": [0.1, 0.2], "batch_size": [8, 16], "drop-out": [0.5, 0]}
-    assert params == {}
+    assert params == {"lr": 0.2, "batch_size": 16, "drop-out": 0}
     cell = monkey.store.create_job(name="c", argv=["python3", "t.py", "--out", "runs/lr0.1"],
                                    params={"lr": 0.1}, provider="local",
                                    resources=job.resources, env={}, snapshot=None,

@@ -210,7 +210,6 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "job": job_parser,
     "kill": kill_parser,
     "daemon": daemon_parser,
-    "completion": completion_parser,
     "dash": dash_parser,
     "web": web_parser,
     "init": init_parser,
@@ -219,6 +218,9 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     **provider_commands.PARSERS,
     **rerun_commands.PARSERS,
 }
+
+# Commands of the one-shot CLI only (the shell completes by itself).
+ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {"completion": completion_parser}
 
 OVERVIEW = """\
 usage: monkey [COMMAND [ARGS]]
@@ -579,7 +581,7 @@ def _complete(words: list[str]) -> int:
 
     if len(words) > 1:
         words = expand(words)
-    for word in candidates(words, PARSERS, list(SHORT_FORMS), recent_jobs):
+    for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs):
         print(word)
     return 0
 
@@ -658,9 +660,9 @@ def dispatch(argv: list[str]) -> int:
     """Run one command line; returns the exit status. Errors raise MonkeyError."""
     argv = expand(argv)
     name = argv[0]
-    builder = PARSERS.get(name)
+    builder = PARSERS.get(name) or ONE_SHOT.get(name)
     if builder is None:
-        names = [*PARSERS, *SHORT_FORMS]
+        names = [*PARSERS, *ONE_SHOT, *SHORT_FORMS]
         raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
                          f"(commands: {', '.join(names)}; see monkey --help)")
     args = builder().parse_args(argv[1:])
