@@ -14,5 +14,8 @@ class MonkeyCLI:
         self.monkey = Monkey(kwargs.pop("home", None))
 
     def run(self, cmd: str, **options: Any) -> Job:
-        """Queue ``cmd`` (a shell-style string or an argv list) and return its job."""
-        return self.monkey.run(cmd, **options)
+        """Queue ``cmd`` (a shell-style string or an argv list), print its job id as the
+        original did, and return its job."""
+        job = self.monkey.run(cmd, **options)
+        print(f"Submitted job {job.juid}: {cmd if isinstance(cmd, str) else ' '.join(cmd)}")
+        return job

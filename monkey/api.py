@@ -177,6 +177,10 @@ class Monkey(RerunAPI, TrackingAPI):
             provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, outputs=outputs,
             retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
         )  # fmt: skip
+        if params is None and sweep is None:  # a plain run: the flags in its command
+            from monkey.rerun import command_values
+
+            params = command_values(argv)
         [juid] = self._record(sub, [(argv, name or sub.name or _default_name(argv), params or {})],
                               sweep=sweep)  # fmt: skip
         if start_core:
@@ -389,7 +393,21 @@ class Monkey(RerunAPI, TrackingAPI):
             "cost": self.costs([juid], now).get(juid),
             "attempts_detail": [{**vars(a), "cost": a.cost(now)} for a in self.store.attempts(juid)],
             "events": self.store.events(juid),
+            "last_output": self._last_output(job),
         }
+
+    def _last_output(self, job: JobRecord, lines: int = 10) -> dict[str, Any] | None:
+        """For a job that did not succeed: its last ended attempt's number, why it ended and
+        the last LINES lines it printed (stdout and stderr as written); else None."""
+        if job.state in (State.SUCCEEDED, State.CANCELLED):
+            return None
+        ended = [a for a in self.store.attempts(job.juid) if a.ended_at and a.run_dir]
+        if not ended or ended[-1].exit_code == 0:
+            return None
+        a = ended[-1]
+        text = b"".join(self.output_chunks(job.juid, attempt=a.n, tail=lines, marks=False))
+        return {"attempt": a.n, "reason": a.reason,
+                "lines": text.decode(errors="replace").splitlines()}
 
     def monkey_instances(self, now: float | None = None) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated:
@@ -461,20 +479,75 @@ class Monkey(RerunAPI, TrackingAPI):
         return [(p["path"], base / p["name"]) for p in spec.get("persist", [])
                 if (base / p["name"]).is_dir()]
 
+    def output_chunks(self, ref: str, stream: str = "both", attempt: int | None = None,
+                      tail: int | None = None, setup: bool = False,
+                      marks: bool = True) -> Iterator[bytes]:
+        """What the job printed so far, attempts oldest first, each marked when it has several
+        (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
+        were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
+        log instead); with ``tail``, only the last ``tail`` lines of it all, unmarked."""
+        from monkey.logfiles import interleaved, read_segments, tail_segments
+
+        juid = self.store.resolve(ref)
+        attempts = [a for a in self.store.attempts(juid) if a.run_dir]
+        shown = attempts if attempt is None else [a for a in attempts if a.n == attempt]
+        if attempt is not None and not shown:
+            raise MonkeyError(f"job {juid} has no attempt {attempt}")
+        pieces = []
+        for a in shown:
+            folder = self.home.run_dir(juid, a.n)
+            if setup or stream != "both":
+                path = folder / ("setup.log" if setup else f"{stream}.log")
+                size = path.stat().st_size if path.exists() else 0
+                segments = [(path, 0, size)] if size else []
+            else:
+                segments = interleaved(folder / "stdout.log", folder / "stderr.log",
+                                       folder / "output.order")
+            pieces += [(a.n, seg) for seg in segments] or ([(a.n, None)] if tail is None and not setup else [])
+        if tail is not None:
+            kept = tail_segments([seg for _, seg in pieces], tail)
+            pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept):], kept)]
+        marked = None
+        for n, seg in pieces:
+            if marks and tail is None and len(shown) > 1 and n != marked:
+                marked = n
+                yield self._attempt_mark(attempts, n)
+            if seg is not None:
+                yield from read_segments([seg])
+
+    @staticmethod
+    def _attempt_mark(attempts: list[Attempt], n: int) -> bytes:
+        """The line that starts attempt N's output: ``── attempt 2 on HOST, after preempted ──``."""
+        i = next(i for i, a in enumerate(attempts) if a.n == n)
+        after = attempts[i - 1].reason if i else None
+        return (f"── attempt {n} on {attempts[i].instance}" + (f", after {after}" if after else "")
+                + " ──\n").encode()
+
     def follow(self, ref: str, stderr: bool = False, tail: int | None = None,
-               poll: float = 0.05) -> Iterator[bytes]:
+               poll: float = 0.05, stream: str | None = None) -> Iterator[bytes]:
         """Yield the job's output as it is written, across attempts, until the job ends;
-        with ``tail``, start from its last ``tail`` lines.
+        with ``tail``, start from its last ``tail`` lines. ``stream`` "both" follows the
+        set-up log, stdout and stderr together (each attempt after the first marked);
+        "stdout" or "stderr" one of them (default: ``stderr`` picks).
 
         Keeps a core serving meanwhile (starting it again if it dies): without one the job
         would never end."""
         from monkey.core.daemon import Keeper
 
+        stream = stream or ("stderr" if stderr else "stdout")
+        names = ("setup.log", "stdout.log", "stderr.log") if stream == "both" else (f"{stream}.log",)
         juid = self.store.resolve(ref)
         keeper = Keeper(self.home)
         cursor = LogCursor()
+
+        def paths(attempts: list[Attempt]) -> list[Path]:
+            return [self.home.run_dir(juid, a.n) / name for a in attempts for name in names]
+
+        marked = {1}
         if tail is not None:
-            cursor.skip_to_tail(self.log_paths(juid, stderr), tail)
+            attempts = [a for a in self.store.attempts(juid) if a.run_dir]
+            cursor.skip_to_tail(paths(attempts), tail)
+            marked.update(a.n for a in attempts)
         while True:
             job = self.store.get_job(juid)
             assert job is not None
@@ -482,8 +555,13 @@ class Monkey(RerunAPI, TrackingAPI):
             finished = job.state in TERMINAL or job.state == State.PAUSED
             if not finished:
                 keeper.check()
-            for _, _, piece in cursor.read(self.log_paths(juid, stderr)):
-                yield piece
+            attempts = [a for a in self.store.attempts(juid) if a.run_dir]
+            for a in attempts:
+                if a.n not in marked and stream == "both":
+                    marked.add(a.n)
+                    yield self._attempt_mark(attempts, a.n)
+                for _, _, piece in cursor.read(paths([a])):
+                    yield piece
             if finished:
                 return
             time.sleep(poll)

@@ -73,17 +73,18 @@ class LogCursor:
                     self.offsets[path] = size
 
 
-def _newlines_back(fh: BinaryIO, end: int, need: int, skip_last: bool) -> tuple[int, int]:
-    """Search fh[:end] backwards for up to ``need`` newlines: (how many were found, the offset
-    just after the last one found, or 0)."""
+def _newlines_back(fh: BinaryIO, end: int, need: int, skip_last: bool,
+                   floor: int = 0) -> tuple[int, int]:
+    """Search fh[floor:end] backwards for up to ``need`` newlines: (how many were found, the
+    offset just after the last one found, or ``floor``)."""
     pos = end
-    if skip_last:
+    if skip_last and end > floor:
         fh.seek(end - 1)
         if fh.read(1) == b"\n":
             pos -= 1
     found = 0
-    while pos > 0:
-        start = max(0, pos - BLOCK)
+    while pos > floor:
+        start = max(floor, pos - BLOCK)
         fh.seek(start)
         block = fh.read(pos - start)
         count = block.count(b"\n")
@@ -97,7 +98,7 @@ def _newlines_back(fh: BinaryIO, end: int, need: int, skip_last: bool) -> tuple[
                 if found == need:
                     return found, start + i + 1
         pos = start
-    return found, 0
+    return found, floor
 
 
 def _line_start(fh: BinaryIO, pos: int, end: int) -> int:
@@ -112,3 +113,67 @@ def _line_start(fh: BinaryIO, pos: int, end: int) -> int:
             return end
         pos += len(block) - 1
     return pos
+
+
+# A piece of one log file: (path, start offset, end offset).
+Segment = tuple[Path, int, int]
+
+
+def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
+    """The pieces of STDOUT and STDERR in the order they were written, by the agent's marks
+    in ORDER (lines "STDOUT_SIZE STDERR_SIZE"; see the agent); without marks, all of stdout
+    and then all of stderr. Within the time between two marks, stdout comes first."""
+    sizes = []
+    for path in (stdout, stderr):
+        try:
+            sizes.append(path.stat().st_size)
+        except FileNotFoundError:
+            sizes.append(0)
+    marks: list[tuple[int, int]] = []
+    try:
+        for line in order.read_text().splitlines():
+            o, _, e = line.partition(" ")
+            if o.isdigit() and e.isdigit():
+                marks.append((int(o), int(e)))
+    except FileNotFoundError:
+        pass
+    segments: list[Segment] = []
+    done = [0, 0]
+    for mark in [*marks, (sizes[0], sizes[1])]:
+        for i, path in enumerate((stdout, stderr)):
+            end = min(mark[i], sizes[i])  # a fetched copy may lag behind the marks
+            if end > done[i]:
+                segments.append((path, done[i], end))
+                done[i] = end
+    return segments
+
+
+def tail_segments(segments: list[Segment], lines: int) -> list[Segment]:
+    """The parts of SEGMENTS that hold the last LINES lines of them taken together (found
+    from the end: a huge log costs nothing)."""
+    if lines < 0:
+        raise MonkeyError(f"a tail must be 0 lines or more, not {lines}")
+    kept: list[Segment] = []
+    need, last = lines, True  # a newline ending the very last line does not start one
+    for path, start, end in reversed(segments):
+        if not need:
+            break
+        with open(path, "rb") as fh:
+            found, cut = _newlines_back(fh, end, need, skip_last=last, floor=start)
+        need, last = need - found, False
+        kept.append((path, cut if not need else start, end))
+    return kept[::-1]
+
+
+def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
+    """The bytes of SEGMENTS in order, in pieces of at most CHUNK bytes."""
+    for path, start, end in segments:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            left = end - start
+            while left > 0:
+                piece = fh.read(min(CHUNK, left))
+                if not piece:
+                    break
+                left -= len(piece)
+                yield piece

@@ -278,7 +278,7 @@ class Job:
     def to_json(self) -> dict[str, Any]:
         """A plain dict for --json output and the API."""
         return {
-            "juid": self.juid,
+            "job": self.juid,
             "name": self.name,
             "state": self.state.value,
             "argv": self.argv,

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 _KV = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.DOTALL)
 _FLAG = re.compile(r"--([A-Za-z_][A-Za-z0-9_.-]*)(=(.*))?", re.DOTALL)
+_SHORT = re.compile(r"-([A-Za-z])")  # `-n 5`: a parameter only when a number follows
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 FAILED_CELLS = (State.FAILED, State.LOST)  # what `rerun --sweep S --failed` picks
 
 
@@ -63,7 +65,8 @@ def parse_sets(items: Mapping[str, Any] | Iterable[str] | None) -> dict[str, str
 def command_params(argv: list[str]) -> dict[str, tuple[str, list[tuple[int, str]]]]:
     """Parameters given in a command: normalised name -> (name as written, [(index of the
     argument holding the value, form)]) with form "next" (``--lr 0.1``), "eq" (``--lr=0.1``)
-    or "kv" (``lr=0.1``). The program itself (argv[0]) is never a parameter."""
+    or "kv" (``lr=0.1``); a one-letter flag counts when a number follows (``-n 5``). The
+    program itself (argv[0]) is never a parameter."""
     found: dict[str, tuple[str, list[tuple[int, str]]]] = {}
 
     def add(name: str, index: int, form: str) -> None:
@@ -78,10 +81,26 @@ def command_params(argv: list[str]) -> dict[str, tuple[str, list[tuple[int, str]
             elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 add(flag.group(1), i + 1, "next")
             continue
+        if _SHORT.fullmatch(arg) and i + 1 < len(argv) and _NUMBER.fullmatch(argv[i + 1]):
+            add(arg[1:], i + 1, "next")
+            continue
         kv = _KV.fullmatch(arg)
         if kv and not arg.startswith("-"):
             add(kv.group(1), i, "kv")
     return found
+
+
+def command_values(argv: list[str]) -> dict[str, Any]:
+    """The parameters a plain command gives (``--lr 0.1`` -> ``{"lr": 0.1}``), by the names
+    as written, values as numbers where they read as numbers; the last one given wins."""
+    out: dict[str, Any] = {}
+    for name, places in command_params(argv).values():
+        index, form = places[-1]
+        text = argv[index]
+        if form != "next":
+            text = text.partition("=")[2]
+        out[name.lstrip("-")] = _scalar(text)
+    return out
 
 
 def _scalar(text: str) -> Any:

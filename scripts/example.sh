@@ -6,4 +6,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/python-env.sh
 python3 -m pip install -q '.[examples]'
-exec monkey run --follow -- python3 examples/mnist.py --learning-rate 0.1
+status=0
+monkey run --follow -- python3 examples/mnist.py --learning-rate 0.1 || status=$?
+if [ "${VIRTUAL_ENV:-}" = "$PWD/.venv" ]; then
+  echo "==> monkey is installed in ./.venv; to use it in your shell: source .venv/bin/activate"
+fi
+exit "$status"

@@ -444,7 +444,7 @@ def add_aws(cli: Any, moto: Any, fleet: Lab, home: Path, *extra: str) -> None:
 
 
 def run_job(cli: Any, *argv: str) -> str:
-    return json.loads(cli("run", "--json", "-p", "aws", "--", *argv, check=True).stdout)["juid"]
+    return json.loads(cli("run", "--json", "-p", "aws", "--", *argv, check=True).stdout)["job"]
 
 
 def info(cli: Any, juid: str) -> dict[str, Any]:

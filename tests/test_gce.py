@@ -308,7 +308,7 @@ def add_gcp(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, *extra: str) -> Any:
 
 
 def run_job(cli: Any, *argv: str) -> str:
-    return json.loads(cli("run", "--json", "-p", "gcp", "--", *argv, check=True).stdout)["juid"]
+    return json.loads(cli("run", "--json", "-p", "gcp", "--", *argv, check=True).stdout)["job"]
 
 
 def info(cli: Any, juid: str) -> dict[str, Any]:

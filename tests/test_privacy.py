@@ -220,7 +220,7 @@ def test_secret_values_are_stored_only_in_the_secrets_store(cli, home, tmp_path)
     assert record["env"]["SEED"] == "7"
     assert record["spec"]["env"] == {"HF_TOKEN": "<redacted>", "SEED": "7"}
     assert record["git"]["dirty"] and record["git"]["diff"] is None  # only job.yml changed
-    shipped = cli("cat", record["juid"], "job.yml", check=True).stdout  # the job's copy
+    shipped = cli("cat", record["job"], "job.yml", check=True).stdout  # the job's copy
     assert shipped == (
         'name: private\nrun:\n  env:\n    - HF_TOKEN: "<redacted>"  # from the hub\n'
         '    - SEED: "<redacted>"\n'

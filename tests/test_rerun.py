@@ -66,7 +66,7 @@ def project(home: Path, tmp_path: Path) -> dict[str, Any]:
 
 def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, project) -> None:
     first = json.loads(cli("run", "--json", "-d", f"{project['data']}:DATA", "--", "python3",
-                           "train.py", "--lr", "0.1", "--epochs", "2", check=True).stdout)["juid"]
+                           "train.py", "--lr", "0.1", "--epochs", "2", check=True).stdout)["job"]
     out_a = finish(cli, first)
     # The working folder and the data change after the submit.
     Path("train.py").write_text("print('changed')\n")
@@ -79,7 +79,8 @@ def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, proje
     assert out_a.endswith("args --lr 0.1 --epochs 2\n")
 
     diff = json.loads(cli("diff", first, second, "--json", check=True).stdout)
-    assert set(diff) == {"jobs", "command", "rerun_of"}, diff
+    assert set(diff) == {"jobs", "command", "params", "rerun_of"}, diff
+    assert diff["params"] == {"lr": [0.1, 0.2]}  # a plain run's flags are its parameters
     assert diff["command"] == ["python3 train.py --lr 0.1 --epochs 2",
                                "python3 train.py --lr 0.2 --epochs 2"]
     assert diff["rerun_of"] == [None, first]
@@ -95,7 +96,7 @@ def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, proje
     assert bad.returncode == 1
     assert bad.stderr == (f"monkey: error: job {first} has no parameter 'bogus'; its "
                           "parameters: epochs, lr\n")
-    assert len(json.loads(cli("list", "jobs", "--json").stdout)) == 2
+    assert json.loads(cli("list", "jobs", "--json").stdout)["total"] == 2
 
     # cat and info --files show the code as the job saw it.
     assert cli("cat", second, "train.py", check=True).stdout == project["train"]
@@ -164,7 +165,7 @@ def test_set_rewrites_every_form_and_sweep_placeholders(monkey) -> None:
                                        None)
     assert argv == ["python3", "t.py", "--lr=0.2", "batch_size=16", "--drop-out", "0"]
     assert changed == {"lr": [0.1, 0.2], "batch_size": [8, 16], "drop-out": [0.5, 0]}
-    assert params == {}
+    assert params == {"lr": 0.2, "batch_size": 16, "drop-out": 0}
     cell = monkey.store.create_job(name="c", argv=["python3", "t.py", "--out", "runs/lr0.1"],
                                    params={"lr": 0.1}, provider="local",
                                    resources=job.resources, env={}, snapshot=None,
@@ -240,7 +241,7 @@ def test_rerun_on_another_provider(cli, home: Path, lab, project) -> None:  # no
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
     first = json.loads(cli("run", "--json", "-d", f"{project['data']}:DATA", "--", "python3",
-                           "train.py", "--lr", "0.1", check=True).stdout)["juid"]
+                           "train.py", "--lr", "0.1", check=True).stdout)["job"]
     out_a = finish(cli, first)
     Path("train.py").write_text("print('changed')\n")
     second = cli("rerun", first, "--provider", "lab", check=True).stdout.strip()

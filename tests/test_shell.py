@@ -263,7 +263,7 @@ def test_ctrl_c_stops_follow_and_the_shell_goes_on(shell_home):
     finally:
         timer.cancel()
     assert f"stopped following; job {juid} goes on" in err.getvalue()
-    assert f'"juid": "{juid}"' in out.getvalue()  # the next command ran
+    assert f'"job": "{juid}"' in out.getvalue()  # the next command ran
 
 
 def test_exit_and_quit_stop(app):

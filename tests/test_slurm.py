@@ -23,7 +23,7 @@ def write_provider(home: Path, **options: Any) -> None:
 
 def run_job(cli: Any, *argv: str, options: tuple[str, ...] = ()) -> str:
     out = cli("run", "--json", "-p", "cluster", *options, "--", *argv, check=True).stdout
-    return json.loads(out)["juid"]
+    return json.loads(out)["job"]
 
 
 def info(cli: Any, juid: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def job_info(cli, juid: str) -> dict[str, Any]:
 
 def run(cli, *args: str) -> str:
     out = cli("run", "--json", *args, check=True).stdout
-    return json.loads(out)["juid"]
+    return json.loads(out)["job"]
 
 
 def state(cli, juid: str) -> str:

@@ -76,8 +76,8 @@ def test_reinstall_while_the_core_and_agent_run(home: Path, tmp_path: Path) -> N
         return proc
 
     def job(juid: str) -> dict:
-        return next(j for j in json.loads(monkey("list", "jobs", "--json").stdout)
-                    if juid in (j.get("juid"), j.get("id")))  # fmt: skip
+        return next(j for j in json.loads(monkey("list", "jobs", "--json").stdout)["jobs"]
+                    if j["job"] == juid)
 
     home.mkdir(exist_ok=True)
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")

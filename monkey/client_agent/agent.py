@@ -17,6 +17,9 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
 
     stdout.log    the job's stdout, opened O_APPEND
     stderr.log    the job's stderr, opened O_APPEND
+    output.order  the order the two were written in: a line "STDOUT_SIZE STDERR_SIZE" each
+                  time the agent's tail pass (every TAIL_EVERY s, and at the exit) finds
+                  either grown; readers interleave the logs by these marks
     events.jsonl  events, appended by the agent only (one os.write per line)
     started       the wrapper's claim, made before anything runs (O_EXCL): its pid P; or
                   "abandoned", made by a sync that found no claim (the job never ran)
@@ -898,7 +901,7 @@ class Job:
 
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
-        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted",
+        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -916,6 +919,7 @@ class Job:
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
         self.preempted = False  # stopped by a spot/preemption notice
+        self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
 
     @property
     def key(self) -> Key:
@@ -1762,6 +1766,7 @@ class Agent:
 
     def _tail(self, job: Job, final: bool = False) -> None:
         """Ship new metrics.jsonl lines and scraped stdout lines as metrics events."""
+        self._mark_order(job)
         shipped = 0
         while shipped < TAIL_BUDGET or final:
             log_end, lines = read_new(os.path.join(job.run_dir, "metrics.jsonl"), job.tail[0], final)
@@ -1779,6 +1784,23 @@ class Agent:
             # Output with nothing to scrape needs no event: a re-scan finds nothing either.
             job.tail = [log_end, out_end]
             shipped += len(lines) + len(out)
+
+    @staticmethod
+    def _mark_order(job: Job) -> None:
+        """Append the logs' sizes to output.order when either grew since the last mark."""
+        try:
+            sizes = tuple(os.stat(os.path.join(job.run_dir, name)).st_size
+                          for name in ("stdout.log", "stderr.log"))
+        except OSError:
+            return
+        if sizes != job.order:
+            try:
+                with open(os.path.join(job.run_dir, "output.order"), "a") as fh:
+                    fh.write(f"{sizes[0]} {sizes[1]}\n")
+            except OSError as e:
+                log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")
+                return
+            job.order = sizes
 
     def _gpu_usage(self) -> dict[str, dict[str, float]]:
         """GPU usage read by the previous heartbeat's nvidia-smi; starts the next one."""

@@ -52,7 +52,7 @@ log = logging.getLogger("monkey.ssh")
 # Folders of a job kept across attempts, under runs/<juid>/ on both sides: the checkpoint
 # and job.yml's saved persisted folders. They follow the job from host to host.
 _KEPT = ("checkpoint", "persist")
-_LOG_NAMES = ("stdout.log", "stderr.log")
+_LOG_NAMES = ("stdout.log", "stderr.log", "output.order", "setup.log")  # kept in step
 _PUMP_EVERY = 0.25
 _TAIL_MAX = 8 << 20  # what the helper returns of one file per request
 _BACKOFF_MAX = 0.5

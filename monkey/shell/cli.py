@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -34,7 +35,35 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and raises instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")
+        raise UsageError(f"{self.prog}: {message}{self._hint(message)}; see `{self.prog} --help`")
+
+    def _hint(self, message: str) -> str:
+        """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
+        if message.startswith("unrecognized arguments: "):
+            word = message.split()[2].partition("=")[0]
+            return suggest(word, _long_options(self)) if word.startswith("-") else ""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            return suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return ""
+
+
+def _long_options(parser: argparse.ArgumentParser) -> list[str]:
+    """The --options of PARSER and of its sub-commands."""
+    found = [o for o in parser._option_string_actions if o.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _long_options(sub)
+    return found
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """"; did you mean X?" naming the choice closest to WORD, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
@@ -91,6 +120,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         jobs.add_argument(flag, action="store_true", help=f"only jobs {text}")
     jobs.add_argument("--provider", "-p", help="only jobs of this provider")
     jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
+    jobs.add_argument("--all", "-a", action="store_true", help="every job (no --limit)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
     jobs.set_defaults(func=cmd_list_jobs)
     prov = sub.add_parser("providers", help="configured providers and their capacity",
@@ -117,11 +147,14 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "logs", "Print a job's output (all attempts, oldest first).")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    p = _parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
+                "written (all attempts, oldest first, each marked).")
+    p.add_argument("job", nargs="?", default="last", help="job id, unique prefix, or `last` (default)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing until the job ends; exit with its exit code")
-    p.add_argument("--stderr", action="store_true", help="the error stream instead of stdout")
+    stream = p.add_mutually_exclusive_group()
+    stream.add_argument("--stdout", action="store_true", help="only the output stream")
+    stream.add_argument("--stderr", action="store_true", help="only the error stream")
     p.add_argument("--tail", "-t", type=int, metavar="N",
                    help="only the last N lines (with --follow: start from them)")
     p.add_argument("--attempt", "-a", type=int, help="only this attempt")
@@ -164,6 +197,13 @@ def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     return p
 
 
+def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+    p = _parser(cls, "completion", "Print a completion script: eval \"$(monkey completion bash)\".")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=cmd_completion)
+    return p
+
+
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "run": run_parser,
     "list": list_parser,
@@ -182,6 +222,9 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     **disk_commands.PARSERS,
 }
 
+# Commands of the one-shot CLI only (the shell completes by itself).
+ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {"completion": completion_parser}
+
 OVERVIEW = """\
 usage: monkey [COMMAND [ARGS]]
 
@@ -196,6 +239,7 @@ commands:
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run   (status: versions; stop --all: idle agent too)
+  completion bash|zsh        a completion script: eval "$(monkey completion bash)"
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider check NAME        connect to a provider's hosts and report each
@@ -272,7 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(job.juid)
     if args.follow:
-        return _follow(m, job.juid, stderr=False)
+        return _follow(m, job.juid, "both")
     return 0
 
 
@@ -286,17 +330,17 @@ def _write_all(chunks: Iterable[bytes]) -> bool:
     return wrote
 
 
-def _follow(m: Monkey, juid: str, stderr: bool, tail: int | None = None) -> int:
+def _follow(m: Monkey, juid: str, stream: str, tail: int | None = None) -> int:
     try:
-        _write_all(m.follow(juid, stderr=stderr, tail=tail))
+        _write_all(m.follow(juid, tail=tail, stream=stream))
     except KeyboardInterrupt:
         print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
         return 130
     job = m.store.get_job(juid)
     assert job is not None
     if job.state != State.SUCCEEDED:
-        hint = "" if stderr or "monkey logs" in (job.reason or "") or job.state != State.FAILED \
-            else f"; its errors: `monkey logs --stderr {juid}`"
+        hint = "" if stream != "stdout" or "monkey logs" in (job.reason or "") \
+            or job.state != State.FAILED else f"; its errors: `monkey logs --stderr {juid}`"
         print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else "")
               + hint, file=sys.stderr)
     return _exit_status(job.state, job.exit_code)
@@ -323,26 +367,31 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             states = (states or set()) | set(members)
     home = Home().ensure()
     store = Store(home.db)
-    jobs = store.list_jobs(states=states, provider=args.provider, limit=args.limit)
+    limit = None if args.all else args.limit
+    jobs = store.list_jobs(states=states, provider=args.provider, limit=limit)
+    total = len(jobs) if limit is None or len(jobs) < limit else \
+        store.count_listed(states=states, provider=args.provider)
+    now = time.time()
+    runtimes = store.runtimes([j.juid for j in jobs], now)  # summed over the attempts
     if args.json:
-        _print_json([j.to_json() for j in jobs])
+        _print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
+                     "total": total})
         return 0
     if not jobs:
         print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
         return 0
-    now = time.time()
     rows, colours = [], []
     for j in jobs:
-        end = j.finished_at if j.state in TERMINAL or j.state == State.PAUSED else now
-        runtime = (end or now) - j.started_at if j.started_at else None
         rows.append([
             j.juid, j.name, j.state.value, j.provider, str(j.attempts),
-            ago(now - j.created_at), duration(runtime),
+            ago(now - j.created_at), duration(runtimes.get(j.juid)),
             "-" if j.exit_code is None else str(j.exit_code), j.command,
         ])  # fmt: skip
         colours.append([None, None, STATE_COLOURS.get(j.state.value)] + [None] * 6)
     render(["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"],
-           rows, colours=colours, flex=8)
+           rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
+    if total > len(jobs):
+        print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
     return 0
 
 
@@ -408,7 +457,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     res = info["resources"]
     git = info["git"] or {}
     fields = [
-        ("job", info["juid"]),
+        ("job", info["job"]),
         ("name", info["name"]),
         ("state", state_text(info["state"], colour)
          + (f" ({info['reason']})" if info["reason"] else "")
@@ -467,6 +516,12 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         print(f"{key.ljust(width)}  {value}")
+    last = info.get("last_output")
+    if last:
+        print(f"\nlast output of attempt {last['attempt']}"
+              + (f" ({last['reason']})" if last["reason"] else "") + ":")
+        for line in last["lines"] or ["(it printed nothing)"]:
+            print(f"  {line}")
     if info["attempts_detail"]:
         from monkey.store.cost import dollars
 
@@ -498,14 +553,42 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         if args.attempt is not None or args.setup:
             raise UsageError("monkey logs: --follow cannot be combined with --attempt or --setup")
-        return _follow(m, juid, stderr=args.stderr, tail=args.tail)
-    if args.setup and args.stderr:
-        raise UsageError("monkey logs: --setup cannot be combined with --stderr")
-    chunks = m.log_chunks(juid, stderr=args.stderr, attempt=args.attempt, tail=args.tail,
-                          setup=args.setup)
+        return _follow(m, juid, _stream(args), tail=args.tail)
+    if args.setup and (args.stderr or args.stdout):
+        raise UsageError("monkey logs: --setup cannot be combined with --stdout or --stderr")
+    chunks = m.output_chunks(juid, _stream(args), attempt=args.attempt, tail=args.tail,
+                             setup=args.setup)
     if not _write_all(chunks) and args.setup and args.tail != 0:
         print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
               "environment and persists no folder, or it has not started)", file=sys.stderr)
+    return 0
+
+
+def _stream(args: argparse.Namespace) -> str:
+    return "stderr" if args.stderr else "stdout" if args.stdout else "both"
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from monkey.shell.completion import SCRIPTS
+
+    sys.stdout.write(SCRIPTS[args.shell])
+    return 0
+
+
+def _complete(words: list[str]) -> int:
+    """`monkey __complete WORD...`: the candidates for the last word, one a line."""
+    from monkey.shell.completion import candidates
+
+    def recent_jobs() -> list[str]:
+        from monkey.config import Home
+        from monkey.store import Store
+
+        return [j.juid for j in Store(Home().ensure().db).list_jobs(limit=50)]
+
+    if len(words) > 1:
+        words = expand(words)
+    for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs):
+        print(word)
     return 0
 
 
@@ -589,12 +672,29 @@ def user_error(exc: Exception) -> MonkeyError | None:
     return damaged(Home().db, str(exc)) if is_damage(exc) else None
 
 
+# Short forms: `monkey cancel JOB` is `monkey job cancel JOB`, `monkey info JOB` is
+# `monkey info job JOB`.
+SHORT_FORMS = {action: ["job", action] for action in ("cancel", "pause", "resume", "retry")}
+
+
+def expand(argv: list[str]) -> list[str]:
+    """ARGV with a short form written out in full."""
+    if argv[0] in SHORT_FORMS:
+        return [*SHORT_FORMS[argv[0]], *argv[1:]]
+    if argv[0] == "info" and len(argv) > 1 and argv[1] != "job" and not argv[1].startswith("-"):
+        return ["info", "job", *argv[1:]]
+    return argv
+
+
 def dispatch(argv: list[str]) -> int:
     """Run one command line; returns the exit status. Errors raise MonkeyError."""
+    argv = expand(argv)
     name = argv[0]
-    builder = PARSERS.get(name)
+    builder = PARSERS.get(name) or ONE_SHOT.get(name)
     if builder is None:
-        raise UsageError(f"unknown command {name!r}; commands: {', '.join(PARSERS)} (see monkey --help)")
+        names = [*PARSERS, *ONE_SHOT, *SHORT_FORMS]
+        raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
+                         f"(commands: {', '.join(names)}; see monkey --help)")
     args = builder().parse_args(argv[1:])
     return int(args.func(args) or 0)
 
@@ -609,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] in ("-h", "--help", "help"):
         sys.stdout.write(OVERVIEW)
         return 0
+    if argv[0] == "__complete":
+        try:
+            return _complete(argv[1:])
+        except Exception:  # completion never prints a traceback into the user's prompt
+            return 1
     if argv[0] in ("-V", "--version"):
         print(f"monkey {VERSION}")
         return 0

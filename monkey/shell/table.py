@@ -49,8 +49,14 @@ def render(
     stream: TextIO | None = None,
     colours: Sequence[Sequence[str | None]] | None = None,
     flex: int | None = None,
-) -> None:
-    """Print an aligned table; column ``flex`` is cut to fit the terminal's width."""
+    shrink: dict[int, int] | None = None,
+    drop: Sequence[int] = (),
+) -> int:
+    """Print an aligned table that fits the terminal (see ``fit``): column ``flex`` is cut
+    with an ellipsis first, then the ``shrink`` columns (index -> narrowest width) in turn,
+    then the ``drop`` columns are left out in turn. Never wider than the terminal, never
+    wrapped; piped output is cut only when $COLUMNS is set. Returns how many columns were
+    left out."""
     out = stream or sys.stdout
     colour = use_colour(out)
     rows = [[cell.translate(_ESCAPES) for cell in row] for row in rows]
@@ -58,15 +64,17 @@ def render(
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    if flex is not None and out.isatty():
-        total = shutil.get_terminal_size((120, 24)).columns
-        others = sum(w for i, w in enumerate(widths) if i != flex) + 2 * (len(widths) - 1)
-        widths[flex] = max(len(headers[flex]), min(widths[flex], total - others))
-    lines = ["  ".join(paint(h.ljust(w), "1", colour) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    last = len(headers) - 1
+    total = terminal_width(out)
+    shown = list(range(len(headers)))
+    if total is not None and (flex is not None or shrink or drop):
+        shown = fit(widths, total, flex, shrink or {}, drop, [len(h) for h in headers])
+    cut = [h[:widths[i]] for i, h in enumerate(headers)]
+    lines = ["  ".join(paint(cut[i].ljust(widths[i]), "1", colour) for i in shown).rstrip()]
+    last = shown[-1]
     for r, row in enumerate(rows):
         cells = []
-        for i, (cell, w) in enumerate(zip(row, widths, strict=False)):
+        for i in shown:
+            cell, w = row[i], widths[i]
             if len(cell) > w:
                 cell = cell[: max(0, w - 1)] + "…"
             text = cell if i == last else cell.ljust(w)
@@ -74,6 +82,39 @@ def render(
             cells.append(paint(text, code, colour))
         lines.append("  ".join(cells).rstrip())
     out.write("\n".join(lines) + "\n")
+    return len(headers) - len(shown)
+
+
+def terminal_width(out: TextIO) -> int | None:
+    """Columns to fit in: $COLUMNS, else the terminal's; None for piped output."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size((120, 24)).columns if out.isatty() else None
+
+
+def fit(widths: list[int], total: int, flex: int | None, shrink: dict[int, int],
+        drop: Sequence[int], headers: list[int]) -> list[int]:
+    """Narrow WIDTHS in place to fit TOTAL columns; the indexes of the columns kept."""
+    shown = list(range(len(widths)))
+    flex_min = max(4, min(headers[flex], widths[flex])) if flex is not None else 0
+    steps = [("shrink", i) for i in shrink] + [("drop", i) for i in drop]
+    while True:
+        others = sum(widths[i] for i in shown if i != flex) + 2 * (len(shown) - 1)
+        room = total - others
+        if flex is not None and room >= flex_min:
+            widths[flex] = min(widths[flex], room)
+            return shown
+        if flex is None and room >= 0:
+            return shown
+        if not steps:
+            if flex is not None:
+                widths[flex] = flex_min
+            return shown
+        how, i = steps.pop(0)
+        if how == "shrink":
+            widths[i] = min(widths[i], max(shrink[i], widths[i] - (flex_min - room)))
+        elif len(shown) > 1:
+            shown.remove(i)
 
 
 def ago(seconds: float | None) -> str:

@@ -264,6 +264,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise _usage(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
                          f"{words[0]} last")
         return _sweep_action(words[0], words[1], as_json)
+    if words and words[0] != "--" and not (args.grid or args.random or args.file):
+        from monkey.shell.cli import suggest
+
+        hint = suggest(words[0], SWEEP_ACTIONS)
+        if hint or len(words) == 2:  # `sweep stauts last`: a mistyped action, not a command
+            raise _usage(f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
+                         f"{', '.join(SWEEP_ACTIONS)}; a new sweep: --grid ... -- CMD)")
     command = words[1:] if words[:1] == ["--"] else words
     if not command and not args.file:
         raise _usage("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
@@ -394,8 +401,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from monkey.store.cost import dollars
 
         headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
-        render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
-                         for i, r in enumerate(rows, start=1)])
+        name = headers.index("NAME") if "NAME" in headers else None
+        left_out = render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
+                                    for i, r in enumerate(rows, start=1)],
+                          flex=name, drop=range(len(headers) - 1, 2, -1))  # fmt: skip
+        if left_out:
+            print(f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
+                  file=sys.stderr)
     return 0
 
 

@@ -164,6 +164,23 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
     return att
 
 
+def _job_filter(states: Iterable[State] | None, provider: str | None,
+                sweep: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (with its leading space, or "") and arguments of a job listing."""
+    where, args = [], []
+    if states is not None:
+        states = list(states)
+        where.append(f"state IN ({', '.join('?' * len(states))})")
+        args += [s.value for s in states]
+    if provider:
+        where.append("provider = ?")
+        args.append(provider)
+    if sweep:
+        where.append("sweep = ?")
+        args.append(sweep)
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
 class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore, HousekeepingStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
@@ -388,24 +405,29 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         limit: int | None = None,
         newest_first: bool = True,
     ) -> list[Job]:
-        where, args = [], []
-        if states is not None:
-            states = list(states)
-            where.append(f"state IN ({', '.join('?' * len(states))})")
-            args += [s.value for s in states]
-        if provider:
-            where.append("provider = ?")
-            args.append(provider)
-        if sweep:
-            where.append("sweep = ?")
-            args.append(sweep)
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        where, args = _job_filter(states, provider, sweep)
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + where
         sql += " ORDER BY seq " + ("DESC" if newest_first else "ASC")
         if limit:
             sql += f" LIMIT {min(int(limit), 2**63 - 1)}"  # SQLite's largest integer
         return [_job(r) for r in self.db.execute(sql, args)]
+
+    def count_listed(self, *, states: Iterable[State] | None = None,
+                     provider: str | None = None, sweep: str | None = None) -> int:
+        """How many jobs ``list_jobs`` with the same filters gives without a limit."""
+        where, args = _job_filter(states, provider, sweep)
+        return self.db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0]
+
+    def runtimes(self, juids: Sequence[str], now: float) -> dict[str, float]:
+        """juid -> seconds its attempts ran, summed (a live one up to NOW)."""
+        out: dict[str, float] = {}
+        for i in range(0, len(juids), 500):
+            part = list(juids[i:i + 500])
+            out.update(self.db.execute(
+                "SELECT juid, SUM(COALESCE(ended_at, ?) - started_at) FROM attempts WHERE juid IN "
+                f"({', '.join('?' * len(part))}) AND started_at IS NOT NULL GROUP BY juid",
+                [now, *part]).fetchall())
+        return out
 
     def count_jobs(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())

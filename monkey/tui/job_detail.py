@@ -48,7 +48,7 @@ def _render(info: dict[str, Any], now: float) -> Any:
     res = info["resources"]
     git = info["git"] or {}
     rows: list[tuple[str, Any]] = [
-        ("job", f"{info['juid']}  {info['name']}"),
+        ("job", f"{info['job']}  {info['name']}"),
         ("state", state),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
@@ -100,4 +100,9 @@ def _render(info: dict[str, Any], now: float) -> Any:
         what = f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"]
         detail = (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or "")
         events.add_row(when(e["ts"]), what, detail)
-    return Group(fields, Text(""), attempts, Text(""), events)
+    last = info.get("last_output")
+    tail: list[Any] = []
+    if last:  # why a failed job failed, without opening its log
+        head = f"last output of attempt {last['attempt']}" + (f" ({last['reason']})" if last["reason"] else "")
+        tail = [Text(head, style="bold red"), Text("\n".join(last["lines"]) or "(it printed nothing)"), Text("")]
+    return Group(fields, Text(""), *tail, attempts, Text(""), events)

@@ -80,7 +80,7 @@ class JobScreen(Screen[None]):
         info = message.info
         style = STATE_STYLES.get(info["state"], "")
         where = place(info["provider"], info["instance"])
-        title.update(f"job [b]{info['juid']}[/b] · {info['name']} · [{style}]{info['state']}[/]"
+        title.update(f"job [b]{info['job']}[/b] · {info['name']} · [{style}]{info['state']}[/]"
                      f" · {where}")
         self.query_one(JobDetail).show(info, self.clock())
 

@@ -1,0 +1,144 @@
+"""The first hour through the installed CLI: failures in plain sight, a forgiving CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+FAILING = (
+    "import time\n"
+    "print('before', flush=True)\n"
+    "time.sleep(0.8)\n"
+    "1 / 0\n"
+)
+
+
+def _run(cli, *argv: str) -> str:
+    return cli("run", "--", *argv, check=True).stdout.strip()
+
+
+def test_failed_job_shows_its_traceback_in_order_with_attempts_marked(cli, home):
+    Path("train.py").write_text(FAILING)
+    juid = _run(cli, sys.executable, "-u", "train.py")
+    follow = cli("logs", "-f")  # no job: the last one
+    assert follow.returncode == 1
+    assert follow.stdout.index("before") < follow.stdout.index("ZeroDivisionError")
+
+    out = cli("logs", juid, check=True).stdout
+    assert out.index("before\n") < out.index("Traceback") < out.index("ZeroDivisionError")
+    assert cli("logs", "--stdout", juid).stdout == "before\n"
+    assert "before" not in cli("logs", "--stderr", juid).stdout
+    assert cli("logs", "--tail", "1", juid).stdout == "ZeroDivisionError: division by zero\n"
+
+    info = cli("info", juid, check=True).stdout  # short form of `info job`
+    assert "last output of attempt 1 (exit 1):" in info
+    assert "ZeroDivisionError: division by zero" in info
+
+    assert cli("retry", juid, check=True).stdout.strip() == f"{juid} queued"
+    cli("logs", "-f", juid)
+    out = cli("logs", juid, check=True).stdout
+    assert out.startswith("── attempt 1 on local ──\nbefore\n")
+    assert "── attempt 2 on local, after exit 1 ──\nbefore\n" in out
+    assert out.count("ZeroDivisionError") == 2
+
+    # RUNTIME is what the attempts ran, not first start to last end
+    record = json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"][0]
+    attempts = json.loads(cli("info", juid, "--json", check=True).stdout)["attempts_detail"]
+    assert record["job"] == juid and len(attempts) == 2
+    assert record["runtime"] == sum(a["ended_at"] - a["started_at"] for a in attempts)
+
+
+def test_plain_runs_record_their_flags_as_parameters(cli, home):
+    Path("train.py").write_text("pass\n")
+    a = _run(cli, sys.executable, "train.py", "--lr", "0.1", "--batch-size=32", "seed=1")
+    b = _run(cli, sys.executable, "train.py", "--lr", "0.2", "--batch-size=32", "-n", "5", "seed=1")
+    cli("logs", "-f", b)
+    cli("logs", "-f", a)
+    rows = json.loads(cli("compare", a, b, "--json", check=True).stdout)
+    assert [(r["lr"], r["batch-size"], r["seed"]) for r in rows] == [(0.1, 32, 1), (0.2, 32, 1)]
+    table = cli("compare", a, b, check=True).stdout
+    assert "lr" in table.splitlines()[0] and "0.2" in table
+    diff = cli("diff", a, b, check=True).stdout
+    assert "lr: 0.1 -> 0.2" in diff and "n: - -> 5" in diff
+
+
+def test_mistakes_get_a_suggestion(cli, home):
+    lst = cli("lst", "jobs")
+    assert lst.returncode == 2 and "did you mean list?" in lst.stderr
+    option = cli("list", "jobs", "--lmit", "3")
+    assert option.returncode == 2 and "did you mean --limit?" in option.stderr
+    sweep = cli("sweep", "stauts", "last")
+    assert sweep.returncode == 2
+    assert "unknown action 'stauts'; did you mean status?" in sweep.stderr
+    assert len(sweep.stderr.strip().splitlines()) == 1
+
+
+def test_list_jobs_says_what_part_it_shows_and_fits_80_columns(cli, home):
+    long = "echo " + "a long argument " * 10
+    juids = [_run(cli, "sh", "-c", f"{long} {i}") for i in range(3)]
+    for juid in juids:
+        cli("logs", "-f", juid)
+    part = cli("list", "jobs", "--limit", "2", check=True)
+    assert len(part.stdout.splitlines()) == 3
+    assert part.stderr.strip() == "2 of 3 jobs; --all or --limit N"
+    assert len(cli("list", "jobs", "--all", check=True).stdout.splitlines()) == 4
+    data = json.loads(cli("list", "jobs", "--json", "-l", "1", check=True).stdout)
+    assert data["total"] == 3 and len(data["jobs"]) == 1
+
+    env = dict(os.environ, COLUMNS="80")
+    narrow = subprocess.run([sys.executable, "-m", "monkey", "list", "jobs"], env=env,
+                            capture_output=True, text=True, check=True).stdout
+    lines = narrow.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].startswith("JOB") and lines[0].rstrip().endswith("COMMAND")
+    assert all(line.endswith("…") for line in lines[1:])
+    assert [line.split()[0] for line in lines[1:]] == juids[::-1]
+
+
+def test_short_forms_control_jobs(cli, home):
+    juid = _run(cli, "sleep", "30")
+    assert cli("pause", juid, check=True).stdout.split()[0] == juid
+    cli("logs", "-f", juid)
+    assert cli("resume", juid, check=True).stdout.strip() == f"{juid} queued"
+    cli("cancel", juid, check=True)
+    cli("logs", "-f", juid)
+    assert json.loads(cli("info", juid, "--json", check=True).stdout)["state"] == "cancelled"
+
+
+def test_bash_completion_completes_commands_options_and_jobs(cli, home, tmp_path):
+    juid = _run(cli, "true")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "monkey"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m monkey \"$@\"\n")
+    shim.chmod(0o755)
+    script = cli("completion", "bash", check=True).stdout
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f"'{w}'" for w in ("monkey", *words))
+        code = (f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _monkey; '
+                'printf "%s\\n" "${COMPREPLY[@]}"')
+        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+        out = subprocess.run(["bash", "-c", code], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        return out.split()
+
+    assert complete("li") == ["list"]
+    assert complete("list", "jobs", "--li") == ["--limit"]
+    assert complete("logs", juid[:6]) == [juid]
+    assert "zsh" in cli("completion", "zsh", check=True).stdout
+
+
+def test_monkeycli_prints_the_job_id(home):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", "from monkeycli import MonkeyCLI; "
+         "job = MonkeyCLI().run('echo hi', start_core=False); print('id', job.juid)"],
+        env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    juid = out[1].split()[1]
+    assert out[0] == f"Submitted job {juid}: echo hi"
