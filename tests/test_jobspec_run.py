@@ -159,7 +159,7 @@ def test_failed_setup_fails_the_attempt_with_reason_setup_and_is_not_retried(cli
     make_project(Path.cwd(), install="echo broken mirror >&2; exit 3")
     proc = cli("run", "--follow", "--retries", "2", "--", "python", "train.py", "1", "0")
     assert proc.returncode == 1
-    assert proc.stdout == ""  # the job never ran
+    assert "set-up failed" in proc.stdout and "env HELLO" not in proc.stdout  # never ran
     info = json.loads(cli("info", "job", "last", "--json", check=True).stdout)
     assert info["state"] == "failed" and info["attempts"] == 1
     reason = info["attempts_detail"][0]["reason"]
@@ -203,5 +203,7 @@ def test_a_job_in_a_pip_environment_can_import_monkey_to_log(cli, home, monkey):
                check=True).stdout.strip()
     follow = cli("logs", "--follow", juid)
     assert follow.returncode == 0, cli("logs", "--stderr", juid).stdout
-    assert follow.stdout.strip() == setup_record(home, juid)["prefix"]  # inside the env
+    *setup, last = follow.stdout.strip().splitlines()  # set-up first, then the job's output
+    assert last == setup_record(home, juid)["prefix"]  # inside the env
+    assert any("building pip environment" in line for line in setup)
     assert monkey.metrics(juid, "acc")["acc"][0][:2] == (1, 0.5)

@@ -49,7 +49,7 @@ def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, clu
     assert job["state"] == "succeeded", job
     assert job["instance"].startswith("cluster/")
     slurm_id = job["instance"].split("/")[1]
-    assert cli("logs", juid, check=True).stdout == f"hi from slurm job {slurm_id}\n"
+    assert cli("logs", "--stdout", juid, check=True).stdout == f"hi from slurm job {slurm_id}\n"
     assert cli("logs", "--stderr", juid, check=True).stdout == "oops\n"
     # The allocation lived for the job only: released once it ended, nothing left in Slurm.
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")

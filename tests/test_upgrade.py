@@ -46,6 +46,9 @@ def pip_install(venv: Path, wheel: Path) -> None:
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
          "--force-reinstall", str(wheel)],
         check=True, capture_output=True, timeout=300, cwd=venv.parent,
+        # Not the test run's PYTHONPATH: pip would take a checkout's metadata on it for the
+        # installed copy and leave the venv's files in place.
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )  # fmt: skip
 
 
