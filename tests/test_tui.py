@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from conftest import core_pid, start_core
 from textual.widgets import Input
 
+from monkey.models import State
 from monkey.tui.app import DashApp
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.job_screen import JobScreen
@@ -44,8 +45,7 @@ async def until(pilot, predicate: Callable[[], object], what: str, timeout: floa
 
 def shown(app: DashApp) -> list[str]:
     """Job ids in the table, top to bottom."""
-    table = app.table
-    return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+    return list(app.table.order)
 
 
 def screen_text(app: DashApp) -> str:
@@ -55,7 +55,7 @@ def screen_text(app: DashApp) -> str:
 
 
 def cell(app: DashApp, juid: str, column: str) -> str:
-    return str(app.table.get_cell(juid, column))
+    return str(app.table.cell(juid, column))
 
 
 def sleeper(monkey, name: str, **kwargs) -> str:
@@ -92,16 +92,41 @@ def test_keys_cancel_and_pause_running_jobs(home, monkey):
     drive(app, body)
 
 
-def test_refused_action_says_why(home, monkey):
-    juid = monkey.run(["true"], start_core=False).juid
-    monkey.cancel(juid)
+def offered(app: DashApp) -> dict[str, bool]:
+    """Control keys the footer shows, and whether each is enabled."""
+    keys = {"c": "cancel", "p": "pause", "u": "resume", "r": "retry"}
+    return {keys[k]: b.enabled for k, b in app.active_bindings.items() if k in keys}
+
+
+def test_only_legal_actions_are_offered(home, monkey):
+    failed = monkey.run(["false"], start_core=False).juid
+    monkey.store.transition(failed, State.QUEUED, State.DISPATCHING, kind="core", detail="t")
+    monkey.store.transition(failed, State.DISPATCHING, State.FAILED, kind="core", detail="t")
+    queued = monkey.run(["true"], start_core=False).juid
     app = DashApp(home)
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: shown(app) == [juid], "the job")
-        await pilot.press("c", "y")
-        await until(pilot, lambda: any("already cancelled" in str(n.message)
-                                       for n in app._notifications), "the refusal")
+        await until(pilot, lambda: shown(app) == [queued, failed], "the jobs")
+        assert offered(app) == {"cancel": True, "pause": True, "resume": False, "retry": False}
+        await pilot.press("down")  # the failed job: no pause, no cancel, retry yes
+        assert offered(app) == {"cancel": False, "pause": False, "resume": False, "retry": True}
+        await pilot.press("p")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert monkey.job(failed).status.value == "failed"
+        await pilot.press("ctrl+p", *"job(s)")
+        commands = app.screen.query_one("CommandList")
+        await until(pilot, lambda: commands.option_count, "the commands")
+        names = {str(commands.get_option_at_index(i).prompt).split("\n")[0]
+                 for i in range(commands.option_count)}
+        assert any("Retry" in n for n in names) and not any("Pause" in n for n in names)
+        await pilot.press("escape", "space", "up", "space")  # mark both: pause applies to one
+        assert offered(app)["pause"]
+        await pilot.press("p")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.question.startswith(
+            f"Pause {queued}?")
+        await pilot.press("y")
+        await until(pilot, lambda: monkey.job(queued).status.value == "paused", "queued paused")
+        assert monkey.job(failed).status.value == "failed"
 
     drive(app, body)
 

@@ -24,7 +24,14 @@ from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
 from monkey.tui.confirm import ConfirmScreen
-from monkey.tui.format import COLUMNS, JobFilter, cell_widths, metrics_text, row_cells
+from monkey.tui.format import (
+    JobFilter,
+    cell_widths,
+    legal,
+    metrics_text,
+    problem_rank,
+    row_cells,
+)
 from monkey.tui.help_screen import HelpScreen
 from monkey.tui.instances_pane import InstancesPane
 from monkey.tui.job_screen import JobScreen
@@ -33,6 +40,7 @@ from monkey.tui.log_pane import LogPane
 from monkey.tui.new_job import NewJobScreen
 from monkey.tui.shared import SharedMonkey
 from monkey.tui.status_bar import StatusBar
+from monkey.tui.virtual_table import VirtualTable
 
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
@@ -51,7 +59,8 @@ class DataLoaded(Message):
     """What one poll of the store found."""
 
     def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, object]],
-                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text], now: float,
+                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text],
+                 values: dict[str, dict[str, float | None]], now: float,
                  core_pid: int | None,
                  live: list[dict[str, Any]], instances: list[dict[str, Any]],
                  providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None,
@@ -62,6 +71,7 @@ class DataLoaded(Message):
         self.cells = cells
         self.widths = widths
         self.metrics = metrics
+        self.values = values  # last metric values of the jobs in ``cells`` or ``metrics``
         self.now = now
         self.core_pid = core_pid
         self.live = live
@@ -122,6 +132,9 @@ class DashApp(App[None]):
         self.open_job = job
         self.clock = clock
         self.core_pid: int | None = None
+        self.providers: dict[str, tuple[str, dict[str, Any]]] | None = None
+        self._offered: frozenset[str] = frozenset(CONTROLS)
+        self._instances_shown: object = None
         self._polling = False
         self._problem: str | None = None
         self._since: float | None = None
@@ -204,9 +217,10 @@ class DashApp(App[None]):
                 sent[juid] = text  # type: ignore[assignment]
                 if juid not in cells:
                     metrics[juid] = text
+        values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
         self.post_message(DataLoaded(
-            changed, cells, widths, metrics, now, self.shared("core_status"),
+            changed, cells, widths, metrics, values, now, self.shared("core_status"),
             self.shared("live_attempts"), self.shared("instances"), providers, problem,
             self.shared("monkey_instances", now) if providers else []))  # fmt: skip
 
@@ -228,30 +242,54 @@ class DashApp(App[None]):
         if self.core_pid and not message.core_pid:
             self.notify("the core stopped; press D to start it", severity="warning")
         self.core_pid = message.core_pid
-        self.table.load(message.jobs, message.cells, message.widths, message.now)
-        self.table.show_metrics(message.metrics)
-        self.instances.show(message.providers, message.instances, message.live, message.now,
-                            message.created)
+        self.providers = message.providers
+        self.table.load(message.jobs, message.cells, message.widths, message.now, message.values)
+        self.table.show_metrics(message.metrics, message.values)
+        shown = (message.providers, message.instances, message.live, message.created)
+        if shown != self._instances_shown:  # idle: nothing to redraw
+            self._instances_shown = shown
+            self.instances.show(message.providers, message.instances, message.live,
+                                message.now, message.created)
         self._show_status()
 
     @on(JobsTable.Changed)
     def _on_table_changed(self) -> None:
         self._show_status()
 
+    @on(VirtualTable.Highlighted, "#jobs-table")
+    def _on_cursor(self) -> None:
+        self._offer_legal_actions()
+
     def _show_status(self) -> None:
         table = self.table
+        now = table.now
         self.status.show(
             core_pid=self.core_pid, counts=Counter(r.state.value for r in table.records.values()),
             shown=table.row_count, marked=len(table.marked),
             filter_text=self.query_one("#filter", Input).value if table.filter else "",
-            sort=f"{COLUMNS[table.sort_column]} {'↓' if table.sort_reverse else '↑'}",
-            grouped=table.group_sweeps,
+            sort=table.sort_label(), grouped=table.group_sweeps,
+            problems=sum(problem_rank(r, now) is not None for r in table.records.values()),
         )  # fmt: skip
+        self._offer_legal_actions()
+
+    def _legal_actions(self) -> frozenset[str]:
+        """Control actions that apply to at least one of the targets."""
+        if isinstance(self.screen, JobScreen):
+            return frozenset(CONTROLS)  # the job screen's state is read there; the API judges
+        records = [self.table.records[j] for j in self.table.targets() if j in self.table.records]
+        return frozenset(a for a in CONTROLS if any(legal(a, r) for r in records))
+
+    def _offer_legal_actions(self) -> None:
+        """Re-draw the footer's keys when the set of legal actions changed."""
+        offered = self._legal_actions()
+        if offered != self._offered:
+            self._offered = offered
+            self.refresh_bindings()
 
     # -- opening, filtering -------------------------------------------------------------
 
-    @on(DataTable.RowSelected, "#jobs-table")
-    def _on_row(self, event: DataTable.RowSelected) -> None:
+    @on(VirtualTable.Selected, "#jobs-table")
+    def _on_row(self) -> None:
         self.action_open()
 
     def action_open(self) -> None:
@@ -304,6 +342,9 @@ class DashApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
             return False
+        if (action == "control" and parameters and parameters[0] not in self._offered
+                and not isinstance(self.screen, JobScreen)):
+            return None  # shown disabled: no pause on a failed job
         return True
 
     # -- changing jobs ------------------------------------------------------------------
@@ -318,6 +359,12 @@ class DashApp(App[None]):
         if not juids:
             self.notify("no job selected", severity="warning")
             return
+        if not isinstance(self.screen, JobScreen):
+            records = self.table.records
+            juids = [j for j in juids if j not in records or legal(action, records[j])]
+            if not juids:
+                self.notify(f"{action} does not apply to the selected job(s)", severity="warning")
+                return
         label, effect, destructive = CONTROLS[action]
         if not destructive and len(juids) == 1:
             self._control(action, juids)
@@ -361,11 +408,18 @@ class DashApp(App[None]):
         self.poll()
 
     def action_new_job(self) -> None:
-        try:
-            providers = sorted(self.shared.get("providers"))
-        except MonkeyError as exc:
-            self.notify(str(exc), severity="error")
+        # The providers the last poll read: reading them here would wait for the store's
+        # lock behind a slow poll, with the (not yet shown) form taking the keys.
+        if self.providers is None:
+            try:
+                self.providers = {n: (c.type, {}) for n, c in self.shared.get("providers").items()}
+            except MonkeyError as exc:
+                self.notify(str(exc), severity="error")
+                return
+        if not self.providers:
+            self.notify(self._problem or "no provider is configured", severity="error")
             return
+        providers = sorted(self.providers)
 
         def submitted(juid: str | None) -> None:
             if juid:
@@ -401,6 +455,8 @@ class DashApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action, (label, effect, _) in CONTROLS.items():
+            if action not in self._offered:
+                continue
             yield SystemCommand(f"{label} job(s)", f"the marked jobs or the current one: {effect}",
                                 lambda a=action: self.action_control(a))
         yield SystemCommand("New job", "submit a command with a provider and resources",
