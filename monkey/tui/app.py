@@ -336,8 +336,18 @@ class DashApp(App[None]):
         sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
                     ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
                     ("new job form", NewJobScreen.BINDINGS)]
-        self.push_screen(HelpScreen([(t, [b for b in bs if isinstance(b, Binding)])
-                                     for t, bs in sections]))
+        self.push_modal("help", lambda: HelpScreen(
+            [(t, [b for b in bs if isinstance(b, Binding)]) for t, bs in sections]))
+
+    def push_modal(self, name: str, make: Callable[[], Screen[Any]],
+                   callback: Callable[[Any], None] | None = None) -> Screen[Any]:
+        """Push a modal made once and kept (installed): composing a form costs a few hundred
+        ms on a loaded machine, showing a composed one a frame."""
+        if not self.is_screen_installed(name):
+            self.install_screen(make(), name)
+        screen = self.get_screen(name)
+        self.push_screen(screen, callback)
+        return screen
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
@@ -377,7 +387,7 @@ class DashApp(App[None]):
             if yes:
                 self._control(action, juids)
 
-        self.push_screen(ConfirmScreen(question), answered)
+        self.push_modal("confirm", ConfirmScreen, answered).ask(question)  # type: ignore[attr-defined]
 
     @work(thread=True, group="control")
     def _control(self, action: str, juids: list[str]) -> None:
@@ -426,7 +436,8 @@ class DashApp(App[None]):
                 self.notify(f"job {juid} queued")
                 self.poll()
 
-        self.push_screen(NewJobScreen(self.shared, providers, str(Path.cwd())), submitted)
+        form = self.push_modal("new-job", lambda: NewJobScreen(self.shared), submitted)
+        form.start(providers, str(Path.cwd()))  # type: ignore[attr-defined]
 
     def action_start_core(self) -> None:
         if self.core_pid:
