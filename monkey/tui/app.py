@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from monkey.tui.format import (
     cell_widths,
     legal,
     metrics_text,
-    problem_rank,
     row_cells,
 )
 from monkey.tui.help_screen import HelpScreen
@@ -45,6 +43,7 @@ from monkey.tui.virtual_table import VirtualTable
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
 RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
+FIRST = 200  # newest jobs read and shown first at start, before all the others
 
 # What each control action does to a job, for the confirmation and the notes.
 CONTROLS = {
@@ -64,8 +63,9 @@ class DataLoaded(Message):
                  core_pid: int | None,
                  live: list[dict[str, Any]], instances: list[dict[str, Any]],
                  providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None,
-                 created: list[dict[str, Any]]) -> None:
+                 created: list[dict[str, Any]], partial: bool = False) -> None:
         super().__init__()
+        self.partial = partial  # more of this poll follows (the first screen at start)
         self.created = created  # the cloud instances monkey created, with their cost
         self.jobs = jobs
         self.cells = cells
@@ -177,15 +177,20 @@ class DashApp(App[None]):
     @work(thread=True, group="poll")
     def _poll(self) -> None:
         try:
+            if self._since is None:  # the first screen before reading thousands of jobs
+                self._read_store(FIRST)
             self._read_store()
         except (MonkeyError, OSError, sqlite3.Error) as exc:
             self.post_message(PollFailed(str(exc)))
 
-    def _read_store(self) -> None:
-        """Post what changed in the store since the last look (runs in the poll worker)."""
+    def _read_store(self, first: int | None = None) -> None:
+        """Post what changed in the store since the last look (runs in the poll worker);
+        with ``first``, only the newest ``first`` jobs (a partial look)."""
         real_now = time.time()
-        full = self._since is None or real_now - self._last_full > RESYNC
-        if full:
+        full = first is not None or self._since is None or real_now - self._last_full > RESYNC
+        if first is not None:
+            jobs = self.shared("jobs", limit=first)
+        elif full:
             jobs = self.shared("jobs")
             self._last_full = real_now
         else:
@@ -194,8 +199,9 @@ class DashApp(App[None]):
         changed = [j for j in jobs if seen.get(j.juid) != j]
         for job in changed:
             seen[job.juid] = job
-        newest = max((j.updated_at for j in jobs), default=0.0)
-        self._since = max(self._since or 0.0, newest) or real_now
+        if first is None:
+            newest = max((j.updated_at for j in jobs), default=0.0)
+            self._since = max(self._since or 0.0, newest) or real_now
         problem = None
         try:
             providers = {name: (cfg.type, dict(cfg.options))
@@ -222,7 +228,8 @@ class DashApp(App[None]):
         self.post_message(DataLoaded(
             changed, cells, widths, metrics, values, now, self.shared("core_status"),
             self.shared("live_attempts"), self.shared("instances"), providers, problem,
-            self.shared("monkey_instances", now) if providers else []))  # fmt: skip
+            self.shared("monkey_instances", now) if providers else [],
+            partial=first is not None))  # fmt: skip
 
     @on(PollFailed)
     def _on_poll_failed(self, message: PollFailed) -> None:
@@ -237,7 +244,7 @@ class DashApp(App[None]):
 
     @on(DataLoaded)
     def _on_data(self, message: DataLoaded) -> None:
-        self._polling = False
+        self._polling = message.partial
         self._report(message.problem)
         if self.core_pid and not message.core_pid:
             self.notify("the core stopped; press D to start it", severity="warning")
@@ -262,13 +269,12 @@ class DashApp(App[None]):
 
     def _show_status(self) -> None:
         table = self.table
-        now = table.now
         self.status.show(
-            core_pid=self.core_pid, counts=Counter(r.state.value for r in table.records.values()),
+            core_pid=self.core_pid, counts=table.counts,
             shown=table.row_count, marked=len(table.marked),
             filter_text=self.query_one("#filter", Input).value if table.filter else "",
             sort=table.sort_label(), grouped=table.group_sweeps,
-            problems=sum(problem_rank(r, now) is not None for r in table.records.values()),
+            problems=table.problems,
         )  # fmt: skip
         self._offer_legal_actions()
 

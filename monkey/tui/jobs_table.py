@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
@@ -56,6 +58,8 @@ class JobsTable(VirtualTable):
         self.now = 0.0
         self.live: set[str] = set()
         self.shown: set[str] = set()
+        self.counts: Counter[str] = Counter()  # jobs by state, for the status line
+        self.problems = 0  # jobs the problems view puts first
 
     def on_mount(self) -> None:
         self.set_columns(COLUMNS)
@@ -84,6 +88,10 @@ class JobsTable(VirtualTable):
             elif old is None or by(old) != by(job) or old.sweep != job.sweep or (
                     self.problems_first and problem_rank(old, now) != problem_rank(job, now)):
                 moved = True
+        if jobs:  # idle polls skip this pass over every job
+            records = self.records.values()
+            self.counts = Counter(r.state.value for r in records)
+            self.problems = sum(problem_rank(r, now) is not None for r in records)
         self.update_rows({j: tuple(cells[j].values()) for j in cells}, widths)
         self._tick_runtimes(now)
         if moved or (values and self.sort_column.startswith(METRIC)):

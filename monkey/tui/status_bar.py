@@ -15,6 +15,8 @@ _ORDER = ("running", "dispatching", "queued", "paused", "failed", "lost", "preem
 class StatusBar(Static):
     """One line of `Static`, rebuilt from what the app knows (cheap: it is one line)."""
 
+    _line = ""
+
     def show(self, *, core_pid: int | None, counts: Counter[str], shown: int, marked: int,
              filter_text: str, sort: str, grouped: bool, problems: int = 0) -> None:
         up, down = STATE_STYLES["succeeded"], STATE_STYLES["failed"]
@@ -32,4 +34,6 @@ class StatusBar(Static):
         if marked:
             line += f" · [b]{marked} marked[/]"
         line += f" · sort {sort}" + (" · grouped by sweep" if grouped else "")
-        self.update(line)
+        if line != self._line:  # an idle poll changes nothing on screen
+            self._line = line
+            self.update(line)
