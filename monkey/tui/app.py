@@ -138,6 +138,7 @@ class DashApp(App[None]):
         self._polling = False
         self._problem: str | None = None
         self._since: float | None = None
+        self._since_at = 0.0  # when the newest change was first seen
         self._seen: dict[str, JobRecord] = {}
         self._sent_metrics: dict[str, Text] = {}
         self._last_full = 0.0
@@ -193,14 +194,18 @@ class DashApp(App[None]):
         elif full:
             jobs = self.shared("jobs")
             self._last_full = real_now
-        else:
-            jobs = self.shared("jobs_changed", self._since - OVERLAP)
+        else:  # late commits land within OVERLAP of the newest change; past that, only
+            # newer changes: an idle table must not re-read the last burst every second
+            late = real_now - self._since_at < 2 * OVERLAP
+            jobs = self.shared("jobs_changed", self._since - (OVERLAP if late else 0.0))
         seen = self._seen
         changed = [j for j in jobs if seen.get(j.juid) != j]
         for job in changed:
             seen[job.juid] = job
         if first is None:
             newest = max((j.updated_at for j in jobs), default=0.0)
+            if self._since is None or newest > self._since:
+                self._since_at = real_now
             self._since = max(self._since or 0.0, newest) or real_now
         problem = None
         try:
