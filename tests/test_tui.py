@@ -6,12 +6,14 @@ import asyncio
 import html
 import re
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
 from conftest import core_pid, start_core
 from textual.widgets import Input
 
+from monkey.models import State
 from monkey.tui.app import DashApp
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.job_screen import JobScreen
@@ -44,8 +46,7 @@ async def until(pilot, predicate: Callable[[], object], what: str, timeout: floa
 
 def shown(app: DashApp) -> list[str]:
     """Job ids in the table, top to bottom."""
-    table = app.table
-    return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+    return list(app.table.order)
 
 
 def screen_text(app: DashApp) -> str:
@@ -55,7 +56,7 @@ def screen_text(app: DashApp) -> str:
 
 
 def cell(app: DashApp, juid: str, column: str) -> str:
-    return str(app.table.get_cell(juid, column))
+    return str(app.table.cell(juid, column))
 
 
 def sleeper(monkey, name: str, **kwargs) -> str:
@@ -92,16 +93,41 @@ def test_keys_cancel_and_pause_running_jobs(home, monkey):
     drive(app, body)
 
 
-def test_refused_action_says_why(home, monkey):
-    juid = monkey.run(["true"], start_core=False).juid
-    monkey.cancel(juid)
+def offered(app: DashApp) -> dict[str, bool]:
+    """Control keys the footer shows, and whether each is enabled."""
+    keys = {"c": "cancel", "p": "pause", "u": "resume", "r": "retry"}
+    return {keys[k]: b.enabled for k, b in app.active_bindings.items() if k in keys}
+
+
+def test_only_legal_actions_are_offered(home, monkey):
+    failed = monkey.run(["false"], start_core=False).juid
+    monkey.store.transition(failed, State.QUEUED, State.DISPATCHING, kind="core", detail="t")
+    monkey.store.transition(failed, State.DISPATCHING, State.FAILED, kind="core", detail="t")
+    queued = monkey.run(["true"], start_core=False).juid
     app = DashApp(home)
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: shown(app) == [juid], "the job")
-        await pilot.press("c", "y")
-        await until(pilot, lambda: any("already cancelled" in str(n.message)
-                                       for n in app._notifications), "the refusal")
+        await until(pilot, lambda: shown(app) == [queued, failed], "the jobs")
+        assert offered(app) == {"cancel": True, "pause": True, "resume": False, "retry": False}
+        await pilot.press("down")  # the failed job: no pause, no cancel, retry yes
+        assert offered(app) == {"cancel": False, "pause": False, "resume": False, "retry": True}
+        await pilot.press("p")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert monkey.job(failed).status.value == "failed"
+        await pilot.press("ctrl+p", *"job(s)")
+        commands = app.screen.query_one("CommandList")
+        await until(pilot, lambda: commands.option_count, "the commands")
+        names = {str(commands.get_option_at_index(i).prompt).split("\n")[0]
+                 for i in range(commands.option_count)}
+        assert any("Retry" in n for n in names) and not any("Pause" in n for n in names)
+        await pilot.press("escape", "space", "up", "space")  # mark both: pause applies to one
+        assert offered(app)["pause"]
+        await pilot.press("p")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.question.startswith(
+            f"Pause {queued}?")
+        await pilot.press("y")
+        await until(pilot, lambda: monkey.job(queued).status.value == "paused", "queued paused")
+        assert monkey.job(failed).status.value == "failed"
 
     drive(app, body)
 
@@ -383,3 +409,114 @@ def test_form_error_is_visible_on_an_80x24_terminal(home, monkey):
             app.exit()
 
     asyncio.run(main())
+
+
+def finished(monkey, name: str, state: State, loss: float | None = None, **kwargs) -> str:
+    """A job that ran (no core needed): its attempt, its end state and a last `loss`."""
+    store = monkey.store
+    job = monkey.run(["python", f"{name}.py"], name=name, start_core=False, **kwargs)
+    assert store.begin_attempt(job.record, "local", str(monkey.home.run_dir(job.juid, 1)))
+    if loss is not None:
+        assert store.ingest_metrics(job.juid, 1, 1, [(["loss"], [0], [0], [loss], [time.time()])])
+    store.transition(job.juid, State.DISPATCHING, State.RUNNING, kind="core", detail="test")
+    if state != State.RUNNING:
+        store.transition(job.juid, State.RUNNING, state, kind="core", detail="test")
+    return job.juid
+
+
+def test_state_sorts_by_lifecycle_and_s_reaches_each_metric(home, monkey):
+    ok = finished(monkey, "ok", State.RUNNING, loss=0.5)
+    bad = finished(monkey, "bad", State.FAILED, loss=2.0)
+    best = finished(monkey, "best", State.SUCCEEDED, loss=0.1)
+    waiting = monkey.run(["true"], name="waiting", start_core=False).juid
+    app = DashApp(home)
+
+    def status() -> str:
+        return str(app.status.render())
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: len(shown(app)) == 4 and app.table.metric_names() == ["loss"],
+                    "the jobs and their metrics")
+        await pilot.press("s", "s")  # NAME, then STATE: queued, running, failed, succeeded
+        assert shown(app) == [waiting, ok, bad, best] and "sort STATE ↑" in status()
+        await pilot.press("s", "s", "s", "s")  # WHERE, TRIES, RUNTIME, then the metric loss
+        assert shown(app) == [best, ok, bad, waiting]  # no loss yet: last
+        assert "sort loss ↑" in status()  # the label follows the key at once
+        await pilot.press("S")
+        assert shown(app) == [bad, ok, best, waiting] and "sort loss ↓" in status()
+        await pilot.press("s")
+        assert "sort SWEEP" in status()
+
+    drive(app, body)
+
+
+def test_problems_view_puts_lost_and_failed_jobs_first(home, monkey):
+    crowd = [finished(monkey, f"fine{i}", State.SUCCEEDED) for i in range(30)]
+    failed = finished(monkey, "broken", State.FAILED)
+    crowd += [finished(monkey, f"more{i}", State.SUCCEEDED) for i in range(30)]
+    lost = finished(monkey, "vanished", State.LOST)
+    crowd.append(finished(monkey, "last", State.SUCCEEDED))
+    app = DashApp(home)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: len(shown(app)) == 63, "the jobs")
+        assert "2 problems" in str(app.status.render())
+        assert shown(app).index(failed) > 30  # drowned under the crowd
+        await pilot.press("exclamation_mark")
+        assert shown(app)[:2] == [lost, failed]
+        assert app.table.current_juid() == lost and "problems first" in str(app.status.render())
+        assert "broken" in screen_text(app) and "vanished" in screen_text(app)
+        await pilot.press("S")  # any order within: the problems stay on top
+        assert shown(app)[:2] == [lost, failed] and shown(app)[2] == crowd[0]
+        await pilot.press("exclamation_mark")
+        assert shown(app).index(failed) == 30  # back among the crowd, oldest first
+
+    drive(app, body)
+
+
+def test_modals_paint_at_once_even_while_the_store_is_busy(home, monkey):
+    """A poll holding the store for long (a big read on a loaded machine) must not delay a
+    modal: each is the active screen, laid out and taking keys as soon as its key is handled."""
+    juid = monkey.run(["true"], name="one", start_core=False).juid
+    app = DashApp(home)
+    busy, release = threading.Event(), threading.Event()
+
+    def slow_store() -> None:
+        with app.shared._lock:  # the dashboard's own lock, held as by a slow poll
+            busy.set()
+            release.wait(20)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: shown(app) == [juid] and app.providers, "the first poll")
+        threading.Thread(target=slow_store, daemon=True).start()
+        busy.wait(5)
+        await pilot.press("n")
+        assert isinstance(app.screen, NewJobScreen)
+        assert app.screen.query_one("#dialog").region.height > 0  # laid out and painted
+        await pilot.press(*"echo hi")  # the next keys land in the form's first box
+        assert app.screen.query_one("#command", Input).value == "echo hi"
+        assert "echo hi" in screen_text(app)
+        await pilot.press("escape", "c")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.query_one("#dialog").region
+        await pilot.press("n", "question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        assert app.shared._lock.locked(), "the keys waited for the store"
+        release.set()
+
+    drive(app, body)
+
+
+def test_state_colours_meet_wcag_aa_on_the_default_theme(home):
+    from monkey.tui.format import STATE_STYLES, contrast
+
+    app = DashApp(home)
+
+    async def body(pilot) -> None:
+        variables = app.get_css_variables()
+        for background in ("surface", "panel", "background"):
+            bg = variables[background][:7]
+            for state, style in STATE_STYLES.items():
+                fg = style.split()[-1]
+                assert contrast(fg, bg) >= 4.5, (state, fg, background, bg, contrast(fg, bg))
+
+    drive(app, body)

@@ -18,7 +18,7 @@ class DashboardQueries:
         from monkey.store.db import _JOB_COLUMNS, _job
 
         rows = self.db.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE updated_at >= ? ORDER BY seq DESC", (since,)
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE updated_at >= ? ORDER BY +seq DESC", (since,)
         )
         return [_job(r) for r in rows]
 

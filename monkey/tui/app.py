@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,13 @@ from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
 from monkey.tui.confirm import ConfirmScreen
-from monkey.tui.format import COLUMNS, JobFilter, cell_widths, metrics_text, row_cells
+from monkey.tui.format import (
+    JobFilter,
+    cell_widths,
+    legal,
+    metrics_text,
+    row_cells,
+)
 from monkey.tui.help_screen import HelpScreen
 from monkey.tui.instances_pane import InstancesPane
 from monkey.tui.job_screen import JobScreen
@@ -33,10 +38,12 @@ from monkey.tui.log_pane import LogPane
 from monkey.tui.new_job import NewJobScreen
 from monkey.tui.shared import SharedMonkey
 from monkey.tui.status_bar import StatusBar
+from monkey.tui.virtual_table import VirtualTable
 
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
 RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
+FIRST = 200  # newest jobs read and shown first at start, before all the others
 
 # What each control action does to a job, for the confirmation and the notes.
 CONTROLS = {
@@ -51,17 +58,20 @@ class DataLoaded(Message):
     """What one poll of the store found."""
 
     def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, object]],
-                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text], now: float,
+                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text],
+                 values: dict[str, dict[str, float | None]], now: float,
                  core_pid: int | None,
                  live: list[dict[str, Any]], instances: list[dict[str, Any]],
                  providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None,
-                 created: list[dict[str, Any]]) -> None:
+                 created: list[dict[str, Any]], partial: bool = False) -> None:
         super().__init__()
+        self.partial = partial  # more of this poll follows (the first screen at start)
         self.created = created  # the cloud instances monkey created, with their cost
         self.jobs = jobs
         self.cells = cells
         self.widths = widths
         self.metrics = metrics
+        self.values = values  # last metric values of the jobs in ``cells`` or ``metrics``
         self.now = now
         self.core_pid = core_pid
         self.live = live
@@ -122,9 +132,13 @@ class DashApp(App[None]):
         self.open_job = job
         self.clock = clock
         self.core_pid: int | None = None
+        self.providers: dict[str, tuple[str, dict[str, Any]]] | None = None
+        self._offered: frozenset[str] = frozenset(CONTROLS)
+        self._instances_shown: object = None
         self._polling = False
         self._problem: str | None = None
         self._since: float | None = None
+        self._since_at = 0.0  # when the newest change was first seen
         self._seen: dict[str, JobRecord] = {}
         self._sent_metrics: dict[str, Text] = {}
         self._last_full = 0.0
@@ -164,25 +178,35 @@ class DashApp(App[None]):
     @work(thread=True, group="poll")
     def _poll(self) -> None:
         try:
+            if self._since is None:  # the first screen before reading thousands of jobs
+                self._read_store(FIRST)
             self._read_store()
         except (MonkeyError, OSError, sqlite3.Error) as exc:
             self.post_message(PollFailed(str(exc)))
 
-    def _read_store(self) -> None:
-        """Post what changed in the store since the last look (runs in the poll worker)."""
+    def _read_store(self, first: int | None = None) -> None:
+        """Post what changed in the store since the last look (runs in the poll worker);
+        with ``first``, only the newest ``first`` jobs (a partial look)."""
         real_now = time.time()
-        full = self._since is None or real_now - self._last_full > RESYNC
-        if full:
+        full = first is not None or self._since is None or real_now - self._last_full > RESYNC
+        if first is not None:
+            jobs = self.shared("jobs", limit=first)
+        elif full:
             jobs = self.shared("jobs")
             self._last_full = real_now
-        else:
-            jobs = self.shared("jobs_changed", self._since - OVERLAP)
+        else:  # late commits land within OVERLAP of the newest change; past that, only
+            # newer changes: an idle table must not re-read the last burst every second
+            late = real_now - self._since_at < 2 * OVERLAP
+            jobs = self.shared("jobs_changed", self._since - (OVERLAP if late else 0.0))
         seen = self._seen
         changed = [j for j in jobs if seen.get(j.juid) != j]
         for job in changed:
             seen[job.juid] = job
-        newest = max((j.updated_at for j in jobs), default=0.0)
-        self._since = max(self._since or 0.0, newest) or real_now
+        if first is None:
+            newest = max((j.updated_at for j in jobs), default=0.0)
+            if self._since is None or newest > self._since:
+                self._since_at = real_now
+            self._since = max(self._since or 0.0, newest) or real_now
         problem = None
         try:
             providers = {name: (cfg.type, dict(cfg.options))
@@ -204,11 +228,13 @@ class DashApp(App[None]):
                 sent[juid] = text  # type: ignore[assignment]
                 if juid not in cells:
                     metrics[juid] = text
+        values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
         self.post_message(DataLoaded(
-            changed, cells, widths, metrics, now, self.shared("core_status"),
+            changed, cells, widths, metrics, values, now, self.shared("core_status"),
             self.shared("live_attempts"), self.shared("instances"), providers, problem,
-            self.shared("monkey_instances", now) if providers else []))  # fmt: skip
+            self.shared("monkey_instances", now) if providers else [],
+            partial=first is not None))  # fmt: skip
 
     @on(PollFailed)
     def _on_poll_failed(self, message: PollFailed) -> None:
@@ -223,35 +249,58 @@ class DashApp(App[None]):
 
     @on(DataLoaded)
     def _on_data(self, message: DataLoaded) -> None:
-        self._polling = False
+        self._polling = message.partial
         self._report(message.problem)
         if self.core_pid and not message.core_pid:
             self.notify("the core stopped; press D to start it", severity="warning")
         self.core_pid = message.core_pid
-        self.table.load(message.jobs, message.cells, message.widths, message.now)
-        self.table.show_metrics(message.metrics)
-        self.instances.show(message.providers, message.instances, message.live, message.now,
-                            message.created)
+        self.providers = message.providers
+        self.table.load(message.jobs, message.cells, message.widths, message.now, message.values)
+        self.table.show_metrics(message.metrics, message.values)
+        shown = (message.providers, message.instances, message.live, message.created)
+        if shown != self._instances_shown:  # idle: nothing to redraw
+            self._instances_shown = shown
+            self.instances.show(message.providers, message.instances, message.live,
+                                message.now, message.created)
         self._show_status()
 
     @on(JobsTable.Changed)
     def _on_table_changed(self) -> None:
         self._show_status()
 
+    @on(VirtualTable.Highlighted, "#jobs-table")
+    def _on_cursor(self) -> None:
+        self._offer_legal_actions()
+
     def _show_status(self) -> None:
         table = self.table
         self.status.show(
-            core_pid=self.core_pid, counts=Counter(r.state.value for r in table.records.values()),
+            core_pid=self.core_pid, counts=table.counts,
             shown=table.row_count, marked=len(table.marked),
             filter_text=self.query_one("#filter", Input).value if table.filter else "",
-            sort=f"{COLUMNS[table.sort_column]} {'↓' if table.sort_reverse else '↑'}",
-            grouped=table.group_sweeps,
+            sort=table.sort_label(), grouped=table.group_sweeps,
+            problems=table.problems,
         )  # fmt: skip
+        self._offer_legal_actions()
+
+    def _legal_actions(self) -> frozenset[str]:
+        """Control actions that apply to at least one of the targets."""
+        if isinstance(self.screen, JobScreen):
+            return frozenset(CONTROLS)  # the job screen's state is read there; the API judges
+        records = [self.table.records[j] for j in self.table.targets() if j in self.table.records]
+        return frozenset(a for a in CONTROLS if any(legal(a, r) for r in records))
+
+    def _offer_legal_actions(self) -> None:
+        """Re-draw the footer's keys when the set of legal actions changed."""
+        offered = self._legal_actions()
+        if offered != self._offered:
+            self._offered = offered
+            self.refresh_bindings()
 
     # -- opening, filtering -------------------------------------------------------------
 
-    @on(DataTable.RowSelected, "#jobs-table")
-    def _on_row(self, event: DataTable.RowSelected) -> None:
+    @on(VirtualTable.Selected, "#jobs-table")
+    def _on_row(self) -> None:
         self.action_open()
 
     def action_open(self) -> None:
@@ -298,12 +347,25 @@ class DashApp(App[None]):
         sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
                     ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
                     ("new job form", NewJobScreen.BINDINGS)]
-        self.push_screen(HelpScreen([(t, [b for b in bs if isinstance(b, Binding)])
-                                     for t, bs in sections]))
+        self.push_modal("help", lambda: HelpScreen(
+            [(t, [b for b in bs if isinstance(b, Binding)]) for t, bs in sections]))
+
+    def push_modal(self, name: str, make: Callable[[], Screen[Any]],
+                   callback: Callable[[Any], None] | None = None) -> Screen[Any]:
+        """Push a modal made once and kept (installed): composing a form costs a few hundred
+        ms on a loaded machine, showing a composed one a frame."""
+        if not self.is_screen_installed(name):
+            self.install_screen(make(), name)
+        screen = self.get_screen(name)
+        self.push_screen(screen, callback)
+        return screen
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
             return False
+        if (action == "control" and parameters and parameters[0] not in self._offered
+                and not isinstance(self.screen, JobScreen)):
+            return None  # shown disabled: no pause on a failed job
         return True
 
     # -- changing jobs ------------------------------------------------------------------
@@ -318,6 +380,12 @@ class DashApp(App[None]):
         if not juids:
             self.notify("no job selected", severity="warning")
             return
+        if not isinstance(self.screen, JobScreen):
+            records = self.table.records
+            juids = [j for j in juids if j not in records or legal(action, records[j])]
+            if not juids:
+                self.notify(f"{action} does not apply to the selected job(s)", severity="warning")
+                return
         label, effect, destructive = CONTROLS[action]
         if not destructive and len(juids) == 1:
             self._control(action, juids)
@@ -330,7 +398,7 @@ class DashApp(App[None]):
             if yes:
                 self._control(action, juids)
 
-        self.push_screen(ConfirmScreen(question), answered)
+        self.push_modal("confirm", ConfirmScreen, answered).ask(question)  # type: ignore[attr-defined]
 
     @work(thread=True, group="control")
     def _control(self, action: str, juids: list[str]) -> None:
@@ -361,18 +429,26 @@ class DashApp(App[None]):
         self.poll()
 
     def action_new_job(self) -> None:
-        try:
-            providers = sorted(self.shared.get("providers"))
-        except MonkeyError as exc:
-            self.notify(str(exc), severity="error")
+        # The providers the last poll read: reading them here would wait for the store's
+        # lock behind a slow poll, with the (not yet shown) form taking the keys.
+        if self.providers is None:
+            try:
+                self.providers = {n: (c.type, {}) for n, c in self.shared.get("providers").items()}
+            except MonkeyError as exc:
+                self.notify(str(exc), severity="error")
+                return
+        if not self.providers:
+            self.notify(self._problem or "no provider is configured", severity="error")
             return
+        providers = sorted(self.providers)
 
         def submitted(juid: str | None) -> None:
             if juid:
                 self.notify(f"job {juid} queued")
                 self.poll()
 
-        self.push_screen(NewJobScreen(self.shared, providers, str(Path.cwd())), submitted)
+        form = self.push_modal("new-job", lambda: NewJobScreen(self.shared), submitted)
+        form.start(providers, str(Path.cwd()))  # type: ignore[attr-defined]
 
     def action_start_core(self) -> None:
         if self.core_pid:
@@ -401,6 +477,8 @@ class DashApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action, (label, effect, _) in CONTROLS.items():
+            if action not in self._offered:
+                continue
             yield SystemCommand(f"{label} job(s)", f"the marked jobs or the current one: {effect}",
                                 lambda a=action: self.action_control(a))
         yield SystemCommand("New job", "submit a command with a provider and resources",

@@ -17,13 +17,21 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self) -> None:
         super().__init__()
+        self.question = ""
+        self._text = Static("", id="question")
+
+    def ask(self, question: str) -> None:
+        """Show ``question`` (the screen is kept and asked again)."""
         self.question = question
+        self._text.update(question)
+        if self.is_mounted:
+            self.query_one("#no", Button).focus()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(self.question, id="question")
+            yield self._text
             with Horizontal(id="buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")

@@ -8,19 +8,26 @@ from dataclasses import dataclass, field
 from rich.cells import cell_len
 from rich.text import Text
 
-from monkey.api import TERMINAL, JobRecord, MonkeyError, State
+from monkey.api import LIVE, TERMINAL, JobRecord, MonkeyError, State
 
+# State colours: each has WCAG AA contrast (>= 4.5:1) against the default dark theme's
+# table and status-bar backgrounds (tests/test_tui.py checks them).
 STATE_STYLES = {
-    "queued": "yellow",
-    "dispatching": "cyan",
-    "running": "bold cyan",
-    "succeeded": "green",
-    "failed": "bold red",
-    "cancelled": "magenta",
-    "paused": "#5f87ff",
-    "preempted": "#ff8700",
-    "lost": "red",
+    "queued": "#e0c060",
+    "dispatching": "#5fd7d7",
+    "running": "bold #5fd7ff",
+    "succeeded": "#7ccf7c",
+    "failed": "bold #ff7a7a",
+    "cancelled": "#d79be0",
+    "paused": "#8fb0ff",
+    "preempted": "#ffaa55",
+    "lost": "#ff8f8f",
 }
+# Lifecycle order of the states, for sorting by STATE and the status line's counts.
+LIFECYCLE = ("queued", "dispatching", "running", "paused", "preempted", "lost", "failed",
+             "cancelled", "succeeded")  # fmt: skip
+_STAGE = {state: i for i, state in enumerate(LIFECYCLE)}
+STUCK = 300.0  # seconds in dispatching, or with a request not carried out, that look stuck
 
 # Column key -> header; the order is the table's.
 COLUMNS = {
@@ -35,7 +42,8 @@ COLUMNS = {
     "sweep": "SWEEP",
     "command": "COMMAND",
 }
-SORTABLE = ("job", "name", "state", "where", "tries", "runtime", "sweep", "command")
+SORTABLE = ("job", "name", "state", "where", "tries", "runtime", "metrics", "sweep", "command")
+METRIC = "metric:"  # sort column prefix: by the last value of one metric series
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
@@ -153,14 +161,80 @@ def sort_key(column: str, now: float):
     keys = {
         "job": lambda j: juid_order(j.juid),
         "name": lambda j: (j.name.lower(), juid_order(j.juid)),
-        "state": lambda j: (j.state.value, juid_order(j.juid)),
+        "state": lambda j: (_STAGE.get(j.state.value, 99), juid_order(j.juid)),
         "where": lambda j: (where(j), juid_order(j.juid)),
         "tries": lambda j: (j.attempts, juid_order(j.juid)),
         "runtime": lambda j: (runtime(j, now) or 0.0, juid_order(j.juid)),
         "sweep": lambda j: (j.sweep or "", juid_order(j.juid)),
         "command": lambda j: (j.command, juid_order(j.juid)),
     }
-    return keys[column]
+    return keys.get(column, keys["job"])
+
+
+def problem_rank(job: JobRecord, now: float) -> int | None:
+    """How much a job needs looking at: 0 lost, 1 failed, 2 stuck, 3 preempted; None: fine."""
+    state = job.state
+    if state == State.LOST:
+        return 0
+    if state == State.FAILED:
+        return 1
+    if now - job.updated_at > STUCK and (state == State.DISPATCHING or job.request):
+        return 2
+    if state == State.PREEMPTED:
+        return 3
+    return None
+
+
+def sort_jobs(juids: list[str], records: dict[str, JobRecord], column: str, reverse: bool,
+              now: float, values: dict[str, dict[str, float | None]] | None = None, *,
+              group: bool = False, problems: bool = False) -> list[str]:
+    """Job ids in table order: by ``column`` (a column key or ``metric:NAME``, jobs without
+    that metric last whichever the direction), grouped by sweep, problems first."""
+    if column.startswith(METRIC):
+        name = column[len(METRIC):]
+        values = values or {}
+        has = [j for j in juids if _number(values.get(j, {}).get(name)) is not None]
+        rest = sorted(set(juids).difference(has), key=lambda j: juid_order(j), reverse=True)
+        order = sorted(has, key=lambda j: (values[j][name], juid_order(j)), reverse=reverse) + rest
+    else:
+        by = sort_key(column, now)
+        order = sorted(juids, key=lambda j: by(records[j]), reverse=reverse)
+    if group:  # stable: sweeps together (in name order, jobs of no sweep last)
+        order.sort(key=lambda j: (records[j].sweep is None, records[j].sweep or ""))
+    if problems:
+        ranks = {j: problem_rank(records[j], now) for j in order}
+        order.sort(key=lambda j: 9 if ranks[j] is None else ranks[j])
+    return order
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or value != value else value
+
+
+def legal(action: str, job: JobRecord) -> bool:
+    """Whether a control action applies to a job in its state (as `Monkey` would accept)."""
+    state = job.state
+    if action == "cancel":
+        return state in (State.QUEUED, State.PAUSED) or (state in LIVE and job.request != "cancel")
+    if action == "pause":
+        return state == State.QUEUED or (state in LIVE and job.request is None)
+    if action == "resume":
+        return state == State.PAUSED
+    if action == "retry":
+        return state in TERMINAL
+    raise ValueError(action)
+
+
+def contrast(fg: str, bg: str) -> float:
+    """WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    a, b = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
 
 
 @dataclass

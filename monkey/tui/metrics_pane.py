@@ -14,6 +14,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from monkey.api import MonkeyError
+from monkey.tracking.charts import colours, rgb
 from monkey.tui.shared import SharedMonkey
 
 POLL = 2.0  # seconds between reads of the selected series
@@ -109,10 +110,11 @@ class MetricsPane(Horizontal):
         plt.clear_data()
         plt.clear_figure()
         many = len(self.juids) > 1
-        for (juid, name), series in sorted(points.items()):
+        lines = sorted(points.items())
+        for colour, ((juid, name), series) in zip(colours(len(lines)), lines):
             xs, ys = _thin(series)
-            if xs:
-                plt.plot(xs, ys, label=f"{juid} {name}" if many else name)
+            if xs:  # one palette with the PNG and HTML charts: 20 runs stay distinct
+                plt.plot(xs, ys, label=f"{juid} {name}" if many else name, color=rgb(colour))
         if not points:
             plt.title("no metrics yet: log them with monkey.log(name, value, step=...)"
                       if not self.names else "choose series with space")

@@ -30,11 +30,28 @@ class NewJobScreen(ModalScreen[str | None]):
             self.juid = juid
             self.error = error
 
-    def __init__(self, shared: SharedMonkey, providers: list[str], workdir: str) -> None:
+    def __init__(self, shared: SharedMonkey) -> None:
         super().__init__()
         self.shared = shared
-        self.providers = providers
-        self.workdir = workdir
+        self.providers: list[str] = []
+        self.workdir = ""
+
+    def start(self, providers: list[str], workdir: str) -> None:
+        """Open afresh (the screen is kept between uses): empty command, these providers."""
+        self.providers, self.workdir = providers, workdir
+        if self.is_mounted:
+            self._reset()
+
+    def _reset(self) -> None:
+        select = self.query_one("#provider", Select)
+        select.set_options([(p, p) for p in self.providers])
+        select.value = self.providers[0]
+        for ident, value in (("command", ""), ("name", ""), ("cpus", "1"), ("gpus", "0"),
+                             ("retries", "0"), ("memory", ""), ("workdir", self.workdir)):
+            self.query_one(f"#{ident}", Input).value = value
+        self.query_one("#submit", Button).disabled = False
+        self._error("")
+        self.query_one("#command", Input).focus()
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog"):
@@ -45,7 +62,7 @@ class NewJobScreen(ModalScreen[str | None]):
             yield Input(id="name")
             yield Label("provider")
             yield Select([(p, p) for p in self.providers], value=self.providers[0],
-                         allow_blank=False, id="provider")
+                         allow_blank=False, id="provider")  # fmt: skip
             with Horizontal(classes="row"):
                 for label, ident, value in (("cpus", "cpus", "1"), ("gpus", "gpus", "0"),
                                             ("retries", "retries", "0")):

@@ -15,18 +15,25 @@ _ORDER = ("running", "dispatching", "queued", "paused", "failed", "lost", "preem
 class StatusBar(Static):
     """One line of `Static`, rebuilt from what the app knows (cheap: it is one line)."""
 
+    _line = ""
+
     def show(self, *, core_pid: int | None, counts: Counter[str], shown: int, marked: int,
-             filter_text: str, sort: str, grouped: bool) -> None:
+             filter_text: str, sort: str, grouped: bool, problems: int = 0) -> None:
+        up, down = STATE_STYLES["succeeded"], STATE_STYLES["failed"]
         if core_pid:
-            core = f"[green]core running[/] (pid {core_pid})" if core_pid > 0 else "[green]core starting[/]"
+            core = f"[{up}]core running[/] (pid {core_pid})" if core_pid > 0 else f"[{up}]core starting[/]"
         else:
-            core = "[b red]core down[/] — press [b]D[/] to start it"
+            core = f"[{down}]core down[/] — press [b]D[/] to start it"
         total = sum(counts.values())
         parts = [f"{counts[s]} [{STATE_STYLES[s]}]{s}[/]" for s in _ORDER if counts[s]]
         line = f"{core} · {total} jobs" + (f": {', '.join(parts)}" if parts else "")
         if filter_text:
             line += f" · filter [b]{filter_text}[/] ({shown} shown)"
+        if problems:
+            line += f" · [{down}]{problems} problem{'s' if problems > 1 else ''}[/] ([b]![/] shows them first)"
         if marked:
             line += f" · [b]{marked} marked[/]"
         line += f" · sort {sort}" + (" · grouped by sweep" if grouped else "")
-        self.update(line)
+        if line != self._line:  # an idle poll changes nothing on screen
+            self._line = line
+            self.update(line)
