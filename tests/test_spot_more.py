@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +65,11 @@ def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(cli, home: Pat
 
 
 def test_a_notice_during_the_environment_set_up(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                metadata: dict[str, Metadata], tmp_path: Path) -> None:  # noqa: F811
+                                                metadata: dict[str, Metadata]) -> None:  # noqa: F811
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=3)
-    mark = tmp_path / "installing"
+    shared = Path(tempfile.mkdtemp(prefix="monkey-spot-setup-"))  # the instances' user writes it
+    shared.chmod(0o777)
+    mark = shared / "installing"
     # The first set-up takes long (the notice comes then); the second is quick.
     Path("setup.sh").write_text(f'if [ ! -e "{mark}" ]; then touch "{mark}"; echo installing; sleep 60; fi\n'
                                 "echo installed\n")
@@ -84,6 +88,7 @@ def test_a_notice_during_the_environment_set_up(cli, home: Path, moto: Any, flee
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
     finally:
         finish(cli, moto)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_on_demand_after_one_preemption(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
@@ -126,7 +131,7 @@ def test_a_job_cancelled_before_the_notice_stays_cancelled(cli, home: Path, moto
         juid = run_job(cli, "python3", "slow.py")
         wait_for(lambda: "running\n" in stdout(home, juid, 1), timeout=60, what="the job to run")
         address = address_of(cli, juid, moto)
-        cli("cancel", juid, check=True)
+        cli("job", "cancel", juid, check=True)
         wait_for(lambda: "asked to stop\n" in stdout(home, juid, 1), timeout=30, what="the cancel's SIGTERM")
         metadata[address].interrupt(seconds=120)
         wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=60, what="the job to end cancelled")
@@ -167,8 +172,7 @@ def agent_pid(host: SSHHost) -> int | None:
                 cmd = fh.read().split(b"\0")
         except OSError:
             continue
-        if any(part.endswith(b"client_agent") or part == b"monkey.client_agent" for part in cmd) \
-                and b"--root" in cmd:
+        if b"monkey.client_agent" in b" ".join(cmd) and b"--root" in cmd:
             return pid
     return None
 
