@@ -42,6 +42,11 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     setup.log     launcher.py: the environment's set-up output, restores and saves
     setup.json    launcher.py: {"key", "reused", "seconds", "prefix"} of the environment
     setup.failed  launcher.py: one line, when the set-up failed (the job did not run)
+    results.json  a start's ``results`` without ``restore``, plus ``work`` (0600: the upload
+                  form is a presigned policy; never logged): an agent that adopts the job
+                  keeps uploading it (at once, then every ``every`` seconds)
+    results.seq   the number of the attempt's last manifest upload
+    preempted     the mark of a job a notice stopped (kept by an agent that adopts it)
 
 Code file lists the agent was given are cached per worker in ``ROOT/manifests/<digest>.json``
 (the compact JSON list ``[[relpath, digest, mode], ...]`` sorted by relpath, written through
@@ -239,6 +244,8 @@ FETCH_THREADS = 8  # blob downloads at once (each is one request: latency adds u
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
 PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
+RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), for adoption
+RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 
 Key = tuple[str, int]  # (juid, attempt)
 
@@ -1388,7 +1395,9 @@ class Agent:
             argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
-        results = self._results(req.get("results"), juid, attempt, work)
+        results = self._results(req.get("results"), juid, attempt, run_dir, work)
+        if results is not None:
+            self._keep_results(run_dir, req["results"], work)
         cgroup = self.cgroups.make(juid, attempt)
         env.update(job_env(run_dir, cgroup))
         job = self._spawn(juid, attempt, run_dir, work, argv, env)
@@ -1397,7 +1406,7 @@ class Agent:
             self.results[job.key] = results
         return {"pid": job.pid}
 
-    def _results(self, cfg: Any, juid: str, attempt: int, work: str) -> Any:
+    def _results(self, cfg: Any, juid: str, attempt: int, run_dir: str, work: str) -> Any:
         """The attempt's uploads (``results`` of a start), its kept folders restored first
         from the last manifest; None without a bucket."""
         if not cfg:
@@ -1407,13 +1416,40 @@ class Agent:
         if not isinstance(cfg, dict) or not isinstance(cfg.get("url"), str):
             raise RequestError("results must be {url, fields, prefix, every, dirs, outputs, restore}")
         try:
-            results = Results(cfg, juid, attempt, work)
+            results = Results(cfg, juid, attempt, work, os.path.join(run_dir, RESULTS_SEQ))
             fetched = results.restore(cfg.get("restore"))
         except (OSError, ValueError, TypeError) as e:
             raise RequestError(f"restoring the checkpoint of {juid} failed: {one_line(e)}") from None
         if fetched:
             log(f"{juid}/{attempt}: restored {fetched} bytes of checkpoint and persisted folders")
         return results
+
+    @staticmethod
+    def _keep_results(run_dir: str, cfg: dict[str, Any], work: str) -> None:
+        """Keep the attempt's upload settings in RUN_DIR (``RESULTS``, 0600: the form is a
+        presigned policy), so that an agent that adopts the job keeps uploading it."""
+        kept = {k: v for k, v in cfg.items() if k != "restore"}
+        try:
+            write_atomic(os.path.join(run_dir, RESULTS), json.dumps({**kept, "work": work}).encode())
+        except OSError as e:
+            raise RequestError(f"cannot keep the upload settings in {run_dir}: {e}") from None
+
+    def _adopted_results(self, job: Job) -> None:
+        """The upload settings an earlier agent kept for an adopted JOB, if any."""
+        from monkey.client_agent.results import Results
+
+        try:
+            with open(os.path.join(job.run_dir, RESULTS), "rb") as f:
+                cfg = json.loads(f.read())
+            results = Results(cfg, job.juid, job.attempt, str(cfg.get("work") or ""),
+                              os.path.join(job.run_dir, RESULTS_SEQ))  # fmt: skip
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            log(f"{job.juid}/{job.attempt}: its upload settings cannot be read: {one_line(e)}")
+            return
+        results.next_at = 0.0  # the earlier agent's uploads may have stopped a while ago
+        self.results[job.key] = results
 
     # ---- notices and uploads
 
@@ -1922,6 +1958,8 @@ class Agent:
         pidfd = self._open_if_alive(pid, start_ticks)
         if pidfd is not None:
             job.pidfd = pidfd
+            job.preempted = os.path.exists(os.path.join(run_dir, PREEMPTED))
+            self._adopted_results(job)
             self._track(job)
             log(f"{juid}/{attempt}: adopted pid {pid}")
             return "running"

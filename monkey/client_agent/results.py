@@ -41,7 +41,10 @@ Entry = tuple[int, int, str, int]  # size, mtime_ns, sha256, mode
 class Results:
     """The uploads of one attempt (thread-safe: one upload at a time)."""
 
-    def __init__(self, cfg: dict[str, Any], juid: str, attempt: int, work: str) -> None:
+    def __init__(self, cfg: dict[str, Any], juid: str, attempt: int, work: str,
+                 seq_path: str = "") -> None:  # fmt: skip
+        """SEQ_PATH: where the number of the last manifest is kept (an agent that adopts
+        the attempt numbers its manifests on from there)."""
         self.url = str(cfg["url"])
         self.fields = {str(k): str(v) for k, v in (cfg.get("fields") or {}).items()}
         self.prefix = str(cfg["prefix"]).rstrip("/") + "/"
@@ -51,7 +54,8 @@ class Results:
         self.juid, self.attempt, self.work = juid, attempt, work
         self.known: dict[str, Entry] = {}  # rel -> what was uploaded (or restored)
         self.stored: set[str] = set()  # digests under objects/
-        self.seq = 0
+        self.seq_path = seq_path
+        self.seq = _read_int(seq_path)
         self.lock = threading.Lock()
         self.next_at = time.monotonic() + self.every
         self.last: dict[str, Any] | None = None
@@ -120,6 +124,9 @@ class Results:
             }, sort_keys=True).encode()  # fmt: skip
             self._put(f"manifests/{self.attempt}-{self.seq:06d}.json", body)
             self._put("manifest.json", body)
+            if self.seq_path:
+                with open(os.open(self.seq_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+                    out.write(f"{self.seq}\n")
             self.next_at = time.monotonic() + self.every
             self.last = {"bytes": sent, "digest": hashlib.sha256(body).hexdigest(), "files": len(files)}
             return self.last
@@ -227,6 +234,15 @@ class _Body:
                 return chunk
             self.parts.pop(0)
         return b""
+
+
+def _read_int(path: str) -> int:
+    """The number in the file at PATH; 0 when there is none."""
+    try:
+        with open(path) as src:
+            return int(src.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def _same(path: str, size: int, sha: str) -> bool:

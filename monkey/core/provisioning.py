@@ -156,12 +156,13 @@ class Elastic:
         if notice.get("kind") == "rebalance":
             return
         self.noticed.add(instance)
-        if self.core.store.live_attempts(instance):
-            return  # destroyed once idle (_shrink)
         try:
             drv = self.core.driver(name)
         except MonkeyError:
             return
+        drv.preempted(instance)  # its zone is avoided for a while
+        if self.core.store.live_attempts(instance):
+            return  # destroyed once idle (_shrink)
         self._destroy(name, drv, instance, f"notice: {notice.get('detail')}")
 
     # -- growth ----------------------------------------------------------------------------

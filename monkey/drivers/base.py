@@ -177,6 +177,12 @@ class Driver(ABC):
         them at once, never sends them a job, and shows why on the jobs that wait."""
         return {}
 
+    def preempted(self, instance: str) -> None:
+        """The instance's agent saw a spot/preemption notice (called on the core's loop: it
+        must not block). A kind with several zones avoids the instance's zone for its next
+        creations (see ``CloudDriver.zones_to_try``)."""
+        return None
+
     def size_for(self, resources: Resources) -> str | None:
         """The smallest size of the provider that holds RESOURCES (None: its default)."""
         return None

@@ -52,6 +52,7 @@ log = logging.getLogger("monkey.cloud")
 GIB = 1 << 30
 _REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
 _REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
+ZONE_COOLDOWN = 10.0  # minutes a zone that preempted a machine is avoided (`zone_cooldown`)
 
 # The startup script (EC2 user data, GCE `startup-script` metadata): the agent needs
 # python3 and nothing else.
@@ -154,6 +155,10 @@ class CloudDriver(Driver):
         if self.storage is not None:  # kept folders go through the bucket, not over SSH
             self.pool.checkpoint_every = math.inf
         self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
+        self.zones: list[str] = []  # the zones a kind creates in, in order (GCE's `zones`)
+        self._zone_of: dict[str, str] = {}  # instance -> its zone (``extra["zone"]``)
+        self._zone_preempted: dict[str, float] = {}  # zone -> when it last preempted a machine
+        self._preempted_seen: set[str] = set()  # instances counted in _zone_preempted
 
     @property
     def max_instances(self) -> int | None:
@@ -217,6 +222,29 @@ class CloudDriver(Driver):
         self.pool.remove_host(instance)
         self.pool.host_keys.forget(instance)
         self._refused.pop(instance, None)
+
+    def preempted(self, instance: str) -> None:
+        """Its zone preempted a machine now: avoided for the next creations."""
+        with self._track_lock:
+            self._zone_was_preempted(instance)
+
+    def zones_to_try(self) -> list[str]:
+        """The zones to create in, in order: ``zones`` without those that preempted a machine
+        in the last ``zone_cooldown`` minutes (default 10) while another zone is left; when
+        every zone did, all of them, the longest-ago preemption first."""
+        cooldown = 60.0 * float(self.entry.get("zone_cooldown", ZONE_COOLDOWN))
+        now = time.time()
+        calm = [z for z in self.zones if now - self._zone_preempted.get(z, -math.inf) >= cooldown]
+        return calm or sorted(self.zones, key=lambda z: self._zone_preempted.get(z, 0.0))
+
+    def _zone_was_preempted(self, instance: str) -> None:
+        zone = self._zone_of.get(instance)
+        if zone is not None and instance not in self._preempted_seen:
+            self._preempted_seen.add(instance)
+            self._zone_preempted[zone] = time.time()
+            if len(self.zones) > 1:
+                log.info("%s: %s preempted %s: no new instance there for %g minutes", self.name,
+                         zone, instance, float(self.entry.get("zone_cooldown", ZONE_COOLDOWN)))  # fmt: skip
 
     def distrusted(self) -> dict[str, str]:
         """Instances whose host key was refused at first contact (not one of those their
@@ -367,6 +395,10 @@ class CloudDriver(Driver):
             seen = set()
             for inst in instances:
                 seen.add(inst.id)
+                if inst.extra.get("zone"):
+                    self._zone_of[inst.id] = str(inst.extra["zone"])
+                if inst.extra.get("preempted"):  # reclaimed without a notice
+                    self._zone_was_preempted(inst.id)
                 if inst.spot and inst.address and inst.state in (InstanceState.PENDING, InstanceState.RUNNING):
                     self.spot_nodes[inst.id] = inst.address
                 if inst.state == InstanceState.RUNNING and inst.address:

@@ -108,7 +108,8 @@ class GCEDriver(CloudDriver):
         gib = None if disk is None else (disk if isinstance(disk, int) else -(-parse_size(str(disk)) // GIB))
         what = f"cannot create a {'preemptible ' if preemptible else ''}{size}"
         name = f"monkey-{gce_setup.label(self.name)}"[:40].rstrip("-") + f"-{launch[:12]}"
-        for number, zone in enumerate(self.zones):
+        zones = self.zones_to_try()  # without those that preempted a machine lately
+        for number, zone in enumerate(zones):
 
             def run(api: GCENodeDriver, zone: str = zone) -> Node:
                 try:
@@ -137,7 +138,7 @@ class GCEDriver(CloudDriver):
             try:
                 return self._instance(self._call(what, run))
             except NoCapacity:
-                if number == len(self.zones) - 1:
+                if number == len(zones) - 1:
                     raise
                 self._clean_up(launch)
         raise AssertionError("unreachable: there is always a zone")

@@ -37,7 +37,7 @@ _TEXT = ("project", "zone", "endpoint", "storage_endpoint", "credentials", "size
 _ORDER = ("type", "project", "zone", "zones", "endpoint", "storage_endpoint", "credentials", "size", "image", "user",
           "key", "network", "firewall", "address", "preemptible", "max_instances", "idle_timeout",
           "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every", "notice_every",
-          "max_preemptions", "fallback")
+          "max_preemptions", "fallback", "zone_cooldown")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"credentials": "a service-account JSON key file", "size": "a machine type, e.g. e2-small",
             "image": "an image or image family, e.g. debian-12"}
@@ -75,6 +75,10 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     for zone in zones:
         if not _ZONE.match(zone):
             raise bad(f"zone {zone!r} is not a zone name; e.g. zone: us-central1-a")
+    cooldown = entry.get("zone_cooldown")
+    if cooldown is not None and (isinstance(cooldown, bool) or not isinstance(cooldown, (int, float))
+                                 or cooldown < 0):  # fmt: skip
+        raise bad(f"zone_cooldown must be a number of minutes, got {cooldown!r}")
     for key in ("network", "firewall"):
         if entry.get(key) is not None and not _NAME.match(entry[key]):
             raise bad(f"{key} {entry[key]!r} is not a GCE name (lowercase letters, digits, '-')")
