@@ -66,7 +66,9 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 parsed here: the core validates and stores.
     exit       {"code": int|null, "signal": int|null,
                 "reason": "exited"|"killed"|"vanished"|"setup"|"preempted"|"timeout",
-                "error": text (setup only), "saved": (with ``results``) the last upload's
+                "error": text (setup only), "detail": the notice's (preempted only), "limit":
+                seconds (timeout only),
+                "saved": (with ``results``) the last upload's
                 {"bytes", "digest", "files"} or {"error"}}
     saved      a periodic upload of the checkpoint and persisted folders (``results``):
                 {"bytes", "digest", "files"} or {"error"}
@@ -871,6 +873,7 @@ class Agent:
         # In a Slurm allocation: SIGTERM (a requeue, a preemption, the time limit) is a notice
         # with this many seconds before Slurm's SIGKILL; the agent stops once its jobs ended.
         self.term_notice = term_notice
+        self.termed = False  # that SIGTERM came: its notice is handled before any exit
         self.socket_path = socket_path
         self.idle_timeout = idle_timeout
         self.heartbeat = heartbeat
@@ -948,6 +951,7 @@ class Agent:
         if self.term_notice is None or signum != signal.SIGTERM or not self.jobs:
             self.stopping = True
             return
+        self.termed = True
         self.done.put(("notice", {"kind": "slurm", "deadline": time.time() + self.term_notice,
                                   "detail": "Slurm is ending the allocation (requeue, "
                                             "preemption or time limit)"}))  # fmt: skip
@@ -1754,6 +1758,8 @@ class Agent:
 
     def _on_exit(self, job: Job, _mask: int) -> None:
         """The job's wrapper exited: reap, clean its group, record the exit event."""
+        if self.termed and self.notice is None:  # Slurm signalled the job and us at once
+            self._on_done(0)
         self.sel.unregister(job.pidfd)
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
@@ -1768,6 +1774,8 @@ class Agent:
             fields.update(reason="timeout", limit=job.limit[0])
         elif job.preempted:
             fields["reason"] = PREEMPTED
+            if self.notice is not None:
+                fields["detail"] = self.notice["detail"]
         results = self.results.get(job.key)
         if results is None:
             self._append(job, "exit", **fields)
