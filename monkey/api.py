@@ -28,6 +28,7 @@ from monkey.models import (
     dumps,
     is_secret,
     is_secret_name,  # noqa: F401 (the dashboard imports it from here)
+    parse_duration,
     parse_size,
 )
 from monkey.models import Job as JobRecord
@@ -148,6 +149,7 @@ class Monkey(RerunAPI, TrackingAPI):
         gpus: int = 0,
         memory: str | None = None,
         host: str | None = None,
+        time: str | int | None = None,
         outputs: str | Iterable[str] = (),
         retries: int = 0,
         datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
@@ -161,7 +163,9 @@ class Monkey(RerunAPI, TrackingAPI):
         """Snapshot the code and data, record the job, and wake the core. Returns at once.
 
         ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
-        one, False ignores it. Arguments given here override the file."""
+        one, False ignores it. Arguments given here override the file. ``time``: the limit
+        of each attempt ("90s", "30m", "2h", "1d", "HH:MM:SS"); past it the job gets SIGTERM,
+        then SIGKILL, and fails."""
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
         except ValueError as exc:
@@ -174,8 +178,8 @@ class Monkey(RerunAPI, TrackingAPI):
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
         sub = self._submission(
-            provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, outputs=outputs,
-            retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
+            provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
+            outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
         )  # fmt: skip
         if params is None and sweep is None:  # a plain run: the flags in its command
             from monkey.rerun import command_values
@@ -195,6 +199,7 @@ class Monkey(RerunAPI, TrackingAPI):
         gpus: int = 0,
         memory: str | None = None,
         host: str | None = None,
+        time: str | int | None = None,
         outputs: str | Iterable[str] = (),
         retries: int = 0,
         datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
@@ -206,7 +211,7 @@ class Monkey(RerunAPI, TrackingAPI):
         submission share (done once for a whole sweep)."""
         from monkey import jobspec, snapshot
 
-        resources = self._resources(provider, cpus, gpus, memory, host)
+        resources = self._resources(provider, cpus, gpus, memory, host, time)
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
         outputs = [_check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
         one = isinstance(datasets, (str, os.PathLike))
@@ -279,7 +284,7 @@ class Monkey(RerunAPI, TrackingAPI):
         return juids
 
     def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
-                   host: str | None = None) -> Resources:
+                   host: str | None = None, time: str | int | None = None) -> Resources:
         config = self.providers.get(provider)
         if config is None:
             names = ", ".join(sorted(self.providers))
@@ -291,7 +296,8 @@ class Monkey(RerunAPI, TrackingAPI):
                 raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
         if memory is not None:
             parse_size(memory)  # refuse "lots" now, not when placing
-        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host)
+        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host,
+                              time=parse_duration(time) if time is not None else None)
         why = driver_class(config.type).never_fits(config, resources)
         if why:
             raise MonkeyError(why)

@@ -127,6 +127,37 @@ def parse_size(value: object) -> int:
     return int(size)
 
 
+_DURATION = re.compile(r"(\d+)([smhd]?)")
+_UNITS = {"s": 1, "": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: object) -> int:
+    """Seconds from 90, "90s", "30m", "2h", "1d" or "HH:MM:SS" ("MM:SS"); MonkeyError
+    otherwise."""
+    text = str(value).strip().lower()
+    seconds = -1
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif (found := _DURATION.fullmatch(text)) is not None:
+        seconds = int(found[1]) * _UNITS[found[2]]
+    elif re.fullmatch(r"\d+(:[0-5]?\d){1,2}", text):
+        for part in text.split(":"):
+            seconds = max(seconds, 0) * 60 + int(part)
+    if seconds <= 0:
+        raise MonkeyError(f"time limit {value!r} is not a duration; write e.g. 90s, 30m, 2h, 1d "
+                          "or HH:MM:SS")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as its largest exact unit: 3600 -> "1h", 90 -> "90s", 5400 -> "90m"."""
+    whole = int(seconds)
+    for unit in ("d", "h", "m"):
+        if whole and whole % _UNITS[unit] == 0:
+            return f"{whole // _UNITS[unit]}{unit}"
+    return f"{whole}s"
+
+
 @dataclass
 class Resources:
     """What a job asks of a worker."""
@@ -135,11 +166,14 @@ class Resources:
     gpus: int = 0
     memory: str | None = None
     host: str | None = None  # pinned to this instance of the provider (`run --host`)
+    time: int | None = None  # seconds an attempt may run (`run --time`), then it fails
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
         if self.host:
             out["host"] = self.host
+        if self.time:
+            out["time"] = self.time
         return out
 
 
@@ -154,6 +188,7 @@ class Ending(str, enum.Enum):
     SILENT = "silent"  # no heartbeat from its instance for too long
     TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
     PREEMPTED = "preempted"  # a spot/preemption notice stopped it, or the cloud reclaimed it
+    TIMEOUT = "timeout"  # its time limit (`run --time`) was reached: the agent stopped it
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Ending:

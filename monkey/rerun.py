@@ -285,7 +285,7 @@ class RerunAPI:
 
     def _rerun_cells(self, jobs: list[JobRecord], sets: dict[str, str], *, provider: str | None,
                      cpus: int | None, gpus: int | None, memory: str | None,
-                     names: list[str], sweep: str | None, held: bool) -> list[str]:
+                     time: str | int | None, names: list[str], sweep: str | None, held: bool) -> list[str]:
         """Record one rerun of each of JOBS in one transaction; their new juids."""
         blobs = self._blobs()
         templates: dict[str, list[str] | None] = {}
@@ -302,7 +302,8 @@ class RerunAPI:
                 where, job.resources.cpus if cpus is None else cpus,
                 job.resources.gpus if gpus is None else gpus,
                 job.resources.memory if memory is None else memory,
-                job.resources.host if where == job.provider else None)
+                job.resources.host if where == job.provider else None,
+                job.resources.time if time is None else time)
             changes: dict[str, Any] = {}
             if changed:
                 changes["params"] = changed
@@ -335,18 +336,19 @@ class RerunAPI:
 
     def rerun(self, ref: str, *, set: Mapping[str, Any] | Iterable[str] | None = None,
               provider: str | None = None, cpus: int | None = None, gpus: int | None = None,
-              memory: str | None = None, name: str | None = None,
-              start_core: bool = True) -> Job:
+              memory: str | None = None, time: str | int | None = None,
+              name: str | None = None, start_core: bool = True) -> Job:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
-        optionally another provider or resources. Returns the new job at once."""
+        optionally another provider or resources (``time``: the time limit, as ``run``'s).
+        Returns the new job at once."""
         from monkey.api import Job
 
         job = self._job_record(ref)
         if start_core:
             self.home.socket_path("core")
         [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
-                                   gpus=gpus, memory=memory, names=[name or job.name],
+                                   gpus=gpus, memory=memory, time=time, names=[name or job.name],
                                    sweep=None, held=False)  # fmt: skip
         if start_core:
             self.wake(queued=f"job {juid}")  # type: ignore[attr-defined]
@@ -356,8 +358,8 @@ class RerunAPI:
                     set: Mapping[str, Any] | Iterable[str] | None = None,
                     in_place: bool = False, provider: str | None = None,
                     cpus: int | None = None, gpus: int | None = None,
-                    memory: str | None = None, name: str | None = None,
-                    start_core: bool = True) -> str:
+                    memory: str | None = None, time: str | int | None = None,
+                    name: str | None = None, start_core: bool = True) -> str:
         """Rerun cells of sweep REF (all; ``failed`` ones; or ``cells``, numbered from 1 in
         the order of `sweep status`) as a new sweep, or as new jobs of the same sweep with
         ``in_place``. Returns the sweep id the reruns belong to."""
@@ -402,7 +404,8 @@ class RerunAPI:
                 label = name or target
             names = [j.name if label is None else f"{label}-{k}" for k, j in picked]
             self._rerun_cells([j for _, j in picked], sets, provider=provider, cpus=cpus,
-                              gpus=gpus, memory=memory, names=names, sweep=target, held=True)
+                              gpus=gpus, memory=memory, time=time, names=names, sweep=target,
+                              held=True)
             if in_place:
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP)
         record = self.store.get_sweep(target)

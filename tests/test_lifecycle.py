@@ -135,6 +135,25 @@ def test_pause_and_resume_continue_from_the_checkpoint(cli, home, monkey):
     assert [a.reason for a in job.attempts()] == ["paused by user", "exit 0"]
 
 
+def test_a_time_limit_stops_the_job_and_fails_it_without_retry(cli, home, monkey):
+    script = "trap 'echo got TERM; exit 0' TERM; echo start; sleep 60 & wait"
+    juid = cli("run", "--time", "2s", "--", "sh", "-c", script, check=True).stdout.strip()
+    job = monkey.job(juid)
+    assert job.wait(timeout=60) == State.FAILED
+    assert job.logs() == "start\ngot TERM\n"  # SIGTERM first: it could checkpoint
+    assert [a.reason for a in job.attempts()] == ["time limit 2s reached"]
+    assert job.record.resources.time == 2
+    # A rerun keeps the limit unless told otherwise; a bad limit is one line, nothing queued.
+    again = cli("rerun", juid, "--time", "1:00:00", "--json", check=True).stdout
+    assert json.loads(again)["resources"]["time"] == 3600
+    cli("job", "cancel", "last", check=True)
+    bad = cli("run", "--time", "soon", "--", "true")
+    assert bad.returncode != 0
+    assert bad.stderr.strip() == ("monkey: error: time limit 'soon' is not a duration; write e.g. 90s, "
+                                  "30m, 2h, 1d or HH:MM:SS")
+    assert len(monkey.jobs()) == 2
+
+
 def test_retries_rerun_a_failed_job_with_the_same_checkpoint_dir(home, monkey):
     script = (
         'if [ -f "$MONKEY_CHECKPOINT_DIR/seen" ]; then echo second; exit 0; fi; '

@@ -4,6 +4,7 @@ allocations monkey makes with sbatch, followed and released like any instance.""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,72 @@ def test_cancel_leaves_no_slurm_job_and_a_waiting_job_shows_slurms_reason(
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
 
 
+# Counts epochs of 0.5 s in $MONKEY_CHECKPOINT_DIR/epoch; on SIGTERM it saves and exits.
+TRAIN = """import os, signal, sys, time
+path = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "epoch")
+start = int(open(path).read()) if os.path.exists(path) else 0
+print(f"resumed from epoch {start}", flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+for epoch in range(start + 1, int(sys.argv[1]) + 1):
+    time.sleep(0.5)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(epoch))
+    os.replace(path + ".tmp", path)
+    print(f"epoch {epoch}", flush=True)
+    if stop:
+        print(f"checkpointed at epoch {epoch}", flush=True)
+        sys.exit(0)
+print("done", flush=True)
+"""
+
+
+def attempt_logs(cli: Any, juid: str, n: int) -> str:
+    return cli("logs", juid, "--attempt", str(n), check=True).stdout
+
+
+def test_a_job_slurm_requeues_resumes_from_its_checkpoint_as_the_next_attempt(
+        cli: Any, home: Path, cluster: SlurmLab) -> None:
+    Path("train.py").write_text(TRAIN)
+    juid = run_job(cli, sys.executable, "train.py", "12")
+    wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, timeout=60, what="three epochs")
+    slurm_id = info(cli, juid)["instance"].split("/")[1]
+    cluster.run("scontrol", "requeue", slurm_id)
+    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=120, what="the job to end")
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", job
+    first, second = job["attempts_detail"]
+    assert first["reason"].startswith("preempted: Slurm is ending the allocation"), first  # no retry used
+    saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
+    log2 = attempt_logs(cli, juid, 2)
+    assert log2.startswith(f"resumed from epoch {saved}\nepoch {saved + 1}\n"), log2
+    assert log2.endswith("epoch 12\ndone\n")
+    # The requeued Slurm job was not left waiting: monkey made a new allocation instead.
+    assert job["instance"].split("/")[1] != slurm_id
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_slurms_time_limit_signal_checkpoints_and_the_job_resumes(cli: Any, home: Path, slurm: SlurmLab) -> None:  # noqa: F811
+    # A one-minute allocation warned 50 s ahead (Slurm checks about every 30 s).
+    write_provider(home, time="1", signal="B:USR1@50")
+    try:
+        Path("train.py").write_text(TRAIN)
+        juid = run_job(cli, sys.executable, "train.py", "1000")
+        wait_for(lambda: len(info(cli, juid)["attempts_detail"]) >= 2, timeout=150,
+                 what="the second attempt")
+        first = info(cli, juid)["attempts_detail"][0]
+        assert first["reason"].startswith("preempted: Slurm: time limit of allocation"), first
+        saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
+        wait_for(lambda: f"epoch {saved + 1}\n" in attempt_logs(cli, juid, 2), timeout=60,
+                 what="the second attempt to go on")
+        assert attempt_logs(cli, juid, 2).startswith(f"resumed from epoch {saved}\n")
+        cli("job", "cancel", juid, check=True)
+        wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=30, what="the cancel")
+        wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
+    finally:
+        cli("daemon", "stop")
+
+
 def test_bad_partition_one_line_and_the_job_waits_with_the_reason(cli: Any, home: Path, slurm: SlurmLab) -> None:  # noqa: F811
     bad = cli("provider", "add", "slurm", "hpc", "--partition", "nope")
     assert bad.returncode != 0
@@ -126,7 +193,7 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
                "constraint": "a100", "extra_args": ["--nice=10", "--comment=from monkey"],
                "workdir": "/shared/me/monkey"}
     driver = SlurmDriver(ProviderConfig("hpc", "slurm", options), Home(tmp_path))
-    script = driver.batch_script(Size.of(Resources(cpus=4, gpus=2, memory="16G")))
+    script = driver.batch_script(Size.of(Resources(cpus=4, gpus=2, memory="16G", time=3600)))
     script = script.replace(agent_digest(), "AGENT")
     golden = GOLDEN / "slurm_batch.sh"
     if not golden.exists():  # made once, then reviewed and committed

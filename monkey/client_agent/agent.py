@@ -80,8 +80,10 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 adopted job continues from the ends of its last metrics event. Nothing is
                 parsed here: the core validates and stores.
     exit       {"code": int|null, "signal": int|null,
-                "reason": "exited"|"killed"|"vanished"|"setup"|"preempted",
-                "error": text (setup only), "saved": (with ``results``) the last upload's
+                "reason": "exited"|"killed"|"vanished"|"setup"|"preempted"|"timeout",
+                "error": text (setup only), "detail": the notice's (preempted only), "limit":
+                seconds (timeout only),
+                "saved": (with ``results``) the last upload's
                 {"bytes", "digest", "files"} or {"error"}}
     saved      a periodic upload of the checkpoint and persisted folders (``results``):
                 {"bytes", "digest", "files"} or {"error"}
@@ -121,7 +123,9 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               results (optional, see results.py: {url, fields, prefix, every, dirs,
               outputs, restore}: the kept folders are restored before the job starts,
               uploaded every ``every`` seconds and at the exit, which waits for it),
-              watch (optional: {kind: ec2|gce, url, every}: see notice.py) -> pid.
+              watch (optional: {kind: ec2|gce, url, every}: see notice.py),
+              time_limit (optional, seconds) and grace: past the limit the job gets
+              SIGTERM, SIGKILL after grace, and exits ``timeout`` with ``limit`` -> pid.
               On a notice (spot interruption, preemption) every job gets SIGTERM, SIGKILL
               after MONKEY_PREEMPT_GRACE (20 s) capped 5 s before the deadline, and exits
               ``preempted``; subscribers get ``{"push": "notice", "kind", "deadline",
@@ -157,6 +161,10 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               late ``start`` for it, sent by a core that died, is refused. After the reply, every complete events.jsonl line after ``offset`` is
               pushed, and from then on the connection gets every new event of every job.
     jobs      -> jobs [{juid, attempt, pid, run_dir}] of the live jobs
+    notice    kind, detail, lead (seconds until the instance goes) -> jobs: a notice from
+              the instance's own scheduler (Slurm's USR1), handled as a preemption notice.
+              With --term-notice S, a SIGTERM to the agent while jobs live is one too (S
+              seconds before Slurm's SIGKILL); the agent exits once they ended.
     shutdown  if_idle (bool) -> stopping; jobs keep running either way.
 
 Idle exit: no live job and no connection for --idle-timeout seconds (default 600).
@@ -908,7 +916,7 @@ class Job:
 
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "proc", "seq",
-        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order",
+        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -927,6 +935,8 @@ class Job:
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
         self.preempted = False  # stopped by a spot/preemption notice
         self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
+        self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
+        self.timed_out = False  # stopped by its time limit
 
     @property
     def key(self) -> Key:
@@ -961,8 +971,13 @@ def encode(obj: dict[str, Any]) -> bytes:
 class Agent:
     """The selector loop and the request handlers."""
 
-    def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float) -> None:
+    def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float,
+                 term_notice: float | None = None) -> None:
         self.root = root
+        # In a Slurm allocation: SIGTERM (a requeue, a preemption, the time limit) is a notice
+        # with this many seconds before Slurm's SIGKILL; the agent stops once its jobs ended.
+        self.term_notice = term_notice
+        self.termed = False  # that SIGTERM came: its notice is handled before any exit
         self.socket_path = socket_path
         self.idle_timeout = idle_timeout
         self.heartbeat = heartbeat
@@ -1038,7 +1053,14 @@ class Agent:
         self.sel.register(sock, selectors.EVENT_READ, self._on_accept)
 
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
-        self.stopping = True
+        if self.term_notice is None or signum != signal.SIGTERM or not self.jobs:
+            self.stopping = True
+            return
+        self.termed = True
+        self.done.put(("notice", {"kind": "slurm", "deadline": time.time() + self.term_notice,
+                                  "detail": "Slurm is ending the allocation (requeue, "
+                                            "preemption or time limit)"}))  # fmt: skip
+        self._wake()
 
     def _on_child(self, signum: int, _frame: Any) -> None:
         self.orphans = True
@@ -1090,6 +1112,8 @@ class Agent:
     def _timeout(self) -> float | None:
         now = time.monotonic()
         deadlines = list(self.kill_at.values())
+        deadlines += [now + j.limit[1] - time.time() for j in self.jobs.values()
+                      if j.limit and not j.timed_out]  # fmt: skip
         if self.jobs:
             deadlines.append(self.next_heartbeat)
             deadlines.append(self.next_tail)
@@ -1114,6 +1138,13 @@ class Agent:
                     log(f"{job.juid}/{job.attempt}: grace over, SIGKILL")
                     job.signalled = signal.SIGKILL
                     self._signal_session(job, signal.SIGKILL)
+        for job in list(self.jobs.values()):
+            if job.limit and not job.timed_out and time.time() >= job.limit[1]:
+                log(f"{job.juid}/{job.attempt}: time limit of {job.limit[0]:.0f}s reached, SIGTERM")
+                job.timed_out = True
+                job.signalled = signal.SIGTERM
+                self._signal_session(job, signal.SIGTERM)
+                self.kill_at[job.key] = min(now + job.limit[2], self.kill_at.get(job.key, float("inf")))
         if self.jobs and now >= self.next_tail:
             for job in list(self.jobs.values()):
                 self._tail(job)
@@ -1131,6 +1162,9 @@ class Agent:
             self.idle_since = now
         elif now - self.idle_since >= self.idle_timeout:
             log("idle, exiting")
+            self.stopping = True
+        if self.notice is not None and self.notice["kind"] == "slurm" and not (self.jobs or self.exiting):
+            log("jobs ended after Slurm's notice, exiting")
             self.stopping = True
 
     # ---- connections
@@ -1282,6 +1316,14 @@ class Agent:
         ]
         return {"jobs": jobs}
 
+    def op_notice(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A notice from the instance's own scheduler (Slurm's signal before a time limit or
+        a preemption, relayed by the batch script): handled as a preemption notice."""
+        lead = float(req.get("lead", PREEMPT_GRACE + PREEMPT_RESERVE))
+        self._on_notice({"kind": str(req.get("kind") or "slurm"), "deadline": time.time() + lead,
+                         "detail": str(req.get("detail") or "notice")})  # fmt: skip
+        return {"jobs": len(self.jobs)}
+
     def op_shutdown(self, req: dict[str, Any]) -> dict[str, Any]:
         stopping = not (req.get("if_idle") and self.jobs)
         self.stopping = self.stopping or stopping
@@ -1400,7 +1442,10 @@ class Agent:
             self._keep_results(run_dir, req["results"], work)
         cgroup = self.cgroups.make(juid, attempt)
         env.update(job_env(run_dir, cgroup))
-        job = self._spawn(juid, attempt, run_dir, work, argv, env)
+        limit = req.get("time_limit")
+        if limit is not None:
+            limit = [float(limit), time.time() + float(limit), float(req.get("grace", 10))]
+        job = self._spawn(juid, attempt, run_dir, work, argv, env, limit)
         job.cgroup = cgroup
         if results is not None:
             self.results[job.key] = results
@@ -1714,7 +1759,7 @@ class Agent:
         return os.path.join(final, files[0][0]) if single else final
 
     def _spawn(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
-               env: dict[str, str]) -> Job:  # fmt: skip
+               env: dict[str, str], limit: list[float] | None = None) -> Job:  # fmt: skip
         """Start the wrapper in a new session and track it."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
@@ -1738,7 +1783,7 @@ class Agent:
             start_ticks = stat_start_ticks(fields) if fields else 0
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
             record = {"pid": proc.pid, "start_ticks": start_ticks, "gpus": gpus,
-                      "cgroup": env.get("MONKEY_CGROUP", "")}  # fmt: skip
+                      "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit}  # fmt: skip
             write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
         except OSError as e:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -1751,6 +1796,7 @@ class Agent:
         job = Job(juid, attempt, run_dir, proc.pid, pidfd, proc, last["seq"] if last else 0,
                   start_ticks)  # fmt: skip
         job.gpus = [g for g in gpus.split(",") if g]
+        job.limit = limit
         job.tail = tail_offsets(job.events_path)
         self._track(job)
         self._append(job, "started", pid=job.pid)
@@ -1873,6 +1919,8 @@ class Agent:
 
     def _on_exit(self, job: Job, _mask: int) -> None:
         """The job's wrapper exited: reap, clean its group, record the exit event."""
+        if self.termed and self.notice is None:  # Slurm signalled the job and us at once
+            self._on_done(0)
         self.sel.unregister(job.pidfd)
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
@@ -1883,8 +1931,12 @@ class Agent:
         os.close(job.pidfd)
         self._tail(job, final=True)
         fields = exit_fields(job, read_exit_code(job.run_dir), returncode)
-        if job.preempted:
+        if job.timed_out and job.limit:
+            fields.update(reason="timeout", limit=job.limit[0])
+        elif job.preempted:
             fields["reason"] = PREEMPTED
+            if self.notice is not None:
+                fields["detail"] = self.notice["detail"]
         results = self.results.get(job.key)
         if results is None:
             self._append(job, "exit", **fields)
@@ -1952,6 +2004,7 @@ class Agent:
         job = Job(juid, attempt, run_dir, pid, -1, None, seq, start_ticks)
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
+        job.limit = record.get("limit")
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", pid=pid)
@@ -2090,13 +2143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--idle-timeout", type=float, default=600.0)
     parser.add_argument("--heartbeat", type=float, default=5.0)
+    parser.add_argument("--term-notice", type=float, metavar="SECONDS",
+                        help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)")
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
     lock_fd = lock_root(root)
     if lock_fd is None:
         return 0
     raise_fd_limit()
-    agent = Agent(root, os.path.abspath(args.socket), args.idle_timeout, max(0.05, args.heartbeat))
+    agent = Agent(root, os.path.abspath(args.socket), args.idle_timeout, max(0.05, args.heartbeat),
+                  args.term_notice)
     agent.serve()
     os.close(lock_fd)
     return 0

@@ -29,6 +29,7 @@ from monkey.models import (
     Request,
     Resources,
     State,
+    format_duration,
     parse_size,
     retry_delay,
 )
@@ -447,6 +448,9 @@ class Core:
             final = State.PREEMPTED
             reason, again = self._preempted(job, event)
             requeue = 0.0 if again else None
+        elif why == Ending.TIMEOUT:
+            final = State.FAILED
+            reason = f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached"
         elif why == Ending.SETUP:  # not retried: the same inputs would fail the same way
             final = State.FAILED
             reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
@@ -733,6 +737,7 @@ class Core:
             "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
             "env": env, **code, "blobs_dir": drv.blobs_dir(instance),
             "datasets": datasets, "_blobs": blobs, **spec_fields,
+            **({"time_limit": job.resources.time, "grace": KILL_GRACE} if job.resources.time else {}),
         }  # fmt: skip
 
     def _code_fields(self, key: tuple[str, str], job: Job) -> tuple[dict[str, Any], list[str]]:

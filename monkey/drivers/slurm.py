@@ -63,12 +63,21 @@ _STATES = {
     "SIGNALING": InstanceState.RUNNING, "STAGE_OUT": InstanceState.RUNNING,
     "COMPLETING": InstanceState.STOPPING, "STOPPED": InstanceState.STOPPING,
 }  # fmt: skip
-# Run by the batch shell on Slurm's USR1: every job of the agent gets SIGTERM (the agent
-# kills what is left after its grace period). argv: the agent's socket.
+# Run by the batch shell on Slurm's warning signal: the agent takes it as a preemption
+# notice (its jobs get SIGTERM, checkpoint, and end `preempted`). argv: the agent's socket,
+# the seconds left, what happens.
 NOTICE = ('import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
-          'f = s.makefile("rw"); r = lambda m: (f.write(json.dumps(m) + "\\n"), f.flush(), f.readline()); '
-          '[r({"id": 2, "op": "signal", "juid": j["juid"], "attempt": j["attempt"], "signal": "TERM", '
-          '"grace": 60}) for j in json.loads(r({"id": 1, "op": "jobs"})[2])["jobs"]]')
+          's.sendall(json.dumps({"id": 1, "op": "notice", "kind": "slurm", "lead": float(sys.argv[2]), '
+          '"detail": sys.argv[3]}).encode() + b"\\n"); s.recv(65536)')
+# Seconds between Slurm's SIGTERM (a requeue, a preemption) and its SIGKILL: KillWait,
+# 30 s unless the cluster says otherwise; the agent's jobs get them to checkpoint.
+_KILL_WAIT = 30
+# An allocation for a job with a time limit (`run --time`) gets this much more than the
+# limit from Slurm, beyond the warning signal's lead: the agent's own limit comes first.
+_TIME_MARGIN = 60
+_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"}
+# Slurm's final states that mean "ended from outside" (sacct): the attempt resumes.
+_PREEMPTED_STATES = {"PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
 _AGENT_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
                "from monkey.client_agent.agent import main; main()")  # fmt: skip
 
@@ -121,15 +130,17 @@ def pending_jobs(partition: str | None) -> int:
 
 @dataclass
 class Size:
-    """What one allocation asks of Slurm; as text (the instance's size) ``c2-m512M-g1``."""
+    """What one allocation asks of Slurm; as text (the instance's size) ``c2-m512M-g1-t3600``
+    (t: the job's time limit in seconds)."""
 
     cpus: int = 1
     memory: str | None = None
     gpus: int = 0
+    time: int | None = None
 
     @classmethod
     def of(cls, resources: Resources) -> Size:
-        return cls(max(1, resources.cpus), resources.memory, resources.gpus)
+        return cls(max(1, resources.cpus), resources.memory, resources.gpus, resources.time)
 
     @classmethod
     def parse(cls, text: str | None) -> Size:
@@ -141,11 +152,19 @@ class Size:
                 size.memory = part[1:]
             elif part.startswith("g"):
                 size.gpus = int(part[1:])
+            elif part.startswith("t"):
+                size.time = int(part[1:])
         return size
 
     def __str__(self) -> str:
         return "-".join([f"c{self.cpus}", *([f"m{self.memory}"] if self.memory else []),
-                         *([f"g{self.gpus}"] if self.gpus else [])])  # fmt: skip
+                         *([f"g{self.gpus}"] if self.gpus else []),
+                         *([f"t{self.time}"] if self.time else [])])  # fmt: skip
+
+
+def slurm_time(seconds: int) -> str:
+    """SECONDS as sbatch --time's HH:MM:SS."""
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _mem_megabytes(memory: str) -> int:
@@ -285,8 +304,12 @@ class SlurmDriver(Driver):
         lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
                  f"#SBATCH --output={self.workdir}/logs/%j.out", "#SBATCH --open-mode=append",
                  "#SBATCH --nodes=1", "#SBATCH --ntasks=1"]  # fmt: skip
+        signal_spec = str(opts.get("signal", "B:USR1@120"))
+        warn, lead = signal_spec.removeprefix("B:").split("@")
         for key in ("partition", "account", "qos", "time", "constraint"):
-            if opts.get(key):
+            if key == "time" and size.time:  # the job's own limit, and room to enforce it
+                lines.append(f"#SBATCH --time={slurm_time(size.time + int(lead) + _TIME_MARGIN)}")
+            elif opts.get(key):
                 lines.append(f"#SBATCH --{key}={opts[key]}")
         lines.append(f"#SBATCH --cpus-per-task={size.cpus}")
         if size.memory:
@@ -296,7 +319,7 @@ class SlurmDriver(Driver):
             gres.append(f"gpu:{size.gpus}")
         if gres:
             lines.append(f"#SBATCH --gres={','.join(gres)}")
-        lines.append(f"#SBATCH --signal={opts.get('signal', 'B:USR1@120')}")
+        lines.append(f"#SBATCH --signal={signal_spec}")
         lines.append("#SBATCH --requeue" if opts.get("requeue", True) else "#SBATCH --no-requeue")
         lines += [f"#SBATCH {arg}" for arg in opts.get("extra_args", [])]
         root = shlex.quote(str(self.workdir / "alloc"))
@@ -313,12 +336,15 @@ class SlurmDriver(Driver):
             f"sock={sock}",
             'mkdir -p "$root" "$(dirname "$sock")"',
             f"{python} -I -c {shlex.quote(_AGENT_BOOT)} {code} --root \"$root\" --socket \"$sock\" \\",
-            f"    --idle-timeout {idle} --heartbeat {beat} &",
+            f"    --idle-timeout {idle} --heartbeat {beat} --term-notice {_KILL_WAIT} &",
             "agent=$!",
-            "# Slurm's warning before a time limit or a preemption: the agent's jobs get SIGTERM",
-            "# (checkpoint, then exit), as on a spot notice.",
+            f"# Slurm's warning {lead}s before the time limit, and its SIGTERM on a requeue or a",
+            "# preemption: the agent's jobs get SIGTERM (checkpoint, then exit), as on a spot",
+            "# notice, and end `preempted`; monkey resumes them as their next attempt.",
             f"notice={shlex.quote(NOTICE)}",
-            f"trap '{python} -I -c \"$notice\" \"$sock\"' USR1",
+            f"trap '{python} -I -c \"$notice\" \"$sock\" {lead} \"Slurm: time limit of allocation "
+            f"$SLURM_JOB_ID in {lead}s\"' {warn}",
+            "trap 'kill -TERM \"$agent\" 2>/dev/null' TERM",
             'wait "$agent"; code=$?',
             'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
             'exit "$code"',
@@ -365,21 +391,32 @@ class SlurmDriver(Driver):
                         size=str(wanted), launched_at=time.time(), extra={"job_id": job_id})  # fmt: skip
 
     def list_nodes(self) -> list[Instance]:
-        """The provider's allocations as Slurm has them now: ONE squeue call."""
+        """The provider's allocations as Slurm has them now: ONE squeue call, and one
+        ``sacct -c`` when some left the queue (their final state, where accounting works).
+
+        An allocation Slurm requeued (its restart count > 0: a requeue, a preemption) is
+        listed STOPPED and ``preempted``: its attempt resumes from its checkpoint as the
+        next attempt, in a new allocation (a requeued job would wait Slurm's start delay),
+        and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
+        listed TERMINATED and ``preempted`` too."""
         began = time.time()
-        out = slurm_command(["squeue", "-h", f"--name={self.job_name}", "-o", "%i|%T|%r|%N|%b|%C|%m"],
+        out = slurm_command(["squeue", "-h", f"--name={self.job_name}", "-O",
+                             "JobID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
                             what=f"provider {self.name!r}: squeue")  # fmt: skip
         nodes: list[Instance] = []
         seen = set()
         for line in out.splitlines():
             parts = line.strip().split("|")
-            if len(parts) != 7:
+            if len(parts) != 6:
                 continue
-            job_id, state, reason, nodelist, _gres, cpus, _mem = parts
+            job_id, state, restarts, reason, nodelist, cpus = (p.strip() for p in parts)
             seen.add(job_id)
             inst_state = _STATES.get(state, InstanceState.TERMINATED)
-            extra = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
-                     "reason": reason if state == "PENDING" else ""}  # fmt: skip
+            extra: dict[str, Any] = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
+                                     "reason": reason if state == "PENDING" else ""}  # fmt: skip
+            if restarts.isdigit() and int(restarts) > 0 and inst_state != InstanceState.TERMINATED:
+                inst_state = InstanceState.STOPPED
+                extra.update(preempted=True, restarts=int(restarts))
             with self._lock:
                 alloc = self._allocs.get(job_id)
                 if alloc is None and inst_state != InstanceState.TERMINATED:
@@ -389,10 +426,31 @@ class SlurmDriver(Driver):
             nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
                                   address=nodelist or None, size=size, extra=extra))  # fmt: skip
         with self._lock:
-            for job_id, alloc in list(self._allocs.items()):
-                if job_id not in seen and alloc.created < began:
-                    del self._allocs[job_id]  # finished: gone from Slurm's queue
-        return nodes
+            gone = [j for j, a in self._allocs.items() if j not in seen and a.created < began]
+            for job_id in gone:
+                del self._allocs[job_id]  # finished: gone from Slurm's queue
+        return nodes + self._finished(gone)
+
+    def _finished(self, job_ids: list[str]) -> list[Instance]:
+        """Allocations gone from the queue as accounting (``sacct -c``) last saw them;
+        none when it cannot say (no accounting: the agent's exit records tell)."""
+        if not job_ids:
+            return []
+        try:
+            out = slurm_command(["sacct", "-c", "-n", "-P", "-j", ",".join(job_ids), "-o",
+                                 "JobID,State,ExitCode"], what="sacct")  # fmt: skip
+        except MonkeyError as exc:
+            log.debug("no accounting for %s: %s", job_ids, exc)
+            return []
+        last: dict[str, tuple[str, str]] = {}
+        for line in out.splitlines():  # one line per run of the job, oldest first
+            parts = line.split("|")
+            if len(parts) == 3 and parts[0] in job_ids:
+                last[parts[0]] = (parts[1].split()[0] if parts[1] else "", parts[2])
+        return [Instance(self.instance_id(job_id), self.name, job_id, InstanceState.TERMINATED,
+                         extra={"job_id": job_id, "slurm_state": state, "exit_code": code,
+                                "preempted": state in _PREEMPTED_STATES})
+                for job_id, (state, code) in last.items()]  # fmt: skip
 
     def destroy_node(self, instance: str) -> None:
         """scancel the allocation (its agent and anything left in it)."""

@@ -91,6 +91,8 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
     p.add_argument("--memory", help="memory the job needs, e.g. 8G")
     p.add_argument("--host", help="run on this host of the provider (ssh providers)")
+    p.add_argument("--time", metavar="LIMIT", help="time limit of each attempt (90s, 30m, 2h, 1d "
+                   "or HH:MM:SS): then SIGTERM, SIGKILL after a grace, and the job fails")
     p.add_argument("--outputs", action="append", default=[], metavar="GLOB",
                    help="files to fetch back from a remote host when the job ends, into "
                         "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)")
@@ -306,7 +308,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     m = _monkey()
     job = m.run(
         cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, host=args.host, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
+        memory=args.memory, host=args.host, time=args.time, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
         workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml,
     )  # fmt: skip
     if args.json:

@@ -24,6 +24,7 @@ def rerun_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=int, help="CPU slots (default: as before)")
     p.add_argument("--gpus", type=int, help="GPUs (default: as before)")
     p.add_argument("--memory", help="memory, e.g. 8G (default: as before)")
+    p.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2h (default: as before)")
     p.add_argument("--name", "-n", help="a readable name (default: as before)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="stream the new job's output and exit with its exit code")
@@ -70,7 +71,7 @@ def _cells(text: str | None) -> list[int] | None:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     options = dict(set=args.sets, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-                   memory=args.memory, name=args.name)
+                   memory=args.memory, time=args.time, name=args.name)
     m = _monkey()
     if args.sweep is not None:
         if args.job or args.follow:

@@ -7,7 +7,7 @@
 #SBATCH --partition=gpu
 #SBATCH --account=lab42
 #SBATCH --qos=normal
-#SBATCH --time=2:00:00
+#SBATCH --time=1:03:00
 #SBATCH --constraint=a100
 #SBATCH --cpus-per-task=4
 #SBATCH --mem=16384M
@@ -22,12 +22,14 @@ root=/shared/me/monkey/alloc/"$SLURM_JOB_ID"
 sock=/shared/me/monkey/alloc/"$SLURM_JOB_ID"/agent.sock
 mkdir -p "$root" "$(dirname "$sock")"
 python3 -I -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.agent import main; main()' /shared/me/monkey/agent/AGENT --root "$root" --socket "$sock" \
-    --idle-timeout 600 --heartbeat 5 &
+    --idle-timeout 600 --heartbeat 5 --term-notice 30 &
 agent=$!
-# Slurm's warning before a time limit or a preemption: the agent's jobs get SIGTERM
-# (checkpoint, then exit), as on a spot notice.
-notice='import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rw"); r = lambda m: (f.write(json.dumps(m) + "\n"), f.flush(), f.readline()); [r({"id": 2, "op": "signal", "juid": j["juid"], "attempt": j["attempt"], "signal": "TERM", "grace": 60}) for j in json.loads(r({"id": 1, "op": "jobs"})[2])["jobs"]]'
-trap 'python3 -I -c "$notice" "$sock"' USR1
+# Slurm's warning 120s before the time limit, and its SIGTERM on a requeue or a
+# preemption: the agent's jobs get SIGTERM (checkpoint, then exit), as on a spot
+# notice, and end `preempted`; monkey resumes them as their next attempt.
+notice='import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(json.dumps({"id": 1, "op": "notice", "kind": "slurm", "lead": float(sys.argv[2]), "detail": sys.argv[3]}).encode() + b"\n"); s.recv(65536)'
+trap 'python3 -I -c "$notice" "$sock" 120 "Slurm: time limit of allocation $SLURM_JOB_ID in 120s"' USR1
+trap 'kill -TERM "$agent" 2>/dev/null' TERM
 wait "$agent"; code=$?
 while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done
 exit "$code"
