@@ -128,7 +128,7 @@ def recovery(rounds: int) -> None:
             "created -> agent ready", "agent ready -> job start", "monkey's own total")}  # fmt: skip
         create_call = create_seconds(moto)
         for _ in range(rounds):
-            juid = json.loads(monkey("run", "--json", "-p", "aws", "--", "python3", "train.py"))["juid"]
+            juid = json.loads(monkey("run", "--json", "-p", "aws", "--", "python3", "train.py"))["job"]
             wait(lambda j=juid: info(j)["state"] == "running" and info(j)["attempts"] == 1)
             time.sleep(1.5)  # an upload or two
             job = info(juid)

@@ -44,6 +44,7 @@ KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
 # A wedged agent must not hold the core longer than it takes to call its attempts silent.
 SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
+_ELASTIC_SOON = 0.1  # seconds between elastic passes for jobs that fit nowhere
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
@@ -112,6 +113,7 @@ class Core:
         self.woken = True
         self.dirty = True
         self.ready_at: float | None = None  # when the next queued job's back-off ends
+        self.elastic_at = 0.0  # the last elastic pass
 
     # -- main loop ----------------------------------------------------------------------
 
@@ -182,14 +184,20 @@ class Core:
         if self.woken or health:
             self.apply_requests()
         self.woken = False
+        placed_nowhere = False
         if self.dirty or health or (self.ready_at is not None and self.ready_at <= now):
             self.dirty = False
             self.dispatch_ready(now)
             self.ready_at = self.store.next_not_before(now)
+            placed_nowhere = any(self.waiting.values()) or any(self.on_demand.values())
         if health:
             self.next_health = now + 1.0
             self.check_health(now)
+        if health or (placed_nowhere and now - self.elastic_at >= _ELASTIC_SOON):
+            # Machines for jobs that fit nowhere are asked for at once, not at the next pass.
+            self.elastic_at = now
             self.elastic.tick(now, self.waiting, self.on_demand)
+        if health:
             sweeps.tick(self.store, self.home)
 
     def reload_providers(self) -> None:
@@ -229,6 +237,7 @@ class Core:
             if config is None:
                 raise MonkeyError(f"provider {provider!r} is not configured")
             drv = self.drivers[provider] = get_driver(config, self.home)
+            drv.wake = self.workers.poke  # news from its threads wake the loop
         return drv
 
     def connect(self, key: tuple[str, str]) -> None:

@@ -74,6 +74,13 @@ class Workers:
             call()
             self._idle.release()
 
+    def poke(self) -> None:
+        """Wake the loop from any thread (it then reads what drivers learnt)."""
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass  # awake already (or closing)
+
     def busy(self, key: Hashable) -> bool:
         """Whether a call for KEY is in flight."""
         return self._busy.get(key, 0) > 0

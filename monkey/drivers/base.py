@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -126,6 +127,8 @@ class Driver(ABC):
         self.name = config.name
         self.config = config
         self.home = home
+        # Called (from any thread) when ``changes()`` has news; the core sets it.
+        self.wake: Callable[[], None] = _nothing
 
     # -- the kind's rules -----------------------------------------------------------------
 
@@ -288,3 +291,7 @@ class Driver(ABC):
     def close(self) -> None:
         """Drop connections; agents and jobs keep running."""
         return None
+
+
+def _nothing() -> None:
+    return None

@@ -144,6 +144,7 @@ class CloudDriver(Driver):
         super().__init__(config, home)
         self.entry = entry
         self.pool = SSHDriver(config, home)
+        self.pool.wake = lambda: self.wake()  # the core sets this driver's wake later
         self._track_lock = threading.Lock()
         self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed

@@ -430,6 +430,7 @@ class SSHDriver(Driver):
                             InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
                             address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
         self._changes.put((inst, state, extra))
+        self.wake()
 
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         found = []
