@@ -533,6 +533,8 @@ def record_code(run_dir: str, work: str, rels: list[str]) -> None:
         except OSError:
             continue
         files.append([rel, st.st_size, st.st_mtime_ns])
+    if not files:
+        return  # nothing to reclaim
     write_atomic(os.path.join(run_dir, CODE_RECORD), encode({"work": work, "files": files}))
 
 
@@ -574,6 +576,12 @@ def reclaim_code(run_dir: str) -> int:
     except OSError:
         pass
     return freed
+
+
+def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
+    """The reclaiming thread: the code copies of ended attempts, one after another."""
+    while True:
+        reclaim_code(runs.get())
 
 
 def read_claim(run_dir: str) -> bytes | None:
@@ -991,6 +999,7 @@ class Agent:
         self.gpu_probe: subprocess.Popen | None = None
         self.idle_since: float | None = time.monotonic()
         self.stopping = False
+        self.reclaims: queue.SimpleQueue[str] | None = None  # code copies to delete
         self.gpus: list[dict[str, Any]] | None = None
         self.digest = code_digest()  # read once: the files may be replaced while it runs
         self.listener: socket.socket | None = None
@@ -1810,6 +1819,18 @@ class Agent:
 
     # ---- events
 
+    def _reclaim(self, run_dir: str) -> None:
+        """Have the attempt's code copy deleted by the reclaiming thread (started once)."""
+        if not os.path.exists(os.path.join(run_dir, CODE_RECORD)):
+            return
+        if self.reclaims is None:
+            import threading
+
+            self.reclaims = queue.SimpleQueue()
+            threading.Thread(target=_reclaimer, args=(self.reclaims,), daemon=True,
+                             name="reclaim").start()  # fmt: skip
+        self.reclaims.put(run_dir)
+
     def _append(self, job: Job, etype: str, **fields: Any) -> None:
         """Append one event line to the job's events.jsonl and push it to subscribers.
 
@@ -1834,10 +1855,7 @@ class Agent:
             return
         job.seq += 1
         if etype == "exit":  # the code copy is not needed any more: reclaimed off the loop
-            import threading
-
-            threading.Thread(target=reclaim_code, args=(job.run_dir,), daemon=True,
-                             name=f"reclaim-{job.juid}").start()  # fmt: skip
+            self._reclaim(job.run_dir)
         push = encode({
             "push": "event", "juid": job.juid, "attempt": job.attempt,
             "offset": offset, "event": event,
