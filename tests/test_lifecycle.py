@@ -324,3 +324,18 @@ def test_a_job_whose_inputs_cannot_be_prepared_fails_after_three_tries(monkey, h
     assert len(info["attempts_detail"]) == 3
     assert "cannot prepare its inputs on" in info["attempts_detail"][-1]["reason"]
     assert "File exists" in info["attempts_detail"][-1]["reason"]
+
+
+def test_listing_several_states_keeps_the_newest_first_across_them(monkey):
+    """`list jobs --failed` (failed and lost) merges both states in submission order."""
+    juids = [monkey.run(["true"], start_core=False).juid for _ in range(7)]
+    states = ["failed", "lost", "lost", "succeeded", "failed", "lost", "failed"]
+    with monkey.store.tx() as db:
+        for juid, state in zip(juids, states):
+            db.execute("UPDATE jobs SET state = ? WHERE juid = ?", (state, juid))
+    picked = [j for j, s in zip(juids, states) if s in ("failed", "lost")]
+    wanted = [State.FAILED, State.LOST]
+    assert [j.juid for j in monkey.store.list_jobs(states=wanted, limit=4)] == picked[::-1][:4]
+    assert [j.juid for j in monkey.store.list_jobs(states=wanted, limit=4, newest_first=False)] == picked[:4]
+    assert [j.juid for j in monkey.store.list_jobs(states=wanted)] == picked[::-1]
+    assert monkey.store.count_listed(states=wanted) == len(picked)

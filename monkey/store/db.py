@@ -405,9 +405,21 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         limit: int | None = None,
         newest_first: bool = True,
     ) -> list[Job]:
+        order = "DESC" if newest_first else "ASC"
+        states = None if states is None else list(states)
+        if limit and states and len(states) > 1:
+            # One ordered range of the state index per state, merged: an IN over several
+            # states sorted every match (25,000 failed jobs: 53 ms instead of 1 ms).
+            parts, args = [], []
+            for state in states:
+                where, part_args = _job_filter([state], provider, sweep)
+                parts.append(f"SELECT * FROM (SELECT {_JOB_COLUMNS}, seq FROM jobs{where} "
+                             f"ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)})")
+                args += part_args
+            sql = " UNION ALL ".join(parts) + f" ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)}"
+            return [_job(r[:-1]) for r in self.db.execute(sql, args)]
         where, args = _job_filter(states, provider, sweep)
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + where
-        sql += " ORDER BY seq " + ("DESC" if newest_first else "ASC")
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + where + f" ORDER BY seq {order}"
         if limit:
             sql += f" LIMIT {min(int(limit), 2**63 - 1)}"  # SQLite's largest integer
         return [_job(r) for r in self.db.execute(sql, args)]
