@@ -129,11 +129,11 @@ def test_blob_uploaded_once(storage: Storage, source: BlobStore, tmp_path: Path)
     assert storage.has([first, second]) == {first, second}
 
 
-@pytest.mark.parametrize("pages", [20, 0])
-def test_has_many_digests(storage: Storage, source: BlobStore, pages: int,
+@pytest.mark.parametrize("keys", [20_000, 0])
+def test_has_many_digests(storage: Storage, source: BlobStore, keys: int,
                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Many digests at once: a listing of blobs/ (or HEADs when the listing stops short)."""
-    monkeypatch.setattr("monkey.storage.s3._LIST_PAGES", pages)
+    monkeypatch.setattr("monkey.storage.bucket._LIST_AT_MOST", keys)
     digests = [source.put_bytes(b"blob %d" % i)[0] for i in range(100)]
     storage.put_blobs(digests[:70], source)
     assert fresh(storage).has(digests) == set(digests[:70])

@@ -6,8 +6,7 @@ what workers get, who hold no credentials: V4 signed URLs (GET, PUT) and V4 sign
 policies (``upload_form``: any key under a prefix, octet-stream only). With `storage_endpoint` set (fake-gcs-server
 in tests) the client talks to that server without Google tokens, and signed URLs name it.
 
-Keys and trees are those of ``monkey.storage.base``; a tree is stored as S3's is (its files
-under ``PREFIX/REL`` and its listing, written last, at ``PREFIX/``).
+Keys are those of ``monkey.storage.base``; trees and blobs: see ``monkey.storage.bucket``.
 """
 
 from __future__ import annotations
@@ -16,54 +15,37 @@ import datetime
 import json
 import os
 import re
-import threading
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
-from monkey.snapshot import hash_file
-from monkey.storage.base import (
-    URL_EXPIRES,
-    ProgressFn,
-    Storage,
-    Tree,
-    blob_key,
-    blob_mismatch,
-    check_key,
-    check_rel,
-    fix_modes,
-    local_tree,
-    prune,
-    source_size,
-)
-from monkey.storage.progress import upload_progress
+from monkey.storage.base import URL_EXPIRES, ProgressFn, blob_key, check_key
+from monkey.storage.bucket import THREADS, BucketStorage
 
 if TYPE_CHECKING:
     from monkey.config import ProviderConfig
-    from monkey.snapshot import BlobStore
 
-_HEAD_AT_MOST = 64  # more unknown digests than this: list blobs/ instead of one lookup each
-_THREADS = 8
 _CHUNK = 8 << 20  # resumable uploads in chunks of this size
 _LONGEST_SIGNATURE = 7 * 24 * 3600  # a V4 signature lives at most 7 days
 _GOOGLE = "https://storage.googleapis.com"
 
 
-class GCSStorage(Storage):
+class GCSStorage(BucketStorage):
     """Keys of the module docstring of ``monkey.storage.base``, in BUCKET."""
+
+    scheme = "gs"
+    label = "GCS bucket"
 
     def __init__(self, bucket: str, *, credentials: str, project: str | None = None,
                  endpoint: str | None = None) -> None:  # fmt: skip
-        self.bucket, self.credentials = bucket, credentials
+        super().__init__(bucket)
+        self.credentials = credentials
         self.project, self.endpoint = project, endpoint
         self._client: Any = None
         self._signer: Any = None
-        self._lock = threading.Lock()
-        self._known: set[str] = set()  # digests seen stored (blobs are never changed)
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> GCSStorage:
@@ -83,38 +65,7 @@ class GCSStorage(Storage):
             self._gcs().create_bucket(self.bucket)
         return True
 
-    # -- blobs
-
-    def has(self, digests: Iterable[str]) -> set[str]:
-        wanted = set(digests)
-        unknown = wanted - self._known
-        found: set[str] = set()
-        with self._errors("checking which blobs are stored"):
-            if len(unknown) > _HEAD_AT_MOST:
-                found = unknown & {name[len("blobs/"):] for name, _ in self._list("blobs/")}
-            elif unknown:
-                ordered = list(unknown)
-                with ThreadPoolExecutor(min(_THREADS, len(ordered))) as pool:
-                    present = pool.map(lambda d: self._blob(blob_key(d)).exists(), ordered)
-                    found = {d for d, there in zip(ordered, present) if there}
-        with self._lock:
-            self._known |= found
-        return wanted & self._known
-
-    def put_blobs(self, digests: Iterable[str], source: BlobStore,
-                  progress: ProgressFn | None = None) -> int:  # fmt: skip
-        wanted = list(dict.fromkeys(digests))
-        present = self.has(wanted)
-        missing = [d for d in wanted if d not in present]
-        sizes = {d: source_size(source, d) for d in missing}
-        for digest in missing:
-            if hash_file(source.path(digest)) != digest:
-                raise blob_mismatch(source, digest)
-        with upload_progress(sum(sizes.values()), progress) as advance:
-            self._upload([(source.path(d), blob_key(d)) for d in missing], advance, "uploading blobs")
-        with self._lock:
-            self._known.update(missing)
-        return sum(sizes.values())
+    # -- signed URLs and forms
 
     def blob_url(self, digest: str, expires: int = URL_EXPIRES) -> str:
         return self._sign(blob_key(digest), "GET", expires)
@@ -151,76 +102,6 @@ class GCSStorage(Storage):
             signature = creds.sign_bytes(encoded).hex()
         url = f"{(self.endpoint or _GOOGLE).rstrip('/')}/{self.bucket}"  # XML API: POST /BUCKET
         return {"url": url, "fields": {**fields, "policy": encoded.decode(), "x-goog-signature": signature}}
-
-    def get_file(self, key: str, path: Path) -> bool:
-        from google.api_core.exceptions import NotFound
-
-        key, path = check_key(key), Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.monkey-{uuid.uuid4().hex[:8]}")
-        try:
-            with self._errors(f"downloading {key}"):
-                try:
-                    self._blob(key).download_to_filename(str(tmp))
-                except NotFound:
-                    return False
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return True
-
-    # -- trees
-
-    def put_tree(self, local_dir: Path, prefix: str) -> int:
-        prefix = check_key(prefix)
-        tree = local_tree(Path(local_dir)) or {"": (0o700, -1, 0)}
-        old = self._read_tree(prefix) or {}
-        with self._errors(f"uploading {prefix}"):
-            stored = {k for k, _ in self._list(prefix + "/")}
-        changed = [rel for rel, entry in tree.items() if entry[1] >= 0
-                   and (old.get(rel) != entry or f"{prefix}/{rel}" not in stored)]  # fmt: skip
-        with upload_progress(sum(tree[rel][1] for rel in changed), None, prefix) as advance:
-            self._upload([(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
-                         advance, f"uploading {prefix}")  # fmt: skip
-        body = json.dumps({"tree": {rel: list(e) for rel, e in sorted(tree.items())}})
-        with self._errors(f"uploading {prefix}"):
-            self._blob(prefix + "/").upload_from_string(body, content_type="application/json")
-        keep = {f"{prefix}/{rel}" for rel, e in tree.items() if e[1] >= 0} | {prefix + "/"}
-        self._delete_keys(sorted(stored - keep), prefix)
-        return sum(tree[rel][1] for rel in changed)
-
-    def get_tree(self, prefix: str, local_dir: Path) -> int:
-        prefix, local_dir = check_key(prefix), Path(local_dir)
-        tree = self._read_tree(prefix)
-        if tree is None:
-            return 0
-        prune(local_dir, tree)
-        have = local_tree(local_dir)
-        changed = [rel for rel, e in tree.items() if e[1] >= 0 and have.get(rel) != e]
-        temps = {rel: local_dir / f"{rel}.monkey-{uuid.uuid4().hex[:8]}" for rel in changed}
-        try:
-            with self._errors(f"downloading {prefix}"), ThreadPoolExecutor(_THREADS) as pool:
-                list(pool.map(lambda rel: self._blob(f"{prefix}/{rel}").download_to_filename(
-                    str(temps[rel])), changed))
-            for rel in changed:
-                mode, _size, mtime = tree[rel]
-                os.chmod(temps[rel], mode)
-                os.utime(temps[rel], ns=(mtime, mtime))
-                os.replace(temps[rel], local_dir / rel)
-        finally:
-            for tmp in temps.values():
-                tmp.unlink(missing_ok=True)
-        fix_modes(local_dir, tree)
-        return sum(tree[rel][1] for rel in changed)
-
-    def delete(self, prefix: str) -> None:
-        prefix = check_key(prefix)
-        with self._errors(f"deleting {prefix}"):
-            keys = [k for k, _ in self._list(prefix) if k == prefix or k.startswith(prefix + "/")]
-        self._delete_keys(keys, prefix)
-        if prefix.startswith("blobs/"):
-            with self._lock:
-                self._known.discard(prefix[len("blobs/"):])
 
     # -- internals
 
@@ -296,7 +177,7 @@ class GCSStorage(Storage):
             self._blob(key).upload_from_filename(str(path), content_type="application/octet-stream")
             advance(path.stat().st_size)
 
-        with self._errors(what), ThreadPoolExecutor(min(_THREADS, len(files))) as pool:
+        with self._errors(what), ThreadPoolExecutor(min(THREADS, len(files))) as pool:
             list(pool.map(one, files))
 
     def _list(self, prefix: str) -> Iterator[tuple[str, int]]:
@@ -304,25 +185,25 @@ class GCSStorage(Storage):
         for blob in self._gcs().list_blobs(self.bucket, prefix=prefix):
             yield blob.name, int(blob.size or 0)
 
-    def _read_tree(self, prefix: str) -> Tree | None:
-        """The listing stored at PREFIX/, or None when there is no tree."""
+    def _exists(self, key: str) -> bool:
+        return bool(self._blob(key).exists())
+
+    def _download(self, pairs: list[tuple[str, Path]], what: str) -> None:
+        if not pairs:
+            return
+        with self._errors(what), ThreadPoolExecutor(min(THREADS, len(pairs))) as pool:
+            list(pool.map(lambda pair: self._blob(pair[0]).download_to_filename(str(pair[1])), pairs))
+
+    def _put_bytes(self, key: str, body: bytes) -> None:
+        self._blob(key).upload_from_string(body, content_type="application/json")
+
+    def _get_bytes(self, key: str) -> bytes | None:
         from google.api_core.exceptions import NotFound
 
-        with self._errors(f"reading {prefix}"):
-            try:
-                body = self._blob(prefix + "/").download_as_bytes()
-            except NotFound:
-                return None
         try:
-            raw = json.loads(body)["tree"]
-            tree = {rel: (int(e[0]), int(e[1]), int(e[2])) for rel, e in raw.items()}
-        except (ValueError, KeyError, TypeError, IndexError):
-            raise MonkeyError(f"GCS bucket {self.bucket}: {prefix}/ is not a tree stored by "
-                              "monkey; delete it or use another bucket") from None
-        for rel in tree:
-            if rel:
-                check_rel(rel, f"gs://{self.bucket}/{prefix}/")
-        return tree
+            return bytes(self._blob(key).download_as_bytes())
+        except NotFound:
+            return None
 
     def _delete_keys(self, keys: list[str], prefix: str) -> None:
         from google.api_core.exceptions import NotFound
@@ -334,7 +215,7 @@ class GCSStorage(Storage):
                 pass
 
         if keys:
-            with self._errors(f"deleting {prefix}"), ThreadPoolExecutor(min(_THREADS, len(keys))) as pool:
+            with self._errors(f"deleting {prefix}"), ThreadPoolExecutor(min(THREADS, len(keys))) as pool:
                 list(pool.map(one, keys))
 
     def _sign(self, key: str, method: str, expires: int, content_type: str | None = None) -> str:
