@@ -56,5 +56,5 @@ def test_svg_chart_has_nice_ticks_and_one_legend_entry_per_run():
     assert texts["legend"] == list(lines)
     assert texts["xtick"] == ["0", "2", "4", "6", "8", "10"]  # integer steps
     assert texts["ytick"] == ["0.0", "0.5", "1.0", "1.5", "2.0"]
-    strokes = re.findall(r'<polyline fill="none" stroke="(#[0-9a-f]{6})"', svg)
+    strokes = re.findall(r'<polyline class="line" fill="none" stroke="(#[0-9a-f]{6})"', svg)
     assert len(set(strokes)) == 3

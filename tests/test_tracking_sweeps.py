@@ -31,20 +31,34 @@ class Tables(HTMLParser):
         self.rows: list[list[str]] = []
         self.svgs = 0
         self.polylines = 0
+        self.panels: list[str] = []
+        self.legend = 0
         self._in_cell = False
+        self._table: str | None = None
 
     def handle_starttag(self, tag, attrs):
-        if tag == "tr":
+        a = dict(attrs)
+        if tag == "table":
+            self._table = a.get("id")
+        elif a.get("class") == "panel":
+            self.panels.append(a["data-metric"])
+        elif a.get("class") == "legend":
+            self.legend += 1
+        if self._table != "runs":
+            pass
+        elif tag == "tr":
             self.rows.append([])
         elif tag in ("td", "th"):
             self._in_cell = True
             self.rows[-1].append("")
-        elif tag == "svg":
+        if tag == "svg":
             self.svgs += 1
-        elif tag == "polyline":
+        elif tag == "polyline" and a.get("class") == "line":
             self.polylines += 1
 
     def handle_endtag(self, tag):
+        if tag == "table":
+            self._table = None
         if tag in ("td", "th"):
             self._in_cell = False
 
@@ -107,8 +121,14 @@ def test_mnist_sweep_compare_diff_plot_report(home, monkey, cli, tmp_path):
     header, *body = page.rows
     assert header[:3] == ["job", "name", "state"] and len(body) == 4
     assert [row[0] for row in body] == [r["job"] for r in rows]
-    # a chart per metric (accuracy, loss, test_accuracy; epoch is the step), a line per run
-    assert page.svgs >= 3 and page.polylines >= 3 * 4
+    # a panel per metric (accuracy, loss, test_accuracy; epoch is the step), a line per run,
+    # one legend entry per run
+    assert page.panels == ["accuracy", "loss", "test_accuracy"]
+    assert page.polylines == 3 * 4 and page.legend == 4
+    assert "parameter importance" in status and "best so far" in status
+    swept = tmp_path / "sweep.svg"
+    cli("plot", "--sweep", sid, "--smooth", "0.6", "--log-y", "-o", str(swept), check=True)
+    assert swept.read_text().count("<svg") == 1
 
 
 def test_failed_cell_retries_by_itself(home, monkey, cli):
@@ -227,7 +247,7 @@ def test_a_sweep_whose_metric_no_run_logs_still_compares(home, monkey, cli):
     assert proc.returncode == 0, proc.stderr
     assert "accuracy:best" in proc.stdout.splitlines()[0]
     status = cli("sweep", "status", sid, check=True).stdout
-    assert "no run has logged 'acc' yet (they log: accuracy)" in status
+    assert "no run has logged 'acc' (they log: accuracy)" in status
     first = monkey.store.list_jobs(sweep=sid, newest_first=False)[0].juid
     info = cli("info", "job", first, check=True).stdout.splitlines()
     assert [line.split() for line in info if line.startswith(("sweep", "param"))] == [

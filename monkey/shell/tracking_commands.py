@@ -88,11 +88,18 @@ def metrics_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
 
 
 def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "plot", "Write a PNG comparing one metric across jobs (needs matplotlib).")
-    p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
-    p.add_argument("--metric", "-m", required=True, help="the metric to draw")
-    p.add_argument("--out", "-o", required=True, help="the PNG file to write")
-    p.add_argument("--x", choices=("step", "time"), default="step", help="x axis")
+    p = _parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
+                "(needs matplotlib): one panel per metric, runs named by what differs.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    p.add_argument("--sweep", "-s", help="every run of this sweep (default metric: the sweep's)")
+    p.add_argument("--metric", "-m", action="append", default=[],
+                   help="a metric to draw (repeat for several: one panel each)")
+    p.add_argument("--out", "-o", required=True, help="the PNG (or .svg, .pdf) file to write")
+    p.add_argument("--x", choices=("step", "epoch", "time"), default="step",
+                   help="x axis: step (default), the logged epoch, or seconds since the start")
+    p.add_argument("--smooth", type=float, default=0.0, metavar="W",
+                   help="EMA smoothing weight in [0, 1), e.g. 0.6 (the raw line stays faint)")
+    p.add_argument("--log-y", action="store_true", help="a log scale for the values")
     p.add_argument("--size", default="1000x600", metavar="WxH", help="pixels (default 1000x600)")
     p.set_defaults(func=cmd_plot)
     return p
@@ -245,7 +252,10 @@ def _size(text: str) -> tuple[int, int]:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     size = _size(args.size)
-    path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size)
+    if not args.jobs and not args.sweep:
+        raise _usage("monkey plot: name the jobs to draw, or --sweep S")
+    path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size,
+                          smooth=args.smooth, log_y=args.log_y, sweep=args.sweep)
     print(path)
     return 0
 
@@ -334,8 +344,11 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
         best = st["best"]
         print(f"metric {metric['name']} ({metric['goal']}): "
               + (f"best {fmt(best['value'])} by {best['job']} {json.dumps(best['params'])}"
-                 if best else f"no run has logged {metric['name']!r} yet"
+                 if best else f"no run has logged {metric['name']!r}"
+                 + ("" if st["state"] == "finished" else " yet")
                  + (f" (they log: {', '.join(st['logged'])})" if st.get("logged") else "")))
+    if metric and st["best"]:
+        _print_analysis(m.sweep_analysis(st["id"], st))
     if st["stopped_early"]:
         print(f"stopped early: {', '.join(st['stopped_early'])}")
     if costs:
@@ -353,6 +366,22 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
            colours=[[None, STATE_COLOURS.get(j["state"]), None] + ([None] if costs else []) + [None]
                     for j in st["jobs"]])  # fmt: skip
     return 0
+
+
+def _print_analysis(analysis: dict[str, Any]) -> None:
+    """Parameter importance as bars, and the best value over time, for `sweep status`."""
+    if len(analysis["runs"]) < 2:
+        return
+    print(f"parameter importance ({analysis['method']}):")
+    width = max(map(len, analysis["importance"]), default=0)
+    for name, share in analysis["importance"].items():
+        print(f"  {name:<{width}}  {share:5.2f} {'#' * round(share * 30)}")
+    curve = analysis["best_so_far"]
+    if len(curve) > 1:
+        t0 = curve[0][0]
+        marks = [f"{fmt(v)} at {(t - t0) / 60:.1f} min" for i, (t, v) in enumerate(curve)
+                 if i == 0 or v != curve[i - 1][1]]
+        print(f"best so far: {' -> '.join(marks)}")
 
 
 def cmd_list_sweeps(args: argparse.Namespace) -> int:

@@ -104,3 +104,30 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
         norm = norm * weight + (1 - weight)
         out.append(last / norm)
     return out
+
+
+# Viridis at 5 stops: dark to light, readable as an order in print and for colour-blind eyes.
+SEQUENTIAL = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725")
+
+
+def value_colour(t: float) -> str:
+    """The sequential colour at ``t`` in [0, 1] (colour by a parameter's value, past 20 runs)."""
+    t = min(1.0, max(0.0, t)) * (len(SEQUENTIAL) - 1)
+    i = min(int(t), len(SEQUENTIAL) - 2)
+    a, b = rgb(SEQUENTIAL[i]), rgb(SEQUENTIAL[i + 1])
+    f = t - i
+    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
+
+
+def colour_param(params: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The numeric parameter to colour runs by when they are too many for the palette: the
+    one whose values differ most often across them; None when no numeric one differs."""
+    counts: dict[str, int] = {}
+    for p in params.values():
+        for k, v in p.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                counts.setdefault(k, 0)
+    for k in counts:
+        counts[k] = len({p.get(k) for p in params.values() if k in p})
+    best = max(counts, key=lambda k: counts[k], default=None)
+    return best if best is not None and counts[best] > 1 else None

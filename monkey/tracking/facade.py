@@ -297,32 +297,100 @@ class TrackingAPI:
 
     # -- plots and reports --------------------------------------------------------------
 
-    def plot(self, refs: list[str], metric: str, out: str, x: str = "step",
-             size: tuple[int, int] = (1000, 600)) -> str:
-        """Write a PNG comparing METRIC across jobs; returns its path."""
+    def plot(self, refs: list[str], metrics: list[str] | str | None, out: str, x: str = "step",
+             size: tuple[int, int] = (1000, 600), *, smooth: float = 0.0, log_y: bool = False,
+             sweep: str | None = None) -> str:
+        """Write a PNG (SVG, PDF by suffix) of METRICS across jobs, or a sweep's runs (its
+        metric by default): one panel per metric, runs named by the parameters that differ;
+        ``smooth``: EMA weight in [0, 1); ``x``: step, epoch or time. Returns its path."""
         from monkey.tracking.plots import png_plot
 
         _check_out(out, "monkey plot", "acc.png", IMAGE_SUFFIXES)
-        lines = self._runs_series(refs, metric)
+        if not 0 <= smooth < 1:
+            raise MonkeyError(f"monkey plot: --smooth {smooth} is outside [0, 1); try 0.6")
+        names = [metrics] if isinstance(metrics, str) else list(metrics or [])
+        if sweep is not None:
+            if refs:
+                raise MonkeyError("monkey plot: give either jobs or --sweep, not both")
+            sid = self.store.resolve_sweep(sweep)
+            record = self.store.get_sweep(sid)
+            assert record is not None
+            refs = [j.juid for j in self.store.list_jobs(sweep=sid, newest_first=False)]
+            if not names and record["spec"].get("metric"):
+                names = [record["spec"]["metric"]["name"]]
+            if not refs:
+                raise MonkeyError(f"sweep {sid} has no runs yet")
+        if not names:
+            raise MonkeyError("monkey plot: name the metric to draw with --metric NAME")
+        juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
+        charts, style = self.chart_data(juids, names, x, smooth=smooth, log_y=log_y)
+        if not any(charts.values()):
+            raise MonkeyError(f"no job among {', '.join(juids[:5])} logged "
+                              f"{' or '.join(map(repr, names))}; see `monkey metrics {juids[0]}`")
         try:
-            return str(png_plot(lines, metric, out, x, size))
+            return str(png_plot(charts, out, style, size))
         except OSError as exc:
             raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
 
-    def _runs_series(self, refs: list[str], metric: str) -> dict[str, Series]:
-        juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
-        found = self.store.metric_points_many(juids, metric)
-        missing = [j for j in juids if j not in found]
-        if len(missing) == len(juids):
-            raise MonkeyError(f"no job among {', '.join(juids)} logged {metric!r}; "
-                              f"see `monkey metrics {juids[0]}`")
-        labels = {}
+    def chart_data(self, juids: list[str], names: list[str], x: str = "step", *,
+                   smooth: float = 0.0, log_y: bool = False) -> tuple[dict[str, dict[str, Series]], Any]:
+        """(metric -> run label -> series, plots.Style) for charts of NAMES across JUIDS: runs
+        labelled by the parameters that differ; past 20 runs coloured by a numeric parameter."""
+        from monkey.tracking.charts import colour_param, run_labels
+        from monkey.tracking.plots import X_AXES, Style
+
+        if x not in X_AXES:
+            raise MonkeyError(f"x axis {x!r} is not one of {', '.join(X_AXES)}")
+        params = {}
         for juid in juids:
             job = self.store.get_job(juid)
-            params = ", ".join(f"{k}={v}" for k, v in (job.params if job else {}).items())
-            labels[juid] = f"{juid} ({params})" if params else juid
-        return {labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in found[j]]
-                for j in juids if j in found}
+            params[juid] = job.params if job else {}
+        labels = run_labels(params)
+        charts = {}
+        for name in names:
+            found = self.store.metric_points_many(juids, name)
+            charts[name] = {labels[j]: [(s, math.nan if v is None else v, w)
+                                        for s, v, w in found[j]] for j in juids if j in found}
+        style = Style(x=x, smooth=smooth, log_y=log_y)
+        if x == "epoch":
+            found = self.store.metric_points_many(juids, "epoch")
+            if not found:
+                raise MonkeyError("x by epoch needs runs that log 'epoch' (monkey.log('epoch', "
+                                  "e, step=...)); use --x step")
+            style.epochs = {labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in pts]
+                            for j, pts in found.items()}
+        by = colour_param(params) if len(juids) > 20 else None
+        if by:
+            style.by_name = by
+            style.by = {labels[j]: float(p[by]) for j, p in params.items() if by in p}
+        return charts, style
+
+    def sweep_analysis(self, ref: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Parameter importance, the best run and the best value over time on the sweep's
+        metric (see ``monkey.tracking.sweep_analysis``), with each run's value: {"method",
+        "importance", "best", "best_so_far", "runs", "metric"}."""
+        from monkey.tracking.sweep_analysis import METHOD, analyse
+
+        status = status or self.sweep_status(ref)
+        metric = status["spec"].get("metric")
+        if not metric:
+            return {"method": METHOD, "importance": {}, "best": None, "best_so_far": [],
+                    "runs": [], "metric": None}
+        juids = [j["job"] for j in status["jobs"]]
+        stats = self.store.metric_stats(juids)
+        found = self.store.metric_points_many(juids, metric["name"])
+        runs = []
+        for j in status["jobs"]:
+            st = stats[j["job"]].get(metric["name"])
+            value = st and (st["max"] if metric["goal"] == "max" else st["min"])
+            if value is None:
+                continue
+            pts = found.get(j["job"]) or [(None, None, None)]
+            runs.append({"job": j["job"], "params": j["params"], "value": value,
+                         "ended": pts[-1][2]})
+        result = analyse(runs, metric["goal"])
+        result.update(runs=runs, metric=metric)
+        return result
 
     def report(self, ref: str, out: str) -> str:
         """Write a self-contained HTML report of a sweep; returns its path."""
@@ -334,12 +402,8 @@ class TrackingAPI:
         juids = [j["job"] for j in status["jobs"]]
         names = sorted({n for j in juids for n in self.store.metric_names(j)
                         if not n.startswith("sys/")})
-        charts = {}
-        for name in names:
-            found = self.store.metric_points_many(juids, name)
-            charts[name] = {j: [(s, math.nan if v is None else v, w) for s, v, w in pts]
-                            for j, pts in found.items()}
-        html = sweep_report(status, table, charts)
+        charts, style = self.chart_data(juids, names)
+        html = sweep_report(status, table, charts, style, self.sweep_analysis(ref, status))
         tmp = f"{out}.tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:

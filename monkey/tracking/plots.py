@@ -1,33 +1,92 @@
 """Charts of metric series: in the terminal (plotext), as PNG (matplotlib, optional) and as
-inline SVG (no dependency; used by HTML reports).
+inline SVG (no dependency; used by HTML reports). All use the chart model of
+monkey/tracking/charts.py: one y-axis per metric (small multiples for several metrics),
+legends outside the data, runs named by what differs, nice ticks, EMA smoothing, log y.
 
 A series is [(step, value, wall_time)]; x is the step where one was logged, else the
-point's position in logging order (1, 2, ...). NaN values are left out of charts.
+point's position in logging order (1, 2, ...); or seconds since the run's start ("time");
+or the run's logged ``epoch`` metric at that step ("epoch"). NaN values are left out.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
 from monkey.models import MonkeyError
-from monkey.tracking.charts import colours, nice_ticks, tick_label
+from monkey.tracking.charts import colours, ema, log_ticks, nice_ticks, tick_label, value_colour
 
 Series = list[tuple[int | None, float, float]]
+X_AXES = ("step", "epoch", "time")
+X_LABELS = {"step": "step", "epoch": "epoch", "time": "seconds"}
 
 
-def xy(series: Series, x: str = "step") -> tuple[list[float], list[float]]:
-    """The points of a series to draw, in x order: x by step (or index), or seconds since its
-    start. Steps logged out of order (a resumed run, a late validation) are drawn in order."""
+@dataclass
+class Style:
+    """How to draw: x axis, EMA weight (0: raw), log y, and colour by a parameter's value
+    (``by``: run -> value, named ``by_name``; used past 20 runs)."""
+
+    x: str = "step"
+    smooth: float = 0.0
+    log_y: bool = False
+    by: dict[str, float] = field(default_factory=dict)
+    by_name: str = ""
+    epochs: dict[str, Series] = field(default_factory=dict)  # run -> its "epoch" series
+
+
+def xy(series: Series, x: str = "step", epoch: Series | None = None
+       ) -> tuple[list[float], list[float]]:
+    """The points of a series to draw, in x order: x by step (or index), seconds since its
+    start, or epoch (the run's ``epoch`` value logged at or before the point's step). Steps
+    logged out of order (a resumed run, a late validation) are drawn in order."""
     points = []
     start = series[0][2] if series else 0.0
+    marks = sorted((s if s is not None else i, v) for i, (s, v, _) in enumerate(epoch or [], 1))
+    steps = [m[0] for m in marks]
     for i, (step, value, wall) in enumerate(series, start=1):
         if value is None or math.isnan(value) or math.isinf(value):
             continue
-        points.append((wall - start if x == "time" else (step if step is not None else i), value))
+        at = step if step is not None else i
+        if x == "time":
+            points.append((wall - start, value))
+        elif x == "epoch":
+            k = bisect.bisect_right(steps, at) - 1
+            if k >= 0:
+                points.append((marks[k][1], value))
+        else:
+            points.append((at, value))
     points.sort(key=lambda p: p[0])
     return [p[0] for p in points], [p[1] for p in points]
+
+
+def run_colours(runs: list[str], style: Style) -> dict[str, str]:
+    """Run -> colour: the 20-colour palette, or by ``style.by`` values past 20 runs."""
+    if len(runs) > 20 and style.by:
+        lo, hi = min(style.by.values()), max(style.by.values())
+        return {r: value_colour((style.by[r] - lo) / (hi - lo) if hi > lo and r in style.by
+                                else 0.0) for r in runs}
+    return dict(zip(runs, colours(len(runs))))
+
+
+def _points(lines: Mapping[str, Series], style: Style
+            ) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """Run -> (xs, raw ys, drawn ys): smoothed when asked, positive only on a log scale."""
+    out = {}
+    for run, series in lines.items():
+        xs, ys = xy(series, style.x, style.epochs.get(run))
+        if style.log_y:
+            keep = [i for i, v in enumerate(ys) if v > 0]
+            xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+        out[run] = (xs, ys, ema(ys, style.smooth) if style.smooth else ys)
+    return out
+
+
+def _runs(metrics: Mapping[str, Mapping[str, Series]]) -> list[str]:
+    return list(dict.fromkeys(r for lines in metrics.values() for r in lines))
 
 
 def terminal_plot(lines: dict[str, Series], title: str, width: int | None = None,
@@ -44,34 +103,56 @@ def terminal_plot(lines: dict[str, Series], title: str, width: int | None = None
         if xs:
             plt.plot(xs, ys, label=label if len(lines) > 1 else None, marker="braille")
     plt.title(title)
-    plt.xlabel("seconds" if x == "time" else "step")
+    plt.xlabel(X_LABELS.get(x, x))
     text = plt.build()
     return text if colour else plt.uncolorize(text)
 
 
-def png_plot(lines: dict[str, Series], metric: str, out: str | Path, x: str = "step",
+def png_plot(metrics: dict[str, dict[str, Series]], out: str | Path, style: Style | None = None,
              size: tuple[int, int] = (1000, 600)) -> Path:
-    """Write a PNG of SIZE pixels comparing the series; returns its path."""
+    """Write a PNG (or SVG/PDF by suffix) of SIZE pixels: one panel per metric, each with its
+    own y-axis, a legend outside the data naming the runs; returns its path."""
     try:
         import matplotlib
     except ImportError:
         raise MonkeyError("PNG plots need matplotlib: pip install 'monkey[plot]'") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    style = style or Style()
+    runs = _runs(metrics)
+    palette = run_colours(runs, style)
     dpi = 100
-    fig, ax = plt.subplots(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
+    n = max(1, len(metrics))
+    fig, axes = plt.subplots(n, 1, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi,
+                             squeeze=False, sharex=True, layout="constrained")
     try:
-        for colour, (label, series) in zip(colours(len(lines)), lines.items()):
-            xs, ys = xy(series, x)
-            ax.plot(xs, ys, label=label, color=colour,
-                    marker="o" if len(xs) <= 30 else None, markersize=3)
-        ax.set_xlabel("seconds" if x == "time" else "step")
-        ax.set_ylabel(metric)
-        ax.set_title(metric)
-        ax.grid(alpha=0.3)
-        if lines:
-            ax.legend(fontsize="small")
+        for ax, (metric, lines) in zip(axes[:, 0], metrics.items()):
+            for run, (xs, raw, ys) in _points(lines, style).items():
+                if style.smooth:
+                    ax.plot(xs, raw, color=palette[run], alpha=0.2, linewidth=1)
+                ax.plot(xs, ys, label=run, color=palette[run],
+                        marker="o" if len(xs) <= 30 else None, markersize=3)
+            ax.set_ylabel(metric)
+            if style.log_y:
+                ax.set_yscale("log")
+            if style.x in ("step", "epoch"):
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+        axes[-1, 0].set_xlabel(X_LABELS[style.x])
+        if len(runs) > 20 and style.by:
+            from matplotlib.colors import LinearSegmentedColormap, Normalize
+
+            from monkey.tracking.charts import SEQUENTIAL
+
+            cmap = LinearSegmentedColormap.from_list("monkey", SEQUENTIAL)
+            values = list(style.by.values())
+            mappable = plt.cm.ScalarMappable(Normalize(min(values), max(values)), cmap)
+            fig.colorbar(mappable, ax=axes[:, 0].tolist(), label=style.by_name)
+        elif runs:
+            fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside right upper",
+                       fontsize="small")
         path = Path(out)
         fig.savefig(path, dpi=dpi)
     finally:
@@ -79,50 +160,118 @@ def png_plot(lines: dict[str, Series], metric: str, out: str | Path, x: str = "s
     return path
 
 
-def svg_chart(lines: dict[str, Series], title: str, width: int = 640, height: int = 320,
-              x: str = "step") -> str:
-    """A self-contained SVG line chart with axes, ticks and a legend."""
-    left, right, top, bottom = 60, 150, 28, 36
-    pw, ph = width - left - right, height - top - bottom
-    data = {label: xy(s, x) for label, s in lines.items()}
-    xs_all = [v for xs, _ in data.values() for v in xs]
-    ys_all = [v for _, ys in data.values() for v in ys]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-             f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>']
+def _axis(lo: float, hi: float, integer: bool, log: bool) -> tuple[list[float], list[str]]:
+    """Ticks and their labels for data in [lo, hi]."""
+    if log:
+        ticks = log_ticks(lo, hi)
+        return ticks, [f"{t:g}" for t in ticks]
+    ticks = nice_ticks(lo, hi, integer=integer)
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    return ticks, [tick_label(t, step) for t in ticks]
+
+
+def svg_panel(lines: Mapping[str, Series], title: str, palette: Mapping[str, str], style: Style,
+              box: tuple[float, float, float, float]) -> str:
+    """One metric's panel (its own axes and ticks) inside BOX = (left, top, width, height)."""
+    bx, by, bw, bh = box
+    left, top = bx + 56, by + 22
+    pw, ph = bw - 56 - 10, bh - 22 - 34
+    data = _points(lines, style)
+    xs_all = [v for xs, _, _ in data.values() for v in xs]
+    ys_all = [v for _, raw, ys in data.values() for v in (*raw, *ys)]
+    parts = [f'<g class="panel" data-metric="{escape(title)}">',
+             f'<text class="title" x="{left}" y="{by + 14}" font-size="13" '
+             f'font-weight="bold">{escape(title)}</text>']
     if not xs_all:
-        parts.append(f'<text x="{left}" y="{top + ph / 2}" font-size="12">no data</text></svg>')
+        why = "no values above 0 for a log scale" if style.log_y else "no data"
+        parts.append(f'<text x="{left}" y="{top + ph / 2}" font-size="12">{why}</text></g>')
         return "".join(parts)
-    xticks = nice_ticks(min(xs_all), max(xs_all), integer=x == "step")
-    yticks = nice_ticks(min(ys_all), max(ys_all))
-    x0, x1 = xticks[0], xticks[-1]
-    y0, y1 = yticks[0], yticks[-1]
+    xticks, xtext = _axis(min(xs_all), max(xs_all), style.x in ("step", "epoch"), False)
+    yticks, ytext = _axis(min(ys_all), max(ys_all), False, style.log_y)
+    fy = math.log10 if style.log_y else float
+    x0, x1, y0, y1 = xticks[0], xticks[-1], fy(yticks[0]), fy(yticks[-1])
 
     def px(v: float) -> float:
-        return left + (v - x0) / (x1 - x0) * pw
+        return left + (v - x0) / ((x1 - x0) or 1) * pw
 
     def py(v: float) -> float:
-        return top + ph - (v - y0) / (y1 - y0) * ph
+        return top + ph - (fy(v) - y0) / ((y1 - y0) or 1) * ph
 
     parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
                  'stroke="#999"/>')
-    ystep, xstep = yticks[1] - yticks[0], xticks[1] - xticks[0]
-    for yv in yticks:
-        parts.append(f'<text class="ytick" x="{left - 6}" y="{py(yv) + 4:.1f}" font-size="10" '
-                     f'text-anchor="end">{tick_label(yv, ystep)}</text>')
-    for xv in xticks:
+    for yv, text in zip(yticks, ytext):
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(yv):.1f}" y2="{py(yv):.1f}" '
+                     'stroke="#eee"/>'
+                     f'<text class="ytick" x="{left - 6}" y="{py(yv) + 4:.1f}" font-size="10" '
+                     f'text-anchor="end">{text}</text>')
+    for xv, text in zip(xticks, xtext):
         parts.append(f'<text class="xtick" x="{px(xv):.1f}" y="{top + ph + 14}" font-size="10" '
-                     f'text-anchor="middle">{tick_label(xv, xstep)}</text>')
-    parts.append(f'<text x="{left + pw / 2}" y="{height - 4}" font-size="11" '
-                 f'text-anchor="middle">{"seconds" if x == "time" else "step"}</text>')
-    for i, (colour, (label, (xs, ys))) in enumerate(zip(colours(len(data)), data.items())):
+                     f'text-anchor="middle">{text}</text>')
+    parts.append(f'<text class="xlabel" x="{left + pw / 2}" y="{top + ph + 30}" font-size="11" '
+                 f'text-anchor="middle">{X_LABELS[style.x]}</text>')
+    for run, (xs, raw, ys) in data.items():
+        if style.smooth:
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(xs, raw))
+            parts.append(f'<polyline class="raw" fill="none" stroke="{palette[run]}" '
+                         f'stroke-opacity="0.25" points="{points}"/>')
         points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(xs, ys))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
-                     f'points="{points}"><title>{escape(label)}</title></polyline>')
-        ly = top + 12 + 16 * i
-        parts.append(f'<line x1="{left + pw + 10}" y1="{ly - 4}" x2="{left + pw + 26}" '
-                     f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>')
-        parts.append(f'<text class="legend" x="{left + pw + 30}" y="{ly}" font-size="11">'
-                     f'{escape(label)}</text>')
-    parts.append("</svg>")
+        parts.append(f'<polyline class="line" fill="none" stroke="{palette[run]}" '
+                     f'stroke-width="1.5" points="{points}"><title>{escape(run)}</title>'
+                     '</polyline>')
+    parts.append("</g>")
     return "".join(parts)
+
+
+def svg_charts(metrics: Mapping[str, Mapping[str, Series]], style: Style | None = None,
+               width: int = 1200, panel_height: int = 300) -> str:
+    """A self-contained SVG: one panel per metric (two columns when several), and one legend
+    outside the data naming each run (or a colour bar past 20 runs coloured by a parameter).
+    It scales to the width of its container (``width="100%"`` over a viewBox)."""
+    style = style or Style()
+    runs = _runs(metrics)
+    palette = run_colours(runs, style)
+    legend_w = 220
+    cols = 1 if len(metrics) <= 1 else 2
+    rows = max(1, math.ceil(len(metrics) / cols))
+    pw = (width - legend_w) / cols
+    legend_h = 20 + 16 * len(runs) + (60 if len(runs) > 20 and style.by else 0)
+    height = max(rows * panel_height, legend_h)
+    title = ", ".join(metrics) or "no metrics"
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {width} '
+             f'{height}" font-family="system-ui,sans-serif" role="img" '
+             f'aria-label="{escape(title)}">']
+    for i, (metric, lines) in enumerate(metrics.items()):
+        box = ((i % cols) * pw, (i // cols) * panel_height, pw, panel_height)
+        parts.append(svg_panel(lines, metric, palette, style, box))
+    lx = width - legend_w + 10
+    parts.append('<g class="legend-box">')
+    y = 20
+    if len(runs) > 20 and style.by:
+        parts.append(_colour_bar(lx, y, style))
+        y += 60
+    for run in runs:
+        parts.append(f'<line x1="{lx}" y1="{y - 4}" x2="{lx + 16}" y2="{y - 4}" '
+                     f'stroke="{palette[run]}" stroke-width="3"/>'
+                     f'<text class="legend" x="{lx + 20}" y="{y}" font-size="11">'
+                     f'{escape(run)}</text>')
+        y += 16
+    parts.append("</g></svg>")
+    return "".join(parts)
+
+
+def _colour_bar(x: float, y: float, style: Style) -> str:
+    """A horizontal gradient from the lowest to the highest value of ``style.by``."""
+    lo, hi = min(style.by.values()), max(style.by.values())
+    stops = "".join(f'<stop offset="{i / 10}" stop-color="{value_colour(i / 10)}"/>'
+                    for i in range(11))
+    return (f'<g class="colour-bar"><defs><linearGradient id="bar">{stops}</linearGradient>'
+            f'</defs><text x="{x}" y="{y}" font-size="11">colour: {escape(style.by_name)}</text>'
+            f'<rect x="{x}" y="{y + 6}" width="180" height="12" fill="url(#bar)"/>'
+            f'<text x="{x}" y="{y + 32}" font-size="10">{lo:.4g}</text>'
+            f'<text x="{x + 180}" y="{y + 32}" font-size="10" text-anchor="end">{hi:.4g}</text>'
+            "</g>")
+
+
+def svg_chart(lines: dict[str, Series], title: str, x: str = "step") -> str:
+    """One metric's chart (``svg_charts`` with a single panel)."""
+    return svg_charts({title: lines}, Style(x=x))

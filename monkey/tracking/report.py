@@ -1,5 +1,7 @@
-"""A self-contained HTML report of a sweep: its spec, progress, best run, the comparison
-table and one inline SVG chart per metric (no scripts, no external files)."""
+"""A self-contained HTML report of a sweep: its spec, progress, best run (highlighted), the
+comparison table, sweep analysis (parameter importance, parallel coordinates, a scatter per
+parameter, best so far over time) and the metrics as small multiples, all inline SVG as wide
+as the page (no scripts, no external files)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,18 @@ import time
 from html import escape
 from typing import Any
 
-from monkey.tracking.plots import Series, svg_chart
+from monkey.tracking import sweep_analysis as sa
+from monkey.tracking.plots import Series, Style, svg_charts
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3} td.t{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:1em}
+.charts svg{width:100%;height:auto;display:block}
+.scatters{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:1em}
+tr.best td{background:#fde2e2;font-weight:bold}
+.bar{display:inline-block;background:#1f77b4;height:10px}
 code{background:#f3f3f3;padding:1px 4px}
 """
 
@@ -32,8 +38,10 @@ def cell(value: Any) -> str:
 
 
 def sweep_report(status: dict[str, Any], table: dict[str, Any],
-                 charts: dict[str, dict[str, Series]]) -> str:
-    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs."""
+                 charts: dict[str, dict[str, Series]], style: Style | None = None,
+                 analysis: dict[str, Any] | None = None) -> str:
+    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs,
+    ANALYSIS from ``Monkey.sweep_analysis``."""
     spec = status["spec"]
     metric = spec.get("metric")
     rows = []
@@ -41,7 +49,9 @@ def sweep_report(status: dict[str, Any], table: dict[str, Any],
         cells = "".join(
             f'<td class="{"t" if not isinstance(row.get(c), (int, float)) else "n"}">'
             f"{escape(cell(row.get(c)))}</td>" for c in table["columns"])
-        rows.append(f"<tr>{cells}</tr>")
+        best_row = analysis and row.get("job") == analysis.get("best")
+        mark = ' class="best"' if best_row else ""
+        rows.append(f"<tr{mark}>{cells}</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in table["columns"])
     counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
     best = status.get("best")
@@ -49,7 +59,7 @@ def sweep_report(status: dict[str, Any], table: dict[str, Any],
                  f"({escape(json.dumps(best['params']))})") if best and metric else "-"
     params = "; ".join(f"{escape(k)}: {escape(json.dumps(v))}"
                        for k, v in spec["parameters"].items())
-    svgs = "".join(f"<figure>{svg_chart(runs, name)}</figure>" for name, runs in charts.items())
+    svgs = svg_charts(charts, style) if charts else "<p>no metrics logged</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>monkey sweep {escape(status['id'])}</title><style>{STYLE}</style></head>
@@ -62,7 +72,34 @@ Method: {escape(spec['method'])}; parameters: {params}<br>
 Metric: {escape(f"{metric['name']} ({metric['goal']})") if metric else '-'}; best run: {best_text}</p>
 <h2>Runs</h2>
 <table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
+{analysis_html(analysis) if analysis else ""}
 <h2>Metrics</h2>
 <div class="charts">{svgs}</div>
 </body></html>
+"""
+
+
+def analysis_html(analysis: dict[str, Any]) -> str:
+    """The sweep-analysis section: importance, parallel coordinates, scatters, progress."""
+    metric = analysis.get("metric")
+    runs = analysis["runs"]
+    if not metric or not runs:
+        return ("<h2>Analysis</h2><p>no run has logged the sweep's metric"
+                f"{' ' + escape(repr(metric['name'])) if metric else ''}</p>")
+    name, best = metric["name"], analysis["best"]
+    bars = "".join(
+        f'<tr><td class="t">{escape(k)}</td><td>{v:.3f}</td><td class="t"><span class="bar" '
+        f'style="width:{max(1, round(v * 300))}px"></span></td></tr>'
+        for k, v in analysis["importance"].items())
+    scatters = "".join(sa.scatter(runs, k, name, best) for k in analysis["importance"])
+    return f"""<h2>Analysis</h2>
+<p>Best run: <b>{escape(best)}</b> (red below). Parameter importance on {escape(name)}
+by {escape(analysis["method"])}:</p>
+<table id="importance"><thead><tr><th>parameter</th><th>importance</th><th></th></tr></thead>
+<tbody>{bars}</tbody></table>
+<h3>Parameters and {escape(name)}</h3>
+<div class="charts">{sa.parallel_coordinates(runs, name, best)}</div>
+<div class="scatters">{scatters}</div>
+<h3>Progress</h3>
+<div class="charts">{sa.progress(analysis["best_so_far"], name)}</div>
 """

@@ -1,4 +1,5 @@
-"""Live line charts of a job's logged metric series; several runs overlaid when marked."""
+"""Live line charts of a job's logged metric series; several runs overlaid when marked, one
+panel (and y-axis) per chosen metric, runs named by the parameters that differ."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from monkey.api import MonkeyError
-from monkey.tracking.charts import colours, rgb
+from monkey.tracking.charts import colours, nice_ticks, rgb, run_labels, tick_label
 from monkey.tui.shared import SharedMonkey
 
 POLL = 2.0  # seconds between reads of the selected series
@@ -29,10 +30,12 @@ class MetricsPane(Horizontal):
     class Loaded(Message):
         """Series names of every run, and the points of the chosen series."""
 
-        def __init__(self, names: list[str], points: dict[tuple[str, str], Series]) -> None:
+        def __init__(self, names: list[str], points: dict[tuple[str, str], Series],
+                     labels: dict[str, str]) -> None:
             super().__init__()
             self.names = names
             self.points = points
+            self.labels = labels
 
     def __init__(self, shared: SharedMonkey, juids: list[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -41,6 +44,7 @@ class MetricsPane(Horizontal):
         self.chosen: set[str] = set()
         self.names: list[str] = []
         self.shown: dict[tuple[str, str], tuple[int, float]] | None = None  # None: not drawn yet
+        self.labels: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="series-side"):
@@ -58,6 +62,8 @@ class MetricsPane(Horizontal):
         worker = get_current_worker()
         monkey = self.shared.fresh()
         try:
+            jobs = {juid: monkey.store.get_job(juid) for juid in self.juids}
+            labels = run_labels({juid: job.params if job else {} for juid, job in jobs.items()})
             while not worker.is_cancelled:
                 names: set[str] = set()
                 points: dict[tuple[str, str], Series] = {}
@@ -71,13 +77,14 @@ class MetricsPane(Horizontal):
                     for name in chosen & set(mine):
                         points[(juid, name)] = monkey.metrics(juid, name).get(name, [])
                 if not worker.is_cancelled:
-                    self.post_message(self.Loaded(sorted(names), points))
+                    self.post_message(self.Loaded(sorted(names), points, labels))
                 time.sleep(POLL if chosen or names else POLL / 4)
         finally:
             monkey.store.close()
 
     @on(Loaded)
     def _on_loaded(self, message: Loaded) -> None:
+        self.labels = message.labels
         if message.names != self.names:
             self.names = message.names
             if not self.chosen and message.names:
@@ -110,17 +117,29 @@ class MetricsPane(Horizontal):
         plt.clear_data()
         plt.clear_figure()
         many = len(self.juids) > 1
-        lines = sorted(points.items())
-        for colour, ((juid, name), series) in zip(colours(len(lines)), lines):
-            xs, ys = _thin(series)
-            if xs:  # one palette with the PNG and HTML charts: 20 runs stay distinct
-                plt.plot(xs, ys, label=f"{juid} {name}" if many else name, color=rgb(colour))
+        metrics = sorted({name for _, name in points})
+        palette = dict(zip(self.juids, colours(len(self.juids))))  # one colour per run
+        if len(metrics) > 1:
+            plt.subplots(len(metrics), 1)
+        for row, metric in enumerate(metrics, start=1):
+            if len(metrics) > 1:
+                plt.subplot(row, 1)
+            ys_all: list[float] = []
+            for juid in self.juids:
+                xs, ys = _thin(points.get((juid, metric), []))
+                if xs:  # one palette with the PNG and HTML charts: 20 runs stay distinct
+                    ys_all += ys
+                    label = self.labels.get(juid, juid) if many and row == 1 else None
+                    plt.plot(xs, ys, label=label, color=rgb(palette[juid]))
+            if ys_all:
+                ticks = nice_ticks(min(ys_all), max(ys_all))
+                step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+                plt.yticks(ticks, [tick_label(t, step) for t in ticks])
+            plt.title(metric)
+            plt.xlabel("step")
         if not points:
             plt.title("no metrics yet: log them with monkey.log(name, value, step=...)"
                       if not self.names else "choose series with space")
-        else:
-            plt.title(", ".join(sorted({name for _, name in points})))
-            plt.xlabel("step")
         chart.refresh()
 
 
