@@ -221,10 +221,13 @@ class Monkey(RerunAPI, TrackingAPI):
         root = Path(workdir).expanduser() if workdir else Path.cwd()
         job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
         js = jobspec.load(job_file) if job_file else None
+        subdir = ""
         if js is not None:  # the file's values first, so that arguments override them
             root = js.code_root
             given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
+        elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
+            root, subdir = snapshot.repository_root(root)
         plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
         # The job.yml stored with the code holds no env values: they reach the job as env.
@@ -251,6 +254,8 @@ class Monkey(RerunAPI, TrackingAPI):
                  "source": spec}
             )  # fmt: skip
         git, git_blobs = snapshot.git_info(root, blobs, [str(js.file)] if hidden else ())
+        if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
+            git = {**git, "subdir": subdir}
         new_blobs += git_blobs
         packages = self._packages()
         new_blobs.append(packages)

@@ -55,6 +55,7 @@ __all__ = [
     "load_manifest",
     "dataset_name",
     "parse_dataset_spec",
+    "repository_root",
     "snapshot_dir",
 ]
 
@@ -776,6 +777,16 @@ def _git_top(start: str) -> str | None:
         if parent == here:
             return None
         here = parent
+
+
+def repository_root(folder: Path) -> tuple[Path, str]:
+    """(the top of the git work tree holding FOLDER, FOLDER's POSIX path relative to it);
+    (FOLDER, "") outside a repository or at its top."""
+    here = os.path.realpath(folder)
+    top = None if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ else _git_top(here)
+    if top is None or top == here:
+        return Path(folder), ""
+    return Path(top), os.path.relpath(here, top).replace(os.sep, "/")
 
 
 def git_info(workdir: Path, blobs: BlobStore,

@@ -142,3 +142,42 @@ def test_monkeycli_prints_the_job_id(home):
         env=env, capture_output=True, text=True, check=True).stdout.splitlines()
     juid = out[1].split()[1]
     assert out[0] == f"Submitted job {juid}: echo hi"
+
+
+def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_sub_folder(
+        cli, home, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "experiments").mkdir(parents=True)
+    (repo / "lib.py").write_text("ANSWER = 42\n")
+    (repo / ".gitignore").write_text("big/\n")
+    (repo / "big").mkdir()
+    (repo / "big" / "data.bin").write_bytes(b"x" * 1000)
+    (repo / "experiments" / "train.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.abspath('..'))\n"  # as `cd experiments && python train.py`
+        "import lib\n"
+        "print(lib.ANSWER, os.path.basename(os.getcwd()), os.path.exists('../big'))\n"
+    )
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **env})
+    monkeypatch.chdir(repo / "experiments")
+    juid = _run(cli, sys.executable, "train.py")
+    assert cli("logs", "-f", juid, check=True).stdout == "42 experiments False\n"
+    info = cli("info", juid, check=True).stdout
+    assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
+    assert "experiments/ (sub-folder of the workdir)" in info
+    record = json.loads(cli("info", juid, "--json", check=True).stdout)
+    assert record["workdir"] == str(repo.resolve()) and record["git"]["subdir"] == "experiments"
+
+    again = cli("rerun", juid, check=True).stdout.split()[0]  # a rerun keeps the sub-folder
+    assert cli("logs", "-f", again, check=True).stdout == "42 experiments False\n"
+
+    monkeypatch.chdir(tmp_path)  # outside a repository: the current folder is the root
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.py").write_text("import os; print(sorted(os.listdir('.')))\n")
+    monkeypatch.chdir(tmp_path / "sub")
+    plain = _run(cli, sys.executable, "t.py")
+    assert cli("logs", "-f", plain, check=True).stdout == "['t.py']\n"
+    assert json.loads(cli("info", plain, "--json", check=True).stdout)["git"] == {}

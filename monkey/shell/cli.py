@@ -474,6 +474,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
          + (f", memory {res['memory']}" if res.get("memory") else "")),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),
+        *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),
         ("snapshot", info["snapshot"] or "-"),
         ("git", (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
          if git else "not a git repository"),
