@@ -181,3 +181,69 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
     plain = _run(cli, sys.executable, "t.py")
     assert cli("logs", "-f", plain, check=True).stdout == "['t.py']\n"
     assert json.loads(cli("info", plain, "--json", check=True).stdout)["git"] == {}
+
+
+def _big_project(monkeypatch) -> None:
+    monkeypatch.setenv("MONKEY_BIG_BYTES", "20000")  # 100 MB and 2 GB, scaled down
+    monkeypatch.setenv("MONKEY_HUGE_BYTES", "200000")
+    Path("train.py").write_text("print('ok')\n")
+    Path("data").mkdir()
+    Path("models").mkdir()
+    for i in range(3):
+        Path(f"data/part{i}.bin").write_bytes(os.urandom(20000))
+    Path("models/m.bin").write_bytes(os.urandom(5000))
+
+
+def test_a_big_working_folder_is_announced_and_a_huge_one_needs_yes(cli, home, monkeypatch):
+    _big_project(monkeypatch)
+    run = cli("run", "--", sys.executable, "train.py", check=True)
+    note = [line for line in run.stderr.splitlines() if "note:" in line]
+    assert len(note) == 1 and "holds 65.0 kB in 5 files" in note[0]
+    assert "largest: data/ 60.0 kB, models/ 5.0 kB" in note[0] and ".monkeyignore (e.g. data/)" in note[0]
+    assert cli("logs", "-f", run.stdout.strip(), check=True).stdout == "ok\n"
+
+    Path("data/more.bin").write_bytes(os.urandom(150000))  # past the "2 GB"
+    refused = cli("run", "--", sys.executable, "train.py")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines()[-1].endswith("or pass --yes to store it all")
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 1
+    cli("run", "--yes", "--", sys.executable, "train.py", check=True)
+    Path(".monkeyignore").write_text("data/\n")  # as the note says: the code is small again
+    data = cli("run", "--dataset", "data", "--", "true")  # the same check for --dataset
+    assert data.returncode == 1 and data.stderr.count("note:") == 1
+    assert "the dataset" in data.stderr.splitlines()[-1] and "--yes" in data.stderr
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 2
+
+
+def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monkeypatch):
+    import pty
+
+    _big_project(monkeypatch)
+    Path("data/more.bin").write_bytes(os.urandom(150000))
+
+    def on_terminal(answer: bytes) -> bytes:
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(sys.executable, [sys.executable, "-m", "monkey", "run", "--", sys.executable, "train.py"])
+        out = b""
+        while b"[y/N]" not in out:
+            out += os.read(fd, 4096)
+        os.write(fd, answer)
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.waitpid(pid, 0)
+        return out
+
+    no = on_terminal(b"n\n").decode()
+    assert "Store all 215.0 kB of" in no and "not stored: the working folder" in no
+    yes = on_terminal(b"y\n").decode()
+    assert "storing working folder" in yes  # rich's bar, drawn while storing
+    assert len(json.loads(subprocess.run(
+        [sys.executable, "-m", "monkey", "list", "jobs", "--json"], capture_output=True, text=True,
+        check=True).stdout)["jobs"]) == 1

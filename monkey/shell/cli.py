@@ -108,6 +108,7 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     spec.add_argument("--job-yml", metavar="FILE", help="apply this job.yml (default: the workdir's)")
     spec.add_argument("--no-job-yml", action="store_true", help="ignore the workdir's job.yml")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
+    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
     p.set_defaults(func=cmd_run)
     return p
@@ -309,7 +310,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     job = m.run(
         cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
         memory=args.memory, host=args.host, time=args.time, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
-        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml,
+        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _print_json(job.record.to_json())

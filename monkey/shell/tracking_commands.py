@@ -141,6 +141,7 @@ def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
                    help="a variable for every run")
     p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
+    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD | ACTION SWEEP",
                    help="the command template, with {name} placeholders; or an action")
@@ -292,7 +293,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
         retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
         name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir,
+        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _json(m.sweep_status(sid))
