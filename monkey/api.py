@@ -583,6 +583,12 @@ class Monkey(RerunAPI, TrackingAPI):
 
     # -- dashboard ----------------------------------------------------------------------
 
+    def search(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Jobs whose command or output holds TEXT, newest first (see monkey.search)."""
+        from monkey.search import search
+
+        return search(self.home, self.store, text, limit)
+
     def jobs_changed(self, since: float) -> list[JobRecord]:
         """Jobs whose record changed at or after ``since`` (epoch seconds), newest first."""
         return self.store.jobs_updated_since(since)

@@ -247,3 +247,30 @@ def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monk
     assert len(json.loads(subprocess.run(
         [sys.executable, "-m", "monkey", "list", "jobs", "--json"], capture_output=True, text=True,
         check=True).stdout)["jobs"]) == 1
+
+
+def test_search_finds_jobs_by_their_output_or_command_newest_first(cli, home):
+    oom = ("import sys\nprint('epoch 1', flush=True)\n"
+           "sys.exit('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+    Path("train.py").write_text(oom)
+    a = _run(cli, sys.executable, "train.py")
+    b = _run(cli, sys.executable, "-c", "print('all fine')")
+    cli("logs", "-f", a)
+    cli("logs", "-f", b)
+    out = cli("search", "CUDA out of memory", check=True).stdout
+    assert out == (f"{a}  failed     train  (stderr, attempt 1)\n"
+                   "    RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert cli("search", "out", "of", "CUDA").returncode == 1  # the words in order
+
+    c = _run(cli, sys.executable, "train.py", "--note", "memory-test")  # indexed since the last search
+    cli("logs", "-f", c)
+    hits = json.loads(cli("search", "cuda out of memory", "--json", check=True).stdout)
+    assert [h["job"] for h in hits] == [c, a]
+    assert [h["job"] for h in json.loads(cli("search", "memory-test", "--json").stdout)] == [c]
+
+    cli("retry", a, check=True)  # a new attempt's output is indexed too
+    cli("logs", "-f", a)
+    hit = json.loads(cli("search", "epoch 1", "--json", check=True).stdout)
+    assert [(h["job"], h["source"]) for h in hit] == [(c, "stdout, attempt 1"), (a, "stdout, attempt 2")]
+    cli("rm", "--yes", c, check=True)
+    assert [h["job"] for h in json.loads(cli("search", "CUDA", "--json").stdout)] == [a]

@@ -239,6 +239,7 @@ commands:
   list jobs|providers|sweeps jobs (newest first), configured providers, or sweeps
   info job JOB               everything known about a job
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
+  search WORDS...            jobs whose command or output holds WORDS, newest first
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run   (status: versions; stop --all: idle agent too)

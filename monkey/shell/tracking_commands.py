@@ -179,7 +179,18 @@ def add_list_sweeps(sub: Any) -> None:
     p.set_defaults(func=cmd_list_sweeps)
 
 
+def search_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
+                "newest first, each with its last matching line.")
+    p.add_argument("text", nargs="+", metavar="WORDS", help='e.g. "CUDA out of memory"')
+    p.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_search)
+    return p
+
+
 PARSERS = {
+    "search": search_parser,
     "metrics": metrics_parser,
     "plot": plot_parser,
     "report": report_parser,
@@ -249,6 +260,18 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size)
     print(path)
     return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    found = _monkey().search(" ".join(args.text), args.limit)
+    if args.json:
+        _json(found)
+        return 0
+    for hit in found:
+        print(f"{hit['job']}  {hit['state']:<9}  {hit['name']}  ({hit['source']})\n    {hit['line'].strip()}")
+    if not found:
+        print("no job matches")
+    return 0 if found else 1
 
 
 def cmd_report(args: argparse.Namespace) -> int:
