@@ -274,3 +274,49 @@ def test_search_finds_jobs_by_their_output_or_command_newest_first(cli, home):
     assert [(h["job"], h["source"]) for h in hit] == [(c, "stdout, attempt 1"), (a, "stdout, attempt 2")]
     cli("rm", "--yes", c, check=True)
     assert [h["job"] for h in json.loads(cli("search", "CUDA", "--json").stdout)] == [a]
+
+
+def test_report_and_plot_take_any_set_of_jobs(cli, home, tmp_path):
+    from test_tracking_sweeps import Tables, png_size
+
+    Path("train.py").write_text(
+        "import json, sys\n"
+        "lr = float(sys.argv[2])\n"
+        "for step in range(3):\n"
+        "    print(json.dumps({'monkey': {'step': step, 'acc': lr * step}}), flush=True)\n"
+    )
+    a = cli("run", "--name", "exp-a", "--", sys.executable, "train.py", "--lr", "0.1", check=True).stdout.strip()
+    b = cli("run", "--name", "exp-b", "--", sys.executable, "train.py", "--lr", "0.2", check=True).stdout.strip()
+    c = cli("run", "--name", "other", "--", sys.executable, "train.py", "--lr", "0.3", check=True).stdout.strip()
+    for juid in (a, b, c):
+        cli("logs", "-f", juid)
+
+    html = tmp_path / "exp.html"
+    assert cli("report", "--name", "exp-*", "-o", str(html), check=True).stdout.strip() == str(html)
+    page = Tables()
+    page.feed(html.read_text())
+    header, *body = page.rows
+    assert header[:4] == ["job", "name", "state", "lr"] and [r[0] for r in body] == [a, b]
+    assert page.svgs == 1 and page.polylines == 2  # acc, one line per job
+    assert "jobs named exp-*" in html.read_text()
+
+    everything = tmp_path / "all.html"
+    cli("report", "--since", "1h", "-o", str(everything), check=True)
+    page = Tables()
+    page.feed(everything.read_text())
+    assert [r[0] for r in page.rows[1:]] == [a, b, c]
+    picked = tmp_path / "picked.html"
+    cli("report", "--jobs", c, a, "-o", str(picked), check=True)
+    page = Tables()
+    page.feed(picked.read_text())
+    assert sorted(r[0] for r in page.rows[1:]) == [a, c]
+
+    png = tmp_path / "acc.png"
+    cli("plot", "--name", "exp-*", "-m", "acc", "-o", str(png), "--size", "640x480", check=True)
+    assert png_size(png) == (640, 480)
+
+    none = cli("report", "--name", "nothing*", "-o", str(tmp_path / "x.html"))
+    assert none.returncode == 1 and "no jobs named nothing*" in none.stderr
+    both = cli("report", "last", "--name", "exp-*", "-o", str(tmp_path / "x.html"))
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert not (tmp_path / "x.html").exists()

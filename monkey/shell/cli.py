@@ -251,12 +251,12 @@ commands:
   init                       write a commented job.yml for this project
   pull JOB [--to DIR]        fetch a job's persisted folders (job.yml `persist`)
   metrics JOB [--plot]       a job's metrics (--name N, --json, --csv)
-  plot JOB... -m M -o F.png  a PNG comparing metric M across jobs
+  plot JOB... -m M -o F.png  a PNG comparing metric M across jobs (or --jobs, --name, --since)
   sweep [OPTIONS] -- CMD     a hyper-parameter sweep (--grid, --random, --file)
   sweep status|cancel|pause|resume|retry SWEEP
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
-  report SWEEP -o F.html     a self-contained HTML report of a sweep
+  report SWEEP -o F.html     a self-contained HTML report of a sweep (or --jobs, --name, --since)
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it

@@ -87,9 +87,42 @@ def metrics_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
+def _selection(p: argparse.ArgumentParser) -> None:
+    """--jobs, --name and --since: a set of jobs, the filters narrowing each other."""
+    p.add_argument("--jobs", "-j", nargs="+", default=[], metavar="JOB", help="these jobs")
+    p.add_argument("--name", "-n", metavar="PATTERN",
+                   help="jobs whose name matches PATTERN (shell-style: 'resnet-*')")
+    p.add_argument("--since", "-s", metavar="AGE", help="jobs created in the last AGE (90m, 12h, 7d)")
+
+
+def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -> tuple[list[str], str]:
+    """The jobs chosen by REFS, --name and --since, oldest first, and words saying how."""
+    from fnmatch import fnmatchcase
+
+    from monkey.housekeeping import parse_age
+    from monkey.models import MonkeyError
+
+    if refs:
+        jobs = [j for j in (m.store.get_job(m.store.resolve(r)) for r in dict.fromkeys(refs)) if j]
+    else:
+        jobs = m.store.list_jobs(newest_first=False)
+    words = [f"jobs {', '.join(refs)}"] if refs else ["jobs"]
+    if name:
+        jobs = [j for j in jobs if fnmatchcase(j.name, name)]
+        words.append(f"named {name}")
+    if since:
+        cut = time.time() - parse_age(since)
+        jobs = [j for j in jobs if j.created_at >= cut]
+        words.append(f"created in the last {since}")
+    if not jobs:
+        raise MonkeyError(f"no {' '.join(words)}; see `monkey list jobs`")
+    return [j.juid for j in jobs], " ".join(words)
+
+
 def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p = _parser(cls, "plot", "Write a PNG comparing one metric across jobs (needs matplotlib).")
-    p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+    p.add_argument("job", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    _selection(p)
     p.add_argument("--metric", "-m", required=True, help="the metric to draw")
     p.add_argument("--out", "-o", required=True, help="the PNG file to write")
     p.add_argument("--x", choices=("step", "time"), default="step", help="x axis")
@@ -99,9 +132,11 @@ def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
 
 
 def report_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep.")
-    p.add_argument("sweep", help="sweep id (sw-...), unique prefix, or `last`")
+    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
+                "jobs (--jobs, --name, --since).")
+    p.add_argument("sweep", nargs="?", help="sweep id (sw-...), unique prefix, or `last`")
     p.add_argument("--out", "-o", required=True, help="the HTML file to write")
+    _selection(p)
     p.set_defaults(func=cmd_report)
     return p
 
@@ -257,8 +292,12 @@ def _size(text: str) -> tuple[int, int]:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     size = _size(args.size)
-    path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size)
-    print(path)
+    m = _monkey()
+    refs = [*args.job, *args.jobs]
+    if not (refs or args.name or args.since):
+        raise _usage("monkey plot: name the jobs (JOB..., --jobs, --name or --since)")
+    juids = _selected(m, refs, args.name, args.since)[0] if args.name or args.since else refs
+    print(m.plot(juids, args.metric, args.out, x=args.x, size=size))
     return 0
 
 
@@ -275,7 +314,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    print(_monkey().report(args.sweep, args.out))
+    m = _monkey()
+    chosen = args.jobs or args.name or args.since
+    if bool(args.sweep) == bool(chosen):
+        raise _usage("monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)")
+    if args.sweep:
+        print(m.report(args.sweep, args.out))
+    else:
+        juids, title = _selected(m, args.jobs, args.name, args.since)
+        print(m.report(None, args.out, jobs=juids, title=title))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""A self-contained HTML report of a sweep: its spec, progress, best run, the comparison
-table and one inline SVG chart per metric (no scripts, no external files)."""
+"""A self-contained HTML report of a sweep (its spec, progress, best run) or of any set of
+jobs: the comparison table and one inline SVG chart per metric (no scripts, no external
+files)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,7 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def sweep_report(status: dict[str, Any], table: dict[str, Any],
-                 charts: dict[str, dict[str, Series]]) -> str:
-    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs."""
-    spec = status["spec"]
-    metric = spec.get("metric")
+def _runs_and_charts(table: dict[str, Any], charts: dict[str, dict[str, Series]]) -> str:
     rows = []
     for row in table["rows"]:
         cells = "".join(
@@ -43,13 +40,47 @@ def sweep_report(status: dict[str, Any], table: dict[str, Any],
             f"{escape(cell(row.get(c)))}</td>" for c in table["columns"])
         rows.append(f"<tr>{cells}</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in table["columns"])
+    svgs = "".join(f"<figure>{svg_chart(runs, name)}</figure>" for name, runs in charts.items())
+    return f"""<h2>Runs</h2>
+<table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
+<h2>Metrics</h2>
+<div class="charts">{svgs}</div>"""
+
+
+def jobs_report(title: str, jobs: list[dict[str, Any]], table: dict[str, Any],
+                charts: dict[str, dict[str, Series]]) -> str:
+    """The HTML page of any set of JOBS ({"job", "state", "command"}): TITLE says how they were
+    chosen; TABLE from compare, CHARTS metric -> runs."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    commands = sorted({j["command"] for j in jobs})
+    shown = "<br>".join(f"<code>{escape(c)}</code>" for c in commands[:5])
+    more = f"<br>and {len(commands) - 5} more" if len(commands) > 5 else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>monkey report: {escape(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<p id="summary">{len(jobs)} jobs ({escape(states)}).</p>
+<p>Commands:<br>{shown}{more}</p>
+{_runs_and_charts(table, charts)}
+</body></html>
+"""
+
+
+def sweep_report(status: dict[str, Any], table: dict[str, Any],
+                 charts: dict[str, dict[str, Series]]) -> str:
+    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs."""
+    spec = status["spec"]
+    metric = spec.get("metric")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
     best = status.get("best")
     best_text = (f"{escape(best['job'])}: {escape(metric['name'])} = {best['value']:.4g} "
                  f"({escape(json.dumps(best['params']))})") if best and metric else "-"
     params = "; ".join(f"{escape(k)}: {escape(json.dumps(v))}"
                        for k, v in spec["parameters"].items())
-    svgs = "".join(f"<figure>{svg_chart(runs, name)}</figure>" for name, runs in charts.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>monkey sweep {escape(status['id'])}</title><style>{STYLE}</style></head>
@@ -60,9 +91,6 @@ runs ended ({escape(counts)}). Created {time.strftime('%Y-%m-%d %H:%M', time.loc
 <p>Command: <code>{escape(' '.join(spec['command']))}</code><br>
 Method: {escape(spec['method'])}; parameters: {params}<br>
 Metric: {escape(f"{metric['name']} ({metric['goal']})") if metric else '-'}; best run: {best_text}</p>
-<h2>Runs</h2>
-<table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
-<h2>Metrics</h2>
-<div class="charts">{svgs}</div>
+{_runs_and_charts(table, charts)}
 </body></html>
 """
