@@ -232,6 +232,7 @@ class Monkey(RerunAPI, TrackingAPI):
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
         elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
             root, subdir = snapshot.repository_root(root)
+            outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
         plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
         # The job.yml stored with the code holds no env values: they reach the job as env.

@@ -145,7 +145,7 @@ def test_monkeycli_prints_the_job_id(home):
 
 
 def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_sub_folder(
-        cli, home, tmp_path, monkeypatch):
+        cli, home, monkey, tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     (repo / "experiments").mkdir(parents=True)
     (repo / "lib.py").write_text("ANSWER = 42\n")
@@ -163,13 +163,14 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **env})
     monkeypatch.chdir(repo / "experiments")
-    juid = _run(cli, sys.executable, "train.py")
+    juid = cli("run", "--outputs", "out/*.txt", "--", sys.executable, "train.py", check=True).stdout.strip()
     assert cli("logs", "-f", juid, check=True).stdout == "42 experiments False\n"
     info = cli("info", juid, check=True).stdout
     assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
     assert "experiments/ (sub-folder of the workdir)" in info
     record = json.loads(cli("info", juid, "--json", check=True).stdout)
     assert record["workdir"] == str(repo.resolve()) and record["git"]["subdir"] == "experiments"
+    assert monkey.store.outputs(juid) == ["experiments/out/*.txt"]  # globs from where it runs
 
     again = cli("rerun", juid, check=True).stdout.split()[0]  # a rerun keeps the sub-folder
     assert cli("logs", "-f", again, check=True).stdout == "42 experiments False\n"
