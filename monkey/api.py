@@ -159,13 +159,15 @@ class Monkey(RerunAPI, TrackingAPI):
         params: dict[str, Any] | None = None,
         start_core: bool = True,
         job_yml: str | os.PathLike[str] | bool | None = None,
+        yes: bool = False,
     ) -> Job:
         """Snapshot the code and data, record the job, and wake the core. Returns at once.
 
         ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
         one, False ignores it. Arguments given here override the file. ``time``: the limit
         of each attempt ("90s", "30m", "2h", "1d", "HH:MM:SS"); past it the job gets SIGTERM,
-        then SIGKILL, and fails."""
+        then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
+        asking (see `monkey.snapshot.snapshot_dir`)."""
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
         except ValueError as exc:
@@ -180,6 +182,7 @@ class Monkey(RerunAPI, TrackingAPI):
         sub = self._submission(
             provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
             outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
+            yes=yes,
         )  # fmt: skip
         if params is None and sweep is None:  # a plain run: the flags in its command
             from monkey.rerun import command_values
@@ -206,6 +209,7 @@ class Monkey(RerunAPI, TrackingAPI):
         env: dict[str, str] | str | Iterable[str] | None = None,
         workdir: str | os.PathLike[str] | None = None,
         job_yml: str | os.PathLike[str] | bool | None = None,
+        yes: bool = False,
     ) -> Submission:
         """Check the options and store the code, data and environment the jobs of one
         submission share (done once for a whole sweep)."""
@@ -221,16 +225,20 @@ class Monkey(RerunAPI, TrackingAPI):
         root = Path(workdir).expanduser() if workdir else Path.cwd()
         job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
         js = jobspec.load(job_file) if job_file else None
+        subdir = ""
         if js is not None:  # the file's values first, so that arguments override them
             root = js.code_root
             given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
+        elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
+            root, subdir = snapshot.repository_root(root)
+            outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
         plain_env, secret_env = self._split_env(env)
         blobs = snapshot.BlobStore(self.home.blobs)
         # The job.yml stored with the code holds no env values: they reach the job as env.
         hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
         snap = snapshot.snapshot_dir(root, blobs, self.store, js.snapshot_ignore() if js else (),
-                                     replace=hidden)
+                                     replace=hidden, yes=yes)
         new_blobs = list(snap.new_blobs)
         spec_record = None
         if js is not None:
@@ -241,7 +249,7 @@ class Monkey(RerunAPI, TrackingAPI):
         recorded_datasets = []
         seen: set[str] = set()
         for spec in datasets:
-            ds = snapshot.dataset(spec, blobs, self.store)  # a path as typed: from the current folder
+            ds = snapshot.dataset(spec, blobs, self.store, yes=yes)  # a path as typed: from the current folder
             if ds.name in seen:
                 raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
             seen.add(ds.name)
@@ -251,6 +259,8 @@ class Monkey(RerunAPI, TrackingAPI):
                  "source": spec}
             )  # fmt: skip
         git, git_blobs = snapshot.git_info(root, blobs, [str(js.file)] if hidden else ())
+        if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
+            git = {**git, "subdir": subdir}
         new_blobs += git_blobs
         packages = self._packages()
         new_blobs.append(packages)
@@ -573,6 +583,12 @@ class Monkey(RerunAPI, TrackingAPI):
             time.sleep(poll)
 
     # -- dashboard ----------------------------------------------------------------------
+
+    def search(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Jobs whose command or output holds TEXT, newest first (see monkey.search)."""
+        from monkey.search import search
+
+        return search(self.home, self.store, text, limit)
 
     def jobs_changed(self, since: float) -> list[JobRecord]:
         """Jobs whose record changed at or after ``since`` (epoch seconds), newest first."""

@@ -55,6 +55,7 @@ __all__ = [
     "load_manifest",
     "dataset_name",
     "parse_dataset_spec",
+    "repository_root",
     "snapshot_dir",
 ]
 
@@ -71,6 +72,10 @@ _GIT_TIMEOUT = 60.0
 _BLOB_MODE = 0o400
 LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
 _MAX_UNTRACKED = 100
+# A folder past BIG bytes or files gets a progress bar (on a terminal) and a note naming its
+# largest folders; past HUGE bytes it is stored only when the user says so (--yes, or asked).
+_SIZE_LIMITS = {"MONKEY_BIG_BYTES": 100_000_000, "MONKEY_BIG_FILES": 10_000,
+                "MONKEY_HUGE_BYTES": 2_000_000_000}
 
 
 def hash_file(path: Path) -> str:
@@ -576,10 +581,11 @@ def _io_error(exc: OSError, path: str, blobs: BlobStore) -> MonkeyError:
 
 def _store_files(
     found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int,
-    given: Sequence[tuple[FileEntry, bytes]] = (),
+    given: Sequence[tuple[FileEntry, bytes]] = (), tick: Callable[[int], None] | None = None,
 ) -> tuple[list[FileEntry], list[tuple[str, int]], str, int]:
     """Digest and store walked files and the GIVEN entries (with the content to store for
-    them), write their manifest; returns (files, new, digest, size)."""
+    them), write their manifest; returns (files, new, digest, size). TICK gets the bytes
+    of each walked file once it is stored."""
     cached = _cached(store, [ap for _, ap, _ in found])
     racy_after = since_ns - _RACY_NS
     files: list[FileEntry] = []
@@ -596,6 +602,8 @@ def _store_files(
         files.append(entry)
     for rel, ap, st in found:
         size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+        if tick is not None:
+            tick(size)
         hit = cached.get(ap)
         if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
             entry = FileEntry(rel, hit[3], st.st_mode & 0o777, size)
@@ -649,7 +657,7 @@ def _store_files(
 
 
 def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
-                 replace: Mapping[str, bytes] | None = None) -> Snapshot:
+                 replace: Mapping[str, bytes] | None = None, yes: bool = False) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
     ``code.ignore``); a file whose relative path is a key of ``replace`` is stored with
@@ -661,7 +669,7 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence
     folders, broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the
     folder holding ``blobs``) when it lies inside ``workdir``. Unchanged files (same
     size, mtime, inode) reuse their cached digest; only new content is copied into
-    ``blobs``."""
+    ``blobs``. A big folder is announced, and a huge one needs ``yes`` (see `_size_check`)."""
     since = time.time_ns()
     root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
     if not os.path.isdir(root):
@@ -676,7 +684,8 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence
         given += [(FileEntry(rel, "", st.st_mode & 0o777, len(replace[rel])), replace[rel])
                   for rel, _, st in found if rel in replace]
         found = [f for f in found if f[0] not in replace]
-    files, new, digest, size = _store_files(found, blobs, store, since, given)
+    with _size_check(found, "working folder", root, yes) as tick:
+        files, new, digest, size = _store_files(found, blobs, store, since, given, tick)
     if links:
         import logging
 
@@ -685,6 +694,68 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence
             "monkey: note: %d symlink(s) leave the project and were recorded as links: %s%s",
             len(links), shown, f" and {len(links) - 3} more" if len(links) > 3 else "")
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
+
+
+def _size_limit(name: str) -> int:
+    try:
+        return int(os.environ.get(name, _SIZE_LIMITS[name]))
+    except ValueError:
+        raise MonkeyError(f"{name} must be a whole number, got {os.environ[name]!r}") from None
+
+
+def _human(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""  # unreachable
+
+
+@contextmanager
+def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: str,
+                yes: bool) -> Iterator[Callable[[int], None] | None]:
+    """Around storing FOUND: past MONKEY_BIG_BYTES (100 MB) or MONKEY_BIG_FILES (10,000) a
+    one-line note names the largest folders and how to leave them out, and a progress bar
+    runs on a terminal; past MONKEY_HUGE_BYTES (2 GB) the user is asked on a terminal,
+    elsewhere YES is needed, or MonkeyError before anything is stored. Yields the
+    progress callback for `_store_files` (None: no bar)."""
+    total = sum(st.st_size for _, _, st in found)
+    if total <= _size_limit("MONKEY_BIG_BYTES") and len(found) <= _size_limit("MONKEY_BIG_FILES"):
+        yield None
+        return
+    import logging
+    import sys
+
+    folders: dict[str, int] = {}
+    for rel, _, st in found:
+        top, sep, _rest = rel.partition("/")
+        if sep:
+            folders[top] = folders.get(top, 0) + st.st_size
+    largest = sorted(folders.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"{name}/ {_human(size)}" for name, size in largest) or "no sub-folders"
+    how = (f"leave folders out with .monkeyignore (e.g. {largest[0][0]}/) or ship data with --dataset"
+           if what != "dataset" and largest else "pass a smaller folder")
+    amount = f"{_human(total)} in {len(found):,} files"
+    logging.getLogger("monkey").warning("monkey: note: the %s %s holds %s; largest: %s; %s",
+                                        what, root, amount, named, how)
+    terminal = sys.stdin.isatty() and sys.stderr.isatty()
+    if total > _size_limit("MONKEY_HUGE_BYTES") and not yes:
+        if not terminal:
+            raise MonkeyError(f"the {what} {root} holds {amount}; {how}, or pass --yes to store it all")
+        sys.stderr.write(f"Store all {_human(total)} of {root}? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise MonkeyError(f"not stored: the {what} {root} holds {amount}; {how}")
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(f"storing {what}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda size: bar.advance(task, size)
 
 
 def _existing(path: Path | str, what: str, hint: str) -> str:
@@ -728,7 +799,8 @@ def dataset_name(path: str, is_file: bool) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", base).upper() or "DATA"
 
 
-def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None) -> Dataset:
+def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
+            yes: bool = False) -> Dataset:
     """Store a dataset given as ``PATH[:NAME]`` (a file, or every file of a folder).
 
     Relative paths are taken from ``base`` (default: the current folder). A folder dataset
@@ -753,7 +825,8 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None)
         found = [(os.path.basename(os.path.abspath(target)), root, st)]
     else:
         found = _walk(root, ignore=False, follow_dirs=True)
-    files, new, digest, size = _store_files(found, blobs, store, since)
+    with _size_check(found, "dataset", root, yes) as tick:
+        files, new, digest, size = _store_files(found, blobs, store, since, tick=tick)
     return Dataset(
         name=name or dataset_name(target, single),
         digest=digest,
@@ -776,6 +849,16 @@ def _git_top(start: str) -> str | None:
         if parent == here:
             return None
         here = parent
+
+
+def repository_root(folder: Path) -> tuple[Path, str]:
+    """(the top of the git work tree holding FOLDER, FOLDER's POSIX path relative to it);
+    (FOLDER, "") outside a repository or at its top."""
+    here = os.path.realpath(folder)
+    top = None if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ else _git_top(here)
+    if top is None or top == here:
+        return Path(folder), ""
+    return Path(top), os.path.relpath(here, top).replace(os.sep, "/")
 
 
 def git_info(workdir: Path, blobs: BlobStore,

@@ -142,3 +142,182 @@ def test_monkeycli_prints_the_job_id(home):
         env=env, capture_output=True, text=True, check=True).stdout.splitlines()
     juid = out[1].split()[1]
     assert out[0] == f"Submitted job {juid}: echo hi"
+
+
+def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_sub_folder(
+        cli, home, monkey, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "experiments").mkdir(parents=True)
+    (repo / "lib.py").write_text("ANSWER = 42\n")
+    (repo / ".gitignore").write_text("big/\n")
+    (repo / "big").mkdir()
+    (repo / "big" / "data.bin").write_bytes(b"x" * 1000)
+    (repo / "experiments" / "train.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.abspath('..'))\n"  # as `cd experiments && python train.py`
+        "import lib\n"
+        "print(lib.ANSWER, os.path.basename(os.getcwd()), os.path.exists('../big'))\n"
+    )
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **env})
+    monkeypatch.chdir(repo / "experiments")
+    juid = cli("run", "--outputs", "out/*.txt", "--", sys.executable, "train.py", check=True).stdout.strip()
+    assert cli("logs", "-f", juid, check=True).stdout == "42 experiments False\n"
+    info = cli("info", juid, check=True).stdout
+    assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
+    assert "experiments/ (sub-folder of the workdir)" in info
+    record = json.loads(cli("info", juid, "--json", check=True).stdout)
+    assert record["workdir"] == str(repo.resolve()) and record["git"]["subdir"] == "experiments"
+    assert monkey.store.outputs(juid) == ["experiments/out/*.txt"]  # globs from where it runs
+
+    again = cli("rerun", juid, check=True).stdout.split()[0]  # a rerun keeps the sub-folder
+    assert cli("logs", "-f", again, check=True).stdout == "42 experiments False\n"
+
+    monkeypatch.chdir(tmp_path)  # outside a repository: the current folder is the root
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.py").write_text("import os; print(sorted(os.listdir('.')))\n")
+    monkeypatch.chdir(tmp_path / "sub")
+    plain = _run(cli, sys.executable, "t.py")
+    assert cli("logs", "-f", plain, check=True).stdout == "['t.py']\n"
+    assert json.loads(cli("info", plain, "--json", check=True).stdout)["git"] == {}
+
+
+def _big_project(monkeypatch) -> None:
+    monkeypatch.setenv("MONKEY_BIG_BYTES", "20000")  # 100 MB and 2 GB, scaled down
+    monkeypatch.setenv("MONKEY_HUGE_BYTES", "200000")
+    Path("train.py").write_text("print('ok')\n")
+    Path("data").mkdir()
+    Path("models").mkdir()
+    for i in range(3):
+        Path(f"data/part{i}.bin").write_bytes(os.urandom(20000))
+    Path("models/m.bin").write_bytes(os.urandom(5000))
+
+
+def test_a_big_working_folder_is_announced_and_a_huge_one_needs_yes(cli, home, monkeypatch):
+    _big_project(monkeypatch)
+    run = cli("run", "--", sys.executable, "train.py", check=True)
+    note = [line for line in run.stderr.splitlines() if "note:" in line]
+    assert len(note) == 1 and "holds 65.0 kB in 5 files" in note[0]
+    assert "largest: data/ 60.0 kB, models/ 5.0 kB" in note[0] and ".monkeyignore (e.g. data/)" in note[0]
+    assert cli("logs", "-f", run.stdout.strip(), check=True).stdout == "ok\n"
+
+    Path("data/more.bin").write_bytes(os.urandom(150000))  # past the "2 GB"
+    refused = cli("run", "--", sys.executable, "train.py")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines()[-1].endswith("or pass --yes to store it all")
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 1
+    cli("run", "--yes", "--", sys.executable, "train.py", check=True)
+    Path(".monkeyignore").write_text("data/\n")  # as the note says: the code is small again
+    data = cli("run", "--dataset", "data", "--", "true")  # the same check for --dataset
+    assert data.returncode == 1 and data.stderr.count("note:") == 1
+    assert "the dataset" in data.stderr.splitlines()[-1] and "--yes" in data.stderr
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 2
+
+
+def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monkeypatch):
+    import pty
+
+    _big_project(monkeypatch)
+    Path("data/more.bin").write_bytes(os.urandom(150000))
+
+    def on_terminal(answer: bytes) -> bytes:
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(sys.executable, [sys.executable, "-m", "monkey", "run", "--", sys.executable, "train.py"])
+        out = b""
+        while b"[y/N]" not in out:
+            out += os.read(fd, 4096)
+        os.write(fd, answer)
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.waitpid(pid, 0)
+        return out
+
+    no = on_terminal(b"n\n").decode()
+    assert "Store all 215.0 kB of" in no and "not stored: the working folder" in no
+    yes = on_terminal(b"y\n").decode()
+    assert "storing working folder" in yes  # rich's bar, drawn while storing
+    assert len(json.loads(subprocess.run(
+        [sys.executable, "-m", "monkey", "list", "jobs", "--json"], capture_output=True, text=True,
+        check=True).stdout)["jobs"]) == 1
+
+
+def test_search_finds_jobs_by_their_output_or_command_newest_first(cli, home):
+    oom = ("import sys\nprint('epoch 1', flush=True)\n"
+           "sys.exit('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+    Path("train.py").write_text(oom)
+    a = _run(cli, sys.executable, "train.py")
+    b = _run(cli, sys.executable, "-c", "print('all fine')")
+    cli("logs", "-f", a)
+    cli("logs", "-f", b)
+    out = cli("search", "CUDA out of memory", check=True).stdout
+    assert out == (f"{a}  failed     train  (stderr, attempt 1)\n"
+                   "    RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert cli("search", "out", "of", "CUDA").returncode == 1  # the words in order
+
+    c = _run(cli, sys.executable, "train.py", "--note", "memory-test")  # indexed since the last search
+    cli("logs", "-f", c)
+    hits = json.loads(cli("search", "cuda out of memory", "--json", check=True).stdout)
+    assert [h["job"] for h in hits] == [c, a]
+    assert [h["job"] for h in json.loads(cli("search", "memory-test", "--json").stdout)] == [c]
+
+    cli("retry", a, check=True)  # a new attempt's output is indexed too
+    cli("logs", "-f", a)
+    hit = json.loads(cli("search", "epoch 1", "--json", check=True).stdout)
+    assert [(h["job"], h["source"]) for h in hit] == [(c, "stdout, attempt 1"), (a, "stdout, attempt 2")]
+    cli("rm", "--yes", c, check=True)
+    assert [h["job"] for h in json.loads(cli("search", "CUDA", "--json").stdout)] == [a]
+
+
+def test_report_and_plot_take_any_set_of_jobs(cli, home, tmp_path):
+    from test_tracking_sweeps import Tables, png_size
+
+    Path("train.py").write_text(
+        "import json, sys\n"
+        "lr = float(sys.argv[2])\n"
+        "for step in range(3):\n"
+        "    print(json.dumps({'monkey': {'step': step, 'acc': lr * step}}), flush=True)\n"
+    )
+    a = cli("run", "--name", "exp-a", "--", sys.executable, "train.py", "--lr", "0.1", check=True).stdout.strip()
+    b = cli("run", "--name", "exp-b", "--", sys.executable, "train.py", "--lr", "0.2", check=True).stdout.strip()
+    c = cli("run", "--name", "other", "--", sys.executable, "train.py", "--lr", "0.3", check=True).stdout.strip()
+    for juid in (a, b, c):
+        cli("logs", "-f", juid)
+
+    html = tmp_path / "exp.html"
+    assert cli("report", "--name", "exp-*", "-o", str(html), check=True).stdout.strip() == str(html)
+    page = Tables()
+    page.feed(html.read_text())
+    header, *body = page.rows
+    assert header[:4] == ["job", "name", "state", "lr"] and [r[0] for r in body] == [a, b]
+    assert page.svgs == 1 and page.polylines == 2  # acc, one line per job
+    assert "jobs named exp-*" in html.read_text()
+
+    everything = tmp_path / "all.html"
+    cli("report", "--since", "1h", "-o", str(everything), check=True)
+    page = Tables()
+    page.feed(everything.read_text())
+    assert [r[0] for r in page.rows[1:]] == [a, b, c]
+    picked = tmp_path / "picked.html"
+    cli("report", "--jobs", c, a, "-o", str(picked), check=True)
+    page = Tables()
+    page.feed(picked.read_text())
+    assert sorted(r[0] for r in page.rows[1:]) == [a, c]
+
+    png = tmp_path / "acc.png"
+    cli("plot", "--name", "exp-*", "-m", "acc", "-o", str(png), "--size", "640x480", check=True)
+    assert png_size(png) == (640, 480)
+
+    none = cli("report", "--name", "nothing*", "-o", str(tmp_path / "x.html"))
+    assert none.returncode == 1 and "no jobs named nothing*" in none.stderr
+    both = cli("report", "last", "--name", "exp-*", "-o", str(tmp_path / "x.html"))
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert not (tmp_path / "x.html").exists()

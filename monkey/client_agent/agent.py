@@ -1430,9 +1430,11 @@ class Agent:
             if "/" in name:
                 raise RequestError(f"workdir_name must be one path component: {name!r}")
             work = os.path.join(work, name)
+        # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
+        cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
         env = dict(os.environ, **env)
         try:
-            os.makedirs(work, 0o700, exist_ok=True)
+            os.makedirs(cwd, 0o700, exist_ok=True)
             for name, ds_files, digest, single in datasets:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
@@ -1454,7 +1456,7 @@ class Agent:
         limit = req.get("time_limit")
         if limit is not None:
             limit = [float(limit), time.time() + float(limit), float(req.get("grace", 10))]
-        job = self._spawn(juid, attempt, run_dir, work, argv, env, limit)
+        job = self._spawn(juid, attempt, run_dir, cwd, argv, env, limit)
         job.cgroup = cgroup
         if results is not None:
             self.results[job.key] = results

@@ -747,6 +747,7 @@ class Core:
             "env": env, **code, "blobs_dir": drv.blobs_dir(instance),
             "datasets": datasets, "_blobs": blobs, **spec_fields,
             **({"time_limit": job.resources.time, "grace": KILL_GRACE} if job.resources.time else {}),
+            **({"cwd": job.git["subdir"]} if job.git.get("subdir") else {}),
         }  # fmt: skip
 
     def _code_fields(self, key: tuple[str, str], job: Job) -> tuple[dict[str, Any], list[str]]:

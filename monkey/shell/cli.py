@@ -108,6 +108,7 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     spec.add_argument("--job-yml", metavar="FILE", help="apply this job.yml (default: the workdir's)")
     spec.add_argument("--no-job-yml", action="store_true", help="ignore the workdir's job.yml")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
+    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
     p.set_defaults(func=cmd_run)
     return p
@@ -238,6 +239,7 @@ commands:
   list jobs|providers|sweeps jobs (newest first), configured providers, or sweeps
   info job JOB               everything known about a job
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
+  search WORDS...            jobs whose command or output holds WORDS, newest first
   job cancel|pause|resume|retry JOB...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run   (status: versions; stop --all: idle agent too)
@@ -249,12 +251,12 @@ commands:
   init                       write a commented job.yml for this project
   pull JOB [--to DIR]        fetch a job's persisted folders (job.yml `persist`)
   metrics JOB [--plot]       a job's metrics (--name N, --json, --csv)
-  plot JOB... -m M -o F.png  a PNG comparing metric M across jobs
+  plot JOB... -m M -o F.png  a PNG comparing metric M across jobs (or --jobs, --name, --since)
   sweep [OPTIONS] -- CMD     a hyper-parameter sweep (--grid, --random, --file)
   sweep status|cancel|pause|resume|retry SWEEP
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
-  report SWEEP -o F.html     a self-contained HTML report of a sweep
+  report SWEEP -o F.html     a self-contained HTML report of a sweep (or --jobs, --name, --since)
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it
@@ -309,7 +311,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     job = m.run(
         cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
         memory=args.memory, host=args.host, time=args.time, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
-        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml,
+        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _print_json(job.record.to_json())
@@ -474,6 +476,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
          + (f", memory {res['memory']}" if res.get("memory") else "")),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),
+        *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),
         ("snapshot", info["snapshot"] or "-"),
         ("git", (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
          if git else "not a git repository"),

@@ -87,11 +87,44 @@ def metrics_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
+def _selection(p: argparse.ArgumentParser) -> None:
+    """--jobs, --name and --since: a set of jobs, the filters narrowing each other."""
+    p.add_argument("--jobs", "-j", nargs="+", default=[], metavar="JOB", help="these jobs")
+    p.add_argument("--name", "-n", metavar="PATTERN",
+                   help="jobs whose name matches PATTERN (shell-style: 'resnet-*')")
+    p.add_argument("--since", "-s", metavar="AGE", help="jobs created in the last AGE (90m, 12h, 7d)")
+
+
+def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -> tuple[list[str], str]:
+    """The jobs chosen by REFS, --name and --since, oldest first, and words saying how."""
+    from fnmatch import fnmatchcase
+
+    from monkey.housekeeping import parse_age
+    from monkey.models import MonkeyError
+
+    if refs:
+        jobs = [j for j in (m.store.get_job(m.store.resolve(r)) for r in dict.fromkeys(refs)) if j]
+    else:
+        jobs = m.store.list_jobs(newest_first=False)
+    words = [f"jobs {', '.join(refs)}"] if refs else ["jobs"]
+    if name:
+        jobs = [j for j in jobs if fnmatchcase(j.name, name)]
+        words.append(f"named {name}")
+    if since:
+        cut = time.time() - parse_age(since)
+        jobs = [j for j in jobs if j.created_at >= cut]
+        words.append(f"created in the last {since}")
+    if not jobs:
+        raise MonkeyError(f"no {' '.join(words)}; see `monkey list jobs`")
+    return [j.juid for j in jobs], " ".join(words)
+
+
 def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p = _parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
                 "(needs matplotlib): one panel per metric, runs named by what differs.")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
-    p.add_argument("--sweep", "-s", help="every run of this sweep (default metric: the sweep's)")
+    p.add_argument("job", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    _selection(p)
+    p.add_argument("--sweep", help="every run of this sweep (default metric: the sweep's)")
     p.add_argument("--metric", "-m", action="append", default=[],
                    help="a metric to draw (repeat for several: one panel each)")
     p.add_argument("--out", "-o", required=True, help="the PNG (or .svg, .pdf) file to write")
@@ -106,9 +139,11 @@ def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
 
 
 def report_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep.")
-    p.add_argument("sweep", help="sweep id (sw-...), unique prefix, or `last`")
+    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
+                "jobs (--jobs, --name, --since).")
+    p.add_argument("sweep", nargs="?", help="sweep id (sw-...), unique prefix, or `last`")
     p.add_argument("--out", "-o", required=True, help="the HTML file to write")
+    _selection(p)
     p.set_defaults(func=cmd_report)
     return p
 
@@ -148,6 +183,7 @@ def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
                    help="a variable for every run")
     p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
+    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD | ACTION SWEEP",
                    help="the command template, with {name} placeholders; or an action")
@@ -185,7 +221,18 @@ def add_list_sweeps(sub: Any) -> None:
     p.set_defaults(func=cmd_list_sweeps)
 
 
+def search_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+    p = _parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
+                "newest first, each with its last matching line.")
+    p.add_argument("text", nargs="+", metavar="WORDS", help='e.g. "CUDA out of memory"')
+    p.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_search)
+    return p
+
+
 PARSERS = {
+    "search": search_parser,
     "metrics": metrics_parser,
     "plot": plot_parser,
     "report": report_parser,
@@ -252,16 +299,39 @@ def _size(text: str) -> tuple[int, int]:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     size = _size(args.size)
-    if not args.jobs and not args.sweep:
-        raise _usage("monkey plot: name the jobs to draw, or --sweep S")
-    path = _monkey().plot(args.jobs, args.metric, args.out, x=args.x, size=size,
-                          smooth=args.smooth, log_y=args.log_y, sweep=args.sweep)
-    print(path)
+    m = _monkey()
+    refs = [*args.job, *args.jobs]
+    if args.name or args.since:
+        refs = _selected(m, refs, args.name, args.since)[0]
+    if not refs and not args.sweep:
+        raise _usage("monkey plot: name the jobs (JOB..., --jobs, --name or --since), or --sweep S")
+    print(m.plot(refs, args.metric, args.out, x=args.x, size=size, smooth=args.smooth,
+                 log_y=args.log_y, sweep=args.sweep))
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    found = _monkey().search(" ".join(args.text), args.limit)
+    if args.json:
+        _json(found)
+        return 0
+    for hit in found:
+        print(f"{hit['job']}  {hit['state']:<9}  {hit['name']}  ({hit['source']})\n    {hit['line'].strip()}")
+    if not found:
+        print("no job matches")
+    return 0 if found else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    print(_monkey().report(args.sweep, args.out))
+    m = _monkey()
+    chosen = args.jobs or args.name or args.since
+    if bool(args.sweep) == bool(chosen):
+        raise _usage("monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)")
+    if args.sweep:
+        print(m.report(args.sweep, args.out))
+    else:
+        juids, title = _selected(m, args.jobs, args.name, args.since)
+        print(m.report(None, args.out, jobs=juids, title=title))
     return 0
 
 
@@ -302,7 +372,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
         retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
         name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir,
+        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _json(m.sweep_status(sid))

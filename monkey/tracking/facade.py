@@ -392,18 +392,30 @@ class TrackingAPI:
         result.update(runs=runs, metric=metric)
         return result
 
-    def report(self, ref: str, out: str) -> str:
-        """Write a self-contained HTML report of a sweep; returns its path."""
-        from monkey.tracking.report import sweep_report
+    def report(self, ref: str | None, out: str, jobs: list[str] | None = None,
+               title: str | None = None) -> str:
+        """Write a self-contained HTML report of the sweep REF, or of the JOBS (refs) under
+        TITLE; returns its path."""
+        from monkey.tracking.report import jobs_report, sweep_report
 
         _check_out(out, "monkey report", "report.html")
-        status = self.sweep_status(ref)
-        table = self.compare(sweep=status["id"])
-        juids = [j["job"] for j in status["jobs"]]
+        if ref is not None:
+            status = self.sweep_status(ref)
+            table = self.compare(sweep=status["id"])
+            juids = [j["job"] for j in status["jobs"]]
+        else:
+            table = self.compare(jobs)
+            records = [self.store.get_job(row["job"]) for row in table["rows"]]
+            juids = [j.juid for j in records if j is not None]
         names = sorted({n for j in juids for n in self.store.metric_names(j)
                         if not n.startswith("sys/")})
         charts, style = self.chart_data(juids, names)
-        html = sweep_report(status, table, charts, style, self.sweep_analysis(ref, status))
+        if ref is not None:
+            html = sweep_report(status, table, charts, style, self.sweep_analysis(ref, status))
+        else:
+            summary = [{"job": j.juid, "state": j.state.value, "command": j.command}
+                       for j in records if j is not None]
+            html = jobs_report(title or f"{len(summary)} jobs", summary, table, charts, style)
         tmp = f"{out}.tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:

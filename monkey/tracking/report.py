@@ -1,7 +1,8 @@
-"""A self-contained HTML report of a sweep: its spec, progress, best run (highlighted), the
+"""A self-contained HTML report of a sweep — its spec, progress, best run (highlighted), the
 comparison table, sweep analysis (parameter importance, parallel coordinates, a scatter per
-parameter, best so far over time) and the metrics as small multiples, all inline SVG as wide
-as the page (no scripts, no external files)."""
+parameter, best so far over time) and the metrics as small multiples — or of any set of
+jobs (the table and the metrics), all inline SVG as wide as the page (no scripts, no
+external files)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,9 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def sweep_report(status: dict[str, Any], table: dict[str, Any],
-                 charts: dict[str, dict[str, Series]], style: Style | None = None,
-                 analysis: dict[str, Any] | None = None) -> str:
-    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs,
-    ANALYSIS from ``Monkey.sweep_analysis``."""
-    spec = status["spec"]
-    metric = spec.get("metric")
+def _runs_and_charts(table: dict[str, Any], charts: dict[str, dict[str, Series]],
+                     style: Style | None, analysis: dict[str, Any] | None) -> str:
+    """The runs table (the best run's row marked) and the metrics as small multiples."""
     rows = []
     for row in table["rows"]:
         cells = "".join(
@@ -53,13 +50,50 @@ def sweep_report(status: dict[str, Any], table: dict[str, Any],
         mark = ' class="best"' if best_row else ""
         rows.append(f"<tr{mark}>{cells}</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in table["columns"])
+    svgs = svg_charts(charts, style) if charts else "<p>no metrics logged</p>"
+    return f"""<h2>Runs</h2>
+<table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
+{analysis_html(analysis) if analysis else ""}
+<h2>Metrics</h2>
+<div class="charts">{svgs}</div>"""
+
+
+def jobs_report(title: str, jobs: list[dict[str, Any]], table: dict[str, Any],
+                charts: dict[str, dict[str, Series]], style: Style | None = None) -> str:
+    """The HTML page of any set of JOBS ({"job", "state", "command"}): TITLE says how they were
+    chosen; TABLE from compare, CHARTS metric -> runs."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    commands = sorted({j["command"] for j in jobs})
+    shown = "<br>".join(f"<code>{escape(c)}</code>" for c in commands[:5])
+    more = f"<br>and {len(commands) - 5} more" if len(commands) > 5 else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>monkey report: {escape(title)}</title><style>{STYLE}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<p id="summary">{len(jobs)} jobs ({escape(states)}).</p>
+<p>Commands:<br>{shown}{more}</p>
+{_runs_and_charts(table, charts, style, None)}
+</body></html>
+"""
+
+
+def sweep_report(status: dict[str, Any], table: dict[str, Any],
+                 charts: dict[str, dict[str, Series]], style: Style | None = None,
+                 analysis: dict[str, Any] | None = None) -> str:
+    """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs,
+    ANALYSIS from ``Monkey.sweep_analysis``."""
+    spec = status["spec"]
+    metric = spec.get("metric")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
     best = status.get("best")
     best_text = (f"{escape(best['job'])}: {escape(metric['name'])} = {best['value']:.4g} "
                  f"({escape(json.dumps(best['params']))})") if best and metric else "-"
     params = "; ".join(f"{escape(k)}: {escape(json.dumps(v))}"
                        for k, v in spec["parameters"].items())
-    svgs = svg_charts(charts, style) if charts else "<p>no metrics logged</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>monkey sweep {escape(status['id'])}</title><style>{STYLE}</style></head>
@@ -70,11 +104,7 @@ runs ended ({escape(counts)}). Created {time.strftime('%Y-%m-%d %H:%M', time.loc
 <p>Command: <code>{escape(' '.join(spec['command']))}</code><br>
 Method: {escape(spec['method'])}; parameters: {params}<br>
 Metric: {escape(f"{metric['name']} ({metric['goal']})") if metric else '-'}; best run: {best_text}</p>
-<h2>Runs</h2>
-<table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
-{analysis_html(analysis) if analysis else ""}
-<h2>Metrics</h2>
-<div class="charts">{svgs}</div>
+{_runs_and_charts(table, charts, style, analysis)}
 </body></html>
 """
 

@@ -1,0 +1,57 @@
+"""`monkey search` over 2,000 ended jobs with 200 lines of output each (400,000 lines).
+
+The first search indexes everything; later ones read only what is new. Printed against
+`python -c pass` and `monkey list jobs` run by the same interpreter in the same run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from common import fresh_home, median_wall, run_quiet
+
+N = 2_000
+LINES = 200
+
+
+def main() -> None:
+    home = fresh_home()
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    job = m.run(["true"], start_core=False)
+    row = m.store.db.execute("SELECT * FROM jobs WHERE juid = ?", (job.juid,)).fetchone()
+    cols = [d[0] for d in m.store.db.execute("SELECT * FROM jobs LIMIT 0").description]
+    names = [c for c in cols if c != "seq"]
+    values = []
+    for i in range(N):
+        r = dict(zip(cols, row))
+        r.pop("seq")
+        r.update(juid=f"25-01-01-{i + 1:04d}", state="failed" if i % 100 == 0 else "succeeded", attempts=1)
+        values.append(tuple(r[c] for c in names))
+        run = m.home.run_dir(r["juid"], 1)
+        run.mkdir(parents=True)
+        lines = [f"epoch {k} step {k * 10} loss {1 / (k + 1):.4f} lr 0.001" for k in range(LINES)]
+        if i % 100 == 0:
+            lines.append("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        (run / "stdout.log").write_text("\n".join(lines) + "\n")
+    with m.store.tx() as db:
+        db.executemany(f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                       values)
+    m.store.close()
+    search = [sys.executable, "-m", "monkey", "search", "CUDA out of memory"]
+    t = time.perf_counter()
+    run_quiet(search)
+    first = time.perf_counter() - t
+    base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
+    listing = median_wall(lambda: run_quiet([sys.executable, "-m", "monkey", "list", "jobs"]), 11)
+    again = median_wall(lambda: run_quiet(search), 11)
+    print(f"python -c pass:              {base * 1000:7.1f} ms")
+    print(f"monkey list jobs:            {listing * 1000:7.1f} ms  ({listing / base:.1f}x)")
+    print(f"first search (indexes {N * LINES:,} lines): {first * 1000:7.1f} ms  ({first / base:.1f}x)")
+    print(f"later searches:              {again * 1000:7.1f} ms  ({again / base:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
