@@ -143,7 +143,8 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 @pytest.fixture
 def moto(moto_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """An empty EC2 + S3 at ``moto.endpoint`` and fake credentials in the environment (no
-    real AWS file or profile is read); the test must leave no instance running."""
+    real AWS file or profile is read); the test must leave no instance running, and S3's
+    checks (the gate's, tests/s3_gate.py) must have refused nothing it sent."""
     from tests.moto_server import CREDENTIALS, REGION, Moto
 
     moto_server.reset()
@@ -160,3 +161,4 @@ def moto(moto_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     moto_server.reset_auth()
     left = [(i["InstanceId"], i["State"]["Name"], i["Region"]) for i in cloud.instances()]
     assert not left, f"the test left instances running: {left}"
+    assert not moto_server.gate.refused, f"S3 would have refused: {moto_server.gate.refused}"

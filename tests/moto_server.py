@@ -12,6 +12,11 @@ is imported (its settings are read once):
 - buckets are named in the path only, as monkey's clients address them at any endpoint
   (`S3_IGNORE_SUBDOMAIN_BUCKETNAME`: else an endpoint named ec2.example reads as bucket `ec2`).
 
+Every request reaches moto through a gate (tests/s3_gate.py) that checks S3's presigned
+URLs and POST policies as AWS does (moto checks neither): ``endpoint`` is the gate's, so
+the URLs and forms monkey's storage signs name it; ``gate.refused`` lists what it refused
+(the ``moto`` fixture asserts it refused nothing).
+
 moto answers any credentials until `reject_credentials()` (its `reset-auth` API) makes it
 check them as AWS does; the next reset accepts any again.
 """
@@ -53,20 +58,27 @@ class MotoServer:
         )
         from moto.server import ThreadedMotoServer
 
+        from tests.s3_gate import S3Gate
+
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
-        self.endpoint = f"http://127.0.0.1:{self._server.get_host_and_port()[1]}"
+        self.gate = S3Gate()
+        self.gate.backend_port = self._server.get_host_and_port()[1]
+        self.gate.trust_key(CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        self.endpoint = f"http://{self.gate.address}"
+        self._backend = f"http://127.0.0.1:{self.gate.backend_port}"
 
     def _post(self, path: str, body: bytes = b"") -> None:
-        request = urllib.request.Request(self.endpoint + path, data=body, method="POST",
+        request = urllib.request.Request(self._backend + path, data=body, method="POST",
                                          headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(request, timeout=30) as reply:
             reply.read()
 
     def reset(self) -> None:
-        """Forget every resource, and accept any credentials again."""
+        """Forget every resource and every refusal, and accept any credentials again."""
         self._post("/moto-api/reset")
+        self.gate.refused.clear()
         self.reset_auth()
 
     def reset_auth(self) -> None:
@@ -78,6 +90,7 @@ class MotoServer:
         self._post("/moto-api/reset-auth", b"0")
 
     def stop(self) -> None:
+        self.gate.close()
         self._server.stop()
 
 

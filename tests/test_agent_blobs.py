@@ -15,6 +15,7 @@ from monkey.config import Home
 from monkey.drivers.agent_link import AgentError
 from monkey.snapshot import BlobStore
 from monkey.storage.local import LocalStorage
+from monkey.storage.s3 import S3Storage
 
 # The fixtures of the agent's and the storage's tests, used here as they are.
 world, agent = test_agent.world, test_agent.agent
@@ -61,7 +62,8 @@ def test_blob_that_cannot_be_fetched_refuses_the_start(world: World, agent: Clie
     bad = files[0][1]  # main.py
     url, size = urls[bad]
     if fault == "missing key":
-        urls[bad] = [url.replace(bad, "0" * 64), size]
+        absent = S3Storage(test_storage.BUCKET, endpoint=moto_s3, region="us-east-1")
+        urls[bad] = [absent.blob_url("0" * 64, expires=600), size]  # signed, as S3 requires
         expected = f"missing blob {bad} could not be fetched: HTTP 404 (?i:not found)"
     elif fault == "wrong size":
         urls[bad] = [url, size + 1]

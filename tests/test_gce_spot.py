@@ -2,7 +2,8 @@
 fake-gcs-server behind its signature gate, an sshd per instance address (the `fleet` of
 test_ec2.py) and a GCE metadata service per address that the test controls (tests/imds.py).
 Results move through the bucket by signed POST policy; a preemption stops the job, which
-resumes on a new instance from its checkpoint."""
+resumes on a new instance from its checkpoint. Also GCE's variants of tests/test_spot_more.py:
+a notice with two jobs on the instance, and a job cancelled before the notice."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.sshd import Lab
 from tests.test_ec2 import FLEET, fleet  # noqa: F401 - fixture
 from tests.test_gce import ZONE, add_gcp, gce, gcs_server, info, run_job  # noqa: F401 - fixtures
 from tests.test_spot import EPOCHS, TRAIN, epochs_done, expected, stdout
+from tests.test_spot_more import SLOW_STOP
 
 
 @pytest.fixture
@@ -126,3 +128,55 @@ def _uploaded_epoch(fake: FakeGCE, bucket: str, juid: str) -> int:
         return int(json.loads(stored[f"runs/{juid}/results/objects/{sha}"])["epoch"])
     except KeyError:
         return 0
+
+
+def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(
+        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port)
+    try:
+        jobs = [run_job(cli, "python3", "train.py") for _ in range(2)]
+        for juid in jobs:
+            wait_for(lambda j=juid: "epoch 2\n" in stdout(home, j, 1), timeout=60, what=f"{juid} at epoch 2")
+        [first] = {info(cli, juid)["instance"] for juid in jobs}  # e2-small: 2 slots, one machine
+        node = node_of(cli, jobs[0], gce)
+        metadata[node["networkInterfaces"][0]["networkIP"]].preempt()
+        for juid in jobs:
+            wait_for(lambda j=juid: info(cli, j)["attempts_detail"][0]["reason"], timeout=60,
+                     what=f"{juid}'s first attempt to end")  # fmt: skip
+        gce.preempt(ZONE, node["name"])
+        for juid in jobs:
+            wait_for(lambda j=juid: info(cli, j)["state"] == "succeeded", timeout=120,
+                     what=f"{juid} to resume and succeed")  # fmt: skip
+        for juid in jobs:
+            one, two = info(cli, juid)["attempts_detail"]
+            assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], one
+            assert one["instance"] == first and two["instance"] != first and two["reason"] == "exit 0"
+            stopped_at = epochs_done(home, juid, 1)
+            assert "stopping: preempted" in stdout(home, juid, 1)
+            assert f"start at epoch {stopped_at}\n" in stdout(home, juid, 2)
+            assert f"result {expected()}\n" in stdout(home, juid, 2)
+        assert first.split("/", 1)[1] not in [i["name"] for i in gce.listed()]
+    finally:
+        finish(cli, gce)
+
+
+def test_a_job_cancelled_before_the_notice_stays_cancelled(
+        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port)
+    Path("slow.py").write_text(SLOW_STOP)
+    try:
+        juid = run_job(cli, "python3", "slow.py")
+        wait_for(lambda: "running\n" in stdout(home, juid, 1), timeout=60, what="the job to run")
+        node = node_of(cli, juid, gce)
+        cli("job", "cancel", juid, check=True)
+        wait_for(lambda: "asked to stop\n" in stdout(home, juid, 1), timeout=30, what="the cancel's SIGTERM")
+        metadata[node["networkInterfaces"][0]["networkIP"]].preempt()
+        wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=60, what="the job to end cancelled")
+        gce.preempt(ZONE, node["name"])
+        job = info(cli, juid)
+        assert job["attempts"] == 1 and job["attempts_detail"][0]["reason"] == "cancelled by user"
+        assert not any(e["kind"] in ("preempt", "retry") for e in job["events"]), job["events"]
+        wait_for(lambda: gce.listed() == [], timeout=30, what="the noticed instance to go")
+        assert info(cli, juid)["state"] == "cancelled" and info(cli, juid)["attempts"] == 1
+    finally:
+        finish(cli, gce)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +25,7 @@ from monkey.storage.base import local_tree
 from monkey.storage.gcs import GCSStorage
 from monkey.storage.local import LocalStorage
 from monkey.storage.s3 import S3Storage
+from tests.conftest import wait_for
 from tests.test_gce import gce, gcs_server  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,10 +182,11 @@ def test_put_url_takes_a_file_from_a_worker(storage: Storage, tmp_path: Path) ->
     assert not (tmp_path / "none").exists()
 
 
-def test_s3_urls_are_signed_and_expire(moto_s3: str, source: BlobStore) -> None:
-    # moto 5.2 serves presigned URLs without checking their signature or expiry (its S3
-    # authorisation reads only the Authorization header), so the URL's terms are checked here.
-    storage = make_s3(moto_s3)
+def test_s3_urls_are_signed_and_expire(moto: Any, source: BlobStore) -> None:
+    """moto 5.2 serves presigned URLs whatever their signature or expiry; its gate
+    (tests/s3_gate.py) checks them as S3 does and refuses a forged, an expired and a
+    tampered URL."""
+    storage = make_s3(moto.endpoint)
     digest, _ = source.put_bytes(b"signed")
     storage.put_blobs([digest], source)
     url = storage.blob_url(digest, expires=90)
@@ -191,10 +195,67 @@ def test_s3_urls_are_signed_and_expire(moto_s3: str, source: BlobStore) -> None:
     assert query["X-Amz-Expires"] == ["90"] and query["X-Amz-Signature"][0]
     assert "testing" in query["X-Amz-Credential"][0] and "secret" not in url.lower()
     assert fetch(url) == b"signed"
+
+    signature = query["X-Amz-Signature"][0]
+    forged = url.replace(signature, ("0" if signature[0] != "0" else "1") + signature[1:])
+    other = url.replace(f"blobs/{digest}", f"blobs/{'0' * 64}")  # another key, same signature
+    expired = storage.blob_url(digest, expires=1)
+    stamp = urllib.parse.parse_qs(urllib.parse.urlparse(expired).query)["X-Amz-Date"][0]
+    wait_for(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 2)) > stamp,
+             what="the URL to expire")  # fmt: skip
+    for bad in (forged, other, expired):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            fetch(bad)
+        assert err.value.code == 403
+    assert [r.split(": ", 1)[1] for r in moto.server.gate.refused] == [
+        "the signature does not match", "the signature does not match", "the presigned URL has expired"]
+    moto.server.gate.refused.clear()
+
     storage.delete(f"blobs/{digest}")
     with pytest.raises(urllib.error.HTTPError) as err:
         fetch(url)
     assert err.value.code == 404
+
+
+def test_s3_upload_form_is_checked_as_s3_does(moto: Any, tmp_path: Path) -> None:
+    """The agent's uploader posts under the form's prefix; S3's checks (the gate's) refuse a
+    key outside it, a forged signature and an expired form, and store nothing of theirs."""
+    from monkey.client_agent.results import Results
+
+    storage = make_s3(moto.endpoint)
+    form = storage.upload_form("runs/26-01-01-001/results", expires=600)
+    assert form["url"].startswith(moto.endpoint) and "testing" not in json.dumps(form["fields"]).replace(
+        form["fields"]["x-amz-credential"], "")
+    state = tmp_path / "ckpt" / "state.json"
+    state.parent.mkdir()
+    state.write_text('{"epoch": 3}')
+    uploader = Results({**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
+                       "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    sent = uploader.upload()
+    assert sent["files"] == 1 and sent["bytes"] == len('{"epoch": 3}')
+    listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET)["Contents"]
+    stored = sorted(o["Key"] for o in listed)
+    manifest = json.loads(fetch(storage.get_url("runs/26-01-01-001/results/manifest.json", 60)))
+    sha = manifest["files"]["checkpoint/state.json"][0]
+    assert fetch(storage.get_url(f"runs/26-01-01-001/results/objects/{sha}", 60)) == b'{"epoch": 3}'
+
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x")
+    expired = storage.upload_form("runs/26-01-01-001/results", expires=-1)
+    signature = form["fields"]["x-amz-signature"]
+    forged = {**form, "fields": {**form["fields"], "x-amz-signature": signature[::-1]}}
+    for bad, prefix in ((form, "runs/26-01-01-002/results"), (forged, "runs/26-01-01-001/results"),
+                        (expired, "runs/26-01-01-001/results")):  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file("objects/y", str(blob))
+        assert refused.value.code == 403
+    assert [r.split(": ", 1)[1] for r in moto.server.gate.refused] == [
+        "the form's key='runs/26-01-01-002/results/objects/y' does not meet "
+        "['starts-with', '$key', 'runs/26-01-01-001/results/']",
+        "the signature does not match", "the policy has expired"]
+    moto.server.gate.refused.clear()
+    listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert sorted(o["Key"] for o in listed) == stored
 
 
 # ---------------------------------------------------------------- trees
