@@ -187,6 +187,7 @@ class SlurmDriver(Driver):
 
     kind = "slurm"
     elastic = True
+    batches = True  # waiting jobs and held sweep cells get one job array
 
     # -- the kind's rules -------------------------------------------------------------------
 
@@ -287,7 +288,7 @@ class SlurmDriver(Driver):
         """The agent's socket path around the job id: under workdir, or under /tmp when
         workdir is too deep for a Unix socket's path."""
         prefix, suffix = f"{self.workdir}/alloc/", "/agent.sock"
-        if len(prefix) + len(suffix) + 12 <= _SOCKET_MAX:
+        if len(prefix) + len(suffix) + 20 <= _SOCKET_MAX:  # ARRAYID_TASK
             return prefix, suffix
         tag = hashlib.blake2s(str(self.workdir).encode(), digest_size=6).hexdigest()
         return f"/tmp/monkey-{os.getuid()}/slurm-{tag}-", ".sock"
@@ -297,13 +298,18 @@ class SlurmDriver(Driver):
         prefix, suffix = self._socket_parts()
         return f"{prefix}{job_id}{suffix}"
 
-    def batch_script(self, size: Size) -> str:
-        """The sbatch script of one allocation: sbatch options, then the agent, which serves
-        the allocation's attempt; a pre-timeout/preemption signal reaches it as SIGTERM."""
+    def batch_script(self, size: Size, array: str | None = None) -> str:
+        """The sbatch script of one allocation, or with ARRAY (sbatch's ``--array`` value) of
+        an array of them, one per task: sbatch options, then the agent, which serves the
+        allocation's attempt; a pre-timeout/preemption signal reaches it as SIGTERM. An
+        array task's allocation is named ``ARRAYID_TASK``, as squeue and scancel name it."""
         opts = self.config.options
+        out = "%A_%a" if array else "%j"
         lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
-                 f"#SBATCH --output={self.workdir}/logs/%j.out", "#SBATCH --open-mode=append",
+                 f"#SBATCH --output={self.workdir}/logs/{out}.out", "#SBATCH --open-mode=append",
                  "#SBATCH --nodes=1", "#SBATCH --ntasks=1"]  # fmt: skip
+        if array:
+            lines.append(f"#SBATCH --array={array}")
         signal_spec = str(opts.get("signal", "B:USR1@120"))
         warn, lead = signal_spec.removeprefix("B:").split("@")
         for key in ("partition", "account", "qos", "time", "constraint"):
@@ -324,7 +330,9 @@ class SlurmDriver(Driver):
         lines += [f"#SBATCH {arg}" for arg in opts.get("extra_args", [])]
         root = shlex.quote(str(self.workdir / "alloc"))
         prefix, suffix = self._socket_parts()
-        sock = f'{shlex.quote(prefix)}"$SLURM_JOB_ID"{shlex.quote(suffix)}'
+        # The allocation's name: its job id, or for an array task ARRAYID_TASK.
+        me = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
+        sock = f"{shlex.quote(prefix)}{me}{shlex.quote(suffix)}"
         code = shlex.quote(str(self.workdir / "agent" / self._agent_version()))
         idle = shlex.quote(os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600"))
         beat = shlex.quote(os.environ.get("MONKEY_HEARTBEAT", "5"))
@@ -332,7 +340,7 @@ class SlurmDriver(Driver):
         lines += [
             "# monkey: this allocation runs monkey's agent, which runs one attempt of a monkey",
             "# job; its logs, events and exit code are in the attempt's run directory.",
-            f'root={root}/"$SLURM_JOB_ID"',
+            f"root={root}/{me}",
             f"sock={sock}",
             'mkdir -p "$root" "$(dirname "$sock")"',
             f"{python} -I -c {shlex.quote(_AGENT_BOOT)} {code} --root \"$root\" --socket \"$sock\" \\",
@@ -343,7 +351,7 @@ class SlurmDriver(Driver):
             "# notice, and end `preempted`; monkey resumes them as their next attempt.",
             f"notice={shlex.quote(NOTICE)}",
             f"trap '{python} -I -c \"$notice\" \"$sock\" {lead} \"Slurm: time limit of allocation "
-            f"$SLURM_JOB_ID in {lead}s\"' {warn}",
+            f"{me[1:-1]} in {lead}s\"' {warn}",
             "trap 'kill -TERM \"$agent\" 2>/dev/null' TERM",
             'wait "$agent"; code=$?',
             'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
@@ -378,17 +386,29 @@ class SlurmDriver(Driver):
 
     def create_node(self, size: str | None = None) -> Instance:
         """Submit one allocation of SIZE; PENDING until Slurm starts it."""
+        return self.create_nodes(size, 1)[0]
+
+    def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
+        """Submit COUNT allocations of SIZE with one sbatch: a job array of COUNT tasks
+        (``--array=0-N``, ``%THROTTLE`` running at once), or a plain job when COUNT is 1.
+        Each task is one allocation (Slurm accounts per task); all PENDING at first."""
         wanted = Size.parse(size)
         self._install_agent()
-        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted),
+        array = None
+        if count > 1:
+            array = f"0-{count - 1}" + (f"%{throttle}" if throttle and throttle < count else "")
+        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted, array),
                             what=f"provider {self.name!r}: sbatch")  # fmt: skip
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise MonkeyError(f"provider {self.name!r}: sbatch answered {out.strip()!r}, not a job id")
+        ids = [f"{job_id}_{task}" for task in range(count)] if array else [job_id]
+        now = time.time()
         with self._lock:
-            self._allocs[job_id] = _Alloc(job_id, wanted, time.time())
-        return Instance(self.instance_id(job_id), self.name, job_id, InstanceState.PENDING,
-                        size=str(wanted), launched_at=time.time(), extra={"job_id": job_id})  # fmt: skip
+            for one in ids:
+                self._allocs[one] = _Alloc(one, wanted, now)
+        return [Instance(self.instance_id(one), self.name, one, InstanceState.PENDING, size=str(wanted),
+                         launched_at=now, extra={"job_id": one}) for one in ids]  # fmt: skip
 
     def list_nodes(self) -> list[Instance]:
         """The provider's allocations as Slurm has them now: ONE squeue call, and one
@@ -400,8 +420,8 @@ class SlurmDriver(Driver):
         and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
         listed TERMINATED and ``preempted`` too."""
         began = time.time()
-        out = slurm_command(["squeue", "-h", f"--name={self.job_name}", "-O",
-                             "JobID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
+        out = slurm_command(["squeue", "-h", "-r", f"--name={self.job_name}", "-O",
+                             "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
                             what=f"provider {self.name!r}: squeue")  # fmt: skip
         nodes: list[Instance] = []
         seen = set()
