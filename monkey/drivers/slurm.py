@@ -53,6 +53,7 @@ _KEYS = {"partition", "account", "qos", "time", "gres", "constraint", "extra_arg
 _WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
 _SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
 _COMMAND_TIMEOUT = 60.0
+_WATCH_EVERY = 0.05  # seconds between looks for the sockets of allocations starting
 _SOCKET_MAX = 100
 # Slurm's job states as instance states; anything else (finished) is TERMINATED.
 _STATES = {
@@ -261,6 +262,8 @@ class SlurmDriver(Driver):
         self._allocs: dict[str, _Alloc] = {}
         self._lock = threading.Lock()
         self._installed: str | None = None
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     @property
     def idle_timeout(self) -> float:
@@ -407,6 +410,7 @@ class SlurmDriver(Driver):
         with self._lock:
             for one in ids:
                 self._allocs[one] = _Alloc(one, wanted, now)
+            self._watch()
         return [Instance(self.instance_id(one), self.name, one, InstanceState.PENDING, size=str(wanted),
                          launched_at=now, extra={"job_id": one}) for one in ids]  # fmt: skip
 
@@ -442,6 +446,7 @@ class SlurmDriver(Driver):
                 if alloc is None and inst_state != InstanceState.TERMINATED:
                     # Made by an earlier core of this home: followed again.
                     alloc = self._allocs[job_id] = _Alloc(job_id, Size(int(cpus or 1)), began)
+                    self._watch()
             size = str(alloc.size) if alloc else None
             nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
                                   address=nodelist or None, size=size, extra=extra))  # fmt: skip
@@ -501,6 +506,31 @@ class SlurmDriver(Driver):
             ))  # fmt: skip
         return caps
 
+    def _watch(self) -> None:
+        """Start the thread that wakes the core as soon as an allocation's agent is up
+        (called with the lock held: one thread per driver)."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watching, name=f"slurm-{self.name}", daemon=True)
+            self._watcher.start()
+
+    def _watching(self) -> None:
+        """Every _WATCH_EVERY s, look for the sockets of allocations not reached yet; a new
+        one wakes the core, which places a job there at once (not at its next pass)."""
+        while not self._closed.wait(_WATCH_EVERY):
+            with self._lock:
+                waiting = [a for a in self._allocs.values() if not a.reached]
+                if not waiting:
+                    self._watcher = None  # started again by the next allocation
+                    return
+            up = [a for a in waiting if os.path.exists(self.socket_path(a.job_id))]
+            for alloc in up:
+                alloc.reached = True
+            if up:
+                self.wake()
+
+    def close(self) -> None:
+        self._closed.set()
+
     # -- transport ----------------------------------------------------------------------------
 
     def connect(self, instance: str) -> AgentLink:
@@ -521,6 +551,11 @@ class SlurmDriver(Driver):
             if alloc is not None:
                 alloc.used = True
         return str(self.home.run_dir(juid, attempt))
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool) -> None:
+        """The allocation served its attempt: released now (``scancel``), so that Slurm gives
+        its CPUs to the next allocation at once; results are on the shared filesystem."""
+        self.destroy_node(instance)
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
         path = self.home.checkpoint_dir(juid)
