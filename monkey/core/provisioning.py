@@ -178,7 +178,7 @@ class Elastic:
             if store.provider_error(name) is not None and not self.creating.get(name):
                 store.set_provider_error(name, None)
             if drv.batches:
-                self._cancel_surplus(name, drv)
+                self._cancel_surplus(name, drv, now)
             return
         if now < self.retry_at.get(name, 0.0):
             return
@@ -218,14 +218,15 @@ class Elastic:
             self.sweep_providers[sid] = job.provider if job else None
         return self.sweep_providers[sid]
 
-    def _cancel_surplus(self, name: str, drv: Driver) -> None:
-        """A batching kind's machines not started yet are cancelled once no job waits for
-        them and no sweep cell is held (a sweep cancelled or paused: its array's tasks)."""
+    def _cancel_surplus(self, name: str, drv: Driver, now: float) -> None:
+        """A batching kind's machines not started yet, or idle for a second, are cancelled
+        once no job waits for them and no sweep cell is held (a sweep cancelled or paused:
+        its array's tasks)."""
         if self.creating.get(name) or self._held_cells(name)[0]:
             return
         reached = {c.instance for c in drv.instances()}
         for row in self.core.store.instances(name, live=True):
-            if row["id"] not in reached:
+            if row["id"] not in reached or (row["idle_since"] is not None and now - row["idle_since"] >= 1):
                 self._destroy(name, drv, row["id"], "no job waits for it")
 
     def _grow_on_demand(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:

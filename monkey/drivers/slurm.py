@@ -7,8 +7,7 @@ with ``sbatch``; the script starts monkey's agent (stdlib python3, copied to ``w
 inside the allocation, listening on a Unix socket; the core reaches it there like the local
 agent, and sends it the job's ``start`` as on any other instance, so logs, events, metrics,
 checkpoints and set-up work as elsewhere. Once its job ended the allocation takes no other
-(its capacity drops to 0) and the core releases it with ``scancel`` (``idle_timeout``,
-default 0 s: at its next pass). A job's resources size its allocation: ``--cpus-per-task``,
+(its capacity drops to 0) and ``finish`` releases it with ``scancel`` at once. A job's resources size its allocation: ``--cpus-per-task``,
 ``--mem``, ``--gres=gpu:N``.
 
 State is followed with one ``squeue`` call per listing for all of the provider's
@@ -267,8 +266,10 @@ class SlurmDriver(Driver):
 
     @property
     def idle_timeout(self) -> float:
-        """An allocation is released as soon as its attempt ended (default 0 s)."""
-        return float(self.config.options.get("idle_timeout", 0))
+        """An allocation is released as soon as its attempt ended (``finish``); one that
+        came up while no job waited (a sweep's cell not released yet) is kept this long
+        for one (default 30 s)."""
+        return float(self.config.options.get("idle_timeout", 30))
 
     @property
     def boot_timeout(self) -> float:
@@ -515,16 +516,32 @@ class SlurmDriver(Driver):
 
     def _watching(self) -> None:
         """Every _WATCH_EVERY s, look for the sockets of allocations not reached yet; a new
-        one wakes the core, which places a job there at once (not at its next pass)."""
+        one wakes the core, which places a job there at once (not at its next pass). An
+        allocation's entry (its folder, or its socket under /tmp) appears in the sockets'
+        folder first: that folder is read only when it changed, and only the allocations
+        seen there are looked at until their socket is up."""
+        prefix, suffix = self._socket_parts()
+        folder, head = os.path.split(prefix)
+        tail = "" if suffix.startswith("/") else suffix  # a folder per allocation, or its socket
+        changed, seen = None, set()
         while not self._closed.wait(_WATCH_EVERY):
             with self._lock:
-                waiting = [a for a in self._allocs.values() if not a.reached]
+                waiting = {a.job_id: a for a in self._allocs.values() if not a.reached}
                 if not waiting:
                     self._watcher = None  # started again by the next allocation
                     return
-            up = [a for a in waiting if os.path.exists(self.socket_path(a.job_id))]
+            try:
+                mtime = os.stat(folder).st_mtime_ns
+            except OSError:
+                continue
+            if mtime != changed:
+                changed, names = mtime, set(os.listdir(folder))
+                seen |= {j for j in waiting if f"{head}{j}{tail}" in names}
+            up = [waiting[j] for j in seen & waiting.keys() if os.path.exists(self.socket_path(j))]
+            seen &= waiting.keys()
             for alloc in up:
                 alloc.reached = True
+                seen.discard(alloc.job_id)
             if up:
                 self.wake()
 
