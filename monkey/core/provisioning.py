@@ -186,12 +186,14 @@ class Elastic:
         reached = {c.instance for c in drv.instances()}
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
-        held, throttle = self._held_cells(name) if drv.batches else (0, None)
-        # A batching kind makes one machine per sweep cell still held too (its array then
-        # covers the sweep; THROTTLE of them at once, as the sweep's max_parallel).
-        need = machines_needed(waiting + [waiting[0]] * held, drv.size_slots(size), booting,
-                               len(rows) + self.creating.get(name, 0), drv.max_instances)
+        live = len(rows) + self.creating.get(name, 0)
+        need = machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)
         if drv.batches and need > 0:
+            # One machine per sweep cell still held too: the array covers the sweep, THROTTLE
+            # of them at once (the sweeps' max_parallel).
+            held, throttle = self._held_cells(name)
+            need = machines_needed(waiting + [waiting[0]] * held, drv.size_slots(size), booting,
+                                   live, drv.max_instances)
             self._create(name, drv, size, count=need, throttle=throttle)
             return
         for _ in range(need):
@@ -225,7 +227,10 @@ class Elastic:
         if self.creating.get(name) or self._held_cells(name)[0]:
             return
         reached = {c.instance for c in drv.instances()}
+        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
         for row in self.core.store.instances(name, live=True):
+            if row["id"] in busy or self.core.workers.busy((name, row["id"])):  # a job, or one coming
+                continue
             if row["id"] not in reached or (row["idle_since"] is not None and now - row["idle_since"] >= 1):
                 self._destroy(name, drv, row["id"], "no job waits for it")
 
