@@ -7,7 +7,9 @@ with ``sbatch``; the script starts monkey's agent (stdlib python3, copied to ``w
 inside the allocation, listening on a Unix socket; the core reaches it there like the local
 agent, and sends it the job's ``start`` as on any other instance, so logs, events, metrics,
 checkpoints and set-up work as elsewhere. Once its job ended the allocation takes no other
-(its capacity drops to 0) and ``finish`` releases it with ``scancel`` at once. A job's resources size its allocation: ``--cpus-per-task``,
+(its capacity drops to 0) and ``finish`` releases it with ``scancel`` at once. Jobs that
+wait together get their allocations from one sbatch, a job array (``create_nodes``: one task
+per job, ``ARRAYID_TASK``; a sweep's held cells included, ``%max_parallel`` at once). A job's resources size its allocation: ``--cpus-per-task``,
 ``--mem``, ``--gres=gpu:N``.
 
 State is followed with one ``squeue`` call per listing for all of the provider's
