@@ -9,8 +9,8 @@ agent, and sends it the job's ``start`` as on any other instance, so logs, event
 checkpoints and set-up work as elsewhere. Once its job ended the allocation takes no other
 (its capacity drops to 0) and ``finish`` releases it with ``scancel`` at once. Jobs that
 wait together get their allocations from one sbatch, a job array (``create_nodes``: one task
-per job, ``ARRAYID_TASK``; a sweep's held cells included, ``%max_parallel`` at once). A job's resources size its allocation: ``--cpus-per-task``,
-``--mem``, ``--gres=gpu:N``.
+per job, ``ARRAYID_TASK``; a sweep's held cells included, ``%max_parallel`` at once).
+A job's resources size its allocation: ``--cpus-per-task``, ``--mem``, ``--gres=gpu:N``.
 
 State is followed with one ``squeue`` call per listing for all of the provider's
 allocations (the core's inventory, in a worker, every few seconds), never one per job; an
