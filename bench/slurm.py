@@ -1,7 +1,9 @@
 """The Slurm provider against raw sbatch, on the same single-node Slurm (tests/slurm.py), same run.
 
-1. 200 trivial jobs (`true`) queued on the `slurm` provider: first submission to all finished,
-   against one raw `sbatch --array=1-200 --wrap true` (submission to the queue empty).
+1. 200 trivial jobs (`true`) as one sweep on the `slurm` provider: submission to all finished,
+   against one raw `sbatch --array=1-200 --wrap true` (submission to the queue empty); with
+   where the time goes (first allocation submitted, first and last job started), and how
+   many sbatch calls monkey made (the counting shim).
 2. Following 200 jobs that wait or run (`sleep 600`, most of them pending in Slurm's queue):
    squeue calls per minute (a counting shim first on PATH) and the core's CPU seconds per
    minute, over WINDOW seconds.
@@ -51,9 +53,10 @@ def main() -> None:
     os.environ.update(lab.env)
     shim = Path(tempfile.mkdtemp(prefix="monkey-shim-"))
     calls = shim / "calls"
-    real = subprocess.run(["which", "squeue"], capture_output=True, text=True, check=True).stdout.strip()
-    (shim / "squeue").write_text(f"#!/bin/sh\necho x >> {calls}\nexec {real} \"$@\"\n")
-    (shim / "squeue").chmod(stat.S_IRWXU)
+    for tool in ("squeue", "sbatch"):
+        real = subprocess.run(["which", tool], capture_output=True, text=True, check=True).stdout.strip()
+        (shim / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\nexec {real} \"$@\"\n")
+        (shim / tool).chmod(stat.S_IRWXU)
     os.environ["PATH"] = f"{shim}:{os.environ['PATH']}"
     home = fresh_home()
     home.mkdir(parents=True)
@@ -65,23 +68,28 @@ def main() -> None:
     try:
         raw = raw_array(lab)
         t0 = time.time()
-        jobs = [m.run(["true"], provider="cluster") for _ in range(JOBS)]
-        while any(m.store.get_job(j.juid).state not in (State.SUCCEEDED, State.FAILED) for j in jobs):
+        sid = m.sweep(["true", "{k}"], grid={"k": list(range(JOBS))}, provider="cluster")
+        while m.store.get_sweep(sid)["state"] != "finished":
             time.sleep(0.2)
         ours = time.time() - t0
-        ok = sum(m.store.get_job(j.juid).state == State.SUCCEEDED for j in jobs)
-        print(f"{JOBS} trivial jobs: raw sbatch --array {raw:.1f}s, monkey slurm provider {ours:.1f}s "
-              f"({ours / raw:.2f}x; {ok} succeeded)")
+        jobs = m.store.list_jobs(sweep=sid)
+        ok = sum(j.state == State.SUCCEEDED for j in jobs)
+        starts = sorted(a.started_at for j in jobs for a in m.store.attempts(j.juid) if a.started_at)
+        made = min(r["launched_at"] for r in m.store.instances("cluster"))
+        sbatch = sum(1 for line in calls.read_text().splitlines() if line == "sbatch")
+        print(f"{JOBS} trivial jobs as one sweep: raw sbatch --array {raw:.1f}s, monkey slurm provider "
+              f"{ours:.1f}s ({ours / raw:.2f}x; {ok} succeeded; {sbatch} sbatch calls; first allocation "
+              f"submitted at {made - t0:.1f}s, jobs started from {starts[0] - t0:.1f}s to {starts[-1] - t0:.1f}s)")
 
         for _ in range(JOBS):
             m.run(["sleep", "600"], provider="cluster")
         time.sleep(10)  # allocations submitted, the first ones running
         pid = daemon.status(Home(home))
-        before_calls = len(calls.read_text().splitlines()) if calls.exists() else 0
+        before_calls = calls.read_text().splitlines().count("squeue")
         cpu0, w0 = core_cpu(pid), time.time()
         time.sleep(WINDOW)
         cpu1, w1 = core_cpu(pid), time.time()
-        n = len(calls.read_text().splitlines()) - before_calls
+        n = calls.read_text().splitlines().count("squeue") - before_calls
         minutes = (w1 - w0) / 60
         waiting = sum(1 for line in lab.jobs() if "PENDING" in line)
         print(f"following {JOBS} jobs ({waiting} allocations pending in Slurm): {n / minutes:.1f} squeue "

@@ -134,8 +134,9 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
             return ""
 
     def jobs(self) -> list[str]:
-        """Slurm jobs not finished (pending, running, completing...): 'ID STATE NAME' each."""
-        return [line for line in self.run("squeue", "-h", "-o", "%i %T %j").splitlines() if line.strip()]
+        """Slurm jobs not finished (pending, running, completing...): 'ID STATE NAME' each, one per
+        array task (ARRAYID_TASK)."""
+        return [line for line in self.run("squeue", "-h", "-r", "-o", "%i %T %j").splitlines() if line.strip()]
 
     def cancel_all(self) -> None:
         self.run("scancel", "--full", "--user", "root")

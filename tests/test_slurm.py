@@ -13,6 +13,8 @@ import yaml
 from conftest import wait_for
 from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
 
+from monkey.models import State
+
 GOLDEN = Path(__file__).parent / "golden"
 
 
@@ -80,6 +82,33 @@ def test_cancel_leaves_no_slurm_job_and_a_waiting_job_shows_slurms_reason(
     cli("job", "cancel", second, check=True)
     wait_for(lambda: info(cli, second)["state"] == "cancelled", timeout=30, what="the second cancel")
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_a_sweep_is_one_job_array_and_its_cancel_leaves_no_slurm_job(
+        cli: Any, home: Path, monkey: Any, cluster: SlurmLab) -> None:
+    out = cli("sweep", "--grid", f"k={','.join(map(str, range(20)))}", "--max-parallel", "4",
+              "-p", "cluster", "--", "sh", "-c", "echo cell {k} in $SLURM_ARRAY_JOB_ID; sleep 2",
+              check=True).stdout
+    sid = out.strip()
+    # One sbatch: every task of one array, at most 4 of them running at once.
+    wait_for(lambda: len(monkey_jobs(cluster)) == 20, timeout=30, what="the array's 20 tasks")
+    tasks = [line.split()[0] for line in monkey_jobs(cluster)]
+    arrays = {task.split("_")[0] for task in tasks}
+    assert len(arrays) == 1 and sorted(int(t.split("_")[1]) for t in tasks) == list(range(20)), tasks
+    [array] = arrays
+    assert "ArrayTaskThrottle=4" in cluster.run("scontrol", "show", "job", array)  # max_parallel
+    jobs = lambda: monkey.store.list_jobs(sweep=sid)  # noqa: E731
+    wait_for(lambda: sum(j.state == State.SUCCEEDED for j in jobs()) >= 6, timeout=120,
+             what="six cells to succeed")
+    assert sum(j.state == State.RUNNING for j in jobs()) <= 4
+    for job in [j for j in jobs() if j.state == State.SUCCEEDED][:6]:  # each in a task of the array
+        assert info(cli, job.juid)["instance"].startswith(f"cluster/{array}_"), job
+        assert cli("logs", "--stdout", job.juid, check=True).stdout == f"cell {job.params['k']} in {array}\n"
+    cli("sweep", "cancel", sid, check=True)
+    wait_for(lambda: all(j.state in (State.SUCCEEDED, State.CANCELLED) for j in jobs()), timeout=30,
+             what="the cells to be cancelled")
+    # The array's tasks that still waited or ran are cancelled: no Slurm job is left.
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no task of the array left")
 
 
 # Counts epochs of 0.5 s in $MONKEY_CHECKPOINT_DIR/epoch; on SIGTERM it saves and exits.

@@ -14,7 +14,10 @@ Each pass, for every provider whose driver is ``elastic``:
   ones for jobs past ``fallback: on_demand_after``), as many as
   their CPUs need beyond the slots of machines still booting, never more than
   ``max_instances``; a failed creation is recorded as the provider's error (shown on the
-  jobs that wait) and retried with back-off.
+  jobs that wait) and retried with back-off. A batching kind (``drv.batches``: Slurm)
+  makes them with one ``create_nodes`` call, one machine more per sweep cell still held
+  (a job array for the sweep), and cancels its machines not started yet once nothing
+  waits for them.
 - **shrinking**: a machine with no live attempt for ``idle_timeout`` seconds, one that
   was never reached within ``boot_timeout`` seconds of its creation, or one whose host key
   was refused (``distrusted``: the jobs keep waiting, and say why), is destroyed.
@@ -27,7 +30,8 @@ import time
 from typing import TYPE_CHECKING
 
 from monkey.drivers.base import NoCapacity
-from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources
+from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources, State
+from monkey.store.tracking import HOLD
 
 if TYPE_CHECKING:
     from monkey.core.scheduler import Core
@@ -62,6 +66,7 @@ class Elastic:
         self.failures: dict[str, int] = {}
         self.list_failed: set[str] = set()  # providers whose last listing failed
         self.noticed: set[str] = set()  # machines whose agent saw a spot/preemption notice
+        self.sweep_providers: dict[str, str | None] = {}  # per sweep: its cells' provider
 
     def tick(self, now: float, waiting: dict[str, list[Resources]],
              on_demand: dict[str, list[Resources]] | None = None) -> None:
@@ -172,6 +177,8 @@ class Elastic:
         if not waiting:
             if store.provider_error(name) is not None and not self.creating.get(name):
                 store.set_provider_error(name, None)
+            if drv.batches:
+                self._cancel_surplus(name, drv, now)
             return
         if now < self.retry_at.get(name, 0.0):
             return
@@ -179,10 +186,53 @@ class Elastic:
         reached = {c.instance for c in drv.instances()}
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
-        need = machines_needed(waiting, drv.size_slots(size), booting,
-                               len(rows) + self.creating.get(name, 0), drv.max_instances)
+        live = len(rows) + self.creating.get(name, 0)
+        need = machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)
+        if drv.batches and need > 0:
+            # One machine per sweep cell still held too: the array covers the sweep, THROTTLE
+            # of them at once (the sweeps' max_parallel).
+            held, throttle = self._held_cells(name)
+            need = machines_needed(waiting + [waiting[0]] * held, drv.size_slots(size), booting,
+                                   live, drv.max_instances)
+            self._create(name, drv, size, count=need, throttle=throttle)
+            return
         for _ in range(need):
             self._create(name, drv, size)
+
+    def _held_cells(self, name: str) -> tuple[int, int | None]:
+        """Cells of running sweeps on provider NAME that their sweep still holds, and how
+        many of the sweeps' cells may run at once (None: no limit)."""
+        held, throttle = 0, 0
+        for sweep in self.core.store.list_sweeps(states=["running"]):
+            cells = self.core.store.sweep_jobs_brief(sweep["id"])
+            if not cells or self.sweep_provider(sweep["id"], cells[0][0]) != name:
+                continue
+            held += sum(1 for _juid, state, not_before, _req in cells
+                        if state == State.QUEUED.value and not_before >= HOLD)
+            limit = sweep["spec"].get("max_parallel")
+            throttle = None if throttle is None or not limit else throttle + int(limit)
+        return held, throttle or None
+
+    def sweep_provider(self, sid: str, juid: str) -> str | None:
+        """The provider of sweep SID's cells (JUID is one of them); remembered."""
+        if sid not in self.sweep_providers:
+            job = self.core.store.get_job(juid)
+            self.sweep_providers[sid] = job.provider if job else None
+        return self.sweep_providers[sid]
+
+    def _cancel_surplus(self, name: str, drv: Driver, now: float) -> None:
+        """A batching kind's machines not started yet, or idle for a second, are cancelled
+        once no job waits for them and no sweep cell is held (a sweep cancelled or paused:
+        its array's tasks)."""
+        if self.creating.get(name) or self._held_cells(name)[0]:
+            return
+        reached = {c.instance for c in drv.instances()}
+        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
+        for row in self.core.store.instances(name, live=True):
+            if row["id"] in busy or self.core.workers.busy((name, row["id"])):  # a job, or one coming
+                continue
+            if row["id"] not in reached or (row["idle_since"] is not None and now - row["idle_since"] >= 1):
+                self._destroy(name, drv, row["id"], "no job waits for it")
 
     def _grow_on_demand(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:
         """Create on-demand machines for the jobs that need one, beyond those booting."""
@@ -197,19 +247,22 @@ class Elastic:
             self._create(name, drv, size, {"spot": False})
 
     def _create(self, name: str, drv: Driver, size: str | None,
-                options: dict[str, object] | None = None) -> None:
-        self.creating[name] = self.creating.get(name, 0) + 1
-        count = sum(self.creating.values())
+                options: dict[str, object] | None = None, count: int = 1,
+                throttle: int | None = None) -> None:
+        """Create one machine, or COUNT with one ``create_nodes`` call (batching kinds)."""
+        self.creating[name] = self.creating.get(name, 0) + count
+        key = ("create", name, sum(self.creating.values()))
 
-        def created(inst: Instance) -> None:
-            self.creating[name] -= 1
+        def created(made: Instance | list[Instance]) -> None:
+            self.creating[name] -= count
             self.failures.pop(name, None)
-            self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})")
+            for inst in made if isinstance(made, list) else [made]:
+                self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})")
+                log.info("%s: created %s (%s)", name, inst.id, inst.size)
             self.core.store.set_provider_error(name, None)
-            log.info("%s: created %s (%s)", name, inst.id, inst.size)
 
         def failed(exc: BaseException) -> None:
-            self.creating[name] -= 1
+            self.creating[name] -= count
             failures = self.failures[name] = self.failures.get(name, 0) + 1
             delay = min(_BACKOFF_MAX, 2.0 ** failures)
             self.retry_at[name] = time.time() + delay
@@ -218,10 +271,12 @@ class Elastic:
                 log.error("%s: creating a machine failed: %s (next try in %.0fs)", name, why, delay)
             self.core.store.set_provider_error(name, why)
 
-        def create() -> Instance:
+        def create() -> Instance | list[Instance]:
+            if count > 1:
+                return drv.create_nodes(size, count, throttle)
             return drv.create_node(size, options) if options else drv.create_node(size)  # type: ignore[call-arg]
 
-        self.core.workers.submit(("create", name, count), create, created, failed)
+        self.core.workers.submit(key, create, created, failed)
 
     # -- shrinking -------------------------------------------------------------------------
 

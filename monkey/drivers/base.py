@@ -118,6 +118,8 @@ class Driver(ABC):
 
     kind: ClassVar[str] = ""
     elastic: ClassVar[bool] = False  # creates machines on demand (clouds)
+    # Creates many machines in one ``create_nodes`` call (Slurm: a job array), one per job.
+    batches: ClassVar[bool] = False
     # Its checkpoint_dir, prepare, blob_fields and finish only touch this machine's files
     # (never a network): the core calls them in its loop, sparing a worker's round trip.
     quick_transport: ClassVar[bool] = False
@@ -169,6 +171,12 @@ class Driver(ABC):
         """Create (or claim) one machine of SIZE (None: the provider's default) and return it,
         usually still PENDING. NoCapacity when none can be had now."""
         raise NoCapacity(f"provider {self.name!r} ({self.kind}) cannot create machines")
+
+    def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
+        """Create COUNT machines of SIZE in one request, at most THROTTLE of them running at
+        once (kinds with ``batches``; the core then cancels those not started yet, with
+        ``destroy_node``, once no job waits for them). The default makes them one by one."""
+        return [self.create_node(size) for _ in range(count)]
 
     def destroy_node(self, instance: str) -> None:
         """Terminate (or release) the instance; nothing happens when it is already gone."""

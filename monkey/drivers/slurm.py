@@ -7,9 +7,10 @@ with ``sbatch``; the script starts monkey's agent (stdlib python3, copied to ``w
 inside the allocation, listening on a Unix socket; the core reaches it there like the local
 agent, and sends it the job's ``start`` as on any other instance, so logs, events, metrics,
 checkpoints and set-up work as elsewhere. Once its job ended the allocation takes no other
-(its capacity drops to 0) and the core releases it with ``scancel`` (``idle_timeout``,
-default 0 s: at its next pass). A job's resources size its allocation: ``--cpus-per-task``,
-``--mem``, ``--gres=gpu:N``.
+(its capacity drops to 0) and ``finish`` releases it with ``scancel`` at once. Jobs that
+wait together get their allocations from one sbatch, a job array (``create_nodes``: one task
+per job, ``ARRAYID_TASK``; a sweep's held cells included, ``%max_parallel`` at once).
+A job's resources size its allocation: ``--cpus-per-task``, ``--mem``, ``--gres=gpu:N``.
 
 State is followed with one ``squeue`` call per listing for all of the provider's
 allocations (the core's inventory, in a worker, every few seconds), never one per job; an
@@ -53,6 +54,7 @@ _KEYS = {"partition", "account", "qos", "time", "gres", "constraint", "extra_arg
 _WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
 _SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
 _COMMAND_TIMEOUT = 60.0
+_WATCH_EVERY = 0.05  # seconds between looks for the sockets of allocations starting
 _SOCKET_MAX = 100
 # Slurm's job states as instance states; anything else (finished) is TERMINATED.
 _STATES = {
@@ -187,6 +189,7 @@ class SlurmDriver(Driver):
 
     kind = "slurm"
     elastic = True
+    batches = True  # waiting jobs and held sweep cells get one job array
 
     # -- the kind's rules -------------------------------------------------------------------
 
@@ -260,11 +263,15 @@ class SlurmDriver(Driver):
         self._allocs: dict[str, _Alloc] = {}
         self._lock = threading.Lock()
         self._installed: str | None = None
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     @property
     def idle_timeout(self) -> float:
-        """An allocation is released as soon as its attempt ended (default 0 s)."""
-        return float(self.config.options.get("idle_timeout", 0))
+        """An allocation is released as soon as its attempt ended (``finish``); one that
+        came up while no job waited (a sweep's cell not released yet) is kept this long
+        for one (default 30 s)."""
+        return float(self.config.options.get("idle_timeout", 30))
 
     @property
     def boot_timeout(self) -> float:
@@ -287,7 +294,7 @@ class SlurmDriver(Driver):
         """The agent's socket path around the job id: under workdir, or under /tmp when
         workdir is too deep for a Unix socket's path."""
         prefix, suffix = f"{self.workdir}/alloc/", "/agent.sock"
-        if len(prefix) + len(suffix) + 12 <= _SOCKET_MAX:
+        if len(prefix) + len(suffix) + 20 <= _SOCKET_MAX:  # ARRAYID_TASK
             return prefix, suffix
         tag = hashlib.blake2s(str(self.workdir).encode(), digest_size=6).hexdigest()
         return f"/tmp/monkey-{os.getuid()}/slurm-{tag}-", ".sock"
@@ -297,13 +304,18 @@ class SlurmDriver(Driver):
         prefix, suffix = self._socket_parts()
         return f"{prefix}{job_id}{suffix}"
 
-    def batch_script(self, size: Size) -> str:
-        """The sbatch script of one allocation: sbatch options, then the agent, which serves
-        the allocation's attempt; a pre-timeout/preemption signal reaches it as SIGTERM."""
+    def batch_script(self, size: Size, array: str | None = None) -> str:
+        """The sbatch script of one allocation, or with ARRAY (sbatch's ``--array`` value) of
+        an array of them, one per task: sbatch options, then the agent, which serves the
+        allocation's attempt; a pre-timeout/preemption signal reaches it as SIGTERM. An
+        array task's allocation is named ``ARRAYID_TASK``, as squeue and scancel name it."""
         opts = self.config.options
+        out = "%A_%a" if array else "%j"
         lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
-                 f"#SBATCH --output={self.workdir}/logs/%j.out", "#SBATCH --open-mode=append",
+                 f"#SBATCH --output={self.workdir}/logs/{out}.out", "#SBATCH --open-mode=append",
                  "#SBATCH --nodes=1", "#SBATCH --ntasks=1"]  # fmt: skip
+        if array:
+            lines.append(f"#SBATCH --array={array}")
         signal_spec = str(opts.get("signal", "B:USR1@120"))
         warn, lead = signal_spec.removeprefix("B:").split("@")
         for key in ("partition", "account", "qos", "time", "constraint"):
@@ -324,7 +336,9 @@ class SlurmDriver(Driver):
         lines += [f"#SBATCH {arg}" for arg in opts.get("extra_args", [])]
         root = shlex.quote(str(self.workdir / "alloc"))
         prefix, suffix = self._socket_parts()
-        sock = f'{shlex.quote(prefix)}"$SLURM_JOB_ID"{shlex.quote(suffix)}'
+        # The allocation's name: its job id, or for an array task ARRAYID_TASK.
+        me = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
+        sock = f"{shlex.quote(prefix)}{me}{shlex.quote(suffix)}"
         code = shlex.quote(str(self.workdir / "agent" / self._agent_version()))
         idle = shlex.quote(os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600"))
         beat = shlex.quote(os.environ.get("MONKEY_HEARTBEAT", "5"))
@@ -332,7 +346,7 @@ class SlurmDriver(Driver):
         lines += [
             "# monkey: this allocation runs monkey's agent, which runs one attempt of a monkey",
             "# job; its logs, events and exit code are in the attempt's run directory.",
-            f'root={root}/"$SLURM_JOB_ID"',
+            f"root={root}/{me}",
             f"sock={sock}",
             'mkdir -p "$root" "$(dirname "$sock")"',
             f"{python} -I -c {shlex.quote(_AGENT_BOOT)} {code} --root \"$root\" --socket \"$sock\" \\",
@@ -343,7 +357,7 @@ class SlurmDriver(Driver):
             "# notice, and end `preempted`; monkey resumes them as their next attempt.",
             f"notice={shlex.quote(NOTICE)}",
             f"trap '{python} -I -c \"$notice\" \"$sock\" {lead} \"Slurm: time limit of allocation "
-            f"$SLURM_JOB_ID in {lead}s\"' {warn}",
+            f"{me[1:-1]} in {lead}s\"' {warn}",
             "trap 'kill -TERM \"$agent\" 2>/dev/null' TERM",
             'wait "$agent"; code=$?',
             'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
@@ -378,17 +392,30 @@ class SlurmDriver(Driver):
 
     def create_node(self, size: str | None = None) -> Instance:
         """Submit one allocation of SIZE; PENDING until Slurm starts it."""
+        return self.create_nodes(size, 1)[0]
+
+    def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
+        """Submit COUNT allocations of SIZE with one sbatch: a job array of COUNT tasks
+        (``--array=0-N``, ``%THROTTLE`` running at once), or a plain job when COUNT is 1.
+        Each task is one allocation (Slurm accounts per task); all PENDING at first."""
         wanted = Size.parse(size)
         self._install_agent()
-        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted),
+        array = None
+        if count > 1:
+            array = f"0-{count - 1}" + (f"%{throttle}" if throttle and throttle < count else "")
+        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted, array),
                             what=f"provider {self.name!r}: sbatch")  # fmt: skip
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise MonkeyError(f"provider {self.name!r}: sbatch answered {out.strip()!r}, not a job id")
+        ids = [f"{job_id}_{task}" for task in range(count)] if array else [job_id]
+        now = time.time()
         with self._lock:
-            self._allocs[job_id] = _Alloc(job_id, wanted, time.time())
-        return Instance(self.instance_id(job_id), self.name, job_id, InstanceState.PENDING,
-                        size=str(wanted), launched_at=time.time(), extra={"job_id": job_id})  # fmt: skip
+            for one in ids:
+                self._allocs[one] = _Alloc(one, wanted, now)
+            self._watch()
+        return [Instance(self.instance_id(one), self.name, one, InstanceState.PENDING, size=str(wanted),
+                         launched_at=now, extra={"job_id": one}) for one in ids]  # fmt: skip
 
     def list_nodes(self) -> list[Instance]:
         """The provider's allocations as Slurm has them now: ONE squeue call, and one
@@ -400,8 +427,8 @@ class SlurmDriver(Driver):
         and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
         listed TERMINATED and ``preempted`` too."""
         began = time.time()
-        out = slurm_command(["squeue", "-h", f"--name={self.job_name}", "-O",
-                             "JobID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
+        out = slurm_command(["squeue", "-h", "-r", f"--name={self.job_name}", "-O",
+                             "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
                             what=f"provider {self.name!r}: squeue")  # fmt: skip
         nodes: list[Instance] = []
         seen = set()
@@ -422,6 +449,7 @@ class SlurmDriver(Driver):
                 if alloc is None and inst_state != InstanceState.TERMINATED:
                     # Made by an earlier core of this home: followed again.
                     alloc = self._allocs[job_id] = _Alloc(job_id, Size(int(cpus or 1)), began)
+                    self._watch()
             size = str(alloc.size) if alloc else None
             nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
                                   address=nodelist or None, size=size, extra=extra))  # fmt: skip
@@ -481,6 +509,47 @@ class SlurmDriver(Driver):
             ))  # fmt: skip
         return caps
 
+    def _watch(self) -> None:
+        """Start the thread that wakes the core as soon as an allocation's agent is up
+        (called with the lock held: one thread per driver)."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watching, name=f"slurm-{self.name}", daemon=True)
+            self._watcher.start()
+
+    def _watching(self) -> None:
+        """Every _WATCH_EVERY s, look for the sockets of allocations not reached yet; a new
+        one wakes the core, which places a job there at once (not at its next pass). An
+        allocation's entry (its folder, or its socket under /tmp) appears in the sockets'
+        folder first: that folder is read only when it changed, and only the allocations
+        seen there are looked at until their socket is up."""
+        prefix, suffix = self._socket_parts()
+        folder, head = os.path.split(prefix)
+        tail = "" if suffix.startswith("/") else suffix  # a folder per allocation, or its socket
+        changed, seen = None, set()
+        while not self._closed.wait(_WATCH_EVERY):
+            with self._lock:
+                waiting = {a.job_id: a for a in self._allocs.values() if not a.reached}
+                if not waiting:
+                    self._watcher = None  # started again by the next allocation
+                    return
+            try:
+                mtime = os.stat(folder).st_mtime_ns
+            except OSError:
+                continue
+            if mtime != changed:
+                changed, names = mtime, set(os.listdir(folder))
+                seen |= {j for j in waiting if f"{head}{j}{tail}" in names}
+            up = [waiting[j] for j in seen & waiting.keys() if os.path.exists(self.socket_path(j))]
+            seen &= waiting.keys()
+            for alloc in up:
+                alloc.reached = True
+                seen.discard(alloc.job_id)
+            if up:
+                self.wake()
+
+    def close(self) -> None:
+        self._closed.set()
+
     # -- transport ----------------------------------------------------------------------------
 
     def connect(self, instance: str) -> AgentLink:
@@ -501,6 +570,11 @@ class SlurmDriver(Driver):
             if alloc is not None:
                 alloc.used = True
         return str(self.home.run_dir(juid, attempt))
+
+    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool) -> None:
+        """The allocation served its attempt: released now (``scancel``), so that Slurm gives
+        its CPUs to the next allocation at once; results are on the shared filesystem."""
+        self.destroy_node(instance)
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
         path = self.home.checkpoint_dir(juid)
