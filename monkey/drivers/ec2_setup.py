@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,20 +64,29 @@ def bucket_problem(bucket: str) -> str | None:
     return None
 
 
-def validate(where: str, name: str, entry: dict[str, Any]) -> None:
-    """Refuse an `ec2` entry of providers.yml with a one-line MonkeyError naming the key."""
+def check_entry(where: str, name: str, entry: dict[str, Any], keys: Iterable[str],
+                required: dict[str, str], text: Iterable[str]) -> Callable[[str], MonkeyError]:
+    """Refuse a cloud entry with an unknown key, a missing REQUIRED one or a TEXT key that is
+    not text; returns the maker of its one-line errors."""
 
     def bad(what: str) -> MonkeyError:
         return MonkeyError(f"{where}: provider {name!r}: {what}")
 
-    unknown_keys(where, name, entry, set(KEYS))
-    for key, example in REQUIRED.items():
+    unknown_keys(where, name, entry, set(keys))
+    for key, example in required.items():
         if entry.get(key) is None:
             raise bad(f"needs `{key}:` ({example})")
-    for key in _TEXT:
+    for key in text:
         value = entry.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise bad(f"{key} must be text, got {value!r}")
+    return bad
+
+
+def validate(where: str, name: str, entry: dict[str, Any]) -> None:
+    """Refuse an `ec2` entry of providers.yml with a one-line MonkeyError naming the key."""
+
+    bad = check_entry(where, name, entry, KEYS, REQUIRED, _TEXT)
     if not _REGION.match(entry["region"]):
         raise bad(f"region {entry['region']!r} is not a region name; e.g. region: us-east-1")
     for key, with_path in (("endpoint", False), ("metadata_url", True)):

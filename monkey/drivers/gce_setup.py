@@ -17,12 +17,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from monkey.drivers.base import unknown_keys
 from monkey.drivers.ec2_setup import (
     _cidr,
     _loopback,
     _url_problem,
     check_cloud_keys,
+    check_entry,
     default_bucket,
     ssh_key,
 )
@@ -54,17 +54,7 @@ def label(text: str) -> str:
 def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     """Refuse a `gce` entry of providers.yml with a one-line MonkeyError naming the key."""
 
-    def bad(what: str) -> MonkeyError:
-        return MonkeyError(f"{where}: provider {name!r}: {what}")
-
-    unknown_keys(where, name, entry, set(KEYS))
-    for key, example in REQUIRED.items():
-        if entry.get(key) is None:
-            raise bad(f"needs `{key}:` ({example})")
-    for key in _TEXT:
-        value = entry.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise bad(f"{key} must be text, got {value!r}")
+    bad = check_entry(where, name, entry, KEYS, REQUIRED, _TEXT)
     listed = entry.get("zones")
     if listed is not None and (not isinstance(listed, list) or not listed
                                or not all(isinstance(z, str) for z in listed)):  # fmt: skip
