@@ -115,7 +115,7 @@ class GCSStorage(BucketStorage):
                     from google.cloud import storage
                 except ImportError:
                     raise MonkeyError("GCS storage needs google-cloud-storage: pip install "
-                                      "'monkey[gcp]'") from None
+                                      "'monkey-runner[gcp]'") from None
 
                 options = {"api_endpoint": self.endpoint} if self.endpoint else None
                 creds = AnonymousCredentials() if self.endpoint else self._service_account()
