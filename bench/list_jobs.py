@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from common import fresh_home, median_wall, run_quiet
+from common import copy_jobs, fresh_home, median_wall, run_quiet
 
 N = 100_000
 
@@ -19,21 +19,10 @@ def main() -> None:
 
     m = Monkey(home)
     job = m.run(["true"], start_core=False)
-    row = m.store.db.execute("SELECT * FROM jobs WHERE juid = ?", (job.juid,)).fetchone()
-    cols = [d[0] for d in m.store.db.execute("SELECT * FROM jobs LIMIT 0").description]
     t = time.perf_counter()
-    with m.store.tx() as db:
-        values = []
-        for i in range(N):
-            r = dict(zip(cols, row))
-            r.pop("seq")
-            r["juid"] = f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}"
-            r["state"] = ("succeeded", "failed", "running", "queued")[i % 4]
-            values.append(tuple(r.values()))
-        names = [c for c in cols if c != "seq"]
-        db.executemany(
-            f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", values
-        )
+    copy_jobs(m, job.juid, [{"juid": f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
+                             "state": ("succeeded", "failed", "running", "queued")[i % 4]}
+                            for i in range(N)])  # fmt: skip
     print(f"inserted {N} jobs in {time.perf_counter() - t:.1f}s")
     base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 21)
     listing = median_wall(lambda: run_quiet([sys.executable, "-m", "monkey", "list", "jobs"]), 21)

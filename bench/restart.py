@@ -9,7 +9,7 @@ import signal
 import tempfile
 import time
 
-from common import fresh_home, stop_everything
+from common import copy_jobs, fresh_home, stop_everything
 
 N = 10_000
 
@@ -24,18 +24,8 @@ def main() -> None:
     m = Monkey(home)
     h = Home(home)
     first = m.run(["true"], start_core=False)
-    row = m.store.db.execute("SELECT * FROM jobs WHERE juid = ?", (first.juid,)).fetchone()
-    cols = [d[0] for d in m.store.db.execute("SELECT * FROM jobs LIMIT 0").description]
-    names = [c for c in cols if c != "seq"]
-    with m.store.tx() as db:
-        rows = []
-        for i in range(N):
-            r = dict(zip(cols, row))
-            r["juid"] = f"25-02-{1 + i // 9000:02d}-{i % 9000 + 1:04d}"
-            r["state"] = "succeeded" if i % 10 else "failed"
-            rows.append(tuple(r[c] for c in names))
-        db.executemany(f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                       rows)
+    copy_jobs(m, first.juid, [{"juid": f"25-02-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
+                               "state": "succeeded" if i % 10 else "failed"} for i in range(N)])
     try:
         daemon.start(h)
         first.wait(timeout=30)

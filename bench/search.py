@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from common import fresh_home, median_wall, run_quiet
+from common import copy_jobs, fresh_home, median_wall, run_quiet
 
 N = 2_000
 LINES = 200
@@ -21,24 +21,17 @@ def main() -> None:
 
     m = Monkey(home)
     job = m.run(["true"], start_core=False)
-    row = m.store.db.execute("SELECT * FROM jobs WHERE juid = ?", (job.juid,)).fetchone()
-    cols = [d[0] for d in m.store.db.execute("SELECT * FROM jobs LIMIT 0").description]
-    names = [c for c in cols if c != "seq"]
-    values = []
+    changes = []
     for i in range(N):
-        r = dict(zip(cols, row))
-        r.pop("seq")
-        r.update(juid=f"25-01-01-{i + 1:04d}", state="failed" if i % 100 == 0 else "succeeded", attempts=1)
-        values.append(tuple(r[c] for c in names))
-        run = m.home.run_dir(r["juid"], 1)
+        changes.append({"juid": f"25-01-01-{i + 1:04d}", "attempts": 1,
+                        "state": "failed" if i % 100 == 0 else "succeeded"})
+        run = m.home.run_dir(changes[-1]["juid"], 1)
         run.mkdir(parents=True)
         lines = [f"epoch {k} step {k * 10} loss {1 / (k + 1):.4f} lr 0.001" for k in range(LINES)]
         if i % 100 == 0:
             lines.append("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
         (run / "stdout.log").write_text("\n".join(lines) + "\n")
-    with m.store.tx() as db:
-        db.executemany(f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                       values)
+    copy_jobs(m, job.juid, changes)
     m.store.close()
     search = [sys.executable, "-m", "monkey", "search", "CUDA out of memory"]
     t = time.perf_counter()

@@ -81,6 +81,21 @@ def _check_name(name: str) -> None:
         raise MonkeyError(f"provider name {name!r}: use letters, digits, '.', '_' and '-', e.g. lab")
 
 
+def _previous(name: str, kind: str, force: bool) -> tuple[Any, dict[str, Any]]:
+    """MONKEY_HOME, and the options of provider NAME when it is of KIND already (a second run
+    reuses them); one of another kind is replaced only with FORCE. A broken providers.yml is
+    refused before anything is created."""
+    from monkey.config import Home
+    from monkey.drivers import load_providers
+
+    home = Home().ensure()
+    old = load_providers(home).get(name)
+    _check_name(name)
+    if old is not None and old.type != kind and not force:
+        raise MonkeyError(f"provider {name!r} exists already as {old.type}; pass --force to replace it")
+    return home, dict(old.options) if old is not None and old.type == kind else {}
+
+
 def _save_provider(home: Any, name: str, entry: dict[str, Any]) -> Any:
     """Put ENTRY under NAME in providers.yml: written to a staged copy, validated, then moved
     over the file, which is untouched if the result is refused. Returns the file's path."""
@@ -165,17 +180,9 @@ def _aws_parser(kinds: Any) -> None:
 
 
 def cmd_provider_add_aws(args: argparse.Namespace) -> int:
-    from monkey.config import Home
-    from monkey.drivers import ec2_setup, load_providers
+    from monkey.drivers import ec2_setup
 
-    home = Home().ensure()
-    providers = load_providers(home)  # refuses a broken file before anything is created
-    _check_name(args.name)
-    old = providers.get(args.name)
-    if old is not None and old.type != "ec2" and not args.force:
-        raise MonkeyError(f"provider {args.name!r} exists already as {old.type}; pass --force "
-                          "to replace it")
-    base = dict(old.options) if old is not None and old.type == "ec2" else {}
+    home, base = _previous(args.name, "ec2", args.force)
     options = {key: getattr(args, key) for key in _AWS_OPTIONS}
     for key, label in _ASK.items():
         if options[key] is None and key not in base:
@@ -298,17 +305,9 @@ def _gcp_parser(kinds: Any) -> None:
 
 
 def cmd_provider_add_gcp(args: argparse.Namespace) -> int:
-    from monkey.config import Home
-    from monkey.drivers import gce_setup, load_providers
+    from monkey.drivers import gce_setup
 
-    home = Home().ensure()
-    providers = load_providers(home)  # refuses a broken file before anything is created
-    _check_name(args.name)
-    old = providers.get(args.name)
-    if old is not None and old.type != "gce" and not args.force:
-        raise MonkeyError(f"provider {args.name!r} exists already as {old.type}; pass --force "
-                          "to replace it")
-    base = dict(old.options) if old is not None and old.type == "gce" else {}
+    home, base = _previous(args.name, "gce", args.force)
     options = {key: getattr(args, key) for key in _GCP_OPTIONS}
     for key, (label, default) in _GCP_ASK.items():
         if options[key] is None and key not in base and not (key == "zones" and "zone" in base):
