@@ -413,8 +413,8 @@ def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
 
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, MONKEY_TEST_TAG=tag, **agent_module.job_env(str(run_dir), ""))
-    return subprocess.Popen(["/bin/sh", "-c", agent_module.WRAPPER, "monkey-job", *argv],
-                            cwd=run_dir / "work", env=env, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(["/bin/sh", "-c", agent_module.WRAPPER, "monkey-job", str(run_dir / "work"),
+                             *argv], env=env, start_new_session=True)  # fmt: skip
 
 
 def test_job_whose_agent_died_before_recording_it_is_adopted_not_rerun(world: World) -> None:

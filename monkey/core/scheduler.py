@@ -106,6 +106,8 @@ class Core:
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
         self.on_demand: dict[str, list[Resources]] = {}  # those of them that need on-demand
         self.stopping = False
+        self.held: list[Callable[[], None]] = []  # starts to send once the pass committed
+        self.passes = 0  # passes so far: a job read in this pass is still as read
         self.outage = Outage(home.core_status)
         # What the next pass must look at: requests and providers.yml after a client's wake,
         # the queue after anything that can free capacity or add jobs (not after a job's
@@ -128,15 +130,8 @@ class Core:
                 if not recovered:
                     self.recover()
                     recovered = True
-                self.tick()
-                for key, _ in self.selector.select(self.timeout()):
-                    if key.data is None:
-                        self._drain_wakes()
-                    elif key.data is self.workers:
-                        self.workers.drain()
-                        self.dirty = True
-                    else:
-                        self._poll_link(key.data)
+                    self._pass([])
+                self._pass(self.selector.select(self.timeout()))
                 failure = self.store.take_failure()  # some callers catch MonkeyError
             except StoreUnavailable as exc:
                 failure = self.store.take_failure() or exc
@@ -148,6 +143,27 @@ class Core:
                 self.drop_link(key)
             self.outage.wait(failure, lambda: self.stopping)
         self.close()
+
+    def _pass(self, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Handle what woke the loop, then decide (``tick``), all in one transaction: a
+        pass that starts and ends many jobs commits once. The starts it decided are sent
+        once that is committed, so an agent never runs an attempt the store may not hold."""
+        self.passes += 1
+        try:
+            with self.store.tx():
+                for key, _ in ready:
+                    if key.data is None:
+                        self._drain_wakes()
+                    elif key.data is self.workers:
+                        self.workers.drain()
+                        self.dirty = True
+                    else:
+                        self._poll_link(key.data)
+                self.tick()
+        finally:
+            held, self.held = self.held, []
+        for send in held:
+            send()
 
     def stop(self) -> None:
         self.stopping = True
@@ -424,21 +440,24 @@ class Core:
             self._close_attempt(key, juid, n, event, offset)
             return
 
+        job = self.store.get_job(juid)
+        read = self.passes
+
         def fetched(exc: BaseException | None) -> None:
             if exc is not None:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
-            self._close_attempt(key, juid, n, event, offset)
+            self._close_attempt(key, juid, n, event, offset, job if self.passes == read else None)
 
-        job = self.store.get_job(juid)
         outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
         self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, current),
                         lambda _: fetched(None), fetched)  # fmt: skip
 
     def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
-                       offset: int) -> None:
-        """End the attempt as its exit EVENT says and decide the job's next state."""
+                       offset: int, job: Job | None = None) -> None:
+        """End the attempt as its exit EVENT says and decide the job's next state (JOB: as
+        read in this pass; read again when None)."""
         self.finishing.discard((juid, n))
-        job = self.store.get_job(juid)
+        job = job or self.store.get_job(juid)
         if job is None:
             return
         code, sig, why = event.get("code"), event.get("signal"), Ending.of(event)
@@ -598,6 +617,9 @@ class Core:
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance))
+                if not drv.elastic and all(usage.get(c.instance, Usage()).slots >= c.slots
+                                           for c in capacities):  # fmt: skip
+                    break  # full: the jobs after this one wait for an exit
 
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
@@ -637,7 +659,10 @@ class Core:
             return checkpoint, {**drv.blob_fields(instance, blobs),
                                 **drv.start_fields(instance, job.juid, n, outputs)}
 
-        self._transport(key, drv, call, lambda ready: self._send_start(key, att, spec, *ready),
+        opened = self.passes
+        self._transport(key, drv, call,
+                        lambda ready: self._send_start(key, att, spec, *ready,
+                                                       job=job if self.passes == opened else None),
                         lambda exc: self._start_failed(key, att, exc))  # fmt: skip
 
     def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
@@ -655,10 +680,11 @@ class Core:
         then(result)
 
     def _send_start(self, key: tuple[str, str], att: Attempt, spec: dict[str, Any],
-                    checkpoint: str, blob_fields: dict[str, Any]) -> None:
+                    checkpoint: str, blob_fields: dict[str, Any], job: Job | None = None) -> None:
         """Ask the agent to start the attempt, now that its inputs are on the instance or
-        BLOB_FIELDS (the driver's: presigned URLs, never logged nor stored) fetch them."""
-        job = self.store.get_job(att.juid)
+        BLOB_FIELDS (the driver's: presigned URLs, never logged nor stored) fetch them.
+        JOB: the job as the same pass opened the attempt (read again when None)."""
+        job = job or self.store.get_job(att.juid)
         link = self.links.get(key)
         if job is None or job.state != State.DISPATCHING or job.attempts != att.n:
             return
@@ -667,18 +693,24 @@ class Core:
             self._never_started(att)
             return
         spec["env"]["MONKEY_CHECKPOINT_DIR"] = checkpoint
-        try:
-            # Not waiting for the reply lets the core go on while the agent spawns; a
-            # refusal comes back through poll, the start itself as a `started` event.
-            rid = link.send("start", **spec, **blob_fields)
-        except AgentGone as exc:
-            # The agent may or may not have started it: the next sync decides.
-            log.error("dispatch of %s to %s interrupted: %s", att.juid, key[1], exc)
-            self.drop_link(key)
-            return
-        self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
+
+        def send() -> None:
+            if self.links.get(key) is not link:
+                return  # dropped in the same pass: the next sync finds it never started
+            try:
+                # Not waiting for the reply lets the core go on while the agent spawns; a
+                # refusal comes back through poll, the start itself as a `started` event.
+                rid = link.send("start", **spec, **blob_fields)
+            except AgentGone as exc:
+                # The agent may or may not have started it: the next sync decides.
+                log.error("dispatch of %s to %s interrupted: %s", att.juid, key[1], exc)
+                self.drop_link(key)
+                return
+            self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
+            self._follow(key, [*self.followed.get(key, []), (att.juid, att.n)])
+
         self.prepare_failures.pop(att.juid, None)
-        self._follow(key, [*self.followed.get(key, []), (att.juid, att.n)])
+        self.held.append(send)  # sent once the pass that opened the attempt is committed
 
     def _follow(self, key: tuple[str, str], attempts: list[tuple[str, int]]) -> None:
         """Tell the instance's driver which attempts live there, when that changed."""

@@ -255,9 +255,19 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction holding the lock from its first statement."""
+        """A write transaction holding the lock from its first statement. Inside another
+        one (the core's pass), a savepoint: the unit is still all or nothing on its own,
+        and is committed with the outer transaction."""
         if self.db.in_transaction:
-            yield self.db
+            self.db.execute("SAVEPOINT unit")
+            try:
+                yield self.db
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK TO unit")
+                    self.db.execute("RELEASE unit")
+                raise
+            self.db.execute("RELEASE unit")
             return
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -444,15 +454,16 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
     def count_jobs(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
 
-    def ready_jobs(self, now: float, limit: int = 1000, provider: str | None = None) -> list[Job]:
-        """Queued jobs whose back-off has passed: preempted ones first, then oldest first."""
+    def ready_jobs(self, now: float, limit: int = 1000, provider: str | None = None) -> Iterator[Job]:
+        """Queued jobs whose back-off has passed: preempted ones first, then oldest first
+        (each decoded when the caller gets to it)."""
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ?"
         args: list[Any] = [now]
         if provider is not None:
             sql += " AND provider = ?"
             args.append(provider)
-        rows = self.db.execute(sql + " ORDER BY front DESC, seq LIMIT ?", (*args, limit))
-        return [_job(r) for r in rows]
+        rows = self.db.execute(sql + " ORDER BY front DESC, seq LIMIT ?", (*args, limit)).fetchall()
+        return (_job(r) for r in rows)
 
     def has_ready(self, provider: str, now: float) -> bool:
         """Whether the provider has a queued job ready to run."""
