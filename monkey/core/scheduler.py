@@ -108,6 +108,9 @@ class Core:
         self.stopping = False
         self.held: list[Callable[[], None]] = []  # starts to send once the pass committed
         self.passes = 0  # passes so far: a job read in this pass is still as read
+        # Fixed providers found without a free slot, until something frees room: a job
+        # queued meanwhile (a wake) cannot start there, so its pass does not look.
+        self.full: set[str] = set()
         self.outage = Outage(home.core_status)
         # What the next pass must look at: requests and providers.yml after a client's wake,
         # the queue after anything that can free capacity or add jobs (not after a job's
@@ -156,7 +159,7 @@ class Core:
                         self._drain_wakes()
                     elif key.data is self.workers:
                         self.workers.drain()
-                        self.dirty = True
+                        self.changed()
                     else:
                         self._poll_link(key.data)
                 self.tick()
@@ -164,6 +167,11 @@ class Core:
             held, self.held = self.held, []
         for send in held:
             send()
+
+    def changed(self) -> None:
+        """Something that may free room happened: dispatch again, trying every provider."""
+        self.dirty = True
+        self.full.clear()
 
     def stop(self) -> None:
         self.stopping = True
@@ -189,11 +197,13 @@ class Core:
         """One pass: configuration, what drivers learnt, requests, dispatch, health."""
         now = time.time()
         health = now >= self.next_health
+        if health:
+            self.full.clear()
         if self.woken or health:
             self.reload_providers()
         for name, drv in list(self.drivers.items()):
             for inst, reach, extra in drv.changes():
-                self.dirty = True
+                self.changed()
                 self.store.record_instance(inst, reach=reach, extra=extra)
                 if reach == "up":  # back: its agent may run attempts ended meanwhile
                     self.connect((name, inst.id))
@@ -234,6 +244,7 @@ class Core:
                     self.drop_link(key)
                 self.drivers.pop(name).close()
         self.providers = providers
+        self.changed()
         log.info("providers.yml reloaded: %s", ", ".join(sorted(providers)))
 
     def _drain_wakes(self) -> None:
@@ -388,7 +399,7 @@ class Core:
             juid, n, offset = push["juid"], push["attempt"], push["offset"]
             kind = event.get("type")
             if kind == "exit":
-                self.dirty = True
+                self.changed()
                 self.on_exit(key, juid, n, event, offset)
             elif kind == "heartbeat":
                 ingest.on_heartbeat(self.store, juid, n, offset, event)
@@ -406,7 +417,7 @@ class Core:
         started = self.starting.pop((key, reply["id"]), None)
         if started is None or reply.get("ok"):
             return
-        self.dirty = True
+        self.changed()
         juid, n, manifest = started
         error = str(reply.get("error"))
         if "unknown manifest" in error or "being preempted" in error:
@@ -585,7 +596,7 @@ class Core:
         usage: dict[str, Usage] | None = None
         self.waiting = {}
         for provider in self.providers:
-            if not self.store.has_ready(provider, now):
+            if provider in self.full or not self.store.has_ready(provider, now):
                 continue
             try:
                 drv = self.driver(provider)
@@ -599,6 +610,7 @@ class Core:
                 capacities = [c for c in capacities if c.instance not in self.elastic.noticed]
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
             if free <= 0 and not drv.elastic:
+                self.full.add(provider)
                 continue
             # An elastic provider also learns which jobs fit nowhere: machines are made for them.
             limit = _WAITING_MAX if drv.elastic else free + 2
