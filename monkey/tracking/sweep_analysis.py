@@ -79,7 +79,7 @@ def analyse(runs: Sequence[dict[str, Any]], goal: str) -> dict[str, Any]:
 # -- drawing ----------------------------------------------------------------------------
 
 
-def _scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
+def scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
     """Values -> positions in [0, 1] and (position, label) ticks; categories evenly spaced."""
     if _numeric(values):
         ticks = nice_ticks(min(values), max(values))
@@ -103,7 +103,7 @@ def parallel_coordinates(runs: Sequence[dict[str, Any]], metric: str, best: str 
     gap = (width - left - right) / max(1, len(axes) - 1)
     ph = height - top - bottom
     columns = [[r["params"].get(n) for r in runs] for n in names] + [[r["value"] for r in runs]]
-    scaled = [_scale(col) for col in columns]
+    scaled = [scale(col) for col in columns]
     values = [r["value"] for r in runs]
     lo, hi = min(values), max(values)
     parts = [f'<svg class="parallel" xmlns="http://www.w3.org/2000/svg" width="100%" '
@@ -138,8 +138,8 @@ def _frame(title: str, xlabel: str, xs: Sequence[Any], ys: Sequence[float], widt
     parts and the functions placing an x and a y value."""
     left, right, top, bottom = 56, 12, 24, 36
     pw, ph = width - left - right, height - top - bottom
-    xpos, xticks = _scale(list(xs))
-    ypos, yticks = _scale(list(ys))
+    xpos, xticks = scale(list(xs))
+    ypos, yticks = scale(list(ys))
     parts = [f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" width="100%" '
              f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">'
              f'<text x="{left}" y="15" font-size="12" font-weight="bold">{escape(title)}</text>'
@@ -171,14 +171,18 @@ def scatter(runs: Sequence[dict[str, Any]], param: str, metric: str, best: str |
     return "".join(parts)
 
 
+def minutes(curve: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """A best-so-far curve as minutes since the first run ended, and the best values."""
+    t0 = curve[0][0] if curve else 0.0
+    return [(t - t0) / 60 for t, _ in curve], [v for _, v in curve]
+
+
 def progress(curve: Sequence[tuple[float, float]], metric: str, width: int = 760,
              height: int = 260) -> str:
     """The best value so far against minutes since the first run ended (a step line)."""
     if not curve:
         return ""
-    t0 = curve[0][0]
-    xs = [(t - t0) / 60 for t, _ in curve]
-    ys = [v for _, v in curve]
+    xs, ys = minutes(curve)
     parts, px, py = _frame(f"best {metric} so far", "minutes", xs, ys, width, height)
     steps = []
     for i in range(len(curve)):
