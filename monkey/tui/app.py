@@ -123,7 +123,7 @@ class DashApp(App[None]):
         Binding("r", "control('retry')", "Retry"),
         Binding("n", "new_job", "New job"),
         Binding("i", "instances", "Instances"),
-        Binding("a", "sweep", "Sweep analysis"),
+        Binding("a", "sweep", "Sweep analysis", show=False),
         Binding("D", "start_core", "Start core", show=False),
         Binding("escape", "clear", "Clear filter/marks", show=False),
     ]
