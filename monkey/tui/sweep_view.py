@@ -29,6 +29,7 @@ from monkey.tui.job_screen import JobScreen
 from monkey.tui.shared import SharedMonkey
 
 POLL = 5.0  # seconds between re-reads while the sweep runs
+ENDED = ("finished", "cancelled", "interrupted")  # sweep states no run follows
 DOT = "#1f77b4"  # the other runs' dots (the HTML report's scatter colour)
 
 
@@ -81,7 +82,7 @@ class SweepScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(POLL, self._load)
+        self._timer = self.set_interval(POLL, self._load)
         self._load()
 
     @work(thread=True, exclusive=True, group="sweep")
@@ -100,6 +101,8 @@ class SweepScreen(Screen[None]):
             title.update(f"sweep {escape(self.sweep)}: {escape(message.error or '')}")
             return
         status, analysis = message.status, message.analysis
+        if status["state"] in ENDED and status["done"] == status["total"]:
+            self._timer.stop()  # nothing will change: no more reads
         shown = ([(j["job"], j["state"]) for j in status["jobs"]],
                  [(r["job"], r["value"]) for r in analysis["runs"]])
         if shown == self._shown:
