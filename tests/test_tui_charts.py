@@ -14,7 +14,7 @@ import pytest
 from test_tui import screen_text, until
 
 from monkey.api import Monkey
-from monkey.tracking.charts import ema
+from monkey.tracking.charts import ema, value_colour
 from monkey.tracking.ingest import as_columns
 from monkey.tracking.sweep_analysis import METHOD
 from monkey.tui.app import DashApp
@@ -144,8 +144,32 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
         text = screen_text(app)
         assert "method: variance split" in text and "loss by lr" in text
         assert "best loss so far" in text
-        await pilot.press("escape")
-        assert not isinstance(app.screen, SweepScreen)
+        table.focus()
+        await pilot.press("enter")  # the run under the cursor: the best
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), "the best run's screen")
+        assert app.screen.juid == view.best
+        await pilot.press("escape", "escape")
+        assert not isinstance(app.screen, (SweepScreen, JobScreen))
+
+    drive(app, body)
+
+
+def test_past_20_overlaid_runs_are_coloured_by_a_parameter_with_a_colour_bar(home, monkey):
+    _, juids = fill_sweep(monkey, n=25, steps=3)
+    app = DashApp(home, clock=lambda: NOW)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: app.table.row_count == 26, "the jobs")
+        app.push_screen(JobScreen(app.shared, juids[0], app.clock, overlay=juids[1:]))
+        await pilot.pause()
+        await pilot.press("m")
+        pane = app.screen.query_one(MetricsPane)
+        await until(pilot, lambda: len(pane.drawn.get("loss", {})) == 25, "25 runs drawn")
+        seeds = {j: monkey.store.get_job(j).params["seed"] for j in juids}
+        assert pane.by == ("seed", min(seeds.values()), max(seeds.values()))
+        assert pane.palette[min(seeds, key=seeds.get)] == value_colour(0.0)
+        assert pane.palette[max(seeds, key=seeds.get)] == value_colour(1.0)
+        assert "colour: seed" in screen_text(app)
 
     drive(app, body)
 

@@ -22,8 +22,8 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from monkey.api import MonkeyError
-from monkey.tracking.charts import colours, rgb, run_labels
-from monkey.tracking.plots import X_AXES, X_LABELS, Style, axis, plot_points
+from monkey.tracking.charts import colour_param, rgb, run_labels, value_colour
+from monkey.tracking.plots import X_AXES, X_LABELS, Style, axis, plot_points, run_colours
 from monkey.tui.shared import SharedMonkey
 
 POLL = 2.0  # seconds between reads of the selected series
@@ -49,12 +49,15 @@ class MetricsPane(Horizontal):
         ``epoch`` series (read only while x is by epoch)."""
 
         def __init__(self, names: list[str], points: dict[tuple[str, str], Series],
-                     labels: dict[str, str], epochs: dict[str, Series]) -> None:
+                     labels: dict[str, str], epochs: dict[str, Series],
+                     palette: dict[str, str], by: tuple[str, float, float] | None) -> None:
             super().__init__()
             self.names = names
             self.points = points
             self.labels = labels
             self.epochs = epochs
+            self.palette = palette  # run -> colour
+            self.by = by  # past 20 runs: (parameter coloured by, its lowest, highest value)
 
     def __init__(self, shared: SharedMonkey, juids: list[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -70,6 +73,8 @@ class MetricsPane(Horizontal):
         self.drawn: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
         self.ticks: dict[str, list[float]] = {}
         self.labels: dict[str, str] = {}
+        self.palette: dict[str, str] = {}
+        self.by: tuple[str, float, float] | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="series-side"):
@@ -121,7 +126,9 @@ class MetricsPane(Horizontal):
         monkey = self.shared.fresh()
         try:
             jobs = {juid: monkey.store.get_job(juid) for juid in self.juids}
-            labels = run_labels({juid: job.params if job else {} for juid, job in jobs.items()})
+            params = {juid: job.params if job else {} for juid, job in jobs.items()}
+            labels = run_labels(params)
+            palette, by = _colours(self.juids, params)
             while not worker.is_cancelled:
                 names: set[str] = set()
                 points: dict[tuple[str, str], Series] = {}
@@ -138,15 +145,16 @@ class MetricsPane(Horizontal):
                     if self.style.x == "epoch" and "epoch" in mine:
                         epochs[juid] = monkey.metrics(juid, "epoch").get("epoch", [])
                 if not worker.is_cancelled:
-                    self.post_message(self.Loaded(sorted(names), points, labels, epochs))
+                    self.post_message(self.Loaded(sorted(names), points, labels, epochs,
+                                                  palette, by))
                 time.sleep(POLL if chosen or names else POLL / 4)
         finally:
             monkey.store.close()
 
     @on(Loaded)
     def _on_loaded(self, message: Loaded) -> None:
-        if message.labels != self.labels:
-            self.labels = message.labels
+        if message.labels != self.labels or message.palette != self.palette:
+            self.labels, self.palette, self.by = message.labels, message.palette, message.by
             self._show_legend()
         if message.names != self.names:
             self.names = message.names
@@ -173,18 +181,19 @@ class MetricsPane(Horizontal):
 
     # -- drawing ------------------------------------------------------------------------
 
-    def _palette(self) -> dict[str, str]:
-        return dict(zip(self.juids, colours(len(self.juids))))  # as the PNG and HTML charts
-
     def _show_legend(self) -> None:
         """Each run's colour and label, beside the panels rather than over the data."""
         legend = self.query_one("#legend", Static)
         if len(self.juids) < 2:
             legend.display = False
             return
-        palette = self._palette()
-        legend.update("\n".join(["[b]runs[/b]"] + [
-            f"[{palette[j]}]━━[/] {escape(self.labels.get(j, j))}" for j in self.juids]))
+        head = ["[b]runs[/b]"]
+        if self.by:  # too many runs for distinct colours: a colour bar of the parameter
+            name, lo, hi = self.by
+            bar = "".join(f"[{value_colour(i / 7)}]█[/]" for i in range(8))
+            head.append(f"colour: {escape(name)} {lo:.3g} {bar} {hi:.3g}")
+        legend.update("\n".join(head + [
+            f"[{self.palette[j]}]━━[/] {escape(self.labels.get(j, j))}" for j in self.juids]))
 
     def _draw(self) -> None:
         points = {k: v for k, v in self.points.items() if k[1] in self.chosen}
@@ -201,7 +210,6 @@ class MetricsPane(Horizontal):
         plt.clear_data()
         plt.clear_figure()
         metrics = sorted({name for _, name in points})
-        palette = self._palette()
         self.drawn, self.ticks = {}, {}
         if len(metrics) > 1:
             plt.subplots(len(metrics), 1)
@@ -209,23 +217,28 @@ class MetricsPane(Horizontal):
             if len(metrics) > 1:
                 plt.subplot(row, 1)
             lines = {j: points[(j, metric)] for j in self.juids if (j, metric) in points}
-            drawn = {j: _thin(xs, ys) for j, (xs, _, ys) in plot_points(lines, style).items() if xs}
-            self.drawn[metric] = drawn
-            self._panel(plt, metric, drawn, palette)
+            data = {j: xy for j, xy in plot_points(lines, style).items() if xy[0]}
+            self.drawn[metric] = {j: _thin(xs, ys) for j, (xs, _, ys) in data.items()}
+            self._panel(plt, metric, data)
         if not points:
             plt.title("no metrics yet: log them with monkey.log(name, value, step=...)"
                       if not self.names else "choose series with space")
         chart.refresh()
 
     def _panel(self, plt: Any, metric: str,
-               drawn: dict[str, tuple[list[float], list[float]]], palette: dict[str, str]) -> None:
-        """One metric's panel: its own y axis, nice ticks (powers of ten on a log scale)."""
+               data: dict[str, tuple[list[float], list[float], list[float]]]) -> None:
+        """One metric's panel: its own y axis, nice ticks (powers of ten on a log scale);
+        when smoothed, the raw lines faint under the smoothed ones (as W&B draws them)."""
         style = self.style
         fy = math.log10 if style.log_y else float
-        for juid, (xs, ys) in drawn.items():
-            plt.plot(xs, [fy(v) for v in ys], color=rgb(palette[juid]))
-        xs_all = [v for xs, _ in drawn.values() for v in xs]
-        ys_all = [v for _, ys in drawn.values() for v in ys]
+        if style.smooth:
+            for juid, (xs, raw, _) in data.items():
+                xs, raw = _thin(xs, raw)
+                plt.plot(xs, [fy(v) for v in raw], color=_faint(rgb(self.palette[juid])))
+        for juid, (xs, ys) in self.drawn[metric].items():
+            plt.plot(xs, [fy(v) for v in ys], color=rgb(self.palette[juid]))
+        xs_all = [v for xs, _, _ in data.values() for v in xs]
+        ys_all = [v for _, raw, _ in data.values() for v in raw]
         title = metric
         if ys_all:
             yticks, ylabels = axis(min(ys_all), max(ys_all), False, style.log_y)
@@ -239,6 +252,21 @@ class MetricsPane(Horizontal):
             title += ": no values above 0 for a log scale (press y)"
         plt.title(title)
         plt.xlabel(X_LABELS[style.x])
+
+
+def _colours(juids: list[str], params: dict[str, dict[str, Any]]
+             ) -> tuple[dict[str, str], tuple[str, float, float] | None]:
+    """Run -> colour as the PNG and HTML charts: 20 distinct colours, past 20 runs by the
+    value of the numeric parameter that differs most (and that parameter's range)."""
+    by = colour_param(params) if len(juids) > 20 else None
+    values = {j: float(p[by]) for j, p in params.items() if by and by in p}
+    palette = run_colours(juids, Style(by=values, by_name=by or ""))
+    return palette, (by, min(values.values()), max(values.values())) if by and values else None
+
+
+def _faint(colour: tuple[int, int, int]) -> tuple[int, int, int]:
+    """COLOUR halfway to grey: the raw line under a smoothed one."""
+    return tuple(round((c + 128) / 2) for c in colour)  # type: ignore[return-value]
 
 
 def _thin(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
