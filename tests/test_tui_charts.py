@@ -141,9 +141,11 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
         for xs, ys, best in view.scatters.values():
             assert len(xs) == len(ys) == 12 and best >= 0
         assert view.curve[1] == [v for _, v in analysis["best_so_far"]]
+        assert len(view.parallel) == 12 and all(len(p) == 4 for p in view.parallel.values())
+        assert view.parallel[view.best][-1] == min(p[-1] for p in view.parallel.values())
         text = screen_text(app)
         assert "method: variance split" in text and "loss by lr" in text
-        assert "best loss so far" in text
+        assert "parameters and loss" in text
         table.focus()
         await pilot.press("enter")  # the run under the cursor: the best
         await until(pilot, lambda: isinstance(app.screen, JobScreen), "the best run's screen")

@@ -93,25 +93,41 @@ def scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
     return [pos[repr(v)] for v in values], [(pos[c], c.strip("'")) for c in cats]
 
 
+def parallel_axes(runs: Sequence[dict[str, Any]], metric: str
+                  ) -> tuple[list[str], list[tuple[list[float], list[tuple[float, str]]]]]:
+    """The axes of parallel coordinates, each parameter then the metric, and per axis each
+    run's position in [0, 1] with the axis's ticks (as ``scale``)."""
+    names = list(dict.fromkeys(k for r in runs for k in r["params"]))
+    columns = [[r["params"].get(n) for r in runs] for n in names] + [[r["value"] for r in runs]]
+    return [*names, metric], [scale(col) for col in columns]
+
+
+def best_last(runs: Sequence[dict[str, Any]], best: str | None) -> list[int]:
+    """Indexes of RUNS with the best run's last, so it is drawn over the others."""
+    return sorted(range(len(runs)), key=lambda i: runs[i]["job"] == best)
+
+
+def metric_colours(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each run's colour on the sequential scale of the metric's values."""
+    values = [r["value"] for r in runs]
+    lo, hi = min(values, default=0.0), max(values, default=0.0)
+    return [value_colour((v - lo) / ((hi - lo) or 1)) for v in values]
+
+
 def parallel_coordinates(runs: Sequence[dict[str, Any]], metric: str, best: str | None,
                          width: int = 1200, height: int = 360) -> str:
     """One vertical axis per parameter and one for the metric; a line per run, coloured by
     its metric value; the best run drawn last, thick, in red."""
-    names = list(dict.fromkeys(k for r in runs for k in r["params"]))
-    axes = [*names, metric]
+    axes, scaled = parallel_axes(runs, metric)
     top, bottom, left, right = 30, 30, 60, 60
     gap = (width - left - right) / max(1, len(axes) - 1)
     ph = height - top - bottom
-    columns = [[r["params"].get(n) for r in runs] for n in names] + [[r["value"] for r in runs]]
-    scaled = [scale(col) for col in columns]
-    values = [r["value"] for r in runs]
-    lo, hi = min(values), max(values)
     parts = [f'<svg class="parallel" xmlns="http://www.w3.org/2000/svg" width="100%" '
              f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">']
-    order = sorted(range(len(runs)), key=lambda i: runs[i]["job"] == best)
-    for i in order:
+    colours = metric_colours(runs)
+    for i in best_last(runs, best):
         is_best = runs[i]["job"] == best
-        colour = BEST if is_best else value_colour((values[i] - lo) / ((hi - lo) or 1))
+        colour = BEST if is_best else colours[i]
         points = " ".join(f"{left + k * gap:.1f},{top + ph - scaled[k][0][i] * ph:.1f}"
                           for k in range(len(axes)))
         parts.append(f'<polyline class="run{" best" if is_best else ""}" fill="none" '

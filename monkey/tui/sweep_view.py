@@ -23,7 +23,14 @@ from textual_plotext import PlotextPlot
 
 from monkey.api import MonkeyError
 from monkey.tracking.charts import rgb, run_labels
-from monkey.tracking.sweep_analysis import BEST, minutes, scale
+from monkey.tracking.sweep_analysis import (
+    BEST,
+    best_last,
+    metric_colours,
+    minutes,
+    parallel_axes,
+    scale,
+)
 from monkey.tui.format import STATE_STYLES
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.shared import SharedMonkey
@@ -70,6 +77,7 @@ class SweepScreen(Screen[None]):
         # parameter -> (x positions, y positions, index of the best run or -1), as plotted
         self.scatters: dict[str, tuple[list[float], list[float], int]] = {}
         self.curve: tuple[list[float], list[float]] = ([], [])
+        self.parallel: dict[str, list[float]] = {}  # run -> its position on each axis
         self._shown: object = None
 
     def compose(self) -> ComposeResult:
@@ -125,6 +133,27 @@ class SweepScreen(Screen[None]):
         self._show_importance(analysis)
         self._plots(analysis)
 
+    def _parallel(self, runs: list[dict[str, Any]], metric: str) -> PlotextPlot:
+        """Parameters -> metric: a line per run coloured by its value, the best in red; the
+        metric's ticks on the right."""
+        axes, scaled = parallel_axes(runs, metric)
+        self.parallel = {r["job"]: [pos[i] for pos, _ in scaled] for i, r in enumerate(runs)}
+        chart = PlotextPlot(id="sweep-parallel")
+        plt = chart.plt
+        colours = metric_colours(runs)
+        xs = list(range(len(axes)))
+        for i in best_last(runs, self.best):
+            best = runs[i]["job"] == self.best
+            plt.plot(xs, self.parallel[runs[i]["job"]], color=rgb(BEST if best else colours[i]),
+                     marker="braille" if not best else None, yside="right")
+        plt.xticks(xs, axes)
+        ticks = scaled[-1][1]
+        plt.yticks([p for p, _ in ticks], [t for _, t in ticks], yside="right")
+        plt.yticks([], [], yside="left")
+        plt.ylim(-0.05, 1.05, yside="right")
+        plt.title(f"parameters and {metric}")
+        return chart
+
     @on(DataTable.RowSelected, "#sweep-runs")
     def _on_run(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
@@ -167,7 +196,7 @@ class SweepScreen(Screen[None]):
         grid.remove_children()
         runs, metric = analysis["runs"], (analysis["metric"] or {}).get("name", "")
         self.scatters = {}
-        plots = []
+        plots = [self._parallel(runs, metric)] if runs else []
         for param in self.importance:
             mine = [r for r in runs if param in r["params"]]
             if not mine:
