@@ -21,7 +21,7 @@ from monkey.tui.app import DashApp
 from monkey.tui.help_screen import HelpScreen
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.metrics_pane import MetricsPane
-from monkey.tui.sweep_view import SweepScreen
+from monkey.tui.sweep_view import BuiltPlot, SweepScreen
 
 NOW = 1_795_000_000.0  # 2026-11-18 08:26:40 UTC
 SIZE = (140, 44)
@@ -55,6 +55,12 @@ def fill_sweep(m: Monkey, n: int = 12, steps: int = 20) -> tuple[str, list[str]]
             m.store._insert_columns(db, job.juid, 1, as_columns(points))
             juids.append(job.juid)
     return sid, juids
+
+
+def drawn(view: SweepScreen) -> bool:
+    """The sweep view shows its data with every chart built (they are built in threads)."""
+    plots = view.query(BuiltPlot)
+    return bool(view.scatters and plots and all(p.ready for p in plots))
 
 
 def drive(app: DashApp, body: Callable[..., Awaitable[None]]) -> None:
@@ -123,7 +129,7 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
         await until(pilot, lambda: app.table.row_count == 13, "the jobs")
         app.table.move_cursor(juids[3])
         await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, SweepScreen) and app.screen.rows,
+        await until(pilot, lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
                     "the sweep view")
         view = app.screen
         assert list(view.importance)[0] == "lr" and view.importance["lr"] > 0.9
@@ -231,7 +237,7 @@ def test_sweep_view_snapshot(fixed_sweep, home, snap_compare):
     _, juids = fixed_sweep
     app = DashApp(home, clock=lambda: NOW)
     assert snap_compare(app, terminal_size=SIZE, run_before=_open(
-        ("a",), lambda a: isinstance(a.screen, SweepScreen) and a.screen.scatters, juids[0]))
+        ("a",), lambda a: isinstance(a.screen, SweepScreen) and drawn(a.screen), juids[0]))
 
 
 def test_metrics_pane_snapshot_smoothed_on_a_log_scale(fixed_sweep, home, snap_compare):

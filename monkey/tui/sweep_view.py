@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.message import Message
@@ -49,6 +49,36 @@ def ranked(status: dict[str, Any], analysis: dict[str, Any]) -> list[dict[str, A
     rows = [{"job": j["job"], "state": j["state"], "value": values.get(j["job"]),
              "label": labels[j["job"]]} for j in status["jobs"]]
     return sorted(rows, key=lambda r: (r["value"] is None, sign * (r["value"] or 0.0)))
+
+
+class BuiltPlot(PlotextPlot):
+    """A plotext chart built in a thread worker: plotext takes ~60 ms (a loaded machine:
+    300) to draw 200 runs' lines, the event loop only shows the finished text. Draw on
+    ``plt`` before mounting it, never after."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.built: tuple[tuple[int, int], RenderResult] | None = None  # (size, text) shown
+
+    @property
+    def ready(self) -> bool:
+        """Built for the widget's current size."""
+        return self.built is not None and self.built[0] == tuple(self.size)
+
+    def render(self) -> RenderResult:
+        if not self.ready and self.size.area:
+            self._build()
+        return self.built[1] if self.built else Text("drawing…", style="dim")
+
+    @work(thread=True, exclusive=True, group="plot")
+    def _build(self) -> None:
+        size = tuple(self.size)
+        text = PlotextPlot.render(self)  # sizes, themes and builds the figure
+        self.app.call_from_thread(self._show, size, text)
+
+    def _show(self, size: tuple[int, int], text: RenderResult) -> None:
+        self.built = (size, text)
+        self.refresh()
 
 
 class SweepScreen(Screen[None]):
@@ -133,19 +163,19 @@ class SweepScreen(Screen[None]):
         self._show_importance(analysis)
         self._plots(analysis)
 
-    def _parallel(self, runs: list[dict[str, Any]], metric: str) -> PlotextPlot:
+    def _parallel(self, runs: list[dict[str, Any]], metric: str) -> BuiltPlot:
         """Parameters -> metric: a line per run coloured by its value, the best in red; the
         metric's ticks on the right."""
         axes, scaled = parallel_axes(runs, metric)
         self.parallel = {r["job"]: [pos[i] for pos, _ in scaled] for i, r in enumerate(runs)}
-        chart = PlotextPlot(id="sweep-parallel")
+        chart = BuiltPlot(id="sweep-parallel")
         plt = chart.plt
         colours = metric_colours(runs)
         xs = list(range(len(axes)))
         for i in best_last(runs, self.best):
             best = runs[i]["job"] == self.best
             plt.plot(xs, self.parallel[runs[i]["job"]], color=rgb(BEST if best else colours[i]),
-                     marker="braille" if not best else None, yside="right")
+                     marker="dot" if not best else None, yside="right")
         plt.xticks(xs, axes)
         ticks = scaled[-1][1]
         plt.yticks([p for p, _ in ticks], [t for _, t in ticks], yside="right")
@@ -205,7 +235,7 @@ class SweepScreen(Screen[None]):
             ys, yticks = scale([r["value"] for r in mine])
             best = next((i for i, r in enumerate(mine) if r["job"] == self.best), -1)
             self.scatters[param] = (xs, ys, best)
-            chart = PlotextPlot(classes="sweep-plot")
+            chart = BuiltPlot(classes="sweep-plot")
             plt = chart.plt
             others = [i for i in range(len(mine)) if i != best]
             plt.scatter([xs[i] for i in others], [ys[i] for i in others], color=rgb(DOT))
@@ -216,7 +246,7 @@ class SweepScreen(Screen[None]):
             plots.append(chart)
         self.curve = minutes(analysis["best_so_far"])
         if self.curve[0]:
-            chart = PlotextPlot(classes="sweep-plot")
+            chart = BuiltPlot(classes="sweep-plot")
             plt = chart.plt
             xs, ys = self.curve
             step_x, step_y = xs[:1], ys[:1]  # a step line: flat until the next best
