@@ -79,3 +79,28 @@ def copy_jobs(m: Any, juid: str, changes: list[dict[str, Any]]) -> None:
     with m.store.tx() as db:
         db.executemany(f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                        values)  # fmt: skip
+
+
+def make_sweep(m: Any, runs: int, params: Callable[[int], dict[str, Any]],
+               value: Callable[[int, int], float], steps: int = 100) -> str:
+    """A sweep of RUNS jobs (not run) on metric `acc` (max), run i with PARAMS(i) and `acc`
+    logged as VALUE(i, step) for STEPS steps, one second apart; returns its id."""
+    from monkey.tracking.ingest import as_columns
+
+    spec = {"command": ["python", "t.py", "{lr}"], "method": "grid", "count": None,
+            "parameters": {"lr": {"values": list(range(runs))}},
+            "metric": {"name": "acc", "goal": "max"}, "max_parallel": None,
+            "early_terminate": None, "retries": 0, "seed": 0}
+    template = m.run(["true"], start_core=False).record
+    with m.store.tx() as db:
+        sid = m.store.create_sweep("bench", spec)
+        for i in range(runs):
+            job = m.store.create_job(
+                name=f"bench-{i}", argv=["python", "t.py", str(i)], provider="local",
+                resources=template.resources, env={}, snapshot=template.snapshot,
+                workdir=template.workdir, datasets=[], git={}, python=template.python,
+                sweep=sid, params=params(i),
+            )  # fmt: skip
+            points = [("acc", s, value(i, s), 1.7e9 + i * 60 + s) for s in range(steps)]
+            m.store._insert_columns(db, job.juid, 1, as_columns(points))
+    return sid

@@ -21,7 +21,7 @@ import tempfile
 import time
 from queue import SimpleQueue
 
-from common import fresh_home, median_wall, run_quiet, stop_everything
+from common import fresh_home, make_sweep, median_wall, run_quiet, stop_everything
 
 N_CALLS = 1_000_000
 N_POINTS = 1_000_000
@@ -126,25 +126,10 @@ def ingestion() -> None:
 def compare_sweep() -> None:
     home = fresh_home()
     from monkey.api import Monkey
-    from monkey.tracking.ingest import as_columns
 
     m = Monkey(home)
-    spec = {"command": ["python", "t.py", "{lr}"], "method": "grid", "count": None,
-            "parameters": {"lr": {"values": list(range(200))}},
-            "metric": {"name": "acc", "goal": "max"}, "max_parallel": None,
-            "early_terminate": None, "retries": 0, "seed": 0}
-    template = m.run(["true"], start_core=False).record
-    with m.store.tx() as db:
-        sid = m.store.create_sweep("bench", spec)
-        for i in range(200):
-            job = m.store.create_job(
-                name=f"bench-{i}", argv=["python", "t.py", str(i)], provider="local",
-                resources=template.resources, env={}, snapshot=template.snapshot,
-                workdir=template.workdir, datasets=[], git={}, python=template.python,
-                sweep=sid, params={"lr": i / 1000, "optim": {"momentum": 0.9}},
-            )  # fmt: skip
-            points = [("acc", s, (i + s) / 300, 1.7e9 + s) for s in range(100)]
-            m.store._insert_columns(db, job.juid, 1, as_columns(points))
+    sid = make_sweep(m, 200, lambda i: {"lr": i / 1000, "optim": {"momentum": 0.9}},
+                     lambda i, s: (i + s) / 300)
     base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
     cmp = median_wall(lambda: run_quiet([sys.executable, "-m", "monkey", "compare", "--sweep",
                                          sid]), 11)

@@ -72,7 +72,7 @@ def run_colours(runs: list[str], style: Style) -> dict[str, str]:
     return dict(zip(runs, colours(len(runs))))
 
 
-def _points(lines: Mapping[str, Series], style: Style
+def plot_points(lines: Mapping[str, Series], style: Style
             ) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """Run -> (xs, raw ys, drawn ys): smoothed when asked, positive only on a log scale."""
     out = {}
@@ -129,7 +129,7 @@ def png_plot(metrics: dict[str, dict[str, Series]], out: str | Path, style: Styl
                              squeeze=False, sharex=True, layout="constrained")
     try:
         for ax, (metric, lines) in zip(axes[:, 0], metrics.items()):
-            for run, (xs, raw, ys) in _points(lines, style).items():
+            for run, (xs, raw, ys) in plot_points(lines, style).items():
                 if style.smooth:
                     ax.plot(xs, raw, color=palette[run], alpha=0.2, linewidth=1)
                 ax.plot(xs, ys, label=run, color=palette[run],
@@ -160,7 +160,7 @@ def png_plot(metrics: dict[str, dict[str, Series]], out: str | Path, style: Styl
     return path
 
 
-def _axis(lo: float, hi: float, integer: bool, log: bool) -> tuple[list[float], list[str]]:
+def axis(lo: float, hi: float, integer: bool, log: bool) -> tuple[list[float], list[str]]:
     """Ticks and their labels for data in [lo, hi]."""
     if log:
         ticks = log_ticks(lo, hi)
@@ -176,7 +176,7 @@ def svg_panel(lines: Mapping[str, Series], title: str, palette: Mapping[str, str
     bx, by, bw, bh = box
     left, top = bx + 56, by + 22
     pw, ph = bw - 56 - 10, bh - 22 - 34
-    data = _points(lines, style)
+    data = plot_points(lines, style)
     xs_all = [v for xs, _, _ in data.values() for v in xs]
     ys_all = [v for _, raw, ys in data.values() for v in (*raw, *ys)]
     parts = [f'<g class="panel" data-metric="{escape(title)}">',
@@ -186,8 +186,8 @@ def svg_panel(lines: Mapping[str, Series], title: str, palette: Mapping[str, str
         why = "no values above 0 for a log scale" if style.log_y else "no data"
         parts.append(f'<text x="{left}" y="{top + ph / 2}" font-size="12">{why}</text></g>')
         return "".join(parts)
-    xticks, xtext = _axis(min(xs_all), max(xs_all), style.x in ("step", "epoch"), False)
-    yticks, ytext = _axis(min(ys_all), max(ys_all), False, style.log_y)
+    xticks, xtext = axis(min(xs_all), max(xs_all), style.x in ("step", "epoch"), False)
+    yticks, ytext = axis(min(ys_all), max(ys_all), False, style.log_y)
     fy = math.log10 if style.log_y else float
     x0, x1, y0, y1 = xticks[0], xticks[-1], fy(yticks[0]), fy(yticks[-1])
 

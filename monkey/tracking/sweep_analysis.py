@@ -79,7 +79,7 @@ def analyse(runs: Sequence[dict[str, Any]], goal: str) -> dict[str, Any]:
 # -- drawing ----------------------------------------------------------------------------
 
 
-def _scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
+def scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
     """Values -> positions in [0, 1] and (position, label) ticks; categories evenly spaced."""
     if _numeric(values):
         ticks = nice_ticks(min(values), max(values))
@@ -93,25 +93,41 @@ def _scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]
     return [pos[repr(v)] for v in values], [(pos[c], c.strip("'")) for c in cats]
 
 
+def parallel_axes(runs: Sequence[dict[str, Any]], metric: str
+                  ) -> tuple[list[str], list[tuple[list[float], list[tuple[float, str]]]]]:
+    """The axes of parallel coordinates, each parameter then the metric, and per axis each
+    run's position in [0, 1] with the axis's ticks (as ``scale``)."""
+    names = list(dict.fromkeys(k for r in runs for k in r["params"]))
+    columns = [[r["params"].get(n) for r in runs] for n in names] + [[r["value"] for r in runs]]
+    return [*names, metric], [scale(col) for col in columns]
+
+
+def best_last(runs: Sequence[dict[str, Any]], best: str | None) -> list[int]:
+    """Indexes of RUNS with the best run's last, so it is drawn over the others."""
+    return sorted(range(len(runs)), key=lambda i: runs[i]["job"] == best)
+
+
+def metric_colours(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each run's colour on the sequential scale of the metric's values."""
+    values = [r["value"] for r in runs]
+    lo, hi = min(values, default=0.0), max(values, default=0.0)
+    return [value_colour((v - lo) / ((hi - lo) or 1)) for v in values]
+
+
 def parallel_coordinates(runs: Sequence[dict[str, Any]], metric: str, best: str | None,
                          width: int = 1200, height: int = 360) -> str:
     """One vertical axis per parameter and one for the metric; a line per run, coloured by
     its metric value; the best run drawn last, thick, in red."""
-    names = list(dict.fromkeys(k for r in runs for k in r["params"]))
-    axes = [*names, metric]
+    axes, scaled = parallel_axes(runs, metric)
     top, bottom, left, right = 30, 30, 60, 60
     gap = (width - left - right) / max(1, len(axes) - 1)
     ph = height - top - bottom
-    columns = [[r["params"].get(n) for r in runs] for n in names] + [[r["value"] for r in runs]]
-    scaled = [_scale(col) for col in columns]
-    values = [r["value"] for r in runs]
-    lo, hi = min(values), max(values)
     parts = [f'<svg class="parallel" xmlns="http://www.w3.org/2000/svg" width="100%" '
              f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">']
-    order = sorted(range(len(runs)), key=lambda i: runs[i]["job"] == best)
-    for i in order:
+    colours = metric_colours(runs)
+    for i in best_last(runs, best):
         is_best = runs[i]["job"] == best
-        colour = BEST if is_best else value_colour((values[i] - lo) / ((hi - lo) or 1))
+        colour = BEST if is_best else colours[i]
         points = " ".join(f"{left + k * gap:.1f},{top + ph - scaled[k][0][i] * ph:.1f}"
                           for k in range(len(axes)))
         parts.append(f'<polyline class="run{" best" if is_best else ""}" fill="none" '
@@ -138,8 +154,8 @@ def _frame(title: str, xlabel: str, xs: Sequence[Any], ys: Sequence[float], widt
     parts and the functions placing an x and a y value."""
     left, right, top, bottom = 56, 12, 24, 36
     pw, ph = width - left - right, height - top - bottom
-    xpos, xticks = _scale(list(xs))
-    ypos, yticks = _scale(list(ys))
+    xpos, xticks = scale(list(xs))
+    ypos, yticks = scale(list(ys))
     parts = [f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" width="100%" '
              f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">'
              f'<text x="{left}" y="15" font-size="12" font-weight="bold">{escape(title)}</text>'
@@ -171,14 +187,18 @@ def scatter(runs: Sequence[dict[str, Any]], param: str, metric: str, best: str |
     return "".join(parts)
 
 
+def minutes(curve: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """A best-so-far curve as minutes since the first run ended, and the best values."""
+    t0 = curve[0][0] if curve else 0.0
+    return [(t - t0) / 60 for t, _ in curve], [v for _, v in curve]
+
+
 def progress(curve: Sequence[tuple[float, float]], metric: str, width: int = 760,
              height: int = 260) -> str:
     """The best value so far against minutes since the first run ended (a step line)."""
     if not curve:
         return ""
-    t0 = curve[0][0]
-    xs = [(t - t0) / 60 for t, _ in curve]
-    ys = [v for _, v in curve]
+    xs, ys = minutes(curve)
     parts, px, py = _frame(f"best {metric} so far", "minutes", xs, ys, width, height)
     steps = []
     for i in range(len(curve)):

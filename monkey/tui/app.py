@@ -35,9 +35,11 @@ from monkey.tui.instances_pane import InstancesPane
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.jobs_table import JobsTable
 from monkey.tui.log_pane import LogPane
+from monkey.tui.metrics_pane import MetricsPane
 from monkey.tui.new_job import NewJobScreen
 from monkey.tui.shared import SharedMonkey
 from monkey.tui.status_bar import StatusBar
+from monkey.tui.sweep_view import SweepScreen
 from monkey.tui.virtual_table import VirtualTable
 
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
@@ -121,6 +123,7 @@ class DashApp(App[None]):
         Binding("r", "control('retry')", "Retry"),
         Binding("n", "new_job", "New job"),
         Binding("i", "instances", "Instances"),
+        Binding("a", "sweep", "Sweep analysis", show=False),
         Binding("D", "start_core", "Start core", show=False),
         Binding("escape", "clear", "Clear filter/marks", show=False),
     ]
@@ -346,6 +349,7 @@ class DashApp(App[None]):
     def action_help(self) -> None:
         sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
                     ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
+                    ("metrics pane", MetricsPane.BINDINGS), ("sweep analysis", SweepScreen.BINDINGS),
                     ("new job form", NewJobScreen.BINDINGS)]
         self.push_modal("help", lambda: HelpScreen(
             [(t, [b for b in bs if isinstance(b, Binding)]) for t, bs in sections]))
@@ -361,6 +365,8 @@ class DashApp(App[None]):
         return screen
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, SweepScreen) and action not in ("quit", "help"):
+            return False  # the jobs table's keys do not reach behind the sweep view
         if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
             return False
         if (action == "control" and parameters and parameters[0] not in self._offered
@@ -428,6 +434,16 @@ class DashApp(App[None]):
             self.notify(f"{len(message.errors) - 3} more jobs refused", severity="error")
         self.poll()
 
+    def action_sweep(self) -> None:
+        """The analysis of the current job's sweep."""
+        juid = self.screen.juid if isinstance(self.screen, JobScreen) else self.table.current_juid()
+        record = self.table.records.get(juid) if juid else None
+        if record is None or not record.sweep:
+            self.notify(f"job {juid} is not part of a sweep" if juid else "no job selected",
+                        severity="warning")
+            return
+        self.push_screen(SweepScreen(self.shared, record.sweep))
+
     def action_new_job(self) -> None:
         # The providers the last poll read: reading them here would wait for the store's
         # lock behind a slow poll, with the (not yet shown) form taking the keys.
@@ -490,6 +506,8 @@ class DashApp(App[None]):
                                 self.action_filter)
             yield SystemCommand("Mark sweep", "mark every job of the current job's sweep",
                                 self.table.action_mark_sweep)
+            yield SystemCommand("Sweep analysis", "the current job's sweep: ranked runs, "
+                                "parameter importance, scatters, best so far", self.action_sweep)
             yield SystemCommand("Group by sweep", "toggle grouping the table by sweep",
                                 self.table.action_group)
             yield SystemCommand("Instances", "providers, instances and live attempts",
