@@ -110,30 +110,6 @@ def test_short_forms_control_jobs(cli, home):
     assert json.loads(cli("info", juid, "--json", check=True).stdout)["state"] == "cancelled"
 
 
-def test_bash_completion_completes_commands_options_and_jobs(cli, home, tmp_path):
-    juid = _run(cli, "true")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    shim = bin_dir / "monkey"
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m monkey \"$@\"\n")
-    shim.chmod(0o755)
-    script = cli("completion", "bash", check=True).stdout
-
-    def complete(*words: str) -> list[str]:
-        line = " ".join(f"'{w}'" for w in ("monkey", *words))
-        code = (f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _monkey; '
-                'printf "%s\\n" "${COMPREPLY[@]}"')
-        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
-        out = subprocess.run(["bash", "-c", code], env=env, capture_output=True, text=True,
-                             check=True).stdout
-        return out.split()
-
-    assert complete("li") == ["list"]
-    assert complete("list", "jobs", "--li") == ["--limit"]
-    assert complete("logs", juid[:6]) == [juid]
-    assert "zsh" in cli("completion", "zsh", check=True).stdout
-
-
 def test_monkeycli_prints_the_job_id(home):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
