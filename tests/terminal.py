@@ -3,21 +3,21 @@ shell, zsh and bash with monkey's completion."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 
 def _controlling_terminal() -> None:
     """In the child: a new session whose controlling terminal is stdin, so ^C is SIGINT."""
-    import fcntl
-    import termios
-
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -27,8 +27,10 @@ class Terminal:
 
     ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 
-    def __init__(self, env: dict[str, str], cwd: Path, argv: list[str] | None = None) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, argv: list[str] | None = None,
+                 size: tuple[int, int] = (24, 100)) -> None:
         self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, columns
         self.proc = subprocess.Popen(
             argv or [sys.executable, "-m", "monkey"], stdin=slave, stdout=slave, stderr=slave,
             env=env, cwd=cwd, preexec_fn=_controlling_terminal,
