@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from conftest import REPO
+from test_tui import drive, screen_text, until
+
+from monkey.tui.app import DashApp
 
 FAILING = (
     "import time\n"
@@ -144,6 +147,13 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
     info = cli("info", juid, check=True).stdout
     assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
     assert "experiments/ (sub-folder of the workdir)" in info
+    dash = DashApp(home, job=juid)  # the dashboard's job detail says so too
+
+    async def detail(pilot) -> None:
+        await until(pilot, lambda: "sub-folder of the workdir" in screen_text(dash), "the job detail")
+        assert "runs in experiments/ (sub-folder of the workdir)" in " ".join(screen_text(dash).split())
+
+    drive(dash, detail)
     record = json.loads(cli("info", juid, "--json", check=True).stdout)
     assert record["workdir"] == str(repo.resolve()) and record["git"]["subdir"] == "experiments"
     assert monkey.store.outputs(juid) == ["experiments/out/*.txt"]  # globs from where it runs
