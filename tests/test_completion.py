@@ -29,10 +29,8 @@ def _shell(name: str, tmp_path: Path) -> Terminal:
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO),
                TERM="dumb", HISTFILE=os.devnull)  # fmt: skip
     if name == "zsh":
-        (tmp_path / ".zshrc").write_text(
-            "autoload -U compinit && compinit -u\n"
-            'eval "$(monkey completion zsh)"\n'
-            f"PS1='{PROMPT}'\n")  # fmt: skip
+        # No compinit of its own: the script loads it when the rc file has not.
+        (tmp_path / ".zshrc").write_text(f'eval "$(monkey completion zsh)"\nPS1=\'{PROMPT}\'\n')
         env["ZDOTDIR"] = str(tmp_path)
         argv = ["zsh", "-i"]
     else:

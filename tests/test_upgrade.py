@@ -171,6 +171,19 @@ def test_a_shell_left_open_restarts_onto_reinstalled_code(home: Path, tmp_path: 
             term.proc.kill()
 
 
+def test_a_shell_reading_a_script_only_notes_a_reinstall(home: Path, tmp_path: Path) -> None:
+    src = copy_tree(tmp_path / "src", "installed")
+    script = (f"daemon status\nshell echo '# reinstalled' >> {src / 'monkey' / 'api.py'}\n"
+              "daemon status\ndaemon status\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "monkey"], input=script, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(src)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    versions = [line.split()[1] for line in proc.stdout.splitlines() if line.split()[:1] == ["cli"]]
+    assert len(versions) == 3 and len(set(versions)) == 1  # the same process ran all three
+    notes = [line for line in proc.stderr.splitlines() if "changed on disk" in line]
+    assert len(notes) == 1 and notes[0].endswith("; start the shell again to use it"), proc.stderr
+
+
 @pytest.mark.timeout(120)
 def test_a_dashboard_left_open_restarts_onto_reinstalled_code(cli, home: Path, tmp_path: Path) -> None:
     juid = cli("run", "--", "true", check=True).stdout.strip()

@@ -18,7 +18,7 @@ complete -o default -F _monkey monkey
 """
 
 ZSH = """\
-# monkey completion for zsh: eval "$(monkey completion zsh)" (e.g. in ~/.zshrc, after compinit)
+# monkey completion for zsh: eval "$(monkey completion zsh)" (e.g. in ~/.zshrc)
 _monkey() {
     local -a items
     items=(${(f)"$(monkey __complete "${(@)words[2,CURRENT]}" 2>/dev/null)"})
@@ -28,6 +28,7 @@ _monkey() {
         _files  # a command's own arguments (run -- python train.py), as bash's -o default
     fi
 }
+(( $+functions[compdef] )) || { autoload -Uz compinit && compinit; }
 compdef _monkey monkey
 """
 

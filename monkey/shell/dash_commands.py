@@ -53,7 +53,9 @@ def cmd_dash(args: argparse.Namespace) -> int:
 
     app = DashApp(job=juid)
     app.run()
-    if app.restart:
+    if app.restart and "monkey.shell.repl" in sys.modules:  # the shell restarts at `dash`
+        print(f"{app.restart}; type `dash` to open the new dashboard", file=sys.stderr)
+    elif app.restart:
         from monkey.version import restart
 
         print(f"{app.restart}; restarting the dashboard", file=sys.stderr)
