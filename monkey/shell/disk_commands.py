@@ -37,7 +37,7 @@ def gc_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
 
 
 def du_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments.")
+    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_du)
     return p
