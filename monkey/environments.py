@@ -19,14 +19,22 @@ def needs_setup(spec: dict[str, Any]) -> bool:
     return spec.get("env_type", "none") != "none" or bool(spec.get("install_script"))
 
 
+def setup_fields(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``setup`` of the `start` request for a recorded spec (None: nothing to prepare);
+    the worker's environment key is computed from it (launcher.env_key)."""
+    if not needs_setup(spec):
+        return None
+    return {"type": spec.get("env_type", "none"), **{k: spec.get(k) for k in SETUP_KEYS}}
+
+
 def start_fields(spec: dict[str, Any], manifest: Callable[[str], list[Any]],
                  persist_dir: str) -> tuple[dict[str, Any], list[str]]:
     """(fields of the `start` request, blobs the worker needs) for a recorded spec."""
     fields: dict[str, Any] = {}
     blobs: list[str] = []
-    if needs_setup(spec):
-        fields["setup"] = {"type": spec.get("env_type", "none"),
-                           **{k: spec.get(k) for k in SETUP_KEYS}}
+    setup = setup_fields(spec)
+    if setup is not None:
+        fields["setup"] = setup
     if spec.get("persist"):
         fields["persist"] = [{"name": p["name"], "path": p["path"]} for p in spec["persist"]]
         fields["persist_dir"] = persist_dir

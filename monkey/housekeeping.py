@@ -1,5 +1,6 @@
 """Disk housekeeping of MONKEY_HOME: `monkey rm` (delete jobs), `monkey gc` (blobs no job
-references, run folders of deleted jobs, code copies left behind), `monkey du` (usage).
+references, run folders of deleted jobs, code copies left behind, environments and dataset
+copies no job uses), `monkey du` (usage).
 
 Consistency when interrupted (even by SIGKILL): `rm` deletes a job's rows in one
 transaction, then its run folder; a folder left behind is a deleted job's and `gc` removes
@@ -9,10 +10,20 @@ files its file list names, datasets, job.yml data folders, git diff, packages, s
 files: every digest written in its records) is never deleted, so `rerun` of every job that
 remains keeps working. Blobs younger than the grace period are kept too: a submit writes
 its blobs before its job row.
+
+The local worker's environments (``envs/<key>/``, built by launcher.py) and dataset copies
+(``datasets/<digest>/``, built by the agent) go when no remaining job uses them: an
+environment whose key no job's attempt recorded (``setup.json``) nor its spec gives, a copy
+of a dataset no job names, older than the grace period; an environment whose lock a job
+holds (building it) is left alone. Each is first renamed aside (``.gc-NAME``), so a gc
+killed midway leaves no half-deleted folder under a name a worker would reuse; the next
+gc deletes what was set aside.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import shutil
@@ -122,11 +133,15 @@ class GcReport:
     runs: int = 0
     run_bytes: int = 0
     code_bytes: int = 0
+    envs: int = 0
+    env_bytes: int = 0
+    datasets: int = 0
+    dataset_bytes: int = 0
     kept: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return self.blob_bytes + self.run_bytes + self.code_bytes
+        return self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
 
 
 def needed_blobs(m: Monkey) -> set[str]:
@@ -157,6 +172,8 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
 
     report = GcReport()
     jobs = {j.juid: j for j in m.store.list_jobs()}
+    specs = m.store.job_specs()
+    env_keys = _env_keys(specs)
     if m.home.runs.is_dir():
         for entry in sorted(os.scandir(m.home.runs), key=lambda e: e.name):
             if not entry.is_dir(follow_symlinks=False):
@@ -165,11 +182,16 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             if job is None:
                 report.run_bytes += _remove(Path(entry.path))
                 report.runs += 1
-            elif job.state in TERMINAL:
+                continue
+            if job.state in TERMINAL:
                 for attempt in Path(entry.path).glob(f"*/{CODE_RECORD}"):
                     report.code_bytes += reclaim_code(str(attempt.parent))
+            if entry.name in specs:
+                env_keys.update(_recorded_env_keys(Path(entry.path)))
     needed = needed_blobs(m)
     cut = time.time() - grace
+    report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
+    report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
     doomed: list[tuple[str, Path, int]] = []
     root = m.home.blobs
     for shard in sorted(root.iterdir()) if root.is_dir() else []:
@@ -196,6 +218,100 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             report.blobs += 1
             report.blob_bytes += size
     return report
+
+
+def _env_keys(specs: dict[str, dict]) -> set[str]:
+    """Keys of the environments that the jobs' specs give on this machine's python (the
+    local agent's): jobs yet to run included."""
+    from monkey.client_agent.launcher import env_key
+    from monkey.environments import setup_fields
+
+    keys = set()
+    for spec in specs.values():
+        setup = setup_fields(spec)
+        if setup is not None:
+            keys.add(env_key(setup))
+    return keys
+
+
+def _recorded_env_keys(run_dir: Path) -> set[str]:
+    """Keys of the environments a job's attempts ran in (their setup.json)."""
+    keys = set()
+    for record in run_dir.glob("*/setup.json"):
+        try:
+            keys.add(str(json.loads(record.read_bytes())["key"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return keys
+
+
+def _mtime(*paths: Path) -> float:
+    """The newest modification time of PATHS that exist (0 if none)."""
+    times = []
+    for path in paths:
+        try:
+            times.append(path.lstat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=0.0)
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename PATH to .gc-NAME beside it (atomic): from now on it is garbage, whatever happens."""
+    aside = path.with_name(f".gc-{path.name}")
+    os.rename(path, aside)
+    return aside
+
+
+def _gc_envs(root: Path, keep: set[str], cut: float) -> tuple[int, int]:
+    """Delete the environments under ROOT whose key is not in KEEP, finished before CUT and
+    not locked by a job preparing them; (how many, bytes freed)."""
+    from monkey.client_agent.launcher import READY
+
+    count = freed = 0
+    for entry in sorted(os.scandir(root), key=lambda e: e.name) if root.is_dir() else []:
+        path = Path(entry.path)
+        if entry.name.startswith(".gc-"):  # set aside by a gc that was interrupted
+            freed += _remove(path)
+            continue
+        if not entry.is_dir(follow_symlinks=False) or entry.name in keep:
+            continue
+        if _mtime(path, path / READY) > cut:
+            continue
+        with open(root / f"{entry.name}.lock", "ab") as lock:  # the launcher's lock of this key
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a job is preparing it
+            aside = _set_aside(path)
+        freed += _remove(aside)
+        count += 1
+    return count, freed
+
+
+def _gc_datasets(root: Path, needed: set[str], cut: float) -> tuple[int, int]:
+    """Delete the dataset copies under ROOT that no job names (NEEDED), made before CUT, with
+    their stamps, and builds left unfinished; (how many copies, bytes freed)."""
+    count = freed = 0
+    for entry in sorted(os.scandir(root), key=lambda e: e.name) if root.is_dir() else []:
+        path, name = Path(entry.path), entry.name
+        if name.startswith(".gc-"):  # set aside by a gc that was interrupted
+            freed += _remove(path)
+        elif name.startswith(".tmp-"):  # `.tmp-<digest[:16]>-...`: a build, maybe running
+            if _mtime(path) <= cut and not any(d.startswith(name[5:21]) for d in needed):
+                freed += _remove(path)
+        elif name.endswith(".stamp"):
+            if not (root / name[:-6]).exists() and _mtime(path) <= cut:
+                path.unlink(missing_ok=True)
+        elif entry.is_dir(follow_symlinks=False) and name not in needed:
+            stamp = root / f"{name}.stamp"
+            if _mtime(path, stamp) > cut:
+                continue
+            aside = _set_aside(path)
+            stamp.unlink(missing_ok=True)
+            freed += _remove(aside)
+            count += 1
+    return count, freed
 
 
 def usage(m: Monkey) -> dict[str, dict[str, int]]:

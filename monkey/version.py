@@ -9,6 +9,10 @@ finds another one there restarts the core (jobs keep running: the new core re-at
 Agents are compared by ``agent_digest()``: a digest of the content of the agent's own files
 (``monkey/client_agent/*.py``), which an agent computes for itself and reports in ``hello``
 (``digest``). SSH hosts keep each agent version in a folder named by it.
+
+A long-running REPL or dashboard calls ``code_digest()`` when it starts and ``reinstalled()``
+before each command / at each refresh; when the code on disk changed it says so in one line
+and ``restart()`` replaces the process by a fresh run of the same command line.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 PACKAGE = Path(__file__).resolve().parent
 AGENT_SRC = PACKAGE / "client_agent"
@@ -49,6 +55,26 @@ def code_digest() -> str:
 def version() -> str:
     """This process's monkey version: ``0.1.0+<code digest>``."""
     return f"{package_version()}+{code_digest()}"
+
+
+def reinstalled() -> str | None:
+    """One line saying how the installed code differs from what this process loaded (its
+    first ``code_digest()``), or None when it does not. Not cached: it looks at the disk."""
+    try:
+        now = code_digest.__wrapped__()
+    except OSError:  # the package's folder is gone: an install elsewhere replaced it
+        return f"monkey {version()} was uninstalled or reinstalled elsewhere"
+    if now == code_digest():
+        return None
+    return f"monkey changed on disk ({version()} -> {package_version()}+{now})"
+
+
+def restart(env: dict[str, str] | None = None) -> NoReturn:
+    """Replace this process by a fresh run of its command line (the same interpreter and
+    arguments, ENV added to the environment): it loads the code installed now."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **(env or {})})
 
 
 def agent_files() -> list[str]:

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from conftest import REPO
+from test_tui import drive, screen_text, until
+
+from monkey.tui.app import DashApp
 
 FAILING = (
     "import time\n"
@@ -110,30 +113,6 @@ def test_short_forms_control_jobs(cli, home):
     assert json.loads(cli("info", juid, "--json", check=True).stdout)["state"] == "cancelled"
 
 
-def test_bash_completion_completes_commands_options_and_jobs(cli, home, tmp_path):
-    juid = _run(cli, "true")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    shim = bin_dir / "monkey"
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m monkey \"$@\"\n")
-    shim.chmod(0o755)
-    script = cli("completion", "bash", check=True).stdout
-
-    def complete(*words: str) -> list[str]:
-        line = " ".join(f"'{w}'" for w in ("monkey", *words))
-        code = (f'{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _monkey; '
-                'printf "%s\\n" "${COMPREPLY[@]}"')
-        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
-        out = subprocess.run(["bash", "-c", code], env=env, capture_output=True, text=True,
-                             check=True).stdout
-        return out.split()
-
-    assert complete("li") == ["list"]
-    assert complete("list", "jobs", "--li") == ["--limit"]
-    assert complete("logs", juid[:6]) == [juid]
-    assert "zsh" in cli("completion", "zsh", check=True).stdout
-
-
 def test_monkeycli_prints_the_job_id(home):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
@@ -168,6 +147,13 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
     info = cli("info", juid, check=True).stdout
     assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
     assert "experiments/ (sub-folder of the workdir)" in info
+    dash = DashApp(home, job=juid)  # the dashboard's job detail says so too
+
+    async def detail(pilot) -> None:
+        await until(pilot, lambda: "sub-folder of the workdir" in screen_text(dash), "the job detail")
+        assert "runs in experiments/ (sub-folder of the workdir)" in " ".join(screen_text(dash).split())
+
+    drive(dash, detail)
     record = json.loads(cli("info", juid, "--json", check=True).stdout)
     assert record["workdir"] == str(repo.resolve()) and record["git"]["subdir"] == "experiments"
     assert monkey.store.outputs(juid) == ["experiments/out/*.txt"]  # globs from where it runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -147,3 +148,74 @@ def test_gc_killed_midway_leaves_the_store_consistent(cli, home: Path) -> None:
     assert len(blob_files(home)) < 5
     again = cli("rerun", kept, check=True).stdout.strip().split()[-1]
     assert cli("logs", "--follow", again).returncode == 0
+
+
+ENV_JOB = """\
+name: envs
+run:
+  env_type: pip
+  env_file: requirements.txt
+"""
+
+
+def test_gc_frees_environments_and_dataset_copies_no_job_uses(cli, home: Path) -> None:
+    Path("job.yml").write_text(ENV_JOB)
+    Path("data").mkdir()
+
+    def submit(version: str) -> str:
+        """A job in a virtualenv of its own requirements, reading a dataset of its own."""
+        Path("requirements.txt").write_text(f"# {version}\n")
+        Path("data/weights.bin").write_bytes(os.urandom(3 * MB))
+        juid = cli("run", "--dataset", "data:weights", "--", "sh", "-c",
+                   'test -n "$VIRTUAL_ENV" && ls "$MONKEY_DATASET_WEIGHTS"', check=True).stdout.strip()
+        follow = cli("logs", "--follow", juid)
+        assert follow.returncode == 0 and "weights.bin" in follow.stdout, follow.stderr
+        return juid
+
+    gone, old, kept = submit("first"), submit("second"), submit("third")
+    envs, datasets = home / "envs", home / "datasets"
+
+    def key(juid: str) -> str:
+        return json.loads((home / "runs" / juid / "1" / "setup.json").read_text())["key"]
+
+    def digest(juid: str) -> str:
+        return json.loads(cli("info", juid, "--json", check=True).stdout)["datasets"][0]["digest"]
+
+    gone_env, gone_data = envs / key(gone), datasets / digest(gone)
+    old_env, old_data = envs / key(old), datasets / digest(old)
+    assert old_env.is_dir() and old_data.is_dir() and key(old) != key(kept)
+    env_bytes, _ = tree_size(old_env)
+    before = json.loads(cli("du", "--json", check=True).stdout)
+    assert before["envs"]["bytes"] > 2.9 * env_bytes > 0
+    assert before["datasets"]["bytes"] >= 9 * MB
+
+    assert cli("gc", "--grace", "0s", check=True).stdout.startswith("freed 0 B")  # all in use
+    cli("rm", "--yes", gone, check=True)
+    out = cli("gc", "--grace", "0s", check=True).stdout
+    freed = re.search(r"1 environments \((\d+\.\d) MB\), 1 dataset copies \(3\.1 MB\)", out)
+    assert freed and abs(float(freed.group(1)) * 1e6 - env_bytes) < 0.1 * env_bytes, out
+    assert not gone_env.exists() and not gone_data.exists()
+    cli("rm", "--yes", old, check=True)
+    # Killed midway (once it set the first folder aside, or at its end): nothing a job uses
+    # is touched, and the next gc finishes.
+    gc = subprocess.Popen([sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
+                          stdout=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
+    wait_for(lambda: gc.poll() is not None or any(envs.glob(".gc-*")) or not old_env.exists(),
+             every=0.001, what="gc to start deleting")  # fmt: skip
+    gc.send_signal(signal.SIGKILL)
+    gc.wait()
+    assert (envs / key(kept)).is_dir() and (datasets / digest(kept)).is_dir()
+    out = cli("gc", "--grace", "0s", check=True).stdout
+    assert not old_env.exists() and not old_data.exists(), out
+    assert not list(envs.glob(".gc-*")) and not list(datasets.glob(".gc-*"))
+    assert not (datasets / f"{old_data.name}.stamp").exists()
+    after = json.loads(cli("du", "--json", check=True).stdout)
+    assert before["envs"]["bytes"] - after["envs"]["bytes"] >= 2 * env_bytes * 0.9
+    assert before["datasets"]["bytes"] - after["datasets"]["bytes"] >= 6 * MB
+    assert_consistent(home)
+
+    # The job that remains runs again in its environment (reused) and its dataset copy.
+    again = cli("rerun", kept, check=True).stdout.strip().split()[-1]
+    assert cli("logs", "--follow", again).returncode == 0
+    record = json.loads((home / "runs" / again / "1" / "setup.json").read_text())
+    assert record["key"] == key(kept) and record["reused"]

@@ -2,7 +2,8 @@
 `pip install .` into a venv, then an editable install of a changed tree, as README's
 scripts/example.sh then scripts/test.sh do. The next job.yml job works, the job that was
 running keeps running under a fresh agent and its exit code is recorded, and
-`daemon status` shows the versions."""
+`daemon status` shows the versions. A shell or dashboard left open across a reinstall
+restarts itself onto the new code."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, wait_for
+from terminal import Terminal
 from wheels import write_wheel
 
 JOB_YML = """\
@@ -135,3 +138,73 @@ def test_reinstall_while_the_core_and_agent_run(home: Path, tmp_path: Path) -> N
     assert "core stopped" in out and "agent stopped" in out
     wait_for(lambda: "agent  not running" in monkey("daemon", "status", check=False).stdout,
              what="the agent to stop")  # fmt: skip
+
+
+def reinstall(src: Path) -> None:
+    """What an editable reinstall of a changed tree does to the code a process loaded."""
+    with open(src / "monkey" / "api.py", "a") as f:
+        f.write("# reinstalled\n")
+
+
+@pytest.mark.timeout(120)
+def test_a_shell_left_open_restarts_onto_reinstalled_code(home: Path, tmp_path: Path) -> None:
+    src = copy_tree(tmp_path / "src", "installed")
+    env = dict(os.environ, PYTHONPATH=str(src), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    term = Terminal(env, Path.cwd())
+    try:
+        term.expect("monkey>")
+        term.send("daemon status\r")
+        old = term.expect(r"cli\s+\S+").split()[1]
+        term.expect("monkey>")
+        reinstall(src)
+        term.send("daemon status\r")  # runs once, in the restarted shell: the new version
+        note = term.expect(r"note: monkey changed on disk \(.*?\); restarting the shell")
+        new = term.expect(r"cli\s+\S+").split()[1]
+        assert new != old and f"({old} -> {new})" in note
+        term.expect("monkey>")
+        term.send("history\r")  # the session goes on
+        term.expect(r"1\s+daemon status\s+2\s+daemon status\s+monkey>")
+        term.send("\x04")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+
+
+def test_a_shell_reading_a_script_only_notes_a_reinstall(home: Path, tmp_path: Path) -> None:
+    src = copy_tree(tmp_path / "src", "installed")
+    script = (f"daemon status\nshell echo '# reinstalled' >> {src / 'monkey' / 'api.py'}\n"
+              "daemon status\ndaemon status\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "monkey"], input=script, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(src)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    versions = [line.split()[1] for line in proc.stdout.splitlines() if line.split()[:1] == ["cli"]]
+    assert len(versions) == 3 and len(set(versions)) == 1  # the same process ran all three
+    notes = [line for line in proc.stderr.splitlines() if "changed on disk" in line]
+    assert len(notes) == 1 and notes[0].endswith("; start the shell again to use it"), proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_dashboard_left_open_restarts_onto_reinstalled_code(cli, home: Path, tmp_path: Path) -> None:
+    juid = cli("run", "--", "true", check=True).stdout.strip()
+    cli("logs", "--follow", juid)
+    src = copy_tree(tmp_path / "src", "installed")
+    env = dict(os.environ, PYTHONPATH=str(src), TERM="xterm-256color")
+    term = Terminal(env, Path.cwd(), [sys.executable, "-m", "monkey", "dash"], size=(30, 120))
+    try:
+        term.expect(juid)
+        term.send("\r")  # open the job
+        term.expect(f"job {juid}")
+        term.send("?")  # a dialog: no restart under it, a notice instead
+        term.expect("Keys")
+        reinstall(src)
+        term.expect("monkey changed on disk")
+        term.send("\x1b")  # closing it: the dashboard restarts, on the job it showed
+        term.expect(r"monkey changed on disk \(.*?\); restarting the dashboard")
+        term.expect(f"job {juid}")
+        term.send("q")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+

@@ -592,7 +592,8 @@ def _complete(words: list[str]) -> int:
 
     if len(words) > 1:
         words = expand(words)
-    for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs):
+    actions = {"sweep": tracking_commands.SWEEP_ACTIONS}
+    for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs, actions):
         print(word)
     return 0
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from monkey.models import MonkeyError
+
+# A dashboard restarted onto reinstalled code opens on this job ("": on the table).
+REOPEN = "MONKEY_DASH_JOB"
 
 
 def dash_parser(cls: Any = None) -> argparse.ArgumentParser:
@@ -33,6 +37,9 @@ def cmd_dash(args: argparse.Namespace) -> int:
     from monkey.api import Monkey
 
     juid = None
+    reopen = os.environ.pop(REOPEN, None)
+    if reopen is not None:
+        args.job = reopen or None
     if args.job:
         monkey = Monkey()
         try:
@@ -44,5 +51,13 @@ def cmd_dash(args: argparse.Namespace) -> int:
                           "`monkey info job JOB` in scripts")
     from monkey.tui.app import DashApp
 
-    DashApp(job=juid).run()
+    app = DashApp(job=juid)
+    app.run()
+    if app.restart and "monkey.shell.repl" in sys.modules:  # the shell restarts at `dash`
+        print(f"{app.restart}; type `dash` to open the new dashboard", file=sys.stderr)
+    elif app.restart:
+        from monkey.version import restart
+
+        print(f"{app.restart}; restarting the dashboard", file=sys.stderr)
+        restart({REOPEN: app.reopen or ""})
     return 0

@@ -27,16 +27,17 @@ def rm_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
 
 
 def gc_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "gc", "Free the blobs no job needs, the folders of deleted jobs and code "
-                "copies left behind, and print what was freed.")
+    p = _parser(cls, "gc", "Free the blobs, environments and dataset copies no job needs, the "
+                "folders of deleted jobs and code copies left behind, and print what was freed.")
     p.add_argument("--grace", default="1h", metavar="AGE",
-                   help="keep blobs younger than AGE (default 1h: a submit in progress)")
+                   help="keep blobs, environments and dataset copies younger than AGE "
+                   "(default 1h: a submit in progress)")
     p.set_defaults(func=cmd_gc)
     return p
 
 
 def du_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
-    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments.")
+    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_du)
     return p
@@ -73,6 +74,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     h = housekeeping.human
     print(f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
           f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
+          f"{report.envs} environments ({h(report.env_bytes)}), "
+          f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
           f"code copies left behind ({h(report.code_bytes)})")
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import io
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import cmd2
 
+from monkey import version
 from monkey.models import MonkeyError
 from monkey.shell import cli
 
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
 
 PROMPT = "monkey> "
+# A shell restarted onto reinstalled code gets {"line": the command typed when the change was
+# noticed, run first; "session": where its history session began} in this variable.
+RESUME = "MONKEY_SHELL_RESUME"
 CATEGORY = "monkey"
 # Arguments that name jobs; tab completes them with job ids.
 JOB_ARGUMENTS = ("job", "jobs")
@@ -155,6 +160,26 @@ class MonkeyShell(cmd2.Cmd):
         self.prompt = PROMPT
         self.default_error = "error: unknown command '{}'; type `help` to list the commands"
         self._monkey: Monkey | None = None
+        version.code_digest()  # the code this shell runs, to notice a reinstall against
+        self._reinstalled: str | None = None
+        self.register_postparsing_hook(self._restart_if_reinstalled)
+
+    def _restart_if_reinstalled(self, data: cmd2.plugin.PostparsingData) -> cmd2.plugin.PostparsingData:
+        """Before a command: when monkey was reinstalled since the shell started, say so and
+        restart the shell onto the new code (history kept), which then runs the command. A
+        shell reading a script or a pipe is not restarted (it would lose its input): it says
+        so once."""
+        change = version.reinstalled()
+        if change is None or change == self._reinstalled or data.statement.command in ("quit", "exit", "eof"):
+            return data
+        self._reinstalled = change
+        if not self.stdin.isatty():
+            self.perror(f"note: {change}; start the shell again to use it")
+            return data
+        self.perror(f"note: {change}; restarting the shell")
+        self._persist_history()
+        resume = {"line": data.statement.raw, "session": self.history.session_start_index}
+        version.restart({RESUME: json.dumps(resume)})
 
     # -- running the one-shot commands ----------------------------------------------------
 
@@ -272,6 +297,11 @@ def run_shell() -> int:
     """`monkey` with no arguments: the interactive shell until quit, exit or Ctrl-D."""
     app = MonkeyShell()
     intro = ""
-    if sys.stdin.isatty():
+    resume = json.loads(os.environ.pop(RESUME, "null"))
+    if resume is not None:  # restarted onto reinstalled code: the same session goes on
+        app.history.session_start_index = min(resume["session"], len(app.history))
+        if app.onecmd_plus_hooks(resume["line"]):
+            return app.exit_code
+    elif sys.stdin.isatty():
         intro = f"monkey {cli.VERSION}: type `help` for the commands, `quit` or Ctrl-D to leave."
     return app.cmdloop(intro)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Iterable
@@ -51,6 +52,10 @@ class HousekeepingStore:
             for row in self.db.execute(f"SELECT * FROM {table}"):
                 found.update(_DIGEST.findall(" ".join(v for v in row if isinstance(v, str))))
         return found
+
+    def job_specs(self) -> dict[str, dict[str, Any]]:
+        """{juid: recorded job.yml spec} of every job that has one."""
+        return {juid: json.loads(spec) for juid, spec in self.db.execute("SELECT juid, spec FROM job_specs")}
 
     def forget_blobs(self, digests: Iterable[str]) -> None:
         """Remove the blobs table's rows of DIGESTS (before their files are deleted)."""

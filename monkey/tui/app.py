@@ -18,9 +18,10 @@ from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
+from monkey import version
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.format import (
@@ -145,6 +146,9 @@ class DashApp(App[None]):
         self._seen: dict[str, JobRecord] = {}
         self._sent_metrics: dict[str, Text] = {}
         self._last_full = 0.0
+        version.code_digest()  # the code this dashboard runs, to notice a reinstall against
+        self.restart: str | None = None  # how monkey changed on disk: `monkey dash` restarts
+        self.reopen: str | None = None  # the job whose screen was open then
         self.table = JobsTable(id="jobs-table")
         self.status = StatusBar(id="status")
         self.instances = InstancesPane(id="instances-pane")
@@ -174,9 +178,29 @@ class DashApp(App[None]):
 
     def poll(self) -> None:
         """Look at the store now (skipped while the previous look is still running)."""
+        if self._restart_if_reinstalled():
+            return
         if not self._polling:
             self._polling = True
             self._poll()
+
+    def _restart_if_reinstalled(self) -> bool:
+        """Exit for `monkey dash` to start again on the new code when monkey was reinstalled
+        since the dashboard opened, once no dialog or filter is open (meanwhile, a notice)."""
+        noticed = self.restart is None
+        if noticed:
+            self.restart = version.reinstalled()
+            if self.restart is None:
+                return False
+        if isinstance(self.screen, ModalScreen) or isinstance(self.focused, Input):
+            if noticed:
+                self.notify(f"{self.restart}; the dashboard restarts once you are done here",
+                            severity="warning", timeout=30)  # fmt: skip
+            return False
+        if isinstance(self.screen, JobScreen):
+            self.reopen = self.screen.juid
+        self.exit()
+        return True
 
     @work(thread=True, group="poll")
     def _poll(self) -> None:

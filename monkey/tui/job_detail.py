@@ -61,6 +61,7 @@ def _render(info: dict[str, Any], now: float) -> Any:
         rows.append((f"param {key}", json.dumps(value)))
     rows += [
         ("workdir", info["workdir"]),
+        *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),
         ("snapshot", info["snapshot"] or "-"),
         ("git", (f"{git.get('commit') or '-'}" + (f" on {git['branch']}" if git.get("branch") else "")
                  + (" (uncommitted changes)" if git.get("dirty") else "")) if git
