@@ -162,7 +162,8 @@ class Core:
                         self.changed()
                     else:
                         self._poll_link(key.data)
-                self.tick()
+                if not self.stopping:  # a core told to stop starts nothing more
+                    self.tick()
         finally:
             held, self.held = self.held, []
         for send in held:
