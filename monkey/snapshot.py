@@ -877,11 +877,11 @@ def git_info(workdir: Path, blobs: BlobStore,
         wd = os.fspath(Path(workdir).resolve())
     except (OSError, RuntimeError):
         return {}, []
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     custom = "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ
     top = None if custom else _git_top(wd)
     if top is None and not custom:
         return {}, []
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     base = ["git", "-C", wd]
     commands = [
         [*base, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal",

@@ -291,8 +291,13 @@ class TrackingAPI:
         from monkey.snapshot import BlobStore
         from monkey.tracking.packages import as_text, installed
 
-        data = as_text(installed(self.home.private))
+        packages = installed(self.home.private)
+        memo = getattr(self, "_packages_memo", None)  # (listing, digest, size): a sweep's runs
+        if memo is not None and memo[0] is packages and BlobStore(self.home.blobs).has(memo[1]):
+            return memo[1], memo[2]
+        data = as_text(packages)
         digest, _ = BlobStore(self.home.blobs).put_bytes(data)
+        self._packages_memo = (packages, digest, len(data))
         return digest, len(data)
 
     # -- plots and reports --------------------------------------------------------------
