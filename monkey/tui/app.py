@@ -140,13 +140,13 @@ class DashApp(App[None]):
         self._offered: frozenset[str] = frozenset(CONTROLS)
         self._instances_shown: object = None
         self._polling = False
+        self._frozen = False  # the heap frozen once every job was loaded
         self._problem: str | None = None
         self._since: float | None = None
         self._since_at = 0.0  # when the newest change was first seen
         self._seen: dict[str, JobRecord] = {}
         self._sent_metrics: dict[str, Text] = {}
         self._last_full = 0.0
-        self._frozen = False
         self.table = JobsTable(id="jobs-table")
         self.status = StatusBar(id="status")
         self.instances = InstancesPane(id="instances-pane")
