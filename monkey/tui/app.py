@@ -378,7 +378,7 @@ class DashApp(App[None]):
         await self.push_screen(screen, callback)
         try:
             await asyncio.wait_for(screen.wait_for_refresh(), PAINTED)
-        except TimeoutError:  # a suspended or stopping app: let the keys through
+        except asyncio.TimeoutError:  # a suspended or stopping app: let the keys through
             pass
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
