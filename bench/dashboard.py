@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import sys
 import threading
@@ -146,6 +147,7 @@ async def modal_latency(home, n: int, rounds: int
     warm: dict[str, list[float]] = {key: [] for key in MODAL_KEYS}
     cold: dict[str, float] = {}
     base = []
+    gc.collect()  # the earlier sections' apps: their garbage is not this app's to collect
     app = Timed(home)
     async with app.run_test(size=(160, 50)) as pilot:
         while app.table.row_count < n:
