@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from conftest import core_pid, start_core
+from textual import events, on
 from textual.widgets import Input
 
 from monkey.models import State
@@ -504,6 +505,79 @@ def test_modals_paint_at_once_even_while_the_store_is_busy(home, monkey):
         assert type(app.screen).__name__ == "HelpScreen"
         assert app.shared._lock.locked(), "the keys waited for the store"
         release.set()
+
+    drive(app, body)
+
+
+def test_keys_typed_in_a_burst_after_a_modal_key_land_in_the_modal(home, monkey):
+    """A terminal hands over keys typed while the app was busy (a long frame, a GC pause) in
+    one burst: the modal key's modal is active and painted before the next key is taken,
+    so `n` then `echo` fills the form (its `c` does not open a cancel confirmation), `c`
+    then `n` answers the confirmation no, and `?` then `q` closes the help, not the app."""
+    juid = monkey.run(["true"], name="one", start_core=False).juid
+    log: list[tuple[str, str]] = []
+
+    class Watched(DashApp):
+        def _display(self, screen, update) -> None:  # where Textual writes out a frame
+            dialog = screen.query("#dialog")
+            if dialog and dialog.first().region.area:  # a frame showing the modal's dialog
+                log.append(("painted", type(screen).__name__))
+            super()._display(screen, update)
+
+        @on(Input.Changed, "#command")
+        def typed(self, event: Input.Changed) -> None:
+            log.append(("typed", event.value))
+
+    app = Watched(home)
+
+    def burst(*keys: str) -> None:
+        """Keys queued at once, as a terminal delivers them after a stall."""
+        log.clear()
+        for key in keys:
+            app.post_message(events.Key(key, None if len(key) > 1 else key))
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: shown(app) == [juid] and app.providers, "the first poll")
+        for _ in range(2):  # the first opening composes the form; the second reuses it
+            burst("n", *"echo")
+            await until(pilot, lambda: ("typed", "echo") in log, "the keys typed in the form")
+            assert isinstance(app.screen, NewJobScreen)
+            assert app.screen.query_one("#command", Input).value == "echo"
+            assert log[0] == ("painted", "NewJobScreen"), log  # painted before the first key
+            await pilot.press("escape")
+            assert not isinstance(app.screen, NewJobScreen)
+        burst("c", "n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen) and log,
+                    "the confirmation answered")
+        assert log[0] == ("painted", "ConfirmScreen"), log
+        assert monkey.job(juid).status.value == "queued"  # answered no
+        burst("question_mark", "q")
+        await until(pilot, lambda: log and type(app.screen).__name__ != "HelpScreen",
+                    "the help closed")
+        assert log[0] == ("painted", "HelpScreen") and app.is_running
+
+    drive(app, body)
+
+
+def test_opening_modals_does_not_grow_the_heap(home, monkey):
+    """Each modal rebuilds the footer; the keys of the old footers must be freed (Textual
+    kept them alive, and the garbage collector's passes over them delayed later modals)."""
+    import gc
+
+    juid = monkey.run(["true"], name="one", start_core=False).juid
+    app = DashApp(home)
+
+    def footer_keys() -> int:
+        gc.unfreeze()  # the dashboard froze its heap after loading: count every object
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o).__name__ == "FooterKey")
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: shown(app) == [juid] and app.providers, "the first poll")
+        for _ in range(10):
+            for key in ("n", "c", "question_mark"):
+                await pilot.press(key, "escape")
+        assert footer_keys() == len(app.screen.query("FooterKey"))
 
     drive(app, body)
 

@@ -6,6 +6,8 @@ messages; widgets change only in the message handlers, so the UI never waits on 
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import sqlite3
 import time
@@ -19,11 +21,12 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, TabbedContent, TabPane
 
 from monkey import version
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
 from monkey.tui.confirm import ConfirmScreen
+from monkey.tui.footer import KeyFooter
 from monkey.tui.format import (
     JobFilter,
     cell_widths,
@@ -47,6 +50,7 @@ POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
 RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
 FIRST = 200  # newest jobs read and shown first at start, before all the others
+PAINTED = 2.0  # seconds a key that opens a modal waits at most for its first frame
 
 # What each control action does to a job, for the confirmation and the notes.
 CONTROLS = {
@@ -140,6 +144,7 @@ class DashApp(App[None]):
         self._offered: frozenset[str] = frozenset(CONTROLS)
         self._instances_shown: object = None
         self._polling = False
+        self._frozen = False  # the heap frozen once every job was loaded
         self._problem: str | None = None
         self._since: float | None = None
         self._since_at = 0.0  # when the newest change was first seen
@@ -162,7 +167,7 @@ class DashApp(App[None]):
                 yield self.instances
         yield Input(placeholder="filter: words, state:running,failed provider:P sweep:S "
                                 "(Enter applies, Esc closes)", id="filter", classes="hidden")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -173,6 +178,8 @@ class DashApp(App[None]):
 
     def on_unmount(self) -> None:
         self.workers.cancel_all()
+        if self._frozen:
+            gc.unfreeze()
 
     # -- reading the store --------------------------------------------------------------
 
@@ -277,6 +284,11 @@ class DashApp(App[None]):
     @on(DataLoaded)
     def _on_data(self, message: DataLoaded) -> None:
         self._polling = message.partial
+        if not message.partial and not self._frozen:  # every job loaded: the heap's bulk,
+            # kept for the session; the collector's full passes now skip it (they took up
+            # to 100 ms with 2,000 jobs, each pause delaying a key's modal as much)
+            self.call_after_refresh(gc.freeze)
+            self._frozen = True
         self._report(message.problem)
         if self.core_pid and not message.core_pid:
             self.notify("the core stopped; press D to start it", severity="warning")
@@ -370,23 +382,32 @@ class DashApp(App[None]):
         tabs.active = "jobs" if tabs.active == "instances" else "instances"
         (self.table if tabs.active == "jobs" else self.instances.query_one(DataTable)).focus()
 
-    def action_help(self) -> None:
+    async def action_help(self) -> None:
         sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
                     ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
                     ("metrics pane", MetricsPane.BINDINGS), ("sweep analysis", SweepScreen.BINDINGS),
                     ("new job form", NewJobScreen.BINDINGS)]
-        self.push_modal("help", lambda: HelpScreen(
-            [(t, [b for b in bs if isinstance(b, Binding)]) for t, bs in sections]))
+        await self.show_modal(self.modal("help", lambda: HelpScreen(
+            [(t, [b for b in bs if isinstance(b, Binding) and not b.priority])
+             for t, bs in sections])))
 
-    def push_modal(self, name: str, make: Callable[[], Screen[Any]],
-                   callback: Callable[[Any], None] | None = None) -> Screen[Any]:
-        """Push a modal made once and kept (installed): composing a form costs a few hundred
-        ms on a loaded machine, showing a composed one a frame."""
+    def modal(self, name: str, make: Callable[[], Screen[Any]]) -> Screen[Any]:
+        """The modal ``name``, made once and kept (installed): composing a form costs a few
+        hundred ms on a loaded machine, showing a composed one a frame."""
         if not self.is_screen_installed(name):
             self.install_screen(make(), name)
-        screen = self.get_screen(name)
-        self.push_screen(screen, callback)
-        return screen
+        return self.get_screen(name)
+
+    async def show_modal(self, screen: Screen[Any],
+                         callback: Callable[[Any], None] | None = None) -> None:
+        """Push ``screen`` and return once it is mounted and painted: the keys bound to this
+        (priority bindings of the jobs table) hold the keys typed after them until then, so
+        those land in the modal instead of the screen under it."""
+        await self.push_screen(screen, callback)
+        try:
+            await asyncio.wait_for(screen.wait_for_refresh(), PAINTED)
+        except asyncio.TimeoutError:  # a suspended or stopping app: let the keys through
+            pass
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, SweepScreen) and action not in ("quit", "help"):
@@ -405,7 +426,7 @@ class DashApp(App[None]):
             return [self.screen.juid]
         return self.table.targets()
 
-    def action_control(self, action: str) -> None:
+    async def action_control(self, action: str) -> None:
         juids = self.targets()
         if not juids:
             self.notify("no job selected", severity="warning")
@@ -428,7 +449,9 @@ class DashApp(App[None]):
             if yes:
                 self._control(action, juids)
 
-        self.push_modal("confirm", ConfirmScreen, answered).ask(question)  # type: ignore[attr-defined]
+        confirm = self.modal("confirm", ConfirmScreen)
+        confirm.ask(question)  # type: ignore[attr-defined]
+        await self.show_modal(confirm, answered)
 
     @work(thread=True, group="control")
     def _control(self, action: str, juids: list[str]) -> None:
@@ -468,7 +491,7 @@ class DashApp(App[None]):
             return
         self.push_screen(SweepScreen(self.shared, record.sweep))
 
-    def action_new_job(self) -> None:
+    async def action_new_job(self) -> None:
         # The providers the last poll read: reading them here would wait for the store's
         # lock behind a slow poll, with the (not yet shown) form taking the keys.
         if self.providers is None:
@@ -487,8 +510,9 @@ class DashApp(App[None]):
                 self.notify(f"job {juid} queued")
                 self.poll()
 
-        form = self.push_modal("new-job", lambda: NewJobScreen(self.shared), submitted)
+        form = self.modal("new-job", lambda: NewJobScreen(self.shared))
         form.start(providers, str(Path.cwd()))  # type: ignore[attr-defined]
+        await self.show_modal(form, submitted)
 
     def action_start_core(self) -> None:
         if self.core_pid:

@@ -12,6 +12,8 @@ from textual.widgets import Button, Static
 class ConfirmScreen(ModalScreen[bool]):
     """Asks ``question``; dismisses with True for `y`/Yes, False for `n`/Esc/No."""
 
+    AUTO_FOCUS = "#no"
+
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
@@ -27,7 +29,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
         self._text.update(question)
         if self.is_mounted:
-            self.query_one("#no", Button).focus()
+            self.set_focus(self.query_one("#no", Button))
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -35,9 +37,6 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(id="buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

@@ -10,9 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from monkey.api import MonkeyError
+from monkey.tui.footer import KeyFooter
 from monkey.tui.format import STATE_STYLES, place
 from monkey.tui.job_detail import JobDetail
 from monkey.tui.log_pane import LogPane
@@ -58,7 +59,7 @@ class JobScreen(Screen[None]):
                 yield LogPane(self.shared, self.juid, id="log-pane")
             with TabPane("Metrics", id="metrics"):
                 yield MetricsPane(self.shared, [self.juid, *self.overlay], id="metrics-pane")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._poll)

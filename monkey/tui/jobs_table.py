@@ -39,6 +39,13 @@ class JobsTable(VirtualTable):
         Binding("S", "reverse_sort", "Reverse sort", show=False),
         Binding("exclamation_mark", "problems", "Problems first"),
         Binding("g", "group", "Group sweeps", show=False),
+        # The dashboard's keys that open a modal, handled before the next key is passed on
+        # (priority), so keys typed right after `n` land in the form, not in this table.
+        *(Binding(key, f"app.{action}", description, priority=True)
+          for key, action, description in (
+              ("question_mark", "help", "Keys"), ("c", "control('cancel')", "Cancel"),
+              ("p", "control('pause')", "Pause"), ("u", "control('resume')", "Resume"),
+              ("r", "control('retry')", "Retry"), ("n", "new_job", "New job"))),
     ]
 
     class Changed(Message):

@@ -17,6 +17,7 @@ from monkey.tui.shared import SharedMonkey
 class NewJobScreen(ModalScreen[str | None]):
     """Dismisses with the new job's id, or None when cancelled; errors keep it open."""
 
+    AUTO_FOCUS = "#command"  # focused as it mounts: the keys typed after `n` go there
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "submit", "Submit"),
@@ -51,7 +52,7 @@ class NewJobScreen(ModalScreen[str | None]):
             self.query_one(f"#{ident}", Input).value = value
         self.query_one("#submit", Button).disabled = False
         self._error("")
-        self.query_one("#command", Input).focus()
+        self.set_focus(self.query_one("#command", Input))  # now, not after queued keys
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="dialog"):
@@ -78,9 +79,6 @@ class NewJobScreen(ModalScreen[str | None]):
             with Horizontal(id="buttons"):
                 yield Button("Submit (ctrl+s)", variant="primary", id="submit")
                 yield Button("Cancel (esc)", id="cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#command", Input).focus()
 
     def _value(self, ident: str) -> str:
         return self.query_one(f"#{ident}", Input).value.strip()
