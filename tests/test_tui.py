@@ -25,11 +25,11 @@ from monkey.tui.new_job import NewJobScreen
 SIZE = (140, 40)
 
 
-def drive(app: DashApp, body: Callable[..., Awaitable[None]]) -> None:
-    """Run ``body(pilot)`` against the app, headless."""
+def drive(app: DashApp, body: Callable[..., Awaitable[None]], size: tuple[int, int] = SIZE) -> None:
+    """Run ``body(pilot)`` against the app, headless, in a terminal of SIZE."""
 
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await body(pilot)
             app.exit()
 

@@ -5,12 +5,12 @@ assertions are on the chart model's series as drawn, not on pixels. SVG snapshot
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from collections.abc import Awaitable, Callable
 
 import pytest
+from test_tui import drive as tui_drive
 from test_tui import screen_text, until
 
 from monkey.api import Monkey
@@ -64,12 +64,7 @@ def drawn(view: SweepScreen) -> bool:
 
 
 def drive(app: DashApp, body: Callable[..., Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await body(pilot)
-            app.exit()
-
-    asyncio.run(main())
+    tui_drive(app, body, SIZE)
 
 
 def test_keys_smooth_log_scale_and_change_x_of_the_plotted_series(home, monkey):
