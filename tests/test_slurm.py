@@ -229,7 +229,8 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(script)
     assert script == golden.read_text()
-    validate_refuses = [{"partition": "a b"}, {"extra_args": ["x"]}, {"signal": "USR1"}, {"login": {"host": "h"}}]
+    validate_refuses = [{"partition": "a b"}, {"extra_args": ["x"]}, {"signal": "USR1"}, {"login": "h"},
+                        {"login": {"host": "h", "password": "x"}}]
     for bad in validate_refuses:
         with pytest.raises(Exception, match="provider 'hpc'"):
             SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
