@@ -44,7 +44,8 @@ def cluster(cli: Any, home: Path, slurm: SlurmLab) -> Any:  # noqa: F811 - the f
     cli("daemon", "stop")
 
 
-def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, cluster: SlurmLab) -> None:
+def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, monkey: Any,
+                                                       cluster: SlurmLab) -> None:
     juid = run_job(cli, "sh", "-c", 'echo "hi from slurm job $SLURM_JOB_ID"; echo oops >&2',
                    options=("--cpus", "2", "--memory", "100M"))
     wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60, what="the job to end")
@@ -56,6 +57,12 @@ def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, clu
     assert cli("logs", "--stderr", juid, check=True).stdout == "oops\n"
     # The allocation lived for the job only: released once it ended, nothing left in Slurm.
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")
+    # ... quietly: the core knew the link was going with it (and tried no reconnect until
+    # Slurm's queue showed the allocation gone).
+    wait_for(lambda: [r["state"] for r in monkey.store.instances("cluster")] == ["terminated"], timeout=30,
+             what="the allocation to be recorded gone")
+    log = (home / "daemon.log").read_text()
+    assert "lost the link" not in log and "cannot reach the agent" not in log, log
 
 
 def test_cancel_leaves_no_slurm_job_and_a_waiting_job_shows_slurms_reason(
@@ -234,3 +241,4 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     for bad in validate_refuses:
         with pytest.raises(Exception, match="provider 'hpc'"):
             SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
+

@@ -67,6 +67,8 @@ def test_provider_add_validates_over_ssh_and_a_job_runs_with_its_outputs_back(
     assert (Path(host.workdir) / "slurm" / "logs" / f"{slurm_id}.out").exists()
     assert not (home / "slurm").exists()
     wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="the allocation to be released")
+    log = (home / "daemon.log").read_text()
+    assert "lost the link" not in log and "cannot reach the agent" not in log, log
 
 
 def test_cancel_through_the_login_host_leaves_no_slurm_job(

@@ -323,5 +323,6 @@ class Elastic:
                              extra=row["extra"]), detail=f"destroyed: {why}")  # fmt: skip
             log.info("%s: destroyed %s (%s)", name, instance, why)
 
+        self.core.release((name, instance))
         self.core.workers.submit(key, lambda: drv.destroy_node(instance), destroyed,
                                  lambda exc: log.error("destroying %s failed: %s", instance, exc))

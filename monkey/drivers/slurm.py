@@ -202,6 +202,7 @@ class SlurmDriver(Driver):
     kind = "slurm"
     elastic = True
     batches = True  # waiting jobs and held sweep cells get one job array
+    releases_on_finish = True
 
     # -- the kind's rules -------------------------------------------------------------------
 
@@ -547,8 +548,8 @@ class SlurmDriver(Driver):
         for alloc in allocs:
             if not alloc.reached and self.login is None:  # else the watcher's round trips tell
                 alloc.reached = os.path.exists(self.socket_path(alloc.job_id))
-                if not alloc.reached:
-                    continue
+            if not alloc.reached:
+                continue
             size = alloc.size
             caps.append(Capacity(
                 self.instance_id(alloc.job_id), 0 if alloc.used else size.cpus,
