@@ -242,3 +242,42 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         with pytest.raises(Exception, match="provider 'hpc'"):
             SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
 
+
+def test_pause_checkpoints_and_releases_the_allocation_and_resume_goes_on_from_there(
+        cli: Any, home: Path, cluster: SlurmLab) -> None:
+    Path("train.py").write_text(TRAIN)
+    juid = run_job(cli, sys.executable, "train.py", "12")
+    wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, timeout=60, what="three epochs")
+    cli("job", "pause", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] == "paused", timeout=60, what="the pause")
+    saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")
+    cli("job", "resume", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=120, what="the job to end")
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", job
+    log2 = attempt_logs(cli, juid, 2)
+    assert log2.startswith(f"resumed from epoch {saved}\nepoch {saved + 1}\n") and log2.endswith("done\n"), log2
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_jobs_waiting_together_get_allocations_sized_each_for_its_own_cpus(
+        cli: Any, home: Path, monkey: Any, slurm: SlurmLab) -> None:  # noqa: F811
+    write_provider(home, partition="nope")  # sbatch refuses it: both jobs wait together
+    try:
+        small = run_job(cli, "sh", "-c", "echo cpus $SLURM_CPUS_PER_TASK", options=("--cpus", "1"))
+        large = run_job(cli, "sh", "-c", "echo cpus $SLURM_CPUS_PER_TASK", options=("--cpus", "3"))
+        for juid in (small, large):
+            wait_for(lambda j=juid: "invalid partition" in (info(cli, j)["waiting"] or ""), timeout=30,
+                     what="both jobs to wait")
+        write_provider(home)  # fixed: one batch per size, each for its own job
+        for juid, cpus in ((small, 1), (large, 3)):
+            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=90,
+                     what="the jobs to end")
+            assert info(cli, juid)["state"] == "succeeded"
+            assert cli("logs", "--stdout", juid, check=True).stdout == f"cpus {cpus}\n"
+        # Two allocations in all: none was made for the wrong size and left over.
+        assert sorted(r["size"] for r in monkey.store.instances("cluster")) == ["c1", "c3"]
+        wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
+    finally:
+        cli("daemon", "stop")

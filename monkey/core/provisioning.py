@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monkey.drivers.base import NoCapacity
 from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources, State
@@ -184,20 +184,37 @@ class Elastic:
             return
         rows = store.instances(name, live=True)
         reached = {c.instance for c in drv.instances()}
+        if drv.batches:
+            self._grow_batches(name, drv, waiting, rows, reached)
+            return
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
         live = len(rows) + self.creating.get(name, 0)
         need = machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)
-        if drv.batches and need > 0:
-            # One machine per sweep cell still held too: the array covers the sweep, THROTTLE
-            # of them at once (the sweeps' max_parallel).
-            held, throttle = self._held_cells(name)
-            need = machines_needed(waiting + [waiting[0]] * held, drv.size_slots(size), booting,
-                                   live, drv.max_instances)
-            self._create(name, drv, size, count=need, throttle=throttle)
-            return
         for _ in range(need):
             self._create(name, drv, size)
+
+    def _grow_batches(self, name: str, drv: Driver, waiting: list[Resources],
+                      rows: list[dict[str, Any]], reached: set[str]) -> None:
+        """A batching kind's machines: one batch per distinct size among the WAITING jobs
+        (each sized for its own jobs), counting the machines of that size still booting;
+        the first batch covers the sweep cells still held too, THROTTLE of them at once
+        (the sweeps' max_parallel). Nothing while a batch is on its way."""
+        if self.creating.get(name):
+            return
+        groups: dict[str | None, list[Resources]] = {}
+        for resources in waiting:
+            groups.setdefault(drv.size_for(resources), []).append(resources)
+        held, throttle = self._held_cells(name)
+        live = len(rows)
+        for size, jobs in groups.items():
+            booting = sum(1 for r in rows if r["id"] not in reached and r["size"] == size)
+            need = machines_needed(jobs + [jobs[0]] * held, drv.size_slots(size), booting, live,
+                                   drv.max_instances)  # fmt: skip
+            if need > 0:
+                self._create(name, drv, size, count=need, throttle=throttle)
+                live += need
+            held, throttle = 0, None
 
     def _held_cells(self, name: str) -> tuple[int, int | None]:
         """Cells of running sweeps on provider NAME that their sweep still holds, and how
