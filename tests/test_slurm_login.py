@@ -15,7 +15,7 @@ import yaml
 from conftest import wait_for
 from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
 from sshd import Lab, SSHHost, free_port
-from test_slurm import info, monkey_jobs, run_job
+from test_slurm import TRAIN, attempt_logs, info, monkey_jobs, run_job
 
 from monkey.models import State
 
@@ -80,6 +80,26 @@ def test_cancel_through_the_login_host_leaves_no_slurm_job(
     assert len(monkey_jobs(slurm)) == 1
     cli("job", "cancel", juid, check=True)
     wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=30, what="the cancel")
+    wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
+
+
+def test_pause_through_the_login_host_brings_the_checkpoint_back_and_resume_goes_on(
+        cli: Any, home: Path, login: tuple[Lab, SSHHost], slurm: SlurmLab) -> None:  # noqa: F811
+    lab, host = login
+    add_provider(cli, lab, host).check_returncode()
+    Path("train.py").write_text(TRAIN)
+    juid = run_job(cli, "python3", "train.py", "10")
+    wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, timeout=90, what="three epochs")
+    cli("job", "pause", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] == "paused", timeout=60, what="the pause")
+    saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
+    assert (home / "runs" / juid / "checkpoint" / "epoch").read_text() == str(saved)  # back home
+    wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="the allocation to be released")
+    cli("job", "resume", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=120, what="the job to end")
+    assert info(cli, juid)["state"] == "succeeded"
+    log2 = attempt_logs(cli, juid, 2)
+    assert log2.startswith(f"resumed from epoch {saved}\nepoch {saved + 1}\n") and log2.endswith("done\n"), log2
     wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
 
 

@@ -327,19 +327,22 @@ class Elastic:
             elif now - row["idle_since"] >= drv.idle_timeout:
                 self._destroy(name, drv, row["id"], f"idle for {drv.idle_timeout:.0f}s")
 
+    def terminated(self, name: str, instance: str, why: str) -> None:
+        """Record that monkey ended the machine (destroyed, or released after its attempt):
+        it counts no more as booting or live."""
+        row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
+        if row is not None:
+            self.core.store.record_instance(
+                Instance(instance, name, row["name"], InstanceState.TERMINATED,
+                         extra=row["extra"]), detail=why)  # fmt: skip
+        log.info("%s: %s: %s", name, instance, why)
+
     def _destroy(self, name: str, drv: Driver, instance: str, why: str) -> None:
         key = ("destroy", instance)
         if self.core.workers.busy(key):
             return
 
-        def destroyed(_: object) -> None:
-            row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
-            if row is not None:
-                self.core.store.record_instance(
-                    Instance(instance, name, row["name"], InstanceState.TERMINATED,
-                             extra=row["extra"]), detail=f"destroyed: {why}")  # fmt: skip
-            log.info("%s: destroyed %s (%s)", name, instance, why)
-
         self.core.release((name, instance))
-        self.core.workers.submit(key, lambda: drv.destroy_node(instance), destroyed,
+        self.core.workers.submit(key, lambda: drv.destroy_node(instance),
+                                 lambda _: self.terminated(name, instance, f"destroyed: {why}"),
                                  lambda exc: log.error("destroying %s failed: %s", instance, exc))

@@ -437,6 +437,8 @@ class Core:
         def fetched(exc: BaseException | None) -> None:
             if exc is not None:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
+            elif drv.releases_on_finish:
+                self.elastic.terminated(key[0], key[1], "released after its attempt")
             self._close_attempt(key, juid, n, event, offset)
 
         job = self.store.get_job(juid)
@@ -599,14 +601,17 @@ class Core:
             on_demand = self.on_demand[provider] = []
             spot: set[str] | None = None
             for job in self.store.ready_jobs(now, limit=limit, provider=provider):
-                where = capacities
+                where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
                         spot = {r["id"] for r in self.store.instances(provider, live=True) if r["spot"]}
-                    where = [c for c in capacities if c.instance not in spot]
+                    where, unplaced = [c for c in capacities if c.instance not in spot], on_demand
+                if drv.batches:  # a machine made for one job's size takes only such a job
+                    size = drv.size_for(job.resources)
+                    where = [c for c in where if c.extra.get("size", size) == size]
                 placement = place(job.resources, where, usage, pinned=job.resources.host)
                 if placement is None:
-                    (on_demand if where is not capacities else waiting).append(job.resources)
+                    unplaced.append(job.resources)
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance))

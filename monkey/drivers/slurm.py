@@ -294,6 +294,7 @@ class SlurmDriver(Driver):
         self._followed: dict[str, list[tuple[str, int]]] = {}
         self.job_name = f"monkey-{home.home_id()}-{self.name}"
         self._allocs: dict[str, _Alloc] = {}
+        self._released: set[str] = set()  # scancelled: not listed while Slurm winds them up
         self._lock = threading.Lock()
         self._installed: str | None = None
         self._closed = threading.Event()
@@ -470,7 +471,8 @@ class SlurmDriver(Driver):
         listed STOPPED and ``preempted``: its attempt resumes from its checkpoint as the
         next attempt, in a new allocation (a requeued job would wait Slurm's start delay),
         and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
-        listed TERMINATED and ``preempted`` too."""
+        listed TERMINATED and ``preempted`` too. One this driver released (``scancel``) is
+        not listed: the core recorded it ended."""
         began = time.time()
         if self.login is not None:
             self._install_agent()  # the workdir, as the login host resolves it
@@ -485,6 +487,8 @@ class SlurmDriver(Driver):
                 continue
             job_id, state, restarts, reason, nodelist, cpus, number = (p.strip() for p in parts)
             seen.add(job_id)
+            if job_id in self._released:
+                continue
             inst_state = _STATES.get(state, InstanceState.TERMINATED)
             extra: dict[str, Any] = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
                                      "reason": reason if state == "PENDING" else ""}  # fmt: skip
@@ -503,6 +507,7 @@ class SlurmDriver(Driver):
             nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
                                   address=nodelist or None, size=size, extra=extra))  # fmt: skip
         with self._lock:
+            self._released &= seen
             gone = [j for j, a in self._allocs.items() if j not in seen and a.created < began]
             for job_id in gone:
                 del self._allocs[job_id]  # finished: gone from Slurm's queue
@@ -539,6 +544,7 @@ class SlurmDriver(Driver):
                 raise
         with self._lock:
             self._allocs.pop(job_id, None)
+            self._released.add(job_id)
 
     def instances(self) -> list[Capacity]:
         """Allocations whose agent is up; one already given its attempt holds nothing more."""
@@ -554,7 +560,7 @@ class SlurmDriver(Driver):
             caps.append(Capacity(
                 self.instance_id(alloc.job_id), 0 if alloc.used else size.cpus,
                 [] if alloc.used else [str(i) for i in range(size.gpus)],
-                parse_size(size.memory) if size.memory else None,
+                parse_size(size.memory) if size.memory else None, {"size": str(size)},
             ))  # fmt: skip
         return caps
 
