@@ -435,10 +435,10 @@ class Core:
             return
 
         def fetched(exc: BaseException | None) -> None:
+            if exc is None and drv.releases_on_finish:
+                self.elastic.terminated(key[0], key[1], "released after its attempt")
             if exc is not None:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
-            elif drv.releases_on_finish:
-                self.elastic.terminated(key[0], key[1], "released after its attempt")
             self._close_attempt(key, juid, n, event, offset)
 
         job = self.store.get_job(juid)
