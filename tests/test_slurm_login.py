@@ -109,12 +109,13 @@ def test_a_sweep_through_the_login_host_is_one_job_array(
     add_provider(cli, lab, host).check_returncode()
     sid = cli("sweep", "--grid", "k=0,1,2,3,4,5", "--max-parallel", "3", "-p", "cluster", "--",
               "sh", "-c", "echo cell {k} in $SLURM_ARRAY_JOB_ID; sleep 1", check=True).stdout.strip()
-    wait_for(lambda: len(monkey_jobs(slurm)) == 6, timeout=60, what="the array's 6 tasks")
-    arrays = {line.split()[0].split("_")[0] for line in monkey_jobs(slurm)}
-    assert len(arrays) == 1, monkey_jobs(slurm)
-    [array] = arrays
     jobs = lambda: monkey.store.list_jobs(sweep=sid)  # noqa: E731
     wait_for(lambda: all(j.state == State.SUCCEEDED for j in jobs()), timeout=180, what="every cell to succeed")
+    # Each cell ran in its own task of one array (ARRAYID_TASK), made by one sbatch.
+    tasks = {info(cli, j.juid)["instance"].split("/")[1] for j in jobs()}
+    arrays = {task.split("_")[0] for task in tasks}
+    assert len(tasks) == 6 and len(arrays) == 1, tasks
+    [array] = arrays
     for job in jobs():
         assert cli("logs", "--stdout", job.juid, check=True).stdout == f"cell {job.params['k']} in {array}\n"
     wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no task of the array left")
