@@ -281,3 +281,15 @@ def test_jobs_waiting_together_get_allocations_sized_each_for_its_own_cpus(
         wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
     finally:
         cli("daemon", "stop")
+
+
+def test_a_sweep_of_quick_cells_makes_one_allocation_per_cell_in_one_array(
+        cli: Any, home: Path, monkey: Any, cluster: SlurmLab) -> None:
+    sid = cli("sweep", "--grid", f"k={','.join(map(str, range(60)))}", "-p", "cluster", "--", "true", "{k}",
+              check=True).stdout.strip()
+    wait_for(lambda: all(j.state == State.SUCCEEDED for j in monkey.store.list_jobs(sweep=sid)), timeout=120,
+             what="every cell to succeed")
+    # Cells ending while others' allocations come up made no surplus allocation.
+    made = [r["id"] for r in monkey.store.instances("cluster")]
+    assert len(made) == 60 and len({i.split("/")[1].split("_")[0] for i in made}) == 1, made
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")

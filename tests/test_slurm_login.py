@@ -115,6 +115,7 @@ def test_a_sweep_through_the_login_host_is_one_job_array(
     tasks = {info(cli, j.juid)["instance"].split("/")[1] for j in jobs()}
     arrays = {task.split("_")[0] for task in tasks}
     assert len(tasks) == 6 and len(arrays) == 1, tasks
+    assert len(monkey.store.instances("cluster")) == 6  # no surplus allocation
     [array] = arrays
     for job in jobs():
         assert cli("logs", "--stdout", job.juid, check=True).stdout == f"cell {job.params['k']} in {array}\n"

@@ -183,10 +183,10 @@ class Elastic:
         if now < self.retry_at.get(name, 0.0):
             return
         rows = store.instances(name, live=True)
-        reached = {c.instance for c in drv.instances()}
         if drv.batches:
-            self._grow_batches(name, drv, waiting, rows, reached)
+            self._grow_batches(name, drv, waiting, rows)
             return
+        reached = {c.instance for c in drv.instances()}
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
         live = len(rows) + self.creating.get(name, 0)
@@ -195,21 +195,23 @@ class Elastic:
             self._create(name, drv, size)
 
     def _grow_batches(self, name: str, drv: Driver, waiting: list[Resources],
-                      rows: list[dict[str, Any]], reached: set[str]) -> None:
-        """A batching kind's machines: one batch per distinct size among the WAITING jobs
-        (each sized for its own jobs), counting the machines of that size still booting;
-        the first batch covers the sweep cells still held too, THROTTLE of them at once
-        (the sweeps' max_parallel). Nothing while a batch is on its way."""
+                      rows: list[dict[str, Any]]) -> None:
+        """A batching kind's machines (one job each): one batch per distinct size among the
+        WAITING jobs (each sized for its own jobs), counting the machines of that size that
+        serve no job yet, booting or up (one that came up since this pass placed jobs takes
+        one at the next); the first batch covers the sweep cells still held too, THROTTLE of
+        them at once (the sweeps' max_parallel). Nothing while a batch is on its way."""
         if self.creating.get(name):
             return
         groups: dict[str | None, list[Resources]] = {}
         for resources in waiting:
             groups.setdefault(drv.size_for(resources), []).append(resources)
         held, throttle = self._held_cells(name)
+        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
         live = len(rows)
         for size, jobs in groups.items():
-            booting = sum(1 for r in rows if r["id"] not in reached and r["size"] == size)
-            need = machines_needed(jobs + [jobs[0]] * held, drv.size_slots(size), booting, live,
+            spare = sum(1 for r in rows if r["size"] == size and r["id"] not in busy)
+            need = machines_needed(jobs + [jobs[0]] * held, drv.size_slots(size), spare, live,
                                    drv.max_instances)  # fmt: skip
             if need > 0:
                 self._create(name, drv, size, count=need, throttle=throttle)
