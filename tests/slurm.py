@@ -139,7 +139,10 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         return [line for line in self.run("squeue", "-h", "-r", "-o", "%i %T %j").splitlines() if line.strip()]
 
     def cancel_all(self) -> None:
-        self.run("scancel", "--full", "--user", "root")
+        """Cancel every job, whoever submitted it (a login host's user too)."""
+        ids = sorted({line.split("_")[0] for line in self.run("squeue", "-h", "-o", "%i").split()})
+        if ids:
+            self.run("scancel", "--full", *ids)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

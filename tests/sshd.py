@@ -128,7 +128,8 @@ class SSHHost:
     """
 
     def __init__(self, name: str, index: int, client_pub: str, user: str,
-                 address: str | None = None, own_home: bool = False) -> None:
+                 address: str | None = None, own_home: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
         self.address = address or f"127.0.0.{index + 2}"
         self.user = user
@@ -139,6 +140,8 @@ class SSHHost:
         if own_home:
             self.home.mkdir()
             sftp, home_env = f"internal-sftp -d {self.home}", f"SetEnv HOME={self.home}\n"
+        if env:  # what every session gets (a Slurm login host: SLURM_CONF)
+            home_env += "".join(f"SetEnv {k}={v}\n" for k, v in env.items())
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")],
                        check=True)
         self.host_key_pub = (self.dir / "host_key.pub").read_text().split()[:2]
@@ -262,8 +265,8 @@ class Lab:
         self.hosts: list[SSHHost] = []
 
     def add(self, name: str, trusted: bool = True, address: str | None = None,
-            own_home: bool = False) -> SSHHost:
-        host = SSHHost(name, len(self.hosts), self.client_pub, self.user, address, own_home)
+            own_home: bool = False, env: dict[str, str] | None = None) -> SSHHost:
+        host = SSHHost(name, len(self.hosts), self.client_pub, self.user, address, own_home, env)
         self.hosts.append(host)
         if trusted:
             with open(self.ssh_dir / "known_hosts", "a") as fh:

@@ -44,7 +44,8 @@ def cluster(cli: Any, home: Path, slurm: SlurmLab) -> Any:  # noqa: F811 - the f
     cli("daemon", "stop")
 
 
-def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, cluster: SlurmLab) -> None:
+def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, monkey: Any,
+                                                       cluster: SlurmLab) -> None:
     juid = run_job(cli, "sh", "-c", 'echo "hi from slurm job $SLURM_JOB_ID"; echo oops >&2',
                    options=("--cpus", "2", "--memory", "100M"))
     wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60, what="the job to end")
@@ -56,6 +57,12 @@ def test_job_runs_in_an_allocation_and_its_logs_follow(cli: Any, home: Path, clu
     assert cli("logs", "--stderr", juid, check=True).stdout == "oops\n"
     # The allocation lived for the job only: released once it ended, nothing left in Slurm.
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")
+    # ... quietly: the core knew the link was going with it (and tried no reconnect until
+    # Slurm's queue showed the allocation gone).
+    wait_for(lambda: [r["state"] for r in monkey.store.instances("cluster")] == ["terminated"], timeout=30,
+             what="the allocation to be recorded gone")
+    log = (home / "daemon.log").read_text()
+    assert "lost the link" not in log and "cannot reach the agent" not in log, log
 
 
 def test_cancel_leaves_no_slurm_job_and_a_waiting_job_shows_slurms_reason(
@@ -229,7 +236,60 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(script)
     assert script == golden.read_text()
-    validate_refuses = [{"partition": "a b"}, {"extra_args": ["x"]}, {"signal": "USR1"}, {"login": {"host": "h"}}]
+    validate_refuses = [{"partition": "a b"}, {"extra_args": ["x"]}, {"signal": "USR1"}, {"login": "h"},
+                        {"login": {"host": "h", "password": "x"}}]
     for bad in validate_refuses:
         with pytest.raises(Exception, match="provider 'hpc'"):
             SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
+
+
+def test_pause_checkpoints_and_releases_the_allocation_and_resume_goes_on_from_there(
+        cli: Any, home: Path, cluster: SlurmLab) -> None:
+    Path("train.py").write_text(TRAIN)
+    juid = run_job(cli, sys.executable, "train.py", "12")
+    wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, timeout=60, what="three epochs")
+    cli("job", "pause", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] == "paused", timeout=60, what="the pause")
+    saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="the allocation to be released")
+    cli("job", "resume", juid, check=True)
+    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=120, what="the job to end")
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", job
+    log2 = attempt_logs(cli, juid, 2)
+    assert log2.startswith(f"resumed from epoch {saved}\nepoch {saved + 1}\n") and log2.endswith("done\n"), log2
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_jobs_waiting_together_get_allocations_sized_each_for_its_own_cpus(
+        cli: Any, home: Path, monkey: Any, slurm: SlurmLab) -> None:  # noqa: F811
+    write_provider(home, partition="nope")  # sbatch refuses it: both jobs wait together
+    try:
+        small = run_job(cli, "sh", "-c", "echo cpus $SLURM_CPUS_PER_TASK", options=("--cpus", "1"))
+        large = run_job(cli, "sh", "-c", "echo cpus $SLURM_CPUS_PER_TASK", options=("--cpus", "3"))
+        for juid in (small, large):
+            wait_for(lambda j=juid: "invalid partition" in (info(cli, j)["waiting"] or ""), timeout=30,
+                     what="both jobs to wait")
+        write_provider(home)  # fixed: one batch per size, each for its own job
+        for juid, cpus in ((small, 1), (large, 3)):
+            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=90,
+                     what="the jobs to end")
+            assert info(cli, juid)["state"] == "succeeded"
+            assert cli("logs", "--stdout", juid, check=True).stdout == f"cpus {cpus}\n"
+        # Two allocations in all: none was made for the wrong size and left over.
+        assert sorted(r["size"] for r in monkey.store.instances("cluster")) == ["c1", "c3"]
+        wait_for(lambda: not monkey_jobs(slurm), timeout=30, what="no allocation left")
+    finally:
+        cli("daemon", "stop")
+
+
+def test_a_sweep_of_quick_cells_makes_one_allocation_per_cell_in_one_array(
+        cli: Any, home: Path, monkey: Any, cluster: SlurmLab) -> None:
+    sid = cli("sweep", "--grid", f"k={','.join(map(str, range(60)))}", "-p", "cluster", "--", "true", "{k}",
+              check=True).stdout.strip()
+    wait_for(lambda: all(j.state == State.SUCCEEDED for j in monkey.store.list_jobs(sweep=sid)), timeout=120,
+             what="every cell to succeed")
+    # Cells ending while others' allocations come up made no surplus allocation.
+    made = [r["id"] for r in monkey.store.instances("cluster")]
+    assert len(made) == 60 and len({i.split("/")[1].split("_")[0] for i in made}) == 1, made
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monkey.drivers.base import NoCapacity
 from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources, State
@@ -183,21 +183,40 @@ class Elastic:
         if now < self.retry_at.get(name, 0.0):
             return
         rows = store.instances(name, live=True)
+        if drv.batches:
+            self._grow_batches(name, drv, waiting, rows)
+            return
         reached = {c.instance for c in drv.instances()}
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
         live = len(rows) + self.creating.get(name, 0)
         need = machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)
-        if drv.batches and need > 0:
-            # One machine per sweep cell still held too: the array covers the sweep, THROTTLE
-            # of them at once (the sweeps' max_parallel).
-            held, throttle = self._held_cells(name)
-            need = machines_needed(waiting + [waiting[0]] * held, drv.size_slots(size), booting,
-                                   live, drv.max_instances)
-            self._create(name, drv, size, count=need, throttle=throttle)
-            return
         for _ in range(need):
             self._create(name, drv, size)
+
+    def _grow_batches(self, name: str, drv: Driver, waiting: list[Resources],
+                      rows: list[dict[str, Any]]) -> None:
+        """A batching kind's machines (one job each): one batch per distinct size among the
+        WAITING jobs (each sized for its own jobs), counting the machines of that size that
+        serve no job yet, booting or up (one that came up since this pass placed jobs takes
+        one at the next); the first batch covers the sweep cells still held too, THROTTLE of
+        them at once (the sweeps' max_parallel). Nothing while a batch is on its way."""
+        if self.creating.get(name):
+            return
+        groups: dict[str | None, list[Resources]] = {}
+        for resources in waiting:
+            groups.setdefault(drv.size_for(resources), []).append(resources)
+        held, throttle = self._held_cells(name)
+        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
+        live = len(rows)
+        for size, jobs in groups.items():
+            spare = sum(1 for r in rows if r["size"] == size and r["id"] not in busy)
+            need = machines_needed(jobs + [jobs[0]] * held, drv.size_slots(size), spare, live,
+                                   drv.max_instances)  # fmt: skip
+            if need > 0:
+                self._create(name, drv, size, count=need, throttle=throttle)
+                live += need
+            held, throttle = 0, None
 
     def _held_cells(self, name: str) -> tuple[int, int | None]:
         """Cells of running sweeps on provider NAME that their sweep still holds, and how
@@ -310,18 +329,22 @@ class Elastic:
             elif now - row["idle_since"] >= drv.idle_timeout:
                 self._destroy(name, drv, row["id"], f"idle for {drv.idle_timeout:.0f}s")
 
+    def terminated(self, name: str, instance: str, why: str) -> None:
+        """Record that monkey ended the machine (destroyed, or released after its attempt):
+        it counts no more as booting or live."""
+        row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
+        if row is not None:
+            self.core.store.record_instance(
+                Instance(instance, name, row["name"], InstanceState.TERMINATED,
+                         extra=row["extra"]), detail=why)  # fmt: skip
+        log.info("%s: %s: %s", name, instance, why)
+
     def _destroy(self, name: str, drv: Driver, instance: str, why: str) -> None:
         key = ("destroy", instance)
         if self.core.workers.busy(key):
             return
 
-        def destroyed(_: object) -> None:
-            row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
-            if row is not None:
-                self.core.store.record_instance(
-                    Instance(instance, name, row["name"], InstanceState.TERMINATED,
-                             extra=row["extra"]), detail=f"destroyed: {why}")  # fmt: skip
-            log.info("%s: destroyed %s (%s)", name, instance, why)
-
-        self.core.workers.submit(key, lambda: drv.destroy_node(instance), destroyed,
+        self.core.release((name, instance))
+        self.core.workers.submit(key, lambda: drv.destroy_node(instance),
+                                 lambda _: self.terminated(name, instance, f"destroyed: {why}"),
                                  lambda exc: log.error("destroying %s failed: %s", instance, exc))

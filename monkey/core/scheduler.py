@@ -98,6 +98,9 @@ class Core:
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
+        # Instances whose agent goes away by monkey's doing (released after their attempt,
+        # destroyed): their link is dropped quietly and not made again.
+        self.releasing: set[tuple[str, str]] = set()
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.prepare_failures: dict[str, int] = {}  # per job: starts failed in a row
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
@@ -271,8 +274,10 @@ class Core:
     def connect(self, key: tuple[str, str]) -> None:
         """Link to the instance's agent, off the loop: the driver connects (starting the
         agent when needed) and the agent answers a sync of the attempts live there. Nothing
-        happens while linked, while a connect is on its way, or before the retry time."""
-        if key in self.links or self.workers.busy(key) or time.time() < self.retry_at.get(key, 0):
+        happens while linked, while a connect is on its way, before the retry time, or
+        while the instance is being released."""
+        if key in self.links or key in self.releasing or self.workers.busy(key) \
+                or time.time() < self.retry_at.get(key, 0):
             return
         try:
             drv = self.driver(key[0])
@@ -353,7 +358,12 @@ class Core:
         except (KeyError, ValueError, OSError):
             pass
         link.close()
-        log.warning("lost the link to %s; will reconnect", key[1])
+        if key not in self.releasing:
+            log.warning("lost the link to %s; will reconnect", key[1])
+
+    def release(self, key: tuple[str, str]) -> None:
+        """The instance's agent is going away by monkey's doing: its link ends quietly."""
+        self.releasing.add(key)
 
     def _poll_link(self, key: tuple[str, str]) -> None:
         link = self.links.get(key)
@@ -456,11 +466,15 @@ class Core:
         read = self.passes
 
         def fetched(exc: BaseException | None) -> None:
+            if exc is None and drv.releases_on_finish:
+                self.elastic.terminated(key[0], key[1], "released after its attempt")
             if exc is not None:
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
             self._close_attempt(key, juid, n, event, offset, job if self.passes == read else None)
 
         outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
+        if drv.releases_on_finish:
+            self.release(key)
         self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, current),
                         lambda _: fetched(None), fetched)  # fmt: skip
 
@@ -619,14 +633,17 @@ class Core:
             on_demand = self.on_demand[provider] = []
             spot: set[str] | None = None
             for job in self.store.ready_jobs(now, limit=limit, provider=provider):
-                where = capacities
+                where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
                         spot = {r["id"] for r in self.store.instances(provider, live=True) if r["spot"]}
-                    where = [c for c in capacities if c.instance not in spot]
+                    where, unplaced = [c for c in capacities if c.instance not in spot], on_demand
+                if drv.batches:  # a machine made for one job's size takes only such a job
+                    size = drv.size_for(job.resources)
+                    where = [c for c in where if c.extra.get("size", size) == size]
                 placement = place(job.resources, where, usage, pinned=job.resources.host)
                 if placement is None:
-                    (on_demand if where is not capacities else waiting).append(job.resources)
+                    unplaced.append(job.resources)
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance))
@@ -840,7 +857,11 @@ class Core:
             if link.closed:  # broken by a request: nothing polls it any more
                 self.drop_link(key)
         live: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        for att in self.store.live_attempts():
+        attempts = self.store.live_attempts()
+        if self.releasing:  # released: forgotten once its link and attempts are gone
+            held = {k[1] for k in self.links} | {a.instance for a in attempts}
+            self.releasing = {k for k in self.releasing if k[1] in held}
+        for att in attempts:
             job = self.store.get_job(att.juid)
             if job is None:
                 continue

@@ -118,11 +118,16 @@ class Driver(ABC):
 
     kind: ClassVar[str] = ""
     elastic: ClassVar[bool] = False  # creates machines on demand (clouds)
-    # Creates many machines in one ``create_nodes`` call (Slurm: a job array), one per job.
+    # Creates many machines in one ``create_nodes`` call (Slurm: a job array), one per job,
+    # one call per size; a machine whose Capacity ``extra["size"]`` names its size takes
+    # only jobs of that size (``size_for``).
     batches: ClassVar[bool] = False
     # Its checkpoint_dir, prepare, blob_fields and finish only touch this machine's files
     # (never a network): the core calls them in its loop, sparing a worker's round trip.
     quick_transport: ClassVar[bool] = False
+    # Its ``finish`` releases the instance (a Slurm allocation lives for one attempt): the
+    # core drops the instance's link quietly and makes no new one.
+    releases_on_finish: ClassVar[bool] = False
     job_options: ClassVar[frozenset[str]] = frozenset()  # job.yml `providers: NAME:` keys
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:

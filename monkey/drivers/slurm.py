@@ -17,9 +17,13 @@ allocations (the core's inventory, in a worker, every few seconds), never one pe
 allocation's agent is known reached as soon as its socket appears. A job's exit comes from
 the agent's exit record in its run directory.
 
-Sharing: MONKEY_HOME (runs, blobs, checkpoints) and ``workdir`` must be on a filesystem the
-allocation's node shares with this machine, and ``sbatch`` runs on this machine (a
-``login`` host is not supported yet).
+Sharing: without ``login``, MONKEY_HOME (runs, blobs, checkpoints) and ``workdir`` must be
+on a filesystem the allocation's node shares with this machine, and Slurm's commands run
+here. With ``login: {host, user, key, port, trust_new_host}`` every Slurm command runs on
+that host over SSH and nothing of MONKEY_HOME is assumed shared: blobs, the agent's code and
+run folders go under ``workdir`` (on the cluster's shared filesystem) through the login
+host, the core reaches an allocation's agent with ``srun --overlap`` from there, and logs,
+outputs and checkpoints come back as from SSH hosts (``slurm_login``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,17 +49,19 @@ from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse
 if TYPE_CHECKING:
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
+    from monkey.drivers.slurm_login import LoginHost
 
 log = logging.getLogger("monkey.slurm")
 
 _AGENT_SRC = Path(__file__).resolve().parents[1] / "client_agent"
 _KEYS = {"partition", "account", "qos", "time", "gres", "constraint", "extra_args", "workdir",
-         "signal", "requeue", "python", "max_instances", "idle_timeout"}  # fmt: skip
+         "signal", "requeue", "python", "max_instances", "idle_timeout", "login"}  # fmt: skip
 # Values that go into `#SBATCH` lines as they are: no spaces, quotes or newlines.
 _WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
 _SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
 _COMMAND_TIMEOUT = 60.0
 _WATCH_EVERY = 0.05  # seconds between looks for the sockets of allocations starting
+_WATCH_LOGIN_EVERY = 0.25  # the same through a login host (one round trip each)
 _SOCKET_MAX = 100
 # Slurm's job states as instance states; anything else (finished) is TERMINATED.
 _STATES = {
@@ -102,10 +109,14 @@ def slurm_command(argv: list[str], stdin: str | None = None, what: str = "") -> 
     return done.stdout
 
 
-def partitions() -> dict[str, dict[str, Any]]:
+# Runs a Slurm command (argv, stdin, what) and returns its stdout: here or on a login host.
+Runner = Callable[..., str]
+
+
+def partitions(run: Runner = slurm_command) -> dict[str, dict[str, Any]]:
     """The cluster's partitions (one ``sinfo`` call): per name, its nodes by state
     (idle, mixed, allocated, other), its idle CPUs, whether it is up and the default."""
-    out = slurm_command(["sinfo", "-h", "-o", "%P|%a|%T|%D|%C"], what="sinfo")
+    out = run(["sinfo", "-h", "-o", "%P|%a|%T|%D|%C"], what="sinfo")
     found: dict[str, dict[str, Any]] = {}
     for line in out.splitlines():
         parts = line.strip().split("|")
@@ -122,12 +133,12 @@ def partitions() -> dict[str, dict[str, Any]]:
     return found
 
 
-def pending_jobs(partition: str | None) -> int:
+def pending_jobs(partition: str | None, run: Runner = slurm_command) -> int:
     """Jobs pending in PARTITION (all partitions when None), from one ``squeue`` call."""
     argv = ["squeue", "-h", "-t", "PENDING", "-o", "%i"]
     if partition:
         argv += ["-p", partition]
-    return len(slurm_command(argv, what="squeue").split())
+    return len(run(argv, what="squeue").split())
 
 
 @dataclass
@@ -182,6 +193,7 @@ class _Alloc:
     created: float
     reached: bool = False
     used: bool = False  # a job was placed on it: it takes no other
+    number: str | None = None  # Slurm's own job id of an array task (srun --jobid)
 
 
 class SlurmDriver(Driver):
@@ -190,16 +202,19 @@ class SlurmDriver(Driver):
     kind = "slurm"
     elastic = True
     batches = True  # waiting jobs and held sweep cells get one job array
+    releases_on_finish = True
 
     # -- the kind's rules -------------------------------------------------------------------
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
-        """Slurm option values are single words; extra_args a list of sbatch options."""
-        if "login" in entry:
-            raise MonkeyError(f"{where}: provider {name!r}: a login host is not supported yet; "
-                              "run monkey on a machine with Slurm's commands and drop `login`")
+        """Slurm option values are single words; extra_args a list of sbatch options;
+        ``login`` a host reached over SSH."""
         unknown_keys(where, name, entry, _KEYS)
+        if "login" in entry:
+            from monkey.drivers.slurm_login import validate_login
+
+            validate_login(where, name, entry["login"])
         for key in ("partition", "account", "qos", "time", "gres", "constraint", "python"):
             value = entry.get(key)
             if value is not None and not (isinstance(value, str) and _WORD.fullmatch(value)):
@@ -237,17 +252,28 @@ class SlurmDriver(Driver):
         """The partition's nodes by state and its pending jobs (one sinfo, one squeue)."""
         partition = config.options.get("partition")
         live = sum(1 for i in instances if i.get("state") not in ("terminated", None))
+        login = None
         try:
-            parts = partitions()
+            run: Runner = slurm_command
+            if config.options.get("login"):
+                from monkey.config import Home
+                from monkey.drivers.slurm_login import LoginHost
+
+                login = LoginHost(config.name, config.options["login"], config.options.get("workdir"), Home())
+                run = login.run
+            parts = partitions(run)
             if partition is None:
                 partition = next((p for p, i in parts.items() if i["default"]), None)
             info = parts.get(str(partition))
             if info is None:
                 return {"slots": 0, "gpus": 0, "error": f"no partition {partition!r} "
                         f"(partitions: {', '.join(sorted(parts)) or 'none'})"}  # fmt: skip
-            pending = pending_jobs(str(partition))
+            pending = pending_jobs(str(partition), run)
         except MonkeyError as exc:
             return {"slots": 0, "gpus": 0, "error": str(exc)}
+        finally:
+            if login is not None:
+                login.close()
         state = "up" if info["up"] else "down"
         return {"slots": info["idle_cpus"], "gpus": 0, "allocations": live,
                 "detail": f"partition {partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
@@ -258,9 +284,17 @@ class SlurmDriver(Driver):
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home)
         options = config.options
+        self.login: LoginHost | None = None
+        if options.get("login"):
+            from monkey.drivers.slurm_login import LoginHost
+
+            self.login = LoginHost(self.name, options["login"], options.get("workdir"), home)
+        # With a login host: resolved there at first contact (``_ready``).
         self.workdir = Path(os.path.expanduser(str(options.get("workdir") or home.root / "slurm" / self.name)))
+        self._followed: dict[str, list[tuple[str, int]]] = {}
         self.job_name = f"monkey-{home.home_id()}-{self.name}"
         self._allocs: dict[str, _Alloc] = {}
+        self._released: set[str] = set()  # scancelled: not listed while Slurm winds them up
         self._lock = threading.Lock()
         self._installed: str | None = None
         self._closed = threading.Event()
@@ -371,10 +405,22 @@ class SlurmDriver(Driver):
 
         return agent_digest()
 
+    def _command(self, argv: list[str], stdin: str | None = None, what: str = "") -> str:
+        """A Slurm command's stdout, run here or on the login host."""
+        if self.login is not None:
+            return self.login.run(argv, stdin, what)
+        return slurm_command(argv, stdin, what)
+
     def _install_agent(self) -> None:
-        """Copy client_agent to WORKDIR/agent/<digest>/ unless that version is there."""
+        """Copy client_agent to WORKDIR/agent/<digest>/ unless that version is there (with a
+        login host: the SSH driver installs it there at contact)."""
         version = self._agent_version()
         if self._installed == version:
+            return
+        if self.login is not None:
+            self.workdir = Path(self.login.workdir())
+            self._command(["mkdir", "-p", str(self.workdir / "logs")])
+            self._installed = version
             return
         final = self.workdir / "agent" / version
         if not (final / "monkey" / "client_agent" / "agent.py").exists():
@@ -403,7 +449,7 @@ class SlurmDriver(Driver):
         array = None
         if count > 1:
             array = f"0-{count - 1}" + (f"%{throttle}" if throttle and throttle < count else "")
-        out = slurm_command(["sbatch", "--parsable"], stdin=self.batch_script(wanted, array),
+        out = self._command(["sbatch", "--parsable"], stdin=self.batch_script(wanted, array),
                             what=f"provider {self.name!r}: sbatch")  # fmt: skip
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
@@ -425,19 +471,24 @@ class SlurmDriver(Driver):
         listed STOPPED and ``preempted``: its attempt resumes from its checkpoint as the
         next attempt, in a new allocation (a requeued job would wait Slurm's start delay),
         and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
-        listed TERMINATED and ``preempted`` too."""
+        listed TERMINATED and ``preempted`` too. One this driver released (``scancel``) is
+        not listed: the core recorded it ended."""
         began = time.time()
-        out = slurm_command(["squeue", "-h", "-r", f"--name={self.job_name}", "-O",
-                             "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:"],
+        if self.login is not None:
+            self._install_agent()  # the workdir, as the login host resolves it
+        out = self._command(["squeue", "-h", "-r", f"--name={self.job_name}", "-O",
+                             "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:|,JobID:"],
                             what=f"provider {self.name!r}: squeue")  # fmt: skip
         nodes: list[Instance] = []
         seen = set()
         for line in out.splitlines():
             parts = line.strip().split("|")
-            if len(parts) != 6:
+            if len(parts) != 7:
                 continue
-            job_id, state, restarts, reason, nodelist, cpus = (p.strip() for p in parts)
+            job_id, state, restarts, reason, nodelist, cpus, number = (p.strip() for p in parts)
             seen.add(job_id)
+            if job_id in self._released:
+                continue
             inst_state = _STATES.get(state, InstanceState.TERMINATED)
             extra: dict[str, Any] = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
                                      "reason": reason if state == "PENDING" else ""}  # fmt: skip
@@ -450,10 +501,13 @@ class SlurmDriver(Driver):
                     # Made by an earlier core of this home: followed again.
                     alloc = self._allocs[job_id] = _Alloc(job_id, Size(int(cpus or 1)), began)
                     self._watch()
+                if alloc is not None:
+                    alloc.number = number
             size = str(alloc.size) if alloc else None
             nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
                                   address=nodelist or None, size=size, extra=extra))  # fmt: skip
         with self._lock:
+            self._released &= seen
             gone = [j for j, a in self._allocs.items() if j not in seen and a.created < began]
             for job_id in gone:
                 del self._allocs[job_id]  # finished: gone from Slurm's queue
@@ -465,7 +519,7 @@ class SlurmDriver(Driver):
         if not job_ids:
             return []
         try:
-            out = slurm_command(["sacct", "-c", "-n", "-P", "-j", ",".join(job_ids), "-o",
+            out = self._command(["sacct", "-c", "-n", "-P", "-j", ",".join(job_ids), "-o",
                                  "JobID,State,ExitCode"], what="sacct")  # fmt: skip
         except MonkeyError as exc:
             log.debug("no accounting for %s: %s", job_ids, exc)
@@ -484,12 +538,13 @@ class SlurmDriver(Driver):
         """scancel the allocation (its agent and anything left in it)."""
         job_id = self._job_id(instance)
         try:
-            slurm_command(["scancel", job_id], what=f"scancel {job_id}")
+            self._command(["scancel", job_id], what=f"scancel {job_id}")
         except MonkeyError as exc:
             if "Invalid job id" not in str(exc):
                 raise
         with self._lock:
             self._allocs.pop(job_id, None)
+            self._released.add(job_id)
 
     def instances(self) -> list[Capacity]:
         """Allocations whose agent is up; one already given its attempt holds nothing more."""
@@ -497,15 +552,15 @@ class SlurmDriver(Driver):
         with self._lock:
             allocs = list(self._allocs.values())
         for alloc in allocs:
-            if not alloc.reached:
+            if not alloc.reached and self.login is None:  # else the watcher's round trips tell
                 alloc.reached = os.path.exists(self.socket_path(alloc.job_id))
-                if not alloc.reached:
-                    continue
+            if not alloc.reached:
+                continue
             size = alloc.size
             caps.append(Capacity(
                 self.instance_id(alloc.job_id), 0 if alloc.used else size.cpus,
                 [] if alloc.used else [str(i) for i in range(size.gpus)],
-                parse_size(size.memory) if size.memory else None,
+                parse_size(size.memory) if size.memory else None, {"size": str(size)},
             ))  # fmt: skip
         return caps
 
@@ -521,7 +576,10 @@ class SlurmDriver(Driver):
         one wakes the core, which places a job there at once (not at its next pass). An
         allocation's entry (its folder, or its socket under /tmp) appears in the sockets'
         folder first: that folder is read only when it changed, and only the allocations
-        seen there are looked at until their socket is up."""
+        seen there are looked at until their socket is up. Through a login host: one
+        round trip every _WATCH_LOGIN_EVERY s asks which sockets exist."""
+        if self.login is not None:
+            return self._watching_login()
         prefix, suffix = self._socket_parts()
         folder, head = os.path.split(prefix)
         tail = "" if suffix.startswith("/") else suffix  # a folder per allocation, or its socket
@@ -547,36 +605,108 @@ class SlurmDriver(Driver):
             if up:
                 self.wake()
 
+    def _watching_login(self) -> None:
+        assert self.login is not None
+        while not self._closed.wait(_WATCH_LOGIN_EVERY):
+            with self._lock:
+                waiting = {self.socket_path(a.job_id): a for a in self._allocs.values() if not a.reached}
+                if not waiting:
+                    self._watcher = None  # started again by the next allocation
+                    return
+            try:
+                up = self.login.existing(list(waiting))
+            except MonkeyError as exc:  # the login host is away: the listing says so
+                log.debug("%s: %s", self.name, exc)
+                continue
+            for path in up:
+                waiting[path].reached = True
+            if up:
+                self.wake()
+
     def close(self) -> None:
         self._closed.set()
+        if self.login is not None:
+            self.login.close()
 
     # -- transport ----------------------------------------------------------------------------
 
     def connect(self, instance: str) -> AgentLink:
         job_id = self._job_id(instance)
+        if self.login is not None:
+            return self.login.connect(self._number(job_id), self.socket_path(job_id),
+                                      str(self.workdir / "alloc" / job_id))  # fmt: skip
         try:
             return connect_unix(self.socket_path(job_id))
         except OSError as exc:
             raise MonkeyError(f"allocation {job_id}: its agent is not reachable ({exc}); "
                               f"see {self.workdir}/logs/{job_id}.out") from None  # fmt: skip
 
+    def _number(self, job_id: str) -> str:
+        """Slurm's own job id of allocation JOB_ID (an array task has one of its own)."""
+        if "_" not in job_id:
+            return job_id
+        with self._lock:
+            alloc = self._allocs.get(job_id)
+            number = alloc.number if alloc else None
+        if not number:
+            number = self._command(["squeue", "-h", "-j", job_id, "-O", "JobID"], what="squeue").strip()
+            if alloc is not None:
+                alloc.number = number
+        return number
+
+    # Through a login host, files live under workdir on the cluster and are moved as on an
+    # SSH host (the login host's connection); without one, MONKEY_HOME is shared.
+
     def blobs_dir(self, instance: str) -> str:
+        if self.login is not None:
+            return self.login.pool.blobs_dir(self.login.instance)
         return str(self.home.blobs)
 
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
-        """The attempt's run directory in MONKEY_HOME (shared); the allocation is then used."""
+        """The attempt's run directory (MONKEY_HOME's, or the login host's under workdir);
+        the allocation is then used."""
         with self._lock:
             alloc = self._allocs.get(self._job_id(instance))
             if alloc is not None:
                 alloc.used = True
+        if self.login is not None:
+            return self.login.pool.run_dir(self.login.instance, juid, attempt)
         return str(self.home.run_dir(juid, attempt))
 
     def finish(self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool) -> None:
         """The allocation served its attempt: released now (``scancel``), so that Slurm gives
-        its CPUs to the next allocation at once; results are on the shared filesystem."""
-        self.destroy_node(instance)
+        its CPUs to the next allocation at once; results are on the shared filesystem, or
+        brought back through the login host first."""
+        try:
+            if self.login is not None:
+                self.login.pool.finish(self.login.instance, juid, attempt, outputs, current)
+        finally:
+            self.destroy_node(instance)
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
+        if self.login is not None:
+            return self.login.pool.checkpoint_dir(self.login.instance, juid)
         path = self.home.checkpoint_dir(juid)
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
+
+    def persist_dir(self, instance: str, juid: str) -> str:
+        if self.login is not None:
+            return self.login.pool.persist_dir(self.login.instance, juid)
+        return super().persist_dir(instance, juid)
+
+    def job_env(self, env: dict[str, str]) -> dict[str, str]:
+        return self.login.pool.job_env(env) if self.login is not None else env
+
+    def prepare(self, instance: str, blobs: list[str]) -> None:
+        if self.login is not None:
+            self.login.pool.prepare(self.login.instance, blobs)
+
+    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
+        """Through a login host, its thread streams the logs of every allocation's attempts."""
+        if self.login is None:
+            return
+        self._followed = {**self._followed, instance: list(attempts)}
+        if not attempts:
+            self._followed = {k: v for k, v in self._followed.items() if v}
+        self.login.pool.follow(self.login.instance, [a for live in self._followed.values() for a in live])

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
@@ -99,6 +99,9 @@ class SSHDriver(Driver):
     keeps one of these as the transport to its running instances."""
 
     kind = "ssh"
+    # Whether each host runs an agent of its own (a Slurm login host does not: it only
+    # carries Slurm's commands, files and relays to the agents inside allocations).
+    runs_agent: ClassVar[bool] = True
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
@@ -368,11 +371,13 @@ class SSHDriver(Driver):
                 wd = host.spec.workdir
                 host.workdir = home + wd[1:] if wd == "~" or wd.startswith("~/") else wd
                 self._install_agent(host)
-                with self._open_link(host) as link:
-                    hello = link.request("hello", timeout=self.timeout)
-                    if hello.get("digest") != agent_digest():  # a reinstall: jobs keep running
-                        log.info("%s: replacing an outdated agent", host.instance)
-                        link.request("shutdown", timeout=self.timeout)
+                hello: dict[str, Any] = {"digest": agent_digest()}
+                if self.runs_agent:
+                    with self._open_link(host) as link:
+                        hello = link.request("hello", timeout=self.timeout)
+                        if hello.get("digest") != agent_digest():  # a reinstall: jobs keep running
+                            log.info("%s: replacing an outdated agent", host.instance)
+                            link.request("shutdown", timeout=self.timeout)
                 if hello.get("digest") != agent_digest():
                     with self._open_link(host) as link:  # the relay starts the installed one
                         hello = link.request("hello", timeout=self.timeout)
@@ -482,15 +487,49 @@ class SSHDriver(Driver):
         finally:
             channel.close()
 
-    def _run(self, host: Host, script: str, args: list[str]) -> paramiko.Channel:
+    def _run(self, host: Host, script: str, args: list[str],
+             prefix: list[str] | tuple[str, ...] = ()) -> paramiko.Channel:
+        """An exec channel running the stdlib SCRIPT with the host's python (under PREFIX)."""
+        # -I: the login folder (and PYTHON* variables) never reach the script's sys.path.
+        return self._open_command(host, [*prefix, host.spec.python, "-I", "-c", script, *args])
+
+    def _open_command(self, host: Host, argv: list[str]) -> paramiko.Channel:
         with host.lock, _ssh_errors(host):
             if host.transport is None:
                 raise MonkeyError(f"{host.instance} is not connected")
             channel = host.transport.open_session(timeout=self.timeout)
-            # -I: the login folder (and PYTHON* variables) never reach the script's sys.path.
-            command = " ".join(shlex.quote(a) for a in [host.spec.python, "-I", "-c", script, *args])
-            channel.exec_command(command)
+            channel.exec_command(shlex.join(argv))
         return channel
+
+    def ensure_up(self, instance: str) -> Host:
+        """INSTANCE's host, connected now if it was not (its thread started); MonkeyError
+        (Unreachable when worth retrying) with its last error while it cannot be reached."""
+        host = self._host(instance)
+        if not host.up and time.monotonic() >= host.next_try:
+            self._contact(host)
+        self._start_pump(host)
+        if not host.up:
+            error = host.error or f"{instance} is not connected"
+            raise Unreachable(error) if host.transient else MonkeyError(error)
+        return host
+
+    def run_command(self, instance: str, argv: list[str], stdin: str = "",
+                    timeout: float = 60.0) -> tuple[int, str, str]:
+        """Run ARGV (each word quoted) on INSTANCE's host: exit code, stdout, stderr."""
+        host = self.ensure_up(instance)
+        with _ssh_errors(host):
+            channel = self._open_command(host, argv)
+            try:
+                channel.settimeout(timeout)
+                if stdin:
+                    channel.sendall(stdin.encode())
+                channel.shutdown_write()
+                code, out, err = _drain(channel)
+                return code, out.decode(errors="replace"), err.decode(errors="replace")
+            except TimeoutError:
+                raise MonkeyError(f"{instance}: {argv[0]} gave no answer in {timeout:.0f}s") from None
+            finally:
+                channel.close()
 
     def _install_agent(self, host: Host) -> None:
         """Copy client_agent to WORKDIR/agent/<digest>/ unless that version is there."""
@@ -515,13 +554,21 @@ class SSHDriver(Driver):
             _remove_tree(sftp, tmp)
         log.info("%s: installed the agent in %s", host.instance, final)
 
-    def _open_link(self, host: Host) -> AgentLink:
+    def open_relay(self, instance: str, sock: str, root: str, prefix: list[str]) -> AgentLink:
+        """An AgentLink to the agent listening on SOCK (its run root ROOT) somewhere the host
+        reaches by running the relay under PREFIX (e.g. ``srun --jobid=J``); connects first."""
+        host = self.ensure_up(instance)
+        with _ssh_errors(host):
+            return self._open_link(host, sock, root, prefix)
+
+    def _open_link(self, host: Host, sock: str | None = None, root: str | None = None,
+                   prefix: list[str] | tuple[str, ...] = ()) -> AgentLink:
         """An AgentLink over an exec channel relaying to the agent's socket."""
-        root = host.workdir
-        code = f"{root}/agent/{agent_digest()}"
+        root = root or host.workdir
+        code = f"{host.workdir}/agent/{agent_digest()}"
         channel = self._run(host, ssh_remote.RELAY, [
-            f"{root}/private/agent.sock", root, code, self.idle, self.heartbeat,
-        ])  # fmt: skip
+            sock or f"{root}/private/agent.sock", root, code, self.idle, self.heartbeat,
+        ], prefix)  # fmt: skip
         channel.settimeout(self.timeout + 15)
         first = b""
         try:
@@ -712,18 +759,20 @@ def _read_exactly(stream: Any, size: int | None) -> bytes:
     return data
 
 
-def _finish_channel(channel: paramiko.Channel, host: Host, check: bool = True,
-                    stderr: bool = False) -> bytes:
-    """Read a channel to its end: stdout (or stderr); MonkeyError on a non-zero exit."""
+def _drain(channel: paramiko.Channel) -> tuple[int, bytes, bytes]:
+    """A channel read to its end: exit code, stdout, stderr."""
     out, err = bytearray(), bytearray()
-    while True:
-        chunk = channel.recv(1 << 16)
-        if not chunk:
-            break
+    while chunk := channel.recv(1 << 16):
         out += chunk
     while chunk := channel.recv_stderr(1 << 16):
         err += chunk
-    code = channel.recv_exit_status()
+    return channel.recv_exit_status(), bytes(out), bytes(err)
+
+
+def _finish_channel(channel: paramiko.Channel, host: Host, check: bool = True,
+                    stderr: bool = False) -> bytes:
+    """Read a channel to its end: stdout (or stderr); MonkeyError on a non-zero exit."""
+    code, out, err = _drain(channel)
     if code == 127 and b"not found" in err:
         raise MonkeyError(f"{host.instance}: {host.spec.python!r} is not installed there; set "
                           "`python:` for this host in providers.yml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -204,7 +205,8 @@ def _slurm_parser(kinds: Any) -> None:
     slurm = kinds.add_parser(
         "slurm", help="a Slurm cluster: each job runs in an allocation made with sbatch",
         description="Add a `slurm` provider. Slurm's commands (sbatch, squeue, sinfo) must work "
-                    "on this machine; the partition is checked with sinfo.")  # fmt: skip
+                    "on this machine, or on the login host given with --login (over SSH); the "
+                    "partition is checked with sinfo.")  # fmt: skip
     slurm.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     slurm.add_argument("--partition", help="partition for the jobs (default: the cluster's default)")
     slurm.add_argument("--account", help="account to charge (sbatch --account)")
@@ -215,6 +217,12 @@ def _slurm_parser(kinds: Any) -> None:
     slurm.add_argument("--signal", help="warning before the time limit (default B:USR1@120)")
     slurm.add_argument("--workdir", help="folder on the shared filesystem for the agent and "
                                          "Slurm's output (default: MONKEY_HOME/slurm/NAME)")
+    slurm.add_argument("--login", metavar="USER@HOST[:PORT]",
+                       help="run Slurm's commands on this login host over SSH; MONKEY_HOME need "
+                            "not be shared with the cluster (files go under --workdir there)")
+    slurm.add_argument("--key", help="SSH private key for the login host (default: ssh-agent, ~/.ssh)")
+    slurm.add_argument("--trust-new-host", action="store_true",
+                       help="record the login host's key at first contact (else it must be in known_hosts)")
     slurm.add_argument("--extra-arg", action="append", default=[], metavar="OPTION",
                        help="another sbatch option (repeatable), e.g. --extra-arg=--nice=10")
     slurm.add_argument("--force", action="store_true", help="replace a provider of that name")
@@ -224,7 +232,7 @@ def _slurm_parser(kinds: Any) -> None:
 def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
     from monkey.config import Home
     from monkey.drivers import load_providers
-    from monkey.drivers.slurm import partitions
+    from monkey.drivers.slurm import Runner, partitions, slurm_command
 
     home = Home().ensure()
     providers = load_providers(home)
@@ -233,11 +241,32 @@ def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
         raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
     entry: dict[str, Any] = {"type": "slurm"}
     entry.update({k: getattr(args, k) for k in _SLURM_OPTIONS if getattr(args, k) is not None})
-    if args.workdir:
-        entry["workdir"] = os.path.abspath(os.path.expanduser(args.workdir))
     if args.extra_arg:
         entry["extra_args"] = args.extra_arg
-    found = partitions()
+    run: Runner = slurm_command
+    login = None
+    if args.login:
+        from monkey.drivers.slurm_login import LoginHost, parse_login
+
+        if args.key and not os.path.isfile(os.path.expanduser(args.key)):
+            raise MonkeyError(f"--key {args.key}: no such file")
+        entry["login"] = parse_login(args.login)
+        if args.key:
+            entry["login"]["key"] = os.path.abspath(os.path.expanduser(args.key))
+        if args.trust_new_host:
+            entry["login"]["trust_new_host"] = True
+        logging.getLogger("monkey.ssh").setLevel(logging.ERROR)  # its failure is the one line
+        login = LoginHost(args.name, entry["login"], args.workdir, home)
+        run = login.run
+    elif args.key or args.trust_new_host:
+        raise MonkeyError("--key and --trust-new-host are for the login host: give --login USER@HOST too")
+    elif args.workdir:  # a folder of this machine (the login host resolves its own)
+        entry["workdir"] = os.path.abspath(os.path.expanduser(args.workdir))
+    try:
+        found = partitions(run)
+    finally:
+        if login is not None:
+            login.close()
     if not found:
         raise MonkeyError("sinfo lists no partition: is this machine part of a Slurm cluster?")
     partition = args.partition or next((p for p, i in found.items() if i["default"]), next(iter(found)))
