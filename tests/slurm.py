@@ -143,6 +143,11 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         ids = sorted({line.split("_")[0] for line in self.run("squeue", "-h", "-o", "%i").split()})
         if ids:
             self.run("scancel", "--full", *ids)
+        # scancel only asks: wait until the jobs' processes are gone, so that stopping the
+        # lab next leaves nothing running (bounded: a stuck job is reported by the caller).
+        deadline = time.monotonic() + 30
+        while self.run("squeue", "-h", "-o", "%i").split() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

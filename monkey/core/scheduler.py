@@ -737,7 +737,9 @@ class Core:
                 self.drop_link(key)
                 return
             self.starting[(key, rid)] = (att.juid, att.n, spec.get("manifest"))
-            self._follow(key, [*self.followed.get(key, []), (att.juid, att.n)])
+            following = self.followed.get(key, [])
+            if (att.juid, att.n) not in following:  # a health pass may have added it already
+                self._follow(key, [*following, (att.juid, att.n)])
 
         self.prepare_failures.pop(att.juid, None)
         self.held.append(send)  # sent once the pass that opened the attempt is committed

@@ -631,7 +631,7 @@ class SSHDriver(Driver):
     def _tail_call(self, host: Host, attempts: list[tuple[str, int]]) -> tuple[tuple[str, list[Any]], list[Path]]:
         """The helper call reading the attempts' logs past their local sizes, and the files."""
         remote, local = [], []
-        for juid, n in attempts:
+        for juid, n in dict.fromkeys(attempts):  # each file once: twice would append it twice
             folder = self.home.run_dir(juid, n)
             folder.mkdir(parents=True, exist_ok=True)
             for name in _LOG_NAMES:
