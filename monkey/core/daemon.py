@@ -108,8 +108,9 @@ def run_foreground(home: Home | None = None) -> int:
             store.check_integrity()  # a damaged file is refused before anything is written
         finally:
             store.close()
-        write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
+        # The version first: a client that sees the pid finds this core's version.
         write_private(core_version_file(home), version().encode())
+        write_private(home.daemon_pid, f"{os.getpid()}\n".encode())
         core = Core(home)
     except (MonkeyError, OSError) as exc:  # e.g. a damaged database or a full disk
         print(f"monkey: error: the core cannot start: {exc}", file=sys.stderr)

@@ -137,7 +137,10 @@ class Core:
                     self.recover()
                     recovered = True
                     self._pass([])
-                self._pass(self.selector.select(self.timeout()))
+                ready = self.selector.select(self.timeout())
+                if self.stopping:  # told to stop: what woke it is synced by the next core
+                    break
+                self._pass(ready)
                 failure = self.store.take_failure()  # some callers catch MonkeyError
             except StoreUnavailable as exc:
                 failure = self.store.take_failure() or exc
@@ -151,12 +154,13 @@ class Core:
         self.close()
 
     def _pass(self, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
-        """Handle what woke the loop, then decide (``tick``), all in one transaction: a
-        pass that starts and ends many jobs commits once. The starts it decided are sent
-        once that is committed, so an agent never runs an attempt the store may not hold."""
+        """Handle what woke the loop, then decide (``tick``), in one transaction (a
+        ``batch``: a pass that starts and ends many jobs commits once; one that writes
+        nothing takes no lock). The starts it decided are sent once that is committed, so
+        an agent never runs an attempt the store may not hold."""
         self.passes += 1
         try:
-            with self.store.tx():
+            with self.store.batch():
                 for key, _ in ready:
                     if key.data is None:
                         self._drain_wakes()

@@ -186,6 +186,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        self._batch = False  # inside ``batch``: the first unit begins the shared transaction
         if not self.path.exists():
             if not create:
                 raise MonkeyError(f"no monkey database at {self.path}; run a job first")
@@ -255,30 +256,48 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction holding the lock from its first statement. Inside another
-        one (the core's pass), a savepoint: the unit is still all or nothing on its own,
-        and is committed with the outer transaction."""
-        if self.db.in_transaction:
-            self.db.execute("SAVEPOINT unit")
-            try:
-                yield self.db
-            except BaseException:
-                if self.db.in_transaction:
-                    self.db.execute("ROLLBACK TO unit")
-                    self.db.execute("RELEASE unit")
-                raise
-            self.db.execute("RELEASE unit")
-            return
-        self.db.execute("BEGIN IMMEDIATE")
+        """A unit of work, all or nothing: a write transaction holding the lock from its
+        first statement; inside a ``batch`` or another unit, a savepoint of the enclosing
+        transaction (committed with it)."""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN IMMEDIATE")
+            if not self._batch:
+                try:
+                    yield self.db
+                    self.db.execute("COMMIT")
+                except BaseException:
+                    # A failed COMMIT keeps the lock until rolled back; SQLite may have
+                    # rolled back already (a full disk).
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise
+                return
+        self.db.execute("SAVEPOINT unit")
         try:
             yield self.db
-            self.db.execute("COMMIT")
         except BaseException:
-            # A failed COMMIT keeps the lock until rolled back; SQLite may have rolled back
-            # already (a full disk).
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK TO unit")
+                self.db.execute("RELEASE unit")
+            raise
+        self.db.execute("RELEASE unit")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Units of work (``tx``) inside share one transaction, begun by the first of them
+        (a batch that writes nothing takes no lock) and committed at the end: the core's
+        pass commits once however many jobs it starts and ends."""
+        self._batch = True
+        try:
+            yield
+            if self.db.in_transaction:
+                self.db.execute("COMMIT")
+        except BaseException:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise
+        finally:
+            self._batch = False
 
     def take_failure(self) -> StoreUnavailable | None:
         """The last failed write (full disk, lock held too long) since the previous call."""
