@@ -133,26 +133,33 @@ class SignedGate:
             raise Refused("the policy has expired")
         values = {k.lower(): v for k, v in form.items()}
         values["bucket"] = path.strip("/").split("/")[0]
-        covered = {"bucket"}
-        for cond in policy["conditions"]:
-            if isinstance(cond, dict):
-                [(name, want)] = cond.items()
-                cond = ["eq", f"${name}", want]
-            op, *args = cond
-            if op == "content-length-range":
-                if not args[0] <= file_size <= args[1]:
-                    raise Refused(f"file of {file_size} bytes out of {args}")
-                continue
-            name = args[0].lstrip("$").lower()
-            covered.add(name)
-            have = values.get(name)
-            if have is None or (op == "eq" and have != args[1]) \
-                    or (op == "starts-with" and not have.startswith(args[1])):
-                raise Refused(f"the form's {name}={have!r} does not meet {cond}")
-        free = {"x-goog-signature", "policy", "file"}
-        stray = [k for k in values if k not in covered | free and not k.startswith("x-ignore-")]
-        if stray:
-            raise Refused(f"form fields not in the policy: {stray}")
+        check_conditions(policy, values, file_size, {"x-goog-signature", "policy", "file"})
+
+
+def check_conditions(policy: dict[str, Any], values: dict[str, str], file_size: int,
+                     free: set[str]) -> None:
+    """Raise Refused unless the form VALUES (lower-case names, with ``bucket``) and its file
+    of FILE_SIZE bytes meet every condition of the POST POLICY, and every field but FREE
+    is one a condition names (S3 and GCS check forms alike)."""
+    covered = {"bucket"}
+    for cond in policy["conditions"]:
+        if isinstance(cond, dict):
+            [(name, want)] = cond.items()
+            cond = ["eq", f"${name}", want]
+        op, *args = cond
+        if op == "content-length-range":
+            if not args[0] <= file_size <= args[1]:
+                raise Refused(f"file of {file_size} bytes out of {args}")
+            continue
+        name = args[0].lstrip("$").lower()
+        covered.add(name)
+        have = values.get(name)
+        if have is None or (op == "eq" and have != args[1]) \
+                or (op == "starts-with" and not have.startswith(args[1])):
+            raise Refused(f"the form's {name}={have!r} does not meet {cond}")
+    stray = sorted(k for k in values if k not in covered | free and not k.startswith("x-ignore-"))
+    if stray:
+        raise Refused(f"form fields not in the policy: {stray}")
 
 
 def _parse_stamp(stamp: str) -> float:

@@ -31,7 +31,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from tests.gcs_gate import Refused, SignedGate, _parse_form, _parse_stamp
+from tests.gcs_gate import Refused, SignedGate, _parse_form, _parse_stamp, check_conditions
 
 
 class S3Gate(SignedGate):
@@ -119,23 +119,4 @@ class S3Gate(SignedGate):
             raise Refused("the policy has expired")
         values["key"] = values["key"].replace("${filename}", named.group(1).decode() if named else "")
         values["bucket"] = path.strip("/").split("/")[0]
-        covered = {"bucket"}
-        for cond in policy["conditions"]:
-            if isinstance(cond, dict):
-                [(name, want)] = cond.items()
-                cond = ["eq", f"${name}", want]
-            op, *args = cond
-            if op == "content-length-range":
-                if not args[0] <= file_size <= args[1]:
-                    raise Refused(f"file of {file_size} bytes out of {args}")
-                continue
-            name = args[0].lstrip("$").lower()
-            covered.add(name)
-            have = values.get(name)
-            if have is None or (op == "eq" and have != args[1]) \
-                    or (op == "starts-with" and not have.startswith(args[1])):
-                raise Refused(f"the form's {name}={have!r} does not meet {cond}")
-        free = {"x-amz-signature", "policy", "file"}
-        stray = sorted(k for k in values if k not in covered | free and not k.startswith("x-ignore-"))
-        if stray:
-            raise Refused(f"form fields not in the policy: {stray}")
+        check_conditions(policy, values, file_size, {"x-amz-signature", "policy", "file"})
