@@ -8,35 +8,26 @@ a notice with two jobs on the instance, and a job cancelled before the notice.""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.conftest import kill_until_gone, wait_for
 from tests.fake_gce import FakeGCE
 from tests.imds import Metadata
 from tests.sshd import Lab
-from tests.test_ec2 import FLEET, fleet  # noqa: F401 - fixture
+from tests.test_ec2 import fleet  # noqa: F401 - fixture
 from tests.test_gce import ZONE, add_gcp, gce, gcs_server, info, run_job  # noqa: F401 - fixtures
-from tests.test_spot import EPOCHS, TRAIN, epochs_done, expected, stdout
+from tests.test_spot import (
+    EPOCHS,
+    TRAIN,
+    epochs_done,
+    expected,
+    metadata,  # noqa: F401 - fixture
+    stdout,
+)
 from tests.test_spot_more import SLOW_STOP
-
-
-@pytest.fixture
-def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:  # noqa: F811
-    """A metadata service on each fleet address, all on one port."""
-    first = Metadata("127.0.0.4")
-    services = {"127.0.0.4": first}
-    try:
-        for n in range(2, FLEET + 1):
-            services[f"127.0.0.{n + 3}"] = Metadata(f"127.0.0.{n + 3}", first.port)
-        yield services
-    finally:
-        for service in services.values():
-            service.close()
 
 
 def preemptible_provider(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, port: int,  # noqa: F811
