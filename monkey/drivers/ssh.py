@@ -371,14 +371,15 @@ class SSHDriver(Driver):
                 wd = host.spec.workdir
                 host.workdir = home + wd[1:] if wd == "~" or wd.startswith("~/") else wd
                 self._install_agent(host)
-                hello: dict[str, Any] = {"digest": agent_digest()}
+                want = agent_digest()
+                hello: dict[str, Any] = {"digest": want}
                 if self.runs_agent:
                     with self._open_link(host) as link:
                         hello = link.request("hello", timeout=self.timeout)
-                        if hello.get("digest") != agent_digest():  # a reinstall: jobs keep running
+                        if hello.get("digest") != want:  # a reinstall: jobs keep running
                             log.info("%s: replacing an outdated agent", host.instance)
                             link.request("shutdown", timeout=self.timeout)
-                if hello.get("digest") != agent_digest():
+                if hello.get("digest") != want:
                     with self._open_link(host) as link:  # the relay starts the installed one
                         hello = link.request("hello", timeout=self.timeout)
             except Unreachable as exc:
