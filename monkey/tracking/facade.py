@@ -22,6 +22,9 @@ class TrackingAPI:
 
     store: Store
     home: Home
+    # (the packages listing, its blob's digest and size): stored once per listing in a
+    # process, e.g. a sweep script's runs
+    _packages_memo: tuple[dict[str, str], str, int] | None = None
 
     # -- metrics ------------------------------------------------------------------------
 
@@ -292,7 +295,7 @@ class TrackingAPI:
         from monkey.tracking.packages import as_text, installed
 
         packages = installed(self.home.private)
-        memo = getattr(self, "_packages_memo", None)  # (listing, digest, size): a sweep's runs
+        memo = self._packages_memo
         if memo is not None and memo[0] is packages and BlobStore(self.home.blobs).has(memo[1]):
             return memo[1], memo[2]
         data = as_text(packages)
