@@ -64,15 +64,6 @@ def tree_size(path: Path) -> tuple[int, int]:
     return total, count
 
 
-def human(n: float) -> str:
-    """Bytes as 1.2 GB, 340 MB, 12 KB, 5 B."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def select_jobs(m: Monkey, refs: Iterable[str], sweep: str | None = None,
                 older_than: str | None = None, failed: bool = False) -> list[Job]:  # fmt: skip
     """The jobs named by REFS (ids, prefixes, `last`), in SWEEP, ended longer than

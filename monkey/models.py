@@ -149,6 +149,15 @@ def parse_duration(value: object) -> int:
     return seconds
 
 
+def human_size(n: float) -> str:
+    """Bytes as 5 B, 12.0 kB, 340.5 MB, 1.2 GB, 3.0 TB (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def format_duration(seconds: float) -> str:
     """A duration as its largest exact unit: 3600 -> "1h", 90 -> "90s", 5400 -> "90m"."""
     whole = int(seconds)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, human_size
 from monkey.store.db import Store
 from monkey.store.errors import disk_full, is_no_space
 
@@ -703,14 +703,6 @@ def _size_limit(name: str) -> int:
         raise MonkeyError(f"{name} must be a whole number, got {os.environ[name]!r}") from None
 
 
-def _human(n: float) -> str:
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    return ""  # unreachable
-
-
 @contextmanager
 def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: str,
                 yes: bool) -> Iterator[Callable[[int], None] | None]:
@@ -732,17 +724,17 @@ def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: s
         if sep:
             folders[top] = folders.get(top, 0) + st.st_size
     largest = sorted(folders.items(), key=lambda kv: -kv[1])[:3]
-    named = ", ".join(f"{name}/ {_human(size)}" for name, size in largest) or "no sub-folders"
+    named = ", ".join(f"{name}/ {human_size(size)}" for name, size in largest) or "no sub-folders"
     how = (f"leave folders out with .monkeyignore (e.g. {largest[0][0]}/) or ship data with --dataset"
            if what != "dataset" and largest else "pass a smaller folder")
-    amount = f"{_human(total)} in {len(found):,} files"
+    amount = f"{human_size(total)} in {len(found):,} files"
     logging.getLogger("monkey").warning("monkey: note: the %s %s holds %s; largest: %s; %s",
                                         what, root, amount, named, how)
     terminal = sys.stdin.isatty() and sys.stderr.isatty()
     if total > _size_limit("MONKEY_HUGE_BYTES") and not yes:
         if not terminal:
             raise MonkeyError(f"the {what} {root} holds {amount}; {how}, or pass --yes to store it all")
-        sys.stderr.write(f"Store all {_human(total)} of {root}? [y/N] ")
+        sys.stderr.write(f"Store all {human_size(total)} of {root}? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             raise MonkeyError(f"not stored: the {what} {root} holds {amount}; {how}")

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, human_size
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
 
 
@@ -63,7 +63,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             print("nothing deleted")
             return 1
     count, freed = housekeeping.remove_jobs(m, jobs)
-    print(f"deleted {count} jobs, freed {housekeeping.human(freed)}; `monkey gc` frees their blobs")
+    print(f"deleted {count} jobs, freed {human_size(freed)}; `monkey gc` frees their blobs")
     return 0
 
 
@@ -71,7 +71,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
     report = housekeeping.gc(_monkey(), housekeeping.parse_age(args.grace))
-    h = housekeeping.human
+    h = human_size
     print(f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
           f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
           f"{report.envs} environments ({h(report.env_bytes)}), "
@@ -89,7 +89,7 @@ def cmd_du(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"home": str(m.home.root), **parts}, indent=2))
         return 0
-    h = housekeeping.human
+    h = human_size
     rows = [[name, h(p["bytes"]), f"{p['files']:,}"] for name, p in parts.items()]
     rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
     print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
