@@ -117,12 +117,24 @@ class Client:
     def __init__(self, link: AgentLink) -> None:
         self.link = link
         self.pushes: list[dict[str, Any]] = []
+        self.replies: list[dict[str, Any]] = []  # to requests sent without waiting
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         return self.link.request(op, **fields)
 
     def collect(self) -> None:
-        self.pushes += self.link.poll()
+        for item in self.link.poll():
+            (self.replies if "id" in item else self.pushes).append(item)
+
+    def wait_reply(self, rid: int) -> dict[str, Any]:
+        """The reply to the request sent (``link.send``) with id RID."""
+
+        def came() -> dict[str, Any] | None:
+            select.select([self.link], [], [], 0.05)
+            self.collect()
+            return next((r for r in self.replies if r["id"] == rid), None)
+
+        return wait_for(came, timeout=TIMEOUT, what=f"the reply to request {rid}")
 
     def events(self, juid: str, etype: str | None = None) -> list[dict[str, Any]]:
         self.collect()
@@ -848,6 +860,89 @@ def test_many_trivial_jobs_two_at_a_time(world: World, agent: Client) -> None:
         assert time.monotonic() - begin < 120, "jobs stopped making progress"
     assert all(e["code"] == 0 and e["reason"] == "exited" for e in exits.values())
     print(f"\n{total} trivial jobs in {time.monotonic() - begin:.2f} s")
+
+
+# ---------------------------------------------------------------- starts held for a slot
+
+
+def send_start(world: World, client: Client, juid: str, argv: list[str], slots: int = 1) -> int:
+    """Send a start carrying the worker's SLOTS without waiting; its request id."""
+    return client.link.send("start", juid=juid, attempt=1, run_dir=str(world.run_dir(juid)),
+                            argv=argv, env={}, files=[], blobs_dir=str(world.blobs),
+                            datasets=[], slots=slots, cpus=1)  # fmt: skip
+
+
+def claim(world: World, juid: str) -> bytes | None:
+    path = world.run_dir(juid) / "started"
+    return path.read_bytes() if path.exists() else None
+
+
+def test_starts_beyond_the_slots_are_held_and_run_in_order(world: World, agent: Client) -> None:
+    go, order = world.tmp / "go", world.tmp / "order"
+    first = send_start(world, agent, "a", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo a >> {order}"])
+    assert agent.wait_reply(first)["ok"]
+    held = [send_start(world, agent, j, ["sh", "-c", f"echo {j} >> {order}"]) for j in ("b", "c")]
+    time.sleep(0.5)
+    agent.collect()
+    # one slot: b and c wait, prepared but unclaimed, and nothing answered them yet
+    assert claim(world, "b") is None and claim(world, "c") is None
+    assert (world.run_dir("b") / "work").is_dir()
+    assert not [r for r in agent.replies if r["id"] in held]
+    go.touch()
+    assert all(agent.wait_reply(rid)["ok"] for rid in held)
+    for juid in "abc":
+        assert agent.wait_exit(juid)["code"] == 0
+    assert order.read_text().split() == ["a", "b", "c"]
+
+
+def test_held_start_is_withdrawn_when_no_slot_frees(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    os.environ["MONKEY_HOLD_LIMIT"] = "1"
+    try:
+        w.start_agent()
+    finally:
+        del os.environ["MONKEY_HOLD_LIMIT"]
+    try:
+        client = w.client()
+        assert client.wait_reply(send_start(w, client, "long", ["sleep", "30"]))["ok"]
+        begin = time.monotonic()
+        reply = client.wait_reply(send_start(w, client, "late", ["touch", "ran"]))
+        assert not reply["ok"] and reply["withdrawn"], reply
+        assert "no slot freed within 1s" in reply["error"]
+        assert 0.9 < time.monotonic() - begin < 10
+        assert claim(w, "late") == b"abandoned\n"  # no later start can run it
+        with pytest.raises(AgentError, match="never started"):
+            w.start(client, "late", ["touch", "ran"])
+        assert not (w.run_dir("late") / "work" / "ran").exists()
+    finally:
+        w.teardown()
+
+
+def test_signal_withdraws_a_held_start(world: World, agent: Client) -> None:
+    assert agent.wait_reply(send_start(world, agent, "long", ["sleep", "30"]))["ok"]
+    rid = send_start(world, agent, "held", ["touch", "ran"])
+    time.sleep(0.2)
+    assert agent.request("signal", juid="held", attempt=1, signal="TERM")["running"] is False
+    reply = agent.wait_reply(rid)
+    assert not reply["ok"] and reply["withdrawn"] and "signalled TERM" in reply["error"]
+    assert claim(world, "held") == b"abandoned\n"
+    agent.request("signal", juid="long", attempt=1, signal="KILL")
+    agent.wait_exit("long")
+    time.sleep(0.3)  # the freed slot starts nothing
+    assert not (world.run_dir("held") / "work" / "ran").exists()
+
+
+def test_a_sync_naming_a_held_start_withdraws_it(world: World, agent: Client) -> None:
+    assert agent.wait_reply(send_start(world, agent, "long", ["sleep", "30"]))["ok"]
+    rid = send_start(world, agent, "held", ["touch", "ran"])
+    time.sleep(0.2)
+    # a core that reconnects lists its live attempts: the held one is reported never
+    # started, and the first connection is told it was withdrawn
+    other = world.client(sync=False)
+    reply = other.request("sync", attempts=[world.sync_item("long"), world.sync_item("held")])
+    assert [a["status"] for a in reply["attempts"]] == ["running", "unknown"]
+    assert agent.wait_reply(rid)["withdrawn"]
+    assert claim(world, "held") == b"abandoned\n"
 
 
 def test_big_request_and_backlog_with_a_slow_client(world: World, agent: Client) -> None:

@@ -209,6 +209,30 @@ def test_local_slots_limit_concurrency(home, monkey):
         assert start >= end
 
 
+def test_a_start_held_for_a_busy_slot_is_cancelled_or_runs_once(cli, home, monkey, monkeypatch):
+    # Every start after an exit is handed ahead of the slot, and held at most a second.
+    monkeypatch.setenv("MONKEY_AHEAD_WINDOW", "60")
+    monkeypatch.setenv("MONKEY_HOLD_LIMIT", "1")
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    assert monkey.run(["true"]).wait(timeout=60) == State.SUCCEEDED
+    busy = monkey.run(["sleep", "5"])
+    wait_for(lambda: busy.status == State.RUNNING, what="the job taking the slot")
+    marker, ran = home.parent / "cancelled-ran", home.parent / "ran.txt"
+    doomed = monkey.run(["touch", str(marker)])
+    wait_for(lambda: doomed.status == State.DISPATCHING, what="a start held by the agent")
+    cli("job", "cancel", doomed.juid, check=True)
+    assert doomed.wait(timeout=30) == State.CANCELLED
+    assert [a.reason for a in doomed.attempts()] == ["never started"]
+    later = monkey.run(["sh", "-c", f"echo ran >> {ran}"])
+    assert later.wait(timeout=60) == State.SUCCEEDED
+    assert busy.wait(timeout=30) == State.SUCCEEDED
+    # withdrawn each second while the slot stayed taken, then run once it freed
+    *withdrawn, last = later.attempts()
+    assert withdrawn and {a.reason for a in withdrawn} == {"never started"}
+    assert last.exit_code == 0 and last.started_at >= busy.attempts()[0].ended_at
+    assert ran.read_text() == "ran\n" and not marker.exists()
+
+
 def test_job_environment(home, monkey):
     job = monkey.run(["sh", "-c", 'echo "$MONKEY_JUID $MONKEY_ATTEMPT"; pwd; ls "$MONKEY_CHECKPOINT_DIR"'])
     assert job.wait(timeout=60) == State.SUCCEEDED

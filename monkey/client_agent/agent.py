@@ -126,6 +126,14 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               watch (optional: {kind: ec2|gce, url, every}: see notice.py),
               time_limit (optional, seconds) and grace: past the limit the job gets
               SIGTERM, SIGKILL after grace, and exits ``timeout`` with ``limit`` -> pid.
+              With ``slots`` S (the worker's slots) and ``cpus`` C (the slots the job
+              takes, default 1), a start that does not fit beside the live jobs (their
+              ``cpus`` summed) is prepared at once and held, first in first out; the next
+              exit that leaves room spawns it (a core hands starts ahead of free slots so
+              that a slot never waits for its round trip). Its reply comes when it
+              spawns (-> pid), or, with ``withdrawn: true``, when it is withdrawn: not
+              started within HOLD_LIMIT (2 s), signalled, named by a sync, on a notice,
+              or when the agent stops. A withdrawn run dir is claimed ``abandoned``.
               On a notice (spot interruption, preemption) every job gets SIGTERM, SIGKILL
               after MONKEY_PREEMPT_GRACE (20 s) capped 5 s before the deadline, and exits
               ``preempted``; subscribers get ``{"push": "notice", "kind", "deadline",
@@ -255,6 +263,8 @@ PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last up
 PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
 RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), for adoption
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
+# seconds a start handed ahead of a free slot is held before it is withdrawn
+HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
 
 Key = tuple[str, int]  # (juid, attempt)
 
@@ -926,6 +936,7 @@ class Job:
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "child", "seq",
         "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
+        "cpus",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -946,6 +957,7 @@ class Job:
         self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
         self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
         self.timed_out = False  # stopped by its time limit
+        self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
 
     @property
     def key(self) -> Key:
@@ -954,6 +966,26 @@ class Job:
     @property
     def events_path(self) -> str:
         return os.path.join(self.run_dir, "events.jsonl")
+
+
+class Pending:
+    """A start prepared (its run dir materialised) and held until a slot frees."""
+
+    __slots__ = ("juid", "attempt", "run_dir", "cwd", "argv", "env", "limit", "results",
+                 "cpus", "conn", "rid", "until")  # fmt: skip
+
+    def __init__(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
+                 env: dict[str, str], limit: list[float] | None, results: Any, cpus: int,
+                 conn: Conn | None, rid: Any) -> None:  # fmt: skip
+        self.juid, self.attempt, self.run_dir, self.cwd = juid, attempt, run_dir, cwd
+        self.argv, self.env, self.limit, self.results = argv, env, limit, results
+        self.cpus = cpus
+        self.conn, self.rid = conn, rid  # where its reply goes once it spawns or is withdrawn
+        self.until = time.monotonic() + HOLD_LIMIT
+
+    @property
+    def key(self) -> Key:
+        return (self.juid, self.attempt)
 
 
 class Conn:
@@ -993,6 +1025,8 @@ class Agent:
         self.pid_path = os.path.join(root, "private", "agent.pid")
         self.sel = selectors.DefaultSelector()
         self.jobs: dict[Key, Job] = {}
+        self.held: dict[Key, Pending] = {}  # starts waiting for a slot, first in first out
+        self.slots = 0  # the worker's slots, as the last start that said so gave them
         self.conns: set[Conn] = set()
         self.unsent: set[Conn] = set()  # connections with output queued in this pass
         self.environ = dict(os.environ)  # jobs' base environment (os.environ decodes per read)
@@ -1091,6 +1125,8 @@ class Agent:
                 pass
 
     def _cleanup(self) -> None:
+        for p in list(self.held.values()):
+            self._withdraw(p, "the agent is stopping")
         self.cgroups.tidy()
         if self.cgroups.base and not self.jobs:
             try:
@@ -1135,6 +1171,8 @@ class Agent:
             deadlines.append(self.next_tail)
         if self.idle_since is not None:
             deadlines.append(self.idle_since + self.idle_timeout)
+        if self.held:
+            deadlines.append(next(iter(self.held.values())).until)
         deadlines += [r.next_at for k, r in self.results.items() if k in self.jobs]
         if not deadlines:
             return 60.0
@@ -1142,6 +1180,8 @@ class Agent:
 
     def _run_timers(self) -> None:
         now = time.monotonic()
+        while self.held and (p := next(iter(self.held.values()))).until <= now:  # slots stayed taken
+            self._withdraw(p, f"no slot freed within {HOLD_LIMIT:.0f}s")
         if self.orphans:
             self._reap_orphans()
         if self.cgroups.leftover:
@@ -1172,7 +1212,7 @@ class Agent:
             if key in self.jobs and self.notice is None and res.due(now):
                 res.next_at = now + res.every  # due again after this one
                 self._in_thread("saved", self.jobs[key], res.upload)
-        if self.jobs or self.conns or self.exiting:
+        if self.jobs or self.conns or self.exiting or self.held:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = now
@@ -1305,7 +1345,14 @@ class Agent:
             handler: Callable[..., dict[str, Any]] | None = getattr(self, f"op_{op}", None)
             if not isinstance(op, str) or handler is None:
                 raise RequestError(f"unknown op {op!r}")
-            result = handler(req, backlog) if op == "sync" else handler(req)
+            if op == "sync":
+                result = handler(req, backlog)
+            elif op == "start":
+                result = handler(req, conn)
+                if result is None:  # held for a slot: answered when it spawns
+                    return
+            else:
+                result = handler(req)
             reply = {"id": rid, "ok": True, **result}
             conn.subscribed = conn.subscribed or op == "sync"
         except RequestError as e:
@@ -1342,7 +1389,7 @@ class Agent:
         return {"jobs": len(self.jobs)}
 
     def op_shutdown(self, req: dict[str, Any]) -> dict[str, Any]:
-        stopping = not (req.get("if_idle") and self.jobs)
+        stopping = not (req.get("if_idle") and (self.jobs or self.held))
         self.stopping = self.stopping or stopping
         return {"stopping": stopping}
 
@@ -1352,6 +1399,8 @@ class Agent:
         grace = float(req.get("grace", 10))
         job = self.jobs.get(key)
         if job is None:
+            if key in self.held:
+                self._withdraw(self.held[key], f"signalled {req['signal']}")
             return {"running": False}
         job.signalled = signum
         self._signal_session(job, signum)
@@ -1404,7 +1453,9 @@ class Agent:
 
     # ---- start
 
-    def op_start(self, req: dict[str, Any]) -> dict[str, Any]:
+    def op_start(self, req: dict[str, Any], conn: Conn | None = None) -> dict[str, Any] | None:
+        """Prepare the attempt and spawn it; None when it is held for a slot (its reply
+        goes to CONN once it spawns or is withdrawn)."""
         juid, attempt, run_dir = req["juid"], req["attempt"], req["run_dir"]
         argv, env = req["argv"], req.get("env") or {}
         if not isinstance(juid, str) or not isinstance(attempt, int):
@@ -1415,8 +1466,11 @@ class Agent:
             raise RequestError("argv must be a non-empty list of strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise RequestError("env must map strings to strings")
-        if (juid, attempt) in self.jobs:
+        if (juid, attempt) in self.jobs or (juid, attempt) in self.held:
             raise RequestError(f"{juid}/{attempt} is already running")
+        slots, cpus = req.get("slots"), req.get("cpus", 1)
+        if not isinstance(cpus, int) or cpus < 1 or (slots is not None and not isinstance(slots, int)):
+            raise RequestError("slots and cpus must be positive integers")
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
@@ -1459,16 +1513,58 @@ class Agent:
         results = self._results(req.get("results"), juid, attempt, run_dir, work)
         if results is not None:
             self._keep_results(run_dir, req["results"], work)
-        cgroup = self.cgroups.make(juid, attempt)
-        env.update(job_env(run_dir, cgroup))
         limit = req.get("time_limit")
-        if limit is not None:
-            limit = [float(limit), time.time() + float(limit), float(req.get("grace", 10))]
-        job = self._spawn(juid, attempt, run_dir, cwd, argv, env, limit)
+        pending = Pending(juid, attempt, run_dir, cwd, argv, env, None if limit is None else
+                          [float(limit), 0.0, float(req.get("grace", 10))], results,
+                          min(cpus, slots) if slots else cpus, conn, req.get("id"))  # fmt: skip
+        if slots is not None:
+            self.slots = slots
+            if self.held or not self._fits(pending, slots):
+                self.held[pending.key] = pending
+                return None
+        return {"pid": self._launch(pending).pid}
+
+    def _fits(self, pending: Pending, slots: int) -> bool:
+        """Whether PENDING fits in SLOTS beside the live jobs."""
+        return sum(job.cpus for job in self.jobs.values()) + pending.cpus <= slots
+
+    def _launch(self, p: Pending) -> Job:
+        """Spawn a prepared start in its cgroup, with its time limit counted from now."""
+        cgroup = self.cgroups.make(p.juid, p.attempt)
+        p.env.update(job_env(p.run_dir, cgroup))
+        if p.limit is not None:
+            p.limit[1] = time.time() + p.limit[0]
+        job = self._spawn(p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus)
         job.cgroup = cgroup
-        if results is not None:
-            self.results[job.key] = results
-        return {"pid": job.pid}
+        if p.results is not None:
+            self.results[job.key] = p.results
+        return job
+
+    def _start_held(self) -> None:
+        """Spawn the held starts that fit now, first in first out."""
+        while self.held and self._fits(p := next(iter(self.held.values())), self.slots):
+            del self.held[p.key]
+            try:
+                reply: dict[str, Any] = {"id": p.rid, "ok": True, "pid": self._launch(p).pid}
+            except RequestError as e:
+                reply = {"id": p.rid, "ok": False, "error": one_line(e)}
+            self._reply(p, reply)
+
+    def _withdraw(self, p: Pending, why: str) -> None:
+        """Give up a held start: its run dir is claimed abandoned (it can never run), and its
+        client told, so that the attempt is started again later."""
+        del self.held[p.key]
+        try:
+            self._claimed(p.run_dir)
+        except OSError as e:
+            log(f"{p.juid}/{p.attempt}: cannot mark its run dir abandoned: {e}")
+        self._reclaim(p.run_dir)
+        self._reply(p, {"id": p.rid, "ok": False, "withdrawn": True,
+                        "error": f"withdrawn before it started: {why}"})  # fmt: skip
+
+    def _reply(self, p: Pending, reply: dict[str, Any]) -> None:
+        if p.conn is not None and p.conn in self.conns:
+            self._send(p.conn, encode(reply))
 
     def _results(self, cfg: Any, juid: str, attempt: int, run_dir: str, work: str) -> Any:
         """The attempt's uploads (``results`` of a start), its kept folders restored first
@@ -1597,6 +1693,8 @@ class Agent:
         if self.notice is not None:
             return
         self.notice = info
+        for p in list(self.held.values()):
+            self._withdraw(p, "this instance is being preempted")
         grace = min(PREEMPT_GRACE, max(0.0, info["deadline"] - time.time() - PREEMPT_RESERVE))
         for job in list(self.jobs.values()):
             self._append(job, "preempt-notice", deadline=info["deadline"], kind=info["kind"],
@@ -1778,7 +1876,7 @@ class Agent:
         return os.path.join(final, files[0][0]) if single else final
 
     def _spawn(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
-               env: dict[str, str], limit: list[float] | None = None) -> Job:  # fmt: skip
+               env: dict[str, str], limit: list[float] | None, cpus: int) -> Job:  # fmt: skip
         """Start the wrapper in a new session and track it (posix_spawn: a vfork without
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -1802,7 +1900,7 @@ class Agent:
             start_ticks = stat_start_ticks(fields) if fields else 0
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
             record = {"pid": pid, "start_ticks": start_ticks, "gpus": gpus,
-                      "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit}  # fmt: skip
+                      "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
             write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
@@ -1816,6 +1914,7 @@ class Agent:
                   start_ticks)  # fmt: skip
         job.gpus = [g for g in gpus.split(",") if g]
         job.limit = limit
+        job.cpus = cpus
         job.tail = tail_offsets(job.events_path)
         self._track(job)
         self._append(job, "started", pid=job.pid)
@@ -1957,8 +2056,10 @@ class Agent:
         self._end_tree(job)
         returncode = os.waitstatus_to_exitcode(os.waitpid(job.pid, 0)[1]) if job.child else None
         os.close(job.pidfd)
+        ended = time.time()  # the exit's time, not its record's
+        self._start_held()  # the slot is free: a held start need not wait for the records
         self._tail(job, final=True)
-        fields = exit_fields(job, read_exit_code(job.run_dir), returncode)
+        fields = {**exit_fields(job, read_exit_code(job.run_dir), returncode), "ts": ended}
         if job.timed_out and job.limit:
             fields.update(reason="timeout", limit=job.limit[0])
         elif job.preempted:
@@ -2017,6 +2118,8 @@ class Agent:
         """Status of an attempt, tracking it again or recording its exit when needed."""
         if (juid, attempt) in self.jobs or (juid, attempt) in self.exiting:
             return "running"
+        if (juid, attempt) in self.held:  # a client that syncs starts it again itself
+            self._withdraw(self.held[(juid, attempt)], "a sync named it")
         last = last_event(os.path.join(run_dir, "events.jsonl"))
         if last is not None and last.get("type") == "exit":
             return "exited"
@@ -2033,6 +2136,7 @@ class Agent:
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
         job.limit = record.get("limit")
+        job.cpus = int(record.get("cpus") or 1)
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", pid=pid)

@@ -9,6 +9,7 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from monkey.config import Home, ProviderConfig
@@ -18,7 +19,7 @@ from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.drivers.base import Driver
+from monkey.drivers.base import Capacity, Driver
 from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
@@ -47,6 +48,11 @@ _IDLE_TICK = 1.0
 _ELASTIC_SOON = 0.1  # seconds between elastic passes for jobs that fit nowhere
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
+# An instance whose attempt ended this recently is handed starts ahead of its free slots
+# (drivers with ``hands_ahead``): its agent holds them and spawns the next one the moment a
+# job ends, instead of the slot waiting for a round trip through the core. A start held
+# longer than the agent's HOLD_LIMIT (the slots stayed taken) comes back as never started.
+_AHEAD_WINDOW = float(os.environ.get("MONKEY_AHEAD_WINDOW", "0.5"))
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
 
 
@@ -114,6 +120,7 @@ class Core:
         # Fixed providers found without a free slot, until something frees room: a job
         # queued meanwhile (a wake) cannot start there, so its pass does not look.
         self.full: set[str] = set()
+        self.ended_at: dict[tuple[str, str], float] = {}  # per instance: its last exit (monotonic)
         self.outage = Outage(home.core_status)
         # What the next pass must look at: requests and providers.yml after a client's wake,
         # the queue after anything that can free capacity or add jobs (not after a job's
@@ -415,6 +422,7 @@ class Core:
             kind = event.get("type")
             if kind == "exit":
                 self.changed()
+                self.ended_at[key] = time.monotonic()
                 self.on_exit(key, juid, n, event, offset)
             elif kind == "heartbeat":
                 ingest.on_heartbeat(self.store, juid, n, offset, event)
@@ -435,6 +443,11 @@ class Core:
         self.changed()
         juid, n, manifest = started
         error = str(reply.get("error"))
+        if reply.get("withdrawn"):  # held for a slot that stayed taken, or signalled: nothing ran
+            att = self.store.get_attempt(juid, n)
+            if att is not None and att.state == "live":
+                self._never_started(att)
+            return
         if "unknown manifest" in error or "being preempted" in error:
             # The agent lost its cached lists: start the job again, with the full list.
             self._forget_given(key)
@@ -627,6 +640,9 @@ class Core:
                 usage = self.usage()
             if self.elastic.noticed:  # machines about to go take no new job
                 capacities = [c for c in capacities if c.instance not in self.elastic.noticed]
+            slots = {c.instance: c.slots for c in capacities}
+            if drv.hands_ahead:
+                capacities = self._ahead(provider, capacities)
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
             if free <= 0 and not drv.elastic:
                 self.full.add(provider)
@@ -650,10 +666,19 @@ class Core:
                     unplaced.append(job.resources)
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
-                           any(c.gpus for c in capacities if c.instance == placement.instance))
+                           any(c.gpus for c in capacities if c.instance == placement.instance),
+                           slots[placement.instance] if drv.hands_ahead else None)
                 if not drv.elastic and all(usage.get(c.instance, Usage()).slots >= c.slots
                                            for c in capacities):  # fmt: skip
                     break  # full: the jobs after this one wait for an exit
+
+    def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
+        """CAPACITIES with twice the slots on instances where an attempt just ended: the
+        starts beyond the real slots are held by the agent until a slot frees."""
+        now = time.monotonic()
+        return [replace(c, slots=2 * c.slots)
+                if now - self.ended_at.get((provider, c.instance), -_AHEAD_WINDOW) < _AHEAD_WINDOW
+                else c for c in capacities]  # fmt: skip
 
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
@@ -663,9 +688,10 @@ class Core:
                                        signal=None, reason=why)
 
     def start(self, job: Job, drv: Driver, instance: str, gpus: list[str],
-              has_gpus: bool) -> None:
+              has_gpus: bool, slots: int | None = None) -> None:
         """Open an attempt; off the loop, make its checkpoint and blobs ready on the instance;
-        then ask the instance's agent to start it."""
+        then ask the instance's agent to start it (with SLOTS, the instance's: when it
+        does not fit there yet, the agent holds it until it does)."""
         key = (job.provider, instance)
         # Linked first: a connect syncs the attempts live there, and this one must not be
         # among them before the agent has been asked to start it.
@@ -681,6 +707,8 @@ class Core:
             return
         try:
             spec = self.start_spec(job, drv, instance, run_dir, gpus, has_gpus)
+            if slots is not None:
+                spec.update(slots=slots, cpus=max(1, job.resources.cpus))
         except (MonkeyError, OSError) as exc:
             self._start_failed(key, att, exc)
             return

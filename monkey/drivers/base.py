@@ -128,6 +128,10 @@ class Driver(ABC):
     # Its ``finish`` releases the instance (a Slurm allocation lives for one attempt): the
     # core drops the instance's link quietly and makes no new one.
     releases_on_finish: ClassVar[bool] = False
+    # Its instances' agents may be handed starts ahead of their free slots (the start
+    # carries the instance's ``slots``; the agent holds what does not fit yet): fixed
+    # machines, where a held start cannot keep a job from a machine made for it.
+    hands_ahead: ClassVar[bool] = False
     job_options: ClassVar[frozenset[str]] = frozenset()  # job.yml `providers: NAME:` keys
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:

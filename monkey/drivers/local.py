@@ -93,6 +93,7 @@ class LocalDriver(Driver):
 
     kind = "local"
     quick_transport = True
+    hands_ahead = True
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
