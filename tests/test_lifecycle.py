@@ -250,6 +250,24 @@ def test_database_is_sqlite_wal_with_a_schema_version(home, monkey):
     assert {"jobs", "attempts", "instances", "events", "blobs", "migrations"} <= tables
 
 
+def test_the_core_copies_the_wal_into_the_database_file(home, monkey):
+    """Writers leave the WAL to the core's checkpointer (no commit of theirs stalls on its
+    fsyncs); what they wrote still reaches the database file itself within a second."""
+    jobs = [monkey.run(["true"]) for _ in range(20)]
+    assert all(job.wait(timeout=60) == State.SUCCEEDED for job in jobs)
+
+    def in_the_file() -> bool:  # immutable: the file alone, without its WAL
+        con = sqlite3.connect(f"file:{home / 'monkey.db'}?immutable=1", uri=True)
+        try:
+            return con.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == 20
+        except sqlite3.OperationalError:  # not even the tables yet
+            return False
+        finally:
+            con.close()
+
+    wait_for(in_the_file, timeout=10, what="the jobs in the database file")
+
+
 def test_gpus_are_assigned_exclusively(home, monkey, cli):
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n")
     gate = Path("gate").resolve()

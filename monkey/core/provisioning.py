@@ -207,7 +207,7 @@ class Elastic:
         for resources in waiting:
             groups.setdefault(drv.size_for(resources), []).append(resources)
         held, throttle = self._held_cells(name)
-        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
+        busy = {instance for instance, *_ in self.core.store.live_usage()}
         live = len(rows)
         for size, jobs in groups.items():
             spare = sum(1 for r in rows if r["size"] == size and r["id"] not in busy)
@@ -246,7 +246,7 @@ class Elastic:
         if self.creating.get(name) or self._held_cells(name)[0]:
             return
         reached = {c.instance for c in drv.instances()}
-        busy = {instance for instance, _cpus, _gpus in self.core.store.live_usage()}
+        busy = {instance for instance, *_ in self.core.store.live_usage()}
         for row in self.core.store.instances(name, live=True):
             if row["id"] in busy or self.core.workers.busy((name, row["id"])):  # a job, or one coming
                 continue
@@ -301,7 +301,7 @@ class Elastic:
 
     def _shrink(self, name: str, drv: Driver, now: float) -> None:
         store = self.core.store
-        busy = {instance for instance, _cpus, _gpus in store.live_usage()}
+        busy = {instance for instance, *_ in store.live_usage()}
         reached = {c.instance for c in drv.instances()}
         refused = drv.distrusted()
         for row in store.instances(name, live=True):

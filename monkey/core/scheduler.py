@@ -35,6 +35,7 @@ from monkey.models import (
     retry_delay,
 )
 from monkey.store import Store
+from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
 from monkey.tracking import ingest, sweeps
 
@@ -85,6 +86,7 @@ class Core:
     def __init__(self, home: Home) -> None:
         self.home = home
         self.store = Store(home.db)
+        self.checkpointer = Checkpointer(home.db)
         self.providers: dict[str, ProviderConfig] = load_providers(home)
         self.providers_mtime = _mtime(home.providers_file)
         self.drivers: dict[str, Driver] = {}
@@ -199,6 +201,7 @@ class Core:
         self.selector.close()
         self.wake_sock.close()
         self.outage.close()
+        self.checkpointer.close()
         self.store.close()
 
     def timeout(self) -> float:
@@ -615,12 +618,12 @@ class Core:
 
     def usage(self) -> dict[str, Usage]:
         used: dict[str, Usage] = {}
-        for instance, cpus, gpus in self.store.live_usage():
+        for instance, cpus, gpus, memory in self.store.live_usage():
             u = used.setdefault(instance, Usage())
             u.slots += max(1, cpus or 1)
             u.gpus.update(g for g in gpus.split(",") if g)
-        for instance, memory in self.store.live_memory():
-            used.setdefault(instance, Usage()).memory += parse_size(memory)
+            if memory is not None:
+                u.memory += parse_size(memory)
         return used
 
     def dispatch_ready(self, now: float) -> None:

@@ -131,6 +131,7 @@ class LocalDriver(Driver):
         super().__init__(config, home)
         self._capacity: Capacity | None = None
         self.socket = str(home.socket_path("agent"))
+        self._runs, self._blobs = str(home.runs), str(home.blobs)
 
     def instances(self) -> list[Capacity]:
         if self._capacity is None:
@@ -178,13 +179,20 @@ class LocalDriver(Driver):
             )  # fmt: skip
 
     def blobs_dir(self, instance: str) -> str:
-        return str(self.home.blobs)
+        return self._blobs
 
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
-        return str(self.home.run_dir(juid, attempt))
+        return f"{self._runs}/{juid}/{attempt}"  # Home.run_dir's, without Path's cost per start
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
-        path = str(self.home.checkpoint_dir(juid))
-        if not os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
+        path = f"{self._runs}/{juid}/checkpoint"  # Home.checkpoint_dir's
+        try:
+            for folder in (os.path.dirname(path), path):  # two calls, not makedirs' four
+                try:
+                    os.mkdir(folder, 0o700)
+                except FileExistsError:
+                    if not os.path.isdir(folder):
+                        raise
+        except FileNotFoundError:  # no runs/ yet
+            os.makedirs(path, 0o700, exist_ok=True)
         return path

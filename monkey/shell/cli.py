@@ -412,7 +412,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
         c["queued" if job.state == State.QUEUED else "running"] += 1
     running: dict[str, int] = {}
-    for instance, _cpus, _gpus in m.store.live_usage():
+    for instance, *_ in m.store.live_usage():
         running[instance] = running.get(instance, 0) + 1
     out = []
     for name, cfg in sorted(m.providers.items()):

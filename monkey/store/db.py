@@ -51,11 +51,19 @@ _ATTEMPT_COLUMNS = (
 )
 
 
-# How long a statement waits for the write lock before the user is told, and SQLite's own
-# wait per try: SQLite's waits grow to 100 ms, long enough to miss every pause of a writer
-# committing in batches, so the waiting is done here in short tries.
+# How long a statement waits for the write lock before the user is told. SQLite's own
+# waits start at 1 ms and grow to 100 ms: far longer than the core holds the lock for a
+# pass (a fraction of a millisecond), so a submitter and the core would sleep through most
+# of each other's pauses. The waiting is done here instead, in tries from 50 us that double
+# up to 2 ms.
 BUSY_WAIT = float(os.environ.get("MONKEY_BUSY_WAIT", "60"))
-_BUSY_TRY = 0.02
+_FIRST_PAUSE, _LONGEST_PAUSE = 0.00005, 0.002
+# Pages the WAL may grow to before a committing connection copies it into the database
+# file itself (SQLite's default is 1,000: about every 200 commits, a commit that fsyncs
+# twice). The core's checkpointer thread does it instead, off every writer's path; this
+# bound holds while no core runs.
+WAL_BACKSTOP = 10_000
+CHECKPOINT_EVERY = 0.5  # seconds between the checkpointer's looks at the WAL
 
 
 class IllegalTransition(MonkeyError):
@@ -87,7 +95,7 @@ class _Connection(sqlite3.Connection):
     failure: StoreUnavailable | None = None
 
     def execute(self, sql: str, params: Any = (), /) -> sqlite3.Cursor:
-        start = time.monotonic()
+        start, pause = time.monotonic(), _FIRST_PAUSE
         while True:
             try:
                 return super().execute(sql, params)
@@ -103,7 +111,8 @@ class _Connection(sqlite3.Connection):
                 ):
                     self.failure = failure
                     raise failure from exc
-            time.sleep(0.002)  # SQLite gives up without waiting in a few cases
+            time.sleep(pause)
+            pause = min(2 * pause, _LONGEST_PAUSE)
 
     def executemany(self, sql: str, rows: Iterable[Any], /) -> sqlite3.Cursor:
         try:
@@ -114,6 +123,16 @@ class _Connection(sqlite3.Connection):
                 raise
             self.failure = failure
             raise failure from exc
+
+
+def _decode(text: str) -> Any:
+    """A JSON column's value; the empty object and list (most jobs' env, git, datasets and
+    params) without the parser."""
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)
 
 
 def _job(row: tuple[Any, ...]) -> Job:
@@ -127,11 +146,11 @@ def _job(row: tuple[Any, ...]) -> Job:
         argv=json.loads(argv),
         provider=provider,
         resources=Resources(**json.loads(resources)),
-        env=json.loads(env),
+        env=_decode(env),
         snapshot=snapshot,
         workdir=workdir,
-        datasets=json.loads(datasets),
-        git=json.loads(git),
+        datasets=_decode(datasets),
+        git=_decode(git),
         python=python,
         retries=retries,
         attempts=attempts,
@@ -144,7 +163,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         finished_at=finished_at,
         not_before=not_before,
         sweep=sweep,
-        params=json.loads(params),
+        params=_decode(params),
         instance=instance,
     )
 
@@ -194,7 +213,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         try:
             # Autocommit mode: every write goes through tx(), which takes the write lock up
             # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.
-            self.db = sqlite3.connect(self.path, timeout=_BUSY_TRY, isolation_level=None,
+            self.db = sqlite3.connect(self.path, timeout=0, isolation_level=None,
                                       check_same_thread=False, factory=_Connection)
             self.db.path = self.path
             self._prepare()
@@ -221,6 +240,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
             )
         if version == SCHEMA_VERSION:
             self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP}")
             return
         # Read-only checks first: another program's database is refused untouched.
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -230,6 +250,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP}")
         with self.tx():
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             for index, (name, script) in enumerate(MIGRATIONS[version:], start=version + 1):
@@ -306,6 +327,11 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
 
     def close(self) -> None:
         self.db.close()
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file, never waiting for a reader or a
+        writer (PASSIVE: what a reader still needs is copied by a later call)."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -497,10 +523,11 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
         rows = self.db.execute("SELECT DISTINCT provider FROM jobs WHERE state = 'queued'")
         return sorted(r[0] for r in rows)
 
-    def live_usage(self) -> list[tuple[str, int, str]]:
-        """(instance, cpus, gpus) of every live attempt."""
+    def live_usage(self) -> list[tuple[str, int, str, str | None]]:
+        """(instance, cpus, gpus, memory asked or None) of every live attempt."""
         return self.db.execute(
-            "SELECT a.instance, json_extract(j.resources, '$.cpus'), a.gpus FROM attempts a "
+            "SELECT a.instance, json_extract(j.resources, '$.cpus'), a.gpus, "
+            "json_extract(j.resources, '$.memory') FROM attempts a "
             "JOIN jobs j ON j.juid = a.juid WHERE a.state = 'live'"
         ).fetchall()
 
@@ -848,3 +875,38 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
                 "VALUES (?, ?, ?, ?, ?)",
                 entries,
             )
+
+
+class Checkpointer:
+    """A thread of the core that checkpoints the WAL every CHECKPOINT_EVERY seconds when it
+    grew, on its own connection: its fsyncs never stall the core's loop or a submitter."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.path = path
+        self.wal = f"{path}-wal"
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        store, seen = None, -1
+        try:
+            while not self.stopped.wait(CHECKPOINT_EVERY):
+                try:
+                    size = os.stat(self.wal).st_size
+                    if size == seen:
+                        continue
+                    store = store or Store(self.path, create=False)
+                    store.checkpoint()
+                    seen = size
+                except (OSError, sqlite3.Error, MonkeyError):
+                    continue  # a full disk, a busy file: the next look tries again
+        finally:
+            if store is not None:
+                store.close()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
