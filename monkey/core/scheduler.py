@@ -49,11 +49,19 @@ _IDLE_TICK = 1.0
 _ELASTIC_SOON = 0.1  # seconds between elastic passes for jobs that fit nowhere
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
-# An instance whose attempt ended this recently is handed starts ahead of its free slots
-# (drivers with ``hands_ahead``): its agent holds them and spawns the next one the moment a
-# job ends, instead of the slot waiting for a round trip through the core. A start held
-# longer than the agent's HOLD_LIMIT (the slots stayed taken) comes back as never started.
+# An instance where an attempt that ran less than _AHEAD_RUN seconds ended within the last
+# _AHEAD_WINDOW seconds (short jobs, one after the other) is handed starts ahead of its free
+# slots, up to _AHEAD_FACTOR times its slots in all (drivers with ``hands_ahead``): its
+# agent holds them and spawns the next one the moment a job ends, instead of the slot
+# waiting for a round trip through the core. A start held longer than the agent's
+# HOLD_LIMIT (the slots stayed taken) comes back as never started and is queued again.
 _AHEAD_WINDOW = float(os.environ.get("MONKEY_AHEAD_WINDOW", "0.5"))
+_AHEAD_RUN = 1.0
+_AHEAD_FACTOR = 4
+# While events keep coming, a pass begins at most this long after the one before: what
+# arrives meanwhile is handled, and committed, together (the agents hold starts enough for
+# it). A pass after a quiet spell begins at once.
+_PASS_GAP = 0.001
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
 
 
@@ -122,7 +130,9 @@ class Core:
         # Fixed providers found without a free slot, until something frees room: a job
         # queued meanwhile (a wake) cannot start there, so its pass does not look.
         self.full: set[str] = set()
-        self.ended_at: dict[tuple[str, str], float] = {}  # per instance: its last exit (monotonic)
+        # Per instance: when its last attempt ended (monotonic) and how long it had run.
+        self.ended_at: dict[tuple[str, str], tuple[float, float]] = {}
+        self.pass_began = 0.0  # monotonic time of the last pass that handled events
         self.outage = Outage(home.core_status)
         # What the next pass must look at: requests and providers.yml after a client's wake,
         # the queue after anything that can free capacity or add jobs (not after a job's
@@ -146,6 +156,9 @@ class Core:
                     self.recover()
                     recovered = True
                     self._pass([])
+                gap = self.pass_began + _PASS_GAP - time.monotonic()
+                if gap > 0:
+                    time.sleep(gap)
                 ready = self.selector.select(self.timeout())
                 if self.stopping:  # told to stop: what woke it is synced by the next core
                     break
@@ -168,6 +181,8 @@ class Core:
         nothing takes no lock). The starts it decided are sent once that is committed, so
         an agent never runs an attempt the store may not hold."""
         self.passes += 1
+        if ready:
+            self.pass_began = time.monotonic()
         try:
             with self.store.batch():
                 for key, _ in ready:
@@ -425,7 +440,6 @@ class Core:
             kind = event.get("type")
             if kind == "exit":
                 self.changed()
-                self.ended_at[key] = time.monotonic()
                 self.on_exit(key, juid, n, event, offset)
             elif kind == "heartbeat":
                 ingest.on_heartbeat(self.store, juid, n, offset, event)
@@ -475,6 +489,8 @@ class Core:
         att = self.store.get_attempt(juid, n)
         if att is None or att.state != "live" or (juid, n) in self.finishing:
             return  # closed already (an exit replayed by a sync), or being closed
+        ended = event.get("ts") or time.time()
+        self.ended_at[key] = (time.monotonic(), ended - (att.started_at or ended - _AHEAD_RUN))
         self.finishing.add((juid, n))
         try:
             drv = self.driver(key[0])
@@ -676,12 +692,13 @@ class Core:
                     break  # full: the jobs after this one wait for an exit
 
     def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
-        """CAPACITIES with twice the slots on instances where an attempt just ended: the
-        starts beyond the real slots are held by the agent until a slot frees."""
+        """CAPACITIES with more slots on instances where short attempts just ended (see
+        _AHEAD_RUN): the starts beyond the real slots are held by the agent until one frees."""
         now = time.monotonic()
-        return [replace(c, slots=2 * c.slots)
-                if now - self.ended_at.get((provider, c.instance), -_AHEAD_WINDOW) < _AHEAD_WINDOW
-                else c for c in capacities]  # fmt: skip
+        ended = self.ended_at.get
+        return [replace(c, slots=_AHEAD_FACTOR * c.slots)
+                if (e := ended((provider, c.instance))) and now - e[0] < _AHEAD_WINDOW
+                and e[1] < _AHEAD_RUN else c for c in capacities]  # fmt: skip
 
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
