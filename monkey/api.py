@@ -227,7 +227,7 @@ class Monkey(RerunAPI, TrackingAPI):
         js = jobspec.load(job_file) if job_file else None
         subdir = ""
         # Resolved and its repository found once, for the snapshot, git and the record.
-        folder = snapshot.locate(js.code_root if js is not None else root)
+        folder = snapshot.locate(js.code_root if js is not None else workdir or None)
         if js is not None:  # the file's values first, so that arguments override them
             given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]

@@ -844,14 +844,17 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
 
 
 def _git_top(start: str) -> str | None:
+    """The nearest folder from START (a real path) up holding a ``.git``, or None."""
     here = start
     while True:
-        if os.path.lexists(os.path.join(here, ".git")):
+        try:
+            os.lstat(here + "/.git" if here != "/" else "/.git")
             return here
-        parent = os.path.dirname(here)
-        if parent == here:
+        except OSError:
+            pass
+        if here == "/":
             return None
-        here = parent
+        here = here[: here.rindex("/")] or "/"
 
 
 @dataclass(frozen=True)
@@ -863,11 +866,15 @@ class Folder:
     top: str | None
 
 
-def locate(folder: Path | str) -> Folder:
-    """FOLDER's real path and git top; MonkeyError when it is not an existing folder."""
-    path = _existing(folder, "workdir", "pass an existing folder with --workdir")
-    if not os.path.isdir(path):
-        raise MonkeyError(f"workdir {folder} is not a folder; pass an existing folder with --workdir")
+def locate(folder: Path | str | None = None) -> Folder:
+    """FOLDER's real path (default: the current folder's, which `os.getcwd` gives free of
+    symlinks already) and git top; MonkeyError when it is not an existing folder."""
+    if folder is None:
+        path = os.getcwd()
+    else:
+        path = _existing(folder, "workdir", "pass an existing folder with --workdir")
+        if not os.path.isdir(path):
+            raise MonkeyError(f"workdir {folder} is not a folder; pass an existing folder with --workdir")
     return Folder(path, _git_top(path))
 
 
