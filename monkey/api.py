@@ -331,7 +331,7 @@ class Monkey(RerunAPI, TrackingAPI):
             if "\0" in value:
                 raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
                                   "program can receive; remove it")
-        plain = {k: os.environ[k] for k in CAPTURED_ENV if k in os.environ}
+        plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
         secret: dict[str, str] = {}
         for key, value in given.items():
             (secret if is_secret(key, value) else plain)[key] = value
