@@ -563,11 +563,22 @@ def _outside_link(path: str, inside: str) -> str | None:
 # -- storing ----------------------------------------------------------------------------
 
 
+# The stat cache rows of this process's last snapshot or dataset, by absolute path: a
+# snapshot of an unchanged folder asks the store only for the files it did not see. Rows
+# are trusted exactly as the store's are (same size, mtime and inode, never racy).
+_last_digests: dict[str, tuple[int, int, int, str]] = {}
+
+
 def _cached(store: Store, keys: list[str]) -> dict[str, tuple[int, int, int, str]]:
-    try:
-        return store.cached_digests(keys)
-    except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
-        return store.cached_digests([k for k in keys if _encodable(k)])
+    known = _last_digests
+    out = {k: known[k] for k in keys if k in known}
+    keys = [k for k in keys if k not in out]
+    if keys:
+        try:
+            out.update(store.cached_digests(keys))
+        except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
+            out.update(store.cached_digests([k for k in keys if _encodable(k)]))
+    return out
 
 
 def _encodable(text: str) -> bool:
@@ -605,6 +616,7 @@ def _store_files(
     trusted: list[tuple[FileEntry, str]] = []  # digests taken from the cache, blob unchecked
     new: list[tuple[str, int]] = []
     updates: list[tuple[str, int, int, int, str]] = []
+    kept: dict[str, tuple[int, int, int, str]] = {}  # the stat cache rows of these files
     for entry, data in given:
         try:
             entry.digest, fresh = blobs.put_bytes(data)
@@ -621,6 +633,7 @@ def _store_files(
         if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
             entry = FileEntry(rel, hit[3], st.st_mode & 0o777, size)
             trusted.append((entry, ap))
+            kept[ap] = hit
             files.append(entry)
             continue
         try:
@@ -640,6 +653,7 @@ def _store_files(
             raise _io_error(exc, ap, blobs) from None
         if stable and mtime < racy_after:
             updates.append((ap, st.st_size, mtime, ino, digest))
+            kept[ap] = (st.st_size, mtime, ino, digest)
         files.append(FileEntry(rel, digest, st.st_mode & 0o777, size))
     files.sort(key=lambda f: f.path)
     data = _manifest_bytes(files)
@@ -666,6 +680,8 @@ def _store_files(
             store.cache_digests(updates)
         except UnicodeEncodeError:
             store.cache_digests([u for u in updates if _encodable(u[0])])
+    global _last_digests
+    _last_digests = kept
     return files, new, digest, sum(f.size for f in files)
 
 
