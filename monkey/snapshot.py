@@ -379,15 +379,47 @@ def _prefilter(spec: GitIgnoreSpec) -> re.Pattern[str] | None:
         return None
 
 
+# Ignore files parsed by this process: (path, strip, prefix, extra) -> (the file's size,
+# mtime, ctime and inode when read, or None when missing; its rules). An entry is used
+# only while the file's stat is the same, and never kept for a file changed in the racy
+# window (ctime, which no tool can set back, is checked too).
+_RulesKey = tuple[str, int, str, tuple[str, ...]]
+_parsed: dict[_RulesKey, tuple[tuple[int, int, int, int] | None, _Rules | None]] = {}
+_PARSED_MAX = 1024
+
+
 def _load_rules(path: str, strip: int, prefix: str, extra: Sequence[str] = ()) -> _Rules | None:
     """The patterns of the ignore file PATH (if any) followed by EXTRA patterns."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", "surrogateescape")
+        st = os.stat(path)
+        stamp: tuple[int, int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                   st.st_ino)
     except OSError:
         if not extra:
             return None
-        text = ""
+        stamp = None
+    key = (path, strip, prefix, tuple(extra))
+    known = _parsed.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    text = ""
+    if stamp is not None:
+        try:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape")
+        except OSError:
+            if not extra:
+                return None
+            stamp = None
+    rules = _parse_rules(text, extra, strip, prefix)
+    if stamp is None or max(stamp[1], stamp[2]) < time.time_ns() - _RACY_NS:
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = (stamp, rules)
+    return rules
+
+
+def _parse_rules(text: str, extra: Sequence[str], strip: int, prefix: str) -> _Rules | None:
     # pathspec is imported only when there are rules: it loads asyncio (~16 ms) on import.
     from pathspec import GitIgnoreSpec
 
