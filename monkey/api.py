@@ -222,22 +222,23 @@ class Monkey(RerunAPI, TrackingAPI):
         datasets = [os.fspath(d) for d in ([datasets] if one else datasets)]
         if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
             raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
-        root = Path(workdir).expanduser() if workdir else Path.cwd()
+        root = os.path.expanduser(workdir) if workdir else os.getcwd()
         job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
         js = jobspec.load(job_file) if job_file else None
         subdir = ""
+        # Resolved and its repository found once, for the snapshot, git and the record.
+        folder = snapshot.locate(js.code_root if js is not None else workdir or None)
         if js is not None:  # the file's values first, so that arguments override them
-            root = js.code_root
             given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
             env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
         elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
-            root, subdir = snapshot.repository_root(root)
+            folder, subdir = snapshot.repository_root(folder)
             outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
         plain_env, secret_env = self._split_env(env)
-        blobs = snapshot.BlobStore(self.home.blobs)
+        blobs = self._blobs()
         # The job.yml stored with the code holds no env values: they reach the job as env.
         hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
-        snap = snapshot.snapshot_dir(root, blobs, self.store, js.snapshot_ignore() if js else (),
+        snap = snapshot.snapshot_dir(folder, blobs, self.store, js.snapshot_ignore() if js else (),
                                      replace=hidden, yes=yes)
         new_blobs = list(snap.new_blobs)
         spec_record = None
@@ -258,18 +259,18 @@ class Monkey(RerunAPI, TrackingAPI):
                 {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
                  "source": spec}
             )  # fmt: skip
-        git, git_blobs = snapshot.git_info(root, blobs, [str(js.file)] if hidden else ())
+        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if hidden else ())
         if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
             git = {**git, "subdir": subdir}
         new_blobs += git_blobs
-        packages = self._packages()
+        packages = self._packages(blobs)
         new_blobs.append(packages)
         return Submission(
             name=js.name if js is not None else None,
             fields={
                 "provider": provider, "resources": resources,
                 "env": {**plain_env, **{k: REDACTED for k in secret_env}},
-                "snapshot": snap.digest, "workdir": str(root.resolve()),
+                "snapshot": snap.digest, "workdir": folder.path,
                 "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
                 "retries": retries, "blobs": new_blobs, "spec": spec_record,
                 "outputs": outputs, "packages": packages[0],
@@ -330,7 +331,7 @@ class Monkey(RerunAPI, TrackingAPI):
             if "\0" in value:
                 raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
                                   "program can receive; remove it")
-        plain = {k: os.environ[k] for k in CAPTURED_ENV if k in os.environ}
+        plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
         secret: dict[str, str] = {}
         for key, value in given.items():
             (secret if is_secret(key, value) else plain)[key] = value

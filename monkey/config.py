@@ -89,6 +89,7 @@ class Home:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         base = root or os.environ.get("MONKEY_HOME") or Path.home() / ".monkey"
         self.root = Path(base).expanduser().resolve()
+        self._sockets: dict[str, Path] = {}  # socket paths under the root (fixed: the root is)
 
     def ensure(self) -> Home:
         """Create the folder layout (idempotent), private to this user, and return self;
@@ -203,8 +204,12 @@ class Home:
 
     def socket_path(self, name: str) -> Path:
         """Path of a private Unix socket, shortened when MONKEY_HOME is deep."""
+        path = self._sockets.get(name)
+        if path is not None:
+            return path
         path = self.private / f"{name}.sock"
         if len(str(path)) <= _SOCKET_PATH_MAX:
+            self._sockets[name] = path
             return path
         tag = hashlib.blake2s(str(self.root).encode(), digest_size=6).hexdigest()
         short = Path(f"/tmp/monkey-{os.getuid()}")

@@ -184,8 +184,8 @@ class _Node:
 
 def find(folder: str | os.PathLike[str]) -> Path | None:
     """FOLDER/job.yml when there is one (whatever it is: `load` refuses all but files)."""
-    path = Path(folder) / FILENAME
-    return path if os.path.lexists(path) else None
+    path = os.path.join(folder, FILENAME)
+    return Path(path) if os.path.lexists(path) else None
 
 
 def load(path: str | os.PathLike[str]) -> JobSpec:

@@ -349,6 +349,9 @@ class Job:
         }
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps makes one per call
+
+
 def dumps(value: Any) -> str:
     """Compact, stable JSON used for every stored document."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return _ENCODER.encode(value)

@@ -272,11 +272,15 @@ class RerunAPI:
 
     store: Store
     home: Home
+    _blob_store: BlobStore | None = None
 
     def _blobs(self) -> BlobStore:
-        from monkey.snapshot import BlobStore
+        """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
+        if self._blob_store is None:
+            from monkey.snapshot import BlobStore
 
-        return BlobStore(self.home.blobs)
+            self._blob_store = BlobStore(self.home.blobs)
+        return self._blob_store
 
     def _job_record(self, ref: str) -> JobRecord:
         job = self.store.get_job(self.store.resolve(ref))

@@ -47,12 +47,14 @@ __all__ = [
     "BlobStore",
     "Dataset",
     "FileEntry",
+    "Folder",
     "LINK_MODE",
     "Snapshot",
     "dataset",
     "git_info",
     "hash_file",
     "load_manifest",
+    "locate",
     "dataset_name",
     "parse_dataset_spec",
     "repository_root",
@@ -100,6 +102,14 @@ class BlobStore:
         self.root = Path(root)
         self._root = os.fspath(self.root)
         self._shards: set[str] = set()
+        self._home: str | None = None
+
+    @property
+    def home(self) -> str:
+        """The real path of the folder holding the store (MONKEY_HOME), found once."""
+        if self._home is None:
+            self._home = os.path.dirname(os.path.realpath(self._root))
+        return self._home
 
     def path(self, digest: str) -> Path:
         """Where the blob ``digest`` lives (whether or not it exists)."""
@@ -369,15 +379,47 @@ def _prefilter(spec: GitIgnoreSpec) -> re.Pattern[str] | None:
         return None
 
 
+# Ignore files parsed by this process: (path, strip, prefix, extra) -> (the file's size,
+# mtime, ctime and inode when read, or None when missing; its rules). An entry is used
+# only while the file's stat is the same, and never kept for a file changed in the racy
+# window (ctime, which no tool can set back, is checked too).
+_RulesKey = tuple[str, int, str, tuple[str, ...]]
+_parsed: dict[_RulesKey, tuple[tuple[int, int, int, int] | None, _Rules | None]] = {}
+_PARSED_MAX = 1024
+
+
 def _load_rules(path: str, strip: int, prefix: str, extra: Sequence[str] = ()) -> _Rules | None:
     """The patterns of the ignore file PATH (if any) followed by EXTRA patterns."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", "surrogateescape")
+        st = os.stat(path)
+        stamp: tuple[int, int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                   st.st_ino)
     except OSError:
         if not extra:
             return None
-        text = ""
+        stamp = None
+    key = (path, strip, prefix, tuple(extra))
+    known = _parsed.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    text = ""
+    if stamp is not None:
+        try:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape")
+        except OSError:
+            if not extra:
+                return None
+            stamp = None
+    rules = _parse_rules(text, extra, strip, prefix)
+    if stamp is None or max(stamp[1], stamp[2]) < time.time_ns() - _RACY_NS:
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = (stamp, rules)
+    return rules
+
+
+def _parse_rules(text: str, extra: Sequence[str], strip: int, prefix: str) -> _Rules | None:
     # pathspec is imported only when there are rules: it loads asyncio (~16 ms) on import.
     from pathspec import GitIgnoreSpec
 
@@ -387,9 +429,9 @@ def _load_rules(path: str, strip: int, prefix: str, extra: Sequence[str] = ()) -
     return _Rules(spec, strip, prefix)
 
 
-def _ancestor_rules(root: str) -> list[_Rules]:
-    """.gitignore files (and .git/info/exclude) above ``root`` up to its repository's top."""
-    top = _git_top(root)
+def _ancestor_rules(root: str, top: str | None) -> list[_Rules]:
+    """.gitignore files (and .git/info/exclude) above ``root`` up to TOP, the top of its
+    repository (None: outside one)."""
     if top is None:
         return []
     found: list[tuple[str, str]] = []
@@ -438,18 +480,21 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 def _walk(
     root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset(),
     extra_ignore: Sequence[str] = (), links: list[tuple[str, str]] | None = None,
+    top: str | None = None,
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
     whose absolute path is in ``skip`` are left out; ``extra_ignore`` patterns count as
-    lines of the root .monkeyignore. With a ``links`` list, symlinks leading out of
-    ``root`` are not followed but appended to it as (relative path, link target)."""
+    lines of the root .monkeyignore; with ``ignore``, the ignore files from ``top`` (the
+    top of the repository holding ``root``) down apply. With a ``links`` list, symlinks
+    leading out of ``root`` are not followed but appended to it as (relative path, link
+    target)."""
     out: list[tuple[str, str, os.stat_result]] = []
     inside = root.rstrip("/") + "/"
     first: _Rules | None = None
     chain: tuple[_Rules, ...] = ()
     if ignore:
         first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "", extra_ignore)
-        chain = tuple(_ancestor_rules(root))
+        chain = tuple(_ancestor_rules(root, top))
     seen: set[tuple[int, int]] = set()
     linked: list[str] = []  # symlinked folders left out of a code snapshot
     if follow_dirs:
@@ -550,11 +595,22 @@ def _outside_link(path: str, inside: str) -> str | None:
 # -- storing ----------------------------------------------------------------------------
 
 
+# The stat cache rows of this process's last snapshot or dataset, by absolute path: a
+# snapshot of an unchanged folder asks the store only for the files it did not see. Rows
+# are trusted exactly as the store's are (same size, mtime and inode, never racy).
+_last_digests: dict[str, tuple[int, int, int, str]] = {}
+
+
 def _cached(store: Store, keys: list[str]) -> dict[str, tuple[int, int, int, str]]:
-    try:
-        return store.cached_digests(keys)
-    except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
-        return store.cached_digests([k for k in keys if _encodable(k)])
+    known = _last_digests
+    out = {k: known[k] for k in keys if k in known}
+    keys = [k for k in keys if k not in out]
+    if keys:
+        try:
+            out.update(store.cached_digests(keys))
+        except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
+            out.update(store.cached_digests([k for k in keys if _encodable(k)]))
+    return out
 
 
 def _encodable(text: str) -> bool:
@@ -592,6 +648,7 @@ def _store_files(
     trusted: list[tuple[FileEntry, str]] = []  # digests taken from the cache, blob unchecked
     new: list[tuple[str, int]] = []
     updates: list[tuple[str, int, int, int, str]] = []
+    kept: dict[str, tuple[int, int, int, str]] = {}  # the stat cache rows of these files
     for entry, data in given:
         try:
             entry.digest, fresh = blobs.put_bytes(data)
@@ -608,6 +665,7 @@ def _store_files(
         if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
             entry = FileEntry(rel, hit[3], st.st_mode & 0o777, size)
             trusted.append((entry, ap))
+            kept[ap] = hit
             files.append(entry)
             continue
         try:
@@ -627,6 +685,7 @@ def _store_files(
             raise _io_error(exc, ap, blobs) from None
         if stable and mtime < racy_after:
             updates.append((ap, st.st_size, mtime, ino, digest))
+            kept[ap] = (st.st_size, mtime, ino, digest)
         files.append(FileEntry(rel, digest, st.st_mode & 0o777, size))
     files.sort(key=lambda f: f.path)
     data = _manifest_bytes(files)
@@ -653,10 +712,12 @@ def _store_files(
             store.cache_digests(updates)
         except UnicodeEncodeError:
             store.cache_digests([u for u in updates if _encodable(u[0])])
+    global _last_digests
+    _last_digests = kept
     return files, new, digest, sum(f.size for f in files)
 
 
-def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
+def snapshot_dir(workdir: Path | Folder, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
                  replace: Mapping[str, bytes] | None = None, yes: bool = False) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
@@ -671,13 +732,11 @@ def snapshot_dir(workdir: Path, blobs: BlobStore, store: Store, ignore: Sequence
     size, mtime, inode) reuse their cached digest; only new content is copied into
     ``blobs``. A big folder is announced, and a huge one needs ``yes`` (see `_size_check`)."""
     since = time.time_ns()
-    root = _existing(workdir, "workdir", "pass an existing folder with --workdir")
-    if not os.path.isdir(root):
-        raise MonkeyError(f"workdir {workdir} is not a folder; pass an existing folder with --workdir")
-    home = os.fspath(Path(blobs.root).resolve().parent)
+    folder = workdir if isinstance(workdir, Folder) else locate(workdir)
+    root = folder.path
     links: list[tuple[str, str]] = []
-    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({home}),
-                  extra_ignore=ignore, links=links)
+    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({blobs.home}),
+                  extra_ignore=ignore, links=links, top=folder.top)
     given = [(FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
              for rel, target in links]
     if replace:
@@ -751,14 +810,14 @@ def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: s
 
 
 def _existing(path: Path | str, what: str, hint: str) -> str:
+    """The real path of PATH; MonkeyError saying WHAT it is and the HINT when it does not
+    exist (a symlink loop does not either)."""
+    resolved = os.path.realpath(os.path.expanduser(path))
     try:
-        resolved = Path(path).expanduser().resolve()
-        exists = resolved.exists()
-    except (OSError, RuntimeError):
-        exists = False
-    if not exists:
-        raise MonkeyError(f"{what} {path} does not exist; {hint}")
-    return os.fspath(resolved)
+        os.stat(resolved)
+    except OSError:
+        raise MonkeyError(f"{what} {path} does not exist; {hint}") from None
+    return resolved
 
 
 # -- datasets ---------------------------------------------------------------------------
@@ -833,27 +892,50 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
 
 
 def _git_top(start: str) -> str | None:
+    """The nearest folder from START (a real path) up holding a ``.git``, or None."""
     here = start
     while True:
-        if os.path.lexists(os.path.join(here, ".git")):
+        try:
+            os.lstat(here + "/.git" if here != "/" else "/.git")
             return here
-        parent = os.path.dirname(here)
-        if parent == here:
+        except OSError:
+            pass
+        if here == "/":
             return None
-        here = parent
+        here = here[: here.rindex("/")] or "/"
 
 
-def repository_root(folder: Path) -> tuple[Path, str]:
+@dataclass(frozen=True)
+class Folder:
+    """A folder's real path and the top of the git work tree holding it (None: outside
+    one), found once for `repository_root`, `snapshot_dir` and `git_info`."""
+
+    path: str
+    top: str | None
+
+
+def locate(folder: Path | str | None = None) -> Folder:
+    """FOLDER's real path (default: the current folder's, which `os.getcwd` gives free of
+    symlinks already) and git top; MonkeyError when it is not an existing folder."""
+    if folder is None:
+        path = os.getcwd()
+    else:
+        path = _existing(folder, "workdir", "pass an existing folder with --workdir")
+        if not os.path.isdir(path):
+            raise MonkeyError(f"workdir {folder} is not a folder; pass an existing folder with --workdir")
+    return Folder(path, _git_top(path))
+
+
+def repository_root(folder: Folder) -> tuple[Folder, str]:
     """(the top of the git work tree holding FOLDER, FOLDER's POSIX path relative to it);
     (FOLDER, "") outside a repository or at its top."""
-    here = os.path.realpath(folder)
-    top = None if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ else _git_top(here)
-    if top is None or top == here:
-        return Path(folder), ""
-    return Path(top), os.path.relpath(here, top).replace(os.sep, "/")
+    top = None if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ else folder.top
+    if top is None or top == folder.path:
+        return folder, ""
+    return Folder(top, top), os.path.relpath(folder.path, top).replace(os.sep, "/")
 
 
-def git_info(workdir: Path, blobs: BlobStore,
+def git_info(workdir: Path | Folder, blobs: BlobStore,
              exclude: Sequence[str] = ()) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """Git provenance of ``workdir``, and the blobs newly stored for it.
 
@@ -865,12 +947,14 @@ def git_info(workdir: Path, blobs: BlobStore,
     ``({}, [])`` outside a repository or without git. Never raises on git problems; runs
     two git processes concurrently (three when GIT_DIR/GIT_WORK_TREE are set), none
     outside a repository."""
-    try:
-        wd = os.fspath(Path(workdir).resolve())
-    except (OSError, RuntimeError):
-        return {}, []
+    if isinstance(workdir, Folder):
+        wd, top = workdir.path, workdir.top
+    else:
+        wd = os.path.realpath(workdir)
+        top = _git_top(wd)
     custom = "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ
-    top = None if custom else _git_top(wd)
+    if custom:
+        top = None
     if top is None and not custom:
         return {}, []
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")

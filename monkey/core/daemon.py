@@ -53,10 +53,16 @@ def core_version_file(home: Home) -> Path:
 def core_version(home: Home) -> str | None:
     """The version the running core recorded, or None (none runs, or a core from before
     versions were recorded)."""
-    try:
-        return core_version_file(home).read_text().strip() or None
+    try:  # os-level: a wake reads it once per submitted job
+        fd = os.open(core_version_file(home), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, 4096).decode().strip() or None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def outdated(home: Home) -> bool:

@@ -12,6 +12,7 @@ from monkey.models import MonkeyError
 if TYPE_CHECKING:
     from monkey.api import Submission
     from monkey.config import Home
+    from monkey.snapshot import BlobStore
     from monkey.store import Store
 
 Series = list[tuple[int | None, float, float]]
@@ -288,18 +289,17 @@ class TrackingAPI:
             out["rerun_of"] = reruns
         return out
 
-    def _packages(self) -> tuple[str, int]:
-        """(digest, size) of the stored listing of this Python's installed packages (what
-        `diff` compares)."""
-        from monkey.snapshot import BlobStore
+    def _packages(self, blobs: BlobStore) -> tuple[str, int]:
+        """(digest, size) of the listing of this Python's installed packages (what `diff`
+        compares), stored in BLOBS."""
         from monkey.tracking.packages import as_text, installed
 
         packages = installed(self.home.private)
         memo = self._packages_memo
-        if memo is not None and memo[0] is packages and BlobStore(self.home.blobs).has(memo[1]):
+        if memo is not None and memo[0] is packages and blobs.has(memo[1]):
             return memo[1], memo[2]
         data = as_text(packages)
-        digest, _ = BlobStore(self.home.blobs).put_bytes(data)
+        digest, _ = blobs.put_bytes(data)
         self._packages_memo = (packages, digest, len(data))
         return digest, len(data)
 
