@@ -437,7 +437,16 @@ class Cgroups:
             return set()
 
     def kill(self, path: str) -> None:
-        """SIGKILL every process of the cgroup, then remove it (later, if still busy)."""
+        """SIGKILL every process of the cgroup, then remove it (later, if still busy). An
+        empty cgroup is removed at once: nothing can enter it (the wrapper that joins it
+        has exited), and one with a process left refuses the rmdir (EBUSY)."""
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
         try:
             with open(os.path.join(path, "cgroup.kill"), "w") as f:
                 f.write("1")
