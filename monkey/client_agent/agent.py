@@ -283,19 +283,24 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------- /proc and files
 
 
-def read_stat(pid: int) -> list[bytes] | None:
-    """Fields of /proc/PID/stat after the command name (index 0 is field 3), or None."""
+def read_small(path: str) -> bytes | None:
+    """The first 4 KiB of a file (with one read: no buffered file object), or None."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        data = os.read(fd, 4096)
+        return os.read(fd, 4096)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return data[data.rfind(b")") + 2 :].split()
+
+
+def read_stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/PID/stat after the command name (index 0 is field 3), or None."""
+    data = read_small(f"/proc/{pid}/stat")
+    return None if data is None else data[data.rfind(b")") + 2 :].split()
 
 
 def stat_start_ticks(fields: list[bytes]) -> int:
@@ -645,9 +650,8 @@ def become_subreaper() -> bool:
 def read_exit_code(run_dir: str) -> int | None:
     """The code in run_dir/exit, or None when absent or unreadable."""
     try:
-        with open(os.path.join(run_dir, "exit"), "rb") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
+        return int(read_small(os.path.join(run_dir, "exit")) or b"")
+    except ValueError:
         return None
 
 
@@ -1978,12 +1982,20 @@ class Agent:
                 self._send(conn, push)
 
     def _tail(self, job: Job, final: bool = False) -> None:
-        """Ship new metrics.jsonl lines and scraped stdout lines as metrics events."""
-        self._mark_order(job)
+        """Ship new metrics.jsonl lines and scraped stdout lines as metrics events (a file
+        is read only when its size, taken once per pass, shows it grew)."""
+        out_size = self._mark_order(job)
+        metrics = os.path.join(job.run_dir, "metrics.jsonl")
+        try:
+            log_size = os.stat(metrics).st_size
+        except FileNotFoundError:
+            log_size = 0
         shipped = 0
         while shipped < TAIL_BUDGET or final:
-            log_end, lines = read_new(os.path.join(job.run_dir, "metrics.jsonl"), job.tail[0], final)
-            out_end, out = read_new(os.path.join(job.run_dir, "stdout.log"), job.tail[1], final)
+            log_end, lines = (read_new(metrics, job.tail[0], final) if log_size > job.tail[0]
+                              else (job.tail[0], b""))  # fmt: skip
+            out_end, out = (read_new(os.path.join(job.run_dir, "stdout.log"), job.tail[1], final)
+                            if out_size > job.tail[1] else (job.tail[1], b""))  # fmt: skip
             if not lines and not out:
                 return
             scraped = scrape(out)
@@ -1999,21 +2011,23 @@ class Agent:
             shipped += len(lines) + len(out)
 
     @staticmethod
-    def _mark_order(job: Job) -> None:
-        """Append the logs' sizes to output.order when either grew since the last mark."""
+    def _mark_order(job: Job) -> int | float:
+        """Append the logs' sizes to output.order when either grew since the last mark; the
+        size of stdout.log (infinite when unknown: read it)."""
         try:
             sizes = tuple(os.stat(os.path.join(job.run_dir, name)).st_size
                           for name in ("stdout.log", "stderr.log"))
         except OSError:
-            return
+            return float("inf")
         if sizes != job.order:
             try:
                 with open(os.path.join(job.run_dir, "output.order"), "a") as fh:
                     fh.write(f"{sizes[0]} {sizes[1]}\n")
             except OSError as e:
                 log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")
-                return
+                return sizes[0]
             job.order = sizes
+        return sizes[0]
 
     def _gpu_usage(self) -> dict[str, dict[str, float]]:
         """GPU usage read by the previous heartbeat's nvidia-smi; starts the next one."""
@@ -2229,6 +2243,8 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
         return {"code": code, "signal": sig, "reason": "killed"}
     if code is None:
         return {"code": None, "signal": None, "reason": "vanished"}
+    if code != 1:  # launcher.py exits 1 when the set-up failed
+        return {"code": code, "signal": None, "reason": "exited"}
     try:
         with open(os.path.join(job.run_dir, "setup.failed"), encoding="utf-8") as f:
             return {"code": code, "signal": None, "reason": "setup", "error": f.read().strip()}
