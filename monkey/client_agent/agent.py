@@ -25,7 +25,7 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   "abandoned", made by a sync that found no claim (the job never ran)
     pid           {"pid": P, "start_ticks": T, "gpus", "cgroup"}; T = field 22 of
                   /proc/P/stat (pid reuse); written by the agent after the spawn, or by a
-                  sync from the claim when the agent died before writing it
+                  sync from the claim when the agent died before writing it whole
     exit          the job's exit code as text, written by the wrapper shell itself
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
@@ -1913,7 +1913,14 @@ class Agent:
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
             record = {"pid": pid, "start_ticks": start_ticks, "gpus": gpus,
                       "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
-            write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
+            # In place, not through a temporary name: a sync reads a torn record (an agent
+            # killed while writing it) as none, and rebuilds it from the claim.
+            fd = os.open(os.path.join(run_dir, "pid"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600)  # fmt: skip
+            try:
+                os.write(fd, json.dumps(record).encode())
+            finally:
+                os.close(fd)
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -2144,7 +2151,7 @@ class Agent:
         try:
             with open(os.path.join(run_dir, "pid"), "rb") as f:
                 record = json.loads(f.read())
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):  # none, or torn by an agent killed writing it
             record = self._claimed(run_dir)
             if record is None:
                 return "unknown"
