@@ -426,7 +426,9 @@ class Cgroups:
             return ""
         path = os.path.join(self.base, f"job-{re.sub(r'[^A-Za-z0-9._-]', '_', juid)}-{attempt}")
         try:
-            os.makedirs(path, exist_ok=True)
+            os.mkdir(path)
+        except FileExistsError:
+            pass
         except OSError as e:
             log(f"cannot make the cgroup of {juid}/{attempt}: {e}")
             return ""
@@ -1486,13 +1488,8 @@ class Agent:
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
-        if os.path.exists(os.path.join(run_dir, "pid")):
-            raise RequestError(f"{run_dir} was already started; use sync")
-        claim = read_claim(run_dir)
-        if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
-            raise RequestError(f"{run_dir} was reported never started; start a new attempt")
-        if claim is not None:
-            raise RequestError(f"{run_dir} was already started; use sync")
+        if os.path.isdir(run_dir):  # else none of its marks can be there yet
+            self._check_unused(run_dir)
         blobs_dir = req.get("blobs_dir") or ""
         fetch_blobs(req.get("blob_urls"), blobs_dir)
         files = self._blob_paths(self._code_entries(req), blobs_dir)
@@ -1535,6 +1532,17 @@ class Agent:
                 self.held[pending.key] = pending
                 return None
         return {"pid": self._launch(pending).pid}
+
+    @staticmethod
+    def _check_unused(run_dir: str) -> None:
+        """Refuse a run dir with a pid record, a claim or an abandoned mark."""
+        if os.path.exists(os.path.join(run_dir, "pid")):
+            raise RequestError(f"{run_dir} was already started; use sync")
+        claim = read_claim(run_dir)
+        if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
+            raise RequestError(f"{run_dir} was reported never started; start a new attempt")
+        if claim is not None:
+            raise RequestError(f"{run_dir} was already started; use sync")
 
     def _fits(self, pending: Pending, slots: int) -> bool:
         """Whether PENDING fits in SLOTS beside the live jobs."""
