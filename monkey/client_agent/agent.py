@@ -91,10 +91,12 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 (SIGTERM now, SIGKILL after the grace; its run dir holds ``preempted``)
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
-from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
-agent signalled the job or the wait status shows a signal; ``signal`` is then the signal
-that ended it when known (from the wait status; code - 128 for a code above 128, e.g. a
-job that dies of SIGTERM has code 143 and signal 15; else the agent's last signal).
+from the ``exit`` file, else from the wait status (the wrapper exits with the code it
+wrote there: the file is read when it did not exit by itself, or was not our child).
+``reason`` is ``killed`` when the agent signalled the job or the wait status shows a
+signal; ``signal`` is then the signal that ended it when known (from the wait status;
+code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 and signal
+15; else the agent's last signal).
 ``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
 (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
 every process the job left is SIGKILLed: its cgroup (v2, one per attempt under the
@@ -2092,7 +2094,9 @@ class Agent:
         ended = time.time()  # the exit's time, not its record's
         self._start_held()  # the slot is free: a held start need not wait for the records
         self._tail(job, final=True)
-        fields = {**exit_fields(job, read_exit_code(job.run_dir), returncode), "ts": ended}
+        # A wrapper that exited by itself exited with the code it wrote in the exit file.
+        code = returncode if returncode is not None and returncode >= 0 else read_exit_code(job.run_dir)
+        fields = {**exit_fields(job, code, returncode), "ts": ended}
         if job.timed_out and job.limit:
             fields.update(reason="timeout", limit=job.limit[0])
         elif job.preempted:
