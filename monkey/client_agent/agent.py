@@ -953,7 +953,7 @@ class Job:
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "child", "seq",
         "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
-        "cpus", "events_path", "push_head",
+        "cpus", "prefix", "events_path", "push_head",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -975,7 +975,8 @@ class Job:
         self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
-        self.events_path = os.path.join(run_dir, "events.jsonl")
+        self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
+        self.events_path = self.prefix + "events.jsonl"
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
         self.push_head = encode({"push": "event", "juid": juid, "attempt": attempt})[:-2] + b',"offset":'
 
@@ -1902,9 +1903,10 @@ class Agent:
         """Start the wrapper in a new session and track it (posix_spawn: a vfork without
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
+        prefix = os.path.join(run_dir, "")
+        out = os.open(prefix + "stdout.log", flags, 0o600)
         try:
-            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
+            err = os.open(prefix + "stderr.log", flags, 0o600)
             try:
                 pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
                                      env, setsid=True, file_actions=[
@@ -1925,8 +1927,7 @@ class Agent:
                       "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
             # In place, not through a temporary name: a sync reads a torn record (an agent
             # killed while writing it) as none, and rebuilds it from the claim.
-            fd = os.open(os.path.join(run_dir, "pid"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                         0o600)  # fmt: skip
+            fd = os.open(prefix + "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, json.dumps(record).encode())
             finally:
@@ -2002,7 +2003,7 @@ class Agent:
         """Ship new metrics.jsonl lines and scraped stdout lines as metrics events (a file
         is read only when its size, taken once per pass, shows it grew)."""
         out_size = self._mark_order(job)
-        metrics = os.path.join(job.run_dir, "metrics.jsonl")
+        metrics = job.prefix + "metrics.jsonl"
         try:
             log_size = os.stat(metrics).st_size
         except FileNotFoundError:
@@ -2011,7 +2012,7 @@ class Agent:
         while shipped < TAIL_BUDGET or final:
             log_end, lines = (read_new(metrics, job.tail[0], final) if log_size > job.tail[0]
                               else (job.tail[0], b""))  # fmt: skip
-            out_end, out = (read_new(os.path.join(job.run_dir, "stdout.log"), job.tail[1], final)
+            out_end, out = (read_new(job.prefix + "stdout.log", job.tail[1], final)
                             if out_size > job.tail[1] else (job.tail[1], b""))  # fmt: skip
             if not lines and not out:
                 return
@@ -2032,13 +2033,12 @@ class Agent:
         """Append the logs' sizes to output.order when either grew since the last mark; the
         size of stdout.log (infinite when unknown: read it)."""
         try:
-            sizes = tuple(os.stat(os.path.join(job.run_dir, name)).st_size
-                          for name in ("stdout.log", "stderr.log"))
+            sizes = (os.stat(job.prefix + "stdout.log").st_size, os.stat(job.prefix + "stderr.log").st_size)
         except OSError:
             return float("inf")
         if sizes != job.order:
             try:
-                with open(os.path.join(job.run_dir, "output.order"), "a") as fh:
+                with open(job.prefix + "output.order", "a") as fh:
                     fh.write(f"{sizes[0]} {sizes[1]}\n")
             except OSError as e:
                 log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")
