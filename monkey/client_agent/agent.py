@@ -1018,9 +1018,12 @@ class Conn:
         self.writing = False
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps would make one per call
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
-    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    return (_COMPACT.encode(obj) + "\n").encode()
 
 
 # ---------------------------------------------------------------- the agent
@@ -1773,7 +1776,7 @@ class Agent:
             entries.sort(key=lambda e: e[0])
             try:
                 os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-                write_atomic(path, json.dumps(entries, separators=(",", ":")).encode())
+                write_atomic(path, _COMPACT.encode(entries).encode())
             except OSError as e:  # the job can still run; a later start gets `unknown manifest`
                 log(f"cannot cache manifest {digest}: {e}")
         return entries
