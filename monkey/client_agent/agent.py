@@ -978,7 +978,8 @@ class Job:
         self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
         self.events_path = self.prefix + "events.jsonl"
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
-        self.push_head = encode({"push": "event", "juid": juid, "attempt": attempt})[:-2] + b',"offset":'
+        head = encode({"push": "event", "juid": juid, "attempt": attempt})
+        self.push_head = head[:-2] + b',"offset":'
 
     @property
     def key(self) -> Key:
@@ -1930,7 +1931,8 @@ class Agent:
                       "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
             # In place, not through a temporary name: a sync reads a torn record (an agent
             # killed while writing it) as none, and rebuilds it from the claim.
-            fd = os.open(prefix + "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            fd = os.open(prefix + "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600)  # fmt: skip
             try:
                 os.write(fd, json.dumps(record).encode())
             finally:
@@ -2013,10 +2015,12 @@ class Agent:
             log_size = 0
         shipped = 0
         while shipped < TAIL_BUDGET or final:
-            log_end, lines = (read_new(metrics, job.tail[0], final) if log_size > job.tail[0]
-                              else (job.tail[0], b""))  # fmt: skip
-            out_end, out = (read_new(job.prefix + "stdout.log", job.tail[1], final)
-                            if out_size > job.tail[1] else (job.tail[1], b""))  # fmt: skip
+            log_end, lines = job.tail[0], b""
+            if log_size > log_end:
+                log_end, lines = read_new(metrics, log_end, final)
+            out_end, out = job.tail[1], b""
+            if out_size is None or out_size > out_end:
+                out_end, out = read_new(job.prefix + "stdout.log", out_end, final)
             if not lines and not out:
                 return
             scraped = scrape(out)
@@ -2032,13 +2036,14 @@ class Agent:
             shipped += len(lines) + len(out)
 
     @staticmethod
-    def _mark_order(job: Job) -> int | float:
+    def _mark_order(job: Job) -> int | None:
         """Append the logs' sizes to output.order when either grew since the last mark; the
-        size of stdout.log (infinite when unknown: read it)."""
+        size of stdout.log (None when unknown)."""
         try:
-            sizes = (os.stat(job.prefix + "stdout.log").st_size, os.stat(job.prefix + "stderr.log").st_size)
+            sizes = (os.stat(job.prefix + "stdout.log").st_size,
+                     os.stat(job.prefix + "stderr.log").st_size)
         except OSError:
-            return float("inf")
+            return None
         if sizes != job.order:
             try:
                 with open(job.prefix + "output.order", "a") as fh:
@@ -2098,7 +2103,9 @@ class Agent:
         self._start_held()  # the slot is free: a held start need not wait for the records
         self._tail(job, final=True)
         # A wrapper that exited by itself exited with the code it wrote in the exit file.
-        code = returncode if returncode is not None and returncode >= 0 else read_exit_code(job.run_dir)
+        code = returncode
+        if code is None or code < 0:
+            code = read_exit_code(job.run_dir)
         fields = {**exit_fields(job, code, returncode), "ts": ended}
         if job.timed_out and job.limit:
             fields.update(reason="timeout", limit=job.limit[0])
