@@ -25,7 +25,7 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   "abandoned", made by a sync that found no claim (the job never ran)
     pid           {"pid": P, "start_ticks": T, "gpus", "cgroup"}; T = field 22 of
                   /proc/P/stat (pid reuse); written by the agent after the spawn, or by a
-                  sync from the claim when the agent died before writing it
+                  sync from the claim when the agent died before writing it whole
     exit          the job's exit code as text, written by the wrapper shell itself
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
@@ -91,10 +91,12 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 (SIGTERM now, SIGKILL after the grace; its run dir holds ``preempted``)
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
-from the ``exit`` file, else from the wait status. ``reason`` is ``killed`` when the
-agent signalled the job or the wait status shows a signal; ``signal`` is then the signal
-that ended it when known (from the wait status; code - 128 for a code above 128, e.g. a
-job that dies of SIGTERM has code 143 and signal 15; else the agent's last signal).
+from the ``exit`` file, else from the wait status (the wrapper exits with the code it
+wrote there: the file is read when it did not exit by itself, or was not our child).
+``reason`` is ``killed`` when the agent signalled the job or the wait status shows a
+signal; ``signal`` is then the signal that ended it when known (from the wait status;
+code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 and signal
+15; else the agent's last signal).
 ``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
 (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
 every process the job left is SIGKILLed: its cgroup (v2, one per attempt under the
@@ -283,19 +285,24 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------- /proc and files
 
 
-def read_stat(pid: int) -> list[bytes] | None:
-    """Fields of /proc/PID/stat after the command name (index 0 is field 3), or None."""
+def read_small(path: str) -> bytes | None:
+    """The first 4 KiB of a file (with one read: no buffered file object), or None."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        data = os.read(fd, 4096)
+        return os.read(fd, 4096)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return data[data.rfind(b")") + 2 :].split()
+
+
+def read_stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/PID/stat after the command name (index 0 is field 3), or None."""
+    data = read_small(f"/proc/{pid}/stat")
+    return None if data is None else data[data.rfind(b")") + 2 :].split()
 
 
 def stat_start_ticks(fields: list[bytes]) -> int:
@@ -421,7 +428,9 @@ class Cgroups:
             return ""
         path = os.path.join(self.base, f"job-{re.sub(r'[^A-Za-z0-9._-]', '_', juid)}-{attempt}")
         try:
-            os.makedirs(path, exist_ok=True)
+            os.mkdir(path)
+        except FileExistsError:
+            pass
         except OSError as e:
             log(f"cannot make the cgroup of {juid}/{attempt}: {e}")
             return ""
@@ -437,7 +446,16 @@ class Cgroups:
             return set()
 
     def kill(self, path: str) -> None:
-        """SIGKILL every process of the cgroup, then remove it (later, if still busy)."""
+        """SIGKILL every process of the cgroup, then remove it (later, if still busy). An
+        empty cgroup is removed at once: nothing can enter it (the wrapper that joins it
+        has exited), and one with a process left refuses the rmdir (EBUSY)."""
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
         try:
             with open(os.path.join(path, "cgroup.kill"), "w") as f:
                 f.write("1")
@@ -636,9 +654,8 @@ def become_subreaper() -> bool:
 def read_exit_code(run_dir: str) -> int | None:
     """The code in run_dir/exit, or None when absent or unreadable."""
     try:
-        with open(os.path.join(run_dir, "exit"), "rb") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
+        return int(read_small(os.path.join(run_dir, "exit")) or b"")
+    except ValueError:
         return None
 
 
@@ -936,7 +953,7 @@ class Job:
     __slots__ = (
         "juid", "attempt", "run_dir", "pid", "pidfd", "child", "seq",
         "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
-        "cpus",
+        "cpus", "prefix", "events_path", "push_head",
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
@@ -958,14 +975,15 @@ class Job:
         self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
+        self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
+        self.events_path = self.prefix + "events.jsonl"
+        # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
+        head = encode({"push": "event", "juid": juid, "attempt": attempt})
+        self.push_head = head[:-2] + b',"offset":'
 
     @property
     def key(self) -> Key:
         return (self.juid, self.attempt)
-
-    @property
-    def events_path(self) -> str:
-        return os.path.join(self.run_dir, "events.jsonl")
 
 
 class Pending:
@@ -1001,9 +1019,12 @@ class Conn:
         self.writing = False
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps would make one per call
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
-    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    return (_COMPACT.encode(obj) + "\n").encode()
 
 
 # ---------------------------------------------------------------- the agent
@@ -1474,13 +1495,8 @@ class Agent:
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
-        if os.path.exists(os.path.join(run_dir, "pid")):
-            raise RequestError(f"{run_dir} was already started; use sync")
-        claim = read_claim(run_dir)
-        if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
-            raise RequestError(f"{run_dir} was reported never started; start a new attempt")
-        if claim is not None:
-            raise RequestError(f"{run_dir} was already started; use sync")
+        if os.path.isdir(run_dir):  # else none of its marks can be there yet
+            self._check_unused(run_dir)
         blobs_dir = req.get("blobs_dir") or ""
         fetch_blobs(req.get("blob_urls"), blobs_dir)
         files = self._blob_paths(self._code_entries(req), blobs_dir)
@@ -1523,6 +1539,17 @@ class Agent:
                 self.held[pending.key] = pending
                 return None
         return {"pid": self._launch(pending).pid}
+
+    @staticmethod
+    def _check_unused(run_dir: str) -> None:
+        """Refuse a run dir with a pid record, a claim or an abandoned mark."""
+        if os.path.exists(os.path.join(run_dir, "pid")):
+            raise RequestError(f"{run_dir} was already started; use sync")
+        claim = read_claim(run_dir)
+        if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
+            raise RequestError(f"{run_dir} was reported never started; start a new attempt")
+        if claim is not None:
+            raise RequestError(f"{run_dir} was already started; use sync")
 
     def _fits(self, pending: Pending, slots: int) -> bool:
         """Whether PENDING fits in SLOTS beside the live jobs."""
@@ -1750,7 +1777,7 @@ class Agent:
             entries.sort(key=lambda e: e[0])
             try:
                 os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-                write_atomic(path, json.dumps(entries, separators=(",", ":")).encode())
+                write_atomic(path, _COMPACT.encode(entries).encode())
             except OSError as e:  # the job can still run; a later start gets `unknown manifest`
                 log(f"cannot cache manifest {digest}: {e}")
         return entries
@@ -1880,9 +1907,10 @@ class Agent:
         """Start the wrapper in a new session and track it (posix_spawn: a vfork without
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(os.path.join(run_dir, "stdout.log"), flags, 0o600)
+        prefix = os.path.join(run_dir, "")
+        out = os.open(prefix + "stdout.log", flags, 0o600)
         try:
-            err = os.open(os.path.join(run_dir, "stderr.log"), flags, 0o600)
+            err = os.open(prefix + "stderr.log", flags, 0o600)
             try:
                 pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
                                      env, setsid=True, file_actions=[
@@ -1901,7 +1929,14 @@ class Agent:
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
             record = {"pid": pid, "start_ticks": start_ticks, "gpus": gpus,
                       "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
-            write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
+            # In place, not through a temporary name: a sync reads a torn record (an agent
+            # killed while writing it) as none, and rebuilds it from the claim.
+            fd = os.open(prefix + "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600)  # fmt: skip
+            try:
+                os.write(fd, json.dumps(record).encode())
+            finally:
+                os.close(fd)
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -1909,13 +1944,12 @@ class Agent:
                 self.cgroups.kill(env["MONKEY_CGROUP"])
             os.close(pidfd)
             raise RequestError(f"cannot record the job: {e}") from None
-        last = last_event(os.path.join(run_dir, "events.jsonl"))
-        job = Job(juid, attempt, run_dir, pid, pidfd, True, last["seq"] if last else 0,
-                  start_ticks)  # fmt: skip
+        # No events yet (seq 0, nothing tailed): op_start refused a run dir with a pid record
+        # or a claim, and events are only written after one of them.
+        job = Job(juid, attempt, run_dir, pid, pidfd, True, 0, start_ticks)
         job.gpus = [g for g in gpus.split(",") if g]
         job.limit = limit
         job.cpus = cpus
-        job.tail = tail_offsets(job.events_path)
         self._track(job)
         self._append(job, "started", pid=job.pid)
         return job
@@ -1965,21 +1999,28 @@ class Agent:
         job.seq += 1
         if etype == "exit":  # the code copy is not needed any more: reclaimed off the loop
             self._reclaim(job.run_dir)
-        push = encode({
-            "push": "event", "juid": job.juid, "attempt": job.attempt,
-            "offset": offset, "event": event,
-        })  # fmt: skip
+        push = b"%s%d,\"event\":%s}\n" % (job.push_head, offset, line[:-1])  # the line as encoded
         for conn in list(self.conns):
             if conn.subscribed:
                 self._send(conn, push)
 
     def _tail(self, job: Job, final: bool = False) -> None:
-        """Ship new metrics.jsonl lines and scraped stdout lines as metrics events."""
-        self._mark_order(job)
+        """Ship new metrics.jsonl lines and scraped stdout lines as metrics events (a file
+        is read only when its size, taken once per pass, shows it grew)."""
+        out_size = self._mark_order(job)
+        metrics = job.prefix + "metrics.jsonl"
+        try:
+            log_size = os.stat(metrics).st_size
+        except FileNotFoundError:
+            log_size = 0
         shipped = 0
         while shipped < TAIL_BUDGET or final:
-            log_end, lines = read_new(os.path.join(job.run_dir, "metrics.jsonl"), job.tail[0], final)
-            out_end, out = read_new(os.path.join(job.run_dir, "stdout.log"), job.tail[1], final)
+            log_end, lines = job.tail[0], b""
+            if log_size > log_end:
+                log_end, lines = read_new(metrics, log_end, final)
+            out_end, out = job.tail[1], b""
+            if out_size is None or out_size > out_end:
+                out_end, out = read_new(job.prefix + "stdout.log", out_end, final)
             if not lines and not out:
                 return
             scraped = scrape(out)
@@ -1995,21 +2036,23 @@ class Agent:
             shipped += len(lines) + len(out)
 
     @staticmethod
-    def _mark_order(job: Job) -> None:
-        """Append the logs' sizes to output.order when either grew since the last mark."""
+    def _mark_order(job: Job) -> int | None:
+        """Append the logs' sizes to output.order when either grew since the last mark; the
+        size of stdout.log (None when unknown)."""
         try:
-            sizes = tuple(os.stat(os.path.join(job.run_dir, name)).st_size
-                          for name in ("stdout.log", "stderr.log"))
+            sizes = (os.stat(job.prefix + "stdout.log").st_size,
+                     os.stat(job.prefix + "stderr.log").st_size)
         except OSError:
-            return
+            return None
         if sizes != job.order:
             try:
-                with open(os.path.join(job.run_dir, "output.order"), "a") as fh:
+                with open(job.prefix + "output.order", "a") as fh:
                     fh.write(f"{sizes[0]} {sizes[1]}\n")
             except OSError as e:
                 log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")
-                return
+                return sizes[0]
             job.order = sizes
+        return sizes[0]
 
     def _gpu_usage(self) -> dict[str, dict[str, float]]:
         """GPU usage read by the previous heartbeat's nvidia-smi; starts the next one."""
@@ -2059,7 +2102,11 @@ class Agent:
         ended = time.time()  # the exit's time, not its record's
         self._start_held()  # the slot is free: a held start need not wait for the records
         self._tail(job, final=True)
-        fields = {**exit_fields(job, read_exit_code(job.run_dir), returncode), "ts": ended}
+        # A wrapper that exited by itself exited with the code it wrote in the exit file.
+        code = returncode
+        if code is None or code < 0:
+            code = read_exit_code(job.run_dir)
+        fields = {**exit_fields(job, code, returncode), "ts": ended}
         if job.timed_out and job.limit:
             fields.update(reason="timeout", limit=job.limit[0])
         elif job.preempted:
@@ -2126,7 +2173,7 @@ class Agent:
         try:
             with open(os.path.join(run_dir, "pid"), "rb") as f:
                 record = json.loads(f.read())
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):  # none, or torn by an agent killed writing it
             record = self._claimed(run_dir)
             if record is None:
                 return "unknown"
@@ -2225,6 +2272,8 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
         return {"code": code, "signal": sig, "reason": "killed"}
     if code is None:
         return {"code": None, "signal": None, "reason": "vanished"}
+    if code != 1:  # launcher.py exits 1 when the set-up failed
+        return {"code": code, "signal": None, "reason": "exited"}
     try:
         with open(os.path.join(job.run_dir, "setup.failed"), encoding="utf-8") as f:
             return {"code": code, "signal": None, "reason": "setup", "error": f.read().strip()}
