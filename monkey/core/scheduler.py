@@ -57,11 +57,12 @@ _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 # HOLD_LIMIT (the slots stayed taken) comes back as never started and is queued again.
 _AHEAD_WINDOW = float(os.environ.get("MONKEY_AHEAD_WINDOW", "0.5"))
 _AHEAD_RUN = 1.0
-_AHEAD_FACTOR = 4
-# While events keep coming, a pass begins at most this long after the one before: what
-# arrives meanwhile is handled, and committed, together (the agents hold starts enough for
-# it). A pass after a quiet spell begins at once.
-_PASS_GAP = 0.001
+_AHEAD_FACTOR = 8
+# While events keep coming, a pass begins no sooner than this after the one before: what
+# arrives meanwhile (submissions, starts, exits) is handled and committed together, which
+# costs far less than a pass each; the agents' held starts keep their slots busy meanwhile.
+# A pass after a quiet spell begins at once.
+_PASS_GAP = 0.003
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
 
 
