@@ -51,13 +51,15 @@ _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fa
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 # An instance where an attempt that ran less than _AHEAD_RUN seconds ended within the last
 # _AHEAD_WINDOW seconds (short jobs, one after the other) is handed starts ahead of its free
-# slots, up to _AHEAD_FACTOR times its slots in all (drivers with ``hands_ahead``): its
-# agent holds them and spawns the next one the moment a job ends, instead of the slot
-# waiting for a round trip through the core. A start held longer than the agent's
-# HOLD_LIMIT (the slots stayed taken) comes back as never started and is queued again.
+# slots (drivers with ``hands_ahead``), up to _AHEAD_FACTOR times its slots in all but at
+# most _AHEAD_MAX more: its agent holds them and spawns the next one the moment a job ends,
+# instead of the slot waiting for a round trip through the core. A start held longer than
+# the agent's HOLD_LIMIT (the slots stayed taken) comes back as never started and is
+# queued again.
 _AHEAD_WINDOW = float(os.environ.get("MONKEY_AHEAD_WINDOW", "0.5"))
 _AHEAD_RUN = 1.0
 _AHEAD_FACTOR = 8
+_AHEAD_MAX = 32
 # While events keep coming, a pass begins no sooner than this after the one before: what
 # arrives meanwhile (submissions, starts, exits) is handled and committed together, which
 # costs far less than a pass each; the agents' held starts keep their slots busy meanwhile.
@@ -697,7 +699,7 @@ class Core:
         _AHEAD_RUN): the starts beyond the real slots are held by the agent until one frees."""
         now = time.monotonic()
         ended = self.ended_at.get
-        return [replace(c, slots=_AHEAD_FACTOR * c.slots)
+        return [replace(c, slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
                 if (e := ended((provider, c.instance))) and now - e[0] < _AHEAD_WINDOW
                 and e[1] < _AHEAD_RUN else c for c in capacities]  # fmt: skip
 
