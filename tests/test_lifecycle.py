@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from conftest import REPO, core_pid, wait_for
@@ -248,6 +249,21 @@ def test_database_is_sqlite_wal_with_a_schema_version(home, monkey):
     assert con.execute("PRAGMA user_version").fetchone()[0] >= 1
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"jobs", "attempts", "instances", "events", "blobs", "migrations"} <= tables
+
+
+def test_jobs_queued_behind_long_jobs_wait_in_the_queue(cli, home, monkey):
+    """Starts are handed ahead of the slots only after short jobs: behind a job that ran a
+    while, the next ones stay queued (no start held at the agent, no attempt withdrawn)."""
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    assert monkey.run(["sleep", "1.2"]).wait(timeout=60) == State.SUCCEEDED
+    busy = monkey.run(["sleep", "30"])
+    after = monkey.run(["true"])
+    wait_for(lambda: busy.status == State.RUNNING, what="the job taking the slot")
+    time.sleep(2.5)  # longer than an agent holds a start
+    assert after.status == State.QUEUED and after.attempts() == []
+    cli("job", "cancel", busy.juid, check=True)
+    assert after.wait(timeout=60) == State.SUCCEEDED
+    assert [a.reason for a in after.attempts()] == ["exit 0"]
 
 
 def test_the_core_copies_the_wal_into_the_database_file(home, monkey):
