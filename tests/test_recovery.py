@@ -41,7 +41,8 @@ def test_job_that_outlives_the_core_is_reattached(home, monkey):
     gate = Path("gate")
     job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
                                   "echo down; exit 4"])
-    wait_for(lambda: job.logs() == "up\n", what="the job to start")
+    # running as the store says (its first output may come a few ms before the core records it)
+    wait_for(lambda: job.logs() == "up\n" and job.status == State.RUNNING, what="the job to start")
     pid = job.attempts()[0].pid
     kill_core(home)
     os.kill(_agent_pid(home), signal.SIGKILL)  # no agent sees it end either
@@ -90,7 +91,7 @@ def _agent_pid(home: Path) -> int:
 def test_vanished_process_is_lost_and_retried(home, monkey):
     job = monkey.run(["sh", "-c", 'if [ -e "$MONKEY_CHECKPOINT_DIR/x" ]; then echo again; exit 0; fi; '
                                   'touch "$MONKEY_CHECKPOINT_DIR/x"; echo once; sleep 300'], retries=1)
-    wait_for(lambda: job.logs() == "once\n", what="the job to start")
+    wait_for(lambda: job.logs() == "once\n" and job.status == State.RUNNING, what="the job to start")
     pid = job.attempts()[0].pid
     kill_core(home)
     os.kill(_agent_pid(home), signal.SIGKILL)
