@@ -99,9 +99,11 @@ def test_another_user_can_read_nothing_a_job_left_in_monkey_home(cli, reachable_
     proc = cli("run", "--env", "API_TOKEN=x", "--dataset", "data.csv", "--follow", "--", "./run.sh")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("out\n")
-    # File modes are kept in the job's folder ...
-    assert "-rw------- " in proc.stdout.splitlines()[1]  # .env
-    assert "-rwxr-xr-x " in proc.stdout.splitlines()[2]  # run.sh
+    # File modes are kept in the job's folder (`ls` lines; "err" may come before or after
+    # them, as the follow interleaves the two streams by when they were seen written) ...
+    listed = {line.split()[-1]: line for line in proc.stdout.splitlines() if line.startswith("-")}
+    assert listed[".env"].startswith("-rw------- ")
+    assert listed["run.sh"].startswith("-rwxr-xr-x ")
     # ... while everything under MONKEY_HOME is the user's alone.
     assert readable_by_another_user(everything_under(home)) == []
     assert mode(home) == 0o700

@@ -66,8 +66,11 @@ def core_version(home: Home) -> str | None:
 
 
 def outdated(home: Home) -> bool:
-    """Whether a core runs code other than this process's (a reinstall since it started)."""
-    return bool(status(home)) and core_version(home) != version()
+    """Whether a core runs code other than this process's (a reinstall since it started).
+    A core still starting (locked, no pid yet) is not: its version is written just before
+    its pid, and the file may still hold the previous core's."""
+    pid = status(home)
+    return pid is not None and pid > 0 and core_version(home) != version()
 
 
 def local_agent(home: Home, stop_if_idle: bool = False) -> dict[str, Any] | None:
@@ -157,7 +160,7 @@ def start(home: Home, timeout: float = 10.0) -> int:
     this process's (monkey was reinstalled) is restarted: its jobs keep running and the
     new core re-attaches to them."""
     pid = status(home)
-    if pid and outdated(home):
+    if pid and pid > 0 and outdated(home):
         logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
         stop(home)
         pid = status(home)
