@@ -68,9 +68,23 @@ class Terminal:
             self.raw += os.read(self.master, 65536).decode(errors="replace")
 
     def close(self) -> int:
+        """Wait for the program to exit (killed after 15 s); its exit code."""
         try:
             return self.proc.wait(timeout=15)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+            self._end()
+
+    def _end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.master >= 0:
             os.close(self.master)
+            self.master = -1
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Nothing is left running, whatever the test did."""
+        self._end()

@@ -753,6 +753,10 @@ def test_bad_requests_do_not_break_the_agent(world: World, agent: Client) -> Non
         agent.request("fly")
     with pytest.raises(AgentError):
         agent.request("start", juid="j")
+    for bad in ({"slots": 0}, {"slots": "2"}, {"cpus": 0}):  # nothing would ever fit
+        with pytest.raises(AgentError, match="slots and cpus must be positive integers"):
+            world.start(agent, "j", ["true"], **bad)
+    assert not world.run_dir("j").exists()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(world.socket)
     sock.sendall(b"this is not json\n[1, 2]\n")

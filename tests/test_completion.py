@@ -58,7 +58,7 @@ def test_tab_completes_commands_options_and_job_ids(shell, cli, home, tmp_path):
         term.send(KILL_LINE)
         term.settle(0.2)
 
-    try:
+    with term:
         tab("monkey li", r"monkey list ")  # a command
         tab("monkey list jo", r"monkey list jobs ")  # a sub-command
         tab("monkey list jobs --li", r"monkey list jobs --limit ")  # an option
@@ -70,6 +70,3 @@ def test_tab_completes_commands_options_and_job_ids(shell, cli, home, tmp_path):
         tab("monkey run -- python tr", r"monkey run -- python train\.py ")  # files after --
         term.send("exit\r")
         assert term.close() == 0
-    finally:
-        if term.proc.poll() is None:
-            term.proc.kill()

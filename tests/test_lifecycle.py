@@ -268,20 +268,23 @@ def test_jobs_queued_behind_long_jobs_wait_in_the_queue(cli, home, monkey):
 
 def test_the_core_copies_the_wal_into_the_database_file(home, monkey):
     """Writers leave the WAL to the core's checkpointer (no commit of theirs stalls on its
-    fsyncs); what they wrote still reaches the database file itself within a second."""
-    jobs = [monkey.run(["true"]) for _ in range(20)]
-    assert all(job.wait(timeout=60) == State.SUCCEEDED for job in jobs)
+    fsyncs); what they wrote still reaches the database file itself within a second, also
+    once the WAL was copied whole and writers reuse it from its start."""
 
-    def in_the_file() -> bool:  # immutable: the file alone, without its WAL
+    def in_the_file(count: int) -> bool:  # immutable: the file alone, without its WAL
         con = sqlite3.connect(f"file:{home / 'monkey.db'}?immutable=1", uri=True)
         try:
-            return con.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == 20
+            return con.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == count
         except sqlite3.OperationalError:  # not even the tables yet
             return False
         finally:
             con.close()
 
-    wait_for(in_the_file, timeout=10, what="the jobs in the database file")
+    for batch, total in ((20, 20), (5, 25)):
+        jobs = [monkey.run(["true"]) for _ in range(batch)]
+        assert all(job.wait(timeout=60) == State.SUCCEEDED for job in jobs)
+        wait_for(lambda total=total: in_the_file(total), timeout=10,
+                 what=f"{total} jobs in the database file")
 
 
 def test_gpus_are_assigned_exclusively(home, monkey, cli):

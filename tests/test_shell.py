@@ -302,9 +302,8 @@ def test_interactive_terminal(shell_home, two_jobs):
     # A job that never ends, to follow (following starts the core).
     endless = _new_job(Monkey(), time.mktime((2026, 11, 21, 12, 0, 2, 0, 0, -1)), ("sleep", "600"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
-    term = Terminal(env, Path.cwd())
     prompt = r"monkey>"
-    try:
+    with Terminal(env, Path.cwd()) as term:
         term.expect(r"type `help` for the commands.*" + prompt)
         term.send("list jobs\r")
         term.expect(r"26-11-21-002.*26-11-21-001.*" + prompt)
@@ -324,7 +323,4 @@ def test_interactive_terminal(shell_home, two_jobs):
         term.expect(r"error: no job matches '99-99'.*" + prompt)
         term.send("\x04")  # Ctrl-D
         assert term.close() == 0
-    finally:
-        if term.proc.poll() is None:
-            term.proc.kill()
     assert (shell_home.root / "history").exists()

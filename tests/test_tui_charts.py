@@ -67,16 +67,21 @@ def drive(app: DashApp, body: Callable[..., Awaitable[None]]) -> None:
     tui_drive(app, body, SIZE)
 
 
+async def overlaid_metrics(app: DashApp, pilot, juids: list[str]) -> MetricsPane:
+    """The metrics pane (key m) of the first run's screen with the other runs overlaid."""
+    app.push_screen(JobScreen(app.shared, juids[0], app.clock, overlay=juids[1:]))
+    await pilot.pause()
+    await pilot.press("m")
+    return app.screen.query_one(MetricsPane)
+
+
 def test_keys_smooth_log_scale_and_change_x_of_the_plotted_series(home, monkey):
     _, juids = fill_sweep(monkey, n=3)
     app = DashApp(home, clock=lambda: NOW)
 
     async def body(pilot) -> None:
         await until(pilot, lambda: app.table.row_count == 4, "the jobs")
-        app.push_screen(JobScreen(app.shared, juids[0], app.clock, overlay=juids[1:]))
-        await pilot.pause()
-        await pilot.press("m")
-        pane = app.screen.query_one(MetricsPane)
+        pane = await overlaid_metrics(app, pilot, juids)
         await until(pilot, lambda: pane.drawn.get("loss") and len(pane.drawn["loss"]) == 3,
                     "the loss of the three runs")
         raw = {j: pane.drawn["loss"][j] for j in juids}
@@ -163,10 +168,7 @@ def test_past_20_overlaid_runs_are_coloured_by_a_parameter_with_a_colour_bar(hom
 
     async def body(pilot) -> None:
         await until(pilot, lambda: app.table.row_count == 26, "the jobs")
-        app.push_screen(JobScreen(app.shared, juids[0], app.clock, overlay=juids[1:]))
-        await pilot.pause()
-        await pilot.press("m")
-        pane = app.screen.query_one(MetricsPane)
+        pane = await overlaid_metrics(app, pilot, juids)
         await until(pilot, lambda: len(pane.drawn.get("loss", {})) == 25, "25 runs drawn")
         seeds = {j: monkey.store.get_job(j).params["seed"] for j in juids}
         assert pane.by == ("seed", min(seeds.values()), max(seeds.values()))

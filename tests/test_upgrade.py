@@ -150,8 +150,7 @@ def reinstall(src: Path) -> None:
 def test_a_shell_left_open_restarts_onto_reinstalled_code(home: Path, tmp_path: Path) -> None:
     src = copy_tree(tmp_path / "src", "installed")
     env = dict(os.environ, PYTHONPATH=str(src), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
-    term = Terminal(env, Path.cwd())
-    try:
+    with Terminal(env, Path.cwd()) as term:
         term.expect("monkey>")
         term.send("daemon status\r")
         old = term.expect(r"cli\s+\S+").split()[1]
@@ -166,9 +165,6 @@ def test_a_shell_left_open_restarts_onto_reinstalled_code(home: Path, tmp_path: 
         term.expect(r"1\s+daemon status\s+2\s+daemon status\s+monkey>")
         term.send("\x04")
         assert term.close() == 0
-    finally:
-        if term.proc.poll() is None:
-            term.proc.kill()
 
 
 def test_a_shell_reading_a_script_only_notes_a_reinstall(home: Path, tmp_path: Path) -> None:
@@ -190,8 +186,7 @@ def test_a_dashboard_left_open_restarts_onto_reinstalled_code(cli, home: Path, t
     cli("logs", "--follow", juid)
     src = copy_tree(tmp_path / "src", "installed")
     env = dict(os.environ, PYTHONPATH=str(src), TERM="xterm-256color")
-    term = Terminal(env, Path.cwd(), [sys.executable, "-m", "monkey", "dash"], size=(30, 120))
-    try:
+    with Terminal(env, Path.cwd(), [sys.executable, "-m", "monkey", "dash"], size=(30, 120)) as term:
         term.expect(juid)
         term.send("\r")  # open the job
         term.expect(f"job {juid}")
@@ -204,7 +199,4 @@ def test_a_dashboard_left_open_restarts_onto_reinstalled_code(cli, home: Path, t
         term.expect(f"job {juid}")
         term.send("q")
         assert term.close() == 0
-    finally:
-        if term.proc.poll() is None:
-            term.proc.kill()
 

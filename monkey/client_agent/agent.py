@@ -1490,7 +1490,7 @@ class Agent:
         if (juid, attempt) in self.jobs or (juid, attempt) in self.held:
             raise RequestError(f"{juid}/{attempt} is already running")
         slots, cpus = req.get("slots"), req.get("cpus", 1)
-        if not isinstance(cpus, int) or cpus < 1 or (slots is not None and not isinstance(slots, int)):
+        if not all(isinstance(n, int) and n >= 1 for n in (cpus, 1 if slots is None else slots)):
             raise RequestError("slots and cpus must be positive integers")
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
@@ -1532,7 +1532,7 @@ class Agent:
         limit = req.get("time_limit")
         pending = Pending(juid, attempt, run_dir, cwd, argv, env, None if limit is None else
                           [float(limit), 0.0, float(req.get("grace", 10))], results,
-                          min(cpus, slots) if slots else cpus, conn, req.get("id"))  # fmt: skip
+                          cpus if slots is None else min(cpus, slots), conn, req.get("id"))  # fmt: skip
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):

@@ -160,7 +160,7 @@ def start(home: Home, timeout: float = 10.0) -> int:
     this process's (monkey was reinstalled) is restarted: its jobs keep running and the
     new core re-attaches to them."""
     pid = status(home)
-    if pid and pid > 0 and outdated(home):
+    if pid and outdated(home):
         logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
         stop(home)
         pid = status(home)

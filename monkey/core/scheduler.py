@@ -128,7 +128,7 @@ class Core:
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
         self.on_demand: dict[str, list[Resources]] = {}  # those of them that need on-demand
         self.stopping = False
-        self.held: list[Callable[[], None]] = []  # starts to send once the pass committed
+        self.to_send: list[Callable[[], None]] = []  # starts to send once the pass committed
         self.passes = 0  # passes so far: a job read in this pass is still as read
         # Fixed providers found without a free slot, until something frees room: a job
         # queued meanwhile (a wake) cannot start there, so its pass does not look.
@@ -199,8 +199,8 @@ class Core:
                 if not self.stopping:  # a core told to stop starts nothing more
                     self.tick()
         finally:
-            held, self.held = self.held, []
-        for send in held:
+            to_send, self.to_send = self.to_send, []
+        for send in to_send:
             send()
 
     def changed(self) -> None:
@@ -492,8 +492,9 @@ class Core:
         att = self.store.get_attempt(juid, n)
         if att is None or att.state != "live" or (juid, n) in self.finishing:
             return  # closed already (an exit replayed by a sync), or being closed
-        ended = event.get("ts") or time.time()
-        self.ended_at[key] = (time.monotonic(), ended - (att.started_at or ended - _AHEAD_RUN))
+        # How long it ran (never reported started: taken as not short).
+        ran = (event.get("ts") or time.time()) - att.started_at if att.started_at else _AHEAD_RUN
+        self.ended_at[key] = (time.monotonic(), ran)
         self.finishing.add((juid, n))
         try:
             drv = self.driver(key[0])
@@ -662,8 +663,9 @@ class Core:
                 usage = self.usage()
             if self.elastic.noticed:  # machines about to go take no new job
                 capacities = [c for c in capacities if c.instance not in self.elastic.noticed]
-            slots = {c.instance: c.slots for c in capacities}
+            slots: dict[str, int] = {}  # the real slots, told to agents handed starts ahead
             if drv.hands_ahead:
+                slots = {c.instance: c.slots for c in capacities}
                 capacities = self._ahead(provider, capacities)
             free = sum(max(0, c.slots - usage.get(c.instance, Usage()).slots) for c in capacities)
             if free <= 0 and not drv.elastic:
@@ -689,7 +691,7 @@ class Core:
                     continue
                 self.start(job, drv, placement.instance, placement.gpus,
                            any(c.gpus for c in capacities if c.instance == placement.instance),
-                           slots[placement.instance] if drv.hands_ahead else None)
+                           slots.get(placement.instance))
                 if not drv.elastic and all(usage.get(c.instance, Usage()).slots >= c.slots
                                            for c in capacities):  # fmt: skip
                     break  # full: the jobs after this one wait for an exit
@@ -797,7 +799,7 @@ class Core:
                 self._follow(key, [*following, (att.juid, att.n)])
 
         self.prepare_failures.pop(att.juid, None)
-        self.held.append(send)  # sent once the pass that opened the attempt is committed
+        self.to_send.append(send)  # sent once the pass that opened the attempt is committed
 
     def _follow(self, key: tuple[str, str], attempts: list[tuple[str, int]]) -> None:
         """Tell the instance's driver which attempts live there, when that changed."""

@@ -185,14 +185,17 @@ class LocalDriver(Driver):
         return f"{self._runs}/{juid}/{attempt}"  # Home.run_dir's, without Path's cost per start
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
-        path = f"{self._runs}/{juid}/checkpoint"  # Home.checkpoint_dir's
-        try:
-            for folder in (os.path.dirname(path), path):  # two calls, not makedirs' four
-                try:
-                    os.mkdir(folder, 0o700)
-                except FileExistsError:
-                    if not os.path.isdir(folder):
-                        raise
+        job_dir = f"{self._runs}/{juid}"  # Home.checkpoint_dir's parent; two mkdir calls,
+        try:  # not makedirs' stats
+            os.mkdir(job_dir, 0o700)
+        except FileExistsError:
+            pass  # a later attempt (a file there fails the mkdir below)
         except FileNotFoundError:  # no runs/ yet
-            os.makedirs(path, 0o700, exist_ok=True)
+            os.makedirs(job_dir, 0o700, exist_ok=True)
+        path = f"{job_dir}/checkpoint"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
         return path

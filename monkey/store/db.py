@@ -328,10 +328,12 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
     def close(self) -> None:
         self.db.close()
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Copy what the WAL holds into the database file, never waiting for a reader or a
-        writer (PASSIVE: what a reader still needs is copied by a later call)."""
-        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        writer (PASSIVE); whether all of it was (what a reader still uses waits for a later
+        call)."""
+        _busy, frames, copied = self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return frames == copied
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -879,7 +881,8 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStor
 
 class Checkpointer:
     """A thread of the core that checkpoints the WAL every CHECKPOINT_EVERY seconds when it
-    grew, on its own connection: its fsyncs never stall the core's loop or a submitter."""
+    was written since it was last copied whole, on its own connection: its fsyncs never
+    stall the core's loop or a submitter."""
 
     def __init__(self, path: Path) -> None:
         import threading
@@ -891,16 +894,17 @@ class Checkpointer:
         self.thread.start()
 
     def _run(self) -> None:
-        store, seen = None, -1
+        store, copied = None, None
         try:
             while not self.stopped.wait(CHECKPOINT_EVERY):
                 try:
-                    size = os.stat(self.wal).st_size
-                    if size == seen:
+                    # Written since: after a full copy writers reuse the file from its start,
+                    # so its size alone may not change.
+                    st = os.stat(self.wal)
+                    if (st.st_size, st.st_mtime_ns) == copied:
                         continue
                     store = store or Store(self.path, create=False)
-                    store.checkpoint()
-                    seen = size
+                    copied = (st.st_size, st.st_mtime_ns) if store.checkpoint() else None
                 except (OSError, sqlite3.Error, MonkeyError):
                     continue  # a full disk, a busy file: the next look tries again
         finally:
