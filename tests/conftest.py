@@ -3,6 +3,7 @@ every process (core, agent, jobs) the test started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,6 +63,28 @@ def kill_until_gone(find: Callable[[], list[int]], tries: int = 50) -> None:
 def kill_all(marker: str) -> None:
     """Kill every process whose environment contains ``marker``."""
     kill_until_gone(lambda: processes_with_env(marker))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tidy_cgroups() -> Iterator[None]:
+    """Remove the job cgroups that agents this session killed left behind (an agent removes
+    its own when it stops; a SIGKILLed one cannot)."""
+    from monkey.client_agent.agent import cgroup2_self
+
+    parent = cgroup2_self()
+    before = set(os.listdir(parent)) if parent else set()
+    yield
+    if parent is None:
+        return
+    for name in set(os.listdir(parent)) - before:
+        base = os.path.join(parent, name)
+        if name.startswith("monkey-") and os.path.isdir(base):
+            for child in os.listdir(base):
+                if os.path.isdir(os.path.join(base, child)):
+                    with contextlib.suppress(OSError):  # processes still there
+                        os.rmdir(os.path.join(base, child))
+            with contextlib.suppress(OSError):
+                os.rmdir(base)
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from monkey.drivers.agent_link import AgentError, AgentLink, connect_unix
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 20.0
+CGROUP2 = next((m.split()[1] for m in Path("/proc/mounts").read_text().splitlines()
+                if m.split()[2] == "cgroup2"), "")  # fmt: skip
 
 
 # ---------------------------------------------------------------- helpers
@@ -416,6 +418,36 @@ def test_processes_that_left_the_session_are_killed(world: World, tree_mode: str
     agent.wait_exit("j")
     wait_for(lambda: not any(with_cmdline(t) for t in tokens), timeout=TIMEOUT,
              what="every process of the job to be gone")  # fmt: skip
+
+
+def test_a_job_shares_its_cgroup_with_no_process_of_an_earlier_job(world: World) -> None:
+    # Cgroups are kept for later jobs once empty: one whose earlier job left a process
+    # behind must not be handed out, and an agent that stops leaves none behind.
+    agent_proc = world.start_agent()
+    agent = world.client()
+    script, tokens = escapes(int(world.tag[:8], 16))
+    world.start(agent, "left", ["sh", "-c", script])
+    agent.wait_exit("left")
+    groups = set()
+    for n in range(6):
+        juid = f"j{n}"
+        world.start(agent, juid, ["sh", "-c", "touch in; " + WAIT_GO])
+        wait_for((world.run_dir(juid) / "work" / "in").exists, timeout=TIMEOUT, what="the job")
+        pid = world.job_pid(juid)
+        group = Path("/proc", str(pid), "cgroup").read_text().splitlines()[-1].partition("::")[2]
+        members = (Path(CGROUP2) / group.lstrip("/") / "cgroup.procs").read_text().split()
+        mark = f"MONKEY_STARTED_FILE={world.run_dir(juid) / 'started'}".encode()
+        assert members and all(mark in Path("/proc", m, "environ").read_bytes() for m in members)
+        groups.add(group)
+        (world.run_dir(juid) / "work" / "go").touch()
+        assert agent.wait_exit(juid)["code"] == 0
+    assert not any(with_cmdline(t) for t in tokens)
+    assert len(groups) == 1, groups  # one job at a time: the same cgroup each time
+    base = Path(CGROUP2) / next(iter(groups)).lstrip("/")
+    assert base.parent.name.startswith("monkey-") and base.exists()
+    agent_proc.send_signal(signal.SIGTERM)
+    agent_proc.wait(timeout=TIMEOUT)
+    assert not base.parent.exists(), list(base.parent.iterdir())
 
 
 def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:

@@ -99,7 +99,7 @@ code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 an
 15; else the agent's last signal).
 ``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
 (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
-every process the job left is SIGKILLed: its cgroup (v2, one per attempt under the
+every process the job left is SIGKILLed: its cgroup (v2, its own while it runs, under the
 agent's own, when the agent may make them), else its session, its process group, the
 processes that carry its MONKEY_STARTED_FILE in their environment and all their
 descendants (the agent is then the child subreaper of its jobs, and kills and reaps the
@@ -379,15 +379,24 @@ def cgroup2_self() -> str | None:
 
 
 class Cgroups:
-    """One cgroup v2 per job, under the agent's own, when the kernel lets the agent make
+    """One cgroup v2 per live job, under the agent's own, when the kernel lets the agent make
     them and move processes in (root, or a delegated subtree). Every process a job starts
     stays in its cgroup whatever it does (setsid, double fork), so nothing is left behind.
     ``base`` is None when cgroups cannot be used (the agent then sweeps by session,
-    environment and descendants, as a child subreaper)."""
+    environment and descendants, as a child subreaper).
+
+    A job's cgroup is empty once the job ended and its leftovers were killed: it is kept
+    for a later job (making and removing a cgroup costs the kernel more than a short job
+    does). Cgroups this agent made are named ``job-PID-N`` by its pid, made with an
+    exclusive mkdir, so that no two agents ever hand out the same one."""
+
+    KEEP = 64  # empty cgroups kept for later jobs
 
     def __init__(self, root: str) -> None:
         self.base: str | None = None
         self.leftover: set[str] = set()  # cgroups to remove once their processes are gone
+        self.free: list[str] = []  # empty cgroups of ended jobs, handed out again
+        self.made = 0
         parent = None if os.environ.get("MONKEY_NO_CGROUP") else cgroup2_self()
         if parent is None:
             return
@@ -422,19 +431,23 @@ class Cgroups:
             os.waitpid(pid, 0)
             os.rmdir(probe)
 
-    def make(self, juid: str, attempt: int) -> str:
-        """A new, empty cgroup for one attempt ("" when cgroups are not used)."""
+    def make(self) -> str:
+        """An empty cgroup for one attempt ("" when cgroups are not used)."""
         if self.base is None:
             return ""
-        path = os.path.join(self.base, f"job-{re.sub(r'[^A-Za-z0-9._-]', '_', juid)}-{attempt}")
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            log(f"cannot make the cgroup of {juid}/{attempt}: {e}")
-            return ""
-        return path
+        if self.free:
+            return self.free.pop()
+        while True:
+            self.made += 1
+            path = os.path.join(self.base, f"job-{os.getpid()}-{self.made}")
+            try:
+                os.mkdir(path)
+                return path
+            except FileExistsError:  # an earlier agent of the same pid made it
+                continue
+            except OSError as e:
+                log(f"cannot make a cgroup for a job: {e}")
+                return ""
 
     @staticmethod
     def pids(path: str) -> set[int]:
@@ -445,10 +458,21 @@ class Cgroups:
         except (OSError, ValueError):
             return set()
 
-    def kill(self, path: str) -> None:
-        """SIGKILL every process of the cgroup, then remove it (later, if still busy). An
-        empty cgroup is removed at once: nothing can enter it (the wrapper that joins it
-        has exited), and one with a process left refuses the rmdir (EBUSY)."""
+    def release(self, path: str) -> None:
+        """SIGKILL every process of the cgroup of a job that ended. An empty one is kept for
+        a later job: nothing can enter it any more (the wrapper that joined it has exited,
+        and an empty cgroup has no process to fork into it); one with processes left is
+        removed once they are gone."""
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "rb") as f:
+                empty = not f.read(1)
+        except FileNotFoundError:
+            return
+        except OSError:
+            empty = False
+        if empty and len(self.free) < self.KEEP and os.path.dirname(path) == self.base:
+            self.free.append(path)
+            return
         try:
             os.rmdir(path)
             return
@@ -474,6 +498,30 @@ class Cgroups:
             except OSError:
                 continue
             self.leftover.discard(path)
+
+    def close(self, busy: set[str]) -> None:
+        """Remove the cgroups kept for later jobs, the empty ones agents that died left under
+        BASE (not those of BUSY, live jobs' cgroups, even when still empty), and BASE when
+        nothing is left in it (jobs of an earlier agent may still run there)."""
+        self.tidy()
+        self.free.clear()
+        if self.base is None:
+            return
+        try:
+            names = os.listdir(self.base)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(self.base, name)
+            if os.path.isdir(path) and path not in busy:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass  # processes still run there
+        try:
+            os.rmdir(self.base)
+        except OSError:
+            pass
 
 
 def session_usage(sids: set[int]) -> dict[int, list[int]]:
@@ -1148,12 +1196,7 @@ class Agent:
     def _cleanup(self) -> None:
         for p in list(self.held.values()):
             self._withdraw(p, "the agent is stopping")
-        self.cgroups.tidy()
-        if self.cgroups.base and not self.jobs:
-            try:
-                os.rmdir(self.cgroups.base)
-            except OSError:
-                pass  # jobs of an earlier agent still run there
+        self.cgroups.close({job.cgroup for job in self.jobs.values()})
         for conn in list(self.conns):
             self._flush_blocking(conn, deadline=time.monotonic() + 2)
             self._close(conn)
@@ -1463,7 +1506,7 @@ class Agent:
             except OSError:
                 pass
         if job.cgroup:
-            self.cgroups.kill(job.cgroup)
+            self.cgroups.release(job.cgroup)
             return
         signal_pids(self._tree(job), signal.SIGKILL)
         if not self.jobs:  # orphans that came to us (subreaper) and kept no trace of a job
@@ -1557,7 +1600,7 @@ class Agent:
 
     def _launch(self, p: Pending) -> Job:
         """Spawn a prepared start in its cgroup, with its time limit counted from now."""
-        cgroup = self.cgroups.make(p.juid, p.attempt)
+        cgroup = self.cgroups.make()
         p.env.update(job_env(p.run_dir, cgroup))
         if p.limit is not None:
             p.limit[1] = time.time() + p.limit[0]
@@ -1941,7 +1984,7 @@ class Agent:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             if env.get("MONKEY_CGROUP"):
-                self.cgroups.kill(env["MONKEY_CGROUP"])
+                self.cgroups.release(env["MONKEY_CGROUP"])
             os.close(pidfd)
             raise RequestError(f"cannot record the job: {e}") from None
         # No events yet (seq 0, nothing tailed): op_start refused a run dir with a pid record
