@@ -231,7 +231,14 @@ class World:
         return {"juid": juid, "attempt": 1, "run_dir": str(self.run_dir(juid)), "offset": offset}
 
     def job_pid(self, juid: str) -> int:
-        return json.loads((self.run_dir(juid) / "pid").read_text())["pid"]
+        """The pid of JUID's wrapper, from its started event."""
+        first = (self.run_dir(juid) / "events.jsonl").read_text().splitlines()[0]
+        return json.loads(first)["pid"]
+
+    def recorded_code(self, juid: str) -> str | None:
+        """The exit code JUID's wrapper appended to its claim, or None."""
+        lines = (self.run_dir(juid) / "started").read_text().splitlines()
+        return lines[1] if len(lines) > 1 else None
 
     def kill_agents(self) -> None:
         for proc in self.procs:
@@ -278,11 +285,12 @@ def test_job_output_and_exit_zero(world: World, agent: Client) -> None:
     run = world.run_dir("j")
     assert (run / "stdout.log").read_text() == "hello\n"
     assert (run / "stderr.log").read_text() == "oops\n"
-    assert (run / "exit").read_text().strip() == "0"
-    pid = json.loads((run / "pid").read_text())
-    assert pid["pid"] == reply["pid"] and pid["start_ticks"] > 0
+    assert world.recorded_code("j") == "0"
     lines = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["type"] for e in lines] == ["started", "exit"]
+    assert lines[0]["pid"] == reply["pid"] and lines[0]["start_ticks"] > 0
+    assert sorted(p.name for p in run.iterdir()) == ["events.jsonl", "output.order", "started",
+                                                     "stderr.log", "stdout.log", "work"]  # fmt: skip
     assert [e["seq"] for e in lines] == [1, 2]
     assert lines[0]["pid"] == reply["pid"]
     pushes = agent.events("j")
@@ -461,6 +469,36 @@ def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
                              *argv], env=env, start_new_session=True)  # fmt: skip
 
 
+@pytest.mark.parametrize("when", ["ended", "running"])
+def test_job_started_by_an_earlier_agent_is_adopted(world: World, when: str) -> None:
+    # Agents before this one kept the started record in `pid` and the wrapper's exit code
+    # in `exit`: a job they started is adopted after an upgrade, its code read from there.
+    from monkey.client_agent.agent import read_stat, stat_start_ticks
+
+    run = world.run_dir("j")
+    (run / "work").mkdir(parents=True)
+    go = world.tmp / "go"
+    proc = subprocess.Popen(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; "
+                             f"echo 7 > {run}/exit; exit 7"], start_new_session=True,
+                            env=dict(os.environ, MONKEY_TEST_TAG=world.tag))  # fmt: skip
+    ticks = stat_start_ticks(read_stat(proc.pid))
+    (run / "started").write_text(f"{proc.pid}\n")
+    (run / "pid").write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "cgroup": ""}))
+    (run / "events.jsonl").write_text(json.dumps({"seq": 1, "ts": time.time(), "type": "started",
+                                                  "pid": proc.pid}) + "\n")  # fmt: skip
+    if when == "ended":
+        go.touch()
+        assert proc.wait() == 7
+    world.start_agent()
+    client = world.client(sync=False)
+    reply = client.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == ("exited" if when == "ended" else "running")
+    go.touch()
+    event = client.wait_exit("j")
+    assert (event["code"], event["reason"]) == (7, "exited")
+    proc.wait()
+
+
 def test_job_whose_agent_died_before_recording_it_is_adopted_not_rerun(world: World) -> None:
     ledger = world.tmp / "ledger"
     proc = run_wrapper(world.run_dir("j"), ["sh", "-c", f"echo ran >> {ledger}; exit 3"], world.tag)
@@ -500,7 +538,7 @@ def test_wrapper_that_loses_to_a_sync_runs_nothing(world: World, agent: Client) 
     assert reply["attempts"][0]["status"] == "unknown"
     proc = run_wrapper(world.run_dir("j"), ["sh", "-c", f"echo ran >> {ledger}"], world.tag)
     assert proc.wait() == 125
-    assert not ledger.exists() and not (world.run_dir("j") / "exit").exists()
+    assert not ledger.exists() and world.recorded_code("j") is None
 
 
 def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
@@ -525,9 +563,9 @@ def test_job_outlives_agent_crash_and_sync_resumes(world: World) -> None:
     pid = world.job_pid("j")
     assert alive(pid), "the job died with the agent"
     (world.run_dir("j") / "work" / "go").touch()
-    wait_for(lambda: (world.run_dir("j") / "exit").exists(), timeout=TIMEOUT, what="the wrapper to record the exit")
+    wait_for(lambda: world.recorded_code("j"), timeout=TIMEOUT, what="the wrapper to record the exit")
     wait_for(lambda: not alive(pid), timeout=TIMEOUT, what="the job to end")
-    assert (world.run_dir("j") / "exit").read_text().strip() == "5"
+    assert world.recorded_code("j") == "5"
 
     world.start_agent()
     second = world.client(sync=False)
@@ -603,7 +641,7 @@ def test_job_killed_while_agent_down_is_vanished(world: World) -> None:
     for member in session_members(pid):
         os.kill(member, signal.SIGKILL)
     wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="the job's session to be gone")
-    assert not (world.run_dir("j") / "exit").exists()
+    assert world.recorded_code("j") is None
 
     world.start_agent()
     second = world.client(sync=False)
@@ -625,7 +663,7 @@ def test_never_started_is_unknown(world: World, agent: Client) -> None:
     # before the sync) is refused, so the attempt the core re-queued is the only one to run
     with pytest.raises(AgentError, match="never started"):
         world.start(agent, "ghost", ["touch", "ran"])
-    assert not (world.run_dir("ghost") / "pid").exists()
+    assert not (world.run_dir("ghost") / "events.jsonl").exists()
 
 
 # ---------------------------------------------------------------- materialising
@@ -640,7 +678,7 @@ def test_unsafe_paths_refused_and_nothing_runs(world: World, agent: Client) -> N
         world.start(agent, "j", ["touch", "ran"], files=[["a", "ab" + "0" * 62, 0o644]])
     with pytest.raises(AgentError, match="bad digest"):
         world.start(agent, "j", ["touch", "ran"], files=[["a", "../../etc", 0o644]])
-    assert not (world.run_dir("j") / "pid").exists()
+    assert not (world.run_dir("j") / "events.jsonl").exists()
     assert not (world.tmp / "runs" / "x").exists() and not (world.tmp / "x").exists()
     assert agent.request("jobs")["jobs"] == []
     # the same request with a safe path then works
@@ -856,8 +894,8 @@ def test_sigterm_stops_agent_but_not_jobs(world: World) -> None:
     assert not (world.root / "private" / "agent.pid").exists()
     assert alive(world.job_pid("j"))
     (world.run_dir("j") / "work" / "go").touch()
-    wait_for(lambda: (world.run_dir("j") / "exit").exists(), timeout=TIMEOUT, what="the exit file")
-    assert (world.run_dir("j") / "exit").read_text().strip() == "4"
+    wait_for(lambda: world.recorded_code("j"), timeout=TIMEOUT, what="the recorded exit code")
+    assert world.recorded_code("j") == "4"
 
 
 def test_idle_agent_exits(world: World) -> None:

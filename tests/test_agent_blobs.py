@@ -75,7 +75,7 @@ def test_blob_that_cannot_be_fetched_refuses_the_start(world: World, agent: Clie
         world.start(agent, "j", ["sh", "-c", "touch ran"], files=files, blob_urls=urls)
     run = world.run_dir("j")
     assert not (run / "work" / "ran").exists() and not (run / "started").exists()
-    assert not (run / "pid").exists()
+    assert not (run / "events.jsonl").exists()
     assert not (world.blobs / bad[:2] / bad[2:]).exists()
     assert not list(world.blobs.glob("*/.tmp-*"))
     assert agent.request("jobs")["jobs"] == []

@@ -49,7 +49,7 @@ def test_job_that_outlives_the_core_is_reattached(home, monkey):
     gate.touch()  # the job ends while no core runs
     wait_for(lambda: _dead(pid), what="the job to end")
     assert job.status == State.RUNNING
-    ended = (home / "runs" / job.juid / "1" / "exit").stat().st_mtime
+    ended = (home / "runs" / job.juid / "1" / "started").stat().st_mtime  # the code appended
     time.sleep(1.5)  # the restart comes well after the end
     start_core(home)
     assert job.wait(timeout=30) == State.FAILED

@@ -213,7 +213,7 @@ def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
     wait_for(lambda: "start at epoch" in cli("logs", juid, "--attempt", "2").stdout, what="resume")
     resumed = int(cli("logs", juid, "--attempt", "2").stdout.split()[3])
     assert synced >= 3 and resumed == synced + 1, (resumed, synced)
-    stale_pid = json.loads((remote_runs(first) / juid / "1" / "pid").read_text())["pid"]
+    stale_pid = int((remote_runs(first) / juid / "1" / "started").read_text().split()[0])
     assert os.path.exists(f"/proc/{stale_pid}")  # still running on the lost host
     first.restore()
     wait_for(lambda: not os.path.exists(f"/proc/{stale_pid}"), what="the stale attempt stopped")
@@ -234,7 +234,7 @@ def test_cancel_stops_remote_process_tree(cli, home: Path, lab: Lab) -> None:
     )
     juid = run(cli, "--provider", "lab", "--", "python3", "tree.py")
     child = int(wait_for(lambda: cli("logs", juid).stdout.strip(), what="the child's pid"))
-    parent = json.loads((remote_runs(host) / juid / "1" / "pid").read_text())["pid"]
+    parent = int((remote_runs(host) / juid / "1" / "started").read_text().split()[0])  # the claim
     assert os.path.exists(f"/proc/{child}") and os.path.exists(f"/proc/{parent}")
     cli("job", "cancel", juid, check=True)
     assert wait_state(cli, juid, "cancelled") == "cancelled"

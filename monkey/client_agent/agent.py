@@ -21,12 +21,11 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   time the agent's tail pass (every TAIL_EVERY s, and at the exit) finds
                   either grown; readers interleave the logs by these marks
     events.jsonl  events, appended by the agent only (one os.write per line)
-    started       the wrapper's claim, made before anything runs (O_EXCL): its pid P; or
-                  "abandoned", made by a sync that found no claim (the job never ran)
-    pid           {"pid": P, "start_ticks": T, "gpus", "cgroup"}; T = field 22 of
-                  /proc/P/stat (pid reuse); written by the agent after the spawn, or by a
-                  sync from the claim when the agent died before writing it whole
-    exit          the job's exit code as text, written by the wrapper shell itself
+    started       the wrapper's claim, made before anything runs (O_EXCL): a line with its
+                  pid P, and once the job is over a second line with its exit code
+                  (appended by the wrapper shell itself); or "abandoned", made by a sync
+                  that found no claim (the job never ran). Run dirs of earlier agents may
+                  hold the exit code in ``exit`` and the started record in ``pid``
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
@@ -57,8 +56,8 @@ Datasets are materialised once per worker into ``ROOT/datasets/<digest>/`` (buil
 temporary folder, then renamed into place) and shared, read-only, by all jobs.
 
 Each job runs as ``/bin/sh -c WRAPPER monkey-job CWD ARGV...`` (see ``WRAPPER``) in a new
-session whose id is the wrapper's pid P: the shell records the exit code in ``exit``
-even while the agent is down. A command that cannot be run exits 127. A job whose start
+session whose id is the wrapper's pid P: the shell appends the exit code to its claim
+(``started``) even while the agent is down. A command that cannot be run exits 127. A job whose start
 has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
 in that session (see launcher.py): it restores the persisted folders, prepares the
 environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
@@ -67,7 +66,10 @@ saves the persisted folders while it runs and after it ends, before exiting with
 Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
 file, continued on adoption), ``ts`` (time.time()) and ``type``:
 
-    started    {"pid": P}
+    started    {"pid": P, "start_ticks": T, "gpus", "cgroup", "limit", "cpus"}: what an
+                agent that adopts the job needs; T = field 22 of /proc/P/stat (pid reuse).
+                Written by the agent after the spawn, or by a sync from the claim when the
+                agent died before writing it whole
     heartbeat  {"cpu": percent of one CPU since the last heartbeat, "rss": bytes,
                 "procs": n}, summed over every process of the job's session; with
                 nvidia-smi, "gpus": [{"index": i, "util": percent, "mem": MiB used}] of the
@@ -91,13 +93,13 @@ file, continued on adoption), ``ts`` (time.time()) and ``type``:
                 (SIGTERM now, SIGKILL after the grace; its run dir holds ``preempted``)
 
 ``exit`` is always the last line of a file and is never written twice. ``code`` comes
-from the ``exit`` file, else from the wait status (the wrapper exits with the code it
-wrote there: the file is read when it did not exit by itself, or was not our child).
+from the claim's exit line, else from the wait status (the wrapper exits with the code it
+wrote there: the claim is read when it did not exit by itself, or was not our child).
 ``reason`` is ``killed`` when the agent signalled the job or the wait status shows a
 signal; ``signal`` is then the signal that ended it when known (from the wait status;
 code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 and signal
 15; else the agent's last signal).
-``vanished``: an adopted job gone without an ``exit`` file. ``setup``: the set-up failed
+``vanished``: an adopted job gone without an exit code in its claim. ``setup``: the set-up failed
 (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
 every process the job left is SIGKILLed: its cgroup (v2, its own while it runs, under the
 agent's own, when the agent may make them), else its session, its process group, the
@@ -228,9 +230,10 @@ def code_digest() -> str:
 # left the session, is found at the end. `trap :` keeps the shell alive while the job
 # handles TERM/INT/HUP (trapped signals are reset to default in the job). Once the job is
 # over the shell ignores them, so that a signal sent to the session at that moment cannot
-# stop it recording the exit code (ignoring is inherited). Only shell built-ins run around
-# the job: an extra process per job would double the cost of short jobs. The agent reads
-# the exit file only once the shell has exited, so it is complete then.
+# stop it recording the exit code (ignoring is inherited); the code is appended to the
+# claim, a second line (a file more per job would cost more than the append). Only shell
+# built-ins run around the job: an extra process per job would double the cost of short
+# jobs. The agent reads the code only once the shell has exited, so it is complete then.
 WRAPPER = (
     'cd -P -- "$1" 2>/dev/null || { echo "monkey: cannot enter the job\'s folder $1" >&2; exit 126; }; shift; '
     'set -C; { echo "$$" > "$MONKEY_STARTED_FILE"; } 2>/dev/null || exit 125; set +C; '
@@ -239,7 +242,7 @@ WRAPPER = (
     'if command -v "$1" >/dev/null 2>&1; then "$@"; rc=$?; '
     'else echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
     'rc=127; fi; '
-    'trap "" TERM INT HUP; echo "$rc" > "$MONKEY_EXIT_FILE"; exit "$rc"'
+    'trap "" TERM INT HUP; echo "$rc" >> "$MONKEY_STARTED_FILE"; exit "$rc"'
 )
 CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
 STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
@@ -672,8 +675,7 @@ def read_claim(run_dir: str) -> bytes | None:
 
 def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
     """The variables WRAPPER reads, for a job run in RUN_DIR (in CGROUP when not "")."""
-    return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED),
-            "MONKEY_EXIT_FILE": os.path.join(run_dir, "exit"), "MONKEY_CGROUP": cgroup}
+    return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED), "MONKEY_CGROUP": cgroup}
 
 
 def children_of(pid: int) -> set[int]:
@@ -699,10 +701,35 @@ def become_subreaper() -> bool:
         return False
 
 
+def exit_record(run_dir: str) -> str | None:
+    """The file holding the job's exit code: its claim once the wrapper appended the code,
+    else the ``exit`` file of an earlier agent's wrapper; None when neither has it."""
+    claim = os.path.join(run_dir, STARTED)
+    lines = (read_small(claim) or b"").split(b"\n")
+    if len(lines) > 2 or (len(lines) == 2 and lines[1]):
+        return claim
+    old = os.path.join(run_dir, "exit")
+    return old if os.path.exists(old) else None
+
+
 def read_exit_code(run_dir: str) -> int | None:
-    """The code in run_dir/exit, or None when absent or unreadable."""
+    """The job's exit code (see ``exit_record``), or None when absent or unreadable."""
+    path = exit_record(run_dir)
+    data = read_small(path) if path else None
+    if data is None:
+        return None
     try:
-        return int(read_small(os.path.join(run_dir, "exit")) or b"")
+        return int(data.split(b"\n")[1] if path and path.endswith(STARTED) else data)
+    except (ValueError, IndexError):
+        return None
+
+
+def first_event(path: str) -> dict[str, Any] | None:
+    """The first event of an events file, or None (none yet, or not whole)."""
+    data = read_small(path) or b""
+    end = data.find(b"\n")
+    try:
+        return json.loads(data[:end]) if end > 0 else None
     except ValueError:
         return None
 
@@ -1585,8 +1612,9 @@ class Agent:
 
     @staticmethod
     def _check_unused(run_dir: str) -> None:
-        """Refuse a run dir with a pid record, a claim or an abandoned mark."""
-        if os.path.exists(os.path.join(run_dir, "pid")):
+        """Refuse a run dir with events (or an earlier agent's pid record), a claim or an
+        abandoned mark."""
+        if any(os.path.exists(os.path.join(run_dir, name)) for name in ("events.jsonl", "pid")):
             raise RequestError(f"{run_dir} was already started; use sync")
         claim = read_claim(run_dir)
         if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
@@ -1970,16 +1998,12 @@ class Agent:
             fields = read_stat(pid)
             start_ticks = stat_start_ticks(fields) if fields else 0
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
-            record = {"pid": pid, "start_ticks": start_ticks, "gpus": gpus,
-                      "cgroup": env.get("MONKEY_CGROUP", ""), "limit": limit, "cpus": cpus}  # fmt: skip
-            # In place, not through a temporary name: a sync reads a torn record (an agent
-            # killed while writing it) as none, and rebuilds it from the claim.
-            fd = os.open(prefix + "pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                         0o600)  # fmt: skip
-            try:
-                os.write(fd, json.dumps(record).encode())
-            finally:
-                os.close(fd)
+            job = Job(juid, attempt, run_dir, pid, pidfd, True, 0, start_ticks)
+            # The started event holds what an agent that adopts the job needs. A sync reads
+            # a torn one (an agent killed while writing it) as none, and rebuilds it from
+            # the claim.
+            self._append(job, "started", strict=True, pid=pid, start_ticks=start_ticks,
+                         gpus=gpus, cgroup=env.get("MONKEY_CGROUP", ""), limit=limit, cpus=cpus)
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -1987,14 +2011,12 @@ class Agent:
                 self.cgroups.release(env["MONKEY_CGROUP"])
             os.close(pidfd)
             raise RequestError(f"cannot record the job: {e}") from None
-        # No events yet (seq 0, nothing tailed): op_start refused a run dir with a pid record
-        # or a claim, and events are only written after one of them.
-        job = Job(juid, attempt, run_dir, pid, pidfd, True, 0, start_ticks)
+        # The started event is its first (seq 1, nothing tailed): op_start refused a run dir
+        # with events or a claim.
         job.gpus = [g for g in gpus.split(",") if g]
         job.limit = limit
         job.cpus = cpus
         self._track(job)
-        self._append(job, "started", pid=job.pid)
         return job
 
     def _track(self, job: Job) -> None:
@@ -2017,10 +2039,11 @@ class Agent:
                              name="reclaim").start()  # fmt: skip
         self.reclaims.put(run_dir)
 
-    def _append(self, job: Job, etype: str, **fields: Any) -> None:
+    def _append(self, job: Job, etype: str, strict: bool = False, **fields: Any) -> None:
         """Append one event line to the job's events.jsonl and push it to subscribers.
 
-        A failed write is logged and skipped (an exit is found again on the next sync).
+        A failed write is logged and skipped (an exit is found again on the next sync), or
+        raised when STRICT.
         """
         event = {"seq": job.seq + 1, "ts": time.time(), "type": etype, **fields}
         line = encode(event)
@@ -2037,6 +2060,8 @@ class Agent:
             finally:
                 os.close(fd)
         except OSError as e:
+            if strict:
+                raise
             log(f"cannot append a {etype} event for {job.juid}/{job.attempt}: {e}")
             return
         job.seq += 1
@@ -2213,13 +2238,15 @@ class Agent:
         last = last_event(os.path.join(run_dir, "events.jsonl"))
         if last is not None and last.get("type") == "exit":
             return "exited"
-        try:
-            with open(os.path.join(run_dir, "pid"), "rb") as f:
-                record = json.loads(f.read())
-        except (FileNotFoundError, ValueError):  # none, or torn by an agent killed writing it
-            record = self._claimed(run_dir)
-            if record is None:
-                return "unknown"
+        record = first_event(os.path.join(run_dir, "events.jsonl"))
+        if record is None or record.get("type") != "started" or "start_ticks" not in record:
+            try:  # an earlier agent's record
+                with open(os.path.join(run_dir, "pid"), "rb") as f:
+                    record = json.loads(f.read())
+            except (FileNotFoundError, ValueError):  # none, or torn by an agent killed writing it
+                record = self._claimed(run_dir)
+                if record is None:
+                    return "unknown"
         pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
         seq = last["seq"] if last else 0
         job = Job(juid, attempt, run_dir, pid, -1, False, seq, start_ticks)
@@ -2229,7 +2256,7 @@ class Agent:
         job.cpus = int(record.get("cpus") or 1)
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
-            self._append(job, "started", pid=pid)
+            self._append(job, "started", **{k: v for k, v in record.items() if k != "type"})
         pidfd = self._open_if_alive(pid, start_ticks)
         if pidfd is not None:
             job.pidfd = pidfd
@@ -2240,8 +2267,8 @@ class Agent:
             return "running"
         self._end_tree(job)
         self._tail(job, final=True)
-        try:  # it ended while no agent watched: when the wrapper wrote its exit file
-            ended = {"ts": os.stat(os.path.join(run_dir, "exit")).st_mtime}
+        try:  # it ended while no agent watched: when the wrapper wrote its exit code
+            ended = {"ts": os.stat(exit_record(run_dir) or "").st_mtime}
         except OSError:
             ended = {}
         self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None), **ended)
@@ -2249,7 +2276,7 @@ class Agent:
 
     @staticmethod
     def _claimed(run_dir: str) -> dict[str, Any] | None:
-        """The pid record of a job whose wrapper claimed RUN_DIR but whose agent died
+        """The started record of a job whose wrapper claimed RUN_DIR but whose agent died
         before recording it; None when it never started. In that case RUN_DIR is claimed
         "abandoned" first (O_EXCL, as the wrapper does), so that a wrapper or a `start`
         still on its way (from an agent or a core that died) can never run it later."""
@@ -2273,19 +2300,18 @@ class Agent:
         if claim == ABANDONED_CLAIM:
             return None
         try:
-            pid = int(claim or b"")
+            pid = int((claim or b"").split(b"\n")[0])
         except ValueError:  # the wrapper died between the two: it ran nothing
             return {"pid": 0, "start_ticks": -1}
         env = environ_lines(pid)
         fields = read_stat(pid)
         mine = f"MONKEY_STARTED_FILE={path}".encode() in env
         record: dict[str, Any] = {"pid": pid, "start_ticks": -1}
-        if mine and fields is not None:  # else gone: its exit file tells how it ended
+        if mine and fields is not None:  # else gone: its exit code tells how it ended
             values = dict(line.partition(b"=")[::2] for line in env)
             record.update(start_ticks=stat_start_ticks(fields),
                           gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
                           cgroup=values.get(b"MONKEY_CGROUP", b"").decode())  # fmt: skip
-        write_atomic(os.path.join(run_dir, "pid"), json.dumps(record).encode())
         return record
 
     @staticmethod
