@@ -236,9 +236,10 @@ class World:
         return json.loads(first)["pid"]
 
     def recorded_code(self, juid: str) -> str | None:
-        """The exit code JUID's wrapper appended to its claim, or None."""
-        lines = (self.run_dir(juid) / "started").read_text().splitlines()
-        return lines[1] if len(lines) > 1 else None
+        """The exit code JUID's wrapper appended to its claim ("exit CODE"), or None."""
+        path = self.run_dir(juid) / "started"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return next((line[5:] for line in lines if line.startswith("exit ")), None)
 
     def kill_agents(self) -> None:
         for proc in self.procs:
@@ -550,6 +551,25 @@ def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
 
 
 # ---------------------------------------------------------------- agent restarts
+
+
+def test_job_that_removed_its_claim_keeps_its_exit_code_across_an_agent_crash(world: World) -> None:
+    agent_proc = world.start_agent()
+    client = world.client()
+    world.start(client, "j", ["sh", "-c", f'{WAIT_GO}; rm -f "$MONKEY_STARTED_FILE"; exit 6'])
+    client.wait_event("j", "started")
+    agent_proc.kill()
+    agent_proc.wait()
+    pid = world.job_pid("j")
+    (world.run_dir("j") / "work" / "go").touch()
+    wait_for(lambda: not alive(pid), timeout=TIMEOUT, what="the job to end")
+    assert world.recorded_code("j") == "6"
+    world.start_agent()
+    second = world.client(sync=False)
+    reply = second.request("sync", attempts=[world.sync_item("j", 0)])
+    assert reply["attempts"] == [{"juid": "j", "attempt": 1, "status": "exited"}]
+    event = second.wait_event("j", "exit")[0]["event"]
+    assert (event["code"], event["reason"]) == (6, "exited")
 
 
 def test_job_outlives_agent_crash_and_sync_resumes(world: World) -> None:

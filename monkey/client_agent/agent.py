@@ -22,8 +22,8 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   either grown; readers interleave the logs by these marks
     events.jsonl  events, appended by the agent only (one os.write per line)
     started       the wrapper's claim, made before anything runs (O_EXCL): a line with its
-                  pid P, and once the job is over a second line with its exit code
-                  (appended by the wrapper shell itself); or "abandoned", made by a sync
+                  pid P, and once the job is over a line "exit CODE" (appended by the
+                  wrapper shell itself, found even when the job removed the claim); or "abandoned", made by a sync
                   that found no claim (the job never ran). Run dirs of earlier agents may
                   hold the exit code in ``exit`` and the started record in ``pid``
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
@@ -231,7 +231,7 @@ def code_digest() -> str:
 # handles TERM/INT/HUP (trapped signals are reset to default in the job). Once the job is
 # over the shell ignores them, so that a signal sent to the session at that moment cannot
 # stop it recording the exit code (ignoring is inherited); the code is appended to the
-# claim, a second line (a file more per job would cost more than the append). Only shell
+# claim, a line "exit CODE" (a file more per job would cost more than the append). Only shell
 # built-ins run around the job: an extra process per job would double the cost of short
 # jobs. The agent reads the code only once the shell has exited, so it is complete then.
 WRAPPER = (
@@ -242,7 +242,7 @@ WRAPPER = (
     'if command -v "$1" >/dev/null 2>&1; then "$@"; rc=$?; '
     'else echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
     'rc=127; fi; '
-    'trap "" TERM INT HUP; echo "$rc" >> "$MONKEY_STARTED_FILE"; exit "$rc"'
+    'trap "" TERM INT HUP; echo "exit $rc" >> "$MONKEY_STARTED_FILE"; exit "$rc"'
 )
 CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
 STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
@@ -701,12 +701,19 @@ def become_subreaper() -> bool:
         return False
 
 
+def _exit_line(claim: bytes) -> bytes | None:
+    """The code of the claim's "exit CODE" line, or None."""
+    at = claim.find(b"exit ")
+    while at > 0 and claim[at - 1:at] != b"\n":
+        at = claim.find(b"exit ", at + 1)
+    return None if at < 0 else claim[at + 5:].split(b"\n", 1)[0]
+
+
 def exit_record(run_dir: str) -> str | None:
     """The file holding the job's exit code: its claim once the wrapper appended the code,
     else the ``exit`` file of an earlier agent's wrapper; None when neither has it."""
     claim = os.path.join(run_dir, STARTED)
-    lines = (read_small(claim) or b"").split(b"\n")
-    if len(lines) > 2 or (len(lines) == 2 and lines[1]):
+    if _exit_line(read_small(claim) or b"") is not None:
         return claim
     old = os.path.join(run_dir, "exit")
     return old if os.path.exists(old) else None
@@ -714,13 +721,12 @@ def exit_record(run_dir: str) -> str | None:
 
 def read_exit_code(run_dir: str) -> int | None:
     """The job's exit code (see ``exit_record``), or None when absent or unreadable."""
-    path = exit_record(run_dir)
-    data = read_small(path) if path else None
-    if data is None:
-        return None
+    code = _exit_line(read_small(os.path.join(run_dir, STARTED)) or b"")
+    if code is None:
+        code = read_small(os.path.join(run_dir, "exit"))
     try:
-        return int(data.split(b"\n")[1] if path and path.endswith(STARTED) else data)
-    except (ValueError, IndexError):
+        return int(code or b"")
+    except ValueError:
         return None
 
 
