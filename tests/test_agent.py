@@ -553,44 +553,36 @@ def test_start_twice_same_run_dir_refused(world: World, agent: Client) -> None:
 # ---------------------------------------------------------------- agent restarts
 
 
-def test_job_that_removed_its_claim_keeps_its_exit_code_across_an_agent_crash(world: World) -> None:
+def ended_while_agent_down(world: World, script: str) -> tuple[Client, dict[str, Any]]:
+    """Start SCRIPT as job j (it waits for `go` first), SIGKILL the agent, let the job end,
+    then start a new agent that syncs it as exited: (its client, j's started push)."""
     agent_proc = world.start_agent()
-    client = world.client()
-    world.start(client, "j", ["sh", "-c", f'{WAIT_GO}; rm -f "$MONKEY_STARTED_FILE"; exit 6'])
-    client.wait_event("j", "started")
+    first = world.client()
+    world.start(first, "j", ["sh", "-c", f"{WAIT_GO}; {script}"])
+    started = first.wait_event("j", "started")[0]
     agent_proc.kill()
     agent_proc.wait()
     pid = world.job_pid("j")
+    assert alive(pid), "the job died with the agent"
     (world.run_dir("j") / "work" / "go").touch()
     wait_for(lambda: not alive(pid), timeout=TIMEOUT, what="the job to end")
-    assert world.recorded_code("j") == "6"
     world.start_agent()
     second = world.client(sync=False)
     reply = second.request("sync", attempts=[world.sync_item("j", 0)])
     assert reply["attempts"] == [{"juid": "j", "attempt": 1, "status": "exited"}]
+    return second, started
+
+
+def test_job_that_removed_its_claim_keeps_its_exit_code_across_an_agent_crash(world: World) -> None:
+    second, _ = ended_while_agent_down(world, 'rm -f "$MONKEY_STARTED_FILE"; exit 6')
+    assert world.recorded_code("j") == "6"
     event = second.wait_event("j", "exit")[0]["event"]
     assert (event["code"], event["reason"]) == (6, "exited")
 
 
 def test_job_outlives_agent_crash_and_sync_resumes(world: World) -> None:
-    agent_proc = world.start_agent()
-    first = world.client()
-    world.start(first, "j", ["sh", "-c", f"{WAIT_GO}; echo done; exit 5"])
-    started = first.wait_event("j", "started")[0]
-    agent_proc.kill()
-    agent_proc.wait()
-
-    pid = world.job_pid("j")
-    assert alive(pid), "the job died with the agent"
-    (world.run_dir("j") / "work" / "go").touch()
-    wait_for(lambda: world.recorded_code("j"), timeout=TIMEOUT, what="the wrapper to record the exit")
-    wait_for(lambda: not alive(pid), timeout=TIMEOUT, what="the job to end")
+    second, started = ended_while_agent_down(world, "echo done; exit 5")
     assert world.recorded_code("j") == "5"
-
-    world.start_agent()
-    second = world.client(sync=False)
-    reply = second.request("sync", attempts=[world.sync_item("j", 0)])
-    assert reply["attempts"] == [{"juid": "j", "attempt": 1, "status": "exited"}]
     second.wait_event("j", "exit")
     pushes = second.events("j")
     assert [p["event"]["type"] for p in pushes] == ["started", "exit"]
