@@ -23,9 +23,10 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
     events.jsonl  events, appended by the agent only (one os.write per line)
     started       the wrapper's claim, made before anything runs (O_EXCL): a line with its
                   pid P, and once the job is over a line "exit CODE" (appended by the
-                  wrapper shell itself, found even when the job removed the claim); or "abandoned", made by a sync
-                  that found no claim (the job never ran). Run dirs of earlier agents may
-                  hold the exit code in ``exit`` and the started record in ``pid``
+                  wrapper shell itself, found even when the job removed the claim); or
+                  "abandoned", made by a sync that found no claim (the job never ran).
+                  Run dirs of earlier agents may hold the exit code in ``exit`` and the
+                  started record in ``pid``
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
                   per line (format: monkey/tracking/logger.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
@@ -57,8 +58,8 @@ temporary folder, then renamed into place) and shared, read-only, by all jobs.
 
 Each job runs as ``/bin/sh -c WRAPPER monkey-job CWD ARGV...`` (see ``WRAPPER``) in a new
 session whose id is the wrapper's pid P: the shell appends the exit code to its claim
-(``started``) even while the agent is down. A command that cannot be run exits 127. A job whose start
-has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
+(``started``) even while the agent is down. A command that cannot be run exits 127. A
+job whose start has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
 in that session (see launcher.py): it restores the persisted folders, prepares the
 environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
 saves the persisted folders while it runs and after it ends, before exiting with its code.
@@ -99,8 +100,8 @@ wrote there: the claim is read when it did not exit by itself, or was not our ch
 signal; ``signal`` is then the signal that ended it when known (from the wait status;
 code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 and signal
 15; else the agent's last signal).
-``vanished``: an adopted job gone without an exit code in its claim. ``setup``: the set-up failed
-(``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
+``vanished``: an adopted job gone without an exit code in its claim. ``setup``: the
+set-up failed (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
 every process the job left is SIGKILLed: its cgroup (v2, its own while it runs, under the
 agent's own, when the agent may make them), else its session, its process group, the
 processes that carry its MONKEY_STARTED_FILE in their environment and all their
@@ -231,9 +232,9 @@ def code_digest() -> str:
 # handles TERM/INT/HUP (trapped signals are reset to default in the job). Once the job is
 # over the shell ignores them, so that a signal sent to the session at that moment cannot
 # stop it recording the exit code (ignoring is inherited); the code is appended to the
-# claim, a line "exit CODE" (a file more per job would cost more than the append). Only shell
-# built-ins run around the job: an extra process per job would double the cost of short
-# jobs. The agent reads the code only once the shell has exited, so it is complete then.
+# claim, a line "exit CODE" (a file more per job would cost more than the append). Only
+# shell built-ins run around the job: an extra process per job would double the cost of
+# short jobs. The agent reads the code only once the shell has exited, so it is complete then.
 WRAPPER = (
     'cd -P -- "$1" 2>/dev/null || { echo "monkey: cannot enter the job\'s folder $1" >&2; exit 126; }; shift; '
     'set -C; { echo "$$" > "$MONKEY_STARTED_FILE"; } 2>/dev/null || exit 125; set +C; '
@@ -399,7 +400,7 @@ class Cgroups:
         self.base: str | None = None
         self.leftover: set[str] = set()  # cgroups to remove once their processes are gone
         self.free: list[str] = []  # empty cgroups of ended jobs, handed out again
-        self.made = 0
+        self.made = 0  # cgroups this agent made (the N of their names)
         parent = None if os.environ.get("MONKEY_NO_CGROUP") else cgroup2_self()
         if parent is None:
             return
@@ -701,33 +702,28 @@ def become_subreaper() -> bool:
         return False
 
 
-def _exit_line(claim: bytes) -> bytes | None:
-    """The code of the claim's "exit CODE" line, or None."""
-    at = claim.find(b"exit ")
-    while at > 0 and claim[at - 1:at] != b"\n":
-        at = claim.find(b"exit ", at + 1)
-    return None if at < 0 else claim[at + 5:].split(b"\n", 1)[0]
-
-
-def exit_record(run_dir: str) -> str | None:
-    """The file holding the job's exit code: its claim once the wrapper appended the code,
-    else the ``exit`` file of an earlier agent's wrapper; None when neither has it."""
+def recorded_exit(run_dir: str) -> tuple[str, int | None] | None:
+    """The file holding the job's exit code, and the code (None when unreadable): the
+    claim's "exit CODE" line, else the ``exit`` file of an earlier agent's wrapper; None
+    when neither has it."""
     claim = os.path.join(run_dir, STARTED)
-    if _exit_line(read_small(claim) or b"") is not None:
-        return claim
-    old = os.path.join(run_dir, "exit")
-    return old if os.path.exists(old) else None
+    path, text = claim, next((line[5:] for line in (read_small(claim) or b"").split(b"\n")
+                              if line.startswith(b"exit ")), None)  # fmt: skip
+    if text is None:
+        path = os.path.join(run_dir, "exit")
+        text = read_small(path)
+        if text is None:
+            return None
+    try:
+        return path, int(text)
+    except ValueError:
+        return path, None
 
 
 def read_exit_code(run_dir: str) -> int | None:
-    """The job's exit code (see ``exit_record``), or None when absent or unreadable."""
-    code = _exit_line(read_small(os.path.join(run_dir, STARTED)) or b"")
-    if code is None:
-        code = read_small(os.path.join(run_dir, "exit"))
-    try:
-        return int(code or b"")
-    except ValueError:
-        return None
+    """The job's exit code (see ``recorded_exit``), or None when absent or unreadable."""
+    found = recorded_exit(run_dir)
+    return found[1] if found else None
 
 
 def first_event(path: str) -> dict[str, Any] | None:
@@ -2273,11 +2269,12 @@ class Agent:
             return "running"
         self._end_tree(job)
         self._tail(job, final=True)
+        found = recorded_exit(run_dir)
         try:  # it ended while no agent watched: when the wrapper wrote its exit code
-            ended = {"ts": os.stat(exit_record(run_dir) or "").st_mtime}
+            ended = {"ts": os.stat(found[0]).st_mtime} if found else {}
         except OSError:
             ended = {}
-        self._append(job, "exit", **exit_fields(job, read_exit_code(run_dir), None), **ended)
+        self._append(job, "exit", **exit_fields(job, found[1] if found else None, None), **ended)
         return "exited"
 
     @staticmethod

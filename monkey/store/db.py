@@ -36,8 +36,8 @@ from monkey.store.errors import (
 from monkey.store.housekeeping import HousekeepingStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from monkey.store.outputs import OutputQueries
 from monkey.store.rerun import RerunStore
-from monkey.store.ssh import SSHQueries
 from monkey.store.tracking import HOLD, TrackingStore
 
 _JOB_COLUMNS = (
@@ -200,7 +200,7 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, SSHQueries, RerunStore, HousekeepingStore):
+class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

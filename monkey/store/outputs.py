@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 
-class SSHQueries:
+class OutputQueries:
     """Mixin of Store: output globs of jobs (``job_outputs``)."""
 
     db: sqlite3.Connection
