@@ -289,7 +289,8 @@ def test_job_output_and_exit_zero(world: World, agent: Client) -> None:
     assert world.recorded_code("j") == "0"
     lines = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["type"] for e in lines] == ["started", "exit"]
-    assert lines[0]["pid"] == reply["pid"] and lines[0]["start_ticks"] > 0
+    # what an agent that adopts the job needs
+    assert {"pid", "gpus", "cgroup", "limit", "cpus"} <= set(lines[0])
     assert sorted(p.name for p in run.iterdir()) == ["events.jsonl", "output.order", "started",
                                                      "stderr.log", "stdout.log", "work"]  # fmt: skip
     assert [e["seq"] for e in lines] == [1, 2]
@@ -529,6 +530,29 @@ def test_running_job_whose_agent_died_before_recording_it_is_adopted(world: Worl
     proc.wait()
     assert (world.run_dir("j") / "stdout.log").exists() is False  # not ours: no redirect
     assert [p["event"]["type"] for p in client.events("j")] == ["started", "exit"]
+
+
+def test_recorded_pid_now_of_another_process_is_not_adopted(world: World) -> None:
+    # The job ended while no agent ran and its pid went to a stranger: a new agent must not
+    # take the stranger for the job (nor kill it), and reports the job ended.
+    run = world.run_dir("j")
+    (run / "work").mkdir(parents=True)
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (run / "started").write_text(f"{stranger.pid}\n")
+        started = {"seq": 1, "ts": time.time(), "type": "started", "pid": stranger.pid,
+                   "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
+        (run / "events.jsonl").write_text(json.dumps(started) + "\n")
+        world.start_agent()
+        client = world.client(sync=False)
+        reply = client.request("sync", attempts=[world.sync_item("j")])
+        assert reply["attempts"][0]["status"] == "exited"
+        assert client.wait_exit("j")["reason"] == "vanished"
+        assert client.request("jobs")["jobs"] == []
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_wrapper_that_loses_to_a_sync_runs_nothing(world: World, agent: Client) -> None:

@@ -67,10 +67,11 @@ saves the persisted folders while it runs and after it ends, before exiting with
 Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
 file, continued on adoption), ``ts`` (time.time()) and ``type``:
 
-    started    {"pid": P, "start_ticks": T, "gpus", "cgroup", "limit", "cpus"}: what an
-                agent that adopts the job needs; T = field 22 of /proc/P/stat (pid reuse).
-                Written by the agent after the spawn, or by a sync from the claim when the
-                agent died before writing it whole
+    started    {"pid": P, "gpus", "cgroup", "limit", "cpus"}: what an agent that adopts
+                the job needs. Written by the agent after the spawn, or by a sync from the
+                claim when the agent died before writing it whole. P is known to still be
+                the wrapper when its environment names this run dir's claim (pid reuse;
+                records of earlier agents give its start time, "start_ticks", instead)
     heartbeat  {"cpu": percent of one CPU since the last heartbeat, "rss": bytes,
                 "procs": n}, summed over every process of the job's session; with
                 nvidia-smi, "gpus": [{"index": i, "util": percent, "mem": MiB used}] of the
@@ -1034,7 +1035,7 @@ class Job:
     )  # fmt: skip
 
     def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
-                 child: bool, seq: int, start_ticks: int) -> None:  # fmt: skip
+                 child: bool, seq: int, started: float) -> None:  # fmt: skip
         self.juid = juid
         self.attempt = attempt
         self.run_dir = run_dir
@@ -1043,7 +1044,7 @@ class Job:
         self.child = child  # our unreaped child (False for an adopted job)
         self.seq = seq
         self.signalled: int | None = None
-        self.cpu_prev = (0, start_ticks / CLK_TCK)  # (ticks, boot time) at last heartbeat
+        self.cpu_prev = (0, started)  # (ticks, boot time) at last heartbeat; STARTED at first
         self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
@@ -1997,15 +1998,15 @@ class Agent:
             os.close(out)
         pidfd = os.pidfd_open(pid)  # our unreaped child: cannot fail for a lack of it
         try:
-            fields = read_stat(pid)
-            start_ticks = stat_start_ticks(fields) if fields else 0
             gpus = env.get("CUDA_VISIBLE_DEVICES", "")
-            job = Job(juid, attempt, run_dir, pid, pidfd, True, 0, start_ticks)
+            job = Job(juid, attempt, run_dir, pid, pidfd, True, 0, boottime())
             # The started event holds what an agent that adopts the job needs. A sync reads
             # a torn one (an agent killed while writing it) as none, and rebuilds it from
-            # the claim.
-            self._append(job, "started", strict=True, pid=pid, start_ticks=start_ticks,
-                         gpus=gpus, cgroup=env.get("MONKEY_CGROUP", ""), limit=limit, cpus=cpus)
+            # the claim. No /proc/PID/stat is read here: read while the child execs, it
+            # costs the agent more than the rest of the spawn (adoption checks PID by its
+            # environment instead).
+            self._append(job, "started", strict=True, pid=pid, gpus=gpus,
+                         cgroup=env.get("MONKEY_CGROUP", ""), limit=limit, cpus=cpus)
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -2241,7 +2242,9 @@ class Agent:
         if last is not None and last.get("type") == "exit":
             return "exited"
         record = first_event(os.path.join(run_dir, "events.jsonl"))
-        if record is None or record.get("type") != "started" or "start_ticks" not in record:
+        # A whole started event has a cgroup ("" for none); those of agents before the
+        # `pid` file went had only the pid.
+        if record is None or record.get("type") != "started" or "cgroup" not in record:
             try:  # an earlier agent's record
                 with open(os.path.join(run_dir, "pid"), "rb") as f:
                     record = json.loads(f.read())
@@ -2249,9 +2252,10 @@ class Agent:
                 record = self._claimed(run_dir)
                 if record is None:
                     return "unknown"
-        pid, start_ticks = int(record["pid"]), int(record["start_ticks"])
+        pid, start_ticks = int(record["pid"]), record.get("start_ticks")
         seq = last["seq"] if last else 0
-        job = Job(juid, attempt, run_dir, pid, -1, False, seq, start_ticks)
+        alive = self._open_if_alive(pid, start_ticks, os.path.join(run_dir, STARTED))
+        job = Job(juid, attempt, run_dir, pid, -1, False, seq, alive[1] if alive else 0.0)
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
         job.limit = record.get("limit")
@@ -2259,9 +2263,8 @@ class Agent:
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", **{k: v for k, v in record.items() if k != "type"})
-        pidfd = self._open_if_alive(pid, start_ticks)
-        if pidfd is not None:
-            job.pidfd = pidfd
+        if alive is not None:
+            job.pidfd = alive[0]
             job.preempted = os.path.exists(os.path.join(run_dir, PREEMPTED))
             self._adopted_results(job)
             self._track(job)
@@ -2305,28 +2308,33 @@ class Agent:
         try:
             pid = int((claim or b"").split(b"\n")[0])
         except ValueError:  # the wrapper died between the two: it ran nothing
-            return {"pid": 0, "start_ticks": -1}
+            return {"pid": 0, "cgroup": ""}
         env = environ_lines(pid)
-        fields = read_stat(pid)
-        mine = f"MONKEY_STARTED_FILE={path}".encode() in env
-        record: dict[str, Any] = {"pid": pid, "start_ticks": -1}
-        if mine and fields is not None:  # else gone: its exit code tells how it ended
+        record: dict[str, Any] = {"pid": pid, "cgroup": ""}
+        if f"MONKEY_STARTED_FILE={path}".encode() in env:  # else gone: its code tells how it ended
             values = dict(line.partition(b"=")[::2] for line in env)
-            record.update(start_ticks=stat_start_ticks(fields),
-                          gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
+            record.update(gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
                           cgroup=values.get(b"MONKEY_CGROUP", b"").decode())  # fmt: skip
         return record
 
     @staticmethod
-    def _open_if_alive(pid: int, start_ticks: int) -> int | None:
-        """A pidfd for PID when it is the same process (start time) and still running."""
+    def _open_if_alive(pid: int, start_ticks: int | None, claim: str) -> tuple[int, float] | None:
+        """(a pidfd, its start as boot time) for PID when it is still running and still the
+        job's wrapper: START_TICKS are its start time when known, else its environment
+        names CLAIM."""
+        if pid <= 0:
+            return None
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             return None
-        fields = read_stat(pid)  # read after pidfd_open: the pidfd is for this process
-        if is_running(fields) and stat_start_ticks(fields) == start_ticks:
-            return pidfd
+        # Read after pidfd_open: the pidfd is for the process checked.
+        fields = read_stat(pid)
+        if is_running(fields) and (
+            stat_start_ticks(fields) == start_ticks if start_ticks is not None
+            else f"MONKEY_STARTED_FILE={claim}".encode() in environ_lines(pid)
+        ):
+            return pidfd, stat_start_ticks(fields) / CLK_TCK
         os.close(pidfd)
         return None
 
