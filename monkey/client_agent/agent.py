@@ -469,12 +469,18 @@ class Cgroups:
         and an empty cgroup has no process to fork into it); one with processes left is
         removed once they are gone."""
         try:
-            with open(os.path.join(path, "cgroup.procs"), "rb") as f:
-                empty = not f.read(1)
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return
         except OSError:
             empty = False
+        else:
+            try:
+                empty = not os.read(fd, 1)
+            except OSError:
+                empty = False
+            finally:
+                os.close(fd)
         if empty and len(self.free) < self.KEEP and os.path.dirname(path) == self.base:
             self.free.append(path)
             return
@@ -1568,8 +1574,6 @@ class Agent:
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
-        if os.path.isdir(run_dir):  # else none of its marks can be there yet
-            self._check_unused(run_dir)
         blobs_dir = req.get("blobs_dir") or ""
         fetch_blobs(req.get("blob_urls"), blobs_dir)
         files = self._blob_paths(self._code_entries(req), blobs_dir)
@@ -1585,7 +1589,18 @@ class Agent:
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
         env = {**self.environ, **env}
         try:
-            os.makedirs(cwd, 0o700, exist_ok=True)
+            try:  # a run dir made here is new: none of its marks can be there
+                os.mkdir(run_dir, 0o700)
+            except FileExistsError:
+                self._check_unused(run_dir)
+            except FileNotFoundError:
+                os.makedirs(run_dir, 0o700, exist_ok=True)
+            try:
+                os.mkdir(cwd, 0o700)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                os.makedirs(cwd, 0o700, exist_ok=True)
             for name, ds_files, digest, single in datasets:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
