@@ -555,6 +555,30 @@ def test_recorded_pid_now_of_another_process_is_not_adopted(world: World) -> Non
         stranger.wait()
 
 
+def test_wrapper_that_wrote_its_exit_code_is_not_adopted(world: World) -> None:
+    # The wrapper's pid now names a process of the job (its environment names the claim),
+    # but the wrapper wrote its code, its last act: the job ended with that code.
+    run = world.run_dir("j")
+    (run / "work").mkdir(parents=True)
+    claim = run / "started"
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                             env=dict(os.environ, MONKEY_STARTED_FILE=str(claim)))  # fmt: skip
+    try:
+        claim.write_text(f"{child.pid}\nexit 4\n")
+        started = {"seq": 1, "ts": time.time(), "type": "started", "pid": child.pid,
+                   "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
+        (run / "events.jsonl").write_text(json.dumps(started) + "\n")
+        world.start_agent()
+        client = world.client(sync=False)
+        reply = client.request("sync", attempts=[world.sync_item("j")])
+        assert reply["attempts"][0]["status"] == "exited"
+        event = client.wait_exit("j")
+        assert (event["code"], event["reason"]) == (4, "exited")
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_wrapper_that_loses_to_a_sync_runs_nothing(world: World, agent: Client) -> None:
     # A sync found no claim and reported the attempt never started; the wrapper of an agent
     # that died just after forking it comes late: it must not run the job.

@@ -2269,7 +2269,9 @@ class Agent:
                     return "unknown"
         pid, start_ticks = int(record["pid"]), record.get("start_ticks")
         seq = last["seq"] if last else 0
-        alive = self._open_if_alive(pid, start_ticks, os.path.join(run_dir, STARTED))
+        # A wrapper that wrote its exit code is over, whatever now holds its pid.
+        found = recorded_exit(run_dir)
+        alive = None if found else self._open_if_alive(pid, start_ticks, os.path.join(run_dir, STARTED))
         job = Job(juid, attempt, run_dir, pid, -1, False, seq, alive[1] if alive else 0.0)
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
@@ -2287,7 +2289,7 @@ class Agent:
             return "running"
         self._end_tree(job)
         self._tail(job, final=True)
-        found = recorded_exit(run_dir)
+        found = found or recorded_exit(run_dir)
         try:  # it ended while no agent watched: when the wrapper wrote its exit code
             ended = {"ts": os.stat(found[0]).st_mtime} if found else {}
         except OSError:
