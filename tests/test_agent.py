@@ -532,21 +532,28 @@ def test_running_job_whose_agent_died_before_recording_it_is_adopted(world: Worl
     assert [p["event"]["type"] for p in client.events("j")] == ["started", "exit"]
 
 
+def sync_with_pid_of(world: World, holder: subprocess.Popen[bytes], claim: str) -> Client:
+    """Record job j as started by a wrapper whose pid HOLDER now holds (its claim reading
+    CLAIM, a format with the pid), then start a new agent whose sync finds it exited."""
+    run = world.run_dir("j")
+    (run / "work").mkdir(parents=True)
+    (run / "started").write_text(claim.format(pid=holder.pid))
+    started = {"seq": 1, "ts": time.time(), "type": "started", "pid": holder.pid,
+               "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
+    (run / "events.jsonl").write_text(json.dumps(started) + "\n")
+    world.start_agent()
+    client = world.client(sync=False)
+    reply = client.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "exited"
+    return client
+
+
 def test_recorded_pid_now_of_another_process_is_not_adopted(world: World) -> None:
     # The job ended while no agent ran and its pid went to a stranger: a new agent must not
     # take the stranger for the job (nor kill it), and reports the job ended.
-    run = world.run_dir("j")
-    (run / "work").mkdir(parents=True)
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        (run / "started").write_text(f"{stranger.pid}\n")
-        started = {"seq": 1, "ts": time.time(), "type": "started", "pid": stranger.pid,
-                   "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
-        (run / "events.jsonl").write_text(json.dumps(started) + "\n")
-        world.start_agent()
-        client = world.client(sync=False)
-        reply = client.request("sync", attempts=[world.sync_item("j")])
-        assert reply["attempts"][0]["status"] == "exited"
+        client = sync_with_pid_of(world, stranger, "{pid}\n")
         assert client.wait_exit("j")["reason"] == "vanished"
         assert client.request("jobs")["jobs"] == []
         assert stranger.poll() is None
@@ -558,21 +565,11 @@ def test_recorded_pid_now_of_another_process_is_not_adopted(world: World) -> Non
 def test_wrapper_that_wrote_its_exit_code_is_not_adopted(world: World) -> None:
     # The wrapper's pid now names a process of the job (its environment names the claim),
     # but the wrapper wrote its code, its last act: the job ended with that code.
-    run = world.run_dir("j")
-    (run / "work").mkdir(parents=True)
-    claim = run / "started"
+    claim = world.run_dir("j") / "started"
     child = subprocess.Popen(["sleep", "60"], start_new_session=True,
                              env=dict(os.environ, MONKEY_STARTED_FILE=str(claim)))  # fmt: skip
     try:
-        claim.write_text(f"{child.pid}\nexit 4\n")
-        started = {"seq": 1, "ts": time.time(), "type": "started", "pid": child.pid,
-                   "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
-        (run / "events.jsonl").write_text(json.dumps(started) + "\n")
-        world.start_agent()
-        client = world.client(sync=False)
-        reply = client.request("sync", attempts=[world.sync_item("j")])
-        assert reply["attempts"][0]["status"] == "exited"
-        event = client.wait_exit("j")
+        event = sync_with_pid_of(world, child, "{pid}\nexit 4\n").wait_exit("j")
         assert (event["code"], event["reason"]) == (4, "exited")
     finally:
         child.kill()
