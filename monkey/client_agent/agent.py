@@ -2180,13 +2180,14 @@ class Agent:
         self.sel.unregister(job.pidfd)
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
+        ended = time.time()  # the exit's time, not its record's
+        # The slot is free: a held start waits neither for the clean-up nor the records.
+        self._start_held()
         # Leftovers, before reaping: the wrapper's zombie keeps its pid (the session and
         # group id) from being reused meanwhile.
         self._end_tree(job)
         returncode = os.waitstatus_to_exitcode(os.waitpid(job.pid, 0)[1]) if job.child else None
         os.close(job.pidfd)
-        ended = time.time()  # the exit's time, not its record's
-        self._start_held()  # the slot is free: a held start need not wait for the records
         self._tail(job, final=True)
         # A wrapper that exited by itself exited with the code it wrote in the exit file.
         code = returncode
