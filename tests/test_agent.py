@@ -430,6 +430,25 @@ def test_processes_that_left_the_session_are_killed(world: World, tree_mode: str
              what="every process of the job to be gone")  # fmt: skip
 
 
+def test_processes_left_are_killed_when_a_held_start_takes_the_slot(world: World,
+                                                                    tree_mode: str) -> None:
+    # One slot: the start held behind the job is spawned the moment the job ends; what the
+    # job left (even a process with no trace of it) is killed all the same.
+    world.start_agent()
+    agent = world.client()
+    script, tokens = escapes(int(world.tag[:8], 16))
+    assert agent.wait_reply(send_start(world, agent, "j", ["sh", "-c", f"{script}; {WAIT_GO}"]))["ok"]
+    wait_for(lambda: all(with_cmdline(t) for t in tokens), timeout=TIMEOUT, what="the escapees")
+    held = send_start(world, agent, "next", ["sh", "-c", WAIT_GO])
+    (world.run_dir("j") / "work" / "go").touch()
+    assert agent.wait_exit("j")["code"] == 0
+    assert agent.wait_reply(held)["ok"]
+    wait_for(lambda: not any(with_cmdline(t) for t in tokens), timeout=TIMEOUT,
+             what="every process of the ended job to be gone")  # fmt: skip
+    (world.run_dir("next") / "work" / "go").touch()
+    assert agent.wait_exit("next")["code"] == 0
+
+
 def test_a_job_shares_its_cgroup_with_no_process_of_an_earlier_job(world: World) -> None:
     # Cgroups are kept for later jobs once empty: one whose earlier job left a process
     # behind must not be handed out, and an agent that stops leaves none behind.

@@ -2181,13 +2181,18 @@ class Agent:
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
         ended = time.time()  # the exit's time, not its record's
-        # The slot is free: a held start waits neither for the clean-up nor the records.
-        self._start_held()
+        # The slot is free: a held start waits for none of the records, nor for the
+        # clean-up when the job's leftovers are in its cgroup. Without one, the sweep for
+        # its leftovers must come first: it takes the agent's children for strays only
+        # while no other job runs.
+        if job.cgroup:
+            self._start_held()
         # Leftovers, before reaping: the wrapper's zombie keeps its pid (the session and
         # group id) from being reused meanwhile.
         self._end_tree(job)
         returncode = os.waitstatus_to_exitcode(os.waitpid(job.pid, 0)[1]) if job.child else None
         os.close(job.pidfd)
+        self._start_held()
         self._tail(job, final=True)
         # A wrapper that exited by itself exited with the code it wrote in the exit file.
         code = returncode
