@@ -709,6 +709,20 @@ def become_subreaper() -> bool:
         return False
 
 
+def make_dir(path: str) -> bool:
+    """Make the folder PATH (0700, with its missing parents); False when it was there.
+    One mkdir in the usual case, not makedirs' stat of each parent."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return False
+    except FileNotFoundError:
+        os.makedirs(path, 0o700, exist_ok=True)
+    return True
+
+
 def recorded_exit(run_dir: str) -> tuple[str, int | None] | None:
     """The file holding the job's exit code, and the code (None when unreadable): the
     claim's "exit CODE" line, else the ``exit`` file of an earlier agent's wrapper; None
@@ -1589,18 +1603,9 @@ class Agent:
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
         env = {**self.environ, **env}
         try:
-            try:  # a run dir made here is new: none of its marks can be there
-                os.mkdir(run_dir, 0o700)
-            except FileExistsError:
+            if not make_dir(run_dir):  # one made here is new: none of its marks can be there
                 self._check_unused(run_dir)
-            except FileNotFoundError:
-                os.makedirs(run_dir, 0o700, exist_ok=True)
-            try:
-                os.mkdir(cwd, 0o700)
-            except FileExistsError:
-                pass
-            except FileNotFoundError:
-                os.makedirs(cwd, 0o700, exist_ok=True)
+            make_dir(cwd)
             for name, ds_files, digest, single in datasets:
                 env[name] = self._materialise_dataset(digest, ds_files, single)
             for rel, blob, mode in files:
