@@ -371,6 +371,22 @@ def test_job_ignoring_term_is_killed_after_grace(world: World, agent: Client) ->
     wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
 
 
+def test_a_signal_sent_as_the_job_starts_reaches_its_command(world: World, tree_mode: str) -> None:
+    # The wrapper traps TERM to outlive the job: a TERM it took before the command's exec
+    # (itself, or through its fork that has yet to exec) would never reach the job, which
+    # would run on until the grace ran out; one that killed it before its trap would end
+    # the attempt with the command never run.
+    world.start_agent()
+    agent = world.client()
+    script = 'trap "echo got TERM; exit 3" TERM; while :; do sleep 0.05; done'
+    for n in range(5):
+        world.start(agent, f"j{n}", ["sh", "-c", script])
+        agent.request("signal", juid=f"j{n}", attempt=1, signal="TERM", grace=60)
+        event = agent.wait_exit(f"j{n}")  # well within the grace
+        # 3: the command's trap ran; 143: TERM came before the command set its trap
+        assert (event["code"], event["reason"]) in ((3, "killed"), (128 + signal.SIGTERM, "killed"))
+
+
 def test_signal_after_exit_is_ok(world: World, agent: Client) -> None:
     world.start(agent, "j", ["true"])
     agent.wait_exit("j")
@@ -385,14 +401,15 @@ def test_leftover_background_processes_are_killed_at_exit(world: World, agent: C
 
 
 def with_cmdline(token: str) -> list[int]:
-    """Live processes whose command line contains TOKEN (they may have cleared their env)."""
+    """Live processes whose command line starts with TOKEN (they may have cleared their
+    env); not the job's shells, whose command lines hold it further on."""
     found = []
     for name in os.listdir("/proc"):
         try:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if name.isdigit() and token.encode() in cmd and alive(int(name)):
+        if name.isdigit() and cmd.startswith(token.encode()) and alive(int(name)):
             found.append(int(name))
     return found
 

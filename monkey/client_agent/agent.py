@@ -265,6 +265,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 FETCH_TIMEOUT = 60.0  # seconds a blob download or a result upload may stall
 FETCH_THREADS = 8  # blob downloads at once (each is one request: latency adds up)
+DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal runs its command
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
 PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
@@ -1150,6 +1151,7 @@ class Agent:
         self.unsent: set[Conn] = set()  # connections with output queued in this pass
         self.environ = dict(os.environ)  # jobs' base environment (os.environ decodes per read)
         self.kill_at: dict[Key, float] = {}  # SIGKILL deadlines (monotonic)
+        self.deferred: dict[Key, int] = {}  # signals held until the job's command runs
         self.next_heartbeat = time.monotonic() + heartbeat
         self.next_tail = time.monotonic() + TAIL_EVERY
         self.gpu_probe: subprocess.Popen | None = None
@@ -1287,6 +1289,8 @@ class Agent:
             deadlines.append(self.idle_since + self.idle_timeout)
         if self.held:
             deadlines.append(next(iter(self.held.values())).until)
+        if self.deferred:
+            deadlines.append(now + DEFERRED_EVERY)
         deadlines += [r.next_at for k, r in self.results.items() if k in self.jobs]
         if not deadlines:
             return 60.0
@@ -1300,6 +1304,8 @@ class Agent:
             self._reap_orphans()
         if self.cgroups.leftover:
             self.cgroups.tidy()
+        if self.deferred:
+            self._send_deferred()
         for key, when in list(self.kill_at.items()):
             if when <= now:
                 del self.kill_at[key]
@@ -1526,7 +1532,17 @@ class Agent:
     def _signal_session(self, job: Job, signum: int) -> None:
         """Send SIGNUM to the job and every process it started: its cgroup's, else its
         session's, its process group's and those carrying its environment, with their
-        descendants."""
+        descendants.
+
+        A signal other than SIGKILL is held while the job's command has yet to run: the
+        wrapper traps TERM/INT/HUP to outlive the job, so one sent before the command's
+        exec would be taken by the wrapper (or by its fork that has not exec'd yet, which
+        shares its handlers) and the job would never see it. It is sent once the command
+        runs (``_send_deferred``), or dropped if the wrapper ends first."""
+        if signum != signal.SIGKILL and not self._command_runs(job):
+            self.deferred[job.key] = signum
+            return
+        self.deferred.pop(job.key, None)
         if job.pidfd >= 0:
             try:
                 signal.pidfd_send_signal(job.pidfd, signum)
@@ -1538,6 +1554,26 @@ class Agent:
             except OSError:
                 pass
         signal_pids(self._tree(job), signum)
+
+    def _command_runs(self, job: Job) -> bool:
+        """Whether a process of the job runs a program other than the wrapper (whose forks
+        show the wrapper's command line until they exec)."""
+        wrapper = read_small(f"/proc/{job.pid}/cmdline")
+        if not wrapper:  # gone, or a zombie: the command has run
+            return True
+        return any(
+            (cmd := read_small(f"/proc/{pid}/cmdline")) is not None and cmd != wrapper
+            for pid in self._tree(job) if pid != job.pid
+        )  # fmt: skip
+
+    def _send_deferred(self) -> None:
+        """Send the held signals of jobs whose command now runs."""
+        for key, signum in list(self.deferred.items()):
+            job = self.jobs.get(key)
+            if job is None:
+                del self.deferred[key]
+            elif self._command_runs(job):
+                self._signal_session(job, signum)
 
     def _tree(self, job: Job) -> set[int]:
         """Every process of the job still around."""
