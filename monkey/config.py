@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import stat
@@ -211,6 +210,8 @@ class Home:
         if len(str(path)) <= _SOCKET_PATH_MAX:
             self._sockets[name] = path
             return path
+        import hashlib  # only for a deep MONKEY_HOME: one-shot commands skip its import
+
         tag = hashlib.blake2s(str(self.root).encode(), digest_size=6).hexdigest()
         short = Path(f"/tmp/monkey-{os.getuid()}")
         short.mkdir(mode=0o700, exist_ok=True)

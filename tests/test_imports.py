@@ -12,22 +12,33 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "rich")
-REPORT = "print(sorted(m for m in sys.modules if m.split('.')[0] in " + repr(HEAVY) + "))"
 
 
-def _heavy_modules(code: str, tmp_path: Path) -> list[str]:
+def _heavy_modules(code: str, tmp_path: Path, among: tuple[str, ...] = HEAVY) -> list[str]:
+    """The modules named in AMONG (or their sub-modules) that running CODE loaded."""
     env = dict(os.environ, MONKEY_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
     proc = subprocess.run(
-        [sys.executable, "-c", f"import sys; {code}; {REPORT}"],
+        [sys.executable, "-c", f"import sys; {code}; {report}"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    return ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    return [m for m in ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+            if m in among or m.startswith(tuple(f"{name}." for name in among))]  # fmt: skip
 
 
 def test_list_jobs_imports_nothing_heavy(tmp_path):
     code = "from monkey.shell.cli import main; main(['list','jobs'])"
     assert _heavy_modules(code, tmp_path) == []
+
+
+def test_list_jobs_loads_no_other_command(tmp_path):
+    """A command pays only for its own module: `list jobs` loads no other command's code,
+    nor what only those need (logging for providers, hashlib for a deep MONKEY_HOME)."""
+    others = tuple(f"monkey.shell.{m}_commands" for m in ("dash", "jobspec", "provider", "rerun",
+                                                           "disk"))  # fmt: skip
+    code = "from monkey.shell.cli import main; main(['list','jobs'])"
+    assert _heavy_modules(code, tmp_path, (*others, "logging", "hashlib", "monkey.api")) == []
 
 
 def test_shell_package_imports_nothing_heavy(tmp_path):

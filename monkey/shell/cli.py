@@ -16,9 +16,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.shell import disk_commands, provider_commands, rerun_commands, tracking_commands
-from monkey.shell.dash_commands import dash_parser, web_parser
-from monkey.shell.jobspec_commands import init_parser, pull_parser
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
@@ -64,11 +61,6 @@ def suggest(word: str, choices: Iterable[str]) -> str:
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            sys.stderr.write(message)
-        raise SystemExit(status)
 
 
 # The parser class a builder makes its parsers with: `Parser` for one-shot use; the shell
@@ -133,7 +125,9 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
                       help="the cloud instances monkey created: state, size, spot, address, "
                            "jobs, age and estimated cost so far")
     prov.set_defaults(func=cmd_list_providers)
-    tracking_commands.add_list_sweeps(sub)
+    from monkey.shell.tracking_commands import add_list_sweeps
+
+    add_list_sweeps(sub)
     return p
 
 
@@ -207,6 +201,35 @@ def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     return p
 
 
+def _elsewhere(module: str, builder: str) -> Callable[..., argparse.ArgumentParser]:
+    """The parser builder BUILDER of monkey.shell.MODULE, imported when first called (a
+    command pays only for its own module)."""
+
+    def build(cls: ParserClass = Parser) -> argparse.ArgumentParser:
+        found = getattr(__import__(f"monkey.shell.{module}", fromlist=[builder]), builder)
+        return found(cls)
+
+    return build
+
+
+# Commands kept in their own modules: name -> (module, parser builder).
+_MODULES = {
+    "dash": ("dash_commands", "dash_parser"), "web": ("dash_commands", "web_parser"),
+    "init": ("jobspec_commands", "init_parser"), "pull": ("jobspec_commands", "pull_parser"),
+    "search": ("tracking_commands", "search_parser"),
+    "metrics": ("tracking_commands", "metrics_parser"),
+    "plot": ("tracking_commands", "plot_parser"),
+    "report": ("tracking_commands", "report_parser"),
+    "sweep": ("tracking_commands", "sweep_parser"),
+    "compare": ("tracking_commands", "compare_parser"),
+    "diff": ("tracking_commands", "diff_parser"),
+    "provider": ("provider_commands", "provider_parser"),
+    "rerun": ("rerun_commands", "rerun_parser"), "clone": ("rerun_commands", "clone_parser"),
+    "cat": ("rerun_commands", "cat_parser"),
+    "rm": ("disk_commands", "rm_parser"), "gc": ("disk_commands", "gc_parser"),
+    "du": ("disk_commands", "du_parser"),
+}  # fmt: skip
+
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "run": run_parser,
     "list": list_parser,
@@ -215,14 +238,7 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "job": job_parser,
     "kill": kill_parser,
     "daemon": daemon_parser,
-    "dash": dash_parser,
-    "web": web_parser,
-    "init": init_parser,
-    "pull": pull_parser,
-    **tracking_commands.PARSERS,
-    **provider_commands.PARSERS,
-    **rerun_commands.PARSERS,
-    **disk_commands.PARSERS,
+    **{name: _elsewhere(module, builder) for name, (module, builder) in _MODULES.items()},
 }
 
 # Commands of the one-shot CLI only (the shell completes by itself).
@@ -406,7 +422,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 
     m = _monkey()
     if args.monkey_instances:
-        return provider_commands.print_monkey_instances(m.monkey_instances(), args.json)
+        from monkey.shell.provider_commands import print_monkey_instances
+
+        return print_monkey_instances(m.monkey_instances(), args.json)
     counts: dict[str, dict[str, int]] = {}
     for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
@@ -432,7 +450,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
            [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
              str(p["running"]), str(p["queued"])] for p in out])
-    provider_commands.print_hosts(out)
+    from monkey.shell.provider_commands import print_hosts
+
+    print_hosts(out)
     for p in out:
         if p.get("detail"):  # a kind's own line (a Slurm partition's state)
             print(f"{p['name']}: {p['detail']}")
@@ -451,7 +471,9 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         if args.json:
             _print_json([vars(f) for f in m.files(args.job)])
         else:
-            rerun_commands.print_files(m, args.job)
+            from monkey.shell.rerun_commands import print_files
+
+            print_files(m, args.job)
         return 0
     info = m.info(args.job)
     if args.json:
@@ -592,7 +614,9 @@ def _complete(words: list[str]) -> int:
 
     if len(words) > 1:
         words = expand(words)
-    actions = {"sweep": tracking_commands.SWEEP_ACTIONS}
+    from monkey.shell.tracking_commands import SWEEP_ACTIONS
+
+    actions = {"sweep": SWEEP_ACTIONS}
     for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs, actions):
         print(word)
     return 0

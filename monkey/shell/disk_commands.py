@@ -43,9 +43,6 @@ def du_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-PARSERS = {"rm": rm_parser, "gc": gc_parser, "du": du_parser}
-
-
 def cmd_rm(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 

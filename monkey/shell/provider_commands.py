@@ -420,9 +420,6 @@ def _size(value: int | None) -> str:
     return "-" if not value else f"{value / (1 << 30):.1f}G"
 
 
-PARSERS = {"provider": provider_parser}
-
-
 def print_hosts(providers: list[dict[str, Any]]) -> None:
     """The hosts table under `monkey list providers`, when a provider has hosts."""
     from monkey.shell.table import ago, render

@@ -57,9 +57,6 @@ def cat_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-PARSERS = {"rerun": rerun_parser, "clone": clone_parser, "cat": cat_parser}
-
-
 def _cells(text: str | None) -> list[int] | None:
     if text is None:
         return None

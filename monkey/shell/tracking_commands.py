@@ -231,18 +231,6 @@ def search_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-PARSERS = {
-    "search": search_parser,
-    "metrics": metrics_parser,
-    "plot": plot_parser,
-    "report": report_parser,
-    "sweep": sweep_parser,
-    "compare": compare_parser,
-    "diff": diff_parser,
-}
-
-
-
 # -- commands -------------------------------------------------------------------------
 
 
