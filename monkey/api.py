@@ -408,7 +408,7 @@ class Monkey(RerunAPI, TrackingAPI):
             "spec": self.store.job_spec(juid),
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
             "cost": self.costs([juid], now).get(juid),
-            "attempts_detail": [{**vars(a), "cost": a.cost(now)} for a in self.store.attempts(juid)],
+            "attempts_detail": [{**a.as_dict(), "cost": a.cost(now)} for a in self.store.attempts(juid)],
             "events": self.store.events(juid),
             "last_output": self._last_output(job),
         }

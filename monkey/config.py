@@ -7,11 +7,10 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, Record
 
 # Unix socket paths are limited to 107 bytes; longer homes get a short private folder.
 _SOCKET_PATH_MAX = 100
@@ -342,13 +341,15 @@ def _bounded_loader() -> type:
     return BoundedLoader
 
 
-@dataclass
-class ProviderConfig:
+class ProviderConfig(Record):
     """One entry of providers.yml."""
 
-    name: str
-    type: str
-    options: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("name", "type", "options")
+
+    def __init__(self, name: str, type: str, options: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.type = type
+        self.options = {} if options is None else options
 
 
 def default_local() -> ProviderConfig:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -73,38 +73,45 @@ class Request(str, enum.Enum):
 
 JUID_RE = re.compile(r"^\d{2}-\d{2}-\d{2}-\d{3,}$")
 
-# Names that usually hold a secret. KEY counts as a word of the name (API_KEY, KEY_ID,
-# APIKEY), so that KEYBOARD and MONKEY_* do not; PWD and OLDPWD alone are the shell's cwd.
-SECRET_NAME_RE = re.compile(
-    r"PASS|PWD|CREDENTIAL|TOKEN|SECRET|PRIVATE|SESSION|COOKIE|SIGNATURE|AUTH(?!OR(?!IZ))"
-    r"|(?:^|_)(?:API|ACCESS|SSH|SIGNING|ENCRYPTION|MASTER|LICENSE)?KEYS?(?:_|$)",
-    re.I,
-)
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
-# Values that are secrets whatever their name: URLs with a password, private keys, and
-# the shapes of common API tokens (GitHub, GitLab, Slack, OpenAI/Stripe, AWS, Hugging
-# Face, Google, JWTs).
-SECRET_VALUE_RE = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s@]+@"
-    r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
-    r"|(?<![A-Za-z0-9])(?:"
-    r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|xox[bpas]-[A-Za-z0-9-]{10,}"
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|hf_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
-    r"|ya29\.[0-9A-Za-z_-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
-)
 REDACTED = "<redacted>"
+
+
+@functools.cache
+def _secret_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The (name, value) patterns of secrets, compiled on first use (the value pattern
+    alone takes a one-shot command 1.5 ms to compile)."""
+    # Names that usually hold a secret. KEY counts as a word of the name (API_KEY, KEY_ID,
+    # APIKEY), so that KEYBOARD and MONKEY_* do not; PWD and OLDPWD alone are the cwd.
+    name = re.compile(
+        r"PASS|PWD|CREDENTIAL|TOKEN|SECRET|PRIVATE|SESSION|COOKIE|SIGNATURE|AUTH(?!OR(?!IZ))"
+        r"|(?:^|_)(?:API|ACCESS|SSH|SIGNING|ENCRYPTION|MASTER|LICENSE)?KEYS?(?:_|$)",
+        re.I,
+    )
+    # Values that are secrets whatever their name: URLs with a password, private keys,
+    # and the shapes of common API tokens (GitHub, GitLab, Slack, OpenAI/Stripe, AWS,
+    # Hugging Face, Google, JWTs).
+    value = re.compile(
+        r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:[^\s@]+@"
+        r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+        r"|(?<![A-Za-z0-9])(?:"
+        r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+        r"|glpat-[A-Za-z0-9_-]{20,}|xox[bpas]-[A-Za-z0-9-]{10,}"
+        r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{20,}"
+        r"|(?:AKIA|ASIA)[0-9A-Z]{16}|hf_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
+        r"|ya29\.[0-9A-Za-z_-]{20,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
+    )
+    return name, value
 
 
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable name looks like it holds a secret."""
-    return name.upper() not in _NOT_SECRET_NAMES and bool(SECRET_NAME_RE.search(name))
+    return name.upper() not in _NOT_SECRET_NAMES and bool(_secret_patterns()[0].search(name))
 
 
 def is_secret(name: str, value: str) -> bool:
     """Whether a variable holds a secret, judged by its name or by its value."""
-    return is_secret_name(name) or bool(SECRET_VALUE_RE.search(value))
+    return is_secret_name(name) or bool(_secret_patterns()[1].search(value))
 
 
 def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
@@ -167,15 +174,50 @@ def format_duration(seconds: float) -> str:
     return f"{whole}s"
 
 
-@dataclass
-class Resources:
+class Record:
+    """Base of the value classes below: equality, repr and ``replace`` over their
+    ``__slots__``. Plain classes rather than dataclasses: importing dataclasses (it loads
+    inspect, ast and dis) and building these four took a one-shot command 6 ms."""
+
+    __slots__: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable values
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict."""
+        return {n: getattr(self, n) for n in self.__slots__}
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with CHANGES applied (like ``dataclasses.replace``)."""
+        unknown = set(changes) - set(self.__slots__)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        copy = object.__new__(type(self))
+        for n in self.__slots__:
+            object.__setattr__(copy, n, changes[n] if n in changes else getattr(self, n))
+        return copy
+
+
+class Resources(Record):
     """What a job asks of a worker."""
 
-    cpus: int = 1
-    gpus: int = 0
-    memory: str | None = None
-    host: str | None = None  # pinned to this instance of the provider (`run --host`)
-    time: int | None = None  # seconds an attempt may run (`run --time`), then it fails
+    __slots__ = ("cpus", "gpus", "memory", "host", "time")
+
+    def __init__(self, cpus: int = 1, gpus: int = 0, memory: str | None = None,
+                 host: str | None = None, time: int | None = None) -> None:  # fmt: skip
+        self.cpus = cpus
+        self.gpus = gpus
+        self.memory = memory
+        self.host = host  # pinned to this instance of the provider (`run --host`)
+        self.time = time  # seconds an attempt may run (`run --time`), then it fails
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
@@ -236,44 +278,69 @@ INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
 }
 
 
-@dataclass(frozen=True)
-class Instance:
+class Instance(Record):
     """One machine of a provider, normalised across kinds (a libcloud Node, an SSH host,
-    this machine, a Slurm allocation)."""
+    this machine, a Slurm allocation). Immutable: ``replace`` makes a changed copy."""
 
+    __slots__ = ("id", "provider", "name", "state", "address", "size", "spot", "launched_at",
+                 "extra", "price")  # fmt: skip
     id: str  # unique across providers: "aws/i-0abc...", "lab/gpu1", "local"
     provider: str
     name: str
     state: InstanceState
-    address: str | None = None  # where its agent is reached (SSH), None for this machine
-    size: str | None = None  # the provider's size name (e.g. g5.xlarge)
-    spot: bool = False  # spot / preemptible capacity
-    launched_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # provider-only data
-    price: float | None = None  # estimated $ per hour (None: unknown)
+    address: str | None  # where its agent is reached (SSH), None for this machine
+    size: str | None  # the provider's size name (e.g. g5.xlarge)
+    spot: bool  # spot / preemptible capacity
+    launched_at: float | None
+    extra: dict[str, Any]  # provider-only data
+    price: float | None  # estimated $ per hour (None: unknown)
+
+    def __init__(self, id: str, provider: str, name: str, state: InstanceState,
+                 address: str | None = None, size: str | None = None, spot: bool = False,
+                 launched_at: float | None = None, extra: dict[str, Any] | None = None,
+                 price: float | None = None) -> None:  # fmt: skip
+        values = (id, provider, name, state, address, size, spot, launched_at,
+                  {} if extra is None else extra, price)  # fmt: skip
+        for n, v in zip(self.__slots__, values):
+            object.__setattr__(self, n, v)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Instance is immutable; use replace({name}=...)")
 
 
-@dataclass
-class Attempt:
-    """One try of a job on one instance."""
+class Attempt(Record):
+    """One try of a job on one instance. Its instance's size, spot or not, and the
+    estimated $ per hour charged to it (the instance's price times the job's share of its
+    CPUs) are recorded when it began."""
 
-    juid: str
-    n: int
-    instance: str
-    state: str
-    started_at: float | None = None
-    ended_at: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    reason: str | None = None
-    pid: int | None = None
-    run_dir: str = ""
-    heartbeat_at: float | None = None
-    events_offset: int = 0
-    gpus: str = ""
-    size: str | None = None  # its instance's size, spot or not, and the estimated $ per
-    spot: bool = False  # hour charged to it (the instance's price times the job's share
-    price: float | None = None  # of its CPUs), recorded when it began
+    __slots__ = ("juid", "n", "instance", "state", "started_at", "ended_at", "exit_code",
+                 "signal", "reason", "pid", "run_dir", "heartbeat_at", "events_offset", "gpus",
+                 "size", "spot", "price")  # fmt: skip
+
+    def __init__(self, juid: str, n: int, instance: str, state: str,
+                 started_at: float | None = None, ended_at: float | None = None,
+                 exit_code: int | None = None, signal: int | None = None,
+                 reason: str | None = None, pid: int | None = None, run_dir: str = "",
+                 heartbeat_at: float | None = None, events_offset: int = 0, gpus: str = "",
+                 size: str | None = None, spot: bool = False,
+                 price: float | None = None) -> None:  # fmt: skip
+        self.juid = juid
+        self.n = n
+        self.instance = instance
+        self.state = state
+        self.started_at = started_at
+        self.ended_at = ended_at
+        self.exit_code = exit_code
+        self.signal = signal
+        self.reason = reason
+        self.pid = pid
+        self.run_dir = run_dir
+        self.heartbeat_at = heartbeat_at
+        self.events_offset = events_offset
+        self.gpus = gpus
+        self.size = size
+        self.spot = spot
+        self.price = price
 
     def cost(self, now: float) -> float | None:
         """Estimated $ spent on this attempt (so far, while it runs); None when unknown."""
@@ -282,35 +349,49 @@ class Attempt:
         return self.price * max(0.0, (self.ended_at or now) - self.started_at) / 3600
 
 
-@dataclass
-class Job:
+class Job(Record):
     """A job as recorded in the store: everything needed to run it again."""
 
-    juid: str
-    name: str
-    state: State
-    argv: list[str]
-    provider: str
-    resources: Resources = field(default_factory=Resources)
-    env: dict[str, str] = field(default_factory=dict)
-    snapshot: str | None = None
-    workdir: str = ""
-    datasets: list[dict[str, Any]] = field(default_factory=list)
-    git: dict[str, Any] = field(default_factory=dict)
-    python: str = ""
-    retries: int = 0
-    attempts: int = 0
-    request: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    not_before: float = 0.0
-    sweep: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    instance: str | None = None
+    __slots__ = ("juid", "name", "state", "argv", "provider", "resources", "env", "snapshot",
+                 "workdir", "datasets", "git", "python", "retries", "attempts", "request",
+                 "exit_code", "reason", "created_at", "updated_at", "started_at", "finished_at",
+                 "not_before", "sweep", "params", "instance")  # fmt: skip
+
+    def __init__(self, juid: str, name: str, state: State, argv: list[str], provider: str,
+                 resources: Resources | None = None, env: dict[str, str] | None = None,
+                 snapshot: str | None = None, workdir: str = "",
+                 datasets: list[dict[str, Any]] | None = None, git: dict[str, Any] | None = None,
+                 python: str = "", retries: int = 0, attempts: int = 0,
+                 request: str | None = None, exit_code: int | None = None,
+                 reason: str | None = None, created_at: float = 0.0, updated_at: float = 0.0,
+                 started_at: float | None = None, finished_at: float | None = None,
+                 not_before: float = 0.0, sweep: str | None = None,
+                 params: dict[str, Any] | None = None, instance: str | None = None) -> None:  # fmt: skip
+        self.juid = juid
+        self.name = name
+        self.state = state
+        self.argv = argv
+        self.provider = provider
+        self.resources = Resources() if resources is None else resources
+        self.env = {} if env is None else env
+        self.snapshot = snapshot
+        self.workdir = workdir
+        self.datasets = [] if datasets is None else datasets
+        self.git = {} if git is None else git
+        self.python = python
+        self.retries = retries
+        self.attempts = attempts
+        self.request = request
+        self.exit_code = exit_code
+        self.reason = reason
+        self.created_at = created_at
+        self.updated_at = updated_at
+        self.started_at = started_at
+        self.finished_at = finished_at
+        self.not_before = not_before
+        self.sweep = sweep
+        self.params = {} if params is None else params
+        self.instance = instance
 
     @property
     def command(self) -> str:

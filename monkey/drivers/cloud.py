@@ -385,7 +385,7 @@ class CloudDriver(Driver):
         if host.capacity is not None:
             cap = host.capacity
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
-        return replace(inst, extra=extra)
+        return inst.replace(extra=extra)
 
     def _track(self, instances: list[Instance], listed: bool = False) -> None:
         """Make the running instances (with an address) the transport's hosts; the others

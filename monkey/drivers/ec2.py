@@ -27,7 +27,6 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from monkey.drivers import ec2_setup
@@ -189,7 +188,7 @@ class EC2Driver(CloudDriver):
 
             self._reasons[node] = self._call(f"cannot describe {node}", ask)
         spot = self._reasons[node].startswith("Server.SpotInstance")
-        return replace(inst, extra={**inst.extra, "reason": self._reasons[node], "preempted": spot})
+        return inst.replace(extra={**inst.extra, "reason": self._reasons[node], "preempted": spot})
 
     def _console(self, node: str) -> str | None:
         from libcloud.compute.base import Node
