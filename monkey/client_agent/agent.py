@@ -246,6 +246,8 @@ WRAPPER = (
     'rc=127; fi; '
     'trap "" TERM INT HUP; echo "exit $rc" >> "$MONKEY_STARTED_FILE"; exit "$rc"'
 )
+# How a wrapper's /proc/PID/cmdline starts (``_spawn``'s argv up to the job's folder).
+WRAPPER_CMDLINE = b"\0".join([b"/bin/sh", b"-c", WRAPPER.encode(), b"monkey-job", b""])
 CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
 STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
 ABANDONED_CLAIM = b"abandoned\n"
@@ -1556,15 +1558,14 @@ class Agent:
         signal_pids(self._tree(job), signum)
 
     def _command_runs(self, job: Job) -> bool:
-        """Whether a process of the job runs a program other than the wrapper (whose forks
-        show the wrapper's command line until they exec)."""
-        wrapper = read_small(f"/proc/{job.pid}/cmdline")
-        if not wrapper:  # gone, or a zombie: the command has run
-            return True
-        return any(
-            (cmd := read_small(f"/proc/{pid}/cmdline")) is not None and cmd != wrapper
-            for pid in self._tree(job) if pid != job.pid
-        )  # fmt: skip
+        """Whether a process of the job runs a program other than the wrapper: one whose
+        command line is not the wrapper's (its forks show it until they exec; a command
+        run with `exec` replaces the wrapper itself), or a zombie's (empty)."""
+        for pid in self._tree(job) | {job.pid}:
+            cmd = read_small(f"/proc/{pid}/cmdline")
+            if cmd is not None and not cmd.startswith(WRAPPER_CMDLINE):
+                return True
+        return False
 
     def _send_deferred(self) -> None:
         """Send the held signals of jobs whose command now runs."""
