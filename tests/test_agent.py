@@ -393,6 +393,23 @@ def test_a_signal_sent_as_the_job_starts_reaches_its_command(world: World, tree_
         assert event["code"] == 3 or event["signal"] == signal.SIGTERM
 
 
+def test_each_process_of_a_job_gets_a_signal_once(world: World, tree_mode: str) -> None:
+    # A process that handles TERM (to save a checkpoint, say) must not run its handler
+    # twice: the agent signals the job's process group at once, then each process that
+    # left it (here one in a session of its own), not both ways.
+    world.start_agent()
+    agent = world.client()
+    loop = 'trap "echo T >> terms" TERM; touch ready.$1; while :; do sleep 0.05; done'
+    script = (f"for i in 1 2 3 4 5; do sh -c '{loop}' - $i & done; setsid sh -c '{loop}' - 6 & "
+              f"set -- 0; {loop}")  # fmt: skip
+    world.start(agent, "j", ["sh", "-c", script])
+    work = world.run_dir("j") / "work"
+    wait_for(lambda: len(list(work.glob("ready.*"))) == 7, timeout=TIMEOUT, what="7 handlers")
+    agent.request("signal", juid="j", attempt=1, signal="TERM", grace=1.5)
+    assert agent.wait_exit("j")["signal"] == signal.SIGKILL  # the handlers went on
+    assert (work / "terms").read_text() == "T\n" * 7
+
+
 def test_signal_after_exit_is_ok(world: World, agent: Client) -> None:
     world.start(agent, "j", ["true"])
     agent.wait_exit("j")

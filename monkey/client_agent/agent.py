@@ -1545,17 +1545,29 @@ class Agent:
             self.deferred[job.key] = signum
             return
         self.deferred.pop(job.key, None)
-        if job.pidfd >= 0:
-            try:
-                signal.pidfd_send_signal(job.pidfd, signum)
-            except OSError:
-                pass
-        if job.child:  # our unreaped child: its pid cannot have been reused
+        done: set[int] = set()
+        group = None  # the process group signalled at once
+        if job.child:  # our unreaped child: its pid (its group's id) cannot have been reused
             try:
                 os.killpg(job.pid, signum)
+                group = job.pid
+                done.add(job.pid)
             except OSError:
                 pass
-        signal_pids(self._tree(job), signum)
+        elif job.pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(job.pidfd, signum)
+                done.add(job.pid)
+            except OSError:
+                pass
+        # The others, each once: a second TERM could run a job's handler twice.
+        for pid in self._tree(job) - done:
+            if group is not None and (fields := read_stat(pid)) is not None and int(fields[2]) == group:
+                continue
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
 
     def _command_runs(self, job: Job) -> bool:
         """Whether a process of the job runs a program other than the wrapper: one whose
