@@ -106,6 +106,21 @@ def test_vanished_process_is_lost_and_retried(home, monkey):
     assert ("running", "lost") in kinds and ("lost", "queued") in kinds
 
 
+def test_a_cancel_survives_the_agent_dying_before_the_job_stops(cli, home, monkey):
+    # The job takes its TERM and goes on (as one saving a checkpoint may); its agent dies
+    # before the grace ends, and its SIGKILL deadline with it. The agent that adopts the
+    # job is asked again, and stops it.
+    job = monkey.run(["sh", "-c", 'trap "echo TERM" TERM; echo up; while :; do sleep 0.05; done'])
+    wait_for(lambda: job.logs() == "up\n" and job.status == State.RUNNING, what="the job to start")
+    first_agent = _agent_pid(home)
+    cli("job", "cancel", job.juid, check=True)
+    wait_for(lambda: job.logs() == "up\nTERM\n", what="the job to take its TERM")
+    os.kill(first_agent, signal.SIGKILL)
+    assert job.wait(timeout=60) == State.CANCELLED
+    assert _agent_pid(home) != first_agent
+    assert _dead(job.attempts()[0].pid)
+
+
 def test_only_one_core_per_home(cli, home):
     start_core(home)
     pid = core_pid(home)

@@ -1524,10 +1524,14 @@ class Agent:
             if key in self.held:
                 self._withdraw(self.held[key], f"signalled {req['signal']}")
             return {"running": False}
+        when = time.monotonic() + max(0.0, grace)
+        if signum != signal.SIGKILL and job.signalled == signum and key in self.kill_at:
+            # Asked again (the core repeats a signal whose link broke): the job has it.
+            self.kill_at[key] = min(when, self.kill_at[key])
+            return {"running": True}
         job.signalled = signum
         self._signal_session(job, signum)
         if signum != signal.SIGKILL:
-            when = time.monotonic() + max(0.0, grace)
             self.kill_at[key] = min(when, self.kill_at.get(key, when))
         return {"running": True}
 

@@ -105,7 +105,8 @@ class Core:
         self.selector = selectors.DefaultSelector()
         self.wake_sock = bind_wake_socket(home)
         self.selector.register(self.wake_sock, selectors.EVENT_READ, None)
-        self.signalled: set[tuple[str, int]] = set()
+        # Attempts a cancel or pause was sent for, with the link it went over.
+        self.signalled: dict[tuple[str, int], tuple[str, str]] = {}
         # Per request id: the attempt a `start` was sent for, and the code list it named.
         self.starting: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]] = {}
         self.manifests: dict[str, list[Any]] = {}
@@ -385,6 +386,9 @@ class Core:
             return
         # Starts without a reply are settled by the next sync, not by this link's ids.
         self.starting = {k: v for k, v in self.starting.items() if k[0] != key}
+        # A signal sent over it may have died with its agent (and the SIGKILL deadline with
+        # it): it is sent again once linked; an agent that has it already ignores a repeat.
+        self.signalled = {k: w for k, w in self.signalled.items() if w != key}
         try:
             self.selector.unregister(link.fileno())
         except (KeyError, ValueError, OSError):
@@ -564,7 +568,7 @@ class Core:
                                reason=reason, requeue_after=requeue, offset=offset,
                                now=event.get("ts"), requeue_kind="preempt"
                                if final == State.PREEMPTED else "retry")  # fmt: skip
-        self.signalled.discard((juid, n))
+        self.signalled.pop((juid, n), None)
 
     def _preempted(self, job: Job, event: dict[str, Any]) -> tuple[str, bool]:
         """The reason a preempted attempt ends with, and whether its job is re-queued (not
@@ -634,7 +638,7 @@ class Core:
                 log.error("cannot signal %s: %s", job.juid, exc)
                 self.drop_link(where)
                 continue
-            self.signalled.add(key)
+            self.signalled[key] = where
 
     def usage(self) -> dict[str, Usage]:
         used: dict[str, Usage] = {}
