@@ -36,7 +36,7 @@ def test_list_jobs_loads_no_other_command(tmp_path):
     """A command pays only for its own module: `list jobs` loads no other command's code,
     nor what only those need (logging for providers, hashlib for a deep MONKEY_HOME)."""
     others = tuple(f"monkey.shell.{m}_commands" for m in ("dash", "jobspec", "provider", "rerun",
-                                                           "disk"))  # fmt: skip
+                                                           "disk", "tracking"))  # fmt: skip
     code = "from monkey.shell.cli import main; main(['list','jobs'])"
     assert _heavy_modules(code, tmp_path, (*others, "logging", "hashlib", "monkey.api")) == []
 

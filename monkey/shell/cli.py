@@ -125,9 +125,9 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
                       help="the cloud instances monkey created: state, size, spot, address, "
                            "jobs, age and estimated cost so far")
     prov.set_defaults(func=cmd_list_providers)
-    from monkey.shell.tracking_commands import add_list_sweeps
-
-    add_list_sweeps(sub)
+    sweeps = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
+    sweeps.add_argument("--json", action="store_true", help="print JSON")
+    sweeps.set_defaults(func=_command_in("tracking_commands", "cmd_list_sweeps"))
     return p
 
 
@@ -199,6 +199,15 @@ def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=cmd_completion)
     return p
+
+
+def _command_in(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command function NAME of monkey.shell.MODULE, imported when it runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(__import__(f"monkey.shell.{module}", fromlist=[name]), name)(args)
+
+    return run
 
 
 def _elsewhere(module: str, builder: str) -> Callable[..., argparse.ArgumentParser]:

@@ -214,13 +214,6 @@ def diff_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def add_list_sweeps(sub: Any) -> None:
-    """`list sweeps`, added to the `list` parser's sub-commands."""
-    p = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_list_sweeps)
-
-
 def search_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     p = _parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
                 "newest first, each with its last matching line.")
