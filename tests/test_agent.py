@@ -595,6 +595,26 @@ def test_running_job_whose_agent_died_before_recording_it_is_adopted(world: Worl
     assert [p["event"]["type"] for p in client.events("j")] == ["started", "exit"]
 
 
+def test_an_adopting_agent_keeps_the_signal_sent_and_its_deadline(world: World) -> None:
+    # The first agent stops the job at its time limit (TERM: the job goes on, as one saving
+    # a checkpoint may) and dies; the next one adopts the job: no second TERM, the SIGKILL
+    # when the first one's grace ends, and the attempt still ends as a timeout.
+    first = world.start_agent()
+    agent = world.client()
+    script = 'trap "echo TERM" TERM; while :; do sleep 0.05; done'
+    world.start(agent, "j", ["sh", "-c", script], time_limit=0.5, grace=2.5)
+    out = world.run_dir("j") / "stdout.log"
+    wait_for(lambda: out.read_text() == "TERM\n", timeout=TIMEOUT, what="the time limit's TERM")
+    first.kill()
+    first.wait()
+    world.start_agent()
+    client = world.client(sync=False)
+    assert client.request("sync", attempts=[world.sync_item("j")])["attempts"][0]["status"] == "running"
+    event = client.wait_exit("j")
+    assert (event["signal"], event["reason"]) == (signal.SIGKILL, "timeout")
+    assert out.read_text() == "TERM\n"
+
+
 def sync_with_pid_of(world: World, holder: subprocess.Popen[bytes], claim: str) -> Client:
     """Record job j as started by a wrapper whose pid HOLDER now holds (its claim reading
     CLAIM, a format with the pid), then start a new agent whose sync finds it exited."""

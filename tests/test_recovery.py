@@ -108,8 +108,8 @@ def test_vanished_process_is_lost_and_retried(home, monkey):
 
 def test_a_cancel_survives_the_agent_dying_before_the_job_stops(cli, home, monkey):
     # The job takes its TERM and goes on (as one saving a checkpoint may); its agent dies
-    # before the grace ends, and its SIGKILL deadline with it. The agent that adopts the
-    # job is asked again, and stops it.
+    # before the grace ends. The agent that adopts the job is asked again: it knows the
+    # job has its TERM (no second one) and when the grace ends, and stops it then.
     job = monkey.run(["sh", "-c", 'trap "echo TERM" TERM; echo up; while :; do sleep 0.05; done'])
     wait_for(lambda: job.logs() == "up\n" and job.status == State.RUNNING, what="the job to start")
     first_agent = _agent_pid(home)
@@ -119,6 +119,8 @@ def test_a_cancel_survives_the_agent_dying_before_the_job_stops(cli, home, monke
     assert job.wait(timeout=60) == State.CANCELLED
     assert _agent_pid(home) != first_agent
     assert _dead(job.attempts()[0].pid)
+    assert job.logs() == "up\nTERM\n"
+    assert job.attempts()[0].signal == signal.SIGKILL
 
 
 def test_only_one_core_per_home(cli, home):

@@ -47,6 +47,9 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   keeps uploading it (at once, then every ``every`` seconds)
     results.seq   the number of the attempt's last manifest upload
     preempted     the mark of a job a notice stopped (kept by an agent that adopts it)
+    signalled     {"signal", "deadline": epoch s of its SIGKILL, "timeout"}: the last signal
+                  other than SIGKILL the job got (an agent that adopts it sends no second
+                  one for a repeated request, and keeps the deadline)
 
 Code file lists the agent was given are cached per worker in ``ROOT/manifests/<digest>.json``
 (the compact JSON list ``[[relpath, digest, mode], ...]`` sorted by relpath, written through
@@ -271,6 +274,7 @@ DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
 PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
+SIGNALLED = "signalled"  # the run dir's mark of the signal the job got and its SIGKILL deadline
 RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), for adoption
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 # seconds a start handed ahead of a free slot is held before it is withdrawn
@@ -1321,8 +1325,8 @@ class Agent:
                 log(f"{job.juid}/{job.attempt}: time limit of {job.limit[0]:.0f}s reached, SIGTERM")
                 job.timed_out = True
                 job.signalled = signal.SIGTERM
-                self._signal_session(job, signal.SIGTERM)
                 self.kill_at[job.key] = min(now + job.limit[2], self.kill_at.get(job.key, float("inf")))
+                self._signal_session(job, signal.SIGTERM)
         if self.jobs and now >= self.next_tail:
             for job in list(self.jobs.values()):
                 self._tail(job)
@@ -1530,9 +1534,9 @@ class Agent:
             self.kill_at[key] = min(when, self.kill_at[key])
             return {"running": True}
         job.signalled = signum
-        self._signal_session(job, signum)
         if signum != signal.SIGKILL:
             self.kill_at[key] = min(when, self.kill_at.get(key, when))
+        self._signal_session(job, signum)
         return {"running": True}
 
     def _signal_session(self, job: Job, signum: int) -> None:
@@ -1572,6 +1576,14 @@ class Agent:
                 os.kill(pid, signum)
             except OSError:
                 pass
+        if signum != signal.SIGKILL and job.key in self.kill_at:
+            # For an agent that adopts the job: it has the signal, and when the grace ends.
+            deadline = time.time() + self.kill_at[job.key] - time.monotonic()
+            mark = {"signal": signum, "deadline": deadline, "timeout": job.timed_out}
+            try:
+                write_atomic(os.path.join(job.run_dir, SIGNALLED), json.dumps(mark).encode())
+            except OSError as e:
+                log(f"cannot mark {job.run_dir} signalled: {e}")
 
     def _command_runs(self, job: Job) -> bool:
         """Whether a process of the job runs a program other than the wrapper: one whose
@@ -1879,8 +1891,8 @@ class Agent:
                 log(f"cannot mark {job.run_dir} preempted: {e}")
             job.preempted = True
             job.signalled = signal.SIGTERM
-            self._signal_session(job, signal.SIGTERM)
             self.kill_at[job.key] = time.monotonic() + grace
+            self._signal_session(job, signal.SIGTERM)
 
     def _check_files(self, files: Any, blobs_dir: str) -> list[tuple[str, str, int]]:
         """[(relpath, blob path, mode)] after checking paths, digests and blobs."""
@@ -2347,6 +2359,7 @@ class Agent:
         if alive is not None:
             job.pidfd = alive[0]
             job.preempted = os.path.exists(os.path.join(run_dir, PREEMPTED))
+            self._signalled_before(job)
             self._adopted_results(job)
             self._track(job)
             log(f"{juid}/{attempt}: adopted pid {pid}")
@@ -2360,6 +2373,19 @@ class Agent:
             ended = {}
         self._append(job, "exit", **exit_fields(job, found[1] if found else None, None), **ended)
         return "exited"
+
+    def _signalled_before(self, job: Job) -> None:
+        """Take over the signal an earlier agent sent an adopted job, and its SIGKILL
+        deadline: a repeated request is then no second signal, and the grace still ends."""
+        try:
+            with open(os.path.join(job.run_dir, SIGNALLED), "rb") as f:
+                mark = json.loads(f.read())
+            signum, deadline = int(mark["signal"]), float(mark["deadline"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        job.signalled = signum
+        job.timed_out = bool(mark.get("timeout"))
+        self.kill_at[job.key] = time.monotonic() + max(0.0, deadline - time.time())
 
     @staticmethod
     def _claimed(run_dir: str) -> dict[str, Any] | None:
