@@ -35,6 +35,29 @@ def _kill(pid: int | None) -> bool:
     return True
 
 
+def _storm(home: Path, rng: random.Random, kills: dict[str, int], stop: threading.Event) -> None:
+    """SIGKILL the agent (sometimes while the core is stopped) or the core at random, and
+    start the core again, until STOP is set; KILLS counts them."""
+    while not stop.is_set():
+        time.sleep(rng.uniform(0.02, 0.4))
+        agent = _pid_in(home / "private" / "agent.pid")
+        roll = rng.random()
+        if roll < 0.6:
+            kills["agent"] += _kill(agent)
+        elif roll < 0.75:  # the agent dies while the core, stopped, has events unread
+            core = core_pid(home)
+            if core and core > 0 and agent:
+                os.kill(core, signal.SIGSTOP)
+                time.sleep(rng.uniform(0.05, 0.3))
+                kills["agent"] += _kill(agent)
+                os.kill(core, signal.SIGCONT)
+        elif _kill(core_pid(home)):
+            kills["core"] += 1
+            wait_for(lambda: core_pid(home) is None, what="the core to die")
+            time.sleep(rng.uniform(0, 0.3))  # jobs go on ending while no core runs
+            start_core(home)
+
+
 def test_agent_and_core_killed_at_random(home, monkey):
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
     ledger = Path("ledger").resolve()
@@ -46,28 +69,7 @@ def test_agent_and_core_killed_at_random(home, monkey):
     start_core(home)
     kills = {"agent": 0, "core": 0}
     stop = threading.Event()
-
-    def storm() -> None:
-        while not stop.is_set():
-            time.sleep(rng.uniform(0.02, 0.4))
-            agent = _pid_in(home / "private" / "agent.pid")
-            roll = rng.random()
-            if roll < 0.6:
-                kills["agent"] += _kill(agent)
-            elif roll < 0.75:  # the agent dies while the core, stopped, has events unread
-                core = core_pid(home)
-                if core and core > 0 and agent:
-                    os.kill(core, signal.SIGSTOP)
-                    time.sleep(rng.uniform(0.05, 0.3))
-                    kills["agent"] += _kill(agent)
-                    os.kill(core, signal.SIGCONT)
-            elif _kill(core_pid(home)):
-                kills["core"] += 1
-                wait_for(lambda: core_pid(home) is None, what="the core to die")
-                time.sleep(rng.uniform(0, 0.3))  # jobs go on ending while no core runs
-                start_core(home)
-
-    thread = threading.Thread(target=storm)
+    thread = threading.Thread(target=_storm, args=(home, rng, kills, stop))
     thread.start()
     try:
         # The other half arrives during the storm.
@@ -101,3 +103,52 @@ def test_agent_and_core_killed_at_random(home, monkey):
     for job in jobs:
         ran = [a for a in job.attempts() if a.started_at is not None]
         assert len(ran) == 1, (job.juid, job.attempts())
+
+
+def test_cancels_in_a_storm_stop_each_job_once(home, monkey):
+    # Jobs that run until cancelled, each taking its TERM and going on (only the SIGKILL
+    # after the grace stops them), are cancelled at random while agents and the core die:
+    # each ends cancelled, ran at most once, and none runs on. (That a job gets one TERM
+    # is checked where no agent dies in the microseconds between sending it and marking
+    # it sent: test_agent.py and test_recovery.py.)
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
+    ledger = Path("ledger").resolve()
+    script = (f'echo "$MONKEY_JUID" >> {ledger}; trap "echo TERM" TERM; '
+              'echo up; while :; do sleep 0.05; done')
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(40)]
+    start_core(home)
+    kills = {"agent": 0, "core": 0}
+    stop = threading.Event()
+    thread = threading.Thread(target=_storm, args=(home, random.Random(seed + 1), kills, stop))
+    thread.start()
+    try:
+        for job in rng.sample(jobs, len(jobs)):
+            time.sleep(rng.uniform(0, 0.6))
+            job.cancel()
+        time.sleep(2)
+    finally:
+        stop.set()
+        thread.join()
+    start_core(home)
+    for job in jobs:
+        job.wait(timeout=120)
+    runs: dict[str, int] = {}
+    for line in ledger.read_text().splitlines():
+        runs[line] = runs.get(line, 0) + 1
+    print(f"\ncancel storm (seed {seed}): jobs {len(jobs)} / started {len(runs)} / "
+          f"agent kills {kills['agent']}, core kills {kills['core']}")
+    assert kills["agent"] > 0
+    assert [(j.juid, j.status) for j in jobs if j.status != State.CANCELLED] == []
+    assert [j.juid for j in jobs if runs.get(j.juid, 0) > 1] == []
+    for job in jobs:
+        assert all(_dead(a.pid) for a in job.attempts() if a.pid), job.juid
+
+
+def _dead(pid: int) -> bool:
+    """PID is gone or a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
