@@ -2,7 +2,8 @@
 S3, an sshd per instance address, a metadata service per address that the test controls):
 two jobs on the noticed instance, a notice during the environment's set-up, the fallback to
 on-demand capacity, a job cancelled before the notice, ``max_preemptions`` reached, and an
-agent killed mid-job whose successor keeps uploading the job's checkpoint."""
+agent killed mid-job whose successor keeps uploading the job's checkpoint, and a job that
+ended while no agent ran whose last checkpoint is still uploaded."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import wait_for
+from tests.conftest import kill_core, start_core, wait_for
 from tests.imds import Metadata
 from tests.sshd import Lab, SSHHost
 from tests.test_ec2 import fleet, info, run_job  # noqa: F401 - fixture
@@ -206,6 +207,31 @@ def test_an_agent_killed_mid_job_is_replaced_and_the_job_keeps_uploading(
         for path in [home / "daemon.log", *home.rglob("events.jsonl"), *home.rglob("*.log")]:
             text = path.read_text(errors="replace") if path.is_file() else ""
             assert not any(s in text for s in secrets), path
+        wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
+    finally:
+        finish(cli, moto)
+
+
+def test_a_job_that_ended_while_no_agent_ran_has_its_last_checkpoint_uploaded(
+        cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811
+    # The agent dies (and the core, so none replaces it) mid-job; the job saves its last
+    # checkpoint and ends. The agent that adopts the ended job uploads that checkpoint
+    # before telling the exit, as the first would have.
+    spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=8)
+    try:
+        juid = run_job(cli, "python3", "train.py")
+        wait_for(lambda: _uploaded_epoch(moto, home, juid) >= 1, timeout=60, what="a first upload")
+        [host] = [h for h in fleet.hosts if h.address == address_of(cli, juid, moto)]
+        kill_core(home)
+        os.kill(wait_for(lambda: agent_pid(host), what="the agent"), signal.SIGKILL)
+        uploaded = _uploaded_epoch(moto, home, juid)
+        assert uploaded < 8
+        [out] = list(host.dir.rglob(f"{juid}/1/stdout.log"))
+        wait_for(lambda: f"result {expected(8)}\n" in out.read_text(), timeout=60, what="the job to end")
+        start_core(home)
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=120, what="the exit")
+        assert _uploaded_epoch(moto, home, juid) == 8
+        assert info(cli, juid)["attempts"] == 1
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
     finally:
         finish(cli, moto)

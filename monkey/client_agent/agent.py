@@ -2268,19 +2268,30 @@ class Agent:
         code = returncode
         if code is None or code < 0:
             code = read_exit_code(job.run_dir)
-        fields = {**exit_fields(job, code, returncode), "ts": ended}
+        self._report_exit(job, self._exit_fields(job, code, returncode, ended))
+
+    def _exit_fields(self, job: Job, code: int | None, returncode: int | None,
+                     ended: float | None) -> dict[str, Any]:  # fmt: skip
+        """The fields of JOB's exit event (TS: when it ended, None when unknown)."""
+        fields = exit_fields(job, code, returncode)
+        if ended is not None:
+            fields["ts"] = ended
         if job.timed_out and job.limit:
             fields.update(reason="timeout", limit=job.limit[0])
         elif job.preempted:
             fields["reason"] = PREEMPTED
             if self.notice is not None:
                 fields["detail"] = self.notice["detail"]
+        return fields
+
+    def _report_exit(self, job: Job, fields: dict[str, Any]) -> bool:
+        """Record JOB's exit; with uploads (``results``), once the last one is done, in a
+        thread: the core then finds in the bucket what the next attempt restores. Whether
+        the exit waits for that upload."""
         results = self.results.get(job.key)
         if results is None:
             self._append(job, "exit", **fields)
-            return
-        # The exit is told once the last upload is in the bucket: the core then finds there
-        # what the next attempt restores.
+            return False
         self.exiting.add(job.key)
 
         def last_upload() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -2290,6 +2301,7 @@ class Agent:
                 return fields, {"error": one_line(e)}
 
         self._in_thread("exit", job, last_upload)
+        return True
 
     # ---- sync and adoption
 
@@ -2356,11 +2368,11 @@ class Agent:
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", **{k: v for k, v in record.items() if k != "type"})
+        job.preempted = os.path.exists(os.path.join(run_dir, PREEMPTED))
+        self._signalled_before(job, alive is not None)
+        self._adopted_results(job)
         if alive is not None:
             job.pidfd = alive[0]
-            job.preempted = os.path.exists(os.path.join(run_dir, PREEMPTED))
-            self._signalled_before(job)
-            self._adopted_results(job)
             self._track(job)
             log(f"{juid}/{attempt}: adopted pid {pid}")
             return "running"
@@ -2368,15 +2380,17 @@ class Agent:
         self._tail(job, final=True)
         found = found or recorded_exit(run_dir)
         try:  # it ended while no agent watched: when the wrapper wrote its exit code
-            ended = {"ts": os.stat(found[0]).st_mtime} if found else {}
+            ended = os.stat(found[0]).st_mtime if found else None
         except OSError:
-            ended = {}
-        self._append(job, "exit", **exit_fields(job, found[1] if found else None, None), **ended)
-        return "exited"
+            ended = None
+        # Its last upload too (a checkpoint saved as it ended), before the exit is told.
+        fields = self._exit_fields(job, found[1] if found else None, None, ended)
+        return "running" if self._report_exit(job, fields) else "exited"
 
-    def _signalled_before(self, job: Job) -> None:
-        """Take over the signal an earlier agent sent an adopted job, and its SIGKILL
-        deadline: a repeated request is then no second signal, and the grace still ends."""
+    def _signalled_before(self, job: Job, alive: bool) -> None:
+        """Take over the signal an earlier agent sent an adopted job, and (when ALIVE) its
+        SIGKILL deadline: a repeated request is then no second signal, and the grace still
+        ends."""
         try:
             with open(os.path.join(job.run_dir, SIGNALLED), "rb") as f:
                 mark = json.loads(f.read())
@@ -2385,7 +2399,8 @@ class Agent:
             return
         job.signalled = signum
         job.timed_out = bool(mark.get("timeout"))
-        self.kill_at[job.key] = time.monotonic() + max(0.0, deadline - time.time())
+        if alive:
+            self.kill_at[job.key] = time.monotonic() + max(0.0, deadline - time.time())
 
     @staticmethod
     def _claimed(run_dir: str) -> dict[str, Any] | None:
