@@ -3,11 +3,14 @@ jobs start and end. Every job must run exactly once, keep every log byte, and en
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from conftest import core_pid, start_core, wait_for
@@ -58,20 +61,31 @@ def _storm(home: Path, rng: random.Random, kills: dict[str, int], stop: threadin
             start_core(home)
 
 
-def test_agent_and_core_killed_at_random(home, monkey):
+@contextlib.contextmanager
+def storm(home: Path, seed: int) -> Iterator[dict[str, int]]:
+    """The agent and the core SIGKILLed at random (``_storm``) while the block runs, on a
+    worker of 16 slots; then the core is started again. Yields the counts of kills."""
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
+    start_core(home)
+    kills = {"agent": 0, "core": 0}
+    stop = threading.Event()
+    thread = threading.Thread(target=_storm, args=(home, random.Random(seed), kills, stop))
+    thread.start()
+    try:
+        yield kills
+    finally:
+        stop.set()
+        thread.join()
+    start_core(home)
+
+
+def test_agent_and_core_killed_at_random(home, monkey):
     ledger = Path("ledger").resolve()
     script = (f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
               'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"')
     seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
     jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(JOBS // 2)]
-    start_core(home)
-    kills = {"agent": 0, "core": 0}
-    stop = threading.Event()
-    thread = threading.Thread(target=_storm, args=(home, rng, kills, stop))
-    thread.start()
-    try:
+    with storm(home, seed) as kills:
         # The other half arrives during the storm.
         for _ in range(JOBS - len(jobs)):
             jobs.append(monkey.run(["bash", "-c", script], start_core=False))
@@ -79,16 +93,10 @@ def test_agent_and_core_killed_at_random(home, monkey):
         deadline = time.monotonic() + STORM_SECONDS
         while time.monotonic() < deadline and not all(j.status in TERMINAL for j in jobs):
             time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join()
-    start_core(home)
     for job in jobs:
         job.wait(timeout=120)
 
-    runs: dict[str, int] = {}
-    for line in ledger.read_text().splitlines():
-        runs[line] = runs.get(line, 0) + 1
+    runs = collections.Counter(ledger.read_text().splitlines())
     once = [j for j in jobs if runs.get(j.juid) == 1]
     complete = [j for j in jobs if j.logs() == f"start {j.juid}\nend {j.juid}\n"]
     stuck = [j for j in jobs if j.status not in TERMINAL]
@@ -111,32 +119,20 @@ def test_cancels_in_a_storm_stop_each_job_once(home, monkey):
     # each ends cancelled, ran at most once, and none runs on. (That a job gets one TERM
     # is checked where no agent dies in the microseconds between sending it and marking
     # it sent: test_agent.py and test_recovery.py.)
-    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
     ledger = Path("ledger").resolve()
     script = (f'echo "$MONKEY_JUID" >> {ledger}; trap "echo TERM" TERM; '
               'echo up; while :; do sleep 0.05; done')
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(40)]
-    start_core(home)
-    kills = {"agent": 0, "core": 0}
-    stop = threading.Event()
-    thread = threading.Thread(target=_storm, args=(home, random.Random(seed + 1), kills, stop))
-    thread.start()
-    try:
+    with storm(home, seed + 1) as kills:
         for job in rng.sample(jobs, len(jobs)):
             time.sleep(rng.uniform(0, 0.6))
             job.cancel()
         time.sleep(2)
-    finally:
-        stop.set()
-        thread.join()
-    start_core(home)
     for job in jobs:
         job.wait(timeout=120)
-    runs: dict[str, int] = {}
-    for line in ledger.read_text().splitlines():
-        runs[line] = runs.get(line, 0) + 1
+    runs = collections.Counter(ledger.read_text().splitlines())
     print(f"\ncancel storm (seed {seed}): jobs {len(jobs)} / started {len(runs)} / "
           f"agent kills {kills['agent']}, core kills {kills['core']}")
     assert kills["agent"] > 0
