@@ -406,10 +406,10 @@ def test_each_process_of_a_job_gets_a_signal_once(world: World, tree_mode: str) 
     world.start(agent, "j", ["sh", "-c", script])
     work = world.run_dir("j") / "work"
     wait_for(lambda: len(list(work.glob("ready.*"))) == 7, timeout=TIMEOUT, what="7 handlers")
-    agent.request("signal", juid="j", attempt=1, signal="TERM", grace=1.5)
+    agent.request("signal", juid="j", attempt=1, signal="TERM", grace=3)
     time.sleep(0.3)
     # asked again, as the core does after a broken link: the processes have it already
-    assert agent.request("signal", juid="j", attempt=1, signal="TERM", grace=1.5)["running"]
+    assert agent.request("signal", juid="j", attempt=1, signal="TERM", grace=3)["running"]
     assert agent.wait_exit("j")["signal"] == signal.SIGKILL  # the handlers went on
     assert (work / "terms").read_text() == "T\n" * 7
 
