@@ -200,10 +200,18 @@ class Record:
         unknown = set(changes) - set(self.__slots__)
         if unknown:
             raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
-        copy = object.__new__(type(self))
-        for n in self.__slots__:
-            object.__setattr__(copy, n, changes[n] if n in changes else getattr(self, n))
-        return copy
+        return _rebuilt(type(self), tuple(changes.get(n, getattr(self, n)) for n in self.__slots__))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, immutable classes too
+        return _rebuilt, (type(self), tuple(getattr(self, n) for n in self.__slots__))
+
+
+def _rebuilt(cls: type[Record], values: tuple[Any, ...]) -> Any:
+    """An instance of CLS holding VALUES, in the order of its ``__slots__``."""
+    record = object.__new__(cls)
+    for n, v in zip(cls.__slots__, values):
+        object.__setattr__(record, n, v)
+    return record
 
 
 class Resources(Record):

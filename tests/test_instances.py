@@ -3,8 +3,12 @@ rows recorded by an older monkey."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 import sqlite3
 import time
+
+import pytest
 
 from monkey.models import Instance, InstanceState, Resources
 from monkey.store import Store
@@ -67,3 +71,18 @@ def test_machines_needed_for_waiting_jobs():
     # a job asking 8 CPUs counts 8; no limit of monkey's
     assert machines_needed([Resources(cpus=8)], per_machine=4, booting=0, live=0, limit=None) == 2
     assert machines_needed([], per_machine=2, booting=0, live=0, limit=None) == 0
+
+
+def test_an_instance_is_an_immutable_value():
+    inst = Instance("aws/i-1", "aws", "i-1", InstanceState.RUNNING, extra={"zone": "a"})
+    with pytest.raises(AttributeError, match="immutable"):
+        inst.spot = True  # type: ignore[misc]
+    spot = inst.replace(spot=True)
+    assert (spot.spot, inst.spot, spot.extra) == (True, False, {"zone": "a"})
+    assert spot != inst and spot.replace(spot=False) == inst
+    with pytest.raises(TypeError, match="no field 'zone'"):
+        inst.replace(zone="b")
+    for twin in (copy.copy(inst), copy.deepcopy(inst), pickle.loads(pickle.dumps(inst))):
+        assert twin == inst and type(twin) is Instance
+    assert copy.deepcopy(inst).extra is not inst.extra
+    assert "Instance(id='aws/i-1'" in repr(inst)
