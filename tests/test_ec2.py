@@ -131,6 +131,39 @@ def test_create_list_destroy(driver: EC2Driver, moto: Any, home: Path, aws: Prov
     assert moto.instances() == []
 
 
+def test_a_listing_overtaken_by_a_create_is_not_trusted(driver: EC2Driver) -> None:
+    # A listing taken before a create and applied after it lacks the new instance. It
+    # must neither drop the host a newer listing made of it (and forget its pinned key)
+    # nor put the next listing off for half a minute, as a listing that saw nothing
+    # booting does.
+    taken, release = threading.Event(), threading.Event()
+    real = driver._list
+
+    def slow_listing() -> list[Instance]:
+        found = real()
+        taken.set()
+        release.wait(10)
+        return found
+
+    driver._list = slow_listing  # type: ignore[method-assign]
+    stale = threading.Thread(target=driver.list_nodes)
+    stale.start()
+    assert taken.wait(10)
+    driver._list = real  # type: ignore[method-assign]
+    inst = driver.create_node()
+    try:
+        found = listed(driver, inst.id)
+        assert found is not None and found.state == InstanceState.RUNNING
+        assert inst.id in driver.pool.hosts
+        release.set()
+        stale.join()
+        assert inst.id in driver.pool.hosts
+        assert driver._next_refresh - time.monotonic() < 1.0  # soon, not _REFRESH_IDLE
+    finally:
+        release.set()
+        driver.destroy_node(inst.id)
+
+
 def test_another_home_sees_none_of_them(driver: EC2Driver, aws: ProviderConfig, tmp_path: Path) -> None:
     inst = driver.create_node()
     other = EC2Driver(aws, Home(tmp_path / "other-home").ensure())

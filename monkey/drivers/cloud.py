@@ -148,6 +148,9 @@ class CloudDriver(Driver):
         self._track_lock = threading.Lock()
         self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed
+        # Bumped by every listing's start and every create: a listing applied when it has
+        # moved on since the listing began is stale (see _track).
+        self._epoch = 0
         self._refresher: threading.Thread | None = None
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
@@ -189,8 +192,11 @@ class CloudDriver(Driver):
     def list_nodes(self) -> list[Instance]:
         """This home's instances of the provider, terminated ones included while the cloud
         still lists them; running ones with an address become the transport's hosts."""
+        with self._track_lock:
+            self._epoch += 1
+            epoch = self._epoch
         found = self._list()
-        self._track(found, listed=True)
+        self._track(found, listed=True, epoch=epoch)
         return [self._with_reach(i) for i in found]
 
     def create_node(self, size: str | None = None,
@@ -387,12 +393,21 @@ class CloudDriver(Driver):
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
         return inst.replace(extra=extra)
 
-    def _track(self, instances: list[Instance], listed: bool = False) -> None:
+    def _track(self, instances: list[Instance], listed: bool = False, epoch: int = 0) -> None:
         """Make the running instances (with an address) the transport's hosts; the others
         leave it, a terminated one (or, after a full LISTED listing, a vanished one) with
-        its pinned host key."""
+        its pinned host key.
+
+        A listing (started at EPOCH) that a create or another listing overtook while it ran
+        is stale: what it lacks may be newer than it (an instance just created, a host a
+        newer listing added), so it removes no host, and the next listing comes soon
+        instead of when the stale one would have said (up to _REFRESH_IDLE for a listing
+        that saw nothing booting)."""
         sshconf = ssh_config()
         with self._track_lock:
+            stale = listed and epoch != self._epoch
+            if not listed:  # a create
+                self._epoch += 1
             seen = set()
             for inst in instances:
                 seen.add(inst.id)
@@ -414,7 +429,9 @@ class CloudDriver(Driver):
                     if inst.state == InstanceState.TERMINATED:
                         self.pool.host_keys.forget(inst.id)
             booting = any(i.state == InstanceState.PENDING for i in instances)
-            if listed:
+            if stale:
+                wait = _REFRESH_BOOTING[0]
+            elif listed:
                 for gone in set(self.pool.hosts) - seen:
                     self.pool.remove_host(gone)
                     self.pool.host_keys.forget(gone)
