@@ -2262,7 +2262,8 @@ class Agent:
         self._end_tree(job)
         returncode = os.waitstatus_to_exitcode(os.waitpid(job.pid, 0)[1]) if job.child else None
         os.close(job.pidfd)
-        self._start_held()
+        if not job.cgroup:
+            self._start_held()
         self._tail(job, final=True)
         # A wrapper that exited by itself exited with the code it wrote in the exit file.
         code = returncode

@@ -201,24 +201,20 @@ def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     return p
 
 
+def _of(module: str, name: str) -> Any:
+    """NAME of monkey.shell.MODULE, which is imported only now (a command pays only for
+    its own module)."""
+    return getattr(__import__(f"monkey.shell.{module}", fromlist=[name]), name)
+
+
 def _command_in(module: str, name: str) -> Callable[[argparse.Namespace], int]:
     """The command function NAME of monkey.shell.MODULE, imported when it runs."""
-
-    def run(args: argparse.Namespace) -> int:
-        return getattr(__import__(f"monkey.shell.{module}", fromlist=[name]), name)(args)
-
-    return run
+    return lambda args: _of(module, name)(args)
 
 
 def _elsewhere(module: str, builder: str) -> Callable[..., argparse.ArgumentParser]:
-    """The parser builder BUILDER of monkey.shell.MODULE, imported when first called (a
-    command pays only for its own module)."""
-
-    def build(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-        found = getattr(__import__(f"monkey.shell.{module}", fromlist=[builder]), builder)
-        return found(cls)
-
-    return build
+    """The parser builder BUILDER of monkey.shell.MODULE, imported when first called."""
+    return lambda cls=Parser: _of(module, builder)(cls)
 
 
 # Commands kept in their own modules: name -> (module, parser builder).

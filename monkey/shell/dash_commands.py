@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from monkey.models import MonkeyError
 
@@ -13,20 +12,16 @@ from monkey.models import MonkeyError
 REOPEN = "MONKEY_DASH_JOB"
 
 
-def dash_parser(cls: Any = None) -> argparse.ArgumentParser:
-    from monkey.shell.cli import Parser
-
-    p = (cls or Parser)(prog="monkey dash", description=(
+def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = cls(prog="monkey dash", description=(
         "Open the dashboard of live jobs, logs, metrics and instances (? lists the keys)."))
     p.add_argument("job", nargs="?", help="open on this job (id, unique prefix, or `last`)")
     p.set_defaults(func=cmd_dash)
     return p
 
 
-def web_parser(cls: Any = None) -> argparse.ArgumentParser:
-    from monkey.shell.cli import Parser
-
-    p = (cls or Parser)(prog="monkey web", description=(
+def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = cls(prog="monkey web", description=(
         "Open the dashboard, on one job with --juid (the original Monkey's `web`)."))
     p.add_argument("--juid", "-j", dest="job", help="job id, unique prefix, or `last`")
     p.set_defaults(func=cmd_dash)

@@ -14,7 +14,7 @@ from monkey.models import MonkeyError, human_size
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
 
 
-def rm_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
                 "on a terminal); then `monkey gc` frees the blobs no job needs.")
     p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, unique prefixes, or `last`")
@@ -26,7 +26,7 @@ def rm_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def gc_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "gc", "Free the blobs, environments and dataset copies no job needs, the "
                 "folders of deleted jobs and code copies left behind, and print what was freed.")
     p.add_argument("--grace", default="1h", metavar="AGE",
@@ -36,7 +36,7 @@ def gc_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def du_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_du)

@@ -12,10 +12,8 @@ from pathlib import Path
 from monkey.models import MonkeyError
 
 
-def init_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
-    from monkey.shell.cli import Parser
-
-    p = (cls or Parser)(prog="monkey init", description="Write a commented job.yml for this project.",
+def init_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = cls(prog="monkey init", description="Write a commented job.yml for this project.",
                         epilog="On a terminal it asks; flags answer ahead.")
     p.add_argument("--name", "-n", help="the project's name (default: the folder's name)")
     p.add_argument("--env-type", choices=("pip", "conda", "none"),
@@ -33,10 +31,8 @@ def init_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.Ar
     return p
 
 
-def pull_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
-    from monkey.shell.cli import Parser
-
-    p = (cls or Parser)(prog="monkey pull",
+def pull_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = cls(prog="monkey pull",
                         description="Fetch a job's persisted folders (job.yml `persist`).",
                         epilog="Each lands at its path under DIR.")
     p.add_argument("job", help="job id, unique prefix, or `last`")

@@ -15,10 +15,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>\d+))?$")
 
 
-def provider_parser(cls: type[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
-    from monkey.shell.cli import Parser
-
-    p = (cls or Parser)(prog="monkey provider",
+def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = cls(prog="monkey provider",
                         description="Add a provider to providers.yml, or check its hosts.")
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
     add = sub.add_parser("add", help="add a provider to providers.yml",

@@ -13,7 +13,7 @@ import sys
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser, _usage
 
 
-def rerun_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "rerun", "Queue a job again from its record alone (same code, data, "
                 "env), with --set PARAM=VALUE overrides; or cells of a sweep with --sweep.")
     p.add_argument("job", nargs="?", help="job id, unique prefix, or `last`")
@@ -38,7 +38,7 @@ def rerun_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def clone_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def clone_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "clone", "Write a job's code as it was into a folder (a git clone at its "
                 "commit with its uncommitted changes, when it ran in a repository).")
     p.add_argument("job", help="job id, unique prefix, or `last`")
@@ -49,7 +49,7 @@ def clone_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def cat_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def cat_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "cat", "Print one of a job's code files as the job saw it.")
     p.add_argument("job", help="job id, unique prefix, or `last`")
     p.add_argument("path", help="the file's path in the code (see `info job JOB --files`)")

@@ -20,14 +20,10 @@ if TYPE_CHECKING:
 SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry")
 
 
-ParserClass = type[argparse.ArgumentParser] | None
+ParserClass = type[argparse.ArgumentParser]  # the class cli.py builds parsers with
 
 
 def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
-    if cls is None:
-        from monkey.shell.cli import Parser
-
-        cls = Parser
     return cls(prog=f"monkey {prog}", description=help)
 
 
@@ -73,7 +69,7 @@ def fmt(value: Any) -> str:
 # -- parsers --------------------------------------------------------------------------
 
 
-def metrics_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def metrics_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "metrics", "Show a job's metrics: a summary per series, or the points.")
     p.add_argument("job", help="job id, unique prefix, or `last`")
     p.add_argument("--name", "-n", help="only this metric (prints its points)")
@@ -119,7 +115,7 @@ def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -
     return [j.juid for j in jobs], " ".join(words)
 
 
-def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
                 "(needs matplotlib): one panel per metric, runs named by what differs.")
     p.add_argument("job", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
@@ -138,7 +134,7 @@ def plot_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def report_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def report_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
                 "jobs (--jobs, --name, --since).")
     p.add_argument("sweep", nargs="?", help="sweep id (sw-...), unique prefix, or `last`")
@@ -148,7 +144,7 @@ def report_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "sweep", "Start a hyper-parameter sweep, or act on one: "
                 "`sweep status|cancel|pause|resume|retry SWEEP`.")
     p.add_argument("--grid", "-g", action="append", default=[], metavar="NAME=V1,V2",
@@ -191,7 +187,7 @@ def sweep_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def compare_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
     p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
     p.add_argument("--sweep", "-s", help="every run of this sweep (ranked on its metric)")
@@ -205,7 +201,7 @@ def compare_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def diff_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
                 "code, git, data, Python.")
     p.add_argument("jobs", nargs=2, metavar="JOB", help="two job ids, prefixes, or `last`")
@@ -214,7 +210,7 @@ def diff_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
     return p
 
 
-def search_parser(cls: ParserClass = None) -> argparse.ArgumentParser:
+def search_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
                 "newest first, each with its last matching line.")
     p.add_argument("text", nargs="+", metavar="WORDS", help='e.g. "CUDA out of memory"')
