@@ -338,6 +338,24 @@ def test_instance_reached_over_ssh_with_its_key_pinned_then_forgotten(
     assert inst.id not in driver.pool.hosts
 
 
+def test_a_created_instance_is_reached_without_waiting_for_the_core(driver: EC2Driver) -> None:
+    # The core asks for instances on its passes, which may be a second apart or more while
+    # nothing else happens: the driver follows the boot and makes the first contact on its
+    # own, then wakes the core.
+    woken = threading.Event()
+    driver.wake = woken.set
+    inst = driver.create_node()
+    try:
+        def contacted() -> bool:  # asks nothing of the driver: reached() would contact it
+            host = driver.pool.hosts.get(inst.id)
+            return host is not None and host.up and host.capacity is not None
+
+        wait_for(contacted, what="the instance to be reached with no call from the core")
+        assert woken.is_set()
+        assert [c.instance for c in driver.pool.reached()] == [inst.id]
+    finally:
+        driver.destroy_node(inst.id)
+
 def test_changed_host_key_on_a_live_instance_is_refused(driver: EC2Driver, fleet: Lab, home: Path,
                                                         aws: ProviderConfig) -> None:  # fmt: skip
     inst = driver.create_node()

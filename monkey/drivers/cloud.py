@@ -151,7 +151,8 @@ class CloudDriver(Driver):
         # Bumped by every listing's start and every create: a listing applied when it has
         # moved on since the listing began is stale (see _track).
         self._epoch = 0
-        self._refresher: threading.Thread | None = None
+        self._refresher: threading.Thread | None = None  # the listing thread, while it runs
+        self._refresh_lock = threading.Lock()
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
         # The bucket blobs go through (its client is made on first use); None: over SSH.
@@ -219,6 +220,7 @@ class CloudDriver(Driver):
             self._clean_up(launch)
             raise
         self._track([created])
+        self._refresh_soon()  # follow its boot from now
         log.info("%s: created %s (%s%s)", self.name, created.id, size, ", spot" if created.spot else "")
         return created
 
@@ -456,23 +458,42 @@ class CloudDriver(Driver):
 
     def _refresh_soon(self) -> None:
         """List the instances in a thread when due: at first, while one boots, and now and
-        then (one may vanish)."""
-        if time.monotonic() < self._next_refresh or (self._refresher and self._refresher.is_alive()):
-            return
-        self._next_refresh = time.monotonic() + _REFRESH_BOOTING[1]  # until the listing says more
+        then (one may vanish). While one boots, the thread lists again at the booting pace
+        on its own, and contacts the instances that came up at once: a create is reached
+        without waiting for the core's next pass."""
+        with self._refresh_lock:
+            if self._refresher is not None or (not self._boot_wait and time.monotonic() < self._next_refresh):
+                return
+            self._refresher = threading.Thread(target=self._refresh, daemon=True,
+                                               name=f"{self.kind}-{self.name}")
+            self._refresher.start()
 
-        def refresh() -> None:
-            try:
-                self.list_nodes()
-            except MonkeyError as exc:
-                if str(exc) != self._refresh_error:  # once per change, not once per retry
-                    log.warning("%s", exc)
-                self._refresh_error = str(exc)
-            else:
-                self._refresh_error = ""
-
-        self._refresher = threading.Thread(target=refresh, daemon=True, name=f"{self.kind}-{self.name}")
-        self._refresher.start()
+    def _refresh(self) -> None:
+        try:
+            while True:
+                delay = self._next_refresh - time.monotonic()
+                if delay > 0 and self.pool.closing.wait(delay):
+                    return
+                self._next_refresh = time.monotonic() + _REFRESH_BOOTING[1]  # until the listing says more
+                try:
+                    self.list_nodes()
+                except Exception as exc:  # noqa: BLE001 - logged once per change; tried again
+                    why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+                    if why != self._refresh_error:  # once per change, not once per retry
+                        log.warning("%s", why)
+                    self._refresh_error = why
+                else:
+                    self._refresh_error = ""
+                    self.pool.reached()  # contact the instances that came up, now
+                self.wake()
+                with self._refresh_lock:
+                    if not self._boot_wait:
+                        self._refresher = None
+                        return
+        finally:
+            with self._refresh_lock:
+                if self._refresher is threading.current_thread():
+                    self._refresher = None
 
     def _clean_up(self, launch: str) -> None:
         """Terminate what a failed launch may have started anyway (its launch label finds it)."""
