@@ -100,3 +100,68 @@ def test_local_storage_urls_work_too(world: World, agent: Client, tmp_path: Path
     world.start(agent, "j", ["sh", "run.sh"], files=[["run.sh", digest, 0o755]], blob_urls=urls)
     assert agent.wait_exit("j")["code"] == 0
     assert (world.run_dir("j") / "stdout.log").read_text() == "from a file url\n"
+
+
+def upload_pack(moto_s3: str, tmp_path: Path) -> tuple[list[list], list, BlobStore]:
+    """The code stored as one pack in the bucket: (files, blob_packs, the source store)."""
+    source = BlobStore(tmp_path / "src-blobs")
+    storage = make_s3(moto_s3)
+    files = []
+    for rel, data in (("main.py", CODE), ("helper.py", HELPER), ("data.bin", bytes(range(8)))):
+        digest, _ = source.put_bytes(data)
+        files.append([rel, digest, 0o644])
+    key, index = storage.put_pack([d for _rel, d, _mode in files], source)
+    return files, [[storage.get_url(key, expires=600), index]], source
+
+
+def test_a_pack_brings_many_blobs_with_one_request(world: World, agent: Client, moto_s3: str,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    files, packs, source = upload_pack(moto_s3, tmp_path)
+    # one of them is there already: the pack is read past it, and it is left as it is
+    kept = files[1][1]
+    (world.blobs / kept[:2]).mkdir(parents=True)
+    (world.blobs / kept[:2] / kept[2:]).write_bytes(HELPER)
+    before = (world.blobs / kept[:2] / kept[2:]).stat().st_ino
+    world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert agent.wait_exit("j")["code"] == 0
+    assert (world.run_dir("j") / "stdout.log").read_text() == "hello from s3 0001020304050607\n"
+    for _rel, digest, _mode in files:
+        assert (world.blobs / digest[:2] / digest[2:]).read_bytes() == source.read_bytes(digest)
+    assert (world.blobs / kept[:2] / kept[2:]).stat().st_ino == before
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    # all there now: the pack is not fetched again
+    dead = [["http://127.0.0.1:9/gone", packs[0][1]]]
+    world.start(agent, "k", ["python3", "main.py"], files=files, blob_packs=dead)
+    assert agent.wait_exit("k")["code"] == 0
+
+
+@pytest.mark.parametrize("fault", ["short", "long"])
+def test_a_pack_that_does_not_match_its_index_refuses_the_start(
+        world: World, agent: Client, moto_s3: str, tmp_path: Path, fault: str) -> None:  # fmt: skip
+    files, packs, _source = upload_pack(moto_s3, tmp_path)
+    url, index = packs[0]
+    last, size = index[-1]
+    if fault == "short":  # the index says the last blob is longer than what is stored
+        index[-1] = [last, size + 5]
+        expected = f"missing blob {last} could not be fetched: {size} bytes instead of {size + 5}$"
+    else:
+        index[-1] = [last, size - 1]
+        expected = f"missing blob {last} could not be fetched: its pack is longer than its index says$"
+    with pytest.raises(AgentError, match=f"^{expected}"):
+        world.start(agent, "j", ["sh", "-c", "touch ran"], files=files, blob_packs=[[url, index]])
+    run = world.run_dir("j")
+    assert not (run / "work" / "ran").exists() and not (run / "started").exists()
+    for digest, _size in index:  # none is put in place: which are right cannot be told
+        assert not (world.blobs / digest[:2] / digest[2:]).exists()
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    assert agent.request("jobs")["jobs"] == []
+
+
+def test_bad_blob_packs_are_refused(world: World, agent: Client) -> None:
+    with pytest.raises(AgentError, match="blob_packs list"):
+        world.start(agent, "j", ["true"], blob_packs={"http://x": []})
+    for bad in (["http://x"], ["http://x", []], ["http://x", [["a" * 64, -1]]], ["http://x", [["a" * 64]]]):
+        with pytest.raises(AgentError, match="bad blob_packs entry"):
+            world.start(agent, "j", ["true"], blob_packs=[bad])
+    with pytest.raises(AgentError, match="bad digest"):
+        world.start(agent, "j", ["true"], blob_packs=[["http://x", [["../x", 1]]]])

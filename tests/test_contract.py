@@ -131,12 +131,12 @@ class TestContract:
             assert link.request("hello")["cpus"] >= 1
             link.request("sync", attempts=[])  # pushes: the job's events
 
-            drv.prepare(instance, [digest])  # the blob there, or fetched by the start
+            fetch = drv.prepare(instance, [digest])  # the blob there, or fields that fetch it
             juid = "26-01-01-001"
             run_dir = drv.run_dir(instance, juid, 1)
             link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
                          env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.blobs_dir(instance), **drv.blob_fields(instance, [digest]),
+                         blobs_dir=drv.blobs_dir(instance), **fetch,
                          **drv.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
             blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from monkey.drivers.base import NoCapacity
 from monkey.drivers.ec2 import SIZES, USER_DATA, EC2Driver
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
 from monkey.snapshot import BlobStore
+from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
 from tests.sshd import Lab
@@ -406,14 +408,14 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
 # -- blobs: through the bucket, or over SSH without one ----------------------------------
 
 
-def bucket_blobs(moto: Any, bucket: str) -> dict[str, int]:
-    """Digest -> number of versions stored, of every blob in BUCKET (versioning on)."""
-    pages = moto.boto3("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix="blobs/")
+def bucket_blobs(moto: Any, bucket: str, prefix: str = "blobs/") -> dict[str, int]:
+    """Name -> number of versions stored, of every blob (or pack) in BUCKET (versioning on)."""
+    pages = moto.boto3("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
     found: dict[str, int] = {}
     for page in pages:
         for version in page.get("Versions", []):
-            digest = version["Key"].removeprefix("blobs/")
-            found[digest] = found.get(digest, 0) + 1
+            name = version["Key"].removeprefix(prefix)
+            found[name] = found.get(name, 0) + 1
     return found
 
 
@@ -427,42 +429,57 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
     bucket = aws.options["bucket"]
     versioned(moto, bucket)
     local = BlobStore(Home(home).blobs)
-    code, _ = local.put_bytes(b"print(open('data.bin', 'rb').read().count(7))\n")
-    payload = os.urandom(300_000)
+    # A project's small files travel in one pack; a large file (a dataset) alone, by digest.
+    code, _ = local.put_bytes(b"from helper import count\nprint(count(open('data.bin', 'rb').read()))\n")
+    helper, _ = local.put_bytes(b"def count(data):\n    return data.count(7)\n")
+    payload = os.urandom(PACK_BLOB_MAX + 300_000)
     data, _ = local.put_bytes(payload)
+    files = [["main.py", code, 0o644], ["helper.py", helper, 0o644], ["data.bin", data, 0o644]]
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        driver.prepare(inst.id, [code, data, code])
-        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
-        fields = driver.blob_fields(inst.id, [code, data])
+        fields = driver.prepare(inst.id, [code, data, helper, code])
+        assert bucket_blobs(moto, bucket) == {data: 1}
+        [pack] = bucket_blobs(moto, bucket, "packs/").values()
+        assert pack == 1
         urls = fields["blob_urls"]
-        assert sorted(urls) == sorted([code, data]) and urls[data][1] == 300_000
+        assert list(urls) == [data] and urls[data][1] == len(payload)
         assert "X-Amz-Signature=" in urls[data][0]
+        [[pack_url, index]] = fields["blob_packs"]
+        assert "X-Amz-Signature=" in pack_url
+        assert sorted(index) == sorted([[code, local.path(code).stat().st_size],
+                                        [helper, local.path(helper).stat().st_size]])  # fmt: skip
 
         link = driver.connect(inst.id)
         run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
         try:
             link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
                          argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
-                         files=[["main.py", code, 0o644], ["data.bin", data, 0o644]], **fields)  # fmt: skip
+                         files=files, **fields)  # fmt: skip
             out = Path(run_dir, "stdout.log")
             wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
         finally:
             link.close()
         assert out.read_text() == f"{payload.count(7)}\n"
-        fetched = Path(driver.blobs_dir(inst.id), data[:2], data[2:])
-        assert fetched.read_bytes() == payload
+        for digest in (code, helper, data):
+            fetched = Path(driver.blobs_dir(inst.id), digest[:2], digest[2:])
+            assert fetched.read_bytes() == local.read_bytes(digest)
         assert driver.pool.bytes_sent() == 0  # nothing went over SSH
 
-        # The instance has them now, and the bucket too, even for a driver that never saw them.
-        assert driver.blob_fields(inst.id, [code, data]) == {}
+        # The instance has them now. Another one lacking them gets the same pack, which is
+        # not uploaded again, even by a driver that never saw it.
+        assert driver.prepare(inst.id, [code, data, helper]) == {}
+        other = driver.create_node()
         fresh = EC2Driver(aws, Home(home))
         try:
-            fresh.prepare(inst.id, [code, data])
+            wait_for(lambda: reached(fresh, other.id), what="the second instance to be reached")
+            again = fresh.prepare(other.id, [code, data, helper])
         finally:
             fresh.close()
-        assert bucket_blobs(moto, bucket) == {code: 1, data: 1}
+            driver.destroy_node(other.id)
+        assert [idx for _url, idx in again["blob_packs"]] == [index] and list(again["blob_urls"]) == [data]
+        assert bucket_blobs(moto, bucket) == {data: 1}
+        assert list(bucket_blobs(moto, bucket, "packs/").values()) == [1]
     finally:
         driver.destroy_node(inst.id)
 
@@ -474,10 +491,9 @@ def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> 
     inst = drv.create_node()
     try:
         wait_for(lambda: reached(drv, inst.id), what="the instance to be reached")
-        drv.prepare(inst.id, [digest])
+        assert drv.prepare(inst.id, [digest]) == {}  # nothing for the agent to fetch
         assert Path(drv.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
         assert drv.pool.bytes_sent() > 0
-        assert drv.blob_fields(inst.id, [digest]) == {}
     finally:
         drv.destroy_node(inst.id)
         drv.close()
@@ -566,6 +582,104 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
             ec2.terminate_instances(InstanceIds=left)
 
 
+class GatedEndpoint:
+    """A proxy to moto that holds every request whose path holds HELD until ``release()``."""
+
+    def __init__(self, target: str, held: str) -> None:
+        self.release_event, self.holding = threading.Event(), threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+                if held in self.path:
+                    gate.holding.set()
+                    gate.release_event.wait(60)
+                body = self._body()
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                request = urllib.request.Request(target + self.path, data=body or None,
+                                                 method=self.command, headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as answer:
+                        status, headers, reply = answer.status, dict(answer.headers), answer.read()
+                except urllib.error.HTTPError as e:
+                    status, headers, reply = e.code, dict(e.headers), e.read()
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                        self.send_header(name, value)
+                length = headers.get("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(reply)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply)
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+                return body
+
+            do_POST = do_PUT = do_HEAD = do_DELETE = do_GET
+
+        gate = self
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def release(self) -> None:
+        self.release_event.set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_next_job_starts_while_the_last_ones_results_come_back(cli, home: Path, moto: Any,
+                                                                   fleet: Lab) -> None:  # fmt: skip
+    # One instance, and each job takes all of it. The first job's output comes back from the
+    # bucket after it exited: its slot is free meanwhile, and the next job runs at once.
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    gate = GatedEndpoint(moto.endpoint, "/results/objects/")
+    config = yaml.safe_load((home / "providers.yml").read_text())
+    config["providers"]["aws"]["endpoint"] = gate.endpoint
+    (home / "providers.yml").write_text(yaml.safe_dump(config))
+    try:
+        first = json.loads(cli("run", "--json", "-p", "aws", "--cpus", "2", "--outputs", "result.txt",
+                               "--", "sh", "-c", "echo 42 > result.txt", check=True).stdout)["job"]  # fmt: skip
+        assert gate.holding.wait(60), "the first job's output was never fetched"
+        second = json.loads(cli("run", "--json", "-p", "aws", "--cpus", "2", "--", "echo", "second",
+                                check=True).stdout)["job"]  # fmt: skip
+        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the second job to end while the first one's output is held")
+        assert info(cli, second)["state"] == "succeeded", info(cli, second)
+        time.sleep(6)  # past the heartbeat timeout (4 s): an exited job sends none, and is not lost
+        assert info(cli, first)["state"] == "running"  # it ends once its results are back
+        daemon_log = (home / "daemon.log").read_text()
+        assert "silent" not in daemon_log and "no heartbeat" not in daemon_log, daemon_log
+        gate.release()
+        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the first job to end")
+        assert info(cli, first)["state"] == "succeeded", info(cli, first)
+        assert (home / "runs" / first / "1" / "work" / "result.txt").read_text() == "42\n"
+    finally:
+        gate.release()
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
+        gate.close()
+
+
 def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, moto: Any,
                                                              fleet: Lab) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1")
@@ -585,7 +699,11 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
         finally:
             store.close()
         code = {f[1] for f in json.loads(BlobStore(home / "blobs").read_bytes(snapshot))["files"]}
-        assert len(code) == 2 and bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)
+        # the project's two files went up as one pack, fetched with one request
+        assert len(code) == 2 and bucket_blobs(moto, bucket) == {}
+        [(pack, versions)] = bucket_blobs(moto, bucket, "packs/").items()
+        stored = moto.boto3("s3").get_object(Bucket=bucket, Key=f"packs/{pack}")["Body"].read()
+        assert versions == 1 and stored == b"".join(BlobStore(home / "blobs").read_bytes(d) for d in sorted(code))
         instance_home = fleet.hosts[0].home
         on_instance = {f"{p.parent.name}{p.name}" for p in instance_home.rglob("*")
                        if p.parent.parent.name == "blobs"}  # fmt: skip
@@ -598,7 +716,8 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
                  what="the second job to end")
         assert info(cli, second)["state"] == "succeeded", info(cli, second)
         assert info(cli, second)["instance"] == info(cli, first)["instance"]
-        assert bucket_blobs(moto, bucket) == dict.fromkeys(code, 1)  # nothing uploaded again
+        # nothing uploaded again
+        assert bucket_blobs(moto, bucket) == {} and bucket_blobs(moto, bucket, "packs/") == {pack: 1}
     finally:
         cli("daemon", "stop")
         left = [i["InstanceId"] for i in moto.instances()]

@@ -30,6 +30,7 @@ from monkey.drivers.cloud import USER_DATA
 from monkey.drivers.gce import GCEDriver
 from monkey.models import InstanceState, MonkeyError, Resources
 from monkey.snapshot import BlobStore
+from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
 from tests.fake_gce import FakeGCE, FakeGCS, service_account_file
@@ -225,27 +226,31 @@ def test_unreachable_endpoint_is_one_line(gcp: ProviderConfig, home: Path) -> No
 def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: ProviderConfig,
                                                        home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
     local = BlobStore(Home(home).blobs)
-    code, _ = local.put_bytes(b"print(len(open('data.bin', 'rb').read()))\n")
-    data, _ = local.put_bytes(os.urandom(200_000))
+    code, _ = local.put_bytes(b"from helper import size\nprint(size('data.bin'))\n")
+    helper, _ = local.put_bytes(b"def size(path):\n    return len(open(path, 'rb').read())\n")
+    data, _ = local.put_bytes(os.urandom(PACK_BLOB_MAX + 1))
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        driver.prepare(inst.id, [code, data])
-        stored = gce.gcs.objects(gcp.options["bucket"], "blobs/")
-        assert sorted(stored) == sorted([f"blobs/{code}", f"blobs/{data}"])
-        fields = driver.blob_fields(inst.id, [code, data])
+        fields = driver.prepare(inst.id, [code, helper, data])
+        bucket = gcp.options["bucket"]
+        assert sorted(gce.gcs.objects(bucket, "blobs/")) == [f"blobs/{data}"]  # the code: packed
+        [pack] = gce.gcs.objects(bucket, "packs/").values()
+        assert pack == b"".join(local.read_bytes(d) for d in sorted([code, helper]))
         assert "X-Goog-Signature=" in fields["blob_urls"][data][0]
+        assert "X-Goog-Signature=" in fields["blob_packs"][0][0]
         link = driver.connect(inst.id)
         run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
         try:
             link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
                          argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
-                         files=[["main.py", code, 0o644], ["data.bin", data, 0o644]], **fields)  # fmt: skip
+                         files=[["main.py", code, 0o644], ["helper.py", helper, 0o644],
+                                ["data.bin", data, 0o644]], **fields)  # fmt: skip
             out = Path(run_dir, "stdout.log")
             wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
         finally:
             link.close()
-        assert out.read_text() == "200000\n"
+        assert out.read_text() == f"{PACK_BLOB_MAX + 1}\n"
         assert driver.pool.bytes_sent() == 0  # nothing went over SSH
         assert str(fleet.hosts[0].home) in run_dir
     finally:
@@ -349,7 +354,7 @@ def test_core_creates_an_instance_code_goes_through_gcs_then_idle_termination(
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert cli("logs", juid, check=True).stdout == "fetched from gcs\n"
         assert info(cli, juid)["instance"].startswith("gcp/monkey-gcp-")
-        assert len(gce.gcs.objects(bucket, "blobs/")) >= 2
+        assert len(gce.gcs.objects(bucket, "packs/")) == 1  # the project's two files, packed
         assert not re.search(r"sent \d+ blobs", (home / "daemon.log").read_text())  # none over SSH
         wait_for(lambda: gce.listed() == [], timeout=30, what="idle termination")
     finally:

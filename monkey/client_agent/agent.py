@@ -129,6 +129,8 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               none, env_file, env_file_digest, install_script, install_script_digest},
               persist [{name, path}], persist_dir (absolute; saved copies go to
               persist_dir/NAME), blob_urls (optional: {digest: [url, size]}),
+              blob_packs (optional: [[url, [[digest, size], ...]]]: blobs stored end to
+              end in one object, in the index's order),
               results (optional, see results.py: {url, fields, prefix, every, dirs,
               outputs, restore}: the kept folders are restored before the job starts,
               uploaded every ``every`` seconds and at the exit, which waits for it),
@@ -148,8 +150,9 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
               ``preempted``; subscribers get ``{"push": "notice", "kind", "deadline",
               "detail"}`` (also for a rebalance recommendation, which only uploads now).
               Each blob of ``blob_urls`` missing from blobs_dir is first downloaded from
-              its URL (a presigned GET minted by the core; ``file://`` works too) to a
-              temporary file there, checked to have ``size`` bytes and renamed into place
+              its URL (a presigned GET minted by the core; ``file://`` works too), and each
+              pack of ``blob_packs`` holding one is read through, to a temporary file
+              there, checked to have ``size`` bytes and renamed into place
               (the core checked its blake3 digest when it uploaded it: the standard
               library has no blake3); one that cannot be fetched refuses the start with
               ``missing blob D could not be fetched: HTTP 403 Forbidden`` (or the reason)
@@ -190,6 +193,7 @@ Idle exit: no live job and no connection for --idle-timeout seconds (default 600
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -209,7 +213,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 VERSION = "1"
@@ -909,67 +913,121 @@ def check_entries(files: Any) -> list[list[Any]]:
     return out
 
 
-def fetch_blobs(blob_urls: Any, blobs_dir: str) -> int:
-    """Download every blob of BLOB_URLS ({digest: [url, size]}) that BLOBS_DIR lacks, a few
-    at a time; returns how many were fetched. RequestError when one cannot be fetched (the
-    blobs fetched besides it are kept: they are complete)."""
-    if not blob_urls:
+def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
+    """Download every blob of BLOB_URLS ({digest: [url, size]}) and BLOB_PACKS ([[url,
+    [[digest, size], ...]]]) that BLOBS_DIR lacks, a few requests at a time; returns how
+    many were fetched. RequestError when one cannot be fetched (the blobs fetched besides
+    it are kept: they are complete)."""
+    if not blob_urls and not blob_packs:
         return 0
-    if not isinstance(blob_urls, dict) or not blobs_dir:
-        raise RequestError("blob_urls must map digests to [url, size], with a blobs_dir")
-    missing = []
-    for digest, entry in blob_urls.items():
+    if not isinstance(blob_urls or {}, dict) or not isinstance(blob_packs or [], list) or not blobs_dir:
+        raise RequestError("blob_urls must map digests to [url, size] and blob_packs list "
+                           "[url, [[digest, size], ...]], with a blobs_dir")
+    calls = []
+    for digest, entry in (blob_urls or {}).items():
         check_digest(digest)
         if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
-                or not isinstance(entry[1], int) or entry[1] < 0):
+                or not _is_size(entry[1])):
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
-        final = os.path.join(blobs_dir, digest[:2], digest[2:])
+        final = _blob_file(blobs_dir, digest)
         if not os.path.isfile(final):
-            missing.append((digest, entry[0], entry[1], final))
-    if not missing:
+            calls.append((fetch_blob, (digest, entry[0], entry[1], final)))
+    for entry in blob_packs or []:
+        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
+                or not isinstance(entry[1], list) or not entry[1]
+                or not all(isinstance(m, list) and len(m) == 2 and _is_size(m[1]) for m in entry[1])):
+            raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
+        members = [(check_digest(d), size, _blob_file(blobs_dir, d)) for d, size in entry[1]]
+        if not all(os.path.isfile(final) for _d, _size, final in members):
+            calls.append((fetch_pack, (entry[0], members)))
+    if not calls:
         return 0
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(min(FETCH_THREADS, len(missing))) as pool:
-        futures = [pool.submit(fetch_blob, *args) for args in missing]
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(calls))) as pool:
+        futures = [pool.submit(call, *args) for call, args in calls]
         try:
-            for future in futures:
-                future.result()
+            return sum(future.result() for future in futures)
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
-    return len(missing)
 
 
-def fetch_blob(digest: str, url: str, size: int, final: str) -> None:
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _blob_file(blobs_dir: str, digest: str) -> str:
+    return os.path.join(blobs_dir, digest[:2], digest[2:])
+
+
+def fetch_blob(digest: str, url: str, size: int, final: str) -> int:
     """Stream URL to a temporary file beside FINAL, check it has SIZE bytes, rename it
-    into place. The agent cannot check the blake3 digest (not in the standard library):
-    the core checked it when it uploaded the blob, and the URL names the blob by digest."""
+    into place; returns 1. The agent cannot check the blake3 digest (not in the standard
+    library): the core checked it when it uploaded the blob, and the URL names the blob
+    by digest."""
+    return fetch_pack(url, [(digest, size, final)])
+
+
+def fetch_pack(url: str, members: list[tuple[str, int, str]]) -> int:
+    """Stream URL, which holds MEMBERS (digest, size, final path) end to end in that order
+    (one member: a lone blob), each missing one to a temporary file beside its final path;
+    only when the whole object had exactly the sizes said are they renamed into place.
+    Returns how many were put; RequestError when it is shorter or longer."""
+    staged: list[tuple[str, str]] = []
+    try:
+        with _fetching(members[0][0], url) as src:
+            for digest, size, final in members:
+                if os.path.isfile(final):
+                    _copy(src, digest, size, None)
+                    continue
+                os.makedirs(os.path.dirname(final), 0o700, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(final))
+                staged.append((tmp, final))
+                with os.fdopen(fd, "wb") as out:
+                    _copy(src, digest, size, out)
+            if src.read(1):
+                digest, size, _final = members[-1]
+                why = "its pack is longer than its index says" if len(members) > 1 else f"more than {size} bytes"
+                raise RequestError(f"missing blob {digest} could not be fetched: {why}")
+        for tmp, final in staged:
+            os.chmod(tmp, 0o400)
+            os.replace(tmp, final)
+        return len(staged)
+    finally:
+        for tmp, _final in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _fetching(digest: str, url: str) -> Iterator[Any]:
+    """The open response of URL, with every failure while it is read (for blob DIGEST, the
+    first of a pack) turned into one RequestError line."""
     import urllib.error
     import urllib.request
 
-    os.makedirs(os.path.dirname(final), 0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(final))
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as src:
-            got = 0
-            while got <= size and (chunk := src.read(min(1 << 20, size + 1 - got))):
-                out.write(chunk)
-                got += len(chunk)
-        if got != size:
-            raise RequestError(f"missing blob {digest} could not be fetched: "
-                               f"{'more' if got > size else got} bytes instead of {size}")
-        os.chmod(tmp, 0o400)
-        os.replace(tmp, final)
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as src:
+            yield src
     except urllib.error.HTTPError as e:
         raise RequestError(f"missing blob {digest} could not be fetched: HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
         raise RequestError(f"missing blob {digest} could not be fetched: {e.reason}") from None
     except (OSError, ValueError) as e:  # a reset, a timeout, a full disk, a bad URL
         raise RequestError(f"missing blob {digest} could not be fetched: {one_line(e)}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+
+def _copy(src: Any, digest: str, size: int, out: Any) -> None:
+    """Copy the next SIZE bytes of SRC to OUT (None: read past them); RequestError when
+    SRC ends first."""
+    got = 0
+    while got < size and (chunk := src.read(min(1 << 20, size - got))):
+        if out is not None:
+            out.write(chunk)
+        got += len(chunk)
+    if got != size:
+        raise RequestError(f"missing blob {digest} could not be fetched: {got} bytes instead of {size}")
 
 
 def put_file(path: str, url: str) -> None:
@@ -1654,7 +1712,7 @@ class Agent:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
         blobs_dir = req.get("blobs_dir") or ""
-        fetch_blobs(req.get("blob_urls"), blobs_dir)
+        fetch_blobs(req.get("blob_urls"), req.get("blob_packs"), blobs_dir)
         files = self._blob_paths(self._code_entries(req), blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
         placed = [self._check_placed(p, blobs_dir) for p in req.get("placed") or []]

@@ -519,8 +519,11 @@ class Core:
         outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
         if drv.releases_on_finish:
             self.release(key)
+        self.changed()  # its slot is free: the next start need not wait for the results
+        # On a lane of its own: neither a start there nor another attempt's results wait
+        # for these.
         self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, current),
-                        lambda _: fetched(None), fetched)  # fmt: skip
+                        lambda _: fetched(None), fetched, lane=(*key, juid, str(n)))  # fmt: skip
 
     def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
                        offset: int, job: Job | None = None) -> None:
@@ -641,8 +644,12 @@ class Core:
             self.signalled[key] = where
 
     def usage(self) -> dict[str, Usage]:
+        """What the live attempts take of each instance. An attempt that exited takes
+        nothing while its results come back: its processes are gone."""
         used: dict[str, Usage] = {}
-        for instance, cpus, gpus, memory in self.store.live_usage():
+        for instance, cpus, gpus, memory, juid, n in self.store.live_usage():
+            if (juid, n) in self.finishing:
+                continue
             u = used.setdefault(instance, Usage())
             u.slots += max(1, cpus or 1)
             u.gpus.update(g for g in gpus.split(",") if g)
@@ -746,8 +753,7 @@ class Core:
 
         def call() -> tuple[str, dict[str, Any]]:
             checkpoint = drv.checkpoint_dir(instance, job.juid)
-            drv.prepare(instance, blobs)
-            return checkpoint, {**drv.blob_fields(instance, blobs),
+            return checkpoint, {**drv.prepare(instance, blobs),
                                 **drv.start_fields(instance, job.juid, n, outputs)}
 
         opened = self.passes
@@ -757,11 +763,14 @@ class Core:
                         lambda exc: self._start_failed(key, att, exc))  # fmt: skip
 
     def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
-                   then: Callable[[Any], None], failed: Callable[[BaseException], None]) -> None:
-        """Run a transport CALL for the instance KEY in a worker, or here when the driver's
-        transport is quick and nothing else is under way for KEY (the order stays)."""
-        if not drv.quick_transport or self.workers.busy(key):
-            self.workers.submit(key, call, then, failed)
+                   then: Callable[[Any], None], failed: Callable[[BaseException], None],
+                   lane: tuple[str, ...] | None = None) -> None:
+        """Run a transport CALL for the instance KEY in a worker, after the calls made
+        earlier on the same LANE (default: KEY itself), or here when the driver's transport
+        is quick and nothing else is under way on it (the order stays)."""
+        lane = lane or key
+        if not drv.quick_transport or self.workers.busy(lane):
+            self.workers.submit(lane, call, then, failed)
             return
         try:
             result = call()
@@ -926,8 +935,8 @@ class Core:
             self.releasing = {k for k in self.releasing if k[1] in held}
         for att in attempts:
             job = self.store.get_job(att.juid)
-            if job is None:
-                continue
+            if job is None or (att.juid, att.n) in self.finishing:
+                continue  # exited: no heartbeat comes while its results come back
             key = (job.provider, att.instance)
             live.setdefault(key, []).append((att.juid, att.n))
             beat = att.heartbeat_at

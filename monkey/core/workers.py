@@ -100,8 +100,9 @@ class Workers:
             left = self._busy.get(key, 1) - 1
             if left:
                 self._busy[key] = left
-            else:
+            else:  # no call of KEY in flight: its lock is made anew by the next one
                 self._busy.pop(key, None)
+                self._locks.pop(key, None)
             handle(value)
 
     def close(self) -> None:

@@ -35,11 +35,11 @@ driver call may block, so the core runs them off its loop):
    calls ``connect`` again and re-syncs from its stored byte offsets.
 3. ``prepare(instance, blobs)`` makes the given content-addressed blobs (code snapshot
    and datasets) available in ``blobs_dir(instance)``, sending only missing ones; or,
-   for kinds whose instances fetch them (a cloud's bucket), makes them fetchable, and
-   ``blob_fields(instance, blobs)`` then gives the ``start`` fields that fetch them.
+   for kinds whose instances fetch them (a cloud's bucket), makes them fetchable and
+   returns the ``start`` fields that fetch them.
 4. The core then sends the agent's ``start`` request with paths from ``run_dir`` and
-   ``checkpoint_dir`` (and ``blob_fields``); ``signal`` and ``sync`` go through the same
-   link.
+   ``checkpoint_dir`` (and ``prepare``'s fields); ``signal`` and ``sync`` go through the
+   same link.
    ``start_fields(instance, juid, attempt, outputs)`` adds what the agent needs to move results
    itself (kinds with a bucket: an upload form and the checkpoint to restore, see
    ``monkey.storage.results``); ``sync_fields(instance)`` what every sync carries (a
@@ -259,16 +259,13 @@ class Driver(ABC):
         it whole (the instance is the machine the job was submitted from)."""
         return env
 
-    def prepare(self, instance: str, blobs: list[str]) -> None:
-        """Make the blobs available on the instance; the default assumes shared storage."""
-        return None
-
-    def blob_fields(self, instance: str, blobs: list[str]) -> dict[str, Any]:
-        """Extra fields of the agent's ``start`` request that make BLOBS available in
-        ``blobs_dir(instance)`` when the agent fetches them itself, such as ``blob_urls``
-        ({digest: [presigned url, size]}); called after ``prepare``, off the core's loop.
-        The fields may carry credentials (a URL's signature): the core neither logs nor
-        stores them. The default adds none (``prepare`` put the blobs there)."""
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """Make BLOBS available in ``blobs_dir(instance)``, off the core's loop: put them
+        there, or, when the agent fetches them itself, return the fields of its ``start``
+        request that fetch them (``blob_urls``: {digest: [presigned url, size]};
+        ``blob_packs``: [[presigned url, [[digest, size], ...]]], many small blobs stored end
+        to end). The fields may carry credentials (a URL's signature): the core neither
+        logs nor stores them. The default assumes shared storage and returns none."""
         return {}
 
     def start_fields(self, instance: str, juid: str, attempt: int,

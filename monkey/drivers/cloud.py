@@ -39,13 +39,13 @@ from monkey.snapshot import BlobStore
 from monkey.storage import results as bucket_results
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
+from monkey.storage.bucket import PACK_BLOB_MAX, PACK_MAX, PACK_MIN, BucketStorage
 
 if TYPE_CHECKING:
     import paramiko
 
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
-    from monkey.storage import Storage
 
 log = logging.getLogger("monkey.cloud")
 
@@ -156,7 +156,8 @@ class CloudDriver(Driver):
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
         # The bucket blobs go through (its client is made on first use); None: over SSH.
-        self.storage: Storage | None = storage_for(config, home) if entry.get("bucket") else None
+        storage = storage_for(config, home) if entry.get("bucket") else None
+        self.storage = storage if isinstance(storage, BucketStorage) else None
         if self.storage is not None:  # kept folders go through the bucket, not over SSH
             self.pool.checkpoint_every = math.inf
         self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
@@ -304,24 +305,38 @@ class CloudDriver(Driver):
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         return self.pool.job_env(env)
 
-    def prepare(self, instance: str, blobs: list[str]) -> None:
-        """Upload the blobs the bucket lacks (each digest once); without a bucket, send
-        those the instance lacks over SSH."""
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """Without a bucket, send the blobs the instance lacks over SSH. With one, put
+        those it lacks in the bucket (one SSH round trip asks which, until all are known
+        to be there) and return the fields that fetch them: ``blob_packs`` for small ones
+        when there are several (a project's code: one request instead of one per file),
+        ``blob_urls`` for the others (datasets: each stored once by digest)."""
         if self.storage is None:
-            self.pool.prepare(instance, blobs)
-        else:
-            self.storage.put_blobs(blobs, BlobStore(self.home.blobs))
-
-    def blob_fields(self, instance: str, blobs: list[str]) -> dict[str, Any]:
-        """``blob_urls``: a presigned URL and the size of each blob the instance lacks (one
-        SSH round trip asks which, until all are known to be there)."""
-        if self.storage is None:
-            return {}
+            return self.pool.prepare(instance, blobs)
         missing = self.pool.missing(instance, blobs)
         if not missing:
             return {}
         source = BlobStore(self.home.blobs)
-        return {"blob_urls": {d: [self.storage.blob_url(d), source_size(source, d)] for d in missing}}
+        sizes = {d: source_size(source, d) for d in missing}
+        small = [d for d in missing if sizes[d] <= PACK_BLOB_MAX]
+        if len(small) < PACK_MIN:
+            small = []
+        single = [d for d in missing if d not in set(small)]
+        self.storage.put_blobs(single, source)
+        packs, pack, size = [], [], 0
+        for digest in sorted(small, key=sizes.__getitem__):
+            if pack and size + sizes[digest] > PACK_MAX:
+                packs.append(pack)
+                pack, size = [], 0
+            pack.append(digest)
+            size += sizes[digest]
+        fields: dict[str, Any] = {}
+        for members in [*packs, pack] if pack else packs:
+            key, index = self.storage.put_pack(members, source)
+            fields.setdefault("blob_packs", []).append([self.storage.get_url(key), index])
+        if single:
+            fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d]] for d in single}
+        return fields
 
     def start_fields(self, instance: str, juid: str, attempt: int,
                      outputs: list[str]) -> dict[str, Any]:
@@ -332,7 +347,7 @@ class CloudDriver(Driver):
         dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
                 "persist": self.persist_dir(instance, juid)}  # fmt: skip
         every = float(self.entry.get("checkpoint_every", 60))
-        return {**bucket_results.start_fields(self.storage, juid, dirs, outputs, every),
+        return {**bucket_results.start_fields(self.storage, juid, attempt, dirs, outputs, every),
                 **self.sync_fields(instance)}  # fmt: skip
 
     def sync_fields(self, instance: str) -> dict[str, Any]:

@@ -698,9 +698,10 @@ class SlurmDriver(Driver):
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         return self.login.pool.job_env(env) if self.login is not None else env
 
-    def prepare(self, instance: str, blobs: list[str]) -> None:
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
         if self.login is not None:
             self.login.pool.prepare(self.login.instance, blobs)
+        return {}
 
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         """Through a login host, its thread streams the logs of every allocation's attempts."""

@@ -254,22 +254,23 @@ class SSHDriver(Driver):
         """Without the submitting machine's software paths: the host has its own."""
         return {k: v for k, v in env.items() if k not in _LOCAL_ONLY_ENV}
 
-    def prepare(self, instance: str, blobs: list[str]) -> None:
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
         """Send the blobs the host lacks: ask which are missing, then stream only those
         (with ``shared_fs``, put them into the shared folder instead)."""
         host = self._host(instance)
         wanted = [b for b in dict.fromkeys(blobs) if b not in host.synced]
         if not wanted:
-            return
+            return {}
         if self.shared_fs:
             self._share_blobs(wanted)
             host.synced.update(wanted)
-            return
+            return {}
         missing = self.missing(instance, wanted)
         if missing:
             with _ssh_errors(host):
                 self._send_blobs(host, f"{host.workdir}/blobs", missing)
         host.synced.update(wanted)
+        return {}
 
     def missing(self, instance: str, blobs: list[str]) -> list[str]:
         """The BLOBS the host's blobs folder lacks, asked in one round trip unless all are

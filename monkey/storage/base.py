@@ -3,6 +3,8 @@
 A storage is addressed by *keys*, POSIX paths that are the same for every implementation:
 
     blobs/<digest>                       a content-addressed blob (code, datasets)
+    packs/<sha256>                       small blobs end to end, for workers fetching many
+                                         at once (buckets: see ``BucketStorage.put_pack``)
     runs/<juid>/checkpoint/...           the job's checkpoint, kept across attempts
     runs/<juid>/persist/<name>/...       a persisted folder (job.yml ``persist``)
     runs/<juid>/<attempt>/outputs/...    an attempt's outputs brought back
@@ -115,10 +117,10 @@ def blob_key(digest: str) -> str:
 
 
 def check_key(key: str) -> str:
-    """KEY without a trailing slash, or MonkeyError when it is not under blobs/ or runs/ or
-    could leave its folder."""
+    """KEY without a trailing slash, or MonkeyError when it is not under blobs/, packs/ or
+    runs/ or could leave its folder."""
     parts = key.rstrip("/").split("/")
-    if (len(parts) < 2 or parts[0] not in ("blobs", "runs")
+    if (len(parts) < 2 or parts[0] not in ("blobs", "packs", "runs")
             or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts)):
         raise MonkeyError(f"{key!r} is not a storage key; expected blobs/DIGEST or runs/JUID/...")
     return "/".join(parts)

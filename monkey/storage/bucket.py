@@ -11,6 +11,7 @@ with size -1 for folders and "" for the root. The listing is written last and is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -20,7 +21,9 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from blake3 import blake3
 
 from monkey.models import MonkeyError
 from monkey.snapshot import hash_file
@@ -43,6 +46,11 @@ if TYPE_CHECKING:
     from monkey.snapshot import BlobStore
 
 THREADS = 8  # concurrent transfers
+# A worker lacking at least PACK_MIN blobs of at most PACK_BLOB_MAX bytes each gets them in
+# packs (``put_pack``) of at most PACK_MAX bytes: one request per pack, not per blob.
+PACK_BLOB_MAX = 1 << 20
+PACK_MAX = 64 << 20
+PACK_MIN = 2
 _HEAD_AT_MOST = 64  # more unknown digests than this: list blobs/ instead of one HEAD each
 _LIST_AT_MOST = 20_000  # ... unless the bucket holds more blobs than these
 
@@ -56,7 +64,8 @@ class BucketStorage(Storage):
     def __init__(self, bucket: str) -> None:
         self.bucket = bucket
         self._lock = threading.Lock()
-        self._known: set[str] = set()  # digests seen stored (blobs are never changed)
+        self._known: set[str] = set()  # digests and pack keys seen stored (never changed)
+        self._pack_locks: dict[str, threading.Lock] = {}
 
     # -- blobs
 
@@ -94,6 +103,33 @@ class BucketStorage(Storage):
         with self._lock:
             self._known.update(missing)
         return sum(sizes.values())
+
+    def put_pack(self, digests: Iterable[str], source: BlobStore) -> tuple[str, list[list[Any]]]:
+        """Store the blobs DIGESTS end to end as one object, so that a worker lacking many
+        small blobs (a project's code) fetches them with one request instead of one each.
+        Returns its key and its index, ``[[digest, size], ...]`` in the order stored. The
+        key names the sorted digests: a pack is uploaded once, whoever asks for it. Packs
+        are built in memory: callers keep them to small blobs (see PACK_BLOB_MAX)."""
+        members = sorted(set(digests))
+        index: list[list[Any]] = [[d, source_size(source, d)] for d in members]
+        key = f"packs/{hashlib.sha256(chr(10).join(members).encode()).hexdigest()}"
+        with self._lock:
+            lock = self._pack_locks.setdefault(key, threading.Lock())
+        with lock:  # the same pack asked for twice at once is uploaded once
+            if key in self._known:
+                return key, index
+            with self._errors("uploading blobs"):
+                if not self._exists(key):
+                    body = []
+                    for digest in members:
+                        data = source.read_bytes(digest)
+                        if blake3(data).hexdigest() != digest:
+                            raise blob_mismatch(source, digest)
+                        body.append(data)
+                    self._put_bytes(key, b"".join(body))
+            with self._lock:
+                self._known.add(key)
+        return key, index
 
     def get_file(self, key: str, path: Path) -> bool:
         key, path = check_key(key), Path(path)

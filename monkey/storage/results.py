@@ -51,12 +51,13 @@ def read_manifest(storage: Storage, juid: str) -> dict[str, Any] | None:
         return manifest
 
 
-def start_fields(storage: Storage, juid: str, dirs: dict[str, str], outputs: list[str],
-                 every: float) -> dict[str, Any]:  # fmt: skip
-    """The ``results`` field of the agent's start: an upload form for the job's prefix, the
-    instance's kept folders (DIRS: checkpoint, persist), the OUTPUTS globs, the period,
-    and what to restore (the newest manifest's kept files, by presigned GET)."""
-    manifest = read_manifest(storage, juid)
+def start_fields(storage: Storage, juid: str, attempt: int, dirs: dict[str, str],
+                 outputs: list[str], every: float) -> dict[str, Any]:  # fmt: skip
+    """The ``results`` field of the agent's start of ATTEMPT: an upload form for the job's
+    prefix, the instance's kept folders (DIRS: checkpoint, persist), the OUTPUTS globs, the
+    period, and what to restore (the newest manifest's kept files, by presigned GET; a
+    first attempt has none, and the bucket is not asked)."""
+    manifest = read_manifest(storage, juid) if attempt > 1 else None
     restore = {}
     for rel, (sha, size, mode) in (manifest or {}).get("files", {}).items():
         if rel.split("/", 1)[0] in KEPT:

@@ -525,11 +525,11 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         rows = self.db.execute("SELECT DISTINCT provider FROM jobs WHERE state = 'queued'")
         return sorted(r[0] for r in rows)
 
-    def live_usage(self) -> list[tuple[str, int, str, str | None]]:
-        """(instance, cpus, gpus, memory asked or None) of every live attempt."""
+    def live_usage(self) -> list[tuple[str, int, str, str | None, str, int]]:
+        """(instance, cpus, gpus, memory asked or None, juid, attempt) of every live attempt."""
         return self.db.execute(
             "SELECT a.instance, json_extract(j.resources, '$.cpus'), a.gpus, "
-            "json_extract(j.resources, '$.memory') FROM attempts a "
+            "json_extract(j.resources, '$.memory'), a.juid, a.n FROM attempts a "
             "JOIN jobs j ON j.juid = a.juid WHERE a.state = 'live'"
         ).fetchall()
 
