@@ -258,6 +258,69 @@ def test_s3_upload_form_is_checked_as_s3_does(moto: Any, tmp_path: Path) -> None
     assert sorted(o["Key"] for o in listed) == stored
 
 
+def test_a_first_attempt_with_nothing_to_keep_stores_no_manifest(moto: Any, tmp_path: Path) -> None:
+    """An empty manifest would say no more than none: a first attempt that never kept a file
+    ends without a request. Once something was stored, every final upload is recorded, an
+    empty one too (the checkpoint was deleted), and so is a later attempt's."""
+    from monkey.client_agent.results import Results
+
+    storage = make_s3(moto.endpoint)
+    prefix = "runs/26-01-01-001/results"
+    form = {**storage.upload_form(prefix, expires=600), "prefix": prefix}
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+
+    def keys() -> list[str]:
+        listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+        return sorted(o["Key"].removeprefix(prefix + "/") for o in listed.get("Contents", []))
+
+    first = Results({**form, "dirs": {"checkpoint": str(ckpt)}, "outputs": ["*.csv"]},
+                    "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    assert first.upload(final=True) == {"bytes": 0, "digest": None, "files": 0}
+    assert keys() == []
+
+    again = Results({**form, "dirs": {"checkpoint": str(ckpt)}}, "26-01-01-001", 1, str(tmp_path))
+    (ckpt / "state.json").write_text("{}")
+    assert again.upload()["files"] == 1
+    (ckpt / "state.json").unlink()
+    assert again.upload(final=True)["files"] == 0
+    manifest = json.loads(fetch(storage.get_url(f"{prefix}/manifest.json", 60)))
+    assert (manifest["seq"], manifest["final"], manifest["files"]) == (2, True, {})
+
+    second = Results({**form, "dirs": {"checkpoint": str(ckpt)}}, "26-01-01-001", 2, str(tmp_path))
+    assert second.upload(final=True)["digest"]
+    assert "manifests/2-000001.json" in keys()
+
+
+def test_restore_makes_the_kept_folders_hold_the_manifest_and_nothing_else(moto: Any, tmp_path: Path) -> None:
+    """What an earlier attempt on the same worker left after its last upload is not the
+    job's newest consistent state: it goes. A folder the manifest does not name is made."""
+    from monkey.client_agent.results import Results
+
+    storage = make_s3(moto.endpoint)
+    prefix = "runs/26-01-01-001/results"
+    form = {**storage.upload_form(prefix, expires=600), "prefix": prefix}
+    ckpt, persist = tmp_path / "ckpt", tmp_path / "persist"
+    ckpt.mkdir()
+    (ckpt / "epoch-1.pt").write_bytes(b"one")
+    saver = Results({**form, "dirs": {"checkpoint": str(ckpt)}}, "26-01-01-001", 1, "")
+    saver.upload()
+    [(rel, (sha, size, mode))] = json.loads(fetch(storage.get_url(f"{prefix}/manifest.json", 60)))["files"].items()
+    (ckpt / "epoch-2.pt").write_bytes(b"two, never uploaded")
+    (ckpt / "old" / "deep").mkdir(parents=True)
+    (ckpt / "old" / "deep" / "x").write_text("x")
+    (ckpt / "link").symlink_to(tmp_path)
+
+    restorer = Results({**form, "dirs": {"checkpoint": str(ckpt), "persist": str(persist)}},
+                       "26-01-01-001", 2, "")  # fmt: skip
+    url = storage.get_url(f"{prefix}/objects/{sha}", 60)
+    assert restorer.restore({rel: [url, size, sha, mode]}) == 0  # there already: not fetched
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-1.pt"]
+    assert (ckpt / "epoch-1.pt").read_bytes() == b"one"
+    assert persist.is_dir() and not any(persist.iterdir())
+    assert tmp_path.is_dir()  # a symlink's target is left alone
+
+
 # ---------------------------------------------------------------- trees
 
 

@@ -63,14 +63,18 @@ class Results:
     # -- restore ---------------------------------------------------------------------------
 
     def restore(self, files: Any) -> int:
-        """Make the kept folders hold the FILES of a manifest ({rel: [url, size, sha,
-        mode]}), fetching those that differ; returns the bytes fetched. OSError/ValueError
-        when one cannot be had."""
+        """Make the kept folders (made when missing) hold the FILES of a manifest ({rel:
+        [url, size, sha, mode]}) and nothing else, fetching those that differ; returns the
+        bytes fetched. OSError/ValueError when one cannot be had."""
         fetched = 0
+        for root in self.dirs.values():
+            os.makedirs(root, 0o700, exist_ok=True)
+        wanted = set()
         for rel, (url, size, sha, mode) in sorted((files or {}).items()):
             path = self._path(rel)
             if path is None:
                 raise ValueError(f"bad restore path {rel!r}")
+            wanted.add(path)
             os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
             if not _same(path, size, sha):
                 fd, tmp = tempfile.mkstemp(prefix=".monkey-", dir=os.path.dirname(path))
@@ -88,6 +92,17 @@ class Results:
             st = os.stat(path)
             self.known[rel] = (st.st_size, st.st_mtime_ns, sha, mode)
             self.stored.add(sha)
+        for root in self.dirs.values():  # left by an attempt here after its last upload
+            for folder, dirs, names in os.walk(root, topdown=False):
+                for name in names:
+                    if os.path.join(folder, name) not in wanted:
+                        os.unlink(os.path.join(folder, name))
+                for name in dirs:
+                    path = os.path.join(folder, name)
+                    if os.path.islink(path):
+                        os.unlink(path)
+                    elif not os.listdir(path):
+                        os.rmdir(path)
         return fetched
 
     # -- upload ----------------------------------------------------------------------------
@@ -117,6 +132,11 @@ class Results:
                     continue
                 files[rel] = self.known[rel] = entry
                 sent += nbytes
+            if final and not files and not self.seq and self.attempt == 1:
+                # Nothing was ever stored for the job: an empty manifest says no more than
+                # none, and the exit need not wait for two requests.
+                self.last = {"bytes": 0, "digest": None, "files": 0}
+                return self.last
             self.seq += 1
             body = json.dumps({
                 "juid": self.juid, "attempt": self.attempt, "seq": self.seq, "ts": time.time(),

@@ -297,7 +297,12 @@ class CloudDriver(Driver):
         return self.pool.run_dir(instance, juid, attempt)
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
-        return self.pool.checkpoint_dir(instance, juid)
+        """Without a bucket, the SSH provider's (a copy of MONKEY_HOME's, made over SSH).
+        With one, a path only: the agent makes the folder and restores it from the bucket
+        (see ``start_fields``)."""
+        if self.storage is None:
+            return self.pool.checkpoint_dir(instance, juid)
+        return f"{self.pool.runs_dir(instance)}/{juid}/checkpoint"
 
     def persist_dir(self, instance: str, juid: str) -> str:
         return self.pool.persist_dir(instance, juid)

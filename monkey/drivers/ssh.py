@@ -248,7 +248,11 @@ class SSHDriver(Driver):
         return remote[0]
 
     def persist_dir(self, instance: str, juid: str) -> str:
-        return f"{self._runs(self._host(instance))}/{juid}/persist"
+        return f"{self.runs_dir(instance)}/{juid}/persist"
+
+    def runs_dir(self, instance: str) -> str:
+        """This MONKEY_HOME's run folders on the host."""
+        return self._runs(self._host(instance))
 
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         """Without the submitting machine's software paths: the host has its own."""
