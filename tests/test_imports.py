@@ -65,3 +65,43 @@ def test_ec2_entry_validation_imports_nothing_heavy(tmp_path):
             "validate('p', 'aws', {'type': 'ec2', 'region': 'us-east-1', 'size': 't3.micro', "
             "'image': 'ami-1', 'endpoint': 'http://127.0.0.1:5000'})")
     assert _heavy_modules(code, tmp_path) == []
+
+
+EC2_ENTRY = ("providers:\n  aws: {type: ec2, region: us-east-1, size: t3.micro, image: ami-1,\n"
+             "        endpoint: 'http://127.0.0.1:5000', max_instances: 2}\n")
+
+
+def _load(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    code = ("import sys; from monkey.config import Home; from monkey.drivers import load_providers; "
+            f"p = load_providers(Home({str(tmp_path / 'home')!r}).ensure()); "
+            "print({n: (c.type, c.options.get('max_instances')) for n, c in p.items()}); "
+            "print(sorted(m for m in ('yaml', 'monkey.drivers.ec2', 'monkey.drivers.cloud') if m in sys.modules))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)  # fmt: skip
+
+
+def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
+    """Every one-shot command reads providers.yml: once checked, while its bytes stay the
+    same, the command loads neither the YAML parser nor the drivers' modules (an ec2 entry's
+    rules cost `monkey run` on the local provider about 13 ms). An edit is seen at once, a
+    bad one refused as before, and a damaged cache is ignored."""
+    (tmp_path / "home").mkdir()
+    config = tmp_path / "home" / "providers.yml"
+    config.write_text(EC2_ENTRY)
+    first = _load(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["{'local': ('local', None), 'aws': ('ec2', 2)}",
+                                         "['monkey.drivers.cloud', 'monkey.drivers.ec2', 'yaml']"]  # fmt: skip
+    cache = tmp_path / "home" / "private" / "providers.json"
+    assert oct(cache.stat().st_mode & 0o777) == "0o600"
+    again = _load(tmp_path)
+    assert again.stdout.splitlines() == ["{'local': ('local', None), 'aws': ('ec2', 2)}", "[]"]
+
+    config.write_text(EC2_ENTRY.replace("max_instances: 2", "max_instances: 3"))
+    assert _load(tmp_path).stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 3)}"
+    config.write_text(EC2_ENTRY.replace("region: us-east-1, ", ""))
+    bad = _load(tmp_path)
+    assert bad.returncode != 0 and "provider 'aws': needs `region:`" in bad.stderr
+    config.write_text(EC2_ENTRY)
+    cache.write_text("{not json")
+    assert _load(tmp_path).stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}"

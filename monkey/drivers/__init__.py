@@ -7,14 +7,18 @@ Adding a kind is one module with one ``Driver`` subclass plus one line in ``_DRI
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
+import os
 from typing import TYPE_CHECKING
 
-from monkey.config import read_providers
+from monkey import __version__
+from monkey.config import ProviderConfig, read_providers, write_private
 from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
-    from monkey.config import Home, ProviderConfig
+    from monkey.config import Home
     from monkey.drivers.base import Driver
 
 # Imported lazily: a driver's SDK (paramiko, libcloud, boto3) loads only when it is used.
@@ -25,6 +29,9 @@ _DRIVERS = {
     "gce": "monkey.drivers.gce:GCEDriver",
     "slurm": "monkey.drivers.slurm:SlurmDriver",
 }
+
+
+_CACHE = "providers.json"  # in MONKEY_HOME/private: providers.yml's entries as last checked
 
 
 def supported_kinds() -> list[str]:
@@ -44,7 +51,21 @@ def driver_class(kind: str) -> type[Driver]:
 
 def load_providers(home: Home) -> dict[str, ProviderConfig]:
     """providers.yml read and each entry checked by its kind's rules; the `local` provider
-    is always present. One-line MonkeyError naming the file, the provider and the fix."""
+    is always present. One-line MonkeyError naming the file, the provider and the fix.
+
+    Once checked, the entries are kept in ``private/providers.json`` under a digest of the
+    file's bytes and monkey's version, and read back from there while both stay the same:
+    a one-shot command then loads neither the YAML parser nor any driver's module."""
+    try:
+        raw = home.providers_file.read_bytes()
+    except FileNotFoundError:
+        return read_providers(home)
+    except OSError as exc:
+        raise MonkeyError(f"{home.providers_file}: cannot be read ({exc.strerror}); fix its permissions") from None
+    key = f"{__version__} {hashlib.blake2b(raw, digest_size=16).hexdigest()}"
+    cached = _cached(home, key)
+    if cached is not None:
+        return cached
     providers = read_providers(home)
     where = str(home.providers_file)
     for name, config in providers.items():
@@ -52,7 +73,37 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
             raise MonkeyError(f"{where}: provider {name!r} has type {config.type!r}; "
                               f"use one of {', '.join(supported_kinds())}")  # fmt: skip
         driver_class(config.type).validate(where, name, config.options)
+    if home.providers_file.read_bytes() == raw:  # not changed while it was read
+        _cache(home, key, providers)
     return providers
+
+
+def _cached(home: Home, key: str) -> dict[str, ProviderConfig] | None:
+    """The entries kept under KEY, or None (none kept, another key, unreadable)."""
+    try:
+        with open(home.private / _CACHE, "rb") as f:
+            kept = json.loads(f.read())
+        if kept["key"] != key:
+            return None
+        return {name: ProviderConfig(name, kind, options) for name, (kind, options) in kept["providers"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _cache(home: Home, key: str, providers: dict[str, ProviderConfig]) -> None:
+    """Keep the checked entries under KEY (written aside, then renamed: a reader sees the
+    old file or the new one). Entries JSON cannot hold as they are (a YAML date, a number
+    as a key) are not kept."""
+    try:
+        entries = {n: [c.type, c.options] for n, c in providers.items()}
+        data = json.dumps({"key": key, "providers": entries})
+        if json.loads(data)["providers"] != entries:
+            return
+        tmp = home.private / f".{_CACHE}.{os.getpid()}"
+        write_private(tmp, data.encode())
+        os.replace(tmp, home.private / _CACHE)
+    except (OSError, TypeError, ValueError):
+        pass  # a read-only or full home: read providers.yml each time
 
 
 def get_driver(config: ProviderConfig, home: Home) -> Driver:
