@@ -132,6 +132,33 @@ def test_blob_uploaded_once(storage: Storage, source: BlobStore, tmp_path: Path)
     assert storage.has([first, second]) == {first, second}
 
 
+def test_small_blobs_go_in_packs_uploaded_once(moto_s3: str, source: BlobStore,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Packs hold their blobs end to end, smallest first, each at most PACK_MAX bytes (a
+    blob larger than that alone); the same set of blobs makes the same packs, stored once."""
+    from monkey.storage import bucket
+
+    monkeypatch.setattr(bucket, "PACK_MAX", 10)
+    storage = make_s3(moto_s3)
+    s3_client(moto_s3).put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    blobs = [b"four", b"4444", b"abcd", b"twelve bytes"]
+    digests = [source.put_bytes(data)[0] for data in blobs]
+    packs = storage.put_packs(digests + digests[:1], source)
+    sizes = [[size for _d, size in index] for _key, index in packs]
+    assert sorted(sizes) == [[4], [4, 4], [12]]
+    by_digest = dict(zip(digests, blobs))
+    for key, index in packs:
+        assert fetch(storage.get_url(key, 60)) == b"".join(by_digest[d] for d, _size in index)
+    assert fresh(storage).put_packs(reversed(digests), source) == packs
+    versions = s3_client(moto_s3).list_object_versions(Bucket=BUCKET, Prefix="packs/")["Versions"]
+    assert len(versions) == 3  # each stored once, by two storages
+    tampered = source.path(digests[0])
+    tampered.chmod(0o600)
+    tampered.write_bytes(b"FOUR")
+    with pytest.raises(MonkeyError, match=rf"^blob {digests[0]} in .* does not match its digest"):
+        fresh(storage).put_packs([digests[0], source.put_bytes(b"new!")[0]], source)  # a new pack
+
+
 @pytest.mark.parametrize("keys", [20_000, 0])
 def test_has_many_digests(storage: Storage, source: BlobStore, keys: int,
                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip

@@ -39,7 +39,7 @@ from monkey.snapshot import BlobStore
 from monkey.storage import results as bucket_results
 from monkey.storage import storage_for
 from monkey.storage.base import source_size
-from monkey.storage.bucket import PACK_BLOB_MAX, PACK_MAX, PACK_MIN, BucketStorage
+from monkey.storage.bucket import PACK_BLOB_MAX, PACK_MIN, BucketStorage
 
 if TYPE_CHECKING:
     import paramiko
@@ -323,22 +323,13 @@ class CloudDriver(Driver):
             return {}
         source = BlobStore(self.home.blobs)
         sizes = {d: source_size(source, d) for d in missing}
-        small = [d for d in missing if sizes[d] <= PACK_BLOB_MAX]
-        if len(small) < PACK_MIN:
-            small = []
-        single = [d for d in missing if d not in set(small)]
+        small = {d for d in missing if sizes[d] <= PACK_BLOB_MAX}
+        single = [d for d in missing if d not in small or len(small) < PACK_MIN]
         self.storage.put_blobs(single, source)
-        packs, pack, size = [], [], 0
-        for digest in sorted(small, key=sizes.__getitem__):
-            if pack and size + sizes[digest] > PACK_MAX:
-                packs.append(pack)
-                pack, size = [], 0
-            pack.append(digest)
-            size += sizes[digest]
         fields: dict[str, Any] = {}
-        for members in [*packs, pack] if pack else packs:
-            key, index = self.storage.put_pack(members, source)
-            fields.setdefault("blob_packs", []).append([self.storage.get_url(key), index])
+        if len(small) >= PACK_MIN:
+            fields["blob_packs"] = [[self.storage.get_url(key), index]
+                                    for key, index in self.storage.put_packs(small, source)]  # fmt: skip
         if single:
             fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d]] for d in single}
         return fields

@@ -104,6 +104,19 @@ class BucketStorage(Storage):
             self._known.update(missing)
         return sum(sizes.values())
 
+    def put_packs(self, digests: Iterable[str], source: BlobStore) -> list[tuple[str, list[list[Any]]]]:
+        """``put_pack`` for DIGESTS in packs of at most PACK_MAX bytes (smallest blobs first)."""
+        packs: list[list[str]] = [[]]
+        size = 0
+        for digest in sorted(set(digests), key=lambda d: (source_size(source, d), d)):
+            blob = source_size(source, digest)
+            if packs[-1] and size + blob > PACK_MAX:
+                packs.append([])
+                size = 0
+            packs[-1].append(digest)
+            size += blob
+        return [self.put_pack(members, source) for members in packs if members]
+
     def put_pack(self, digests: Iterable[str], source: BlobStore) -> tuple[str, list[list[Any]]]:
         """Store the blobs DIGESTS end to end as one object, so that a worker lacking many
         small blobs (a project's code) fetches them with one request instead of one each.
