@@ -369,6 +369,7 @@ class _Staged:
     def __init__(self, home: Any, staged: Any) -> None:
         self.providers_file = staged
         self.root = home.root
+        self.private = home.private  # load_providers' cache is keyed by the file's bytes
 
 
 def cmd_provider_check(args: argparse.Namespace) -> int:
