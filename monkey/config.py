@@ -288,9 +288,10 @@ def compose_yaml(path: Path, text: str | None = None) -> tuple[Any, Any]:
         raise MonkeyError(f"{path}: invalid YAML ({problem}); fix the syntax there") from None
 
 
-def read_yaml(path: Path) -> Any:
-    """A config file's YAML data; every problem is a one-line MonkeyError naming the file."""
-    root, loader = compose_yaml(path)
+def read_yaml(path: Path, text: str | None = None) -> Any:
+    """A config file's YAML data (its TEXT when read already); every problem is a one-line
+    MonkeyError naming the file."""
+    root, loader = compose_yaml(path, text)
     return None if root is None else loader.construct_document(root)
 
 
@@ -357,16 +358,16 @@ def default_local() -> ProviderConfig:
     return ProviderConfig("local", "local", {})
 
 
-def read_providers(home: Home) -> dict[str, ProviderConfig]:
-    """providers.yml's entries, checked for shape only (a mapping of names to mappings with
-    a `type`); each kind's own rules are applied by ``monkey.drivers.load_providers``. The
-    `local` provider is always present."""
+def read_providers(home: Home, text: str | None = None) -> dict[str, ProviderConfig]:
+    """providers.yml's entries (from its TEXT when read already), checked for shape only (a
+    mapping of names to mappings with a `type`); each kind's own rules are applied by
+    ``monkey.drivers.load_providers``. The `local` provider is always present."""
     providers = {"local": default_local()}
     path = home.providers_file
-    if not path.exists():
+    if text is None and not path.exists():
         return providers
     where = f"{path}"
-    data = read_yaml(path)
+    data = read_yaml(path, text)
     if data is None:
         return providers
     if not isinstance(data, dict) or not isinstance(data.get("providers", {}), dict):

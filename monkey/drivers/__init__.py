@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from monkey import __version__
-from monkey.config import ProviderConfig, read_providers, write_private
+from monkey.config import ProviderConfig, read_config, read_providers, write_private
 from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
@@ -56,25 +56,21 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
     Once checked, the entries are kept in ``private/providers.json`` under a digest of the
     file's bytes and monkey's version, and read back from there while both stay the same:
     a one-shot command then loads neither the YAML parser nor any driver's module."""
-    try:
-        raw = home.providers_file.read_bytes()
-    except FileNotFoundError:
+    if not os.path.exists(home.providers_file):
         return read_providers(home)
-    except OSError as exc:
-        raise MonkeyError(f"{home.providers_file}: cannot be read ({exc.strerror}); fix its permissions") from None
-    key = f"{__version__} {hashlib.blake2b(raw, digest_size=16).hexdigest()}"
+    text = read_config(home.providers_file)  # refuses a FIFO, a device, a huge file
+    key = f"{__version__} {hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}"
     cached = _cached(home, key)
     if cached is not None:
         return cached
-    providers = read_providers(home)
+    providers = read_providers(home, text)
     where = str(home.providers_file)
     for name, config in providers.items():
         if config.type not in _DRIVERS:
             raise MonkeyError(f"{where}: provider {name!r} has type {config.type!r}; "
                               f"use one of {', '.join(supported_kinds())}")  # fmt: skip
         driver_class(config.type).validate(where, name, config.options)
-    if home.providers_file.read_bytes() == raw:  # not changed while it was read
-        _cache(home, key, providers)
+    _cache(home, key, providers)
     return providers
 
 
