@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -103,5 +104,10 @@ def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
     bad = _load(tmp_path)
     assert bad.returncode != 0 and "provider 'aws': needs `region:`" in bad.stderr
     config.write_text(EC2_ENTRY)
-    cache.write_text("{not json")
-    assert _load(tmp_path).stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}"
+    for damaged in ("{not json", '{"key": 1}', json.dumps({"key": "x", "providers": {"aws": ["ec2", 3]}})):
+        cache.write_text(damaged)
+        assert _load(tmp_path).stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}"
+    cache.unlink()
+    os.mkfifo(cache)  # not a file: never opened for a read that would block
+    loaded = _load(tmp_path)
+    assert loaded.stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}", loaded.stderr

@@ -77,12 +77,16 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
 def _cached(home: Home, key: str) -> dict[str, ProviderConfig] | None:
     """The entries kept under KEY, or None (none kept, another key, unreadable)."""
     try:
-        with open(home.private / _CACHE, "rb") as f:
-            kept = json.loads(f.read())
+        kept = json.loads(read_config(home.private / _CACHE))  # never blocks on a FIFO
         if kept["key"] != key:
             return None
-        return {name: ProviderConfig(name, kind, options) for name, (kind, options) in kept["providers"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
+        providers = {}
+        for name, (kind, options) in kept["providers"].items():
+            if not isinstance(kind, str) or not isinstance(options, dict):
+                return None
+            providers[name] = ProviderConfig(name, kind, options)
+        return providers
+    except (MonkeyError, ValueError, KeyError, TypeError):
         return None
 
 
