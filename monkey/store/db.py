@@ -771,7 +771,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
             if old != inst.state and inst.state not in INSTANCE_TRANSITIONS[old]:
                 return False
             db.execute(
-                "UPDATE instances SET state = ?, extra = ?, updated_at = ?, address = coalesce(?, address), "
+                "UPDATE instances SET state = ?, extra = ?, updated_at = ?, address = ?, "
                 "size = coalesce(?, size), spot = max(spot, ?), launched_at = coalesce(?, launched_at), "
                 "reach = ?, terminated_at = CASE WHEN ? = 'terminated' "
                 "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host), "
