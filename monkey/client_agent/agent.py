@@ -931,7 +931,7 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
         final = _blob_file(blobs_dir, digest)
         if not os.path.isfile(final):
-            calls.append((fetch_blob, (digest, entry[0], entry[1], final)))
+            calls.append((entry[0], [(digest, entry[1], final)]))
     for entry in blob_packs or []:
         if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
                 or not isinstance(entry[1], list) or not entry[1]
@@ -939,13 +939,13 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
             raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
         members = [(check_digest(d), size, _blob_file(blobs_dir, d)) for d, size in entry[1]]
         if not all(os.path.isfile(final) for _d, _size, final in members):
-            calls.append((fetch_pack, (entry[0], members)))
+            calls.append((entry[0], members))
     if not calls:
         return 0
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(FETCH_THREADS, len(calls))) as pool:
-        futures = [pool.submit(call, *args) for call, args in calls]
+        futures = [pool.submit(fetch_pack, url, members) for url, members in calls]
         try:
             return sum(future.result() for future in futures)
         except BaseException:
@@ -961,19 +961,13 @@ def _blob_file(blobs_dir: str, digest: str) -> str:
     return os.path.join(blobs_dir, digest[:2], digest[2:])
 
 
-def fetch_blob(digest: str, url: str, size: int, final: str) -> int:
-    """Stream URL to a temporary file beside FINAL, check it has SIZE bytes, rename it
-    into place; returns 1. The agent cannot check the blake3 digest (not in the standard
-    library): the core checked it when it uploaded the blob, and the URL names the blob
-    by digest."""
-    return fetch_pack(url, [(digest, size, final)])
-
-
 def fetch_pack(url: str, members: list[tuple[str, int, str]]) -> int:
     """Stream URL, which holds MEMBERS (digest, size, final path) end to end in that order
     (one member: a lone blob), each missing one to a temporary file beside its final path;
     only when the whole object had exactly the sizes said are they renamed into place.
-    Returns how many were put; RequestError when it is shorter or longer."""
+    Returns how many were put; RequestError when it is shorter or longer. The agent cannot
+    check the blake3 digests (not in the standard library): the core checked them when it
+    uploaded the blobs, and the URL names them by digest."""
     staged: list[tuple[str, str]] = []
     try:
         with _fetching(members[0][0], url) as src:

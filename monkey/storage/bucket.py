@@ -106,10 +106,11 @@ class BucketStorage(Storage):
 
     def put_packs(self, digests: Iterable[str], source: BlobStore) -> list[tuple[str, list[list[Any]]]]:
         """``put_pack`` for DIGESTS in packs of at most PACK_MAX bytes (smallest blobs first)."""
+        sizes = {d: source_size(source, d) for d in digests}
         packs: list[list[str]] = [[]]
         size = 0
-        for digest in sorted(set(digests), key=lambda d: (source_size(source, d), d)):
-            blob = source_size(source, digest)
+        for digest in sorted(sizes, key=lambda d: (sizes[d], d)):
+            blob = sizes[digest]
             if packs[-1] and size + blob > PACK_MAX:
                 packs.append([])
                 size = 0
