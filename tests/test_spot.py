@@ -5,6 +5,7 @@ new instance from their checkpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,17 +53,27 @@ def expected(epochs: int = EPOCHS) -> int:
 
 @pytest.fixture
 def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:  # noqa: F811
-    """A metadata service on each fleet address, all on one port."""
-    first = Metadata("127.0.0.4")
-    services = {"127.0.0.4": first}
-    try:
-        for n in range(2, FLEET + 1):
-            address = f"127.0.0.{n + 3}"
-            services[address] = Metadata(address, first.port)
-        yield services
-    finally:
-        for service in services.values():
-            service.close()
+    """A metadata service on each fleet address, all on one port (one free on every
+    address: a port taken on one of them, by a client socket there, means another try)."""
+    for _ in range(20):
+        services = {"127.0.0.4": Metadata("127.0.0.4")}
+        try:
+            for n in range(2, FLEET + 1):
+                address = f"127.0.0.{n + 3}"
+                services[address] = Metadata(address, services["127.0.0.4"].port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            for service in services.values():
+                service.close()
+            continue
+        try:
+            yield services
+        finally:
+            for service in services.values():
+                service.close()
+        return
+    raise AssertionError("no port free on every fleet address in 20 tries")
 
 
 def spot_provider(cli: Any, moto: Any, fleet: Lab, home: Path, port: int, epochs: int = EPOCHS,  # noqa: F811
