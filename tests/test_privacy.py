@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from monkey.models import is_secret, is_secret_name
 from monkey.store.db import Store
+from tests import test_ssh
 
 OTHER_UID = 65534  # nobody: any uid that is not ours
 
@@ -331,3 +333,67 @@ def test_secret_looking_values(value):
 )
 def test_ordinary_values(value):
     assert not is_secret("SOMETHING", value)
+
+
+# -- issue 24 finding 6: nobody else on an SSH host can read what monkey keeps there -------
+
+
+lab = test_ssh.lab  # SSH hosts on loopback
+
+
+def _job_on_the_host(cli, home: Path, lab) -> tuple[Path, str]:
+    """A job that writes a checkpoint and reads a dataset, run on a lab host; its workdir."""
+    from tests.test_ssh import configure, job_info, run, wait_state
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as another user")
+    host = lab.hosts[0]
+    configure(home, [host.entry(key=lab.key)])
+    Path("data.csv").write_text("1,2\n")
+    Path("train.py").write_text(
+        "import os\n"
+        "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'model.pt'), 'w').write('w')\n"
+        "print(open('data.csv').read())\n")
+    juid = run(cli, "--provider", "lab", "--dataset", "data.csv", "--", "python3", "train.py")
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
+    return Path(host.workdir), juid
+
+
+def test_another_user_of_an_ssh_host_can_read_nothing_monkey_keeps_there(cli, home, lab):
+    lab.add("h1")
+    workdir, juid = _job_on_the_host(cli, home, lab)
+    everything = everything_under(workdir)
+    assert len(everything) > 15
+    assert readable_by_another_user(everything) == []
+    assert mode(workdir) == 0o700
+    for entry in workdir.iterdir():
+        assert mode(entry) & 0o077 == 0, f"{entry} is {oct(mode(entry))}"
+    [tag] = (workdir / "runs").iterdir()
+    kept = [*(workdir / "blobs").glob("??/*"), *(tag / juid / "checkpoint").iterdir(),
+            *(tag / juid / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl"))]
+    assert len(kept) >= 6
+    for path in kept:
+        assert mode(path) & 0o077 == 0, f"{path} is {oct(mode(path))}"
+    for path in everything:  # a job's code and data copies keep the project's modes inside
+        if path.is_dir() and not {"work", "datasets"} & set(path.relative_to(workdir).parts[:4]):
+            assert mode(path) & 0o077 == 0, f"{path} is {oct(mode(path))}"
+
+
+def test_a_loose_tree_an_older_monkey_left_on_a_host_is_tightened(cli, home, lab):
+    """A workdir written by an earlier monkey (0755 folders, 0644 files)."""
+    host = lab.add("h1")
+    workdir = Path(host.workdir)
+    old_run = workdir / "runs" / "0123456789ab" / "26-01-01-001" / "1"
+    old_run.mkdir(parents=True)
+    (old_run / "stdout.log").write_text("an old job's output\n")
+    (workdir / "blobs" / "ab").mkdir(parents=True)
+    (workdir / "blobs" / "ab" / "cdef").write_text("an old job's code\n")
+    for path in everything_under(workdir):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        shutil.chown(path, lab.user, lab.user)
+    assert len(readable_by_another_user(everything_under(workdir))) > 5
+
+    _job_on_the_host(cli, home, lab)
+    assert readable_by_another_user(everything_under(workdir)) == []
+    assert mode(workdir) == 0o700
+    assert all(mode(entry) & 0o077 == 0 for entry in workdir.iterdir())

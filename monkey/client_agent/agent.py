@@ -2594,6 +2594,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--term-notice", type=float, metavar="SECONDS",
                         help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)")
     args = parser.parse_args(argv)
+    os.umask(0o077)  # run folders, blobs, logs and checkpoints are the user's alone (jobs too)
     root = os.path.abspath(args.root)
     lock_fd = lock_root(root)
     if lock_fd is None:

@@ -809,7 +809,7 @@ def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
         except OSError as exc:
             raise _cannot_create(sub, exc) from None
         try:
-            sftp.mkdir(sub)
+            sftp.mkdir(sub, 0o700)
         except OSError as exc:
             try:
                 sftp.stat(sub)  # made meanwhile
@@ -870,7 +870,7 @@ def _push_tree(sftp: paramiko.SFTPClient, local: str, remote: str) -> None:
             if have is not None and not stat.S_ISDIR(have.st_mode or 0):
                 sftp.remove(dst)
             if have is None or not stat.S_ISDIR(have.st_mode or 0):
-                sftp.mkdir(dst)
+                sftp.mkdir(dst, 0o700)
             _push_tree(sftp, src, dst)
         elif stat.S_ISREG(info.st_mode):
             if have is not None and stat.S_ISREG(have.st_mode or 0) and \
@@ -880,6 +880,7 @@ def _push_tree(sftp: paramiko.SFTPClient, local: str, remote: str) -> None:
             if have is not None and stat.S_ISDIR(have.st_mode or 0):
                 _remove_tree(sftp, dst)
             sftp.put(src, f"{dst}.monkey-tmp")
+            sftp.chmod(f"{dst}.monkey-tmp", stat.S_IMODE(info.st_mode) & 0o700)  # the user's alone
             sftp.utime(f"{dst}.monkey-tmp", (int(info.st_mtime), int(info.st_mtime)))
             sftp.posix_rename(f"{dst}.monkey-tmp", dst)
         else:

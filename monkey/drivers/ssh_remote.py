@@ -10,9 +10,24 @@ from __future__ import annotations
 # tells "agent reachable" from "python3 failed" before speaking the protocol.
 # argv: socket root code_dir idle_timeout heartbeat
 RELAY = r"""
-import os, selectors, socket, subprocess, sys, time
+import os, selectors, socket, stat, subprocess, sys, time
+os.umask(0o077)  # what the relay and the agent it starts create is the user's alone
 sock_path, root, code, idle, beat = sys.argv[1:6]
 sock_path, root, code = (os.path.abspath(p) for p in (sock_path, root, code))  # the agent runs in root
+def tighten(root):
+    # A root an older monkey left open (0755/0644): it and its direct entries lose group and
+    # other permissions, which puts everything deeper out of anyone else's reach.
+    try:
+        if not os.stat(root).st_mode & 0o077:
+            return
+        with os.scandir(root) as entries:
+            for entry in entries:
+                if not entry.is_symlink():
+                    os.chmod(entry.path, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & 0o700)
+        os.chmod(root, stat.S_IMODE(os.stat(root).st_mode) & 0o700)  # last: redone if cut short
+    except FileNotFoundError:
+        pass
+tighten(root)
 def dial():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sock_path)
@@ -60,6 +75,7 @@ while True:
 # Prints the digests read on stdin (one a line) that blobs_dir lacks. argv: blobs_dir
 MISSING = r"""
 import os, sys
+os.umask(0o077)
 base = sys.argv[1]
 for line in sys.stdin:
     d = line.strip()
@@ -71,6 +87,7 @@ for line in sys.stdin:
 # name and a rename; prints "ok N" at the end. argv: blobs_dir
 RECEIVE = r"""
 import os, re, sys
+os.umask(0o077)
 base = sys.argv[1]
 src = sys.stdin.buffer
 name = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
@@ -109,6 +126,7 @@ print("ok", count)
 #                                  all its files), relative to base
 HELPER = r"""
 import json, os, stat, sys
+os.umask(0o077)
 src, out = sys.stdin.buffer, sys.stdout.buffer
 def tail(files):
     sizes, blobs = [], []
