@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -79,27 +80,62 @@ def test_first_contact_installs_agent_once_and_runs_jobs(cli, home: Path, lab: L
     assert job_info(cli, second)["instance"] == "lab/h1"
 
 
-def test_unknown_host_key_refused_then_trusted_on_first_use(cli, home: Path, lab: Lab) -> None:
+def _fingerprint(host: SSHHost) -> str:
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(base64.b64decode(host.host_key_pub[1])).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def keyscan(host: SSHHost, hashed: bool = False) -> str:
+    """What `ssh-keyscan [-H] -p PORT ADDRESS` prints of the host's ed25519 key."""
+    done = subprocess.run(["ssh-keyscan", *(["-H"] if hashed else []), "-t", "ed25519",
+                           "-p", str(host.port), host.address], capture_output=True, text=True, check=True)
+    assert host.host_key_pub[1] in done.stdout, done
+    return done.stdout
+
+
+def waiting(cli, juid: str) -> str:
+    """Why the queued job waits (`info job`), once it says so."""
+    return wait_for(lambda: job_info(cli, juid).get("waiting"), what=f"{juid} to say why it waits")  # type: ignore[return-value]
+
+
+def test_unknown_host_key_keeps_jobs_queued_until_keyscan(cli, home: Path, lab: Lab) -> None:
+    """Issue 25 section 4: a job never fails because its host cannot be trusted yet; it waits,
+    saying why, and starts as soon as `ssh-keyscan >> ~/.ssh/known_hosts` is done (no restart)."""
     host = lab.add("h1", trusted=False)
     configure(home, [host.entry(key=lab.key)])
     juid = run(cli, "--provider", "lab", "--", "true")
-    assert wait_state(cli, juid, "failed") == "failed"
-    reason = job_info(cli, juid)["reason"]
-    fingerprint = "SHA256:" + __import__("base64").b64encode(
-        __import__("hashlib").sha256(__import__("base64").b64decode(host.host_key_pub[1])).digest()
-    ).decode().rstrip("=")
-    assert f"host key of [{host.address}]:{host.port} is unknown" in reason
-    assert fingerprint in reason and "trust_on_first_use" in reason
+    why = waiting(cli, juid)
+    assert f"host key of [{host.address}]:{host.port} is unknown" in why
+    assert _fingerprint(host) in why and "trust_on_first_use" in why
+    # The core's dispatch passes saw it (and keep seeing it): the job is neither failed nor tried.
+    wait_for(lambda: "lab: jobs wait: " in (home / "daemon.log").read_text(), what="the core to say why")
+    info = job_info(cli, juid)
+    assert (info["state"], info["attempts"]) == ("queued", 0), info
+    assert "is unknown" in cli("info", "job", juid, check=True).stdout
+    assert "is unknown" in cli("list", "providers", check=True).stdout
     assert not (Path(host.workdir) / "agent").exists()  # nothing was installed
 
-    cli("daemon", "stop", check=True)
+    pid = (home / "daemon.pid").read_text().split()[0]
+    with open(lab.ssh_dir / "known_hosts", "a") as fh:
+        fh.write(keyscan(host))
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
+    assert (home / "daemon.pid").read_text().split()[0] == pid  # the same core
+    assert "is unknown" not in cli("list", "providers", check=True).stdout
+    assert not (home / "known_hosts").exists()  # trusted through the user's file only
+
+
+def test_unknown_host_key_trusted_on_first_use(cli, home: Path, lab: Lab) -> None:
+    host = lab.add("h1", trusted=False)
     configure(home, [host.entry(key=lab.key)], trust_on_first_use=True)
     juid = run(cli, "--provider", "lab", "--", "true")
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
     assert host.host_key_pub[1] in (home / "known_hosts").read_text()
 
 
-def test_changed_host_key_refused(cli, home: Path, lab: Lab) -> None:
+def test_changed_host_key_keeps_jobs_queued_until_known_hosts_is_fixed(cli, home: Path, lab: Lab) -> None:
     host = lab.add("h1", trusted=False)
     other = lab.add("h2", trusted=False)
     # known_hosts pins h2's key under h1's name: h1 now presents a "changed" key.
@@ -107,8 +143,13 @@ def test_changed_host_key_refused(cli, home: Path, lab: Lab) -> None:
     (lab.ssh_dir / "known_hosts").write_text(line)
     configure(home, [host.entry(key=lab.key)], trust_on_first_use=True)
     juid = run(cli, "--provider", "lab", "--", "true")
-    assert wait_state(cli, juid, "failed") == "failed"
-    assert "has CHANGED" in job_info(cli, juid)["reason"]
+    assert "has CHANGED" in waiting(cli, juid)
+    assert state(cli, juid) == "queued"
+    assert not (home / "known_hosts").exists()
+
+    # The user checks the host and replaces the line, hashed as `ssh-keyscan -H` writes it.
+    (lab.ssh_dir / "known_hosts").write_text(keyscan(host, hashed=True))
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
     assert not (home / "known_hosts").exists()
 
 

@@ -19,7 +19,7 @@ from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.drivers.base import Capacity, Driver
+from monkey.drivers.base import Capacity, Driver, NotReady
 from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
@@ -123,6 +123,9 @@ class Core:
         self.releasing: set[tuple[str, str]] = set()
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.prepare_failures: dict[str, int] = {}  # per job: starts failed in a row
+        # Per fixed provider: why it cannot be reached or trusted yet, as recorded (None:
+        # it can; absent: not known since this core started, a stale record is cleared).
+        self.not_ready: dict[str, str | None] = {}
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
@@ -244,6 +247,8 @@ class Core:
                 self.store.record_instance(inst, reach=reach, extra=extra)
                 if reach == "up":  # back: its agent may run attempts ended meanwhile
                     self.connect((name, inst.id))
+                    if not drv.elastic:
+                        self._not_ready(name, None)
         if self.woken or health:
             self.apply_requests()
         self.woken = False
@@ -667,9 +672,14 @@ class Core:
             try:
                 drv = self.driver(provider)
                 capacities = drv.instances()
+            except NotReady as exc:  # the jobs wait, saying why, and start once it is
+                self._not_ready(provider, str(exc))
+                continue
             except MonkeyError as exc:
                 self._fail_queued(provider, str(exc), now)
                 continue
+            if not drv.elastic:
+                self._not_ready(provider, None)
             if usage is None:
                 usage = self.usage()
             if self.elastic.noticed:  # machines about to go take no new job
@@ -715,6 +725,16 @@ class Core:
         return [replace(c, slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
                 if (e := ended((provider, c.instance))) and now - e[0] < _AHEAD_WINDOW
                 and e[1] < _AHEAD_RUN else c for c in capacities]  # fmt: skip
+
+    def _not_ready(self, provider: str, why: str | None) -> None:
+        """Record why PROVIDER cannot be reached or trusted yet (None: it can again), shown
+        by `info job` and `list providers` for the jobs waiting for it."""
+        if provider in self.not_ready and self.not_ready[provider] == why:
+            return
+        self.not_ready[provider] = why
+        if why is not None:
+            log.warning("%s: jobs wait: %s", provider, why)
+        self.store.set_provider_error(provider, why)
 
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
@@ -829,9 +849,13 @@ class Core:
     def _start_failed(self, key: tuple[str, str], att: Attempt, exc: BaseException) -> None:
         """The attempt's inputs could not be made ready: it never reached the agent. The
         job waits a second and tries again; the third failure in a row fails it (a cause
-        that lasts must not spin through attempts)."""
+        that lasts must not spin through attempts). An instance that cannot be reached
+        (NotReady) is the provider's problem, never the job's: it just waits."""
         log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
         self.retry_at[key] = time.time() + 1.0
+        if isinstance(exc, NotReady):
+            self._never_started(att)
+            return
         failures = self.prepare_failures[att.juid] = self.prepare_failures.get(att.juid, 0) + 1
         if failures < _PREPARE_TRIES:
             self._never_started(att)

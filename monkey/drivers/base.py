@@ -97,6 +97,11 @@ class NoCapacity(MonkeyError):
     free host); the jobs that wait say why."""
 
 
+class NotReady(MonkeyError):
+    """The provider cannot be reached or trusted yet (a host down, a host key not in
+    known_hosts yet): its jobs wait queued, saying why, and start once it can."""
+
+
 def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]) -> None:
     """Refuse a providers.yml entry with a key outside ALLOWED (``type`` is always allowed)."""
     unknown = set(entry) - allowed - {"type"}

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
-from monkey.drivers.base import Capacity, Driver, hosts_summary
+from monkey.drivers.base import Capacity, Driver, NotReady, hosts_summary
 from monkey.drivers.ssh_hosts import (
     HostKeys,
     HostSpec,
@@ -78,10 +78,12 @@ class Host:
         self.capacity: Capacity | None = None
         self.error: str | None = None
         self.transient = False
+        self.waits = False  # its error makes jobs wait (not fail): see SSHDriver._failed
         self.tried = False
         self.next_try = 0.0
         self.failures = 0
         self.synced: set[str] = set()
+        self.keys_seen: tuple[Any, ...] = ()  # the known_hosts files it last failed with
         self.bytes_sent = 0
         self.thread: threading.Thread | None = None
         self.node: Instance | None = None  # what its provider said of it (cloud instances)
@@ -163,10 +165,13 @@ class SSHDriver(Driver):
     # -- the contract -------------------------------------------------------------------
 
     def instances(self) -> list[Capacity]:
+        """The hosts reached; NotReady (the jobs wait, saying why) while none is and each
+        one tried failed: unreachable, or refused for its key, user or configuration."""
         up = self.reached()
         hosts = self.hosts.values()
-        if not up and hosts and all(h.error and not h.transient for h in hosts):
-            raise MonkeyError("; ".join(h.error or "" for h in hosts))
+        if not up and hosts and all(h.tried and h.error for h in hosts):
+            why = "; ".join(h.error or "" for h in hosts)
+            raise NotReady(why) if any(h.waits for h in hosts) else MonkeyError(why)
         return up
 
     def reached(self) -> list[Capacity]:
@@ -365,8 +370,6 @@ class SSHDriver(Driver):
         with host.lock:
             if host.up or host.removed:
                 return  # another thread connected it while this one waited, or it is gone
-            if host.error and not host.transient:  # known_hosts or keys may have been fixed
-                self.host_keys = HostKeys(self.home, self.host_keys.tofu)
             host.tried = True
             self._drop(host)
             try:
@@ -391,7 +394,7 @@ class SSHDriver(Driver):
                 self._failed(host, str(exc), transient=True)
                 return
             except MonkeyError as exc:
-                self._failed(host, str(exc), transient=False)
+                self._failed(host, str(exc), transient=False, waits=isinstance(exc, NotReady))
                 return
             except Exception as exc:  # noqa: BLE001 - OSError, EOFError, paramiko's, agent's
                 self._failed(host, f"{host.spec.name}: {type(exc).__name__}: {exc}", transient=True)
@@ -407,10 +410,23 @@ class SSHDriver(Driver):
             self._record(host, "up")
             log.info("%s: connected, %d cpus, gpus %s", host.instance, host.capacity.slots, gpus)
 
-    def _failed(self, host: Host, error: str, transient: bool) -> None:
+    def _fixed(self, host: Host) -> bool:
+        """Whether a host refused for its key may be accepted now: known_hosts changed."""
+        if host.transient or not host.error:
+            return False
+        try:
+            self.host_keys.refresh()
+        except MonkeyError:
+            pass
+        return self.host_keys.stamp != host.keys_seen
+
+    def _failed(self, host: Host, error: str, transient: bool, waits: bool = False) -> None:
+        """Record why HOST is not usable; WAITS: its jobs wait for it (it cannot be reached
+        or trusted yet) rather than fail (a wrong user, key or python: the configuration's)."""
         self._drop(host)
         changed = error != host.error
-        host.error, host.transient = error, transient
+        host.error, host.transient, host.waits = error, transient, transient or waits
+        host.keys_seen = self.host_keys.stamp
         host.failures += 1
         # An unreachable host is retried soon; keys, users and config do not fix themselves.
         delay = min(_BACKOFF_MAX, 0.25 * 2 ** min(host.failures - 1, 8)) if transient else 10.0
@@ -611,7 +627,7 @@ class SSHDriver(Driver):
                 return
             try:
                 if not host.up:
-                    if time.monotonic() < host.next_try:
+                    if time.monotonic() < host.next_try and not self._fixed(host):
                         continue
                     self._contact(host)  # and, when back, fetch the logs at once
                     if not host.up:

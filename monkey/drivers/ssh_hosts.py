@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monkey.config import Home, ProviderConfig, write_private
-from monkey.drivers.base import unknown_keys
+from monkey.drivers.base import NotReady, unknown_keys
 from monkey.models import MonkeyError, Resources, parse_size
 
 if TYPE_CHECKING:
@@ -25,8 +25,13 @@ if TYPE_CHECKING:
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 
 
-class Unreachable(MonkeyError):
+class Unreachable(NotReady):
     """The host did not answer (network, sshd down): worth retrying soon."""
+
+
+class Untrusted(NotReady):
+    """The host's key is not (or no longer) the one known_hosts holds: retried once
+    known_hosts changes."""
 
 
 @dataclass
@@ -219,23 +224,49 @@ def check_printed(name: str, key: paramiko.PKey, printed: set[tuple[str, str]]) 
 
 
 class HostKeys:
-    """~/.ssh/known_hosts plus monkey's own known_hosts (where trust-on-first-use records)."""
+    """~/.ssh/known_hosts plus monkey's own known_hosts (where trust-on-first-use records),
+    read again whenever either file changed (an ``ssh-keyscan >> ~/.ssh/known_hosts`` is
+    seen by the next connection, without a restart)."""
 
     def __init__(self, home: Home, trust_on_first_use: bool) -> None:
-        import paramiko
-
         self.tofu = trust_on_first_use
         self.own_path = home.root / "known_hosts"
+        self.paths = (Path("~/.ssh/known_hosts").expanduser(), self.own_path)
+        self.stamp: tuple[Any, ...] = ()  # read at first use: a broken file fails a connection
+        import paramiko
+
         self.keys = paramiko.HostKeys()
-        for path in (Path("~/.ssh/known_hosts").expanduser(), self.own_path):
+
+    def _stamps(self) -> tuple[Any, ...]:
+        found: list[Any] = []
+        for path in self.paths:
+            try:
+                st = path.stat()
+                found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                found.append(None)
+        return tuple(found)
+
+    def refresh(self) -> bool:
+        """Read the files again when they changed since last read; whether they had."""
+        import paramiko
+
+        stamp = self._stamps()
+        if stamp == self.stamp:
+            return False
+        keys = paramiko.HostKeys()
+        for path in self.paths:
             if path.is_file():
                 try:
-                    self.keys.load(str(path))
-                except (OSError, paramiko.SSHException) as exc:
+                    keys.load(str(path))
+                except (OSError, paramiko.SSHException, ValueError) as exc:
                     raise MonkeyError(f"{path}: unreadable known_hosts ({exc}); fix or remove it") from None
+        self.keys, self.stamp = keys, stamp
+        return True
 
     def known_types(self, name: str) -> list[str]:
         """Key types known for NAME, to ask the server for one of those first."""
+        self.refresh()
         found = self.keys.lookup(name)
         return list(found.keys()) if found else []
 
@@ -244,22 +275,23 @@ class HostKeys:
         """Accept KEY for NAME or raise MonkeyError naming host and fingerprint; an unknown
         key is recorded when trusting on first use (the provider's setting, or TOFU), once
         CONFIRM (when given) did not refuse it."""
+        self.refresh()
         found = self.keys.lookup(name)
         kind, fp = key.get_name(), fingerprint(key)
         if found and kind in found:
             if found[kind] == key:
                 return
-            raise MonkeyError(
+            raise Untrusted(
                 f"host key of {name} has CHANGED ({kind} {fp}); refusing to connect. If the host "
                 f"was really reinstalled, remove its old line from known_hosts (ssh-keygen -R '{name}')"
             )
         if found:
-            raise MonkeyError(
+            raise Untrusted(
                 f"host {name} offered a {kind} key ({fp}) but known_hosts has only "
                 f"{', '.join(found.keys())} for it; refusing to connect"
             )
         if not (self.tofu or tofu):
-            raise MonkeyError(
+            raise Untrusted(
                 f"host key of {name} is unknown ({kind} {fp}); verify it and add it to "
                 f"~/.ssh/known_hosts (ssh-keyscan), or set `trust_on_first_use: true` for this provider"
             )
