@@ -194,6 +194,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -283,6 +284,11 @@ RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), 
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
+
+# An agent started with --reserve keeps that much space aside under its root
+# (private/reserve), given up when an event cannot be written for a full disk: a job that
+# filled the disk of a host still has its exit recorded.
+NEARLY_FULL = 1 << 20  # free bytes below which a failed job's note says its disk is full
 
 Key = tuple[str, int]  # (juid, attempt)
 
@@ -1193,6 +1199,7 @@ class Agent:
     def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float,
                  term_notice: float | None = None) -> None:
         self.root = root
+        self.reserve = 0  # bytes set aside in private/reserve (see --reserve)
         # In a Slurm allocation: SIGTERM (a requeue, a preemption, the time limit) is a notice
         # with this many seconds before Slurm's SIGKILL; the agent stops once its jobs ended.
         self.term_notice = term_notice
@@ -1239,6 +1246,7 @@ class Agent:
         """Listen, loop until told to stop, then clean up (jobs keep running)."""
         self._open_listener()
         write_atomic(self.pid_path, f"{os.getpid()}\n".encode())
+        self._keep_reserve()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -1687,6 +1695,7 @@ class Agent:
     def op_start(self, req: dict[str, Any], conn: Conn | None = None) -> dict[str, Any] | None:
         """Prepare the attempt and spawn it; None when it is held for a slot (its reply
         goes to CONN once it spawns or is withdrawn)."""
+        self._keep_reserve()  # given up when a disk filled: set aside again once there is room
         juid, attempt, run_dir = req["juid"], req["attempt"], req["run_dir"]
         argv, env = req["argv"], req.get("env") or {}
         if not isinstance(juid, str) or not isinstance(attempt, int):
@@ -2200,6 +2209,9 @@ class Agent:
             finally:
                 os.close(fd)
         except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT) and self._spend_reserve():
+                self._append(job, etype, strict, **fields)
+                return
             if strict:
                 raise
             log(f"cannot append a {etype} event for {job.juid}/{job.attempt}: {e}")
@@ -2323,10 +2335,38 @@ class Agent:
             code = read_exit_code(job.run_dir)
         self._report_exit(job, self._exit_fields(job, code, returncode, ended))
 
+    def _reserve_path(self) -> str:
+        return os.path.join(self.root, "private", "reserve")
+
+    def _keep_reserve(self) -> None:
+        """Set the reserve aside, unless it is already (or the disk is full, or it is 0)."""
+        path = self._reserve_path()
+        if not self.reserve or os.path.exists(path):
+            return
+        try:
+            write_atomic(path, bytes(self.reserve))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(f"{path}.tmp")
+
+    def _spend_reserve(self) -> bool:
+        """Give the reserve back to the disk; whether there was one."""
+        try:
+            os.unlink(self._reserve_path())
+        except OSError:
+            return False
+        log("the disk is full: gave up the reserved space to record a job's events")
+        return True
+
     def _exit_fields(self, job: Job, code: int | None, returncode: int | None,
                      ended: float | None) -> dict[str, Any]:  # fmt: skip
-        """The fields of JOB's exit event (TS: when it ended, None when unknown)."""
+        """The fields of JOB's exit event (TS: when it ended, None when unknown); a failed
+        job whose run folder is on a (nearly) full disk says so (``disk``)."""
         fields = exit_fields(job, code, returncode)
+        if fields.get("code") != 0:
+            free = free_bytes(job.run_dir)
+            if 0 <= free < NEARLY_FULL:
+                fields["disk"] = {"path": job.run_dir, "free": free}
         if ended is not None:
             fields["ts"] = ended
         if job.timed_out and job.limit:
@@ -2514,6 +2554,15 @@ class Agent:
         return None
 
 
+def free_bytes(path: str) -> int:
+    """Bytes an ordinary user may still write on PATH's filesystem; -1 when unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1
+    return st.f_bavail * st.f_frsize
+
+
 def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str, Any]:
     """code, signal and reason of an exit event."""
     sig = None
@@ -2591,6 +2640,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--idle-timeout", type=float, default=600.0)
     parser.add_argument("--heartbeat", type=float, default=5.0)
+    parser.add_argument("--reserve", type=int, default=0, metavar="BYTES",
+                        help="space kept aside to record exits when the disk fills up")
     parser.add_argument("--term-notice", type=float, metavar="SECONDS",
                         help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)")
     args = parser.parse_args(argv)
@@ -2603,6 +2654,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_fds_private()
     agent = Agent(root, os.path.abspath(args.socket), args.idle_timeout, max(0.05, args.heartbeat),
                   args.term_notice)
+    agent.reserve = max(0, args.reserve)
     agent.serve()
     os.close(lock_fd)
     return 0

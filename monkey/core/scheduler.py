@@ -565,7 +565,12 @@ class Core:
         else:
             final = State.FAILED
             reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
-            reason += self.outage.job_note(self.home.run_dir(juid, n))
+            disk = event.get("disk")
+            drv = self.drivers.get(key[0])
+            if isinstance(disk, dict) and drv is not None and drv.kind != "local":
+                reason += f"; disk full on {key[1]} at {disk.get('path')} ({disk.get('free')} bytes free)"
+            else:
+                reason += self.outage.job_note(self.home.run_dir(juid, n))
         if final in (State.FAILED, State.LOST) and why != Ending.SETUP:
             done = self.store.auto_retries(juid)
             if done < job.retries:

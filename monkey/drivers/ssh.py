@@ -741,6 +741,8 @@ class SSHDriver(Driver):
             os.replace(tmp, dst)
 
     def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:
+        """Stream DIGESTS into the host's blobs folder TARGET; a full disk there is said as
+        such (the receiver leaves no partial file), not as the broken pipe it causes."""
         channel = self._run(host, ssh_remote.RECEIVE, [target])
         sent = 0
         try:
@@ -755,6 +757,9 @@ class SSHDriver(Driver):
                 sent += len(head) + size
             channel.shutdown_write()
             _finish_channel(channel, host)
+        except Exception:
+            _raise_disk_full(channel, host)
+            raise
         finally:
             channel.close()
             host.bytes_sent += sent
@@ -770,6 +775,25 @@ def _ssh_errors(host: Host) -> Iterator[None]:
         yield
     except (paramiko.SSHException, EOFError) as exc:
         raise Unreachable(f"{host.instance}: {exc or type(exc).__name__}") from None
+
+
+def _raise_disk_full(channel: paramiko.Channel, host: Host) -> None:
+    """MonkeyError "disk full on HOST at PATH (N bytes free)" when the remote step on CHANNEL
+    ended for a full disk (a send cut short by its exit only says "Socket is closed")."""
+    if not channel.exit_status_ready():
+        channel.status_event.wait(5)
+    if not channel.exit_status_ready() or channel.recv_exit_status() != ssh_remote.DISK_FULL:
+        return
+    err = bytearray()
+    channel.settimeout(5)
+    try:
+        while chunk := channel.recv_stderr(1 << 16):
+            err += chunk
+    except TimeoutError:
+        pass
+    said = err.decode(errors="replace").strip().splitlines()
+    if said and said[-1].startswith("disk full at "):
+        raise MonkeyError(f"disk full on {host.instance} at {said[-1][len('disk full at '):]}") from None
 
 
 def _read_exactly(stream: Any, size: int | None) -> bytes:

@@ -39,7 +39,7 @@ except OSError:
     boot = "import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.agent import main; main()"
     with open(os.path.join(root, "agent.log"), "ab") as log:
         subprocess.Popen([sys.executable, "-I", "-c", boot, code, "--root", root, "--socket", sock_path,
-                          "--idle-timeout", idle, "--heartbeat", beat],
+                          "--idle-timeout", idle, "--heartbeat", beat, "--reserve", str(1 << 20)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root,
                          start_new_session=True, close_fds=True)
     deadline = time.monotonic() + 15
@@ -84,22 +84,20 @@ for line in sys.stdin:
 """
 
 # Stores blobs from stdin framed as b"<digest> <size>\n" + bytes, each through a temporary
-# name and a rename; prints "ok N" at the end. argv: blobs_dir
+# name and a rename; prints "ok N" at the end. A full disk leaves no partial file and ends
+# it with DISK_FULL's exit code and "disk full at PATH (N bytes free)" on stderr.
+# argv: blobs_dir
+DISK_FULL = 28  # ENOSPC
 RECEIVE = r"""
-import os, re, sys
+import errno, os, re, sys
 os.umask(0o077)
 base = sys.argv[1]
 src = sys.stdin.buffer
 name = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
 count = 0
-while True:
-    head = src.readline()
-    if not head:
-        break
-    digest, size = head.split()
-    if not name.fullmatch(digest):
-        sys.exit("bad digest %r" % digest)
-    digest, left = digest.decode(), int(size)
+tmp = None
+def store(digest, left):
+    global tmp
     folder = os.path.join(base, digest[:2])
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".tmp-%s-%d" % (digest[2:], os.getpid()))
@@ -111,7 +109,34 @@ while True:
             out.write(chunk)
             left -= len(chunk)
     os.rename(tmp, os.path.join(folder, digest[2:]))
-    count += 1
+    tmp = None
+try:
+    while True:
+        head = src.readline()
+        if not head:
+            break
+        digest, size = head.split()
+        if not name.fullmatch(digest):
+            sys.exit("bad digest %r" % digest)
+        store(digest.decode(), int(size))
+        count += 1
+except OSError as e:
+    if tmp is not None:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        raise
+    st = os.statvfs(base)
+    sys.stderr.write("disk full at %s (%d bytes free)\n" % (base, st.f_bavail * st.f_frsize))
+    sys.exit(28)
+finally:
+    if tmp is not None:  # cut short (the stream, a signal): no partial file stays
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 print("ok", count)
 """
 
