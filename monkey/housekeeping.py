@@ -93,6 +93,7 @@ def remove_jobs(m: Monkey, jobs: list[Job]) -> tuple[int, int]:
         j = live[0]
         raise MonkeyError(f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
                           f"{j.juid}`) or leave it out")
+    m.store.owe_job_folders(j.juid for j in jobs)  # their folders on SSH hosts: the core's to delete
     m.store.delete_jobs(j.juid for j in jobs)
     freed = 0
     for j in jobs:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from monkey.config import Home, ProviderConfig
+from monkey.core.cleanup import HostChores
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
 from monkey.core.provisioning import LIST_EVERY, Elastic
@@ -129,6 +130,7 @@ class Core:
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
+        self.chores = HostChores(self)  # what rm, gc and du --hosts ask of SSH hosts
         self.waiting: dict[str, list[Resources]] = {}  # per provider: jobs placed nowhere
         self.on_demand: dict[str, list[Resources]] = {}  # those of them that need on-demand
         self.stopping = False
@@ -261,6 +263,7 @@ class Core:
         if health:
             self.next_health = now + 1.0
             self.check_health(now)
+            self.chores.tick()
         if health or (placed_nowhere and now - self.elastic_at >= _ELASTIC_SOON):
             # Machines for jobs that fit nowhere are asked for at once, not at the next pass.
             self.elastic_at = now

@@ -295,6 +295,28 @@ class SSHDriver(Driver):
         host.synced.update(set(wanted) - set(missing))
         return missing
 
+    def clean(self, instance: str, runs: list[str], keep: list[str] | None,
+              grace: float) -> dict[str, int]:
+        """Delete this home's folders of the deleted jobs RUNS on INSTANCE and, unless KEEP
+        is None, the blobs there that neither KEEP nor another home's gc names, unused for
+        GRACE seconds, and partial uploads; what was freed (see ssh_remote.CLEAN)."""
+        host = self.ensure_up(instance)
+        if self.shared_fs:
+            keep = None  # the shared folder is every host's: not one host's to collect
+        request = {"runs": runs, "gc": keep is not None, "keep": keep or []}
+        with _ssh_errors(host):
+            out = self._exec(host, ssh_remote.CLEAN, [host.workdir, self._runs(host), str(grace)],
+                             json.dumps(request).encode())
+        if keep is not None:
+            host.synced = set()  # what it holds is asked again at the next start
+        return json.loads(out)
+
+    def host_usage(self, instance: str) -> dict[str, Any]:
+        """What monkey keeps on INSTANCE's host (see ssh_remote.USAGE)."""
+        host = self.ensure_up(instance)
+        with _ssh_errors(host):
+            return json.loads(self._exec(host, ssh_remote.USAGE, [host.workdir, self._runs(host)]))
+
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.followed = {**self.followed, instance: list(attempts)}
 

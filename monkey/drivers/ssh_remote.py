@@ -79,8 +79,14 @@ os.umask(0o077)
 base = sys.argv[1]
 for line in sys.stdin:
     d = line.strip()
-    if d and not os.path.isfile(os.path.join(base, d[:2], d[2:])):
+    path = os.path.join(base, d[:2], d[2:])
+    if d and not os.path.isfile(path):
         sys.stdout.write(d + "\n")
+    elif d:
+        try:
+            os.utime(path)  # in use: another home's gc on this host keeps it for its grace
+        except OSError:
+            pass
 """
 
 # Stores blobs from stdin framed as b"<digest> <size>\n" + bytes, each through a temporary
@@ -210,4 +216,121 @@ for line in src:
     for blob in blobs:
         out.write(blob)
     out.flush()
+"""
+
+# Deletes this home's folders of deleted jobs and, with "gc", the blobs no home needs and
+# partial uploads left behind; prints what it freed as one JSON line. Blobs named by any
+# home's runs/<tag>/blobs.needed (written here by each home's gc: this one's is replaced by
+# "keep") stay, and so does every blob used (see MISSING) or written in the last GRACE
+# seconds: several homes may share a host's blobs folder. A partial upload is removed once
+# a minute old (a live one is written to without pause).
+# argv: workdir runs_dir grace; stdin: {"runs": [juid...], "gc": bool, "keep": [digest...]}
+CLEAN = r"""
+import json, os, re, shutil, sys, time
+os.umask(0o077)
+work, runs, grace = sys.argv[1], sys.argv[2], float(sys.argv[3])
+req = json.load(sys.stdin)
+name = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+out = {"runs": 0, "run_bytes": 0, "blobs": 0, "blob_bytes": 0, "partial": 0, "partial_bytes": 0}
+def size(path):
+    total = 0
+    for folder, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(folder, n)).st_size
+            except OSError:
+                pass
+    return total
+for juid in req.get("runs") or []:
+    path = os.path.join(runs, juid)
+    if name.fullmatch(juid) and juid != "blobs.needed" and os.path.isdir(path) and not os.path.islink(path):
+        out["run_bytes"] += size(path)
+        for folder, _, _ in os.walk(path):  # read-only folders (datasets, persisted)
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                pass
+        shutil.rmtree(path, ignore_errors=True)
+        out["runs"] += 1
+if req.get("gc"):
+    keep = set(req.get("keep") or [])
+    os.makedirs(runs, exist_ok=True)
+    mine = os.path.join(runs, "blobs.needed")
+    with open(mine + ".tmp", "w") as f:
+        f.write("".join(d + "\n" for d in sorted(keep)))
+    os.replace(mine + ".tmp", mine)
+    base = os.path.dirname(runs)
+    for tag in os.listdir(base):
+        other = os.path.join(base, tag, "blobs.needed")
+        if other != mine:
+            try:
+                with open(other) as f:
+                    keep.update(line.strip() for line in f)
+            except OSError:
+                pass
+    now = time.time()
+    blobs = os.path.join(work, "blobs")
+    for shard in sorted(os.listdir(blobs)) if os.path.isdir(blobs) else []:
+        folder = os.path.join(blobs, shard)
+        if len(shard) != 2 or not os.path.isdir(folder):
+            continue
+        for n in os.listdir(folder):
+            path = os.path.join(folder, n)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            partial = n.startswith(".tmp-")
+            if partial and st.st_mtime > now - 60 or not partial and (
+                    shard + n in keep or st.st_mtime > now - grace):
+                continue
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+            out["partial" if partial else "blobs"] += 1
+            out["partial_bytes" if partial else "blob_bytes"] += st.st_size
+print(json.dumps(out))
+"""
+
+# What monkey keeps on the host, as one JSON line: {part: [bytes, files]} for this home's run
+# folders (with their count of jobs), other homes' run folders, blobs, partial uploads,
+# dataset copies, environments and the installed agents; and the bytes free there.
+# argv: workdir runs_dir
+USAGE = r"""
+import json, os, sys
+work, runs = sys.argv[1], sys.argv[2]
+def walk(path, skip=None):
+    total = files = 0
+    for folder, dirs, names in os.walk(path):
+        if skip:
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) != skip]
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(folder, n)).st_size
+                files += 1
+            except OSError:
+                pass
+    return [total, files]
+out = {"runs": walk(runs), "other_homes": walk(os.path.join(work, "runs"), skip=runs)}
+out["jobs"] = len([n for n in os.listdir(runs) if os.path.isdir(os.path.join(runs, n))]) if os.path.isdir(runs) else 0
+blobs, partial = [0, 0], [0, 0]
+base = os.path.join(work, "blobs")
+for folder, _, names in os.walk(base):
+    for n in names:
+        try:
+            size = os.lstat(os.path.join(folder, n)).st_size
+        except OSError:
+            continue
+        part = partial if n.startswith(".tmp-") else blobs
+        part[0] += size
+        part[1] += 1
+out.update(blobs=blobs, partial=partial, datasets=walk(os.path.join(work, "datasets")),
+           envs=walk(os.path.join(work, "envs")), agent=walk(os.path.join(work, "agent")))
+try:
+    st = os.statvfs(work)
+    out["free"] = st.f_bavail * st.f_frsize
+except OSError:
+    out["free"] = None
+print(json.dumps(out))
 """

@@ -9,9 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError, human_size
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
+
+if TYPE_CHECKING:
+    from monkey.api import Monkey
 
 
 def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
@@ -39,6 +45,8 @@ def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--hosts", action="store_true", help="what each SSH host holds instead: run "
+                   "folders, blobs, partial uploads and the rest, and the space free there")
     p.set_defaults(func=cmd_du)
     return p
 
@@ -59,21 +67,50 @@ def cmd_rm(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return 1
+    since = time.time()
     count, freed = housekeeping.remove_jobs(m, jobs)
     print(f"deleted {count} jobs, freed {human_size(freed)}; `monkey gc` frees their blobs")
+    juids = {j.juid for j in jobs}
+    hosts = sorted({c["instance"] for c in m.store.host_chores() if c["job"] in juids})
+    _print_hosts(m, hosts, since, lambda f: f"{f['runs']} job folders ({human_size(f['run_bytes'])})")
     return 0
+
+
+def _print_hosts(m: Monkey, hosts: list[str], since: float, freed: Callable[[dict[str, int]], str]) -> None:
+    """Wait for the core to carry out the chores just recorded for HOSTS; say what each freed
+    (FREED words it) and which are not reached yet."""
+    from monkey import host_cleanup
+
+    report = host_cleanup.ask(m, hosts, since)
+    for host, done in report.done.items():
+        got = done["usage"].get("freed")
+        print(f"{host}: freed {human_size(_freed_bytes(got))}: {freed(got)}" if got else f"{host}: nothing to free")
+    note = host_cleanup.owed_note(report)
+    if note:
+        print(note)
+
+
+def _freed_bytes(freed: dict[str, int]) -> int:
+    return freed["run_bytes"] + freed["blob_bytes"] + freed["partial_bytes"]
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
-    report = housekeeping.gc(_monkey(), housekeeping.parse_age(args.grace))
+    m = _monkey()
+    grace = housekeeping.parse_age(args.grace)
+    report = housekeeping.gc(m, grace)
     h = human_size
     print(f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
           f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
           f"{report.envs} environments ({h(report.env_bytes)}), "
           f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
           f"code copies left behind ({h(report.code_bytes)})")
+    since = time.time()
+    hosts = m.store.owe_hosts("gc", grace)
+    _print_hosts(m, hosts, since, lambda f: f"{f['blobs']} blobs ({h(f['blob_bytes'])}), {f['runs']} "
+                 f"folders of deleted jobs ({h(f['run_bytes'])}), {f['partial']} partial uploads "
+                 f"({h(f['partial_bytes'])})")
     return 0
 
 
@@ -82,6 +119,8 @@ def cmd_du(args: argparse.Namespace) -> int:
     from monkey.shell.table import render
 
     m = _monkey()
+    if args.hosts:
+        return _du_hosts(m, args.json)
     parts = housekeeping.usage(m)
     if args.json:
         print(json.dumps({"home": str(m.home.root), **parts}, indent=2))
@@ -91,4 +130,38 @@ def cmd_du(args: argparse.Namespace) -> int:
     rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
     print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
     render(["PART", "SIZE", "FILES"], rows)
+    return 0
+
+
+def _du_hosts(m: Monkey, as_json: bool) -> int:
+    """`du --hosts`: each SSH host measured now (the last measure of one not reached)."""
+    from monkey import host_cleanup
+    from monkey.shell.table import render
+
+    since = time.time()
+    hosts = m.store.owe_hosts("du")
+    report = host_cleanup.ask(m, hosts, since)
+    known = m.store.host_usage()
+    if as_json:
+        print(json.dumps({"hosts": {h: {**known.get(h, {}), "reached": h in report.done} for h in hosts},
+                          "not_reached": report.pending}, indent=2))
+        return 0
+    if not hosts:
+        print("no SSH host has been used from this MONKEY_HOME")
+        return 0
+    h = human_size
+    rows = []
+    for host in hosts:
+        if host not in known:
+            rows.append([host, "-", "-", "-", "-", "-", "-", "not reached yet"])
+            continue
+        u = known[host]["usage"]
+        rest = sum(u[k][0] for k in ("other_homes", "datasets", "envs", "agent"))
+        when = "now" if host in report.done else time.strftime("%m-%d %H:%M", time.localtime(known[host]["measured_at"]))
+        rows.append([host, f"{u['jobs']:,}", h(u["runs"][0]), f"{h(u['blobs'][0])} ({u['blobs'][1]:,})",
+                     h(u["partial"][0]), h(rest), "?" if u.get("free") is None else h(u["free"]), when])
+    render(["HOST", "JOBS", "RUN FOLDERS", "BLOBS", "PARTIAL", "OTHER", "FREE", "MEASURED"], rows)
+    note = host_cleanup.owed_note(report)
+    if note:
+        print(note.replace("cleans them", "measures them"))
     return 0

@@ -33,6 +33,7 @@ from monkey.store.errors import (
     free_bytes,
     sqlite_failure,
 )
+from monkey.store.hosts import HostChoresStore
 from monkey.store.housekeeping import HousekeepingStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -200,7 +201,8 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore):
+class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore,
+            HostChoresStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

@@ -216,6 +216,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_ready ON jobs(state, front DESC, seq);
         """,
     ),
+    (
+        "0012_host_chores",
+        # What `rm`, `gc` and `du --hosts` ask of SSH hosts, owed until the core reaches
+        # each host (what: run = a deleted job's folder, gc = blobs no job needs, du = a
+        # measure); and what each host held when last measured. No `juid` column: rm's
+        # deletion of a job's rows must not take its owed clean-up with them.
+        """
+        CREATE TABLE host_chores(
+            id INTEGER PRIMARY KEY,
+            provider TEXT NOT NULL,
+            instance TEXT NOT NULL,
+            what TEXT NOT NULL,
+            job TEXT,
+            grace REAL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE host_usage(
+            instance TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            usage TEXT NOT NULL,
+            measured_at REAL NOT NULL
+        );
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

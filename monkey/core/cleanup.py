@@ -1,0 +1,98 @@
+"""The clean-up SSH hosts owe: `rm` and `gc` record it (the store's ``host_chores``), the
+core carries it out on each host once linked to it, in the host's transport lane (after the
+starts sent there before, so a blob is never taken from under a start).
+
+- ``run``: a deleted job's folder on the host (this home's ``runs/<tag>/<juid>``), unless a
+  job of that id exists (an `rm` killed before it deleted the job's rows).
+- ``gc``: blobs no job of this home needs (any job that exists, queued and live included,
+  as `gc` keeps locally) nor another home's gc named, unused for the grace, and partial
+  uploads.
+- ``du``: a measure of what the host holds, for `du --hosts`.
+
+A host out of reach keeps its chores until it is back; each host's usage is measured again
+after its chores.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from monkey.models import MonkeyError
+
+if TYPE_CHECKING:
+    from monkey.core.scheduler import Core
+
+log = logging.getLogger("monkey.core")
+_RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
+
+
+class HostChores:
+    """Carries out the chores the store says are owed to SSH hosts."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.busy: set[tuple[str, str]] = set()  # hosts with chores under way
+        self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before
+
+    def tick(self) -> None:
+        """Hand each linked host its owed chores (one batch per host at a time)."""
+        owed: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for chore in self.core.store.host_chores():
+            owed.setdefault((chore["provider"], chore["instance"]), []).append(chore)
+        for key, chores in owed.items():
+            if key not in self.busy and time.time() >= self.retry_at.get(key, 0.0):
+                self._carry_out(key, chores)
+
+    def _carry_out(self, key: tuple[str, str], chores: list[dict[str, Any]]) -> None:
+        core = self.core
+        if key[0] not in core.providers:  # the provider is gone, and its hosts' folders with it
+            core.store.chores_done(c["id"] for c in chores)
+            return
+        try:
+            drv = core.driver(key[0])
+        except MonkeyError:
+            return
+        if not callable(getattr(drv, "clean", None)):
+            core.store.chores_done(c["id"] for c in chores)
+            return
+        if key not in core.links:
+            core.connect(key)  # done once linked (a host out of reach: once it is back)
+            return
+        existing = core.store.job_ids()
+        runs = sorted({c["job"] for c in chores if c["what"] == "run" and c["job"] not in existing})
+        gcs = [c for c in chores if c["what"] == "gc"]
+        grace = min((c["grace"] or 0.0 for c in gcs), default=0.0)
+        keep = sorted(self._needed()) if gcs else None
+        ids = [c["id"] for c in chores]
+        clean, measure = drv.clean, drv.host_usage  # type: ignore[attr-defined]
+
+        def call() -> tuple[dict[str, int] | None, dict[str, Any]]:
+            freed = clean(key[1], runs, keep, grace) if runs or keep is not None else None
+            return freed, measure(key[1])
+
+        def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
+            self.busy.discard(key)
+            freed, usage = result
+            core.store.record_host_usage(key[0], key[1], {**usage, "freed": freed} if freed else usage)
+            core.store.chores_done(ids)
+            if freed:
+                log.info("%s: freed %d job folders (%d bytes), %d blobs (%d bytes), %d partial "
+                         "uploads (%d bytes)", key[1], freed["runs"], freed["run_bytes"], freed["blobs"],
+                         freed["blob_bytes"], freed["partial"], freed["partial_bytes"])  # fmt: skip
+
+        def failed(exc: BaseException) -> None:
+            self.busy.discard(key)
+            self.retry_at[key] = time.time() + _RETRY
+            log.warning("%s: clean-up postponed: %s", key[1], exc)
+
+        self.busy.add(key)
+        core._transport(key, drv, call, then, failed)
+
+    def _needed(self) -> set[str]:
+        """Every blob a job of this home needs (as local `gc` keeps them)."""
+        from monkey.housekeeping import needed_blobs
+
+        return needed_blobs(SimpleNamespace(store=self.core.store, home=self.core.home))  # type: ignore[arg-type]

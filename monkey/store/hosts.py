@@ -1,0 +1,69 @@
+"""Store queries of the clean-up SSH hosts owe (`rm`, `gc`, `du --hosts`; carried out by the
+core, see monkey/core/cleanup.py) and of what each host held when last measured."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from typing import Any
+
+_HOST_KIND = "ssh"  # instances whose folders outlive their jobs (cloud machines do not)
+
+
+class HostChoresStore:
+    """Mixin of Store: chores owed to SSH hosts, and their measured usage."""
+
+    db: sqlite3.Connection
+
+    tx: Any  # Store.tx
+
+    def owe_job_folders(self, juids: Iterable[str]) -> int:
+        """Owe the deletion of the JUIDS' folders on every SSH host one of their attempts
+        ran on (called before the jobs' rows go: a kill between leaves a chore for a job
+        that still exists, which the core skips); how many chores."""
+        juids = list(juids)
+        now, done = time.time(), 0
+        with self.tx() as db:
+            for start in range(0, len(juids), 500):
+                chunk = juids[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                done += db.execute(
+                    "INSERT INTO host_chores(provider, instance, what, job, created_at) "
+                    "SELECT DISTINCT i.provider, a.instance, 'run', a.juid, ? FROM attempts a "
+                    f"JOIN instances i ON i.id = a.instance WHERE i.kind = ? AND a.juid IN ({marks})",
+                    (now, _HOST_KIND, *chunk)).rowcount  # fmt: skip
+        return done
+
+    def owe_hosts(self, what: str, grace: float | None = None) -> list[str]:
+        """Owe WHAT ("gc" with GRACE seconds, or "du") to every SSH host this home has
+        reached; the hosts."""
+        hosts = self.db.execute("SELECT id, provider FROM instances WHERE kind = ? "
+                                "AND state != 'terminated' ORDER BY id", (_HOST_KIND,)).fetchall()  # fmt: skip
+        now = time.time()
+        with self.tx() as db:
+            db.executemany("INSERT INTO host_chores(provider, instance, what, grace, created_at) "
+                           "VALUES (?,?,?,?,?)", [(p, i, what, grace, now) for i, p in hosts])  # fmt: skip
+        return [i for i, _ in hosts]
+
+    def host_chores(self) -> list[dict[str, Any]]:
+        """Every chore owed, oldest first."""
+        keys = ("id", "provider", "instance", "what", "job", "grace", "created_at")
+        rows = self.db.execute(f"SELECT {', '.join(keys)} FROM host_chores ORDER BY id")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def chores_done(self, ids: Iterable[int]) -> None:
+        with self.tx() as db:
+            db.executemany("DELETE FROM host_chores WHERE id = ?", [(i,) for i in ids])
+
+    def record_host_usage(self, provider: str, instance: str, usage: dict[str, Any]) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO host_usage(instance, provider, usage, measured_at) VALUES (?,?,?,?) "
+                       "ON CONFLICT(instance) DO UPDATE SET usage = excluded.usage, "
+                       "measured_at = excluded.measured_at", (instance, provider, json.dumps(usage), time.time()))  # fmt: skip
+
+    def host_usage(self) -> dict[str, dict[str, Any]]:
+        """{instance: {provider, usage, measured_at}} as last measured."""
+        rows = self.db.execute("SELECT instance, provider, usage, measured_at FROM host_usage")
+        return {i: {"provider": p, "usage": json.loads(u), "measured_at": t} for i, p, u, t in rows}
