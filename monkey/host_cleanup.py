@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
+from monkey.store.hosts import BUCKET
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
@@ -41,6 +42,7 @@ def ask(m: Monkey, hosts: list[str], since: float, wait: float = WAIT) -> HostsR
     while True:
         pending = {c["instance"] for c in m.store.host_chores() if c["created_at"] >= since}
         up = {r["id"] for r in m.store.instances() if r["reach"] == "up"}
+        up.update(h for h in pending if h.endswith(BUCKET))  # a bucket is always in reach
         if not pending & up or time.monotonic() > deadline:
             break
         time.sleep(0.1)

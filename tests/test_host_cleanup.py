@@ -10,11 +10,14 @@ import shutil
 import time
 from pathlib import Path
 
-from tests import test_ssh
+import yaml
+
+from tests import test_ec2, test_ssh
 from tests.conftest import wait_for
 from tests.test_ssh import configure, job_info, remote_runs, run, wait_state
 
 lab = test_ssh.lab  # SSH hosts on loopback
+fleet = test_ec2.fleet  # the sshds at EC2 instances' addresses
 
 CODE = "import sys; print(open(sys.argv[1], 'rb').read()[:4].hex())\n"
 
@@ -152,3 +155,42 @@ def test_du_hosts_shows_what_each_host_holds(cli, home: Path, lab) -> None:
     assert "not reached yet: lab/h2" in out, out
     rows = {line.split()[0]: line for line in out.splitlines()[1:3]}
     assert rows["lab/h1"].rstrip().endswith("now") and not rows["lab/h2"].rstrip().endswith("now")
+
+
+# -- the bucket of a cloud provider (moto's S3, instances at loopback sshds) ---------------
+
+
+def test_rm_and_gc_reach_a_cloud_providers_bucket(cli, home: Path, moto, fleet) -> None:
+    from tests.test_ec2 import add_aws, info
+
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
+    s3 = moto.boto3("s3")
+
+    def keys(prefix: str) -> list[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    Path("main.py").write_text("import os\n"
+                               "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'm.pt'), 'w').write('w')\n")
+    Path("data.bin").write_bytes(os.urandom(1_500_000))  # a blob of its own, not in a pack
+    try:
+        juid = json.loads(cli("run", "--json", "-p", "aws", "--dataset", "data.bin",
+                              "--", "python3", "main.py", check=True).stdout)["job"]
+        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60, what="the job to end")
+        assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
+        assert keys(f"runs/{juid}/") and keys("blobs/")
+
+        out = cli("rm", juid, "--yes", check=True).stdout
+        assert "aws bucket: freed " in out and "1 job folders" in out, out
+        assert keys(f"runs/{juid}") == []
+
+        out = cli("gc", "--grace", "0s", check=True).stdout
+        assert "aws bucket: freed " in out, out
+        assert keys("blobs/") == [] and keys("packs/") == []  # no job needs them any more
+        assert keys("needed/")  # what this home needs, for other homes' gc
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)

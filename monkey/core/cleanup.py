@@ -1,6 +1,7 @@
-"""The clean-up SSH hosts owe: `rm` and `gc` record it (the store's ``host_chores``), the
-core carries it out on each host once linked to it, in the host's transport lane (after the
-starts sent there before, so a blob is never taken from under a start).
+"""The clean-up SSH hosts and cloud buckets are owed: `rm` and `gc` record it (the store's
+``host_chores``), the core carries it out on each host once linked to it, in the host's
+transport lane (after the starts sent there before, so a blob is never taken from under a
+start), and in each bucket (instance ``<provider> bucket``) in a lane of its own.
 
 - ``run``: a deleted job's folder on the host (this home's ``runs/<tag>/<juid>``), unless a
   job of that id exists (an `rm` killed before it deleted the job's rows).
@@ -21,6 +22,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
+from monkey.store.hosts import BUCKET
 
 if TYPE_CHECKING:
     from monkey.core.scheduler import Core
@@ -55,10 +57,11 @@ class HostChores:
             drv = core.driver(key[0])
         except MonkeyError:
             return
-        if not callable(getattr(drv, "clean", None)):
+        bucket = key[1].endswith(BUCKET)
+        if not callable(getattr(drv, "clean_bucket" if bucket else "clean", None)):
             core.store.chores_done(c["id"] for c in chores)
             return
-        if key not in core.links:
+        if not bucket and key not in core.links:
             core.connect(key)  # done once linked (a host out of reach: once it is back)
             return
         existing = core.store.job_ids()
@@ -67,11 +70,12 @@ class HostChores:
         grace = min((c["grace"] or 0.0 for c in gcs), default=0.0)
         keep = sorted(self._needed()) if gcs else None
         ids = [c["id"] for c in chores]
-        clean, measure = drv.clean, drv.host_usage  # type: ignore[attr-defined]
 
         def call() -> tuple[dict[str, int] | None, dict[str, Any]]:
-            freed = clean(key[1], runs, keep, grace) if runs or keep is not None else None
-            return freed, measure(key[1])
+            if bucket:
+                return drv.clean_bucket(runs, keep, grace), {}  # type: ignore[attr-defined]
+            freed = drv.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
+            return freed, drv.host_usage(key[1])  # type: ignore[attr-defined]
 
         def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
             self.busy.discard(key)

@@ -276,6 +276,15 @@ class CloudDriver(Driver):
         known = self._by_name().get(size or str(self.entry["size"]))
         return known.cpus if known else 1
 
+    def clean_bucket(self, runs: list[str], keep: list[str] | None, grace: float) -> dict[str, int]:
+        """`rm` and `gc` in the provider's bucket (see monkey.storage.bucket_gc); nothing
+        without one (its jobs' files went over SSH to machines now gone)."""
+        if self.storage is None:
+            return {}
+        from monkey.storage import bucket_gc
+
+        return bucket_gc.clean(self.storage, runs, keep, grace, self.pool.tag)
+
     def instances(self) -> list[Capacity]:
         """The instances reached (never waits): listing and contacting run in threads."""
         self._refresh_soon()

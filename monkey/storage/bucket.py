@@ -250,6 +250,10 @@ class BucketStorage(Storage):
         """Whether an object is stored at KEY."""
 
     @abstractmethod
+    def _list_dated(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """(key, size, when last written) of every object whose key starts with PREFIX."""
+
+    @abstractmethod
     def _list(self, prefix: str) -> Iterator[tuple[str, int]]:
         """(key, size) of every object whose key starts with PREFIX."""
 

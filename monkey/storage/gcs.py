@@ -185,6 +185,11 @@ class GCSStorage(BucketStorage):
         for blob in self._gcs().list_blobs(self.bucket, prefix=prefix):
             yield blob.name, int(blob.size or 0)
 
+    def _list_dated(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """(key, size, when last written) of every object whose key starts with PREFIX."""
+        for blob in self._gcs().list_blobs(self.bucket, prefix=prefix):
+            yield blob.name, int(blob.size or 0), blob.updated.timestamp() if blob.updated else 0.0
+
     def _exists(self, key: str) -> bool:
         return bool(self._blob(key).exists())
 

@@ -155,6 +155,13 @@ class S3Storage(BucketStorage):
             for obj in page.get("Contents", []):
                 yield obj["Key"], obj["Size"]
 
+    def _list_dated(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """(key, size, when last written) of every object whose key starts with PREFIX."""
+        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                yield obj["Key"], obj["Size"], obj["LastModified"].timestamp()
+
     def _download(self, pairs: list[tuple[str, Path]], what: str) -> None:
         if not pairs:
             return
