@@ -187,3 +187,16 @@ def test_a_job_that_fills_a_hosts_disk_says_so(cli, small_host):
     run_dir = f"{small_host.workdir}/runs/"
     assert info["reason"].startswith("exit "), info["reason"]
     assert "; disk full on lab/h1 at " + run_dir in info["reason"] and " bytes free)" in info["reason"], info["reason"]
+
+
+def test_a_start_that_cannot_copy_its_inputs_on_a_full_host_says_disk_full(cli, small_host):
+    workdir = small_host.workdir
+    Path("train.py").write_text("print('hi')\n")
+    Path("data.bin").write_bytes(os.urandom(4 << 20))  # stored there, but not copied twice
+    juid = test_ssh.run(cli, "--provider", "lab", "--dataset", "data.bin", "--", "python3", "train.py")
+    assert test_ssh.wait_state(cli, juid, "failed", "succeeded") == "failed"
+    reason = test_ssh.job_info(cli, juid)["reason"]
+    assert reason.startswith(f"could not start: disk full on lab/h1 at {workdir}/runs/"), reason
+    assert " bytes free)" in reason and "Errno" not in reason, reason
+    leftovers = [p for p in Path(workdir).rglob("*") if p.is_file() and p.stat().st_size > 1 << 20]
+    assert [p.parent.parent.name for p in leftovers] == ["blobs"], leftovers  # the stored blob only

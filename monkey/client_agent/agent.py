@@ -1744,6 +1744,9 @@ class Agent:
             record_code(run_dir, work, code)
             argv = self._launcher(req, run_dir, work, argv)
         except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing half-copied stays
+                remove_tree(work)
+                raise RequestError(f"disk full at {run_dir} ({free_bytes(run_dir)} bytes free)") from None
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
         results = self._results(req.get("results"), juid, attempt, run_dir, work)
         if results is not None:

@@ -489,6 +489,8 @@ class Core:
             return
         if manifest:  # the agent may not have kept it
             self.given.get(key, set()).discard(manifest)
+        if error.startswith("disk full at "):  # the agent's own words: say which machine
+            error = f"disk full on {key[1]} at {error[len('disk full at '):]}"
         self.store.end_attempt(juid, n, final=State.FAILED, exit_code=None, signal=None,
                                reason=f"could not start: {error}")
 
