@@ -61,6 +61,9 @@ class HostChores:
         if not callable(getattr(drv, "clean_bucket" if bucket else "clean", None)):
             core.store.chores_done(c["id"] for c in chores)
             return
+        if not bucket and key[1] not in getattr(drv, "hosts", {}):
+            core.store.chores_done(c["id"] for c in chores)  # no longer configured: not ours
+            return
         if not bucket and key not in core.links:
             core.connect(key)  # done once linked (a host out of reach: once it is back)
             return
