@@ -124,6 +124,8 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     prov.add_argument("--monkey-instances", action="store_true",
                       help="the cloud instances monkey created: state, size, spot, address, "
                            "jobs, age and estimated cost so far")
+    prov.add_argument("--all", "-a", action="store_true",
+                      help="with --monkey-instances: the terminated ones too, with why they ended")
     prov.set_defaults(func=cmd_list_providers)
     sweeps = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
     sweeps.add_argument("--json", action="store_true", help="print JSON")
@@ -429,7 +431,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     if args.monkey_instances:
         from monkey.shell.provider_commands import print_monkey_instances
 
-        return print_monkey_instances(m.monkey_instances(), args.json)
+        return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
+    if args.all:
+        raise UsageError("--all goes with --monkey-instances: monkey list providers --monkey-instances --all")
     counts: dict[str, dict[str, int]] = {}
     for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
