@@ -445,3 +445,43 @@ def test_socket_folder_of_another_user_refuses_before_recording(tmp_path):
         shutil.rmtree(base)
     assert answer.startswith("refused: ") and f"{short} is not a private folder" in answer
     assert jobs == 1
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to mount a read-only bind")
+def test_read_only_monkey_home_is_one_line(cli, home, tmp_path, monkeypatch):
+    """A MONKEY_HOME on a read-only mount (root writes past any chmod): `daemon status` says
+    the core cannot start there and why; `daemon start` / `daemon run` refuse in one line."""
+    cli("list", "jobs", check=True)  # a home made while it could be written
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    subprocess.run(["mount", "--bind", str(home), str(mount)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True)
+        monkeypatch.setenv("MONKEY_HOME", str(mount))
+        status = cli("daemon", "status")
+        assert status.returncode == 3 and "Traceback" not in status.stderr, status.stderr
+        why = (f"MONKEY_HOME {mount} cannot be written (it is on a read-only file system): the "
+               "core keeps its database there; remount it read-write, or set MONKEY_HOME to a "
+               "folder you may write to")
+        assert status.stdout.splitlines()[0] == f"core not running; it cannot start: {why}"
+        for action in ("start", "run"):
+            _one_line_error(cli("daemon", action), f"monkey: error: the core cannot start: {why}")
+        assert cli("daemon", "stop", check=True).stdout == "core was not running\n"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_second_core_names_the_first_while_it_starts(cli, home):
+    """The first core holds the lock but has yet to write its pid: the second names it by
+    its real pid (from the lock), never "pid -1"; `daemon status` too."""
+    import fcntl
+
+    cli("list", "jobs", check=True)
+    with open(home / "private" / "daemon.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # this process is the core that starts
+        second = cli("daemon", "run")
+        assert second.returncode == 1
+        assert second.stderr == (f"monkey: a core is already running for {home} "
+                                 f"(pid {os.getpid()}, still starting)\n")
+        status = cli("daemon", "status").stdout.splitlines()[0]
+        assert status == f"core running (pid {os.getpid()}, still starting) for {home}"

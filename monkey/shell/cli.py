@@ -681,9 +681,10 @@ def _daemon_status(home: Home) -> int:
     pid = daemon.status(home)
     if pid:
         why = daemon.condition(home)
-        print(f"core running (pid {pid}) for {home.root}" + (f", but {why}" if why else ""))
+        print(f"core running ({daemon.who(home)}) for {home.root}" + (f", but {why}" if why else ""))
     else:
-        print("core not running")
+        why = daemon.read_only(home)
+        print("core not running" + (f"; it cannot start: {why}" if why else ""))
     mine, core, agent = version(), daemon.core_version(home), daemon.local_agent(home)
     print(f"  cli    {mine}")
     if pid:
