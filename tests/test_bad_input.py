@@ -485,3 +485,10 @@ def test_a_second_core_names_the_first_while_it_starts(cli, home):
                                  f"(pid {os.getpid()}, still starting)\n")
         status = cli("daemon", "status").stdout.splitlines()[0]
         assert status == f"core running (pid {os.getpid()}, still starting) for {home}"
+
+
+def test_gc_grace_takes_a_bare_zero(cli, home):
+    """`gc --grace 0` is no grace at all; any other bare number asks for its unit."""
+    cli("list", "jobs", check=True)
+    assert cli("gc", "--grace", "0", check=True).stdout.startswith("freed 0 B")
+    _one_line_error(cli("gc", "--grace", "30"), "'30' is not an age", "e.g. 30d, 12h, 90m")
