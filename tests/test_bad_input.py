@@ -492,3 +492,14 @@ def test_gc_grace_takes_a_bare_zero(cli, home):
     cli("list", "jobs", check=True)
     assert cli("gc", "--grace", "0", check=True).stdout.startswith("freed 0 B")
     _one_line_error(cli("gc", "--grace", "30"), "'30' is not an age", "e.g. 30d, 12h, 90m")
+
+
+def test_info_job_escapes_control_characters_of_a_name(cli, home):
+    """A name (or command) with a newline or an escape sequence is shown escaped, on its
+    own line, as `list jobs` shows it: nothing printed can forge a field or recolour."""
+    juid = cli("run", "--name", "two\nlines\x1b[31m", "--", "echo", "a\nb", check=True).stdout.strip()
+    shown = [" ".join(line.split()) for line in cli("info", "job", juid, check=True).stdout.splitlines()]
+    assert "name two\\nlines\\x1b[31m" in shown, shown
+    assert "command echo 'a\\nb'" in shown, shown
+    assert "\x1b" not in "\n".join(shown)
+    assert "two\\nlines\\x1b[31m" in cli("list", "jobs", check=True).stdout

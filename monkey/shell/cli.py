@@ -473,7 +473,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 
 
 def cmd_info_job(args: argparse.Namespace) -> int:
-    from monkey.shell.table import duration, render, state_text, use_colour
+    from monkey.shell.table import duration, printable, render, state_text, use_colour
 
     m = _monkey()
     if args.files:
@@ -550,8 +550,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     for key, value in info["env"].items():
         fields.append((f"env {key}", value if len(value) < 80 else value[:77] + "..."))
     width = max(len(k) for k, _ in fields)
-    for key, value in fields:
-        print(f"{key.ljust(width)}  {value}")
+    for key, value in fields:  # the state alone may hold colours; the rest is escaped
+        print(f"{key.ljust(width)}  {value if key == 'state' else printable(value)}")
     last = info.get("last_output")
     if last:
         print(f"\nlast output of attempt {last['attempt']}"
