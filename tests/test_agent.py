@@ -1216,3 +1216,28 @@ def test_a_failed_shutdown_command_is_logged_and_a_request_is_contact(world: Wor
     wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
     wait_for(lambda: "the shutdown command exited 4: no rights; trying again in 300s" in world.log(),
              timeout=TIMEOUT, what="the failure in agent.log")
+
+
+@pytest.mark.skipif(not CGROUP2, reason="needs a cgroup2 mount")
+def test_a_vanished_cgroup_folder_is_made_again(world: World) -> None:
+    """The agent's cgroup folder removed from outside while no job runs (its kept empty
+    cgroups too): the next job still runs in a cgroup of its own, and agent.log says so."""
+    world.start_agent()
+    agent = world.client()
+    world.start(agent, "first", ["true"])
+    agent.wait_exit("first")
+    first = json.loads((world.run_dir("first") / "events.jsonl").read_text().splitlines()[0])["cgroup"]
+    if not first:
+        pytest.skip("the kernel lets this agent make no cgroups")
+    base = Path(first).parent
+    for kept in base.iterdir():
+        if kept.is_dir():
+            kept.rmdir()
+    base.rmdir()
+    world.start(agent, "next", ["sh", "-c", "touch in; " + WAIT_GO])
+    wait_for((world.run_dir("next") / "work" / "in").exists, timeout=TIMEOUT, what="the job")
+    group = Path("/proc", str(world.job_pid("next")), "cgroup").read_text().splitlines()[-1].partition("::")[2]
+    assert Path(CGROUP2, group.lstrip("/")).parent == base and base.is_dir()
+    assert f"the cgroup folder {base} vanished; made it again" in world.log()
+    (world.run_dir("next") / "work" / "go").touch()
+    assert agent.wait_exit("next")["code"] == 0

@@ -454,8 +454,10 @@ class Cgroups:
         """An empty cgroup for one attempt ("" when cgroups are not used)."""
         if self.base is None:
             return ""
-        if self.free:
-            return self.free.pop()
+        while self.free:
+            path = self.free.pop()
+            if os.path.isdir(path):  # not removed from outside meanwhile
+                return path
         while True:
             self.made += 1
             path = os.path.join(self.base, f"job-{os.getpid()}-{self.made}")
@@ -464,9 +466,25 @@ class Cgroups:
                 return path
             except FileExistsError:  # an earlier agent of the same pid made it
                 continue
+            except FileNotFoundError as e:  # its folder vanished: made again once
+                if os.path.isdir(self.base) or not self._remake_base(e):
+                    log(f"cannot make a cgroup for a job: {e}")
+                    return ""
             except OSError as e:
                 log(f"cannot make a cgroup for a job: {e}")
                 return ""
+
+    def _remake_base(self, why: OSError) -> bool:
+        """The agent's cgroup folder vanished (removed from outside while no job ran): make
+        it again, so that jobs keep running in cgroups. False when it cannot be."""
+        assert self.base is not None
+        try:
+            os.makedirs(self.base)
+        except OSError as e:
+            log(f"cannot make a cgroup for a job ({why}), nor its folder again: {e}")
+            return False
+        log(f"the cgroup folder {self.base} vanished; made it again")
+        return True
 
     @staticmethod
     def pids(path: str) -> set[int]:
