@@ -450,3 +450,12 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, hom
     finally:
         cli("daemon", "stop")
         shutil.rmtree(marks, ignore_errors=True)
+
+
+def test_orphan_timeout_is_validated_with_the_other_options() -> None:
+    entry = {"type": "gce", "credentials": "/c.json", "size": "e2-small", "image": "debian-12",
+             "zone": ZONE, "project": "p"}
+    gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": 600, "shutdown_command": "poweroff"})
+    with pytest.raises(MonkeyError, match=r"^providers.yml: provider 'gcp': orphan_timeout must be a "
+                                          r"number of seconds \(0: never\), got True; an instance"):
+        gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": True})

@@ -16,6 +16,11 @@ At first contact an instance's host key must be one of those it printed on its c
 (cloud-init's ``SSH HOST KEY KEYS`` block, read by the kind's ``_console``) when it printed
 some; a key that is not is refused and the instance is reported by ``distrusted()``, so the
 core terminates it. A console that prints none leaves the key trusted on first use.
+
+Every sync and start arms the instance's agent with ``orphan`` ({timeout, command}: the
+entry's ``orphan_timeout``, default 30 minutes, and ``shutdown_command``); the core pings
+linked agents every ``ping_every`` seconds, and an agent left with no job and no request
+for that long powers its machine off (see client_agent.agent.OrphanWatch).
 """
 
 from __future__ import annotations
