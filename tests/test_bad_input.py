@@ -503,3 +503,9 @@ def test_info_job_escapes_control_characters_of_a_name(cli, home):
     assert "command echo 'a\\nb'" in shown, shown
     assert "\x1b" not in "\n".join(shown)
     assert "two\\nlines\\x1b[31m" in cli("list", "jobs", check=True).stdout
+
+
+def test_an_option_of_another_sub_command_is_not_suggested_as_itself(cli, home):
+    proc = cli("list", "sweeps", "--all")
+    _one_line_error(proc, "unrecognized arguments: --all")
+    assert "did you mean --all" not in proc.stderr

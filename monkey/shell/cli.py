@@ -38,7 +38,8 @@ class Parser(argparse.ArgumentParser):
         """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
         if message.startswith("unrecognized arguments: "):
             word = message.split()[2].partition("=")[0]
-            return suggest(word, _long_options(self)) if word.startswith("-") else ""
+            # (never the word itself: an option of another sub-command)
+            return suggest(word, set(_long_options(self)) - {word}) if word.startswith("-") else ""
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             return suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
