@@ -43,6 +43,7 @@ def _one_line_error(proc, *needles: str) -> None:
         (["frobnicate"], ["unknown command 'frobnicate'"]),
         (["list", "jobs", "--bogus"], ["unrecognized arguments: --bogus"]),
         (["list", "widgets"], ["invalid choice"]),
+        (["list", "providers", "--all"], ["--all goes with --monkey-instances"]),
         (["info", "job", "99-99"], ["no job matches '99-99'"]),
         (["info", "job", "nonsense!"], ["is not a job id"]),
         (["logs", "last"], ["no jobs yet"]),
