@@ -426,29 +426,34 @@ class Monkey(RerunAPI, TrackingAPI):
         return {"attempt": a.n, "reason": a.reason,
                 "lines": text.decode(errors="replace").splitlines()}
 
-    def monkey_instances(self, now: float | None = None) -> list[dict[str, Any]]:
-        """The machines monkey created (of elastic providers) and has not seen terminated:
-        id, provider, state (the agent's reach once running), size, spot, address, the jobs
-        live on it, age in seconds, estimated $/hour and $ spent so far (None: unknown)."""
+    def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[dict[str, Any]]:
+        """The machines monkey created (of elastic providers) and has not seen terminated
+        (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
+        provider, state (the agent's reach once running), size, spot, address, the jobs live
+        on it, age in seconds, estimated $/hour and $ spent so far (None: unknown)."""
         now = time.time() if now is None else now
         elastic = {name for name, cfg in self.providers.items() if driver_class(cfg.type).elastic}
         jobs: dict[str, list[str]] = {}
         for att in self.store.live_attempts():
             jobs.setdefault(att.instance, []).append(att.juid)
         out = []
-        for row in self.store.instances(live=True):
+        for row in self.store.instances(live=not ended):
             if row["provider"] not in elastic:
                 continue
             launched = row["launched_at"]
             price = row["price"]
             state = row["reach"] if row["state"] == "running" and row["reach"] else row["state"]
+            end = row["terminated_at"] or now
             out.append({
                 "id": row["id"], "provider": row["provider"], "state": state,
                 "size": row["size"], "spot": row["spot"], "address": row["address"],
-                "jobs": jobs.get(row["id"], []), "age": None if launched is None else now - launched,
+                "jobs": jobs.get(row["id"], []), "age": None if launched is None else end - launched,
                 "price": price,
-                "cost": None if price is None or launched is None else price * (now - launched) / 3600,
+                "cost": None if price is None or launched is None else price * (end - launched) / 3600,
             })  # fmt: skip
+            if ended:
+                events = self.store.instance_events(row["id"]) if row["state"] == "terminated" else []
+                out[-1]["ended"] = events[-1]["detail"] if events else None
         return out
 
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:

@@ -44,11 +44,12 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_age(text: str) -> float:
-    """Seconds in an age like ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text or "")
-    if not found:
+    """Seconds in an age like ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``; a bare ``0``
+    is no time at all (any other bare number needs its unit)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not found or (not found.group(2) and float(found.group(1)) != 0):
         raise MonkeyError(f"{text!r} is not an age; give a number and a unit, e.g. 30d, 12h, 90m")
-    return float(found.group(1)) * _UNITS[found.group(2)]
+    return float(found.group(1)) * _UNITS.get(found.group(2), 0.0)
 
 
 def tree_size(path: Path) -> tuple[int, int]:

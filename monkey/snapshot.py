@@ -777,15 +777,14 @@ def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: s
     import logging
     import sys
 
-    folders: dict[str, int] = {}
+    tops: dict[str, int] = {}  # top-level folders ("data/") and files ("big.bin")
     for rel, _, st in found:
         top, sep, _rest = rel.partition("/")
-        if sep:
-            folders[top] = folders.get(top, 0) + st.st_size
-    largest = sorted(folders.items(), key=lambda kv: -kv[1])[:3]
-    named = ", ".join(f"{name}/ {human_size(size)}" for name, size in largest) or "no sub-folders"
-    how = (f"leave folders out with .monkeyignore (e.g. {largest[0][0]}/) or ship data with --dataset"
-           if what != "dataset" and largest else "pass a smaller folder")
+        tops[top + sep] = tops.get(top + sep, 0) + st.st_size
+    largest = sorted(tops.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
+    how = (f"leave them out with .monkeyignore (e.g. {largest[0][0]}) or ship data with --dataset"
+           if what != "dataset" else "pass a smaller folder")
     amount = f"{human_size(total)} in {len(found):,} files"
     logging.getLogger("monkey").warning("monkey: note: the %s %s holds %s; largest: %s; %s",
                                         what, root, amount, named, how)

@@ -9,7 +9,8 @@ run an sshd on each address and reach "instance" N over real SSH.
 Control, for tests: ``fail_next_insert(code, message, leak)`` makes the next instance insert
 end in an operation error (a quota, no capacity); with LEAK the instance is made anyway, as
 a create that fails half-way may. ``preempt(zone, name)`` stops an instance as a preemption
-does (status TERMINATED, a ``compute.instances.preempted`` operation).
+does (status TERMINATED, a ``compute.instances.preempted`` operation); ``guest_shutdown``
+as its own OS powering off does.
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ class FakeGCE:
             inst["status"] = "TERMINATED"
             self.op(inst["selfLink"], zone, "compute.instances.preempted")
             return True
+
+    def guest_shutdown(self, zone: str, name: str) -> None:
+        """The instance's own OS powered it off: GCE stops it (status TERMINATED, a
+        ``compute.instances.guestTerminate`` operation)."""
+        with self.lock:
+            inst = self.instances[(zone, name)]
+            inst["status"] = "TERMINATED"
+            self.op(inst["selfLink"], zone, "compute.instances.guestTerminate")
 
     def listed(self) -> list[dict[str, Any]]:
         """Every instance, as the cloud lists it."""

@@ -1183,3 +1183,61 @@ def test_big_request_and_backlog_with_a_slow_client(world: World, agent: Client)
     pushes = slow.wait_event("old", "heartbeat", count=len(lines))
     assert [p["event"]["seq"] for p in pushes] == list(range(1, len(lines) + 1))
     assert pushes[-1]["offset"] == (run / "events.jsonl").stat().st_size
+
+
+def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) -> None:
+    """Armed by its core (a cloud instance monkey created), the agent runs the shutdown
+    command once it has had no job and no request for `orphan_timeout` — an open link that
+    says nothing (a core on a laptop that sleeps) is no contact — and logs why; it does not
+    exit when idle meanwhile. A running job keeps the machine up however long it runs."""
+    mark, gate, ran = world.tmp / "powered-off", world.tmp / "gate", world.tmp / "ran"
+    proc = world.start_agent("--idle-timeout", "0.2")
+    client = world.client(sync=False)
+    client.request("sync", attempts=[], orphan={"timeout": 1, "command": f"echo bye >> {mark}"})
+    world.start(client, "j1", ["sh", "-c", f"sleep 3; touch {ran}; while [ ! -e {gate} ]; do sleep 0.05; done"])
+    wait_for(ran.exists, timeout=TIMEOUT, what="the job to run past the orphan timeout")
+    assert not mark.exists() and proc.poll() is None
+    gate.touch()
+    client.wait_exit("j1")
+    wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
+    assert mark.read_text() == "bye\n" and proc.poll() is None  # it stays: the machine goes
+    assert "(orphan_timeout 1s): powering the machine off so that its cloud terminates it: echo bye" \
+        in world.log()
+    assert "the shutdown command succeeded" in world.log()
+
+
+def test_a_failed_shutdown_command_is_logged_and_a_request_is_contact(world: World) -> None:
+    mark = world.tmp / "tried"
+    world.start_agent()
+    client = world.client(sync=False)
+    with pytest.raises(AgentError, match="orphan timeout must be a number of seconds"):
+        client.request("sync", attempts=[], orphan={"timeout": "soon"})
+    client.request("ping", orphan={"timeout": 0.5, "command": f"touch {mark}; echo no rights >&2; exit 4"})
+    wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
+    wait_for(lambda: "the shutdown command exited 4: no rights; trying again in 300s" in world.log(),
+             timeout=TIMEOUT, what="the failure in agent.log")
+
+
+@pytest.mark.skipif(not CGROUP2, reason="needs a cgroup2 mount")
+def test_a_vanished_cgroup_folder_is_made_again(world: World) -> None:
+    """The agent's cgroup folder removed from outside while no job runs (its kept empty
+    cgroups too): the next job still runs in a cgroup of its own, and agent.log says so."""
+    world.start_agent()
+    agent = world.client()
+    world.start(agent, "first", ["true"])
+    agent.wait_exit("first")
+    first = json.loads((world.run_dir("first") / "events.jsonl").read_text().splitlines()[0])["cgroup"]
+    if not first:
+        pytest.skip("the kernel lets this agent make no cgroups")
+    base = Path(first).parent
+    for kept in base.iterdir():
+        if kept.is_dir():
+            kept.rmdir()
+    base.rmdir()
+    world.start(agent, "next", ["sh", "-c", "touch in; " + WAIT_GO])
+    wait_for((world.run_dir("next") / "work" / "in").exists, timeout=TIMEOUT, what="the job")
+    group = Path("/proc", str(world.job_pid("next")), "cgroup").read_text().splitlines()[-1].partition("::")[2]
+    assert Path(CGROUP2, group.lstrip("/")).parent == base and base.is_dir()
+    assert f"the cgroup folder {base} vanished; made it again" in world.log()
+    (world.run_dir("next") / "work" / "go").touch()
+    assert agent.wait_exit("next")["code"] == 0

@@ -43,6 +43,7 @@ def _one_line_error(proc, *needles: str) -> None:
         (["frobnicate"], ["unknown command 'frobnicate'"]),
         (["list", "jobs", "--bogus"], ["unrecognized arguments: --bogus"]),
         (["list", "widgets"], ["invalid choice"]),
+        (["list", "providers", "--all"], ["--all goes with --monkey-instances"]),
         (["info", "job", "99-99"], ["no job matches '99-99'"]),
         (["info", "job", "nonsense!"], ["is not a job id"]),
         (["logs", "last"], ["no jobs yet"]),
@@ -445,3 +446,67 @@ def test_socket_folder_of_another_user_refuses_before_recording(tmp_path):
         shutil.rmtree(base)
     assert answer.startswith("refused: ") and f"{short} is not a private folder" in answer
     assert jobs == 1
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to mount a read-only bind")
+def test_read_only_monkey_home_is_one_line(cli, home, tmp_path, monkeypatch):
+    """A MONKEY_HOME on a read-only mount (root writes past any chmod): `daemon status` says
+    the core cannot start there and why; `daemon start` / `daemon run` refuse in one line."""
+    cli("list", "jobs", check=True)  # a home made while it could be written
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    subprocess.run(["mount", "--bind", str(home), str(mount)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True)
+        monkeypatch.setenv("MONKEY_HOME", str(mount))
+        status = cli("daemon", "status")
+        assert status.returncode == 3 and "Traceback" not in status.stderr, status.stderr
+        why = (f"MONKEY_HOME {mount} cannot be written (it is on a read-only file system): the "
+               "core keeps its database there; remount it read-write, or set MONKEY_HOME to a "
+               "folder you may write to")
+        assert status.stdout.splitlines()[0] == f"core not running; it cannot start: {why}"
+        for action in ("start", "run"):
+            _one_line_error(cli("daemon", action), f"monkey: error: the core cannot start: {why}")
+        assert cli("daemon", "stop", check=True).stdout == "core was not running\n"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_second_core_names_the_first_while_it_starts(cli, home):
+    """The first core holds the lock but has yet to write its pid: the second names it by
+    its real pid (from the lock), never "pid -1"; `daemon status` too."""
+    import fcntl
+
+    cli("list", "jobs", check=True)
+    with open(home / "private" / "daemon.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # this process is the core that starts
+        second = cli("daemon", "run")
+        assert second.returncode == 1
+        assert second.stderr == (f"monkey: a core is already running for {home} "
+                                 f"(pid {os.getpid()}, still starting)\n")
+        status = cli("daemon", "status").stdout.splitlines()[0]
+        assert status == f"core running (pid {os.getpid()}, still starting) for {home}"
+
+
+def test_gc_grace_takes_a_bare_zero(cli, home):
+    """`gc --grace 0` is no grace at all; any other bare number asks for its unit."""
+    cli("list", "jobs", check=True)
+    assert cli("gc", "--grace", "0", check=True).stdout.startswith("freed 0 B")
+    _one_line_error(cli("gc", "--grace", "30"), "'30' is not an age", "e.g. 30d, 12h, 90m")
+
+
+def test_info_job_escapes_control_characters_of_a_name(cli, home):
+    """A name (or command) with a newline or an escape sequence is shown escaped, on its
+    own line, as `list jobs` shows it: nothing printed can forge a field or recolour."""
+    juid = cli("run", "--name", "two\nlines\x1b[31m", "--", "echo", "a\nb", check=True).stdout.strip()
+    shown = [" ".join(line.split()) for line in cli("info", "job", juid, check=True).stdout.splitlines()]
+    assert "name two\\nlines\\x1b[31m" in shown, shown
+    assert "command echo 'a\\nb'" in shown, shown
+    assert "\x1b" not in "\n".join(shown)
+    assert "two\\nlines\\x1b[31m" in cli("list", "jobs", check=True).stdout
+
+
+def test_an_option_of_another_sub_command_is_not_suggested_as_itself(cli, home):
+    proc = cli("list", "sweeps", "--all")
+    _one_line_error(proc, "unrecognized arguments: --all")
+    assert "did you mean --all" not in proc.stderr

@@ -188,18 +188,24 @@ def test_a_big_working_folder_is_announced_and_a_huge_one_needs_yes(cli, home, m
     assert len(note) == 1 and "holds 65.0 kB in 5 files" in note[0]
     assert "largest: data/ 60.0 kB, models/ 5.0 kB" in note[0] and ".monkeyignore (e.g. data/)" in note[0]
     assert cli("logs", "-f", run.stdout.strip(), check=True).stdout == "ok\n"
+    Path("weights.bin").write_bytes(os.urandom(90000))  # a big file at the top: named too
+    run = cli("run", "--", sys.executable, "train.py", check=True)
+    note = [line for line in run.stderr.splitlines() if "note:" in line]
+    assert "largest: weights.bin 90.0 kB, data/ 60.0 kB, models/ 5.0 kB" in note[0], note
+    assert ".monkeyignore (e.g. weights.bin)" in note[0], note
+    os.unlink("weights.bin")
 
     Path("data/more.bin").write_bytes(os.urandom(150000))  # past the "2 GB"
     refused = cli("run", "--", sys.executable, "train.py")
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.strip().splitlines()[-1].endswith("or pass --yes to store it all")
-    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 1
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 2
     cli("run", "--yes", "--", sys.executable, "train.py", check=True)
     Path(".monkeyignore").write_text("data/\n")  # as the note says: the code is small again
     data = cli("run", "--dataset", "data", "--", "true")  # the same check for --dataset
     assert data.returncode == 1 and data.stderr.count("note:") == 1
     assert "the dataset" in data.stderr.splitlines()[-1] and "--yes" in data.stderr
-    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 2
+    assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 3
 
 
 def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monkeypatch):

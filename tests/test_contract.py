@@ -121,6 +121,16 @@ class TestContract:
         assert states(drv).get(made.id, InstanceState.TERMINATED) == InstanceState.TERMINATED
         drv.destroy_node(made.id)  # idempotent
 
+    def test_only_machines_monkey_created_power_themselves_off(self, target: Target) -> None:
+        """A cloud instance's agent is armed to power its machine off once orphaned (and the
+        core pings it); this machine's, an SSH host's, never."""
+        drv = target.driver
+        orphan = drv.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
+        if drv.elastic:
+            assert orphan["orphan"] == {"timeout": 1800.0} and drv.ping_every == 60.0
+        else:
+            assert "orphan" not in orphan and drv.ping_every is None
+
     def test_agent_blobs_and_results(self, target: Target, home: Path) -> None:
         drv = target.driver
         instance = target.usable()

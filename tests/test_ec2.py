@@ -835,3 +835,64 @@ def test_an_instance_terminated_from_outside_ends_its_attempt_lost(cli, home: Pa
         assert info(cli, juid)["attempts_detail"][0]["reason"] == "its instance was terminated"
     finally:
         cli("daemon", "stop")
+
+
+def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home: Path, moto: Any,
+                                                                      fleet: Lab) -> None:
+    """The core dies (a laptop that sleeps): the instance's agent, with no job and no word from
+    it for `orphan_timeout`, runs the shutdown command (here a hook that leaves a mark; EC2
+    then terminates the instance, launched with shutdown behaviour `terminate`); the core
+    that comes back records it terminated, and says why."""
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    marks = Path(tempfile.mkdtemp(prefix="monkey-orphan-"))  # the instance's user writes there
+    os.chmod(marks, 0o777)
+    mark = marks / "powered-off"
+    entry = yaml.safe_load((home / "providers.yml").read_text())
+    entry["providers"]["aws"].update(orphan_timeout=2, shutdown_command=f"echo bye > {mark}")
+    (home / "providers.yml").write_text(yaml.safe_dump(entry))
+    ec2 = moto.boto3("ec2")
+    try:
+        juid = run_job(cli, "echo", "hi")
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job to end")
+        instance = info(cli, juid)["instance"]
+        node = instance.split("/", 1)[1]
+        attribute = ec2.describe_instance_attribute(InstanceId=node,
+                                                    Attribute="instanceInitiatedShutdownBehavior")
+        assert attribute["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        # While the core runs, its pings keep the idle instance up, however quiet the link.
+        store = Store(Home(home).db)
+        try:
+            wait_for(lambda: (row := store.instances("aws")[0])["idle_since"] is not None
+                     and time.time() - row["idle_since"] > 6, timeout=60, what="a long idle spell")
+        finally:
+            store.close()
+        assert not mark.exists()
+        kill_core(home)
+        wait_for(mark.exists, timeout=60, what="the orphaned agent's shutdown command")
+        assert mark.read_text() == "bye\n"
+        [host] = [h for h in fleet.hosts if (h.home / ".monkey-agent" / "agent.log").exists()]
+        said = (host.home / ".monkey-agent" / "agent.log").read_text()
+        assert re.search(r"orphaned: no job for \d+s and no request from the core for \d+s "
+                         r"\(orphan_timeout 2s\): powering the machine off", said), said
+        ec2.terminate_instances(InstanceIds=[node])  # what EC2 does after that shutdown
+        start_core(home)
+
+        def ended() -> list[dict[str, Any]]:
+            store = Store(Home(home).db)
+            try:
+                return [e for e in store.instance_events(instance) if e["new"] == "terminated"]
+            finally:
+                store.close()
+
+        wait_for(ended, timeout=60, what="the termination to be recorded")
+        why = "its agent powered it off: no job and no word from the core for 2s (orphan_timeout)"
+        assert ended()[0]["detail"] == why
+        assert f"{instance} is gone: {why}" in (home / "daemon.log").read_text()
+        shown = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
+        assert re.search(rf"{re.escape(instance)} +aws +terminated .*{re.escape(why)}", shown), shown
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            ec2.terminate_instances(InstanceIds=left)
+        shutil.rmtree(marks, ignore_errors=True)

@@ -310,6 +310,9 @@ GOOD = {"type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-
     ({"bucket": "ab"}, "bucket 'ab' is not a bucket name"),
     ({"bucket": "192.168.1.1"}, "bucket '192.168.1.1' is not a bucket name"),
     ({"metadata_url": "ftp://x"}, "metadata_url 'ftp://x' is not an http(s) URL"),
+    ({"orphan_timeout": "30m"}, "orphan_timeout must be a number of seconds (0: never), got '30m'"),
+    ({"orphan_timeout": -1}, "orphan_timeout must be a number of seconds (0: never)"),
+    ({"shutdown_command": ["poweroff"]}, "shutdown_command must be text"),
 ])  # fmt: skip
 def test_validate_refuses_with_one_line_naming_the_key(change, says):
     bad = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
@@ -325,4 +328,5 @@ def test_validate_accepts_a_full_entry():
         "user": "ubuntu", "key": "/k", "key_name": "k", "vpc": "vpc-1", "subnet": "subnet-1",
         "security_group": "sg-1", "address": "private", "spot": True, "max_instances": 4,
         "idle_timeout": 600, "bucket": "my.bucket-1", "metadata_url": "http://127.0.0.1:9/{address}",
+        "orphan_timeout": 0, "shutdown_command": "sudo poweroff",
     })  # fmt: skip

@@ -417,3 +417,45 @@ def test_a_failed_creation_says_why_on_the_waiting_job(cli, home: Path, gce: Fak
         assert gce.listed() == []
     finally:
         cli("daemon", "stop")
+
+
+def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, home: Path, gce: FakeGCE,
+                                                                        fleet: Lab) -> None:  # noqa: F811
+    """The core dies: the instance's agent, with no job and no word from it for
+    `orphan_timeout`, runs the shutdown command (a hook here); GCE stops a machine whose OS
+    powers off (no more vCPU billing), and the core that comes back deletes it and says why."""
+    add_gcp(cli, gce, fleet, home, "--max-instances", "1")
+    marks = Path(tempfile.mkdtemp(prefix="monkey-orphan-"))
+    os.chmod(marks, 0o777)
+    mark = marks / "powered-off"
+    entry = yaml.safe_load((home / "providers.yml").read_text())
+    entry["providers"]["gcp"].update(orphan_timeout=2, shutdown_command=f"echo bye > {mark}")
+    (home / "providers.yml").write_text(yaml.safe_dump(entry))
+    try:
+        juid = run_job(cli, "echo", "hi")
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job to end")
+        instance = info(cli, juid)["instance"]
+        kill_core(home)
+        wait_for(mark.exists, timeout=60, what="the orphaned agent's shutdown command")
+        [host] = [h for h in fleet.hosts if (h.home / ".monkey-agent" / "agent.log").exists()]
+        assert "(orphan_timeout 2s): powering the machine off" in \
+            (host.home / ".monkey-agent" / "agent.log").read_text()
+        gce.guest_shutdown(ZONE, instance.split("/", 1)[1])
+        start_core(home)
+        wait_for(lambda: gce.listed() == [], timeout=60, what="the stopped instance to be deleted")
+        why = "its agent powered it off: no job and no word from the core for 2s (orphan_timeout)"
+        shown = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
+        assert re.search(rf"{re.escape(instance)} +gcp +terminated .*destroyed: {re.escape(why)}",
+                         shown), shown
+    finally:
+        cli("daemon", "stop")
+        shutil.rmtree(marks, ignore_errors=True)
+
+
+def test_orphan_timeout_is_validated_with_the_other_options() -> None:
+    entry = {"type": "gce", "credentials": "/c.json", "size": "e2-small", "image": "debian-12",
+             "zone": ZONE, "project": "p"}
+    gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": 600, "shutdown_command": "poweroff"})
+    with pytest.raises(MonkeyError, match=r"^providers.yml: provider 'gcp': orphan_timeout must be a "
+                                          r"number of seconds \(0: never\), got True; an instance"):
+        gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": True})

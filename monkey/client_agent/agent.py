@@ -284,6 +284,9 @@ RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), 
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
+# How an orphaned cloud instance powers itself off (its cloud then terminates it).
+DEFAULT_SHUTDOWN = "sudo -n shutdown -h now || shutdown -h now || poweroff"
+SHUTDOWN_RETRY = 300.0  # seconds before a shutdown that left the machine up is tried again
 
 # An agent started with --reserve keeps that much space aside under its root
 # (private/reserve), given up when an event cannot be written for a full disk: a job that
@@ -457,8 +460,10 @@ class Cgroups:
         """An empty cgroup for one attempt ("" when cgroups are not used)."""
         if self.base is None:
             return ""
-        if self.free:
-            return self.free.pop()
+        while self.free:
+            path = self.free.pop()
+            if os.path.isdir(path):  # not removed from outside meanwhile
+                return path
         while True:
             self.made += 1
             path = os.path.join(self.base, f"job-{os.getpid()}-{self.made}")
@@ -467,9 +472,25 @@ class Cgroups:
                 return path
             except FileExistsError:  # an earlier agent of the same pid made it
                 continue
+            except FileNotFoundError as e:  # its folder vanished: made again once
+                if os.path.isdir(self.base) or not self._remake_base(e):
+                    log(f"cannot make a cgroup for a job: {e}")
+                    return ""
             except OSError as e:
                 log(f"cannot make a cgroup for a job: {e}")
                 return ""
+
+    def _remake_base(self, why: OSError) -> bool:
+        """The agent's cgroup folder vanished (removed from outside while no job ran): make
+        it again, so that jobs keep running in cgroups. False when it cannot be."""
+        assert self.base is not None
+        try:
+            os.makedirs(self.base)
+        except OSError as e:
+            log(f"cannot make a cgroup for a job ({why}), nor its folder again: {e}")
+            return False
+        log(f"the cgroup folder {self.base} vanished; made it again")
+        return True
 
     @staticmethod
     def pids(path: str) -> set[int]:
@@ -1228,6 +1249,7 @@ class Agent:
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
+        self.orphan = OrphanWatch()  # armed by the core on an instance monkey created
         self.orphans = False  # a child we did not start may have exited (subreaper)
         # Results through a bucket (results.py) and the metadata watcher (notice.py): their
         # threads hand outcomes to the loop through `done` and a wake-up pipe.
@@ -1353,6 +1375,8 @@ class Agent:
             deadlines.append(self.next_tail)
         if self.idle_since is not None:
             deadlines.append(self.idle_since + self.idle_timeout)
+        if self.orphan.deadline() is not None:
+            deadlines.append(self.orphan.deadline())
         if self.held:
             deadlines.append(next(iter(self.held.values())).until)
         if self.deferred:
@@ -1398,11 +1422,12 @@ class Agent:
             if key in self.jobs and self.notice is None and res.due(now):
                 res.next_at = now + res.every  # due again after this one
                 self._in_thread("saved", self.jobs[key], res.upload)
+        self.orphan.check(bool(self.jobs or self.exiting or self.held), now)
         if self.jobs or self.conns or self.exiting or self.held:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = now
-        elif now - self.idle_since >= self.idle_timeout:
+        elif now - self.idle_since >= self.idle_timeout and not self.orphan.armed:  # armed: stays
             log("idle, exiting")
             self.stopping = True
         if self.notice is not None and self.notice["kind"] == "slurm" and not (self.jobs or self.exiting):
@@ -1520,6 +1545,7 @@ class Agent:
     # ---- requests
 
     def _handle_line(self, conn: Conn, line: bytes) -> None:
+        self.orphan.contact = time.monotonic()  # any request: the core is there
         rid = op = None
         backlog: list[bytes] = []
         try:
@@ -1558,6 +1584,11 @@ class Agent:
             "version": VERSION, "digest": self.digest, "pid": os.getpid(), "root": self.root,
             "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
         }  # fmt: skip
+
+    def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The core's sign of life to an instance it created (see OrphanWatch)."""
+        self.orphan.arm(req.get("orphan"))
+        return {}
 
     def op_jobs(self, req: dict[str, Any]) -> dict[str, Any]:
         jobs = [
@@ -1714,6 +1745,7 @@ class Agent:
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         self._watch(req.get("watch"))
+        self.orphan.arm(req.get("orphan"))
         blobs_dir = req.get("blobs_dir") or ""
         fetch_blobs(req.get("blob_urls"), req.get("blob_packs"), blobs_dir)
         files = self._blob_paths(self._code_entries(req), blobs_dir)
@@ -2403,6 +2435,7 @@ class Agent:
 
     def op_sync(self, req: dict[str, Any], backlog: list[bytes]) -> dict[str, Any]:
         self._watch(req.get("watch"))
+        self.orphan.arm(req.get("orphan"))
         statuses = []
         for item in req.get("attempts") or []:
             juid, attempt, run_dir = item["juid"], item["attempt"], item["run_dir"]
@@ -2564,6 +2597,82 @@ def free_bytes(path: str) -> int:
     except OSError:
         return -1
     return st.f_bavail * st.f_frsize
+
+
+class OrphanWatch:
+    """Powers off a cloud instance monkey created once it is orphaned: no job and no request
+    from its core for ``timeout`` seconds (the core's laptop sleeps, its main node died), so
+    that it stops billing (EC2 terminates it: it was launched with shutdown behaviour
+    ``terminate``; GCE stops it, and the core deletes it when it comes back).
+
+    Only the core arms it, in a sync, start or ping carrying ``orphan: {timeout, command}``,
+    and only for instances it created: an agent on this machine, an SSH host or a Slurm
+    node is never armed and never shuts anything down."""
+
+    def __init__(self) -> None:
+        self.timeout = 0.0  # 0: not armed
+        self.command = DEFAULT_SHUTDOWN
+        self.contact = time.monotonic()  # the core's last request
+        self.idle_since: float | None = time.monotonic()  # no job since (None: one runs)
+        self.tried_at: float | None = None  # the last shutdown tried (monotonic)
+
+    @property
+    def armed(self) -> bool:
+        return self.timeout > 0
+
+    def arm(self, spec: Any) -> None:
+        """Take the core's ``orphan`` field (None: leave things as they are)."""
+        if spec is None:
+            return
+        if not isinstance(spec, dict):
+            raise RequestError("orphan must be an object {timeout, command}")
+        timeout, command = spec.get("timeout"), spec.get("command") or DEFAULT_SHUTDOWN
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise RequestError(f"orphan timeout must be a number of seconds, got {timeout!r}")
+        if not isinstance(command, str):
+            raise RequestError("orphan command must be a shell command line")
+        if (float(timeout), command) != (self.timeout, self.command):
+            log(f"orphan watch: powering the machine off after {timeout:g}s with no job and no "
+                f"request from the core ({command})" if timeout else "orphan watch: off")
+        self.timeout, self.command = float(timeout), command
+
+    def deadline(self) -> float | None:
+        """When the machine is orphaned if nothing happens (None: not armed, or a job runs)."""
+        if not self.armed or self.idle_since is None:
+            return None
+        since = max(self.contact, self.idle_since)
+        if self.tried_at is not None and self.tried_at >= since:
+            return self.tried_at + SHUTDOWN_RETRY
+        return since + self.timeout
+
+    def check(self, busy: bool, now: float) -> None:
+        """Note whether a job runs (BUSY); run the shutdown command once the machine has
+        been orphaned for long enough. An open connection that says nothing is no contact
+        (the link of a core on a laptop that sleeps stays open)."""
+        if busy:
+            self.idle_since = None
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+        due = self.deadline()
+        if due is None or now < due:
+            return
+        self.tried_at = now
+        log(f"orphaned: no job for {now - self.idle_since:.0f}s and no request from the core "
+            f"for {now - self.contact:.0f}s (orphan_timeout {self.timeout:g}s): powering the "
+            f"machine off so that its cloud terminates it: {self.command}")
+        try:
+            done = subprocess.run(["/bin/sh", "-c", self.command], stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=120, start_new_session=True)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log(f"the shutdown command failed: {one_line(e)}; trying again in {SHUTDOWN_RETRY:.0f}s")
+            return
+        said = " ".join((done.stdout + done.stderr).decode(errors="replace").split())[:500]
+        if done.returncode:
+            log(f"the shutdown command exited {done.returncode}: {said or 'no output'}; trying "
+                f"again in {SHUTDOWN_RETRY:.0f}s")
+        else:
+            log("the shutdown command succeeded" + (f": {said}" if said else ""))
 
 
 def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str, Any]:

@@ -19,9 +19,36 @@ from monkey.models import MonkeyError
 from monkey.version import version
 
 
+def read_only(home: Home) -> str | None:
+    """Why no core can run in MONKEY_HOME because it may not be written (a read-only
+    mount), as one line naming the fix; None when it may."""
+    if os.access(home.root, os.W_OK):
+        return None
+    why = "it is on a read-only file system" if _on_read_only_fs(home.root) else "you may not write to it"
+    return (f"MONKEY_HOME {home.root} cannot be written ({why}): the core keeps its database "
+            "there; remount it read-write, or set MONKEY_HOME to a folder you may write to")
+
+
+def _on_read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _try_lock(home: Home) -> int | None:
-    """The lock's fd when this process could take it, else None (a core holds it)."""
-    fd = os.open(home.daemon_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    """The lock's fd when this process could take it, else None (a core holds it). In a
+    home that may not be written the lock is taken read-only (no core can run there, but
+    one that ran before the home became read-only may still hold it)."""
+    try:
+        fd = os.open(home.daemon_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            fd = os.open(home.daemon_lock, os.O_RDONLY)
+        except FileNotFoundError:  # never made: no core ever ran here
+            fd = os.open(os.devnull, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -43,6 +70,36 @@ def status(home: Home) -> int | None:
         return int(home.daemon_pid.read_text().strip())
     except (OSError, ValueError):
         return -1  # locked but the pid file is not written yet
+
+
+def who(home: Home) -> str:
+    """The running core as "pid N", or "pid N, still starting" while it has yet to write its
+    pid file (the holder of its lock, from /proc/locks)."""
+    pid = status(home)
+    if pid is not None and pid > 0:
+        return f"pid {pid}"
+    holder = lock_holder(home.daemon_lock)
+    return f"pid {holder}, still starting" if holder else "still starting"
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid holding a flock on PATH, from /proc/locks (None when unknown)."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            try:
+                return int(fields[4])
+            except ValueError:
+                return None
+    return None
 
 
 def core_version_file(home: Home) -> Path:
@@ -101,8 +158,11 @@ def run_foreground(home: Home | None = None) -> int:
     home = (home or Home()).ensure()
     fd = _try_lock(home)
     if fd is None:
-        pid = status(home)
-        print(f"monkey: a core is already running for {home.root} (pid {pid})", file=sys.stderr)
+        print(f"monkey: a core is already running for {home.root} ({who(home)})", file=sys.stderr)
+        return 1
+    if (why := read_only(home)) is not None:
+        os.close(fd)
+        print(f"monkey: error: the core cannot start: {why}", file=sys.stderr)
         return 1
     logging.basicConfig(
         level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
@@ -160,6 +220,8 @@ def start(home: Home, timeout: float = 10.0) -> int:
     this process's (monkey was reinstalled) is restarted: its jobs keep running and the
     new core re-attaches to them."""
     pid = status(home)
+    if not pid and (why := read_only(home)) is not None:
+        raise MonkeyError(f"the core cannot start: {why}")
     if pid and outdated(home):
         logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
         stop(home)

@@ -116,7 +116,9 @@ class Elastic:
                                 "terminating it", name, node.id)  # fmt: skip
                     self._destroy(name, drv, node.id, "unrecorded")
                 continue
-            if not store.record_instance(node):
+            ended = node.state in (InstanceState.TERMINATED, InstanceState.STOPPED)
+            why = self._orphaned(name, drv, known[node.id]) if ended else ""
+            if not store.record_instance(node, detail=why if node.state == InstanceState.TERMINATED else ""):
                 log.warning("%s: %s reported %s after %s; ignored", name, node.id, node.state,
                             known[node.id]["state"])  # fmt: skip
                 continue
@@ -124,23 +126,41 @@ class Elastic:
                 # reclaimed, or stopped from outside
                 self._end_attempts(name, node.id, bool(node.extra.get("preempted")))
             if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
-                self._destroy(name, drv, node.id, "stopped from outside monkey")
+                self._destroy(name, drv, node.id, why or "stopped from outside monkey")
         for row in known.values():
             # Gone from the cloud's list (terminated long ago, or from outside monkey).
             if row["state"] != "terminated" and row["id"] not in seen \
                     and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY:
-                self._gone(name, row)
+                self._gone(name, row, self._orphaned(name, drv, row))
         if name in self.list_failed:  # the listing error is over
             self.list_failed.discard(name)
             store.set_provider_error(name, None)
         self.inventoried.add(name)
 
-    def _gone(self, name: str, row: dict[str, object]) -> None:
+    def _orphaned(self, name: str, drv: Driver, row: dict[str, Any]) -> str:
+        """Why the machine of ROW, found ended, most likely ended: its agent powered it off
+        (see client_agent.agent.OrphanWatch) when it ran no job and the core sent it nothing
+        for the provider's ``orphan_timeout``; "" when that cannot be why."""
+        timeout = float(getattr(drv, "orphan_timeout", 0) or 0)
+        key = (name, str(row["id"]))
+        if row["state"] == "terminated" or not timeout or row["idle_since"] is None \
+                or key in self.core.links or self.core.store.live_attempts(key[1]):
+            return ""
+        quiet = time.time() - max(float(row["idle_since"]), self.core.linked_at.get(key, 0.0))
+        if quiet < timeout:
+            return ""
+        minutes = f"{timeout / 60:.0f} min" if timeout >= 120 else f"{timeout:.0f}s"
+        why = (f"its agent powered it off: no job and no word from the core for {minutes} "
+               "(orphan_timeout)")
+        log.warning("%s: %s is gone: %s", name, key[1], why)
+        return why
+
+    def _gone(self, name: str, row: dict[str, Any], why: str = "") -> None:
         """The machine is terminated: record it, and end the attempts that lived on it."""
         store = self.core.store
         inst = Instance(str(row["id"]), name, str(row["name"]), InstanceState.TERMINATED,
-                        extra=dict(row["extra"]))  # type: ignore[arg-type]
-        store.record_instance(inst, detail="no longer listed by the cloud")
+                        extra=dict(row["extra"]))
+        store.record_instance(inst, detail=why or "no longer listed by the cloud")
         self._end_attempts(name, inst.id)
 
     def _end_attempts(self, name: str, instance: str, preempted: bool = False) -> None:

@@ -118,6 +118,7 @@ class Core:
         self.next_health = 0.0
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
+        self.pinged: dict[tuple[str, str], float] = {}  # the last ping sent over each link
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         # Instances whose agent goes away by monkey's doing (released after their attempt,
         # destroyed): their link is dropped quietly and not made again.
@@ -264,6 +265,7 @@ class Core:
             self.next_health = now + 1.0
             self.check_health(now)
             self.chores.tick()
+            self.ping(now)
         if health or (placed_nowhere and now - self.elastic_at >= _ELASTIC_SOON):
             # Machines for jobs that fit nowhere are asked for at once, not at the next pass.
             self.elastic_at = now
@@ -377,6 +379,21 @@ class Core:
             if att is not None and att.state != "live":
                 log.warning("%s: stopping stale %s attempt %d", key[1], juid, n)
                 link.send("signal", juid=juid, attempt=n, signal="KILL", grace=0)
+
+    def ping(self, now: float) -> None:
+        """Tell the agents of cloud instances the core is there (``ping_every``), however
+        quiet their links: one left without a request for `orphan_timeout` while it runs no
+        job powers its machine off."""
+        for key, link in list(self.links.items()):
+            drv = self.drivers.get(key[0])
+            every = drv.ping_every if drv is not None else None
+            if every is None or now - max(self.pinged.get(key, 0.0), self.linked_at.get(key, 0.0)) < every:
+                continue
+            self.pinged[key] = now
+            try:
+                link.send("ping", timeout=5)
+            except (AgentGone, OSError):
+                self.drop_link(key)
 
     def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
         """Try again in a second; the log says why once per change, not once per retry."""

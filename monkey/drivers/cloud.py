@@ -16,6 +16,11 @@ At first contact an instance's host key must be one of those it printed on its c
 (cloud-init's ``SSH HOST KEY KEYS`` block, read by the kind's ``_console``) when it printed
 some; a key that is not is refused and the instance is reported by ``distrusted()``, so the
 core terminates it. A console that prints none leaves the key trusted on first use.
+
+Every sync and start arms the instance's agent with ``orphan`` ({timeout, command}: the
+entry's ``orphan_timeout``, default 30 minutes, and ``shutdown_command``); the core pings
+linked agents every ``ping_every`` seconds, and an agent left with no job and no request
+for that long powers its machine off (see client_agent.agent.OrphanWatch).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ GIB = 1 << 30
 _REFRESH_BOOTING = (0.25, 2.0)  # seconds between listings while one boots: first, at most
 _REFRESH_IDLE = 30.0  # and otherwise (an instance may vanish: a spot reclaim)
 ZONE_COOLDOWN = 10.0  # minutes a zone that preempted a machine is avoided (`zone_cooldown`)
+ORPHAN_TIMEOUT = 1800.0  # seconds an instance waits for its core, idle, before powering off
 
 # The startup script (EC2 user data, GCE `startup-script` metadata): the agent needs
 # python3 and nothing else.
@@ -348,7 +354,7 @@ class CloudDriver(Driver):
         """``results``: the bucket's upload form for the job, the kept folders to restore
         from its newest manifest (see monkey.storage.results); ``watch`` for spot ones."""
         if self.storage is None:
-            return {}
+            return {"orphan": self.orphan_field()}
         dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
                 "persist": self.persist_dir(instance, juid)}  # fmt: skip
         every = float(self.entry.get("checkpoint_every", 60))
@@ -360,10 +366,30 @@ class CloudDriver(Driver):
         when it is a spot (preemptible) instance."""
         address = self.spot_nodes.get(instance)
         if address is None or not self.entry.get("metadata_url"):
-            return {}
+            return {"orphan": self.orphan_field()}
         url = str(self.entry["metadata_url"]).replace("{address}", address)
         return {"watch": {"kind": self.kind, "url": url,
-                          "every": float(self.entry.get("notice_every", 1.0))}}  # fmt: skip
+                          "every": float(self.entry.get("notice_every", 1.0))},
+                "orphan": self.orphan_field()}  # fmt: skip
+
+    @property
+    def orphan_timeout(self) -> float:
+        """Seconds an instance of this provider with no job waits for a request from its
+        core before powering itself off (`orphan_timeout`; 0: never)."""
+        return float(self.entry.get("orphan_timeout", ORPHAN_TIMEOUT))
+
+    def orphan_field(self) -> dict[str, Any]:
+        """What arms the agent's orphan watch (client_agent.agent.OrphanWatch)."""
+        field: dict[str, Any] = {"timeout": self.orphan_timeout}
+        if self.entry.get("shutdown_command"):
+            field["command"] = str(self.entry["shutdown_command"])
+        return field
+
+    @property
+    def ping_every(self) -> float | None:
+        """Seconds between the core's pings to a linked agent, well within orphan_timeout."""
+        timeout = self.orphan_timeout
+        return max(0.5, min(60.0, timeout / 5)) if timeout > 0 else None
 
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.pool.follow(instance, attempts)

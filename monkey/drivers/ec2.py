@@ -124,6 +124,8 @@ class EC2Driver(CloudDriver):
         kwargs: dict[str, Any] = {
             "name": f"monkey-{self.name}", "ex_userdata": USER_DATA, "ex_clienttoken": launch,
             "ex_metadata": {**self.tags, "monkey-launch": launch}, "ex_spot": spot,
+            # its agent powers it off when orphaned (orphan_timeout): that terminates it
+            "ex_terminate_on_shutdown": True,
         }  # fmt: skip
         if self.entry.get("key_name"):
             kwargs["ex_keyname"] = self.entry["key_name"]

@@ -32,11 +32,11 @@ DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 DEFAULT_SUBNET = "10.77.0.0/24"
 _TEXT = ("region", "endpoint", "profile", "credentials", "size", "image", "user", "key",
-         "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url")
+         "key_name", "vpc", "subnet", "security_group", "bucket", "metadata_url", "shutdown_command")
 _ORDER = ("type", "region", "endpoint", "credentials", "profile", "size", "image", "user", "key",
           "key_name", "vpc", "subnet", "security_group", "address", "spot", "max_instances",
           "idle_timeout", "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every",
-          "notice_every", "max_preemptions", "fallback")
+          "notice_every", "max_preemptions", "fallback", "orphan_timeout", "shutdown_command")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"region": "e.g. us-east-1", "size": "an instance type, e.g. t3.micro",
             "image": "an AMI id of the region, e.g. ami-0123456789abcdef0"}
@@ -122,6 +122,11 @@ def check_cloud_keys(entry: dict[str, Any], bad: Callable[[str], MonkeyError]) -
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value <= 0):
             raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    orphan = entry.get("orphan_timeout")
+    if orphan is not None and (isinstance(orphan, bool) or not isinstance(orphan, (int, float))
+                               or orphan < 0):  # fmt: skip
+        raise bad(f"orphan_timeout must be a number of seconds (0: never), got {orphan!r}; an "
+                  "instance with no job and no word from its core that long powers itself off")
     prices = entry.get("prices")
     if prices is not None and not (isinstance(prices, dict) and all(
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0

@@ -9,6 +9,12 @@ created in the first of the entry's ``zones`` that has capacity; ``preemptible: 
 the job's ``preemptible`` option) asks for preemptible ones. A GCE instance that is stopped
 (a preemption stops it) is listed STOPPED and destroyed by the core.
 
+An orphaned instance (no job, no word from its core for ``orphan_timeout``) powers itself
+off: GCE has no "delete on guest shutdown" for standard VMs (``instanceTerminationAction``
+only applies to Spot VMs and run durations, and libcloud's driver cannot set it), so it is
+stopped — it bills no vCPU or memory any more, only its disk — and the core deletes it
+when it comes back.
+
 Everything else — tracking, transport, blobs through the bucket (GCS, signed URLs) — is
 :class:`~monkey.drivers.cloud.CloudDriver`'s, as for EC2.
 """

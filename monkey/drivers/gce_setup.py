@@ -33,11 +33,11 @@ DEFAULTS: dict[str, Any] = {
     "idle_timeout": 600, "network": "default", "metadata_url": "http://metadata.google.internal",
 }  # fmt: skip
 _TEXT = ("project", "zone", "endpoint", "storage_endpoint", "credentials", "size", "image", "user", "key",
-         "network", "firewall", "bucket", "metadata_url")
+         "network", "firewall", "bucket", "metadata_url", "shutdown_command")
 _ORDER = ("type", "project", "zone", "zones", "endpoint", "storage_endpoint", "credentials", "size", "image", "user",
           "key", "network", "firewall", "address", "preemptible", "max_instances", "idle_timeout",
           "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every", "notice_every",
-          "max_preemptions", "fallback", "zone_cooldown")
+          "max_preemptions", "fallback", "zone_cooldown", "orphan_timeout", "shutdown_command")
 KEYS = frozenset(_ORDER)
 REQUIRED = {"credentials": "a service-account JSON key file", "size": "a machine type, e.g. e2-small",
             "image": "an image or image family, e.g. debian-12"}

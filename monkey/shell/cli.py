@@ -38,7 +38,8 @@ class Parser(argparse.ArgumentParser):
         """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
         if message.startswith("unrecognized arguments: "):
             word = message.split()[2].partition("=")[0]
-            return suggest(word, _long_options(self)) if word.startswith("-") else ""
+            # (never the word itself: an option of another sub-command)
+            return suggest(word, set(_long_options(self)) - {word}) if word.startswith("-") else ""
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             return suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
@@ -124,6 +125,8 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     prov.add_argument("--monkey-instances", action="store_true",
                       help="the cloud instances monkey created: state, size, spot, address, "
                            "jobs, age and estimated cost so far")
+    prov.add_argument("--all", "-a", action="store_true",
+                      help="with --monkey-instances: the terminated ones too, with why they ended")
     prov.set_defaults(func=cmd_list_providers)
     sweeps = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
     sweeps.add_argument("--json", action="store_true", help="print JSON")
@@ -429,7 +432,9 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     if args.monkey_instances:
         from monkey.shell.provider_commands import print_monkey_instances
 
-        return print_monkey_instances(m.monkey_instances(), args.json)
+        return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
+    if args.all:
+        raise UsageError("--all goes with --monkey-instances: monkey list providers --monkey-instances --all")
     counts: dict[str, dict[str, int]] = {}
     for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
         c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
@@ -469,7 +474,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 
 
 def cmd_info_job(args: argparse.Namespace) -> int:
-    from monkey.shell.table import duration, render, state_text, use_colour
+    from monkey.shell.table import duration, printable, render, state_text, use_colour
 
     m = _monkey()
     if args.files:
@@ -546,8 +551,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     for key, value in info["env"].items():
         fields.append((f"env {key}", value if len(value) < 80 else value[:77] + "..."))
     width = max(len(k) for k, _ in fields)
-    for key, value in fields:
-        print(f"{key.ljust(width)}  {value}")
+    for key, value in fields:  # the state alone may hold colours; the rest is escaped
+        print(f"{key.ljust(width)}  {value if key == 'state' else printable(value)}")
     last = info.get("last_output")
     if last:
         print(f"\nlast output of attempt {last['attempt']}"
@@ -677,9 +682,10 @@ def _daemon_status(home: Home) -> int:
     pid = daemon.status(home)
     if pid:
         why = daemon.condition(home)
-        print(f"core running (pid {pid}) for {home.root}" + (f", but {why}" if why else ""))
+        print(f"core running ({daemon.who(home)}) for {home.root}" + (f", but {why}" if why else ""))
     else:
-        print("core not running")
+        why = daemon.read_only(home)
+        print("core not running" + (f"; it cannot start: {why}" if why else ""))
     mine, core, agent = version(), daemon.core_version(home), daemon.local_agent(home)
     print(f"  cli    {mine}")
     if pid:

@@ -452,10 +452,13 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
     if not instances:
         print("no instances: monkey creates them for jobs of cloud providers (`monkey run -p NAME`)")
         return 0
-    render(["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST"],
+    why = any("ended" in i for i in instances)  # --all: why each terminated one ended
+    render(["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST",
+            *(["ENDED"] if why else [])],
            [[i["id"], i["provider"], i["state"], i["size"] or "-", "spot" if i["spot"] else "-",
              i["address"] or "-", ",".join(i["jobs"]) or "-", ago(i["age"]),
-             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"])]
+             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"]),
+             *([i.get("ended") or "-"] if why else [])]
             for i in instances])  # fmt: skip
     total = [i["cost"] for i in instances if i["cost"] is not None]
     if total:

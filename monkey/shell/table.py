@@ -42,6 +42,11 @@ def state_text(state: str, enabled: bool) -> str:
 _ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
 
+def printable(text: str) -> str:
+    """TEXT with its control characters escaped (a newline as \\n), as table cells show them."""
+    return text.translate(_ESCAPES)
+
+
 def render(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
