@@ -94,7 +94,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if args.follow:
         from monkey.shell.cli import _follow
 
-        return _follow(m, job.juid, stderr=False)
+        return _follow(m, job.juid, "both")
     return 0
 
 
