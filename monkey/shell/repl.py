@@ -192,6 +192,7 @@ class MonkeyShell(cmd2.Cmd):
         saved = sys.stdout
         sys.stdout = _CommandOutput(self.stdout)
         try:
+            cli.check_jobs(args)
             status = int(args.func(args) or 0)
         except MonkeyError as exc:
             self.perror(f"error: {exc}")

@@ -34,6 +34,7 @@ from monkey.store.errors import (
     sqlite_failure,
 )
 from monkey.store.housekeeping import HousekeepingStore
+from monkey.store.instance_requests import InstanceRequestStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.outputs import OutputQueries
@@ -200,7 +201,8 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore):
+class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore,
+            InstanceRequestStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
