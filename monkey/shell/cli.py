@@ -329,6 +329,8 @@ commands:
   completion bash|zsh        a completion script: eval "$(monkey completion bash)"
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
+  provider add gcp NAME      add a GCE project: creates its firewall rule, key and bucket
+  provider add slurm NAME    add a Slurm partition (--login USER@HOST from a laptop)
   provider check NAME        connect to a provider's hosts and report each
   create instance --provider P   create (cloud) or claim (SSH) an instance ahead of jobs
   delete instance ID         terminate (cloud) or release (SSH) an instance
@@ -349,7 +351,7 @@ commands:
   gc                         free blobs no job needs and folders of deleted jobs
   du                         disk used by jobs, blobs, environments
 
-JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
+JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --juid JOB.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
 """
 
