@@ -465,6 +465,9 @@ class Monkey(RerunAPI, TrackingAPI):
             raise MonkeyError(f"no provider {provider!r} (configured: {names}); add one with "
                               "`monkey provider add`")
         kind = driver_class(config.type)
+        if kind.batches:
+            raise MonkeyError(f"provider {provider!r} ({config.type}) gets one allocation per job "
+                              "when it starts; there is no instance to create ahead")
         if not kind.elastic and config.type != "ssh":
             raise MonkeyError(f"provider {provider!r} ({config.type}) runs jobs on this machine; "
                               "there is no instance to create")

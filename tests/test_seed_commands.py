@@ -160,3 +160,36 @@ def test_create_delete_instance_bad_input(cli, home: Path, argv: list[str], mess
     proc = cli(*argv)
     assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_create_instance_on_slurm_is_refused_in_one_line(cli, home: Path) -> None:
+    home.mkdir(exist_ok=True)
+    (home / "providers.yml").write_text("providers:\n  hpc: {type: slurm, partition: debug}\n")
+    proc = cli("create", "instance", "--provider", "hpc")
+    assert proc.returncode == 1
+    assert proc.stderr == ("monkey: error: provider 'hpc' (slurm) gets one allocation per job "
+                           "when it starts; there is no instance to create ahead\n")
+
+
+def test_a_request_left_under_way_by_a_dead_core_ends_in_one_line(cli, home: Path) -> None:
+    from monkey.config import Home
+    from monkey.store import Store
+
+    store = Store(Home(home).ensure().db)
+    try:
+        rid = store.add_instance_request("create", "local")
+        store.set_instance_request(rid, "working")  # as a core that died mid-create left it
+    finally:
+        store.close()
+    cli("daemon", "start", check=True)
+
+    def state() -> dict[str, Any]:
+        s = Store(Home(home).db)
+        try:
+            return s.instance_request(rid) or {}
+        finally:
+            s.close()
+
+    wait_for(lambda: state()["state"] == "failed", what="the request to be failed")
+    assert state()["detail"].startswith("the core stopped while it was under way")
+    cli("daemon", "stop")

@@ -68,6 +68,7 @@ class Elastic:
         self.list_failed: set[str] = set()  # providers whose last listing failed
         self.noticed: set[str] = set()  # machines whose agent saw a spot/preemption notice
         self.sweep_providers: dict[str, str | None] = {}  # per sweep: its cells' provider
+        self.requests_seen = False  # requests left under way by an earlier core were looked at
 
     def tick(self, now: float, waiting: dict[str, list[Resources]],
              on_demand: dict[str, list[Resources]] | None = None) -> None:
@@ -311,6 +312,14 @@ class Elastic:
 
     def requests(self, now: float) -> None:
         """Carry out the pending create/delete requests; follow those under way."""
+        if not self.requests_seen:  # an earlier core died with these under way
+            self.requests_seen = True
+            for req in self.core.store.open_instance_requests():
+                if req["state"] == "working" and req["action"] == "create":
+                    self._request_failed(req, "the core stopped while it was under way (an "
+                                         "instance it made unrecorded is terminated); try again")
+                elif req["state"] == "working":
+                    self.core.store.set_instance_request(req["id"], "pending")
         for req in self.core.store.open_instance_requests():
             name = req["provider"]
             try:
