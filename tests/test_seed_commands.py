@@ -193,3 +193,12 @@ def test_a_request_left_under_way_by_a_dead_core_ends_in_one_line(cli, home: Pat
     wait_for(lambda: state()["state"] == "failed", what="the request to be failed")
     assert state()["detail"].startswith("the core stopped while it was under way")
     cli("daemon", "stop")
+
+
+def test_tab_completes_job_ids_after_juid(cli, home: Path) -> None:
+    juid = cli("run", "--", "true", check=True).stdout.strip()
+    for argv in (["logs", "--follow", "--juid", ""], ["job", "pause", "--juid", juid[:4]],
+                 ["web", "--juid", ""], ["report", "--jobs", juid[:4]]):
+        words = cli("__complete", *argv, check=True).stdout.split()
+        assert juid in words, (argv, words)
+    assert cli("__complete", "logs", "--ju", check=True).stdout.split() == ["--juid"]
