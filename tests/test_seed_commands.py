@@ -105,8 +105,17 @@ def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: La
         assert "max_instances is 1" in again.stderr
         assert len(moto.instances()) == 1
 
-        gone = cli("delete", "instance", instance)
+        # One that runs a job is ended only with --force: the job ends lost.
+        busy = cli("run", "-p", "aws", "--", "sleep", "120", check=True).stdout.strip()
+        wait_for(lambda: info(cli, busy)["state"] == "running", what="the job to run")
+        refused = cli("delete", "instance", instance)
+        assert refused.returncode == 1 and refused.stderr == (
+            f"monkey: error: deleting {instance}: instance {instance} runs job(s) {busy}; cancel "
+            f"them first (`monkey job cancel {busy}`), or add --force (they end lost and are "
+            "retried while retries remain)\n")
+        gone = cli("delete", "instance", instance[:9], "--force")  # a unique prefix
         assert (gone.returncode, gone.stdout) == (0, f"{instance} terminated\n"), gone.stderr
+        wait_for(lambda: info(cli, busy)["state"] == "lost", what="the job to end lost")
         wait_for(lambda: all(i["State"]["Name"] in ("shutting-down", "terminated")
                              for i in moto.instances()), what="the termination")
         missing = cli("delete", "instance", instance)
@@ -132,6 +141,8 @@ def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> N
 
     wrong = cli("create", "instance", "--provider", "lab", "--size", "t3.micro")
     assert wrong.returncode == 1 and "--size and --spot are for cloud providers" in wrong.stderr
+    named = cli("create", "instance", "--provider", "lab", "--host", "h1")  # as `run --host`
+    assert (named.returncode, named.stdout) == (0, "lab/h1\n"), named.stderr
     nohost = cli("create", "instance", "--provider", "lab", "--host", "nope")
     assert nohost.returncode == 1 and "has no host 'nope'; its hosts: lab/h1" in nohost.stderr
     local = cli("create", "instance", "--provider", "local")
@@ -140,7 +151,12 @@ def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> N
     busy = cli("run", "-p", "lab", "--", "sleep", "60", check=True).stdout.strip()
     wait_for(lambda: info(cli, busy)["state"] == "running", what="the job to run")
     refused = cli("delete", "instance", "lab/h1")
-    assert refused.returncode == 1 and f"runs job(s) {busy}; cancel them first" in refused.stderr
+    assert refused.returncode == 1 and refused.stderr == (
+        f"monkey: error: deleting lab/h1: instance lab/h1 runs job(s) {busy}; cancel them "
+        f"first (`monkey job cancel {busy}`)\n")
+    forced = cli("delete", "instance", "lab/h1", "--force")  # an SSH host's jobs would run on
+    assert forced.returncode == 1 and "--force" not in forced.stderr, forced.stderr
+    assert info(cli, busy)["state"] == "running"
     cli("job", "cancel", busy, check=True)
     assert ended(cli, busy) == "cancelled"
     gone = cli("delete", "instance", "lab/h")  # a unique prefix

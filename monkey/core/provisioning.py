@@ -342,7 +342,8 @@ class Elastic:
         if drv.elastic:
             if req["state"] == "pending" and name in self.inventoried:
                 self.core.store.set_instance_request(req["id"], "working")
-                options = None if req["spot"] is None else {"spot": req["spot"]}
+                # EC2 says spot, GCE preemptible
+                options = None if req["spot"] is None else {"spot": req["spot"], "preemptible": req["spot"]}
                 self._create(name, drv, req["size"], options, request=req["id"])
             return
         hosts = getattr(drv, "hosts", None)
@@ -351,6 +352,8 @@ class Elastic:
                                  "create or claim: it runs jobs on this machine")
             return
         instance = req["instance"] or next((i for i in hosts if not hosts[i].up), next(iter(hosts)))
+        if f"{name}/{instance}" in hosts:  # --host gpu1, as `run --host` takes it
+            instance = f"{name}/{instance}"
         if instance not in hosts:
             self._request_failed(req, f"provider {name!r} has no host {instance!r}; its hosts: "
                                  + ", ".join(hosts))
@@ -383,10 +386,11 @@ class Elastic:
             self._request_failed(req, f"instance {instance} of {name} is gone already")
             return
         jobs = [a.juid for a in self.core.store.live_attempts(instance)]
-        if jobs and not req["force"]:
+        if jobs and not (req["force"] and drv.elastic):  # an SSH host's jobs would run on
             self._request_failed(req, f"instance {instance} runs job(s) {', '.join(jobs)}; "
-                                 "cancel them first, or add --force (they end lost and are "
-                                 "retried while --retries remain)")
+                                 f"cancel them first (`monkey job cancel {' '.join(jobs)}`)"
+                                 + (", or add --force (they end lost and are retried while "
+                                    "retries remain)" if drv.elastic else ""))
             return
         self.core.store.set_instance_request(req["id"], "working")
         if drv.elastic:

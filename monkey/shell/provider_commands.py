@@ -494,7 +494,8 @@ def delete_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser
     inst.add_argument("instance", metavar="ID", help="instance id or a unique prefix "
                       "(`monkey list providers`)")
     inst.add_argument("--force", action="store_true",
-                      help="also when it runs jobs: they end lost (retried while --retries remain)")
+                      help="a cloud instance also when it runs jobs: they end lost (retried "
+                      "while retries remain)")
     inst.set_defaults(func=cmd_delete_instance)
     return p
 
