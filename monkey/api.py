@@ -456,6 +456,65 @@ class Monkey(RerunAPI, TrackingAPI):
                 out[-1]["ended"] = events[-1]["detail"] if events else None
         return out
 
+    # -- instances on request: `monkey create|delete instance` -----------------------------
+
+    def create_instance(self, provider: str, size: str | None = None, spot: bool | None = None,
+                        host: str | None = None, timeout: float = 300) -> dict[str, Any]:
+        """Have the core create a cloud instance of PROVIDER (SIZE, SPOT: default the
+        entry's), or claim an SSH host (HOST: default one not reached yet), before any job
+        needs it; it then takes jobs and idles out as usual. The request as it ended
+        (``instance``: its id); MonkeyError when it failed or is still under way."""
+        config = self.providers.get(provider)
+        if config is None:
+            names = ", ".join(sorted(self.providers))
+            raise MonkeyError(f"no provider {provider!r} (configured: {names}); add one with "
+                              "`monkey provider add`")
+        kind = driver_class(config.type)
+        if kind.batches:
+            raise MonkeyError(f"provider {provider!r} ({config.type}) gets one allocation per job "
+                              "when it starts; there is no instance to create ahead")
+        if not kind.elastic and config.type != "ssh":
+            raise MonkeyError(f"provider {provider!r} ({config.type}) runs jobs on this machine; "
+                              "there is no instance to create")
+        if kind.elastic and host is not None:
+            raise MonkeyError(f"--host is for SSH providers; {provider!r} ({config.type}) "
+                              "creates its instances (use --size, --spot)")
+        if not kind.elastic and (size is not None or spot is not None):
+            raise MonkeyError(f"provider {provider!r} is a set of SSH hosts: --size and --spot "
+                              "are for cloud providers (choose a host with --host)")
+        rid = self.store.add_instance_request("create", provider, host, size, spot)
+        return self._await_request(rid, f"creating an instance of {provider}", timeout)
+
+    def delete_instance(self, ref: str, force: bool = False, timeout: float = 300) -> dict[str, Any]:
+        """Have the core terminate a cloud instance, or release an SSH host (its agent stops
+        once idle); REF is an instance id or a unique prefix. One that runs jobs only with
+        FORCE (they end lost and are retried while retries remain)."""
+        live = [r for r in self.store.instances(live=True) if r["provider"] in self.providers]
+        found = [r for r in live if r["id"] == ref] or [r for r in live if r["id"].startswith(ref)]
+        if len(found) != 1:
+            known = ", ".join(r["id"] for r in live) or "none"
+            why = "matches several instances" if found else "is no live instance"
+            raise MonkeyError(f"{ref!r} {why} (live: {known}); see `monkey list providers`")
+        row = found[0]
+        rid = self.store.add_instance_request("delete", row["provider"], row["id"], force=force)
+        return self._await_request(rid, f"deleting {row['id']}", timeout)
+
+    def _await_request(self, rid: int, what: str, timeout: float) -> dict[str, Any]:
+        """Wake the core and wait until it carried out request RID."""
+        self.wake(f"{what} (request {rid})")
+        deadline = time.monotonic() + timeout
+        while True:
+            req = self.store.instance_request(rid)
+            assert req is not None
+            if req["state"] == "done":
+                return req
+            if req["state"] == "failed":
+                raise MonkeyError(f"{what}: {req['detail']}")
+            if time.monotonic() > deadline:
+                raise MonkeyError(f"{what}: still under way after {timeout:.0f}s; the core goes "
+                                  "on with it (see `monkey list providers`)")
+            time.sleep(0.1)
+
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
         """juid -> estimated cost ``{"total", "preempted"}`` in $, for jobs with any known."""
         from monkey.store.cost import job_costs

@@ -250,3 +250,16 @@ def test_rerun_on_another_provider(cli, home: Path, lab, project) -> None:  # no
     info = job_info(cli, second)
     assert info["provider"] == "lab" and info["instance"] == "lab/h1"
     assert info["rerun_of"]["changes"] == {"provider": ["local", "lab"]}
+
+
+@pytest.mark.parametrize("flag", ["-f", "--follow"])
+def test_rerun_follow_streams_the_new_job_and_exits_with_its_code(cli, home: Path, flag: str) -> None:
+    juid = cli("run", "--", "sh", "-c", "echo hi $0; exit 3", "there", check=True).stdout.strip()
+    wait_for(lambda: job_info(cli, juid)["state"] == "failed", what=f"{juid} to fail")
+    again = cli("rerun", juid, flag)
+    assert "Traceback" not in again.stderr, again.stderr
+    assert again.returncode == 3, again.stderr
+    assert again.stdout == "hi there\n"
+    new = re.match(r"monkey: job (\S+) queued on local\n", again.stderr)
+    assert new and new.group(1) != juid, again.stderr
+    assert f"monkey: job {new.group(1)} failed" in again.stderr

@@ -29,6 +29,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import NoCapacity
 from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources, State
 from monkey.store.tracking import HOLD
@@ -67,6 +68,7 @@ class Elastic:
         self.list_failed: set[str] = set()  # providers whose last listing failed
         self.noticed: set[str] = set()  # machines whose agent saw a spot/preemption notice
         self.sweep_providers: dict[str, str | None] = {}  # per sweep: its cells' provider
+        self.requests_seen = False  # requests left under way by an earlier core were looked at
 
     def tick(self, now: float, waiting: dict[str, list[Resources]],
              on_demand: dict[str, list[Resources]] | None = None) -> None:
@@ -287,8 +289,10 @@ class Elastic:
 
     def _create(self, name: str, drv: Driver, size: str | None,
                 options: dict[str, object] | None = None, count: int = 1,
-                throttle: int | None = None) -> None:
-        """Create one machine, or COUNT with one ``create_nodes`` call (batching kinds)."""
+                throttle: int | None = None, request: int | None = None) -> None:
+        """Create one machine, or COUNT with one ``create_nodes`` call (batching kinds).
+        REQUEST: the user's `create instance` this is for (its outcome is recorded there;
+        a failure is the user's to see, not the provider's to back off from)."""
         self.creating[name] = self.creating.get(name, 0) + count
         key = ("create", name, sum(self.creating.values()))
 
@@ -296,12 +300,19 @@ class Elastic:
             self.creating[name] -= count
             self.failures.pop(name, None)
             for inst in made if isinstance(made, list) else [made]:
-                self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})")
+                self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})"
+                                                + (" on request" if request else ""))
                 log.info("%s: created %s (%s)", name, inst.id, inst.size)
+                if request is not None:
+                    self.core.store.set_instance_request(request, "done", instance=inst.id)
             self.core.store.set_provider_error(name, None)
 
         def failed(exc: BaseException) -> None:
             self.creating[name] -= count
+            if request is not None:
+                why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+                self.core.store.set_instance_request(request, "failed", detail=why)
+                return
             failures = self.failures[name] = self.failures.get(name, 0) + 1
             delay = min(_BACKOFF_MAX, 2.0 ** failures)
             self.retry_at[name] = time.time() + delay
@@ -316,6 +327,110 @@ class Elastic:
             return drv.create_node(size, options) if options else drv.create_node(size)  # type: ignore[call-arg]
 
         self.core.workers.submit(key, create, created, failed)
+
+    # -- the user's requests: `monkey create|delete instance` ---------------------------------
+
+    def requests(self, now: float) -> None:
+        """Carry out the pending create/delete requests; follow those under way."""
+        if not self.requests_seen:  # an earlier core died with these under way
+            self.requests_seen = True
+            for req in self.core.store.open_instance_requests():
+                if req["state"] == "working" and req["action"] == "create":
+                    self._request_failed(req, "the core stopped while it was under way (an "
+                                         "instance it made unrecorded is terminated); try again")
+                elif req["state"] == "working":
+                    self.core.store.set_instance_request(req["id"], "pending")
+        for req in self.core.store.open_instance_requests():
+            name = req["provider"]
+            try:
+                drv = self.core.driver(name)
+            except MonkeyError as exc:
+                self._request_failed(req, str(exc))
+                continue
+            if req["action"] == "create":
+                self._create_request(req, name, drv, now)
+            else:
+                self._delete_request(req, name, drv, now)
+
+    def _request_failed(self, req: dict[str, Any], why: str) -> None:
+        log.error("%s instance on %s refused: %s", req["action"], req["provider"], why)
+        self.core.store.set_instance_request(req["id"], "failed", detail=why)
+
+    def _create_request(self, req: dict[str, Any], name: str, drv: Driver, now: float) -> None:
+        """A cloud machine is created like one for a waiting job (then idles out as usual);
+        an SSH host is claimed: the core contacts it and starts its agent."""
+        if drv.elastic:
+            if req["state"] == "pending" and name in self.inventoried:
+                self.core.store.set_instance_request(req["id"], "working")
+                # EC2 says spot, GCE preemptible
+                options = None if req["spot"] is None else {"spot": req["spot"], "preemptible": req["spot"]}
+                self._create(name, drv, req["size"], options, request=req["id"])
+            return
+        hosts = getattr(drv, "hosts", None)
+        if not hosts:
+            self._request_failed(req, f"provider {name!r} ({drv.kind}) has no instances to "
+                                 "create or claim: it runs jobs on this machine")
+            return
+        instance = req["instance"] or next((i for i in hosts if not hosts[i].up), next(iter(hosts)))
+        if f"{name}/{instance}" in hosts:  # --host gpu1, as `run --host` takes it
+            instance = f"{name}/{instance}"
+        if instance not in hosts:
+            self._request_failed(req, f"provider {name!r} has no host {instance!r}; its hosts: "
+                                 + ", ".join(hosts))
+            return
+        if req["state"] == "pending":
+            self.core.store.set_instance_request(req["id"], "working", instance=instance)
+            self.core.connect((name, instance))
+            return
+        host = hosts[instance]
+        if host.up and (name, instance) in self.core.links:
+            self.core.store.set_instance_request(req["id"], "done")
+        elif host.error and not host.transient:
+            self._request_failed(req, host.error)
+        elif now - req["updated_at"] > drv.boot_timeout:
+            self._request_failed(req, f"{instance} not reached within {drv.boot_timeout:.0f}s"
+                                 + (f" ({host.error})" if host.error else ""))
+        elif (name, instance) not in self.core.links:
+            self.core.connect((name, instance))  # after a failed try, at its retry time
+
+    def _delete_request(self, req: dict[str, Any], name: str, drv: Driver, now: float) -> None:
+        """A cloud machine is terminated, an SSH host released (its agent stops once idle);
+        one that runs jobs only with --force (they end `lost`, retried with --retries)."""
+        instance = req["instance"]
+        row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
+        if req["state"] == "working":
+            if row is None or row["state"] == "terminated" or not drv.elastic:
+                self.core.store.set_instance_request(req["id"], "done")
+            return
+        if row is None or row["state"] == "terminated":
+            self._request_failed(req, f"instance {instance} of {name} is gone already")
+            return
+        jobs = [a.juid for a in self.core.store.live_attempts(instance)]
+        if jobs and not (req["force"] and drv.elastic):  # an SSH host's jobs would run on
+            self._request_failed(req, f"instance {instance} runs job(s) {', '.join(jobs)}; "
+                                 f"cancel them first (`monkey job cancel {' '.join(jobs)}`)"
+                                 + (", or add --force (they end lost and are retried while "
+                                    "retries remain)" if drv.elastic else ""))
+            return
+        self.core.store.set_instance_request(req["id"], "working")
+        if drv.elastic:
+            self._destroy(name, drv, instance, "deleted on request")
+        else:
+            self._release_host(name, drv, instance)
+        if jobs:
+            self._end_attempts(name, instance)
+
+    def _release_host(self, name: str, drv: Driver, instance: str) -> None:
+        """Ask a fixed host's agent to stop once it runs no job, and drop the link to it."""
+        key = (name, instance)
+        link = self.core.links.get(key)
+        if link is None or link.closed:
+            return  # no agent of ours is linked there
+        self.core.release(key)
+        try:
+            link.send("shutdown", if_idle=True)  # the agent's reply ends the link
+        except (AgentGone, OSError) as exc:
+            log.warning("releasing %s: %s", instance, exc)
 
     # -- shrinking -------------------------------------------------------------------------
 

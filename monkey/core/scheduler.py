@@ -254,6 +254,7 @@ class Core:
                         self._not_ready(name, None)
         if self.woken or health:
             self.apply_requests()
+            self.elastic.requests(now)
         self.woken = False
         placed_nowhere = False
         if self.dirty or health or (self.ready_at is not None and self.ready_at <= now):

@@ -73,6 +73,66 @@ def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
     return cls(prog=f"monkey {prog}", description=help)
 
 
+# -- JOB arguments: a positional, or `--juid JOB` as the original Monkey's scripts write ---
+
+
+class _JobRef(argparse.Action):
+    """Fills DEST from the JOB positional or from --juid; one job (many: a list)."""
+
+    many = False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = values if isinstance(values, list) else [] if values is None else [values]
+        if not given:  # the positional, absent
+            return
+        before = getattr(namespace, self.dest)
+        if before is not None and not self.many:
+            parser.error("give the job once: as JOB or as --juid JOB")
+        setattr(namespace, self.dest, [*(before or []), *given] if self.many else given[0])
+
+
+class _JobRefs(_JobRef):
+    many = True
+
+
+def job_argument(p: argparse.ArgumentParser, dest: str = "job", count: str | int = 1,
+                 default: str | None = None, help: str = "job id, unique prefix, or `last`") -> None:
+    """Add DEST, the job(s) a command takes: positional JOB, or --juid JOB (repeatable when
+    COUNT, argparse's nargs, allows several). COUNT 1 with DEFAULT None means required;
+    "?" optional (DEFAULT when absent); "+", "*" or an int as in argparse."""
+    many = count not in (1, "?")
+    action = _JobRefs if many else _JobRef
+    p.add_argument(dest, nargs="*" if many else "?", metavar="JOB", action=action, default=None,
+                   help=help + " (or --juid JOB" + (", repeatable)" if many else ")"))
+    p.add_argument("--juid", dest=dest, metavar="JOB", action=action, default=None,
+                   help="the job, as the original Monkey's scripts give it" if not many
+                   else "a job, as the original Monkey's scripts give it (repeatable)")
+    p.set_defaults(_job_rule=(dest, count, default, p))  # the parser: its prog as the shell set it
+
+
+def check_jobs(args: argparse.Namespace) -> None:
+    """Apply the rule job_argument() set: a missing required JOB is a UsageError."""
+    rule = getattr(args, "_job_rule", None)
+    if rule is None:
+        return
+    dest, count, default, parser = rule
+    prog = parser.prog
+    value = getattr(args, dest)
+    if count in (1, "?"):
+        if value is None:
+            if count == 1:
+                raise UsageError(f"{prog}: name the job (JOB or --juid JOB, e.g. `last`); "
+                                 f"see `{prog} --help`")
+            setattr(args, dest, default)
+        return
+    value = value or []
+    setattr(args, dest, value)
+    if count == "+" and not value or isinstance(count, int) and len(value) != count:
+        need = "at least one job" if count == "+" else f"{count} jobs"
+        raise UsageError(f"{prog}: give {need} (JOB or --juid JOB); see `{prog} --help`")
+
+
 # -- parsers --------------------------------------------------------------------------
 
 
@@ -138,7 +198,7 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = _parser(cls, "info", "Show everything known about a job.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
     job = sub.add_parser("job", help="one job in full", description="One job in full.")
-    job.add_argument("job", help="job id, unique prefix, or `last`")
+    job_argument(job)
     job.add_argument("--json", action="store_true", help="print JSON")
     job.add_argument("--files", action="store_true",
                      help="list its code files with sizes and digests")
@@ -149,7 +209,7 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = _parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
                 "written (all attempts, oldest first, each marked).")
-    p.add_argument("job", nargs="?", default="last", help="job id, unique prefix, or `last` (default)")
+    job_argument(p, count="?", default="last", help="job id, unique prefix, or `last` (default)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing until the job ends; exit with its exit code")
     stream = p.add_mutually_exclusive_group()
@@ -175,7 +235,7 @@ def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     }
     for action, text in texts.items():
         a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
-        a.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+        job_argument(a, "jobs", "+", help="job ids, prefixes, or `last`")
         a.set_defaults(func=cmd_job)
     return p
 
@@ -184,7 +244,7 @@ def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = _parser(cls, "kill", "Same as `job cancel`.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
     job = sub.add_parser("job", help="cancel jobs", description="Cancel jobs.")
-    job.add_argument("jobs", nargs="+", metavar="JOB", help="job ids, prefixes, or `last`")
+    job_argument(job, "jobs", "+", help="job ids, prefixes, or `last`")
     job.set_defaults(func=cmd_job, action="cancel")
     return p
 
@@ -232,6 +292,8 @@ _MODULES = {
     "compare": ("tracking_commands", "compare_parser"),
     "diff": ("tracking_commands", "diff_parser"),
     "provider": ("provider_commands", "provider_parser"),
+    "create": ("provider_commands", "create_parser"),
+    "delete": ("provider_commands", "delete_parser"),
     "rerun": ("rerun_commands", "rerun_parser"), "clone": ("rerun_commands", "clone_parser"),
     "cat": ("rerun_commands", "cat_parser"),
     "rm": ("disk_commands", "rm_parser"), "gc": ("disk_commands", "gc_parser"),
@@ -270,7 +332,11 @@ commands:
   completion bash|zsh        a completion script: eval "$(monkey completion bash)"
   provider add ssh NAME      add SSH hosts: --host [USER@]HOST[:PORT]... (repeatable)
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
+  provider add gcp NAME      add a GCE project: creates its firewall rule, key and bucket
+  provider add slurm NAME    add a Slurm partition (--login USER@HOST from a laptop)
   provider check NAME        connect to a provider's hosts and report each
+  create instance --provider P   create (cloud) or claim (SSH) an instance ahead of jobs
+  delete instance ID         terminate (cloud) or release (SSH) an instance
   dash [JOB]                 the full-screen dashboard (`web --juid JOB` too)
   init                       write a commented job.yml for this project
   pull JOB [--to DIR]        fetch a job's persisted folders (job.yml `persist`)
@@ -288,7 +354,7 @@ commands:
   gc                         free blobs no job needs and folders of deleted jobs
   du                         disk used by jobs, blobs, environments
 
-JOB is a job id (26-11-21-001), a unique prefix of one, or `last`.
+JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --juid JOB.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
 """
 
@@ -722,7 +788,8 @@ def expand(argv: list[str]) -> list[str]:
     """ARGV with a short form written out in full."""
     if argv[0] in SHORT_FORMS:
         return [*SHORT_FORMS[argv[0]], *argv[1:]]
-    if argv[0] == "info" and len(argv) > 1 and argv[1] != "job" and not argv[1].startswith("-"):
+    if argv[0] == "info" and len(argv) > 1 and argv[1] != "job" \
+            and (not argv[1].startswith("-") or argv[1].partition("=")[0] == "--juid"):
         return ["info", "job", *argv[1:]]
     return argv
 
@@ -737,6 +804,7 @@ def dispatch(argv: list[str]) -> int:
         raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
                          f"(commands: {', '.join(names)}; see monkey --help)")
     args = builder().parse_args(argv[1:])
+    check_jobs(args)
     return int(args.func(args) or 0)
 
 

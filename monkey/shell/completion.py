@@ -54,6 +54,9 @@ def candidates(words: list[str], parsers: dict[str, Callable[..., argparse.Argum
         if word in sub:
             parser = sub[word]
     positionals = [a for a in parser._actions if not a.option_strings]
+    option = parser._option_string_actions.get(done[-1])
+    if option is not None and option.dest in JOB_ARGS and not current.startswith("-"):
+        return [c for c in ["last", *recent_jobs()] if c.startswith(current)]  # --juid JOB
     if current.startswith("-"):
         found = [o for o in parser._option_string_actions if o.startswith("--")]
     else:

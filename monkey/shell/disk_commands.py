@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError, human_size
+from monkey.shell.cli import job_argument
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
                 "on a terminal); then `monkey gc` frees the blobs no job needs.")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, unique prefixes, or `last`")
+    job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
     p.add_argument("--sweep", metavar="S", help="the jobs of this sweep")
     p.add_argument("--older-than", metavar="AGE", help="jobs ended longer ago than AGE (30d, 12h)")
     p.add_argument("--failed", action="store_true", help="failed jobs only")

@@ -35,7 +35,9 @@ def pull_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(prog="monkey pull",
                         description="Fetch a job's persisted folders (job.yml `persist`).",
                         epilog="Each lands at its path under DIR.")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    from monkey.shell.cli import job_argument
+
+    job_argument(p)
     p.add_argument("--to", metavar="DIR", help="where to put them (default: ./JOB)")
     p.add_argument("--force", action="store_true", help="write into folders that are not empty")
     p.set_defaults(func=cmd_pull)

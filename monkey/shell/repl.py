@@ -125,7 +125,7 @@ def _complete_jobs(parser: argparse.ArgumentParser, paths: bool = True) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
                 _complete_jobs(sub, paths)
-        elif action.dest in JOB_ARGUMENTS and not action.option_strings:
+        elif action.dest in JOB_ARGUMENTS:  # JOB, --juid JOB, --jobs JOB...
             action.set_choices_provider(_job_choices)  # type: ignore[attr-defined]
         elif paths and action.dest in PATH_ARGUMENTS:
             action.set_completer(cmd2.Cmd.path_complete)  # type: ignore[attr-defined]
@@ -192,6 +192,7 @@ class MonkeyShell(cmd2.Cmd):
         saved = sys.stdout
         sys.stdout = _CommandOutput(self.stdout)
         try:
+            cli.check_jobs(args)
             status = int(args.func(args) or 0)
         except MonkeyError as exc:
             self.perror(f"error: {exc}")

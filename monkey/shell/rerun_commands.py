@@ -10,13 +10,14 @@ import argparse
 import json
 import sys
 
+from monkey.shell.cli import job_argument
 from monkey.shell.tracking_commands import ParserClass, _monkey, _parser, _usage
 
 
 def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "rerun", "Queue a job again from its record alone (same code, data, "
                 "env), with --set PARAM=VALUE overrides; or cells of a sweep with --sweep.")
-    p.add_argument("job", nargs="?", help="job id, unique prefix, or `last`")
+    job_argument(p, count="?")
     p.add_argument("--set", "-s", action="append", default=[], metavar="PARAM=VALUE",
                    dest="sets", help="change a parameter wherever the command gives it "
                    "(--lr 0.1, --lr=0.1, lr=0.1, a sweep's {lr}); repeatable")
@@ -41,7 +42,7 @@ def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def clone_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "clone", "Write a job's code as it was into a folder (a git clone at its "
                 "commit with its uncommitted changes, when it ran in a repository).")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    job_argument(p)
     p.add_argument("--to", metavar="DIR", help="the folder to create (default: ./JOB)")
     p.add_argument("--with-data", action="store_true",
                    help="also write its datasets, under DIR/datasets/NAME")
@@ -51,7 +52,7 @@ def clone_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 def cat_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "cat", "Print one of a job's code files as the job saw it.")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    job_argument(p)
     p.add_argument("path", help="the file's path in the code (see `info job JOB --files`)")
     p.set_defaults(func=cmd_cat)
     return p
@@ -94,7 +95,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if args.follow:
         from monkey.shell.cli import _follow
 
-        return _follow(m, job.juid, stderr=False)
+        return _follow(m, job.juid, "both")
     return 0
 
 

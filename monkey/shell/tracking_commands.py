@@ -14,6 +14,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from monkey.shell.cli import job_argument
+
 if TYPE_CHECKING:
     from monkey.api import Monkey
 
@@ -71,7 +73,7 @@ def fmt(value: Any) -> str:
 
 def metrics_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "metrics", "Show a job's metrics: a summary per series, or the points.")
-    p.add_argument("job", help="job id, unique prefix, or `last`")
+    job_argument(p)
     p.add_argument("--name", "-n", help="only this metric (prints its points)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="every point as JSON")
@@ -118,7 +120,7 @@ def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -
 def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
                 "(needs matplotlib): one panel per metric, runs named by what differs.")
-    p.add_argument("job", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    job_argument(p, "job", "*", help="job ids, prefixes, or `last`")
     _selection(p)
     p.add_argument("--sweep", help="every run of this sweep (default metric: the sweep's)")
     p.add_argument("--metric", "-m", action="append", default=[],
@@ -189,7 +191,7 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last`")
+    job_argument(p, "jobs", "*", help="job ids, prefixes, or `last`")
     p.add_argument("--sweep", "-s", help="every run of this sweep (ranked on its metric)")
     p.add_argument("--sort", metavar="COLUMN", help="sort by a column (metrics: best first)")
     p.add_argument("--reverse", action="store_true", help="reverse the order")
@@ -204,7 +206,7 @@ def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
                 "code, git, data, Python.")
-    p.add_argument("jobs", nargs=2, metavar="JOB", help="two job ids, prefixes, or `last`")
+    job_argument(p, "jobs", 2, help="two job ids, prefixes, or `last`")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_diff)
     return p

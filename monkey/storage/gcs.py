@@ -115,7 +115,7 @@ class GCSStorage(BucketStorage):
                     from google.cloud import storage
                 except ImportError:
                     raise MonkeyError("GCS storage needs google-cloud-storage: pip install "
-                                      "'monkey-runner[gcp]'") from None
+                                      "google-cloud-storage (or '.[gcp]' in monkey's clone)") from None
 
                 options = {"api_endpoint": self.endpoint} if self.endpoint else None
                 creds = AnonymousCredentials() if self.endpoint else self._service_account()

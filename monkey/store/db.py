@@ -35,6 +35,7 @@ from monkey.store.errors import (
 )
 from monkey.store.hosts import HostChoresStore
 from monkey.store.housekeeping import HousekeepingStore
+from monkey.store.instance_requests import InstanceRequestStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.outputs import OutputQueries
@@ -202,7 +203,7 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
 
 
 class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore,
-            HostChoresStore):
+            HostChoresStore, InstanceRequestStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:

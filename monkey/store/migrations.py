@@ -240,6 +240,27 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0013_instance_requests",
+        # `monkey create|delete instance`: written by the CLI, carried out by the core.
+        """
+        CREATE TABLE instance_requests(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            action TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            instance TEXT,
+            size TEXT,
+            spot INTEGER,
+            force INTEGER NOT NULL DEFAULT 0,
+            state TEXT NOT NULL,
+            detail TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX instance_requests_open ON instance_requests(state)
+            WHERE state IN ('pending', 'working');
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -217,7 +217,8 @@ class TrackingStore:
         return [_sweep(r) for r in self.db.execute(sql + " ORDER BY created_at DESC", args)]
 
     def resolve_sweep(self, ref: str) -> str:
-        """A sweep id from a full id, a unique prefix (the `sw-` may be left out), or `last`."""
+        """A sweep id from a full id, its name (`sweep --name`), a unique prefix (the `sw-` may
+        be left out), or `last`."""
         from monkey.models import MonkeyError
 
         ref = ref.strip()
@@ -234,6 +235,14 @@ class TrackingStore:
                 raise MonkeyError(
                     f"{ref!r} is a job" + (f" of sweep {job[0]}; use {job[0]}" if job[0] else
                                           ", not a sweep; sweep ids start with sw-"))
+        named = [r[0] for r in self.db.execute(
+            "SELECT id FROM sweeps WHERE name = ? AND id != ? ORDER BY created_at DESC LIMIT 4",
+            (ref, ref))]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            raise MonkeyError(f"several sweeps are named {ref!r} ({', '.join(named[:3])}"
+                              f"{', ...' if len(named) > 3 else ''}); give the id")
         full = ref if ref.startswith("sw-") else f"sw-{ref}"
         rows = self.db.execute(
             "SELECT id FROM sweeps WHERE id >= ? AND id < ? ORDER BY id LIMIT 3",

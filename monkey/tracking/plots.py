@@ -115,7 +115,7 @@ def png_plot(metrics: dict[str, dict[str, Series]], out: str | Path, style: Styl
     try:
         import matplotlib
     except ImportError:
-        raise MonkeyError("PNG plots need matplotlib: pip install 'monkey-runner[plot]'") from None
+        raise MonkeyError("PNG plots need matplotlib: pip install matplotlib (or '.[plot]' in monkey's clone)") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
     from matplotlib.ticker import MaxNLocator
