@@ -28,7 +28,7 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   Run dirs of earlier agents may hold the exit code in ``exit`` and the
                   started record in ``pid``
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
-                  per line (format: monkey/tracking/logger.py), shipped verbatim
+                  per line (format: track.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
                   ``workdir_name`` W, the code and the cwd are work/W/ instead. Files
                   are reflinks of the blobs where the filesystem has them, else copies
@@ -119,7 +119,7 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
 {...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
 
     hello     -> version (of the protocol), digest (of the agent's code, see code_digest),
-              pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
+              code (the folder it runs from), pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, the code (``files`` and/or ``manifest``:
               see below), blobs_dir, datasets [{digest, env, files, single}],
               workdir_name (optional: one path component, to keep the project folder's
@@ -219,13 +219,15 @@ from typing import Any
 VERSION = "1"
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))  # the agent's code: reported in hello
+
+
 def code_digest() -> str:
     """Digest of this agent's source files as loaded (monkey.version.agent_digest computes
     the same from an installed copy): a core that finds another one replaces the agent."""
-    here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.blake2b(digest_size=12)
-    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
-        with open(os.path.join(here, name), "rb") as f:
+    for name in sorted(n for n in os.listdir(HERE) if n.endswith(".py")):
+        with open(os.path.join(HERE, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
@@ -690,6 +692,25 @@ def read_claim(run_dir: str) -> bytes | None:
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def install_job_path(root: str, digest: str) -> str:
+    """ROOT/jobpath/DIGEST/, made once per agent version: the folder first on every job's
+    PYTHONPATH, holding ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py),
+    so that ``import monkey`` gives a job the in-job API on any worker (see shim.py)."""
+    final = os.path.join(root, "jobpath", digest)
+    if os.path.isfile(os.path.join(final, "monkey_track.py")):
+        return final
+    tmp = f"{final}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "monkey"), 0o755)
+    shutil.copyfile(os.path.join(HERE, "shim.py"), os.path.join(tmp, "monkey", "__init__.py"))
+    shutil.copyfile(os.path.join(HERE, "track.py"), os.path.join(tmp, "monkey_track.py"))
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another agent of this version made it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
@@ -1218,6 +1239,7 @@ class Agent:
         self.reclaims: queue.SimpleQueue[str] | None = None  # code copies to delete
         self.gpus: list[dict[str, Any]] | None = None
         self.digest = code_digest()  # read once: the files may be replaced while it runs
+        self.job_path = install_job_path(root, self.digest)
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
@@ -1547,7 +1569,8 @@ class Agent:
         if self.gpus is None:
             self.gpus = detect_gpus()
         return {
-            "version": VERSION, "digest": self.digest, "pid": os.getpid(), "root": self.root,
+            "version": VERSION, "digest": self.digest, "code": HERE, "pid": os.getpid(),
+            "root": self.root,
             "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
         }  # fmt: skip
 
@@ -1719,6 +1742,8 @@ class Agent:
         # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
         env = {**self.environ, **env}
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{self.job_path}{os.pathsep}{path}" if path else self.job_path
         try:
             if not make_dir(run_dir):  # one made here is new: none of its marks can be there
                 self._check_unused(run_dir)
