@@ -65,9 +65,10 @@ def site_packages(venv: Path) -> Path:
 
 
 def tracked(cli: Any, juid: str) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
-    """The job's compare row (without its id and name) and its points (without times)."""
+    """The job's compare row (without its id, name and cost) and its points (without times)."""
     [row] = json.loads(cli("compare", juid, "--json", check=True).stdout)
     del row["job"], row["name"]
+    row.pop("cost", None)  # a cloud's
     points = json.loads(cli("metrics", juid, "--json", check=True).stdout)
     series = {name: [[p["step"], p["value"]] for p in pts] for name, pts in points.items()
               if not name.startswith("sys/")}
