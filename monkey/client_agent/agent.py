@@ -67,6 +67,11 @@ in that session (see launcher.py): it restores the persisted folders, prepares t
 environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
 saves the persisted folders while it runs and after it ends, before exiting with its code.
 
+Every job gets ``ROOT/jobpath/<digest>/`` first on its PYTHONPATH: a ``monkey`` shim
+(shim.py) and ``monkey_track`` (track.py), so that ``import monkey; monkey.log(...)`` works
+in a job on any worker with nothing installed there, while a ``monkey`` of the job's own
+environment, when it has one, is the one imported.
+
 Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
 file, continued on adoption), ``ts`` (time.time()) and ``type``:
 

@@ -156,8 +156,9 @@ def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
 def expose_monkey(prefix: str) -> None:
     """Let a job inside the environment ``import monkey`` (for ``monkey.log``): a .pth file
     in its site-packages names a folder holding only this worker's monkey package. It comes
-    last on sys.path, so a monkey the requirements install wins. The agent copied to SSH
-    workers carries no tracking code; nothing is done there."""
+    last on sys.path, so a monkey the requirements install wins. The agent copied to other
+    workers carries only the in-job API, which every job gets anyway (shim.py); nothing is
+    done there."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not os.path.isfile(os.path.join(package, "tracking", "logger.py")):
         return
