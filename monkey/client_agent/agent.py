@@ -63,11 +63,11 @@ Each job runs as ``/bin/sh -c WRAPPER monkey-job CWD ARGV...`` (see ``WRAPPER``)
 session whose id is the wrapper's pid P: the shell appends the exit code to its claim
 (``started``) even while the agent is down. A command that cannot be run exits 127. A
 job whose start has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
-in that session (see launcher.py): it restores the persisted folders, prepares the
+(the agent's copy in ``ROOT/jobcode/<digest>/``) in that session: it restores the persisted folders, prepares the
 environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
 saves the persisted folders while it runs and after it ends, before exiting with its code.
 
-Every job gets ``ROOT/jobpath/<digest>/`` first on its PYTHONPATH: a ``monkey`` shim
+Every job gets ``ROOT/jobcode/<digest>/python/`` first on its PYTHONPATH: a ``monkey`` shim
 (shim.py) and ``monkey_track`` (track.py), so that ``import monkey; monkey.log(...)`` works
 in a job on any worker with nothing installed there, while a ``monkey`` of the job's own
 environment, when it has one, is the one imported.
@@ -271,7 +271,6 @@ TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics e
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
 _SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
 _TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+)\]')
-LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -699,18 +698,22 @@ def read_claim(run_dir: str) -> bytes | None:
         return None
 
 
-def install_job_path(root: str, digest: str) -> str:
-    """ROOT/jobpath/DIGEST/, made once per agent version: the folder first on every job's
-    PYTHONPATH, holding ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py),
-    so that ``import monkey`` gives a job the in-job API on any worker (see shim.py)."""
-    final = os.path.join(root, "jobpath", digest)
-    if os.path.isfile(os.path.join(final, "monkey_track.py")):
+def install_job_code(root: str, digest: str) -> str:
+    """ROOT/jobcode/DIGEST/, made once per agent version from this agent's files: what the
+    agent hands its jobs, so that nothing a job runs lives where monkey is installed (a
+    reinstall elsewhere removes that folder while jobs and agents run). It holds
+    ``launcher.py`` and ``python/``, the folder first on every job's PYTHONPATH, with
+    ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py): ``import monkey``
+    gives a job the in-job API on any worker (see shim.py)."""
+    final = os.path.join(root, "jobcode", digest)
+    if os.path.isfile(os.path.join(final, "launcher.py")):
         return final
     tmp = f"{final}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "monkey"), 0o755)
-    shutil.copyfile(os.path.join(HERE, "shim.py"), os.path.join(tmp, "monkey", "__init__.py"))
-    shutil.copyfile(os.path.join(HERE, "track.py"), os.path.join(tmp, "monkey_track.py"))
+    os.makedirs(os.path.join(tmp, "python", "monkey"), 0o755)
+    for src, dest in (("shim.py", "python/monkey/__init__.py"), ("track.py", "python/monkey_track.py"),
+                      ("launcher.py", "launcher.py")):
+        shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
     try:
         os.rename(tmp, final)
     except OSError:  # another agent of this version made it meanwhile
@@ -1244,7 +1247,9 @@ class Agent:
         self.reclaims: queue.SimpleQueue[str] | None = None  # code copies to delete
         self.gpus: list[dict[str, Any]] | None = None
         self.digest = code_digest()  # read once: the files may be replaced while it runs
-        self.job_path = install_job_path(root, self.digest)
+        job_code = install_job_code(root, self.digest)
+        self.launcher = os.path.join(job_code, "launcher.py")
+        self.job_path = os.path.join(job_code, "python")
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
@@ -2090,10 +2095,11 @@ class Agent:
         launch = {
             "run_dir": run_dir, "work": work, "envs": os.path.join(self.root, "envs"),
             "setup": setup, "persist": persist, "persist_dir": persist_dir,
+            "package": os.path.dirname(HERE),
         }  # fmt: skip
         path = os.path.join(run_dir, "launch.json")
         write_atomic(path, json.dumps(launch).encode())
-        return [sys.executable, "-I", LAUNCHER, path, "--", *argv]  # -I: no project module shadows
+        return [sys.executable, "-I", self.launcher, path, "--", *argv]  # -I: no project module shadows
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:

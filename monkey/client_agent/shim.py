@@ -1,6 +1,6 @@
 """The ``monkey`` a job imports on a worker (the agent installs this file as
-``ROOT/jobpath/<agent digest>/monkey/__init__.py``, beside ``monkey_track.py``, a copy of
-track.py, and puts that folder first on the job's PYTHONPATH).
+``ROOT/jobcode/<agent digest>/python/monkey/__init__.py``, beside ``monkey_track.py``, a
+copy of track.py, and puts that folder first on the job's PYTHONPATH).
 
 The job's own ``monkey`` wins: when the rest of the job's import path holds one (monkey
 installed in the job's environment, any version, or an unrelated module of that name),
