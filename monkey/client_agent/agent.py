@@ -710,7 +710,8 @@ def install_job_code(root: str, digest: str) -> str:
         return final
     tmp = f"{final}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "python", "monkey"), 0o755)
+    for folder in (os.path.dirname(final), tmp, f"{tmp}/python", f"{tmp}/python/monkey"):
+        make_dir(folder)  # 0700
     for src, dest in (("shim.py", "python/monkey/__init__.py"), ("track.py", "python/monkey_track.py"),
                       ("launcher.py", "launcher.py")):
         shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
