@@ -77,6 +77,26 @@ def restart(env: dict[str, str] | None = None) -> NoReturn:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **(env or {})})
 
 
+def fresh_entry(module: str, function: str) -> list[str]:
+    """argv running ``module.function()`` with this interpreter and the monkey installed for
+    it now: site's import path of a new process (isolated, ``-I``), not this process's, which
+    may name an install that was removed since (``pip install -e .`` over ``pip install .``)."""
+    return [sys.executable, "-I", "-c", f"from {module} import {function}; {function}()"]
+
+
+def installed_elsewhere() -> bool:
+    """Whether this python now imports monkey from somewhere, this process's install being
+    gone (a new process is asked: about 50 ms)."""
+    import subprocess
+
+    try:
+        probe = subprocess.run(fresh_entry("monkey.version", "package_version"), cwd="/",
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
+
+
 def agent_files() -> list[str]:
     """Names of the agent's source files (what is copied to a worker)."""
     return sorted(p.name for p in AGENT_SRC.glob("*.py"))

@@ -240,8 +240,13 @@ def test_the_same_code_installed_elsewhere_strands_no_agent(home: Path, tmp_path
     long = monkey("run", "--", "sh", "-c", f"while [ -e {gate} ]; do sleep 0.1; done; exit 7").stdout.strip()
     wait_for(lambda: job(long)["state"] == "running", what="the long job to run")
 
+    core = (home / "daemon.pid").read_text()
     install_editable(venv, src)  # the same code, now from the checkout: site-packages' is gone
     assert not list((venv / "lib").glob("python*/site-packages/monkey"))
+    # The core notices by itself (no command needed), and a core on the new install serves.
+    wait_for(lambda: (pid := (home / "daemon.pid").read_text() if (home / "daemon.pid").exists()
+                      else core) != core and pid, what="the core to restart on the new install")
+    assert "monkey was reinstalled" in (home / "daemon.log").read_text()
     trained()
     monkey("job", "retry", first)
     wait_for(lambda: job(first)["state"] in ("succeeded", "failed") and job(first)["attempts"] == 2,
