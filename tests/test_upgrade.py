@@ -265,3 +265,24 @@ def test_the_same_code_installed_elsewhere_strands_no_agent(home: Path, tmp_path
     ended = job(long)
     assert ended["state"] == "failed" and ended["exit_code"] == 7, ended
     monkey("daemon", "stop", "--all")
+
+
+def test_a_core_hands_over_to_code_changed_in_place_with_no_command(home: Path, tmp_path: Path) -> None:
+    """A `git pull` in an editable checkout while the core runs: the core itself starts a core
+    on the new code (no command needed), which `daemon status` then shows as current."""
+    src = copy_tree(tmp_path / "src", "installed")
+    env = dict(os.environ, PYTHONPATH=str(src))
+
+    def monkey(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
+                              text=True, env=env, timeout=60, check=True).stdout  # fmt: skip
+
+    monkey("daemon", "start")
+    old = (home / "daemon.pid").read_text()
+    reinstall(src)
+    wait_for(lambda: (home / "daemon.pid").exists() and (home / "daemon.pid").read_text() != old,
+             what="a core on the new code")  # fmt: skip
+    assert "monkey was reinstalled" in (home / "daemon.log").read_text()
+    status = monkey("daemon", "status")
+    assert "outdated" not in status and f"(pid {old.strip()})" not in status, status
+    monkey("daemon", "stop")
