@@ -128,6 +128,7 @@ def run_foreground(home: Home | None = None) -> int:
         return 1
 
     def _stop(signum: int, frame: object) -> None:
+        core.restart = False  # told to stop: no core takes over, even after a reinstall
         core.stop()
 
     signal.signal(signal.SIGTERM, _stop)
