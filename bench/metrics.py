@@ -38,7 +38,7 @@ def per_call(fn, n: int = N_CALLS) -> float:
 def hot_path() -> None:
     os.environ["MONKEY_METRICS_FILE"] = os.path.join(tempfile.mkdtemp(), "m.jsonl")  # not a job
     import monkey
-    from monkey.tracking import logger
+    from monkey.client_agent import track as logger
 
     buf: list = []
     queue: SimpleQueue = SimpleQueue()

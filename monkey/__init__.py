@@ -11,42 +11,25 @@ Names are loaded on first use so that `import monkey` stays cheap for one-shot c
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from monkey.api import Job, Monkey
+    from monkey.client_agent.track import checkpoint_dir, flush, log, log_params, preempted, summary
     from monkey.models import MonkeyError, State
-    from monkey.tracking.logger import log, log_params, summary
 
-__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir", "log", "log_params",
-           "preempted", "summary"]
+__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir", "flush", "log",
+           "log_params", "preempted", "summary"]
+# The in-job API: one implementation, shipped with the agent to every worker.
+_IN_JOB = frozenset({"checkpoint_dir", "flush", "log", "log_params", "preempted", "summary"})
 __version__ = "0.1.0"
 
 
-def checkpoint_dir() -> Path:
-    """The job's checkpoint folder, kept across attempts; ./checkpoints outside monkey."""
-    path = Path(os.environ.get("MONKEY_CHECKPOINT_DIR") or "checkpoints")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def preempted() -> bool:
-    """Whether a spot/preemption notice is stopping this job (its SIGTERM says "save and
-    exit": the job is re-queued and its checkpoint folder restored). ``MONKEY_PREEMPTED=1``
-    in the environment, or the agent's ``preempted`` mark in the run folder."""
-    if os.environ.get("MONKEY_PREEMPTED") == "1":
-        return True
-    run_dir = os.environ.get("MONKEY_RUN_DIR")
-    return bool(run_dir) and os.path.exists(os.path.join(run_dir, "preempted"))
-
-
 def __getattr__(name: str) -> Any:
-    if name in ("log", "log_params", "summary"):
-        from monkey.tracking import logger
+    if name in _IN_JOB:
+        from monkey.client_agent import track
 
-        globals()[name] = value = getattr(logger, name)  # later calls skip this hook
+        globals()[name] = value = getattr(track, name)  # later calls skip this hook
         return value
     if name in ("Job", "Monkey"):
         from monkey import api

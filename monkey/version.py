@@ -5,10 +5,13 @@ name, size and modification time of every ``.py`` file of the installed package 
 only: about half a millisecond on the one-shot path). A reinstall, editable or not, changes
 it. A running core records its version in ``MONKEY_HOME/private/core.version``; a CLI that
 finds another one there restarts the core (jobs keep running: the new core re-attaches).
+The core also looks at its code on disk each second and hands over to a core on the new
+code by itself (``Core.reinstalled``), so that no command is needed after a reinstall.
 
 Agents are compared by ``agent_digest()``: a digest of the content of the agent's own files
 (``monkey/client_agent/*.py``), which an agent computes for itself and reports in ``hello``
-(``digest``). SSH hosts keep each agent version in a folder named by it.
+(``digest``), and, for the local agent, by the folder it runs from (``code``): the same code
+installed elsewhere replaces it too. SSH hosts keep each agent version in a folder named by it.
 
 A long-running REPL or dashboard calls ``code_digest()`` when it starts and ``reinstalled()``
 before each command / at each refresh; when the code on disk changed it says so in one line
@@ -75,6 +78,26 @@ def restart(env: dict[str, str] | None = None) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **(env or {})})
+
+
+def fresh_entry(module: str, function: str) -> list[str]:
+    """argv running ``module.function()`` with this interpreter and the monkey installed for
+    it now: site's import path of a new process (isolated, ``-I``), not this process's, which
+    may name an install that was removed since (``pip install -e .`` over ``pip install .``)."""
+    return [sys.executable, "-I", "-c", f"from {module} import {function}; {function}()"]
+
+
+def installed_elsewhere() -> bool:
+    """Whether this python now imports monkey from somewhere, this process's install being
+    gone (a new process is asked: about 50 ms)."""
+    import subprocess
+
+    try:
+        probe = subprocess.run(fresh_entry("monkey.version", "package_version"), cwd="/",
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
 
 
 def agent_files() -> list[str]:

@@ -38,6 +38,7 @@ from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
+from tests.in_job import SCRIPT, check_tracked
 from tests.sshd import Lab
 
 FLEET = 3  # instances a test may create: 127.0.0.4 .. 127.0.0.6
@@ -896,3 +897,22 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home:
         if left:
             ec2.terminate_instances(InstanceIds=left)
         shutil.rmtree(marks, ignore_errors=True)
+
+
+def test_in_job_api_on_an_instance_tracks_as_locally(cli, home: Path, moto: Any, fleet: Lab) -> None:
+    """`import monkey; monkey.log(...)` in a job on an instance whose python has no monkey:
+    tracked exactly as the same job on the local provider."""
+    add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    Path("train.py").write_text(SCRIPT)
+    try:
+        remote = run_job(cli, "python3", "train.py")
+        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)["job"]
+        for juid in (remote, local):
+            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=60,
+                     what="the job to end")
+            assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
+        assert info(cli, remote)["instance"].startswith("aws/i-")
+        assert check_tracked(cli, remote) == check_tracked(cli, local)
+        wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")

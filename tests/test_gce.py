@@ -34,6 +34,7 @@ from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
 from tests.fake_gce import FakeGCE, FakeGCS, service_account_file
+from tests.in_job import SCRIPT, check_tracked
 from tests.sshd import Lab
 from tests.test_ec2 import authorize, fleet  # noqa: F401 (a fixture)
 
@@ -459,3 +460,22 @@ def test_orphan_timeout_is_validated_with_the_other_options() -> None:
     with pytest.raises(MonkeyError, match=r"^providers.yml: provider 'gcp': orphan_timeout must be a "
                                           r"number of seconds \(0: never\), got True; an instance"):
         gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": True})
+
+
+def test_in_job_api_on_an_instance_tracks_as_locally(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+    """`import monkey; monkey.log(...)` in a job on a GCE instance whose python has no monkey:
+    tracked exactly as the same job on the local provider."""
+    add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    Path("train.py").write_text(SCRIPT)
+    try:
+        remote = run_job(cli, "python3", "train.py")
+        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)["job"]
+        for juid in (remote, local):
+            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=60,
+                     what="the job to end")
+            assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
+        assert info(cli, remote)["instance"].startswith("gcp/monkey-gcp-")
+        assert check_tracked(cli, remote) == check_tracked(cli, local)
+        wait_for(lambda: gce.listed() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import wait_for
+from in_job import SCRIPT, bare_python, check_tracked, open_tmp  # noqa: F401 - a fixture
 from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
 
 from monkey.models import State
@@ -293,3 +294,20 @@ def test_a_sweep_of_quick_cells_makes_one_allocation_per_cell_in_one_array(
     made = [r["id"] for r in monkey.store.instances("cluster")]
     assert len(made) == 60 and len({i.split("/")[1].split("_")[0] for i in made}) == 1, made
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_in_job_api_in_an_allocation_tracks_as_locally(cli: Any, home: Path, cluster: SlurmLab,
+                                                      open_tmp: Path) -> None:  # noqa: F811 - the fixture
+    """`import monkey; monkey.log(...)` in a Slurm job whose python has no monkey (a bare
+    environment, nothing on its PYTHONPATH): tracked exactly as the same job run locally."""
+    python = bare_python(open_tmp / "bare")
+    Path("train.py").write_text(SCRIPT)
+    bare = ("--env", "PYTHONPATH=")
+    remote = run_job(cli, python, "train.py", options=bare)
+    local = json.loads(cli("run", "--json", *bare, "--", python, "train.py", check=True).stdout)["job"]
+    for juid in (remote, local):
+        wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the job to end")
+        assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
+    assert info(cli, remote)["instance"].startswith("cluster/")
+    assert check_tracked(cli, remote) == check_tracked(cli, local)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import wait_for
+from tests.in_job import SCRIPT, bare_python, check_tracked, open_tmp, site_packages, tracked  # noqa: F401
 from tests.sshd import Lab, SSHHost
 
 
@@ -561,3 +562,55 @@ def test_passphrase_key_in_ssh_agent_is_used_and_named_when_configured(
     finally:
         agent.terminate()
         agent.wait()
+
+
+def test_in_job_api_on_a_host_without_monkey_tracks_as_locally(cli, home: Path, lab: Lab,
+                                                                open_tmp: Path) -> None:  # noqa: F811 - the fixture
+    """`import monkey; monkey.log(...)` in a job run by a python without monkey installed:
+    the host needs no install step and the job is tracked exactly as on the local provider."""
+    python = bare_python(open_tmp / "bare")
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    Path("train.py").write_text(SCRIPT)
+    remote = run(cli, "--provider", "lab", "--", python, "train.py")
+    local = run(cli, "--", python, "train.py")
+    for juid in (remote, local):
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", (
+            cli("logs", "--stderr", juid).stdout)
+    assert check_tracked(cli, remote) == check_tracked(cli, local)
+
+
+def test_a_monkey_of_the_jobs_own_wins_and_metrics_still_arrive(cli, home: Path, lab: Lab,
+                                                                 open_tmp: Path) -> None:  # noqa: F811 - the fixture
+    """A worker environment with its own `monkey` (an unrelated module, or a monkey of another
+    version) keeps it: the job imports that one, and its metrics reach monkey all the same."""
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)])
+    unrelated = open_tmp / "unrelated"
+    python = bare_python(unrelated)
+    (site_packages(unrelated) / "monkey.py").write_text("BANANA = 'yes'\n")
+    Path("unrelated.py").write_text(
+        "import monkey, monkey_track\n"
+        "print(monkey.BANANA)\n"
+        "monkey_track.log('x', 1.5, step=3)\n")
+    first = run(cli, "--provider", "lab", "--", python, "unrelated.py")
+    # Another monkey on the PYTHONPATH the host gives its jobs: an older one, writing the
+    # plain JSON form of the metrics file itself.
+    older = open_tmp / "older" / "monkey"
+    older.mkdir(parents=True)
+    (older / "__init__.py").write_text(
+        "import json, os, time\n"
+        "__version__ = '0.0.1'\n"
+        "def log(name, value, step=None):\n"
+        "    with open(os.path.join(os.environ['MONKEY_RUN_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+        "        f.write(json.dumps([[name, step, value, time.time_ns()]]) + '\\n')\n")
+    Path("older.py").write_text("import monkey\nprint(monkey.__version__)\nmonkey.log('y', 2.5, step=1)\n")
+    bare = bare_python(open_tmp / "bare")
+    second = run(cli, "--provider", "lab", "--", "sh", "-c",
+                 f'PYTHONPATH="$PYTHONPATH:{older.parent}" exec {bare} older.py')
+    for juid, printed in ((first, "yes\n"), (second, "0.0.1\n")):
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", (
+            cli("logs", "--stderr", juid).stdout)
+        assert cli("logs", "--stdout", juid, check=True).stdout == printed
+    assert tracked(cli, first)[1] == {"x": [[3, 1.5]]}
+    assert tracked(cli, second)[1] == {"y": [[1, 2.5]]}

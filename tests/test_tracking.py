@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import REPO, kill_core, start_core, wait_for
+from in_job import SCRIPT, bare_python, check_tracked, open_tmp  # noqa: F401 - a fixture
 
 from monkey.models import State
 from monkey.tracking.ingest import parse_log_lines, points_of
@@ -265,3 +266,26 @@ def test_metrics_json_with_nan_and_infinity_is_valid_json(home, monkey, cli):
     assert [p["value"] for p in data["inf"]] == ["Infinity"]
     assert [p["value"] for p in data["ninf"]] == ["-Infinity"]
     json.loads(cli("compare", job.juid, "--json", check=True).stdout, parse_constant=refuse)
+
+
+def test_a_python_without_monkey_logs_through_the_agents_monkey(home, cli, open_tmp: Path) -> None:  # noqa: F811
+    """A local job whose python cannot import monkey (a bare virtualenv, nothing on its
+    PYTHONPATH), in a project with a folder named `monkey` (no package): `import monkey`
+    gives it the in-job API, and it is tracked as anywhere; a job asking for the rest of the
+    API is told in one line why it is not there."""
+    python = bare_python(open_tmp / "bare")
+    Path("train.py").write_text(SCRIPT)
+    Path("monkey").mkdir()
+    (Path("monkey") / "notes.txt").write_text("a data folder, not a package\n")
+    juid = json.loads(cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "train.py",
+                          check=True).stdout)["job"]
+    assert cli("logs", "--follow", juid).returncode == 0, cli("logs", "--stderr", juid).stdout
+    check_tracked(cli, juid)
+    Path("api.py").write_text("import monkey\nmonkey.Monkey()\n")
+    other = json.loads(cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "api.py",
+                           check=True).stdout)["job"]
+    assert cli("logs", "--follow", other).returncode == 1
+    assert cli("logs", "--stderr", other, check=True).stdout.splitlines()[-1] == (
+        "AttributeError: monkey.Monkey is not available in a job on this worker: only the in-job "
+        "API (checkpoint_dir, flush, log, log_params, preempted, summary) is, as monkey is not "
+        "installed in the job's environment")

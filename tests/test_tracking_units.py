@@ -95,7 +95,7 @@ def test_flatten_nested_configs():
     ((7, 0.5), {}, "name must be a string or a dict, got int"),
 ])
 def test_a_bad_log_call_names_the_metric_and_the_value(args, kwargs, message):
-    from monkey.tracking import logger
+    from monkey.client_agent import track as logger
 
     with pytest.raises((TypeError, ValueError)) as err:
         logger.log(*args, **kwargs)

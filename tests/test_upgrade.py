@@ -200,3 +200,89 @@ def test_a_dashboard_left_open_restarts_onto_reinstalled_code(cli, home: Path, t
         term.send("q")
         assert term.close() == 0
 
+
+
+def test_the_same_code_installed_elsewhere_strands_no_agent(home: Path, tmp_path: Path) -> None:
+    """`pip install .`, then `pip install -e .` of the same code (only where it lives changes),
+    then `pip uninstall` + `pip install .`: every job.yml job and `job retry` after each works,
+    and a job running across all three keeps running and has its exit code recorded."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy only
+
+    def monkey(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(venv / "bin" / "monkey"), *args], capture_output=True,
+                              text=True, env=env, timeout=120)  # fmt: skip
+        if check:
+            assert proc.returncode == 0, f"monkey {' '.join(args)}: {proc.stdout}{proc.stderr}"
+        return proc
+
+    def job(juid: str) -> dict:
+        return json.loads(monkey("info", "job", juid, "--json").stdout)
+
+    def trained() -> str:
+        juid = monkey("run", "--", "python3", "train.py").stdout.strip()
+        follow = monkey("logs", "--follow", juid, check=False)
+        assert follow.returncode == 0 and "trained" in follow.stdout, (
+            follow.stdout + follow.stderr + monkey("logs", "--setup", juid, check=False).stdout)
+        return juid
+
+    home.mkdir(exist_ok=True)
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    Path("job.yml").write_text(JOB_YML)
+    Path("train.py").write_text("import os\nos.makedirs('output', exist_ok=True)\nprint('trained')\n")
+    src = copy_tree(tmp_path / "src", "same")
+    install(venv, src)
+    first = trained()
+    gate = Path.cwd() / "gate"
+    gate.touch()
+    long = monkey("run", "--", "sh", "-c", f"while [ -e {gate} ]; do sleep 0.1; done; exit 7").stdout.strip()
+    wait_for(lambda: job(long)["state"] == "running", what="the long job to run")
+
+    core = (home / "daemon.pid").read_text()
+    install_editable(venv, src)  # the same code, now from the checkout: site-packages' is gone
+    assert not list((venv / "lib").glob("python*/site-packages/monkey"))
+    # The core notices by itself (no command needed), and a core on the new install serves.
+    wait_for(lambda: (pid := (home / "daemon.pid").read_text() if (home / "daemon.pid").exists()
+                      else core) != core and pid, what="the core to restart on the new install")
+    assert "monkey was reinstalled" in (home / "daemon.log").read_text()
+    trained()
+    monkey("job", "retry", first)
+    wait_for(lambda: job(first)["state"] in ("succeeded", "failed") and job(first)["attempts"] == 2,
+             timeout=60, what="the retry to end")  # fmt: skip
+    assert job(first)["state"] == "succeeded", monkey("logs", "--stderr", first, check=False).stdout
+
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", "monkey"],
+                   check=True, capture_output=True, timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    install(venv, src)
+    trained()
+
+    assert job(long)["state"] == "running"
+    gate.unlink()
+    wait_for(lambda: job(long)["state"] in ("failed", "succeeded"), timeout=60,
+             what="the long job to end")  # fmt: skip
+    ended = job(long)
+    assert ended["state"] == "failed" and ended["exit_code"] == 7, ended
+    monkey("daemon", "stop", "--all")
+
+
+def test_a_core_hands_over_to_code_changed_in_place_with_no_command(home: Path, tmp_path: Path) -> None:
+    """A `git pull` in an editable checkout while the core runs: the core itself starts a core
+    on the new code (no command needed), which `daemon status` then shows as current."""
+    src = copy_tree(tmp_path / "src", "installed")
+    env = dict(os.environ, PYTHONPATH=str(src))
+
+    def monkey(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
+                              text=True, env=env, timeout=60, check=True).stdout  # fmt: skip
+
+    monkey("daemon", "start")
+    old = (home / "daemon.pid").read_text()
+    reinstall(src)
+    wait_for(lambda: (home / "daemon.pid").exists() and (home / "daemon.pid").read_text() != old,
+             what="a core on the new code")  # fmt: skip
+    assert "monkey was reinstalled" in (home / "daemon.log").read_text()
+    status = monkey("daemon", "status")
+    assert "outdated" not in status and f"(pid {old.strip()})" not in status, status
+    monkey("daemon", "stop")

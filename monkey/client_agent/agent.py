@@ -28,7 +28,7 @@ Run directory (absolute ``run_dir``, one per attempt, chosen by the core)::
                   Run dirs of earlier agents may hold the exit code in ``exit`` and the
                   started record in ``pid``
     metrics.jsonl written by the job (``monkey.log``), tailed by the agent; one JSON value
-                  per line (format: monkey/tracking/logger.py), shipped verbatim
+                  per line (format: track.py), shipped verbatim
     work/         the materialised code: the job's working directory; with
                   ``workdir_name`` W, the code and the cwd are work/W/ instead. Files
                   are reflinks of the blobs where the filesystem has them, else copies
@@ -63,9 +63,14 @@ Each job runs as ``/bin/sh -c WRAPPER monkey-job CWD ARGV...`` (see ``WRAPPER``)
 session whose id is the wrapper's pid P: the shell appends the exit code to its claim
 (``started``) even while the agent is down. A command that cannot be run exits 127. A
 job whose start has ``setup`` or ``persist`` runs as ``python launcher.py run_dir/launch.json -- ARGV...``
-in that session (see launcher.py): it restores the persisted folders, prepares the
+(the agent's copy in ``ROOT/jobcode/<digest>/``) in that session: it restores the persisted folders, prepares the
 environment once per worker in ``ROOT/envs/<key>/`` (a flock per key), then runs ARGV and
 saves the persisted folders while it runs and after it ends, before exiting with its code.
+
+Every job gets ``ROOT/jobcode/<digest>/python/`` first on its PYTHONPATH: a ``monkey`` shim
+(shim.py) and ``monkey_track`` (track.py), so that ``import monkey; monkey.log(...)`` works
+in a job on any worker with nothing installed there, while a ``monkey`` of the job's own
+environment, when it has one, is the one imported.
 
 Events (``events.jsonl``), one JSON object per line, each with ``seq`` (1, 2, ... per
 file, continued on adoption), ``ts`` (time.time()) and ``type``:
@@ -119,7 +124,7 @@ Pushes carry no id: ``{"push": "event", "juid": J, "attempt": A, "offset": O, "e
 {...}}`` where O is the byte offset in events.jsonl just after that event's line. Ops:
 
     hello     -> version (of the protocol), digest (of the agent's code, see code_digest),
-              pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
+              code (the folder it runs from), pid, root, cpus, memory (bytes), gpus [{index, name, memory MiB}]
     start     juid, attempt, run_dir, argv, env, the code (``files`` and/or ``manifest``:
               see below), blobs_dir, datasets [{digest, env, files, single}],
               workdir_name (optional: one path component, to keep the project folder's
@@ -220,13 +225,15 @@ from typing import Any
 VERSION = "1"
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))  # the agent's code: reported in hello
+
+
 def code_digest() -> str:
     """Digest of this agent's source files as loaded (monkey.version.agent_digest computes
     the same from an installed copy): a core that finds another one replaces the agent."""
-    here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.blake2b(digest_size=12)
-    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
-        with open(os.path.join(here, name), "rb") as f:
+    for name in sorted(n for n in os.listdir(HERE) if n.endswith(".py")):
+        with open(os.path.join(HERE, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
@@ -265,7 +272,6 @@ TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics e
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
 _SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
 _TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+)\]')
-LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -717,6 +723,30 @@ def read_claim(run_dir: str) -> bytes | None:
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def install_job_code(root: str, digest: str) -> str:
+    """ROOT/jobcode/DIGEST/, made once per agent version from this agent's files: what the
+    agent hands its jobs, so that nothing a job runs lives where monkey is installed (a
+    reinstall elsewhere removes that folder while jobs and agents run). It holds
+    ``launcher.py`` and ``python/``, the folder first on every job's PYTHONPATH, with
+    ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py): ``import monkey``
+    gives a job the in-job API on any worker (see shim.py)."""
+    final = os.path.join(root, "jobcode", digest)
+    if os.path.isfile(os.path.join(final, "launcher.py")):
+        return final
+    tmp = f"{final}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for folder in (os.path.dirname(final), tmp, f"{tmp}/python", f"{tmp}/python/monkey"):
+        make_dir(folder)  # 0700
+    for src, dest in (("shim.py", "python/monkey/__init__.py"), ("track.py", "python/monkey_track.py"),
+                      ("launcher.py", "launcher.py")):
+        shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another agent of this version made it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
@@ -1246,6 +1276,9 @@ class Agent:
         self.reclaims: queue.SimpleQueue[str] | None = None  # code copies to delete
         self.gpus: list[dict[str, Any]] | None = None
         self.digest = code_digest()  # read once: the files may be replaced while it runs
+        job_code = install_job_code(root, self.digest)
+        self.launcher = os.path.join(job_code, "launcher.py")
+        self.job_path = os.path.join(job_code, "python")
         self.listener: socket.socket | None = None
         self.socket_ino = 0
         self.cgroups = Cgroups(root)
@@ -1581,7 +1614,8 @@ class Agent:
         if self.gpus is None:
             self.gpus = detect_gpus()
         return {
-            "version": VERSION, "digest": self.digest, "pid": os.getpid(), "root": self.root,
+            "version": VERSION, "digest": self.digest, "code": HERE, "pid": os.getpid(),
+            "root": self.root,
             "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
         }  # fmt: skip
 
@@ -1760,6 +1794,8 @@ class Agent:
         # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
         env = {**self.environ, **env}
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{self.job_path}{os.pathsep}{path}" if path else self.job_path
         try:
             if not make_dir(run_dir):  # one made here is new: none of its marks can be there
                 self._check_unused(run_dir)
@@ -2104,10 +2140,11 @@ class Agent:
         launch = {
             "run_dir": run_dir, "work": work, "envs": os.path.join(self.root, "envs"),
             "setup": setup, "persist": persist, "persist_dir": persist_dir,
+            "package": os.path.dirname(HERE),
         }  # fmt: skip
         path = os.path.join(run_dir, "launch.json")
         write_atomic(path, json.dumps(launch).encode())
-        return [sys.executable, "-I", LAUNCHER, path, "--", *argv]  # -I: no project module shadows
+        return [sys.executable, "-I", self.launcher, path, "--", *argv]  # -I: no project module shadows
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:

@@ -12,7 +12,8 @@ reaches the setup and the job alike. LAUNCH_JSON (written by the agent in the ru
     {"run_dir": ..., "work": ..., "envs": ROOT/envs,
      "setup": {"type": "pip"|"conda"|"none", "env_file": rel|null, "env_file_digest": d,
                "install_script": rel|null, "install_script_digest": d} | null,
-     "persist": [{"name": N, "path": rel}], "persist_dir": dir}
+     "persist": [{"name": N, "path": rel}], "persist_dir": dir,
+     "package": the monkey folder the agent runs from (see expose_monkey)}
 
 Files it writes in the run dir: ``setup.log`` (everything the set-up printed, and what the
 launcher did), ``setup.json`` ({"key", "reused", "seconds"}) once the environment is
@@ -112,7 +113,7 @@ def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO) -> None:
 
 
 def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
-            log: BinaryIO) -> dict[str, str]:
+            log: BinaryIO, package: str | None = None) -> dict[str, str]:
     """The environment ready (built now, or reused); returns its activation variables."""
     started = time.monotonic()
     key = env_key(setup)
@@ -142,7 +143,7 @@ def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
                 f.write(f"{time.time()}\n")
         if setup["type"] != "none":
             try:
-                expose_monkey(prefix)
+                expose_monkey(prefix, package)
             except OSError as e:  # the job may not need it: say so, do not fail
                 note(log, f"cannot make monkey importable in the environment: {e}")
     seconds = time.monotonic() - started
@@ -153,14 +154,14 @@ def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
     return activation(setup, prefix)
 
 
-def expose_monkey(prefix: str) -> None:
+def expose_monkey(prefix: str, package: str | None) -> None:
     """Let a job inside the environment ``import monkey`` (for ``monkey.log``): a .pth file
     in its site-packages names a folder holding only this worker's monkey package. It comes
-    last on sys.path, so a monkey the requirements install wins. The agent copied to SSH
-    workers carries no tracking code; nothing is done there."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isfile(os.path.join(package, "tracking", "logger.py")):
-        return
+    last on sys.path, so a monkey the requirements install wins. The agent copied to other
+    workers carries only the in-job API, which every job gets anyway (shim.py); nothing is
+    done there."""
+    if not package or not os.path.isfile(os.path.join(package, "api.py")):
+        return  # PACKAGE, the agent's monkey folder, is its client_agent alone
     shelf = os.path.join(prefix, ".monkey-lib")
     link = os.path.join(shelf, "monkey")
     if os.path.realpath(link) != os.path.realpath(package):
@@ -259,7 +260,8 @@ def main(argv: list[str]) -> int:
         try:
             restore_persisted(cfg, log)
             if cfg.get("setup"):
-                env.update(prepare(cfg["setup"], cfg["envs"], cfg["work"], run_dir, log))
+                env.update(prepare(cfg["setup"], cfg["envs"], cfg["work"], run_dir, log,
+                                   cfg.get("package")))
         except (SetupError, OSError) as e:
             if stop:
                 note(log, f"set-up stopped by signal {stop[0]}")

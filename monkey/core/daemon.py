@@ -16,7 +16,7 @@ from typing import Any
 
 from monkey.config import Home, first_error, open_private, python_entry, write_private
 from monkey.models import MonkeyError
-from monkey.version import version
+from monkey.version import PACKAGE, fresh_entry, version
 
 
 def read_only(home: Home) -> str | None:
@@ -188,6 +188,7 @@ def run_foreground(home: Home | None = None) -> int:
         return 1
 
     def _stop(signum: int, frame: object) -> None:
+        core.restart = False  # told to stop: no core takes over, even after a reinstall
         core.stop()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -198,17 +199,23 @@ def run_foreground(home: Home | None = None) -> int:
     finally:
         home.daemon_pid.unlink(missing_ok=True)
         os.close(fd)
+    if core.restart:  # monkey was reinstalled: a core on the new code takes over
+        spawn(home, fresh=not PACKAGE.is_dir())
     return 0
 
 
-def spawn(home: Home) -> subprocess.Popen[bytes]:
+def spawn(home: Home, fresh: bool = False) -> subprocess.Popen[bytes]:
     """Start a detached core (it exits at once if another one holds the lock). It runs in
-    MONKEY_HOME, isolated from the caller's folder (see ``python_entry``)."""
+    MONKEY_HOME, isolated from the caller's folder (see ``python_entry``); with FRESH, on the
+    monkey this python finds installed now (this process's import path holds an install
+    that is gone: see ``version.installed_elsewhere``)."""
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
+    argv = fresh_entry("monkey.core.daemon", "run_foreground") if fresh else \
+        python_entry("monkey.core.daemon", "run_foreground")
     with open_private(home.daemon_log) as log:
         return subprocess.Popen(
-            python_entry("monkey.core.daemon", "run_foreground"),
+            argv,
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=home.root,
             start_new_session=True, close_fds=True,
         )  # fmt: skip

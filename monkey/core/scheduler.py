@@ -39,8 +39,10 @@ from monkey.store import Store
 from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
 from monkey.tracking import ingest, sweeps
+from monkey.version import code_digest, installed_elsewhere, package_version, version
 
 log = logging.getLogger("monkey.core")
+_PROBE_EVERY = 5.0  # seconds between looks for a new install while the core's own is gone
 
 HEARTBEAT_TIMEOUT = float(os.environ.get("MONKEY_HEARTBEAT_TIMEOUT", "30"))
 KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
@@ -116,6 +118,9 @@ class Core:
         self.given: dict[tuple[str, str], set[str]] = {}
         self.last_given: dict[tuple[tuple[str, str], str], str] = {}
         self.next_health = 0.0
+        self.restart = False  # stopped because monkey was reinstalled: start a new core
+        self.seen_code: str | None = None  # a new digest of the code on disk, seen once
+        self.probe_at = 0.0  # the next look for an install elsewhere, this one being gone
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.pinged: dict[tuple[str, str], float] = {}  # the last ping sent over each link
@@ -242,6 +247,8 @@ class Core:
         health = now >= self.next_health
         if health:
             self.full.clear()
+            if self.reinstalled():
+                return
         if self.woken or health:
             self.reload_providers()
         for name, drv in list(self.drivers.items()):
@@ -273,6 +280,31 @@ class Core:
             self.elastic.tick(now, self.waiting, self.on_demand)
         if health:
             sweeps.tick(self.store, self.home)
+
+    def reinstalled(self) -> bool:
+        """Whether monkey was reinstalled (``pip install``, a ``git pull`` in an editable
+        checkout) since this core loaded it, the same new code found on two health passes in
+        a row (not a half-written install); the core then stops with ``restart`` set, and
+        ``daemon.run_foreground`` starts a core on the new code, which re-attaches to the
+        running jobs and replaces outdated agents. No command is needed for it."""
+        try:
+            now = code_digest.__wrapped__()
+        except OSError:  # uninstalled: wait for the install that follows, here or elsewhere
+            now, probe = "gone", time.monotonic()
+            if self.seen_code == now and (probe < self.probe_at or not installed_elsewhere()):
+                self.probe_at = max(self.probe_at, probe + _PROBE_EVERY)
+                return False
+        if now == code_digest():
+            self.seen_code = None
+            return False
+        if now != self.seen_code:
+            self.seen_code = now
+            return False
+        log.info("monkey was reinstalled (%s -> %s): restarting the core on it; jobs keep "
+                 "running", version(), "elsewhere" if now == "gone" else f"{package_version()}+{now}")
+        self.restart = True
+        self.stop()
+        return True
 
     def reload_providers(self) -> None:
         """Take edits of providers.yml into account; a broken file keeps the last good one.

@@ -15,7 +15,7 @@ from monkey.config import Home, ProviderConfig, first_error, open_private, pytho
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.models import MonkeyError, Resources
-from monkey.version import agent_digest
+from monkey.version import AGENT_SRC, agent_digest
 
 
 def detect_gpus() -> list[str]:
@@ -61,16 +61,27 @@ def agent_lock_free(agent_root: Path) -> bool:
         os.close(fd)
 
 
+def outdated(hello: dict[str, Any]) -> str | None:
+    """Why the local agent that said HELLO is not the installed one, or None when it is: it
+    runs other code, or the same code from another folder (monkey installed elsewhere since:
+    the files it hands its jobs may be gone)."""
+    digest, code = hello.get("digest"), hello.get("code")
+    if digest != agent_digest():
+        return f"it runs other code ({digest or 'older'}, installed {agent_digest()})"
+    if not code or os.path.realpath(code) != str(AGENT_SRC):
+        return f"it runs from {code or 'an older install'}, monkey is now installed in {AGENT_SRC}"
+    return None
+
+
 def replace_outdated(link: AgentLink, agent_root: Path, timeout: float = 15.0) -> bool:
-    """Stop the agent at the end of LINK when it runs other code than the installed agent's
-    (its jobs keep running), closing LINK; False, with LINK open, when it is current."""
+    """Stop the agent at the end of LINK when it is not the installed agent (``outdated``;
+    its jobs keep running), closing LINK; False, with LINK open, when it is current."""
     try:
-        digest = link.request("hello", timeout=timeout).get("digest")
-        if digest == agent_digest():
+        why = outdated(link.request("hello", timeout=timeout))
+        if why is None:
             return False
         logging.getLogger("monkey.local").info(
-            "the local agent runs other code (%s, installed %s): replacing it; its jobs keep "
-            "running", digest or "older", agent_digest())
+            "replacing the local agent: %s; its jobs keep running", why)
         link.request("shutdown", timeout=timeout)
     except BaseException:
         link.close()

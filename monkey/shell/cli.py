@@ -743,7 +743,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 def _daemon_status(home: Home) -> int:
     """`daemon status`: the core, and the versions of this CLI, the core and the local agent."""
     from monkey.core import daemon
-    from monkey.version import agent_digest, version
+    from monkey.version import version
 
     pid = daemon.status(home)
     if pid:
@@ -760,9 +760,11 @@ def _daemon_status(home: Home) -> int:
     if agent is None:
         print("  agent  not running")
     else:
+        from monkey.drivers.local import outdated
+
         digest = agent.get("digest") or "unknown (older)"
         print(f"  agent  {digest} (pid {agent['pid']})"
-              + ("" if digest == agent_digest() else "  (outdated: the core replaces it, its jobs keep running)"))
+              + ("" if outdated(agent) is None else "  (outdated: the core replaces it, its jobs keep running)"))
     return 0 if pid else 3
 
 

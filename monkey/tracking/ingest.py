@@ -17,9 +17,9 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
+from monkey.client_agent.track import NO_STEP
 from monkey.store import Store
 from monkey.store.tracking import Columns
-from monkey.tracking.logger import NO_STEP
 
 Point = tuple[str, int | None, float | None, float]  # name, step, value (None: NaN), wall
 
@@ -110,7 +110,7 @@ def _batch(batch: list[Any], juid: str) -> list[Point]:
 
 
 def _columns(body: Any, juid: str) -> Columns | None:
-    """Points of a {"columns": ...} batch (see monkey.tracking.logger)."""
+    """Points of a {"columns": ...} batch (see monkey.client_agent.track)."""
     try:
         names = body["names"]
         n, s, v, t = array("H"), array("q"), array("d"), array("q")
