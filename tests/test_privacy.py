@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +82,12 @@ def readable_by_another_user(paths: list[Path]) -> list[str]:
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
+
+
+def login_umask() -> int:
+    """The umask of an SSH session on a lab host: the sshd the tests start has this one's."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
 
 
 def blob_files(home: Path) -> list[Path]:
@@ -341,27 +348,31 @@ def test_ordinary_values(value):
 lab = test_ssh.lab  # SSH hosts on loopback
 
 
-def _job_on_the_host(cli, home: Path, lab) -> tuple[Path, str]:
-    """A job that writes a checkpoint and reads a dataset, run on a lab host; its workdir."""
+def _job_on_the_host(cli, home: Path, lab) -> tuple[Path, str, Path]:
+    """A job that writes a checkpoint, reads a dataset and leaves a file in a folder the lab
+    shares, run on a lab host; its workdir, its id and that folder."""
     from tests.test_ssh import configure, job_info, run, wait_state
 
     if os.getuid() != 0:
         pytest.skip("needs root to act as another user")
     host = lab.hosts[0]
     configure(home, [host.entry(key=lab.key)])
+    shared = Path(tempfile.mkdtemp(prefix="monkey-lab-results-"))
+    os.chmod(shared, 0o777)
     Path("data.csv").write_text("1,2\n")
     Path("train.py").write_text(
         "import os\n"
         "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'model.pt'), 'w').write('w')\n"
+        f"open({str(shared / 'shared.txt')!r}, 'w').write('for the lab')\n"
         "print(open('data.csv').read())\n")
     juid = run(cli, "--provider", "lab", "--dataset", "data.csv", "--", "python3", "train.py")
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
-    return Path(host.workdir), juid
+    return Path(host.workdir), juid, shared
 
 
 def test_another_user_of_an_ssh_host_can_read_nothing_monkey_keeps_there(cli, home, lab):
     lab.add("h1")
-    workdir, juid = _job_on_the_host(cli, home, lab)
+    workdir, juid, shared = _job_on_the_host(cli, home, lab)
     everything = everything_under(workdir)
     assert len(everything) > 15
     assert readable_by_another_user(everything) == []
@@ -369,9 +380,17 @@ def test_another_user_of_an_ssh_host_can_read_nothing_monkey_keeps_there(cli, ho
     for entry in workdir.iterdir():
         assert mode(entry) & 0o077 == 0, f"{entry} is {oct(mode(entry))}"
     [tag] = (workdir / "runs").iterdir()
-    kept = [*(workdir / "blobs").glob("??/*"), *(tag / juid / "checkpoint").iterdir(),
+    kept = [*(workdir / "blobs").glob("??/*"),
             *(tag / juid / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl"))]
-    assert len(kept) >= 6
+    assert len(kept) >= 5
+    assert mode(tag / juid / "checkpoint") == 0o700
+    # What the job writes itself follows the login's umask, as without monkey: a file it
+    # leaves for the lab outside monkey's folders is as readable as the user would make it
+    # (inside them, the folders above it keep others out).
+    left = shared / "shared.txt"
+    assert left.read_text() == "for the lab"
+    assert mode(left) == 0o666 & ~login_umask(), oct(mode(left))
+    shutil.rmtree(shared)
     for path in kept:
         assert mode(path) & 0o077 == 0, f"{path} is {oct(mode(path))}"
     for path in everything:  # a job's code and data copies keep the project's modes inside
@@ -393,7 +412,7 @@ def test_a_loose_tree_an_older_monkey_left_on_a_host_is_tightened(cli, home, lab
         shutil.chown(path, lab.user, lab.user)
     assert len(readable_by_another_user(everything_under(workdir))) > 5
 
-    _job_on_the_host(cli, home, lab)
+    shutil.rmtree(_job_on_the_host(cli, home, lab)[2])
     assert readable_by_another_user(everything_under(workdir)) == []
     assert mode(workdir) == 0o700
     assert all(mode(entry) & 0o077 == 0 for entry in workdir.iterdir())

@@ -290,6 +290,7 @@ RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), 
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
+JOB_UMASK = 0o022  # the umask jobs run with (set by main: the one the agent was started with)
 # How an orphaned cloud instance powers itself off (its cloud then terminates it).
 DEFAULT_SHUTDOWN = "sudo -n shutdown -h now || shutdown -h now || poweroff"
 SHUTDOWN_RETRY = 300.0  # seconds before a shutdown that left the machine up is tried again
@@ -2204,10 +2205,14 @@ class Agent:
         try:
             err = os.open(prefix + "stderr.log", flags, 0o600)
             try:
-                pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
-                                     env, setsid=True, file_actions=[
-                                         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                         (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])  # fmt: skip
+                umask = os.umask(JOB_UMASK)  # the job's files as the user would make them
+                try:
+                    pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
+                                         env, setsid=True, file_actions=[
+                                             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                             (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])  # fmt: skip
+                finally:
+                    os.umask(umask)
             finally:
                 os.close(err)
         except OSError as e:
@@ -2794,7 +2799,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--term-notice", type=float, metavar="SECONDS",
                         help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)")
     args = parser.parse_args(argv)
-    os.umask(0o077)  # run folders, blobs, logs and checkpoints are the user's alone (jobs too)
+    # Run folders, blobs, logs and checkpoints are the user's alone; a job gets the umask of
+    # whoever started the agent (the login's, passed on by the SSH relay), as without monkey.
+    global JOB_UMASK
+    JOB_UMASK = os.umask(0o077)
+    with contextlib.suppress(KeyError, ValueError):
+        JOB_UMASK = int(os.environ["MONKEY_JOB_UMASK"], 8) & 0o777
     root = os.path.abspath(args.root)
     lock_fd = lock_root(root)
     if lock_fd is None:

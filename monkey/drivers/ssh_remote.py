@@ -11,7 +11,9 @@ from __future__ import annotations
 # argv: socket root code_dir idle_timeout heartbeat
 RELAY = r"""
 import os, selectors, socket, stat, subprocess, sys, time
-os.umask(0o077)  # what the relay and the agent it starts create is the user's alone
+# What the relay and the agent it starts create is the user's alone; the agent gives its
+# jobs the login's own umask back.
+os.environ.setdefault("MONKEY_JOB_UMASK", "%o" % os.umask(0o077))
 sock_path, root, code, idle, beat = sys.argv[1:6]
 sock_path, root, code = (os.path.abspath(p) for p in (sock_path, root, code))  # the agent runs in root
 def tighten(root):
