@@ -174,6 +174,8 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
     p.add_argument("--memory", help="memory each run needs, e.g. 8G")
+    p.add_argument("--time", metavar="LIMIT", help="time limit of each run's attempts, with its "
+                   "unit: 90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m)")
     p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
                    help="data every run gets at $MONKEY_DATASET_NAME (checksummed once)")
     p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
@@ -349,7 +351,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
         retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
         name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
+        memory=args.memory, time=args.time, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _json(m.sweep_status(sid))
@@ -419,10 +421,18 @@ def _print_analysis(analysis: dict[str, Any]) -> None:
     """Parameter importance as bars, and the best value over time, for `sweep status`."""
     if len(analysis["runs"]) < 2:
         return
-    print(f"parameter importance ({analysis['method']}):")
-    width = max(map(len, analysis["importance"]), default=0)
-    for name, share in analysis["importance"].items():
-        print(f"  {name:<{width}}  {share:5.2f} {'#' * round(share * 30)}")
+    from monkey.tracking.sweep_analysis import too_few
+
+    note = too_few(analysis)
+    if not analysis["importance"]:
+        print(f"parameter importance: {note}")
+    else:
+        print(f"parameter importance ({analysis['method']}):")
+        width = max(map(len, analysis["importance"]), default=0)
+        for name, share in analysis["importance"].items():
+            print(f"  {name:<{width}}  {share:5.2f} {'#' * round(share * 30)}")
+        if note:
+            print(f"  {note}")
     curve = analysis["best_so_far"]
     if len(curve) > 1:
         t0 = curve[0][0]
@@ -478,9 +488,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
         name = headers.index("NAME") if "NAME" in headers else None
+        kept = 1 + columns.index(table["sorted_by"]) if table.get("sorted_by") in columns else None
         left_out = render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
                                     for i, r in enumerate(rows, start=1)],
-                          flex=name, drop=range(len(headers) - 1, 2, -1))  # fmt: skip
+                          flex=name, drop=[i for i in range(len(headers) - 1, 2, -1) if i != kept])  # fmt: skip
         if left_out:
             print(f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
                   file=sys.stderr)
