@@ -229,6 +229,7 @@ _MODULES = {
     "sweep": ("tracking_commands", "sweep_parser"),
     "compare": ("tracking_commands", "compare_parser"),
     "diff": ("tracking_commands", "diff_parser"),
+    "export": ("tracking_commands", "export_parser"),
     "provider": ("provider_commands", "provider_parser"),
     "rerun": ("rerun_commands", "rerun_parser"), "clone": ("rerun_commands", "clone_parser"),
     "cat": ("rerun_commands", "cat_parser"),
@@ -279,6 +280,7 @@ commands:
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
   report SWEEP -o F.html     a self-contained HTML report of a sweep (or --jobs, --name, --since)
+  export [JOB...] --to F.db  jobs, params, metrics, output as a SQLite file (--sweep, --since, --csv DIR)
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it

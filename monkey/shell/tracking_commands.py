@@ -1,4 +1,4 @@
-"""Tracking commands: metrics, plot, report, sweep, compare, diff, list sweeps.
+"""Tracking commands: metrics, plot, report, sweep, compare, diff, export, list sweeps.
 
 Parser builders take the parser class like those of cli.py; commands are glue over the
 ``Monkey`` facade. Only argparse and the standard library are imported up here.
@@ -299,6 +299,51 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not found:
         print("no job matches")
     return 0 if found else 1
+
+
+def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
+    p = _parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy analysis "
+                "database (SQLite: jobs, params, metrics, summaries, attempts, outputs, sweeps; "
+                "full-text search over commands and output) and/or CSV files, for pandas, "
+                "Datasette or any SQLite tool. Exporting again into the same file updates it.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last` "
+                   "(default: every job)")
+    p.add_argument("--sweep", metavar="S", help="the runs of this sweep")
+    p.add_argument("--name", metavar="GLOB", help="jobs whose name matches GLOB, e.g. 'exp-*'")
+    p.add_argument("--since", metavar="AGE", help="jobs created in the last AGE (30m, 12h, 7d)")
+    p.add_argument("--to", metavar="FILE.db", help="the SQLite file to write or update")
+    p.add_argument("--csv", metavar="DIR", help="write one CSV file per table into DIR")
+    p.add_argument("--json", action="store_true", help="print the row counts as JSON")
+    p.set_defaults(func=cmd_export)
+    return p
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    m = _monkey()
+    if not args.to and not args.csv:
+        raise _usage("monkey export: say where: --to runs.db (a SQLite file) and/or --csv DIR")
+    if args.jobs and args.sweep:
+        raise _usage("monkey export: give either jobs or --sweep, not both")
+    refs = args.jobs
+    if args.name or args.since:
+        if args.sweep:
+            sid = m.store.resolve_sweep(args.sweep)
+            refs = [j.juid for j in m.store.list_jobs(sweep=sid, newest_first=False)]
+        refs, _ = _selected(m, refs, args.name, args.since)
+        counts = m.export(refs, to=args.to, csv_dir=args.csv)
+    else:
+        counts = m.export(refs or None, sweep=args.sweep, to=args.to, csv_dir=args.csv)
+    if args.json:
+        _json(counts)
+        return 0
+    where = " and ".join(w for w in (args.to, args.csv and f"{args.csv}/*.csv") if w)
+    print(f"exported {counts['jobs']} jobs ({counts['params']} parameters, {counts['metrics']} "
+          f"metric points, {counts['outputs']} outputs) to {where}")
+    if args.to:
+        print(f"open it with: sqlite3 {args.to}  |  datasette {args.to}  |  "
+              f"pandas.read_sql('select * from metrics', sqlite3.connect('{args.to}'))",
+              file=sys.stderr)
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

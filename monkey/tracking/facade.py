@@ -439,6 +439,28 @@ class TrackingAPI:
         return out
 
 
+    def export(self, refs: list[str] | None = None, *, sweep: str | None = None,
+               to: str | None = None, csv_dir: str | None = None) -> dict[str, int]:
+        """Write jobs (REFS, a sweep's, or every job when neither is given) as a tidy analysis
+        database TO (SQLite; an earlier export is updated) and/or CSV files in CSV_DIR; the
+        count of rows of each table (see ``monkey.tracking.export``)."""
+        from monkey.tracking.export import export
+
+        if refs and sweep:
+            raise MonkeyError("monkey export: give either jobs or --sweep, not both")
+        if sweep is not None:
+            sid = self.store.resolve_sweep(sweep)
+            juids = [j.juid for j in self.store.list_jobs(sweep=sid, newest_first=False)]
+        elif refs:
+            juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
+        else:
+            juids = [j.juid for j in self.store.list_jobs(newest_first=False)]
+        if not juids:
+            raise MonkeyError("monkey export: no jobs to export" + (
+                f" (sweep {sweep} has none)" if sweep else "; run some first"))
+        return export(self, juids, to, csv_dir)  # type: ignore[arg-type]
+
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")
 
 
