@@ -15,7 +15,7 @@ from typing import Any
 
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import driver_class, load_providers
-from monkey.logfiles import Follower, LogCursor
+from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.models import (
     LIVE,
     REDACTED,
@@ -605,7 +605,7 @@ class Monkey(RerunAPI, TrackingAPI):
                 if follower is None:  # only a follow that has to wait pays for watchdog
                     follower = self.store_follower()
                     continue  # read again: a write before the watch began is not missed
-                if follower.watch(self.home.runs / juid):  # from when it exists
+                if follower.watch(self.home.runs / juid, LOGS, recursive=True):  # once it exists
                     continue  # read again before waiting, as above
                 follower.wait(poll)
         finally:

@@ -183,49 +183,60 @@ def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
 # Events that mean something was written (not a reader opening or closing a file: the
 # follower's own reads must not wake it).
 _WRITES = ("FileModifiedEvent", "FileCreatedEvent", "FileMovedEvent", "FileDeletedEvent",
-           "FileClosedEvent", "DirCreatedEvent", "DirMovedEvent")
+           "FileClosedEvent")
+LOGS = ("setup.log", "stdout.log", "stderr.log")  # what a job's followers read
 
 
 class Follower:
     """Wakes a reader when files it follows are written, instead of a fixed poll: inotify
     through watchdog on Linux (the platform's native observer elsewhere, watchdog's polling
-    observer where there is none or inotify is out of watches). No CPU is spent while
-    nothing is written. watchdog is imported here, when a follow first has to wait, never by
-    one-shot commands.
+    observer where there is none or inotify is out of instances or watches). No CPU is spent
+    while nothing is written. watchdog is imported here, when a follow first has to wait,
+    never by one-shot commands.
 
-    ``watch(folder)`` follows every file under FOLDER (a job's run folder: its attempts' logs);
-    ``watch(folder, names)`` only the files of FOLDER with those NAMES (the store's database
-    and its WAL: a job's state changed)."""
+    ``watch(folder, names)`` follows the files called NAMES in FOLDER, or anywhere under it
+    with ``recursive`` (a job's run folder: its attempts' logs, not their heartbeats)."""
 
     def __init__(self) -> None:
         import threading
+        import warnings
 
         from watchdog.events import FileSystemEventHandler
 
+        # watchdog warns when a folder it adds by itself (a new attempt's) is added twice
+        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         self._changed = threading.Event()
-        self._watched: dict[Path, frozenset[str] | None] = {}
+        self._watched: dict[Path, tuple[frozenset[str], bool]] = {}
         self._observer = _observer()
         follower = self
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: Any) -> None:
-                if type(event).__name__ not in _WRITES:
-                    return
-                names = follower._watched.get(Path(os.fsdecode(event.src_path)).parent)
-                if names is None or os.path.basename(os.fsdecode(event.src_path)) in names:
+                paths = (event.src_path, getattr(event, "dest_path", "") or "")
+                if type(event).__name__ in _WRITES and any(
+                        follower._wanted(os.fsdecode(p)) for p in paths if p):
                     follower._changed.set()
 
         self._handler = Handler()
 
-    def watch(self, folder: Path, names: Iterable[str] | None = None) -> bool:
-        """Follow FOLDER's files (all, recursively; or only NAMES, in it). Whether it began
-        now (read once more before waiting: a write just before was not seen); False when
-        it was followed already or does not exist yet (call again later)."""
+    def _wanted(self, path: str) -> bool:
+        """Whether PATH is one of the files followed."""
+        folder, name = os.path.split(path)
+        for root, (names, recursive) in self._watched.items():
+            if name in names and (folder == str(root) or recursive and folder.startswith(
+                    f"{root}{os.sep}")):
+                return True
+        return False
+
+    def watch(self, folder: Path, names: Iterable[str], recursive: bool = False) -> bool:
+        """Follow the files called NAMES in FOLDER (anywhere under it with RECURSIVE). Whether
+        it began now (read once more before waiting: a write just before was not seen); False
+        when it was followed already or does not exist yet (call again later)."""
         if folder in self._watched or not folder.is_dir():
             return False
-        self._watched[folder] = None if names is None else frozenset(names)
+        self._watched[folder] = (frozenset(names), recursive)
         try:
-            self._observer.schedule(self._handler, str(folder), recursive=names is None,
+            self._observer.schedule(self._handler, str(folder), recursive=recursive,
                                     event_filter=_event_types())
             if not self._observer.is_alive():
                 self._observer.start()
@@ -242,9 +253,9 @@ class Follower:
             self._observer.stop()
         self._observer = PollingObserver(timeout=POLL_FALLBACK)
         self._observer.daemon = True
-        for folder, names in self._watched.items():
+        for folder, (_, recursive) in self._watched.items():
             if folder.is_dir():
-                self._observer.schedule(self._handler, str(folder), recursive=names is None)
+                self._observer.schedule(self._handler, str(folder), recursive=recursive)
         self._observer.start()
 
     def wait(self, timeout: float) -> bool:

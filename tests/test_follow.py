@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import wait_for
 
-from monkey.logfiles import Follower
+from monkey.logfiles import LOGS, Follower
 
 LONG = 60.0  # a bound only: a wait that is woken returns long before
 
@@ -20,8 +20,9 @@ def test_a_write_wakes_the_follower_and_its_own_reads_do_not(tmp_path):
     log.parent.mkdir(parents=True)
     log.write_bytes(b"start\n")
     with Follower() as follower:
-        assert follower.watch(tmp_path / "run") and not follower.watch(tmp_path / "run")
-        assert not follower.watch(tmp_path / "missing")
+        assert follower.watch(tmp_path / "run", LOGS, recursive=True)
+        assert not follower.watch(tmp_path / "run", LOGS, recursive=True)  # once is enough
+        assert not follower.watch(tmp_path / "missing", LOGS)
         with open(log, "ab") as fh:
             fh.write(b"epoch 1\n")
             fh.flush()
@@ -30,10 +31,18 @@ def test_a_write_wakes_the_follower_and_its_own_reads_do_not(tmp_path):
             pass
         for _ in range(3):  # a reader opening and reading the file is no write
             assert log.read_bytes().endswith(b"epoch 1\n")
+        with open(log.with_name("events.jsonl"), "a") as fh:  # nor a heartbeat beside it
+            fh.write('{"kind": "heartbeat"}\n')
         assert not follower.wait(0.3)
         second = tmp_path / "run" / "2"  # a new attempt's folder and its log
         second.mkdir()
         (second / "stdout.log").write_bytes(b"resumed\n")
+        assert follower.wait(LONG)
+        while follower.wait(0.3):
+            pass
+        (second / "stderr.tmp").write_bytes(b"fetched\n")  # a fetched copy moved into place
+        assert not follower.wait(0.3)
+        (second / "stderr.tmp").rename(second / "stderr.log")
         assert follower.wait(LONG)
 
 

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
-from monkey.api import Follower, LogCursor
+from monkey.api import LOGS, Follower, LogCursor
 from monkey.tui.shared import SharedMonkey
 
 POLL = 1.0  # seconds between looks at the log files when nothing is written (a new attempt)
@@ -130,7 +130,8 @@ class LogPane(Vertical):
                     if other != other_seen:
                         other_seen = other
                         self.post_message(self.Empty(other, generation))
-                if not follower.watch(monkey.home.runs / juid) and not worker.is_cancelled:
+                if not follower.watch(monkey.home.runs / juid, LOGS, recursive=True) \
+                        and not worker.is_cancelled:
                     follower.wait(POLL)  # (read once more first when the watch just began)
         finally:
             follower.close()
