@@ -302,10 +302,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy analysis "
-                "database (SQLite: jobs, params, metrics, summaries, attempts, outputs, sweeps; "
-                "full-text search over commands and output) and/or CSV files, for pandas, "
-                "Datasette or any SQLite tool. Exporting again into the same file updates it.")
+    p = _parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy SQLite "
+                "database (--to) or CSV files (--csv) for pandas, Datasette or any SQLite tool.")
+    p.epilog = ("Tables: jobs, params, metrics, summaries, attempts, outputs, sweeps (long: one "
+                "fact per row), with full-text search over commands (jobs_fts) and output "
+                "(outputs_fts). Exporting again into the same file updates it.")
     p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last` "
                    "(default: every job)")
     p.add_argument("--sweep", metavar="S", help="the runs of this sweep")
