@@ -175,8 +175,9 @@ class Monkey(RerunAPI, TrackingAPI):
 
         ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
         one, False ignores it. Arguments given here override the file. ``time``: the limit
-        of each attempt ("90s", "30m", "2h", "1d", "HH:MM:SS"); past it the job gets SIGTERM,
-        then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
+        of each attempt, with its unit ("90s", "30m", "2h", "1d", "HH:MM:SS"; an int is
+        seconds; a bare number as text is refused, as Slurm would read minutes); past it the
+        job gets SIGTERM, then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
         asking (see `monkey.snapshot.snapshot_dir`)."""
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]

@@ -272,7 +272,8 @@ def svg_values(metrics: Mapping[str, Mapping[str, Series]], palette: Mapping[str
                width: int = 1200) -> str:
     """Metrics logged once per run as one bar per run, its value written beside it (a line
     chart of one point per run would be an empty axis). Bars start at zero."""
-    label_w, value_w, row_h = 260, 90, 18
+    label_w, value_w, row_h = 380, 90, 18
+    fits = (label_w - 12) // 7  # characters of a run's name that fit beside its bar
     bar_w = width - label_w - value_w - 20
     parts, y = [], 0
     for metric, lines in metrics.items():
@@ -290,8 +291,9 @@ def svg_values(metrics: Mapping[str, Mapping[str, Series]], palette: Mapping[str
         for run, value in values.items():
             end = label_w + (value - lo) / span * bar_w
             left, w = min(zero, end), max(1.0, abs(end - zero))
-            parts.append(f'<text class="run" x="{label_w - 8}" y="{y + 12}" font-size="11" '
-                         f'text-anchor="end">{escape(run)}</text>'
+            shown = run if len(run) <= fits else run[:fits - 1] + "…"
+            parts.append(f'<text class="run" x="0" y="{y + 12}" font-size="11">'
+                         f'<title>{escape(run)}</title>{escape(shown)}</text>'
                          f'<rect class="bar" x="{left:.1f}" y="{y + 2}" width="{w:.1f}" '
                          f'height="{row_h - 6}" fill="{palette.get(run, "#1f77b4")}"/>'
                          f'<text class="value" x="{max(zero, end) + 6:.1f}" y="{y + 12}" '

@@ -18,8 +18,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 .table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th,td.id{white-space:nowrap}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3} td.t{text-align:left}
 .charts svg{width:100%;height:auto;display:block}
 .scatters{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:1em}
