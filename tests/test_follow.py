@@ -27,7 +27,7 @@ def test_a_write_wakes_the_follower_and_its_own_reads_do_not(tmp_path):
             fh.write(b"epoch 1\n")
             fh.flush()
             assert follower.wait(LONG)
-        while follower.wait(0.3):  # the close of the write comes as an event of its own
+        while follower.wait(1.0):  # the close of the write comes as an event of its own
             pass
         for _ in range(3):  # a reader opening and reading the file is no write
             assert log.read_bytes().endswith(b"epoch 1\n")
@@ -38,7 +38,7 @@ def test_a_write_wakes_the_follower_and_its_own_reads_do_not(tmp_path):
         second.mkdir()
         (second / "stdout.log").write_bytes(b"resumed\n")
         assert follower.wait(LONG)
-        while follower.wait(0.3):
+        while follower.wait(1.0):
             pass
         (second / "stderr.tmp").write_bytes(b"fetched\n")  # a fetched copy moved into place
         assert not follower.wait(0.3)
@@ -55,13 +55,15 @@ def test_named_files_only_and_the_polling_fallback(tmp_path):
         (tmp_path / "monkey.db-wal").write_bytes(b"x")
         assert follower.wait(LONG)
         follower._fallback()  # as when inotify has no instance or watch left
-        while follower.wait(0.3):
+        while follower.wait(1.0):
             pass
         with open(tmp_path / "monkey.db-wal", "ab") as fh:
             fh.write(b"y")
         assert follower.wait(LONG)
+        while follower.wait(1.0):
+            pass
         (tmp_path / "daemon.log").write_text("core: another pass\n")
-        assert not follower.wait(0.3)
+        assert not follower.wait(0.5)
 
 
 def test_logs_follow_prints_as_written_and_keeps_exit_codes_and_marks(cli, home, monkey, tmp_path):
