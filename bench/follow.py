@@ -13,6 +13,7 @@ IDLE seconds. Two followers run side by side from its start: `monkey logs -f --s
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,6 +150,8 @@ def main() -> None:
     finally:
         m.store.close()
         stop_everything(home)
+        shutil.rmtree(home.parent, ignore_errors=True)
+        shutil.rmtree(project, ignore_errors=True)
 
 
 if __name__ == "__main__":
