@@ -15,7 +15,7 @@ from typing import Any
 
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import driver_class, load_providers
-from monkey.logfiles import LogCursor
+from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.models import (
     LIVE,
     REDACTED,
@@ -85,23 +85,33 @@ class Job:
     def attempts(self) -> list[Attempt]:
         return self.monkey.store.attempts(self.juid)
 
-    def wait(self, timeout: float | None = None, poll: float = 0.05) -> State:
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> State:
         """Block until the job ends (a retry pending is not an end); return its state.
 
-        Keeps a core serving meanwhile (starting it again if it dies): without one the job
-        would never end."""
+        Woken by each write to the store (see ``monkey.logfiles.Follower``), and at least
+        every ``poll`` seconds. Keeps a core serving meanwhile (starting it again if it dies):
+        without one the job would never end."""
         from monkey.core.daemon import Keeper
 
         keeper = Keeper(self.monkey.home)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            state = self.status
-            if state in TERMINAL or state == State.PAUSED:
-                return state
-            keeper.check()
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
-            time.sleep(poll)
+        follower = None
+        try:
+            while True:
+                state = self.status
+                if state in TERMINAL or state == State.PAUSED:
+                    return state
+                keeper.check()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left < 0:
+                    raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
+                if follower is None:
+                    follower = self.monkey.store_follower()
+                    continue  # look again: a change before the watch began is not missed
+                follower.wait(poll if left is None else min(poll, left))
+        finally:
+            if follower is not None:
+                follower.close()
 
     def logs(self, stderr: bool = False, tail: int | None = None) -> str:
         """The job's output so far (all attempts), or its last ``tail`` lines."""
@@ -165,8 +175,9 @@ class Monkey(RerunAPI, TrackingAPI):
 
         ``job_yml``: the job.yml to apply; None reads ``job.yml`` of the workdir when there is
         one, False ignores it. Arguments given here override the file. ``time``: the limit
-        of each attempt ("90s", "30m", "2h", "1d", "HH:MM:SS"); past it the job gets SIGTERM,
-        then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
+        of each attempt, with its unit ("90s", "30m", "2h", "1d", "HH:MM:SS"; an int is
+        seconds; a bare number as text is refused, as Slurm would read minutes); past it the
+        job gets SIGTERM, then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
         asking (see `monkey.snapshot.snapshot_dir`)."""
         try:
             argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
@@ -604,15 +615,23 @@ class Monkey(RerunAPI, TrackingAPI):
         return (f"── attempt {n} on {attempts[i].instance}" + (f", after {after}" if after else "")
                 + " ──\n").encode()
 
+    def store_follower(self) -> Follower:
+        """A ``Follower`` woken by every write to the store (a job's state changed)."""
+        follower = Follower()
+        follower.watch(self.home.db.parent, (self.home.db.name, f"{self.home.db.name}-wal"))
+        return follower
+
     def follow(self, ref: str, stderr: bool = False, tail: int | None = None,
-               poll: float = 0.05, stream: str | None = None) -> Iterator[bytes]:
+               poll: float = 1.0, stream: str | None = None) -> Iterator[bytes]:
         """Yield the job's output as it is written, across attempts, until the job ends;
         with ``tail``, start from its last ``tail`` lines. ``stream`` "both" follows the
         set-up log, stdout and stderr together (each attempt after the first marked);
         "stdout" or "stderr" one of them (default: ``stderr`` picks).
 
-        Keeps a core serving meanwhile (starting it again if it dies): without one the job
-        would never end."""
+        Woken by writes to the job's run folder and to the store (``monkey.logfiles.Follower``:
+        inotify, no CPU while nothing is written), and at least every ``poll`` seconds. Keeps
+        a core serving meanwhile (starting it again if it dies): without one the job would
+        never end."""
         from monkey.core.daemon import Keeper
 
         stream = stream or ("stderr" if stderr else "stdout")
@@ -629,23 +648,34 @@ class Monkey(RerunAPI, TrackingAPI):
             attempts = [a for a in self.store.attempts(juid) if a.run_dir]
             cursor.skip_to_tail(paths(attempts), tail)
             marked.update(a.n for a in attempts)
-        while True:
-            job = self.store.get_job(juid)
-            assert job is not None
-            # Read after looking at the state, so output written before the end is never missed.
-            finished = job.state in TERMINAL or job.state == State.PAUSED
-            if not finished:
-                keeper.check()
-            attempts = [a for a in self.store.attempts(juid) if a.run_dir]
-            for a in attempts:
-                if a.n not in marked and stream == "both":
-                    marked.add(a.n)
-                    yield self._attempt_mark(attempts, a.n)
-                for _, _, piece in cursor.read(paths([a])):
-                    yield piece
-            if finished:
-                return
-            time.sleep(poll)
+        follower = None
+        try:
+            while True:
+                job = self.store.get_job(juid)
+                assert job is not None
+                # Read after looking at the state, so output written before the end is never
+                # missed.
+                finished = job.state in TERMINAL or job.state == State.PAUSED
+                if not finished:
+                    keeper.check()
+                attempts = [a for a in self.store.attempts(juid) if a.run_dir]
+                for a in attempts:
+                    if a.n not in marked and stream == "both":
+                        marked.add(a.n)
+                        yield self._attempt_mark(attempts, a.n)
+                    for _, _, piece in cursor.read(paths([a])):
+                        yield piece
+                if finished:
+                    return
+                if follower is None:  # only a follow that has to wait pays for watchdog
+                    follower = self.store_follower()
+                    continue  # read again: a write before the watch began is not missed
+                if follower.watch(self.home.runs / juid, LOGS, recursive=True):  # once it exists
+                    continue  # read again before waiting, as above
+                follower.wait(poll)
+        finally:
+            if follower is not None:
+                follower.close()
 
     # -- dashboard ----------------------------------------------------------------------
 

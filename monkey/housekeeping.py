@@ -72,12 +72,13 @@ def select_jobs(m: Monkey, refs: Iterable[str], sweep: str | None = None,
     refs = list(refs)
     if not (refs or sweep or older_than or failed):
         raise MonkeyError("monkey rm: name jobs, or give --sweep S, --older-than AGE or --failed")
+    sid = m.store.resolve_sweep(sweep) if sweep else None
     if refs:
         jobs = [m.store.get_job(m.store.resolve(r)) for r in refs]
     else:
-        jobs = m.store.list_jobs(sweep=m.store.resolve_sweep(sweep) if sweep else None)
-    if sweep and refs:
-        jobs = [j for j in jobs if j.sweep == sweep]
+        jobs = m.store.list_jobs(sweep=sid)
+    if sid and refs:
+        jobs = [j for j in jobs if j.sweep == sid]
     if older_than:
         cut = time.time() - parse_age(older_than)
         jobs = [j for j in jobs if (j.finished_at or j.created_at) < cut]

@@ -6,9 +6,10 @@ and a tail is found by reading backwards from the end in blocks. Bytes pass thro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from monkey.models import MonkeyError
 
@@ -177,3 +178,123 @@ def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
                     break
                 left -= len(piece)
                 yield piece
+
+
+# Events that mean something was written (not a reader opening or closing a file: the
+# follower's own reads must not wake it).
+_WRITES = ("FileModifiedEvent", "FileCreatedEvent", "FileMovedEvent", "FileDeletedEvent",
+           "FileClosedEvent")
+LOGS = ("setup.log", "stdout.log", "stderr.log")  # what a job's followers read
+
+
+class Follower:
+    """Wakes a reader when files it follows are written, instead of a fixed poll: inotify
+    through watchdog on Linux (the platform's native observer elsewhere, watchdog's polling
+    observer where there is none or inotify is out of instances or watches). No CPU is spent
+    while nothing is written. watchdog is imported here, when a follow first has to wait,
+    never by one-shot commands.
+
+    ``watch(folder, names)`` follows the files called NAMES in FOLDER, or anywhere under it
+    with ``recursive`` (a job's run folder: its attempts' logs, not their heartbeats)."""
+
+    def __init__(self) -> None:
+        import threading
+        import warnings
+
+        from watchdog.events import FileSystemEventHandler
+
+        # watchdog warns when a folder it adds by itself (a new attempt's) is added twice
+        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
+        self._changed = threading.Event()
+        self._watched: dict[Path, tuple[frozenset[str], bool]] = {}
+        self._observer = _observer()
+        follower = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                paths = (event.src_path, getattr(event, "dest_path", "") or "")
+                if type(event).__name__ in _WRITES and any(
+                        follower._wanted(os.fsdecode(p)) for p in paths if p):
+                    follower._changed.set()
+
+        self._handler = Handler()
+
+    def _wanted(self, path: str) -> bool:
+        """Whether PATH is one of the files followed."""
+        folder, name = os.path.split(path)
+        for root, (names, recursive) in self._watched.items():
+            if name in names and (folder == str(root) or recursive and folder.startswith(
+                    f"{root}{os.sep}")):
+                return True
+        return False
+
+    def watch(self, folder: Path, names: Iterable[str], recursive: bool = False) -> bool:
+        """Follow the files called NAMES in FOLDER (anywhere under it with RECURSIVE). Whether
+        it began now (read once more before waiting: a write just before was not seen); False
+        when it was followed already or does not exist yet (call again later)."""
+        if folder in self._watched or not folder.is_dir():
+            return False
+        self._watched[folder] = (frozenset(names), recursive)
+        try:
+            self._observer.schedule(self._handler, str(folder), recursive=recursive,
+                                    event_filter=_event_types())
+            if not self._observer.is_alive():
+                self._observer.start()
+        except OSError:  # out of inotify instances or watches: the polling observer instead
+            self._fallback()
+        return True
+
+    def _fallback(self) -> None:
+        """Follow every folder with watchdog's polling observer (a look every POLL_FALLBACK
+        seconds)."""
+        from watchdog.observers.polling import PollingObserver
+
+        if self._observer.is_alive():
+            self._observer.stop()
+        self._observer = PollingObserver(timeout=POLL_FALLBACK)
+        self._observer.daemon = True
+        for folder, (_, recursive) in self._watched.items():
+            if folder.is_dir():
+                self._observer.schedule(self._handler, str(folder), recursive=recursive)
+        self._observer.start()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until something followed is written (or ``wake``), at most TIMEOUT seconds;
+        whether it was."""
+        changed = self._changed.wait(timeout)
+        self._changed.clear()
+        return changed
+
+    def wake(self) -> None:
+        """End a ``wait`` now (e.g. a reader that stops)."""
+        self._changed.set()
+
+    def close(self) -> None:
+        """Stop watching (the observer's thread ends)."""
+        self._changed.set()
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join(timeout=5)
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+POLL_FALLBACK = 0.1  # seconds between looks of the polling observer (no inotify watch left)
+
+
+def _observer() -> Any:
+    from watchdog.observers import Observer
+
+    observer = Observer()
+    observer.daemon = True
+    return observer
+
+
+def _event_types() -> list[Any]:
+    from watchdog import events
+
+    return [getattr(events, name) for name in _WRITES]

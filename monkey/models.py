@@ -135,17 +135,21 @@ def parse_size(value: object) -> int:
 
 
 _DURATION = re.compile(r"(\d+)([smhd]?)")
-_UNITS = {"s": 1, "": 1, "m": 60, "h": 3600, "d": 86400}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: object) -> int:
-    """Seconds from 90, "90s", "30m", "2h", "1d" or "HH:MM:SS" ("MM:SS"); MonkeyError
-    otherwise."""
+    """Seconds from "90s", "30m", "2h", "1d" or "HH:MM:SS" ("MM:SS"), or an int (seconds,
+    from Python); MonkeyError otherwise. A bare number in text is refused: Slurm reads it as
+    minutes, others as seconds, so the unit must be written."""
     text = str(value).strip().lower()
     seconds = -1
     if isinstance(value, int) and not isinstance(value, bool):
         seconds = value
-    elif (found := _DURATION.fullmatch(text)) is not None:
+    elif text.isdigit() and int(text) > 0:
+        raise MonkeyError(f"time limit {value!r} has no unit; write {text}m for {text} minutes "
+                          f"(or {text}s, {text}h, {text}d, HH:MM:SS)")
+    elif (found := _DURATION.fullmatch(text)) is not None and found[2]:
         seconds = int(found[1]) * _UNITS[found[2]]
     elif re.fullmatch(r"\d+(:[0-5]?\d){1,2}", text):
         for part in text.split(":"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "rich")
+HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "watchdog", "rich")
 
 
 def _heavy_modules(code: str, tmp_path: Path, among: tuple[str, ...] = HEAVY) -> list[str]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from monkey.models import TERMINAL, MonkeyError, State
+from monkey.models import TERMINAL, MonkeyError, State, format_duration
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
@@ -144,8 +144,9 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
     p.add_argument("--memory", help="memory the job needs, e.g. 8G")
     p.add_argument("--host", help="run on this host of the provider (ssh providers)")
-    p.add_argument("--time", metavar="LIMIT", help="time limit of each attempt (90s, 30m, 2h, 1d "
-                   "or HH:MM:SS): then SIGTERM, SIGKILL after a grace, and the job fails")
+    p.add_argument("--time", metavar="LIMIT", help="time limit of each attempt, with its unit: "
+                   "90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m for 5 "
+                   "minutes); then SIGTERM, SIGKILL after a grace, and the job fails")
     p.add_argument("--outputs", action="append", default=[], metavar="GLOB",
                    help="files to fetch back from a remote host when the job ends, into "
                         "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)")
@@ -291,6 +292,7 @@ _MODULES = {
     "sweep": ("tracking_commands", "sweep_parser"),
     "compare": ("tracking_commands", "compare_parser"),
     "diff": ("tracking_commands", "diff_parser"),
+    "export": ("tracking_commands", "export_parser"),
     "provider": ("provider_commands", "provider_parser"),
     "create": ("provider_commands", "create_parser"),
     "delete": ("provider_commands", "delete_parser"),
@@ -347,6 +349,7 @@ commands:
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
   report SWEEP -o F.html     a self-contained HTML report of a sweep (or --jobs, --name, --since)
+  export [JOB...] --to F.db  jobs, params, metrics, output as a SQLite file (--sweep, --since, --csv DIR)
   rerun JOB [--set P=V]...   queue a job again from its record (--sweep S [--failed])
   clone JOB [--to DIR]       write a job's code as it was (git commit + diff applied)
   cat JOB PATH               one of a job's code files as it saw it
@@ -572,6 +575,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         *[("pending", ", ".join(f"{k} {v}" for k, v in p.items() if v)) for p in info.get("pending_instances", [])],
         ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
          + (f", memory {res['memory']}" if res.get("memory") else "")),
+        ("time limit", f"{format_duration(res['time'])} per attempt" if res.get("time") else "none"),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),
         *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),

@@ -209,7 +209,8 @@ def _slurm_parser(kinds: Any) -> None:
     slurm.add_argument("--partition", help="partition for the jobs (default: the cluster's default)")
     slurm.add_argument("--account", help="account to charge (sbatch --account)")
     slurm.add_argument("--qos", help="quality of service (sbatch --qos)")
-    slurm.add_argument("--time", help="default time limit, e.g. 4:00:00 (sbatch --time)")
+    slurm.add_argument("--time", help="default time limit of an allocation, in sbatch --time's "
+                       "format (a bare number is minutes), e.g. 4:00:00")
     slurm.add_argument("--gres", help="generic resources for every job (sbatch --gres)")
     slurm.add_argument("--constraint", help="node features (sbatch --constraint)")
     slurm.add_argument("--signal", help="warning before the time limit (default B:USR1@120)")

@@ -25,7 +25,8 @@ def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=int, help="CPU slots (default: as before)")
     p.add_argument("--gpus", type=int, help="GPUs (default: as before)")
     p.add_argument("--memory", help="memory, e.g. 8G (default: as before)")
-    p.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2h (default: as before)")
+    p.add_argument("--time", metavar="LIMIT", help="time limit of each attempt, with its unit: 90s, 30m, "
+                   "2h, 1d or HH:MM:SS (default: as before)")
     p.add_argument("--name", "-n", help="a readable name (default: as before)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="stream the new job's output and exit with its exit code")

@@ -1,4 +1,4 @@
-"""Tracking commands: metrics, plot, report, sweep, compare, diff, list sweeps.
+"""Tracking commands: metrics, plot, report, sweep, compare, diff, export, list sweeps.
 
 Parser builders take the parser class like those of cli.py; commands are glue over the
 ``Monkey`` facade. Only argparse and the standard library are imported up here.
@@ -176,6 +176,8 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
     p.add_argument("--memory", help="memory each run needs, e.g. 8G")
+    p.add_argument("--time", metavar="LIMIT", help="time limit of each run's attempts, with its "
+                   "unit: 90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m)")
     p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
                    help="data every run gets at $MONKEY_DATASET_NAME (checksummed once)")
     p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
@@ -301,6 +303,52 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
+def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
+    p = _parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy SQLite "
+                "database (--to) or CSV files (--csv) for pandas, Datasette or any SQLite tool.")
+    p.epilog = ("Tables: jobs, params, metrics, summaries, attempts, outputs, sweeps (long: one "
+                "fact per row), with full-text search over commands (jobs_fts) and output "
+                "(outputs_fts). Exporting again into the same file updates it.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last` "
+                   "(default: every job)")
+    p.add_argument("--sweep", metavar="S", help="the runs of this sweep")
+    p.add_argument("--name", metavar="GLOB", help="jobs whose name matches GLOB, e.g. 'exp-*'")
+    p.add_argument("--since", metavar="AGE", help="jobs created in the last AGE (30m, 12h, 7d)")
+    p.add_argument("--to", metavar="FILE.db", help="the SQLite file to write or update")
+    p.add_argument("--csv", metavar="DIR", help="write one CSV file per table into DIR")
+    p.add_argument("--json", action="store_true", help="print the row counts as JSON")
+    p.set_defaults(func=cmd_export)
+    return p
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    m = _monkey()
+    if not args.to and not args.csv:
+        raise _usage("monkey export: say where: --to runs.db (a SQLite file) and/or --csv DIR")
+    if args.jobs and args.sweep:
+        raise _usage("monkey export: give either jobs or --sweep, not both")
+    refs = args.jobs
+    if args.name or args.since:
+        if args.sweep:
+            sid = m.store.resolve_sweep(args.sweep)
+            refs = [j.juid for j in m.store.list_jobs(sweep=sid, newest_first=False)]
+        refs, _ = _selected(m, refs, args.name, args.since)
+        counts = m.export(refs, to=args.to, csv_dir=args.csv)
+    else:
+        counts = m.export(refs or None, sweep=args.sweep, to=args.to, csv_dir=args.csv)
+    if args.json:
+        _json(counts)
+        return 0
+    where = " and ".join(w for w in (args.to, args.csv and f"{args.csv}/*.csv") if w)
+    print(f"exported {counts['jobs']} jobs ({counts['params']} parameters, {counts['metrics']} "
+          f"metric points, {counts['outputs']} outputs) to {where}")
+    if args.to:
+        print(f"open it with: sqlite3 {args.to}  |  datasette {args.to}  |  "
+              f"pandas.read_sql('select * from metrics', sqlite3.connect('{args.to}'))",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     m = _monkey()
     chosen = args.jobs or args.name or args.since
@@ -351,7 +399,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
         retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
         name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
+        memory=args.memory, time=args.time, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
     )  # fmt: skip
     if args.json:
         _json(m.sweep_status(sid))
@@ -421,10 +469,18 @@ def _print_analysis(analysis: dict[str, Any]) -> None:
     """Parameter importance as bars, and the best value over time, for `sweep status`."""
     if len(analysis["runs"]) < 2:
         return
-    print(f"parameter importance ({analysis['method']}):")
-    width = max(map(len, analysis["importance"]), default=0)
-    for name, share in analysis["importance"].items():
-        print(f"  {name:<{width}}  {share:5.2f} {'#' * round(share * 30)}")
+    from monkey.tracking.sweep_analysis import too_few
+
+    note = too_few(analysis)
+    if not analysis["importance"]:
+        print(f"parameter importance: {note}")
+    else:
+        print(f"parameter importance ({analysis['method']}):")
+        width = max(map(len, analysis["importance"]), default=0)
+        for name, share in analysis["importance"].items():
+            print(f"  {name:<{width}}  {share:5.2f} {'#' * round(share * 30)}")
+        if note:
+            print(f"  {note}")
     curve = analysis["best_so_far"]
     if len(curve) > 1:
         t0 = curve[0][0]
@@ -480,9 +536,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
         name = headers.index("NAME") if "NAME" in headers else None
+        kept = 1 + columns.index(table["sorted_by"]) if table.get("sorted_by") in columns else None
         left_out = render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
                                     for i, r in enumerate(rows, start=1)],
-                          flex=name, drop=range(len(headers) - 1, 2, -1))  # fmt: skip
+                          flex=name, drop=[i for i in range(len(headers) - 1, 2, -1) if i != kept])  # fmt: skip
         if left_out:
             print(f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
                   file=sys.stderr)

@@ -25,21 +25,29 @@ class HousekeepingStore:
                 if any(c[1] == "juid" for c in self.db.execute(f"PRAGMA table_info({n})"))]  # fmt: skip
 
     def delete_jobs(self, juids: Iterable[str]) -> int:
-        """Delete the jobs and every row naming them, in one transaction; the count deleted.
-        Jobs that are not ended are refused by the caller (see monkey.housekeeping)."""
+        """Delete the jobs and every row naming them, and the sweeps left with no job, in one
+        transaction; the count deleted. Jobs that are not ended are refused by the caller (see
+        monkey.housekeeping)."""
         juids = list(juids)
         tables = self.juid_tables()
         done = 0
+        sweeps: set[str] = set()
         with self.tx() as db:
             for start in range(0, len(juids), 500):
                 chunk = juids[start:start + 500]
                 marks = ", ".join("?" * len(chunk))
+                sweeps.update(r[0] for r in db.execute(
+                    f"SELECT DISTINCT sweep FROM jobs WHERE juid IN ({marks}) "
+                    "AND sweep IS NOT NULL", chunk))
                 db.execute(f"DELETE FROM metrics WHERE series IN "
                            f"(SELECT id FROM metric_series WHERE juid IN ({marks}))", chunk)  # fmt: skip
                 for table in tables:
                     if table != "jobs":
                         db.execute(f"DELETE FROM {table} WHERE juid IN ({marks})", chunk)
                 done += db.execute(f"DELETE FROM jobs WHERE juid IN ({marks})", chunk).rowcount
+            db.executemany("DELETE FROM sweeps WHERE id = ? AND NOT EXISTS "
+                           "(SELECT 1 FROM jobs WHERE sweep = sweeps.id)",
+                           [(s,) for s in sorted(sweeps)])
         return done
 
     def referenced_digests(self) -> set[str]:

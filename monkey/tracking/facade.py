@@ -237,7 +237,8 @@ class TrackingAPI:
     def compare(self, refs: list[str] | None = None, *, sweep: str | None = None,
                 sort: str | None = None, reverse: bool = False,
                 system: bool = False) -> dict[str, Any]:
-        """{"columns", "rows"}: parameters and final/best metrics of jobs or a sweep's runs.
+        """{"columns", "rows", "sorted_by"}: parameters and final/best metrics of jobs or a
+        sweep's runs, and the column the rows are ordered by (None: as given).
 
         A sweep's table is sorted best first on its metric unless ``sort`` names a column.
         """
@@ -262,10 +263,12 @@ class TrackingAPI:
             juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
             jobs = [j for j in (self.store.get_job(juid) for juid in juids) if j is not None]
         result = compare(self.store, jobs, goals, sort, reverse, system)
+        result["sorted_by"] = sort
         if ranked_on in result["columns"]:  # no run logging the sweep's metric keeps job order
             metrics = [c for c in result["columns"] if f"{c}:best" in result["columns"]]
             result["rows"] = sort_rows(result["rows"], ranked_on,
                                        descending(ranked_on, metrics, goals) != reverse)
+            result["sorted_by"] = ranked_on
         return result
 
     def diff(self, ref_a: str, ref_b: str) -> dict[str, Any]:
@@ -434,6 +437,28 @@ class TrackingAPI:
                 os.unlink(tmp)
             raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
         return out
+
+
+    def export(self, refs: list[str] | None = None, *, sweep: str | None = None,
+               to: str | None = None, csv_dir: str | None = None) -> dict[str, int]:
+        """Write jobs (REFS, a sweep's, or every job when neither is given) as a tidy analysis
+        database TO (SQLite; an earlier export is updated) and/or CSV files in CSV_DIR; the
+        count of rows of each table (see ``monkey.tracking.export``)."""
+        from monkey.tracking.export import export
+
+        if refs and sweep:
+            raise MonkeyError("monkey export: give either jobs or --sweep, not both")
+        if sweep is not None:
+            sid = self.store.resolve_sweep(sweep)
+            juids = [j.juid for j in self.store.list_jobs(sweep=sid, newest_first=False)]
+        elif refs:
+            juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
+        else:
+            juids = [j.juid for j in self.store.list_jobs(newest_first=False)]
+        if not juids:
+            raise MonkeyError("monkey export: no jobs to export" + (
+                f" (sweep {sweep} has none)" if sweep else "; run some first"))
+        return export(self, juids, to, csv_dir)  # type: ignore[arg-type]
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")

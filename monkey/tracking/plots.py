@@ -218,6 +218,10 @@ def svg_panel(lines: Mapping[str, Series], title: str, palette: Mapping[str, str
         parts.append(f'<polyline class="line" fill="none" stroke="{palette[run]}" '
                      f'stroke-width="1.5" points="{points}"><title>{escape(run)}</title>'
                      '</polyline>')
+        if len(xs) == 1:  # a lone point draws no line: mark it
+            parts.append(f'<circle class="point" cx="{px(xs[0]):.1f}" cy="{py(ys[0]):.1f}" '
+                         f'r="4" fill="{palette[run]}"><title>{escape(run)}: {ys[0]:.4g}'
+                         '</title></circle>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -257,6 +261,49 @@ def svg_charts(metrics: Mapping[str, Mapping[str, Series]], style: Style | None 
         y += 16
     parts.append("</g></svg>")
     return "".join(parts)
+
+
+def single_valued(lines: Mapping[str, Series]) -> bool:
+    """Whether no run has more than one value of the metric (e.g. a final test accuracy)."""
+    return all(len(xy(series)[0]) <= 1 for series in lines.values())
+
+
+def svg_values(metrics: Mapping[str, Mapping[str, Series]], palette: Mapping[str, str],
+               width: int = 1200) -> str:
+    """Metrics logged once per run as one bar per run, its value written beside it (a line
+    chart of one point per run would be an empty axis). Bars start at zero."""
+    label_w, value_w, row_h = 380, 90, 18
+    fits = (label_w - 12) // 7  # characters of a run's name that fit beside its bar
+    bar_w = width - label_w - value_w - 20
+    parts, y = [], 0
+    for metric, lines in metrics.items():
+        values = {run: xy(series)[1][0] for run, series in lines.items() if xy(series)[1]}
+        lo, hi = min([0.0, *values.values()]), max([0.0, *values.values()])
+        span = (hi - lo) or 1.0
+        zero = label_w + (0 - lo) / span * bar_w
+        parts.append(f'<g class="values" data-metric="{escape(metric)}">'
+                     f'<text class="title" x="0" y="{y + 16}" font-size="13" '
+                     f'font-weight="bold">{escape(metric)}</text>')
+        y += 24
+        if not values:
+            parts.append(f'<text x="0" y="{y + 12}" font-size="12">no data</text>')
+            y += row_h
+        for run, value in values.items():
+            end = label_w + (value - lo) / span * bar_w
+            left, w = min(zero, end), max(1.0, abs(end - zero))
+            shown = run if len(run) <= fits else run[:fits - 1] + "…"
+            parts.append(f'<text class="run" x="0" y="{y + 12}" font-size="11">'
+                         f'<title>{escape(run)}</title>{escape(shown)}</text>'
+                         f'<rect class="bar" x="{left:.1f}" y="{y + 2}" width="{w:.1f}" '
+                         f'height="{row_h - 6}" fill="{palette.get(run, "#1f77b4")}"/>'
+                         f'<text class="value" x="{max(zero, end) + 6:.1f}" y="{y + 12}" '
+                         f'font-size="11">{value:.4g}</text>')
+            y += row_h
+        parts.append("</g>")
+        y += 12
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {width} {y}" '
+            f'font-family="system-ui,sans-serif" role="img" '
+            f'aria-label="{escape(", ".join(metrics))}">{"".join(parts)}</svg>')
 
 
 def _colour_bar(x: float, y: float, style: Style) -> str:

@@ -12,12 +12,13 @@ from html import escape
 from typing import Any
 
 from monkey.tracking import sweep_analysis as sa
-from monkey.tracking.plots import Series, Style, svg_charts
+from monkey.tracking.plots import Series, Style, run_colours, single_valued, svg_charts, svg_values
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+.table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3} td.t{text-align:left}
 .charts svg{width:100%;height:auto;display:block}
 .scatters{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:1em}
@@ -44,18 +45,41 @@ def _runs_and_charts(table: dict[str, Any], charts: dict[str, dict[str, Series]]
     rows = []
     for row in table["rows"]:
         cells = "".join(
-            f'<td class="{"t" if not isinstance(row.get(c), (int, float)) else "n"}">'
+            f'<td class="{_cell_class(c, row.get(c))}">'
             f"{escape(cell(row.get(c)))}</td>" for c in table["columns"])
         best_row = analysis and row.get("job") == analysis.get("best")
         mark = ' class="best"' if best_row else ""
         rows.append(f"<tr{mark}>{cells}</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in table["columns"])
-    svgs = svg_charts(charts, style) if charts else "<p>no metrics logged</p>"
     return f"""<h2>Runs</h2>
-<table id="runs"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>
+<div class="table-wrap"><table id="runs"><thead><tr>{head}</tr></thead>
+<tbody>{''.join(rows)}</tbody></table></div>
 {analysis_html(analysis) if analysis else ""}
 <h2>Metrics</h2>
-<div class="charts">{svgs}</div>"""
+{_metrics_html(charts, style)}"""
+
+
+def _cell_class(column: str, value: Any) -> str:
+    """``id`` for job ids (never wrapped), ``t`` for text, ``n`` for numbers."""
+    if column == "job":
+        return "t id"
+    return "n" if isinstance(value, (int, float)) else "t"
+
+
+def _metrics_html(charts: dict[str, dict[str, Series]], style: Style | None) -> str:
+    """Line charts of the metrics logged over steps, and a bar per run (with its value) for
+    those each run logged once (``test_acc``), in the same run colours."""
+    if not charts:
+        return "<p>no metrics logged</p>"
+    style = style or Style()
+    once = {m: lines for m, lines in charts.items() if lines and single_valued(lines)}
+    series = {m: lines for m, lines in charts.items() if m not in once}
+    palette = run_colours(list(dict.fromkeys(r for ls in charts.values() for r in ls)), style)
+    out = f'<div class="charts">{svg_charts(series, style)}</div>' if series else ""
+    if once:
+        out += ('<h3>Values logged once</h3>'
+                f'<div class="charts values">{svg_values(once, palette)}</div>')
+    return out
 
 
 def jobs_report(title: str, jobs: list[dict[str, Any]], table: dict[str, Any],
@@ -121,12 +145,15 @@ def analysis_html(analysis: dict[str, Any]) -> str:
         f'<tr><td class="t">{escape(k)}</td><td>{v:.3f}</td><td class="t"><span class="bar" '
         f'style="width:{max(1, round(v * 300))}px"></span></td></tr>'
         for k, v in analysis["importance"].items())
-    scatters = "".join(sa.scatter(runs, k, name, best) for k in analysis["importance"])
+    scatters = "".join(sa.scatter(runs, k, name, best)
+                       for k in [*analysis["importance"], *analysis.get("unranked", {})])
+    note = sa.too_few(analysis)
+    ranked = (f"""<table id="importance"><thead><tr><th>parameter</th><th>importance</th><th></th>
+</tr></thead><tbody>{bars}</tbody></table>""" if bars else "")
     return f"""<h2>Analysis</h2>
 <p>Best run: <b>{escape(best)}</b> (red below). Parameter importance on {escape(name)}
 by {escape(analysis["method"])}:</p>
-<table id="importance"><thead><tr><th>parameter</th><th>importance</th><th></th></tr></thead>
-<tbody>{bars}</tbody></table>
+{ranked}{f'<p id="too-few">{escape(note)}</p>' if note else ""}
 <h3>Parameters and {escape(name)}</h3>
 <div class="charts">{sa.parallel_coordinates(runs, name, best)}</div>
 <div class="scatters">{scatters}</div>

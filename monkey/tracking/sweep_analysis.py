@@ -7,6 +7,9 @@ the metric's variance explained by grouping the runs on that parameter's values
 (eta squared = between-group sum of squares / total sum of squares). Numeric parameters with
 more than ``BINS`` distinct values (random search) are grouped into ``BINS`` quantile bins
 first. Each share is in [0, 1]; interactions between parameters are not credited to either.
+A parameter is ranked only when its groups hold two runs each on average (``REPEATS``): with
+no repeated value every run is its own group and the share is 1.0 whatever the parameter
+does, so such parameters are listed as unranked with the number of runs that would do.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from monkey.tracking.charts import nice_ticks, tick_label, value_colour
 
 METHOD = "variance split (one-way fANOVA, eta squared per parameter)"
 BINS = 5
+REPEATS = 2
 BEST = "#d62728"
 
 
@@ -36,12 +40,34 @@ def groups(values: Sequence[Any]) -> list[str]:
     return [repr(v) for v in values]
 
 
+def runs_needed(values: Sequence[Any]) -> int:
+    """How many runs it takes to rank a parameter with these VALUES (one per run): two per
+    group of runs sharing a value (per quantile bin for a numeric one that never repeats)."""
+    distinct = len(set(map(repr, values)))
+    if _numeric(values) and (distinct > BINS or distinct == len(values)):
+        return REPEATS * BINS
+    return REPEATS * distinct
+
+
+def unranked(params: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Parameter -> runs needed, for the parameters too few runs repeat to rank."""
+    names = list(dict.fromkeys(k for p in params for k in p))
+    out = {}
+    for name in names:
+        values = [p.get(name) for p in params]
+        if len(values) < REPEATS * len(set(groups(values))):
+            out[name] = max(runs_needed(values), len(values) + 1)
+    return out
+
+
 def importance(params: Sequence[dict[str, Any]], metric: Sequence[float]) -> dict[str, float]:
-    """Parameter -> share of the metric's variance its values explain, highest first."""
+    """Parameter -> share of the metric's variance its values explain, highest first; only
+    parameters whose values repeat enough to be ranked (see ``unranked``)."""
     n = len(metric)
     mean = sum(metric) / n if n else 0.0
     total = sum((v - mean) ** 2 for v in metric)
-    names = list(dict.fromkeys(k for p in params for k in p))
+    skip = unranked(params)
+    names = [k for k in dict.fromkeys(k for p in params for k in p) if k not in skip]
     out = {}
     for name in names:
         keys = groups([p.get(name) for p in params])
@@ -63,14 +89,17 @@ def best_so_far(runs: Sequence[tuple[float, float]], goal: str) -> list[tuple[fl
 
 
 def analyse(runs: Sequence[dict[str, Any]], goal: str) -> dict[str, Any]:
-    """RUNS [{job, params, value, ended}] with a value -> importance, best run, best so far."""
+    """RUNS [{job, params, value, ended}] with a value -> importance, the parameters too few
+    runs repeat to rank (-> runs needed), best run, best so far."""
     scored = [r for r in runs if r.get("value") is not None and math.isfinite(r["value"])]
     if not scored:
-        return {"method": METHOD, "importance": {}, "best": None, "best_so_far": []}
+        return {"method": METHOD, "importance": {}, "unranked": {}, "best": None,
+                "best_so_far": []}
     pick = max if goal == "max" else min
     best = pick(scored, key=lambda r: r["value"])
     return {"method": METHOD,
             "importance": importance([r["params"] for r in scored], [r["value"] for r in scored]),
+            "unranked": unranked([r["params"] for r in scored]),
             "best": best["job"],
             "best_so_far": best_so_far([(r["ended"], r["value"]) for r in scored
                                         if r.get("ended") is not None], goal)}
@@ -208,3 +237,17 @@ def progress(curve: Sequence[tuple[float, float]], metric: str, width: int = 760
     parts.append(f'<polyline class="best-so-far" fill="none" stroke="{BEST}" stroke-width="2" '
                  f'points="{" ".join(steps)}"/></svg>')
     return "".join(parts)
+
+
+def too_few(analysis: dict[str, Any]) -> str:
+    """The sentence saying which parameters cannot be ranked yet and how many runs would do;
+    empty when every parameter is ranked."""
+    skip = analysis.get("unranked") or {}
+    if not skip:
+        return ""
+    n = len(analysis.get("runs") or []) or None
+    needed = max(skip.values())
+    which = "parameters" if not analysis["importance"] else ", ".join(skip)
+    have = f"{n} runs with a value, " if n else ""
+    return (f"too few runs to rank {which} ({have}their values need repeats); "
+            f"about {needed} runs would do")

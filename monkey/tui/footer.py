@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from textual.dom import NoScreen
 from textual.widgets import Footer
 
 
@@ -29,7 +30,10 @@ class KeyFooter(Footer):
                      for key, b in self.screen.active_bindings.items())
 
     async def recompose(self) -> None:
-        keys = self._keys()
+        try:
+            keys = self._keys()
+        except NoScreen:  # its screen was popped while this rebuild waited its turn
+            return
         if keys == self._shown and self.children:
             return
         self._shown = keys

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import time
 from pathlib import Path
 
 from textual import on, work
@@ -14,10 +13,10 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
-from monkey.api import LogCursor
+from monkey.api import LOGS, Follower, LogCursor
 from monkey.tui.shared import SharedMonkey
 
-POLL = 0.1  # seconds between looks at the log files
+POLL = 1.0  # seconds between looks at the log files when nothing is written (a new attempt)
 FIRST_TAIL = 2 << 20  # at open, show at most this much of an attempt's existing output
 MAX_READ = 4 << 20  # at most this much per file per look, so a flood never stalls a look
 MAX_LINES = 50_000
@@ -61,6 +60,7 @@ class LogPane(Vertical):
         self.matches: list[int] = []
         self.match_index = -1
         self.other = 0  # bytes in the other stream while this one is empty
+        self.follower: Follower | None = None  # the tail worker's, woken to stop it
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-status")
@@ -75,12 +75,19 @@ class LogPane(Vertical):
     def on_mount(self) -> None:
         self._restart()
 
+    def on_unmount(self) -> None:
+        if self.follower is not None:
+            self.follower.wake()  # the worker, cancelled, ends now rather than at its next look
+
     def _restart(self) -> None:
+        old = self.follower
         self.generation += 1
         self.view.clear()
         self.matches, self.match_index = [], -1
         self.other = 0
-        self._tail(self.juid, self.stderr, self.generation)
+        self._tail(self.juid, self.stderr, self.generation)  # cancels the old worker
+        if old is not None:
+            old.wake()  # which then ends at once
         self._show_status()
 
     def _show_status(self, extra: str = "") -> None:
@@ -96,10 +103,12 @@ class LogPane(Vertical):
 
     @work(thread=True, exclusive=True, group="tail")
     def _tail(self, juid: str, stderr: bool, generation: int) -> None:
-        """Read new bytes of each attempt's log by offset and post them; ends when cancelled."""
+        """Read new bytes of each attempt's log by offset and post them, woken by writes to
+        the job's run folder and the store (and every POLL seconds); ends when cancelled."""
         worker = get_current_worker()
         monkey = self.shared.fresh()
         cursor = LogCursor(first_bytes=FIRST_TAIL)
+        self.follower = follower = monkey.store_follower()
         decoders: dict[Path, codecs.IncrementalDecoder] = {}
         shown, other_seen = 0, -1
         other_name = "stdout.log" if stderr else "stderr.log"
@@ -121,8 +130,11 @@ class LogPane(Vertical):
                     if other != other_seen:
                         other_seen = other
                         self.post_message(self.Empty(other, generation))
-                time.sleep(POLL)
+                if not follower.watch(monkey.home.runs / juid, LOGS, recursive=True) \
+                        and not worker.is_cancelled:
+                    follower.wait(POLL)  # (read once more first when the watch just began)
         finally:
+            follower.close()
             monkey.store.close()
 
     @on(Output)

@@ -30,6 +30,7 @@ from monkey.tracking.sweep_analysis import (
     minutes,
     parallel_axes,
     scale,
+    too_few,
 )
 from monkey.tui.format import STATE_STYLES
 from monkey.tui.job_screen import JobScreen
@@ -218,6 +219,8 @@ class SweepScreen(Screen[None]):
         lines = [f"[b]parameter importance[/b] (method: {escape(self.method)})"]
         for name, share in self.importance.items():
             lines.append(f"{escape(name):<{width}}  {share:4.2f} [{DOT}]{'█' * round(share * 20)}[/]")
+        if note := too_few(analysis):
+            lines.append(escape(note))
         box.update("\n".join(lines))
 
     def _plots(self, analysis: dict[str, Any]) -> None:
@@ -227,7 +230,7 @@ class SweepScreen(Screen[None]):
         runs, metric = analysis["runs"], (analysis["metric"] or {}).get("name", "")
         self.scatters = {}
         plots = [self._parallel(runs, metric)] if runs else []
-        for param in self.importance:
+        for param in [*self.importance, *analysis.get("unranked", {})]:
             mine = [r for r in runs if param in r["params"]]
             if not mine:
                 continue
