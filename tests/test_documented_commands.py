@@ -47,6 +47,7 @@ CASES: list[tuple[str, set[int]]] = [
     ("list jobs --all --json", {0}),
     ("list providers", {0}), ("list providers --json", {0}),
     ("list providers --monkey-instances --json", {0}),
+    ("list providers --monkey-instances --all", {0}), ("list providers -a", {2}),
     ("list sweeps", {0}), ("list sweeps --json", {0}),
     # info, logs, search
     ("info job {a}", {0}), ("info {a} --json", {0}), ("info job --juid {a} --files", {0}),
@@ -67,10 +68,13 @@ CASES: list[tuple[str, set[int]]] = [
     ("plot --jobs {a} {b} -m acc -o {tmp}/j.png", {0}),
     ("report scan -o {tmp}/r.html", {0}),
     ("report --jobs {a} {b} --name '*' --since 1d --out {tmp}/r2.html", {0}),
+    # export
+    ("export {a} {b} --to {tmp}/runs.db", {0}), ("export --sweep scan --csv {tmp}/csv --json", {0}),
+    ("export --name 'n*' --since 1d --to {tmp}/runs.db", {0}), ("export", {2}),
     # sweeps
     ("sweep --grid lr=0.1,0.2 --metric acc --goal max --max-parallel 1 --retries 0 "
      "--early-terminate median --name s2 --max-cells 10 --provider local --cpus 1 --gpus 0 "
-     "--memory 1M --dataset {tmp}/data.csv:D --env K=V --workdir . --yes --json "
+     "--memory 1M --dataset {tmp}/data.csv:D --env K=V --workdir . --time 10m --yes --json "
      "-- sh -c 'sleep 600 # {{lr}}'", {0}),
     ("sweep --random 2 --uniform a=0:1 --log-uniform b=0.001:0.1 --int c=1:3 --choice d=x,y "
      "--seed 1 -- echo {{a}} {{b}} {{c}} {{d}}", {0}),
@@ -121,7 +125,8 @@ CASES: list[tuple[str, set[int]]] = [
     # housekeeping
     ("rm {failed} --yes", {0}), ("rm --sweep s2 --yes", {0}),
     ("rm --older-than 30d --failed -y", {0}), ("rm --juid {b} --yes", {0}),
-    ("gc --grace 1h", {0}), ("du", {0}), ("du --json", {0}),
+    ("gc --grace 1h", {0}), ("gc --grace 0", {0}), ("du", {0}), ("du --json", {0}),
+    ("du --hosts", {0}), ("du --hosts --json", {0}),
     ("completion bash", {0}), ("completion zsh", {0}),
     ("init --name proj --env-type pip --env-file requirements.txt --install-script setup.sh "
      "--persist output --data data --yes --force", {0}),
