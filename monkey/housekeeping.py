@@ -8,8 +8,13 @@ it. `gc` removes a blob's row from the store before its file; a file left withou
 unreferenced and the next `gc` removes it. A blob any existing job names (its code and the
 files its file list names, datasets, job.yml data folders, git diff, packages, set-up
 files: every digest written in its records) is never deleted, so `rerun` of every job that
-remains keeps working. Blobs younger than the grace period are kept too: a submit writes
-its blobs before its job row.
+remains keeps working. Blobs younger than the grace period are kept too.
+
+gc and submissions: a submitter holds the blob store's lease (shared) from its first blob
+written or reused until its jobs are committed; gc decides and deletes under the lease held
+exclusively. So whatever the interleaving, and whichever is killed when, an accepted job
+has all its blobs. A blob's partial file (``.tmp-<pid>-...``) whose writer is gone, or
+older than the grace period, is removed by gc and counted by `du`.
 
 The local worker's environments (``envs/<key>/``, built by launcher.py) and dataset copies
 (``datasets/<digest>/``, built by the agent) go when no remaining job uses them: an
@@ -170,33 +175,55 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             if not entry.is_dir(follow_symlinks=False):
                 continue
             job = jobs.get(entry.name)
-            if job is None:
+            if job is None and m.store.get_job(entry.name) is None:  # not one created since
                 report.run_bytes += _remove(Path(entry.path))
                 report.runs += 1
                 continue
-            if job.state in TERMINAL:
+            if job is not None and job.state in TERMINAL:
                 for attempt in Path(entry.path).glob(f"*/{CODE_RECORD}"):
                     report.code_bytes += reclaim_code(str(attempt.parent))
             if entry.name in specs:
                 env_keys.update(_recorded_env_keys(Path(entry.path)))
-    needed = needed_blobs(m)
     cut = time.time() - grace
-    report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
-    report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
+    from monkey.snapshot import BlobStore
+
+    with BlobStore(m.home.blobs).lease(exclusive=True, waiting="gc"):  # no submission under way
+        needed = needed_blobs(m)
+        report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
+        report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
+        _gc_blobs(m, needed, cut, report)
+    return report
+
+
+def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None:
+    """Delete the blobs no job needs, stored before CUT, the partial files of writers that
+    are gone, and the damaged blobs `monkey verify` set aside. Called under the store's
+    exclusive lease."""
+    from monkey.snapshot import DAMAGED, TMP_PREFIX
+
     doomed: list[tuple[str, Path, int]] = []
     root = m.home.blobs
-    for shard in sorted(root.iterdir()) if root.is_dir() else []:
-        if not shard.is_dir() or len(shard.name) != 2:
+    for entry in sorted(os.scandir(root), key=lambda e: e.name) if root.is_dir() else []:
+        path = Path(entry.path)
+        if entry.name == DAMAGED:
+            report.blob_bytes += _remove(path)
+        elif _dead_partial(path, cut):
+            report.blob_bytes += _unlink_size(path)
+        if not entry.is_dir(follow_symlinks=False) or len(entry.name) != 2:
             continue
-        for f in shard.iterdir():
-            digest = shard.name + f.name
+        for f in path.iterdir():
+            if f.name.startswith(TMP_PREFIX):
+                if _dead_partial(f, cut):
+                    report.blob_bytes += _unlink_size(f)
+                continue
+            digest = entry.name + f.name
             try:
                 st = f.lstat()
             except OSError:
                 continue
             if st.st_mtime > cut:
                 continue
-            if digest not in needed:  # temporary files of an interrupted write included
+            if digest not in needed:
                 doomed.append((digest, f, st.st_size))
     for start in range(0, len(doomed), 1000):
         batch = doomed[start:start + 1000]
@@ -208,7 +235,42 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
                 continue
             report.blobs += 1
             report.blob_bytes += size
-    return report
+
+
+def _dead_partial(path: Path, cut: float) -> bool:
+    """Whether PATH is a blob's partial file (``.tmp-<pid>-...``) nobody writes any more:
+    its writer's process is gone, or it was last written before CUT. A submitter writes
+    only under the store's lease, which gc holds exclusively: one still alive is stuck."""
+    from monkey.snapshot import TMP_PREFIX
+
+    name = path.name
+    if not name.startswith(TMP_PREFIX):
+        return False
+    pid = name[len(TMP_PREFIX):].partition("-")[0]
+    if pid.isdigit() and not _alive(int(pid)):
+        return True
+    return _mtime(path) <= cut
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process PID exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: it exists
+    return True
+
+
+def _unlink_size(path: Path) -> int:
+    """Delete the file PATH; the bytes it held (0 if already gone)."""
+    try:
+        size = path.lstat().st_size
+        path.unlink()
+    except OSError:
+        return 0
+    return size
 
 
 def _env_keys(specs: dict[str, dict]) -> set[str]:

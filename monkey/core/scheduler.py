@@ -34,6 +34,7 @@ from monkey.models import (
     parse_size,
     retry_delay,
 )
+from monkey.snapshot import BlobDamaged, BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
@@ -110,6 +111,7 @@ class Core:
         # Per request id: the attempt a `start` was sent for, and the code list it named.
         self.starting: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]] = {}
         self.manifests: dict[str, list[Any]] = {}
+        self.blobs = BlobStore(home.blobs)  # every blob a start sends is checked here first
         # What this core gave each instance's agent since linking to it: the code lists it
         # holds, and the last one sent per workdir (the base of the next one's delta).
         self.given: dict[tuple[str, str], set[str]] = {}
@@ -750,8 +752,14 @@ class Core:
             return
         blobs = spec.pop("_blobs")
         outputs = self.store.outputs(job.juid)
+        checked = list(dict.fromkeys([*blobs, *(d["digest"] for d in job.datasets)]))
 
         def call() -> tuple[str, dict[str, Any]]:
+            for digest in checked:  # the source of every copy: never a damaged one
+                try:
+                    self.blobs.check(digest)
+                except BlobDamaged as exc:
+                    raise exc.about(self._blob_role(job, digest), job.juid) from None
             checkpoint = drv.checkpoint_dir(instance, job.juid)
             return checkpoint, {**drv.prepare(instance, blobs),
                                 **drv.start_fields(instance, job.juid, n, outputs)}
@@ -760,16 +768,33 @@ class Core:
         self._transport(key, drv, call,
                         lambda ready: self._send_start(key, att, spec, *ready,
                                                        job=job if self.passes == opened else None),
-                        lambda exc: self._start_failed(key, att, exc))  # fmt: skip
+                        lambda exc: self._start_failed(key, att, exc),
+                        slow=not all(map(self.blobs.known_good, checked)))  # fmt: skip
+
+    def _blob_role(self, job: Job, digest: str) -> str | None:
+        """What blob DIGEST is to JOB: the path of a code or dataset file, or a file list."""
+        lists = [("code", job.snapshot)] if job.snapshot else []
+        lists += [(f"dataset {ds['name']}", ds["digest"]) for ds in job.datasets]
+        for label, listed in lists:
+            if listed == digest:
+                return f"{label} (its file list)"
+            try:
+                for f in self._manifest(listed):
+                    if f[1] == digest:
+                        return f[0] if label == "code" else f"{label} file {f[0]}"
+            except (MonkeyError, OSError, ValueError):
+                continue
+        return None
 
     def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
                    then: Callable[[Any], None], failed: Callable[[BaseException], None],
-                   lane: tuple[str, ...] | None = None) -> None:
+                   lane: tuple[str, ...] | None = None, slow: bool = False) -> None:
         """Run a transport CALL for the instance KEY in a worker, after the calls made
         earlier on the same LANE (default: KEY itself), or here when the driver's transport
-        is quick and nothing else is under way on it (the order stays)."""
+        is quick, the call not SLOW (blobs to hash) and nothing else is under way on it
+        (the order stays)."""
         lane = lane or key
-        if not drv.quick_transport or self.workers.busy(lane):
+        if slow or not drv.quick_transport or self.workers.busy(lane):
             self.workers.submit(lane, call, then, failed)
             return
         try:
@@ -831,6 +856,11 @@ class Core:
         job waits a second and tries again; the third failure in a row fails it (a cause
         that lasts must not spin through attempts)."""
         log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
+        if isinstance(exc, BlobDamaged):  # it will not heal by itself: never run it
+            self.prepare_failures.pop(att.juid, None)
+            self.store.end_attempt(att.juid, att.n, final=State.FAILED, exit_code=None,
+                                   signal=None, reason=str(exc))
+            return
         self.retry_at[key] = time.time() + 1.0
         failures = self.prepare_failures[att.juid] = self.prepare_failures.get(att.juid, 0) + 1
         if failures < _PREPARE_TRIES:
@@ -843,8 +873,7 @@ class Core:
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
         if files is None:
-            path = self.home.blobs / digest[:2] / digest[2:]
-            files = json.loads(path.read_bytes())["files"]
+            files = json.loads(self.blobs.read_bytes(digest))["files"]  # checked against its digest
             if len(self.manifests) > 256:
                 self.manifests.clear()
             self.manifests[digest] = files
