@@ -380,3 +380,81 @@ def usage(m: Monkey) -> dict[str, dict[str, int]]:
     out["database"] = {"bytes": db, "files": 1}
     out["runs"]["jobs"] = len(m.store.job_ids())
     return out
+
+
+@dataclass
+class VerifyReport:
+    """What `monkey verify` found: blobs checked, and each damaged or missing one with the
+    (job, what it is to that job) it affects; damaged ones were set aside."""
+
+    blobs: int = 0
+    bytes: int = 0
+    jobs: int = 0
+    damaged: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    missing: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
+    """{digest: [(juid, what it is to the job)]} of every blob JOBS need; a file list that
+    cannot be read counts itself only (it is checked, and reported, itself)."""
+    from monkey.snapshot import load_manifest
+
+    blobs = m._blobs()
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for job in jobs:
+        spec = m.store.job_spec(job.juid) or {}
+        lists = [("code", job.snapshot)] if job.snapshot else []
+        lists += [(f"dataset {ds['name']}", ds["digest"]) for ds in job.datasets]
+        lists += [(f"job.yml data folder {e.get('path')}", e["digest"])
+                  for e in spec.get("data", []) if e.get("digest")]  # fmt: skip
+        for label, digest in lists:
+            uses.setdefault(digest, []).append((job.juid, f"{label} (its file list)"))
+            try:
+                files = load_manifest(blobs, digest)
+            except MonkeyError:
+                continue
+            for f in files:
+                what = f.path if label == "code" else f"{label} file {f.path}"
+                uses.setdefault(f.digest, []).append((job.juid, what))
+        if job.git.get("diff"):
+            uses.setdefault(job.git["diff"], []).append((job.juid, "git diff of its uncommitted changes"))
+    return uses
+
+
+def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
+    """Check every blob the jobs REFS need (none: every job's, and every blob stored)
+    against its digest; set damaged ones aside (``blobs/.damaged/``, so that submitting
+    the job's source again stores a good copy, and gc removes them)."""
+    from monkey.snapshot import DAMAGED
+
+    refs = list(refs)
+    jobs = [m.store.get_job(m.store.resolve(r)) for r in refs] if refs else m.store.list_jobs()
+    chosen = [j for j in jobs if j is not None]
+    uses = _uses(m, chosen)
+    digests = set(uses)
+    root = m.home.blobs
+    if not refs and root.is_dir():  # the whole store: blobs no job names too
+        digests.update(p.parent.name + p.name for p in root.glob("??/*")
+                       if not p.name.startswith("."))  # fmt: skip
+    blobs = m._blobs()
+    report = VerifyReport(jobs=len(chosen))
+    bad: list[str] = []
+    for digest in sorted(digests):
+        ok = blobs.verify(digest)
+        if ok is None:
+            report.missing[digest] = uses.get(digest, [])
+            continue
+        report.blobs += 1
+        report.bytes += blobs.path(digest).stat().st_size
+        if not ok:
+            bad.append(digest)
+    if bad:
+        aside = root / DAMAGED
+        with blobs.lease(exclusive=True, waiting="verify"):  # no submitter reuses one meanwhile
+            aside.mkdir(mode=0o700, exist_ok=True)
+            for digest in bad:
+                if blobs.verify(digest) is False:  # not replaced by a good copy meanwhile
+                    os.replace(blobs.path(digest), aside / digest)
+                    report.damaged[digest] = uses.get(digest, [])
+            m.store.forget_blobs(report.damaged)
+    return report

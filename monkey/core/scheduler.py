@@ -474,6 +474,16 @@ class Core:
             if att is not None and att.state == "live":
                 self._never_started(att)
             return
+        if "damaged blob" in error:  # the agent removed its copy there: send a good one
+            drv = self.drivers.get(key[0])
+            if drv is not None:
+                drv.forget_blobs(key[1])
+            att = self.store.get_attempt(juid, n)
+            failures = self.prepare_failures[juid] = self.prepare_failures.get(juid, 0) + 1
+            if att is not None and att.state == "live" and failures < _PREPARE_TRIES:
+                self._never_started(att)
+                return
+            self.prepare_failures.pop(juid, None)
         if "unknown manifest" in error or "being preempted" in error:
             # The agent lost its cached lists: start the job again, with the full list.
             self._forget_given(key)

@@ -310,6 +310,9 @@ class CloudDriver(Driver):
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         return self.pool.job_env(env)
 
+    def forget_blobs(self, instance: str) -> None:
+        self.pool.forget_blobs(instance)
+
     def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
         """Without a bucket, send the blobs the instance lacks over SSH. With one, put
         those it lacks in the bucket (one SSH round trip asks which, until all are known

@@ -290,6 +290,9 @@ class SSHDriver(Driver):
         host.synced.update(set(wanted) - set(missing))
         return missing
 
+    def forget_blobs(self, instance: str) -> None:
+        self._host(instance).synced.clear()
+
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.followed = {**self.followed, instance: list(attempts)}
 
@@ -725,6 +728,10 @@ class SSHDriver(Driver):
             os.replace(tmp, dst)
 
     def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:
+        import blake3
+
+        from monkey.snapshot import BlobDamaged
+
         channel = self._run(host, ssh_remote.RECEIVE, [target])
         sent = 0
         try:
@@ -733,9 +740,18 @@ class SSHDriver(Driver):
                 size = path.stat().st_size
                 head = f"{digest} {size}\n".encode()
                 channel.sendall(head)
+                # The host checks what arrives with the sha256 (it has no blake3); the
+                # blake3 of the same bytes proves they are the blob's.
+                check, sha = blake3.blake3(), hashlib.sha256()
                 with open(path, "rb") as fh:
                     while chunk := fh.read(1 << 20):
+                        check.update(chunk)
+                        sha.update(chunk)
                         channel.sendall(chunk)
+                if check.hexdigest() != digest:
+                    channel.sendall(b"damaged\n")  # refused there: nothing is stored
+                    raise BlobDamaged(digest, self.home.blobs)
+                channel.sendall(f"{sha.hexdigest()}\n".encode())
                 sent += len(head) + size
             channel.shutdown_write()
             _finish_channel(channel, host)

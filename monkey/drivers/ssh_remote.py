@@ -57,20 +57,60 @@ while True:
                 view = view[os.write(1, view):]
 """
 
-# Prints the digests read on stdin (one a line) that blobs_dir lacks. argv: blobs_dir
-MISSING = r"""
-import os, sys
+# A blob's check on a host, where no blake3 is (the agent is stdlib-only): beside blob
+# D[2:] its receiver keeps ``.D[2:].sha256``, "<sha256 of the bytes> <size> <mtime_ns>
+# <ctime_ns> <inode>" as stored. Blobs are never written in place, so an unchanged stat means
+# unchanged bytes; a changed one is hashed again (see client_agent.agent.blob_intact).
+CHECK = r"""
+import hashlib, os
+def stamp(st):
+    return "%d %d %d %d" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+def record(path, sha):
+    side = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".sha256")
+    tmp = side + ".tmp-%d" % os.getpid()
+    with open(tmp, "w") as f:
+        f.write("%s %s" % (sha, stamp(os.stat(path))))
+    os.replace(tmp, side)
+def intact(path):
+    side = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".sha256")
+    try:
+        with open(side) as f:
+            sha, known = f.read().split(" ", 1)
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if known == stamp(st):
+        return True
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    if h.hexdigest() != sha:
+        return False
+    record(path, sha)
+    return True
+"""
+
+# Prints the digests read on stdin (one a line) that blobs_dir lacks, or holds without its
+# check or damaged (they are sent again, replacing the copy there). argv: blobs_dir
+MISSING = CHECK + r"""
+import sys
 base = sys.argv[1]
 for line in sys.stdin:
     d = line.strip()
-    if d and not os.path.isfile(os.path.join(base, d[:2], d[2:])):
+    if d and not intact(os.path.join(base, d[:2], d[2:])):
         sys.stdout.write(d + "\n")
 """
 
-# Stores blobs from stdin framed as b"<digest> <size>\n" + bytes, each through a temporary
-# name and a rename; prints "ok N" at the end. argv: blobs_dir
-RECEIVE = r"""
-import os, re, sys
+# Stores blobs from stdin framed as b"<digest> <size>\n" + bytes + b"<sha256>\n" (the
+# sender's hash of the bytes it checked against the digest), each through a temporary name
+# and a rename, with its check beside it; bytes that arrive otherwise are refused. Prints
+# "ok N" at the end. argv: blobs_dir
+RECEIVE = CHECK + r"""
+import re, sys
 base = sys.argv[1]
 src = sys.stdin.buffer
 name = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
@@ -86,14 +126,23 @@ while True:
     folder = os.path.join(base, digest[:2])
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".tmp-%s-%d" % (digest[2:], os.getpid()))
+    h = hashlib.sha256()
     with open(tmp, "wb") as out:
         while left:
             chunk = src.read(min(left, 1 << 20))
             if not chunk:
+                os.unlink(tmp)
                 sys.exit("stream cut short")
+            h.update(chunk)
             out.write(chunk)
             left -= len(chunk)
-    os.rename(tmp, os.path.join(folder, digest[2:]))
+    sha = src.readline().strip().decode()
+    if sha != h.hexdigest():
+        os.unlink(tmp)
+        sys.exit("blob %s arrived damaged (sha256 %s, sent %s)" % (digest, h.hexdigest(), sha or "none"))
+    final = os.path.join(folder, digest[2:])
+    os.rename(tmp, final)
+    record(final, sha)
     count += 1
 print("ok", count)
 """
