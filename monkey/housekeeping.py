@@ -448,6 +448,9 @@ def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
         report.bytes += blobs.path(digest).stat().st_size
         if not ok:
             bad.append(digest)
+    if refs and (bad or report.missing):  # the jobs affected: all of them, not only those named
+        uses = _uses(m, m.store.list_jobs())
+        report.missing = {d: uses.get(d, []) for d in report.missing}
     if bad:
         aside = root / DAMAGED
         with blobs.lease(exclusive=True, waiting="verify"):  # no submitter reuses one meanwhile

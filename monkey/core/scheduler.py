@@ -475,6 +475,7 @@ class Core:
                 self._never_started(att)
             return
         if "damaged blob" in error:  # the agent removed its copy there: send a good one
+            log.warning("%s: %s", key[1], error)
             drv = self.drivers.get(key[0])
             if drv is not None:
                 drv.forget_blobs(key[1])
