@@ -263,6 +263,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
 def _unlink_size(path: Path) -> int:
     """Delete the file PATH; the bytes it held (0 if already gone)."""
     try:
@@ -368,7 +375,8 @@ def _gc_datasets(root: Path, needed: set[str], cut: float) -> tuple[int, int]:
 
 
 def usage(m: Monkey) -> dict[str, dict[str, int]]:
-    """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs, envs (job.yml
+    """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs (with the partial
+    files of interrupted writes among them: partial_bytes, partial_files), envs (job.yml
     environments), datasets (shared copies), and the database."""
     home = m.home
     out: dict[str, dict[str, int]] = {}
@@ -376,6 +384,9 @@ def usage(m: Monkey) -> dict[str, dict[str, int]]:
                        ("envs", home.agent_root / "envs"), ("datasets", home.agent_root / "datasets")):  # fmt: skip
         size, count = tree_size(path)
         out[name] = {"bytes": size, "files": count}
+    partial = [p for pattern in (".tmp-*", "??/.tmp-*") for p in home.blobs.glob(pattern)]
+    out["blobs"]["partial_bytes"] = sum(_size(p) for p in partial)  # counted in its bytes too
+    out["blobs"]["partial_files"] = len(partial)
     db = sum(p.stat().st_size for p in home.root.glob("monkey.db*") if p.is_file())
     out["database"] = {"bytes": db, "files": 1}
     out["runs"]["jobs"] = len(m.store.job_ids())

@@ -100,6 +100,10 @@ def cmd_du(args: argparse.Namespace) -> int:
     rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
     print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
     render(["PART", "SIZE", "FILES"], rows)
+    blobs = parts["blobs"]
+    if blobs["partial_files"]:
+        print(f"blobs include {blobs['partial_files']:,} partial files "
+              f"({h(blobs['partial_bytes'])}) of interrupted writes; `monkey gc` removes them")
     return 0
 
 
