@@ -325,7 +325,7 @@ class RerunAPI:
         planned = []
         for job, name in zip(jobs, names):
             spec = self.store.job_spec(job.juid)
-            check_blobs(blobs, job, spec)
+            check_blobs(blobs, job, spec, verify=False)  # their bytes: checked at the start
             if job.sweep not in templates:
                 found = self.store.get_sweep(job.sweep) if job.sweep else None
                 templates[job.sweep or ""] = found["spec"].get("command") if found else None

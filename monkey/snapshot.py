@@ -106,9 +106,9 @@ class BlobDamaged(MonkeyError):
         job = f"job {juid}: " if juid else ""
         what = f"{path}: " if path else ""
         super().__init__(
-            f"{job}{what}blob {digest} in {root} is damaged (its bytes no longer match its "
-            "digest); `monkey verify` lists the jobs it affects and sets it aside, then "
-            "submit the job again from its source")
+            f"{job}{what}blob {digest} in {root} does not match its digest (damaged on "
+            "disk); `monkey verify` lists the jobs it affects and sets it aside, then submit "
+            "the job again from its source")
 
     def about(self, path: str | None = None, juid: str | None = None) -> BlobDamaged:
         """The same damage, naming the file PATH of job JUID (where not named yet)."""

@@ -137,8 +137,9 @@ def source_size(source: BlobStore, digest: str) -> int:
 
 def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:
     """The error for a blob of SOURCE whose content no longer matches its digest."""
-    return MonkeyError(f"blob {digest} in {source.root} does not match its digest (changed "
-                       "on disk); delete it and resubmit the job")
+    from monkey.snapshot import BlobDamaged
+
+    return BlobDamaged(digest, source.root)
 
 
 # -- local trees ------------------------------------------------------------------------
