@@ -31,7 +31,7 @@ def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
                 "folders of deleted jobs and code copies left behind, and print what was freed.")
     p.add_argument("--grace", default="1h", metavar="AGE",
                    help="keep blobs, environments and dataset copies younger than AGE "
-                   "(default 1h: a submit in progress)")
+                   "(default 1h; a submission in progress is always safe: gc waits for it)")
     p.set_defaults(func=cmd_gc)
     return p
 
