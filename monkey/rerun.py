@@ -310,16 +310,9 @@ class RerunAPI:
     def _rerun_cells(self, jobs: list[JobRecord], sets: dict[str, str], *, provider: str | None,
                      cpus: int | None, gpus: int | None, memory: str | None,
                      time: str | int | None, names: list[str], sweep: str | None, held: bool) -> list[str]:
-        """Record one rerun of each of JOBS in one transaction, once their blobs are checked
-        (under the blob store's lease: no gc deletes them meanwhile); their new juids."""
-        with self._blobs().lease():
-            return self._rerun_leased(jobs, sets, provider=provider, cpus=cpus, gpus=gpus,
-                                      memory=memory, time=time, names=names, sweep=sweep, held=held)
-
-    def _rerun_leased(self, jobs: list[JobRecord], sets: dict[str, str], *, provider: str | None,
-                      cpus: int | None, gpus: int | None, memory: str | None,
-                      time: str | int | None, names: list[str], sweep: str | None,
-                      held: bool) -> list[str]:
+        """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
+        their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
+        taken before any transaction (gc takes it, then writes)."""
         blobs = self._blobs()
         templates: dict[str, list[str] | None] = {}
         planned = []
@@ -380,9 +373,10 @@ class RerunAPI:
         job = self._job_record(ref)
         if start_core:
             self.home.socket_path("core")
-        [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
-                                   gpus=gpus, memory=memory, time=time, names=[name or job.name],
-                                   sweep=None, held=False)  # fmt: skip
+        with self._blobs().lease():
+            [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
+                                       gpus=gpus, memory=memory, time=time,
+                                       names=[name or job.name], sweep=None, held=False)  # fmt: skip
         if start_core:
             self.wake(queued=f"job {juid}")  # type: ignore[attr-defined]
         return Job(self, juid)  # type: ignore[arg-type]
@@ -425,7 +419,7 @@ class RerunAPI:
         sets = parse_sets(set)
         if start_core:
             self.home.socket_path("core")
-        with self.store.tx():
+        with self._blobs().lease(), self.store.tx():  # the lease first, as gc takes it
             if in_place:
                 target, label = sid, None
             else:
