@@ -233,8 +233,14 @@ class BlobStore:
         to call the caller in a note when it has to wait."""
         import fcntl
 
-        os.makedirs(self._root, mode=0o700, exist_ok=True)
-        fd = os.open(f"{self._root}/.lease", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.makedirs(self._root, mode=0o700, exist_ok=True)
+            fd = os.open(f"{self._root}/.lease", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise disk_full(self.root) from None
+            raise MonkeyError(f"cannot use the blob store {self.root} ({exc.strerror}); fix "
+                              "its permissions") from None
         how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
             try:
