@@ -915,7 +915,8 @@ def check_entries(files: Any) -> list[list[Any]]:
 
 def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
     """Download every blob of BLOB_URLS ({digest: [url, size]}) and BLOB_PACKS ([[url,
-    [[digest, size], ...]]]) that BLOBS_DIR lacks, a few requests at a time; returns how
+    [[digest, size], ...]]]) that BLOBS_DIR lacks intact (see blob_intact: with its check,
+    matching), a few requests at a time; returns how
     many were fetched. RequestError when one cannot be fetched (the blobs fetched besides
     it are kept: they are complete)."""
     if not blob_urls and not blob_packs:
@@ -930,7 +931,7 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
                 or not _is_size(entry[1])):
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
         final = _blob_file(blobs_dir, digest)
-        if not os.path.isfile(final):
+        if not blob_intact(final):  # missing, damaged, or kept without its check
             calls.append((entry[0], [(digest, entry[1], final)]))
     for entry in blob_packs or []:
         if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
@@ -938,7 +939,7 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
                 or not all(isinstance(m, list) and len(m) == 2 and _is_size(m[1]) for m in entry[1])):
             raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
         members = [(check_digest(d), size, _blob_file(blobs_dir, d)) for d, size in entry[1]]
-        if not all(os.path.isfile(final) for _d, _size, final in members):
+        if not all(blob_intact(final) for _d, _size, final in members):
             calls.append((entry[0], members))
     if not calls:
         return 0
