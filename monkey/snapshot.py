@@ -120,6 +120,7 @@ class BlobDamaged(MonkeyError):
 # its ctime (which no tool can set back) or inode, so an unchanged stat means unchanged bytes.
 _verified: dict[str, tuple[int, int, int, int]] = {}
 _VERIFIED_MAX = 1 << 20
+_sha256: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stamp, sha256)
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -188,6 +189,25 @@ class BlobStore:
                 _verified.clear()
             _verified[path] = _stamp(st)
         return good
+
+    def sha256(self, digest: str) -> str:
+        """The sha256 of blob DIGEST's bytes, which a worker without blake3 checks what it
+        fetched against (computed once per process while the blob's stat stays)."""
+        import hashlib
+
+        path = self._p(digest)
+        st = os.stat(path)
+        known = _sha256.get(path)
+        if known is not None and known[0] == _stamp(st):
+            return known[1]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+        if len(_sha256) >= _VERIFIED_MAX:
+            _sha256.clear()
+        _sha256[path] = (_stamp(st), h.hexdigest())
+        return h.hexdigest()
 
     def known_good(self, digest: str) -> bool:
         """Whether blob DIGEST was verified by this process and is unchanged since (a stat)."""

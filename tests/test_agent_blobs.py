@@ -191,3 +191,46 @@ def test_a_fetched_blob_damaged_later_is_refused_removed_and_fetched_again(
     assert agent.wait_exit("m")["code"] == 0
     assert (world.run_dir("m") / "stdout.log").read_text() == "hello from s3 0001020304050607\n"
     assert blob.read_bytes() == source.read_bytes(helper)
+
+
+def test_a_blob_damaged_in_the_bucket_is_refused_and_stored_again(
+        world: World, agent: Client, moto_s3: str, tmp_path: Path) -> None:  # fmt: skip
+    source = BlobStore(tmp_path / "src-blobs")
+    storage = make_s3(moto_s3)
+    files = []
+    for rel, data in (("main.py", CODE), ("helper.py", HELPER), ("data.bin", bytes(range(8)))):
+        digest, _ = source.put_bytes(data)
+        files.append([rel, digest, 0o644])
+    digests = [d for _rel, d, _mode in files]
+    key, index = storage.put_pack(digests, source)
+    # Someone rewrites the pack in the bucket: helper.py's bytes differ, sizes are the same.
+    body = b"".join(source.read_bytes(d) for d, _size in index)
+    s3 = test_storage.s3_client(moto_s3)
+    s3.put_object(Bucket=test_storage.BUCKET, Key=key, Body=body.replace(b"s3", b"S3"))
+    helper = files[1][1]
+    packs = [[storage.get_url(key, expires=600), [[d, size, source.sha256(d)] for d, size in index]]]
+    with pytest.raises(AgentError) as refused:
+        world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert f"damaged blob {helper} in the bucket" in str(refused.value)
+    assert not (world.blobs / helper[:2] / helper[2:]).exists()
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    assert not (world.run_dir("j") / "stdout.log").exists()
+    # The core distrusts it there: the pack is stored again from the checked copy.
+    storage.distrust(helper)
+    assert storage.put_pack(digests, source)[0] == key
+    world.start(agent, "k", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert agent.wait_exit("k")["code"] == 0
+    assert (world.run_dir("k") / "stdout.log").read_text() == "hello from s3 0001020304050607\n"
+    # The same for a lone blob.
+    single = source.put_bytes(b"x" * 5000)[0]
+    storage.put_blobs([single], source)
+    s3.put_object(Bucket=test_storage.BUCKET, Key=f"blobs/{single}", Body=b"y" * 5000)
+    urls = {single: [storage.blob_url(single), 5000, source.sha256(single)]}
+    lone = [*files, ["x.bin", single, 0o644]]
+    with pytest.raises(AgentError, match=f"damaged blob {single} in the bucket"):
+        world.start(agent, "m", ["python3", "main.py"], files=lone, blob_urls=urls)
+    storage.distrust(single)
+    assert storage.put_blobs([single], source) == 5000
+    world.start(agent, "n", ["python3", "-c", "print(open('x.bin').read(3))"], files=lone, blob_urls=urls)
+    assert agent.wait_exit("n")["code"] == 0
+    assert (world.run_dir("n") / "stdout.log").read_text() == "xxx\n"

@@ -927,19 +927,20 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
     calls = []
     for digest, entry in (blob_urls or {}).items():
         check_digest(digest)
-        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
-                or not _is_size(entry[1])):
+        if (not isinstance(entry, list) or len(entry) not in (2, 3) or not isinstance(entry[0], str)
+                or not _is_size(entry[1]) or not _is_sha(entry[2:])):
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
         final = _blob_file(blobs_dir, digest)
         if not blob_intact(final):  # missing, damaged, or kept without its check
-            calls.append((entry[0], [(digest, entry[1], final)]))
+            calls.append((entry[0], [(digest, entry[1], final, *entry[2:])]))
     for entry in blob_packs or []:
         if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
                 or not isinstance(entry[1], list) or not entry[1]
-                or not all(isinstance(m, list) and len(m) == 2 and _is_size(m[1]) for m in entry[1])):
+                or not all(isinstance(m, list) and len(m) in (2, 3) and _is_size(m[1])
+                           and _is_sha(m[2:]) for m in entry[1])):
             raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
-        members = [(check_digest(d), size, _blob_file(blobs_dir, d)) for d, size in entry[1]]
-        if not all(blob_intact(final) for _d, _size, final in members):
+        members = [(check_digest(m[0]), m[1], _blob_file(blobs_dir, m[0]), *m[2:]) for m in entry[1]]
+        if not all(blob_intact(m[2]) for m in members):
             calls.append((entry[0], members))
     if not calls:
         return 0
@@ -952,6 +953,11 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
+
+
+def _is_sha(rest: list[Any]) -> bool:
+    """Whether REST, the optional tail of a blob entry, is empty or one sha256 hex digest."""
+    return not rest or (isinstance(rest[0], str) and re.fullmatch(r"[0-9a-f]{64}", rest[0]) is not None)
 
 
 def _is_size(value: Any) -> bool:
@@ -1009,17 +1015,18 @@ def blob_intact(path: str) -> bool | None:
     return True
 
 
-def fetch_pack(url: str, members: list[tuple[str, int, str]]) -> int:
-    """Stream URL, which holds MEMBERS (digest, size, final path) end to end in that order
-    (one member: a lone blob), each missing one to a temporary file beside its final path;
-    only when the whole object had exactly the sizes said are they renamed into place.
-    Returns how many were put; RequestError when it is shorter or longer. The agent cannot
-    check the blake3 digests (not in the standard library): the core checked them when it
-    uploaded the blobs, and the URL names them by digest."""
+def fetch_pack(url: str, members: list[tuple[Any, ...]]) -> int:
+    """Stream URL, which holds MEMBERS (digest, size, final path[, sha256]) end to end in
+    that order (one member: a lone blob), each missing one to a temporary file beside its
+    final path; only when the whole object had exactly the sizes said, and each the sha256
+    said, are they renamed into place. Returns how many were put; RequestError when it is
+    shorter or longer, or a blob differs ("damaged blob D in the bucket": the core stores it
+    again). The agent cannot check the blake3 digests (not in the standard library): the
+    core gives the sha256 of its checked copy."""
     staged: list[tuple[str, str, Any]] = []
     try:
         with _fetching(members[0][0], url) as src:
-            for digest, size, final in members:
+            for digest, size, final, *want in members:
                 if blob_intact(final):
                     _copy(src, digest, size, None)
                     continue
@@ -1029,6 +1036,9 @@ def fetch_pack(url: str, members: list[tuple[str, int, str]]) -> int:
                 staged.append((tmp, final, sha))
                 with os.fdopen(fd, "wb") as out:
                     _copy(src, digest, size, out, sha)
+                if want and sha.hexdigest() != want[0]:
+                    raise RequestError(f"damaged blob {digest} in the bucket (sha256 "
+                                       f"{sha.hexdigest()}, not {want[0]}): it is stored again")
             if src.read(1):
                 digest, size, _final = members[-1]
                 why = "its pack is longer than its index says" if len(members) > 1 else f"more than {size} bytes"

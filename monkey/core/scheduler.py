@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import selectors
 import socket
 import time
@@ -49,6 +50,9 @@ SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
 _ELASTIC_SOON = 0.1  # seconds between elastic passes for jobs that fit nowhere
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
+# Starts an agent refused for a damaged copy (there, or in the bucket) before the job fails:
+# each replaces what it found, so more means copies that keep arriving damaged.
+_DAMAGED_TRIES = 5
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 # An instance where an attempt that ran less than _AHEAD_RUN seconds ended within the last
 # _AHEAD_WINDOW seconds (short jobs, one after the other) is handed starts ahead of its free
@@ -125,6 +129,7 @@ class Core:
         self.releasing: set[tuple[str, str]] = set()
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.prepare_failures: dict[str, int] = {}  # per job: starts failed in a row
+        self.damaged_tries: dict[str, int] = {}  # per job: starts refused for a damaged copy
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
@@ -479,12 +484,15 @@ class Core:
             drv = self.drivers.get(key[0])
             if drv is not None:
                 drv.forget_blobs(key[1])
+                bad = re.search(r"damaged blob ([0-9a-f]{64}) in the bucket", error)
+                if bad:  # the bucket's copy: stored again from the checked local one
+                    drv.bucket_damaged(bad.group(1))
             att = self.store.get_attempt(juid, n)
-            failures = self.prepare_failures[juid] = self.prepare_failures.get(juid, 0) + 1
-            if att is not None and att.state == "live" and failures < _PREPARE_TRIES:
+            tries = self.damaged_tries[juid] = self.damaged_tries.get(juid, 0) + 1
+            if att is not None and att.state == "live" and tries < _DAMAGED_TRIES:
                 self._never_started(att)
                 return
-            self.prepare_failures.pop(juid, None)
+            self.damaged_tries.pop(juid, None)  # copies that keep arriving damaged: it fails
         if "unknown manifest" in error or "being preempted" in error:
             # The agent lost its cached lists: start the job again, with the full list.
             self._forget_given(key)
