@@ -190,17 +190,18 @@ class Monkey(RerunAPI, TrackingAPI):
                               "receive; remove it")
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
-        sub = self._submission(
-            provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
-            outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir, job_yml=job_yml,
-            yes=yes,
-        )  # fmt: skip
-        if params is None and sweep is None:  # a plain run: the flags in its command
-            from monkey.rerun import command_values
+        with self._blobs().lease():  # no gc deletes a blob the job counts on till it is recorded
+            sub = self._submission(
+                provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
+                outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir,
+                job_yml=job_yml, yes=yes,
+            )  # fmt: skip
+            if params is None and sweep is None:  # a plain run: the flags in its command
+                from monkey.rerun import command_values
 
-            params = command_values(argv)
-        [juid] = self._record(sub, [(argv, name or sub.name or _default_name(argv), params or {})],
-                              sweep=sweep)  # fmt: skip
+                params = command_values(argv)
+            [juid] = self._record(sub, [(argv, name or sub.name or _default_name(argv), params or {})],
+                                  sweep=sweep)  # fmt: skip
         if start_core:
             self.wake(queued=f"job {juid}")
         return Job(self, juid)

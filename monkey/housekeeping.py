@@ -8,8 +8,13 @@ it. `gc` removes a blob's row from the store before its file; a file left withou
 unreferenced and the next `gc` removes it. A blob any existing job names (its code and the
 files its file list names, datasets, job.yml data folders, git diff, packages, set-up
 files: every digest written in its records) is never deleted, so `rerun` of every job that
-remains keeps working. Blobs younger than the grace period are kept too: a submit writes
-its blobs before its job row.
+remains keeps working. Blobs younger than the grace period are kept too.
+
+gc and submissions: a submitter holds the blob store's lease (shared) from its first blob
+written or reused until its jobs are committed; gc decides and deletes under the lease held
+exclusively. So whatever the interleaving, and whichever is killed when, an accepted job
+has all its blobs. A blob's partial file (``.tmp-<pid>-...``) whose writer is gone, or
+older than the grace period, is removed by gc and counted by `du`.
 
 The local worker's environments (``envs/<key>/``, built by launcher.py) and dataset copies
 (``datasets/<digest>/``, built by the agent) go when no remaining job uses them: an
@@ -173,33 +178,55 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             if not entry.is_dir(follow_symlinks=False):
                 continue
             job = jobs.get(entry.name)
-            if job is None:
+            if job is None and m.store.get_job(entry.name) is None:  # not one created since
                 report.run_bytes += _remove(Path(entry.path))
                 report.runs += 1
                 continue
-            if job.state in TERMINAL:
+            if job is not None and job.state in TERMINAL:
                 for attempt in Path(entry.path).glob(f"*/{CODE_RECORD}"):
                     report.code_bytes += reclaim_code(str(attempt.parent))
             if entry.name in specs:
                 env_keys.update(_recorded_env_keys(Path(entry.path)))
-    needed = needed_blobs(m)
     cut = time.time() - grace
-    report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
-    report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
+    from monkey.snapshot import BlobStore
+
+    with BlobStore(m.home.blobs).lease(exclusive=True, waiting="gc"):  # no submission under way
+        needed = needed_blobs(m)
+        report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
+        report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
+        _gc_blobs(m, needed, cut, report)
+    return report
+
+
+def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None:
+    """Delete the blobs no job needs, stored before CUT, the partial files of writers that
+    are gone, and the damaged blobs `monkey verify` set aside. Called under the store's
+    exclusive lease."""
+    from monkey.snapshot import DAMAGED, TMP_PREFIX
+
     doomed: list[tuple[str, Path, int]] = []
     root = m.home.blobs
-    for shard in sorted(root.iterdir()) if root.is_dir() else []:
-        if not shard.is_dir() or len(shard.name) != 2:
+    for entry in sorted(os.scandir(root), key=lambda e: e.name) if root.is_dir() else []:
+        path = Path(entry.path)
+        if entry.name == DAMAGED:
+            report.blob_bytes += _remove(path)
+        elif _dead_partial(path, cut):
+            report.blob_bytes += _unlink_size(path)
+        if not entry.is_dir(follow_symlinks=False) or len(entry.name) != 2:
             continue
-        for f in shard.iterdir():
-            digest = shard.name + f.name
+        for f in path.iterdir():
+            if f.name.startswith(TMP_PREFIX):
+                if _dead_partial(f, cut):
+                    report.blob_bytes += _unlink_size(f)
+                continue
+            digest = entry.name + f.name
             try:
                 st = f.lstat()
             except OSError:
                 continue
             if st.st_mtime > cut:
                 continue
-            if digest not in needed:  # temporary files of an interrupted write included
+            if digest not in needed:
                 doomed.append((digest, f, st.st_size))
     for start in range(0, len(doomed), 1000):
         batch = doomed[start:start + 1000]
@@ -211,7 +238,49 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
                 continue
             report.blobs += 1
             report.blob_bytes += size
-    return report
+
+
+def _dead_partial(path: Path, cut: float) -> bool:
+    """Whether PATH is a blob's partial file (``.tmp-<pid>-...``) nobody writes any more:
+    its writer's process is gone, or it was last written before CUT. A submitter writes
+    only under the store's lease, which gc holds exclusively: one still alive is stuck."""
+    from monkey.snapshot import TMP_PREFIX
+
+    name = path.name
+    if not name.startswith(TMP_PREFIX):
+        return False
+    pid = name[len(TMP_PREFIX):].partition("-")[0]
+    if pid.isdigit() and not _alive(int(pid)):
+        return True
+    return _mtime(path) <= cut
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process PID exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: it exists
+    return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
+def _unlink_size(path: Path) -> int:
+    """Delete the file PATH; the bytes it held (0 if already gone)."""
+    try:
+        size = path.lstat().st_size
+        path.unlink()
+    except OSError:
+        return 0
+    return size
 
 
 def _env_keys(specs: dict[str, dict]) -> set[str]:
@@ -309,7 +378,8 @@ def _gc_datasets(root: Path, needed: set[str], cut: float) -> tuple[int, int]:
 
 
 def usage(m: Monkey) -> dict[str, dict[str, int]]:
-    """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs, envs (job.yml
+    """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs (with the partial
+    files of interrupted writes among them: partial_bytes, partial_files), envs (job.yml
     environments), datasets (shared copies), and the database."""
     home = m.home
     out: dict[str, dict[str, int]] = {}
@@ -317,7 +387,91 @@ def usage(m: Monkey) -> dict[str, dict[str, int]]:
                        ("envs", home.agent_root / "envs"), ("datasets", home.agent_root / "datasets")):  # fmt: skip
         size, count = tree_size(path)
         out[name] = {"bytes": size, "files": count}
+    partial = [p for pattern in (".tmp-*", "??/.tmp-*") for p in home.blobs.glob(pattern)]
+    out["blobs"]["partial_bytes"] = sum(_size(p) for p in partial)  # counted in its bytes too
+    out["blobs"]["partial_files"] = len(partial)
     db = sum(p.stat().st_size for p in home.root.glob("monkey.db*") if p.is_file())
     out["database"] = {"bytes": db, "files": 1}
     out["runs"]["jobs"] = len(m.store.job_ids())
     return out
+
+
+@dataclass
+class VerifyReport:
+    """What `monkey verify` found: blobs checked, and each damaged or missing one with the
+    (job, what it is to that job) it affects; damaged ones were set aside."""
+
+    blobs: int = 0
+    bytes: int = 0
+    jobs: int = 0
+    damaged: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    missing: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
+    """{digest: [(juid, what it is to the job)]} of every blob JOBS need; a file list that
+    cannot be read counts itself only (it is checked, and reported, itself)."""
+    from monkey.snapshot import load_manifest
+
+    blobs = m._blobs()
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for job in jobs:
+        spec = m.store.job_spec(job.juid) or {}
+        lists = [("code", job.snapshot)] if job.snapshot else []
+        lists += [(f"dataset {ds['name']}", ds["digest"]) for ds in job.datasets]
+        lists += [(f"job.yml data folder {e.get('path')}", e["digest"])
+                  for e in spec.get("data", []) if e.get("digest")]  # fmt: skip
+        for label, digest in lists:
+            uses.setdefault(digest, []).append((job.juid, f"{label} (its file list)"))
+            try:
+                files = load_manifest(blobs, digest)
+            except MonkeyError:
+                continue
+            for f in files:
+                what = f.path if label == "code" else f"{label} file {f.path}"
+                uses.setdefault(f.digest, []).append((job.juid, what))
+        if job.git.get("diff"):
+            uses.setdefault(job.git["diff"], []).append((job.juid, "git diff of its uncommitted changes"))
+    return uses
+
+
+def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
+    """Check every blob the jobs REFS need (none: every job's, and every blob stored)
+    against its digest; set damaged ones aside (``blobs/.damaged/``, so that submitting
+    the job's source again stores a good copy, and gc removes them)."""
+    from monkey.snapshot import DAMAGED
+
+    refs = list(refs)
+    jobs = [m.store.get_job(m.store.resolve(r)) for r in refs] if refs else m.store.list_jobs()
+    chosen = [j for j in jobs if j is not None]
+    uses = _uses(m, chosen)
+    digests = set(uses)
+    root = m.home.blobs
+    if not refs and root.is_dir():  # the whole store: blobs no job names too
+        digests.update(p.parent.name + p.name for p in root.glob("??/*")
+                       if not p.name.startswith("."))  # fmt: skip
+    blobs = m._blobs()
+    report = VerifyReport(jobs=len(chosen))
+    bad: list[str] = []
+    for digest in sorted(digests):
+        ok = blobs.verify(digest)
+        if ok is None:
+            report.missing[digest] = uses.get(digest, [])
+            continue
+        report.blobs += 1
+        report.bytes += blobs.path(digest).stat().st_size
+        if not ok:
+            bad.append(digest)
+    if refs and (bad or report.missing):  # the jobs affected: all of them, not only those named
+        uses = _uses(m, m.store.list_jobs())
+        report.missing = {d: uses.get(d, []) for d in report.missing}
+    if bad:
+        aside = root / DAMAGED
+        with blobs.lease(exclusive=True, waiting="verify"):  # no submitter reuses one meanwhile
+            aside.mkdir(mode=0o700, exist_ok=True)
+            for digest in bad:
+                if blobs.verify(digest) is False:  # not replaced by a good copy meanwhile
+                    os.replace(blobs.path(digest), aside / digest)
+                    report.damaged[digest] = uses.get(digest, [])
+            m.store.forget_blobs(report.damaged)
+    return report

@@ -185,14 +185,24 @@ def _pieces(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
 
 
 def check_blobs(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
-                git: bool = False) -> None:
-    """MonkeyError naming JOB and the first piece of it missing from the blob store."""
-    for what, digest in _pieces(blobs, job, spec, git):
-        if not blobs.has(digest):
-            raise MonkeyError(
-                f"job {job.juid} cannot be run again: its {what} (blob {digest[:12]}) is "
-                f"missing from {blobs.root} (deleted or damaged); submit it again from its "
-                "source with `monkey run`")
+                git: bool = False, verify: bool = True) -> None:
+    """MonkeyError naming JOB and the first piece of it missing from the blob store;
+    BlobDamaged naming the first whose bytes no longer match its digest (with VERIFY)."""
+    from monkey.snapshot import BlobDamaged
+
+    what = "code (its file list)"
+    try:
+        for what, digest in _pieces(blobs, job, spec, git):
+            ok = blobs.verify(digest) if verify else (blobs.has(digest) or None)
+            if ok is None:
+                raise MonkeyError(
+                    f"job {job.juid} cannot be run again: its {what} (blob {digest[:12]}) is "
+                    f"missing from {blobs.root} (deleted or damaged); submit it again from its "
+                    "source with `monkey run`")
+            if not ok:
+                raise BlobDamaged(digest, blobs.root, what, job.juid)
+    except BlobDamaged as exc:
+        raise exc.about(what, job.juid) from None
 
 
 # -- writing files out ------------------------------------------------------------------
@@ -208,7 +218,10 @@ def _safe(rel: str) -> str:
 def write_files(blobs: BlobStore, files: list[FileEntry], base: Path) -> None:
     """Write manifest FILES under BASE byte for byte with their modes; a link entry (a link
     that left the project) becomes that link again. Paths with '..', absolute paths and
-    writes through a symlink leading out of BASE are refused."""
+    writes through a symlink leading out of BASE are refused; a blob whose bytes do not
+    match its digest is BlobDamaged naming the file."""
+    from monkey.snapshot import BlobDamaged
+
     real_base = os.path.realpath(base)
     for f in files:
         rel = _safe(f.path)
@@ -219,11 +232,13 @@ def write_files(blobs: BlobStore, files: list[FileEntry], base: Path) -> None:
             raise MonkeyError(f"refusing to write {rel}: a symlink leads it out of {base}")
         if os.path.lexists(target) and not os.path.isdir(target) or os.path.islink(target):
             os.unlink(target)
-        src = blobs.path(f.digest)
-        if stat.S_ISLNK(f.mode):
-            os.symlink(os.fsdecode(src.read_bytes()), target)
-            continue
-        shutil.copyfile(src, target)
+        try:
+            if stat.S_ISLNK(f.mode):
+                os.symlink(os.fsdecode(blobs.read_bytes(f.digest)), target)
+                continue
+            blobs.copy_out(f.digest, target)  # checks the bytes against the digest
+        except BlobDamaged as exc:
+            raise exc.about(f.path) from None
         os.chmod(target, f.mode & 0o777)
 
 
@@ -236,6 +251,8 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
 def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str | None]:
     """Clone the job's repository into TMP at its commit with its diff applied; returns
     (the code's folder inside TMP, a note when that could not be done)."""
+    from monkey.snapshot import BlobDamaged
+
     git = job.git
     root, commit = git.get("root"), git.get("commit")
     rel = os.path.relpath(job.workdir, root) if root else "."
@@ -256,7 +273,10 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
     note = None
     if git.get("diff"):
         patch = tmp / ".git" / "monkey-uncommitted.patch"
-        patch.write_bytes(blobs.read_bytes(git["diff"]))
+        try:
+            patch.write_bytes(blobs.read_bytes(git["diff"]))
+        except BlobDamaged as exc:
+            raise exc.about("git diff of its uncommitted changes") from None
         applied = _git("-C", os.fspath(tmp), "apply", "--binary", "--whitespace=nowarn", os.fspath(patch))
         patch.unlink()
         if applied.returncode:
@@ -290,13 +310,15 @@ class RerunAPI:
     def _rerun_cells(self, jobs: list[JobRecord], sets: dict[str, str], *, provider: str | None,
                      cpus: int | None, gpus: int | None, memory: str | None,
                      time: str | int | None, names: list[str], sweep: str | None, held: bool) -> list[str]:
-        """Record one rerun of each of JOBS in one transaction; their new juids."""
+        """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
+        their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
+        taken before any transaction (gc takes it, then writes)."""
         blobs = self._blobs()
         templates: dict[str, list[str] | None] = {}
         planned = []
         for job, name in zip(jobs, names):
             spec = self.store.job_spec(job.juid)
-            check_blobs(blobs, job, spec)
+            check_blobs(blobs, job, spec, verify=False)  # their bytes: checked at the start
             if job.sweep not in templates:
                 found = self.store.get_sweep(job.sweep) if job.sweep else None
                 templates[job.sweep or ""] = found["spec"].get("command") if found else None
@@ -351,9 +373,10 @@ class RerunAPI:
         job = self._job_record(ref)
         if start_core:
             self.home.socket_path("core")
-        [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
-                                   gpus=gpus, memory=memory, time=time, names=[name or job.name],
-                                   sweep=None, held=False)  # fmt: skip
+        with self._blobs().lease():
+            [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
+                                       gpus=gpus, memory=memory, time=time,
+                                       names=[name or job.name], sweep=None, held=False)  # fmt: skip
         if start_core:
             self.wake(queued=f"job {juid}")  # type: ignore[attr-defined]
         return Job(self, juid)  # type: ignore[arg-type]
@@ -396,7 +419,7 @@ class RerunAPI:
         sets = parse_sets(set)
         if start_core:
             self.home.socket_path("core")
-        with self.store.tx():
+        with self._blobs().lease(), self.store.tx():  # the lease first, as gc takes it
             if in_place:
                 target, label = sid, None
             else:
@@ -423,7 +446,7 @@ class RerunAPI:
 
     def files(self, ref: str) -> list[FileEntry]:
         """The job's code files (path, digest, mode, size), sorted by path."""
-        from monkey.snapshot import load_manifest
+        from monkey.snapshot import BlobDamaged, load_manifest
 
         job = self._job_record(ref)
         if not job.snapshot:
@@ -431,18 +454,26 @@ class RerunAPI:
         blobs = self._blobs()
         if not blobs.has(job.snapshot):
             check_blobs(blobs, job, None)
-        return load_manifest(blobs, job.snapshot)
+        try:
+            return load_manifest(blobs, job.snapshot)
+        except BlobDamaged as exc:
+            raise exc.about("code (its file list)", job.juid) from None
 
     def cat(self, ref: str, path: str) -> bytes:
-        """One code file of the job, as the job saw it."""
+        """One code file of the job, as the job saw it (checked against its digest)."""
+        from monkey.snapshot import BlobDamaged
+
         job = self._job_record(ref)
         want = "/".join(p for p in path.split("/") if p not in ("", "."))
         for f in self.files(job.juid):
             if f.path == want:
                 blobs = self._blobs()
                 if not blobs.has(f.digest):
-                    check_blobs(blobs, job, None)
-                return blobs.read_bytes(f.digest)
+                    check_blobs(blobs, job, None, verify=False)
+                try:
+                    return blobs.read_bytes(f.digest)
+                except BlobDamaged as exc:
+                    raise exc.about(f.path, job.juid) from None
         raise MonkeyError(f"job {job.juid} has no code file {path!r}; `monkey info job "
                           f"{job.juid} --files` lists them")
 
@@ -452,12 +483,12 @@ class RerunAPI:
         its commit with its uncommitted diff applied when it ran in a repository; with
         ``with_data`` its datasets too, under ``datasets/NAME``. Returns {"path", "files",
         "code", "datasets", "note"}; nothing is left behind on failure."""
-        from monkey.snapshot import load_manifest
+        from monkey.snapshot import BlobDamaged
 
         job = self._job_record(ref)
         spec = self.store.job_spec(job.juid)
         blobs = self._blobs()
-        check_blobs(blobs, job, spec if with_data else None, git=True)
+        check_blobs(blobs, job, spec if with_data else None, git=True, verify=False)  # copies check
         dest = Path(to if to is not None else job.juid).expanduser().absolute()
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise MonkeyError(f"{dest} exists and is not empty; choose another folder with --to")
@@ -466,20 +497,12 @@ class RerunAPI:
                               "another with --to")
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
         try:
-            rel, note = _git_checkout(job, blobs, tmp)
-            code = tmp / rel
-            files = load_manifest(blobs, job.snapshot) if job.snapshot else []
-            write_files(blobs, files, code)
-            datasets = []
-            if with_data:
-                for ds in job.datasets:
-                    where = Path("datasets") / ds["name"]
-                    write_files(blobs, load_manifest(blobs, ds["digest"]), tmp / where)
-                    datasets.append({"name": ds["name"], "path": os.fspath(dest / where)})
-                for entry in (spec or {}).get("data", []):
-                    if entry.get("digest"):
-                        write_files(blobs, load_manifest(blobs, entry["digest"]),
-                                    code / _safe(entry["path"]))
+            try:
+                rel, note = _git_checkout(job, blobs, tmp)
+                code = tmp / rel
+                files, datasets = self._write_clone(job, spec, blobs, tmp, code, dest, with_data)
+            except BlobDamaged as exc:
+                raise exc.about(None, job.juid) from None
             if dest.exists():
                 dest.rmdir()
             os.rename(tmp, dest)
@@ -488,3 +511,24 @@ class RerunAPI:
             raise
         return {"path": os.fspath(dest), "code": os.fspath(dest / rel), "files": len(files),
                 "datasets": datasets, "note": note}
+
+    @staticmethod
+    def _write_clone(job: JobRecord, spec: dict[str, Any] | None, blobs: BlobStore, tmp: Path,
+                     code: Path, dest: Path, with_data: bool) -> tuple[list[FileEntry], list[dict[str, str]]]:
+        """Write the job's code files into CODE (and its data under TMP with WITH_DATA);
+        (its files, [{name, path}] of its datasets as they will be under DEST)."""
+        from monkey.snapshot import load_manifest
+
+        files = load_manifest(blobs, job.snapshot) if job.snapshot else []
+        write_files(blobs, files, code)
+        datasets = []
+        if with_data:
+            for ds in job.datasets:
+                where = Path("datasets") / ds["name"]
+                write_files(blobs, load_manifest(blobs, ds["digest"]), tmp / where)
+                datasets.append({"name": ds["name"], "path": os.fspath(dest / where)})
+            for entry in (spec or {}).get("data", []):
+                if entry.get("digest"):
+                    write_files(blobs, load_manifest(blobs, entry["digest"]),
+                                code / _safe(entry["path"]))
+        return files, datasets

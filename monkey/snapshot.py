@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
 
 __all__ = [
+    "BlobDamaged",
     "BlobStore",
     "Dataset",
     "FileEntry",
@@ -72,6 +73,10 @@ _GIT_TIMEOUT = 60.0
 # Blobs are read-only and private: the owner may read them (and run them, when the file
 # they came from was executable), nobody else may do anything.
 _BLOB_MODE = 0o400
+# A blob being written: ``.tmp-<writer's pid>-<random>``, beside its final place or at the
+# store's top (gc removes one whose writer is gone, see monkey.housekeeping).
+TMP_PREFIX = ".tmp-"
+DAMAGED = ".damaged"  # the folder of the store where `monkey verify` sets damaged blobs aside
 LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
 _MAX_UNTRACKED = 100
 # A folder past BIG bytes or files gets a progress bar (on a terminal) and a note naming its
@@ -90,6 +95,36 @@ def hash_file(path: Path) -> str:
 
 def _hash_big(path: str) -> str:
     return blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(path).hexdigest()
+
+
+class BlobDamaged(MonkeyError):
+    """A stored blob whose bytes no longer match its digest (flipped, truncated, replaced).
+    ``path``: the file it holds for a job, when known; ``juid``: that job."""
+
+    def __init__(self, digest: str, root: Path, path: str | None = None, juid: str | None = None) -> None:
+        self.digest, self.root, self.path, self.juid = digest, root, path, juid
+        job = f"job {juid}: " if juid else ""
+        what = f"{path}: " if path else ""
+        super().__init__(
+            f"{job}{what}blob {digest} in {root} does not match its digest (damaged on "
+            "disk); `monkey verify` lists the jobs it affects and sets it aside, then submit "
+            "the job again from its source")
+
+    def about(self, path: str | None = None, juid: str | None = None) -> BlobDamaged:
+        """The same damage, naming the file PATH of job JUID (where not named yet)."""
+        return BlobDamaged(self.digest, self.root, self.path or path, self.juid or juid)
+
+
+# Blobs verified by this process: path -> (size, mtime_ns, ctime_ns, inode) when its bytes
+# matched its digest. A blob is immutable (0400): any write to it, or a replacement, changes
+# its ctime (which no tool can set back) or inode, so an unchanged stat means unchanged bytes.
+_verified: dict[str, tuple[int, int, int, int]] = {}
+_VERIFIED_MAX = 1 << 20
+_sha256: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stamp, sha256)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 # -- blob store -------------------------------------------------------------------------
@@ -122,14 +157,125 @@ class BlobStore:
         return os.path.exists(self._p(digest))
 
     def read_bytes(self, digest: str) -> bytes:
-        """The content of a stored blob."""
+        """The content of a stored blob, checked against its digest (BlobDamaged if not)."""
         try:
             with open(self.path(digest), "rb") as f:
-                return f.read()
+                data = f.read()
         except FileNotFoundError:
             raise MonkeyError(
                 f"blob {digest} is missing from {self.root}; resubmit the job to store it again"
             ) from None
+        if blake3.blake3(data, max_threads=blake3.blake3.AUTO if len(data) >= _BIG else 1
+                         ).hexdigest() != digest:
+            raise BlobDamaged(digest, self.root)
+        return data
+
+    def verify(self, digest: str) -> bool | None:
+        """Whether blob DIGEST's bytes match its digest (None: it is not stored). Hashed
+        once per process while its stat stays the same (see `_verified`)."""
+        path = self._p(digest)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        if _verified.get(path) == _stamp(st):
+            return True
+        try:
+            good = hash_file(Path(path)) == digest
+        except FileNotFoundError:
+            return None
+        if good:
+            if len(_verified) >= _VERIFIED_MAX:
+                _verified.clear()
+            _verified[path] = _stamp(st)
+        return good
+
+    def sha256(self, digest: str) -> str:
+        """The sha256 of blob DIGEST's bytes, which a worker without blake3 checks what it
+        fetched against (computed once per process while the blob's stat stays)."""
+        import hashlib
+
+        path = self._p(digest)
+        st = os.stat(path)
+        known = _sha256.get(path)
+        if known is not None and known[0] == _stamp(st):
+            return known[1]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+        if len(_sha256) >= _VERIFIED_MAX:
+            _sha256.clear()
+        _sha256[path] = (_stamp(st), h.hexdigest())
+        return h.hexdigest()
+
+    def known_good(self, digest: str) -> bool:
+        """Whether blob DIGEST was verified by this process and is unchanged since (a stat)."""
+        path = self._p(digest)
+        try:
+            return _verified.get(path) == _stamp(os.stat(path))
+        except OSError:
+            return False
+
+    def check(self, digest: str) -> None:
+        """MonkeyError when blob DIGEST is missing, BlobDamaged when its bytes are wrong."""
+        ok = self.verify(digest)
+        if ok is None:
+            raise MonkeyError(f"blob {digest} is missing from {self.root}; submit the job "
+                              "again from its source to store it")
+        if not ok:
+            raise BlobDamaged(digest, self.root)
+
+    def copy_out(self, digest: str, target: str) -> None:
+        """Write blob DIGEST's bytes to the new file TARGET, hashing what is copied:
+        BlobDamaged (TARGET removed) when they do not match the digest."""
+        hasher = blake3.blake3()
+        try:
+            with open(self.path(digest), "rb") as src, open(target, "xb") as out:
+                while chunk := src.read(_CHUNK):
+                    hasher.update(chunk)
+                    out.write(chunk)
+        except FileNotFoundError as exc:
+            if exc.filename == target:
+                raise
+            raise MonkeyError(f"blob {digest} is missing from {self.root}; submit the job "
+                              "again from its source to store it") from None
+        if hasher.hexdigest() != digest:
+            _unlink(target)
+            raise BlobDamaged(digest, self.root)
+
+    @contextmanager
+    def lease(self, exclusive: bool = False, waiting: str | None = None) -> Iterator[None]:
+        """Hold the store's lease: shared by submitters from their first blob written or
+        reused to their job rows committed; exclusive by gc while it decides and deletes.
+        So gc never deletes a blob a submission counts on, and a submitter never reuses one
+        gc is deleting. A flock: a process killed at any instant releases it. WAITING: what
+        to call the caller in a note when it has to wait."""
+        import fcntl
+
+        try:
+            os.makedirs(self._root, mode=0o700, exist_ok=True)
+            fd = os.open(f"{self._root}/.lease", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise disk_full(self.root) from None
+            raise MonkeyError(f"cannot use the blob store {self.root} ({exc.strerror}); fix "
+                              "its permissions") from None
+        how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if waiting:
+                    import logging
+
+                    logging.getLogger("monkey").warning(
+                        "monkey: %s waits for %s in progress to finish", waiting,
+                        "submissions" if exclusive else "a gc")
+                fcntl.flock(fd, how)
+            yield
+        finally:
+            os.close(fd)
 
     def put_bytes(self, data: bytes) -> tuple[str, bool]:
         """Store ``data``; returns (digest, newly stored)."""
@@ -197,7 +343,7 @@ class BlobStore:
             folder = self._root
         else:
             folder = self._shard(digest)
-        return tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        return tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=folder)
 
     def _commit(self, tmp: str, digest: str) -> bool:
         """Move a finished, read-only temp file into place; False if the blob already existed."""
@@ -687,26 +833,21 @@ def _store_files(
             updates.append((ap, st.st_size, mtime, ino, digest))
             kept[ap] = (st.st_size, mtime, ino, digest)
         files.append(FileEntry(rel, digest, st.st_mode & 0o777, size))
+    # A cached digest says what the file holds, not that its blob is still stored (a gc,
+    # even one killed midway, or `monkey verify` setting a damaged one aside): check each.
+    for entry, ap in trusted:
+        if not blobs.has(entry.digest):
+            try:
+                entry.digest, entry.size, fresh = blobs.put_path(ap)
+            except OSError as exc:
+                raise _io_error(exc, ap, blobs) from None
+            if fresh:
+                new.append((entry.digest, entry.size))
     files.sort(key=lambda f: f.path)
     data = _manifest_bytes(files)
-    digest = blake3.blake3(data).hexdigest()
-    if not blobs.has(digest):
-        # A stored manifest implies its files are stored; otherwise check cached digests.
-        repaired = False
-        for entry, ap in trusted:
-            if not blobs.has(entry.digest):
-                try:
-                    entry.digest, entry.size, fresh = blobs.put_path(ap)
-                except OSError as exc:
-                    raise _io_error(exc, ap, blobs) from None
-                if fresh:
-                    new.append((entry.digest, entry.size))
-                repaired = True
-        if repaired:
-            data = _manifest_bytes(files)
-        digest, fresh = blobs.put_bytes(data)
-        if fresh:
-            new.append((digest, len(data)))
+    digest, fresh = blobs.put_bytes(data)
+    if fresh:
+        new.append((digest, len(data)))
     if updates:
         try:
             store.cache_digests(updates)

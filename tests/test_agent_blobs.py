@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import test_storage
 from test_agent import Client, World
 from test_storage import make_s3
 
+from monkey.client_agent.agent import record_blob
 from monkey.config import Home
 from monkey.drivers.agent_link import AgentError
 from monkey.snapshot import BlobStore
@@ -117,10 +119,12 @@ def upload_pack(moto_s3: str, tmp_path: Path) -> tuple[list[list], list, BlobSto
 def test_a_pack_brings_many_blobs_with_one_request(world: World, agent: Client, moto_s3: str,
                                                    tmp_path: Path) -> None:  # fmt: skip
     files, packs, source = upload_pack(moto_s3, tmp_path)
-    # one of them is there already: the pack is read past it, and it is left as it is
+    # one of them is there already, with its check: the pack is read past it, and it is
+    # left as it is
     kept = files[1][1]
     (world.blobs / kept[:2]).mkdir(parents=True)
     (world.blobs / kept[:2] / kept[2:]).write_bytes(HELPER)
+    record_blob(str(world.blobs / kept[:2] / kept[2:]), hashlib.sha256(HELPER).hexdigest())
     before = (world.blobs / kept[:2] / kept[2:]).stat().st_ino
     world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
     assert agent.wait_exit("j")["code"] == 0
@@ -165,3 +169,68 @@ def test_bad_blob_packs_are_refused(world: World, agent: Client) -> None:
             world.start(agent, "j", ["true"], blob_packs=[bad])
     with pytest.raises(AgentError, match="bad digest"):
         world.start(agent, "j", ["true"], blob_packs=[["http://x", [["../x", 1]]]])
+
+
+def test_a_fetched_blob_damaged_later_is_refused_removed_and_fetched_again(
+        world: World, agent: Client, moto_s3: str, tmp_path: Path) -> None:  # fmt: skip
+    files, packs, source = upload_pack(moto_s3, tmp_path)
+    world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert agent.wait_exit("j")["code"] == 0
+    # Someone flips a byte of the copy on the worker (same size): the next start refuses it
+    # and removes it, naming the blob and the file; nothing runs.
+    helper = files[1][1]
+    blob = world.blobs / helper[:2] / helper[2:]
+    blob.chmod(0o600)
+    blob.write_bytes(HELPER.replace(b"s3", b"S3"))
+    with pytest.raises(AgentError) as refused:
+        world.start(agent, "k", ["python3", "main.py"], files=files)
+    assert f"damaged blob {helper} for helper.py" in str(refused.value)
+    assert not blob.exists() and not (world.run_dir("k") / "stdout.log").exists()
+    # The core sends it again (here: the pack again): the job runs with the good bytes.
+    world.start(agent, "m", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert agent.wait_exit("m")["code"] == 0
+    assert (world.run_dir("m") / "stdout.log").read_text() == "hello from s3 0001020304050607\n"
+    assert blob.read_bytes() == source.read_bytes(helper)
+
+
+def test_a_blob_damaged_in_the_bucket_is_refused_and_stored_again(
+        world: World, agent: Client, moto_s3: str, tmp_path: Path) -> None:  # fmt: skip
+    source = BlobStore(tmp_path / "src-blobs")
+    storage = make_s3(moto_s3)
+    files = []
+    for rel, data in (("main.py", CODE), ("helper.py", HELPER), ("data.bin", bytes(range(8)))):
+        digest, _ = source.put_bytes(data)
+        files.append([rel, digest, 0o644])
+    digests = [d for _rel, d, _mode in files]
+    key, index = storage.put_pack(digests, source)
+    # Someone rewrites the pack in the bucket: helper.py's bytes differ, sizes are the same.
+    body = b"".join(source.read_bytes(d) for d, _size in index)
+    s3 = test_storage.s3_client(moto_s3)
+    s3.put_object(Bucket=test_storage.BUCKET, Key=key, Body=body.replace(b"s3", b"S3"))
+    helper = files[1][1]
+    packs = [[storage.get_url(key, expires=600), [[d, size, source.sha256(d)] for d, size in index]]]
+    with pytest.raises(AgentError) as refused:
+        world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert f"damaged blob {helper} in the bucket" in str(refused.value)
+    assert not (world.blobs / helper[:2] / helper[2:]).exists()
+    assert not list(world.blobs.glob("*/.tmp-*"))
+    assert not (world.run_dir("j") / "stdout.log").exists()
+    # The core distrusts it there: the pack is stored again from the checked copy.
+    storage.distrust(helper)
+    assert storage.put_pack(digests, source)[0] == key
+    world.start(agent, "k", ["python3", "main.py"], files=files, blob_packs=packs)
+    assert agent.wait_exit("k")["code"] == 0
+    assert (world.run_dir("k") / "stdout.log").read_text() == "hello from s3 0001020304050607\n"
+    # The same for a lone blob.
+    single = source.put_bytes(b"x" * 5000)[0]
+    storage.put_blobs([single], source)
+    s3.put_object(Bucket=test_storage.BUCKET, Key=f"blobs/{single}", Body=b"y" * 5000)
+    urls = {single: [storage.blob_url(single), 5000, source.sha256(single)]}
+    lone = [*files, ["x.bin", single, 0o644]]
+    with pytest.raises(AgentError, match=f"damaged blob {single} in the bucket"):
+        world.start(agent, "m", ["python3", "main.py"], files=lone, blob_urls=urls)
+    storage.distrust(single)
+    assert storage.put_blobs([single], source) == 5000
+    world.start(agent, "n", ["python3", "-c", "print(open('x.bin').read(3))"], files=lone, blob_urls=urls)
+    assert agent.wait_exit("n")["code"] == 0
+    assert (world.run_dir("n") / "stdout.log").read_text() == "xxx\n"

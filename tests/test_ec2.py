@@ -11,6 +11,7 @@ reads for instances as for SSH hosts. Everything above the address is real.
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.server
 import json
 import os
@@ -448,8 +449,11 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
         assert "X-Amz-Signature=" in urls[data][0]
         [[pack_url, index]] = fields["blob_packs"]
         assert "X-Amz-Signature=" in pack_url
-        assert sorted(index) == sorted([[code, local.path(code).stat().st_size],
-                                        [helper, local.path(helper).stat().st_size]])  # fmt: skip
+        # each with the sha256 of the checked local copy, which the agent checks
+        assert sorted(index) == sorted([[code, local.path(code).stat().st_size, local.sha256(code)],
+                                        [helper, local.path(helper).stat().st_size,
+                                         local.sha256(helper)]])  # fmt: skip
+        assert urls[data][2] == hashlib.sha256(payload).hexdigest()
 
         link = driver.connect(inst.id)
         run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
@@ -730,6 +734,53 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
         for path in root.rglob("*"):
             if path.is_file():
                 assert b"X-Amz-Signature" not in path.read_bytes(), path
+
+
+def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(cli, home: Path, moto: Any,
+                                                                      fleet: Lab) -> None:
+    add_aws(cli, moto, fleet, home, "--max-instances", "1")
+    bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
+    versioned(moto, bucket)
+    Path("main.py").write_text("import words; print(words.WORD)\n")
+    Path("words.py").write_text("WORD = 'fetched from the bucket'\n")
+    try:
+        first = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
+                 what="the first job to end")
+        assert info(cli, first)["state"] == "succeeded", info(cli, first)
+        blobs = BlobStore(home / "blobs")
+        code = {rel: blobs.path(__import__("blake3").blake3(Path(rel).read_bytes()).hexdigest())
+                for rel in ("main.py", "words.py")}  # fmt: skip
+        copies = {rel: next(fleet.hosts[0].home.rglob(f"blobs/{p.parent.name}/{p.name}"))
+                  for rel, p in code.items()}  # fmt: skip
+        [(pack, _)] = bucket_blobs(moto, bucket, "packs/").items()
+        s3 = moto.boto3("s3")
+        good = s3.get_object(Bucket=bucket, Key=f"packs/{pack}")["Body"].read()
+        # The instance's copies and the bucket's are damaged (the same sizes): the core
+        # finds the copies damaged when it asks what the instance lacks, the agent finds the
+        # bucket's when it fetches them again; it is stored again, and the job runs.
+        for copy in copies.values():
+            copy.chmod(0o600)
+            copy.write_bytes(copy.read_bytes().replace(b"WORD", b"WERD"))
+        s3.put_object(Bucket=bucket, Key=f"packs/{pack}", Body=good.replace(b"WORD", b"WERD"))
+        second = run_job(cli, "python3", "main.py")
+        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=90,
+                 what="the second job to end")
+        assert info(cli, second)["state"] == "succeeded", info(cli, second)
+        assert "fetched from the bucket\n" in cli("logs", second, check=True).stdout
+        for rel, copy in copies.items():
+            assert copy.read_bytes() == Path(rel).read_bytes()
+        versions = s3.list_object_versions(Bucket=bucket, Prefix=f"packs/{pack}")["Versions"]
+        assert len(versions) == 3  # stored, damaged, stored again
+        assert s3.get_object(Bucket=bucket, Key=f"packs/{pack}")["Body"].read() == good
+        log = (home / "daemon.log").read_text()
+        digests = [p.parent.name + p.name for p in code.values()]
+        assert any(f"damaged blob {d} in the bucket" in log for d in digests), log
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
 
 
 def test_core_terminates_a_tagged_instance_it_has_no_record_of(cli, home: Path, moto: Any,

@@ -973,7 +973,8 @@ def check_entries(files: Any) -> list[list[Any]]:
 
 def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
     """Download every blob of BLOB_URLS ({digest: [url, size]}) and BLOB_PACKS ([[url,
-    [[digest, size], ...]]]) that BLOBS_DIR lacks, a few requests at a time; returns how
+    [[digest, size], ...]]]) that BLOBS_DIR lacks intact (see blob_intact: with its check,
+    matching), a few requests at a time; returns how
     many were fetched. RequestError when one cannot be fetched (the blobs fetched besides
     it are kept: they are complete)."""
     if not blob_urls and not blob_packs:
@@ -984,19 +985,20 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
     calls = []
     for digest, entry in (blob_urls or {}).items():
         check_digest(digest)
-        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
-                or not _is_size(entry[1])):
+        if (not isinstance(entry, list) or len(entry) not in (2, 3) or not isinstance(entry[0], str)
+                or not _is_size(entry[1]) or not _is_sha(entry[2:])):
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
         final = _blob_file(blobs_dir, digest)
-        if not os.path.isfile(final):
-            calls.append((entry[0], [(digest, entry[1], final)]))
+        if not blob_intact(final):  # missing, damaged, or kept without its check
+            calls.append((entry[0], [(digest, entry[1], final, *entry[2:])]))
     for entry in blob_packs or []:
         if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
                 or not isinstance(entry[1], list) or not entry[1]
-                or not all(isinstance(m, list) and len(m) == 2 and _is_size(m[1]) for m in entry[1])):
+                or not all(isinstance(m, list) and len(m) in (2, 3) and _is_size(m[1])
+                           and _is_sha(m[2:]) for m in entry[1])):
             raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
-        members = [(check_digest(d), size, _blob_file(blobs_dir, d)) for d, size in entry[1]]
-        if not all(os.path.isfile(final) for _d, _size, final in members):
+        members = [(check_digest(m[0]), m[1], _blob_file(blobs_dir, m[0]), *m[2:]) for m in entry[1]]
+        if not all(blob_intact(m[2]) for m in members):
             calls.append((entry[0], members))
     if not calls:
         return 0
@@ -1011,6 +1013,11 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
             raise
 
 
+def _is_sha(rest: list[Any]) -> bool:
+    """Whether REST, the optional tail of a blob entry, is empty or one sha256 hex digest."""
+    return not rest or (isinstance(rest[0], str) and re.fullmatch(r"[0-9a-f]{64}", rest[0]) is not None)
+
+
 def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -1019,35 +1026,88 @@ def _blob_file(blobs_dir: str, digest: str) -> str:
     return os.path.join(blobs_dir, digest[:2], digest[2:])
 
 
-def fetch_pack(url: str, members: list[tuple[str, int, str]]) -> int:
-    """Stream URL, which holds MEMBERS (digest, size, final path) end to end in that order
-    (one member: a lone blob), each missing one to a temporary file beside its final path;
-    only when the whole object had exactly the sizes said are they renamed into place.
-    Returns how many were put; RequestError when it is shorter or longer. The agent cannot
-    check the blake3 digests (not in the standard library): the core checked them when it
-    uploaded the blobs, and the URL names them by digest."""
-    staged: list[tuple[str, str]] = []
+def _blob_stamp(st: os.stat_result) -> str:
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}"
+
+
+def _blob_check_file(path: str) -> str:
+    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".sha256")
+
+
+def record_blob(path: str, sha: str) -> None:
+    """Keep blob PATH's check beside it: the sha256 of its bytes and its stat now (the same
+    format as ssh_remote.CHECK's: blobs a host received are checked alike)."""
+    side = _blob_check_file(path)
+    tmp = f"{side}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(f"{sha} {_blob_stamp(os.stat(path))}")
+    os.replace(tmp, side)
+
+
+def blob_intact(path: str) -> bool | None:
+    """Whether blob PATH still holds the bytes it was stored with, by its check (see
+    record_blob): a blob is never written in place, so the same stat means the same bytes;
+    another stat is hashed again. None: no check kept (MONKEY_HOME's own store, whose blobs
+    the core checks with their blake3 before every start)."""
+    try:
+        with open(_blob_check_file(path)) as f:
+            sha, known = f.read().split(" ", 1)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if known == _blob_stamp(st):
+        return True
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return False
+    if h.hexdigest() != sha:
+        return False
+    record_blob(path, sha)
+    return True
+
+
+def fetch_pack(url: str, members: list[tuple[Any, ...]]) -> int:
+    """Stream URL, which holds MEMBERS (digest, size, final path[, sha256]) end to end in
+    that order (one member: a lone blob), each missing one to a temporary file beside its
+    final path; only when the whole object had exactly the sizes said, and each the sha256
+    said, are they renamed into place. Returns how many were put; RequestError when it is
+    shorter or longer, or a blob differs ("damaged blob D in the bucket": the core stores it
+    again). The agent cannot check the blake3 digests (not in the standard library): the
+    core gives the sha256 of its checked copy."""
+    staged: list[tuple[str, str, Any]] = []
     try:
         with _fetching(members[0][0], url) as src:
-            for digest, size, final in members:
-                if os.path.isfile(final):
+            for digest, size, final, *want in members:
+                if blob_intact(final):
                     _copy(src, digest, size, None)
                     continue
                 os.makedirs(os.path.dirname(final), 0o700, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(final))
-                staged.append((tmp, final))
+                sha = hashlib.sha256()
+                staged.append((tmp, final, sha))
                 with os.fdopen(fd, "wb") as out:
-                    _copy(src, digest, size, out)
+                    _copy(src, digest, size, out, sha)
+                if want and sha.hexdigest() != want[0]:
+                    raise RequestError(f"damaged blob {digest} in the bucket (sha256 "
+                                       f"{sha.hexdigest()}, not {want[0]}): it is stored again")
             if src.read(1):
                 digest, size, _final = members[-1]
                 why = "its pack is longer than its index says" if len(members) > 1 else f"more than {size} bytes"
                 raise RequestError(f"missing blob {digest} could not be fetched: {why}")
-        for tmp, final in staged:
+        for tmp, final, sha in staged:
             os.chmod(tmp, 0o400)
             os.replace(tmp, final)
+            record_blob(final, sha.hexdigest())
         return len(staged)
     finally:
-        for tmp, _final in staged:
+        for tmp, _final, _sha in staged:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
@@ -1070,13 +1130,15 @@ def _fetching(digest: str, url: str) -> Iterator[Any]:
         raise RequestError(f"missing blob {digest} could not be fetched: {one_line(e)}") from None
 
 
-def _copy(src: Any, digest: str, size: int, out: Any) -> None:
-    """Copy the next SIZE bytes of SRC to OUT (None: read past them); RequestError when
-    SRC ends first."""
+def _copy(src: Any, digest: str, size: int, out: Any, sha: Any = None) -> None:
+    """Copy the next SIZE bytes of SRC to OUT (None: read past them), hashed into SHA when
+    given; RequestError when SRC ends first."""
     got = 0
     while got < size and (chunk := src.read(min(1 << 20, size - got))):
         if out is not None:
             out.write(chunk)
+            if sha is not None:
+                sha.update(chunk)
         got += len(chunk)
     if got != size:
         raise RequestError(f"missing blob {digest} could not be fetched: {got} bytes instead of {size}")
@@ -2033,12 +2095,19 @@ class Agent:
 
     @staticmethod
     def _blob_paths(entries: list[list[Any]], blobs_dir: str) -> list[tuple[str, str, int]]:
-        """[(relpath, blob path, mode)] of checked ENTRIES whose blobs are all present."""
+        """[(relpath, blob path, mode)] of checked ENTRIES whose blobs are all present and
+        intact; a damaged one is removed (the core sends it again) and refused."""
         out = []
         for rel, digest, mode in entries:
             blob = os.path.join(blobs_dir, digest[:2], digest[2:])
             if not blobs_dir or not os.path.isfile(blob):
                 raise RequestError(f"missing blob {digest} for {rel} in {blobs_dir!r}")
+            if blob_intact(blob) is False:
+                for path in (blob, _blob_check_file(blob)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise RequestError(f"damaged blob {digest} for {rel} in {blobs_dir!r}: "
+                                   "removed, to be sent again")
             out.append((rel, blob, mode))
         return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import selectors
 import socket
 import time
@@ -35,6 +36,7 @@ from monkey.models import (
     parse_size,
     retry_delay,
 )
+from monkey.snapshot import BlobDamaged, BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
@@ -51,6 +53,9 @@ SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 _IDLE_TICK = 1.0
 _ELASTIC_SOON = 0.1  # seconds between elastic passes for jobs that fit nowhere
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
+# Starts an agent refused for a damaged copy (there, or in the bucket) before the job fails:
+# each replaces what it found, so more means copies that keep arriving damaged.
+_DAMAGED_TRIES = 5
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 # An instance where an attempt that ran less than _AHEAD_RUN seconds ended within the last
 # _AHEAD_WINDOW seconds (short jobs, one after the other) is handed starts ahead of its free
@@ -113,6 +118,7 @@ class Core:
         # Per request id: the attempt a `start` was sent for, and the code list it named.
         self.starting: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]] = {}
         self.manifests: dict[str, list[Any]] = {}
+        self.blobs = BlobStore(home.blobs)  # every blob a start sends is checked here first
         # What this core gave each instance's agent since linking to it: the code lists it
         # holds, and the last one sent per workdir (the base of the next one's delta).
         self.given: dict[tuple[str, str], set[str]] = {}
@@ -133,6 +139,7 @@ class Core:
         # Per fixed provider: why it cannot be reached or trusted yet, as recorded (None:
         # it can; absent: not known since this core started, a stale record is cleared).
         self.not_ready: dict[str, str | None] = {}
+        self.damaged_tries: dict[str, int] = {}  # per job: starts refused for a damaged copy
         self.followed: dict[tuple[str, str], list[tuple[str, int]]] = {}  # told drivers
         self.workers = Workers(self.selector)
         self.elastic = Elastic(self)
@@ -530,6 +537,20 @@ class Core:
             if att is not None and att.state == "live":
                 self._never_started(att)
             return
+        if "damaged blob" in error:  # the agent removed its copy there: send a good one
+            log.warning("%s: %s", key[1], error)
+            drv = self.drivers.get(key[0])
+            if drv is not None:
+                drv.forget_blobs(key[1])
+                bad = re.search(r"damaged blob ([0-9a-f]{64}) in the bucket", error)
+                if bad:  # the bucket's copy: stored again from the checked local one
+                    drv.bucket_damaged(bad.group(1))
+            att = self.store.get_attempt(juid, n)
+            tries = self.damaged_tries[juid] = self.damaged_tries.get(juid, 0) + 1
+            if att is not None and att.state == "live" and tries < _DAMAGED_TRIES:
+                self._never_started(att)
+                return
+            self.damaged_tries.pop(juid, None)  # copies that keep arriving damaged: it fails
         if "unknown manifest" in error or "being preempted" in error:
             # The agent lost its cached lists: start the job again, with the full list.
             self._forget_given(key)
@@ -830,8 +851,14 @@ class Core:
             return
         blobs = spec.pop("_blobs")
         outputs = self.store.outputs(job.juid)
+        checked = list(dict.fromkeys([*blobs, *(d["digest"] for d in job.datasets)]))
 
         def call() -> tuple[str, dict[str, Any]]:
+            for digest in checked:  # the source of every copy: never a damaged one
+                try:
+                    self.blobs.check(digest)
+                except BlobDamaged as exc:
+                    raise exc.about(self._blob_role(job, digest), job.juid) from None
             checkpoint = drv.checkpoint_dir(instance, job.juid)
             return checkpoint, {**drv.prepare(instance, blobs),
                                 **drv.start_fields(instance, job.juid, n, outputs)}
@@ -840,16 +867,33 @@ class Core:
         self._transport(key, drv, call,
                         lambda ready: self._send_start(key, att, spec, *ready,
                                                        job=job if self.passes == opened else None),
-                        lambda exc: self._start_failed(key, att, exc))  # fmt: skip
+                        lambda exc: self._start_failed(key, att, exc),
+                        slow=not all(map(self.blobs.known_good, checked)))  # fmt: skip
+
+    def _blob_role(self, job: Job, digest: str) -> str | None:
+        """What blob DIGEST is to JOB: the path of a code or dataset file, or a file list."""
+        lists = [("code", job.snapshot)] if job.snapshot else []
+        lists += [(f"dataset {ds['name']}", ds["digest"]) for ds in job.datasets]
+        for label, listed in lists:
+            if listed == digest:
+                return f"{label} (its file list)"
+            try:
+                for f in self._manifest(listed):
+                    if f[1] == digest:
+                        return f[0] if label == "code" else f"{label} file {f[0]}"
+            except (MonkeyError, OSError, ValueError):
+                continue
+        return None
 
     def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
                    then: Callable[[Any], None], failed: Callable[[BaseException], None],
-                   lane: tuple[str, ...] | None = None) -> None:
+                   lane: tuple[str, ...] | None = None, slow: bool = False) -> None:
         """Run a transport CALL for the instance KEY in a worker, after the calls made
         earlier on the same LANE (default: KEY itself), or here when the driver's transport
-        is quick and nothing else is under way on it (the order stays)."""
+        is quick, the call not SLOW (blobs to hash) and nothing else is under way on it
+        (the order stays)."""
         lane = lane or key
-        if not drv.quick_transport or self.workers.busy(lane):
+        if slow or not drv.quick_transport or self.workers.busy(lane):
             self.workers.submit(lane, call, then, failed)
             return
         try:
@@ -912,6 +956,11 @@ class Core:
         that lasts must not spin through attempts). An instance that cannot be reached
         (NotReady) is the provider's problem, never the job's: it just waits."""
         log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
+        if isinstance(exc, BlobDamaged):  # it will not heal by itself: never run it
+            self.prepare_failures.pop(att.juid, None)
+            self.store.end_attempt(att.juid, att.n, final=State.FAILED, exit_code=None,
+                                   signal=None, reason=str(exc))
+            return
         self.retry_at[key] = time.time() + 1.0
         if isinstance(exc, NotReady):
             self._never_started(att)
@@ -927,8 +976,7 @@ class Core:
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
         if files is None:
-            path = self.home.blobs / digest[:2] / digest[2:]
-            files = json.loads(path.read_bytes())["files"]
+            files = json.loads(self.blobs.read_bytes(digest))["files"]  # checked against its digest
             if len(self.manifests) > 256:
                 self.manifests.clear()
             self.manifests[digest] = files

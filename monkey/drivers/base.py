@@ -276,6 +276,16 @@ class Driver(ABC):
         logs nor stores them. The default assumes shared storage and returns none."""
         return {}
 
+    def bucket_damaged(self, digest: str) -> None:
+        """A worker found blob DIGEST damaged as fetched from the provider's bucket: store
+        it there again when next sent. The default (no bucket) does nothing."""
+        return None
+
+    def forget_blobs(self, instance: str) -> None:
+        """Assume nothing of the blobs INSTANCE holds: the next ``prepare`` asks again which
+        it lacks (its agent found one damaged and removed it). The default keeps no memory."""
+        return None
+
     def start_fields(self, instance: str, juid: str, attempt: int,
                      outputs: list[str]) -> dict[str, Any]:
         """Extra fields of the agent's ``start`` for results moved by the agent itself

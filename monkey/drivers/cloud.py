@@ -325,6 +325,9 @@ class CloudDriver(Driver):
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         return self.pool.job_env(env)
 
+    def forget_blobs(self, instance: str) -> None:
+        self.pool.forget_blobs(instance)
+
     def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
         """Without a bucket, send the blobs the instance lacks over SSH. With one, put
         those it lacks in the bucket (one SSH round trip asks which, until all are known
@@ -342,12 +345,20 @@ class CloudDriver(Driver):
         single = [d for d in missing if d not in small or len(small) < PACK_MIN]
         self.storage.put_blobs(single, source)
         fields: dict[str, Any] = {}
+        # Each with the sha256 of the checked local copy: the agent (no blake3) checks what
+        # the bucket gave it, and a damaged object is refused, then stored again.
         if len(small) >= PACK_MIN:
-            fields["blob_packs"] = [[self.storage.get_url(key), index]
+            fields["blob_packs"] = [[self.storage.get_url(key), [[d, size, source.sha256(d)]
+                                                                 for d, size in index]]
                                     for key, index in self.storage.put_packs(small, source)]  # fmt: skip
         if single:
-            fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d]] for d in single}
+            fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d], source.sha256(d)]
+                                   for d in single}  # fmt: skip
         return fields
+
+    def bucket_damaged(self, digest: str) -> None:
+        if self.storage is not None:
+            self.storage.distrust(digest)
 
     def start_fields(self, instance: str, juid: str, attempt: int,
                      outputs: list[str]) -> dict[str, Any]:

@@ -698,6 +698,10 @@ class SlurmDriver(Driver):
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         return self.login.pool.job_env(env) if self.login is not None else env
 
+    def forget_blobs(self, instance: str) -> None:
+        if self.login is not None:
+            self.login.pool.forget_blobs(self.login.instance)
+
     def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
         if self.login is not None:
             self.login.pool.prepare(self.login.instance, blobs)

@@ -317,6 +317,9 @@ class SSHDriver(Driver):
         with _ssh_errors(host):
             return json.loads(self._exec(host, ssh_remote.USAGE, [host.workdir, self._runs(host)]))
 
+    def forget_blobs(self, instance: str) -> None:
+        self._host(instance).synced.clear()
+
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.followed = {**self.followed, instance: list(attempts)}
 
@@ -765,6 +768,10 @@ class SSHDriver(Driver):
     def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:
         """Stream DIGESTS into the host's blobs folder TARGET; a full disk there is said as
         such (the receiver leaves no partial file), not as the broken pipe it causes."""
+        import blake3
+
+        from monkey.snapshot import BlobDamaged
+
         channel = self._run(host, ssh_remote.RECEIVE, [target])
         sent = 0
         try:
@@ -773,9 +780,18 @@ class SSHDriver(Driver):
                 size = path.stat().st_size
                 head = f"{digest} {size}\n".encode()
                 channel.sendall(head)
+                # The host checks what arrives with the sha256 (it has no blake3); the
+                # blake3 of the same bytes proves they are the blob's.
+                check, sha = blake3.blake3(), hashlib.sha256()
                 with open(path, "rb") as fh:
                     while chunk := fh.read(1 << 20):
+                        check.update(chunk)
+                        sha.update(chunk)
                         channel.sendall(chunk)
+                if check.hexdigest() != digest:
+                    channel.sendall(b"damaged\n")  # refused there: nothing is stored
+                    raise BlobDamaged(digest, self.home.blobs)
+                channel.sendall(f"{sha.hexdigest()}\n".encode())
                 sent += len(head) + size
             channel.shutdown_write()
             _finish_channel(channel, host)

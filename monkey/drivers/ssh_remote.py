@@ -74,31 +74,73 @@ while True:
                 view = view[os.write(1, view):]
 """
 
-# Prints the digests read on stdin (one a line) that blobs_dir lacks. argv: blobs_dir
-MISSING = r"""
-import os, sys
+# A blob's check on a host, where no blake3 is (the agent is stdlib-only): beside blob
+# D[2:] its receiver keeps ``.D[2:].sha256``, "<sha256 of the bytes> <size> <mtime_ns>
+# <ctime_ns> <inode>" as stored. Blobs are never written in place, so an unchanged stat means
+# unchanged bytes; a changed one is hashed again (see client_agent.agent.blob_intact).
+CHECK = r"""
+import hashlib, os
 os.umask(0o077)
+def stamp(st):
+    return "%d %d %d %d" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+def side_of(path):
+    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".sha256")
+def record(path, sha):
+    side = side_of(path)
+    tmp = side + ".tmp-%d" % os.getpid()
+    with open(tmp, "w") as f:
+        f.write("%s %s" % (sha, stamp(os.stat(path))))
+    os.replace(tmp, side)
+def intact(path):
+    try:
+        with open(side_of(path)) as f:
+            sha, known = f.read().split(" ", 1)
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if known == stamp(st):
+        return True
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    if h.hexdigest() != sha:
+        return False
+    record(path, sha)
+    return True
+"""
+
+# Prints the digests read on stdin (one a line) that blobs_dir lacks, or holds without its
+# check or damaged (they are sent again, replacing the copy there); the others are touched:
+# in use, another home's gc on this host keeps them for its grace. argv: blobs_dir
+MISSING = CHECK + r"""
+import sys
 base = sys.argv[1]
 for line in sys.stdin:
     d = line.strip()
+    if not d:
+        continue
     path = os.path.join(base, d[:2], d[2:])
-    if d and not os.path.isfile(path):
+    if not intact(path):
         sys.stdout.write(d + "\n")
-    elif d:
-        try:
-            os.utime(path)  # in use: another home's gc on this host keeps it for its grace
-        except OSError:
-            pass
+        continue
+    try:
+        os.utime(side_of(path))  # the blob's own times are its check's stamp: left alone
+    except OSError:
+        pass
 """
 
-# Stores blobs from stdin framed as b"<digest> <size>\n" + bytes, each through a temporary
-# name and a rename; prints "ok N" at the end. A full disk leaves no partial file and ends
-# it with DISK_FULL's exit code and "disk full at PATH (N bytes free)" on stderr.
-# argv: blobs_dir
+# Stores blobs from stdin framed as b"<digest> <size>\n" + bytes + b"<sha256>\n" (the
+# sender's hash of the bytes it checked against the digest), each through a temporary name
+# and a rename, with its check beside it; bytes that arrive otherwise are refused. Prints
+# "ok N" at the end. A full disk leaves no partial file and ends it with DISK_FULL's exit
+# code and "disk full at PATH (N bytes free)" on stderr. argv: blobs_dir
 DISK_FULL = 28  # ENOSPC
-RECEIVE = r"""
-import errno, os, re, sys
-os.umask(0o077)
+RECEIVE = CHECK + r"""
+import errno, re, sys
 base = sys.argv[1]
 src = sys.stdin.buffer
 name = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
@@ -109,15 +151,22 @@ def store(digest, left):
     folder = os.path.join(base, digest[:2])
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".tmp-%s-%d" % (digest[2:], os.getpid()))
+    h = hashlib.sha256()
     with open(tmp, "wb") as out:
         while left:
             chunk = src.read(min(left, 1 << 20))
             if not chunk:
                 sys.exit("stream cut short")
+            h.update(chunk)
             out.write(chunk)
             left -= len(chunk)
-    os.rename(tmp, os.path.join(folder, digest[2:]))
+    sha = src.readline().strip().decode()
+    if sha != h.hexdigest():
+        sys.exit("blob %s arrived damaged (sha256 %s, sent %s)" % (digest, h.hexdigest(), sha or "none"))
+    final = os.path.join(folder, digest[2:])
+    os.rename(tmp, final)
     tmp = None
+    record(final, sha)
 try:
     while True:
         head = src.readline()
@@ -134,13 +183,14 @@ except OSError as e:
             os.unlink(tmp)
         except OSError:
             pass
+        tmp = None
     if e.errno not in (errno.ENOSPC, errno.EDQUOT):
         raise
     st = os.statvfs(base)
     sys.stderr.write("disk full at %s (%d bytes free)\n" % (base, st.f_bavail * st.f_frsize))
     sys.exit(28)
 finally:
-    if tmp is not None:  # cut short (the stream, a signal): no partial file stays
+    if tmp is not None:  # cut short (the stream, a signal, a damaged blob): no partial file stays
         try:
             os.unlink(tmp)
         except OSError:
@@ -276,20 +326,38 @@ if req.get("gc"):
         folder = os.path.join(blobs, shard)
         if len(shard) != 2 or not os.path.isdir(folder):
             continue
-        for n in os.listdir(folder):
+        names = set(os.listdir(folder))
+        for n in sorted(names):
             path = os.path.join(folder, n)
+            side = os.path.join(folder, "." + n + ".sha256")  # the blob's check (see CHECK)
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            partial = n.startswith(".tmp-")
+            if n.startswith(".") and n.endswith(".sha256"):  # a check: goes with its blob
+                if n[1:-7] not in names and st.st_mtime < now - 60:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                continue
+            partial = n.startswith(".tmp-") or ".sha256.tmp-" in n
+            try:  # a blob in use has its check touched (MISSING), its own times left alone
+                used = max(st.st_mtime, os.lstat(side).st_mtime)
+            except OSError:
+                used = st.st_mtime
             if partial and st.st_mtime > now - 60 or not partial and (
-                    shard + n in keep or st.st_mtime > now - grace):
+                    shard + n in keep or used > now - grace):
                 continue
             try:
                 os.unlink(path)
             except OSError:
                 continue
+            if not partial:
+                try:
+                    os.unlink(side)
+                except OSError:
+                    pass
             out["partial" if partial else "blobs"] += 1
             out["partial_bytes" if partial else "blob_bytes"] += st.st_size
 print(json.dumps(out))

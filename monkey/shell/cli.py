@@ -299,7 +299,7 @@ _MODULES = {
     "rerun": ("rerun_commands", "rerun_parser"), "clone": ("rerun_commands", "clone_parser"),
     "cat": ("rerun_commands", "cat_parser"),
     "rm": ("disk_commands", "rm_parser"), "gc": ("disk_commands", "gc_parser"),
-    "du": ("disk_commands", "du_parser"),
+    "du": ("disk_commands", "du_parser"), "verify": ("disk_commands", "verify_parser"),
 }  # fmt: skip
 
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
@@ -356,6 +356,7 @@ commands:
   rm JOB...|--sweep S|--older-than 30d|--failed   delete ended jobs and their files
   gc                         free blobs no job needs and folders of deleted jobs
   du                         disk used by jobs, blobs, environments
+  verify [JOB...]            check stored code and data against their digests
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --juid JOB.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).

@@ -38,8 +38,17 @@ def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
                 "folders of deleted jobs and code copies left behind, and print what was freed.")
     p.add_argument("--grace", default="1h", metavar="AGE",
                    help="keep blobs, environments and dataset copies younger than AGE "
-                   "(default 1h: a submit in progress)")
+                   "(default 1h; a submission in progress is always safe: gc waits for it)")
     p.set_defaults(func=cmd_gc)
+    return p
+
+
+def verify_parser(cls: ParserClass) -> argparse.ArgumentParser:
+    p = _parser(cls, "verify", "Check stored code and data against their digests: every blob of "
+                "the jobs named (default: the whole store); say what is damaged or missing and "
+                "which jobs it affects, set damaged blobs aside, and exit 1 if any.")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, unique prefixes, or `last`")
+    p.set_defaults(func=cmd_verify)
     return p
 
 
@@ -131,6 +140,33 @@ def cmd_du(args: argparse.Namespace) -> int:
     rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
     print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
     render(["PART", "SIZE", "FILES"], rows)
+    blobs = parts["blobs"]
+    if blobs["partial_files"]:
+        print(f"blobs include {blobs['partial_files']:,} partial files "
+              f"({h(blobs['partial_bytes'])}) of interrupted writes; `monkey gc` removes them")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from monkey import housekeeping
+
+    m = _monkey()
+    report = housekeeping.verify(m, args.jobs)
+    print(f"checked {report.blobs:,} blobs ({human_size(report.bytes)}) of {report.jobs:,} jobs: "
+          f"{len(report.damaged)} damaged, {len(report.missing)} missing")
+    for word, found in (("damaged (set aside in blobs/.damaged)", report.damaged),
+                        ("missing", report.missing)):
+        for digest, uses in sorted(found.items()):
+            shown = "; ".join(f"job {juid} {what}" for juid, what in uses[:5])
+            more = f" and {len(uses) - 5} more" if len(uses) > 5 else ""
+            print(f"{word}: blob {digest}: {shown or 'no job uses it'}{more}")
+    if report.damaged or report.missing:
+        affected = sorted({juid for found in (report.damaged, report.missing)
+                           for uses in found.values() for juid, _ in uses})
+        if affected:
+            print(f"affected jobs: {', '.join(affected)}; submit them again from their "
+                  "source (`monkey run`) to store good copies", file=sys.stderr)
+        return 1
     return 0
 
 

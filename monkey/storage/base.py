@@ -68,6 +68,11 @@ class Storage(ABC):
         PROGRESS gets byte counts as they go; without it a bar is drawn on stderr when it
         is a terminal and the upload takes more than a second."""
 
+    def distrust(self, digest: str) -> None:  # noqa: B027 - most storages keep no memory
+        """A worker found blob DIGEST damaged as fetched from here: store it again when it
+        is next sent. The default (MONKEY_HOME itself, checked before every start) does
+        nothing."""
+
     @abstractmethod
     def blob_url(self, digest: str, expires: int = URL_EXPIRES) -> str:
         """A URL a worker can GET the blob from without credentials, for EXPIRES seconds."""
@@ -137,8 +142,9 @@ def source_size(source: BlobStore, digest: str) -> int:
 
 def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:
     """The error for a blob of SOURCE whose content no longer matches its digest."""
-    return MonkeyError(f"blob {digest} in {source.root} does not match its digest (changed "
-                       "on disk); delete it and resubmit the job")
+    from monkey.snapshot import BlobDamaged
+
+    return BlobDamaged(digest, source.root)
 
 
 # -- local trees ------------------------------------------------------------------------

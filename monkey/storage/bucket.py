@@ -65,6 +65,7 @@ class BucketStorage(Storage):
         self.bucket = bucket
         self._lock = threading.Lock()
         self._known: set[str] = set()  # digests and pack keys seen stored (never changed)
+        self._suspect: set[str] = set()  # digests a worker found damaged here: stored again
         self._pack_locks: dict[str, threading.Lock] = {}
 
     # -- blobs
@@ -92,7 +93,7 @@ class BucketStorage(Storage):
     def put_blobs(self, digests: Iterable[str], source: BlobStore,
                   progress: ProgressFn | None = None) -> int:  # fmt: skip
         wanted = list(dict.fromkeys(digests))
-        present = self.has(wanted)
+        present = self.has(wanted) - self._suspect
         missing = [d for d in wanted if d not in present]
         sizes = {d: source_size(source, d) for d in missing}
         for digest in missing:
@@ -102,7 +103,14 @@ class BucketStorage(Storage):
             self._upload([(source.path(d), blob_key(d)) for d in missing], advance, "uploading blobs")
         with self._lock:
             self._known.update(missing)
+            self._suspect.difference_update(missing)
         return sum(sizes.values())
+
+    def distrust(self, digest: str) -> None:
+        """A worker found blob DIGEST damaged as fetched from here: the next ``put_blobs``
+        or ``put_pack`` naming it stores it again from the (checked) source."""
+        with self._lock:
+            self._suspect.add(digest)
 
     def put_packs(self, digests: Iterable[str], source: BlobStore) -> list[tuple[str, list[list[Any]]]]:
         """``put_pack`` for DIGESTS in packs of at most PACK_MAX bytes (smallest blobs first)."""
@@ -130,10 +138,11 @@ class BucketStorage(Storage):
         with self._lock:
             lock = self._pack_locks.setdefault(key, threading.Lock())
         with lock:  # the same pack asked for twice at once is uploaded once
-            if key in self._known:
+            suspect = self._suspect.intersection(members)
+            if key in self._known and not suspect:
                 return key, index
             with self._errors("uploading blobs"):
-                if not self._exists(key):
+                if suspect or not self._exists(key):
                     body = []
                     for digest in members:
                         data = source.read_bytes(digest)
@@ -143,6 +152,7 @@ class BucketStorage(Storage):
                     self._put_bytes(key, b"".join(body))
             with self._lock:
                 self._known.add(key)
+                self._suspect.difference_update(suspect)
         return key, index
 
     def get_file(self, key: str, path: Path) -> bool:

@@ -88,17 +88,18 @@ class TrackingAPI:
         spec["cells"] = sweepspec.size(spec, max_cells)
         cells = sweepspec.expand(spec)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
-        sub = self._submission(retries=spec["retries"], **run_options)
         lock = None
-        try:
-            with self.store.tx():  # the lock is held before anyone sees the sweep
-                sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
-                lock = sweeps.SubmissionLock(self.home, sid)
-            self._write_cells(sub, sid, name or sid, spec, cells)
-            self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
-        finally:
-            if lock is not None:
-                lock.release()
+        with self._blobs().lease():  # no gc deletes the cells' blobs till they are recorded
+            sub = self._submission(retries=spec["retries"], **run_options)
+            try:
+                with self.store.tx():  # the lock is held before anyone sees the sweep
+                    sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
+                    lock = sweeps.SubmissionLock(self.home, sid)
+                self._write_cells(sub, sid, name or sid, spec, cells)
+                self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
+            finally:
+                if lock is not None:
+                    lock.release()
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
