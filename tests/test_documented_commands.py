@@ -125,6 +125,7 @@ CASES: list[tuple[str, set[int]]] = [
     # housekeeping
     ("rm {failed} --yes", {0}), ("rm --sweep s2 --yes", {0}),
     ("rm --older-than 30d --failed -y", {0}), ("rm --juid {b} --yes", {0}),
+    ("verify", {0}), ("verify {a} --juid {a}", {0}),
     ("gc --grace 1h", {0}), ("gc --grace 0", {0}), ("du", {0}), ("du --json", {0}),
     ("du --hosts", {0}), ("du --hosts --json", {0}),
     ("completion bash", {0}), ("completion zsh", {0}),

@@ -47,7 +47,7 @@ def verify_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = _parser(cls, "verify", "Check stored code and data against their digests: every blob of "
                 "the jobs named (default: the whole store); say what is damaged or missing and "
                 "which jobs it affects, set damaged blobs aside, and exit 1 if any.")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, unique prefixes, or `last`")
+    job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
     p.set_defaults(func=cmd_verify)
     return p
 
