@@ -15,11 +15,12 @@ from typing import Any
 from monkey.config import Home, ProviderConfig
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
+from monkey.core.presence import Presence
 from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.drivers.base import Capacity, Driver
+from monkey.drivers.base import LOST_AFTER, Capacity, Driver, lost_after
 from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
@@ -82,6 +83,16 @@ def bind_wake_socket(home: Home) -> socket.socket:
     return sock
 
 
+def _span(seconds: float) -> str:
+    """A length of time as 45s, 12m 5s, 3h 20m."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60}s" if whole % 60 else f"{whole // 60}m"
+    return f"{whole // 3600}h {whole % 3600 // 60}m" if whole % 3600 // 60 else f"{whole // 3600}h"
+
+
 def _mtime(path: os.PathLike[str]) -> tuple[int, int, int]:
     """What changes when a file is edited or replaced (mtime alone may not, within a tick)."""
     try:
@@ -117,6 +128,12 @@ class Core:
         self.next_health = 0.0
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
+        # The last time this core heard from each instance's agent (the time before it
+        # started never counts as silence: see check_health).
+        self.contact: dict[tuple[str, str], float] = {}
+        self.started_at = time.time()
+        self.presence = Presence(home)  # tells clients this core runs; knows the last one's end
+        self.shifted = False  # the unreachable clocks moved past the time no core ran
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         # Instances whose agent goes away by monkey's doing (released after their attempt,
         # destroyed): their link is dropped quietly and not made again.
@@ -213,6 +230,7 @@ class Core:
         self.stopping = True
 
     def close(self) -> None:
+        self.presence.touch(force=True)  # clients say "not running since" this moment
         for link in list(self.links.values()):
             link.close()
         self.links.clear()
@@ -255,6 +273,7 @@ class Core:
             placed_nowhere = any(self.waiting.values()) or any(self.on_demand.values())
         if health:
             self.next_health = now + 1.0
+            self.presence.touch()
             self.check_health(now)
         if health or (placed_nowhere and now - self.elastic_at >= _ELASTIC_SOON):
             # Machines for jobs that fit nowhere are asked for at once, not at the next pass.
@@ -342,9 +361,14 @@ class Core:
             link.close()  # linked meanwhile, or the provider is gone
             return
         self.links[key] = link
-        self.linked_at[key] = time.time()
+        self.linked_at[key] = self.contact[key] = now = time.time()
         self.retry_at.pop(key, None)
         self.link_errors.pop(key, None)
+        for att in live:  # reached again: what its agent recorded is adopted below
+            job = self.store.get_job(att.juid)
+            if job is not None and job.unreachable_since is not None:
+                self.store.set_unreachable(att.juid, att.n, None, f"{key[1]} reached again after "
+                                           f"{_span(now - job.unreachable_since)}")
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
@@ -369,6 +393,8 @@ class Core:
             if att is not None and att.state != "live":
                 log.warning("%s: stopping stale %s attempt %d", key[1], juid, n)
                 link.send("signal", juid=juid, attempt=n, signal="KILL", grace=0)
+                self.store.add_event(juid, "fenced", f"still ran on {key[1]} when reached again, "
+                                     f"after it had ended ({att.reason}); stopped", attempt=n)
 
     def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
         """Try again in a second; the log says why once per change, not once per retry."""
@@ -416,12 +442,18 @@ class Core:
             pushes = link.poll()
         except AgentGone:
             pushes = []
+        if pushes:
+            self.contact[key] = time.time()
         self._handle_pushes(key, pushes)
         if link.closed:
             self.drop_link(key)
 
     def recover(self) -> None:
-        """Re-attach to every attempt that was live when the core last stopped."""
+        """Re-attach to every attempt that was live when the core last stopped; the time
+        no core ran does not count towards any instance's time out of reach."""
+        if not self.shifted and self.presence.previous is not None:
+            self.store.shift_unreachable(self.started_at - self.presence.previous)
+        self.shifted = True
         instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
         providers: set[tuple[str, str]] = set()
         for instance, juid in instances:
@@ -542,7 +574,8 @@ class Core:
         elif why == Ending.VANISHED:
             final, reason = State.LOST, "process vanished"
         elif why == Ending.SILENT:
-            final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
+            final, reason = State.LOST, (f"its instance was unreachable for {_span(event['silence'])} "
+                                         f"(lost_after {_span(event.get('lost_after') or 0)})")
         elif why == Ending.TERMINATED:
             final, reason = State.LOST, "its instance was terminated"
         elif why == Ending.PREEMPTED:
@@ -572,6 +605,33 @@ class Core:
                                now=event.get("ts"), requeue_kind="preempt"
                                if final == State.PREEMPTED else "retry")  # fmt: skip
         self.signalled.pop((juid, n), None)
+
+    def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
+        """The instance KEY of JOB's live attempt ATT is not linked: once a connect failed,
+        or nothing came from it for the heartbeat timeout, the job shows it `unreachable`
+        (since this core last heard from it, or started: the time no core ran is not
+        silence); past the provider's ``lost_after`` the attempt is lost. A cloud's or
+        Slurm's own listing ends it sooner when it says the machine is gone."""
+        since = job.unreachable_since
+        if since is None:
+            heard = self.contact.get(key, self.started_at)
+            why = self.link_errors.get(key)
+            if why is None and now - heard <= HEARTBEAT_TIMEOUT:
+                return  # a connect is on its way
+            why = why or f"nothing from its agent for {_span(now - heard)}"
+            self.store.set_unreachable(att.juid, att.n, heard, f"{key[1]} unreachable ({why}); "
+                                       f"lost after {_span(self._lost_after(key[0]))} out of reach")
+            return
+        limit = self._lost_after(key[0])
+        if now - since <= limit or (now - since <= 2 * LIST_EVERY and self._on_spot(key)):
+            return  # (a spot machine's listing says first whether it was reclaimed)
+        log.warning("%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], now - since)
+        self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - since,
+                                            "lost_after": limit, "ts": now}, att.events_offset)
+
+    def _lost_after(self, provider: str) -> float:
+        config = self.providers.get(provider)
+        return (lost_after(config.options) if config else None) or LOST_AFTER
 
     def _preempted(self, job: Job, event: dict[str, Any]) -> tuple[str, bool]:
         """The reason a preempted attempt ends with, and whether its job is re-queued (not
@@ -920,8 +980,8 @@ class Core:
     # -- health -------------------------------------------------------------------------
 
     def check_health(self, now: float) -> None:
-        """Fail jobs queued for providers no longer configured; reconnect dropped links;
-        mark attempts silent past the heartbeat timeout lost."""
+        """Fail jobs queued for providers no longer configured; reconnect dropped links and
+        links gone silent; judge the attempts on instances out of reach (``_judge``)."""
         for provider in self.store.queued_providers():
             if provider not in self.providers:
                 self._fail_queued(provider, f"provider {provider!r} is no longer configured", now)
@@ -948,11 +1008,6 @@ class Core:
                 self.drop_link(key)
             if key not in self.links:
                 self.connect(key)
-            if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
-                if now - beat <= HEARTBEAT_TIMEOUT + 2 * LIST_EVERY and self._on_spot(key):
-                    continue  # the cloud's listing says first whether it was reclaimed
-                log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
-                self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
-                                                    "ts": now}, att.events_offset)
+                self._judge(key, job, att, now)
         for key in set(self.followed) | set(live):
             self._follow(key, live.get(key, []))

@@ -43,7 +43,7 @@ from monkey.store.tracking import HOLD, TrackingStore
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
-    "started_at, finished_at, not_before, sweep, params, instance"
+    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -138,7 +138,7 @@ def _decode(text: str) -> Any:
 def _job(row: tuple[Any, ...]) -> Job:
     (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
      python, retries, attempts, request, exit_code, reason, created_at, updated_at,
-     started_at, finished_at, not_before, sweep, params, instance) = row  # fmt: skip
+     started_at, finished_at, not_before, sweep, params, instance, unreachable_since) = row  # fmt: skip
     return Job(
         juid=juid,
         name=name,
@@ -165,6 +165,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         sweep=sweep,
         params=_decode(params),
         instance=instance,
+        unreachable_since=unreachable_since,
     )
 
 
@@ -662,6 +663,31 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                             started_at)
             return cur.rowcount == 1
 
+    def set_unreachable(self, juid: str, n: int, since: float | None, detail: str) -> bool:
+        """Record that attempt N's instance is out of reach since SINCE (None: reached again),
+        with an event saying DETAIL; False when nothing changed (already so, or not live)."""
+        now = time.time()
+        have = "IS NULL" if since is not None else "IS NOT NULL"
+        with self.tx() as db:
+            cur = db.execute(
+                f"UPDATE jobs SET unreachable_since = ?, updated_at = ? WHERE juid = ? AND "
+                f"attempts = ? AND state IN ('dispatching', 'running') AND unreachable_since {have}",
+                (since, now, juid, n),
+            )
+            if cur.rowcount != 1:
+                return False
+            self._event(db, juid, n, "unreachable" if since is not None else "reachable",
+                        None, None, detail, now)
+        return True
+
+    def shift_unreachable(self, seconds: float) -> None:
+        """Move every `unreachable since` SECONDS later: the time no core ran is not counted."""
+        if seconds > 0:
+            with self.tx() as db:
+                db.execute("UPDATE jobs SET unreachable_since = unreachable_since + ?, "
+                           "updated_at = ? WHERE unreachable_since IS NOT NULL",
+                           (seconds, time.time()))
+
     def end_attempt(
         self,
         juid: str,
@@ -697,7 +723,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                 raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
             db.execute(
                 "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
-                "finished_at = ?, updated_at = ? WHERE juid = ?",
+                "finished_at = ?, updated_at = ?, unreachable_since = NULL WHERE juid = ?",
                 (final.value, exit_code, reason, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)

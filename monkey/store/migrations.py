@@ -216,6 +216,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_ready ON jobs(state, front DESC, seq);
         """,
     ),
+    (
+        "0012_unreachable",
+        # Since when the instance of the job's live attempt has been out of reach (NULL:
+        # reached, or no live attempt): the attempt is `running`, shown `unreachable`, and
+        # lost once that lasts the provider's lost_after.
+        """
+        ALTER TABLE jobs ADD COLUMN unreachable_since REAL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
