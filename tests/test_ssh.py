@@ -192,7 +192,7 @@ def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
     first, second = lab.add("h1"), lab.add("h2")
     configure(home, [first.entry(key=lab.key, cpus=1)], checkpoint_every=0.2, lost_after=3)
     Path("train.py").write_text(EPOCHS)
-    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "40", "0.25")
+    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "80", "0.25")
     wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, what="three epochs")
     ckpt = home / "runs" / juid / "checkpoint" / "epoch.txt"
     wait_for(lambda: ckpt.exists() and int(ckpt.read_text()) >= 3, what="the checkpoint synced back")
@@ -218,9 +218,9 @@ def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
     first.restore()
     wait_for(lambda: not os.path.exists(f"/proc/{stale_pid}"), what="the stale attempt stopped")
     assert wait_state(cli, juid, "succeeded", "failed", timeout=60) == "succeeded"
-    assert ckpt.read_text() == "40"
+    assert ckpt.read_text() == "80"
     out = cli("logs", juid, "--attempt", "2").stdout.splitlines()
-    assert out[-1] == "epoch 40" and out[1] == f"epoch {resumed}"
+    assert out[-1] == "epoch 80" and out[1] == f"epoch {resumed}"
 
 
 def test_cancel_stops_remote_process_tree(cli, home: Path, lab: Lab) -> None:
