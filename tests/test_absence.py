@@ -214,8 +214,34 @@ def test_past_lost_after_the_attempt_is_lost_and_a_late_host_is_fenced(cli, home
     wait_for(lambda: not os.path.exists(f"/proc/{stale}"), timeout=60, what="the stale attempt stopped")
     fenced = [e for e in info(cli, juid)["events"] if e["kind"] == "fenced"]
     assert len(fenced) == 1 and fenced[0]["attempt"] == 1, fenced
+    late = wait_for(lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
+                    timeout=60, what="the stale attempt's end recorded")
+    assert late[0]["attempt"] == 1 and "(killed by signal 9), after it had been declared lost" \
+        in late[0]["detail"], late
     assert info(cli, blocker)["state"] == "succeeded"
     cli("cancel", juid, check=True)
+
+
+def test_an_exit_recorded_after_the_attempt_was_lost_is_adopted(cli, home: Path, lab: Lab) -> None:
+    """The job ends 0 on a host out of reach after its attempt was lost (no retry left):
+    reached again, the host's record of the exit is adopted as the attempt's late exit,
+    with its output."""
+    host = lab.add("h1")
+    configure(home, [host.entry(key=lab.key)], lost_after="2s")
+    gate = Path(host.workdir) / "gate"
+    juid = run(cli, "--provider", "lab", "--", "sh", "-c",
+               f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
+    host.cut()
+    wait_for(lambda: info(cli, juid)["state"] == "lost", timeout=60, what="the attempt lost")
+    gate.touch()
+    wait_for(lambda: exited(remote_runs(host) / juid / "1" / "events.jsonl"), what="the exit recorded")
+    host.restore()
+    late = wait_for(lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
+                    timeout=60, what="the late exit adopted")
+    assert "(exit 0), after it had been declared lost" in late[0]["detail"], late
+    assert info(cli, juid)["attempts_detail"][0]["exit_code"] == 0
+    wait_for(lambda: cli("logs", juid).stdout == "up\nok\n", timeout=30, what="its output fetched")
 
 
 def test_listings_say_when_no_core_runs_and_runtimes_stop(cli, home: Path) -> None:

@@ -131,6 +131,9 @@ class Core:
         # The last time this core heard from each instance's agent (the time before it
         # started never counts as silence: see check_health).
         self.contact: dict[tuple[str, str], float] = {}
+        # Per instance: its attempts lost while out of reach, named in the sync of the link
+        # made since (their exits, when their agent recorded one, are adopted as late exits).
+        self.adrift: dict[tuple[str, str], set[tuple[str, int]]] = {}
         self.started_at = time.time()
         self.presence = Presence(home)  # tells clients this core runs; knows the last one's end
         self.shifted = False  # the unreachable clocks moved past the time no core ran
@@ -337,8 +340,9 @@ class Core:
             self._link_failed(key, exc)
             return
         live = self.store.live_attempts(key[1])
+        adrift = self.store.adrift_attempts(key[1])
         attempts = [{"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir,
-                     "offset": a.events_offset} for a in live]  # fmt: skip
+                     "offset": a.events_offset} for a in live + adrift]  # fmt: skip
 
         def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
             link = drv.connect(key[1])
@@ -350,13 +354,15 @@ class Core:
                 link.close()
                 raise
 
-        self.workers.submit(key, call, lambda result: self._linked(key, live, *result),
+        self.workers.submit(key, call, lambda result: self._linked(key, live, *result, adrift=adrift),
                             lambda exc: self._link_failed(key, exc))  # fmt: skip
 
     def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
-                reply: dict[str, Any], running: list[dict[str, Any]]) -> None:
+                reply: dict[str, Any], running: list[dict[str, Any]],
+                adrift: list[Attempt] | None = None) -> None:
         """A connect came back: keep the link, settle what its sync said and stop what the
-        agent RUNNING for this home that the store has ended meanwhile."""
+        agent RUNNING for this home that the store has ended meanwhile (ADRIFT: the attempts
+        lost while it was out of reach that the sync named)."""
         if key in self.links or key[0] not in self.providers:
             link.close()  # linked meanwhile, or the provider is gone
             return
@@ -372,10 +378,14 @@ class Core:
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
+        self.adrift[key] = {(a.juid, a.n) for a in adrift or []}
         for status in reply.get("attempts", []):
             att = by_id.get((status["juid"], status["attempt"]))
             if att is not None and status["status"] == "unknown":
                 self._never_started(att)
+            elif (status["juid"], status["attempt"]) in self.adrift[key] and status["status"] == "unknown":
+                self.adrift[key].discard((status["juid"], status["attempt"]))
+                self.store.settle_adrift(status["juid"], status["attempt"], None, None, None)
         self._fence(key, link, running)
         self._pump(key, link)
 
@@ -477,6 +487,10 @@ class Core:
             event = push["event"]
             juid, n, offset = push["juid"], push["attempt"], push["offset"]
             kind = event.get("type")
+            if (juid, n) in self.adrift.get(key, ()):
+                if kind == "exit":
+                    self._late_exit(key, juid, n, event)
+                continue
             if kind == "exit":
                 self.changed()
                 self.on_exit(key, juid, n, event, offset)
@@ -490,6 +504,23 @@ class Core:
                 self.store.add_event(juid, "preempt-notice", f"{event.get('detail')}; the "
                                      f"instance goes in {event['deadline'] - event['ts']:.0f}s",
                                      attempt=n)  # fmt: skip
+
+    def _late_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any]) -> None:
+        """An attempt lost while its instance was out of reach ended there meanwhile (or was
+        fenced just now): record how, and bring back what it wrote."""
+        self.adrift[key].discard((juid, n))
+        code, sig = event.get("code"), event.get("signal")
+        how = f"exit {code}" if code is not None else f"killed by signal {sig}"
+        when = time.strftime("%H:%M:%S", time.localtime(event.get("ts") or time.time()))
+        self.store.settle_adrift(juid, n, code, sig, f"ended on {key[1]} at {when} ({how}), "
+                                 "after it had been declared lost")
+        drv = self.drivers.get(key[0])
+        if drv is not None:
+            outputs = self.store.outputs(juid)
+            self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, False),
+                            lambda _: None, lambda exc: log.error("fetching results of %s attempt "
+                                                                 "%d failed: %s", juid, n, exc),
+                            lane=(*key, juid, str(n)))  # fmt: skip
 
     def _on_reply(self, key: tuple[str, str], reply: dict[str, Any]) -> None:
         """The agent's answer to a `start` sent without waiting."""
@@ -603,7 +634,8 @@ class Core:
         self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
                                reason=reason, requeue_after=requeue, offset=offset,
                                now=event.get("ts"), requeue_kind="preempt"
-                               if final == State.PREEMPTED else "retry")  # fmt: skip
+                               if final == State.PREEMPTED else "retry",
+                               adrift=why == Ending.SILENT)  # fmt: skip
         self.signalled.pop((juid, n), None)
 
     def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:

@@ -680,6 +680,24 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                         None, None, detail, now)
         return True
 
+    def adrift_attempts(self, instance: str) -> list[Attempt]:
+        """Attempts on INSTANCE lost while it was out of reach, whose end it has not told."""
+        rows = self.db.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE adrift = 1 "
+                               "AND instance = ? ORDER BY juid, n", (instance,))
+        return [_attempt(r) for r in rows]
+
+    def settle_adrift(self, juid: str, n: int, exit_code: int | None, signal: int | None,
+                      detail: str | None) -> bool:
+        """An adrift attempt's instance told how it ended (DETAIL, recorded as a `late exit`
+        event with its exit code or signal), or knows nothing of it (DETAIL None)."""
+        with self.tx() as db:
+            cur = db.execute("UPDATE attempts SET adrift = 0, exit_code = COALESCE(?, exit_code), "
+                             "signal = COALESCE(?, signal) WHERE juid = ? AND n = ? AND adrift = 1",
+                             (exit_code, signal, juid, n))
+            if cur.rowcount == 1 and detail:
+                self._event(db, juid, n, "late exit", None, None, detail, time.time())
+            return cur.rowcount == 1
+
     def shift_unreachable(self, seconds: float) -> None:
         """Move every `unreachable since` SECONDS later: the time no core ran is not counted."""
         if seconds > 0:
@@ -701,19 +719,21 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         offset: int | None = None,
         now: float | None = None,
         requeue_kind: str = "retry",
+        adrift: bool = False,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
         ``requeue_after`` is given), all in one transaction. Returns the job's new state,
         or None when the attempt was not live (already handled). REQUEUE_KIND names the
         re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
-        job goes to the head of the queue)."""
+        job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
+        still run it (see ``adrift_attempts``)."""
         now = time.time() if now is None else now
         with self.tx() as db:
             cur = db.execute(
                 "UPDATE attempts SET state = 'ended', ended_at = ?, exit_code = ?, signal = ?, "
-                "reason = ?, events_offset = COALESCE(?, events_offset) "
+                "reason = ?, events_offset = COALESCE(?, events_offset), adrift = ? "
                 "WHERE juid = ? AND n = ? AND state = 'live'",
-                (now, exit_code, signal, reason, offset, juid, n),
+                (now, exit_code, signal, reason, offset, int(adrift), juid, n),
             )
             if cur.rowcount != 1:
                 return None
