@@ -299,3 +299,13 @@ def test_a_good_lost_after_is_taken(home: Path, value: object) -> None:
         {"providers": {"local": {"type": "local", "lost_after": value}}}))
     config = load_providers(Home(home))["local"]
     assert lost_after(config.options) == {600: 600, 90.5: 90.5, "90s": 90, "10m": 600, "1h": 3600}[value]
+
+
+def test_the_dashboard_shows_unreachable_jobs() -> None:
+    from monkey.models import Job, State
+    from monkey.tui.format import row_cells
+
+    job = Job("26-11-27-001", "train", State.RUNNING, ["true"], "lab", started_at=1.0,
+              unreachable_since=5.0)
+    assert row_cells(job, 10.0)["state"].plain == "unreachable"
+    assert row_cells(job.replace(unreachable_since=None), 10.0)["state"].plain == "running"
