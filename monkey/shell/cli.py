@@ -384,9 +384,7 @@ _CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
 
 
 def core_absent_line(since: float) -> str:
-    """The one line a listing prints while no core runs."""
-    if not since:
-        return "core not running; monkey daemon start"
+    """The one line a listing prints while no core runs (SINCE: when one last ran here)."""
     same_day = time.localtime(since)[:3] == time.localtime()[:3]
     when = time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.localtime(since))
     return f"core not running since {when}; states as of then; monkey daemon start"
@@ -415,12 +413,12 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     runtimes = store.runtimes([j.juid for j in jobs], min(now, absent or now))  # all attempts
     if args.json:
         _print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
-                     "total": total, "core": {"running": absent is None, "since": absent or None}})
+                     "core": {"running": absent is None, "since": absent or None}, "total": total})
         return 0
     if not jobs:
         print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
         return 0
-    if absent is not None and any(j.state in _CORE_MOVES for j in jobs):
+    if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran here, none runs now
         print(core_absent_line(absent), file=sys.stderr)
     rows, colours = [], []
     for j in jobs:
@@ -506,8 +504,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     res = info["resources"]
     git = info["git"] or {}
     core = info["core"]
-    if not core["running"] and State(info["state"]) in _CORE_MOVES:
-        print(core_absent_line(core["since"] or 0.0), file=sys.stderr)
+    if core["since"] and State(info["state"]) in _CORE_MOVES:
+        print(core_absent_line(core["since"]), file=sys.stderr)
     until = time.time() if core["running"] else min(time.time(), core["since"] or time.time())
     fields = [
         ("job", info["job"]),
