@@ -1043,3 +1043,19 @@ class Core:
                 self._judge(key, job, att, now)
         for key in set(self.followed) | set(live):
             self._follow(key, live.get(key, []))
+        self._reach_adrift()
+
+    def _reach_adrift(self) -> None:
+        """Keep trying to reach the fixed hosts (not elastic machines: their listing says
+        when they are back, or gone) that hold attempts lost while out of reach."""
+        for key in self.store.adrift_instances():
+            key = (key[0], key[1])
+            config = self.providers.get(key[0])
+            if key in self.links or config is None:
+                continue
+            try:
+                if self.driver(key[0]).elastic:
+                    continue
+            except MonkeyError:
+                continue
+            self.connect(key)

@@ -686,6 +686,12 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                                "AND instance = ? ORDER BY juid, n", (instance,))
         return [_attempt(r) for r in rows]
 
+    def adrift_instances(self) -> list[tuple[str, str]]:
+        """(provider, instance) of every instance with adrift attempts."""
+        return self.db.execute(
+            "SELECT DISTINCT j.provider, a.instance FROM attempts a JOIN jobs j ON j.juid = a.juid "
+            "WHERE a.adrift = 1").fetchall()
+
     def settle_adrift(self, juid: str, n: int, exit_code: int | None, signal: int | None,
                       detail: str | None) -> bool:
         """An adrift attempt's instance told how it ended (DETAIL, recorded as a `late exit`
