@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from monkey.config import Home, ProviderConfig
+from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
 from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.models import (
@@ -407,8 +408,13 @@ class Monkey(RerunAPI, TrackingAPI):
         now = time.time()
         record = job.to_json()
         machines = self.store.instances(job.provider, live=job.state == State.QUEUED)
+        absent = absent_since(self.home)
         return {
             **record,
+            # No core: the states are as of ``since``, when the last one was last known to run.
+            "core": {"running": absent is None, "since": absent or None},
+            # How long the job's instance may stay out of reach before its attempt is lost.
+            "lost_after": self._lost_after(job.provider) if job.unreachable_since else None,
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             # What the provider says of the job's machine (a Slurm job id, its node list)...
@@ -424,6 +430,12 @@ class Monkey(RerunAPI, TrackingAPI):
             "events": self.store.events(juid),
             "last_output": self._last_output(job),
         }
+
+    def _lost_after(self, provider: str) -> float:
+        from monkey.drivers.base import LOST_AFTER, lost_after
+
+        config = self.providers.get(provider)
+        return (lost_after(config.options) if config else None) or LOST_AFTER
 
     def _last_output(self, job: JobRecord, lines: int = 10) -> dict[str, Any] | None:
         """For a job that did not succeed: its last ended attempt's number, why it ended and

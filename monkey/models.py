@@ -367,7 +367,7 @@ class Job(Record):
     __slots__ = ("juid", "name", "state", "argv", "provider", "resources", "env", "snapshot",
                  "workdir", "datasets", "git", "python", "retries", "attempts", "request",
                  "exit_code", "reason", "created_at", "updated_at", "started_at", "finished_at",
-                 "not_before", "sweep", "params", "instance")  # fmt: skip
+                 "not_before", "sweep", "params", "instance", "unreachable_since")  # fmt: skip
 
     def __init__(self, juid: str, name: str, state: State, argv: list[str], provider: str,
                  resources: Resources | None = None, env: dict[str, str] | None = None,
@@ -378,7 +378,8 @@ class Job(Record):
                  reason: str | None = None, created_at: float = 0.0, updated_at: float = 0.0,
                  started_at: float | None = None, finished_at: float | None = None,
                  not_before: float = 0.0, sweep: str | None = None,
-                 params: dict[str, Any] | None = None, instance: str | None = None) -> None:  # fmt: skip
+                 params: dict[str, Any] | None = None, instance: str | None = None,
+                 unreachable_since: float | None = None) -> None:  # fmt: skip
         self.juid = juid
         self.name = name
         self.state = state
@@ -404,6 +405,8 @@ class Job(Record):
         self.sweep = sweep
         self.params = {} if params is None else params
         self.instance = instance
+        # Since when its live attempt's instance is out of reach (a sub-status of running).
+        self.unreachable_since = unreachable_since
 
     @property
     def command(self) -> str:
@@ -439,6 +442,7 @@ class Job(Record):
             "finished_at": self.finished_at,
             "sweep": self.sweep,
             "params": self.params,
+            "unreachable_since": self.unreachable_since,
         }
 
 

@@ -221,18 +221,22 @@ def test_agent_killed_while_the_core_is_stopped_is_noticed(home, monkey):
 
 def test_a_wedged_agent_is_noticed(home, monkey, monkeypatch):
     """The link stays open but the agent answers nothing (stopped, or a half-open
-    connection): the attempt is declared lost after the heartbeat timeout, not followed
-    for ever."""
+    connection): after the heartbeat timeout the job shows its instance unreachable, and
+    after the provider's lost_after the attempt is lost, not followed for ever."""
     monkeypatch.setenv("MONKEY_HEARTBEAT_TIMEOUT", "2")
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, lost_after: 4}\n")
     job = monkey.run(["sh", "-c", "echo up; sleep 300"])
     wait_for(lambda: job.logs() == "up\n" and job.attempts()[0].heartbeat_at, what="heartbeats")
     agent = _agent_pid(home)
     os.kill(agent, signal.SIGSTOP)
     try:
+        wait_for(lambda: job.record.unreachable_since, timeout=60, what="the job to show unreachable")
+        assert job.status == State.RUNNING
         wait_for(lambda: job.status == State.LOST, timeout=60, what="the attempt to be lost")
     finally:
         os.kill(agent, signal.SIGCONT)
-    assert "no heartbeat" in job.attempts()[0].reason
+    assert job.attempts()[0].reason.startswith("its instance was unreachable for ")
+    assert job.attempts()[0].reason.endswith("(lost_after 4s)")
 
 
 

@@ -17,11 +17,12 @@ from monkey.config import Home, ProviderConfig
 from monkey.core.cleanup import HostChores
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
+from monkey.core.presence import Presence
 from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.drivers.base import Capacity, Driver, NotReady
+from monkey.drivers.base import LOST_AFTER, Capacity, Driver, NotReady, lost_after
 from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
@@ -90,6 +91,16 @@ def bind_wake_socket(home: Home) -> socket.socket:
     return sock
 
 
+def _span(seconds: float) -> str:
+    """A length of time as 45s, 12m 5s, 3h 20m."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60}s" if whole % 60 else f"{whole // 60}m"
+    return f"{whole // 3600}h {whole % 3600 // 60}m" if whole % 3600 // 60 else f"{whole // 3600}h"
+
+
 def _mtime(path: os.PathLike[str]) -> tuple[int, int, int]:
     """What changes when a file is edited or replaced (mtime alone may not, within a tick)."""
     try:
@@ -130,6 +141,15 @@ class Core:
         self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
         self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
         self.pinged: dict[tuple[str, str], float] = {}  # the last ping sent over each link
+        # The last time this core heard from each instance's agent (the time before it
+        # started never counts as silence: see check_health).
+        self.contact: dict[tuple[str, str], float] = {}
+        # Per instance: its attempts lost while out of reach, named in the sync of the link
+        # made since (their exits, when their agent recorded one, are adopted as late exits).
+        self.adrift: dict[tuple[str, str], set[tuple[str, int]]] = {}
+        self.started_at = time.time()
+        self.presence = Presence(home)  # tells clients this core runs; knows the last one's end
+        self.shifted = False  # the unreachable clocks moved past the time no core ran
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
         # Instances whose agent goes away by monkey's doing (released after their attempt,
         # destroyed): their link is dropped quietly and not made again.
@@ -231,6 +251,7 @@ class Core:
         self.stopping = True
 
     def close(self) -> None:
+        self.presence.touch(force=True)  # clients say "not running since" this moment
         for link in list(self.links.values()):
             link.close()
         self.links.clear()
@@ -278,6 +299,7 @@ class Core:
             placed_nowhere = any(self.waiting.values()) or any(self.on_demand.values())
         if health:
             self.next_health = now + 1.0
+            self.presence.touch()
             self.check_health(now)
             self.chores.tick()
             self.ping(now)
@@ -368,8 +390,9 @@ class Core:
             self._link_failed(key, exc)
             return
         live = self.store.live_attempts(key[1])
+        adrift = self.store.adrift_attempts(key[1])
         attempts = [{"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir,
-                     "offset": a.events_offset} for a in live]  # fmt: skip
+                     "offset": a.events_offset} for a in live + adrift]  # fmt: skip
 
         def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
             link = drv.connect(key[1])
@@ -381,27 +404,38 @@ class Core:
                 link.close()
                 raise
 
-        self.workers.submit(key, call, lambda result: self._linked(key, live, *result),
+        self.workers.submit(key, call, lambda result: self._linked(key, live, *result, adrift=adrift),
                             lambda exc: self._link_failed(key, exc))  # fmt: skip
 
     def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
-                reply: dict[str, Any], running: list[dict[str, Any]]) -> None:
+                reply: dict[str, Any], running: list[dict[str, Any]],
+                adrift: list[Attempt] | None = None) -> None:
         """A connect came back: keep the link, settle what its sync said and stop what the
-        agent RUNNING for this home that the store has ended meanwhile."""
+        agent RUNNING for this home that the store has ended meanwhile (ADRIFT: the attempts
+        lost while it was out of reach that the sync named)."""
         if key in self.links or key[0] not in self.providers:
             link.close()  # linked meanwhile, or the provider is gone
             return
         self.links[key] = link
-        self.linked_at[key] = time.time()
+        self.linked_at[key] = self.contact[key] = now = time.time()
         self.retry_at.pop(key, None)
         self.link_errors.pop(key, None)
+        for att in live:  # reached again: what its agent recorded is adopted below
+            job = self.store.get_job(att.juid)
+            if job is not None and job.unreachable_since is not None:
+                self.store.set_unreachable(att.juid, att.n, None, f"{key[1]} reached again after "
+                                           f"{_span(now - job.unreachable_since)}")
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
+        self.adrift[key] = {(a.juid, a.n) for a in adrift or []}
         for status in reply.get("attempts", []):
             att = by_id.get((status["juid"], status["attempt"]))
             if att is not None and status["status"] == "unknown":
                 self._never_started(att)
+            elif (status["juid"], status["attempt"]) in self.adrift[key] and status["status"] == "unknown":
+                self.adrift[key].discard((status["juid"], status["attempt"]))
+                self.store.settle_adrift(status["juid"], status["attempt"], None, None, None)
         self._fence(key, link, running)
         self._pump(key, link)
 
@@ -419,6 +453,8 @@ class Core:
             if att is not None and att.state != "live":
                 log.warning("%s: stopping stale %s attempt %d", key[1], juid, n)
                 link.send("signal", juid=juid, attempt=n, signal="KILL", grace=0)
+                self.store.add_event(juid, "fenced", f"still ran on {key[1]} when reached again, "
+                                     f"after it had ended ({att.reason}); stopped", attempt=n)
 
     def ping(self, now: float) -> None:
         """Tell the agents of cloud instances the core is there (``ping_every``), however
@@ -481,12 +517,18 @@ class Core:
             pushes = link.poll()
         except AgentGone:
             pushes = []
+        if pushes:
+            self.contact[key] = time.time()
         self._handle_pushes(key, pushes)
         if link.closed:
             self.drop_link(key)
 
     def recover(self) -> None:
-        """Re-attach to every attempt that was live when the core last stopped."""
+        """Re-attach to every attempt that was live when the core last stopped; the time
+        no core ran does not count towards any instance's time out of reach."""
+        if not self.shifted and self.presence.previous is not None:
+            self.store.shift_unreachable(self.started_at - self.presence.previous)
+        self.shifted = True
         instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
         providers: set[tuple[str, str]] = set()
         for instance, juid in instances:
@@ -510,6 +552,10 @@ class Core:
             event = push["event"]
             juid, n, offset = push["juid"], push["attempt"], push["offset"]
             kind = event.get("type")
+            if (juid, n) in self.adrift.get(key, ()):
+                if kind == "exit":
+                    self._late_exit(key, juid, n, event)
+                continue
             if kind == "exit":
                 self.changed()
                 self.on_exit(key, juid, n, event, offset)
@@ -523,6 +569,23 @@ class Core:
                 self.store.add_event(juid, "preempt-notice", f"{event.get('detail')}; the "
                                      f"instance goes in {event['deadline'] - event['ts']:.0f}s",
                                      attempt=n)  # fmt: skip
+
+    def _late_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any]) -> None:
+        """An attempt lost while its instance was out of reach ended there meanwhile (or was
+        fenced just now): record how, and bring back what it wrote."""
+        self.adrift[key].discard((juid, n))
+        code, sig = event.get("code"), event.get("signal")
+        how = f"exit {code}" if code is not None else f"killed by signal {sig}"
+        when = time.strftime("%H:%M:%S", time.localtime(event.get("ts") or time.time()))
+        self.store.settle_adrift(juid, n, code, sig, f"ended on {key[1]} at {when} ({how}), "
+                                 "after it had been declared lost")
+        drv = self.drivers.get(key[0])
+        if drv is not None:
+            outputs = self.store.outputs(juid)
+            self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, False),
+                            lambda _: None, lambda exc: log.error("fetching results of %s attempt "
+                                                                 "%d failed: %s", juid, n, exc),
+                            lane=(*key, juid, str(n)))  # fmt: skip
 
     def _on_reply(self, key: tuple[str, str], reply: dict[str, Any]) -> None:
         """The agent's answer to a `start` sent without waiting."""
@@ -623,7 +686,8 @@ class Core:
         elif why == Ending.VANISHED:
             final, reason = State.LOST, "process vanished"
         elif why == Ending.SILENT:
-            final, reason = State.LOST, f"no heartbeat for {event['silence']:.0f}s; its instance is unreachable"
+            final, reason = State.LOST, (f"its instance was unreachable for {_span(event['silence'])} "
+                                         f"(lost_after {_span(event.get('lost_after') or 0)})")
         elif why == Ending.TERMINATED:
             final, reason = State.LOST, "its instance was terminated"
         elif why == Ending.PREEMPTED:
@@ -656,8 +720,36 @@ class Core:
         self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
                                reason=reason, requeue_after=requeue, offset=offset,
                                now=event.get("ts"), requeue_kind="preempt"
-                               if final == State.PREEMPTED else "retry")  # fmt: skip
+                               if final == State.PREEMPTED else "retry",
+                               adrift=why == Ending.SILENT)  # fmt: skip
         self.signalled.pop((juid, n), None)
+
+    def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
+        """The instance KEY of JOB's live attempt ATT is not linked: once a connect failed,
+        or nothing came from it for the heartbeat timeout, the job shows it `unreachable`
+        (since this core last heard from it, or started: the time no core ran is not
+        silence); past the provider's ``lost_after`` the attempt is lost. A cloud's or
+        Slurm's own listing ends it sooner when it says the machine is gone."""
+        since = job.unreachable_since
+        if since is None:
+            heard = self.contact.get(key, self.started_at)
+            why = self.link_errors.get(key)
+            if why is None and now - heard <= HEARTBEAT_TIMEOUT:
+                return  # a connect is on its way
+            why = why or f"nothing from its agent for {_span(now - heard)}"
+            self.store.set_unreachable(att.juid, att.n, heard, f"{key[1]} unreachable ({why}); "
+                                       f"lost after {_span(self._lost_after(key[0]))} out of reach")
+            return
+        limit = self._lost_after(key[0])
+        if now - since <= limit or (now - since <= 2 * LIST_EVERY and self._on_spot(key)):
+            return  # (a spot machine's listing says first whether it was reclaimed)
+        log.warning("%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], now - since)
+        self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - since,
+                                            "lost_after": limit, "ts": now}, att.events_offset)
+
+    def _lost_after(self, provider: str) -> float:
+        config = self.providers.get(provider)
+        return (lost_after(config.options) if config else None) or LOST_AFTER
 
     def _preempted(self, job: Job, event: dict[str, Any]) -> tuple[str, bool]:
         """The reason a preempted attempt ends with, and whether its job is re-queued (not
@@ -1052,8 +1144,8 @@ class Core:
     # -- health -------------------------------------------------------------------------
 
     def check_health(self, now: float) -> None:
-        """Fail jobs queued for providers no longer configured; reconnect dropped links;
-        mark attempts silent past the heartbeat timeout lost."""
+        """Fail jobs queued for providers no longer configured; reconnect dropped links and
+        links gone silent; judge the attempts on instances out of reach (``_judge``)."""
         for provider in self.store.queued_providers():
             if provider not in self.providers:
                 self._fail_queued(provider, f"provider {provider!r} is no longer configured", now)
@@ -1080,11 +1172,22 @@ class Core:
                 self.drop_link(key)
             if key not in self.links:
                 self.connect(key)
-            if beat is not None and now - beat > HEARTBEAT_TIMEOUT and key not in self.links:
-                if now - beat <= HEARTBEAT_TIMEOUT + 2 * LIST_EVERY and self._on_spot(key):
-                    continue  # the cloud's listing says first whether it was reclaimed
-                log.warning("%s attempt %d silent for %.0fs: lost", att.juid, att.n, now - beat)
-                self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - beat,
-                                                    "ts": now}, att.events_offset)
+                self._judge(key, job, att, now)
         for key in set(self.followed) | set(live):
             self._follow(key, live.get(key, []))
+        self._reach_adrift()
+
+    def _reach_adrift(self) -> None:
+        """Keep trying to reach the fixed hosts (not elastic machines: their listing says
+        when they are back, or gone) that hold attempts lost while out of reach."""
+        for key in self.store.adrift_instances():
+            key = (key[0], key[1])
+            config = self.providers.get(key[0])
+            if key in self.links or config is None:
+                continue
+            try:
+                if self.driver(key[0]).elastic:
+                    continue
+            except MonkeyError:
+                continue
+            self.connect(key)

@@ -102,12 +102,41 @@ class NotReady(MonkeyError):
     known_hosts yet): its jobs wait queued, saying why, and start once it can."""
 
 
+# Keys every kind takes. lost_after: how long an instance may stay out of reach (its
+# agent not linked, while the core runs) before its attempts are lost (default 10 minutes).
+SHARED_KEYS = {"type", "lost_after"}
+LOST_AFTER = 600.0
+_LOST_AFTER_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
 def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]) -> None:
-    """Refuse a providers.yml entry with a key outside ALLOWED (``type`` is always allowed)."""
-    unknown = set(entry) - allowed - {"type"}
+    """Refuse a providers.yml entry with a key outside ALLOWED and SHARED_KEYS, or a bad
+    value of a shared key."""
+    unknown = set(entry) - allowed - SHARED_KEYS
     if unknown:
         raise MonkeyError(f"{where}: provider {name!r}: unknown key {sorted(unknown)[0]!r}; "
-                          f"allowed: {', '.join(sorted(allowed - {'type'}))}")  # fmt: skip
+                          f"allowed: {', '.join(sorted((allowed | SHARED_KEYS) - {'type'}))}")  # fmt: skip
+    if "lost_after" in entry and lost_after(entry) is None:
+        raise MonkeyError(f"{where}: provider {name!r}: lost_after must be a duration like "
+                          f"600, 90s, 10m or 1h (how long a machine may stay out of reach "
+                          f"before its jobs are lost), got {entry['lost_after']!r}")
+
+
+def lost_after(options: dict[str, Any]) -> float | None:
+    """Seconds of an entry's ``lost_after`` (LOST_AFTER when absent); None when invalid."""
+    value = options.get("lost_after", LOST_AFTER)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if 0 < value < float("inf") else None
+    text = str(value).strip().lower()
+    unit = text[-1:] if text[-1:] in "smhd" else ""
+    number = text[:-1] if unit else text
+    try:
+        seconds = float(number) * _LOST_AFTER_UNITS[unit]
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < float("inf") else None
 
 
 def hosts_summary(hosts: list[dict[str, Any]]) -> dict[str, Any]:

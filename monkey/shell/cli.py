@@ -452,8 +452,20 @@ _FILTERS = {
 }
 
 
+# States that only a running core moves on (a job queued, starting or running).
+_CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
+
+
+def core_absent_line(since: float) -> str:
+    """The one line a listing prints while no core runs (SINCE: when one last ran here)."""
+    same_day = time.localtime(since)[:3] == time.localtime()[:3]
+    when = time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.localtime(since))
+    return f"core not running since {when}; states as of then; monkey daemon start"
+
+
 def cmd_list_jobs(args: argparse.Namespace) -> int:
     from monkey.config import Home
+    from monkey.core.presence import absent_since
     from monkey.shell.table import STATE_COLOURS, ago, duration, render
     from monkey.store import Store
 
@@ -470,22 +482,26 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     total = len(jobs) if limit is None or len(jobs) < limit else \
         store.count_listed(states=states, provider=args.provider)
     now = time.time()
-    runtimes = store.runtimes([j.juid for j in jobs], now)  # summed over the attempts
+    absent = absent_since(home)  # when no core runs, runtimes stop at its last moment
+    runtimes = store.runtimes([j.juid for j in jobs], min(now, absent or now))  # all attempts
     if args.json:
         _print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
-                     "total": total})
+                     "core": {"running": absent is None, "since": absent or None}, "total": total})
         return 0
     if not jobs:
         print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
         return 0
+    if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran here, none runs now
+        print(core_absent_line(absent), file=sys.stderr)
     rows, colours = [], []
     for j in jobs:
+        shown = "unreachable" if j.unreachable_since is not None and j.state in _CORE_MOVES else j.state.value
         rows.append([
-            j.juid, j.name, j.state.value, j.provider, str(j.attempts),
+            j.juid, j.name, shown, j.provider, str(j.attempts),
             ago(now - j.created_at), duration(runtimes.get(j.juid)),
             "-" if j.exit_code is None else str(j.exit_code), j.command,
         ])  # fmt: skip
-        colours.append([None, None, STATE_COLOURS.get(j.state.value)] + [None] * 6)
+        colours.append([None, None, STATE_COLOURS.get(shown)] + [None] * 6)
     render(["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"],
            rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
     if total > len(jobs):
@@ -562,10 +578,14 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     colour = use_colour(sys.stdout)
     res = info["resources"]
     git = info["git"] or {}
+    core = info["core"]
+    if core["since"] and State(info["state"]) in _CORE_MOVES:
+        print(core_absent_line(core["since"]), file=sys.stderr)
+    until = time.time() if core["running"] else min(time.time(), core["since"] or time.time())
     fields = [
         ("job", info["job"]),
         ("name", info["name"]),
-        ("state", state_text(info["state"], colour)
+        ("state", state_text(info["state"], colour) + _unreachable_note(info)
          + (f" ({info['reason']})" if info["reason"] else "")
          + (f" [{info['request']} requested]" if info["request"] else "")
          + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")),
@@ -638,9 +658,10 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
                + (["SIZE", "CAPACITY", "COST"] if cloud else []), [
             [str(a["n"]), a["instance"], _when(a["started_at"]),
-             duration((a["ended_at"] or time.time()) - a["started_at"]) if a["started_at"] else "-",
+             duration((a["ended_at"] or until) - a["started_at"]) if a["started_at"] else "-",
              "-" if a["exit_code"] is None else str(a["exit_code"]),
-             a["reason"] or ("running" if a["state"] == "live" else "-")]
+             a["reason"] or (("unreachable" if info.get("unreachable_since") else "running")
+                             if a["state"] == "live" else "-")]
             + ([a["size"] or "-", "spot" if a["spot"] else "on-demand", dollars(a["cost"])] if cloud else [])
             for a in info["attempts_detail"]
         ])  # fmt: skip
@@ -651,6 +672,16 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         for e in info["events"][-30:]
     ])  # fmt: skip
     return 0
+
+
+def _unreachable_note(info: dict[str, Any]) -> str:
+    """", but lab/h1 is unreachable since 12:41:05 (lost at 12:51:05 if it stays so)"."""
+    since = info.get("unreachable_since")
+    if since is None or State(info["state"]) not in (State.RUNNING, State.DISPATCHING):
+        return ""
+    clock = time.strftime("%H:%M:%S", time.localtime(since))
+    lost = time.strftime("%H:%M:%S", time.localtime(since + (info.get("lost_after") or 0)))
+    return f", but {info['instance']} is unreachable since {clock} (lost at {lost} if it stays so)"
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ STATE_COLOURS = {
     "paused": "35",
     "preempted": "33",
     "lost": "31",
+    "unreachable": "1;33",  # running, its instance out of reach (not a state of its own)
 }
 
 

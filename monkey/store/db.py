@@ -45,7 +45,7 @@ from monkey.store.tracking import HOLD, TrackingStore
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
-    "started_at, finished_at, not_before, sweep, params, instance"
+    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -140,7 +140,7 @@ def _decode(text: str) -> Any:
 def _job(row: tuple[Any, ...]) -> Job:
     (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
      python, retries, attempts, request, exit_code, reason, created_at, updated_at,
-     started_at, finished_at, not_before, sweep, params, instance) = row  # fmt: skip
+     started_at, finished_at, not_before, sweep, params, instance, unreachable_since) = row  # fmt: skip
     return Job(
         juid=juid,
         name=name,
@@ -167,6 +167,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         sweep=sweep,
         params=_decode(params),
         instance=instance,
+        unreachable_since=unreachable_since,
     )
 
 
@@ -665,6 +666,55 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                             started_at)
             return cur.rowcount == 1
 
+    def set_unreachable(self, juid: str, n: int, since: float | None, detail: str) -> bool:
+        """Record that attempt N's instance is out of reach since SINCE (None: reached again),
+        with an event saying DETAIL; False when nothing changed (already so, or not live)."""
+        now = time.time()
+        have = "IS NULL" if since is not None else "IS NOT NULL"
+        with self.tx() as db:
+            cur = db.execute(
+                f"UPDATE jobs SET unreachable_since = ?, updated_at = ? WHERE juid = ? AND "
+                f"attempts = ? AND state IN ('dispatching', 'running') AND unreachable_since {have}",
+                (since, now, juid, n),
+            )
+            if cur.rowcount != 1:
+                return False
+            self._event(db, juid, n, "unreachable" if since is not None else "reachable",
+                        None, None, detail, now)
+        return True
+
+    def adrift_attempts(self, instance: str) -> list[Attempt]:
+        """Attempts on INSTANCE lost while it was out of reach, whose end it has not told."""
+        rows = self.db.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE adrift = 1 "
+                               "AND instance = ? ORDER BY juid, n", (instance,))
+        return [_attempt(r) for r in rows]
+
+    def adrift_instances(self) -> list[tuple[str, str]]:
+        """(provider, instance) of every instance with adrift attempts."""
+        return self.db.execute(
+            "SELECT DISTINCT j.provider, a.instance FROM attempts a JOIN jobs j ON j.juid = a.juid "
+            "WHERE a.adrift = 1").fetchall()
+
+    def settle_adrift(self, juid: str, n: int, exit_code: int | None, signal: int | None,
+                      detail: str | None) -> bool:
+        """An adrift attempt's instance told how it ended (DETAIL, recorded as a `late exit`
+        event with its exit code or signal), or knows nothing of it (DETAIL None)."""
+        with self.tx() as db:
+            cur = db.execute("UPDATE attempts SET adrift = 0, exit_code = COALESCE(?, exit_code), "
+                             "signal = COALESCE(?, signal) WHERE juid = ? AND n = ? AND adrift = 1",
+                             (exit_code, signal, juid, n))
+            if cur.rowcount == 1 and detail:
+                self._event(db, juid, n, "late exit", None, None, detail, time.time())
+            return cur.rowcount == 1
+
+    def shift_unreachable(self, seconds: float) -> None:
+        """Move every `unreachable since` SECONDS later: the time no core ran is not counted."""
+        if seconds > 0:
+            with self.tx() as db:
+                db.execute("UPDATE jobs SET unreachable_since = unreachable_since + ?, "
+                           "updated_at = ? WHERE unreachable_since IS NOT NULL",
+                           (seconds, time.time()))
+
     def end_attempt(
         self,
         juid: str,
@@ -678,19 +728,21 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         offset: int | None = None,
         now: float | None = None,
         requeue_kind: str = "retry",
+        adrift: bool = False,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
         ``requeue_after`` is given), all in one transaction. Returns the job's new state,
         or None when the attempt was not live (already handled). REQUEUE_KIND names the
         re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
-        job goes to the head of the queue)."""
+        job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
+        still run it (see ``adrift_attempts``)."""
         now = time.time() if now is None else now
         with self.tx() as db:
             cur = db.execute(
                 "UPDATE attempts SET state = 'ended', ended_at = ?, exit_code = ?, signal = ?, "
-                "reason = ?, events_offset = COALESCE(?, events_offset) "
+                "reason = ?, events_offset = COALESCE(?, events_offset), adrift = ? "
                 "WHERE juid = ? AND n = ? AND state = 'live'",
-                (now, exit_code, signal, reason, offset, juid, n),
+                (now, exit_code, signal, reason, offset, int(adrift), juid, n),
             )
             if cur.rowcount != 1:
                 return None
@@ -700,7 +752,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
                 raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
             db.execute(
                 "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
-                "finished_at = ?, updated_at = ? WHERE juid = ?",
+                "finished_at = ?, updated_at = ?, unreachable_since = NULL WHERE juid = ?",
                 (final.value, exit_code, reason, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)

@@ -261,6 +261,18 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHERE state IN ('pending', 'working');
         """,
     ),
+    (
+        "0014_unreachable",
+        # Since when the instance of the job's live attempt has been out of reach (NULL:
+        # reached, or no live attempt): the attempt is `running`, shown `unreachable`, and
+        # lost once that lasts the provider's lost_after. An attempt lost that way is
+        # `adrift` until its instance, reached again, says how it ended.
+        """
+        ALTER TABLE jobs ADD COLUMN unreachable_since REAL;
+        ALTER TABLE attempts ADD COLUMN adrift INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX attempts_adrift ON attempts(instance) WHERE adrift = 1;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -22,6 +22,7 @@ STATE_STYLES = {
     "paused": "#8fb0ff",
     "preempted": "#ffaa55",
     "lost": "#ff8f8f",
+    "unreachable": "bold #ffaa55",  # running, its instance out of reach
 }
 # Lifecycle order of the states, for sorting by STATE and the status line's counts.
 LIFECYCLE = ("queued", "dispatching", "running", "paused", "preempted", "lost", "failed",
@@ -91,6 +92,14 @@ def sparkline(values: list[float], width: int = 20) -> str:
     return "".join(_SPARKS[min(7, int(max(0.0, v) / top * 7.999))] for v in values)
 
 
+def shown_state(job: JobRecord) -> str:
+    """The state as the table shows it: `unreachable` for a live job whose instance is out
+    of reach (still `running` in the record and for filters)."""
+    if job.unreachable_since is not None and job.state in (State.RUNNING, State.DISPATCHING):
+        return "unreachable"
+    return job.state.value
+
+
 def runtime(job: JobRecord, now: float) -> float | None:
     """Seconds the job has run so far (to its end once it stopped)."""
     if not job.started_at:
@@ -130,8 +139,8 @@ def row_cells(job: JobRecord, now: float, metrics: dict[str, float | None] | Non
         "mark": NO_MARK,
         "job": job.juid,
         "name": Text(job.name),
-        "state": Text(job.state.value + ("*" if job.request else ""),
-                      style=STATE_STYLES.get(job.state.value, "")),
+        "state": Text(shown_state(job) + ("*" if job.request else ""),
+                      style=STATE_STYLES.get(shown_state(job), "")),
         "where": Text(where(job)),
         "tries": str(job.attempts),
         "runtime": duration(runtime(job, now)),
