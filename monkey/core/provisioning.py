@@ -145,10 +145,14 @@ class Elastic:
         for the provider's ``orphan_timeout``; "" when that cannot be why."""
         timeout = float(getattr(drv, "orphan_timeout", 0) or 0)
         key = (name, str(row["id"]))
-        if row["state"] == "terminated" or not timeout or row["idle_since"] is None \
+        # Idle since the elastic pass saw it so, or since its last attempt ended (a core
+        # killed right after that never recorded the idle spell).
+        idle = row["idle_since"] if row["idle_since"] is not None \
+            else self.core.store.last_attempt_end(key[1])
+        if row["state"] == "terminated" or not timeout or idle is None \
                 or key in self.core.links or self.core.store.live_attempts(key[1]):
             return ""
-        quiet = time.time() - max(float(row["idle_since"]), self.core.linked_at.get(key, 0.0))
+        quiet = time.time() - max(float(idle), self.core.linked_at.get(key, 0.0))
         if quiet < timeout:
             return ""
         minutes = f"{timeout / 60:.0f} min" if timeout >= 120 else f"{timeout:.0f}s"

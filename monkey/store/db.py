@@ -788,6 +788,12 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         )
         return [_attempt(r) for r in rows]
 
+    def last_attempt_end(self, instance: str) -> float | None:
+        """When the last attempt that ran on INSTANCE ended (None: none has)."""
+        row = self.db.execute("SELECT MAX(ended_at) FROM attempts WHERE instance = ?",
+                              (instance,)).fetchone()
+        return row[0] if row else None
+
     def live_attempts(self, instance: str | None = None) -> list[Attempt]:
         sql = f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE state = 'live'"
         args: tuple[Any, ...] = ()
