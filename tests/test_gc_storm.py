@@ -50,6 +50,7 @@ class Storm:
         self.stop = threading.Event()
         self.accepted: dict[str, dict[str, bytes]] = {}  # juid -> its files as submitted
         self.removed: set[str] = set()
+        self.maybe_removed: set[str] = set()  # named by an rm killed midway: it may have ended
         self.rounds = self.kills = 0
         self.errors: list[str] = []
 
@@ -112,7 +113,7 @@ def submitter(storm: Storm, folder: Path) -> None:
 def remover(storm: Storm) -> None:
     while not storm.stop.wait(1.0):
         with storm.lock:
-            candidates = sorted(set(storm.accepted) - storm.removed)
+            candidates = sorted(set(storm.accepted) - storm.removed - storm.maybe_removed)
             picked = storm.rng.sample(candidates, min(len(candidates), storm.rng.randrange(1, 3)))
         if not picked:
             continue
@@ -120,6 +121,8 @@ def remover(storm: Storm) -> None:
         with storm.lock:
             if code == 0:
                 storm.removed.update(picked)
+            elif code is None:  # killed after its deletion committed, or before: not named again
+                storm.maybe_removed.update(picked)
             elif code is not None and "cancel it first" not in err:  # one not ended yet: kept
                 storm.errors.append(f"rm exited {code}: {err.strip()}")
 
