@@ -152,7 +152,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     m = _monkey()
     report = housekeeping.verify(m, args.jobs)
-    print(f"checked {report.blobs:,} blobs ({human_size(report.bytes)}) of {report.jobs:,} jobs: "
+    blobs = f"{report.blobs:,} blob" + ("" if report.blobs == 1 else "s")
+    jobs = f"{report.jobs:,} job" + ("" if report.jobs == 1 else "s")
+    print(f"checked {blobs} ({human_size(report.bytes)}) of {jobs}: "
           f"{len(report.damaged)} damaged, {len(report.missing)} missing")
     for word, found in (("damaged (set aside in blobs/.damaged)", report.damaged),
                         ("missing", report.missing)):
