@@ -9,13 +9,12 @@ import collections
 import random
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+import test_absence
 import yaml
 from conftest import core_pid, start_core, wait_for
-from test_absence import stall, unstall
+from test_absence import TIMEOUT, stall, unstall  # most absences and stalls last longer
 from test_fault_storm import _kill
 
 from monkey.config import Home
@@ -26,18 +25,7 @@ from tests.sshd import Lab, SSHHost
 JOBS = 200
 LONGEST = 20.0  # seconds a job sleeps at most (0.1 at least)
 STORM_SECONDS = 75.0
-TIMEOUT = 2.0  # MONKEY_HEARTBEAT_TIMEOUT: most absences and stalls last longer
-
-
-@pytest.fixture
-def lab(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
-    client_home = tmp_path / "client"
-    monkeypatch.setenv("HOME", str(client_home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.setenv("MONKEY_HEARTBEAT_TIMEOUT", str(TIMEOUT))
-    lab = Lab(client_home)
-    yield lab
-    lab.close()
+lab = test_absence.lab  # SSH hosts on loopback, MONKEY_HEARTBEAT_TIMEOUT set to TIMEOUT
 
 
 class Tally:
