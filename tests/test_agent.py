@@ -659,6 +659,36 @@ def test_wrapper_that_wrote_its_exit_code_is_not_adopted(world: World) -> None:
         child.wait()
 
 
+def test_empty_claim_whose_writer_died_was_never_started(world: World, agent: Client) -> None:
+    # A wrapper (or a sync making its own claim) killed between creating the claim and
+    # writing it leaves it empty: the job never ran. Reported never started, so the core
+    # queues it again (a fault storm once ended such a job `lost`, run zero times).
+    run_dir = world.run_dir("j")
+    run_dir.mkdir(parents=True)
+    (run_dir / "started").touch()
+    reply = agent.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "unknown"
+    assert claim(world, "j") == b"abandoned\n"
+    assert not (run_dir / "events.jsonl").exists()  # no started or exit event for it
+
+
+def test_empty_claim_of_a_live_wrapper_is_adopted(world: World, agent: Client) -> None:
+    # The wrapper created the claim and is about to write its pid: it lives, so it runs.
+    run_dir = world.run_dir("j")
+    run_dir.mkdir(parents=True)
+    (run_dir / "started").touch()
+    holder = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                              env=dict(os.environ, MONKEY_STARTED_FILE=str(run_dir / "started")))
+    try:
+        reply = agent.request("sync", attempts=[world.sync_item("j")])
+        assert reply["attempts"][0]["status"] == "running"
+        assert world.job_pid("j") == holder.pid
+        assert claim(world, "j") == b""
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_wrapper_that_loses_to_a_sync_runs_nothing(world: World, agent: Client) -> None:
     # A sync found no claim and reported the attempt never started; the wrapper of an agent
     # that died just after forking it comes late: it must not run the job.

@@ -83,7 +83,7 @@ def test_agent_and_core_killed_at_random(home, monkey):
     ledger = Path("ledger").resolve()
     script = (f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
               'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"')
-    seed = random.randrange(1 << 30)
+    seed = int(os.environ.get("MONKEY_FAULT_STORM_SEED", random.randrange(1 << 30)))
     jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(JOBS // 2)]
     with storm(home, seed) as kills:
         # The other half arrives during the storm.

@@ -2662,18 +2662,26 @@ class Agent:
             return None
         if os.path.exists(os.path.join(run_dir, ABANDONED)):
             return None
-        deadline = time.monotonic() + 2.0
-        while (claim := read_claim(run_dir)) == b"" and time.monotonic() < deadline:
-            time.sleep(0.005)  # the wrapper created the file and is writing its pid
+        claim = read_claim(run_dir)
         if claim == ABANDONED_CLAIM:
             return None
+        tag = f"MONKEY_STARTED_FILE={path}".encode()
         try:
             pid = int((claim or b"").split(b"\n")[0])
-        except ValueError:  # the wrapper died between the two: it ran nothing
-            return {"pid": 0, "cgroup": ""}
+        except ValueError:
+            # Created, not written: by a wrapper that is writing its pid now (the job runs
+            # only after), or by one or a sync killed in between. Nothing ran unless a live
+            # process holds the claim; none can make it later (it exists): abandon it.
+            holder = next((p for p in proc_pids() if tag in environ_lines(p)), 0)
+            if not holder:
+                with open(path, "ab") as f:
+                    f.write(ABANDONED_CLAIM)
+                return None
+            claim = read_claim(run_dir) or b""
+            pid = int(claim.split(b"\n")[0]) if claim[:1].isdigit() else holder
         env = environ_lines(pid)
         record: dict[str, Any] = {"pid": pid, "cgroup": ""}
-        if f"MONKEY_STARTED_FILE={path}".encode() in env:  # else gone: its code tells how it ended
+        if tag in env:  # else gone: its code tells how it ended
             values = dict(line.partition(b"=")[::2] for line in env)
             record.update(gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
                           cgroup=values.get(b"MONKEY_CGROUP", b"").decode())  # fmt: skip
