@@ -285,7 +285,7 @@ class Monkey(RerunAPI, TrackingAPI):
                 "env": {**plain_env, **{k: REDACTED for k in secret_env}},
                 "snapshot": snap.digest, "workdir": folder.path,
                 "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
-                "retries": retries, "blobs": new_blobs, "spec": spec_record,
+                "retries": retries, "blobs": self._blobs().stamped(new_blobs), "spec": spec_record,
                 "outputs": outputs, "packages": packages[0],
             },
             secrets=secret_env,

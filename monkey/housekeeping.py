@@ -453,15 +453,20 @@ def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
     blobs = m._blobs()
     report = VerifyReport(jobs=len(chosen))
     bad: list[str] = []
+    good: list[tuple[str, int]] = []
     for digest in sorted(digests):
         ok = blobs.verify(digest)
         if ok is None:
             report.missing[digest] = uses.get(digest, [])
             continue
+        size = blobs.path(digest).stat().st_size
         report.blobs += 1
-        report.bytes += blobs.path(digest).stat().st_size
-        if not ok:
+        report.bytes += size
+        if ok:
+            good.append((digest, size))
+        else:
             bad.append(digest)
+    m.store.add_blobs(blobs.stamped(good))  # a core starting their jobs need not hash them again
     if refs and (bad or report.missing):  # the jobs affected: all of them, not only those named
         uses = _uses(m, m.store.list_jobs())
         report.missing = {d: uses.get(d, []) for d in report.missing}

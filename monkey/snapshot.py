@@ -28,7 +28,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +123,12 @@ _VERIFIED_MAX = 1 << 20
 _sha256: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stamp, sha256)
 
 
+# A stamp recorded by another process is trusted only when the blob's last change (its
+# ctime, from the kernel's coarse clock: a tick is at most 10 ms) came this long before the
+# stamp was recorded, so no change in the same tick can hide behind an equal ctime.
+_RACY_CTIME_NS = 100_000_000
+
+
 def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
@@ -185,9 +191,7 @@ class BlobStore:
         except FileNotFoundError:
             return None
         if good:
-            if len(_verified) >= _VERIFIED_MAX:
-                _verified.clear()
-            _verified[path] = _stamp(st)
+            _remember(path, _stamp(st))
         return good
 
     def sha256(self, digest: str) -> str:
@@ -212,10 +216,60 @@ class BlobStore:
     def known_good(self, digest: str) -> bool:
         """Whether blob DIGEST was verified by this process and is unchanged since (a stat)."""
         path = self._p(digest)
+        known = _verified.get(path)
         try:
-            return _verified.get(path) == _stamp(os.stat(path))
+            return known is not None and known == _stamp(os.stat(path))
         except OSError:
             return False
+
+    def stamped(self, blobs: Iterable[tuple[str, int]]) -> list[tuple[str, int, tuple[int, int, int] | None]]:
+        """BLOBS (digest, size) with the stamp (mtime_ns, ctime_ns, ino) of those this
+        process hashed and found right, unchanged since (None for the others): what a core
+        started later may trust instead of hashing them again (see `trust`)."""
+        out: list[tuple[str, int, tuple[int, int, int] | None]] = []
+        for digest, size in blobs:
+            path = self._p(digest)
+            try:
+                st = _stamp(os.stat(path))
+            except OSError:
+                st = None
+            out.append((digest, size, st[1:] if st is not None and _verified.get(path) == st else None))
+        return out
+
+    def trust(self, stamps: Mapping[str, tuple[int, int, int, int, int]]) -> set[str]:
+        """Count as verified the blobs whose stat still equals the stamp (size, mtime_ns,
+        ctime_ns, ino, recorded_ns) a process recorded after hashing their bytes, when that
+        record came well after the blob's last change (see `_RACY_CTIME_NS`); returns their
+        digests."""
+        trusted = set()
+        for digest, (size, mtime, ctime, ino, recorded) in stamps.items():
+            if ctime >= recorded - _RACY_CTIME_NS:
+                continue
+            path = self._p(digest)
+            try:
+                st = _stamp(os.stat(path))
+            except OSError:
+                continue
+            if st == (size, mtime, ctime, ino):
+                _remember(path, st)
+                trusted.add(digest)
+        return trusted
+
+    def unchecked(self, digests: Sequence[str], recorded: Callable[[list[str]], Mapping[
+            str, tuple[int, int, int, int, int]]]) -> list[tuple[str, int]]:
+        """(digest, size) of the blobs among DIGESTS a reader must hash before use: those
+        neither checked by this process nor stamped by one that hashed them (RECORDED gives
+        the stamps the store holds, see `trust`); size 0 for a missing one."""
+        unknown = [d for d in digests if not self.known_good(d)]
+        trusted = self.trust(recorded(unknown)) if unknown else set()
+        out = []
+        for digest in unknown:
+            if digest not in trusted:
+                try:
+                    out.append((digest, os.path.getsize(self._p(digest))))
+                except OSError:
+                    out.append((digest, 0))
+        return out
 
     def check(self, digest: str) -> None:
         """MonkeyError when blob DIGEST is missing, BlobDamaged when its bytes are wrong."""
@@ -364,6 +418,7 @@ class BlobStore:
             finally:
                 _unlink(tmp)
         _unlink(tmp)
+        _remember(final, _stamp(os.stat(final)))  # its bytes are those just hashed
         return True
 
     def _ingest(self, src: str, expect: str | None) -> tuple[str, int, bool]:
@@ -392,6 +447,13 @@ class BlobStore:
             _unlink(tmp)
             return digest, size, False
         return digest, size, self._commit(tmp, digest)
+
+
+def _remember(path: str, stamp: tuple[int, int, int, int]) -> None:
+    """Note that the blob at PATH, with the stat STAMP, holds the bytes of its digest."""
+    if len(_verified) >= _VERIFIED_MAX:
+        _verified.clear()
+    _verified[path] = stamp
 
 
 def _check(src: str, digest: str, expect: str | None) -> None:

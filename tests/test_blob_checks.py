@@ -94,6 +94,25 @@ def test_damaged_code_is_named_by_clone_cat_and_never_run_by_a_rerun_or_a_local_
     submit(cli)
 
 
+def test_a_core_started_after_the_damage_finds_it_though_the_mtime_was_put_back(cli, home: Path) -> None:
+    # A new core trusts the stat a submitter recorded when it hashed the bytes it stored,
+    # not the bytes: a change, even one that sets the mtime back, moves the ctime.
+    Path("train.py").write_text(CODE)
+    juid = submit(cli)
+    blob = code_blob(home)
+    digest = blob.parent.name + blob.name
+    cli("daemon", "stop", check=True)
+    before = blob.stat()
+    damage(blob, "flip")
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    cli("daemon", "start", check=True)
+    rerun = cli("rerun", juid, check=True).stdout.strip().split()[-1]
+    assert cli("logs", "--follow", rerun).returncode != 0
+    info = json.loads(cli("info", "job", rerun, "--json", check=True).stdout)
+    assert info["state"] == "failed", info
+    one_line_naming(info["reason"], rerun, "train.py", digest)
+
+
 def test_verify_names_damaged_and_missing_blobs_and_the_jobs_they_affect(cli, home: Path) -> None:
     Path("train.py").write_text(CODE)
     first = submit(cli)

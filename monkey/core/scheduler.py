@@ -944,6 +944,7 @@ class Core:
         blobs = spec.pop("_blobs")
         outputs = self.store.outputs(job.juid)
         checked = list(dict.fromkeys([*blobs, *(d["digest"] for d in job.datasets)]))
+        hashed = self.blobs.unchecked(checked, self.store.blob_stamps)
 
         def call() -> tuple[str, dict[str, Any]]:
             for digest in checked:  # the source of every copy: never a damaged one
@@ -956,11 +957,13 @@ class Core:
                                 **drv.start_fields(instance, job.juid, n, outputs)}
 
         opened = self.passes
-        self._transport(key, drv, call,
-                        lambda ready: self._send_start(key, att, spec, *ready,
-                                                       job=job if self.passes == opened else None),
-                        lambda exc: self._start_failed(key, att, exc),
-                        slow=not all(map(self.blobs.known_good, checked)))  # fmt: skip
+        def then(ready: tuple[str, dict[str, Any]]) -> None:
+            if hashed:  # a later core need not hash them again
+                self.store.add_blobs(self.blobs.stamped(hashed))
+            self._send_start(key, att, spec, *ready, job=job if self.passes == opened else None)
+
+        self._transport(key, drv, call, then, lambda exc: self._start_failed(key, att, exc),
+                        slow=bool(hashed))
 
     def _blob_role(self, job: Job, digest: str) -> str | None:
         """What blob DIGEST is to JOB: the path of a code or dataset file, or a file list."""

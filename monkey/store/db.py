@@ -42,6 +42,10 @@ from monkey.store.outputs import OutputQueries
 from monkey.store.rerun import RerunStore
 from monkey.store.tracking import HOLD, TrackingStore
 
+# A blob to record: (digest, size), or (digest, size, stamp) where the stamp is the stat
+# (mtime_ns, ctime_ns, ino) of a blob whose bytes the recording process hashed, or None.
+BlobRow = tuple[str, int] | tuple[str, int, "tuple[int, int, int] | None"]
+
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
@@ -366,7 +370,7 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         state: State = State.QUEUED,
         sweep: str | None = None,
         held: bool = False,
-        blobs: Iterable[tuple[str, int]] = (),
+        blobs: Iterable[BlobRow] = (),
         secrets: str | None = None,
         spec: dict[str, Any] | None = None,
         outputs: Sequence[str] = (),
@@ -899,15 +903,35 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
     # -- blobs and the stat cache -------------------------------------------------------
 
     @staticmethod
-    def _add_blobs(db: sqlite3.Connection, blobs: Iterable[tuple[str, int]], now: float) -> None:
+    def _add_blobs(db: sqlite3.Connection, blobs: Iterable[BlobRow], now: float) -> None:
+        """Record BLOBS: (digest, size) or (digest, size, stamp), a stamp being the stat
+        (mtime_ns, ctime_ns, ino) of a blob whose bytes this process hashed (or None)."""
+        rows = [(b[0], b[1], now, *(b[2] if len(b) > 2 and b[2] else (None, None, None)),
+                 int(now * 1e9)) for b in blobs]
         db.executemany(
-            "INSERT OR IGNORE INTO blobs(digest, size, created_at) VALUES (?, ?, ?)",
-            [(d, s, now) for d, s in blobs],
+            "INSERT INTO blobs(digest, size, created_at, mtime_ns, ctime_ns, ino, checked_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(digest) DO UPDATE SET "
+            "mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, ino = excluded.ino, "
+            "checked_ns = excluded.checked_ns WHERE excluded.ino IS NOT NULL",
+            rows,
         )
 
-    def add_blobs(self, blobs: Iterable[tuple[str, int]]) -> None:
+    def add_blobs(self, blobs: Iterable[BlobRow]) -> None:
+        """Record BLOBS (see `_add_blobs`)."""
         with self.tx() as db:
             self._add_blobs(db, blobs, time.time())
+
+    def blob_stamps(self, digests: Sequence[str]) -> dict[str, tuple[int, int, int, int, int]]:
+        """The recorded stamps of DIGESTS that have one: digest -> (size, mtime_ns, ctime_ns,
+        ino, checked_ns), checked_ns being when it was recorded."""
+        out: dict[str, tuple[int, int, int, int, int]] = {}
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            for d, *stamp in self.db.execute(
+                "SELECT digest, size, mtime_ns, ctime_ns, ino, checked_ns FROM blobs "
+                f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})", chunk):
+                out[d] = tuple(stamp)  # type: ignore[assignment]
+        return out
 
     def blob_count(self) -> tuple[int, int]:
         """Number of blobs and their total size."""

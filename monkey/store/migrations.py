@@ -273,6 +273,18 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX attempts_adrift ON attempts(instance) WHERE adrift = 1;
         """,
     ),
+    (
+        "0015_blob_stamps",
+        # The blob file's stat (mtime, ctime, inode; its size is `size`) when a process last
+        # hashed its bytes and found them right, and when that was recorded (ns): a core
+        # that sees the same stat, recorded well after that ctime, need not hash it again.
+        """
+        ALTER TABLE blobs ADD COLUMN mtime_ns INTEGER;
+        ALTER TABLE blobs ADD COLUMN ctime_ns INTEGER;
+        ALTER TABLE blobs ADD COLUMN ino INTEGER;
+        ALTER TABLE blobs ADD COLUMN checked_ns INTEGER;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
