@@ -6,6 +6,7 @@ and a tail is found by reading backwards from the end in blocks. Bytes pass thro
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -286,9 +287,18 @@ class Follower:
 POLL_FALLBACK = 0.1  # seconds between looks of the polling observer (no inotify watch left)
 
 
+def _quiet_stop(record: logging.LogRecord) -> bool:
+    """Drop watchdog's error for an event read as its observer stops (benign: nothing is
+    followed any more), which would reach stderr through logging's last resort."""
+    return "called when the thread is inactive" not in record.getMessage()
+
+
 def _observer() -> Any:
     from watchdog.observers import Observer
 
+    inotify_log = logging.getLogger("watchdog.observers.inotify")
+    if _quiet_stop not in inotify_log.filters:
+        inotify_log.addFilter(_quiet_stop)
     observer = Observer()
     observer.daemon = True
     return observer
