@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import fresh_home, stop_everything
+from common import PY, fresh_home, stop_everything
 
 RUNS = 3
 LINES = 200
@@ -99,8 +99,8 @@ def one_run(m, project: str) -> dict[str, tuple[float, float, float]]:
     script.write_text(JOB)
     job = m.run([sys.executable, str(script)], workdir=project)
     followers = {
-        "watchdog": [sys.executable, "-m", "monkey", "logs", "-f", "--stdout", job.juid],
-        "polling": [sys.executable, "-c", BASELINE, job.juid],
+        "watchdog": [PY, "-m", "monkey", "logs", "-f", "--stdout", job.juid],
+        "polling": [PY, "-c", BASELINE, job.juid],
     }
     procs = {k: subprocess.Popen(argv, stdout=subprocess.PIPE) for k, argv in followers.items()}
     readers = {k: Reader(p) for k, p in procs.items()}

@@ -1,16 +1,14 @@
 """With the core running: `monkey run -- true` (a new CLI process) until the job's process
-has started, as recorded by the agent. Target: median under 150 ms.
-
-Also prints `python -c pass` from the same interpreter as the baseline for process start.
+has started, as recorded by the agent. Target: median at most 4x `python -c pass` (issue 26;
+under 150 ms in issue 11), both run by a clean virtualenv's interpreter (common.PY).
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 
-from common import fresh_home, median_wall, run_quiet, run_to_start, stop_everything
+from common import PY, fresh_home, median_wall, run_quiet, run_to_start, stop_everything
 
 RUNS = 21
 
@@ -27,11 +25,12 @@ def main() -> None:
     try:
         m.run(["true"]).wait(timeout=30)  # warm: the agent is up
         latencies = run_to_start(m, project, RUNS)
-        base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
+        base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
         lat = statistics.median(latencies)
         print(f"python -c pass:                      {base * 1000:6.1f} ms")
         print(f"monkey run -- true -> process start: {lat * 1000:6.1f} ms median "
-              f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}; target < 150 ms)")
+              f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}) = "
+              f"{lat / base:.1f}x, target <= 4x")
     finally:
         stop_everything(home)
 

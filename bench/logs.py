@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 
-from common import fresh_home, median_wall, run_quiet
+from common import PY, fresh_home, median_wall, run_quiet
 
 SIZE = 1 << 30
 LINE = b"epoch 12 step 3456 loss 0.123456 acc 0.987654 lr 0.001 grad_norm 1.234\n"
@@ -45,9 +44,9 @@ def main() -> None:
         while fh.tell() < SIZE:
             fh.write(block)
     size = log.stat().st_size
-    logs = [sys.executable, "-m", "monkey", "logs", job.juid]
+    logs = [PY, "-m", "monkey", "logs", job.juid]
     try:
-        base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
+        base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
         tail = median_wall(lambda: run_quiet([*logs, "--tail", "5"]), 11)
         tail_rss = timed([*logs, "--tail", "5"])[1]
         print(

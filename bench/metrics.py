@@ -21,7 +21,7 @@ import tempfile
 import time
 from queue import SimpleQueue
 
-from common import fresh_home, make_sweep, median_wall, run_quiet, stop_everything
+from common import PY, fresh_home, make_sweep, median_wall, run_quiet, stop_everything
 
 N_CALLS = 1_000_000
 N_POINTS = 1_000_000
@@ -130,8 +130,8 @@ def compare_sweep() -> None:
     m = Monkey(home)
     sid = make_sweep(m, 200, lambda i: {"lr": i / 1000, "optim": {"momentum": 0.9}},
                      lambda i, s: (i + s) / 300)
-    base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 11)
-    cmp = median_wall(lambda: run_quiet([sys.executable, "-m", "monkey", "compare", "--sweep",
+    base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
+    cmp = median_wall(lambda: run_quiet([PY, "-m", "monkey", "compare", "--sweep",
                                          sid]), 11)
     t = time.perf_counter()
     rows = m.compare(sweep=sid)["rows"]

@@ -8,12 +8,11 @@ the in-process submit (Monkey.rerun, no core started) and the same in a new proc
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import fresh_home, median_wall, run_quiet
+from common import PY, fresh_home, median_wall, run_quiet
 
 FILES = 5_000
 
@@ -32,9 +31,9 @@ def main() -> None:
     job = m.run(["python3", "train.py", "--lr", "0.1"], workdir=project, start_core=False)
     first = time.perf_counter() - t
     blobs_before = sum(len(files) for _, _, files in os.walk(m.home.blobs))
-    base = median_wall(lambda: run_quiet([sys.executable, "-c", "pass"]), 21)
+    base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 21)
     api = median_wall(lambda: m.rerun(job.juid, set=["lr=0.2"], start_core=False), 21)
-    cli = median_wall(lambda: run_quiet([sys.executable, "-c",
+    cli = median_wall(lambda: run_quiet([PY, "-c",
                                          "import sys; from monkey.api import Monkey; "
                                          "Monkey().rerun(sys.argv[1], set=['lr=0.2'], "
                                          "start_core=False)", job.juid]), 11)

@@ -9,12 +9,11 @@ The project is a small git repository, as a user's usually is.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import fresh_home, stop_everything
+from common import PY, fresh_home, stop_everything
 
 CELLS = 100_000
 RUNS = 20
@@ -39,7 +38,7 @@ def main() -> None:
     from monkey.core import daemon
 
     cwd = project()
-    monkey = [sys.executable, "-m", "monkey"]
+    monkey = [PY, "-m", "monkey"]
     daemon.start(Home(home))
     try:
         subprocess.run([*monkey, "run", "--", "true"], cwd=cwd, check=True, capture_output=True)
