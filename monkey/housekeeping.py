@@ -146,7 +146,8 @@ class GcReport:
 def needed_blobs(m: Monkey) -> set[str]:
     """Every blob an existing job needs: the digests in its records and, for each that is a
     file list (code, dataset, data folder), the digests it lists."""
-    from monkey.snapshot import BlobStore, load_manifest
+    from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import load_manifest
 
     needed = m.store.referenced_digests()
     blobs = BlobStore(m.home.blobs)
@@ -188,7 +189,7 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             if entry.name in specs:
                 env_keys.update(_recorded_env_keys(Path(entry.path)))
     cut = time.time() - grace
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
 
     with BlobStore(m.home.blobs).lease(exclusive=True, waiting="gc"):  # no submission under way
         needed = needed_blobs(m)
@@ -202,7 +203,7 @@ def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None
     """Delete the blobs no job needs, stored before CUT, the partial files of writers that
     are gone, and the damaged blobs `monkey verify` set aside. Called under the store's
     exclusive lease."""
-    from monkey.snapshot import DAMAGED, TMP_PREFIX
+    from monkey.snapshot.blobs import DAMAGED, TMP_PREFIX
 
     doomed: list[tuple[str, Path, int]] = []
     root = m.home.blobs
@@ -244,7 +245,7 @@ def _dead_partial(path: Path, cut: float) -> bool:
     """Whether PATH is a blob's partial file (``.tmp-<pid>-...``) nobody writes any more:
     its writer's process is gone, or it was last written before CUT. A submitter writes
     only under the store's lease, which gc holds exclusively: one still alive is stuck."""
-    from monkey.snapshot import TMP_PREFIX
+    from monkey.snapshot.blobs import TMP_PREFIX
 
     name = path.name
     if not name.startswith(TMP_PREFIX):
@@ -411,7 +412,7 @@ class VerifyReport:
 def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
     """{digest: [(juid, what it is to the job)]} of every blob JOBS need; a file list that
     cannot be read counts itself only (it is checked, and reported, itself)."""
-    from monkey.snapshot import load_manifest
+    from monkey.snapshot.manifest import load_manifest
 
     blobs = m._blobs()
     uses: dict[str, list[tuple[str, str]]] = {}
@@ -439,7 +440,7 @@ def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
     """Check every blob the jobs REFS need (none: every job's, and every blob stored)
     against its digest; set damaged ones aside (``blobs/.damaged/``, so that submitting
     the job's source again stores a good copy, and gc removes them)."""
-    from monkey.snapshot import DAMAGED
+    from monkey.snapshot.blobs import DAMAGED
 
     refs = list(refs)
     jobs = [m.store.get_job(m.store.resolve(r)) for r in refs] if refs else m.store.list_jobs()

@@ -38,7 +38,7 @@ from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
     from monkey.config import Home, ProviderConfig
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
 
 # Called from any thread with the number of bytes just sent.
 ProgressFn = Callable[[int], None]
@@ -142,7 +142,7 @@ def source_size(source: BlobStore, digest: str) -> int:
 
 def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:
     """The error for a blob of SOURCE whose content no longer matches its digest."""
-    from monkey.snapshot import BlobDamaged
+    from monkey.snapshot.blobs import BlobDamaged
 
     return BlobDamaged(digest, source.root)
 
