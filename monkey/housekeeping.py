@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
     from monkey.models import Job
 
-_MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -143,28 +142,6 @@ class GcReport:
         return self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
 
 
-def needed_blobs(m: Monkey) -> set[str]:
-    """Every blob an existing job needs: the digests in its records and, for each that is a
-    file list (code, dataset, data folder), the digests it lists."""
-    from monkey.snapshot.blobs import BlobStore
-    from monkey.snapshot.manifest import load_manifest
-
-    needed = m.store.referenced_digests()
-    blobs = BlobStore(m.home.blobs)
-    for digest in list(needed):
-        try:
-            with open(blobs.path(digest), "rb") as f:
-                if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
-                    continue  # not a file list (a data file, a diff)
-        except OSError:
-            continue
-        try:
-            needed.update(f.digest for f in load_manifest(blobs, digest))
-        except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
-            continue  # not a file list
-    return needed
-
-
 def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
     agent that died, and blobs no job needs (older than GRACE seconds)."""
@@ -190,9 +167,11 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
                 env_keys.update(_recorded_env_keys(Path(entry.path)))
     cut = time.time() - grace
     from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import needed_blobs
 
-    with BlobStore(m.home.blobs).lease(exclusive=True, waiting="gc"):  # no submission under way
-        needed = needed_blobs(m)
+    blobs = BlobStore(m.home.blobs)
+    with blobs.lease(exclusive=True, waiting="gc"):  # no submission under way
+        needed = needed_blobs(m.store, blobs)
         report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
         report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
         _gc_blobs(m, needed, cut, report)

@@ -32,6 +32,7 @@ LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a sym
 # largest folders; past HUGE bytes it is stored only when the user says so (--yes, or asked).
 _SIZE_LIMITS = {"MONKEY_BIG_BYTES": 100_000_000, "MONKEY_BIG_FILES": 10_000,
                 "MONKEY_HUGE_BYTES": 2_000_000_000}
+_MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
 
 
 @dataclass
@@ -79,6 +80,23 @@ def load_manifest(blobs: BlobStore, digest: str) -> list[FileEntry]:
         return [FileEntry(r[0], r[1], r[2], r[3] if len(r) > 3 else 0) for r in rows]
     except (ValueError, KeyError, TypeError, IndexError):
         raise MonkeyError(f"blob {digest} is not a snapshot manifest; check the digest") from None
+
+def needed_blobs(store: Store, blobs: BlobStore) -> set[str]:
+    """Every blob an existing job needs: the digests in its records and, for each that is a
+    file list (code, dataset, data folder), the digests it lists."""
+    needed = store.referenced_digests()
+    for digest in list(needed):
+        try:
+            with open(blobs.path(digest), "rb") as f:
+                if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
+                    continue  # not a file list (a data file, a diff)
+        except OSError:
+            continue
+        try:
+            needed.update(f.digest for f in load_manifest(blobs, digest))
+        except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
+            continue  # not a file list
+    return needed
 
 
 
