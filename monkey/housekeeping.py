@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
     from monkey.models import Job
 
-_MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -143,27 +142,6 @@ class GcReport:
         return self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
 
 
-def needed_blobs(m: Monkey) -> set[str]:
-    """Every blob an existing job needs: the digests in its records and, for each that is a
-    file list (code, dataset, data folder), the digests it lists."""
-    from monkey.snapshot import BlobStore, load_manifest
-
-    needed = m.store.referenced_digests()
-    blobs = BlobStore(m.home.blobs)
-    for digest in list(needed):
-        try:
-            with open(blobs.path(digest), "rb") as f:
-                if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
-                    continue  # not a file list (a data file, a diff)
-        except OSError:
-            continue
-        try:
-            needed.update(f.digest for f in load_manifest(blobs, digest))
-        except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
-            continue  # not a file list
-    return needed
-
-
 def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
     agent that died, and blobs no job needs (older than GRACE seconds)."""
@@ -188,10 +166,12 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
             if entry.name in specs:
                 env_keys.update(_recorded_env_keys(Path(entry.path)))
     cut = time.time() - grace
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import needed_blobs
 
-    with BlobStore(m.home.blobs).lease(exclusive=True, waiting="gc"):  # no submission under way
-        needed = needed_blobs(m)
+    blobs = BlobStore(m.home.blobs)
+    with blobs.lease(exclusive=True, waiting="gc"):  # no submission under way
+        needed = needed_blobs(m.store, blobs)
         report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
         report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
         _gc_blobs(m, needed, cut, report)
@@ -202,7 +182,7 @@ def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None
     """Delete the blobs no job needs, stored before CUT, the partial files of writers that
     are gone, and the damaged blobs `monkey verify` set aside. Called under the store's
     exclusive lease."""
-    from monkey.snapshot import DAMAGED, TMP_PREFIX
+    from monkey.snapshot.blobs import DAMAGED, TMP_PREFIX
 
     doomed: list[tuple[str, Path, int]] = []
     root = m.home.blobs
@@ -244,7 +224,7 @@ def _dead_partial(path: Path, cut: float) -> bool:
     """Whether PATH is a blob's partial file (``.tmp-<pid>-...``) nobody writes any more:
     its writer's process is gone, or it was last written before CUT. A submitter writes
     only under the store's lease, which gc holds exclusively: one still alive is stuck."""
-    from monkey.snapshot import TMP_PREFIX
+    from monkey.snapshot.blobs import TMP_PREFIX
 
     name = path.name
     if not name.startswith(TMP_PREFIX):
@@ -411,7 +391,7 @@ class VerifyReport:
 def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
     """{digest: [(juid, what it is to the job)]} of every blob JOBS need; a file list that
     cannot be read counts itself only (it is checked, and reported, itself)."""
-    from monkey.snapshot import load_manifest
+    from monkey.snapshot.manifest import load_manifest
 
     blobs = m._blobs()
     uses: dict[str, list[tuple[str, str]]] = {}
@@ -439,7 +419,7 @@ def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
     """Check every blob the jobs REFS need (none: every job's, and every blob stored)
     against its digest; set damaged ones aside (``blobs/.damaged/``, so that submitting
     the job's source again stores a good copy, and gc removes them)."""
-    from monkey.snapshot import DAMAGED
+    from monkey.snapshot.blobs import DAMAGED
 
     refs = list(refs)
     jobs = [m.store.get_job(m.store.resolve(r)) for r in refs] if refs else m.store.list_jobs()

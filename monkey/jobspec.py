@@ -412,7 +412,7 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
     import logging
 
     from monkey.models import is_secret
-    from monkey.snapshot import dataset
+    from monkey.snapshot.datasets import dataset
 
     record = spec.to_json()
     record["env"] = {k: REDACTED if is_secret(k, v) else v for k, v in spec.env.items()}

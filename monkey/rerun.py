@@ -30,7 +30,8 @@ from monkey.models import Job as JobRecord
 if TYPE_CHECKING:
     from monkey.api import Job
     from monkey.config import Home
-    from monkey.snapshot import BlobStore, FileEntry
+    from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import FileEntry
     from monkey.store import Store
 
 _KV = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.DOTALL)
@@ -165,7 +166,7 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
 def _pieces(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
             git: bool) -> Iterable[tuple[str, str]]:
     """(what, digest) of every blob the job needs, manifests before their files."""
-    from monkey.snapshot import load_manifest
+    from monkey.snapshot.manifest import load_manifest
 
     def manifest(label: str, digest: str) -> Iterable[tuple[str, str]]:
         yield f"{label} (its file list)", digest
@@ -188,7 +189,7 @@ def check_blobs(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
                 git: bool = False, verify: bool = True) -> None:
     """MonkeyError naming JOB and the first piece of it missing from the blob store;
     BlobDamaged naming the first whose bytes no longer match its digest (with VERIFY)."""
-    from monkey.snapshot import BlobDamaged
+    from monkey.snapshot.blobs import BlobDamaged
 
     what = "code (its file list)"
     try:
@@ -220,7 +221,7 @@ def write_files(blobs: BlobStore, files: list[FileEntry], base: Path) -> None:
     that left the project) becomes that link again. Paths with '..', absolute paths and
     writes through a symlink leading out of BASE are refused; a blob whose bytes do not
     match its digest is BlobDamaged naming the file."""
-    from monkey.snapshot import BlobDamaged
+    from monkey.snapshot.blobs import BlobDamaged
 
     real_base = os.path.realpath(base)
     for f in files:
@@ -251,7 +252,7 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
 def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str | None]:
     """Clone the job's repository into TMP at its commit with its diff applied; returns
     (the code's folder inside TMP, a note when that could not be done)."""
-    from monkey.snapshot import BlobDamaged
+    from monkey.snapshot.blobs import BlobDamaged
 
     git = job.git
     root, commit = git.get("root"), git.get("commit")
@@ -297,7 +298,7 @@ class RerunAPI:
     def _blobs(self) -> BlobStore:
         """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
         if self._blob_store is None:
-            from monkey.snapshot import BlobStore
+            from monkey.snapshot.blobs import BlobStore
 
             self._blob_store = BlobStore(self.home.blobs)
         return self._blob_store
@@ -446,7 +447,8 @@ class RerunAPI:
 
     def files(self, ref: str) -> list[FileEntry]:
         """The job's code files (path, digest, mode, size), sorted by path."""
-        from monkey.snapshot import BlobDamaged, load_manifest
+        from monkey.snapshot.blobs import BlobDamaged
+        from monkey.snapshot.manifest import load_manifest
 
         job = self._job_record(ref)
         if not job.snapshot:
@@ -461,7 +463,7 @@ class RerunAPI:
 
     def cat(self, ref: str, path: str) -> bytes:
         """One code file of the job, as the job saw it (checked against its digest)."""
-        from monkey.snapshot import BlobDamaged
+        from monkey.snapshot.blobs import BlobDamaged
 
         job = self._job_record(ref)
         want = "/".join(p for p in path.split("/") if p not in ("", "."))
@@ -483,7 +485,7 @@ class RerunAPI:
         its commit with its uncommitted diff applied when it ran in a repository; with
         ``with_data`` its datasets too, under ``datasets/NAME``. Returns {"path", "files",
         "code", "datasets", "note"}; nothing is left behind on failure."""
-        from monkey.snapshot import BlobDamaged
+        from monkey.snapshot.blobs import BlobDamaged
 
         job = self._job_record(ref)
         spec = self.store.job_spec(job.juid)
@@ -517,7 +519,7 @@ class RerunAPI:
                      code: Path, dest: Path, with_data: bool) -> tuple[list[FileEntry], list[dict[str, str]]]:
         """Write the job's code files into CODE (and its data under TMP with WITH_DATA);
         (its files, [{name, path}] of its datasets as they will be under DEST)."""
-        from monkey.snapshot import load_manifest
+        from monkey.snapshot.manifest import load_manifest
 
         files = load_manifest(blobs, job.snapshot) if job.snapshot else []
         write_files(blobs, files, code)

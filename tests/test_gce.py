@@ -27,7 +27,7 @@ from monkey.config import Home, ProviderConfig
 from monkey.drivers import gce_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.cloud import USER_DATA
-from monkey.drivers.gce import GCEDriver
+from monkey.drivers.gce import GCEDriver, setup
 from monkey.models import InstanceState, MonkeyError, Resources
 from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
@@ -77,7 +77,7 @@ def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfi
     h = Home(home).ensure()
     wanted = {"credentials": gce.key, "zones": [ZONE], "size": "e2-small", "image": "debian-12",
               "endpoint": gce.endpoint, "storage_endpoint": gce.gcs.endpoint, "address": "private", "user": fleet.user, **options}
-    entry = gce_setup.setup(h, "gcp", gce_setup.entry_from(wanted, {}), say=lambda _: None)
+    entry = setup(h, "gcp", gce_setup.entry_from(wanted, {}), say=lambda _: None)
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"gcp": entry}}))
     authorize(h, fleet, "gcp")
     return ProviderConfig("gcp", "gce", entry)

@@ -24,9 +24,12 @@ from monkey.snapshot import (
     git_info,
     hash_file,
     load_manifest,
+    manifest,
     parse_dataset_spec,
     snapshot_dir,
 )
+from monkey.snapshot.git import _git_top
+from monkey.snapshot.walk import _Rules
 from monkey.store.db import Store
 
 
@@ -69,13 +72,13 @@ def paths(snap) -> list[str]:
 
 def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
-    real = snapshot.hash_file
+    real = manifest.hash_file
 
     def counting(path: Path) -> str:
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(snapshot, "hash_file", counting)
+    monkeypatch.setattr(manifest, "hash_file", counting)
     return calls
 
 
@@ -170,7 +173,7 @@ def test_prefilter_agrees_with_pathspec() -> None:
         "**/tmp", "cache", "[Tt]humbs.db", "\\#hash", "trailing\\ ", "x?y", "deep/nested/",
     ]
     spec = GitIgnoreSpec.from_lines(lines)
-    rules = snapshot._Rules(spec, 0, "")
+    rules = _Rules(spec, 0, "")
     assert rules.quick is not None
     candidates = [
         "a.log", "keep.log", "d/keep.log", "build/", "build", "x/build/", "top.txt", "x/top.txt",
@@ -296,14 +299,14 @@ def test_file_changing_during_snapshot_stores_what_was_copied(
     wd = tmp_path / "wd"
     write(wd, {"model.py": "v1\n"})
     backdate(wd)
-    real = snapshot.hash_file
+    real = manifest.hash_file
 
     def racing(path: Path) -> str:
         digest = real(path)
         Path(path).write_text("v2, written between hashing and copying\n")
         return digest
 
-    monkeypatch.setattr(snapshot, "hash_file", racing)
+    monkeypatch.setattr(manifest, "hash_file", racing)
     snap = snapshot_dir(wd, blobs, store)
     (entry,) = snap.files
     content = blobs.read_bytes(entry.digest)
@@ -311,7 +314,7 @@ def test_file_changing_during_snapshot_stores_what_was_copied(
     assert blake3.blake3(content).hexdigest() == entry.digest
     assert entry.size == len(content)
     # the racing stat was not cached: the next snapshot hashes again
-    monkeypatch.setattr(snapshot, "hash_file", real)
+    monkeypatch.setattr(manifest, "hash_file", real)
     calls = count_hashes(monkeypatch)
     snapshot_dir(wd, blobs, store)
     assert len(calls) == 1
@@ -481,14 +484,14 @@ def test_file_deleted_during_snapshot_is_left_out(
 ) -> None:
     wd = tmp_path / "wd"
     write(wd, {"keep.py": "k", "gone.py": "g"})
-    real = snapshot.hash_file
+    real = manifest.hash_file
 
     def deleting(path: Path) -> str:
         if path.name == "gone.py":
             path.unlink()
         return real(path)
 
-    monkeypatch.setattr(snapshot, "hash_file", deleting)
+    monkeypatch.setattr(manifest, "hash_file", deleting)
     assert paths(snapshot_dir(wd, blobs, store)) == ["keep.py"]
 
 
@@ -508,7 +511,7 @@ def test_unreadable_file(tmp_path: Path, blobs: BlobStore, store: Store,
     def denied(path: Path) -> str:  # as with chmod 0, which root would ignore
         raise PermissionError(13, "Permission denied", os.fspath(path))
 
-    monkeypatch.setattr(snapshot, "hash_file", denied)
+    monkeypatch.setattr(manifest, "hash_file", denied)
     with pytest.raises(MonkeyError) as exc:
         snapshot_dir(wd, blobs, store)
     assert str(exc.value) == (
@@ -660,7 +663,7 @@ def test_git_info_outside_a_repo(tmp_path: Path, blobs: BlobStore,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
-    if snapshot._git_top(os.fspath(plain.resolve())) is not None:
+    if _git_top(os.fspath(plain.resolve())) is not None:
         pytest.skip("the temporary folder is inside a git repository")
     assert git_info(plain, blobs) == ({}, [])
     assert git_info(tmp_path / "missing", blobs) == ({}, [])

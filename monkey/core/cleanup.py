@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
@@ -100,6 +99,7 @@ class HostChores:
 
     def _needed(self) -> set[str]:
         """Every blob a job of this home needs (as local `gc` keeps them)."""
-        from monkey.housekeeping import needed_blobs
+        from monkey.snapshot.blobs import BlobStore
+        from monkey.snapshot.manifest import needed_blobs
 
-        return needed_blobs(SimpleNamespace(store=self.core.store, home=self.core.home))  # type: ignore[arg-type]
+        return needed_blobs(self.core.store, BlobStore(self.core.home.blobs))

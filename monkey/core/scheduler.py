@@ -38,7 +38,7 @@ from monkey.models import (
     parse_size,
     retry_delay,
 )
-from monkey.snapshot import BlobDamaged, BlobStore
+from monkey.snapshot.blobs import BlobDamaged, BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable

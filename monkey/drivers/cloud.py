@@ -40,7 +40,7 @@ from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
 from monkey.drivers.ssh import SSHDriver
 from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
-from monkey.snapshot import BlobStore
+from monkey.snapshot.blobs import BlobStore
 from monkey.storage import results as bucket_results
 from monkey.storage import storage_for
 from monkey.storage.base import source_size

@@ -17,6 +17,13 @@ when it comes back.
 
 Everything else — tracking, transport, blobs through the bucket (GCS, signed URLs) — is
 :class:`~monkey.drivers.cloud.CloudDriver`'s, as for EC2.
+
+`setup()` (`monkey provider add gcp NAME`) checks the service account, project and zone
+with one API call, refuses a machine type or image the zone lacks, then finds or creates,
+in this order: the network, a firewall rule letting SSH in from one address range only to
+instances with the provider's network tag, an SSH key (made under MONKEY_HOME/keys, 0600; instances get its public half in their
+`ssh-keys` metadata) and the GCS bucket. Each is found by its name first, so a second run
+creates nothing and a run cut short is completed by the next one.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from monkey.drivers import gce_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.cloud import GIB, USER_DATA, CloudDriver, Size, cause, one_line
+from monkey.drivers.ec2_setup import _cidr, _loopback, default_bucket, ssh_key
 from monkey.models import Instance, InstanceState, MonkeyError, parse_size
 
 if TYPE_CHECKING:
@@ -292,3 +300,54 @@ def _code(exc: BaseException) -> str | None:
 
 def _raise(message: str) -> None:
     raise MonkeyError(message)
+
+
+def setup(home: Any, name: str, entry: dict[str, Any], *, ssh_from: str | None = None,
+          say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Find or create what provider NAME's ENTRY needs in the cloud, saying each step; return
+    ENTRY with the project, firewall, key and bucket recorded. A failure is a MonkeyError
+    after saying what this run created (found by name by the next run)."""
+    from monkey.drivers.gce_api import project_of
+    from monkey.storage.gcs import GCSStorage
+
+    entry = {**entry, "project": project_of(entry)}
+    created: list[str] = []
+    driver = GCEDriver.for_setup(name, entry, home)
+    try:
+        driver.check_offer()
+        say(f"GCE project {entry['project']}, zone {entry['zone']}")
+        source = _ssh_source(ssh_from, entry)
+        network = entry.get("network") or "default"
+        firewall = entry.get("firewall") or f"{gce_setup.network_tag(name)}-ssh"
+        key_path, _public = ssh_key(home.keys, name)
+        bucket = entry.get("bucket") or default_bucket(home.home_id(), name)
+        try:
+            if driver.ensure_network(network):
+                created.append(f"network {network}")
+                say(f"created network {network}")
+            if driver.ensure_firewall(firewall, network, gce_setup.network_tag(name), source):
+                created.append(f"firewall rule {firewall}")
+                say(f"created firewall rule {firewall} (SSH from {source} only)")
+            if GCSStorage.from_entry({**entry, "bucket": bucket}).ensure_bucket():
+                created.append(f"bucket {bucket}")
+                say(f"created bucket {bucket}")
+        except MonkeyError:
+            if created:
+                say(f"created so far, reused by the next run: {', '.join(created)}")
+            raise
+    finally:
+        driver.close()
+    if not created:
+        say(f"reusing network {network}, firewall rule {firewall}, bucket {bucket}")
+    done = {**entry, "key": str(key_path), "network": network, "firewall": firewall, "bucket": bucket}
+    return {key: done[key] for key in gce_setup._ORDER if key in done}
+
+
+def _ssh_source(given: str | None, entry: dict[str, Any]) -> str:
+    if given:
+        return _cidr(given, "--ssh-from")
+    if _loopback(entry.get("endpoint")):
+        return "127.0.0.1/32"
+    raise MonkeyError("--ssh-from CIDR is needed: the addresses SSH to the instances may come "
+                      "from, e.g. --ssh-from 203.0.113.7/32 (this machine's public address; "
+                      "monkey asks no outside service for it)")

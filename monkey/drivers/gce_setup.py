@@ -1,12 +1,6 @@
-"""`monkey provider add gcp NAME`: what a `gce` provider needs in the cloud, and the rules
-of its providers.yml entry.
-
-`setup()` checks the service account, project and zone with one API call, refuses a machine
-type or image the zone lacks, then finds or creates, in this order: the network, a firewall
-rule letting SSH in from one address range only to instances with the provider's network
-tag, an SSH key (made under MONKEY_HOME/keys, 0600; instances get its public half in their
-`ssh-keys` metadata) and the GCS bucket. Each is found by its name first, so a second run
-creates nothing and a run cut short is completed by the next one.
+"""The rules of a `gce` provider's providers.yml entry and what `monkey provider add gcp
+NAME` records; `setup()`, which makes what the entry needs in the cloud, is in
+monkey.drivers.gce (it works through the driver).
 
 `validate()` checks a `type: gce` entry; this module imports no SDK at the top.
 """
@@ -14,17 +8,12 @@ creates nothing and a run cut short is completed by the next one.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from monkey.drivers.ec2_setup import (
-    _cidr,
-    _loopback,
     _url_problem,
     check_cloud_keys,
     check_entry,
-    default_bucket,
-    ssh_key,
 )
 from monkey.models import MonkeyError
 
@@ -112,55 +101,3 @@ def entry_from(options: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 def network_tag(name: str) -> str:
     """The network tag of provider NAME's instances, which its firewall rule targets."""
     return f"monkey-{label(name)}"[:63].rstrip("-")
-
-
-def setup(home: Any, name: str, entry: dict[str, Any], *, ssh_from: str | None = None,
-          say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Find or create what provider NAME's ENTRY needs in the cloud, saying each step; return
-    ENTRY with the project, firewall, key and bucket recorded. A failure is a MonkeyError
-    after saying what this run created (found by name by the next run)."""
-    from monkey.drivers.gce import GCEDriver
-    from monkey.drivers.gce_api import project_of
-    from monkey.storage.gcs import GCSStorage
-
-    entry = {**entry, "project": project_of(entry)}
-    created: list[str] = []
-    driver = GCEDriver.for_setup(name, entry, home)
-    try:
-        driver.check_offer()
-        say(f"GCE project {entry['project']}, zone {entry['zone']}")
-        source = _ssh_source(ssh_from, entry)
-        network = entry.get("network") or "default"
-        firewall = entry.get("firewall") or f"{network_tag(name)}-ssh"
-        key_path, _public = ssh_key(home.keys, name)
-        bucket = entry.get("bucket") or default_bucket(home.home_id(), name)
-        try:
-            if driver.ensure_network(network):
-                created.append(f"network {network}")
-                say(f"created network {network}")
-            if driver.ensure_firewall(firewall, network, network_tag(name), source):
-                created.append(f"firewall rule {firewall}")
-                say(f"created firewall rule {firewall} (SSH from {source} only)")
-            if GCSStorage.from_entry({**entry, "bucket": bucket}).ensure_bucket():
-                created.append(f"bucket {bucket}")
-                say(f"created bucket {bucket}")
-        except MonkeyError:
-            if created:
-                say(f"created so far, reused by the next run: {', '.join(created)}")
-            raise
-    finally:
-        driver.close()
-    if not created:
-        say(f"reusing network {network}, firewall rule {firewall}, bucket {bucket}")
-    done = {**entry, "key": str(key_path), "network": network, "firewall": firewall, "bucket": bucket}
-    return {key: done[key] for key in _ORDER if key in done}
-
-
-def _ssh_source(given: str | None, entry: dict[str, Any]) -> str:
-    if given:
-        return _cidr(given, "--ssh-from")
-    if _loopback(entry.get("endpoint")):
-        return "127.0.0.1/32"
-    raise MonkeyError("--ssh-from CIDR is needed: the addresses SSH to the instances may come "
-                      "from, e.g. --ssh-from 203.0.113.7/32 (this machine's public address; "
-                      "monkey asks no outside service for it)")

@@ -770,7 +770,7 @@ class SSHDriver(Driver):
         such (the receiver leaves no partial file), not as the broken pipe it causes."""
         import blake3
 
-        from monkey.snapshot import BlobDamaged
+        from monkey.snapshot.blobs import BlobDamaged
 
         channel = self._run(host, ssh_remote.RECEIVE, [target])
         sent = 0

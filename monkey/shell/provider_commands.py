@@ -333,7 +333,7 @@ def _gcp_parser(kinds: Any) -> None:
 
 
 def cmd_provider_add_gcp(args: argparse.Namespace) -> int:
-    from monkey.drivers import gce_setup
+    from monkey.drivers import gce, gce_setup
 
     home, base = _previous(args.name, "gce", args.force)
     options = {key: getattr(args, key) for key in _GCP_OPTIONS}
@@ -343,7 +343,7 @@ def cmd_provider_add_gcp(args: argparse.Namespace) -> int:
                                    default, gce_setup.REQUIRED.get(key, "e.g. us-central1-a"))
     entry = gce_setup.entry_from(options, base)
     gce_setup.validate("monkey provider add gcp", args.name, entry)
-    entry = gce_setup.setup(home, args.name, entry, ssh_from=args.ssh_from)
+    entry = gce.setup(home, args.name, entry, ssh_from=args.ssh_from)
     gce_setup.validate(str(home.providers_file), args.name, entry)
     path = _save_provider(home, args.name, entry)
     print(f"added provider {args.name!r} (gce, {entry['project']}, {entry['zone']}) to {path}")

@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
-    from monkey.config import Home, ProviderConfig
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
 
 # Called from any thread with the number of bytes just sent.
 ProgressFn = Callable[[int], None]
@@ -142,7 +141,7 @@ def source_size(source: BlobStore, digest: str) -> int:
 
 def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:
     """The error for a blob of SOURCE whose content no longer matches its digest."""
-    from monkey.snapshot import BlobDamaged
+    from monkey.snapshot.blobs import BlobDamaged
 
     return BlobDamaged(digest, source.root)
 
@@ -216,22 +215,3 @@ def _rmtree(path: Path) -> None:
         func(target)
 
     shutil.rmtree(path, onerror=onerror)
-
-
-# -- factory ----------------------------------------------------------------------------
-
-
-def storage_for(config: ProviderConfig, home: Home) -> Storage:
-    """The storage of a provider: its S3 bucket for ``ec2`` with a ``bucket``, its GCS
-    bucket for ``gce`` with a ``bucket``, else MONKEY_HOME (local and SSH providers)."""
-    if config.type == "ec2" and config.options.get("bucket"):
-        from monkey.storage.s3 import S3Storage
-
-        return S3Storage.from_config(config)
-    if config.type == "gce" and config.options.get("bucket"):
-        from monkey.storage.gcs import GCSStorage
-
-        return GCSStorage.from_config(config)
-    from monkey.storage.local import LocalStorage
-
-    return LocalStorage(home)

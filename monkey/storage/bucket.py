@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from blake3 import blake3
 
 from monkey.models import MonkeyError
-from monkey.snapshot import hash_file
+from monkey.snapshot.blobs import hash_file
 from monkey.storage.base import (
     ProgressFn,
     Storage,
@@ -43,7 +43,7 @@ from monkey.storage.base import (
 from monkey.storage.progress import upload_progress
 
 if TYPE_CHECKING:
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
 
 THREADS = 8  # concurrent transfers
 # A worker lacking at least PACK_MIN blobs of at most PACK_BLOB_MAX bytes each gets them in

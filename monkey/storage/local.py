@@ -11,7 +11,7 @@ from typing import Any
 
 from monkey.config import Home
 from monkey.models import MonkeyError
-from monkey.snapshot import BlobStore, hash_file
+from monkey.snapshot.blobs import BlobStore, hash_file
 from monkey.storage.base import (
     URL_EXPIRES,
     ProgressFn,

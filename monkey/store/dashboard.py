@@ -6,6 +6,7 @@ import sqlite3
 from typing import Any
 
 from monkey.models import Job
+from monkey.store.rows import _JOB_COLUMNS, _job
 
 
 class DashboardQueries:
@@ -15,8 +16,6 @@ class DashboardQueries:
 
     def jobs_updated_since(self, since: float) -> list[Job]:
         """Jobs whose record changed at or after ``since`` (epoch seconds), newest first."""
-        from monkey.store.db import _JOB_COLUMNS, _job
-
         rows = self.db.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE updated_at >= ? ORDER BY +seq DESC", (since,)
         )

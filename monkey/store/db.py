@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -12,11 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from monkey.models import (
-    INSTANCE_TRANSITIONS,
     JUID_RE,
-    Attempt,
-    Instance,
-    InstanceState,
     Job,
     MonkeyError,
     Resources,
@@ -24,9 +19,12 @@ from monkey.models import (
     can_transition,
     dumps,
 )
+from monkey.store.attempts import AttemptStore
+from monkey.store.blobs import BlobRecords, BlobRow
 from monkey.store.dashboard import DashboardQueries
 from monkey.store.errors import (
     NEARLY_FULL,
+    IllegalTransition,
     StoreBusy,
     StoreUnavailable,
     disk_full,
@@ -36,26 +34,13 @@ from monkey.store.errors import (
 from monkey.store.hosts import HostChoresStore
 from monkey.store.housekeeping import HousekeepingStore
 from monkey.store.instance_requests import InstanceRequestStore
+from monkey.store.instances import InstanceStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.outputs import OutputQueries
 from monkey.store.rerun import RerunStore
+from monkey.store.rows import _JOB_COLUMNS, _job
 from monkey.store.tracking import HOLD, TrackingStore
-
-# A blob to record: (digest, size), or (digest, size, stamp) where the stamp is the stat
-# (mtime_ns, ctime_ns, ino) of a blob whose bytes the recording process hashed, or None.
-BlobRow = tuple[str, int] | tuple[str, int, "tuple[int, int, int] | None"]
-
-_JOB_COLUMNS = (
-    "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
-    "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
-    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since"
-)
-_ATTEMPT_COLUMNS = (
-    "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
-    "run_dir, heartbeat_at, events_offset, gpus, size, spot, price"
-)
-
 
 # How long a statement waits for the write lock before the user is told. SQLite's own
 # waits start at 1 ms and grow to 100 ms: far longer than the core holds the lock for a
@@ -70,10 +55,6 @@ _FIRST_PAUSE, _LONGEST_PAUSE = 0.00005, 0.002
 # bound holds while no core runs.
 WAL_BACKSTOP = 10_000
 CHECKPOINT_EVERY = 0.5  # seconds between the checkpointer's looks at the WAL
-
-
-class IllegalTransition(MonkeyError):
-    """A state change the job model does not allow."""
 
 
 def damaged(path: Path, detail: str) -> MonkeyError:
@@ -131,49 +112,6 @@ class _Connection(sqlite3.Connection):
             raise failure from exc
 
 
-def _decode(text: str) -> Any:
-    """A JSON column's value; the empty object and list (most jobs' env, git, datasets and
-    params) without the parser."""
-    if text == "{}":
-        return {}
-    if text == "[]":
-        return []
-    return json.loads(text)
-
-
-def _job(row: tuple[Any, ...]) -> Job:
-    (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
-     python, retries, attempts, request, exit_code, reason, created_at, updated_at,
-     started_at, finished_at, not_before, sweep, params, instance, unreachable_since) = row  # fmt: skip
-    return Job(
-        juid=juid,
-        name=name,
-        state=State(state),
-        argv=json.loads(argv),
-        provider=provider,
-        resources=Resources(**json.loads(resources)),
-        env=_decode(env),
-        snapshot=snapshot,
-        workdir=workdir,
-        datasets=_decode(datasets),
-        git=_decode(git),
-        python=python,
-        retries=retries,
-        attempts=attempts,
-        request=request,
-        exit_code=exit_code,
-        reason=reason,
-        created_at=created_at,
-        updated_at=updated_at,
-        started_at=started_at,
-        finished_at=finished_at,
-        not_before=not_before,
-        sweep=sweep,
-        params=_decode(params),
-        instance=instance,
-        unreachable_since=unreachable_since,
-    )
-
 
 def _create_private(path: Path) -> None:
     """Create PATH empty and readable by this user only, unless it exists by now (other
@@ -183,11 +121,6 @@ def _create_private(path: Path) -> None:
     except OSError:
         pass
 
-
-def _attempt(row: tuple[Any, ...]) -> Attempt:
-    att = Attempt(*row)
-    att.spot = bool(att.spot)
-    return att
 
 
 def _job_filter(states: Iterable[State] | None, provider: str | None,
@@ -207,8 +140,9 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunStore, HousekeepingStore,
-            HostChoresStore, InstanceRequestStore):
+class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, TrackingStore,
+            JobSpecStore, OutputQueries, RerunStore, HousekeepingStore, HostChoresStore,
+            InstanceRequestStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
@@ -617,351 +551,6 @@ class Store(DashboardQueries, TrackingStore, JobSpecStore, OutputQueries, RerunS
         )
         keys = ("id", "attempt", "ts", "kind", "old", "new", "detail")
         return [dict(zip(keys, r)) for r in rows]
-
-    # -- attempts -----------------------------------------------------------------------
-
-    def begin_attempt(self, job: Job, instance: str, run_dir: str, gpus: str = "",
-                      now: float | None = None) -> Attempt | None:
-        """Move a queued job to dispatching and open its next attempt, atomically."""
-        now = time.time() if now is None else now
-        n = job.attempts + 1
-        with self.tx() as db:
-            cur = db.execute(
-                "UPDATE jobs SET state = 'dispatching', attempts = ?, updated_at = ?, instance = ?, "
-                "reason = NULL, exit_code = NULL, finished_at = NULL, front = 0 "
-                "WHERE juid = ? AND state = 'queued' AND attempts = ?",
-                (n, now, instance, job.juid, job.attempts),
-            )
-            if cur.rowcount != 1:
-                return None
-            # The instance's size, spot and price, its price shared by the job's part of its
-            # CPUs (all of it when its CPUs are unknown).
-            cpus = max(1, job.resources.cpus)
-            size, spot, price = db.execute(
-                "SELECT size, spot, price * min(1.0, ? * 1.0 / coalesce("
-                "json_extract(extra, '$.slots'), ?)) FROM instances WHERE id = ?",
-                (cpus, cpus, instance)).fetchone() or (None, 0, None)  # fmt: skip
-            db.execute(
-                "INSERT INTO attempts(juid, n, instance, state, run_dir, gpus, size, spot, price) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
-                (job.juid, n, instance, "live", run_dir, gpus, size, spot, price),
-            )
-            self._event(db, job.juid, n, "state", "queued", "dispatching", instance, now)
-        job.attempts, job.state, job.instance = n, State.DISPATCHING, instance
-        return Attempt(job.juid, n, instance, "live", run_dir=run_dir, gpus=gpus, size=size,
-                       spot=bool(spot), price=price)
-
-    def attempt_started(self, juid: str, n: int, pid: int, started_at: float) -> bool:
-        """Record the process start and move the job from dispatching to running."""
-        with self.tx() as db:
-            db.execute(
-                "UPDATE attempts SET pid = ?, started_at = ?, heartbeat_at = ? "
-                "WHERE juid = ? AND n = ? AND state = 'live'",
-                (pid, started_at, started_at, juid, n),
-            )
-            cur = db.execute(
-                "UPDATE jobs SET state = 'running', updated_at = ?, "
-                "started_at = COALESCE(started_at, ?) "
-                "WHERE juid = ? AND state = 'dispatching' AND attempts = ?",
-                (time.time(), started_at, juid, n),
-            )
-            if cur.rowcount == 1:
-                self._event(db, juid, n, "state", "dispatching", "running", f"pid {pid}",
-                            started_at)
-            return cur.rowcount == 1
-
-    def set_unreachable(self, juid: str, n: int, since: float | None, detail: str) -> bool:
-        """Record that attempt N's instance is out of reach since SINCE (None: reached again),
-        with an event saying DETAIL; False when nothing changed (already so, or not live)."""
-        now = time.time()
-        have = "IS NULL" if since is not None else "IS NOT NULL"
-        with self.tx() as db:
-            cur = db.execute(
-                f"UPDATE jobs SET unreachable_since = ?, updated_at = ? WHERE juid = ? AND "
-                f"attempts = ? AND state IN ('dispatching', 'running') AND unreachable_since {have}",
-                (since, now, juid, n),
-            )
-            if cur.rowcount != 1:
-                return False
-            self._event(db, juid, n, "unreachable" if since is not None else "reachable",
-                        None, None, detail, now)
-        return True
-
-    def adrift_attempts(self, instance: str) -> list[Attempt]:
-        """Attempts on INSTANCE lost while it was out of reach, whose end it has not told."""
-        rows = self.db.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE adrift = 1 "
-                               "AND instance = ? ORDER BY juid, n", (instance,))
-        return [_attempt(r) for r in rows]
-
-    def adrift_instances(self) -> list[tuple[str, str]]:
-        """(provider, instance) of every instance with adrift attempts."""
-        return self.db.execute(
-            "SELECT DISTINCT j.provider, a.instance FROM attempts a JOIN jobs j ON j.juid = a.juid "
-            "WHERE a.adrift = 1").fetchall()
-
-    def settle_adrift(self, juid: str, n: int, exit_code: int | None, signal: int | None,
-                      detail: str | None) -> bool:
-        """An adrift attempt's instance told how it ended (DETAIL, recorded as a `late exit`
-        event with its exit code or signal), or knows nothing of it (DETAIL None)."""
-        with self.tx() as db:
-            cur = db.execute("UPDATE attempts SET adrift = 0, exit_code = COALESCE(?, exit_code), "
-                             "signal = COALESCE(?, signal) WHERE juid = ? AND n = ? AND adrift = 1",
-                             (exit_code, signal, juid, n))
-            if cur.rowcount == 1 and detail:
-                self._event(db, juid, n, "late exit", None, None, detail, time.time())
-            return cur.rowcount == 1
-
-    def shift_unreachable(self, seconds: float) -> None:
-        """Move every `unreachable since` SECONDS later: the time no core ran is not counted."""
-        if seconds > 0:
-            with self.tx() as db:
-                db.execute("UPDATE jobs SET unreachable_since = unreachable_since + ?, "
-                           "updated_at = ? WHERE unreachable_since IS NOT NULL",
-                           (seconds, time.time()))
-
-    def end_attempt(
-        self,
-        juid: str,
-        n: int,
-        *,
-        final: State,
-        exit_code: int | None,
-        signal: int | None,
-        reason: str,
-        requeue_after: float | None = None,
-        offset: int | None = None,
-        now: float | None = None,
-        requeue_kind: str = "retry",
-        adrift: bool = False,
-    ) -> State | None:
-        """Close a live attempt and move its job to ``final`` (then to queued when
-        ``requeue_after`` is given), all in one transaction. Returns the job's new state,
-        or None when the attempt was not live (already handled). REQUEUE_KIND names the
-        re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
-        job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
-        still run it (see ``adrift_attempts``)."""
-        now = time.time() if now is None else now
-        with self.tx() as db:
-            cur = db.execute(
-                "UPDATE attempts SET state = 'ended', ended_at = ?, exit_code = ?, signal = ?, "
-                "reason = ?, events_offset = COALESCE(?, events_offset), adrift = ? "
-                "WHERE juid = ? AND n = ? AND state = 'live'",
-                (now, exit_code, signal, reason, offset, int(adrift), juid, n),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = db.execute("SELECT state FROM jobs WHERE juid = ?", (juid,)).fetchone()
-            old = State(row[0])
-            if not can_transition(old, final):
-                raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
-            db.execute(
-                "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
-                "finished_at = ?, updated_at = ?, unreachable_since = NULL WHERE juid = ?",
-                (final.value, exit_code, reason, now, now, juid),
-            )
-            self._event(db, juid, n, "state", old.value, final.value, reason, now)
-            if requeue_after is None:
-                return final
-            db.execute(
-                "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
-                "updated_at = ?, front = ? WHERE juid = ?",
-                (now + requeue_after, now, int(requeue_kind == "preempt"), juid),
-            )
-            self._event(db, juid, n, requeue_kind, final.value, "queued",
-                        f"{requeue_kind} in {requeue_after:.0f}s", now)
-            return State.QUEUED
-
-    def auto_retries(self, juid: str, kind: str = "retry") -> int:
-        """Automatic re-queues of KIND (``retry``, ``preempt``) since the user last re-queued
-        the job by hand."""
-        return self.db.execute(
-            "SELECT COUNT(*) FROM events WHERE juid = ? AND kind = ? AND id > "
-            "COALESCE((SELECT MAX(id) FROM events WHERE juid = ? AND kind = 'user'), 0)",
-            (juid, kind, juid),
-        ).fetchone()[0]
-
-    def get_attempt(self, juid: str, n: int) -> Attempt | None:
-        row = self.db.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE juid = ? AND n = ?", (juid, n)
-        ).fetchone()
-        return _attempt(row) if row else None
-
-    def attempts(self, juid: str) -> list[Attempt]:
-        rows = self.db.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE juid = ? ORDER BY n", (juid,)
-        )
-        return [_attempt(r) for r in rows]
-
-    def last_attempt_end(self, instance: str) -> float | None:
-        """When the last attempt that ran on INSTANCE ended (None: none has)."""
-        row = self.db.execute("SELECT MAX(ended_at) FROM attempts WHERE instance = ?",
-                              (instance,)).fetchone()
-        return row[0] if row else None
-
-    def live_attempts(self, instance: str | None = None) -> list[Attempt]:
-        sql = f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE state = 'live'"
-        args: tuple[Any, ...] = ()
-        if instance:
-            sql += " AND instance = ?"
-            args = (instance,)
-        return [_attempt(r) for r in self.db.execute(sql + " ORDER BY juid, n", args)]
-
-    # -- instances ----------------------------------------------------------------------
-
-    def record_instance(self, inst: Instance, reach: str | None = None,
-                        extra: dict[str, Any] | None = None, detail: str = "") -> bool:
-        """Record what a provider reports of INST: inserted when new, its state changed only
-        by a legal move (compare-and-set), with a row in ``instance_events`` per change of
-        state or reach. REACH is monkey's own view of its agent ("up", "unreachable",
-        "error"; None keeps the last); EXTRA replaces the stored extra when given (else the
-        instance's own). False when the move is illegal (nothing is written then)."""
-        now = time.time()
-        with self.tx() as db:
-            row = db.execute("SELECT state, reach FROM instances WHERE id = ?",
-                             (inst.id,)).fetchone()  # fmt: skip
-            extra_json = dumps(extra if extra is not None else inst.extra)
-            if row is None:
-                db.execute(
-                    "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
-                    "updated_at, name, address, size, spot, launched_at, reach, terminated_at, "
-                    "price) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (inst.id, inst.provider, str(inst.extra.get("kind", "")), inst.address or "",
-                     inst.state.value, extra_json, now, now, inst.name, inst.address, inst.size,
-                     int(inst.spot), inst.launched_at, reach or "",
-                     now if inst.state == InstanceState.TERMINATED else None, inst.price),
-                )  # fmt: skip
-                self._instance_event(db, inst.id, None, inst.state.value, detail or reach or "", now)
-                return True
-            old, old_reach = InstanceState(row[0]), row[1]
-            if old != inst.state and inst.state not in INSTANCE_TRANSITIONS[old]:
-                return False
-            db.execute(
-                "UPDATE instances SET state = ?, extra = ?, updated_at = ?, address = ?, "
-                "size = coalesce(?, size), spot = max(spot, ?), launched_at = coalesce(?, launched_at), "
-                "reach = ?, terminated_at = CASE WHEN ? = 'terminated' "
-                "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host), "
-                "price = coalesce(?, price) WHERE id = ?",
-                (inst.state.value, extra_json, now, inst.address, inst.size, int(inst.spot),
-                 inst.launched_at, reach if reach is not None else old_reach, inst.state.value,
-                 now, inst.address or "", inst.price, inst.id),
-            )  # fmt: skip
-            if old != inst.state or (reach is not None and reach != old_reach):
-                what = detail or (reach if reach is not None and reach != old_reach else "")
-                self._instance_event(db, inst.id, old.value, inst.state.value, what, now)
-            return True
-
-    @staticmethod
-    def _instance_event(db: sqlite3.Connection, instance: str, old: str | None, new: str,
-                        detail: str, now: float) -> None:
-        db.execute("INSERT INTO instance_events(instance, ts, old, new, detail) "
-                   "VALUES (?,?,?,?,?)", (instance, now, old, new, detail))  # fmt: skip
-
-    def set_instance_idle(self, id: str, since: float | None) -> None:
-        """When the instance last became idle (no live attempt), or None while busy."""
-        with self.tx() as db:
-            db.execute("UPDATE instances SET idle_since = ? WHERE id = ?", (since, id))
-
-    def instance_events(self, id: str) -> list[dict[str, Any]]:
-        """The state changes of one instance, oldest first."""
-        rows = self.db.execute("SELECT ts, old, new, detail FROM instance_events "
-                               "WHERE instance = ? ORDER BY id", (id,))  # fmt: skip
-        return [dict(zip(("ts", "old", "new", "detail"), r)) for r in rows]
-
-    def set_provider_error(self, provider: str, error: str | None) -> None:
-        """Why the provider cannot give the jobs waiting for it a machine (None: it can)."""
-        with self.tx() as db:
-            if error is None:
-                db.execute("DELETE FROM provider_status WHERE provider = ?", (provider,))
-            else:
-                db.execute("INSERT INTO provider_status(provider, error, since) VALUES (?,?,?) "
-                           "ON CONFLICT(provider) DO UPDATE SET error = excluded.error",
-                           (provider, error, time.time()))  # fmt: skip
-
-    def provider_error(self, provider: str) -> str | None:
-        row = self.db.execute("SELECT error FROM provider_status WHERE provider = ?",
-                              (provider,)).fetchone()  # fmt: skip
-        return row[0] if row else None
-
-    def instances(self, provider: str | None = None, live: bool = False) -> list[dict[str, Any]]:
-        """Recorded instances (of PROVIDER; only those not terminated with LIVE), by id."""
-        keys = ("id", "provider", "kind", "host", "state", "reach", "extra", "updated_at",
-                "name", "address", "size", "spot", "launched_at", "terminated_at",
-                "idle_since", "price")  # fmt: skip
-        sql = f"SELECT {', '.join(keys)} FROM instances WHERE 1"
-        args: list[Any] = []
-        if provider is not None:
-            sql += " AND provider = ?"
-            args.append(provider)
-        if live:
-            sql += " AND state != 'terminated'"
-        out = [dict(zip(keys, r)) for r in self.db.execute(sql + " ORDER BY id", args)]
-        for item in out:
-            item["extra"] = json.loads(item["extra"])
-            item["spot"] = bool(item["spot"])
-        return out
-
-    # -- blobs and the stat cache -------------------------------------------------------
-
-    @staticmethod
-    def _add_blobs(db: sqlite3.Connection, blobs: Iterable[BlobRow], now: float) -> None:
-        """Record BLOBS: (digest, size) or (digest, size, stamp), a stamp being the stat
-        (mtime_ns, ctime_ns, ino) of a blob whose bytes this process hashed (or None)."""
-        rows = [(b[0], b[1], now, *(b[2] if len(b) > 2 and b[2] else (None, None, None)),
-                 int(now * 1e9)) for b in blobs]
-        db.executemany(
-            "INSERT INTO blobs(digest, size, created_at, mtime_ns, ctime_ns, ino, checked_ns) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(digest) DO UPDATE SET "
-            "mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, ino = excluded.ino, "
-            "checked_ns = excluded.checked_ns WHERE excluded.ino IS NOT NULL",
-            rows,
-        )
-
-    def add_blobs(self, blobs: Iterable[BlobRow]) -> None:
-        """Record BLOBS (see `_add_blobs`)."""
-        with self.tx() as db:
-            self._add_blobs(db, blobs, time.time())
-
-    def blob_stamps(self, digests: Sequence[str]) -> dict[str, tuple[int, int, int, int, int]]:
-        """The recorded stamps of DIGESTS that have one: digest -> (size, mtime_ns, ctime_ns,
-        ino, checked_ns), checked_ns being when it was recorded."""
-        out: dict[str, tuple[int, int, int, int, int]] = {}
-        for start in range(0, len(digests), 500):
-            chunk = digests[start : start + 500]
-            for d, *stamp in self.db.execute(
-                "SELECT digest, size, mtime_ns, ctime_ns, ino, checked_ns FROM blobs "
-                f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})", chunk):
-                out[d] = tuple(stamp)  # type: ignore[assignment]
-        return out
-
-    def blob_count(self) -> tuple[int, int]:
-        """Number of blobs and their total size."""
-        count, size = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs").fetchone()
-        return count, size
-
-    def cached_digests(self, paths: list[str]) -> dict[str, tuple[int, int, int, str]]:
-        """Known (size, mtime_ns, ino, digest) of files, by absolute path."""
-        out: dict[str, tuple[int, int, int, str]] = {}
-        for start in range(0, len(paths), 500):
-            chunk = paths[start : start + 500]
-            rows = self.db.execute(
-                "SELECT path, size, mtime_ns, ino, digest FROM stat_cache "
-                f"WHERE path IN ({', '.join('?' * len(chunk))})",
-                chunk,
-            )
-            for path, size, mtime_ns, ino, digest in rows:
-                out[path] = (size, mtime_ns, ino, digest)
-        return out
-
-    def cache_digests(self, entries: Iterable[tuple[str, int, int, int, str]]) -> None:
-        entries = list(entries)
-        if not entries:
-            return
-        with self.tx() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ino, digest) "
-                "VALUES (?, ?, ?, ?, ?)",
-                entries,
-            )
 
 
 class Checkpointer:

@@ -23,6 +23,10 @@ _SQLITE_MESSAGES = {  # Python < 3.11 gives no error codes, only these texts
 }
 
 
+class IllegalTransition(MonkeyError):
+    """A state change the job model does not allow."""
+
+
 class StoreUnavailable(MonkeyError):
     """The store cannot be written for now; the same write may succeed later."""
 

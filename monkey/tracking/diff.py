@@ -6,7 +6,8 @@ import difflib
 from typing import Any
 
 from monkey.models import Job
-from monkey.snapshot import BlobStore, load_manifest
+from monkey.snapshot.blobs import BlobStore
+from monkey.snapshot.manifest import load_manifest
 from monkey.tracking.ingest import flatten
 
 MAX_DIFF_BYTES = 1 << 20  # larger files are reported as changed, not diffed

@@ -12,7 +12,7 @@ from monkey.models import MonkeyError
 if TYPE_CHECKING:
     from monkey.api import Submission
     from monkey.config import Home
-    from monkey.snapshot import BlobStore
+    from monkey.snapshot.blobs import BlobStore
     from monkey.store import Store
 
 Series = list[tuple[int | None, float, float]]
@@ -274,7 +274,7 @@ class TrackingAPI:
 
     def diff(self, ref_a: str, ref_b: str) -> dict[str, Any]:
         """What differs between two jobs (see ``monkey.tracking.diff.diff_jobs``)."""
-        from monkey.snapshot import BlobStore
+        from monkey.snapshot.blobs import BlobStore
         from monkey.tracking.diff import diff_jobs
         from monkey.tracking.packages import from_text
 

@@ -1,0 +1,52 @@
+"""Content-addressed code snapshots, dataset digests and git provenance.
+
+Every file is stored once as a read-only blob named by its blake3 digest at
+``blobs/D[:2]/D[2:]`` (the worker agent reads this layout). A snapshot or dataset is a
+manifest blob listing its files; the manifest's digest names the snapshot.
+
+Manifest format (JSON, compact separators, sorted keys, UTF-8/ASCII)::
+
+    {"files": [[path, digest, mode, size], ...]}    # sorted by path
+
+``path`` is POSIX and relative to the snapshot root, ``mode`` is ``st_mode & 0o777``,
+``size`` is in bytes. A symlink leading out of a code snapshot is an entry of mode
+``LINK_MODE`` (``S_IFLNK | 0o777``) whose blob holds the link's target; it is never
+followed. :func:`load_manifest` also accepts three-element entries (size 0).
+
+Blob contents always match their digest: a file is hashed from the bytes that were
+actually copied into the store, so an edit racing a snapshot can never corrupt a blob, and
+an edit after a snapshot never changes what a queued job runs.
+"""
+
+from __future__ import annotations
+
+from monkey.snapshot.blobs import BlobDamaged, BlobStore, hash_file
+from monkey.snapshot.datasets import dataset, dataset_name, parse_dataset_spec
+from monkey.snapshot.git import Folder, git_info, locate, repository_root
+from monkey.snapshot.manifest import (
+    LINK_MODE,
+    Dataset,
+    FileEntry,
+    Snapshot,
+    load_manifest,
+    snapshot_dir,
+)
+
+__all__ = [
+    "BlobDamaged",
+    "BlobStore",
+    "Dataset",
+    "FileEntry",
+    "Folder",
+    "LINK_MODE",
+    "Snapshot",
+    "dataset",
+    "git_info",
+    "hash_file",
+    "load_manifest",
+    "locate",
+    "dataset_name",
+    "parse_dataset_spec",
+    "repository_root",
+    "snapshot_dir",
+]

@@ -1,0 +1,82 @@
+"""Store queries of blobs and the stat cache: which blobs are stored (with the stamps of
+those a process hashed) and the known digests of files by path."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+# A blob to record: (digest, size), or (digest, size, stamp) where the stamp is the stat
+# (mtime_ns, ctime_ns, ino) of a blob whose bytes the recording process hashed, or None.
+BlobRow = tuple[str, int] | tuple[str, int, "tuple[int, int, int] | None"]
+
+
+class BlobRecords:
+    """Mixin of Store: the rows of ``blobs`` and ``stat_cache``."""
+
+    db: sqlite3.Connection
+
+    tx: Any  # Store.tx
+
+    @staticmethod
+    def _add_blobs(db: sqlite3.Connection, blobs: Iterable[BlobRow], now: float) -> None:
+        """Record BLOBS: (digest, size) or (digest, size, stamp), a stamp being the stat
+        (mtime_ns, ctime_ns, ino) of a blob whose bytes this process hashed (or None)."""
+        rows = [(b[0], b[1], now, *(b[2] if len(b) > 2 and b[2] else (None, None, None)),
+                 int(now * 1e9)) for b in blobs]
+        db.executemany(
+            "INSERT INTO blobs(digest, size, created_at, mtime_ns, ctime_ns, ino, checked_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(digest) DO UPDATE SET "
+            "mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, ino = excluded.ino, "
+            "checked_ns = excluded.checked_ns WHERE excluded.ino IS NOT NULL",
+            rows,
+        )
+
+    def add_blobs(self, blobs: Iterable[BlobRow]) -> None:
+        """Record BLOBS (see `_add_blobs`)."""
+        with self.tx() as db:
+            self._add_blobs(db, blobs, time.time())
+
+    def blob_stamps(self, digests: Sequence[str]) -> dict[str, tuple[int, int, int, int, int]]:
+        """The recorded stamps of DIGESTS that have one: digest -> (size, mtime_ns, ctime_ns,
+        ino, checked_ns), checked_ns being when it was recorded."""
+        out: dict[str, tuple[int, int, int, int, int]] = {}
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            for d, *stamp in self.db.execute(
+                "SELECT digest, size, mtime_ns, ctime_ns, ino, checked_ns FROM blobs "
+                f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})", chunk):
+                out[d] = tuple(stamp)  # type: ignore[assignment]
+        return out
+
+    def blob_count(self) -> tuple[int, int]:
+        """Number of blobs and their total size."""
+        count, size = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs").fetchone()
+        return count, size
+
+    def cached_digests(self, paths: list[str]) -> dict[str, tuple[int, int, int, str]]:
+        """Known (size, mtime_ns, ino, digest) of files, by absolute path."""
+        out: dict[str, tuple[int, int, int, str]] = {}
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            rows = self.db.execute(
+                "SELECT path, size, mtime_ns, ino, digest FROM stat_cache "
+                f"WHERE path IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for path, size, mtime_ns, ino, digest in rows:
+                out[path] = (size, mtime_ns, ino, digest)
+        return out
+
+    def cache_digests(self, entries: Iterable[tuple[str, int, int, int, str]]) -> None:
+        entries = list(entries)
+        if not entries:
+            return
+        with self.tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ino, digest) "
+                "VALUES (?, ?, ?, ?, ?)",
+                entries,
+            )
