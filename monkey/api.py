@@ -250,6 +250,53 @@ class Monkey:
         return {"attempt": a.n, "reason": a.reason,
                 "lines": text.decode(errors="replace").splitlines()}
 
+    def provider_status(self) -> dict[str, Any]:
+        """What `monkey list providers` shows: {"core": {"running", "pid"}, "providers": [{
+        "name", "type", "queued", "running", what its kind describes (slots, gpus, hosts, a
+        detail line), "error": why its waiting jobs get no machine}]}, providers by name."""
+        from monkey.core import daemon
+
+        counts: dict[str, dict[str, int]] = {}
+        for job in self.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
+            c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
+            c["queued" if job.state == State.QUEUED else "running"] += 1
+        running: dict[str, int] = {}
+        for instance, *_ in self.store.live_usage():
+            running[instance] = running.get(instance, 0) + 1
+        out = []
+        for name, cfg in sorted(self.providers.items()):
+            info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
+            instances = self.store.instances(name)
+            for inst in instances:
+                inst["running"] = running.get(inst["id"], 0)
+            info.update(driver_class(cfg.type).describe(cfg, instances))
+            error = self.store.provider_error(name)
+            if error:  # why the jobs waiting for it get no machine
+                info["error"] = error
+            out.append(info)
+        pid = daemon.status(self.home)
+        return {"core": {"running": bool(pid), "pid": pid}, "providers": out}
+
+    def check_provider(self, name: str) -> list[dict[str, Any]]:
+        """Reach every host of SSH provider NAME now (`monkey provider check`): one report per
+        host ({"instance", "host", "error", "slots", "gpus", "memory"}), each host's reach
+        recorded as the core would."""
+        from monkey.drivers import get_driver
+
+        config = self.providers.get(name)
+        if config is None:
+            raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
+        if config.type != "ssh":
+            raise MonkeyError(f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers")
+        driver = get_driver(config, self.home)
+        try:
+            report = driver.check()
+            for inst, reach, extra in driver.changes():
+                self.store.record_instance(inst, reach=reach, extra=extra)
+        finally:
+            driver.close()
+        return report
+
     def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated
         (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
