@@ -2,131 +2,54 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import platform
-import re
-import secrets as _secrets
 import shlex
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from monkey.config import Home, ProviderConfig
 from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
+from monkey.handles import Job
 from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.models import (
     LIVE,
-    REDACTED,
+    REDACTED,  # noqa: F401 (the dashboard imports it from here)
     TERMINAL,
     Attempt,
     MonkeyError,
     Request,
-    Resources,
     State,
-    dumps,
-    is_secret,
     is_secret_name,  # noqa: F401 (the dashboard imports it from here)
-    parse_duration,
-    parse_size,
 )
 from monkey.models import Job as JobRecord
-from monkey.rerun import RerunAPI
+from monkey.rerun import Reruns
 from monkey.store import Store
-from monkey.store.errors import disk_full, is_no_space
-from monkey.tracking.facade import TrackingAPI
+from monkey.submit import Submitter, default_name, wake
+from monkey.tracking.facade import Sweeps, Tracking
 
-# Variables that define the software environment a job was submitted from.
-CAPTURED_ENV = (
-    "PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
-    "LD_LIBRARY_PATH", "CUDA_HOME",
-)  # fmt: skip
-MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PYTHONS = re.compile(r"^python[0-9.]*$")
+if TYPE_CHECKING:
+    from monkey.snapshot.blobs import BlobStore
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-@dataclass
-class Submission:
-    """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
-    job.yml's name, the secret environment values and, once written, their file's name."""
+def _to(part: str, method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
+    """A ``Monkey`` method that calls METHOD of its part ``self.<PART>`` (a ``Reruns``,
+    ``Sweeps`` or ``Tracking``), with METHOD's signature and docstring."""
 
-    name: str | None
-    fields: dict[str, Any]
-    secrets: dict[str, str]
-    secrets_ref: str | None = None
+    @functools.wraps(method)
+    def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(getattr(self, part), *args, **kwargs)
 
-
-class Job:
-    """A handle on one job; its fields are read fresh from the store on each access."""
-
-    def __init__(self, monkey: Monkey, juid: str) -> None:
-        self.monkey = monkey
-        self.juid = juid
-
-    def __repr__(self) -> str:
-        return f"<Job {self.juid} {self.status.value}>"
-
-    @property
-    def record(self) -> JobRecord:
-        job = self.monkey.store.get_job(self.juid)
-        assert job is not None
-        return job
-
-    @property
-    def status(self) -> State:
-        return self.record.state
-
-    @property
-    def exit_code(self) -> int | None:
-        return self.record.exit_code
-
-    def attempts(self) -> list[Attempt]:
-        return self.monkey.store.attempts(self.juid)
-
-    def wait(self, timeout: float | None = None, poll: float = 1.0) -> State:
-        """Block until the job ends (a retry pending is not an end); return its state.
-
-        Woken by each write to the store (see ``monkey.logfiles.Follower``), and at least
-        every ``poll`` seconds. Keeps a core serving meanwhile (starting it again if it dies):
-        without one the job would never end."""
-        from monkey.core.daemon import Keeper
-
-        keeper = Keeper(self.monkey.home)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        follower = None
-        try:
-            while True:
-                state = self.status
-                if state in TERMINAL or state == State.PAUSED:
-                    return state
-                keeper.check()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left < 0:
-                    raise TimeoutError(f"job {self.juid} still {state.value} after {timeout}s")
-                if follower is None:
-                    follower = self.monkey.store_follower()
-                    continue  # look again: a change before the watch began is not missed
-                follower.wait(poll if left is None else min(poll, left))
-        finally:
-            if follower is not None:
-                follower.close()
-
-    def logs(self, stderr: bool = False, tail: int | None = None) -> str:
-        """The job's output so far (all attempts), or its last ``tail`` lines."""
-        return self.monkey.logs(self.juid, stderr=stderr, tail=tail).decode(errors="replace")
-
-    def cancel(self) -> State:
-        return self.monkey.cancel(self.juid)
-
-    def rerun(self, **options: Any) -> Job:
-        """Queue this job again from its record (see ``Monkey.rerun``)."""
-        return self.monkey.rerun(self.juid, **options)
+    return call
 
 
-class Monkey(RerunAPI, TrackingAPI):
+class Monkey:
     """Submit, inspect and control jobs. Every UI goes through this class."""
 
     def __init__(self, home: str | os.PathLike[str] | Home | None = None) -> None:
@@ -134,6 +57,11 @@ class Monkey(RerunAPI, TrackingAPI):
         self.store = Store(self.home.db)
         self._providers: dict[str, ProviderConfig] | None = None
         self._providers_stamp: tuple[int, int] | None = None
+        # The parts it delegates to: one submission path for run, sweep and rerun.
+        self._submitter = Submitter(self.home, self.store, lambda: self.providers)
+        self._reruns = Reruns(self.home, self.store, self._submitter)
+        self._sweeps = Sweeps(self.home, self.store, self._submitter, self._control)
+        self._tracking = Tracking(self.home, self.store, self._sweeps)
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -191,8 +119,8 @@ class Monkey(RerunAPI, TrackingAPI):
                               "receive; remove it")
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
-        with self._blobs().lease():  # no gc deletes a blob the job counts on till it is recorded
-            sub = self._submission(
+        with self._submitter.blobs().lease():  # no gc deletes a blob the job counts on till it is recorded
+            sub = self._submitter.prepare(
                 provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
                 outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir,
                 job_yml=job_yml, yes=yes,
@@ -201,181 +129,53 @@ class Monkey(RerunAPI, TrackingAPI):
                 from monkey.rerun import command_values
 
                 params = command_values(argv)
-            [juid] = self._record(sub, [(argv, name or sub.name or _default_name(argv), params or {})],
+            [juid] = self._submitter.record(sub, [(argv, name or sub.name or default_name(argv), params or {})],
                                   sweep=sweep)  # fmt: skip
         if start_core:
             self.wake(queued=f"job {juid}")
         return Job(self, juid)
 
-    def _submission(
-        self,
-        *,
-        provider: str = "local",
-        cpus: int = 1,
-        gpus: int = 0,
-        memory: str | None = None,
-        host: str | None = None,
-        time: str | int | None = None,
-        outputs: str | Iterable[str] = (),
-        retries: int = 0,
-        datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
-        env: dict[str, str] | str | Iterable[str] | None = None,
-        workdir: str | os.PathLike[str] | None = None,
-        job_yml: str | os.PathLike[str] | bool | None = None,
-        yes: bool = False,
-    ) -> Submission:
-        """Check the options and store the code, data and environment the jobs of one
-        submission share (done once for a whole sweep)."""
-        from monkey import jobspec, snapshot
+    def rerun(self, ref: str, *, set: Mapping[str, Any] | Iterable[str] | None = None,
+              provider: str | None = None, cpus: int | None = None, gpus: int | None = None,
+              memory: str | None = None, time: str | int | None = None,
+              name: str | None = None, start_core: bool = True) -> Job:
+        """Queue job REF again from its record alone: the same code, data, job.yml, env and
+        command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
+        optionally another provider or resources (``time``: the time limit, as ``run``'s).
+        Returns the new job at once (see ``monkey.rerun``)."""
+        return Job(self, self._reruns.rerun(ref, set=set, provider=provider, cpus=cpus, gpus=gpus,
+                                            memory=memory, time=time, name=name,
+                                            start_core=start_core))
 
-        resources = self._resources(provider, cpus, gpus, memory, host, time)
-        # A lone string is one glob / one dataset, not a sequence of one-letter ones.
-        outputs = [_check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
-        one = isinstance(datasets, (str, os.PathLike))
-        datasets = [os.fspath(d) for d in ([datasets] if one else datasets)]
-        if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-            raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
-        root = os.path.expanduser(workdir) if workdir else os.getcwd()
-        job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
-        js = jobspec.load(job_file) if job_file else None
-        subdir = ""
-        # Resolved and its repository found once, for the snapshot, git and the record.
-        folder = snapshot.locate(js.code_root if js is not None else workdir or None)
-        if js is not None:  # the file's values first, so that arguments override them
-            given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
-            env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
-        elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
-            folder, subdir = snapshot.repository_root(folder)
-            outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
-        plain_env, secret_env = self._split_env(env)
-        blobs = self._blobs()
-        # The job.yml stored with the code holds no env values: they reach the job as env.
-        hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
-        snap = snapshot.snapshot_dir(folder, blobs, self.store, js.snapshot_ignore() if js else (),
-                                     replace=hidden, yes=yes)
-        new_blobs = list(snap.new_blobs)
-        spec_record = None
-        if js is not None:
-            spec_record, spec_blobs = jobspec.resolve(
-                js, snap.files, blobs, self.store, provider,
-                driver_class(self.providers[provider].type).job_options)
-            new_blobs += spec_blobs
-        recorded_datasets = []
-        seen: set[str] = set()
-        for spec in datasets:
-            ds = snapshot.dataset(spec, blobs, self.store, yes=yes)  # a path as typed: from the current folder
-            if ds.name in seen:
-                raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
-            seen.add(ds.name)
-            new_blobs += ds.new_blobs
-            recorded_datasets.append(
-                {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
-                 "source": spec}
-            )  # fmt: skip
-        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if hidden else ())
-        if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
-            git = {**git, "subdir": subdir}
-        new_blobs += git_blobs
-        packages = self._packages(blobs)
-        new_blobs.append(packages)
-        return Submission(
-            name=js.name if js is not None else None,
-            fields={
-                "provider": provider, "resources": resources,
-                "env": {**plain_env, **{k: REDACTED for k in secret_env}},
-                "snapshot": snap.digest, "workdir": folder.path,
-                "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
-                "retries": retries, "blobs": self._blobs().stamped(new_blobs), "spec": spec_record,
-                "outputs": outputs, "packages": packages[0],
-            },
-            secrets=secret_env,
-        )  # fmt: skip
+    # Delegated: reruns of sweeps and the code as a job saw it (``monkey.rerun.Reruns``),
+    # sweeps (``monkey.tracking.facade.Sweeps``), metrics, comparisons, plots, reports and
+    # exports (``monkey.tracking.facade.Tracking``).
+    rerun_sweep = _to("_reruns", Reruns.rerun_sweep)
+    files = _to("_reruns", Reruns.files)
+    cat = _to("_reruns", Reruns.cat)
+    clone = _to("_reruns", Reruns.clone)
+    sweep = _to("_sweeps", Sweeps.sweep)
+    sweeps = _to("_sweeps", Sweeps.sweeps)
+    sweep_status = _to("_sweeps", Sweeps.sweep_status)
+    sweep_control = _to("_sweeps", Sweeps.sweep_control)
+    metrics = _to("_tracking", Tracking.metrics)
+    metric_names = _to("_tracking", Tracking.metric_names)
+    compare = _to("_tracking", Tracking.compare)
+    diff = _to("_tracking", Tracking.diff)
+    plot = _to("_tracking", Tracking.plot)
+    chart_data = _to("_tracking", Tracking.chart_data)
+    sweep_analysis = _to("_tracking", Tracking.sweep_analysis)
+    report = _to("_tracking", Tracking.report)
+    export = _to("_tracking", Tracking.export)
 
-    def _record(self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]],
-                **fields: Any) -> list[str]:
-        """Record one job per (argv, name, params) cell in one transaction; the secret values
-        go to a 0600 file first, removed again when nothing refers to it."""
-        secrets_ref = sub.secrets_ref
-        if sub.secrets and secrets_ref is None:
-            secrets_ref = self._write_secrets(sub.secrets)
-        try:
-            juids = self.store.create_jobs(cells, secrets=secrets_ref, **sub.fields, **fields)
-        except BaseException:
-            if secrets_ref != sub.secrets_ref:
-                (self.home.secrets / secrets_ref).unlink(missing_ok=True)
-            raise
-        sub.secrets_ref = secrets_ref
-        return juids
-
-    def _resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
-                   host: str | None = None, time: str | int | None = None) -> Resources:
-        config = self.providers.get(provider)
-        if config is None:
-            names = ", ".join(sorted(self.providers))
-            raise MonkeyError(
-                f"unknown provider {provider!r}; configured: {names} (add it to {self.home.providers_file})"
-            )
-        for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
-        if memory is not None:
-            parse_size(memory)  # refuse "lots" now, not when placing
-        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host,
-                              time=parse_duration(time) if time is not None else None)
-        why = driver_class(config.type).never_fits(config, resources)
-        if why:
-            raise MonkeyError(why)
-        return resources
-
-    @staticmethod
-    def _split_env(env: dict[str, str] | str | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
-        given: dict[str, str] = {}
-        if isinstance(env, dict):
-            given = {str(k): str(v) for k, v in env.items()}
-        elif env:
-            for item in [env] if isinstance(env, str) else env:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise MonkeyError(f"--env {item!r} is not KEY=VALUE; write e.g. --env SEED=1")
-                given[key] = value
-        for key, value in given.items():
-            if not _ENV_NAME.match(key):
-                raise MonkeyError(f"--env name {key!r} is not a valid variable name")
-            if "\0" in value:
-                raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
-                                  "program can receive; remove it")
-        plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
-        secret: dict[str, str] = {}
-        for key, value in given.items():
-            (secret if is_secret(key, value) else plain)[key] = value
-        return plain, secret
-
-    def _write_secrets(self, values: dict[str, str]) -> str:
-        ref = _secrets.token_hex(16) + ".json"
-        path = self.home.secrets / ref
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(dumps(values))
-        except OSError as exc:
-            path.unlink()
-            if is_no_space(exc):
-                raise disk_full(self.home.secrets) from None
-            raise
-        return ref
+    def _blobs(self) -> BlobStore:
+        """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
+        return self._submitter.blobs()
 
     def wake(self, queued: str | None = None) -> None:
-        """Tell the core there is work, starting it when it is not running; MonkeyError when
-        it cannot start. QUEUED names what was just recorded (e.g. "job 26-11-21-001"), which
-        stays queued for the core's next start, as the error says."""
-        from monkey.core import daemon
-
-        try:
-            daemon.wake(self.home)
-        except MonkeyError as exc:
-            if queued is None:
-                raise
-            raise MonkeyError(f"{queued} is queued, but {exc}") from None
+        """Tell the core there is work, starting it when it is not running (see
+        ``monkey.submit.wake``)."""
+        wake(self.home, queued)
 
     # -- read ---------------------------------------------------------------------------
 
@@ -449,6 +249,53 @@ class Monkey(RerunAPI, TrackingAPI):
         text = b"".join(self.output_chunks(job.juid, attempt=a.n, tail=lines, marks=False))
         return {"attempt": a.n, "reason": a.reason,
                 "lines": text.decode(errors="replace").splitlines()}
+
+    def provider_status(self) -> dict[str, Any]:
+        """What `monkey list providers` shows: {"core": {"running", "pid"}, "providers": [{
+        "name", "type", "queued", "running", what its kind describes (slots, gpus, hosts, a
+        detail line), "error": why its waiting jobs get no machine}]}, providers by name."""
+        from monkey.core import daemon
+
+        counts: dict[str, dict[str, int]] = {}
+        for job in self.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
+            c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
+            c["queued" if job.state == State.QUEUED else "running"] += 1
+        running: dict[str, int] = {}
+        for instance, *_ in self.store.live_usage():
+            running[instance] = running.get(instance, 0) + 1
+        out = []
+        for name, cfg in sorted(self.providers.items()):
+            info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
+            instances = self.store.instances(name)
+            for inst in instances:
+                inst["running"] = running.get(inst["id"], 0)
+            info.update(driver_class(cfg.type).describe(cfg, instances))
+            error = self.store.provider_error(name)
+            if error:  # why the jobs waiting for it get no machine
+                info["error"] = error
+            out.append(info)
+        pid = daemon.status(self.home)
+        return {"core": {"running": bool(pid), "pid": pid}, "providers": out}
+
+    def check_provider(self, name: str) -> list[dict[str, Any]]:
+        """Reach every host of SSH provider NAME now (`monkey provider check`): one report per
+        host ({"instance", "host", "error", "slots", "gpus", "memory"}), each host's reach
+        recorded as the core would."""
+        from monkey.drivers import get_driver
+
+        config = self.providers.get(name)
+        if config is None:
+            raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
+        if config.type != "ssh":
+            raise MonkeyError(f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers")
+        driver = get_driver(config, self.home)
+        try:
+            report = driver.check()
+            for inst, reach, extra in driver.changes():
+                self.store.record_instance(inst, reach=reach, extra=extra)
+        finally:
+            driver.close()
+        return report
 
     def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated
@@ -786,25 +633,3 @@ class Monkey(RerunAPI, TrackingAPI):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
         return State.QUEUED
-
-
-def _check_output_glob(pattern: str) -> str:
-    """An --outputs glob, refused when it could reach outside the job's folder."""
-    parts = pattern.split("/")
-    if not pattern or pattern.startswith("/") or ".." in parts or "\0" in pattern:
-        raise MonkeyError(f"--outputs {pattern!r}: give a glob relative to the job's folder, "
-                          "e.g. --outputs 'results/*.csv'")
-    return pattern
-
-
-def _default_name(argv: list[str]) -> str:
-    """A readable name: the script or module a Python command runs, else the program."""
-    first = Path(argv[0]).name
-    if _PYTHONS.match(first):
-        args = argv[1:]
-        if "-m" in args and args.index("-m") + 1 < len(args):
-            return args[args.index("-m") + 1]
-        scripts = [a for a in args if a.endswith(".py")]
-        if scripts and "-c" not in args:
-            return Path(scripts[0]).stem
-    return first

@@ -252,6 +252,7 @@ class Ending(str, enum.Enum):
     TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
     PREEMPTED = "preempted"  # a spot/preemption notice stopped it, or the cloud reclaimed it
     TIMEOUT = "timeout"  # its time limit (`run --time`) was reached: the agent stopped it
+    SPAWN = "spawn"  # its command could not be run (not found: code 127; not executable: 126)
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Ending:

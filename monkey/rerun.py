@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import Job as JobRecord
+from monkey.submit import wake
 
 if TYPE_CHECKING:
-    from monkey.api import Job
     from monkey.config import Home
     from monkey.snapshot.blobs import BlobStore
     from monkey.snapshot.manifest import FileEntry
     from monkey.store import Store
+    from monkey.submit import Submitter
 
 _KV = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.DOTALL)
 _FLAG = re.compile(r"--([A-Za-z_][A-Za-z0-9_.-]*)(=(.*))?", re.DOTALL)
@@ -288,20 +289,16 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
 # -- the API ----------------------------------------------------------------------------
 
 
-class RerunAPI:
-    """rerun, rerun_sweep, clone, files and cat (mixed into ``monkey.api.Monkey``)."""
+class Reruns:
+    """rerun, rerun_sweep, clone, files and cat (``monkey.api.Monkey`` delegates to it)."""
 
-    store: Store
-    home: Home
-    _blob_store: BlobStore | None = None
+    def __init__(self, home: Home, store: Store, submitter: Submitter) -> None:
+        self.home = home
+        self.store = store
+        self.submitter = submitter
 
     def _blobs(self) -> BlobStore:
-        """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
-        if self._blob_store is None:
-            from monkey.snapshot.blobs import BlobStore
-
-            self._blob_store = BlobStore(self.home.blobs)
-        return self._blob_store
+        return self.submitter.blobs()
 
     def _job_record(self, ref: str) -> JobRecord:
         job = self.store.get_job(self.store.resolve(ref))
@@ -325,7 +322,7 @@ class RerunAPI:
                 templates[job.sweep or ""] = found["spec"].get("command") if found else None
             argv, params, changed = apply_sets(job, sets, templates.get(job.sweep or ""))
             where = provider or job.provider
-            resources = self._resources(  # type: ignore[attr-defined]
+            resources = self.submitter.resources(
                 where, job.resources.cpus if cpus is None else cpus,
                 job.resources.gpus if gpus is None else gpus,
                 job.resources.memory if memory is None else memory,
@@ -344,7 +341,7 @@ class RerunAPI:
                 changes["resources"] = moved
             if name != job.name:
                 changes["name"] = [job.name, name]
-            fields = {
+            fields: dict[str, Any] = {
                 "provider": where, "resources": resources, "env": job.env,
                 "snapshot": job.snapshot, "workdir": job.workdir, "datasets": job.datasets,
                 "git": job.git, "python": job.python, "retries": job.retries,
@@ -364,13 +361,11 @@ class RerunAPI:
     def rerun(self, ref: str, *, set: Mapping[str, Any] | Iterable[str] | None = None,
               provider: str | None = None, cpus: int | None = None, gpus: int | None = None,
               memory: str | None = None, time: str | int | None = None,
-              name: str | None = None, start_core: bool = True) -> Job:
+              name: str | None = None, start_core: bool = True) -> str:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
         optionally another provider or resources (``time``: the time limit, as ``run``'s).
-        Returns the new job at once."""
-        from monkey.api import Job
-
+        Returns the new job's id at once."""
         job = self._job_record(ref)
         if start_core:
             self.home.socket_path("core")
@@ -379,8 +374,8 @@ class RerunAPI:
                                        gpus=gpus, memory=memory, time=time,
                                        names=[name or job.name], sweep=None, held=False)  # fmt: skip
         if start_core:
-            self.wake(queued=f"job {juid}")  # type: ignore[attr-defined]
-        return Job(self, juid)  # type: ignore[arg-type]
+            wake(self.home, queued=f"job {juid}")
+        return juid
 
     def rerun_sweep(self, ref: str, *, failed: bool = False, cells: Iterable[int] | None = None,
                     set: Mapping[str, Any] | Iterable[str] | None = None,
@@ -440,7 +435,7 @@ class RerunAPI:
         assert record is not None
         sweeps.advance(self.store, record)
         if start_core:
-            self.wake(queued=f"sweep {target}")  # type: ignore[attr-defined]
+            wake(self.home, queued=f"sweep {target}")
         return target
 
     # -- the code as the job saw it -------------------------------------------------------

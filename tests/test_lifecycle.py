@@ -370,6 +370,46 @@ def test_a_missing_command_is_named_in_plain_words(cli, home):
     assert err == "monkey: command not found: nosuchcommand-xyz (not on the job's PATH, or not executable)\n"
 
 
+def test_a_command_that_cannot_start_fails_at_once_and_says_why(cli, home, monkey):
+    """A missing command (127) or a script without its x bit (126) never started: retrying
+    it would fail the same way, so --retries is not spent on it, and the reason says so."""
+    missing = monkey.run(["nosuchcommand-xyz", "--lr", "0.1"], retries=2)
+    assert missing.wait(timeout=60) == State.FAILED
+    assert [(a.n, a.exit_code) for a in missing.attempts()] == [(1, 127)]
+    assert missing.record.reason == ("failed to start: command not found: nosuchcommand-xyz "
+                                     "(not on the job's PATH, or not executable)")
+    assert "retry" not in [e["kind"] for e in monkey.store.events(missing.juid)]
+    shown = json.loads(cli("info", "job", missing.juid, "--json", check=True).stdout)
+    assert shown["reason"] == missing.record.reason
+
+    Path("train.sh").write_text("#!/bin/sh\necho trained\n")  # no x bit
+    script = monkey.run(["./train.sh"], retries=2)
+    assert script.wait(timeout=60) == State.FAILED
+    assert [a.exit_code for a in script.attempts()] == [126]
+    assert script.record.reason == ("failed to start: not executable: ./train.sh (a folder, "
+                                    "or a file without its x bit: chmod +x it)")
+    assert script.logs(stderr=True) == ("monkey: not executable: ./train.sh (a folder, or a file "
+                                        "without its x bit: chmod +x it)\n")
+
+
+def test_a_script_that_exits_127_itself_is_retried_as_any_failure(monkey):
+    """Only the wrapper marks a command it could not run: the job's own `exit 127` (a
+    command missing inside a script that did start) is an ordinary failure."""
+    job = monkey.run(["sh", "-c", "nosuchcommand-xyz"], retries=1)
+    assert job.wait(timeout=60) == State.FAILED
+    assert [a.exit_code for a in job.attempts()] == [127, 127]
+    assert job.record.reason == "exit 127"
+
+
+def test_a_job_yml_job_whose_command_is_missing_fails_to_start(monkey):
+    """The same through the launcher (a job.yml with persisted folders)."""
+    Path("job.yml").write_text("name: t\npersist:\n  - name: out\n    path: out\n")
+    job = monkey.run(["nosuchcommand-xyz"], retries=2)
+    assert job.wait(timeout=60) == State.FAILED
+    assert [a.exit_code for a in job.attempts()] == [127]
+    assert job.record.reason.startswith("failed to start: command not found: nosuchcommand-xyz")
+
+
 def test_a_job_whose_inputs_cannot_be_prepared_fails_after_three_tries(monkey, home, cli):
     """A cause that lasts (here a file where the job's checkpoint folder goes) fails the job
     with why, after a few tries; it never spins through thousands of attempts."""

@@ -110,7 +110,8 @@ signal; ``signal`` is then the signal that ended it when known (from the wait st
 code - 128 for a code above 128, e.g. a job that dies of SIGTERM has code 143 and signal
 15; else the agent's last signal).
 ``vanished``: an adopted job gone without an exit code in its claim. ``setup``: the
-set-up failed (``setup.failed`` holds ``error``) and the job never ran. When a job's wrapper ends,
+set-up failed (``setup.failed`` holds ``error``) and the job never ran. ``spawn``: its command
+could not be run (code 127: not found; 126: not executable; the claim holds a "spawn" line). When a job's wrapper ends,
 every process the job left is SIGKILLed: its cgroup (v2, its own while it runs, under the
 agent's own, when the agent may make them), else its session, its process group, the
 processes that carry its MONKEY_STARTED_FILE in their environment and all their
@@ -251,14 +252,20 @@ def code_digest() -> str:
 # claim, a line "exit CODE" (a file more per job would cost more than the append). Only
 # shell built-ins run around the job: an extra process per job would double the cost of
 # short jobs. The agent reads the code only once the shell has exited, so it is complete then.
+# A command that cannot be run (not found: 127; a path not executable: 126) adds a line
+# "spawn" before the exit line: it never started, and the core does not retry it.
 WRAPPER = (
     'cd -P -- "$1" 2>/dev/null || { echo "monkey: cannot enter the job\'s folder $1" >&2; exit 126; }; shift; '
     'set -C; { echo "$$" > "$MONKEY_STARTED_FILE"; } 2>/dev/null || exit 125; set +C; '
     'if [ -n "$MONKEY_CGROUP" ]; then { echo 0 > "$MONKEY_CGROUP/cgroup.procs"; } 2>/dev/null; fi; '
     'trap : TERM INT HUP; '
-    'if command -v "$1" >/dev/null 2>&1; then "$@"; rc=$?; '
-    'else echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
-    'rc=127; fi; '
+    'if ! command -v "$1" >/dev/null 2>&1; then rc=127; '
+    'echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
+    'echo spawn >> "$MONKEY_STARTED_FILE"; '
+    'elif [ "${1#*/}" != "$1" ] && { [ -d "$1" ] || [ ! -x "$1" ]; }; then rc=126; '
+    'echo "monkey: not executable: $1 (a folder, or a file without its x bit: chmod +x it)" >&2; '
+    'echo spawn >> "$MONKEY_STARTED_FILE"; '
+    'else "$@"; rc=$?; fi; '
     'trap "" TERM INT HUP; echo "exit $rc" >> "$MONKEY_STARTED_FILE"; exit "$rc"'
 )
 # How a wrapper's /proc/PID/cmdline starts (``_spawn``'s argv up to the job's folder).
@@ -2807,6 +2814,8 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
         return {"code": code, "signal": sig, "reason": "killed"}
     if code is None:
         return {"code": None, "signal": None, "reason": "vanished"}
+    if code in (126, 127) and b"spawn" in (read_small(os.path.join(job.run_dir, STARTED)) or b"").split(b"\n"):
+        return {"code": code, "signal": None, "reason": "spawn"}  # the command never started
     if code != 1:  # launcher.py exits 1 when the set-up failed
         return {"code": code, "signal": None, "reason": "exited"}
     try:

@@ -33,6 +33,7 @@ core sees the exit once the progress is safe. A save is built beside the previou
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import hashlib
@@ -242,6 +243,18 @@ def save_persisted(cfg: dict[str, Any], log: BinaryIO) -> None:
 # ---------------------------------------------------------------- main
 
 
+def _not_started(program: str, error: OSError) -> int:
+    """Say that PROGRAM could not be run and mark the claim as the wrapper does (a line
+    "spawn": the job never started); the exit code: 126 not executable, else 127."""
+    sys.stderr.write(f"monkey-job: {program}: {error.strerror}\n")
+    try:
+        with open(os.environ["MONKEY_STARTED_FILE"], "a") as f:
+            f.write("spawn\n")
+    except (KeyError, OSError):
+        pass
+    return 126 if error.errno in (errno.EACCES, errno.EISDIR, errno.ENOEXEC) else 127
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         sys.stderr.write("usage: launcher.py LAUNCH_JSON -- ARGV...\n")
@@ -277,13 +290,11 @@ def main(argv: list[str]) -> int:
             try:
                 os.execvpe(cmd[0], cmd, env)
             except OSError as e:
-                sys.stderr.write(f"monkey-job: {cmd[0]}: {e.strerror}\n")
-                return 127
+                return _not_started(cmd[0], e)
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
         except OSError as e:
-            sys.stderr.write(f"monkey-job: {cmd[0]}: {e.strerror}\n")
-            return 127
+            return _not_started(cmd[0], e)
         try:
             interval = float(os.environ.get("MONKEY_PERSIST_INTERVAL", "60"))
         except ValueError:

@@ -16,6 +16,8 @@ from typing import Any
 
 from monkey.config import Home, ProviderConfig
 from monkey.core.cleanup import HostChores
+from monkey.core.endings import Facts, decide
+from monkey.core.endings import span as _span
 from monkey.core.outage import Outage
 from monkey.core.placement import Usage, place
 from monkey.core.presence import Presence
@@ -34,9 +36,7 @@ from monkey.models import (
     Request,
     Resources,
     State,
-    format_duration,
     parse_size,
-    retry_delay,
 )
 from monkey.snapshot.blobs import BlobDamaged, BlobStore
 from monkey.store import Store
@@ -90,16 +90,6 @@ def bind_wake_socket(home: Home) -> socket.socket:
     os.chmod(path, 0o600)
     sock.setblocking(False)
     return sock
-
-
-def _span(seconds: float) -> str:
-    """A length of time as 45s, 12m 5s, 3h 20m."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60}s" if whole % 60 else f"{whole // 60}m"
-    return f"{whole // 3600}h {whole % 3600 // 60}m" if whole % 3600 // 60 else f"{whole // 3600}h"
 
 
 def _mtime(path: os.PathLike[str]) -> tuple[int, int, int]:
@@ -678,51 +668,24 @@ class Core:
         job = job or self.store.get_job(juid)
         if job is None:
             return
-        code, sig, why = event.get("code"), event.get("signal"), Ending.of(event)
-        requeue = None
-        if job.request == Request.CANCEL.value:
-            final, reason = State.CANCELLED, "cancelled by user"
-        elif job.request == Request.PAUSE.value:
-            final, reason = State.PAUSED, "paused by user"
-        elif why == Ending.VANISHED:
-            final, reason = State.LOST, "process vanished"
-        elif why == Ending.SILENT:
-            final, reason = State.LOST, (f"its instance was unreachable for {_span(event['silence'])} "
-                                         f"(lost_after {_span(event.get('lost_after') or 0)})")
-        elif why == Ending.TERMINATED:
-            final, reason = State.LOST, "its instance was terminated"
-        elif why == Ending.PREEMPTED:
-            final = State.PREEMPTED
-            reason, again = self._preempted(job, event)
-            requeue = 0.0 if again else None
-        elif why == Ending.TIMEOUT:
-            final = State.FAILED
-            reason = f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached"
-        elif why == Ending.SETUP:  # not retried: the same inputs would fail the same way
-            final = State.FAILED
-            reason = f"setup: {event.get('error')}; see `monkey logs --setup {juid}`"
-        elif code == 0:
-            final, reason = State.SUCCEEDED, "exit 0"
-        else:
-            final = State.FAILED
-            reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
-            disk = event.get("disk")
-            drv = self.drivers.get(key[0])
-            if isinstance(disk, dict) and drv is not None and drv.kind != "local":
-                reason += f"; disk full on {key[1]} at {disk.get('path')} ({disk.get('free')} bytes free)"
-            else:
-                reason += self.outage.job_note(self.home.run_dir(juid, n))
-        if final in (State.FAILED, State.LOST) and why != Ending.SETUP:
-            done = self.store.auto_retries(juid)
-            if done < job.retries:
-                requeue = retry_delay(done + 1)
+        why = Ending.of(event)
+        drv = self.drivers.get(key[0])
+        remote = drv is not None and drv.kind != "local"
+        config = self.providers.get(job.provider)
+        facts = Facts(
+            retries_done=self.store.auto_retries(juid) if job.retries else 0,
+            preemptions=self.store.auto_retries(juid, "preempt") if why == Ending.PREEMPTED else 0,
+            max_preemptions=int(config.options.get("max_preemptions", MAX_PREEMPTIONS)) if config else MAX_PREEMPTIONS,
+            remote=remote, host=key[1],
+            note=self.outage.job_note(self.home.run_dir(juid, n)) if event.get("code") != 0 else "",
+        )  # fmt: skip
+        end = decide(job, event, facts)
         # The agent's time of the exit: a job that ended while the core was down did not
         # run until the core came back.
-        self.store.end_attempt(juid, n, final=final, exit_code=code, signal=sig,
-                               reason=reason, requeue_after=requeue, offset=offset,
-                               now=event.get("ts"), requeue_kind="preempt"
-                               if final == State.PREEMPTED else "retry",
-                               adrift=why == Ending.SILENT)  # fmt: skip
+        self.store.end_attempt(juid, n, final=end.final, exit_code=event.get("code"),
+                               signal=event.get("signal"), reason=end.reason,
+                               requeue_after=end.requeue, offset=offset, now=event.get("ts"),
+                               requeue_kind=end.requeue_kind, adrift=why == Ending.SILENT)
         self.signalled.pop((juid, n), None)
 
     def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
@@ -751,22 +714,6 @@ class Core:
     def _lost_after(self, provider: str) -> float:
         config = self.providers.get(provider)
         return (lost_after(config.options) if config else None) or LOST_AFTER
-
-    def _preempted(self, job: Job, event: dict[str, Any]) -> tuple[str, bool]:
-        """The reason a preempted attempt ends with, and whether its job is re-queued (not
-        once it has been preempted ``max_preemptions`` times)."""
-        saved = event.get("saved") or {}
-        reason = "preempted" + (f": {event['detail']}" if event.get("detail") else "")
-        if saved.get("digest"):
-            reason += f"; checkpoint saved ({saved['bytes']} bytes sent, manifest {saved['digest'][:12]})"
-        elif saved.get("error"):
-            reason += f"; checkpoint upload failed: {saved['error']}"
-        config = self.providers.get(job.provider)
-        limit = int(config.options.get("max_preemptions", MAX_PREEMPTIONS)) if config else MAX_PREEMPTIONS
-        done = self.store.auto_retries(job.juid, "preempt")
-        if done >= limit:
-            return reason + f"; preempted {done + 1} times, max_preemptions is {limit}", False
-        return reason, True
 
     def needs_on_demand(self, job: Job) -> bool:
         """Whether the job's provider asks on-demand capacity for it now (``fallback:

@@ -9,135 +9,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State, format_duration
 
 if TYPE_CHECKING:
-    from monkey.api import Monkey
     from monkey.config import Home
 
+from monkey.shell.common import (
+    Parser,
+    ParserClass,
+    UsageError,
+    check_jobs,
+    follow,
+    job_argument,
+    make_parser,
+    monkey,
+    print_json,
+    suggest,
+    write_all,
+)
+
 VERSION = "0.1.0"
-
-
-class UsageError(MonkeyError):
-    """A command line that does not parse."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line and raises instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}{self._hint(message)}; see `{self.prog} --help`")
-
-    def _hint(self, message: str) -> str:
-        """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
-        if message.startswith("unrecognized arguments: "):
-            word = message.split()[2].partition("=")[0]
-            # (never the word itself: an option of another sub-command)
-            return suggest(word, set(_long_options(self)) - {word}) if word.startswith("-") else ""
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice:
-            return suggest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
-        return ""
-
-
-def _long_options(parser: argparse.ArgumentParser) -> list[str]:
-    """The --options of PARSER and of its sub-commands."""
-    found = [o for o in parser._option_string_actions if o.startswith("--")]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found += _long_options(sub)
-    return found
-
-
-def suggest(word: str, choices: Iterable[str]) -> str:
-    """"; did you mean X?" naming the choice closest to WORD, or "" when none is close."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
-# The parser class a builder makes its parsers with: `Parser` for one-shot use; the shell
-# passes a cmd2.Cmd2ArgumentParser subclass (this module never imports cmd2).
-ParserClass = type[argparse.ArgumentParser]
-
-
-def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
-    return cls(prog=f"monkey {prog}", description=help)
-
-
-# -- JOB arguments: a positional, or `--juid JOB` as the original Monkey's scripts write ---
-
-
-class _JobRef(argparse.Action):
-    """Fills DEST from the JOB positional or from --juid; one job (many: a list)."""
-
-    many = False
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        given = values if isinstance(values, list) else [] if values is None else [values]
-        if not given:  # the positional, absent
-            return
-        before = getattr(namespace, self.dest)
-        if before is not None and not self.many:
-            parser.error("give the job once: as JOB or as --juid JOB")
-        setattr(namespace, self.dest, [*(before or []), *given] if self.many else given[0])
-
-
-class _JobRefs(_JobRef):
-    many = True
-
-
-def job_argument(p: argparse.ArgumentParser, dest: str = "job", count: str | int = 1,
-                 default: str | None = None, help: str = "job id, unique prefix, or `last`") -> None:
-    """Add DEST, the job(s) a command takes: positional JOB, or --juid JOB (repeatable when
-    COUNT, argparse's nargs, allows several). COUNT 1 with DEFAULT None means required;
-    "?" optional (DEFAULT when absent); "+", "*" or an int as in argparse."""
-    many = count not in (1, "?")
-    action = _JobRefs if many else _JobRef
-    p.add_argument(dest, nargs="*" if many else "?", metavar="JOB", action=action, default=None,
-                   help=help + " (or --juid JOB" + (", repeatable)" if many else ")"))
-    p.add_argument("--juid", dest=dest, metavar="JOB", action=action, default=None,
-                   help="the job, as the original Monkey's scripts give it" if not many
-                   else "a job, as the original Monkey's scripts give it (repeatable)")
-    p.set_defaults(_job_rule=(dest, count, default, p))  # the parser: its prog as the shell set it
-
-
-def check_jobs(args: argparse.Namespace) -> None:
-    """Apply the rule job_argument() set: a missing required JOB is a UsageError."""
-    rule = getattr(args, "_job_rule", None)
-    if rule is None:
-        return
-    dest, count, default, parser = rule
-    prog = parser.prog
-    value = getattr(args, dest)
-    if count in (1, "?"):
-        if value is None:
-            if count == 1:
-                raise UsageError(f"{prog}: name the job (JOB or --juid JOB, e.g. `last`); "
-                                 f"see `{prog} --help`")
-            setattr(args, dest, default)
-        return
-    value = value or []
-    setattr(args, dest, value)
-    if count == "+" and not value or isinstance(count, int) and len(value) != count:
-        need = "at least one job" if count == "+" else f"{count} jobs"
-        raise UsageError(f"{prog}: give {need} (JOB or --juid JOB); see `{prog} --help`")
 
 
 # -- parsers --------------------------------------------------------------------------
 
 
 def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "run", "Snapshot the code, queue CMD and print the job id.")
+    p = make_parser(cls, "run", "Snapshot the code, queue CMD and print the job id.")
     p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
     p.add_argument("--name", "-n", help="a readable name (default: the script's name)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots the job takes (default 1)")
@@ -169,7 +72,7 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "list", "List jobs, providers or sweeps.")
+    p = make_parser(cls, "list", "List jobs, providers or sweeps.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers,sweeps}")
     jobs = sub.add_parser("jobs", help="jobs, newest first", description="Jobs, newest first.")
     for flag, text in (("--running", "dispatching or running"), ("--queued", "queued or paused"),
@@ -196,7 +99,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "info", "Show everything known about a job.")
+    p = make_parser(cls, "info", "Show everything known about a job.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
     job = sub.add_parser("job", help="one job in full", description="One job in full.")
     job_argument(job)
@@ -208,7 +111,7 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
+    p = make_parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
                 "written (all attempts, oldest first, each marked).")
     job_argument(p, count="?", default="last", help="job id, unique prefix, or `last` (default)")
     p.add_argument("--follow", "-f", action="store_true",
@@ -226,7 +129,7 @@ def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "job", "Control jobs: cancel, pause, resume, retry.")
+    p = make_parser(cls, "job", "Control jobs: cancel, pause, resume, retry.")
     sub = p.add_subparsers(dest="action", required=True, metavar="{cancel,pause,resume,retry}")
     texts = {
         "cancel": "stop jobs for good (SIGTERM, then SIGKILL after a grace period)",
@@ -242,7 +145,7 @@ def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "kill", "Same as `job cancel`.")
+    p = make_parser(cls, "kill", "Same as `job cancel`.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{job}")
     job = sub.add_parser("job", help="cancel jobs", description="Cancel jobs.")
     job_argument(job, "jobs", "+", help="job ids, prefixes, or `last`")
@@ -251,7 +154,7 @@ def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "daemon", "Run the core: start (background), stop, status, run (foreground).")
+    p = make_parser(cls, "daemon", "Run the core: start (background), stop, status, run (foreground).")
     p.add_argument("action", choices=("start", "stop", "status", "run"))
     p.add_argument("--all", action="store_true", help="stop: also stop the local agent when it runs no job")
     p.set_defaults(func=cmd_daemon)
@@ -259,7 +162,7 @@ def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = _parser(cls, "completion", "Print a completion script: eval \"$(monkey completion bash)\".")
+    p = make_parser(cls, "completion", "Print a completion script: eval \"$(monkey completion bash)\".")
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=cmd_completion)
     return p
@@ -366,31 +269,10 @@ JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --jui
 # -- helpers --------------------------------------------------------------------------
 
 
-def _monkey() -> Monkey:
-    from monkey.api import Monkey
-
-    return Monkey()
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
-
-
 def _when(ts: float | None) -> str:
     if ts is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def _exit_status(state: State, code: int | None) -> int:
-    """The shell exit status that reflects how a job ended."""
-    if state == State.SUCCEEDED:
-        return 0
-    if state == State.FAILED and code:
-        return code if 0 < code < 256 else 1
-    if state == State.CANCELLED:
-        return 130
-    return 1
 
 
 # -- commands -------------------------------------------------------------------------
@@ -401,47 +283,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("monkey run: no command given; write it after `--`, e.g. "
                          "monkey run -- python train.py")
-    m = _monkey()
+    m = monkey()
     job = m.run(
         cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
         memory=args.memory, host=args.host, time=args.time, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
         workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml, yes=args.yes,
     )  # fmt: skip
     if args.json:
-        _print_json(job.record.to_json())
+        print_json(job.record.to_json())
     elif args.follow:
         print(f"monkey: job {job.juid} queued on {args.provider}", file=sys.stderr)
     else:
         print(job.juid)
     if args.follow:
-        return _follow(m, job.juid, "both")
+        return follow(m, job.juid, "both")
     return 0
-
-
-def _write_all(chunks: Iterable[bytes]) -> bool:
-    """Write bytes to stdout as they come; whether there were any."""
-    out, wrote = sys.stdout.buffer, False
-    for chunk in chunks:
-        out.write(chunk)
-        out.flush()
-        wrote = True
-    return wrote
-
-
-def _follow(m: Monkey, juid: str, stream: str, tail: int | None = None) -> int:
-    try:
-        _write_all(m.follow(juid, tail=tail, stream=stream))
-    except KeyboardInterrupt:
-        print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
-        return 130
-    job = m.store.get_job(juid)
-    assert job is not None
-    if job.state != State.SUCCEEDED:
-        hint = "" if stream != "stdout" or "monkey logs" in (job.reason or "") \
-            or job.state != State.FAILED else f"; its errors: `monkey logs --stderr {juid}`"
-        print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else "")
-              + hint, file=sys.stderr)
-    return _exit_status(job.state, job.exit_code)
 
 
 _FILTERS = {
@@ -485,7 +341,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     absent = absent_since(home)  # when no core runs, runtimes stop at its last moment
     runtimes = store.runtimes([j.juid for j in jobs], min(now, absent or now))  # all attempts
     if args.json:
-        _print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
+        print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
                      "core": {"running": absent is None, "since": absent or None}, "total": total})
         return 0
     if not jobs:
@@ -510,38 +366,19 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_list_providers(args: argparse.Namespace) -> int:
-    from monkey.core import daemon
-    from monkey.drivers import driver_class
     from monkey.shell.table import render
 
-    m = _monkey()
+    m = monkey()
     if args.monkey_instances:
         from monkey.shell.provider_commands import print_monkey_instances
 
         return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
     if args.all:
         raise UsageError("--all goes with --monkey-instances: monkey list providers --monkey-instances --all")
-    counts: dict[str, dict[str, int]] = {}
-    for job in m.store.list_jobs(states=[State.QUEUED, State.DISPATCHING, State.RUNNING]):
-        c = counts.setdefault(job.provider, {"queued": 0, "running": 0})
-        c["queued" if job.state == State.QUEUED else "running"] += 1
-    running: dict[str, int] = {}
-    for instance, *_ in m.store.live_usage():
-        running[instance] = running.get(instance, 0) + 1
-    out = []
-    for name, cfg in sorted(m.providers.items()):
-        info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
-        instances = m.store.instances(name)
-        for inst in instances:
-            inst["running"] = running.get(inst["id"], 0)
-        info.update(driver_class(cfg.type).describe(cfg, instances))
-        error = m.store.provider_error(name)
-        if error:  # why the jobs waiting for it get no machine
-            info["error"] = error
-        out.append(info)
-    pid = daemon.status(m.home)
+    status = m.provider_status()
+    out, pid = status["providers"], status["core"]["pid"]
     if args.json:
-        _print_json({"core": {"running": bool(pid), "pid": pid}, "providers": out})
+        print_json(status)
         return 0
     render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
            [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
@@ -562,10 +399,10 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 def cmd_info_job(args: argparse.Namespace) -> int:
     from monkey.shell.table import duration, printable, render, state_text, use_colour
 
-    m = _monkey()
+    m = monkey()
     if args.files:
         if args.json:
-            _print_json([vars(f) for f in m.files(args.job)])
+            print_json([vars(f) for f in m.files(args.job)])
         else:
             from monkey.shell.rerun_commands import print_files
 
@@ -573,7 +410,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         return 0
     info = m.info(args.job)
     if args.json:
-        _print_json(info)
+        print_json(info)
         return 0
     colour = use_colour(sys.stdout)
     res = info["resources"]
@@ -685,19 +522,19 @@ def _unreachable_note(info: dict[str, Any]) -> str:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     juid = m.store.resolve(args.job)
     if args.tail is not None and args.tail < 0:
         raise UsageError("monkey logs: --tail must be >= 0")
     if args.follow:
         if args.attempt is not None or args.setup:
             raise UsageError("monkey logs: --follow cannot be combined with --attempt or --setup")
-        return _follow(m, juid, _stream(args), tail=args.tail)
+        return follow(m, juid, _stream(args), tail=args.tail)
     if args.setup and (args.stderr or args.stdout):
         raise UsageError("monkey logs: --setup cannot be combined with --stdout or --stderr")
     chunks = m.output_chunks(juid, _stream(args), attempt=args.attempt, tail=args.tail,
                              setup=args.setup)
-    if not _write_all(chunks) and args.setup and args.tail != 0:
+    if not write_all(chunks) and args.setup and args.tail != 0:
         print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
               "environment and persists no folder, or it has not started)", file=sys.stderr)
     return 0
@@ -735,7 +572,7 @@ def _complete(words: list[str]) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     action = getattr(m, args.action)
     status = 0
     for ref in args.jobs:

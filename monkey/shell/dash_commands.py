@@ -15,7 +15,7 @@ REOPEN = "MONKEY_DASH_JOB"
 def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(prog="monkey dash", description=(
         "Open the dashboard of live jobs, logs, metrics and instances (? lists the keys)."))
-    from monkey.shell.cli import job_argument
+    from monkey.shell.common import job_argument
 
     job_argument(p, count="?", help="open on this job (id, unique prefix, or `last`)")
     p.set_defaults(func=cmd_dash)

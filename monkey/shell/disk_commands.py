@@ -14,15 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError, human_size
-from monkey.shell.cli import job_argument
-from monkey.shell.tracking_commands import ParserClass, _monkey, _parser
+from monkey.shell.common import ParserClass, job_argument, make_parser, monkey
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
 
 
 def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
+    p = make_parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
                 "on a terminal); then `monkey gc` frees the blobs no job needs.")
     job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
     p.add_argument("--sweep", metavar="S", help="the jobs of this sweep")
@@ -34,7 +33,7 @@ def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "gc", "Free the blobs, environments and dataset copies no job needs, the "
+    p = make_parser(cls, "gc", "Free the blobs, environments and dataset copies no job needs, the "
                 "folders of deleted jobs and code copies left behind, and print what was freed.")
     p.add_argument("--grace", default="1h", metavar="AGE",
                    help="keep blobs, environments and dataset copies younger than AGE "
@@ -44,7 +43,7 @@ def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def verify_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "verify", "Check stored code and data against their digests: every blob of "
+    p = make_parser(cls, "verify", "Check stored code and data against their digests: every blob of "
                 "the jobs named (default: the whole store); say what is damaged or missing and "
                 "which jobs it affects, set damaged blobs aside, and exit 1 if any.")
     job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
@@ -53,7 +52,7 @@ def verify_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
+    p = make_parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.add_argument("--hosts", action="store_true", help="what each SSH host holds instead: run "
                    "folders, blobs, partial uploads and the rest, and the space free there")
@@ -64,7 +63,7 @@ def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def cmd_rm(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
-    m = _monkey()
+    m = monkey()
     jobs = housekeeping.select_jobs(m, args.jobs, args.sweep, args.older_than, args.failed)
     if not jobs:
         print("no job matches")
@@ -107,7 +106,7 @@ def _freed_bytes(freed: dict[str, int]) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
-    m = _monkey()
+    m = monkey()
     grace = housekeeping.parse_age(args.grace)
     report = housekeeping.gc(m, grace)
     h = human_size
@@ -128,7 +127,7 @@ def cmd_du(args: argparse.Namespace) -> int:
     from monkey import housekeeping
     from monkey.shell.table import render
 
-    m = _monkey()
+    m = monkey()
     if args.hosts:
         return _du_hosts(m, args.json)
     parts = housekeeping.usage(m)
@@ -150,7 +149,7 @@ def cmd_du(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
-    m = _monkey()
+    m = monkey()
     report = housekeeping.verify(m, args.jobs)
     blobs = f"{report.blobs:,} blob" + ("" if report.blobs == 1 else "s")
     jobs = f"{report.jobs:,} job" + ("" if report.jobs == 1 else "s")

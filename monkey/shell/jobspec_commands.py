@@ -35,7 +35,7 @@ def pull_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(prog="monkey pull",
                         description="Fetch a job's persisted folders (job.yml `persist`).",
                         epilog="Each lands at its path under DIR.")
-    from monkey.shell.cli import job_argument
+    from monkey.shell.common import job_argument
 
     job_argument(p)
     p.add_argument("--to", metavar="DIR", help="where to put them (default: ./JOB)")

@@ -377,29 +377,10 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from monkey.config import Home
-    from monkey.drivers import get_driver, load_providers
+    from monkey.api import Monkey
 
     logging.getLogger("monkey").addHandler(logging.NullHandler())  # the report says it all
-    home = Home().ensure()
-    config = load_providers(home).get(args.name)
-    if config is None:
-        raise MonkeyError(f"no provider {args.name!r}; see `monkey list providers`")
-    if config.type != "ssh":
-        raise MonkeyError(f"provider {args.name!r} is {config.type!r}; `provider check` checks ssh providers")
-    from monkey.store import Store
-
-    driver = get_driver(config, home)
-    try:
-        report = driver.check()
-        store = Store(home.db)
-        try:
-            for inst, reach, extra in driver.changes():
-                store.record_instance(inst, reach=reach, extra=extra)
-        finally:
-            store.close()
-    finally:
-        driver.close()
+    report = Monkey().check_provider(args.name)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -10,12 +10,11 @@ import argparse
 import json
 import sys
 
-from monkey.shell.cli import job_argument
-from monkey.shell.tracking_commands import ParserClass, _monkey, _parser, _usage
+from monkey.shell.common import ParserClass, UsageError, follow, job_argument, make_parser, monkey
 
 
 def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "rerun", "Queue a job again from its record alone (same code, data, "
+    p = make_parser(cls, "rerun", "Queue a job again from its record alone (same code, data, "
                 "env), with --set PARAM=VALUE overrides; or cells of a sweep with --sweep.")
     job_argument(p, count="?")
     p.add_argument("--set", "-s", action="append", default=[], metavar="PARAM=VALUE",
@@ -41,7 +40,7 @@ def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def clone_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "clone", "Write a job's code as it was into a folder (a git clone at its "
+    p = make_parser(cls, "clone", "Write a job's code as it was into a folder (a git clone at its "
                 "commit with its uncommitted changes, when it ran in a repository).")
     job_argument(p)
     p.add_argument("--to", metavar="DIR", help="the folder to create (default: ./JOB)")
@@ -52,7 +51,7 @@ def clone_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def cat_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "cat", "Print one of a job's code files as the job saw it.")
+    p = make_parser(cls, "cat", "Print one of a job's code files as the job saw it.")
     job_argument(p)
     p.add_argument("path", help="the file's path in the code (see `info job JOB --files`)")
     p.set_defaults(func=cmd_cat)
@@ -65,16 +64,16 @@ def _cells(text: str | None) -> list[int] | None:
     try:
         return [int(k) for k in text.split(",") if k.strip()]
     except ValueError:
-        raise _usage(f"monkey rerun: --cells {text!r} is not numbers like 1,3,4") from None
+        raise UsageError(f"monkey rerun: --cells {text!r} is not numbers like 1,3,4") from None
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     options = dict(set=args.sets, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
                    memory=args.memory, time=args.time, name=args.name)
-    m = _monkey()
+    m = monkey()
     if args.sweep is not None:
         if args.job or args.follow:
-            raise _usage("monkey rerun --sweep: give the sweep alone (no JOB, no --follow)")
+            raise UsageError("monkey rerun --sweep: give the sweep alone (no JOB, no --follow)")
         sid = m.rerun_sweep(args.sweep, failed=args.failed, cells=_cells(args.cells),
                             in_place=args.in_place, **options)
         if args.json:
@@ -83,9 +82,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             print(sid)
         return 0
     if args.failed or args.cells or args.in_place:
-        raise _usage("monkey rerun: --failed, --cells and --in-place go with --sweep SWEEP")
+        raise UsageError("monkey rerun: --failed, --cells and --in-place go with --sweep SWEEP")
     if not args.job:
-        raise _usage("monkey rerun: name the job to run again, e.g. monkey rerun last --set lr=0.2")
+        raise UsageError("monkey rerun: name the job to run again, e.g. monkey rerun last --set lr=0.2")
     job = m.rerun(args.job, **options)
     if args.json:
         sys.stdout.write(json.dumps(m.info(job.juid), indent=2, default=str) + "\n")
@@ -94,14 +93,12 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     else:
         print(job.juid)
     if args.follow:
-        from monkey.shell.cli import _follow
-
-        return _follow(m, job.juid, "both")
+        return follow(m, job.juid, "both")
     return 0
 
 
 def cmd_clone(args: argparse.Namespace) -> int:
-    done = _monkey().clone(args.job, args.to, with_data=args.with_data)
+    done = monkey().clone(args.job, args.to, with_data=args.with_data)
     print(done["path"])
     if done["note"]:
         print(f"monkey: note: {done['note']}", file=sys.stderr)
@@ -112,7 +109,7 @@ def cmd_clone(args: argparse.Namespace) -> int:
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
-    data = _monkey().cat(args.job, args.path)
+    data = monkey().cat(args.job, args.path)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return 0

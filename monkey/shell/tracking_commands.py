@@ -14,31 +14,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from monkey.shell.cli import job_argument
+from monkey.shell.common import ParserClass, UsageError, job_argument, make_parser, monkey, suggest
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
 
 SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry")
-
-
-ParserClass = type[argparse.ArgumentParser]  # the class cli.py builds parsers with
-
-
-def _parser(cls: ParserClass, prog: str, help: str) -> argparse.ArgumentParser:
-    return cls(prog=f"monkey {prog}", description=help)
-
-
-def _monkey() -> Monkey:
-    from monkey.api import Monkey
-
-    return Monkey()
-
-
-def _usage(message: str) -> Exception:
-    from monkey.shell.cli import UsageError
-
-    return UsageError(message)
 
 
 def _json(value: Any) -> None:
@@ -72,7 +53,7 @@ def fmt(value: Any) -> str:
 
 
 def metrics_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "metrics", "Show a job's metrics: a summary per series, or the points.")
+    p = make_parser(cls, "metrics", "Show a job's metrics: a summary per series, or the points.")
     job_argument(p)
     p.add_argument("--name", "-n", help="only this metric (prints its points)")
     out = p.add_mutually_exclusive_group()
@@ -118,7 +99,7 @@ def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -
 
 
 def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
+    p = make_parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
                 "(needs matplotlib): one panel per metric, runs named by what differs.")
     job_argument(p, "job", "*", help="job ids, prefixes, or `last`")
     _selection(p)
@@ -137,7 +118,7 @@ def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def report_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
+    p = make_parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
                 "jobs (--jobs, --name, --since).")
     p.add_argument("sweep", nargs="?", help="sweep id (sw-...), unique prefix, or `last`")
     p.add_argument("--out", "-o", required=True, help="the HTML file to write")
@@ -147,7 +128,7 @@ def report_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "sweep", "Start a hyper-parameter sweep, or act on one: "
+    p = make_parser(cls, "sweep", "Start a hyper-parameter sweep, or act on one: "
                 "`sweep status|cancel|pause|resume|retry SWEEP`.")
     p.add_argument("--grid", "-g", action="append", default=[], metavar="NAME=V1,V2",
                    help="values to try (a grid: every combination)")
@@ -192,7 +173,7 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
+    p = make_parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
     job_argument(p, "jobs", "*", help="job ids, prefixes, or `last`")
     p.add_argument("--sweep", "-s", help="every run of this sweep (ranked on its metric)")
     p.add_argument("--sort", metavar="COLUMN", help="sort by a column (metrics: best first)")
@@ -206,7 +187,7 @@ def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
+    p = make_parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
                 "code, git, data, Python.")
     job_argument(p, "jobs", 2, help="two job ids, prefixes, or `last`")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -215,7 +196,7 @@ def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def search_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
+    p = make_parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
                 "newest first, each with its last matching line.")
     p.add_argument("text", nargs="+", metavar="WORDS", help='e.g. "CUDA out of memory"')
     p.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
@@ -228,7 +209,7 @@ def search_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     juid = m.store.resolve(args.job)
     series = m.metrics(juid, args.name)
     if args.json:
@@ -274,25 +255,25 @@ def _size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
     if not sep or not w.isdigit() or not h.isdigit() or not (50 <= int(w) <= 10000) or not (
             50 <= int(h) <= 10000):
-        raise _usage(f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600")
+        raise UsageError(f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600")
     return int(w), int(h)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
     size = _size(args.size)
-    m = _monkey()
+    m = monkey()
     refs = [*args.job, *args.jobs]
     if args.name or args.since:
         refs = _selected(m, refs, args.name, args.since)[0]
     if not refs and not args.sweep:
-        raise _usage("monkey plot: name the jobs (JOB..., --jobs, --name or --since), or --sweep S")
+        raise UsageError("monkey plot: name the jobs (JOB..., --jobs, --name or --since), or --sweep S")
     print(m.plot(refs, args.metric, args.out, x=args.x, size=size, smooth=args.smooth,
                  log_y=args.log_y, sweep=args.sweep))
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    found = _monkey().search(" ".join(args.text), args.limit)
+    found = monkey().search(" ".join(args.text), args.limit)
     if args.json:
         _json(found)
         return 0
@@ -304,7 +285,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = _parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy SQLite "
+    p = make_parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy SQLite "
                 "database (--to) or CSV files (--csv) for pandas, Datasette or any SQLite tool.")
     p.epilog = ("Tables: jobs, params, metrics, summaries, attempts, outputs, sweeps (long: one "
                 "fact per row), with full-text search over commands (jobs_fts) and output "
@@ -322,11 +303,11 @@ def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     if not args.to and not args.csv:
-        raise _usage("monkey export: say where: --to runs.db (a SQLite file) and/or --csv DIR")
+        raise UsageError("monkey export: say where: --to runs.db (a SQLite file) and/or --csv DIR")
     if args.jobs and args.sweep:
-        raise _usage("monkey export: give either jobs or --sweep, not both")
+        raise UsageError("monkey export: give either jobs or --sweep, not both")
     refs = args.jobs
     if args.name or args.since:
         if args.sweep:
@@ -350,10 +331,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     chosen = args.jobs or args.name or args.since
     if bool(args.sweep) == bool(chosen):
-        raise _usage("monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)")
+        raise UsageError("monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)")
     if args.sweep:
         print(m.report(args.sweep, args.out))
     else:
@@ -368,19 +349,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         as_json = args.json or "--json" in words
         words = [w for w in words if w != "--json"]
         if len(words) != 2:
-            raise _usage(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
+            raise UsageError(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
                          f"{words[0]} last")
         return _sweep_action(words[0], words[1], as_json)
     if words and words[0] != "--" and not (args.grid or args.random or args.file):
-        from monkey.shell.cli import suggest
-
         hint = suggest(words[0], SWEEP_ACTIONS)
         if hint or len(words) == 2:  # `sweep stauts last`: a mistyped action, not a command
-            raise _usage(f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
+            raise UsageError(f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
                          f"{', '.join(SWEEP_ACTIONS)}; a new sweep: --grid ... -- CMD)")
     command = words[1:] if words[:1] == ["--"] else words
     if not command and not args.file:
-        raise _usage("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
+        raise UsageError("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
                      "--grid lr=0.01,0.1 -- python train.py --lr {lr}")
     from monkey.tracking import sweepspec
 
@@ -389,11 +368,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         log_uniform=args.log_uniform, ints=args.int, choice=args.choice,
     )  # fmt: skip
     if args.random is None and (args.uniform or args.log_uniform or args.int or args.choice):
-        raise _usage("monkey sweep: --uniform/--log-uniform/--int/--choice draw random values; "
+        raise UsageError("monkey sweep: --uniform/--log-uniform/--int/--choice draw random values; "
                      "add --random N (how many runs)")
     grid = {k: v["values"] for k, v in options["parameters"].items() if "distribution" not in v}
     dists = {k: v for k, v in options["parameters"].items() if "distribution" in v}
-    m = _monkey()
+    m = monkey()
     sid = m.sweep(
         command or None, grid=grid, random=args.random, distributions=dists, file=args.file,
         metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
@@ -412,7 +391,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_action(action: str, ref: str, as_json: bool) -> int:
-    m = _monkey()
+    m = monkey()
     if action != "status":
         done = m.sweep_control(ref, action)
         sid = m.store.resolve_sweep(ref)
@@ -492,7 +471,7 @@ def _print_analysis(analysis: dict[str, Any]) -> None:
 def cmd_list_sweeps(args: argparse.Namespace) -> int:
     from monkey.shell.table import ago, render
 
-    sweeps = _monkey().sweeps()
+    sweeps = monkey().sweeps()
     if args.json:
         _json(sweeps)
         return 0
@@ -515,7 +494,7 @@ def cmd_list_sweeps(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    m = _monkey()
+    m = monkey()
     table = m.compare(args.jobs or None, sweep=args.sweep, sort=args.sort, reverse=args.reverse,
                       system=args.sys)
     columns, rows = table["columns"], table["rows"]
@@ -547,7 +526,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    result = _monkey().diff(*args.jobs)
+    result = monkey().diff(*args.jobs)
     if args.json:
         _json(result)
         return 0

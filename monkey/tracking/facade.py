@@ -1,47 +1,35 @@
-"""The tracking half of the ``Monkey`` facade (mixed into ``monkey.api.Monkey``)."""
+"""The tracking half of the ``Monkey`` facade: ``Sweeps`` (submit and steer sweeps) and
+``Tracking`` (metrics, compare, diff, plots, reports, export), which
+``monkey.api.Monkey`` delegates to."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, Request, State
+from monkey.submit import Submission, Submitter, wake
 
 if TYPE_CHECKING:
-    from monkey.api import Submission
     from monkey.config import Home
-    from monkey.snapshot.blobs import BlobStore
     from monkey.store import Store
 
 Series = list[tuple[int | None, float, float]]
 
 
-class TrackingAPI:
-    """Metrics, sweeps, compare, diff, plots and reports."""
+class Sweeps:
+    """Submit sweeps (one submission shared by their cells), list and steer them. CONTROL
+    cancels or pauses one job (``Monkey``'s own, so a sweep's cells end as a job's would)."""
 
-    store: Store
-    home: Home
-    # (the packages listing, its blob's digest and size): stored once per listing in a
-    # process, e.g. a sweep script's runs
-    _packages_memo: tuple[dict[str, str], str, int] | None = None
-
-    # -- metrics ------------------------------------------------------------------------
-
-    def metrics(self, ref: str, name: str | None = None) -> dict[str, Series]:
-        """Series name -> [(step, value, wall_time)] in logging order (NaN stays NaN)."""
-        juid = self.store.resolve(ref)
-        out = self.store.metric_points(juid, name)
-        if name is not None and not out:
-            known = ", ".join(self.store.metric_names(juid)) or "none yet"
-            raise MonkeyError(f"job {juid} has no metric {name!r}; its metrics: {known}")
-        return {k: [(s, math.nan if v is None else v, w) for s, v, w in pts]
-                for k, pts in out.items()}
-
-    def metric_names(self, ref: str) -> list[str]:
-        """Names of the job's metric series, sorted."""
-        return self.store.metric_names(self.store.resolve(ref))
+    def __init__(self, home: Home, store: Store, submitter: Submitter,
+                 control: Callable[[str, Request], State]) -> None:
+        self.home = home
+        self.store = store
+        self.submitter = submitter
+        self._control = control
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -89,8 +77,8 @@ class TrackingAPI:
         cells = sweepspec.expand(spec)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
-        with self._blobs().lease():  # no gc deletes the cells' blobs till they are recorded
-            sub = self._submission(retries=spec["retries"], **run_options)
+        with self.submitter.blobs().lease():  # no gc deletes the cells' blobs till they are recorded
+            sub = self.submitter.prepare(retries=spec["retries"], **run_options)
             try:
                 with self.store.tx():  # the lock is held before anyone sees the sweep
                     sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
@@ -103,7 +91,7 @@ class TrackingAPI:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
-        self.wake(queued=f"sweep {sid}")
+        wake(self.home, queued=f"sweep {sid}")
         return sid
 
     def _write_cells(self, sub: Submission, sid: str, label: str, spec: dict[str, Any],
@@ -120,7 +108,7 @@ class TrackingAPI:
             for start in range(0, len(cells), WRITE_BATCH):
                 batch = [(sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
                          for i, cell in enumerate(cells[start:start + WRITE_BATCH], start + 1)]
-                self._record(sub, batch, sweep=sid, held=True)
+                self.submitter.record(sub, batch, sweep=sid, held=True)
                 written += len(batch)
                 time.sleep(0.005)  # the lock is free: a waiting writer takes it now
         except MonkeyError as exc:
@@ -180,7 +168,7 @@ class TrackingAPI:
 
     def sweep_control(self, ref: str, action: str) -> dict[str, int]:
         """cancel, pause, resume or retry every cell of a sweep; counts of jobs touched."""
-        from monkey.models import LIVE, TERMINAL, Request, State
+        from monkey.models import LIVE, TERMINAL
         from monkey.store.tracking import HOLD
         from monkey.tracking import sweeps
 
@@ -230,8 +218,33 @@ class TrackingAPI:
             sweeps.advance(self.store, sweep)
         else:
             raise MonkeyError(f"unknown sweep action {action!r}; use cancel, pause, resume or retry")
-        self.wake()
+        wake(self.home)
         return {"jobs": touched}
+
+
+class Tracking:
+    """Metrics, compare, diff, plots, reports and export; SWEEPS gives a sweep's status."""
+
+    def __init__(self, home: Home, store: Store, sweeps: Sweeps) -> None:
+        self.home = home
+        self.store = store
+        self._sweeps = sweeps
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def metrics(self, ref: str, name: str | None = None) -> dict[str, Series]:
+        """Series name -> [(step, value, wall_time)] in logging order (NaN stays NaN)."""
+        juid = self.store.resolve(ref)
+        out = self.store.metric_points(juid, name)
+        if name is not None and not out:
+            known = ", ".join(self.store.metric_names(juid)) or "none yet"
+            raise MonkeyError(f"job {juid} has no metric {name!r}; its metrics: {known}")
+        return {k: [(s, math.nan if v is None else v, w) for s, v, w in pts]
+                for k, pts in out.items()}
+
+    def metric_names(self, ref: str) -> list[str]:
+        """Names of the job's metric series, sorted."""
+        return self.store.metric_names(self.store.resolve(ref))
 
     # -- compare and diff ---------------------------------------------------------------
 
@@ -292,20 +305,6 @@ class TrackingAPI:
         if reruns[0] != reruns[1]:
             out["rerun_of"] = reruns
         return out
-
-    def _packages(self, blobs: BlobStore) -> tuple[str, int]:
-        """(digest, size) of the listing of this Python's installed packages (what `diff`
-        compares), stored in BLOBS."""
-        from monkey.tracking.packages import as_text, installed
-
-        packages = installed(self.home.private)
-        memo = self._packages_memo
-        if memo is not None and memo[0] is packages and blobs.has(memo[1]):
-            return memo[1], memo[2]
-        data = as_text(packages)
-        digest, _ = blobs.put_bytes(data)
-        self._packages_memo = (packages, digest, len(data))
-        return digest, len(data)
 
     # -- plots and reports --------------------------------------------------------------
 
@@ -383,7 +382,7 @@ class TrackingAPI:
         "importance", "best", "best_so_far", "runs", "metric"}."""
         from monkey.tracking.sweep_analysis import METHOD, analyse
 
-        status = status or self.sweep_status(ref)
+        status = status or self._sweeps.sweep_status(ref)
         metric = status["spec"].get("metric")
         if not metric:
             return {"method": METHOD, "importance": {}, "best": None, "best_so_far": [],
@@ -412,7 +411,7 @@ class TrackingAPI:
 
         _check_out(out, "monkey report", "report.html")
         if ref is not None:
-            status = self.sweep_status(ref)
+            status = self._sweeps.sweep_status(ref)
             table = self.compare(sweep=status["id"])
             juids = [j["job"] for j in status["jobs"]]
         else:
@@ -438,7 +437,6 @@ class TrackingAPI:
                 os.unlink(tmp)
             raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
         return out
-
 
     def export(self, refs: list[str] | None = None, *, sweep: str | None = None,
                to: str | None = None, csv_dir: str | None = None) -> dict[str, int]:

@@ -1,0 +1,287 @@
+"""One submission path for run, sweep and rerun: check the options, store the code, data
+and environment the jobs share (``Submitter.prepare``), and record the jobs
+(``Submitter.record``). ``monkey.api.Monkey`` and the sweeps and reruns it delegates to
+submit through here."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import secrets as _secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from monkey.config import Home, ProviderConfig
+from monkey.drivers import driver_class
+from monkey.models import (
+    REDACTED,
+    MonkeyError,
+    Resources,
+    dumps,
+    is_secret,
+    parse_duration,
+    parse_size,
+)
+from monkey.store import Store
+from monkey.store.errors import disk_full, is_no_space
+
+if TYPE_CHECKING:
+    from monkey.snapshot.blobs import BlobStore
+
+# Variables that define the software environment a job was submitted from.
+CAPTURED_ENV = (
+    "PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
+    "LD_LIBRARY_PATH", "CUDA_HOME",
+)  # fmt: skip
+MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHONS = re.compile(r"^python[0-9.]*$")
+
+
+@dataclass
+class Submission:
+    """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
+    job.yml's name, the secret environment values and, once written, their file's name."""
+
+    name: str | None
+    fields: dict[str, Any]
+    secrets: dict[str, str]
+    secrets_ref: str | None = None
+
+
+class Submitter:
+    """Prepares and records the submissions of one MONKEY_HOME; PROVIDERS gives
+    providers.yml as it is now (a long-lived Monkey sees `provider add`)."""
+
+    # (the packages listing, its blob's digest and size): stored once per listing in a
+    # process, e.g. a sweep script's runs
+    _packages_memo: tuple[dict[str, str], str, int] | None = None
+
+    def __init__(self, home: Home, store: Store,
+                 providers: Callable[[], dict[str, ProviderConfig]]) -> None:
+        self.home = home
+        self.store = store
+        self._providers = providers
+        self._blob_store: BlobStore | None = None
+
+    @property
+    def providers(self) -> dict[str, ProviderConfig]:
+        return self._providers()
+
+    def blobs(self) -> BlobStore:
+        """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
+        if self._blob_store is None:
+            from monkey.snapshot.blobs import BlobStore
+
+            self._blob_store = BlobStore(self.home.blobs)
+        return self._blob_store
+
+    def prepare(
+        self,
+        *,
+        provider: str = "local",
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        host: str | None = None,
+        time: str | int | None = None,
+        outputs: str | Iterable[str] = (),
+        retries: int = 0,
+        datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+        env: dict[str, str] | str | Iterable[str] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        job_yml: str | os.PathLike[str] | bool | None = None,
+        yes: bool = False,
+    ) -> Submission:
+        """Check the options and store the code, data and environment the jobs of one
+        submission share (done once for a whole sweep)."""
+        from monkey import jobspec, snapshot
+
+        resources = self.resources(provider, cpus, gpus, memory, host, time)
+        # A lone string is one glob / one dataset, not a sequence of one-letter ones.
+        outputs = [check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
+        one = isinstance(datasets, (str, os.PathLike))
+        datasets = [os.fspath(d) for d in ([datasets] if one else datasets)]
+        if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
+        root = os.path.expanduser(workdir) if workdir else os.getcwd()
+        job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
+        js = jobspec.load(job_file) if job_file else None
+        subdir = ""
+        # Resolved and its repository found once, for the snapshot, git and the record.
+        folder = snapshot.locate(js.code_root if js is not None else workdir or None)
+        if js is not None:  # the file's values first, so that arguments override them
+            given = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else env or []
+            env = [*(f"{k}={v}" for k, v in js.env.items()), *given]
+        elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
+            folder, subdir = snapshot.repository_root(folder)
+            outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
+        plain_env, secret_env = self.split_env(env)
+        blobs = self.blobs()
+        # The job.yml stored with the code holds no env values: they reach the job as env.
+        hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
+        snap = snapshot.snapshot_dir(folder, blobs, self.store, js.snapshot_ignore() if js else (),
+                                     replace=hidden, yes=yes)
+        new_blobs = list(snap.new_blobs)
+        spec_record = None
+        if js is not None:
+            spec_record, spec_blobs = jobspec.resolve(
+                js, snap.files, blobs, self.store, provider,
+                driver_class(self.providers[provider].type).job_options)
+            new_blobs += spec_blobs
+        recorded_datasets = []
+        seen: set[str] = set()
+        for spec in datasets:
+            ds = snapshot.dataset(spec, blobs, self.store, yes=yes)  # a path as typed: from the current folder
+            if ds.name in seen:
+                raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
+            seen.add(ds.name)
+            new_blobs += ds.new_blobs
+            recorded_datasets.append(
+                {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
+                 "source": spec}
+            )  # fmt: skip
+        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if hidden else ())
+        if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
+            git = {**git, "subdir": subdir}
+        new_blobs += git_blobs
+        packages = self.packages(blobs)
+        new_blobs.append(packages)
+        return Submission(
+            name=js.name if js is not None else None,
+            fields={
+                "provider": provider, "resources": resources,
+                "env": {**plain_env, **{k: REDACTED for k in secret_env}},
+                "snapshot": snap.digest, "workdir": folder.path,
+                "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
+                "retries": retries, "blobs": self.blobs().stamped(new_blobs), "spec": spec_record,
+                "outputs": outputs, "packages": packages[0],
+            },
+            secrets=secret_env,
+        )  # fmt: skip
+
+    def record(self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]],
+                **fields: Any) -> list[str]:
+        """Record one job per (argv, name, params) cell in one transaction; the secret values
+        go to a 0600 file first, removed again when nothing refers to it."""
+        secrets_ref = sub.secrets_ref
+        if sub.secrets and secrets_ref is None:
+            secrets_ref = self._write_secrets(sub.secrets)
+        try:
+            juids = self.store.create_jobs(cells, secrets=secrets_ref, **sub.fields, **fields)
+        except BaseException:
+            if secrets_ref != sub.secrets_ref:
+                (self.home.secrets / secrets_ref).unlink(missing_ok=True)
+            raise
+        sub.secrets_ref = secrets_ref
+        return juids
+
+    def resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
+                   host: str | None = None, time: str | int | None = None) -> Resources:
+        config = self.providers.get(provider)
+        if config is None:
+            names = ", ".join(sorted(self.providers))
+            raise MonkeyError(
+                f"unknown provider {provider!r}; configured: {names} (add it to {self.home.providers_file})"
+            )
+        for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
+        if memory is not None:
+            parse_size(memory)  # refuse "lots" now, not when placing
+        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host,
+                              time=parse_duration(time) if time is not None else None)
+        why = driver_class(config.type).never_fits(config, resources)
+        if why:
+            raise MonkeyError(why)
+        return resources
+
+    @staticmethod
+    def split_env(env: dict[str, str] | str | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
+        given: dict[str, str] = {}
+        if isinstance(env, dict):
+            given = {str(k): str(v) for k, v in env.items()}
+        elif env:
+            for item in [env] if isinstance(env, str) else env:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise MonkeyError(f"--env {item!r} is not KEY=VALUE; write e.g. --env SEED=1")
+                given[key] = value
+        for key, value in given.items():
+            if not _ENV_NAME.match(key):
+                raise MonkeyError(f"--env name {key!r} is not a valid variable name")
+            if "\0" in value:
+                raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
+                                  "program can receive; remove it")
+        plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
+        secret: dict[str, str] = {}
+        for key, value in given.items():
+            (secret if is_secret(key, value) else plain)[key] = value
+        return plain, secret
+
+    def _write_secrets(self, values: dict[str, str]) -> str:
+        ref = _secrets.token_hex(16) + ".json"
+        path = self.home.secrets / ref
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(dumps(values))
+        except OSError as exc:
+            path.unlink()
+            if is_no_space(exc):
+                raise disk_full(self.home.secrets) from None
+            raise
+        return ref
+
+    def packages(self, blobs: BlobStore) -> tuple[str, int]:
+        """(digest, size) of the listing of this Python's installed packages (what `diff`
+        compares), stored in BLOBS."""
+        from monkey.tracking.packages import as_text, installed
+
+        packages = installed(self.home.private)
+        memo = self._packages_memo
+        if memo is not None and memo[0] is packages and blobs.has(memo[1]):
+            return memo[1], memo[2]
+        data = as_text(packages)
+        digest, _ = blobs.put_bytes(data)
+        self._packages_memo = (packages, digest, len(data))
+        return digest, len(data)
+
+
+def wake(home: Home, queued: str | None = None) -> None:
+    """Tell the core there is work, starting it when it is not running; MonkeyError when
+    it cannot start. QUEUED names what was just recorded (e.g. "job 26-11-21-001"), which
+    stays queued for the core's next start, as the error says."""
+    from monkey.core import daemon
+
+    try:
+        daemon.wake(home)
+    except MonkeyError as exc:
+        if queued is None:
+            raise
+        raise MonkeyError(f"{queued} is queued, but {exc}") from None
+
+
+def check_output_glob(pattern: str) -> str:
+    """An --outputs glob, refused when it could reach outside the job's folder."""
+    parts = pattern.split("/")
+    if not pattern or pattern.startswith("/") or ".." in parts or "\0" in pattern:
+        raise MonkeyError(f"--outputs {pattern!r}: give a glob relative to the job's folder, "
+                          "e.g. --outputs 'results/*.csv'")
+    return pattern
+
+
+def default_name(argv: list[str]) -> str:
+    """A readable name: the script or module a Python command runs, else the program."""
+    first = Path(argv[0]).name
+    if _PYTHONS.match(first):
+        args = argv[1:]
+        if "-m" in args and args.index("-m") + 1 < len(args):
+            return args[args.index("-m") + 1]
+        scripts = [a for a in args if a.endswith(".py")]
+        if scripts and "-c" not in args:
+            return Path(scripts[0]).stem
+    return first
