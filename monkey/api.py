@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from monkey.config import Home, ProviderConfig
 from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
+from monkey.facade.tracking import Sweeps, Tracking
 from monkey.handles import Job
 from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.models import (
@@ -29,7 +30,6 @@ from monkey.models import Job as JobRecord
 from monkey.rerun import Reruns
 from monkey.store import Store
 from monkey.submit import Submitter, default_name, wake
-from monkey.tracking.facade import Sweeps, Tracking
 
 if TYPE_CHECKING:
     from monkey.snapshot.blobs import BlobStore
@@ -148,8 +148,8 @@ class Monkey:
                                             start_core=start_core))
 
     # Delegated: reruns of sweeps and the code as a job saw it (``monkey.rerun.Reruns``),
-    # sweeps (``monkey.tracking.facade.Sweeps``), metrics, comparisons, plots, reports and
-    # exports (``monkey.tracking.facade.Tracking``).
+    # sweeps (``monkey.facade.tracking.Sweeps``), metrics, comparisons, plots, reports and
+    # exports (``monkey.facade.tracking.Tracking``).
     rerun_sweep = _to("_reruns", Reruns.rerun_sweep)
     files = _to("_reruns", Reruns.files)
     cat = _to("_reruns", Reruns.cat)

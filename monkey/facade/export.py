@@ -32,13 +32,21 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monkey.models import TERMINAL, MonkeyError
 
 if TYPE_CHECKING:
-    from monkey.api import Monkey
+    from monkey.config import Home
     from monkey.models import Attempt, Job
+    from monkey.store import Store
+
+
+class Source(Protocol):
+    """What an export reads: a MONKEY_HOME and its store (Monkey, or its tracking part)."""
+
+    home: Home
+    store: Store
 
 OUTPUT_MAX = 8 << 20  # bytes of each attempt's stdout/stderr kept, from its end
 
@@ -124,7 +132,7 @@ def _tail(path: Path) -> tuple[str, int, int] | None:
     return data.decode(errors="replace"), size, size - len(data)
 
 
-def rows(m: Monkey, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def rows(m: Source, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(table, record) of every row the export holds for JUIDS, read through the store."""
     from monkey.tracking.ingest import flatten
 
@@ -166,7 +174,7 @@ def rows(m: Monkey, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
                          "created_at": iso(sweep["created_at"])}
 
 
-def check_targets(m: Monkey, to: str | None, csv_dir: str | None) -> None:
+def check_targets(m: Source, to: str | None, csv_dir: str | None) -> None:
     """MonkeyError unless TO is a new file or an earlier export in an existing folder, and
     CSV_DIR a folder (made if missing) that is not a file."""
     if not to and not csv_dir:
@@ -215,7 +223,7 @@ def _check_earlier_export(target: Path) -> None:
                           f"{', '.join(foreign[:5])}); give a new file or an earlier export")
 
 
-def export(m: Monkey, juids: list[str], to: str | None = None,
+def export(m: Source, juids: list[str], to: str | None = None,
            csv_dir: str | None = None) -> dict[str, int]:
     """Write the jobs JUIDS to the SQLite file TO (upserting into an earlier export) and/or
     one CSV file per table in CSV_DIR; the count of rows of each table."""

@@ -442,8 +442,8 @@ class Tracking:
                to: str | None = None, csv_dir: str | None = None) -> dict[str, int]:
         """Write jobs (REFS, a sweep's, or every job when neither is given) as a tidy analysis
         database TO (SQLite; an earlier export is updated) and/or CSV files in CSV_DIR; the
-        count of rows of each table (see ``monkey.tracking.export``)."""
-        from monkey.tracking.export import export
+        count of rows of each table (see ``monkey.facade.export``)."""
+        from monkey.facade.export import export
 
         if refs and sweep:
             raise MonkeyError("monkey export: give either jobs or --sweep, not both")
@@ -457,7 +457,7 @@ class Tracking:
         if not juids:
             raise MonkeyError("monkey export: no jobs to export" + (
                 f" (sweep {sweep} has none)" if sweep else "; run some first"))
-        return export(self, juids, to, csv_dir)  # type: ignore[arg-type]
+        return export(self, juids, to, csv_dir)
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")
