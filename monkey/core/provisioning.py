@@ -328,7 +328,7 @@ class Elastic:
         def create() -> Instance | list[Instance]:
             if count > 1:
                 return drv.create_nodes(size, count, throttle)
-            return drv.create_node(size, options) if options else drv.create_node(size)  # type: ignore[call-arg]
+            return drv.create_node(size, options)
 
         self.core.workers.submit(key, create, created, failed)
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -213,9 +213,12 @@ class Driver(ABC):
         return [Instance(c.instance, self.name, c.instance, InstanceState.RUNNING, extra=c.extra)
                 for c in self.instances()]  # fmt: skip
 
-    def create_node(self, size: str | None = None) -> Instance:
+    def create_node(self, size: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> Instance:
         """Create (or claim) one machine of SIZE (None: the provider's default) and return it,
-        usually still PENDING. NoCapacity when none can be had now."""
+        usually still PENDING. OPTIONS: the job.yml options of the job it is made for, or how
+        the core wants it (``{"spot": False}``: an on-demand machine); kinds that take none
+        ignore them. NoCapacity when none can be had now."""
         raise NoCapacity(f"provider {self.name!r} ({self.kind}) cannot create machines")
 
     def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:

@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -436,8 +436,9 @@ class SlurmDriver(Driver):
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._installed = version
 
-    def create_node(self, size: str | None = None) -> Instance:
-        """Submit one allocation of SIZE; PENDING until Slurm starts it."""
+    def create_node(self, size: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> Instance:
+        """Submit one allocation of SIZE; PENDING until Slurm starts it (OPTIONS unused)."""
         return self.create_nodes(size, 1)[0]
 
     def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
