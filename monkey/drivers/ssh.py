@@ -23,8 +23,6 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,6 +38,19 @@ from monkey.drivers.ssh_hosts import (
     host_specs,
     open_transport,
     validate_entry,
+)
+from monkey.drivers.ssh_io import (
+    Host,
+    checked_rel,
+    clear,
+    drain,
+    finish_channel,
+    push_tree,
+    raise_disk_full,
+    read_exactly,
+    remove_tree,
+    sftp_makedirs,
+    ssh_errors,
 )
 from monkey.models import Instance, InstanceState, MonkeyError, Resources
 from monkey.version import AGENT_SRC, agent_digest, agent_files
@@ -61,37 +72,6 @@ _LOCAL_ONLY_ENV = frozenset({"PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAU
                              "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME"})
 
 logging.getLogger("paramiko").setLevel(logging.WARNING)
-
-
-class Host:
-    """One host's connection state; ``lock`` guards the transport and its SFTP session."""
-
-    def __init__(self, instance: str, spec: HostSpec) -> None:
-        self.instance = instance
-        self.spec = spec
-        self.lock = threading.RLock()
-        self.transport: paramiko.Transport | None = None
-        self.sftp: paramiko.SFTPClient | None = None
-        self.helper: paramiko.Channel | None = None
-        self.helper_out: Any = None
-        self.workdir = ""
-        self.capacity: Capacity | None = None
-        self.error: str | None = None
-        self.transient = False
-        self.waits = False  # its error makes jobs wait (not fail): see SSHDriver._failed
-        self.tried = False
-        self.next_try = 0.0
-        self.failures = 0
-        self.synced: set[str] = set()
-        self.keys_seen: tuple[Any, ...] = ()  # the known_hosts files it last failed with
-        self.bytes_sent = 0
-        self.thread: threading.Thread | None = None
-        self.node: Instance | None = None  # what its provider said of it (cloud instances)
-        self.removed = False  # no longer served: its thread ends
-
-    @property
-    def up(self) -> bool:
-        return self.transport is not None and self.transport.is_active()
 
 
 class SSHDriver(Driver):
@@ -228,7 +208,7 @@ class SSHDriver(Driver):
         if not host.up:
             raise MonkeyError(f"{instance} is down ({host.error or 'connection lost'}); "
                               "reconnecting in the background")
-        with _ssh_errors(host):
+        with ssh_errors(host):
             return self._open_link(host)
 
     def blobs_dir(self, instance: str) -> str:
@@ -244,12 +224,12 @@ class SSHDriver(Driver):
         to MONKEY_HOME's, so that a job resumes on any host."""
         host = self._host(instance)
         remote = [f"{self._runs(host)}/{juid}/{name}" for name in _KEPT]
-        with host.lock, _ssh_errors(host):
+        with host.lock, ssh_errors(host):
             [(head, _)] = self._helper(host, ("mkdirs", [remote]))
             for name, path, made in zip(_KEPT, remote, head["made"]):
                 local = self.home.runs / juid / name
                 if not made or (local.is_dir() and any(local.iterdir())):
-                    _push_tree(self._sftp(host), str(local), path)
+                    push_tree(self._sftp(host), str(local), path)
         return remote[0]
 
     def persist_dir(self, instance: str, juid: str) -> str:
@@ -276,7 +256,7 @@ class SSHDriver(Driver):
             return {}
         missing = self.missing(instance, wanted)
         if missing:
-            with _ssh_errors(host):
+            with ssh_errors(host):
                 self._send_blobs(host, f"{host.workdir}/blobs", missing)
         host.synced.update(wanted)
         return {}
@@ -288,7 +268,7 @@ class SSHDriver(Driver):
         wanted = [b for b in dict.fromkeys(blobs) if b not in host.synced]
         if not wanted:
             return []
-        with _ssh_errors(host):
+        with ssh_errors(host):
             out = self._exec(host, ssh_remote.MISSING, [self.blobs_dir(instance)],
                              "".join(f"{b}\n" for b in wanted).encode())
         missing = out.decode().split()
@@ -304,7 +284,7 @@ class SSHDriver(Driver):
         if self.shared_fs:
             keep = None  # the shared folder is every host's: not one host's to collect
         request = {"runs": runs, "gc": keep is not None, "keep": keep or []}
-        with _ssh_errors(host):
+        with ssh_errors(host):
             out = self._exec(host, ssh_remote.CLEAN, [host.workdir, self._runs(host), str(grace)],
                              json.dumps(request).encode())
         if keep is not None:
@@ -314,7 +294,7 @@ class SSHDriver(Driver):
     def host_usage(self, instance: str) -> dict[str, Any]:
         """What monkey keeps on INSTANCE's host (see ssh_remote.USAGE)."""
         host = self.ensure_up(instance)
-        with _ssh_errors(host):
+        with ssh_errors(host):
             return json.loads(self._exec(host, ssh_remote.USAGE, [host.workdir, self._runs(host)]))
 
     def forget_blobs(self, instance: str) -> None:
@@ -330,7 +310,7 @@ class SSHDriver(Driver):
             raise MonkeyError(f"{instance} is down; the logs of {juid} attempt {attempt} stay there")
         # One round trip for the common case: the logs' tails and the kept folders' listings.
         kept = [("listing", [f"{self._runs(host)}/{juid}/{name}"]) for name in _KEPT]
-        with host.lock, _ssh_errors(host):
+        with host.lock, ssh_errors(host):
             call, local = self._tail_call(host, [(juid, attempt)])
             results = self._helper(host, call, *(kept if current else []))
             if self._append(local, results[0][1]):
@@ -348,8 +328,8 @@ class SSHDriver(Driver):
         with host.lock:
             [(head, _)] = self._helper(host, ("matches", [work, globs]))
             for rel in head["files"]:
-                dst = local / _checked_rel(rel)
-                _clear(dst.parent, local)
+                dst = local / checked_rel(rel)
+                clear(dst.parent, local)
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 self._sftp(host).get(f"{work}/{rel}", str(dst))
 
@@ -503,16 +483,16 @@ class SSHDriver(Driver):
 
     def _helper(self, host: Host, *calls: tuple[str, list[Any]]) -> list[tuple[dict[str, Any], list[bytes | None]]]:
         """One round trip to the host's file helper: per call, its result and files' bytes."""
-        with host.lock, _ssh_errors(host):
+        with host.lock, ssh_errors(host):
             if host.helper is None or host.helper.closed:
                 host.helper = self._run(host, ssh_remote.HELPER, [])
                 host.helper_out = host.helper.makefile("rb")
             try:
                 host.helper.sendall(json.dumps(calls).encode() + b"\n")
                 results = []
-                for head in json.loads(_read_exactly(host.helper_out, None)):
+                for head in json.loads(read_exactly(host.helper_out, None)):
                     sizes = head.get("sizes", [])
-                    results.append((head, [_read_exactly(host.helper_out, n) if n >= 0 else None
+                    results.append((head, [read_exactly(host.helper_out, n) if n >= 0 else None
                                            for n in sizes]))
             except BaseException:
                 host.helper.close()  # a half-read reply would garble the next one
@@ -530,7 +510,7 @@ class SSHDriver(Driver):
             if data:
                 channel.sendall(data)
             channel.shutdown_write()
-            return _finish_channel(channel, host)
+            return finish_channel(channel, host)
         finally:
             channel.close()
 
@@ -541,7 +521,7 @@ class SSHDriver(Driver):
         return self._open_command(host, [*prefix, host.spec.python, "-I", "-c", script, *args])
 
     def _open_command(self, host: Host, argv: list[str]) -> paramiko.Channel:
-        with host.lock, _ssh_errors(host):
+        with host.lock, ssh_errors(host):
             if host.transport is None:
                 raise MonkeyError(f"{host.instance} is not connected")
             channel = host.transport.open_session(timeout=self.timeout)
@@ -564,14 +544,14 @@ class SSHDriver(Driver):
                     timeout: float = 60.0) -> tuple[int, str, str]:
         """Run ARGV (each word quoted) on INSTANCE's host: exit code, stdout, stderr."""
         host = self.ensure_up(instance)
-        with _ssh_errors(host):
+        with ssh_errors(host):
             channel = self._open_command(host, argv)
             try:
                 channel.settimeout(timeout)
                 if stdin:
                     channel.sendall(stdin.encode())
                 channel.shutdown_write()
-                code, out, err = _drain(channel)
+                code, out, err = drain(channel)
                 return code, out.decode(errors="replace"), err.decode(errors="replace")
             except TimeoutError:
                 raise MonkeyError(f"{instance}: {argv[0]} gave no answer in {timeout:.0f}s") from None
@@ -589,7 +569,7 @@ class SSHDriver(Driver):
         except FileNotFoundError:
             pass
         tmp = f"{base}/.tmp-{agent_digest()}-{os.getpid()}-{threading.get_ident()}"
-        _sftp_makedirs(sftp, f"{tmp}/monkey/client_agent")
+        sftp_makedirs(sftp, f"{tmp}/monkey/client_agent")
         with sftp.open(f"{tmp}/monkey/__init__.py", "wb") as fh:
             fh.write(b"")
         for name in agent_files():
@@ -598,14 +578,14 @@ class SSHDriver(Driver):
             sftp.posix_rename(tmp, final)
         except OSError:
             sftp.stat(f"{final}/monkey/client_agent/agent.py")  # installed meanwhile
-            _remove_tree(sftp, tmp)
+            remove_tree(sftp, tmp)
         log.info("%s: installed the agent in %s", host.instance, final)
 
     def open_relay(self, instance: str, sock: str, root: str, prefix: list[str]) -> AgentLink:
         """An AgentLink to the agent listening on SOCK (its run root ROOT) somewhere the host
         reaches by running the relay under PREFIX (e.g. ``srun --jobid=J``); connects first."""
         host = self.ensure_up(instance)
-        with _ssh_errors(host):
+        with ssh_errors(host):
             return self._open_link(host, sock, root, prefix)
 
     def _open_link(self, host: Host, sock: str | None = None, root: str | None = None,
@@ -629,7 +609,7 @@ class SSHDriver(Driver):
         if first != b"ok\n":
             channel.settimeout(2)
             try:
-                err = _finish_channel(channel, host, check=False, stderr=True)
+                err = finish_channel(channel, host, check=False, stderr=True)
             except TimeoutError:
                 err = b"no answer from the relay"
             finally:
@@ -723,8 +703,8 @@ class SSHDriver(Driver):
                 [(listing, _)] = self._helper(host, ("listing", [remote]))
             if not listing["exists"]:
                 return
-            files = {_checked_rel(rel): (size, mtime_ns) for rel, size, mtime_ns in listing["files"]}
-            dirs = {_checked_rel(d) for d in listing["dirs"]}
+            files = {checked_rel(rel): (size, mtime_ns) for rel, size, mtime_ns in listing["files"]}
+            dirs = {checked_rel(d) for d in listing["dirs"]}
             local.mkdir(parents=True, exist_ok=True)
             for rel, (size, mtime_ns) in files.items():
                 dst = local / rel
@@ -734,7 +714,7 @@ class SSHDriver(Driver):
                         continue
                 except FileNotFoundError:
                     pass
-                _clear(dst.parent, local)
+                clear(dst.parent, local)
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 tmp = dst.with_name(dst.name + ".monkey-tmp")
                 self._sftp(host).get(f"{remote}/{rel}", str(tmp))
@@ -794,179 +774,11 @@ class SSHDriver(Driver):
                 channel.sendall(f"{sha.hexdigest()}\n".encode())
                 sent += len(head) + size
             channel.shutdown_write()
-            _finish_channel(channel, host)
+            finish_channel(channel, host)
         except Exception:
-            _raise_disk_full(channel, host)
+            raise_disk_full(channel, host)
             raise
         finally:
             channel.close()
             host.bytes_sent += sent
         log.info("%s: sent %d blobs, %d bytes", host.instance, len(digests), sent)
-
-
-@contextmanager
-def _ssh_errors(host: Host) -> Iterator[None]:
-    """paramiko's own errors as MonkeyError (what the core handles), naming the host."""
-    import paramiko
-
-    try:
-        yield
-    except (paramiko.SSHException, EOFError) as exc:
-        raise Unreachable(f"{host.instance}: {exc or type(exc).__name__}") from None
-
-
-def _raise_disk_full(channel: paramiko.Channel, host: Host) -> None:
-    """MonkeyError "disk full on HOST at PATH (N bytes free)" when the remote step on CHANNEL
-    ended for a full disk (a send cut short by its exit only says "Socket is closed")."""
-    if not channel.exit_status_ready():
-        channel.status_event.wait(5)
-    if not channel.exit_status_ready() or channel.recv_exit_status() != ssh_remote.DISK_FULL:
-        return
-    err = bytearray()
-    channel.settimeout(5)
-    try:
-        while chunk := channel.recv_stderr(1 << 16):
-            err += chunk
-    except TimeoutError:
-        pass
-    said = err.decode(errors="replace").strip().splitlines()
-    if said and said[-1].startswith("disk full at "):
-        raise MonkeyError(f"disk full on {host.instance} at {said[-1][len('disk full at '):]}") from None
-
-
-def _read_exactly(stream: Any, size: int | None) -> bytes:
-    """SIZE bytes (a line when None) from the helper, or MonkeyError when it ends early."""
-    data = stream.readline() if size is None else stream.read(size)
-    short = not data.endswith(b"\n") if size is None else len(data) != size
-    if short:
-        raise MonkeyError("the connection to the host dropped mid-reply")
-    return data
-
-
-def _drain(channel: paramiko.Channel) -> tuple[int, bytes, bytes]:
-    """A channel read to its end: exit code, stdout, stderr."""
-    out, err = bytearray(), bytearray()
-    while chunk := channel.recv(1 << 16):
-        out += chunk
-    while chunk := channel.recv_stderr(1 << 16):
-        err += chunk
-    return channel.recv_exit_status(), bytes(out), bytes(err)
-
-
-def _finish_channel(channel: paramiko.Channel, host: Host, check: bool = True,
-                    stderr: bool = False) -> bytes:
-    """Read a channel to its end: stdout (or stderr); MonkeyError on a non-zero exit."""
-    code, out, err = _drain(channel)
-    if code == 127 and b"not found" in err:
-        raise MonkeyError(f"{host.instance}: {host.spec.python!r} is not installed there; set "
-                          "`python:` for this host in providers.yml")
-    if check and code != 0:
-        text = err.decode(errors="replace").strip().splitlines()
-        raise MonkeyError(f"{host.instance}: remote step failed (exit {code}): "
-                          f"{text[-1] if text else 'no message'}")
-    return bytes(err if stderr else out)
-
-
-# -- SFTP tree helpers (names are checked: a hostile listing cannot leave the folder) ------
-
-
-def _safe_names(entries: list[Any]) -> list[Any]:
-    return [e for e in entries if e.filename not in (".", "..") and "/" not in e.filename]
-
-
-def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    """mkdir -p over SFTP; MonkeyError naming the folder when the user may not create it."""
-    parts = path.split("/")
-    for i in range(2, len(parts) + 1):
-        sub = "/".join(parts[:i])
-        try:
-            sftp.stat(sub)
-            continue
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise _cannot_create(sub, exc) from None
-        try:
-            sftp.mkdir(sub, 0o700)
-        except OSError as exc:
-            try:
-                sftp.stat(sub)  # made meanwhile
-            except OSError:
-                raise _cannot_create(sub, exc) from None
-
-
-def _cannot_create(path: str, exc: OSError) -> MonkeyError:
-    return MonkeyError(f"cannot create {path} on the host ({exc.strerror or exc}); "
-                       "set this host's `workdir:` to a folder its user can write")
-
-
-def _remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:
-    for entry in _safe_names(sftp.listdir_attr(path)):
-        sub = f"{path}/{entry.filename}"
-        if stat.S_ISDIR(entry.st_mode or 0):
-            _remove_tree(sftp, sub)
-        else:
-            sftp.remove(sub)
-    sftp.rmdir(path)
-
-
-def _same(local: os.stat_result, size: int | None, mtime: int | None) -> bool:
-    """Whether two copies match by size and whole-second mtime (SFTP has no finer time).
-
-    A file modified in the last few seconds may have changed again within its second
-    without changing size: it never counts as the same.
-    """
-    return (stat.S_ISREG(local.st_mode) and local.st_size == size and mtime is not None
-            and int(local.st_mtime) == mtime and mtime < time.time() - 5)
-
-
-def _checked_rel(rel: str) -> str:
-    """A relative path from the host, refused when it could leave its folder."""
-    parts = rel.split("/")
-    if rel.startswith("/") or ".." in parts or "" in parts or rel == ".":
-        raise MonkeyError(f"refusing the unsafe checkpoint path {rel!r} sent by the host")
-    return rel
-
-
-def _clear(folder: Path, base: Path) -> None:
-    """Remove files standing where FOLDER (under BASE) must be a folder."""
-    while folder != base:
-        if folder.is_symlink() or folder.is_file():
-            folder.unlink()
-        folder = folder.parent
-
-
-def _push_tree(sftp: paramiko.SFTPClient, local: str, remote: str) -> None:
-    """Make the remote folder a copy of LOCAL (regular files and folders only)."""
-    existing = {e.filename: e for e in _safe_names(sftp.listdir_attr(remote))}
-    names = set()
-    for name in os.listdir(local) if os.path.isdir(local) else []:
-        src, dst = os.path.join(local, name), f"{remote}/{name}"
-        info = os.lstat(src)
-        have = existing.get(name)
-        if stat.S_ISDIR(info.st_mode):
-            if have is not None and not stat.S_ISDIR(have.st_mode or 0):
-                sftp.remove(dst)
-            if have is None or not stat.S_ISDIR(have.st_mode or 0):
-                sftp.mkdir(dst, 0o700)
-            _push_tree(sftp, src, dst)
-        elif stat.S_ISREG(info.st_mode):
-            if have is not None and stat.S_ISREG(have.st_mode or 0) and \
-                    _same(info, have.st_size, have.st_mtime):
-                names.add(name)
-                continue
-            if have is not None and stat.S_ISDIR(have.st_mode or 0):
-                _remove_tree(sftp, dst)
-            sftp.put(src, f"{dst}.monkey-tmp")
-            sftp.chmod(f"{dst}.monkey-tmp", stat.S_IMODE(info.st_mode) & 0o700)  # the user's alone
-            sftp.utime(f"{dst}.monkey-tmp", (int(info.st_mtime), int(info.st_mtime)))
-            sftp.posix_rename(f"{dst}.monkey-tmp", dst)
-        else:
-            continue
-        names.add(name)
-    for name, entry in existing.items():
-        if name not in names:
-            if stat.S_ISDIR(entry.st_mode or 0):
-                _remove_tree(sftp, f"{remote}/{name}")
-            else:
-                sftp.remove(f"{remote}/{name}")
