@@ -125,7 +125,7 @@ class TestContract:
         """A cloud instance's agent is armed to power its machine off once orphaned (and the
         core pings it); this machine's, an SSH host's, never."""
         drv = target.driver
-        orphan = drv.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
+        orphan = drv.transport.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
         if drv.elastic:
             assert orphan["orphan"] == {"timeout": 1800.0} and drv.ping_every == 60.0
         else:
@@ -136,22 +136,22 @@ class TestContract:
         instance = target.usable()
         assert states(drv)[instance] == InstanceState.RUNNING
         digest, _ = BlobStore(Home(home).blobs).put_bytes(b"echo hello from the contract\necho 42 > result.txt\n")
-        link = drv.connect(instance)
+        link = drv.transport.connect(instance)
         try:
             assert link.request("hello")["cpus"] >= 1
             link.request("sync", attempts=[])  # pushes: the job's events
 
-            fetch = drv.prepare(instance, [digest])  # the blob there, or fields that fetch it
+            fetch = drv.transport.prepare(instance, [digest])  # the blob there, or fields that fetch it
             juid = "26-01-01-001"
-            run_dir = drv.run_dir(instance, juid, 1)
+            run_dir = drv.transport.run_dir(instance, juid, 1)
             link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
                          env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.blobs_dir(instance), **fetch,
-                         **drv.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
+                         blobs_dir=drv.transport.blobs_dir(instance), **fetch,
+                         **drv.transport.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
-            blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
+            blob = Path(drv.transport.blobs_dir(instance)) / digest[:2] / digest[2:]
             assert blob.read_bytes().startswith(b"echo hello from the contract\n")
-            drv.finish(instance, juid, 1, ["*.txt"], True)
+            drv.transport.finish(instance, juid, 1, ["*.txt"], True)
         finally:
             link.close()
         assert (Home(home).run_dir(juid, 1) / "stdout.log").read_text() == "hello from the contract\n"

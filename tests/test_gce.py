@@ -233,18 +233,18 @@ def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: P
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        fields = driver.prepare(inst.id, [code, helper, data])
+        fields = driver.transport.prepare(inst.id, [code, helper, data])
         bucket = gcp.options["bucket"]
         assert sorted(gce.gcs.objects(bucket, "blobs/")) == [f"blobs/{data}"]  # the code: packed
         [pack] = gce.gcs.objects(bucket, "packs/").values()
         assert pack == b"".join(local.read_bytes(d) for d in sorted([code, helper]))
         assert "X-Goog-Signature=" in fields["blob_urls"][data][0]
         assert "X-Goog-Signature=" in fields["blob_packs"][0][0]
-        link = driver.connect(inst.id)
-        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        link = driver.transport.connect(inst.id)
+        run_dir = driver.transport.run_dir(inst.id, "26-01-01-001", 1)
         try:
             link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
-                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         argv=["python3", "main.py"], blobs_dir=driver.transport.blobs_dir(inst.id),
                          files=[["main.py", code, 0o644], ["helper.py", helper, 0o644],
                                 ["data.bin", data, 0o644]], **fields)  # fmt: skip
             out = Path(run_dir, "stdout.log")

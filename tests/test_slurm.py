@@ -220,8 +220,8 @@ def test_provider_add_and_list_providers_show_the_partition(cli: Any, home: Path
 def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.slurm import Size, SlurmDriver
-    from monkey.drivers.ssh import agent_digest
     from monkey.models import Resources
+    from monkey.version import agent_digest
 
     monkeypatch.setenv("MONKEY_HEARTBEAT", "5")
     monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "600")

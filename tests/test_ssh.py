@@ -315,16 +315,16 @@ def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: La
         [cap] = wait_for(driver.instances, what="the host contacted")
         job = monkey.store.get_job(first.juid)
         blobs = _blobs(monkey, job)
-        driver.prepare(cap.instance, blobs)
-        assert driver.bytes_sent() >= 500_000
+        driver.transport.prepare(cap.instance, blobs)
+        assert driver.transport.bytes_sent() >= 500_000
         Path("train.py").write_text("print(2)\n")  # new code, same data
         second = monkey.store.get_job(monkey.run("python3 train.py", provider="lab",
                                                  datasets=["data"], start_core=False).juid)
         fresh = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)  # no in-memory cache
         try:
             wait_for(fresh.instances, what="the host contacted")
-            fresh.prepare(cap.instance, _blobs(monkey, second))
-            assert 0 < fresh.bytes_sent() < 1000  # the changed file only
+            fresh.transport.prepare(cap.instance, _blobs(monkey, second))
+            assert 0 < fresh.transport.bytes_sent() < 1000  # the changed file only
         finally:
             fresh.close()
     finally:

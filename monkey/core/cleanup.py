@@ -58,10 +58,11 @@ class HostChores:
         except MonkeyError:
             return
         bucket = key[1].endswith(BUCKET)
-        if not callable(getattr(drv, "clean_bucket" if bucket else "clean", None)):
+        transport = drv.transport  # its hosts' clean-up: the SSH transport's
+        if not callable(getattr(drv if bucket else transport, "clean_bucket" if bucket else "clean", None)):
             core.store.chores_done(c["id"] for c in chores)
             return
-        if not bucket and key[1] not in getattr(drv, "hosts", {}):
+        if not bucket and key[1] not in getattr(transport, "hosts", {}):
             core.store.chores_done(c["id"] for c in chores)  # no longer configured: not ours
             return
         if not bucket and key not in core.links:
@@ -77,8 +78,8 @@ class HostChores:
         def call() -> tuple[dict[str, int] | None, dict[str, Any]]:
             if bucket:
                 return drv.clean_bucket(runs, keep, grace), {}  # type: ignore[attr-defined]
-            freed = drv.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
-            return freed, drv.host_usage(key[1])  # type: ignore[attr-defined]
+            freed = transport.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
+            return freed, transport.host_usage(key[1])  # type: ignore[attr-defined]
 
         def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
             self.busy.discard(key)

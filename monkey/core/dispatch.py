@@ -189,7 +189,7 @@ class Dispatch:
         if time.time() < self.retry_at.get(key, 0):
             return  # a start there just failed: not again at once
         n = job.attempts + 1
-        run_dir = drv.run_dir(instance, job.juid, n)
+        run_dir = drv.transport.run_dir(instance, job.juid, n)
         att = self.store.begin_attempt(job, instance, run_dir, ",".join(gpus))
         if att is None:
             return
@@ -211,9 +211,9 @@ class Dispatch:
                     self.blobs.check(digest)
                 except BlobDamaged as exc:
                     raise exc.about(self._blob_role(job, digest), job.juid) from None
-            checkpoint = drv.checkpoint_dir(instance, job.juid)
-            return checkpoint, {**drv.prepare(instance, blobs),
-                                **drv.start_fields(instance, job.juid, n, outputs)}
+            checkpoint = drv.transport.checkpoint_dir(instance, job.juid)
+            return checkpoint, {**drv.transport.prepare(instance, blobs),
+                                **drv.transport.start_fields(instance, job.juid, n, outputs)}
 
         opened = self.passes
         def then(ready: tuple[str, dict[str, Any]]) -> None:
@@ -247,7 +247,7 @@ class Dispatch:
         is quick, the call not SLOW (blobs to hash) and nothing else is under way on it
         (the order stays)."""
         lane = lane or key
-        if slow or not drv.quick_transport or self.workers.busy(lane):
+        if slow or not drv.transport.quick or self.workers.busy(lane):
             self.workers.submit(lane, call, then, failed)
             return
         try:
@@ -298,7 +298,7 @@ class Dispatch:
             return
         drv = self.drivers.get(key[0])
         if drv is not None:
-            drv.follow(key[1], attempts)
+            drv.transport.follow(key[1], attempts)
         if attempts:
             self.followed[key] = attempts
         else:
@@ -339,7 +339,7 @@ class Dispatch:
     def start_spec(self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str],
                    has_gpus: bool) -> dict[str, Any]:
         """The agent's `start` request for the job's next attempt."""
-        env = drv.job_env({k: v for k, v in job.env.items() if v != REDACTED})
+        env = drv.transport.job_env({k: v for k, v in job.env.items() if v != REDACTED})
         env.update(self._secrets(job))
         env.update(
             MONKEY_JUID=job.juid,
@@ -354,7 +354,7 @@ class Dispatch:
         spec = self.store.job_spec(job.juid)
         if spec is not None:
             spec_fields, spec_blobs = start_fields(spec, self._manifest,
-                                                   drv.persist_dir(instance, job.juid))
+                                                   drv.transport.persist_dir(instance, job.juid))
             blobs += spec_blobs
         datasets = []
         for ds in job.datasets:
@@ -364,7 +364,7 @@ class Dispatch:
                              "files": ds_files, "single": ds.get("single", False)})
         return {
             "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
-            "env": env, **code, "blobs_dir": drv.blobs_dir(instance),
+            "env": env, **code, "blobs_dir": drv.transport.blobs_dir(instance),
             "datasets": datasets, "_blobs": blobs, **spec_fields,
             **({"time_limit": job.resources.time, "grace": KILL_GRACE} if job.resources.time else {}),
             **({"cwd": job.git["subdir"]} if job.git.get("subdir") else {}),

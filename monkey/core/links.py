@@ -90,10 +90,10 @@ class Links:
                      "offset": a.events_offset} for a in live + adrift]  # fmt: skip
 
         def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
-            link = drv.connect(key[1])
+            link = drv.transport.connect(key[1])
             try:
                 reply = link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts,
-                                     **drv.sync_fields(key[1]))
+                                     **drv.transport.sync_fields(key[1]))
                 return link, reply, link.request("jobs", timeout=SYNC_TIMEOUT)["jobs"]
             except BaseException:
                 link.close()
@@ -142,7 +142,7 @@ class Links:
             juid, n = job.get("juid"), job.get("attempt")
             if drv is None or not isinstance(juid, str) or not isinstance(n, int):
                 continue
-            if job.get("run_dir") != drv.run_dir(key[1], juid, n):
+            if job.get("run_dir") != drv.transport.run_dir(key[1], juid, n):
                 continue  # another MONKEY_HOME's job
             att = self.store.get_attempt(juid, n)
             if att is not None and att.state != "live":

@@ -390,7 +390,7 @@ class Core(Links, Dispatch):
         drv = self.drivers.get(key[0])
         if drv is not None:
             outputs = self.store.outputs(juid)
-            self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, False),
+            self._transport(key, drv, lambda: drv.transport.finish(key[1], juid, n, outputs, False),
                             lambda _: None, lambda exc: log.error("fetching results of %s attempt "
                                                                  "%d failed: %s", juid, n, exc),
                             lane=(*key, juid, str(n)))  # fmt: skip
@@ -412,10 +412,10 @@ class Core(Links, Dispatch):
             log.warning("%s: %s", key[1], error)
             drv = self.drivers.get(key[0])
             if drv is not None:
-                drv.forget_blobs(key[1])
+                drv.transport.forget_blobs(key[1])
                 bad = re.search(r"damaged blob ([0-9a-f]{64}) in the bucket", error)
                 if bad:  # the bucket's copy: stored again from the checked local one
-                    drv.bucket_damaged(bad.group(1))
+                    drv.transport.bucket_damaged(bad.group(1))
             att = self.store.get_attempt(juid, n)
             tries = self.damaged_tries[juid] = self.damaged_tries.get(juid, 0) + 1
             if att is not None and att.state == "live" and tries < _DAMAGED_TRIES:
@@ -474,7 +474,7 @@ class Core(Links, Dispatch):
         self.changed()  # its slot is free: the next start need not wait for the results
         # On a lane of its own: neither a start there nor another attempt's results wait
         # for these.
-        self._transport(key, drv, lambda: drv.finish(key[1], juid, n, outputs, current),
+        self._transport(key, drv, lambda: drv.transport.finish(key[1], juid, n, outputs, current),
                         lambda _: fetched(None), fetched, lane=(*key, juid, str(n)))  # fmt: skip
 
     def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
