@@ -39,6 +39,7 @@ from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
+from tests.driver_contract import CloudContract, Target, serve
 from tests.in_job import SCRIPT, check_tracked
 from tests.sshd import Lab
 
@@ -93,6 +94,16 @@ def driver(aws: ProviderConfig, home: Path) -> Iterator[EC2Driver]:
     drv = EC2Driver(aws, Home(home))
     yield drv
     drv.close()
+
+
+class TestEC2Contract(CloudContract):
+    """The driver contract against moto's server, its instances reached over a real sshd."""
+
+    unreachable_tail = r" or `endpoint:`$"
+
+    @pytest.fixture
+    def target(self, aws: ProviderConfig, home: Path) -> Iterator[Target]:
+        yield from serve(aws, home, [])
 
 
 def described(moto: Any, instance: Instance) -> dict[str, Any]:
@@ -194,19 +205,6 @@ def test_spot_and_the_jobs_options(driver: EC2Driver, moto: Any) -> None:
         driver.destroy_node(inst.id)
 
 
-def test_max_instances_then_no_capacity(driver: EC2Driver, moto: Any) -> None:
-    made = [driver.create_node(), driver.create_node()]
-    try:
-        with pytest.raises(NoCapacity, match=r"^aws: 2 instance\(s\) exist, max_instances is 2; "):
-            driver.create_node()
-        assert len(moto.instances()) == 2
-        driver.destroy_node(made.pop().id)
-        made.append(driver.create_node())  # a terminated one counts no more
-    finally:
-        for inst in made:
-            driver.destroy_node(inst.id)
-
-
 def test_size_for_and_never_fits(aws: ProviderConfig, driver: EC2Driver) -> None:
     assert driver.size_for(Resources()) == "t3.micro"  # the entry's size, since it holds the job
     assert driver.size_for(Resources(cpus=2)) == "t3.micro"
@@ -305,17 +303,6 @@ def test_quota_or_capacity_is_no_capacity(aws: ProviderConfig, home: Path, moto:
     finally:
         drv.close()
         faulty.close()
-
-
-def test_unreachable_endpoint_is_one_line(aws: ProviderConfig, home: Path) -> None:
-    drv = EC2Driver(ProviderConfig("aws", "ec2", {**aws.options, "endpoint": "http://127.0.0.1:9"}),
-                    Home(home))  # fmt: skip
-    try:
-        with pytest.raises(MonkeyError, match=r"^aws: cannot list instances: cannot reach "
-                                              r"http://127\.0\.0\.1:9 \(.*\); check the network or `endpoint:`$"):
-            drv.list_nodes()
-    finally:
-        drv.close()
 
 
 def test_instance_reached_over_ssh_with_its_key_pinned_then_forgotten(

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import wait_for
+from tests.driver_contract import DriverContract, Target, provider, serve
 from tests.in_job import SCRIPT, bare_python, check_tracked, open_tmp, site_packages, tracked  # noqa: F401
 from tests.sshd import Lab, SSHHost
 
@@ -36,6 +37,16 @@ def configure(home: Path, hosts: list[dict[str, Any]], name: str = "lab", **opti
     providers = {"providers": {name: {"type": "ssh", "hosts": hosts, **options}}}
     home.mkdir(exist_ok=True)
     (home / "providers.yml").write_text(yaml.safe_dump(providers))
+
+
+class TestSSHContract(DriverContract):
+    """The driver contract against a real sshd on loopback."""
+
+    @pytest.fixture
+    def target(self, home: Path, lab: Lab) -> Iterator[Target]:
+        host = lab.add("h1")
+        config = provider(home, "lab", {"type": "ssh", "hosts": [host.entry(key=lab.key)]})
+        yield from serve(config, home, ["lab/h1"])
 
 
 def remote_runs(host: SSHHost) -> Path:

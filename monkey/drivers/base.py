@@ -1,8 +1,9 @@
-"""The provider contract: every kind of compute is driven through this one base class.
+"""The provider contract: every kind of compute is driven through this base class and the
+transport it has (``monkey.drivers.transport``).
 
 A kind (local, ssh, ec2, gce, slurm) is one module under ``monkey/drivers/`` with one
 ``Driver`` subclass, named in the lazy table of ``monkey/drivers/__init__.py``. The class
-carries three things:
+carries two things, and has a third:
 
 **The kind's rules** (class methods, usable without a driver instance or a connection):
 ``validate`` checks its providers.yml entry, ``never_fits`` says why a job could never run
