@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -217,8 +218,11 @@ class Dispatch:
 
         opened = self.passes
         def then(ready: tuple[str, dict[str, Any]]) -> None:
-            if hashed:  # a later core need not hash them again
-                self.store.add_blobs(self.blobs.stamped(hashed))
+            if hashed:  # a later core need not hash them again (only a saving: never fatal)
+                try:
+                    self.store.add_blobs(self.blobs.stamped(hashed))
+                except (MonkeyError, OSError, sqlite3.Error) as exc:
+                    log.warning("could not record the check of %d blobs: %s", len(hashed), exc)
             self._send_start(key, att, spec, *ready, job=job if self.passes == opened else None)
 
         self._transport(key, drv, call, then, lambda exc: self._start_failed(key, att, exc),
