@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,19 @@ from monkey.models import MonkeyError
 from monkey.store.hosts import BUCKET
 
 if TYPE_CHECKING:
-    from monkey.core.scheduler import Core
+    from monkey.config import Home
+    from monkey.core.provisioning import CoreView
+    from monkey.drivers.base import Driver
+
+    class ChoresCore(CoreView):
+        """What the clean-up uses of the core (``monkey.core.scheduler.Core`` is one):
+        provisioning's view, its home, and its way of running a transport call."""
+
+        home: Home
+
+        def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
+                       then: Callable[[Any], None], failed: Callable[[BaseException], None],
+                       lane: tuple[str, ...] | None = None, slow: bool = False) -> None: ...
 
 log = logging.getLogger("monkey.core")
 _RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
@@ -34,7 +47,7 @@ _RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
 class HostChores:
     """Carries out the chores the store says are owed to SSH hosts."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: ChoresCore) -> None:
         self.core = core
         self.busy: set[tuple[str, str]] = set()  # hosts with chores under way
         self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before
