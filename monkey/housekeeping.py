@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
 from monkey.models import TERMINAL, MonkeyError, State
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ def remove_jobs(m: Monkey, jobs: list[Job]) -> tuple[int, int]:
         j = live[0]
         raise MonkeyError(f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
                           f"{j.juid}`) or leave it out")
-    m.store.owe_job_folders(j.juid for j in jobs)  # their folders on SSH hosts: the core's to delete
+    # Their folders on SSH hosts and in buckets: the core's to delete.
+    m.store.owe_job_folders((j.juid for j in jobs), HOST_FOLDERS, BUCKET_FILES)
     m.store.delete_jobs(j.juid for j in jobs)
     freed = 0
     for j in jobs:

@@ -39,6 +39,7 @@ from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
+from tests.driver_contract import CloudContract, Target, serve
 from tests.in_job import SCRIPT, check_tracked
 from tests.sshd import Lab
 
@@ -93,6 +94,16 @@ def driver(aws: ProviderConfig, home: Path) -> Iterator[EC2Driver]:
     drv = EC2Driver(aws, Home(home))
     yield drv
     drv.close()
+
+
+class TestEC2Contract(CloudContract):
+    """The driver contract against moto's server, its instances reached over a real sshd."""
+
+    unreachable_tail = r" or `endpoint:`$"
+
+    @pytest.fixture
+    def target(self, aws: ProviderConfig, home: Path) -> Iterator[Target]:
+        yield from serve(aws, home, [])
 
 
 def described(moto: Any, instance: Instance) -> dict[str, Any]:
@@ -192,19 +203,6 @@ def test_spot_and_the_jobs_options(driver: EC2Driver, moto: Any) -> None:
         assert size == 20
     finally:
         driver.destroy_node(inst.id)
-
-
-def test_max_instances_then_no_capacity(driver: EC2Driver, moto: Any) -> None:
-    made = [driver.create_node(), driver.create_node()]
-    try:
-        with pytest.raises(NoCapacity, match=r"^aws: 2 instance\(s\) exist, max_instances is 2; "):
-            driver.create_node()
-        assert len(moto.instances()) == 2
-        driver.destroy_node(made.pop().id)
-        made.append(driver.create_node())  # a terminated one counts no more
-    finally:
-        for inst in made:
-            driver.destroy_node(inst.id)
 
 
 def test_size_for_and_never_fits(aws: ProviderConfig, driver: EC2Driver) -> None:
@@ -307,24 +305,13 @@ def test_quota_or_capacity_is_no_capacity(aws: ProviderConfig, home: Path, moto:
         faulty.close()
 
 
-def test_unreachable_endpoint_is_one_line(aws: ProviderConfig, home: Path) -> None:
-    drv = EC2Driver(ProviderConfig("aws", "ec2", {**aws.options, "endpoint": "http://127.0.0.1:9"}),
-                    Home(home))  # fmt: skip
-    try:
-        with pytest.raises(MonkeyError, match=r"^aws: cannot list instances: cannot reach "
-                                              r"http://127\.0\.0\.1:9 \(.*\); check the network or `endpoint:`$"):
-            drv.list_nodes()
-    finally:
-        drv.close()
-
-
 def test_instance_reached_over_ssh_with_its_key_pinned_then_forgotten(
         driver: EC2Driver, fleet: Lab, home: Path) -> None:  # fmt: skip
     inst = driver.create_node()
     try:
         assert driver.instances() == []  # never waits: the listing and the contact run in threads
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        link = driver.connect(inst.id)
+        link = driver.transport.connect(inst.id)
         try:
             assert link.request("hello")["cpus"] >= 1
         finally:
@@ -332,7 +319,7 @@ def test_instance_reached_over_ssh_with_its_key_pinned_then_forgotten(
         host = fleet.hosts[0]
         # its own home: the agent lives there, not in the other instances' folders
         assert (host.home / ".monkey-agent" / "agent").is_dir()
-        assert driver.blobs_dir(inst.id) == f"{host.home}/.monkey-agent/blobs"
+        assert driver.transport.blobs_dir(inst.id) == f"{host.home}/.monkey-agent/blobs"
         pinned = (home / "known_hosts").read_text().splitlines()
         assert pinned == [f"{inst.id} {' '.join(host.host_key_pub)}"]
         assert oct((home / "known_hosts").stat().st_mode & 0o777) == "0o600"
@@ -376,7 +363,7 @@ def test_changed_host_key_on_a_live_instance_is_refused(driver: EC2Driver, fleet
         again = EC2Driver(aws, Home(home))
         try:
             with pytest.raises(MonkeyError, match=rf"^{re.escape(inst.id)} is down \(host key of {re.escape(inst.id)} has CHANGED"):
-                again.connect(inst.id)
+                again.transport.connect(inst.id)
             assert [c.instance for c in again.instances()] == []
         finally:
             again.close()
@@ -440,7 +427,7 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        fields = driver.prepare(inst.id, [code, data, helper, code])
+        fields = driver.transport.prepare(inst.id, [code, data, helper, code])
         assert bucket_blobs(moto, bucket) == {data: 1}
         [pack] = bucket_blobs(moto, bucket, "packs/").values()
         assert pack == 1
@@ -455,11 +442,11 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
                                          local.sha256(helper)]])  # fmt: skip
         assert urls[data][2] == hashlib.sha256(payload).hexdigest()
 
-        link = driver.connect(inst.id)
-        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        link = driver.transport.connect(inst.id)
+        run_dir = driver.transport.run_dir(inst.id, "26-01-01-001", 1)
         try:
             link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
-                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         argv=["python3", "main.py"], blobs_dir=driver.transport.blobs_dir(inst.id),
                          files=files, **fields)  # fmt: skip
             out = Path(run_dir, "stdout.log")
             wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
@@ -467,18 +454,18 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
             link.close()
         assert out.read_text() == f"{payload.count(7)}\n"
         for digest in (code, helper, data):
-            fetched = Path(driver.blobs_dir(inst.id), digest[:2], digest[2:])
+            fetched = Path(driver.transport.blobs_dir(inst.id), digest[:2], digest[2:])
             assert fetched.read_bytes() == local.read_bytes(digest)
         assert driver.pool.bytes_sent() == 0  # nothing went over SSH
 
         # The instance has them now. Another one lacking them gets the same pack, which is
         # not uploaded again, even by a driver that never saw it.
-        assert driver.prepare(inst.id, [code, data, helper]) == {}
+        assert driver.transport.prepare(inst.id, [code, data, helper]) == {}
         other = driver.create_node()
         fresh = EC2Driver(aws, Home(home))
         try:
             wait_for(lambda: reached(fresh, other.id), what="the second instance to be reached")
-            again = fresh.prepare(other.id, [code, data, helper])
+            again = fresh.transport.prepare(other.id, [code, data, helper])
         finally:
             fresh.close()
             driver.destroy_node(other.id)
@@ -496,8 +483,8 @@ def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> 
     inst = drv.create_node()
     try:
         wait_for(lambda: reached(drv, inst.id), what="the instance to be reached")
-        assert drv.prepare(inst.id, [digest]) == {}  # nothing for the agent to fetch
-        assert Path(drv.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
+        assert drv.transport.prepare(inst.id, [digest]) == {}  # nothing for the agent to fetch
+        assert Path(drv.transport.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
         assert drv.pool.bytes_sent() > 0
     finally:
         drv.destroy_node(inst.id)

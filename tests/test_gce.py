@@ -33,6 +33,7 @@ from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
 from monkey.store import Store
 from tests.conftest import kill_core, start_core, wait_for
+from tests.driver_contract import CloudContract, Target, serve
 from tests.fake_gce import FakeGCE, FakeGCS, service_account_file
 from tests.in_job import SCRIPT, check_tracked
 from tests.sshd import Lab
@@ -95,6 +96,15 @@ def driver(gcp: ProviderConfig, home: Path) -> Iterator[GCEDriver]:
     drv.close()
 
 
+class TestGCEContract(CloudContract):
+    """The driver contract against the fake compute API and fake-gcs-server, its instances
+    reached over a real sshd."""
+
+    @pytest.fixture
+    def target(self, gcp: ProviderConfig, home: Path) -> Iterator[Target]:
+        yield from serve(gcp, home, [])
+
+
 def reached(drv: GCEDriver, instance: str) -> bool:
     return any(c.instance == instance for c in drv.instances())
 
@@ -133,15 +143,7 @@ def test_labels_filter_the_listing(driver: GCEDriver, gcp: ProviderConfig, gce: 
         driver.destroy_node(inst.id)
 
 
-def test_max_instances_then_no_capacity(driver: GCEDriver, gce: FakeGCE) -> None:
-    made = [driver.create_node(), driver.create_node()]
-    try:
-        with pytest.raises(NoCapacity, match=r"^gcp: 2 instance\(s\) exist, max_instances is 2; "):
-            driver.create_node()
-        assert len(gce.listed()) == 2
-    finally:
-        for inst in made:
-            driver.destroy_node(inst.id)
+def test_size_for_and_slots(driver: GCEDriver) -> None:
     assert driver.size_for(Resources(cpus=4)) == "e2-standard-4"
     assert driver.size_slots(None) == 2
 
@@ -214,16 +216,6 @@ def test_libclouds_token_cache_lives_in_monkey_home(gcp: ProviderConfig, home: P
     assert list((tmp_path / "user-home").iterdir()) == []
 
 
-def test_unreachable_endpoint_is_one_line(gcp: ProviderConfig, home: Path) -> None:
-    drv = GCEDriver(ProviderConfig("gcp", "gce", {**gcp.options, "endpoint": "http://127.0.0.1:9"}), Home(home))
-    try:
-        with pytest.raises(MonkeyError, match=r"^gcp: cannot list instances: cannot reach "
-                                              r"http://127\.0\.0\.1:9 \(.*\); check the network"):
-            drv.list_nodes()
-    finally:
-        drv.close()
-
-
 def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: ProviderConfig,
                                                        home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
     local = BlobStore(Home(home).blobs)
@@ -233,18 +225,18 @@ def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: P
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
-        fields = driver.prepare(inst.id, [code, helper, data])
+        fields = driver.transport.prepare(inst.id, [code, helper, data])
         bucket = gcp.options["bucket"]
         assert sorted(gce.gcs.objects(bucket, "blobs/")) == [f"blobs/{data}"]  # the code: packed
         [pack] = gce.gcs.objects(bucket, "packs/").values()
         assert pack == b"".join(local.read_bytes(d) for d in sorted([code, helper]))
         assert "X-Goog-Signature=" in fields["blob_urls"][data][0]
         assert "X-Goog-Signature=" in fields["blob_packs"][0][0]
-        link = driver.connect(inst.id)
-        run_dir = driver.run_dir(inst.id, "26-01-01-001", 1)
+        link = driver.transport.connect(inst.id)
+        run_dir = driver.transport.run_dir(inst.id, "26-01-01-001", 1)
         try:
             link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
-                         argv=["python3", "main.py"], blobs_dir=driver.blobs_dir(inst.id),
+                         argv=["python3", "main.py"], blobs_dir=driver.transport.blobs_dir(inst.id),
                          files=[["main.py", code, 0o644], ["helper.py", helper, 0o644],
                                 ["data.bin", data, 0o644]], **fields)  # fmt: skip
             out = Path(run_dir, "stdout.log")

@@ -3,7 +3,7 @@
 Every module of monkey/ is parsed with `ast`; every import statement counts: top-level,
 function-local (lazy) and type-only (under ``if TYPE_CHECKING:``: naming a class in an
 annotation depends on it as much as calling it does). Modules loaded by name from a table
-(the drivers' lazy table, storage's BUCKET_STORAGES) are not seen; both point down.
+(the drivers' lazy table) are not seen; it points down.
 
 Units: a folder of monkey/ (``store``, ``drivers``...) or a top-level module (``api``,
 ``rerun``...). (a) A unit imports only from units of a lower layer (``LAYERS``); (b) no circle
@@ -51,7 +51,7 @@ LAYERS: dict[str, tuple[int, str]] = {
                          "the in-job API (monkey.log...) is its track module"),
 }
 
-# Circles other engineers are cutting (issue 26); the lead empties this after merging them.
+# Circles kept, each with its reason.
 # A circle found is allowed when all its nodes are in one entry (units, or modules of one
 # folder). The upward imports that make them are in ALLOWED_UPWARD.
 ALLOWED: set[frozenset[str]] = {
@@ -59,9 +59,6 @@ ALLOWED: set[frozenset[str]] = {
     # arguments starts it from cli.main, the console script's entry point, which installs made
     # before must keep finding (a `git pull` in an editable checkout does not rewrite it)
     frozenset({"shell.cli", "shell.repl"}),
-    # drivers: core/scheduler <-> core/provisioning; core/cleanup's HostChores is typed by Core
-    # the same way and goes with it
-    frozenset({"core.scheduler", "core.provisioning", "core.cleanup"}),
 }
 
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}

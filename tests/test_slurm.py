@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import wait_for
+from driver_contract import DriverContract, Target, provider, serve
 from in_job import SCRIPT, bare_python, check_tracked, open_tmp  # noqa: F401 - a fixture
 from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
 
@@ -36,6 +38,15 @@ def info(cli: Any, juid: str) -> dict[str, Any]:
 
 def monkey_jobs(lab: SlurmLab) -> list[str]:
     return [line for line in lab.jobs() if " monkey-" in line]
+
+
+class TestSlurmContract(DriverContract):
+    """The driver contract against a real single-node Slurm (allocations on this machine)."""
+
+    @pytest.fixture
+    def target(self, home: Path, slurm: SlurmLab) -> Iterator[Target]:  # noqa: F811 - the fixture
+        config = provider(home, "cluster", {"type": "slurm", "partition": PARTITION})
+        yield from serve(config, home, [])
 
 
 @pytest.fixture
@@ -220,8 +231,8 @@ def test_provider_add_and_list_providers_show_the_partition(cli: Any, home: Path
 def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.slurm import Size, SlurmDriver
-    from monkey.drivers.ssh import agent_digest
     from monkey.models import Resources
+    from monkey.version import agent_digest
 
     monkeypatch.setenv("MONKEY_HEARTBEAT", "5")
     monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "600")

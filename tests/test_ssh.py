@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import wait_for
+from tests.driver_contract import DriverContract, Target, provider, serve
 from tests.in_job import SCRIPT, bare_python, check_tracked, open_tmp, site_packages, tracked  # noqa: F401
 from tests.sshd import Lab, SSHHost
 
@@ -36,6 +37,16 @@ def configure(home: Path, hosts: list[dict[str, Any]], name: str = "lab", **opti
     providers = {"providers": {name: {"type": "ssh", "hosts": hosts, **options}}}
     home.mkdir(exist_ok=True)
     (home / "providers.yml").write_text(yaml.safe_dump(providers))
+
+
+class TestSSHContract(DriverContract):
+    """The driver contract against a real sshd on loopback."""
+
+    @pytest.fixture
+    def target(self, home: Path, lab: Lab) -> Iterator[Target]:
+        host = lab.add("h1")
+        config = provider(home, "lab", {"type": "ssh", "hosts": [host.entry(key=lab.key)]})
+        yield from serve(config, home, ["lab/h1"])
 
 
 def remote_runs(host: SSHHost) -> Path:
@@ -315,16 +326,16 @@ def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: La
         [cap] = wait_for(driver.instances, what="the host contacted")
         job = monkey.store.get_job(first.juid)
         blobs = _blobs(monkey, job)
-        driver.prepare(cap.instance, blobs)
-        assert driver.bytes_sent() >= 500_000
+        driver.transport.prepare(cap.instance, blobs)
+        assert driver.transport.bytes_sent() >= 500_000
         Path("train.py").write_text("print(2)\n")  # new code, same data
         second = monkey.store.get_job(monkey.run("python3 train.py", provider="lab",
                                                  datasets=["data"], start_core=False).juid)
         fresh = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)  # no in-memory cache
         try:
             wait_for(fresh.instances, what="the host contacted")
-            fresh.prepare(cap.instance, _blobs(monkey, second))
-            assert 0 < fresh.bytes_sent() < 1000  # the changed file only
+            fresh.transport.prepare(cap.instance, _blobs(monkey, second))
+            assert 0 < fresh.transport.bytes_sent() < 1000  # the changed file only
         finally:
             fresh.close()
     finally:

@@ -20,7 +20,7 @@ from monkey.client_agent.agent import put_file
 from monkey.config import Home, ProviderConfig
 from monkey.models import MonkeyError
 from monkey.snapshot import BlobStore
-from monkey.storage import Storage, storage_for
+from monkey.storage import Storage
 from monkey.storage.base import local_tree
 from monkey.storage.gcs import GCSStorage
 from monkey.storage.local import LocalStorage
@@ -447,7 +447,7 @@ def test_credentials_file_and_profile(moto_s3: str, monkeypatch: pytest.MonkeyPa
     creds.write_text("[lab]\naws_access_key_id = labkey\naws_secret_access_key = labsecret\n")
     config = ProviderConfig("aws", "ec2", {"bucket": BUCKET, "endpoint": moto_s3,
                                            "credentials": str(creds), "profile": "lab"})  # fmt: skip
-    storage = storage_for(config, Home(tmp_path / "home"))
+    storage = S3Storage.from_config(config)
     digest, _ = source.put_bytes(b"via a profile")
     assert storage.put_blobs([digest], source) == len(b"via a profile")
     assert "labkey" in storage.blob_url(digest) and "labsecret" not in storage.blob_url(digest)
@@ -456,16 +456,15 @@ def test_credentials_file_and_profile(moto_s3: str, monkeypatch: pytest.MonkeyPa
         wrong.has([digest])
 
 
-def test_storage_for_kinds(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    assert isinstance(storage_for(ProviderConfig("local", "local", {}), home), LocalStorage)
-    assert isinstance(storage_for(ProviderConfig("lab", "ssh", {"hosts": []}), home), LocalStorage)
-    assert isinstance(storage_for(ProviderConfig("aws", "ec2", {}), home), LocalStorage)
-    gcs = storage_for(ProviderConfig("gcp", "gce", {"bucket": "g", "credentials": "/sa.json"}), home)
+def test_each_cloud_kind_picks_its_bucket_storage() -> None:
+    from monkey.drivers.ec2 import EC2Driver
+    from monkey.drivers.gce import GCEDriver
+
+    gcs = GCEDriver.bucket_storage(ProviderConfig("gcp", "gce", {"bucket": "g", "credentials": "/sa.json"}))
     assert isinstance(gcs, GCSStorage) and gcs.bucket == "g"
-    s3 = storage_for(ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"}), home)
+    s3 = EC2Driver.bucket_storage(ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"}))
     assert isinstance(s3, S3Storage) and (s3.bucket, s3.region) == ("b", "eu-west-1")
-    code = "import sys, monkey.storage as s; s.storage_for; print('boto3' in sys.modules)"
+    code = "import sys, monkey.storage, monkey.drivers.ec2; print('boto3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, check=True)  # fmt: skip
     assert out.stdout.strip() == "False"

@@ -18,13 +18,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 from monkey.store.hosts import BUCKET
 
 if TYPE_CHECKING:
-    from monkey.core.scheduler import Core
+    from monkey.config import Home
+    from monkey.core.provisioning import CoreView
+    from monkey.drivers.base import Driver
+
+    class ChoresCore(CoreView):
+        """What the clean-up uses of the core (``monkey.core.scheduler.Core`` is one):
+        provisioning's view, its home, and its way of running a transport call."""
+
+        home: Home
+
+        def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
+                       then: Callable[[Any], None], failed: Callable[[BaseException], None],
+                       lane: tuple[str, ...] | None = None, slow: bool = False) -> None: ...
 
 log = logging.getLogger("monkey.core")
 _RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
@@ -33,7 +46,7 @@ _RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
 class HostChores:
     """Carries out the chores the store says are owed to SSH hosts."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: ChoresCore) -> None:
         self.core = core
         self.busy: set[tuple[str, str]] = set()  # hosts with chores under way
         self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before
@@ -57,10 +70,11 @@ class HostChores:
         except MonkeyError:
             return
         bucket = key[1].endswith(BUCKET)
-        if not callable(getattr(drv, "clean_bucket" if bucket else "clean", None)):
+        transport = drv.transport  # its hosts' clean-up: the SSH transport's
+        if not callable(getattr(drv if bucket else transport, "clean_bucket" if bucket else "clean", None)):
             core.store.chores_done(c["id"] for c in chores)
             return
-        if not bucket and key[1] not in getattr(drv, "hosts", {}):
+        if not bucket and key[1] not in getattr(transport, "hosts", {}):
             core.store.chores_done(c["id"] for c in chores)  # no longer configured: not ours
             return
         if not bucket and key not in core.links:
@@ -76,8 +90,8 @@ class HostChores:
         def call() -> tuple[dict[str, int] | None, dict[str, Any]]:
             if bucket:
                 return drv.clean_bucket(runs, keep, grace), {}  # type: ignore[attr-defined]
-            freed = drv.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
-            return freed, drv.host_usage(key[1])  # type: ignore[attr-defined]
+            freed = transport.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
+            return freed, transport.host_usage(key[1])  # type: ignore[attr-defined]
 
         def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
             self.busy.discard(key)

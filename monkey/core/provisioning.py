@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import NoCapacity
@@ -35,8 +35,11 @@ from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resource
 from monkey.store.tracking import HOLD
 
 if TYPE_CHECKING:
-    from monkey.core.scheduler import Core
+    from monkey.config import ProviderConfig
+    from monkey.core.workers import Workers
+    from monkey.drivers.agent_link import AgentLink
     from monkey.drivers.base import Driver
+    from monkey.store import Store
 
 log = logging.getLogger("monkey.core")
 
@@ -55,10 +58,30 @@ def machines_needed(waiting: list[Resources], per_machine: int, booting: int, li
     return max(0, need)
 
 
+class CoreView(Protocol):
+    """What provisioning uses of the core (``monkey.core.scheduler.Core`` is one): the store
+    it alone writes, its workers, its drivers and links, and three calls back."""
+
+    store: Store
+    workers: Workers
+    providers: dict[str, ProviderConfig]
+    links: dict[tuple[str, str], AgentLink]
+    linked_at: dict[tuple[str, str], float]
+
+    def driver(self, provider: str) -> Driver: ...
+
+    def connect(self, key: tuple[str, str]) -> None: ...
+
+    def release(self, key: tuple[str, str]) -> None: ...
+
+    def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
+                offset: int) -> None: ...
+
+
 class Elastic:
     """The provisioning side of the core, for elastic providers."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: CoreView) -> None:
         self.core = core
         self.listed_at: dict[str, float] = {}
         self.inventoried: set[str] = set()  # providers listed once since the core started
@@ -328,7 +351,7 @@ class Elastic:
         def create() -> Instance | list[Instance]:
             if count > 1:
                 return drv.create_nodes(size, count, throttle)
-            return drv.create_node(size, options) if options else drv.create_node(size)  # type: ignore[call-arg]
+            return drv.create_node(size, options)
 
         self.core.workers.submit(key, create, created, failed)
 

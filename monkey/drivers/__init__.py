@@ -1,8 +1,29 @@
-"""Provider drivers behind one base class (``monkey.drivers.base``); only the core calls
-their provisioning and transport, while the shell, the API and the job spec ask their
-rules (validation, fit, description) through ``driver_class``.
+"""Provider drivers behind a contract in two halves: ``Driver`` (``monkey.drivers.base``:
+the kind's rules and provisioning) and the ``Transport`` it has (``monkey.drivers.transport``:
+reaching agents, moving files). Only the core calls provisioning and transport; the shell,
+the API and the job spec ask a kind's rules (validation, fit, description) through
+``driver_class``.
 
-Adding a kind is one module with one ``Driver`` subclass plus one line in ``_DRIVERS``.
+The transports kinds compose: ``LocalTransport`` (local.py: this machine's agent over a Unix
+socket, MONKEY_HOME's folders), ``SSHTransport`` (ssh_transport.py: a pool of hosts over
+paramiko, whose hosts may come and go), ``BucketTransport`` (bucket_transport.py: SSH for the
+agent and logs, the provider's bucket for blobs and results) and ``SlurmTransport``
+(slurm.py: allocations' sockets, or srun relays through a login host's SSHTransport).
+
+Adding a kind (Kubernetes, Ray, ...) is:
+1. a module ``monkey/drivers/KIND.py`` with one ``Driver`` subclass: its rules
+   (``validate``, and ``never_fits``, ``describe``, ``job_options`` when the defaults do not
+   fit) and its provisioning (``instances``, and for machines it makes ``elastic = True``,
+   ``list_nodes``, ``create_node(size, options)``, ``destroy_node``); its ``__init__`` sets
+   ``self.transport``; a cloud-like kind subclasses ``cloud.CloudDriver`` instead, which
+   brings the bucket transport, and supplies the cloud's calls;
+2. a ``Transport`` subclass only when none of the above reaches its agents (a pod's exec
+   channel, say): ``connect``, ``blobs_dir``, ``run_dir``, ``checkpoint_dir``, and whatever
+   moving of files its instances need (``prepare``, ``follow``, ``finish``);
+3. one line in ``_DRIVERS`` below (and in ``HOST_FOLDERS`` or ``BUCKET_FILES`` when its jobs
+   leave folders on hosts or files in a bucket that ``rm`` and ``gc`` must clean);
+4. one test module with a subclass of ``tests/driver_contract.py``'s ``DriverContract``
+   saying how to set the provider up; the contract's scenarios then run against it.
 """
 
 from __future__ import annotations
@@ -29,6 +50,11 @@ _DRIVERS = {
     "gce": "monkey.drivers.gce:GCEDriver",
     "slurm": "monkey.drivers.slurm:SlurmDriver",
 }
+# Kinds whose jobs leave something behind that `rm` and `gc` owe a clean-up (see
+# monkey/store/hosts.py), read without importing any driver: folders on the hosts, which
+# outlive their jobs (cloud machines do not), and files in the provider's bucket.
+HOST_FOLDERS = ("ssh",)
+BUCKET_FILES = ("ec2", "gce")
 
 
 _CACHE = "providers.json"  # in MONKEY_HOME/private: providers.yml's entries as last checked

@@ -1,8 +1,9 @@
-"""The provider contract: every kind of compute is driven through this one base class.
+"""The provider contract: every kind of compute is driven through this base class and the
+transport it has (``monkey.drivers.transport``).
 
 A kind (local, ssh, ec2, gce, slurm) is one module under ``monkey/drivers/`` with one
 ``Driver`` subclass, named in the lazy table of ``monkey/drivers/__init__.py``. The class
-carries three things:
+carries two things, and has a third:
 
 **The kind's rules** (class methods, usable without a driver instance or a connection):
 ``validate`` checks its providers.yml entry, ``never_fits`` says why a job could never run
@@ -18,13 +19,16 @@ says whether the kind can create machines; ``max_instances`` bounds them; ``size
 picks the smallest size that holds a job. ``instances`` lists the capacity of the machines
 that can take jobs now (placement works on it with ``monkey.core.placement``).
 
-**Transport**: reach an instance's agent (``connect``), make blobs available there
-(``prepare``), say where runs, checkpoints and persisted folders live there (``run_dir``,
-``checkpoint_dir``, ``persist_dir``), bring results back (``finish``). Remote kinds share
-one SSH transport.
+**Transport**, the other half, is an object the driver has (``driver.transport``, a
+:class:`~monkey.drivers.transport.Transport`): reach an instance's agent (``connect``), make
+blobs available there (``prepare``), say where runs, checkpoints and persisted folders live
+there (``run_dir``, ``checkpoint_dir``, ``persist_dir``), bring results back (``finish``).
+Kinds compose the local, SSH and bucket transports instead of forwarding their methods.
 
 Lifecycle of an attempt, all driven by the core (the core alone writes the store; a
-driver call may block, so the core runs them off its loop):
+driver call may block, so the core runs them off its loop). ``connect``, ``prepare``,
+``run_dir``, ``checkpoint_dir``, ``start_fields``, ``sync_fields``, ``follow`` and ``finish``
+below are the transport's:
 
 1. ``instances()`` lists what can take jobs; when queued jobs fit nowhere and the kind is
    elastic, the core calls ``create_node(size_for(resources))`` (booting nodes count as
@@ -61,9 +65,8 @@ it only on instances whose Capacity ``extra["spot"]`` is false.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -71,7 +74,7 @@ from monkey.models import Instance, InstanceState, MonkeyError, parse_size
 
 if TYPE_CHECKING:
     from monkey.config import Home, ProviderConfig
-    from monkey.drivers.agent_link import AgentLink
+    from monkey.drivers.transport import Transport
     from monkey.models import Resources
 
 
@@ -156,9 +159,6 @@ class Driver(ABC):
     # one call per size; a machine whose Capacity ``extra["size"]`` names its size takes
     # only jobs of that size (``size_for``).
     batches: ClassVar[bool] = False
-    # Its checkpoint_dir, prepare, blob_fields and finish only touch this machine's files
-    # (never a network): the core calls them in its loop, sparing a worker's round trip.
-    quick_transport: ClassVar[bool] = False
     # Its ``finish`` releases the instance (a Slurm allocation lives for one attempt): the
     # core drops the instance's link quietly and makes no new one.
     releases_on_finish: ClassVar[bool] = False
@@ -170,6 +170,7 @@ class Driver(ABC):
     # Seconds between the core's pings to a linked agent (None: none): a cloud instance's
     # agent powers the machine off after `orphan_timeout` with no request from its core.
     ping_every: float | None = None
+    transport: Transport  # made by each kind's __init__
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         self.name = config.name
@@ -213,9 +214,12 @@ class Driver(ABC):
         return [Instance(c.instance, self.name, c.instance, InstanceState.RUNNING, extra=c.extra)
                 for c in self.instances()]  # fmt: skip
 
-    def create_node(self, size: str | None = None) -> Instance:
+    def create_node(self, size: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> Instance:
         """Create (or claim) one machine of SIZE (None: the provider's default) and return it,
-        usually still PENDING. NoCapacity when none can be had now."""
+        usually still PENDING. OPTIONS: the job.yml options of the job it is made for, or how
+        the core wants it (``{"spot": False}``: an on-demand machine); kinds that take none
+        ignore them. NoCapacity when none can be had now."""
         raise NoCapacity(f"provider {self.name!r} ({self.kind}) cannot create machines")
 
     def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
@@ -264,85 +268,6 @@ class Driver(ABC):
     def instances(self) -> list[Capacity]:
         """Instances that can take jobs now, and what each can hold."""
 
-    # -- transport ----------------------------------------------------------------------------
-
-    @abstractmethod
-    def connect(self, instance: str) -> AgentLink:
-        """A connected link to the instance's agent, started if it was not running. An agent
-        running other code than the installed agent's (``hello``'s ``digest`` against
-        monkey.version.agent_digest) is asked to ``shutdown``, its jobs left running, and a
-        fresh one is started; it adopts them on the core's ``sync``."""
-
-    @abstractmethod
-    def blobs_dir(self, instance: str) -> str:
-        """Where the instance's agent finds content-addressed blobs."""
-
-    @abstractmethod
-    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
-        """The attempt's run directory as seen on the instance."""
-
-    @abstractmethod
-    def checkpoint_dir(self, instance: str, juid: str) -> str:
-        """The job's checkpoint directory as seen on the instance (kept across attempts)."""
-
-    def persist_dir(self, instance: str, juid: str) -> str:
-        """Where the instance keeps the job's saved persisted folders (job.yml ``persist``),
-        one sub-folder per name; the default is ``persist/`` beside the checkpoint dir.
-        ``finish`` brings them back when they do not live in MONKEY_HOME already."""
-        return os.path.join(os.path.dirname(self.checkpoint_dir(instance, juid)), "persist")
-
-    def job_env(self, env: dict[str, str]) -> dict[str, str]:
-        """The job's recorded environment as it should reach the instance; the default keeps
-        it whole (the instance is the machine the job was submitted from)."""
-        return env
-
-    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
-        """Make BLOBS available in ``blobs_dir(instance)``, off the core's loop: put them
-        there, or, when the agent fetches them itself, return the fields of its ``start``
-        request that fetch them (``blob_urls``: {digest: [presigned url, size]};
-        ``blob_packs``: [[presigned url, [[digest, size], ...]]], many small blobs stored end
-        to end). The fields may carry credentials (a URL's signature): the core neither
-        logs nor stores them. The default assumes shared storage and returns none."""
-        return {}
-
-    def bucket_damaged(self, digest: str) -> None:
-        """A worker found blob DIGEST damaged as fetched from the provider's bucket: store
-        it there again when next sent. The default (no bucket) does nothing."""
-        return None
-
-    def forget_blobs(self, instance: str) -> None:
-        """Assume nothing of the blobs INSTANCE holds: the next ``prepare`` asks again which
-        it lacks (its agent found one damaged and removed it). The default keeps no memory."""
-        return None
-
-    def start_fields(self, instance: str, juid: str, attempt: int,
-                     outputs: list[str]) -> dict[str, Any]:
-        """Extra fields of the agent's ``start`` for results moved by the agent itself
-        (``results``: see monkey/client_agent/results.py; OUTPUTS: the job's ``run --outputs``
-        globs); called off the core's loop. They
-        carry presigned grants: never logged nor stored. The default adds none."""
-        return {}
-
-    def sync_fields(self, instance: str) -> dict[str, Any]:
-        """Extra fields of every ``sync`` sent to the instance's agent, such as ``watch``
-        ({kind: ec2|gce, url, every}: the metadata service to watch for notices)."""
-        return {}
-
-    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
-        """The attempts live on INSTANCE now, as ``(juid, attempt)``: the core says so when
-        one starts and on each health pass. A remote transport streams their logs (and pulls
-        their checkpoints) into MONKEY_HOME until they leave the list. Must not block; the
-        default keeps nothing (the instance writes MONKEY_HOME itself)."""
-        return None
-
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
-               current: bool) -> None:
-        """Fetch the ended attempt's results back to MONKEY_HOME, off the core's loop: the
-        rest of its logs, the files matching OUTPUTS (``run --outputs`` globs, relative to
-        its work folder) and, when CURRENT (no newer attempt exists), the job's kept
-        folders (checkpoint, persisted). Nothing to do for shared storage."""
-        return None
-
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         """What the driver learnt of its instances by itself since the last call (an SSH host
         reached or lost in a background thread): ``(instance, reach, extra)`` each, recorded
@@ -350,8 +275,8 @@ class Driver(ABC):
         return []
 
     def close(self) -> None:
-        """Drop connections; agents and jobs keep running."""
-        return None
+        """Drop connections (the transport's too); agents and jobs keep running."""
+        self.transport.close()
 
 
 def _nothing() -> None:

@@ -37,20 +37,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from monkey.drivers.base import Capacity, Driver, NoCapacity, hosts_summary
-from monkey.drivers.ssh import SSHDriver
+from monkey.drivers.bucket_transport import BucketTransport
 from monkey.drivers.ssh_hosts import check_printed, host_spec, printed_host_keys, ssh_config
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
-from monkey.snapshot.blobs import BlobStore
-from monkey.storage import results as bucket_results
-from monkey.storage import storage_for
-from monkey.storage.base import source_size
-from monkey.storage.bucket import PACK_BLOB_MAX, PACK_MIN, BucketStorage
+from monkey.storage.bucket import BucketStorage
 
 if TYPE_CHECKING:
     import paramiko
 
     from monkey.config import Home, ProviderConfig
-    from monkey.drivers.agent_link import AgentLink
 
 log = logging.getLogger("monkey.cloud")
 
@@ -98,6 +93,9 @@ class CloudDriver(Driver):
 
     elastic = True
     SIZES: ClassVar[list[Size]] = []  # the kind's common sizes, cheapest first
+    # The agent's watcher of the metadata service for spot/preemption notices (see
+    # monkey/client_agent/notice.py): "ec2" or "gce".
+    notice: ClassVar[str] = ""
 
     # -- the kind's rules -------------------------------------------------------------------
 
@@ -149,8 +147,6 @@ class CloudDriver(Driver):
         """ENTRY: the provider's options over the kind's defaults."""
         super().__init__(config, home)
         self.entry = entry
-        self.pool = SSHDriver(config, home)
-        self.pool.wake = lambda: self.wake()  # the core sets this driver's wake later
         self._track_lock = threading.Lock()
         self._boot_wait = 0.0  # next wait between listings while one boots (0: none boots)
         self._next_refresh = 0.0  # 0: never listed
@@ -162,10 +158,11 @@ class CloudDriver(Driver):
         self._refresh_error = ""  # the last listing error logged (logged again when it changes)
         self._refused: dict[str, str] = {}  # instance -> why its host key was refused
         # The bucket blobs go through (its client is made on first use); None: over SSH.
-        storage = storage_for(config, home) if entry.get("bucket") else None
-        self.storage = storage if isinstance(storage, BucketStorage) else None
-        if self.storage is not None:  # kept folders go through the bucket, not over SSH
-            self.pool.checkpoint_every = math.inf
+        self.storage = self.bucket_storage(config) if entry.get("bucket") else None
+        # Its transport, and the pool of its running instances' hosts.
+        self.pool = self.transport = BucketTransport(
+            config, home, entry, self.storage, self.list_nodes, self.agent_fields, self.orphan_field)
+        self.pool.wake = lambda: self.wake()  # the core sets this driver's wake later
         self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
         self.zones: list[str] = []  # the zones a kind creates in, in order (GCE's `zones`)
         self._zone_of: dict[str, str] = {}  # instance -> its zone (``extra["zone"]``)
@@ -188,6 +185,11 @@ class CloudDriver(Driver):
     @abstractmethod
     def _destroy(self, node: str) -> None:
         """Terminate the cloud's machine NODE; nothing happens when it is gone already."""
+
+    @classmethod
+    @abstractmethod
+    def bucket_storage(cls, config: ProviderConfig) -> BucketStorage:
+        """The storage of the entry's ``bucket`` (its client is made on first use)."""
 
     @abstractmethod
     def _launched(self, launch: str) -> list[Instance]:
@@ -296,90 +298,14 @@ class CloudDriver(Driver):
         self._refresh_soon()
         return self.pool.reached()
 
-    # -- transport: the SSH provider's, over the running instances ------------------------
-
-    def connect(self, instance: str) -> AgentLink:
-        if instance not in self.pool.hosts:  # after a restart: list before giving up
-            self.list_nodes()
-        if instance not in self.pool.hosts:
-            raise MonkeyError(f"{instance} is not a running instance of provider {self.name!r}")
-        return self.pool.connect(instance)
-
-    def blobs_dir(self, instance: str) -> str:
-        return self.pool.blobs_dir(instance)
-
-    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
-        return self.pool.run_dir(instance, juid, attempt)
-
-    def checkpoint_dir(self, instance: str, juid: str) -> str:
-        """Without a bucket, the SSH provider's (a copy of MONKEY_HOME's, made over SSH).
-        With one, a path only: the agent makes the folder and restores it from the bucket
-        (see ``start_fields``)."""
-        if self.storage is None:
-            return self.pool.checkpoint_dir(instance, juid)
-        return f"{self.pool.runs_dir(instance)}/{juid}/checkpoint"
-
-    def persist_dir(self, instance: str, juid: str) -> str:
-        return self.pool.persist_dir(instance, juid)
-
-    def job_env(self, env: dict[str, str]) -> dict[str, str]:
-        return self.pool.job_env(env)
-
-    def forget_blobs(self, instance: str) -> None:
-        self.pool.forget_blobs(instance)
-
-    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
-        """Without a bucket, send the blobs the instance lacks over SSH. With one, put
-        those it lacks in the bucket (one SSH round trip asks which, until all are known
-        to be there) and return the fields that fetch them: ``blob_packs`` for small ones
-        when there are several (a project's code: one request instead of one per file),
-        ``blob_urls`` for the others (datasets: each stored once by digest)."""
-        if self.storage is None:
-            return self.pool.prepare(instance, blobs)
-        missing = self.pool.missing(instance, blobs)
-        if not missing:
-            return {}
-        source = BlobStore(self.home.blobs)
-        sizes = {d: source_size(source, d) for d in missing}
-        small = {d for d in missing if sizes[d] <= PACK_BLOB_MAX}
-        single = [d for d in missing if d not in small or len(small) < PACK_MIN]
-        self.storage.put_blobs(single, source)
-        fields: dict[str, Any] = {}
-        # Each with the sha256 of the checked local copy: the agent (no blake3) checks what
-        # the bucket gave it, and a damaged object is refused, then stored again.
-        if len(small) >= PACK_MIN:
-            fields["blob_packs"] = [[self.storage.get_url(key), [[d, size, source.sha256(d)]
-                                                                 for d, size in index]]
-                                    for key, index in self.storage.put_packs(small, source)]  # fmt: skip
-        if single:
-            fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d], source.sha256(d)]
-                                   for d in single}  # fmt: skip
-        return fields
-
-    def bucket_damaged(self, digest: str) -> None:
-        if self.storage is not None:
-            self.storage.distrust(digest)
-
-    def start_fields(self, instance: str, juid: str, attempt: int,
-                     outputs: list[str]) -> dict[str, Any]:
-        """``results``: the bucket's upload form for the job, the kept folders to restore
-        from its newest manifest (see monkey.storage.results); ``watch`` for spot ones."""
-        if self.storage is None:
-            return {"orphan": self.orphan_field()}
-        dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
-                "persist": self.persist_dir(instance, juid)}  # fmt: skip
-        every = float(self.entry.get("checkpoint_every", 60))
-        return {**bucket_results.start_fields(self.storage, juid, attempt, dirs, outputs, every),
-                **self.sync_fields(instance)}  # fmt: skip
-
-    def sync_fields(self, instance: str) -> dict[str, Any]:
+    def agent_fields(self, instance: str) -> dict[str, Any]:
         """``watch`` of the instance's metadata (``metadata_url``, ``{address}`` replaced)
         when it is a spot (preemptible) instance."""
         address = self.spot_nodes.get(instance)
         if address is None or not self.entry.get("metadata_url"):
             return {"orphan": self.orphan_field()}
         url = str(self.entry["metadata_url"]).replace("{address}", address)
-        return {"watch": {"kind": self.kind, "url": url,
+        return {"watch": {"kind": self.notice, "url": url,
                           "every": float(self.entry.get("notice_every", 1.0))},
                 "orphan": self.orphan_field()}  # fmt: skip
 
@@ -402,35 +328,8 @@ class CloudDriver(Driver):
         timeout = self.orphan_timeout
         return max(0.5, min(60.0, timeout / 5)) if timeout > 0 else None
 
-    def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
-        self.pool.follow(instance, attempts)
-
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
-               current: bool) -> None:
-        """Without a bucket, the SSH provider's. With one: the logs over SSH while the
-        instance is up, the checkpoint, persisted folders and outputs from the bucket
-        (also when the instance is gone)."""
-        if self.storage is None:
-            self.pool.finish(instance, juid, attempt, outputs, current)
-            return
-        logs_error = None
-        if instance in self.pool.hosts and self.pool.hosts[instance].up:
-            try:
-                self.pool.fetch_logs(instance, [(juid, attempt)])
-            except Exception as exc:  # noqa: BLE001 - the bucket's part comes first
-                logs_error = exc
-        fetched = bucket_results.bring_back(self.storage, self.home, juid, attempt, current)
-        if fetched:
-            log.info("%s: %s attempt %d: %d bytes of results from the bucket", self.name, juid,
-                     attempt, fetched)  # fmt: skip
-        if logs_error is not None:
-            raise logs_error
-
     def changes(self) -> list[tuple[Instance, str | None, dict[str, Any] | None]]:
         return self.pool.changes()
-
-    def close(self) -> None:
-        self.pool.close()
 
     # -- helpers --------------------------------------------------------------------------
 

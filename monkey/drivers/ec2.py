@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from libcloud.compute.drivers.ec2 import EC2NodeDriver
 
     from monkey.config import Home, ProviderConfig
+    from monkey.storage.s3 import S3Storage
 
 log = logging.getLogger("monkey.ec2")
 T = TypeVar("T")
@@ -87,12 +88,19 @@ class EC2Driver(CloudDriver):
     """Instances created on demand in one EC2 region, reached over SSH."""
 
     kind = "ec2"
+    notice = "ec2"
     job_options = frozenset({"size", "spot", "image", "disk"})
     SIZES = SIZES
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
         ec2_setup.validate(where, name, entry)
+
+    @classmethod
+    def bucket_storage(cls, config: ProviderConfig) -> S3Storage:
+        from monkey.storage.s3 import S3Storage
+
+        return S3Storage.from_config(config)
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home, _options(config))

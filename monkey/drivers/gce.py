@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from libcloud.compute.drivers.gce import GCENodeDriver
 
     from monkey.config import Home, ProviderConfig
+    from monkey.storage.gcs import GCSStorage
 
 T = TypeVar("T")
 
@@ -77,6 +78,7 @@ class GCEDriver(CloudDriver):
     """Instances created on demand in GCE zones, reached over SSH."""
 
     kind = "gce"
+    notice = "gce"
     job_options = frozenset({"size", "preemptible", "image", "disk"})
     SIZES = SIZES
 
@@ -90,6 +92,12 @@ class GCEDriver(CloudDriver):
         from monkey.config import ProviderConfig
 
         return cls(ProviderConfig(name, "gce", {k: v for k, v in entry.items() if k != "bucket"}), home)
+
+    @classmethod
+    def bucket_storage(cls, config: ProviderConfig) -> GCSStorage:
+        from monkey.storage.gcs import GCSStorage
+
+        return GCSStorage.from_config(config)
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home, _options(config))

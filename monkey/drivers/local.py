@@ -14,6 +14,7 @@ from typing import Any
 from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.drivers.transport import Transport
 from monkey.models import MonkeyError, Resources
 from monkey.version import AGENT_SRC, agent_digest
 
@@ -103,7 +104,6 @@ class LocalDriver(Driver):
     """Runs jobs on this machine; run directories and blobs live in MONKEY_HOME itself."""
 
     kind = "local"
-    quick_transport = True
     hands_ahead = True
 
     @classmethod
@@ -141,13 +141,24 @@ class LocalDriver(Driver):
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         super().__init__(config, home)
         self._capacity: Capacity | None = None
-        self.socket = str(home.socket_path("agent"))
-        self._runs, self._blobs = str(home.runs), str(home.blobs)
+        self.transport = LocalTransport(home)
 
     def instances(self) -> list[Capacity]:
         if self._capacity is None:
             self._capacity = local_capacity(self.config)
         return [self._capacity]
+
+
+class LocalTransport(Transport):
+    """This machine's agent, over a Unix socket in MONKEY_HOME; run directories and blobs
+    are MONKEY_HOME's own, so nothing is copied nor brought back."""
+
+    quick = True
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.socket = str(home.socket_path("agent"))
+        self._runs, self._blobs = str(home.runs), str(home.blobs)
 
     def connect(self, instance: str) -> AgentLink:
         """A link to the local agent, started when none runs. An agent of another version

@@ -37,13 +37,14 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monkey.drivers.agent_link import connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.drivers.transport import Transport
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 
 if TYPE_CHECKING:
@@ -291,13 +292,13 @@ class SlurmDriver(Driver):
             self.login = LoginHost(self.name, options["login"], options.get("workdir"), home)
         # With a login host: resolved there at first contact (``_ready``).
         self.workdir = Path(os.path.expanduser(str(options.get("workdir") or home.root / "slurm" / self.name)))
-        self._followed: dict[str, list[tuple[str, int]]] = {}
         self.job_name = f"monkey-{home.home_id()}-{self.name}"
         self._allocs: dict[str, _Alloc] = {}
         self._released: set[str] = set()  # scancelled: not listed while Slurm winds them up
         self._lock = threading.Lock()
         self._installed: str | None = None
         self._closed = threading.Event()
+        self.transport = SlurmTransport(self)
         self._watcher: threading.Thread | None = None
 
     @property
@@ -401,7 +402,7 @@ class SlurmDriver(Driver):
         return "\n".join(lines)
 
     def _agent_version(self) -> str:
-        from monkey.drivers.ssh import agent_digest
+        from monkey.version import agent_digest
 
         return agent_digest()
 
@@ -436,8 +437,9 @@ class SlurmDriver(Driver):
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._installed = version
 
-    def create_node(self, size: str | None = None) -> Instance:
-        """Submit one allocation of SIZE; PENDING until Slurm starts it."""
+    def create_node(self, size: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> Instance:
+        """Submit one allocation of SIZE; PENDING until Slurm starts it (OPTIONS unused)."""
         return self.create_nodes(size, 1)[0]
 
     def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
@@ -628,19 +630,6 @@ class SlurmDriver(Driver):
         if self.login is not None:
             self.login.close()
 
-    # -- transport ----------------------------------------------------------------------------
-
-    def connect(self, instance: str) -> AgentLink:
-        job_id = self._job_id(instance)
-        if self.login is not None:
-            return self.login.connect(self._number(job_id), self.socket_path(job_id),
-                                      str(self.workdir / "alloc" / job_id))  # fmt: skip
-        try:
-            return connect_unix(self.socket_path(job_id))
-        except OSError as exc:
-            raise MonkeyError(f"allocation {job_id}: its agent is not reachable ({exc}); "
-                              f"see {self.workdir}/logs/{job_id}.out") from None  # fmt: skip
-
     def _number(self, job_id: str) -> str:
         """Slurm's own job id of allocation JOB_ID (an array task has one of its own)."""
         if "_" not in job_id:
@@ -654,6 +643,29 @@ class SlurmDriver(Driver):
                 alloc.number = number
         return number
 
+
+class SlurmTransport(Transport):
+    """The allocations' agents: their Unix sockets on this machine, MONKEY_HOME shared with
+    them; or, through a login host, relays started with srun and files moved over the
+    login host's SSH connection (its ``SSHTransport``)."""
+
+    def __init__(self, slurm: SlurmDriver) -> None:
+        self.slurm = slurm
+        self.home = slurm.home
+        self.login = slurm.login  # None: no login host
+        self._followed: dict[str, list[tuple[str, int]]] = {}
+
+    def connect(self, instance: str) -> AgentLink:
+        job_id = self.slurm._job_id(instance)
+        if self.login is not None:
+            return self.login.connect(self.slurm._number(job_id), self.slurm.socket_path(job_id),
+                                      str(self.slurm.workdir / "alloc" / job_id))  # fmt: skip
+        try:
+            return connect_unix(self.slurm.socket_path(job_id))
+        except OSError as exc:
+            raise MonkeyError(f"allocation {job_id}: its agent is not reachable ({exc}); "
+                              f"see {self.slurm.workdir}/logs/{job_id}.out") from None  # fmt: skip
+
     # Through a login host, files live under workdir on the cluster and are moved as on an
     # SSH host (the login host's connection); without one, MONKEY_HOME is shared.
 
@@ -665,8 +677,8 @@ class SlurmDriver(Driver):
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
         """The attempt's run directory (MONKEY_HOME's, or the login host's under workdir);
         the allocation is then used."""
-        with self._lock:
-            alloc = self._allocs.get(self._job_id(instance))
+        with self.slurm._lock:
+            alloc = self.slurm._allocs.get(self.slurm._job_id(instance))
             if alloc is not None:
                 alloc.used = True
         if self.login is not None:
@@ -681,7 +693,7 @@ class SlurmDriver(Driver):
             if self.login is not None:
                 self.login.pool.finish(self.login.instance, juid, attempt, outputs, current)
         finally:
-            self.destroy_node(instance)
+            self.slurm.destroy_node(instance)
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
         if self.login is not None:

@@ -1,14 +1,14 @@
 """A Slurm cluster's login host: where the `slurm` provider runs Slurm's commands and keeps
 its files when ``login:`` is set.
 
-The login host is one SSH host of the SSH driver (its connection, verified host key, SFTP
+The login host is one SSH host of the SSH transport (its connection, verified host key, SFTP
 and file helper, its thread pulling logs and checkpoints), without an agent of its own:
 Slurm's commands run there, blobs, the agent's code and the run folders go under the
 provider's ``workdir`` (the cluster's shared filesystem) through it, and the agent inside an
-allocation is reached with ``srun --overlap --jobid=J`` running the SSH driver's relay on
+allocation is reached with ``srun --overlap --jobid=J`` running the SSH transport's relay on
 the allocation's node (a Unix socket is reachable only from its own node).
 
-paramiko is imported by the SSH driver only when a login host is used.
+paramiko is imported by the SSH transport only when a login host is used.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from monkey.config import ProviderConfig
-from monkey.drivers.ssh import SSHDriver
+from monkey.drivers.ssh_transport import SSHTransport
 from monkey.models import MonkeyError
 
 if TYPE_CHECKING:
     from monkey.config import Home
     from monkey.drivers.agent_link import AgentLink
-    from monkey.drivers.ssh import Host
+    from monkey.drivers.ssh_io import Host
 
 LOGIN_KEYS = {"host", "user", "key", "port", "trust_new_host"}
 # Prints those of its arguments that exist (the sockets of allocations whose agent is up).
@@ -58,8 +58,8 @@ def parse_login(text: str) -> dict[str, Any]:
     return {"host": host, **({"user": user} if user else {}), **({"port": int(port)} if port else {})}
 
 
-class LoginPool(SSHDriver):
-    """The SSH driver serving the login host alone, which runs no agent."""
+class LoginPool(SSHTransport):
+    """The SSH transport serving the login host alone, which runs no agent."""
 
     runs_agent = False
 

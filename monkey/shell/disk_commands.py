@@ -116,7 +116,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
           f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
           f"code copies left behind ({h(report.code_bytes)})")
     since = time.time()
-    hosts = m.store.owe_hosts("gc", grace)
+    from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
+
+    hosts = m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES)
     _print_hosts(m, hosts, since, lambda f: f"{f['blobs']} blobs ({h(f['blob_bytes'])}), {f['runs']} "
                  f"folders of deleted jobs ({h(f['run_bytes'])}), {f['partial']} partial uploads "
                  f"({h(f['partial_bytes'])})")
@@ -177,7 +179,9 @@ def _du_hosts(m: Monkey, as_json: bool) -> int:
     from monkey.shell.table import render
 
     since = time.time()
-    hosts = m.store.owe_hosts("du")
+    from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
+
+    hosts = m.store.owe_hosts("du", None, HOST_FOLDERS, BUCKET_FILES)
     report = host_cleanup.ask(m, hosts, since)
     known = m.store.host_usage()
     if as_json:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-_HOST_KIND = "ssh"  # instances whose folders outlive their jobs (cloud machines do not)
-_CLOUD_KINDS = ("ec2", "gce")  # their jobs' files and blobs live in the provider's bucket
 BUCKET = " bucket"  # a cloud provider's bucket in host_chores: instance "<provider> bucket"
 
 
@@ -21,12 +19,15 @@ class HostChoresStore:
 
     tx: Any  # Store.tx
 
-    def owe_job_folders(self, juids: Iterable[str]) -> int:
-        """Owe the deletion of the JUIDS' folders on every SSH host one of their attempts
-        ran on, and in the bucket of every cloud provider (called before the jobs' rows go:
-        a kill between leaves a chore for a job that still exists, which the core skips);
-        how many chores."""
+    def owe_job_folders(self, juids: Iterable[str], hosts: Sequence[str],
+                        buckets: Sequence[str]) -> int:
+        """Owe the deletion of the JUIDS' folders on every host of the HOSTS kinds (SSH) one
+        of their attempts ran on, and in the bucket of every provider of the BUCKETS kinds
+        (clouds) (called before the jobs' rows go: a kill between leaves a chore for a job
+        that still exists, which the core skips); how many chores. The kinds: see
+        monkey.drivers.HOST_FOLDERS and BUCKET_FILES."""
         juids = list(juids)
+        host_marks, bucket_marks = ", ".join("?" * len(hosts)), ", ".join("?" * len(buckets))
         now, done = time.time(), 0
         with self.tx() as db:
             for start in range(0, len(juids), 500):
@@ -35,24 +36,26 @@ class HostChoresStore:
                 done += db.execute(
                     "INSERT INTO host_chores(provider, instance, what, job, created_at) "
                     "SELECT DISTINCT i.provider, a.instance, 'run', a.juid, ? FROM attempts a "
-                    f"JOIN instances i ON i.id = a.instance WHERE i.kind = ? AND a.juid IN ({marks})",
-                    (now, _HOST_KIND, *chunk)).rowcount  # fmt: skip
+                    f"JOIN instances i ON i.id = a.instance WHERE i.kind IN ({host_marks}) "
+                    f"AND a.juid IN ({marks})", (now, *hosts, *chunk)).rowcount  # fmt: skip
                 done += db.execute(
                     "INSERT INTO host_chores(provider, instance, what, job, created_at) "
                     "SELECT DISTINCT i.provider, i.provider || ?, 'run', a.juid, ? FROM attempts a "
-                    "JOIN instances i ON i.id = a.instance WHERE i.kind IN (?, ?) "
-                    f"AND a.juid IN ({marks})", (BUCKET, now, *_CLOUD_KINDS, *chunk)).rowcount  # fmt: skip
+                    f"JOIN instances i ON i.id = a.instance WHERE i.kind IN ({bucket_marks}) "
+                    f"AND a.juid IN ({marks})", (BUCKET, now, *buckets, *chunk)).rowcount  # fmt: skip
         return done
 
-    def owe_hosts(self, what: str, grace: float | None = None) -> list[str]:
-        """Owe WHAT ("gc" with GRACE seconds, or "du") to every SSH host this home has
-        reached (a gc: and to the bucket of every cloud provider it used); the hosts."""
-        hosts = self.db.execute("SELECT id, provider FROM instances WHERE kind = ? "
-                                "AND state != 'terminated' ORDER BY id", (_HOST_KIND,)).fetchall()  # fmt: skip
+    def owe_hosts(self, what: str, grace: float | None, kinds: Sequence[str],
+                  buckets: Sequence[str]) -> list[str]:
+        """Owe WHAT ("gc" with GRACE seconds, or "du") to every host of the KINDS (SSH) this
+        home has reached (a gc: and to the bucket of every provider of the BUCKETS kinds it
+        used); the hosts."""
+        hosts = self.db.execute(f"SELECT id, provider FROM instances WHERE kind IN ({', '.join('?' * len(kinds))}) "
+                                "AND state != 'terminated' ORDER BY id", tuple(kinds)).fetchall()  # fmt: skip
         if what == "gc":
             hosts += [(p + BUCKET, p) for (p,) in self.db.execute(
-                "SELECT DISTINCT provider FROM instances WHERE kind IN (?, ?) ORDER BY provider",
-                _CLOUD_KINDS)]  # fmt: skip
+                f"SELECT DISTINCT provider FROM instances WHERE kind IN ({', '.join('?' * len(buckets))}) "
+                "ORDER BY provider", tuple(buckets))]  # fmt: skip
         now = time.time()
         with self.tx() as db:
             db.executemany("INSERT INTO host_chores(provider, instance, what, grace, created_at) "

@@ -1,7 +1,14 @@
-"""One contract, every driver: local (this machine), ssh (a real sshd on loopback), ec2 (moto's
-server, its instance reached over a real sshd), gce (the fake compute API and fake-gcs-server,
-likewise). What the core relies on of any provider kind:
-provisioning (list, create, destroy, states) and transport (agent, blobs, results)."""
+"""One contract, every driver: what the core relies on of any provider kind, provisioning
+(list, create, destroy, states) and transport (agent, blobs, results).
+
+Each kind's test module subclasses :class:`DriverContract` (``TestLocalContract`` in
+test_local.py, ``TestSSHContract`` in test_ssh.py, ``TestEC2Contract`` in test_ec2.py,
+``TestGCEContract`` in test_gce.py, ``TestSlurmContract`` in test_slurm.py) and gives its
+``target`` fixture: the driver of a provider set up against the kind's real test service
+(this machine, a real sshd on loopback, moto's server or the fake compute API with their
+instances reached over a real sshd, a single-node Slurm). Cloud kinds subclass
+:class:`CloudContract`, which adds what every cloud shares (``max_instances``, an endpoint
+out of reach). The scenarios then run against every kind."""
 
 from __future__ import annotations
 
@@ -10,26 +17,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-import test_ec2
-import test_gce
-import test_ssh
 import yaml
 
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import get_driver
 from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.base import Driver, NoCapacity
-from monkey.models import Instance, InstanceState
+from monkey.models import Instance, InstanceState, MonkeyError
 from monkey.snapshot import BlobStore
 from tests.conftest import wait_for
-
-# The fixtures of the ssh and ec2 tests, used here as they are.
-lab = test_ssh.lab
-fleet, aws = test_ec2.fleet, test_ec2.aws
-gce, gcp, gcs_server = test_gce.gce, test_gce.gcp, test_gce.gcs_server
 
 
 @dataclass
@@ -51,31 +50,23 @@ class Target:
         return wanted
 
 
-def configure(home: Path, name: str, entry: dict[str, Any]) -> ProviderConfig:
+def provider(home: Path, name: str, entry: dict[str, Any]) -> ProviderConfig:
+    """A providers.yml holding the one provider NAME, and its config."""
     home.mkdir(exist_ok=True)
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {name: entry}}))
     return ProviderConfig(name, entry["type"], entry)
 
 
-@pytest.fixture(params=["local", "ssh", "ec2", "gce"])
-def target(request: pytest.FixtureRequest, home: Path) -> Iterator[Target]:
-    kind = request.param
-    if kind == "local":
-        config, configured = configure(home, "local", {"type": "local", "slots": 2}), ["local"]
-    elif kind == "ssh":
-        hosts = request.getfixturevalue("lab")
-        host = hosts.add("h1")
-        config = configure(home, "lab", {"type": "ssh", "hosts": [host.entry(key=hosts.key)]})
-        configured = ["lab/h1"]
-    else:
-        config, configured = request.getfixturevalue({"ec2": "aws", "gce": "gcp"}[kind]), []
+def serve(config: ProviderConfig, home: Path, configured: list[str]) -> Iterator[Target]:
+    """The body of a ``target`` fixture: the provider's driver, its machines made for the
+    test destroyed and its connections closed afterwards."""
     drv = get_driver(config, Home(home).ensure())
-    assert drv.kind == kind
-    t = Target(drv, configured)
+    assert drv.kind == config.type
+    target = Target(drv, configured)
     try:
-        yield t
+        yield target
     finally:
-        for instance in t.created:
+        for instance in target.created:
             drv.destroy_node(instance)
         drv.close()
 
@@ -99,7 +90,18 @@ def wait_exit(link: AgentLink, juid: str, timeout: float = 30) -> dict[str, Any]
     raise AssertionError(f"no exit of {juid} within {timeout}s")
 
 
-class TestContract:
+class DriverContract:
+    """The scenarios every kind passes; a subclass gives the ``target`` fixture."""
+
+    # The agents of its instances are armed to power their machine off once orphaned, and
+    # the core pings them (cloud machines monkey created; never this machine, an SSH host
+    # or a Slurm allocation, which ends with its job anyway).
+    powers_off: ClassVar[bool] = False
+
+    @pytest.fixture
+    def target(self) -> Iterator[Target]:
+        raise NotImplementedError("a kind's contract class gives its target fixture")
+
     def test_list_create_destroy(self, target: Target) -> None:
         drv = target.driver
         if not drv.elastic:
@@ -123,10 +125,10 @@ class TestContract:
 
     def test_only_machines_monkey_created_power_themselves_off(self, target: Target) -> None:
         """A cloud instance's agent is armed to power its machine off once orphaned (and the
-        core pings it); this machine's, an SSH host's, never."""
+        core pings it); this machine's, an SSH host's, a Slurm allocation's, never."""
         drv = target.driver
-        orphan = drv.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
-        if drv.elastic:
+        orphan = drv.transport.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
+        if self.powers_off:
             assert orphan["orphan"] == {"timeout": 1800.0} and drv.ping_every == 60.0
         else:
             assert "orphan" not in orphan and drv.ping_every is None
@@ -136,23 +138,56 @@ class TestContract:
         instance = target.usable()
         assert states(drv)[instance] == InstanceState.RUNNING
         digest, _ = BlobStore(Home(home).blobs).put_bytes(b"echo hello from the contract\necho 42 > result.txt\n")
-        link = drv.connect(instance)
+        link = drv.transport.connect(instance)
         try:
             assert link.request("hello")["cpus"] >= 1
             link.request("sync", attempts=[])  # pushes: the job's events
 
-            fetch = drv.prepare(instance, [digest])  # the blob there, or fields that fetch it
+            fetch = drv.transport.prepare(instance, [digest])  # the blob there, or fields that fetch it
             juid = "26-01-01-001"
-            run_dir = drv.run_dir(instance, juid, 1)
+            run_dir = drv.transport.run_dir(instance, juid, 1)
             link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
                          env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.blobs_dir(instance), **fetch,
-                         **drv.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
+                         blobs_dir=drv.transport.blobs_dir(instance), **fetch,
+                         **drv.transport.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
             assert wait_exit(link, juid)["code"] == 0
-            blob = Path(drv.blobs_dir(instance)) / digest[:2] / digest[2:]
+            blob = Path(drv.transport.blobs_dir(instance)) / digest[:2] / digest[2:]
             assert blob.read_bytes().startswith(b"echo hello from the contract\n")
-            drv.finish(instance, juid, 1, ["*.txt"], True)
+            drv.transport.finish(instance, juid, 1, ["*.txt"], True)
         finally:
             link.close()
         assert (Home(home).run_dir(juid, 1) / "stdout.log").read_text() == "hello from the contract\n"
         assert (Home(home).run_dir(juid, 1) / "work" / "result.txt").read_text() == "42\n"
+
+
+class CloudContract(DriverContract):
+    """What every cloud kind adds; its ``target`` provider has ``max_instances: 2``."""
+
+    powers_off = True
+    # How the one-line error of an endpoint out of reach ends after "check the network" (a
+    # regular expression).
+    unreachable_tail: ClassVar[str] = ""
+
+    def test_max_instances_then_no_capacity(self, target: Target) -> None:
+        drv = target.driver
+        made = [drv.create_node(), drv.create_node()]
+        target.created += [m.id for m in made]
+        with pytest.raises(NoCapacity, match=rf"^{drv.name}: 2 instance\(s\) exist, max_instances is 2; "):
+            drv.create_node()
+        live = {i for i, s in states(drv).items() if s != InstanceState.TERMINATED}
+        assert live == {m.id for m in made}
+        drv.destroy_node(made[-1].id)
+        target.created.append(drv.create_node().id)  # a terminated one counts no more
+
+    def test_unreachable_endpoint_is_one_line(self, target: Target, home: Path) -> None:
+        config = target.driver.config
+        drv = type(target.driver)(ProviderConfig(config.name, config.type,
+                                                 {**config.options, "endpoint": "http://127.0.0.1:9"}),
+                                  Home(home))  # fmt: skip
+        try:
+            with pytest.raises(MonkeyError, match=rf"^{config.name}: cannot list instances: cannot reach "
+                                                  rf"http://127\.0\.0\.1:9 \(.*\); check the network"
+                                                  rf"{self.unreachable_tail}"):
+                drv.list_nodes()
+        finally:
+            drv.close()
