@@ -42,7 +42,7 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 def main() -> None:
     compile_repo()
     from monkey import snapshot
-    from monkey.client_agent.agent import clone_file
+    from monkey.client_agent.blobs import clone_file
     from monkey.snapshot import BlobStore
     from monkey.store.db import Store
 

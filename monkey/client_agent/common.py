@@ -3,6 +3,7 @@ and small file helpers. Standard library only (see agent.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -70,3 +71,9 @@ def one_line(e: BaseException) -> str:
     """An exception as one line of text."""
     text = str(e) if isinstance(e, RequestError) else f"{type(e).__name__}: {e}"
     return " ".join(text.split())
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps would make one per call
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One protocol line."""
+    return (_COMPACT.encode(obj) + "\n").encode()
