@@ -538,7 +538,7 @@ def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
 def test_job_started_by_an_earlier_agent_is_adopted(world: World, when: str) -> None:
     # Agents before this one kept the started record in `pid` and the wrapper's exit code
     # in `exit`: a job they started is adopted after an upgrade, its code read from there.
-    from monkey.client_agent.agent import read_stat, stat_start_ticks
+    from monkey.client_agent.procs import read_stat, stat_start_ticks
 
     run = world.run_dir("j")
     (run / "work").mkdir(parents=True)
