@@ -167,7 +167,7 @@ def needed_blobs(m: Monkey) -> set[str]:
 def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
     agent that died, and blobs no job needs (older than GRACE seconds)."""
-    from monkey.client_agent.agent import CODE_RECORD, reclaim_code
+    from monkey.client_agent.rundir import CODE_RECORD, reclaim_code
 
     report = GcReport()
     jobs = {j.juid: j for j in m.store.list_jobs()}

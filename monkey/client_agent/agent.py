@@ -80,6 +80,36 @@ from monkey.client_agent.procs import (
     signal_pids,
     stat_start_ticks,
 )
+from monkey.client_agent.rundir import (
+    ABANDONED,
+    ABANDONED_CLAIM,
+    CODE_RECORD,
+    EVENTS,
+    LAUNCH,
+    METRICS,
+    OLD_PID,
+    ORDER,
+    PREEMPTED,
+    RESULTS,
+    RESULTS_SEQ,
+    SETUP_FAILED,
+    SIGNALLED,
+    STARTED,
+    STDERR,
+    STDOUT,
+    WORK,
+    first_event,
+    last_event,
+    read_claim,
+    read_exit_code,
+    read_lines_after,
+    read_new,
+    reclaim_code,
+    record_code,
+    recorded_exit,
+    scrape,
+    tail_offsets,
+)
 
 VERSION = "1"
 
@@ -122,15 +152,8 @@ WRAPPER = (
 )
 # How a wrapper's /proc/PID/cmdline starts (``_spawn``'s argv up to the job's folder).
 WRAPPER_CMDLINE = b"\0".join([b"/bin/sh", b"-c", WRAPPER.encode(), b"monkey-job", b""])
-CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
-STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
-ABANDONED_CLAIM = b"abandoned\n"
-ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never started
 TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
-TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics event
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
-_SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
-_TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+)\]')
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -138,10 +161,6 @@ _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal runs its command
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
-PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
-SIGNALLED = "signalled"  # the run dir's mark of the signal the job got and its SIGKILL deadline
-RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), for adoption
-RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
 JOB_UMASK = 0o022  # the umask jobs run with (set by main: the one the agent was started with)
@@ -158,76 +177,6 @@ Key = tuple[str, int]  # (juid, attempt)
 
 
 # ---------------------------------------------------------------- /proc and files
-
-
-def record_code(run_dir: str, work: str, rels: list[str]) -> None:
-    """Write CODE_RECORD: the files materialised under WORK with the size and mtime they
-    were made with, so that ``reclaim_code`` deletes them, and only them, at the end."""
-    files = []
-    for rel in rels:
-        try:
-            st = os.lstat(os.path.join(work, rel))
-        except OSError:
-            continue
-        files.append([rel, st.st_size, st.st_mtime_ns])
-    if not files:
-        return  # nothing to reclaim
-    write_atomic(os.path.join(run_dir, CODE_RECORD), encode({"work": work, "files": files}))
-
-
-def reclaim_code(run_dir: str) -> int:
-    """Delete the attempt's code copy (files of CODE_RECORD the job left unchanged, and the
-    folders they leave empty), then the record; the bytes freed. What the job wrote or
-    changed stays: outputs, logs, persisted folders. Redone safely after an interruption."""
-    record = os.path.join(run_dir, CODE_RECORD)
-    try:
-        with open(record, "rb") as f:
-            rec = json.loads(f.read())
-        work = os.path.realpath(rec["work"])
-        files = rec["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-    if os.path.commonpath([work, os.path.realpath(run_dir)]) != os.path.realpath(run_dir):
-        return 0
-    freed, parents = 0, set()
-    for rel, size, mtime in files:
-        try:
-            path = os.path.join(work, safe_relpath(rel))
-            st = os.lstat(path)
-            if (st.st_size, st.st_mtime_ns) != (size, mtime):
-                continue  # changed by the job: kept
-            os.unlink(path)
-        except (OSError, RequestError):
-            continue
-        freed += st.st_size if stat.S_ISREG(st.st_mode) else 0
-        parents.add(os.path.dirname(path))
-    for folder in sorted(parents, key=len, reverse=True):
-        while len(folder) > len(work):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
-            folder = os.path.dirname(folder)
-    try:
-        os.unlink(record)
-    except OSError:
-        pass
-    return freed
-
-
-def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
-    """The reclaiming thread: the code copies of ended attempts, one after another."""
-    while True:
-        reclaim_code(runs.get())
-
-
-def read_claim(run_dir: str) -> bytes | None:
-    """The content of run_dir/started (the wrapper's pid or ABANDONED_CLAIM), or None."""
-    try:
-        with open(os.path.join(run_dir, STARTED), "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def install_job_code(root: str, digest: str) -> str:
@@ -259,127 +208,13 @@ def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
     return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED), "MONKEY_CGROUP": cgroup}
 
 
-def recorded_exit(run_dir: str) -> tuple[str, int | None] | None:
-    """The file holding the job's exit code, and the code (None when unreadable): the
-    claim's "exit CODE" line, else the ``exit`` file of an earlier agent's wrapper; None
-    when neither has it."""
-    claim = os.path.join(run_dir, STARTED)
-    path, text = claim, next((line[5:] for line in (read_small(claim) or b"").split(b"\n")
-                              if line.startswith(b"exit ")), None)  # fmt: skip
-    if text is None:
-        path = os.path.join(run_dir, "exit")
-        text = read_small(path)
-        if text is None:
-            return None
-    try:
-        return path, int(text)
-    except ValueError:
-        return path, None
-
-
-def read_exit_code(run_dir: str) -> int | None:
-    """The job's exit code (see ``recorded_exit``), or None when absent or unreadable."""
-    found = recorded_exit(run_dir)
-    return found[1] if found else None
-
-
-def first_event(path: str) -> dict[str, Any] | None:
-    """The first event of an events file, or None (none yet, or not whole)."""
-    data = read_small(path) or b""
-    end = data.find(b"\n")
-    try:
-        return json.loads(data[:end]) if end > 0 else None
-    except ValueError:
-        return None
-
-
-def last_event(path: str) -> dict[str, Any] | None:
-    """The last complete event of an events file (a torn tail is cut off), or None."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - (1 << 16))
-        tail = os.pread(fd, size - start, start)
-        while start > 0 and tail.count(b"\n") < 2:  # a heartbeat line is short; be safe
-            start = max(0, start - (1 << 20))
-            tail = os.pread(fd, size - start, start)
-        cut = tail.rfind(b"\n") + 1
-        if start + cut < size:
-            log(f"{path}: cutting a torn last line of {size - start - cut} bytes")
-            os.ftruncate(fd, start + cut)
-        lines = tail[:cut].splitlines()
-        return json.loads(lines[-1]) if lines else None
-    finally:
-        os.close(fd)
-
-
-def read_lines_after(path: str, offset: int) -> list[tuple[int, bytes]]:
-    """Complete lines after byte OFFSET, each with the offset just after it."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    out = []
-    pos = 0
-    while (end := data.find(b"\n", pos)) >= 0:
-        out.append((offset + end + 1, data[pos:end]))
-        pos = end + 1
-    return out
-
-
-def read_new(path: str, offset: int, final: bool) -> tuple[int, bytes]:
-    """Complete lines of PATH from OFFSET (about TAIL_CHUNK bytes, never half a line;
-    FINAL also takes an unterminated last line) and the offset after them."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(TAIL_CHUNK)
-            while len(data) >= TAIL_CHUNK and b"\n" not in data[-TAIL_CHUNK:]:
-                more = f.read(TAIL_CHUNK)  # a line longer than a chunk: read on to its end
-                if not more:
-                    break
-                data += more
-            at_eof = not f.read(1)
-    except FileNotFoundError:
-        return offset, b""
-    if not (final and at_eof):
-        data = data[: data.rfind(b"\n") + 1]
-    return offset + len(data), data
-
-
-def scrape(data: bytes) -> bytes:
-    """The lines of DATA that are {"experiment": ...} or {"monkey": ...} JSON objects."""
-    out = []
-    for match in _SCRAPED.finditer(data):
-        end = data.find(b"\n", match.start())
-        out.append(data[match.start() : end if end >= 0 else len(data)].strip() + b"\n")
-    return b"".join(out)
-
-
-def tail_offsets(events_path: str) -> list[int]:
-    """[metrics.jsonl, stdout.log] offsets after the last metrics event of a job."""
-    try:
-        with open(events_path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            while end > 0:
-                start = max(0, end - (1 << 20))
-                f.seek(start)
-                block = f.read(end - start + 200)  # overlap: a mark cut by the block edge
-                found = list(_TAIL_MARK.finditer(block))
-                if found:
-                    return [int(found[-1].group(1)), int(found[-1].group(2))]
-                end = start
-    except FileNotFoundError:
-        pass
-    return [0, 0]
-
-
 # ---------------------------------------------------------------- state
+
+
+def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
+    """The reclaiming thread: the code copies of ended attempts, one after another."""
+    while True:
+        reclaim_code(runs.get())
 
 
 class Job:
@@ -411,7 +246,7 @@ class Job:
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
         self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
-        self.events_path = self.prefix + "events.jsonl"
+        self.events_path = self.prefix + EVENTS
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
         head = encode({"push": "event", "juid": juid, "attempt": attempt})
         self.push_head = head[:-2] + b',"offset":'
@@ -998,7 +833,7 @@ class Agent:
         files = self._blob_paths(self._code_entries(req), blobs_dir)
         datasets = [self._check_dataset(d, blobs_dir) for d in req.get("datasets") or []]
         placed = [self._check_placed(p, blobs_dir) for p in req.get("placed") or []]
-        work = os.path.join(run_dir, "work")
+        work = os.path.join(run_dir, WORK)
         if req.get("workdir_name"):
             name = safe_relpath(req["workdir_name"])
             if "/" in name:
@@ -1047,7 +882,7 @@ class Agent:
     def _check_unused(run_dir: str) -> None:
         """Refuse a run dir with events (or an earlier agent's pid record), a claim or an
         abandoned mark."""
-        if any(os.path.exists(os.path.join(run_dir, name)) for name in ("events.jsonl", "pid")):
+        if any(os.path.exists(os.path.join(run_dir, name)) for name in (EVENTS, OLD_PID)):
             raise RequestError(f"{run_dir} was already started; use sync")
         claim = read_claim(run_dir)
         if claim == ABANDONED_CLAIM or os.path.exists(os.path.join(run_dir, ABANDONED)):
@@ -1362,7 +1197,7 @@ class Agent:
             "setup": setup, "persist": persist, "persist_dir": persist_dir,
             "package": os.path.dirname(HERE),
         }  # fmt: skip
-        path = os.path.join(run_dir, "launch.json")
+        path = os.path.join(run_dir, LAUNCH)
         write_atomic(path, json.dumps(launch).encode())
         return [sys.executable, "-I", self.launcher, path, "--", *argv]  # -I: no project module shadows
 
@@ -1420,9 +1255,9 @@ class Agent:
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         prefix = os.path.join(run_dir, "")
-        out = os.open(prefix + "stdout.log", flags, 0o600)
+        out = os.open(prefix + STDOUT, flags, 0o600)
         try:
-            err = os.open(prefix + "stderr.log", flags, 0o600)
+            err = os.open(prefix + STDERR, flags, 0o600)
             try:
                 umask = os.umask(JOB_UMASK)  # the job's files as the user would make them
                 try:
@@ -1524,7 +1359,7 @@ class Agent:
         """Ship new metrics.jsonl lines and scraped stdout lines as metrics events (a file
         is read only when its size, taken once per pass, shows it grew)."""
         out_size = self._mark_order(job)
-        metrics = job.prefix + "metrics.jsonl"
+        metrics = job.prefix + METRICS
         try:
             log_size = os.stat(metrics).st_size
         except FileNotFoundError:
@@ -1536,7 +1371,7 @@ class Agent:
                 log_end, lines = read_new(metrics, log_end, final)
             out_end, out = job.tail[1], b""
             if out_size is None or out_size > out_end:
-                out_end, out = read_new(job.prefix + "stdout.log", out_end, final)
+                out_end, out = read_new(job.prefix + STDOUT, out_end, final)
             if not lines and not out:
                 return
             scraped = scrape(out)
@@ -1556,13 +1391,13 @@ class Agent:
         """Append the logs' sizes to output.order when either grew since the last mark; the
         size of stdout.log (None when unknown)."""
         try:
-            sizes = (os.stat(job.prefix + "stdout.log").st_size,
-                     os.stat(job.prefix + "stderr.log").st_size)
+            sizes = (os.stat(job.prefix + STDOUT).st_size,
+                     os.stat(job.prefix + STDERR).st_size)
         except OSError:
             return None
         if sizes != job.order:
             try:
-                with open(job.prefix + "output.order", "a") as fh:
+                with open(job.prefix + ORDER, "a") as fh:
                     fh.write(f"{sizes[0]} {sizes[1]}\n")
             except OSError as e:
                 log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")
@@ -1712,7 +1547,7 @@ class Agent:
                 continue
             statuses.append({"juid": juid, "attempt": attempt, "status": status})
             job = self.jobs.get((juid, attempt))
-            events = os.path.join(job.run_dir if job else run_dir, "events.jsonl")
+            events = os.path.join(job.run_dir if job else run_dir, EVENTS)
             for end, line in read_lines_after(events, offset):
                 try:
                     event = json.loads(line)
@@ -1731,15 +1566,15 @@ class Agent:
             return "running"
         if (juid, attempt) in self.held:  # a client that syncs starts it again itself
             self._withdraw(self.held[(juid, attempt)], "a sync named it")
-        last = last_event(os.path.join(run_dir, "events.jsonl"))
+        last = last_event(os.path.join(run_dir, EVENTS))
         if last is not None and last.get("type") == "exit":
             return "exited"
-        record = first_event(os.path.join(run_dir, "events.jsonl"))
+        record = first_event(os.path.join(run_dir, EVENTS))
         # A whole started event has a cgroup ("" for none); those of agents before the
         # `pid` file went had only the pid.
         if record is None or record.get("type") != "started" or "cgroup" not in record:
             try:  # an earlier agent's record
-                with open(os.path.join(run_dir, "pid"), "rb") as f:
+                with open(os.path.join(run_dir, OLD_PID), "rb") as f:
                     record = json.loads(f.read())
             except (FileNotFoundError, ValueError):  # none, or torn by an agent killed writing it
                 record = self._claimed(run_dir)
@@ -1951,7 +1786,7 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
     if code != 1:  # launcher.py exits 1 when the set-up failed
         return {"code": code, "signal": None, "reason": "exited"}
     try:
-        with open(os.path.join(job.run_dir, "setup.failed"), encoding="utf-8") as f:
+        with open(os.path.join(job.run_dir, SETUP_FAILED), encoding="utf-8") as f:
             return {"code": code, "signal": None, "reason": "setup", "error": f.read().strip()}
     except OSError:
         return {"code": code, "signal": None, "reason": "exited"}
