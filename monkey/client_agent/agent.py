@@ -27,7 +27,6 @@ import shutil
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
@@ -110,6 +109,8 @@ from monkey.client_agent.rundir import (
     scrape,
     tail_offsets,
 )
+from monkey.client_agent.state import HOLD_LIMIT, Job, Key, Pending
+from monkey.client_agent.wire import Conn, Wire
 
 VERSION = "1"
 
@@ -154,15 +155,11 @@ WRAPPER = (
 WRAPPER_CMDLINE = b"\0".join([b"/bin/sh", b"-c", WRAPPER.encode(), b"monkey-job", b""])
 TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
-MAX_LINE = 256 << 20  # longest request accepted
-MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal runs its command
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
-# seconds a start handed ahead of a free slot is held before it is withdrawn
-HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
 JOB_UMASK = 0o022  # the umask jobs run with (set by main: the one the agent was started with)
 # How an orphaned cloud instance powers itself off (its cloud then terminates it).
 DEFAULT_SHUTDOWN = "sudo -n shutdown -h now || shutdown -h now || poweroff"
@@ -173,10 +170,6 @@ SHUTDOWN_RETRY = 300.0  # seconds before a shutdown that left the machine up is 
 # filled the disk of a host still has its exit recorded.
 NEARLY_FULL = 1 << 20  # free bytes below which a failed job's note says its disk is full
 
-Key = tuple[str, int]  # (juid, attempt)
-
-
-# ---------------------------------------------------------------- /proc and files
 
 
 def install_job_code(root: str, digest: str) -> str:
@@ -208,8 +201,6 @@ def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
     return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED), "MONKEY_CGROUP": cgroup}
 
 
-# ---------------------------------------------------------------- state
-
 
 def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
     """The reclaiming thread: the code copies of ended attempts, one after another."""
@@ -217,82 +208,10 @@ def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
         reclaim_code(runs.get())
 
 
-class Job:
-    """One live attempt the agent watches through a pidfd."""
-
-    __slots__ = (
-        "juid", "attempt", "run_dir", "pid", "pidfd", "child", "seq",
-        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
-        "cpus", "prefix", "events_path", "push_head",
-    )  # fmt: skip
-
-    def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
-                 child: bool, seq: int, started: float) -> None:  # fmt: skip
-        self.juid = juid
-        self.attempt = attempt
-        self.run_dir = run_dir
-        self.pid = pid  # also the session and process group id
-        self.pidfd = pidfd
-        self.child = child  # our unreaped child (False for an adopted job)
-        self.seq = seq
-        self.signalled: int | None = None
-        self.cpu_prev = (0, started)  # (ticks, boot time) at last heartbeat; STARTED at first
-        self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
-        self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
-        self.cgroup = ""  # its cgroup's folder, when the agent could make one
-        self.preempted = False  # stopped by a spot/preemption notice
-        self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
-        self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
-        self.timed_out = False  # stopped by its time limit
-        self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
-        self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
-        self.events_path = self.prefix + EVENTS
-        # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
-        head = encode({"push": "event", "juid": juid, "attempt": attempt})
-        self.push_head = head[:-2] + b',"offset":'
-
-    @property
-    def key(self) -> Key:
-        return (self.juid, self.attempt)
-
-
-class Pending:
-    """A start prepared (its run dir materialised) and held until a slot frees."""
-
-    __slots__ = ("juid", "attempt", "run_dir", "cwd", "argv", "env", "limit", "results",
-                 "cpus", "conn", "rid", "until")  # fmt: skip
-
-    def __init__(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
-                 env: dict[str, str], limit: list[float] | None, results: Any, cpus: int,
-                 conn: Conn | None, rid: Any) -> None:  # fmt: skip
-        self.juid, self.attempt, self.run_dir, self.cwd = juid, attempt, run_dir, cwd
-        self.argv, self.env, self.limit, self.results = argv, env, limit, results
-        self.cpus = cpus
-        self.conn, self.rid = conn, rid  # where its reply goes once it spawns or is withdrawn
-        self.until = time.monotonic() + HOLD_LIMIT
-
-    @property
-    def key(self) -> Key:
-        return (self.juid, self.attempt)
-
-
-class Conn:
-    """One client connection with its input and output buffers."""
-
-    __slots__ = ("sock", "inbuf", "outbuf", "subscribed", "writing")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.inbuf = bytearray()
-        self.outbuf = bytearray()
-        self.subscribed = False
-        self.writing = False
-
-
 # ---------------------------------------------------------------- the agent
 
 
-class Agent:
+class Agent(Wire):
     """The selector loop and the request handlers."""
 
     def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float,
@@ -370,23 +289,6 @@ class Agent:
             self._cleanup()
             log(f"stopped; jobs left running: {len(self.jobs)}")
 
-    def _open_listener(self) -> None:
-        try:
-            os.unlink(self.socket_path)
-        except FileNotFoundError:
-            pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(self.socket_path)
-        finally:
-            os.umask(old)
-        os.chmod(self.socket_path, 0o600)
-        self.socket_ino = os.stat(self.socket_path).st_ino
-        sock.listen(128)
-        sock.setblocking(False)
-        self.listener = sock
-        self.sel.register(sock, selectors.EVENT_READ, self._on_accept)
 
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         if self.term_notice is None or signum != signal.SIGTERM or not self.jobs:
@@ -515,148 +417,9 @@ class Agent:
             log("jobs ended after Slurm's notice, exiting")
             self.stopping = True
 
-    # ---- connections
-
-    def _on_accept(self, _mask: int) -> None:
-        assert self.listener is not None
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            try:
-                creds = sock.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-                )
-                pid, uid, _gid = struct.unpack("3i", creds)
-            except OSError as e:
-                log(f"SO_PEERCRED failed: {e}")
-                sock.close()
-                continue
-            if uid != os.getuid():
-                log(f"refused a connection from uid {uid} (pid {pid})")
-                sock.close()
-                continue
-            sock.setblocking(False)
-            conn = Conn(sock)
-            self.conns.add(conn)
-            self.sel.register(sock, selectors.EVENT_READ, functools.partial(self._on_conn, conn))
-
-    def _on_conn(self, conn: Conn, mask: int) -> None:
-        if mask & selectors.EVENT_WRITE:
-            self._flush(conn)
-        if mask & selectors.EVENT_READ and conn in self.conns:
-            self._read(conn)
-
-    def _read(self, conn: Conn) -> None:
-        try:
-            data = conn.sock.recv(1 << 18)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            log(f"connection error: {e}")
-            self._close(conn)
-            return
-        if not data:
-            self._close(conn)
-            return
-        buf = conn.inbuf
-        start = len(buf)
-        buf += data
-        if buf.find(b"\n", start) < 0:
-            if len(buf) > MAX_LINE:
-                log("request too long; dropping the connection")
-                self._close(conn)
-            return
-        *lines, rest = buf.split(b"\n")
-        conn.inbuf = bytearray(rest)
-        for line in lines:
-            if line.strip() and conn in self.conns:
-                self._handle_line(conn, bytes(line))
-
-    def _send(self, conn: Conn, data: bytes) -> None:
-        """Queue DATA for CONN; it is sent at the end of this pass of the loop, with whatever
-        else the pass had to say (one write, one wake-up of the reader)."""
-        conn.outbuf += data
-        self.unsent.add(conn)
-
-    def _flush(self, conn: Conn) -> None:
-        out = conn.outbuf
-        while out:
-            try:
-                sent = conn.sock.send(out)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as e:
-                log(f"send failed: {e}")
-                self._close(conn)
-                return
-            del out[:sent]
-        if len(out) > MAX_OUTBUF:
-            log("client too far behind; dropping the connection")
-            self._close(conn)
-            return
-        want = bool(out)
-        if want != conn.writing:
-            conn.writing = want
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
-            self.sel.modify(conn.sock, events, functools.partial(self._on_conn, conn))
-
-    def _flush_blocking(self, conn: Conn, deadline: float) -> None:
-        """Best effort to send what is queued before exiting."""
-        try:
-            conn.sock.setblocking(True)
-            while conn.outbuf and (left := deadline - time.monotonic()) > 0:
-                conn.sock.settimeout(left)
-                sent = conn.sock.send(conn.outbuf)
-                del conn.outbuf[:sent]
-        except OSError:
-            pass
-
-    def _close(self, conn: Conn) -> None:
-        if conn not in self.conns:
-            return
-        self.conns.discard(conn)
-        try:
-            self.sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
 
     # ---- requests
 
-    def _handle_line(self, conn: Conn, line: bytes) -> None:
-        self.orphan.contact = time.monotonic()  # any request: the core is there
-        rid = op = None
-        backlog: list[bytes] = []
-        try:
-            req = json.loads(line)
-            if not isinstance(req, dict):
-                raise RequestError("a request must be a JSON object")
-            rid = req.get("id")
-            op = req.get("op")
-            handler: Callable[..., dict[str, Any]] | None = getattr(self, f"op_{op}", None)
-            if not isinstance(op, str) or handler is None:
-                raise RequestError(f"unknown op {op!r}")
-            if op == "sync":
-                result = handler(req, backlog)
-            elif op == "start":
-                result = handler(req, conn)
-                if result is None:  # held for a slot: answered when it spawns
-                    return
-            else:
-                result = handler(req)
-            reply = {"id": rid, "ok": True, **result}
-            conn.subscribed = conn.subscribed or op == "sync"
-        except RequestError as e:
-            reply = {"id": rid, "ok": False, "error": one_line(e)}
-        except (ValueError, TypeError, KeyError) as e:  # never the request: it holds secrets
-            log(f"bad request (op {op!r}): {one_line(e)}")
-            reply = {"id": rid, "ok": False, "error": f"bad request: {one_line(e)}"}
-        except Exception as e:
-            log(f"request failed (op {op!r}):\n{traceback.format_exc()}")
-            reply = {"id": rid, "ok": False, "error": one_line(e)}
-        self._send(conn, encode(reply) + b"".join(backlog))
 
     def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.gpus is None:
