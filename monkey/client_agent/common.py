@@ -77,3 +77,4 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps would make one 
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
     return (_COMPACT.encode(obj) + "\n").encode()
+HERE = os.path.dirname(os.path.abspath(__file__))  # the agent's code: reported in hello
