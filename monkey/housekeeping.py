@@ -299,8 +299,10 @@ def _env_keys(specs: dict[str, dict]) -> set[str]:
 
 def _recorded_env_keys(run_dir: Path) -> set[str]:
     """Keys of the environments a job's attempts ran in (their setup.json)."""
+    from monkey.client_agent.rundir import SETUP_RECORD
+
     keys = set()
-    for record in run_dir.glob("*/setup.json"):
+    for record in run_dir.glob(f"*/{SETUP_RECORD}"):
         try:
             keys.add(str(json.loads(record.read_bytes())["key"]))
         except (OSError, ValueError, KeyError, TypeError):

@@ -53,6 +53,11 @@ _SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
 _TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+)\]')
 
 
+def stream_log(stream: str) -> str:
+    """The log file of the job's STREAM: STDOUT for "stdout", STDERR for "stderr"."""
+    return f"{stream}.log"
+
+
 def record_code(run_dir: str, work: str, rels: list[str]) -> None:
     """Write CODE_RECORD: the files materialised under WORK with the size and mtime they
     were made with, so that ``reclaim_code`` deletes them, and only them, at the end."""
