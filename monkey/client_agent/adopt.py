@@ -34,10 +34,10 @@ from monkey.client_agent.rundir import (
     recorded_exit,
     tail_offsets,
 )
-from monkey.client_agent.state import Job
+from monkey.client_agent.state import AgentState, Job
 
 
-class Adoption:
+class Adoption(AgentState):
     """The ``sync`` op of the ``Agent`` and the adoption of jobs an earlier agent started."""
 
     def op_sync(self, req: dict[str, Any], backlog: list[bytes]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line, write_atomic
 from monkey.client_agent.rundir import PREEMPTED, RESULTS, RESULTS_SEQ
-from monkey.client_agent.state import Job
+from monkey.client_agent.state import AgentState, Job
 
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads
@@ -103,7 +103,7 @@ class OrphanWatch:
             log("the shutdown command succeeded" + (f": {said}" if said else ""))
 
 
-class CloudSide:
+class CloudSide(AgentState):
     """The ``Agent``'s uploads of results and its handling of notices."""
 
     def _results(self, cfg: Any, juid: str, attempt: int, run_dir: str, work: str) -> Any:

@@ -36,7 +36,7 @@ from monkey.client_agent.rundir import (
     reclaim_code,
     scrape,
 )
-from monkey.client_agent.state import Job
+from monkey.client_agent.state import AgentState, Job
 
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
 
@@ -74,7 +74,7 @@ def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
         reclaim_code(runs.get())
 
 
-class Events:
+class Events(AgentState):
     """The ``Agent``'s records of its jobs, from their started event to their exit."""
 
     def _reclaim(self, run_dir: str) -> None:

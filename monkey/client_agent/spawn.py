@@ -56,7 +56,7 @@ from monkey.client_agent.rundir import (
     read_claim,
     record_code,
 )
-from monkey.client_agent.state import Job, Pending
+from monkey.client_agent.state import AgentState, Job, Pending
 from monkey.client_agent.wire import Conn
 
 # The job runs as `/bin/sh -c WRAPPER monkey-job CWD ARGV...`. It enters CWD; then the shell
@@ -118,7 +118,7 @@ def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
     return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED), "MONKEY_CGROUP": cgroup}
 
 
-class Spawning:
+class Spawning(AgentState):
     """The ``start`` op of the ``Agent`` and everything until its job runs."""
 
     def op_start(self, req: dict[str, Any], conn: Conn | None = None) -> dict[str, Any] | None:

@@ -1,15 +1,27 @@
-"""The agent's state of one job: a live attempt it watches (``Job``) and a start held until a
-slot frees (``Pending``). Standard library only (see agent.py)."""
+"""The agent's state: of one job, a live attempt it watches (``Job``) and a start held until a
+slot frees (``Pending``); of the agent, what its parts (the mixins ``Agent`` is made of:
+wire.py, spawn.py, events.py, cloud.py, adopt.py) share (``AgentState``). Standard library
+only (see agent.py)."""
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from monkey.client_agent.common import encode
 from monkey.client_agent.rundir import EVENTS
-from monkey.client_agent.wire import Conn
+
+if TYPE_CHECKING:
+    import queue
+    import selectors
+    import socket
+    import subprocess
+
+    from monkey.client_agent.cloud import OrphanWatch
+    from monkey.client_agent.procs import Cgroups
+    from monkey.client_agent.wire import Conn
 
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
@@ -73,3 +85,60 @@ class Pending:
     @property
     def key(self) -> Key:
         return (self.juid, self.attempt)
+
+
+class AgentState:
+    """What the parts of the ``Agent`` use of each other: its state (set in
+    ``Agent.__init__``) and the methods one part calls in another. Declarations only."""
+
+    root: str
+    socket_path: str
+    heartbeat: float
+    reserve: int  # bytes set aside in private/reserve (see --reserve)
+    termed: bool
+    sel: selectors.BaseSelector
+    listener: socket.socket | None
+    socket_ino: int
+    conns: set[Conn]
+    unsent: set[Conn]
+    jobs: dict[Key, Job]
+    held: dict[Key, Pending]
+    slots: int
+    kill_at: dict[Key, float]
+    environ: dict[str, str]
+    launcher: str
+    job_path: str
+    cgroups: Cgroups
+    orphan: OrphanWatch
+    next_heartbeat: float
+    gpu_probe: subprocess.Popen | None
+    gpus: list[dict[str, Any]] | None
+    reclaims: queue.SimpleQueue[str] | None
+    results: dict[Key, Any]
+    exiting: set[Key]
+    watcher: Any
+    notice: dict[str, Any] | None
+    done: queue.SimpleQueue[tuple[str, Any]]
+    done_r: int
+    done_w: int
+
+    _send: Callable[[Conn, bytes], None]  # wire.py
+    _track: Callable[[Job], None]  # spawn.py
+    _start_held: Callable[[], None]
+    _withdraw: Callable[[Pending, str], None]
+    _append: Callable[..., None]  # events.py
+    _tail: Callable[..., None]
+    _on_exit: Callable[[Job, int], None]
+    _reclaim: Callable[[str], None]
+    _keep_reserve: Callable[[], None]
+    _exit_fields: Callable[[Job, int | None, int | None, float | None], dict[str, Any]]
+    _report_exit: Callable[[Job, dict[str, Any]], bool]
+    _results: Callable[..., Any]  # cloud.py
+    _keep_results: Callable[[str, dict[str, Any], str], None]
+    _adopted_results: Callable[[Job], None]
+    _watch: Callable[[Any], None]
+    _in_thread: Callable[[str, Job, Callable[[], Any]], None]
+    _on_done: Callable[[int], None]
+    _claimed: Callable[[str], dict[str, Any] | None]  # adopt.py
+    _signal_session: Callable[[Job, int], None]  # agent.py
+    _end_tree: Callable[[Job], None]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line
+from monkey.client_agent.state import AgentState
 
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
@@ -35,7 +36,7 @@ class Conn:
         self.writing = False
 
 
-class Wire:
+class Wire(AgentState):
     """The connections of the ``Agent`` (its selector, listener and clients)."""
 
     def _open_listener(self) -> None:
