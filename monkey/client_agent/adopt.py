@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import time
-import traceback
 from typing import Any
 
-from monkey.client_agent.common import RequestError, encode, log, one_line
+from monkey.client_agent.common import RequestError, encode, log, one_line, trace
 from monkey.client_agent.procs import (
     CLK_TCK,
     environ_lines,
@@ -52,7 +51,7 @@ class Adoption(AgentState):
             try:
                 status = self._adopt(juid, attempt, run_dir)
             except Exception as e:
-                log(f"adopting {run_dir} failed:\n{traceback.format_exc()}")
+                log(f"adopting {run_dir} failed:\n{trace()}")
                 statuses.append({"juid": juid, "attempt": attempt, "status": "unknown",
                                  "error": one_line(e)})  # fmt: skip
                 continue

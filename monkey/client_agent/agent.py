@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import time
-import traceback
 from typing import Any
 
 from monkey.client_agent import spawn
@@ -34,6 +33,7 @@ from monkey.client_agent.common import (
     HERE,
     log,
     read_small,
+    trace,
     write_atomic,
 )
 from monkey.client_agent.events import Events
@@ -203,11 +203,11 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             try:
                 key.data(mask)
             except Exception:
-                log("error in the loop:\n" + traceback.format_exc())
+                log("error in the loop:\n" + trace())
         try:
             self._run_timers()
         except Exception:
-            log("error in a timer:\n" + traceback.format_exc())
+            log("error in a timer:\n" + trace())
         while self.unsent:
             conn = self.unsent.pop()
             if conn in self.conns:

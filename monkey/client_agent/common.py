@@ -78,3 +78,11 @@ def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
     return (_COMPACT.encode(obj) + "\n").encode()
 HERE = os.path.dirname(os.path.abspath(__file__))  # the agent's code: reported in hello
+
+
+def trace() -> str:
+    """The exception being handled, with its traceback, for the log (the traceback module is
+    imported only then: it would cost every agent's start a few milliseconds)."""
+    import traceback
+
+    return traceback.format_exc()

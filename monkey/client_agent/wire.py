@@ -12,11 +12,10 @@ import selectors
 import socket
 import struct
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from monkey.client_agent.common import RequestError, encode, log, one_line
+from monkey.client_agent.common import RequestError, encode, log, one_line, trace
 from monkey.client_agent.state import AgentState
 
 MAX_LINE = 256 << 20  # longest request accepted
@@ -192,6 +191,6 @@ class Wire(AgentState):
             log(f"bad request (op {op!r}): {one_line(e)}")
             reply = {"id": rid, "ok": False, "error": f"bad request: {one_line(e)}"}
         except Exception as e:
-            log(f"request failed (op {op!r}):\n{traceback.format_exc()}")
+            log(f"request failed (op {op!r}):\n{trace()}")
             reply = {"id": rid, "ok": False, "error": one_line(e)}
         self._send(conn, encode(reply) + b"".join(backlog))
