@@ -7,6 +7,22 @@ copied alone to workers that have just a python3 (Linux, ``os.pidfd_open``).
 
 The protocol, the run directory's files, the events and the ops are specified in
 docs/agent-protocol.md.
+
+This module is the ``Agent``'s loop (lifetime, timers, the small ops and signals) and
+``main``; the class is put together from the parts of the other modules (mixins over
+``state.AgentState``, which declares what they share):
+
+    wire.py     the connections: listener, framing, requests, replies and pushes
+    spawn.py    ``start``: checks, the run dir materialised, held starts, the wrapper, the spawn
+    events.py   a live job's records: events, tailed metrics, heartbeats, its exit
+    cloud.py    results through a bucket, spot/preemption notices, the orphan watch
+    adopt.py    ``sync``: jobs of an earlier agent adopted from their run dirs
+
+and their helpers: rundir.py (the run directory's layout and readers, which the rest of
+monkey imports too), procs.py (/proc, signals, cgroups, GPU and memory figures), blobs.py
+(fetching, checking and copying blobs), state.py (``Job``, ``Pending``), common.py. Jobs
+get launcher.py, shim.py and track.py, copied alone. Every ``.py`` file here is shipped to
+workers and counted in the agent's digest (``code_digest``, monkey.version.agent_files).
 """
 
 from __future__ import annotations
