@@ -6,7 +6,7 @@ record, the events file's readers and the tail offsets. Standard library only (s
 
 launcher.py and track.py are shipped alone into a job's environment and import nothing of
 the agent: they keep their own copy of the names they write (``setup.*``, ``metrics.jsonl``,
-``preempted``), which tests/test_agent.py checks against this layout."""
+``preempted``), which tests/test_rundir.py checks against this layout."""
 
 from __future__ import annotations
 
