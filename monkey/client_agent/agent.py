@@ -45,13 +45,7 @@ from typing import Any
 from monkey.client_agent import spawn
 from monkey.client_agent.adopt import Adoption
 from monkey.client_agent.cloud import PREEMPT_GRACE, PREEMPT_RESERVE, CloudSide, OrphanWatch
-from monkey.client_agent.common import (
-    HERE,
-    log,
-    read_small,
-    trace,
-    write_atomic,
-)
+from monkey.client_agent.common import HERE, log, read_small, trace, write_atomic
 from monkey.client_agent.events import Events
 from monkey.client_agent.procs import (
     Cgroups,
@@ -64,10 +58,7 @@ from monkey.client_agent.procs import (
     read_stat,
     signal_pids,
 )
-from monkey.client_agent.rundir import (
-    SIGNALLED,
-    STARTED,
-)
+from monkey.client_agent.rundir import SIGNALLED, STARTED
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Job, Key, Pending
 from monkey.client_agent.wire import Conn, Wire
