@@ -15,12 +15,13 @@ This module is the ``Agent``'s loop (lifetime, timers, the small ops and signals
     wire.py     the connections: listener, framing, requests, replies and pushes
     spawn.py    ``start``: checks, the run dir materialised, held starts, the wrapper, the spawn
     events.py   a live job's records: events, tailed metrics, heartbeats, its exit
-    cloud.py    results through a bucket, spot/preemption notices, the orphan watch
+    cloud.py    results through a bucket, spot/preemption notices
     adopt.py    ``sync``: jobs of an earlier agent adopted from their run dirs
 
 and their helpers: rundir.py (the run directory's layout and readers, which the rest of
 monkey imports too), procs.py (/proc, signals, cgroups, GPU and memory figures), blobs.py
-(fetching, checking and copying blobs), state.py (``Job``, ``Pending``), common.py. Jobs
+(fetching, checking and copying blobs), orphan.py (an orphaned instance powers off),
+state.py (``Job``, ``Pending``, ``Conn``), common.py. Jobs
 get launcher.py, shim.py and track.py, copied alone. Every ``.py`` file here is shipped to
 workers and counted in the agent's digest (``code_digest``, monkey.version.agent_files).
 """
@@ -44,9 +45,10 @@ from typing import Any
 
 from monkey.client_agent import spawn
 from monkey.client_agent.adopt import Adoption
-from monkey.client_agent.cloud import PREEMPT_GRACE, PREEMPT_RESERVE, CloudSide, OrphanWatch
+from monkey.client_agent.cloud import PREEMPT_GRACE, PREEMPT_RESERVE, CloudSide
 from monkey.client_agent.common import HERE, log, read_small, trace, write_atomic
 from monkey.client_agent.events import Events
+from monkey.client_agent.orphan import OrphanWatch
 from monkey.client_agent.procs import (
     Cgroups,
     become_subreaper,
@@ -60,8 +62,8 @@ from monkey.client_agent.procs import (
 )
 from monkey.client_agent.rundir import SIGNALLED, STARTED
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
-from monkey.client_agent.state import HOLD_LIMIT, Job, Key, Pending
-from monkey.client_agent.wire import Conn, Wire
+from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
+from monkey.client_agent.wire import Wire
 
 VERSION = "1"
 

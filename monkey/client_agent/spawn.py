@@ -56,8 +56,7 @@ from monkey.client_agent.rundir import (
     read_claim,
     record_code,
 )
-from monkey.client_agent.state import AgentState, Job, Pending
-from monkey.client_agent.wire import Conn
+from monkey.client_agent.state import AgentState, Conn, Job, Pending
 
 # The job runs as `/bin/sh -c WRAPPER monkey-job CWD ARGV...`. It enters CWD; then the shell
 # claims the run dir: it creates STARTED with O_EXCL (`set -C`) and writes its pid there, so

@@ -1,5 +1,5 @@
 """The agent's state: of one job, a live attempt it watches (``Job``) and a start held until a
-slot frees (``Pending``); of the agent, what its parts (the mixins ``Agent`` is made of:
+slot frees (``Pending``); of a client, its connection (``Conn``); of the agent, what its parts (the mixins ``Agent`` is made of:
 wire.py, spawn.py, events.py, cloud.py, adopt.py) share (``AgentState``). Standard library
 only (see agent.py)."""
 
@@ -19,9 +19,8 @@ if TYPE_CHECKING:
     import socket
     import subprocess
 
-    from monkey.client_agent.cloud import OrphanWatch
+    from monkey.client_agent.orphan import OrphanWatch
     from monkey.client_agent.procs import Cgroups
-    from monkey.client_agent.wire import Conn
 
 # seconds a start handed ahead of a free slot is held before it is withdrawn
 HOLD_LIMIT = float(os.environ.get("MONKEY_HOLD_LIMIT", "2"))
@@ -85,6 +84,19 @@ class Pending:
     @property
     def key(self) -> Key:
         return (self.juid, self.attempt)
+
+
+class Conn:
+    """One client connection with its input and output buffers."""
+
+    __slots__ = ("sock", "inbuf", "outbuf", "subscribed", "writing")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.subscribed = False
+        self.writing = False
 
 
 class AgentState:

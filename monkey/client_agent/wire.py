@@ -1,6 +1,6 @@
 """The agent's wire protocol: newline-delimited JSON requests and replies, and pushes, over
-a Unix stream socket (see docs/agent-protocol.md). ``Conn`` is one client connection; the
-``Wire`` half of the ``Agent`` listens, accepts, reads requests and hands each to its op, and
+a Unix stream socket (see docs/agent-protocol.md). Of each client connection (``state.Conn``),
+the ``Wire`` part of the ``Agent`` listens, accepts, reads requests and hands each to its op, and
 writes replies and pushes without ever blocking the loop. Standard library only."""
 
 from __future__ import annotations
@@ -16,23 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line, trace
-from monkey.client_agent.state import AgentState
+from monkey.client_agent.state import AgentState, Conn
 
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 
-
-class Conn:
-    """One client connection with its input and output buffers."""
-
-    __slots__ = ("sock", "inbuf", "outbuf", "subscribed", "writing")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.inbuf = bytearray()
-        self.outbuf = bytearray()
-        self.subscribed = False
-        self.writing = False
 
 
 class Wire(AgentState):
