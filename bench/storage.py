@@ -33,7 +33,7 @@ def slow_server(tmp: Path, digests: list[str]) -> None:
     import http.server
     import threading
 
-    from monkey.client_agent import agent
+    from monkey.client_agent import blobs
 
     latency = 0.02
 
@@ -52,11 +52,11 @@ def slow_server(tmp: Path, digests: list[str]) -> None:
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     urls = {d: [f"http://127.0.0.1:{httpd.server_port}/{d}", SMALL_SIZE] for d in digests}
     try:
-        for threads in (1, agent.FETCH_THREADS):
-            agent.FETCH_THREADS = threads
+        for threads in (1, blobs.FETCH_THREADS):
+            blobs.FETCH_THREADS = threads
             shutil.rmtree(tmp / "slow", ignore_errors=True)
             timed(f"agent fetch_blobs: {len(urls)} blobs, {latency * 1000:.0f} ms each, "
-                  f"{threads} at once", agent.fetch_blobs, urls, str(tmp / "slow"))
+                  f"{threads} at once", blobs.fetch_blobs, urls, str(tmp / "slow"))
     finally:
         httpd.shutdown()
 
@@ -65,7 +65,7 @@ def main() -> None:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                       AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
     os.environ.pop("AWS_PROFILE", None)
-    from monkey.client_agent.agent import fetch_blobs
+    from monkey.client_agent.blobs import fetch_blobs
     from monkey.snapshot import BlobStore
     from monkey.storage.s3 import S3Storage
 

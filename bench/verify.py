@@ -41,7 +41,7 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 def main() -> None:
     compile_repo()
-    from monkey.client_agent.agent import clone_file
+    from monkey.client_agent.blobs import clone_file
     from monkey.snapshot import BlobStore
     from monkey.snapshot import blobs as blob_module
     from monkey.store.db import Store

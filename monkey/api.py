@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
 from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
@@ -396,7 +397,7 @@ class Monkey:
                   setup: bool = False) -> list[Path]:
         """The job's log files, one per attempt, oldest first (``setup``: the set-up logs)."""
         juid = self.store.resolve(ref)
-        name = "setup.log" if setup else "stderr.log" if stderr else "stdout.log"
+        name = rundir.SETUP_LOG if setup else rundir.STDERR if stderr else rundir.STDOUT
         attempts = self.store.attempts(juid)
         if attempt is not None:
             attempts = [a for a in attempts if a.n == attempt]
@@ -449,12 +450,12 @@ class Monkey:
         for a in shown:
             folder = self.home.run_dir(juid, a.n)
             if setup or stream != "both":
-                path = folder / ("setup.log" if setup else f"{stream}.log")
+                path = folder / (rundir.SETUP_LOG if setup else rundir.stream_log(stream))
                 size = path.stat().st_size if path.exists() else 0
                 segments = [(path, 0, size)] if size else []
             else:
-                segments = interleaved(folder / "stdout.log", folder / "stderr.log",
-                                       folder / "output.order")
+                segments = interleaved(folder / rundir.STDOUT, folder / rundir.STDERR,
+                                       folder / rundir.ORDER)
             pieces += [(a.n, seg) for seg in segments] or ([(a.n, None)] if tail is None and not setup else [])
         if tail is not None:
             kept = tail_segments([seg for _, seg in pieces], tail)
@@ -495,7 +496,7 @@ class Monkey:
         from monkey.core.daemon import Keeper
 
         stream = stream or ("stderr" if stderr else "stdout")
-        names = ("setup.log", "stdout.log", "stderr.log") if stream == "both" else (f"{stream}.log",)
+        names = LOGS if stream == "both" else (rundir.stream_log(stream),)
         juid = self.store.resolve(ref)
         keeper = Keeper(self.home)
         cursor = LogCursor()

@@ -147,7 +147,7 @@ class GcReport:
 def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
     agent that died, and blobs no job needs (older than GRACE seconds)."""
-    from monkey.client_agent.agent import CODE_RECORD, reclaim_code
+    from monkey.client_agent.rundir import CODE_RECORD, reclaim_code
 
     report = GcReport()
     jobs = {j.juid: j for j in m.store.list_jobs()}
@@ -281,8 +281,10 @@ def _env_keys(specs: dict[str, dict]) -> set[str]:
 
 def _recorded_env_keys(run_dir: Path) -> set[str]:
     """Keys of the environments a job's attempts ran in (their setup.json)."""
+    from monkey.client_agent.rundir import SETUP_RECORD
+
     keys = set()
-    for record in run_dir.glob("*/setup.json"):
+    for record in run_dir.glob(f"*/{SETUP_RECORD}"):
         try:
             keys.add(str(json.loads(record.read_bytes())["key"]))
         except (OSError, ValueError, KeyError, TypeError):

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from monkey.client_agent import rundir
 from monkey.models import MonkeyError
 
 CHUNK = 1 << 20  # largest piece read or yielded at once
@@ -185,7 +186,7 @@ def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
 # follower's own reads must not wake it).
 _WRITES = ("FileModifiedEvent", "FileCreatedEvent", "FileMovedEvent", "FileDeletedEvent",
            "FileClosedEvent")
-LOGS = ("setup.log", "stdout.log", "stderr.log")  # what a job's followers read
+LOGS = rundir.LOGS  # what a job's followers read
 
 
 class Follower:

@@ -10,6 +10,7 @@ import json
 import shlex
 from typing import Any
 
+from monkey.client_agent import rundir
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.store.db import Store
@@ -38,8 +39,8 @@ def update(home: Home, store: Store, index: SearchIndex) -> None:
             offsets["command"] = 1
         for n in range(1, attempts + 1):
             for stream in ("stdout", "stderr"):
-                file = f"{n}/{stream}.log"
-                lines += _new_lines(home.run_dir(juid, n) / f"{stream}.log", offsets, file,
+                file = f"{n}/{rundir.stream_log(stream)}"
+                lines += _new_lines(home.run_dir(juid, n) / rundir.stream_log(stream), offsets, file,
                                     f"{stream}, attempt {n}", whole=ended)
         index.add(juid, lines, offsets, attempts if ended else None)
 

@@ -69,7 +69,7 @@ def kill_all(marker: str) -> None:
 def tidy_cgroups() -> Iterator[None]:
     """Remove the job cgroups that agents this session killed left behind (an agent removes
     its own when it stops; a SIGKILLed one cannot)."""
-    from monkey.client_agent.agent import cgroup2_self
+    from monkey.client_agent.procs import cgroup2_self
 
     parent = cgroup2_self()
     before = set(os.listdir(parent)) if parent else set()

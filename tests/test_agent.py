@@ -526,7 +526,7 @@ def test_a_job_shares_its_cgroup_with_no_process_of_an_earlier_job(world: World)
 def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
     """Start a job's wrapper as an agent does, without an agent: what an agent SIGKILLed
     between its spawn and its own records leaves behind."""
-    from monkey.client_agent import agent as agent_module
+    from monkey.client_agent import spawn as agent_module
 
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, MONKEY_TEST_TAG=tag, **agent_module.job_env(str(run_dir), ""))
@@ -538,7 +538,7 @@ def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
 def test_job_started_by_an_earlier_agent_is_adopted(world: World, when: str) -> None:
     # Agents before this one kept the started record in `pid` and the wrapper's exit code
     # in `exit`: a job they started is adopted after an upgrade, its code read from there.
-    from monkey.client_agent.agent import read_stat, stat_start_ticks
+    from monkey.client_agent.procs import read_stat, stat_start_ticks
 
     run = world.run_dir("j")
     (run / "work").mkdir(parents=True)

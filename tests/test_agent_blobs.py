@@ -12,7 +12,7 @@ import test_storage
 from test_agent import Client, World
 from test_storage import make_s3
 
-from monkey.client_agent.agent import record_blob
+from monkey.client_agent.blobs import record_blob
 from monkey.config import Home
 from monkey.drivers.agent_link import AgentError
 from monkey.snapshot import BlobStore

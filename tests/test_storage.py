@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from monkey.client_agent.agent import put_file
+from monkey.client_agent.blobs import put_file
 from monkey.config import Home, ProviderConfig
 from monkey.models import MonkeyError
 from monkey.snapshot import BlobStore

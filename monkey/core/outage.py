@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from monkey.client_agent import rundir
 from monkey.store.errors import NEARLY_FULL, DiskFull, StoreUnavailable, free_bytes
 
 log = logging.getLogger("monkey.core")
@@ -98,7 +99,7 @@ def _no_space_note(run_dir: Path) -> str:
     if 0 <= free < NEARLY_FULL:
         return f"; disk full at {run_dir} ({free} bytes free)"
     try:
-        with open(run_dir / "stderr.log", "rb") as fh:
+        with open(run_dir / rundir.STDERR, "rb") as fh:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
             tail = fh.read()
     except OSError:

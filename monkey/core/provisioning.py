@@ -164,7 +164,7 @@ class Elastic:
 
     def _orphaned(self, name: str, drv: Driver, row: dict[str, Any]) -> str:
         """Why the machine of ROW, found ended, most likely ended: its agent powered it off
-        (see client_agent.agent.OrphanWatch) when it ran no job and the core sent it nothing
+        (see client_agent.orphan.OrphanWatch) when it ran no job and the core sent it nothing
         for the provider's ``orphan_timeout``; "" when that cannot be why."""
         timeout = float(getattr(drv, "orphan_timeout", 0) or 0)
         key = (name, str(row["id"]))

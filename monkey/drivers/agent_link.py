@@ -1,4 +1,4 @@
-"""The core's side of the agent protocol (see ``monkey.client_agent.agent``): stdlib only.
+"""The core's side of the agent protocol (see docs/agent-protocol.md): stdlib only.
 
 An :class:`AgentLink` wraps any connected socket-like object that has ``send``,
 ``recv``, ``fileno``, ``settimeout`` and ``close`` (a Unix socket, a paramiko Channel).

@@ -20,7 +20,7 @@ core terminates it. A console that prints none leaves the key trusted on first u
 Every sync and start arms the instance's agent with ``orphan`` ({timeout, command}: the
 entry's ``orphan_timeout``, default 30 minutes, and ``shutdown_command``); the core pings
 linked agents every ``ping_every`` seconds, and an agent left with no job and no request
-for that long powers its machine off (see client_agent.agent.OrphanWatch).
+for that long powers its machine off (see client_agent.orphan.OrphanWatch).
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ class CloudDriver(Driver):
         return float(self.entry.get("orphan_timeout", ORPHAN_TIMEOUT))
 
     def orphan_field(self) -> dict[str, Any]:
-        """What arms the agent's orphan watch (client_agent.agent.OrphanWatch)."""
+        """What arms the agent's orphan watch (client_agent.orphan.OrphanWatch)."""
         field: dict[str, Any] = {"timeout": self.orphan_timeout}
         if self.entry.get("shutdown_command"):
             field["command"] = str(self.entry["shutdown_command"])

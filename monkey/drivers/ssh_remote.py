@@ -77,7 +77,7 @@ while True:
 # A blob's check on a host, where no blake3 is (the agent is stdlib-only): beside blob
 # D[2:] its receiver keeps ``.D[2:].sha256``, "<sha256 of the bytes> <size> <mtime_ns>
 # <ctime_ns> <inode>" as stored. Blobs are never written in place, so an unchanged stat means
-# unchanged bytes; a changed one is hashed again (see client_agent.agent.blob_intact).
+# unchanged bytes; a changed one is hashed again (see client_agent.blobs.blob_intact).
 CHECK = r"""
 import hashlib, os
 os.umask(0o077)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
@@ -63,7 +64,7 @@ log = logging.getLogger("monkey.ssh")
 # Folders of a job kept across attempts, under runs/<juid>/ on both sides: the checkpoint
 # and job.yml's saved persisted folders. They follow the job from host to host.
 _KEPT = ("checkpoint", "persist")
-_LOG_NAMES = ("stdout.log", "stderr.log", "output.order", "setup.log")  # kept in step
+_LOG_NAMES = (rundir.STDOUT, rundir.STDERR, rundir.ORDER, rundir.SETUP_LOG)  # kept in step
 _PUMP_EVERY = 0.25
 _TAIL_MAX = 8 << 20  # what the helper returns of one file per request
 _BACKOFF_MAX = 0.5
@@ -295,8 +296,8 @@ class SSHTransport(Transport):
         """Bring the files of `run --outputs` back into the attempt's local work folder."""
         if not globs:
             return
-        work = f"{self._runs(host)}/{juid}/{attempt}/work"
-        local = self.home.run_dir(juid, attempt) / "work"
+        work = f"{self._runs(host)}/{juid}/{attempt}/{rundir.WORK}"
+        local = self.home.run_dir(juid, attempt) / rundir.WORK
         with host.lock:
             [(head, _)] = self._helper(host, ("matches", [work, globs]))
             for rel in head["files"]:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from monkey.client_agent import rundir
 from monkey.models import TERMINAL, MonkeyError
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def rows(m: Source, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             if not attempt.run_dir:
                 continue
             for stream in ("stdout", "stderr"):
-                found = _tail(m.home.run_dir(juid, attempt.n) / f"{stream}.log")
+                found = _tail(m.home.run_dir(juid, attempt.n) / rundir.stream_log(stream))
                 if found:
                     text, size, omitted = found
                     yield "outputs", {"job": juid, "attempt": attempt.n, "stream": stream,

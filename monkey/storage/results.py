@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from monkey.client_agent import rundir
 from monkey.models import MonkeyError
 from monkey.storage.base import check_rel
 
@@ -78,7 +79,7 @@ def bring_back(storage: Storage, home: Home, juid: str, attempt: int, current: b
     if current:
         places.update({name: home.runs / juid / name for name in KEPT})
     if manifest.get("attempt") == attempt:
-        places["outputs"] = home.run_dir(juid, attempt) / "work"
+        places["outputs"] = home.run_dir(juid, attempt) / rundir.WORK
     wanted: dict[Path, tuple[str, int, int]] = {}
     for rel, (sha, size, mode) in manifest["files"].items():
         top, _, rest = rel.partition("/")

@@ -14,6 +14,7 @@ from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
 from monkey.api import LOGS, Follower, LogCursor
+from monkey.client_agent import rundir
 from monkey.tui.shared import SharedMonkey
 
 POLL = 1.0  # seconds between looks at the log files when nothing is written (a new attempt)
@@ -111,7 +112,7 @@ class LogPane(Vertical):
         self.follower = follower = monkey.store_follower()
         decoders: dict[Path, codecs.IncrementalDecoder] = {}
         shown, other_seen = 0, -1
-        other_name = "stdout.log" if stderr else "stderr.log"
+        other_name = rundir.STDOUT if stderr else rundir.STDERR
         try:
             while not worker.is_cancelled:
                 parts = []
