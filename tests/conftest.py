@@ -1,5 +1,10 @@
 """Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
-every process (core, agent, jobs) the test started."""
+every process (core, agent, jobs) the test started.
+
+Every test is marked `unit` or `system` here (`pytest -m unit` is the fast inner loop): a
+test is `system` when it uses a fixture that starts real services (`SYSTEM_FIXTURES`) or is
+marked `system` itself (a module's `pytestmark`, or a parameter's `marks`) because it starts
+a core, an agent or the CLI in a subprocess without such a fixture; the rest are `unit`."""
 
 from __future__ import annotations
 
@@ -15,6 +20,35 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
+# the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
+# directly or through another fixture, is `system`.
+SYSTEM_FIXTURES = frozenset({
+    "cli", "monkey", "moto", "moto_server", "slurm", "slurm_cluster", "gce", "gcs_server", "lab",
+    "fleet", "world",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test `system` (by its fixtures or its own marker) or else `unit`."""
+    for item in items:
+        if item.get_closest_marker("system") is None:
+            if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.unit)
+                continue
+            item.add_marker(pytest.mark.system)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
+    """A `unit` test that reaches a system fixture at run time (`request.getfixturevalue`)
+    fails at once: it should be marked `system` (a parameter's `marks=` for a parametrised
+    fixture)."""
+    if fixturedef.argname in SYSTEM_FIXTURES and request.node.get_closest_marker("unit"):
+        pytest.fail(f"{request.node.nodeid} is marked unit but uses the fixture "
+                    f"`{fixturedef.argname}`: mark it `@pytest.mark.system`", pytrace=False)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.02,

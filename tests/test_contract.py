@@ -26,6 +26,8 @@ from monkey.models import Instance, InstanceState
 from monkey.snapshot import BlobStore
 from tests.conftest import wait_for
 
+pytestmark = pytest.mark.system  # every kind's driver against its real services (a core, sshd, moto, fake GCE)
+
 # The fixtures of the ssh and ec2 tests, used here as they are.
 lab = test_ssh.lab
 fleet, aws = test_ec2.fleet, test_ec2.aws
