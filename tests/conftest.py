@@ -121,6 +121,26 @@ def tidy_cgroups() -> Iterator[None]:
                 os.rmdir(base)
 
 
+# What rich, Textual, cmd2/prompt_toolkit, argparse and shutil.get_terminal_size read of the
+# terminal: a test sees none of the caller's (an xdist worker or a developer's shell may set
+# COLUMNS), so its output depends on neither the order of tests nor the process running them.
+TERMINAL_VARIABLES = (
+    "COLUMNS", "LINES", "ROWS", "JUPYTER_COLUMNS", "JUPYTER_LINES", "COLORTERM", "NO_COLOR",
+    "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "PY_COLORS", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
+    "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "LC_TERMINAL", "VTE_VERSION", "ESCDELAY",
+    "PROMPT_TOOLKIT_COLOR_DEPTH", "PROMPT_TOOLKIT_NO_CPR", "DATABRICKS_RUNTIME_VERSION",
+)
+
+
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear the terminal variables and Textual's own (TEXTUAL_*); TERM is always xterm."""
+    for name in TERMINAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n == "TEXTUAL" or n.startswith("TEXTUAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TERM", "xterm")
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh MONKEY_HOME; everything started under it is killed afterwards."""
@@ -130,7 +150,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("MONKEY_KILL_GRACE", "3")
     monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "60")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.delenv("NO_COLOR", raising=False)
+    plain_terminal(monkeypatch)
     work = tmp_path / "project"
     work.mkdir()
     monkeypatch.chdir(work)
