@@ -32,13 +32,17 @@ SYSTEM_FIXTURES = frozenset({
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test `system` (by its fixtures or its own marker) or else `unit`."""
+    """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
+    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker."""
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.get_closest_marker("system") is None:
             if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.unit)
                 continue
             item.add_marker(pytest.mark.system)
+        if xdist and "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))  # one Slurm, on one worker
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -99,15 +103,29 @@ def kill_all(marker: str) -> None:
     kill_until_gone(lambda: processes_with_env(marker))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def tidy_cgroups() -> Iterator[None]:
-    """Remove the job cgroups that agents this session killed left behind (an agent removes
-    its own when it stops; a SIGKILLed one cannot)."""
-    from monkey.client_agent.agent import cgroup2_self
+_CGROUPS = pytest.StashKey[tuple[str | None, set[str]]]()  # the cgroup parent, its children before
 
-    parent = cgroup2_self()
-    before = set(os.listdir(parent)) if parent else set()
-    yield
+
+def _on_controller(config: pytest.Config) -> bool:
+    """True in the process that runs the session: the only one without xdist, xdist's
+    controller with it (its workers run the tests)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the job cgroups that exist before the session (see `pytest_sessionfinish`)."""
+    if _on_controller(session.config):
+        from monkey.client_agent.agent import cgroup2_self
+
+        parent = cgroup2_self()
+        session.config.stash[_CGROUPS] = (parent, set(os.listdir(parent)) if parent else set())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the job cgroups that agents this session killed left behind (an agent removes
+    its own when it stops; a SIGKILLed one cannot). Done once, when every test has ended:
+    under xdist by the controller, not by a worker while others still run agents."""
+    parent, before = session.config.stash.get(_CGROUPS, (None, set()))
     if parent is None:
         return
     for name in set(os.listdir(parent)) - before:
