@@ -151,11 +151,13 @@ TERMINAL_VARIABLES = (
 
 
 def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clear the terminal variables and Textual's own (TEXTUAL_*); TERM is always xterm."""
+    """Clear the terminal variables and Textual's settings (TEXTUAL_*, not the snapshot
+    plugin's TEXTUAL_SNAPSHOT_*, which it sets for the session); TERM is always xterm."""
     for name in TERMINAL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    for name in [n for n in os.environ if n == "TEXTUAL" or n.startswith("TEXTUAL_")]:
-        monkeypatch.delenv(name)
+    for name in list(os.environ):
+        if name == "TEXTUAL" or (name.startswith("TEXTUAL_") and not name.startswith("TEXTUAL_SNAPSHOT")):
+            monkeypatch.delenv(name)
     monkeypatch.setenv("TERM", "xterm")
 
 

@@ -25,11 +25,12 @@ def test_home_hides_the_callers_terminal(monkeypatch: pytest.MonkeyPatch,
     from rich.console import Console
 
     leaked = {"COLUMNS": "40", "LINES": "10", "FORCE_COLOR": "1", "NO_COLOR": "1",
-              "TTY_COMPATIBLE": "1", "TEXTUAL_COLOR_SYSTEM": "standard", "TERM": "dumb"}
+              "TTY_COMPATIBLE": "1", "TEXTUAL_COLOR_SYSTEM": "standard", "TERM": "dumb",
+              "TEXTUAL_SNAPSHOT_TEMPDIR": "/tmp/snapshots"}  # the last: the plugin's, kept
     for name, value in leaked.items():
         monkeypatch.setenv(name, value)
     request.getfixturevalue("home")
     assert not [name for name in (*TERMINAL_VARIABLES, "TEXTUAL_COLOR_SYSTEM") if name in os.environ]
-    assert os.environ["TERM"] == "xterm"
+    assert (os.environ["TERM"], os.environ["TEXTUAL_SNAPSHOT_TEMPDIR"]) == ("xterm", "/tmp/snapshots")
     console = Console(file=io.StringIO())
     assert (console.width, console.height, console.color_system) == (80, 25, None)
