@@ -1,5 +1,10 @@
 """Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
-every process (core, agent, jobs) the test started."""
+every process (core, agent, jobs) the test started.
+
+Every test is marked `unit` or `system` here (`pytest -m unit` is the fast inner loop): a
+test is `system` when it uses a fixture that starts real services (`SYSTEM_FIXTURES`) or is
+marked `system` itself (a module's `pytestmark`, or a parameter's `marks`) because it starts
+a core, an agent or the CLI in a subprocess without such a fixture; the rest are `unit`."""
 
 from __future__ import annotations
 
@@ -15,6 +20,39 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
+# the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
+# directly or through another fixture, is `system`.
+SYSTEM_FIXTURES = frozenset({
+    "cli", "monkey", "moto", "moto_server", "slurm", "slurm_cluster", "gce", "gcs_server", "lab",
+    "fleet", "world",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
+    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker."""
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if item.get_closest_marker("system") is None:
+            if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.unit)
+                continue
+            item.add_marker(pytest.mark.system)
+        if xdist and "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))  # one Slurm, on one worker
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
+    """A `unit` test that reaches a system fixture at run time (`request.getfixturevalue`)
+    fails at once: it should be marked `system` (a parameter's `marks=` for a parametrised
+    fixture)."""
+    if fixturedef.argname in SYSTEM_FIXTURES and request.node.get_closest_marker("unit"):
+        pytest.fail(f"{request.node.nodeid} is marked unit but uses the fixture "
+                    f"`{fixturedef.argname}`: mark it `@pytest.mark.system`", pytrace=False)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.02,
@@ -65,15 +103,29 @@ def kill_all(marker: str) -> None:
     kill_until_gone(lambda: processes_with_env(marker))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def tidy_cgroups() -> Iterator[None]:
-    """Remove the job cgroups that agents this session killed left behind (an agent removes
-    its own when it stops; a SIGKILLed one cannot)."""
-    from monkey.client_agent.procs import cgroup2_self
+_CGROUPS = pytest.StashKey[tuple[str | None, set[str]]]()  # the cgroup parent, its children before
 
-    parent = cgroup2_self()
-    before = set(os.listdir(parent)) if parent else set()
-    yield
+
+def _on_controller(config: pytest.Config) -> bool:
+    """True in the process that runs the session: the only one without xdist, xdist's
+    controller with it (its workers run the tests)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the job cgroups that exist before the session (see `pytest_sessionfinish`)."""
+    if _on_controller(session.config):
+        from monkey.client_agent.procs import cgroup2_self
+
+        parent = cgroup2_self()
+        session.config.stash[_CGROUPS] = (parent, set(os.listdir(parent)) if parent else set())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the job cgroups that agents this session killed left behind (an agent removes
+    its own when it stops; a SIGKILLed one cannot). Done once, when every test has ended:
+    under xdist by the controller, not by a worker while others still run agents."""
+    parent, before = session.config.stash.get(_CGROUPS, (None, set()))
     if parent is None:
         return
     for name in set(os.listdir(parent)) - before:
@@ -87,6 +139,28 @@ def tidy_cgroups() -> Iterator[None]:
                 os.rmdir(base)
 
 
+# What rich, Textual, cmd2/prompt_toolkit, argparse and shutil.get_terminal_size read of the
+# terminal: a test sees none of the caller's (an xdist worker or a developer's shell may set
+# COLUMNS), so its output depends on neither the order of tests nor the process running them.
+TERMINAL_VARIABLES = (
+    "COLUMNS", "LINES", "ROWS", "JUPYTER_COLUMNS", "JUPYTER_LINES", "COLORTERM", "NO_COLOR",
+    "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "PY_COLORS", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
+    "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "LC_TERMINAL", "VTE_VERSION", "ESCDELAY",
+    "PROMPT_TOOLKIT_COLOR_DEPTH", "PROMPT_TOOLKIT_NO_CPR", "DATABRICKS_RUNTIME_VERSION",
+)
+
+
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear the terminal variables and Textual's settings (TEXTUAL_*, not the snapshot
+    plugin's TEXTUAL_SNAPSHOT_*, which it sets for the session); TERM is always xterm."""
+    for name in TERMINAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name == "TEXTUAL" or (name.startswith("TEXTUAL_") and not name.startswith("TEXTUAL_SNAPSHOT")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("TERM", "xterm")
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh MONKEY_HOME; everything started under it is killed afterwards."""
@@ -96,7 +170,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("MONKEY_KILL_GRACE", "3")
     monkeypatch.setenv("MONKEY_AGENT_IDLE_TIMEOUT", "60")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.delenv("NO_COLOR", raising=False)
+    plain_terminal(monkeypatch)
     work = tmp_path / "project"
     work.mkdir()
     monkeypatch.chdir(work)

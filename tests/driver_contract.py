@@ -90,6 +90,7 @@ def wait_exit(link: AgentLink, juid: str, timeout: float = 30) -> dict[str, Any]
     raise AssertionError(f"no exit of {juid} within {timeout}s")
 
 
+@pytest.mark.system  # every kind against its real services (a core, sshd, moto, fake GCE, Slurm)
 class DriverContract:
     """The scenarios every kind passes; a subclass gives the ``target`` fixture."""
 

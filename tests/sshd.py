@@ -10,6 +10,7 @@ current user.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -30,12 +31,14 @@ def lab_user() -> str:
     """The user sshd runs as and logs in (created when running as root)."""
     if os.getuid() != 0:
         return pwd.getpwuid(os.getuid()).pw_name
-    try:
-        pwd.getpwnam(SSH_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--create-home", "--home-dir", f"/tmp/{SSH_USER}-home",
-                        "--shell", "/bin/sh", SSH_USER], check=True, capture_output=True)
-        subprocess.run(["usermod", "-p", "*", SSH_USER], check=True, capture_output=True)
+    with open(f"/run/{SSH_USER}.lock", "w") as lock:  # xdist's workers may all come at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(SSH_USER)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--create-home", "--home-dir", f"/tmp/{SSH_USER}-home",
+                            "--shell", "/bin/sh", SSH_USER], check=True, capture_output=True)
+            subprocess.run(["usermod", "-p", "*", SSH_USER], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     return SSH_USER
 

@@ -23,6 +23,8 @@ from conftest import kill_until_gone, wait_for
 
 from monkey.drivers.agent_link import AgentError, AgentLink, connect_unix
 
+pytestmark = pytest.mark.system  # starts real agents (processes) and their jobs
+
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 20.0
 CGROUP2 = next((m.split()[1] for m in Path("/proc/mounts").read_text().splitlines()

@@ -261,6 +261,7 @@ def _monkey_script(*args: str, env: dict[str, str] | None = None) -> subprocess.
                           text=True, timeout=120, env=env)
 
 
+@pytest.mark.system  # the CLI in a subprocess, and a core
 def test_project_modules_named_like_the_standard_library(home):
     """A project's json.py, signal.py... stop neither the core nor the agent."""
     for name in SHADOWS:
@@ -273,6 +274,7 @@ def test_project_modules_named_like_the_standard_library(home):
     assert "was imported" not in (home / "daemon.log").read_text()
 
 
+@pytest.mark.system  # the CLI in a subprocess
 def test_core_that_cannot_start_fails_the_command(home):
     """`monkey run` says the job is queued but the core could not start, and why; the
     job runs once the core can start."""

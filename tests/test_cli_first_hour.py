@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 from test_tui import drive, screen_text, until
 
@@ -113,6 +114,7 @@ def test_short_forms_control_jobs(cli, home):
     assert json.loads(cli("info", juid, "--json", check=True).stdout)["state"] == "cancelled"
 
 
+@pytest.mark.system  # the CLI in a subprocess
 def test_monkeycli_prints_the_job_id(home):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
@@ -208,6 +210,7 @@ def test_a_big_working_folder_is_announced_and_a_huge_one_needs_yes(cli, home, m
     assert len(json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]) == 3
 
 
+@pytest.mark.system  # the CLI in a terminal
 def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monkeypatch):
     import pty
 

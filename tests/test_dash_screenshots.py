@@ -7,6 +7,10 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.system  # runs scripts/ in a subprocess that drives the dashboard
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshots.py"
 
 

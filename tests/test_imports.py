@@ -81,6 +81,7 @@ def _load(tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)  # fmt: skip
 
 
+@pytest.mark.system  # the CLI's commands in subprocesses
 def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
     """Every one-shot command reads providers.yml: once checked, while its bytes stay the
     same, the command loads neither the YAML parser nor the drivers' modules (an ec2 entry's

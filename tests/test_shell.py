@@ -130,6 +130,7 @@ def test_transcript(app, name):
     run_transcript(app, TRANSCRIPTS / f"{name}.txt")
 
 
+@pytest.mark.system  # runs jobs: a core and an agent
 @pytest.mark.timeout(120)
 def test_transcript_run_and_follow(app):
     """Needs the core and the local agent: queues `echo hi` and follows it to its end."""
@@ -244,6 +245,7 @@ def test_sys_stdout_restored(app):
     assert app.last_result == 1
 
 
+@pytest.mark.system  # runs jobs: a core and an agent
 def test_ctrl_c_stops_follow_and_the_shell_goes_on(shell_home):
     """`logs --follow` of a job that never ends; Ctrl-C brings back the prompt."""
     juid = Monkey().run(["sleep", "600"]).juid
@@ -297,6 +299,7 @@ def test_one_way_per_command():
 # -- the real thing: `monkey` in a terminal ----------------------------------------------
 
 
+@pytest.mark.system  # the shell in a terminal
 @pytest.mark.timeout(120)
 def test_interactive_terminal(shell_home, two_jobs):
     # A job that never ends, to follow (following starts the core).

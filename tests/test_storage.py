@@ -64,7 +64,8 @@ def make_gcs(gce: Any) -> GCSStorage:  # noqa: F811
     return storage
 
 
-@pytest.fixture(params=["local", "s3", "gcs"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.system),
+                        pytest.param("gcs", marks=pytest.mark.system)])  # moto, fake-gcs-server
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     """Each implementation in turn (the local one is another MONKEY_HOME than the source's)."""
     if request.param == "local":

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
 from conftest import core_pid, start_core
 from textual import events, on
 from textual.widgets import Input
@@ -280,6 +281,7 @@ def test_instances_pane_shows_live_attempts_with_figures(home, monkey):
     drive(app, body)
 
 
+@pytest.mark.system  # drives the dashboard app
 def test_question_mark_lists_the_keys_and_q_quits(home):
     app = DashApp(home)
 

@@ -193,6 +193,7 @@ def test_a_on_a_job_outside_any_sweep_says_so(home, monkey):
     drive(app, body)
 
 
+@pytest.mark.system  # drives the dashboard app
 def test_help_lists_the_chart_and_sweep_keys(home):
     app = DashApp(home)
 

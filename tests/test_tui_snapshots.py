@@ -21,6 +21,8 @@ from monkey.api import Monkey
 from monkey.models import Instance, InstanceState, Resources, State
 from monkey.tui.app import DashApp
 
+pytestmark = pytest.mark.system  # drives the whole dashboard app in a headless terminal
+
 NOW = 1_795_000_000.0  # 2026-11-18 08:26:40 UTC
 SIZE = (130, 34)
 ROOT = Path("/tmp/monkey-tui-snapshots")  # fixed: paths show on the detail screen

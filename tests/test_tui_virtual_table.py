@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 
 from monkey.tui.virtual_table import VirtualTable
+
+pytestmark = pytest.mark.system  # drives a Textual app in a headless terminal
 
 ROWS = 10_000
 

@@ -19,6 +19,8 @@ from conftest import REPO, wait_for
 from terminal import Terminal
 from wheels import write_wheel
 
+pytestmark = pytest.mark.system  # pip installs into venvs, cores and agents, the CLI in a terminal
+
 JOB_YML = """\
 name: upgrade
 run:
