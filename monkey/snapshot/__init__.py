@@ -4,14 +4,7 @@ Every file is stored once as a read-only blob named by its blake3 digest at
 ``blobs/D[:2]/D[2:]`` (the worker agent reads this layout). A snapshot or dataset is a
 manifest blob listing its files; the manifest's digest names the snapshot.
 
-Manifest format (JSON, compact separators, sorted keys, UTF-8/ASCII)::
-
-    {"files": [[path, digest, mode, size], ...]}    # sorted by path
-
-``path`` is POSIX and relative to the snapshot root, ``mode`` is ``st_mode & 0o777``,
-``size`` is in bytes. A symlink leading out of a code snapshot is an entry of mode
-``LINK_MODE`` (``S_IFLNK | 0o777``) whose blob holds the link's target; it is never
-followed. :func:`load_manifest` also accepts three-element entries (size 0).
+The manifest format is in ``monkey.snapshot.manifest``.
 
 Blob contents always match their digest: a file is hashed from the bytes that were
 actually copied into the store, so an edit racing a snapshot can never corrupt a blob, and
