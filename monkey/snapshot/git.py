@@ -135,7 +135,7 @@ def git_info(workdir: Path | Folder, blobs: BlobStore,
         except OSError:
             digest, fresh = None, False
         info["diff"] = digest
-        if fresh:
+        if fresh and digest is not None:
             new.append((digest, len(diff)))
     return info, new
 
