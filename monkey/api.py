@@ -8,7 +8,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
@@ -33,6 +33,7 @@ from monkey.store import Store
 from monkey.submit import Submitter, default_name, wake
 
 if TYPE_CHECKING:
+    from monkey.drivers.ssh import SSHDriver
     from monkey.snapshot.blobs import BlobStore
 
 _P = ParamSpec("_P")
@@ -289,7 +290,7 @@ class Monkey:
             raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
         if config.type != "ssh":
             raise MonkeyError(f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers")
-        driver = get_driver(config, self.home)
+        driver = cast("SSHDriver", get_driver(config, self.home))  # an ssh provider's
         try:
             report = driver.check()
             for inst, reach, extra in driver.changes():
@@ -439,14 +440,14 @@ class Monkey:
         (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
         were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
         log instead); with ``tail``, only the last ``tail`` lines of it all, unmarked."""
-        from monkey.logfiles import interleaved, read_segments, tail_segments
+        from monkey.logfiles import Segment, interleaved, read_segments, tail_segments
 
         juid = self.store.resolve(ref)
         attempts = [a for a in self.store.attempts(juid) if a.run_dir]
         shown = attempts if attempt is None else [a for a in attempts if a.n == attempt]
         if attempt is not None and not shown:
             raise MonkeyError(f"job {juid} has no attempt {attempt}")
-        pieces = []
+        pieces: list[tuple[int, Segment | None]] = []
         for a in shown:
             folder = self.home.run_dir(juid, a.n)
             if setup or stream != "both":
@@ -458,7 +459,7 @@ class Monkey:
                                        folder / rundir.ORDER)
             pieces += [(a.n, seg) for seg in segments] or ([(a.n, None)] if tail is None and not setup else [])
         if tail is not None:
-            kept = tail_segments([seg for _, seg in pieces], tail)
+            kept = tail_segments([seg for _, seg in pieces if seg is not None], tail)  # no None with a tail
             pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept):], kept)]
         marked = None
         for n, seg in pieces:

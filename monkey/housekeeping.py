@@ -79,7 +79,8 @@ def select_jobs(m: Monkey, refs: Iterable[str], sweep: str | None = None,
         raise MonkeyError("monkey rm: name jobs, or give --sweep S, --older-than AGE or --failed")
     sid = m.store.resolve_sweep(sweep) if sweep else None
     if refs:
-        jobs = [m.store.get_job(m.store.resolve(r)) for r in refs]
+        found = (m.store.get_job(m.store.resolve(r)) for r in refs)
+        jobs = [j for j in found if j is not None]  # None: removed since resolve
     else:
         jobs = m.store.list_jobs(sweep=sid)
     if sid and refs:

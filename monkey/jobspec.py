@@ -108,7 +108,9 @@ class JobSpec:
         text = self.text
         for start, end in sorted(set(self.env_spans), reverse=True):  # an alias repeats one
             value = text[start:end]
-            anchor = _PROPERTIES.match(value).group()  # keep `&name !tag`: aliases need them
+            properties = _PROPERTIES.match(value)
+            assert properties is not None  # the pattern matches the empty string too
+            anchor = properties.group()  # keep `&name !tag`: aliases need them
             kept = value[len(value.rstrip()) :]  # a block scalar's span ends with line breaks
             text = f'{text[:start]}{anchor}"{REDACTED}"{kept}{text[end:]}'
         return text.encode()

@@ -103,12 +103,14 @@ class Submitter:
         resources = self.resources(provider, cpus, gpus, memory, host, time)
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
         outputs = [check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
-        one = isinstance(datasets, (str, os.PathLike))
-        datasets = [os.fspath(d) for d in ([datasets] if one else datasets)]
+        specs = ([os.fspath(datasets)] if isinstance(datasets, (str, os.PathLike))
+                 else [os.fspath(d) for d in datasets])
         if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
             raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
         root = os.path.expanduser(workdir) if workdir else os.getcwd()
-        job_file = jobspec.find(root) if job_yml is None else (Path(job_yml) if job_yml else None)
+        # True, like None, reads the workdir's job.yml if any (Path(True) failed)
+        job_file = (jobspec.find(root) if job_yml is None or job_yml is True
+                    else Path(job_yml) if job_yml else None)
         js = jobspec.load(job_file) if job_file else None
         subdir = ""
         # Resolved and its repository found once, for the snapshot, git and the record.
@@ -134,7 +136,7 @@ class Submitter:
             new_blobs += spec_blobs
         recorded_datasets = []
         seen: set[str] = set()
-        for spec in datasets:
+        for spec in specs:
             ds = snapshot.dataset(spec, blobs, self.store, yes=yes)  # a path as typed: from the current folder
             if ds.name in seen:
                 raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
@@ -144,7 +146,7 @@ class Submitter:
                 {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
                  "source": spec}
             )  # fmt: skip
-        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if hidden else ())
+        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if js and hidden else ())
         if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
             git = {**git, "subdir": subdir}
         new_blobs += git_blobs
@@ -173,7 +175,7 @@ class Submitter:
         try:
             juids = self.store.create_jobs(cells, secrets=secrets_ref, **sub.fields, **fields)
         except BaseException:
-            if secrets_ref != sub.secrets_ref:
+            if secrets_ref is not None and secrets_ref != sub.secrets_ref:
                 (self.home.secrets / secrets_ref).unlink(missing_ok=True)
             raise
         sub.secrets_ref = secrets_ref

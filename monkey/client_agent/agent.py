@@ -232,8 +232,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             deadlines.append(self.next_tail)
         if self.idle_since is not None:
             deadlines.append(self.idle_since + self.idle_timeout)
-        if self.orphan.deadline() is not None:
-            deadlines.append(self.orphan.deadline())
+        orphan_at = self.orphan.deadline()
+        if orphan_at is not None:
+            deadlines.append(orphan_at)
         if self.held:
             deadlines.append(next(iter(self.held.values())).until)
         if self.deferred:

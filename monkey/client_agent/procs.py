@@ -10,7 +10,10 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 from monkey.client_agent.common import RequestError, log, read_small
 
@@ -29,7 +32,7 @@ def stat_start_ticks(fields: list[bytes]) -> int:
     return int(fields[19])
 
 
-def is_running(fields: list[bytes] | None) -> bool:
+def is_running(fields: list[bytes] | None) -> TypeGuard[list[bytes]]:
     """True for a process that has not exited yet (not a zombie)."""
     return fields is not None and fields[0] not in (b"Z", b"X", b"x")
 

@@ -16,7 +16,7 @@ import os
 import sys
 
 
-def _own_spec():  # type: ignore[no-untyped-def]
+def _own_spec():
     """The spec of a ``monkey`` the job's import path holds besides this folder, or None."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
@@ -38,7 +38,7 @@ if _spec is not None:
     _module = importlib.util.module_from_spec(_spec)
     sys.modules[__name__] = _module  # the import statement returns what is there at the end
     try:
-        _spec.loader.exec_module(_module)  # type: ignore[union-attr]
+        _spec.loader.exec_module(_module)
     except BaseException:
         del sys.modules[__name__]
         raise
@@ -46,7 +46,7 @@ else:
     from monkey_track import *  # noqa: F403
     from monkey_track import __all__  # noqa: F401
 
-    def __getattr__(name):  # type: ignore[no-untyped-def]
+    def __getattr__(name):
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(

@@ -76,7 +76,9 @@ def preempted() -> bool:
     if os.environ.get("MONKEY_PREEMPTED") == "1":
         return True
     run_dir = os.environ.get("MONKEY_RUN_DIR")
-    return bool(run_dir) and os.path.exists(os.path.join(run_dir, "preempted"))
+    if not run_dir:
+        return False
+    return os.path.exists(os.path.join(run_dir, "preempted"))
 
 
 def log(name: str | Mapping[str, Any], value: Any = None, step: int | None = None) -> None:
@@ -85,7 +87,7 @@ def log(name: str | Mapping[str, Any], value: Any = None, step: int | None = Non
         if step is not None:
             step = int(step)
         if name.__class__ is str:
-            _append((name, step, float(value), _now()))  # type: ignore[arg-type]
+            _append((name, step, float(value), _now()))
         else:
             _log_many(name, value, step)
     except (TypeError, ValueError) as exc:

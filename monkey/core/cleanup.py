@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monkey.models import MonkeyError
 from monkey.store.hosts import BUCKET
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from monkey.core.provisioning import CoreView
     from monkey.drivers.base import Driver
 
-    class ChoresCore(CoreView):
+    class ChoresCore(CoreView, Protocol):
         """What the clean-up uses of the core (``monkey.core.scheduler.Core`` is one):
         provisioning's view, its home, and its way of running a transport call."""
 

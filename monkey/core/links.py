@@ -90,8 +90,10 @@ class Links:
                 link.close()
                 raise
 
-        self.workers.submit(key, call, lambda result: self._linked(key, live, *result, adrift=adrift),
-                            lambda exc: self._link_failed(key, exc))  # fmt: skip
+        def then(result: tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]) -> None:
+            self._linked(key, live, *result, adrift=adrift)
+
+        self.workers.submit(key, call, then, lambda exc: self._link_failed(key, exc))
 
     def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
                 reply: dict[str, Any], running: list[dict[str, Any]],
@@ -116,9 +118,9 @@ class Links:
         by_id = {(a.juid, a.n): a for a in live}
         self.adrift[key] = {(a.juid, a.n) for a in adrift or []}
         for status in reply.get("attempts", []):
-            att = by_id.get((status["juid"], status["attempt"]))
-            if att is not None and status["status"] == "unknown":
-                self._never_started(att)
+            synced = by_id.get((status["juid"], status["attempt"]))
+            if synced is not None and status["status"] == "unknown":
+                self._never_started(synced)
             elif (status["juid"], status["attempt"]) in self.adrift[key] and status["status"] == "unknown":
                 self.adrift[key].discard((status["juid"], status["attempt"]))
                 self.store.settle_adrift(status["juid"], status["attempt"], None, None, None)

@@ -270,7 +270,8 @@ class Elastic:
     def _held_cells(self, name: str) -> tuple[int, int | None]:
         """Cells of running sweeps on provider NAME that their sweep still holds, and how
         many of the sweeps' cells may run at once (None: no limit)."""
-        held, throttle = 0, 0
+        held = 0
+        throttle: int | None = 0  # None once a sweep has no limit
         for sweep in self.core.store.list_sweeps(states=["running"]):
             cells = self.core.store.sweep_jobs_brief(sweep["id"])
             if not cells or self.sweep_provider(sweep["id"], cells[0][0]) != name:

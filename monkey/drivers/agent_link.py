@@ -185,7 +185,7 @@ class AgentLink:
                 if line.strip():
                     self._dispatch(line)
 
-    def _dispatch(self, line: bytes) -> None:
+    def _dispatch(self, line: bytes | bytearray) -> None:
         try:
             msg = json.loads(line)
         except ValueError:

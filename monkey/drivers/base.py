@@ -167,10 +167,14 @@ class Driver(ABC):
     # machines, where a held start cannot keep a job from a machine made for it.
     hands_ahead: ClassVar[bool] = False
     job_options: ClassVar[frozenset[str]] = frozenset()  # job.yml `providers: NAME:` keys
-    # Seconds between the core's pings to a linked agent (None: none): a cloud instance's
-    # agent powers the machine off after `orphan_timeout` with no request from its core.
-    ping_every: float | None = None
     transport: Transport  # made by each kind's __init__
+
+    @property
+    def ping_every(self) -> float | None:
+        """Seconds between the core's pings to a linked agent (None: none): a cloud
+        instance's agent powers the machine off after `orphan_timeout` with no request from
+        its core."""
+        return None
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
         self.name = config.name

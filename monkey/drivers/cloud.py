@@ -25,6 +25,7 @@ for that long powers its machine off (see client_agent.orphan.OrphanWatch).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -380,7 +381,7 @@ class CloudDriver(Driver):
                                       "user": self.entry["user"], "key": self.entry.get("key")},
                                      sshconf)  # fmt: skip
                     spec = replace(spec, host_key_alias=inst.id,
-                                   confirm_key=lambda key, i=inst.id: self._confirm_key(i, key))
+                                   confirm_key=functools.partial(self._confirm_key, inst.id))
                     self.pool.add_host(inst.id, spec, inst)
                 elif inst.state != InstanceState.PENDING:
                     self.pool.remove_host(inst.id)

@@ -32,7 +32,7 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from monkey.drivers import gce_setup
 from monkey.drivers.base import NoCapacity
@@ -252,14 +252,16 @@ class GCEDriver(CloudDriver):
         spot = bool(scheduling.get("preemptible")) or scheduling.get("provisioningModel") == "SPOT"
         return Instance(
             f"{self.name}/{node.name}", self.name, node.name, state,
-            address=next((ip for ip in ips or [] if ip), None), size=node.size, spot=spot,
+            # libcloud annotates Node.size as a NodeSize; GCE's nodes hold the type's name
+            address=next((ip for ip in ips or [] if ip), None), size=node.size,  # type: ignore[arg-type]
+            spot=spot,
             launched_at=launched,
             # GCE stops a preemptible instance it reclaims: its jobs were preempted.
             extra={"kind": self.kind, "node": node.name, "zone": getattr(zone, "name", zone),
                    "preempted": spot and state in (InstanceState.STOPPED, InstanceState.STOPPING,
                                                    InstanceState.TERMINATED),
-                   "status": extra.get("status"), "private_ip": (node.private_ips or [None])[0],
-                   "public_ip": (node.public_ips or [None])[0]},
+                   "status": extra.get("status"), "private_ip": next(iter(node.private_ips or []), None),
+                   "public_ip": next(iter(node.public_ips or []), None)},
         )  # fmt: skip
 
     def _call(self, what: str, call: Callable[[GCENodeDriver], T]) -> T:
@@ -306,7 +308,7 @@ def _code(exc: BaseException) -> str | None:
     return str(code) if code else None
 
 
-def _raise(message: str) -> None:
+def _raise(message: str) -> NoReturn:
     raise MonkeyError(message)
 
 

@@ -70,7 +70,8 @@ class _EndpointConnection(GCEConnection):
 
 
 class _EndpointGCENodeDriver(GCENodeDriver):
-    connectionCls = _EndpointConnection
+    # mypy compares the constructors: this GCEConnection (a test endpoint, no OAuth) has its own
+    connectionCls = _EndpointConnection  # type: ignore[assignment]
 
 
 def project_of(entry: dict[str, Any]) -> str:

@@ -164,7 +164,7 @@ def host_spec(entry: dict[str, Any], sshconf: paramiko.SSHConfig | None) -> Host
     item's own values win)."""
     alias = str(entry["host"])
     found: dict[str, Any] = sshconf.lookup(alias) if sshconf else {}
-    gpus = entry.get("gpus")
+    gpus: Any = entry.get("gpus")  # a count or a list: made a list of ids
     if isinstance(gpus, int) and not isinstance(gpus, bool):
         gpus = [str(i) for i in range(gpus)]
     elif gpus is not None:

@@ -291,7 +291,7 @@ def _open_copy(to: str, tmp: str) -> Any:
         shutil.copymode(to, tmp)  # a runs.db made private stays so
     db = sqlite_utils.Database(tmp)
     for table, (columns, pk) in TABLES.items():
-        db[table].create(columns, pk=_key(pk), if_not_exists=True)
+        db.table(table).create(columns, pk=_key(pk), if_not_exists=True)
     return db
 
 

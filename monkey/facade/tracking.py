@@ -156,7 +156,7 @@ class Sweeps:
             stats = self.store.metric_stats([j.juid for j in jobs])
             for job in jobs:
                 st = stats[job.juid].get(metric["name"])
-                value = st and (st["max"] if goal == "max" else st["min"])
+                value = (st["max"] if goal == "max" else st["min"]) if st else None
                 if value is not None and (best is None or (value > best["value"]) == (goal == "max")):
                     best = {"job": job.juid, "value": value, "params": job.params}
             sweep["logged"] = sorted({n for per in stats.values() for n in per
@@ -278,7 +278,7 @@ class Tracking:
             jobs = [j for j in (self.store.get_job(juid) for juid in juids) if j is not None]
         result = compare(self.store, jobs, goals, sort, reverse, system)
         result["sorted_by"] = sort
-        if ranked_on in result["columns"]:  # no run logging the sweep's metric keeps job order
+        if ranked_on is not None and ranked_on in result["columns"]:  # no run logging the sweep's metric keeps job order
             metrics = [c for c in result["columns"] if f"{c}:best" in result["columns"]]
             result["rows"] = sort_rows(result["rows"], ranked_on,
                                        descending(ranked_on, metrics, goals) != reverse)
@@ -396,9 +396,9 @@ class Tracking:
             value = st and (st["max"] if metric["goal"] == "max" else st["min"])
             if value is None:
                 continue
-            pts = found.get(j["job"]) or [(None, None, None)]
+            pts = found.get(j["job"])
             runs.append({"job": j["job"], "params": j["params"], "value": value,
-                         "ended": pts[-1][2]})
+                         "ended": pts[-1][2] if pts else None})
         result = analyse(runs, metric["goal"])
         result.update(runs=runs, metric=metric)
         return result

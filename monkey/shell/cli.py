@@ -599,7 +599,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     if args.action == "run":
         return daemon.run_foreground(home)
     if args.action == "start":
-        pid = daemon.start(home)
+        pid: int | None = daemon.start(home)
         print(f"core running (pid {pid}) for {home.root}")
     elif args.action == "stop":
         pid = daemon.stop(home)
@@ -620,7 +620,7 @@ def _daemon_status(home: Home) -> int:
 
     pid = daemon.status(home)
     if pid:
-        why = daemon.condition(home)
+        why: str | None = daemon.condition(home)
         print(f"core running ({daemon.who(home)}) for {home.root}" + (f", but {why}" if why else ""))
     else:
         why = daemon.read_only(home)

@@ -43,7 +43,7 @@ def cmd_dash(args: argparse.Namespace) -> int:
             juid = monkey.job(args.job).juid
         finally:
             monkey.store.close()
-    if not (sys.stdin.isatty() and sys.__stderr__.isatty()):  # Textual draws on stderr
+    if not (sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()):  # Textual draws on stderr
         raise MonkeyError("the dashboard needs a terminal; use `monkey list jobs` or "
                           "`monkey info job JOB` in scripts")
     from monkey.tui.app import DashApp

@@ -7,7 +7,10 @@ import logging
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from monkey.config import Home
 
 from monkey.models import MonkeyError
 
@@ -110,7 +113,7 @@ def _save_provider(home: Any, name: str, entry: dict[str, Any]) -> Any:
     tmp = path.with_name(path.name + ".tmp")
     write_private(tmp, yaml.safe_dump(data, sort_keys=False).encode())
     try:
-        load_providers(_Staged(home, tmp))
+        load_providers(cast("Home", _Staged(home, tmp)))  # the fields load_providers reads
     except MonkeyError as exc:
         tmp.unlink()
         raise MonkeyError(str(exc).removeprefix(f"{tmp}: ")) from None

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 import cmd2
 
@@ -133,7 +133,7 @@ def _complete_jobs(parser: argparse.ArgumentParser, paths: bool = True) -> None:
 
 def shell_parser(name: str) -> ShellParser:
     """The parser of one-shot command `name`, built for the shell."""
-    parser = cli.PARSERS[name](cls=ShellParser)
+    parser = cast(ShellParser, cli.PARSERS[name](cls=ShellParser))  # built as a cls
     _complete_jobs(parser, paths=name != "provider")
     return parser
 
@@ -285,7 +285,8 @@ def _shell_command(name: str) -> Callable[..., Any]:
     # cmd2 names the command and keys its parser by these, so set them before decorating.
     command.__name__ = f"do_{name}"
     command.__qualname__ = f"{MonkeyShell.__qualname__}.do_{name}"
-    command.__doc__ = build_parser().description
+    description = build_parser().description  # a str: cmd2 allows a rich renderable
+    command.__doc__ = description if isinstance(description, str) else None
     return cmd2.with_category(CATEGORY)(cmd2.with_argparser(build_parser)(command))
 
 

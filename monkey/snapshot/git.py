@@ -42,7 +42,7 @@ class Folder:
     top: str | None
 
 
-def locate(folder: Path | str | None = None) -> Folder:
+def locate(folder: str | os.PathLike[str] | None = None) -> Folder:
     """FOLDER's real path (default: the current folder's, which `os.getcwd` gives free of
     symlinks already) and git top; MonkeyError when it is not an existing folder."""
     if folder is None:
@@ -135,7 +135,7 @@ def git_info(workdir: Path | Folder, blobs: BlobStore,
         except OSError:
             digest, fresh = None, False
         info["diff"] = digest
-        if fresh:
+        if fresh and digest is not None:
             new.append((digest, len(diff)))
     return info, new
 

@@ -8,7 +8,6 @@ import re
 import stat
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError
@@ -285,7 +284,7 @@ def _outside_link(path: str, inside: str) -> str | None:
 
 
 
-def _existing(path: Path | str, what: str, hint: str) -> str:
+def _existing(path: str | os.PathLike[str], what: str, hint: str) -> str:
     """The real path of PATH; MonkeyError saying WHAT it is and the HINT when it does not
     exist (a symlink loop does not either)."""
     resolved = os.path.realpath(os.path.expanduser(path))

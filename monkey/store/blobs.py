@@ -48,7 +48,7 @@ class BlobRecords:
             for d, *stamp in self.db.execute(
                 "SELECT digest, size, mtime_ns, ctime_ns, ino, checked_ns FROM blobs "
                 f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})", chunk):
-                out[d] = tuple(stamp)  # type: ignore[assignment]
+                out[d] = tuple(stamp)
         return out
 
     def blob_count(self) -> tuple[int, int]:

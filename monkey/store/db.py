@@ -145,6 +145,8 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             InstanceRequestStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
+    db: _Connection
+
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
         self._batch = False  # inside ``batch``: the first unit begins the shared transaction

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from typing import Any
 
@@ -19,7 +19,8 @@ WRITE_BATCH = 1000
 
 # A batch of points as columns: distinct names, then per point the index of its name, its
 # step (or None), value (NaN is stored as NULL) and wall time in seconds.
-Columns = tuple[list[str], Iterable[int], Iterable[int | None], Iterable[float], Iterable[float]]
+Columns = tuple[list[str], Iterable[int], Iterable[int | None], Iterable[float | None],
+                Iterable[float]]
 
 
 class TrackingStore:
@@ -28,6 +29,7 @@ class TrackingStore:
     db: sqlite3.Connection
     tx: Any
     _series_ids: dict[tuple[str, str], int]
+    _next_of_day: Callable[[sqlite3.Connection, str], int]  # Store's static method
 
     # -- ingestion ----------------------------------------------------------------------
 

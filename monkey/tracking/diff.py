@@ -70,7 +70,7 @@ def code_diff(blobs: BlobStore, digest_a: str, digest_b: str) -> dict[str, Any]:
 
 def _text_diff(blobs: BlobStore, da: str | None, db: str | None, name_a: str,
                name_b: str) -> list[str]:
-    texts = []
+    texts: list[list[str]] = []
     for digest in (da, db):
         if digest is None:
             texts.append([])

@@ -13,7 +13,7 @@ from statistics import median
 Curves = dict[str, list[float]]
 
 
-def oriented(values: list[float], goal: str) -> list[float]:
+def oriented(values: list[float | None], goal: str) -> list[float]:
     """Values turned so that larger is better; NaN becomes -inf."""
     sign = -1.0 if goal == "min" else 1.0
     return [-math.inf if v is None or v != v else sign * v for v in values]

@@ -238,7 +238,8 @@ def _check_param(name: str, p: dict[str, Any], method: str) -> None:
     if method == "grid":
         raise MonkeyError(f"parameter {name!r} is drawn from a distribution; a grid needs "
                           f"listed values, so use --random N (method: random)")
-    low, high = p.get("min"), p.get("max")
+    low: Any = p.get("min")  # checked numbers below
+    high: Any = p.get("max")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
                for v in (low, high)):
         raise MonkeyError(f"parameter {name!r}: {dist} needs finite numeric min and max, "

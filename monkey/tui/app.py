@@ -64,7 +64,7 @@ CONTROLS = {
 class DataLoaded(Message):
     """What one poll of the store found."""
 
-    def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, object]],
+    def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, Text | str]],
                  widths: dict[str, tuple[int, ...]], metrics: dict[str, Text],
                  values: dict[str, dict[str, float | None]], now: float,
                  core_pid: int | None,
@@ -231,6 +231,7 @@ class DashApp(App[None]):
         else:  # late commits land within OVERLAP of the newest change; past that, only
             # newer changes: an idle table must not re-read the last burst every second
             late = real_now - self._since_at < 2 * OVERLAP
+            assert self._since is not None  # else the poll is full
             jobs = self.shared("jobs_changed", self._since - (OVERLAP if late else 0.0))
         seen = self._seen
         changed = [j for j in jobs if seen.get(j.juid) != j]
@@ -258,8 +259,9 @@ class DashApp(App[None]):
         metrics = {}
         for juid in watch:
             text = cells[juid]["metrics"] if juid in cells else metrics_text(last.get(juid))
+            assert isinstance(text, Text)  # row_cells' metrics cell is a metrics_text too
             if sent.get(juid) != text:
-                sent[juid] = text  # type: ignore[assignment]
+                sent[juid] = text
                 if juid not in cells:
                     metrics[juid] = text
         values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}

@@ -130,7 +130,7 @@ def metrics_text(values: dict[str, float | None] | None, most: int = 3) -> Text:
 
 
 def row_cells(job: JobRecord, now: float, metrics: dict[str, float | None] | None = None
-              ) -> dict[str, object]:
+              ) -> dict[str, Text | str]:
     """The table cells of one job, by column key. Cells that cannot hold markup (the job
     id, which keys the sort, tries, runtime) are strings; the rest are rich Texts, so that
     names and commands are never read as markup."""
@@ -150,7 +150,7 @@ def row_cells(job: JobRecord, now: float, metrics: dict[str, float | None] | Non
     }
 
 
-def cell_widths(cells: dict[str, object]) -> tuple[int, ...]:
+def cell_widths(cells: dict[str, Text | str]) -> tuple[int, ...]:
     """Terminal cells each table cell takes (all are one line)."""
     out = []
     for cell in cells.values():
@@ -211,8 +211,8 @@ def sort_jobs(juids: list[str], records: dict[str, JobRecord], column: str, reve
     if group:  # stable: sweeps together (in name order, jobs of no sweep last)
         order.sort(key=lambda j: (records[j].sweep is None, records[j].sweep or ""))
     if problems:
-        ranks = {j: problem_rank(records[j], now) for j in order}
-        order.sort(key=lambda j: 9 if ranks[j] is None else ranks[j])
+        ranks = {j: 9 if (rank := problem_rank(records[j], now)) is None else rank for j in order}
+        order.sort(key=lambda j: ranks[j])
     return order
 
 

@@ -54,7 +54,7 @@ class InstancesPane(Vertical):
         for att in live:
             jobs_on[att["instance"]] = jobs_on.get(att["instance"], 0) + 1
             jobs_of[att["provider"]] = jobs_of.get(att["provider"], 0) + 1
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for name, (kind, options) in sorted(providers.items()):
             mine = [i for i in instances if i["provider"] == name]
             if "hosts" in options:  # not hosts since removed from providers.yml

@@ -54,7 +54,7 @@ class JobsTable(VirtualTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.records: dict[str, JobRecord] = {}
-        self.cells: dict[str, dict[str, object]] = {}  # of every job, shown or not
+        self.cells: dict[str, dict[str, Text | str]] = {}  # of every job, shown or not
         self.values: dict[str, Values] = {}  # last metric values, for sorting by a metric
         self.marked: set[str] = set()
         self.filter = JobFilter()
@@ -73,7 +73,7 @@ class JobsTable(VirtualTable):
 
     # -- data ---------------------------------------------------------------------------
 
-    def load(self, jobs: list[JobRecord], cells: dict[str, dict[str, object]],
+    def load(self, jobs: list[JobRecord], cells: dict[str, dict[str, Text | str]],
              widths: dict[str, tuple[int, ...]], now: float,
              values: dict[str, Values] | None = None) -> None:
         """Apply changed job records with their cells and cell widths (made off the UI
@@ -118,7 +118,7 @@ class JobsTable(VirtualTable):
             if self.sort_column.startswith(METRIC):
                 self._resort()
 
-    def _set_cell(self, juid: str, column: str, value: object) -> None:
+    def _set_cell(self, juid: str, column: str, value: Text | str) -> None:
         self.cells[juid][column] = value
         self.update_rows({juid: tuple(self.cells[juid].values())})
 

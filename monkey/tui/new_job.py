@@ -127,7 +127,7 @@ class NewJobScreen(ModalScreen[str | None]):
             box.scroll_visible(animate=False)
 
     @on(Input.Submitted)
-    def _on_enter(self, event: Input.Submitted) -> None:
+    def _on_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.action_submit()
 

@@ -172,16 +172,17 @@ class SweepScreen(Screen[None]):
         chart = BuiltPlot(id="sweep-parallel")
         plt = chart.plt
         colours = metric_colours(runs)
-        xs = list(range(len(axes)))
+        xs: list[float] = list(range(len(axes)))
         for i in best_last(runs, self.best):
             best = runs[i]["job"] == self.best
             plt.plot(xs, self.parallel[runs[i]["job"]], color=rgb(BEST if best else colours[i]),
                      marker="dot" if not best else None, yside="right")
         plt.xticks(xs, axes)
         ticks = scaled[-1][1]
-        plt.yticks([p for p, _ in ticks], [t for _, t in ticks], yside="right")
-        plt.yticks([], [], yside="left")
-        plt.ylim(-0.05, 1.05, yside="right")
+        # plotext's annotations say yside is a number; it takes "left"/"right" (its docs)
+        plt.yticks([p for p, _ in ticks], [t for _, t in ticks], yside="right")  # type: ignore[arg-type]
+        plt.yticks([], [], yside="left")  # type: ignore[arg-type]
+        plt.ylim(-0.05, 1.05, yside="right")  # type: ignore[arg-type]
         plt.title(f"parameters and {metric}")
         return chart
 

@@ -116,8 +116,8 @@ class VirtualTable(ScrollView, can_focus=True):
         """Set the cells of rows (shown or not) and widen columns to ``widths``."""
         grew = False
         if widths:
-            for row in widths.values():
-                for i, w in enumerate(row):
+            for row_widths in widths.values():
+                for i, w in enumerate(row_widths):
                     if w > self.widths[i]:
                         self.widths[i] = w
                         grew = True
@@ -204,8 +204,8 @@ class VirtualTable(ScrollView, can_focus=True):
         base = self.rich_style
         if y == 0:
             style = base + self.get_component_rich_style("virtual-table--header")
-            strip = self._row_strip(list(self.columns.values()), style)
-            return strip.crop_extend(scroll_x, scroll_x + width, style)
+            header = self._row_strip(list(self.columns.values()), style)
+            return header.crop_extend(scroll_x, scroll_x + width, style)
         row = scroll_y + y - 1
         if row >= len(self.order):
             return Strip.blank(width, base)
