@@ -61,8 +61,10 @@ class Monkey:
         self._providers_stamp: tuple[int, int] | None = None
         # The parts it delegates to: one submission path for run, sweep and rerun.
         self._submitter = Submitter(self.home, self.store, lambda: self.providers)
-        self._reruns = Reruns(self.home, self.store, self._submitter)
-        self._sweeps = Sweeps(self.home, self.store, self._submitter, self._control)
+        # The parts wake the core through Monkey.wake, looked up when they call it.
+        self._reruns = Reruns(self.home, self.store, self._submitter, lambda queued: self.wake(queued))
+        self._sweeps = Sweeps(self.home, self.store, self._submitter, self._control,
+                              lambda queued: self.wake(queued))
         self._tracking = Tracking(self.home, self.store, self._sweeps)
 
     @property

@@ -20,13 +20,12 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import Job as JobRecord
-from monkey.submit import wake
 
 if TYPE_CHECKING:
     from monkey.config import Home
@@ -292,10 +291,12 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
 class Reruns:
     """rerun, rerun_sweep, clone, files and cat (``monkey.api.Monkey`` delegates to it)."""
 
-    def __init__(self, home: Home, store: Store, submitter: Submitter) -> None:
+    def __init__(self, home: Home, store: Store, submitter: Submitter,
+                 wake: Callable[[str | None], None]) -> None:
         self.home = home
         self.store = store
         self.submitter = submitter
+        self._wake = wake  # Monkey.wake: the one door to the core
 
     def _blobs(self) -> BlobStore:
         return self.submitter.blobs()
@@ -374,7 +375,7 @@ class Reruns:
                                        gpus=gpus, memory=memory, time=time,
                                        names=[name or job.name], sweep=None, held=False)  # fmt: skip
         if start_core:
-            wake(self.home, queued=f"job {juid}")
+            self._wake(f"job {juid}")
         return juid
 
     def rerun_sweep(self, ref: str, *, failed: bool = False, cells: Iterable[int] | None = None,
@@ -435,7 +436,7 @@ class Reruns:
         assert record is not None
         sweeps.advance(self.store, record)
         if start_core:
-            wake(self.home, queued=f"sweep {target}")
+            self._wake(f"sweep {target}")
         return target
 
     # -- the code as the job saw it -------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError, Request, State
-from monkey.submit import Submission, Submitter, wake
+from monkey.submit import Submission, Submitter
 
 if TYPE_CHECKING:
     from monkey.config import Home
@@ -25,11 +25,12 @@ class Sweeps:
     cancels or pauses one job (``Monkey``'s own, so a sweep's cells end as a job's would)."""
 
     def __init__(self, home: Home, store: Store, submitter: Submitter,
-                 control: Callable[[str, Request], State]) -> None:
+                 control: Callable[[str, Request], State], wake: Callable[[str | None], None]) -> None:
         self.home = home
         self.store = store
         self.submitter = submitter
         self._control = control
+        self._wake = wake  # Monkey.wake: the one door to the core
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -91,7 +92,7 @@ class Sweeps:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         sweeps.advance(self.store, sweep)
-        wake(self.home, queued=f"sweep {sid}")
+        self._wake(f"sweep {sid}")
         return sid
 
     def _write_cells(self, sub: Submission, sid: str, label: str, spec: dict[str, Any],
@@ -218,7 +219,7 @@ class Sweeps:
             sweeps.advance(self.store, sweep)
         else:
             raise MonkeyError(f"unknown sweep action {action!r}; use cancel, pause, resume or retry")
-        wake(self.home)
+        self._wake(None)
         return {"jobs": touched}
 
 
