@@ -394,7 +394,7 @@ class Elastic:
                 options = None if req["spot"] is None else {"spot": req["spot"], "preemptible": req["spot"]}
                 self._create(name, drv, req["size"], options, request=req["id"])
             return
-        hosts = getattr(drv, "hosts", None)
+        hosts = getattr(drv.transport, "hosts", None)  # an SSH pool's hosts
         if not hosts:
             self._request_failed(req, f"provider {name!r} ({drv.kind}) has no instances to "
                                  "create or claim: it runs jobs on this machine")
