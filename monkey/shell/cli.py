@@ -12,13 +12,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State, format_duration
-
-if TYPE_CHECKING:
-    from monkey.config import Home
-
 from monkey.shell.common import (
     Parser,
     ParserClass,
@@ -32,6 +27,12 @@ from monkey.shell.common import (
     suggest,
     write_all,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.config import Home
 
 VERSION = "0.1.0"
 
