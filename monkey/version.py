@@ -43,9 +43,10 @@ def package_version() -> str:
 
 @functools.cache
 def code_digest() -> str:
-    """A digest of the package's .py files' names, sizes and modification times (a CRC:
-    it tells a reinstall apart, and zlib is loaded already where hashlib's OpenSSL is not)."""
-    crc = 0
+    """A digest of the package's .py files' names, sizes and modification times: 12 hex
+    digits from zlib's CRC-32 and Adler-32 (zlib is loaded already where hashlib's OpenSSL
+    is not; this tells a reinstall apart, it guards against no adversary)."""
+    stats = []
     stack = [str(PACKAGE)]
     while stack:
         folder = stack.pop()
@@ -53,10 +54,11 @@ def code_digest() -> str:
             for entry in sorted(entries, key=lambda e: e.name):
                 if entry.name.endswith(".py"):
                     st = entry.stat()
-                    crc = zlib.crc32(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode(), crc)
+                    stats.append(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\0")
                 elif entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
                     stack.append(entry.path)
-    return f"{crc:08x}"
+    data = "".join(stats).encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"[:12]
 
 
 def version() -> str:

@@ -403,7 +403,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     m = monkey()
     if args.files:
         if args.json:
-            print_json([vars(f) for f in m.files(args.job)])
+            print_json([f.as_dict() for f in m.files(args.job)])
         else:
             from monkey.shell.rerun_commands import print_files
 
