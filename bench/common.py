@@ -49,7 +49,7 @@ def monkey_command() -> list[str]:
     imports `re` and calls monkey.shell.cli.main), run by PY on this checkout. `python -m
     monkey` would time runpy's imports too, which the installed command never pays."""
     script = Path(PY).parent / "monkey"  # beside PY, where pip puts it (not on PATH)
-    script.write_text("import re\nimport sys\nfrom monkey.shell.cli import main\n"
+    script.write_text("import re\nimport sys\nfrom monkey.shell.entry import main\n"
                       "if __name__ == '__main__':\n"
                       "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
                       "    sys.exit(main())\n")
