@@ -3,7 +3,7 @@
 
 import sys
 
-from monkey.shell.cli import main
+from monkey.shell.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

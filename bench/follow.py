@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import PY, fresh_home, stop_everything
+from common import MONKEY, PY, fresh_home, stop_everything
 
 RUNS = 3
 LINES = 200
@@ -99,7 +99,7 @@ def one_run(m, project: str) -> dict[str, tuple[float, float, float]]:
     script.write_text(JOB)
     job = m.run([sys.executable, str(script)], workdir=project)
     followers = {
-        "watchdog": [PY, "-m", "monkey", "logs", "-f", "--stdout", job.juid],
+        "watchdog": [*MONKEY, "logs", "-f", "--stdout", job.juid],
         "polling": [PY, "-c", BASELINE, job.juid],
     }
     procs = {k: subprocess.Popen(argv, stdout=subprocess.PIPE) for k, argv in followers.items()}

@@ -1,4 +1,5 @@
-"""`monkey list jobs` with 100,000 jobs in the store, newest 50 as a table.
+"""`monkey list jobs` (the command as pip installs it) with 100,000 jobs in the store, newest
+50 as a table.
 
 Target: median wall time at most 3x `python -c pass` (issue 26; 4x in issue 13), both run by a
 clean virtualenv's interpreter (common.PY: a global one with many packages starts 3x slower
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from common import PY, copy_jobs, fresh_home, median_wall, run_quiet
+from common import MONKEY, PY, copy_jobs, fresh_home, median_wall, run_quiet
 
 N = 100_000
 
@@ -26,9 +27,9 @@ def main() -> None:
                             for i in range(N)])  # fmt: skip
     print(f"inserted {N} jobs in {time.perf_counter() - t:.1f}s")
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 21)
-    listing = median_wall(lambda: run_quiet([PY, "-m", "monkey", "list", "jobs"]), 21)
+    listing = median_wall(lambda: run_quiet([*MONKEY, "list", "jobs"]), 21)
     filtered = median_wall(
-        lambda: run_quiet([PY, "-m", "monkey", "list", "jobs", "--failed"]), 21
+        lambda: run_quiet([*MONKEY, "list", "jobs", "--failed"]), 21
     )
     print(f"python -c pass:            {base * 1000:7.1f} ms")
     print(f"monkey list jobs:          {listing * 1000:7.1f} ms  ({listing / base:.1f}x, target <= 3x)")

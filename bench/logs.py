@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 
-from common import PY, fresh_home, median_wall, run_quiet
+from common import MONKEY, PY, fresh_home, median_wall, run_quiet
 
 SIZE = 1 << 30
 LINE = b"epoch 12 step 3456 loss 0.123456 acc 0.987654 lr 0.001 grad_norm 1.234\n"
@@ -44,7 +44,7 @@ def main() -> None:
         while fh.tell() < SIZE:
             fh.write(block)
     size = log.stat().st_size
-    logs = [PY, "-m", "monkey", "logs", job.juid]
+    logs = [*MONKEY, "logs", job.juid]
     try:
         base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
         tail = median_wall(lambda: run_quiet([*logs, "--tail", "5"]), 11)

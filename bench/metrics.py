@@ -21,7 +21,7 @@ import tempfile
 import time
 from queue import SimpleQueue
 
-from common import PY, fresh_home, make_sweep, median_wall, run_quiet, stop_everything
+from common import MONKEY, PY, fresh_home, make_sweep, median_wall, run_quiet, stop_everything
 
 N_CALLS = 1_000_000
 N_POINTS = 1_000_000
@@ -131,7 +131,7 @@ def compare_sweep() -> None:
     sid = make_sweep(m, 200, lambda i: {"lr": i / 1000, "optim": {"momentum": 0.9}},
                      lambda i, s: (i + s) / 300)
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
-    cmp = median_wall(lambda: run_quiet([PY, "-m", "monkey", "compare", "--sweep",
+    cmp = median_wall(lambda: run_quiet([*MONKEY, "compare", "--sweep",
                                          sid]), 11)
     t = time.perf_counter()
     rows = m.compare(sweep=sid)["rows"]

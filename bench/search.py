@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from common import PY, copy_jobs, fresh_home, median_wall, run_quiet
+from common import MONKEY, PY, copy_jobs, fresh_home, median_wall, run_quiet
 
 N = 2_000
 LINES = 200
@@ -32,12 +32,12 @@ def main() -> None:
         (run / "stdout.log").write_text("\n".join(lines) + "\n")
     copy_jobs(m, job.juid, changes)
     m.store.close()
-    search = [PY, "-m", "monkey", "search", "CUDA out of memory"]
+    search = [*MONKEY, "search", "CUDA out of memory"]
     t = time.perf_counter()
     run_quiet(search)
     first = time.perf_counter() - t
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
-    listing = median_wall(lambda: run_quiet([PY, "-m", "monkey", "list", "jobs"]), 11)
+    listing = median_wall(lambda: run_quiet([*MONKEY, "list", "jobs"]), 11)
     again = median_wall(lambda: run_quiet(search), 11)
     print(f"python -c pass:              {base * 1000:7.1f} ms")
     print(f"monkey list jobs:            {listing * 1000:7.1f} ms  ({listing / base:.1f}x)")

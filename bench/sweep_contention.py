@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import PY, fresh_home, stop_everything
+from common import MONKEY, fresh_home, stop_everything
 
 CELLS = 100_000
 RUNS = 20
@@ -38,7 +38,7 @@ def main() -> None:
     from monkey.core import daemon
 
     cwd = project()
-    monkey = [PY, "-m", "monkey"]
+    monkey = MONKEY
     daemon.start(Home(home))
     try:
         subprocess.run([*monkey, "run", "--", "true"], cwd=cwd, check=True, capture_output=True)

@@ -11,9 +11,10 @@ Names are loaded on first use so that `import monkey` stays cheap for one-shot c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Job, Monkey
     from monkey.client_agent.track import checkpoint_dir, flush, log, log_params, preempted, summary
     from monkey.models import MonkeyError, State

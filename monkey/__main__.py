@@ -2,6 +2,6 @@
 
 import sys
 
-from monkey.shell.cli import main
+from monkey.shell.entry import main
 
 sys.exit(main())

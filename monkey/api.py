@@ -8,7 +8,6 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
@@ -32,12 +31,15 @@ from monkey.rerun import Reruns
 from monkey.store import Store
 from monkey.submit import Submitter, default_name, wake
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Concatenate, ParamSpec, TypeVar
+
     from monkey.drivers.ssh import SSHDriver
     from monkey.snapshot.blobs import BlobStore
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
+    _P = ParamSpec("_P")
+    _R = TypeVar("_R")
 
 
 def _to(part: str, method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
@@ -292,7 +294,7 @@ class Monkey:
             raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
         if config.type != "ssh":
             raise MonkeyError(f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers")
-        driver = cast("SSHDriver", get_driver(config, self.home))  # an ssh provider's
+        driver: SSHDriver = get_driver(config, self.home)  # type: ignore[assignment]  # an ssh provider's
         try:
             report = driver.check()
             for inst, reach, extra in driver.changes():

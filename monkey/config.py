@@ -8,9 +8,12 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from monkey.models import MonkeyError, Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 # Unix socket paths are limited to 107 bytes; longer homes get a short private folder.
 _SOCKET_PATH_MAX = 100

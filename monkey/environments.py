@@ -9,7 +9,10 @@ copied or linked from the worker's dataset store.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SETUP_KEYS = ("env_file", "env_file_digest", "install_script", "install_script_digest")
 

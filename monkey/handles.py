@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
 
 from monkey.config import Home
 from monkey.logfiles import Follower
@@ -11,18 +10,21 @@ from monkey.models import TERMINAL, Attempt, State
 from monkey.models import Job as JobRecord
 from monkey.store import Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
-class Owner(Protocol):
-    """What a handle needs of the facade that made it (``monkey.api.Monkey``)."""
+    class Owner(Protocol):
+        """What a handle needs of the facade that made it (``monkey.api.Monkey``)."""
 
-    home: Home
-    store: Store
+        home: Home
+        store: Store
 
-    def store_follower(self) -> Follower: ...
-    def logs(self, ref: str, stderr: bool = False, attempt: int | None = None,
-             tail: int | None = None) -> bytes: ...
-    def cancel(self, ref: str) -> State: ...
-    def rerun(self, ref: str, *args: Any, **options: Any) -> Job: ...
+        def store_follower(self) -> Follower: ...
+        def logs(self, ref: str, stderr: bool = False, attempt: int | None = None,
+                 tail: int | None = None) -> bytes: ...
+        def cancel(self, ref: str) -> State: ...
+        def rerun(self, ref: str, *args: Any, **options: Any) -> Job: ...
 
 
 class Job:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 from monkey.store.hosts import BUCKET
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Monkey
 
 WAIT = 20.0  # seconds a command waits for the hosts reached to report

@@ -36,11 +36,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
 from monkey.models import TERMINAL, MonkeyError, State
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monkey.api import Monkey
     from monkey.models import Job

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from monkey.config import compose_yaml, read_config
-from monkey.models import REDACTED, MonkeyError
+from monkey.models import REDACTED, MonkeyError, Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FILENAME = "job.yml"
 ENV_TYPES = ("pip", "conda", "none")
@@ -64,33 +66,41 @@ _TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false",
                float: "a number", list: "a list", dict: "a mapping"}  # fmt: skip
 
 
-@dataclass
-class Folder:
+class Folder(Record):
     """A persisted or data folder: ``path`` is relative to the code folder."""
 
-    name: str
-    path: str
-    type: str = "copy"  # data folders only: copy | mount
-    compression: str = "none"  # data folders only; accepted for the original format
+    __slots__ = ("name", "path", "type", "compression")
+
+    def __init__(self, name: str, path: str, type: str = "copy", compression: str = "none") -> None:
+        self.name = name
+        self.path = path
+        self.type = type  # data folders only: copy | mount
+        self.compression = compression  # data folders only; accepted for the original format
 
 
-@dataclass
-class JobSpec:
+class JobSpec(Record):
     """A validated job.yml."""
 
-    file: Path
-    name: str | None = None
-    env_type: str = "none"
-    env_file: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    install_script: str | None = None
-    code_path: str = "."
-    ignore: list[str] = field(default_factory=list)
-    persist: list[Folder] = field(default_factory=list)
-    data: list[Folder] = field(default_factory=list)
-    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    text: str = field(default="", repr=False)  # the file as read
-    env_spans: list[tuple[int, int]] = field(default_factory=list, repr=False)  # env values in text
+    __slots__ = ("file", "name", "env_type", "env_file", "env", "install_script", "code_path",
+                 "ignore", "persist", "data", "providers", "text", "env_spans")  # fmt: skip
+
+    def __init__(self, file: Path, text: str = "") -> None:
+        self.file = file
+        self.name: str | None = None
+        self.env_type = "none"
+        self.env_file: str | None = None
+        self.env: dict[str, str] = {}
+        self.install_script: str | None = None
+        self.code_path = "."
+        self.ignore: list[str] = []
+        self.persist: list[Folder] = []
+        self.data: list[Folder] = []
+        self.providers: dict[str, dict[str, Any]] = {}
+        self.text = text  # the file as read
+        self.env_spans: list[tuple[int, int]] = []  # env values in text
+
+    def __repr__(self) -> str:  # never the env values, which may be secrets
+        return f"JobSpec(file={self.file!r}, name={self.name!r})"
 
     @property
     def code_root(self) -> Path:
@@ -411,8 +421,6 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
     """The spec as recorded on a job: env file and install script digests from the code
     snapshot FILES, data folders checksummed and stored, this provider's machine options.
     Returns (record, new blobs)."""
-    import logging
-
     from monkey.models import is_secret
     from monkey.snapshot.datasets import dataset
 
@@ -436,6 +444,8 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
     options = spec.providers.get(provider, {})
     ignored = sorted(set(options) - accepted)
     if ignored:
+        import logging
+
         logging.getLogger("monkey").warning(
             "monkey: provider %r ignores %s from %s (the options it takes: %s)", provider,
             ", ".join(ignored), spec.file, ", ".join(sorted(accepted)) or "none")

@@ -6,14 +6,17 @@ and a tail is found by reading backwards from the end in blocks. Bytes pass thro
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from monkey.client_agent import rundir
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from typing import Any, BinaryIO
 
 CHUNK = 1 << 20  # largest piece read or yielded at once
 BLOCK = 64 << 10  # step when searching for line ends
@@ -295,6 +298,8 @@ def _quiet_stop(record: logging.LogRecord) -> bool:
 
 
 def _observer() -> Any:
+    import logging  # (watchdog loads it anyway)
+
     from watchdog.observers import Observer
 
     inotify_log = logging.getLogger("watchdog.observers.inotify")

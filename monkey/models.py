@@ -6,7 +6,10 @@ import enum
 import functools
 import json
 import re
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class MonkeyError(Exception):

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import Job as JobRecord
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
+
     from monkey.config import Home
     from monkey.snapshot.blobs import BlobStore
     from monkey.snapshot.manifest import FileEntry
@@ -244,6 +244,8 @@ def write_files(blobs: BlobStore, files: list[FileEntry], base: Path) -> None:
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    import subprocess
+
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     return subprocess.run(["git", *args], capture_output=True, env=env, check=False,
                           stdin=subprocess.DEVNULL)
@@ -252,6 +254,8 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
 def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str | None]:
     """Clone the job's repository into TMP at its commit with its diff applied; returns
     (the code's folder inside TMP, a note when that could not be done)."""
+    import shutil
+
     from monkey.snapshot.blobs import BlobDamaged
 
     git = job.git
@@ -481,6 +485,9 @@ class Reruns:
         its commit with its uncommitted diff applied when it ran in a repository; with
         ``with_data`` its datasets too, under ``datasets/NAME``. Returns {"path", "files",
         "code", "datasets", "note"}; nothing is left behind on failure."""
+        import shutil
+        import tempfile
+
         from monkey.snapshot.blobs import BlobDamaged
 
         job = self._job_record(ref)

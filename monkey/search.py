@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
 
 from monkey.client_agent import rundir
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.store.db import Store
 from monkey.store.search import SearchIndex
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _MAX_LINE = 1000  # characters of a line that are indexed and shown
 

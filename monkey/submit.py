@@ -6,19 +6,17 @@ submit through here."""
 from __future__ import annotations
 
 import os
-import platform
 import re
-import secrets as _secrets
+import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import driver_class
 from monkey.models import (
     REDACTED,
     MonkeyError,
+    Record,
     Resources,
     dumps,
     is_secret,
@@ -28,7 +26,10 @@ from monkey.models import (
 from monkey.store import Store
 from monkey.store.errors import disk_full, is_no_space
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.snapshot.blobs import BlobStore
 
 # Variables that define the software environment a job was submitted from.
@@ -41,15 +42,21 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
 
 
-@dataclass
-class Submission:
+class Submission(Record):
     """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
     job.yml's name, the secret environment values and, once written, their file's name."""
 
-    name: str | None
-    fields: dict[str, Any]
-    secrets: dict[str, str]
-    secrets_ref: str | None = None
+    __slots__ = ("name", "fields", "secrets", "secrets_ref")
+
+    def __init__(self, name: str | None, fields: dict[str, Any], secrets: dict[str, str],
+                 secrets_ref: str | None = None) -> None:
+        self.name = name
+        self.fields = fields
+        self.secrets = secrets
+        self.secrets_ref = secrets_ref
+
+    def __repr__(self) -> str:  # never the secret values
+        return f"Submission(name={self.name!r}, secrets={sorted(self.secrets)!r})"
 
 
 class Submitter:
@@ -158,7 +165,7 @@ class Submitter:
                 "provider": provider, "resources": resources,
                 "env": {**plain_env, **{k: REDACTED for k in secret_env}},
                 "snapshot": snap.digest, "workdir": folder.path,
-                "datasets": recorded_datasets, "git": git, "python": platform.python_version(),
+                "datasets": recorded_datasets, "git": git, "python": sys.version.split()[0],
                 "retries": retries, "blobs": self.blobs().stamped(new_blobs), "spec": spec_record,
                 "outputs": outputs, "packages": packages[0],
             },
@@ -225,7 +232,7 @@ class Submitter:
         return plain, secret
 
     def _write_secrets(self, values: dict[str, str]) -> str:
-        ref = _secrets.token_hex(16) + ".json"
+        ref = os.urandom(16).hex() + ".json"
         path = self.home.secrets / ref
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

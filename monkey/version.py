@@ -21,11 +21,14 @@ and ``restart()`` replaces the process by a fresh run of the same command line.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import sys
+import zlib
 from pathlib import Path
-from typing import NoReturn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 PACKAGE = Path(__file__).resolve().parent
 AGENT_SRC = PACKAGE / "client_agent"
@@ -40,8 +43,10 @@ def package_version() -> str:
 
 @functools.cache
 def code_digest() -> str:
-    """A digest of the package's .py files' names, sizes and modification times."""
-    h = hashlib.blake2b(digest_size=6)
+    """A digest of the package's .py files' names, sizes and modification times: 12 hex
+    digits from zlib's CRC-32 and Adler-32 (zlib is loaded already where hashlib's OpenSSL
+    is not; this tells a reinstall apart, it guards against no adversary)."""
+    stats = []
     stack = [str(PACKAGE)]
     while stack:
         folder = stack.pop()
@@ -49,10 +54,11 @@ def code_digest() -> str:
             for entry in sorted(entries, key=lambda e: e.name):
                 if entry.name.endswith(".py"):
                     st = entry.stat()
-                    h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                    stats.append(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\0")
                 elif entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
                     stack.append(entry.path)
-    return h.hexdigest()
+    data = "".join(stats).encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"[:12]
 
 
 def version() -> str:
@@ -109,6 +115,8 @@ def agent_digest() -> str:
     """Digest of the agent's source as it is on disk now: the agent version a worker should
     run (the same computation as the agent's own ``code_digest``). Not cached: a running
     core compares agents with the files a fresh agent would load."""
+    import hashlib
+
     h = hashlib.blake2b(digest_size=12)
     for name in agent_files():
         h.update(name.encode() + b"\0" + (AGENT_SRC / name).read_bytes() + b"\0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,14 @@ HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "wa
 
 
 def _heavy_modules(code: str, tmp_path: Path, among: tuple[str, ...] = HEAVY) -> list[str]:
-    """The modules named in AMONG (or their sub-modules) that running CODE loaded."""
-    env = dict(os.environ, MONKEY_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    """The modules named in AMONG (or their sub-modules) that running CODE loaded. The
+    interpreter runs without `site` (-S), its packages on PYTHONPATH: a global interpreter's
+    .pth files load modules of their own, as a clean virtualenv's do not."""
+    path = [str(ROOT), *site.getsitepackages()]
+    env = dict(os.environ, MONKEY_HOME=str(tmp_path / "home"), PYTHONPATH=os.pathsep.join(path))
     report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
     proc = subprocess.run(
-        [sys.executable, "-c", f"import sys; {code}; {report}"],
+        [sys.executable, "-S", "-c", f"import sys; {code}; {report}"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -40,6 +44,30 @@ def test_list_jobs_loads_no_other_command(tmp_path):
                                                            "disk", "tracking"))  # fmt: skip
     code = "from monkey.shell.cli import main; main(['list','jobs'])"
     assert _heavy_modules(code, tmp_path, (*others, "logging", "hashlib", "monkey.api")) == []
+
+
+# Standard modules a one-shot command does not need, each a millisecond or more of its
+# start (typing; shutil with bz2 and lzma; dataclasses with inspect; logging with traceback;
+# subprocess; hashlib with OpenSSL): modules import them under TYPE_CHECKING or where used.
+SLOW_STDLIB = ("typing", "shutil", "dataclasses", "inspect", "logging", "subprocess", "hashlib")
+
+
+def test_list_jobs_loads_no_slow_stdlib(tmp_path):
+    code = "from monkey.shell.cli import main; main(['list','jobs'])"
+    assert _heavy_modules(code, tmp_path, SLOW_STDLIB) == []
+
+
+def test_run_loads_no_slow_stdlib(tmp_path):
+    """Submitting from a folder outside git (the second time: the first lists the installed
+    packages, which loads importlib.metadata, and stores new blobs) loads none of them."""
+    code = "from monkey.api import Monkey; Monkey().run(['true'], start_core=False)"
+    _heavy_modules(code, tmp_path, SLOW_STDLIB)
+    assert _heavy_modules(code, tmp_path, SLOW_STDLIB) == []
+
+
+def test_in_job_api_loads_no_slow_stdlib(tmp_path):
+    """`import monkey; monkey.log(...)` inside a job costs the job's start little."""
+    assert _heavy_modules("import monkey; monkey.log", tmp_path, SLOW_STDLIB) == []
 
 
 def test_shell_package_imports_nothing_heavy(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line, trace
 from monkey.client_agent.procs import (
@@ -34,6 +33,10 @@ from monkey.client_agent.rundir import (
     tail_offsets,
 )
 from monkey.client_agent.state import AgentState, Job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Adoption(AgentState):

@@ -41,7 +41,6 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Any
 
 from monkey.client_agent import spawn
 from monkey.client_agent.adopt import Adoption
@@ -64,6 +63,10 @@ from monkey.client_agent.rundir import SIGNALLED, STARTED
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
 from monkey.client_agent.wire import Wire
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 VERSION = "1"
 

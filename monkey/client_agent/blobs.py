@@ -13,9 +13,12 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 
 from monkey.client_agent.common import RequestError, one_line, safe_relpath
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _DIGEST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_:-]{2,199}")
 FETCH_TIMEOUT = 60.0  # seconds a blob download or a result upload may stall

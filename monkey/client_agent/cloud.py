@@ -10,11 +10,14 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line, write_atomic
 from monkey.client_agent.rundir import PREEMPTED, RESULTS, RESULTS_SEQ
 from monkey.client_agent.state import AgentState, Job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PREEMPT_GRACE = float(os.environ.get("MONKEY_PREEMPT_GRACE", "20"))  # SIGTERM to SIGKILL
 PREEMPT_RESERVE = 5.0  # seconds kept before a notice's deadline for the last uploads

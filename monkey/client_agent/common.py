@@ -7,7 +7,10 @@ import json
 import os
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RequestError(Exception):

@@ -10,7 +10,6 @@ import errno
 import os
 import queue
 import time
-from typing import Any
 
 from monkey.client_agent.common import encode, log, one_line, read_small, write_atomic
 from monkey.client_agent.procs import (
@@ -38,6 +37,10 @@ from monkey.client_agent.rundir import (
     scrape,
 )
 from monkey.client_agent.state import AgentState, Job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
 

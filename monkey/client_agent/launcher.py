@@ -44,7 +44,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, BinaryIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 READY = ".monkey-ready"
 

@@ -21,7 +21,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GCE_NOTICE = 30.0  # seconds GCE leaves a preempted machine
 EC2_NOTICE = 120.0  # and AWS, when the notice carries no time

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Any
 
 from monkey.client_agent.common import RequestError, log, one_line
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # How an orphaned cloud instance powers itself off (its cloud then terminates it).
 DEFAULT_SHUTDOWN = "sudo -n shutdown -h now || shutdown -h now || poweroff"

@@ -10,12 +10,12 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from typing import TypeGuard
 
 from monkey.client_agent.common import RequestError, log, read_small
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

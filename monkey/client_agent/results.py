@@ -32,7 +32,10 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TIMEOUT = 60.0  # seconds one request may stall
 Entry = tuple[int, int, str, int]  # size, mtime_ns, sha256, mode

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import stat
-from typing import Any
 
 from monkey.client_agent.common import (
     RequestError,
@@ -24,6 +23,10 @@ from monkey.client_agent.common import (
     safe_relpath,
     write_atomic,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The layout: a run dir's files are os.path.join(run_dir, NAME).
 STDOUT = "stdout.log"  # the job's stdout, opened O_APPEND

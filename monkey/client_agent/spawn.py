@@ -18,7 +18,6 @@ import stat
 import sys
 import tempfile
 import time
-from typing import Any
 
 from monkey.client_agent.blobs import (
     _blob_check_file,
@@ -57,6 +56,10 @@ from monkey.client_agent.rundir import (
     record_code,
 )
 from monkey.client_agent.state import AgentState, Conn, Job, Pending
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The job runs as `/bin/sh -c WRAPPER monkey-job CWD ARGV...`. It enters CWD; then the shell
 # claims the run dir: it creates STARTED with O_EXCL (`set -C`) and writes its pid there, so

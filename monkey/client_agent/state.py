@@ -8,16 +8,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from monkey.client_agent.common import encode
 from monkey.client_agent.rundir import EVENTS
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import queue
     import selectors
     import socket
     import subprocess
+    from typing import Any
 
     from monkey.client_agent.orphan import OrphanWatch
     from monkey.client_agent.procs import Cgroups

@@ -36,7 +36,10 @@ from array import array
 from collections.abc import Mapping
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["checkpoint_dir", "flush", "log", "log_params", "preempted", "summary"]
 

@@ -13,10 +13,13 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
 
 from monkey.client_agent.common import RequestError, encode, log, one_line, trace
 from monkey.client_agent.state import AgentState, Conn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)

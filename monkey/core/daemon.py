@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from monkey.config import Home, first_error, open_private, python_entry, write_private
 from monkey.models import MonkeyError
 from monkey.version import PACKAGE, fresh_entry, version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
 
 
 def read_only(home: Home) -> str | None:
@@ -164,6 +166,8 @@ def run_foreground(home: Home | None = None) -> int:
         os.close(fd)
         print(f"monkey: error: the core cannot start: {why}", file=sys.stderr)
         return 1
+    import logging
+
     logging.basicConfig(
         level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -209,6 +213,8 @@ def spawn(home: Home, fresh: bool = False) -> subprocess.Popen[bytes]:
     MONKEY_HOME, isolated from the caller's folder (see ``python_entry``); with FRESH, on the
     monkey this python finds installed now (this process's import path holds an install
     that is gone: see ``version.installed_elsewhere``)."""
+    import subprocess
+
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
     argv = fresh_entry("monkey.core.daemon", "run_foreground") if fresh else \
@@ -230,6 +236,8 @@ def start(home: Home, timeout: float = 10.0) -> int:
     if not pid and (why := read_only(home)) is not None:
         raise MonkeyError(f"the core cannot start: {why}")
     if pid and outdated(home):
+        import logging
+
         logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
         stop(home)
         pid = status(home)

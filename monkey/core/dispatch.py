@@ -11,8 +11,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from monkey.core.placement import Usage, place
 from monkey.drivers.agent_link import AgentGone
@@ -21,7 +19,10 @@ from monkey.environments import start_fields
 from monkey.models import REDACTED, Attempt, Job, MonkeyError, Resources, State, parse_size
 from monkey.snapshot.blobs import BlobDamaged
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home, ProviderConfig
     from monkey.core.provisioning import Elastic
     from monkey.core.workers import Workers
@@ -155,7 +156,7 @@ class Dispatch:
         AHEAD_RUN): the starts beyond the real slots are held by the agent until one frees."""
         now = time.monotonic()
         ended = self.ended_at.get
-        return [replace(c, slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
+        return [c.replace(slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
                 if (e := ended((provider, c.instance))) and now - e[0] < _AHEAD_WINDOW
                 and e[1] < AHEAD_RUN else c for c in capacities]  # fmt: skip
 

@@ -9,9 +9,12 @@ whether and when the job is queued again. The core records it (``Store.end_attem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from monkey.models import Ending, Job, Request, State, format_duration, retry_delay
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # What a command the wrapper could not run shows (the agent reports its exit as ``spawn``).
 NOT_FOUND = "command not found: {} (not on the job's PATH, or not executable)"

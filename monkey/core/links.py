@@ -9,13 +9,15 @@ import logging
 import os
 import selectors
 import time
-from typing import TYPE_CHECKING, Any
 
 from monkey.core.endings import span
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
 from monkey.models import Attempt, Job, MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import ProviderConfig
     from monkey.core.presence import Presence
     from monkey.core.workers import Workers

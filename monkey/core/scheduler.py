@@ -9,7 +9,6 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 from monkey.config import Home, ProviderConfig
 from monkey.core.cleanup import HostChores
@@ -39,6 +38,10 @@ from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
 from monkey.tracking import ingest, sweeps
 from monkey.version import code_digest, installed_elsewhere, package_version, version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("monkey.core")
 _PROBE_EVERY = 5.0  # seconds between looks for a new install while the core's own is gone

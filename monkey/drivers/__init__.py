@@ -28,16 +28,15 @@ Adding a kind (Kubernetes, Ray, ...) is:
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
-from typing import TYPE_CHECKING
 
 from monkey import __version__
 from monkey.config import ProviderConfig, read_config, read_providers, write_private
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monkey.config import Home
     from monkey.drivers.base import Driver
@@ -84,6 +83,8 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
     a one-shot command then loads neither the YAML parser nor any driver's module."""
     if not os.path.exists(home.providers_file):
         return read_providers(home)
+    import hashlib  # (here: loading OpenSSL costs a command with no providers.yml 1 ms)
+
     text = read_config(home.providers_file)  # refuses a FIFO, a device, a huge file
     key = f"{__version__} {hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}"
     cached = _cached(home, key)

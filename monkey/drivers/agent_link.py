@@ -12,7 +12,10 @@ import json
 import socket
 import time
 from collections import deque
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class AgentError(Exception):

@@ -67,26 +67,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
 
-from monkey.models import Instance, InstanceState, MonkeyError, parse_size
+from monkey.models import Instance, InstanceState, MonkeyError, Record, parse_size
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.transport import Transport
     from monkey.models import Resources
 
 
-@dataclass
-class Capacity:
+class Capacity(Record):
     """What one instance (a machine with an agent) can hold at once."""
 
-    instance: str
-    slots: int
-    gpus: list[str] = field(default_factory=list)
-    memory: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("instance", "slots", "gpus", "memory", "extra")
+
+    def __init__(self, instance: str, slots: int, gpus: list[str] | None = None,
+                 memory: int | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.instance = instance
+        self.slots = slots
+        self.gpus = [] if gpus is None else gpus
+        self.memory = memory
+        self.extra = {} if extra is None else extra
 
     def could_hold(self, resources: Resources) -> bool:
         """Whether a job asking RESOURCES could run here when the instance is empty."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from monkey.drivers.ssh_transport import SSHTransport
 from monkey.models import MonkeyError
@@ -17,7 +16,10 @@ from monkey.storage import results as bucket_results
 from monkey.storage.base import source_size
 from monkey.storage.bucket import PACK_BLOB_MAX, PACK_MIN, BucketStorage
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
 

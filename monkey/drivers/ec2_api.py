@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -22,6 +21,10 @@ from botocore.exceptions import ProfileNotFound
 from libcloud.compute.drivers.ec2 import EC2Connection, EC2NodeDriver, EC2Response
 
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Bounded retries and timeouts: a dead endpoint is reported in seconds, not minutes.
 _CONFIG = Config(connect_timeout=10, read_timeout=60, retries={"mode": "standard", "max_attempts": 3})

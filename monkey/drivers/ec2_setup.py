@@ -20,11 +20,14 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from monkey.drivers.base import unknown_keys
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "user": "ubuntu", "address": "public", "spot": False, "max_instances": 1,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from libcloud.common.base import ConnectionUserAndKey
@@ -21,7 +20,10 @@ from libcloud.compute.drivers.gce import GCEConnection, GCENodeDriver
 
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home
 
 

@@ -8,7 +8,6 @@ monkey.drivers.gce (it works through the driver).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from monkey.drivers.ec2_setup import (
     _url_problem,
@@ -16,6 +15,10 @@ from monkey.drivers.ec2_setup import (
     check_entry,
 )
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "user": "monkey", "address": "public", "preemptible": False, "max_instances": 1,

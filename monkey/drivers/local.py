@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
 from monkey.drivers.agent_link import AgentLink, connect_unix
@@ -18,9 +14,19 @@ from monkey.drivers.transport import Transport
 from monkey.models import MonkeyError, Resources
 from monkey.version import AGENT_SRC, agent_digest
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
+
 
 def detect_gpus() -> list[str]:
     """GPU indices reported by nvidia-smi, or none when it is absent."""
+    # (process libraries are loaded where used: `monkey run` imports this module for its
+    # rules, and a one-shot command should not pay for what only the core runs)
+    import shutil
+    import subprocess
+
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -81,6 +87,8 @@ def replace_outdated(link: AgentLink, agent_root: Path, timeout: float = 15.0) -
         why = outdated(link.request("hello", timeout=timeout))
         if why is None:
             return False
+        import logging
+
         logging.getLogger("monkey.local").info(
             "replacing the local agent: %s; its jobs keep running", why)
         link.request("shutdown", timeout=timeout)
@@ -189,6 +197,8 @@ class LocalTransport(Transport):
 
     def _spawn_agent(self, log_path: Path) -> subprocess.Popen[bytes]:
         """Start a detached agent in MONKEY_HOME, isolated from the core's folder."""
+        import subprocess
+
         idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
         with open_private(log_path) as log:

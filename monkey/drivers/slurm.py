@@ -40,14 +40,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.drivers.agent_link import connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.drivers.transport import Transport
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home, ProviderConfig
     from monkey.drivers.agent_link import AgentLink
     from monkey.drivers.slurm_login import LoginHost

@@ -13,13 +13,14 @@ paramiko is imported by the SSH transport only when a login host is used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from monkey.config import ProviderConfig
 from monkey.drivers.ssh_transport import SSHTransport
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home
     from monkey.drivers.agent_link import AgentLink
     from monkey.drivers.ssh_io import Host

@@ -7,14 +7,15 @@ pool (a host is an instance once reached; ``create_node`` claims none: the hosts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from monkey.drivers.base import Capacity, Driver, hosts_summary
 from monkey.drivers.ssh_hosts import could_fit, validate_entry
 from monkey.drivers.ssh_transport import SSHTransport
 from monkey.models import Instance, Resources
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home, ProviderConfig
 
 

@@ -13,13 +13,15 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.config import Home, ProviderConfig, write_private
 from monkey.drivers.base import NotReady, unknown_keys
 from monkey.models import MonkeyError, Resources, parse_size
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     import paramiko
 
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")

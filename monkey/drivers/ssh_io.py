@@ -11,13 +11,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.drivers import ssh_remote
 from monkey.drivers.ssh_hosts import HostSpec, Unreachable
 from monkey.models import Instance, MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     import paramiko
 
     from monkey.drivers.base import Capacity

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
@@ -56,7 +55,10 @@ from monkey.drivers.transport import Transport
 from monkey.models import Instance, InstanceState, MonkeyError
 from monkey.version import AGENT_SRC, agent_digest, agent_files
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
     import paramiko
 
 log = logging.getLogger("monkey.ssh")

@@ -8,12 +8,14 @@ import contextlib
 import math
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError, Request, State
 from monkey.submit import Submission, Submitter
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home
     from monkey.store import Store
 

@@ -12,13 +12,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import TERMINAL, MonkeyError, State, format_duration
-
-if TYPE_CHECKING:
-    from monkey.config import Home
-
 from monkey.shell.common import (
     Parser,
     ParserClass,
@@ -32,6 +27,12 @@ from monkey.shell.common import (
     suggest,
     write_all,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.config import Home
 
 VERSION = "0.1.0"
 
@@ -402,7 +403,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     m = monkey()
     if args.files:
         if args.json:
-            print_json([vars(f) for f in m.files(args.job)])
+            print_json([f.as_dict() for f in m.files(args.job)])
         else:
             from monkey.shell.rerun_commands import print_files
 

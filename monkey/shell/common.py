@@ -9,11 +9,13 @@ import json
 import re
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from monkey.models import MonkeyError, State
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from monkey.api import Monkey
 
 
@@ -21,8 +23,23 @@ class UsageError(MonkeyError):
     """A command line that does not parse."""
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, sized as argparse sizes it but without importing shutil."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        from monkey.shell.table import columns
+
+        width = columns(sys.__stdout__ or sys.stdout, 80) - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and raises instead of exiting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}{self._hint(message)}; see `{self.prog} --help`")

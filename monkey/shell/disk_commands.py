@@ -11,11 +11,11 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError, human_size
 from monkey.shell.common import ParserClass, job_argument, make_parser, monkey
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monkey.api import Monkey
 

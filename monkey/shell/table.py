@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 STATE_COLOURS = {
     "queued": "33",
@@ -95,7 +97,19 @@ def terminal_width(out: TextIO) -> int | None:
     """Columns to fit in: $COLUMNS, else the terminal's; None for piped output."""
     if os.environ.get("COLUMNS", "").isdigit():
         return int(os.environ["COLUMNS"])
-    return shutil.get_terminal_size((120, 24)).columns if out.isatty() else None
+    return columns(out, 120) if out.isatty() else None
+
+
+def columns(out: TextIO, fallback: int) -> int:
+    """$COLUMNS, else the width of OUT's terminal, else FALLBACK: shutil.get_terminal_size,
+    without importing shutil (and bz2 and lzma with it) on a one-shot command's path."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return os.get_terminal_size(out.fileno()).columns or fallback
+    except (AttributeError, OSError, ValueError):  # not a terminal, closed, or no fileno
+        return fallback
 
 
 def fit(widths: list[int], total: int, flex: int | None, shrink: dict[int, int],

@@ -12,11 +12,13 @@ import json
 import math
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 from monkey.shell.common import ParserClass, UsageError, job_argument, make_parser, monkey, suggest
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Monkey
 
 SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry")

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import blake3
 
 from monkey.models import MonkeyError
 from monkey.store.errors import disk_full, is_no_space
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _BIG = 1 << 20  # files at least this large are hashed via mmap on several threads
 _CHUNK = 1 << 20
@@ -342,6 +343,8 @@ class BlobStore:
             folder = self._root
         else:
             folder = self._shard(digest)
+        import tempfile
+
         return tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=folder)
 
     def _commit(self, tmp: str, digest: str) -> bool:
@@ -419,6 +422,8 @@ def _copy(src: Any, dst: Any) -> None:
         except OSError:
             if copied:
                 raise
+    import shutil
+
     shutil.copyfileobj(src, dst, _CHUNK)
 
 

@@ -4,16 +4,17 @@ untracked files."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, Record
 from monkey.snapshot.blobs import BlobStore
 from monkey.snapshot.walk import _existing
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _GIT_TIMEOUT = 60.0
 _MAX_UNTRACKED = 100
@@ -33,13 +34,15 @@ def _git_top(start: str) -> str | None:
         here = here[: here.rindex("/")] or "/"
 
 
-@dataclass(frozen=True)
-class Folder:
+class Folder(Record):
     """A folder's real path and the top of the git work tree holding it (None: outside
     one), found once for `repository_root`, `snapshot_dir` and `git_info`."""
 
-    path: str
-    top: str | None
+    __slots__ = ("path", "top")
+
+    def __init__(self, path: str, top: str | None) -> None:
+        self.path = path
+        self.top = top
 
 
 def locate(folder: str | os.PathLike[str] | None = None) -> Folder:
@@ -142,6 +145,8 @@ def git_info(workdir: Path | Folder, blobs: BlobStore,
 
 def _run_all(commands: list[list[str]], env: dict[str, str]) -> list[bytes | None] | None:
     """Run commands concurrently; each one's stdout, or None where it failed."""
+    import subprocess  # (only here: a folder outside git costs a command nothing)
+
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for cmd in commands:

@@ -18,10 +18,9 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from monkey.models import MonkeyError, human_size
+from monkey.models import MonkeyError, Record, human_size
 from monkey.snapshot.blobs import BlobStore, hash_file
 from monkey.snapshot.git import Folder, locate
 from monkey.snapshot.walk import _RACY_NS, _walk
@@ -35,36 +34,44 @@ _SIZE_LIMITS = {"MONKEY_BIG_BYTES": 100_000_000, "MONKEY_BIG_FILES": 10_000,
 _MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
 
 
-@dataclass
-class FileEntry:
+class FileEntry(Record):
     """One file of a snapshot or dataset; ``path`` is POSIX and relative."""
 
-    path: str
-    digest: str
-    mode: int
-    size: int
+    __slots__ = ("path", "digest", "mode", "size")
+
+    def __init__(self, path: str, digest: str, mode: int, size: int) -> None:
+        self.path = path
+        self.digest = digest
+        self.mode = mode
+        self.size = size
 
 
-@dataclass
-class Snapshot:
+class Snapshot(Record):
     """A stored code snapshot: ``digest`` names its manifest blob."""
 
-    digest: str
-    files: list[FileEntry]
-    new_blobs: list[tuple[str, int]]  # (digest, size) written by this call; record with add_blobs
-    size: int  # total bytes of the files
+    __slots__ = ("digest", "files", "new_blobs", "size")
+
+    def __init__(self, digest: str, files: list[FileEntry], new_blobs: list[tuple[str, int]],
+                 size: int) -> None:
+        self.digest = digest
+        self.files = files
+        self.new_blobs = new_blobs  # (digest, size) written by this call; record with add_blobs
+        self.size = size  # total bytes of the files
 
 
-@dataclass
-class Dataset:
+class Dataset(Record):
     """A stored dataset (one file, or a folder's files): ``digest`` names its manifest blob."""
 
-    name: str  # upper-case; exposed to jobs as MONKEY_DATASET_<NAME>
-    digest: str
-    single: bool  # a single file rather than a folder
-    files: list[FileEntry]
-    new_blobs: list[tuple[str, int]]
-    size: int
+    __slots__ = ("name", "digest", "single", "files", "new_blobs", "size")
+
+    def __init__(self, name: str, digest: str, single: bool, files: list[FileEntry],
+                 new_blobs: list[tuple[str, int]], size: int) -> None:
+        self.name = name  # upper-case; exposed to jobs as MONKEY_DATASET_<NAME>
+        self.digest = digest
+        self.single = single  # a single file rather than a folder
+        self.files = files
+        self.new_blobs = new_blobs
+        self.size = size
 
 
 def _manifest_bytes(files: list[FileEntry]) -> bytes:

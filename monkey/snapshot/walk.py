@@ -8,10 +8,10 @@ import re
 import stat
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
 

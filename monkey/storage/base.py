@@ -32,11 +32,13 @@ import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.snapshot.blobs import BlobStore
 
 # Called from any thread with the number of bytes just sent.

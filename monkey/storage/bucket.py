@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from blake3 import blake3
 
@@ -42,7 +41,10 @@ from monkey.storage.base import (
 )
 from monkey.storage.progress import upload_progress
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
     from monkey.snapshot.blobs import BlobStore
 
 THREADS = 8  # concurrent transfers

@@ -19,13 +19,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 from monkey.storage.base import URL_EXPIRES, ProgressFn, blob_key, check_key
 from monkey.storage.bucket import THREADS, BucketStorage
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import ProviderConfig
 
 _CHUNK = 8 << 20  # resumable uploads in chunks of this size

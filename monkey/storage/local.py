@@ -7,7 +7,6 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from monkey.config import Home
 from monkey.models import MonkeyError
@@ -24,6 +23,10 @@ from monkey.storage.base import (
     source_size,
 )
 from monkey.storage.progress import upload_progress
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class LocalStorage(Storage):

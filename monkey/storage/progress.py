@@ -8,9 +8,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from monkey.storage.base import ProgressFn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Seconds an upload runs before its bar appears (quick uploads stay silent).
 SHOW_AFTER = float(os.environ.get("MONKEY_PROGRESS_AFTER", "1"))

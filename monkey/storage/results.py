@@ -15,13 +15,15 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.client_agent import rundir
 from monkey.models import MonkeyError
 from monkey.storage.base import check_rel
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home
     from monkey.storage.base import Storage
 

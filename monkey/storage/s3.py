@@ -12,13 +12,15 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 from monkey.storage.base import URL_EXPIRES, ProgressFn, blob_key, check_key
 from monkey.storage.bucket import THREADS, BucketStorage
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import ProviderConfig
 
 MULTIPART = 8 << 20  # files from this size go in parts of this size (S3's default too)

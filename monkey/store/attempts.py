@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
 
 from monkey.models import Attempt, Job, State, can_transition
 from monkey.store.errors import IllegalTransition
 from monkey.store.rows import _ATTEMPT_COLUMNS, _attempt
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class AttemptStore:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # A blob to record: (digest, size), or (digest, size, stamp) where the stamp is the stat
 # (mtime_ns, ctime_ns, ino) of a blob whose bytes the recording process hashed, or None.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from monkey.models import Job
 from monkey.store.rows import _JOB_COLUMNS, _job
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class DashboardQueries:

@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from monkey.models import (
     JUID_RE,
@@ -41,6 +40,10 @@ from monkey.store.outputs import OutputQueries
 from monkey.store.rerun import RerunStore
 from monkey.store.rows import _JOB_COLUMNS, _job
 from monkey.store.tracking import HOLD, TrackingStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # How long a statement waits for the write lock before the user is told. SQLite's own
 # waits start at 1 ms and grow to 100 ms: far longer than the core holds the lock for a

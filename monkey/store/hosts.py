@@ -7,7 +7,10 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 BUCKET = " bucket"  # a cloud provider's bucket in host_chores: instance "<provider> bucket"
 

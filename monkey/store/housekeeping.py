@@ -6,7 +6,10 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _DIGEST = re.compile(r"\b[0-9a-f]{64}\b")
 

@@ -4,7 +4,10 @@ one and wakes the core, the core carries it out and records how it ended."""
 from __future__ import annotations
 
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _KEYS = ("id", "action", "provider", "instance", "size", "spot", "force", "state", "detail",
          "created_at", "updated_at")

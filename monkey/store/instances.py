@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any
 
 from monkey.models import INSTANCE_TRANSITIONS, Instance, InstanceState, dumps
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class InstanceStore:

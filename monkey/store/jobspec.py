@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class JobSpecStore:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
 from monkey.models import dumps
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RerunStore:

@@ -4,9 +4,12 @@ selects, and their decoding."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from monkey.models import Attempt, Job, Resources, State
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "

@@ -8,11 +8,13 @@ column, so `monkey rm` (HousekeepingStore.delete_jobs) removes a job's rows with
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any
 
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.store.db import Store
 
 _SCHEMA = (

@@ -7,9 +7,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
-from typing import Any
 
 from monkey.models import dumps
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
 # core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # 20 colours (Tableau 20's hues, reordered so neighbours differ in hue and lightness).
 PALETTE_20 = (

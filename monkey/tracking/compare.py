@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from monkey.models import Job
 from monkey.store import Store
 from monkey.tracking.ingest import flatten
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _LOWER_IS_BETTER = re.compile(r"loss|err|perplex|mse|mae|rmse|nll|time|latency", re.I)
 FIXED = ("job", "name", "state")

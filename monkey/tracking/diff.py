@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 from monkey.models import Job
 from monkey.snapshot.blobs import BlobStore
 from monkey.snapshot.manifest import load_manifest
 from monkey.tracking.ingest import flatten
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_DIFF_BYTES = 1 << 20  # larger files are reported as changed, not diffed
 

@@ -15,11 +15,14 @@ import math
 import sys
 from array import array
 from collections.abc import Mapping
-from typing import Any
 
 from monkey.client_agent.track import NO_STEP
 from monkey.store import Store
 from monkey.store.tracking import Columns
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 Point = tuple[str, int | None, float | None, float]  # name, step, value (None: NaN), wall
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import time
 from html import escape
-from typing import Any
 
 from monkey.tracking import sweep_analysis as sa
 from monkey.tracking.plots import Series, Style, run_colours, single_valued, svg_charts, svg_values
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}

@@ -17,9 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from html import escape
-from typing import Any
 
 from monkey.tracking.charts import nice_ticks, tick_label, value_colour
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 METHOD = "variance split (one-way fANOVA, eta squared per parameter)"
 BINS = 5

@@ -18,7 +18,6 @@ import contextlib
 import fcntl
 import logging
 import os
-from typing import Any
 
 from monkey.config import Home
 from monkey.models import LIVE, TERMINAL, State
@@ -26,6 +25,10 @@ from monkey.store import Store
 from monkey.store.errors import StoreUnavailable
 from monkey.store.tracking import HOLD
 from monkey.tracking import early_stop
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("monkey.tracking")
 ACTIVE_SWEEP = "running"

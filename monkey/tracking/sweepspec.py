@@ -18,9 +18,12 @@ import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_CELLS = 10_000  # cells of one sweep unless max_cells says otherwise
 DISTRIBUTIONS = ("uniform", "log_uniform", "int_uniform", "choice")

@@ -13,7 +13,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -45,6 +44,10 @@ from monkey.tui.shared import SharedMonkey
 from monkey.tui.status_bar import StatusBar
 from monkey.tui.sweep_view import SweepScreen
 from monkey.tui.virtual_table import VirtualTable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)

@@ -4,7 +4,6 @@ and the live attempts on them with CPU/memory sparklines."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -13,6 +12,10 @@ from textual.widgets import DataTable, Static
 from monkey.api import REDACTED, is_secret_name
 from monkey.store.cost import dollars
 from monkey.tui.format import duration, place, size, sparkline
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 HISTORY = 40  # heartbeats kept per attempt for its sparklines
 

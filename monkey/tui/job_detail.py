@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from monkey.tui.format import STATE_STYLES, duration, when
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class JobDetail(VerticalScroll):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -19,6 +18,10 @@ from monkey.tui.job_detail import JobDetail
 from monkey.tui.log_pane import LogPane
 from monkey.tui.metrics_pane import MetricsPane
 from monkey.tui.shared import SharedMonkey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class JobScreen(Screen[None]):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 from rich.markup import escape
 from textual import on, work
@@ -25,6 +24,10 @@ from monkey.api import MonkeyError
 from monkey.tracking.charts import colour_param, rgb, run_labels, value_colour
 from monkey.tracking.plots import X_AXES, X_LABELS, Style, axis, plot_points, run_colours
 from monkey.tui.shared import SharedMonkey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 POLL = 2.0  # seconds between reads of the selected series
 MAX_POINTS = 400  # points drawn per series; longer series are thinned evenly

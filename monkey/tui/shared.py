@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 from monkey.api import Home, Monkey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class SharedMonkey:

@@ -8,8 +8,6 @@ read and computed in a thread worker, never on the event loop."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.markup import escape
 from rich.text import Text
 from textual import on, work
@@ -35,6 +33,10 @@ from monkey.tracking.sweep_analysis import (
 from monkey.tui.format import STATE_STYLES
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.shared import SharedMonkey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 POLL = 5.0  # seconds between re-reads while the sweep runs
 ENDED = ("finished", "cancelled", "interrupted")  # sweep states no run follows
