@@ -72,7 +72,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         admin = service.first_admin(home)
         lines = service.welcome(home, settings, admin)
         if args.action == "run":
-            print("\n".join(lines), flush=True)
+            print("\n".join([*lines, "serving in the foreground (Ctrl-C stops it)"]), flush=True)
             return service.serve(home)
         pid = service.start(home)
         print(f"server running (pid {pid})")
