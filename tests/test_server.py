@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import signal
+import socket
 import ssl
 import stat
 import subprocess
@@ -371,7 +372,38 @@ def test_logs_follow_resumes_across_a_server_killed_and_restarted(node):
     # no line lost or doubled, each stream in order (a follow reads stdout and stderr as they
     # grow, so their interleaving is by the reads' timing, as locally)
     lines = (seen + rest).decode().splitlines()
-    assert [x for x in lines if x.startswith("out")] == [f"out {i}" for i in range(1, 61)]
+    assert [x for x in lines if x.startswith("out")] == [f"out {i}" for i in range(1, 61)], (seen, rest, err)
     assert [x for x in lines if x.startswith("err")] == [f"err {i}" for i in range(1, 61)]
     assert len(lines) == 120
     assert "connection lost; reconnecting" in err.decode()
+
+
+def test_server_start_status_stop_detached(home, tmp_path):
+    n = MainNode(home, tmp_path)
+    port = n.port
+    started = n.server("server", "start", "--bind", f"127.0.0.1:{port}")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("server running (pid ")
+    assert f"server: https://127.0.0.1:{port}" in started.stdout and "--token" in started.stdout
+    status = n.server("server", "status")
+    assert status.returncode == 0 and f"at https://127.0.0.1:{port}" in status.stdout
+    assert n.server("daemon", "status").returncode == 0  # the core runs beside it
+    again = n.server("server", "start")
+    assert again.returncode == 1 and "already running" in one_line(again.stderr)
+    busy = MainNode(home, tmp_path / "other")
+    assert busy.server("server", "run", "--bind", f"127.0.0.1:{port}").returncode == 1
+    stopped = n.server("server", "stop")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("server stopped (pid ")
+    assert n.server("server", "status").returncode == 3
+    # the port is taken by another program: one line saying so, nothing left running
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        failed = n.server("server", "start", "--bind", f"127.0.0.1:{taken.getsockname()[1]}")
+        assert failed.returncode == 1
+        assert one_line(failed.stderr).startswith("monkey: error: the server could not start: ")
+        assert "address already in use" in failed.stderr.lower()
+    assert n.server("server", "status").returncode == 3
+    bad = n.server("server", "start", "--bind", "nowhere")
+    assert bad.returncode == 1 and one_line(bad.stderr) == (
+        "monkey: error: --bind 'nowhere': give HOST:PORT, e.g. 127.0.0.1:8443 or 0.0.0.0:8443")

@@ -180,6 +180,7 @@ def serve(home: Home | None = None) -> int:
         print(f"monkey: error: a server is already running for {home.root} (pid "
               f"{status(home)}); stop it with `monkey server stop`", file=sys.stderr)
         return 1
+    files.pid.unlink(missing_ok=True)  # left by a server killed (uvicorn dies by the signal it got)
     try:
         settings = configure(home)
         paths = cert_paths(home, settings)
@@ -197,10 +198,15 @@ def serve(home: Home | None = None) -> int:
             lifespan="off", server_header=False, timeout_graceful_shutdown=3,
             ssl_certfile=str(paths[0]) if paths else None, ssl_keyfile=str(paths[1]) if paths else None,
         )  # fmt: skip
-        server = uvicorn.Server(config)
-        write_private(files.pid, f"{os.getpid()}\n".encode())
-        logging.getLogger("monkey.server").info("server %d serving %s on %s", os.getpid(),
-                                                home.root, url(settings))
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets)
+                if self.started:  # bound: `start` waits for the pid file
+                    write_private(files.pid, f"{os.getpid()}\n".encode())
+                    logging.getLogger("monkey.server").info(
+                        "server %d serving %s on %s", os.getpid(), home.root, url(settings))
+
+        server = Server(config)
         server.run()
         return 0 if server.started else 1
     except MonkeyError as exc:
@@ -219,31 +225,22 @@ def start(home: Home, timeout: float = 20.0) -> int:
     if pid:
         return pid
     offset = files.log.stat().st_size if files.log.exists() else 0
+    files.pid.unlink(missing_ok=True)  # a stale one (a server killed) must not pass for the new one's
     with open_private(files.log) as out:
         proc = subprocess.Popen(python_entry("monkey.server.service", "serve"),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 env=dict(os.environ, MONKEY_HOME=str(home.root)), cwd=home.root,
                                 start_new_session=True, close_fds=True)
-    settings = json.loads(files.settings.read_text())
-    host, port = parse_bind(settings["bind"])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise MonkeyError(f"the server could not start: {first_error(files.log, offset)}; "
                               f"see {files.log}")
-        if _accepts(host, port) and (status(home) or 0) > 0:
-            return status(home) or proc.pid
+        pid = status(home)
+        if pid and pid > 0:  # written once it listens
+            return pid
         time.sleep(0.05)
     raise MonkeyError(f"the server did not come up within {timeout:.0f}s; see {files.log}")
-
-
-def _accepts(host: str, port: int) -> bool:
-    target = "127.0.0.1" if host == "0.0.0.0" else "::1" if host == "::" else host
-    try:
-        socket.create_connection((target, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def stop(home: Home, timeout: float = 15.0) -> int | None:

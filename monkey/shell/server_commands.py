@@ -65,10 +65,14 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     home = Home().ensure()
     if args.action in ("start", "run"):
+        running = service.status(home)
+        if running:  # its settings stay as it runs with them
+            raise MonkeyError(f"a server is already running for {home.root} (pid {running}); "
+                              "`monkey server stop` first to start it with other settings"
+                              if args.action == "run" or args.bind or args.cert or args.no_tls
+                              else f"the server is already running (pid {running}); see "
+                              "`monkey server status`")
         settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
-        if args.action == "start" and service.status(home):
-            print(f"server already running (pid {service.status(home)}) at {service.url(settings)}")
-            return 0
         admin = service.first_admin(home)
         lines = service.welcome(home, settings, admin)
         if args.action == "run":
