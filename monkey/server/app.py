@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -150,7 +150,8 @@ async def logs(request: Request) -> Response:
             juid = await run_in_threadpool(lambda: _monkey().resolve(ref))
         except MonkeyError as exc:
             return _error(exc)
-        return StreamingResponse(_frames(juid, stream, tail, start), media_type="application/octet-stream")
+        return StreamingResponse(_in_own_threads(_frames(juid, stream, tail, start)),
+                                 media_type="application/octet-stream")
 
     def first() -> tuple[bytes, Iterator[bytes]]:
         chunks = iter(_monkey().output_chunks(ref, stream, attempt=attempt, tail=tail,
@@ -168,6 +169,25 @@ async def logs(request: Request) -> Response:
         yield from rest
 
     return StreamingResponse(body(), media_type="application/octet-stream")
+
+
+_followers: Any = None  # the threads follows wait in (created in the event loop)
+FOLLOWERS = 1000  # follows served at once
+
+
+async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """FRAMES read in threads of their own: a follow waits in its thread between writes, and
+    must not take the threads that calls run in (a hundred idle follows would stall them)."""
+    import anyio
+
+    global _followers
+    if _followers is None:
+        _followers = anyio.CapacityLimiter(FOLLOWERS)
+    while True:
+        frame = await anyio.to_thread.run_sync(next, frames, None, limiter=_followers)
+        if frame is None:
+            return
+        yield frame
 
 
 def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | None) -> Iterator[bytes]:

@@ -44,8 +44,7 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, args: list[Any],
     KeyError when METHOD is not allowed."""
     rule = CALLS[method]
     if rule.admin and not user["admin"]:
-        raise Forbidden(f"{method.replace('_', ' ')} is for admins; ask one "
-                        "(monkey server user list shows them)")
+        raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if method == "whoami":
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
     if method == "job_listing":  # owners are shown on a server with several users

@@ -198,13 +198,15 @@ def serve(home: Home | None = None) -> int:
             lifespan="off", server_header=False, timeout_graceful_shutdown=3,
             ssl_certfile=str(paths[0]) if paths else None, ssl_keyfile=str(paths[1]) if paths else None,
         )  # fmt: skip
+        root = home.root
+
         class Server(uvicorn.Server):
             async def startup(self, sockets: Any = None) -> None:
                 await super().startup(sockets)
                 if self.started:  # bound: `start` waits for the pid file
                     write_private(files.pid, f"{os.getpid()}\n".encode())
                     logging.getLogger("monkey.server").info(
-                        "server %d serving %s on %s", os.getpid(), home.root, url(settings))
+                        "server %d serving %s on %s", os.getpid(), root, url(settings))
 
         server = Server(config)
         server.run()
