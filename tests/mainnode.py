@@ -56,11 +56,10 @@ class MainNode:
                 break
         wait_for(self._accepts, what="the server to accept connections")
         self.welcome = "".join(lines)
-        found = re.search(r"remote add lab (\S+) --token (\S+) --fingerprint (\S+)", self.welcome)
-        if found:
-            self.token, self.fingerprint = found.group(2), found.group(3)
-        else:
-            self.fingerprint = re.search(r"certificate: (\S+)", self.welcome).group(1)
+        token = re.search(r"remote add lab \S+ --token (\S+)", self.welcome)
+        self.token = token.group(1) if token else self.token
+        pinned = re.search(r"certificate: (\S+)", self.welcome)
+        self.fingerprint = pinned.group(1) if pinned else ""
         return self.welcome
 
     def _accepts(self) -> bool:

@@ -85,7 +85,10 @@ def test_users_add_list_remove_and_rotate(node):
     used = {u["name"]: u for u in json.loads(node.server("server", "user", "list", "--json").stdout)}
     assert used["bob"]["last_used"] and not used[admin]["last_used"]
     # rotated: the old token is refused at once, the new one works
-    new = node.server("server", "user", "token", "bob").stdout.strip()
+    rotated = node.server("server", "user", "token", "bob")
+    new = rotated.stdout.strip().splitlines()[-1]
+    assert f"on bob's laptop: monkey remote add lab {node.url} --token {new} --fingerprint " \
+        f"{node.fingerprint}" == one_line(rotated.stderr)
     refused = node.laptop("--remote", "lab", "list", "jobs")
     assert refused.returncode == 1
     assert one_line(refused.stderr) == "monkey: error: lab: token refused; ask an admin: monkey server user token bob"
@@ -359,11 +362,14 @@ def test_logs_follow_resumes_across_a_server_killed_and_restarted(node):
     juid = node.server("run", "--", "sh", "-c", script).stdout.strip()
     node.add_remote()
     follower = subprocess.Popen([sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=node.laptop_env)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=node.laptop_env,
+                                bufsize=0)  # unbuffered: communicate() reads the rest from the fd
     assert follower.stdout is not None
     seen = b""
     while b"out 5\n" not in seen:
-        seen += follower.stdout.readline()
+        line = follower.stdout.readline()
+        assert line, follower.stderr.read() if follower.stderr else "the follower exited"
+        seen += line
     node.kill()  # SIGKILL mid-stream
     node.start()
     rest, err = follower.communicate(timeout=120)
@@ -407,3 +413,17 @@ def test_server_start_status_stop_detached(home, tmp_path):
     bad = n.server("server", "start", "--bind", "nowhere")
     assert bad.returncode == 1 and one_line(bad.stderr) == (
         "monkey: error: --bind 'nowhere': give HOST:PORT, e.g. 127.0.0.1:8443 or 0.0.0.0:8443")
+
+
+def test_plain_http_on_loopback_works_without_a_certificate(home, tmp_path):
+    n = MainNode(home, tmp_path)
+    n.url = f"http://127.0.0.1:{n.port}"
+    try:
+        welcome = n.start("--no-tls")
+        assert "certificate" not in welcome and f"server: {n.url}" in welcome
+        token = re.search(r"--token (\S+)", welcome).group(1)
+        added = n.laptop("remote", "add", "lab", n.url, "--token", token)
+        assert added.returncode == 0, added.stderr
+        assert n.laptop("--remote", "lab", "list", "jobs").stdout.startswith("no jobs yet")
+    finally:
+        n.close()

@@ -45,8 +45,11 @@ class Guard:
         self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websocket route yet: none unauthenticated, ever
+            await send({"type": "websocket.close", "code": 1008})
             return
 
         async def send_versioned(message: Message) -> None:
@@ -193,8 +196,11 @@ async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
 def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | None) -> Iterator[bytes]:
     """A follow as frames: ``D FILE OFFSET SIZE\\n`` + bytes, ``M ATTEMPT SIZE\\n`` + its mark
     line, ``K\\n`` (a keep-alive), ``E\\n`` (the job ended), ``X SIZE\\n`` + an error line."""
+    from monkey.api import Monkey
+
+    m = Monkey(_local_home)  # its own: the pieces are read in whichever thread is free
     try:
-        for piece in _monkey().follow_pieces(juid, stream, tail=tail, start=start):
+        for piece in m.follow_pieces(juid, stream, tail=tail, start=start):
             if piece is None:
                 yield b"K\n"
             elif piece[0] == "mark":
@@ -205,6 +211,8 @@ def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | No
     except MonkeyError as exc:
         text = str(exc).encode()
         yield f"X {len(text)}\n".encode() + text
+    finally:
+        m.store.close()
 
 
 def build(home: Home) -> ASGIApp:

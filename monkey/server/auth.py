@@ -69,7 +69,10 @@ class Gate:
             seen = self._failures.get(address)
             while seen and seen[0] <= now - WINDOW:
                 seen.popleft()
-            if not seen or len(seen) < FAILURES:
+            if not seen:
+                self._failures.pop(address, None)  # an address that stopped failing is forgotten
+                return 0
+            if len(seen) < FAILURES:
                 return 0
             return max(1, int(seen[0] + WINDOW - now) + 1)
 

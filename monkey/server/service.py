@@ -58,10 +58,7 @@ def configure(home: Home, bind: str | None = None, cert: str | None = None, key:
     """The server's settings: those given, else those of the last start, else the defaults;
     saved for the next start. Refuses plain HTTP off loopback and a half-given --cert/--key."""
     files = Files(home).ensure()
-    try:
-        saved = json.loads(files.settings.read_text())
-    except (OSError, ValueError):
-        saved = {}
+    saved = saved_settings(home)
     if (cert is None) != (key is None):
         raise MonkeyError("give --cert and --key together (the certificate and its private key, PEM)")
     settings: dict[str, Any] = {
@@ -79,6 +76,14 @@ def configure(home: Home, bind: str | None = None, cert: str | None = None, key:
             raise MonkeyError(f"--{what} {settings[what]}: no such file")
     write_private(files.settings, json.dumps(settings, indent=2).encode())
     return settings
+
+
+def saved_settings(home: Home) -> dict[str, Any]:
+    """The settings of the last start ({} before the first)."""
+    try:
+        return dict(json.loads(Files(home).settings.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def url(settings: dict[str, Any]) -> str:
@@ -128,19 +133,27 @@ def welcome(home: Home, settings: dict[str, Any], admin: tuple[str, str] | None)
     from monkey.server.tls import fingerprint
 
     paths = cert_paths(home, settings)
-    where = url(settings)
-    lines = [f"server: {where}"]
-    print_fp = ""
+    lines = [f"server: {url(settings)}"]
     if paths is not None:
-        fp = fingerprint(paths[0])
-        lines.append(f"certificate: {fp}")
-        print_fp = f" --fingerprint {fp}" if not settings["cert"] else ""
+        lines.append(f"certificate: {fingerprint(paths[0])}")
     if admin is not None:
         name, token = admin
         lines += [f"admin user {name} created; its token is shown only now. On your laptop:",
-                  f"  monkey remote add lab {where} --token {token}{print_fp}",
+                  f"  {remote_add_line(home, token)}",
                   "more users: monkey server user add NAME"]
     return lines
+
+
+def remote_add_line(home: Home, token: str) -> str:
+    """The `monkey remote add` command that reaches this server with TOKEN (pinning a
+    self-signed certificate; one of the user's own is taken as CA-signed)."""
+    from monkey.server.tls import fingerprint
+
+    settings = {"bind": DEFAULT_BIND, "cert": None, "tls": True, **saved_settings(home)}
+    cert = Files(home).cert  # made by the first start; none yet: nothing to pin
+    pin = f" --fingerprint {fingerprint(cert)}" if settings["tls"] and not settings["cert"] \
+        and cert.exists() else ""
+    return f"monkey remote add lab {url(settings)} --token {token}{pin}"
 
 
 # -- the lock, like the core's -----------------------------------------------------------

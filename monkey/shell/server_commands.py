@@ -73,14 +73,13 @@ def cmd_server(args: argparse.Namespace) -> int:
                               else f"the server is already running (pid {running}); see "
                               "`monkey server status`")
         settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
-        admin = service.first_admin(home)
-        lines = service.welcome(home, settings, admin)
         if args.action == "run":
+            lines = service.welcome(home, settings, service.first_admin(home))
             print("\n".join([*lines, "serving in the foreground (Ctrl-C stops it)"]), flush=True)
             return service.serve(home)
-        pid = service.start(home)
+        pid = service.start(home)  # then the admin: a token is never shown for a server that failed
         print(f"server running (pid {pid})")
-        print("\n".join(lines))
+        print("\n".join(service.welcome(home, settings, service.first_admin(home))))
         return 0
     if args.action == "stop":
         stopped = service.stop(home)
@@ -144,6 +143,18 @@ def _install_service(home: object, only_print: bool) -> int:
     return 0
 
 
+def _ready_line(home: object, name: str, token: str) -> None:
+    """The `monkey remote add` line for NAME's laptop (on stderr: stdout's last line is the
+    token, for scripts)."""
+    import sys
+
+    from monkey.config import Home
+    from monkey.server.service import remote_add_line
+
+    assert isinstance(home, Home)
+    print(f"on {name}'s laptop: {remote_add_line(home, token)}", file=sys.stderr)
+
+
 def _user(home: object, args: argparse.Namespace) -> int:
     from monkey.config import Home
     from monkey.server import auth
@@ -156,9 +167,13 @@ def _user(home: object, args: argparse.Namespace) -> int:
         token = auth.add_user(store, args.name, args.admin)
         print(f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:")
         print(token)
+        _ready_line(home, args.name, token)
         return 0
     if action == "token":
-        print(auth.rotate(store, args.name))
+        token = auth.rotate(store, args.name)
+        print(f"a new token for {args.name} (the old one is refused from now on), shown only now:")
+        print(token)
+        _ready_line(home, args.name, token)
         return 0
     if action == "remove":
         if not store.remove_user(args.name):
