@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shlex
 import time
@@ -516,7 +517,7 @@ class Monkey:
         never end."""
         for piece in self.follow_pieces(ref, stream or ("stderr" if stderr else "stdout"),
                                         tail=tail, poll=poll):
-            if piece is not None:
+            if piece is not None and piece[0] != "start":
                 yield piece[2]
 
     def follow_pieces(self, ref: str, stream: str = "both", tail: int | None = None,
@@ -525,8 +526,9 @@ class Monkey:
         """``follow``'s output with where each piece comes from, so that a reader on another
         machine can resume exactly: (file, offset, piece) where file is "ATTEMPT/NAME" in
         the job's run folder, or ("mark", N, line) for the line that starts attempt N; None
-        after each wait with nothing new (a reader's keep-alive). START resumes a follow:
-        {"offsets": {file: offset}, "marked": [N...]} as the last reader saw them (no tail)."""
+        after each wait with nothing new (a reader's keep-alive). First ("start", 0, JSON):
+        where reading begins, {"offsets": {file: offset}, "marked": [N...]} (a tail skips
+        bytes and marks); START, that dict as a reader last had it, resumes a follow."""
         from monkey.core.daemon import Keeper
 
         names = LOGS if stream == "both" else (rundir.stream_log(stream),)
@@ -550,6 +552,8 @@ class Monkey:
             attempts = [a for a in self.store.attempts(juid) if a.run_dir]
             cursor.skip_to_tail(paths(attempts), tail)
             marked.update(a.n for a in attempts)
+        begin = {"offsets": {key(p): n for p, n in cursor.offsets.items()}, "marked": sorted(marked)}
+        yield "start", 0, json.dumps(begin).encode()
         follower = None
         try:
             while True:

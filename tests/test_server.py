@@ -370,11 +370,22 @@ def test_logs_follow_resumes_across_a_server_killed_and_restarted(node):
         line = follower.stdout.readline()
         assert line, follower.stderr.read() if follower.stderr else "the follower exited"
         seen += line
+    tailing = subprocess.Popen([sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f",
+                                "--tail", "3", juid], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=node.laptop_env, bufsize=0)
+    assert tailing.stdout is not None and tailing.stdout.readline()  # it has begun
     node.kill()  # SIGKILL mid-stream
     node.start()
     rest, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
+    tail_out, tail_err = tailing.communicate(timeout=120)
+    assert tailing.returncode == 0, tail_err
     wait_until_ended(node, juid)
+    # from a tail: each stream from some line on to its end, once (no part of the tail again)
+    shown = tail_out.decode().splitlines()
+    for name in ("out", "err"):
+        numbers = [int(x.split()[1]) for x in shown if x.startswith(name)]
+        assert numbers == list(range(numbers[0], 61)), shown
     # no line lost or doubled, each stream in order (a follow reads stdout and stderr as they
     # grow, so their interleaving is by the reads' timing, as locally)
     lines = (seen + rest).decode().splitlines()
@@ -427,3 +438,19 @@ def test_plain_http_on_loopback_works_without_a_certificate(home, tmp_path):
         assert n.laptop("--remote", "lab", "list", "jobs").stdout.startswith("no jobs yet")
     finally:
         n.close()
+
+
+def test_server_stop_while_a_client_follows_ends_the_server_and_the_follow_goes_on(node):
+    juid = node.server("run", "--", "sh", "-c", "echo first; sleep 600").stdout.strip()
+    node.add_remote()
+    follower = subprocess.Popen([sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=node.laptop_env,
+                                bufsize=0)
+    assert follower.stdout is not None and follower.stdout.readline() == b"first\n"
+    node.kill(signal.SIGTERM)  # a graceful stop does not wait for the follow to end
+    assert node.proc is not None and node.proc.returncode is not None
+    node.start()
+    assert node.laptop("--remote", "lab", "cancel", juid).returncode == 0
+    rest, err = follower.communicate(timeout=120)
+    assert rest == b"" and follower.returncode == 130, err  # a cancelled job's exit status
+    assert b"connection lost; reconnecting" in err

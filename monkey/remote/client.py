@@ -96,13 +96,15 @@ class Client:
                                                context=self._context(verify=not self.remote.fingerprint))
         try:
             conn.connect()
-        except ssl.SSLCertVerificationError:
+        except ssl.SSLCertVerificationError as exc:
             conn.close()
             seen = self._peer_fingerprint()
+            why = "is signed by no authority this machine trusts" if exc.verify_code in (18, 19) \
+                else f"cannot be verified ({exc.verify_message})"  # 18, 19: self-signed
             raise RemoteError(
-                f"{name}: the certificate of {url} ({seen}) is signed by no authority this "
-                f"machine trusts; if `monkey server status` on the server prints that "
-                f"fingerprint, pin it: add --fingerprint {seen} to `monkey remote add`") from None
+                f"{name}: the certificate of {url} ({seen}) {why}; if `monkey server status` on "
+                f"the server prints that fingerprint, pin it: add --fingerprint {seen} to "
+                "`monkey remote add`") from None
         except (OSError, ssl.SSLError) as exc:
             conn.close()
             raise Unreachable(f"{name}: cannot reach {url} ({_why(exc)}); is `monkey server` "
@@ -147,18 +149,22 @@ class Client:
                 retry: bool = True) -> http.client.HTTPResponse:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
-        meanwhile is opened again once (RETRY)."""
+        meanwhile is opened again once (RETRY), only when the request cannot have reached it."""
         headers = {"Authorization": f"Bearer {self.remote.token}", API_HEADER: str(API),
                    VERSION_HEADER: _version(), "Content-Type": "application/json"}
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
+        elif self._conn.sock is not None:
+            self._conn.sock.settimeout(READ_TIMEOUT)  # a follow's stream may have set another
         try:
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             self.close()
-            if retry and not fresh:
+            # A kept-alive connection the server had closed: the request never reached it.
+            unsent = (http.client.RemoteDisconnected, http.client.ImproperConnectionState, BrokenPipeError)
+            if retry and not fresh and isinstance(exc, unsent):
                 return self.request(method, path, body, retry=False)
             raise Unreachable(f"{self.remote.name}: the connection to {self.remote.url} dropped "
                               f"({_why(exc)})") from None
@@ -202,13 +208,19 @@ class Client:
         resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
         return codec.loads(resp.read())
 
-    def stream(self, path: str, query: dict[str, Any], body: Any = None) -> http.client.HTTPResponse:
-        """A streamed answer: the caller reads it to its end (or closes the client)."""
+    def stream(self, path: str, query: dict[str, Any], body: Any = None,
+               read_timeout: float = READ_TIMEOUT) -> http.client.HTTPResponse:
+        """A streamed answer: the caller reads it to its end (or closes the client); a read
+        that waits READ_TIMEOUT seconds fails (a follow's keep-alives come every second)."""
         shown = {k: v for k, v in query.items() if v is not None and v is not False}
         target = path + ("?" + urlencode(shown) if shown else "")
         if body is None:
-            return self.request("GET", target)
-        return self.request("POST", target, json.dumps(body).encode())
+            resp = self.request("GET", target)
+        else:
+            resp = self.request("POST", target, json.dumps(body).encode())
+        if self._conn is not None and self._conn.sock is not None:
+            self._conn.sock.settimeout(read_timeout)
+        return resp
 
 
 def _version() -> str:

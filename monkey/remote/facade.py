@@ -7,6 +7,7 @@ needs one is refused by the CLI before it runs (see ``monkey.shell.common.REMOTE
 from __future__ import annotations
 
 import http.client
+import json
 import sys
 import time
 from collections.abc import Generator, Iterator
@@ -21,6 +22,7 @@ from monkey.remote.client import Client, RemoteError, Unreachable
 CALLS = ("resolve", "get_job", "info", "provider_status", "monkey_instances", "cancel", "pause",
          "resume", "retry", "metrics", "search", "whoami")
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
+FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -82,7 +84,7 @@ class RemoteMonkey:
             try:
                 query = {"stream": stream, "follow": 1, "tail": tail if first else None}
                 resp = self.client.stream(f"/api/v1/logs/{quote(juid)}", query,
-                                          body=None if first else start)
+                                          body=None if first else start, read_timeout=FOLLOW_SILENCE)
                 if lost_at is not None:
                     print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
                 lost_at, tries, first = None, 0, False
@@ -116,6 +118,7 @@ def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
             if kind == "K":
                 continue
             if kind == "E":
+                resp.read()  # the stream's end: the connection serves the next call
                 return True
             size = int(fields[-1])
             body = resp.read(size)
@@ -123,6 +126,11 @@ def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
                 return False
             if kind == "X":
                 raise RemoteError(body.decode(errors="replace"))
+            if kind == "C":  # where the server began (after a tail): kept for a resume
+                begin = json.loads(body)
+                start["offsets"].update(begin["offsets"])
+                start["marked"] = sorted(set(start["marked"]) | set(begin["marked"]))
+                continue
             if kind == "M":
                 start["marked"].append(int(fields[0]))
             else:  # D FILE OFFSET SIZE

@@ -194,8 +194,9 @@ async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | None) -> Iterator[bytes]:
-    """A follow as frames: ``D FILE OFFSET SIZE\\n`` + bytes, ``M ATTEMPT SIZE\\n`` + its mark
-    line, ``K\\n`` (a keep-alive), ``E\\n`` (the job ended), ``X SIZE\\n`` + an error line."""
+    """A follow as frames: ``C 0 SIZE\\n`` + where reading begins (JSON: offsets, marks),
+    ``D FILE OFFSET SIZE\\n`` + bytes, ``M ATTEMPT SIZE\\n`` + its mark line, ``K\\n`` (a
+    keep-alive), ``E\\n`` (the job ended), ``X SIZE\\n`` + an error line."""
     from monkey.api import Monkey
 
     m = Monkey(_local_home)  # its own: the pieces are read in whichever thread is free
@@ -203,8 +204,8 @@ def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | No
         for piece in m.follow_pieces(juid, stream, tail=tail, start=start):
             if piece is None:
                 yield b"K\n"
-            elif piece[0] == "mark":
-                yield f"M {piece[1]} {len(piece[2])}\n".encode() + piece[2]
+            elif piece[0] in ("mark", "start"):
+                yield f"{'M' if piece[0] == 'mark' else 'C'} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
             else:
                 yield f"D {piece[0]} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
         yield b"E\n"
