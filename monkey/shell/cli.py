@@ -203,7 +203,6 @@ _MODULES = {
     "cat": ("rerun_commands", "cat_parser"),
     "rm": ("disk_commands", "rm_parser"), "gc": ("disk_commands", "gc_parser"),
     "du": ("disk_commands", "du_parser"), "verify": ("disk_commands", "verify_parser"),
-    "server": ("server_commands", "server_parser"), "remote": ("remote_commands", "remote_parser"),
 }  # fmt: skip
 
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
@@ -218,7 +217,13 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
 }
 
 # Commands of the one-shot CLI only (the shell completes by itself).
-ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {"completion": completion_parser}
+ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {
+    "completion": completion_parser,
+    # the main node's server, and the remotes a one-shot command goes to (the shell runs
+    # on this machine's MONKEY_HOME only, for now)
+    "server": _elsewhere("server_commands", "server_parser"),
+    "remote": _elsewhere("remote_commands", "remote_parser"),
+}
 
 OVERVIEW = """\
 usage: monkey [COMMAND [ARGS]]

@@ -23,7 +23,6 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = make_parser(cls, "server", "Run this machine as a main node: an HTTPS API beside the core "
                     "that laptops reach with `monkey remote add`.")
     p.epilog = EPILOG
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = p.add_subparsers(dest="action", required=True,
                            metavar="{start,run,stop,status,user,install-service}")
     for action, text in (("start", "start in the background (and the core beside it)"),
