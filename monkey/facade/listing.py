@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 from monkey.core.presence import absent_since
 from monkey.models import State
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.config import Home
     from monkey.store import Store
 

@@ -9,12 +9,15 @@ import http.client
 import json
 import socket
 import ssl
-from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, UPGRADE, VERSION_HEADER, codec
 from monkey.remote.settings import Remote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CONNECT_TIMEOUT = 5.0  # seconds: a server that is down or unreachable is one line, quickly
 READ_TIMEOUT = 120.0  # a call's answer; a follow's stream gets keep-alives every second

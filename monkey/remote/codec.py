@@ -8,9 +8,12 @@ import enum
 import json
 import math
 import os
-from typing import Any
 
 from monkey import models
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TAG = "__monkey__"
 _RECORDS: dict[str, type[models.Record]] = {

@@ -11,11 +11,14 @@ import json
 import sys
 import time
 from collections.abc import Generator, Iterator
-from typing import Any
 from urllib.parse import quote
 
 from monkey.remote import settings
 from monkey.remote.client import Client, RemoteError, Unreachable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Facade methods called as they are: name -> whether they act on a job (the server checks
 # its owner). The server's allow-list (monkey.server.calls) is the authority.

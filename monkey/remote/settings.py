@@ -12,9 +12,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOCAL = "local"  # MONKEY_REMOTE=local: this machine, whatever the default
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")

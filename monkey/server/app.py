@@ -8,7 +8,6 @@ import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -24,7 +23,10 @@ from monkey.server.auth import Gate
 from monkey.server.calls import CALLS, Forbidden, run_call
 from monkey.store import Store
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Monkey
 
 log = logging.getLogger("monkey.server")

@@ -12,10 +12,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from monkey.models import MonkeyError
 from monkey.store import Store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FAILURES = 10  # refused tokens an address may send per WINDOW
 WINDOW = 60.0

@@ -3,11 +3,14 @@ any user, admins only, or, for a method that acts on a job, its owner or an admi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 from monkey.models import MonkeyError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Monkey
 
 

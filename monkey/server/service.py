@@ -16,10 +16,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from monkey.config import Home, first_error, open_private, python_entry, write_private
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_BIND = "127.0.0.1:8443"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
 
 from monkey.models import MonkeyError
 from monkey.shell.common import ParserClass, make_parser, print_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """\
 The first start makes a self-signed certificate (unless --cert/--key) and an admin user

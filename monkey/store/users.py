@@ -6,9 +6,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class UserStore:
