@@ -341,6 +341,9 @@ def test_another_users_job_is_refused_with_403_and_an_admin_may(node):
     assert one_line(refused.stderr) == (f"monkey: job {juid} belongs to {admin_name}; only its owner "
                                         "or an admin may cancel it")
     assert '"state": "cancelled"' not in node.server("info", juid, "--json").stdout
+    for action in ("pause", "resume", "retry"):
+        other = node.laptop("--remote", "bob", action, juid)
+        assert other.returncode == 1 and f"only its owner or an admin may {action} it" in one_line(other.stderr)
     listed = node.laptop("--remote", "bob", "list", "jobs").stdout.splitlines()
     assert listed[0].split()[:3] == ["JOB", "NAME", "OWNER"] and admin_name in listed[1]
     owners = json.loads(node.laptop("--remote", "bob", "list", "jobs", "--json").stdout)
