@@ -48,3 +48,12 @@ def test_bad_remote_input_is_one_line_naming_the_fix(bad, says):
 def test_urls_default_their_port():
     assert split_url("https://lab.example.org") == ("https", "lab.example.org", 8443)
     assert split_url("http://127.0.0.1:9000/") == ("http", "127.0.0.1", 9000)
+
+
+def test_tokens_never_start_with_a_dash_and_hold_32_random_bytes():
+    """`--token -x...` would read as a missing value (found: 1 start in 64 failed)."""
+    from monkey.server.auth import new_token
+
+    tokens = [new_token() for _ in range(2000)]
+    assert all(t.startswith("mk_") and len(t) == 3 + 43 for t in tokens)
+    assert len(set(tokens)) == len(tokens)
