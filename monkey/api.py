@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shlex
 import time
@@ -187,6 +188,24 @@ class Monkey:
 
     def job(self, ref: str) -> Job:
         return Job(self, self.store.resolve(ref))
+
+    def resolve(self, ref: str) -> str:
+        """The full id of job REF (an id, a unique prefix, or `last`)."""
+        return self.store.resolve(ref)
+
+    def get_job(self, ref: str) -> JobRecord:
+        """Job REF's record as it is now."""
+        job = self.store.get_job(self.store.resolve(ref))
+        assert job is not None
+        return job
+
+    def job_listing(self, states: Iterable[State | str] | None = None, provider: str | None = None,
+                    limit: int | None = None, owners: bool = False) -> dict[str, Any]:
+        """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``)."""
+        from monkey.facade.listing import job_listing
+
+        return job_listing(self.home, self.store, None if states is None else [State(s) for s in states],
+                           provider, limit, owners)
 
     def jobs(
         self,
@@ -498,9 +517,22 @@ class Monkey:
         inotify, no CPU while nothing is written), and at least every ``poll`` seconds. Keeps
         a core serving meanwhile (starting it again if it dies): without one the job would
         never end."""
+        for piece in self.follow_pieces(ref, stream or ("stderr" if stderr else "stdout"),
+                                        tail=tail, poll=poll):
+            if piece is not None and piece[0] != "start":
+                yield piece[2]
+
+    def follow_pieces(self, ref: str, stream: str = "both", tail: int | None = None,
+                      poll: float = 1.0, start: dict[str, Any] | None = None,
+                      ) -> Iterator[tuple[str, int, bytes] | None]:
+        """``follow``'s output with where each piece comes from, so that a reader on another
+        machine can resume exactly: (file, offset, piece) where file is "ATTEMPT/NAME" in
+        the job's run folder, or ("mark", N, line) for the line that starts attempt N; None
+        after each wait with nothing new (a reader's keep-alive). First ("start", 0, JSON):
+        where reading begins, {"offsets": {file: offset}, "marked": [N...]} (a tail skips
+        bytes and marks); START, that dict as a reader last had it, resumes a follow."""
         from monkey.core.daemon import Keeper
 
-        stream = stream or ("stderr" if stderr else "stdout")
         names = LOGS if stream == "both" else (rundir.stream_log(stream),)
         juid = self.store.resolve(ref)
         keeper = Keeper(self.home)
@@ -509,11 +541,21 @@ class Monkey:
         def paths(attempts: list[Attempt]) -> list[Path]:
             return [self.home.run_dir(juid, a.n) / name for a in attempts for name in names]
 
+        def key(path: Path) -> str:
+            return f"{path.parent.name}/{path.name}"
+
         marked = {1}
-        if tail is not None:
+        if start is not None:
+            known = {key(p): p for p in paths([a for a in self.store.attempts(juid) if a.run_dir])}
+            cursor.offsets.update({known[k]: int(v) for k, v in start.get("offsets", {}).items()
+                                   if k in known})
+            marked.update(int(n) for n in start.get("marked", []))
+        elif tail is not None:
             attempts = [a for a in self.store.attempts(juid) if a.run_dir]
             cursor.skip_to_tail(paths(attempts), tail)
             marked.update(a.n for a in attempts)
+        begin = {"offsets": {key(p): n for p, n in cursor.offsets.items()}, "marked": sorted(marked)}
+        yield "start", 0, json.dumps(begin).encode()
         follower = None
         try:
             while True:
@@ -528,9 +570,9 @@ class Monkey:
                 for a in attempts:
                     if a.n not in marked and stream == "both":
                         marked.add(a.n)
-                        yield self._attempt_mark(attempts, a.n)
-                    for _, _, piece in cursor.read(paths([a])):
-                        yield piece
+                        yield "mark", a.n, self._attempt_mark(attempts, a.n)
+                    for path, offset, piece in cursor.read(paths([a])):
+                        yield key(path), offset, piece
                 if finished:
                     return
                 if follower is None:  # only a follow that has to wait pays for watchdog
@@ -539,6 +581,7 @@ class Monkey:
                 if follower.watch(self.home.runs / juid, LOGS, recursive=True):  # once it exists
                     continue  # read again before waiting, as above
                 follower.wait(poll)
+                yield None
         finally:
             if follower is not None:
                 follower.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,19 @@ CASES: list[tuple[str, set[int]]] = [
     ("completion bash", {0}), ("completion zsh", {0}),
     ("init --name proj --env-type pip --env-file requirements.txt --install-script setup.sh "
      "--persist output --data data --yes --force", {0}),
+    # the main node ({port}: a free port; the remotes' settings go to {tmp}/config)
+    ("server start --bind 127.0.0.1:{port}", {0}), ("server status", {0}),
+    ("server status --json", {0}),
+    ("server run --bind 127.0.0.1:{port} --cert {tmp}/key --key {tmp}/key --no-tls", {1}),
+    ("server start", {1}), ("server start --cert {tmp}/key --key {tmp}/key --no-tls", {1}),
+    ("server user add bob --admin", {0}), ("server user list", {0}),
+    ("server user list --json", {0}), ("server user token bob", {0}),
+    ("remote add lab https://127.0.0.1:{port} --token nope", {1}),
+    ("remote add lab https://127.0.0.1:{port} --token nope --fingerprint SHA256:" + "0" * 64, {1}),
+    ("remote use lab", {1}), ("remote use --local", {0}), ("remote list", {0}),
+    ("remote list --json", {0}), ("remote remove lab", {1}), ("server user remove bob", {0}),
+    ("server install-service --print", {0}), ("server install-service", {0}),
+    ("server stop", {0}), ("server run --bind 0.0.0.0:{port} --no-tls", {1}),
     ("daemon status", {0}), ("daemon start", {0}), ("daemon run", {1}),
     ("daemon stop --all", {0}), ("daemon status", {3}),
 ]
@@ -195,9 +209,14 @@ def _setup(cli: Any, home: Path, tmp: Path) -> dict[str, str]:
     return {**refs, "tmp": str(tmp)}
 
 
-def test_every_documented_command_runs_without_a_traceback(cli, home: Path, tmp_path: Path) -> None:
+def test_every_documented_command_runs_without_a_traceback(cli, home: Path, tmp_path: Path,
+                                                           monkeypatch: Any) -> None:
     (tmp_path / "scratch").mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "scratch" / "config"))  # remotes, units
     values = _setup(cli, home, tmp_path / "scratch")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        values["port"] = str(free.getsockname()[1])
     problems = []
     for case, codes in CASES:
         argv = _argv(case.format(**values))

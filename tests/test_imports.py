@@ -140,3 +140,28 @@ def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
     os.mkfifo(cache)  # not a file: never opened for a read that would block
     loaded = _load(tmp_path)
     assert loaded.stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}", loaded.stderr
+
+
+SERVER_STACK = ("starlette", "uvicorn", "anyio", "cryptography", "monkey.server", "monkey.api")
+
+
+def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_ones(home, tmp_path):
+    """The laptop's `monkey --remote lab list jobs`: standard library and monkey.remote only."""
+    from mainnode import MainNode
+
+    node = MainNode(home, tmp_path)
+    node.start()
+    try:
+        node.add_remote()
+        node.server("run", "--", "true")
+        among = (*HEAVY, *SERVER_STACK)
+        report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
+        code = ("import sys; from monkey.shell.cli import main; "
+                f"code = main(['--remote', 'lab', 'list', 'jobs']); {report}; sys.exit(code)")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(node.laptop_env, PYTHONPATH=str(ROOT)), timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "true" in done.stdout
+        assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == []
+    finally:
+        node.close()

@@ -27,6 +27,8 @@ LAYERS: dict[str, tuple[int, str]] = {
     "monkey": (0, "the package itself: the public API, loading Monkey etc. lazily on use"),
     "shell": (1, "the cmd2 REPL and one-shot commands"),
     "tui": (1, "the Textual dashboard"),
+    "server": (1, "`monkey server`: the main node's HTTPS API, one more client of the facade"),
+    "remote": (2, "the client of a main node: RemoteMonkey, its codec, stdlib only"),
     "housekeeping": (2, "the shell's gc/rm/du/verify of blobs and run folders, given the facade"),
     "host_cleanup": (2, "the shell's rm/gc/du on SSH hosts and buckets, given the facade"),
     "api": (3, "the Monkey facade, the one door for the UIs and scripts"),
@@ -66,6 +68,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 # Imports across layers that stay by design, each with its reason.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("shell", "tui"): "`monkey dash` starts the dashboard (shell/dash_commands.py)",
+    ("shell", "server"): "`monkey server` runs it (shell/server_commands.py)",
 }
 
 # `from monkey import __version__` loads nothing: the constant is defined before any import.

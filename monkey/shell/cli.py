@@ -218,7 +218,13 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
 }
 
 # Commands of the one-shot CLI only (the shell completes by itself).
-ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {"completion": completion_parser}
+ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {
+    "completion": completion_parser,
+    # the main node's server, and the remotes a one-shot command goes to (the shell runs
+    # on this machine's MONKEY_HOME only, for now)
+    "server": _elsewhere("server_commands", "server_parser"),
+    "remote": _elsewhere("remote_commands", "remote_parser"),
+}
 
 OVERVIEW = """\
 usage: monkey [COMMAND [ARGS]]
@@ -261,9 +267,13 @@ commands:
   gc                         free blobs no job needs and folders of deleted jobs
   du                         disk used by jobs, blobs, environments
   verify [JOB...]            check stored code and data against their digests
+  server start|run|stop|status   this machine as a main node: the HTTPS API (--bind HOST:PORT)
+  server user add|list|remove|token   the server's users and their tokens
+  remote add|use|list|remove     main nodes this machine sends commands to (--remote NAME)
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --juid JOB.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
+`monkey --remote NAME COMMAND` (or $MONKEY_REMOTE) sends a command to a main node.
 """
 
 
@@ -321,10 +331,7 @@ def core_absent_line(since: float) -> str:
 
 
 def cmd_list_jobs(args: argparse.Namespace) -> int:
-    from monkey.config import Home
-    from monkey.core.presence import absent_since
     from monkey.shell.table import STATE_COLOURS, ago, duration, render
-    from monkey.store import Store
 
     if args.limit < 1:
         raise UsageError("monkey list jobs: --limit must be at least 1")
@@ -332,23 +339,20 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     for flag, members in _FILTERS.items():
         if getattr(args, flag):
             states = (states or set()) | set(members)
-    home = Home().ensure()
-    store = Store(home.db)
     limit = None if args.all else args.limit
-    jobs = store.list_jobs(states=states, provider=args.provider, limit=limit)
-    total = len(jobs) if limit is None or len(jobs) < limit else \
-        store.count_listed(states=states, provider=args.provider)
+    listing = _job_listing(states, args.provider, limit)
+    jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
+    absent, owners = listing["core_since"], listing["owners"]
     now = time.time()
-    absent = absent_since(home)  # when no core runs, runtimes stop at its last moment
-    runtimes = store.runtimes([j.juid for j in jobs], min(now, absent or now))  # all attempts
     if args.json:
-        print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid)} for j in jobs],
-                     "core": {"running": absent is None, "since": absent or None}, "total": total})
+        print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid),
+                              **({"owner": owners.get(j.juid)} if owners else {})} for j in jobs],
+                    "core": {"running": absent is None, "since": absent or None}, "total": total})
         return 0
     if not jobs:
         print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
         return 0
-    if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran here, none runs now
+    if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran there, none runs now
         print(core_absent_line(absent), file=sys.stderr)
     rows, colours = [], []
     for j in jobs:
@@ -359,11 +363,33 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             "-" if j.exit_code is None else str(j.exit_code), j.command,
         ])  # fmt: skip
         colours.append([None, None, STATE_COLOURS.get(shown)] + [None] * 6)
-    render(["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"],
-           rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
+    headers = ["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"]
+    if owners:  # a server with several users: whose each job is, after its name
+        headers.insert(2, "OWNER")
+        for row, colour, j in zip(rows, colours, jobs):
+            row.insert(2, owners.get(j.juid) or "-")
+            colour.insert(2, None)
+        render(headers, rows, colours=colours, flex=9, shrink={1: 8, 2: 6, 4: 8}, drop=(5, 8, 4))
+    else:
+        render(headers, rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
     if total > len(jobs):
         print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
     return 0
+
+
+def _job_listing(states: set[State] | None, provider: str | None, limit: int | None) -> dict[str, Any]:
+    """`list jobs`' data: from the selected remote, or straight from this machine's store
+    (without loading the facade: `monkey list jobs` is benchmarked)."""
+    from monkey.remote.settings import selected
+
+    if selected():
+        return monkey().job_listing(states, provider, limit)
+    from monkey.config import Home
+    from monkey.facade.listing import job_listing
+    from monkey.store import Store
+
+    home = Home().ensure()
+    return job_listing(home, Store(home.db), states, provider, limit)
 
 
 def cmd_list_providers(args: argparse.Namespace) -> int:
@@ -524,7 +550,7 @@ def _unreachable_note(info: dict[str, Any]) -> str:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     m = monkey()
-    juid = m.store.resolve(args.job)
+    juid = m.resolve(args.job)
     if args.tail is not None and args.tail < 0:
         raise UsageError("monkey logs: --tail must be >= 0")
     if args.follow:
@@ -578,7 +604,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     status = 0
     for ref in args.jobs:
         try:
-            juid = m.store.resolve(ref)
+            juid = m.resolve(ref)
             state = action(juid)
         except MonkeyError as exc:
             print(f"monkey: {exc}", file=sys.stderr)
@@ -670,6 +696,55 @@ def expand(argv: list[str]) -> list[str]:
     return argv
 
 
+class NotRemote(UsageError):
+    """A command that cannot go through a remote yet (exit 2, printed as it is)."""
+
+
+def remote_ready(name: str, args: argparse.Namespace) -> bool:
+    """Whether command NAME (parsed into ARGS) works through a remote."""
+    if name in ("remote", "completion"):  # this machine's own settings
+        return True
+    if name == "list":
+        return args.what in ("jobs", "providers")
+    if name == "info":
+        return not args.files
+    return name in ("logs", "job", "kill", "metrics", "search")
+
+
+def check_remote(words: str) -> None:
+    """NotRemote when a remote is selected: WORDS (the command) does not work through one."""
+    from monkey.remote.settings import selected
+
+    remote = selected()
+    if remote:
+        raise NotRemote(f"monkey {words} does not work through a remote yet; run it on the main "
+                        f"node (remote {remote})")
+
+
+def take_remote(argv: list[str]) -> list[str]:
+    """ARGV without `--remote NAME` (before any `--`); NAME goes to $MONKEY_REMOTE, where
+    every command's facade looks (see monkey.remote.settings.selected)."""
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            out += argv[i:]
+            break
+        if word == "--remote" or word.startswith("--remote="):
+            if word == "--remote":
+                if i + 1 >= len(argv):
+                    raise UsageError("monkey: --remote needs a NAME (see `monkey remote list`; "
+                                     "`local` for this machine)")
+                value, i = argv[i + 1], i + 2
+            else:
+                value, i = word.partition("=")[2], i + 1
+            os.environ["MONKEY_REMOTE"] = value
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def dispatch(argv: list[str]) -> int:
     """Run one command line; returns the exit status. Errors raise MonkeyError."""
     argv = expand(argv)
@@ -680,13 +755,30 @@ def dispatch(argv: list[str]) -> int:
         raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
                          f"(commands: {', '.join(names)}; see monkey --help)")
     args = builder().parse_args(argv[1:])
+    if not remote_ready(name, args):
+        sub = getattr(args, "what", None) or getattr(args, "action", None)
+        check_remote(f"{name} {sub}" if isinstance(sub, str) and name in ("list", "server", "sweep",
+                                                                           "provider", "daemon")
+                     else name)
     check_jobs(args)
     return int(args.func(args) or 0)
+
+
+def _failed(exc: MonkeyError) -> int:
+    """Print EXC as one line; the exit status it gives."""
+    print(str(exc) if isinstance(exc, NotRemote) else f"monkey: error: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, UsageError) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     """`monkey ARGS`: one command, or the interactive shell when there are none."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        argv = take_remote(argv)
+        if not argv:
+            check_remote("shell (no command)")
+    except MonkeyError as exc:
+        return _failed(exc)
     if not argv:
         from monkey.shell.repl import run_shell
 
@@ -705,8 +797,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return dispatch(argv)
     except MonkeyError as exc:
-        print(f"monkey: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, UsageError) else 1
+        return _failed(exc)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

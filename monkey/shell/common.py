@@ -144,7 +144,15 @@ def check_jobs(args: argparse.Namespace) -> None:
 
 
 def monkey() -> Monkey:
-    """The facade every command goes through."""
+    """The facade every command goes through: this machine's, or the selected remote's
+    (``RemoteMonkey``: the same methods and results for the commands that work through a
+    remote; the CLI refuses the others before they run)."""
+    from monkey.remote.settings import selected
+
+    if selected():
+        from monkey.remote.facade import RemoteMonkey
+
+        return RemoteMonkey()  # type: ignore[return-value]  # the methods those commands use
     from monkey.api import Monkey
 
     return Monkey()
@@ -181,8 +189,7 @@ def follow(m: Monkey, juid: str, stream: str, tail: int | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nmonkey: stopped following; job {juid} goes on", file=sys.stderr)
         return 130
-    job = m.store.get_job(juid)
-    assert job is not None
+    job = m.get_job(juid)
     if job.state != State.SUCCEEDED:
         hint = "" if stream != "stdout" or "monkey logs" in (job.reason or "") \
             or job.state != State.FAILED else f"; its errors: `monkey logs --stderr {juid}`"

@@ -212,7 +212,7 @@ def search_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 def cmd_metrics(args: argparse.Namespace) -> int:
     m = monkey()
-    juid = m.store.resolve(args.job)
+    juid = m.resolve(args.job)
     series = m.metrics(juid, args.name)
     if args.json:
         _json({name: [{"step": s, "value": v, "time": w} for s, v, w in pts]

@@ -40,6 +40,7 @@ from monkey.store.outputs import OutputQueries
 from monkey.store.rerun import RerunStore
 from monkey.store.rows import _JOB_COLUMNS, _job
 from monkey.store.tracking import HOLD, TrackingStore
+from monkey.store.users import UserStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,6 +59,16 @@ _FIRST_PAUSE, _LONGEST_PAUSE = 0.00005, 0.002
 # bound holds while no core runs.
 WAL_BACKSTOP = 10_000
 CHECKPOINT_EVERY = 0.5  # seconds between the checkpointer's looks at the WAL
+
+
+def local_user() -> str:
+    """This machine's user name: the owner of the jobs submitted here."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return str(os.getuid())
 
 
 def damaged(path: Path, detail: str) -> MonkeyError:
@@ -145,7 +156,7 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
 
 class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, TrackingStore,
             JobSpecStore, OutputQueries, RerunStore, HousekeepingStore, HostChoresStore,
-            InstanceRequestStore):
+            InstanceRequestStore, UserStore):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     db: _Connection
@@ -315,19 +326,20 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         outputs: Sequence[str] = (),
         packages: str | None = None,
         now: float | None = None,
+        owner: str | None = None,
     ) -> list[str]:
         """Insert jobs alike but for their (argv, name, params), each with a fresh juid
         (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
 
         ``held`` jobs wait for their sweep's hook to release them; ``spec`` is the resolved
         job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
-        of installed packages."""
+        of installed packages; ``owner`` who submits them (default: this machine's user)."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         shared = (
             state.value, provider, dumps(resources.to_json()), dumps(env), snapshot, workdir,
             dumps(datasets), dumps(git), python, retries, now, now, HOLD if held else 0.0, sweep,
-            secrets,
+            secrets, owner or local_user(),
         )  # fmt: skip
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
@@ -336,8 +348,8 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             db.executemany(
                 "INSERT INTO jobs(juid, name, argv, params, state, provider, resources, env, "
                 "snapshot, workdir, datasets, git, python, retries, created_at, updated_at, "
-                "not_before, sweep, secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?)",
+                "not_before, sweep, secrets, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?)",
                 [(juid, name or juid, dumps(argv), dumps(params), *shared)
                  for juid, (argv, name, params) in zip(juids, cells)],
             )  # fmt: skip

@@ -285,6 +285,21 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE blobs ADD COLUMN checked_ns INTEGER;
         """,
     ),
+    (
+        "0016_users",
+        # `monkey server`: its users, each token kept only as its SHA-256 digest; and who
+        # submitted each job (NULL: a job from before owners were recorded).
+        """
+        CREATE TABLE users(
+            name TEXT PRIMARY KEY,
+            digest TEXT NOT NULL UNIQUE,
+            admin INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            last_used REAL
+        );
+        ALTER TABLE jobs ADD COLUMN owner TEXT;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,240 @@
+"""The HTTPS connection to a main node: TLS checked against the pinned fingerprint (or a
+certificate authority), the token sent only once the certificate is right, one-line errors
+for everything a user can meet (server down, token refused, certificate changed, another
+version), and the calls and streams ``RemoteMonkey`` makes."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+from urllib.parse import quote, urlencode, urlsplit
+
+from monkey.models import MonkeyError
+from monkey.remote import API, API_HEADER, UPGRADE, VERSION_HEADER, codec
+from monkey.remote.settings import Remote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+CONNECT_TIMEOUT = 5.0  # seconds: a server that is down or unreachable is one line, quickly
+READ_TIMEOUT = 120.0  # a call's answer; a follow's stream gets keep-alives every second
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class RemoteError(MonkeyError):
+    """A refusal by the server or the network, as one line for the user."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Unreachable(RemoteError):
+    """The server could not be reached, or the connection dropped."""
+
+
+def fingerprint(der: bytes) -> str:
+    """A certificate's SHA-256 fingerprint as monkey prints it: ``SHA256:`` + 64 hex digits."""
+    import hashlib
+
+    return "SHA256:" + hashlib.sha256(der).hexdigest()
+
+
+def normal_fingerprint(text: str) -> str:
+    """TEXT (``SHA256:AB:CD...``, ``sha256:abcd...`` or bare hex) in monkey's form; MonkeyError
+    when it is not a SHA-256 fingerprint."""
+    body = text.strip()
+    if body.lower().startswith("sha256:"):
+        body = body[7:]
+    body = body.replace(":", "").lower()
+    if len(body) != 64 or any(c not in "0123456789abcdef" for c in body):
+        raise MonkeyError(f"{text!r} is not a SHA-256 fingerprint; copy the `SHA256:...` line that "
+                          "`monkey server status` prints on the server")
+    return "SHA256:" + body
+
+
+def split_url(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a remote's URL; MonkeyError naming the fix when it is not one."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.path not in ("", "/"):
+        raise MonkeyError(f"{url!r} is not a server URL; give https://HOST:PORT, as "
+                          "`monkey server start` printed it")
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK:
+        raise MonkeyError(f"{url}: plain http is for loopback only (the token would cross the "
+                          "network in clear); use https://")
+    return parts.scheme, parts.hostname, port or (8443 if parts.scheme == "https" else 8080)
+
+
+class Client:
+    """Calls and streams to one remote, over one kept-alive connection."""
+
+    def __init__(self, remote: Remote, user: str | None = None) -> None:
+        self.remote = remote
+        self.user = user
+        self.scheme, self.host, self.port = split_url(remote.url)
+        self._conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def _connect(self) -> http.client.HTTPConnection:
+        name, url = self.remote.name, self.remote.url
+        conn: http.client.HTTPConnection
+        if self.scheme == "http":
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=CONNECT_TIMEOUT)
+        else:
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=CONNECT_TIMEOUT,
+                                               context=self._context(verify=not self.remote.fingerprint))
+        try:
+            conn.connect()
+        except ssl.SSLCertVerificationError as exc:
+            conn.close()
+            seen = self._peer_fingerprint()
+            why = "is signed by no authority this machine trusts" if exc.verify_code in (18, 19) \
+                else f"cannot be verified ({exc.verify_message})"  # 18, 19: self-signed
+            raise RemoteError(
+                f"{name}: the certificate of {url} ({seen}) {why}; if `monkey server status` on "
+                f"the server prints that fingerprint, pin it: add --fingerprint {seen} to "
+                "`monkey remote add`") from None
+        except (OSError, ssl.SSLError) as exc:
+            conn.close()
+            raise Unreachable(f"{name}: cannot reach {url} ({_why(exc)}); is `monkey server` "
+                              "running there? (`monkey server status` on it)") from None
+        if self.remote.fingerprint:
+            sock = conn.sock
+            assert isinstance(sock, ssl.SSLSocket)
+            der = sock.getpeercert(binary_form=True) or b""
+            seen = fingerprint(der)
+            if seen != self.remote.fingerprint:  # the token is not sent to another server
+                conn.close()
+                raise RemoteError(
+                    f"{name}: the certificate of {url} changed: pinned {self.remote.fingerprint}, "
+                    f"now {seen}; if the server's certificate was renewed on purpose, add the "
+                    f"remote again with --fingerprint {seen}")
+        assert conn.sock is not None
+        conn.sock.settimeout(READ_TIMEOUT)
+        return conn
+
+    @staticmethod
+    def _context(verify: bool) -> ssl.SSLContext:
+        if verify:
+            return ssl.create_default_context()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # checked against the pinned fingerprint instead
+        return ctx
+
+    def _peer_fingerprint(self) -> str:
+        """The fingerprint of the certificate the server shows (no token is sent)."""
+        ctx = self._context(verify=False)
+        try:
+            with socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=self.host) as tls:
+                return fingerprint(tls.getpeercert(binary_form=True) or b"")
+        except OSError as exc:
+            return f"unknown: {_why(exc)}"
+
+    # -- requests -------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                retry: bool = True) -> http.client.HTTPResponse:
+        """Send a request and return its answer once its status is a success; RemoteError
+        with the one line for anything else. A kept-alive connection the server closed
+        meanwhile is opened again once (RETRY), only when the request cannot have reached it."""
+        headers = {"Authorization": f"Bearer {self.remote.token}", API_HEADER: str(API),
+                   VERSION_HEADER: _version(), "Content-Type": "application/json"}
+        fresh = self._conn is None
+        if self._conn is None:
+            self._conn = self._connect()
+        elif self._conn.sock is not None:
+            self._conn.sock.settimeout(READ_TIMEOUT)  # a follow's stream may have set another
+        try:
+            self._conn.request(method, path, body=body, headers=headers)
+            resp = self._conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            # A kept-alive connection the server had closed: the request never reached it.
+            unsent = (http.client.RemoteDisconnected, http.client.ImproperConnectionState, BrokenPipeError)
+            if retry and not fresh and isinstance(exc, unsent):
+                return self.request(method, path, body, retry=False)
+            raise Unreachable(f"{self.remote.name}: the connection to {self.remote.url} dropped "
+                              f"({_why(exc)})") from None
+        self._check(resp)
+        return resp
+
+    def _check(self, resp: http.client.HTTPResponse) -> None:
+        name = self.remote.name
+        theirs = resp.getheader(API_HEADER)
+        if theirs is None:
+            self.close()
+            raise RemoteError(f"{name}: {self.remote.url} does not answer as a monkey server "
+                              f"(HTTP {resp.status}); check the URL and port")
+        if theirs != str(API) or resp.status == 426:
+            self.close()
+            raise RemoteError(
+                f"{name}: the server runs monkey {resp.getheader(VERSION_HEADER)} (API {theirs}) "
+                f"and this client monkey {_version()} (API {API}); upgrade the older one: {UPGRADE}")
+        if resp.status < 400:
+            return
+        data = resp.read()
+        try:
+            message = json.loads(data).get("error") or ""
+        except (ValueError, AttributeError):
+            message = data.decode(errors="replace")[:200]
+        if resp.status == 401:
+            who = self.user or "NAME"
+            raise RemoteError(f"{name}: token refused; ask an admin: monkey server user token {who}", 401)
+        if resp.status == 429:
+            wait = resp.getheader("Retry-After") or "60"
+            raise RemoteError(f"{name}: too many refused tokens from this address; try again "
+                              f"in {wait}s", 429)
+        if resp.status >= 500:
+            raise RemoteError(f"{name}: the server failed ({message or resp.status}); see its "
+                              "log: MONKEY_HOME/server/server.log on the main node", resp.status)
+        raise RemoteError(message or f"{name}: HTTP {resp.status}", resp.status)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The result of facade METHOD(*ARGS, **KWARGS) on the server."""
+        body = codec.dumps({"args": list(args), "kwargs": kwargs})
+        resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
+        return codec.loads(resp.read())
+
+    def stream(self, path: str, query: dict[str, Any], body: Any = None,
+               read_timeout: float = READ_TIMEOUT) -> http.client.HTTPResponse:
+        """A streamed answer: the caller reads it to its end (or closes the client); a read
+        that waits READ_TIMEOUT seconds fails (a follow's keep-alives come every second)."""
+        shown = {k: v for k, v in query.items() if v is not None and v is not False}
+        target = path + ("?" + urlencode(shown) if shown else "")
+        if body is None:
+            resp = self.request("GET", target)
+        else:
+            resp = self.request("POST", target, json.dumps(body).encode())
+        if self._conn is not None and self._conn.sock is not None:
+            self._conn.sock.settimeout(read_timeout)
+        return resp
+
+
+def _version() -> str:
+    from monkey import __version__
+
+    return __version__
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return f"no answer within {CONNECT_TIMEOUT:.0f}s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

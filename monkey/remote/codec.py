@@ -1,0 +1,70 @@
+"""One codec for what the facade returns, both ways over the API: records (Job, Attempt,
+Resources, Instance), states and enums become tagged JSON objects, and come back as the
+same types on the client, so a command prints a remote result as it prints a local one."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+
+from monkey import models
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+TAG = "__monkey__"
+_RECORDS: dict[str, type[models.Record]] = {
+    cls.__name__: cls for cls in (models.Job, models.Attempt, models.Resources, models.Instance)
+}
+_ENUMS: dict[str, type[enum.Enum]] = {
+    cls.__name__: cls for cls in (models.State, models.Request, models.Ending, models.InstanceState)
+}
+
+
+def encode(value: Any) -> Any:
+    """VALUE as plain JSON data (tagged objects for records and enums)."""
+    if isinstance(value, enum.Enum) and type(value).__name__ in _ENUMS:
+        return {TAG: type(value).__name__, "value": value.value}
+    if isinstance(value, models.Record) and type(value).__name__ in _RECORDS:
+        return {TAG: type(value).__name__, **{n: encode(getattr(value, n)) for n in value.__slots__}}
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [encode(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {TAG: "float", "value": repr(value)}
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def decode(value: Any) -> Any:
+    """The value ``encode`` made VALUE from."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    tag = value.get(TAG)
+    if tag is None:
+        return {k: decode(v) for k, v in value.items()}
+    if tag == "float":
+        return float(value["value"])
+    if tag in _ENUMS:
+        return _ENUMS[tag](value["value"])
+    if tag in _RECORDS:
+        fields = {k: decode(v) for k, v in value.items() if k != TAG}
+        if tag == "Job":  # a Job's resources and state are typed; the rest is plain data
+            fields["resources"] = fields["resources"] or models.Resources()
+        return _RECORDS[tag](**fields)
+    raise ValueError(f"unknown type {tag!r} in a server's answer")
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(encode(value), separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> Any:
+    return decode(json.loads(data))

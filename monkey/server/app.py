@@ -1,0 +1,230 @@
+"""The routes of `monkey server` (Starlette): every request is authenticated first (401,
+429 after too many refused tokens from one address), every answer says the API and monkey
+versions. The web pages will be routes beside these."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from monkey.config import Home
+from monkey.models import MonkeyError
+from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
+from monkey.server.auth import Gate
+from monkey.server.calls import CALLS, Forbidden, run_call
+from monkey.store import Store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.api import Monkey
+
+log = logging.getLogger("monkey.server")
+MAX_BODY = 1 << 20  # bytes of a call's arguments
+
+
+def _version() -> str:
+    from monkey import __version__
+
+    return __version__
+
+
+class Guard:
+    """ASGI middleware: the versions on every answer, the token checked on every request."""
+
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websocket route yet: none unauthenticated, ever
+            await send({"type": "websocket.close", "code": 1008})
+            return
+
+        async def send_versioned(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []),
+                                      (API_HEADER.lower().encode(), str(API).encode()),
+                                      (VERSION_HEADER.lower().encode(), _version().encode())]
+            await send(message)
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        address = (scope.get("client") or ("?", 0))[0]
+        wait = self.gate.retry_after(address)
+        if wait:
+            answer: Response = JSONResponse({"error": "too many refused tokens"}, 429,
+                                            headers={"Retry-After": str(wait)})
+            await answer(scope, receive, send_versioned)
+            return
+        auth = headers.get("authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        user = await run_in_threadpool(self.gate.user, token, address)
+        if user is None:
+            await JSONResponse({"error": "token refused"}, 401)(scope, receive, send_versioned)
+            return
+        if headers.get(API_HEADER.lower()) != str(API):
+            answer = JSONResponse({"error": f"this server speaks API {API}; upgrade the client"}, 426)
+            await answer(scope, receive, send_versioned)
+            return
+        scope.setdefault("state", {})["user"] = user
+        await self.app(scope, receive, send_versioned)
+
+
+_local = threading.local()
+
+
+def _monkey() -> Monkey:
+    """This worker thread's facade (a Store connection is not shared between threads)."""
+    m = getattr(_local, "monkey", None)
+    if m is None:
+        from monkey.api import Monkey
+
+        m = _local.monkey = Monkey(_local_home)
+    return m
+
+
+_local_home: Home | None = None
+
+
+def _error(exc: Exception) -> JSONResponse:
+    status = 403 if isinstance(exc, Forbidden) else 400
+    return JSONResponse({"error": str(exc)}, status)
+
+
+async def _body(request: Request) -> bytes:
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > MAX_BODY:
+            raise MonkeyError(f"a request body may hold at most {MAX_BODY} bytes")
+    return bytes(data)
+
+
+async def call(request: Request) -> Response:
+    method = request.path_params["method"]
+    if method not in CALLS:
+        return JSONResponse({"error": f"{method} is not available through the API of this "
+                                      "server"}, 404)
+    try:
+        body = codec.loads(await _body(request) or b"{}")
+        args, kwargs = list(body.get("args", [])), dict(body.get("kwargs", {}))
+    except (ValueError, AttributeError, TypeError, MonkeyError) as exc:
+        return JSONResponse({"error": f"{method}: a malformed request ({exc})"}, 400)
+    user = request.state.user
+
+    def work() -> Any:
+        return run_call(_monkey(), user, method, args, kwargs)
+
+    try:
+        result = await run_in_threadpool(work)
+    except MonkeyError as exc:
+        return _error(exc)
+    except TypeError as exc:  # arguments the method does not take
+        return JSONResponse({"error": f"{method}: {exc}"}, 400)
+    return Response(codec.dumps(result), media_type="application/json")
+
+
+async def logs(request: Request) -> Response:
+    """A job's output: raw bytes, or with ``follow`` framed pieces (see ``_frames``)."""
+    q = request.query_params
+    try:
+        ref = request.path_params["ref"]
+        stream = q.get("stream", "both")
+        if stream not in ("both", "stdout", "stderr"):
+            raise MonkeyError(f"stream {stream!r}: use both, stdout or stderr")
+        tail = int(q["tail"]) if "tail" in q else None
+        attempt = int(q["attempt"]) if "attempt" in q else None
+        start = json.loads(await _body(request) or b"null") if request.method == "POST" else None
+    except (ValueError, MonkeyError) as exc:
+        return JSONResponse({"error": f"logs: {exc}"}, 400)
+    if q.get("follow"):
+        try:
+            juid = await run_in_threadpool(lambda: _monkey().resolve(ref))
+        except MonkeyError as exc:
+            return _error(exc)
+        return StreamingResponse(_in_own_threads(_frames(juid, stream, tail, start)),
+                                 media_type="application/octet-stream")
+
+    def first() -> tuple[bytes, Iterator[bytes]]:
+        chunks = iter(_monkey().output_chunks(ref, stream, attempt=attempt, tail=tail,
+                                              setup=bool(q.get("setup"))))
+        return next(chunks, b""), chunks
+
+    try:
+        head, rest = await run_in_threadpool(first)  # its errors, before the answer starts
+    except MonkeyError as exc:
+        return _error(exc)
+
+    def body() -> Iterator[bytes]:
+        if head:
+            yield head
+        yield from rest
+
+    return StreamingResponse(body(), media_type="application/octet-stream")
+
+
+_followers: Any = None  # the threads follows wait in (created in the event loop)
+FOLLOWERS = 1000  # follows served at once
+
+
+async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """FRAMES read in threads of their own: a follow waits in its thread between writes, and
+    must not take the threads that calls run in (a hundred idle follows would stall them)."""
+    import anyio
+
+    global _followers
+    if _followers is None:
+        _followers = anyio.CapacityLimiter(FOLLOWERS)
+    while True:
+        frame = await anyio.to_thread.run_sync(next, frames, None, limiter=_followers)
+        if frame is None:
+            return
+        yield frame
+
+
+def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | None) -> Iterator[bytes]:
+    """A follow as frames: ``C 0 SIZE\\n`` + where reading begins (JSON: offsets, marks),
+    ``D FILE OFFSET SIZE\\n`` + bytes, ``M ATTEMPT SIZE\\n`` + its mark line, ``K\\n`` (a
+    keep-alive), ``E\\n`` (the job ended), ``X SIZE\\n`` + an error line."""
+    from monkey.api import Monkey
+
+    m = Monkey(_local_home)  # its own: the pieces are read in whichever thread is free
+    try:
+        for piece in m.follow_pieces(juid, stream, tail=tail, start=start):
+            if piece is None:
+                yield b"K\n"
+            elif piece[0] in ("mark", "start"):
+                yield f"{'M' if piece[0] == 'mark' else 'C'} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
+            else:
+                yield f"D {piece[0]} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
+        yield b"E\n"
+    except MonkeyError as exc:
+        text = str(exc).encode()
+        yield f"X {len(text)}\n".encode() + text
+    finally:
+        m.store.close()
+
+
+def build(home: Home) -> ASGIApp:
+    """The server's ASGI application over MONKEY_HOME HOME."""
+    global _local_home
+    _local_home = home
+    app = Starlette(routes=[
+        Route("/api/v1/call/{method}", call, methods=["POST"]),
+        Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
+    ])
+    Store(home.db).close()  # the schema migrated before the first request
+    return Guard(app, Gate(lambda: _monkey().store))

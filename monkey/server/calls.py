@@ -1,0 +1,64 @@
+"""The facade methods the API allows (`POST /api/v1/call/METHOD`), and who may call them:
+any user, admins only, or, for a method that acts on a job, its owner or an admin."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from monkey.models import MonkeyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.api import Monkey
+
+
+class Forbidden(MonkeyError):
+    """A user asked for what only an admin or the job's owner may do (403)."""
+
+
+class Call(NamedTuple):
+    admin: bool = False  # admins only
+    acts: bool = False  # acts on the job named by the first argument: its owner or an admin
+
+
+CALLS: dict[str, Call] = {
+    "whoami": Call(),
+    "resolve": Call(),
+    "get_job": Call(),
+    "info": Call(),
+    "job_listing": Call(),
+    "provider_status": Call(),
+    "monkey_instances": Call(),
+    "metrics": Call(),
+    "search": Call(),
+    "cancel": Call(acts=True),
+    "pause": Call(acts=True),
+    "resume": Call(acts=True),
+    "retry": Call(acts=True),
+    "check_provider": Call(admin=True),  # it records what it finds, as the core would
+}
+
+
+def run_call(m: Monkey, user: dict[str, Any], method: str, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+    """Facade METHOD(*ARGS, **KWARGS) on behalf of USER; Forbidden when USER may not;
+    KeyError when METHOD is not allowed."""
+    rule = CALLS[method]
+    if rule.admin and not user["admin"]:
+        raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
+    if method == "whoami":
+        return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
+    if method == "job_listing":  # owners are shown on a server with several users
+        kwargs = {**kwargs, "owners": m.store.count_users() > 1}
+    if rule.acts:
+        if not args or not isinstance(args[0], str):
+            raise MonkeyError(f"{method}: name the job")
+        juid = m.resolve(args[0])
+        owner = m.store.job_owners([juid]).get(juid)
+        if owner != user["name"] and not user["admin"]:
+            raise Forbidden(f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner "
+                            f"or an admin may {method} it")
+        args = [juid, *args[1:]]
+    return getattr(m, method)(*args, **kwargs)

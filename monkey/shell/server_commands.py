@@ -1,0 +1,197 @@
+"""`monkey server ...`: run the main node's HTTPS API, and manage its users."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from monkey.models import MonkeyError
+from monkey.shell.common import ParserClass, make_parser, print_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+EPILOG = """\
+The first start makes a self-signed certificate (unless --cert/--key) and an admin user
+named after you, and prints a ready `monkey remote add` line with its token. Plain HTTP
+(--no-tls) is allowed on loopback only. Keep it up across reboots with a systemd user unit:
+`monkey server install-service` writes ~/.config/systemd/user/monkey-server.service; then
+systemctl --user enable --now monkey-server (and `loginctl enable-linger` to run logged out).
+"""
+
+
+def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
+    p = make_parser(cls, "server", "Run this machine as a main node: an HTTPS API beside the core "
+                    "that laptops reach with `monkey remote add`.")
+    p.epilog = EPILOG
+    sub = p.add_subparsers(dest="action", required=True,
+                           metavar="{start,run,stop,status,user,install-service}")
+    for action, text in (("start", "start in the background (and the core beside it)"),
+                         ("run", "serve in the foreground")):
+        a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        a.add_argument("--bind", metavar="HOST:PORT",
+                       help="where to listen (default 127.0.0.1:8443, or the last start's)")
+        a.add_argument("--cert", metavar="PEM", help="serve this certificate (with --key)")
+        a.add_argument("--key", metavar="PEM", help="the certificate's private key")
+        a.add_argument("--no-tls", action="store_true", help="plain HTTP: loopback only")
+    sub.add_parser("stop", help="stop the server (the core goes on)", description="Stop the server.")
+    st = sub.add_parser("status", help="whether it runs, its URL and fingerprint",
+                        description="Whether the server runs, its URL and certificate fingerprint.")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    svc = sub.add_parser("install-service", help="write a systemd user unit that keeps it up",
+                         description="Write ~/.config/systemd/user/monkey-server.service.")
+    svc.add_argument("--print", action="store_true", help="print the unit instead of writing it")
+    user = sub.add_parser("user", help="add, list, remove users; rotate a token",
+                          description="The server's users and their tokens.")
+    us = user.add_subparsers(dest="user_action", required=True, metavar="{add,list,remove,token}")
+    add = us.add_parser("add", help="add a user; prints its token once", description="Add a user.")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true", help="may act on every job")
+    ls = us.add_parser("list", help="users: name, admin, created, last used", description="List users.")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    rm = us.add_parser("remove", help="remove a user; its token is refused at once",
+                       description="Remove a user.")
+    rm.add_argument("name")
+    tok = us.add_parser("token", help="a new token for a user; the old one is refused at once",
+                        description="Rotate a user's token.")
+    tok.add_argument("name")
+    p.set_defaults(func=cmd_server)
+    return p
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.server import service
+
+    home = Home().ensure()
+    if args.action in ("start", "run"):
+        running = service.status(home)
+        if running:  # its settings stay as it runs with them
+            raise MonkeyError(f"a server is already running for {home.root} (pid {running}); "
+                              "`monkey server stop` first to start it with other settings"
+                              if args.action == "run" or args.bind or args.cert or args.no_tls
+                              else f"the server is already running (pid {running}); see "
+                              "`monkey server status`")
+        settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
+        if args.action == "run":
+            lines = service.welcome(home, settings, service.first_admin(home))
+            print("\n".join([*lines, "serving in the foreground (Ctrl-C stops it)"]), flush=True)
+            return service.serve(home)
+        pid = service.start(home)  # then the admin: a token is never shown for a server that failed
+        print(f"server running (pid {pid})")
+        print("\n".join(service.welcome(home, settings, service.first_admin(home))))
+        return 0
+    if args.action == "stop":
+        stopped = service.stop(home)
+        print(f"server stopped (pid {stopped})" if stopped else "server was not running")
+        return 0
+    if args.action == "status":
+        return _status(home, args.json)
+    if args.action == "install-service":
+        return _install_service(home, args.print)
+    return _user(home, args)
+
+
+def _status(home: object, as_json: bool) -> int:
+    from monkey.config import Home
+    from monkey.server import service
+    from monkey.server.tls import fingerprint
+
+    assert isinstance(home, Home)
+    pid = service.status(home)
+    files = service.Files(home)
+    try:
+        import json
+
+        settings = json.loads(files.settings.read_text())
+    except (OSError, ValueError):
+        settings = None
+    info: dict[str, Any] = {"running": bool(pid), "pid": pid, "url": service.url(settings) if settings else None,
+            "fingerprint": None}
+    if settings and settings.get("tls", True):
+        cert = Path(settings["cert"]) if settings.get("cert") else files.cert
+        if cert.exists():
+            info["fingerprint"] = fingerprint(cert)
+    if as_json:
+        print_json(info)
+    elif pid:
+        print(f"server running (pid {pid}) at {info['url']}")
+    else:
+        print("server not running; start it: monkey server start")
+    if not as_json and info["fingerprint"]:
+        print(f"certificate: {info['fingerprint']}")
+    return 0 if pid else 3
+
+
+def _install_service(home: object, only_print: bool) -> int:
+    import os
+
+    from monkey.config import Home
+    from monkey.server.service import systemd_unit
+
+    assert isinstance(home, Home)
+    unit = systemd_unit(home)
+    if only_print:
+        print(unit, end="")
+        return 0
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = Path(base) / "systemd" / "user" / "monkey-server.service"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(unit)
+    print(f"wrote {path}\nnow: systemctl --user daemon-reload && systemctl --user enable --now "
+          "monkey-server\n(and `loginctl enable-linger` to keep it up while you are logged out)")
+    return 0
+
+
+def _ready_line(home: object, name: str, token: str) -> None:
+    """The `monkey remote add` line for NAME's laptop (on stderr: stdout's last line is the
+    token, for scripts)."""
+    import sys
+
+    from monkey.config import Home
+    from monkey.server.service import remote_add_line
+
+    assert isinstance(home, Home)
+    print(f"on {name}'s laptop: {remote_add_line(home, token)}", file=sys.stderr)
+
+
+def _user(home: object, args: argparse.Namespace) -> int:
+    from monkey.config import Home
+    from monkey.server import auth
+    from monkey.store import Store
+
+    assert isinstance(home, Home)
+    store = Store(home.db)
+    action = args.user_action
+    if action == "add":
+        token = auth.add_user(store, args.name, args.admin)
+        print(f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:")
+        print(token)
+        _ready_line(home, args.name, token)
+        return 0
+    if action == "token":
+        token = auth.rotate(store, args.name)
+        print(f"a new token for {args.name} (the old one is refused from now on), shown only now:")
+        print(token)
+        _ready_line(home, args.name, token)
+        return 0
+    if action == "remove":
+        if not store.remove_user(args.name):
+            raise MonkeyError(f"no user {args.name!r}; see `monkey server user list`")
+        print(f"user {args.name} removed; its token is refused from now on")
+        return 0
+    users = [{k: v for k, v in u.items() if k != "digest"} for u in store.users()]
+    if args.json:
+        print_json(users)
+        return 0
+    from monkey.shell.table import render
+
+    def when(ts: float | None) -> str:
+        return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+    render(["USER", "ADMIN", "CREATED", "LAST USED"],
+           [[u["name"], "yes" if u["admin"] else "no", when(u["created_at"]), when(u["last_used"])]
+            for u in users])
+    return 0
