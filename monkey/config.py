@@ -7,6 +7,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from monkey.models import MonkeyError, Record
@@ -43,6 +44,29 @@ def python_entry(module: str, function: str) -> list[str]:
 
 
 _ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
+
+
+def stop_process(pid_now: Callable[[], int | None], what: str, timeout: float,
+                 every: float = 0.02) -> int | None:
+    """SIGTERM the process PID_NOW names (a pid file or lock read fresh: a core, a server)
+    and wait until PID_NOW names none; the pid that stopped, or None when none ran.
+    MonkeyError naming WHAT when it is still there after TIMEOUT seconds."""
+    import signal
+    import time
+
+    pid = pid_now()
+    if not pid or pid < 0:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while pid_now():
+        if time.monotonic() > deadline:
+            raise MonkeyError(f"{what} (pid {pid}) did not stop within {timeout:.0f}s")
+        time.sleep(every)
+    return pid
 
 
 def first_error(log: Path, offset: int) -> str:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from monkey.config import Home, first_error, open_private, python_entry, write_private
+from monkey.config import Home, first_error, open_private, python_entry, stop_process, write_private
 from monkey.models import MonkeyError
 from monkey.version import PACKAGE, fresh_entry, version
 
@@ -261,19 +261,7 @@ def start(home: Home, timeout: float = 10.0) -> int:
 
 def stop(home: Home, timeout: float = 15.0) -> int | None:
     """Ask the core to stop and wait for it; returns the pid that stopped, or None."""
-    pid = status(home)
-    if not pid or pid < 0:
-        return None
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return None
-    deadline = time.monotonic() + timeout
-    while status(home):
-        if time.monotonic() > deadline:
-            raise MonkeyError(f"the core (pid {pid}) did not stop within {timeout:.0f}s")
-        time.sleep(0.02)
-    return pid
+    return stop_process(lambda: status(home), "the core", timeout)
 
 
 def ping(home: Home) -> bool:

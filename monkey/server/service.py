@@ -10,14 +10,13 @@ import fcntl
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from monkey.config import Home, first_error, open_private, python_entry, write_private
+from monkey.config import Home, first_error, open_private, python_entry, stop_process, write_private
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -263,19 +262,7 @@ def start(home: Home, timeout: float = 20.0) -> int:
 
 def stop(home: Home, timeout: float = 15.0) -> int | None:
     """Stop the server; the pid that stopped, or None when none ran."""
-    pid = status(home)
-    if not pid or pid < 0:
-        return None
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return None
-    deadline = time.monotonic() + timeout
-    while status(home):
-        if time.monotonic() > deadline:
-            raise MonkeyError(f"the server (pid {pid}) did not stop within {timeout:.0f}s")
-        time.sleep(0.05)
-    return pid
+    return stop_process(lambda: status(home), "the server", timeout, every=0.05)
 
 
 def systemd_unit(home: Home) -> str:

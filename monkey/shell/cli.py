@@ -27,6 +27,7 @@ from monkey.shell.common import (
     suggest,
     write_all,
 )
+from monkey.shell.routing import NotRemote, check_remote, remote_ready, take_remote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -694,55 +695,6 @@ def expand(argv: list[str]) -> list[str]:
             and (not argv[1].startswith("-") or argv[1].partition("=")[0] == "--juid"):
         return ["info", "job", *argv[1:]]
     return argv
-
-
-class NotRemote(UsageError):
-    """A command that cannot go through a remote yet (exit 2, printed as it is)."""
-
-
-def remote_ready(name: str, args: argparse.Namespace) -> bool:
-    """Whether command NAME (parsed into ARGS) works through a remote."""
-    if name in ("remote", "completion"):  # this machine's own settings
-        return True
-    if name == "list":
-        return args.what in ("jobs", "providers")
-    if name == "info":
-        return not args.files
-    return name in ("logs", "job", "kill", "metrics", "search")
-
-
-def check_remote(words: str) -> None:
-    """NotRemote when a remote is selected: WORDS (the command) does not work through one."""
-    from monkey.remote.settings import selected
-
-    remote = selected()
-    if remote:
-        raise NotRemote(f"monkey {words} does not work through a remote yet; run it on the main "
-                        f"node (remote {remote})")
-
-
-def take_remote(argv: list[str]) -> list[str]:
-    """ARGV without `--remote NAME` (before any `--`); NAME goes to $MONKEY_REMOTE, where
-    every command's facade looks (see monkey.remote.settings.selected)."""
-    out, i = [], 0
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            out += argv[i:]
-            break
-        if word == "--remote" or word.startswith("--remote="):
-            if word == "--remote":
-                if i + 1 >= len(argv):
-                    raise UsageError("monkey: --remote needs a NAME (see `monkey remote list`; "
-                                     "`local` for this machine)")
-                value, i = argv[i + 1], i + 2
-            else:
-                value, i = word.partition("=")[2], i + 1
-            os.environ["MONKEY_REMOTE"] = value
-            continue
-        out.append(word)
-        i += 1
-    return out
 
 
 def dispatch(argv: list[str]) -> int:
