@@ -68,9 +68,17 @@ class Terminal:
             self.raw += os.read(self.master, 65536).decode(errors="replace")
 
     def close(self) -> int:
-        """Wait for the program to exit (killed after 15 s); its exit code."""
+        """Wait for the program to exit (killed after 15 s), reading what it still shows as a
+        terminal does (a full pty would block its last writes); its exit code."""
+        deadline = time.monotonic() + 15
         try:
-            return self.proc.wait(timeout=15)
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if select.select([self.master], [], [], 0.05)[0]:
+                    try:
+                        self.raw += os.read(self.master, 65536).decode(errors="replace")
+                    except OSError:  # EIO: the program has gone
+                        break
+            return self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         finally:
             self._end()
 
