@@ -49,23 +49,33 @@ def main() -> None:
     try:
         codes = [install(src, tmp / str(i)) for i, src in enumerate(sources)]
         runs = {"pass": [sys.executable, "-I", "-c", "pass"]}
-        runs.update({str(src): [sys.executable, "-I", "-c", IMPORT, str(code)]
-                     for src, code in zip(sources, codes)})  # fmt: skip
+        runs.update(
+            {
+                str(src): [sys.executable, "-I", "-c", IMPORT, str(code)]
+                for src, code in zip(sources, codes)
+            }
+        )
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         for argv in runs.values():
             timed(argv)  # writes the bytecode, as the first start on a host does
         for _ in range(RUNS):
             for name, argv in runs.items():
                 times[name].append(timed(argv))
-        wall, cpu = ({name: statistics.median(t[i] for t in got) for name, got in times.items()}
-                     for i in (0, 1))  # fmt: skip
-        print(f"python3 -I -c pass: wall {wall['pass'] * 1000:6.1f} ms, cpu {cpu['pass'] * 1000:6.1f} ms "
-              f"(medians of {RUNS})")
+        wall, cpu = (
+            {name: statistics.median(t[i] for t in got) for name, got in times.items()}
+            for i in (0, 1)
+        )
+        print(
+            f"python3 -I -c pass: wall {wall['pass'] * 1000:6.1f} ms, cpu {cpu['pass'] * 1000:6.1f} ms "
+            f"(medians of {RUNS})"
+        )
         for src in sources:
             name, files = str(src), len(list(src.glob("*.py")))
-            print(f"agent import, {files:2d} files from {src}: wall {wall[name] * 1000:6.1f} ms "
-                  f"({wall[name] / wall['pass']:.2f}x), cpu {cpu[name] * 1000:6.1f} ms "
-                  f"({cpu[name] / cpu['pass']:.2f}x)")
+            print(
+                f"agent import, {files:2d} files from {src}: wall {wall[name] * 1000:6.1f} ms "
+                f"({wall[name] / wall['pass']:.2f}x), cpu {cpu[name] * 1000:6.1f} ms "
+                f"({cpu[name] / cpu['pass']:.2f}x)"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

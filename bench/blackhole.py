@@ -33,9 +33,12 @@ def fake_aws(folder: str) -> None:
     """Fake credentials in the environment, no AWS file or metadata service read."""
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         os.environ.pop(name, None)
-    os.environ.update(CREDENTIALS, AWS_EC2_METADATA_DISABLED="true",
-                      AWS_CONFIG_FILE=os.path.join(folder, "no-aws-config"),
-                      AWS_SHARED_CREDENTIALS_FILE=os.path.join(folder, "no-aws-credentials"))
+    os.environ.update(
+        CREDENTIALS,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=os.path.join(folder, "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=os.path.join(folder, "no-aws-credentials"),
+    )
 
 
 def main() -> None:
@@ -55,8 +58,14 @@ def main() -> None:
         m.run(["true"]).wait(timeout=30)  # warm: the agent is up
         idle = run_to_start(m, project, IDLE_RUNS)
 
-        entry = {"type": "ec2", "region": REGION, "endpoint": hole.endpoint, "size": "t3.micro",
-                 "image": IMAGE, "max_instances": 1}  # fmt: skip
+        entry = {
+            "type": "ec2",
+            "region": REGION,
+            "endpoint": hole.endpoint,
+            "size": "t3.micro",
+            "image": IMAGE,
+            "max_instances": 1,
+        }
         h.providers_file.write_text(yaml.safe_dump({"providers": {"dead": entry}}))
         load_providers(h)  # the entry is valid
         stuck = m.run(["true"], provider="dead")
@@ -79,10 +88,14 @@ def main() -> None:
             raise SystemExit(f"the job on `dead` is {stuck.status.value}, not queued")
 
         base, busy = statistics.median(idle), statistics.median(hung)
-        print(f"local run -> process start, idle:        {base * 1000:6.1f} ms median "
-              f"({len(idle)} jobs)")
-        print(f"local run -> process start, cloud hangs: {busy * 1000:6.1f} ms median "
-              f"({len(hung)} jobs in {window:.1f} s; {hole.hanging()} call(s) still unanswered)")
+        print(
+            f"local run -> process start, idle:        {base * 1000:6.1f} ms median "
+            f"({len(idle)} jobs)"
+        )
+        print(
+            f"local run -> process start, cloud hangs: {busy * 1000:6.1f} ms median "
+            f"({len(hung)} jobs in {window:.1f} s; {hole.hanging()} call(s) still unanswered)"
+        )
         print(f"ratio: {busy / base:.2f}x (target <= 1.2x)")
     finally:
         stop_everything(home)

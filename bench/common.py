@@ -27,7 +27,9 @@ def bench_python() -> str:
         return given
     import hashlib
 
-    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + sys.version.encode()).hexdigest()[:12]
+    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + sys.version.encode()).hexdigest()[
+        :12
+    ]
     venv = Path.home() / ".cache" / "monkey-bench" / f"venv-{key}"
     python = venv / "bin" / "python"
     if not python.exists():
@@ -49,10 +51,12 @@ def monkey_command() -> list[str]:
     imports `re` and calls monkey.shell.cli.main), run by PY on this checkout. `python -m
     monkey` would time runpy's imports too, which the installed command never pays."""
     script = Path(PY).parent / "monkey"  # beside PY, where pip puts it (not on PATH)
-    script.write_text("import re\nimport sys\nfrom monkey.shell.entry import main\n"
-                      "if __name__ == '__main__':\n"
-                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-                      "    sys.exit(main())\n")
+    script.write_text(
+        "import re\nimport sys\nfrom monkey.shell.entry import main\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        "    sys.exit(main())\n"
+    )
     return [PY, str(script)]
 
 
@@ -96,8 +100,9 @@ def run_to_start(m: Any, project: str, runs: int) -> list[float]:
     latencies = []
     for _ in range(runs):
         t0 = time.time()
-        out = subprocess.run([*MONKEY, "run", "--", "true"],
-                             capture_output=True, text=True, check=True, cwd=project)
+        out = subprocess.run(
+            [*MONKEY, "run", "--", "true"], capture_output=True, text=True, check=True, cwd=project
+        )
         job = m.job(out.stdout.strip())
         job.wait(timeout=30)
         latencies.append(job.attempts()[0].started_at - t0)
@@ -132,30 +137,51 @@ def copy_jobs(m: Any, juid: str, changes: list[dict[str, Any]]) -> None:
     base = dict(zip(cols, row))
     values = [tuple({**base, **change}[c] for c in names) for change in changes]
     with m.store.tx() as db:
-        db.executemany(f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                       values)  # fmt: skip
+        db.executemany(
+            f"INSERT INTO jobs({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", values
+        )
 
 
-def make_sweep(m: Any, runs: int, params: Callable[[int], dict[str, Any]],
-               value: Callable[[int, int], float], steps: int = 100) -> str:
+def make_sweep(
+    m: Any,
+    runs: int,
+    params: Callable[[int], dict[str, Any]],
+    value: Callable[[int, int], float],
+    steps: int = 100,
+) -> str:
     """A sweep of RUNS jobs (not run) on metric `acc` (max), run i with PARAMS(i) and `acc`
     logged as VALUE(i, step) for STEPS steps, one second apart; returns its id."""
     from monkey.tracking.ingest import as_columns
 
-    spec = {"command": ["python", "t.py", "{lr}"], "method": "grid", "count": None,
-            "parameters": {"lr": {"values": list(range(runs))}},
-            "metric": {"name": "acc", "goal": "max"}, "max_parallel": None,
-            "early_terminate": None, "retries": 0, "seed": 0}
+    spec = {
+        "command": ["python", "t.py", "{lr}"],
+        "method": "grid",
+        "count": None,
+        "parameters": {"lr": {"values": list(range(runs))}},
+        "metric": {"name": "acc", "goal": "max"},
+        "max_parallel": None,
+        "early_terminate": None,
+        "retries": 0,
+        "seed": 0,
+    }
     template = m.run(["true"], start_core=False).record
     with m.store.tx() as db:
         sid = m.store.create_sweep("bench", spec)
         for i in range(runs):
             job = m.store.create_job(
-                name=f"bench-{i}", argv=["python", "t.py", str(i)], provider="local",
-                resources=template.resources, env={}, snapshot=template.snapshot,
-                workdir=template.workdir, datasets=[], git={}, python=template.python,
-                sweep=sid, params=params(i),
-            )  # fmt: skip
+                name=f"bench-{i}",
+                argv=["python", "t.py", str(i)],
+                provider="local",
+                resources=template.resources,
+                env={},
+                snapshot=template.snapshot,
+                workdir=template.workdir,
+                datasets=[],
+                git={},
+                python=template.python,
+                sweep=sid,
+                params=params(i),
+            )
             points = [("acc", s, value(i, s), 1.7e9 + i * 60 + s) for s in range(steps)]
             m.store._insert_columns(db, job.juid, 1, as_columns(points))
     return sid

@@ -36,10 +36,19 @@ def make_jobs(m: Monkey, n: int) -> None:
     states = [State.SUCCEEDED, State.FAILED, State.CANCELLED, State.QUEUED]
     for i in range(n):
         m.store.create_job(
-            name=f"train-{i % 97}", argv=["python", "train.py", "--lr", str(i / n)],
-            provider="local", resources=Resources(), env={}, snapshot=None, workdir="/w",
-            datasets=[], git={}, python="3.11", sweep=f"grid-{i // 50}" if i % 3 else None,
-            state=states[i % len(states)])  # fmt: skip
+            name=f"train-{i % 97}",
+            argv=["python", "train.py", "--lr", str(i / n)],
+            provider="local",
+            resources=Resources(),
+            env={},
+            snapshot=None,
+            workdir="/w",
+            datasets=[],
+            git={},
+            python="3.11",
+            sweep=f"grid-{i // 50}" if i % 3 else None,
+            state=states[i % len(states)],
+        )
 
 
 async def first_paint_ours(home, n: int) -> float:
@@ -108,8 +117,9 @@ async def idle_cpu(home, n: int, seconds: float) -> tuple[float, float]:
     return out[0], out[1]
 
 
-async def modal_latency(home, n: int, rounds: int
-                        ) -> tuple[dict[str, list[float]], dict[str, float], list[float]]:
+async def modal_latency(
+    home, n: int, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, float], list[float]]:
     """Key press -> the modal's first frame written to the terminal, for each modal key
     (`n` new job, `c` cancel and `p` pause confirmations, `?` keys help) while the dashboard
     polls ``n`` jobs: the warm times by key, the first (cold) opening of each, and key -> a
@@ -246,8 +256,9 @@ FLOOD = (
 )
 
 
-async def key_latency(home, juid: str, seconds: float, lines: int | None
-                      ) -> tuple[list[float], float, int]:
+async def key_latency(
+    home, juid: str, seconds: float, lines: int | None
+) -> tuple[list[float], float, int]:
     """Key-press to action latencies while the log pane follows ``juid``; the catch-up time
     from the job's end to the pane showing its last line (when ``lines`` is given); and
     the lines the pane received."""
@@ -301,9 +312,11 @@ def report_modals(home) -> None:
     """Print key -> modal painted with 2,000 jobs in ``home``: every modal, then by key."""
     warm, cold, base = asyncio.run(modal_latency(home, 2_000, 40))
     every = [t for times in warm.values() for t in times]
-    print(f"key -> modal painted, 2,000 jobs, every modal: {ms(every)} (target < 100 ms); "
-          f"key -> no-op action: {ms(base)}; ratio of medians "
-          f"{statistics.median(every) / max(1e-9, statistics.median(base)):.0f}x")
+    print(
+        f"key -> modal painted, 2,000 jobs, every modal: {ms(every)} (target < 100 ms); "
+        f"key -> no-op action: {ms(base)}; ratio of medians "
+        f"{statistics.median(every) / max(1e-9, statistics.median(base)):.0f}x"
+    )
     for key, times in warm.items():
         print(f"  {key}: {ms(times)}; first opening {cold[key] * 1000:.1f} ms")
 
@@ -335,17 +348,25 @@ def main() -> int:
     bare = statistics.median(asyncio.run(first_paint_bare(rows)) for _ in range(3))
     paints = [asyncio.run(first_paint_ours(home, args.jobs)) for _ in range(3)]
     ours = statistics.median(p[1] for p in paints)
-    print(f"first screen of jobs painted, {args.jobs} jobs (median of 3): "
-          f"{statistics.median(p[0] for p in paints):.2f} s (target < 1 s)")
-    print(f"every job loaded, {args.jobs} jobs (median of 3): {ours:.2f} s; "
-          f"bare DataTable with the same rows: {bare:.2f} s; ratio {ours / bare:.2f}x")
+    print(
+        f"first screen of jobs painted, {args.jobs} jobs (median of 3): "
+        f"{statistics.median(p[0] for p in paints):.2f} s (target < 1 s)"
+    )
+    print(
+        f"every job loaded, {args.jobs} jobs (median of 3): {ours:.2f} s; "
+        f"bare DataTable with the same rows: {bare:.2f} s; ratio {ours / bare:.2f}x"
+    )
 
     times = asyncio.run(refresh_times(home, args.jobs, args.seconds, per_second=20))
     print(f"refresh main-thread time, idle: {ms(times['idle'])}")
-    print(f"refresh main-thread time, 20 jobs changing a second: {ms(times['changing'])} "
-          f"(target < 50 ms)")
-    print(f"redrawing the whole table instead: {ms(times['rebuild'])}; ratio "
-          f"{statistics.median(times['rebuild']) / max(1e-9, statistics.median(times['changing'])):.0f}x")
+    print(
+        f"refresh main-thread time, 20 jobs changing a second: {ms(times['changing'])} "
+        f"(target < 50 ms)"
+    )
+    print(
+        f"redrawing the whole table instead: {ms(times['rebuild'])}; ratio "
+        f"{statistics.median(times['rebuild']) / max(1e-9, statistics.median(times['changing'])):.0f}x"
+    )
     m.store.close()
     stop_everything(home)
 
@@ -353,9 +374,11 @@ def main() -> int:
     m = Monkey(home)
     make_jobs(m, 2_000)
     ours_cpu, empty_cpu = asyncio.run(idle_cpu(home, 2_000, args.idle))
-    print(f"idle CPU over {args.idle:.0f} s, 2,000 jobs: {ours_cpu * 100:.1f}% of a core "
-          f"(target < 3%); an empty Textual app: {empty_cpu * 100:.1f}%; "
-          f"ratio {ours_cpu / max(1e-9, empty_cpu):.1f}x")
+    print(
+        f"idle CPU over {args.idle:.0f} s, 2,000 jobs: {ours_cpu * 100:.1f}% of a core "
+        f"(target < 3%); an empty Textual app: {empty_cpu * 100:.1f}%; "
+        f"ratio {ours_cpu / max(1e-9, empty_cpu):.1f}x"
+    )
     report_modals(home)
     m.store.close()
     stop_everything(home)
@@ -372,10 +395,14 @@ def main() -> int:
     flood = m.run([sys.executable, "-c", code], workdir=str(home.parent)).juid
     lat, catch_up, received = asyncio.run(key_latency(home, flood, args.seconds, total))
     print(f"key latency, log pane following a silent job: {ms(base)}")
-    print(f"key latency, log pane following {args.rate} lines/s: {ms(lat)} (target < 100 ms); "
-          f"ratio of medians {statistics.median(lat) / max(1e-9, statistics.median(base)):.1f}x")
-    print(f"log pane holds {received} of {total} lines (it keeps the last {MAX_LINES - 1}), "
-          f"the last one {catch_up * 1000:.0f} ms after the job ended")
+    print(
+        f"key latency, log pane following {args.rate} lines/s: {ms(lat)} (target < 100 ms); "
+        f"ratio of medians {statistics.median(lat) / max(1e-9, statistics.median(base)):.1f}x"
+    )
+    print(
+        f"log pane holds {received} of {total} lines (it keeps the last {MAX_LINES - 1}), "
+        f"the last one {catch_up * 1000:.0f} ms after the job ended"
+    )
     m.store.close()
     stop_everything(home)
     return 0

@@ -26,8 +26,13 @@ ROUNDS = 3
 def main() -> None:
     home = fresh_home()
     client = Path(tempfile.mkdtemp(prefix="monkey-bench-client-"))
-    os.environ.update(HOME=str(client), AWS_EC2_METADATA_DISABLED="true", **CREDENTIALS,
-                      AWS_CONFIG_FILE=str(client / "none"), AWS_SHARED_CREDENTIALS_FILE=str(client / "none"))
+    os.environ.update(
+        HOME=str(client),
+        AWS_EC2_METADATA_DISABLED="true",
+        **CREDENTIALS,
+        AWS_CONFIG_FILE=str(client / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(client / "none"),
+    )
     os.environ.pop("SSH_AUTH_SOCK", None)
     moto = MotoServer(Path(tempfile.mkdtemp(prefix="monkey-bench-moto-")))
     lab = Lab(client)
@@ -42,10 +47,22 @@ def main() -> None:
             config += f"Host {host.address}\n    Port {host.port}\n"
         (lab.ssh_dir / "config").write_text(config)
         h = Home(home).ensure()
-        wanted = {"region": "us-east-1", "size": "t3.micro", "image": IMAGE, "endpoint": moto.endpoint,
-                  "address": "private", "user": lab.user, "max_instances": ROUNDS}
-        entry = ec2_setup.setup(h, "aws", ec2_setup.entry_from(wanted, {}),
-                                subnet_cidr="127.0.0.0/24", say=lambda _: None)  # fmt: skip
+        wanted = {
+            "region": "us-east-1",
+            "size": "t3.micro",
+            "image": IMAGE,
+            "endpoint": moto.endpoint,
+            "address": "private",
+            "user": lab.user,
+            "max_instances": ROUNDS,
+        }
+        entry = ec2_setup.setup(
+            h,
+            "aws",
+            ec2_setup.entry_from(wanted, {}),
+            subnet_cidr="127.0.0.0/24",
+            say=lambda _: None,
+        )
         for host in lab.hosts:
             host.authorize((h.keys / "aws.pub").read_text())
         drv = EC2Driver(ProviderConfig("aws", "ec2", entry), h)
@@ -71,12 +88,20 @@ def main() -> None:
         destroy = (time.perf_counter() - start) / len(made)
         drv.close()
         ms = 1000
-        print(f"create_node (libcloud RunInstances + a listing)   median {statistics.median(creates) * ms:7.1f} ms")
-        print(f"create to taking jobs (list, SSH, agent install)   median {statistics.median(reaches) * ms:7.1f} ms")
-        print(f"list_nodes ({ROUNDS} instances at most)                  median {statistics.median(lists) * ms:7.1f} ms")
+        print(
+            f"create_node (libcloud RunInstances + a listing)   median {statistics.median(creates) * ms:7.1f} ms"
+        )
+        print(
+            f"create to taking jobs (list, SSH, agent install)   median {statistics.median(reaches) * ms:7.1f} ms"
+        )
+        print(
+            f"list_nodes ({ROUNDS} instances at most)                  median {statistics.median(lists) * ms:7.1f} ms"
+        )
         print(f"destroy_node                                       mean   {destroy * ms:7.1f} ms")
-        print(f"instances() while contacting ({len(calls)} calls)       "
-              f"median {statistics.median(calls) * 1e6:7.1f} us, max {max(calls) * 1e6:.0f} us")
+        print(
+            f"instances() while contacting ({len(calls)} calls)       "
+            f"median {statistics.median(calls) * 1e6:7.1f} us, max {max(calls) * 1e6:.0f} us"
+        )
     finally:
         lab.close()
         moto.stop()

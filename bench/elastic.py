@@ -33,8 +33,10 @@ def run_jobs(m: object, provider: str) -> float:
     from monkey.models import State
 
     start = time.perf_counter()
-    jobs = [m.run(["sh", "-c", "sleep 0.5; echo done"], provider=provider, start_core=False)
-            for _ in range(JOBS)]  # fmt: skip
+    jobs = [
+        m.run(["sh", "-c", "sleep 0.5; echo done"], provider=provider, start_core=False)
+        for _ in range(JOBS)
+    ]
     m.wake()
     for job in jobs:
         assert job.wait(timeout=600) == State.SUCCEEDED, (job.juid, m.info(job.juid)["reason"])
@@ -44,10 +46,14 @@ def run_jobs(m: object, provider: str) -> float:
 def main() -> None:
     home = fresh_home()
     client = Path(tempfile.mkdtemp(prefix="monkey-bench-client-"))
-    os.environ.update(HOME=str(client), AWS_EC2_METADATA_DISABLED="true", **CREDENTIALS,
-                      AWS_CONFIG_FILE=str(client / "none"),
-                      AWS_SHARED_CREDENTIALS_FILE=str(client / "none"),
-                      MONKEY_AGENT_IDLE_TIMEOUT="60")  # fmt: skip
+    os.environ.update(
+        HOME=str(client),
+        AWS_EC2_METADATA_DISABLED="true",
+        **CREDENTIALS,
+        AWS_CONFIG_FILE=str(client / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(client / "none"),
+        MONKEY_AGENT_IDLE_TIMEOUT="60",
+    )
     os.environ.pop("SSH_AUTH_SOCK", None)
     moto = MotoServer(Path(tempfile.mkdtemp(prefix="monkey-bench-moto-")))
     lab = Lab(client)
@@ -63,17 +69,33 @@ def main() -> None:
             host = lab.add(f"i{n}", trusted=False, address=f"127.0.0.{n + 4}", own_home=True)
             config += f"Host {host.address}\n    Port {host.port}\n"
         (lab.ssh_dir / "config").write_text(config)
-        wanted = {"region": "us-east-1", "size": "t3.micro", "image": IMAGE,
-                  "endpoint": moto.endpoint, "address": "private", "user": lab.user,
-                  "max_instances": MACHINES, "idle_timeout": IDLE}  # fmt: skip
-        entry = ec2_setup.setup(h, "aws", ec2_setup.entry_from(wanted, {}),
-                                subnet_cidr="127.0.0.0/24", say=lambda _: None)  # fmt: skip
+        wanted = {
+            "region": "us-east-1",
+            "size": "t3.micro",
+            "image": IMAGE,
+            "endpoint": moto.endpoint,
+            "address": "private",
+            "user": lab.user,
+            "max_instances": MACHINES,
+            "idle_timeout": IDLE,
+        }
+        entry = ec2_setup.setup(
+            h,
+            "aws",
+            ec2_setup.entry_from(wanted, {}),
+            subnet_cidr="127.0.0.0/24",
+            say=lambda _: None,
+        )
         for host in lab.hosts:
             host.authorize((h.keys / "aws.pub").read_text())
-        hosts = [host.entry(key=str(h.keys / "aws"), cpus=2, workdir=f"{host.workdir}-lab")
-                 for host in lab.hosts]  # fmt: skip
-        providers = {"aws": entry,
-                     "lab": {"type": "ssh", "trust_on_first_use": True, "hosts": hosts}}
+        hosts = [
+            host.entry(key=str(h.keys / "aws"), cpus=2, workdir=f"{host.workdir}-lab")
+            for host in lab.hosts
+        ]
+        providers = {
+            "aws": entry,
+            "lab": {"type": "ssh", "trust_on_first_use": True, "hosts": hosts},
+        }
         h.providers_file.write_text(yaml.safe_dump({"providers": providers}))
         daemon.start(h)
         m = Monkey(h)
@@ -86,7 +108,9 @@ def main() -> None:
                 raise SystemExit("instances were not terminated within 120 s")
         idle_end = time.perf_counter() - done
         fixed = run_jobs(m, "lab")
-        print(f"{JOBS} jobs of 1 CPU, max_instances {MACHINES} of a 2-CPU size (moto + loopback sshd)")
+        print(
+            f"{JOBS} jobs of 1 CPU, max_instances {MACHINES} of a 2-CPU size (moto + loopback sshd)"
+        )
         print(f"instances created:               {len(created)} (target: exactly {MACHINES})")
         print(f"elastic, first submit to last end: {elastic:6.2f} s")
         print(f"{MACHINES} pre-existing SSH hosts:        {fixed:6.2f} s")

@@ -30,10 +30,11 @@ def main() -> None:
     project = Path(tempfile.mkdtemp(prefix="monkey-bench-project-"))
     build_wheel(project / "wheels", "benchpkg")
     (project / "requirements.txt").write_text(
-        f"--no-index\n--find-links {project / 'wheels'}\nbenchpkg\n")
+        f"--no-index\n--find-links {project / 'wheels'}\nbenchpkg\n"
+    )
     (project / "job.yml").write_text(
-        "run:\n  env_type: pip\n  env_file: requirements.txt\n"
-        'code:\n  ignore: ["wheels**"]\n')
+        'run:\n  env_type: pip\n  env_file: requirements.txt\ncode:\n  ignore: ["wheels**"]\n'
+    )
     m = Monkey(home)
     argv = ["python", "-c", "import benchpkg"]
 
@@ -54,11 +55,15 @@ def main() -> None:
         prep = [r["seconds"] for r, _ in reuses]
         walls = [w for _, w in reuses]
         med = statistics.median(prep)
-        print(f"full build of the pip environment (job 1):  {built['seconds'] * 1000:8.1f} ms "
-              f"(job wall {built_wall * 1000:.0f} ms)")
-        print(f"reused environment, jobs 2-{REUSES + 1} (median):   {med * 1000:8.1f} ms "
-              f"(max {max(prep) * 1000:.1f} ms; job wall median "
-              f"{statistics.median(walls) * 1000:.0f} ms; target < 1000 ms)")
+        print(
+            f"full build of the pip environment (job 1):  {built['seconds'] * 1000:8.1f} ms "
+            f"(job wall {built_wall * 1000:.0f} ms)"
+        )
+        print(
+            f"reused environment, jobs 2-{REUSES + 1} (median):   {med * 1000:8.1f} ms "
+            f"(max {max(prep) * 1000:.1f} ms; job wall median "
+            f"{statistics.median(walls) * 1000:.0f} ms; target < 1000 ms)"
+        )
         print(f"ratio build / reuse: {built['seconds'] / med:,.0f}x")
     finally:
         stop_everything(home)

@@ -117,8 +117,11 @@ def one_run(m, project: str) -> dict[str, tuple[float, float, float]]:
     for k, p in procs.items():
         p.wait(timeout=60)
         readers[k].join(timeout=10)
-        out[k] = (p95(readers[k].delays) * 1e3, statistics.median(readers[k].delays) * 1e3,
-                  (after[k] - before[k]) / MEASURED * 60 * 1e3)
+        out[k] = (
+            p95(readers[k].delays) * 1e3,
+            statistics.median(readers[k].delays) * 1e3,
+            (after[k] - before[k]) / MEASURED * 60 * 1e3,
+        )
     return out
 
 
@@ -137,16 +140,23 @@ def main() -> None:
         for i in range(RUNS):
             r = one_run(m, project)
             runs.append(r)
-            print(f"run {i + 1}: " + "; ".join(
-                f"{k}: write-to-print p95 {d:.1f} ms (median {md:.1f}), CPU {c:.0f} ms per "
-                "idle minute" for k, (d, md, c) in r.items()))
+            print(
+                f"run {i + 1}: "
+                + "; ".join(
+                    f"{k}: write-to-print p95 {d:.1f} ms (median {md:.1f}), CPU {c:.0f} ms per "
+                    "idle minute"
+                    for k, (d, md, c) in r.items()
+                )
+            )
         med = {k: [statistics.median(r[k][i] for r in runs) for i in range(3)] for k in runs[0]}
         (wd, wm, wc), (pd, pm, pc) = med["watchdog"], med["polling"]
-        print(f"median of {RUNS} runs: logs -f (watchdog) p95 {wd:.1f} ms, median {wm:.1f} ms, "
-              f"{wc:.0f} ms CPU per idle minute; polling (before) p95 {pd:.1f} ms, median "
-              f"{pm:.1f} ms, {pc:.0f} ms CPU per idle minute; p95 ratio {pd / wd:.1f}x, median "
-              f"ratio {pm / wm:.1f}x, idle CPU ratio "
-              + (f"{pc / wc:.0f}x" if wc else "inf (0 ticks measured)"))
+        print(
+            f"median of {RUNS} runs: logs -f (watchdog) p95 {wd:.1f} ms, median {wm:.1f} ms, "
+            f"{wc:.0f} ms CPU per idle minute; polling (before) p95 {pd:.1f} ms, median "
+            f"{pm:.1f} ms, {pc:.0f} ms CPU per idle minute; p95 ratio {pd / wd:.1f}x, median "
+            f"ratio {pm / wm:.1f}x, idle CPU ratio "
+            + (f"{pc / wc:.0f}x" if wc else "inf (0 ticks measured)")
+        )
     finally:
         m.store.close()
         stop_everything(home)

@@ -28,9 +28,11 @@ def main() -> None:
         base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
         lat = statistics.median(latencies)
         print(f"python -c pass:                      {base * 1000:6.1f} ms")
-        print(f"monkey run -- true -> process start: {lat * 1000:6.1f} ms median "
-              f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}) = "
-              f"{lat / base:.1f}x, target <= 4x")
+        print(
+            f"monkey run -- true -> process start: {lat * 1000:6.1f} ms median "
+            f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}) = "
+            f"{lat / base:.1f}x, target <= 4x"
+        )
     finally:
         stop_everything(home)
 

@@ -22,18 +22,28 @@ def main() -> None:
     m = Monkey(home)
     job = m.run(["true"], start_core=False)
     t = time.perf_counter()
-    copy_jobs(m, job.juid, [{"juid": f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
-                             "state": ("succeeded", "failed", "running", "queued")[i % 4]}
-                            for i in range(N)])  # fmt: skip
+    copy_jobs(
+        m,
+        job.juid,
+        [
+            {
+                "juid": f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
+                "state": ("succeeded", "failed", "running", "queued")[i % 4],
+            }
+            for i in range(N)
+        ],
+    )
     print(f"inserted {N} jobs in {time.perf_counter() - t:.1f}s")
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 21)
     listing = median_wall(lambda: run_quiet([*MONKEY, "list", "jobs"]), 21)
-    filtered = median_wall(
-        lambda: run_quiet([*MONKEY, "list", "jobs", "--failed"]), 21
-    )
+    filtered = median_wall(lambda: run_quiet([*MONKEY, "list", "jobs", "--failed"]), 21)
     print(f"python -c pass:            {base * 1000:7.1f} ms")
-    print(f"monkey list jobs:          {listing * 1000:7.1f} ms  ({listing / base:.1f}x, target <= 3x)")
-    print(f"monkey list jobs --failed: {filtered * 1000:7.1f} ms  ({filtered / base:.1f}x, target <= 3x)")
+    print(
+        f"monkey list jobs:          {listing * 1000:7.1f} ms  ({listing / base:.1f}x, target <= 3x)"
+    )
+    print(
+        f"monkey list jobs --failed: {filtered * 1000:7.1f} ms  ({filtered / base:.1f}x, target <= 3x)"
+    )
 
 
 if __name__ == "__main__":

@@ -93,8 +93,10 @@ def main() -> None:
         print(f"monkey.log x {N:,} per job, {RUNS} jobs each, all points stored")
         for provider, label in (("local", "local provider"), ("lab", "SSH host")):
             runs = ", ".join(f"{t:.0f}" for t in times[provider])
-            print(f"  {label:15} {statistics.median(times[provider]):6.0f} ns/call "
-                  f"(runs {runs}; monkey from {modules[provider]})")
+            print(
+                f"  {label:15} {statistics.median(times[provider]):6.0f} ns/call "
+                f"(runs {runs}; monkey from {modules[provider]})"
+            )
         print(f"  SSH host / local: {remote / local:.2f}x (target: at most 1.5x)")
     finally:
         stop_everything(home)

@@ -47,7 +47,8 @@ def hot_path() -> None:
             "list.append((name, step, value))": per_call(lambda i: buf.append(("acc", i, 0.5))),
             "SimpleQueue.put((name, step, value))": per_call(lambda i: queue.put(("acc", i, 0.5))),
             "JSON line to a buffered file": per_call(
-                lambda i: fh.write(json.dumps({"name": "acc", "step": i, "value": 0.5}) + "\n")),
+                lambda i: fh.write(json.dumps({"name": "acc", "step": i, "value": 0.5}) + "\n")
+            ),
         }
     log = monkey.log
     # First the call alone: the flusher sleeps and this loop flushes between timed runs of
@@ -73,8 +74,10 @@ def hot_path() -> None:
     logger.flush()
     busy = (time.perf_counter() - t) / N_CALLS * 1e6
     base = baselines["list.append((name, step, value))"]
-    print(f"monkey.log(name, value, step=i) hot path {hot:6.3f} us/call  "
-          f"({hot / base:.1f}x list.append; target <= 1 us)")
+    print(
+        f"monkey.log(name, value, step=i) hot path {hot:6.3f} us/call  "
+        f"({hot / base:.1f}x list.append; target <= 1 us)"
+    )
     print(f"  background flush (encode + write)       {encode:6.3f} us/point")
     print(f"  loop with the flusher running, all in   {busy:6.3f} us/call")
     for label, value in baselines.items():
@@ -87,8 +90,9 @@ def hot_path() -> None:
     mlflow.set_tracking_uri("file://" + tempfile.mkdtemp())
     with mlflow.start_run():
         ml = per_call(lambda i: mlflow.log_metric("acc", 0.5, step=i), 2000)
-    print(f"  baseline mlflow.log_metric (file store) {ml:8.1f} us/call "
-          f"({ml / hot:.0f}x monkey.log)")
+    print(
+        f"  baseline mlflow.log_metric (file store) {ml:8.1f} us/call ({ml / hot:.0f}x monkey.log)"
+    )
 
 
 def ingestion() -> None:
@@ -97,9 +101,11 @@ def ingestion() -> None:
     from monkey.api import Monkey
 
     m = Monkey(home)
-    code = ("import time, monkey\nprint(time.time(), flush=True)\nlog = monkey.log\n"
-            f"for i in range({N_POINTS}): log('loss', 1.0 / (i + 1), step=i)\n"
-            "print(time.time(), flush=True)\n")
+    code = (
+        "import time, monkey\nprint(time.time(), flush=True)\nlog = monkey.log\n"
+        f"for i in range({N_POINTS}): log('loss', 1.0 / (i + 1), step=i)\n"
+        "print(time.time(), flush=True)\n"
+    )
     try:
         job = m.run([sys.executable, "-c", code])
         deadline = time.time() + 120
@@ -109,13 +115,17 @@ def ingestion() -> None:
             time.sleep(0.01)
         stored = time.time()
         first, last = (float(x) for x in job.logs().split())
-        print(f"ingestion of {N_POINTS:,} points: {stored - first:.2f} s from the first point "
-              f"to SQLite (target < 5 s); the job logged for {last - first:.2f} s, then "
-              f"{stored - last:.2f} s to store the rest")
+        print(
+            f"ingestion of {N_POINTS:,} points: {stored - first:.2f} s from the first point "
+            f"to SQLite (target < 5 s); the job logged for {last - first:.2f} s, then "
+            f"{stored - last:.2f} s to store the rest"
+        )
     finally:
         stop_everything(home)
     db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "bare.db"))
-    db.execute("CREATE TABLE t(series INTEGER, attempt INTEGER, step INTEGER, value REAL, wall REAL)")
+    db.execute(
+        "CREATE TABLE t(series INTEGER, attempt INTEGER, step INTEGER, value REAL, wall REAL)"
+    )
     rows = [(1, 1, i, 1.0 / (i + 1), 1.7e9 + i) for i in range(N_POINTS)]
     t = time.perf_counter()
     with db:
@@ -128,18 +138,20 @@ def compare_sweep() -> None:
     from monkey.api import Monkey
 
     m = Monkey(home)
-    sid = make_sweep(m, 200, lambda i: {"lr": i / 1000, "optim": {"momentum": 0.9}},
-                     lambda i, s: (i + s) / 300)
+    sid = make_sweep(
+        m, 200, lambda i: {"lr": i / 1000, "optim": {"momentum": 0.9}}, lambda i, s: (i + s) / 300
+    )
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
-    cmp = median_wall(lambda: run_quiet([*MONKEY, "compare", "--sweep",
-                                         sid]), 11)
+    cmp = median_wall(lambda: run_quiet([*MONKEY, "compare", "--sweep", sid]), 11)
     t = time.perf_counter()
     rows = m.compare(sweep=sid)["rows"]
     api = time.perf_counter() - t
     assert len(rows) == 200
-    print(f"monkey compare --sweep over 200 runs x 100 points: {cmp * 1000:.0f} ms "
-          f"(target < 300 ms; {cmp / base:.1f}x `python -c pass` = {base * 1000:.0f} ms); "
-          f"the API call alone {api * 1000:.0f} ms")
+    print(
+        f"monkey compare --sweep over 200 runs x 100 points: {cmp * 1000:.0f} ms "
+        f"(target < 300 ms; {cmp / base:.1f}x `python -c pass` = {base * 1000:.0f} ms); "
+        f"the API call alone {api * 1000:.0f} ms"
+    )
 
 
 def main() -> None:

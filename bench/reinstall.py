@@ -41,27 +41,40 @@ def main() -> None:
     (base / "home").mkdir()
     (base / "home" / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
     (project / "job.yml").write_text(JOB_YML)
-    (project / "train.py").write_text("import os\nos.makedirs('output', exist_ok=True)\nprint('trained')\n")
+    (project / "train.py").write_text(
+        "import os\nos.makedirs('output', exist_ok=True)\nprint('trained')\n"
+    )
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     src = copy_tree(base / "src", "bench")
 
     def monkey(*args: str) -> str:
-        return subprocess.run([str(venv / "bin" / "monkey"), *args], capture_output=True, text=True,
-                              env=env, cwd=project, check=True).stdout
+        return subprocess.run(
+            [str(venv / "bin" / "monkey"), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project,
+            check=True,
+        ).stdout
 
     def start_delay(since: float) -> float:
         """Run the job.yml job to its end; seconds from SINCE to its process start."""
         juid = json.loads(monkey("run", "--json", "--", "python3", "train.py"))["job"]
-        subprocess.run([str(venv / "bin" / "monkey"), "logs", "--follow", juid], env=env,
-                       cwd=project, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [str(venv / "bin" / "monkey"), "logs", "--follow", juid],
+            env=env,
+            cwd=project,
+            capture_output=True,
+        )
         return json.loads(monkey("info", "job", juid, "--json"))["started_at"] - since
 
     gate = project / "gate"
     try:
         install(venv, src)
         gate.touch()
-        long = json.loads(monkey("run", "--json", "--", "sh", "-c",
-                                 f"while [ -e {gate} ]; do sleep 0.1; done"))["job"]
+        long = json.loads(
+            monkey("run", "--json", "--", "sh", "-c", f"while [ -e {gate} ]; do sleep 0.1; done")
+        )["job"]
         warm, after = [], []
         for _ in range(ROUNDS):
             install(venv, src)
@@ -71,8 +84,10 @@ def main() -> None:
             install_editable(venv, src)
             pip = time.perf_counter() - t
             after.append(start_delay(time.time()))
-            print(f"  round: pip install -e {pip:.1f}s; next job running {after[-1]:.2f}s after it "
-                  f"(warm: {warm[-1]:.2f}s)")
+            print(
+                f"  round: pip install -e {pip:.1f}s; next job running {after[-1]:.2f}s after it "
+                f"(warm: {warm[-1]:.2f}s)"
+            )
         gate.unlink()
         deadline = time.monotonic() + 60
         while json.loads(monkey("info", "job", long, "--json"))["state"] == "running":
@@ -82,14 +97,22 @@ def main() -> None:
         jobs = json.loads(monkey("list", "jobs", "--json", "--all"))["jobs"]
         failed = [j["job"] for j in jobs if j["state"] != "succeeded"]
         print(f"pip install -e . over pip install . with a job.yml job running, {ROUNDS} rounds:")
-        print(f"  next job.yml job running {statistics.median(after):.2f}s after the reinstall "
-              f"(median; warm core and agent: {statistics.median(warm):.2f}s, "
-              f"{statistics.median(after) / statistics.median(warm):.1f}x)")
-        print(f"  failed jobs: {len(failed)} of {len(jobs)} (target: 0){' ' + str(failed) if failed else ''}")
+        print(
+            f"  next job.yml job running {statistics.median(after):.2f}s after the reinstall "
+            f"(median; warm core and agent: {statistics.median(warm):.2f}s, "
+            f"{statistics.median(after) / statistics.median(warm):.1f}x)"
+        )
+        print(
+            f"  failed jobs: {len(failed)} of {len(jobs)} (target: 0){' ' + str(failed) if failed else ''}"
+        )
     finally:
         gate.unlink(missing_ok=True)
-        subprocess.run([str(venv / "bin" / "monkey"), "daemon", "stop", "--all"], env=env,
-                       cwd=project, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [str(venv / "bin" / "monkey"), "daemon", "stop", "--all"],
+            env=env,
+            cwd=project,
+            capture_output=True,
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -33,15 +33,26 @@ def main() -> None:
     blobs_before = sum(len(files) for _, _, files in os.walk(m.home.blobs))
     base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 21)
     api = median_wall(lambda: m.rerun(job.juid, set=["lr=0.2"], start_core=False), 21)
-    cli = median_wall(lambda: run_quiet([PY, "-c",
-                                         "import sys; from monkey.api import Monkey; "
-                                         "Monkey().rerun(sys.argv[1], set=['lr=0.2'], "
-                                         "start_core=False)", job.juid]), 11)
+    cli = median_wall(
+        lambda: run_quiet(
+            [
+                PY,
+                "-c",
+                "import sys; from monkey.api import Monkey; "
+                "Monkey().rerun(sys.argv[1], set=['lr=0.2'], "
+                "start_core=False)",
+                job.juid,
+            ]
+        ),
+        11,
+    )
     blobs_after = sum(len(files) for _, _, files in os.walk(m.home.blobs))
     print(f"first submit (hash + copy {FILES} files): {first * 1000:.0f} ms")
     print(f"python -c pass:                           {base * 1000:.1f} ms")
-    print(f"rerun submit in process (Monkey.rerun):   {api * 1000:.1f} ms "
-          f"({api / base:.2f}x python -c pass) target < 100 ms: {'ok' if api < 0.1 else 'MISSED'}")
+    print(
+        f"rerun submit in process (Monkey.rerun):   {api * 1000:.1f} ms "
+        f"({api / base:.2f}x python -c pass) target < 100 ms: {'ok' if api < 0.1 else 'MISSED'}"
+    )
     print(f"rerun submit in a new process:            {cli * 1000:.1f} ms ({cli / base:.2f}x)")
     print(f"blobs written by the reruns:              {blobs_after - blobs_before}")
 

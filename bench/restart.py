@@ -24,8 +24,17 @@ def main() -> None:
     m = Monkey(home)
     h = Home(home)
     first = m.run(["true"], start_core=False)
-    copy_jobs(m, first.juid, [{"juid": f"25-02-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
-                               "state": "succeeded" if i % 10 else "failed"} for i in range(N)])
+    copy_jobs(
+        m,
+        first.juid,
+        [
+            {
+                "juid": f"25-02-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
+                "state": "succeeded" if i % 10 else "failed",
+            }
+            for i in range(N)
+        ],
+    )
     try:
         daemon.start(h)
         first.wait(timeout=30)
@@ -46,8 +55,10 @@ def main() -> None:
             job.wait(timeout=30)
         running.cancel()
         print(f"{N} jobs in the store, core SIGKILLed and restarted 5 times")
-        print(f"restart -> next job started: median {sorted(times)[2] * 1000:.0f} ms, "
-              f"max {max(times) * 1000:.0f} ms (target < 1000 ms)")
+        print(
+            f"restart -> next job started: median {sorted(times)[2] * 1000:.0f} ms, "
+            f"max {max(times) * 1000:.0f} ms (target < 1000 ms)"
+        )
     finally:
         stop_everything(home)
 

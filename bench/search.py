@@ -22,8 +22,13 @@ def main() -> None:
     job = m.run(["true"], start_core=False)
     changes = []
     for i in range(N):
-        changes.append({"juid": f"25-01-01-{i + 1:04d}", "attempts": 1,
-                        "state": "failed" if i % 100 == 0 else "succeeded"})
+        changes.append(
+            {
+                "juid": f"25-01-01-{i + 1:04d}",
+                "attempts": 1,
+                "state": "failed" if i % 100 == 0 else "succeeded",
+            }
+        )
         run = m.home.run_dir(changes[-1]["juid"], 1)
         run.mkdir(parents=True)
         lines = [f"epoch {k} step {k * 10} loss {1 / (k + 1):.4f} lr 0.001" for k in range(LINES)]
@@ -41,7 +46,9 @@ def main() -> None:
     again = median_wall(lambda: run_quiet(search), 11)
     print(f"python -c pass:              {base * 1000:7.1f} ms")
     print(f"monkey list jobs:            {listing * 1000:7.1f} ms  ({listing / base:.1f}x)")
-    print(f"first search (indexes {N * LINES:,} lines): {first * 1000:7.1f} ms  ({first / base:.1f}x)")
+    print(
+        f"first search (indexes {N * LINES:,} lines): {first * 1000:7.1f} ms  ({first / base:.1f}x)"
+    )
     print(f"later searches:              {again * 1000:7.1f} ms  ({again / base:.1f}x)")
 
 

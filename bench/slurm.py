@@ -54,14 +54,23 @@ def main() -> None:
     shim = Path(tempfile.mkdtemp(prefix="monkey-shim-"))
     calls = shim / "calls"
     for tool in ("squeue", "sbatch"):
-        real = subprocess.run(["which", tool], capture_output=True, text=True, check=True).stdout.strip()
-        (shim / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\nexec {real} \"$@\"\n")
+        real = subprocess.run(
+            ["which", tool], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        (shim / tool).write_text(f'#!/bin/sh\necho {tool} >> {calls}\nexec {real} "$@"\n')
         (shim / tool).chmod(stat.S_IRWXU)
     os.environ["PATH"] = f"{shim}:{os.environ['PATH']}"
     home = fresh_home()
     home.mkdir(parents=True)
-    (home / "providers.yml").write_text(yaml.safe_dump(
-        {"providers": {"cluster": {"type": "slurm", "partition": PARTITION, "max_instances": 1000}}}))
+    (home / "providers.yml").write_text(
+        yaml.safe_dump(
+            {
+                "providers": {
+                    "cluster": {"type": "slurm", "partition": PARTITION, "max_instances": 1000}
+                }
+            }
+        )
+    )
     project = Path(tempfile.mkdtemp(prefix="monkey-proj-"))
     os.chdir(project)
     m = Monkey(home)
@@ -74,12 +83,16 @@ def main() -> None:
         ours = time.time() - t0
         jobs = m.store.list_jobs(sweep=sid)
         ok = sum(j.state == State.SUCCEEDED for j in jobs)
-        starts = sorted(a.started_at for j in jobs for a in m.store.attempts(j.juid) if a.started_at)
+        starts = sorted(
+            a.started_at for j in jobs for a in m.store.attempts(j.juid) if a.started_at
+        )
         made = min(r["launched_at"] for r in m.store.instances("cluster"))
         sbatch = sum(1 for line in calls.read_text().splitlines() if line == "sbatch")
-        print(f"{JOBS} trivial jobs as one sweep: raw sbatch --array {raw:.1f}s, monkey slurm provider "
-              f"{ours:.1f}s ({ours / raw:.2f}x; {ok} succeeded; {sbatch} sbatch calls; first allocation "
-              f"submitted at {made - t0:.1f}s, jobs started from {starts[0] - t0:.1f}s to {starts[-1] - t0:.1f}s)")
+        print(
+            f"{JOBS} trivial jobs as one sweep: raw sbatch --array {raw:.1f}s, monkey slurm provider "
+            f"{ours:.1f}s ({ours / raw:.2f}x; {ok} succeeded; {sbatch} sbatch calls; first allocation "
+            f"submitted at {made - t0:.1f}s, jobs started from {starts[0] - t0:.1f}s to {starts[-1] - t0:.1f}s)"
+        )
 
         for _ in range(JOBS):
             m.run(["sleep", "600"], provider="cluster")
@@ -92,8 +105,10 @@ def main() -> None:
         n = calls.read_text().splitlines().count("squeue") - before_calls
         minutes = (w1 - w0) / 60
         waiting = sum(1 for line in lab.jobs() if "PENDING" in line)
-        print(f"following {JOBS} jobs ({waiting} allocations pending in Slurm): {n / minutes:.1f} squeue "
-              f"calls/min, core CPU {(cpu1 - cpu0) / minutes:.2f} s/min")
+        print(
+            f"following {JOBS} jobs ({waiting} allocations pending in Slurm): {n / minutes:.1f} squeue "
+            f"calls/min, core CPU {(cpu1 - cpu0) / minutes:.2f} s/min"
+        )
     finally:
         m.store.close()
         stop_everything(home)

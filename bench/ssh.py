@@ -95,9 +95,11 @@ def sync_figures(lab: Lab, key: str) -> None:
         before = host.relay.sent
         m.run(["true"], provider="lab", datasets=["data"]).wait(600)
         wire = host.relay.sent - before
-        print(f"dataset {DATASET_MB} MB, second job on the same host: {wire / 1e3:.1f} kB on the "
-              f"wire in all (target: no dataset bytes; first job sent "
-              f"{sent_blobs(home)[-1][1] / 1e6:.0f} MB)")
+        print(
+            f"dataset {DATASET_MB} MB, second job on the same host: {wire / 1e3:.1f} kB on the "
+            f"wire in all (target: no dataset bytes; first job sent "
+            f"{sent_blobs(home)[-1][1] / 1e6:.0f} MB)"
+        )
 
         code = project / "code"
         for i in range(5000):
@@ -113,9 +115,11 @@ def sync_figures(lab: Lab, key: str) -> None:
         wire = host.relay.sent - before
         second = sent_blobs(home)[logged:]
         print(f"5,000-file codebase, first job: {first[0]} blobs, {first[1] / 1e3:.0f} kB")
-        print(f"one file changed, second job: {sum(b for b, _ in second)} blob(s), "
-              f"{sum(n for _, n in second)} bytes of blobs, {wire / 1e3:.1f} kB on the wire in all "
-              f"(target: that file only)")
+        print(
+            f"one file changed, second job: {sum(b for b, _ in second)} blob(s), "
+            f"{sum(n for _, n in second)} bytes of blobs, {wire / 1e3:.1f} kB on the wire in all "
+            f"(target: that file only)"
+        )
     finally:
         stop_everything(home)
 
@@ -126,7 +130,8 @@ def cut_and_restore(lab: Lab, key: str) -> None:
     os.chdir(tempfile.mkdtemp())
     Path("count.py").write_text(
         "import time\nfor i in range(300):\n    print(f'line {i:04d}', flush=True)\n"
-        "    time.sleep(0.02)\n")
+        "    time.sleep(0.02)\n"
+    )
     m = start(home, {"lab": {"type": "ssh", "hosts": [host.entry(key=key)]}})
     try:
         job = m.run(["python3", "count.py"], provider="lab")
@@ -152,8 +157,10 @@ def cut_and_restore(lab: Lab, key: str) -> None:
         lines = text.splitlines()
         lost = len(set(expected.splitlines()) - set(lines))
         doubled = len(lines) - len(set(lines))
-        print(f"link cut 2 s mid-job: follow output back {back:.2f} s after the link returned "
-              f"(target <= 2 s); {lost} lines lost, {doubled} doubled, identical: {text == expected}")
+        print(
+            f"link cut 2 s mid-job: follow output back {back:.2f} s after the link returned "
+            f"(target <= 2 s); {lost} lines lost, {doubled} doubled, identical: {text == expected}"
+        )
     finally:
         stop_everything(home)
 
@@ -169,8 +176,10 @@ def main() -> None:
         local = many_jobs("local", {"local": {"type": "local", "slots": 6}})
         print(f"{N} trivial jobs, 6 slots")
         print(f"local provider (6 slots):    {local:6.2f} s")
-        print(f"3 SSH hosts (2 slots each):  {remote:6.2f} s  ({remote / local:.1f}x local, "
-              f"target <= 3x)")
+        print(
+            f"3 SSH hosts (2 slots each):  {remote:6.2f} s  ({remote / local:.1f}x local, "
+            f"target <= 3x)"
+        )
         sync_figures(lab, lab.key)
         cut_and_restore(lab, lab.key)
     finally:

@@ -55,15 +55,24 @@ def slow_server(tmp: Path, digests: list[str]) -> None:
         for threads in (1, blobs.FETCH_THREADS):
             blobs.FETCH_THREADS = threads
             shutil.rmtree(tmp / "slow", ignore_errors=True)
-            timed(f"agent fetch_blobs: {len(urls)} blobs, {latency * 1000:.0f} ms each, "
-                  f"{threads} at once", blobs.fetch_blobs, urls, str(tmp / "slow"))
+            timed(
+                f"agent fetch_blobs: {len(urls)} blobs, {latency * 1000:.0f} ms each, "
+                f"{threads} at once",
+                blobs.fetch_blobs,
+                urls,
+                str(tmp / "slow"),
+            )
     finally:
         httpd.shutdown()
 
 
 def main() -> None:
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                      AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
     os.environ.pop("AWS_PROFILE", None)
     from monkey.client_agent.blobs import fetch_blobs
     from monkey.snapshot import BlobStore
@@ -73,8 +82,11 @@ def main() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:
@@ -106,20 +118,38 @@ def main() -> None:
         timed(f"has() of the {SMALL}, nothing known (lists blobs/)", fresh.has, small)
         again = S3Storage("bench", endpoint=endpoint, region="us-east-1")
         timed("put_blobs again on a fresh object: sends 0 bytes", again.put_blobs, small, source)
-        timed("baseline: boto3 upload_file of the big blob", client.upload_file,
-              str(big_file), "baseline", "big")
+        timed(
+            "baseline: boto3 upload_file of the big blob",
+            client.upload_file,
+            str(big_file),
+            "baseline",
+            "big",
+        )
         timed("put_blobs: the big blob (hash check + multipart)", storage.put_blobs, [big], source)
 
         urls = {d: [storage.blob_url(d), SMALL_SIZE] for d in small}
         blobs_dir = tmp / "worker"
-        timed(f"agent fetch_blobs: {SMALL} small blobs by presigned URL", fetch_blobs,
-              urls, str(blobs_dir))
+        timed(
+            f"agent fetch_blobs: {SMALL} small blobs by presigned URL",
+            fetch_blobs,
+            urls,
+            str(blobs_dir),
+        )
         shutil.rmtree(blobs_dir)
-        timed("agent fetch_blobs: the big blob", fetch_blobs,
-              {big: [storage.blob_url(big), BIG]}, str(blobs_dir))
+        timed(
+            "agent fetch_blobs: the big blob",
+            fetch_blobs,
+            {big: [storage.blob_url(big), BIG]},
+            str(blobs_dir),
+        )
         assert (blobs_dir / big[:2] / big[2:]).stat().st_size == BIG
-        timed("baseline: boto3 download_file of the big blob", client.download_file,
-              "baseline", "big", str(tmp / "big.back"))
+        timed(
+            "baseline: boto3 download_file of the big blob",
+            client.download_file,
+            "baseline",
+            "big",
+            str(tmp / "big.back"),
+        )
         slow_server(tmp, small[:200])
     finally:
         server.terminate()

@@ -44,17 +44,35 @@ def main() -> None:
         subprocess.run([*monkey, "run", "--", "true"], cwd=cwd, check=True, capture_output=True)
         t0 = time.perf_counter()
         sweep = subprocess.Popen(
-            [*monkey, "sweep", "--random", str(CELLS), "--max-cells", str(CELLS),
-             "--uniform", "lr=0.0001:0.1", "--max-parallel", "1", "--",
-             "python3", "train.py", "--lr", "{lr}"],
-            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *monkey,
+                "sweep",
+                "--random",
+                str(CELLS),
+                "--max-cells",
+                str(CELLS),
+                "--uniform",
+                "lr=0.0001:0.1",
+                "--max-parallel",
+                "1",
+                "--",
+                "python3",
+                "train.py",
+                "--lr",
+                "{lr}",
+            ],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.5)  # the sweep is writing its cells by now
         latencies, failures, during = [], [], 0
         for _ in range(RUNS):
             t = time.perf_counter()
-            run = subprocess.run([*monkey, "run", "--", "true"], cwd=cwd, capture_output=True,
-                                 text=True)  # fmt: skip
+            run = subprocess.run(
+                [*monkey, "run", "--", "true"], cwd=cwd, capture_output=True, text=True
+            )
             latencies.append(time.perf_counter() - t)
             during += sweep.poll() is None
             if run.returncode != 0 or run.stderr.strip():

@@ -34,13 +34,18 @@ def main() -> None:
     m = Monkey(home)
     rng = random.Random(1)
     lrs = [10 ** rng.uniform(-4, 0) for _ in range(runs)]
-    sid = make_sweep(m, runs, lambda i: {"lr": lrs[i], "layers": rng.choice((2, 4, 8)),
-                                         "seed": rng.randrange(10_000)},
-                     lambda i, s: s / 100 - abs(math.log10(lrs[i]) + 2) / 4)
+    sid = make_sweep(
+        m,
+        runs,
+        lambda i: {"lr": lrs[i], "layers": rng.choice((2, 4, 8)), "seed": rng.randrange(10_000)},
+        lambda i, s: s / 100 - abs(math.log10(lrs[i]) + 2) / 4,
+    )
     base = median_wall(lambda: m.compare(sweep=sid), 5)
     work = median_wall(lambda: m.sweep_analysis(sid, m.sweep_status(sid)), 5)
-    print(f"read + analysis of {runs} runs (worker thread): {work * 1000:.0f} ms; "
-          f"{work / base:.1f}x `Monkey.compare` of the sweep = {base * 1000:.0f} ms")
+    print(
+        f"read + analysis of {runs} runs (worker thread): {work * 1000:.0f} ms; "
+        f"{work / base:.1f}x `Monkey.compare` of the sweep = {base * 1000:.0f} ms"
+    )
 
     app = DashApp(home)
 
@@ -73,8 +78,11 @@ def main() -> None:
                 nonlocal shown
                 t = time.perf_counter()
                 await pilot.press("a")
-                while not (isinstance(app.screen, SweepScreen) and app.screen.scatters
-                           and all(p.ready for p in app.screen.query(BuiltPlot))):
+                while not (
+                    isinstance(app.screen, SweepScreen)
+                    and app.screen.scatters
+                    and all(p.ready for p in app.screen.query(BuiltPlot))
+                ):
                     await asyncio.sleep(0.005)
                 shown = time.perf_counter() - t
 
@@ -83,10 +91,15 @@ def main() -> None:
         return idle, busy, shown
 
     idle, busy, shown = asyncio.run(drive())
-    print(f"event loop's longest stall while the view opens and draws: {busy:.0f} ms "
-          f"(target < 100 ms); idle, the same probe: {idle:.0f} ms")
-    print(f"key a -> the view with every chart drawn: {shown * 1000:.0f} ms "
-          f"(of which the worker's read + analysis ~{work * 1000:.0f} ms)")
+    print(
+        f"event loop's longest stall while the view opens and draws: {busy:.0f} ms "
+        f"(target < 100 ms); idle, the same probe: {idle:.0f} ms"
+    )
+    print(
+        f"key a -> the view with every chart drawn: {shown * 1000:.0f} ms "
+        f"(of which the worker's read + analysis ~{work * 1000:.0f} ms)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -82,8 +82,10 @@ def monkey_local() -> tuple[float, str]:
         client = time.process_time() - client
         (core0, _), (agent0, kids0) = before
         (core1, _), (agent1, kids1) = _cpu(core), _cpu(agent)
-        return took, (f"CPU s: submitting {client:.2f}, core {core1 - core0:.2f}, agent "
-                      f"{agent1 - agent0:.2f}, jobs' wrappers and commands {kids1 - kids0:.2f}")
+        return took, (
+            f"CPU s: submitting {client:.2f}, core {core1 - core0:.2f}, agent "
+            f"{agent1 - agent0:.2f}, jobs' wrappers and commands {kids1 - kids0:.2f}"
+        )
     finally:
         stop_everything(home)
 
@@ -96,8 +98,10 @@ def main() -> None:
     print(f"python pool (2 workers): {pool:6.2f} s")
     if tsp is not None:
         print(f"task-spooler (tsp -S 2): {tsp:6.2f} s")
-    print(f"monkey local (2 slots):  {mk:6.2f} s  ({mk / pool:.1f}x pool, target <= 4x"
-          + (f"; {mk / tsp:.2f}x tsp, target <= 1.5x)" if tsp else ")"))
+    print(
+        f"monkey local (2 slots):  {mk:6.2f} s  ({mk / pool:.1f}x pool, target <= 4x"
+        + (f"; {mk / tsp:.2f}x tsp, target <= 1.5x)" if tsp else ")")
+    )
     print(cpu)
 
 

@@ -85,8 +85,10 @@ def main() -> None:
             blob_module._verified.clear()
             materialise("no stamps", agent_copy)
 
-        runs: dict[str, list[float]] = {k: [] for k in ("start", "start+check", "start+hash",
-                                                        "start+known", "clone", "clone+check")}  # fmt: skip
+        runs: dict[str, list[float]] = {
+            k: []
+            for k in ("start", "start+check", "start+hash", "start+known", "clone", "clone+check")
+        }
         materialise("", agent_copy)  # warm-up: page cache, folders
         for _ in range(REPEAT):
             runs["start"].append(timed(lambda: materialise("", agent_copy)))
@@ -97,15 +99,22 @@ def main() -> None:
             runs["clone+check"].append(timed(lambda: materialise("", blobs.copy_out)))
         med = {k: statistics.median(v) for k, v in runs.items()}
         print(f"{FILES:,} files, {FILES * SIZE / 1e6:.0f} MB; median of {REPEAT} alternated runs")
-        for label, base, checked in (("local start, new core", "start", "start+check"),
-                                     ("  ... no stamps (hashed)", "start", "start+hash"),
-                                     ("  ... checked by this core", "start", "start+known"),
-                                     ("clone (write_files)", "clone", "clone+check")):
+        for label, base, checked in (
+            ("local start, new core", "start", "start+check"),
+            ("  ... no stamps (hashed)", "start", "start+hash"),
+            ("  ... checked by this core", "start", "start+known"),
+            ("clone (write_files)", "clone", "clone+check"),
+        ):
             ratio = med[checked] / med[base]
-            target = "" if "hashed" in label else \
-                f"  target <= 1.2x: {'ok' if ratio <= 1.2 else 'MISSED'}"
-            print(f"{label:28s} without {med[base]:.3f}s  with {med[checked]:.3f}s  "
-                  f"{ratio:.2f}x{target}")
+            target = (
+                ""
+                if "hashed" in label
+                else f"  target <= 1.2x: {'ok' if ratio <= 1.2 else 'MISSED'}"
+            )
+            print(
+                f"{label:28s} without {med[base]:.3f}s  with {med[checked]:.3f}s  "
+                f"{ratio:.2f}x{target}"
+            )
         sys.stdout.flush()
     finally:
         shutil.rmtree(root, ignore_errors=True)

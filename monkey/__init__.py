@@ -19,8 +19,18 @@ if TYPE_CHECKING:
     from monkey.client_agent.track import checkpoint_dir, flush, log, log_params, preempted, summary
     from monkey.models import MonkeyError, State
 
-__all__ = ["Job", "Monkey", "MonkeyError", "State", "checkpoint_dir", "flush", "log",
-           "log_params", "preempted", "summary"]
+__all__ = [
+    "Job",
+    "Monkey",
+    "MonkeyError",
+    "State",
+    "checkpoint_dir",
+    "flush",
+    "log",
+    "log_params",
+    "preempted",
+    "summary",
+]
 # The in-job API: one implementation, shipped with the agent to every worker.
 _IN_JOB = frozenset({"checkpoint_dir", "flush", "log", "log_params", "preempted", "summary"})
 __version__ = "0.1.0"

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     _R = TypeVar("_R")
 
 
-def _to(part: str, method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
+def _to(
+    part: str, method: Callable[Concatenate[Any, _P], _R]
+) -> Callable[Concatenate[Any, _P], _R]:
     """A ``Monkey`` method that calls METHOD of its part ``self.<PART>`` (a ``Reruns``,
     ``Sweeps`` or ``Tracking``), with METHOD's signature and docstring."""
 
@@ -65,9 +67,12 @@ class Monkey:
         # The parts it delegates to: one submission path for run, sweep and rerun.
         self._submitter = Submitter(self.home, self.store, lambda: self.providers)
         # The parts wake the core through Monkey.wake, looked up when they call it.
-        self._reruns = Reruns(self.home, self.store, self._submitter, lambda queued: self.wake(queued))
-        self._sweeps = Sweeps(self.home, self.store, self._submitter, self._control,
-                              lambda queued: self.wake(queued))
+        self._reruns = Reruns(
+            self.home, self.store, self._submitter, lambda queued: self.wake(queued)
+        )
+        self._sweeps = Sweeps(
+            self.home, self.store, self._submitter, self._control, lambda queued: self.wake(queued)
+        )
         self._tracking = Tracking(self.home, self.store, self._sweeps)
 
     @property
@@ -120,39 +125,76 @@ class Monkey:
         except ValueError as exc:
             raise MonkeyError(f"command {cmd!r}: {exc} (it is split as a shell would)") from None
         if not argv:
-            raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
+            raise MonkeyError(
+                "no command given; put it after `--`, e.g. monkey run -- python train.py"
+            )
         if any("\0" in arg for arg in argv):
-            raise MonkeyError(f"command {argv!r} contains a NUL byte (\\0), which no program can "
-                              "receive; remove it")
+            raise MonkeyError(
+                f"command {argv!r} contains a NUL byte (\\0), which no program can "
+                "receive; remove it"
+            )
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
-        with self._submitter.blobs().lease():  # no gc deletes a blob the job counts on till it is recorded
+        with (
+            self._submitter.blobs().lease()
+        ):  # no gc deletes a blob the job counts on till it is recorded
             sub = self._submitter.prepare(
-                provider=provider, cpus=cpus, gpus=gpus, memory=memory, host=host, time=time,
-                outputs=outputs, retries=retries, datasets=datasets, env=env, workdir=workdir,
-                job_yml=job_yml, yes=yes,
-            )  # fmt: skip
+                provider=provider,
+                cpus=cpus,
+                gpus=gpus,
+                memory=memory,
+                host=host,
+                time=time,
+                outputs=outputs,
+                retries=retries,
+                datasets=datasets,
+                env=env,
+                workdir=workdir,
+                job_yml=job_yml,
+                yes=yes,
+            )
             if params is None and sweep is None:  # a plain run: the flags in its command
                 from monkey.rerun import command_values
 
                 params = command_values(argv)
-            [juid] = self._submitter.record(sub, [(argv, name or sub.name or default_name(argv), params or {})],
-                                  sweep=sweep)  # fmt: skip
+            [juid] = self._submitter.record(
+                sub, [(argv, name or sub.name or default_name(argv), params or {})], sweep=sweep
+            )
         if start_core:
             self.wake(queued=f"job {juid}")
         return Job(self, juid)
 
-    def rerun(self, ref: str, *, set: Mapping[str, Any] | Iterable[str] | None = None,
-              provider: str | None = None, cpus: int | None = None, gpus: int | None = None,
-              memory: str | None = None, time: str | int | None = None,
-              name: str | None = None, start_core: bool = True) -> Job:
+    def rerun(
+        self,
+        ref: str,
+        *,
+        set: Mapping[str, Any] | Iterable[str] | None = None,
+        provider: str | None = None,
+        cpus: int | None = None,
+        gpus: int | None = None,
+        memory: str | None = None,
+        time: str | int | None = None,
+        name: str | None = None,
+        start_core: bool = True,
+    ) -> Job:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
         optionally another provider or resources (``time``: the time limit, as ``run``'s).
         Returns the new job at once (see ``monkey.rerun``)."""
-        return Job(self, self._reruns.rerun(ref, set=set, provider=provider, cpus=cpus, gpus=gpus,
-                                            memory=memory, time=time, name=name,
-                                            start_core=start_core))
+        return Job(
+            self,
+            self._reruns.rerun(
+                ref,
+                set=set,
+                provider=provider,
+                cpus=cpus,
+                gpus=gpus,
+                memory=memory,
+                time=time,
+                name=name,
+                start_core=start_core,
+            ),
+        )
 
     # Delegated: reruns of sweeps and the code as a job saw it (``monkey.rerun.Reruns``),
     # sweeps (``monkey.facade.tracking.Sweeps``), metrics, comparisons, plots, reports and
@@ -199,13 +241,24 @@ class Monkey:
         assert job is not None
         return job
 
-    def job_listing(self, states: Iterable[State | str] | None = None, provider: str | None = None,
-                    limit: int | None = None, owners: bool = False) -> dict[str, Any]:
+    def job_listing(
+        self,
+        states: Iterable[State | str] | None = None,
+        provider: str | None = None,
+        limit: int | None = None,
+        owners: bool = False,
+    ) -> dict[str, Any]:
         """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``)."""
         from monkey.facade.listing import job_listing
 
-        return job_listing(self.home, self.store, None if states is None else [State(s) for s in states],
-                           provider, limit, owners)
+        return job_listing(
+            self.home,
+            self.store,
+            None if states is None else [State(s) for s in states],
+            provider,
+            limit,
+            owners,
+        )
 
     def jobs(
         self,
@@ -243,15 +296,22 @@ class Monkey:
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             # What the provider says of the job's machine (a Slurm job id, its node list)...
-            "instance_extra": next((m["extra"] for m in machines if m["id"] == record.get("instance")), None),
+            "instance_extra": next(
+                (m["extra"] for m in machines if m["id"] == record.get("instance")), None
+            ),
             # ... and of the machines still being made while it is queued (Slurm's pending reason).
-            "pending_instances": [{"id": m["id"], **m["extra"]} for m in machines
-                                  if job.state == State.QUEUED and m["state"] == "pending"],
+            "pending_instances": [
+                {"id": m["id"], **m["extra"]}
+                for m in machines
+                if job.state == State.QUEUED and m["state"] == "pending"
+            ],
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
             "cost": self.costs([juid], now).get(juid),
-            "attempts_detail": [{**a.as_dict(), "cost": a.cost(now)} for a in self.store.attempts(juid)],
+            "attempts_detail": [
+                {**a.as_dict(), "cost": a.cost(now)} for a in self.store.attempts(juid)
+            ],
             "events": self.store.events(juid),
             "last_output": self._last_output(job),
         }
@@ -272,8 +332,11 @@ class Monkey:
             return None
         a = ended[-1]
         text = b"".join(self.output_chunks(job.juid, attempt=a.n, tail=lines, marks=False))
-        return {"attempt": a.n, "reason": a.reason,
-                "lines": text.decode(errors="replace").splitlines()}
+        return {
+            "attempt": a.n,
+            "reason": a.reason,
+            "lines": text.decode(errors="replace").splitlines(),
+        }
 
     def provider_status(self) -> dict[str, Any]:
         """What `monkey list providers` shows: {"core": {"running", "pid"}, "providers": [{
@@ -290,7 +353,11 @@ class Monkey:
             running[instance] = running.get(instance, 0) + 1
         out = []
         for name, cfg in sorted(self.providers.items()):
-            info: dict[str, Any] = {"name": name, "type": cfg.type, **counts.get(name, {"queued": 0, "running": 0})}
+            info: dict[str, Any] = {
+                "name": name,
+                "type": cfg.type,
+                **counts.get(name, {"queued": 0, "running": 0}),
+            }
             instances = self.store.instances(name)
             for inst in instances:
                 inst["running"] = running.get(inst["id"], 0)
@@ -312,7 +379,9 @@ class Monkey:
         if config is None:
             raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
         if config.type != "ssh":
-            raise MonkeyError(f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers")
+            raise MonkeyError(
+                f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers"
+            )
         driver: SSHDriver = get_driver(config, self.home)  # type: ignore[assignment]  # an ssh provider's
         try:
             report = driver.check()
@@ -322,7 +391,9 @@ class Monkey:
             driver.close()
         return report
 
-    def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[dict[str, Any]]:
+    def monkey_instances(
+        self, now: float | None = None, ended: bool = False
+    ) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated
         (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
         provider, state (the agent's reach once running), size, spot, address, the jobs live
@@ -340,22 +411,39 @@ class Monkey:
             price = row["price"]
             state = row["reach"] if row["state"] == "running" and row["reach"] else row["state"]
             end = row["terminated_at"] or now
-            out.append({
-                "id": row["id"], "provider": row["provider"], "state": state,
-                "size": row["size"], "spot": row["spot"], "address": row["address"],
-                "jobs": jobs.get(row["id"], []), "age": None if launched is None else end - launched,
-                "price": price,
-                "cost": None if price is None or launched is None else price * (end - launched) / 3600,
-            })  # fmt: skip
+            out.append(
+                {
+                    "id": row["id"],
+                    "provider": row["provider"],
+                    "state": state,
+                    "size": row["size"],
+                    "spot": row["spot"],
+                    "address": row["address"],
+                    "jobs": jobs.get(row["id"], []),
+                    "age": None if launched is None else end - launched,
+                    "price": price,
+                    "cost": None
+                    if price is None or launched is None
+                    else price * (end - launched) / 3600,
+                }
+            )
             if ended:
-                events = self.store.instance_events(row["id"]) if row["state"] == "terminated" else []
+                events = (
+                    self.store.instance_events(row["id"]) if row["state"] == "terminated" else []
+                )
                 out[-1]["ended"] = events[-1]["detail"] if events else None
         return out
 
     # -- instances on request: `monkey create|delete instance` -----------------------------
 
-    def create_instance(self, provider: str, size: str | None = None, spot: bool | None = None,
-                        host: str | None = None, timeout: float = 300) -> dict[str, Any]:
+    def create_instance(
+        self,
+        provider: str,
+        size: str | None = None,
+        spot: bool | None = None,
+        host: str | None = None,
+        timeout: float = 300,
+    ) -> dict[str, Any]:
         """Have the core create a cloud instance of PROVIDER (SIZE, SPOT: default the
         entry's), or claim an SSH host (HOST: default one not reached yet), before any job
         needs it; it then takes jobs and idles out as usual. The request as it ended
@@ -363,25 +451,37 @@ class Monkey:
         config = self.providers.get(provider)
         if config is None:
             names = ", ".join(sorted(self.providers))
-            raise MonkeyError(f"no provider {provider!r} (configured: {names}); add one with "
-                              "`monkey provider add`")
+            raise MonkeyError(
+                f"no provider {provider!r} (configured: {names}); add one with "
+                "`monkey provider add`"
+            )
         kind = driver_class(config.type)
         if kind.batches:
-            raise MonkeyError(f"provider {provider!r} ({config.type}) gets one allocation per job "
-                              "when it starts; there is no instance to create ahead")
+            raise MonkeyError(
+                f"provider {provider!r} ({config.type}) gets one allocation per job "
+                "when it starts; there is no instance to create ahead"
+            )
         if not kind.elastic and config.type != "ssh":
-            raise MonkeyError(f"provider {provider!r} ({config.type}) runs jobs on this machine; "
-                              "there is no instance to create")
+            raise MonkeyError(
+                f"provider {provider!r} ({config.type}) runs jobs on this machine; "
+                "there is no instance to create"
+            )
         if kind.elastic and host is not None:
-            raise MonkeyError(f"--host is for SSH providers; {provider!r} ({config.type}) "
-                              "creates its instances (use --size, --spot)")
+            raise MonkeyError(
+                f"--host is for SSH providers; {provider!r} ({config.type}) "
+                "creates its instances (use --size, --spot)"
+            )
         if not kind.elastic and (size is not None or spot is not None):
-            raise MonkeyError(f"provider {provider!r} is a set of SSH hosts: --size and --spot "
-                              "are for cloud providers (choose a host with --host)")
+            raise MonkeyError(
+                f"provider {provider!r} is a set of SSH hosts: --size and --spot "
+                "are for cloud providers (choose a host with --host)"
+            )
         rid = self.store.add_instance_request("create", provider, host, size, spot)
         return self._await_request(rid, f"creating an instance of {provider}", timeout)
 
-    def delete_instance(self, ref: str, force: bool = False, timeout: float = 300) -> dict[str, Any]:
+    def delete_instance(
+        self, ref: str, force: bool = False, timeout: float = 300
+    ) -> dict[str, Any]:
         """Have the core terminate a cloud instance, or release an SSH host (its agent stops
         once idle); REF is an instance id or a unique prefix. One that runs jobs only with
         FORCE (they end lost and are retried while retries remain)."""
@@ -407,8 +507,10 @@ class Monkey:
             if req["state"] == "failed":
                 raise MonkeyError(f"{what}: {req['detail']}")
             if time.monotonic() > deadline:
-                raise MonkeyError(f"{what}: still under way after {timeout:.0f}s; the core goes "
-                                  "on with it (see `monkey list providers`)")
+                raise MonkeyError(
+                    f"{what}: still under way after {timeout:.0f}s; the core goes "
+                    "on with it (see `monkey list providers`)"
+                )
             time.sleep(0.1)
 
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
@@ -417,8 +519,9 @@ class Monkey:
 
         return dict(job_costs(self.store.db, juids, time.time() if now is None else now))
 
-    def log_paths(self, ref: str, stderr: bool = False, attempt: int | None = None,
-                  setup: bool = False) -> list[Path]:
+    def log_paths(
+        self, ref: str, stderr: bool = False, attempt: int | None = None, setup: bool = False
+    ) -> list[Path]:
         """The job's log files, one per attempt, oldest first (``setup``: the set-up logs)."""
         juid = self.store.resolve(ref)
         name = rundir.SETUP_LOG if setup else rundir.STDERR if stderr else rundir.STDOUT
@@ -429,8 +532,14 @@ class Monkey:
                 raise MonkeyError(f"job {juid} has no attempt {attempt}")
         return [self.home.run_dir(juid, a.n) / name for a in attempts if a.run_dir]
 
-    def log_chunks(self, ref: str, stderr: bool = False, attempt: int | None = None,
-                   tail: int | None = None, setup: bool = False) -> Iterator[bytes]:
+    def log_chunks(
+        self,
+        ref: str,
+        stderr: bool = False,
+        attempt: int | None = None,
+        tail: int | None = None,
+        setup: bool = False,
+    ) -> Iterator[bytes]:
         """The job's output so far, attempts oldest first, in pieces of at most 1 MB; with
         ``tail``, only its last ``tail`` lines (found from the end: a huge log costs nothing)."""
         paths = self.log_paths(ref, stderr, attempt, setup)
@@ -439,8 +548,9 @@ class Monkey:
             cursor.skip_to_tail(paths, tail)
         return (piece for _, _, piece in cursor.read(paths))
 
-    def logs(self, ref: str, stderr: bool = False, attempt: int | None = None,
-             tail: int | None = None) -> bytes:
+    def logs(
+        self, ref: str, stderr: bool = False, attempt: int | None = None, tail: int | None = None
+    ) -> bytes:
         """The job's output so far, all attempts (or one), or its last ``tail`` lines."""
         return b"".join(self.log_chunks(ref, stderr, attempt, tail))
 
@@ -453,12 +563,21 @@ class Monkey:
         juid = self.store.resolve(ref)
         base = self.home.checkpoint_dir(juid).parent / "persist"
         spec = self.store.job_spec(juid) or {}
-        return [(p["path"], base / p["name"]) for p in spec.get("persist", [])
-                if (base / p["name"]).is_dir()]
+        return [
+            (p["path"], base / p["name"])
+            for p in spec.get("persist", [])
+            if (base / p["name"]).is_dir()
+        ]
 
-    def output_chunks(self, ref: str, stream: str = "both", attempt: int | None = None,
-                      tail: int | None = None, setup: bool = False,
-                      marks: bool = True) -> Iterator[bytes]:
+    def output_chunks(
+        self,
+        ref: str,
+        stream: str = "both",
+        attempt: int | None = None,
+        tail: int | None = None,
+        setup: bool = False,
+        marks: bool = True,
+    ) -> Iterator[bytes]:
         """What the job printed so far, attempts oldest first, each marked when it has several
         (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
         were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
@@ -478,12 +597,17 @@ class Monkey:
                 size = path.stat().st_size if path.exists() else 0
                 segments = [(path, 0, size)] if size else []
             else:
-                segments = interleaved(folder / rundir.STDOUT, folder / rundir.STDERR,
-                                       folder / rundir.ORDER)
-            pieces += [(a.n, seg) for seg in segments] or ([(a.n, None)] if tail is None and not setup else [])
+                segments = interleaved(
+                    folder / rundir.STDOUT, folder / rundir.STDERR, folder / rundir.ORDER
+                )
+            pieces += [(a.n, seg) for seg in segments] or (
+                [(a.n, None)] if tail is None and not setup else []
+            )
         if tail is not None:
-            kept = tail_segments([seg for _, seg in pieces if seg is not None], tail)  # no None with a tail
-            pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept):], kept)]
+            kept = tail_segments(
+                [seg for _, seg in pieces if seg is not None], tail
+            )  # no None with a tail
+            pieces = [(n, seg) for (n, _), seg in zip(pieces[len(pieces) - len(kept) :], kept)]
         marked = None
         for n, seg in pieces:
             if marks and tail is None and len(shown) > 1 and n != marked:
@@ -497,8 +621,11 @@ class Monkey:
         """The line that starts attempt N's output: ``── attempt 2 on HOST, after preempted ──``."""
         i = next(i for i, a in enumerate(attempts) if a.n == n)
         after = attempts[i - 1].reason if i else None
-        return (f"── attempt {n} on {attempts[i].instance}" + (f", after {after}" if after else "")
-                + " ──\n").encode()
+        return (
+            f"── attempt {n} on {attempts[i].instance}"
+            + (f", after {after}" if after else "")
+            + " ──\n"
+        ).encode()
 
     def store_follower(self) -> Follower:
         """A ``Follower`` woken by every write to the store (a job's state changed)."""
@@ -506,8 +633,14 @@ class Monkey:
         follower.watch(self.home.db.parent, (self.home.db.name, f"{self.home.db.name}-wal"))
         return follower
 
-    def follow(self, ref: str, stderr: bool = False, tail: int | None = None,
-               poll: float = 1.0, stream: str | None = None) -> Iterator[bytes]:
+    def follow(
+        self,
+        ref: str,
+        stderr: bool = False,
+        tail: int | None = None,
+        poll: float = 1.0,
+        stream: str | None = None,
+    ) -> Iterator[bytes]:
         """Yield the job's output as it is written, across attempts, until the job ends;
         with ``tail``, start from its last ``tail`` lines. ``stream`` "both" follows the
         set-up log, stdout and stderr together (each attempt after the first marked);
@@ -517,14 +650,20 @@ class Monkey:
         inotify, no CPU while nothing is written), and at least every ``poll`` seconds. Keeps
         a core serving meanwhile (starting it again if it dies): without one the job would
         never end."""
-        for piece in self.follow_pieces(ref, stream or ("stderr" if stderr else "stdout"),
-                                        tail=tail, poll=poll):
+        for piece in self.follow_pieces(
+            ref, stream or ("stderr" if stderr else "stdout"), tail=tail, poll=poll
+        ):
             if piece is not None and piece[0] != "start":
                 yield piece[2]
 
-    def follow_pieces(self, ref: str, stream: str = "both", tail: int | None = None,
-                      poll: float = 1.0, start: dict[str, Any] | None = None,
-                      ) -> Iterator[tuple[str, int, bytes] | None]:
+    def follow_pieces(
+        self,
+        ref: str,
+        stream: str = "both",
+        tail: int | None = None,
+        poll: float = 1.0,
+        start: dict[str, Any] | None = None,
+    ) -> Iterator[tuple[str, int, bytes] | None]:
         """``follow``'s output with where each piece comes from, so that a reader on another
         machine can resume exactly: (file, offset, piece) where file is "ATTEMPT/NAME" in
         the job's run folder, or ("mark", N, line) for the line that starts attempt N; None
@@ -547,14 +686,18 @@ class Monkey:
         marked = {1}
         if start is not None:
             known = {key(p): p for p in paths([a for a in self.store.attempts(juid) if a.run_dir])}
-            cursor.offsets.update({known[k]: int(v) for k, v in start.get("offsets", {}).items()
-                                   if k in known})
+            cursor.offsets.update(
+                {known[k]: int(v) for k, v in start.get("offsets", {}).items() if k in known}
+            )
             marked.update(int(n) for n in start.get("marked", []))
         elif tail is not None:
             attempts = [a for a in self.store.attempts(juid) if a.run_dir]
             cursor.skip_to_tail(paths(attempts), tail)
             marked.update(a.n for a in attempts)
-        begin = {"offsets": {key(p): n for p, n in cursor.offsets.items()}, "marked": sorted(marked)}
+        begin = {
+            "offsets": {key(p): n for p, n in cursor.offsets.items()},
+            "marked": sorted(marked),
+        }
         yield "start", 0, json.dumps(begin).encode()
         follower = None
         try:
@@ -633,8 +776,9 @@ class Monkey:
             if job.state in (State.QUEUED, State.PAUSED):
                 if job.state == target:
                     return target
-                if self.store.transition(juid, job.state, target, kind="user",
-                                         detail=request.value):
+                if self.store.transition(
+                    juid, job.state, target, kind="user", detail=request.value
+                ):
                     return target
             elif job.state in LIVE:
                 if self.store.set_request(juid, request.value, LIVE):
@@ -660,9 +804,18 @@ class Monkey:
         job = self.store.get_job(juid)
         assert job is not None
         if job.state != State.PAUSED:
-            raise MonkeyError(f"job {juid} is {job.state.value}, not paused; only paused jobs resume")
-        if not self.store.transition(juid, State.PAUSED, State.QUEUED, kind="user",
-                                     detail="resume", not_before=0.0, request=None):
+            raise MonkeyError(
+                f"job {juid} is {job.state.value}, not paused; only paused jobs resume"
+            )
+        if not self.store.transition(
+            juid,
+            State.PAUSED,
+            State.QUEUED,
+            kind="user",
+            detail="resume",
+            not_before=0.0,
+            request=None,
+        ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
         return State.QUEUED
@@ -677,8 +830,9 @@ class Monkey:
                 f"job {juid} is {job.state.value}; only finished jobs can be retried"
                 + (" (resume paused ones)" if job.state == State.PAUSED else "")
             )
-        if not self.store.transition(juid, job.state, State.QUEUED, kind="user", detail="retry",
-                                     not_before=0.0, request=None):
+        if not self.store.transition(
+            juid, job.state, State.QUEUED, kind="user", detail="retry", not_before=0.0, request=None
+        ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
         return State.QUEUED

@@ -46,8 +46,9 @@ def python_entry(module: str, function: str) -> list[str]:
 _ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
 
 
-def stop_process(pid_now: Callable[[], int | None], what: str, timeout: float,
-                 every: float = 0.02) -> int | None:
+def stop_process(
+    pid_now: Callable[[], int | None], what: str, timeout: float, every: float = 0.02
+) -> int | None:
     """SIGTERM the process PID_NOW names (a pid file or lock read fresh: a core, a server)
     and wait until PID_NOW names none; the pid that stopped, or None when none ran.
     MonkeyError naming WHAT when it is still there after TIMEOUT seconds."""
@@ -79,8 +80,11 @@ def first_error(log: Path, offset: int) -> str:
     except OSError as exc:
         return f"its log {log} cannot be read ({exc.strerror})"
     for line in text.splitlines():
-        if line.strip() and not line.startswith((" ", "\t", "Traceback (", "usage: ")) \
-                and not _ROUTINE_LOG_LINE.match(line):
+        if (
+            line.strip()
+            and not line.startswith((" ", "\t", "Traceback (", "usage: "))
+            and not _ROUTINE_LOG_LINE.match(line)
+        ):
             return line.strip().removeprefix("monkey: ").removeprefix("error: ")[:500]
     return "it exited without saying why"
 
@@ -127,17 +131,23 @@ class Home:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             info = self.root.stat()
             if info.st_uid != os.getuid():
-                raise MonkeyError(f"MONKEY_HOME {self.root} belongs to another user "
-                                  f"(uid {info.st_uid}); set MONKEY_HOME to a folder of your own")
+                raise MonkeyError(
+                    f"MONKEY_HOME {self.root} belongs to another user "
+                    f"(uid {info.st_uid}); set MONKEY_HOME to a folder of your own"
+                )
             for sub in (self.blobs, self.runs, self.secrets, self.private):
                 sub.mkdir(mode=0o700, exist_ok=True)
         except FileExistsError as exc:
-            raise MonkeyError(f"MONKEY_HOME: {exc.filename} is a file, not a folder; move it "
-                              "aside or set MONKEY_HOME to a folder") from None
+            raise MonkeyError(
+                f"MONKEY_HOME: {exc.filename} is a file, not a folder; move it "
+                "aside or set MONKEY_HOME to a folder"
+            ) from None
         except OSError as exc:
-            raise MonkeyError(f"MONKEY_HOME {self.root} cannot be used ({exc.strerror}: "
-                              f"{exc.filename}); fix its permissions or set MONKEY_HOME "
-                              "elsewhere") from None
+            raise MonkeyError(
+                f"MONKEY_HOME {self.root} cannot be used ({exc.strerror}: "
+                f"{exc.filename}); fix its permissions or set MONKEY_HOME "
+                "elsewhere"
+            ) from None
         if info.st_mode & 0o077:
             self._tighten()
         return self
@@ -223,8 +233,9 @@ class Home:
                 staged.unlink()
         found = path.read_text().strip()
         if not re.fullmatch(r"[0-9a-f]{12}", found):
-            raise MonkeyError(f"{path} holds {found[:40]!r}, not a home id; delete it and "
-                              "monkey makes a new one")
+            raise MonkeyError(
+                f"{path} holds {found[:40]!r}, not a home id; delete it and monkey makes a new one"
+            )
         return found
 
     def socket_path(self, name: str) -> Path:
@@ -286,12 +297,16 @@ def read_config(path: Path) -> str:
     finally:
         os.close(fd)
     if size > CONFIG_MAX_BYTES:
-        raise MonkeyError(f"{path} is over {CONFIG_MAX_BYTES >> 20} MB, too big for a config "
-                          "file; point at the right file or trim it")
+        raise MonkeyError(
+            f"{path} is over {CONFIG_MAX_BYTES >> 20} MB, too big for a config "
+            "file; point at the right file or trim it"
+        )
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MonkeyError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        raise MonkeyError(
+            f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
 
 
 def compose_yaml(path: Path, text: str | None = None) -> tuple[Any, Any]:
@@ -309,7 +324,9 @@ def compose_yaml(path: Path, text: str | None = None) -> tuple[Any, Any]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         problem = exc.problem or exc.context
-        raise MonkeyError(f"{path}:{line}: invalid YAML ({problem}); fix the syntax there") from None
+        raise MonkeyError(
+            f"{path}:{line}: invalid YAML ({problem}); fix the syntax there"
+        ) from None
     except yaml.YAMLError as exc:
         problem = str(exc).splitlines()[0]
         raise MonkeyError(f"{path}: invalid YAML ({problem}); fix the syntax there") from None
@@ -340,8 +357,10 @@ def _bounded_loader() -> type:
                 self.size(node)
                 return node
             if self.depth >= YAML_MAX_DEPTH:
-                raise MonkeyError(f"{self.path}: nested over {YAML_MAX_DEPTH} levels deep; "
-                                  "a config file needs far fewer")
+                raise MonkeyError(
+                    f"{self.path}: nested over {YAML_MAX_DEPTH} levels deep; "
+                    "a config file needs far fewer"
+                )
             self.depth += 1
             try:
                 node = super().compose_node(parent, index)
@@ -354,16 +373,19 @@ def _bounded_loader() -> type:
             else:
                 size = 1
             if size > YAML_MAX_NODES:
-                raise MonkeyError(f"{self.path}: over {YAML_MAX_NODES:,} values (counting what "
-                                  "its aliases *name repeat); write the values out once")
+                raise MonkeyError(
+                    f"{self.path}: over {YAML_MAX_NODES:,} values (counting what "
+                    "its aliases *name repeat); write the values out once"
+                )
             self.sizes[id(node)] = size
             return node
 
         def size(self, node: Any) -> int:
             size = self.sizes.get(id(node))
             if size is None:  # an alias of a value still being composed
-                raise MonkeyError(f"{self.path}: an alias refers to the value that contains "
-                                  "it; remove the loop")
+                raise MonkeyError(
+                    f"{self.path}: an alias refers to the value that contains it; remove the loop"
+                )
             return size
 
     return BoundedLoader
@@ -401,7 +423,9 @@ def read_providers(home: Home, text: str | None = None) -> dict[str, ProviderCon
         raise MonkeyError(f"{where}: expected a mapping `providers: {{NAME: {{type: ...}}}}`")
     unknown = set(data) - {"providers"}
     if unknown:
-        raise MonkeyError(f"{where}: unknown top-level key {sorted(unknown)[0]!r}; only `providers` is allowed")
+        raise MonkeyError(
+            f"{where}: unknown top-level key {sorted(unknown)[0]!r}; only `providers` is allowed"
+        )
     for name, entry in (data.get("providers") or {}).items():
         if not isinstance(entry, dict):
             raise MonkeyError(f"{where}: provider {name!r} must be a mapping with a `type`")

@@ -30,8 +30,9 @@ def setup_fields(spec: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": spec.get("env_type", "none"), **{k: spec.get(k) for k in SETUP_KEYS}}
 
 
-def start_fields(spec: dict[str, Any], manifest: Callable[[str], list[Any]],
-                 persist_dir: str) -> tuple[dict[str, Any], list[str]]:
+def start_fields(
+    spec: dict[str, Any], manifest: Callable[[str], list[Any]], persist_dir: str
+) -> tuple[dict[str, Any], list[str]]:
     """(fields of the `start` request, blobs the worker needs) for a recorded spec."""
     fields: dict[str, Any] = {}
     blobs: list[str] = []
@@ -45,8 +46,14 @@ def start_fields(spec: dict[str, Any], manifest: Callable[[str], list[Any]],
     for data in spec.get("data", []):
         files = [f[:3] for f in manifest(data["digest"])]
         blobs += [f[1] for f in files]
-        placed.append({"path": data["path"], "digest": data["digest"], "files": files,
-                       "mount": data.get("type") == "mount"})
+        placed.append(
+            {
+                "path": data["path"],
+                "digest": data["digest"],
+                "files": files,
+                "mount": data.get("type") == "mount",
+            }
+        )
     if placed:
         fields["placed"] = placed
     return fields, blobs

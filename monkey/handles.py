@@ -21,8 +21,13 @@ if TYPE_CHECKING:
         store: Store
 
         def store_follower(self) -> Follower: ...
-        def logs(self, ref: str, stderr: bool = False, attempt: int | None = None,
-                 tail: int | None = None) -> bytes: ...
+        def logs(
+            self,
+            ref: str,
+            stderr: bool = False,
+            attempt: int | None = None,
+            tail: int | None = None,
+        ) -> bytes: ...
         def cancel(self, ref: str) -> State: ...
         def rerun(self, ref: str, *args: Any, **options: Any) -> Job: ...
 
@@ -92,4 +97,3 @@ class Job:
     def rerun(self, **options: Any) -> Job:
         """Queue this job again from its record (see ``Monkey.rerun``)."""
         return self.monkey.rerun(self.juid, **options)
-

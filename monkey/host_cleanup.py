@@ -59,5 +59,7 @@ def owed_note(report: HostsReport) -> str:
     if not report.pending:
         return ""
     why = f" ({report.why})" if report.why else ""
-    return (f"not reached yet: {', '.join(report.pending)}{why}; the core cleans them when it "
-            "next reaches them")
+    return (
+        f"not reached yet: {', '.join(report.pending)}{why}; the core cleans them when it "
+        "next reaches them"
+    )

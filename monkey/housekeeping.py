@@ -70,8 +70,13 @@ def tree_size(path: Path) -> tuple[int, int]:
     return total, count
 
 
-def select_jobs(m: Monkey, refs: Iterable[str], sweep: str | None = None,
-                older_than: str | None = None, failed: bool = False) -> list[Job]:  # fmt: skip
+def select_jobs(
+    m: Monkey,
+    refs: Iterable[str],
+    sweep: str | None = None,
+    older_than: str | None = None,
+    failed: bool = False,
+) -> list[Job]:
     """The jobs named by REFS (ids, prefixes, `last`), in SWEEP, ended longer than
     OLDER_THAN ago and/or failed; the filters narrow each other."""
     refs = list(refs)
@@ -99,8 +104,10 @@ def remove_jobs(m: Monkey, jobs: list[Job]) -> tuple[int, int]:
     live = [j for j in jobs if j.state not in TERMINAL]
     if live:
         j = live[0]
-        raise MonkeyError(f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
-                          f"{j.juid}`) or leave it out")
+        raise MonkeyError(
+            f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
+            f"{j.juid}`) or leave it out"
+        )
     # Their folders on SSH hosts and in buckets: the core's to delete.
     m.store.owe_job_folders((j.juid for j in jobs), HOST_FOLDERS, BUCKET_FILES)
     m.store.delete_jobs(j.juid for j in jobs)
@@ -142,7 +149,9 @@ class GcReport:
 
     @property
     def total(self) -> int:
-        return self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
+        return (
+            self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
+        )
 
 
 def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
@@ -176,7 +185,9 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     with blobs.lease(exclusive=True, waiting="gc"):  # no submission under way
         needed = needed_blobs(m.store, blobs)
         report.envs, report.env_bytes = _gc_envs(m.home.agent_root / "envs", env_keys, cut)
-        report.datasets, report.dataset_bytes = _gc_datasets(m.home.agent_root / "datasets", needed, cut)
+        report.datasets, report.dataset_bytes = _gc_datasets(
+            m.home.agent_root / "datasets", needed, cut
+        )
         _gc_blobs(m, needed, cut, report)
     return report
 
@@ -212,7 +223,7 @@ def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None
             if digest not in needed:
                 doomed.append((digest, f, st.st_size))
     for start in range(0, len(doomed), 1000):
-        batch = doomed[start:start + 1000]
+        batch = doomed[start : start + 1000]
         m.store.forget_blobs(d for d, _p, _s in batch)  # the row first, then the file
         for _digest, path, size in batch:
             try:
@@ -232,7 +243,7 @@ def _dead_partial(path: Path, cut: float) -> bool:
     name = path.name
     if not name.startswith(TMP_PREFIX):
         return False
-    pid = name[len(TMP_PREFIX):].partition("-")[0]
+    pid = name[len(TMP_PREFIX) :].partition("-")[0]
     if pid.isdigit() and not _alive(int(pid)):
         return True
     return _mtime(path) <= cut
@@ -368,8 +379,12 @@ def usage(m: Monkey) -> dict[str, dict[str, int]]:
     environments), datasets (shared copies), and the database."""
     home = m.home
     out: dict[str, dict[str, int]] = {}
-    for name, path in (("runs", home.runs), ("blobs", home.blobs),
-                       ("envs", home.agent_root / "envs"), ("datasets", home.agent_root / "datasets")):  # fmt: skip
+    for name, path in (
+        ("runs", home.runs),
+        ("blobs", home.blobs),
+        ("envs", home.agent_root / "envs"),
+        ("datasets", home.agent_root / "datasets"),
+    ):
         size, count = tree_size(path)
         out[name] = {"bytes": size, "files": count}
     partial = [p for pattern in (".tmp-*", "??/.tmp-*") for p in home.blobs.glob(pattern)]
@@ -404,8 +419,11 @@ def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
         spec = m.store.job_spec(job.juid) or {}
         lists = [("code", job.snapshot)] if job.snapshot else []
         lists += [(f"dataset {ds['name']}", ds["digest"]) for ds in job.datasets]
-        lists += [(f"job.yml data folder {e.get('path')}", e["digest"])
-                  for e in spec.get("data", []) if e.get("digest")]  # fmt: skip
+        lists += [
+            (f"job.yml data folder {e.get('path')}", e["digest"])
+            for e in spec.get("data", [])
+            if e.get("digest")
+        ]
         for label, digest in lists:
             uses.setdefault(digest, []).append((job.juid, f"{label} (its file list)"))
             try:
@@ -416,7 +434,9 @@ def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
                 what = f.path if label == "code" else f"{label} file {f.path}"
                 uses.setdefault(f.digest, []).append((job.juid, what))
         if job.git.get("diff"):
-            uses.setdefault(job.git["diff"], []).append((job.juid, "git diff of its uncommitted changes"))
+            uses.setdefault(job.git["diff"], []).append(
+                (job.juid, "git diff of its uncommitted changes")
+            )
     return uses
 
 
@@ -433,8 +453,9 @@ def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
     digests = set(uses)
     root = m.home.blobs
     if not refs and root.is_dir():  # the whole store: blobs no job names too
-        digests.update(p.parent.name + p.name for p in root.glob("??/*")
-                       if not p.name.startswith("."))  # fmt: skip
+        digests.update(
+            p.parent.name + p.name for p in root.glob("??/*") if not p.name.startswith(".")
+        )
     blobs = m._blobs()
     report = VerifyReport(jobs=len(chosen))
     bad: list[str] = []

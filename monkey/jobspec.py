@@ -62,8 +62,14 @@ MACHINE_OPTIONS: dict[str, tuple[type, ...]] = {
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # a YAML node's anchor and tag
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_TYPE_NAMES = {str: "a string", int: "a whole number", bool: "true or false",
-               float: "a number", list: "a list", dict: "a mapping"}  # fmt: skip
+_TYPE_NAMES = {
+    str: "a string",
+    int: "a whole number",
+    bool: "true or false",
+    float: "a number",
+    list: "a list",
+    dict: "a mapping",
+}
 
 
 class Folder(Record):
@@ -81,8 +87,21 @@ class Folder(Record):
 class JobSpec(Record):
     """A validated job.yml."""
 
-    __slots__ = ("file", "name", "env_type", "env_file", "env", "install_script", "code_path",
-                 "ignore", "persist", "data", "providers", "text", "env_spans")  # fmt: skip
+    __slots__ = (
+        "file",
+        "name",
+        "env_type",
+        "env_file",
+        "env",
+        "install_script",
+        "code_path",
+        "ignore",
+        "persist",
+        "data",
+        "providers",
+        "text",
+        "env_spans",
+    )
 
     def __init__(self, file: Path, text: str = "") -> None:
         self.file = file
@@ -127,15 +146,20 @@ class JobSpec(Record):
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "file": str(self.file), "name": self.name, "env_type": self.env_type,
-            "env_file": self.env_file, "env": dict(self.env),
+            "file": str(self.file),
+            "name": self.name,
+            "env_type": self.env_type,
+            "env_file": self.env_file,
+            "env": dict(self.env),
             "install_script": self.install_script,
             "code": {"path": self.code_path, "ignore": list(self.ignore)},
             "persist": [{"name": f.name, "path": f.path} for f in self.persist],
-            "data": [{"name": f.name, "path": f.path, "type": f.type,
-                      "compression": f.compression} for f in self.data],
+            "data": [
+                {"name": f.name, "path": f.path, "type": f.type, "compression": f.compression}
+                for f in self.data
+            ],
             "providers": {k: dict(v) for k, v in self.providers.items()},
-        }  # fmt: skip
+        }
 
 
 class _Node:
@@ -182,7 +206,8 @@ class _Node:
             here = f"{key}.{name}" if key else name
             if allowed is not None and name not in allowed:
                 raise _Node(self.file, k, self.c).fail(
-                    here, f"unknown key; allowed here: {', '.join(allowed)}")
+                    here, f"unknown key; allowed here: {', '.join(allowed)}"
+                )
             if name in out:
                 raise _Node(self.file, k, self.c).fail(here, "given twice")
             out[name] = _Node(self.file, v, self.c)
@@ -209,7 +234,8 @@ def load(path: str | os.PathLike[str]) -> JobSpec:
     if root is None:
         return spec
     top = _Node(file, root, loader).mapping(
-        "", ("name", "run", "code", "persist", "data", "providers"))
+        "", ("name", "run", "code", "persist", "data", "providers")
+    )
     if "name" in top:
         spec.name = str(top["name"].value("name", str, int))
     if "code" in top:
@@ -238,24 +264,30 @@ def _load_run(spec: JobSpec, node: _Node, base: Path) -> None:
     if "env_type" in run:
         value = run["env_type"].value("run.env_type", str)
         if value not in ENV_TYPES:
-            raise run["env_type"].fail("run.env_type", f"{value!r} is not allowed; use one of "
-                                       f"{', '.join(ENV_TYPES)}")
+            raise run["env_type"].fail(
+                "run.env_type", f"{value!r} is not allowed; use one of {', '.join(ENV_TYPES)}"
+            )
         spec.env_type = value
     for key in ("env_file", "install_script"):
         if key not in run:
             continue
         rel = _relpath(run[key], f"run.{key}", base)
         if not (base / rel).is_file():
-            raise run[key].fail(f"run.{key}", f"{base / rel} does not exist; create it or fix "
-                                "the path (relative to the code folder)")
+            raise run[key].fail(
+                f"run.{key}",
+                f"{base / rel} does not exist; create it or fix "
+                "the path (relative to the code folder)",
+            )
         setattr(spec, key, rel)
     if spec.env_type != "none" and spec.env_file is None:
         default = "requirements.txt" if spec.env_type == "pip" else "environment.yml"
-        raise node.fail("run.env_file", f"env_type {spec.env_type} needs an env_file, e.g. "
-                        f"env_file: {default}")
+        raise node.fail(
+            "run.env_file", f"env_type {spec.env_type} needs an env_file, e.g. env_file: {default}"
+        )
     if spec.env_type == "none" and spec.env_file is not None:
-        raise run["env_file"].fail("run.env_file", "is only used with env_type pip or conda; "
-                                   "set run.env_type")
+        raise run["env_file"].fail(
+            "run.env_file", "is only used with env_type pip or conda; set run.env_type"
+        )
     if "env" in run:
         env = run["env"]
         pairs: list[tuple[str, _Node]] = []
@@ -289,31 +321,39 @@ def _load_folders(spec: JobSpec, node: _Node, key: str, base: Path) -> None:
         name = fields["name"].value(f"{here}.name", str) if "name" in fields else Path(path).name
         if not _FOLDER_NAME.fullmatch(name):
             raise (fields.get("name") or item).fail(
-                f"{here}.name", f"{name!r} must be letters, digits, '.', '_' or '-'")
+                f"{here}.name", f"{name!r} must be letters, digits, '.', '_' or '-'"
+            )
         folder = Folder(name=name, path=path)
         if "type" in fields:
             folder.type = fields["type"].value(f"{here}.type", str)
             if folder.type not in DATA_TYPES:
-                raise fields["type"].fail(f"{here}.type", f"{folder.type!r} is not allowed; use "
-                                          f"one of {', '.join(DATA_TYPES)}")
+                raise fields["type"].fail(
+                    f"{here}.type",
+                    f"{folder.type!r} is not allowed; use one of {', '.join(DATA_TYPES)}",
+                )
         if "compression" in fields:
             value = fields["compression"].value(f"{here}.compression", str, type(None))
             folder.compression = value or "none"
             if folder.compression not in COMPRESSIONS:
                 raise fields["compression"].fail(
-                    f"{here}.compression", f"{value!r} is not allowed; use one of "
-                    f"{', '.join(COMPRESSIONS)}")
+                    f"{here}.compression",
+                    f"{value!r} is not allowed; use one of {', '.join(COMPRESSIONS)}",
+                )
         if key == "data" and not (base / path).is_dir():
             problem = "is not a folder" if (base / path).exists() else "does not exist"
-            raise fields["path"].fail(f"{here}.path", f"{base / path} {problem}; data entries "
-                                      "are folders (ship single files with --dataset)")
+            raise fields["path"].fail(
+                f"{here}.path",
+                f"{base / path} {problem}; data entries "
+                "are folders (ship single files with --dataset)",
+            )
         if any(other.name == name for other in folders):
             raise item.fail(f"{here}.name", f"{name!r} is used twice; give each its own name")
         for other in (*spec.persist, *spec.data):
             a, b = other.path + "/", path + "/"
             if a.startswith(b) or b.startswith(a):
-                raise fields["path"].fail(f"{here}.path", f"{path!r} overlaps {other.path!r}; "
-                                "use separate folders")
+                raise fields["path"].fail(
+                    f"{here}.path", f"{path!r} overlaps {other.path!r}; use separate folders"
+                )
         folders.append(folder)
 
 
@@ -323,8 +363,10 @@ def _load_providers(spec: JobSpec, node: _Node) -> None:
         for i, item in enumerate(node.items("providers")):
             fields = item.mapping(f"providers[{i}]", ("name", *MACHINE_OPTIONS))
             if "name" not in fields:
-                raise item.fail(f"providers[{i}].name", "is missing; name the provider of "
-                                "providers.yml these options are for")
+                raise item.fail(
+                    f"providers[{i}].name",
+                    "is missing; name the provider of providers.yml these options are for",
+                )
             name = fields.pop("name").value(f"providers[{i}].name", str)
             entries.append((name, item, fields))
     else:
@@ -358,15 +400,24 @@ def _relpath(node: _Node, key: str, base: Path, allow_dot: bool = False) -> str:
 
 def detect_env(folder: Path) -> tuple[str, str | None]:
     """(env_type, env_file) guessed from the files of FOLDER."""
-    for name, kind in (("requirements.txt", "pip"), ("environment.yml", "conda"),
-                       ("environment.yaml", "conda")):
+    for name, kind in (
+        ("requirements.txt", "pip"),
+        ("environment.yml", "conda"),
+        ("environment.yaml", "conda"),
+    ):
         if (folder / name).is_file():
             return kind, name
     return "none", None
 
 
-def render(name: str, env_type: str, env_file: str | None, install_script: str | None,
-           persist: list[str], data: list[str]) -> str:
+def render(
+    name: str,
+    env_type: str,
+    env_file: str | None,
+    install_script: str | None,
+    persist: list[str],
+    data: list[str],
+) -> str:
     """A commented job.yml in the original Monkey format."""
     import json
 
@@ -397,11 +448,16 @@ def render(name: str, env_type: str, env_file: str | None, install_script: str |
     lines.append("persist:" + ("" if persist else " []"))
     for p in persist:
         lines += [f"  - name: {q(Path(p).name)}", f"    path: {q(p)}"]
-    lines.append("# folders checksummed and stored once, placed at their path before the job starts")
+    lines.append(
+        "# folders checksummed and stored once, placed at their path before the job starts"
+    )
     lines.append("data:" + ("" if data else " []"))
     for d in data:
-        lines += [f"  - name: {q(Path(d).name)}", "    type: copy               # copy | mount",
-                  f"    path: {q(d)}"]
+        lines += [
+            f"  - name: {q(Path(d).name)}",
+            "    type: copy               # copy | mount",
+            f"    path: {q(d)}",
+        ]
     lines += [
         "# machine options per provider of providers.yml, e.g.",
         "# - name: gcp",
@@ -416,8 +472,9 @@ def render(name: str, env_type: str, env_file: str | None, install_script: str |
 # -- submit ---------------------------------------------------------------------------
 
 
-def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: str,
-            accepted: frozenset[str]) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+def resolve(
+    spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: str, accepted: frozenset[str]
+) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """The spec as recorded on a job: env file and install script digests from the code
     snapshot FILES, data folders checksummed and stored, this provider's machine options.
     Returns (record, new blobs)."""
@@ -432,22 +489,32 @@ def resolve(spec: JobSpec, files: list[Any], blobs: Any, store: Any, provider: s
         if rel is None:
             continue
         if rel not in digests:
-            raise MonkeyError(f"{spec.file}: run.{key} {rel} is left out of the code snapshot "
-                              "by an ignore rule; remove that rule or move the file")
+            raise MonkeyError(
+                f"{spec.file}: run.{key} {rel} is left out of the code snapshot "
+                "by an ignore rule; remove that rule or move the file"
+            )
         record[f"{key}_digest"] = digests[rel]
     new_blobs: list[tuple[str, int]] = []
     for entry, folder in zip(record["data"], spec.data):
         ds = dataset(f"{spec.code_root / folder.path}:DATA", blobs, store)
         new_blobs += ds.new_blobs
-        entry.update(digest=ds.digest, single=ds.single, size=ds.size,
-                     stored=sum(size for _, size in ds.new_blobs))
+        entry.update(
+            digest=ds.digest,
+            single=ds.single,
+            size=ds.size,
+            stored=sum(size for _, size in ds.new_blobs),
+        )
     options = spec.providers.get(provider, {})
     ignored = sorted(set(options) - accepted)
     if ignored:
         import logging
 
         logging.getLogger("monkey").warning(
-            "monkey: provider %r ignores %s from %s (the options it takes: %s)", provider,
-            ", ".join(ignored), spec.file, ", ".join(sorted(accepted)) or "none")
+            "monkey: provider %r ignores %s from %s (the options it takes: %s)",
+            provider,
+            ", ".join(ignored),
+            spec.file,
+            ", ".join(sorted(accepted)) or "none",
+        )
     record["provider_options"] = options
     return record, new_blobs

@@ -79,8 +79,9 @@ class LogCursor:
                     self.offsets[path] = size
 
 
-def _newlines_back(fh: BinaryIO, end: int, need: int, skip_last: bool,
-                   floor: int = 0) -> tuple[int, int]:
+def _newlines_back(
+    fh: BinaryIO, end: int, need: int, skip_last: bool, floor: int = 0
+) -> tuple[int, int]:
     """Search fh[floor:end] backwards for up to ``need`` newlines: (how many were found, the
     offset just after the last one found, or ``floor``)."""
     pos = end
@@ -187,8 +188,13 @@ def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
 
 # Events that mean something was written (not a reader opening or closing a file: the
 # follower's own reads must not wake it).
-_WRITES = ("FileModifiedEvent", "FileCreatedEvent", "FileMovedEvent", "FileDeletedEvent",
-           "FileClosedEvent")
+_WRITES = (
+    "FileModifiedEvent",
+    "FileCreatedEvent",
+    "FileMovedEvent",
+    "FileDeletedEvent",
+    "FileClosedEvent",
+)
 LOGS = rundir.LOGS  # what a job's followers read
 
 
@@ -219,7 +225,8 @@ class Follower:
             def on_any_event(self, event: Any) -> None:
                 paths = (event.src_path, getattr(event, "dest_path", "") or "")
                 if type(event).__name__ in _WRITES and any(
-                        follower._wanted(os.fsdecode(p)) for p in paths if p):
+                    follower._wanted(os.fsdecode(p)) for p in paths if p
+                ):
                     follower._changed.set()
 
         self._handler = Handler()
@@ -228,8 +235,9 @@ class Follower:
         """Whether PATH is one of the files followed."""
         folder, name = os.path.split(path)
         for root, (names, recursive) in self._watched.items():
-            if name in names and (folder == str(root) or recursive and folder.startswith(
-                    f"{root}{os.sep}")):
+            if name in names and (
+                folder == str(root) or recursive and folder.startswith(f"{root}{os.sep}")
+            ):
                 return True
         return False
 
@@ -241,8 +249,9 @@ class Follower:
             return False
         self._watched[folder] = (frozenset(names), recursive)
         try:
-            self._observer.schedule(self._handler, str(folder), recursive=recursive,
-                                    event_filter=_event_types())
+            self._observer.schedule(
+                self._handler, str(folder), recursive=recursive, event_filter=_event_types()
+            )
             if not self._observer.is_alive():
                 self._observer.start()
         except OSError:  # out of inotify instances or watches: the polling observer instead

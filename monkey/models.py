@@ -40,8 +40,15 @@ LIVE = frozenset({State.DISPATCHING, State.RUNNING})
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.DISPATCHING, State.CANCELLED, State.PAUSED}),
     State.DISPATCHING: frozenset(
-        {State.RUNNING, State.QUEUED, State.FAILED, State.CANCELLED, State.PAUSED, State.LOST,
-         State.PREEMPTED}
+        {
+            State.RUNNING,
+            State.QUEUED,
+            State.FAILED,
+            State.CANCELLED,
+            State.PAUSED,
+            State.LOST,
+            State.PREEMPTED,
+        }
     ),
     State.RUNNING: frozenset(
         {
@@ -150,16 +157,19 @@ def parse_duration(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         seconds = value
     elif text.isdigit() and int(text) > 0:
-        raise MonkeyError(f"time limit {value!r} has no unit; write {text}m for {text} minutes "
-                          f"(or {text}s, {text}h, {text}d, HH:MM:SS)")
+        raise MonkeyError(
+            f"time limit {value!r} has no unit; write {text}m for {text} minutes "
+            f"(or {text}s, {text}h, {text}d, HH:MM:SS)"
+        )
     elif (found := _DURATION.fullmatch(text)) is not None and found[2]:
         seconds = int(found[1]) * _UNITS[found[2]]
     elif re.fullmatch(r"\d+(:[0-5]?\d){1,2}", text):
         for part in text.split(":"):
             seconds = max(seconds, 0) * 60 + int(part)
     if seconds <= 0:
-        raise MonkeyError(f"time limit {value!r} is not a duration; write e.g. 90s, 30m, 2h, 1d "
-                          "or HH:MM:SS")
+        raise MonkeyError(
+            f"time limit {value!r} is not a duration; write e.g. 90s, 30m, 2h, 1d or HH:MM:SS"
+        )
     return seconds
 
 
@@ -226,8 +236,14 @@ class Resources(Record):
 
     __slots__ = ("cpus", "gpus", "memory", "host", "time")
 
-    def __init__(self, cpus: int = 1, gpus: int = 0, memory: str | None = None,
-                 host: str | None = None, time: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        host: str | None = None,
+        time: int | None = None,
+    ) -> None:
         self.cpus = cpus
         self.gpus = gpus
         self.memory = memory
@@ -284,11 +300,19 @@ class InstanceState(str, enum.Enum):
 # never comes back: a new one has a new id).
 INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     InstanceState.PENDING: frozenset(InstanceState) - {InstanceState.PENDING},
-    InstanceState.RUNNING: frozenset(InstanceState) - {InstanceState.RUNNING, InstanceState.PENDING},
-    InstanceState.STOPPING: frozenset({InstanceState.STOPPED, InstanceState.TERMINATED,
-                                       InstanceState.UNKNOWN}),
-    InstanceState.STOPPED: frozenset({InstanceState.PENDING, InstanceState.RUNNING,
-                                      InstanceState.TERMINATED, InstanceState.UNKNOWN}),
+    InstanceState.RUNNING: frozenset(InstanceState)
+    - {InstanceState.RUNNING, InstanceState.PENDING},
+    InstanceState.STOPPING: frozenset(
+        {InstanceState.STOPPED, InstanceState.TERMINATED, InstanceState.UNKNOWN}
+    ),
+    InstanceState.STOPPED: frozenset(
+        {
+            InstanceState.PENDING,
+            InstanceState.RUNNING,
+            InstanceState.TERMINATED,
+            InstanceState.UNKNOWN,
+        }
+    ),
     InstanceState.TERMINATED: frozenset(),
     InstanceState.UNKNOWN: frozenset(InstanceState) - {InstanceState.UNKNOWN},
 }
@@ -298,8 +322,18 @@ class Instance(Record):
     """One machine of a provider, normalised across kinds (a libcloud Node, an SSH host,
     this machine, a Slurm allocation). Immutable: ``replace`` makes a changed copy."""
 
-    __slots__ = ("id", "provider", "name", "state", "address", "size", "spot", "launched_at",
-                 "extra", "price")  # fmt: skip
+    __slots__ = (
+        "id",
+        "provider",
+        "name",
+        "state",
+        "address",
+        "size",
+        "spot",
+        "launched_at",
+        "extra",
+        "price",
+    )
     id: str  # unique across providers: "aws/i-0abc...", "lab/gpu1", "local"
     provider: str
     name: str
@@ -311,12 +345,31 @@ class Instance(Record):
     extra: dict[str, Any]  # provider-only data
     price: float | None  # estimated $ per hour (None: unknown)
 
-    def __init__(self, id: str, provider: str, name: str, state: InstanceState,
-                 address: str | None = None, size: str | None = None, spot: bool = False,
-                 launched_at: float | None = None, extra: dict[str, Any] | None = None,
-                 price: float | None = None) -> None:  # fmt: skip
-        values = (id, provider, name, state, address, size, spot, launched_at,
-                  {} if extra is None else extra, price)  # fmt: skip
+    def __init__(
+        self,
+        id: str,
+        provider: str,
+        name: str,
+        state: InstanceState,
+        address: str | None = None,
+        size: str | None = None,
+        spot: bool = False,
+        launched_at: float | None = None,
+        extra: dict[str, Any] | None = None,
+        price: float | None = None,
+    ) -> None:
+        values = (
+            id,
+            provider,
+            name,
+            state,
+            address,
+            size,
+            spot,
+            launched_at,
+            {} if extra is None else extra,
+            price,
+        )
         for n, v in zip(self.__slots__, values):
             object.__setattr__(self, n, v)
 
@@ -329,17 +382,46 @@ class Attempt(Record):
     estimated $ per hour charged to it (the instance's price times the job's share of its
     CPUs) are recorded when it began."""
 
-    __slots__ = ("juid", "n", "instance", "state", "started_at", "ended_at", "exit_code",
-                 "signal", "reason", "pid", "run_dir", "heartbeat_at", "events_offset", "gpus",
-                 "size", "spot", "price")  # fmt: skip
+    __slots__ = (
+        "juid",
+        "n",
+        "instance",
+        "state",
+        "started_at",
+        "ended_at",
+        "exit_code",
+        "signal",
+        "reason",
+        "pid",
+        "run_dir",
+        "heartbeat_at",
+        "events_offset",
+        "gpus",
+        "size",
+        "spot",
+        "price",
+    )
 
-    def __init__(self, juid: str, n: int, instance: str, state: str,
-                 started_at: float | None = None, ended_at: float | None = None,
-                 exit_code: int | None = None, signal: int | None = None,
-                 reason: str | None = None, pid: int | None = None, run_dir: str = "",
-                 heartbeat_at: float | None = None, events_offset: int = 0, gpus: str = "",
-                 size: str | None = None, spot: bool = False,
-                 price: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        juid: str,
+        n: int,
+        instance: str,
+        state: str,
+        started_at: float | None = None,
+        ended_at: float | None = None,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        reason: str | None = None,
+        pid: int | None = None,
+        run_dir: str = "",
+        heartbeat_at: float | None = None,
+        events_offset: int = 0,
+        gpus: str = "",
+        size: str | None = None,
+        spot: bool = False,
+        price: float | None = None,
+    ) -> None:
         self.juid = juid
         self.n = n
         self.instance = instance
@@ -368,22 +450,64 @@ class Attempt(Record):
 class Job(Record):
     """A job as recorded in the store: everything needed to run it again."""
 
-    __slots__ = ("juid", "name", "state", "argv", "provider", "resources", "env", "snapshot",
-                 "workdir", "datasets", "git", "python", "retries", "attempts", "request",
-                 "exit_code", "reason", "created_at", "updated_at", "started_at", "finished_at",
-                 "not_before", "sweep", "params", "instance", "unreachable_since")  # fmt: skip
+    __slots__ = (
+        "juid",
+        "name",
+        "state",
+        "argv",
+        "provider",
+        "resources",
+        "env",
+        "snapshot",
+        "workdir",
+        "datasets",
+        "git",
+        "python",
+        "retries",
+        "attempts",
+        "request",
+        "exit_code",
+        "reason",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "not_before",
+        "sweep",
+        "params",
+        "instance",
+        "unreachable_since",
+    )
 
-    def __init__(self, juid: str, name: str, state: State, argv: list[str], provider: str,
-                 resources: Resources | None = None, env: dict[str, str] | None = None,
-                 snapshot: str | None = None, workdir: str = "",
-                 datasets: list[dict[str, Any]] | None = None, git: dict[str, Any] | None = None,
-                 python: str = "", retries: int = 0, attempts: int = 0,
-                 request: str | None = None, exit_code: int | None = None,
-                 reason: str | None = None, created_at: float = 0.0, updated_at: float = 0.0,
-                 started_at: float | None = None, finished_at: float | None = None,
-                 not_before: float = 0.0, sweep: str | None = None,
-                 params: dict[str, Any] | None = None, instance: str | None = None,
-                 unreachable_since: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        juid: str,
+        name: str,
+        state: State,
+        argv: list[str],
+        provider: str,
+        resources: Resources | None = None,
+        env: dict[str, str] | None = None,
+        snapshot: str | None = None,
+        workdir: str = "",
+        datasets: list[dict[str, Any]] | None = None,
+        git: dict[str, Any] | None = None,
+        python: str = "",
+        retries: int = 0,
+        attempts: int = 0,
+        request: str | None = None,
+        exit_code: int | None = None,
+        reason: str | None = None,
+        created_at: float = 0.0,
+        updated_at: float = 0.0,
+        started_at: float | None = None,
+        finished_at: float | None = None,
+        not_before: float = 0.0,
+        sweep: str | None = None,
+        params: dict[str, Any] | None = None,
+        instance: str | None = None,
+        unreachable_since: float | None = None,
+    ) -> None:
         self.juid = juid
         self.name = name
         self.state = state

@@ -110,8 +110,9 @@ def _scalar(text: str) -> Any:
     return scalar(text)
 
 
-def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | None
-               ) -> tuple[list[str], dict[str, Any], dict[str, list[Any]]]:
+def apply_sets(
+    job: JobRecord, sets: Mapping[str, str], template: list[str] | None
+) -> tuple[list[str], dict[str, Any], dict[str, list[Any]]]:
     """JOB's (argv, params) with SETS applied, and name -> [old, new] of what changed.
 
     A parameter of the job's sweep cell is changed in its params and the command rendered
@@ -145,8 +146,12 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
             known = sorted({*params, *(shown for shown, _ in given.values())})
             raise MonkeyError(
                 f"job {job.juid} has no parameter {name!r}; its parameters: "
-                + (", ".join(known) if known else "none (its command gives no --NAME VALUE "
-                   "or NAME=VALUE)"))
+                + (
+                    ", ".join(known)
+                    if known
+                    else "none (its command gives no --NAME VALUE or NAME=VALUE)"
+                )
+            )
         shown, places = hit
         for index, form in places:
             old = argv[index]
@@ -163,8 +168,9 @@ def apply_sets(job: JobRecord, sets: Mapping[str, str], template: list[str] | No
 # -- blobs ------------------------------------------------------------------------------
 
 
-def _pieces(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
-            git: bool) -> Iterable[tuple[str, str]]:
+def _pieces(
+    blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None, git: bool
+) -> Iterable[tuple[str, str]]:
     """(what, digest) of every blob the job needs, manifests before their files."""
     from monkey.snapshot.manifest import load_manifest
 
@@ -185,8 +191,13 @@ def _pieces(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
         yield "git diff of its uncommitted changes", job.git["diff"]
 
 
-def check_blobs(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
-                git: bool = False, verify: bool = True) -> None:
+def check_blobs(
+    blobs: BlobStore,
+    job: JobRecord,
+    spec: dict[str, Any] | None,
+    git: bool = False,
+    verify: bool = True,
+) -> None:
     """MonkeyError naming JOB and the first piece of it missing from the blob store;
     BlobDamaged naming the first whose bytes no longer match its digest (with VERIFY)."""
     from monkey.snapshot.blobs import BlobDamaged
@@ -199,7 +210,8 @@ def check_blobs(blobs: BlobStore, job: JobRecord, spec: dict[str, Any] | None,
                 raise MonkeyError(
                     f"job {job.juid} cannot be run again: its {what} (blob {digest[:12]}) is "
                     f"missing from {blobs.root} (deleted or damaged); submit it again from its "
-                    "source with `monkey run`")
+                    "source with `monkey run`"
+                )
             if not ok:
                 raise BlobDamaged(digest, blobs.root, what, job.juid)
     except BlobDamaged as exc:
@@ -247,8 +259,9 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
     import subprocess
 
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    return subprocess.run(["git", *args], capture_output=True, env=env, check=False,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["git", *args], capture_output=True, env=env, check=False, stdin=subprocess.DEVNULL
+    )
 
 
 def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str | None]:
@@ -264,17 +277,24 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
     rel = "." if rel.startswith("..") else rel
     if not root or not commit:
         return ".", None
-    if not os.path.isdir(root) or _git("-C", root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
-        return ".", (f"its repository {root} (commit {commit[:12]}) is gone; wrote the files "
-                     "without git history")
+    if (
+        not os.path.isdir(root)
+        or _git("-C", root, "cat-file", "-e", f"{commit}^{{commit}}").returncode
+    ):
+        return ".", (
+            f"its repository {root} (commit {commit[:12]}) is gone; wrote the files "
+            "without git history"
+        )
     done = _git("clone", "-q", "--no-checkout", "--no-hardlinks", root, os.fspath(tmp))
     if done.returncode == 0:
         done = _git("-C", os.fspath(tmp), "checkout", "-q", "-b", f"monkey-{job.juid}", commit)
     if done.returncode:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        return ".", (f"git could not clone {root} ({done.stderr.decode(errors='replace').strip()}); "
-                     "wrote the files without git history")
+        return ".", (
+            f"git could not clone {root} ({done.stderr.decode(errors='replace').strip()}); "
+            "wrote the files without git history"
+        )
     note = None
     if git.get("diff"):
         patch = tmp / ".git" / "monkey-uncommitted.patch"
@@ -282,7 +302,9 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
             patch.write_bytes(blobs.read_bytes(git["diff"]))
         except BlobDamaged as exc:
             raise exc.about("git diff of its uncommitted changes") from None
-        applied = _git("-C", os.fspath(tmp), "apply", "--binary", "--whitespace=nowarn", os.fspath(patch))
+        applied = _git(
+            "-C", os.fspath(tmp), "apply", "--binary", "--whitespace=nowarn", os.fspath(patch)
+        )
         patch.unlink()
         if applied.returncode:
             note = "its uncommitted diff does not apply to its commit; the files are as the job saw them"
@@ -295,8 +317,9 @@ def _git_checkout(job: JobRecord, blobs: BlobStore, tmp: Path) -> tuple[str, str
 class Reruns:
     """rerun, rerun_sweep, clone, files and cat (``monkey.api.Monkey`` delegates to it)."""
 
-    def __init__(self, home: Home, store: Store, submitter: Submitter,
-                 wake: Callable[[str | None], None]) -> None:
+    def __init__(
+        self, home: Home, store: Store, submitter: Submitter, wake: Callable[[str | None], None]
+    ) -> None:
         self.home = home
         self.store = store
         self.submitter = submitter
@@ -310,9 +333,20 @@ class Reruns:
         assert job is not None
         return job
 
-    def _rerun_cells(self, jobs: list[JobRecord], sets: dict[str, str], *, provider: str | None,
-                     cpus: int | None, gpus: int | None, memory: str | None,
-                     time: str | int | None, names: list[str], sweep: str | None, held: bool) -> list[str]:
+    def _rerun_cells(
+        self,
+        jobs: list[JobRecord],
+        sets: dict[str, str],
+        *,
+        provider: str | None,
+        cpus: int | None,
+        gpus: int | None,
+        memory: str | None,
+        time: str | int | None,
+        names: list[str],
+        sweep: str | None,
+        held: bool,
+    ) -> list[str]:
         """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
         their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
         taken before any transaction (gc takes it, then writes)."""
@@ -328,11 +362,13 @@ class Reruns:
             argv, params, changed = apply_sets(job, sets, templates.get(job.sweep or ""))
             where = provider or job.provider
             resources = self.submitter.resources(
-                where, job.resources.cpus if cpus is None else cpus,
+                where,
+                job.resources.cpus if cpus is None else cpus,
                 job.resources.gpus if gpus is None else gpus,
                 job.resources.memory if memory is None else memory,
                 job.resources.host if where == job.provider else None,
-                job.resources.time if time is None else time)
+                job.resources.time if time is None else time,
+            )
             changes: dict[str, Any] = {}
             if changed:
                 changes["params"] = changed
@@ -340,20 +376,30 @@ class Reruns:
                 changes["provider"] = [job.provider, where]
                 if spec is not None:  # this provider's machine options from the job.yml
                     spec = {**spec, "provider_options": spec.get("providers", {}).get(where, {})}
-            moved = {k: [v, resources.to_json().get(k)] for k, v in job.resources.to_json().items()
-                     if resources.to_json().get(k) != v}
+            moved = {
+                k: [v, resources.to_json().get(k)]
+                for k, v in job.resources.to_json().items()
+                if resources.to_json().get(k) != v
+            }
             if moved:
                 changes["resources"] = moved
             if name != job.name:
                 changes["name"] = [job.name, name]
             fields: dict[str, Any] = {
-                "provider": where, "resources": resources, "env": job.env,
-                "snapshot": job.snapshot, "workdir": job.workdir, "datasets": job.datasets,
-                "git": job.git, "python": job.python, "retries": job.retries,
-                "secrets": self.store.secrets_ref(job.juid), "spec": spec,
+                "provider": where,
+                "resources": resources,
+                "env": job.env,
+                "snapshot": job.snapshot,
+                "workdir": job.workdir,
+                "datasets": job.datasets,
+                "git": job.git,
+                "python": job.python,
+                "retries": job.retries,
+                "secrets": self.store.secrets_ref(job.juid),
+                "spec": spec,
                 "outputs": self.store.outputs(job.juid),
                 "packages": self.store.job_packages(job.juid),
-            }  # fmt: skip
+            }
             planned.append((job.juid, (argv, name, params), fields, changes))
         juids = []
         with self.store.tx() as db:
@@ -363,10 +409,19 @@ class Reruns:
                 juids.append(juid)
         return juids
 
-    def rerun(self, ref: str, *, set: Mapping[str, Any] | Iterable[str] | None = None,
-              provider: str | None = None, cpus: int | None = None, gpus: int | None = None,
-              memory: str | None = None, time: str | int | None = None,
-              name: str | None = None, start_core: bool = True) -> str:
+    def rerun(
+        self,
+        ref: str,
+        *,
+        set: Mapping[str, Any] | Iterable[str] | None = None,
+        provider: str | None = None,
+        cpus: int | None = None,
+        gpus: int | None = None,
+        memory: str | None = None,
+        time: str | int | None = None,
+        name: str | None = None,
+        start_core: bool = True,
+    ) -> str:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
         optionally another provider or resources (``time``: the time limit, as ``run``'s).
@@ -375,19 +430,38 @@ class Reruns:
         if start_core:
             self.home.socket_path("core")
         with self._blobs().lease():
-            [juid] = self._rerun_cells([job], parse_sets(set), provider=provider, cpus=cpus,
-                                       gpus=gpus, memory=memory, time=time,
-                                       names=[name or job.name], sweep=None, held=False)  # fmt: skip
+            [juid] = self._rerun_cells(
+                [job],
+                parse_sets(set),
+                provider=provider,
+                cpus=cpus,
+                gpus=gpus,
+                memory=memory,
+                time=time,
+                names=[name or job.name],
+                sweep=None,
+                held=False,
+            )
         if start_core:
             self._wake(f"job {juid}")
         return juid
 
-    def rerun_sweep(self, ref: str, *, failed: bool = False, cells: Iterable[int] | None = None,
-                    set: Mapping[str, Any] | Iterable[str] | None = None,
-                    in_place: bool = False, provider: str | None = None,
-                    cpus: int | None = None, gpus: int | None = None,
-                    memory: str | None = None, time: str | int | None = None,
-                    name: str | None = None, start_core: bool = True) -> str:
+    def rerun_sweep(
+        self,
+        ref: str,
+        *,
+        failed: bool = False,
+        cells: Iterable[int] | None = None,
+        set: Mapping[str, Any] | Iterable[str] | None = None,
+        in_place: bool = False,
+        provider: str | None = None,
+        cpus: int | None = None,
+        gpus: int | None = None,
+        memory: str | None = None,
+        time: str | int | None = None,
+        name: str | None = None,
+        start_core: bool = True,
+    ) -> str:
         """Rerun cells of sweep REF (all; ``failed`` ones; or ``cells``, numbered from 1 in
         the order of `sweep status`) as a new sweep, or as new jobs of the same sweep with
         ``in_place``. Returns the sweep id the reruns belong to."""
@@ -397,26 +471,33 @@ class Reruns:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         if sweep["state"] in (sweeps.SUBMITTING, sweeps.INTERRUPTED):
-            raise MonkeyError(f"sweep {sid} is {sweep['state']}: its cells were never all "
-                              "written; submit it again with `monkey sweep`")
+            raise MonkeyError(
+                f"sweep {sid} is {sweep['state']}: its cells were never all "
+                "written; submit it again with `monkey sweep`"
+            )
         jobs = self.store.list_jobs(sweep=sid, newest_first=False)
         picked = list(enumerate(jobs, start=1))
         if cells is not None:
             wanted = list(dict.fromkeys(cells))
             bad = [k for k in wanted if not 1 <= k <= len(jobs)]
             if bad:
-                raise MonkeyError(f"sweep {sid} has cells 1 to {len(jobs)}; no cell "
-                                  f"{', '.join(map(str, bad))}")
+                raise MonkeyError(
+                    f"sweep {sid} has cells 1 to {len(jobs)}; no cell {', '.join(map(str, bad))}"
+                )
             picked = [(k, jobs[k - 1]) for k in wanted]
         if failed:
             picked = [(k, j) for k, j in picked if j.state in FAILED_CELLS]
         if not picked:
-            raise MonkeyError(f"sweep {sid} has no {'failed or lost ' if failed else ''}cells "
-                              "to rerun; see `monkey sweep status " + sid + "`")
+            raise MonkeyError(
+                f"sweep {sid} has no {'failed or lost ' if failed else ''}cells "
+                "to rerun; see `monkey sweep status " + sid + "`"
+            )
         live = [j.juid for _, j in picked if in_place and j.state not in TERMINAL]
         if live:
-            raise MonkeyError(f"sweep {sid}: cell {live[0]} has not ended; rerun ended cells "
-                              "in place, or cancel it first")
+            raise MonkeyError(
+                f"sweep {sid}: cell {live[0]} has not ended; rerun ended cells "
+                "in place, or cancel it first"
+            )
         sets = parse_sets(set)
         if start_core:
             self.home.socket_path("core")
@@ -427,13 +508,23 @@ class Reruns:
                 spec = dict(sweep["spec"], rerun_of=sid, cells=len(picked))
                 spec["parameters"] = {  # a parameter set to one value has that value only
                     k: {"values": [_scalar(sets[k])]} if k in sets else v
-                    for k, v in spec.get("parameters", {}).items()}
+                    for k, v in spec.get("parameters", {}).items()
+                }
                 target = self.store.create_sweep(name or "", spec)
                 label = name or target
             names = [j.name if label is None else f"{label}-{k}" for k, j in picked]
-            self._rerun_cells([j for _, j in picked], sets, provider=provider, cpus=cpus,
-                              gpus=gpus, memory=memory, time=time, names=names, sweep=target,
-                              held=True)
+            self._rerun_cells(
+                [j for _, j in picked],
+                sets,
+                provider=provider,
+                cpus=cpus,
+                gpus=gpus,
+                memory=memory,
+                time=time,
+                names=names,
+                sweep=target,
+                held=True,
+            )
             if in_place:
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP)
         record = self.store.get_sweep(target)
@@ -476,11 +567,14 @@ class Reruns:
                     return blobs.read_bytes(f.digest)
                 except BlobDamaged as exc:
                     raise exc.about(f.path, job.juid) from None
-        raise MonkeyError(f"job {job.juid} has no code file {path!r}; `monkey info job "
-                          f"{job.juid} --files` lists them")
+        raise MonkeyError(
+            f"job {job.juid} has no code file {path!r}; `monkey info job "
+            f"{job.juid} --files` lists them"
+        )
 
-    def clone(self, ref: str, to: str | os.PathLike[str] | None = None,
-              with_data: bool = False) -> dict[str, Any]:
+    def clone(
+        self, ref: str, to: str | os.PathLike[str] | None = None, with_data: bool = False
+    ) -> dict[str, Any]:
         """Write the job's code as it was into folder TO (default: ./JOB), in a git clone at
         its commit with its uncommitted diff applied when it ran in a repository; with
         ``with_data`` its datasets too, under ``datasets/NAME``. Returns {"path", "files",
@@ -498,8 +592,9 @@ class Reruns:
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise MonkeyError(f"{dest} exists and is not empty; choose another folder with --to")
         if not dest.parent.is_dir():
-            raise MonkeyError(f"folder {dest.parent} does not exist; create it or choose "
-                              "another with --to")
+            raise MonkeyError(
+                f"folder {dest.parent} does not exist; create it or choose another with --to"
+            )
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
         try:
             try:
@@ -514,12 +609,24 @@ class Reruns:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return {"path": os.fspath(dest), "code": os.fspath(dest / rel), "files": len(files),
-                "datasets": datasets, "note": note}
+        return {
+            "path": os.fspath(dest),
+            "code": os.fspath(dest / rel),
+            "files": len(files),
+            "datasets": datasets,
+            "note": note,
+        }
 
     @staticmethod
-    def _write_clone(job: JobRecord, spec: dict[str, Any] | None, blobs: BlobStore, tmp: Path,
-                     code: Path, dest: Path, with_data: bool) -> tuple[list[FileEntry], list[dict[str, str]]]:
+    def _write_clone(
+        job: JobRecord,
+        spec: dict[str, Any] | None,
+        blobs: BlobStore,
+        tmp: Path,
+        code: Path,
+        dest: Path,
+        with_data: bool,
+    ) -> tuple[list[FileEntry], list[dict[str, str]]]:
         """Write the job's code files into CODE (and its data under TMP with WITH_DATA);
         (its files, [{name, path}] of its datasets as they will be under DEST)."""
         from monkey.snapshot.manifest import load_manifest
@@ -534,6 +641,7 @@ class Reruns:
                 datasets.append({"name": ds["name"], "path": os.fspath(dest / where)})
             for entry in (spec or {}).get("data", []):
                 if entry.get("digest"):
-                    write_files(blobs, load_manifest(blobs, entry["digest"]),
-                                code / _safe(entry["path"]))
+                    write_files(
+                        blobs, load_manifest(blobs, entry["digest"]), code / _safe(entry["path"])
+                    )
         return files, datasets

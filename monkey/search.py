@@ -26,7 +26,9 @@ def search(home: Home, store: Store, text: str, limit: int = 50) -> list[dict[st
     """Jobs whose command or logs hold TEXT (its words, in order), newest first, each with
     its last matching line (see SearchIndex.query)."""
     if not text.strip():
-        raise MonkeyError('monkey search: give the words to look for, e.g. monkey search "out of memory"')
+        raise MonkeyError(
+            'monkey search: give the words to look for, e.g. monkey search "out of memory"'
+        )
     index = SearchIndex(store)
     update(home, store, index)
     return index.query(text, limit)
@@ -43,13 +45,19 @@ def update(home: Home, store: Store, index: SearchIndex) -> None:
         for n in range(1, attempts + 1):
             for stream in ("stdout", "stderr"):
                 file = f"{n}/{rundir.stream_log(stream)}"
-                lines += _new_lines(home.run_dir(juid, n) / rundir.stream_log(stream), offsets, file,
-                                    f"{stream}, attempt {n}", whole=ended)
+                lines += _new_lines(
+                    home.run_dir(juid, n) / rundir.stream_log(stream),
+                    offsets,
+                    file,
+                    f"{stream}, attempt {n}",
+                    whole=ended,
+                )
         index.add(juid, lines, offsets, attempts if ended else None)
 
 
-def _new_lines(path: Any, offsets: dict[str, int], file: str, source: str,
-               whole: bool) -> list[tuple[str, str]]:
+def _new_lines(
+    path: Any, offsets: dict[str, int], file: str, source: str, whole: bool
+) -> list[tuple[str, str]]:
     """The lines of PATH past ``offsets[file]`` (complete ones unless WHOLE), advancing it."""
     start = offsets.get(file, 0)
     try:

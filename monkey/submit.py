@@ -34,9 +34,14 @@ if TYPE_CHECKING:
 
 # Variables that define the software environment a job was submitted from.
 CAPTURED_ENV = (
-    "PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
-    "LD_LIBRARY_PATH", "CUDA_HOME",
-)  # fmt: skip
+    "PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+)
 MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
@@ -48,8 +53,13 @@ class Submission(Record):
 
     __slots__ = ("name", "fields", "secrets", "secrets_ref")
 
-    def __init__(self, name: str | None, fields: dict[str, Any], secrets: dict[str, str],
-                 secrets_ref: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        fields: dict[str, Any],
+        secrets: dict[str, str],
+        secrets_ref: str | None = None,
+    ) -> None:
         self.name = name
         self.fields = fields
         self.secrets = secrets
@@ -67,8 +77,9 @@ class Submitter:
     # process, e.g. a sweep script's runs
     _packages_memo: tuple[dict[str, str], str, int] | None = None
 
-    def __init__(self, home: Home, store: Store,
-                 providers: Callable[[], dict[str, ProviderConfig]]) -> None:
+    def __init__(
+        self, home: Home, store: Store, providers: Callable[[], dict[str, ProviderConfig]]
+    ) -> None:
         self.home = home
         self.store = store
         self._providers = providers
@@ -109,15 +120,27 @@ class Submitter:
 
         resources = self.resources(provider, cpus, gpus, memory, host, time)
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
-        outputs = [check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)]
-        specs = ([os.fspath(datasets)] if isinstance(datasets, (str, os.PathLike))
-                 else [os.fspath(d) for d in datasets])
+        outputs = [
+            check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)
+        ]
+        specs = (
+            [os.fspath(datasets)]
+            if isinstance(datasets, (str, os.PathLike))
+            else [os.fspath(d) for d in datasets]
+        )
         if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-            raise MonkeyError(f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}")
+            raise MonkeyError(
+                f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}"
+            )
         root = os.path.expanduser(workdir) if workdir else os.getcwd()
         # True, like None, reads the workdir's job.yml if any (Path(True) failed)
-        job_file = (jobspec.find(root) if job_yml is None or job_yml is True
-                    else Path(job_yml) if job_yml else None)
+        job_file = (
+            jobspec.find(root)
+            if job_yml is None or job_yml is True
+            else Path(job_yml)
+            if job_yml
+            else None
+        )
         js = jobspec.load(job_file) if job_file else None
         subdir = ""
         # Resolved and its repository found once, for the snapshot, git and the record.
@@ -132,27 +155,40 @@ class Submitter:
         blobs = self.blobs()
         # The job.yml stored with the code holds no env values: they reach the job as env.
         hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
-        snap = snapshot.snapshot_dir(folder, blobs, self.store, js.snapshot_ignore() if js else (),
-                                     replace=hidden, yes=yes)
+        snap = snapshot.snapshot_dir(
+            folder, blobs, self.store, js.snapshot_ignore() if js else (), replace=hidden, yes=yes
+        )
         new_blobs = list(snap.new_blobs)
         spec_record = None
         if js is not None:
             spec_record, spec_blobs = jobspec.resolve(
-                js, snap.files, blobs, self.store, provider,
-                driver_class(self.providers[provider].type).job_options)
+                js,
+                snap.files,
+                blobs,
+                self.store,
+                provider,
+                driver_class(self.providers[provider].type).job_options,
+            )
             new_blobs += spec_blobs
         recorded_datasets = []
         seen: set[str] = set()
         for spec in specs:
-            ds = snapshot.dataset(spec, blobs, self.store, yes=yes)  # a path as typed: from the current folder
+            ds = snapshot.dataset(
+                spec, blobs, self.store, yes=yes
+            )  # a path as typed: from the current folder
             if ds.name in seen:
                 raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
             seen.add(ds.name)
             new_blobs += ds.new_blobs
             recorded_datasets.append(
-                {"name": ds.name, "digest": ds.digest, "single": ds.single, "size": ds.size,
-                 "source": spec}
-            )  # fmt: skip
+                {
+                    "name": ds.name,
+                    "digest": ds.digest,
+                    "single": ds.single,
+                    "size": ds.size,
+                    "source": spec,
+                }
+            )
         git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if js and hidden else ())
         if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
             git = {**git, "subdir": subdir}
@@ -162,18 +198,26 @@ class Submitter:
         return Submission(
             name=js.name if js is not None else None,
             fields={
-                "provider": provider, "resources": resources,
+                "provider": provider,
+                "resources": resources,
                 "env": {**plain_env, **{k: REDACTED for k in secret_env}},
-                "snapshot": snap.digest, "workdir": folder.path,
-                "datasets": recorded_datasets, "git": git, "python": sys.version.split()[0],
-                "retries": retries, "blobs": self.blobs().stamped(new_blobs), "spec": spec_record,
-                "outputs": outputs, "packages": packages[0],
+                "snapshot": snap.digest,
+                "workdir": folder.path,
+                "datasets": recorded_datasets,
+                "git": git,
+                "python": sys.version.split()[0],
+                "retries": retries,
+                "blobs": self.blobs().stamped(new_blobs),
+                "spec": spec_record,
+                "outputs": outputs,
+                "packages": packages[0],
             },
             secrets=secret_env,
-        )  # fmt: skip
+        )
 
-    def record(self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]],
-                **fields: Any) -> list[str]:
+    def record(
+        self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]], **fields: Any
+    ) -> list[str]:
         """Record one job per (argv, name, params) cell in one transaction; the secret values
         go to a 0600 file first, removed again when nothing refers to it."""
         secrets_ref = sub.secrets_ref
@@ -188,8 +232,15 @@ class Submitter:
         sub.secrets_ref = secrets_ref
         return juids
 
-    def resources(self, provider: str, cpus: int, gpus: int, memory: str | None,
-                   host: str | None = None, time: str | int | None = None) -> Resources:
+    def resources(
+        self,
+        provider: str,
+        cpus: int,
+        gpus: int,
+        memory: str | None,
+        host: str | None = None,
+        time: str | int | None = None,
+    ) -> Resources:
         config = self.providers.get(provider)
         if config is None:
             names = ", ".join(sorted(self.providers))
@@ -201,15 +252,22 @@ class Submitter:
                 raise MonkeyError(f"{label} must be a whole number >= {low}, got {value!r}")
         if memory is not None:
             parse_size(memory)  # refuse "lots" now, not when placing
-        resources = Resources(cpus=cpus, gpus=gpus, memory=memory, host=host,
-                              time=parse_duration(time) if time is not None else None)
+        resources = Resources(
+            cpus=cpus,
+            gpus=gpus,
+            memory=memory,
+            host=host,
+            time=parse_duration(time) if time is not None else None,
+        )
         why = driver_class(config.type).never_fits(config, resources)
         if why:
             raise MonkeyError(why)
         return resources
 
     @staticmethod
-    def split_env(env: dict[str, str] | str | Iterable[str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    def split_env(
+        env: dict[str, str] | str | Iterable[str] | None,
+    ) -> tuple[dict[str, str], dict[str, str]]:
         given: dict[str, str] = {}
         if isinstance(env, dict):
             given = {str(k): str(v) for k, v in env.items()}
@@ -223,8 +281,10 @@ class Submitter:
             if not _ENV_NAME.match(key):
                 raise MonkeyError(f"--env name {key!r} is not a valid variable name")
             if "\0" in value:
-                raise MonkeyError(f"--env {key}: the value contains a NUL byte (\\0), which no "
-                                  "program can receive; remove it")
+                raise MonkeyError(
+                    f"--env {key}: the value contains a NUL byte (\\0), which no "
+                    "program can receive; remove it"
+                )
         plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
         secret: dict[str, str] = {}
         for key, value in given.items():
@@ -278,8 +338,10 @@ def check_output_glob(pattern: str) -> str:
     """An --outputs glob, refused when it could reach outside the job's folder."""
     parts = pattern.split("/")
     if not pattern or pattern.startswith("/") or ".." in parts or "\0" in pattern:
-        raise MonkeyError(f"--outputs {pattern!r}: give a glob relative to the job's folder, "
-                          "e.g. --outputs 'results/*.csv'")
+        raise MonkeyError(
+            f"--outputs {pattern!r}: give a glob relative to the job's folder, "
+            "e.g. --outputs 'results/*.csv'"
+        )
     return pattern
 
 

@@ -99,8 +99,13 @@ def installed_elsewhere() -> bool:
     import subprocess
 
     try:
-        probe = subprocess.run(fresh_entry("monkey.version", "package_version"), cwd="/",
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        probe = subprocess.run(
+            fresh_entry("monkey.version", "package_version"),
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return probe.returncode == 0

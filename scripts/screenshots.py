@@ -45,8 +45,14 @@ def build_home(root: Path) -> tuple[Monkey, str, list[str]]:
     m = Monkey(root / "home")
     m.wake = lambda queued=None: None  # type: ignore[method-assign]  # no core: runs are written
     grid = {"lr": [0.001, 0.003, 0.01, 0.03], "layers": [2, 4, 8]}
-    sid = m.sweep("python train.py --lr {lr} --layers {layers}", grid=grid, metric=METRIC,
-                  goal="min", name="lr-depth", workdir=str(project))
+    sid = m.sweep(
+        "python train.py --lr {lr} --layers {layers}",
+        grid=grid,
+        metric=METRIC,
+        goal="min",
+        name="lr-depth",
+        workdir=str(project),
+    )
     status = m.sweep_status(sid)
     juids = [j["job"] for j in status["jobs"]]
     now = time.time()
@@ -55,22 +61,45 @@ def build_home(root: Path) -> tuple[Monkey, str, list[str]]:
         if lr == 0.03 and layers == 4:
             _run(m, j["job"], now - 300, lr, layers, steps=STEPS // 2, end=None)  # still running
         elif lr == 0.03 and layers == 8:
-            _run(m, j["job"], now - 3000 + 60 * i, lr, layers, steps=12,
-                 end=(State.FAILED, 1, "exit 1"))  # diverged
+            _run(
+                m,
+                j["job"],
+                now - 3000 + 60 * i,
+                lr,
+                layers,
+                steps=12,
+                end=(State.FAILED, 1, "exit 1"),
+            )  # diverged
         else:
-            _run(m, j["job"], now - 3000 + 60 * i, lr, layers, steps=STEPS,
-                 end=(State.SUCCEEDED, 0, "exit 0"))
+            _run(
+                m,
+                j["job"],
+                now - 3000 + 60 * i,
+                lr,
+                layers,
+                steps=STEPS,
+                end=(State.SUCCEEDED, 0, "exit 0"),
+            )
     prep = m.run(["python", "prepare.py"], name="prepare", workdir=str(project), start_core=False)
     _run(m, prep.juid, now - 4000, None, None, steps=0, end=(State.SUCCEEDED, 0, "exit 0"))
-    oom = m.run(["python", "eval.py", "--batch", "512"], name="eval", workdir=str(project),
-                start_core=False)
+    oom = m.run(
+        ["python", "eval.py", "--batch", "512"], name="eval", workdir=str(project), start_core=False
+    )
     _run(m, oom.juid, now - 900, None, None, steps=0, end=(State.FAILED, 137, "killed (OOM)"))
     m.run(["python", "export.py"], name="export", workdir=str(project), start_core=False)
     return m, sid, juids
 
 
-def _run(m: Monkey, juid: str, at: float, lr: float | None, layers: int | None, *, steps: int,
-         end: tuple[State, int, str] | None) -> None:
+def _run(
+    m: Monkey,
+    juid: str,
+    at: float,
+    lr: float | None,
+    layers: int | None,
+    *,
+    steps: int,
+    end: tuple[State, int, str] | None,
+) -> None:
     """Give a queued job one attempt started at ``at``, its metrics and its end (or keep it
     running)."""
     store = m.store
@@ -81,18 +110,27 @@ def _run(m: Monkey, juid: str, at: float, lr: float | None, layers: int | None, 
     if steps:
         points = []
         for step in range(steps):
-            points += [(name, step, value, at + 2 + 5 * step)
-                       for name, value in _curves(lr or 0.01, layers or 4, step).items()]
+            points += [
+                (name, step, value, at + 2 + 5 * step)
+                for name, value in _curves(lr or 0.01, layers or 4, step).items()
+            ]
         store.ingest_metrics(juid, 1, 1, [as_columns(points)], params={"lr": lr, "layers": layers})
     if end:
         state, code, reason = end
-        store.end_attempt(juid, 1, final=state, exit_code=code, signal=None, reason=reason,
-                          now=at + 10 + 5 * max(steps, 1))
+        store.end_attempt(
+            juid,
+            1,
+            final=state,
+            exit_code=code,
+            signal=None,
+            reason=reason,
+            now=at + 10 + 5 * max(steps, 1),
+        )
 
 
 def _curves(lr: float, layers: int, step: int) -> dict[str, float]:
     """Plausible training curves: faster with a higher learning rate, lower with depth."""
-    speed = 40 * lr ** 0.7
+    speed = 40 * lr**0.7
     floor = 0.25 + 0.6 / layers + 0.15 * abs(math.log10(lr / 0.01))
     floor += 0.8 if lr >= 0.03 and layers == 8 else 0.0
     wobble = 0.02 * math.sin(step * 1.7 + layers)
@@ -117,7 +155,8 @@ async def dashboard(m: Monkey, juids: list[str], out: Path) -> None:
         await pilot.press("exclamation_mark")
         await pilot.pause(0.3)
         (out / "dash-problems.svg").write_text(
-            app.export_screenshot(title="monkey dash: problems first (!)"))
+            app.export_screenshot(title="monkey dash: problems first (!)")
+        )
         await pilot.press("exclamation_mark")
         for juid in juids[:4]:  # mark four runs of the sweep, open the first: overlaid
             app.table.move_cursor(juid)
@@ -128,7 +167,8 @@ async def dashboard(m: Monkey, juids: list[str], out: Path) -> None:
         await _until(pilot, lambda: pane.names and pane.shown)
         await pilot.pause(0.5)
         (out / "dash-metrics.svg").write_text(
-            app.export_screenshot(title="monkey dash: a run's metrics"))
+            app.export_screenshot(title="monkey dash: a run's metrics")
+        )
         app.exit()
 
 
@@ -155,7 +195,7 @@ def report_chart(m: Monkey, sid: str, out: Path) -> None:
     fixed = head.replace('width="100%"', f'width="{width.group(1)}"' if width else "")
     if "xmlns=" not in fixed:
         fixed = fixed.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
-    svg = fixed + '<rect width="100%" height="100%" fill="white"/>' + figure[len(head):]
+    svg = fixed + '<rect width="100%" height="100%" fill="white"/>' + figure[len(head) :]
     (out / "report-chart.svg").write_text(svg + "\n")
 
 

@@ -25,10 +25,21 @@ REPO = Path(__file__).resolve().parents[1]
 # Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
 # the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
 # directly or through another fixture, is `system`.
-SYSTEM_FIXTURES = frozenset({
-    "cli", "monkey", "moto", "moto_server", "slurm", "slurm_cluster", "gce", "gcs_server", "lab",
-    "fleet", "world",
-})
+SYSTEM_FIXTURES = frozenset(
+    {
+        "cli",
+        "monkey",
+        "moto",
+        "moto_server",
+        "slurm",
+        "slurm_cluster",
+        "gce",
+        "gcs_server",
+        "lab",
+        "fleet",
+        "world",
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,17 +57,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> None:
     """A `unit` test that reaches a system fixture at run time (`request.getfixturevalue`)
     fails at once: it should be marked `system` (a parameter's `marks=` for a parametrised
     fixture)."""
     if fixturedef.argname in SYSTEM_FIXTURES and request.node.get_closest_marker("unit"):
-        pytest.fail(f"{request.node.nodeid} is marked unit but uses the fixture "
-                    f"`{fixturedef.argname}`: mark it `@pytest.mark.system`", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} is marked unit but uses the fixture "
+            f"`{fixturedef.argname}`: mark it `@pytest.mark.system`",
+            pytrace=False,
+        )
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.02,
-             what: str = "condition") -> object:
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float = 30.0,
+    every: float = 0.02,
+    what: str = "condition",
+) -> object:
     """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -143,10 +163,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # terminal: a test sees none of the caller's (an xdist worker or a developer's shell may set
 # COLUMNS), so its output depends on neither the order of tests nor the process running them.
 TERMINAL_VARIABLES = (
-    "COLUMNS", "LINES", "ROWS", "JUPYTER_COLUMNS", "JUPYTER_LINES", "COLORTERM", "NO_COLOR",
-    "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "PY_COLORS", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
-    "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "LC_TERMINAL", "VTE_VERSION", "ESCDELAY",
-    "PROMPT_TOOLKIT_COLOR_DEPTH", "PROMPT_TOOLKIT_NO_CPR", "DATABRICKS_RUNTIME_VERSION",
+    "COLUMNS",
+    "LINES",
+    "ROWS",
+    "JUPYTER_COLUMNS",
+    "JUPYTER_LINES",
+    "COLORTERM",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "PY_COLORS",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "TERM_PROGRAM",
+    "TERM_PROGRAM_VERSION",
+    "LC_TERMINAL",
+    "VTE_VERSION",
+    "ESCDELAY",
+    "PROMPT_TOOLKIT_COLOR_DEPTH",
+    "PROMPT_TOOLKIT_NO_CPR",
+    "DATABRICKS_RUNTIME_VERSION",
 )
 
 
@@ -156,7 +193,9 @@ def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in TERMINAL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name in list(os.environ):
-        if name == "TEXTUAL" or (name.startswith("TEXTUAL_") and not name.startswith("TEXTUAL_SNAPSHOT")):
+        if name == "TEXTUAL" or (
+            name.startswith("TEXTUAL_") and not name.startswith("TEXTUAL_SNAPSHOT")
+        ):
             monkeypatch.delenv(name)
     monkeypatch.setenv("TERM", "xterm")
 
@@ -182,11 +221,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def cli(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run `monkey ARGS` as a user would, in a subprocess."""
 
-    def run(*args: str, timeout: float = 120, check: bool = False,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, timeout: float = 120, check: bool = False, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "monkey", *args], capture_output=True, text=True,
-            timeout=timeout, input=input, env=os.environ.copy(),
+            [sys.executable, "-m", "monkey", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            env=os.environ.copy(),
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"monkey {' '.join(args)} exited {proc.returncode}: {proc.stderr}")

@@ -45,8 +45,11 @@ class Target:
         if drv.elastic:
             self.created.append(drv.create_node().id)
         wanted = self.created[-1] if self.created else self.configured[0]
-        wait_for(lambda: any(c.instance == wanted for c in drv.instances()), timeout=30,
-                 what=f"{wanted} to take jobs")  # fmt: skip
+        wait_for(
+            lambda: any(c.instance == wanted for c in drv.instances()),
+            timeout=30,
+            what=f"{wanted} to take jobs",
+        )
         return wanted
 
 
@@ -118,7 +121,10 @@ class DriverContract:
         assert states(drv) == {}
         made = drv.create_node()
         target.created.append(made.id)
-        assert made.provider == drv.name and made.state in (InstanceState.PENDING, InstanceState.RUNNING)
+        assert made.provider == drv.name and made.state in (
+            InstanceState.PENDING,
+            InstanceState.RUNNING,
+        )
         assert wait_for(lambda: states(drv).get(made.id) == InstanceState.RUNNING, what="running")
         drv.destroy_node(made.id)
         assert states(drv).get(made.id, InstanceState.TERMINATED) == InstanceState.TERMINATED
@@ -128,7 +134,9 @@ class DriverContract:
         """A cloud instance's agent is armed to power its machine off once orphaned (and the
         core pings it); this machine's, an SSH host's, a Slurm allocation's, never."""
         drv = target.driver
-        orphan = drv.transport.sync_fields(target.configured[0] if target.configured else f"{drv.name}/i-0")
+        orphan = drv.transport.sync_fields(
+            target.configured[0] if target.configured else f"{drv.name}/i-0"
+        )
         if self.powers_off:
             assert orphan["orphan"] == {"timeout": 1800.0} and drv.ping_every == 60.0
         else:
@@ -138,26 +146,40 @@ class DriverContract:
         drv = target.driver
         instance = target.usable()
         assert states(drv)[instance] == InstanceState.RUNNING
-        digest, _ = BlobStore(Home(home).blobs).put_bytes(b"echo hello from the contract\necho 42 > result.txt\n")
+        digest, _ = BlobStore(Home(home).blobs).put_bytes(
+            b"echo hello from the contract\necho 42 > result.txt\n"
+        )
         link = drv.transport.connect(instance)
         try:
             assert link.request("hello")["cpus"] >= 1
             link.request("sync", attempts=[])  # pushes: the job's events
 
-            fetch = drv.transport.prepare(instance, [digest])  # the blob there, or fields that fetch it
+            fetch = drv.transport.prepare(
+                instance, [digest]
+            )  # the blob there, or fields that fetch it
             juid = "26-01-01-001"
             run_dir = drv.transport.run_dir(instance, juid, 1)
-            link.request("start", juid=juid, attempt=1, run_dir=run_dir, argv=["sh", "main.sh"],
-                         env={}, files=[["main.sh", digest, 0o644]],
-                         blobs_dir=drv.transport.blobs_dir(instance), **fetch,
-                         **drv.transport.start_fields(instance, juid, 1, ["*.txt"]))  # fmt: skip
+            link.request(
+                "start",
+                juid=juid,
+                attempt=1,
+                run_dir=run_dir,
+                argv=["sh", "main.sh"],
+                env={},
+                files=[["main.sh", digest, 0o644]],
+                blobs_dir=drv.transport.blobs_dir(instance),
+                **fetch,
+                **drv.transport.start_fields(instance, juid, 1, ["*.txt"]),
+            )
             assert wait_exit(link, juid)["code"] == 0
             blob = Path(drv.transport.blobs_dir(instance)) / digest[:2] / digest[2:]
             assert blob.read_bytes().startswith(b"echo hello from the contract\n")
             drv.transport.finish(instance, juid, 1, ["*.txt"], True)
         finally:
             link.close()
-        assert (Home(home).run_dir(juid, 1) / "stdout.log").read_text() == "hello from the contract\n"
+        assert (
+            Home(home).run_dir(juid, 1) / "stdout.log"
+        ).read_text() == "hello from the contract\n"
         assert (Home(home).run_dir(juid, 1) / "work" / "result.txt").read_text() == "42\n"
 
 
@@ -173,7 +195,9 @@ class CloudContract(DriverContract):
         drv = target.driver
         made = [drv.create_node(), drv.create_node()]
         target.created += [m.id for m in made]
-        with pytest.raises(NoCapacity, match=rf"^{drv.name}: 2 instance\(s\) exist, max_instances is 2; "):
+        with pytest.raises(
+            NoCapacity, match=rf"^{drv.name}: 2 instance\(s\) exist, max_instances is 2; "
+        ):
             drv.create_node()
         live = {i for i, s in states(drv).items() if s != InstanceState.TERMINATED}
         assert live == {m.id for m in made}
@@ -182,13 +206,19 @@ class CloudContract(DriverContract):
 
     def test_unreachable_endpoint_is_one_line(self, target: Target, home: Path) -> None:
         config = target.driver.config
-        drv = type(target.driver)(ProviderConfig(config.name, config.type,
-                                                 {**config.options, "endpoint": "http://127.0.0.1:9"}),
-                                  Home(home))  # fmt: skip
+        drv = type(target.driver)(
+            ProviderConfig(
+                config.name, config.type, {**config.options, "endpoint": "http://127.0.0.1:9"}
+            ),
+            Home(home),
+        )
         try:
-            with pytest.raises(MonkeyError, match=rf"^{config.name}: cannot list instances: cannot reach "
-                                                  rf"http://127\.0\.0\.1:9 \(.*\); check the network"
-                                                  rf"{self.unreachable_tail}"):
+            with pytest.raises(
+                MonkeyError,
+                match=rf"^{config.name}: cannot list instances: cannot reach "
+                rf"http://127\.0\.0\.1:9 \(.*\); check the network"
+                rf"{self.unreachable_tail}",
+            ):
                 drv.list_nodes()
         finally:
             drv.close()

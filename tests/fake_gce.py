@@ -24,9 +24,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 BASE = "https://www.googleapis.com/compute/v1"
-ZONES = {"us-central1-a": "us-central1", "us-central1-b": "us-central1", "europe-west1-b": "europe-west1"}
-MACHINE_TYPES = {"e2-micro": (2, 1024), "e2-small": (2, 2048), "n1-standard-1": (1, 3840),
-                 "n2-standard-2": (2, 8192), "e2-standard-4": (4, 16384)}
+ZONES = {
+    "us-central1-a": "us-central1",
+    "us-central1-b": "us-central1",
+    "europe-west1-b": "europe-west1",
+}
+MACHINE_TYPES = {
+    "e2-micro": (2, 1024),
+    "e2-small": (2, 2048),
+    "n1-standard-1": (1, 3840),
+    "n2-standard-2": (2, 8192),
+    "e2-standard-4": (4, 16384),
+}
 IMAGES = {"debian-cloud": [("debian-12-bookworm-v20251111", "debian-12")]}
 
 
@@ -98,17 +107,32 @@ class FakeGCE:
         return f"{BASE}/projects/{project or self.project}/{path}"
 
     def _network(self, name: str, auto: bool) -> dict[str, Any]:
-        return {"kind": "compute#network", "id": str(next(self.ids)), "name": name,
-                "selfLink": self.link(f"global/networks/{name}"), "autoCreateSubnetworks": auto,
-                "subnetworks": [], "creationTimestamp": _now()}  # fmt: skip
+        return {
+            "kind": "compute#network",
+            "id": str(next(self.ids)),
+            "name": name,
+            "selfLink": self.link(f"global/networks/{name}"),
+            "autoCreateSubnetworks": auto,
+            "subnetworks": [],
+            "creationTimestamp": _now(),
+        }
 
-    def op(self, target: str, zone: str | None, optype: str,
-           error: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    def op(
+        self, target: str, zone: str | None, optype: str, error: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         name = f"operation-{next(self.ids)}"
         scope = f"zones/{zone}" if zone else "global"
-        op = {"kind": "compute#operation", "id": str(next(self.ids)), "name": name,
-              "status": "DONE", "progress": 100, "operationType": optype, "targetLink": target,
-              "insertTime": _now(), "selfLink": self.link(f"{scope}/operations/{name}")}  # fmt: skip
+        op = {
+            "kind": "compute#operation",
+            "id": str(next(self.ids)),
+            "name": name,
+            "status": "DONE",
+            "progress": 100,
+            "operationType": optype,
+            "targetLink": target,
+            "insertTime": _now(),
+            "selfLink": self.link(f"{scope}/operations/{name}"),
+        }
         if zone:
             op["zone"] = self.link(f"zones/{zone}")
         if error:
@@ -119,45 +143,85 @@ class FakeGCE:
     def insert(self, zone: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = body["name"]
         if (zone, name) in self.instances:
-            return 409, {"error": {"code": 409, "message": f"The resource '{name}' already exists",
-                                   "errors": [{"reason": "alreadyExists", "message": "exists"}]}}
+            return 409, {
+                "error": {
+                    "code": 409,
+                    "message": f"The resource '{name}' already exists",
+                    "errors": [{"reason": "alreadyExists", "message": "exists"}],
+                }
+            }
         failure, self.failure = self.failure, None
         target = self.link(f"zones/{zone}/instances/{name}")
         if failure and not failure["leak"]:
-            return 200, self.op(target, zone, "insert", {"code": failure["code"], "message": failure["message"]})
+            return 200, self.op(
+                target, zone, "insert", {"code": failure["code"], "message": failure["message"]}
+            )
         disks = []
         for number, disk in enumerate(body.get("disks", [])):
             params = disk.get("initializeParams", {})
             dname = params.get("diskName", name)
             self.disks[(zone, dname)] = {
-                "kind": "compute#disk", "id": str(next(self.ids)), "name": dname,
-                "sizeGb": str(params.get("diskSizeGb", 10)), "zone": self.link(f"zones/{zone}"),
-                "status": "READY", "licenses": [], "sourceImage": params.get("sourceImage"),
-                "selfLink": self.link(f"zones/{zone}/disks/{dname}")}  # fmt: skip
-            disks.append({"boot": disk.get("boot", number == 0), "type": "PERSISTENT",
-                          "source": self.link(f"zones/{zone}/disks/{dname}"),
-                          "autoDelete": disk.get("autoDelete", True), "deviceName": dname})  # fmt: skip
+                "kind": "compute#disk",
+                "id": str(next(self.ids)),
+                "name": dname,
+                "sizeGb": str(params.get("diskSizeGb", 10)),
+                "zone": self.link(f"zones/{zone}"),
+                "status": "READY",
+                "licenses": [],
+                "sourceImage": params.get("sourceImage"),
+                "selfLink": self.link(f"zones/{zone}/disks/{dname}"),
+            }
+            disks.append(
+                {
+                    "boot": disk.get("boot", number == 0),
+                    "type": "PERSISTENT",
+                    "source": self.link(f"zones/{zone}/disks/{dname}"),
+                    "autoDelete": disk.get("autoDelete", True),
+                    "deviceName": dname,
+                }
+            )
         self.created += 1
         n = self.created
-        nics = [{"network": self.link("global/networks/default"), "networkIP": f"127.0.0.{n + 3}",
-                 "name": "nic0", "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT",
-                                                    "natIP": f"203.0.113.{n}"}]}]  # fmt: skip
+        nics = [
+            {
+                "network": self.link("global/networks/default"),
+                "networkIP": f"127.0.0.{n + 3}",
+                "name": "nic0",
+                "accessConfigs": [
+                    {"name": "External NAT", "type": "ONE_TO_ONE_NAT", "natIP": f"203.0.113.{n}"}
+                ],
+            }
+        ]
         self.instances[(zone, name)] = {
-            "kind": "compute#instance", "id": str(next(self.ids)), "name": name,
-            "status": "RUNNING", "zone": self.link(f"zones/{zone}"),
-            "machineType": body.get("machineType"), "disks": disks, "networkInterfaces": nics,
-            "metadata": body.get("metadata", {}), "tags": dict(body.get("tags", {}), fingerprint="fp0"),
-            "labels": body.get("labels", {}), "labelFingerprint": "lfp0",
-            "scheduling": body.get("scheduling", {}), "creationTimestamp": _now(), "selfLink": target,
-        }  # fmt: skip
+            "kind": "compute#instance",
+            "id": str(next(self.ids)),
+            "name": name,
+            "status": "RUNNING",
+            "zone": self.link(f"zones/{zone}"),
+            "machineType": body.get("machineType"),
+            "disks": disks,
+            "networkInterfaces": nics,
+            "metadata": body.get("metadata", {}),
+            "tags": dict(body.get("tags", {}), fingerprint="fp0"),
+            "labels": body.get("labels", {}),
+            "labelFingerprint": "lfp0",
+            "scheduling": body.get("scheduling", {}),
+            "creationTimestamp": _now(),
+            "selfLink": target,
+        }
         error = {"code": failure["code"], "message": failure["message"]} if failure else None
         return 200, self.op(target, zone, "insert", error)
 
 
 def _not_found(what: str) -> tuple[int, dict[str, Any]]:
     message = f"The resource '{what}' was not found"
-    return 404, {"error": {"code": 404, "message": message,
-                           "errors": [{"reason": "notFound", "message": message}]}}
+    return 404, {
+        "error": {
+            "code": 404,
+            "message": message,
+            "errors": [{"reason": "notFound", "message": message}],
+        }
+    }
 
 
 def _route(fake: FakeGCE, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -167,44 +231,97 @@ def _route(fake: FakeGCE, method: str, path: str, body: dict[str, Any]) -> tuple
     project, rest = m[1], m[2] or ""
     link = fake.link
     if rest == "/global/images" and method == "GET":
-        items = [{"kind": "compute#image", "id": str(abs(hash(n)) % 10**18), "name": n,
-                  "family": family, "status": "READY", "diskSizeGb": "10", "licenses": [],
-                  "selfLink": link(f"global/images/{n}", project), "creationTimestamp": _now()}
-                 for n, family in IMAGES.get(project, [])]  # fmt: skip
+        items = [
+            {
+                "kind": "compute#image",
+                "id": str(abs(hash(n)) % 10**18),
+                "name": n,
+                "family": family,
+                "status": "READY",
+                "diskSizeGb": "10",
+                "licenses": [],
+                "selfLink": link(f"global/images/{n}", project),
+                "creationTimestamp": _now(),
+            }
+            for n, family in IMAGES.get(project, [])
+        ]
         return 200, {"kind": "compute#imageList", "items": items}
     m = re.match(r"^/global/images/(?:family/)?([^/]+)$", rest)
     if m:
         return _not_found(rest)  # looked up by listing
     if project != fake.project:
-        return 403, {"error": {"code": 403, "message": f"Permission denied on project {project}",
-                               "errors": [{"reason": "forbidden", "message": "forbidden"}]}}
+        return 403, {
+            "error": {
+                "code": 403,
+                "message": f"Permission denied on project {project}",
+                "errors": [{"reason": "forbidden", "message": "forbidden"}],
+            }
+        }
     if rest == "/zones":
-        return 200, {"items": [{"kind": "compute#zone", "id": str(i), "name": z, "status": "UP",
-                                "region": link(f"regions/{r}"), "selfLink": link(f"zones/{z}")}
-                               for i, (z, r) in enumerate(ZONES.items())]}  # fmt: skip
+        return 200, {
+            "items": [
+                {
+                    "kind": "compute#zone",
+                    "id": str(i),
+                    "name": z,
+                    "status": "UP",
+                    "region": link(f"regions/{r}"),
+                    "selfLink": link(f"zones/{z}"),
+                }
+                for i, (z, r) in enumerate(ZONES.items())
+            ]
+        }
     m = re.match(r"^/zones/([^/]+)$", rest)
     if m:
         if m[1] not in ZONES:
             return _not_found(rest)
-        return 200, {"kind": "compute#zone", "id": "1", "name": m[1], "status": "UP",
-                     "region": link(f"regions/{ZONES[m[1]]}"), "selfLink": link(f"zones/{m[1]}")}
+        return 200, {
+            "kind": "compute#zone",
+            "id": "1",
+            "name": m[1],
+            "status": "UP",
+            "region": link(f"regions/{ZONES[m[1]]}"),
+            "selfLink": link(f"zones/{m[1]}"),
+        }
     if rest == "/regions":
         regions = sorted(set(ZONES.values()))
-        return 200, {"items": [{"kind": "compute#region", "id": str(i), "name": r, "status": "UP",
-                                "zones": [link(f"zones/{z}") for z, rr in ZONES.items() if rr == r],
-                                "selfLink": link(f"regions/{r}")} for i, r in enumerate(regions)]}
+        return 200, {
+            "items": [
+                {
+                    "kind": "compute#region",
+                    "id": str(i),
+                    "name": r,
+                    "status": "UP",
+                    "zones": [link(f"zones/{z}") for z, rr in ZONES.items() if rr == r],
+                    "selfLink": link(f"regions/{r}"),
+                }
+                for i, r in enumerate(regions)
+            ]
+        }
     m = re.match(r"^/zones/([^/]+)/machineTypes/([^/]+)$", rest)
     if m:
         if m[2] not in MACHINE_TYPES or m[1] not in ZONES:
             return _not_found(rest)
         cpus, memory = MACHINE_TYPES[m[2]]
-        return 200, {"kind": "compute#machineType", "id": str(abs(hash(m[2])) % 10**12),
-                     "name": m[2], "guestCpus": cpus, "memoryMb": memory, "zone": m[1],
-                     "selfLink": link(f"zones/{m[1]}/machineTypes/{m[2]}")}  # fmt: skip
+        return 200, {
+            "kind": "compute#machineType",
+            "id": str(abs(hash(m[2])) % 10**12),
+            "name": m[2],
+            "guestCpus": cpus,
+            "memoryMb": memory,
+            "zone": m[1],
+            "selfLink": link(f"zones/{m[1]}/machineTypes/{m[2]}"),
+        }
     m = re.match(r"^/zones/([^/]+)/diskTypes/([^/]+)$", rest)
     if m:
-        return 200, {"kind": "compute#diskType", "id": "1", "name": m[2], "zone": link(f"zones/{m[1]}"),
-                     "selfLink": link(f"zones/{m[1]}/diskTypes/{m[2]}"), "validDiskSize": "10GB-65536GB"}
+        return 200, {
+            "kind": "compute#diskType",
+            "id": "1",
+            "name": m[2],
+            "zone": link(f"zones/{m[1]}"),
+            "selfLink": link(f"zones/{m[1]}/diskTypes/{m[2]}"),
+            "validDiskSize": "10GB-65536GB",
+        }
     m = re.match(r"^/global/networks/([^/]+)$", rest)
     if m and method == "GET":
         return (200, fake.networks[m[1]]) if m[1] in fake.networks else _not_found(rest)
@@ -216,8 +333,12 @@ def _route(fake: FakeGCE, method: str, path: str, body: dict[str, Any]) -> tuple
     if m and method == "GET":
         return (200, fake.firewalls[m[1]]) if m[1] in fake.firewalls else _not_found(rest)
     if rest == "/global/firewalls" and method == "POST":
-        rule = dict(body, kind="compute#firewall", id=str(next(fake.ids)),
-                    selfLink=link(f"global/firewalls/{body['name']}"))  # fmt: skip
+        rule = dict(
+            body,
+            kind="compute#firewall",
+            id=str(next(fake.ids)),
+            selfLink=link(f"global/firewalls/{body['name']}"),
+        )
         rule.setdefault("direction", "INGRESS")
         rule.setdefault("priority", 1000)
         fake.firewalls[body["name"]] = rule
@@ -317,12 +438,28 @@ class FakeGCS:
             port = probe.getsockname()[1]
         self.gate.backend_port = port
         self.process = subprocess.Popen(
-            [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-             "-backend", "memory", "-external-url", self.endpoint,
-             "-public-host", self.gate.address, "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(_get_binary_path()),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(port),
+                "-backend",
+                "memory",
+                "-external-url",
+                self.endpoint,
+                "-public-host",
+                self.gate.address,
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             # shared by the session's tests: not one of the processes a test's home kills
-            env={k: v for k, v in os.environ.items() if k != "MONKEY_HOME"})  # fmt: skip
+            env={k: v for k, v in os.environ.items() if k != "MONKEY_HOME"},
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -341,8 +478,11 @@ class FakeGCS:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        return storage.Client(project="monkey-test", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": self.endpoint})
+        return storage.Client(
+            project="monkey-test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.endpoint},
+        )
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
         """Every object of BUCKET under PREFIX, with its content."""
@@ -372,9 +512,15 @@ def service_account_file(path: Any, project: str = "monkey-test") -> str:
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()).decode()
-    account = {"type": "service_account", "project_id": project, "private_key_id": "k1",
-               "private_key": pem, "client_email": f"monkey@{project}.iam.gserviceaccount.com",
-               "client_id": "1", "token_uri": "http://127.0.0.1:9/token"}  # fmt: skip
+    account = {
+        "type": "service_account",
+        "project_id": project,
+        "private_key_id": "k1",
+        "private_key": pem,
+        "client_email": f"monkey@{project}.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": "http://127.0.0.1:9/token",
+    }
     fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(account, fh)

@@ -95,10 +95,17 @@ class SignedGate:
         except (InvalidSignature, ValueError):
             raise Refused("the signature does not match") from None
 
-    def _check_url(self, method: str, path: str, query: list[tuple[str, str]], headers: Any) -> None:
+    def _check_url(
+        self, method: str, path: str, query: list[tuple[str, str]], headers: Any
+    ) -> None:
         params = dict(query)
-        for name in ("X-Goog-Algorithm", "X-Goog-Credential", "X-Goog-Date", "X-Goog-Expires",
-                     "X-Goog-SignedHeaders"):  # fmt: skip
+        for name in (
+            "X-Goog-Algorithm",
+            "X-Goog-Credential",
+            "X-Goog-Date",
+            "X-Goog-Expires",
+            "X-Goog-SignedHeaders",
+        ):
             if name not in params:
                 raise Refused(f"signed URL without {name}")
         if params["X-Goog-Algorithm"] != "GOOG4-RSA-SHA256":
@@ -107,16 +114,39 @@ class SignedGate:
         if time.time() > signed_at + int(params["X-Goog-Expires"]):
             raise Refused("the signed URL has expired")
         names = params["X-Goog-SignedHeaders"].split(";")
-        canonical_headers = "".join(f"{n}:{' '.join((headers.get(n) or '').split())}\n" for n in names)
-        canonical_query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}"
-                                   for k, v in sorted(query) if k != "X-Goog-Signature")  # fmt: skip
-        request = "\n".join([method, path, canonical_query, canonical_headers,
-                             params["X-Goog-SignedHeaders"], "UNSIGNED-PAYLOAD"])  # fmt: skip
+        canonical_headers = "".join(
+            f"{n}:{' '.join((headers.get(n) or '').split())}\n" for n in names
+        )
+        canonical_query = "&".join(
+            f"{quote(k, safe='')}={quote(v, safe='')}"
+            for k, v in sorted(query)
+            if k != "X-Goog-Signature"
+        )
+        request = "\n".join(
+            [
+                method,
+                path,
+                canonical_query,
+                canonical_headers,
+                params["X-Goog-SignedHeaders"],
+                "UNSIGNED-PAYLOAD",
+            ]
+        )
         scope = params["X-Goog-Credential"].partition("/")[2]
-        to_sign = "\n".join(["GOOG4-RSA-SHA256", params["X-Goog-Date"], scope,
-                             hashlib.sha256(request.encode()).hexdigest()])  # fmt: skip
-        self._verify(params["X-Goog-Credential"], params["X-Goog-Date"], to_sign.encode(),
-                     params["X-Goog-Signature"])  # fmt: skip
+        to_sign = "\n".join(
+            [
+                "GOOG4-RSA-SHA256",
+                params["X-Goog-Date"],
+                scope,
+                hashlib.sha256(request.encode()).hexdigest(),
+            ]
+        )
+        self._verify(
+            params["X-Goog-Credential"],
+            params["X-Goog-Date"],
+            to_sign.encode(),
+            params["X-Goog-Signature"],
+        )
 
     def _check_form(self, path: str, headers: Any, body: bytes) -> None:
         form, file_size = _parse_form(headers.get("Content-Type", ""), body)
@@ -125,8 +155,12 @@ class SignedGate:
                 raise Refused(f"form without {name}")
         if form.get("x-goog-algorithm") != "GOOG4-RSA-SHA256":
             raise Refused("form without x-goog-algorithm GOOG4-RSA-SHA256")
-        self._verify(form["x-goog-credential"], form["x-goog-date"], form["policy"].encode(),
-                     form["x-goog-signature"])  # fmt: skip
+        self._verify(
+            form["x-goog-credential"],
+            form["x-goog-date"],
+            form["policy"].encode(),
+            form["x-goog-signature"],
+        )
         policy = json.loads(base64.b64decode(form["policy"]))
         ends = datetime.datetime.strptime(policy["expiration"], "%Y-%m-%dT%H:%M:%SZ")
         if ends.replace(tzinfo=datetime.timezone.utc).timestamp() < time.time():
@@ -136,8 +170,9 @@ class SignedGate:
         check_conditions(policy, values, file_size, {"x-goog-signature", "policy", "file"})
 
 
-def check_conditions(policy: dict[str, Any], values: dict[str, str], file_size: int,
-                     free: set[str]) -> None:
+def check_conditions(
+    policy: dict[str, Any], values: dict[str, str], file_size: int, free: set[str]
+) -> None:
     """Raise Refused unless the form VALUES (lower-case names, with ``bucket``) and its file
     of FILE_SIZE bytes meet every condition of the POST POLICY, and every field but FREE
     is one a condition names (S3 and GCS check forms alike)."""
@@ -154,8 +189,11 @@ def check_conditions(policy: dict[str, Any], values: dict[str, str], file_size: 
         name = args[0].lstrip("$").lower()
         covered.add(name)
         have = values.get(name)
-        if have is None or (op == "eq" and have != args[1]) \
-                or (op == "starts-with" and not have.startswith(args[1])):
+        if (
+            have is None
+            or (op == "eq" and have != args[1])
+            or (op == "starts-with" and not have.startswith(args[1]))
+        ):
             raise Refused(f"the form's {name}={have!r} does not meet {cond}")
     stray = sorted(k for k in values if k not in covered | free and not k.startswith("x-ignore-"))
     if stray:
@@ -205,14 +243,18 @@ def _handler(gate: SignedGate) -> type[BaseHTTPRequestHandler]:
                 backend.request(self.command, self.path, body=body or None, headers=headers)
                 reply = backend.getresponse()
                 data = reply.read()
-                kept = {k: v for k, v in reply.getheaders()
-                        if k.lower() not in _HOP and k.lower() != "content-length"}  # fmt: skip
+                kept = {
+                    k: v
+                    for k, v in reply.getheaders()
+                    if k.lower() not in _HOP and k.lower() != "content-length"
+                }
                 self.reply(reply.status, kept, data, reply.getheader("Content-Length"))
             finally:
                 backend.close()
 
-        def reply(self, status: int, headers: dict[str, str], data: bytes,
-                  length: str | None = None) -> None:  # fmt: skip
+        def reply(
+            self, status: int, headers: dict[str, str], data: bytes, length: str | None = None
+        ) -> None:
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)

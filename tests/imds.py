@@ -34,7 +34,9 @@ class Metadata:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def reply(self, code: int, body: str = "", headers: dict[str, str] | None = None) -> None:
+            def reply(
+                self, code: int, body: str = "", headers: dict[str, str] | None = None
+            ) -> None:
                 data = body.encode()
                 self.send_response(code)
                 for key, value in {"Content-Length": str(len(data)), **(headers or {})}.items():
@@ -44,7 +46,9 @@ class Metadata:
 
             def do_PUT(self) -> None:  # noqa: N802 - http.server's name
                 owner.requests += 1
-                if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                if self.path != "/latest/api/token" or not self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds"
+                ):
                     return self.reply(400)
                 token = secrets.token_hex(16)
                 owner.tokens.add(token)
@@ -62,7 +66,7 @@ class Metadata:
                     if self.headers.get("Metadata-Flavor") != "Google":
                         return self.reply(403)
                     query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                    value = owner.gce(url.path[len("/computeMetadata/v1/"):], query)
+                    value = owner.gce(url.path[len("/computeMetadata/v1/") :], query)
                     if value is None:
                         return self.reply(404)
                     return self.reply(200, value, {"Metadata-Flavor": "Google", "ETag": value})

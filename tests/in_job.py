@@ -31,9 +31,19 @@ print("preempted", monkey.preempted(), "checkpoint", (monkey.checkpoint_dir() / 
 
 # What compare shows of the job, whatever ran it.
 COMPARED = {
-    "state": "succeeded", "lr": 0.1, "optim.name": "sgd", "seed": 7, "best_acc": 0.98,
-    "acc": 0.98, "acc:best": 0.98, "final_test_acc": 0.97, "final_test_acc:best": 0.97,
-    "loss": 0.02, "loss:best": 0.02, "val.loss": 0.04, "val.loss:best": 0.04,
+    "state": "succeeded",
+    "lr": 0.1,
+    "optim.name": "sgd",
+    "seed": 7,
+    "best_acc": 0.98,
+    "acc": 0.98,
+    "acc:best": 0.98,
+    "final_test_acc": 0.97,
+    "final_test_acc:best": 0.97,
+    "loss": 0.02,
+    "loss:best": 0.02,
+    "val.loss": 0.04,
+    "val.loss:best": 0.04,
 }
 
 
@@ -53,8 +63,12 @@ def bare_python(folder: Path) -> str:
     if not (folder / "bin" / "python").exists():
         subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = str(folder / "bin" / "python")
-    probe = subprocess.run([python, "-c", "import monkey"], capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"})
+    probe = subprocess.run(
+        [python, "-c", "import monkey"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert "No module named 'monkey'" in probe.stderr, probe.stderr
     return python
 
@@ -70,15 +84,20 @@ def tracked(cli: Any, juid: str) -> tuple[dict[str, Any], dict[str, list[list[An
     del row["job"], row["name"]
     row.pop("cost", None)  # a cloud's
     points = json.loads(cli("metrics", juid, "--json", check=True).stdout)
-    series = {name: [[p["step"], p["value"]] for p in pts] for name, pts in points.items()
-              if not name.startswith("sys/")}
+    series = {
+        name: [[p["step"], p["value"]] for p in pts]
+        for name, pts in points.items()
+        if not name.startswith("sys/")
+    }
     return row, series
 
 
 def check_tracked(cli: Any, juid: str) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
     """tracked(), checked against what SCRIPT logs."""
     row, series = tracked(cli, juid)
-    assert {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()} == COMPARED, row
+    assert {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()} == COMPARED, (
+        row
+    )
     assert [p[0] for p in series["loss"]] == list(range(50))
     assert sorted(series) == ["acc", "final_test_acc", "loss", "val.loss"], series
     assert series["final_test_acc"] == [[None, 0.97]]

@@ -28,12 +28,19 @@ class MainNode:
         self.home = home
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        self.server_env = dict(os.environ, MONKEY_HOME=str(home), HOME=str(tmp / "srv-user"),
-                               XDG_CONFIG_HOME=str(tmp / "srv-user" / ".config"))
+        self.server_env = dict(
+            os.environ,
+            MONKEY_HOME=str(home),
+            HOME=str(tmp / "srv-user"),
+            XDG_CONFIG_HOME=str(tmp / "srv-user" / ".config"),
+        )
         self.laptop_root = tmp / "laptop"
-        self.laptop_env = dict(os.environ, HOME=str(self.laptop_root),
-                               XDG_CONFIG_HOME=str(self.laptop_root / ".config"),
-                               MONKEY_HOME=str(self.laptop_root / ".monkey"))
+        self.laptop_env = dict(
+            os.environ,
+            HOME=str(self.laptop_root),
+            XDG_CONFIG_HOME=str(self.laptop_root / ".config"),
+            MONKEY_HOME=str(self.laptop_root / ".monkey"),
+        )
         self.laptop_env.pop("MONKEY_REMOTE", None)
         self.proc: subprocess.Popen[str] | None = None
         self.welcome = ""
@@ -43,8 +50,21 @@ class MainNode:
         """`monkey server run` in the foreground; waits until it accepts connections and
         returns what it printed first."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "monkey", "server", "run", "--bind", f"127.0.0.1:{self.port}", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.server_env)
+            [
+                sys.executable,
+                "-m",
+                "monkey",
+                "server",
+                "run",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.server_env,
+        )
         lines = []
         assert self.proc.stdout is not None
         while True:  # the welcome lines come before it serves
@@ -79,17 +99,37 @@ class MainNode:
 
     def server(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """`monkey ARGS` on the main node."""
-        return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
-                              text=True, timeout=timeout, env=self.server_env)
+        return subprocess.run(
+            [sys.executable, "-m", "monkey", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.server_env,
+        )
 
-    def laptop(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    def laptop(
+        self, *args: str, timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         """`monkey ARGS` on the laptop."""
-        return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
-                              text=True, timeout=timeout, env={**self.laptop_env, **env})
+        return subprocess.run(
+            [sys.executable, "-m", "monkey", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.laptop_env, **env},
+        )
 
     def add_remote(self, token: str | None = None, name: str = "lab") -> None:
-        done = self.laptop("remote", "add", name, self.url, "--token", token or self.token,
-                           "--fingerprint", self.fingerprint)
+        done = self.laptop(
+            "remote",
+            "add",
+            name,
+            self.url,
+            "--token",
+            token or self.token,
+            "--fingerprint",
+            self.fingerprint,
+        )
         assert done.returncode == 0, done.stderr
 
     def add_user(self, name: str, *flags: str) -> str:
@@ -99,8 +139,9 @@ class MainNode:
 
     def laptop_files(self) -> list[str]:
         """Every file the laptop side holds, relative to its HOME."""
-        return sorted(str(p.relative_to(self.laptop_root)) for p in self.laptop_root.rglob("*")
-                      if p.is_file())
+        return sorted(
+            str(p.relative_to(self.laptop_root)) for p in self.laptop_root.rglob("*") if p.is_file()
+        )
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

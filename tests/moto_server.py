@@ -35,12 +35,22 @@ REGION = "us-east-1"
 IMAGE = "ami-12c6146b"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 _IMAGE_RECORD = {
-    "ami_id": IMAGE, "name": "monkey-test-debian", "description": "test image",
-    "owner_id": "137112412989", "public": True, "virtualization_type": "hvm",
-    "image_location": "amazon/monkey-test", "architecture": "x86_64", "state": "available",
-    "platform": None, "image_type": "machine", "hypervisor": "xen",
-    "root_device_name": "/dev/xvda", "root_device_type": "ebs", "sriov": "simple",
-}  # fmt: skip
+    "ami_id": IMAGE,
+    "name": "monkey-test-debian",
+    "description": "test image",
+    "owner_id": "137112412989",
+    "public": True,
+    "virtualization_type": "hvm",
+    "image_location": "amazon/monkey-test",
+    "architecture": "x86_64",
+    "state": "available",
+    "platform": None,
+    "image_type": "machine",
+    "hypervisor": "xen",
+    "root_device_name": "/dev/xvda",
+    "root_device_type": "ebs",
+    "sriov": "simple",
+}
 
 
 class MotoServer:
@@ -70,8 +80,9 @@ class MotoServer:
         self._backend = f"http://127.0.0.1:{self.gate.backend_port}"
 
     def _post(self, path: str, body: bytes = b"") -> None:
-        request = urllib.request.Request(self._backend + path, data=body, method="POST",
-                                         headers={"Content-Type": "text/plain"})
+        request = urllib.request.Request(
+            self._backend + path, data=body, method="POST", headers={"Content-Type": "text/plain"}
+        )
         with urllib.request.urlopen(request, timeout=30) as reply:
             reply.read()
 
@@ -108,9 +119,13 @@ class Moto:
         """A boto3 client for SERVICE talking to moto."""
         import boto3
 
-        return boto3.client(service, endpoint_url=self.endpoint, region_name=region,
-                            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=region,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
 
     def regions(self) -> list[str]:
         """Regions where EC2 has been used since the last reset."""
@@ -123,10 +138,17 @@ class Moto:
         alive = ["pending", "running", "shutting-down", "stopping", "stopped"]
         found = []
         for region in self.regions():
-            pages = self.boto3("ec2", region).get_paginator("describe_instances").paginate(
-                Filters=[{"Name": "instance-state-name", "Values": alive}])
-            found += [dict(i, Region=region) for page in pages
-                      for r in page["Reservations"] for i in r["Instances"]]
+            pages = (
+                self.boto3("ec2", region)
+                .get_paginator("describe_instances")
+                .paginate(Filters=[{"Name": "instance-state-name", "Values": alive}])
+            )
+            found += [
+                dict(i, Region=region)
+                for page in pages
+                for r in page["Reservations"]
+                for i in r["Instances"]
+            ]
         return found
 
     def reclaim_spot(self, instance_id: str, region: str = REGION) -> None:
@@ -139,8 +161,10 @@ class Moto:
         backend = ec2_backends[ACCOUNT][region]
         instance = backend.get_instance(instance_id)
         instance.terminate()
-        instance.state_reason = StateReason("Server.SpotInstanceTermination: Spot instance termination",
-                                            "Server.SpotInstanceTermination")
+        instance.state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination",
+        )
         instance._reason = "Service initiated"
 
     def reject_credentials(self) -> None:

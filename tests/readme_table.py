@@ -62,7 +62,9 @@ def tables() -> list[list[list[list[str]]]]:
             found[-1].append(row)
             row = None
         elif tok.type == "inline" and row is not None:
-            spans = [c.content.replace("\\|", "|") for c in tok.children or [] if c.type == "code_inline"]
+            spans = [
+                c.content.replace("\\|", "|") for c in tok.children or [] if c.type == "code_inline"
+            ]
             row.append(spans + ["\0" + tok.content])  # the cell's text last, marked
     return found
 
@@ -73,8 +75,13 @@ def command_rows() -> list[Row]:
     rows = []
     for first, second in (r for r in table[1:]):
         spans = first[:-1] + second[:-1]
-        rows.append(Row(forms=first[:-1], text=first[-1][1:] + " | " + second[-1][1:],
-                        flags={f for s in spans for f in _FLAG.findall(s)}))
+        rows.append(
+            Row(
+                forms=first[:-1],
+                text=first[-1][1:] + " | " + second[-1][1:],
+                flags={f for s in spans for f in _FLAG.findall(s)},
+            )
+        )
     return rows
 
 

@@ -74,10 +74,17 @@ class S3Gate(SignedGate):
         if not hmac.compare_digest(want, signature_hex.lower()):
             raise Refused("the signature does not match")
 
-    def _check_url(self, method: str, path: str, query: list[tuple[str, str]], headers: Any) -> None:
+    def _check_url(
+        self, method: str, path: str, query: list[tuple[str, str]], headers: Any
+    ) -> None:
         params = dict(query)
-        for name in ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-                     "X-Amz-SignedHeaders"):  # fmt: skip
+        for name in (
+            "X-Amz-Algorithm",
+            "X-Amz-Credential",
+            "X-Amz-Date",
+            "X-Amz-Expires",
+            "X-Amz-SignedHeaders",
+        ):
             if name not in params:
                 raise Refused(f"presigned URL without {name}")
         if params["X-Amz-Algorithm"] != "AWS4-HMAC-SHA256":
@@ -90,17 +97,39 @@ class S3Gate(SignedGate):
         names = params["X-Amz-SignedHeaders"].split(";")
         if "host" not in names:
             raise Refused("the presigned URL does not sign the host")
-        canonical_headers = "".join(f"{n}:{' '.join((headers.get(n) or '').split())}\n" for n in names)
-        canonical_query = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}"
-                                   for k, v in sorted(query) if k != "X-Amz-Signature")  # fmt: skip
-        request = "\n".join([method, quote(unquote(path), safe="/-_.~"), canonical_query,
-                             canonical_headers, params["X-Amz-SignedHeaders"],
-                             params.get("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")])  # fmt: skip
+        canonical_headers = "".join(
+            f"{n}:{' '.join((headers.get(n) or '').split())}\n" for n in names
+        )
+        canonical_query = "&".join(
+            f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}"
+            for k, v in sorted(query)
+            if k != "X-Amz-Signature"
+        )
+        request = "\n".join(
+            [
+                method,
+                quote(unquote(path), safe="/-_.~"),
+                canonical_query,
+                canonical_headers,
+                params["X-Amz-SignedHeaders"],
+                params.get("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD"),
+            ]
+        )
         scope = params["X-Amz-Credential"].partition("/")[2]
-        to_sign = "\n".join(["AWS4-HMAC-SHA256", params["X-Amz-Date"], scope,
-                             hashlib.sha256(request.encode()).hexdigest()])  # fmt: skip
-        self._verify(params["X-Amz-Credential"], params["X-Amz-Date"], to_sign.encode(),
-                     params["X-Amz-Signature"])  # fmt: skip
+        to_sign = "\n".join(
+            [
+                "AWS4-HMAC-SHA256",
+                params["X-Amz-Date"],
+                scope,
+                hashlib.sha256(request.encode()).hexdigest(),
+            ]
+        )
+        self._verify(
+            params["X-Amz-Credential"],
+            params["X-Amz-Date"],
+            to_sign.encode(),
+            params["X-Amz-Signature"],
+        )
 
     def _check_form(self, path: str, headers: Any, body: bytes) -> None:
         form, file_size = _parse_form(headers.get("Content-Type", ""), body)
@@ -111,12 +140,20 @@ class S3Gate(SignedGate):
                 raise Refused(f"form without {name}")
         if values.get("x-amz-algorithm") != "AWS4-HMAC-SHA256":
             raise Refused("form without x-amz-algorithm AWS4-HMAC-SHA256")
-        self._verify(values["x-amz-credential"], values["x-amz-date"], values["policy"].encode(),
-                     values["x-amz-signature"])  # fmt: skip
+        self._verify(
+            values["x-amz-credential"],
+            values["x-amz-date"],
+            values["policy"].encode(),
+            values["x-amz-signature"],
+        )
         policy = json.loads(base64.b64decode(values["policy"]))
-        ends = datetime.datetime.strptime(policy["expiration"].split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S")
+        ends = datetime.datetime.strptime(
+            policy["expiration"].split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S"
+        )
         if ends.replace(tzinfo=datetime.timezone.utc).timestamp() < time.time():
             raise Refused("the policy has expired")
-        values["key"] = values["key"].replace("${filename}", named.group(1).decode() if named else "")
+        values["key"] = values["key"].replace(
+            "${filename}", named.group(1).decode() if named else ""
+        )
         values["bucket"] = path.strip("/").split("/")[0]
         check_conditions(policy, values, file_size, {"x-amz-signature", "policy", "file"})

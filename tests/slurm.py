@@ -49,7 +49,9 @@ class SlurmLab:
     def start(self) -> None:
         for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
             if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
-                raise RuntimeError(f"{tool} not found: apt-get install -y --no-install-recommends slurm-wlm munge")
+                raise RuntimeError(
+                    f"{tool} not found: apt-get install -y --no-install-recommends slurm-wlm munge"
+                )
         d = self.dir
         os.chmod(d, 0o755)  # munged (its own user) must reach its socket folder
         for sub in ("state", "spool", "log", "munge"):
@@ -57,14 +59,30 @@ class SlurmLab:
         shutil.chown(d / "munge", "munge", "munge")
         os.chmod(d / "munge", 0o755)  # munged insists on a world-searchable socket folder
         sock = d / "munge" / "munge.sock"
-        self._spawn(["setpriv", "--reuid", "munge", "--regid", "munge", "--init-groups",
-                     "/usr/sbin/munged", "-F", f"--socket={sock}", f"--pid-file={d}/munge/munged.pid",
-                     f"--log-file={d}/log/munged.log", f"--seed-file={d}/munge/munged.seed"], "munged")
+        self._spawn(
+            [
+                "setpriv",
+                "--reuid",
+                "munge",
+                "--regid",
+                "munge",
+                "--init-groups",
+                "/usr/sbin/munged",
+                "-F",
+                f"--socket={sock}",
+                f"--pid-file={d}/munge/munged.pid",
+                f"--log-file={d}/log/munged.log",
+                f"--seed-file={d}/munge/munged.seed",
+            ],
+            "munged",
+        )
         self._wait(sock.exists, "munged's socket")
         self.conf.write_text(self._config(sock))
         env = {**os.environ, **self.env}
         self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld", env)
-        self._spawn(["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", self.node], "slurmd", env)
+        self._spawn(
+            ["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", self.node], "slurmd", env
+        )
         self._wait(lambda: self.node_state() == "idle", "the Slurm node to be idle", 60)
 
     def _config(self, sock: Path) -> str:
@@ -109,7 +127,9 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
 
     def _spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
         out = open(self.dir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - kept by the child
-        self.procs.append(subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env))
+        self.procs.append(
+            subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env)
+        )
         out.close()
 
     def _wait(self, ready: object, what: str, timeout: float = 15) -> None:
@@ -117,15 +137,24 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         while not ready():  # type: ignore[operator]
             dead = [p.args[0] for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p.name}:\n{p.read_text()[-2000:]}" for p in (self.dir / "log").glob("*")
-                                 if p.is_file())
+                logs = "\n".join(
+                    f"--- {p.name}:\n{p.read_text()[-2000:]}"
+                    for p in (self.dir / "log").glob("*")
+                    if p.is_file()
+                )
                 raise RuntimeError(f"Slurm did not start ({what}; exited: {dead}):\n{logs}")
             time.sleep(0.1)
 
     def run(self, *argv: str) -> str:
         """A Slurm client command's output (CalledProcessError when it fails)."""
-        return subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True, text=True,
-                              check=True, timeout=30).stdout
+        return subprocess.run(
+            argv,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
 
     def node_state(self) -> str:
         try:
@@ -136,7 +165,11 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
     def jobs(self) -> list[str]:
         """Slurm jobs not finished (pending, running, completing...): 'ID STATE NAME' each, one per
         array task (ARRAYID_TASK)."""
-        return [line for line in self.run("squeue", "-h", "-r", "-o", "%i %T %j").splitlines() if line.strip()]
+        return [
+            line
+            for line in self.run("squeue", "-h", "-r", "-o", "%i %T %j").splitlines()
+            if line.strip()
+        ]
 
     def cancel_all(self) -> None:
         """Cancel every job, whoever submitted it (a login host's user too)."""

@@ -36,8 +36,20 @@ def lab_user() -> str:
         try:
             pwd.getpwnam(SSH_USER)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--create-home", "--home-dir", f"/tmp/{SSH_USER}-home",
-                            "--shell", "/bin/sh", SSH_USER], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "useradd",
+                    "--system",
+                    "--create-home",
+                    "--home-dir",
+                    f"/tmp/{SSH_USER}-home",
+                    "--shell",
+                    "/bin/sh",
+                    SSH_USER,
+                ],
+                check=True,
+                capture_output=True,
+            )
             subprocess.run(["usermod", "-p", "*", SSH_USER], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     return SSH_USER
@@ -130,9 +142,16 @@ class SSHHost:
     share no `~` — as separate machines would not.
     """
 
-    def __init__(self, name: str, index: int, client_pub: str, user: str,
-                 address: str | None = None, own_home: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        index: int,
+        client_pub: str,
+        user: str,
+        address: str | None = None,
+        own_home: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.address = address or f"127.0.0.{index + 2}"
         self.user = user
@@ -145,8 +164,10 @@ class SSHHost:
             sftp, home_env = f"internal-sftp -d {self.home}", f"SetEnv HOME={self.home}\n"
         if env:  # what every session gets (a Slurm login host: SLURM_CONF)
             home_env += "".join(f"SetEnv {k}={v}\n" for k, v in env.items())
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")],
-                       check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / "host_key")],
+            check=True,
+        )
         self.host_key_pub = (self.dir / "host_key.pub").read_text().split()[:2]
         (self.dir / "authorized_keys").write_text(client_pub)
         self.sshd_port = free_port(self.address)
@@ -183,11 +204,23 @@ Subsystem sftp {sftp}
         self.port = self.relay.port
 
     def start(self) -> None:
-        prefix = ["setpriv", "--reuid", self.user, "--regid", self.user, "--init-groups"] \
-            if os.getuid() == 0 else []
+        prefix = (
+            ["setpriv", "--reuid", self.user, "--regid", self.user, "--init-groups"]
+            if os.getuid() == 0
+            else []
+        )
         self.proc = subprocess.Popen(
-            [*prefix, "/usr/sbin/sshd", "-D", "-f", str(self.dir / "sshd_config"),
-             "-E", str(self.dir / "sshd.log")], start_new_session=True)
+            [
+                *prefix,
+                "/usr/sbin/sshd",
+                "-D",
+                "-f",
+                str(self.dir / "sshd_config"),
+                "-E",
+                str(self.dir / "sshd.log"),
+            ],
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -214,8 +247,14 @@ Subsystem sftp {sftp}
 
     def entry(self, **extra: object) -> dict[str, object]:
         """This host's entry for providers.yml."""
-        return {"name": self.name, "host": self.address, "port": self.port, "user": self.user,
-                "workdir": self.workdir, **extra}
+        return {
+            "name": self.name,
+            "host": self.address,
+            "port": self.port,
+            "user": self.user,
+            "workdir": self.workdir,
+            **extra,
+        }
 
     def cut(self) -> None:
         self.relay.cut()
@@ -257,8 +296,10 @@ class Lab:
 
     def __init__(self, client_home: Path) -> None:
         if not os.path.exists("/usr/sbin/sshd"):
-            raise RuntimeError("these tests need OpenSSH's sshd: apt-get install openssh-server "
-                               "(scripts/test.sh does)")
+            raise RuntimeError(
+                "these tests need OpenSSH's sshd: apt-get install openssh-server "
+                "(scripts/test.sh does)"
+            )
         self.user = lab_user()
         self.ssh_dir = client_home / ".ssh"
         self.ssh_dir.mkdir(parents=True, mode=0o700)
@@ -267,8 +308,14 @@ class Lab:
         self.client_pub = Path(self.key + ".pub").read_text()
         self.hosts: list[SSHHost] = []
 
-    def add(self, name: str, trusted: bool = True, address: str | None = None,
-            own_home: bool = False, env: dict[str, str] | None = None) -> SSHHost:
+    def add(
+        self,
+        name: str,
+        trusted: bool = True,
+        address: str | None = None,
+        own_home: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> SSHHost:
         host = SSHHost(name, len(self.hosts), self.client_pub, self.user, address, own_home, env)
         self.hosts.append(host)
         if trusted:

@@ -27,14 +27,24 @@ class Terminal:
 
     ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 
-    def __init__(self, env: dict[str, str], cwd: Path, argv: list[str] | None = None,
-                 size: tuple[int, int] = (24, 100)) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path,
+        argv: list[str] | None = None,
+        size: tuple[int, int] = (24, 100),
+    ) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, columns
         self.proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "monkey"], stdin=slave, stdout=slave, stderr=slave,
-            env=env, cwd=cwd, preexec_fn=_controlling_terminal,
-        )  # fmt: skip
+            argv or [sys.executable, "-m", "monkey"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            preexec_fn=_controlling_terminal,
+        )
         os.close(slave)
         self.raw = ""
         self.pos = 0  # where the next expect() starts looking

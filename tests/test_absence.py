@@ -60,21 +60,32 @@ def away(cli, home: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["stop", "kill"])
-def test_a_job_that_ended_while_the_core_was_away_is_adopted(cli, home: Path, short_timeout,
-                                                             how: str) -> None:  # fmt: skip
+def test_a_job_that_ended_while_the_core_was_away_is_adopted(
+    cli, home: Path, short_timeout, how: str
+) -> None:
     """The job exits 0 while no core runs, which stays away far past the heartbeat timeout:
     the next core adopts the exit; the job succeeded once, no retry ran."""
     gate = Path("gate").resolve()
-    juid = run(cli, "--retries", "1", "--", "sh", "-c",
-               f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    juid = run(
+        cli,
+        "--retries",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok",
+    )
     wait_for(lambda: cli("logs", juid).stdout == "up\n", what="the job to start")
     away(cli, home, how)
     gate.touch()
     wait_for(lambda: exited(home / "runs" / juid / "1" / "events.jsonl"), what="the exit recorded")
     time.sleep(3 * TIMEOUT)  # the core stays away well past the heartbeat timeout
     cli("daemon", "start", check=True)
-    wait_for(lambda: info(cli, juid)["state"] not in ("running", "dispatching"), timeout=60,
-             what="the job to end")
+    wait_for(
+        lambda: info(cli, juid)["state"] not in ("running", "dispatching"),
+        timeout=60,
+        what="the job to end",
+    )
     job = info(cli, juid)
     assert (job["state"], job["attempts"], job["reason"]) == ("succeeded", 1, "exit 0")
     assert cli("logs", juid).stdout == "up\nok\n"
@@ -84,7 +95,9 @@ def test_a_job_that_ended_while_the_core_was_away_is_adopted(cli, home: Path, sh
 def test_a_running_job_survives_a_long_absence(cli, home: Path, short_timeout) -> None:
     """Still running when the core comes back after a long absence: followed on, not lost."""
     gate = Path("gate").resolve()
-    juid = run(cli, "--", "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    juid = run(
+        cli, "--", "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok"
+    )
     wait_for(lambda: cli("logs", juid).stdout == "up\n", what="the job to start")
     kill_core(home)
     time.sleep(3 * TIMEOUT)
@@ -96,21 +109,36 @@ def test_a_running_job_survives_a_long_absence(cli, home: Path, short_timeout) -
     assert info(cli, juid)["attempts"] == 1
 
 
-def test_a_job_that_ended_on_a_host_while_the_core_was_away_is_adopted(cli, home: Path,
-                                                                       lab: Lab) -> None:  # fmt: skip
+def test_a_job_that_ended_on_a_host_while_the_core_was_away_is_adopted(
+    cli, home: Path, lab: Lab
+) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
     gate = Path(host.workdir) / "gate"
-    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "sh", "-c",
-               f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    juid = run(
+        cli,
+        "--provider",
+        "lab",
+        "--retries",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok",
+    )
     wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
     cli("daemon", "stop", check=True)
     gate.touch()
-    wait_for(lambda: exited(remote_runs(host) / juid / "1" / "events.jsonl"), what="the exit recorded")
+    wait_for(
+        lambda: exited(remote_runs(host) / juid / "1" / "events.jsonl"), what="the exit recorded"
+    )
     time.sleep(3 * TIMEOUT)
     cli("daemon", "start", check=True)
-    wait_for(lambda: info(cli, juid)["state"] not in ("running", "dispatching"), timeout=60,
-             what="the job to end")
+    wait_for(
+        lambda: info(cli, juid)["state"] not in ("running", "dispatching"),
+        timeout=60,
+        what="the job to end",
+    )
     job = info(cli, juid)
     assert (job["state"], job["attempts"]) == ("succeeded", 1)
     assert cli("logs", juid).stdout == "up\nok\n"
@@ -128,7 +156,7 @@ def sshd_processes(host: SSHHost) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
             names[int(entry)] = name
             children.setdefault(int(rest.split()[1]), []).append(int(entry))
     found, todo = [], [host.proc.pid]
@@ -159,14 +187,26 @@ def test_a_link_stall_shows_unreachable_and_the_exit_is_adopted(cli, home: Path,
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)], connect_timeout=2)
     gate = Path(host.workdir) / "gate"
-    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "sh", "-c",
-               f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    juid = run(
+        cli,
+        "--provider",
+        "lab",
+        "--retries",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok",
+    )
     wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
     stall(host)
     try:
         gate.touch()
-        wait_for(lambda: info(cli, juid).get("unreachable_since"), timeout=60,
-                 what="the job to show its host unreachable")
+        wait_for(
+            lambda: info(cli, juid).get("unreachable_since"),
+            timeout=60,
+            what="the job to show its host unreachable",
+        )
         listed = cli("list", "jobs", check=True).stdout
         assert f"{juid}" in listed and "unreachable" in listed.split(juid, 1)[1].splitlines()[0]
         shown = cli("info", "job", juid, check=True).stdout
@@ -176,8 +216,11 @@ def test_a_link_stall_shows_unreachable_and_the_exit_is_adopted(cli, home: Path,
         assert info(cli, juid)["state"] == "running"  # lost_after (10 minutes) is far off
     finally:
         unstall(host)
-    wait_for(lambda: info(cli, juid)["state"] not in ("running", "dispatching"), timeout=60,
-             what="the job to end")
+    wait_for(
+        lambda: info(cli, juid)["state"] not in ("running", "dispatching"),
+        timeout=60,
+        what="the job to end",
+    )
     job = info(cli, juid)
     assert (job["state"], job["attempts"], job["unreachable_since"]) == ("succeeded", 1, None)
     assert cli("logs", juid).stdout == "up\nok\n"
@@ -185,39 +228,62 @@ def test_a_link_stall_shows_unreachable_and_the_exit_is_adopted(cli, home: Path,
     assert "unreachable" in kinds and "reachable" in kinds
 
 
-def test_past_lost_after_the_attempt_is_lost_and_a_late_host_is_fenced(cli, home: Path,
-                                                                       lab: Lab) -> None:  # fmt: skip
+def test_past_lost_after_the_attempt_is_lost_and_a_late_host_is_fenced(
+    cli, home: Path, lab: Lab
+) -> None:
     """A host out of reach past lost_after: the attempt ends lost (saying so) and the retry
     runs on the other host; when the first comes back, its stale attempt is stopped and the
     record shows both."""
     first, second = lab.add("h1"), lab.add("h2")
-    configure(home, [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)],
-              lost_after="3s")
+    configure(
+        home, [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)], lost_after="3s"
+    )
     hold = Path(second.workdir) / "hold"  # h2 busy with another job until the first is lost
-    blocker = run(cli, "--provider", "lab", "--host", "h2", "--", "sh", "-c",
-                  f"while [ ! -e {hold} ]; do sleep 0.05; done")
-    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "sh", "-c",
-               "echo up; sleep 300")
+    blocker = run(
+        cli,
+        "--provider",
+        "lab",
+        "--host",
+        "h2",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {hold} ]; do sleep 0.05; done",
+    )
+    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "sh", "-c", "echo up; sleep 300")
     wait_for(lambda: info(cli, juid)["state"] == "running", timeout=60, what="the job to start")
     assert info(cli, juid)["instance"] == "lab/h1"
     first.cut()
-    wait_for(lambda: info(cli, juid)["attempts"] == 1 and info(cli, juid)["state"] == "queued",
-             timeout=60, what="the attempt lost and the job queued again")
+    wait_for(
+        lambda: info(cli, juid)["attempts"] == 1 and info(cli, juid)["state"] == "queued",
+        timeout=60,
+        what="the attempt lost and the job queued again",
+    )
     lost = info(cli, juid)["attempts_detail"][0]
     assert lost["reason"].startswith("its instance was unreachable for "), lost
     assert lost["reason"].endswith("(lost_after 3s)"), lost
     hold.touch()
-    wait_for(lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "running",
-             timeout=60, what="the retry on h2")
+    wait_for(
+        lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "running",
+        timeout=60,
+        what="the retry on h2",
+    )
     stale = int((remote_runs(first) / juid / "1" / "started").read_text().split()[0])
     first.restore()
-    wait_for(lambda: not os.path.exists(f"/proc/{stale}"), timeout=60, what="the stale attempt stopped")
+    wait_for(
+        lambda: not os.path.exists(f"/proc/{stale}"), timeout=60, what="the stale attempt stopped"
+    )
     fenced = [e for e in info(cli, juid)["events"] if e["kind"] == "fenced"]
     assert len(fenced) == 1 and fenced[0]["attempt"] == 1, fenced
-    late = wait_for(lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
-                    timeout=60, what="the stale attempt's end recorded")
-    assert late[0]["attempt"] == 1 and "(killed by signal 9), after it had been declared lost" \
-        in late[0]["detail"], late
+    late = wait_for(
+        lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
+        timeout=60,
+        what="the stale attempt's end recorded",
+    )
+    assert (
+        late[0]["attempt"] == 1
+        and "(killed by signal 9), after it had been declared lost" in late[0]["detail"]
+    ), late
     assert info(cli, blocker)["state"] == "succeeded"
     cli("cancel", juid, check=True)
 
@@ -229,16 +295,28 @@ def test_an_exit_recorded_after_the_attempt_was_lost_is_adopted(cli, home: Path,
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)], lost_after="2s")
     gate = Path(host.workdir) / "gate"
-    juid = run(cli, "--provider", "lab", "--", "sh", "-c",
-               f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok")
+    juid = run(
+        cli,
+        "--provider",
+        "lab",
+        "--",
+        "sh",
+        "-c",
+        f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo ok",
+    )
     wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
     host.cut()
     wait_for(lambda: info(cli, juid)["state"] == "lost", timeout=60, what="the attempt lost")
     gate.touch()
-    wait_for(lambda: exited(remote_runs(host) / juid / "1" / "events.jsonl"), what="the exit recorded")
+    wait_for(
+        lambda: exited(remote_runs(host) / juid / "1" / "events.jsonl"), what="the exit recorded"
+    )
     host.restore()
-    late = wait_for(lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
-                    timeout=60, what="the late exit adopted")
+    late = wait_for(
+        lambda: [e for e in info(cli, juid)["events"] if e["kind"] == "late exit"],
+        timeout=60,
+        what="the late exit adopted",
+    )
     assert "(exit 0), after it had been declared lost" in late[0]["detail"], late
     assert info(cli, juid)["attempts_detail"][0]["exit_code"] == 0
     wait_for(lambda: cli("logs", juid).stdout == "up\nok\n", timeout=30, what="its output fetched")
@@ -279,8 +357,9 @@ def test_a_core_stopped_cleanly_is_not_running_either(cli, home: Path) -> None:
 @pytest.mark.parametrize("value", ["soon", 0, -5, True, "10x", [1]])
 def test_a_bad_lost_after_is_one_line(cli, home: Path, value: object) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "providers.yml").write_text(yaml.safe_dump(
-        {"providers": {"local": {"type": "local", "lost_after": value}}}))
+    (home / "providers.yml").write_text(
+        yaml.safe_dump({"providers": {"local": {"type": "local", "lost_after": value}}})
+    )
     out = cli("run", "--", "true")
     assert out.returncode != 0
     assert out.stderr.count("\n") == 1, out.stderr
@@ -295,17 +374,28 @@ def test_a_good_lost_after_is_taken(home: Path, value: object) -> None:
     from monkey.drivers.base import lost_after
 
     home.mkdir(parents=True, exist_ok=True)
-    (home / "providers.yml").write_text(yaml.safe_dump(
-        {"providers": {"local": {"type": "local", "lost_after": value}}}))
+    (home / "providers.yml").write_text(
+        yaml.safe_dump({"providers": {"local": {"type": "local", "lost_after": value}}})
+    )
     config = load_providers(Home(home))["local"]
-    assert lost_after(config.options) == {600: 600, 90.5: 90.5, "90s": 90, "10m": 600, "1h": 3600}[value]
+    assert (
+        lost_after(config.options)
+        == {600: 600, 90.5: 90.5, "90s": 90, "10m": 600, "1h": 3600}[value]
+    )
 
 
 def test_the_dashboard_shows_unreachable_jobs() -> None:
     from monkey.models import Job, State
     from monkey.tui.format import row_cells
 
-    job = Job("26-11-27-001", "train", State.RUNNING, ["true"], "lab", started_at=1.0,
-              unreachable_since=5.0)
+    job = Job(
+        "26-11-27-001",
+        "train",
+        State.RUNNING,
+        ["true"],
+        "lab",
+        started_at=1.0,
+        unreachable_since=5.0,
+    )
     assert row_cells(job, 10.0)["state"].plain == "unreachable"
     assert row_cells(job.replace(unreachable_since=None), 10.0)["state"].plain == "running"

@@ -78,27 +78,36 @@ def _stalls(host: SSHHost, rng: random.Random, tally: Tally, stop: threading.Eve
 
 def test_absence_storm(home: Path, lab: Lab, monkey) -> None:
     host = lab.add("h1")
-    providers = {"local": {"type": "local", "slots": 16},
-                 "lab": {"type": "ssh", "connect_timeout": 3,
-                         "hosts": [host.entry(key=lab.key, cpus=16)]}}  # fmt: skip
+    providers = {
+        "local": {"type": "local", "slots": 16},
+        "lab": {"type": "ssh", "connect_timeout": 3, "hosts": [host.entry(key=lab.key, cpus=16)]},
+    }
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": providers}))
-    ledgers = {"local": Path("ledger").resolve(), "lab": host.dir / "ledger"}  # the host's user writes there
+    ledgers = {
+        "local": Path("ledger").resolve(),
+        "lab": host.dir / "ledger",
+    }  # the host's user writes there
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     start_core(home)
     tally, stop = Tally(), threading.Event()
-    threads = [threading.Thread(target=_core_away, args=(home, random.Random(seed + 1), tally, stop)),
-               threading.Thread(target=_stalls, args=(host, random.Random(seed + 2), tally, stop))]
+    threads = [
+        threading.Thread(target=_core_away, args=(home, random.Random(seed + 1), tally, stop)),
+        threading.Thread(target=_stalls, args=(host, random.Random(seed + 2), tally, stop)),
+    ]
     for thread in threads:
         thread.start()
     jobs = []
     try:
         for i in range(JOBS):
             provider = "local" if i % 2 else "lab"
-            script = (f'echo "$MONKEY_JUID" >> {ledgers[provider]}; echo "start $MONKEY_JUID"; '
-                      f'sleep {rng.uniform(0.1, LONGEST):.2f}; echo "end $MONKEY_JUID"')
-            jobs.append(monkey.run(["bash", "-c", script], provider=provider, retries=1,
-                                   start_core=False))
+            script = (
+                f'echo "$MONKEY_JUID" >> {ledgers[provider]}; echo "start $MONKEY_JUID"; '
+                f'sleep {rng.uniform(0.1, LONGEST):.2f}; echo "end $MONKEY_JUID"'
+            )
+            jobs.append(
+                monkey.run(["bash", "-c", script], provider=provider, retries=1, start_core=False)
+            )
             time.sleep(STORM_SECONDS / 2 / JOBS)  # half the storm sees jobs arrive
         deadline = time.monotonic() + STORM_SECONDS / 2
         while time.monotonic() < deadline and not all(j.status in TERMINAL for j in jobs):
@@ -116,17 +125,23 @@ def test_absence_storm(home: Path, lab: Lab, monkey) -> None:
         runs.update(ledger.read_text().splitlines() if ledger.exists() else [])
     once = [j for j in jobs if runs.get(j.juid) == 1]
     complete = [j for j in jobs if j.logs() == f"start {j.juid}\nend {j.juid}\n"]
-    lost = [j for j in jobs if any(a.reason and "unreachable" in a.reason for a in j.attempts())
-            or j.status == State.LOST]  # fmt: skip
+    lost = [
+        j
+        for j in jobs
+        if any(a.reason and "unreachable" in a.reason for a in j.attempts())
+        or j.status == State.LOST
+    ]
     stuck = [j for j in jobs if j.status not in TERMINAL]
     absences = tally.count["core SIGKILL"] + tally.count["core stop"]
     away = tally.seconds["core SIGKILL"] + tally.seconds["core stop"]
-    print(f"\nabsence storm (seed {seed}): jobs {len(jobs)} / ran exactly once {len(once)} / "
-          f"logs byte-complete {len(complete)} / lost {len(lost)} / stuck {len(stuck)}; "
-          f"core absences {absences} ({tally.count['core SIGKILL']} SIGKILL, "
-          f"{tally.count['core stop']} daemon stop; {tally.long} longer than the "
-          f"{TIMEOUT:.0f}s heartbeat timeout), {away:.0f}s in all; link stalls "
-          f"{tally.count['link stall']}, {tally.seconds['link stall']:.0f}s in all")
+    print(
+        f"\nabsence storm (seed {seed}): jobs {len(jobs)} / ran exactly once {len(once)} / "
+        f"logs byte-complete {len(complete)} / lost {len(lost)} / stuck {len(stuck)}; "
+        f"core absences {absences} ({tally.count['core SIGKILL']} SIGKILL, "
+        f"{tally.count['core stop']} daemon stop; {tally.long} longer than the "
+        f"{TIMEOUT:.0f}s heartbeat timeout), {away:.0f}s in all; link stalls "
+        f"{tally.count['link stall']}, {tally.seconds['link stall']:.0f}s in all"
+    )
     assert tally.long >= 2 and tally.count["link stall"] > 0
     assert not stuck, [(j.juid, j.status) for j in stuck]
     assert [(j.juid, j.attempts()) for j in lost] == []

@@ -27,8 +27,14 @@ pytestmark = pytest.mark.system  # starts real agents (processes) and their jobs
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 20.0
-CGROUP2 = next((m.split()[1] for m in Path("/proc/mounts").read_text().splitlines()
-                if m.split()[2] == "cgroup2"), "")  # fmt: skip
+CGROUP2 = next(
+    (
+        m.split()[1]
+        for m in Path("/proc/mounts").read_text().splitlines()
+        if m.split()[2] == "cgroup2"
+    ),
+    "",
+)
 
 
 # ---------------------------------------------------------------- helpers
@@ -293,8 +299,14 @@ def test_job_output_and_exit_zero(world: World, agent: Client) -> None:
     assert [e["type"] for e in lines] == ["started", "exit"]
     # what an agent that adopts the job needs
     assert {"pid", "gpus", "cgroup", "limit", "cpus"} <= set(lines[0])
-    assert sorted(p.name for p in run.iterdir()) == ["events.jsonl", "output.order", "started",
-                                                     "stderr.log", "stdout.log", "work"]  # fmt: skip
+    assert sorted(p.name for p in run.iterdir()) == [
+        "events.jsonl",
+        "output.order",
+        "started",
+        "stderr.log",
+        "stdout.log",
+        "work",
+    ]
     assert [e["seq"] for e in lines] == [1, 2]
     assert lines[0]["pid"] == reply["pid"]
     pushes = agent.events("j")
@@ -316,8 +328,13 @@ def test_command_not_found_is_exit_127(world: World, agent: Client) -> None:
 
 def test_workdir_name(world: World, agent: Client) -> None:
     digest = put_blob(world.blobs, b"print('hi')\n")
-    world.start(agent, "j", ["sh", "-c", "pwd; cat main.py"], workdir_name="myproject",
-                files=[["main.py", digest, 0o644]])  # fmt: skip
+    world.start(
+        agent,
+        "j",
+        ["sh", "-c", "pwd; cat main.py"],
+        workdir_name="myproject",
+        files=[["main.py", digest, 0o644]],
+    )
     assert agent.wait_exit("j")["code"] == 0
     out = (world.run_dir("j") / "stdout.log").read_text()
     assert out == f"{world.run_dir('j') / 'work' / 'myproject'}\nprint('hi')\n"
@@ -326,8 +343,9 @@ def test_workdir_name(world: World, agent: Client) -> None:
 
 
 def test_env_overlay_and_cwd(world: World, agent: Client) -> None:
-    world.start(agent, "j", ["sh", "-c", 'echo "$GREETING $MONKEY_TEST_TAG"; pwd'],
-                env={"GREETING": "hi"})  # fmt: skip
+    world.start(
+        agent, "j", ["sh", "-c", 'echo "$GREETING $MONKEY_TEST_TAG"; pwd'], env={"GREETING": "hi"}
+    )
     agent.wait_exit("j")
     out = (world.run_dir("j") / "stdout.log").read_text().splitlines()
     assert out == [f"hi {world.tag}", str(world.run_dir("j") / "work")]
@@ -342,7 +360,11 @@ def test_signal_term_kills_whole_tree(world: World, agent: Client) -> None:
     event = agent.wait_exit("j")
     assert event["reason"] == "killed" and event["signal"] == signal.SIGTERM
     assert event["code"] == 128 + signal.SIGTERM
-    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
+    wait_for(
+        lambda: not session_members(pid),
+        timeout=TIMEOUT,
+        what="no process left in the job's session",
+    )
 
 
 def test_signal_reaches_children_that_left_the_process_group(world: World, agent: Client) -> None:
@@ -358,19 +380,31 @@ def test_signal_reaches_children_that_left_the_process_group(world: World, agent
     wait_for(moved, timeout=TIMEOUT, what="a child in its own process group")
     agent.request("signal", juid="j", attempt=1, signal="TERM", grace=30)
     assert agent.wait_exit("j")["reason"] == "killed"
-    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
+    wait_for(
+        lambda: not session_members(pid),
+        timeout=TIMEOUT,
+        what="no process left in the job's session",
+    )
 
 
 def test_job_ignoring_term_is_killed_after_grace(world: World, agent: Client) -> None:
     script = 'trap "" TERM; touch ready; while :; do sleep 0.05; done'
     world.start(agent, "j", ["sh", "-c", script])
-    wait_for((world.run_dir("j") / "work" / "ready").exists, timeout=TIMEOUT, what="the job to ignore TERM")
+    wait_for(
+        (world.run_dir("j") / "work" / "ready").exists,
+        timeout=TIMEOUT,
+        what="the job to ignore TERM",
+    )
     pid = world.job_pid("j")
     reply = agent.request("signal", juid="j", attempt=1, signal="TERM", grace=0.5)
     assert reply["running"] is True
     event = agent.wait_exit("j")
     assert (event["code"], event["signal"], event["reason"]) == (None, 9, "killed")
-    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="no process left in the job's session")
+    wait_for(
+        lambda: not session_members(pid),
+        timeout=TIMEOUT,
+        what="no process left in the job's session",
+    )
 
 
 def test_a_signal_sent_as_the_job_starts_reaches_its_command(world: World, tree_mode: str) -> None:
@@ -386,7 +420,9 @@ def test_a_signal_sent_as_the_job_starts_reaches_its_command(world: World, tree_
         # a command run with `exec` replaces the wrapper (no code is written); this one
         # starts no process of its own
         exec_ = n % 2 == 1
-        world.start(agent, f"j{n}", ["exec", sys.executable, "-c", alone] if exec_ else ["sh", "-c", script])
+        world.start(
+            agent, f"j{n}", ["exec", sys.executable, "-c", alone] if exec_ else ["sh", "-c", script]
+        )
         agent.request("signal", juid=f"j{n}", attempt=1, signal="TERM", grace=60)
         event = agent.wait_exit(f"j{n}")  # well within the grace
         assert event["reason"] == "killed"
@@ -403,8 +439,10 @@ def test_each_process_of_a_job_gets_a_signal_once(world: World, tree_mode: str) 
     world.start_agent()
     agent = world.client()
     loop = 'trap "echo T >> terms" TERM; touch ready.$1; while :; do sleep 0.05; done'
-    script = (f"for i in 1 2 3 4 5; do sh -c '{loop}' - $i & done; setsid sh -c '{loop}' - 6 & "
-              f"set -- 0; {loop}")  # fmt: skip
+    script = (
+        f"for i in 1 2 3 4 5; do sh -c '{loop}' - $i & done; setsid sh -c '{loop}' - 6 & "
+        f"set -- 0; {loop}"
+    )
     world.start(agent, "j", ["sh", "-c", script])
     work = world.run_dir("j") / "work"
     wait_for(lambda: len(list(work.glob("ready.*"))) == 7, timeout=TIMEOUT, what="7 handlers")
@@ -426,7 +464,9 @@ def test_leftover_background_processes_are_killed_at_exit(world: World, agent: C
     world.start(agent, "j", ["sh", "-c", "sleep 100 & echo started"])
     pid = world.job_pid("j")
     assert agent.wait_exit("j")["code"] == 0
-    wait_for(lambda: not session_members(pid), timeout=TIMEOUT, what="the background sleep to be killed")
+    wait_for(
+        lambda: not session_members(pid), timeout=TIMEOUT, what="the background sleep to be killed"
+    )
 
 
 def with_cmdline(token: str) -> list[int]:
@@ -455,8 +495,10 @@ def escapes(mark: int) -> tuple[str, tuple[str, ...]]:
     """A script whose processes leave the job's session (one also clears its environment),
     and the command lines they show (unique to the test by MARK)."""
     tokens = tuple(f"sleep 100{i}.{mark}" for i in range(3))
-    script = (f"setsid {tokens[0]} & setsid sh -c '( {tokens[1]} & ) &'; "
-              f"env -i setsid {tokens[2]} & echo up")  # fmt: skip
+    script = (
+        f"setsid {tokens[0]} & setsid sh -c '( {tokens[1]} & ) &'; "
+        f"env -i setsid {tokens[2]} & echo up"
+    )
     return script, tokens
 
 
@@ -472,25 +514,34 @@ def test_processes_that_left_the_session_are_killed(world: World, tree_mode: str
     else:
         (world.run_dir("j") / "work" / "go").touch()
     agent.wait_exit("j")
-    wait_for(lambda: not any(with_cmdline(t) for t in tokens), timeout=TIMEOUT,
-             what="every process of the job to be gone")  # fmt: skip
+    wait_for(
+        lambda: not any(with_cmdline(t) for t in tokens),
+        timeout=TIMEOUT,
+        what="every process of the job to be gone",
+    )
 
 
-def test_processes_left_are_killed_when_a_held_start_takes_the_slot(world: World,
-                                                                    tree_mode: str) -> None:
+def test_processes_left_are_killed_when_a_held_start_takes_the_slot(
+    world: World, tree_mode: str
+) -> None:
     # One slot: the start held behind the job is spawned the moment the job ends; what the
     # job left (even a process with no trace of it) is killed all the same.
     world.start_agent()
     agent = world.client()
     script, tokens = escapes(int(world.tag[:8], 16))
-    assert agent.wait_reply(send_start(world, agent, "j", ["sh", "-c", f"{script}; {WAIT_GO}"]))["ok"]
+    assert agent.wait_reply(send_start(world, agent, "j", ["sh", "-c", f"{script}; {WAIT_GO}"]))[
+        "ok"
+    ]
     wait_for(lambda: all(with_cmdline(t) for t in tokens), timeout=TIMEOUT, what="the escapees")
     held = send_start(world, agent, "next", ["sh", "-c", WAIT_GO])
     (world.run_dir("j") / "work" / "go").touch()
     assert agent.wait_exit("j")["code"] == 0
     assert agent.wait_reply(held)["ok"]
-    wait_for(lambda: not any(with_cmdline(t) for t in tokens), timeout=TIMEOUT,
-             what="every process of the ended job to be gone")  # fmt: skip
+    wait_for(
+        lambda: not any(with_cmdline(t) for t in tokens),
+        timeout=TIMEOUT,
+        what="every process of the ended job to be gone",
+    )
     (world.run_dir("next") / "work" / "go").touch()
     assert agent.wait_exit("next")["code"] == 0
 
@@ -532,8 +583,11 @@ def run_wrapper(run_dir: Path, argv: list[str], tag: str) -> subprocess.Popen:
 
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, MONKEY_TEST_TAG=tag, **agent_module.job_env(str(run_dir), ""))
-    return subprocess.Popen(["/bin/sh", "-c", agent_module.WRAPPER, "monkey-job", str(run_dir / "work"),
-                             *argv], env=env, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        ["/bin/sh", "-c", agent_module.WRAPPER, "monkey-job", str(run_dir / "work"), *argv],
+        env=env,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.parametrize("when", ["ended", "running"])
@@ -545,14 +599,17 @@ def test_job_started_by_an_earlier_agent_is_adopted(world: World, when: str) -> 
     run = world.run_dir("j")
     (run / "work").mkdir(parents=True)
     go = world.tmp / "go"
-    proc = subprocess.Popen(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; "
-                             f"echo 7 > {run}/exit; exit 7"], start_new_session=True,
-                            env=dict(os.environ, MONKEY_TEST_TAG=world.tag))  # fmt: skip
+    proc = subprocess.Popen(
+        ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo 7 > {run}/exit; exit 7"],
+        start_new_session=True,
+        env=dict(os.environ, MONKEY_TEST_TAG=world.tag),
+    )
     ticks = stat_start_ticks(read_stat(proc.pid))
     (run / "started").write_text(f"{proc.pid}\n")
     (run / "pid").write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "cgroup": ""}))
-    (run / "events.jsonl").write_text(json.dumps({"seq": 1, "ts": time.time(), "type": "started",
-                                                  "pid": proc.pid}) + "\n")  # fmt: skip
+    (run / "events.jsonl").write_text(
+        json.dumps({"seq": 1, "ts": time.time(), "type": "started", "pid": proc.pid}) + "\n"
+    )
     if when == "ended":
         go.touch()
         assert proc.wait() == 7
@@ -611,7 +668,10 @@ def test_an_adopting_agent_keeps_the_signal_sent_and_its_deadline(world: World) 
     first.wait()
     world.start_agent()
     client = world.client(sync=False)
-    assert client.request("sync", attempts=[world.sync_item("j")])["attempts"][0]["status"] == "running"
+    assert (
+        client.request("sync", attempts=[world.sync_item("j")])["attempts"][0]["status"]
+        == "running"
+    )
     event = client.wait_exit("j")
     assert (event["signal"], event["reason"]) == (signal.SIGKILL, "timeout")
     assert out.read_text() == "TERM\n"
@@ -623,8 +683,16 @@ def sync_with_pid_of(world: World, holder: subprocess.Popen[bytes], claim: str) 
     run = world.run_dir("j")
     (run / "work").mkdir(parents=True)
     (run / "started").write_text(claim.format(pid=holder.pid))
-    started = {"seq": 1, "ts": time.time(), "type": "started", "pid": holder.pid,
-               "gpus": "", "cgroup": "", "limit": None, "cpus": 1}  # fmt: skip
+    started = {
+        "seq": 1,
+        "ts": time.time(),
+        "type": "started",
+        "pid": holder.pid,
+        "gpus": "",
+        "cgroup": "",
+        "limit": None,
+        "cpus": 1,
+    }
     (run / "events.jsonl").write_text(json.dumps(started) + "\n")
     world.start_agent()
     client = world.client(sync=False)
@@ -651,8 +719,11 @@ def test_wrapper_that_wrote_its_exit_code_is_not_adopted(world: World) -> None:
     # The wrapper's pid now names a process of the job (its environment names the claim),
     # but the wrapper wrote its code, its last act: the job ended with that code.
     claim = world.run_dir("j") / "started"
-    child = subprocess.Popen(["sleep", "60"], start_new_session=True,
-                             env=dict(os.environ, MONKEY_STARTED_FILE=str(claim)))  # fmt: skip
+    child = subprocess.Popen(
+        ["sleep", "60"],
+        start_new_session=True,
+        env=dict(os.environ, MONKEY_STARTED_FILE=str(claim)),
+    )
     try:
         event = sync_with_pid_of(world, child, "{pid}\nexit 4\n").wait_exit("j")
         assert (event["code"], event["reason"]) == (4, "exited")
@@ -679,8 +750,11 @@ def test_empty_claim_of_a_live_wrapper_is_adopted(world: World, agent: Client) -
     run_dir = world.run_dir("j")
     run_dir.mkdir(parents=True)
     (run_dir / "started").touch()
-    holder = subprocess.Popen(["sleep", "60"], start_new_session=True,
-                              env=dict(os.environ, MONKEY_STARTED_FILE=str(run_dir / "started")))
+    holder = subprocess.Popen(
+        ["sleep", "60"],
+        start_new_session=True,
+        env=dict(os.environ, MONKEY_STARTED_FILE=str(run_dir / "started")),
+    )
     try:
         reply = agent.request("sync", attempts=[world.sync_item("j")])
         assert reply["attempts"][0]["status"] == "running"
@@ -859,7 +933,9 @@ def test_unsafe_paths_refused_and_nothing_runs(world: World, agent: Client) -> N
 
 
 def test_files_are_private_copies(world: World, agent: Client) -> None:
-    script = b"#!/bin/sh\ncat data/input.txt\necho changed >> data/input.txt\nstat -c '%a %i' run.sh\n"
+    script = (
+        b"#!/bin/sh\ncat data/input.txt\necho changed >> data/input.txt\nstat -c '%a %i' run.sh\n"
+    )
     run_digest = put_blob(world.blobs, script)
     data_digest = put_blob(world.blobs, b"original\n")
     files = [["run.sh", run_digest, 0o755], ["data/input.txt", data_digest, 0o644]]
@@ -871,9 +947,14 @@ def test_files_are_private_copies(world: World, agent: Client) -> None:
     blob = world.blobs / data_digest[:2] / data_digest[2:]
     assert blob.read_bytes() == b"original\n"
     mode, ino = mode_ino.split()
-    assert mode == "755" and int(ino) != (world.blobs / run_digest[:2] / run_digest[2:]).stat().st_ino
+    assert (
+        mode == "755" and int(ino) != (world.blobs / run_digest[:2] / run_digest[2:]).stat().st_ino
+    )
     # At the end the code copy is reclaimed; the file the job changed stays.
-    wait_for(lambda: not (world.run_dir("j") / "code.json").exists(), what="the code copy to be reclaimed")
+    wait_for(
+        lambda: not (world.run_dir("j") / "code.json").exists(),
+        what="the code copy to be reclaimed",
+    )
     assert not (work / "run.sh").exists()
     assert (work / "data" / "input.txt").read_text() == "original\nchanged\n"
 
@@ -881,10 +962,18 @@ def test_files_are_private_copies(world: World, agent: Client) -> None:
 def test_datasets_materialised_once_and_exposed(world: World, agent: Client) -> None:
     a = put_blob(world.blobs, b"aaa\n")
     b = put_blob(world.blobs, b"bbb\n")
-    multi = {"digest": "d" * 64, "env": "MONKEY_DATASET_TRAIN", "single": False,
-             "files": [["x/a.txt", a, 0o644], ["b.txt", b, 0o644]]}  # fmt: skip
-    single = {"digest": "e" * 64, "env": "MONKEY_DATASET_ONE", "single": True,
-              "files": [["only.csv", b, 0o644]]}  # fmt: skip
+    multi = {
+        "digest": "d" * 64,
+        "env": "MONKEY_DATASET_TRAIN",
+        "single": False,
+        "files": [["x/a.txt", a, 0o644], ["b.txt", b, 0o644]],
+    }
+    single = {
+        "digest": "e" * 64,
+        "env": "MONKEY_DATASET_ONE",
+        "single": True,
+        "files": [["only.csv", b, 0o644]],
+    }
     script = (
         'echo "$MONKEY_DATASET_TRAIN"; cat "$MONKEY_DATASET_TRAIN/x/a.txt" "$MONKEY_DATASET_ONE"'
     )
@@ -901,7 +990,9 @@ def test_datasets_materialised_once_and_exposed(world: World, agent: Client) -> 
     assert (world.run_dir("j2") / "stdout.log").read_text() == out
     assert folder.stat().st_ino == inode and (folder / "b.txt").stat().st_mtime_ns == marker
     assert sorted(p.name for p in (world.root / "datasets").iterdir() if p.is_dir()) == [
-        "d" * 64, "e" * 64]  # built once each, no temporary folders left
+        "d" * 64,
+        "e" * 64,
+    ]  # built once each, no temporary folders left
     assert not os.access(folder / "b.txt", os.W_OK) or os.getuid() == 0  # shared: read-only
     assert folder.stat().st_mode & 0o777 == 0o555
 
@@ -918,8 +1009,9 @@ def test_code_list_cached_then_named_by_manifest(world: World, agent: Client) ->
     assert agent.wait_exit("j1")["code"] == 0
     cached = world.root / "manifests" / f"{m1}.json"
     assert cached.read_text() == json.dumps(sorted(files), separators=(",", ":"))
-    world.start(agent, "j2", ["sh", "-c", "cat a.txt sub/b.txt; stat -c %a a.txt"], files=None,
-                manifest=m1)  # fmt: skip
+    world.start(
+        agent, "j2", ["sh", "-c", "cat a.txt sub/b.txt; stat -c %a a.txt"], files=None, manifest=m1
+    )
     assert agent.wait_exit("j2")["code"] == 0
     assert (world.run_dir("j2") / "stdout.log").read_text() == "aaa\nbbb\n755\n"
 
@@ -931,13 +1023,24 @@ def test_code_list_as_a_delta(world: World, agent: Client) -> None:
     files = [["a.txt", a, 0o644], ["b.txt", b, 0o644], ["sub/c.txt", c, 0o644]]
     world.start(agent, "j1", ["true"], files=files, manifest=m1)
     assert agent.wait_exit("j1")["code"] == 0
-    world.start(agent, "j2", ["sh", "-c", "find . -type f | sort; find . -type f | sort | xargs cat; "
-                              "stat -c %a d/d.txt"], files=None,
-                manifest=m2, base=m1, removed=["b.txt"],
-                changes=[["a.txt", a2, 0o644], ["d/d.txt", d, 0o600]])  # fmt: skip
+    world.start(
+        agent,
+        "j2",
+        [
+            "sh",
+            "-c",
+            "find . -type f | sort; find . -type f | sort | xargs cat; stat -c %a d/d.txt",
+        ],
+        files=None,
+        manifest=m2,
+        base=m1,
+        removed=["b.txt"],
+        changes=[["a.txt", a2, 0o644], ["d/d.txt", d, 0o600]],
+    )
     assert agent.wait_exit("j2")["code"] == 0
     assert (world.run_dir("j2") / "stdout.log").read_text() == (
-        "./a.txt\n./d/d.txt\n./sub/c.txt\na2\nd\nc\n600\n")
+        "./a.txt\n./d/d.txt\n./sub/c.txt\na2\nd\nc\n600\n"
+    )
     cached = json.loads((world.root / "manifests" / f"{m2}.json").read_text())
     assert cached == [["a.txt", a2, 0o644], ["d/d.txt", d, 0o600], ["sub/c.txt", c, 0o644]]
     # the list built from the delta is itself a base
@@ -950,9 +1053,10 @@ def test_unknown_manifest_refused_and_nothing_runs(world: World, agent: Client) 
     known, unknown = manifest_digest("known"), manifest_digest("unknown")
     world.start(agent, "j0", ["true"], files=[["a.txt", a, 0o644]], manifest=known)
     agent.wait_exit("j0")
-    for fields in ({"manifest": unknown},
-                   {"manifest": manifest_digest("new"), "base": unknown, "changes": [],
-                    "removed": ["a.txt"]}):  # fmt: skip
+    for fields in (
+        {"manifest": unknown},
+        {"manifest": manifest_digest("new"), "base": unknown, "changes": [], "removed": ["a.txt"]},
+    ):
         with pytest.raises(AgentError, match="unknown manifest"):
             world.start(agent, "j", ["touch", "ran"], files=None, **fields)
     assert not world.run_dir("j").exists()
@@ -965,13 +1069,14 @@ def test_unsafe_paths_in_a_delta_refused(world: World, agent: Client) -> None:
     base, new = manifest_digest("base"), manifest_digest("new")
     world.start(agent, "j0", ["true"], files=[["a.txt", a, 0o644]], manifest=base)
     agent.wait_exit("j0")
-    for delta in ({"changes": [["../x", a, 0o644]], "removed": []},
-                  {"changes": [["/tmp/x", a, 0o644]], "removed": []},
-                  {"changes": [], "removed": ["a/../../x"]},
-                  {"changes": [["b.txt", "../../etc", 0o644]], "removed": []}):  # fmt: skip
+    for delta in (
+        {"changes": [["../x", a, 0o644]], "removed": []},
+        {"changes": [["/tmp/x", a, 0o644]], "removed": []},
+        {"changes": [], "removed": ["a/../../x"]},
+        {"changes": [["b.txt", "../../etc", 0o644]], "removed": []},
+    ):
         with pytest.raises(AgentError, match="unsafe path|bad digest"):
-            world.start(agent, "j", ["touch", "ran"], files=None, manifest=new, base=base,
-                        **delta)  # fmt: skip
+            world.start(agent, "j", ["touch", "ran"], files=None, manifest=new, base=base, **delta)
     assert not world.run_dir("j").exists()
     assert not (world.root / "manifests" / f"{new}.json").exists()
     assert agent.request("jobs")["jobs"] == []
@@ -1015,8 +1120,14 @@ def test_failed_requests_are_logged_without_their_content(world: World, agent: C
     with pytest.raises(AgentError, match="bad request"):
         agent.request("start", env={"DB_PASS": secret})  # no juid
     with pytest.raises(AgentError):
-        agent.request("start", env=[f"DB_PASS={secret}"], juid="j", attempt=1,
-                      run_dir=str(world.run_dir("j")), argv=["true"])  # env not a mapping
+        agent.request(
+            "start",
+            env=[f"DB_PASS={secret}"],
+            juid="j",
+            attempt=1,
+            run_dir=str(world.run_dir("j")),
+            argv=["true"],
+        )  # env not a mapping
     assert agent.request("hello")["version"] == "1"
     log = world.log()
     assert log.count("(op 'start')") == 2
@@ -1113,9 +1224,19 @@ def test_many_trivial_jobs_two_at_a_time(world: World, agent: Client) -> None:
 
 def send_start(world: World, client: Client, juid: str, argv: list[str], slots: int = 1) -> int:
     """Send a start carrying the worker's SLOTS without waiting; its request id."""
-    return client.link.send("start", juid=juid, attempt=1, run_dir=str(world.run_dir(juid)),
-                            argv=argv, env={}, files=[], blobs_dir=str(world.blobs),
-                            datasets=[], slots=slots, cpus=1)  # fmt: skip
+    return client.link.send(
+        "start",
+        juid=juid,
+        attempt=1,
+        run_dir=str(world.run_dir(juid)),
+        argv=argv,
+        env={},
+        files=[],
+        blobs_dir=str(world.blobs),
+        datasets=[],
+        slots=slots,
+        cpus=1,
+    )
 
 
 def claim(world: World, juid: str) -> bytes | None:
@@ -1125,7 +1246,12 @@ def claim(world: World, juid: str) -> bytes | None:
 
 def test_starts_beyond_the_slots_are_held_and_run_in_order(world: World, agent: Client) -> None:
     go, order = world.tmp / "go", world.tmp / "order"
-    first = send_start(world, agent, "a", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo a >> {order}"])
+    first = send_start(
+        world,
+        agent,
+        "a",
+        ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; echo a >> {order}"],
+    )
     assert agent.wait_reply(first)["ok"]
     held = [send_start(world, agent, j, ["sh", "-c", f"echo {j} >> {order}"]) for j in ("b", "c")]
     time.sleep(0.5)
@@ -1202,8 +1328,10 @@ def test_big_request_and_backlog_with_a_slow_client(world: World, agent: Client)
     # a 4 MB backlog for a client that does not read: the agent keeps serving others
     run = world.run_dir("old")
     run.mkdir(parents=True)
-    lines = [json.dumps({"seq": i, "ts": 0.0, "type": "heartbeat", "pad": "p" * 150}) + "\n"
-             for i in range(1, 25001)]  # fmt: skip
+    lines = [
+        json.dumps({"seq": i, "ts": 0.0, "type": "heartbeat", "pad": "p" * 150}) + "\n"
+        for i in range(1, 25001)
+    ]
     (run / "events.jsonl").write_text("".join(lines))
     slow = world.client(sync=False)
     assert (
@@ -1226,15 +1354,21 @@ def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) 
     proc = world.start_agent("--idle-timeout", "0.2")
     client = world.client(sync=False)
     client.request("sync", attempts=[], orphan={"timeout": 1, "command": f"echo bye >> {mark}"})
-    world.start(client, "j1", ["sh", "-c", f"sleep 3; touch {ran}; while [ ! -e {gate} ]; do sleep 0.05; done"])
+    world.start(
+        client,
+        "j1",
+        ["sh", "-c", f"sleep 3; touch {ran}; while [ ! -e {gate} ]; do sleep 0.05; done"],
+    )
     wait_for(ran.exists, timeout=TIMEOUT, what="the job to run past the orphan timeout")
     assert not mark.exists() and proc.poll() is None
     gate.touch()
     client.wait_exit("j1")
     wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
     assert mark.read_text() == "bye\n" and proc.poll() is None  # it stays: the machine goes
-    assert "(orphan_timeout 1s): powering the machine off so that its cloud terminates it: echo bye" \
+    assert (
+        "(orphan_timeout 1s): powering the machine off so that its cloud terminates it: echo bye"
         in world.log()
+    )
     assert "the shutdown command succeeded" in world.log()
 
 
@@ -1244,10 +1378,15 @@ def test_a_failed_shutdown_command_is_logged_and_a_request_is_contact(world: Wor
     client = world.client(sync=False)
     with pytest.raises(AgentError, match="orphan timeout must be a number of seconds"):
         client.request("sync", attempts=[], orphan={"timeout": "soon"})
-    client.request("ping", orphan={"timeout": 0.5, "command": f"touch {mark}; echo no rights >&2; exit 4"})
+    client.request(
+        "ping", orphan={"timeout": 0.5, "command": f"touch {mark}; echo no rights >&2; exit 4"}
+    )
     wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
-    wait_for(lambda: "the shutdown command exited 4: no rights; trying again in 300s" in world.log(),
-             timeout=TIMEOUT, what="the failure in agent.log")
+    wait_for(
+        lambda: "the shutdown command exited 4: no rights; trying again in 300s" in world.log(),
+        timeout=TIMEOUT,
+        what="the failure in agent.log",
+    )
 
 
 @pytest.mark.skipif(not CGROUP2, reason="needs a cgroup2 mount")
@@ -1258,7 +1397,9 @@ def test_a_vanished_cgroup_folder_is_made_again(world: World) -> None:
     agent = world.client()
     world.start(agent, "first", ["true"])
     agent.wait_exit("first")
-    first = json.loads((world.run_dir("first") / "events.jsonl").read_text().splitlines()[0])["cgroup"]
+    first = json.loads((world.run_dir("first") / "events.jsonl").read_text().splitlines()[0])[
+        "cgroup"
+    ]
     if not first:
         pytest.skip("the kernel lets this agent make no cgroups")
     base = Path(first).parent
@@ -1268,7 +1409,12 @@ def test_a_vanished_cgroup_folder_is_made_again(world: World) -> None:
     base.rmdir()
     world.start(agent, "next", ["sh", "-c", "touch in; " + WAIT_GO])
     wait_for((world.run_dir("next") / "work" / "in").exists, timeout=TIMEOUT, what="the job")
-    group = Path("/proc", str(world.job_pid("next")), "cgroup").read_text().splitlines()[-1].partition("::")[2]
+    group = (
+        Path("/proc", str(world.job_pid("next")), "cgroup")
+        .read_text()
+        .splitlines()[-1]
+        .partition("::")[2]
+    )
     assert Path(CGROUP2, group.lstrip("/")).parent == base and base.is_dir()
     assert f"the cgroup folder {base} vanished; made it again" in world.log()
     (world.run_dir("next") / "work" / "go").touch()

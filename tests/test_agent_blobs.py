@@ -40,8 +40,9 @@ def upload(moto_s3: str, tmp_path: Path) -> tuple[list[list], dict[str, list]]:
     return files, urls
 
 
-def test_start_fetches_missing_blobs_then_runs(world: World, agent: Client, moto_s3: str,
-                                               tmp_path: Path) -> None:  # fmt: skip
+def test_start_fetches_missing_blobs_then_runs(
+    world: World, agent: Client, moto_s3: str, tmp_path: Path
+) -> None:
     files, urls = upload(moto_s3, tmp_path)
     assert not any(world.blobs.iterdir())  # the worker has none of them
     world.start(agent, "j", ["python3", "main.py"], files=files, blob_urls=urls)
@@ -58,8 +59,9 @@ def test_start_fetches_missing_blobs_then_runs(world: World, agent: Client, moto
 
 
 @pytest.mark.parametrize("fault", ["missing key", "wrong size", "unreachable"])
-def test_blob_that_cannot_be_fetched_refuses_the_start(world: World, agent: Client, moto_s3: str,
-                                                       tmp_path: Path, fault: str) -> None:  # fmt: skip
+def test_blob_that_cannot_be_fetched_refuses_the_start(
+    world: World, agent: Client, moto_s3: str, tmp_path: Path, fault: str
+) -> None:
     files, urls = upload(moto_s3, tmp_path)
     bad = files[0][1]  # main.py
     url, size = urls[bad]
@@ -116,8 +118,9 @@ def upload_pack(moto_s3: str, tmp_path: Path) -> tuple[list[list], list, BlobSto
     return files, [[storage.get_url(key, expires=600), index]], source
 
 
-def test_a_pack_brings_many_blobs_with_one_request(world: World, agent: Client, moto_s3: str,
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_a_pack_brings_many_blobs_with_one_request(
+    world: World, agent: Client, moto_s3: str, tmp_path: Path
+) -> None:
     files, packs, source = upload_pack(moto_s3, tmp_path)
     # one of them is there already, with its check: the pack is read past it, and it is
     # left as it is
@@ -141,7 +144,8 @@ def test_a_pack_brings_many_blobs_with_one_request(world: World, agent: Client, 
 
 @pytest.mark.parametrize("fault", ["short", "long"])
 def test_a_pack_that_does_not_match_its_index_refuses_the_start(
-        world: World, agent: Client, moto_s3: str, tmp_path: Path, fault: str) -> None:  # fmt: skip
+    world: World, agent: Client, moto_s3: str, tmp_path: Path, fault: str
+) -> None:
     files, packs, _source = upload_pack(moto_s3, tmp_path)
     url, index = packs[0]
     last, size = index[-1]
@@ -150,7 +154,9 @@ def test_a_pack_that_does_not_match_its_index_refuses_the_start(
         expected = f"missing blob {last} could not be fetched: {size} bytes instead of {size + 5}$"
     else:
         index[-1] = [last, size - 1]
-        expected = f"missing blob {last} could not be fetched: its pack is longer than its index says$"
+        expected = (
+            f"missing blob {last} could not be fetched: its pack is longer than its index says$"
+        )
     with pytest.raises(AgentError, match=f"^{expected}"):
         world.start(agent, "j", ["sh", "-c", "touch ran"], files=files, blob_packs=[[url, index]])
     run = world.run_dir("j")
@@ -164,7 +170,12 @@ def test_a_pack_that_does_not_match_its_index_refuses_the_start(
 def test_bad_blob_packs_are_refused(world: World, agent: Client) -> None:
     with pytest.raises(AgentError, match="blob_packs list"):
         world.start(agent, "j", ["true"], blob_packs={"http://x": []})
-    for bad in (["http://x"], ["http://x", []], ["http://x", [["a" * 64, -1]]], ["http://x", [["a" * 64]]]):
+    for bad in (
+        ["http://x"],
+        ["http://x", []],
+        ["http://x", [["a" * 64, -1]]],
+        ["http://x", [["a" * 64]]],
+    ):
         with pytest.raises(AgentError, match="bad blob_packs entry"):
             world.start(agent, "j", ["true"], blob_packs=[bad])
     with pytest.raises(AgentError, match="bad digest"):
@@ -172,7 +183,8 @@ def test_bad_blob_packs_are_refused(world: World, agent: Client) -> None:
 
 
 def test_a_fetched_blob_damaged_later_is_refused_removed_and_fetched_again(
-        world: World, agent: Client, moto_s3: str, tmp_path: Path) -> None:  # fmt: skip
+    world: World, agent: Client, moto_s3: str, tmp_path: Path
+) -> None:
     files, packs, source = upload_pack(moto_s3, tmp_path)
     world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
     assert agent.wait_exit("j")["code"] == 0
@@ -194,7 +206,8 @@ def test_a_fetched_blob_damaged_later_is_refused_removed_and_fetched_again(
 
 
 def test_a_blob_damaged_in_the_bucket_is_refused_and_stored_again(
-        world: World, agent: Client, moto_s3: str, tmp_path: Path) -> None:  # fmt: skip
+    world: World, agent: Client, moto_s3: str, tmp_path: Path
+) -> None:
     source = BlobStore(tmp_path / "src-blobs")
     storage = make_s3(moto_s3)
     files = []
@@ -208,7 +221,9 @@ def test_a_blob_damaged_in_the_bucket_is_refused_and_stored_again(
     s3 = test_storage.s3_client(moto_s3)
     s3.put_object(Bucket=test_storage.BUCKET, Key=key, Body=body.replace(b"s3", b"S3"))
     helper = files[1][1]
-    packs = [[storage.get_url(key, expires=600), [[d, size, source.sha256(d)] for d, size in index]]]
+    packs = [
+        [storage.get_url(key, expires=600), [[d, size, source.sha256(d)] for d, size in index]]
+    ]
     with pytest.raises(AgentError) as refused:
         world.start(agent, "j", ["python3", "main.py"], files=files, blob_packs=packs)
     assert f"damaged blob {helper} in the bucket" in str(refused.value)
@@ -231,6 +246,8 @@ def test_a_blob_damaged_in_the_bucket_is_refused_and_stored_again(
         world.start(agent, "m", ["python3", "main.py"], files=lone, blob_urls=urls)
     storage.distrust(single)
     assert storage.put_blobs([single], source) == 5000
-    world.start(agent, "n", ["python3", "-c", "print(open('x.bin').read(3))"], files=lone, blob_urls=urls)
+    world.start(
+        agent, "n", ["python3", "-c", "print(open('x.bin').read(3))"], files=lone, blob_urls=urls
+    )
     assert agent.wait_exit("n")["code"] == 0
     assert (world.run_dir("n") / "stdout.log").read_text() == "xxx\n"

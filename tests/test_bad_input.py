@@ -56,12 +56,17 @@ def _one_line_error(proc, *needles: str) -> None:
         (["run", "--dataset", "/no/such/data", "--", "true"], ["/no/such/data", "--dataset"]),
         (["run", "--env", "NOEQUALS", "--", "true"], ["KEY=VALUE"]),
         (["run", "--provider", "nowhere", "--", "true"], ["unknown provider 'nowhere'"]),
-        (["run", "--retries", "99999999999999999999", "--", "true"], ["--retries must be", "0 to 1000"]),
+        (
+            ["run", "--retries", "99999999999999999999", "--", "true"],
+            ["--retries must be", "0 to 1000"],
+        ),
         (["run", "--memory", "nan", "--", "true"], ["memory 'nan' is not a size"]),
         (["run", "--memory", "inf", "--", "true"], ["memory 'inf' is not a size"]),
         (["run", "--memory", "1e400G", "--", "true"], ["memory '1e400G' is not a size"]),
-        (["sweep", "--random", "2", "--uniform", "lr=-inf:inf", "--", "echo", "{lr}"],
-         ["'lr'", "finite"]),
+        (
+            ["sweep", "--random", "2", "--uniform", "lr=-inf:inf", "--", "echo", "{lr}"],
+            ["'lr'", "finite"],
+        ),
         (["sweep", "--grid", "lr=nan,0.1", "--", "echo", "{lr}"], ["'lr'", "nan is not a finite"]),
     ],
 )
@@ -77,8 +82,11 @@ def test_bad_dataset_name_is_named_as_such(cli, home):
     Path("data.csv").write_text("1\n")
     cli("list", "jobs", check=True)
     before = _db_state(home)
-    _one_line_error(cli("run", "--dataset", "data.csv:1st", "--", "true"),
-                    "name '1st' is not valid", "data.csv:train")
+    _one_line_error(
+        cli("run", "--dataset", "data.csv:1st", "--", "true"),
+        "name '1st' is not valid",
+        "data.csv:train",
+    )
     assert _db_state(home) == before
 
 
@@ -151,12 +159,17 @@ def test_providers_file_not_utf8(cli, home):
     ("content", "needles"),
     [
         ("command: 5\nparameters: {lr: [1, 2]}\n", ["command must be text", "got 5"]),
-        ("command: \"python t.py '{lr}\"\nparameters: {lr: [1, 2]}\n", ["No closing quotation"]),
-        ("command: echo {lr}\nmetric: {name: acc, goal: [max]}\nparameters: {lr: [1, 2]}\n",
-         ["goal ['max'] is not max or min"]),
+        ('command: "python t.py \'{lr}"\nparameters: {lr: [1, 2]}\n', ["No closing quotation"]),
+        (
+            "command: echo {lr}\nmetric: {name: acc, goal: [max]}\nparameters: {lr: [1, 2]}\n",
+            ["goal ['max'] is not max or min"],
+        ),
         ("command: echo {lr}\nname: [a]\nparameters: {lr: [1, 2]}\n", ["name must be text"]),
-        ("command: echo {lr}\nmethod: random\ncount: 2\n"
-         "parameters: {lr: {distribution: uniform, min: -.inf, max: .inf}}\n", ["finite"]),
+        (
+            "command: echo {lr}\nmethod: random\ncount: 2\n"
+            "parameters: {lr: {distribution: uniform, min: -.inf, max: .inf}}\n",
+            ["finite"],
+        ),
         ("command: echo {lr}\nparameters: {lr: [.nan]}\n", ["nan is not a finite number"]),
     ],
 )
@@ -198,17 +211,26 @@ def _alias_bomb(levels: int = 9) -> str:
 def _limited_monkey(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`monkey ARGS` with 1 GB of address space and 60 s: a hostile file cannot take the
     machine down with the test."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    return subprocess.run([sys.executable, "-m", "monkey", *args], capture_output=True,
-                          text=True, timeout=60, preexec_fn=limit, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "monkey", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+        cwd=cwd,
+    )
 
 
 HOSTILE = {
     "alias bomb": (lambda path, text: path.write_text(_alias_bomb() + text), "over 100,000 values"),
-    "alias loop": (lambda path, text: path.write_text("loop: &l [*l]\n" + text),
-                   "refers to the value that contains it"),
+    "alias loop": (
+        lambda path, text: path.write_text("loop: &l [*l]\n" + text),
+        "refers to the value that contains it",
+    ),
     "fifo": (lambda path, text: os.mkfifo(path), "not a regular file"),
     "/dev/zero": (lambda path, text: path.symlink_to("/dev/zero"), "not a regular file"),
     "100 MB": (lambda path, text: path.write_text(text + "#" * (100 << 20) + "\n"), "over 1 MB"),
@@ -254,11 +276,18 @@ def test_hostile_sweep_file(cli, home, kind):
 SHADOWS = ("json", "random", "types", "signal", "copy", "string", "logging", "tempfile")
 
 
-def _monkey_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _monkey_script(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`monkey ARGS` through the launcher script, as the installed command runs: the
     current folder is not on its sys.path (unlike `python -m monkey`)."""
-    return subprocess.run([sys.executable, str(REPO / "monkey.py"), *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, str(REPO / "monkey.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 @pytest.mark.system  # the CLI in a subprocess, and a core
@@ -282,8 +311,9 @@ def test_core_that_cannot_start_fails_the_command(home):
     proc = _monkey_script("run", "--", "echo", "later", env=env)
     assert proc.returncode == 1
     assert proc.stdout == ""
-    _one_line_error(proc, "is queued, but the core could not start",
-                    "Unknown level: 'nonsense'", "daemon.log")
+    _one_line_error(
+        proc, "is queued, but the core could not start", "Unknown level: 'nonsense'", "daemon.log"
+    )
     juid = proc.stderr.split("job ")[1].split()[0]
     _one_line_error(_monkey_script("daemon", "start", env=env), "the core could not start")
     assert _monkey_script("daemon", "status").returncode == 3
@@ -314,8 +344,12 @@ def test_database_with_a_damaged_page(cli, home):
         fh.seek((page - 1) * size)
         fh.write(bytes(range(256)) * (size // 256))
     digest = _sha(db)
-    for args in (["list", "jobs"], ["info", "job", juids[20]], ["run", "--", "true"],
-                 ["daemon", "start"]):
+    for args in (
+        ["list", "jobs"],
+        ["info", "job", juids[20]],
+        ["run", "--", "true"],
+        ["daemon", "start"],
+    ):
         _one_line_error(cli(*args), f"{db} is damaged", f"sqlite3 {db} .recover")
     assert cli("daemon", "status").returncode == 3
     assert _sha(db) == digest
@@ -463,9 +497,11 @@ def test_read_only_monkey_home_is_one_line(cli, home, tmp_path, monkeypatch):
         monkeypatch.setenv("MONKEY_HOME", str(mount))
         status = cli("daemon", "status")
         assert status.returncode == 3 and "Traceback" not in status.stderr, status.stderr
-        why = (f"MONKEY_HOME {mount} cannot be written (it is on a read-only file system): the "
-               "core keeps its database there; remount it read-write, or set MONKEY_HOME to a "
-               "folder you may write to")
+        why = (
+            f"MONKEY_HOME {mount} cannot be written (it is on a read-only file system): the "
+            "core keeps its database there; remount it read-write, or set MONKEY_HOME to a "
+            "folder you may write to"
+        )
         assert status.stdout.splitlines()[0] == f"core not running; it cannot start: {why}"
         for action in ("start", "run"):
             _one_line_error(cli("daemon", action), f"monkey: error: the core cannot start: {why}")
@@ -484,8 +520,9 @@ def test_a_second_core_names_the_first_while_it_starts(cli, home):
         fcntl.flock(lock, fcntl.LOCK_EX)  # this process is the core that starts
         second = cli("daemon", "run")
         assert second.returncode == 1
-        assert second.stderr == (f"monkey: a core is already running for {home} "
-                                 f"(pid {os.getpid()}, still starting)\n")
+        assert second.stderr == (
+            f"monkey: a core is already running for {home} (pid {os.getpid()}, still starting)\n"
+        )
         status = cli("daemon", "status").stdout.splitlines()[0]
         assert status == f"core running (pid {os.getpid()}, still starting) for {home}"
 
@@ -500,8 +537,12 @@ def test_gc_grace_takes_a_bare_zero(cli, home):
 def test_info_job_escapes_control_characters_of_a_name(cli, home):
     """A name (or command) with a newline or an escape sequence is shown escaped, on its
     own line, as `list jobs` shows it: nothing printed can forge a field or recolour."""
-    juid = cli("run", "--name", "two\nlines\x1b[31m", "--", "echo", "a\nb", check=True).stdout.strip()
-    shown = [" ".join(line.split()) for line in cli("info", "job", juid, check=True).stdout.splitlines()]
+    juid = cli(
+        "run", "--name", "two\nlines\x1b[31m", "--", "echo", "a\nb", check=True
+    ).stdout.strip()
+    shown = [
+        " ".join(line.split()) for line in cli("info", "job", juid, check=True).stdout.splitlines()
+    ]
     assert "name two\\nlines\\x1b[31m" in shown, shown
     assert "command echo 'a\\nb'" in shown, shown
     assert "\x1b" not in "\n".join(shown)

@@ -33,16 +33,23 @@ def blackhole(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
         monkeypatch.setenv(name, value)
     hole = Blackhole()
     h = Home(home).ensure()
-    entry = {"type": "ec2", "region": REGION, "endpoint": hole.endpoint, "size": "t3.micro",
-             "image": IMAGE, "max_instances": 1}  # fmt: skip
+    entry = {
+        "type": "ec2",
+        "region": REGION,
+        "endpoint": hole.endpoint,
+        "size": "t3.micro",
+        "image": IMAGE,
+        "max_instances": 1,
+    }
     h.providers_file.write_text(yaml.safe_dump({"providers": {"dead": entry}}))
     assert load_providers(h)["dead"].type == "ec2"
     yield hole
     hole.stop()
 
 
-def test_local_jobs_run_while_a_cloud_hangs(blackhole: Blackhole, home: Path, monkey: Any,
-                                            cli: Callable[..., Any]) -> None:
+def test_local_jobs_run_while_a_cloud_hangs(
+    blackhole: Blackhole, home: Path, monkey: Any, cli: Callable[..., Any]
+) -> None:
     start_core(home)
     stuck = cli("run", "--provider", "dead", "--", "true", check=True).stdout.strip()
     wait_for(blackhole.hanging, timeout=60, what="the core's call to the blackholed cloud")
@@ -64,8 +71,11 @@ def test_local_jobs_run_while_a_cloud_hangs(blackhole: Blackhole, home: Path, mo
     assert core_pid(home) is None
     # Its process is gone too (not kept alive by the hung worker), which closed the connection.
     wait_for(lambda: not alive(pid), timeout=10, what=f"the core's process {pid} to exit")
-    wait_for(lambda: blackhole.hanging() == 0 and blackhole.closed() >= 1, timeout=10,
-             what="the core's connection to the blackhole to close")
+    wait_for(
+        lambda: blackhole.hanging() == 0 and blackhole.closed() >= 1,
+        timeout=10,
+        what="the core's connection to the blackhole to close",
+    )
 
 
 def alive(pid: int) -> bool:

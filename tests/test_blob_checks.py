@@ -61,7 +61,9 @@ def one_line_naming(text: str, juid: str, path: str, digest: str) -> None:
     assert juid in lines[0] and path in lines[0] and digest in lines[0], text
 
 
-def test_damaged_code_is_named_by_clone_cat_and_never_run_by_a_rerun_or_a_local_run(cli, home: Path, tmp_path: Path) -> None:
+def test_damaged_code_is_named_by_clone_cat_and_never_run_by_a_rerun_or_a_local_run(
+    cli, home: Path, tmp_path: Path
+) -> None:
     Path("train.py").write_text(CODE)
     Path("other.py").write_text("x = 1\n")
     juid = submit(cli)
@@ -94,7 +96,9 @@ def test_damaged_code_is_named_by_clone_cat_and_never_run_by_a_rerun_or_a_local_
     submit(cli)
 
 
-def test_a_core_started_after_the_damage_finds_it_though_the_mtime_was_put_back(cli, home: Path) -> None:
+def test_a_core_started_after_the_damage_finds_it_though_the_mtime_was_put_back(
+    cli, home: Path
+) -> None:
     # A new core trusts the stat a submitter recorded when it hashed the bytes it stored,
     # not the bytes: a change, even one that sets the mtime back, moves the ctime.
     Path("train.py").write_text(CODE)
@@ -133,10 +137,14 @@ def test_verify_names_damaged_and_missing_blobs_and_the_jobs_they_affect(cli, ho
     assert cli("cat", third, "train.py", check=True).stdout == CODE
     # gc removes what was set aside.
     cli("gc", "--grace", "0s", check=True)
-    assert not (home / "blobs" / ".damaged").exists() or not any((home / "blobs" / ".damaged").iterdir())
+    assert not (home / "blobs" / ".damaged").exists() or not any(
+        (home / "blobs" / ".damaged").iterdir()
+    )
 
 
-def test_a_damaged_blob_is_never_sent_and_a_damaged_host_copy_is_replaced(cli, home: Path, lab: Lab) -> None:
+def test_a_damaged_blob_is_never_sent_and_a_damaged_host_copy_is_replaced(
+    cli, home: Path, lab: Lab
+) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
     Path("train.py").write_text(CODE)

@@ -30,9 +30,13 @@ def test_ticks_are_round_and_cover_the_data():
 
 
 def test_runs_are_named_by_the_parameters_that_differ():
-    labels = run_labels({"26-01": {"lr": 0.03, "layers": 4, "seed": 1},
-                         "26-02": {"lr": 0.1, "layers": 8, "seed": 1},
-                         "26-03": {}})  # fmt: skip
+    labels = run_labels(
+        {
+            "26-01": {"lr": 0.03, "layers": 4, "seed": 1},
+            "26-02": {"lr": 0.1, "layers": 8, "seed": 1},
+            "26-03": {},
+        }
+    )
     assert labels == {"26-01": "lr=0.03 layers=4", "26-02": "lr=0.1 layers=8", "26-03": "26-03"}
     assert run_labels({"a": {"lr": 1}, "b": {"lr": 1}}) == {"a": "a", "b": "b"}
 
@@ -45,8 +49,10 @@ def test_ema_smooths_without_starting_from_zero():
 
 
 def test_svg_chart_has_nice_ticks_and_one_legend_entry_per_run():
-    lines = {f"lr={lr}": [(step, 1 / (step + 1) * lr, 0.0) for step in range(10)]
-             for lr in (0.5, 1.0, 2.0)}  # fmt: skip
+    lines = {
+        f"lr={lr}": [(step, 1 / (step + 1) * lr, 0.0) for step in range(10)]
+        for lr in (0.5, 1.0, 2.0)
+    }
     svg = svg_chart(lines, "loss")
     root = ET.fromstring(svg)
     texts = {el.get("class"): [] for el in root.iter() if el.get("class")}

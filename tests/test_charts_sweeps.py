@@ -22,8 +22,10 @@ def texts(el: ET.Element, cls: str) -> list[str]:
 
 
 def runs_of(n: int) -> dict[str, list]:
-    return {f"lr={lr}": [(s, 2.0 / (s + 1) + lr, float(s)) for s in range(12)]
-            for lr in [round(0.01 * (i + 1), 2) for i in range(n)]}
+    return {
+        f"lr={lr}": [(s, 2.0 / (s + 1) + lr, float(s)) for s in range(12)]
+        for lr in [round(0.01 * (i + 1), 2) for i in range(n)]
+    }
 
 
 def test_each_metric_gets_its_own_panel_and_y_axis_and_one_legend_names_the_runs():
@@ -37,8 +39,10 @@ def test_each_metric_gets_its_own_panel_and_y_axis_and_one_legend_names_the_runs
     assert all(texts(p, "xtick") == ["0", "5", "10", "15"] for p in panels)  # integer steps
     assert texts(root, "legend") == list(loss)  # one entry per run, not per line
     legend = next(g for g in root.iter(f"{NS}g") if g.get("class") == "legend-box")
-    rects = [float(p.find(f"{NS}rect").get("x")) + float(p.find(f"{NS}rect").get("width"))
-             for p in panels]
+    rects = [
+        float(p.find(f"{NS}rect").get("x")) + float(p.find(f"{NS}rect").get("width"))
+        for p in panels
+    ]
     legend_x = min(float(t.get("x")) for t in legend.iter(f"{NS}text"))
     assert legend_x > max(rects)  # outside the data
     assert root.get("width") == "100%"  # as wide as the page
@@ -73,8 +77,9 @@ def test_past_20_runs_colour_by_a_parameter_with_a_colour_bar():
 def test_png_has_one_panel_per_metric(tmp_path):
     pytest.importorskip("matplotlib")  # the `plot` and `test` extras install it
     loss = runs_of(3)
-    out = png_plot({"loss": loss, "acc": loss}, tmp_path / "p.png", Style(smooth=0.6),
-                   size=(700, 500))
+    out = png_plot(
+        {"loss": loss, "acc": loss}, tmp_path / "p.png", Style(smooth=0.6), size=(700, 500)
+    )
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (700, 500)
 
@@ -122,13 +127,27 @@ class Page(HTMLParser):
 
 def test_sweep_report_shows_analysis_and_small_multiples():
     runs = synthetic_sweep(8)
-    status = {"id": "sw-1", "name": "s", "state": "finished", "done": 8, "total": 8,
-              "counts": {"succeeded": 8}, "created_at": 0.0, "best": None,
-              "spec": {"command": ["t"], "method": "grid", "parameters": {},
-                       "metric": {"name": "acc", "goal": "max"}}}
+    status = {
+        "id": "sw-1",
+        "name": "s",
+        "state": "finished",
+        "done": 8,
+        "total": 8,
+        "counts": {"succeeded": 8},
+        "created_at": 0.0,
+        "best": None,
+        "spec": {
+            "command": ["t"],
+            "method": "grid",
+            "parameters": {},
+            "metric": {"name": "acc", "goal": "max"},
+        },
+    }
     table = {"columns": ["job"], "rows": [{"job": r["job"]} for r in runs]}
-    charts = {"acc": {r["job"]: [(s, r["value"] * s, 0.0) for s in range(5)] for r in runs},
-              "loss": {r["job"]: [(s, 1.0 / (s + 1), 0.0) for s in range(5)] for r in runs}}
+    charts = {
+        "acc": {r["job"]: [(s, r["value"] * s, 0.0) for s in range(5)] for r in runs},
+        "loss": {r["job"]: [(s, 1.0 / (s + 1), 0.0) for s in range(5)] for r in runs},
+    }
     analysis = sa.analyse(runs, "max") | {"runs": runs, "metric": {"name": "acc", "goal": "max"}}
     html = sweep_report(status, table, charts, Style(), analysis)
     page = Page()
@@ -141,7 +160,9 @@ def test_sweep_report_shows_analysis_and_small_multiples():
     assert len([p for p in parallel.iter(f"{NS}polyline")]) == 8
     assert [p.get("class") for p in parallel.iter(f"{NS}polyline")][-1] == "run best"
     metrics = next(s for s in svgs if s.get("class") is None)
-    assert [g.get("data-metric") for g in metrics.iter(f"{NS}g")
-            if g.get("class") == "panel"] == ["acc", "loss"]
+    assert [g.get("data-metric") for g in metrics.iter(f"{NS}g") if g.get("class") == "panel"] == [
+        "acc",
+        "loss",
+    ]
     assert texts(metrics, "legend") == [r["job"] for r in runs]
     assert sum(1 for s in svgs if s.get("class") == "scatter") == 3 + 1  # 3 params + progress

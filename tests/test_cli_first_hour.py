@@ -14,12 +14,7 @@ from test_tui import drive, screen_text, until
 
 from monkey.tui.app import DashApp
 
-FAILING = (
-    "import time\n"
-    "print('before', flush=True)\n"
-    "time.sleep(0.8)\n"
-    "1 / 0\n"
-)
+FAILING = "import time\nprint('before', flush=True)\ntime.sleep(0.8)\n1 / 0\n"
 
 
 def _run(cli, *argv: str) -> str:
@@ -95,8 +90,13 @@ def test_list_jobs_says_what_part_it_shows_and_fits_80_columns(cli, home):
     assert data["total"] == 3 and len(data["jobs"]) == 1
 
     env = dict(os.environ, COLUMNS="80")
-    narrow = subprocess.run([sys.executable, "-m", "monkey", "list", "jobs"], env=env,
-                            capture_output=True, text=True, check=True).stdout
+    narrow = subprocess.run(
+        [sys.executable, "-m", "monkey", "list", "jobs"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = narrow.splitlines()
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[0].startswith("JOB") and lines[0].rstrip().endswith("COMMAND")
@@ -118,15 +118,24 @@ def test_short_forms_control_jobs(cli, home):
 def test_monkeycli_prints_the_job_id(home):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-c", "from monkeycli import MonkeyCLI; "
-         "job = MonkeyCLI().run('echo hi', start_core=False); print('id', job.juid)"],
-        env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+        [
+            sys.executable,
+            "-c",
+            "from monkeycli import MonkeyCLI; "
+            "job = MonkeyCLI().run('echo hi', start_core=False); print('id', job.juid)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     juid = out[1].split()[1]
     assert out[0] == f"Submitted job {juid}: echo hi"
 
 
 def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_sub_folder(
-        cli, home, monkey, tmp_path, monkeypatch):
+    cli, home, monkey, tmp_path, monkeypatch
+):
     repo = tmp_path / "repo"
     (repo / "experiments").mkdir(parents=True)
     (repo / "lib.py").write_text("ANSWER = 42\n")
@@ -139,12 +148,18 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
         "import lib\n"
         "print(lib.ANSWER, os.path.basename(os.getcwd()), os.path.exists('../big'))\n"
     )
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **env})
     monkeypatch.chdir(repo / "experiments")
-    juid = cli("run", "--outputs", "out/*.txt", "--", sys.executable, "train.py", check=True).stdout.strip()
+    juid = cli(
+        "run", "--outputs", "out/*.txt", "--", sys.executable, "train.py", check=True
+    ).stdout.strip()
     assert cli("logs", "-f", juid, check=True).stdout == "42 experiments False\n"
     info = cli("info", juid, check=True).stdout
     assert f"workdir      {repo.resolve()}" in info or str(repo.resolve()) in info
@@ -152,8 +167,12 @@ def test_a_run_from_a_repository_sub_folder_snapshots_the_root_and_runs_in_the_s
     dash = DashApp(home, job=juid)  # the dashboard's job detail says so too
 
     async def detail(pilot) -> None:
-        await until(pilot, lambda: "sub-folder of the workdir" in screen_text(dash), "the job detail")
-        assert "runs in experiments/ (sub-folder of the workdir)" in " ".join(screen_text(dash).split())
+        await until(
+            pilot, lambda: "sub-folder of the workdir" in screen_text(dash), "the job detail"
+        )
+        assert "runs in experiments/ (sub-folder of the workdir)" in " ".join(
+            screen_text(dash).split()
+        )
 
     drive(dash, detail)
     record = json.loads(cli("info", juid, "--json", check=True).stdout)
@@ -188,7 +207,10 @@ def test_a_big_working_folder_is_announced_and_a_huge_one_needs_yes(cli, home, m
     run = cli("run", "--", sys.executable, "train.py", check=True)
     note = [line for line in run.stderr.splitlines() if "note:" in line]
     assert len(note) == 1 and "holds 65.0 kB in 5 files" in note[0]
-    assert "largest: data/ 60.0 kB, models/ 5.0 kB" in note[0] and ".monkeyignore (e.g. data/)" in note[0]
+    assert (
+        "largest: data/ 60.0 kB, models/ 5.0 kB" in note[0]
+        and ".monkeyignore (e.g. data/)" in note[0]
+    )
     assert cli("logs", "-f", run.stdout.strip(), check=True).stdout == "ok\n"
     Path("weights.bin").write_bytes(os.urandom(90000))  # a big file at the top: named too
     run = cli("run", "--", sys.executable, "train.py", check=True)
@@ -220,7 +242,10 @@ def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monk
     def on_terminal(answer: bytes) -> bytes:
         pid, fd = pty.fork()
         if pid == 0:
-            os.execv(sys.executable, [sys.executable, "-m", "monkey", "run", "--", sys.executable, "train.py"])
+            os.execv(
+                sys.executable,
+                [sys.executable, "-m", "monkey", "run", "--", sys.executable, "train.py"],
+            )
         out = b""
         while b"[y/N]" not in out:
             out += os.read(fd, 4096)
@@ -240,25 +265,41 @@ def test_a_huge_working_folder_asks_on_a_terminal_with_a_progress_bar(home, monk
     assert "Store all 215.0 kB of" in no and "not stored: the working folder" in no
     yes = on_terminal(b"y\n").decode()
     assert "storing working folder" in yes  # rich's bar, drawn while storing
-    assert len(json.loads(subprocess.run(
-        [sys.executable, "-m", "monkey", "list", "jobs", "--json"], capture_output=True, text=True,
-        check=True).stdout)["jobs"]) == 1
+    assert (
+        len(
+            json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "monkey", "list", "jobs", "--json"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )["jobs"]
+        )
+        == 1
+    )
 
 
 def test_search_finds_jobs_by_their_output_or_command_newest_first(cli, home):
-    oom = ("import sys\nprint('epoch 1', flush=True)\n"
-           "sys.exit('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+    oom = (
+        "import sys\nprint('epoch 1', flush=True)\n"
+        "sys.exit('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    )
     Path("train.py").write_text(oom)
     a = _run(cli, sys.executable, "train.py")
     b = _run(cli, sys.executable, "-c", "print('all fine')")
     cli("logs", "-f", a)
     cli("logs", "-f", b)
     out = cli("search", "CUDA out of memory", check=True).stdout
-    assert out == (f"{a}  failed     train  (stderr, attempt 1)\n"
-                   "    RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert out == (
+        f"{a}  failed     train  (stderr, attempt 1)\n"
+        "    RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
     assert cli("search", "out", "of", "CUDA").returncode == 1  # the words in order
 
-    c = _run(cli, sys.executable, "train.py", "--note", "memory-test")  # indexed since the last search
+    c = _run(
+        cli, sys.executable, "train.py", "--note", "memory-test"
+    )  # indexed since the last search
     cli("logs", "-f", c)
     hits = json.loads(cli("search", "cuda out of memory", "--json", check=True).stdout)
     assert [h["job"] for h in hits] == [c, a]
@@ -267,7 +308,10 @@ def test_search_finds_jobs_by_their_output_or_command_newest_first(cli, home):
     cli("retry", a, check=True)  # a new attempt's output is indexed too
     cli("logs", "-f", a)
     hit = json.loads(cli("search", "epoch 1", "--json", check=True).stdout)
-    assert [(h["job"], h["source"]) for h in hit] == [(c, "stdout, attempt 1"), (a, "stdout, attempt 2")]
+    assert [(h["job"], h["source"]) for h in hit] == [
+        (c, "stdout, attempt 1"),
+        (a, "stdout, attempt 2"),
+    ]
     cli("rm", "--yes", c, check=True)
     assert [h["job"] for h in json.loads(cli("search", "CUDA", "--json").stdout)] == [a]
 
@@ -281,9 +325,15 @@ def test_report_and_plot_take_any_set_of_jobs(cli, home, tmp_path):
         "for step in range(3):\n"
         "    print(json.dumps({'monkey': {'step': step, 'acc': lr * step}}), flush=True)\n"
     )
-    a = cli("run", "--name", "exp-a", "--", sys.executable, "train.py", "--lr", "0.1", check=True).stdout.strip()
-    b = cli("run", "--name", "exp-b", "--", sys.executable, "train.py", "--lr", "0.2", check=True).stdout.strip()
-    c = cli("run", "--name", "other", "--", sys.executable, "train.py", "--lr", "0.3", check=True).stdout.strip()
+    a = cli(
+        "run", "--name", "exp-a", "--", sys.executable, "train.py", "--lr", "0.1", check=True
+    ).stdout.strip()
+    b = cli(
+        "run", "--name", "exp-b", "--", sys.executable, "train.py", "--lr", "0.2", check=True
+    ).stdout.strip()
+    c = cli(
+        "run", "--name", "other", "--", sys.executable, "train.py", "--lr", "0.3", check=True
+    ).stdout.strip()
     for juid in (a, b, c):
         cli("logs", "-f", juid)
 

@@ -23,18 +23,23 @@ def _shell(name: str, tmp_path: Path) -> Terminal:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "monkey"  # the installed `monkey` command, of this tree
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m monkey \"$@\"\n")
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m monkey "$@"\n')
     shim.chmod(0o755)
     rc = tmp_path / f"{name}rc"
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO),
-               TERM="dumb", HISTFILE=os.devnull)  # fmt: skip
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        PYTHONPATH=str(REPO),
+        TERM="dumb",
+        HISTFILE=os.devnull,
+    )
     if name == "zsh":
         # No compinit of its own: the script loads it when the rc file has not.
-        (tmp_path / ".zshrc").write_text(f'eval "$(monkey completion zsh)"\nPS1=\'{PROMPT}\'\n')
+        (tmp_path / ".zshrc").write_text(f"eval \"$(monkey completion zsh)\"\nPS1='{PROMPT}'\n")
         env["ZDOTDIR"] = str(tmp_path)
         argv = ["zsh", "-i"]
     else:
-        rc.write_text(f'eval "$(monkey completion bash)"\nPS1=\'{PROMPT}\'\n')
+        rc.write_text(f"eval \"$(monkey completion bash)\"\nPS1='{PROMPT}'\n")
         argv = ["bash", "--rcfile", str(rc), "-i"]
     term = Terminal(env, Path.cwd(), argv)
     term.expect(PROMPT)

@@ -23,8 +23,13 @@ print("\\n".join(ids))
 def test_eight_processes_submit_200_jobs_each(home, monkey):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
-        subprocess.Popen([sys.executable, "-c", SUBMIT, "200"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", SUBMIT, "200"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for _ in range(8)
     ]
     ids = []
@@ -36,12 +41,17 @@ def test_eight_processes_submit_200_jobs_each(home, monkey):
     assert len(ids) == 1600
     assert len(set(ids)) == 1600
     assert sorted(j.juid for j in monkey.store.list_jobs()) == sorted(ids)
-    wait_for(lambda: monkey.store.count_jobs() == {"succeeded": 1600}, timeout=240,
-             every=0.5, what="all 1600 jobs to finish")
+    wait_for(
+        lambda: monkey.store.count_jobs() == {"succeeded": 1600},
+        timeout=240,
+        every=0.5,
+        what="all 1600 jobs to finish",
+    )
 
 
-def test_a_lock_held_too_long_gives_one_line_and_the_core_waits_it_out(home, monkey, cli,
-                                                                        monkeypatch):
+def test_a_lock_held_too_long_gives_one_line_and_the_core_waits_it_out(
+    home, monkey, cli, monkeypatch
+):
     monkeypatch.setenv("MONKEY_BUSY_WAIT", "1")
     gate = (home.parent / "gate").resolve()
     running = monkey.run(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
@@ -54,8 +64,10 @@ def test_a_lock_held_too_long_gives_one_line_and_the_core_waits_it_out(home, mon
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert proc.stderr.startswith("monkey: error: ") and len(proc.stderr.splitlines()) == 1
         assert "stayed locked by another process" in proc.stderr
-        wait_for(lambda: "cannot write" in cli("daemon", "status").stdout,
-                 what="the core to say it cannot write")
+        wait_for(
+            lambda: "cannot write" in cli("daemon", "status").stdout,
+            what="the core to say it cannot write",
+        )
     finally:
         holder.execute("ROLLBACK")
         holder.close()

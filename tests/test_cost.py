@@ -24,8 +24,9 @@ fleet = test_ec2.fleet  # one sshd per address moto gives the instances
 T0 = 1_790_000_000.0
 
 
-def test_instance_prices_from_the_table_libcloud_and_the_spot_price(home: Path, moto: Any,
-                                                                     fleet) -> None:  # fmt: skip
+def test_instance_prices_from_the_table_libcloud_and_the_spot_price(
+    home: Path, moto: Any, fleet
+) -> None:
     config = setup_aws(home, moto, fleet, max_instances=3, prices={"t3.micro": 3.6})
     drv = EC2Driver(config, Home(home))
     made = []
@@ -46,20 +47,41 @@ def test_instance_prices_from_the_table_libcloud_and_the_spot_price(home: Path, 
 
 def test_bad_price_table_is_one_line(home: Path, cli) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    entry = {"type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-1",
-             "prices": {"t3.micro": "cheap"}}
+    entry = {
+        "type": "ec2",
+        "region": "us-east-1",
+        "size": "t3.micro",
+        "image": "ami-1",
+        "prices": {"t3.micro": "cheap"},
+    }
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": entry}}))
     proc = cli("list", "providers")
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].endswith(
-        "provider 'aws': prices must map sizes to $ per hour, e.g. prices: {t3.micro: 0.0104}, "
-        "got {'t3.micro': 'cheap'}")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "provider 'aws': prices must map sizes to $ per hour, e.g. prices: {t3.micro: 0.0104}, "
+            "got {'t3.micro': 'cheap'}"
+        )
+    )
 
 
 def _record(store: Store, id: str, size: str, spot: bool, price: float, slots: int) -> None:
-    store.record_instance(Instance(id, "aws", id, InstanceState.RUNNING, address="10.0.0.1",
-                                   size=size, spot=spot, launched_at=T0, price=price,
-                                   extra={"kind": "ec2", "slots": slots}))  # fmt: skip
+    store.record_instance(
+        Instance(
+            id,
+            "aws",
+            id,
+            InstanceState.RUNNING,
+            address="10.0.0.1",
+            size=size,
+            spot=spot,
+            launched_at=T0,
+            price=price,
+            extra={"kind": "ec2", "slots": slots},
+        )
+    )
 
 
 def test_attempt_costs_and_the_part_lost_to_preemption(home: Path, monkey, cli) -> None:
@@ -73,22 +95,38 @@ def test_attempt_costs_and_the_part_lost_to_preemption(home: Path, monkey, cli) 
     job = store.get_job(juid)
     store.begin_attempt(job, "aws/i-spot", "/r/1", now=T0)
     store.attempt_started(juid, 1, 11, T0)
-    store.end_attempt(juid, 1, final=State.LOST, exit_code=None, signal=None,
-                      reason="its instance was terminated", requeue_after=0, now=T0 + 100)
+    store.end_attempt(
+        juid,
+        1,
+        final=State.LOST,
+        exit_code=None,
+        signal=None,
+        reason="its instance was terminated",
+        requeue_after=0,
+        now=T0 + 100,
+    )
     job = store.get_job(juid)
     store.begin_attempt(job, "aws/i-demand", "/r/2", now=T0 + 200)
     store.attempt_started(juid, 2, 12, T0 + 200)
-    store.end_attempt(juid, 2, final=State.SUCCEEDED, exit_code=0, signal=None, reason="exit 0",
-                      now=T0 + 1200)
+    store.end_attempt(
+        juid, 2, final=State.SUCCEEDED, exit_code=0, signal=None, reason="exit 0", now=T0 + 1200
+    )
 
     shown = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
     assert shown["cost"] == {"total": 0.05 + 0.05, "preempted": 0.05}
     first, second = shown["attempts_detail"]
-    assert (first["size"], first["spot"], first["price"], first["cost"]) == ("t3.large", True, 1.8, 0.05)
+    assert (first["size"], first["spot"], first["price"], first["cost"]) == (
+        "t3.large",
+        True,
+        1.8,
+        0.05,
+    )
     assert (second["size"], second["spot"], second["price"]) == ("c5.large", False, 0.18)
     assert abs(second["cost"] - 0.05) < 1e-12
     text = cli("info", "job", juid, check=True).stdout
-    assert re.search(r"^cost\s+\$0\.1000 estimated, \$0\.0500 of it on preempted attempts$", text, re.M), text
+    assert re.search(
+        r"^cost\s+\$0\.1000 estimated, \$0\.0500 of it on preempted attempts$", text, re.M
+    ), text
     assert re.search(r"^1\s+aws/i-spot .* t3\.large\s+spot\s+\$0\.0500$", text, re.M), text
     assert re.search(r"^2\s+aws/i-demand .* c5\.large\s+on-demand\s+\$0\.0500$", text, re.M), text
 
@@ -117,7 +155,9 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
     providers["providers"]["aws"]["prices"] = {"t3.micro": 36.0}  # $0.01 a second
     (home / "providers.yml").write_text(yaml.safe_dump(providers))
     try:
-        assert cli("list", "providers", "--monkey-instances", check=True).stdout.startswith("no instances")
+        assert cli("list", "providers", "--monkey-instances", check=True).stdout.startswith(
+            "no instances"
+        )
         juid = run_job(cli, "sleep", "1")
         wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job")
         attempt = info(cli, juid)["attempts_detail"][0]
@@ -126,18 +166,36 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
         ran = attempt["ended_at"] - attempt["started_at"]
         assert info(cli, juid)["cost"] == {"total": 18.0 * ran / 3600, "preempted": 0.0}
 
-        [row] = json.loads(cli("list", "providers", "--monkey-instances", "--json",
-                               check=True).stdout)["instances"]  # fmt: skip
+        [row] = json.loads(
+            cli("list", "providers", "--monkey-instances", "--json", check=True).stdout
+        )["instances"]
         assert row["id"] == info(cli, juid)["instance"] and row["provider"] == "aws"
         assert (row["state"], row["size"], row["spot"], row["address"], row["jobs"]) == (
-            "up", "t3.micro", False, "127.0.0.4", [])
+            "up",
+            "t3.micro",
+            False,
+            "127.0.0.4",
+            [],
+        )
         assert row["price"] == 36.0 and row["cost"] == 36.0 * row["age"] / 3600 > 0
         table = cli("list", "providers", "--monkey-instances", check=True).stdout
         header, line, total = table.splitlines()
-        assert header.split() == ["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS",
-                                  "JOBS", "AGE", "$/H", "COST"]
-        assert re.match(rf"{re.escape(row['id'])}\s+aws\s+up\s+t3\.micro\s+-\s+127\.0\.0\.4\s+-\s+\d+[smh]\s+36\s+\$\d+\.\d+$",
-                        line), line
+        assert header.split() == [
+            "INSTANCE",
+            "PROVIDER",
+            "STATE",
+            "SIZE",
+            "SPOT",
+            "ADDRESS",
+            "JOBS",
+            "AGE",
+            "$/H",
+            "COST",
+        ]
+        assert re.match(
+            rf"{re.escape(row['id'])}\s+aws\s+up\s+t3\.micro\s+-\s+127\.0\.0\.4\s+-\s+\d+[smh]\s+36\s+\$\d+\.\d+$",
+            line,
+        ), line
         assert total.startswith("estimated cost so far: $")
     finally:
         cli("daemon", "stop")
@@ -146,20 +204,40 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
 
 
-
-
-
 def test_dashboard_instances_pane_shows_them_with_their_cost(home: Path, monkey) -> None:
     from monkey.tui.app import DashApp
     from tests.test_tui import drive, until
 
     home.mkdir(parents=True, exist_ok=True)
-    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": {
-        "type": "ec2", "region": "us-east-1", "size": "t3.micro", "image": "ami-1"}}}))
-    monkey.store.record_instance(Instance("aws/i-0abc", "aws", "monkey-aws", InstanceState.RUNNING,
-                                          address="10.77.0.4", size="t3.micro", spot=True,
-                                          launched_at=T0 - 7200, price=0.5,
-                                          extra={"kind": "ec2", "slots": 2}), reach="up")  # fmt: skip
+    (home / "providers.yml").write_text(
+        yaml.safe_dump(
+            {
+                "providers": {
+                    "aws": {
+                        "type": "ec2",
+                        "region": "us-east-1",
+                        "size": "t3.micro",
+                        "image": "ami-1",
+                    }
+                }
+            }
+        )
+    )
+    monkey.store.record_instance(
+        Instance(
+            "aws/i-0abc",
+            "aws",
+            "monkey-aws",
+            InstanceState.RUNNING,
+            address="10.77.0.4",
+            size="t3.micro",
+            spot=True,
+            launched_at=T0 - 7200,
+            price=0.5,
+            extra={"kind": "ec2", "slots": 2},
+        ),
+        reach="up",
+    )
     app = DashApp(home, clock=lambda: T0)
 
     async def body(pilot) -> None:
@@ -167,6 +245,16 @@ def test_dashboard_instances_pane_shows_them_with_their_cost(home: Path, monkey)
         table = app.screen.query_one("#created-table")
         await until(pilot, lambda: table.row_count == 1, "the instance")
         assert [str(c) for c in table.get_row_at(0)] == [
-            "aws/i-0abc", "aws", "up", "t3.micro", "spot", "10.77.0.4", "-", "2h00m", "0.5", "$1.00"]
+            "aws/i-0abc",
+            "aws",
+            "up",
+            "t3.micro",
+            "spot",
+            "10.77.0.4",
+            "-",
+            "2h00m",
+            "0.5",
+            "$1.00",
+        ]
 
     drive(app, body)

@@ -23,9 +23,12 @@ def svg_text(path: Path) -> str:
 
 def test_screenshots_script_writes_the_readme_svgs(tmp_path):
     out = tmp_path / "docs"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out),
-                           "--home", str(tmp_path / "demo")],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--home", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     names = ["dash-jobs.svg", "dash-metrics.svg", "dash-problems.svg", "report-chart.svg"]
     assert done.stdout.split() == [str(out / name) for name in names]
@@ -38,7 +41,7 @@ def test_screenshots_script_writes_the_readme_svgs(tmp_path):
 
     problems = svg_text(out / "dash-problems.svg")
     assert "problems first" in problems
-    rows = problems[problems.index("SWEEP"):]
+    rows = problems[problems.index("SWEEP") :]
     # the two failed jobs come first, above the queued and succeeded ones
     assert max(rows.index(" eval "), rows.index("lr-depth-12")) < rows.index("prepare")
 

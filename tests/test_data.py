@@ -52,7 +52,9 @@ def test_code_sent_as_a_delta_and_resent_when_the_agent_lost_it(home, monkey):
     assert second.logs() == "\n".join(sorted([*names, "./new.txt"])) + "\nV = 'changed'\n"
     cached = home / "manifests"
     assert {p.name for p in cached.iterdir()} == {
-        f"{first.record.snapshot}.json", f"{second.record.snapshot}.json"}
+        f"{first.record.snapshot}.json",
+        f"{second.record.snapshot}.json",
+    }
     # the agent lost its cache: the start naming a list is refused, the job queued again
     # (no retry used) and started with the full list
     shutil.rmtree(cached)
@@ -95,27 +97,38 @@ def test_single_file_dataset(home, monkey, tmp_path):
 
 
 def test_git_commit_and_uncommitted_diff_are_recorded(home, monkey):
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
     Path("train.py").write_text("print(1)\n")
     for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "x"]):
         subprocess.run(cmd, check=True, env=env)
     Path("train.py").write_text("print(2)\n")
     job = monkey.run([sys.executable, "train.py"], start_core=False)
     git = job.record.git
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     assert git["commit"] == head and git["dirty"] is True
     diff = (home / "blobs" / git["diff"][:2] / git["diff"][2:]).read_text()
     assert "+print(2)" in diff
 
 
-def test_a_job_that_changes_the_shared_dataset_copy_cannot_spoil_the_next_one(home, monkey, tmp_path):
+def test_a_job_that_changes_the_shared_dataset_copy_cannot_spoil_the_next_one(
+    home, monkey, tmp_path
+):
     data = tmp_path / "data"
     (data / "sub").mkdir(parents=True)
     (data / "train.csv").write_text("1,2,3\n")
     (data / "sub" / "labels.txt").write_text("cat\n")
-    spoil = ('chmod -R u+w "$MONKEY_DATASET_D"; echo spoiled > "$MONKEY_DATASET_D/train.csv"; '
-             'rm "$MONKEY_DATASET_D/sub/labels.txt"; touch "$MONKEY_DATASET_D/extra"')
+    spoil = (
+        'chmod -R u+w "$MONKEY_DATASET_D"; echo spoiled > "$MONKEY_DATASET_D/train.csv"; '
+        'rm "$MONKEY_DATASET_D/sub/labels.txt"; touch "$MONKEY_DATASET_D/extra"'
+    )
     first = monkey.run(["sh", "-c", spoil], datasets=[f"{data}:d"])
     assert first.wait(timeout=60) == State.SUCCEEDED
     read = 'cat "$MONKEY_DATASET_D/train.csv" "$MONKEY_DATASET_D/sub/labels.txt"; ls "$MONKEY_DATASET_D"'

@@ -62,8 +62,11 @@ def test_the_code_copy_is_reclaimed_when_the_job_ends(cli, home: Path) -> None:
     Path("train.py").write_text(
         "import os\nassert os.path.getsize('weights3.bin') == 10 << 20\n"
         "os.makedirs('results', exist_ok=True)\nopen('results/score.txt', 'w').write('0.9')\n"
-        "print('trained')\n")  # fmt: skip
-    juid = cli("run", "--outputs", "results/*", "--", sys.executable, "train.py", check=True).stdout.strip()
+        "print('trained')\n"
+    )
+    juid = cli(
+        "run", "--outputs", "results/*", "--", sys.executable, "train.py", check=True
+    ).stdout.strip()
     assert cli("logs", "--follow", juid).stdout == "trained\n"
     run_dir = home / "runs" / juid / "1"
     wait_for(lambda: not (run_dir / "code.json").exists(), what="the code copy to be reclaimed")
@@ -133,11 +136,17 @@ def test_gc_killed_midway_leaves_the_store_consistent(cli, home: Path) -> None:
     kept = run_job(cli, "cat", "keep.txt")
     cli("rm", "--yes", doomed, check=True)
     before = blob_count(home)
-    gc = subprocess.Popen([sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
-                          stdout=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
+    gc = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
+        stdout=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
     # Kill it once it has started deleting (or at its end, if it was quicker than the poll).
-    wait_for(lambda: gc.poll() is not None or blob_count(home) < before, every=0.001,
-             what="gc to start deleting")  # fmt: skip
+    wait_for(
+        lambda: gc.poll() is not None or blob_count(home) < before,
+        every=0.001,
+        what="gc to start deleting",
+    )
     gc.send_signal(signal.SIGKILL)
     gc.wait()
     assert_consistent(home)
@@ -166,8 +175,16 @@ def test_gc_frees_environments_and_dataset_copies_no_job_uses(cli, home: Path) -
         """A job in a virtualenv of its own requirements, reading a dataset of its own."""
         Path("requirements.txt").write_text(f"# {version}\n")
         Path("data/weights.bin").write_bytes(os.urandom(3 * MB))
-        juid = cli("run", "--dataset", "data:weights", "--", "sh", "-c",
-                   'test -n "$VIRTUAL_ENV" && ls "$MONKEY_DATASET_WEIGHTS"', check=True).stdout.strip()
+        juid = cli(
+            "run",
+            "--dataset",
+            "data:weights",
+            "--",
+            "sh",
+            "-c",
+            'test -n "$VIRTUAL_ENV" && ls "$MONKEY_DATASET_WEIGHTS"',
+            check=True,
+        ).stdout.strip()
         follow = cli("logs", "--follow", juid)
         assert follow.returncode == 0 and "weights.bin" in follow.stdout, follow.stderr
         return juid
@@ -198,10 +215,16 @@ def test_gc_frees_environments_and_dataset_copies_no_job_uses(cli, home: Path) -
     cli("rm", "--yes", old, check=True)
     # Killed midway (once it set the first folder aside, or at its end): nothing a job uses
     # is touched, and the next gc finishes.
-    gc = subprocess.Popen([sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
-                          stdout=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
-    wait_for(lambda: gc.poll() is not None or any(envs.glob(".gc-*")) or not old_env.exists(),
-             every=0.001, what="gc to start deleting")  # fmt: skip
+    gc = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "gc", "--grace", "0s"],
+        stdout=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
+    wait_for(
+        lambda: gc.poll() is not None or any(envs.glob(".gc-*")) or not old_env.exists(),
+        every=0.001,
+        what="gc to start deleting",
+    )
     gc.send_signal(signal.SIGKILL)
     gc.wait()
     assert (envs / key(kept)).is_dir() and (datasets / digest(kept)).is_dir()

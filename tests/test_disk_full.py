@@ -150,8 +150,19 @@ def small_host(lab, home: Path):
     workdir = Path(host.workdir)
     workdir.mkdir()
     uid, gid = pwd.getpwnam(lab.user).pw_uid, pwd.getpwnam(lab.user).pw_gid
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=8m,uid={uid},gid={gid},mode=0700",
-                           "tmpfs", str(workdir)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size=8m,uid={uid},gid={gid},mode=0700",
+            "tmpfs",
+            str(workdir),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {done.stderr.strip()}")
     test_ssh.configure(home, [host.entry(key=lab.key)])
@@ -167,33 +178,50 @@ def test_an_upload_to_a_full_host_says_disk_full_and_leaves_nothing_partial(cli,
     workdir = small_host.workdir
     Path("train.py").write_text("print('hi')\n")
     Path("big.bin").write_bytes(os.urandom(12 << 20))  # more than the host's disk holds
-    juid = test_ssh.run(cli, "--provider", "lab", "--dataset", "big.bin", "--", "python3", "train.py")
+    juid = test_ssh.run(
+        cli, "--provider", "lab", "--dataset", "big.bin", "--", "python3", "train.py"
+    )
     assert test_ssh.wait_state(cli, juid, "failed", "succeeded") == "failed"
     reason = test_ssh.job_info(cli, juid)["reason"]
-    assert f"disk full on lab/h1 at {workdir}/blobs (" in reason and " bytes free)" in reason, reason
+    assert f"disk full on lab/h1 at {workdir}/blobs (" in reason and " bytes free)" in reason, (
+        reason
+    )
     assert "Socket is closed" not in reason and "exit 1" not in reason
     assert not [p for p in Path(workdir, "blobs").rglob("*") if p.is_file()]  # no partial blob
 
     Path("big.bin").write_bytes(os.urandom(1 << 20))  # one that fits: the host works again
-    juid = test_ssh.run(cli, "--provider", "lab", "--dataset", "big.bin", "--", "python3", "train.py")
+    juid = test_ssh.run(
+        cli, "--provider", "lab", "--dataset", "big.bin", "--", "python3", "train.py"
+    )
     assert test_ssh.wait_state(cli, juid, "failed", "succeeded") == "succeeded"
 
 
 def test_a_job_that_fills_a_hosts_disk_says_so(cli, small_host):
-    juid = test_ssh.run(cli, "--provider", "lab", "--", "python3", "-c",
-                        "f = open('fill', 'wb')\nwhile True: f.write(bytes(65536))")
+    juid = test_ssh.run(
+        cli,
+        "--provider",
+        "lab",
+        "--",
+        "python3",
+        "-c",
+        "f = open('fill', 'wb')\nwhile True: f.write(bytes(65536))",
+    )
     assert test_ssh.wait_state(cli, juid, "failed", "succeeded", "lost") == "failed"
     info = test_ssh.job_info(cli, juid)
     run_dir = f"{small_host.workdir}/runs/"
     assert info["reason"].startswith("exit "), info["reason"]
-    assert "; disk full on lab/h1 at " + run_dir in info["reason"] and " bytes free)" in info["reason"], info["reason"]
+    assert (
+        "; disk full on lab/h1 at " + run_dir in info["reason"] and " bytes free)" in info["reason"]
+    ), info["reason"]
 
 
 def test_a_start_that_cannot_copy_its_inputs_on_a_full_host_says_disk_full(cli, small_host):
     workdir = small_host.workdir
     Path("train.py").write_text("print('hi')\n")
     Path("data.bin").write_bytes(os.urandom(4 << 20))  # stored there, but not copied twice
-    juid = test_ssh.run(cli, "--provider", "lab", "--dataset", "data.bin", "--", "python3", "train.py")
+    juid = test_ssh.run(
+        cli, "--provider", "lab", "--dataset", "data.bin", "--", "python3", "train.py"
+    )
     assert test_ssh.wait_state(cli, juid, "failed", "succeeded") == "failed"
     reason = test_ssh.job_info(cli, juid)["reason"]
     assert reason.startswith(f"could not start: disk full on lab/h1 at {workdir}/runs/"), reason

@@ -34,11 +34,15 @@ print('done', lr, file=sys.stderr)
 # metrics and persisted folders, {failed} a failed one, {slow} one that sleeps, {sweep} a
 # finished sweep named `scan`, {tmp} a scratch folder. In order: some change what follows.
 CASES: list[tuple[str, set[int]]] = [
-    ("--help", {0}), ("--version", {0}),
+    ("--help", {0}),
+    ("--version", {0}),
     # run
-    ("run --provider local --name n1 --cpus 1 --gpus 0 --memory 1M --time 1m --outputs 'out*' "
-     "--retries 1 --dataset {tmp}/data.csv:D --env K=V --workdir . --no-job-yml --json --yes "
-     "-- echo hi", {0}),
+    (
+        "run --provider local --name n1 --cpus 1 --gpus 0 --memory 1M --time 1m --outputs 'out*' "
+        "--retries 1 --dataset {tmp}/data.csv:D --env K=V --workdir . --no-job-yml --json --yes "
+        "-- echo hi",
+        {0},
+    ),
     ("run -p local -d {tmp}/data.csv -e K=V -f -- echo hi", {0}),
     ("run --follow --job-yml job.yml -- echo hi", {0}),
     ("run --host nowhere -- echo hi", {1}),
@@ -46,107 +50,196 @@ CASES: list[tuple[str, set[int]]] = [
     # list
     ("list jobs --running --queued --finished --failed --provider local --limit 5", {0}),
     ("list jobs --all --json", {0}),
-    ("list providers", {0}), ("list providers --json", {0}),
+    ("list providers", {0}),
+    ("list providers --json", {0}),
     ("list providers --monkey-instances --json", {0}),
-    ("list providers --monkey-instances --all", {0}), ("list providers -a", {2}),
-    ("list sweeps", {0}), ("list sweeps --json", {0}),
+    ("list providers --monkey-instances --all", {0}),
+    ("list providers -a", {2}),
+    ("list sweeps", {0}),
+    ("list sweeps --json", {0}),
     # info, logs, search
-    ("info job {a}", {0}), ("info {a} --json", {0}), ("info job --juid {a} --files", {0}),
-    ("info job {a} --files --json", {0}), ("info job", {2}),
-    ("logs {a}", {0}), ("logs --follow {a}", {0}), ("logs -f --juid {failed}", {3}),
-    ("logs {a} --stdout --tail 1", {0}), ("logs {a} --stderr --attempt 1", {0}),
-    ("logs {a} --setup", {0}), ("logs {a} --follow --tail 1 --stderr", {0}),
-    ("search done --limit 5", {0}), ("search done --json", {0}),
+    ("info job {a}", {0}),
+    ("info {a} --json", {0}),
+    ("info job --juid {a} --files", {0}),
+    ("info job {a} --files --json", {0}),
+    ("info job", {2}),
+    ("logs {a}", {0}),
+    ("logs --follow {a}", {0}),
+    ("logs -f --juid {failed}", {3}),
+    ("logs {a} --stdout --tail 1", {0}),
+    ("logs {a} --stderr --attempt 1", {0}),
+    ("logs {a} --setup", {0}),
+    ("logs {a} --follow --tail 1 --stderr", {0}),
+    ("search done --limit 5", {0}),
+    ("search done --json", {0}),
     # metrics, compare, diff, plot, report
-    ("metrics {a}", {0}), ("metrics {a} --name acc", {0}), ("metrics --juid {a} --json", {0}),
-    ("metrics {a} --csv", {0}), ("metrics {a} --plot --x time", {0}),
-    ("compare {a} {b} --sort acc --reverse --sys", {0}), ("compare --juid {a} {b} --json", {0}),
+    ("metrics {a}", {0}),
+    ("metrics {a} --name acc", {0}),
+    ("metrics --juid {a} --json", {0}),
+    ("metrics {a} --csv", {0}),
+    ("metrics {a} --plot --x time", {0}),
+    ("compare {a} {b} --sort acc --reverse --sys", {0}),
+    ("compare --juid {a} {b} --json", {0}),
     ("compare --sweep scan --csv", {0}),
-    ("diff {a} {b}", {0}), ("diff {a} --juid {b} --json", {0}), ("diff {a}", {2}),
-    ("plot {a} {b} -m acc -m loss -o {tmp}/p.png --smooth 0.6 --log-y --x step --size 600x400", {0}),
+    ("diff {a} {b}", {0}),
+    ("diff {a} --juid {b} --json", {0}),
+    ("diff {a}", {2}),
+    (
+        "plot {a} {b} -m acc -m loss -o {tmp}/p.png --smooth 0.6 --log-y --x step --size 600x400",
+        {0},
+    ),
     ("plot --sweep scan --metric acc --out {tmp}/s.svg", {0}),
     ("plot --juid {a} --jobs {b} --name 'n*' --since 1d -m acc -o {tmp}/j.png", {0, 1}),
     ("plot --jobs {a} {b} -m acc -o {tmp}/j.png", {0}),
     ("report scan -o {tmp}/r.html", {0}),
     ("report --jobs {a} {b} --name '*' --since 1d --out {tmp}/r2.html", {0}),
     # export
-    ("export {a} {b} --to {tmp}/runs.db", {0}), ("export --sweep scan --csv {tmp}/csv --json", {0}),
-    ("export --name 'n*' --since 1d --to {tmp}/runs.db", {0}), ("export", {2}),
+    ("export {a} {b} --to {tmp}/runs.db", {0}),
+    ("export --sweep scan --csv {tmp}/csv --json", {0}),
+    ("export --name 'n*' --since 1d --to {tmp}/runs.db", {0}),
+    ("export", {2}),
     # sweeps
-    ("sweep --grid lr=0.1,0.2 --metric acc --goal max --max-parallel 1 --retries 0 "
-     "--early-terminate median --name s2 --max-cells 10 --provider local --cpus 1 --gpus 0 "
-     "--memory 1M --dataset {tmp}/data.csv:D --env K=V --workdir . --time 10m --yes --json "
-     "-- sh -c 'sleep 600 # {{lr}}'", {0}),
-    ("sweep --random 2 --uniform a=0:1 --log-uniform b=0.001:0.1 --int c=1:3 --choice d=x,y "
-     "--seed 1 -- echo {{a}} {{b}} {{c}} {{d}}", {0}),
+    (
+        "sweep --grid lr=0.1,0.2 --metric acc --goal max --max-parallel 1 --retries 0 "
+        "--early-terminate median --name s2 --max-cells 10 --provider local --cpus 1 --gpus 0 "
+        "--memory 1M --dataset {tmp}/data.csv:D --env K=V --workdir . --time 10m --yes --json "
+        "-- sh -c 'sleep 600 # {{lr}}'",
+        {0},
+    ),
+    (
+        "sweep --random 2 --uniform a=0:1 --log-uniform b=0.001:0.1 --int c=1:3 --choice d=x,y "
+        "--seed 1 -- echo {{a}} {{b}} {{c}} {{d}}",
+        {0},
+    ),
     ("sweep --file {tmp}/sweep.yml", {0}),
-    ("sweep status scan", {0}), ("sweep status scan --json", {0}),
-    ("sweep pause s2", {0}), ("sweep resume s2", {0}), ("sweep cancel s2", {0}),
-    ("sweep retry s2", {0}), ("sweep cancel s2", {0}), ("sweep retry scan", {1}),
+    ("sweep status scan", {0}),
+    ("sweep status scan --json", {0}),
+    ("sweep pause s2", {0}),
+    ("sweep resume s2", {0}),
+    ("sweep cancel s2", {0}),
+    ("sweep retry s2", {0}),
+    ("sweep cancel s2", {0}),
+    ("sweep retry scan", {1}),
     ("sweep stauts scan", {2}),
     # rerun, clone, cat, pull
-    ("rerun {a} --set lr=0.3 --provider local --cpus 1 --gpus 0 --memory 1M --time 1m "
-     "--name again --json", {0}),
-    ("rerun {a} -f", {0}), ("rerun --juid {a} --follow", {0}),
-    ("rerun --sweep scan --failed", {1}), ("rerun --sweep scan --cells 1 --in-place", {0}),
+    (
+        "rerun {a} --set lr=0.3 --provider local --cpus 1 --gpus 0 --memory 1M --time 1m "
+        "--name again --json",
+        {0},
+    ),
+    ("rerun {a} -f", {0}),
+    ("rerun --juid {a} --follow", {0}),
+    ("rerun --sweep scan --failed", {1}),
+    ("rerun --sweep scan --cells 1 --in-place", {0}),
     ("rerun --sweep scan --cells x", {2}),
-    ("clone {a} --to {tmp}/c1 --with-data", {0}), ("clone --juid {a} --to {tmp}/c2", {0}),
-    ("cat {a} train.py", {0}), ("cat --juid {a} nothing.py", {1}),
-    ("pull {a} --to {tmp}/pulled", {0}), ("pull --juid {a} --to {tmp}/pulled --force", {0}),
+    ("clone {a} --to {tmp}/c1 --with-data", {0}),
+    ("clone --juid {a} --to {tmp}/c2", {0}),
+    ("cat {a} train.py", {0}),
+    ("cat --juid {a} nothing.py", {1}),
+    ("pull {a} --to {tmp}/pulled", {0}),
+    ("pull --juid {a} --to {tmp}/pulled --force", {0}),
     # job control
-    ("job pause {slow}", {0}), ("resume --juid {slow}", {0}), ("pause --juid {slow}", {0}),
-    ("job resume {slow}", {0}), ("job cancel --juid {slow}", {0}), ("cancel {slow}", {1}),
-    ("kill job --juid {slow2}", {0}), ("kill job {slow2}", {1}),
-    ("job retry {failed}", {0}), ("retry --juid {b}", {0}),
-    ("logs --follow --juid {failed}", {3}), ("logs -f {b}", {0}),  # until the retries end
+    ("job pause {slow}", {0}),
+    ("resume --juid {slow}", {0}),
+    ("pause --juid {slow}", {0}),
+    ("job resume {slow}", {0}),
+    ("job cancel --juid {slow}", {0}),
+    ("cancel {slow}", {1}),
+    ("kill job --juid {slow2}", {0}),
+    ("kill job {slow2}", {1}),
+    ("job retry {failed}", {0}),
+    ("retry --juid {b}", {0}),
+    ("logs --follow --juid {failed}", {3}),
+    ("logs -f {b}", {0}),  # until the retries end
     # dashboard (no terminal here: one line saying so)
-    ("dash", {1}), ("dash {a}", {1}), ("dash --juid {a}", {1}), ("web --juid {a}", {1}),
+    ("dash", {1}),
+    ("dash {a}", {1}),
+    ("dash --juid {a}", {1}),
+    ("web --juid {a}", {1}),
     ("web -j {a}", {1}),
     # providers and instances (nothing answers at these addresses: one-line errors)
-    ("provider add ssh lab --host me@127.0.0.1:1 --user me --key {tmp}/key --cpus 2 --gpus 0 "
-     "--memory 1G --workdir /tmp/nowhere --python python3 --trust-on-first-use", {0}),
+    (
+        "provider add ssh lab --host me@127.0.0.1:1 --user me --key {tmp}/key --cpus 2 --gpus 0 "
+        "--memory 1G --workdir /tmp/nowhere --python python3 --trust-on-first-use",
+        {0},
+    ),
     ("provider add ssh lab --host 127.0.0.1:1 --force", {0}),
-    ("provider check lab", {1}), ("provider check lab --json", {1}),
-    ("provider add aws cloud --region us-east-1 --size t3.micro --image ami-12345678 --spot "
-     "--max-instances 1 --idle-timeout 60 --bucket b --endpoint http://127.0.0.1:1 "
-     "--credentials {tmp}/aws-credentials --profile p --user ubuntu --address private "
-     "--ssh-from 127.0.0.1/32 --subnet-cidr 10.0.0.0/24 --force", {1}),
-    ("provider add gcp g --credentials {tmp}/no-key.json --project p --zone us-central1-a "
-     "--size e2-small --image debian-12 --preemptible --network default --max-instances 1 "
-     "--idle-timeout 60 --bucket b --user monkey --address public --ssh-from 127.0.0.1/32 "
-     "--force", {1}),
-    ("provider add slurm hpc --partition p --account a --qos q --time 1:00:00 --gres gpu:1 "
-     "--constraint c --signal B:USR1@60 --workdir {tmp}/slurm --extra-arg=--nice=1 "
-     "--login me@127.0.0.1:1 --key {tmp}/key --trust-new-host --force", {1}),
+    ("provider check lab", {1}),
+    ("provider check lab --json", {1}),
+    (
+        "provider add aws cloud --region us-east-1 --size t3.micro --image ami-12345678 --spot "
+        "--max-instances 1 --idle-timeout 60 --bucket b --endpoint http://127.0.0.1:1 "
+        "--credentials {tmp}/aws-credentials --profile p --user ubuntu --address private "
+        "--ssh-from 127.0.0.1/32 --subnet-cidr 10.0.0.0/24 --force",
+        {1},
+    ),
+    (
+        "provider add gcp g --credentials {tmp}/no-key.json --project p --zone us-central1-a "
+        "--size e2-small --image debian-12 --preemptible --network default --max-instances 1 "
+        "--idle-timeout 60 --bucket b --user monkey --address public --ssh-from 127.0.0.1/32 "
+        "--force",
+        {1},
+    ),
+    (
+        "provider add slurm hpc --partition p --account a --qos q --time 1:00:00 --gres gpu:1 "
+        "--constraint c --signal B:USR1@60 --workdir {tmp}/slurm --extra-arg=--nice=1 "
+        "--login me@127.0.0.1:1 --key {tmp}/key --trust-new-host --force",
+        {1},
+    ),
     ("create instance --provider local", {1}),
-    ("create instance -p lab --size big", {1}), ("create instance -p lab --spot", {1}),
+    ("create instance -p lab --size big", {1}),
+    ("create instance -p lab --spot", {1}),
     ("create instance -p lab --on-demand", {1}),
     ("create instance -p lab --host nope --json", {1}),
     ("delete instance i-nothing --force", {1}),
     # housekeeping
-    ("rm {failed} --yes", {0}), ("rm --sweep s2 --yes", {0}),
-    ("rm --older-than 30d --failed -y", {0}), ("rm --juid {b} --yes", {0}),
-    ("verify", {0}), ("verify {a} --juid {a}", {0}),
-    ("gc --grace 1h", {0}), ("gc --grace 0", {0}), ("du", {0}), ("du --json", {0}),
-    ("du --hosts", {0}), ("du --hosts --json", {0}),
-    ("completion bash", {0}), ("completion zsh", {0}),
-    ("init --name proj --env-type pip --env-file requirements.txt --install-script setup.sh "
-     "--persist output --data data --yes --force", {0}),
+    ("rm {failed} --yes", {0}),
+    ("rm --sweep s2 --yes", {0}),
+    ("rm --older-than 30d --failed -y", {0}),
+    ("rm --juid {b} --yes", {0}),
+    ("verify", {0}),
+    ("verify {a} --juid {a}", {0}),
+    ("gc --grace 1h", {0}),
+    ("gc --grace 0", {0}),
+    ("du", {0}),
+    ("du --json", {0}),
+    ("du --hosts", {0}),
+    ("du --hosts --json", {0}),
+    ("completion bash", {0}),
+    ("completion zsh", {0}),
+    (
+        "init --name proj --env-type pip --env-file requirements.txt --install-script setup.sh "
+        "--persist output --data data --yes --force",
+        {0},
+    ),
     # the main node ({port}: a free port; the remotes' settings go to {tmp}/config)
-    ("server start --bind 127.0.0.1:{port}", {0}), ("server status", {0}),
+    ("server start --bind 127.0.0.1:{port}", {0}),
+    ("server status", {0}),
     ("server status --json", {0}),
     ("server run --bind 127.0.0.1:{port} --cert {tmp}/key --key {tmp}/key --no-tls", {1}),
-    ("server start", {1}), ("server start --cert {tmp}/key --key {tmp}/key --no-tls", {1}),
-    ("server user add bob --admin", {0}), ("server user list", {0}),
-    ("server user list --json", {0}), ("server user token bob", {0}),
+    ("server start", {1}),
+    ("server start --cert {tmp}/key --key {tmp}/key --no-tls", {1}),
+    ("server user add bob --admin", {0}),
+    ("server user list", {0}),
+    ("server user list --json", {0}),
+    ("server user token bob", {0}),
     ("remote add lab https://127.0.0.1:{port} --token nope", {1}),
     ("remote add lab https://127.0.0.1:{port} --token nope --fingerprint SHA256:" + "0" * 64, {1}),
-    ("remote use lab", {1}), ("remote use --local", {0}), ("remote list", {0}),
-    ("remote list --json", {0}), ("remote remove lab", {1}), ("server user remove bob", {0}),
-    ("server install-service --print", {0}), ("server install-service", {0}),
-    ("server stop", {0}), ("server run --bind 0.0.0.0:{port} --no-tls", {1}),
-    ("daemon status", {0}), ("daemon start", {0}), ("daemon run", {1}),
-    ("daemon stop --all", {0}), ("daemon status", {3}),
+    ("remote use lab", {1}),
+    ("remote use --local", {0}),
+    ("remote list", {0}),
+    ("remote list --json", {0}),
+    ("remote remove lab", {1}),
+    ("server user remove bob", {0}),
+    ("server install-service --print", {0}),
+    ("server install-service", {0}),
+    ("server stop", {0}),
+    ("server run --bind 0.0.0.0:{port} --no-tls", {1}),
+    ("daemon status", {0}),
+    ("daemon start", {0}),
+    ("daemon run", {1}),
+    ("daemon stop --all", {0}),
+    ("daemon status", {3}),
 ]
 
 
@@ -164,7 +257,7 @@ def test_every_documented_option_has_a_case() -> None:
     for row in command_rows():
         for command in row_commands(row, parsers):
             words = command.split()
-            mine = [argv[len(words):] for argv in runs if argv[:len(words)] == words]
+            mine = [argv[len(words) :] for argv in runs if argv[: len(words)] == words]
             if not mine:
                 missing.append(f"`{command}`")
             known = {o for strings in options(parsers[command]) for o in strings}
@@ -179,7 +272,9 @@ def _setup(cli: Any, home: Path, tmp: Path) -> dict[str, str]:
     home.mkdir(exist_ok=True)  # slots for the sleeping jobs and the rest, on 2 CPUs
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 8}\n")
     Path("train.py").write_text(TRAIN)
-    Path("job.yml").write_text(yaml.safe_dump({"name": "proj", "persist": [{"name": "output", "path": "output"}]}))
+    Path("job.yml").write_text(
+        yaml.safe_dump({"name": "proj", "persist": [{"name": "output", "path": "output"}]})
+    )
     Path("requirements.txt").write_text("")
     Path("setup.sh").write_text("true\n")
     Path("data").mkdir()
@@ -198,19 +293,42 @@ def _setup(cli: Any, home: Path, tmp: Path) -> dict[str, str]:
         "slow": submit("--no-job-yml", "--", "sleep", "600"),
         "slow2": submit("--no-job-yml", "--", "sleep", "600"),
     }
-    cli("sweep", "--name", "scan", "--grid", "lr=0.1,0.2", "--metric", "acc", "--",
-        "python3", "train.py", "--lr", "{lr}", check=True)
+    cli(
+        "sweep",
+        "--name",
+        "scan",
+        "--grid",
+        "lr=0.1,0.2",
+        "--metric",
+        "acc",
+        "--",
+        "python3",
+        "train.py",
+        "--lr",
+        "{lr}",
+        check=True,
+    )
     for ref in ("a", "b", "failed"):
-        wait_for(lambda r=ref: json.loads(cli("info", refs[r], "--json").stdout)["state"]
-                 in ("succeeded", "failed"), timeout=60, what=f"job {ref} to end")
-    wait_for(lambda: json.loads(cli("sweep", "status", "scan", "--json").stdout)["state"]
-             == "finished", timeout=60, what="the sweep to end")
+        wait_for(
+            lambda r=ref: (
+                json.loads(cli("info", refs[r], "--json").stdout)["state"]
+                in ("succeeded", "failed")
+            ),
+            timeout=60,
+            what=f"job {ref} to end",
+        )
+    wait_for(
+        lambda: json.loads(cli("sweep", "status", "scan", "--json").stdout)["state"] == "finished",
+        timeout=60,
+        what="the sweep to end",
+    )
     assert json.loads(cli("info", refs["a"], "--json").stdout)["state"] == "succeeded"
     return {**refs, "tmp": str(tmp)}
 
 
-def test_every_documented_command_runs_without_a_traceback(cli, home: Path, tmp_path: Path,
-                                                           monkeypatch: Any) -> None:
+def test_every_documented_command_runs_without_a_traceback(
+    cli, home: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
     (tmp_path / "scratch").mkdir()
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "scratch" / "config"))  # remotes, units
     values = _setup(cli, home, tmp_path / "scratch")
@@ -226,7 +344,10 @@ def test_every_documented_command_runs_without_a_traceback(cli, home: Path, tmp_
             problems.append(f"{where}: traceback\n{proc.stderr[-2000:]}")
         elif proc.returncode not in codes:
             problems.append(f"{where}, expected {sorted(codes)}: {proc.stderr.strip()[-500:]}")
-        elif proc.returncode and not re.match(r"monkey: ", proc.stderr) \
-                and argv[:2] not in (["provider", "check"], ["daemon", "status"]):
+        elif (
+            proc.returncode
+            and not re.match(r"monkey: ", proc.stderr)
+            and argv[:2] not in (["provider", "check"], ["daemon", "status"])
+        ):
             problems.append(f"{where}: an error that is not a `monkey: ...` line: {proc.stderr!r}")
     assert not problems, "\n".join(problems)

@@ -69,10 +69,18 @@ def setup_aws(home: Path, moto: Any, fleet: Lab, **options: Any) -> ProviderConf
     """Provider `aws` made as `monkey provider add aws` makes it (VPC, subnet 127.0.0.0/24,
     key pair...), recorded in providers.yml; the fleet lets its key in."""
     h = Home(home).ensure()
-    wanted = {"region": moto.region, "size": "t3.micro", "image": moto.image,
-              "endpoint": moto.endpoint, "address": "private", "user": fleet.user, **options}
-    entry = ec2_setup.setup(h, "aws", ec2_setup.entry_from(wanted, {}),
-                            subnet_cidr="127.0.0.0/24", say=lambda _: None)  # fmt: skip
+    wanted = {
+        "region": moto.region,
+        "size": "t3.micro",
+        "image": moto.image,
+        "endpoint": moto.endpoint,
+        "address": "private",
+        "user": fleet.user,
+        **options,
+    }
+    entry = ec2_setup.setup(
+        h, "aws", ec2_setup.entry_from(wanted, {}), subnet_cidr="127.0.0.0/24", say=lambda _: None
+    )
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": entry}}))
     authorize(h, fleet)
     return ProviderConfig("aws", "ec2", entry)
@@ -107,7 +115,9 @@ class TestEC2Contract(CloudContract):
 
 
 def described(moto: Any, instance: Instance) -> dict[str, Any]:
-    [res] = moto.boto3("ec2").describe_instances(InstanceIds=[instance.extra["node"]])["Reservations"]
+    [res] = moto.boto3("ec2").describe_instances(InstanceIds=[instance.extra["node"]])[
+        "Reservations"
+    ]
     return res["Instances"][0]
 
 
@@ -129,7 +139,9 @@ def test_create_list_destroy(driver: EC2Driver, moto: Any, home: Path, aws: Prov
     assert tags["monkey-home"] == Home(home).home_id() and tags["monkey-provider"] == "aws"
     assert raw["SubnetId"] == aws.options["subnet"] and raw["KeyName"] == aws.options["key_name"]
     assert [g["GroupId"] for g in raw["SecurityGroups"]] == [aws.options["security_group"]]
-    data = moto.boto3("ec2").describe_instance_attribute(InstanceId=raw["InstanceId"], Attribute="userData")
+    data = moto.boto3("ec2").describe_instance_attribute(
+        InstanceId=raw["InstanceId"], Attribute="userData"
+    )
     script = base64.b64decode(data["UserData"]["Value"]).decode()
     assert script == USER_DATA and "command -v python3" in script and "apt-get install" in script
 
@@ -179,7 +191,9 @@ def test_a_listing_overtaken_by_a_create_is_not_trusted(driver: EC2Driver) -> No
         driver.destroy_node(inst.id)
 
 
-def test_another_home_sees_none_of_them(driver: EC2Driver, aws: ProviderConfig, tmp_path: Path) -> None:
+def test_another_home_sees_none_of_them(
+    driver: EC2Driver, aws: ProviderConfig, tmp_path: Path
+) -> None:
     inst = driver.create_node()
     other = EC2Driver(aws, Home(tmp_path / "other-home").ensure())
     try:
@@ -199,7 +213,9 @@ def test_spot_and_the_jobs_options(driver: EC2Driver, moto: Any) -> None:
         raw = described(moto, inst)
         assert raw["InstanceLifecycle"] == "spot"
         [volume] = raw["BlockDeviceMappings"]
-        size = moto.boto3("ec2").describe_volumes(VolumeIds=[volume["Ebs"]["VolumeId"]])["Volumes"][0]["Size"]
+        size = moto.boto3("ec2").describe_volumes(VolumeIds=[volume["Ebs"]["VolumeId"]])["Volumes"][
+            0
+        ]["Size"]
         assert size == 20
     finally:
         driver.destroy_node(inst.id)
@@ -213,7 +229,11 @@ def test_size_for_and_never_fits(aws: ProviderConfig, driver: EC2Driver) -> None
     assert driver.size_for(Resources(gpus=1)) == "g4dn.xlarge"
     assert driver.size_for(Resources(cpus=64, gpus=4)) == "g5.48xlarge"
     assert driver.size_for(Resources(cpus=1000)) == "t3.micro"  # nothing holds it: the default
-    assert (driver.size_slots(None), driver.size_slots("c5.4xlarge"), driver.size_slots("x9.odd")) == (2, 16, 1)
+    assert (
+        driver.size_slots(None),
+        driver.size_slots("c5.4xlarge"),
+        driver.size_slots("x9.odd"),
+    ) == (2, 16, 1)
     odd = EC2Driver(ProviderConfig("o", "ec2", {**aws.options, "size": "x9.odd"}), driver.home)
     try:
         assert odd.size_for(Resources()) == "x9.odd"  # not in the table: the default all the same
@@ -223,23 +243,38 @@ def test_size_for_and_never_fits(aws: ProviderConfig, driver: EC2Driver) -> None
     g5 = ProviderConfig("g", "ec2", {**aws.options, "size": "g5.xlarge"})
     assert EC2Driver.never_fits(g5, Resources(cpus=1000)) == (
         "no instance size of provider 'g' holds --cpus 1000 --gpus 0; the largest, g5.48xlarge, "
-        "has 192 cpus, 8 gpus, 768G")
+        "has 192 cpus, 8 gpus, 768G"
+    )
     assert EC2Driver.never_fits(g5, Resources(cpus=8, gpus=1)) is None
-    assert EC2Driver.never_fits(aws, Resources(cpus=1000)).startswith("no instance size of provider 'aws'")
+    assert EC2Driver.never_fits(aws, Resources(cpus=1000)).startswith(
+        "no instance size of provider 'aws'"
+    )
     odd = ProviderConfig("o", "ec2", {**aws.options, "size": "x9.odd"})
     assert EC2Driver.never_fits(odd, Resources(cpus=1000)) is None  # its size may be large: unknown
     assert "--host is for ssh providers" in EC2Driver.never_fits(g5, Resources(host="x"))
     assert all(s.name.count(".") == 1 for s in SIZES)
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("image", "ami-123", r"^aws: cannot create a t3\.micro: InvalidAMIID\.NotFound: The image id "
-                         r"'\[ami-123\]' does not exist; fix `image:` in providers\.yml \(an AMI id of us-east-1\)$"),
-    ("size", "t9.huge", r"^aws: cannot create a t9\.huge: InvalidInstanceType\.NotFound: The instance "
-                        r"type 't9\.huge' does not exist; fix `size:` in providers\.yml "),
-])  # fmt: skip
-def test_unknown_image_or_size_is_one_line_and_leaks_nothing(aws: ProviderConfig, home: Path, moto: Any,
-                                                             key: str, value: str, expected: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        (
+            "image",
+            "ami-123",
+            r"^aws: cannot create a t3\.micro: InvalidAMIID\.NotFound: The image id "
+            r"'\[ami-123\]' does not exist; fix `image:` in providers\.yml \(an AMI id of us-east-1\)$",
+        ),
+        (
+            "size",
+            "t9.huge",
+            r"^aws: cannot create a t9\.huge: InvalidInstanceType\.NotFound: The instance "
+            r"type 't9\.huge' does not exist; fix `size:` in providers\.yml ",
+        ),
+    ],
+)
+def test_unknown_image_or_size_is_one_line_and_leaks_nothing(
+    aws: ProviderConfig, home: Path, moto: Any, key: str, value: str, expected: str
+) -> None:
     drv = EC2Driver(ProviderConfig("aws", "ec2", {**aws.options, key: value}), Home(home))
     try:
         with pytest.raises(MonkeyError, match=expected) as caught:
@@ -255,9 +290,11 @@ class FaultyEndpoint:
     moto cannot produce: quotas, capacity); every other call reaches moto unchanged."""
 
     def __init__(self, target: str, code: str, message: str) -> None:
-        error = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}'
-                 f"</Code><Message>{message}</Message></Error></Errors><RequestID>r1</RequestID>"
-                 "</Response>").encode()  # fmt: skip
+        error = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}'
+            f"</Code><Message>{message}</Message></Error></Errors><RequestID>r1</RequestID>"
+            "</Response>"
+        ).encode()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -268,13 +305,23 @@ class FaultyEndpoint:
                 if b"Action=RunInstances" in body + self.path.encode():
                     status, headers, reply = 400, {"Content-Type": "text/xml"}, error
                 else:
-                    request = urllib.request.Request(target + self.path, data=body or None,
-                                                     method=self.command, headers=dict(self.headers))
+                    request = urllib.request.Request(
+                        target + self.path,
+                        data=body or None,
+                        method=self.command,
+                        headers=dict(self.headers),
+                    )
                     with urllib.request.urlopen(request, timeout=30) as answer:
                         status, headers, reply = answer.status, dict(answer.headers), answer.read()
                 self.send_response(status)
                 for name, value in headers.items():
-                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                    if name.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "server",
+                        "date",
+                    ):
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
@@ -292,12 +339,19 @@ class FaultyEndpoint:
 
 
 @pytest.mark.parametrize("code", ["InstanceLimitExceeded", "InsufficientInstanceCapacity"])
-def test_quota_or_capacity_is_no_capacity(aws: ProviderConfig, home: Path, moto: Any, code: str) -> None:
+def test_quota_or_capacity_is_no_capacity(
+    aws: ProviderConfig, home: Path, moto: Any, code: str
+) -> None:
     faulty = FaultyEndpoint(moto.endpoint, code, "You have requested more instances than allowed.")
-    drv = EC2Driver(ProviderConfig("aws", "ec2", {**aws.options, "endpoint": faulty.endpoint}), Home(home))
+    drv = EC2Driver(
+        ProviderConfig("aws", "ec2", {**aws.options, "endpoint": faulty.endpoint}), Home(home)
+    )
     try:
-        with pytest.raises(NoCapacity, match=rf"^aws: cannot create a t3\.micro: {code}: You have "
-                                             r"requested more instances than allowed\.; monkey tries again later"):
+        with pytest.raises(
+            NoCapacity,
+            match=rf"^aws: cannot create a t3\.micro: {code}: You have "
+            r"requested more instances than allowed\.; monkey tries again later",
+        ):
             drv.create_node()
         assert moto.instances() == []
     finally:
@@ -306,7 +360,8 @@ def test_quota_or_capacity_is_no_capacity(aws: ProviderConfig, home: Path, moto:
 
 
 def test_instance_reached_over_ssh_with_its_key_pinned_then_forgotten(
-        driver: EC2Driver, fleet: Lab, home: Path) -> None:  # fmt: skip
+    driver: EC2Driver, fleet: Lab, home: Path
+) -> None:
     inst = driver.create_node()
     try:
         assert driver.instances() == []  # never waits: the listing and the contact run in threads
@@ -337,6 +392,7 @@ def test_a_created_instance_is_reached_without_waiting_for_the_core(driver: EC2D
     driver.wake = woken.set
     inst = driver.create_node()
     try:
+
         def contacted() -> bool:  # asks nothing of the driver: reached() would contact it
             host = driver.pool.hosts.get(inst.id)
             return host is not None and host.up and host.capacity is not None
@@ -347,8 +403,10 @@ def test_a_created_instance_is_reached_without_waiting_for_the_core(driver: EC2D
     finally:
         driver.destroy_node(inst.id)
 
-def test_changed_host_key_on_a_live_instance_is_refused(driver: EC2Driver, fleet: Lab, home: Path,
-                                                        aws: ProviderConfig) -> None:  # fmt: skip
+
+def test_changed_host_key_on_a_live_instance_is_refused(
+    driver: EC2Driver, fleet: Lab, home: Path, aws: ProviderConfig
+) -> None:
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
@@ -362,7 +420,10 @@ def test_changed_host_key_on_a_live_instance_is_refused(driver: EC2Driver, fleet
         host.restart_sshd()
         again = EC2Driver(aws, Home(home))
         try:
-            with pytest.raises(MonkeyError, match=rf"^{re.escape(inst.id)} is down \(host key of {re.escape(inst.id)} has CHANGED"):
+            with pytest.raises(
+                MonkeyError,
+                match=rf"^{re.escape(inst.id)} is down \(host key of {re.escape(inst.id)} has CHANGED",
+            ):
                 again.transport.connect(inst.id)
             assert [c.instance for c in again.instances()] == []
         finally:
@@ -387,7 +448,12 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
             store.close()
         info = EC2Driver.describe(aws, recorded)
         [row] = info["hosts"]
-        assert (row["instance"], row["state"], row["size"], row["spot"]) == (inst.id, "up", "t3.micro", False)
+        assert (row["instance"], row["state"], row["size"], row["spot"]) == (
+            inst.id,
+            "up",
+            "t3.micro",
+            False,
+        )
         assert "127.0.0.4" in row["host"] and row["slots"] >= 1 and row["age"] is not None
         assert info["slots"] == row["slots"]
     finally:
@@ -399,7 +465,11 @@ def test_describe_lists_live_instances(driver: EC2Driver, aws: ProviderConfig, h
 
 def bucket_blobs(moto: Any, bucket: str, prefix: str = "blobs/") -> dict[str, int]:
     """Name -> number of versions stored, of every blob (or pack) in BUCKET (versioning on)."""
-    pages = moto.boto3("s3").get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
+    pages = (
+        moto.boto3("s3")
+        .get_paginator("list_object_versions")
+        .paginate(Bucket=bucket, Prefix=prefix)
+    )
     found: dict[str, int] = {}
     for page in pages:
         for version in page.get("Versions", []):
@@ -410,16 +480,21 @@ def bucket_blobs(moto: Any, bucket: str, prefix: str = "blobs/") -> dict[str, in
 
 def versioned(moto: Any, bucket: str) -> None:
     """Keep every upload as a version, so that an upload of a blob stored already shows."""
-    moto.boto3("s3").put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    moto.boto3("s3").put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
 
 
-def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: ProviderConfig,
-                                                     home: Path, moto: Any) -> None:
+def test_blobs_reach_the_instance_through_the_bucket(
+    driver: EC2Driver, aws: ProviderConfig, home: Path, moto: Any
+) -> None:
     bucket = aws.options["bucket"]
     versioned(moto, bucket)
     local = BlobStore(Home(home).blobs)
     # A project's small files travel in one pack; a large file (a dataset) alone, by digest.
-    code, _ = local.put_bytes(b"from helper import count\nprint(count(open('data.bin', 'rb').read()))\n")
+    code, _ = local.put_bytes(
+        b"from helper import count\nprint(count(open('data.bin', 'rb').read()))\n"
+    )
     helper, _ = local.put_bytes(b"def count(data):\n    return data.count(7)\n")
     payload = os.urandom(PACK_BLOB_MAX + 300_000)
     data, _ = local.put_bytes(payload)
@@ -437,17 +512,28 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
         [[pack_url, index]] = fields["blob_packs"]
         assert "X-Amz-Signature=" in pack_url
         # each with the sha256 of the checked local copy, which the agent checks
-        assert sorted(index) == sorted([[code, local.path(code).stat().st_size, local.sha256(code)],
-                                        [helper, local.path(helper).stat().st_size,
-                                         local.sha256(helper)]])  # fmt: skip
+        assert sorted(index) == sorted(
+            [
+                [code, local.path(code).stat().st_size, local.sha256(code)],
+                [helper, local.path(helper).stat().st_size, local.sha256(helper)],
+            ]
+        )
         assert urls[data][2] == hashlib.sha256(payload).hexdigest()
 
         link = driver.transport.connect(inst.id)
         run_dir = driver.transport.run_dir(inst.id, "26-01-01-001", 1)
         try:
-            link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
-                         argv=["python3", "main.py"], blobs_dir=driver.transport.blobs_dir(inst.id),
-                         files=files, **fields)  # fmt: skip
+            link.request(
+                "start",
+                juid="26-01-01-001",
+                attempt=1,
+                run_dir=run_dir,
+                env={},
+                argv=["python3", "main.py"],
+                blobs_dir=driver.transport.blobs_dir(inst.id),
+                files=files,
+                **fields,
+            )
             out = Path(run_dir, "stdout.log")
             wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
         finally:
@@ -469,7 +555,9 @@ def test_blobs_reach_the_instance_through_the_bucket(driver: EC2Driver, aws: Pro
         finally:
             fresh.close()
             driver.destroy_node(other.id)
-        assert [idx for _url, idx in again["blob_packs"]] == [index] and list(again["blob_urls"]) == [data]
+        assert [idx for _url, idx in again["blob_packs"]] == [index] and list(
+            again["blob_urls"]
+        ) == [data]
         assert bucket_blobs(moto, bucket) == {data: 1}
         assert list(bucket_blobs(moto, bucket, "packs/").values()) == [1]
     finally:
@@ -484,7 +572,10 @@ def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> 
     try:
         wait_for(lambda: reached(drv, inst.id), what="the instance to be reached")
         assert drv.transport.prepare(inst.id, [digest]) == {}  # nothing for the agent to fetch
-        assert Path(drv.transport.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes() == b"over ssh\n"
+        assert (
+            Path(drv.transport.blobs_dir(inst.id), digest[:2], digest[2:]).read_bytes()
+            == b"over ssh\n"
+        )
         assert drv.pool.bytes_sent() > 0
     finally:
         drv.destroy_node(inst.id)
@@ -495,9 +586,27 @@ def test_without_a_bucket_blobs_go_over_ssh(aws: ProviderConfig, home: Path) -> 
 
 
 def add_aws(cli: Any, moto: Any, fleet: Lab, home: Path, *extra: str) -> None:
-    proc = cli("provider", "add", "aws", "aws", "--endpoint", moto.endpoint, "--region", moto.region,
-               "--size", "t3.micro", "--image", moto.image, "--subnet-cidr", "127.0.0.0/24",
-               "--address", "private", "--user", fleet.user, *extra)
+    proc = cli(
+        "provider",
+        "add",
+        "aws",
+        "aws",
+        "--endpoint",
+        moto.endpoint,
+        "--region",
+        moto.region,
+        "--size",
+        "t3.micro",
+        "--image",
+        moto.image,
+        "--subnet-cidr",
+        "127.0.0.0/24",
+        "--address",
+        "private",
+        "--user",
+        fleet.user,
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr
     authorize(Home(home), fleet)
 
@@ -522,8 +631,11 @@ def test_job_runs_on_an_instance_through_the_cli(cli, home: Path, moto: Any, fle
         store.close()
     try:
         juid = run_job(cli, "sh", "-c", "echo hi from $(hostname -I 2>/dev/null || echo ec2)")
-        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the job to end")
+        wait_for(
+            lambda: info(cli, juid)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the job to end",
+        )
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert info(cli, juid)["instance"] == inst.id
         assert cli("logs", juid, check=True).stdout.startswith("hi from ")
@@ -543,8 +655,11 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     try:
         juid = run_job(cli, "echo", "hi")
-        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=30,
-                 what="the job to end")
+        wait_for(
+            lambda: info(cli, juid)["state"] in ("succeeded", "failed"),
+            timeout=30,
+            what="the job to end",
+        )
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert cli("logs", juid, check=True).stdout == "hi\n"
         assert info(cli, juid)["instance"].startswith("aws/i-")
@@ -558,8 +673,11 @@ def test_core_creates_an_instance_for_a_queued_job(cli, home: Path, moto: Any, f
                 store.close()
 
         # The cloud's termination is recorded once the destroy call's outcome is back.
-        wait_for(lambda: all(r["state"] == "terminated" for r in recorded()), timeout=30,
-                 what="the termination to be recorded")
+        wait_for(
+            lambda: all(r["state"] == "terminated" for r in recorded()),
+            timeout=30,
+            what="the termination to be recorded",
+        )
         [row] = recorded()  # one instance in all, made for the job
         assert row["id"] == info(cli, juid)["instance"]
         store = Store(home / "monkey.db")
@@ -591,9 +709,12 @@ class GatedEndpoint:
                     gate.holding.set()
                     gate.release_event.wait(60)
                 body = self._body()
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
-                request = urllib.request.Request(target + self.path, data=body or None,
-                                                 method=self.command, headers=headers)
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"
+                }
+                request = urllib.request.Request(
+                    target + self.path, data=body or None, method=self.command, headers=headers
+                )
                 try:
                     with urllib.request.urlopen(request, timeout=30) as answer:
                         status, headers, reply = answer.status, dict(answer.headers), answer.read()
@@ -601,7 +722,13 @@ class GatedEndpoint:
                     status, headers, reply = e.code, dict(e.headers), e.read()
                 self.send_response(status)
                 for name, value in headers.items():
-                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                    if name.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "server",
+                        "date",
+                    ):
                         self.send_header(name, value)
                 length = headers.get("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(reply)))
@@ -636,8 +763,9 @@ class GatedEndpoint:
         self.server.server_close()
 
 
-def test_the_next_job_starts_while_the_last_ones_results_come_back(cli, home: Path, moto: Any,
-                                                                   fleet: Lab) -> None:  # fmt: skip
+def test_the_next_job_starts_while_the_last_ones_results_come_back(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     # One instance, and each job takes all of it. The first job's output comes back from the
     # bucket after it exited: its slot is free meanwhile, and the next job runs at once.
     add_aws(cli, moto, fleet, home, "--max-instances", "1")
@@ -646,21 +774,45 @@ def test_the_next_job_starts_while_the_last_ones_results_come_back(cli, home: Pa
     config["providers"]["aws"]["endpoint"] = gate.endpoint
     (home / "providers.yml").write_text(yaml.safe_dump(config))
     try:
-        first = json.loads(cli("run", "--json", "-p", "aws", "--cpus", "2", "--outputs", "result.txt",
-                               "--", "sh", "-c", "echo 42 > result.txt", check=True).stdout)["job"]  # fmt: skip
+        first = json.loads(
+            cli(
+                "run",
+                "--json",
+                "-p",
+                "aws",
+                "--cpus",
+                "2",
+                "--outputs",
+                "result.txt",
+                "--",
+                "sh",
+                "-c",
+                "echo 42 > result.txt",
+                check=True,
+            ).stdout
+        )["job"]
         assert gate.holding.wait(60), "the first job's output was never fetched"
-        second = json.loads(cli("run", "--json", "-p", "aws", "--cpus", "2", "--", "echo", "second",
-                                check=True).stdout)["job"]  # fmt: skip
-        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the second job to end while the first one's output is held")
+        second = json.loads(
+            cli(
+                "run", "--json", "-p", "aws", "--cpus", "2", "--", "echo", "second", check=True
+            ).stdout
+        )["job"]
+        wait_for(
+            lambda: info(cli, second)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the second job to end while the first one's output is held",
+        )
         assert info(cli, second)["state"] == "succeeded", info(cli, second)
         time.sleep(6)  # past the heartbeat timeout (4 s): an exited job sends none, and is not lost
         assert info(cli, first)["state"] == "running"  # it ends once its results are back
         daemon_log = (home / "daemon.log").read_text()
         assert "silent" not in daemon_log and "no heartbeat" not in daemon_log, daemon_log
         gate.release()
-        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the first job to end")
+        wait_for(
+            lambda: info(cli, first)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the first job to end",
+        )
         assert info(cli, first)["state"] == "succeeded", info(cli, first)
         assert (home / "runs" / first / "1" / "work" / "result.txt").read_text() == "42\n"
     finally:
@@ -672,8 +824,9 @@ def test_the_next_job_starts_while_the_last_ones_results_come_back(cli, home: Pa
         gate.close()
 
 
-def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, moto: Any,
-                                                             fleet: Lab) -> None:
+def test_job_code_goes_through_the_bucket_and_no_url_is_kept(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1")
     bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
     versioned(moto, bucket)
@@ -681,8 +834,11 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
     Path("words.py").write_text("WORD = 'fetched from the bucket'\n")
     try:
         first = run_job(cli, "python3", "main.py")
-        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the first job to end")
+        wait_for(
+            lambda: info(cli, first)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the first job to end",
+        )
         assert info(cli, first)["state"] == "succeeded", info(cli, first)
         assert cli("logs", first, check=True).stdout == "fetched from the bucket\n"
         store = Store(home / "monkey.db")
@@ -695,21 +851,31 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
         assert len(code) == 2 and bucket_blobs(moto, bucket) == {}
         [(pack, versions)] = bucket_blobs(moto, bucket, "packs/").items()
         stored = moto.boto3("s3").get_object(Bucket=bucket, Key=f"packs/{pack}")["Body"].read()
-        assert versions == 1 and stored == b"".join(BlobStore(home / "blobs").read_bytes(d) for d in sorted(code))
+        assert versions == 1 and stored == b"".join(
+            BlobStore(home / "blobs").read_bytes(d) for d in sorted(code)
+        )
         instance_home = fleet.hosts[0].home
-        on_instance = {f"{p.parent.name}{p.name}" for p in instance_home.rglob("*")
-                       if p.parent.parent.name == "blobs"}  # fmt: skip
+        on_instance = {
+            f"{p.parent.name}{p.name}"
+            for p in instance_home.rglob("*")
+            if p.parent.parent.name == "blobs"
+        }
         assert code <= on_instance
         daemon_log = (home / "daemon.log").read_text()
         assert not re.search(r"sent \d+ blobs", daemon_log), daemon_log  # none over SSH
 
         second = run_job(cli, "python3", "main.py")
-        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the second job to end")
+        wait_for(
+            lambda: info(cli, second)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the second job to end",
+        )
         assert info(cli, second)["state"] == "succeeded", info(cli, second)
         assert info(cli, second)["instance"] == info(cli, first)["instance"]
         # nothing uploaded again
-        assert bucket_blobs(moto, bucket) == {} and bucket_blobs(moto, bucket, "packs/") == {pack: 1}
+        assert bucket_blobs(moto, bucket) == {} and bucket_blobs(moto, bucket, "packs/") == {
+            pack: 1
+        }
     finally:
         cli("daemon", "stop")
         left = [i["InstanceId"] for i in moto.instances()]
@@ -723,8 +889,9 @@ def test_job_code_goes_through_the_bucket_and_no_url_is_kept(cli, home: Path, mo
                 assert b"X-Amz-Signature" not in path.read_bytes(), path
 
 
-def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(cli, home: Path, moto: Any,
-                                                                      fleet: Lab) -> None:
+def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1")
     bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
     versioned(moto, bucket)
@@ -732,14 +899,21 @@ def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(cli, home:
     Path("words.py").write_text("WORD = 'fetched from the bucket'\n")
     try:
         first = run_job(cli, "python3", "main.py")
-        wait_for(lambda: info(cli, first)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the first job to end")
+        wait_for(
+            lambda: info(cli, first)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the first job to end",
+        )
         assert info(cli, first)["state"] == "succeeded", info(cli, first)
         blobs = BlobStore(home / "blobs")
-        code = {rel: blobs.path(__import__("blake3").blake3(Path(rel).read_bytes()).hexdigest())
-                for rel in ("main.py", "words.py")}  # fmt: skip
-        copies = {rel: next(fleet.hosts[0].home.rglob(f"blobs/{p.parent.name}/{p.name}"))
-                  for rel, p in code.items()}  # fmt: skip
+        code = {
+            rel: blobs.path(__import__("blake3").blake3(Path(rel).read_bytes()).hexdigest())
+            for rel in ("main.py", "words.py")
+        }
+        copies = {
+            rel: next(fleet.hosts[0].home.rglob(f"blobs/{p.parent.name}/{p.name}"))
+            for rel, p in code.items()
+        }
         [(pack, _)] = bucket_blobs(moto, bucket, "packs/").items()
         s3 = moto.boto3("s3")
         good = s3.get_object(Bucket=bucket, Key=f"packs/{pack}")["Body"].read()
@@ -751,8 +925,11 @@ def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(cli, home:
             copy.write_bytes(copy.read_bytes().replace(b"WORD", b"WERD"))
         s3.put_object(Bucket=bucket, Key=f"packs/{pack}", Body=good.replace(b"WORD", b"WERD"))
         second = run_job(cli, "python3", "main.py")
-        wait_for(lambda: info(cli, second)["state"] in ("succeeded", "failed"), timeout=90,
-                 what="the second job to end")
+        wait_for(
+            lambda: info(cli, second)["state"] in ("succeeded", "failed"),
+            timeout=90,
+            what="the second job to end",
+        )
         assert info(cli, second)["state"] == "succeeded", info(cli, second)
         assert "fetched from the bucket\n" in cli("logs", second, check=True).stdout
         for rel, copy in copies.items():
@@ -770,40 +947,51 @@ def test_a_blob_damaged_on_the_instance_and_in_the_bucket_is_replaced(cli, home:
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
 
 
-def test_core_terminates_a_tagged_instance_it_has_no_record_of(cli, home: Path, moto: Any,
-                                                                fleet: Lab) -> None:
+def test_core_terminates_a_tagged_instance_it_has_no_record_of(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     """An instance created while the core was dying (never recorded) is this home's, by
     its tags: the next core terminates it, and leaves other homes' and untagged ones."""
     add_aws(cli, moto, fleet, home)
     config = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]
     stray = EC2Driver(ProviderConfig("aws", "ec2", config), Home(home)).create_node()
     ec2 = moto.boto3("ec2")
-    other = ec2.run_instances(ImageId=moto.image, InstanceType="t3.micro", MinCount=1,
-                              MaxCount=1)["Instances"][0]["InstanceId"]  # fmt: skip
+    other = ec2.run_instances(ImageId=moto.image, InstanceType="t3.micro", MinCount=1, MaxCount=1)[
+        "Instances"
+    ][0]["InstanceId"]
     try:
         start_core(home)
-        wait_for(lambda: [i["InstanceId"] for i in moto.instances()] == [other], timeout=30,
-                 what="the stray instance to be terminated")
+        wait_for(
+            lambda: [i["InstanceId"] for i in moto.instances()] == [other],
+            timeout=30,
+            what="the stray instance to be terminated",
+        )
         assert stray.extra["node"] not in [i["InstanceId"] for i in moto.instances()]
     finally:
         cli("daemon", "stop")
         ec2.terminate_instances(InstanceIds=[other])
 
 
-def test_core_killed_while_a_job_runs_on_an_instance_reattaches(cli, home: Path, moto: Any,
-                                                                 fleet: Lab) -> None:
+def test_core_killed_while_a_job_runs_on_an_instance_reattaches(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     gates = Path(tempfile.mkdtemp(prefix="monkey-gate-"))  # the instance's user may not see ours
     os.chmod(gates, 0o777)
     gate = gates / "gate"
     try:
-        juid = run_job(cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down")
+        juid = run_job(
+            cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down"
+        )
         wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
         kill_core(home)
         gate.touch()  # it ends while no core runs
         start_core(home)
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60,
-                 what="the job to be followed again")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded",
+            timeout=60,
+            what="the job to be followed again",
+        )
         assert cli("logs", juid, check=True).stdout == "up\ndown\n"
         assert len(info(cli, juid)["attempts_detail"]) == 1
         store = Store(Home(home).db)
@@ -820,8 +1008,9 @@ def test_core_killed_while_a_job_runs_on_an_instance_reattaches(cli, home: Path,
         shutil.rmtree(gates, ignore_errors=True)
 
 
-def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, home: Path,
-                                                                          moto: Any, fleet: Lab) -> None:
+def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     add_aws(cli, moto, fleet, home)
     entry = yaml.safe_load((home / "providers.yml").read_text())
     entry["providers"]["aws"]["image"] = "ami-00000000"  # deregistered since
@@ -829,7 +1018,9 @@ def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, ho
     try:
         juid = run_job(cli, "true")
         wait_for(lambda: info(cli, juid).get("waiting"), timeout=30, what="the reason it waits")
-        assert "InvalidAMIID" in info(cli, juid)["waiting"] and "image" in info(cli, juid)["waiting"]
+        assert (
+            "InvalidAMIID" in info(cli, juid)["waiting"] and "image" in info(cli, juid)["waiting"]
+        )
         assert info(cli, juid)["state"] == "queued"
         shown = cli("info", "job", juid, check=True).stdout
         assert "waiting: aws: cannot create" in shown
@@ -841,16 +1032,24 @@ def test_a_failed_creation_says_why_on_the_waiting_job_and_leaks_nothing(cli, ho
 
 def test_an_unreachable_cloud_says_why_on_the_waiting_job(cli, home: Path, moto: Any) -> None:
     """Nothing listens at the endpoint: the job waits, and says why in one line."""
-    entry = {"type": "ec2", "region": moto.region, "endpoint": "http://127.0.0.1:9",
-             "size": "t3.micro", "image": moto.image, "key": str(home / "no-key")}
+    entry = {
+        "type": "ec2",
+        "region": moto.region,
+        "endpoint": "http://127.0.0.1:9",
+        "size": "t3.micro",
+        "image": moto.image,
+        "key": str(home / "no-key"),
+    }
     home.mkdir(parents=True, exist_ok=True)
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"aws": entry}}))
     try:
         juid = run_job(cli, "true")
         wait_for(lambda: info(cli, juid).get("waiting"), timeout=30, what="the reason it waits")
-        assert info(cli, juid)["waiting"] == ("aws: cannot list instances: cannot reach "
-                                              "http://127.0.0.1:9 (Connection refused); check "
-                                              "the network or `endpoint:`")
+        assert info(cli, juid)["waiting"] == (
+            "aws: cannot list instances: cannot reach "
+            "http://127.0.0.1:9 (Connection refused); check "
+            "the network or `endpoint:`"
+        )
         assert info(cli, juid)["state"] == "queued"
         shown = cli("list", "providers", check=True).stdout
         assert "\naws: cannot list instances: cannot reach http://127.0.0.1:9" in shown
@@ -860,8 +1059,9 @@ def test_an_unreachable_cloud_says_why_on_the_waiting_job(cli, home: Path, moto:
         cli("daemon", "stop")
 
 
-def test_an_instance_terminated_from_outside_ends_its_attempt_lost(cli, home: Path, moto: Any,
-                                                                    fleet: Lab) -> None:
+def test_an_instance_terminated_from_outside_ends_its_attempt_lost(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     """A spot reclaim (or a console click): the cloud lists the machine terminated while its
     agent still answers here; the attempt ends `lost` from the listing, not from silence."""
     add_aws(cli, moto, fleet, home, "--max-instances", "1")
@@ -876,8 +1076,9 @@ def test_an_instance_terminated_from_outside_ends_its_attempt_lost(cli, home: Pa
         cli("daemon", "stop")
 
 
-def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home: Path, moto: Any,
-                                                                      fleet: Lab) -> None:
+def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     """The core dies (a laptop that sleeps): the instance's agent, with no job and no word from
     it for `orphan_timeout`, runs the shutdown command (here a hook that leaves a mark; EC2
     then terminates the instance, launched with shutdown behaviour `terminate`); the core
@@ -895,14 +1096,21 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home:
         wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job to end")
         instance = info(cli, juid)["instance"]
         node = instance.split("/", 1)[1]
-        attribute = ec2.describe_instance_attribute(InstanceId=node,
-                                                    Attribute="instanceInitiatedShutdownBehavior")
+        attribute = ec2.describe_instance_attribute(
+            InstanceId=node, Attribute="instanceInitiatedShutdownBehavior"
+        )
         assert attribute["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
         # While the core runs, its pings keep the idle instance up, however quiet the link.
         store = Store(Home(home).db)
         try:
-            wait_for(lambda: (row := store.instances("aws")[0])["idle_since"] is not None
-                     and time.time() - row["idle_since"] > 6, timeout=60, what="a long idle spell")
+            wait_for(
+                lambda: (
+                    (row := store.instances("aws")[0])["idle_since"] is not None
+                    and time.time() - row["idle_since"] > 6
+                ),
+                timeout=60,
+                what="a long idle spell",
+            )
         finally:
             store.close()
         assert not mark.exists()
@@ -911,8 +1119,11 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home:
         assert mark.read_text() == "bye\n"
         [host] = [h for h in fleet.hosts if (h.home / ".monkey-agent" / "agent.log").exists()]
         said = (host.home / ".monkey-agent" / "agent.log").read_text()
-        assert re.search(r"orphaned: no job for \d+s and no request from the core for \d+s "
-                         r"\(orphan_timeout 2s\): powering the machine off", said), said
+        assert re.search(
+            r"orphaned: no job for \d+s and no request from the core for \d+s "
+            r"\(orphan_timeout 2s\): powering the machine off",
+            said,
+        ), said
         ec2.terminate_instances(InstanceIds=[node])  # what EC2 does after that shutdown
         start_core(home)
 
@@ -928,7 +1139,9 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home:
         assert ended()[0]["detail"] == why
         assert f"{instance} is gone: {why}" in (home / "daemon.log").read_text()
         shown = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
-        assert re.search(rf"{re.escape(instance)} +aws +terminated .*{re.escape(why)}", shown), shown
+        assert re.search(rf"{re.escape(instance)} +aws +terminated .*{re.escape(why)}", shown), (
+            shown
+        )
     finally:
         cli("daemon", "stop")
         left = [i["InstanceId"] for i in moto.instances()]
@@ -937,17 +1150,24 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(cli, home:
         shutil.rmtree(marks, ignore_errors=True)
 
 
-def test_in_job_api_on_an_instance_tracks_as_locally(cli, home: Path, moto: Any, fleet: Lab) -> None:
+def test_in_job_api_on_an_instance_tracks_as_locally(
+    cli, home: Path, moto: Any, fleet: Lab
+) -> None:
     """`import monkey; monkey.log(...)` in a job on an instance whose python has no monkey:
     tracked exactly as the same job on the local provider."""
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     Path("train.py").write_text(SCRIPT)
     try:
         remote = run_job(cli, "python3", "train.py")
-        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)["job"]
+        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)[
+            "job"
+        ]
         for juid in (remote, local):
-            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=60,
-                     what="the job to end")
+            wait_for(
+                lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"),
+                timeout=60,
+                what="the job to end",
+            )
             assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
         assert info(cli, remote)["instance"].startswith("aws/i-")
         assert check_tracked(cli, remote) == check_tracked(cli, local)

@@ -81,8 +81,10 @@ def storm(home: Path, seed: int) -> Iterator[dict[str, int]]:
 
 def test_agent_and_core_killed_at_random(home, monkey):
     ledger = Path("ledger").resolve()
-    script = (f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
-              'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"')
+    script = (
+        f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
+        'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"'
+    )
     seed = int(os.environ.get("MONKEY_FAULT_STORM_SEED", random.randrange(1 << 30)))
     jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(JOBS // 2)]
     with storm(home, seed) as kills:
@@ -100,9 +102,11 @@ def test_agent_and_core_killed_at_random(home, monkey):
     once = [j for j in jobs if runs.get(j.juid) == 1]
     complete = [j for j in jobs if j.logs() == f"start {j.juid}\nend {j.juid}\n"]
     stuck = [j for j in jobs if j.status not in TERMINAL]
-    print(f"\nfault storm (seed {seed}): jobs tried {len(jobs)} / ran exactly once {len(once)}"
-          f" / logs byte-complete {len(complete)} / left stuck {len(stuck)};"
-          f" agent kills {kills['agent']}, core kills {kills['core']}")
+    print(
+        f"\nfault storm (seed {seed}): jobs tried {len(jobs)} / ran exactly once {len(once)}"
+        f" / logs byte-complete {len(complete)} / left stuck {len(stuck)};"
+        f" agent kills {kills['agent']}, core kills {kills['core']}"
+    )
     assert kills["agent"] > 0 and kills["core"] > 0
     assert not stuck, [(j.juid, j.status) for j in stuck]
     assert [j.juid for j in jobs if runs.get(j.juid) != 1] == []
@@ -120,8 +124,10 @@ def test_cancels_in_a_storm_stop_each_job_once(home, monkey):
     # is checked where no agent dies in the microseconds between sending it and marking
     # it sent: test_agent.py and test_recovery.py.)
     ledger = Path("ledger").resolve()
-    script = (f'echo "$MONKEY_JUID" >> {ledger}; trap "echo TERM" TERM; '
-              'echo up; while :; do sleep 0.05; done')
+    script = (
+        f'echo "$MONKEY_JUID" >> {ledger}; trap "echo TERM" TERM; '
+        "echo up; while :; do sleep 0.05; done"
+    )
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(40)]
@@ -133,8 +139,10 @@ def test_cancels_in_a_storm_stop_each_job_once(home, monkey):
     for job in jobs:
         job.wait(timeout=120)
     runs = collections.Counter(ledger.read_text().splitlines())
-    print(f"\ncancel storm (seed {seed}): jobs {len(jobs)} / started {len(runs)} / "
-          f"agent kills {kills['agent']}, core kills {kills['core']}")
+    print(
+        f"\ncancel storm (seed {seed}): jobs {len(jobs)} / started {len(runs)} / "
+        f"agent kills {kills['agent']}, core kills {kills['core']}"
+    )
     assert kills["agent"] > 0
     assert [(j.juid, j.status) for j in jobs if j.status != State.CANCELLED] == []
     assert [j.juid for j in jobs if runs.get(j.juid, 0) > 1] == []

@@ -68,14 +68,19 @@ def test_named_files_only_and_the_polling_fallback(tmp_path):
 
 def test_logs_follow_prints_as_written_and_keeps_exit_codes_and_marks(cli, home, monkey, tmp_path):
     go = tmp_path / "go"
-    script = (f"import os, sys, time\nprint('first', flush=True)\n"
-              f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
-              "print('second', flush=True)\nprint('oops', file=sys.stderr, flush=True)\n"
-              "sys.exit(3)\n")
+    script = (
+        f"import os, sys, time\nprint('first', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "print('second', flush=True)\nprint('oops', file=sys.stderr, flush=True)\n"
+        "sys.exit(3)\n"
+    )
     Path("job.py").write_text(script)
     juid = cli("run", "--retries", "1", "--", sys.executable, "job.py", check=True).stdout.strip()
-    follow = subprocess.Popen([sys.executable, "-m", "monkey", "logs", "-f", juid],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "logs", "-f", juid],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert follow.stdout is not None
         assert follow.stdout.readline() == b"first\n"  # printed while the job still runs
@@ -96,11 +101,13 @@ def test_logs_follow_prints_as_written_and_keeps_exit_codes_and_marks(cli, home,
 def test_following_an_ended_job_or_reading_logs_imports_no_watchdog(cli, home, monkey):
     juid = cli("run", "--", "echo", "hi", check=True).stdout.strip()
     wait_for(lambda: monkey.job(juid).status.value == "succeeded", timeout=60, what="the job")
-    code = ("import sys; from monkey.shell.cli import main\n"
-            f"for args in (['logs', {juid!r}], ['logs', '-f', {juid!r}]):\n"
-            "    try: main(args)\n"
-            "    except SystemExit: pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith('watchdog')))")
+    code = (
+        "import sys; from monkey.shell.cli import main\n"
+        f"for args in (['logs', {juid!r}], ['logs', '-f', {juid!r}]):\n"
+        "    try: main(args)\n"
+        "    except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('watchdog')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout + proc.stderr
 

@@ -21,8 +21,13 @@ MB = 1 << 20
 
 
 def monkey_cmd(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "monkey", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "monkey", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
 
 
 def succeeds(cli, juid: str) -> None:
@@ -35,18 +40,25 @@ def make_project(files: int) -> None:
     Path("pkg").mkdir(exist_ok=True)
     for i in range(files):
         Path(f"pkg/m{i}.py").write_text(f"V = {i}  # {os.urandom(8).hex()}\n")
-    Path("main.py").write_text(f"import os\nassert len(os.listdir('pkg')) == {files}\nprint('ok')\n")
+    Path("main.py").write_text(
+        f"import os\nassert len(os.listdir('pkg')) == {files}\nprint('ok')\n"
+    )
 
 
-def test_a_gc_killed_midway_never_breaks_the_next_submission_of_the_same_project(cli, home: Path) -> None:
+def test_a_gc_killed_midway_never_breaks_the_next_submission_of_the_same_project(
+    cli, home: Path
+) -> None:
     make_project(3000)
     first = cli("run", "--", "python3", "main.py", check=True).stdout.strip()
     succeeds(cli, first)
     cli("rm", "--yes", first, check=True)
     before = blob_count(home)
     gc = monkey_cmd("gc", "--grace", "0s")
-    wait_for(lambda: gc.poll() is not None or blob_count(home) < before, every=0.001,
-             what="gc to start deleting")  # fmt: skip
+    wait_for(
+        lambda: gc.poll() is not None or blob_count(home) < before,
+        every=0.001,
+        what="gc to start deleting",
+    )
     gc.send_signal(signal.SIGKILL)
     gc.wait()
     # The project, unchanged, submitted again (its digests cached): every run of it works.
@@ -78,15 +90,19 @@ def partial_files(home: Path) -> list[Path]:
 
 
 def test_partial_files_of_a_killed_submission_are_counted_and_removed_but_a_live_ones_kept(
-        cli, home: Path) -> None:  # fmt: skip
+    cli, home: Path
+) -> None:
     Path("main.py").write_text("import os\nprint(os.path.getsize('big.bin'))\n")
     with open("big.bin", "wb") as f:
         for _ in range(300):
             f.write(os.urandom(MB))
     # A submission storing big.bin while a gc --grace 0s runs: its partial file is kept.
     run = monkey_cmd("run", "--", "python3", "main.py")
-    wait_for(lambda: run.poll() is not None or partial_files(home), every=0.001,
-             what="the submission to start storing big.bin")  # fmt: skip
+    wait_for(
+        lambda: run.poll() is not None or partial_files(home),
+        every=0.001,
+        what="the submission to start storing big.bin",
+    )
     gc = monkey_cmd("gc", "--grace", "0s")
     out, err = run.communicate(timeout=120)
     assert run.returncode == 0, err
@@ -99,8 +115,11 @@ def test_partial_files_of_a_killed_submission_are_counted_and_removed_but_a_live
         with open("big.bin", "r+b") as f:
             f.write(os.urandom(16))
         killed = monkey_cmd("run", "--", "python3", "main.py")
-        wait_for(lambda p=killed: p.poll() is not None or partial_files(home), every=0.001,
-                 what="the submission to start storing big.bin")  # fmt: skip
+        wait_for(
+            lambda p=killed: p.poll() is not None or partial_files(home),
+            every=0.001,
+            what="the submission to start storing big.bin",
+        )
         killed.send_signal(signal.SIGKILL)
         killed.wait()
     left = partial_files(home)

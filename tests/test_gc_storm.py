@@ -54,13 +54,20 @@ class Storm:
         self.rounds = self.kills = 0
         self.errors: list[str] = []
 
-    def command(self, args: list[str], kill_chance: float, kill_within: float) -> tuple[int | None, str, str]:
+    def command(
+        self, args: list[str], kill_chance: float, kill_within: float
+    ) -> tuple[int | None, str, str]:
         """Run `monkey ARGS`; with KILL_CHANCE, SIGKILL it at a random instant within
         KILL_WITHIN seconds. (exit code or None when killed, stdout, stderr)."""
         with self.lock:
             kill_at = self.rng.uniform(0, kill_within) if self.rng.random() < kill_chance else None
-        proc = subprocess.Popen([sys.executable, "-m", "monkey", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=os.environ.copy())  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monkey", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
         if kill_at is not None:
             try:
                 out, err = proc.communicate(timeout=kill_at)
@@ -100,8 +107,11 @@ def submitter(storm: Storm, folder: Path) -> None:
     rng = random.Random(storm.rng.random())
     while not storm.stop.is_set():
         files = write_project(folder, rng)
-        code, out, err = storm.command(["run", "--workdir", str(folder), "--", "python3", "main.py"],
-                                       kill_chance=0.3, kill_within=2.0)
+        code, out, err = storm.command(
+            ["run", "--workdir", str(folder), "--", "python3", "main.py"],
+            kill_chance=0.3,
+            kill_within=2.0,
+        )
         with storm.lock:
             storm.rounds += 1
             if code == 0:
@@ -146,8 +156,10 @@ def test_gc_storm(cli, home: Path, tmp_path: Path) -> None:
     for folder in projects:
         folder.mkdir()
     threads = [threading.Thread(target=submitter, args=(storm, f)) for f in projects]
-    threads += [threading.Thread(target=remover, args=(storm,)),
-                threading.Thread(target=collector, args=(storm,))]
+    threads += [
+        threading.Thread(target=remover, args=(storm,)),
+        threading.Thread(target=collector, args=(storm,)),
+    ]
     for t in threads:
         t.start()
     time.sleep(SECONDS)  # the storm's length; what it checks comes after
@@ -160,8 +172,12 @@ def test_gc_storm(cli, home: Path, tmp_path: Path) -> None:
     store = Store(home / "monkey.db")
     blobs = BlobStore(home / "blobs")
     try:
-        wait_for(lambda: all(j.state.value in ("succeeded", "failed") for j in store.list_jobs()),
-                 timeout=300, every=0.5, what="every job to end")  # fmt: skip
+        wait_for(
+            lambda: all(j.state.value in ("succeeded", "failed") for j in store.list_jobs()),
+            timeout=300,
+            every=0.5,
+            what="every job to end",
+        )
         jobs = store.list_jobs()
         bad_blobs = 0
         failed = []
@@ -187,9 +203,11 @@ def test_gc_storm(cli, home: Path, tmp_path: Path) -> None:
             cloned += 1
     finally:
         store.close()
-    print(f"\ngc storm (seed {seed}, {SECONDS:.0f}s): rounds {storm.rounds} / kills {storm.kills} / "
-          f"jobs checked {len(jobs)} (cloned {cloned}, wrong {len(wrong)}) / "
-          f"blobs missing or damaged {bad_blobs}")
+    print(
+        f"\ngc storm (seed {seed}, {SECONDS:.0f}s): rounds {storm.rounds} / kills {storm.kills} / "
+        f"jobs checked {len(jobs)} (cloned {cloned}, wrong {len(wrong)}) / "
+        f"blobs missing or damaged {bad_blobs}"
+    )
     assert bad_blobs == 0
     assert not wrong, wrong[:5]
     assert not failed, failed[:5]

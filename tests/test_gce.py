@@ -72,12 +72,21 @@ def gce(gcs_server: FakeGCS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert not gcs_server.gate.refused, f"GCS would have refused: {gcs_server.gate.refused}"
 
 
-def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfig:  # noqa: F811
+def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfig:
     """Provider `gcp` made as `monkey provider add gcp` makes it, recorded in providers.yml;
     the fleet lets its key in."""
     h = Home(home).ensure()
-    wanted = {"credentials": gce.key, "zones": [ZONE], "size": "e2-small", "image": "debian-12",
-              "endpoint": gce.endpoint, "storage_endpoint": gce.gcs.endpoint, "address": "private", "user": fleet.user, **options}
+    wanted = {
+        "credentials": gce.key,
+        "zones": [ZONE],
+        "size": "e2-small",
+        "image": "debian-12",
+        "endpoint": gce.endpoint,
+        "storage_endpoint": gce.gcs.endpoint,
+        "address": "private",
+        "user": fleet.user,
+        **options,
+    }
     entry = setup(h, "gcp", gce_setup.entry_from(wanted, {}), say=lambda _: None)
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"gcp": entry}}))
     authorize(h, fleet, "gcp")
@@ -85,7 +94,7 @@ def setup_gcp(home: Path, gce: Any, fleet: Lab, **options: Any) -> ProviderConfi
 
 
 @pytest.fixture
-def gcp(home: Path, gce: FakeGCE, fleet: Lab) -> ProviderConfig:  # noqa: F811
+def gcp(home: Path, gce: FakeGCE, fleet: Lab) -> ProviderConfig:
     return setup_gcp(home, gce, fleet, max_instances=2)
 
 
@@ -109,10 +118,17 @@ def reached(drv: GCEDriver, instance: str) -> bool:
     return any(c.instance == instance for c in drv.instances())
 
 
-def test_create_list_destroy(driver: GCEDriver, gce: FakeGCE, home: Path, gcp: ProviderConfig) -> None:
+def test_create_list_destroy(
+    driver: GCEDriver, gce: FakeGCE, home: Path, gcp: ProviderConfig
+) -> None:
     inst = driver.create_node(options={"preemptible": True})
     assert inst.id.startswith("gcp/monkey-gcp-") and inst.provider == "gcp"
-    assert (inst.size, inst.spot, inst.address, inst.extra["zone"]) == ("e2-small", True, "127.0.0.4", ZONE)
+    assert (inst.size, inst.spot, inst.address, inst.extra["zone"]) == (
+        "e2-small",
+        True,
+        "127.0.0.4",
+        ZONE,
+    )
     [raw] = gce.listed()
     assert raw["labels"]["monkey-home"] == Home(home).home_id()
     assert raw["labels"]["monkey-provider"] == "gcp" and raw["scheduling"]["preemptible"] is True
@@ -131,8 +147,9 @@ def test_create_list_destroy(driver: GCEDriver, gce: FakeGCE, home: Path, gcp: P
     driver.destroy_node(inst.id)  # idempotent
 
 
-def test_labels_filter_the_listing(driver: GCEDriver, gcp: ProviderConfig, gce: FakeGCE,
-                                   tmp_path: Path) -> None:  # fmt: skip
+def test_labels_filter_the_listing(
+    driver: GCEDriver, gcp: ProviderConfig, gce: FakeGCE, tmp_path: Path
+) -> None:
     inst = driver.create_node()
     other = GCEDriver(gcp, Home(tmp_path / "other-home").ensure())
     try:
@@ -148,13 +165,23 @@ def test_size_for_and_slots(driver: GCEDriver) -> None:
     assert driver.size_slots(None) == 2
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({"image": "no-such-image"}, r"^gcp: cannot create a e2-small: image no-such-image not found; fix `image:`"),
-    ({"size": "x9-huge"}, r"^gcp: cannot create a x9-huge: machine type x9-huge does not exist in "
-                          r"us-central1-a; fix `size:`"),
-])  # fmt: skip
-def test_bad_image_or_size_is_one_line_and_leaks_nothing(driver: GCEDriver, gce: FakeGCE,
-                                                         options: dict[str, str], expected: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            {"image": "no-such-image"},
+            r"^gcp: cannot create a e2-small: image no-such-image not found; fix `image:`",
+        ),
+        (
+            {"size": "x9-huge"},
+            r"^gcp: cannot create a x9-huge: machine type x9-huge does not exist in "
+            r"us-central1-a; fix `size:`",
+        ),
+    ],
+)
+def test_bad_image_or_size_is_one_line_and_leaks_nothing(
+    driver: GCEDriver, gce: FakeGCE, options: dict[str, str], expected: str
+) -> None:
     with pytest.raises(MonkeyError, match=expected) as caught:
         driver.create_node(options=options)
     assert "\n" not in str(caught.value) and not isinstance(caught.value, NoCapacity)
@@ -162,16 +189,22 @@ def test_bad_image_or_size_is_one_line_and_leaks_nothing(driver: GCEDriver, gce:
 
 
 @pytest.mark.parametrize("leak", [False, True])
-def test_quota_is_no_capacity_and_a_half_made_instance_is_deleted(driver: GCEDriver, gce: FakeGCE,
-                                                                   leak: bool) -> None:  # fmt: skip
-    gce.fail_next_insert("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1.", leak)
-    with pytest.raises(NoCapacity, match=r"^gcp: cannot create a e2-small: QUOTA_EXCEEDED: Quota "
-                                         r"'CPUS' exceeded\. .*; monkey tries again later"):
+def test_quota_is_no_capacity_and_a_half_made_instance_is_deleted(
+    driver: GCEDriver, gce: FakeGCE, leak: bool
+) -> None:
+    gce.fail_next_insert(
+        "QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 8.0 in region us-central1.", leak
+    )
+    with pytest.raises(
+        NoCapacity,
+        match=r"^gcp: cannot create a e2-small: QUOTA_EXCEEDED: Quota "
+        r"'CPUS' exceeded\. .*; monkey tries again later",
+    ):
         driver.create_node()
     assert gce.listed() == []
 
 
-def test_next_zone_when_the_first_has_no_capacity(gce: FakeGCE, home: Path, fleet: Lab) -> None:  # noqa: F811
+def test_next_zone_when_the_first_has_no_capacity(gce: FakeGCE, home: Path, fleet: Lab) -> None:
     config = setup_gcp(home, gce, fleet, zones=[ZONE, "us-central1-b"])
     drv = GCEDriver(config, Home(home))
     try:
@@ -183,8 +216,9 @@ def test_next_zone_when_the_first_has_no_capacity(gce: FakeGCE, home: Path, flee
         drv.close()
 
 
-def test_libclouds_token_cache_lives_in_monkey_home(gcp: ProviderConfig, home: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_libclouds_token_cache_lives_in_monkey_home(
+    gcp: ProviderConfig, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Against Google (no `endpoint`), libcloud caches its OAuth2 token under MONKEY_HOME,
     0600, not in ~/.google_libcloud_auth.*; here a cached token spares the token request."""
     import datetime
@@ -204,8 +238,15 @@ def test_libclouds_token_cache_lives_in_monkey_home(gcp: ProviderConfig, home: P
     entry = {k: v for k, v in gcp.options.items() if k != "endpoint"}
     cache = token_cache(Home(home), service_account(entry["credentials"]))
     later = datetime.datetime.utcnow() + datetime.timedelta(hours=1)
-    cache.write_text(json.dumps({"access_token": "cached", "token_type": "Bearer",
-                                 "expire_time": later.strftime(google.UTC_TIMESTAMP_FORMAT)}))  # fmt: skip
+    cache.write_text(
+        json.dumps(
+            {
+                "access_token": "cached",
+                "token_type": "Bearer",
+                "expire_time": later.strftime(google.UTC_TIMESTAMP_FORMAT),
+            }
+        )
+    )
     api = gce_node_driver(entry, Home(home))
     credential = api.connection.oauth2_credential
     assert credential.access_token == "cached" and Path(credential.credential_file) == cache
@@ -216,8 +257,9 @@ def test_libclouds_token_cache_lives_in_monkey_home(gcp: ProviderConfig, home: P
     assert list((tmp_path / "user-home").iterdir()) == []
 
 
-def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: ProviderConfig,
-                                                       home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+def test_instance_reached_and_blobs_through_the_bucket(
+    driver: GCEDriver, gcp: ProviderConfig, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     local = BlobStore(Home(home).blobs)
     code, _ = local.put_bytes(b"from helper import size\nprint(size('data.bin'))\n")
     helper, _ = local.put_bytes(b"def size(path):\n    return len(open(path, 'rb').read())\n")
@@ -235,10 +277,21 @@ def test_instance_reached_and_blobs_through_the_bucket(driver: GCEDriver, gcp: P
         link = driver.transport.connect(inst.id)
         run_dir = driver.transport.run_dir(inst.id, "26-01-01-001", 1)
         try:
-            link.request("start", juid="26-01-01-001", attempt=1, run_dir=run_dir, env={},
-                         argv=["python3", "main.py"], blobs_dir=driver.transport.blobs_dir(inst.id),
-                         files=[["main.py", code, 0o644], ["helper.py", helper, 0o644],
-                                ["data.bin", data, 0o644]], **fields)  # fmt: skip
+            link.request(
+                "start",
+                juid="26-01-01-001",
+                attempt=1,
+                run_dir=run_dir,
+                env={},
+                argv=["python3", "main.py"],
+                blobs_dir=driver.transport.blobs_dir(inst.id),
+                files=[
+                    ["main.py", code, 0o644],
+                    ["helper.py", helper, 0o644],
+                    ["data.bin", data, 0o644],
+                ],
+                **fields,
+            )
             out = Path(run_dir, "stdout.log")
             wait_for(lambda: out.exists() and out.read_text().strip(), what="the job's output")
         finally:
@@ -263,8 +316,12 @@ def test_workers_upload_results_through_a_signed_post_policy(gce: FakeGCE, tmp_p
     state = tmp_path / "ckpt" / "state.json"
     state.parent.mkdir()
     state.write_text('{"epoch": 3}')
-    uploader = Results({**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
-                       "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    uploader = Results(
+        {**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
+        "26-01-01-001",
+        1,
+        str(tmp_path),
+    )
     sent = uploader.upload()
     assert sent["files"] == 1 and sent["bytes"] == len('{"epoch": 3}')
     stored = gce.gcs.objects("results", "runs/26-01-01-001/results/")  # type: ignore[attr-defined]
@@ -273,22 +330,31 @@ def test_workers_upload_results_through_a_signed_post_policy(gce: FakeGCE, tmp_p
     back = tmp_path / "back.json"
     assert storage.get_file(f"runs/26-01-01-001/results/objects/{sha}", back)
     assert back.read_text() == '{"epoch": 3}'
-    with urllib.request.urlopen(storage.get_url(f"runs/26-01-01-001/results/objects/{sha}", 60)) as got:
+    with urllib.request.urlopen(
+        storage.get_url(f"runs/26-01-01-001/results/objects/{sha}", 60)
+    ) as got:
         assert got.read() == b'{"epoch": 3}'
 
     blob = tmp_path / "blob"
     blob.write_bytes(b"x")
     expired = storage.upload_form("runs/26-01-01-001/results", expires=-1)
     forged = {**form, "fields": {**form["fields"], "x-goog-signature": "00" * 256}}
-    for bad, prefix in ((form, "runs/26-01-01-002/results"), (forged, "runs/26-01-01-001/results"),
-                        (expired, "runs/26-01-01-001/results")):  # fmt: skip
+    for bad, prefix in (
+        (form, "runs/26-01-01-002/results"),
+        (forged, "runs/26-01-01-001/results"),
+        (expired, "runs/26-01-01-001/results"),
+    ):
         with pytest.raises(urllib.error.HTTPError) as refused:
-            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file("objects/y", str(blob))
+            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file(
+                "objects/y", str(blob)
+            )
         assert refused.value.code == 403
     assert [r.split(": ", 1)[1] for r in gce.gcs.gate.refused] == [  # type: ignore[attr-defined]
         "the form's key='runs/26-01-01-002/results/objects/y' does not meet "
         "['starts-with', '$key', 'runs/26-01-01-001/results/']",
-        "the signature does not match", "the policy has expired"]
+        "the signature does not match",
+        "the policy has expired",
+    ]
     gce.gcs.gate.refused.clear()  # type: ignore[attr-defined]
     assert sorted(gce.gcs.objects("results")) == sorted(stored)  # type: ignore[attr-defined]
 
@@ -296,10 +362,30 @@ def test_workers_upload_results_through_a_signed_post_policy(gce: FakeGCE, tmp_p
 # -- end to end, through the real CLI -----------------------------------------------------
 
 
-def add_gcp(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, *extra: str) -> Any:  # noqa: F811
-    proc = cli("provider", "add", "gcp", "gcp", "--endpoint", gce.endpoint, "--credentials", gce.key,
-               "--storage-endpoint", gce.gcs.endpoint, "--zone", ZONE, "--size", "e2-small", "--image", "debian-12", "--address", "private",
-               "--user", fleet.user, *extra)
+def add_gcp(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, *extra: str) -> Any:
+    proc = cli(
+        "provider",
+        "add",
+        "gcp",
+        "gcp",
+        "--endpoint",
+        gce.endpoint,
+        "--credentials",
+        gce.key,
+        "--storage-endpoint",
+        gce.gcs.endpoint,
+        "--zone",
+        ZONE,
+        "--size",
+        "e2-small",
+        "--image",
+        "debian-12",
+        "--address",
+        "private",
+        "--user",
+        fleet.user,
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr
     authorize(Home(home), fleet, "gcp")
     return proc
@@ -313,7 +399,7 @@ def info(cli: Any, juid: str) -> dict[str, Any]:
     return json.loads(cli("info", "job", juid, "--json", check=True).stdout)
 
 
-def test_provider_add_gcp_creates_then_reuses(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+def test_provider_add_gcp_creates_then_reuses(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:
     first = add_gcp(cli, gce, fleet, home, "--network", "monkey-net")
     entry = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
     assert "created network monkey-net" in first.stdout
@@ -328,22 +414,40 @@ def test_provider_add_gcp_creates_then_reuses(cli, home: Path, gce: FakeGCE, fle
     assert "created" not in second.stdout and "reusing network monkey-net" in second.stdout
     again = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
     assert again == {**entry, "max_instances": 3}
-    bad = cli("provider", "add", "gcp", "g2", "--endpoint", gce.endpoint, "--credentials", gce.key,
-              "--zone", ZONE, "--size", "e2-small", "--image", "nope-image")
+    bad = cli(
+        "provider",
+        "add",
+        "gcp",
+        "g2",
+        "--endpoint",
+        gce.endpoint,
+        "--credentials",
+        gce.key,
+        "--zone",
+        ZONE,
+        "--size",
+        "e2-small",
+        "--image",
+        "nope-image",
+    )
     assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0
     assert "image nope-image not found; pass --image" in bad.stderr
 
 
 def test_core_creates_an_instance_code_goes_through_gcs_then_idle_termination(
-        cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811 # fmt: skip
+    cli, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]["bucket"]
     Path("main.py").write_text("import words; print(words.WORD)\n")
     Path("words.py").write_text("WORD = 'fetched from gcs'\n")
     try:
         juid = run_job(cli, "python3", "main.py")
-        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60,
-                 what="the job to end")
+        wait_for(
+            lambda: info(cli, juid)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the job to end",
+        )
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert cli("logs", juid, check=True).stdout == "fetched from gcs\n"
         assert info(cli, juid)["instance"].startswith("gcp/monkey-gcp-")
@@ -357,8 +461,9 @@ def test_core_creates_an_instance_code_goes_through_gcs_then_idle_termination(
             assert b"X-Goog-Signature" not in path.read_bytes(), path
 
 
-def test_core_terminates_a_labelled_instance_it_has_no_record_of(cli, home: Path, gce: FakeGCE,
-                                                                  fleet: Lab) -> None:  # noqa: F811 # fmt: skip
+def test_core_terminates_a_labelled_instance_it_has_no_record_of(
+    cli, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     add_gcp(cli, gce, fleet, home)
     config = yaml.safe_load((home / "providers.yml").read_text())["providers"]["gcp"]
     stray = GCEDriver(ProviderConfig("gcp", "gce", config), Home(home)).create_node()
@@ -370,19 +475,24 @@ def test_core_terminates_a_labelled_instance_it_has_no_record_of(cli, home: Path
         cli("daemon", "stop")
 
 
-def test_core_killed_while_a_job_runs_reattaches(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+def test_core_killed_while_a_job_runs_reattaches(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:
     add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     gates = Path(tempfile.mkdtemp(prefix="monkey-gate-"))
     os.chmod(gates, 0o777)
     gate = gates / "gate"
     try:
-        juid = run_job(cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down")
+        juid = run_job(
+            cli, "sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down"
+        )
         wait_for(lambda: cli("logs", juid).stdout == "up\n", timeout=60, what="the job to start")
         kill_core(home)
         gate.touch()
         start_core(home)
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60,
-                 what="the job to be followed again")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded",
+            timeout=60,
+            what="the job to be followed again",
+        )
         assert cli("logs", juid, check=True).stdout == "up\ndown\n"
         assert len(info(cli, juid)["attempts_detail"]) == 1
         store = Store(Home(home).db)
@@ -396,7 +506,9 @@ def test_core_killed_while_a_job_runs_reattaches(cli, home: Path, gce: FakeGCE, 
         shutil.rmtree(gates, ignore_errors=True)
 
 
-def test_a_failed_creation_says_why_on_the_waiting_job(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+def test_a_failed_creation_says_why_on_the_waiting_job(
+    cli, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     add_gcp(cli, gce, fleet, home)
     entry = yaml.safe_load((home / "providers.yml").read_text())
     entry["providers"]["gcp"]["image"] = "gone-image"
@@ -412,8 +524,9 @@ def test_a_failed_creation_says_why_on_the_waiting_job(cli, home: Path, gce: Fak
         cli("daemon", "stop")
 
 
-def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, home: Path, gce: FakeGCE,
-                                                                        fleet: Lab) -> None:  # noqa: F811
+def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(
+    cli, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     """The core dies: the instance's agent, with no job and no word from it for
     `orphan_timeout`, runs the shutdown command (a hook here); GCE stops a machine whose OS
     powers off (no more vCPU billing), and the core that comes back deletes it and says why."""
@@ -431,8 +544,10 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, hom
         kill_core(home)
         wait_for(mark.exists, timeout=60, what="the orphaned agent's shutdown command")
         [host] = [h for h in fleet.hosts if (h.home / ".monkey-agent" / "agent.log").exists()]
-        assert "(orphan_timeout 2s): powering the machine off" in \
-            (host.home / ".monkey-agent" / "agent.log").read_text()
+        assert (
+            "(orphan_timeout 2s): powering the machine off"
+            in (host.home / ".monkey-agent" / "agent.log").read_text()
+        )
         gce.guest_shutdown(ZONE, instance.split("/", 1)[1])
         start_core(home)
         wait_for(lambda: gce.listed() == [], timeout=60, what="the stopped instance to be deleted")
@@ -440,8 +555,15 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, hom
 
         def shown() -> str | None:  # the core records the deletion once GCE has done it
             out = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
-            return out if re.search(rf"{re.escape(instance)} +gcp +terminated .*destroyed: "
-                                    rf"{re.escape(why)}", out) else None
+            return (
+                out
+                if re.search(
+                    rf"{re.escape(instance)} +gcp +terminated .*destroyed: "
+                    rf"{re.escape(why)}",
+                    out,
+                )
+                else None
+            )
 
         wait_for(shown, timeout=30, what=f"`list providers` to show {instance} destroyed: {why}")
     finally:
@@ -450,25 +572,43 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, hom
 
 
 def test_orphan_timeout_is_validated_with_the_other_options() -> None:
-    entry = {"type": "gce", "credentials": "/c.json", "size": "e2-small", "image": "debian-12",
-             "zone": ZONE, "project": "p"}
-    gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": 600, "shutdown_command": "poweroff"})
-    with pytest.raises(MonkeyError, match=r"^providers.yml: provider 'gcp': orphan_timeout must be a "
-                                          r"number of seconds \(0: never\), got True; an instance"):
+    entry = {
+        "type": "gce",
+        "credentials": "/c.json",
+        "size": "e2-small",
+        "image": "debian-12",
+        "zone": ZONE,
+        "project": "p",
+    }
+    gce_setup.validate(
+        "providers.yml", "gcp", {**entry, "orphan_timeout": 600, "shutdown_command": "poweroff"}
+    )
+    with pytest.raises(
+        MonkeyError,
+        match=r"^providers.yml: provider 'gcp': orphan_timeout must be a "
+        r"number of seconds \(0: never\), got True; an instance",
+    ):
         gce_setup.validate("providers.yml", "gcp", {**entry, "orphan_timeout": True})
 
 
-def test_in_job_api_on_an_instance_tracks_as_locally(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:  # noqa: F811
+def test_in_job_api_on_an_instance_tracks_as_locally(
+    cli, home: Path, gce: FakeGCE, fleet: Lab
+) -> None:
     """`import monkey; monkey.log(...)` in a job on a GCE instance whose python has no monkey:
     tracked exactly as the same job on the local provider."""
     add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     Path("train.py").write_text(SCRIPT)
     try:
         remote = run_job(cli, "python3", "train.py")
-        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)["job"]
+        local = json.loads(cli("run", "--json", "--", "python3", "train.py", check=True).stdout)[
+            "job"
+        ]
         for juid in (remote, local):
-            wait_for(lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"), timeout=60,
-                     what="the job to end")
+            wait_for(
+                lambda j=juid: info(cli, j)["state"] in ("succeeded", "failed"),
+                timeout=60,
+                what="the job to end",
+            )
             assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
         assert info(cli, remote)["instance"].startswith("gcp/monkey-gcp-")
         assert check_tracked(cli, remote) == check_tracked(cli, local)

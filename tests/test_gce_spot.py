@@ -30,13 +30,18 @@ from tests.test_spot import (
 from tests.test_spot_more import SLOW_STOP
 
 
-def preemptible_provider(cli: Any, gce: FakeGCE, fleet: Lab, home: Path, port: int,  # noqa: F811
-                         epochs: int = EPOCHS) -> str:  # fmt: skip
+def preemptible_provider(
+    cli: Any, gce: FakeGCE, fleet: Lab, home: Path, port: int, epochs: int = EPOCHS
+) -> str:
     add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     path = home / "providers.yml"
     doc = yaml.safe_load(path.read_text())
-    doc["providers"]["gcp"].update(preemptible=True, metadata_url=f"http://{{address}}:{port}",
-                                   checkpoint_every=1, notice_every=0.2)  # fmt: skip
+    doc["providers"]["gcp"].update(
+        preemptible=True,
+        metadata_url=f"http://{{address}}:{port}",
+        checkpoint_every=1,
+        notice_every=0.2,
+    )
     path.write_text(yaml.safe_dump(doc))
     Path("train.py").write_text(TRAIN.replace("EPOCHS", str(epochs)))
     return doc["providers"]["gcp"]["bucket"]
@@ -56,7 +61,8 @@ def finish(cli: Any, fake: FakeGCE) -> None:
 
 
 def test_preemption_notice_stops_the_job_which_resumes_on_a_new_instance(
-        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     bucket = preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port)
     try:
         juid = run_job(cli, "python3", "train.py")
@@ -66,11 +72,17 @@ def test_preemption_notice_stops_the_job_which_resumes_on_a_new_instance(
         assert node["scheduling"]["preemptible"] is True
         metadata[node["networkInterfaces"][0]["networkIP"]].preempt()  # instance/preempted TRUE
         wait_for(lambda: "stopping: preempted" in stdout(home, juid, 1), timeout=30, what="SIGTERM")
-        wait_for(lambda: info(cli, juid)["attempts_detail"][0]["reason"], timeout=30,
-                 what="the attempt to end")
+        wait_for(
+            lambda: info(cli, juid)["attempts_detail"][0]["reason"],
+            timeout=30,
+            what="the attempt to end",
+        )
         gce.preempt(ZONE, node["name"])  # GCE stops the machine (unless monkey deleted it first)
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=90,
-                 what="the job to resume and succeed")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded",
+            timeout=90,
+            what="the job to resume and succeed",
+        )
         job = info(cli, juid)
         one, two = job["attempts_detail"]
         assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], one
@@ -92,16 +104,21 @@ def test_preemption_notice_stops_the_job_which_resumes_on_a_new_instance(
 
 
 def test_a_preemption_without_notice_resumes_from_the_last_upload(
-        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     bucket = preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port, epochs=40)
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 4\n" in stdout(home, juid, 1), timeout=60, what="epoch 4")
-        wait_for(lambda: _uploaded_epoch(gce, bucket, juid) >= 3, timeout=30, what="a periodic upload")
+        wait_for(
+            lambda: _uploaded_epoch(gce, bucket, juid) >= 3, timeout=30, what="a periodic upload"
+        )
         gce.preempt(ZONE, node_of(cli, juid, gce)["name"])
         fleet.hosts[0].cut()  # the machine is gone, and everything that ran there with it
         kill_until_gone(fleet.hosts[0].processes)
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to resume")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to resume"
+        )
         one, two = info(cli, juid)["attempts_detail"]
         assert one["reason"].startswith("preempted: its spot instance was reclaimed"), one
         assert "start at epoch 0\n" not in stdout(home, juid, 2)
@@ -122,26 +139,41 @@ def _uploaded_epoch(fake: FakeGCE, bucket: str, juid: str) -> int:
 
 
 def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(
-        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port)
     try:
         jobs = [run_job(cli, "python3", "train.py") for _ in range(2)]
         for juid in jobs:
-            wait_for(lambda j=juid: "epoch 2\n" in stdout(home, j, 1), timeout=60, what=f"{juid} at epoch 2")
+            wait_for(
+                lambda j=juid: "epoch 2\n" in stdout(home, j, 1),
+                timeout=60,
+                what=f"{juid} at epoch 2",
+            )
         [first] = {info(cli, juid)["instance"] for juid in jobs}  # e2-small: 2 slots, one machine
         node = node_of(cli, jobs[0], gce)
         metadata[node["networkInterfaces"][0]["networkIP"]].preempt()
         for juid in jobs:
-            wait_for(lambda j=juid: info(cli, j)["attempts_detail"][0]["reason"], timeout=60,
-                     what=f"{juid}'s first attempt to end")  # fmt: skip
+            wait_for(
+                lambda j=juid: info(cli, j)["attempts_detail"][0]["reason"],
+                timeout=60,
+                what=f"{juid}'s first attempt to end",
+            )
         gce.preempt(ZONE, node["name"])
         for juid in jobs:
-            wait_for(lambda j=juid: info(cli, j)["state"] == "succeeded", timeout=120,
-                     what=f"{juid} to resume and succeed")  # fmt: skip
+            wait_for(
+                lambda j=juid: info(cli, j)["state"] == "succeeded",
+                timeout=120,
+                what=f"{juid} to resume and succeed",
+            )
         for juid in jobs:
             one, two = info(cli, juid)["attempts_detail"]
-            assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], one
-            assert one["instance"] == first and two["instance"] != first and two["reason"] == "exit 0"
+            assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], (
+                one
+            )
+            assert (
+                one["instance"] == first and two["instance"] != first and two["reason"] == "exit 0"
+            )
             stopped_at = epochs_done(home, juid, 1)
             assert "stopping: preempted" in stdout(home, juid, 1)
             assert f"start at epoch {stopped_at}\n" in stdout(home, juid, 2)
@@ -152,7 +184,8 @@ def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(
 
 
 def test_a_job_cancelled_before_the_notice_stays_cancelled(
-        cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811 # fmt: skip
+    cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     preemptible_provider(cli, gce, fleet, home, metadata["127.0.0.4"].port)
     Path("slow.py").write_text(SLOW_STOP)
     try:
@@ -160,9 +193,17 @@ def test_a_job_cancelled_before_the_notice_stays_cancelled(
         wait_for(lambda: "running\n" in stdout(home, juid, 1), timeout=60, what="the job to run")
         node = node_of(cli, juid, gce)
         cli("job", "cancel", juid, check=True)
-        wait_for(lambda: "asked to stop\n" in stdout(home, juid, 1), timeout=30, what="the cancel's SIGTERM")
+        wait_for(
+            lambda: "asked to stop\n" in stdout(home, juid, 1),
+            timeout=30,
+            what="the cancel's SIGTERM",
+        )
         metadata[node["networkInterfaces"][0]["networkIP"]].preempt()
-        wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=60, what="the job to end cancelled")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "cancelled",
+            timeout=60,
+            what="the job to end cancelled",
+        )
         gce.preempt(ZONE, node["name"])
         job = info(cli, juid)
         assert job["attempts"] == 1 and job["attempts_detail"][0]["reason"] == "cancelled by user"

@@ -47,8 +47,11 @@ def job_blobs(cli, juid: str) -> set[str]:
 
 def sizes(host) -> list[int]:
     """Sizes of the blobs stored on the host."""
-    return sorted(p.stat().st_size for p in Path(host.workdir, "blobs").glob("??/*")
-                  if not p.name.startswith(".tmp-"))
+    return sorted(
+        p.stat().st_size
+        for p in Path(host.workdir, "blobs").glob("??/*")
+        if not p.name.startswith(".tmp-")
+    )
 
 
 def test_rm_and_gc_free_a_hosts_folders_blobs_and_partial_uploads(cli, home: Path, lab) -> None:
@@ -57,11 +60,15 @@ def test_rm_and_gc_free_a_hosts_folders_blobs_and_partial_uploads(cli, home: Pat
     Path("train.py").write_text(CODE)
     Path("old.bin").write_bytes(os.urandom(300_000))
     Path("kept.bin").write_bytes(os.urandom(200_000))
-    old = run(cli, "--provider", "lab", "--dataset", "old.bin", "--", "python3", "train.py", "old.bin")
+    old = run(
+        cli, "--provider", "lab", "--dataset", "old.bin", "--", "python3", "train.py", "old.bin"
+    )
     assert wait_state(cli, old, "succeeded", "failed") == "succeeded"
     Path("train.py").write_text(CODE + "# kept\n")
     Path("old.bin").unlink()  # else the next job's code holds it
-    kept = run(cli, "--provider", "lab", "--dataset", "kept.bin", "--", "python3", "train.py", "kept.bin")
+    kept = run(
+        cli, "--provider", "lab", "--dataset", "kept.bin", "--", "python3", "train.py", "kept.bin"
+    )
     assert wait_state(cli, kept, "succeeded", "failed") == "succeeded"
     runs = remote_runs(host)
     assert (runs / old).is_dir() and (runs / kept).is_dir()
@@ -99,7 +106,9 @@ def test_a_host_out_of_reach_is_cleaned_when_it_is_back(cli, home: Path, lab) ->
     folder = remote_runs(host) / juid
     assert folder.is_dir()
     host.cut()
-    wait_for(lambda: "unreachable" in cli("list", "providers").stdout, what="the host to be out of reach")
+    wait_for(
+        lambda: "unreachable" in cli("list", "providers").stdout, what="the host to be out of reach"
+    )
 
     out = cli("rm", juid, "--yes", check=True).stdout
     assert "not reached yet: lab/h1" in out and "cleans them when it next reaches them" in out, out
@@ -107,15 +116,19 @@ def test_a_host_out_of_reach_is_cleaned_when_it_is_back(cli, home: Path, lab) ->
     cli("daemon", "stop", check=True)  # even across a restart of the core
     host.restore()
     cli("daemon", "start", check=True)
-    wait_for(lambda: not folder.exists(), what="the core to delete the folder once the host is back")
+    wait_for(
+        lambda: not folder.exists(), what="the core to delete the folder once the host is back"
+    )
 
 
 def test_gc_keeps_the_blobs_of_a_running_job(cli, home: Path, lab) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
     gate = host.dir / "gate"  # where the host's user can see it
-    Path("wait.py").write_text(f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
-                               "print('done')\n")
+    Path("wait.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+        "print('done')\n"
+    )
     juid = run(cli, "--provider", "lab", "--", "python3", "wait.py")
     assert wait_state(cli, juid, "running") == "running"
     needed = job_blobs(cli, juid)
@@ -132,8 +145,21 @@ def test_du_hosts_shows_what_each_host_holds(cli, home: Path, lab) -> None:
     configure(home, [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)])
     Path("data.bin").write_bytes(os.urandom(400_000))
     Path("train.py").write_text("print('hi')\n")
-    jobs = [run(cli, "--provider", "lab", "--host", h, "--dataset", "data.bin", "--", "python3", "train.py")
-            for h in ("h1", "h2", "h1")]
+    jobs = [
+        run(
+            cli,
+            "--provider",
+            "lab",
+            "--host",
+            h,
+            "--dataset",
+            "data.bin",
+            "--",
+            "python3",
+            "train.py",
+        )
+        for h in ("h1", "h2", "h1")
+    ]
     for juid in jobs:
         assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
     leave_partial(second, lab.user, 7000)
@@ -171,13 +197,31 @@ def test_rm_and_gc_reach_a_cloud_providers_bucket(cli, home: Path, moto, fleet) 
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
-    Path("main.py").write_text("import os\n"
-                               "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'm.pt'), 'w').write('w')\n")
+    Path("main.py").write_text(
+        "import os\n"
+        "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'm.pt'), 'w').write('w')\n"
+    )
     Path("data.bin").write_bytes(os.urandom(1_500_000))  # a blob of its own, not in a pack
     try:
-        juid = json.loads(cli("run", "--json", "-p", "aws", "--dataset", "data.bin",
-                              "--", "python3", "main.py", check=True).stdout)["job"]
-        wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=60, what="the job to end")
+        juid = json.loads(
+            cli(
+                "run",
+                "--json",
+                "-p",
+                "aws",
+                "--dataset",
+                "data.bin",
+                "--",
+                "python3",
+                "main.py",
+                check=True,
+            ).stdout
+        )["job"]
+        wait_for(
+            lambda: info(cli, juid)["state"] in ("succeeded", "failed"),
+            timeout=60,
+            what="the job to end",
+        )
         assert info(cli, juid)["state"] == "succeeded", info(cli, juid)
         assert keys(f"runs/{juid}/") and keys("blobs/")
 

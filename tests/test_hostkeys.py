@@ -51,7 +51,9 @@ CONSOLE = """\
 
 def console_text(keys: list[tuple[str, str]], host: str = "ip-10-77-0-4") -> str:
     """A boot's console output whose cloud-init block prints KEYS."""
-    return CONSOLE.format(host=host, keys="\n".join(f"{kind} {b64} root@{host}" for kind, b64 in keys))
+    return CONSOLE.format(
+        host=host, keys="\n".join(f"{kind} {b64} root@{host}" for kind, b64 in keys)
+    )
 
 
 class Consoles:
@@ -81,8 +83,13 @@ def consoles(moto: Any, fleet: Lab, monkeypatch: pytest.MonkeyPatch) -> Iterator
     def get_console_output(self: Any) -> Any:
         instance = self.ec2_backend.get_instance(self._get_param("InstanceId"))
         text = found.output(instance.private_ip_address)
-        return ActionResult({"InstanceId": instance.id, "Timestamp": utcnow(),
-                             "Output": Base64EncodedString.from_raw_string(text)})
+        return ActionResult(
+            {
+                "InstanceId": instance.id,
+                "Timestamp": utcnow(),
+                "Output": Base64EncodedString.from_raw_string(text),
+            }
+        )
 
     monkeypatch.setattr(General, "get_console_output", get_console_output)
     yield found
@@ -95,50 +102,66 @@ def stranger() -> tuple[str, str]:
 
 
 def test_printed_host_keys_reads_cloud_init_blocks() -> None:
-    text = console_text([("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIB"), ("ssh-rsa", "AAAAB3NzaC1yc2E=")])
-    assert printed_host_keys(text) == {("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIB"),
-                                       ("ssh-rsa", "AAAAB3NzaC1yc2E=")}
-    prefixed = "ec2: -----BEGIN SSH HOST KEY KEYS-----\nec2: ecdsa-sha2-nistp256 AAAAE2Vj= root@x\n" \
-               "ec2: -----END SSH HOST KEY KEYS-----\n"
+    text = console_text(
+        [("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIB"), ("ssh-rsa", "AAAAB3NzaC1yc2E=")]
+    )
+    assert printed_host_keys(text) == {
+        ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIB"),
+        ("ssh-rsa", "AAAAB3NzaC1yc2E="),
+    }
+    prefixed = (
+        "ec2: -----BEGIN SSH HOST KEY KEYS-----\nec2: ecdsa-sha2-nistp256 AAAAE2Vj= root@x\n"
+        "ec2: -----END SSH HOST KEY KEYS-----\n"
+    )
     assert printed_host_keys(prefixed) == {("ecdsa-sha2-nistp256", "AAAAE2Vj=")}
     assert printed_host_keys("[ 0.0] Linux version 2.6.16-xenU\n") == set()
     assert printed_host_keys(None) == set()
 
 
-def test_key_printed_on_the_console_is_pinned(driver: EC2Driver, consoles: Consoles, fleet: Lab,
-                                               home: Path) -> None:
+def test_key_printed_on_the_console_is_pinned(
+    driver: EC2Driver, consoles: Consoles, fleet: Lab, home: Path
+) -> None:
     inst = driver.create_node()
     try:
         wait_for(lambda: reached(driver, inst.id), what="the instance to be reached")
         assert (home / "known_hosts").read_text().splitlines() == [
-            f"{inst.id} {' '.join(fleet.hosts[0].host_key_pub)}"]
+            f"{inst.id} {' '.join(fleet.hosts[0].host_key_pub)}"
+        ]
         assert driver.distrusted() == {}
     finally:
         driver.destroy_node(inst.id)
     assert (home / "known_hosts").read_text() == ""  # forgotten with the instance
 
 
-def test_key_not_on_the_console_is_refused_in_one_line(driver: EC2Driver, consoles: Consoles,
-                                                        home: Path, moto: Any) -> None:
+def test_key_not_on_the_console_is_refused_in_one_line(
+    driver: EC2Driver, consoles: Consoles, home: Path, moto: Any
+) -> None:
     kind, _ = stranger()
     consoles.by_address["127.0.0.4"] = console_text([stranger()])
     inst = driver.create_node()
     try:
-        wait_for(lambda: driver.instances() == [] and driver.distrusted(), what="the key to be refused")
+        wait_for(
+            lambda: driver.instances() == [] and driver.distrusted(), what="the key to be refused"
+        )
         why = driver.distrusted()[inst.id]
         assert why.startswith(f"host key of {inst.id} (ssh-ed25519 SHA256:")
-        assert why.endswith(f"is not among the keys its console printed ({kind}); refusing to "
-                            "connect: another machine answers at its address")
+        assert why.endswith(
+            f"is not among the keys its console printed ({kind}); refusing to "
+            "connect: another machine answers at its address"
+        )
         assert "\n" not in why
         assert not reached(driver, inst.id)
-        assert not (home / "known_hosts").exists() or inst.id not in (home / "known_hosts").read_text()
+        assert (
+            not (home / "known_hosts").exists() or inst.id not in (home / "known_hosts").read_text()
+        )
     finally:
         driver.destroy_node(inst.id)
     assert driver.distrusted() == {} and moto.instances() == []
 
 
-def test_an_image_that_prints_no_keys_is_trusted_on_first_use(driver: EC2Driver, fleet: Lab,
-                                                                home: Path) -> None:
+def test_an_image_that_prints_no_keys_is_trusted_on_first_use(
+    driver: EC2Driver, fleet: Lab, home: Path
+) -> None:
     """moto's own console (a kernel log, no cloud-init block): the key is pinned as offered."""
     inst = driver.create_node()
     try:
@@ -149,7 +172,8 @@ def test_an_image_that_prints_no_keys_is_trusted_on_first_use(driver: EC2Driver,
 
 
 def test_a_refused_instance_is_terminated_and_the_job_runs_on_a_trusted_one(
-        cli, home: Path, moto: Any, fleet: Lab, consoles: Consoles) -> None:  # fmt: skip
+    cli, home: Path, moto: Any, fleet: Lab, consoles: Consoles
+) -> None:
     """The first instance answers with a key its console never printed: monkey sends it
     nothing, terminates it, the job keeps waiting (saying why) and runs on the next one; the
     pinned key is forgotten once that one is terminated too."""
@@ -157,10 +181,18 @@ def test_a_refused_instance_is_terminated_and_the_job_runs_on_a_trusted_one(
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     try:
         juid = run_job(cli, "echo", "hi")
-        wait_for(lambda: "is not among the keys its console printed" in (info(cli, juid).get("waiting") or ""),
-                 timeout=60, what="the job to say why it waits")
+        wait_for(
+            lambda: (
+                "is not among the keys its console printed"
+                in (info(cli, juid).get("waiting") or "")
+            ),
+            timeout=60,
+            what="the job to say why it waits",
+        )
         waiting = info(cli, juid)["waiting"]
-        assert waiting.startswith("host key of aws/i-") and waiting.endswith("; monkey terminated it")
+        assert waiting.startswith("host key of aws/i-") and waiting.endswith(
+            "; monkey terminated it"
+        )
         wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to run")
         assert cli("logs", juid, check=True).stdout == "hi\n"
         store = Store(Home(home).db)
@@ -177,8 +209,11 @@ def test_a_refused_instance_is_terminated_and_the_job_runs_on_a_trusted_one(
         assert not (fleet.hosts[0].home / ".monkey-agent").exists()
         assert (home / "known_hosts").read_text().split()[0] == second["id"]
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
-        wait_for(lambda: (home / "known_hosts").read_text() == "", timeout=30,
-                 what="the key to be forgotten")
+        wait_for(
+            lambda: (home / "known_hosts").read_text() == "",
+            timeout=30,
+            what="the key to be forgotten",
+        )
         shown = json.loads(cli("list", "providers", "--json", check=True).stdout)
         assert [p for p in shown["providers"] if p["name"] == "aws"]
     finally:
@@ -186,4 +221,3 @@ def test_a_refused_instance_is_terminated_and_the_job_runs_on_a_trusted_one(
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
-

@@ -25,11 +25,18 @@ def _heavy_modules(code: str, tmp_path: Path, among: tuple[str, ...] = HEAVY) ->
     report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
     proc = subprocess.run(
         [sys.executable, "-S", "-c", f"import sys; {code}; {report}"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
-    return [m for m in ast.literal_eval(proc.stdout.strip().splitlines()[-1])
-            if m in among or m.startswith(tuple(f"{name}." for name in among))]  # fmt: skip
+    return [
+        m
+        for m in ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+        if m in among or m.startswith(tuple(f"{name}." for name in among))
+    ]
 
 
 def test_list_jobs_imports_nothing_heavy(tmp_path):
@@ -40,8 +47,10 @@ def test_list_jobs_imports_nothing_heavy(tmp_path):
 def test_list_jobs_loads_no_other_command(tmp_path):
     """A command pays only for its own module: `list jobs` loads no other command's code,
     nor what only those need (logging for providers, hashlib for a deep MONKEY_HOME)."""
-    others = tuple(f"monkey.shell.{m}_commands" for m in ("dash", "jobspec", "provider", "rerun",
-                                                           "disk", "tracking"))  # fmt: skip
+    others = tuple(
+        f"monkey.shell.{m}_commands"
+        for m in ("dash", "jobspec", "provider", "rerun", "disk", "tracking")
+    )
     code = "from monkey.shell.cli import main; main(['list','jobs'])"
     assert _heavy_modules(code, tmp_path, (*others, "logging", "hashlib", "monkey.api")) == []
 
@@ -90,23 +99,35 @@ def test_cli_never_imports_the_shell_or_tui():
 
 def test_ec2_entry_validation_imports_nothing_heavy(tmp_path):
     """providers.yml is validated on every one-shot command: the ec2 rules load no SDK."""
-    code = ("from monkey.drivers.ec2_setup import validate; "
-            "validate('p', 'aws', {'type': 'ec2', 'region': 'us-east-1', 'size': 't3.micro', "
-            "'image': 'ami-1', 'endpoint': 'http://127.0.0.1:5000'})")
+    code = (
+        "from monkey.drivers.ec2_setup import validate; "
+        "validate('p', 'aws', {'type': 'ec2', 'region': 'us-east-1', 'size': 't3.micro', "
+        "'image': 'ami-1', 'endpoint': 'http://127.0.0.1:5000'})"
+    )
     assert _heavy_modules(code, tmp_path) == []
 
 
-EC2_ENTRY = ("providers:\n  aws: {type: ec2, region: us-east-1, size: t3.micro, image: ami-1,\n"
-             "        endpoint: 'http://127.0.0.1:5000', max_instances: 2}\n")
+EC2_ENTRY = (
+    "providers:\n  aws: {type: ec2, region: us-east-1, size: t3.micro, image: ami-1,\n"
+    "        endpoint: 'http://127.0.0.1:5000', max_instances: 2}\n"
+)
 
 
 def _load(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys; from monkey.config import Home; from monkey.drivers import load_providers; "
-            f"p = load_providers(Home({str(tmp_path / 'home')!r}).ensure()); "
-            "print({n: (c.type, c.options.get('max_instances')) for n, c in p.items()}); "
-            "print(sorted(m for m in ('yaml', 'monkey.drivers.ec2', 'monkey.drivers.cloud') if m in sys.modules))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)  # fmt: skip
+    code = (
+        "import sys; from monkey.config import Home; from monkey.drivers import load_providers; "
+        f"p = load_providers(Home({str(tmp_path / 'home')!r}).ensure()); "
+        "print({n: (c.type, c.options.get('max_instances')) for n, c in p.items()}); "
+        "print(sorted(m for m in ('yaml', 'monkey.drivers.ec2', 'monkey.drivers.cloud') if m in sys.modules))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.system  # the CLI's commands in subprocesses
@@ -120,8 +141,10 @@ def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
     config.write_text(EC2_ENTRY)
     first = _load(tmp_path)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.splitlines() == ["{'local': ('local', None), 'aws': ('ec2', 2)}",
-                                         "['monkey.drivers.cloud', 'monkey.drivers.ec2', 'yaml']"]  # fmt: skip
+    assert first.stdout.splitlines() == [
+        "{'local': ('local', None), 'aws': ('ec2', 2)}",
+        "['monkey.drivers.cloud', 'monkey.drivers.ec2', 'yaml']",
+    ]
     cache = tmp_path / "home" / "private" / "providers.json"
     assert oct(cache.stat().st_mode & 0o777) == "0o600"
     again = _load(tmp_path)
@@ -133,13 +156,22 @@ def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
     bad = _load(tmp_path)
     assert bad.returncode != 0 and "provider 'aws': needs `region:`" in bad.stderr
     config.write_text(EC2_ENTRY)
-    for damaged in ("{not json", '{"key": 1}', json.dumps({"key": "x", "providers": {"aws": ["ec2", 3]}})):
+    for damaged in (
+        "{not json",
+        '{"key": 1}',
+        json.dumps({"key": "x", "providers": {"aws": ["ec2", 3]}}),
+    ):
         cache.write_text(damaged)
-        assert _load(tmp_path).stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}"
+        assert (
+            _load(tmp_path).stdout.splitlines()[0]
+            == "{'local': ('local', None), 'aws': ('ec2', 2)}"
+        )
     cache.unlink()
     os.mkfifo(cache)  # not a file: never opened for a read that would block
     loaded = _load(tmp_path)
-    assert loaded.stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}", loaded.stderr
+    assert loaded.stdout.splitlines()[0] == "{'local': ('local', None), 'aws': ('ec2', 2)}", (
+        loaded.stderr
+    )
 
 
 SERVER_STACK = ("starlette", "uvicorn", "anyio", "cryptography", "monkey.server", "monkey.api")
@@ -156,10 +188,17 @@ def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_o
         node.server("run", "--", "true")
         among = (*HEAVY, *SERVER_STACK)
         report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
-        code = ("import sys; from monkey.shell.cli import main; "
-                f"code = main(['--remote', 'lab', 'list', 'jobs']); {report}; sys.exit(code)")
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=dict(node.laptop_env, PYTHONPATH=str(ROOT)), timeout=60)
+        code = (
+            "import sys; from monkey.shell.cli import main; "
+            f"code = main(['--remote', 'lab', 'list', 'jobs']); {report}; sys.exit(code)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=dict(node.laptop_env, PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert "true" in done.stdout
         assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == []

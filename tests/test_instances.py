@@ -17,11 +17,20 @@ from monkey.store.migrations import MIGRATIONS
 
 def test_moves_are_compare_and_set_with_events(tmp_path):
     store = Store(tmp_path / "monkey.db")
-    booting = Instance("aws/i-1", "aws", "i-1", InstanceState.PENDING, size="t3.small", spot=True,
-                       launched_at=100.0, extra={"kind": "ec2"})
+    booting = Instance(
+        "aws/i-1",
+        "aws",
+        "i-1",
+        InstanceState.PENDING,
+        size="t3.small",
+        spot=True,
+        launched_at=100.0,
+        extra={"kind": "ec2"},
+    )
     assert store.record_instance(booting)
-    up = Instance("aws/i-1", "aws", "i-1", InstanceState.RUNNING, address="127.0.0.4",
-                  extra={"kind": "ec2"})
+    up = Instance(
+        "aws/i-1", "aws", "i-1", InstanceState.RUNNING, address="127.0.0.4", extra={"kind": "ec2"}
+    )
     assert store.record_instance(up, reach="up")
     assert store.record_instance(up, reach="up")  # no change: no event
     gone = Instance("aws/i-1", "aws", "i-1", InstanceState.TERMINATED, extra={"kind": "ec2"})
@@ -29,8 +38,13 @@ def test_moves_are_compare_and_set_with_events(tmp_path):
     # A terminated machine never comes back: the move is refused and nothing is written.
     assert not store.record_instance(up)
     [row] = store.instances("aws")
-    assert (row["state"], row["reach"], row["address"], row["size"], row["spot"]) == \
-        ("terminated", "up", None, "t3.small", True)
+    assert (row["state"], row["reach"], row["address"], row["size"], row["spot"]) == (
+        "terminated",
+        "up",
+        None,
+        "t3.small",
+        True,
+    )
     assert row["launched_at"] == 100.0 and row["terminated_at"] is not None
     assert store.instances("aws", live=True) == []
     moves = [(e["old"], e["new"]) for e in store.instance_events("aws/i-1")]

@@ -52,45 +52,78 @@ def sample_project(folder: Path) -> Path:
 def test_the_original_sample_loads(tmp_path):
     spec = jobspec.load(sample_project(tmp_path))
     assert spec.name == "mnist"
-    assert (spec.env_type, spec.env_file, spec.install_script) == ("pip", "requirements.txt", "setup.sh")
+    assert (spec.env_type, spec.env_file, spec.install_script) == (
+        "pip",
+        "requirements.txt",
+        "setup.sh",
+    )
     assert spec.env == {"TEST_ENV": "HELLO"}
     assert spec.ignore == ["data**", "output**", "venv**"]
     assert [(f.name, f.path) for f in spec.persist] == [("output", "output")]
     assert [(f.name, f.path, f.type, f.compression) for f in spec.data] == [
-        ("mnist-data", "data", "copy", "gztar")]
+        ("mnist-data", "data", "copy", "gztar")
+    ]
     assert spec.providers == {"gcp": {"machine_type": "n1-standard-2", "preemptible": True}}
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (("name: mnist", "name: mnist\nnmae: typo"),
-     "job.yml:2: nmae: unknown key; allowed here: name, run, code, persist, data, providers"),
-    (("env_type: pip ", "env_type: pipx"),
-     "job.yml:3: run.env_type: 'pipx' is not allowed; use one of pip, conda, none"),
-    (("preemptible: true", "preemptible: maybe"),
-     "job.yml:22: providers.gcp.preemptible: must be true or false, not a string"),
-    (("machine_type: n1-standard-2", "machine_tpye: n1"),
-     "job.yml:21: providers[0].machine_tpye: unknown key; allowed here: name, size, machine_type"),
-    (('ignore: ["data**", "output**", "venv**"]', "ignore: {a: 1}"),
-     "job.yml:10: code.ignore: must be a list"),
-    (("env_file: requirements.txt", "env_file: missing.txt"),
-     "job.yml:4: run.env_file: {root}/missing.txt does not exist"),
-    (("    path: output", "    path: ../output"),
-     "job.yml:13: persist[0].path: '../output' is outside the project"),
-    (("    path: output", "    path: /tmp/output"),
-     "job.yml:13: persist[0].path: '/tmp/output' must be a relative path inside the project"),
-    (("type: copy", "type: rsync"),
-     "job.yml:16: data[0].type: 'rsync' is not allowed; use one of copy, mount"),
-    (("compression: gztar", "compression: bz2"),
-     "job.yml:18: data[0].compression: 'bz2' is not allowed; use one of gztar, zip, none"),
-    (("    path: data", "    path: nodata"),
-     "job.yml:17: data[0].path: {root}/nodata does not exist"),
-    (('    - TEST_ENV: "HELLO"', "    - TEST-ENV: 1"),
-     "job.yml:6: run.env.TEST-ENV: is not a valid variable name"),
-    (("name: mnist", "name: [mnist"),
-     "job.yml:2: invalid YAML"),
-    (('    - TEST_ENV: "HELLO"', '    - TEST_ENV: "HELLO"\n    - TEST_ENV: "BYE"'),
-     "job.yml:7: run.env.TEST_ENV: is given twice"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ("name: mnist", "name: mnist\nnmae: typo"),
+            "job.yml:2: nmae: unknown key; allowed here: name, run, code, persist, data, providers",
+        ),
+        (
+            ("env_type: pip ", "env_type: pipx"),
+            "job.yml:3: run.env_type: 'pipx' is not allowed; use one of pip, conda, none",
+        ),
+        (
+            ("preemptible: true", "preemptible: maybe"),
+            "job.yml:22: providers.gcp.preemptible: must be true or false, not a string",
+        ),
+        (
+            ("machine_type: n1-standard-2", "machine_tpye: n1"),
+            "job.yml:21: providers[0].machine_tpye: unknown key; allowed here: name, size, machine_type",
+        ),
+        (
+            ('ignore: ["data**", "output**", "venv**"]', "ignore: {a: 1}"),
+            "job.yml:10: code.ignore: must be a list",
+        ),
+        (
+            ("env_file: requirements.txt", "env_file: missing.txt"),
+            "job.yml:4: run.env_file: {root}/missing.txt does not exist",
+        ),
+        (
+            ("    path: output", "    path: ../output"),
+            "job.yml:13: persist[0].path: '../output' is outside the project",
+        ),
+        (
+            ("    path: output", "    path: /tmp/output"),
+            "job.yml:13: persist[0].path: '/tmp/output' must be a relative path inside the project",
+        ),
+        (
+            ("type: copy", "type: rsync"),
+            "job.yml:16: data[0].type: 'rsync' is not allowed; use one of copy, mount",
+        ),
+        (
+            ("compression: gztar", "compression: bz2"),
+            "job.yml:18: data[0].compression: 'bz2' is not allowed; use one of gztar, zip, none",
+        ),
+        (
+            ("    path: data", "    path: nodata"),
+            "job.yml:17: data[0].path: {root}/nodata does not exist",
+        ),
+        (
+            ('    - TEST_ENV: "HELLO"', "    - TEST-ENV: 1"),
+            "job.yml:6: run.env.TEST-ENV: is not a valid variable name",
+        ),
+        (("name: mnist", "name: [mnist"), "job.yml:2: invalid YAML"),
+        (
+            ('    - TEST_ENV: "HELLO"', '    - TEST_ENV: "HELLO"\n    - TEST_ENV: "BYE"'),
+            "job.yml:7: run.env.TEST_ENV: is given twice",
+        ),
+    ],
+)
 def test_bad_job_files_name_the_key_line_and_fix(tmp_path, change, expected):
     path = sample_project(tmp_path)
     old, new = change
@@ -120,9 +153,16 @@ def test_the_stored_copy_of_a_job_file_holds_no_env_value(tmp_path):
     )
     (tmp_path / "job.yml").write_text(text)
     spec = jobspec.load(tmp_path / "job.yml")
-    assert spec.env == {"A": "plain-value", "B": "single", "C": "double",
-                        "D": "line one\nline two\n", "E": "folded", "F": "anchored",
-                        "G": "anchored", "H": "12"}
+    assert spec.env == {
+        "A": "plain-value",
+        "B": "single",
+        "C": "double",
+        "D": "line one\nline two\n",
+        "E": "folded",
+        "F": "anchored",
+        "G": "anchored",
+        "H": "12",
+    }
     copy = spec.redacted().decode()
     for value in ("plain-value", "single", "double", "line one", "folded", "anchored", "12"):
         assert value not in copy
@@ -134,13 +174,17 @@ def test_the_stored_copy_of_a_job_file_holds_no_env_value(tmp_path):
     flow = tmp_path / "flow" / "job.yml"
     flow.parent.mkdir()
     flow.write_text("run: {env: {TOKEN: abc, SEED: 1}}\n")
-    assert jobspec.load(flow).redacted() == b'run: {env: {TOKEN: "<redacted>", SEED: "<redacted>"}}\n'
+    assert (
+        jobspec.load(flow).redacted() == b'run: {env: {TOKEN: "<redacted>", SEED: "<redacted>"}}\n'
+    )
 
 
 def test_persist_and_data_folders_may_not_overlap(tmp_path):
     path = sample_project(tmp_path)
     path.write_text(SAMPLE.replace("    path: output", "    path: data/out"))
-    with pytest.raises(MonkeyError, match=r"job.yml:17: data\[0\].path: 'data' overlaps 'data/out'"):
+    with pytest.raises(
+        MonkeyError, match=r"job.yml:17: data\[0\].path: 'data' overlaps 'data/out'"
+    ):
         jobspec.load(path)
 
 
@@ -151,7 +195,8 @@ def test_run_refuses_bad_job_files_and_records_nothing(cli, home):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"monkey: error: {Path.cwd() / 'job.yml'}:4: run.env_file: must be a string, not a "
-        "whole number"]
+        "whole number"
+    ]
     assert "no jobs yet" in cli("list", "jobs", check=True).stdout
     # --no-job-yml leaves the file aside; --job-yml names another one.
     cli("run", "--no-job-yml", "--", "true", check=True)
@@ -164,8 +209,9 @@ def test_run_refuses_bad_job_files_and_records_nothing(cli, home):
 
 def test_run_records_the_resolved_spec_and_leaves_data_and_output_out_of_the_code(monkey, home):
     sample_project(Path.cwd())
-    job = monkey.run("python train.py", env=["TEST_ENV=override", "API_TOKEN=s3cret"],
-                     start_core=False)
+    job = monkey.run(
+        "python train.py", env=["TEST_ENV=override", "API_TOKEN=s3cret"], start_core=False
+    )
     record = job.record
     assert record.name == "mnist"
     assert record.env["TEST_ENV"] == "override"  # the command line wins over job.yml
@@ -234,8 +280,9 @@ def test_init_asks_on_a_terminal_and_detects_conda(cli, home):
     import sys
 
     answers = "proj\n\n\n\n\n\n"  # name, then the detected defaults
-    proc = subprocess.run([sys.executable, "-c", script], input=answers, text=True,
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], input=answers, text=True, capture_output=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "environment (pip, conda, none) [conda]" in proc.stdout
     spec = jobspec.load("job.yml")
@@ -253,8 +300,9 @@ def test_init_on_a_terminal_asks_again_after_a_wrong_answer(cli, home):
     import sys
 
     answers = "proj\npoetry\npip\nreqs.txt\nrequirements.txt\n\n../out\nout\nmissing\ndata\n"
-    proc = subprocess.run([sys.executable, "-c", script], input=answers, text=True,
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], input=answers, text=True, capture_output=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [
         "  answer one of pip, conda, none",

@@ -60,21 +60,24 @@ print("done", open(path).read(), flush=True)
 """
 
 
-def make_project(folder: Path, env_type: str = "none", data_type: str = "copy",
-                 install: str = "echo installing") -> None:  # fmt: skip
+def make_project(
+    folder: Path, env_type: str = "none", data_type: str = "copy", install: str = "echo installing"
+) -> None:
     """A project laid out like the original sample."""
     env_file = ""
     if env_type == "pip":
         build_wheel(folder / "wheels")
         (folder / "requirements.txt").write_text(
-            f"--no-index\n--find-links {folder / 'wheels'}\ntinypkg\n")
+            f"--no-index\n--find-links {folder / 'wheels'}\ntinypkg\n"
+        )
         env_file = "  env_file: requirements.txt\n"
     (folder / "setup.sh").write_text(f"{install}\necho run >> {folder / 'installs.log'}\n")
     (folder / "data").mkdir()
     (folder / "data" / "x.txt").write_text("42\n")
     (folder / "train.py").write_text(TRAIN)
     (folder / "job.yml").write_text(
-        JOB_YML.format(env_type=env_type, env_file=env_file, data_type=data_type))
+        JOB_YML.format(env_type=env_type, env_file=env_file, data_type=data_type)
+    )
 
 
 def setup_record(home: Path, juid: str, attempt: int = 1) -> dict:
@@ -86,8 +89,10 @@ def test_pip_environment_is_built_once_per_worker_and_reused(cli, home):
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 2}\n")
     make_project(Path.cwd(), env_type="pip")
     # Two jobs needing the same new environment at the same moment: it is built once.
-    first = [cli("run", "--", "python", "train.py", "1", "0", check=True).stdout.strip()
-             for _ in range(2)]
+    first = [
+        cli("run", "--", "python", "train.py", "1", "0", check=True).stdout.strip()
+        for _ in range(2)
+    ]
     for juid in first:
         assert cli("logs", "--follow", juid).returncode == 0
     records = [setup_record(home, j) for j in first]
@@ -95,8 +100,10 @@ def test_pip_environment_is_built_once_per_worker_and_reused(cli, home):
     assert len({r["key"] for r in records}) == 1
     built = next(r for r in records if not r["reused"])
     waited = next(j for j, r in zip(first, records) if r["reused"])
-    assert "waiting for another job preparing environment" in cli(
-        "logs", "--setup", waited, check=True).stdout
+    assert (
+        "waiting for another job preparing environment"
+        in cli("logs", "--setup", waited, check=True).stdout
+    )
 
     # A later job with the same inputs reuses it at once.
     third = cli("run", "--", "python", "train.py", "1", "0", check=True).stdout.strip()
@@ -108,8 +115,9 @@ def test_pip_environment_is_built_once_per_worker_and_reused(cli, home):
     setup_log = cli("logs", "--setup", third, check=True).stdout
     assert f"reusing environment {record['key']}" in setup_log
     assert "pip install" not in setup_log
-    built_log = cli("logs", "--setup", next(j for j in first if not setup_record(home, j)["reused"]),
-                    check=True).stdout
+    built_log = cli(
+        "logs", "--setup", next(j for j in first if not setup_record(home, j)["reused"]), check=True
+    ).stdout
     assert "Successfully installed tinypkg-1.0" in built_log and "installing" in built_log
     # The install script ran once for the three jobs.
     assert Path("installs.log").read_text() == "run\n"
@@ -121,8 +129,10 @@ def test_paused_job_resumes_from_its_persisted_progress(cli, home, tmp_path):
     Path("output/progress.txt").write_text("999")  # the laptop's copy is never shipped
     juid = cli("run", "--", "python", "train.py", "60", "0.05", check=True).stdout.strip()
     progress = home / "runs" / juid / "1" / "work" / "output" / "progress.txt"
-    wait_for(lambda: progress.exists() and int(progress.read_text() or 0) >= 5,
-             what="progress in output/")
+    wait_for(
+        lambda: progress.exists() and int(progress.read_text() or 0) >= 5,
+        what="progress in output/",
+    )
     assert cli("job", "pause", juid).returncode == 0
     wait_for(lambda: "paused" in cli("list", "jobs").stdout, what="the job to pause")
     saved = int((home / "runs" / juid / "persist" / "output" / "progress.txt").read_text())
@@ -130,11 +140,15 @@ def test_paused_job_resumes_from_its_persisted_progress(cli, home, tmp_path):
     assert cli("job", "resume", juid).returncode == 0
     follow = cli("logs", "--follow", juid)
     assert follow.returncode == 0, follow.stderr
-    starts = [int(line.split()[1]) for line in follow.stdout.splitlines() if line.startswith("start")]
+    starts = [
+        int(line.split()[1]) for line in follow.stdout.splitlines() if line.startswith("start")
+    ]
     assert starts == [0, saved]  # the second attempt continued, not from zero
     assert "done 60" in follow.stdout
-    assert "restored persisted folder output" in cli("logs", "--setup", juid, "--attempt", "2",
-                                                     check=True).stdout
+    assert (
+        "restored persisted folder output"
+        in cli("logs", "--setup", juid, "--attempt", "2", check=True).stdout
+    )
     pulled = cli("pull", juid, "--to", str(tmp_path / "results"))
     assert pulled.returncode == 0, pulled.stderr
     assert (tmp_path / "results" / "output" / "progress.txt").read_text() == "60"
@@ -172,8 +186,11 @@ def test_failed_setup_fails_the_attempt_with_reason_setup_and_is_not_retried(cli
 def test_conda_missing_on_the_worker_is_a_clear_setup_failure(cli, home, monkeypatch):
     make_project(Path.cwd())
     Path("environment.yml").write_text("name: x\ndependencies: [python]\n")
-    Path("job.yml").write_text(Path("job.yml").read_text().replace(
-        "env_type: none\n", "env_type: conda\n  env_file: environment.yml\n"))
+    Path("job.yml").write_text(
+        Path("job.yml")
+        .read_text()
+        .replace("env_type: none\n", "env_type: conda\n  env_file: environment.yml\n")
+    )
     monkeypatch.delenv("CONDA_EXE", raising=False)
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + ":/usr/bin:/bin")
     proc = cli("run", "--follow", "--", "python", "train.py", "1", "0")
@@ -184,8 +201,17 @@ def test_conda_missing_on_the_worker_is_a_clear_setup_failure(cli, home, monkeyp
 
 def test_persisted_folders_are_saved_while_the_job_runs(cli, home):
     make_project(Path.cwd())
-    juid = cli("run", "--env", "MONKEY_PERSIST_INTERVAL=0.2", "--", "python", "train.py", "200",
-               "0.05", check=True).stdout.strip()
+    juid = cli(
+        "run",
+        "--env",
+        "MONKEY_PERSIST_INTERVAL=0.2",
+        "--",
+        "python",
+        "train.py",
+        "200",
+        "0.05",
+        check=True,
+    ).stdout.strip()
     saved = home / "runs" / juid / "persist" / "output" / "progress.txt"
     wait_for(saved.exists, what="a periodic save")
     info = json.loads(cli("info", "job", juid, "--json", check=True).stdout)
@@ -198,9 +224,11 @@ def test_a_job_in_a_pip_environment_can_import_monkey_to_log(cli, home, monkey):
     # fresh virtualenv, yet `import monkey; monkey.log(...)` must work there.
     make_project(Path.cwd(), env_type="pip")
     Path("train.py").write_text(
-        "import sys, tinypkg, monkey\nprint(sys.prefix)\nmonkey.log('acc', 0.5, step=1)\n")
-    juid = cli("run", "--env", "PYTHONPATH=/nonexistent", "--", "python", "train.py",
-               check=True).stdout.strip()
+        "import sys, tinypkg, monkey\nprint(sys.prefix)\nmonkey.log('acc', 0.5, step=1)\n"
+    )
+    juid = cli(
+        "run", "--env", "PYTHONPATH=/nonexistent", "--", "python", "train.py", check=True
+    ).stdout.strip()
     follow = cli("logs", "--follow", juid)
     assert follow.returncode == 0, cli("logs", "--stderr", juid).stdout
     *setup, last = follow.stdout.strip().splitlines()  # set-up first, then the job's output

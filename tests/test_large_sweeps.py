@@ -19,10 +19,22 @@ SWEEP = ["sweep", "--uniform", "lr=0.001:0.1", "--max-parallel", "1", "--", "tru
 
 def start_sweep(cells: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "monkey", "sweep", "--random", str(cells), "--max-cells",
-         str(cells), *SWEEP[1:]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "monkey",
+            "sweep",
+            "--random",
+            str(cells),
+            "--max-cells",
+            str(cells),
+            *SWEEP[1:],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
 
 
 def submitting(monkey) -> dict | None:
@@ -52,8 +64,9 @@ def test_runs_get_in_while_a_large_sweep_is_written(home, monkey, cli):
     assert len(numbers) == 20_000
     assert monkey.store.get_sweep(sid)["state"] == "running"
     # The sweep did not hold the lock throughout: some runs were recorded between its cells.
-    between = [r for r in runs if min(numbers) < int(r.stdout.strip().rsplit("-", 1)[1])
-               < max(numbers)]  # fmt: skip
+    between = [
+        r for r in runs if min(numbers) < int(r.stdout.strip().rsplit("-", 1)[1]) < max(numbers)
+    ]
     assert between, "no run got in while the sweep was written"
     for run in runs:
         assert monkey.job(run.stdout.strip()).wait(timeout=60) == State.SUCCEEDED
@@ -89,8 +102,7 @@ def test_killed_submission_leaves_a_sweep_marked_interrupted_whose_cells_never_r
     later = cli("run", "--", "true", check=True).stdout.strip()
     assert monkey.job(later).wait(timeout=60) == State.SUCCEEDED
     cells = monkey.store.list_jobs(sweep=sid)
-    assert all(j.state == State.QUEUED and j.attempts == 0 and j.not_before >= HOLD
-               for j in cells)  # fmt: skip
+    assert all(j.state == State.QUEUED and j.attempts == 0 and j.not_before >= HOLD for j in cells)
     assert cli("sweep", "cancel", sid).returncode == 0
     assert {j.state for j in monkey.store.list_jobs(sweep=sid)} == {State.CANCELLED}
 
@@ -114,13 +126,16 @@ GRID_10100 = [
 @pytest.mark.parametrize(
     "args, message",
     [
-        (random_sweep(10_001), "this sweep has 10,001 cells, more than the default cap of "
-                               "10,000; pass --max-cells 10001"),
+        (
+            random_sweep(10_001),
+            "this sweep has 10,001 cells, more than the default cap of "
+            "10,000; pass --max-cells 10001",
+        ),
         (GRID_10100, "this sweep has 10,100 cells, more than the default cap"),
         (random_sweep(6, "--max-cells", "5"), "more than --max-cells 5; pass --max-cells 6"),
         (random_sweep(2, "--max-cells", "0"), "--max-cells must be a whole number >= 1"),
     ],
-)  # fmt: skip
+)
 def test_sweeps_over_the_cap_are_refused(home, monkey, cli, args, message):
     proc = cli("sweep", *args)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr

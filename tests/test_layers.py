@@ -49,8 +49,11 @@ LAYERS: dict[str, tuple[int, str]] = {
     "logfiles": (12, "reading run logs by byte offset"),
     "version": (12, "the package version and the code digest"),
     "models": (13, "dataclasses and enums, no I/O"),
-    "client_agent": (13, "the worker agent: stdlib only, imports nothing of monkey; "
-                         "the in-job API (monkey.log...) is its track module"),
+    "client_agent": (
+        13,
+        "the worker agent: stdlib only, imports nothing of monkey; "
+        "the in-job API (monkey.log...) is its track module",
+    ),
 }
 
 # Circles kept, each with its reason.
@@ -86,8 +89,9 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imported(node: ast.Import | ast.ImportFrom, name: str, is_package: bool,
-              modules: dict[str, Path]) -> Iterable[str]:
+def _imported(
+    node: ast.Import | ast.ImportFrom, name: str, is_package: bool, modules: dict[str, Path]
+) -> Iterable[str]:
     """The modules of monkey (relative dotted names) an import statement of NAME loads."""
     if isinstance(node, ast.Import):
         targets = [a.name for a in node.names]
@@ -126,8 +130,11 @@ def import_graph() -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                graph[name].update(t for t in _imported(node, name, path.name == "__init__.py", modules)
-                                   if t != name)
+                graph[name].update(
+                    t
+                    for t in _imported(node, name, path.name == "__init__.py", modules)
+                    if t != name
+                )
     return graph
 
 
@@ -144,8 +151,10 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
             if a == b or (a, b) in EXCEPTIONS or (a, b) in ALLOWED_UPWARD:
                 continue
             if LAYERS[b][0] <= LAYERS[a][0]:
-                out.append(f"monkey.{source} imports monkey.{target} "
-                           f"({a} is layer {LAYERS[a][0]}, {b} layer {LAYERS[b][0]})")
+                out.append(
+                    f"monkey.{source} imports monkey.{target} "
+                    f"({a} is layer {LAYERS[a][0]}, {b} layer {LAYERS[b][0]})"
+                )
     return out
 
 
@@ -214,16 +223,25 @@ def test_no_module_imports_upward() -> None:
 
 def test_nothing_imports_the_user_interfaces() -> None:
     graph = import_graph()
-    found = [f"monkey.{s} imports monkey.{t}" for s, ts in sorted(graph.items()) for t in sorted(ts)
-             if unit(t) in ("shell", "tui") and unit(s) not in ("__main__", unit(t))
-             and (unit(s), unit(t)) not in EXCEPTIONS]
+    found = [
+        f"monkey.{s} imports monkey.{t}"
+        for s, ts in sorted(graph.items())
+        for t in sorted(ts)
+        if unit(t) in ("shell", "tui")
+        and unit(s) not in ("__main__", unit(t))
+        and (unit(s), unit(t)) not in EXCEPTIONS
+    ]
     assert found == []
 
 
 def test_the_agent_imports_nothing_of_monkey() -> None:
     graph = import_graph()
-    found = [f"monkey.{s} imports monkey.{t}" for s, ts in sorted(graph.items()) for t in sorted(ts)
-             if unit(s) == "client_agent" and unit(t) != "client_agent"]
+    found = [
+        f"monkey.{s} imports monkey.{t}"
+        for s, ts in sorted(graph.items())
+        for t in sorted(ts)
+        if unit(s) == "client_agent" and unit(t) != "client_agent"
+    ]
     assert found == []
 
 
@@ -238,15 +256,20 @@ def test_the_allowed_circles_still_exist() -> None:
     graph = import_graph()
     found = circles(graph)
     gone = [sorted(a) for a in ALLOWED if not any(c <= a for c in found)]
-    gone += [f"{a} -> {b}" for a, b in ALLOWED_UPWARD
-             if not any(unit(s) == a and unit(d) == b for s, ds in graph.items() for d in ds)]
+    gone += [
+        f"{a} -> {b}"
+        for a, b in ALLOWED_UPWARD
+        if not any(unit(s) == a and unit(d) == b for s, ds in graph.items() for d in ds)
+    ]
     assert gone == []
 
 
 def test_the_checks_see_an_upward_import_and_a_circle() -> None:
     graph = import_graph()
     graph["store.db"].add("api")  # a lazy import anywhere in store/db.py
-    assert any(line.startswith("monkey.store.db imports monkey.api") for line in upward_imports(graph))
+    assert any(
+        line.startswith("monkey.store.db imports monkey.api") for line in upward_imports(graph)
+    )
     assert any({"api", "store"} <= c for c in circles(graph))
     graph = import_graph()
     graph["store.dashboard"].add("store.db")

@@ -44,8 +44,12 @@ def test_run_prints_id_and_logs_follow_streams_to_the_end(cli, home):
     assert info["snapshot"] and info["python"]
     assert [a["exit_code"] for a in info["attempts_detail"]] == [0]
     moves = [(e["old"], e["new"]) for e in info["events"] if e["new"]]
-    assert moves == [(None, "queued"), ("queued", "dispatching"), ("dispatching", "running"),
-                     ("running", "succeeded")]
+    assert moves == [
+        (None, "queued"),
+        ("queued", "dispatching"),
+        ("dispatching", "running"),
+        ("running", "succeeded"),
+    ]
     text = cli("info", "job", "last", check=True).stdout
     assert "succeeded" in text and "exit 0" in text
 
@@ -90,12 +94,12 @@ def _session_members(sid: int) -> list[int]:
 
 
 def test_cancel_kills_the_whole_process_tree(cli, home, monkey):
-    Path("tree.sh").write_text(
-        "sleep 300 &\nsh -c 'sleep 300' &\necho ready\nwait\n"
-    )
+    Path("tree.sh").write_text("sleep 300 &\nsh -c 'sleep 300' &\necho ready\nwait\n")
     job = monkey.run(["sh", "tree.sh"])
-    wait_for(lambda: job.logs() == "ready\n" and job.attempts()[0].pid,
-             what="the job to start its children")  # fmt: skip
+    wait_for(
+        lambda: job.logs() == "ready\n" and job.attempts()[0].pid,
+        what="the job to start its children",
+    )
     pid = job.attempts()[0].pid
     wait_for(lambda: len(_session_members(pid)) >= 3, what="the job's processes")
     out = cli("job", "cancel", job.juid, check=True).stdout
@@ -150,8 +154,10 @@ def test_a_time_limit_stops_the_job_and_fails_it_without_retry(cli, home, monkey
     cli("job", "cancel", "last", check=True)
     bad = cli("run", "--time", "soon", "--", "true")
     assert bad.returncode != 0
-    assert bad.stderr.strip() == ("monkey: error: time limit 'soon' is not a duration; write e.g. 90s, "
-                                  "30m, 2h, 1d or HH:MM:SS")
+    assert bad.stderr.strip() == (
+        "monkey: error: time limit 'soon' is not a duration; write e.g. 90s, "
+        "30m, 2h, 1d or HH:MM:SS"
+    )
     assert len(monkey.jobs()) == 2
 
 
@@ -177,8 +183,11 @@ def test_retry_command_reruns_a_finished_job(cli, home, monkey):
     job = monkey.run(["sh", "-c", "echo run $MONKEY_ATTEMPT"])
     assert job.wait(timeout=60) == State.SUCCEEDED
     assert cli("job", "retry", "last", check=True).stdout.strip() == f"{job.juid} queued"
-    wait_for(lambda: len(job.attempts()) == 2 and job.status == State.SUCCEEDED, timeout=60,
-             what="the second attempt")
+    wait_for(
+        lambda: len(job.attempts()) == 2 and job.status == State.SUCCEEDED,
+        timeout=60,
+        what="the second attempt",
+    )
     assert job.logs() == "run 1\nrun 2\n"
     assert cli("logs", job.juid, "--attempt", "2", check=True).stdout == "run 2\n"
     assert cli("logs", job.juid, "--tail", "1", check=True).stdout == "run 2\n"
@@ -187,8 +196,18 @@ def test_retry_command_reruns_a_finished_job(cli, home, monkey):
 
 
 def test_secret_env_values_never_reach_the_database(cli, home, monkey):
-    proc = cli("run", "--env", "API_TOKEN=hunter2-secret", "--env", "SEED=7", "--follow", "--",
-               "sh", "-c", 'echo "${#API_TOKEN} ${API_TOKEN%%-*} seed=$SEED"')
+    proc = cli(
+        "run",
+        "--env",
+        "API_TOKEN=hunter2-secret",
+        "--env",
+        "SEED=7",
+        "--follow",
+        "--",
+        "sh",
+        "-c",
+        'echo "${#API_TOKEN} ${API_TOKEN%%-*} seed=$SEED"',
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "14 hunter2 seed=7\n"
     job = monkey.job("last").record
@@ -235,7 +254,9 @@ def test_a_start_held_for_a_busy_slot_is_cancelled_or_runs_once(cli, home, monke
 
 
 def test_job_environment(home, monkey):
-    job = monkey.run(["sh", "-c", 'echo "$MONKEY_JUID $MONKEY_ATTEMPT"; pwd; ls "$MONKEY_CHECKPOINT_DIR"'])
+    job = monkey.run(
+        ["sh", "-c", 'echo "$MONKEY_JUID $MONKEY_ATTEMPT"; pwd; ls "$MONKEY_CHECKPOINT_DIR"']
+    )
     assert job.wait(timeout=60) == State.SUCCEEDED
     juid_line, cwd, *_ = job.logs().splitlines()
     assert juid_line == f"{job.juid} 1"
@@ -274,7 +295,10 @@ def test_the_core_copies_the_wal_into_the_database_file(home, monkey):
     def in_the_file(count: int) -> bool:  # immutable: the file alone, without its WAL
         con = sqlite3.connect(f"file:{home / 'monkey.db'}?immutable=1", uri=True)
         try:
-            return con.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0] == count
+            return (
+                con.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0]
+                == count
+            )
         except sqlite3.DatabaseError:  # no tables yet, or read while the checkpointer copies pages
             return False
         finally:
@@ -283,12 +307,17 @@ def test_the_core_copies_the_wal_into_the_database_file(home, monkey):
     for batch, total in ((20, 20), (5, 25)):
         jobs = [monkey.run(["true"]) for _ in range(batch)]
         assert all(job.wait(timeout=60) == State.SUCCEEDED for job in jobs)
-        wait_for(lambda total=total: in_the_file(total), timeout=10,
-                 what=f"{total} jobs in the database file")
+        wait_for(
+            lambda total=total: in_the_file(total),
+            timeout=10,
+            what=f"{total} jobs in the database file",
+        )
 
 
 def test_gpus_are_assigned_exclusively(home, monkey, cli):
-    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n")
+    (home / "providers.yml").write_text(
+        "providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n"
+    )
     gate = Path("gate").resolve()
     hold = f'echo "gpus=$CUDA_VISIBLE_DEVICES"; while [ ! -e {gate} ]; do sleep 0.05; done'
     first = monkey.run(["sh", "-c", hold], gpus=1)
@@ -316,7 +345,9 @@ def test_providers_yml_edited_while_the_core_runs_takes_effect(home, monkey):
     running = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done"])
     wait_for(lambda: running.logs() == "up\n", what="the first job to run")
     before = core_pid(home)
-    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n")
+    (home / "providers.yml").write_text(
+        "providers:\n  local: {type: local, slots: 4, gpus: [0, 1]}\n"
+    )
     job = monkey.run(["sh", "-c", 'echo "gpus=$CUDA_VISIBLE_DEVICES"'], gpus=2)
     assert job.wait(timeout=60) == State.SUCCEEDED
     assert job.logs() == "gpus=0,1\n"
@@ -336,8 +367,12 @@ def test_a_multi_line_command_stays_on_its_row_in_list_jobs(cli, home, monkey):
 def test_api_takes_one_dataset_env_or_output_as_a_plain_string(home, monkey):
     """`m.run(cmd, datasets="train.csv", env="SEED=3")` means one of each, not one per letter."""
     Path("train.csv").write_text("a,b\n")
-    job = monkey.run(["sh", "-c", 'cat "$MONKEY_DATASET_TRAIN"; echo "seed=$SEED"'],
-                     datasets="train.csv", env="SEED=3", outputs="results/*")
+    job = monkey.run(
+        ["sh", "-c", 'cat "$MONKEY_DATASET_TRAIN"; echo "seed=$SEED"'],
+        datasets="train.csv",
+        env="SEED=3",
+        outputs="results/*",
+    )
     assert job.wait(timeout=60) == State.SUCCEEDED
     assert job.logs() == "a,b\nseed=3\n"
     assert monkey.run(["true"], datasets=Path("train.csv")).wait(timeout=60) == State.SUCCEEDED
@@ -347,8 +382,18 @@ def test_dataset_path_is_taken_from_the_current_folder_with_workdir(cli, home):
     """`monkey run --workdir proj --dataset proj/data.csv`: the path as the shell sees it."""
     Path("proj").mkdir()
     Path("proj/data.csv").write_text("1,2\n")
-    run = cli("run", "--follow", "--workdir", "proj", "--dataset", "proj/data.csv:d", "--",
-              "sh", "-c", 'cat "$MONKEY_DATASET_D"')
+    run = cli(
+        "run",
+        "--follow",
+        "--workdir",
+        "proj",
+        "--dataset",
+        "proj/data.csv:d",
+        "--",
+        "sh",
+        "-c",
+        'cat "$MONKEY_DATASET_D"',
+    )
     assert (run.returncode, run.stdout) == (0, "1,2\n"), run.stderr
 
 
@@ -367,7 +412,10 @@ def test_a_missing_command_is_named_in_plain_words(cli, home):
     proc = cli("run", "--follow", "--", "nosuchcommand-xyz", "--flag")
     assert proc.returncode == 127
     err = cli("logs", "--stderr", "last", check=True).stdout
-    assert err == "monkey: command not found: nosuchcommand-xyz (not on the job's PATH, or not executable)\n"
+    assert (
+        err
+        == "monkey: command not found: nosuchcommand-xyz (not on the job's PATH, or not executable)\n"
+    )
 
 
 def test_a_command_that_cannot_start_fails_at_once_and_says_why(cli, home, monkey):
@@ -376,8 +424,10 @@ def test_a_command_that_cannot_start_fails_at_once_and_says_why(cli, home, monke
     missing = monkey.run(["nosuchcommand-xyz", "--lr", "0.1"], retries=2)
     assert missing.wait(timeout=60) == State.FAILED
     assert [(a.n, a.exit_code) for a in missing.attempts()] == [(1, 127)]
-    assert missing.record.reason == ("failed to start: command not found: nosuchcommand-xyz "
-                                     "(not on the job's PATH, or not executable)")
+    assert missing.record.reason == (
+        "failed to start: command not found: nosuchcommand-xyz "
+        "(not on the job's PATH, or not executable)"
+    )
     assert "retry" not in [e["kind"] for e in monkey.store.events(missing.juid)]
     shown = json.loads(cli("info", "job", missing.juid, "--json", check=True).stdout)
     assert shown["reason"] == missing.record.reason
@@ -386,10 +436,13 @@ def test_a_command_that_cannot_start_fails_at_once_and_says_why(cli, home, monke
     script = monkey.run(["./train.sh"], retries=2)
     assert script.wait(timeout=60) == State.FAILED
     assert [a.exit_code for a in script.attempts()] == [126]
-    assert script.record.reason == ("failed to start: not executable: ./train.sh (a folder, "
-                                    "or a file without its x bit: chmod +x it)")
-    assert script.logs(stderr=True) == ("monkey: not executable: ./train.sh (a folder, or a file "
-                                        "without its x bit: chmod +x it)\n")
+    assert script.record.reason == (
+        "failed to start: not executable: ./train.sh (a folder, "
+        "or a file without its x bit: chmod +x it)"
+    )
+    assert script.logs(stderr=True) == (
+        "monkey: not executable: ./train.sh (a folder, or a file without its x bit: chmod +x it)\n"
+    )
 
 
 def test_a_script_that_exits_127_itself_is_retried_as_any_failure(monkey):
@@ -437,6 +490,8 @@ def test_listing_several_states_keeps_the_newest_first_across_them(monkey):
     picked = [j for j, s in zip(juids, states) if s in ("failed", "lost")]
     wanted = [State.FAILED, State.LOST]
     assert [j.juid for j in monkey.store.list_jobs(states=wanted, limit=4)] == picked[::-1][:4]
-    assert [j.juid for j in monkey.store.list_jobs(states=wanted, limit=4, newest_first=False)] == picked[:4]
+    assert [
+        j.juid for j in monkey.store.list_jobs(states=wanted, limit=4, newest_first=False)
+    ] == picked[:4]
     assert [j.juid for j in monkey.store.list_jobs(states=wanted)] == picked[::-1]
     assert monkey.store.count_listed(states=wanted) == len(picked)

@@ -116,8 +116,10 @@ def _logs(args: list[str], out: Path) -> tuple[int, int]:
     """Run `monkey logs ARGS > out`; its exit status and peak RSS in bytes."""
     measured = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(out), sys.executable, "-m", "monkey", "logs", *args],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     code, rss = measured.stdout.split()
     return int(code), int(rss)
 

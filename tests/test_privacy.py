@@ -364,7 +364,8 @@ def _job_on_the_host(cli, home: Path, lab) -> tuple[Path, str, Path]:
         "import os\n"
         "open(os.path.join(os.environ['MONKEY_CHECKPOINT_DIR'], 'model.pt'), 'w').write('w')\n"
         f"open({str(shared / 'shared.txt')!r}, 'w').write('for the lab')\n"
-        "print(open('data.csv').read())\n")
+        "print(open('data.csv').read())\n"
+    )
     juid = run(cli, "--provider", "lab", "--dataset", "data.csv", "--", "python3", "train.py")
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
     return Path(host.workdir), juid, shared
@@ -380,8 +381,10 @@ def test_another_user_of_an_ssh_host_can_read_nothing_monkey_keeps_there(cli, ho
     for entry in workdir.iterdir():
         assert mode(entry) & 0o077 == 0, f"{entry} is {oct(mode(entry))}"
     [tag] = (workdir / "runs").iterdir()
-    kept = [*(workdir / "blobs").glob("??/*"),
-            *(tag / juid / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl"))]
+    kept = [
+        *(workdir / "blobs").glob("??/*"),
+        *(tag / juid / "1" / name for name in ("stdout.log", "stderr.log", "events.jsonl")),
+    ]
     assert len(kept) >= 5
     assert mode(tag / juid / "checkpoint") == 0o700
     # What the job writes itself follows the login's umask, as without monkey: a file it

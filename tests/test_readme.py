@@ -20,8 +20,11 @@ def test_the_command_table_is_one_table_with_each_command_once() -> None:
     heads = [[c[-1] for c in t[0]] for t in tables()]
     assert heads.count(["\0command", "\0what it does"]) == 1, heads
     # A table cut by a blank line goes on as paragraphs of raw `| ... |` text.
-    raw = [t.content.splitlines()[0] for t in tokens()
-           if t.type == "inline" and t.content.lstrip().startswith("|")]
+    raw = [
+        t.content.splitlines()[0]
+        for t in tokens()
+        if t.type == "inline" and t.content.lstrip().startswith("|")
+    ]
     assert not raw, f"README has table rows outside a table: {raw}"
     parsers = leaves()
     seen: dict[str, str] = {}
@@ -29,7 +32,9 @@ def test_the_command_table_is_one_table_with_each_command_once() -> None:
         commands = row_commands(row, parsers)
         assert commands, f"README's row `{row.forms[0]}` names no monkey command"
         for command in commands:
-            assert command not in seen, f"`{command}` has two rows: `{seen[command]}`, `{row.forms[0]}`"
+            assert command not in seen, (
+                f"`{command}` has two rows: `{seen[command]}`, `{row.forms[0]}`"
+            )
             seen[command] = row.forms[0]
     missing = sorted(set(parsers) - set(seen))
     assert not missing, f"commands missing from README's table: {missing}"
@@ -41,8 +46,10 @@ def test_every_option_in_the_table_exists_and_every_option_is_in_the_table() -> 
     for row in command_rows():
         for command in row_commands(row, parsers):
             known = {o for strings in options(parsers[command]) for o in strings}
-            problems += [f"README: `{command} {flag}` is no option of it"
-                         for flag in sorted(row.flags - known)]
+            problems += [
+                f"README: `{command} {flag}` is no option of it"
+                for flag in sorted(row.flags - known)
+            ]
             for strings in options(parsers[command]):
                 longs = [o for o in strings if o.startswith("--")]
                 if set(strings) & set(GLOBAL_OPTIONS) or (command, longs[0]) in HIDDEN:
@@ -59,5 +66,6 @@ def test_options_documented_once_for_all_and_hidden_ones_have_reasons() -> None:
     parsers = leaves()
     for (command, option), reason in HIDDEN.items():
         assert reason and any(option in s for s in options(parsers[command])), (command, option)
-        assert option not in {f for r in command_rows() for f in r.flags
-                              if command in row_commands(r, parsers)}, f"{option} is documented"
+        assert option not in {
+            f for r in command_rows() for f in r.flags if command in row_commands(r, parsers)
+        }, f"{option} is documented"

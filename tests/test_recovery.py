@@ -20,8 +20,11 @@ def test_core_killed_repeatedly_during_100_jobs(home, monkey):
     jobs = [monkey.run(["sh", "-c", script], start_core=False) for _ in range(100)]
     start_core(home)
     for round_ in range(3):
-        wait_for(lambda r=round_: sum(j.status == State.SUCCEEDED for j in jobs) > 20 * (r + 1),
-                 timeout=60, what="progress")
+        wait_for(
+            lambda r=round_: sum(j.status == State.SUCCEEDED for j in jobs) > 20 * (r + 1),
+            timeout=60,
+            what="progress",
+        )
         kill_core(home)
         time.sleep(0.1)  # jobs keep running and ending while no core is up
         start_core(home)
@@ -39,8 +42,13 @@ def test_core_killed_repeatedly_during_100_jobs(home, monkey):
 
 def test_job_that_outlives_the_core_is_reattached(home, monkey):
     gate = Path("gate")
-    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
-                                  "echo down; exit 4"])
+    job = monkey.run(
+        [
+            "sh",
+            "-c",
+            f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; echo down; exit 4",
+        ]
+    )
     # running as the store says (its first output may come a few ms before the core records it)
     wait_for(lambda: job.logs() == "up\n" and job.status == State.RUNNING, what="the job to start")
     pid = job.attempts()[0].pid
@@ -61,13 +69,20 @@ def test_job_that_outlives_the_core_is_reattached(home, monkey):
 
 def test_running_job_is_reattached_and_keeps_streaming(home, monkey):
     gate = Path("gate2")
-    job = monkey.run(["sh", "-c", f"i=0; while [ ! -e {gate.resolve()} ]; do echo $i; i=$((i+1)); "
-                                  "sleep 0.01; done; echo done"])
+    job = monkey.run(
+        [
+            "sh",
+            "-c",
+            f"i=0; while [ ! -e {gate.resolve()} ]; do echo $i; i=$((i+1)); "
+            "sleep 0.01; done; echo done",
+        ]
+    )
     wait_for(lambda: "5\n" in job.logs(), what="output")
     kill_core(home)
     start_core(home)
-    wait_for(lambda: job.attempts()[0].heartbeat_at and job.status == State.RUNNING,
-             what="re-attach")
+    wait_for(
+        lambda: job.attempts()[0].heartbeat_at and job.status == State.RUNNING, what="re-attach"
+    )
     gate.touch()
     assert job.wait(timeout=30) == State.SUCCEEDED
     lines = job.logs().splitlines()
@@ -89,9 +104,18 @@ def _agent_pid(home: Path) -> int:
 
 
 def test_vanished_process_is_lost_and_retried(home, monkey):
-    job = monkey.run(["sh", "-c", 'if [ -e "$MONKEY_CHECKPOINT_DIR/x" ]; then echo again; exit 0; fi; '
-                                  'touch "$MONKEY_CHECKPOINT_DIR/x"; echo once; sleep 300'], retries=1)
-    wait_for(lambda: job.logs() == "once\n" and job.status == State.RUNNING, what="the job to start")
+    job = monkey.run(
+        [
+            "sh",
+            "-c",
+            'if [ -e "$MONKEY_CHECKPOINT_DIR/x" ]; then echo again; exit 0; fi; '
+            'touch "$MONKEY_CHECKPOINT_DIR/x"; echo once; sleep 300',
+        ],
+        retries=1,
+    )
+    wait_for(
+        lambda: job.logs() == "once\n" and job.status == State.RUNNING, what="the job to start"
+    )
     pid = job.attempts()[0].pid
     kill_core(home)
     os.kill(_agent_pid(home), signal.SIGKILL)
@@ -126,9 +150,13 @@ def test_a_cancel_survives_the_agent_dying_before_the_job_stops(cli, home, monke
 def test_only_one_core_per_home(cli, home):
     start_core(home)
     pid = core_pid(home)
-    second = subprocess.run([sys.executable, "-m", "monkey", "daemon", "run"],
-                            capture_output=True, text=True, timeout=30,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    second = subprocess.run(
+        [sys.executable, "-m", "monkey", "daemon", "run"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert second.returncode == 1
     assert "already running" in second.stderr
     assert core_pid(home) == pid
@@ -156,8 +184,9 @@ def test_core_restart_with_10000_jobs_is_quick_to_dispatch(home, monkey):
 def test_follow_and_wait_start_a_stopped_core(cli, home, monkey):
     """`daemon stop` while a job runs, then `logs --follow`: the job ends, the follow too."""
     gate = Path("gate3")
-    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
-                                  "echo down"])
+    job = monkey.run(
+        ["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; echo down"]
+    )
     wait_for(lambda: job.logs() == "up\n", what="the job to start")
     cli("daemon", "stop", check=True)
     gate.touch()
@@ -196,8 +225,10 @@ def test_agent_killed_while_the_core_is_stopped_is_noticed(home, monkey):
     """The agent dies while the core, stopped, has not read its last events: the core
     reads them, notices the broken link, connects to a new agent and follows the rest."""
     gates = [Path("gate-a").resolve(), Path("gate-b").resolve()]
-    jobs = [monkey.run(["sh", "-c", f"echo up; while [ ! -e {g} ]; do sleep 0.02; done; echo down"])
-            for g in gates]
+    jobs = [
+        monkey.run(["sh", "-c", f"echo up; while [ ! -e {g} ]; do sleep 0.02; done; echo down"])
+        for g in gates
+    ]
     for job in jobs:
         wait_for(lambda j=job: j.logs() == "up\n" and j.status == State.RUNNING, what="the jobs")
     core = core_pid(home)
@@ -230,7 +261,9 @@ def test_a_wedged_agent_is_noticed(home, monkey, monkeypatch):
     agent = _agent_pid(home)
     os.kill(agent, signal.SIGSTOP)
     try:
-        wait_for(lambda: job.record.unreachable_since, timeout=60, what="the job to show unreachable")
+        wait_for(
+            lambda: job.record.unreachable_since, timeout=60, what="the job to show unreachable"
+        )
         assert job.status == State.RUNNING
         wait_for(lambda: job.status == State.LOST, timeout=60, what="the attempt to be lost")
     finally:
@@ -239,11 +272,15 @@ def test_a_wedged_agent_is_noticed(home, monkey, monkeypatch):
     assert job.attempts()[0].reason.endswith("(lost_after 4s)")
 
 
-
 def _gated_job(monkey, gate: Path):
     """A job that prints `up`, waits for ``gate`` to exist, prints `down` and exits 3."""
-    job = monkey.run(["sh", "-c", f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; "
-                                  "echo down; exit 3"])
+    job = monkey.run(
+        [
+            "sh",
+            "-c",
+            f"echo up; while [ ! -e {gate.resolve()} ]; do sleep 0.05; done; echo down; exit 3",
+        ]
+    )
     wait_for(lambda: job.logs() == "up\n", what="the job to start")
     return job
 
@@ -251,8 +288,12 @@ def _gated_job(monkey, gate: Path):
 def test_follow_survives_the_core_dying_while_it_follows(home, monkey):
     """SIGKILL the core after `logs --follow` started: it starts another and sees the end."""
     job = _gated_job(monkey, Path("gate4"))
-    follow = subprocess.Popen([sys.executable, "-m", "monkey", "logs", "--follow", job.juid],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "logs", "--follow", job.juid],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert follow.stdout.readline() == "up\n"  # it has woken the core already
         kill_core(home)
@@ -270,10 +311,13 @@ def test_follow_survives_the_core_dying_while_it_follows(home, monkey):
 def test_wait_survives_the_core_dying_while_it_waits(home, monkey):
     """SIGKILL the core while `Job.wait()` waits, twice: it starts another and returns the end."""
     job = _gated_job(monkey, Path("gate5"))
-    script = ("import sys\nfrom monkey import Monkey\njob = Monkey().job(sys.argv[1])\n"
-              "print(job.wait().value, job.exit_code)")
-    waiter = subprocess.Popen([sys.executable, "-c", script, job.juid], stdout=subprocess.PIPE,
-                              text=True)
+    script = (
+        "import sys\nfrom monkey import Monkey\njob = Monkey().job(sys.argv[1])\n"
+        "print(job.wait().value, job.exit_code)"
+    )
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", script, job.juid], stdout=subprocess.PIPE, text=True
+    )
     try:
         first = core_pid(home)
         kill_core(home)

@@ -14,12 +14,24 @@ from monkey.remote.settings import check_name
 
 
 def test_records_states_and_odd_floats_round_trip():
-    job = Job("26-11-27-001", "train", State.RUNNING, ["python", "t.py"], "local",
-              Resources(cpus=2, memory="8G", time=60), env={"A": "1"}, params={"lr": 0.1},
-              unreachable_since=5.0)
+    job = Job(
+        "26-11-27-001",
+        "train",
+        State.RUNNING,
+        ["python", "t.py"],
+        "local",
+        Resources(cpus=2, memory="8G", time=60),
+        env={"A": "1"},
+        params={"lr": 0.1},
+        unreachable_since=5.0,
+    )
     attempt = Attempt("26-11-27-001", 1, "local", "live", started_at=1.0, spot=True, price=0.5)
-    value = {"jobs": [job], "attempts": [attempt], "state": State.FAILED,
-             "metrics": {"loss": [(1, float("nan"), 2.0), (2, float("inf"), 3.0)]}}
+    value = {
+        "jobs": [job],
+        "attempts": [attempt],
+        "state": State.FAILED,
+        "metrics": {"loss": [(1, float("nan"), 2.0), (2, float("inf"), 3.0)]},
+    }
     back = loads(dumps(value))
     assert back["jobs"] == [job] and back["attempts"] == [attempt]
     assert back["state"] is State.FAILED
@@ -27,19 +39,24 @@ def test_records_states_and_odd_floats_round_trip():
     assert (s1, w1, s2, v2, w2) == (1, 2.0, 2, math.inf, 3.0) and math.isnan(v1)
 
 
-@pytest.mark.parametrize("text", ["SHA256:" + "AB" * 32, "sha256:" + ":".join(["ab"] * 32), "ab" * 32])
+@pytest.mark.parametrize(
+    "text", ["SHA256:" + "AB" * 32, "sha256:" + ":".join(["ab"] * 32), "ab" * 32]
+)
 def test_fingerprints_are_accepted_in_the_usual_spellings(text):
     assert normal_fingerprint(text) == "SHA256:" + "ab" * 32
 
 
-@pytest.mark.parametrize("bad, says", [
-    (lambda: normal_fingerprint("SHA256:abc"), "is not a SHA-256 fingerprint"),
-    (lambda: split_url("ftp://host:1"), "is not a server URL"),
-    (lambda: split_url("https://host:1/path"), "is not a server URL"),
-    (lambda: split_url("http://10.0.0.1:8443"), "plain http is for loopback only"),
-    (lambda: check_name("local"), "cannot name a remote"),
-    (lambda: check_name("../x"), "cannot name a remote"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (lambda: normal_fingerprint("SHA256:abc"), "is not a SHA-256 fingerprint"),
+        (lambda: split_url("ftp://host:1"), "is not a server URL"),
+        (lambda: split_url("https://host:1/path"), "is not a server URL"),
+        (lambda: split_url("http://10.0.0.1:8443"), "plain http is for loopback only"),
+        (lambda: check_name("local"), "cannot name a remote"),
+        (lambda: check_name("../x"), "cannot name a remote"),
+    ],
+)
 def test_bad_remote_input_is_one_line_naming_the_fix(bad, says):
     with pytest.raises(MonkeyError, match=says):
         bad()

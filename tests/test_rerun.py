@@ -27,8 +27,9 @@ print('src', src, 'data', data, 'args', ' '.join(sys.argv[1:]))
 
 
 def git(*args: str, cwd: Path | str = ".") -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def job_info(cli, juid: str) -> dict[str, Any]:
@@ -37,8 +38,11 @@ def job_info(cli, juid: str) -> dict[str, Any]:
 
 def finish(cli, juid: str, timeout: float = 60) -> str:
     """Wait for the job to end; its stdout."""
-    wait_for(lambda: job_info(cli, juid)["state"] in ("succeeded", "failed"), timeout=timeout,
-             what=f"{juid} to end")
+    wait_for(
+        lambda: job_info(cli, juid)["state"] in ("succeeded", "failed"),
+        timeout=timeout,
+        what=f"{juid} to end",
+    )
     info = job_info(cli, juid)
     assert info["state"] == "succeeded", (info, cli("logs", "--stderr", juid).stdout)
     return cli("logs", juid, check=True).stdout
@@ -65,8 +69,22 @@ def project(home: Path, tmp_path: Path) -> dict[str, Any]:
 
 
 def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, project) -> None:
-    first = json.loads(cli("run", "--json", "-d", f"{project['data']}:DATA", "--", "python3",
-                           "train.py", "--lr", "0.1", "--epochs", "2", check=True).stdout)["job"]
+    first = json.loads(
+        cli(
+            "run",
+            "--json",
+            "-d",
+            f"{project['data']}:DATA",
+            "--",
+            "python3",
+            "train.py",
+            "--lr",
+            "0.1",
+            "--epochs",
+            "2",
+            check=True,
+        ).stdout
+    )["job"]
     out_a = finish(cli, first)
     # The working folder and the data change after the submit.
     Path("train.py").write_text("print('changed')\n")
@@ -81,21 +99,26 @@ def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, proje
     diff = json.loads(cli("diff", first, second, "--json", check=True).stdout)
     assert set(diff) == {"jobs", "command", "params", "rerun_of"}, diff
     assert diff["params"] == {"lr": [0.1, 0.2]}  # a plain run's flags are its parameters
-    assert diff["command"] == ["python3 train.py --lr 0.1 --epochs 2",
-                               "python3 train.py --lr 0.2 --epochs 2"]
+    assert diff["command"] == [
+        "python3 train.py --lr 0.1 --epochs 2",
+        "python3 train.py --lr 0.2 --epochs 2",
+    ]
     assert diff["rerun_of"] == [None, first]
     text = cli("diff", first, second, check=True).stdout
     assert "[rerun_of]" in text and "[code]" not in text and "[git]" not in text
     info = cli("info", "job", second, check=True).stdout
     assert re.search(rf"^rerun of +{first} \(lr 0\.1 -> 0\.2\)$", info, re.MULTILINE), info
-    assert job_info(cli, second)["rerun_of"] == {"job": first,
-                                                 "changes": {"params": {"lr": [0.1, 0.2]}}}
+    assert job_info(cli, second)["rerun_of"] == {
+        "job": first,
+        "changes": {"params": {"lr": [0.1, 0.2]}},
+    }
 
     # An unknown parameter: one line naming the known ones, nothing queued.
     bad = cli("rerun", first, "--set", "bogus=1")
     assert bad.returncode == 1
-    assert bad.stderr == (f"monkey: error: job {first} has no parameter 'bogus'; its "
-                          "parameters: epochs, lr\n")
+    assert bad.stderr == (
+        f"monkey: error: job {first} has no parameter 'bogus'; its parameters: epochs, lr\n"
+    )
     assert json.loads(cli("list", "jobs", "--json").stdout)["total"] == 2
 
     # cat and info --files show the code as the job saw it.
@@ -108,10 +131,12 @@ def test_rerun_runs_the_recorded_code_and_data_with_the_new_parameter(cli, proje
     assert missing.returncode == 1 and "has no code file 'nope.py'" in missing.stderr
 
 
-def test_clone_writes_the_tree_byte_for_byte_with_git_diff_applied(cli, monkey, project,
-                                                                   tmp_path: Path) -> None:
-    job = monkey.run(["python3", "train.py"], datasets=[f"{project['data']}:DATA"],
-                     start_core=False)
+def test_clone_writes_the_tree_byte_for_byte_with_git_diff_applied(
+    cli, monkey, project, tmp_path: Path
+) -> None:
+    job = monkey.run(
+        ["python3", "train.py"], datasets=[f"{project['data']}:DATA"], start_core=False
+    )
     record = job.record
     Path("train.py").write_text("print('changed later')\n")
     dest = tmp_path / "copy"
@@ -127,8 +152,9 @@ def test_clone_writes_the_tree_byte_for_byte_with_git_diff_applied(cli, monkey, 
     # A git clone at the job's commit whose uncommitted diff is the recorded one.
     assert git("rev-parse", "HEAD", cwd=dest).strip() == project["commit"]
     recorded = blobs.read_bytes(record.git["diff"])
-    now = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=dest, capture_output=True,
-                         check=True).stdout
+    now = subprocess.run(
+        ["git", "diff", "HEAD", "--binary"], cwd=dest, capture_output=True, check=True
+    ).stdout
     assert now == recorded
     # The recorded diff applies to a plain checkout of the commit.
     plain = tmp_path / "plain"
@@ -159,35 +185,53 @@ def test_write_files_refuses_unsafe_paths(monkey, tmp_path: Path) -> None:
 
 
 def test_set_rewrites_every_form_and_sweep_placeholders(monkey) -> None:
-    job = monkey.run(["python3", "t.py", "--lr=0.1", "batch_size=8", "--drop-out", "0.5"],
-                     start_core=False).record
-    argv, params, changed = apply_sets(job, {"lr": "0.2", "batch-size": "16", "drop_out": "0"},
-                                       None)
+    job = monkey.run(
+        ["python3", "t.py", "--lr=0.1", "batch_size=8", "--drop-out", "0.5"], start_core=False
+    ).record
+    argv, params, changed = apply_sets(
+        job, {"lr": "0.2", "batch-size": "16", "drop_out": "0"}, None
+    )
     assert argv == ["python3", "t.py", "--lr=0.2", "batch_size=16", "--drop-out", "0"]
     assert changed == {"lr": [0.1, 0.2], "batch_size": [8, 16], "drop-out": [0.5, 0]}
     assert params == {"lr": 0.2, "batch_size": 16, "drop-out": 0}
-    cell = monkey.store.create_job(name="c", argv=["python3", "t.py", "--out", "runs/lr0.1"],
-                                   params={"lr": 0.1}, provider="local",
-                                   resources=job.resources, env={}, snapshot=None,
-                                   workdir=".", datasets=[], git={}, python="3")
-    argv, params, changed = apply_sets(cell, {"lr": "0.3"},
-                                       ["python3", "t.py", "--out", "runs/lr{lr}"])
+    cell = monkey.store.create_job(
+        name="c",
+        argv=["python3", "t.py", "--out", "runs/lr0.1"],
+        params={"lr": 0.1},
+        provider="local",
+        resources=job.resources,
+        env={},
+        snapshot=None,
+        workdir=".",
+        datasets=[],
+        git={},
+        python="3",
+    )
+    argv, params, changed = apply_sets(
+        cell, {"lr": "0.3"}, ["python3", "t.py", "--out", "runs/lr{lr}"]
+    )
     assert argv == ["python3", "t.py", "--out", "runs/lr0.3"] and params == {"lr": 0.3}
     assert changed == {"lr": [0.1, 0.3]}
-    argv, _, changed = apply_sets(cell, {"lr": "0.4", "out": "x"},
-                                  ["python3", "t.py", "--out", "runs/lr{lr}"])
+    argv, _, changed = apply_sets(
+        cell, {"lr": "0.4", "out": "x"}, ["python3", "t.py", "--out", "runs/lr{lr}"]
+    )
     assert argv == ["python3", "t.py", "--out", "x"]
     assert changed == {"lr": [0.1, 0.4], "out": ["runs/lr0.4", "x"]}
 
 
 def test_api_rerun_and_missing_blob_error(cli, monkey, project) -> None:
-    job = monkey.run(["python3", "train.py", "--lr", "0.1"], datasets=[f"{project['data']}:DATA"],
-                     start_core=False)
+    job = monkey.run(
+        ["python3", "train.py", "--lr", "0.1"],
+        datasets=[f"{project['data']}:DATA"],
+        start_core=False,
+    )
     again = job.rerun(set={"lr": 0.3}, name="again", start_core=False)
     assert again.record.argv == ["python3", "train.py", "--lr", "0.3"]
     assert again.record.name == "again" and again.record.snapshot == job.record.snapshot
     assert monkey.store.rerun_of(again.juid) == {
-        "job": job.juid, "changes": {"params": {"lr": [0.1, 0.3]}, "name": ["train", "again"]}}
+        "job": job.juid,
+        "changes": {"params": {"lr": [0.1, 0.3]}, "name": ["train", "again"]},
+    }
     # A blob deleted (by hand, or a damaged store): one line naming the job and the piece.
     blobs = BlobStore(monkey.home.blobs)
     [entry] = [f for f in load_manifest(blobs, job.record.snapshot) if f.path == "lib/util.py"]
@@ -195,8 +239,10 @@ def test_api_rerun_and_missing_blob_error(cli, monkey, project) -> None:
     before = len(monkey.jobs())
     proc = cli("rerun", job.juid)
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"monkey: error: job {job.juid} cannot be run again: its code "
-                                  f"file lib/util.py (blob {entry.digest[:12]}) is missing from ")
+    assert proc.stderr.startswith(
+        f"monkey: error: job {job.juid} cannot be run again: its code "
+        f"file lib/util.py (blob {entry.digest[:12]}) is missing from "
+    )
     assert proc.stderr.count("\n") == 1
     assert len(monkey.jobs()) == before
     proc = cli("clone", job.juid, "--to", "out")
@@ -205,19 +251,40 @@ def test_api_rerun_and_missing_blob_error(cli, monkey, project) -> None:
 
 
 def test_rerun_failed_sweep_cells(cli, home: Path) -> None:
-    Path("cell.py").write_text("import sys\nx, ok = sys.argv[2], sys.argv[4]\n"
-                               "print('x', x, 'ok', ok)\nsys.exit(0 if x != '2' or ok == '1' else 3)\n")
-    sid = cli("sweep", "--grid", "x=1,2,3", "--retries", "0", "--", "python3", "cell.py", "--x",
-              "{x}", "--ok", "0", check=True).stdout.strip()
-    wait_for(lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"]
-             == "finished", timeout=60, what="the sweep to finish")
+    Path("cell.py").write_text(
+        "import sys\nx, ok = sys.argv[2], sys.argv[4]\n"
+        "print('x', x, 'ok', ok)\nsys.exit(0 if x != '2' or ok == '1' else 3)\n"
+    )
+    sid = cli(
+        "sweep",
+        "--grid",
+        "x=1,2,3",
+        "--retries",
+        "0",
+        "--",
+        "python3",
+        "cell.py",
+        "--x",
+        "{x}",
+        "--ok",
+        "0",
+        check=True,
+    ).stdout.strip()
+    wait_for(
+        lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"] == "finished",
+        timeout=60,
+        what="the sweep to finish",
+    )
     status = json.loads(cli("sweep", "status", sid, "--json").stdout)
     assert [j["state"] for j in status["jobs"]] == ["succeeded", "failed", "succeeded"]
 
     new = cli("rerun", "--sweep", sid, "--failed", "--set", "ok=1", check=True).stdout.strip()
     assert new != sid and new.startswith("sw-")
-    wait_for(lambda: json.loads(cli("sweep", "status", new, "--json").stdout)["state"]
-             == "finished", timeout=60, what="the rerun sweep to finish")
+    wait_for(
+        lambda: json.loads(cli("sweep", "status", new, "--json").stdout)["state"] == "finished",
+        timeout=60,
+        what="the rerun sweep to finish",
+    )
     rerun = json.loads(cli("sweep", "status", new, "--json").stdout)
     [cell] = rerun["jobs"]
     assert cell["state"] == "succeeded" and cell["params"] == {"x": 2}
@@ -226,10 +293,14 @@ def test_rerun_failed_sweep_cells(cli, home: Path) -> None:
     assert job_info(cli, cell["job"])["rerun_of"]["job"] == status["jobs"][1]["job"]
 
     # In place: the first cell again, as a new job of the same sweep.
-    assert cli("rerun", "--sweep", sid, "--cells", "1", "--in-place",
-               check=True).stdout.strip() == sid
-    wait_for(lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"]
-             == "finished", timeout=60, what="the sweep to finish again")
+    assert (
+        cli("rerun", "--sweep", sid, "--cells", "1", "--in-place", check=True).stdout.strip() == sid
+    )
+    wait_for(
+        lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"] == "finished",
+        timeout=60,
+        what="the sweep to finish again",
+    )
     assert len(json.loads(cli("sweep", "status", sid, "--json").stdout)["jobs"]) == 4
     none = cli("rerun", "--sweep", new, "--failed")
     assert none.returncode == 1 and "has no failed or lost cells" in none.stderr
@@ -237,11 +308,23 @@ def test_rerun_failed_sweep_cells(cli, home: Path) -> None:
     assert bad.returncode == 1 and "has cells 1 to 4; no cell 9" in bad.stderr
 
 
-def test_rerun_on_another_provider(cli, home: Path, lab, project) -> None:  # noqa: F811
+def test_rerun_on_another_provider(cli, home: Path, lab, project) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
-    first = json.loads(cli("run", "--json", "-d", f"{project['data']}:DATA", "--", "python3",
-                           "train.py", "--lr", "0.1", check=True).stdout)["job"]
+    first = json.loads(
+        cli(
+            "run",
+            "--json",
+            "-d",
+            f"{project['data']}:DATA",
+            "--",
+            "python3",
+            "train.py",
+            "--lr",
+            "0.1",
+            check=True,
+        ).stdout
+    )["job"]
     out_a = finish(cli, first)
     Path("train.py").write_text("print('changed')\n")
     second = cli("rerun", first, "--provider", "lab", check=True).stdout.strip()
@@ -253,7 +336,9 @@ def test_rerun_on_another_provider(cli, home: Path, lab, project) -> None:  # no
 
 
 @pytest.mark.parametrize("flag", ["-f", "--follow"])
-def test_rerun_follow_streams_the_new_job_and_exits_with_its_code(cli, home: Path, flag: str) -> None:
+def test_rerun_follow_streams_the_new_job_and_exits_with_its_code(
+    cli, home: Path, flag: str
+) -> None:
     juid = cli("run", "--", "sh", "-c", "echo hi $0; exit 3", "there", check=True).stdout.strip()
     wait_for(lambda: job_info(cli, juid)["state"] == "failed", what=f"{juid} to fail")
     again = cli("rerun", juid, flag)

@@ -82,25 +82,53 @@ class Page(HTMLParser):
 
 def _sweep(cli, monkey, *extra: str, tail: tuple[str, ...] = ()) -> str:
     Path("train.py").write_text(TRAIN)
-    sid = cli("sweep", *extra, "--metric", "val_loss", "--goal", "min", "--",
-              sys.executable, "train.py", "--lr", "{lr}", *tail, check=True).stdout.strip()
-    wait_for(lambda: monkey.store.get_sweep(sid)["state"] == "finished", timeout=120,
-             what="the sweep to finish")
+    sid = cli(
+        "sweep",
+        *extra,
+        "--metric",
+        "val_loss",
+        "--goal",
+        "min",
+        "--",
+        sys.executable,
+        "train.py",
+        "--lr",
+        "{lr}",
+        *tail,
+        check=True,
+    ).stdout.strip()
+    wait_for(
+        lambda: monkey.store.get_sweep(sid)["state"] == "finished",
+        timeout=120,
+        what="the sweep to finish",
+    )
     return sid
 
 
 def _six_random(cli, monkey) -> str:
-    return _sweep(cli, monkey, "--random", "6", "--uniform", "lr=0.001:0.1",
-                  "--uniform", "momentum=0.5:0.99", "--seed", "1",
-                  tail=("--momentum", "{momentum}"))
+    return _sweep(
+        cli,
+        monkey,
+        "--random",
+        "6",
+        "--uniform",
+        "lr=0.001:0.1",
+        "--uniform",
+        "momentum=0.5:0.99",
+        "--seed",
+        "1",
+        tail=("--momentum", "{momentum}"),
+    )
 
 
 def test_six_random_runs_are_too_few_to_rank_parameters(cli, home, monkey, tmp_path):
     sid = _six_random(cli, monkey)
     # No value repeats in 6 random runs: no importance of 1.00 each, but how many runs would do.
     status = cli("sweep", "status", sid, check=True).stdout
-    assert ("parameter importance: too few runs to rank parameters (6 runs with a value, their "
-            "values need repeats); about 10 runs would do") in status
+    assert (
+        "parameter importance: too few runs to rank parameters (6 runs with a value, their "
+        "values need repeats); about 10 runs would do"
+    ) in status
     assert "1.00" not in status
     out = tmp_path / "report.html"
     cli("report", sid, "-o", str(out), check=True)
@@ -120,25 +148,38 @@ def test_report_draws_values_logged_once_and_fits_the_page(cli, home, monkey, tm
     assert page.bars == {"test_acc": 6}
     lrs = {j.juid: j.params["lr"] for j in monkey.store.list_jobs(sweep=sid)}
     assert sorted(float(v) for v in page.values["test_acc"]) == sorted(
-        float(f"{lr * 10:.4g}") for lr in lrs.values())
+        float(f"{lr * 10:.4g}") for lr in lrs.values()
+    )
     assert sorted(page.id_cells) == sorted(juids)
     assert page.wrapped_table
     assert re.search(r"\.table-wrap\{[^}]*overflow-x:auto", page.css)
-    nowrap = {sel.strip() for sels, body in re.findall(r"([^{}]+)\{([^}]*)\}", page.css)
-              if "white-space:nowrap" in body for sel in sels.split(",")}
+    nowrap = {
+        sel.strip()
+        for sels, body in re.findall(r"([^{}]+)\{([^}]*)\}", page.css)
+        if "white-space:nowrap" in body
+        for sel in sels.split(",")
+    }
     assert {"th", "td"} <= nowrap  # ids and names (sw-...-4) never break at their hyphens
 
 
 def test_compare_on_a_narrow_terminal_keeps_the_sorted_column(cli, home, monkey):
     sid = _six_random(cli, monkey)
     narrow = dict(os.environ, COLUMNS="70")
-    shown = subprocess.run([sys.executable, "-m", "monkey", "compare", "--sweep", sid,
-                            "--sort", "val_loss"], capture_output=True, text=True, env=narrow)
+    shown = subprocess.run(
+        [sys.executable, "-m", "monkey", "compare", "--sweep", sid, "--sort", "val_loss"],
+        capture_output=True,
+        text=True,
+        env=narrow,
+    )
     header = shown.stdout.splitlines()[0].split()
     assert shown.returncode == 0 and "val_loss" in header, shown.stdout
     assert "columns left out to fit the terminal" in shown.stderr
-    ranked = subprocess.run([sys.executable, "-m", "monkey", "compare", "--sweep", sid],
-                            capture_output=True, text=True, env=narrow)
+    ranked = subprocess.run(
+        [sys.executable, "-m", "monkey", "compare", "--sweep", sid],
+        capture_output=True,
+        text=True,
+        env=narrow,
+    )
     assert "val_loss:best" in ranked.stdout.splitlines()[0].split()
 
 
@@ -151,8 +192,9 @@ def test_rm_of_every_job_of_a_sweep_deletes_the_sweep(cli, home, monkey):
 
 
 def test_a_grid_that_repeats_values_is_ranked_and_a_partial_rm_keeps_the_sweep(cli, home, monkey):
-    sid = _sweep(cli, monkey, "--grid", "lr=0.01,0.1", "--grid", "seed=1,2",
-                 tail=("--seed", "{seed}"))
+    sid = _sweep(
+        cli, monkey, "--grid", "lr=0.01,0.1", "--grid", "seed=1,2", tail=("--seed", "{seed}")
+    )
     status = cli("sweep", "status", sid, check=True).stdout
     assert re.search(r"^  lr\s+1\.00 #+$", status, re.M)  # only lr moves val_loss
     assert re.search(r"^  seed\s+0\.00 *$", status, re.M)
@@ -163,21 +205,28 @@ def test_a_grid_that_repeats_values_is_ranked_and_a_partial_rm_keeps_the_sweep(c
 
 
 def test_a_time_limit_needs_its_unit_everywhere(cli, home, monkey):
-    for args in (["run", "--time", "5", "--", "true"],
-                 ["sweep", "--grid", "a=1,2", "--time", "5", "--", "echo", "{a}"]):
+    for args in (
+        ["run", "--time", "5", "--", "true"],
+        ["sweep", "--grid", "a=1,2", "--time", "5", "--", "echo", "{a}"],
+    ):
         bad = cli(*args)
         assert bad.returncode == 1, bad.stderr
-        assert bad.stderr.strip() == ("monkey: error: time limit '5' has no unit; write 5m for 5 "
-                                      "minutes (or 5s, 5h, 5d, HH:MM:SS)")
+        assert bad.stderr.strip() == (
+            "monkey: error: time limit '5' has no unit; write 5m for 5 "
+            "minutes (or 5s, 5h, 5d, HH:MM:SS)"
+        )
     assert monkey.jobs() == [] and monkey.store.list_sweeps() == []
     assert "a bare number is refused: write 5m" in " ".join(cli("run", "--help").stdout.split())
 
     juid = cli("run", "--time", "5m", "--", "true", check=True).stdout.strip()
-    assert re.search(r"^time limit\s+5m per attempt$", cli("info", "job", juid, check=True).stdout, re.M)
+    assert re.search(
+        r"^time limit\s+5m per attempt$", cli("info", "job", juid, check=True).stdout, re.M
+    )
     again = cli("rerun", juid, "--time", "90", "--json")
     assert again.returncode == 1 and "write 90m for 90 minutes" in again.stderr
-    sid = cli("sweep", "--grid", "a=1,2", "--time", "1:30:00", "--", "echo", "{a}",
-              check=True).stdout.strip()
+    sid = cli(
+        "sweep", "--grid", "a=1,2", "--time", "1:30:00", "--", "echo", "{a}", check=True
+    ).stdout.strip()
     assert {j.resources.time for j in monkey.store.list_jobs(sweep=sid)} == {5400}
     plain = cli("run", "--", "true", check=True).stdout.strip()
     assert re.search(r"^time limit\s+none$", cli("info", "job", plain, check=True).stdout, re.M)

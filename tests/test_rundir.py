@@ -15,9 +15,20 @@ from monkey.version import AGENT_SRC, agent_digest, agent_files
 PACKAGE = Path(__file__).resolve().parents[1] / "monkey"
 # Names distinctive enough to find as string constants (``work``, ``started``, ``exit``
 # are words the code uses for other things too).
-NAMES = (rundir.STDOUT, rundir.STDERR, rundir.ORDER, rundir.EVENTS, rundir.METRICS,
-         rundir.CODE_RECORD, rundir.LAUNCH, rundir.SETUP_LOG, rundir.SETUP_RECORD,
-         rundir.SETUP_FAILED, rundir.RESULTS, rundir.RESULTS_SEQ)  # fmt: skip
+NAMES = (
+    rundir.STDOUT,
+    rundir.STDERR,
+    rundir.ORDER,
+    rundir.EVENTS,
+    rundir.METRICS,
+    rundir.CODE_RECORD,
+    rundir.LAUNCH,
+    rundir.SETUP_LOG,
+    rundir.SETUP_RECORD,
+    rundir.SETUP_FAILED,
+    rundir.RESULTS,
+    rundir.RESULTS_SEQ,
+)
 # Shipped alone into a job's environment (they cannot import rundir): checked below.
 ALONE = ("launcher.py", "track.py")
 
@@ -25,22 +36,33 @@ ALONE = ("launcher.py", "track.py")
 def _string_constants(path: Path) -> list[tuple[int, str]]:
     """(line, text) of the string constants of PATH's code, docstrings left out."""
     tree = ast.parse(path.read_text())
-    docs = {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.body and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)}  # fmt: skip
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs]
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
 
 
 def test_no_run_dir_file_name_is_written_outside_the_layout() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "client_agent" / "rundir.py" or (path.parent.name == "client_agent"
-                                                              and path.name in ALONE):
+        if path == PACKAGE / "client_agent" / "rundir.py" or (
+            path.parent.name == "client_agent" and path.name in ALONE
+        ):
             continue
-        found += [f"{path.relative_to(PACKAGE)}:{line}: {text!r}" for line, text in _string_constants(path)
-                  if any(name in text for name in NAMES)]
+        found += [
+            f"{path.relative_to(PACKAGE)}:{line}: {text!r}"
+            for line, text in _string_constants(path)
+            if any(name in text for name in NAMES)
+        ]
     assert found == []
 
 
@@ -48,11 +70,19 @@ def test_the_files_shipped_alone_write_the_names_of_the_layout() -> None:
     assert track.FILE_NAME == rundir.METRICS
     assert f'"{rundir.PREEMPTED}"' in (AGENT_SRC / "track.py").read_text()
     launcher = (AGENT_SRC / "launcher.py").read_text()
-    assert all(f'"{name}"' in launcher for name in (rundir.SETUP_LOG, rundir.SETUP_RECORD, rundir.SETUP_FAILED))
-    assert (rundir.stream_log("stdout"), rundir.stream_log("stderr")) == (rundir.STDOUT, rundir.STDERR)
+    assert all(
+        f'"{name}"' in launcher
+        for name in (rundir.SETUP_LOG, rundir.SETUP_RECORD, rundir.SETUP_FAILED)
+    )
+    assert (rundir.stream_log("stdout"), rundir.stream_log("stderr")) == (
+        rundir.STDOUT,
+        rundir.STDERR,
+    )
 
 
-def test_every_agent_module_is_shipped_and_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
+def test_every_agent_module_is_shipped_and_runs_on_the_standard_library_alone(
+    tmp_path: Path,
+) -> None:
     """What the SSH and Slurm drivers install on a worker (agent_files() under
     monkey/client_agent/, beside an empty monkey/__init__.py) imports without site-packages
     (-I -S): each module of the agent is among the files shipped and needs nothing else;
@@ -63,11 +93,18 @@ def test_every_agent_module_is_shipped_and_runs_on_the_standard_library_alone(tm
     for name in agent_files():
         shutil.copyfile(AGENT_SRC / name, code / "monkey" / "client_agent" / name)
     modules = [name[:-3] for name in agent_files() if name not in ("__main__.py", "shim.py")]
-    script = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); "
-              "[importlib.import_module('monkey.client_agent.' + m) for m in sys.argv[2:]]; "
-              "from monkey.client_agent.agent import code_digest; print(code_digest())")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", script, str(code), *modules],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    script = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "[importlib.import_module('monkey.client_agent.' + m) for m in sys.argv[2:]]; "
+        "from monkey.client_agent.agent import code_digest; print(code_digest())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(code), *modules],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == agent_digest()
     assert {"agent", "rundir", "procs", "blobs", "wire", "spawn", "adopt"} <= set(modules)

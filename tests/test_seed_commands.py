@@ -22,8 +22,10 @@ def info(cli: Any, juid: str) -> dict[str, Any]:
 
 
 def ended(cli: Any, juid: str) -> str:
-    wait_for(lambda: info(cli, juid)["state"] in ("succeeded", "failed", "cancelled"),
-             what=f"{juid} to end")
+    wait_for(
+        lambda: info(cli, juid)["state"] in ("succeeded", "failed", "cancelled"),
+        what=f"{juid} to end",
+    )
     return info(cli, juid)["state"]
 
 
@@ -33,8 +35,10 @@ def test_juid_is_taken_wherever_a_job_is(cli, home: Path) -> None:
     follow = cli("logs", "--follow", "--juid", first)
     assert (follow.returncode, follow.stdout) == (0, "one\n"), follow.stderr
     assert cli("logs", f"--juid={first}", check=True).stdout == "one\n"
-    assert info(cli, first)["job"] == json.loads(cli("info", "--juid", first, "--json",
-                                                     check=True).stdout)["job"]
+    assert (
+        info(cli, first)["job"]
+        == json.loads(cli("info", "--juid", first, "--json", check=True).stdout)["job"]
+    )
     assert cli("metrics", "--juid", first, check=True).returncode == 0
 
     slow = cli("run", "--", "sleep", "60", check=True).stdout.strip()
@@ -52,36 +56,47 @@ def test_juid_is_taken_wherever_a_job_is(cli, home: Path) -> None:
     both = cli("logs", first, "--juid", slow)
     assert both.returncode == 2 and both.stderr == (
         "monkey: error: monkey logs: give the job once: as JOB or as --juid JOB; "
-        "see `monkey logs --help`\n")
+        "see `monkey logs --help`\n"
+    )
     none = cli("job", "pause")
     assert none.returncode == 2 and none.stderr == (
         "monkey: error: monkey job pause: give at least one job (JOB or --juid JOB); "
-        "see `monkey job pause --help`\n")
-    assert cli("info", "job").stderr == ("monkey: error: monkey info job: name the job (JOB or "
-                                         "--juid JOB, e.g. `last`); see `monkey info job --help`\n")
+        "see `monkey job pause --help`\n"
+    )
+    assert cli("info", "job").stderr == (
+        "monkey: error: monkey info job: name the job (JOB or "
+        "--juid JOB, e.g. `last`); see `monkey info job --help`\n"
+    )
     assert "--juid JOB" in cli("job", "cancel", "--help", check=True).stdout
 
 
 def test_a_sweep_is_found_by_its_name(cli, home: Path) -> None:
-    sid = cli("sweep", "--name", "lr-scan", "--grid", "x=1,2", "--", "echo", "{x}",
-              check=True).stdout.strip()
+    sid = cli(
+        "sweep", "--name", "lr-scan", "--grid", "x=1,2", "--", "echo", "{x}", check=True
+    ).stdout.strip()
     status = cli("sweep", "status", "lr-scan", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["id"] == sid and json.loads(status.stdout)["name"] == "lr-scan"
-    wait_for(lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"] == "finished",
-             what="the sweep to end")
+    wait_for(
+        lambda: json.loads(cli("sweep", "status", sid, "--json").stdout)["state"] == "finished",
+        what="the sweep to end",
+    )
     rows = json.loads(cli("compare", "--sweep", "lr-scan", "--json", check=True).stdout)
-    assert sorted(r["job"] for r in rows) == sorted(j["job"] for j in json.loads(status.stdout)["jobs"])
-    other = cli("sweep", "--name", "lr-scan", "--grid", "x=3", "--", "echo", "{x}",
-                check=True).stdout.strip()
+    assert sorted(r["job"] for r in rows) == sorted(
+        j["job"] for j in json.loads(status.stdout)["jobs"]
+    )
+    other = cli(
+        "sweep", "--name", "lr-scan", "--grid", "x=3", "--", "echo", "{x}", check=True
+    ).stdout.strip()
     twice = cli("sweep", "status", "lr-scan")
     assert twice.returncode == 1
-    assert twice.stderr == (f"monkey: error: several sweeps are named 'lr-scan' ({other}, {sid}); "
-                            "give the id\n")
+    assert twice.stderr == (
+        f"monkey: error: several sweeps are named 'lr-scan' ({other}, {sid}); give the id\n"
+    )
     assert json.loads(cli("sweep", "status", sid, "--json", check=True).stdout)["id"] == sid
 
 
-def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: Lab) -> None:  # noqa: F811
+def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: Lab) -> None:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "600")
     try:
         made = cli("create", "instance", "--provider", "aws")
@@ -90,8 +105,9 @@ def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: La
         assert re.fullmatch(r"aws/i-[0-9a-f]+", instance), made.stdout
         assert f"aws: {instance} created (t3.micro)" in made.stderr
         assert [i["State"]["Name"] for i in moto.instances()] in (["pending"], ["running"])
-        listed = json.loads(cli("list", "providers", "--monkey-instances", "--json",
-                                check=True).stdout)["instances"]
+        listed = json.loads(
+            cli("list", "providers", "--monkey-instances", "--json", check=True).stdout
+        )["instances"]
         assert [i["id"] for i in listed] == [instance]
 
         # It serves jobs as any instance the core made.
@@ -112,12 +128,17 @@ def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: La
         assert refused.returncode == 1 and refused.stderr == (
             f"monkey: error: deleting {instance}: instance {instance} runs job(s) {busy}; cancel "
             f"them first (`monkey job cancel {busy}`), or add --force (they end lost and are "
-            "retried while retries remain)\n")
+            "retried while retries remain)\n"
+        )
         gone = cli("delete", "instance", instance[:9], "--force")  # a unique prefix
         assert (gone.returncode, gone.stdout) == (0, f"{instance} terminated\n"), gone.stderr
         wait_for(lambda: info(cli, busy)["state"] == "lost", what="the job to end lost")
-        wait_for(lambda: all(i["State"]["Name"] in ("shutting-down", "terminated")
-                             for i in moto.instances()), what="the termination")
+        wait_for(
+            lambda: all(
+                i["State"]["Name"] in ("shutting-down", "terminated") for i in moto.instances()
+            ),
+            what="the termination",
+        )
         missing = cli("delete", "instance", instance)
         assert missing.returncode == 1
         assert missing.stderr.startswith(f"monkey: error: '{instance}' is no live instance")
@@ -128,7 +149,7 @@ def test_create_and_delete_an_ec2_instance(cli, home: Path, moto: Any, fleet: La
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
 
 
-def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> None:  # noqa: F811
+def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
     made = cli("create", "instance", "--provider", "lab")
@@ -153,7 +174,8 @@ def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> N
     refused = cli("delete", "instance", "lab/h1")
     assert refused.returncode == 1 and refused.stderr == (
         f"monkey: error: deleting lab/h1: instance lab/h1 runs job(s) {busy}; cancel them "
-        f"first (`monkey job cancel {busy}`)\n")
+        f"first (`monkey job cancel {busy}`)\n"
+    )
     forced = cli("delete", "instance", "lab/h1", "--force")  # an SSH host's jobs would run on
     assert forced.returncode == 1 and "--force" not in forced.stderr, forced.stderr
     assert info(cli, busy)["state"] == "running"
@@ -167,11 +189,14 @@ def test_create_and_delete_instance_on_ssh_hosts(cli, home: Path, lab: Lab) -> N
     cli("daemon", "stop")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["create", "instance"], "the following arguments are required: --provider/-p"),
-    (["create", "instance", "-p", "nope"], "no provider 'nope'"),
-    (["delete", "instance", "i-nothing"], "'i-nothing' is no live instance (live: none)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["create", "instance"], "the following arguments are required: --provider/-p"),
+        (["create", "instance", "-p", "nope"], "no provider 'nope'"),
+        (["delete", "instance", "i-nothing"], "'i-nothing' is no live instance (live: none)"),
+    ],
+)
 def test_create_delete_instance_bad_input(cli, home: Path, argv: list[str], message: str) -> None:
     proc = cli(*argv)
     assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
@@ -183,8 +208,10 @@ def test_create_instance_on_slurm_is_refused_in_one_line(cli, home: Path) -> Non
     (home / "providers.yml").write_text("providers:\n  hpc: {type: slurm, partition: debug}\n")
     proc = cli("create", "instance", "--provider", "hpc")
     assert proc.returncode == 1
-    assert proc.stderr == ("monkey: error: provider 'hpc' (slurm) gets one allocation per job "
-                           "when it starts; there is no instance to create ahead\n")
+    assert proc.stderr == (
+        "monkey: error: provider 'hpc' (slurm) gets one allocation per job "
+        "when it starts; there is no instance to create ahead\n"
+    )
 
 
 def test_a_request_left_under_way_by_a_dead_core_ends_in_one_line(cli, home: Path) -> None:
@@ -213,8 +240,12 @@ def test_a_request_left_under_way_by_a_dead_core_ends_in_one_line(cli, home: Pat
 
 def test_tab_completes_job_ids_after_juid(cli, home: Path) -> None:
     juid = cli("run", "--", "true", check=True).stdout.strip()
-    for argv in (["logs", "--follow", "--juid", ""], ["job", "pause", "--juid", juid[:4]],
-                 ["web", "--juid", ""], ["report", "--jobs", juid[:4]]):
+    for argv in (
+        ["logs", "--follow", "--juid", ""],
+        ["job", "pause", "--juid", juid[:4]],
+        ["web", "--juid", ""],
+        ["report", "--jobs", juid[:4]],
+    ):
         words = cli("__complete", *argv, check=True).stdout.split()
         assert juid in words, (argv, words)
     assert cli("__complete", "logs", "--ju", check=True).stdout.split() == ["--juid"]

@@ -31,8 +31,14 @@ def node(home: Path, tmp_path: Path):
     n.close()
 
 
-def raw(node: MainNode, method: str, path: str, token: str | None = None, body: bytes | None = None,
-        headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def raw(
+    node: MainNode,
+    method: str,
+    path: str,
+    token: str | None = None,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     """One HTTPS request to the server as any client could send it."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
@@ -59,8 +65,10 @@ def one_line(text: str) -> str:
 def test_first_start_prints_url_fingerprint_and_a_ready_remote_add_line(node):
     assert f"server: {node.url}" in node.welcome
     assert re.fullmatch(r"SHA256:[0-9a-f]{64}", node.fingerprint)
-    assert f"monkey remote add lab {node.url} --token {node.token} --fingerprint {node.fingerprint}" \
+    assert (
+        f"monkey remote add lab {node.url} --token {node.token} --fingerprint {node.fingerprint}"
         in node.welcome
+    )
     key = node.home / "server" / "key.pem"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     status = node.server("server", "status")
@@ -77,21 +85,30 @@ def test_first_start_prints_url_fingerprint_and_a_ready_remote_add_line(node):
 
 def test_users_add_list_remove_and_rotate(node):
     token = node.add_user("bob")
-    users = {u["name"]: u for u in json.loads(node.server("server", "user", "list", "--json").stdout)}
+    users = {
+        u["name"]: u for u in json.loads(node.server("server", "user", "list", "--json").stdout)
+    }
     admin = next(name for name in users if name != "bob")
     assert users[admin]["admin"] and not users["bob"]["admin"] and "digest" not in users["bob"]
     node.add_remote(token)
     assert node.laptop("--remote", "lab", "list", "jobs").returncode == 0
-    used = {u["name"]: u for u in json.loads(node.server("server", "user", "list", "--json").stdout)}
+    used = {
+        u["name"]: u for u in json.loads(node.server("server", "user", "list", "--json").stdout)
+    }
     assert used["bob"]["last_used"] and not used[admin]["last_used"]
     # rotated: the old token is refused at once, the new one works
     rotated = node.server("server", "user", "token", "bob")
     new = rotated.stdout.strip().splitlines()[-1]
-    assert f"on bob's laptop: monkey remote add lab {node.url} --token {new} --fingerprint " \
+    assert (
+        f"on bob's laptop: monkey remote add lab {node.url} --token {new} --fingerprint "
         f"{node.fingerprint}" == one_line(rotated.stderr)
+    )
     refused = node.laptop("--remote", "lab", "list", "jobs")
     assert refused.returncode == 1
-    assert one_line(refused.stderr) == "monkey: error: lab: token refused; ask an admin: monkey server user token bob"
+    assert (
+        one_line(refused.stderr)
+        == "monkey: error: lab: token refused; ask an admin: monkey server user token bob"
+    )
     node.add_remote(new)
     assert node.laptop("--remote", "lab", "list", "jobs").returncode == 0
     # removed: refused at once
@@ -108,8 +125,10 @@ def test_no_tls_is_refused_off_loopback(home, tmp_path):
     n = MainNode(home, tmp_path)
     done = n.server("server", "run", "--bind", "0.0.0.0:1", "--no-tls")
     assert done.returncode == 1
-    assert one_line(done.stderr) == ("monkey: error: --no-tls serves plain HTTP, allowed on loopback "
-                                     "only (127.0.0.1, ::1), not 0.0.0.0; drop --no-tls to serve HTTPS")
+    assert one_line(done.stderr) == (
+        "monkey: error: --no-tls serves plain HTTP, allowed on loopback "
+        "only (127.0.0.1, ::1), not 0.0.0.0; drop --no-tls to serve HTTPS"
+    )
     assert not (home / "server" / "cert.pem").exists()
 
 
@@ -140,11 +159,13 @@ def test_remote_add_refuses_an_unpinned_self_signed_certificate(node):
 
 
 def test_remote_add_with_a_wrong_token_is_refused_and_saves_nothing(node):
-    done = node.laptop("remote", "add", "lab", node.url, "--token", "nope",
-                       "--fingerprint", node.fingerprint)
+    done = node.laptop(
+        "remote", "add", "lab", node.url, "--token", "nope", "--fingerprint", node.fingerprint
+    )
     assert done.returncode == 1
-    assert one_line(done.stderr) == ("monkey: error: lab: token refused; ask an admin: "
-                                     "monkey server user token NAME")
+    assert one_line(done.stderr) == (
+        "monkey: error: lab: token refused; ask an admin: monkey server user token NAME"
+    )
     assert node.laptop_files() == []
 
 
@@ -163,8 +184,12 @@ def test_a_changed_certificate_is_refused_with_both_fingerprints(node):
 
 
 def test_every_endpoint_answers_401_without_a_valid_token(node):
-    for method, path in (("POST", "/api/v1/call/job_listing"), ("GET", "/api/v1/logs/last"),
-                         ("GET", "/"), ("GET", "/api/v1/nothing")):
+    for method, path in (
+        ("POST", "/api/v1/call/job_listing"),
+        ("GET", "/api/v1/logs/last"),
+        ("GET", "/"),
+        ("GET", "/api/v1/nothing"),
+    ):
         for token in (None, "wrong"):
             status, headers, body = raw(node, method, path, token)
             assert status == 401 and json.loads(body) == {"error": "token refused"}
@@ -178,15 +203,20 @@ def test_refused_tokens_are_rate_limited_per_address(node):
     assert status == 429 and 0 < int(headers["retry-after"]) <= 60
     status, _, _ = raw(node, "POST", "/api/v1/call/whoami", node.token)  # even a good one, for now
     assert status == 429
-    done = node.laptop("remote", "add", "lab", node.url, "--token", node.token,
-                       "--fingerprint", node.fingerprint)
+    done = node.laptop(
+        "remote", "add", "lab", node.url, "--token", node.token, "--fingerprint", node.fingerprint
+    )
     assert done.returncode == 1
-    assert re.fullmatch(r"monkey: error: lab: too many refused tokens from this address; try again in \d+s",
-                        one_line(done.stderr))
+    assert re.fullmatch(
+        r"monkey: error: lab: too many refused tokens from this address; try again in \d+s",
+        one_line(done.stderr),
+    )
 
 
 def test_a_client_of_another_api_is_refused(node):
-    status, headers, body = raw(node, "POST", "/api/v1/call/whoami", node.token, headers={"X-Monkey-API": "99"})
+    status, headers, body = raw(
+        node, "POST", "/api/v1/call/whoami", node.token, headers={"X-Monkey-API": "99"}
+    )
     assert status == 426 and "API 1" in json.loads(body)["error"]
 
 
@@ -207,11 +237,14 @@ def test_a_server_of_another_api_is_one_line_naming_both(home, tmp_path):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         n = MainNode(home, tmp_path)
-        done = n.laptop("remote", "add", "new", f"http://127.0.0.1:{httpd.server_port}", "--token", "t")
+        done = n.laptop(
+            "remote", "add", "new", f"http://127.0.0.1:{httpd.server_port}", "--token", "t"
+        )
         assert done.returncode == 1
         assert one_line(done.stderr) == (
             "monkey: error: new: the server runs monkey 0.9.0 (API 2) and this client monkey 0.1.0 "
-            "(API 1); upgrade the older one: pip install -U monkey-runner")
+            "(API 1); upgrade the older one: pip install -U monkey-runner"
+        )
     finally:
         httpd.shutdown()
 
@@ -221,8 +254,10 @@ def test_server_down_or_silent_is_one_line(node, tmp_path):
     node.kill()
     down = node.laptop("--remote", "lab", "list", "jobs", timeout=30)
     assert down.returncode == 1
-    assert one_line(down.stderr) == (f"monkey: error: lab: cannot reach {node.url} (connection refused); "
-                                     "is `monkey server` running there? (`monkey server status` on it)")
+    assert one_line(down.stderr) == (
+        f"monkey: error: lab: cannot reach {node.url} (connection refused); "
+        "is `monkey server` running there? (`monkey server status` on it)"
+    )
     hole = Blackhole()  # accepts TCP, never answers the TLS handshake
     try:
         settings = node.laptop_root / ".config/monkey/remotes.json"
@@ -238,19 +273,37 @@ def test_server_down_or_silent_is_one_line(node, tmp_path):
 
 # -- the commands of this step, through the remote ----------------------------------------
 
-METRICS_JOB = ("python3 -c \"import json\nfor i in range(3): print(json.dumps({'monkey': "
-               "{'step': i, 'loss': 1.0 / (i + 1)}}))\nimport sys; print('warn', file=sys.stderr)\"")
+METRICS_JOB = (
+    "python3 -c \"import json\nfor i in range(3): print(json.dumps({'monkey': "
+    "{'step': i, 'loss': 1.0 / (i + 1)}}))\nimport sys; print('warn', file=sys.stderr)\""
+)
 
 # (command, is it a table whose ages may tick between the two runs)
 SLICE = [
-    ("list jobs", True), ("list jobs --json", True), ("list jobs --failed", True),
-    ("list jobs --limit 1", True), ("list providers", False), ("list providers --json", False),
-    ("info {ok}", False), ("info job {bad} --json", False), ("info {ok} --json", False),
-    ("logs {ok}", False), ("logs --stderr {ok}", False), ("logs --tail 1 {bad}", False),
-    ("logs --attempt 7 {ok}", False), ("logs -f {ok}", False), ("logs --setup {ok}", False),
-    ("metrics {ok}", False), ("metrics {ok} --json", False), ("metrics {ok} --name loss", False),
-    ("metrics {ok} --csv", False), ("search warn", False), ("search nothing-matches-this", False),
-    ("search boom --json", False), ("info 99-", False), ("logs nosuch", False),
+    ("list jobs", True),
+    ("list jobs --json", True),
+    ("list jobs --failed", True),
+    ("list jobs --limit 1", True),
+    ("list providers", False),
+    ("list providers --json", False),
+    ("info {ok}", False),
+    ("info job {bad} --json", False),
+    ("info {ok} --json", False),
+    ("logs {ok}", False),
+    ("logs --stderr {ok}", False),
+    ("logs --tail 1 {bad}", False),
+    ("logs --attempt 7 {ok}", False),
+    ("logs -f {ok}", False),
+    ("logs --setup {ok}", False),
+    ("metrics {ok}", False),
+    ("metrics {ok} --json", False),
+    ("metrics {ok} --name loss", False),
+    ("metrics {ok} --csv", False),
+    ("search warn", False),
+    ("search nothing-matches-this", False),
+    ("search boom --json", False),
+    ("info 99-", False),
+    ("logs nosuch", False),
 ]
 
 
@@ -271,22 +324,42 @@ def test_each_command_of_the_slice_gives_the_local_output_and_exit_code(node):
     # two jobs alike that never start (their provider has no room for 64 CPUs): one acted on
     # here, the other through the remote, each step compared (their ids aside)
     here, there = (node.server("run", "--cpus", "64", "--", "true").stdout.strip() for _ in "ab")
-    for action in ("pause", "pause", "resume", "resume", "cancel", "pause", "retry", "kill job",
-                   "job cancel"):
+    for action in (
+        "pause",
+        "pause",
+        "resume",
+        "resume",
+        "cancel",
+        "pause",
+        "retry",
+        "kill job",
+        "job cancel",
+    ):
         local = node.server(*action.split(), here)
         remote = node.laptop("--remote", "lab", *action.split(), there)
-        assert (remote.returncode, remote.stdout.replace(there, "J"), remote.stderr.replace(there, "J")) \
-            == (local.returncode, local.stdout.replace(here, "J"), local.stderr.replace(here, "J")), action
+        assert (
+            remote.returncode,
+            remote.stdout.replace(there, "J"),
+            remote.stderr.replace(there, "J"),
+        ) == (local.returncode, local.stdout.replace(here, "J"), local.stderr.replace(here, "J")), (
+            action
+        )
     laptop_jobs_before = node.laptop_files()
     for command, ages in SLICE:
         argv = command.format(ok=ok_id, bad=bad_id).split()
         local = node.server(*argv)
         remote = node.laptop("--remote", "lab", *argv)
-        assert (remote.returncode, _normal(remote.stdout, ages), _normal(remote.stderr, ages)) == \
-            (local.returncode, _normal(local.stdout, ages), _normal(local.stderr, ages)), command
+        assert (remote.returncode, _normal(remote.stdout, ages), _normal(remote.stderr, ages)) == (
+            local.returncode,
+            _normal(local.stdout, ages),
+            _normal(local.stderr, ages),
+        ), command
     # the laptop holds only its remote settings: no job data, no MONKEY_HOME
-    assert node.laptop_files() == laptop_jobs_before == [".config/monkey/lab.token",
-                                                         ".config/monkey/remotes.json"]
+    assert (
+        node.laptop_files()
+        == laptop_jobs_before
+        == [".config/monkey/lab.token", ".config/monkey/remotes.json"]
+    )
 
 
 def test_remote_use_env_and_option_select_the_remote(node):
@@ -307,21 +380,34 @@ def test_remote_use_env_and_option_select_the_remote(node):
     unknown = node.laptop("list", "jobs", "--remote", "nowhere")
     assert unknown.returncode == 1 and "no remote 'nowhere'" in one_line(unknown.stderr)
     assert node.laptop("remote", "remove", "lab").returncode == 0
-    assert [f for f in node.laptop_files() if f.startswith(".config")] == [".config/monkey/remotes.json"]
+    assert [f for f in node.laptop_files() if f.startswith(".config")] == [
+        ".config/monkey/remotes.json"
+    ]
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["run", "--", "true"], "run"), (["sweep", "--grid", "x=1,2", "--", "echo"], "sweep"),
-    (["list", "sweeps"], "list sweeps"), (["info", "last", "--files"], "info"), (["rm", "last"], "rm"),
-    (["gc"], "gc"), (["server", "status"], "server status"), (["daemon", "status"], "daemon status"),
-    (["provider", "check", "x"], "provider check"), (["clone", "last"], "clone"), ([], "shell (no command)"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--", "true"], "run"),
+        (["sweep", "--grid", "x=1,2", "--", "echo"], "sweep"),
+        (["list", "sweeps"], "list sweeps"),
+        (["info", "last", "--files"], "info"),
+        (["rm", "last"], "rm"),
+        (["gc"], "gc"),
+        (["server", "status"], "server status"),
+        (["daemon", "status"], "daemon status"),
+        (["provider", "check", "x"], "provider check"),
+        (["clone", "last"], "clone"),
+        ([], "shell (no command)"),
+    ],
+)
 def test_commands_not_through_a_remote_yet_say_so_and_exit_2(node, argv, words):
     node.add_remote()
     done = node.laptop("--remote", "lab", *argv)
     assert done.returncode == 2
-    assert one_line(done.stderr) == (f"monkey {words} does not work through a remote yet; run it on "
-                                     "the main node (remote lab)")
+    assert one_line(done.stderr) == (
+        f"monkey {words} does not work through a remote yet; run it on the main node (remote lab)"
+    )
     assert done.stdout == ""
     assert node.server("list", "jobs").stdout.startswith("no jobs yet")  # nothing ran there
     assert not (node.laptop_root / ".monkey").exists()  # nor here
@@ -338,18 +424,22 @@ def test_another_users_job_is_refused_with_403_and_an_admin_may(node):
     node.add_remote(node.token, name="admin")
     refused = node.laptop("--remote", "bob", "cancel", juid)
     assert refused.returncode == 1
-    assert one_line(refused.stderr) == (f"monkey: job {juid} belongs to {admin_name}; only its owner "
-                                        "or an admin may cancel it")
+    assert one_line(refused.stderr) == (
+        f"monkey: job {juid} belongs to {admin_name}; only its owner or an admin may cancel it"
+    )
     assert '"state": "cancelled"' not in node.server("info", juid, "--json").stdout
     for action in ("pause", "resume", "retry"):
         other = node.laptop("--remote", "bob", action, juid)
-        assert other.returncode == 1 and f"only its owner or an admin may {action} it" in one_line(other.stderr)
+        assert other.returncode == 1 and f"only its owner or an admin may {action} it" in one_line(
+            other.stderr
+        )
     listed = node.laptop("--remote", "bob", "list", "jobs").stdout.splitlines()
     assert listed[0].split()[:3] == ["JOB", "NAME", "OWNER"] and admin_name in listed[1]
     owners = json.loads(node.laptop("--remote", "bob", "list", "jobs", "--json").stdout)
     assert owners["jobs"][0]["owner"] == admin_name
-    status, _, body = raw(node, "POST", "/api/v1/call/check_provider", bob,
-                          body=b'{"args": ["local"], "kwargs": {}}')
+    status, _, body = raw(
+        node, "POST", "/api/v1/call/check_provider", bob, body=b'{"args": ["local"], "kwargs": {}}'
+    )
     assert status == 403 and "for admins" in json.loads(body)["error"]
     done = node.laptop("--remote", "admin", "cancel", juid)
     assert done.returncode == 0, done.stderr
@@ -374,16 +464,22 @@ def _read_until(proc: subprocess.Popen[bytes], want: bytes) -> bytes:
 
 def test_logs_follow_resumes_across_a_server_killed_and_restarted(node, tmp_path):
     go = tmp_path / "go"
-    script = ("for i in 1 2 3 4 5; do echo out $i; echo err $i >&2; done; "
-              f"while [ ! -e {go} ]; do sleep 0.05; done; "
-              "for i in $(seq 6 60); do echo out $i; echo err $i >&2; sleep 0.02; done")
+    script = (
+        "for i in 1 2 3 4 5; do echo out $i; echo err $i >&2; done; "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; "
+        "for i in $(seq 6 60); do echo out $i; echo err $i >&2; sleep 0.02; done"
+    )
     juid = node.server("run", "--", "sh", "-c", script).stdout.strip()
     node.add_remote()
 
     def follow(*flags: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", *flags, juid],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=node.laptop_env,
-                                bufsize=0)  # unbuffered: communicate() reads the rest from the fd
+        return subprocess.Popen(
+            [sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", *flags, juid],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=node.laptop_env,
+            bufsize=0,
+        )  # unbuffered: communicate() reads the rest from the fd
 
     follower, tailing = follow(), follow("--tail", "3")
     seen = _read_until(follower, b"err 5\n")
@@ -398,7 +494,11 @@ def test_logs_follow_resumes_across_a_server_killed_and_restarted(node, tmp_path
     # no line lost or doubled, each stream in order (a follow reads stdout and stderr as they
     # grow, so their interleaving is by the reads' timing, as locally)
     lines = (seen + rest).decode().splitlines()
-    assert [x for x in lines if x.startswith("out")] == [f"out {i}" for i in range(1, 61)], (seen, rest, err)
+    assert [x for x in lines if x.startswith("out")] == [f"out {i}" for i in range(1, 61)], (
+        seen,
+        rest,
+        err,
+    )
     assert [x for x in lines if x.startswith("err")] == [f"err {i}" for i in range(1, 61)]
     assert len(lines) == 120
     assert "connection lost; reconnecting" in err.decode()
@@ -436,7 +536,8 @@ def test_server_start_status_stop_detached(home, tmp_path):
     assert n.server("server", "status").returncode == 3
     bad = n.server("server", "start", "--bind", "nowhere")
     assert bad.returncode == 1 and one_line(bad.stderr) == (
-        "monkey: error: --bind 'nowhere': give HOST:PORT, e.g. 127.0.0.1:8443 or 0.0.0.0:8443")
+        "monkey: error: --bind 'nowhere': give HOST:PORT, e.g. 127.0.0.1:8443 or 0.0.0.0:8443"
+    )
 
 
 def test_plain_http_on_loopback_works_without_a_certificate(home, tmp_path):
@@ -456,9 +557,13 @@ def test_plain_http_on_loopback_works_without_a_certificate(home, tmp_path):
 def test_server_stop_while_a_client_follows_ends_the_server_and_the_follow_goes_on(node):
     juid = node.server("run", "--", "sh", "-c", "echo first; sleep 600").stdout.strip()
     node.add_remote()
-    follower = subprocess.Popen([sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=node.laptop_env,
-                                bufsize=0)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=node.laptop_env,
+        bufsize=0,
+    )
     assert follower.stdout is not None and follower.stdout.readline() == b"first\n"
     node.kill(signal.SIGTERM)  # a graceful stop does not wait for the follow to end
     assert node.proc is not None and node.proc.returncode is not None

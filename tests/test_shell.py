@@ -142,10 +142,18 @@ def test_transcript_run_and_follow(app):
 
 def _new_job(m: Monkey, when: float, argv: tuple[str, ...] = ("echo", "hi")) -> str:
     job = m.store.create_job(
-        name="t", argv=list(argv), provider="local", resources=Resources(cpus=1, gpus=0),
-        env={}, snapshot=None, workdir=str(Path.cwd()), datasets=[], git={}, python="3",
+        name="t",
+        argv=list(argv),
+        provider="local",
+        resources=Resources(cpus=1, gpus=0),
+        env={},
+        snapshot=None,
+        workdir=str(Path.cwd()),
+        datasets=[],
+        git={},
+        python="3",
         now=when,
-    )  # fmt: skip
+    )
     return job.juid
 
 

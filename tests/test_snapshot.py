@@ -87,31 +87,34 @@ def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 def test_ignore_rules(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     wd = tmp_path / "wd"
-    write(wd, {
-        ".gitignore": "*.log\n!keep.log\nbuild/\n!build/inside.txt\n__pycache__/\n",
-        ".monkeyignore": "data/\nsecret.txt\n!important.log\n",
-        "main.py": "print(1)\n",
-        "run.log": "noise",
-        "keep.log": "kept by negation",
-        "important.log": "re-included by .monkeyignore",
-        "secret.txt": "hidden",
-        "data/big.bin": "x",
-        "build/out.o": "o",
-        "build/inside.txt": "a file in an excluded folder cannot be re-included",
-        "pkg/__pycache__/m.cpython-311.pyc": "c",
-        "pkg/mod.py": "x = 1\n",
-        "pkg/local.txt": "ignored by pkg/.gitignore",
-        "pkg/.gitignore": "/local.txt\n*.tmp\n!*.log\n",
-        "pkg/deeper/local.txt": "anchored pattern: only pkg/local.txt",
-        "pkg/deeper/x.tmp": "ignored: *.tmp applies below pkg",
-        "pkg/deeper/trace.log": "re-included by the deeper !*.log",
-        "local.txt": "root file, untouched by pkg/.gitignore",
-        "x.tmp": "root file, untouched by pkg/.gitignore",
-        ".git/HEAD": "ref: refs/heads/main\n",
-        ".git/objects/ab/cdef": "object",
-        "sub/.git": "gitdir: ../.git/modules/sub\n",
-        "sub/code.py": "y = 2\n",
-    })
+    write(
+        wd,
+        {
+            ".gitignore": "*.log\n!keep.log\nbuild/\n!build/inside.txt\n__pycache__/\n",
+            ".monkeyignore": "data/\nsecret.txt\n!important.log\n",
+            "main.py": "print(1)\n",
+            "run.log": "noise",
+            "keep.log": "kept by negation",
+            "important.log": "re-included by .monkeyignore",
+            "secret.txt": "hidden",
+            "data/big.bin": "x",
+            "build/out.o": "o",
+            "build/inside.txt": "a file in an excluded folder cannot be re-included",
+            "pkg/__pycache__/m.cpython-311.pyc": "c",
+            "pkg/mod.py": "x = 1\n",
+            "pkg/local.txt": "ignored by pkg/.gitignore",
+            "pkg/.gitignore": "/local.txt\n*.tmp\n!*.log\n",
+            "pkg/deeper/local.txt": "anchored pattern: only pkg/local.txt",
+            "pkg/deeper/x.tmp": "ignored: *.tmp applies below pkg",
+            "pkg/deeper/trace.log": "re-included by the deeper !*.log",
+            "local.txt": "root file, untouched by pkg/.gitignore",
+            "x.tmp": "root file, untouched by pkg/.gitignore",
+            ".git/HEAD": "ref: refs/heads/main\n",
+            ".git/objects/ab/cdef": "object",
+            "sub/.git": "gitdir: ../.git/modules/sub\n",
+            "sub/code.py": "y = 2\n",
+        },
+    )
     snap = snapshot_dir(wd, blobs, store)
     assert paths(snap) == [
         ".gitignore",
@@ -129,57 +132,107 @@ def test_ignore_rules(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     ]
 
 
-def test_monkeyignore_in_a_subfolder_applies_there(tmp_path: Path, blobs: BlobStore,
-                                                   store: Store) -> None:
+def test_monkeyignore_in_a_subfolder_applies_there(
+    tmp_path: Path, blobs: BlobStore, store: Store
+) -> None:
     """A .monkeyignore deeper in the project works like a .gitignore there, and wins over
     the .gitignore beside it."""
     wd = tmp_path / "wd"
-    write(wd, {
-        "train.py": "pass\n",
-        "big.ckpt": "root file, untouched by models/.monkeyignore",
-        "models/.monkeyignore": "*.ckpt\n!notes.txt\n",
-        "models/.gitignore": "notes.txt\n",
-        "models/net.py": "pass\n",
-        "models/w.ckpt": "w",
-        "models/notes.txt": "git ignores it; monkey keeps it",
-        "models/old/w2.ckpt": "w",
-    })
+    write(
+        wd,
+        {
+            "train.py": "pass\n",
+            "big.ckpt": "root file, untouched by models/.monkeyignore",
+            "models/.monkeyignore": "*.ckpt\n!notes.txt\n",
+            "models/.gitignore": "notes.txt\n",
+            "models/net.py": "pass\n",
+            "models/w.ckpt": "w",
+            "models/notes.txt": "git ignores it; monkey keeps it",
+            "models/old/w2.ckpt": "w",
+        },
+    )
     snap = snapshot_dir(wd, blobs, store)
-    assert paths(snap) == ["big.ckpt", "models/.gitignore", "models/.monkeyignore",
-                           "models/net.py", "models/notes.txt", "train.py"]
+    assert paths(snap) == [
+        "big.ckpt",
+        "models/.gitignore",
+        "models/.monkeyignore",
+        "models/net.py",
+        "models/notes.txt",
+        "train.py",
+    ]
 
 
 def test_gitignore_above_workdir_applies(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     repo = tmp_path / "repo"
-    write(repo, {
-        ".git/HEAD": "ref: refs/heads/main\n",
-        ".git/info/exclude": "*.secret\n",
-        ".gitignore": "*.bin\nproj/outputs/\n",
-        "proj/.gitignore": "/scratch.txt\n",
-        "proj/train.py": "pass\n",
-        "proj/weights.bin": "w",
-        "proj/key.secret": "k",
-        "proj/outputs/run1.txt": "o",
-        "proj/scratch.txt": "s",
-        "proj/src/scratch.txt": "kept: the anchored pattern is for proj/ only",
-    })
+    write(
+        repo,
+        {
+            ".git/HEAD": "ref: refs/heads/main\n",
+            ".git/info/exclude": "*.secret\n",
+            ".gitignore": "*.bin\nproj/outputs/\n",
+            "proj/.gitignore": "/scratch.txt\n",
+            "proj/train.py": "pass\n",
+            "proj/weights.bin": "w",
+            "proj/key.secret": "k",
+            "proj/outputs/run1.txt": "o",
+            "proj/scratch.txt": "s",
+            "proj/src/scratch.txt": "kept: the anchored pattern is for proj/ only",
+        },
+    )
     snap = snapshot_dir(repo / "proj", blobs, store)
     assert paths(snap) == [".gitignore", "src/scratch.txt", "train.py"]
 
 
 def test_prefilter_agrees_with_pathspec() -> None:
     lines = [
-        "*.log", "!keep.log", "build/", "/top.txt", "a/**/b", "docs/*.md", "!docs/README.md",
-        "**/tmp", "cache", "[Tt]humbs.db", "\\#hash", "trailing\\ ", "x?y", "deep/nested/",
+        "*.log",
+        "!keep.log",
+        "build/",
+        "/top.txt",
+        "a/**/b",
+        "docs/*.md",
+        "!docs/README.md",
+        "**/tmp",
+        "cache",
+        "[Tt]humbs.db",
+        "\\#hash",
+        "trailing\\ ",
+        "x?y",
+        "deep/nested/",
     ]
     spec = GitIgnoreSpec.from_lines(lines)
     rules = _Rules(spec, 0, "")
     assert rules.quick is not None
     candidates = [
-        "a.log", "keep.log", "d/keep.log", "build/", "build", "x/build/", "top.txt", "x/top.txt",
-        "a/b", "a/x/y/b", "a/b/", "docs/x.md", "docs/README.md", "docs/sub/x.md", "tmp",
-        "q/tmp/", "cache/", "w/cache", "Thumbs.db", "thumbs.db", "#hash", "trailing ", "xzy",
-        "xy", "deep/nested/", "deep/nested", "src/main.py", "README", "logs/app.txt",
+        "a.log",
+        "keep.log",
+        "d/keep.log",
+        "build/",
+        "build",
+        "x/build/",
+        "top.txt",
+        "x/top.txt",
+        "a/b",
+        "a/x/y/b",
+        "a/b/",
+        "docs/x.md",
+        "docs/README.md",
+        "docs/sub/x.md",
+        "tmp",
+        "q/tmp/",
+        "cache/",
+        "w/cache",
+        "Thumbs.db",
+        "thumbs.db",
+        "#hash",
+        "trailing ",
+        "xzy",
+        "xy",
+        "deep/nested/",
+        "deep/nested",
+        "src/main.py",
+        "README",
+        "logs/app.txt",
     ]
     for path in candidates:
         assert rules.check(path) == spec.check_file(path).include, path
@@ -195,8 +248,9 @@ def test_unchanged_tree_is_stored_once(tmp_path: Path, blobs: BlobStore, store: 
     store.add_blobs(first.new_blobs)
     # 4 distinct contents + the manifest
     assert len(first.new_blobs) == 5
-    assert sorted(d for d, _ in first.new_blobs) == sorted(p.parent.name + p.name
-                                                          for p in blob_files(blobs))
+    assert sorted(d for d, _ in first.new_blobs) == sorted(
+        p.parent.name + p.name for p in blob_files(blobs)
+    )
     assert first.size == 1 + 1 + 3 + 3 + 0
     count = store.blob_count()
     on_disk = len(blob_files(blobs))
@@ -209,7 +263,9 @@ def test_unchanged_tree_is_stored_once(tmp_path: Path, blobs: BlobStore, store: 
     assert len(blob_files(blobs)) == on_disk
 
 
-def test_blob_layout_and_manifest_round_trip(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
+def test_blob_layout_and_manifest_round_trip(
+    tmp_path: Path, blobs: BlobStore, store: Store
+) -> None:
     wd = tmp_path / "wd"
     write(wd, {"run.sh": "#!/bin/sh\necho hi\n", "pkg/mod.py": "x = 1\n"})
     os.chmod(wd / "run.sh", 0o755)
@@ -241,8 +297,9 @@ def test_load_manifest_accepts_entries_without_size(blobs: BlobStore) -> None:
         load_manifest(blobs, "1" * 64)
 
 
-def test_edit_after_snapshot_keeps_the_stored_blob(tmp_path: Path, blobs: BlobStore,
-                                                   store: Store) -> None:
+def test_edit_after_snapshot_keeps_the_stored_blob(
+    tmp_path: Path, blobs: BlobStore, store: Store
+) -> None:
     wd = tmp_path / "wd"
     write(wd, {"train.py": "lr = 0.1\n"})
     first = snapshot_dir(wd, blobs, store)
@@ -255,8 +312,9 @@ def test_edit_after_snapshot_keeps_the_stored_blob(tmp_path: Path, blobs: BlobSt
     assert blobs.read_bytes(second.files[0].digest) == b"lr = 0.5\n"
 
 
-def test_stat_cache_avoids_rehash(tmp_path: Path, blobs: BlobStore, store: Store,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stat_cache_avoids_rehash(
+    tmp_path: Path, blobs: BlobStore, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wd = tmp_path / "wd"
     write(wd, {f"m{i}.py": f"x = {i}\n" for i in range(20)})
     backdate(wd)
@@ -277,11 +335,14 @@ def test_stat_cache_avoids_rehash(tmp_path: Path, blobs: BlobStore, store: Store
     (wd / "m4.py").write_text("x = 9\n")
     fourth = snapshot_dir(wd, blobs, store)
     assert [p.name for p in calls] == ["m3.py", "m4.py"]  # m3 is still too recent to cache
-    assert {f.path: f.digest for f in fourth.files}["m4.py"] == blake3.blake3(b"x = 9\n").hexdigest()
+    assert {f.path: f.digest for f in fourth.files}["m4.py"] == blake3.blake3(
+        b"x = 9\n"
+    ).hexdigest()
 
 
-def test_recently_modified_files_are_not_cached(tmp_path: Path, blobs: BlobStore, store: Store,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recently_modified_files_are_not_cached(
+    tmp_path: Path, blobs: BlobStore, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wd = tmp_path / "wd"
     write(wd, {"fresh.py": "1", "old.py": "2"})
     old = time.time() - 3600
@@ -372,8 +433,9 @@ def test_blobstore_basics(tmp_path: Path, blobs: BlobStore) -> None:
 # -- symlinks and special files ------------------------------------------------------------
 
 
-def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Store,
-                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_symlinks_and_special_files(
+    tmp_path: Path, blobs: BlobStore, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     outside = tmp_path / "outside"
     write(outside, {"shared.py": "shared\n", "lib/util.py": "u\n"})
     wd = tmp_path / "wd"
@@ -397,13 +459,16 @@ def test_symlinks_and_special_files(tmp_path: Path, blobs: BlobStore, store: Sto
         assert by_path[rel].mode == stat.S_IFLNK | 0o777 == snapshot.LINK_MODE
         assert blobs.read_bytes(by_path[rel].digest) == target.encode()
     assert all(b"shared\n" != p.read_bytes() for p in blob_files(blobs))  # never read
-    assert (f"note: 2 symlink(s) leave the project and were recorded as links: "
-            f"lib -> ../outside/lib, shared.py -> {outside / 'shared.py'}") in caplog.text
+    assert (
+        f"note: 2 symlink(s) leave the project and were recorded as links: "
+        f"lib -> ../outside/lib, shared.py -> {outside / 'shared.py'}"
+    ) in caplog.text
     assert load_manifest(blobs, snap.digest) == snap.files
 
 
-def test_a_symlinked_folder_left_out_is_named(tmp_path: Path, blobs: BlobStore, store: Store,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_symlinked_folder_left_out_is_named(
+    tmp_path: Path, blobs: BlobStore, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     """`data -> other/data` inside the project: the user is told the job will not have it
     there, until it is listed in .monkeyignore."""
     wd = tmp_path / "wd"
@@ -418,7 +483,8 @@ def test_a_symlinked_folder_left_out_is_named(tmp_path: Path, blobs: BlobStore, 
 
 
 def test_an_ignored_link_out_of_the_project_is_not_recorded(
-        tmp_path: Path, blobs: BlobStore, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, blobs: BlobStore, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     write(tmp_path / "disk", {"data/x.csv": "1\n"})
     wd = tmp_path / "wd"
     write(wd, {"train.py": "pass\n", ".monkeyignore": "data/\n"})
@@ -436,8 +502,11 @@ def test_blobs_are_private_and_read_only(tmp_path: Path, blobs: BlobStore, store
     os.chmod(wd / "run.sh", 0o755)
     os.chmod(wd / "big.bin", 0o644)
     snap = snapshot_dir(wd, blobs, store)
-    assert {f.path: f.mode for f in snap.files} == {".env": 0o600, "big.bin": 0o644,
-                                                    "run.sh": 0o755}
+    assert {f.path: f.mode for f in snap.files} == {
+        ".env": 0o600,
+        "big.bin": 0o644,
+        "run.sh": 0o755,
+    }
     modes = {f.path: stat.S_IMODE(blobs.path(f.digest).stat().st_mode) for f in snap.files}
     assert modes == {".env": 0o400, "big.bin": 0o400, "run.sh": 0o500}
     assert stat.S_IMODE(blobs.path(snap.digest).stat().st_mode) == 0o400  # the manifest
@@ -466,7 +535,9 @@ def test_missing_workdir(tmp_path: Path, blobs: BlobStore, store: Store) -> None
         f"workdir {missing} does not exist; pass an existing folder with --workdir"
     )
     (tmp_path / "file.py").write_text("x")
-    with pytest.raises(MonkeyError, match="is not a folder; pass an existing folder with --workdir"):
+    with pytest.raises(
+        MonkeyError, match="is not a folder; pass an existing folder with --workdir"
+    ):
         snapshot_dir(tmp_path / "file.py", blobs, store)
 
 
@@ -474,8 +545,7 @@ def test_missing_dataset(tmp_path: Path, blobs: BlobStore, store: Store) -> None
     with pytest.raises(MonkeyError) as exc:
         dataset("nothing/here.csv:train", blobs, store, base=tmp_path)
     assert str(exc.value) == (
-        f"dataset {tmp_path / 'nothing/here.csv'} does not exist; "
-        "check the path given to --dataset"
+        f"dataset {tmp_path / 'nothing/here.csv'} does not exist; check the path given to --dataset"
     )
 
 
@@ -503,8 +573,9 @@ def test_unwritable_blob_store(tmp_path: Path, store: Store) -> None:
         snapshot_dir(wd, BlobStore(tmp_path / "blobs"), store)
 
 
-def test_unreadable_file(tmp_path: Path, blobs: BlobStore, store: Store,
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_file(
+    tmp_path: Path, blobs: BlobStore, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wd = tmp_path / "wd"
     write(wd, {"locked.py": "secret"})
 
@@ -559,19 +630,26 @@ def test_dataset_file(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
 
 def test_dataset_folder(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     data = tmp_path / "imagenet-mini"
-    write(data, {
-        "train/a.bin": b"\x00\x01",
-        "train/b.bin": b"\x02",
-        "val/a.bin": b"\x00\x01",
-        ".gitignore": "*.bin\n",  # no ignore rules for datasets
-        ".git/config": "[core]\n",
-        "labels.txt": "cat\ndog\n",
-    })
+    write(
+        data,
+        {
+            "train/a.bin": b"\x00\x01",
+            "train/b.bin": b"\x02",
+            "val/a.bin": b"\x00\x01",
+            ".gitignore": "*.bin\n",  # no ignore rules for datasets
+            ".git/config": "[core]\n",
+            "labels.txt": "cat\ndog\n",
+        },
+    )
     ds = dataset(os.fspath(data), blobs, store)
     assert ds.name == "IMAGENET_MINI"
     assert not ds.single
     assert [f.path for f in ds.files] == [
-        ".gitignore", "labels.txt", "train/a.bin", "train/b.bin", "val/a.bin"
+        ".gitignore",
+        "labels.txt",
+        "train/a.bin",
+        "train/b.bin",
+        "val/a.bin",
     ]
     assert ds.size == 2 + 1 + 2 + 6 + 8
     store.add_blobs(ds.new_blobs)
@@ -586,8 +664,9 @@ def test_dataset_folder(tmp_path: Path, blobs: BlobStore, store: Store) -> None:
     assert load_manifest(blobs, ds.digest) == ds.files
 
 
-def test_dataset_folder_follows_symlinked_folders_once(tmp_path: Path, blobs: BlobStore,
-                                                       store: Store) -> None:
+def test_dataset_folder_follows_symlinked_folders_once(
+    tmp_path: Path, blobs: BlobStore, store: Store
+) -> None:
     shards = tmp_path / "mnt" / "shards"
     write(shards, {"s0.bin": "0", "s1.bin": "1"})
     data = tmp_path / "data"
@@ -602,11 +681,18 @@ def test_dataset_folder_follows_symlinked_folders_once(tmp_path: Path, blobs: Bl
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com",
-               GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True,
-                          capture_output=True, text=True).stdout
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -622,8 +708,14 @@ def test_git_info_in_a_repo(tmp_path: Path, blobs: BlobStore) -> None:
     sha = git(repo, "rev-parse", "HEAD").strip()
 
     info, new = git_info(repo / "src", blobs)
-    assert info == {"commit": sha, "branch": "main", "dirty": False, "diff": None,
-                    "root": os.fspath(repo.resolve()), "untracked": []}
+    assert info == {
+        "commit": sha,
+        "branch": "main",
+        "dirty": False,
+        "diff": None,
+        "root": os.fspath(repo.resolve()),
+        "untracked": [],
+    }
     assert new == []
 
     (repo / "train.py").write_text("lr = 0.5\n")
@@ -659,8 +751,9 @@ def test_git_info_without_commits(tmp_path: Path, blobs: BlobStore) -> None:
     assert new == []
 
 
-def test_git_info_outside_a_repo(tmp_path: Path, blobs: BlobStore,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_git_info_outside_a_repo(
+    tmp_path: Path, blobs: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     if _git_top(os.fspath(plain.resolve())) is not None:
@@ -670,8 +763,9 @@ def test_git_info_outside_a_repo(tmp_path: Path, blobs: BlobStore,
 
 
 @needs_git
-def test_git_info_without_git_on_path(tmp_path: Path, blobs: BlobStore,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_git_info_without_git_on_path(
+    tmp_path: Path, blobs: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")

@@ -52,7 +52,7 @@ def expected(epochs: int = EPOCHS) -> int:
 
 
 @pytest.fixture
-def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:  # noqa: F811
+def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:
     """A metadata service on each fleet address, all on one port (one free on every
     address: a port taken on one of them, by a client socket there, means another try)."""
     for _ in range(20):
@@ -76,13 +76,19 @@ def metadata(fleet: Lab) -> Iterator[dict[str, Metadata]]:  # noqa: F811
     raise AssertionError("no port free on every fleet address in 20 tries")
 
 
-def spot_provider(cli: Any, moto: Any, fleet: Lab, home: Path, port: int, epochs: int = EPOCHS,  # noqa: F811
-                  **options: Any) -> str:
+def spot_provider(
+    cli: Any, moto: Any, fleet: Lab, home: Path, port: int, epochs: int = EPOCHS, **options: Any
+) -> str:
     add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     path = home / "providers.yml"
     doc = yaml.safe_load(path.read_text())
-    doc["providers"]["aws"].update(spot=True, metadata_url=f"http://{{address}}:{port}",
-                                   checkpoint_every=1, notice_every=0.2, **options)
+    doc["providers"]["aws"].update(
+        spot=True,
+        metadata_url=f"http://{{address}}:{port}",
+        checkpoint_every=1,
+        notice_every=0.2,
+        **options,
+    )
     path.write_text(yaml.safe_dump(doc))
     Path("train.py").write_text(TRAIN.replace("EPOCHS", str(epochs)))
     return doc["providers"]["aws"]["bucket"]
@@ -111,16 +117,20 @@ def finish(cli: Any, moto: Any) -> None:
     assert left == [], f"instances left running: {left}"
 
 
-def test_notice_stops_the_job_which_resumes_on_a_new_instance(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                             metadata: dict[str, Metadata]) -> None:
+def test_notice_stops_the_job_which_resumes_on_a_new_instance(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     bucket = spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port)
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 3\n" in stdout(home, juid, 1), timeout=60, what="epoch 3")
         first = info(cli, juid)["instance"]
         metadata[address_of(cli, juid, moto)].interrupt(seconds=120)
-        wait_for(lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "succeeded",
-                 timeout=90, what="the job to resume and succeed")
+        wait_for(
+            lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "succeeded",
+            timeout=90,
+            what="the job to resume and succeed",
+        )
         job = info(cli, juid)
         one, two = job["attempts_detail"]
         assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], one
@@ -135,8 +145,11 @@ def test_notice_stops_the_job_which_resumes_on_a_new_instance(cli, home: Path, m
         # The checkpoint came back from the bucket, and the bucket holds a manifest naming it.
         state = json.loads((home / "runs" / juid / "checkpoint" / "state.json").read_text())
         assert state == {"epoch": EPOCHS, "total": expected()}
-        manifest = json.loads(moto.boto3("s3").get_object(
-            Bucket=bucket, Key=f"runs/{juid}/results/manifest.json")["Body"].read())
+        manifest = json.loads(
+            moto.boto3("s3")
+            .get_object(Bucket=bucket, Key=f"runs/{juid}/results/manifest.json")["Body"]
+            .read()
+        )
         assert manifest["attempt"] == 2 and "checkpoint/state.json" in manifest["files"]
         shown = cli("info", "job", juid, check=True).stdout
         assert "spot" in shown and "CAPACITY" in shown
@@ -145,19 +158,24 @@ def test_notice_stops_the_job_which_resumes_on_a_new_instance(cli, home: Path, m
         finish(cli, moto)
 
 
-def test_a_reclaim_without_notice_resumes_from_the_last_upload(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                               metadata: dict[str, Metadata]) -> None:
+def test_a_reclaim_without_notice_resumes_from_the_last_upload(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=40)
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 4\n" in stdout(home, juid, 1), timeout=60, what="epoch 4")
         node = info(cli, juid)["instance"].split("/", 1)[1]
-        wait_for(lambda: _uploaded_epoch(moto, home, juid) >= 3, timeout=30, what="a periodic upload")
+        wait_for(
+            lambda: _uploaded_epoch(moto, home, juid) >= 3, timeout=30, what="a periodic upload"
+        )
         moto.reclaim_spot(node)
         # The machine is gone: everything that ran there with it.
         fleet.hosts[0].cut()
         kill_until_gone(fleet.hosts[0].processes)
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to resume")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded", timeout=90, what="the job to resume"
+        )
         one, two = info(cli, juid)["attempts_detail"]
         assert one["reason"].startswith("preempted: its spot instance was reclaimed"), one
         assert "start at epoch 0\n" not in stdout(home, juid, 2)
@@ -172,7 +190,9 @@ def _uploaded_epoch(moto: Any, home: Path, juid: str) -> int:
     bucket = yaml.safe_load((home / "providers.yml").read_text())["providers"]["aws"]["bucket"]
     s3 = moto.boto3("s3")
     try:
-        manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{juid}/results/manifest.json")["Body"].read())
+        manifest = json.loads(
+            s3.get_object(Bucket=bucket, Key=f"runs/{juid}/results/manifest.json")["Body"].read()
+        )
         sha = manifest["files"]["checkpoint/state.json"][0]
         body = s3.get_object(Bucket=bucket, Key=f"runs/{juid}/results/objects/{sha}")["Body"].read()
     except Exception:  # noqa: BLE001 - nothing uploaded yet

@@ -44,20 +44,31 @@ def _resumed_where_it_stopped(home: Path, juid: str, epochs: int) -> None:
     assert f"result {expected(epochs)}\n" in stdout(home, juid, 2)
 
 
-def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                                  metadata: dict[str, Metadata]) -> None:  # noqa: F811
+def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port)
     try:
         jobs = [run_job(cli, "python3", "train.py") for _ in range(2)]
         for juid in jobs:
-            wait_for(lambda j=juid: "epoch 2\n" in stdout(home, j, 1), timeout=60, what=f"{juid} at epoch 2")
+            wait_for(
+                lambda j=juid: "epoch 2\n" in stdout(home, j, 1),
+                timeout=60,
+                what=f"{juid} at epoch 2",
+            )
         [first] = {info(cli, juid)["instance"] for juid in jobs}  # t3.micro: 2 slots, one machine
         metadata[address_of(cli, jobs[0], moto)].interrupt(seconds=120)
         for juid in jobs:
-            wait_for(lambda j=juid: _attempts_done(cli, j), timeout=120, what=f"{juid} to resume and succeed")
+            wait_for(
+                lambda j=juid: _attempts_done(cli, j),
+                timeout=120,
+                what=f"{juid} to resume and succeed",
+            )
         for juid in jobs:
             one, two = info(cli, juid)["attempts_detail"]
-            assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], one
+            assert one["reason"].startswith("preempted") and "checkpoint saved" in one["reason"], (
+                one
+            )
             assert one["instance"] == first and two["instance"] != first
             _resumed_where_it_stopped(home, juid, 12)
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
@@ -65,41 +76,54 @@ def test_a_notice_stops_both_jobs_of_the_instance_and_both_resume(cli, home: Pat
         finish(cli, moto)
 
 
-def test_a_notice_during_the_environment_set_up(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                metadata: dict[str, Metadata]) -> None:  # noqa: F811
+def test_a_notice_during_the_environment_set_up(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=3)
     shared = Path(tempfile.mkdtemp(prefix="monkey-spot-setup-"))  # the instances' user writes it
     shared.chmod(0o777)
     mark = shared / "installing"
     # The first set-up takes long (the notice comes then); the second is quick.
-    Path("setup.sh").write_text(f'if [ ! -e "{mark}" ]; then touch "{mark}"; echo installing; sleep 60; fi\n'
-                                "echo installed\n")
-    Path("job.yml").write_text("name: spot-setup\nrun:\n  env_type: none\n  install_script: setup.sh\n"
-                               "code:\n  path: .\n")
+    Path("setup.sh").write_text(
+        f'if [ ! -e "{mark}" ]; then touch "{mark}"; echo installing; sleep 60; fi\n'
+        "echo installed\n"
+    )
+    Path("job.yml").write_text(
+        "name: spot-setup\nrun:\n  env_type: none\n  install_script: setup.sh\ncode:\n  path: .\n"
+    )
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(mark.exists, timeout=60, what="the set-up to start")
         assert "epoch" not in stdout(home, juid, 1)
         metadata[address_of(cli, juid, moto)].interrupt(seconds=120)
-        wait_for(lambda: _attempts_done(cli, juid), timeout=120, what="the job to run again and succeed")
+        wait_for(
+            lambda: _attempts_done(cli, juid), timeout=120, what="the job to run again and succeed"
+        )
         one, two = info(cli, juid)["attempts_detail"]
         assert one["reason"].startswith("preempted"), one  # not a set-up failure: not final
         assert two["reason"] == "exit 0" and two["instance"] != one["instance"]
-        assert "start at epoch 0\n" in stdout(home, juid, 2) and f"result {expected(3)}\n" in stdout(home, juid, 2)
+        assert "start at epoch 0\n" in stdout(
+            home, juid, 2
+        ) and f"result {expected(3)}\n" in stdout(home, juid, 2)
         wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
     finally:
         finish(cli, moto)
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def test_on_demand_after_one_preemption(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                        metadata: dict[str, Metadata]) -> None:  # noqa: F811
-    spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, fallback={"on_demand_after": 1})
+def test_on_demand_after_one_preemption(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
+    spot_provider(
+        cli, moto, fleet, home, metadata["127.0.0.4"].port, fallback={"on_demand_after": 1}
+    )
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 2\n" in stdout(home, juid, 1), timeout=60, what="epoch 2")
         metadata[address_of(cli, juid, moto)].interrupt(seconds=120)
-        wait_for(lambda: _attempts_done(cli, juid), timeout=120, what="the job to resume and succeed")
+        wait_for(
+            lambda: _attempts_done(cli, juid), timeout=120, what="the job to resume and succeed"
+        )
         one, two = info(cli, juid)["attempts_detail"]
         assert (one["spot"], two["spot"]) == (True, False)
         _resumed_where_it_stopped(home, juid, 12)
@@ -124,8 +148,9 @@ time.sleep(300)
 """
 
 
-def test_a_job_cancelled_before_the_notice_stays_cancelled(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                           metadata: dict[str, Metadata]) -> None:  # noqa: F811
+def test_a_job_cancelled_before_the_notice_stays_cancelled(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port)
     Path("slow.py").write_text(SLOW_STOP)
     try:
@@ -133,9 +158,17 @@ def test_a_job_cancelled_before_the_notice_stays_cancelled(cli, home: Path, moto
         wait_for(lambda: "running\n" in stdout(home, juid, 1), timeout=60, what="the job to run")
         address = address_of(cli, juid, moto)
         cli("job", "cancel", juid, check=True)
-        wait_for(lambda: "asked to stop\n" in stdout(home, juid, 1), timeout=30, what="the cancel's SIGTERM")
+        wait_for(
+            lambda: "asked to stop\n" in stdout(home, juid, 1),
+            timeout=30,
+            what="the cancel's SIGTERM",
+        )
         metadata[address].interrupt(seconds=120)
-        wait_for(lambda: info(cli, juid)["state"] == "cancelled", timeout=60, what="the job to end cancelled")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "cancelled",
+            timeout=60,
+            what="the job to end cancelled",
+        )
         job = info(cli, juid)
         assert job["attempts"] == 1 and job["attempts_detail"][0]["reason"] == "cancelled by user"
         assert not any(e["kind"] in ("preempt", "retry") for e in job["events"]), job["events"]
@@ -145,18 +178,24 @@ def test_a_job_cancelled_before_the_notice_stays_cancelled(cli, home: Path, moto
         finish(cli, moto)
 
 
-def test_max_preemptions_reached_ends_the_job_preempted(cli, home: Path, moto: Any, fleet: Lab,  # noqa: F811
-                                                         metadata: dict[str, Metadata]) -> None:  # noqa: F811
+def test_max_preemptions_reached_ends_the_job_preempted(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, max_preemptions=0)
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: "epoch 2\n" in stdout(home, juid, 1), timeout=60, what="epoch 2")
         metadata[address_of(cli, juid, moto)].interrupt(seconds=120)
-        wait_for(lambda: info(cli, juid)["state"] == "preempted", timeout=60, what="the job to end preempted")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "preempted",
+            timeout=60,
+            what="the job to end preempted",
+        )
         job = info(cli, juid)
         [one] = job["attempts_detail"]
         assert "checkpoint saved" in one["reason"] and one["reason"].endswith(
-            "preempted 1 times, max_preemptions is 0"), one
+            "preempted 1 times, max_preemptions is 0"
+        ), one
         shown = cli("info", "job", juid, check=True).stdout
         assert "max_preemptions is 0" in shown
         wait_for(lambda: moto.instances() == [], timeout=30, what="the noticed instance to go")
@@ -179,7 +218,8 @@ def agent_pid(host: SSHHost) -> int | None:
 
 
 def test_an_agent_killed_mid_job_is_replaced_and_the_job_keeps_uploading(
-        cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=40)
     try:
         juid = run_job(cli, "python3", "train.py")
@@ -194,10 +234,15 @@ def test_an_agent_killed_mid_job_is_replaced_and_the_job_keeps_uploading(
         killed_at = epochs_done(home, juid, 1)
         wait_for(lambda: agent_pid(host) not in (None, old), timeout=60, what="a new agent")
         # The new agent adopted the job and uploads its checkpoint again.
-        wait_for(lambda: _uploaded_epoch(moto, home, juid) >= killed_at + 3, timeout=60,
-                 what="uploads after the agent was replaced")
+        wait_for(
+            lambda: _uploaded_epoch(moto, home, juid) >= killed_at + 3,
+            timeout=60,
+            what="uploads after the agent was replaced",
+        )
         metadata[address].interrupt(seconds=120)
-        wait_for(lambda: _attempts_done(cli, juid), timeout=120, what="the job to resume and succeed")
+        wait_for(
+            lambda: _attempts_done(cli, juid), timeout=120, what="the job to resume and succeed"
+        )
         one, _ = info(cli, juid)["attempts_detail"]
         assert "checkpoint saved" in one["reason"], one
         _resumed_where_it_stopped(home, juid, 40)
@@ -213,7 +258,8 @@ def test_an_agent_killed_mid_job_is_replaced_and_the_job_keeps_uploading(
 
 
 def test_a_job_that_ended_while_no_agent_ran_has_its_last_checkpoint_uploaded(
-        cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]) -> None:  # noqa: F811
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     # The agent dies (and the core, so none replaces it) mid-job; the job saves its last
     # checkpoint and ends. The agent that adopts the ended job uploads that checkpoint
     # before telling the exit, as the first would have.
@@ -227,7 +273,9 @@ def test_a_job_that_ended_while_no_agent_ran_has_its_last_checkpoint_uploaded(
         uploaded = _uploaded_epoch(moto, home, juid)
         assert uploaded < 8
         [out] = list(host.dir.rglob(f"{juid}/1/stdout.log"))
-        wait_for(lambda: f"result {expected(8)}\n" in out.read_text(), timeout=60, what="the job to end")
+        wait_for(
+            lambda: f"result {expected(8)}\n" in out.read_text(), timeout=60, what="the job to end"
+        )
         start_core(home)
         wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=120, what="the exit")
         assert _uploaded_epoch(moto, home, juid) == 8

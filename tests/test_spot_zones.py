@@ -21,18 +21,24 @@ from tests.test_spot import TRAIN, expected, metadata, stdout  # noqa: F401 - fi
 OTHER = "us-central1-b"
 
 
-def _zone_of(gce: FakeGCE, instance: str) -> str | None:  # noqa: F811
+def _zone_of(gce: FakeGCE, instance: str) -> str | None:
     name = instance.split("/", 1)[1]
     return next((i["zone"].rsplit("/", 1)[1] for i in gce.listed() if i["name"] == name), None)
 
 
-def test_the_replacement_avoids_the_zone_that_preempted(cli, home: Path, gce: FakeGCE, fleet: Lab,  # noqa: F811
-                                                        metadata: dict[str, Metadata]) -> None:  # noqa: F811
+def test_the_replacement_avoids_the_zone_that_preempted(
+    cli, home: Path, gce: FakeGCE, fleet: Lab, metadata: dict[str, Metadata]
+) -> None:
     add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
     path = home / "providers.yml"
     doc = yaml.safe_load(path.read_text())
-    doc["providers"]["gcp"].update(zones=[ZONE, OTHER], preemptible=True, checkpoint_every=1,
-                                   notice_every=0.2, metadata_url=f"http://{{address}}:{metadata['127.0.0.4'].port}")
+    doc["providers"]["gcp"].update(
+        zones=[ZONE, OTHER],
+        preemptible=True,
+        checkpoint_every=1,
+        notice_every=0.2,
+        metadata_url=f"http://{{address}}:{metadata['127.0.0.4'].port}",
+    )
     # Without the bucket: GCS gives workers no upload form yet; the checkpoint goes over SSH.
     del doc["providers"]["gcp"]["bucket"]
     path.write_text(yaml.safe_dump(doc))
@@ -44,11 +50,16 @@ def test_the_replacement_avoids_the_zone_that_preempted(cli, home: Path, gce: Fa
         assert _zone_of(gce, first) == ZONE  # the first zone configured
         [address] = [i["networkInterfaces"][0]["networkIP"] for i in gce.listed()]
         metadata[address].preempt()
-        wait_for(lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "running",
-                 timeout=90, what="the job to run again")
+        wait_for(
+            lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "running",
+            timeout=90,
+            what="the job to run again",
+        )
         second = info(cli, juid)["instance"]
         assert second != first and _zone_of(gce, second) == OTHER
-        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job to succeed")
+        wait_for(
+            lambda: info(cli, juid)["state"] == "succeeded", timeout=60, what="the job to succeed"
+        )
         one, _ = info(cli, juid)["attempts_detail"]
         assert one["reason"].startswith("preempted"), one
         assert f"result {expected(8)}\n" in stdout(home, juid, 2)

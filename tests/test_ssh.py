@@ -69,8 +69,11 @@ def state(cli, juid: str) -> str:
 
 
 def wait_state(cli, juid: str, *states: str, timeout: float = 30) -> str:
-    return wait_for(lambda: (s := state(cli, juid)) in states and s, timeout=timeout,
-                    what=f"{juid} to be {'/'.join(states)}")  # type: ignore[return-value]
+    return wait_for(
+        lambda: (s := state(cli, juid)) in states and s,
+        timeout=timeout,
+        what=f"{juid} to be {'/'.join(states)}",
+    )  # type: ignore[return-value]
 
 
 def test_first_contact_installs_agent_once_and_runs_jobs(cli, home: Path, lab: Lab) -> None:
@@ -102,8 +105,20 @@ def _fingerprint(host: SSHHost) -> str:
 
 def keyscan(host: SSHHost, hashed: bool = False) -> str:
     """What `ssh-keyscan [-H] -p PORT ADDRESS` prints of the host's ed25519 key."""
-    done = subprocess.run(["ssh-keyscan", *(["-H"] if hashed else []), "-t", "ed25519",
-                           "-p", str(host.port), host.address], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            "ssh-keyscan",
+            *(["-H"] if hashed else []),
+            "-t",
+            "ed25519",
+            "-p",
+            str(host.port),
+            host.address,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert host.host_key_pub[1] in done.stdout, done
     return done.stdout
 
@@ -123,7 +138,9 @@ def test_unknown_host_key_keeps_jobs_queued_until_keyscan(cli, home: Path, lab: 
     assert f"host key of [{host.address}]:{host.port} is unknown" in why
     assert _fingerprint(host) in why and "trust_on_first_use" in why
     # The core's dispatch passes saw it (and keep seeing it): the job is neither failed nor tried.
-    wait_for(lambda: "lab: jobs wait: " in (home / "daemon.log").read_text(), what="the core to say why")
+    wait_for(
+        lambda: "lab: jobs wait: " in (home / "daemon.log").read_text(), what="the core to say why"
+    )
     info = job_info(cli, juid)
     assert (info["state"], info["attempts"]) == ("queued", 0), info
     assert "is unknown" in cli("info", "job", juid, check=True).stdout
@@ -147,7 +164,9 @@ def test_unknown_host_key_trusted_on_first_use(cli, home: Path, lab: Lab) -> Non
     assert host.host_key_pub[1] in (home / "known_hosts").read_text()
 
 
-def test_changed_host_key_keeps_jobs_queued_until_known_hosts_is_fixed(cli, home: Path, lab: Lab) -> None:
+def test_changed_host_key_keeps_jobs_queued_until_known_hosts_is_fixed(
+    cli, home: Path, lab: Lab
+) -> None:
     host = lab.add("h1", trusted=False)
     other = lab.add("h2", trusted=False)
     # known_hosts pins h2's key under h1's name: h1 now presents a "changed" key.
@@ -167,23 +186,37 @@ def test_changed_host_key_keeps_jobs_queued_until_known_hosts_is_fixed(cli, home
 
 def test_jobs_spread_by_capacity_and_gpus_assigned(cli, home: Path, lab: Lab) -> None:
     hosts = [lab.add(f"h{i}") for i in range(3)]
-    configure(home, [hosts[0].entry(key=lab.key, cpus=2, gpus=2),
-                     hosts[1].entry(key=lab.key, cpus=1),
-                     hosts[2].entry(key=lab.key, cpus=1)])
+    configure(
+        home,
+        [
+            hosts[0].entry(key=lab.key, cpus=2, gpus=2),
+            hosts[1].entry(key=lab.key, cpus=1),
+            hosts[2].entry(key=lab.key, cpus=1),
+        ],
+    )
     Path("hold.py").write_text(
         "import os, sys, time\n"
         "print('gpus=' + os.environ.get('CUDA_VISIBLE_DEVICES', '-'), flush=True)\n"
         "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
     )
     release = hosts[0].dir / "release"
-    gpu_jobs = [run(cli, "--provider", "lab", "--gpus", "1", "--", "python3", "hold.py", str(release))
-                for _ in range(2)]
-    cpu_jobs = [run(cli, "--provider", "lab", "--", "python3", "hold.py", str(release))
-                for _ in range(3)]
+    gpu_jobs = [
+        run(cli, "--provider", "lab", "--gpus", "1", "--", "python3", "hold.py", str(release))
+        for _ in range(2)
+    ]
+    cpu_jobs = [
+        run(cli, "--provider", "lab", "--", "python3", "hold.py", str(release)) for _ in range(3)
+    ]
     for juid in gpu_jobs:
         wait_state(cli, juid, "running")
-    running = wait_for(lambda: [j for j in cpu_jobs if state(cli, j) == "running"] if sum(
-        state(cli, j) == "running" for j in cpu_jobs) == 2 else None, what="two cpu jobs running")
+    running = wait_for(
+        lambda: (
+            [j for j in cpu_jobs if state(cli, j) == "running"]
+            if sum(state(cli, j) == "running" for j in cpu_jobs) == 2
+            else None
+        ),
+        what="two cpu jobs running",
+    )
     waiting = [j for j in cpu_jobs if j not in running]
     # h0 is full with the two GPU jobs, h1 and h2 take one job each; the fifth waits.
     assert {job_info(cli, j)["instance"] for j in gpu_jobs} == {"lab/h0"}
@@ -214,11 +247,15 @@ def test_link_cut_mid_job_keeps_job_and_logs_complete(cli, home: Path, lab: Lab)
     wait_for(lambda: "line 00020" in cli("logs", juid).stdout, what="output before the cut")
     host.cut()
     remote_log = remote_runs(host) / juid / "1" / "stdout.log"
-    wait_for(lambda: remote_log.exists() and "line 00080" in remote_log.read_text(),
-             what="the job to keep printing while cut off")
+    wait_for(
+        lambda: remote_log.exists() and "line 00080" in remote_log.read_text(),
+        what="the job to keep printing while cut off",
+    )
     assert state(cli, juid) == "running"
     host.restore()
-    wait_for(lambda: "line 00100" in cli("logs", juid).stdout, what="output after the link returned")
+    wait_for(
+        lambda: "line 00100" in cli("logs", juid).stdout, what="output after the link returned"
+    )
     host.restart_sshd()  # the other way to lose the link: sshd itself dies and comes back
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
     expected = "".join(f"line {i:05d} " + "x" * 60 + "\n" for i in range(150))
@@ -241,26 +278,39 @@ for epoch in range(start, int(sys.argv[1]) + 1):
 
 
 def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
-        cli, home: Path, lab: Lab) -> None:
+    cli, home: Path, lab: Lab
+) -> None:
     first, second = lab.add("h1"), lab.add("h2")
     configure(home, [first.entry(key=lab.key, cpus=1)], checkpoint_every=0.2, lost_after=3)
     # Held at its end while its run folder holds `hold`: the attempt on the lost host runs on
     # until it is fenced, however long the rest takes.
-    Path("train.py").write_text(EPOCHS + "while os.path.exists(os.path.join(os.environ['MONKEY_RUN_DIR'], "
-                                "'hold')):\n    time.sleep(0.05)\n")
-    juid = run(cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "80", "0.25")
+    Path("train.py").write_text(
+        EPOCHS + "while os.path.exists(os.path.join(os.environ['MONKEY_RUN_DIR'], "
+        "'hold')):\n    time.sleep(0.05)\n"
+    )
+    juid = run(
+        cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "80", "0.25"
+    )
     wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, what="three epochs")
     (remote_runs(first) / juid / "1" / "hold").write_text("")
     ckpt = home / "runs" / juid / "checkpoint" / "epoch.txt"
-    wait_for(lambda: ckpt.exists() and int(ckpt.read_text()) >= 3, what="the checkpoint synced back")
+    wait_for(
+        lambda: ckpt.exists() and int(ckpt.read_text()) >= 3, what="the checkpoint synced back"
+    )
     # Add the second host, then lose the first for good (the job keeps running there).
     cli("daemon", "stop", check=True)
-    configure(home, [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)],
-              checkpoint_every=0.2, lost_after=3)
+    configure(
+        home,
+        [first.entry(key=lab.key, cpus=1), second.entry(key=lab.key, cpus=1)],
+        checkpoint_every=0.2,
+        lost_after=3,
+    )
     first.cut()
     cli("daemon", "start", check=True)
-    wait_for(lambda: (i := job_info(cli, juid))["state"] == "queued" and i["attempts"] == 1,
-             what="the attempt lost and the job re-queued")
+    wait_for(
+        lambda: (i := job_info(cli, juid))["state"] == "queued" and i["attempts"] == 1,
+        what="the attempt lost and the job re-queued",
+    )
     events = [e for e in job_info(cli, juid)["events"] if e["kind"] == "state"]
     assert events[-1]["new"] == "lost"
     assert events[-1]["detail"].startswith("its instance was unreachable for ")  # the user sees why
@@ -295,8 +345,10 @@ def test_cancel_stops_remote_process_tree(cli, home: Path, lab: Lab) -> None:
     assert os.path.exists(f"/proc/{child}") and os.path.exists(f"/proc/{parent}")
     cli("job", "cancel", juid, check=True)
     assert wait_state(cli, juid, "cancelled") == "cancelled"
-    wait_for(lambda: not os.path.exists(f"/proc/{child}") and not os.path.exists(f"/proc/{parent}"),
-             what="the remote process tree gone")
+    wait_for(
+        lambda: not os.path.exists(f"/proc/{child}") and not os.path.exists(f"/proc/{parent}"),
+        what="the remote process tree gone",
+    )
 
 
 def test_pause_and_resume_remote_job_from_checkpoint(cli, home: Path, lab: Lab) -> None:
@@ -310,7 +362,9 @@ def test_pause_and_resume_remote_job_from_checkpoint(cli, home: Path, lab: Lab) 
     done = int((home / "runs" / juid / "checkpoint" / "epoch.txt").read_text())
     cli("job", "resume", juid, check=True)
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded"
-    assert cli("logs", juid, "--attempt", "2").stdout.splitlines()[0] == f"start at epoch {done + 1}"
+    assert (
+        cli("logs", juid, "--attempt", "2").stdout.splitlines()[0] == f"start at epoch {done + 1}"
+    )
 
 
 def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: Lab, monkey) -> None:
@@ -333,8 +387,9 @@ def test_second_job_with_same_dataset_sends_no_dataset_bytes(home: Path, lab: La
         driver.transport.prepare(cap.instance, blobs)
         assert driver.transport.bytes_sent() >= 500_000
         Path("train.py").write_text("print(2)\n")  # new code, same data
-        second = monkey.store.get_job(monkey.run("python3 train.py", provider="lab",
-                                                 datasets=["data"], start_core=False).juid)
+        second = monkey.store.get_job(
+            monkey.run("python3 train.py", provider="lab", datasets=["data"], start_core=False).juid
+        )
         fresh = SSHDriver(load_providers(monkey.home)["lab"], monkey.home)  # no in-memory cache
         try:
             wait_for(fresh.instances, what="the host contacted")
@@ -370,14 +425,19 @@ def test_bad_host_configs_give_clear_errors(cli, home: Path, lab: Lab) -> None:
         configure(home, [host.entry(**extra)])
         juid = run(cli, "--provider", "lab", "--", "true")
         if message == "is unreachable":
-            wait_for(lambda: "is unreachable" in cli("list", "providers").stdout, what="unreachable shown")
+            wait_for(
+                lambda: "is unreachable" in cli("list", "providers").stdout,
+                what="unreachable shown",
+            )
             assert state(cli, juid) == "queued"  # waits for the host to come back
             cli("job", "cancel", juid, check=True)
             continue
         assert wait_state(cli, juid, "failed") == "failed"
         reason = job_info(cli, juid)["reason"]
         assert message in reason and "Traceback" not in reason, reason
-    (home / "providers.yml").write_text("providers:\n  lab: {type: ssh, hosts: [{host: a, port: x}]}\n")
+    (home / "providers.yml").write_text(
+        "providers:\n  lab: {type: ssh, hosts: [{host: a, port: x}]}\n"
+    )
     proc = cli("list", "providers")
     assert proc.returncode != 0
     assert proc.stderr.strip().endswith("provider 'lab': host 'a': port must be 1-65535, got 'x'")
@@ -393,17 +453,38 @@ def test_ssh_config_applies_to_hosts(home: Path, lab: Lab) -> None:
         "Host gpu1\n  HostName 10.0.0.5\n  User alice\n  Port 2200\n  IdentityFile ~/.ssh/lab\n"
         "  ProxyJump bastion\n"
     )
-    [spec] = host_specs(ProviderConfig("lab", "ssh", {"hosts": [{"host": "gpu1", "memory": "2G",
-                                                                  "gpus": 2}]}))
-    assert (spec.hostname, spec.user, spec.port, spec.proxy_jump) == ("10.0.0.5", "alice", 2200, "bastion")
+    [spec] = host_specs(
+        ProviderConfig("lab", "ssh", {"hosts": [{"host": "gpu1", "memory": "2G", "gpus": 2}]})
+    )
+    assert (spec.hostname, spec.user, spec.port, spec.proxy_jump) == (
+        "10.0.0.5",
+        "alice",
+        2200,
+        "bastion",
+    )
     assert spec.keys == [str(ssh / "lab")] and spec.gpus == ["0", "1"] and spec.memory == 2 << 30
 
 
 def test_provider_add_then_run_pinned_to_a_host(cli, home: Path, lab: Lab) -> None:
     one, two = lab.add("h1"), lab.add("h2")
-    proc = cli("provider", "add", "ssh", "lab", "--host", f"{lab.user}@{one.address}:{one.port}",
-               "--host", f"{two.address}:{two.port}", "--user", lab.user, "--key", lab.key,
-               "--cpus", "2", "--workdir", one.workdir)
+    proc = cli(
+        "provider",
+        "add",
+        "ssh",
+        "lab",
+        "--host",
+        f"{lab.user}@{one.address}:{one.port}",
+        "--host",
+        f"{two.address}:{two.port}",
+        "--user",
+        lab.user,
+        "--key",
+        lab.key,
+        "--cpus",
+        "2",
+        "--workdir",
+        one.workdir,
+    )
     assert proc.returncode == 0, proc.stderr
     # Both hosts share the user's workdir here: give the second its own folder.
     data = yaml.safe_load((home / "providers.yml").read_text())
@@ -457,9 +538,13 @@ def test_host_behind_a_proxy_jump(cli, home: Path, lab: Lab) -> None:
     )
     configure(home, [{"host": "inner", "workdir": inner.workdir}])
     juid = run(cli, "--provider", "lab", "--", "sh", "-c", "echo via jump")
-    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)["reason"]
+    assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)[
+        "reason"
+    ]
     assert cli("logs", juid).stdout == "via jump\n"
-    assert (Path(inner.workdir) / "agent").is_dir() and not (Path(bastion.workdir) / "agent").exists()
+    assert (Path(inner.workdir) / "agent").is_dir() and not (
+        Path(bastion.workdir) / "agent"
+    ).exists()
     assert bastion.relay.sent > 10_000  # the code, the agent and every request went through it
 
 
@@ -470,9 +555,13 @@ def test_shared_fs_sends_no_blobs_over_ssh(cli, home: Path, lab: Lab) -> None:
         os.chmod(shared, 0o755)
         configure(home, [host.entry(key=lab.key)], shared_fs=str(shared))
         Path("data.txt").write_text("shared data\n")
-        Path("read.py").write_text("import os; print(open(os.environ['MONKEY_DATASET_D']).read(), end='')\n")
+        Path("read.py").write_text(
+            "import os; print(open(os.environ['MONKEY_DATASET_D']).read(), end='')\n"
+        )
         juid = run(cli, "--provider", "lab", "--dataset", "data.txt:D", "--", "python3", "read.py")
-        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)["reason"]
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)[
+            "reason"
+        ]
         assert cli("logs", juid).stdout == "shared data\n"
         assert not (Path(host.workdir) / "blobs").exists()  # nothing went over SSH
         assert len(list((shared / "blobs").glob("*/*"))) == 2  # the code and the dataset
@@ -486,25 +575,49 @@ def test_provider_added_while_the_core_runs_takes_jobs(cli, home: Path, lab: Lab
     assert wait_state(cli, run(cli, "--", "true"), "succeeded") == "succeeded"  # the core runs
     bad = cli("provider", "add", "ssh", "lab", "--host", f"{host.address}:99999")
     assert bad.returncode != 0 and bad.stderr.strip().endswith(
-        f"provider 'lab': host '{host.address}': port must be 1-65535, got 99999")
+        f"provider 'lab': host '{host.address}': port must be 1-65535, got 99999"
+    )
     assert ".tmp" not in bad.stderr and not (home / "providers.yml").exists()
     slash = cli("provider", "add", "ssh", "a/b", "--host", "x")
     assert slash.returncode != 0 and "provider name 'a/b'" in slash.stderr
-    added = cli("provider", "add", "ssh", "lab", "--host", f"{lab.user}@{host.address}:{host.port}",
-                "--key", lab.key, "--workdir", "/proc/monkey-work")
+    added = cli(
+        "provider",
+        "add",
+        "ssh",
+        "lab",
+        "--host",
+        f"{lab.user}@{host.address}:{host.port}",
+        "--key",
+        lab.key,
+        "--workdir",
+        "/proc/monkey-work",
+    )
     assert added.returncode == 0, added.stderr
     check = cli("provider", "check", "lab")
     assert check.returncode != 0
     assert "cannot create /proc/monkey-work on the host" in check.stdout, check.stdout
-    cli("provider", "add", "ssh", "lab", "--force", "--host", f"{lab.user}@{host.address}:{host.port}",
-        "--key", lab.key, "--workdir", host.workdir, check=True)
+    cli(
+        "provider",
+        "add",
+        "ssh",
+        "lab",
+        "--force",
+        "--host",
+        f"{lab.user}@{host.address}:{host.port}",
+        "--key",
+        lab.key,
+        "--workdir",
+        host.workdir,
+        check=True,
+    )
     juid = run(cli, "--provider", "lab", "--", "echo", "hi")
     assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", job_info(cli, juid)
     assert cli("logs", juid, check=True).stdout == "hi\n"
 
 
-def test_dashboard_instances_pane_shows_ssh_hosts_as_configured(cli, home: Path, lab: Lab,
-                                                                monkey) -> None:
+def test_dashboard_instances_pane_shows_ssh_hosts_as_configured(
+    cli, home: Path, lab: Lab, monkey
+) -> None:
     """Attempts are placed as `lab/h1` (not `lab/lab/h1`), a down host says why, and a host
     removed from providers.yml (or a provider added) shows once the file changes."""
     import asyncio
@@ -535,13 +648,24 @@ def test_dashboard_instances_pane_shows_ssh_hosts_as_configured(cli, home: Path,
     async def main() -> None:
         async with app.run_test(size=(160, 40)) as pilot:
             await pilot.press("i")
-            await until(pilot, lambda: [r[3] for r in rows("attempts-table")] == ["lab/h1"],
-                        "the attempt on lab/h1")
-            await until(pilot, lambda: any(r[2] == "lab/gone" and "unreachable:" in r[4]
-                                           for r in rows("instances-table")), "why gone is down")
+            await until(
+                pilot,
+                lambda: [r[3] for r in rows("attempts-table")] == ["lab/h1"],
+                "the attempt on lab/h1",
+            )
+            await until(
+                pilot,
+                lambda: any(
+                    r[2] == "lab/gone" and "unreachable:" in r[4] for r in rows("instances-table")
+                ),
+                "why gone is down",
+            )
             configure(home, [host.entry(key=lab.key)])
-            await until(pilot, lambda: [r[2] for r in rows("instances-table") if r[0] == "lab"]
-                        == ["lab/h1"], "the removed host gone")
+            await until(
+                pilot,
+                lambda: [r[2] for r in rows("instances-table") if r[0] == "lab"] == ["lab/h1"],
+                "the removed host gone",
+            )
             app.exit()
 
     asyncio.run(main())
@@ -549,13 +673,15 @@ def test_dashboard_instances_pane_shows_ssh_hosts_as_configured(cli, home: Path,
 
 
 def test_passphrase_key_in_ssh_agent_is_used_and_named_when_configured(
-        cli, home: Path, lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli, home: Path, lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The common set-up: ~/.ssh/id_ed25519 has a passphrase and ssh-agent holds it."""
     import subprocess
 
     host = lab.add("h1")
-    subprocess.run(["ssh-keygen", "-q", "-p", "-N", "secret", "-f", lab.key], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-p", "-N", "secret", "-f", lab.key], check=True, capture_output=True
+    )
     askpass = tmp_path / "askpass"
     askpass.write_text("#!/bin/sh\necho secret\n")
     askpass.chmod(0o700)
@@ -564,23 +690,35 @@ def test_passphrase_key_in_ssh_agent_is_used_and_named_when_configured(
     try:
         wait_for(lambda: os.path.exists(sock), what="ssh-agent")
         monkeypatch.setenv("SSH_AUTH_SOCK", sock)
-        subprocess.run(["ssh-add", lab.key], check=True, capture_output=True, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force",
-                            "DISPLAY": ":0"})
+        subprocess.run(
+            ["ssh-add", lab.key],
+            check=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "SSH_ASKPASS": str(askpass),
+                "SSH_ASKPASS_REQUIRE": "force",
+                "DISPLAY": ":0",
+            },
+        )
         configure(home, [host.entry()])  # no `key:`: the agent's key, then ~/.ssh/id_*
         check = cli("provider", "check", "lab")
         assert check.returncode == 0 and " up " in check.stdout, check.stdout + check.stderr
         configure(home, [host.entry(key=lab.key)])
         check = cli("provider", "check", "lab")
         assert check.returncode == 1
-        assert f"SSH key {lab.key} is encrypted; load it into ssh-agent" in check.stdout, check.stdout
+        assert f"SSH key {lab.key} is encrypted; load it into ssh-agent" in check.stdout, (
+            check.stdout
+        )
     finally:
         agent.terminate()
         agent.wait()
 
 
-def test_in_job_api_on_a_host_without_monkey_tracks_as_locally(cli, home: Path, lab: Lab,
-                                                                open_tmp: Path) -> None:  # noqa: F811 - the fixture
+def test_in_job_api_on_a_host_without_monkey_tracks_as_locally(
+    cli, home: Path, lab: Lab, open_tmp: Path
+) -> None:  # the fixture
     """`import monkey; monkey.log(...)` in a job run by a python without monkey installed:
     the host needs no install step and the job is tracked exactly as on the local provider."""
     python = bare_python(open_tmp / "bare")
@@ -590,13 +728,15 @@ def test_in_job_api_on_a_host_without_monkey_tracks_as_locally(cli, home: Path, 
     remote = run(cli, "--provider", "lab", "--", python, "train.py")
     local = run(cli, "--", python, "train.py")
     for juid in (remote, local):
-        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", (
-            cli("logs", "--stderr", juid).stdout)
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", cli(
+            "logs", "--stderr", juid
+        ).stdout
     assert check_tracked(cli, remote) == check_tracked(cli, local)
 
 
-def test_a_monkey_of_the_jobs_own_wins_and_metrics_still_arrive(cli, home: Path, lab: Lab,
-                                                                 open_tmp: Path) -> None:  # noqa: F811 - the fixture
+def test_a_monkey_of_the_jobs_own_wins_and_metrics_still_arrive(
+    cli, home: Path, lab: Lab, open_tmp: Path
+) -> None:  # the fixture
     """A worker environment with its own `monkey` (an unrelated module, or a monkey of another
     version) keeps it: the job imports that one, and its metrics reach monkey all the same."""
     host = lab.add("h1")
@@ -605,9 +745,8 @@ def test_a_monkey_of_the_jobs_own_wins_and_metrics_still_arrive(cli, home: Path,
     python = bare_python(unrelated)
     (site_packages(unrelated) / "monkey.py").write_text("BANANA = 'yes'\n")
     Path("unrelated.py").write_text(
-        "import monkey, monkey_track\n"
-        "print(monkey.BANANA)\n"
-        "monkey_track.log('x', 1.5, step=3)\n")
+        "import monkey, monkey_track\nprint(monkey.BANANA)\nmonkey_track.log('x', 1.5, step=3)\n"
+    )
     first = run(cli, "--provider", "lab", "--", python, "unrelated.py")
     # Another monkey on the PYTHONPATH the host gives its jobs: an older one, writing the
     # plain JSON form of the metrics file itself.
@@ -618,14 +757,25 @@ def test_a_monkey_of_the_jobs_own_wins_and_metrics_still_arrive(cli, home: Path,
         "__version__ = '0.0.1'\n"
         "def log(name, value, step=None):\n"
         "    with open(os.path.join(os.environ['MONKEY_RUN_DIR'], 'metrics.jsonl'), 'a') as f:\n"
-        "        f.write(json.dumps([[name, step, value, time.time_ns()]]) + '\\n')\n")
-    Path("older.py").write_text("import monkey\nprint(monkey.__version__)\nmonkey.log('y', 2.5, step=1)\n")
+        "        f.write(json.dumps([[name, step, value, time.time_ns()]]) + '\\n')\n"
+    )
+    Path("older.py").write_text(
+        "import monkey\nprint(monkey.__version__)\nmonkey.log('y', 2.5, step=1)\n"
+    )
     bare = bare_python(open_tmp / "bare")
-    second = run(cli, "--provider", "lab", "--", "sh", "-c",
-                 f'PYTHONPATH="$PYTHONPATH:{older.parent}" exec {bare} older.py')
+    second = run(
+        cli,
+        "--provider",
+        "lab",
+        "--",
+        "sh",
+        "-c",
+        f'PYTHONPATH="$PYTHONPATH:{older.parent}" exec {bare} older.py',
+    )
     for juid, printed in ((first, "yes\n"), (second, "0.0.1\n")):
-        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", (
-            cli("logs", "--stderr", juid).stdout)
+        assert wait_state(cli, juid, "succeeded", "failed") == "succeeded", cli(
+            "logs", "--stderr", juid
+        ).stdout
         assert cli("logs", "--stdout", juid, check=True).stdout == printed
     assert tracked(cli, first)[1] == {"x": [[3, 1.5]]}
     assert tracked(cli, second)[1] == {"y": [[1, 2.5]]}

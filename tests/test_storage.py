@@ -53,19 +53,28 @@ def s3_client(endpoint: str) -> Any:
 def make_s3(endpoint: str) -> S3Storage:
     """The storage of an ec2 provider whose bucket exists."""
     s3_client(endpoint).create_bucket(Bucket=BUCKET)
-    config = ProviderConfig("aws", "ec2", {"region": "us-east-1", "bucket": BUCKET, "endpoint": endpoint})
+    config = ProviderConfig(
+        "aws", "ec2", {"region": "us-east-1", "bucket": BUCKET, "endpoint": endpoint}
+    )
     return S3Storage.from_config(config)
 
 
-def make_gcs(gce: Any) -> GCSStorage:  # noqa: F811
+def make_gcs(gce: Any) -> GCSStorage:
     """The storage of a gce provider whose bucket exists (fake-gcs-server)."""
-    storage = GCSStorage(BUCKET, credentials=gce.key, project="monkey-test", endpoint=gce.gcs.endpoint)
+    storage = GCSStorage(
+        BUCKET, credentials=gce.key, project="monkey-test", endpoint=gce.gcs.endpoint
+    )
     assert storage.ensure_bucket() and not storage.ensure_bucket()
     return storage
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.system),
-                        pytest.param("gcs", marks=pytest.mark.system)])  # moto, fake-gcs-server
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("s3", marks=pytest.mark.system),
+        pytest.param("gcs", marks=pytest.mark.system),
+    ]
+)  # moto, fake-gcs-server
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     """Each implementation in turn (the local one is another MONKEY_HOME than the source's)."""
     if request.param == "local":
@@ -86,8 +95,12 @@ def fresh(storage: Storage) -> Storage:
     if isinstance(storage, LocalStorage):
         return LocalStorage(Home(storage.root))
     if isinstance(storage, GCSStorage):
-        return GCSStorage(storage.bucket, credentials=storage.credentials, project=storage.project,
-                          endpoint=storage.endpoint)
+        return GCSStorage(
+            storage.bucket,
+            credentials=storage.credentials,
+            project=storage.project,
+            endpoint=storage.endpoint,
+        )
     assert isinstance(storage, S3Storage)
     return S3Storage(storage.bucket, endpoint=storage.endpoint, region=storage.region)
 
@@ -133,15 +146,18 @@ def test_blob_uploaded_once(storage: Storage, source: BlobStore, tmp_path: Path)
     assert storage.has([first, second]) == {first, second}
 
 
-def test_small_blobs_go_in_packs_uploaded_once(moto_s3: str, source: BlobStore,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_small_blobs_go_in_packs_uploaded_once(
+    moto_s3: str, source: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Packs hold their blobs end to end, smallest first, each at most PACK_MAX bytes (a
     blob larger than that alone); the same set of blobs makes the same packs, stored once."""
     from monkey.storage import bucket
 
     monkeypatch.setattr(bucket, "PACK_MAX", 10)
     storage = make_s3(moto_s3)
-    s3_client(moto_s3).put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    s3_client(moto_s3).put_bucket_versioning(
+        Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"}
+    )
     blobs = [b"four", b"4444", b"abcd", b"twelve bytes"]
     digests = [source.put_bytes(data)[0] for data in blobs]
     packs = storage.put_packs(digests + digests[:1], source)
@@ -161,8 +177,9 @@ def test_small_blobs_go_in_packs_uploaded_once(moto_s3: str, source: BlobStore,
 
 
 @pytest.mark.parametrize("keys", [20_000, 0])
-def test_has_many_digests(storage: Storage, source: BlobStore, keys: int,
-                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_has_many_digests(
+    storage: Storage, source: BlobStore, keys: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Many digests at once: a listing of blobs/ (or HEADs when the listing stops short)."""
     monkeypatch.setattr("monkey.storage.bucket._LIST_AT_MOST", keys)
     digests = [source.put_bytes(b"blob %d" % i)[0] for i in range(100)]
@@ -229,14 +246,19 @@ def test_s3_urls_are_signed_and_expire(moto: Any, source: BlobStore) -> None:
     other = url.replace(f"blobs/{digest}", f"blobs/{'0' * 64}")  # another key, same signature
     expired = storage.blob_url(digest, expires=1)
     stamp = urllib.parse.parse_qs(urllib.parse.urlparse(expired).query)["X-Amz-Date"][0]
-    wait_for(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 2)) > stamp,
-             what="the URL to expire")  # fmt: skip
+    wait_for(
+        lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 2)) > stamp,
+        what="the URL to expire",
+    )
     for bad in (forged, other, expired):
         with pytest.raises(urllib.error.HTTPError) as err:
             fetch(bad)
         assert err.value.code == 403
     assert [r.split(": ", 1)[1] for r in moto.server.gate.refused] == [
-        "the signature does not match", "the signature does not match", "the presigned URL has expired"]
+        "the signature does not match",
+        "the signature does not match",
+        "the presigned URL has expired",
+    ]
     moto.server.gate.refused.clear()
 
     storage.delete(f"blobs/{digest}")
@@ -252,13 +274,18 @@ def test_s3_upload_form_is_checked_as_s3_does(moto: Any, tmp_path: Path) -> None
 
     storage = make_s3(moto.endpoint)
     form = storage.upload_form("runs/26-01-01-001/results", expires=600)
-    assert form["url"].startswith(moto.endpoint) and "testing" not in json.dumps(form["fields"]).replace(
-        form["fields"]["x-amz-credential"], "")
+    assert form["url"].startswith(moto.endpoint) and "testing" not in json.dumps(
+        form["fields"]
+    ).replace(form["fields"]["x-amz-credential"], "")
     state = tmp_path / "ckpt" / "state.json"
     state.parent.mkdir()
     state.write_text('{"epoch": 3}')
-    uploader = Results({**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
-                       "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    uploader = Results(
+        {**form, "prefix": "runs/26-01-01-001/results", "dirs": {"checkpoint": str(state.parent)}},
+        "26-01-01-001",
+        1,
+        str(tmp_path),
+    )
     sent = uploader.upload()
     assert sent["files"] == 1 and sent["bytes"] == len('{"epoch": 3}')
     listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET)["Contents"]
@@ -272,15 +299,22 @@ def test_s3_upload_form_is_checked_as_s3_does(moto: Any, tmp_path: Path) -> None
     expired = storage.upload_form("runs/26-01-01-001/results", expires=-1)
     signature = form["fields"]["x-amz-signature"]
     forged = {**form, "fields": {**form["fields"], "x-amz-signature": signature[::-1]}}
-    for bad, prefix in ((form, "runs/26-01-01-002/results"), (forged, "runs/26-01-01-001/results"),
-                        (expired, "runs/26-01-01-001/results")):  # fmt: skip
+    for bad, prefix in (
+        (form, "runs/26-01-01-002/results"),
+        (forged, "runs/26-01-01-001/results"),
+        (expired, "runs/26-01-01-001/results"),
+    ):
         with pytest.raises(urllib.error.HTTPError) as refused:
-            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file("objects/y", str(blob))
+            Results({**bad, "prefix": prefix}, "26-01-01-001", 1, "")._post_file(
+                "objects/y", str(blob)
+            )
         assert refused.value.code == 403
     assert [r.split(": ", 1)[1] for r in moto.server.gate.refused] == [
         "the form's key='runs/26-01-01-002/results/objects/y' does not meet "
         "['starts-with', '$key', 'runs/26-01-01-001/results/']",
-        "the signature does not match", "the policy has expired"]
+        "the signature does not match",
+        "the policy has expired",
+    ]
     moto.server.gate.refused.clear()
     listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET)["Contents"]
     assert sorted(o["Key"] for o in listed) == stored
@@ -302,8 +336,12 @@ def test_a_first_attempt_with_nothing_to_keep_stores_no_manifest(moto: Any, tmp_
         listed = s3_client(moto.endpoint).list_objects_v2(Bucket=BUCKET, Prefix=prefix)
         return sorted(o["Key"].removeprefix(prefix + "/") for o in listed.get("Contents", []))
 
-    first = Results({**form, "dirs": {"checkpoint": str(ckpt)}, "outputs": ["*.csv"]},
-                    "26-01-01-001", 1, str(tmp_path))  # fmt: skip
+    first = Results(
+        {**form, "dirs": {"checkpoint": str(ckpt)}, "outputs": ["*.csv"]},
+        "26-01-01-001",
+        1,
+        str(tmp_path),
+    )
     assert first.upload(final=True) == {"bytes": 0, "digest": None, "files": 0}
     assert keys() == []
 
@@ -320,7 +358,9 @@ def test_a_first_attempt_with_nothing_to_keep_stores_no_manifest(moto: Any, tmp_
     assert "manifests/2-000001.json" in keys()
 
 
-def test_restore_makes_the_kept_folders_hold_the_manifest_and_nothing_else(moto: Any, tmp_path: Path) -> None:
+def test_restore_makes_the_kept_folders_hold_the_manifest_and_nothing_else(
+    moto: Any, tmp_path: Path
+) -> None:
     """What an earlier attempt on the same worker left after its last upload is not the
     job's newest consistent state: it goes. A folder the manifest does not name is made."""
     from monkey.client_agent.results import Results
@@ -333,14 +373,17 @@ def test_restore_makes_the_kept_folders_hold_the_manifest_and_nothing_else(moto:
     (ckpt / "epoch-1.pt").write_bytes(b"one")
     saver = Results({**form, "dirs": {"checkpoint": str(ckpt)}}, "26-01-01-001", 1, "")
     saver.upload()
-    [(rel, (sha, size, mode))] = json.loads(fetch(storage.get_url(f"{prefix}/manifest.json", 60)))["files"].items()
+    [(rel, (sha, size, mode))] = json.loads(fetch(storage.get_url(f"{prefix}/manifest.json", 60)))[
+        "files"
+    ].items()
     (ckpt / "epoch-2.pt").write_bytes(b"two, never uploaded")
     (ckpt / "old" / "deep").mkdir(parents=True)
     (ckpt / "old" / "deep" / "x").write_text("x")
     (ckpt / "link").symlink_to(tmp_path)
 
-    restorer = Results({**form, "dirs": {"checkpoint": str(ckpt), "persist": str(persist)}},
-                       "26-01-01-001", 2, "")  # fmt: skip
+    restorer = Results(
+        {**form, "dirs": {"checkpoint": str(ckpt), "persist": str(persist)}}, "26-01-01-001", 2, ""
+    )
     url = storage.get_url(f"{prefix}/objects/{sha}", 60)
     assert restorer.restore({rel: [url, size, sha, mode]}) == 0  # there already: not fetched
     assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-1.pt"]
@@ -410,7 +453,9 @@ def test_delete(storage: Storage, source: BlobStore, tmp_path: Path) -> None:
     assert storage.put_blobs([digest], source) == 4  # sent again once deleted
 
 
-@pytest.mark.parametrize("key", ["../etc", "etc/passwd", "runs/../../x", "runs", "runs//x", "/runs/x"])
+@pytest.mark.parametrize(
+    "key", ["../etc", "etc/passwd", "runs/../../x", "runs", "runs//x", "/runs/x"]
+)
 def test_keys_outside_the_layout_are_refused(storage: Storage, key: str, tmp_path: Path) -> None:
     with pytest.raises(MonkeyError, match="is not a storage key"):
         storage.put_tree(tmp_path, key)
@@ -428,8 +473,9 @@ def test_missing_bucket_is_one_line(moto_s3: str, source: BlobStore) -> None:
     assert "\n" not in str(err.value)
 
 
-def test_no_credentials_is_one_line(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
-                                    source: BlobStore) -> None:  # fmt: skip
+def test_no_credentials_is_one_line(
+    moto_s3: str, monkeypatch: pytest.MonkeyPatch, source: BlobStore
+) -> None:
     storage = make_s3(moto_s3)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
@@ -439,15 +485,19 @@ def test_no_credentials_is_one_line(moto_s3: str, monkeypatch: pytest.MonkeyPatc
         fresh.put_blobs([digest], source)
 
 
-def test_credentials_file_and_profile(moto_s3: str, monkeypatch: pytest.MonkeyPatch,
-                                      tmp_path: Path, source: BlobStore) -> None:  # fmt: skip
+def test_credentials_file_and_profile(
+    moto_s3: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: BlobStore
+) -> None:
     make_s3(moto_s3)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     creds = tmp_path / "aws-creds"
     creds.write_text("[lab]\naws_access_key_id = labkey\naws_secret_access_key = labsecret\n")
-    config = ProviderConfig("aws", "ec2", {"bucket": BUCKET, "endpoint": moto_s3,
-                                           "credentials": str(creds), "profile": "lab"})  # fmt: skip
+    config = ProviderConfig(
+        "aws",
+        "ec2",
+        {"bucket": BUCKET, "endpoint": moto_s3, "credentials": str(creds), "profile": "lab"},
+    )
     storage = S3Storage.from_config(config)
     digest, _ = source.put_bytes(b"via a profile")
     assert storage.put_blobs([digest], source) == len(b"via a profile")
@@ -461,13 +511,18 @@ def test_each_cloud_kind_picks_its_bucket_storage() -> None:
     from monkey.drivers.ec2 import EC2Driver
     from monkey.drivers.gce import GCEDriver
 
-    gcs = GCEDriver.bucket_storage(ProviderConfig("gcp", "gce", {"bucket": "g", "credentials": "/sa.json"}))
+    gcs = GCEDriver.bucket_storage(
+        ProviderConfig("gcp", "gce", {"bucket": "g", "credentials": "/sa.json"})
+    )
     assert isinstance(gcs, GCSStorage) and gcs.bucket == "g"
-    s3 = EC2Driver.bucket_storage(ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"}))
+    s3 = EC2Driver.bucket_storage(
+        ProviderConfig("aws", "ec2", {"bucket": "b", "region": "eu-west-1"})
+    )
     assert isinstance(s3, S3Storage) and (s3.bucket, s3.region) == ("b", "eu-west-1")
     code = "import sys, monkey.storage, monkey.drivers.ec2; print('boto3' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -478,16 +533,17 @@ def test_progress_bar_on_a_terminal(moto_s3: str, tmp_path: Path) -> None:
 import os, pathlib
 from monkey.snapshot import BlobStore
 from monkey.storage.s3 import S3Storage
-src = BlobStore(pathlib.Path({str(tmp_path / 'src')!r}))
-big = pathlib.Path({str(tmp_path / 'big')!r})
+src = BlobStore(pathlib.Path({str(tmp_path / "src")!r}))
+big = pathlib.Path({str(tmp_path / "big")!r})
 big.write_bytes(os.urandom(12 << 20))
 digest = src.put_path(big)[0]
 print(S3Storage({BUCKET!r}, endpoint={moto_s3!r}).put_blobs([digest], src))
 """
     leader, follower = pty.openpty()
     env = dict(os.environ, MONKEY_PROGRESS_AFTER="0", PYTHONPATH=str(REPO), COLUMNS="100")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=follower, env=env, cwd=REPO)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=follower, env=env, cwd=REPO
+    )
     os.close(follower)
     screen = b""
     while True:
@@ -506,7 +562,9 @@ print(S3Storage({BUCKET!r}, endpoint={moto_s3!r}).put_blobs([digest], src))
     assert "uploading" in text and "12.6/12.6 MB" in text
 
 
-def test_gcs_urls_are_v4_signed_and_a_missing_bucket_is_one_line(gce: Any, source: BlobStore) -> None:  # noqa: F811
+def test_gcs_urls_are_v4_signed_and_a_missing_bucket_is_one_line(
+    gce: Any, source: BlobStore
+) -> None:
     storage = make_gcs(gce)
     digest, _ = source.put_bytes(b"signed")
     storage.put_blobs([digest], source)
@@ -515,5 +573,8 @@ def test_gcs_urls_are_v4_signed_and_a_missing_bucket_is_one_line(gce: Any, sourc
     assert query["X-Goog-Algorithm"] == ["GOOG4-RSA-SHA256"] and query["X-Goog-Expires"] == ["60"]
     assert "private_key" not in url and fetch(url) == b"signed"
     gone = GCSStorage("no-such-bucket", credentials=gce.key, endpoint=gce.gcs.endpoint)
-    with pytest.raises(MonkeyError, match=r"^GCS bucket no-such-bucket: .*create it with `monkey provider add gcp`$"):
+    with pytest.raises(
+        MonkeyError,
+        match=r"^GCS bucket no-such-bucket: .*create it with `monkey provider add gcp`$",
+    ):
         gone.put_blobs([digest], source)

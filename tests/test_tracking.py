@@ -36,7 +36,9 @@ def steps(monkey, juid: str, name: str) -> list[int]:
 
 
 def test_log_forms_params_summary_and_scraping(home, monkey, cli):
-    write(Path("train.py"), """
+    write(
+        Path("train.py"),
+        """
         import json, monkey
         monkey.log_params({"lr": 0.1, "optim": {"name": "sgd", "momentum": 0.9}})
         for i in range(3):
@@ -50,7 +52,8 @@ def test_log_forms_params_summary_and_scraping(home, monkey, cli):
         print('not json {"experiment": {"x": 1}}')
         print('{"experiment": broken')
         monkey.summary(best_acc=0.7)
-        """)
+        """,
+    )
     job = monkey.run("python train.py")
     assert job.wait(60) == State.SUCCEEDED
     m = monkey.metrics(job.juid)
@@ -108,8 +111,14 @@ def test_bad_log_calls_raise_at_once(tmp_path):
             except (TypeError, ValueError) as e:
                 print(type(e).__name__)
         """)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=30, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
     assert out == ["ValueError", "TypeError", "TypeError", "TypeError"]
 
 
@@ -161,13 +170,16 @@ def test_sigkill_loses_at_most_the_last_second(home, monkey, tmp_path):
 
 
 def test_core_and_agent_killed_while_logging_lose_and_double_nothing(home, monkey, tmp_path):
-    write(Path("burst.py"), """
+    write(
+        Path("burst.py"),
+        """
         import time, monkey
         for i in range(30000):
             monkey.log("x", i, step=i)
             if i % 1000 == 0:
                 time.sleep(0.1)
-        """)
+        """,
+    )
     job = monkey.run("python burst.py")
     wait_for(lambda: monkey.store.metric_names(job.juid), what="first metrics")
     kill_core(home)
@@ -183,14 +195,16 @@ def test_system_metrics_with_cpu_memory_and_gpu(home, monkey, tmp_path, monkeypa
     fake = tmp_path / "bin"
     fake.mkdir()
     smi = fake / "nvidia-smi"
-    smi.write_text(textwrap.dedent("""\
+    smi.write_text(
+        textwrap.dedent("""\
         #!/bin/sh
         case "$1" in
           --query-gpu=index) echo 0 ;;
           --query-gpu=index,name,memory.total) echo "0, Fake GPU, 16000" ;;
           --query-gpu=index,utilization.gpu,memory.used) echo "0, 55, 1234" ;;
         esac
-        """))
+        """)
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     job = monkey.run("python -c 'import time; time.sleep(2.5)'", gpus=1)
@@ -202,7 +216,9 @@ def test_system_metrics_with_cpu_memory_and_gpu(home, monkey, tmp_path, monkeypa
 
 
 def test_points_survive_an_exception_and_forked_children_never_double(home, monkey):
-    write(Path("crash.py"), """
+    write(
+        Path("crash.py"),
+        """
         import os, monkey
         for i in range(100):
             monkey.log("x", i, step=i)
@@ -213,7 +229,8 @@ def test_points_survive_an_exception_and_forked_children_never_double(home, monk
             os._exit(0)
         os.waitpid(pid, 0)
         raise RuntimeError("diverged")
-        """)
+        """,
+    )
     job = monkey.run("python crash.py")
     assert job.wait(60) == State.FAILED
     assert steps(monkey, job.juid, "x") == list(range(100))
@@ -223,7 +240,9 @@ def test_points_survive_an_exception_and_forked_children_never_double(home, monk
 
 def test_points_logged_in_forked_multiprocessing_children_and_threads_all_arrive(home, monkey):
     # A fork-started multiprocessing child ends with os._exit, which skips atexit.
-    write(Path("train.py"), """
+    write(
+        Path("train.py"),
+        """
         import multiprocessing as mp, threading, monkey
         def child(i):
             for s in range(5):
@@ -241,7 +260,8 @@ def test_points_logged_in_forked_multiprocessing_children_and_threads_all_arrive
             t.join()
             with mp.get_context("fork").Pool(2) as pool:
                 pool.map(child, [2, 3])
-        """)
+        """,
+    )
     job = monkey.run("python train.py")
     assert job.wait(60) == State.SUCCEEDED
     for name in ("child0", "child1", "child2", "child3", "thread"):
@@ -250,10 +270,13 @@ def test_points_logged_in_forked_multiprocessing_children_and_threads_all_arrive
 
 
 def test_metrics_json_with_nan_and_infinity_is_valid_json(home, monkey, cli):
-    write(Path("train.py"), """
+    write(
+        Path("train.py"),
+        """
         import monkey
         monkey.log({"nan": float("nan"), "inf": float("inf"), "ninf": float("-inf")}, step=1)
-        """)
+        """,
+    )
     job = monkey.run("python train.py")
     assert job.wait(60) == State.SUCCEEDED
 
@@ -268,7 +291,7 @@ def test_metrics_json_with_nan_and_infinity_is_valid_json(home, monkey, cli):
     json.loads(cli("compare", job.juid, "--json", check=True).stdout, parse_constant=refuse)
 
 
-def test_a_python_without_monkey_logs_through_the_agents_monkey(home, cli, open_tmp: Path) -> None:  # noqa: F811
+def test_a_python_without_monkey_logs_through_the_agents_monkey(home, cli, open_tmp: Path) -> None:
     """A local job whose python cannot import monkey (a bare virtualenv, nothing on its
     PYTHONPATH), in a project with a folder named `monkey` (no package): `import monkey`
     gives it the in-job API, and it is tracked as anywhere; a job asking for the rest of the
@@ -277,15 +300,18 @@ def test_a_python_without_monkey_logs_through_the_agents_monkey(home, cli, open_
     Path("train.py").write_text(SCRIPT)
     Path("monkey").mkdir()
     (Path("monkey") / "notes.txt").write_text("a data folder, not a package\n")
-    juid = json.loads(cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "train.py",
-                          check=True).stdout)["job"]
+    juid = json.loads(
+        cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "train.py", check=True).stdout
+    )["job"]
     assert cli("logs", "--follow", juid).returncode == 0, cli("logs", "--stderr", juid).stdout
     check_tracked(cli, juid)
     Path("api.py").write_text("import monkey\nmonkey.Monkey()\n")
-    other = json.loads(cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "api.py",
-                           check=True).stdout)["job"]
+    other = json.loads(
+        cli("run", "--json", "--env", "PYTHONPATH=", "--", python, "api.py", check=True).stdout
+    )["job"]
     assert cli("logs", "--follow", other).returncode == 1
     assert cli("logs", "--stderr", other, check=True).stdout.splitlines()[-1] == (
         "AttributeError: monkey.Monkey is not available in a job on this worker: only the in-job "
         "API (checkpoint_dir, flush, log, log_params, preempted, summary) is, as monkey is not "
-        "installed in the job's environment")
+        "installed in the job's environment"
+    )

@@ -75,9 +75,25 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_mnist_sweep_compare_diff_plot_report(home, monkey, cli, tmp_path):
     shutil.copy(REPO / "examples" / "mnist.py", "mnist.py")
-    out = cli("sweep", "--grid", f"lr={','.join(LRS)}", "--metric", "test_accuracy",
-              "--goal", "max", "--name", "digits", "--",
-              "python", "mnist.py", "--learning-rate", "{lr}", "--n-epochs", "3", check=True)
+    out = cli(
+        "sweep",
+        "--grid",
+        f"lr={','.join(LRS)}",
+        "--metric",
+        "test_accuracy",
+        "--goal",
+        "max",
+        "--name",
+        "digits",
+        "--",
+        "python",
+        "mnist.py",
+        "--learning-rate",
+        "{lr}",
+        "--n-epochs",
+        "3",
+        check=True,
+    )
     sid = out.stdout.strip()
     assert sid.startswith("sw-")
     wait_for(lambda: sweep_done(monkey, sid), timeout=120, what="the sweep to finish")
@@ -110,8 +126,17 @@ def test_mnist_sweep_compare_diff_plot_report(home, monkey, cli, tmp_path):
     assert "lr: 0.001 -> 0.01" in text
 
     png = tmp_path / "acc.png"
-    cli("plot", *[j.juid for j in jobs], "--metric", "accuracy", "--out", str(png),
-        "--size", "800x500", check=True)
+    cli(
+        "plot",
+        *[j.juid for j in jobs],
+        "--metric",
+        "accuracy",
+        "--out",
+        str(png),
+        "--size",
+        "800x500",
+        check=True,
+    )
     assert png_size(png) == (800, 500)
 
     html = tmp_path / "report.html"
@@ -132,14 +157,16 @@ def test_mnist_sweep_compare_diff_plot_report(home, monkey, cli, tmp_path):
 
 
 def test_failed_cell_retries_by_itself(home, monkey, cli):
-    Path("flaky.py").write_text(textwrap.dedent("""
+    Path("flaky.py").write_text(
+        textwrap.dedent("""
         import os, sys, monkey
         marker = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "tried")
         if int(sys.argv[1]) == 2 and not os.path.exists(marker):
             open(marker, "w").close()
             sys.exit(3)
         monkey.log("score", float(sys.argv[1]))
-        """))
+        """)
+    )
     sid = monkey.sweep("python flaky.py {k}", grid={"k": [1, 2]}, retries=1)
     wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")
     jobs = {j.params["k"]: j for j in monkey.store.list_jobs(sweep=sid)}
@@ -149,8 +176,9 @@ def test_failed_cell_retries_by_itself(home, monkey, cli):
 
 
 def test_sweep_pause_resume_cancel_retry(home, monkey, cli):
-    sid = monkey.sweep(["python", "-c", "import time; time.sleep({t})"],
-                       grid={"t": [30, 30, 30]}, max_parallel=1)
+    sid = monkey.sweep(
+        ["python", "-c", "import time; time.sleep({t})"], grid={"t": [30, 30, 30]}, max_parallel=1
+    )
     jobs = lambda: monkey.store.list_jobs(sweep=sid, newest_first=False)  # noqa: E731
     wait_for(lambda: jobs()[0].state == State.RUNNING, what="the first cell to run")
     assert [j.state for j in jobs()][1:] == [State.QUEUED, State.QUEUED]  # max_parallel 1
@@ -169,19 +197,28 @@ def test_sweep_pause_resume_cancel_retry(home, monkey, cli):
     cli("sweep", "cancel", sid, check=True)
 
 
-@pytest.mark.parametrize("rule", [{"type": "median", "min_steps": 3, "min_runs": 2},
-                                  {"type": "asha", "min_steps": 2, "eta": 2}])
+@pytest.mark.parametrize(
+    "rule",
+    [{"type": "median", "min_steps": 3, "min_runs": 2}, {"type": "asha", "min_steps": 2, "eta": 2}],
+)
 def test_early_termination_stops_the_worst_runs(home, monkey, rule):
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 5}\n")
-    Path("curve.py").write_text(textwrap.dedent("""
+    Path("curve.py").write_text(
+        textwrap.dedent("""
         import sys, time, monkey
         q = float(sys.argv[1])
         for step in range(1, 26):
             monkey.log("acc", q * (1 - 1 / (step + 1)), step=step)
             time.sleep(0.2)
-        """))
-    sid = monkey.sweep("python curve.py {q}", grid={"q": [1, 2, 3, 4, 5]}, metric="acc",
-                       goal="max", early_terminate=rule)
+        """)
+    )
+    sid = monkey.sweep(
+        "python curve.py {q}",
+        grid={"q": [1, 2, 3, 4, 5]},
+        metric="acc",
+        goal="max",
+        early_terminate=rule,
+    )
     wait_for(lambda: sweep_done(monkey, sid), timeout=90, what="the sweep to finish")
     by_q = {j.params["q"]: j for j in monkey.store.list_jobs(sweep=sid)}
     status = monkey.sweep_status(sid)
@@ -192,19 +229,22 @@ def test_early_termination_stops_the_worst_runs(home, monkey, rule):
     assert status["best"]["job"] == by_q[5].juid
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--random", "3", "--uniform", "lr=1:0.1", "--", "t", "{lr}"], "min 1.0 is above max 0.1"),
-    (["--grid", "lr=", "--", "t", "{lr}"], "parameter 'lr' has no values"),
-    (["--grid", "lr=1", "--", "t", "{lr}", "{bs}"], "uses {bs} but no parameter 'bs'"),
-    (["--grid", "lr=1", "--grid", "bs=2", "--", "t", "{lr}"], "parameter 'bs' is not used"),
-    (["--uniform", "lr=0.1:1", "--", "t", "{lr}"], "add --random N"),
-    (["--grid", "lr=1", "--early-terminate", "median", "--", "t", "{lr}"], "needs the metric"),
-    (["--grid", "lr=1"], "no command given"),
-    (["--random", "2", "--int", "n=1.6:1.9", "--", "t", "{n}"], "needs whole-number bounds"),
-    (["--grid", "lr=1", "--", "t", "--lr={lr:.3f}"], "write plain {lr}"),
-    (["--grid", "lr=1", "--grid", "lr=2", "--", "t", "{lr}"], "'lr' is given twice"),
-    (["--random", "0", "--uniform", "lr=0:1", "--", "t", "{lr}"], "count of runs >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--random", "3", "--uniform", "lr=1:0.1", "--", "t", "{lr}"], "min 1.0 is above max 0.1"),
+        (["--grid", "lr=", "--", "t", "{lr}"], "parameter 'lr' has no values"),
+        (["--grid", "lr=1", "--", "t", "{lr}", "{bs}"], "uses {bs} but no parameter 'bs'"),
+        (["--grid", "lr=1", "--grid", "bs=2", "--", "t", "{lr}"], "parameter 'bs' is not used"),
+        (["--uniform", "lr=0.1:1", "--", "t", "{lr}"], "add --random N"),
+        (["--grid", "lr=1", "--early-terminate", "median", "--", "t", "{lr}"], "needs the metric"),
+        (["--grid", "lr=1"], "no command given"),
+        (["--random", "2", "--int", "n=1.6:1.9", "--", "t", "{n}"], "needs whole-number bounds"),
+        (["--grid", "lr=1", "--", "t", "--lr={lr:.3f}"], "write plain {lr}"),
+        (["--grid", "lr=1", "--grid", "lr=2", "--", "t", "{lr}"], "'lr' is given twice"),
+        (["--random", "0", "--uniform", "lr=0:1", "--", "t", "{lr}"], "count of runs >= 1"),
+    ],
+)
 def test_bad_sweep_specs_are_refused(home, monkey, cli, args, message):
     proc = cli("sweep", *args)
     assert proc.returncode != 0
@@ -213,26 +253,33 @@ def test_bad_sweep_specs_are_refused(home, monkey, cli, args, message):
 
 
 def test_bad_sweep_file_is_refused(home, monkey, cli):
-    Path("sweep.yml").write_text(textwrap.dedent("""
+    Path("sweep.yml").write_text(
+        textwrap.dedent("""
         command: python train.py --lr {lr}
         method: random
         count: 4
         parameters:
           lr: {distribution: gaussian, min: 0, max: 1}
-        """))
+        """)
+    )
     proc = cli("sweep", "--file", "sweep.yml")
     assert proc.returncode == 1
     assert "unknown distribution 'gaussian'" in proc.stderr
     assert monkey.store.list_sweeps() == []
 
 
-@pytest.mark.parametrize("param, early, message", [
-    ("{distrib: uniform, min: 0, max: 1}", "", "parameter 'lr': unknown key 'distrib'"),
-    ("[0.1]", "early_terminate: {type: median, min_step: 1}", "unknown key 'min_step'"),
-])
+@pytest.mark.parametrize(
+    "param, early, message",
+    [
+        ("{distrib: uniform, min: 0, max: 1}", "", "parameter 'lr': unknown key 'distrib'"),
+        ("[0.1]", "early_terminate: {type: median, min_step: 1}", "unknown key 'min_step'"),
+    ],
+)
 def test_misspelt_keys_in_a_sweep_file_are_named(home, monkey, cli, param, early, message):
-    Path("sweep.yml").write_text(f"command: t {{lr}}\nmethod: random\ncount: 2\n"
-                                 f"metric: acc\nparameters:\n  lr: {param}\n{early}\n")
+    Path("sweep.yml").write_text(
+        f"command: t {{lr}}\nmethod: random\ncount: 2\n"
+        f"metric: acc\nparameters:\n  lr: {param}\n{early}\n"
+    )
     proc = cli("sweep", "--file", "sweep.yml")
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr
     assert monkey.store.list_sweeps() == []
@@ -240,8 +287,9 @@ def test_misspelt_keys_in_a_sweep_file_are_named(home, monkey, cli, param, early
 
 def test_a_sweep_whose_metric_no_run_logs_still_compares(home, monkey, cli):
     # The sweep ranks on `acc`, but the script logs `accuracy`: a typo, not a crash.
-    sid = monkey.sweep("python -c \"import monkey; monkey.log('accuracy', {q})\"",
-                       grid={"q": [1, 2]}, metric="acc")
+    sid = monkey.sweep(
+        "python -c \"import monkey; monkey.log('accuracy', {q})\"", grid={"q": [1, 2]}, metric="acc"
+    )
     wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")
     proc = cli("compare", "--sweep", sid)
     assert proc.returncode == 0, proc.stderr
@@ -251,14 +299,17 @@ def test_a_sweep_whose_metric_no_run_logs_still_compares(home, monkey, cli):
     first = monkey.store.list_jobs(sweep=sid, newest_first=False)[0].juid
     info = cli("info", "job", first, check=True).stdout.splitlines()
     assert [line.split() for line in info if line.startswith(("sweep", "param"))] == [
-        ["sweep", sid], ["param", "q", "1"]]
+        ["sweep", sid],
+        ["param", "q", "1"],
+    ]
     # A run's id where a sweep's is expected: job and sweep ids look alike without `sw-`.
     wrong = cli("sweep", "status", first)
     assert wrong.returncode == 1 and f"'{first}' is a job of sweep {sid}; use {sid}" in wrong.stderr
 
 
 def test_yaml_random_sweep_with_count(home, monkey, cli):
-    Path("sweep.yml").write_text(textwrap.dedent("""
+    Path("sweep.yml").write_text(
+        textwrap.dedent("""
         command: python -c "import monkey; monkey.log('y', {lr} * {layers})"
         method: random
         count: 5
@@ -268,7 +319,8 @@ def test_yaml_random_sweep_with_count(home, monkey, cli):
           layers: [1, 2, 3]
         metric: {name: y, goal: minimize}
         max_parallel: 2
-        """))
+        """)
+    )
     sid = cli("sweep", "--file", "sweep.yml", check=True).stdout.strip()
     wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")
     jobs = monkey.store.list_jobs(sweep=sid)
@@ -306,15 +358,19 @@ def test_diff_shows_code_env_and_packages(home, monkey, cli):
     assert "SEED: 1 -> 2" in text and "+++ b/train.py" in text and "added: extra.py" in text
 
 
-@pytest.mark.parametrize("command, out, message", [
-    ("plot", "nowhere/acc.png", "folder nowhere does not exist"),
-    ("plot", "acc.txt", "cannot tell the image format of acc.txt"),
-    ("plot", "plots/", "plots/ is a folder; name the file to write, e.g. plots/acc.png"),
-    ("report", "nowhere/r.html", "folder nowhere does not exist"),
-    ("report", "plots", "plots is a folder"),
-])
-def test_plot_and_report_refuse_an_output_they_cannot_write(home, monkey, cli, command, out,
-                                                             message):
+@pytest.mark.parametrize(
+    "command, out, message",
+    [
+        ("plot", "nowhere/acc.png", "folder nowhere does not exist"),
+        ("plot", "acc.txt", "cannot tell the image format of acc.txt"),
+        ("plot", "plots/", "plots/ is a folder; name the file to write, e.g. plots/acc.png"),
+        ("report", "nowhere/r.html", "folder nowhere does not exist"),
+        ("report", "plots", "plots is a folder"),
+    ],
+)
+def test_plot_and_report_refuse_an_output_they_cannot_write(
+    home, monkey, cli, command, out, message
+):
     Path("plots").mkdir()
     sid = monkey.sweep("python -c \"import monkey; monkey.log('acc', {q})\"", grid={"q": [1]})
     wait_for(lambda: sweep_done(monkey, sid), timeout=60, what="the sweep to finish")

@@ -73,13 +73,18 @@ def test_keys_cancel_and_pause_running_jobs(home, monkey):
 
     async def body(pilot) -> None:
         await until(pilot, lambda: shown(app) == [b, a], "both jobs in the table, newest first")
-        await until(pilot, lambda: cell(app, a, "state") == cell(app, b, "state") == "running",
-                    "both jobs running")
+        await until(
+            pilot,
+            lambda: cell(app, a, "state") == cell(app, b, "state") == "running",
+            "both jobs running",
+        )
         await pilot.press("down", "c")  # the cursor on job a
         assert isinstance(app.screen, ConfirmScreen)
         assert a in app.screen.question
         await pilot.press("y")
-        await until(pilot, lambda: monkey.job(a).status.value == "cancelled", "a cancelled in the DB")
+        await until(
+            pilot, lambda: monkey.job(a).status.value == "cancelled", "a cancelled in the DB"
+        )
         await until(pilot, lambda: cell(app, a, "state") == "cancelled", "the table to show it")
         await pilot.press("up", "p", "n")  # pause b, but answer no
         assert monkey.job(b).status.value == "running"
@@ -87,8 +92,11 @@ def test_keys_cancel_and_pause_running_jobs(home, monkey):
         await until(pilot, lambda: monkey.job(b).status.value == "paused", "b paused in the DB")
         await until(pilot, lambda: cell(app, b, "state") == "paused", "the table to show it")
         await pilot.press("u")  # resume needs no confirmation
-        await until(pilot, lambda: monkey.job(b).status.value in ("queued", "dispatching", "running"),
-                    "b resumed")
+        await until(
+            pilot,
+            lambda: monkey.job(b).status.value in ("queued", "dispatching", "running"),
+            "b resumed",
+        )
         await pilot.press("down", "r")  # retry a: finished, so it is allowed
         await until(pilot, lambda: monkey.job(a).status.value != "cancelled", "a re-queued")
 
@@ -119,14 +127,17 @@ def test_only_legal_actions_are_offered(home, monkey):
         await pilot.press("ctrl+p", *"job(s)")
         commands = app.screen.query_one("CommandList")
         await until(pilot, lambda: commands.option_count, "the commands")
-        names = {str(commands.get_option_at_index(i).prompt).split("\n")[0]
-                 for i in range(commands.option_count)}
+        names = {
+            str(commands.get_option_at_index(i).prompt).split("\n")[0]
+            for i in range(commands.option_count)
+        }
         assert any("Retry" in n for n in names) and not any("Pause" in n for n in names)
         await pilot.press("escape", "space", "up", "space")  # mark both: pause applies to one
         assert offered(app)["pause"]
         await pilot.press("p")
         assert isinstance(app.screen, ConfirmScreen) and app.screen.question.startswith(
-            f"Pause {queued}?")
+            f"Pause {queued}?"
+        )
         await pilot.press("y")
         await until(pilot, lambda: monkey.job(queued).status.value == "paused", "queued paused")
         assert monkey.job(failed).status.value == "failed"
@@ -147,8 +158,11 @@ def test_bulk_cancel_of_a_sweep(home, monkey):
         await pilot.press("c")
         assert "3 jobs" in app.screen.question
         await pilot.press("y")
-        await until(pilot, lambda: all(monkey.job(j).status.value == "cancelled" for j in grid),
-                    "the whole sweep cancelled")
+        await until(
+            pilot,
+            lambda: all(monkey.job(j).status.value == "cancelled" for j in grid),
+            "the whole sweep cancelled",
+        )
         assert monkey.job(other).status.value in ("queued", "dispatching", "running")
         await until(pilot, lambda: not app.table.marked, "marks cleared after the action")
 
@@ -163,8 +177,15 @@ def test_filter_and_sort(home, monkey):
     app = DashApp(home)
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: (cell(app, ok, "state"), cell(app, bad, "state"))
-                    == ("succeeded", "failed") if len(shown(app)) == 3 else False, "jobs to end")
+        await until(
+            pilot,
+            lambda: (
+                (cell(app, ok, "state"), cell(app, bad, "state")) == ("succeeded", "failed")
+                if len(shown(app)) == 3
+                else False
+            ),
+            "jobs to end",
+        )
         assert shown(app) == [slow, bad, ok]
         await pilot.press("slash")
         await pilot.press(*"state:failed", "enter")
@@ -191,7 +212,9 @@ def test_filter_and_sort(home, monkey):
 
 def test_log_pane_follows_a_job_across_attempts_and_searches(home, monkey):
     start_core(home)
-    code = "import time\nfor i in range(40):\n    print('line', i, flush=True)\n    time.sleep(0.03)"
+    code = (
+        "import time\nfor i in range(40):\n    print('line', i, flush=True)\n    time.sleep(0.03)"
+    )
     juid = monkey.run([sys.executable, "-c", code]).juid
     app = DashApp(home, job=juid)
 
@@ -201,7 +224,8 @@ def test_log_pane_follows_a_job_across_attempts_and_searches(home, monkey):
         pane = app.screen.query_one(LogPane)
         await until(pilot, lambda: "line 39" in pane.view.lines, "the last line", timeout=60)
         assert [line for line in pane.view.lines if line.startswith("line")] == [
-            f"line {i}" for i in range(40)]
+            f"line {i}" for i in range(40)
+        ]
         await until(pilot, lambda: monkey.job(juid).status.value == "succeeded", "the job to end")
         await pilot.press("r")  # retry from the job screen: a second attempt follows on
         await until(pilot, lambda: pane.view.lines.count("line 39") == 2, "attempt 2", timeout=60)
@@ -256,8 +280,11 @@ def test_bad_input_in_the_form_keeps_it_open(home, monkey):
 
     async def body(pilot) -> None:
         await pilot.press("n", *"python 'unclosed", "ctrl+s")
-        await until(pilot, lambda: "quotation" in str(app.screen.query_one("#form-error").render()),
-                    "the error")
+        await until(
+            pilot,
+            lambda: "quotation" in str(app.screen.query_one("#form-error").render()),
+            "the error",
+        )
         assert isinstance(app.screen, NewJobScreen) and not monkey.jobs()
 
     drive(app, body)
@@ -271,8 +298,11 @@ def test_instances_pane_shows_live_attempts_with_figures(home, monkey):
     async def body(pilot) -> None:
         await pilot.press("i")
         table = app.screen.query_one("#attempts-table")
-        await until(pilot, lambda: table.row_count == 1 and str(table.get_row_at(0)[6]) != "-",
-                    "a heartbeat with CPU figures")
+        await until(
+            pilot,
+            lambda: table.row_count == 1 and str(table.get_row_at(0)[6]) != "-",
+            "a heartbeat with CPU figures",
+        )
         row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == juid and row[2] == "spin" and row[6].endswith("%")
         providers = app.screen.query_one("#instances-table")
@@ -289,8 +319,18 @@ def test_question_mark_lists_the_keys_and_q_quits(home):
         await pilot.press("question_mark")
         await pilot.pause()
         text = screen_text(app)
-        for words in ("Quit", "Filter", "Cancel", "Pause", "Resume", "Retry", "New job",
-                      "Start core", "Clear filter/marks", "Group sweeps"):  # the last three are
+        for words in (
+            "Quit",
+            "Filter",
+            "Cancel",
+            "Pause",
+            "Resume",
+            "Retry",
+            "New job",
+            "Start core",
+            "Clear filter/marks",
+            "Group sweeps",
+        ):  # the last three are
             assert words in text, words  # keys the footer does not show
         await pilot.press("escape")
         assert "Group sweeps" not in screen_text(app)
@@ -308,8 +348,14 @@ def test_command_palette_offers_the_actions(home, monkey):
         await until(pilot, lambda: shown(app) == [juid], "the job")
         await pilot.press("ctrl+p", *"pause job")
         offered = app.screen.query_one("CommandList")
-        await until(pilot, lambda: offered.option_count and "Pause job(s)" in str(
-            offered.get_option_at_index(0).prompt), "the command offered first")
+        await until(
+            pilot,
+            lambda: (
+                offered.option_count
+                and "Pause job(s)" in str(offered.get_option_at_index(0).prompt)
+            ),
+            "the command offered first",
+        )
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
         await pilot.press("y")
@@ -325,8 +371,11 @@ def test_a_broken_providers_file_is_reported_and_jobs_still_shown(home, monkey):
 
     async def body(pilot) -> None:
         await until(pilot, lambda: shown(app) == [juid], "the job")
-        await until(pilot, lambda: any("invalid YAML" in str(n.message)
-                                       for n in app._notifications), "the problem told")
+        await until(
+            pilot,
+            lambda: any("invalid YAML" in str(n.message) for n in app._notifications),
+            "the problem told",
+        )
         await pilot.press("n")  # the form needs the providers: it says why it cannot open
         assert not isinstance(app.screen, NewJobScreen)
 
@@ -350,8 +399,10 @@ METRICS_JOB = (
 
 def test_metrics_chart_shows_logged_series_overlaid_for_marked_runs(home, monkey):
     start_core(home)
-    runs = [monkey.run([sys.executable, "-c", METRICS_JOB.replace("{scale}", str(s))]).juid
-            for s in (1, 2)]
+    runs = [
+        monkey.run([sys.executable, "-c", METRICS_JOB.replace("{scale}", str(s))]).juid
+        for s in (1, 2)
+    ]
     for juid in runs:
         assert monkey.job(juid).wait(60).value == "succeeded"
     app = DashApp(home)
@@ -387,15 +438,20 @@ def test_job_with_only_stderr_and_no_metrics_says_where_to_look(home, monkey):
         await until(pilot, lambda: isinstance(app.screen, JobScreen), "the job screen")
         await pilot.press("l")
         status = app.screen.query_one("#log-status")
-        await until(pilot, lambda: "stderr has 5 bytes: press e" in str(status.render()),
-                    "the hint that the output is on stderr")
+        await until(
+            pilot,
+            lambda: "stderr has 5 bytes: press e" in str(status.render()),
+            "the hint that the output is on stderr",
+        )
         assert "stdout is empty" in str(status.render())
         await pilot.press("e")
         pane = app.screen.query_one(LogPane)
         await until(pilot, lambda: "boom" in pane.view.lines, "stderr shown")
         assert "empty" not in str(status.render())
         await pilot.press("m")
-        await until(pilot, lambda: "no metrics yet" in screen_text(app), "the empty chart explained")
+        await until(
+            pilot, lambda: "no metrics yet" in screen_text(app), "the empty chart explained"
+        )
 
     drive(app, body)
 
@@ -408,8 +464,11 @@ def test_form_error_is_visible_on_an_80x24_terminal(home, monkey):
             await pilot.press("n", *"python train.py")
             app.screen.query_one("#memory", Input).value = "lots"
             await pilot.press("ctrl+s")
-            await until(pilot, lambda: "memory 'lots' is not a size" in screen_text(app),
-                        "the error on screen")
+            await until(
+                pilot,
+                lambda: "memory 'lots' is not a size" in screen_text(app),
+                "the error on screen",
+            )
             assert isinstance(app.screen, NewJobScreen) and not monkey.jobs()
             app.exit()
 
@@ -440,8 +499,11 @@ def test_state_sorts_by_lifecycle_and_s_reaches_each_metric(home, monkey):
         return str(app.status.render())
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: len(shown(app)) == 4 and app.table.metric_names() == ["loss"],
-                    "the jobs and their metrics")
+        await until(
+            pilot,
+            lambda: len(shown(app)) == 4 and app.table.metric_names() == ["loss"],
+            "the jobs and their metrics",
+        )
         await pilot.press("s", "s")  # NAME, then STATE: queued, running, failed, succeeded
         assert shown(app) == [waiting, ok, bad, best] and "sort STATE ↑" in status()
         await pilot.press("s", "s", "s", "s")  # WHERE, TRIES, RUNTIME, then the metric loss
@@ -549,13 +611,17 @@ def test_keys_typed_in_a_burst_after_a_modal_key_land_in_the_modal(home, monkey)
             await pilot.press("escape")
             assert not isinstance(app.screen, NewJobScreen)
         burst("c", "n")
-        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen) and log,
-                    "the confirmation answered")
+        await until(
+            pilot,
+            lambda: not isinstance(app.screen, ConfirmScreen) and log,
+            "the confirmation answered",
+        )
         assert log[0] == ("painted", "ConfirmScreen"), log
         assert monkey.job(juid).status.value == "queued"  # answered no
         burst("question_mark", "q")
-        await until(pilot, lambda: log and type(app.screen).__name__ != "HelpScreen",
-                    "the help closed")
+        await until(
+            pilot, lambda: log and type(app.screen).__name__ != "HelpScreen", "the help closed"
+        )
         assert log[0] == ("painted", "HelpScreen") and app.is_running
 
     drive(app, body)

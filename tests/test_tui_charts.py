@@ -32,22 +32,43 @@ def fill_sweep(m: Monkey, n: int = 12, steps: int = 20) -> tuple[str, list[str]]
     """A finished-looking sweep of N runs over lr, layers and seed where only lr matters:
     loss ends at |log10(lr) + 2| (best at lr=0.01) plus noise far below the lr effect. Each
     run logs `loss` and `epoch` (every 5 steps) at fixed wall times, one run a minute."""
-    spec = {"command": ["python", "t.py"], "method": "grid", "count": None,
-            "parameters": {"lr": {"values": list(LRS)}}, "metric": {"name": "loss", "goal": "min"},
-            "max_parallel": None, "early_terminate": None, "retries": 0, "seed": 0}
+    spec = {
+        "command": ["python", "t.py"],
+        "method": "grid",
+        "count": None,
+        "parameters": {"lr": {"values": list(LRS)}},
+        "metric": {"name": "loss", "goal": "min"},
+        "max_parallel": None,
+        "early_terminate": None,
+        "retries": 0,
+        "seed": 0,
+    }
     template = m.run(["true"], start_core=False, name="template").record
     rng = random.Random(7)
     juids = []
     with m.store.tx() as db:
         sid = m.store.create_sweep("lr-search", spec, state="finished", now=NOW - 7200)
         for i in range(n):
-            params = {"lr": LRS[i % len(LRS)], "layers": rng.choice((2, 4, 8)),
-                      "seed": rng.randrange(1000)}
+            params = {
+                "lr": LRS[i % len(LRS)],
+                "layers": rng.choice((2, 4, 8)),
+                "seed": rng.randrange(1000),
+            }
             job = m.store.create_job(
-                name="lr-search", argv=["python", "t.py", str(i)], provider="local",
-                resources=template.resources, env={}, snapshot=template.snapshot,
-                workdir=template.workdir, datasets=[], git={}, python=template.python,
-                sweep=sid, params=params, now=NOW - 7000 + i)  # fmt: skip
+                name="lr-search",
+                argv=["python", "t.py", str(i)],
+                provider="local",
+                resources=template.resources,
+                env={},
+                snapshot=template.snapshot,
+                workdir=template.workdir,
+                datasets=[],
+                git={},
+                python=template.python,
+                sweep=sid,
+                params=params,
+                now=NOW - 7000 + i,
+            )
             final = abs(math.log10(params["lr"]) + 2) + rng.uniform(0, 0.01)
             start = NOW - 6000 + 60 * i
             points = [("loss", s, final + 2.0 / (s + 1), start + 3 * s) for s in range(steps)]
@@ -82,8 +103,11 @@ def test_keys_smooth_log_scale_and_change_x_of_the_plotted_series(home, monkey):
     async def body(pilot) -> None:
         await until(pilot, lambda: app.table.row_count == 4, "the jobs")
         pane = await overlaid_metrics(app, pilot, juids)
-        await until(pilot, lambda: pane.drawn.get("loss") and len(pane.drawn["loss"]) == 3,
-                    "the loss of the three runs")
+        await until(
+            pilot,
+            lambda: pane.drawn.get("loss") and len(pane.drawn["loss"]) == 3,
+            "the loss of the three runs",
+        )
         raw = {j: pane.drawn["loss"][j] for j in juids}
         xs, ys = raw[juids[0]]
         assert xs == list(range(20)) and ys[0] > ys[-1]  # x by step
@@ -108,8 +132,11 @@ def test_keys_smooth_log_scale_and_change_x_of_the_plotted_series(home, monkey):
         await pilot.press("y")
 
         await pilot.press("x")  # by epoch: each point at the epoch logged at or before it
-        await until(pilot, lambda: pane.drawn["loss"][juids[0]][0] == [s // 5 for s in range(20)],
-                    "x by epoch")
+        await until(
+            pilot,
+            lambda: pane.drawn["loss"][juids[0]][0] == [s // 5 for s in range(20)],
+            "x by epoch",
+        )
         assert "x: epoch" in screen_text(app)
         await pilot.press("x")  # by wall time: seconds since the run's first point
         assert pane.drawn["loss"][juids[0]][0] == [3.0 * s for s in range(20)]
@@ -129,8 +156,11 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
         await until(pilot, lambda: app.table.row_count == 13, "the jobs")
         app.table.move_cursor(juids[3])
         await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
-                    "the sweep view")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
+            "the sweep view",
+        )
         view = app.screen
         assert list(view.importance)[0] == "lr" and view.importance["lr"] > 0.9
         assert view.importance == analysis["importance"] and view.method == METHOD
@@ -186,8 +216,13 @@ def test_a_on_a_job_outside_any_sweep_says_so(home, monkey):
     async def body(pilot) -> None:
         await until(pilot, lambda: app.table.row_count == 1, "the job")
         await pilot.press("a")
-        await until(pilot, lambda: any(f"job {juid} is not part of a sweep" in str(n.message)
-                                       for n in app._notifications), "the warning")
+        await until(
+            pilot,
+            lambda: any(
+                f"job {juid} is not part of a sweep" in str(n.message) for n in app._notifications
+            ),
+            "the warning",
+        )
         assert not isinstance(app.screen, SweepScreen)
 
     drive(app, body)
@@ -204,8 +239,14 @@ def test_help_lists_the_chart_and_sweep_keys(home):
         app.screen.query_one("#dialog").scroll_end(animate=False)
         await pilot.pause()
         text = screen_text(app)
-        for words in ("metrics pane", "Smooth more", "Smooth less", "Log/linear y",
-                      "x: step/epoch/time", "sweep analysis"):
+        for words in (
+            "metrics pane",
+            "Smooth more",
+            "Smooth less",
+            "Log/linear y",
+            "x: step/epoch/time",
+            "sweep analysis",
+        ):
             assert words in text, words
 
     drive(app, body)
@@ -234,8 +275,13 @@ def _open(keys: tuple[str, ...], ready: Callable[[DashApp], object], juid: str |
 def test_sweep_view_snapshot(fixed_sweep, home, snap_compare):
     _, juids = fixed_sweep
     app = DashApp(home, clock=lambda: NOW)
-    assert snap_compare(app, terminal_size=SIZE, run_before=_open(
-        ("a",), lambda a: isinstance(a.screen, SweepScreen) and drawn(a.screen), juids[0]))
+    assert snap_compare(
+        app,
+        terminal_size=SIZE,
+        run_before=_open(
+            ("a",), lambda a: isinstance(a.screen, SweepScreen) and drawn(a.screen), juids[0]
+        ),
+    )
 
 
 def test_metrics_pane_snapshot_smoothed_on_a_log_scale(fixed_sweep, home, snap_compare):

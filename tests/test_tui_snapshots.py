@@ -57,10 +57,19 @@ def _fill(m: Monkey) -> None:
 
     def job(name: str, argv: list[str], at: float, **kw: object):
         return store.create_job(
-            name=name, argv=argv, provider="local", resources=Resources(cpus=1),
-            env={"PATH": "/usr/bin"}, snapshot="b3:" + "ab" * 16, workdir="/srv/project",
-            datasets=[], git={"commit": "0123abcd", "dirty": False}, python="3.11.7", now=at,
-            **kw)  # fmt: skip
+            name=name,
+            argv=argv,
+            provider="local",
+            resources=Resources(cpus=1),
+            env={"PATH": "/usr/bin"},
+            snapshot="b3:" + "ab" * 16,
+            workdir="/srv/project",
+            datasets=[],
+            git={"commit": "0123abcd", "dirty": False},
+            python="3.11.7",
+            now=at,
+            **kw,
+        )
 
     def run(j, n_at: float, end: tuple[State, int, str] | None = None) -> None:
         att = store.begin_attempt(j, "local", str(m.home.run_dir(j.juid, 1)), now=n_at)
@@ -69,11 +78,13 @@ def _fill(m: Monkey) -> None:
         run_dir = m.home.run_dir(j.juid, 1)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "stdout.log").write_text(
-            "".join(f"epoch {i}: loss {1 / (i + 1):.4f}\n" for i in range(12)))
+            "".join(f"epoch {i}: loss {1 / (i + 1):.4f}\n" for i in range(12))
+        )
         if end:
             state, code, reason = end
-            store.end_attempt(j.juid, 1, final=state, exit_code=code, signal=None, reason=reason,
-                              now=n_at + 95)
+            store.end_attempt(
+                j.juid, 1, final=state, exit_code=code, signal=None, reason=reason, now=n_at + 95
+            )
         else:
             store.heartbeat_metrics(j.juid, 1, NOW - 2, 0, 97.5, 512 << 20, None)
 
@@ -82,14 +93,20 @@ def _fill(m: Monkey) -> None:
     bad = job("mnist", ["python", "mnist.py", "--lr", "10"], NOW - 3000)
     run(bad, NOW - 2900, (State.FAILED, 1, "exit 1"))
     for i, lr in enumerate((0.01, 0.03)):
-        cell = job("sweep-lr", ["python", "train.py", "--lr", str(lr)], NOW - 600 + i,
-                   sweep="lr-grid", params={"lr": lr})
+        cell = job(
+            "sweep-lr",
+            ["python", "train.py", "--lr", str(lr)],
+            NOW - 600 + i,
+            sweep="lr-grid",
+            params={"lr": lr},
+        )
         if i == 0:
             run(cell, NOW - 500)
     job("eval", ["python", "eval.py"], NOW - 60)
     paused = job("long", ["python", "long.py"], NOW - 30)
-    store.transition(paused.juid, State.QUEUED, State.PAUSED, kind="user", detail="pause",
-                     now=NOW - 20)
+    store.transition(
+        paused.juid, State.QUEUED, State.PAUSED, kind="user", detail="pause", now=NOW - 20
+    )
 
 
 def _cloud(m: Monkey) -> None:
@@ -97,7 +114,8 @@ def _cloud(m: Monkey) -> None:
     store = m.store
     (m.home.root / "providers.yml").write_text(
         "providers:\n  aws: {type: ec2, region: us-east-1, size: t3.micro, image: ami-12c6146b, "
-        "spot: true, prices: {t3.micro: 3.6}}\n")
+        "spot: true, prices: {t3.micro: 3.6}}\n"
+    )
     store.record_instance(Instance("aws/i-0abc12", "aws", "monkey-aws", InstanceState.RUNNING,
                                    address="10.77.0.4", size="t3.micro", spot=True,
                                    launched_at=NOW - 5400, price=3.6,
@@ -137,20 +155,33 @@ def test_jobs_table_filtered_sorted_and_marked(frozen, snap_compare):
 
 def test_job_detail(frozen, snap_compare):
     juid = frozen.jobs(state="failed")[0].juid
-    assert snap_compare(app_for(frozen, job=juid), terminal_size=SIZE, run_before=settle(
-        until=lambda app: "failed" in str(app.screen.query_one("#job-title").render())))
+    assert snap_compare(
+        app_for(frozen, job=juid),
+        terminal_size=SIZE,
+        run_before=settle(
+            until=lambda app: "failed" in str(app.screen.query_one("#job-title").render())
+        ),
+    )
 
 
 def test_log_pane(frozen, snap_compare):
     juid = frozen.jobs(state="succeeded")[0].juid
-    assert snap_compare(app_for(frozen, job=juid), terminal_size=SIZE, run_before=settle(
-        "l", until=lambda app: len(app.screen.query_one("#log-view").lines) >= 12))
+    assert snap_compare(
+        app_for(frozen, job=juid),
+        terminal_size=SIZE,
+        run_before=settle(
+            "l", until=lambda app: len(app.screen.query_one("#log-view").lines) >= 12
+        ),
+    )
 
 
 def test_instances_pane(frozen, snap_compare):
     _cloud(frozen)
-    assert snap_compare(app_for(frozen), terminal_size=SIZE, run_before=settle(
-        "i", until=lambda app: app.instances.history))
+    assert snap_compare(
+        app_for(frozen),
+        terminal_size=SIZE,
+        run_before=settle("i", until=lambda app: app.instances.history),
+    )
 
 
 def test_keys_help(frozen, snap_compare):
@@ -162,5 +193,6 @@ def test_cancel_confirmation(frozen, snap_compare):
 
 
 def test_new_job_form(frozen, snap_compare):
-    assert snap_compare(app_for(frozen), terminal_size=SIZE,
-                        run_before=settle("n", *"python train.py --lr 0.3"))
+    assert snap_compare(
+        app_for(frozen), terminal_size=SIZE, run_before=settle("n", *"python train.py --lr 0.3")
+    )

@@ -39,8 +39,10 @@ class Host(App[None]):
     def on_mount(self) -> None:
         table = self.table
         table.set_columns({"id": "ID", "state": "STATE"})
-        table.update_rows({f"r{i}": (f"r{i}", Text("ok", style="green")) for i in range(ROWS)},
-                          {f"r{i}": (len(f"r{i}"), 2) for i in range(ROWS)})
+        table.update_rows(
+            {f"r{i}": (f"r{i}", Text("ok", style="green")) for i in range(ROWS)},
+            {f"r{i}": (len(f"r{i}"), 2) for i in range(ROWS)},
+        )
         table.set_order([f"r{i}" for i in range(ROWS)])
         table.focus()
 

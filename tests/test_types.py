@@ -16,8 +16,9 @@ pytestmark = pytest.mark.system
 
 
 def test_mypy_is_clean() -> None:
-    proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=280)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=280
+    )
     assert proc.returncode == 0, (
         f"mypy found problems (fix them at their cause; see pyproject.toml's [tool.mypy]):\n"
         f"{proc.stdout}{proc.stderr}"

@@ -8,13 +8,16 @@ import zipfile
 from pathlib import Path
 
 
-def write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes],
-                entry_points: str = "") -> Path:  # fmt: skip
+def write_wheel(
+    folder: Path, name: str, version: str, files: dict[str, bytes], entry_points: str = ""
+) -> Path:
     """A real, installable wheel of FILES (path in site-packages -> content), with its
     metadata and RECORD, and ENTRY_POINTS (entry_points.txt text) when given."""
     dist = f"{name}-{version}.dist-info"
     files = dict(files)
-    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    files[f"{dist}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    )
     files[f"{dist}/WHEEL"] = (
         b"Wheel-Version: 1.0\nGenerator: monkey-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
@@ -36,4 +39,6 @@ def write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes],
 
 def build_wheel(folder: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
     """A real, installable pure-Python wheel, written by hand (no network, no build)."""
-    return write_wheel(folder, name, version, {f"{name}/__init__.py": f"VALUE = '{name} {version}'\n".encode()})
+    return write_wheel(
+        folder, name, version, {f"{name}/__init__.py": f"VALUE = '{name} {version}'\n".encode()}
+    )

@@ -55,8 +55,9 @@ class Adoption(AgentState):
                 status = self._adopt(juid, attempt, run_dir)
             except Exception as e:
                 log(f"adopting {run_dir} failed:\n{trace()}")
-                statuses.append({"juid": juid, "attempt": attempt, "status": "unknown",
-                                 "error": one_line(e)})  # fmt: skip
+                statuses.append(
+                    {"juid": juid, "attempt": attempt, "status": "unknown", "error": one_line(e)}
+                )
                 continue
             statuses.append({"juid": juid, "attempt": attempt, "status": status})
             job = self.jobs.get((juid, attempt))
@@ -67,10 +68,17 @@ class Adoption(AgentState):
                 except ValueError:
                     log(f"{events}: bad line at {end - len(line) - 1}")
                     continue
-                backlog.append(encode({
-                    "push": "event", "juid": juid, "attempt": attempt,
-                    "offset": end, "event": event,
-                }))  # fmt: skip
+                backlog.append(
+                    encode(
+                        {
+                            "push": "event",
+                            "juid": juid,
+                            "attempt": attempt,
+                            "offset": end,
+                            "event": event,
+                        }
+                    )
+                )
         return {"attempts": statuses}
 
     def _adopt(self, juid: str, attempt: int, run_dir: str) -> str:
@@ -97,7 +105,9 @@ class Adoption(AgentState):
         seq = last["seq"] if last else 0
         # A wrapper that wrote its exit code is over, whatever now holds its pid.
         found = recorded_exit(run_dir)
-        alive = None if found else self._open_if_alive(pid, start_ticks, os.path.join(run_dir, STARTED))
+        alive = (
+            None if found else self._open_if_alive(pid, start_ticks, os.path.join(run_dir, STARTED))
+        )
         job = Job(juid, attempt, run_dir, pid, -1, False, seq, alive[1] if alive else 0.0)
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
@@ -181,8 +191,10 @@ class Adoption(AgentState):
         record: dict[str, Any] = {"pid": pid, "cgroup": ""}
         if tag in env:  # else gone: its code tells how it ended
             values = dict(line.partition(b"=")[::2] for line in env)
-            record.update(gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
-                          cgroup=values.get(b"MONKEY_CGROUP", b"").decode())  # fmt: skip
+            record.update(
+                gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
+                cgroup=values.get(b"MONKEY_CGROUP", b"").decode(),
+            )
         return record
 
     @staticmethod
@@ -199,7 +211,8 @@ class Adoption(AgentState):
         # Read after pidfd_open: the pidfd is for the process checked.
         fields = read_stat(pid)
         if is_running(fields) and (
-            stat_start_ticks(fields) == start_ticks if start_ticks is not None
+            stat_start_ticks(fields) == start_ticks
+            if start_ticks is not None
             else f"MONKEY_STARTED_FILE={claim}".encode() in environ_lines(pid)
         ):
             return pidfd, stat_start_ticks(fields) / CLK_TCK

@@ -91,8 +91,14 @@ DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal
 class Agent(Wire, Spawning, Events, CloudSide, Adoption):
     """The selector loop and the request handlers."""
 
-    def __init__(self, root: str, socket_path: str, idle_timeout: float, heartbeat: float,
-                 term_notice: float | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        socket_path: str,
+        idle_timeout: float,
+        heartbeat: float,
+        term_notice: float | None = None,
+    ) -> None:
         self.root = root
         self.reserve = 0  # bytes set aside in private/reserve (see --reserve)
         # In a Slurm allocation: SIGTERM (a requeue, a preemption, the time limit) is a notice
@@ -166,15 +172,21 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             self._cleanup()
             log(f"stopped; jobs left running: {len(self.jobs)}")
 
-
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         if self.term_notice is None or signum != signal.SIGTERM or not self.jobs:
             self.stopping = True
             return
         self.termed = True
-        self.done.put(("notice", {"kind": "slurm", "deadline": time.time() + self.term_notice,
-                                  "detail": "Slurm is ending the allocation (requeue, "
-                                            "preemption or time limit)"}))  # fmt: skip
+        self.done.put(
+            (
+                "notice",
+                {
+                    "kind": "slurm",
+                    "deadline": time.time() + self.term_notice,
+                    "detail": "Slurm is ending the allocation (requeue, preemption or time limit)",
+                },
+            )
+        )
         self._wake()
 
     def _on_child(self, signum: int, _frame: Any) -> None:
@@ -228,8 +240,11 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
     def _timeout(self) -> float | None:
         now = time.monotonic()
         deadlines = list(self.kill_at.values())
-        deadlines += [now + j.limit[1] - time.time() for j in self.jobs.values()
-                      if j.limit and not j.timed_out]  # fmt: skip
+        deadlines += [
+            now + j.limit[1] - time.time()
+            for j in self.jobs.values()
+            if j.limit and not j.timed_out
+        ]
         if self.jobs:
             deadlines.append(self.next_heartbeat)
             deadlines.append(self.next_tail)
@@ -249,7 +264,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
 
     def _run_timers(self) -> None:
         now = time.monotonic()
-        while self.held and (p := next(iter(self.held.values()))).until <= now:  # slots stayed taken
+        while (
+            self.held and (p := next(iter(self.held.values()))).until <= now
+        ):  # slots stayed taken
             self._withdraw(p, f"no slot freed within {HOLD_LIMIT:.0f}s")
         if self.orphans:
             self._reap_orphans()
@@ -270,7 +287,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
                 log(f"{job.juid}/{job.attempt}: time limit of {job.limit[0]:.0f}s reached, SIGTERM")
                 job.timed_out = True
                 job.signalled = signal.SIGTERM
-                self.kill_at[job.key] = min(now + job.limit[2], self.kill_at.get(job.key, float("inf")))
+                self.kill_at[job.key] = min(
+                    now + job.limit[2], self.kill_at.get(job.key, float("inf"))
+                )
                 self._signal_session(job, signal.SIGTERM)
         if self.jobs and now >= self.next_tail:
             for job in list(self.jobs.values()):
@@ -291,22 +310,29 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         elif now - self.idle_since >= self.idle_timeout and not self.orphan.armed:  # armed: stays
             log("idle, exiting")
             self.stopping = True
-        if self.notice is not None and self.notice["kind"] == "slurm" and not (self.jobs or self.exiting):
+        if (
+            self.notice is not None
+            and self.notice["kind"] == "slurm"
+            and not (self.jobs or self.exiting)
+        ):
             log("jobs ended after Slurm's notice, exiting")
             self.stopping = True
 
-
     # ---- requests
-
 
     def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.gpus is None:
             self.gpus = detect_gpus()
         return {
-            "version": VERSION, "digest": self.digest, "code": HERE, "pid": os.getpid(),
+            "version": VERSION,
+            "digest": self.digest,
+            "code": HERE,
+            "pid": os.getpid(),
             "root": self.root,
-            "cpus": os.cpu_count(), "memory": mem_total(), "gpus": self.gpus,
-        }  # fmt: skip
+            "cpus": os.cpu_count(),
+            "memory": mem_total(),
+            "gpus": self.gpus,
+        }
 
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
         """The core's sign of life to an instance it created (see OrphanWatch)."""
@@ -324,8 +350,13 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         """A notice from the instance's own scheduler (Slurm's signal before a time limit or
         a preemption, relayed by the batch script): handled as a preemption notice."""
         lead = float(req.get("lead", PREEMPT_GRACE + PREEMPT_RESERVE))
-        self._on_notice({"kind": str(req.get("kind") or "slurm"), "deadline": time.time() + lead,
-                         "detail": str(req.get("detail") or "notice")})  # fmt: skip
+        self._on_notice(
+            {
+                "kind": str(req.get("kind") or "slurm"),
+                "deadline": time.time() + lead,
+                "detail": str(req.get("detail") or "notice"),
+            }
+        )
         return {"jobs": len(self.jobs)}
 
     def op_shutdown(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -384,7 +415,11 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
                 pass
         # The others, each once: a second TERM could run a job's handler twice.
         for pid in self._tree(job) - done:
-            if group is not None and (fields := read_stat(pid)) is not None and int(fields[2]) == group:
+            if (
+                group is not None
+                and (fields := read_stat(pid)) is not None
+                and int(fields[2]) == group
+            ):
                 continue
             try:
                 os.kill(pid, signum)
@@ -445,9 +480,6 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             signal_pids(job_tree(None, None, strays), signal.SIGKILL)
 
 
-
-
-
 def keep_fds_private() -> None:
     """Make the descriptors this process was started with (beyond 0-2) close on exec, so
     that no job inherits them (jobs are spawned without closing every descriptor)."""
@@ -497,10 +529,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
     parser.add_argument("--idle-timeout", type=float, default=600.0)
     parser.add_argument("--heartbeat", type=float, default=5.0)
-    parser.add_argument("--reserve", type=int, default=0, metavar="BYTES",
-                        help="space kept aside to record exits when the disk fills up")
-    parser.add_argument("--term-notice", type=float, metavar="SECONDS",
-                        help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)")
+    parser.add_argument(
+        "--reserve",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="space kept aside to record exits when the disk fills up",
+    )
+    parser.add_argument(
+        "--term-notice",
+        type=float,
+        metavar="SECONDS",
+        help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)",
+    )
     args = parser.parse_args(argv)
     # Run folders, blobs, logs and checkpoints are the user's alone; a job gets the umask of
     # whoever started the agent (the login's, passed on by the SSH relay), as without monkey.
@@ -513,8 +554,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     raise_fd_limit()
     keep_fds_private()
-    agent = Agent(root, os.path.abspath(args.socket), args.idle_timeout, max(0.05, args.heartbeat),
-                  args.term_notice)
+    agent = Agent(
+        root,
+        os.path.abspath(args.socket),
+        args.idle_timeout,
+        max(0.05, args.heartbeat),
+        args.term_notice,
+    )
     agent.reserve = max(0, args.reserve)
     agent.serve()
     os.close(lock_fd)

@@ -103,25 +103,45 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
     it are kept: they are complete)."""
     if not blob_urls and not blob_packs:
         return 0
-    if not isinstance(blob_urls or {}, dict) or not isinstance(blob_packs or [], list) or not blobs_dir:
-        raise RequestError("blob_urls must map digests to [url, size] and blob_packs list "
-                           "[url, [[digest, size], ...]], with a blobs_dir")
+    if (
+        not isinstance(blob_urls or {}, dict)
+        or not isinstance(blob_packs or [], list)
+        or not blobs_dir
+    ):
+        raise RequestError(
+            "blob_urls must map digests to [url, size] and blob_packs list "
+            "[url, [[digest, size], ...]], with a blobs_dir"
+        )
     calls = []
     for digest, entry in (blob_urls or {}).items():
         check_digest(digest)
-        if (not isinstance(entry, list) or len(entry) not in (2, 3) or not isinstance(entry[0], str)
-                or not _is_size(entry[1]) or not _is_sha(entry[2:])):
+        if (
+            not isinstance(entry, list)
+            or len(entry) not in (2, 3)
+            or not isinstance(entry[0], str)
+            or not _is_size(entry[1])
+            or not _is_sha(entry[2:])
+        ):
             raise RequestError(f"bad blob_urls entry for {digest}: {entry!r}")
         final = _blob_file(blobs_dir, digest)
         if not blob_intact(final):  # missing, damaged, or kept without its check
             calls.append((entry[0], [(digest, entry[1], final, *entry[2:])]))
     for entry in blob_packs or []:
-        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
-                or not isinstance(entry[1], list) or not entry[1]
-                or not all(isinstance(m, list) and len(m) in (2, 3) and _is_size(m[1])
-                           and _is_sha(m[2:]) for m in entry[1])):
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or not isinstance(entry[1], list)
+            or not entry[1]
+            or not all(
+                isinstance(m, list) and len(m) in (2, 3) and _is_size(m[1]) and _is_sha(m[2:])
+                for m in entry[1]
+            )
+        ):
             raise RequestError(f"bad blob_packs entry: {str(entry)[:200]}")
-        members = [(check_digest(m[0]), m[1], _blob_file(blobs_dir, m[0]), *m[2:]) for m in entry[1]]
+        members = [
+            (check_digest(m[0]), m[1], _blob_file(blobs_dir, m[0]), *m[2:]) for m in entry[1]
+        ]
         if not all(blob_intact(m[2]) for m in members):
             calls.append((entry[0], members))
     if not calls:
@@ -139,7 +159,9 @@ def fetch_blobs(blob_urls: Any, blob_packs: Any, blobs_dir: str) -> int:
 
 def _is_sha(rest: list[Any]) -> bool:
     """Whether REST, the optional tail of a blob entry, is empty or one sha256 hex digest."""
-    return not rest or (isinstance(rest[0], str) and re.fullmatch(r"[0-9a-f]{64}", rest[0]) is not None)
+    return not rest or (
+        isinstance(rest[0], str) and re.fullmatch(r"[0-9a-f]{64}", rest[0]) is not None
+    )
 
 
 def _is_size(value: Any) -> bool:
@@ -219,11 +241,17 @@ def fetch_pack(url: str, members: list[tuple[Any, ...]]) -> int:
                 with os.fdopen(fd, "wb") as out:
                     _copy(src, digest, size, out, sha)
                 if want and sha.hexdigest() != want[0]:
-                    raise RequestError(f"damaged blob {digest} in the bucket (sha256 "
-                                       f"{sha.hexdigest()}, not {want[0]}): it is stored again")
+                    raise RequestError(
+                        f"damaged blob {digest} in the bucket (sha256 "
+                        f"{sha.hexdigest()}, not {want[0]}): it is stored again"
+                    )
             if src.read(1):
                 digest, size, _final = members[-1]
-                why = "its pack is longer than its index says" if len(members) > 1 else f"more than {size} bytes"
+                why = (
+                    "its pack is longer than its index says"
+                    if len(members) > 1
+                    else f"more than {size} bytes"
+                )
                 raise RequestError(f"missing blob {digest} could not be fetched: {why}")
         for tmp, final, sha in staged:
             os.chmod(tmp, 0o400)
@@ -247,7 +275,9 @@ def _fetching(digest: str, url: str) -> Iterator[Any]:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as src:
             yield src
     except urllib.error.HTTPError as e:
-        raise RequestError(f"missing blob {digest} could not be fetched: HTTP {e.code} {e.reason}") from None
+        raise RequestError(
+            f"missing blob {digest} could not be fetched: HTTP {e.code} {e.reason}"
+        ) from None
     except urllib.error.URLError as e:
         raise RequestError(f"missing blob {digest} could not be fetched: {e.reason}") from None
     except (OSError, ValueError) as e:  # a reset, a timeout, a full disk, a bad URL
@@ -265,7 +295,9 @@ def _copy(src: Any, digest: str, size: int, out: Any, sha: Any = None) -> None:
                 sha.update(chunk)
         got += len(chunk)
     if got != size:
-        raise RequestError(f"missing blob {digest} could not be fetched: {got} bytes instead of {size}")
+        raise RequestError(
+            f"missing blob {digest} could not be fetched: {got} bytes instead of {size}"
+        )
 
 
 def put_file(path: str, url: str) -> None:
@@ -289,8 +321,10 @@ def put_file(path: str, url: str) -> None:
         return
     with open(path, "rb") as src:
         # An explicit type: with urllib's default (a form) S3-compatible services drop the body.
-        headers = {"Content-Type": "application/octet-stream",
-                   "Content-Length": str(os.fstat(src.fileno()).st_size)}
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(os.fstat(src.fileno()).st_size),
+        }
         request = urllib.request.Request(url, data=src, method="PUT", headers=headers)
         with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as reply:
             reply.read()

@@ -34,12 +34,16 @@ class CloudSide(AgentState):
         from monkey.client_agent.results import Results
 
         if not isinstance(cfg, dict) or not isinstance(cfg.get("url"), str):
-            raise RequestError("results must be {url, fields, prefix, every, dirs, outputs, restore}")
+            raise RequestError(
+                "results must be {url, fields, prefix, every, dirs, outputs, restore}"
+            )
         try:
             results = Results(cfg, juid, attempt, work, os.path.join(run_dir, RESULTS_SEQ))
             fetched = results.restore(cfg.get("restore"))
         except (OSError, ValueError, TypeError) as e:
-            raise RequestError(f"restoring the checkpoint of {juid} failed: {one_line(e)}") from None
+            raise RequestError(
+                f"restoring the checkpoint of {juid} failed: {one_line(e)}"
+            ) from None
         if fetched:
             log(f"{juid}/{attempt}: restored {fetched} bytes of checkpoint and persisted folders")
         return results
@@ -50,7 +54,9 @@ class CloudSide(AgentState):
         presigned policy), so that an agent that adopts the job keeps uploading it."""
         kept = {k: v for k, v in cfg.items() if k != "restore"}
         try:
-            write_atomic(os.path.join(run_dir, RESULTS), json.dumps({**kept, "work": work}).encode())
+            write_atomic(
+                os.path.join(run_dir, RESULTS), json.dumps({**kept, "work": work}).encode()
+            )
         except OSError as e:
             raise RequestError(f"cannot keep the upload settings in {run_dir}: {e}") from None
 
@@ -61,8 +67,13 @@ class CloudSide(AgentState):
         try:
             with open(os.path.join(job.run_dir, RESULTS), "rb") as f:
                 cfg = json.loads(f.read())
-            results = Results(cfg, job.juid, job.attempt, str(cfg.get("work") or ""),
-                              os.path.join(job.run_dir, RESULTS_SEQ))  # fmt: skip
+            results = Results(
+                cfg,
+                job.juid,
+                job.attempt,
+                str(cfg.get("work") or ""),
+                os.path.join(job.run_dir, RESULTS_SEQ),
+            )
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, KeyError) as e:
@@ -83,8 +94,9 @@ class CloudSide(AgentState):
             self._wake()
 
         try:
-            self.watcher = Watcher(str(cfg["kind"]), str(cfg["url"]), on_notice,
-                                   float(cfg.get("every", 1.0)))  # fmt: skip
+            self.watcher = Watcher(
+                str(cfg["kind"]), str(cfg["url"]), on_notice, float(cfg.get("every", 1.0))
+            )
         except (KeyError, ValueError, TypeError) as e:
             raise RequestError(f"bad watch {cfg!r}: {one_line(e)}") from None
         log(f"watching {cfg['kind']} metadata at {cfg['url']} for notices")
@@ -155,8 +167,13 @@ class CloudSide(AgentState):
             self._withdraw(p, "this instance is being preempted")
         grace = min(PREEMPT_GRACE, max(0.0, info["deadline"] - time.time() - PREEMPT_RESERVE))
         for job in list(self.jobs.values()):
-            self._append(job, "preempt-notice", deadline=info["deadline"], kind=info["kind"],
-                         detail=info["detail"])  # fmt: skip
+            self._append(
+                job,
+                "preempt-notice",
+                deadline=info["deadline"],
+                kind=info["kind"],
+                detail=info["detail"],
+            )
             try:
                 write_atomic(os.path.join(job.run_dir, PREEMPTED), b"1\n")
             except OSError as e:

@@ -74,12 +74,16 @@ def one_line(e: BaseException) -> str:
     """An exception as one line of text."""
     text = str(e) if isinstance(e, RequestError) else f"{type(e).__name__}: {e}"
     return " ".join(text.split())
+
+
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps would make one per call
 
 
 def encode(obj: dict[str, Any]) -> bytes:
     """One protocol line."""
     return (_COMPACT.encode(obj) + "\n").encode()
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))  # the agent's code: reported in hello
 
 

@@ -63,7 +63,9 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
         return {"code": code, "signal": sig, "reason": "killed"}
     if code is None:
         return {"code": None, "signal": None, "reason": "vanished"}
-    if code in (126, 127) and b"spawn" in (read_small(os.path.join(job.run_dir, STARTED)) or b"").split(b"\n"):
+    if code in (126, 127) and b"spawn" in (
+        read_small(os.path.join(job.run_dir, STARTED)) or b""
+    ).split(b"\n"):
         return {"code": code, "signal": None, "reason": "spawn"}  # the command never started
     if code != 1:  # launcher.py exits 1 when the set-up failed
         return {"code": code, "signal": None, "reason": "exited"}
@@ -91,8 +93,9 @@ class Events(AgentState):
             import threading
 
             self.reclaims = queue.SimpleQueue()
-            threading.Thread(target=_reclaimer, args=(self.reclaims,), daemon=True,
-                             name="reclaim").start()  # fmt: skip
+            threading.Thread(
+                target=_reclaimer, args=(self.reclaims,), daemon=True, name="reclaim"
+            ).start()
         self.reclaims.put(run_dir)
 
     def _append(self, job: Job, etype: str, strict: bool = False, **fields: Any) -> None:
@@ -126,7 +129,7 @@ class Events(AgentState):
         job.seq += 1
         if etype == "exit":  # the code copy is not needed any more: reclaimed off the loop
             self._reclaim(job.run_dir)
-        push = b"%s%d,\"event\":%s}\n" % (job.push_head, offset, line[:-1])  # the line as encoded
+        push = b'%s%d,"event":%s}\n' % (job.push_head, offset, line[:-1])  # the line as encoded
         for conn in list(self.conns):
             if conn.subscribed:
                 self._send(conn, push)
@@ -153,9 +156,14 @@ class Events(AgentState):
             scraped = scrape(out)
             if lines or scraped:
                 seq = job.seq
-                self._append(job, "metrics", log=[job.tail[0], log_end], out=[job.tail[1], out_end],
-                             lines=lines.decode(errors="replace"),
-                             stdout=scraped.decode(errors="replace"))  # fmt: skip
+                self._append(
+                    job,
+                    "metrics",
+                    log=[job.tail[0], log_end],
+                    out=[job.tail[1], out_end],
+                    lines=lines.decode(errors="replace"),
+                    stdout=scraped.decode(errors="replace"),
+                )
                 if job.seq == seq:  # not written: try again on the next pass
                     return
             # Output with nothing to scrape needs no event: a re-scan finds nothing either.
@@ -167,8 +175,7 @@ class Events(AgentState):
         """Append the logs' sizes to output.order when either grew since the last mark; the
         size of stdout.log (None when unknown)."""
         try:
-            sizes = (os.stat(job.prefix + STDOUT).st_size,
-                     os.stat(job.prefix + STDERR).st_size)
+            sizes = (os.stat(job.prefix + STDOUT).st_size, os.stat(job.prefix + STDERR).st_size)
         except OSError:
             return None
         if sizes != job.order:
@@ -209,10 +216,14 @@ class Events(AgentState):
             job.cpu_prev = (max(ticks, prev_ticks), now)
             extra: dict[str, Any] = {}
             if gpu_usage:
-                extra["gpus"] = [{"index": int(g), **gpu_usage[g]} for g in job.gpus
-                                 if g in gpu_usage and g.isdigit()]  # fmt: skip
-            self._append(job, "heartbeat", cpu=round(cpu, 1), rss=rss * PAGE_SIZE, procs=procs,
-                         **extra)
+                extra["gpus"] = [
+                    {"index": int(g), **gpu_usage[g]}
+                    for g in job.gpus
+                    if g in gpu_usage and g.isdigit()
+                ]
+            self._append(
+                job, "heartbeat", cpu=round(cpu, 1), rss=rss * PAGE_SIZE, procs=procs, **extra
+            )
 
     def _on_exit(self, job: Job, _mask: int) -> None:
         """The job's wrapper exited: reap, clean its group, record the exit event."""
@@ -265,8 +276,9 @@ class Events(AgentState):
         log("the disk is full: gave up the reserved space to record a job's events")
         return True
 
-    def _exit_fields(self, job: Job, code: int | None, returncode: int | None,
-                     ended: float | None) -> dict[str, Any]:  # fmt: skip
+    def _exit_fields(
+        self, job: Job, code: int | None, returncode: int | None, ended: float | None
+    ) -> dict[str, Any]:
         """The fields of JOB's exit event (TS: when it ended, None when unknown); a failed
         job whose run folder is on a (nearly) full disk says so (``disk``)."""
         fields = exit_fields(job, code, returncode)

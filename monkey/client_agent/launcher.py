@@ -65,8 +65,13 @@ def note(log: BinaryIO, text: str) -> None:
 
 def env_key(setup: dict[str, Any]) -> str:
     """What makes two environments the same: inputs and the worker's python."""
-    parts = [setup.get("type"), setup.get("env_file_digest"), setup.get("install_script_digest"),
-             os.path.realpath(sys.executable), sys.version]  # fmt: skip
+    parts = [
+        setup.get("type"),
+        setup.get("env_file_digest"),
+        setup.get("install_script_digest"),
+        os.path.realpath(sys.executable),
+        sys.version,
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
@@ -83,8 +88,9 @@ def activation(setup: dict[str, Any], prefix: str) -> dict[str, str]:
 def run_step(argv: list[str], log: BinaryIO, cwd: str, env: dict[str, str], what: str) -> None:
     note(log, f"$ {' '.join(argv)}")
     try:
-        code = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                              stderr=subprocess.STDOUT).returncode  # fmt: skip
+        code = subprocess.run(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        ).returncode
     except OSError as e:
         raise SetupError(f"{what} could not start: {e}") from None
     if code != 0:
@@ -98,26 +104,57 @@ def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO) -> None:
     if kind == "pip":
         run_step([sys.executable, "-m", "venv", prefix], log, work, env, "creating the virtualenv")
         pip = [os.path.join(prefix, "bin", "python"), "-m", "pip", "install"]
-        run_step([*pip, "-r", os.path.join(work, setup["env_file"])], log, work, env,
-                 f"pip install -r {setup['env_file']}")
+        run_step(
+            [*pip, "-r", os.path.join(work, setup["env_file"])],
+            log,
+            work,
+            env,
+            f"pip install -r {setup['env_file']}",
+        )
     elif kind == "conda":
         conda = os.environ.get("CONDA_EXE") or shutil.which("conda")
         if not conda:
-            raise SetupError("conda is not installed on this worker (not on PATH, no CONDA_EXE); "
-                             "install Miniconda there or use env_type: pip")
-        run_step([conda, "env", "create", "--quiet", "-p", prefix, "-f",
-                  os.path.join(work, setup["env_file"])], log, work, env,
-                 f"conda env create -f {setup['env_file']}")  # fmt: skip
+            raise SetupError(
+                "conda is not installed on this worker (not on PATH, no CONDA_EXE); "
+                "install Miniconda there or use env_type: pip"
+            )
+        run_step(
+            [
+                conda,
+                "env",
+                "create",
+                "--quiet",
+                "-p",
+                prefix,
+                "-f",
+                os.path.join(work, setup["env_file"]),
+            ],
+            log,
+            work,
+            env,
+            f"conda env create -f {setup['env_file']}",
+        )
     else:
         os.makedirs(prefix)
     if setup.get("install_script"):
         env.update(activation(setup, prefix))
-        run_step(["/bin/sh", os.path.join(work, setup["install_script"])], log, work, env,
-                 f"install_script {setup['install_script']}")
+        run_step(
+            ["/bin/sh", os.path.join(work, setup["install_script"])],
+            log,
+            work,
+            env,
+            f"install_script {setup['install_script']}",
+        )
 
 
-def prepare(setup: dict[str, Any], envs: str, work: str, run_dir: str,
-            log: BinaryIO, package: str | None = None) -> dict[str, str]:
+def prepare(
+    setup: dict[str, Any],
+    envs: str,
+    work: str,
+    run_dir: str,
+    log: BinaryIO,
+    package: str | None = None,
+) -> dict[str, str]:
     """The environment ready (built now, or reused); returns its activation variables."""
     started = time.monotonic()
     key = env_key(setup)
@@ -276,8 +313,11 @@ def main(argv: list[str]) -> int:
         try:
             restore_persisted(cfg, log)
             if cfg.get("setup"):
-                env.update(prepare(cfg["setup"], cfg["envs"], cfg["work"], run_dir, log,
-                                   cfg.get("package")))
+                env.update(
+                    prepare(
+                        cfg["setup"], cfg["envs"], cfg["work"], run_dir, log, cfg.get("package")
+                    )
+                )
         except (SetupError, OSError) as e:
             if stop:
                 note(log, f"set-up stopped by signal {stop[0]}")

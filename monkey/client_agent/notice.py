@@ -34,8 +34,9 @@ _TOKEN_TTL = 21600
 class Watcher:
     """Threads that poll (EC2) or long-poll (GCE) the metadata at URL for notices."""
 
-    def __init__(self, kind: str, url: str, on_notice: Callable[[dict[str, Any]], None],
-                 every: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, kind: str, url: str, on_notice: Callable[[dict[str, Any]], None], every: float = 1.0
+    ) -> None:
         if kind not in ("ec2", "gce"):
             raise ValueError(f"unknown metadata kind {kind!r}")
         self.kind, self.url, self.every = kind, url.rstrip("/"), every
@@ -43,10 +44,17 @@ class Watcher:
         self.stopped = threading.Event()
         self.seen: set[str] = set()
         self._token = ("", 0.0)
-        targets = [self._ec2] if kind == "ec2" else [
-            lambda: self._gce("instance/preempted", "preempted"),
-            lambda: self._gce("instance/maintenance-event", "maintenance")]
-        self.threads = [threading.Thread(target=t, daemon=True, name=f"notice-{kind}") for t in targets]
+        targets = (
+            [self._ec2]
+            if kind == "ec2"
+            else [
+                lambda: self._gce("instance/preempted", "preempted"),
+                lambda: self._gce("instance/maintenance-event", "maintenance"),
+            ]
+        )
+        self.threads = [
+            threading.Thread(target=t, daemon=True, name=f"notice-{kind}") for t in targets
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -66,11 +74,19 @@ class Watcher:
                 action = self._ec2_get("/latest/meta-data/spot/instance-action")
                 if action is not None:
                     doc = json.loads(action)
-                    self._notice("spot-interrupt", _epoch(doc.get("time")) or time.time() + EC2_NOTICE,
-                                 f"spot {doc.get('action', 'terminate')} at {doc.get('time')}")
+                    self._notice(
+                        "spot-interrupt",
+                        _epoch(doc.get("time")) or time.time() + EC2_NOTICE,
+                        f"spot {doc.get('action', 'terminate')} at {doc.get('time')}",
+                    )
                 if "rebalance" not in self.seen:
-                    if self._ec2_get("/latest/meta-data/events/recommendations/rebalance") is not None:
-                        self._notice("rebalance", time.time() + EC2_NOTICE, "rebalance recommendation")
+                    if (
+                        self._ec2_get("/latest/meta-data/events/recommendations/rebalance")
+                        is not None
+                    ):
+                        self._notice(
+                            "rebalance", time.time() + EC2_NOTICE, "rebalance recommendation"
+                        )
             except (OSError, ValueError):
                 self._token = ("", 0.0)
 
@@ -78,12 +94,17 @@ class Watcher:
         """The value at PATH, or None when it is not there (404)."""
         token, until = self._token
         if time.monotonic() >= until:
-            request = urllib.request.Request(self.url + "/latest/api/token", method="PUT",
-                                             headers={"X-aws-ec2-metadata-token-ttl-seconds": str(_TOKEN_TTL)})
+            request = urllib.request.Request(
+                self.url + "/latest/api/token",
+                method="PUT",
+                headers={"X-aws-ec2-metadata-token-ttl-seconds": str(_TOKEN_TTL)},
+            )
             with urllib.request.urlopen(request, timeout=2) as reply:
                 token = reply.read().decode()
             self._token = (token, time.monotonic() + _TOKEN_TTL / 2)
-        request = urllib.request.Request(self.url + path, headers={"X-aws-ec2-metadata-token": token})
+        request = urllib.request.Request(
+            self.url + path, headers={"X-aws-ec2-metadata-token": token}
+        )
         try:
             with urllib.request.urlopen(request, timeout=2) as reply:
                 return reply.read().decode()
@@ -98,8 +119,10 @@ class Watcher:
         etag = ""
         while not self.stopped.is_set():
             query = "?wait_for_change=true&timeout_sec=60" + (f"&last_etag={etag}" if etag else "")
-            request = urllib.request.Request(f"{self.url}/computeMetadata/v1/{path}{query}",
-                                             headers={"Metadata-Flavor": "Google"})
+            request = urllib.request.Request(
+                f"{self.url}/computeMetadata/v1/{path}{query}",
+                headers={"Metadata-Flavor": "Google"},
+            )
             try:
                 with urllib.request.urlopen(request, timeout=75) as reply:
                     value = reply.read().decode().strip()
@@ -107,8 +130,9 @@ class Watcher:
             except (OSError, ValueError):
                 self.stopped.wait(max(self.every, 1.0))
                 continue
-            if (kind == "preempted" and value == "TRUE") or \
-                    (kind == "maintenance" and value.startswith("TERMINATE")):
+            if (kind == "preempted" and value == "TRUE") or (
+                kind == "maintenance" and value.startswith("TERMINATE")
+            ):
                 self._notice(kind, time.time() + GCE_NOTICE, f"{path} = {value}")
 
 

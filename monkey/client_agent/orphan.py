@@ -50,8 +50,12 @@ class OrphanWatch:
         if not isinstance(command, str):
             raise RequestError("orphan command must be a shell command line")
         if (float(timeout), command) != (self.timeout, self.command):
-            log(f"orphan watch: powering the machine off after {timeout:g}s with no job and no "
-                f"request from the core ({command})" if timeout else "orphan watch: off")
+            log(
+                f"orphan watch: powering the machine off after {timeout:g}s with no job and no "
+                f"request from the core ({command})"
+                if timeout
+                else "orphan watch: off"
+            )
         self.timeout, self.command = float(timeout), command
 
     def deadline(self) -> float | None:
@@ -76,18 +80,29 @@ class OrphanWatch:
         if due is None or now < due:
             return
         self.tried_at = now
-        log(f"orphaned: no job for {now - self.idle_since:.0f}s and no request from the core "
+        log(
+            f"orphaned: no job for {now - self.idle_since:.0f}s and no request from the core "
             f"for {now - self.contact:.0f}s (orphan_timeout {self.timeout:g}s): powering the "
-            f"machine off so that its cloud terminates it: {self.command}")
+            f"machine off so that its cloud terminates it: {self.command}"
+        )
         try:
-            done = subprocess.run(["/bin/sh", "-c", self.command], stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=120, start_new_session=True)
+            done = subprocess.run(
+                ["/bin/sh", "-c", self.command],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=120,
+                start_new_session=True,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
-            log(f"the shutdown command failed: {one_line(e)}; trying again in {SHUTDOWN_RETRY:.0f}s")
+            log(
+                f"the shutdown command failed: {one_line(e)}; trying again in {SHUTDOWN_RETRY:.0f}s"
+            )
             return
         said = " ".join((done.stdout + done.stderr).decode(errors="replace").split())[:500]
         if done.returncode:
-            log(f"the shutdown command exited {done.returncode}: {said or 'no output'}; trying "
-                f"again in {SHUTDOWN_RETRY:.0f}s")
+            log(
+                f"the shutdown command exited {done.returncode}: {said or 'no output'}; trying "
+                f"again in {SHUTDOWN_RETRY:.0f}s"
+            )
         else:
             log("the shutdown command succeeded" + (f": {said}" if said else ""))

@@ -320,10 +320,15 @@ def gpu_usage_probe() -> subprocess.Popen | None:
         return None
     try:
         return subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
-             "--format=csv,noheader,nounits"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used",
+                "--format=csv,noheader,nounits",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
     except OSError:
         return None
 

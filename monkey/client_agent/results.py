@@ -44,8 +44,9 @@ Entry = tuple[int, int, str, int]  # size, mtime_ns, sha256, mode
 class Results:
     """The uploads of one attempt (thread-safe: one upload at a time)."""
 
-    def __init__(self, cfg: dict[str, Any], juid: str, attempt: int, work: str,
-                 seq_path: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, cfg: dict[str, Any], juid: str, attempt: int, work: str, seq_path: str = ""
+    ) -> None:
         """SEQ_PATH: where the number of the last manifest is kept (an agent that adopts
         the attempt numbers its manifests on from there)."""
         self.url = str(cfg["url"])
@@ -82,7 +83,10 @@ class Results:
             if not _same(path, size, sha):
                 fd, tmp = tempfile.mkstemp(prefix=".monkey-", dir=os.path.dirname(path))
                 try:
-                    with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT) as src:
+                    with (
+                        os.fdopen(fd, "wb") as out,
+                        urllib.request.urlopen(url, timeout=TIMEOUT) as src,
+                    ):
                         shutil.copyfileobj(src, out, 1 << 20)
                     if os.path.getsize(tmp) != size:
                         raise ValueError(f"{rel}: {os.path.getsize(tmp)} bytes instead of {size}")
@@ -141,17 +145,30 @@ class Results:
                 self.last = {"bytes": 0, "digest": None, "files": 0}
                 return self.last
             self.seq += 1
-            body = json.dumps({
-                "juid": self.juid, "attempt": self.attempt, "seq": self.seq, "ts": time.time(),
-                "final": final, "files": {r: [e[2], e[0], e[3]] for r, e in sorted(files.items())},
-            }, sort_keys=True).encode()  # fmt: skip
+            body = json.dumps(
+                {
+                    "juid": self.juid,
+                    "attempt": self.attempt,
+                    "seq": self.seq,
+                    "ts": time.time(),
+                    "final": final,
+                    "files": {r: [e[2], e[0], e[3]] for r, e in sorted(files.items())},
+                },
+                sort_keys=True,
+            ).encode()
             self._put(f"manifests/{self.attempt}-{self.seq:06d}.json", body)
             self._put("manifest.json", body)
             if self.seq_path:
-                with open(os.open(self.seq_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+                with open(
+                    os.open(self.seq_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+                ) as out:
                     out.write(f"{self.seq}\n")
             self.next_at = time.monotonic() + self.every
-            self.last = {"bytes": sent, "digest": hashlib.sha256(body).hexdigest(), "files": len(files)}
+            self.last = {
+                "bytes": sent,
+                "digest": hashlib.sha256(body).hexdigest(),
+                "files": len(files),
+            }
             return self.last
 
     def _walk(self, final: bool) -> list[tuple[str, str]]:
@@ -162,13 +179,21 @@ class Results:
                 dirs.sort()
                 for leaf in sorted(names):
                     path = os.path.join(folder, leaf)
-                    if os.path.isfile(path) and not os.path.islink(path) and not leaf.startswith(".monkey-"):
+                    if (
+                        os.path.isfile(path)
+                        and not os.path.islink(path)
+                        and not leaf.startswith(".monkey-")
+                    ):
                         found.append((f"{name}/{os.path.relpath(path, root)}", path))
         if final and self.work:
             for pattern in self.outputs:
                 for rel in sorted(glob.glob(pattern, root_dir=self.work, recursive=True)):
                     path = os.path.join(self.work, rel)
-                    if os.path.isfile(path) and not os.path.islink(path) and ".." not in rel.split("/"):
+                    if (
+                        os.path.isfile(path)
+                        and not os.path.islink(path)
+                        and ".." not in rel.split("/")
+                    ):
                         found.append((f"outputs/{os.path.normpath(rel)}", path))
         return found
 
@@ -183,7 +208,11 @@ class Results:
                     sha.update(chunk)
                     out.write(chunk)
             after = os.stat(path)
-            if (after.st_size, after.st_mtime_ns, after.st_ino) != (st.st_size, st.st_mtime_ns, st.st_ino):
+            if (after.st_size, after.st_mtime_ns, after.st_ino) != (
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+            ):
                 return None, 0
             digest = sha.hexdigest()
             sent = 0
@@ -215,24 +244,37 @@ class Results:
         """Send the file at PATH to KEY under the prefix through the upload form."""
         key = self.prefix + key
         if self.url.startswith("file:"):
-            target = os.path.join(urllib.request.url2pathname(urllib.parse.urlparse(self.url).path), key)
+            target = os.path.join(
+                urllib.request.url2pathname(urllib.parse.urlparse(self.url).path), key
+            )
             os.makedirs(os.path.dirname(target), 0o700, exist_ok=True)
             tmp = f"{target}.monkey-{uuid.uuid4().hex[:8]}"
             shutil.copyfile(path, tmp)
             os.replace(tmp, target)
             return
         boundary = uuid.uuid4().hex
-        head = b"".join(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-            for k, v in {**self.fields, "key": key}.items()
-        ) + (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="blob"\r\n'
-             "Content-Type: application/octet-stream\r\n\r\n").encode()
+        head = (
+            b"".join(
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+                for k, v in {**self.fields, "key": key}.items()
+            )
+            + (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="blob"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+        )
         tail = f"\r\n--{boundary}--\r\n".encode()
         with open(path, "rb") as src:
             body = _Body(head, src, tail, os.fstat(src.fileno()).st_size)
-            request = urllib.request.Request(self.url, data=body, method="POST", headers={
-                "Content-Type": f"multipart/form-data; boundary={boundary}",
-                "Content-Length": str(body.length)})  # fmt: skip
+            request = urllib.request.Request(
+                self.url,
+                data=body,
+                method="POST",
+                headers={
+                    "Content-Type": f"multipart/form-data; boundary={boundary}",
+                    "Content-Length": str(body.length),
+                },
+            )
             with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
                 reply.read()
 

@@ -130,8 +130,17 @@ def recorded_exit(run_dir: str) -> tuple[str, int | None] | None:
     claim's "exit CODE" line, else the ``exit`` file of an earlier agent's wrapper; None
     when neither has it."""
     claim = os.path.join(run_dir, STARTED)
-    path, text = claim, next((line[5:] for line in (read_small(claim) or b"").split(b"\n")
-                              if line.startswith(b"exit ")), None)  # fmt: skip
+    path, text = (
+        claim,
+        next(
+            (
+                line[5:]
+                for line in (read_small(claim) or b"").split(b"\n")
+                if line.startswith(b"exit ")
+            ),
+            None,
+        ),
+    )
     if text is None:
         path = os.path.join(run_dir, OLD_EXIT)
         text = read_small(path)

@@ -51,4 +51,5 @@ else:
             raise AttributeError(name)
         raise AttributeError(
             f"monkey.{name} is not available in a job on this worker: only the in-job API "
-            f"({', '.join(__all__)}) is, as monkey is not installed in the job's environment")
+            f"({', '.join(__all__)}) is, as monkey is not installed in the job's environment"
+        )

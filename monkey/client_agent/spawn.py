@@ -80,7 +80,7 @@ WRAPPER = (
     'cd -P -- "$1" 2>/dev/null || { echo "monkey: cannot enter the job\'s folder $1" >&2; exit 126; }; shift; '
     'set -C; { echo "$$" > "$MONKEY_STARTED_FILE"; } 2>/dev/null || exit 125; set +C; '
     'if [ -n "$MONKEY_CGROUP" ]; then { echo 0 > "$MONKEY_CGROUP/cgroup.procs"; } 2>/dev/null; fi; '
-    'trap : TERM INT HUP; '
+    "trap : TERM INT HUP; "
     'if ! command -v "$1" >/dev/null 2>&1; then rc=127; '
     'echo "monkey: command not found: $1 (not on the job\'s PATH, or not executable)" >&2; '
     'echo spawn >> "$MONKEY_STARTED_FILE"; '
@@ -111,8 +111,11 @@ def install_job_code(root: str, digest: str) -> str:
     shutil.rmtree(tmp, ignore_errors=True)
     for folder in (os.path.dirname(final), tmp, f"{tmp}/python", f"{tmp}/python/monkey"):
         make_dir(folder)  # 0700
-    for src, dest in (("shim.py", "python/monkey/__init__.py"), ("track.py", "python/monkey_track.py"),
-                      ("launcher.py", "launcher.py")):
+    for src, dest in (
+        ("shim.py", "python/monkey/__init__.py"),
+        ("track.py", "python/monkey_track.py"),
+        ("launcher.py", "launcher.py"),
+    ):
         shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
     try:
         os.rename(tmp, final)
@@ -186,15 +189,27 @@ class Spawning(AgentState):
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing half-copied stays
                 remove_tree(work)
-                raise RequestError(f"disk full at {run_dir} ({free_bytes(run_dir)} bytes free)") from None
+                raise RequestError(
+                    f"disk full at {run_dir} ({free_bytes(run_dir)} bytes free)"
+                ) from None
             raise RequestError(f"materialising {run_dir} failed: {e}") from None
         results = self._results(req.get("results"), juid, attempt, run_dir, work)
         if results is not None:
             self._keep_results(run_dir, req["results"], work)
         limit = req.get("time_limit")
-        pending = Pending(juid, attempt, run_dir, cwd, argv, env, None if limit is None else
-                          [float(limit), 0.0, float(req.get("grace", 10))], results,
-                          cpus if slots is None else min(cpus, slots), conn, req.get("id"))  # fmt: skip
+        pending = Pending(
+            juid,
+            attempt,
+            run_dir,
+            cwd,
+            argv,
+            env,
+            None if limit is None else [float(limit), 0.0, float(req.get("grace", 10))],
+            results,
+            cpus if slots is None else min(cpus, slots),
+            conn,
+            req.get("id"),
+        )
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
@@ -249,8 +264,15 @@ class Spawning(AgentState):
         except OSError as e:
             log(f"{p.juid}/{p.attempt}: cannot mark its run dir abandoned: {e}")
         self._reclaim(p.run_dir)
-        self._reply(p, {"id": p.rid, "ok": False, "withdrawn": True,
-                        "error": f"withdrawn before it started: {why}"})  # fmt: skip
+        self._reply(
+            p,
+            {
+                "id": p.rid,
+                "ok": False,
+                "withdrawn": True,
+                "error": f"withdrawn before it started: {why}",
+            },
+        )
 
     def _reply(self, p: Pending, reply: dict[str, Any]) -> None:
         if p.conn is not None and p.conn in self.conns:
@@ -273,8 +295,9 @@ class Spawning(AgentState):
                 for path in (blob, _blob_check_file(blob)):
                     with contextlib.suppress(OSError):
                         os.unlink(path)
-                raise RequestError(f"damaged blob {digest} for {rel} in {blobs_dir!r}: "
-                                   "removed, to be sent again")
+                raise RequestError(
+                    f"damaged blob {digest} for {rel} in {blobs_dir!r}: removed, to be sent again"
+                )
             out.append((rel, blob, mode))
         return out
 
@@ -341,8 +364,12 @@ class Spawning(AgentState):
         if not isinstance(entry, dict):
             raise RequestError(f"bad placed entry {entry!r}")
         files = self._check_files(entry.get("files") or [], blobs_dir)
-        return safe_relpath(entry.get("path")), files, check_digest(entry.get("digest")), \
-            bool(entry.get("mount"))
+        return (
+            safe_relpath(entry.get("path")),
+            files,
+            check_digest(entry.get("digest")),
+            bool(entry.get("mount")),
+        )
 
     def _place(self, work: str, rel: str, files: list, digest: str, mount: bool) -> None:
         """A data folder at work/REL: a copy, or a link to the worker's shared copy."""
@@ -356,8 +383,7 @@ class Spawning(AgentState):
         for frel, blob, mode in files:
             self._copy_blob(blob, os.path.join(work, rel), frel, mode)
 
-    def _launcher(self, req: dict[str, Any], run_dir: str, work: str,
-                  argv: list[str]) -> list[str]:  # fmt: skip
+    def _launcher(self, req: dict[str, Any], run_dir: str, work: str, argv: list[str]) -> list[str]:
         """ARGV, or ARGV behind launcher.py when the job has a set-up or persisted folders."""
         setup, persist = req.get("setup"), req.get("persist") or []
         if not setup and not persist:
@@ -375,13 +401,24 @@ class Spawning(AgentState):
         if not os.path.isabs(persist_dir):
             raise RequestError(f"persist_dir must be an absolute path: {persist_dir!r}")
         launch = {
-            "run_dir": run_dir, "work": work, "envs": os.path.join(self.root, "envs"),
-            "setup": setup, "persist": persist, "persist_dir": persist_dir,
+            "run_dir": run_dir,
+            "work": work,
+            "envs": os.path.join(self.root, "envs"),
+            "setup": setup,
+            "persist": persist,
+            "persist_dir": persist_dir,
             "package": os.path.dirname(HERE),
-        }  # fmt: skip
+        }
         path = os.path.join(run_dir, LAUNCH)
         write_atomic(path, json.dumps(launch).encode())
-        return [sys.executable, "-I", self.launcher, path, "--", *argv]  # -I: no project module shadows
+        return [
+            sys.executable,
+            "-I",
+            self.launcher,
+            path,
+            "--",
+            *argv,
+        ]  # -I: no project module shadows
 
     @staticmethod
     def _copy_blob(blob: str, base: str, rel: str, mode: int) -> None:
@@ -431,8 +468,17 @@ class Spawning(AgentState):
                     raise
         return os.path.join(final, files[0][0]) if single else final
 
-    def _spawn(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
-               env: dict[str, str], limit: list[float] | None, cpus: int) -> Job:  # fmt: skip
+    def _spawn(
+        self,
+        juid: str,
+        attempt: int,
+        run_dir: str,
+        cwd: str,
+        argv: list[str],
+        env: dict[str, str],
+        limit: list[float] | None,
+        cpus: int,
+    ) -> Job:
         """Start the wrapper in a new session and track it (posix_spawn: a vfork without
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -443,10 +489,17 @@ class Spawning(AgentState):
             try:
                 umask = os.umask(JOB_UMASK)  # the job's files as the user would make them
                 try:
-                    pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
-                                         env, setsid=True, file_actions=[
-                                             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                             (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)])  # fmt: skip
+                    pid = os.posix_spawn(
+                        "/bin/sh",
+                        ["/bin/sh", "-c", WRAPPER, "monkey-job", cwd, *argv],
+                        env,
+                        setsid=True,
+                        file_actions=[
+                            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                            (os.POSIX_SPAWN_DUP2, out, 1),
+                            (os.POSIX_SPAWN_DUP2, err, 2),
+                        ],
+                    )
                 finally:
                     os.umask(umask)
             finally:
@@ -464,8 +517,16 @@ class Spawning(AgentState):
             # the claim. No /proc/PID/stat is read here: read while the child execs, it
             # costs the agent more than the rest of the spawn (adoption checks PID by its
             # environment instead).
-            self._append(job, "started", strict=True, pid=pid, gpus=gpus,
-                         cgroup=env.get("MONKEY_CGROUP", ""), limit=limit, cpus=cpus)
+            self._append(
+                job,
+                "started",
+                strict=True,
+                pid=pid,
+                gpus=gpus,
+                cgroup=env.get("MONKEY_CGROUP", ""),
+                limit=limit,
+                cpus=cpus,
+            )
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)

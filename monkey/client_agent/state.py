@@ -32,13 +32,39 @@ class Job:
     """One live attempt the agent watches through a pidfd."""
 
     __slots__ = (
-        "juid", "attempt", "run_dir", "pid", "pidfd", "child", "seq",
-        "signalled", "cpu_prev", "tail", "gpus", "cgroup", "preempted", "order", "limit", "timed_out",
-        "cpus", "prefix", "events_path", "push_head",
-    )  # fmt: skip
+        "juid",
+        "attempt",
+        "run_dir",
+        "pid",
+        "pidfd",
+        "child",
+        "seq",
+        "signalled",
+        "cpu_prev",
+        "tail",
+        "gpus",
+        "cgroup",
+        "preempted",
+        "order",
+        "limit",
+        "timed_out",
+        "cpus",
+        "prefix",
+        "events_path",
+        "push_head",
+    )
 
-    def __init__(self, juid: str, attempt: int, run_dir: str, pid: int, pidfd: int,
-                 child: bool, seq: int, started: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        juid: str,
+        attempt: int,
+        run_dir: str,
+        pid: int,
+        pidfd: int,
+        child: bool,
+        seq: int,
+        started: float,
+    ) -> None:
         self.juid = juid
         self.attempt = attempt
         self.run_dir = run_dir
@@ -70,12 +96,35 @@ class Job:
 class Pending:
     """A start prepared (its run dir materialised) and held until a slot frees."""
 
-    __slots__ = ("juid", "attempt", "run_dir", "cwd", "argv", "env", "limit", "results",
-                 "cpus", "conn", "rid", "until")  # fmt: skip
+    __slots__ = (
+        "juid",
+        "attempt",
+        "run_dir",
+        "cwd",
+        "argv",
+        "env",
+        "limit",
+        "results",
+        "cpus",
+        "conn",
+        "rid",
+        "until",
+    )
 
-    def __init__(self, juid: str, attempt: int, run_dir: str, cwd: str, argv: list[str],
-                 env: dict[str, str], limit: list[float] | None, results: Any, cpus: int,
-                 conn: Conn | None, rid: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        juid: str,
+        attempt: int,
+        run_dir: str,
+        cwd: str,
+        argv: list[str],
+        env: dict[str, str],
+        limit: list[float] | None,
+        results: Any,
+        cpus: int,
+        conn: Conn | None,
+        rid: Any,
+    ) -> None:
         self.juid, self.attempt, self.run_dir, self.cwd = juid, attempt, run_dir, cwd
         self.argv, self.env, self.limit, self.results = argv, env, limit, results
         self.cpus = cpus

@@ -158,8 +158,12 @@ def encode_columns(points: list[tuple[str, int | None, float, int]]) -> str:
     steps = list(map(_STEP, points))
     if None in steps:
         steps = [NO_STEP if step is None else step for step in steps]
-    columns = [n, array("q", steps), array("d", map(_VALUE, points)),
-               array("q", map(_WALL, points))]
+    columns = [
+        n,
+        array("q", steps),
+        array("d", map(_VALUE, points)),
+        array("q", map(_WALL, points)),
+    ]
     if sys.byteorder == "big":
         for column in columns:
             column.byteswap()
@@ -196,7 +200,7 @@ def _write(text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
 

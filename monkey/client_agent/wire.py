@@ -25,7 +25,6 @@ MAX_LINE = 256 << 20  # longest request accepted
 MAX_OUTBUF = 256 << 20  # a client this far behind is dropped (it can resync by offset)
 
 
-
 class Wire(AgentState):
     """The connections of the ``Agent`` (its selector, listener and clients)."""
 

@@ -35,9 +35,17 @@ if TYPE_CHECKING:
 
         home: Home
 
-        def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
-                       then: Callable[[Any], None], failed: Callable[[BaseException], None],
-                       lane: tuple[str, ...] | None = None, slow: bool = False) -> None: ...
+        def _transport(
+            self,
+            key: tuple[str, str],
+            drv: Driver,
+            call: Callable[[], Any],
+            then: Callable[[Any], None],
+            failed: Callable[[BaseException], None],
+            lane: tuple[str, ...] | None = None,
+            slow: bool = False,
+        ) -> None: ...
+
 
 log = logging.getLogger("monkey.core")
 _RETRY = 10.0  # seconds before a host whose clean-up failed is tried again
@@ -71,7 +79,9 @@ class HostChores:
             return
         bucket = key[1].endswith(BUCKET)
         transport = drv.transport  # its hosts' clean-up: the SSH transport's
-        if not callable(getattr(drv if bucket else transport, "clean_bucket" if bucket else "clean", None)):
+        if not callable(
+            getattr(drv if bucket else transport, "clean_bucket" if bucket else "clean", None)
+        ):
             core.store.chores_done(c["id"] for c in chores)
             return
         if not bucket and key[1] not in getattr(transport, "hosts", {}):
@@ -96,12 +106,22 @@ class HostChores:
         def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
             self.busy.discard(key)
             freed, usage = result
-            core.store.record_host_usage(key[0], key[1], {**usage, "freed": freed} if freed else usage)
+            core.store.record_host_usage(
+                key[0], key[1], {**usage, "freed": freed} if freed else usage
+            )
             core.store.chores_done(ids)
             if freed:
-                log.info("%s: freed %d job folders (%d bytes), %d blobs (%d bytes), %d partial "
-                         "uploads (%d bytes)", key[1], freed["runs"], freed["run_bytes"], freed["blobs"],
-                         freed["blob_bytes"], freed["partial"], freed["partial_bytes"])  # fmt: skip
+                log.info(
+                    "%s: freed %d job folders (%d bytes), %d blobs (%d bytes), %d partial "
+                    "uploads (%d bytes)",
+                    key[1],
+                    freed["runs"],
+                    freed["run_bytes"],
+                    freed["blobs"],
+                    freed["blob_bytes"],
+                    freed["partial"],
+                    freed["partial_bytes"],
+                )
 
         def failed(exc: BaseException) -> None:
             self.busy.discard(key)

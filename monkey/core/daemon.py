@@ -26,9 +26,15 @@ def read_only(home: Home) -> str | None:
     mount), as one line naming the fix; None when it may."""
     if os.access(home.root, os.W_OK):
         return None
-    why = "it is on a read-only file system" if _on_read_only_fs(home.root) else "you may not write to it"
-    return (f"MONKEY_HOME {home.root} cannot be written ({why}): the core keeps its database "
-            "there; remount it read-write, or set MONKEY_HOME to a folder you may write to")
+    why = (
+        "it is on a read-only file system"
+        if _on_read_only_fs(home.root)
+        else "you may not write to it"
+    )
+    return (
+        f"MONKEY_HOME {home.root} cannot be written ({why}): the core keeps its database "
+        "there; remount it read-write, or set MONKEY_HOME to a folder you may write to"
+    )
 
 
 def _on_read_only_fs(path: Path) -> bool:
@@ -141,7 +147,9 @@ def local_agent(home: Home, stop_if_idle: bool = False) -> dict[str, Any] | None
         with connect_unix(str(home.socket_path("agent"))) as link:
             hello = link.request("hello", timeout=10)
             if stop_if_idle:
-                hello["stopping"] = bool(link.request("shutdown", timeout=10, if_idle=True)["stopping"])
+                hello["stopping"] = bool(
+                    link.request("shutdown", timeout=10, if_idle=True)["stopping"]
+                )
             return hello
     except (OSError, AgentError, AgentGone):
         return None
@@ -217,14 +225,22 @@ def spawn(home: Home, fresh: bool = False) -> subprocess.Popen[bytes]:
 
     home.ensure()
     env = dict(os.environ, MONKEY_HOME=str(home.root))
-    argv = fresh_entry("monkey.core.daemon", "run_foreground") if fresh else \
-        python_entry("monkey.core.daemon", "run_foreground")
+    argv = (
+        fresh_entry("monkey.core.daemon", "run_foreground")
+        if fresh
+        else python_entry("monkey.core.daemon", "run_foreground")
+    )
     with open_private(home.daemon_log) as log:
         return subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=home.root,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=home.root,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def start(home: Home, timeout: float = 10.0) -> int:
@@ -238,7 +254,9 @@ def start(home: Home, timeout: float = 10.0) -> int:
     if pid and outdated(home):
         import logging
 
-        logging.getLogger("monkey.core").info("restarting the core (pid %d): monkey was reinstalled", pid)
+        logging.getLogger("monkey.core").info(
+            "restarting the core (pid %d): monkey was reinstalled", pid
+        )
         stop(home)
         pid = status(home)
     if pid:

@@ -76,6 +76,7 @@ class Dispatch:
     passes: int
 
     if TYPE_CHECKING:  # the core's own, called from here
+
         def driver(self, provider: str) -> Driver: ...
         def connect(self, key: tuple[str, str]) -> None: ...
         def drop_link(self, key: tuple[str, str]) -> None: ...
@@ -135,7 +136,9 @@ class Dispatch:
                 where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
-                        spot = {r["id"] for r in self.store.instances(provider, live=True) if r["spot"]}
+                        spot = {
+                            r["id"] for r in self.store.instances(provider, live=True) if r["spot"]
+                        }
                     where, unplaced = [c for c in capacities if c.instance not in spot], on_demand
                 if drv.batches:  # a machine made for one job's size takes only such a job
                     size = drv.size_for(job.resources)
@@ -144,11 +147,17 @@ class Dispatch:
                 if placement is None:
                     unplaced.append(job.resources)
                     continue
-                self.start(job, drv, placement.instance, placement.gpus,
-                           any(c.gpus for c in capacities if c.instance == placement.instance),
-                           slots.get(placement.instance))
-                if not drv.elastic and all(usage.get(c.instance, Usage()).slots >= c.slots
-                                           for c in capacities):  # fmt: skip
+                self.start(
+                    job,
+                    drv,
+                    placement.instance,
+                    placement.gpus,
+                    any(c.gpus for c in capacities if c.instance == placement.instance),
+                    slots.get(placement.instance),
+                )
+                if not drv.elastic and all(
+                    usage.get(c.instance, Usage()).slots >= c.slots for c in capacities
+                ):
                     break  # full: the jobs after this one wait for an exit
 
     def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
@@ -156,9 +165,14 @@ class Dispatch:
         AHEAD_RUN): the starts beyond the real slots are held by the agent until one frees."""
         now = time.monotonic()
         ended = self.ended_at.get
-        return [c.replace(slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
-                if (e := ended((provider, c.instance))) and now - e[0] < _AHEAD_WINDOW
-                and e[1] < AHEAD_RUN else c for c in capacities]  # fmt: skip
+        return [
+            c.replace(slots=min(_AHEAD_FACTOR * c.slots, c.slots + _AHEAD_MAX))
+            if (e := ended((provider, c.instance)))
+            and now - e[0] < _AHEAD_WINDOW
+            and e[1] < AHEAD_RUN
+            else c
+            for c in capacities
+        ]
 
     def _not_ready(self, provider: str, why: str | None) -> None:
         """Record why PROVIDER cannot be reached or trusted yet (None: it can again), shown
@@ -174,11 +188,19 @@ class Dispatch:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
             att = self.store.begin_attempt(job, provider, "")
             if att is not None:
-                self.store.end_attempt(job.juid, att.n, final=State.FAILED, exit_code=None,
-                                       signal=None, reason=why)
+                self.store.end_attempt(
+                    job.juid, att.n, final=State.FAILED, exit_code=None, signal=None, reason=why
+                )
 
-    def start(self, job: Job, drv: Driver, instance: str, gpus: list[str],
-              has_gpus: bool, slots: int | None = None) -> None:
+    def start(
+        self,
+        job: Job,
+        drv: Driver,
+        instance: str,
+        gpus: list[str],
+        has_gpus: bool,
+        slots: int | None = None,
+    ) -> None:
         """Open an attempt; off the loop, make its checkpoint and blobs ready on the instance;
         then ask the instance's agent to start it (with SLOTS, the instance's: when it
         does not fit there yet, the agent holds it until it does)."""
@@ -214,10 +236,13 @@ class Dispatch:
                 except BlobDamaged as exc:
                     raise exc.about(self._blob_role(job, digest), job.juid) from None
             checkpoint = drv.transport.checkpoint_dir(instance, job.juid)
-            return checkpoint, {**drv.transport.prepare(instance, blobs),
-                                **drv.transport.start_fields(instance, job.juid, n, outputs)}
+            return checkpoint, {
+                **drv.transport.prepare(instance, blobs),
+                **drv.transport.start_fields(instance, job.juid, n, outputs),
+            }
 
         opened = self.passes
+
         def then(ready: tuple[str, dict[str, Any]]) -> None:
             if hashed:  # a later core need not hash them again (only a saving: never fatal)
                 try:
@@ -226,8 +251,9 @@ class Dispatch:
                     log.warning("could not record the check of %d blobs: %s", len(hashed), exc)
             self._send_start(key, att, spec, *ready, job=job if self.passes == opened else None)
 
-        self._transport(key, drv, call, then, lambda exc: self._start_failed(key, att, exc),
-                        slow=bool(hashed))
+        self._transport(
+            key, drv, call, then, lambda exc: self._start_failed(key, att, exc), slow=bool(hashed)
+        )
 
     def _blob_role(self, job: Job, digest: str) -> str | None:
         """What blob DIGEST is to JOB: the path of a code or dataset file, or a file list."""
@@ -244,9 +270,16 @@ class Dispatch:
                 continue
         return None
 
-    def _transport(self, key: tuple[str, str], drv: Driver, call: Callable[[], Any],
-                   then: Callable[[Any], None], failed: Callable[[BaseException], None],
-                   lane: tuple[str, ...] | None = None, slow: bool = False) -> None:
+    def _transport(
+        self,
+        key: tuple[str, str],
+        drv: Driver,
+        call: Callable[[], Any],
+        then: Callable[[Any], None],
+        failed: Callable[[BaseException], None],
+        lane: tuple[str, ...] | None = None,
+        slow: bool = False,
+    ) -> None:
         """Run a transport CALL for the instance KEY in a worker, after the calls made
         earlier on the same LANE (default: KEY itself), or here when the driver's transport
         is quick, the call not SLOW (blobs to hash) and nothing else is under way on it
@@ -262,8 +295,15 @@ class Dispatch:
             return
         then(result)
 
-    def _send_start(self, key: tuple[str, str], att: Attempt, spec: dict[str, Any],
-                    checkpoint: str, blob_fields: dict[str, Any], job: Job | None = None) -> None:
+    def _send_start(
+        self,
+        key: tuple[str, str],
+        att: Attempt,
+        spec: dict[str, Any],
+        checkpoint: str,
+        blob_fields: dict[str, Any],
+        job: Job | None = None,
+    ) -> None:
         """Ask the agent to start the attempt, now that its inputs are on the instance or
         BLOB_FIELDS (the driver's: presigned URLs, never logged nor stored) fetch them.
         JOB: the job as the same pass opened the attempt (read again when None)."""
@@ -317,8 +357,9 @@ class Dispatch:
         log.error("cannot prepare %s attempt %d on %s: %s", att.juid, att.n, key[1], exc)
         if isinstance(exc, BlobDamaged):  # it will not heal by itself: never run it
             self.prepare_failures.pop(att.juid, None)
-            self.store.end_attempt(att.juid, att.n, final=State.FAILED, exit_code=None,
-                                   signal=None, reason=str(exc))
+            self.store.end_attempt(
+                att.juid, att.n, final=State.FAILED, exit_code=None, signal=None, reason=str(exc)
+            )
             return
         self.retry_at[key] = time.time() + 1.0
         if isinstance(exc, NotReady):
@@ -329,8 +370,14 @@ class Dispatch:
             self._never_started(att)
             return
         self.prepare_failures.pop(att.juid, None)
-        self.store.end_attempt(att.juid, att.n, final=State.FAILED, exit_code=None, signal=None,
-                               reason=f"cannot prepare its inputs on {key[1]}: {exc}")
+        self.store.end_attempt(
+            att.juid,
+            att.n,
+            final=State.FAILED,
+            exit_code=None,
+            signal=None,
+            reason=f"cannot prepare its inputs on {key[1]}: {exc}",
+        )
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)
@@ -341,8 +388,9 @@ class Dispatch:
             self.manifests[digest] = files
         return files
 
-    def start_spec(self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str],
-                   has_gpus: bool) -> dict[str, Any]:
+    def start_spec(
+        self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str], has_gpus: bool
+    ) -> dict[str, Any]:
         """The agent's `start` request for the job's next attempt."""
         env = drv.transport.job_env({k: v for k, v in job.env.items() if v != REDACTED})
         env.update(self._secrets(job))
@@ -358,22 +406,40 @@ class Dispatch:
         spec_fields: dict[str, Any] = {}
         spec = self.store.job_spec(job.juid)
         if spec is not None:
-            spec_fields, spec_blobs = start_fields(spec, self._manifest,
-                                                   drv.transport.persist_dir(instance, job.juid))
+            spec_fields, spec_blobs = start_fields(
+                spec, self._manifest, drv.transport.persist_dir(instance, job.juid)
+            )
             blobs += spec_blobs
         datasets = []
         for ds in job.datasets:
             ds_files = [f[:3] for f in self._manifest(ds["digest"])]
             blobs += [f[1] for f in ds_files]
-            datasets.append({"digest": ds["digest"], "env": f"MONKEY_DATASET_{ds['name']}",
-                             "files": ds_files, "single": ds.get("single", False)})
+            datasets.append(
+                {
+                    "digest": ds["digest"],
+                    "env": f"MONKEY_DATASET_{ds['name']}",
+                    "files": ds_files,
+                    "single": ds.get("single", False),
+                }
+            )
         return {
-            "juid": job.juid, "attempt": job.attempts, "run_dir": run_dir, "argv": job.argv,
-            "env": env, **code, "blobs_dir": drv.transport.blobs_dir(instance),
-            "datasets": datasets, "_blobs": blobs, **spec_fields,
-            **({"time_limit": job.resources.time, "grace": KILL_GRACE} if job.resources.time else {}),
+            "juid": job.juid,
+            "attempt": job.attempts,
+            "run_dir": run_dir,
+            "argv": job.argv,
+            "env": env,
+            **code,
+            "blobs_dir": drv.transport.blobs_dir(instance),
+            "datasets": datasets,
+            "_blobs": blobs,
+            **spec_fields,
+            **(
+                {"time_limit": job.resources.time, "grace": KILL_GRACE}
+                if job.resources.time
+                else {}
+            ),
             **({"cwd": job.git["subdir"]} if job.git.get("subdir") else {}),
-        }  # fmt: skip
+        }
 
     def _code_fields(self, key: tuple[str, str], job: Job) -> tuple[dict[str, Any], list[str]]:
         """The `start` fields naming the job's code for the instance KEY, and its blobs: the
@@ -407,4 +473,3 @@ class Dispatch:
         except (OSError, ValueError) as exc:
             log.error("secrets of %s unreadable: %s", job.juid, exc)
             return {}
-

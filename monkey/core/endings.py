@@ -70,10 +70,14 @@ def decide(job: Job, event: dict[str, Any], facts: Facts) -> Decision:
         reason, again = _preempted(event, facts)
         return Decision(State.PREEMPTED, reason, 0.0 if again else None, "preempt")
     if why == Ending.SETUP:  # not retried: the same inputs would fail the same way
-        return Decision(State.FAILED, f"setup: {event.get('error')}; see `monkey logs --setup {job.juid}`")
+        return Decision(
+            State.FAILED, f"setup: {event.get('error')}; see `monkey logs --setup {job.juid}`"
+        )
     if why == Ending.SPAWN:  # not retried either: the command is not there to run
         what = NOT_EXECUTABLE if code == 126 else NOT_FOUND
-        return Decision(State.FAILED, "failed to start: " + what.format(job.argv[0] if job.argv else "?"))
+        return Decision(
+            State.FAILED, "failed to start: " + what.format(job.argv[0] if job.argv else "?")
+        )
     if code == 0 and why in (Ending.EXITED, Ending.KILLED):
         return Decision(State.SUCCEEDED, "exit 0")
     final, reason = _failed(job, event, facts)
@@ -87,16 +91,25 @@ def _failed(job: Job, event: dict[str, Any], facts: Facts) -> tuple[State, str]:
     if why == Ending.VANISHED:
         return State.LOST, "process vanished"
     if why == Ending.SILENT:
-        return State.LOST, (f"its instance was unreachable for {span(event['silence'])} "
-                            f"(lost_after {span(event.get('lost_after') or 0)})")
+        return State.LOST, (
+            f"its instance was unreachable for {span(event['silence'])} "
+            f"(lost_after {span(event.get('lost_after') or 0)})"
+        )
     if why == Ending.TERMINATED:
         return State.LOST, "its instance was terminated"
     if why == Ending.TIMEOUT:
-        return State.FAILED, f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached"
+        return (
+            State.FAILED,
+            f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached",
+        )
     reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
     disk = event.get("disk")
     if isinstance(disk, dict) and facts.remote:
-        return State.FAILED, reason + f"; disk full on {facts.host} at {disk.get('path')} ({disk.get('free')} bytes free)"
+        return (
+            State.FAILED,
+            reason
+            + f"; disk full on {facts.host} at {disk.get('path')} ({disk.get('free')} bytes free)",
+        )
     return State.FAILED, reason + facts.note
 
 
@@ -106,7 +119,9 @@ def _preempted(event: dict[str, Any], facts: Facts) -> tuple[str, bool]:
     saved = event.get("saved") or {}
     reason = "preempted" + (f": {event['detail']}" if event.get("detail") else "")
     if saved.get("digest"):
-        reason += f"; checkpoint saved ({saved['bytes']} bytes sent, manifest {saved['digest'][:12]})"
+        reason += (
+            f"; checkpoint saved ({saved['bytes']} bytes sent, manifest {saved['digest'][:12]})"
+        )
     elif saved.get("error"):
         reason += f"; checkpoint upload failed: {saved['error']}"
     done, limit = facts.preemptions, facts.max_preemptions

@@ -56,6 +56,7 @@ class Links:
     shifted: bool
 
     if TYPE_CHECKING:  # the core's own, called from here
+
         def driver(self, provider: str) -> Driver: ...
         def _forget_given(self, key: tuple[str, str]) -> None: ...
         def _never_started(self, att: Attempt) -> None: ...
@@ -69,8 +70,12 @@ class Links:
         agent when needed) and the agent answers a sync of the attempts live there. Nothing
         happens while linked, while a connect is on its way, before the retry time, or
         while the instance is being released."""
-        if key in self.links or key in self.releasing or self.workers.busy(key) \
-                or time.time() < self.retry_at.get(key, 0):
+        if (
+            key in self.links
+            or key in self.releasing
+            or self.workers.busy(key)
+            or time.time() < self.retry_at.get(key, 0)
+        ):
             return
         try:
             drv = self.driver(key[0])
@@ -79,14 +84,20 @@ class Links:
             return
         live = self.store.live_attempts(key[1])
         adrift = self.store.adrift_attempts(key[1])
-        attempts = [{"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir,
-                     "offset": a.events_offset} for a in live + adrift]  # fmt: skip
+        attempts = [
+            {"juid": a.juid, "attempt": a.n, "run_dir": a.run_dir, "offset": a.events_offset}
+            for a in live + adrift
+        ]
 
         def call() -> tuple[AgentLink, dict[str, Any], list[dict[str, Any]]]:
             link = drv.transport.connect(key[1])
             try:
-                reply = link.request("sync", timeout=SYNC_TIMEOUT, attempts=attempts,
-                                     **drv.transport.sync_fields(key[1]))
+                reply = link.request(
+                    "sync",
+                    timeout=SYNC_TIMEOUT,
+                    attempts=attempts,
+                    **drv.transport.sync_fields(key[1]),
+                )
                 return link, reply, link.request("jobs", timeout=SYNC_TIMEOUT)["jobs"]
             except BaseException:
                 link.close()
@@ -97,9 +108,15 @@ class Links:
 
         self.workers.submit(key, call, then, lambda exc: self._link_failed(key, exc))
 
-    def _linked(self, key: tuple[str, str], live: list[Attempt], link: AgentLink,
-                reply: dict[str, Any], running: list[dict[str, Any]],
-                adrift: list[Attempt] | None = None) -> None:
+    def _linked(
+        self,
+        key: tuple[str, str],
+        live: list[Attempt],
+        link: AgentLink,
+        reply: dict[str, Any],
+        running: list[dict[str, Any]],
+        adrift: list[Attempt] | None = None,
+    ) -> None:
         """A connect came back: keep the link, settle what its sync said and stop what the
         agent RUNNING for this home that the store has ended meanwhile (ADRIFT: the attempts
         lost while it was out of reach that the sync named)."""
@@ -113,8 +130,12 @@ class Links:
         for att in live:  # reached again: what its agent recorded is adopted below
             job = self.store.get_job(att.juid)
             if job is not None and job.unreachable_since is not None:
-                self.store.set_unreachable(att.juid, att.n, None, f"{key[1]} reached again after "
-                                           f"{span(now - job.unreachable_since)}")
+                self.store.set_unreachable(
+                    att.juid,
+                    att.n,
+                    None,
+                    f"{key[1]} reached again after {span(now - job.unreachable_since)}",
+                )
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
         by_id = {(a.juid, a.n): a for a in live}
@@ -123,7 +144,9 @@ class Links:
             synced = by_id.get((status["juid"], status["attempt"]))
             if synced is not None and status["status"] == "unknown":
                 self._never_started(synced)
-            elif (status["juid"], status["attempt"]) in self.adrift[key] and status["status"] == "unknown":
+            elif (status["juid"], status["attempt"]) in self.adrift[key] and status[
+                "status"
+            ] == "unknown":
                 self.adrift[key].discard((status["juid"], status["attempt"]))
                 self.store.settle_adrift(status["juid"], status["attempt"], None, None, None)
         self._fence(key, link, running)
@@ -143,8 +166,13 @@ class Links:
             if att is not None and att.state != "live":
                 log.warning("%s: stopping stale %s attempt %d", key[1], juid, n)
                 link.send("signal", juid=juid, attempt=n, signal="KILL", grace=0)
-                self.store.add_event(juid, "fenced", f"still ran on {key[1]} when reached again, "
-                                     f"after it had ended ({att.reason}); stopped", attempt=n)
+                self.store.add_event(
+                    juid,
+                    "fenced",
+                    f"still ran on {key[1]} when reached again, "
+                    f"after it had ended ({att.reason}); stopped",
+                    attempt=n,
+                )
 
     def ping(self, now: float) -> None:
         """Tell the agents of cloud instances the core is there (``ping_every``), however
@@ -153,7 +181,10 @@ class Links:
         for key, link in list(self.links.items()):
             drv = self.drivers.get(key[0])
             every = drv.ping_every if drv is not None else None
-            if every is None or now - max(self.pinged.get(key, 0.0), self.linked_at.get(key, 0.0)) < every:
+            if (
+                every is None
+                or now - max(self.pinged.get(key, 0.0), self.linked_at.get(key, 0.0)) < every
+            ):
                 continue
             self.pinged[key] = now
             try:
@@ -167,8 +198,9 @@ class Links:
         if self.link_errors.get(key) != why:
             self.link_errors[key] = why
             expected = isinstance(exc, (MonkeyError, AgentGone, AgentError, OSError))
-            log.error("cannot reach the agent of %s: %s", key[1], why,
-                      exc_info=None if expected else exc)  # fmt: skip
+            log.error(
+                "cannot reach the agent of %s: %s", key[1], why, exc_info=None if expected else exc
+            )
         self.retry_at[key] = time.time() + 1.0
 
     def drop_link(self, key: tuple[str, str]) -> None:
@@ -278,4 +310,3 @@ class Links:
             except MonkeyError:
                 continue
             self.connect(key)
-

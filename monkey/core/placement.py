@@ -34,7 +34,9 @@ def memory_needed(resources: Resources) -> int:
 
 
 def place(
-    resources: Resources, capacities: list[Capacity], usage: dict[str, Usage],
+    resources: Resources,
+    capacities: list[Capacity],
+    usage: dict[str, Usage],
     pinned: str | None = None,
 ) -> Placement | None:
     """The least loaded instance that has room for the job now, or None."""

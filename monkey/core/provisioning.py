@@ -47,8 +47,9 @@ LIST_EVERY = 5.0
 _BACKOFF_MAX = 60.0
 
 
-def machines_needed(waiting: list[Resources], per_machine: int, booting: int, live: int,
-                    limit: int | None) -> int:
+def machines_needed(
+    waiting: list[Resources], per_machine: int, booting: int, live: int, limit: int | None
+) -> int:
     """How many machines to create for the WAITING jobs' CPUs, given machines of
     PER_MACHINE slots, BOOTING ones that will take some, LIVE ones in all, and LIMIT."""
     demand = sum(max(1, r.cpus) for r in waiting)
@@ -74,8 +75,9 @@ class CoreView(Protocol):
 
     def release(self, key: tuple[str, str]) -> None: ...
 
-    def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
-                offset: int) -> None: ...
+    def on_exit(
+        self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any], offset: int
+    ) -> None: ...
 
 
 class Elastic:
@@ -93,8 +95,12 @@ class Elastic:
         self.sweep_providers: dict[str, str | None] = {}  # per sweep: its cells' provider
         self.requests_seen = False  # requests left under way by an earlier core were looked at
 
-    def tick(self, now: float, waiting: dict[str, list[Resources]],
-             on_demand: dict[str, list[Resources]] | None = None) -> None:
+    def tick(
+        self,
+        now: float,
+        waiting: dict[str, list[Resources]],
+        on_demand: dict[str, list[Resources]] | None = None,
+    ) -> None:
         """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere,
         ON_DEMAND: of those that need on-demand capacity."""
         for name in list(self.core.providers):
@@ -118,8 +124,12 @@ class Elastic:
         if self.core.workers.busy(key):
             return
         self.listed_at[name] = now
-        self.core.workers.submit(key, drv.list_nodes, lambda nodes: self._listed(name, drv, nodes),
-                                 lambda exc: self._list_failed(name, exc))
+        self.core.workers.submit(
+            key,
+            drv.list_nodes,
+            lambda nodes: self._listed(name, drv, nodes),
+            lambda exc: self._list_failed(name, exc),
+        )
 
     def _list_failed(self, name: str, exc: BaseException) -> None:
         """The jobs that wait for the provider say why (and the log, once per change)."""
@@ -137,15 +147,25 @@ class Elastic:
             seen.add(node.id)
             if node.id not in known:
                 if node.state != InstanceState.TERMINATED:
-                    log.warning("%s: %s carries this home's tag but was never recorded; "
-                                "terminating it", name, node.id)  # fmt: skip
+                    log.warning(
+                        "%s: %s carries this home's tag but was never recorded; terminating it",
+                        name,
+                        node.id,
+                    )
                     self._destroy(name, drv, node.id, "unrecorded")
                 continue
             ended = node.state in (InstanceState.TERMINATED, InstanceState.STOPPED)
             why = self._orphaned(name, drv, known[node.id]) if ended else ""
-            if not store.record_instance(node, detail=why if node.state == InstanceState.TERMINATED else ""):
-                log.warning("%s: %s reported %s after %s; ignored", name, node.id, node.state,
-                            known[node.id]["state"])  # fmt: skip
+            if not store.record_instance(
+                node, detail=why if node.state == InstanceState.TERMINATED else ""
+            ):
+                log.warning(
+                    "%s: %s reported %s after %s; ignored",
+                    name,
+                    node.id,
+                    node.state,
+                    known[node.id]["state"],
+                )
                 continue
             if node.state in (InstanceState.TERMINATED, InstanceState.STOPPED):
                 # reclaimed, or stopped from outside
@@ -154,8 +174,11 @@ class Elastic:
                 self._destroy(name, drv, node.id, why or "stopped from outside monkey")
         for row in known.values():
             # Gone from the cloud's list (terminated long ago, or from outside monkey).
-            if row["state"] != "terminated" and row["id"] not in seen \
-                    and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY:
+            if (
+                row["state"] != "terminated"
+                and row["id"] not in seen
+                and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY
+            ):
                 self._gone(name, row, self._orphaned(name, drv, row))
         if name in self.list_failed:  # the listing error is over
             self.list_failed.discard(name)
@@ -170,25 +193,40 @@ class Elastic:
         key = (name, str(row["id"]))
         # Idle since the elastic pass saw it so, or since its last attempt ended (a core
         # killed right after that never recorded the idle spell).
-        idle = row["idle_since"] if row["idle_since"] is not None \
+        idle = (
+            row["idle_since"]
+            if row["idle_since"] is not None
             else self.core.store.last_attempt_end(key[1])
-        if row["state"] == "terminated" or not timeout or idle is None \
-                or key in self.core.links or self.core.store.live_attempts(key[1]):
+        )
+        if (
+            row["state"] == "terminated"
+            or not timeout
+            or idle is None
+            or key in self.core.links
+            or self.core.store.live_attempts(key[1])
+        ):
             return ""
         quiet = time.time() - max(float(idle), self.core.linked_at.get(key, 0.0))
         if quiet < timeout:
             return ""
         minutes = f"{timeout / 60:.0f} min" if timeout >= 120 else f"{timeout:.0f}s"
-        why = (f"its agent powered it off: no job and no word from the core for {minutes} "
-               "(orphan_timeout)")
+        why = (
+            f"its agent powered it off: no job and no word from the core for {minutes} "
+            "(orphan_timeout)"
+        )
         log.warning("%s: %s is gone: %s", name, key[1], why)
         return why
 
     def _gone(self, name: str, row: dict[str, Any], why: str = "") -> None:
         """The machine is terminated: record it, and end the attempts that lived on it."""
         store = self.core.store
-        inst = Instance(str(row["id"]), name, str(row["name"]), InstanceState.TERMINATED,
-                        extra=dict(row["extra"]))
+        inst = Instance(
+            str(row["id"]),
+            name,
+            str(row["name"]),
+            InstanceState.TERMINATED,
+            extra=dict(row["extra"]),
+        )
         store.record_instance(inst, detail=why or "no longer listed by the cloud")
         self._end_attempts(name, inst.id)
 
@@ -198,9 +236,13 @@ class Elastic:
         why = Ending.PREEMPTED if preempted else Ending.TERMINATED
         detail = "its spot instance was reclaimed without a notice" if preempted else None
         for att in self.core.store.live_attempts(instance):
-            self.core.on_exit((name, instance), att.juid, att.n,
-                              {"reason": why.value, "ts": time.time(), "detail": detail},
-                              att.events_offset)
+            self.core.on_exit(
+                (name, instance),
+                att.juid,
+                att.n,
+                {"reason": why.value, "ts": time.time(), "detail": detail},
+                att.events_offset,
+            )
 
     def on_notice(self, key: tuple[str, str], notice: dict[str, object]) -> None:
         """An agent saw a notice: recorded on the machine; one with no live attempt is
@@ -243,8 +285,9 @@ class Elastic:
         for _ in range(need):
             self._create(name, drv, size)
 
-    def _grow_batches(self, name: str, drv: Driver, waiting: list[Resources],
-                      rows: list[dict[str, Any]]) -> None:
+    def _grow_batches(
+        self, name: str, drv: Driver, waiting: list[Resources], rows: list[dict[str, Any]]
+    ) -> None:
         """A batching kind's machines (one job each): one batch per distinct size among the
         WAITING jobs (each sized for its own jobs), counting the machines of that size that
         serve no job yet, booting or up (one that came up since this pass placed jobs takes
@@ -260,8 +303,9 @@ class Elastic:
         live = len(rows)
         for size, jobs in groups.items():
             spare = sum(1 for r in rows if r["size"] == size and r["id"] not in busy)
-            need = machines_needed(jobs + [jobs[0]] * held, drv.size_slots(size), spare, live,
-                                   drv.max_instances)  # fmt: skip
+            need = machines_needed(
+                jobs + [jobs[0]] * held, drv.size_slots(size), spare, live, drv.max_instances
+            )
             if need > 0:
                 self._create(name, drv, size, count=need, throttle=throttle)
                 live += need
@@ -276,8 +320,11 @@ class Elastic:
             cells = self.core.store.sweep_jobs_brief(sweep["id"])
             if not cells or self.sweep_provider(sweep["id"], cells[0][0]) != name:
                 continue
-            held += sum(1 for _juid, state, not_before, _req in cells
-                        if state == State.QUEUED.value and not_before >= HOLD)
+            held += sum(
+                1
+                for _juid, state, not_before, _req in cells
+                if state == State.QUEUED.value and not_before >= HOLD
+            )
             limit = sweep["spec"].get("max_parallel")
             throttle = None if throttle is None or not limit else throttle + int(limit)
         return held, throttle or None
@@ -298,9 +345,13 @@ class Elastic:
         reached = {c.instance for c in drv.instances()}
         busy = {instance for instance, *_ in self.core.store.live_usage()}
         for row in self.core.store.instances(name, live=True):
-            if row["id"] in busy or self.core.workers.busy((name, row["id"])):  # a job, or one coming
+            if row["id"] in busy or self.core.workers.busy(
+                (name, row["id"])
+            ):  # a job, or one coming
                 continue
-            if row["id"] not in reached or (row["idle_since"] is not None and now - row["idle_since"] >= 1):
+            if row["id"] not in reached or (
+                row["idle_since"] is not None and now - row["idle_since"] >= 1
+            ):
                 self._destroy(name, drv, row["id"], "no job waits for it")
 
     def _grow_on_demand(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:
@@ -312,12 +363,21 @@ class Elastic:
         booting = sum(1 for r in rows if r["id"] not in reached) + self.creating.get(name, 0)
         size = drv.size_for(waiting[0])
         live = len(self.core.store.instances(name, live=True)) + self.creating.get(name, 0)
-        for _ in range(machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)):
+        for _ in range(
+            machines_needed(waiting, drv.size_slots(size), booting, live, drv.max_instances)
+        ):
             self._create(name, drv, size, {"spot": False})
 
-    def _create(self, name: str, drv: Driver, size: str | None,
-                options: dict[str, object] | None = None, count: int = 1,
-                throttle: int | None = None, request: int | None = None) -> None:
+    def _create(
+        self,
+        name: str,
+        drv: Driver,
+        size: str | None,
+        options: dict[str, object] | None = None,
+        count: int = 1,
+        throttle: int | None = None,
+        request: int | None = None,
+    ) -> None:
         """Create one machine, or COUNT with one ``create_nodes`` call (batching kinds).
         REQUEST: the user's `create instance` this is for (its outcome is recorded there;
         a failure is the user's to see, not the provider's to back off from)."""
@@ -328,8 +388,11 @@ class Elastic:
             self.creating[name] -= count
             self.failures.pop(name, None)
             for inst in made if isinstance(made, list) else [made]:
-                self.core.store.record_instance(inst, detail=f"created ({size or 'default size'})"
-                                                + (" on request" if request else ""))
+                self.core.store.record_instance(
+                    inst,
+                    detail=f"created ({size or 'default size'})"
+                    + (" on request" if request else ""),
+                )
                 log.info("%s: created %s (%s)", name, inst.id, inst.size)
                 if request is not None:
                     self.core.store.set_instance_request(request, "done", instance=inst.id)
@@ -342,7 +405,7 @@ class Elastic:
                 self.core.store.set_instance_request(request, "failed", detail=why)
                 return
             failures = self.failures[name] = self.failures.get(name, 0) + 1
-            delay = min(_BACKOFF_MAX, 2.0 ** failures)
+            delay = min(_BACKOFF_MAX, 2.0**failures)
             self.retry_at[name] = time.time() + delay
             why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, NoCapacity):
@@ -364,8 +427,11 @@ class Elastic:
             self.requests_seen = True
             for req in self.core.store.open_instance_requests():
                 if req["state"] == "working" and req["action"] == "create":
-                    self._request_failed(req, "the core stopped while it was under way (an "
-                                         "instance it made unrecorded is terminated); try again")
+                    self._request_failed(
+                        req,
+                        "the core stopped while it was under way (an "
+                        "instance it made unrecorded is terminated); try again",
+                    )
                 elif req["state"] == "working":
                     self.core.store.set_instance_request(req["id"], "pending")
         for req in self.core.store.open_instance_requests():
@@ -391,20 +457,28 @@ class Elastic:
             if req["state"] == "pending" and name in self.inventoried:
                 self.core.store.set_instance_request(req["id"], "working")
                 # EC2 says spot, GCE preemptible
-                options = None if req["spot"] is None else {"spot": req["spot"], "preemptible": req["spot"]}
+                options = (
+                    None
+                    if req["spot"] is None
+                    else {"spot": req["spot"], "preemptible": req["spot"]}
+                )
                 self._create(name, drv, req["size"], options, request=req["id"])
             return
         hosts = getattr(drv.transport, "hosts", None)  # an SSH pool's hosts
         if not hosts:
-            self._request_failed(req, f"provider {name!r} ({drv.kind}) has no instances to "
-                                 "create or claim: it runs jobs on this machine")
+            self._request_failed(
+                req,
+                f"provider {name!r} ({drv.kind}) has no instances to "
+                "create or claim: it runs jobs on this machine",
+            )
             return
         instance = req["instance"] or next((i for i in hosts if not hosts[i].up), next(iter(hosts)))
         if f"{name}/{instance}" in hosts:  # --host gpu1, as `run --host` takes it
             instance = f"{name}/{instance}"
         if instance not in hosts:
-            self._request_failed(req, f"provider {name!r} has no host {instance!r}; its hosts: "
-                                 + ", ".join(hosts))
+            self._request_failed(
+                req, f"provider {name!r} has no host {instance!r}; its hosts: " + ", ".join(hosts)
+            )
             return
         if req["state"] == "pending":
             self.core.store.set_instance_request(req["id"], "working", instance=instance)
@@ -416,8 +490,11 @@ class Elastic:
         elif host.error and not host.transient:
             self._request_failed(req, host.error)
         elif now - req["updated_at"] > drv.boot_timeout:
-            self._request_failed(req, f"{instance} not reached within {drv.boot_timeout:.0f}s"
-                                 + (f" ({host.error})" if host.error else ""))
+            self._request_failed(
+                req,
+                f"{instance} not reached within {drv.boot_timeout:.0f}s"
+                + (f" ({host.error})" if host.error else ""),
+            )
         elif (name, instance) not in self.core.links:
             self.core.connect((name, instance))  # after a failed try, at its retry time
 
@@ -435,10 +512,16 @@ class Elastic:
             return
         jobs = [a.juid for a in self.core.store.live_attempts(instance)]
         if jobs and not (req["force"] and drv.elastic):  # an SSH host's jobs would run on
-            self._request_failed(req, f"instance {instance} runs job(s) {', '.join(jobs)}; "
-                                 f"cancel them first (`monkey job cancel {' '.join(jobs)}`)"
-                                 + (", or add --force (they end lost and are retried while "
-                                    "retries remain)" if drv.elastic else ""))
+            self._request_failed(
+                req,
+                f"instance {instance} runs job(s) {', '.join(jobs)}; "
+                f"cancel them first (`monkey job cancel {' '.join(jobs)}`)"
+                + (
+                    ", or add --force (they end lost and are retried while retries remain)"
+                    if drv.elastic
+                    else ""
+                ),
+            )
             return
         self.core.store.set_instance_request(req["id"], "working")
         if drv.elastic:
@@ -472,7 +555,7 @@ class Elastic:
                 if not self.core.workers.busy(("destroy", row["id"])):  # once per machine
                     store.set_provider_error(name, f"{refused[row['id']]}; monkey terminated it")
                     failures = self.failures[name] = self.failures.get(name, 0) + 1
-                    self.retry_at[name] = time.time() + min(_BACKOFF_MAX, 2.0 ** failures)
+                    self.retry_at[name] = time.time() + min(_BACKOFF_MAX, 2.0**failures)
                     log.error("%s: %s", name, refused[row["id"]])
                 self._destroy(name, drv, row["id"], "host key refused")
                 continue
@@ -485,7 +568,9 @@ class Elastic:
                 continue
             if row["id"] not in reached:
                 if now - (row["launched_at"] or now) > drv.boot_timeout:
-                    self._destroy(name, drv, row["id"], f"not reached within {drv.boot_timeout:.0f}s")
+                    self._destroy(
+                        name, drv, row["id"], f"not reached within {drv.boot_timeout:.0f}s"
+                    )
                 continue
             if row["idle_since"] is None:
                 store.set_instance_idle(row["id"], now)
@@ -498,8 +583,9 @@ class Elastic:
         row = next((r for r in self.core.store.instances(name) if r["id"] == instance), None)
         if row is not None:
             self.core.store.record_instance(
-                Instance(instance, name, row["name"], InstanceState.TERMINATED,
-                         extra=row["extra"]), detail=why)  # fmt: skip
+                Instance(instance, name, row["name"], InstanceState.TERMINATED, extra=row["extra"]),
+                detail=why,
+            )
         log.info("%s: %s: %s", name, instance, why)
 
     def _destroy(self, name: str, drv: Driver, instance: str, why: str) -> None:
@@ -508,6 +594,9 @@ class Elastic:
             return
 
         self.core.release((name, instance))
-        self.core.workers.submit(key, lambda: drv.destroy_node(instance),
-                                 lambda _: self.terminated(name, instance, f"destroyed: {why}"),
-                                 lambda exc: log.error("destroying %s failed: %s", instance, exc))
+        self.core.workers.submit(
+            key,
+            lambda: drv.destroy_node(instance),
+            lambda _: self.terminated(name, instance, f"destroyed: {why}"),
+            lambda exc: log.error("destroying %s failed: %s", instance, exc),
+        )

@@ -301,8 +301,11 @@ class Core(Links, Dispatch):
         if now != self.seen_code:
             self.seen_code = now
             return False
-        log.info("monkey was reinstalled (%s -> %s): restarting the core on it; jobs keep "
-                 "running", version(), "elsewhere" if now == "gone" else f"{package_version()}+{now}")
+        log.info(
+            "monkey was reinstalled (%s -> %s): restarting the core on it; jobs keep running",
+            version(),
+            "elsewhere" if now == "gone" else f"{package_version()}+{now}",
+        )
         self.restart = True
         self.stop()
         return True
@@ -376,9 +379,13 @@ class Core(Links, Dispatch):
             elif kind == "started":
                 self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
             elif kind == "preempt-notice":
-                self.store.add_event(juid, "preempt-notice", f"{event.get('detail')}; the "
-                                     f"instance goes in {event['deadline'] - event['ts']:.0f}s",
-                                     attempt=n)  # fmt: skip
+                self.store.add_event(
+                    juid,
+                    "preempt-notice",
+                    f"{event.get('detail')}; the "
+                    f"instance goes in {event['deadline'] - event['ts']:.0f}s",
+                    attempt=n,
+                )
 
     def _late_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any]) -> None:
         """An attempt lost while its instance was out of reach ended there meanwhile (or was
@@ -387,15 +394,24 @@ class Core(Links, Dispatch):
         code, sig = event.get("code"), event.get("signal")
         how = f"exit {code}" if code is not None else f"killed by signal {sig}"
         when = time.strftime("%H:%M:%S", time.localtime(event.get("ts") or time.time()))
-        self.store.settle_adrift(juid, n, code, sig, f"ended on {key[1]} at {when} ({how}), "
-                                 "after it had been declared lost")
+        self.store.settle_adrift(
+            juid,
+            n,
+            code,
+            sig,
+            f"ended on {key[1]} at {when} ({how}), after it had been declared lost",
+        )
         drv = self.drivers.get(key[0])
         if drv is not None:
             outputs = self.store.outputs(juid)
-            self._transport(key, drv, lambda: drv.transport.finish(key[1], juid, n, outputs, False),
-                            lambda _: None, lambda exc: log.error("fetching results of %s attempt "
-                                                                 "%d failed: %s", juid, n, exc),
-                            lane=(*key, juid, str(n)))  # fmt: skip
+            self._transport(
+                key,
+                drv,
+                lambda: drv.transport.finish(key[1], juid, n, outputs, False),
+                lambda _: None,
+                lambda exc: log.error("fetching results of %s attempt %d failed: %s", juid, n, exc),
+                lane=(*key, juid, str(n)),
+            )
 
     def _on_reply(self, key: tuple[str, str], reply: dict[str, Any]) -> None:
         """The agent's answer to a `start` sent without waiting."""
@@ -434,17 +450,24 @@ class Core(Links, Dispatch):
         if manifest:  # the agent may not have kept it
             self.given.get(key, set()).discard(manifest)
         if error.startswith("disk full at "):  # the agent's own words: say which machine
-            error = f"disk full on {key[1]} at {error[len('disk full at '):]}"
-        self.store.end_attempt(juid, n, final=State.FAILED, exit_code=None, signal=None,
-                               reason=f"could not start: {error}")
+            error = f"disk full on {key[1]} at {error[len('disk full at ') :]}"
+        self.store.end_attempt(
+            juid,
+            n,
+            final=State.FAILED,
+            exit_code=None,
+            signal=None,
+            reason=f"could not start: {error}",
+        )
 
     def _forget_given(self, key: tuple[str, str]) -> None:
         """Assume the instance's agent holds no code list."""
         self.given[key] = set()
         self.last_given = {k: v for k, v in self.last_given.items() if k[0] != key}
 
-    def on_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
-                offset: int) -> None:
+    def on_exit(
+        self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any], offset: int
+    ) -> None:
         """Bring the attempt's results back (off the loop), then close it: a reader that
         sees the job end must find its logs complete."""
         att = self.store.get_attempt(juid, n)
@@ -476,11 +499,24 @@ class Core(Links, Dispatch):
         self.changed()  # its slot is free: the next start need not wait for the results
         # On a lane of its own: neither a start there nor another attempt's results wait
         # for these.
-        self._transport(key, drv, lambda: drv.transport.finish(key[1], juid, n, outputs, current),
-                        lambda _: fetched(None), fetched, lane=(*key, juid, str(n)))  # fmt: skip
+        self._transport(
+            key,
+            drv,
+            lambda: drv.transport.finish(key[1], juid, n, outputs, current),
+            lambda _: fetched(None),
+            fetched,
+            lane=(*key, juid, str(n)),
+        )
 
-    def _close_attempt(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any],
-                       offset: int, job: Job | None = None) -> None:
+    def _close_attempt(
+        self,
+        key: tuple[str, str],
+        juid: str,
+        n: int,
+        event: dict[str, Any],
+        offset: int,
+        job: Job | None = None,
+    ) -> None:
         """End the attempt as its exit EVENT says and decide the job's next state (JOB: as
         read in this pass; read again when None)."""
         self.finishing.discard((juid, n))
@@ -494,17 +530,29 @@ class Core(Links, Dispatch):
         facts = Facts(
             retries_done=self.store.auto_retries(juid) if job.retries else 0,
             preemptions=self.store.auto_retries(juid, "preempt") if why == Ending.PREEMPTED else 0,
-            max_preemptions=int(config.options.get("max_preemptions", MAX_PREEMPTIONS)) if config else MAX_PREEMPTIONS,
-            remote=remote, host=key[1],
+            max_preemptions=int(config.options.get("max_preemptions", MAX_PREEMPTIONS))
+            if config
+            else MAX_PREEMPTIONS,
+            remote=remote,
+            host=key[1],
             note=self.outage.job_note(self.home.run_dir(juid, n)) if event.get("code") != 0 else "",
-        )  # fmt: skip
+        )
         end = decide(job, event, facts)
         # The agent's time of the exit: a job that ended while the core was down did not
         # run until the core came back.
-        self.store.end_attempt(juid, n, final=end.final, exit_code=event.get("code"),
-                               signal=event.get("signal"), reason=end.reason,
-                               requeue_after=end.requeue, offset=offset, now=event.get("ts"),
-                               requeue_kind=end.requeue_kind, adrift=why == Ending.SILENT)
+        self.store.end_attempt(
+            juid,
+            n,
+            final=end.final,
+            exit_code=event.get("code"),
+            signal=event.get("signal"),
+            reason=end.reason,
+            requeue_after=end.requeue,
+            offset=offset,
+            now=event.get("ts"),
+            requeue_kind=end.requeue_kind,
+            adrift=why == Ending.SILENT,
+        )
         self.signalled.pop((juid, n), None)
 
     def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
@@ -520,15 +568,27 @@ class Core(Links, Dispatch):
             if why is None and now - heard <= HEARTBEAT_TIMEOUT:
                 return  # a connect is on its way
             why = why or f"nothing from its agent for {_span(now - heard)}"
-            self.store.set_unreachable(att.juid, att.n, heard, f"{key[1]} unreachable ({why}); "
-                                       f"lost after {_span(self._lost_after(key[0]))} out of reach")
+            self.store.set_unreachable(
+                att.juid,
+                att.n,
+                heard,
+                f"{key[1]} unreachable ({why}); "
+                f"lost after {_span(self._lost_after(key[0]))} out of reach",
+            )
             return
         limit = self._lost_after(key[0])
         if now - since <= limit or (now - since <= 2 * LIST_EVERY and self._on_spot(key)):
             return  # (a spot machine's listing says first whether it was reclaimed)
-        log.warning("%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], now - since)
-        self.on_exit(key, att.juid, att.n, {"reason": Ending.SILENT.value, "silence": now - since,
-                                            "lost_after": limit, "ts": now}, att.events_offset)
+        log.warning(
+            "%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], now - since
+        )
+        self.on_exit(
+            key,
+            att.juid,
+            att.n,
+            {"reason": Ending.SILENT.value, "silence": now - since, "lost_after": limit, "ts": now},
+            att.events_offset,
+        )
 
     def _lost_after(self, provider: str) -> float:
         config = self.providers.get(provider)
@@ -554,13 +614,20 @@ class Core(Links, Dispatch):
         if job.state == State.DISPATCHING:
             # A cancel or pause asked meanwhile takes effect now; otherwise the job waits
             # for its next start (no retry used: nothing ran).
-            final = {Request.CANCEL.value: State.CANCELLED,
-                     Request.PAUSE.value: State.PAUSED}.get(job.request or "", State.QUEUED)
-            self.store.end_attempt(att.juid, att.n, final=final, exit_code=None,
-                                   signal=None, reason="never started")
+            final = {Request.CANCEL.value: State.CANCELLED, Request.PAUSE.value: State.PAUSED}.get(
+                job.request or "", State.QUEUED
+            )
+            self.store.end_attempt(
+                att.juid, att.n, final=final, exit_code=None, signal=None, reason="never started"
+            )
         else:
-            self.on_exit((job.provider, att.instance), att.juid, att.n,
-                         {"reason": Ending.VANISHED.value}, att.events_offset)
+            self.on_exit(
+                (job.provider, att.instance),
+                att.juid,
+                att.n,
+                {"reason": Ending.VANISHED.value},
+                att.events_offset,
+            )
 
     # -- requests and dispatch ----------------------------------------------------------
 
@@ -587,4 +654,3 @@ class Core(Links, Dispatch):
                 self.drop_link(where)
                 continue
             self.signalled[key] = where
-

@@ -43,8 +43,13 @@ class Workers:
         self._locks: dict[Hashable, threading.Lock] = {}
         self._busy: dict[Hashable, int] = {}  # calls in flight per key (loop thread only)
 
-    def submit(self, key: Hashable, call: Callable[[], Any], then: Callable[[Any], None],
-               failed: Callable[[BaseException], None]) -> None:
+    def submit(
+        self,
+        key: Hashable,
+        call: Callable[[], Any],
+        then: Callable[[Any], None],
+        failed: Callable[[BaseException], None],
+    ) -> None:
         """Run CALL in a worker (after the calls made earlier for KEY); back in the loop,
         ``then(result)`` or ``failed(exception)``."""
         lock = self._locks.setdefault(key, threading.Lock())
@@ -64,8 +69,9 @@ class Workers:
 
         self._calls.put(run)
         if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_threads:
-            thread = threading.Thread(target=self._work, daemon=True,
-                                      name=f"monkey-driver-{len(self._threads)}")
+            thread = threading.Thread(
+                target=self._work, daemon=True, name=f"monkey-driver-{len(self._threads)}"
+            )
             thread.start()
             self._threads.append(thread)
 

@@ -68,8 +68,10 @@ def driver_class(kind: str) -> type[Driver]:
     """The Driver subclass of KIND; MonkeyError for a kind this monkey cannot drive."""
     target = _DRIVERS.get(kind)
     if target is None:
-        raise MonkeyError(f"provider type {kind!r} cannot be driven by this monkey; "
-                          f"use one of: {', '.join(supported_kinds())}")  # fmt: skip
+        raise MonkeyError(
+            f"provider type {kind!r} cannot be driven by this monkey; "
+            f"use one of: {', '.join(supported_kinds())}"
+        )
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -94,8 +96,10 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
     where = str(home.providers_file)
     for name, config in providers.items():
         if config.type not in _DRIVERS:
-            raise MonkeyError(f"{where}: provider {name!r} has type {config.type!r}; "
-                              f"use one of {', '.join(supported_kinds())}")  # fmt: skip
+            raise MonkeyError(
+                f"{where}: provider {name!r} has type {config.type!r}; "
+                f"use one of {', '.join(supported_kinds())}"
+            )
         driver_class(config.type).validate(where, name, config.options)
     _cache(home, key, providers)
     return providers

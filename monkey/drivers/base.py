@@ -84,8 +84,14 @@ class Capacity(Record):
 
     __slots__ = ("instance", "slots", "gpus", "memory", "extra")
 
-    def __init__(self, instance: str, slots: int, gpus: list[str] | None = None,
-                 memory: int | None = None, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        instance: str,
+        slots: int,
+        gpus: list[str] | None = None,
+        memory: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.instance = instance
         self.slots = slots
         self.gpus = [] if gpus is None else gpus
@@ -95,8 +101,11 @@ class Capacity(Record):
     def could_hold(self, resources: Resources) -> bool:
         """Whether a job asking RESOURCES could run here when the instance is empty."""
         memory = parse_size(resources.memory) if resources.memory else 0
-        return (resources.cpus <= self.slots and resources.gpus <= len(self.gpus)
-                and (self.memory is None or memory <= self.memory))  # fmt: skip
+        return (
+            resources.cpus <= self.slots
+            and resources.gpus <= len(self.gpus)
+            and (self.memory is None or memory <= self.memory)
+        )
 
 
 class NoCapacity(MonkeyError):
@@ -121,12 +130,16 @@ def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]
     value of a shared key."""
     unknown = set(entry) - allowed - SHARED_KEYS
     if unknown:
-        raise MonkeyError(f"{where}: provider {name!r}: unknown key {sorted(unknown)[0]!r}; "
-                          f"allowed: {', '.join(sorted((allowed | SHARED_KEYS) - {'type'}))}")  # fmt: skip
+        raise MonkeyError(
+            f"{where}: provider {name!r}: unknown key {sorted(unknown)[0]!r}; "
+            f"allowed: {', '.join(sorted((allowed | SHARED_KEYS) - {'type'}))}"
+        )
     if "lost_after" in entry and lost_after(entry) is None:
-        raise MonkeyError(f"{where}: provider {name!r}: lost_after must be a duration like "
-                          f"600, 90s, 10m or 1h (how long a machine may stay out of reach "
-                          f"before its jobs are lost), got {entry['lost_after']!r}")
+        raise MonkeyError(
+            f"{where}: provider {name!r}: lost_after must be a duration like "
+            f"600, 90s, 10m or 1h (how long a machine may stay out of reach "
+            f"before its jobs are lost), got {entry['lost_after']!r}"
+        )
 
 
 def lost_after(options: dict[str, Any]) -> float | None:
@@ -150,8 +163,11 @@ def hosts_summary(hosts: list[dict[str, Any]]) -> dict[str, Any]:
     """``describe``'s answer for a provider of several machines: the machines, and the
     slots and GPUs of those whose agent is reached."""
     up = [h for h in hosts if h["state"] == "up"]
-    return {"hosts": hosts, "slots": sum(h["slots"] or 0 for h in up),
-            "gpus": sum(len(h["gpus"]) for h in up)}  # fmt: skip
+    return {
+        "hosts": hosts,
+        "slots": sum(h["slots"] or 0 for h in up),
+        "gpus": sum(len(h["gpus"]) for h in up),
+    }
 
 
 class Driver(ABC):
@@ -219,18 +235,23 @@ class Driver(ABC):
 
     def list_nodes(self) -> list[Instance]:
         """The provider's machines as they are now; fixed kinds: one per usable instance."""
-        return [Instance(c.instance, self.name, c.instance, InstanceState.RUNNING, extra=c.extra)
-                for c in self.instances()]  # fmt: skip
+        return [
+            Instance(c.instance, self.name, c.instance, InstanceState.RUNNING, extra=c.extra)
+            for c in self.instances()
+        ]
 
-    def create_node(self, size: str | None = None,
-                    options: Mapping[str, Any] | None = None) -> Instance:
+    def create_node(
+        self, size: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> Instance:
         """Create (or claim) one machine of SIZE (None: the provider's default) and return it,
         usually still PENDING. OPTIONS: the job.yml options of the job it is made for, or how
         the core wants it (``{"spot": False}``: an on-demand machine); kinds that take none
         ignore them. NoCapacity when none can be had now."""
         raise NoCapacity(f"provider {self.name!r} ({self.kind}) cannot create machines")
 
-    def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
+    def create_nodes(
+        self, size: str | None, count: int, throttle: int | None = None
+    ) -> list[Instance]:
         """Create COUNT machines of SIZE in one request, at most THROTTLE of them running at
         once (kinds with ``batches``; the core then cancels those not started yet, with
         ``destroy_node``, once no job waits for them). The default makes them one by one."""

@@ -33,10 +33,16 @@ class BucketTransport(SSHTransport):
     (AGENT_FIELDS: the notice watch and the orphan watch, per instance; ORPHAN_FIELD: the
     orphan watch alone)."""
 
-    def __init__(self, config: ProviderConfig, home: Home, entry: dict[str, Any],
-                 storage: BucketStorage | None, reach: Callable[[], object],
-                 agent_fields: Callable[[str], dict[str, Any]],
-                 orphan_field: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        config: ProviderConfig,
+        home: Home,
+        entry: dict[str, Any],
+        storage: BucketStorage | None,
+        reach: Callable[[], object],
+        agent_fields: Callable[[str], dict[str, Any]],
+        orphan_field: Callable[[], dict[str, Any]],
+    ) -> None:
         super().__init__(config, home)
         self.entry = entry
         self.storage = storage
@@ -81,35 +87,43 @@ class BucketTransport(SSHTransport):
         # Each with the sha256 of the checked local copy: the agent (no blake3) checks what
         # the bucket gave it, and a damaged object is refused, then stored again.
         if len(small) >= PACK_MIN:
-            fields["blob_packs"] = [[self.storage.get_url(key), [[d, size, source.sha256(d)]
-                                                                 for d, size in index]]
-                                    for key, index in self.storage.put_packs(small, source)]  # fmt: skip
+            fields["blob_packs"] = [
+                [self.storage.get_url(key), [[d, size, source.sha256(d)] for d, size in index]]
+                for key, index in self.storage.put_packs(small, source)
+            ]
         if single:
-            fields["blob_urls"] = {d: [self.storage.blob_url(d), sizes[d], source.sha256(d)]
-                                   for d in single}  # fmt: skip
+            fields["blob_urls"] = {
+                d: [self.storage.blob_url(d), sizes[d], source.sha256(d)] for d in single
+            }
         return fields
 
     def bucket_damaged(self, digest: str) -> None:
         if self.storage is not None:
             self.storage.distrust(digest)
 
-    def start_fields(self, instance: str, juid: str, attempt: int,
-                     outputs: list[str]) -> dict[str, Any]:
+    def start_fields(
+        self, instance: str, juid: str, attempt: int, outputs: list[str]
+    ) -> dict[str, Any]:
         """``results``: the bucket's upload form for the job, the kept folders to restore
         from its newest manifest (see monkey.storage.results); ``watch`` for spot ones."""
         if self.storage is None:
             return {"orphan": self.orphan_field()}
-        dirs = {"checkpoint": self.checkpoint_dir(instance, juid),
-                "persist": self.persist_dir(instance, juid)}  # fmt: skip
+        dirs = {
+            "checkpoint": self.checkpoint_dir(instance, juid),
+            "persist": self.persist_dir(instance, juid),
+        }
         every = float(self.entry.get("checkpoint_every", 60))
-        return {**bucket_results.start_fields(self.storage, juid, attempt, dirs, outputs, every),
-                **self.sync_fields(instance)}  # fmt: skip
+        return {
+            **bucket_results.start_fields(self.storage, juid, attempt, dirs, outputs, every),
+            **self.sync_fields(instance),
+        }
 
     def sync_fields(self, instance: str) -> dict[str, Any]:
         return self.agent_fields(instance)
 
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
-               current: bool) -> None:
+    def finish(
+        self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool
+    ) -> None:
         """Without a bucket, the SSH provider's. With one: the logs over SSH while the
         instance is up, the checkpoint, persisted folders and outputs from the bucket
         (also when the instance is gone)."""
@@ -124,8 +138,12 @@ class BucketTransport(SSHTransport):
                 logs_error = exc
         fetched = bucket_results.bring_back(self.storage, self.home, juid, attempt, current)
         if fetched:
-            log.info("%s: %s attempt %d: %d bytes of results from the bucket", self.name, juid,
-                     attempt, fetched)  # fmt: skip
+            log.info(
+                "%s: %s attempt %d: %d bytes of results from the bucket",
+                self.name,
+                juid,
+                attempt,
+                fetched,
+            )
         if logs_error is not None:
             raise logs_error
-

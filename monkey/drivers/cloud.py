@@ -115,9 +115,11 @@ class CloudDriver(Driver):
             return None
         top = max(cls.SIZES, key=lambda s: (s.cpus, s.gpus, s.memory))
         memory = f" --memory {resources.memory}" if resources.memory else ""
-        return (f"no instance size of provider {config.name!r} holds --cpus {resources.cpus} "
-                f"--gpus {resources.gpus}{memory}; the largest, {top.name}, has {top.cpus} cpus, "
-                f"{top.gpus} gpus, {top.memory:.0f}G")  # fmt: skip
+        return (
+            f"no instance size of provider {config.name!r} holds --cpus {resources.cpus} "
+            f"--gpus {resources.gpus}{memory}; the largest, {top.name}, has {top.cpus} cpus, "
+            f"{top.gpus} gpus, {top.memory:.0f}G"
+        )
 
     @classmethod
     def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
@@ -133,13 +135,21 @@ class CloudDriver(Driver):
             if state == InstanceState.RUNNING.value:
                 state = rec.get("reach") or state  # up, unreachable, error
             launched = rec.get("launched_at")
-            hosts.append({
-                "instance": rec["id"], "host": rec.get("address") or "-", "state": state,
-                "slots": extra.get("slots"), "gpus": extra.get("gpus") or [],
-                "memory": extra.get("memory"), "running": rec.get("running", 0),
-                "error": extra.get("error"), "size": rec.get("size") or "-",
-                "spot": bool(rec.get("spot")), "age": now - launched if launched else None,
-            })  # fmt: skip
+            hosts.append(
+                {
+                    "instance": rec["id"],
+                    "host": rec.get("address") or "-",
+                    "state": state,
+                    "slots": extra.get("slots"),
+                    "gpus": extra.get("gpus") or [],
+                    "memory": extra.get("memory"),
+                    "running": rec.get("running", 0),
+                    "error": extra.get("error"),
+                    "size": rec.get("size") or "-",
+                    "spot": bool(rec.get("spot")),
+                    "age": now - launched if launched else None,
+                }
+            )
         return hosts_summary(hosts)
 
     # -- provisioning ---------------------------------------------------------------------
@@ -162,7 +172,8 @@ class CloudDriver(Driver):
         self.storage = self.bucket_storage(config) if entry.get("bucket") else None
         # Its transport, and the pool of its running instances' hosts.
         self.pool = self.transport = BucketTransport(
-            config, home, entry, self.storage, self.list_nodes, self.agent_fields, self.orphan_field)
+            config, home, entry, self.storage, self.list_nodes, self.agent_fields, self.orphan_field
+        )
         self.pool.wake = lambda: self.wake()  # the core sets this driver's wake later
         self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
         self.zones: list[str] = []  # the zones a kind creates in, in order (GCE's `zones`)
@@ -210,8 +221,9 @@ class CloudDriver(Driver):
         self._track(found, listed=True, epoch=epoch)
         return [self._with_reach(i) for i in found]
 
-    def create_node(self, size: str | None = None,
-                    options: Mapping[str, Any] | None = None) -> Instance:
+    def create_node(
+        self, size: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> Instance:
         """Launch one instance of SIZE (the job's `size` option first, else the entry's);
         OPTIONS are the job's job.yml options. NoCapacity at ``max_instances`` or when the
         cloud has none (a quota, no capacity), MonkeyError naming the key to fix otherwise;
@@ -221,8 +233,10 @@ class CloudDriver(Driver):
         live = [i for i in self.list_nodes() if i.state != InstanceState.TERMINATED]
         limit = self.max_instances
         if limit is not None and len(live) >= limit:
-            raise NoCapacity(f"{self.name}: {len(live)} instance(s) exist, max_instances is "
-                             f"{limit}; jobs wait for one to be free (or raise max_instances)")
+            raise NoCapacity(
+                f"{self.name}: {len(live)} instance(s) exist, max_instances is "
+                f"{limit}; jobs wait for one to be free (or raise max_instances)"
+            )
         launch = uuid.uuid4().hex
         try:
             created = self._launch(size, launch, opts)
@@ -231,7 +245,9 @@ class CloudDriver(Driver):
             raise
         self._track([created])
         self._refresh_soon()  # follow its boot from now
-        log.info("%s: created %s (%s%s)", self.name, created.id, size, ", spot" if created.spot else "")
+        log.info(
+            "%s: created %s (%s%s)", self.name, created.id, size, ", spot" if created.spot else ""
+        )
         return created
 
     def destroy_node(self, instance: str) -> None:
@@ -262,8 +278,13 @@ class CloudDriver(Driver):
             self._preempted_seen.add(instance)
             self._zone_preempted[zone] = time.time()
             if len(self.zones) > 1:
-                log.info("%s: %s preempted %s: no new instance there for %g minutes", self.name,
-                         zone, instance, float(self.entry.get("zone_cooldown", ZONE_COOLDOWN)))  # fmt: skip
+                log.info(
+                    "%s: %s preempted %s: no new instance there for %g minutes",
+                    self.name,
+                    zone,
+                    instance,
+                    float(self.entry.get("zone_cooldown", ZONE_COOLDOWN)),
+                )
 
     def distrusted(self) -> dict[str, str]:
         """Instances whose host key was refused at first contact (not one of those their
@@ -306,9 +327,14 @@ class CloudDriver(Driver):
         if address is None or not self.entry.get("metadata_url"):
             return {"orphan": self.orphan_field()}
         url = str(self.entry["metadata_url"]).replace("{address}", address)
-        return {"watch": {"kind": self.notice, "url": url,
-                          "every": float(self.entry.get("notice_every", 1.0))},
-                "orphan": self.orphan_field()}  # fmt: skip
+        return {
+            "watch": {
+                "kind": self.notice,
+                "url": url,
+                "every": float(self.entry.get("notice_every", 1.0)),
+            },
+            "orphan": self.orphan_field(),
+        }
 
     @property
     def orphan_timeout(self) -> float:
@@ -338,7 +364,7 @@ class CloudDriver(Driver):
         prefix = f"{self.name}/"
         if not instance.startswith(prefix):
             raise MonkeyError(f"{instance!r} is not an instance of provider {self.name!r}")
-        return instance[len(prefix):]
+        return instance[len(prefix) :]
 
     def _with_reach(self, inst: Instance) -> Instance:
         """INST with what the transport learnt of it in `extra` (slots, gpus, memory, error,
@@ -374,14 +400,27 @@ class CloudDriver(Driver):
                     self._zone_of[inst.id] = str(inst.extra["zone"])
                 if inst.extra.get("preempted"):  # reclaimed without a notice
                     self._zone_was_preempted(inst.id)
-                if inst.spot and inst.address and inst.state in (InstanceState.PENDING, InstanceState.RUNNING):
+                if (
+                    inst.spot
+                    and inst.address
+                    and inst.state in (InstanceState.PENDING, InstanceState.RUNNING)
+                ):
                     self.spot_nodes[inst.id] = inst.address
                 if inst.state == InstanceState.RUNNING and inst.address:
-                    spec = host_spec({"host": inst.address, "name": inst.extra["node"],
-                                      "user": self.entry["user"], "key": self.entry.get("key")},
-                                     sshconf)  # fmt: skip
-                    spec = replace(spec, host_key_alias=inst.id,
-                                   confirm_key=functools.partial(self._confirm_key, inst.id))
+                    spec = host_spec(
+                        {
+                            "host": inst.address,
+                            "name": inst.extra["node"],
+                            "user": self.entry["user"],
+                            "key": self.entry.get("key"),
+                        },
+                        sshconf,
+                    )
+                    spec = replace(
+                        spec,
+                        host_key_alias=inst.id,
+                        confirm_key=functools.partial(self._confirm_key, inst.id),
+                    )
                     self.pool.add_host(inst.id, spec, inst)
                 elif inst.state != InstanceState.PENDING:
                     self.pool.remove_host(inst.id)
@@ -394,7 +433,11 @@ class CloudDriver(Driver):
                 for gone in set(self.pool.hosts) - seen:
                     self.pool.remove_host(gone)
                     self.pool.host_keys.forget(gone)
-                wait = min(max(self._boot_wait * 2, _REFRESH_BOOTING[0]), _REFRESH_BOOTING[1]) if booting else 0.0
+                wait = (
+                    min(max(self._boot_wait * 2, _REFRESH_BOOTING[0]), _REFRESH_BOOTING[1])
+                    if booting
+                    else 0.0
+                )
             else:  # a create: look again soon
                 wait = _REFRESH_BOOTING[0] if booting else self._boot_wait
             self._boot_wait = wait
@@ -419,10 +462,13 @@ class CloudDriver(Driver):
         on its own, and contacts the instances that came up at once: a create is reached
         without waiting for the core's next pass."""
         with self._refresh_lock:
-            if self._refresher is not None or (not self._boot_wait and time.monotonic() < self._next_refresh):
+            if self._refresher is not None or (
+                not self._boot_wait and time.monotonic() < self._next_refresh
+            ):
                 return
-            self._refresher = threading.Thread(target=self._refresh, daemon=True,
-                                               name=f"{self.kind}-{self.name}")
+            self._refresher = threading.Thread(
+                target=self._refresh, daemon=True, name=f"{self.kind}-{self.name}"
+            )
             self._refresher.start()
 
     def _refresh(self) -> None:
@@ -431,11 +477,15 @@ class CloudDriver(Driver):
                 delay = self._next_refresh - time.monotonic()
                 if delay > 0 and self.pool.closing.wait(delay):
                     return
-                self._next_refresh = time.monotonic() + _REFRESH_BOOTING[1]  # until the listing says more
+                self._next_refresh = (
+                    time.monotonic() + _REFRESH_BOOTING[1]
+                )  # until the listing says more
                 try:
                     self.list_nodes()
                 except Exception as exc:  # noqa: BLE001 - logged once per change; tried again
-                    why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+                    why = (
+                        str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
+                    )
                     if why != self._refresh_error:  # once per change, not once per retry
                         log.warning("%s", why)
                     self._refresh_error = why
@@ -459,8 +509,13 @@ class CloudDriver(Driver):
                 if inst.state != InstanceState.TERMINATED:
                     self.destroy_node(inst.id)
         except MonkeyError as exc:
-            log.error("%s: after a failed launch, could not check for a leaked instance "
-                      "(label monkey-launch=%s): %s", self.name, launch, exc)
+            log.error(
+                "%s: after a failed launch, could not check for a leaked instance "
+                "(label monkey-launch=%s): %s",
+                self.name,
+                launch,
+                exc,
+            )
 
 
 def cause(exc: BaseException) -> str:

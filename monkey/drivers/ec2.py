@@ -47,24 +47,55 @@ _SPOT_PRICE_TTL = 3600.0  # seconds a spot price EC2 reported is used before ask
 
 # Common instance types, cheapest first (us-east-1 on-demand prices): `size_for` takes the
 # first that holds a job.
-SIZES = [Size(*s) for s in (
-    ("t3.nano", 2, 0.5), ("t3.micro", 2, 1), ("t3.small", 2, 2), ("t3.medium", 2, 4), ("t3.large", 2, 8), ("c5.large", 2, 4),
-    ("m5.large", 2, 8), ("t3.xlarge", 4, 16), ("c5.xlarge", 4, 8), ("m5.xlarge", 4, 16),
-    ("r5.large", 2, 16), ("t3.2xlarge", 8, 32), ("c5.2xlarge", 8, 16), ("m5.2xlarge", 8, 32),
-    ("r5.xlarge", 4, 32), ("g4dn.xlarge", 4, 16, 1), ("c5.4xlarge", 16, 32),
-    ("g4dn.2xlarge", 8, 32, 1), ("m5.4xlarge", 16, 64), ("g5.xlarge", 4, 16, 1),
-    ("g5.2xlarge", 8, 32, 1), ("c5.9xlarge", 36, 72), ("g4dn.12xlarge", 48, 192, 4),
-    ("g5.12xlarge", 48, 192, 4), ("g5.48xlarge", 192, 768, 8),
-)]  # fmt: skip
+SIZES = [
+    Size(*s)
+    for s in (
+        ("t3.nano", 2, 0.5),
+        ("t3.micro", 2, 1),
+        ("t3.small", 2, 2),
+        ("t3.medium", 2, 4),
+        ("t3.large", 2, 8),
+        ("c5.large", 2, 4),
+        ("m5.large", 2, 8),
+        ("t3.xlarge", 4, 16),
+        ("c5.xlarge", 4, 8),
+        ("m5.xlarge", 4, 16),
+        ("r5.large", 2, 16),
+        ("t3.2xlarge", 8, 32),
+        ("c5.2xlarge", 8, 16),
+        ("m5.2xlarge", 8, 32),
+        ("r5.xlarge", 4, 32),
+        ("g4dn.xlarge", 4, 16, 1),
+        ("c5.4xlarge", 16, 32),
+        ("g4dn.2xlarge", 8, 32, 1),
+        ("m5.4xlarge", 16, 64),
+        ("g5.xlarge", 4, 16, 1),
+        ("g5.2xlarge", 8, 32, 1),
+        ("c5.9xlarge", 36, 72),
+        ("g4dn.12xlarge", 48, 192, 4),
+        ("g5.12xlarge", 48, 192, 4),
+        ("g5.48xlarge", 192, 768, 8),
+    )
+]
 # EC2's own state names, where libcloud's map says only "unknown".
 _EC2_STATES = {
-    "pending": InstanceState.PENDING, "running": InstanceState.RUNNING,
-    "shutting-down": InstanceState.STOPPING, "stopping": InstanceState.STOPPING,
-    "stopped": InstanceState.STOPPED, "terminated": InstanceState.TERMINATED,
-}  # fmt: skip
-_QUOTA = ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded",
-          "InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
-          "SpotMaxPriceTooLow", "RequestLimitExceeded")  # fmt: skip
+    "pending": InstanceState.PENDING,
+    "running": InstanceState.RUNNING,
+    "shutting-down": InstanceState.STOPPING,
+    "stopping": InstanceState.STOPPING,
+    "stopped": InstanceState.STOPPED,
+    "terminated": InstanceState.TERMINATED,
+}
+_QUOTA = (
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "InsufficientHostCapacity",
+    "SpotMaxPriceTooLow",
+    "RequestLimitExceeded",
+)
 
 
 def _state(node: Node) -> InstanceState:
@@ -72,11 +103,14 @@ def _state(node: Node) -> InstanceState:
     from libcloud.compute.types import NodeState
 
     mapped = {
-        NodeState.PENDING: InstanceState.PENDING, NodeState.STARTING: InstanceState.PENDING,
-        NodeState.RUNNING: InstanceState.RUNNING, NodeState.REBOOTING: InstanceState.RUNNING,
-        NodeState.STOPPING: InstanceState.STOPPING, NodeState.STOPPED: InstanceState.STOPPED,
+        NodeState.PENDING: InstanceState.PENDING,
+        NodeState.STARTING: InstanceState.PENDING,
+        NodeState.RUNNING: InstanceState.RUNNING,
+        NodeState.REBOOTING: InstanceState.RUNNING,
+        NodeState.STOPPING: InstanceState.STOPPING,
+        NodeState.STOPPED: InstanceState.STOPPED,
         NodeState.TERMINATED: InstanceState.TERMINATED,
-    }.get(node.state)  # fmt: skip
+    }.get(node.state)
     return mapped or _EC2_STATES.get(str(node.extra.get("status")), InstanceState.UNKNOWN)
 
 
@@ -115,13 +149,11 @@ class EC2Driver(CloudDriver):
     def _list(self) -> list[Instance]:
         filters = {f"tag:{k}": v for k, v in self.tags.items()}
         # libcloud annotates ex_filters as str; it takes (and documents) a dict of filters
-        nodes = self._call("cannot list instances",
-                           lambda api: api.list_nodes(ex_filters=filters))  # type: ignore[arg-type]
+        nodes = self._call("cannot list instances", lambda api: api.list_nodes(ex_filters=filters))  # type: ignore[arg-type]
         return [self._reclaimed(self._instance(n)) for n in nodes]
 
     def _launched(self, launch: str) -> list[Instance]:
-        nodes = self._call("", lambda api: api.list_nodes(
-            ex_filters={"tag:monkey-launch": launch}))  # type: ignore[arg-type]  # as in _list
+        nodes = self._call("", lambda api: api.list_nodes(ex_filters={"tag:monkey-launch": launch}))  # type: ignore[arg-type]  # as in _list
         return [self._instance(n) for n in nodes]
 
     def _launch(self, size: str, launch: str, opts: dict[str, Any]) -> Instance:
@@ -133,11 +165,14 @@ class EC2Driver(CloudDriver):
         image = str(opts.get("image") or self.entry["image"])
         spot = bool(opts.get("spot", self.entry["spot"]))
         kwargs: dict[str, Any] = {
-            "name": f"monkey-{self.name}", "ex_userdata": USER_DATA, "ex_clienttoken": launch,
-            "ex_metadata": {**self.tags, "monkey-launch": launch}, "ex_spot": spot,
+            "name": f"monkey-{self.name}",
+            "ex_userdata": USER_DATA,
+            "ex_clienttoken": launch,
+            "ex_metadata": {**self.tags, "monkey-launch": launch},
+            "ex_spot": spot,
             # its agent powers it off when orphaned (orphan_timeout): that terminates it
             "ex_terminate_on_shutdown": True,
-        }  # fmt: skip
+        }
         if self.entry.get("key_name"):
             kwargs["ex_keyname"] = self.entry["key_name"]
         if self.entry.get("subnet"):
@@ -149,8 +184,11 @@ class EC2Driver(CloudDriver):
             if opts.get("disk") is not None:
                 kwargs["ex_blockdevicemappings"] = self._disk(api, image, opts["disk"])
             # libcloud's annotations want every figure; EC2 needs only the id
-            return api.create_node(size=NodeSize(size, size, None, None, None, None, api),  # type: ignore[arg-type]
-                                   image=NodeImage(image, image, api), **kwargs)
+            return api.create_node(
+                size=NodeSize(size, size, None, None, None, None, api),  # type: ignore[arg-type]
+                image=NodeImage(image, image, api),
+                **kwargs,
+            )
 
         return self._instance(self._call(f"cannot create a {'spot ' if spot else ''}{size}", run))
 
@@ -175,29 +213,45 @@ class EC2Driver(CloudDriver):
         ips = node.public_ips if self.entry["address"] == "public" else node.private_ips
         created = node.created_at.timestamp() if node.created_at else None
         return Instance(
-            f"{self.name}/{node.id}", self.name, node.name or str(node.id), _state(node),
+            f"{self.name}/{node.id}",
+            self.name,
+            node.name or str(node.id),
+            _state(node),
             address=next((ip for ip in ips or [] if ip), None),
-            size=extra.get("instance_type"), spot=extra.get("instance_lifecycle") == "spot",
-            launched_at=created, price=self._price(extra.get("instance_type"),
-                                                   extra.get("instance_lifecycle") == "spot",
-                                                   extra.get("availability")),
-            extra={"kind": self.kind, "node": node.id, "image": extra.get("image_id"),
-                   "status": extra.get("status"), "private_ip": next(iter(node.private_ips or []), None),
-                   "public_ip": next(iter(node.public_ips or []), None)},
-        )  # fmt: skip
+            size=extra.get("instance_type"),
+            spot=extra.get("instance_lifecycle") == "spot",
+            launched_at=created,
+            price=self._price(
+                extra.get("instance_type"),
+                extra.get("instance_lifecycle") == "spot",
+                extra.get("availability"),
+            ),
+            extra={
+                "kind": self.kind,
+                "node": node.id,
+                "image": extra.get("image_id"),
+                "status": extra.get("status"),
+                "private_ip": next(iter(node.private_ips or []), None),
+                "public_ip": next(iter(node.public_ips or []), None),
+            },
+        )
 
     def _reclaimed(self, inst: Instance) -> Instance:
         """INST with ``extra["preempted"]`` when EC2 ended it as a spot interruption
         (``Server.SpotInstanceTermination``: its state reason, asked once per instance)."""
-        if not inst.spot or inst.state not in (InstanceState.TERMINATED, InstanceState.STOPPED,
-                                               InstanceState.STOPPING):
+        if not inst.spot or inst.state not in (
+            InstanceState.TERMINATED,
+            InstanceState.STOPPED,
+            InstanceState.STOPPING,
+        ):
             return inst
         node = inst.extra["node"]
         if node not in self._reasons:
 
             def ask(api: EC2NodeDriver) -> str:
-                reply = api.connection.request(api.path, params={"Action": "DescribeInstances",
-                                                                 "InstanceId.1": node}).object
+                reply = api.connection.request(
+                    api.path, params={"Action": "DescribeInstances", "InstanceId.1": node}
+                ).object
                 found = [e.text for e in reply.iter() if e.tag.endswith("code") and e.text]
                 return next((c for c in found if c.startswith(("Server.", "Client."))), "")
 
@@ -209,8 +263,9 @@ class EC2Driver(CloudDriver):
         from libcloud.compute.base import Node
 
         found = Node(node, None, None, [], [], None)  # type: ignore[arg-type]  # only the id is read
-        return self._call(f"cannot read the console of {node}",
-                          lambda api: api.ex_get_console_output(found))["output"]
+        return self._call(
+            f"cannot read the console of {node}", lambda api: api.ex_get_console_output(found)
+        )["output"]
 
     def _price(self, size: str | None, spot: bool, zone: str | None) -> float | None:
         """Estimated $/hour of an instance of SIZE: the entry's ``prices:`` for it, else
@@ -237,12 +292,17 @@ class EC2Driver(CloudDriver):
 
         try:
             history = boto3_client(self.entry, "ec2").describe_spot_price_history(
-                InstanceTypes=[size], ProductDescriptions=["Linux/UNIX"],
-                StartTime=time.time())["SpotPriceHistory"]  # fmt: skip
+                InstanceTypes=[size], ProductDescriptions=["Linux/UNIX"], StartTime=time.time()
+            )["SpotPriceHistory"]
             prices = {h.get("AvailabilityZone"): float(h["SpotPrice"]) for h in history}
             price = prices.get(zone, min(prices.values(), default=None))
         except Exception as exc:  # noqa: BLE001 - botocore's errors: the estimate goes without
-            log.warning("%s: no spot price for %s (%s); its on-demand price is shown", self.name, size, one_line(exc))
+            log.warning(
+                "%s: no spot price for %s (%s); its on-demand price is shown",
+                self.name,
+                size,
+                one_line(exc),
+            )
             price = None
         self._spot_prices[(size, zone)] = (time.monotonic(), price)
         return price
@@ -271,9 +331,11 @@ class EC2Driver(CloudDriver):
             except MonkeyError:
                 raise
             except InvalidCredsError as exc:
-                raise MonkeyError(f"{self.name}: {what}: AWS refused the credentials ({one_line(exc)}); "
-                                  "check `profile`/`credentials` in providers.yml or "
-                                  "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY") from None
+                raise MonkeyError(
+                    f"{self.name}: {what}: AWS refused the credentials ({one_line(exc)}); "
+                    "check `profile`/`credentials` in providers.yml or "
+                    "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+                ) from None
             except KeyPairDoesNotExistError as exc:
                 said = f"InvalidKeyPair.NotFound: key pair {exc.name} does not exist"
                 raise self._cloud_error(what, said) from None
@@ -281,15 +343,19 @@ class EC2Driver(CloudDriver):
                 raise self._cloud_error(what, one_line(exc)) from None
             except OSError as exc:  # requests' connection errors are OSErrors too
                 where = self.entry.get("endpoint") or f"EC2 in {self.entry['region']}"
-                raise MonkeyError(f"{self.name}: {what}: cannot reach {where} ({cause(exc)}); "
-                                  "check the network or `endpoint:`") from None
+                raise MonkeyError(
+                    f"{self.name}: {what}: cannot reach {where} ({cause(exc)}); "
+                    "check the network or `endpoint:`"
+                ) from None
 
     def _cloud_error(self, what: str, said: str) -> MonkeyError:
         code = said.split(":", 1)[0].strip()
         again = f"run `monkey provider add aws {self.name}` again to repair it"
         if code.startswith(_QUOTA):
-            return NoCapacity(f"{self.name}: {what}: {said}; monkey tries again later (a quota "
-                              "can be raised in the AWS console, or choose another size)")
+            return NoCapacity(
+                f"{self.name}: {what}: {said}; monkey tries again later (a quota "
+                "can be raised in the AWS console, or choose another size)"
+            )
         if code.startswith("InvalidAMIID"):
             fix = f"fix `image:` in providers.yml (an AMI id of {self.entry['region']})"
         elif code.startswith(("InvalidInstanceType", "Unsupported")) or "InstanceType" in said:

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 # Bounded retries and timeouts: a dead endpoint is reported in seconds, not minutes.
-_CONFIG = Config(connect_timeout=10, read_timeout=60, retries={"mode": "standard", "max_attempts": 3})
+_CONFIG = Config(
+    connect_timeout=10, read_timeout=60, retries={"mode": "standard", "max_attempts": 3}
+)
 
 
 def session(entry: dict[str, Any]) -> boto3.Session:
@@ -42,20 +44,25 @@ def session(entry: dict[str, Any]) -> boto3.Session:
         core.set_config_variable("credentials_file", os.path.expanduser(entry["credentials"]))
         profile = profile or "default"
     try:
-        return boto3.Session(botocore_session=core, profile_name=profile,
-                             region_name=entry.get("region"))
+        return boto3.Session(
+            botocore_session=core, profile_name=profile, region_name=entry.get("region")
+        )
     except ProfileNotFound:
         where = entry.get("credentials") or "~/.aws/config and ~/.aws/credentials"
-        raise MonkeyError(f"AWS profile {profile!r} is not in {where}; name a profile that is "
-                          "(--profile, or `profile:` in providers.yml)") from None
+        raise MonkeyError(
+            f"AWS profile {profile!r} is not in {where}; name a profile that is "
+            "(--profile, or `profile:` in providers.yml)"
+        ) from None
 
 
 def credentials(entry: dict[str, Any]) -> tuple[str, str, str | None]:
     """(access key, secret key, session token) for the entry, as boto3 resolves them."""
     found = session(entry).get_credentials()
     if found is None:
-        raise MonkeyError("no AWS credentials found; pass --profile or --credentials FILE, or "
-                          "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        raise MonkeyError(
+            "no AWS credentials found; pass --profile or --credentials FILE, or "
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        )
     frozen = found.get_frozen_credentials()
     return frozen.access_key, frozen.secret_key, frozen.token
 
@@ -66,8 +73,9 @@ def boto3_client(entry: dict[str, Any], service: str) -> Any:
     config = _CONFIG
     if entry.get("endpoint") and service == "s3":
         config = config.merge(Config(s3={"addressing_style": "path"}))
-    return session(entry).client(service, region_name=entry["region"],
-                                 endpoint_url=entry.get("endpoint"), config=config)
+    return session(entry).client(
+        service, region_name=entry["region"], endpoint_url=entry.get("endpoint"), config=config
+    )
 
 
 _NAMESPACE = re.compile(r'xmlns="(http://ec2\.amazonaws\.com/doc/[0-9-]+)"')
@@ -113,13 +121,16 @@ def ec2_node_driver(entry: dict[str, Any]) -> EC2NodeDriver:
     key, secret, token = credentials(entry)
     region = entry["region"]
     if region not in ec2_regions():
-        raise MonkeyError(f"region {region!r} is not an EC2 region libcloud knows; fix `region`, "
-                          "e.g. us-east-1")
+        raise MonkeyError(
+            f"region {region!r} is not an EC2 region libcloud knows; fix `region`, e.g. us-east-1"
+        )
     kwargs: dict[str, Any] = {"region": region, "token": token, "signature_version": "4"}
     cls = EC2NodeDriver
     if entry.get("endpoint"):
         parts = urlsplit(entry["endpoint"])
         secure = parts.scheme == "https"
-        kwargs.update(host=parts.hostname, port=parts.port or (443 if secure else 80), secure=secure)
+        kwargs.update(
+            host=parts.hostname, port=parts.port or (443 if secure else 80), secure=secure
+        )
         cls = _EndpointEC2NodeDriver
     return cls(key, secret, **kwargs)

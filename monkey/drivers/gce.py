@@ -50,22 +50,46 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # Common machine types, cheapest first: `size_for` takes the first that holds a job.
-SIZES = [Size(*s) for s in (
-    ("e2-micro", 2, 1), ("e2-small", 2, 2), ("e2-medium", 2, 4), ("n1-standard-1", 1, 3.75),
-    ("e2-standard-2", 2, 8), ("n2-standard-2", 2, 8), ("e2-highmem-2", 2, 16),
-    ("e2-standard-4", 4, 16), ("n2-standard-4", 4, 16), ("e2-standard-8", 8, 32),
-    ("g2-standard-4", 4, 16, 1), ("g2-standard-8", 8, 32, 1), ("n2-standard-16", 16, 64),
-    ("a2-highgpu-1g", 12, 85, 1), ("g2-standard-48", 48, 192, 4), ("a2-highgpu-8g", 96, 680, 8),
-)]  # fmt: skip
+SIZES = [
+    Size(*s)
+    for s in (
+        ("e2-micro", 2, 1),
+        ("e2-small", 2, 2),
+        ("e2-medium", 2, 4),
+        ("n1-standard-1", 1, 3.75),
+        ("e2-standard-2", 2, 8),
+        ("n2-standard-2", 2, 8),
+        ("e2-highmem-2", 2, 16),
+        ("e2-standard-4", 4, 16),
+        ("n2-standard-4", 4, 16),
+        ("e2-standard-8", 8, 32),
+        ("g2-standard-4", 4, 16, 1),
+        ("g2-standard-8", 8, 32, 1),
+        ("n2-standard-16", 16, 64),
+        ("a2-highgpu-1g", 12, 85, 1),
+        ("g2-standard-48", 48, 192, 4),
+        ("a2-highgpu-8g", 96, 680, 8),
+    )
+]
 
 _STATES = {
-    "PROVISIONING": InstanceState.PENDING, "STAGING": InstanceState.PENDING,
-    "REPAIRING": InstanceState.PENDING, "RUNNING": InstanceState.RUNNING,
-    "STOPPING": InstanceState.STOPPING, "SUSPENDING": InstanceState.STOPPING,
-    "SUSPENDED": InstanceState.STOPPED, "TERMINATED": InstanceState.STOPPED,  # GCE's "stopped"
-}  # fmt: skip
-_QUOTA = ("QUOTA_EXCEEDED", "quotaExceeded", "rateLimitExceeded", "ZONE_RESOURCE_POOL_EXHAUSTED",
-          "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "RESOURCE_POOL_EXHAUSTED")  # fmt: skip
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "SUSPENDED": InstanceState.STOPPED,
+    "TERMINATED": InstanceState.STOPPED,  # GCE's "stopped"
+}
+_QUOTA = (
+    "QUOTA_EXCEEDED",
+    "quotaExceeded",
+    "rateLimitExceeded",
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "RESOURCE_POOL_EXHAUSTED",
+)
 
 
 def _options(config: ProviderConfig) -> dict[str, Any]:
@@ -91,7 +115,9 @@ class GCEDriver(CloudDriver):
         """A driver over ENTRY before it is saved (``provider add gcp``)."""
         from monkey.config import ProviderConfig
 
-        return cls(ProviderConfig(name, "gce", {k: v for k, v in entry.items() if k != "bucket"}), home)
+        return cls(
+            ProviderConfig(name, "gce", {k: v for k, v in entry.items() if k != "bucket"}), home
+        )
 
     @classmethod
     def bucket_storage(cls, config: ProviderConfig) -> GCSStorage:
@@ -114,8 +140,11 @@ class GCEDriver(CloudDriver):
 
     def _launched(self, launch: str) -> list[Instance]:
         nodes = self._call("", lambda api: api.list_nodes(ex_zone="all"))
-        return [self._instance(n) for n in nodes
-                if (n.extra.get("labels") or {}).get("monkey-launch") == launch]  # fmt: skip
+        return [
+            self._instance(n)
+            for n in nodes
+            if (n.extra.get("labels") or {}).get("monkey-launch") == launch
+        ]
 
     def _launch(self, size: str, launch: str, opts: dict[str, Any]) -> Instance:
         """In the first zone with capacity; OPTS: size, preemptible, image, disk."""
@@ -127,7 +156,11 @@ class GCEDriver(CloudDriver):
             with open(f"{key}.pub") as fh:
                 metadata["ssh-keys"] = f"{self.entry['user']}:{fh.read().strip()}"
         disk = opts.get("disk")
-        gib = None if disk is None else (disk if isinstance(disk, int) else -(-parse_size(str(disk)) // GIB))
+        gib = (
+            None
+            if disk is None
+            else (disk if isinstance(disk, int) else -(-parse_size(str(disk)) // GIB))
+        )
         what = f"cannot create a {'preemptible ' if preemptible else ''}{size}"
         name = f"monkey-{gce_setup.label(self.name)}"[:40].rstrip("-") + f"-{launch[:12]}"
         zones = self.zones_to_try()  # without those that preempted a machine lately
@@ -138,24 +171,34 @@ class GCEDriver(CloudDriver):
                     found_size = api.ex_get_size(size, zone)
                 except Exception as exc:
                     if _code(exc) is None or "not found" in str(exc).lower() or "404" in str(exc):
-                        raise MonkeyError(f"{self.name}: {what}: machine type {size} does not "
-                                          f"exist in {zone}; fix `size:` in providers.yml (or "
-                                          "the job's size option), e.g. e2-small") from None
+                        raise MonkeyError(
+                            f"{self.name}: {what}: machine type {size} does not "
+                            f"exist in {zone}; fix `size:` in providers.yml (or "
+                            "the job's size option), e.g. e2-small"
+                        ) from None
                     raise
                 try:
                     found_image = api.ex_get_image(image)
                 except Exception as exc:
                     if "could not find" in str(exc).lower() or "not found" in str(exc).lower():
-                        raise MonkeyError(f"{self.name}: {what}: image {image} not found; fix "
-                                          "`image:` in providers.yml (an image or family, e.g. "
-                                          "debian-12)") from None
+                        raise MonkeyError(
+                            f"{self.name}: {what}: image {image} not found; fix "
+                            "`image:` in providers.yml (an image or family, e.g. "
+                            "debian-12)"
+                        ) from None
                     raise
                 return api.create_node(
-                    name, found_size, found_image, location=zone,
+                    name,
+                    found_size,
+                    found_image,
+                    location=zone,
                     ex_network=self.entry.get("network") or "default",
-                    ex_tags=[gce_setup.network_tag(self.name)], ex_metadata=metadata,
+                    ex_tags=[gce_setup.network_tag(self.name)],
+                    ex_metadata=metadata,
                     ex_labels={**self.labels, "monkey-launch": launch},
-                    ex_preemptible=preemptible or None, ex_disk_size=gib)
+                    ex_preemptible=preemptible or None,
+                    ex_disk_size=gib,
+                )
 
             try:
                 return self._instance(self._call(what, run))
@@ -191,13 +234,17 @@ class GCEDriver(CloudDriver):
             try:
                 api.ex_get_size(size, zone)
             except Exception:
-                raise MonkeyError(f"machine type {size} does not exist in {zone}; pass --size "
-                                  "with a machine type, e.g. e2-small") from None
+                raise MonkeyError(
+                    f"machine type {size} does not exist in {zone}; pass --size "
+                    "with a machine type, e.g. e2-small"
+                ) from None
             try:
                 api.ex_get_image(image)
             except Exception:
-                raise MonkeyError(f"image {image} not found; pass --image with an image or "
-                                  "image family, e.g. debian-12") from None
+                raise MonkeyError(
+                    f"image {image} not found; pass --image with an image or "
+                    "image family, e.g. debian-12"
+                ) from None
 
         self._call("checking the project", run)
 
@@ -225,8 +272,13 @@ class GCEDriver(CloudDriver):
                 api.ex_get_firewall(name)
                 return False
             except ResourceNotFoundError:
-                api.ex_create_firewall(name, [{"IPProtocol": "tcp", "ports": ["22"]}],
-                                       network=network, source_ranges=[source], target_tags=[tag])
+                api.ex_create_firewall(
+                    name,
+                    [{"IPProtocol": "tcp", "ports": ["22"]}],
+                    network=network,
+                    source_ranges=[source],
+                    target_tags=[tag],
+                )
                 return True
 
         return self._call(f"creating firewall rule {name}", run)
@@ -251,18 +303,28 @@ class GCEDriver(CloudDriver):
         state = _STATES.get(str(extra.get("status")), InstanceState.UNKNOWN)
         spot = bool(scheduling.get("preemptible")) or scheduling.get("provisioningModel") == "SPOT"
         return Instance(
-            f"{self.name}/{node.name}", self.name, node.name, state,
+            f"{self.name}/{node.name}",
+            self.name,
+            node.name,
+            state,
             # libcloud annotates Node.size as a NodeSize; GCE's nodes hold the type's name
-            address=next((ip for ip in ips or [] if ip), None), size=node.size,  # type: ignore[arg-type]
+            address=next((ip for ip in ips or [] if ip), None),
+            size=node.size,  # type: ignore[arg-type]
             spot=spot,
             launched_at=launched,
             # GCE stops a preemptible instance it reclaims: its jobs were preempted.
-            extra={"kind": self.kind, "node": node.name, "zone": getattr(zone, "name", zone),
-                   "preempted": spot and state in (InstanceState.STOPPED, InstanceState.STOPPING,
-                                                   InstanceState.TERMINATED),
-                   "status": extra.get("status"), "private_ip": next(iter(node.private_ips or []), None),
-                   "public_ip": next(iter(node.public_ips or []), None)},
-        )  # fmt: skip
+            extra={
+                "kind": self.kind,
+                "node": node.name,
+                "zone": getattr(zone, "name", zone),
+                "preempted": spot
+                and state
+                in (InstanceState.STOPPED, InstanceState.STOPPING, InstanceState.TERMINATED),
+                "status": extra.get("status"),
+                "private_ip": next(iter(node.private_ips or []), None),
+                "public_ip": next(iter(node.public_ips or []), None),
+            },
+        )
 
     def _call(self, what: str, call: Callable[[GCENodeDriver], T]) -> T:
         """CALL with the provider's libcloud driver; its errors as one MonkeyError line
@@ -281,25 +343,33 @@ class GCEDriver(CloudDriver):
             except MonkeyError:
                 raise
             except (GoogleAuthError, InvalidCredsError) as exc:
-                raise MonkeyError(f"{self.name}: {what}: Google refused the credentials "
-                                  f"({one_line(exc)}); check `credentials:` (a service-account "
-                                  "JSON key with Compute Admin rights)") from None
+                raise MonkeyError(
+                    f"{self.name}: {what}: Google refused the credentials "
+                    f"({one_line(exc)}); check `credentials:` (a service-account "
+                    "JSON key with Compute Admin rights)"
+                ) from None
             except (BaseHTTPError, LibcloudError) as exc:
                 raise self._cloud_error(what, exc) from None
             except OSError as exc:  # requests' connection errors are OSErrors too
                 where = self.entry.get("endpoint") or "the GCE API"
-                raise MonkeyError(f"{self.name}: {what}: cannot reach {where} ({cause(exc)}); "
-                                  "check the network or `endpoint:`") from None
+                raise MonkeyError(
+                    f"{self.name}: {what}: cannot reach {where} ({cause(exc)}); "
+                    "check the network or `endpoint:`"
+                ) from None
 
     def _cloud_error(self, what: str, exc: Exception) -> MonkeyError:
         code = _code(exc)
         said = f"{code}: {one_line(exc)}" if code else one_line(exc)
         if code in _QUOTA:
-            return NoCapacity(f"{self.name}: {what}: {said}; monkey tries again later (a quota "
-                              "can be raised in the Cloud console, or add `zones:`)")
+            return NoCapacity(
+                f"{self.name}: {what}: {said}; monkey tries again later (a quota "
+                "can be raised in the Cloud console, or add `zones:`)"
+            )
         if getattr(exc, "http_code", None) in (401, 403):
-            return MonkeyError(f"{self.name}: {what}: {said}; give the service account Compute "
-                               "Admin rights on the project, or fix `project:`")
+            return MonkeyError(
+                f"{self.name}: {what}: {said}; give the service account Compute "
+                "Admin rights on the project, or fix `project:`"
+            )
         return MonkeyError(f"{self.name}: {what}: {said}")
 
 
@@ -312,8 +382,14 @@ def _raise(message: str) -> NoReturn:
     raise MonkeyError(message)
 
 
-def setup(home: Any, name: str, entry: dict[str, Any], *, ssh_from: str | None = None,
-          say: Callable[[str], None] = print) -> dict[str, Any]:
+def setup(
+    home: Any,
+    name: str,
+    entry: dict[str, Any],
+    *,
+    ssh_from: str | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Find or create what provider NAME's ENTRY needs in the cloud, saying each step; return
     ENTRY with the project, firewall, key and bucket recorded. A failure is a MonkeyError
     after saying what this run created (found by name by the next run)."""
@@ -349,7 +425,13 @@ def setup(home: Any, name: str, entry: dict[str, Any], *, ssh_from: str | None =
         driver.close()
     if not created:
         say(f"reusing network {network}, firewall rule {firewall}, bucket {bucket}")
-    done = {**entry, "key": str(key_path), "network": network, "firewall": firewall, "bucket": bucket}
+    done = {
+        **entry,
+        "key": str(key_path),
+        "network": network,
+        "firewall": firewall,
+        "bucket": bucket,
+    }
     return {key: done[key] for key in gce_setup._ORDER if key in done}
 
 
@@ -358,6 +440,8 @@ def _ssh_source(given: str | None, entry: dict[str, Any]) -> str:
         return _cidr(given, "--ssh-from")
     if _loopback(entry.get("endpoint")):
         return "127.0.0.1/32"
-    raise MonkeyError("--ssh-from CIDR is needed: the addresses SSH to the instances may come "
-                      "from, e.g. --ssh-from 203.0.113.7/32 (this machine's public address; "
-                      "monkey asks no outside service for it)")
+    raise MonkeyError(
+        "--ssh-from CIDR is needed: the addresses SSH to the instances may come "
+        "from, e.g. --ssh-from 203.0.113.7/32 (this machine's public address; "
+        "monkey asks no outside service for it)"
+    )

@@ -34,15 +34,24 @@ def service_account(path: str) -> dict[str, Any]:
         with open(full) as fh:
             account = json.load(fh)
     except FileNotFoundError:
-        raise MonkeyError(f"credentials {path}: no such file; name a service-account JSON key "
-                          "(IAM > Service accounts > Keys > Add key > JSON)") from None
+        raise MonkeyError(
+            f"credentials {path}: no such file; name a service-account JSON key "
+            "(IAM > Service accounts > Keys > Add key > JSON)"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise MonkeyError(f"credentials {path}: not a readable JSON file ({exc}); name a "
-                          "service-account JSON key") from None
-    if not isinstance(account, dict) or account.get("type") != "service_account" \
-            or not account.get("client_email") or not account.get("private_key"):
-        raise MonkeyError(f"credentials {path}: not a service-account key (needs type "
-                          "service_account, client_email, private_key); download a JSON key")
+        raise MonkeyError(
+            f"credentials {path}: not a readable JSON file ({exc}); name a service-account JSON key"
+        ) from None
+    if (
+        not isinstance(account, dict)
+        or account.get("type") != "service_account"
+        or not account.get("client_email")
+        or not account.get("private_key")
+    ):
+        raise MonkeyError(
+            f"credentials {path}: not a service-account key (needs type "
+            "service_account, client_email, private_key); download a JSON key"
+        )
     return account
 
 
@@ -61,11 +70,22 @@ class _EndpointConnection(GCEConnection):
 
     poll_interval = 0.05
 
-    def __init__(self, user_id: str, key: Any, secure: bool, host: str | None = None,
-                 port: int | None = None, auth_type: Any = None, credential_file: Any = None,
-                 project: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        user_id: str,
+        key: Any,
+        secure: bool,
+        host: str | None = None,
+        port: int | None = None,
+        auth_type: Any = None,
+        credential_file: Any = None,
+        project: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.pop("scopes", None)
-        ConnectionUserAndKey.__init__(self, user_id, key, secure=secure, host=host, port=port, **kwargs)
+        ConnectionUserAndKey.__init__(
+            self, user_id, key, secure=secure, host=host, port=port, **kwargs
+        )
         self.oauth2_credential = _NoToken()
         self.request_path = f"/compute/v1/projects/{project}"
         self.gce_params = None
@@ -100,7 +120,9 @@ def gce_node_driver(entry: dict[str, Any], home: Home) -> GCENodeDriver:
     if entry.get("endpoint"):
         parts = urlsplit(entry["endpoint"])
         secure = parts.scheme == "https"
-        kwargs.update(host=parts.hostname, port=parts.port or (443 if secure else 80), secure=secure)
+        kwargs.update(
+            host=parts.hostname, port=parts.port or (443 if secure else 80), secure=secure
+        )
         cls = _EndpointGCENodeDriver
     else:
         home.private.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -21,18 +21,66 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    "user": "monkey", "address": "public", "preemptible": False, "max_instances": 1,
-    "idle_timeout": 600, "network": "default", "metadata_url": "http://metadata.google.internal",
-}  # fmt: skip
-_TEXT = ("project", "zone", "endpoint", "storage_endpoint", "credentials", "size", "image", "user", "key",
-         "network", "firewall", "bucket", "metadata_url", "shutdown_command")
-_ORDER = ("type", "project", "zone", "zones", "endpoint", "storage_endpoint", "credentials", "size", "image", "user",
-          "key", "network", "firewall", "address", "preemptible", "max_instances", "idle_timeout",
-          "boot_timeout", "bucket", "metadata_url", "prices", "checkpoint_every", "notice_every",
-          "max_preemptions", "fallback", "zone_cooldown", "orphan_timeout", "shutdown_command")
+    "user": "monkey",
+    "address": "public",
+    "preemptible": False,
+    "max_instances": 1,
+    "idle_timeout": 600,
+    "network": "default",
+    "metadata_url": "http://metadata.google.internal",
+}
+_TEXT = (
+    "project",
+    "zone",
+    "endpoint",
+    "storage_endpoint",
+    "credentials",
+    "size",
+    "image",
+    "user",
+    "key",
+    "network",
+    "firewall",
+    "bucket",
+    "metadata_url",
+    "shutdown_command",
+)
+_ORDER = (
+    "type",
+    "project",
+    "zone",
+    "zones",
+    "endpoint",
+    "storage_endpoint",
+    "credentials",
+    "size",
+    "image",
+    "user",
+    "key",
+    "network",
+    "firewall",
+    "address",
+    "preemptible",
+    "max_instances",
+    "idle_timeout",
+    "boot_timeout",
+    "bucket",
+    "metadata_url",
+    "prices",
+    "checkpoint_every",
+    "notice_every",
+    "max_preemptions",
+    "fallback",
+    "zone_cooldown",
+    "orphan_timeout",
+    "shutdown_command",
+)
 KEYS = frozenset(_ORDER)
-REQUIRED = {"credentials": "a service-account JSON key file", "size": "a machine type, e.g. e2-small",
-            "image": "an image or image family, e.g. debian-12"}
+REQUIRED = {
+    "credentials": "a service-account JSON key file",
+    "size": "a machine type, e.g. e2-small",
+    "image": "an image or image family, e.g. debian-12",
+}
 _ZONE = re.compile(r"^[a-z]+(-[a-z]+)*\d+-[a-z]$")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
@@ -48,8 +96,9 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
 
     bad = check_entry(where, name, entry, KEYS, REQUIRED, _TEXT)
     listed = entry.get("zones")
-    if listed is not None and (not isinstance(listed, list) or not listed
-                               or not all(isinstance(z, str) for z in listed)):  # fmt: skip
+    if listed is not None and (
+        not isinstance(listed, list) or not listed or not all(isinstance(z, str) for z in listed)
+    ):
         raise bad(f"zones must be a list of zone names, got {listed!r}")
     zones = listed or ([entry["zone"]] if entry.get("zone") else [])
     if not zones:
@@ -58,13 +107,18 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
         if not _ZONE.match(zone):
             raise bad(f"zone {zone!r} is not a zone name; e.g. zone: us-central1-a")
     cooldown = entry.get("zone_cooldown")
-    if cooldown is not None and (isinstance(cooldown, bool) or not isinstance(cooldown, (int, float))
-                                 or cooldown < 0):  # fmt: skip
+    if cooldown is not None and (
+        isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)) or cooldown < 0
+    ):
         raise bad(f"zone_cooldown must be a number of minutes, got {cooldown!r}")
     for key in ("network", "firewall"):
         if entry.get(key) is not None and not _NAME.match(entry[key]):
             raise bad(f"{key} {entry[key]!r} is not a GCE name (lowercase letters, digits, '-')")
-    for key, with_path in (("endpoint", False), ("storage_endpoint", False), ("metadata_url", True)):
+    for key, with_path in (
+        ("endpoint", False),
+        ("storage_endpoint", False),
+        ("metadata_url", True),
+    ):
         if entry.get(key) is not None and _url_problem(entry[key], with_path):
             raise bad(f"{key} {entry[key]!r} is not an http(s) URL; e.g. http://127.0.0.1:8080")
     if entry.get("address", "public") not in ("public", "private"):
@@ -74,8 +128,10 @@ def validate(where: str, name: str, entry: dict[str, Any]) -> None:
     check_cloud_keys(entry, bad)
     bucket = entry.get("bucket")
     if bucket is not None and (not _BUCKET.match(bucket) or ".." in bucket):
-        raise bad(f"bucket {bucket!r} is not a bucket name: 3-63 lowercase letters, digits, "
-                  "'.', '_' and '-', starting and ending with a letter or digit")
+        raise bad(
+            f"bucket {bucket!r} is not a bucket name: 3-63 lowercase letters, digits, "
+            "'.', '_' and '-', starting and ending with a letter or digit"
+        )
 
 
 def entry_from(options: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +151,10 @@ def entry_from(options: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     if options.get("credentials"):
         path = os.path.abspath(os.path.expanduser(options["credentials"]))
         if not os.path.isfile(path):
-            raise MonkeyError(f"--credentials {options['credentials']}: no such file; name a "
-                              "service-account JSON key file")
+            raise MonkeyError(
+                f"--credentials {options['credentials']}: no such file; name a "
+                "service-account JSON key file"
+            )
         entry["credentials"] = path
     return entry
 

@@ -32,7 +32,10 @@ def detect_gpus() -> list[str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
@@ -90,7 +93,8 @@ def replace_outdated(link: AgentLink, agent_root: Path, timeout: float = 15.0) -
         import logging
 
         logging.getLogger("monkey.local").info(
-            "replacing the local agent: %s; its jobs keep running", why)
+            "replacing the local agent: %s; its jobs keep running", why
+        )
         link.request("shutdown", timeout=timeout)
     except BaseException:
         link.close()
@@ -99,8 +103,10 @@ def replace_outdated(link: AgentLink, agent_root: Path, timeout: float = 15.0) -
     deadline = time.monotonic() + timeout
     while not agent_lock_free(agent_root):
         if time.monotonic() > deadline:
-            raise MonkeyError(f"the outdated local agent did not stop within {timeout:.0f}s; "
-                              f"see {agent_root / 'agent.log'}")
+            raise MonkeyError(
+                f"the outdated local agent did not stop within {timeout:.0f}s; "
+                f"see {agent_root / 'agent.log'}"
+            )
         time.sleep(0.01)
     return True
 
@@ -119,8 +125,12 @@ class LocalDriver(Driver):
         """slots: a positive count; gpus: a count or a list of device ids."""
         unknown_keys(where, name, entry, _LOCAL_KEYS)
         slots = entry.get("slots")
-        if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1):
-            raise MonkeyError(f"{where}: provider {name!r}: slots must be a positive integer, got {slots!r}")
+        if slots is not None and (
+            not isinstance(slots, int) or isinstance(slots, bool) or slots < 1
+        ):
+            raise MonkeyError(
+                f"{where}: provider {name!r}: slots must be a positive integer, got {slots!r}"
+            )
         gpus = entry.get("gpus")
         if gpus is not None and not (
             (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0)
@@ -136,9 +146,11 @@ class LocalDriver(Driver):
             return f"provider {config.name!r} is this machine; --host is for ssh providers"
         cap = local_capacity(config, detect=bool(resources.gpus))
         if not cap.could_hold(resources):
-            return (f"provider {config.name!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
-                    f"a job asking --cpus {resources.cpus} --gpus {resources.gpus} could never "
-                    "run there")  # fmt: skip
+            return (
+                f"provider {config.name!r} has {cap.slots} slots and {len(cap.gpus)} GPUs; "
+                f"a job asking --cpus {resources.cpus} --gpus {resources.gpus} could never "
+                "run there"
+            )
         return None
 
     @classmethod
@@ -190,7 +202,9 @@ class LocalTransport(Transport):
                 # An agent exiting at once may have lost the race to another one: wait on.
                 if proc.poll() not in (None, 0):
                     why = first_error(log, offset)
-                    raise MonkeyError(f"the local agent could not start: {why}; see {log}") from None
+                    raise MonkeyError(
+                        f"the local agent could not start: {why}; see {log}"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise MonkeyError(f"the local agent did not start; see {log}") from None
                 time.sleep(0.005)
@@ -203,12 +217,24 @@ class LocalTransport(Transport):
         heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
         with open_private(log_path) as log:
             return subprocess.Popen(
-                [*python_entry("monkey.client_agent.agent", "main"),
-                 "--root", str(self.home.agent_root), "--socket", self.socket,
-                 "--idle-timeout", idle, "--heartbeat", heartbeat],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home.root,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
+                [
+                    *python_entry("monkey.client_agent.agent", "main"),
+                    "--root",
+                    str(self.home.agent_root),
+                    "--socket",
+                    self.socket,
+                    "--idle-timeout",
+                    idle,
+                    "--heartbeat",
+                    heartbeat,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.home.root,
+                start_new_session=True,
+                close_fds=True,
+            )
 
     def blobs_dir(self, instance: str) -> str:
         return self._blobs

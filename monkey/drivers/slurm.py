@@ -57,8 +57,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("monkey.slurm")
 
 _AGENT_SRC = Path(__file__).resolve().parents[1] / "client_agent"
-_KEYS = {"partition", "account", "qos", "time", "gres", "constraint", "extra_args", "workdir",
-         "signal", "requeue", "python", "max_instances", "idle_timeout", "login"}  # fmt: skip
+_KEYS = {
+    "partition",
+    "account",
+    "qos",
+    "time",
+    "gres",
+    "constraint",
+    "extra_args",
+    "workdir",
+    "signal",
+    "requeue",
+    "python",
+    "max_instances",
+    "idle_timeout",
+    "login",
+}
 # Values that go into `#SBATCH` lines as they are: no spaces, quotes or newlines.
 _WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
 _SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
@@ -68,19 +82,27 @@ _WATCH_LOGIN_EVERY = 0.25  # the same through a login host (one round trip each)
 _SOCKET_MAX = 100
 # Slurm's job states as instance states; anything else (finished) is TERMINATED.
 _STATES = {
-    "PENDING": InstanceState.PENDING, "CONFIGURING": InstanceState.PENDING,
-    "REQUEUED": InstanceState.PENDING, "REQUEUE_HOLD": InstanceState.PENDING,
-    "REQUEUE_FED": InstanceState.PENDING, "RESV_DEL_HOLD": InstanceState.PENDING,
-    "RUNNING": InstanceState.RUNNING, "SUSPENDED": InstanceState.RUNNING,
-    "SIGNALING": InstanceState.RUNNING, "STAGE_OUT": InstanceState.RUNNING,
-    "COMPLETING": InstanceState.STOPPING, "STOPPED": InstanceState.STOPPING,
-}  # fmt: skip
+    "PENDING": InstanceState.PENDING,
+    "CONFIGURING": InstanceState.PENDING,
+    "REQUEUED": InstanceState.PENDING,
+    "REQUEUE_HOLD": InstanceState.PENDING,
+    "REQUEUE_FED": InstanceState.PENDING,
+    "RESV_DEL_HOLD": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "SUSPENDED": InstanceState.RUNNING,
+    "SIGNALING": InstanceState.RUNNING,
+    "STAGE_OUT": InstanceState.RUNNING,
+    "COMPLETING": InstanceState.STOPPING,
+    "STOPPED": InstanceState.STOPPING,
+}
 # Run by the batch shell on Slurm's warning signal: the agent takes it as a preemption
 # notice (its jobs get SIGTERM, checkpoint, and end `preempted`). argv: the agent's socket,
 # the seconds left, what happens.
-NOTICE = ('import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
-          's.sendall(json.dumps({"id": 1, "op": "notice", "kind": "slurm", "lead": float(sys.argv[2]), '
-          '"detail": sys.argv[3]}).encode() + b"\\n"); s.recv(65536)')
+NOTICE = (
+    "import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+    's.sendall(json.dumps({"id": 1, "op": "notice", "kind": "slurm", "lead": float(sys.argv[2]), '
+    '"detail": sys.argv[3]}).encode() + b"\\n"); s.recv(65536)'
+)
 # Seconds between Slurm's SIGTERM (a requeue, a preemption) and its SIGKILL: KillWait,
 # 30 s unless the cluster says otherwise; the agent's jobs get them to checkpoint.
 _KILL_WAIT = 30
@@ -90,22 +112,29 @@ _TIME_MARGIN = 60
 _QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"}
 # Slurm's final states that mean "ended from outside" (sacct): the attempt resumes.
 _PREEMPTED_STATES = {"PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
-_AGENT_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-               "from monkey.client_agent.agent import main; main()")  # fmt: skip
+_AGENT_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from monkey.client_agent.agent import main; main()"
+)
 
 
 def slurm_command(argv: list[str], stdin: str | None = None, what: str = "") -> str:
     """Run a Slurm client command here and return its stdout; a one-line MonkeyError with
     Slurm's own message when it fails or is missing."""
     try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                              timeout=_COMMAND_TIMEOUT)  # fmt: skip
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=_COMMAND_TIMEOUT
+        )
     except FileNotFoundError:
-        raise MonkeyError(f"{argv[0]} not found: this machine needs Slurm's client commands "
-                          "(install slurm-client, or run monkey on a login node)") from None
+        raise MonkeyError(
+            f"{argv[0]} not found: this machine needs Slurm's client commands "
+            "(install slurm-client, or run monkey on a login node)"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise MonkeyError(f"{argv[0]} gave no answer in {_COMMAND_TIMEOUT:.0f}s: is slurmctld "
-                          "reachable from this machine?") from None
+        raise MonkeyError(
+            f"{argv[0]} gave no answer in {_COMMAND_TIMEOUT:.0f}s: is slurmctld "
+            "reachable from this machine?"
+        ) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split()) or f"exit {done.returncode}"
         raise MonkeyError(f"{what or argv[0]} failed: {said}")
@@ -126,9 +155,18 @@ def partitions(run: Runner = slurm_command) -> dict[str, dict[str, Any]]:
         if len(parts) != 5:
             continue
         name, avail, state, count, cpus = parts
-        info = found.setdefault(name.rstrip("*"), {
-            "up": avail == "up", "default": name.endswith("*"), "idle": 0, "mixed": 0,
-            "allocated": 0, "other": 0, "idle_cpus": 0})  # fmt: skip
+        info = found.setdefault(
+            name.rstrip("*"),
+            {
+                "up": avail == "up",
+                "default": name.endswith("*"),
+                "idle": 0,
+                "mixed": 0,
+                "allocated": 0,
+                "other": 0,
+                "idle_cpus": 0,
+            },
+        )
         kind = state.rstrip("*~#!%$@^-")
         key = {"idle": "idle", "mixed": "mixed", "allocated": "allocated"}.get(kind, "other")
         info[key] += int(count)
@@ -173,9 +211,14 @@ class Size:
         return size
 
     def __str__(self) -> str:
-        return "-".join([f"c{self.cpus}", *([f"m{self.memory}"] if self.memory else []),
-                         *([f"g{self.gpus}"] if self.gpus else []),
-                         *([f"t{self.time}"] if self.time else [])])  # fmt: skip
+        return "-".join(
+            [
+                f"c{self.cpus}",
+                *([f"m{self.memory}"] if self.memory else []),
+                *([f"g{self.gpus}"] if self.gpus else []),
+                *([f"t{self.time}"] if self.time else []),
+            ]
+        )
 
 
 def slurm_time(seconds: int) -> str:
@@ -221,23 +264,32 @@ class SlurmDriver(Driver):
         for key in ("partition", "account", "qos", "time", "gres", "constraint", "python"):
             value = entry.get(key)
             if value is not None and not (isinstance(value, str) and _WORD.fullmatch(value)):
-                raise MonkeyError(f"{where}: provider {name!r}: {key} must be one word "
-                                  f"(letters, digits, _.:,=+/@%-), got {value!r}")  # fmt: skip
+                raise MonkeyError(
+                    f"{where}: provider {name!r}: {key} must be one word "
+                    f"(letters, digits, _.:,=+/@%-), got {value!r}"
+                )
         signal = entry.get("signal")
         if signal is not None and not (isinstance(signal, str) and _SIGNAL.fullmatch(signal)):
-            raise MonkeyError(f"{where}: provider {name!r}: signal must look like B:USR1@120 "
-                              f"(sbatch --signal), got {signal!r}")  # fmt: skip
+            raise MonkeyError(
+                f"{where}: provider {name!r}: signal must look like B:USR1@120 "
+                f"(sbatch --signal), got {signal!r}"
+            )
         extra = entry.get("extra_args", [])
         if not isinstance(extra, list) or not all(
-                isinstance(a, str) and a.startswith("-") and "\n" not in a for a in extra):
-            raise MonkeyError(f"{where}: provider {name!r}: extra_args must be a list of sbatch "
-                              "options, each one line starting with '-' (e.g. --nice=10)")
+            isinstance(a, str) and a.startswith("-") and "\n" not in a for a in extra
+        ):
+            raise MonkeyError(
+                f"{where}: provider {name!r}: extra_args must be a list of sbatch "
+                "options, each one line starting with '-' (e.g. --nice=10)"
+            )
         for key in ("max_instances", "idle_timeout"):
             value = entry.get(key)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                      or value < 0):
-                raise MonkeyError(f"{where}: provider {name!r}: {key} must be a number >= 0, "
-                                  f"got {value!r}")  # fmt: skip
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0
+            ):
+                raise MonkeyError(
+                    f"{where}: provider {name!r}: {key} must be a number >= 0, got {value!r}"
+                )
         if entry.get("requeue") is not None and not isinstance(entry["requeue"], bool):
             raise MonkeyError(f"{where}: provider {name!r}: requeue must be true or false")
         workdir = entry.get("workdir")
@@ -262,15 +314,21 @@ class SlurmDriver(Driver):
                 from monkey.config import Home
                 from monkey.drivers.slurm_login import LoginHost
 
-                login = LoginHost(config.name, config.options["login"], config.options.get("workdir"), Home())
+                login = LoginHost(
+                    config.name, config.options["login"], config.options.get("workdir"), Home()
+                )
                 run = login.run
             parts = partitions(run)
             if partition is None:
                 partition = next((p for p, i in parts.items() if i["default"]), None)
             info = parts.get(str(partition))
             if info is None:
-                return {"slots": 0, "gpus": 0, "error": f"no partition {partition!r} "
-                        f"(partitions: {', '.join(sorted(parts)) or 'none'})"}  # fmt: skip
+                return {
+                    "slots": 0,
+                    "gpus": 0,
+                    "error": f"no partition {partition!r} "
+                    f"(partitions: {', '.join(sorted(parts)) or 'none'})",
+                }
             pending = pending_jobs(str(partition), run)
         except MonkeyError as exc:
             return {"slots": 0, "gpus": 0, "error": str(exc)}
@@ -278,9 +336,13 @@ class SlurmDriver(Driver):
             if login is not None:
                 login.close()
         state = "up" if info["up"] else "down"
-        return {"slots": info["idle_cpus"], "gpus": 0, "allocations": live,
-                "detail": f"partition {partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
-                             f"{info['allocated']} allocated nodes; {pending} pending jobs"}  # fmt: skip
+        return {
+            "slots": info["idle_cpus"],
+            "gpus": 0,
+            "allocations": live,
+            "detail": f"partition {partition} ({state}): {info['idle']} idle, {info['mixed']} mixed, "
+            f"{info['allocated']} allocated nodes; {pending} pending jobs",
+        }
 
     # -- provisioning -----------------------------------------------------------------------
 
@@ -293,7 +355,9 @@ class SlurmDriver(Driver):
 
             self.login = LoginHost(self.name, options["login"], options.get("workdir"), home)
         # With a login host: resolved there at first contact (``_ready``).
-        self.workdir = Path(os.path.expanduser(str(options.get("workdir") or home.root / "slurm" / self.name)))
+        self.workdir = Path(
+            os.path.expanduser(str(options.get("workdir") or home.root / "slurm" / self.name))
+        )
         self.job_name = f"monkey-{home.home_id()}-{self.name}"
         self._allocs: dict[str, _Alloc] = {}
         self._released: set[str] = set()  # scancelled: not listed while Slurm winds them up
@@ -348,9 +412,14 @@ class SlurmDriver(Driver):
         array task's allocation is named ``ARRAYID_TASK``, as squeue and scancel name it."""
         opts = self.config.options
         out = "%A_%a" if array else "%j"
-        lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
-                 f"#SBATCH --output={self.workdir}/logs/{out}.out", "#SBATCH --open-mode=append",
-                 "#SBATCH --nodes=1", "#SBATCH --ntasks=1"]  # fmt: skip
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={self.job_name}",
+            f"#SBATCH --output={self.workdir}/logs/{out}.out",
+            "#SBATCH --open-mode=append",
+            "#SBATCH --nodes=1",
+            "#SBATCH --ntasks=1",
+        ]
         if array:
             lines.append(f"#SBATCH --array={array}")
         signal_spec = str(opts.get("signal", "B:USR1@120"))
@@ -439,12 +508,15 @@ class SlurmDriver(Driver):
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self._installed = version
 
-    def create_node(self, size: str | None = None,
-                    options: Mapping[str, Any] | None = None) -> Instance:
+    def create_node(
+        self, size: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> Instance:
         """Submit one allocation of SIZE; PENDING until Slurm starts it (OPTIONS unused)."""
         return self.create_nodes(size, 1)[0]
 
-    def create_nodes(self, size: str | None, count: int, throttle: int | None = None) -> list[Instance]:
+    def create_nodes(
+        self, size: str | None, count: int, throttle: int | None = None
+    ) -> list[Instance]:
         """Submit COUNT allocations of SIZE with one sbatch: a job array of COUNT tasks
         (``--array=0-N``, ``%THROTTLE`` running at once), or a plain job when COUNT is 1.
         Each task is one allocation (Slurm accounts per task); all PENDING at first."""
@@ -453,19 +525,34 @@ class SlurmDriver(Driver):
         array = None
         if count > 1:
             array = f"0-{count - 1}" + (f"%{throttle}" if throttle and throttle < count else "")
-        out = self._command(["sbatch", "--parsable"], stdin=self.batch_script(wanted, array),
-                            what=f"provider {self.name!r}: sbatch")  # fmt: skip
+        out = self._command(
+            ["sbatch", "--parsable"],
+            stdin=self.batch_script(wanted, array),
+            what=f"provider {self.name!r}: sbatch",
+        )
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
-            raise MonkeyError(f"provider {self.name!r}: sbatch answered {out.strip()!r}, not a job id")
+            raise MonkeyError(
+                f"provider {self.name!r}: sbatch answered {out.strip()!r}, not a job id"
+            )
         ids = [f"{job_id}_{task}" for task in range(count)] if array else [job_id]
         now = time.time()
         with self._lock:
             for one in ids:
                 self._allocs[one] = _Alloc(one, wanted, now)
             self._watch()
-        return [Instance(self.instance_id(one), self.name, one, InstanceState.PENDING, size=str(wanted),
-                         launched_at=now, extra={"job_id": one}) for one in ids]  # fmt: skip
+        return [
+            Instance(
+                self.instance_id(one),
+                self.name,
+                one,
+                InstanceState.PENDING,
+                size=str(wanted),
+                launched_at=now,
+                extra={"job_id": one},
+            )
+            for one in ids
+        ]
 
     def list_nodes(self) -> list[Instance]:
         """The provider's allocations as Slurm has them now: ONE squeue call, and one
@@ -480,9 +567,17 @@ class SlurmDriver(Driver):
         began = time.time()
         if self.login is not None:
             self._install_agent()  # the workdir, as the login host resolves it
-        out = self._command(["squeue", "-h", "-r", f"--name={self.job_name}", "-O",
-                             "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:|,JobID:"],
-                            what=f"provider {self.name!r}: squeue")  # fmt: skip
+        out = self._command(
+            [
+                "squeue",
+                "-h",
+                "-r",
+                f"--name={self.job_name}",
+                "-O",
+                "JobArrayID:|,State:|,RestartCnt:|,Reason:|,NodeList:|,NumCPUs:|,JobID:",
+            ],
+            what=f"provider {self.name!r}: squeue",
+        )
         nodes: list[Instance] = []
         seen = set()
         for line in out.splitlines():
@@ -494,8 +589,12 @@ class SlurmDriver(Driver):
             if job_id in self._released:
                 continue
             inst_state = _STATES.get(state, InstanceState.TERMINATED)
-            extra: dict[str, Any] = {"job_id": job_id, "slurm_state": state, "node_list": nodelist,
-                                     "reason": reason if state == "PENDING" else ""}  # fmt: skip
+            extra: dict[str, Any] = {
+                "job_id": job_id,
+                "slurm_state": state,
+                "node_list": nodelist,
+                "reason": reason if state == "PENDING" else "",
+            }
             if restarts.isdigit() and int(restarts) > 0 and inst_state != InstanceState.TERMINATED:
                 inst_state = InstanceState.STOPPED
                 extra.update(preempted=True, restarts=int(restarts))
@@ -508,8 +607,17 @@ class SlurmDriver(Driver):
                 if alloc is not None:
                     alloc.number = number
             size = str(alloc.size) if alloc else None
-            nodes.append(Instance(self.instance_id(job_id), self.name, job_id, inst_state,
-                                  address=nodelist or None, size=size, extra=extra))  # fmt: skip
+            nodes.append(
+                Instance(
+                    self.instance_id(job_id),
+                    self.name,
+                    job_id,
+                    inst_state,
+                    address=nodelist or None,
+                    size=size,
+                    extra=extra,
+                )
+            )
         with self._lock:
             self._released &= seen
             gone = [j for j, a in self._allocs.items() if j not in seen and a.created < began]
@@ -523,8 +631,10 @@ class SlurmDriver(Driver):
         if not job_ids:
             return []
         try:
-            out = self._command(["sacct", "-c", "-n", "-P", "-j", ",".join(job_ids), "-o",
-                                 "JobID,State,ExitCode"], what="sacct")  # fmt: skip
+            out = self._command(
+                ["sacct", "-c", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,State,ExitCode"],
+                what="sacct",
+            )
         except MonkeyError as exc:
             log.debug("no accounting for %s: %s", job_ids, exc)
             return []
@@ -533,10 +643,21 @@ class SlurmDriver(Driver):
             parts = line.split("|")
             if len(parts) == 3 and parts[0] in job_ids:
                 last[parts[0]] = (parts[1].split()[0] if parts[1] else "", parts[2])
-        return [Instance(self.instance_id(job_id), self.name, job_id, InstanceState.TERMINATED,
-                         extra={"job_id": job_id, "slurm_state": state, "exit_code": code,
-                                "preempted": state in _PREEMPTED_STATES})
-                for job_id, (state, code) in last.items()]  # fmt: skip
+        return [
+            Instance(
+                self.instance_id(job_id),
+                self.name,
+                job_id,
+                InstanceState.TERMINATED,
+                extra={
+                    "job_id": job_id,
+                    "slurm_state": state,
+                    "exit_code": code,
+                    "preempted": state in _PREEMPTED_STATES,
+                },
+            )
+            for job_id, (state, code) in last.items()
+        ]
 
     def destroy_node(self, instance: str) -> None:
         """scancel the allocation (its agent and anything left in it)."""
@@ -561,18 +682,24 @@ class SlurmDriver(Driver):
             if not alloc.reached:
                 continue
             size = alloc.size
-            caps.append(Capacity(
-                self.instance_id(alloc.job_id), 0 if alloc.used else size.cpus,
-                [] if alloc.used else [str(i) for i in range(size.gpus)],
-                parse_size(size.memory) if size.memory else None, {"size": str(size)},
-            ))  # fmt: skip
+            caps.append(
+                Capacity(
+                    self.instance_id(alloc.job_id),
+                    0 if alloc.used else size.cpus,
+                    [] if alloc.used else [str(i) for i in range(size.gpus)],
+                    parse_size(size.memory) if size.memory else None,
+                    {"size": str(size)},
+                )
+            )
         return caps
 
     def _watch(self) -> None:
         """Start the thread that wakes the core as soon as an allocation's agent is up
         (called with the lock held: one thread per driver)."""
         if self._watcher is None:
-            self._watcher = threading.Thread(target=self._watching, name=f"slurm-{self.name}", daemon=True)
+            self._watcher = threading.Thread(
+                target=self._watching, name=f"slurm-{self.name}", daemon=True
+            )
             self._watcher.start()
 
     def _watching(self) -> None:
@@ -613,7 +740,9 @@ class SlurmDriver(Driver):
         assert self.login is not None
         while not self._closed.wait(_WATCH_LOGIN_EVERY):
             with self._lock:
-                waiting = {self.socket_path(a.job_id): a for a in self._allocs.values() if not a.reached}
+                waiting = {
+                    self.socket_path(a.job_id): a for a in self._allocs.values() if not a.reached
+                }
                 if not waiting:
                     self._watcher = None  # started again by the next allocation
                     return
@@ -640,7 +769,9 @@ class SlurmDriver(Driver):
             alloc = self._allocs.get(job_id)
             number = alloc.number if alloc else None
         if not number:
-            number = self._command(["squeue", "-h", "-j", job_id, "-O", "JobID"], what="squeue").strip()
+            number = self._command(
+                ["squeue", "-h", "-j", job_id, "-O", "JobID"], what="squeue"
+            ).strip()
             if alloc is not None:
                 alloc.number = number
         return number
@@ -660,13 +791,18 @@ class SlurmTransport(Transport):
     def connect(self, instance: str) -> AgentLink:
         job_id = self.slurm._job_id(instance)
         if self.login is not None:
-            return self.login.connect(self.slurm._number(job_id), self.slurm.socket_path(job_id),
-                                      str(self.slurm.workdir / "alloc" / job_id))  # fmt: skip
+            return self.login.connect(
+                self.slurm._number(job_id),
+                self.slurm.socket_path(job_id),
+                str(self.slurm.workdir / "alloc" / job_id),
+            )
         try:
             return connect_unix(self.slurm.socket_path(job_id))
         except OSError as exc:
-            raise MonkeyError(f"allocation {job_id}: its agent is not reachable ({exc}); "
-                              f"see {self.slurm.workdir}/logs/{job_id}.out") from None  # fmt: skip
+            raise MonkeyError(
+                f"allocation {job_id}: its agent is not reachable ({exc}); "
+                f"see {self.slurm.workdir}/logs/{job_id}.out"
+            ) from None
 
     # Through a login host, files live under workdir on the cluster and are moved as on an
     # SSH host (the login host's connection); without one, MONKEY_HOME is shared.
@@ -687,7 +823,9 @@ class SlurmTransport(Transport):
             return self.login.pool.run_dir(self.login.instance, juid, attempt)
         return str(self.home.run_dir(juid, attempt))
 
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool) -> None:
+    def finish(
+        self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool
+    ) -> None:
         """The allocation served its attempt: released now (``scancel``), so that Slurm gives
         its CPUs to the next allocation at once; results are on the shared filesystem, or
         brought back through the login host first."""
@@ -728,4 +866,6 @@ class SlurmTransport(Transport):
         self._followed = {**self._followed, instance: list(attempts)}
         if not attempts:
             self._followed = {k: v for k, v in self._followed.items() if v}
-        self.login.pool.follow(self.login.instance, [a for live in self._followed.values() for a in live])
+        self.login.pool.follow(
+            self.login.instance, [a for live in self._followed.values() for a in live]
+        )

@@ -32,6 +32,7 @@ _EXISTING = "import os, sys\nfor p in sys.argv[1:]:\n    os.path.exists(p) and p
 
 def validate_login(where: str, name: str, login: Any) -> None:
     """Refuse a bad ``login:`` of a `slurm` entry with one line naming the fix."""
+
     def bad(what: str) -> MonkeyError:
         return MonkeyError(f"{where}: provider {name!r}: login {what}")
 
@@ -39,12 +40,16 @@ def validate_login(where: str, name: str, login: Any) -> None:
         raise bad("must look like {host: login.cluster.edu, user: me, key: ~/.ssh/id_ed25519}")
     unknown = set(login) - LOGIN_KEYS
     if unknown:
-        raise bad(f"has unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(LOGIN_KEYS))}")
+        raise bad(
+            f"has unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(LOGIN_KEYS))}"
+        )
     for key in ("user", "key"):
         if login.get(key) is not None and not isinstance(login[key], str):
             raise bad(f"{key} must be text, got {login[key]!r}")
     port = login.get("port")
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+    if port is not None and (
+        not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536
+    ):
         raise bad(f"port must be 1-65535, got {port!r}")
     if login.get("trust_new_host") is not None and not isinstance(login["trust_new_host"], bool):
         raise bad("trust_new_host must be true or false")
@@ -56,7 +61,11 @@ def parse_login(text: str) -> dict[str, Any]:
     host, _, port = hostport.partition(":")
     if not host or (port and not port.isdigit()):
         raise MonkeyError(f"--login {text}: give the login host as user@host or user@host:port")
-    return {"host": host, **({"user": user} if user else {}), **({"port": int(port)} if port else {})}
+    return {
+        "host": host,
+        **({"user": user} if user else {}),
+        **({"port": int(port)} if port else {}),
+    }
 
 
 class LoginPool(SSHTransport):
@@ -68,9 +77,15 @@ class LoginPool(SSHTransport):
 class LoginHost:
     """The provider's login host: Slurm commands, files and relays to allocations."""
 
-    def __init__(self, provider: str, login: dict[str, Any], workdir: str | None, home: Home) -> None:
-        entry = {"name": "login", "host": login["host"], "workdir": workdir or f"~/.monkey-slurm/{provider}",
-                 **{k: login[k] for k in ("user", "key", "port") if login.get(k) is not None}}  # fmt: skip
+    def __init__(
+        self, provider: str, login: dict[str, Any], workdir: str | None, home: Home
+    ) -> None:
+        entry = {
+            "name": "login",
+            "host": login["host"],
+            "workdir": workdir or f"~/.monkey-slurm/{provider}",
+            **{k: login[k] for k in ("user", "key", "port") if login.get(k) is not None},
+        }
         options = {"hosts": [entry], "trust_on_first_use": bool(login.get("trust_new_host"))}
         self.provider = provider
         self.pool = LoginPool(ProviderConfig(provider, "ssh", options), home)
@@ -81,8 +96,10 @@ class LoginHost:
         try:
             return self.pool.ensure_up(self.instance)
         except MonkeyError as exc:
-            text = str(exc).replace("`trust_on_first_use: true` for this provider",
-                                    "`trust_new_host: true` under `login:` (provider add --trust-new-host)")
+            text = str(exc).replace(
+                "`trust_on_first_use: true` for this provider",
+                "`trust_new_host: true` under `login:` (provider add --trust-new-host)",
+            )
             raise type(exc)(f"provider {self.provider!r}: login host: {text}") from None
 
     def workdir(self) -> str:
@@ -95,16 +112,22 @@ class LoginHost:
         self.host()
         code, out, err = self.pool.run_command(self.instance, argv, stdin or "")
         if code == 127:
-            raise MonkeyError(f"provider {self.provider!r}: {argv[0]} not found on the login host "
-                              "(is it a Slurm login node? is Slurm on its PATH?)")  # fmt: skip
+            raise MonkeyError(
+                f"provider {self.provider!r}: {argv[0]} not found on the login host "
+                "(is it a Slurm login node? is Slurm on its PATH?)"
+            )
         if code != 0:
-            raise MonkeyError(f"{what or argv[0]} failed: {' '.join(err.split()) or f'exit {code}'}")
+            raise MonkeyError(
+                f"{what or argv[0]} failed: {' '.join(err.split()) or f'exit {code}'}"
+            )
         return out
 
     def existing(self, paths: list[str]) -> set[str]:
         """Those of PATHS that exist on the cluster's shared filesystem (one round trip)."""
         python = self.host().spec.python
-        return set(self.run([python, "-I", "-c", _EXISTING, *paths], what="looking for agents").split())
+        return set(
+            self.run([python, "-I", "-c", _EXISTING, *paths], what="looking for agents").split()
+        )
 
     def connect(self, job_id: str, sock: str, root: str) -> AgentLink:
         """A link to the agent of allocation JOB_ID, through a relay srun starts in it."""

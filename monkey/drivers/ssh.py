@@ -32,12 +32,16 @@ class SSHDriver(Driver):
     def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
         names = [str(h.get("name") or h.get("host")) for h in config.options.get("hosts") or []]
         if resources.host is not None and resources.host not in names:
-            return (f"--host {resources.host}: provider {config.name!r} has no such host; "
-                    f"its hosts: {', '.join(names)}")  # fmt: skip
+            return (
+                f"--host {resources.host}: provider {config.name!r} has no such host; "
+                f"its hosts: {', '.join(names)}"
+            )
         if not could_fit(config, resources):
             memory = f" --memory {resources.memory}" if resources.memory else ""
-            return (f"no host of provider {config.name!r} has --cpus {resources.cpus} "
-                    f"--gpus {resources.gpus}{memory}; see `monkey list providers`")  # fmt: skip
+            return (
+                f"no host of provider {config.name!r} has --cpus {resources.cpus} "
+                f"--gpus {resources.gpus}{memory}; see `monkey list providers`"
+            )
         return None
 
     @classmethod
@@ -49,12 +53,18 @@ class SSHDriver(Driver):
             instance = f"{config.name}/{entry.get('name') or entry['host']}"
             rec = seen.get(instance, {})
             extra = rec.get("extra", {})
-            hosts.append({
-                "instance": instance, "host": rec.get("host") or str(entry["host"]),
-                "state": rec.get("reach") or "not contacted yet", "slots": extra.get("slots"),
-                "gpus": extra.get("gpus") or [], "memory": extra.get("memory"),
-                "running": rec.get("running", 0), "error": extra.get("error"),
-            })  # fmt: skip
+            hosts.append(
+                {
+                    "instance": instance,
+                    "host": rec.get("host") or str(entry["host"]),
+                    "state": rec.get("reach") or "not contacted yet",
+                    "slots": extra.get("slots"),
+                    "gpus": extra.get("gpus") or [],
+                    "memory": extra.get("memory"),
+                    "running": rec.get("running", 0),
+                    "error": extra.get("error"),
+                }
+            )
         return hosts_summary(hosts)
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:

@@ -56,7 +56,9 @@ class HostSpec:
     host_key_alias: str | None = None
     # Called with a key seen for the first time, before it is pinned: raises MonkeyError to
     # refuse it (a cloud instance whose console printed other keys).
-    confirm_key: Callable[[paramiko.PKey], None] | None = field(default=None, compare=False, repr=False)
+    confirm_key: Callable[[paramiko.PKey], None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def known_hosts_name(self) -> str:
@@ -70,13 +72,32 @@ class HostSpec:
         return f"{self.user}@{self.hostname}:{self.port}"
 
 
-_SSH_KEYS = {"type", "hosts", "trust_on_first_use", "checkpoint_every", "connect_timeout", "shared_fs"}
-_SSH_HOST_KEYS = {"name", "host", "port", "user", "key", "cpus", "gpus", "memory", "workdir",
-                  "python", "proxy_jump"}
+_SSH_KEYS = {
+    "type",
+    "hosts",
+    "trust_on_first_use",
+    "checkpoint_every",
+    "connect_timeout",
+    "shared_fs",
+}
+_SSH_HOST_KEYS = {
+    "name",
+    "host",
+    "port",
+    "user",
+    "key",
+    "cpus",
+    "gpus",
+    "memory",
+    "workdir",
+    "python",
+    "proxy_jump",
+}
 
 
 def validate_entry(where: str, name: str, entry: dict[str, Any]) -> None:
     """Refuse a bad `type: ssh` entry of providers.yml with one line naming the fix."""
+
     def bad(what: str) -> MonkeyError:
         return MonkeyError(f"{where}: provider {name!r}: {what}")
 
@@ -86,11 +107,15 @@ def validate_entry(where: str, name: str, entry: dict[str, Any]) -> None:
         raise bad("needs `hosts:`, a list like [{host: gpu1, user: me, key: ~/.ssh/id_ed25519}]")
     for key in ("checkpoint_every", "connect_timeout"):
         value = entry.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+        ):
             raise bad(f"{key} must be a positive number of seconds, got {value!r}")
     shared = entry.get("shared_fs")
     if shared is not None and (not isinstance(shared, str) or not shared.startswith("/")):
-        raise bad(f"shared_fs must be an absolute path mounted on this machine and every host, got {shared!r}")
+        raise bad(
+            f"shared_fs must be an absolute path mounted on this machine and every host, got {shared!r}"
+        )
     names = set()
     for host in hosts:
         if not isinstance(host, dict) or not isinstance(host.get("host"), str) or not host["host"]:
@@ -98,13 +123,17 @@ def validate_entry(where: str, name: str, entry: dict[str, Any]) -> None:
         label = f"host {host['host']!r}"
         extra = set(host) - _SSH_HOST_KEYS
         if extra:
-            raise bad(f"{label} has unknown key {sorted(extra)[0]!r}; allowed: {', '.join(sorted(_SSH_HOST_KEYS))}")
+            raise bad(
+                f"{label} has unknown key {sorted(extra)[0]!r}; allowed: {', '.join(sorted(_SSH_HOST_KEYS))}"
+            )
         hname = str(host.get("name") or host["host"])
         if hname in names or "/" in hname:
             raise bad(f"{label}: host names must be unique and contain no '/'; set `name:`")
         names.add(hname)
         port = host.get("port")
-        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        if port is not None and (
+            not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536
+        ):
             raise bad(f"{label}: port must be 1-65535, got {port!r}")
         cpus = host.get("cpus")
         if cpus is not None and (not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1):
@@ -134,10 +163,15 @@ def could_fit(config: ProviderConfig, resources: Resources) -> bool:
             continue
         cpus, gpus, memory = entry.get("cpus"), entry.get("gpus"), entry.get("memory")
         gpu_count = gpus if isinstance(gpus, int) or gpus is None else len(gpus)
-        if (cpus is None or resources.cpus <= cpus) and (
-                gpu_count is None or resources.gpus <= gpu_count) and (
-                memory is None or not resources.memory
-                or parse_size(resources.memory) <= parse_size(memory)):
+        if (
+            (cpus is None or resources.cpus <= cpus)
+            and (gpu_count is None or resources.gpus <= gpu_count)
+            and (
+                memory is None
+                or not resources.memory
+                or parse_size(resources.memory) <= parse_size(memory)
+            )
+        ):
             return True
     return False
 
@@ -185,7 +219,7 @@ def host_spec(entry: dict[str, Any], sshconf: paramiko.SSHConfig | None) -> Host
         workdir=str(entry.get("workdir") or "~/.monkey-agent"),
         python=str(entry.get("python") or "python3"),
         proxy_jump=entry.get("proxy_jump") or found.get("proxyjump"),
-    )  # fmt: skip
+    )
 
 
 def _local_user() -> str:
@@ -200,8 +234,12 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-_PRINTED_BLOCK = re.compile(r"-----BEGIN SSH HOST KEY KEYS-----(.*?)-----END SSH HOST KEY KEYS-----", re.S)
-_PRINTED_KEY = re.compile(r"\b((?:ssh|ecdsa-sha2|sk-ssh|sk-ecdsa-sha2)-[A-Za-z0-9@.-]+) (AAAA[A-Za-z0-9+/]+=*)")
+_PRINTED_BLOCK = re.compile(
+    r"-----BEGIN SSH HOST KEY KEYS-----(.*?)-----END SSH HOST KEY KEYS-----", re.S
+)
+_PRINTED_KEY = re.compile(
+    r"\b((?:ssh|ecdsa-sha2|sk-ssh|sk-ecdsa-sha2)-[A-Za-z0-9@.-]+) (AAAA[A-Za-z0-9+/]+=*)"
+)
 
 
 def printed_host_keys(console: str | None) -> set[tuple[str, str]]:
@@ -262,7 +300,9 @@ class HostKeys:
                 try:
                     keys.load(str(path))
                 except (OSError, paramiko.SSHException, ValueError) as exc:
-                    raise MonkeyError(f"{path}: unreadable known_hosts ({exc}); fix or remove it") from None
+                    raise MonkeyError(
+                        f"{path}: unreadable known_hosts ({exc}); fix or remove it"
+                    ) from None
         self.keys, self.stamp = keys, stamp
         return True
 
@@ -272,8 +312,13 @@ class HostKeys:
         found = self.keys.lookup(name)
         return list(found.keys()) if found else []
 
-    def check(self, name: str, key: paramiko.PKey, tofu: bool = False,
-              confirm: Callable[[paramiko.PKey], None] | None = None) -> None:
+    def check(
+        self,
+        name: str,
+        key: paramiko.PKey,
+        tofu: bool = False,
+        confirm: Callable[[paramiko.PKey], None] | None = None,
+    ) -> None:
         """Accept KEY for NAME or raise MonkeyError naming host and fingerprint; an unknown
         key is recorded when trusting on first use (the provider's setting, or TOFU), once
         CONFIRM (when given) did not refuse it."""
@@ -326,7 +371,9 @@ def _load_key(path: str) -> paramiko.PKey:
 
     if not os.path.isfile(path):
         raise MonkeyError(f"SSH key {path} does not exist; fix `key:` in providers.yml")
-    encrypted = MonkeyError(f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) and drop `key:`")
+    encrypted = MonkeyError(
+        f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) and drop `key:`"
+    )
     try:
         return paramiko.PKey.from_path(path)
     except paramiko.PasswordRequiredException:
@@ -336,7 +383,11 @@ def _load_key(path: str) -> paramiko.PKey:
             raise encrypted from None
         raise MonkeyError(f"SSH key {path} cannot be read ({exc})") from None
     except (OSError, paramiko.SSHException, ValueError) as exc:
-        hint = "; that is a public key: give the private one, without .pub" if path.endswith(".pub") else ""
+        hint = (
+            "; that is a public key: give the private one, without .pub"
+            if path.endswith(".pub")
+            else ""
+        )
         raise MonkeyError(f"SSH key {path} cannot be read ({exc}){hint}") from None
 
 
@@ -363,8 +414,12 @@ def _auth_keys(spec: HostSpec) -> list[Any]:
     return keys
 
 
-def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
-                   specs_by_alias: dict[str, HostSpec] | None = None) -> paramiko.Transport:
+def open_transport(
+    spec: HostSpec,
+    host_keys: HostKeys,
+    timeout: float,
+    specs_by_alias: dict[str, HostSpec] | None = None,
+) -> paramiko.Transport:
     """A connected, verified and authenticated transport to the host (through ProxyJump)."""
     import paramiko
 
@@ -373,14 +428,17 @@ def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
         if spec.proxy_jump:
             jump_spec = _jump_spec(spec.proxy_jump, specs_by_alias or {})
             jump = open_transport(jump_spec, host_keys, timeout, specs_by_alias)
-            sock: Any = jump.open_channel("direct-tcpip", (spec.hostname, spec.port),
-                                          ("127.0.0.1", 0), timeout=timeout)
+            sock: Any = jump.open_channel(
+                "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=timeout
+            )
         else:
             sock = socket.create_connection((spec.hostname, spec.port), timeout=timeout)
             # Requests are small and answered at once: Nagle's delay would cost each one.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError as exc:
-        raise Unreachable(f"{spec.name} ({spec.label}) is unreachable: {exc.strerror or exc}") from None
+        raise Unreachable(
+            f"{spec.name} ({spec.label}) is unreachable: {exc.strerror or exc}"
+        ) from None
     except paramiko.SSHException as exc:
         raise Unreachable(f"{spec.name}: jump host cannot reach {spec.label}: {exc}") from None
     transport = paramiko.Transport(sock)
@@ -391,8 +449,12 @@ def open_transport(spec: HostSpec, host_keys: HostKeys, timeout: float,
             opts = transport.get_security_options()
             opts.key_types = types + [t for t in opts.key_types if t not in types]
         transport.start_client(timeout=timeout)
-        host_keys.check(spec.known_hosts_name, transport.get_remote_server_key(),
-                        tofu=spec.host_key_alias is not None, confirm=spec.confirm_key)
+        host_keys.check(
+            spec.known_hosts_name,
+            transport.get_remote_server_key(),
+            tofu=spec.host_key_alias is not None,
+            confirm=spec.confirm_key,
+        )
         _authenticate(transport, spec)
     except MonkeyError:
         transport.close()
@@ -432,8 +494,10 @@ def _jump_spec(text: str, specs_by_alias: dict[str, HostSpec]) -> HostSpec:
     found: dict[str, Any] = sshconf.lookup(host) if sshconf else {}
     keys = [os.path.expanduser(k) for k in found.get("identityfile") or []]
     return HostSpec(
-        name=host, hostname=str(found.get("hostname") or host),
+        name=host,
+        hostname=str(found.get("hostname") or host),
         port=int(port or found.get("port") or 22),
-        user=user or str(found.get("user") or _local_user()), keys=keys,
+        user=user or str(found.get("user") or _local_user()),
+        keys=keys,
         proxy_jump=",".join(before) or found.get("proxyjump"),
-    )  # fmt: skip
+    )

@@ -83,7 +83,9 @@ def raise_disk_full(channel: paramiko.Channel, host: Host) -> None:
         pass
     said = err.decode(errors="replace").strip().splitlines()
     if said and said[-1].startswith("disk full at "):
-        raise MonkeyError(f"disk full on {host.instance} at {said[-1][len('disk full at '):]}") from None
+        raise MonkeyError(
+            f"disk full on {host.instance} at {said[-1][len('disk full at ') :]}"
+        ) from None
 
 
 def read_exactly(stream: Any, size: int | None) -> bytes:
@@ -105,17 +107,22 @@ def drain(channel: paramiko.Channel) -> tuple[int, bytes, bytes]:
     return channel.recv_exit_status(), bytes(out), bytes(err)
 
 
-def finish_channel(channel: paramiko.Channel, host: Host, check: bool = True,
-                    stderr: bool = False) -> bytes:
+def finish_channel(
+    channel: paramiko.Channel, host: Host, check: bool = True, stderr: bool = False
+) -> bytes:
     """Read a channel to its end: stdout (or stderr); MonkeyError on a non-zero exit."""
     code, out, err = drain(channel)
     if code == 127 and b"not found" in err:
-        raise MonkeyError(f"{host.instance}: {host.spec.python!r} is not installed there; set "
-                          "`python:` for this host in providers.yml")
+        raise MonkeyError(
+            f"{host.instance}: {host.spec.python!r} is not installed there; set "
+            "`python:` for this host in providers.yml"
+        )
     if check and code != 0:
         text = err.decode(errors="replace").strip().splitlines()
-        raise MonkeyError(f"{host.instance}: remote step failed (exit {code}): "
-                          f"{text[-1] if text else 'no message'}")
+        raise MonkeyError(
+            f"{host.instance}: remote step failed (exit {code}): "
+            f"{text[-1] if text else 'no message'}"
+        )
     return bytes(err if stderr else out)
 
 
@@ -148,8 +155,10 @@ def sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
 
 
 def cannot_create(path: str, exc: OSError) -> MonkeyError:
-    return MonkeyError(f"cannot create {path} on the host ({exc.strerror or exc}); "
-                       "set this host's `workdir:` to a folder its user can write")
+    return MonkeyError(
+        f"cannot create {path} on the host ({exc.strerror or exc}); "
+        "set this host's `workdir:` to a folder its user can write"
+    )
 
 
 def remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:
@@ -168,8 +177,13 @@ def same(local: os.stat_result, size: int | None, mtime: int | None) -> bool:
     A file modified in the last few seconds may have changed again within its second
     without changing size: it never counts as the same.
     """
-    return (stat.S_ISREG(local.st_mode) and local.st_size == size and mtime is not None
-            and int(local.st_mtime) == mtime and mtime < time.time() - 5)
+    return (
+        stat.S_ISREG(local.st_mode)
+        and local.st_size == size
+        and mtime is not None
+        and int(local.st_mtime) == mtime
+        and mtime < time.time() - 5
+    )
 
 
 def checked_rel(rel: str) -> str:
@@ -203,8 +217,11 @@ def push_tree(sftp: paramiko.SFTPClient, local: str, remote: str) -> None:
                 sftp.mkdir(dst, 0o700)
             push_tree(sftp, src, dst)
         elif stat.S_ISREG(info.st_mode):
-            if have is not None and stat.S_ISREG(have.st_mode or 0) and \
-                    same(info, have.st_size, have.st_mtime):
+            if (
+                have is not None
+                and stat.S_ISREG(have.st_mode or 0)
+                and same(info, have.st_size, have.st_mtime)
+            ):
                 names.add(name)
                 continue
             if have is not None and stat.S_ISDIR(have.st_mode or 0):

@@ -116,7 +116,9 @@ def intact(path):
 # Prints the digests read on stdin (one a line) that blobs_dir lacks, or holds without its
 # check or damaged (they are sent again, replacing the copy there); the others are touched:
 # in use, another home's gc on this host keeps them for its grace. argv: blobs_dir
-MISSING = CHECK + r"""
+MISSING = (
+    CHECK
+    + r"""
 import sys
 base = sys.argv[1]
 for line in sys.stdin:
@@ -132,6 +134,7 @@ for line in sys.stdin:
     except OSError:
         pass
 """
+)
 
 # Stores blobs from stdin framed as b"<digest> <size>\n" + bytes + b"<sha256>\n" (the
 # sender's hash of the bytes it checked against the digest), each through a temporary name
@@ -139,7 +142,9 @@ for line in sys.stdin:
 # "ok N" at the end. A full disk leaves no partial file and ends it with DISK_FULL's exit
 # code and "disk full at PATH (N bytes free)" on stderr. argv: blobs_dir
 DISK_FULL = 28  # ENOSPC
-RECEIVE = CHECK + r"""
+RECEIVE = (
+    CHECK
+    + r"""
 import errno, re, sys
 base = sys.argv[1]
 src = sys.stdin.buffer
@@ -197,6 +202,7 @@ finally:
             pass
 print("ok", count)
 """
+)
 
 # A file helper serving the core for the connection's lifetime: one round trip per batch.
 # A batch on stdin is one JSON line [[OP, [ARGS...]], ...]; its reply one JSON line, a list

@@ -71,8 +71,17 @@ _PUMP_EVERY = 0.25
 _TAIL_MAX = 8 << 20  # what the helper returns of one file per request
 _BACKOFF_MAX = 0.5
 # Paths of the machine a job was submitted from; they mean nothing on another host.
-_LOCAL_ONLY_ENV = frozenset({"PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
-                             "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME"})
+_LOCAL_ONLY_ENV = frozenset(
+    {
+        "PATH",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+    }
+)
 
 logging.getLogger("paramiko").setLevel(logging.WARNING)
 
@@ -107,12 +116,14 @@ class SSHTransport(Transport):
             instance = f"{self.name}/{spec.name}"
             self.hosts[instance] = Host(instance, spec)
         self.by_alias = {h.spec.name: h.spec for h in self.hosts.values()}
-        self.tag = hashlib.blake2s(f"{socket.gethostname()}:{home.root}".encode(),
-                                   digest_size=6).hexdigest()
+        self.tag = hashlib.blake2s(
+            f"{socket.gethostname()}:{home.root}".encode(), digest_size=6
+        ).hexdigest()
         # Per instance: the attempts live there, as the core last said (replaced, not changed).
         self.followed: dict[str, list[tuple[str, int]]] = {}
-        self._changes: queue.SimpleQueue[tuple[Instance, str | None, dict[str, Any] | None]] = \
+        self._changes: queue.SimpleQueue[tuple[Instance, str | None, dict[str, Any] | None]] = (
             queue.SimpleQueue()
+        )
         self.closing = threading.Event()
         self.idle = os.environ.get("MONKEY_AGENT_IDLE_TIMEOUT", "600")
         self.heartbeat = os.environ.get("MONKEY_HEARTBEAT", "5")
@@ -139,10 +150,17 @@ class SSHTransport(Transport):
 
     def list_nodes(self) -> list[Instance]:
         """Every host: RUNNING once reached, UNKNOWN before or while unreachable."""
-        return [Instance(h.instance, self.name, h.spec.name,
-                         InstanceState.RUNNING if h.up else InstanceState.UNKNOWN,
-                         address=h.spec.label, extra={"kind": self.kind})
-                for h in self.hosts.values()]  # fmt: skip
+        return [
+            Instance(
+                h.instance,
+                self.name,
+                h.spec.name,
+                InstanceState.RUNNING if h.up else InstanceState.UNKNOWN,
+                address=h.spec.label,
+                extra={"kind": self.kind},
+            )
+            for h in self.hosts.values()
+        ]
 
     def add_host(self, instance: str, spec: HostSpec, node: Instance | None = None) -> None:
         """Serve INSTANCE, reached as SPEC, from now on (NODE: what its provider says of
@@ -181,8 +199,10 @@ class SSHTransport(Transport):
             self._contact(host)
             self._start_pump(host)
         if not host.up:
-            raise MonkeyError(f"{instance} is down ({host.error or 'connection lost'}); "
-                              "reconnecting in the background")
+            raise MonkeyError(
+                f"{instance} is down ({host.error or 'connection lost'}); "
+                "reconnecting in the background"
+            )
         with ssh_errors(host):
             return self._open_link(host)
 
@@ -244,14 +264,19 @@ class SSHTransport(Transport):
         if not wanted:
             return []
         with ssh_errors(host):
-            out = self._exec(host, ssh_remote.MISSING, [self.blobs_dir(instance)],
-                             "".join(f"{b}\n" for b in wanted).encode())
+            out = self._exec(
+                host,
+                ssh_remote.MISSING,
+                [self.blobs_dir(instance)],
+                "".join(f"{b}\n" for b in wanted).encode(),
+            )
         missing = out.decode().split()
         host.synced.update(set(wanted) - set(missing))
         return missing
 
-    def clean(self, instance: str, runs: list[str], keep: list[str] | None,
-              grace: float) -> dict[str, int]:
+    def clean(
+        self, instance: str, runs: list[str], keep: list[str] | None, grace: float
+    ) -> dict[str, int]:
         """Delete this home's folders of the deleted jobs RUNS on INSTANCE and, unless KEEP
         is None, the blobs there that neither KEEP nor another home's gc names, unused for
         GRACE seconds, and partial uploads; what was freed (see ssh_remote.CLEAN)."""
@@ -260,8 +285,12 @@ class SSHTransport(Transport):
             keep = None  # the shared folder is every host's: not one host's to collect
         request = {"runs": runs, "gc": keep is not None, "keep": keep or []}
         with ssh_errors(host):
-            out = self._exec(host, ssh_remote.CLEAN, [host.workdir, self._runs(host), str(grace)],
-                             json.dumps(request).encode())
+            out = self._exec(
+                host,
+                ssh_remote.CLEAN,
+                [host.workdir, self._runs(host), str(grace)],
+                json.dumps(request).encode(),
+            )
         if keep is not None:
             host.synced = set()  # what it holds is asked again at the next start
         return json.loads(out)
@@ -278,11 +307,14 @@ class SSHTransport(Transport):
     def follow(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         self.followed = {**self.followed, instance: list(attempts)}
 
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
-               current: bool) -> None:
+    def finish(
+        self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool
+    ) -> None:
         host = self._host(instance)
         if not host.up:
-            raise MonkeyError(f"{instance} is down; the logs of {juid} attempt {attempt} stay there")
+            raise MonkeyError(
+                f"{instance} is down; the logs of {juid} attempt {attempt} stay there"
+            )
         # One round trip for the common case: the logs' tails and the kept folders' listings.
         kept = [("listing", [f"{self._runs(host)}/{juid}/{name}"]) for name in _KEPT]
         with host.lock, ssh_errors(host):
@@ -322,11 +354,17 @@ class SSHTransport(Transport):
         for host in self.hosts.values():
             self._contact(host)
             cap = host.capacity if host.up else None
-            report.append({
-                "instance": host.instance, "host": host.spec.label, "error": host.error,
-                "slots": cap.slots if cap else None, "gpus": cap.gpus if cap else [],
-                "memory": cap.memory if cap else None, "workdir": host.workdir or None,
-            })  # fmt: skip
+            report.append(
+                {
+                    "instance": host.instance,
+                    "host": host.spec.label,
+                    "error": host.error,
+                    "slots": cap.slots if cap else None,
+                    "gpus": cap.gpus if cap else [],
+                    "memory": cap.memory if cap else None,
+                    "workdir": host.workdir or None,
+                }
+            )
         return report
 
     def bytes_sent(self) -> int:
@@ -353,7 +391,9 @@ class SSHTransport(Transport):
             host.tried = True
             self._drop(host)
             try:
-                host.transport = open_transport(host.spec, self.host_keys, self.timeout, self.by_alias)
+                host.transport = open_transport(
+                    host.spec, self.host_keys, self.timeout, self.by_alias
+                )
                 sftp = self._sftp(host)
                 home = sftp.normalize(".")
                 wd = host.spec.workdir
@@ -380,12 +420,18 @@ class SSHTransport(Transport):
                 self._failed(host, f"{host.spec.name}: {type(exc).__name__}: {exc}", transient=True)
                 return
             spec = host.spec
-            gpus = spec.gpus if spec.gpus is not None else [str(g["index"]) for g in hello.get("gpus", [])]
+            gpus = (
+                spec.gpus
+                if spec.gpus is not None
+                else [str(g["index"]) for g in hello.get("gpus", [])]
+            )
             host.capacity = Capacity(
-                host.instance, int(spec.cpus or hello.get("cpus") or 1), gpus,
+                host.instance,
+                int(spec.cpus or hello.get("cpus") or 1),
+                gpus,
                 spec.memory if spec.memory is not None else hello.get("memory"),
                 {"host": spec.label, "workdir": host.workdir},
-            )  # fmt: skip
+            )
             host.error, host.failures = None, 0
             self._record(host, "up")
             log.info("%s: connected, %d cpus, gpus %s", host.instance, host.capacity.slots, gpus)
@@ -416,7 +462,12 @@ class SSHTransport(Transport):
             self._record(host, "unreachable" if transient else "error")
 
     def _drop(self, host: Host) -> None:
-        for closable in (host.helper, host.sftp, host.transport, getattr(host.transport, "jump", None)):
+        for closable in (
+            host.helper,
+            host.sftp,
+            host.transport,
+            getattr(host.transport, "jump", None),
+        ):
             if closable is not None:
                 try:
                     closable.close()
@@ -427,15 +478,24 @@ class SSHTransport(Transport):
     def _record(self, host: Host, state: str) -> None:
         """Record the host's reach; a cloud instance keeps the state its provider reported."""
         cap = host.capacity
-        extra = {**(host.node.extra if host.node else {}), "error": host.error, "workdir": host.workdir}
+        extra = {
+            **(host.node.extra if host.node else {}),
+            "error": host.error,
+            "workdir": host.workdir,
+        }
         if cap is not None:
             extra.update(slots=cap.slots, gpus=cap.gpus, memory=cap.memory)
         if host.node is not None:
             inst = host.node
         else:
-            inst = Instance(host.instance, self.name, host.spec.name,
-                            InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
-                            address=host.spec.label, extra={"kind": self.kind})  # fmt: skip
+            inst = Instance(
+                host.instance,
+                self.name,
+                host.spec.name,
+                InstanceState.RUNNING if state == "up" else InstanceState.UNKNOWN,
+                address=host.spec.label,
+                extra={"kind": self.kind},
+            )
         self._changes.put((inst, state, extra))
         self.wake()
 
@@ -456,7 +516,9 @@ class SSHTransport(Transport):
             host.sftp = paramiko.SFTPClient.from_transport(host.transport)
         return host.sftp
 
-    def _helper(self, host: Host, *calls: tuple[str, list[Any]]) -> list[tuple[dict[str, Any], list[bytes | None]]]:
+    def _helper(
+        self, host: Host, *calls: tuple[str, list[Any]]
+    ) -> list[tuple[dict[str, Any], list[bytes | None]]]:
         """One round trip to the host's file helper: per call, its result and files' bytes."""
         with host.lock, ssh_errors(host):
             if host.helper is None or host.helper.closed:
@@ -467,8 +529,12 @@ class SSHTransport(Transport):
                 results = []
                 for head in json.loads(read_exactly(host.helper_out, None)):
                     sizes = head.get("sizes", [])
-                    results.append((head, [read_exactly(host.helper_out, n) if n >= 0 else None
-                                           for n in sizes]))
+                    results.append(
+                        (
+                            head,
+                            [read_exactly(host.helper_out, n) if n >= 0 else None for n in sizes],
+                        )
+                    )
             except BaseException:
                 host.helper.close()  # a half-read reply would garble the next one
                 host.helper = None
@@ -489,8 +555,9 @@ class SSHTransport(Transport):
         finally:
             channel.close()
 
-    def _run(self, host: Host, script: str, args: list[str],
-             prefix: list[str] | tuple[str, ...] = ()) -> paramiko.Channel:
+    def _run(
+        self, host: Host, script: str, args: list[str], prefix: list[str] | tuple[str, ...] = ()
+    ) -> paramiko.Channel:
         """An exec channel running the stdlib SCRIPT with the host's python (under PREFIX)."""
         # -I: the login folder (and PYTHON* variables) never reach the script's sys.path.
         return self._open_command(host, [*prefix, host.spec.python, "-I", "-c", script, *args])
@@ -515,8 +582,9 @@ class SSHTransport(Transport):
             raise Unreachable(error) if host.transient else MonkeyError(error)
         return host
 
-    def run_command(self, instance: str, argv: list[str], stdin: str = "",
-                    timeout: float = 60.0) -> tuple[int, str, str]:
+    def run_command(
+        self, instance: str, argv: list[str], stdin: str = "", timeout: float = 60.0
+    ) -> tuple[int, str, str]:
         """Run ARGV (each word quoted) on INSTANCE's host: exit code, stdout, stderr."""
         host = self.ensure_up(instance)
         with ssh_errors(host):
@@ -529,7 +597,9 @@ class SSHTransport(Transport):
                 code, out, err = drain(channel)
                 return code, out.decode(errors="replace"), err.decode(errors="replace")
             except TimeoutError:
-                raise MonkeyError(f"{instance}: {argv[0]} gave no answer in {timeout:.0f}s") from None
+                raise MonkeyError(
+                    f"{instance}: {argv[0]} gave no answer in {timeout:.0f}s"
+                ) from None
             finally:
                 channel.close()
 
@@ -563,14 +633,28 @@ class SSHTransport(Transport):
         with ssh_errors(host):
             return self._open_link(host, sock, root, prefix)
 
-    def _open_link(self, host: Host, sock: str | None = None, root: str | None = None,
-                   prefix: list[str] | tuple[str, ...] = ()) -> AgentLink:
+    def _open_link(
+        self,
+        host: Host,
+        sock: str | None = None,
+        root: str | None = None,
+        prefix: list[str] | tuple[str, ...] = (),
+    ) -> AgentLink:
         """An AgentLink over an exec channel relaying to the agent's socket."""
         root = root or host.workdir
         code = f"{host.workdir}/agent/{agent_digest()}"
-        channel = self._run(host, ssh_remote.RELAY, [
-            sock or f"{root}/private/agent.sock", root, code, self.idle, self.heartbeat,
-        ], prefix)  # fmt: skip
+        channel = self._run(
+            host,
+            ssh_remote.RELAY,
+            [
+                sock or f"{root}/private/agent.sock",
+                root,
+                code,
+                self.idle,
+                self.heartbeat,
+            ],
+            prefix,
+        )
         channel.settimeout(self.timeout + 15)
         first = b""
         try:
@@ -589,15 +673,18 @@ class SSHTransport(Transport):
                 err = b"no answer from the relay"
             finally:
                 channel.close()
-            raise MonkeyError(f"{host.instance}: cannot reach the agent: {err.decode(errors='replace').strip()}")
+            raise MonkeyError(
+                f"{host.instance}: cannot reach the agent: {err.decode(errors='replace').strip()}"
+            )
         return AgentLink(channel)
 
     # -- the per-host thread ------------------------------------------------------------
 
     def _start_pump(self, host: Host) -> None:
         if host.thread is None:
-            host.thread = threading.Thread(target=self._pump, args=(host,), daemon=True,
-                                           name=f"ssh-{host.instance}")
+            host.thread = threading.Thread(
+                target=self._pump, args=(host,), daemon=True, name=f"ssh-{host.instance}"
+            )
             host.thread.start()
 
     def _pump(self, host: Host) -> None:
@@ -630,7 +717,9 @@ class SSHTransport(Transport):
 
     # -- transfers ----------------------------------------------------------------------
 
-    def _tail_call(self, host: Host, attempts: list[tuple[str, int]]) -> tuple[tuple[str, list[Any]], list[Path]]:
+    def _tail_call(
+        self, host: Host, attempts: list[tuple[str, int]]
+    ) -> tuple[tuple[str, list[Any]], list[Path]]:
         """The helper call reading the attempts' logs past their local sizes, and the files."""
         remote, local = [], []
         for juid, n in dict.fromkeys(attempts):  # each file once: twice would append it twice
@@ -668,8 +757,9 @@ class SSHTransport(Transport):
                 [(_, chunks)] = self._helper(host, call)
                 more = self._append(local, chunks)
 
-    def _pull_kept(self, host: Host, juid: str, name: str,
-                   listing: dict[str, Any] | None = None) -> None:
+    def _pull_kept(
+        self, host: Host, juid: str, name: str, listing: dict[str, Any] | None = None
+    ) -> None:
         """Make MONKEY_HOME's copy of a kept folder equal to the host's (regular files only)."""
         remote = f"{self._runs(host)}/{juid}/{name}"
         local = self.home.runs / juid / name
@@ -685,7 +775,10 @@ class SSHTransport(Transport):
                 dst = local / rel
                 try:
                     info = os.lstat(dst)
-                    if stat.S_ISREG(info.st_mode) and (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+                    if stat.S_ISREG(info.st_mode) and (info.st_size, info.st_mtime_ns) == (
+                        size,
+                        mtime_ns,
+                    ):
                         continue
                 except FileNotFoundError:
                     pass

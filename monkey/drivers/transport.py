@@ -78,8 +78,9 @@ class Transport(ABC):
         it lacks (its agent found one damaged and removed it). The default keeps no memory."""
         return None
 
-    def start_fields(self, instance: str, juid: str, attempt: int,
-                     outputs: list[str]) -> dict[str, Any]:
+    def start_fields(
+        self, instance: str, juid: str, attempt: int, outputs: list[str]
+    ) -> dict[str, Any]:
         """Extra fields of the agent's ``start`` for results moved by the agent itself
         (``results``: see monkey/client_agent/results.py; OUTPUTS: the job's ``run --outputs``
         globs); called off the core's loop. They
@@ -98,8 +99,9 @@ class Transport(ABC):
         default keeps nothing (the instance writes MONKEY_HOME itself)."""
         return None
 
-    def finish(self, instance: str, juid: str, attempt: int, outputs: list[str],
-               current: bool) -> None:
+    def finish(
+        self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool
+    ) -> None:
         """Fetch the ended attempt's results back to MONKEY_HOME, off the core's loop: the
         rest of its logs, the files matching OUTPUTS (``run --outputs`` globs, relative to
         its work folder) and, when CURRENT (no newer attempt exists), the job's kept

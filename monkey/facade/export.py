@@ -49,6 +49,7 @@ class Source(Protocol):
     home: Home
     store: Store
 
+
 OUTPUT_MAX = 8 << 20  # bytes of each attempt's stdout/stderr kept, from its end
 
 # Table -> (its columns and their types, in order; its primary key). ``bytes`` declares a
@@ -56,27 +57,80 @@ OUTPUT_MAX = 8 << 20  # bytes of each attempt's stdout/stderr kept, from its end
 # "sgd" stays text.
 ANY = bytes
 TABLES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
-    "jobs": ({"job": str, "name": str, "state": str, "command": str, "provider": str,
-              "instance": str, "sweep": str, "created_at": str, "started_at": str,
-              "finished_at": str, "runtime_s": float, "exit_code": int, "reason": str,
-              "attempts": int, "retries": int, "cpus": int, "gpus": int, "memory": str,
-              "time_limit_s": int, "git_commit": str, "git_dirty": int, "python": str,
-              "workdir": str}, ("job",)),
+    "jobs": (
+        {
+            "job": str,
+            "name": str,
+            "state": str,
+            "command": str,
+            "provider": str,
+            "instance": str,
+            "sweep": str,
+            "created_at": str,
+            "started_at": str,
+            "finished_at": str,
+            "runtime_s": float,
+            "exit_code": int,
+            "reason": str,
+            "attempts": int,
+            "retries": int,
+            "cpus": int,
+            "gpus": int,
+            "memory": str,
+            "time_limit_s": int,
+            "git_commit": str,
+            "git_dirty": int,
+            "python": str,
+            "workdir": str,
+        },
+        ("job",),
+    ),
     "params": ({"job": str, "name": str, "value": ANY}, ("job", "name")),
-    "metrics": ({"job": str, "name": str, "seq": int, "step": int, "value": float,
-                 "wall_time": float}, ("job", "name", "seq")),
+    "metrics": (
+        {"job": str, "name": str, "seq": int, "step": int, "value": float, "wall_time": float},
+        ("job", "name", "seq"),
+    ),
     "summaries": ({"job": str, "name": str, "value": ANY}, ("job", "name")),
-    "attempts": ({"job": str, "attempt": int, "instance": str, "state": str, "started_at": str,
-                  "ended_at": str, "runtime_s": float, "exit_code": int, "signal": int,
-                  "reason": str}, ("job", "attempt")),
-    "outputs": ({"job": str, "attempt": int, "stream": str, "text": str, "bytes": int,
-                 "omitted": int}, ("job", "attempt", "stream")),
-    "sweeps": ({"sweep": str, "name": str, "state": str, "method": str, "metric": str,
-                "goal": str, "command": str, "created_at": str}, ("sweep",)),
+    "attempts": (
+        {
+            "job": str,
+            "attempt": int,
+            "instance": str,
+            "state": str,
+            "started_at": str,
+            "ended_at": str,
+            "runtime_s": float,
+            "exit_code": int,
+            "signal": int,
+            "reason": str,
+        },
+        ("job", "attempt"),
+    ),
+    "outputs": (
+        {"job": str, "attempt": int, "stream": str, "text": str, "bytes": int, "omitted": int},
+        ("job", "attempt", "stream"),
+    ),
+    "sweeps": (
+        {
+            "sweep": str,
+            "name": str,
+            "state": str,
+            "method": str,
+            "metric": str,
+            "goal": str,
+            "command": str,
+            "created_at": str,
+        },
+        ("sweep",),
+    ),
 }
 SEARCHED = {"jobs": ("command", "name"), "outputs": ("text",)}
-INDEXES = {"params": ("name", "value"), "metrics": ("name", "step"), "summaries": ("name",),
-           "jobs": ("sweep",)}
+INDEXES = {
+    "params": ("name", "value"),
+    "metrics": ("name", "step"),
+    "summaries": ("name",),
+    "jobs": ("sweep",),
+}
 BATCH = 5000
 
 
@@ -99,26 +153,46 @@ def _value(v: Any) -> Any:
 def _job_row(job: Job) -> dict[str, Any]:
     end = job.finished_at or (time.time() if job.started_at and job.state not in TERMINAL else None)
     return {
-        "job": job.juid, "name": job.name, "state": job.state.value, "command": job.command,
-        "provider": job.provider, "instance": job.instance, "sweep": job.sweep,
-        "created_at": iso(job.created_at), "started_at": iso(job.started_at),
+        "job": job.juid,
+        "name": job.name,
+        "state": job.state.value,
+        "command": job.command,
+        "provider": job.provider,
+        "instance": job.instance,
+        "sweep": job.sweep,
+        "created_at": iso(job.created_at),
+        "started_at": iso(job.started_at),
         "finished_at": iso(job.finished_at),
         "runtime_s": round(end - job.started_at, 3) if end and job.started_at else None,
-        "exit_code": job.exit_code, "reason": job.reason, "attempts": job.attempts,
-        "retries": job.retries, "cpus": job.resources.cpus, "gpus": job.resources.gpus,
-        "memory": job.resources.memory, "time_limit_s": job.resources.time,
+        "exit_code": job.exit_code,
+        "reason": job.reason,
+        "attempts": job.attempts,
+        "retries": job.retries,
+        "cpus": job.resources.cpus,
+        "gpus": job.resources.gpus,
+        "memory": job.resources.memory,
+        "time_limit_s": job.resources.time,
         "git_commit": (job.git or {}).get("commit"),
         "git_dirty": None if not job.git else bool(job.git.get("dirty")),
-        "python": job.python, "workdir": job.workdir,
-    }  # fmt: skip
+        "python": job.python,
+        "workdir": job.workdir,
+    }
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
     runtime = a.ended_at - a.started_at if a.ended_at and a.started_at else None
-    return {"job": a.juid, "attempt": a.n, "instance": a.instance, "state": a.state,
-            "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
-            "runtime_s": None if runtime is None else round(runtime, 3),
-            "exit_code": a.exit_code, "signal": a.signal, "reason": a.reason}
+    return {
+        "job": a.juid,
+        "attempt": a.n,
+        "instance": a.instance,
+        "state": a.state,
+        "started_at": iso(a.started_at),
+        "ended_at": iso(a.ended_at),
+        "runtime_s": None if runtime is None else round(runtime, 3),
+        "exit_code": a.exit_code,
+        "signal": a.signal,
+        "reason": a.reason,
+    }
 
 
 def _tail(path: Path) -> tuple[str, int, int] | None:
@@ -152,8 +226,17 @@ def rows(m: Source, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield "summaries", {"job": juid, "name": name, "value": _value(value)}
         for name, points in m.store.metric_points(juid).items():
             for seq, (step, value, wall) in enumerate(points, start=1):
-                yield "metrics", {"job": juid, "name": name, "seq": seq, "step": step,
-                                  "value": _value(value), "wall_time": wall}
+                yield (
+                    "metrics",
+                    {
+                        "job": juid,
+                        "name": name,
+                        "seq": seq,
+                        "step": step,
+                        "value": _value(value),
+                        "wall_time": wall,
+                    },
+                )
         for attempt in m.store.attempts(juid):
             yield "attempts", _attempt_row(attempt)
             if not attempt.run_dir:
@@ -162,41 +245,65 @@ def rows(m: Source, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
                 found = _tail(m.home.run_dir(juid, attempt.n) / rundir.stream_log(stream))
                 if found:
                     text, size, omitted = found
-                    yield "outputs", {"job": juid, "attempt": attempt.n, "stream": stream,
-                                      "text": text, "bytes": size, "omitted": omitted}
+                    yield (
+                        "outputs",
+                        {
+                            "job": juid,
+                            "attempt": attempt.n,
+                            "stream": stream,
+                            "text": text,
+                            "bytes": size,
+                            "omitted": omitted,
+                        },
+                    )
     for sid in sweeps:
         sweep = m.store.get_sweep(sid)
         if sweep is None:
             continue
         spec, metric = sweep["spec"], sweep["spec"].get("metric") or {}
-        yield "sweeps", {"sweep": sid, "name": sweep["name"], "state": sweep["state"],
-                         "method": spec.get("method"), "metric": metric.get("name"),
-                         "goal": metric.get("goal"), "command": " ".join(spec["command"]),
-                         "created_at": iso(sweep["created_at"])}
+        yield (
+            "sweeps",
+            {
+                "sweep": sid,
+                "name": sweep["name"],
+                "state": sweep["state"],
+                "method": spec.get("method"),
+                "metric": metric.get("name"),
+                "goal": metric.get("goal"),
+                "command": " ".join(spec["command"]),
+                "created_at": iso(sweep["created_at"]),
+            },
+        )
 
 
 def check_targets(m: Source, to: str | None, csv_dir: str | None) -> None:
     """MonkeyError unless TO is a new file or an earlier export in an existing folder, and
     CSV_DIR a folder (made if missing) that is not a file."""
     if not to and not csv_dir:
-        raise MonkeyError("monkey export: say where: --to runs.db (a SQLite file) and/or "
-                          "--csv DIR")
+        raise MonkeyError("monkey export: say where: --to runs.db (a SQLite file) and/or --csv DIR")
     if to:
         target = Path(to)
         if target.is_dir():
-            raise MonkeyError(f"monkey export: {to} is a folder; name the file to write, e.g. "
-                              f"{target / 'runs.db'}")
+            raise MonkeyError(
+                f"monkey export: {to} is a folder; name the file to write, e.g. "
+                f"{target / 'runs.db'}"
+            )
         if not target.parent.is_dir():
-            raise MonkeyError(f"monkey export: folder {target.parent} does not exist; create it "
-                              "or write somewhere else")
+            raise MonkeyError(
+                f"monkey export: folder {target.parent} does not exist; create it "
+                "or write somewhere else"
+            )
         if target.exists() and target.resolve() == m.home.db.resolve():
-            raise MonkeyError(f"monkey export: {to} is monkey's own database; write the export "
-                              "to another file, e.g. runs.db")
+            raise MonkeyError(
+                f"monkey export: {to} is monkey's own database; write the export "
+                "to another file, e.g. runs.db"
+            )
         if target.exists() and target.stat().st_size:
             _check_earlier_export(target)
     if csv_dir and Path(csv_dir).exists() and not Path(csv_dir).is_dir():
-        raise MonkeyError(f"monkey export: --csv {csv_dir} is a file; give a folder to write "
-                          "the CSV files in")
+        raise MonkeyError(
+            f"monkey export: --csv {csv_dir} is a file; give a folder to write the CSV files in"
+        )
 
 
 def _check_earlier_export(target: Path) -> None:
@@ -205,8 +312,10 @@ def _check_earlier_export(target: Path) -> None:
         with open(target, "rb") as fh:
             header = fh.read(16)
         if header != b"SQLite format 3\x00":
-            raise MonkeyError(f"monkey export: {target} is not a SQLite database; give a new "
-                              "file or an earlier export")
+            raise MonkeyError(
+                f"monkey export: {target} is not a SQLite database; give a new "
+                "file or an earlier export"
+            )
         import sqlite_utils
 
         db = sqlite_utils.Database(sqlite3.connect(f"file:{target}?mode=ro", uri=True))
@@ -217,15 +326,23 @@ def _check_earlier_export(target: Path) -> None:
     except (OSError, sqlite3.DatabaseError) as exc:
         raise MonkeyError(f"monkey export: cannot read {target}: {exc}") from None
     ours = set(TABLES) | {f"{t}_fts" for t in SEARCHED}
-    foreign = sorted(n for n in names if n not in ours and not n.startswith(
-        tuple(f"{t}_fts_" for t in SEARCHED)) and not n.startswith("sqlite_"))
+    foreign = sorted(
+        n
+        for n in names
+        if n not in ours
+        and not n.startswith(tuple(f"{t}_fts_" for t in SEARCHED))
+        and not n.startswith("sqlite_")
+    )
     if foreign:
-        raise MonkeyError(f"monkey export: {target} is not a monkey export (it has tables "
-                          f"{', '.join(foreign[:5])}); give a new file or an earlier export")
+        raise MonkeyError(
+            f"monkey export: {target} is not a monkey export (it has tables "
+            f"{', '.join(foreign[:5])}); give a new file or an earlier export"
+        )
 
 
-def export(m: Source, juids: list[str], to: str | None = None,
-           csv_dir: str | None = None) -> dict[str, int]:
+def export(
+    m: Source, juids: list[str], to: str | None = None, csv_dir: str | None = None
+) -> dict[str, int]:
     """Write the jobs JUIDS to the SQLite file TO (upserting into an earlier export) and/or
     one CSV file per table in CSV_DIR; the count of rows of each table."""
     check_targets(m, to, csv_dir)
@@ -238,8 +355,9 @@ def export(m: Source, juids: list[str], to: str | None = None,
         if csv_dir:
             os.makedirs(csv_dir, exist_ok=True)
             for table, (columns, _) in TABLES.items():
-                fh = open(os.path.join(csv_dir, f"{table}.csv.tmp"), "w", newline="",
-                          encoding="utf-8")
+                fh = open(
+                    os.path.join(csv_dir, f"{table}.csv.tmp"), "w", newline="", encoding="utf-8"
+                )
                 files.append(fh)
                 writers[table] = csv.DictWriter(fh, fieldnames=list(columns))
                 writers[table].writeheader()
@@ -267,8 +385,9 @@ def export(m: Source, juids: list[str], to: str | None = None,
         if to and tmp:
             os.replace(tmp, to)
     except OSError as exc:
-        raise MonkeyError(f"monkey export: cannot write {exc.filename or to or csv_dir}: "
-                          f"{exc.strerror or exc}") from None
+        raise MonkeyError(
+            f"monkey export: cannot write {exc.filename or to or csv_dir}: {exc.strerror or exc}"
+        ) from None
     finally:
         for fh in files:
             fh.close()

@@ -18,19 +18,31 @@ if TYPE_CHECKING:
     from monkey.store import Store
 
 
-def job_listing(home: Home, store: Store, states: Iterable[State] | None = None,
-                provider: str | None = None, limit: int | None = None,
-                owners: bool = False) -> dict[str, Any]:
+def job_listing(
+    home: Home,
+    store: Store,
+    states: Iterable[State] | None = None,
+    provider: str | None = None,
+    limit: int | None = None,
+    owners: bool = False,
+) -> dict[str, Any]:
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
     when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None)}."""
     states = None if states is None else set(states)
     jobs = store.list_jobs(states=states, provider=provider, limit=limit)
-    total = len(jobs) if limit is None or len(jobs) < limit else \
-        store.count_listed(states=states, provider=provider)
+    total = (
+        len(jobs)
+        if limit is None or len(jobs) < limit
+        else store.count_listed(states=states, provider=provider)
+    )
     now = time.time()
     absent = absent_since(home)  # when no core runs, runtimes stop at its last moment
     juids = [j.juid for j in jobs]
-    return {"jobs": jobs, "runtimes": store.runtimes(juids, min(now, absent or now)),
-            "total": total, "core_since": absent or None,
-            "owners": store.job_owners(juids) if owners else None}
+    return {
+        "jobs": jobs,
+        "runtimes": store.runtimes(juids, min(now, absent or now)),
+        "total": total,
+        "core_since": absent or None,
+        "owners": store.job_owners(juids) if owners else None,
+    }

@@ -26,8 +26,14 @@ class Sweeps:
     """Submit sweeps (one submission shared by their cells), list and steer them. CONTROL
     cancels or pauses one job (``Monkey``'s own, so a sweep's cells end as a job's would)."""
 
-    def __init__(self, home: Home, store: Store, submitter: Submitter,
-                 control: Callable[[str, Request], State], wake: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        home: Home,
+        store: Store,
+        submitter: Submitter,
+        control: Callable[[str, Request], State],
+        wake: Callable[[str | None], None],
+    ) -> None:
         self.home = home
         self.store = store
         self.submitter = submitter
@@ -36,13 +42,24 @@ class Sweeps:
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def sweep(self, command: str | list[str] | None = None, *, grid: dict[str, list[Any]] | None = None,
-              random: int | None = None, distributions: dict[str, dict[str, Any]] | None = None,
-              file: str | None = None, metric: str | None = None, goal: str | None = None,
-              max_parallel: int | None = None, retries: int | None = None,
-              early_terminate: str | dict[str, Any] | None = None, seed: int | None = None,
-              name: str | None = None, max_cells: int | None = None,
-              **run_options: Any) -> str:
+    def sweep(
+        self,
+        command: str | list[str] | None = None,
+        *,
+        grid: dict[str, list[Any]] | None = None,
+        random: int | None = None,
+        distributions: dict[str, dict[str, Any]] | None = None,
+        file: str | None = None,
+        metric: str | None = None,
+        goal: str | None = None,
+        max_parallel: int | None = None,
+        retries: int | None = None,
+        early_terminate: str | dict[str, Any] | None = None,
+        seed: int | None = None,
+        name: str | None = None,
+        max_cells: int | None = None,
+        **run_options: Any,
+    ) -> str:
         """Create a sweep: one queued job per cell; returns the sweep id.
 
         ``grid``: name -> values; ``random=N`` draws N cells from ``grid`` values and
@@ -58,8 +75,12 @@ class Sweeps:
 
         spec: dict[str, Any] = sweepspec.load_file(file) if file else {}
         params = dict(spec.get("parameters") or {})
-        params.update({k: {"values": list(v) if isinstance(v, (list, tuple)) else [v]}
-                       for k, v in (grid or {}).items()})
+        params.update(
+            {
+                k: {"values": list(v) if isinstance(v, (list, tuple)) else [v]}
+                for k, v in (grid or {}).items()
+            }
+        )
         params.update(distributions or {})
         spec["parameters"] = params
         if command is not None:
@@ -70,8 +91,12 @@ class Sweeps:
             spec["metric"] = {"name": metric, "goal": goal}  # None: guessed from the name
         elif goal is not None:
             raise MonkeyError("--goal needs --metric NAME (the metric the goal applies to)")
-        for key, value in (("max_parallel", max_parallel), ("retries", retries),
-                           ("early_terminate", early_terminate), ("seed", seed)):
+        for key, value in (
+            ("max_parallel", max_parallel),
+            ("retries", retries),
+            ("early_terminate", early_terminate),
+            ("seed", seed),
+        ):
             if value is not None:
                 spec[key] = value
         name = name or spec.pop("name", None)
@@ -80,7 +105,9 @@ class Sweeps:
         cells = sweepspec.expand(spec)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
-        with self.submitter.blobs().lease():  # no gc deletes the cells' blobs till they are recorded
+        with (
+            self.submitter.blobs().lease()
+        ):  # no gc deletes the cells' blobs till they are recorded
             sub = self.submitter.prepare(retries=spec["retries"], **run_options)
             try:
                 with self.store.tx():  # the lock is held before anyone sees the sweep
@@ -97,8 +124,14 @@ class Sweeps:
         self._wake(f"sweep {sid}")
         return sid
 
-    def _write_cells(self, sub: Submission, sid: str, label: str, spec: dict[str, Any],
-                     cells: list[dict[str, Any]]) -> None:
+    def _write_cells(
+        self,
+        sub: Submission,
+        sid: str,
+        label: str,
+        spec: dict[str, Any],
+        cells: list[dict[str, Any]],
+    ) -> None:
         """Write a submitting sweep's cells, held, in batches; on failure mark it interrupted
         and say how far it got."""
         import time
@@ -109,16 +142,20 @@ class Sweeps:
         written = 0
         try:
             for start in range(0, len(cells), WRITE_BATCH):
-                batch = [(sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
-                         for i, cell in enumerate(cells[start:start + WRITE_BATCH], start + 1)]
+                batch = [
+                    (sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
+                    for i, cell in enumerate(cells[start : start + WRITE_BATCH], start + 1)
+                ]
                 self.submitter.record(sub, batch, sweep=sid, held=True)
                 written += len(batch)
                 time.sleep(0.005)  # the lock is free: a waiting writer takes it now
         except MonkeyError as exc:
             with contextlib.suppress(MonkeyError):  # else the next reader marks it
                 self.store.set_sweep_state(sid, sweeps.INTERRUPTED, only_from=[sweeps.SUBMITTING])
-            raise MonkeyError(f"sweep {sid} stopped after {written:,} of its {len(cells):,} "
-                              f"cells (marked interrupted: none of them will run): {exc}") from None
+            raise MonkeyError(
+                f"sweep {sid} stopped after {written:,} of its {len(cells):,} "
+                f"cells (marked interrupted: none of them will run): {exc}"
+            ) from None
 
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
         """Sweeps, newest first, each with its job counts by state."""
@@ -150,8 +187,11 @@ class Sweeps:
         sweep["counts"] = self._sweep_counts(sid)
         sweep["total"] = len(jobs)
         sweep["done"] = sum(1 for j in jobs if j.state in TERMINAL)
-        sweep["stopped_early"] = [j.juid for j in jobs
-                                  if any(e["kind"] == "early-stop" for e in self.store.events(j.juid))]
+        sweep["stopped_early"] = [
+            j.juid
+            for j in jobs
+            if any(e["kind"] == "early-stop" for e in self.store.events(j.juid))
+        ]
         metric = sweep["spec"].get("metric")
         best = None
         if metric:
@@ -160,13 +200,18 @@ class Sweeps:
             for job in jobs:
                 st = stats[job.juid].get(metric["name"])
                 value = (st["max"] if goal == "max" else st["min"]) if st else None
-                if value is not None and (best is None or (value > best["value"]) == (goal == "max")):
+                if value is not None and (
+                    best is None or (value > best["value"]) == (goal == "max")
+                ):
                     best = {"job": job.juid, "value": value, "params": job.params}
-            sweep["logged"] = sorted({n for per in stats.values() for n in per
-                                      if not n.startswith("sys/")})
+            sweep["logged"] = sorted(
+                {n for per in stats.values() for n in per if not n.startswith("sys/")}
+            )
         sweep["best"] = best
-        sweep["jobs"] = [{"job": j.juid, "state": j.state.value, "params": j.params,
-                          "attempts": j.attempts} for j in jobs]
+        sweep["jobs"] = [
+            {"job": j.juid, "state": j.state.value, "params": j.params, "attempts": j.attempts}
+            for j in jobs
+        ]
         return sweep
 
     def sweep_control(self, ref: str, action: str) -> dict[str, int]:
@@ -180,38 +225,55 @@ class Sweeps:
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         if sweep["state"] == sweeps.SUBMITTING:
-            raise MonkeyError(f"sweep {sid} is still being submitted; {action} it once its "
-                              "`monkey sweep` is done")
+            raise MonkeyError(
+                f"sweep {sid} is still being submitted; {action} it once its `monkey sweep` is done"
+            )
         if sweep["state"] == sweeps.INTERRUPTED and action != "cancel":
-            raise MonkeyError(f"sweep {sid} was interrupted while its cells were written; "
-                              f"`monkey sweep cancel {sid}` and submit it again")
+            raise MonkeyError(
+                f"sweep {sid} was interrupted while its cells were written; "
+                f"`monkey sweep cancel {sid}` and submit it again"
+            )
         touched = 0
         jobs = self.store.list_jobs(sweep=sid, newest_first=False)
         if action in ("cancel", "pause"):
             if sweep["state"] in ("finished", "cancelled") or (
-                    action == "pause" and sweep["state"] == "paused"):
-                raise MonkeyError(f"sweep {sid} is already {sweep['state']}; nothing to {action}"
-                                  + (" (retry re-runs its failed cells)" if action == "cancel"
-                                     else ""))
+                action == "pause" and sweep["state"] == "paused"
+            ):
+                raise MonkeyError(
+                    f"sweep {sid} is already {sweep['state']}; nothing to {action}"
+                    + (" (retry re-runs its failed cells)" if action == "cancel" else "")
+                )
             self.store.set_sweep_state(sid, "cancelled" if action == "cancel" else "paused")
             for job in jobs:
-                if job.state in LIVE or job.state == State.QUEUED or (
-                        action == "cancel" and job.state == State.PAUSED):
+                if (
+                    job.state in LIVE
+                    or job.state == State.QUEUED
+                    or (action == "cancel" and job.state == State.PAUSED)
+                ):
                     try:
-                        self._control(job.juid, Request.CANCEL if action == "cancel"
-                                      else Request.PAUSE)
+                        self._control(
+                            job.juid, Request.CANCEL if action == "cancel" else Request.PAUSE
+                        )
                         touched += 1
                     except MonkeyError:
                         continue  # ended meanwhile
         elif action in ("resume", "retry"):
             if action == "resume" and sweep["state"] != "paused":
-                raise MonkeyError(f"sweep {sid} is {sweep['state']}, not paused; only paused "
-                                  "sweeps resume (retry re-runs failed cells)")
+                raise MonkeyError(
+                    f"sweep {sid} is {sweep['state']}, not paused; only paused "
+                    "sweeps resume (retry re-runs failed cells)"
+                )
             wanted = {State.PAUSED} if action == "resume" else set(TERMINAL) - {State.SUCCEEDED}
             for job in jobs:
                 if job.state in wanted and self.store.transition(
-                        job.juid, job.state, State.QUEUED, kind="user", detail=action,
-                        not_before=HOLD, request=None):
+                    job.juid,
+                    job.state,
+                    State.QUEUED,
+                    kind="user",
+                    detail=action,
+                    not_before=HOLD,
+                    request=None,
+                ):
                     touched += 1
             if action == "retry" and not touched:
                 raise MonkeyError(f"sweep {sid} has no failed, cancelled or lost cells to retry")
@@ -220,7 +282,9 @@ class Sweeps:
             assert sweep is not None
             sweeps.advance(self.store, sweep)
         else:
-            raise MonkeyError(f"unknown sweep action {action!r}; use cancel, pause, resume or retry")
+            raise MonkeyError(
+                f"unknown sweep action {action!r}; use cancel, pause, resume or retry"
+            )
         self._wake(None)
         return {"jobs": touched}
 
@@ -242,8 +306,9 @@ class Tracking:
         if name is not None and not out:
             known = ", ".join(self.store.metric_names(juid)) or "none yet"
             raise MonkeyError(f"job {juid} has no metric {name!r}; its metrics: {known}")
-        return {k: [(s, math.nan if v is None else v, w) for s, v, w in pts]
-                for k, pts in out.items()}
+        return {
+            k: [(s, math.nan if v is None else v, w) for s, v, w in pts] for k, pts in out.items()
+        }
 
     def metric_names(self, ref: str) -> list[str]:
         """Names of the job's metric series, sorted."""
@@ -251,9 +316,15 @@ class Tracking:
 
     # -- compare and diff ---------------------------------------------------------------
 
-    def compare(self, refs: list[str] | None = None, *, sweep: str | None = None,
-                sort: str | None = None, reverse: bool = False,
-                system: bool = False) -> dict[str, Any]:
+    def compare(
+        self,
+        refs: list[str] | None = None,
+        *,
+        sweep: str | None = None,
+        sort: str | None = None,
+        reverse: bool = False,
+        system: bool = False,
+    ) -> dict[str, Any]:
         """{"columns", "rows", "sorted_by"}: parameters and final/best metrics of jobs or a
         sweep's runs, and the column the rows are ordered by (None: as given).
 
@@ -281,10 +352,13 @@ class Tracking:
             jobs = [j for j in (self.store.get_job(juid) for juid in juids) if j is not None]
         result = compare(self.store, jobs, goals, sort, reverse, system)
         result["sorted_by"] = sort
-        if ranked_on is not None and ranked_on in result["columns"]:  # no run logging the sweep's metric keeps job order
+        if (
+            ranked_on is not None and ranked_on in result["columns"]
+        ):  # no run logging the sweep's metric keeps job order
             metrics = [c for c in result["columns"] if f"{c}:best" in result["columns"]]
-            result["rows"] = sort_rows(result["rows"], ranked_on,
-                                       descending(ranked_on, metrics, goals) != reverse)
+            result["rows"] = sort_rows(
+                result["rows"], ranked_on, descending(ranked_on, metrics, goals) != reverse
+            )
             result["sorted_by"] = ranked_on
         return result
 
@@ -311,9 +385,18 @@ class Tracking:
 
     # -- plots and reports --------------------------------------------------------------
 
-    def plot(self, refs: list[str], metrics: list[str] | str | None, out: str, x: str = "step",
-             size: tuple[int, int] = (1000, 600), *, smooth: float = 0.0, log_y: bool = False,
-             sweep: str | None = None) -> str:
+    def plot(
+        self,
+        refs: list[str],
+        metrics: list[str] | str | None,
+        out: str,
+        x: str = "step",
+        size: tuple[int, int] = (1000, 600),
+        *,
+        smooth: float = 0.0,
+        log_y: bool = False,
+        sweep: str | None = None,
+    ) -> str:
         """Write a PNG (SVG, PDF by suffix) of METRICS across jobs, or a sweep's runs (its
         metric by default): one panel per metric, runs named by the parameters that differ;
         ``smooth``: EMA weight in [0, 1); ``x``: step, epoch or time. Returns its path."""
@@ -339,15 +422,24 @@ class Tracking:
         juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
         charts, style = self.chart_data(juids, names, x, smooth=smooth, log_y=log_y)
         if not any(charts.values()):
-            raise MonkeyError(f"no job among {', '.join(juids[:5])} logged "
-                              f"{' or '.join(map(repr, names))}; see `monkey metrics {juids[0]}`")
+            raise MonkeyError(
+                f"no job among {', '.join(juids[:5])} logged "
+                f"{' or '.join(map(repr, names))}; see `monkey metrics {juids[0]}`"
+            )
         try:
             return str(png_plot(charts, out, style, size))
         except OSError as exc:
             raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
 
-    def chart_data(self, juids: list[str], names: list[str], x: str = "step", *,
-                   smooth: float = 0.0, log_y: bool = False) -> tuple[dict[str, dict[str, Series]], Any]:
+    def chart_data(
+        self,
+        juids: list[str],
+        names: list[str],
+        x: str = "step",
+        *,
+        smooth: float = 0.0,
+        log_y: bool = False,
+    ) -> tuple[dict[str, dict[str, Series]], Any]:
         """(metric -> run label -> series, plots.Style) for charts of NAMES across JUIDS: runs
         labelled by the parameters that differ; past 20 runs coloured by a numeric parameter."""
         from monkey.tracking.charts import colour_param, run_labels
@@ -363,16 +455,23 @@ class Tracking:
         charts = {}
         for name in names:
             found = self.store.metric_points_many(juids, name)
-            charts[name] = {labels[j]: [(s, math.nan if v is None else v, w)
-                                        for s, v, w in found[j]] for j in juids if j in found}
+            charts[name] = {
+                labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in found[j]]
+                for j in juids
+                if j in found
+            }
         style = Style(x=x, smooth=smooth, log_y=log_y)
         if x == "epoch":
             found = self.store.metric_points_many(juids, "epoch")
             if not found:
-                raise MonkeyError("x by epoch needs runs that log 'epoch' (monkey.log('epoch', "
-                                  "e, step=...)); use --x step")
-            style.epochs = {labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in pts]
-                            for j, pts in found.items()}
+                raise MonkeyError(
+                    "x by epoch needs runs that log 'epoch' (monkey.log('epoch', "
+                    "e, step=...)); use --x step"
+                )
+            style.epochs = {
+                labels[j]: [(s, math.nan if v is None else v, w) for s, v, w in pts]
+                for j, pts in found.items()
+            }
         by = colour_param(params) if len(juids) > 20 else None
         if by:
             style.by_name = by
@@ -388,8 +487,14 @@ class Tracking:
         status = status or self._sweeps.sweep_status(ref)
         metric = status["spec"].get("metric")
         if not metric:
-            return {"method": METHOD, "importance": {}, "best": None, "best_so_far": [],
-                    "runs": [], "metric": None}
+            return {
+                "method": METHOD,
+                "importance": {},
+                "best": None,
+                "best_so_far": [],
+                "runs": [],
+                "metric": None,
+            }
         juids = [j["job"] for j in status["jobs"]]
         stats = self.store.metric_stats(juids)
         found = self.store.metric_points_many(juids, metric["name"])
@@ -400,14 +505,21 @@ class Tracking:
             if value is None:
                 continue
             pts = found.get(j["job"])
-            runs.append({"job": j["job"], "params": j["params"], "value": value,
-                         "ended": pts[-1][2] if pts else None})
+            runs.append(
+                {
+                    "job": j["job"],
+                    "params": j["params"],
+                    "value": value,
+                    "ended": pts[-1][2] if pts else None,
+                }
+            )
         result = analyse(runs, metric["goal"])
         result.update(runs=runs, metric=metric)
         return result
 
-    def report(self, ref: str | None, out: str, jobs: list[str] | None = None,
-               title: str | None = None) -> str:
+    def report(
+        self, ref: str | None, out: str, jobs: list[str] | None = None, title: str | None = None
+    ) -> str:
         """Write a self-contained HTML report of the sweep REF, or of the JOBS (refs) under
         TITLE; returns its path."""
         from monkey.tracking.report import jobs_report, sweep_report
@@ -421,14 +533,18 @@ class Tracking:
             table = self.compare(jobs)
             records = [self.store.get_job(row["job"]) for row in table["rows"]]
             juids = [j.juid for j in records if j is not None]
-        names = sorted({n for j in juids for n in self.store.metric_names(j)
-                        if not n.startswith("sys/")})
+        names = sorted(
+            {n for j in juids for n in self.store.metric_names(j) if not n.startswith("sys/")}
+        )
         charts, style = self.chart_data(juids, names)
         if ref is not None:
             html = sweep_report(status, table, charts, style, self.sweep_analysis(ref, status))
         else:
-            summary = [{"job": j.juid, "state": j.state.value, "command": j.command}
-                       for j in records if j is not None]
+            summary = [
+                {"job": j.juid, "state": j.state.value, "command": j.command}
+                for j in records
+                if j is not None
+            ]
             html = jobs_report(title or f"{len(summary)} jobs", summary, table, charts, style)
         tmp = f"{out}.tmp"
         try:
@@ -441,8 +557,14 @@ class Tracking:
             raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
         return out
 
-    def export(self, refs: list[str] | None = None, *, sweep: str | None = None,
-               to: str | None = None, csv_dir: str | None = None) -> dict[str, int]:
+    def export(
+        self,
+        refs: list[str] | None = None,
+        *,
+        sweep: str | None = None,
+        to: str | None = None,
+        csv_dir: str | None = None,
+    ) -> dict[str, int]:
         """Write jobs (REFS, a sweep's, or every job when neither is given) as a tidy analysis
         database TO (SQLite; an earlier export is updated) and/or CSV files in CSV_DIR; the
         count of rows of each table (see ``monkey.facade.export``)."""
@@ -458,8 +580,10 @@ class Tracking:
         else:
             juids = [j.juid for j in self.store.list_jobs(newest_first=False)]
         if not juids:
-            raise MonkeyError("monkey export: no jobs to export" + (
-                f" (sweep {sweep} has none)" if sweep else "; run some first"))
+            raise MonkeyError(
+                "monkey export: no jobs to export"
+                + (f" (sweep {sweep} has none)" if sweep else "; run some first")
+            )
         return export(self, juids, to, csv_dir)
 
 
@@ -469,12 +593,17 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")
 def _check_out(out: str, command: str, example: str, suffixes: tuple[str, ...] = ()) -> None:
     """MonkeyError unless OUT names a file that can be written in an existing folder."""
     if os.path.isdir(out) or out.endswith(os.sep):
-        raise MonkeyError(f"{command}: {out} is a folder; name the file to write, "
-                          f"e.g. {os.path.join(out, example)}")
+        raise MonkeyError(
+            f"{command}: {out} is a folder; name the file to write, "
+            f"e.g. {os.path.join(out, example)}"
+        )
     folder = os.path.dirname(out) or "."
     if not os.path.isdir(folder):
-        raise MonkeyError(f"{command}: folder {folder} does not exist; create it or write "
-                          "somewhere else")
+        raise MonkeyError(
+            f"{command}: folder {folder} does not exist; create it or write somewhere else"
+        )
     if suffixes and os.path.splitext(out)[1].lower() not in suffixes:
-        raise MonkeyError(f"{command}: cannot tell the image format of {out}; end the name "
-                          f"with {', '.join(suffixes)}, e.g. {example}")
+        raise MonkeyError(
+            f"{command}: cannot tell the image format of {out}; end the name "
+            f"with {', '.join(suffixes)}, e.g. {example}"
+        )

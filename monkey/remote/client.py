@@ -51,8 +51,10 @@ def normal_fingerprint(text: str) -> str:
         body = body[7:]
     body = body.replace(":", "").lower()
     if len(body) != 64 or any(c not in "0123456789abcdef" for c in body):
-        raise MonkeyError(f"{text!r} is not a SHA-256 fingerprint; copy the `SHA256:...` line that "
-                          "`monkey server status` prints on the server")
+        raise MonkeyError(
+            f"{text!r} is not a SHA-256 fingerprint; copy the `SHA256:...` line that "
+            "`monkey server status` prints on the server"
+        )
     return "SHA256:" + body
 
 
@@ -65,11 +67,15 @@ def split_url(url: str) -> tuple[str, str, int]:
         port = None
         parts = parts._replace(netloc="")
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.path not in ("", "/"):
-        raise MonkeyError(f"{url!r} is not a server URL; give https://HOST:PORT, as "
-                          "`monkey server start` printed it")
+        raise MonkeyError(
+            f"{url!r} is not a server URL; give https://HOST:PORT, as "
+            "`monkey server start` printed it"
+        )
     if parts.scheme == "http" and parts.hostname not in LOOPBACK:
-        raise MonkeyError(f"{url}: plain http is for loopback only (the token would cross the "
-                          "network in clear); use https://")
+        raise MonkeyError(
+            f"{url}: plain http is for loopback only (the token would cross the "
+            "network in clear); use https://"
+        )
     return parts.scheme, parts.hostname, port or (8443 if parts.scheme == "https" else 8080)
 
 
@@ -95,23 +101,33 @@ class Client:
         if self.scheme == "http":
             conn = http.client.HTTPConnection(self.host, self.port, timeout=CONNECT_TIMEOUT)
         else:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=CONNECT_TIMEOUT,
-                                               context=self._context(verify=not self.remote.fingerprint))
+            conn = http.client.HTTPSConnection(
+                self.host,
+                self.port,
+                timeout=CONNECT_TIMEOUT,
+                context=self._context(verify=not self.remote.fingerprint),
+            )
         try:
             conn.connect()
         except ssl.SSLCertVerificationError as exc:
             conn.close()
             seen = self._peer_fingerprint()
-            why = "is signed by no authority this machine trusts" if exc.verify_code in (18, 19) \
-                else f"cannot be verified ({exc.verify_message})"  # 18, 19: self-signed
+            why = (
+                "is signed by no authority this machine trusts"
+                if exc.verify_code in (18, 19)
+                else f"cannot be verified ({exc.verify_message})"
+            )  # 18, 19: self-signed
             raise RemoteError(
                 f"{name}: the certificate of {url} ({seen}) {why}; if `monkey server status` on "
                 f"the server prints that fingerprint, pin it: add --fingerprint {seen} to "
-                "`monkey remote add`") from None
+                "`monkey remote add`"
+            ) from None
         except (OSError, ssl.SSLError) as exc:
             conn.close()
-            raise Unreachable(f"{name}: cannot reach {url} ({_why(exc)}); is `monkey server` "
-                              "running there? (`monkey server status` on it)") from None
+            raise Unreachable(
+                f"{name}: cannot reach {url} ({_why(exc)}); is `monkey server` "
+                "running there? (`monkey server status` on it)"
+            ) from None
         if self.remote.fingerprint:
             sock = conn.sock
             assert isinstance(sock, ssl.SSLSocket)
@@ -122,7 +138,8 @@ class Client:
                 raise RemoteError(
                     f"{name}: the certificate of {url} changed: pinned {self.remote.fingerprint}, "
                     f"now {seen}; if the server's certificate was renewed on purpose, add the "
-                    f"remote again with --fingerprint {seen}")
+                    f"remote again with --fingerprint {seen}"
+                )
         assert conn.sock is not None
         conn.sock.settimeout(READ_TIMEOUT)
         return conn
@@ -140,21 +157,28 @@ class Client:
         """The fingerprint of the certificate the server shows (no token is sent)."""
         ctx = self._context(verify=False)
         try:
-            with socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT) as raw, \
-                    ctx.wrap_socket(raw, server_hostname=self.host) as tls:
+            with (
+                socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT) as raw,
+                ctx.wrap_socket(raw, server_hostname=self.host) as tls,
+            ):
                 return fingerprint(tls.getpeercert(binary_form=True) or b"")
         except OSError as exc:
             return f"unknown: {_why(exc)}"
 
     # -- requests -------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                retry: bool = True) -> http.client.HTTPResponse:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, retry: bool = True
+    ) -> http.client.HTTPResponse:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
         meanwhile is opened again once (RETRY), only when the request cannot have reached it."""
-        headers = {"Authorization": f"Bearer {self.remote.token}", API_HEADER: str(API),
-                   VERSION_HEADER: _version(), "Content-Type": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {self.remote.token}",
+            API_HEADER: str(API),
+            VERSION_HEADER: _version(),
+            "Content-Type": "application/json",
+        }
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
@@ -166,11 +190,16 @@ class Client:
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             # A kept-alive connection the server had closed: the request never reached it.
-            unsent = (http.client.RemoteDisconnected, http.client.ImproperConnectionState, BrokenPipeError)
+            unsent = (
+                http.client.RemoteDisconnected,
+                http.client.ImproperConnectionState,
+                BrokenPipeError,
+            )
             if retry and not fresh and isinstance(exc, unsent):
                 return self.request(method, path, body, retry=False)
-            raise Unreachable(f"{self.remote.name}: the connection to {self.remote.url} dropped "
-                              f"({_why(exc)})") from None
+            raise Unreachable(
+                f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
+            ) from None
         self._check(resp)
         return resp
 
@@ -179,13 +208,16 @@ class Client:
         theirs = resp.getheader(API_HEADER)
         if theirs is None:
             self.close()
-            raise RemoteError(f"{name}: {self.remote.url} does not answer as a monkey server "
-                              f"(HTTP {resp.status}); check the URL and port")
+            raise RemoteError(
+                f"{name}: {self.remote.url} does not answer as a monkey server "
+                f"(HTTP {resp.status}); check the URL and port"
+            )
         if theirs != str(API) or resp.status == 426:
             self.close()
             raise RemoteError(
                 f"{name}: the server runs monkey {resp.getheader(VERSION_HEADER)} (API {theirs}) "
-                f"and this client monkey {_version()} (API {API}); upgrade the older one: {UPGRADE}")
+                f"and this client monkey {_version()} (API {API}); upgrade the older one: {UPGRADE}"
+            )
         if resp.status < 400:
             return
         data = resp.read()
@@ -195,14 +227,20 @@ class Client:
             message = data.decode(errors="replace")[:200]
         if resp.status == 401:
             who = self.user or "NAME"
-            raise RemoteError(f"{name}: token refused; ask an admin: monkey server user token {who}", 401)
+            raise RemoteError(
+                f"{name}: token refused; ask an admin: monkey server user token {who}", 401
+            )
         if resp.status == 429:
             wait = resp.getheader("Retry-After") or "60"
-            raise RemoteError(f"{name}: too many refused tokens from this address; try again "
-                              f"in {wait}s", 429)
+            raise RemoteError(
+                f"{name}: too many refused tokens from this address; try again in {wait}s", 429
+            )
         if resp.status >= 500:
-            raise RemoteError(f"{name}: the server failed ({message or resp.status}); see its "
-                              "log: MONKEY_HOME/server/server.log on the main node", resp.status)
+            raise RemoteError(
+                f"{name}: the server failed ({message or resp.status}); see its "
+                "log: MONKEY_HOME/server/server.log on the main node",
+                resp.status,
+            )
         raise RemoteError(message or f"{name}: HTTP {resp.status}", resp.status)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -211,8 +249,9 @@ class Client:
         resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
         return codec.loads(resp.read())
 
-    def stream(self, path: str, query: dict[str, Any], body: Any = None,
-               read_timeout: float = READ_TIMEOUT) -> http.client.HTTPResponse:
+    def stream(
+        self, path: str, query: dict[str, Any], body: Any = None, read_timeout: float = READ_TIMEOUT
+    ) -> http.client.HTTPResponse:
         """A streamed answer: the caller reads it to its end (or closes the client); a read
         that waits READ_TIMEOUT seconds fails (a follow's keep-alives come every second)."""
         shown = {k: v for k, v in query.items() if v is not None and v is not False}

@@ -29,7 +29,10 @@ def encode(value: Any) -> Any:
     if isinstance(value, enum.Enum) and type(value).__name__ in _ENUMS:
         return {TAG: type(value).__name__, "value": value.value}
     if isinstance(value, models.Record) and type(value).__name__ in _RECORDS:
-        return {TAG: type(value).__name__, **{n: encode(getattr(value, n)) for n in value.__slots__}}
+        return {
+            TAG: type(value).__name__,
+            **{n: encode(getattr(value, n)) for n in value.__slots__},
+        }
     if isinstance(value, dict):
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

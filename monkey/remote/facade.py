@@ -22,8 +22,20 @@ if TYPE_CHECKING:
 
 # Facade methods called as they are: name -> whether they act on a job (the server checks
 # its owner). The server's allow-list (monkey.server.calls) is the authority.
-CALLS = ("resolve", "get_job", "info", "provider_status", "monkey_instances", "cancel", "pause",
-         "resume", "retry", "metrics", "search", "whoami")
+CALLS = (
+    "resolve",
+    "get_job",
+    "info",
+    "provider_status",
+    "monkey_instances",
+    "cancel",
+    "pause",
+    "resume",
+    "retry",
+    "metrics",
+    "search",
+    "whoami",
+)
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -35,7 +47,9 @@ class RemoteMonkey:
     def __init__(self, name: str | None = None) -> None:
         name = name or settings.selected()
         if name is None:
-            raise RemoteError("no remote selected; add one with `monkey remote add NAME URL --token T`")
+            raise RemoteError(
+                "no remote selected; add one with `monkey remote add NAME URL --token T`"
+            )
         self.name = name
         self.remote = settings.get(name)
         self.client = Client(self.remote, settings.load()["remotes"][name].get("user"))
@@ -51,31 +65,60 @@ class RemoteMonkey:
     def close(self) -> None:
         self.client.close()
 
-    def job_listing(self, states: Any = None, provider: str | None = None,
-                    limit: int | None = None, owners: bool = True) -> dict[str, Any]:
+    def job_listing(
+        self,
+        states: Any = None,
+        provider: str | None = None,
+        limit: int | None = None,
+        owners: bool = True,
+    ) -> dict[str, Any]:
         """What `monkey list jobs` shows; with the owners when the server has several users."""
-        return self.client.call("job_listing", None if states is None else sorted(s.value for s in states),
-                                provider, limit)
+        return self.client.call(
+            "job_listing",
+            None if states is None else sorted(s.value for s in states),
+            provider,
+            limit,
+        )
 
-    def output_chunks(self, ref: str, stream: str = "both", attempt: int | None = None,
-                      tail: int | None = None, setup: bool = False) -> Iterator[bytes]:
+    def output_chunks(
+        self,
+        ref: str,
+        stream: str = "both",
+        attempt: int | None = None,
+        tail: int | None = None,
+        setup: bool = False,
+    ) -> Iterator[bytes]:
         """What the job printed so far (as ``Monkey.output_chunks``), streamed."""
-        resp = self.client.stream(f"/api/v1/logs/{quote(ref)}",
-                                  {"stream": stream, "attempt": attempt, "tail": tail,
-                                   "setup": int(setup) if setup else None})
+        resp = self.client.stream(
+            f"/api/v1/logs/{quote(ref)}",
+            {
+                "stream": stream,
+                "attempt": attempt,
+                "tail": tail,
+                "setup": int(setup) if setup else None,
+            },
+        )
         while True:
             try:
                 piece = resp.read1(1 << 16)
             except OSError as exc:
                 self.close()
-                raise Unreachable(f"{self.name}: the connection dropped while reading the log "
-                                  f"({exc}); run the command again") from None
+                raise Unreachable(
+                    f"{self.name}: the connection dropped while reading the log "
+                    f"({exc}); run the command again"
+                ) from None
             if not piece:
                 return
             yield piece
 
-    def follow(self, ref: str, stderr: bool = False, tail: int | None = None,
-               poll: float = 1.0, stream: str | None = None) -> Iterator[bytes]:
+    def follow(
+        self,
+        ref: str,
+        stderr: bool = False,
+        tail: int | None = None,
+        poll: float = 1.0,
+        stream: str | None = None,
+    ) -> Iterator[bytes]:
         """The job's output as it is written until the job ends (as ``Monkey.follow``). A
         dropped connection or a restarted server is waited for (back-off, up to RESUME_FOR
         seconds) and the output resumes from the last byte yielded: none lost or doubled."""
@@ -86,8 +129,12 @@ class RemoteMonkey:
         while True:
             try:
                 query = {"stream": stream, "follow": 1, "tail": tail if first else None}
-                resp = self.client.stream(f"/api/v1/logs/{quote(juid)}", query,
-                                          body=None if first else start, read_timeout=FOLLOW_SILENCE)
+                resp = self.client.stream(
+                    f"/api/v1/logs/{quote(juid)}",
+                    query,
+                    body=None if first else start,
+                    read_timeout=FOLLOW_SILENCE,
+                )
                 if lost_at is not None:
                     print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
                 lost_at, tries, first = None, 0, False
@@ -99,12 +146,16 @@ class RemoteMonkey:
                 now = time.monotonic()
                 if lost_at is None:
                     lost_at = now
-                    print(f"monkey: {self.name}: connection lost; reconnecting (job {juid} goes on)",
-                          file=sys.stderr)
+                    print(
+                        f"monkey: {self.name}: connection lost; reconnecting (job {juid} goes on)",
+                        file=sys.stderr,
+                    )
                 elif now - lost_at > RESUME_FOR:
-                    raise Unreachable(f"{self.name}: cannot reach {self.remote.url} for "
-                                      f"{RESUME_FOR:.0f}s; stopped following (job {juid} goes on): "
-                                      f"monkey logs -f {juid}") from None
+                    raise Unreachable(
+                        f"{self.name}: cannot reach {self.remote.url} for "
+                        f"{RESUME_FOR:.0f}s; stopped following (job {juid} goes on): "
+                        f"monkey logs -f {juid}"
+                    ) from None
                 time.sleep(_BACKOFF[min(tries, len(_BACKOFF) - 1)])
                 tries += 1
 

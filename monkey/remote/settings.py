@@ -48,8 +48,10 @@ def token_file(name: str) -> Path:
 
 def check_name(name: str) -> str:
     if name == LOCAL or not _NAME.match(name):
-        raise MonkeyError(f"{name!r} cannot name a remote: use letters, digits, '.', '_' or '-' "
-                          f"(up to 40, not {LOCAL!r}), e.g. lab")
+        raise MonkeyError(
+            f"{name!r} cannot name a remote: use letters, digits, '.', '_' or '-' "
+            f"(up to 40, not {LOCAL!r}), e.g. lab"
+        )
     return name
 
 
@@ -104,11 +106,15 @@ def get(name: str) -> Remote:
     """Remote NAME with its token; MonkeyError naming the fix when it is not set up."""
     entry = load()["remotes"].get(name)
     if entry is None:
-        raise MonkeyError(f"no remote {name!r}; add it with `monkey remote add {name} "
-                          "https://HOST:8443 --token T` (see `monkey remote list`)")
+        raise MonkeyError(
+            f"no remote {name!r}; add it with `monkey remote add {name} "
+            "https://HOST:8443 --token T` (see `monkey remote list`)"
+        )
     try:
         token = token_file(name).read_text().strip()
     except OSError as exc:
-        raise MonkeyError(f"remote {name}: its token file {token_file(name)} cannot be read "
-                          f"({exc.strerror}); add the remote again with its token") from None
+        raise MonkeyError(
+            f"remote {name}: its token file {token_file(name)} cannot be read "
+            f"({exc.strerror}); add the remote again with its token"
+        ) from None
     return Remote(name, entry["url"], entry.get("fingerprint"), token)

@@ -56,17 +56,20 @@ class Guard:
 
         async def send_versioned(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []),
-                                      (API_HEADER.lower().encode(), str(API).encode()),
-                                      (VERSION_HEADER.lower().encode(), _version().encode())]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (API_HEADER.lower().encode(), str(API).encode()),
+                    (VERSION_HEADER.lower().encode(), _version().encode()),
+                ]
             await send(message)
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         address = (scope.get("client") or ("?", 0))[0]
         wait = self.gate.retry_after(address)
         if wait:
-            answer: Response = JSONResponse({"error": "too many refused tokens"}, 429,
-                                            headers={"Retry-After": str(wait)})
+            answer: Response = JSONResponse(
+                {"error": "too many refused tokens"}, 429, headers={"Retry-After": str(wait)}
+            )
             await answer(scope, receive, send_versioned)
             return
         auth = headers.get("authorization", "")
@@ -76,7 +79,9 @@ class Guard:
             await JSONResponse({"error": "token refused"}, 401)(scope, receive, send_versioned)
             return
         if headers.get(API_HEADER.lower()) != str(API):
-            answer = JSONResponse({"error": f"this server speaks API {API}; upgrade the client"}, 426)
+            answer = JSONResponse(
+                {"error": f"this server speaks API {API}; upgrade the client"}, 426
+            )
             await answer(scope, receive, send_versioned)
             return
         scope.setdefault("state", {})["user"] = user
@@ -116,8 +121,9 @@ async def _body(request: Request) -> bytes:
 async def call(request: Request) -> Response:
     method = request.path_params["method"]
     if method not in CALLS:
-        return JSONResponse({"error": f"{method} is not available through the API of this "
-                                      "server"}, 404)
+        return JSONResponse(
+            {"error": f"{method} is not available through the API of this server"}, 404
+        )
     try:
         body = codec.loads(await _body(request) or b"{}")
         args, kwargs = list(body.get("args", [])), dict(body.get("kwargs", {}))
@@ -155,12 +161,17 @@ async def logs(request: Request) -> Response:
             juid = await run_in_threadpool(lambda: _monkey().resolve(ref))
         except MonkeyError as exc:
             return _error(exc)
-        return StreamingResponse(_in_own_threads(_frames(juid, stream, tail, start)),
-                                 media_type="application/octet-stream")
+        return StreamingResponse(
+            _in_own_threads(_frames(juid, stream, tail, start)),
+            media_type="application/octet-stream",
+        )
 
     def first() -> tuple[bytes, Iterator[bytes]]:
-        chunks = iter(_monkey().output_chunks(ref, stream, attempt=attempt, tail=tail,
-                                              setup=bool(q.get("setup"))))
+        chunks = iter(
+            _monkey().output_chunks(
+                ref, stream, attempt=attempt, tail=tail, setup=bool(q.get("setup"))
+            )
+        )
         return next(chunks, b""), chunks
 
     try:
@@ -195,7 +206,9 @@ async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield frame
 
 
-def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | None) -> Iterator[bytes]:
+def _frames(
+    juid: str, stream: str, tail: int | None, start: dict[str, Any] | None
+) -> Iterator[bytes]:
     """A follow as frames: ``C 0 SIZE\\n`` + where reading begins (JSON: offsets, marks),
     ``D FILE OFFSET SIZE\\n`` + bytes, ``M ATTEMPT SIZE\\n`` + its mark line, ``K\\n`` (a
     keep-alive), ``E\\n`` (the job ended), ``X SIZE\\n`` + an error line."""
@@ -207,7 +220,10 @@ def _frames(juid: str, stream: str, tail: int | None, start: dict[str, Any] | No
             if piece is None:
                 yield b"K\n"
             elif piece[0] in ("mark", "start"):
-                yield f"{'M' if piece[0] == 'mark' else 'C'} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
+                yield (
+                    f"{'M' if piece[0] == 'mark' else 'C'} {piece[1]} {len(piece[2])}\n".encode()
+                    + piece[2]
+                )
             else:
                 yield f"D {piece[0]} {piece[1]} {len(piece[2])}\n".encode() + piece[2]
         yield b"E\n"
@@ -222,9 +238,11 @@ def build(home: Home) -> ASGIApp:
     """The server's ASGI application over MONKEY_HOME HOME."""
     global _local_home
     _local_home = home
-    app = Starlette(routes=[
-        Route("/api/v1/call/{method}", call, methods=["POST"]),
-        Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
-    ])
+    app = Starlette(
+        routes=[
+            Route("/api/v1/call/{method}", call, methods=["POST"]),
+            Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
+        ]
+    )
     Store(home.db).close()  # the schema migrated before the first request
     return Guard(app, Gate(lambda: _monkey().store))

@@ -38,8 +38,10 @@ def digest(token: str) -> str:
 
 def check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise MonkeyError(f"{name!r} cannot name a user: use letters, digits, '_', '.' or '-' "
-                          "(up to 32, starting with a letter), e.g. alice")
+        raise MonkeyError(
+            f"{name!r} cannot name a user: use letters, digits, '_', '.' or '-' "
+            "(up to 32, starting with a letter), e.g. alice"
+        )
     return name
 
 

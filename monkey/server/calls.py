@@ -41,8 +41,9 @@ CALLS: dict[str, Call] = {
 }
 
 
-def run_call(m: Monkey, user: dict[str, Any], method: str, args: list[Any],
-             kwargs: dict[str, Any]) -> Any:
+def run_call(
+    m: Monkey, user: dict[str, Any], method: str, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     """Facade METHOD(*ARGS, **KWARGS) on behalf of USER; Forbidden when USER may not;
     KeyError when METHOD is not allowed."""
     rule = CALLS[method]
@@ -58,7 +59,9 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, args: list[Any],
         juid = m.resolve(args[0])
         owner = m.store.job_owners([juid]).get(juid)
         if owner != user["name"] and not user["admin"]:
-            raise Forbidden(f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner "
-                            f"or an admin may {method} it")
+            raise Forbidden(
+                f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner "
+                f"or an admin may {method} it"
+            )
         args = [juid, *args[1:]]
     return getattr(m, method)(*args, **kwargs)

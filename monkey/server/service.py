@@ -55,14 +55,21 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def configure(home: Home, bind: str | None = None, cert: str | None = None, key: str | None = None,
-              no_tls: bool = False) -> dict[str, Any]:
+def configure(
+    home: Home,
+    bind: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    no_tls: bool = False,
+) -> dict[str, Any]:
     """The server's settings: those given, else those of the last start, else the defaults;
     saved for the next start. Refuses plain HTTP off loopback and a half-given --cert/--key."""
     files = Files(home).ensure()
     saved = saved_settings(home)
     if (cert is None) != (key is None):
-        raise MonkeyError("give --cert and --key together (the certificate and its private key, PEM)")
+        raise MonkeyError(
+            "give --cert and --key together (the certificate and its private key, PEM)"
+        )
     settings: dict[str, Any] = {
         "bind": bind or saved.get("bind") or DEFAULT_BIND,
         "cert": str(Path(cert).resolve()) if cert else saved.get("cert"),
@@ -71,8 +78,10 @@ def configure(home: Home, bind: str | None = None, cert: str | None = None, key:
     }
     host, _ = parse_bind(settings["bind"])
     if not settings["tls"] and host not in LOOPBACK:
-        raise MonkeyError(f"--no-tls serves plain HTTP, allowed on loopback only (127.0.0.1, ::1), "
-                          f"not {host}; drop --no-tls to serve HTTPS")
+        raise MonkeyError(
+            f"--no-tls serves plain HTTP, allowed on loopback only (127.0.0.1, ::1), "
+            f"not {host}; drop --no-tls to serve HTTPS"
+        )
     for what in ("cert", "key"):
         if settings[what] and not Path(settings[what]).is_file():
             raise MonkeyError(f"--{what} {settings[what]}: no such file")
@@ -140,9 +149,11 @@ def welcome(home: Home, settings: dict[str, Any], admin: tuple[str, str] | None)
         lines.append(f"certificate: {fingerprint(paths[0])}")
     if admin is not None:
         name, token = admin
-        lines += [f"admin user {name} created; its token is shown only now. On your laptop:",
-                  f"  {remote_add_line(home, token)}",
-                  "more users: monkey server user add NAME"]
+        lines += [
+            f"admin user {name} created; its token is shown only now. On your laptop:",
+            f"  {remote_add_line(home, token)}",
+            "more users: monkey server user add NAME",
+        ]
     return lines
 
 
@@ -153,8 +164,11 @@ def remote_add_line(home: Home, token: str) -> str:
 
     settings = {"bind": DEFAULT_BIND, "cert": None, "tls": True, **saved_settings(home)}
     cert = Files(home).cert  # made by the first start; none yet: nothing to pin
-    pin = f" --fingerprint {fingerprint(cert)}" if settings["tls"] and not settings["cert"] \
-        and cert.exists() else ""
+    pin = (
+        f" --fingerprint {fingerprint(cert)}"
+        if settings["tls"] and not settings["cert"] and cert.exists()
+        else ""
+    )
     return f"monkey remote add lab {url(settings)} --token {token}{pin}"
 
 
@@ -192,8 +206,11 @@ def serve(home: Home | None = None) -> int:
     files = Files(home).ensure()
     fd = _try_lock(files)
     if fd is None:
-        print(f"monkey: error: a server is already running for {home.root} (pid "
-              f"{status(home)}); stop it with `monkey server stop`", file=sys.stderr)
+        print(
+            f"monkey: error: a server is already running for {home.root} (pid "
+            f"{status(home)}); stop it with `monkey server stop`",
+            file=sys.stderr,
+        )
         return 1
     files.pid.unlink(missing_ok=True)  # left by a server killed (uvicorn dies by the signal it got)
     try:
@@ -206,13 +223,22 @@ def serve(home: Home | None = None) -> int:
 
         daemon.start(home)  # the core beside it: the API's requests are its work
         host, port = parse_bind(settings["bind"])
-        logging.basicConfig(level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
         config = uvicorn.Config(
-            build(home), host=host, port=port, log_level="warning", access_log=False,
-            lifespan="off", server_header=False, timeout_graceful_shutdown=3,
-            ssl_certfile=str(paths[0]) if paths else None, ssl_keyfile=str(paths[1]) if paths else None,
-        )  # fmt: skip
+            build(home),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=3,
+            ssl_certfile=str(paths[0]) if paths else None,
+            ssl_keyfile=str(paths[1]) if paths else None,
+        )
         root = home.root
 
         class Server(uvicorn.Server):
@@ -221,7 +247,8 @@ def serve(home: Home | None = None) -> int:
                 if self.started:  # bound: `start` waits for the pid file
                     write_private(files.pid, f"{os.getpid()}\n".encode())
                     logging.getLogger("monkey.server").info(
-                        "server %d serving %s on %s", os.getpid(), root, url(settings))
+                        "server %d serving %s on %s", os.getpid(), root, url(settings)
+                    )
 
         server = Server(config)
         server.run()
@@ -242,17 +269,26 @@ def start(home: Home, timeout: float = 20.0) -> int:
     if pid:
         return pid
     offset = files.log.stat().st_size if files.log.exists() else 0
-    files.pid.unlink(missing_ok=True)  # a stale one (a server killed) must not pass for the new one's
+    files.pid.unlink(
+        missing_ok=True
+    )  # a stale one (a server killed) must not pass for the new one's
     with open_private(files.log) as out:
-        proc = subprocess.Popen(python_entry("monkey.server.service", "serve"),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                env=dict(os.environ, MONKEY_HOME=str(home.root)), cwd=home.root,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            python_entry("monkey.server.service", "serve"),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            env=dict(os.environ, MONKEY_HOME=str(home.root)),
+            cwd=home.root,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise MonkeyError(f"the server could not start: {first_error(files.log, offset)}; "
-                              f"see {files.log}")
+            raise MonkeyError(
+                f"the server could not start: {first_error(files.log, offset)}; see {files.log}"
+            )
         pid = status(home)
         if pid and pid > 0:  # written once it listens
             return pid

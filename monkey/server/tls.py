@@ -39,17 +39,25 @@ def make_self_signed(cert: Path, key: Path, names: list[str], days: int = 3650) 
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"monkey server {names[0]}")])
     now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-        .public_key(private.public_key()).serial_number(x509.random_serial_number())
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(private.public_key())
+        .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(private, hashes.SHA256())
     )
-    write_private(key, private.private_bytes(serialization.Encoding.PEM,
-                                             serialization.PrivateFormat.PKCS8,
-                                             serialization.NoEncryption()))
+    write_private(
+        key,
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
     write_private(cert, certificate.public_bytes(serialization.Encoding.PEM))
     os.chmod(cert, 0o644)  # the certificate is public; its key is not
 
@@ -62,6 +70,7 @@ def fingerprint(cert: Path) -> str:
     try:
         der = ssl.PEM_cert_to_DER_cert(cert.read_text())
     except (OSError, ValueError) as exc:
-        raise MonkeyError(f"{cert} is not a readable PEM certificate ({exc}); give --cert a "
-                          "PEM file") from None
+        raise MonkeyError(
+            f"{cert} is not a readable PEM certificate ({exc}); give --cert a PEM file"
+        ) from None
     return "SHA256:" + hashlib.sha256(der).hexdigest()

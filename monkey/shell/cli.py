@@ -49,25 +49,59 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
     p.add_argument("--memory", help="memory the job needs, e.g. 8G")
     p.add_argument("--host", help="run on this host of the provider (ssh providers)")
-    p.add_argument("--time", metavar="LIMIT", help="time limit of each attempt, with its unit: "
-                   "90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m for 5 "
-                   "minutes); then SIGTERM, SIGKILL after a grace, and the job fails")
-    p.add_argument("--outputs", action="append", default=[], metavar="GLOB",
-                   help="files to fetch back from a remote host when the job ends, into "
-                        "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)")
+    p.add_argument(
+        "--time",
+        metavar="LIMIT",
+        help="time limit of each attempt, with its unit: "
+        "90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m for 5 "
+        "minutes); then SIGTERM, SIGKILL after a grace, and the job fails",
+    )
+    p.add_argument(
+        "--outputs",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="files to fetch back from a remote host when the job ends, into "
+        "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)",
+    )
     p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
-    p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
-                   help="checksum and ship PATH; the job finds it at $MONKEY_DATASET_NAME")
-    p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
-                   help="set a variable for the job (secret-looking names are never stored)")
-    p.add_argument("--workdir", "-w", help="folder to snapshot and run in; its job.yml applies (default: .)")
-    p.add_argument("--follow", "-f", action="store_true",
-                   help="stream the job's output and exit with its exit code")
+    p.add_argument(
+        "--dataset",
+        "-d",
+        action="append",
+        default=[],
+        metavar="PATH[:NAME]",
+        help="checksum and ship PATH; the job finds it at $MONKEY_DATASET_NAME",
+    )
+    p.add_argument(
+        "--env",
+        "-e",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="set a variable for the job (secret-looking names are never stored)",
+    )
+    p.add_argument(
+        "--workdir", "-w", help="folder to snapshot and run in; its job.yml applies (default: .)"
+    )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="stream the job's output and exit with its exit code",
+    )
     spec = p.add_mutually_exclusive_group()
-    spec.add_argument("--job-yml", metavar="FILE", help="apply this job.yml (default: the workdir's)")
+    spec.add_argument(
+        "--job-yml", metavar="FILE", help="apply this job.yml (default: the workdir's)"
+    )
     spec.add_argument("--no-job-yml", action="store_true", help="ignore the workdir's job.yml")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
-    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="store a working folder or dataset over 2 GB without asking",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
     p.set_defaults(func=cmd_run)
     return p
@@ -77,24 +111,40 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = make_parser(cls, "list", "List jobs, providers or sweeps.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers,sweeps}")
     jobs = sub.add_parser("jobs", help="jobs, newest first", description="Jobs, newest first.")
-    for flag, text in (("--running", "dispatching or running"), ("--queued", "queued or paused"),
-                       ("--finished", "ended in any way"), ("--failed", "failed or lost")):
+    for flag, text in (
+        ("--running", "dispatching or running"),
+        ("--queued", "queued or paused"),
+        ("--finished", "ended in any way"),
+        ("--failed", "failed or lost"),
+    ):
         jobs.add_argument(flag, action="store_true", help=f"only jobs {text}")
     jobs.add_argument("--provider", "-p", help="only jobs of this provider")
     jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
     jobs.add_argument("--all", "-a", action="store_true", help="every job (no --limit)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
     jobs.set_defaults(func=cmd_list_jobs)
-    prov = sub.add_parser("providers", help="configured providers and their capacity",
-                          description="Configured providers and their capacity.")
+    prov = sub.add_parser(
+        "providers",
+        help="configured providers and their capacity",
+        description="Configured providers and their capacity.",
+    )
     prov.add_argument("--json", action="store_true", help="print JSON")
-    prov.add_argument("--monkey-instances", action="store_true",
-                      help="the cloud instances monkey created: state, size, spot, address, "
-                           "jobs, age and estimated cost so far")
-    prov.add_argument("--all", "-a", action="store_true",
-                      help="with --monkey-instances: the terminated ones too, with why they ended")
+    prov.add_argument(
+        "--monkey-instances",
+        action="store_true",
+        help="the cloud instances monkey created: state, size, spot, address, "
+        "jobs, age and estimated cost so far",
+    )
+    prov.add_argument(
+        "--all",
+        "-a",
+        action="store_true",
+        help="with --monkey-instances: the terminated ones too, with why they ended",
+    )
     prov.set_defaults(func=cmd_list_providers)
-    sweeps = sub.add_parser("sweeps", help="sweeps, newest first", description="Sweeps, newest first.")
+    sweeps = sub.add_parser(
+        "sweeps", help="sweeps, newest first", description="Sweeps, newest first."
+    )
     sweeps.add_argument("--json", action="store_true", help="print JSON")
     sweeps.set_defaults(func=_command_in("tracking_commands", "cmd_list_sweeps"))
     return p
@@ -106,26 +156,43 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     job = sub.add_parser("job", help="one job in full", description="One job in full.")
     job_argument(job)
     job.add_argument("--json", action="store_true", help="print JSON")
-    job.add_argument("--files", action="store_true",
-                     help="list its code files with sizes and digests")
+    job.add_argument(
+        "--files", action="store_true", help="list its code files with sizes and digests"
+    )
     job.set_defaults(func=cmd_info_job)
     return p
 
 
 def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "logs", "Print a job's output, stdout and stderr in the order they were "
-                "written (all attempts, oldest first, each marked).")
+    p = make_parser(
+        cls,
+        "logs",
+        "Print a job's output, stdout and stderr in the order they were "
+        "written (all attempts, oldest first, each marked).",
+    )
     job_argument(p, count="?", default="last", help="job id, unique prefix, or `last` (default)")
-    p.add_argument("--follow", "-f", action="store_true",
-                   help="keep printing until the job ends; exit with its exit code")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing until the job ends; exit with its exit code",
+    )
     stream = p.add_mutually_exclusive_group()
     stream.add_argument("--stdout", action="store_true", help="only the output stream")
     stream.add_argument("--stderr", action="store_true", help="only the error stream")
-    p.add_argument("--tail", "-t", type=int, metavar="N",
-                   help="only the last N lines (with --follow: start from them)")
+    p.add_argument(
+        "--tail",
+        "-t",
+        type=int,
+        metavar="N",
+        help="only the last N lines (with --follow: start from them)",
+    )
     p.add_argument("--attempt", "-a", type=int, help="only this attempt")
-    p.add_argument("--setup", action="store_true",
-                   help="what preparing the job's environment printed (job.yml `run`)")
+    p.add_argument(
+        "--setup",
+        action="store_true",
+        help="what preparing the job's environment printed (job.yml `run`)",
+    )
     p.set_defaults(func=cmd_logs)
     return p
 
@@ -156,15 +223,21 @@ def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def daemon_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "daemon", "Run the core: start (background), stop, status, run (foreground).")
+    p = make_parser(
+        cls, "daemon", "Run the core: start (background), stop, status, run (foreground)."
+    )
     p.add_argument("action", choices=("start", "stop", "status", "run"))
-    p.add_argument("--all", action="store_true", help="stop: also stop the local agent when it runs no job")
+    p.add_argument(
+        "--all", action="store_true", help="stop: also stop the local agent when it runs no job"
+    )
     p.set_defaults(func=cmd_daemon)
     return p
 
 
 def completion_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "completion", "Print a completion script: eval \"$(monkey completion bash)\".")
+    p = make_parser(
+        cls, "completion", 'Print a completion script: eval "$(monkey completion bash)".'
+    )
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=cmd_completion)
     return p
@@ -188,8 +261,10 @@ def _elsewhere(module: str, builder: str) -> Callable[..., argparse.ArgumentPars
 
 # Commands kept in their own modules: name -> (module, parser builder).
 _MODULES = {
-    "dash": ("dash_commands", "dash_parser"), "web": ("dash_commands", "web_parser"),
-    "init": ("jobspec_commands", "init_parser"), "pull": ("jobspec_commands", "pull_parser"),
+    "dash": ("dash_commands", "dash_parser"),
+    "web": ("dash_commands", "web_parser"),
+    "init": ("jobspec_commands", "init_parser"),
+    "pull": ("jobspec_commands", "pull_parser"),
     "search": ("tracking_commands", "search_parser"),
     "metrics": ("tracking_commands", "metrics_parser"),
     "plot": ("tracking_commands", "plot_parser"),
@@ -201,11 +276,14 @@ _MODULES = {
     "provider": ("provider_commands", "provider_parser"),
     "create": ("provider_commands", "create_parser"),
     "delete": ("provider_commands", "delete_parser"),
-    "rerun": ("rerun_commands", "rerun_parser"), "clone": ("rerun_commands", "clone_parser"),
+    "rerun": ("rerun_commands", "rerun_parser"),
+    "clone": ("rerun_commands", "clone_parser"),
     "cat": ("rerun_commands", "cat_parser"),
-    "rm": ("disk_commands", "rm_parser"), "gc": ("disk_commands", "gc_parser"),
-    "du": ("disk_commands", "du_parser"), "verify": ("disk_commands", "verify_parser"),
-}  # fmt: skip
+    "rm": ("disk_commands", "rm_parser"),
+    "gc": ("disk_commands", "gc_parser"),
+    "du": ("disk_commands", "du_parser"),
+    "verify": ("disk_commands", "verify_parser"),
+}
 
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "run": run_parser,
@@ -293,14 +371,27 @@ def _when(ts: float | None) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        raise UsageError("monkey run: no command given; write it after `--`, e.g. "
-                         "monkey run -- python train.py")
+        raise UsageError(
+            "monkey run: no command given; write it after `--`, e.g. monkey run -- python train.py"
+        )
     m = monkey()
     job = m.run(
-        cmd, provider=args.provider, name=args.name, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, host=args.host, time=args.time, outputs=args.outputs, retries=args.retries, datasets=args.dataset, env=args.env,
-        workdir=args.workdir, job_yml=False if args.no_job_yml else args.job_yml, yes=args.yes,
-    )  # fmt: skip
+        cmd,
+        provider=args.provider,
+        name=args.name,
+        cpus=args.cpus,
+        gpus=args.gpus,
+        memory=args.memory,
+        host=args.host,
+        time=args.time,
+        outputs=args.outputs,
+        retries=args.retries,
+        datasets=args.dataset,
+        env=args.env,
+        workdir=args.workdir,
+        job_yml=False if args.no_job_yml else args.job_yml,
+        yes=args.yes,
+    )
     if args.json:
         print_json(job.record.to_json())
     elif args.follow:
@@ -346,23 +437,48 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     absent, owners = listing["core_since"], listing["owners"]
     now = time.time()
     if args.json:
-        print_json({"jobs": [{**j.to_json(), "runtime": runtimes.get(j.juid),
-                              **({"owner": owners.get(j.juid)} if owners else {})} for j in jobs],
-                    "core": {"running": absent is None, "since": absent or None}, "total": total})
+        print_json(
+            {
+                "jobs": [
+                    {
+                        **j.to_json(),
+                        "runtime": runtimes.get(j.juid),
+                        **({"owner": owners.get(j.juid)} if owners else {}),
+                    }
+                    for j in jobs
+                ],
+                "core": {"running": absent is None, "since": absent or None},
+                "total": total,
+            }
+        )
         return 0
     if not jobs:
-        print("no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`"))
+        print(
+            "no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`")
+        )
         return 0
     if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran there, none runs now
         print(core_absent_line(absent), file=sys.stderr)
     rows, colours = [], []
     for j in jobs:
-        shown = "unreachable" if j.unreachable_since is not None and j.state in _CORE_MOVES else j.state.value
-        rows.append([
-            j.juid, j.name, shown, j.provider, str(j.attempts),
-            ago(now - j.created_at), duration(runtimes.get(j.juid)),
-            "-" if j.exit_code is None else str(j.exit_code), j.command,
-        ])  # fmt: skip
+        shown = (
+            "unreachable"
+            if j.unreachable_since is not None and j.state in _CORE_MOVES
+            else j.state.value
+        )
+        rows.append(
+            [
+                j.juid,
+                j.name,
+                shown,
+                j.provider,
+                str(j.attempts),
+                ago(now - j.created_at),
+                duration(runtimes.get(j.juid)),
+                "-" if j.exit_code is None else str(j.exit_code),
+                j.command,
+            ]
+        )
         colours.append([None, None, STATE_COLOURS.get(shown)] + [None] * 6)
     headers = ["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"]
     if owners:  # a server with several users: whose each job is, after its name
@@ -378,7 +494,9 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_listing(states: set[State] | None, provider: str | None, limit: int | None) -> dict[str, Any]:
+def _job_listing(
+    states: set[State] | None, provider: str | None, limit: int | None
+) -> dict[str, Any]:
     """`list jobs`' data: from the selected remote, or straight from this machine's store
     (without loading the facade: `monkey list jobs` is benchmarked)."""
     from monkey.remote.settings import selected
@@ -402,15 +520,28 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 
         return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
     if args.all:
-        raise UsageError("--all goes with --monkey-instances: monkey list providers --monkey-instances --all")
+        raise UsageError(
+            "--all goes with --monkey-instances: monkey list providers --monkey-instances --all"
+        )
     status = m.provider_status()
     out, pid = status["providers"], status["core"]["pid"]
     if args.json:
         print_json(status)
         return 0
-    render(["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
-           [[p["name"], p["type"], str(p.get("slots", "-")), str(p.get("gpus", "-")),
-             str(p["running"]), str(p["queued"])] for p in out])
+    render(
+        ["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
+        [
+            [
+                p["name"],
+                p["type"],
+                str(p.get("slots", "-")),
+                str(p.get("gpus", "-")),
+                str(p["running"]),
+                str(p["queued"]),
+            ]
+            for p in out
+        ],
+    )
     from monkey.shell.provider_commands import print_hosts
 
     print_hosts(out)
@@ -450,24 +581,48 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     fields = [
         ("job", info["job"]),
         ("name", info["name"]),
-        ("state", state_text(info["state"], colour) + _unreachable_note(info)
-         + (f" ({info['reason']})" if info["reason"] else "")
-         + (f" [{info['request']} requested]" if info["request"] else "")
-         + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")),
+        (
+            "state",
+            state_text(info["state"], colour)
+            + _unreachable_note(info)
+            + (f" ({info['reason']})" if info["reason"] else "")
+            + (f" [{info['request']} requested]" if info["request"] else "")
+            + (f"; waiting: {info['waiting']}" if info.get("waiting") else ""),
+        ),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
-        *([("machine", ", ".join(f"{k} {v}" for k, v in info["instance_extra"].items() if v))]
-          if info.get("instance_extra") else []),
-        *[("pending", ", ".join(f"{k} {v}" for k, v in p.items() if v)) for p in info.get("pending_instances", [])],
-        ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
-         + (f", memory {res['memory']}" if res.get("memory") else "")),
-        ("time limit", f"{format_duration(res['time'])} per attempt" if res.get("time") else "none"),
+        *(
+            [("machine", ", ".join(f"{k} {v}" for k, v in info["instance_extra"].items() if v))]
+            if info.get("instance_extra")
+            else []
+        ),
+        *[
+            ("pending", ", ".join(f"{k} {v}" for k, v in p.items() if v))
+            for p in info.get("pending_instances", [])
+        ],
+        (
+            "resources",
+            f"cpus {res['cpus']}, gpus {res['gpus']}"
+            + (f", memory {res['memory']}" if res.get("memory") else ""),
+        ),
+        (
+            "time limit",
+            f"{format_duration(res['time'])} per attempt" if res.get("time") else "none",
+        ),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),
-        *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),
+        *(
+            [("runs in", git["subdir"] + "/ (sub-folder of the workdir)")]
+            if git.get("subdir")
+            else []
+        ),
         ("snapshot", info["snapshot"] or "-"),
-        ("git", (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
-         if git else "not a git repository"),
+        (
+            "git",
+            (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
+            if git
+            else "not a git repository",
+        ),
         ("python", info["python"]),
         ("created", _when(info["created_at"])),
         ("started", _when(info["started_at"])),
@@ -479,8 +634,17 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         from monkey.store.cost import dollars
 
         cost = info["cost"]
-        fields.append(("cost", f"{dollars(cost['total'])} estimated" + (
-            f", {dollars(cost['preempted'])} of it on preempted attempts" if cost["preempted"] else "")))
+        fields.append(
+            (
+                "cost",
+                f"{dollars(cost['total'])} estimated"
+                + (
+                    f", {dollars(cost['preempted'])} of it on preempted attempts"
+                    if cost["preempted"]
+                    else ""
+                ),
+            )
+        )
     if info.get("sweep"):
         fields.append(("sweep", info["sweep"]))
     if info.get("rerun_of"):
@@ -489,15 +653,20 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         rerun = info["rerun_of"]
         changes = rerun["changes"]
         shown = [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("params", {}).items()]
-        shown += [f"{k} {fmt(v[0])} -> {fmt(v[1])}" for k, v in changes.items()
-                  if k in ("provider", "name")]
+        shown += [
+            f"{k} {fmt(v[0])} -> {fmt(v[1])}"
+            for k, v in changes.items()
+            if k in ("provider", "name")
+        ]
         shown += [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("resources", {}).items()]
         fields.append(("rerun of", rerun["job"] + (f" ({', '.join(shown)})" if shown else "")))
     if info.get("params"):
         from monkey.tracking.ingest import flatten
 
-        fields += [(f"param {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
-                   for k, v in flatten(info["params"]).items()]
+        fields += [
+            (f"param {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
+            for k, v in flatten(info["params"]).items()
+        ]
     for ds in info["datasets"]:
         fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
     if info.get("spec"):
@@ -511,8 +680,11 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         print(f"{key.ljust(width)}  {value if key == 'state' else printable(value)}")
     last = info.get("last_output")
     if last:
-        print(f"\nlast output of attempt {last['attempt']}"
-              + (f" ({last['reason']})" if last["reason"] else "") + ":")
+        print(
+            f"\nlast output of attempt {last['attempt']}"
+            + (f" ({last['reason']})" if last["reason"] else "")
+            + ":"
+        )
         for line in last["lines"] or ["(it printed nothing)"]:
             print(f"  {line}")
     if info["attempts_detail"]:
@@ -520,27 +692,50 @@ def cmd_info_job(args: argparse.Namespace) -> int:
 
         print()
         cloud = any(a["size"] for a in info["attempts_detail"])  # size, capacity and cost too
-        render(["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
-               + (["SIZE", "CAPACITY", "COST"] if cloud else []), [
-            [str(a["n"]), a["instance"], _when(a["started_at"]),
-             duration((a["ended_at"] or until) - a["started_at"]) if a["started_at"] else "-",
-             "-" if a["exit_code"] is None else str(a["exit_code"]),
-             a["reason"] or (("unreachable" if info.get("unreachable_since") else "running")
-                             if a["state"] == "live" else "-")]
-            + ([a["size"] or "-", "spot" if a["spot"] else "on-demand", dollars(a["cost"])] if cloud else [])
-            for a in info["attempts_detail"]
-        ])  # fmt: skip
+        render(
+            ["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
+            + (["SIZE", "CAPACITY", "COST"] if cloud else []),
+            [
+                [
+                    str(a["n"]),
+                    a["instance"],
+                    _when(a["started_at"]),
+                    duration((a["ended_at"] or until) - a["started_at"])
+                    if a["started_at"]
+                    else "-",
+                    "-" if a["exit_code"] is None else str(a["exit_code"]),
+                    a["reason"]
+                    or (
+                        ("unreachable" if info.get("unreachable_since") else "running")
+                        if a["state"] == "live"
+                        else "-"
+                    ),
+                ]
+                + (
+                    [a["size"] or "-", "spot" if a["spot"] else "on-demand", dollars(a["cost"])]
+                    if cloud
+                    else []
+                )
+                for a in info["attempts_detail"]
+            ],
+        )
     print()
-    render(["TIME", "EVENT", "DETAIL"], [
-        [_when(e["ts"]), f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"],
-         (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or "")]
-        for e in info["events"][-30:]
-    ])  # fmt: skip
+    render(
+        ["TIME", "EVENT", "DETAIL"],
+        [
+            [
+                _when(e["ts"]),
+                f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"],
+                (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or ""),
+            ]
+            for e in info["events"][-30:]
+        ],
+    )
     return 0
 
 
 def _unreachable_note(info: dict[str, Any]) -> str:
-    """", but lab/h1 is unreachable since 12:41:05 (lost at 12:51:05 if it stays so)"."""
+    """ ", but lab/h1 is unreachable since 12:41:05 (lost at 12:51:05 if it stays so)"."""
     since = info.get("unreachable_since")
     if since is None or State(info["state"]) not in (State.RUNNING, State.DISPATCHING):
         return ""
@@ -560,11 +755,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return follow(m, juid, _stream(args), tail=args.tail)
     if args.setup and (args.stderr or args.stdout):
         raise UsageError("monkey logs: --setup cannot be combined with --stdout or --stderr")
-    chunks = m.output_chunks(juid, _stream(args), attempt=args.attempt, tail=args.tail,
-                             setup=args.setup)
+    chunks = m.output_chunks(
+        juid, _stream(args), attempt=args.attempt, tail=args.tail, setup=args.setup
+    )
     if not write_all(chunks) and args.setup and args.tail != 0:
-        print(f"monkey: job {juid} has no set-up output (its job.yml prepares no "
-              "environment and persists no folder, or it has not started)", file=sys.stderr)
+        print(
+            f"monkey: job {juid} has no set-up output (its job.yml prepares no "
+            "environment and persists no folder, or it has not started)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -634,8 +833,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         print(f"core stopped (pid {pid})" if pid else "core was not running")
         agent = daemon.local_agent(home, stop_if_idle=True) if args.all else None
         if agent is not None:
-            print(f"agent stopped (pid {agent['pid']})" if agent["stopping"]
-                  else f"agent (pid {agent['pid']}) left running: it runs jobs")
+            print(
+                f"agent stopped (pid {agent['pid']})"
+                if agent["stopping"]
+                else f"agent (pid {agent['pid']}) left running: it runs jobs"
+            )
     else:
         return _daemon_status(home)
     return 0
@@ -649,23 +851,33 @@ def _daemon_status(home: Home) -> int:
     pid = daemon.status(home)
     if pid:
         why: str | None = daemon.condition(home)
-        print(f"core running ({daemon.who(home)}) for {home.root}" + (f", but {why}" if why else ""))
+        print(
+            f"core running ({daemon.who(home)}) for {home.root}" + (f", but {why}" if why else "")
+        )
     else:
         why = daemon.read_only(home)
         print("core not running" + (f"; it cannot start: {why}" if why else ""))
     mine, core, agent = version(), daemon.core_version(home), daemon.local_agent(home)
     print(f"  cli    {mine}")
     if pid:
-        print(f"  core   {core or 'unknown (older)'}"
-              + ("" if core == mine else "  (outdated: the next command restarts it)"))
+        print(
+            f"  core   {core or 'unknown (older)'}"
+            + ("" if core == mine else "  (outdated: the next command restarts it)")
+        )
     if agent is None:
         print("  agent  not running")
     else:
         from monkey.drivers.local import outdated
 
         digest = agent.get("digest") or "unknown (older)"
-        print(f"  agent  {digest} (pid {agent['pid']})"
-              + ("" if outdated(agent) is None else "  (outdated: the core replaces it, its jobs keep running)"))
+        print(
+            f"  agent  {digest} (pid {agent['pid']})"
+            + (
+                ""
+                if outdated(agent) is None
+                else "  (outdated: the core replaces it, its jobs keep running)"
+            )
+        )
     return 0 if pid else 3
 
 
@@ -691,8 +903,12 @@ def expand(argv: list[str]) -> list[str]:
     """ARGV with a short form written out in full."""
     if argv[0] in SHORT_FORMS:
         return [*SHORT_FORMS[argv[0]], *argv[1:]]
-    if argv[0] == "info" and len(argv) > 1 and argv[1] != "job" \
-            and (not argv[1].startswith("-") or argv[1].partition("=")[0] == "--juid"):
+    if (
+        argv[0] == "info"
+        and len(argv) > 1
+        and argv[1] != "job"
+        and (not argv[1].startswith("-") or argv[1].partition("=")[0] == "--juid")
+    ):
         return ["info", "job", *argv[1:]]
     return argv
 
@@ -704,14 +920,18 @@ def dispatch(argv: list[str]) -> int:
     builder = PARSERS.get(name) or ONE_SHOT.get(name)
     if builder is None:
         names = [*PARSERS, *ONE_SHOT, *SHORT_FORMS]
-        raise UsageError(f"unknown command {name!r}{suggest(name, names)} "
-                         f"(commands: {', '.join(names)}; see monkey --help)")
+        raise UsageError(
+            f"unknown command {name!r}{suggest(name, names)} "
+            f"(commands: {', '.join(names)}; see monkey --help)"
+        )
     args = builder().parse_args(argv[1:])
     if not remote_ready(name, args):
         sub = getattr(args, "what", None) or getattr(args, "action", None)
-        check_remote(f"{name} {sub}" if isinstance(sub, str) and name in ("list", "server", "sweep",
-                                                                           "provider", "daemon")
-                     else name)
+        check_remote(
+            f"{name} {sub}"
+            if isinstance(sub, str) and name in ("list", "server", "sweep", "provider", "daemon")
+            else name
+        )
     check_jobs(args)
     return int(args.func(args) or 0)
 

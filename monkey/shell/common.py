@@ -26,8 +26,13 @@ class UsageError(MonkeyError):
 class _Formatter(argparse.HelpFormatter):
     """argparse's help layout, sized as argparse sizes it but without importing shutil."""
 
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
         from monkey.shell.table import columns
 
         width = columns(sys.__stdout__ or sys.stdout, 80) - 2 if width is None else width
@@ -45,7 +50,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}{self._hint(message)}; see `{self.prog} --help`")
 
     def _hint(self, message: str) -> str:
-        """"did you mean ..." for an unknown option or sub-command in MESSAGE."""
+        """ "did you mean ..." for an unknown option or sub-command in MESSAGE."""
         if message.startswith("unrecognized arguments: "):
             word = message.split()[2].partition("=")[0]
             # (never the word itself: an option of another sub-command)
@@ -67,7 +72,7 @@ def _long_options(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
-    """"; did you mean X?" naming the choice closest to WORD, or "" when none is close."""
+    """ "; did you mean X?" naming the choice closest to WORD, or "" when none is close."""
     import difflib
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -91,8 +96,13 @@ class _JobRef(argparse.Action):
 
     many = False
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         given = values if isinstance(values, list) else [] if values is None else [values]
         if not given:  # the positional, absent
             return
@@ -106,18 +116,36 @@ class _JobRefs(_JobRef):
     many = True
 
 
-def job_argument(p: argparse.ArgumentParser, dest: str = "job", count: str | int = 1,
-                 default: str | None = None, help: str = "job id, unique prefix, or `last`") -> None:
+def job_argument(
+    p: argparse.ArgumentParser,
+    dest: str = "job",
+    count: str | int = 1,
+    default: str | None = None,
+    help: str = "job id, unique prefix, or `last`",
+) -> None:
     """Add DEST, the job(s) a command takes: positional JOB, or --juid JOB (repeatable when
     COUNT, argparse's nargs, allows several). COUNT 1 with DEFAULT None means required;
     "?" optional (DEFAULT when absent); "+", "*" or an int as in argparse."""
     many = count not in (1, "?")
     action = _JobRefs if many else _JobRef
-    p.add_argument(dest, nargs="*" if many else "?", metavar="JOB", action=action, default=None,
-                   help=help + " (or --juid JOB" + (", repeatable)" if many else ")"))
-    p.add_argument("--juid", dest=dest, metavar="JOB", action=action, default=None,
-                   help="the job, as the original Monkey's scripts give it" if not many
-                   else "a job, as the original Monkey's scripts give it (repeatable)")
+    p.add_argument(
+        dest,
+        nargs="*" if many else "?",
+        metavar="JOB",
+        action=action,
+        default=None,
+        help=help + " (or --juid JOB" + (", repeatable)" if many else ")"),
+    )
+    p.add_argument(
+        "--juid",
+        dest=dest,
+        metavar="JOB",
+        action=action,
+        default=None,
+        help="the job, as the original Monkey's scripts give it"
+        if not many
+        else "a job, as the original Monkey's scripts give it (repeatable)",
+    )
     p.set_defaults(_job_rule=(dest, count, default, p))  # the parser: its prog as the shell set it
 
 
@@ -132,8 +160,9 @@ def check_jobs(args: argparse.Namespace) -> None:
     if count in (1, "?"):
         if value is None:
             if count == 1:
-                raise UsageError(f"{prog}: name the job (JOB or --juid JOB, e.g. `last`); "
-                                 f"see `{prog} --help`")
+                raise UsageError(
+                    f"{prog}: name the job (JOB or --juid JOB, e.g. `last`); see `{prog} --help`"
+                )
             setattr(args, dest, default)
         return
     value = value or []
@@ -191,8 +220,17 @@ def follow(m: Monkey, juid: str, stream: str, tail: int | None = None) -> int:
         return 130
     job = m.get_job(juid)
     if job.state != State.SUCCEEDED:
-        hint = "" if stream != "stdout" or "monkey logs" in (job.reason or "") \
-            or job.state != State.FAILED else f"; its errors: `monkey logs --stderr {juid}`"
-        print(f"monkey: job {juid} {job.state.value}" + (f" ({job.reason})" if job.reason else "")
-              + hint, file=sys.stderr)
+        hint = (
+            ""
+            if stream != "stdout"
+            or "monkey logs" in (job.reason or "")
+            or job.state != State.FAILED
+            else f"; its errors: `monkey logs --stderr {juid}`"
+        )
+        print(
+            f"monkey: job {juid} {job.state.value}"
+            + (f" ({job.reason})" if job.reason else "")
+            + hint,
+            file=sys.stderr,
+        )
     return exit_status(job.state, job.exit_code)

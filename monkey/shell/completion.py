@@ -36,9 +36,13 @@ SCRIPTS = {"bash": BASH, "zsh": ZSH}
 JOB_ARGS = ("job", "jobs")  # positionals that take job ids
 
 
-def candidates(words: list[str], parsers: dict[str, Callable[..., argparse.ArgumentParser]],
-               short_forms: list[str], recent_jobs: Callable[[], list[str]],
-               actions: Mapping[str, Sequence[str]] = {}) -> list[str]:  # noqa: B006
+def candidates(
+    words: list[str],
+    parsers: dict[str, Callable[..., argparse.ArgumentParser]],
+    short_forms: list[str],
+    recent_jobs: Callable[[], list[str]],
+    actions: Mapping[str, Sequence[str]] = {},
+) -> list[str]:  # noqa: B006
     """What may come at the last of WORDS (a partial word, maybe empty): commands, sub-commands,
     options, a positional's choices (`daemon start`), ACTIONS of a command whose first word is
     free (`sweep status`), then job ids where a JOB is taken. None after `--` (the job's own
@@ -62,8 +66,11 @@ def candidates(words: list[str], parsers: dict[str, Callable[..., argparse.Argum
     else:
         found = list(_subcommands(parser))
         for action in positionals:
-            if action.choices and not isinstance(action, argparse._SubParsersAction) \
-                    and not set(done[1:]) & set(action.choices):
+            if (
+                action.choices
+                and not isinstance(action, argparse._SubParsersAction)
+                and not set(done[1:]) & set(action.choices)
+            ):
                 found += list(action.choices)
         if done == [done[0]]:
             found += actions.get(done[0], ())

@@ -13,8 +13,12 @@ REOPEN = "MONKEY_DASH_JOB"
 
 
 def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = cls(prog="monkey dash", description=(
-        "Open the dashboard of live jobs, logs, metrics and instances (? lists the keys)."))
+    p = cls(
+        prog="monkey dash",
+        description=(
+            "Open the dashboard of live jobs, logs, metrics and instances (? lists the keys)."
+        ),
+    )
     from monkey.shell.common import job_argument
 
     job_argument(p, count="?", help="open on this job (id, unique prefix, or `last`)")
@@ -23,8 +27,10 @@ def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
 
 
 def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = cls(prog="monkey web", description=(
-        "Open the dashboard, on one job with --juid (the original Monkey's `web`)."))
+    p = cls(
+        prog="monkey web",
+        description=("Open the dashboard, on one job with --juid (the original Monkey's `web`)."),
+    )
     p.add_argument("--juid", "-j", dest="job", help="job id, unique prefix, or `last`")
     p.set_defaults(func=cmd_dash)
     return p
@@ -43,9 +49,13 @@ def cmd_dash(args: argparse.Namespace) -> int:
             juid = monkey.job(args.job).juid
         finally:
             monkey.store.close()
-    if not (sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()):  # Textual draws on stderr
-        raise MonkeyError("the dashboard needs a terminal; use `monkey list jobs` or "
-                          "`monkey info job JOB` in scripts")
+    if not (
+        sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()
+    ):  # Textual draws on stderr
+        raise MonkeyError(
+            "the dashboard needs a terminal; use `monkey list jobs` or "
+            "`monkey info job JOB` in scripts"
+        )
     from monkey.tui.app import DashApp
 
     app = DashApp(job=juid)

@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 
 
 def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "rm", "Delete ended jobs with their logs, metrics and files (asks first "
-                "on a terminal); then `monkey gc` frees the blobs no job needs.")
+    p = make_parser(
+        cls,
+        "rm",
+        "Delete ended jobs with their logs, metrics and files (asks first "
+        "on a terminal); then `monkey gc` frees the blobs no job needs.",
+    )
     job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
     p.add_argument("--sweep", metavar="S", help="the jobs of this sweep")
     p.add_argument("--older-than", metavar="AGE", help="jobs ended longer ago than AGE (30d, 12h)")
@@ -33,29 +37,49 @@ def rm_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "gc", "Free the blobs, environments and dataset copies no job needs, the "
-                "folders of deleted jobs and code copies left behind, and print what was freed.")
-    p.add_argument("--grace", default="1h", metavar="AGE",
-                   help="keep blobs, environments and dataset copies younger than AGE "
-                   "(default 1h; a submission in progress is always safe: gc waits for it)")
+    p = make_parser(
+        cls,
+        "gc",
+        "Free the blobs, environments and dataset copies no job needs, the "
+        "folders of deleted jobs and code copies left behind, and print what was freed.",
+    )
+    p.add_argument(
+        "--grace",
+        default="1h",
+        metavar="AGE",
+        help="keep blobs, environments and dataset copies younger than AGE "
+        "(default 1h; a submission in progress is always safe: gc waits for it)",
+    )
     p.set_defaults(func=cmd_gc)
     return p
 
 
 def verify_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "verify", "Check stored code and data against their digests: every blob of "
-                "the jobs named (default: the whole store); say what is damaged or missing and "
-                "which jobs it affects, set damaged blobs aside, and exit 1 if any.")
+    p = make_parser(
+        cls,
+        "verify",
+        "Check stored code and data against their digests: every blob of "
+        "the jobs named (default: the whole store); say what is damaged or missing and "
+        "which jobs it affects, set damaged blobs aside, and exit 1 if any.",
+    )
     job_argument(p, "jobs", "*", help="job ids, unique prefixes, or `last`")
     p.set_defaults(func=cmd_verify)
     return p
 
 
 def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "du", "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.")
+    p = make_parser(
+        cls,
+        "du",
+        "Disk used by MONKEY_HOME: jobs' run folders, blobs, environments, dataset copies.",
+    )
     p.add_argument("--json", action="store_true", help="print as JSON")
-    p.add_argument("--hosts", action="store_true", help="what each SSH host holds instead: run "
-                   "folders, blobs, partial uploads and the rest, and the space free there")
+    p.add_argument(
+        "--hosts",
+        action="store_true",
+        help="what each SSH host holds instead: run "
+        "folders, blobs, partial uploads and the rest, and the space free there",
+    )
     p.set_defaults(func=cmd_du)
     return p
 
@@ -70,9 +94,15 @@ def cmd_rm(args: argparse.Namespace) -> int:
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
-            raise MonkeyError(f"monkey rm: deleting {len(jobs)} jobs needs --yes when not asked on a terminal")
-        shown = ", ".join(j.juid for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
-        answer = input(f"delete {len(jobs)} jobs ({shown}) with their logs, metrics and files? [y/N] ")
+            raise MonkeyError(
+                f"monkey rm: deleting {len(jobs)} jobs needs --yes when not asked on a terminal"
+            )
+        shown = ", ".join(j.juid for j in jobs[:5]) + (
+            f" and {len(jobs) - 5} more" if len(jobs) > 5 else ""
+        )
+        answer = input(
+            f"delete {len(jobs)} jobs ({shown}) with their logs, metrics and files? [y/N] "
+        )
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return 1
@@ -81,11 +111,15 @@ def cmd_rm(args: argparse.Namespace) -> int:
     print(f"deleted {count} jobs, freed {human_size(freed)}; `monkey gc` frees their blobs")
     juids = {j.juid for j in jobs}
     hosts = sorted({c["instance"] for c in m.store.host_chores() if c["job"] in juids})
-    _print_hosts(m, hosts, since, lambda f: f"{f['runs']} job folders ({human_size(f['run_bytes'])})")
+    _print_hosts(
+        m, hosts, since, lambda f: f"{f['runs']} job folders ({human_size(f['run_bytes'])})"
+    )
     return 0
 
 
-def _print_hosts(m: Monkey, hosts: list[str], since: float, freed: Callable[[dict[str, int]], str]) -> None:
+def _print_hosts(
+    m: Monkey, hosts: list[str], since: float, freed: Callable[[dict[str, int]], str]
+) -> None:
     """Wait for the core to carry out the chores just recorded for HOSTS; say what each freed
     (FREED words it) and which are not reached yet."""
     from monkey import host_cleanup
@@ -93,7 +127,11 @@ def _print_hosts(m: Monkey, hosts: list[str], since: float, freed: Callable[[dic
     report = host_cleanup.ask(m, hosts, since)
     for host, done in report.done.items():
         got = done["usage"].get("freed")
-        print(f"{host}: freed {human_size(_freed_bytes(got))}: {freed(got)}" if got else f"{host}: nothing to free")
+        print(
+            f"{host}: freed {human_size(_freed_bytes(got))}: {freed(got)}"
+            if got
+            else f"{host}: nothing to free"
+        )
     note = host_cleanup.owed_note(report)
     if note:
         print(note)
@@ -110,18 +148,27 @@ def cmd_gc(args: argparse.Namespace) -> int:
     grace = housekeeping.parse_age(args.grace)
     report = housekeeping.gc(m, grace)
     h = human_size
-    print(f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
-          f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
-          f"{report.envs} environments ({h(report.env_bytes)}), "
-          f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
-          f"code copies left behind ({h(report.code_bytes)})")
+    print(
+        f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
+        f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
+        f"{report.envs} environments ({h(report.env_bytes)}), "
+        f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
+        f"code copies left behind ({h(report.code_bytes)})"
+    )
     since = time.time()
     from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
 
     hosts = m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES)
-    _print_hosts(m, hosts, since, lambda f: f"{f['blobs']} blobs ({h(f['blob_bytes'])}), {f['runs']} "
-                 f"folders of deleted jobs ({h(f['run_bytes'])}), {f['partial']} partial uploads "
-                 f"({h(f['partial_bytes'])})")
+    _print_hosts(
+        m,
+        hosts,
+        since,
+        lambda f: (
+            f"{f['blobs']} blobs ({h(f['blob_bytes'])}), {f['runs']} "
+            f"folders of deleted jobs ({h(f['run_bytes'])}), {f['partial']} partial uploads "
+            f"({h(f['partial_bytes'])})"
+        ),
+    )
     return 0
 
 
@@ -143,8 +190,10 @@ def cmd_du(args: argparse.Namespace) -> int:
     render(["PART", "SIZE", "FILES"], rows)
     blobs = parts["blobs"]
     if blobs["partial_files"]:
-        print(f"blobs include {blobs['partial_files']:,} partial files "
-              f"({h(blobs['partial_bytes'])}) of interrupted writes; `monkey gc` removes them")
+        print(
+            f"blobs include {blobs['partial_files']:,} partial files "
+            f"({h(blobs['partial_bytes'])}) of interrupted writes; `monkey gc` removes them"
+        )
     return 0
 
 
@@ -155,20 +204,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = housekeeping.verify(m, args.jobs)
     blobs = f"{report.blobs:,} blob" + ("" if report.blobs == 1 else "s")
     jobs = f"{report.jobs:,} job" + ("" if report.jobs == 1 else "s")
-    print(f"checked {blobs} ({human_size(report.bytes)}) of {jobs}: "
-          f"{len(report.damaged)} damaged, {len(report.missing)} missing")
-    for word, found in (("damaged (set aside in blobs/.damaged)", report.damaged),
-                        ("missing", report.missing)):
+    print(
+        f"checked {blobs} ({human_size(report.bytes)}) of {jobs}: "
+        f"{len(report.damaged)} damaged, {len(report.missing)} missing"
+    )
+    for word, found in (
+        ("damaged (set aside in blobs/.damaged)", report.damaged),
+        ("missing", report.missing),
+    ):
         for digest, uses in sorted(found.items()):
             shown = "; ".join(f"job {juid} {what}" for juid, what in uses[:5])
             more = f" and {len(uses) - 5} more" if len(uses) > 5 else ""
             print(f"{word}: blob {digest}: {shown or 'no job uses it'}{more}")
     if report.damaged or report.missing:
-        affected = sorted({juid for found in (report.damaged, report.missing)
-                           for uses in found.values() for juid, _ in uses})
+        affected = sorted(
+            {
+                juid
+                for found in (report.damaged, report.missing)
+                for uses in found.values()
+                for juid, _ in uses
+            }
+        )
         if affected:
-            print(f"affected jobs: {', '.join(affected)}; submit them again from their "
-                  "source (`monkey run`) to store good copies", file=sys.stderr)
+            print(
+                f"affected jobs: {', '.join(affected)}; submit them again from their "
+                "source (`monkey run`) to store good copies",
+                file=sys.stderr,
+            )
         return 1
     return 0
 
@@ -185,8 +247,15 @@ def _du_hosts(m: Monkey, as_json: bool) -> int:
     report = host_cleanup.ask(m, hosts, since)
     known = m.store.host_usage()
     if as_json:
-        print(json.dumps({"hosts": {h: {**known.get(h, {}), "reached": h in report.done} for h in hosts},
-                          "not_reached": report.pending}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "hosts": {h: {**known.get(h, {}), "reached": h in report.done} for h in hosts},
+                    "not_reached": report.pending,
+                },
+                indent=2,
+            )
+        )
         return 0
     if not hosts:
         print("no SSH host has been used from this MONKEY_HOME")
@@ -199,9 +268,23 @@ def _du_hosts(m: Monkey, as_json: bool) -> int:
             continue
         u = known[host]["usage"]
         rest = sum(u[k][0] for k in ("other_homes", "datasets", "envs", "agent"))
-        when = "now" if host in report.done else time.strftime("%m-%d %H:%M", time.localtime(known[host]["measured_at"]))
-        rows.append([host, f"{u['jobs']:,}", h(u["runs"][0]), f"{h(u['blobs'][0])} ({u['blobs'][1]:,})",
-                     h(u["partial"][0]), h(rest), "?" if u.get("free") is None else h(u["free"]), when])
+        when = (
+            "now"
+            if host in report.done
+            else time.strftime("%m-%d %H:%M", time.localtime(known[host]["measured_at"]))
+        )
+        rows.append(
+            [
+                host,
+                f"{u['jobs']:,}",
+                h(u["runs"][0]),
+                f"{h(u['blobs'][0])} ({u['blobs'][1]:,})",
+                h(u["partial"][0]),
+                h(rest),
+                "?" if u.get("free") is None else h(u["free"]),
+                when,
+            ]
+        )
     render(["HOST", "JOBS", "RUN FOLDERS", "BLOBS", "PARTIAL", "OTHER", "FREE", "MEASURED"], rows)
     note = host_cleanup.owed_note(report)
     if note:

@@ -19,34 +19,54 @@ _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>
 
 
 def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = cls(prog="monkey provider",
-                        description="Add a provider to providers.yml, or check its hosts.")
+    p = cls(
+        prog="monkey provider", description="Add a provider to providers.yml, or check its hosts."
+    )
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,check}")
-    add = sub.add_parser("add", help="add a provider to providers.yml",
-                         description="Add a provider to providers.yml.")
+    add = sub.add_parser(
+        "add",
+        help="add a provider to providers.yml",
+        description="Add a provider to providers.yml.",
+    )
     kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp,slurm}")
-    ssh = kinds.add_parser("ssh", help="a pool of SSH hosts",
-                           description="Add an `ssh` provider: hosts reached over SSH.")
+    ssh = kinds.add_parser(
+        "ssh",
+        help="a pool of SSH hosts",
+        description="Add an `ssh` provider: hosts reached over SSH.",
+    )
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
-    ssh.add_argument("--host", action="append", required=True, metavar="[USER@]HOST[:PORT]",
-                     help="a host (repeatable); a ~/.ssh/config alias works")
+    ssh.add_argument(
+        "--host",
+        action="append",
+        required=True,
+        metavar="[USER@]HOST[:PORT]",
+        help="a host (repeatable); a ~/.ssh/config alias works",
+    )
     ssh.add_argument("--user", help="login user for hosts that name none")
     ssh.add_argument("--key", help="private key file (default: ssh-agent, then ~/.ssh keys)")
     ssh.add_argument("--cpus", type=int, help="job slots per host (default: its CPU count)")
     ssh.add_argument("--gpus", type=int, help="GPUs per host (default: what nvidia-smi finds)")
     ssh.add_argument("--memory", help="memory per host for placement, e.g. 64G")
-    ssh.add_argument("--workdir", help="folder on each host for the agent, code and runs "
-                                       "(default: ~/.monkey-agent)")
+    ssh.add_argument(
+        "--workdir",
+        help="folder on each host for the agent, code and runs (default: ~/.monkey-agent)",
+    )
     ssh.add_argument("--python", help="python3 on the hosts (default: python3)")
-    ssh.add_argument("--trust-on-first-use", action="store_true",
-                     help="accept unknown host keys once, recorded in MONKEY_HOME/known_hosts")
+    ssh.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="accept unknown host keys once, recorded in MONKEY_HOME/known_hosts",
+    )
     ssh.add_argument("--force", action="store_true", help="replace a provider of that name")
     ssh.set_defaults(func=cmd_provider_add_ssh)
     _aws_parser(kinds)
     _gcp_parser(kinds)
     _slurm_parser(kinds)
-    check = sub.add_parser("check", help="connect to a provider's hosts and report each",
-                           description="Connect to each host of a provider and report it.")
+    check = sub.add_parser(
+        "check",
+        help="connect to a provider's hosts and report each",
+        description="Connect to each host of a provider and report it.",
+    )
     check.add_argument("name", help="the provider's name")
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(func=cmd_provider_check)
@@ -59,7 +79,9 @@ def ssh_entry(args: argparse.Namespace) -> dict[str, Any]:
     for text in args.host:
         match = _HOST_RE.match(text)
         if not match:
-            raise MonkeyError(f"--host {text!r} is not [USER@]HOST[:PORT]; e.g. --host me@gpu1:2222")
+            raise MonkeyError(
+                f"--host {text!r} is not [USER@]HOST[:PORT]; e.g. --host me@gpu1:2222"
+            )
         entry: dict[str, Any] = {"host": match["host"]}
         if match["port"]:
             entry["port"] = int(match["port"])
@@ -80,7 +102,9 @@ def _check_name(name: str) -> None:
     if name == "local":
         raise MonkeyError("`local` is this machine; choose another name")
     if not _NAME_RE.match(name):
-        raise MonkeyError(f"provider name {name!r}: use letters, digits, '.', '_' and '-', e.g. lab")
+        raise MonkeyError(
+            f"provider name {name!r}: use letters, digits, '.', '_' and '-', e.g. lab"
+        )
 
 
 def _previous(name: str, kind: str, force: bool) -> tuple[Any, dict[str, Any]]:
@@ -94,7 +118,9 @@ def _previous(name: str, kind: str, force: bool) -> tuple[Any, dict[str, Any]]:
     old = load_providers(home).get(name)
     _check_name(name)
     if old is not None and old.type != kind and not force:
-        raise MonkeyError(f"provider {name!r} exists already as {old.type}; pass --force to replace it")
+        raise MonkeyError(
+            f"provider {name!r} exists already as {old.type}; pass --force to replace it"
+        )
     return home, dict(old.options) if old is not None and old.type == kind else {}
 
 
@@ -138,44 +164,88 @@ def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     return 0
 
 
-_AWS_OPTIONS = ("region", "size", "image", "spot", "max_instances", "idle_timeout", "bucket",
-                "endpoint", "credentials", "profile", "user", "address", "metadata_url")
+_AWS_OPTIONS = (
+    "region",
+    "size",
+    "image",
+    "spot",
+    "max_instances",
+    "idle_timeout",
+    "bucket",
+    "endpoint",
+    "credentials",
+    "profile",
+    "user",
+    "address",
+    "metadata_url",
+)
 _ASK = {"region": "AWS region", "size": "instance type", "image": "image (AMI id)"}
 
 
 def _aws_parser(kinds: Any) -> None:
     aws = kinds.add_parser(
-        "aws", help="an EC2 region where monkey creates instances for jobs",
+        "aws",
+        help="an EC2 region where monkey creates instances for jobs",
         description="Add an `ec2` provider. Checks the credentials, then creates what is missing "
-                    "(VPC, subnet, internet gateway and route, a security group letting SSH in "
-                    "from one address range, a key pair, the S3 bucket), tagged monkey-NAME, and "
-                    "records their ids. Run it again to reuse them or repair what is gone; flags "
-                    "not given keep the provider's current values. Asks on a terminal for what "
-                    "is missing.")  # fmt: skip
+        "(VPC, subnet, internet gateway and route, a security group letting SSH in "
+        "from one address range, a key pair, the S3 bucket), tagged monkey-NAME, and "
+        "records their ids. Run it again to reuse them or repair what is gone; flags "
+        "not given keep the provider's current values. Asks on a terminal for what "
+        "is missing.",
+    )
     aws.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     aws.add_argument("--region", help="AWS region, e.g. us-east-1")
     aws.add_argument("--size", help="default instance type, e.g. t3.micro")
     aws.add_argument("--image", help="image (AMI id) of the region, e.g. an Ubuntu AMI")
-    aws.add_argument("--spot", action=argparse.BooleanOptionalAction, default=None,
-                     help="ask for spot capacity (default: on-demand)")
-    aws.add_argument("--max-instances", type=int, metavar="N", help="at most N instances (default 1)")
-    aws.add_argument("--idle-timeout", type=int, metavar="SECONDS",
-                     help="terminate an instance idle this long (default 600)")
-    aws.add_argument("--bucket", help="S3 bucket for code, data and results "
-                                      "(default: monkey-<home id>-NAME); created if missing")
-    aws.add_argument("--endpoint", metavar="URL",
-                     help="an EC2/S3-compatible endpoint instead of AWS, e.g. http://127.0.0.1:5000")
-    aws.add_argument("--credentials", metavar="FILE",
-                     help="an AWS credentials file (default: the environment, then ~/.aws)")
+    aws.add_argument(
+        "--spot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ask for spot capacity (default: on-demand)",
+    )
+    aws.add_argument(
+        "--max-instances", type=int, metavar="N", help="at most N instances (default 1)"
+    )
+    aws.add_argument(
+        "--idle-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="terminate an instance idle this long (default 600)",
+    )
+    aws.add_argument(
+        "--bucket",
+        help="S3 bucket for code, data and results "
+        "(default: monkey-<home id>-NAME); created if missing",
+    )
+    aws.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="an EC2/S3-compatible endpoint instead of AWS, e.g. http://127.0.0.1:5000",
+    )
+    aws.add_argument(
+        "--credentials",
+        metavar="FILE",
+        help="an AWS credentials file (default: the environment, then ~/.aws)",
+    )
     aws.add_argument("--profile", help="the profile to use in the AWS files")
     aws.add_argument("--user", help="login user of the image (default: ubuntu)")
-    aws.add_argument("--address", choices=("public", "private"),
-                     help="which instance address monkey connects to (default: public)")
-    aws.add_argument("--ssh-from", metavar="CIDR",
-                     help="addresses SSH may come from, e.g. 203.0.113.7/32 (needed unless the "
-                          "endpoint is on this machine or the security group has a rule)")
-    aws.add_argument("--subnet-cidr", default=None, metavar="CIDR",
-                     help="address range of the VPC and subnet when created (default 10.77.0.0/24)")
+    aws.add_argument(
+        "--address",
+        choices=("public", "private"),
+        help="which instance address monkey connects to (default: public)",
+    )
+    aws.add_argument(
+        "--ssh-from",
+        metavar="CIDR",
+        help="addresses SSH may come from, e.g. 203.0.113.7/32 (needed unless the "
+        "endpoint is on this machine or the security group has a rule)",
+    )
+    aws.add_argument(
+        "--subnet-cidr",
+        default=None,
+        metavar="CIDR",
+        help="address range of the VPC and subnet when created (default 10.77.0.0/24)",
+    )
     aws.add_argument("--metadata-url", help=argparse.SUPPRESS)  # emulators serve their own
     aws.add_argument("--force", action="store_true", help="replace a provider of another kind")
     aws.set_defaults(func=cmd_provider_add_aws)
@@ -191,8 +261,13 @@ def cmd_provider_add_aws(args: argparse.Namespace) -> int:
             options[key] = _ask(key, label)
     entry = ec2_setup.entry_from(options, base)
     ec2_setup.validate("monkey provider add aws", args.name, entry)
-    entry = ec2_setup.setup(home, args.name, entry, ssh_from=args.ssh_from,
-                            subnet_cidr=args.subnet_cidr or ec2_setup.DEFAULT_SUBNET)
+    entry = ec2_setup.setup(
+        home,
+        args.name,
+        entry,
+        ssh_from=args.ssh_from,
+        subnet_cidr=args.subnet_cidr or ec2_setup.DEFAULT_SUBNET,
+    )
     ec2_setup.validate(str(home.providers_file), args.name, entry)
     path = _save_provider(home, args.name, entry)
     print(f"added provider {args.name!r} (ec2, {entry['region']}) to {path}")
@@ -204,29 +279,52 @@ _SLURM_OPTIONS = ("partition", "account", "qos", "time", "gres", "constraint", "
 
 def _slurm_parser(kinds: Any) -> None:
     slurm = kinds.add_parser(
-        "slurm", help="a Slurm cluster: each job runs in an allocation made with sbatch",
+        "slurm",
+        help="a Slurm cluster: each job runs in an allocation made with sbatch",
         description="Add a `slurm` provider. Slurm's commands (sbatch, squeue, sinfo) must work "
-                    "on this machine, or on the login host given with --login (over SSH); the "
-                    "partition is checked with sinfo.")  # fmt: skip
+        "on this machine, or on the login host given with --login (over SSH); the "
+        "partition is checked with sinfo.",
+    )
     slurm.add_argument("name", help="the provider's name, used with `run --provider NAME`")
-    slurm.add_argument("--partition", help="partition for the jobs (default: the cluster's default)")
+    slurm.add_argument(
+        "--partition", help="partition for the jobs (default: the cluster's default)"
+    )
     slurm.add_argument("--account", help="account to charge (sbatch --account)")
     slurm.add_argument("--qos", help="quality of service (sbatch --qos)")
-    slurm.add_argument("--time", help="default time limit of an allocation, in sbatch --time's "
-                       "format (a bare number is minutes), e.g. 4:00:00")
+    slurm.add_argument(
+        "--time",
+        help="default time limit of an allocation, in sbatch --time's "
+        "format (a bare number is minutes), e.g. 4:00:00",
+    )
     slurm.add_argument("--gres", help="generic resources for every job (sbatch --gres)")
     slurm.add_argument("--constraint", help="node features (sbatch --constraint)")
     slurm.add_argument("--signal", help="warning before the time limit (default B:USR1@120)")
-    slurm.add_argument("--workdir", help="folder on the shared filesystem for the agent and "
-                                         "Slurm's output (default: MONKEY_HOME/slurm/NAME)")
-    slurm.add_argument("--login", metavar="USER@HOST[:PORT]",
-                       help="run Slurm's commands on this login host over SSH; MONKEY_HOME need "
-                            "not be shared with the cluster (files go under --workdir there)")
-    slurm.add_argument("--key", help="SSH private key for the login host (default: ssh-agent, ~/.ssh)")
-    slurm.add_argument("--trust-new-host", action="store_true",
-                       help="record the login host's key at first contact (else it must be in known_hosts)")
-    slurm.add_argument("--extra-arg", action="append", default=[], metavar="OPTION",
-                       help="another sbatch option (repeatable), e.g. --extra-arg=--nice=10")
+    slurm.add_argument(
+        "--workdir",
+        help="folder on the shared filesystem for the agent and "
+        "Slurm's output (default: MONKEY_HOME/slurm/NAME)",
+    )
+    slurm.add_argument(
+        "--login",
+        metavar="USER@HOST[:PORT]",
+        help="run Slurm's commands on this login host over SSH; MONKEY_HOME need "
+        "not be shared with the cluster (files go under --workdir there)",
+    )
+    slurm.add_argument(
+        "--key", help="SSH private key for the login host (default: ssh-agent, ~/.ssh)"
+    )
+    slurm.add_argument(
+        "--trust-new-host",
+        action="store_true",
+        help="record the login host's key at first contact (else it must be in known_hosts)",
+    )
+    slurm.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="another sbatch option (repeatable), e.g. --extra-arg=--nice=10",
+    )
     slurm.add_argument("--force", action="store_true", help="replace a provider of that name")
     slurm.set_defaults(func=cmd_provider_add_slurm)
 
@@ -261,7 +359,9 @@ def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
         login = LoginHost(args.name, entry["login"], args.workdir, home)
         run = login.run
     elif args.key or args.trust_new_host:
-        raise MonkeyError("--key and --trust-new-host are for the login host: give --login USER@HOST too")
+        raise MonkeyError(
+            "--key and --trust-new-host are for the login host: give --login USER@HOST too"
+        )
     elif args.workdir:  # a folder of this machine (the login host resolves its own)
         entry["workdir"] = os.path.abspath(os.path.expanduser(args.workdir))
     try:
@@ -271,15 +371,20 @@ def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
             login.close()
     if not found:
         raise MonkeyError("sinfo lists no partition: is this machine part of a Slurm cluster?")
-    partition = args.partition or next((p for p, i in found.items() if i["default"]), next(iter(found)))
+    partition = args.partition or next(
+        (p for p, i in found.items() if i["default"]), next(iter(found))
+    )
     if partition not in found:
-        raise MonkeyError(f"no partition {partition!r} on this cluster; partitions: "
-                          f"{', '.join(sorted(found))}")  # fmt: skip
+        raise MonkeyError(
+            f"no partition {partition!r} on this cluster; partitions: {', '.join(sorted(found))}"
+        )
     entry.setdefault("partition", partition)
     path = _save_provider(home, args.name, entry)
     info = found[partition]
-    print(f"added provider {args.name!r} (slurm, partition {partition}: {info['idle']} idle, "
-          f"{info['mixed']} mixed, {info['allocated']} allocated nodes) to {path}")
+    print(
+        f"added provider {args.name!r} (slurm, partition {partition}: {info['idle']} idle, "
+        f"{info['mixed']} mixed, {info['allocated']} allocated nodes) to {path}"
+    )
     return 0
 
 
@@ -287,49 +392,93 @@ def _ask(key: str, label: str) -> str:
     """Ask on a terminal for a required option of `provider add aws`."""
     from monkey.drivers.ec2_setup import REQUIRED
 
-    default = {"region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-               or "us-east-1", "size": "t3.micro"}.get(key)
+    default = {
+        "region": os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
+        "size": "t3.micro",
+    }.get(key)
     return _prompt(f"--{key}", label, default, REQUIRED[key])
 
 
-_GCP_OPTIONS = ("credentials", "project", "zones", "size", "image", "preemptible", "network",
-                "max_instances", "idle_timeout", "bucket", "endpoint", "storage_endpoint", "user",
-                "address", "metadata_url")
-_GCP_ASK = {"credentials": ("service-account JSON key file", None),
-            "zones": ("zone(s), comma-separated", "us-central1-a"),
-            "size": ("machine type", "e2-small"), "image": ("image or image family", "debian-12")}
+_GCP_OPTIONS = (
+    "credentials",
+    "project",
+    "zones",
+    "size",
+    "image",
+    "preemptible",
+    "network",
+    "max_instances",
+    "idle_timeout",
+    "bucket",
+    "endpoint",
+    "storage_endpoint",
+    "user",
+    "address",
+    "metadata_url",
+)
+_GCP_ASK = {
+    "credentials": ("service-account JSON key file", None),
+    "zones": ("zone(s), comma-separated", "us-central1-a"),
+    "size": ("machine type", "e2-small"),
+    "image": ("image or image family", "debian-12"),
+}
 
 
 def _gcp_parser(kinds: Any) -> None:
     gcp = kinds.add_parser(
-        "gcp", help="GCE zones where monkey creates instances for jobs",
+        "gcp",
+        help="GCE zones where monkey creates instances for jobs",
         description="Add a `gce` provider. Checks the service account, project, zone, machine "
-                    "type and image with API calls, then creates what is missing (the network, "
-                    "a firewall rule letting SSH in from one address range, an SSH key, the GCS "
-                    "bucket). Run it again to reuse them; flags not given keep the provider's "
-                    "current values. Asks on a terminal for what is missing.")  # fmt: skip
+        "type and image with API calls, then creates what is missing (the network, "
+        "a firewall rule letting SSH in from one address range, an SSH key, the GCS "
+        "bucket). Run it again to reuse them; flags not given keep the provider's "
+        "current values. Asks on a terminal for what is missing.",
+    )
     gcp.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     gcp.add_argument("--credentials", metavar="FILE", help="service-account JSON key file")
     gcp.add_argument("--project", help="GCP project (default: the key's)")
-    gcp.add_argument("--zone", dest="zones", metavar="ZONE[,ZONE...]",
-                     help="zone(s), the preferred first, e.g. us-central1-a,us-central1-b")
+    gcp.add_argument(
+        "--zone",
+        dest="zones",
+        metavar="ZONE[,ZONE...]",
+        help="zone(s), the preferred first, e.g. us-central1-a,us-central1-b",
+    )
     gcp.add_argument("--size", help="default machine type, e.g. e2-small")
     gcp.add_argument("--image", help="image or image family, e.g. debian-12")
-    gcp.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None,
-                     help="ask for preemptible instances (default: standard)")
+    gcp.add_argument(
+        "--preemptible",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ask for preemptible instances (default: standard)",
+    )
     gcp.add_argument("--network", help="VPC network (default: default); created if missing")
-    gcp.add_argument("--max-instances", type=int, metavar="N", help="at most N instances (default 1)")
-    gcp.add_argument("--idle-timeout", type=int, metavar="SECONDS",
-                     help="delete an instance idle this long (default 600)")
-    gcp.add_argument("--bucket", help="GCS bucket for code, data and results "
-                                      "(default: monkey-<home id>-NAME); created if missing")
+    gcp.add_argument(
+        "--max-instances", type=int, metavar="N", help="at most N instances (default 1)"
+    )
+    gcp.add_argument(
+        "--idle-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="delete an instance idle this long (default 600)",
+    )
+    gcp.add_argument(
+        "--bucket",
+        help="GCS bucket for code, data and results "
+        "(default: monkey-<home id>-NAME); created if missing",
+    )
     gcp.add_argument("--endpoint", metavar="URL", help=argparse.SUPPRESS)  # emulators
     gcp.add_argument("--storage-endpoint", metavar="URL", help=argparse.SUPPRESS)
     gcp.add_argument("--user", help="login user made on the instances (default: monkey)")
-    gcp.add_argument("--address", choices=("public", "private"),
-                     help="which instance address monkey connects to (default: public)")
-    gcp.add_argument("--ssh-from", metavar="CIDR",
-                     help="addresses SSH may come from, e.g. 203.0.113.7/32")
+    gcp.add_argument(
+        "--address",
+        choices=("public", "private"),
+        help="which instance address monkey connects to (default: public)",
+    )
+    gcp.add_argument(
+        "--ssh-from", metavar="CIDR", help="addresses SSH may come from, e.g. 203.0.113.7/32"
+    )
     gcp.add_argument("--metadata-url", help=argparse.SUPPRESS)
     gcp.add_argument("--force", action="store_true", help="replace a provider of another kind")
     gcp.set_defaults(func=cmd_provider_add_gcp)
@@ -342,8 +491,12 @@ def cmd_provider_add_gcp(args: argparse.Namespace) -> int:
     options = {key: getattr(args, key) for key in _GCP_OPTIONS}
     for key, (label, default) in _GCP_ASK.items():
         if options[key] is None and key not in base and not (key == "zones" and "zone" in base):
-            options[key] = _prompt(f"--{key.rstrip('s') if key == 'zones' else key}", label,
-                                   default, gce_setup.REQUIRED.get(key, "e.g. us-central1-a"))
+            options[key] = _prompt(
+                f"--{key.rstrip('s') if key == 'zones' else key}",
+                label,
+                default,
+                gce_setup.REQUIRED.get(key, "e.g. us-central1-a"),
+            )
     entry = gce_setup.entry_from(options, base)
     gce_setup.validate("monkey provider add gcp", args.name, entry)
     entry = gce.setup(home, args.name, entry, ssh_from=args.ssh_from)
@@ -392,8 +545,10 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
                 print(f"{host['instance']:<24} {host['host']:<32} DOWN  {host['error']}")
             else:
                 gpus = ",".join(host["gpus"]) or "-"
-                print(f"{host['instance']:<24} {host['host']:<32} up    cpus {host['slots']}  "
-                      f"gpus {gpus}  memory {_size(host['memory'])}")
+                print(
+                    f"{host['instance']:<24} {host['host']:<32} up    cpus {host['slots']}  "
+                    f"gpus {gpus}  memory {_size(host['memory'])}"
+                )
     bad = [h for h in report if h["error"]]
     if bad:
         sys.stderr.write(f"{len(bad)} of {len(report)} host(s) unusable\n")
@@ -411,17 +566,31 @@ def print_hosts(providers: list[dict[str, Any]]) -> None:
     hosts = [h for p in providers for h in p.get("hosts", [])]
     cloud = any("size" in h for h in hosts)  # instances monkey created: size, spot, age too
     rows = [
-        [h["instance"], h["host"], h["state"], str(h["slots"] or "-"), str(len(h["gpus"])),
-         _size(h["memory"]), str(h["running"])]
-        + ([h.get("size") or "-", "spot" if h.get("spot") else "-",
-            ago(h.get("age"))] if cloud else [])
+        [
+            h["instance"],
+            h["host"],
+            h["state"],
+            str(h["slots"] or "-"),
+            str(len(h["gpus"])),
+            _size(h["memory"]),
+            str(h["running"]),
+        ]
+        + (
+            [h.get("size") or "-", "spot" if h.get("spot") else "-", ago(h.get("age"))]
+            if cloud
+            else []
+        )
         + [h["error"] or ""]
         for h in hosts
-    ]  # fmt: skip
+    ]
     if rows:
         print()
-        render(["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING"]
-               + (["SIZE", "SPOT", "AGE"] if cloud else []) + ["ERROR"], rows)
+        render(
+            ["HOST", "ADDRESS", "STATE", "SLOTS", "GPUS", "MEMORY", "RUNNING"]
+            + (["SIZE", "SPOT", "AGE"] if cloud else [])
+            + ["ERROR"],
+            rows,
+        )
 
 
 def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> int:
@@ -435,16 +604,42 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
         print(json.dumps({"instances": instances}, indent=2))
         return 0
     if not instances:
-        print("no instances: monkey creates them for jobs of cloud providers (`monkey run -p NAME`)")
+        print(
+            "no instances: monkey creates them for jobs of cloud providers (`monkey run -p NAME`)"
+        )
         return 0
     why = any("ended" in i for i in instances)  # --all: why each terminated one ended
-    render(["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST",
-            *(["ENDED"] if why else [])],
-           [[i["id"], i["provider"], i["state"], i["size"] or "-", "spot" if i["spot"] else "-",
-             i["address"] or "-", ",".join(i["jobs"]) or "-", ago(i["age"]),
-             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"]),
-             *([i.get("ended") or "-"] if why else [])]
-            for i in instances])  # fmt: skip
+    render(
+        [
+            "INSTANCE",
+            "PROVIDER",
+            "STATE",
+            "SIZE",
+            "SPOT",
+            "ADDRESS",
+            "JOBS",
+            "AGE",
+            "$/H",
+            "COST",
+            *(["ENDED"] if why else []),
+        ],
+        [
+            [
+                i["id"],
+                i["provider"],
+                i["state"],
+                i["size"] or "-",
+                "spot" if i["spot"] else "-",
+                i["address"] or "-",
+                ",".join(i["jobs"]) or "-",
+                ago(i["age"]),
+                "-" if i["price"] is None else f"{i['price']:g}",
+                dollars(i["cost"]),
+                *([i.get("ended") or "-"] if why else []),
+            ]
+            for i in instances
+        ],
+    )
     total = [i["cost"] for i in instances if i["cost"] is not None]
     if total:
         print(f"estimated cost so far: {dollars(sum(total))}")
@@ -455,18 +650,32 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
 
 
 def create_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = cls(prog="monkey create", description="Create a cloud instance, or claim an SSH host, "
-            "before jobs need it; it then takes jobs and idles out as usual.")
+    p = cls(
+        prog="monkey create",
+        description="Create a cloud instance, or claim an SSH host, "
+        "before jobs need it; it then takes jobs and idles out as usual.",
+    )
     sub = p.add_subparsers(dest="what", required=True, metavar="{instance}")
-    inst = sub.add_parser("instance", help="create (cloud) or claim (SSH) one instance",
-                          description="Create (cloud) or claim (SSH) one instance; prints its id.")
+    inst = sub.add_parser(
+        "instance",
+        help="create (cloud) or claim (SSH) one instance",
+        description="Create (cloud) or claim (SSH) one instance; prints its id.",
+    )
     inst.add_argument("--provider", "-p", required=True, help="the provider to create it on")
     inst.add_argument("--size", help="cloud: the machine size (default: the provider's)")
     spot = inst.add_mutually_exclusive_group()
-    spot.add_argument("--spot", action="store_true", default=None,
-                      help="cloud: a spot (preemptible) instance (default: the provider's)")
-    spot.add_argument("--on-demand", dest="spot", action="store_false",
-                      help="cloud: an on-demand instance on a spot provider")
+    spot.add_argument(
+        "--spot",
+        action="store_true",
+        default=None,
+        help="cloud: a spot (preemptible) instance (default: the provider's)",
+    )
+    spot.add_argument(
+        "--on-demand",
+        dest="spot",
+        action="store_false",
+        help="cloud: an on-demand instance on a spot provider",
+    )
     inst.add_argument("--host", help="SSH: the host to claim (default: one not reached yet)")
     inst.add_argument("--json", action="store_true", help="print the instance as JSON")
     inst.set_defaults(func=cmd_create_instance)
@@ -476,14 +685,21 @@ def create_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser
 def delete_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(prog="monkey delete", description="Terminate a cloud instance, or release an SSH host.")
     sub = p.add_subparsers(dest="what", required=True, metavar="{instance}")
-    inst = sub.add_parser("instance", help="terminate (cloud) or release (SSH) one instance",
-                          description="Terminate a cloud instance, or release an SSH host (its "
-                          "agent stops once idle). One that runs jobs needs --force.")
-    inst.add_argument("instance", metavar="ID", help="instance id or a unique prefix "
-                      "(`monkey list providers`)")
-    inst.add_argument("--force", action="store_true",
-                      help="a cloud instance also when it runs jobs: they end lost (retried "
-                      "while retries remain)")
+    inst = sub.add_parser(
+        "instance",
+        help="terminate (cloud) or release (SSH) one instance",
+        description="Terminate a cloud instance, or release an SSH host (its "
+        "agent stops once idle). One that runs jobs needs --force.",
+    )
+    inst.add_argument(
+        "instance", metavar="ID", help="instance id or a unique prefix (`monkey list providers`)"
+    )
+    inst.add_argument(
+        "--force",
+        action="store_true",
+        help="a cloud instance also when it runs jobs: they end lost (retried "
+        "while retries remain)",
+    )
     inst.set_defaults(func=cmd_delete_instance)
     return p
 
@@ -501,14 +717,22 @@ def cmd_create_instance(args: argparse.Namespace) -> int:
     req = m.create_instance(args.provider, size=args.size, spot=args.spot, host=args.host)
     row = _instance_row(m, req["instance"])
     if args.json:
-        print(json.dumps({k: row.get(k) for k in ("id", "provider", "state", "size", "spot",
-                                                 "address")}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {k: row.get(k) for k in ("id", "provider", "state", "size", "spot", "address")},
+                indent=2,
+            )
+        )
         return 0
     print(req["instance"])
     what = ", ".join(x for x in (row.get("size"), "spot" if row.get("spot") else None) if x)
-    print(f"monkey: {args.provider}: {req['instance']} " + (f"created ({what}); " if what else "up; ")
-          + "it takes jobs, and goes after its provider's idle timeout with none "
-          f"(`monkey delete instance {req['instance']}` ends it now)", file=sys.stderr)
+    print(
+        f"monkey: {args.provider}: {req['instance']} "
+        + (f"created ({what}); " if what else "up; ")
+        + "it takes jobs, and goes after its provider's idle timeout with none "
+        f"(`monkey delete instance {req['instance']}` ends it now)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -518,5 +742,7 @@ def cmd_delete_instance(args: argparse.Namespace) -> int:
     m = Monkey()
     req = m.delete_instance(args.instance, force=args.force)
     row = _instance_row(m, req["instance"])
-    print(f"{req['instance']} " + ("terminated" if row.get("state") == "terminated" else "released"))
+    print(
+        f"{req['instance']} " + ("terminated" if row.get("state") == "terminated" else "released")
+    )
     return 0

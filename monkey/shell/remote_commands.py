@@ -10,25 +10,43 @@ from monkey.shell.common import ParserClass, UsageError, make_parser, print_json
 
 
 def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "remote", "The main nodes (`monkey server`) this machine sends commands "
-                    "to: add, use, list, remove.")
-    p.epilog = ("A command talks to: --remote NAME, else $MONKEY_REMOTE, else the remote `monkey "
-                "remote use` chose; `local` (or `monkey remote use --local`) means this machine.")
+    p = make_parser(
+        cls,
+        "remote",
+        "The main nodes (`monkey server`) this machine sends commands to: add, use, list, remove.",
+    )
+    p.epilog = (
+        "A command talks to: --remote NAME, else $MONKEY_REMOTE, else the remote `monkey "
+        "remote use` chose; `local` (or `monkey remote use --local`) means this machine."
+    )
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,use,list,remove}")
-    add = sub.add_parser("add", help="add a main node (checks the token and certificate once)",
-                         description="Add a main node; it is reached once to check both.")
+    add = sub.add_parser(
+        "add",
+        help="add a main node (checks the token and certificate once)",
+        description="Add a main node; it is reached once to check both.",
+    )
     add.add_argument("name", help="a short name for it, e.g. lab")
     add.add_argument("url", help="https://HOST:PORT, as `monkey server start` printed it")
     add.add_argument("--token", required=True, help="your token on it (`monkey server user add`)")
-    add.add_argument("--fingerprint", metavar="SHA256:...",
-                     help="pin its self-signed certificate (`monkey server status` prints it)")
-    use = sub.add_parser("use", help="send commands to NAME from now on (--local: this machine)",
-                         description="Choose the remote commands go to.")
+    add.add_argument(
+        "--fingerprint",
+        metavar="SHA256:...",
+        help="pin its self-signed certificate (`monkey server status` prints it)",
+    )
+    use = sub.add_parser(
+        "use",
+        help="send commands to NAME from now on (--local: this machine)",
+        description="Choose the remote commands go to.",
+    )
     use.add_argument("name", nargs="?")
     use.add_argument("--local", action="store_true", help="back to this machine's MONKEY_HOME")
-    ls = sub.add_parser("list", help="the remotes, the one in use marked", description="List remotes.")
+    ls = sub.add_parser(
+        "list", help="the remotes, the one in use marked", description="List remotes."
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
-    rm = sub.add_parser("remove", help="forget a remote and its token", description="Forget a remote.")
+    rm = sub.add_parser(
+        "remove", help="forget a remote and its token", description="Forget a remote."
+    )
     rm.add_argument("name")
     p.set_defaults(func=cmd_remote)
     return p
@@ -44,10 +62,14 @@ def cmd_remote(args: argparse.Namespace) -> int:
         if args.local == bool(args.name):
             raise UsageError("monkey remote use: give NAME, or --local for this machine")
         if args.name and args.name not in data["remotes"]:
-            raise MonkeyError(f"no remote {args.name!r}; add it: monkey remote add {args.name} URL --token T")
+            raise MonkeyError(
+                f"no remote {args.name!r}; add it: monkey remote add {args.name} URL --token T"
+            )
         data["default"] = args.name
         settings.save(data)
-        print(f"commands now go to {args.name}" if args.name else "commands now run on this machine")
+        print(
+            f"commands now go to {args.name}" if args.name else "commands now run on this machine"
+        )
         return 0
     if args.action == "remove":
         if data["remotes"].pop(args.name, None) is None:
@@ -67,9 +89,19 @@ def cmd_remote(args: argparse.Namespace) -> int:
         return 0
     from monkey.shell.table import render
 
-    render(["", "REMOTE", "URL", "USER", "CERTIFICATE"],
-           [["*" if name == current else "", name, r["url"], r.get("user") or "-",
-             r.get("fingerprint") or "CA-verified"] for name, r in sorted(data["remotes"].items())])
+    render(
+        ["", "REMOTE", "URL", "USER", "CERTIFICATE"],
+        [
+            [
+                "*" if name == current else "",
+                name,
+                r["url"],
+                r.get("user") or "-",
+                r.get("fingerprint") or "CA-verified",
+            ]
+            for name, r in sorted(data["remotes"].items())
+        ],
+    )
     return 0
 
 
@@ -88,6 +120,9 @@ def _add(args: argparse.Namespace, data: dict) -> int:
     data["remotes"][name] = {"url": url, "fingerprint": fp, "user": me["name"]}
     settings.write_token(name, args.token.strip())
     settings.save(data)
-    print(f"remote {name} added: {url} as {me['name']}" + (" (admin)" if me["admin"] else "")
-          + f"; send commands there with `monkey remote use {name}` or --remote {name}")
+    print(
+        f"remote {name} added: {url} as {me['name']}"
+        + (" (admin)" if me["admin"] else "")
+        + f"; send commands there with `monkey remote use {name}` or --remote {name}"
+    )
     return 0

@@ -38,8 +38,19 @@ JOB_ARGUMENTS = ("job", "jobs")
 JOB_CHOICES = 200
 # Arguments that name local files or folders (and the command after `--`); tab completes
 # them with paths. `provider add ssh --workdir` is a folder on the host, so not completed.
-PATH_ARGUMENTS = ("workdir", "dataset", "job_yml", "env_file", "install_script", "persist",
-                  "data", "to", "out", "file", "cmd")
+PATH_ARGUMENTS = (
+    "workdir",
+    "dataset",
+    "job_yml",
+    "env_file",
+    "install_script",
+    "persist",
+    "data",
+    "to",
+    "out",
+    "file",
+    "cmd",
+)
 
 
 class ShellParser(cmd2.Cmd2ArgumentParser):
@@ -164,13 +175,19 @@ class MonkeyShell(cmd2.Cmd):
         self._reinstalled: str | None = None
         self.register_postparsing_hook(self._restart_if_reinstalled)
 
-    def _restart_if_reinstalled(self, data: cmd2.plugin.PostparsingData) -> cmd2.plugin.PostparsingData:
+    def _restart_if_reinstalled(
+        self, data: cmd2.plugin.PostparsingData
+    ) -> cmd2.plugin.PostparsingData:
         """Before a command: when monkey was reinstalled since the shell started, say so and
         restart the shell onto the new code (history kept), which then runs the command. A
         shell reading a script or a pipe is not restarted (it would lose its input): it says
         so once."""
         change = version.reinstalled()
-        if change is None or change == self._reinstalled or data.statement.command in ("quit", "exit", "eof"):
+        if (
+            change is None
+            or change == self._reinstalled
+            or data.statement.command in ("quit", "exit", "eof")
+        ):
             return data
         self._reinstalled = change
         if not self.stdin.isatty():

@@ -30,8 +30,10 @@ def check_remote(words: str) -> None:
 
     remote = selected()
     if remote:
-        raise NotRemote(f"monkey {words} does not work through a remote yet; run it on the main "
-                        f"node (remote {remote})")
+        raise NotRemote(
+            f"monkey {words} does not work through a remote yet; run it on the main "
+            f"node (remote {remote})"
+        )
 
 
 def take_remote(argv: list[str]) -> list[str]:
@@ -46,8 +48,10 @@ def take_remote(argv: list[str]) -> list[str]:
         if word == "--remote" or word.startswith("--remote="):
             if word == "--remote":
                 if i + 1 >= len(argv):
-                    raise UsageError("monkey: --remote needs a NAME (see `monkey remote list`; "
-                                     "`local` for this machine)")
+                    raise UsageError(
+                        "monkey: --remote needs a NAME (see `monkey remote list`; "
+                        "`local` for this machine)"
+                    )
                 value, i = argv[i + 1], i + 2
             else:
                 value, i = word.partition("=")[2], i + 1

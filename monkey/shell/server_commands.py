@@ -23,39 +23,66 @@ systemctl --user enable --now monkey-server (and `loginctl enable-linger` to run
 
 
 def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "server", "Run this machine as a main node: an HTTPS API beside the core "
-                    "that laptops reach with `monkey remote add`.")
+    p = make_parser(
+        cls,
+        "server",
+        "Run this machine as a main node: an HTTPS API beside the core "
+        "that laptops reach with `monkey remote add`.",
+    )
     p.epilog = EPILOG
-    sub = p.add_subparsers(dest="action", required=True,
-                           metavar="{start,run,stop,status,user,install-service}")
-    for action, text in (("start", "start in the background (and the core beside it)"),
-                         ("run", "serve in the foreground")):
+    sub = p.add_subparsers(
+        dest="action", required=True, metavar="{start,run,stop,status,user,install-service}"
+    )
+    for action, text in (
+        ("start", "start in the background (and the core beside it)"),
+        ("run", "serve in the foreground"),
+    ):
         a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
-        a.add_argument("--bind", metavar="HOST:PORT",
-                       help="where to listen (default 127.0.0.1:8443, or the last start's)")
+        a.add_argument(
+            "--bind",
+            metavar="HOST:PORT",
+            help="where to listen (default 127.0.0.1:8443, or the last start's)",
+        )
         a.add_argument("--cert", metavar="PEM", help="serve this certificate (with --key)")
         a.add_argument("--key", metavar="PEM", help="the certificate's private key")
         a.add_argument("--no-tls", action="store_true", help="plain HTTP: loopback only")
-    sub.add_parser("stop", help="stop the server (the core goes on)", description="Stop the server.")
-    st = sub.add_parser("status", help="whether it runs, its URL and fingerprint",
-                        description="Whether the server runs, its URL and certificate fingerprint.")
+    sub.add_parser(
+        "stop", help="stop the server (the core goes on)", description="Stop the server."
+    )
+    st = sub.add_parser(
+        "status",
+        help="whether it runs, its URL and fingerprint",
+        description="Whether the server runs, its URL and certificate fingerprint.",
+    )
     st.add_argument("--json", action="store_true", help="print JSON")
-    svc = sub.add_parser("install-service", help="write a systemd user unit that keeps it up",
-                         description="Write ~/.config/systemd/user/monkey-server.service.")
+    svc = sub.add_parser(
+        "install-service",
+        help="write a systemd user unit that keeps it up",
+        description="Write ~/.config/systemd/user/monkey-server.service.",
+    )
     svc.add_argument("--print", action="store_true", help="print the unit instead of writing it")
-    user = sub.add_parser("user", help="add, list, remove users; rotate a token",
-                          description="The server's users and their tokens.")
+    user = sub.add_parser(
+        "user",
+        help="add, list, remove users; rotate a token",
+        description="The server's users and their tokens.",
+    )
     us = user.add_subparsers(dest="user_action", required=True, metavar="{add,list,remove,token}")
     add = us.add_parser("add", help="add a user; prints its token once", description="Add a user.")
     add.add_argument("name")
     add.add_argument("--admin", action="store_true", help="may act on every job")
-    ls = us.add_parser("list", help="users: name, admin, created, last used", description="List users.")
+    ls = us.add_parser(
+        "list", help="users: name, admin, created, last used", description="List users."
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
-    rm = us.add_parser("remove", help="remove a user; its token is refused at once",
-                       description="Remove a user.")
+    rm = us.add_parser(
+        "remove", help="remove a user; its token is refused at once", description="Remove a user."
+    )
     rm.add_argument("name")
-    tok = us.add_parser("token", help="a new token for a user; the old one is refused at once",
-                        description="Rotate a user's token.")
+    tok = us.add_parser(
+        "token",
+        help="a new token for a user; the old one is refused at once",
+        description="Rotate a user's token.",
+    )
     tok.add_argument("name")
     p.set_defaults(func=cmd_server)
     return p
@@ -69,11 +96,12 @@ def cmd_server(args: argparse.Namespace) -> int:
     if args.action in ("start", "run"):
         running = service.status(home)
         if running:  # its settings stay as it runs with them
-            raise MonkeyError(f"a server is already running for {home.root} (pid {running}); "
-                              "`monkey server stop` first to start it with other settings"
-                              if args.action == "run" or args.bind or args.cert or args.no_tls
-                              else f"the server is already running (pid {running}); see "
-                              "`monkey server status`")
+            raise MonkeyError(
+                f"a server is already running for {home.root} (pid {running}); "
+                "`monkey server stop` first to start it with other settings"
+                if args.action == "run" or args.bind or args.cert or args.no_tls
+                else f"the server is already running (pid {running}); see `monkey server status`"
+            )
         settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
         if args.action == "run":
             lines = service.welcome(home, settings, service.first_admin(home))
@@ -108,8 +136,12 @@ def _status(home: object, as_json: bool) -> int:
         settings = json.loads(files.settings.read_text())
     except (OSError, ValueError):
         settings = None
-    info: dict[str, Any] = {"running": bool(pid), "pid": pid, "url": service.url(settings) if settings else None,
-            "fingerprint": None}
+    info: dict[str, Any] = {
+        "running": bool(pid),
+        "pid": pid,
+        "url": service.url(settings) if settings else None,
+        "fingerprint": None,
+    }
     if settings and settings.get("tls", True):
         cert = Path(settings["cert"]) if settings.get("cert") else files.cert
         if cert.exists():
@@ -140,8 +172,10 @@ def _install_service(home: object, only_print: bool) -> int:
     path = Path(base) / "systemd" / "user" / "monkey-server.service"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(unit)
-    print(f"wrote {path}\nnow: systemctl --user daemon-reload && systemctl --user enable --now "
-          "monkey-server\n(and `loginctl enable-linger` to keep it up while you are logged out)")
+    print(
+        f"wrote {path}\nnow: systemctl --user daemon-reload && systemctl --user enable --now "
+        "monkey-server\n(and `loginctl enable-linger` to keep it up while you are logged out)"
+    )
     return 0
 
 
@@ -167,7 +201,9 @@ def _user(home: object, args: argparse.Namespace) -> int:
     action = args.user_action
     if action == "add":
         token = auth.add_user(store, args.name, args.admin)
-        print(f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:")
+        print(
+            f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:"
+        )
         print(token)
         _ready_line(home, args.name, token)
         return 0
@@ -191,7 +227,11 @@ def _user(home: object, args: argparse.Namespace) -> int:
     def when(ts: float | None) -> str:
         return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
-    render(["USER", "ADMIN", "CREATED", "LAST USED"],
-           [[u["name"], "yes" if u["admin"] else "no", when(u["created_at"]), when(u["last_used"])]
-            for u in users])
+    render(
+        ["USER", "ADMIN", "CREATED", "LAST USED"],
+        [
+            [u["name"], "yes" if u["admin"] else "no", when(u["created_at"]), when(u["last_used"])]
+            for u in users
+        ],
+    )
     return 0

@@ -76,7 +76,7 @@ def render(
     shown = list(range(len(headers)))
     if total is not None and (flex is not None or shrink or drop):
         shown = fit(widths, total, flex, shrink or {}, drop, [len(h) for h in headers])
-    cut = [h[:widths[i]] for i, h in enumerate(headers)]
+    cut = [h[: widths[i]] for i, h in enumerate(headers)]
     lines = ["  ".join(paint(cut[i].ljust(widths[i]), "1", colour) for i in shown).rstrip()]
     last = shown[-1]
     for r, row in enumerate(rows):
@@ -112,8 +112,14 @@ def columns(out: TextIO, fallback: int) -> int:
         return fallback
 
 
-def fit(widths: list[int], total: int, flex: int | None, shrink: dict[int, int],
-        drop: Sequence[int], headers: list[int]) -> list[int]:
+def fit(
+    widths: list[int],
+    total: int,
+    flex: int | None,
+    shrink: dict[int, int],
+    drop: Sequence[int],
+    headers: list[int],
+) -> list[int]:
     """Narrow WIDTHS in place to fit TOTAL columns; the indexes of the columns kept."""
     shown = list(range(len(widths)))
     flex_min = max(4, min(headers[flex], widths[flex])) if flex is not None else 0

@@ -62,8 +62,12 @@ def metrics_parser(cls: ParserClass) -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="every point as JSON")
     out.add_argument("--csv", action="store_true", help="every point as CSV")
     out.add_argument("--plot", action="store_true", help="draw the series in the terminal")
-    p.add_argument("--x", choices=("step", "time"), default="step",
-                   help="x axis of --plot: step (default) or seconds since the start")
+    p.add_argument(
+        "--x",
+        choices=("step", "time"),
+        default="step",
+        help="x axis of --plot: step (default) or seconds since the start",
+    )
     p.set_defaults(func=cmd_metrics)
     return p
 
@@ -71,12 +75,20 @@ def metrics_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def _selection(p: argparse.ArgumentParser) -> None:
     """--jobs, --name and --since: a set of jobs, the filters narrowing each other."""
     p.add_argument("--jobs", "-j", nargs="+", default=[], metavar="JOB", help="these jobs")
-    p.add_argument("--name", "-n", metavar="PATTERN",
-                   help="jobs whose name matches PATTERN (shell-style: 'resnet-*')")
-    p.add_argument("--since", "-s", metavar="AGE", help="jobs created in the last AGE (90m, 12h, 7d)")
+    p.add_argument(
+        "--name",
+        "-n",
+        metavar="PATTERN",
+        help="jobs whose name matches PATTERN (shell-style: 'resnet-*')",
+    )
+    p.add_argument(
+        "--since", "-s", metavar="AGE", help="jobs created in the last AGE (90m, 12h, 7d)"
+    )
 
 
-def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -> tuple[list[str], str]:
+def _selected(
+    m: Monkey, refs: list[str], name: str | None, since: str | None
+) -> tuple[list[str], str]:
     """The jobs chosen by REFS, --name and --since, oldest first, and words saying how."""
     from fnmatch import fnmatchcase
 
@@ -101,18 +113,36 @@ def _selected(m: Monkey, refs: list[str], name: str | None, since: str | None) -
 
 
 def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "plot", "Write a PNG comparing metrics across jobs or a sweep's runs "
-                "(needs matplotlib): one panel per metric, runs named by what differs.")
+    p = make_parser(
+        cls,
+        "plot",
+        "Write a PNG comparing metrics across jobs or a sweep's runs "
+        "(needs matplotlib): one panel per metric, runs named by what differs.",
+    )
     job_argument(p, "job", "*", help="job ids, prefixes, or `last`")
     _selection(p)
     p.add_argument("--sweep", help="every run of this sweep (default metric: the sweep's)")
-    p.add_argument("--metric", "-m", action="append", default=[],
-                   help="a metric to draw (repeat for several: one panel each)")
+    p.add_argument(
+        "--metric",
+        "-m",
+        action="append",
+        default=[],
+        help="a metric to draw (repeat for several: one panel each)",
+    )
     p.add_argument("--out", "-o", required=True, help="the PNG (or .svg, .pdf) file to write")
-    p.add_argument("--x", choices=("step", "epoch", "time"), default="step",
-                   help="x axis: step (default), the logged epoch, or seconds since the start")
-    p.add_argument("--smooth", type=float, default=0.0, metavar="W",
-                   help="EMA smoothing weight in [0, 1), e.g. 0.6 (the raw line stays faint)")
+    p.add_argument(
+        "--x",
+        choices=("step", "epoch", "time"),
+        default="step",
+        help="x axis: step (default), the logged epoch, or seconds since the start",
+    )
+    p.add_argument(
+        "--smooth",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="EMA smoothing weight in [0, 1), e.g. 0.6 (the raw line stays faint)",
+    )
     p.add_argument("--log-y", action="store_true", help="a log scale for the values")
     p.add_argument("--size", default="1000x600", metavar="WxH", help="pixels (default 1000x600)")
     p.set_defaults(func=cmd_plot)
@@ -120,8 +150,12 @@ def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def report_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "report", "Write a self-contained HTML report of a sweep, or of any set of "
-                "jobs (--jobs, --name, --since).")
+    p = make_parser(
+        cls,
+        "report",
+        "Write a self-contained HTML report of a sweep, or of any set of "
+        "jobs (--jobs, --name, --since).",
+    )
     p.add_argument("sweep", nargs="?", help="sweep id (sw-...), unique prefix, or `last`")
     p.add_argument("--out", "-o", required=True, help="the HTML file to write")
     _selection(p)
@@ -130,52 +164,112 @@ def report_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "sweep", "Start a hyper-parameter sweep, or act on one: "
-                "`sweep status|cancel|pause|resume|retry SWEEP`.")
-    p.add_argument("--grid", "-g", action="append", default=[], metavar="NAME=V1,V2",
-                   help="values to try (a grid: every combination)")
+    p = make_parser(
+        cls,
+        "sweep",
+        "Start a hyper-parameter sweep, or act on one: "
+        "`sweep status|cancel|pause|resume|retry SWEEP`.",
+    )
+    p.add_argument(
+        "--grid",
+        "-g",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="values to try (a grid: every combination)",
+    )
     p.add_argument("--random", "-r", type=int, metavar="N", help="N random cells instead of a grid")
-    p.add_argument("--uniform", action="append", default=[], metavar="NAME=MIN:MAX",
-                   help="with --random: drawn uniformly")
-    p.add_argument("--log-uniform", action="append", default=[], metavar="NAME=MIN:MAX",
-                   help="with --random: drawn uniformly on a log scale")
-    p.add_argument("--int", action="append", default=[], metavar="NAME=MIN:MAX",
-                   help="with --random: a whole number in [MIN, MAX]")
-    p.add_argument("--choice", action="append", default=[], metavar="NAME=A,B",
-                   help="with --random: one of the values")
+    p.add_argument(
+        "--uniform",
+        action="append",
+        default=[],
+        metavar="NAME=MIN:MAX",
+        help="with --random: drawn uniformly",
+    )
+    p.add_argument(
+        "--log-uniform",
+        action="append",
+        default=[],
+        metavar="NAME=MIN:MAX",
+        help="with --random: drawn uniformly on a log scale",
+    )
+    p.add_argument(
+        "--int",
+        action="append",
+        default=[],
+        metavar="NAME=MIN:MAX",
+        help="with --random: a whole number in [MIN, MAX]",
+    )
+    p.add_argument(
+        "--choice",
+        action="append",
+        default=[],
+        metavar="NAME=A,B",
+        help="with --random: one of the values",
+    )
     p.add_argument("--file", "-f", metavar="SWEEP.yml", help="a YAML sweep file")
     p.add_argument("--metric", "-m", help="the metric that ranks runs")
-    p.add_argument("--goal", choices=("max", "min"), help="whether --metric is better high or low (default: min for "
-                   "names like loss, error, perplexity; else max)")
+    p.add_argument(
+        "--goal",
+        choices=("max", "min"),
+        help="whether --metric is better high or low (default: min for "
+        "names like loss, error, perplexity; else max)",
+    )
     p.add_argument("--max-parallel", type=int, metavar="N", help="at most N runs at once")
     p.add_argument("--retries", type=int, help="re-runs of a failed cell (default 2)")
-    p.add_argument("--early-terminate", choices=("median", "asha"),
-                   help="stop hopeless runs by the median rule or ASHA (needs --metric)")
+    p.add_argument(
+        "--early-terminate",
+        choices=("median", "asha"),
+        help="stop hopeless runs by the median rule or ASHA (needs --metric)",
+    )
     p.add_argument("--seed", type=int, help="seed of --random draws")
     p.add_argument("--name", "-n", help="a readable name for the sweep")
-    p.add_argument("--max-cells", type=int, metavar="N",
-                   help="allow up to N runs (default cap: 10000)")
+    p.add_argument(
+        "--max-cells", type=int, metavar="N", help="allow up to N runs (default cap: 10000)"
+    )
     p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
     p.add_argument("--memory", help="memory each run needs, e.g. 8G")
-    p.add_argument("--time", metavar="LIMIT", help="time limit of each run's attempts, with its "
-                   "unit: 90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m)")
-    p.add_argument("--dataset", "-d", action="append", default=[], metavar="PATH[:NAME]",
-                   help="data every run gets at $MONKEY_DATASET_NAME (checksummed once)")
-    p.add_argument("--env", "-e", action="append", default=[], metavar="K=V",
-                   help="a variable for every run")
+    p.add_argument(
+        "--time",
+        metavar="LIMIT",
+        help="time limit of each run's attempts, with its "
+        "unit: 90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m)",
+    )
+    p.add_argument(
+        "--dataset",
+        "-d",
+        action="append",
+        default=[],
+        metavar="PATH[:NAME]",
+        help="data every run gets at $MONKEY_DATASET_NAME (checksummed once)",
+    )
+    p.add_argument(
+        "--env", "-e", action="append", default=[], metavar="K=V", help="a variable for every run"
+    )
     p.add_argument("--workdir", "-w", help="folder to snapshot and run in (default: .)")
-    p.add_argument("--yes", "-y", action="store_true", help="store a working folder or dataset over 2 GB without asking")
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="store a working folder or dataset over 2 GB without asking",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD | ACTION SWEEP",
-                   help="the command template, with {name} placeholders; or an action")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD | ACTION SWEEP",
+        help="the command template, with {name} placeholders; or an action",
+    )
     p.set_defaults(func=cmd_sweep)
     return p
 
 
 def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "compare", "Compare runs: parameters, final and best metrics in one table.")
+    p = make_parser(
+        cls, "compare", "Compare runs: parameters, final and best metrics in one table."
+    )
     job_argument(p, "jobs", "*", help="job ids, prefixes, or `last`")
     p.add_argument("--sweep", "-s", help="every run of this sweep (ranked on its metric)")
     p.add_argument("--sort", metavar="COLUMN", help="sort by a column (metrics: best first)")
@@ -189,8 +283,11 @@ def compare_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "diff", "What differs between two jobs: command, parameters, environment, "
-                "code, git, data, Python.")
+    p = make_parser(
+        cls,
+        "diff",
+        "What differs between two jobs: command, parameters, environment, code, git, data, Python.",
+    )
     job_argument(p, "jobs", 2, help="two job ids, prefixes, or `last`")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_diff)
@@ -198,8 +295,12 @@ def diff_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def search_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "search", "Jobs whose command or output holds these words (in this order), "
-                "newest first, each with its last matching line.")
+    p = make_parser(
+        cls,
+        "search",
+        "Jobs whose command or output holds these words (in this order), "
+        "newest first, each with its last matching line.",
+    )
     p.add_argument("text", nargs="+", metavar="WORDS", help='e.g. "CUDA out of memory"')
     p.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -215,31 +316,46 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     juid = m.resolve(args.job)
     series = m.metrics(juid, args.name)
     if args.json:
-        _json({name: [{"step": s, "value": v, "time": w} for s, v, w in pts]
-               for name, pts in series.items()})
+        _json(
+            {
+                name: [{"step": s, "value": v, "time": w} for s, v, w in pts]
+                for name, pts in series.items()
+            }
+        )
     elif args.csv:
         writer = csv.writer(sys.stdout)
         writer.writerow(["job", "name", "step", "value", "time"])
         for name, pts in series.items():
-            writer.writerows([juid, name, "" if s is None else s, repr(v), f"{w:.6f}"]
-                             for s, v, w in pts)
+            writer.writerows(
+                [juid, name, "" if s is None else s, repr(v), f"{w:.6f}"] for s, v, w in pts
+            )
     elif not series:
         print(f"job {juid} has logged no metrics yet")
     elif args.plot:
         from monkey.shell.table import use_colour
         from monkey.tracking.plots import terminal_plot
 
-        shown = series if args.name else {k: v for k, v in series.items()
-                                          if not k.startswith("sys/")} or series
+        shown = (
+            series
+            if args.name
+            else {k: v for k, v in series.items() if not k.startswith("sys/")} or series
+        )
         for name, pts in shown.items():
-            print(terminal_plot({name: pts}, f"{juid} {name}", x=args.x,
-                                colour=use_colour(sys.stdout)))
+            print(
+                terminal_plot(
+                    {name: pts}, f"{juid} {name}", x=args.x, colour=use_colour(sys.stdout)
+                )
+            )
     elif args.name:
         from monkey.shell.table import render
 
-        render(["STEP", "VALUE", "TIME"],
-               [[fmt(s), fmt(v), time.strftime("%H:%M:%S", time.localtime(w))]
-                for s, v, w in series[args.name]])
+        render(
+            ["STEP", "VALUE", "TIME"],
+            [
+                [fmt(s), fmt(v), time.strftime("%H:%M:%S", time.localtime(w))]
+                for s, v, w in series[args.name]
+            ],
+        )
     else:
         from monkey.shell.table import render
 
@@ -247,17 +363,32 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         for name, pts in series.items():
             values = [v for _, v, _ in pts if not math.isnan(v)]
             last_step = pts[-1][0]
-            rows.append([name, str(len(pts)), fmt(last_step), fmt(pts[-1][1]),
-                         fmt(min(values) if values else None), fmt(max(values) if values else None)])
+            rows.append(
+                [
+                    name,
+                    str(len(pts)),
+                    fmt(last_step),
+                    fmt(pts[-1][1]),
+                    fmt(min(values) if values else None),
+                    fmt(max(values) if values else None),
+                ]
+            )
         render(["METRIC", "POINTS", "STEP", "LAST", "MIN", "MAX"], rows)
     return 0
 
 
 def _size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
-    if not sep or not w.isdigit() or not h.isdigit() or not (50 <= int(w) <= 10000) or not (
-            50 <= int(h) <= 10000):
-        raise UsageError(f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600")
+    if (
+        not sep
+        or not w.isdigit()
+        or not h.isdigit()
+        or not (50 <= int(w) <= 10000)
+        or not (50 <= int(h) <= 10000)
+    ):
+        raise UsageError(
+            f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600"
+        )
     return int(w), int(h)
 
 
@@ -268,9 +399,21 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.name or args.since:
         refs = _selected(m, refs, args.name, args.since)[0]
     if not refs and not args.sweep:
-        raise UsageError("monkey plot: name the jobs (JOB..., --jobs, --name or --since), or --sweep S")
-    print(m.plot(refs, args.metric, args.out, x=args.x, size=size, smooth=args.smooth,
-                 log_y=args.log_y, sweep=args.sweep))
+        raise UsageError(
+            "monkey plot: name the jobs (JOB..., --jobs, --name or --since), or --sweep S"
+        )
+    print(
+        m.plot(
+            refs,
+            args.metric,
+            args.out,
+            x=args.x,
+            size=size,
+            smooth=args.smooth,
+            log_y=args.log_y,
+            sweep=args.sweep,
+        )
+    )
     return 0
 
 
@@ -280,20 +423,29 @@ def cmd_search(args: argparse.Namespace) -> int:
         _json(found)
         return 0
     for hit in found:
-        print(f"{hit['job']}  {hit['state']:<9}  {hit['name']}  ({hit['source']})\n    {hit['line'].strip()}")
+        print(
+            f"{hit['job']}  {hit['state']:<9}  {hit['name']}  ({hit['source']})\n    {hit['line'].strip()}"
+        )
     if not found:
         print("no job matches")
     return 0 if found else 1
 
 
 def export_parser(cls: ParserClass) -> argparse.ArgumentParser:
-    p = make_parser(cls, "export", "Write jobs, parameters, metrics and output as a tidy SQLite "
-                "database (--to) or CSV files (--csv) for pandas, Datasette or any SQLite tool.")
-    p.epilog = ("Tables: jobs, params, metrics, summaries, attempts, outputs, sweeps (long: one "
-                "fact per row), with full-text search over commands (jobs_fts) and output "
-                "(outputs_fts). Exporting again into the same file updates it.")
-    p.add_argument("jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last` "
-                   "(default: every job)")
+    p = make_parser(
+        cls,
+        "export",
+        "Write jobs, parameters, metrics and output as a tidy SQLite "
+        "database (--to) or CSV files (--csv) for pandas, Datasette or any SQLite tool.",
+    )
+    p.epilog = (
+        "Tables: jobs, params, metrics, summaries, attempts, outputs, sweeps (long: one "
+        "fact per row), with full-text search over commands (jobs_fts) and output "
+        "(outputs_fts). Exporting again into the same file updates it."
+    )
+    p.add_argument(
+        "jobs", nargs="*", metavar="JOB", help="job ids, prefixes, or `last` (default: every job)"
+    )
     p.add_argument("--sweep", metavar="S", help="the runs of this sweep")
     p.add_argument("--name", metavar="GLOB", help="jobs whose name matches GLOB, e.g. 'exp-*'")
     p.add_argument("--since", metavar="AGE", help="jobs created in the last AGE (30m, 12h, 7d)")
@@ -323,12 +475,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         _json(counts)
         return 0
     where = " and ".join(w for w in (args.to, args.csv and f"{args.csv}/*.csv") if w)
-    print(f"exported {counts['jobs']} jobs ({counts['params']} parameters, {counts['metrics']} "
-          f"metric points, {counts['outputs']} outputs) to {where}")
+    print(
+        f"exported {counts['jobs']} jobs ({counts['params']} parameters, {counts['metrics']} "
+        f"metric points, {counts['outputs']} outputs) to {where}"
+    )
     if args.to:
-        print(f"open it with: sqlite3 {args.to}  |  datasette {args.to}  |  "
-              f"pandas.read_sql('select * from metrics', sqlite3.connect('{args.to}'))",
-              file=sys.stderr)
+        print(
+            f"open it with: sqlite3 {args.to}  |  datasette {args.to}  |  "
+            f"pandas.read_sql('select * from metrics', sqlite3.connect('{args.to}'))",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -336,7 +492,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     m = monkey()
     chosen = args.jobs or args.name or args.since
     if bool(args.sweep) == bool(chosen):
-        raise UsageError("monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)")
+        raise UsageError(
+            "monkey report: give a sweep, or jobs with --jobs, --name or --since (not both)"
+        )
     if args.sweep:
         print(m.report(args.sweep, args.out))
     else:
@@ -351,44 +509,75 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         as_json = args.json or "--json" in words
         words = [w for w in words if w != "--json"]
         if len(words) != 2:
-            raise UsageError(f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep "
-                         f"{words[0]} last")
+            raise UsageError(
+                f"monkey sweep {words[0]}: name one sweep, e.g. monkey sweep {words[0]} last"
+            )
         return _sweep_action(words[0], words[1], as_json)
     if words and words[0] != "--" and not (args.grid or args.random or args.file):
         hint = suggest(words[0], SWEEP_ACTIONS)
         if hint or len(words) == 2:  # `sweep stauts last`: a mistyped action, not a command
-            raise UsageError(f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
-                         f"{', '.join(SWEEP_ACTIONS)}; a new sweep: --grid ... -- CMD)")
+            raise UsageError(
+                f"monkey sweep: unknown action {words[0]!r}{hint} (actions: "
+                f"{', '.join(SWEEP_ACTIONS)}; a new sweep: --grid ... -- CMD)"
+            )
     command = words[1:] if words[:1] == ["--"] else words
     if not command and not args.file:
-        raise UsageError("monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
-                     "--grid lr=0.01,0.1 -- python train.py --lr {lr}")
+        raise UsageError(
+            "monkey sweep: no command given; write it after `--`, e.g. monkey sweep "
+            "--grid lr=0.01,0.1 -- python train.py --lr {lr}"
+        )
     from monkey.tracking import sweepspec
 
     options = sweepspec.from_options(
-        command, grid=args.grid, random_count=args.random, uniform=args.uniform,
-        log_uniform=args.log_uniform, ints=args.int, choice=args.choice,
-    )  # fmt: skip
+        command,
+        grid=args.grid,
+        random_count=args.random,
+        uniform=args.uniform,
+        log_uniform=args.log_uniform,
+        ints=args.int,
+        choice=args.choice,
+    )
     if args.random is None and (args.uniform or args.log_uniform or args.int or args.choice):
-        raise UsageError("monkey sweep: --uniform/--log-uniform/--int/--choice draw random values; "
-                     "add --random N (how many runs)")
+        raise UsageError(
+            "monkey sweep: --uniform/--log-uniform/--int/--choice draw random values; "
+            "add --random N (how many runs)"
+        )
     grid = {k: v["values"] for k, v in options["parameters"].items() if "distribution" not in v}
     dists = {k: v for k, v in options["parameters"].items() if "distribution" in v}
     m = monkey()
     sid = m.sweep(
-        command or None, grid=grid, random=args.random, distributions=dists, file=args.file,
-        metric=args.metric, goal=args.goal, max_parallel=args.max_parallel,
-        retries=args.retries, early_terminate=args.early_terminate, seed=args.seed,
-        name=args.name, max_cells=args.max_cells, provider=args.provider, cpus=args.cpus, gpus=args.gpus,
-        memory=args.memory, time=args.time, datasets=args.dataset, env=args.env, workdir=args.workdir, yes=args.yes,
-    )  # fmt: skip
+        command or None,
+        grid=grid,
+        random=args.random,
+        distributions=dists,
+        file=args.file,
+        metric=args.metric,
+        goal=args.goal,
+        max_parallel=args.max_parallel,
+        retries=args.retries,
+        early_terminate=args.early_terminate,
+        seed=args.seed,
+        name=args.name,
+        max_cells=args.max_cells,
+        provider=args.provider,
+        cpus=args.cpus,
+        gpus=args.gpus,
+        memory=args.memory,
+        time=args.time,
+        datasets=args.dataset,
+        env=args.env,
+        workdir=args.workdir,
+        yes=args.yes,
+    )
     if args.json:
         _json(m.sweep_status(sid))
     else:
         total = len(m.store.sweep_jobs_brief(sid))
         print(sid)
-        print(f"monkey: sweep {sid}: {total} runs queued; `monkey sweep status {sid}`",
-              file=sys.stderr)
+        print(
+            f"monkey: sweep {sid}: {total} runs queued; `monkey sweep status {sid}`",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -409,22 +598,34 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
     from monkey.shell.table import STATE_COLOURS, render
 
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st["counts"].items()))
-    print(f"sweep {st['id']} ({st['name']}): {st['state']}, {st['done']}/{st['total']} ended"
-          + (f" ({counts})" if counts else ""))
+    print(
+        f"sweep {st['id']} ({st['name']}): {st['state']}, {st['done']}/{st['total']} ended"
+        + (f" ({counts})" if counts else "")
+    )
     if st["state"] in ("submitting", "interrupted"):
         cells = st["spec"].get("cells", "?")
-        print(f"{st['total']} of its {cells} cells written; "
-              + ("they run once all are written" if st["state"] == "submitting" else
-                 f"its submission stopped half-way, so none will run: `monkey sweep cancel "
-                 f"{st['id']}` and submit it again"))
+        print(
+            f"{st['total']} of its {cells} cells written; "
+            + (
+                "they run once all are written"
+                if st["state"] == "submitting"
+                else f"its submission stopped half-way, so none will run: `monkey sweep cancel "
+                f"{st['id']}` and submit it again"
+            )
+        )
     metric = st["spec"].get("metric")
     if metric:
         best = st["best"]
-        print(f"metric {metric['name']} ({metric['goal']}): "
-              + (f"best {fmt(best['value'])} by {best['job']} {json.dumps(best['params'])}"
-                 if best else f"no run has logged {metric['name']!r}"
-                 + ("" if st["state"] == "finished" else " yet")
-                 + (f" (they log: {', '.join(st['logged'])})" if st.get("logged") else "")))
+        print(
+            f"metric {metric['name']} ({metric['goal']}): "
+            + (
+                f"best {fmt(best['value'])} by {best['job']} {json.dumps(best['params'])}"
+                if best
+                else f"no run has logged {metric['name']!r}"
+                + ("" if st["state"] == "finished" else " yet")
+                + (f" (they log: {', '.join(st['logged'])})" if st.get("logged") else "")
+            )
+        )
     if metric and st["best"]:
         _print_analysis(m.sweep_analysis(st["id"], st))
     if st["stopped_early"]:
@@ -434,15 +635,29 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
 
         total = sum(c["total"] for c in costs.values())
         wasted = sum(c["preempted"] for c in costs.values())
-        print(f"cost: {dollars(total)} estimated"
-              + (f", {dollars(wasted)} of it on preempted attempts" if wasted else ""))
+        print(
+            f"cost: {dollars(total)} estimated"
+            + (f", {dollars(wasted)} of it on preempted attempts" if wasted else "")
+        )
     print()
-    extra = [dollars(costs[j["job"]]["total"]) if j["job"] in costs else "-" for j in st["jobs"]] if costs else []
-    render(["JOB", "STATE", "TRIES"] + (["COST"] if costs else []) + ["PARAMS"],
-           [[j["job"], j["state"], str(j["attempts"])] + ([extra[i]] if costs else []) + [json.dumps(j["params"])]
-            for i, j in enumerate(st["jobs"])],
-           colours=[[None, STATE_COLOURS.get(j["state"]), None] + ([None] if costs else []) + [None]
-                    for j in st["jobs"]])  # fmt: skip
+    extra = (
+        [dollars(costs[j["job"]]["total"]) if j["job"] in costs else "-" for j in st["jobs"]]
+        if costs
+        else []
+    )
+    render(
+        ["JOB", "STATE", "TRIES"] + (["COST"] if costs else []) + ["PARAMS"],
+        [
+            [j["job"], j["state"], str(j["attempts"])]
+            + ([extra[i]] if costs else [])
+            + [json.dumps(j["params"])]
+            for i, j in enumerate(st["jobs"])
+        ],
+        colours=[
+            [None, STATE_COLOURS.get(j["state"]), None] + ([None] if costs else []) + [None]
+            for j in st["jobs"]
+        ],
+    )
     return 0
 
 
@@ -465,8 +680,11 @@ def _print_analysis(analysis: dict[str, Any]) -> None:
     curve = analysis["best_so_far"]
     if len(curve) > 1:
         t0 = curve[0][0]
-        marks = [f"{fmt(v)} at {(t - t0) / 60:.1f} min" for i, (t, v) in enumerate(curve)
-                 if i == 0 or v != curve[i - 1][1]]
+        marks = [
+            f"{fmt(v)} at {(t - t0) / 60:.1f} min"
+            for i, (t, v) in enumerate(curve)
+            if i == 0 or v != curve[i - 1][1]
+        ]
         print(f"best so far: {' -> '.join(marks)}")
 
 
@@ -485,20 +703,32 @@ def cmd_list_sweeps(args: argparse.Namespace) -> int:
     for s in sweeps:
         counts = s["counts"]
         total = sum(counts.values())
-        done = sum(n for st, n in counts.items() if st in ("succeeded", "failed", "cancelled",
-                                                          "lost", "preempted"))
+        done = sum(
+            n
+            for st, n in counts.items()
+            if st in ("succeeded", "failed", "cancelled", "lost", "preempted")
+        )
         metric = s["spec"].get("metric")
-        rows.append([s["id"], s["name"], s["state"], f"{done}/{total}",
-                     f"{metric['name']} ({metric['goal']})" if metric else "-",
-                     ago(now - s["created_at"]), " ".join(s["spec"]["command"])])
+        rows.append(
+            [
+                s["id"],
+                s["name"],
+                s["state"],
+                f"{done}/{total}",
+                f"{metric['name']} ({metric['goal']})" if metric else "-",
+                ago(now - s["created_at"]),
+                " ".join(s["spec"]["command"]),
+            ]
+        )
     render(["SWEEP", "NAME", "STATE", "DONE", "METRIC", "AGE", "COMMAND"], rows, flex=6)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     m = monkey()
-    table = m.compare(args.jobs or None, sweep=args.sweep, sort=args.sort, reverse=args.reverse,
-                      system=args.sys)
+    table = m.compare(
+        args.jobs or None, sweep=args.sweep, sort=args.sort, reverse=args.reverse, system=args.sys
+    )
     columns, rows = table["columns"], table["rows"]
     costs = m.costs([r["job"] for r in rows])
     if costs:  # a column only when some run has a known price
@@ -515,15 +745,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from monkey.shell.table import render
         from monkey.store.cost import dollars
 
-        headers = ["#", *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns)]
+        headers = [
+            "#",
+            *(c.upper() if c in ("job", "name", "state", "cost") else c for c in columns),
+        ]
         name = headers.index("NAME") if "NAME" in headers else None
         kept = 1 + columns.index(table["sorted_by"]) if table.get("sorted_by") in columns else None
-        left_out = render(headers, [[str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
-                                    for i, r in enumerate(rows, start=1)],
-                          flex=name, drop=[i for i in range(len(headers) - 1, 2, -1) if i != kept])  # fmt: skip
+        left_out = render(
+            headers,
+            [
+                [str(i), *(dollars(r[c]) if c == "cost" else fmt(r.get(c)) for c in columns)]
+                for i, r in enumerate(rows, start=1)
+            ],
+            flex=name,
+            drop=[i for i in range(len(headers) - 1, 2, -1) if i != kept],
+        )
         if left_out:
-            print(f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
-                  file=sys.stderr)
+            print(
+                f"{left_out} columns left out to fit the terminal; see them with --json or --csv",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -535,8 +776,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a, b = result["jobs"]
     print(f"--- {a}\n+++ {b}")
     same = True
-    for section in ("rerun_of", "command", "params", "env", "datasets", "resources", "python",
-                    "packages"):
+    for section in (
+        "rerun_of",
+        "command",
+        "params",
+        "env",
+        "datasets",
+        "resources",
+        "python",
+        "packages",
+    ):
         value = result.get(section)
         if not value:
             continue

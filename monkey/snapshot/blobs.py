@@ -47,14 +47,17 @@ class BlobDamaged(MonkeyError):
     """A stored blob whose bytes no longer match its digest (flipped, truncated, replaced).
     ``path``: the file it holds for a job, when known; ``juid``: that job."""
 
-    def __init__(self, digest: str, root: Path, path: str | None = None, juid: str | None = None) -> None:
+    def __init__(
+        self, digest: str, root: Path, path: str | None = None, juid: str | None = None
+    ) -> None:
         self.digest, self.root, self.path, self.juid = digest, root, path, juid
         job = f"job {juid}: " if juid else ""
         what = f"{path}: " if path else ""
         super().__init__(
             f"{job}{what}blob {digest} in {root} does not match its digest (damaged on "
             "disk); `monkey verify` lists the jobs it affects and sets it aside, then submit "
-            "the job again from its source")
+            "the job again from its source"
+        )
 
     def about(self, path: str | None = None, juid: str | None = None) -> BlobDamaged:
         """The same damage, naming the file PATH of job JUID (where not named yet)."""
@@ -101,7 +104,9 @@ class BlobStore:
     def path(self, digest: str) -> Path:
         """Where the blob ``digest`` lives (whether or not it exists)."""
         if not _DIGEST_RE.fullmatch(digest):
-            raise MonkeyError(f"{digest!r} is not a blob digest; expected 64 lowercase hex characters")
+            raise MonkeyError(
+                f"{digest!r} is not a blob digest; expected 64 lowercase hex characters"
+            )
         return Path(self._p(digest))
 
     def has(self, digest: str) -> bool:
@@ -117,8 +122,12 @@ class BlobStore:
             raise MonkeyError(
                 f"blob {digest} is missing from {self.root}; resubmit the job to store it again"
             ) from None
-        if blake3.blake3(data, max_threads=blake3.blake3.AUTO if len(data) >= _BIG else 1
-                         ).hexdigest() != digest:
+        if (
+            blake3.blake3(
+                data, max_threads=blake3.blake3.AUTO if len(data) >= _BIG else 1
+            ).hexdigest()
+            != digest
+        ):
             raise BlobDamaged(digest, self.root)
         return data
 
@@ -168,7 +177,9 @@ class BlobStore:
         except OSError:
             return False
 
-    def stamped(self, blobs: Iterable[tuple[str, int]]) -> list[tuple[str, int, tuple[int, int, int] | None]]:
+    def stamped(
+        self, blobs: Iterable[tuple[str, int]]
+    ) -> list[tuple[str, int, tuple[int, int, int] | None]]:
         """BLOBS (digest, size) with the stamp (mtime_ns, ctime_ns, ino) of those this
         process hashed and found right, unchanged since (None for the others): what a core
         started later may trust instead of hashing them again (see `trust`)."""
@@ -179,7 +190,9 @@ class BlobStore:
                 st = _stamp(os.stat(path))
             except OSError:
                 st = None
-            out.append((digest, size, st[1:] if st is not None and _verified.get(path) == st else None))
+            out.append(
+                (digest, size, st[1:] if st is not None and _verified.get(path) == st else None)
+            )
         return out
 
     def trust(self, stamps: Mapping[str, tuple[int, int, int, int, int]]) -> set[str]:
@@ -201,8 +214,11 @@ class BlobStore:
                 trusted.add(digest)
         return trusted
 
-    def unchecked(self, digests: Sequence[str], recorded: Callable[[list[str]], Mapping[
-            str, tuple[int, int, int, int, int]]]) -> list[tuple[str, int]]:
+    def unchecked(
+        self,
+        digests: Sequence[str],
+        recorded: Callable[[list[str]], Mapping[str, tuple[int, int, int, int, int]]],
+    ) -> list[tuple[str, int]]:
         """(digest, size) of the blobs among DIGESTS a reader must hash before use: those
         neither checked by this process nor stamped by one that hashed them (RECORDED gives
         the stamps the store holds, see `trust`); size 0 for a missing one."""
@@ -221,8 +237,10 @@ class BlobStore:
         """MonkeyError when blob DIGEST is missing, BlobDamaged when its bytes are wrong."""
         ok = self.verify(digest)
         if ok is None:
-            raise MonkeyError(f"blob {digest} is missing from {self.root}; submit the job "
-                              "again from its source to store it")
+            raise MonkeyError(
+                f"blob {digest} is missing from {self.root}; submit the job "
+                "again from its source to store it"
+            )
         if not ok:
             raise BlobDamaged(digest, self.root)
 
@@ -238,8 +256,10 @@ class BlobStore:
         except FileNotFoundError as exc:
             if exc.filename == target:
                 raise
-            raise MonkeyError(f"blob {digest} is missing from {self.root}; submit the job "
-                              "again from its source to store it") from None
+            raise MonkeyError(
+                f"blob {digest} is missing from {self.root}; submit the job "
+                "again from its source to store it"
+            ) from None
         if hasher.hexdigest() != digest:
             _unlink(target)
             raise BlobDamaged(digest, self.root)
@@ -259,8 +279,9 @@ class BlobStore:
         except OSError as exc:
             if is_no_space(exc):
                 raise disk_full(self.root) from None
-            raise MonkeyError(f"cannot use the blob store {self.root} ({exc.strerror}); fix "
-                              "its permissions") from None
+            raise MonkeyError(
+                f"cannot use the blob store {self.root} ({exc.strerror}); fix its permissions"
+            ) from None
         how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
             try:
@@ -270,8 +291,10 @@ class BlobStore:
                     import logging
 
                     logging.getLogger("monkey").warning(
-                        "monkey: %s waits for %s in progress to finish", waiting,
-                        "submissions" if exclusive else "a gc")
+                        "monkey: %s waits for %s in progress to finish",
+                        waiting,
+                        "submissions" if exclusive else "a gc",
+                    )
                 fcntl.flock(fd, how)
             yield
         finally:
@@ -432,4 +455,3 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-

@@ -44,8 +44,9 @@ def dataset_name(path: str, is_file: bool) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", base).upper() or "DATA"
 
 
-def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
-            yes: bool = False) -> Dataset:
+def dataset(
+    spec: str, blobs: BlobStore, store: Store, base: Path | None = None, yes: bool = False
+) -> Dataset:
     """Store a dataset given as ``PATH[:NAME]`` (a file, or every file of a folder).
 
     Relative paths are taken from ``base`` (default: the current folder). A folder dataset
@@ -57,16 +58,20 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
     target = _join(base, raw)
     head, sep, tail = spec.rpartition(":")
     if name is None and sep and not os.path.lexists(target) and os.path.lexists(_join(base, head)):
-        raise MonkeyError(f"dataset {spec}: name {tail!r} is not valid; use letters, digits "
-                          f"and _, not starting with a digit, e.g. {head}:train")
+        raise MonkeyError(
+            f"dataset {spec}: name {tail!r} is not valid; use letters, digits "
+            f"and _, not starting with a digit, e.g. {head}:train"
+        )
     since = time.time_ns()
     root = _existing(target, "dataset", "check the path given to --dataset")
     st = os.stat(root)
     single = not stat.S_ISDIR(st.st_mode)
     if single:
         if not stat.S_ISREG(st.st_mode):
-            raise MonkeyError(f"dataset {target} is not a regular file or folder; "
-                              "check the path given to --dataset")
+            raise MonkeyError(
+                f"dataset {target} is not a regular file or folder; "
+                "check the path given to --dataset"
+            )
         found = [(os.path.basename(os.path.abspath(target)), root, st)]
     else:
         found = _walk(root, ignore=False, follow_dirs=True)
@@ -80,4 +85,3 @@ def dataset(spec: str, blobs: BlobStore, store: Store, base: Path | None = None,
         new_blobs=new,
         size=size,
     )
-

@@ -53,7 +53,9 @@ def locate(folder: str | os.PathLike[str] | None = None) -> Folder:
     else:
         path = _existing(folder, "workdir", "pass an existing folder with --workdir")
         if not os.path.isdir(path):
-            raise MonkeyError(f"workdir {folder} is not a folder; pass an existing folder with --workdir")
+            raise MonkeyError(
+                f"workdir {folder} is not a folder; pass an existing folder with --workdir"
+            )
     return Folder(path, _git_top(path))
 
 
@@ -66,8 +68,9 @@ def repository_root(folder: Folder) -> tuple[Folder, str]:
     return Folder(top, top), os.path.relpath(folder.path, top).replace(os.sep, "/")
 
 
-def git_info(workdir: Path | Folder, blobs: BlobStore,
-             exclude: Sequence[str] = ()) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+def git_info(
+    workdir: Path | Folder, blobs: BlobStore, exclude: Sequence[str] = ()
+) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     """Git provenance of ``workdir``, and the blobs newly stored for it.
 
     Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}`` where
@@ -91,10 +94,26 @@ def git_info(workdir: Path | Folder, blobs: BlobStore,
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     base = ["git", "-C", wd]
     commands = [
-        [*base, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal",
-         "--no-renames"],
-        [*base, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
-         "--src-prefix=a/", "--dst-prefix=b/"],
+        [
+            *base,
+            "status",
+            "--porcelain=v2",
+            "--branch",
+            "-z",
+            "--untracked-files=normal",
+            "--no-renames",
+        ],
+        [
+            *base,
+            "diff",
+            "HEAD",
+            "--binary",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+        ],
     ]
     # Paths outside the work tree make git fail: then there is no diff, never a leak.
     left_out = [p for p in exclude if top is None or (p + "/").startswith(top.rstrip("/") + "/")]
@@ -109,8 +128,14 @@ def git_info(workdir: Path | Folder, blobs: BlobStore,
         if outputs[2] is None:
             return {}, []
         top = os.fsdecode(outputs[2].strip())
-    info: dict[str, Any] = {"commit": None, "branch": None, "dirty": False, "diff": None,
-                            "root": top, "untracked": []}
+    info: dict[str, Any] = {
+        "commit": None,
+        "branch": None,
+        "dirty": False,
+        "diff": None,
+        "root": top,
+        "untracked": [],
+    }
     fields = outputs[0].split(b"\0")
     i = 0
     while i < len(fields):
@@ -150,8 +175,15 @@ def _run_all(commands: list[list[str]], env: dict[str, str]) -> list[bytes | Non
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for cmd in commands:
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, env=env))
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
     except OSError:  # git is not installed
         for proc in procs:
             proc.kill()

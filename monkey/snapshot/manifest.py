@@ -29,8 +29,11 @@ from monkey.store.db import Store
 LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
 # A folder past BIG bytes or files gets a progress bar (on a terminal) and a note naming its
 # largest folders; past HUGE bytes it is stored only when the user says so (--yes, or asked).
-_SIZE_LIMITS = {"MONKEY_BIG_BYTES": 100_000_000, "MONKEY_BIG_FILES": 10_000,
-                "MONKEY_HUGE_BYTES": 2_000_000_000}
+_SIZE_LIMITS = {
+    "MONKEY_BIG_BYTES": 100_000_000,
+    "MONKEY_BIG_FILES": 10_000,
+    "MONKEY_HUGE_BYTES": 2_000_000_000,
+}
 _MANIFEST_MAX = 1 << 30  # a file list larger than this would be a data file
 
 
@@ -51,8 +54,9 @@ class Snapshot(Record):
 
     __slots__ = ("digest", "files", "new_blobs", "size")
 
-    def __init__(self, digest: str, files: list[FileEntry], new_blobs: list[tuple[str, int]],
-                 size: int) -> None:
+    def __init__(
+        self, digest: str, files: list[FileEntry], new_blobs: list[tuple[str, int]], size: int
+    ) -> None:
         self.digest = digest
         self.files = files
         self.new_blobs = new_blobs  # (digest, size) written by this call; record with add_blobs
@@ -64,8 +68,15 @@ class Dataset(Record):
 
     __slots__ = ("name", "digest", "single", "files", "new_blobs", "size")
 
-    def __init__(self, name: str, digest: str, single: bool, files: list[FileEntry],
-                 new_blobs: list[tuple[str, int]], size: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        digest: str,
+        single: bool,
+        files: list[FileEntry],
+        new_blobs: list[tuple[str, int]],
+        size: int,
+    ) -> None:
         self.name = name  # upper-case; exposed to jobs as MONKEY_DATASET_<NAME>
         self.digest = digest
         self.single = single  # a single file rather than a folder
@@ -88,6 +99,7 @@ def load_manifest(blobs: BlobStore, digest: str) -> list[FileEntry]:
     except (ValueError, KeyError, TypeError, IndexError):
         raise MonkeyError(f"blob {digest} is not a snapshot manifest; check the digest") from None
 
+
 def needed_blobs(store: Store, blobs: BlobStore) -> set[str]:
     """Every blob an existing job needs: the digests in its records and, for each that is a
     file list (code, dataset, data folder), the digests it lists."""
@@ -104,7 +116,6 @@ def needed_blobs(store: Store, blobs: BlobStore) -> set[str]:
         except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
             continue  # not a file list
     return needed
-
 
 
 # -- storing ----------------------------------------------------------------------------
@@ -151,8 +162,12 @@ def _io_error(exc: OSError, path: str, blobs: BlobStore) -> MonkeyError:
 
 
 def _store_files(
-    found: list[tuple[str, str, os.stat_result]], blobs: BlobStore, store: Store, since_ns: int,
-    given: Sequence[tuple[FileEntry, bytes]] = (), tick: Callable[[int], None] | None = None,
+    found: list[tuple[str, str, os.stat_result]],
+    blobs: BlobStore,
+    store: Store,
+    since_ns: int,
+    given: Sequence[tuple[FileEntry, bytes]] = (),
+    tick: Callable[[int], None] | None = None,
 ) -> tuple[list[FileEntry], list[tuple[str, int]], str, int]:
     """Digest and store walked files and the GIVEN entries (with the content to store for
     them), write their manifest; returns (files, new, digest, size). TICK gets the bytes
@@ -227,8 +242,14 @@ def _store_files(
     return files, new, digest, sum(f.size for f in files)
 
 
-def snapshot_dir(workdir: Path | Folder, blobs: BlobStore, store: Store, ignore: Sequence[str] = (),
-                 replace: Mapping[str, bytes] | None = None, yes: bool = False) -> Snapshot:
+def snapshot_dir(
+    workdir: Path | Folder,
+    blobs: BlobStore,
+    store: Store,
+    ignore: Sequence[str] = (),
+    replace: Mapping[str, bytes] | None = None,
+    yes: bool = False,
+) -> Snapshot:
     """Store every file of ``workdir`` not ignored by .gitignore or .monkeyignore files (the
     root .monkeyignore overrides all) or the gitignore-style ``ignore`` patterns (job.yml's
     ``code.ignore``); a file whose relative path is a key of ``replace`` is stored with
@@ -245,13 +266,25 @@ def snapshot_dir(workdir: Path | Folder, blobs: BlobStore, store: Store, ignore:
     folder = workdir if isinstance(workdir, Folder) else locate(workdir)
     root = folder.path
     links: list[tuple[str, str]] = []
-    found = _walk(root, ignore=True, follow_dirs=False, skip=frozenset({blobs.home}),
-                  extra_ignore=ignore, links=links, top=folder.top)
-    given = [(FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
-             for rel, target in links]
+    found = _walk(
+        root,
+        ignore=True,
+        follow_dirs=False,
+        skip=frozenset({blobs.home}),
+        extra_ignore=ignore,
+        links=links,
+        top=folder.top,
+    )
+    given = [
+        (FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
+        for rel, target in links
+    ]
     if replace:
-        given += [(FileEntry(rel, "", st.st_mode & 0o777, len(replace[rel])), replace[rel])
-                  for rel, _, st in found if rel in replace]
+        given += [
+            (FileEntry(rel, "", st.st_mode & 0o777, len(replace[rel])), replace[rel])
+            for rel, _, st in found
+            if rel in replace
+        ]
         found = [f for f in found if f[0] not in replace]
     with _size_check(found, "working folder", root, yes) as tick:
         files, new, digest, size = _store_files(found, blobs, store, since, given, tick)
@@ -261,7 +294,10 @@ def snapshot_dir(workdir: Path | Folder, blobs: BlobStore, store: Store, ignore:
         shown = ", ".join(f"{rel} -> {target}" for rel, target in sorted(links)[:3])
         logging.getLogger("monkey").warning(
             "monkey: note: %d symlink(s) leave the project and were recorded as links: %s%s",
-            len(links), shown, f" and {len(links) - 3} more" if len(links) > 3 else "")
+            len(links),
+            shown,
+            f" and {len(links) - 3} more" if len(links) > 3 else "",
+        )
     return Snapshot(digest=digest, files=files, new_blobs=new, size=size)
 
 
@@ -273,8 +309,9 @@ def _size_limit(name: str) -> int:
 
 
 @contextmanager
-def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: str,
-                yes: bool) -> Iterator[Callable[[int], None] | None]:
+def _size_check(
+    found: list[tuple[str, str, os.stat_result]], what: str, root: str, yes: bool
+) -> Iterator[Callable[[int], None] | None]:
     """Around storing FOUND: past MONKEY_BIG_BYTES (100 MB) or MONKEY_BIG_FILES (10,000) a
     one-line note names the largest folders and how to leave them out, and a progress bar
     runs on a terminal; past MONKEY_HUGE_BYTES (2 GB) the user is asked on a terminal,
@@ -293,15 +330,21 @@ def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: s
         tops[top + sep] = tops.get(top + sep, 0) + st.st_size
     largest = sorted(tops.items(), key=lambda kv: -kv[1])[:3]
     named = ", ".join(f"{name} {human_size(size)}" for name, size in largest)
-    how = (f"leave them out with .monkeyignore (e.g. {largest[0][0]}) or ship data with --dataset"
-           if what != "dataset" else "pass a smaller folder")
+    how = (
+        f"leave them out with .monkeyignore (e.g. {largest[0][0]}) or ship data with --dataset"
+        if what != "dataset"
+        else "pass a smaller folder"
+    )
     amount = f"{human_size(total)} in {len(found):,} files"
-    logging.getLogger("monkey").warning("monkey: note: the %s %s holds %s; largest: %s; %s",
-                                        what, root, amount, named, how)
+    logging.getLogger("monkey").warning(
+        "monkey: note: the %s %s holds %s; largest: %s; %s", what, root, amount, named, how
+    )
     terminal = sys.stdin.isatty() and sys.stderr.isatty()
     if total > _size_limit("MONKEY_HUGE_BYTES") and not yes:
         if not terminal:
-            raise MonkeyError(f"the {what} {root} holds {amount}; {how}, or pass --yes to store it all")
+            raise MonkeyError(
+                f"the {what} {root} holds {amount}; {how}, or pass --yes to store it all"
+            )
         sys.stderr.write(f"Store all {human_size(total)} of {root}? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
@@ -312,8 +355,13 @@ def _size_check(found: list[tuple[str, str, os.stat_result]], what: str, root: s
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn(f"storing {what}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn(f"storing {what}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task(what, total=total)
         yield lambda size: bar.advance(task, size)
-

@@ -57,7 +57,7 @@ def _prefilter(spec: GitIgnoreSpec) -> re.Pattern[str] | None:
             return None
         source = re.sub(r"\(\?P<\w+>", "(?:", source)
         if source.startswith(_ANY_DIR):
-            anywhere.append(f"(?:{source[len(_ANY_DIR):]})")
+            anywhere.append(f"(?:{source[len(_ANY_DIR) :]})")
         else:
             anchored.append(f"(?:{source})")
     if anywhere:
@@ -83,8 +83,12 @@ def _load_rules(path: str, strip: int, prefix: str, extra: Sequence[str] = ()) -
     """The patterns of the ignore file PATH (if any) followed by EXTRA patterns."""
     try:
         st = os.stat(path)
-        stamp: tuple[int, int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                   st.st_ino)
+        stamp: tuple[int, int, int, int] | None = (
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_ino,
+        )
     except OSError:
         if not extra:
             return None
@@ -169,8 +173,13 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
 
 
 def _walk(
-    root: str, *, ignore: bool, follow_dirs: bool, skip: frozenset[str] = frozenset(),
-    extra_ignore: Sequence[str] = (), links: list[tuple[str, str]] | None = None,
+    root: str,
+    *,
+    ignore: bool,
+    follow_dirs: bool,
+    skip: frozenset[str] = frozenset(),
+    extra_ignore: Sequence[str] = (),
+    links: list[tuple[str, str]] | None = None,
     top: str | None = None,
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
@@ -243,8 +252,9 @@ def _walk(
             if links is not None and entry.is_symlink():
                 target = _outside_link(entry.path, inside)
                 if target is not None:
-                    if not (ignored is not None and os.path.isdir(entry.path)
-                            and ignored(rel + "/")):
+                    if not (
+                        ignored is not None and os.path.isdir(entry.path) and ignored(rel + "/")
+                    ):
                         links.append((rel, target))
                     continue
             try:
@@ -266,8 +276,10 @@ def _walk(
 
         logging.getLogger("monkey").warning(
             "monkey: the job does not get symlinked folder(s) %s; pass data with --dataset "
-            "PATH, or list them in .monkeyignore", ", ".join(sorted(linked)[:3])
-            + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""))
+            "PATH, or list them in .monkeyignore",
+            ", ".join(sorted(linked)[:3])
+            + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""),
+        )
     return out
 
 
@@ -283,7 +295,6 @@ def _outside_link(path: str, inside: str) -> str | None:
         return None
 
 
-
 def _existing(path: str | os.PathLike[str], what: str, hint: str) -> str:
     """The real path of PATH; MonkeyError saying WHAT it is and the HINT when it does not
     exist (a symlink loop does not either)."""
@@ -293,4 +304,3 @@ def _existing(path: str | os.PathLike[str], what: str, hint: str) -> str:
     except OSError:
         raise MonkeyError(f"{what} {path} does not exist; {hint}") from None
     return resolved
-

@@ -62,8 +62,9 @@ class Storage(ABC):
         """The DIGESTS that are stored, found in one or a few calls."""
 
     @abstractmethod
-    def put_blobs(self, digests: Iterable[str], source: BlobStore,
-                  progress: ProgressFn | None = None) -> int:  # fmt: skip
+    def put_blobs(
+        self, digests: Iterable[str], source: BlobStore, progress: ProgressFn | None = None
+    ) -> int:
         """Send the blobs among DIGESTS that are not stored yet from the local SOURCE, each
         once, checking its content against its digest first; returns the bytes sent.
         PROGRESS gets byte counts as they go; without it a bar is drawn on stderr when it
@@ -126,8 +127,11 @@ def check_key(key: str) -> str:
     """KEY without a trailing slash, or MonkeyError when it is not under blobs/, packs/ or
     runs/ or could leave its folder."""
     parts = key.rstrip("/").split("/")
-    if (len(parts) < 2 or parts[0] not in ("blobs", "packs", "runs")
-            or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts)):
+    if (
+        len(parts) < 2
+        or parts[0] not in ("blobs", "packs", "runs")
+        or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts)
+    ):
         raise MonkeyError(f"{key!r} is not a storage key; expected blobs/DIGEST or runs/JUID/...")
     return "/".join(parts)
 
@@ -137,8 +141,9 @@ def source_size(source: BlobStore, digest: str) -> int:
     try:
         return source.path(digest).stat().st_size
     except FileNotFoundError:
-        raise MonkeyError(f"blob {digest} is missing from {source.root}; "
-                          "resubmit the job to store it again") from None
+        raise MonkeyError(
+            f"blob {digest} is missing from {source.root}; resubmit the job to store it again"
+        ) from None
 
 
 def blob_mismatch(source: BlobStore, digest: str) -> MonkeyError:

@@ -92,8 +92,9 @@ class BucketStorage(Storage):
             self._known |= found
         return wanted & self._known
 
-    def put_blobs(self, digests: Iterable[str], source: BlobStore,
-                  progress: ProgressFn | None = None) -> int:  # fmt: skip
+    def put_blobs(
+        self, digests: Iterable[str], source: BlobStore, progress: ProgressFn | None = None
+    ) -> int:
         wanted = list(dict.fromkeys(digests))
         present = self.has(wanted) - self._suspect
         missing = [d for d in wanted if d not in present]
@@ -102,7 +103,9 @@ class BucketStorage(Storage):
             if hash_file(source.path(digest)) != digest:
                 raise blob_mismatch(source, digest)
         with upload_progress(sum(sizes.values()), progress) as advance:
-            self._upload([(source.path(d), blob_key(d)) for d in missing], advance, "uploading blobs")
+            self._upload(
+                [(source.path(d), blob_key(d)) for d in missing], advance, "uploading blobs"
+            )
         with self._lock:
             self._known.update(missing)
             self._suspect.difference_update(missing)
@@ -114,7 +117,9 @@ class BucketStorage(Storage):
         with self._lock:
             self._suspect.add(digest)
 
-    def put_packs(self, digests: Iterable[str], source: BlobStore) -> list[tuple[str, list[list[Any]]]]:
+    def put_packs(
+        self, digests: Iterable[str], source: BlobStore
+    ) -> list[tuple[str, list[list[Any]]]]:
         """``put_pack`` for DIGESTS in packs of at most PACK_MAX bytes (smallest blobs first)."""
         sizes = {d: source_size(source, d) for d in digests}
         packs: list[list[str]] = [[]]
@@ -179,11 +184,17 @@ class BucketStorage(Storage):
         old = self._read_tree(prefix) or {}
         with self._errors(f"uploading {prefix}"):
             stored = {k for k, _ in self._list(prefix + "/")}
-        changed = [rel for rel, entry in tree.items() if entry[1] >= 0
-                   and (old.get(rel) != entry or f"{prefix}/{rel}" not in stored)]  # fmt: skip
+        changed = [
+            rel
+            for rel, entry in tree.items()
+            if entry[1] >= 0 and (old.get(rel) != entry or f"{prefix}/{rel}" not in stored)
+        ]
         with upload_progress(sum(tree[rel][1] for rel in changed), None, prefix) as advance:
-            self._upload([(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
-                         advance, f"uploading {prefix}")  # fmt: skip
+            self._upload(
+                [(Path(local_dir) / rel, f"{prefix}/{rel}") for rel in changed],
+                advance,
+                f"uploading {prefix}",
+            )
         body = json.dumps({"tree": {rel: list(e) for rel, e in sorted(tree.items())}}).encode()
         with self._errors(f"uploading {prefix}"):
             self._put_bytes(prefix + "/", body)
@@ -201,7 +212,9 @@ class BucketStorage(Storage):
         changed = [rel for rel, e in tree.items() if e[1] >= 0 and have.get(rel) != e]
         temps = {rel: local_dir / f"{rel}.monkey-{uuid.uuid4().hex[:8]}" for rel in changed}
         try:
-            self._download([(f"{prefix}/{rel}", temps[rel]) for rel in changed], f"downloading {prefix}")
+            self._download(
+                [(f"{prefix}/{rel}", temps[rel]) for rel in changed], f"downloading {prefix}"
+            )
             for rel in changed:
                 mode, _size, mtime = tree[rel]
                 os.chmod(temps[rel], mode)
@@ -220,7 +233,7 @@ class BucketStorage(Storage):
         self._delete_keys(keys, prefix)
         if prefix.startswith("blobs/"):
             with self._lock:
-                self._known.discard(prefix[len("blobs/"):])
+                self._known.discard(prefix[len("blobs/") :])
 
     # -- helpers
 
@@ -230,7 +243,7 @@ class BucketStorage(Storage):
         for key, _ in self._list("blobs/"):
             if len(found) == _LIST_AT_MOST:
                 return found, False
-            found.add(key[len("blobs/"):])
+            found.add(key[len("blobs/") :])
         return found, True
 
     def _read_tree(self, prefix: str) -> Tree | None:
@@ -243,8 +256,10 @@ class BucketStorage(Storage):
             raw = json.loads(body)["tree"]
             tree = {rel: (int(e[0]), int(e[1]), int(e[2])) for rel, e in raw.items()}
         except (ValueError, KeyError, TypeError, IndexError):
-            raise MonkeyError(f"{self.label} {self.bucket}: {prefix}/ is not a tree stored by "
-                              "monkey; delete it or use another bucket") from None
+            raise MonkeyError(
+                f"{self.label} {self.bucket}: {prefix}/ is not a tree stored by "
+                "monkey; delete it or use another bucket"
+            ) from None
         for rel in tree:
             if rel:
                 check_rel(rel, f"{self.scheme}://{self.bucket}/{prefix}/")

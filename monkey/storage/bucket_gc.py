@@ -14,15 +14,27 @@ import time
 from monkey.storage.bucket import BucketStorage
 
 
-def clean(storage: BucketStorage, runs: list[str], keep: list[str] | None, grace: float,
-          tag: str) -> dict[str, int]:
+def clean(
+    storage: BucketStorage, runs: list[str], keep: list[str] | None, grace: float, tag: str
+) -> dict[str, int]:
     """Delete RUNS' objects and, unless KEEP is None, the blobs (and packs) no home needs,
     older than GRACE seconds; what was freed, as SSH hosts report it."""
-    freed = {"runs": 0, "run_bytes": 0, "blobs": 0, "blob_bytes": 0, "partial": 0, "partial_bytes": 0}
+    freed = {
+        "runs": 0,
+        "run_bytes": 0,
+        "blobs": 0,
+        "blob_bytes": 0,
+        "partial": 0,
+        "partial_bytes": 0,
+    }
     for juid in runs:
         prefix = f"runs/{juid}"
         with storage._errors(f"listing {prefix}"):
-            found = [(k, size) for k, size in storage._list(prefix) if k == prefix or k.startswith(prefix + "/")]
+            found = [
+                (k, size)
+                for k, size in storage._list(prefix)
+                if k == prefix or k.startswith(prefix + "/")
+            ]
         if found:
             storage._delete_keys([k for k, _ in found], prefix)
             freed["runs"] += 1
@@ -38,8 +50,11 @@ def clean(storage: BucketStorage, runs: list[str], keep: list[str] | None, grace
                 needed.update((storage._get_bytes(key) or b"").decode(errors="replace").split())
     cut = time.time() - grace
     with storage._errors("listing blobs"):
-        blobs = [(k, size) for k, size, at in storage._list_dated("blobs/")
-                 if at <= cut and k[len("blobs/"):] not in needed]  # fmt: skip
+        blobs = [
+            (k, size)
+            for k, size, at in storage._list_dated("blobs/")
+            if at <= cut and k[len("blobs/") :] not in needed
+        ]
         packs = [(k, size) for k, size, at in storage._list_dated("packs/") if at <= cut]
     for doomed, prefix in ((blobs, "blobs/"), (packs, "packs/")):
         if doomed:

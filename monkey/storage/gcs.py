@@ -41,8 +41,14 @@ class GCSStorage(BucketStorage):
     scheme = "gs"
     label = "GCS bucket"
 
-    def __init__(self, bucket: str, *, credentials: str, project: str | None = None,
-                 endpoint: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        credentials: str,
+        project: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
         super().__init__(bucket)
         self.credentials = credentials
         self.project, self.endpoint = project, endpoint
@@ -51,8 +57,12 @@ class GCSStorage(BucketStorage):
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> GCSStorage:
-        return cls(str(entry["bucket"]), credentials=str(entry["credentials"]),
-                   project=entry.get("project"), endpoint=entry.get("storage_endpoint"))  # fmt: skip
+        return cls(
+            str(entry["bucket"]),
+            credentials=str(entry["credentials"]),
+            project=entry.get("project"),
+            endpoint=entry.get("storage_endpoint"),
+        )
 
     @classmethod
     def from_config(cls, config: ProviderConfig) -> GCSStorage:
@@ -90,20 +100,32 @@ class GCSStorage(BucketStorage):
         creds = self._service_account()
         now = datetime.datetime.now(datetime.timezone.utc)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
-        fields = {"Content-Type": "application/octet-stream", "x-goog-algorithm": "GOOG4-RSA-SHA256",
-                  "x-goog-credential": f"{creds.signer_email}/{stamp[:8]}/auto/storage/goog4_request",
-                  "x-goog-date": stamp}  # fmt: skip
+        fields = {
+            "Content-Type": "application/octet-stream",
+            "x-goog-algorithm": "GOOG4-RSA-SHA256",
+            "x-goog-credential": f"{creds.signer_email}/{stamp[:8]}/auto/storage/goog4_request",
+            "x-goog-date": stamp,
+        }
         ends = now + datetime.timedelta(seconds=min(int(expires), _LONGEST_SIGNATURE))
-        policy = json.dumps({
-            "conditions": [{"bucket": self.bucket}, ["starts-with", "$key", prefix],
-                           *({k: v} for k, v in fields.items())],
-            "expiration": ends.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }, separators=(",", ":")).encode()  # fmt: skip
+        policy = json.dumps(
+            {
+                "conditions": [
+                    {"bucket": self.bucket},
+                    ["starts-with", "$key", prefix],
+                    *({k: v} for k, v in fields.items()),
+                ],
+                "expiration": ends.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            separators=(",", ":"),
+        ).encode()
         encoded = base64.b64encode(policy)
         with self._errors("signing an upload form"):
             signature = creds.sign_bytes(encoded).hex()
         url = f"{(self.endpoint or _GOOGLE).rstrip('/')}/{self.bucket}"  # XML API: POST /BUCKET
-        return {"url": url, "fields": {**fields, "policy": encoded.decode(), "x-goog-signature": signature}}
+        return {
+            "url": url,
+            "fields": {**fields, "policy": encoded.decode(), "x-goog-signature": signature},
+        }
 
     # -- internals
 
@@ -116,14 +138,17 @@ class GCSStorage(BucketStorage):
                     from google.auth.credentials import AnonymousCredentials
                     from google.cloud import storage
                 except ImportError:
-                    raise MonkeyError("GCS storage needs google-cloud-storage: pip install "
-                                      "google-cloud-storage (or '.[gcp]' in monkey's clone)") from None
+                    raise MonkeyError(
+                        "GCS storage needs google-cloud-storage: pip install "
+                        "google-cloud-storage (or '.[gcp]' in monkey's clone)"
+                    ) from None
 
                 options = {"api_endpoint": self.endpoint} if self.endpoint else None
                 creds = AnonymousCredentials() if self.endpoint else self._service_account()
                 with self._errors("connecting"):
-                    self._client = storage.Client(project=self.project or "-", credentials=creds,
-                                                  client_options=options)  # fmt: skip
+                    self._client = storage.Client(
+                        project=self.project or "-", credentials=creds, client_options=options
+                    )
             return self._client
 
     def _service_account(self) -> Any:
@@ -132,10 +157,13 @@ class GCSStorage(BucketStorage):
 
             try:
                 self._signer = service_account.Credentials.from_service_account_file(
-                    os.path.expanduser(self.credentials))
+                    os.path.expanduser(self.credentials)
+                )
             except (OSError, ValueError) as exc:
-                raise MonkeyError(f"GCS bucket {self.bucket}: credentials {self.credentials} is "
-                                  f"not a service-account JSON key ({exc}); fix `credentials:`") from None
+                raise MonkeyError(
+                    f"GCS bucket {self.bucket}: credentials {self.credentials} is "
+                    f"not a service-account JSON key ({exc}); fix `credentials:`"
+                ) from None
         return self._signer
 
     def _blob(self, key: str) -> Any:
@@ -153,21 +181,31 @@ class GCSStorage(BucketStorage):
         except MonkeyError:
             raise
         except NotFound:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: not found; create it "
-                              "with `monkey provider add gcp`") from None
+            raise MonkeyError(
+                f"GCS bucket {self.bucket}: {what} failed: not found; create it "
+                "with `monkey provider add gcp`"
+            ) from None
         except Forbidden as e:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {_said(e)}; give the "
-                              "service account Storage Admin rights on it") from None
+            raise MonkeyError(
+                f"GCS bucket {self.bucket}: {what} failed: {_said(e)}; give the "
+                "service account Storage Admin rights on it"
+            ) from None
         except GoogleAPICallError as e:
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {e.code} {_said(e)}") from None
+            raise MonkeyError(
+                f"GCS bucket {self.bucket}: {what} failed: {e.code} {_said(e)}"
+            ) from None
         except GoogleAuthError as e:
             first = (str(e).strip().splitlines() or ["refused"])[0]
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: credentials: {first}; "
-                              "fix `credentials:` in providers.yml") from None
+            raise MonkeyError(
+                f"GCS bucket {self.bucket}: {what} failed: credentials: {first}; "
+                "fix `credentials:` in providers.yml"
+            ) from None
         except RequestException as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise MonkeyError(f"GCS bucket {self.bucket}: {what} failed: {first}; check the "
-                              "network or `endpoint:`") from None
+            raise MonkeyError(
+                f"GCS bucket {self.bucket}: {what} failed: {first}; check the "
+                "network or `endpoint:`"
+            ) from None
 
     def _upload(self, files: list[tuple[Path, str]], advance: ProgressFn, what: str) -> None:
         """Upload (path, key) pairs at once; ADVANCE gets byte counts as each file lands."""
@@ -199,7 +237,9 @@ class GCSStorage(BucketStorage):
         if not pairs:
             return
         with self._errors(what), ThreadPoolExecutor(min(THREADS, len(pairs))) as pool:
-            list(pool.map(lambda pair: self._blob(pair[0]).download_to_filename(str(pair[1])), pairs))
+            list(
+                pool.map(lambda pair: self._blob(pair[0]).download_to_filename(str(pair[1])), pairs)
+            )
 
     def _put_bytes(self, key: str, body: bytes) -> None:
         self._blob(key).upload_from_string(body, content_type="application/json")
@@ -222,16 +262,28 @@ class GCSStorage(BucketStorage):
                 pass
 
         if keys:
-            with self._errors(f"deleting {prefix}"), ThreadPoolExecutor(min(THREADS, len(keys))) as pool:
+            with (
+                self._errors(f"deleting {prefix}"),
+                ThreadPoolExecutor(min(THREADS, len(keys))) as pool,
+            ):
                 list(pool.map(one, keys))
 
     def _sign(self, key: str, method: str, expires: int, content_type: str | None = None) -> str:
         key = check_key(key)
         with self._errors("signing a URL"):
-            return self._gcs().bucket(self.bucket).blob(key).generate_signed_url(
-                version="v4", method=method, expiration=datetime.timedelta(seconds=int(expires)),
-                credentials=self._service_account(), content_type=content_type,
-                api_access_endpoint=self.endpoint or _GOOGLE)
+            return (
+                self._gcs()
+                .bucket(self.bucket)
+                .blob(key)
+                .generate_signed_url(
+                    version="v4",
+                    method=method,
+                    expiration=datetime.timedelta(seconds=int(expires)),
+                    credentials=self._service_account(),
+                    content_type=content_type,
+                    api_access_endpoint=self.endpoint or _GOOGLE,
+                )
+            )
 
 
 def _said(exc: Any) -> str:

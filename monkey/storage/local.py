@@ -40,8 +40,9 @@ class LocalStorage(Storage):
     def has(self, digests: Iterable[str]) -> set[str]:
         return {d for d in digests if self.blobs.has(d)}
 
-    def put_blobs(self, digests: Iterable[str], source: BlobStore,
-                  progress: ProgressFn | None = None) -> int:  # fmt: skip
+    def put_blobs(
+        self, digests: Iterable[str], source: BlobStore, progress: ProgressFn | None = None
+    ) -> int:
         if source.root.resolve() == self.blobs.root.resolve():
             return 0
         wanted = [d for d in dict.fromkeys(digests) if not self.blobs.has(d)]
@@ -96,7 +97,7 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         key = check_key(key)
         if key.startswith("blobs/"):
-            return self.blobs.path(key[len("blobs/"):])
+            return self.blobs.path(key[len("blobs/") :])
         return self.root / key
 
 

@@ -49,9 +49,14 @@ class _Bar:
         )
 
         self.progress = Progress(
-            "{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            TimeRemainingColumn(), console=Console(stderr=True), transient=False,
-        )  # fmt: skip
+            "{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.task = self.progress.add_task(self.label, total=self.total)
         self.progress.start()
 
@@ -63,8 +68,9 @@ class _Bar:
 
 
 @contextmanager
-def upload_progress(total: int, progress: ProgressFn | None,
-                    label: str = "uploading") -> Iterator[ProgressFn]:  # fmt: skip
+def upload_progress(
+    total: int, progress: ProgressFn | None, label: str = "uploading"
+) -> Iterator[ProgressFn]:
     """The callback an upload of TOTAL bytes reports to: PROGRESS when given, else a bar
     on stderr when it is a terminal, else nothing."""
     if progress is not None:

@@ -49,13 +49,21 @@ def read_manifest(storage: Storage, juid: str) -> dict[str, Any] | None:
                 if not (isinstance(sha, str) and isinstance(size, int) and isinstance(mode, int)):
                     raise ValueError(rel)
         except (ValueError, KeyError, TypeError) as exc:
-            raise MonkeyError(f"{prefix(juid)}/manifest.json is not a manifest monkey wrote "
-                              f"({exc}); delete it to start the job afresh") from None
+            raise MonkeyError(
+                f"{prefix(juid)}/manifest.json is not a manifest monkey wrote "
+                f"({exc}); delete it to start the job afresh"
+            ) from None
         return manifest
 
 
-def start_fields(storage: Storage, juid: str, attempt: int, dirs: dict[str, str],
-                 outputs: list[str], every: float) -> dict[str, Any]:  # fmt: skip
+def start_fields(
+    storage: Storage,
+    juid: str,
+    attempt: int,
+    dirs: dict[str, str],
+    outputs: list[str],
+    every: float,
+) -> dict[str, Any]:
     """The ``results`` field of the agent's start of ATTEMPT: an upload form for the job's
     prefix, the instance's kept folders (DIRS: checkpoint, persist), the OUTPUTS globs, the
     period, and what to restore (the newest manifest's kept files, by presigned GET; a
@@ -66,8 +74,16 @@ def start_fields(storage: Storage, juid: str, attempt: int, dirs: dict[str, str]
         if rel.split("/", 1)[0] in KEPT:
             restore[rel] = [storage.get_url(f"{prefix(juid)}/objects/{sha}"), size, sha, mode]
     form = storage.upload_form(prefix(juid), FORM_EXPIRES)
-    return {"results": {**form, "prefix": prefix(juid), "every": every, "dirs": dirs,
-                        "outputs": outputs, "restore": restore}}  # fmt: skip
+    return {
+        "results": {
+            **form,
+            "prefix": prefix(juid),
+            "every": every,
+            "dirs": dirs,
+            "outputs": outputs,
+            "restore": restore,
+        }
+    }
 
 
 def bring_back(storage: Storage, home: Home, juid: str, attempt: int, current: bool) -> int:

@@ -32,9 +32,16 @@ class S3Storage(BucketStorage):
     scheme = "s3"
     label = "S3 bucket"
 
-    def __init__(self, bucket: str, *, region: str | None = None, endpoint: str | None = None,
-                 profile: str | None = None, credentials: str | None = None,
-                 multipart: int = MULTIPART) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        region: str | None = None,
+        endpoint: str | None = None,
+        profile: str | None = None,
+        credentials: str | None = None,
+        multipart: int = MULTIPART,
+    ) -> None:
         super().__init__(bucket)
         self.region, self.endpoint = region, endpoint
         self.profile, self.credentials = profile, credentials
@@ -44,8 +51,13 @@ class S3Storage(BucketStorage):
     @classmethod
     def from_config(cls, config: ProviderConfig) -> S3Storage:
         opts = config.options
-        return cls(str(opts["bucket"]), region=opts.get("region"), endpoint=opts.get("endpoint"),
-                   profile=opts.get("profile"), credentials=opts.get("credentials"))  # fmt: skip
+        return cls(
+            str(opts["bucket"]),
+            region=opts.get("region"),
+            endpoint=opts.get("endpoint"),
+            profile=opts.get("profile"),
+            credentials=opts.get("credentials"),
+        )
 
     def blob_url(self, digest: str, expires: int = URL_EXPIRES) -> str:
         return self._presign("get_object", blob_key(digest), expires)
@@ -61,10 +73,15 @@ class S3Storage(BucketStorage):
         prefix = check_key(prefix) + "/"
         with self._errors("signing an upload form"):
             form = self._s3().generate_presigned_post(
-                self.bucket, prefix + "${filename}", ExpiresIn=int(expires),
+                self.bucket,
+                prefix + "${filename}",
+                ExpiresIn=int(expires),
                 Fields={"Content-Type": "application/octet-stream"},
-                Conditions=[["starts-with", "$key", prefix],
-                            {"Content-Type": "application/octet-stream"}])  # fmt: skip
+                Conditions=[
+                    ["starts-with", "$key", prefix],
+                    {"Content-Type": "application/octet-stream"},
+                ],
+            )
         return {"url": form["url"], "fields": form["fields"]}
 
     # -- internals
@@ -80,12 +97,17 @@ class S3Storage(BucketStorage):
                 with self._errors("connecting"):
                     core = botocore.session.Session()
                     if self.credentials:
-                        core.set_config_variable("credentials_file",
-                                                 os.path.expanduser(self.credentials))  # fmt: skip
-                    session = boto3.session.Session(botocore_session=core, profile_name=self.profile,
-                                                    region_name=self.region)  # fmt: skip
-                    config = Config(signature_version="s3v4", max_pool_connections=2 * THREADS,
-                                    s3={"addressing_style": "path"} if self.endpoint else {})  # fmt: skip
+                        core.set_config_variable(
+                            "credentials_file", os.path.expanduser(self.credentials)
+                        )
+                    session = boto3.session.Session(
+                        botocore_session=core, profile_name=self.profile, region_name=self.region
+                    )
+                    config = Config(
+                        signature_version="s3v4",
+                        max_pool_connections=2 * THREADS,
+                        s3={"addressing_style": "path"} if self.endpoint else {},
+                    )
                     self._client = session.client("s3", endpoint_url=self.endpoint, config=config)
             return self._client
 
@@ -102,15 +124,21 @@ class S3Storage(BucketStorage):
         try:
             yield
         except NoCredentialsError:
-            raise MonkeyError(f"S3 bucket {self.bucket}: no AWS credentials found; set `profile` "
-                              "or `credentials` in providers.yml, or AWS_PROFILE") from None
+            raise MonkeyError(
+                f"S3 bucket {self.bucket}: no AWS credentials found; set `profile` "
+                "or `credentials` in providers.yml, or AWS_PROFILE"
+            ) from None
         except ProfileNotFound as e:
-            raise MonkeyError(f"S3 bucket {self.bucket}: {e}; fix `profile` in providers.yml") from None
+            raise MonkeyError(
+                f"S3 bucket {self.bucket}: {e}; fix `profile` in providers.yml"
+            ) from None
         except ClientError as e:
             err = e.response.get("Error", {})
             code, msg = err.get("Code", "?"), err.get("Message") or ""
             hint = "; create it with `monkey provider add`" if code == "NoSuchBucket" else ""
-            raise MonkeyError(f"S3 bucket {self.bucket}: {what} failed: {code} {msg}{hint}".rstrip()) from None
+            raise MonkeyError(
+                f"S3 bucket {self.bucket}: {what} failed: {code} {msg}{hint}".rstrip()
+            ) from None
         except BotoCoreError as e:
             raise MonkeyError(f"S3 bucket {self.bucket}: {what} failed: {e}") from None
 
@@ -118,8 +146,11 @@ class S3Storage(BucketStorage):
     def _transfers(self) -> Iterator[Any]:
         from boto3.s3.transfer import TransferConfig, create_transfer_manager
 
-        config = TransferConfig(multipart_threshold=self.multipart, multipart_chunksize=self.multipart,
-                                max_concurrency=THREADS)  # fmt: skip
+        config = TransferConfig(
+            multipart_threshold=self.multipart,
+            multipart_chunksize=self.multipart,
+            max_concurrency=THREADS,
+        )
         with create_transfer_manager(self._s3(), config) as manager:
             yield manager
 
@@ -134,8 +165,10 @@ class S3Storage(BucketStorage):
                 advance(bytes_transferred)
 
         with self._errors(what), self._transfers() as manager:
-            futures = [manager.upload(str(path), self.bucket, key, subscribers=[Progress()])
-                       for path, key in files]  # fmt: skip
+            futures = [
+                manager.upload(str(path), self.bucket, key, subscribers=[Progress()])
+                for path, key in files
+            ]
             for future in futures:
                 future.result()
 
@@ -152,14 +185,18 @@ class S3Storage(BucketStorage):
 
     def _list(self, prefix: str) -> Iterator[tuple[str, int]]:
         """(key, size) of every object whose key starts with PREFIX."""
-        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        pages = (
+            self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        )
         for page in pages:
             for obj in page.get("Contents", []):
                 yield obj["Key"], obj["Size"]
 
     def _list_dated(self, prefix: str) -> Iterator[tuple[str, int, float]]:
         """(key, size, when last written) of every object whose key starts with PREFIX."""
-        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        pages = (
+            self._s3().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        )
         for page in pages:
             for obj in page.get("Contents", []):
                 yield obj["Key"], obj["Size"], obj["LastModified"].timestamp()
@@ -188,16 +225,20 @@ class S3Storage(BucketStorage):
     def _delete_keys(self, keys: list[str], prefix: str) -> None:
         with self._errors(f"deleting {prefix}"):
             for start in range(0, len(keys), 1000):
-                batch = [{"Key": k} for k in keys[start:start + 1000]]
-                reply = self._s3().delete_objects(Bucket=self.bucket,
-                                                  Delete={"Objects": batch, "Quiet": True})  # fmt: skip
+                batch = [{"Key": k} for k in keys[start : start + 1000]]
+                reply = self._s3().delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+                )
                 if reply.get("Errors"):
                     err = reply["Errors"][0]
-                    raise MonkeyError(f"S3 bucket {self.bucket}: deleting {err.get('Key')} "
-                                      f"failed: {err.get('Code')} {err.get('Message')}")  # fmt: skip
+                    raise MonkeyError(
+                        f"S3 bucket {self.bucket}: deleting {err.get('Key')} "
+                        f"failed: {err.get('Code')} {err.get('Message')}"
+                    )
 
     def _presign(self, method: str, key: str, expires: int) -> str:
         key = check_key(key)
         with self._errors("signing a URL"):
             return self._s3().generate_presigned_url(
-                method, Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=int(expires))
+                method, Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=int(expires)
+            )

@@ -22,8 +22,9 @@ class AttemptStore:
     tx: Any  # Store.tx
     _event: Any  # Store._event
 
-    def begin_attempt(self, job: Job, instance: str, run_dir: str, gpus: str = "",
-                      now: float | None = None) -> Attempt | None:
+    def begin_attempt(
+        self, job: Job, instance: str, run_dir: str, gpus: str = "", now: float | None = None
+    ) -> Attempt | None:
         """Move a queued job to dispatching and open its next attempt, atomically."""
         now = time.time() if now is None else now
         n = job.attempts + 1
@@ -42,7 +43,8 @@ class AttemptStore:
             size, spot, price = db.execute(
                 "SELECT size, spot, price * min(1.0, ? * 1.0 / coalesce("
                 "json_extract(extra, '$.slots'), ?)) FROM instances WHERE id = ?",
-                (cpus, cpus, instance)).fetchone() or (None, 0, None)  # fmt: skip
+                (cpus, cpus, instance),
+            ).fetchone() or (None, 0, None)
             db.execute(
                 "INSERT INTO attempts(juid, n, instance, state, run_dir, gpus, size, spot, price) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
@@ -50,8 +52,17 @@ class AttemptStore:
             )
             self._event(db, job.juid, n, "state", "queued", "dispatching", instance, now)
         job.attempts, job.state, job.instance = n, State.DISPATCHING, instance
-        return Attempt(job.juid, n, instance, "live", run_dir=run_dir, gpus=gpus, size=size,
-                       spot=bool(spot), price=price)
+        return Attempt(
+            job.juid,
+            n,
+            instance,
+            "live",
+            run_dir=run_dir,
+            gpus=gpus,
+            size=size,
+            spot=bool(spot),
+            price=price,
+        )
 
     def attempt_started(self, juid: str, n: int, pid: int, started_at: float) -> bool:
         """Record the process start and move the job from dispatching to running."""
@@ -68,8 +79,9 @@ class AttemptStore:
                 (time.time(), started_at, juid, n),
             )
             if cur.rowcount == 1:
-                self._event(db, juid, n, "state", "dispatching", "running", f"pid {pid}",
-                            started_at)
+                self._event(
+                    db, juid, n, "state", "dispatching", "running", f"pid {pid}", started_at
+                )
             return cur.rowcount == 1
 
     def set_unreachable(self, juid: str, n: int, since: float | None, detail: str) -> bool:
@@ -85,30 +97,45 @@ class AttemptStore:
             )
             if cur.rowcount != 1:
                 return False
-            self._event(db, juid, n, "unreachable" if since is not None else "reachable",
-                        None, None, detail, now)
+            self._event(
+                db,
+                juid,
+                n,
+                "unreachable" if since is not None else "reachable",
+                None,
+                None,
+                detail,
+                now,
+            )
         return True
 
     def adrift_attempts(self, instance: str) -> list[Attempt]:
         """Attempts on INSTANCE lost while it was out of reach, whose end it has not told."""
-        rows = self.db.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE adrift = 1 "
-                               "AND instance = ? ORDER BY juid, n", (instance,))
+        rows = self.db.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE adrift = 1 "
+            "AND instance = ? ORDER BY juid, n",
+            (instance,),
+        )
         return [_attempt(r) for r in rows]
 
     def adrift_instances(self) -> list[tuple[str, str]]:
         """(provider, instance) of every instance with adrift attempts."""
         return self.db.execute(
             "SELECT DISTINCT j.provider, a.instance FROM attempts a JOIN jobs j ON j.juid = a.juid "
-            "WHERE a.adrift = 1").fetchall()
+            "WHERE a.adrift = 1"
+        ).fetchall()
 
-    def settle_adrift(self, juid: str, n: int, exit_code: int | None, signal: int | None,
-                      detail: str | None) -> bool:
+    def settle_adrift(
+        self, juid: str, n: int, exit_code: int | None, signal: int | None, detail: str | None
+    ) -> bool:
         """An adrift attempt's instance told how it ended (DETAIL, recorded as a `late exit`
         event with its exit code or signal), or knows nothing of it (DETAIL None)."""
         with self.tx() as db:
-            cur = db.execute("UPDATE attempts SET adrift = 0, exit_code = COALESCE(?, exit_code), "
-                             "signal = COALESCE(?, signal) WHERE juid = ? AND n = ? AND adrift = 1",
-                             (exit_code, signal, juid, n))
+            cur = db.execute(
+                "UPDATE attempts SET adrift = 0, exit_code = COALESCE(?, exit_code), "
+                "signal = COALESCE(?, signal) WHERE juid = ? AND n = ? AND adrift = 1",
+                (exit_code, signal, juid, n),
+            )
             if cur.rowcount == 1 and detail:
                 self._event(db, juid, n, "late exit", None, None, detail, time.time())
             return cur.rowcount == 1
@@ -117,9 +144,11 @@ class AttemptStore:
         """Move every `unreachable since` SECONDS later: the time no core ran is not counted."""
         if seconds > 0:
             with self.tx() as db:
-                db.execute("UPDATE jobs SET unreachable_since = unreachable_since + ?, "
-                           "updated_at = ? WHERE unreachable_since IS NOT NULL",
-                           (seconds, time.time()))
+                db.execute(
+                    "UPDATE jobs SET unreachable_since = unreachable_since + ?, "
+                    "updated_at = ? WHERE unreachable_since IS NOT NULL",
+                    (seconds, time.time()),
+                )
 
     def end_attempt(
         self,
@@ -169,8 +198,16 @@ class AttemptStore:
                 "updated_at = ?, front = ? WHERE juid = ?",
                 (now + requeue_after, now, int(requeue_kind == "preempt"), juid),
             )
-            self._event(db, juid, n, requeue_kind, final.value, "queued",
-                        f"{requeue_kind} in {requeue_after:.0f}s", now)
+            self._event(
+                db,
+                juid,
+                n,
+                requeue_kind,
+                final.value,
+                "queued",
+                f"{requeue_kind} in {requeue_after:.0f}s",
+                now,
+            )
             return State.QUEUED
 
     def auto_retries(self, juid: str, kind: str = "retry") -> int:
@@ -196,8 +233,9 @@ class AttemptStore:
 
     def last_attempt_end(self, instance: str) -> float | None:
         """When the last attempt that ran on INSTANCE ended (None: none has)."""
-        row = self.db.execute("SELECT MAX(ended_at) FROM attempts WHERE instance = ?",
-                              (instance,)).fetchone()
+        row = self.db.execute(
+            "SELECT MAX(ended_at) FROM attempts WHERE instance = ?", (instance,)
+        ).fetchone()
         return row[0] if row else None
 
     def live_attempts(self, instance: str | None = None) -> list[Attempt]:

@@ -27,8 +27,16 @@ class BlobRecords:
     def _add_blobs(db: sqlite3.Connection, blobs: Iterable[BlobRow], now: float) -> None:
         """Record BLOBS: (digest, size) or (digest, size, stamp), a stamp being the stat
         (mtime_ns, ctime_ns, ino) of a blob whose bytes this process hashed (or None)."""
-        rows = [(b[0], b[1], now, *(b[2] if len(b) > 2 and b[2] else (None, None, None)),
-                 int(now * 1e9)) for b in blobs]
+        rows = [
+            (
+                b[0],
+                b[1],
+                now,
+                *(b[2] if len(b) > 2 and b[2] else (None, None, None)),
+                int(now * 1e9),
+            )
+            for b in blobs
+        ]
         db.executemany(
             "INSERT INTO blobs(digest, size, created_at, mtime_ns, ctime_ns, ino, checked_ns) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(digest) DO UPDATE SET "
@@ -50,13 +58,17 @@ class BlobRecords:
             chunk = digests[start : start + 500]
             for d, *stamp in self.db.execute(
                 "SELECT digest, size, mtime_ns, ctime_ns, ino, checked_ns FROM blobs "
-                f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})", chunk):
+                f"WHERE ino IS NOT NULL AND digest IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ):
                 out[d] = tuple(stamp)
         return out
 
     def blob_count(self) -> tuple[int, int]:
         """Number of blobs and their total size."""
-        count, size = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs").fetchone()
+        count, size = self.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs"
+        ).fetchone()
         return count, size
 
     def cached_digests(self, paths: list[str]) -> dict[str, tuple[int, int, int, str]]:

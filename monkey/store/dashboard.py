@@ -31,8 +31,18 @@ class DashboardQueries:
             "a.cpu, a.rss, a.gpus FROM attempts a JOIN jobs j ON j.juid = a.juid "
             "WHERE a.state = 'live' ORDER BY a.instance, a.juid"
         )
-        keys = ("juid", "n", "instance", "provider", "name", "started_at", "heartbeat_at",
-                "cpu", "rss", "gpus")  # fmt: skip
+        keys = (
+            "juid",
+            "n",
+            "instance",
+            "provider",
+            "name",
+            "started_at",
+            "heartbeat_at",
+            "cpu",
+            "rss",
+            "gpus",
+        )
         return [dict(zip(keys, r)) for r in rows]
 
     def latest_metric_values(self, juids: list[str]) -> dict[str, dict[str, float | None]]:

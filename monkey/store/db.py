@@ -82,8 +82,7 @@ def damaged(path: Path, detail: str) -> MonkeyError:
 def is_damage(exc: BaseException) -> bool:
     """Whether EXC is SQLite reporting a corrupt file (not a busy, full or missing one)."""
     return isinstance(exc, sqlite3.DatabaseError) and (
-        getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT")
-        or "malformed" in str(exc)
+        getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT") or "malformed" in str(exc)
     )
 
 
@@ -126,7 +125,6 @@ class _Connection(sqlite3.Connection):
             raise failure from exc
 
 
-
 def _create_private(path: Path) -> None:
     """Create PATH empty and readable by this user only, unless it exists by now (other
     failures are left for SQLite to report)."""
@@ -136,9 +134,9 @@ def _create_private(path: Path) -> None:
         pass
 
 
-
-def _job_filter(states: Iterable[State] | None, provider: str | None,
-                sweep: str | None) -> tuple[str, list[Any]]:
+def _job_filter(
+    states: Iterable[State] | None, provider: str | None, sweep: str | None
+) -> tuple[str, list[Any]]:
     """The WHERE clause (with its leading space, or "") and arguments of a job listing."""
     where, args = [], []
     if states is not None:
@@ -154,9 +152,20 @@ def _job_filter(states: Iterable[State] | None, provider: str | None,
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, TrackingStore,
-            JobSpecStore, OutputQueries, RerunStore, HousekeepingStore, HostChoresStore,
-            InstanceRequestStore, UserStore):
+class Store(
+    AttemptStore,
+    InstanceStore,
+    BlobRecords,
+    DashboardQueries,
+    TrackingStore,
+    JobSpecStore,
+    OutputQueries,
+    RerunStore,
+    HousekeepingStore,
+    HostChoresStore,
+    InstanceRequestStore,
+    UserStore,
+):
     """A connection to monkey.db; safe to use from several processes at once."""
 
     db: _Connection
@@ -171,8 +180,13 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         try:
             # Autocommit mode: every write goes through tx(), which takes the write lock up
             # front (BEGIN IMMEDIATE) so concurrent writers wait instead of failing.
-            self.db = sqlite3.connect(self.path, timeout=0, isolation_level=None,
-                                      check_same_thread=False, factory=_Connection)
+            self.db = sqlite3.connect(
+                self.path,
+                timeout=0,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
+            )
             self.db.path = self.path
             self._prepare()
         except sqlite3.DatabaseError as exc:
@@ -181,8 +195,10 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             if 0 <= free_bytes(self.path.parent) < NEARLY_FULL:  # e.g. no room for its -shm
                 raise disk_full(self.path.parent) from None
             if isinstance(exc, sqlite3.OperationalError):  # the file is fine; its folder is not
-                raise MonkeyError(f"cannot open {self.path} ({exc}); check that you may write "
-                                  f"to {self.path.parent}") from None
+                raise MonkeyError(
+                    f"cannot open {self.path} ({exc}); check that you may write "
+                    f"to {self.path.parent}"
+                ) from None
             raise MonkeyError(
                 f"{self.path} is not a readable monkey database ({exc}); move it aside to start afresh"
             ) from None
@@ -201,10 +217,14 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             self.db.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP}")
             return
         # Read-only checks first: another program's database is refused untouched.
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {
+            r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         if tables - {"sqlite_sequence"} and (version == 0 or "migrations" not in tables):
-            raise MonkeyError(f"{self.path} is an SQLite database of another program; move it "
-                              "aside or set MONKEY_HOME to another folder")
+            raise MonkeyError(
+                f"{self.path} is an SQLite database of another program; move it "
+                "aside or set MONKEY_HOME to another folder"
+            )
         if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
@@ -228,7 +248,9 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         except sqlite3.DatabaseError as exc:
             problem = str(exc)
         if problem != "ok":  # e.g. "*** in database main ***\nPage 3: btreeInitPage() ..."
-            raise damaged(self.path, " ".join(problem.replace("*** in database main ***", "").split()))
+            raise damaged(
+                self.path, " ".join(problem.replace("*** in database main ***", "").split())
+            )
 
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -337,10 +359,23 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         shared = (
-            state.value, provider, dumps(resources.to_json()), dumps(env), snapshot, workdir,
-            dumps(datasets), dumps(git), python, retries, now, now, HOLD if held else 0.0, sweep,
-            secrets, owner or local_user(),
-        )  # fmt: skip
+            state.value,
+            provider,
+            dumps(resources.to_json()),
+            dumps(env),
+            snapshot,
+            workdir,
+            dumps(datasets),
+            dumps(git),
+            python,
+            retries,
+            now,
+            now,
+            HOLD if held else 0.0,
+            sweep,
+            secrets,
+            owner or local_user(),
+        )
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
             first = self._next_of_day(db, day, len(cells))
@@ -350,16 +385,20 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
                 "snapshot, workdir, datasets, git, python, retries, created_at, updated_at, "
                 "not_before, sweep, secrets, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
                 "?, ?, ?, ?, ?, ?, ?)",
-                [(juid, name or juid, dumps(argv), dumps(params), *shared)
-                 for juid, (argv, name, params) in zip(juids, cells)],
-            )  # fmt: skip
+                [
+                    (juid, name or juid, dumps(argv), dumps(params), *shared)
+                    for juid, (argv, name, params) in zip(juids, cells)
+                ],
+            )
             db.executemany(
                 "INSERT INTO events(juid, ts, kind, new) VALUES (?, ?, 'created', ?)",
                 [(juid, now, state.value) for juid in juids],
             )
-            for table, column, value in (("job_specs", "spec", spec and dumps(spec)),
-                                         ("job_outputs", "globs", outputs and dumps(outputs)),
-                                         ("job_packages", "digest", packages)):  # fmt: skip
+            for table, column, value in (
+                ("job_specs", "spec", spec and dumps(spec)),
+                ("job_outputs", "globs", outputs and dumps(outputs)),
+                ("job_packages", "digest", packages),
+            ):
                 if value:
                     db.executemany(
                         f"INSERT OR REPLACE INTO {table}(juid, {column}) VALUES (?, ?)",
@@ -394,10 +433,14 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         if ref == "last":
             row = self.db.execute("SELECT juid FROM jobs ORDER BY seq DESC LIMIT 1").fetchone()
             if not row:
-                raise MonkeyError("no jobs yet, so `last` names nothing; submit one with `monkey run`")
+                raise MonkeyError(
+                    "no jobs yet, so `last` names nothing; submit one with `monkey run`"
+                )
             return row[0]
         if not ref or any(c not in "0123456789-" for c in ref):
-            raise MonkeyError(f"{ref!r} is not a job id; use an id like 26-11-21-001, a prefix, or `last`")
+            raise MonkeyError(
+                f"{ref!r} is not a job id; use an id like 26-11-21-001, a prefix, or `last`"
+            )
         if JUID_RE.match(ref):
             if self.db.execute("SELECT 1 FROM jobs WHERE juid = ?", (ref,)).fetchone():
                 return ref
@@ -429,10 +472,15 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             parts, args = [], []
             for state in states:
                 where, part_args = _job_filter([state], provider, sweep)
-                parts.append(f"SELECT * FROM (SELECT {_JOB_COLUMNS}, seq FROM jobs{where} "
-                             f"ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)})")
+                parts.append(
+                    f"SELECT * FROM (SELECT {_JOB_COLUMNS}, seq FROM jobs{where} "
+                    f"ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)})"
+                )
                 args += part_args
-            sql = " UNION ALL ".join(parts) + f" ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)}"
+            sql = (
+                " UNION ALL ".join(parts)
+                + f" ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)}"
+            )
             return [_job(r[:-1]) for r in self.db.execute(sql, args)]
         where, args = _job_filter(states, provider, sweep)
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + where + f" ORDER BY seq {order}"
@@ -440,8 +488,13 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
             sql += f" LIMIT {min(int(limit), 2**63 - 1)}"  # SQLite's largest integer
         return [_job(r) for r in self.db.execute(sql, args)]
 
-    def count_listed(self, *, states: Iterable[State] | None = None,
-                     provider: str | None = None, sweep: str | None = None) -> int:
+    def count_listed(
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        provider: str | None = None,
+        sweep: str | None = None,
+    ) -> int:
         """How many jobs ``list_jobs`` with the same filters gives without a limit."""
         where, args = _job_filter(states, provider, sweep)
         return self.db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0]
@@ -450,17 +503,22 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
         """juid -> seconds its attempts ran, summed (a live one up to NOW)."""
         out: dict[str, float] = {}
         for i in range(0, len(juids), 500):
-            part = list(juids[i:i + 500])
-            out.update(self.db.execute(
-                "SELECT juid, SUM(COALESCE(ended_at, ?) - started_at) FROM attempts WHERE juid IN "
-                f"({', '.join('?' * len(part))}) AND started_at IS NOT NULL GROUP BY juid",
-                [now, *part]).fetchall())
+            part = list(juids[i : i + 500])
+            out.update(
+                self.db.execute(
+                    "SELECT juid, SUM(COALESCE(ended_at, ?) - started_at) FROM attempts WHERE juid IN "
+                    f"({', '.join('?' * len(part))}) AND started_at IS NOT NULL GROUP BY juid",
+                    [now, *part],
+                ).fetchall()
+            )
         return out
 
     def count_jobs(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
 
-    def ready_jobs(self, now: float, limit: int = 1000, provider: str | None = None) -> Iterator[Job]:
+    def ready_jobs(
+        self, now: float, limit: int = 1000, provider: str | None = None
+    ) -> Iterator[Job]:
         """Queued jobs whose back-off has passed: preempted ones first, then oldest first
         (each decoded when the caller gets to it)."""
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ?"
@@ -473,11 +531,14 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
 
     def has_ready(self, provider: str, now: float) -> bool:
         """Whether the provider has a queued job ready to run."""
-        return self.db.execute(
-            "SELECT 1 FROM jobs WHERE state = 'queued' AND not_before <= ? AND provider = ? "
-            "LIMIT 1",
-            (now, provider),
-        ).fetchone() is not None
+        return (
+            self.db.execute(
+                "SELECT 1 FROM jobs WHERE state = 'queued' AND not_before <= ? AND provider = ? "
+                "LIMIT 1",
+                (now, provider),
+            ).fetchone()
+            is not None
+        )
 
     def queued_providers(self) -> list[str]:
         """Providers named by queued jobs."""
@@ -548,14 +609,23 @@ class Store(AttemptStore, InstanceStore, BlobRecords, DashboardQueries, Tracking
                 self._event(db, juid, None, "request", None, None, request, time.time())
             return cur.rowcount == 1
 
-    def add_event(self, juid: str, kind: str, detail: str | None = None,
-                  attempt: int | None = None) -> None:
+    def add_event(
+        self, juid: str, kind: str, detail: str | None = None, attempt: int | None = None
+    ) -> None:
         with self.tx() as db:
             self._event(db, juid, attempt, kind, None, None, detail, time.time())
 
     @staticmethod
-    def _event(db: sqlite3.Connection, juid: str, attempt: int | None, kind: str,
-               old: str | None, new: str | None, detail: str | None, now: float) -> None:
+    def _event(
+        db: sqlite3.Connection,
+        juid: str,
+        attempt: int | None,
+        kind: str,
+        old: str | None,
+        new: str | None,
+        detail: str | None,
+        now: float,
+    ) -> None:
         db.execute(
             "INSERT INTO events(juid, attempt, ts, kind, old, new, detail) VALUES (?,?,?,?,?,?,?)",
             (juid, attempt, now, kind, old, new, detail),

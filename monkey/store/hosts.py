@@ -22,8 +22,9 @@ class HostChoresStore:
 
     tx: Any  # Store.tx
 
-    def owe_job_folders(self, juids: Iterable[str], hosts: Sequence[str],
-                        buckets: Sequence[str]) -> int:
+    def owe_job_folders(
+        self, juids: Iterable[str], hosts: Sequence[str], buckets: Sequence[str]
+    ) -> int:
         """Owe the deletion of the JUIDS' folders on every host of the HOSTS kinds (SSH) one
         of their attempts ran on, and in the bucket of every provider of the BUCKETS kinds
         (clouds) (called before the jobs' rows go: a kill between leaves a chore for a job
@@ -34,35 +35,51 @@ class HostChoresStore:
         now, done = time.time(), 0
         with self.tx() as db:
             for start in range(0, len(juids), 500):
-                chunk = juids[start:start + 500]
+                chunk = juids[start : start + 500]
                 marks = ", ".join("?" * len(chunk))
                 done += db.execute(
                     "INSERT INTO host_chores(provider, instance, what, job, created_at) "
                     "SELECT DISTINCT i.provider, a.instance, 'run', a.juid, ? FROM attempts a "
                     f"JOIN instances i ON i.id = a.instance WHERE i.kind IN ({host_marks}) "
-                    f"AND a.juid IN ({marks})", (now, *hosts, *chunk)).rowcount  # fmt: skip
+                    f"AND a.juid IN ({marks})",
+                    (now, *hosts, *chunk),
+                ).rowcount
                 done += db.execute(
                     "INSERT INTO host_chores(provider, instance, what, job, created_at) "
                     "SELECT DISTINCT i.provider, i.provider || ?, 'run', a.juid, ? FROM attempts a "
                     f"JOIN instances i ON i.id = a.instance WHERE i.kind IN ({bucket_marks}) "
-                    f"AND a.juid IN ({marks})", (BUCKET, now, *buckets, *chunk)).rowcount  # fmt: skip
+                    f"AND a.juid IN ({marks})",
+                    (BUCKET, now, *buckets, *chunk),
+                ).rowcount
         return done
 
-    def owe_hosts(self, what: str, grace: float | None, kinds: Sequence[str],
-                  buckets: Sequence[str]) -> list[str]:
+    def owe_hosts(
+        self, what: str, grace: float | None, kinds: Sequence[str], buckets: Sequence[str]
+    ) -> list[str]:
         """Owe WHAT ("gc" with GRACE seconds, or "du") to every host of the KINDS (SSH) this
         home has reached (a gc: and to the bucket of every provider of the BUCKETS kinds it
         used); the hosts."""
-        hosts = self.db.execute(f"SELECT id, provider FROM instances WHERE kind IN ({', '.join('?' * len(kinds))}) "
-                                "AND state != 'terminated' ORDER BY id", tuple(kinds)).fetchall()  # fmt: skip
+        hosts = self.db.execute(
+            f"SELECT id, provider FROM instances WHERE kind IN ({', '.join('?' * len(kinds))}) "
+            "AND state != 'terminated' ORDER BY id",
+            tuple(kinds),
+        ).fetchall()
         if what == "gc":
-            hosts += [(p + BUCKET, p) for (p,) in self.db.execute(
-                f"SELECT DISTINCT provider FROM instances WHERE kind IN ({', '.join('?' * len(buckets))}) "
-                "ORDER BY provider", tuple(buckets))]  # fmt: skip
+            hosts += [
+                (p + BUCKET, p)
+                for (p,) in self.db.execute(
+                    f"SELECT DISTINCT provider FROM instances WHERE kind IN ({', '.join('?' * len(buckets))}) "
+                    "ORDER BY provider",
+                    tuple(buckets),
+                )
+            ]
         now = time.time()
         with self.tx() as db:
-            db.executemany("INSERT INTO host_chores(provider, instance, what, grace, created_at) "
-                           "VALUES (?,?,?,?,?)", [(p, i, what, grace, now) for i, p in hosts])  # fmt: skip
+            db.executemany(
+                "INSERT INTO host_chores(provider, instance, what, grace, created_at) "
+                "VALUES (?,?,?,?,?)",
+                [(p, i, what, grace, now) for i, p in hosts],
+            )
         return [i for i, _ in hosts]
 
     def host_chores(self) -> list[dict[str, Any]]:
@@ -77,9 +94,12 @@ class HostChoresStore:
 
     def record_host_usage(self, provider: str, instance: str, usage: dict[str, Any]) -> None:
         with self.tx() as db:
-            db.execute("INSERT INTO host_usage(instance, provider, usage, measured_at) VALUES (?,?,?,?) "
-                       "ON CONFLICT(instance) DO UPDATE SET usage = excluded.usage, "
-                       "measured_at = excluded.measured_at", (instance, provider, json.dumps(usage), time.time()))  # fmt: skip
+            db.execute(
+                "INSERT INTO host_usage(instance, provider, usage, measured_at) VALUES (?,?,?,?) "
+                "ON CONFLICT(instance) DO UPDATE SET usage = excluded.usage, "
+                "measured_at = excluded.measured_at",
+                (instance, provider, json.dumps(usage), time.time()),
+            )
 
     def host_usage(self) -> dict[str, dict[str, Any]]:
         """{instance: {provider, usage, measured_at}} as last measured."""

@@ -23,9 +23,14 @@ class HousekeepingStore:
 
     def juid_tables(self) -> list[str]:
         """Every table with a ``juid`` column."""
-        names = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return [n for n in names
-                if any(c[1] == "juid" for c in self.db.execute(f"PRAGMA table_info({n})"))]  # fmt: skip
+        names = [
+            r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        return [
+            n
+            for n in names
+            if any(c[1] == "juid" for c in self.db.execute(f"PRAGMA table_info({n})"))
+        ]
 
     def delete_jobs(self, juids: Iterable[str]) -> int:
         """Delete the jobs and every row naming them, and the sweeps left with no job, in one
@@ -37,20 +42,30 @@ class HousekeepingStore:
         sweeps: set[str] = set()
         with self.tx() as db:
             for start in range(0, len(juids), 500):
-                chunk = juids[start:start + 500]
+                chunk = juids[start : start + 500]
                 marks = ", ".join("?" * len(chunk))
-                sweeps.update(r[0] for r in db.execute(
-                    f"SELECT DISTINCT sweep FROM jobs WHERE juid IN ({marks}) "
-                    "AND sweep IS NOT NULL", chunk))
-                db.execute(f"DELETE FROM metrics WHERE series IN "
-                           f"(SELECT id FROM metric_series WHERE juid IN ({marks}))", chunk)  # fmt: skip
+                sweeps.update(
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT DISTINCT sweep FROM jobs WHERE juid IN ({marks}) "
+                        "AND sweep IS NOT NULL",
+                        chunk,
+                    )
+                )
+                db.execute(
+                    f"DELETE FROM metrics WHERE series IN "
+                    f"(SELECT id FROM metric_series WHERE juid IN ({marks}))",
+                    chunk,
+                )
                 for table in tables:
                     if table != "jobs":
                         db.execute(f"DELETE FROM {table} WHERE juid IN ({marks})", chunk)
                 done += db.execute(f"DELETE FROM jobs WHERE juid IN ({marks})", chunk).rowcount
-            db.executemany("DELETE FROM sweeps WHERE id = ? AND NOT EXISTS "
-                           "(SELECT 1 FROM jobs WHERE sweep = sweeps.id)",
-                           [(s,) for s in sorted(sweeps)])
+            db.executemany(
+                "DELETE FROM sweeps WHERE id = ? AND NOT EXISTS "
+                "(SELECT 1 FROM jobs WHERE sweep = sweeps.id)",
+                [(s,) for s in sorted(sweeps)],
+            )
         return done
 
     def referenced_digests(self) -> set[str]:
@@ -66,7 +81,10 @@ class HousekeepingStore:
 
     def job_specs(self) -> dict[str, dict[str, Any]]:
         """{juid: recorded job.yml spec} of every job that has one."""
-        return {juid: json.loads(spec) for juid, spec in self.db.execute("SELECT juid, spec FROM job_specs")}
+        return {
+            juid: json.loads(spec)
+            for juid, spec in self.db.execute("SELECT juid, spec FROM job_specs")
+        }
 
     def forget_blobs(self, digests: Iterable[str]) -> None:
         """Remove the blobs table's rows of DIGESTS (before their files are deleted)."""

@@ -21,8 +21,13 @@ class InstanceStore:
 
     tx: Any  # Store.tx
 
-    def record_instance(self, inst: Instance, reach: str | None = None,
-                        extra: dict[str, Any] | None = None, detail: str = "") -> bool:
+    def record_instance(
+        self,
+        inst: Instance,
+        reach: str | None = None,
+        extra: dict[str, Any] | None = None,
+        detail: str = "",
+    ) -> bool:
         """Record what a provider reports of INST: inserted when new, its state changed only
         by a legal move (compare-and-set), with a row in ``instance_events`` per change of
         state or reach. REACH is monkey's own view of its agent ("up", "unreachable",
@@ -30,20 +35,37 @@ class InstanceStore:
         instance's own). False when the move is illegal (nothing is written then)."""
         now = time.time()
         with self.tx() as db:
-            row = db.execute("SELECT state, reach FROM instances WHERE id = ?",
-                             (inst.id,)).fetchone()  # fmt: skip
+            row = db.execute(
+                "SELECT state, reach FROM instances WHERE id = ?", (inst.id,)
+            ).fetchone()
             extra_json = dumps(extra if extra is not None else inst.extra)
             if row is None:
                 db.execute(
                     "INSERT INTO instances(id, provider, kind, host, state, extra, created_at, "
                     "updated_at, name, address, size, spot, launched_at, reach, terminated_at, "
                     "price) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (inst.id, inst.provider, str(inst.extra.get("kind", "")), inst.address or "",
-                     inst.state.value, extra_json, now, now, inst.name, inst.address, inst.size,
-                     int(inst.spot), inst.launched_at, reach or "",
-                     now if inst.state == InstanceState.TERMINATED else None, inst.price),
-                )  # fmt: skip
-                self._instance_event(db, inst.id, None, inst.state.value, detail or reach or "", now)
+                    (
+                        inst.id,
+                        inst.provider,
+                        str(inst.extra.get("kind", "")),
+                        inst.address or "",
+                        inst.state.value,
+                        extra_json,
+                        now,
+                        now,
+                        inst.name,
+                        inst.address,
+                        inst.size,
+                        int(inst.spot),
+                        inst.launched_at,
+                        reach or "",
+                        now if inst.state == InstanceState.TERMINATED else None,
+                        inst.price,
+                    ),
+                )
+                self._instance_event(
+                    db, inst.id, None, inst.state.value, detail or reach or "", now
+                )
                 return True
             old, old_reach = InstanceState(row[0]), row[1]
             if old != inst.state and inst.state not in INSTANCE_TRANSITIONS[old]:
@@ -54,20 +76,35 @@ class InstanceStore:
                 "reach = ?, terminated_at = CASE WHEN ? = 'terminated' "
                 "THEN coalesce(terminated_at, ?) END, host = coalesce(nullif(?, ''), host), "
                 "price = coalesce(?, price) WHERE id = ?",
-                (inst.state.value, extra_json, now, inst.address, inst.size, int(inst.spot),
-                 inst.launched_at, reach if reach is not None else old_reach, inst.state.value,
-                 now, inst.address or "", inst.price, inst.id),
-            )  # fmt: skip
+                (
+                    inst.state.value,
+                    extra_json,
+                    now,
+                    inst.address,
+                    inst.size,
+                    int(inst.spot),
+                    inst.launched_at,
+                    reach if reach is not None else old_reach,
+                    inst.state.value,
+                    now,
+                    inst.address or "",
+                    inst.price,
+                    inst.id,
+                ),
+            )
             if old != inst.state or (reach is not None and reach != old_reach):
                 what = detail or (reach if reach is not None and reach != old_reach else "")
                 self._instance_event(db, inst.id, old.value, inst.state.value, what, now)
             return True
 
     @staticmethod
-    def _instance_event(db: sqlite3.Connection, instance: str, old: str | None, new: str,
-                        detail: str, now: float) -> None:
-        db.execute("INSERT INTO instance_events(instance, ts, old, new, detail) "
-                   "VALUES (?,?,?,?,?)", (instance, now, old, new, detail))  # fmt: skip
+    def _instance_event(
+        db: sqlite3.Connection, instance: str, old: str | None, new: str, detail: str, now: float
+    ) -> None:
+        db.execute(
+            "INSERT INTO instance_events(instance, ts, old, new, detail) VALUES (?,?,?,?,?)",
+            (instance, now, old, new, detail),
+        )
 
     def set_instance_idle(self, id: str, since: float | None) -> None:
         """When the instance last became idle (no live attempt), or None while busy."""
@@ -76,8 +113,9 @@ class InstanceStore:
 
     def instance_events(self, id: str) -> list[dict[str, Any]]:
         """The state changes of one instance, oldest first."""
-        rows = self.db.execute("SELECT ts, old, new, detail FROM instance_events "
-                               "WHERE instance = ? ORDER BY id", (id,))  # fmt: skip
+        rows = self.db.execute(
+            "SELECT ts, old, new, detail FROM instance_events WHERE instance = ? ORDER BY id", (id,)
+        )
         return [dict(zip(("ts", "old", "new", "detail"), r)) for r in rows]
 
     def set_provider_error(self, provider: str, error: str | None) -> None:
@@ -86,20 +124,38 @@ class InstanceStore:
             if error is None:
                 db.execute("DELETE FROM provider_status WHERE provider = ?", (provider,))
             else:
-                db.execute("INSERT INTO provider_status(provider, error, since) VALUES (?,?,?) "
-                           "ON CONFLICT(provider) DO UPDATE SET error = excluded.error",
-                           (provider, error, time.time()))  # fmt: skip
+                db.execute(
+                    "INSERT INTO provider_status(provider, error, since) VALUES (?,?,?) "
+                    "ON CONFLICT(provider) DO UPDATE SET error = excluded.error",
+                    (provider, error, time.time()),
+                )
 
     def provider_error(self, provider: str) -> str | None:
-        row = self.db.execute("SELECT error FROM provider_status WHERE provider = ?",
-                              (provider,)).fetchone()  # fmt: skip
+        row = self.db.execute(
+            "SELECT error FROM provider_status WHERE provider = ?", (provider,)
+        ).fetchone()
         return row[0] if row else None
 
     def instances(self, provider: str | None = None, live: bool = False) -> list[dict[str, Any]]:
         """Recorded instances (of PROVIDER; only those not terminated with LIVE), by id."""
-        keys = ("id", "provider", "kind", "host", "state", "reach", "extra", "updated_at",
-                "name", "address", "size", "spot", "launched_at", "terminated_at",
-                "idle_since", "price")  # fmt: skip
+        keys = (
+            "id",
+            "provider",
+            "kind",
+            "host",
+            "state",
+            "reach",
+            "extra",
+            "updated_at",
+            "name",
+            "address",
+            "size",
+            "spot",
+            "launched_at",
+            "terminated_at",
+            "idle_since",
+            "price",
+        )
         sql = f"SELECT {', '.join(keys)} FROM instances WHERE 1"
         args: list[Any] = []
         if provider is not None:

@@ -33,9 +33,34 @@ def _decode(text: str) -> Any:
 
 
 def _job(row: tuple[Any, ...]) -> Job:
-    (juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git,
-     python, retries, attempts, request, exit_code, reason, created_at, updated_at,
-     started_at, finished_at, not_before, sweep, params, instance, unreachable_since) = row  # fmt: skip
+    (
+        juid,
+        name,
+        state,
+        argv,
+        provider,
+        resources,
+        env,
+        snapshot,
+        workdir,
+        datasets,
+        git,
+        python,
+        retries,
+        attempts,
+        request,
+        exit_code,
+        reason,
+        created_at,
+        updated_at,
+        started_at,
+        finished_at,
+        not_before,
+        sweep,
+        params,
+        instance,
+        unreachable_since,
+    ) = row
     return Job(
         juid=juid,
         name=name,
@@ -66,9 +91,7 @@ def _job(row: tuple[Any, ...]) -> Job:
     )
 
 
-
 def _attempt(row: tuple[Any, ...]) -> Attempt:
     att = Attempt(*row)
     att.spot = bool(att.spot)
     return att
-

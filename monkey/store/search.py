@@ -44,34 +44,51 @@ class SearchIndex:
         except sqlite3.OperationalError as exc:
             if "fts5" not in str(exc):
                 raise
-            raise MonkeyError(f"this Python's SQLite {sqlite3.sqlite_version} has no FTS5 full-text "
-                              "search; use a Python whose sqlite3 has it (python.org and most "
-                              "distributions' builds do)") from None
+            raise MonkeyError(
+                f"this Python's SQLite {sqlite3.sqlite_version} has no FTS5 full-text "
+                "search; use a Python whose sqlite3 has it (python.org and most "
+                "distributions' builds do)"
+            ) from None
 
     def pending(self) -> list[tuple[str, str, str, int, bool]]:
         """(juid, name, argv JSON, attempts, ended) of the jobs whose output is not all indexed."""
         rows = self.db.execute(
             "SELECT j.juid, j.name, j.argv, j.attempts, j.state IN (?, ?, ?) FROM jobs j "
             "LEFT JOIN search_done d ON d.juid = j.juid "
-            "WHERE d.juid IS NULL OR d.attempts != j.attempts", _ENDED)
+            "WHERE d.juid IS NULL OR d.attempts != j.attempts",
+            _ENDED,
+        )
         return [(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
 
     def offsets(self, juid: str) -> dict[str, int]:
         """File -> bytes indexed of JUID's logs."""
-        return dict(self.db.execute("SELECT file, offset FROM search_files WHERE juid = ?", (juid,)))
+        return dict(
+            self.db.execute("SELECT file, offset FROM search_files WHERE juid = ?", (juid,))
+        )
 
-    def add(self, juid: str, lines: list[tuple[str, str]], offsets: dict[str, int],
-            done_attempts: int | None) -> None:
+    def add(
+        self,
+        juid: str,
+        lines: list[tuple[str, str]],
+        offsets: dict[str, int],
+        done_attempts: int | None,
+    ) -> None:
         """Index LINES (source, text) of JUID, record the new file OFFSETS, and the job as
         done (at DONE_ATTEMPTS attempts) unless None; one transaction."""
         with self.store.tx() as db:
-            db.executemany("INSERT INTO search_lines(juid, source, line) VALUES (?, ?, ?)",
-                           [(juid, source, text) for source, text in lines])
-            db.executemany("INSERT OR REPLACE INTO search_files(juid, file, offset) VALUES (?, ?, ?)",
-                           [(juid, file, offset) for file, offset in offsets.items()])
+            db.executemany(
+                "INSERT INTO search_lines(juid, source, line) VALUES (?, ?, ?)",
+                [(juid, source, text) for source, text in lines],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO search_files(juid, file, offset) VALUES (?, ?, ?)",
+                [(juid, file, offset) for file, offset in offsets.items()],
+            )
             if done_attempts is not None:
-                db.execute("INSERT OR REPLACE INTO search_done(juid, attempts) VALUES (?, ?)",
-                           (juid, done_attempts))
+                db.execute(
+                    "INSERT OR REPLACE INTO search_done(juid, attempts) VALUES (?, ?)",
+                    (juid, done_attempts),
+                )
 
     def query(self, text: str, limit: int) -> list[dict[str, Any]]:
         """Jobs with a line holding the words of TEXT in order, newest first: {"job", "name",
@@ -81,5 +98,8 @@ class SearchIndex:
             "SELECT j.juid, j.name, j.state, m.source, m.line FROM "
             "(SELECT juid, source, line, max(rowid) FROM search_lines WHERE search_lines MATCH ? "
             "GROUP BY juid) m JOIN jobs j ON j.juid = m.juid ORDER BY j.seq DESC LIMIT ?",
-            (phrase, limit))
-        return [{"job": r[0], "name": r[1], "state": r[2], "source": r[3], "line": r[4]} for r in rows]
+            (phrase, limit),
+        )
+        return [
+            {"job": r[0], "name": r[1], "state": r[2], "source": r[3], "line": r[4]} for r in rows
+        ]

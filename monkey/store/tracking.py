@@ -22,8 +22,9 @@ WRITE_BATCH = 1000
 
 # A batch of points as columns: distinct names, then per point the index of its name, its
 # step (or None), value (NaN is stored as NULL) and wall time in seconds.
-Columns = tuple[list[str], Iterable[int], Iterable[int | None], Iterable[float | None],
-                Iterable[float]]
+Columns = tuple[
+    list[str], Iterable[int], Iterable[int | None], Iterable[float | None], Iterable[float]
+]
 
 
 class TrackingStore:
@@ -60,9 +61,15 @@ class TrackingStore:
             out[name] = sid
         return out
 
-    def ingest_metrics(self, juid: str, n: int, offset: int, batches: list[Columns],
-                       params: dict[str, Any] | None = None,
-                       summary: dict[str, Any] | None = None) -> bool:
+    def ingest_metrics(
+        self,
+        juid: str,
+        n: int,
+        offset: int,
+        batches: list[Columns],
+        params: dict[str, Any] | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> bool:
         """Store one batch and advance the attempt's offset in one transaction.
 
         Returns False (and stores nothing) when the batch at OFFSET was stored before.
@@ -83,8 +90,7 @@ class TrackingStore:
                 )
         return True
 
-    def _insert_columns(self, db: sqlite3.Connection, juid: str, n: int,
-                        batch: Columns) -> None:
+    def _insert_columns(self, db: sqlite3.Connection, juid: str, n: int, batch: Columns) -> None:
         names, index, steps, values, walls = batch
         ids = self._series(db, juid, names)
         series = [ids[name] for name in names]
@@ -93,8 +99,16 @@ class TrackingStore:
             zip(map(series.__getitem__, index), repeat(n), steps, values, walls),
         )
 
-    def heartbeat_metrics(self, juid: str, n: int, ts: float, offset: int, cpu: float | None,
-                          rss: int | None, batch: Columns | None) -> None:
+    def heartbeat_metrics(
+        self,
+        juid: str,
+        n: int,
+        ts: float,
+        offset: int,
+        cpu: float | None,
+        rss: int | None,
+        batch: Columns | None,
+    ) -> None:
         """A heartbeat (liveness, usage) and its system metrics, stored once."""
         with self.tx() as db:
             db.execute(
@@ -113,8 +127,9 @@ class TrackingStore:
         )
         return [r[0] for r in rows]
 
-    def metric_points(self, juid: str, name: str | None = None
-                      ) -> dict[str, list[tuple[int | None, float | None, float]]]:
+    def metric_points(
+        self, juid: str, name: str | None = None
+    ) -> dict[str, list[tuple[int | None, float | None, float]]]:
         """Series name -> [(step, value, wall)] in logging order."""
         sql = "SELECT id, name FROM metric_series WHERE juid = ?"
         args: tuple[Any, ...] = (juid,)
@@ -128,8 +143,9 @@ class TrackingStore:
             ).fetchall()
         return out
 
-    def metric_points_many(self, juids: list[str], name: str
-                           ) -> dict[str, list[tuple[int | None, float | None, float]]]:
+    def metric_points_many(
+        self, juids: list[str], name: str
+    ) -> dict[str, list[tuple[int | None, float | None, float]]]:
         """juid -> [(step, value, wall)] of one metric, for the jobs that logged it."""
         out: dict[str, list[tuple[int | None, float | None, float]]] = {}
         for chunk in _chunks(juids, 500):
@@ -155,16 +171,26 @@ class TrackingStore:
                 chunk,
             ).fetchall()
             marks = ", ".join("?" * len(rows))
-            last = {
-                rowid: (step, value) for rowid, step, value in self.db.execute(
-                    f"SELECT rowid, step, value FROM metrics WHERE rowid IN ({marks})",
-                    [r[5] for r in rows],
-                )
-            } if rows else {}
+            last = (
+                {
+                    rowid: (step, value)
+                    for rowid, step, value in self.db.execute(
+                        f"SELECT rowid, step, value FROM metrics WHERE rowid IN ({marks})",
+                        [r[5] for r in rows],
+                    )
+                }
+                if rows
+                else {}
+            )
             for juid, name, lo, hi, count, rowid in rows:
                 step, value = last.get(rowid, (None, None))
-                out[juid][name] = {"last": value, "step": step, "min": lo, "max": hi,
-                                   "count": count}
+                out[juid][name] = {
+                    "last": value,
+                    "step": step,
+                    "min": lo,
+                    "max": hi,
+                    "count": count,
+                }
         return out
 
     def summaries(self, juids: list[str]) -> dict[str, dict[str, Any]]:
@@ -182,10 +208,13 @@ class TrackingStore:
     def set_job_packages(self, juid: str, digest: str, size: int) -> None:
         """Record the blob listing the packages a job was submitted with."""
         with self.tx() as db:
-            db.execute("INSERT OR IGNORE INTO blobs(digest, size, created_at) VALUES (?, ?, ?)",
-                       (digest, size, time.time()))
-            db.execute("INSERT OR REPLACE INTO job_packages(juid, digest) VALUES (?, ?)",
-                       (juid, digest))
+            db.execute(
+                "INSERT OR IGNORE INTO blobs(digest, size, created_at) VALUES (?, ?, ?)",
+                (digest, size, time.time()),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO job_packages(juid, digest) VALUES (?, ?)", (juid, digest)
+            )
 
     def job_packages(self, juid: str) -> str | None:
         row = self.db.execute("SELECT digest FROM job_packages WHERE juid = ?", (juid,)).fetchone()
@@ -193,8 +222,9 @@ class TrackingStore:
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def create_sweep(self, name: str, spec: dict[str, Any], state: str = "running",
-                     now: float | None = None) -> str:
+    def create_sweep(
+        self, name: str, spec: dict[str, Any], state: str = "running", now: float | None = None
+    ) -> str:
         """A new sweep id (sw-YY-MM-DD-NNN) for SPEC, in STATE."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
@@ -232,22 +262,35 @@ class TrackingStore:
                 "SELECT id FROM sweeps ORDER BY created_at DESC LIMIT 1"
             ).fetchone()
             if not row:
-                raise MonkeyError("no sweeps yet, so `last` names nothing; start one with `monkey sweep`")
+                raise MonkeyError(
+                    "no sweeps yet, so `last` names nothing; start one with `monkey sweep`"
+                )
             return row[0]
         if not ref.startswith("sw-"):
             job = self.db.execute("SELECT sweep FROM jobs WHERE juid = ?", (ref,)).fetchone()
             if job is not None:  # job and sweep ids look alike: say which one this is
                 raise MonkeyError(
-                    f"{ref!r} is a job" + (f" of sweep {job[0]}; use {job[0]}" if job[0] else
-                                          ", not a sweep; sweep ids start with sw-"))
-        named = [r[0] for r in self.db.execute(
-            "SELECT id FROM sweeps WHERE name = ? AND id != ? ORDER BY created_at DESC LIMIT 4",
-            (ref, ref))]
+                    f"{ref!r} is a job"
+                    + (
+                        f" of sweep {job[0]}; use {job[0]}"
+                        if job[0]
+                        else ", not a sweep; sweep ids start with sw-"
+                    )
+                )
+        named = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT id FROM sweeps WHERE name = ? AND id != ? ORDER BY created_at DESC LIMIT 4",
+                (ref, ref),
+            )
+        ]
         if len(named) == 1:
             return named[0]
         if named:
-            raise MonkeyError(f"several sweeps are named {ref!r} ({', '.join(named[:3])}"
-                              f"{', ...' if len(named) > 3 else ''}); give the id")
+            raise MonkeyError(
+                f"several sweeps are named {ref!r} ({', '.join(named[:3])}"
+                f"{', ...' if len(named) > 3 else ''}); give the id"
+            )
         full = ref if ref.startswith("sw-") else f"sw-{ref}"
         rows = self.db.execute(
             "SELECT id FROM sweeps WHERE id >= ? AND id < ? ORDER BY id LIMIT 3",
@@ -290,11 +333,16 @@ class TrackingStore:
 
 def _sweep(row: tuple[Any, ...]) -> dict[str, Any]:
     sid, name, state, spec, created, updated = row
-    return {"id": sid, "name": name, "state": state, "spec": json.loads(spec),
-            "created_at": created, "updated_at": updated}
+    return {
+        "id": sid,
+        "name": name,
+        "state": state,
+        "spec": json.loads(spec),
+        "created_at": created,
+        "updated_at": updated,
+    }
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-

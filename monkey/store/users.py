@@ -22,15 +22,21 @@ class UserStore:
     def add_user(self, name: str, digest: str, admin: bool = False) -> None:
         """Record user NAME with its token's DIGEST; MonkeyError when NAME exists."""
         try:
-            self.db.execute("INSERT INTO users(name, digest, admin, created_at) VALUES (?, ?, ?, ?)",
-                            (name, digest, int(admin), time.time()))
+            self.db.execute(
+                "INSERT INTO users(name, digest, admin, created_at) VALUES (?, ?, ?, ?)",
+                (name, digest, int(admin), time.time()),
+            )
         except sqlite3.IntegrityError:
-            raise MonkeyError(f"user {name!r} exists; give a new token with "
-                              f"`monkey server user token {name}`") from None
+            raise MonkeyError(
+                f"user {name!r} exists; give a new token with `monkey server user token {name}`"
+            ) from None
 
     def set_user_digest(self, name: str, digest: str) -> bool:
         """Replace NAME's token digest (the old token is refused from now on)."""
-        return self.db.execute("UPDATE users SET digest = ? WHERE name = ?", (digest, name)).rowcount > 0
+        return (
+            self.db.execute("UPDATE users SET digest = ? WHERE name = ?", (digest, name)).rowcount
+            > 0
+        )
 
     def remove_user(self, name: str) -> bool:
         return self.db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount > 0
@@ -38,9 +44,12 @@ class UserStore:
     def users(self) -> list[dict[str, Any]]:
         """Every user: name, digest, admin, created_at, last_used; by name."""
         rows = self.db.execute(
-            "SELECT name, digest, admin, created_at, last_used FROM users ORDER BY name").fetchall()
-        return [{"name": n, "digest": d, "admin": bool(a), "created_at": c, "last_used": u}
-                for n, d, a, c, u in rows]
+            "SELECT name, digest, admin, created_at, last_used FROM users ORDER BY name"
+        ).fetchall()
+        return [
+            {"name": n, "digest": d, "admin": bool(a), "created_at": c, "last_used": u}
+            for n, d, a, c, u in rows
+        ]
 
     def count_users(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM users").fetchone()[0]
@@ -57,7 +66,11 @@ class UserStore:
         """juid -> who submitted it (None: not recorded)."""
         out: dict[str, str | None] = {}
         for i in range(0, len(juids), 500):
-            part = list(juids[i:i + 500])
-            out.update(self.db.execute(
-                f"SELECT juid, owner FROM jobs WHERE juid IN ({','.join('?' * len(part))})", part))
+            part = list(juids[i : i + 500])
+            out.update(
+                self.db.execute(
+                    f"SELECT juid, owner FROM jobs WHERE juid IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            )
         return out

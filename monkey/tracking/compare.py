@@ -22,17 +22,23 @@ def goal_of(metric: str, goals: dict[str, str]) -> str:
     return goals.get(metric) or ("min" if _LOWER_IS_BETTER.search(metric) else "max")
 
 
-def compare(store: Store, jobs: list[Job], goals: dict[str, str] | None = None,
-            sort: str | None = None, reverse: bool = False,
-            system: bool = False) -> dict[str, Any]:
+def compare(
+    store: Store,
+    jobs: list[Job],
+    goals: dict[str, str] | None = None,
+    sort: str | None = None,
+    reverse: bool = False,
+    system: bool = False,
+) -> dict[str, Any]:
     """{"columns": [...], "rows": [{column: value}]} sorted by ``sort`` (best first for a
     metric column; None keeps the given order)."""
     goals = goals or {}
     juids = [j.juid for j in jobs]
     stats = store.metric_stats(juids)
     summaries = store.summaries(juids)
-    metric_names = sorted({n for per in stats.values() for n in per
-                           if system or not n.startswith("sys/")})
+    metric_names = sorted(
+        {n for per in stats.values() for n in per if system or not n.startswith("sys/")}
+    )
     param_names: dict[str, None] = {}
     flat = {}
     for job in jobs:
@@ -78,6 +84,7 @@ def descending(column: str, metrics: list[str], goals: dict[str, str]) -> bool:
 
 def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool) -> list[dict[str, Any]]:
     """Rows ordered by COLUMN; missing and NaN values always last."""
+
     def missing(v: Any) -> bool:
         return v is None or (isinstance(v, float) and math.isnan(v))
 

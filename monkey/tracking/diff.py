@@ -21,8 +21,9 @@ def mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def diff_jobs(blobs: BlobStore, a: Job, b: Job,
-              packages: tuple[dict[str, str], dict[str, str]] | None = None) -> dict[str, Any]:
+def diff_jobs(
+    blobs: BlobStore, a: Job, b: Job, packages: tuple[dict[str, str], dict[str, str]] | None = None
+) -> dict[str, Any]:
     """Every section where A and B differ; empty sections are left out."""
     out: dict[str, Any] = {"jobs": [a.juid, b.juid]}
     if a.argv != b.argv:
@@ -30,8 +31,10 @@ def diff_jobs(blobs: BlobStore, a: Job, b: Job,
     sections = {
         "params": mapping_diff(flatten(a.params), flatten(b.params)),
         "env": mapping_diff(a.env, b.env),
-        "datasets": mapping_diff({d["name"]: d["digest"] for d in a.datasets},
-                                 {d["name"]: d["digest"] for d in b.datasets}),
+        "datasets": mapping_diff(
+            {d["name"]: d["digest"] for d in a.datasets},
+            {d["name"]: d["digest"] for d in b.datasets},
+        ),
         "resources": mapping_diff(a.resources.to_json(), b.resources.to_json()),
     }
     if a.provider != b.provider:
@@ -71,8 +74,9 @@ def code_diff(blobs: BlobStore, digest_a: str, digest_b: str) -> dict[str, Any]:
     }
 
 
-def _text_diff(blobs: BlobStore, da: str | None, db: str | None, name_a: str,
-               name_b: str) -> list[str]:
+def _text_diff(
+    blobs: BlobStore, da: str | None, db: str | None, name_a: str, name_b: str
+) -> list[str]:
     texts: list[list[str]] = []
     for digest in (da, db):
         if digest is None:
@@ -83,8 +87,9 @@ def _text_diff(blobs: BlobStore, da: str | None, db: str | None, name_a: str,
             return [f"Binary or large files {name_a} and {name_b} differ\n"]
         texts.append(data.decode(errors="replace").splitlines(keepends=True))
     lines = list(difflib.unified_diff(texts[0], texts[1], name_a, name_b))
-    return [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-            for line in lines]
+    return [
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    ]
 
 
 def git_diff(blobs: BlobStore, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -94,8 +99,15 @@ def git_diff(blobs: BlobStore, a: dict[str, Any], b: dict[str, Any]) -> dict[str
         if a.get(key) != b.get(key):
             out[key] = [a.get(key), b.get(key)]
     if a.get("diff") != b.get("diff"):
-        patches = [blobs.read_bytes(d).decode(errors="replace").splitlines(keepends=True)
-                   if d and blobs.has(d) else [] for d in (a.get("diff"), b.get("diff"))]
-        out["uncommitted"] = "".join(difflib.unified_diff(
-            patches[0], patches[1], "a.uncommitted.patch", "b.uncommitted.patch"))
+        patches = [
+            blobs.read_bytes(d).decode(errors="replace").splitlines(keepends=True)
+            if d and blobs.has(d)
+            else []
+            for d in (a.get("diff"), b.get("diff"))
+        ]
+        out["uncommitted"] = "".join(
+            difflib.unified_diff(
+                patches[0], patches[1], "a.uncommitted.patch", "b.uncommitted.patch"
+            )
+        )
     return out

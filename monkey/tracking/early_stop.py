@@ -19,8 +19,9 @@ def oriented(values: list[float | None], goal: str) -> list[float]:
     return [-math.inf if v is None or v != v else sign * v for v in values]
 
 
-def median_stop(curves: Curves, running: set[str], min_steps: int = 3,
-                min_runs: int = 3) -> set[str]:
+def median_stop(
+    curves: Curves, running: set[str], min_steps: int = 3, min_runs: int = 3
+) -> set[str]:
     """Median stopping rule: stop a running run whose best value up to its latest step k
     is worse than the median, over the other runs that reached k, of their mean value up
     to k (their running average). Needs ``min_runs`` such runs and k >= ``min_steps``."""
@@ -30,8 +31,11 @@ def median_stop(curves: Curves, running: set[str], min_steps: int = 3,
         k = len(curve)
         if k < min_steps:
             continue
-        others = [sum(c[:k]) / k for other, c in curves.items()
-                  if other != juid and len(c) >= k and all(math.isfinite(v) for v in c[:k])]
+        others = [
+            sum(c[:k]) / k
+            for other, c in curves.items()
+            if other != juid and len(c) >= k and all(math.isfinite(v) for v in c[:k])
+        ]
         if len(others) < min_runs:
             continue
         if max(curve[:k]) < median(others):
@@ -56,8 +60,7 @@ def asha_stop(curves: Curves, running: set[str], min_steps: int = 1, eta: int = 
         if not reached:
             continue
         rung = reached[-1]
-        recorded = sorted((c[rung - 1] for c in curves.values() if len(c) >= rung),
-                          reverse=True)
+        recorded = sorted((c[rung - 1] for c in curves.values() if len(c) >= rung), reverse=True)
         keep = len(recorded) // eta
         if keep >= 1 and curve[rung - 1] < recorded[keep - 1]:
             stop.add(juid)

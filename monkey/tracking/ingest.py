@@ -59,18 +59,27 @@ def as_columns(points: list[Point]) -> Columns:
     """Point tuples as a batch of columns."""
     index: dict[str, int] = {}
     positions = [index.setdefault(p[0], len(index)) for p in points]
-    return (list(index), positions, [p[1] for p in points], [p[2] for p in points],
-            [p[3] for p in points])
+    return (
+        list(index),
+        positions,
+        [p[1] for p in points],
+        [p[2] for p in points],
+        [p[3] for p in points],
+    )
 
 
 def points_of(batches: list[Columns]) -> list[Point]:
     """The point tuples of batches, in order (for tests and small batches)."""
-    return [(names[i], s, v if v == v else None, w) for names, index, steps, values, walls
-            in batches for i, s, v, w in zip(index, steps, values, walls)]
+    return [
+        (names[i], s, v if v == v else None, w)
+        for names, index, steps, values, walls in batches
+        for i, s, v, w in zip(index, steps, values, walls)
+    ]
 
 
-def parse_log_lines(text: str, juid: str = ""
-                    ) -> tuple[list[Columns], dict[str, Any], dict[str, Any]]:
+def parse_log_lines(
+    text: str, juid: str = ""
+) -> tuple[list[Columns], dict[str, Any], dict[str, Any]]:
     """Batches, params and summary from metrics.jsonl lines (bad lines are logged, skipped)."""
     lines = text.splitlines()
     try:
@@ -103,10 +112,13 @@ def parse_log_lines(text: str, juid: str = ""
 
 def _batch(batch: list[Any], juid: str) -> list[Point]:
     try:
-        return [(name, step, value if value == value else None, wall / 1e9)
-                for name, step, value, wall in batch if name.__class__ is str
-                and (step is None or step.__class__ is int)
-                and value.__class__ in (float, int)]  # fmt: skip
+        return [
+            (name, step, value if value == value else None, wall / 1e9)
+            for name, step, value, wall in batch
+            if name.__class__ is str
+            and (step is None or step.__class__ is int)
+            and value.__class__ in (float, int)
+        ]
     except (TypeError, ValueError):
         log.warning("%s: skipped a malformed batch of %d points", juid, len(batch))
         return []
@@ -121,8 +133,11 @@ def _columns(body: Any, juid: str) -> Columns | None:
             column.frombytes(base64.b64decode(body[key], validate=True))
             if sys.byteorder == "big":
                 column.byteswap()
-        if not (len(n) == len(s) == len(v) == len(t)) or (n and max(n) >= len(names)) or not all(
-                isinstance(name, str) for name in names):
+        if (
+            not (len(n) == len(s) == len(v) == len(t))
+            or (n and max(n) >= len(names))
+            or not all(isinstance(name, str) for name in names)
+        ):
             raise ValueError("inconsistent columns")
     except (KeyError, TypeError, ValueError, binascii.Error):
         log.warning("%s: skipped a malformed batch of metrics", juid)

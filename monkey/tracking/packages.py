@@ -14,8 +14,9 @@ from monkey.config import write_private
 
 
 def _site_dirs() -> list[str]:
-    return sorted({p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
-                   and os.path.isdir(p)})
+    return sorted(
+        {p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)}
+    )
 
 
 def _stamp() -> list[list[object]]:

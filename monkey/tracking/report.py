@@ -42,21 +42,26 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def _runs_and_charts(table: dict[str, Any], charts: dict[str, dict[str, Series]],
-                     style: Style | None, analysis: dict[str, Any] | None) -> str:
+def _runs_and_charts(
+    table: dict[str, Any],
+    charts: dict[str, dict[str, Series]],
+    style: Style | None,
+    analysis: dict[str, Any] | None,
+) -> str:
     """The runs table (the best run's row marked) and the metrics as small multiples."""
     rows = []
     for row in table["rows"]:
         cells = "".join(
-            f'<td class="{_cell_class(c, row.get(c))}">'
-            f"{escape(cell(row.get(c)))}</td>" for c in table["columns"])
+            f'<td class="{_cell_class(c, row.get(c))}">{escape(cell(row.get(c)))}</td>'
+            for c in table["columns"]
+        )
         best_row = analysis and row.get("job") == analysis.get("best")
         mark = ' class="best"' if best_row else ""
         rows.append(f"<tr{mark}>{cells}</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in table["columns"])
     return f"""<h2>Runs</h2>
 <div class="table-wrap"><table id="runs"><thead><tr>{head}</tr></thead>
-<tbody>{''.join(rows)}</tbody></table></div>
+<tbody>{"".join(rows)}</tbody></table></div>
 {analysis_html(analysis) if analysis else ""}
 <h2>Metrics</h2>
 {_metrics_html(charts, style)}"""
@@ -80,13 +85,20 @@ def _metrics_html(charts: dict[str, dict[str, Series]], style: Style | None) -> 
     palette = run_colours(list(dict.fromkeys(r for ls in charts.values() for r in ls)), style)
     out = f'<div class="charts">{svg_charts(series, style)}</div>' if series else ""
     if once:
-        out += ('<h3>Values logged once</h3>'
-                f'<div class="charts values">{svg_values(once, palette)}</div>')
+        out += (
+            "<h3>Values logged once</h3>"
+            f'<div class="charts values">{svg_values(once, palette)}</div>'
+        )
     return out
 
 
-def jobs_report(title: str, jobs: list[dict[str, Any]], table: dict[str, Any],
-                charts: dict[str, dict[str, Series]], style: Style | None = None) -> str:
+def jobs_report(
+    title: str,
+    jobs: list[dict[str, Any]],
+    table: dict[str, Any],
+    charts: dict[str, dict[str, Series]],
+    style: Style | None = None,
+) -> str:
     """The HTML page of any set of JOBS ({"job", "state", "command"}): TITLE says how they were
     chosen; TABLE from compare, CHARTS metric -> runs."""
     counts: dict[str, int] = {}
@@ -108,29 +120,40 @@ def jobs_report(title: str, jobs: list[dict[str, Any]], table: dict[str, Any],
 """
 
 
-def sweep_report(status: dict[str, Any], table: dict[str, Any],
-                 charts: dict[str, dict[str, Series]], style: Style | None = None,
-                 analysis: dict[str, Any] | None = None) -> str:
+def sweep_report(
+    status: dict[str, Any],
+    table: dict[str, Any],
+    charts: dict[str, dict[str, Series]],
+    style: Style | None = None,
+    analysis: dict[str, Any] | None = None,
+) -> str:
     """The HTML page: STATUS from sweep_status, TABLE from compare, CHARTS metric -> runs,
     ANALYSIS from ``Monkey.sweep_analysis``."""
     spec = status["spec"]
     metric = spec.get("metric")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(status["counts"].items()))
     best = status.get("best")
-    best_text = (f"{escape(best['job'])}: {escape(metric['name'])} = {best['value']:.4g} "
-                 f"({escape(json.dumps(best['params']))})") if best and metric else "-"
-    params = "; ".join(f"{escape(k)}: {escape(json.dumps(v))}"
-                       for k, v in spec["parameters"].items())
+    best_text = (
+        (
+            f"{escape(best['job'])}: {escape(metric['name'])} = {best['value']:.4g} "
+            f"({escape(json.dumps(best['params']))})"
+        )
+        if best and metric
+        else "-"
+    )
+    params = "; ".join(
+        f"{escape(k)}: {escape(json.dumps(v))}" for k, v in spec["parameters"].items()
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>monkey sweep {escape(status['id'])}</title><style>{STYLE}</style></head>
+<title>monkey sweep {escape(status["id"])}</title><style>{STYLE}</style></head>
 <body>
-<h1>Sweep {escape(status['id'])} <small>({escape(status['name'])})</small></h1>
-<p id="summary">State <b>{escape(status['state'])}</b>; {status['done']} of {status['total']}
-runs ended ({escape(counts)}). Created {time.strftime('%Y-%m-%d %H:%M', time.localtime(status['created_at']))}.</p>
-<p>Command: <code>{escape(' '.join(spec['command']))}</code><br>
-Method: {escape(spec['method'])}; parameters: {params}<br>
-Metric: {escape(f"{metric['name']} ({metric['goal']})") if metric else '-'}; best run: {best_text}</p>
+<h1>Sweep {escape(status["id"])} <small>({escape(status["name"])})</small></h1>
+<p id="summary">State <b>{escape(status["state"])}</b>; {status["done"]} of {status["total"]}
+runs ended ({escape(counts)}). Created {time.strftime("%Y-%m-%d %H:%M", time.localtime(status["created_at"]))}.</p>
+<p>Command: <code>{escape(" ".join(spec["command"]))}</code><br>
+Method: {escape(spec["method"])}; parameters: {params}<br>
+Metric: {escape(f"{metric['name']} ({metric['goal']})") if metric else "-"}; best run: {best_text}</p>
 {_runs_and_charts(table, charts, style, analysis)}
 </body></html>
 """
@@ -141,18 +164,27 @@ def analysis_html(analysis: dict[str, Any]) -> str:
     metric = analysis.get("metric")
     runs = analysis["runs"]
     if not metric or not runs:
-        return ("<h2>Analysis</h2><p>no run has logged the sweep's metric"
-                f"{' ' + escape(repr(metric['name'])) if metric else ''}</p>")
+        return (
+            "<h2>Analysis</h2><p>no run has logged the sweep's metric"
+            f"{' ' + escape(repr(metric['name'])) if metric else ''}</p>"
+        )
     name, best = metric["name"], analysis["best"]
     bars = "".join(
         f'<tr><td class="t">{escape(k)}</td><td>{v:.3f}</td><td class="t"><span class="bar" '
         f'style="width:{max(1, round(v * 300))}px"></span></td></tr>'
-        for k, v in analysis["importance"].items())
-    scatters = "".join(sa.scatter(runs, k, name, best)
-                       for k in [*analysis["importance"], *analysis.get("unranked", {})])
+        for k, v in analysis["importance"].items()
+    )
+    scatters = "".join(
+        sa.scatter(runs, k, name, best)
+        for k in [*analysis["importance"], *analysis.get("unranked", {})]
+    )
     note = sa.too_few(analysis)
-    ranked = (f"""<table id="importance"><thead><tr><th>parameter</th><th>importance</th><th></th>
-</tr></thead><tbody>{bars}</tbody></table>""" if bars else "")
+    ranked = (
+        f"""<table id="importance"><thead><tr><th>parameter</th><th>importance</th><th></th>
+</tr></thead><tbody>{bars}</tbody></table>"""
+        if bars
+        else ""
+    )
     return f"""<h2>Analysis</h2>
 <p>Best run: <b>{escape(best)}</b> (red below). Parameter importance on {escape(name)}
 by {escape(analysis["method"])}:</p>

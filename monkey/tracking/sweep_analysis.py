@@ -96,16 +96,18 @@ def analyse(runs: Sequence[dict[str, Any]], goal: str) -> dict[str, Any]:
     runs repeat to rank (-> runs needed), best run, best so far."""
     scored = [r for r in runs if r.get("value") is not None and math.isfinite(r["value"])]
     if not scored:
-        return {"method": METHOD, "importance": {}, "unranked": {}, "best": None,
-                "best_so_far": []}
+        return {"method": METHOD, "importance": {}, "unranked": {}, "best": None, "best_so_far": []}
     pick = max if goal == "max" else min
     best = pick(scored, key=lambda r: r["value"])
-    return {"method": METHOD,
-            "importance": importance([r["params"] for r in scored], [r["value"] for r in scored]),
-            "unranked": unranked([r["params"] for r in scored]),
-            "best": best["job"],
-            "best_so_far": best_so_far([(r["ended"], r["value"]) for r in scored
-                                        if r.get("ended") is not None], goal)}
+    return {
+        "method": METHOD,
+        "importance": importance([r["params"] for r in scored], [r["value"] for r in scored]),
+        "unranked": unranked([r["params"] for r in scored]),
+        "best": best["job"],
+        "best_so_far": best_so_far(
+            [(r["ended"], r["value"]) for r in scored if r.get("ended") is not None], goal
+        ),
+    }
 
 
 # -- drawing ----------------------------------------------------------------------------
@@ -118,15 +120,18 @@ def scale(values: Sequence[Any]) -> tuple[list[float], list[tuple[float, str]]]:
         lo, hi = ticks[0], ticks[-1]
         step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
         span = (hi - lo) or 1.0
-        return ([(v - lo) / span for v in values],
-                [((t - lo) / span, tick_label(t, step)) for t in ticks])
+        return (
+            [(v - lo) / span for v in values],
+            [((t - lo) / span, tick_label(t, step)) for t in ticks],
+        )
     cats = list(dict.fromkeys(repr(v) for v in values))
     pos = {c: (i + 0.5) / len(cats) for i, c in enumerate(cats)}
     return [pos[repr(v)] for v in values], [(pos[c], c.strip("'")) for c in cats]
 
 
-def parallel_axes(runs: Sequence[dict[str, Any]], metric: str
-                  ) -> tuple[list[str], list[tuple[list[float], list[tuple[float, str]]]]]:
+def parallel_axes(
+    runs: Sequence[dict[str, Any]], metric: str
+) -> tuple[list[str], list[tuple[list[float], list[tuple[float, str]]]]]:
     """The axes of parallel coordinates, each parameter then the metric, and per axis each
     run's position in [0, 1] with the axis's ticks (as ``scale``)."""
     names = list(dict.fromkeys(k for r in runs for k in r["params"]))
@@ -146,75 +151,112 @@ def metric_colours(runs: Sequence[dict[str, Any]]) -> list[str]:
     return [value_colour((v - lo) / ((hi - lo) or 1)) for v in values]
 
 
-def parallel_coordinates(runs: Sequence[dict[str, Any]], metric: str, best: str | None,
-                         width: int = 1200, height: int = 360) -> str:
+def parallel_coordinates(
+    runs: Sequence[dict[str, Any]],
+    metric: str,
+    best: str | None,
+    width: int = 1200,
+    height: int = 360,
+) -> str:
     """One vertical axis per parameter and one for the metric; a line per run, coloured by
     its metric value; the best run drawn last, thick, in red."""
     axes, scaled = parallel_axes(runs, metric)
     top, bottom, left, right = 30, 30, 60, 60
     gap = (width - left - right) / max(1, len(axes) - 1)
     ph = height - top - bottom
-    parts = [f'<svg class="parallel" xmlns="http://www.w3.org/2000/svg" width="100%" '
-             f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">']
+    parts = [
+        f'<svg class="parallel" xmlns="http://www.w3.org/2000/svg" width="100%" '
+        f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">'
+    ]
     colours = metric_colours(runs)
     for i in best_last(runs, best):
         is_best = runs[i]["job"] == best
         colour = BEST if is_best else colours[i]
-        points = " ".join(f"{left + k * gap:.1f},{top + ph - scaled[k][0][i] * ph:.1f}"
-                          for k in range(len(axes)))
-        parts.append(f'<polyline class="run{" best" if is_best else ""}" fill="none" '
-                     f'stroke="{colour}" stroke-width="{3 if is_best else 1.2}" '
-                     f'stroke-opacity="{1 if is_best else 0.7}" points="{points}">'
-                     f'<title>{escape(runs[i]["job"])}</title></polyline>')
+        points = " ".join(
+            f"{left + k * gap:.1f},{top + ph - scaled[k][0][i] * ph:.1f}" for k in range(len(axes))
+        )
+        parts.append(
+            f'<polyline class="run{" best" if is_best else ""}" fill="none" '
+            f'stroke="{colour}" stroke-width="{3 if is_best else 1.2}" '
+            f'stroke-opacity="{1 if is_best else 0.7}" points="{points}">'
+            f"<title>{escape(runs[i]['job'])}</title></polyline>"
+        )
     for k, name in enumerate(axes):
         x = left + k * gap
-        parts.append(f'<g class="axis"><line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" '
-                     f'y2="{top + ph}" stroke="#333"/><text class="axis-name" x="{x:.1f}" '
-                     f'y="{top - 10}" font-size="12" text-anchor="middle" font-weight="bold">'
-                     f'{escape(name)}</text>')
+        parts.append(
+            f'<g class="axis"><line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" '
+            f'y2="{top + ph}" stroke="#333"/><text class="axis-name" x="{x:.1f}" '
+            f'y="{top - 10}" font-size="12" text-anchor="middle" font-weight="bold">'
+            f"{escape(name)}</text>"
+        )
         for pos, label in scaled[k][1]:
-            parts.append(f'<text class="tick" x="{x - 5:.1f}" y="{top + ph - pos * ph + 4:.1f}" '
-                         f'font-size="10" text-anchor="end">{escape(label)}</text>')
+            parts.append(
+                f'<text class="tick" x="{x - 5:.1f}" y="{top + ph - pos * ph + 4:.1f}" '
+                f'font-size="10" text-anchor="end">{escape(label)}</text>'
+            )
         parts.append("</g>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _frame(title: str, xlabel: str, xs: Sequence[Any], ys: Sequence[float], width: int,
-           height: int) -> tuple[list[str], Any, Any]:
+def _frame(
+    title: str, xlabel: str, xs: Sequence[Any], ys: Sequence[float], width: int, height: int
+) -> tuple[list[str], Any, Any]:
     """An SVG with axes and ticks for XS (numbers or categories) and YS; returns its opening
     parts and the functions placing an x and a y value."""
     left, right, top, bottom = 56, 12, 24, 36
     pw, ph = width - left - right, height - top - bottom
     xpos, xticks = scale(list(xs))
     ypos, yticks = scale(list(ys))
-    parts = [f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" width="100%" '
-             f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">'
-             f'<text x="{left}" y="15" font-size="12" font-weight="bold">{escape(title)}</text>'
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>']
+    parts = [
+        f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" width="100%" '
+        f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif">'
+        f'<text x="{left}" y="15" font-size="12" font-weight="bold">{escape(title)}</text>'
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>'
+    ]
     for pos, label in xticks:
-        parts.append(f'<text class="xtick" x="{left + pos * pw:.1f}" y="{top + ph + 14}" '
-                     f'font-size="10" text-anchor="middle">{escape(label)}</text>')
+        parts.append(
+            f'<text class="xtick" x="{left + pos * pw:.1f}" y="{top + ph + 14}" '
+            f'font-size="10" text-anchor="middle">{escape(label)}</text>'
+        )
     for pos, label in yticks:
-        parts.append(f'<text class="ytick" x="{left - 5}" y="{top + ph - pos * ph + 4:.1f}" '
-                     f'font-size="10" text-anchor="end">{escape(label)}</text>')
-    parts.append(f'<text x="{left + pw / 2}" y="{height - 4}" font-size="11" '
-                 f'text-anchor="middle">{escape(xlabel)}</text>')
+        parts.append(
+            f'<text class="ytick" x="{left - 5}" y="{top + ph - pos * ph + 4:.1f}" '
+            f'font-size="10" text-anchor="end">{escape(label)}</text>'
+        )
+    parts.append(
+        f'<text x="{left + pw / 2}" y="{height - 4}" font-size="11" '
+        f'text-anchor="middle">{escape(xlabel)}</text>'
+    )
     return (parts, lambda i: left + xpos[i] * pw, lambda i: top + ph - ypos[i] * ph)
 
 
-def scatter(runs: Sequence[dict[str, Any]], param: str, metric: str, best: str | None,
-            width: int = 380, height: int = 260) -> str:
+def scatter(
+    runs: Sequence[dict[str, Any]],
+    param: str,
+    metric: str,
+    best: str | None,
+    width: int = 380,
+    height: int = 260,
+) -> str:
     """The metric against one parameter, a dot per run; the best run's dot red and larger."""
     runs = [r for r in runs if param in r["params"]]
-    parts, px, py = _frame(f"{metric} by {param}", param, [r["params"][param] for r in runs],
-                           [r["value"] for r in runs], width, height)
+    parts, px, py = _frame(
+        f"{metric} by {param}",
+        param,
+        [r["params"][param] for r in runs],
+        [r["value"] for r in runs],
+        width,
+        height,
+    )
     for i, r in enumerate(runs):
         is_best = r["job"] == best
-        parts.append(f'<circle class="dot{" best" if is_best else ""}" cx="{px(i):.1f}" '
-                     f'cy="{py(i):.1f}" r="{6 if is_best else 4}" '
-                     f'fill="{BEST if is_best else "#1f77b4"}" fill-opacity="0.8">'
-                     f'<title>{escape(r["job"])}: {r["value"]:.4g}</title></circle>')
+        parts.append(
+            f'<circle class="dot{" best" if is_best else ""}" cx="{px(i):.1f}" '
+            f'cy="{py(i):.1f}" r="{6 if is_best else 4}" '
+            f'fill="{BEST if is_best else "#1f77b4"}" fill-opacity="0.8">'
+            f"<title>{escape(r['job'])}: {r['value']:.4g}</title></circle>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -225,8 +267,9 @@ def minutes(curve: Sequence[tuple[float, float]]) -> tuple[list[float], list[flo
     return [(t - t0) / 60 for t, _ in curve], [v for _, v in curve]
 
 
-def progress(curve: Sequence[tuple[float, float]], metric: str, width: int = 760,
-             height: int = 260) -> str:
+def progress(
+    curve: Sequence[tuple[float, float]], metric: str, width: int = 760, height: int = 260
+) -> str:
     """The best value so far against minutes since the first run ended (a step line)."""
     if not curve:
         return ""
@@ -237,8 +280,10 @@ def progress(curve: Sequence[tuple[float, float]], metric: str, width: int = 760
         if i:
             steps.append(f"{px(i):.1f},{py(i - 1):.1f}")
         steps.append(f"{px(i):.1f},{py(i):.1f}")
-    parts.append(f'<polyline class="best-so-far" fill="none" stroke="{BEST}" stroke-width="2" '
-                 f'points="{" ".join(steps)}"/></svg>')
+    parts.append(
+        f'<polyline class="best-so-far" fill="none" stroke="{BEST}" stroke-width="2" '
+        f'points="{" ".join(steps)}"/></svg>'
+    )
     return "".join(parts)
 
 
@@ -252,5 +297,7 @@ def too_few(analysis: dict[str, Any]) -> str:
     needed = max(skip.values())
     which = "parameters" if not analysis["importance"] else ", ".join(skip)
     have = f"{n} runs with a value, " if n else ""
-    return (f"too few runs to rank {which} ({have}their values need repeats); "
-            f"about {needed} runs would do")
+    return (
+        f"too few runs to rank {which} ({have}their values need repeats); "
+        f"about {needed} runs would do"
+    )

@@ -52,33 +52,46 @@ def advance(store: Store, sweep: dict[str, Any]) -> None:
     spec = sweep["spec"]
     jobs = store.sweep_jobs_brief(sweep["id"])
     states = {juid: State(state) for juid, state, _, _ in jobs}
-    held = [juid for juid, state, not_before, _ in jobs
-            if state == State.QUEUED.value and not_before >= HOLD]
-    active = sum(1 for juid, state, not_before, _ in jobs
-                 if State(state) in LIVE or (state == State.QUEUED.value and not_before < HOLD))
+    held = [
+        juid
+        for juid, state, not_before, _ in jobs
+        if state == State.QUEUED.value and not_before >= HOLD
+    ]
+    active = sum(
+        1
+        for juid, state, not_before, _ in jobs
+        if State(state) in LIVE or (state == State.QUEUED.value and not_before < HOLD)
+    )
     limit = spec.get("max_parallel") or len(jobs)
     if held and active < limit:
         store.release_jobs(held[: limit - active])
     if spec.get("early_terminate") and spec.get("metric"):
-        running = {juid for juid, state, _, request in jobs
-                   if state == State.RUNNING.value and request is None}
+        running = {
+            juid
+            for juid, state, _, request in jobs
+            if state == State.RUNNING.value and request is None
+        }
         for juid in sorted(stop_early(store, spec, list(states), running)):
             if store.set_request(juid, "cancel", LIVE):
-                store.add_event(juid, "early-stop", f"{spec['early_terminate']['type']} rule on "
-                                f"{spec['metric']['name']}")
+                store.add_event(
+                    juid,
+                    "early-stop",
+                    f"{spec['early_terminate']['type']} rule on {spec['metric']['name']}",
+                )
                 log.info("sweep %s: stopping %s early", sweep["id"], juid)
     if jobs and all(s in TERMINAL for s in states.values()):
         store.set_sweep_state(sweep["id"], "finished", only_from=[ACTIVE_SWEEP])
 
 
-def stop_early(store: Store, spec: dict[str, Any], juids: list[str],
-               running: set[str]) -> set[str]:
+def stop_early(store: Store, spec: dict[str, Any], juids: list[str], running: set[str]) -> set[str]:
     """Running cells the sweep's early-termination rule would stop now."""
     if not running:
         return set()
     metric, rule = spec["metric"], spec["early_terminate"]
-    curves = {juid: early_stop.oriented([v for _, v, _ in pts], metric["goal"])
-              for juid, pts in store.metric_points_many(juids, metric["name"]).items()}
+    curves = {
+        juid: early_stop.oriented([v for _, v, _ in pts], metric["goal"])
+        for juid, pts in store.metric_points_many(juids, metric["name"]).items()
+    }
     if rule["type"] == "median":
         return early_stop.median_stop(curves, running, rule["min_steps"], rule["min_runs"])
     return early_stop.asha_stop(curves, running, rule["min_steps"], rule["eta"])
@@ -105,8 +118,9 @@ def settle(store: Store, home: Home) -> None:
         if _locked(path):
             continue  # still being written
         if store.set_sweep_state(sweep["id"], INTERRUPTED, only_from=[SUBMITTING]):
-            log.warning("sweep %s: its submission stopped half-way; its cells will not run",
-                        sweep["id"])
+            log.warning(
+                "sweep %s: its submission stopped half-way; its cells will not run", sweep["id"]
+            )
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 

@@ -67,13 +67,22 @@ CONTROLS = {
 class DataLoaded(Message):
     """What one poll of the store found."""
 
-    def __init__(self, jobs: list[JobRecord], cells: dict[str, dict[str, Text | str]],
-                 widths: dict[str, tuple[int, ...]], metrics: dict[str, Text],
-                 values: dict[str, dict[str, float | None]], now: float,
-                 core_pid: int | None,
-                 live: list[dict[str, Any]], instances: list[dict[str, Any]],
-                 providers: dict[str, tuple[str, dict[str, Any]]], problem: str | None,
-                 created: list[dict[str, Any]], partial: bool = False) -> None:
+    def __init__(
+        self,
+        jobs: list[JobRecord],
+        cells: dict[str, dict[str, Text | str]],
+        widths: dict[str, tuple[int, ...]],
+        metrics: dict[str, Text],
+        values: dict[str, dict[str, float | None]],
+        now: float,
+        core_pid: int | None,
+        live: list[dict[str, Any]],
+        instances: list[dict[str, Any]],
+        providers: dict[str, tuple[str, dict[str, Any]]],
+        problem: str | None,
+        created: list[dict[str, Any]],
+        partial: bool = False,
+    ) -> None:
         super().__init__()
         self.partial = partial  # more of this poll follows (the first screen at start)
         self.created = created  # the cloud instances monkey created, with their cost
@@ -136,8 +145,13 @@ class DashApp(App[None]):
         Binding("escape", "clear", "Clear filter/marks", show=False),
     ]
 
-    def __init__(self, home: str | os.PathLike[str] | Home | None = None, *,
-                 job: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | Home | None = None,
+        *,
+        job: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__()
         self.shared = SharedMonkey(home)
         self.open_job = job
@@ -168,8 +182,12 @@ class DashApp(App[None]):
                 yield self.table
             with TabPane("Instances", id="instances"):
                 yield self.instances
-        yield Input(placeholder="filter: words, state:running,failed provider:P sweep:S "
-                                "(Enter applies, Esc closes)", id="filter", classes="hidden")
+        yield Input(
+            placeholder="filter: words, state:running,failed provider:P sweep:S "
+            "(Enter applies, Esc closes)",
+            id="filter",
+            classes="hidden",
+        )
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -204,8 +222,11 @@ class DashApp(App[None]):
                 return False
         if isinstance(self.screen, ModalScreen) or isinstance(self.focused, Input):
             if noticed:
-                self.notify(f"{self.restart}; the dashboard restarts once you are done here",
-                            severity="warning", timeout=30)  # fmt: skip
+                self.notify(
+                    f"{self.restart}; the dashboard restarts once you are done here",
+                    severity="warning",
+                    timeout=30,
+                )
             return False
         if isinstance(self.screen, JobScreen):
             self.reopen = self.screen.juid
@@ -247,8 +268,10 @@ class DashApp(App[None]):
             self._since = max(self._since or 0.0, newest) or real_now
         problem = None
         try:
-            providers = {name: (cfg.type, dict(cfg.options))
-                         for name, cfg in self.shared.get("providers").items()}
+            providers = {
+                name: (cfg.type, dict(cfg.options))
+                for name, cfg in self.shared.get("providers").items()
+            }
         except MonkeyError as exc:  # the jobs are still worth showing
             providers, problem = {}, str(exc)
         now = self.clock()
@@ -269,11 +292,23 @@ class DashApp(App[None]):
                     metrics[juid] = text
         values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
-        self.post_message(DataLoaded(
-            changed, cells, widths, metrics, values, now, self.shared("core_status"),
-            self.shared("live_attempts"), self.shared("instances"), providers, problem,
-            self.shared("monkey_instances", now) if providers else [],
-            partial=first is not None))  # fmt: skip
+        self.post_message(
+            DataLoaded(
+                changed,
+                cells,
+                widths,
+                metrics,
+                values,
+                now,
+                self.shared("core_status"),
+                self.shared("live_attempts"),
+                self.shared("instances"),
+                providers,
+                problem,
+                self.shared("monkey_instances", now) if providers else [],
+                partial=first is not None,
+            )
+        )
 
     @on(PollFailed)
     def _on_poll_failed(self, message: PollFailed) -> None:
@@ -304,8 +339,9 @@ class DashApp(App[None]):
         shown = (message.providers, message.instances, message.live, message.created)
         if shown != self._instances_shown:  # idle: nothing to redraw
             self._instances_shown = shown
-            self.instances.show(message.providers, message.instances, message.live,
-                                message.now, message.created)
+            self.instances.show(
+                message.providers, message.instances, message.live, message.now, message.created
+            )
         self._show_status()
 
     @on(JobsTable.Changed)
@@ -319,12 +355,15 @@ class DashApp(App[None]):
     def _show_status(self) -> None:
         table = self.table
         self.status.show(
-            core_pid=self.core_pid, counts=table.counts,
-            shown=table.row_count, marked=len(table.marked),
+            core_pid=self.core_pid,
+            counts=table.counts,
+            shown=table.row_count,
+            marked=len(table.marked),
             filter_text=self.query_one("#filter", Input).value if table.filter else "",
-            sort=table.sort_label(), grouped=table.group_sweeps,
+            sort=table.sort_label(),
+            grouped=table.group_sweeps,
             problems=table.problems,
-        )  # fmt: skip
+        )
         self._offer_legal_actions()
 
     def _legal_actions(self) -> frozenset[str]:
@@ -350,8 +389,14 @@ class DashApp(App[None]):
     def action_open(self) -> None:
         juid = self.table.current_juid()
         if juid:
-            self.push_screen(JobScreen(self.shared, juid, self.clock,
-                                       overlay=self.table.targets() if self.table.marked else None))
+            self.push_screen(
+                JobScreen(
+                    self.shared,
+                    juid,
+                    self.clock,
+                    overlay=self.table.targets() if self.table.marked else None,
+                )
+            )
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -388,13 +433,26 @@ class DashApp(App[None]):
         (self.table if tabs.active == "jobs" else self.instances.query_one(DataTable)).focus()
 
     async def action_help(self) -> None:
-        sections = [("everywhere", self.BINDINGS), ("jobs table", JobsTable.BINDINGS),
-                    ("job screen", JobScreen.BINDINGS), ("log pane", LogPane.BINDINGS),
-                    ("metrics pane", MetricsPane.BINDINGS), ("sweep analysis", SweepScreen.BINDINGS),
-                    ("new job form", NewJobScreen.BINDINGS)]
-        await self.show_modal(self.modal("help", lambda: HelpScreen(
-            [(t, [b for b in bs if isinstance(b, Binding) and not b.priority])
-             for t, bs in sections])))
+        sections = [
+            ("everywhere", self.BINDINGS),
+            ("jobs table", JobsTable.BINDINGS),
+            ("job screen", JobScreen.BINDINGS),
+            ("log pane", LogPane.BINDINGS),
+            ("metrics pane", MetricsPane.BINDINGS),
+            ("sweep analysis", SweepScreen.BINDINGS),
+            ("new job form", NewJobScreen.BINDINGS),
+        ]
+        await self.show_modal(
+            self.modal(
+                "help",
+                lambda: HelpScreen(
+                    [
+                        (t, [b for b in bs if isinstance(b, Binding) and not b.priority])
+                        for t, bs in sections
+                    ]
+                ),
+            )
+        )
 
     def modal(self, name: str, make: Callable[[], Screen[Any]]) -> Screen[Any]:
         """The modal ``name``, made once and kept (installed): composing a form costs a few
@@ -403,8 +461,9 @@ class DashApp(App[None]):
             self.install_screen(make(), name)
         return self.get_screen(name)
 
-    async def show_modal(self, screen: Screen[Any],
-                         callback: Callable[[Any], None] | None = None) -> None:
+    async def show_modal(
+        self, screen: Screen[Any], callback: Callable[[Any], None] | None = None
+    ) -> None:
         """Push ``screen`` and return once it is mounted and painted: the keys bound to this
         (priority bindings of the jobs table) hold the keys typed after them until then, so
         those land in the modal instead of the screen under it."""
@@ -417,10 +476,19 @@ class DashApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, SweepScreen) and action not in ("quit", "help"):
             return False  # the jobs table's keys do not reach behind the sweep view
-        if isinstance(self.screen, JobScreen) and action in ("filter", "instances", "open", "clear"):
+        if isinstance(self.screen, JobScreen) and action in (
+            "filter",
+            "instances",
+            "open",
+            "clear",
+        ):
             return False
-        if (action == "control" and parameters and parameters[0] not in self._offered
-                and not isinstance(self.screen, JobScreen)):
+        if (
+            action == "control"
+            and parameters
+            and parameters[0] not in self._offered
+            and not isinstance(self.screen, JobScreen)
+        ):
             return None  # shown disabled: no pause on a failed job
         return True
 
@@ -446,8 +514,12 @@ class DashApp(App[None]):
         if not destructive and len(juids) == 1:
             self._control(action, juids)
             return
-        which = juids[0] if len(juids) == 1 else f"{len(juids)} jobs ({', '.join(juids[:3])}" + (
-            ", ...)" if len(juids) > 3 else ")")
+        which = (
+            juids[0]
+            if len(juids) == 1
+            else f"{len(juids)} jobs ({', '.join(juids[:3])}"
+            + (", ...)" if len(juids) > 3 else ")")
+        )
         question = f"{label} {which}? This {effect}."
 
         def answered(yes: bool | None) -> None:
@@ -469,8 +541,11 @@ class DashApp(App[None]):
                 continue
             final = {"cancel": State.CANCELLED, "pause": State.PAUSED}.get(action)
             # As the CLI says it: a running job stops once its agent has stopped it.
-            done.append(f"{juid} {state.value}" if final in (None, state)
-                        else f"{juid} requested (job is {state.value})")
+            done.append(
+                f"{juid} {state.value}"
+                if final in (None, state)
+                else f"{juid} requested (job is {state.value})"
+            )
         self.post_message(ControlDone(action, done, errors))
 
     @on(ControlDone)
@@ -491,8 +566,10 @@ class DashApp(App[None]):
         juid = self.screen.juid if isinstance(self.screen, JobScreen) else self.table.current_juid()
         record = self.table.records.get(juid) if juid else None
         if record is None or not record.sweep:
-            self.notify(f"job {juid} is not part of a sweep" if juid else "no job selected",
-                        severity="warning")
+            self.notify(
+                f"job {juid} is not part of a sweep" if juid else "no job selected",
+                severity="warning",
+            )
             return
         self.push_screen(SweepScreen(self.shared, record.sweep))
 
@@ -548,20 +625,34 @@ class DashApp(App[None]):
         for action, (label, effect, _) in CONTROLS.items():
             if action not in self._offered:
                 continue
-            yield SystemCommand(f"{label} job(s)", f"the marked jobs or the current one: {effect}",
-                                lambda a=action: self.action_control(a))
-        yield SystemCommand("New job", "submit a command with a provider and resources",
-                            self.action_new_job)
-        yield SystemCommand("Start core", "start the core in the background when it is down",
-                            self.action_start_core)
+            yield SystemCommand(
+                f"{label} job(s)",
+                f"the marked jobs or the current one: {effect}",
+                lambda a=action: self.action_control(a),
+            )
+        yield SystemCommand(
+            "New job", "submit a command with a provider and resources", self.action_new_job
+        )
+        yield SystemCommand(
+            "Start core", "start the core in the background when it is down", self.action_start_core
+        )
         if not isinstance(screen, JobScreen):
-            yield SystemCommand("Filter jobs", "by words, state:, provider:, sweep:",
-                                self.action_filter)
-            yield SystemCommand("Mark sweep", "mark every job of the current job's sweep",
-                                self.table.action_mark_sweep)
-            yield SystemCommand("Sweep analysis", "the current job's sweep: ranked runs, "
-                                "parameter importance, scatters, best so far", self.action_sweep)
-            yield SystemCommand("Group by sweep", "toggle grouping the table by sweep",
-                                self.table.action_group)
-            yield SystemCommand("Instances", "providers, instances and live attempts",
-                                self.action_instances)
+            yield SystemCommand(
+                "Filter jobs", "by words, state:, provider:, sweep:", self.action_filter
+            )
+            yield SystemCommand(
+                "Mark sweep",
+                "mark every job of the current job's sweep",
+                self.table.action_mark_sweep,
+            )
+            yield SystemCommand(
+                "Sweep analysis",
+                "the current job's sweep: ranked runs, parameter importance, scatters, best so far",
+                self.action_sweep,
+            )
+            yield SystemCommand(
+                "Group by sweep", "toggle grouping the table by sweep", self.table.action_group
+            )
+            yield SystemCommand(
+                "Instances", "providers, instances and live attempts", self.action_instances
+            )

@@ -26,8 +26,10 @@ class KeyFooter(Footer):
 
     def _keys(self) -> Hashable:
         """What the footer would show: each active binding's key, text and state."""
-        return tuple((key, b.binding.description, b.binding.show, b.enabled, b.tooltip)
-                     for key, b in self.screen.active_bindings.items())
+        return tuple(
+            (key, b.binding.description, b.binding.show, b.enabled, b.tooltip)
+            for key, b in self.screen.active_bindings.items()
+        )
 
     async def recompose(self) -> None:
         try:

@@ -25,8 +25,17 @@ STATE_STYLES = {
     "unreachable": "bold #ffaa55",  # running, its instance out of reach
 }
 # Lifecycle order of the states, for sorting by STATE and the status line's counts.
-LIFECYCLE = ("queued", "dispatching", "running", "paused", "preempted", "lost", "failed",
-             "cancelled", "succeeded")  # fmt: skip
+LIFECYCLE = (
+    "queued",
+    "dispatching",
+    "running",
+    "paused",
+    "preempted",
+    "lost",
+    "failed",
+    "cancelled",
+    "succeeded",
+)
 _STAGE = {state: i for i, state in enumerate(LIFECYCLE)}
 STUCK = 300.0  # seconds in dispatching, or with a request not carried out, that look stuck
 
@@ -129,8 +138,9 @@ def metrics_text(values: dict[str, float | None] | None, most: int = 3) -> Text:
     return Text("  ".join(f"{k} {'nan' if v is None else f'{v:.4g}'}" for k, v in shown))
 
 
-def row_cells(job: JobRecord, now: float, metrics: dict[str, float | None] | None = None
-              ) -> dict[str, Text | str]:
+def row_cells(
+    job: JobRecord, now: float, metrics: dict[str, float | None] | None = None
+) -> dict[str, Text | str]:
     """The table cells of one job, by column key. Cells that cannot hold markup (the job
     id, which keys the sort, tries, runtime) are strings; the rest are rich Texts, so that
     names and commands are never read as markup."""
@@ -139,8 +149,10 @@ def row_cells(job: JobRecord, now: float, metrics: dict[str, float | None] | Non
         "mark": NO_MARK,
         "job": job.juid,
         "name": Text(job.name),
-        "state": Text(shown_state(job) + ("*" if job.request else ""),
-                      style=STATE_STYLES.get(shown_state(job), "")),
+        "state": Text(
+            shown_state(job) + ("*" if job.request else ""),
+            style=STATE_STYLES.get(shown_state(job), ""),
+        ),
         "where": Text(where(job)),
         "tries": str(job.attempts),
         "runtime": duration(runtime(job, now)),
@@ -194,13 +206,21 @@ def problem_rank(job: JobRecord, now: float) -> int | None:
     return None
 
 
-def sort_jobs(juids: list[str], records: dict[str, JobRecord], column: str, reverse: bool,
-              now: float, values: dict[str, dict[str, float | None]] | None = None, *,
-              group: bool = False, problems: bool = False) -> list[str]:
+def sort_jobs(
+    juids: list[str],
+    records: dict[str, JobRecord],
+    column: str,
+    reverse: bool,
+    now: float,
+    values: dict[str, dict[str, float | None]] | None = None,
+    *,
+    group: bool = False,
+    problems: bool = False,
+) -> list[str]:
     """Job ids in table order: by ``column`` (a column key or ``metric:NAME``, jobs without
     that metric last whichever the direction), grouped by sweep, problems first."""
     if column.startswith(METRIC):
-        name = column[len(METRIC):]
+        name = column[len(METRIC) :]
         values = values or {}
         has = [j for j in juids if _number(values.get(j, {}).get(name)) is not None]
         rest = sorted(set(juids).difference(has), key=lambda j: juid_order(j), reverse=True)
@@ -238,7 +258,7 @@ def contrast(fg: str, bg: str) -> float:
     """WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
 
     def luminance(colour: str) -> float:
-        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
         lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
         return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
 
@@ -296,7 +316,16 @@ class JobFilter:
         if self.sweeps and (job.sweep or "") not in self.sweeps:
             return False
         if self.words:
-            hay = " ".join((job.juid, job.name, job.command, job.provider, job.instance or "",
-                            job.sweep or "", job.state.value)).lower()  # fmt: skip
+            hay = " ".join(
+                (
+                    job.juid,
+                    job.name,
+                    job.command,
+                    job.provider,
+                    job.instance or "",
+                    job.sweep or "",
+                    job.state.value,
+                )
+            ).lower()
             return all(w in hay for w in self.words)
         return True

@@ -40,6 +40,13 @@ class HelpScreen(ModalScreen[None]):
 
 
 def _key_name(key: str) -> str:
-    names = {"slash": "/", "question_mark": "?", "space": "space", "escape": "esc",
-             "left_square_bracket": "[", "right_square_bracket": "]", "exclamation_mark": "!"}
+    names = {
+        "slash": "/",
+        "question_mark": "?",
+        "space": "space",
+        "escape": "esc",
+        "left_square_bracket": "[",
+        "right_square_bracket": "]",
+        "exclamation_mark": "!",
+    }
     return names.get(key.strip(), key.strip())

@@ -34,22 +34,41 @@ class InstancesPane(Vertical):
         yield DataTable(id="instances-table", cursor_type="row")
         yield Static("instances monkey created (estimated cost so far)", classes="pane-title")
         yield DataTable(id="created-table", cursor_type="row")
-        yield Static("live attempts (CPU % of one core, resident memory; one mark per heartbeat)",
-                     classes="pane-title")
+        yield Static(
+            "live attempts (CPU % of one core, resident memory; one mark per heartbeat)",
+            classes="pane-title",
+        )
         yield DataTable(id="attempts-table", cursor_type="row")
 
     def on_mount(self) -> None:
         self.query_one("#instances-table", DataTable).add_columns(
-            "PROVIDER", "TYPE", "INSTANCE", "HOST", "STATE", "JOBS", "CONFIG")
+            "PROVIDER", "TYPE", "INSTANCE", "HOST", "STATE", "JOBS", "CONFIG"
+        )
         self.query_one("#created-table", DataTable).add_columns(
-            "INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST")
+            "INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS", "JOBS", "AGE", "$/H", "COST"
+        )
         self.query_one("#attempts-table", DataTable).add_columns(
-            "JOB", "TRY", "NAME", "WHERE", "GPUS", "RUNTIME", "CPU", "CPU HISTORY", "MEM",
-            "MEM HISTORY", "HEARTBEAT")
+            "JOB",
+            "TRY",
+            "NAME",
+            "WHERE",
+            "GPUS",
+            "RUNTIME",
+            "CPU",
+            "CPU HISTORY",
+            "MEM",
+            "MEM HISTORY",
+            "HEARTBEAT",
+        )
 
-    def show(self, providers: dict[str, tuple[str, dict[str, Any]]],
-             instances: list[dict[str, Any]], live: list[dict[str, Any]], now: float,
-             created: list[dict[str, Any]]) -> None:
+    def show(
+        self,
+        providers: dict[str, tuple[str, dict[str, Any]]],
+        instances: list[dict[str, Any]],
+        live: list[dict[str, Any]],
+        now: float,
+        created: list[dict[str, Any]],
+    ) -> None:
         """Redraw from the providers' configuration, recorded instances, live attempts and
         the instances monkey created (``Monkey.monkey_instances``)."""
         jobs_on: dict[str, int] = {}
@@ -61,32 +80,64 @@ class InstancesPane(Vertical):
         for name, (kind, options) in sorted(providers.items()):
             mine = [i for i in instances if i["provider"] == name]
             if "hosts" in options:  # not hosts since removed from providers.yml
-                hosts = {f"{name}/{h.get('name') or h.get('host')}" for h in options["hosts"] or []
-                         if isinstance(h, dict)}
+                hosts = {
+                    f"{name}/{h.get('name') or h.get('host')}"
+                    for h in options["hosts"] or []
+                    if isinstance(h, dict)
+                }
                 mine = [i for i in mine if i["id"] in hosts]
-            config = ", ".join(f"{k}={REDACTED if is_secret_name(k) else _short(v)}"
-                               for k, v in sorted(options.items()) if k != "hosts") or "defaults"
+            config = (
+                ", ".join(
+                    f"{k}={REDACTED if is_secret_name(k) else _short(v)}"
+                    for k, v in sorted(options.items())
+                    if k != "hosts"
+                )
+                or "defaults"
+            )
             if not mine:
                 rows.append((name, kind, "-", "-", "configured", str(jobs_of.get(name, 0)), config))
             for inst in mine:
                 error = (inst.get("extra") or {}).get("error")  # why a host is down, with the fix
                 state = inst.get("reach") or inst["state"]
-                rows.append((name, kind, inst["id"], inst["host"],
-                             f"{state}: {error}" if error else state,
-                             str(jobs_on.get(inst["id"], 0)), config))
+                rows.append(
+                    (
+                        name,
+                        kind,
+                        inst["id"],
+                        inst["host"],
+                        f"{state}: {error}" if error else state,
+                        str(jobs_on.get(inst["id"], 0)),
+                        config,
+                    )
+                )
         _replace(self.query_one("#instances-table", DataTable), rows)
-        _replace(self.query_one("#created-table", DataTable), [
-            (i["id"], i["provider"], i["state"], i["size"] or "-", "spot" if i["spot"] else "-",
-             i["address"] or "-", ",".join(i["jobs"]) or "-", duration(i["age"]),
-             "-" if i["price"] is None else f"{i['price']:g}", dollars(i["cost"]))
-            for i in created])  # fmt: skip
+        _replace(
+            self.query_one("#created-table", DataTable),
+            [
+                (
+                    i["id"],
+                    i["provider"],
+                    i["state"],
+                    i["size"] or "-",
+                    "spot" if i["spot"] else "-",
+                    i["address"] or "-",
+                    ",".join(i["jobs"]) or "-",
+                    duration(i["age"]),
+                    "-" if i["price"] is None else f"{i['price']:g}",
+                    dollars(i["cost"]),
+                )
+                for i in created
+            ],
+        )
 
         seen = set()
         rows = []
         for att in live:
             key = (att["juid"], att["n"])
             seen.add(key)
-            beat, cpus, mems = self.history.get(key, (None, deque(maxlen=HISTORY), deque(maxlen=HISTORY)))
+            beat, cpus, mems = self.history.get(
+                key, (None, deque(maxlen=HISTORY), deque(maxlen=HISTORY))
+            )
             if att["heartbeat_at"] != beat and att["cpu"] is not None:
                 cpus.append(float(att["cpu"]))
                 mems.append(float(att["rss"] or 0))
@@ -94,13 +145,21 @@ class InstancesPane(Vertical):
             where = place(att["provider"], att["instance"])
             ran = now - att["started_at"] if att["started_at"] else None
             since = now - att["heartbeat_at"] if att["heartbeat_at"] else None
-            rows.append((
-                att["juid"], str(att["n"]), att["name"], where,
-                att["gpus"] or "-", duration(ran),
-                "-" if att["cpu"] is None else f"{att['cpu']:.0f}%", sparkline(list(cpus)),
-                size(att["rss"]), sparkline(list(mems)),
-                "-" if since is None else f"{duration(since)} ago",
-            ))  # fmt: skip
+            rows.append(
+                (
+                    att["juid"],
+                    str(att["n"]),
+                    att["name"],
+                    where,
+                    att["gpus"] or "-",
+                    duration(ran),
+                    "-" if att["cpu"] is None else f"{att['cpu']:.0f}%",
+                    sparkline(list(cpus)),
+                    size(att["rss"]),
+                    sparkline(list(mems)),
+                    "-" if since is None else f"{duration(since)} ago",
+                )
+            )
         for key in set(self.history) - seen:
             del self.history[key]
         _replace(self.query_one("#attempts-table", DataTable), rows)

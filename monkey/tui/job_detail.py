@@ -55,8 +55,11 @@ def _render(info: dict[str, Any], now: float) -> Any:
         ("state", state),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
-        ("resources", f"cpus {res['cpus']}, gpus {res['gpus']}"
-         + (f", memory {res['memory']}" if res.get("memory") else "")),
+        (
+            "resources",
+            f"cpus {res['cpus']}, gpus {res['gpus']}"
+            + (f", memory {res['memory']}" if res.get("memory") else ""),
+        ),
         ("retries", str(info["retries"])),
         ("sweep", info["sweep"] or "-"),
     ]
@@ -64,11 +67,22 @@ def _render(info: dict[str, Any], now: float) -> Any:
         rows.append((f"param {key}", json.dumps(value)))
     rows += [
         ("workdir", info["workdir"]),
-        *([("runs in", git["subdir"] + "/ (sub-folder of the workdir)")] if git.get("subdir") else []),
+        *(
+            [("runs in", git["subdir"] + "/ (sub-folder of the workdir)")]
+            if git.get("subdir")
+            else []
+        ),
         ("snapshot", info["snapshot"] or "-"),
-        ("git", (f"{git.get('commit') or '-'}" + (f" on {git['branch']}" if git.get("branch") else "")
-                 + (" (uncommitted changes)" if git.get("dirty") else "")) if git
-         else "not a git repository"),
+        (
+            "git",
+            (
+                f"{git.get('commit') or '-'}"
+                + (f" on {git['branch']}" if git.get("branch") else "")
+                + (" (uncommitted changes)" if git.get("dirty") else "")
+            )
+            if git
+            else "not a git repository",
+        ),
         ("python", info["python"] or "-"),
         ("created", when(info["created_at"])),
         ("started", when(info["started_at"])),
@@ -92,10 +106,13 @@ def _render(info: dict[str, Any], now: float) -> Any:
         for a in info["attempts_detail"]:
             ran = (a["ended_at"] or now) - a["started_at"] if a["started_at"] else None
             attempts.add_row(
-                str(a["n"]), a["instance"], when(a["started_at"]), duration(ran),
+                str(a["n"]),
+                a["instance"],
+                when(a["started_at"]),
+                duration(ran),
                 "-" if a["exit_code"] is None else str(a["exit_code"]),
                 a["reason"] or ("running" if a["state"] == "live" else "-"),
-            )  # fmt: skip
+            )
 
     events = Table(title="events", title_justify="left", expand=True, box=box.SIMPLE_HEAD)
     for head in ("TIME", "EVENT", "DETAIL"):
@@ -107,6 +124,12 @@ def _render(info: dict[str, Any], now: float) -> Any:
     last = info.get("last_output")
     tail: list[Any] = []
     if last:  # why a failed job failed, without opening its log
-        head = f"last output of attempt {last['attempt']}" + (f" ({last['reason']})" if last["reason"] else "")
-        tail = [Text(head, style="bold red"), Text("\n".join(last["lines"]) or "(it printed nothing)"), Text("")]
+        head = f"last output of attempt {last['attempt']}" + (
+            f" ({last['reason']})" if last["reason"] else ""
+        )
+        tail = [
+            Text(head, style="bold red"),
+            Text("\n".join(last["lines"]) or "(it printed nothing)"),
+            Text(""),
+        ]
     return Group(fields, Text(""), *tail, attempts, Text(""), events)

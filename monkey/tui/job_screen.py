@@ -45,8 +45,13 @@ class JobScreen(Screen[None]):
             self.info = info
             self.error = error
 
-    def __init__(self, shared: SharedMonkey, juid: str, clock: Callable[[], float],
-                 overlay: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        shared: SharedMonkey,
+        juid: str,
+        clock: Callable[[], float],
+        overlay: list[str] | None = None,
+    ) -> None:
         super().__init__()
         self.shared = shared
         self.juid = juid
@@ -84,8 +89,9 @@ class JobScreen(Screen[None]):
         info = message.info
         style = STATE_STYLES.get(info["state"], "")
         where = place(info["provider"], info["instance"])
-        title.update(f"job [b]{info['job']}[/b] · {info['name']} · [{style}]{info['state']}[/]"
-                     f" · {where}")
+        title.update(
+            f"job [b]{info['job']}[/b] · {info['name']} · [{style}]{info['state']}[/] · {where}"
+        )
         self.query_one(JobDetail).show(info, self.clock())
 
     def action_back(self) -> None:

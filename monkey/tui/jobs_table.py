@@ -41,11 +41,17 @@ class JobsTable(VirtualTable):
         Binding("g", "group", "Group sweeps", show=False),
         # The dashboard's keys that open a modal, handled before the next key is passed on
         # (priority), so keys typed right after `n` land in the form, not in this table.
-        *(Binding(key, f"app.{action}", description, priority=True)
-          for key, action, description in (
-              ("question_mark", "help", "Keys"), ("c", "control('cancel')", "Cancel"),
-              ("p", "control('pause')", "Pause"), ("u", "control('resume')", "Resume"),
-              ("r", "control('retry')", "Retry"), ("n", "new_job", "New job"))),
+        *(
+            Binding(key, f"app.{action}", description, priority=True)
+            for key, action, description in (
+                ("question_mark", "help", "Keys"),
+                ("c", "control('cancel')", "Cancel"),
+                ("p", "control('pause')", "Pause"),
+                ("u", "control('resume')", "Resume"),
+                ("r", "control('retry')", "Retry"),
+                ("n", "new_job", "New job"),
+            )
+        ),
     ]
 
     class Changed(Message):
@@ -73,9 +79,14 @@ class JobsTable(VirtualTable):
 
     # -- data ---------------------------------------------------------------------------
 
-    def load(self, jobs: list[JobRecord], cells: dict[str, dict[str, Text | str]],
-             widths: dict[str, tuple[int, ...]], now: float,
-             values: dict[str, Values] | None = None) -> None:
+    def load(
+        self,
+        jobs: list[JobRecord],
+        cells: dict[str, dict[str, Text | str]],
+        widths: dict[str, tuple[int, ...]],
+        now: float,
+        values: dict[str, Values] | None = None,
+    ) -> None:
         """Apply changed job records with their cells and cell widths (made off the UI
         thread by `row_cells`): all jobs at first, then those changed since the last load."""
         self.now = now
@@ -92,8 +103,12 @@ class JobsTable(VirtualTable):
             self.cells[juid] = row
             if self.filter.matches(job) != (juid in self.shown):
                 moved = True
-            elif old is None or by(old) != by(job) or old.sweep != job.sweep or (
-                    self.problems_first and problem_rank(old, now) != problem_rank(job, now)):
+            elif (
+                old is None
+                or by(old) != by(job)
+                or old.sweep != job.sweep
+                or (self.problems_first and problem_rank(old, now) != problem_rank(job, now))
+            ):
                 moved = True
         if jobs:  # idle polls skip this pass over every job
             records = self.records.values()
@@ -132,9 +147,18 @@ class JobsTable(VirtualTable):
     def _resort(self) -> None:
         juids = [j for j, job in self.records.items() if self.filter.matches(job)]
         self.shown = set(juids)
-        self.set_order(sort_jobs(juids, self.records, self.sort_column, self.sort_reverse,
-                                 self.now, self.values, group=self.group_sweeps,
-                                 problems=self.problems_first))  # fmt: skip
+        self.set_order(
+            sort_jobs(
+                juids,
+                self.records,
+                self.sort_column,
+                self.sort_reverse,
+                self.now,
+                self.values,
+                group=self.group_sweeps,
+                problems=self.problems_first,
+            )
+        )
 
     def _rebuild(self) -> None:
         self._resort()
@@ -163,9 +187,10 @@ class JobsTable(VirtualTable):
     def sort_label(self) -> str:
         """The order as the status line says it: ``STATE ↑``, ``loss ↓``."""
         column = self.sort_column
-        name = column[len(METRIC):] if column.startswith(METRIC) else COLUMNS[column]
+        name = column[len(METRIC) :] if column.startswith(METRIC) else COLUMNS[column]
         return f"{name} {'↓' if self.sort_reverse else '↑'}" + (
-            " · problems first" if self.problems_first else "")
+            " · problems first" if self.problems_first else ""
+        )
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
         """Sort by a column key or ``metric:NAME`` (the metrics column: its first metric)."""

@@ -66,8 +66,9 @@ class LogPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="log-status")
         yield Log(max_lines=MAX_LINES, id="log-view")
-        yield Input(placeholder="search the log: Enter finds, Esc closes", id="log-search",
-                    classes="hidden")
+        yield Input(
+            placeholder="search the log: Enter finds, Esc closes", id="log-search", classes="hidden"
+        )
 
     @property
     def view(self) -> Log:
@@ -97,7 +98,9 @@ class LogPane(Vertical):
         if not self.view.line_count and not extra:
             extra = f"{stream} is empty"
             if self.other:
-                extra += f"; {'stdout' if self.stderr else 'stderr'} has {self.other} bytes: press e"
+                extra += (
+                    f"; {'stdout' if self.stderr else 'stderr'} has {self.other} bytes: press e"
+                )
         self.query_one("#log-status", Static).update(
             f"{stream} of {self.juid}, all attempts · {follow}" + (f" · {extra}" if extra else "")
         )
@@ -131,8 +134,10 @@ class LogPane(Vertical):
                     if other != other_seen:
                         other_seen = other
                         self.post_message(self.Empty(other, generation))
-                if not follower.watch(monkey.home.runs / juid, LOGS, recursive=True) \
-                        and not worker.is_cancelled:
+                if (
+                    not follower.watch(monkey.home.runs / juid, LOGS, recursive=True)
+                    and not worker.is_cancelled
+                ):
                     follower.wait(POLL)  # (read once more first when the watch just began)
         finally:
             follower.close()
@@ -175,7 +180,9 @@ class LogPane(Vertical):
         event.stop()
         self.query_text = event.value
         needle = event.value.lower()
-        self.matches = [i for i, line in enumerate(self.view.lines) if needle and needle in line.lower()]
+        self.matches = [
+            i for i, line in enumerate(self.view.lines) if needle and needle in line.lower()
+        ]
         self.match_index = -1
         self.view.focus()
         if not needle:
@@ -196,16 +203,19 @@ class LogPane(Vertical):
 
     def _jump(self, step: int) -> None:
         if not self.matches:
-            self._show_status(f"no matches for {self.query_text!r}" if self.query_text
-                              else "press / to search")
+            self._show_status(
+                f"no matches for {self.query_text!r}" if self.query_text else "press / to search"
+            )
             return
         self.match_index = (self.match_index + step) % len(self.matches)
         line = self.matches[self.match_index]
         log = self.view
         log.auto_scroll = False
         log.scroll_to(y=max(0, line - 2), animate=False)
-        self._show_status(f"match {self.match_index + 1}/{len(self.matches)} "
-                          f"for {self.query_text!r} at line {line + 1}: {log.lines[line][:60]}")
+        self._show_status(
+            f"match {self.match_index + 1}/{len(self.matches)} "
+            f"for {self.query_text!r} at line {line + 1}: {log.lines[line][:60]}"
+        )
 
     def action_next_match(self) -> None:
         self._jump(1)

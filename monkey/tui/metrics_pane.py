@@ -51,9 +51,15 @@ class MetricsPane(Horizontal):
         """Series names of every run, the points of the chosen series, and each run's
         ``epoch`` series (read only while x is by epoch)."""
 
-        def __init__(self, names: list[str], points: dict[tuple[str, str], Series],
-                     labels: dict[str, str], epochs: dict[str, Series],
-                     palette: dict[str, str], by: tuple[str, float, float] | None) -> None:
+        def __init__(
+            self,
+            names: list[str],
+            points: dict[tuple[str, str], Series],
+            labels: dict[str, str],
+            epochs: dict[str, Series],
+            palette: dict[str, str],
+            by: tuple[str, float, float] | None,
+        ) -> None:
             super().__init__()
             self.names = names
             self.points = points
@@ -81,8 +87,10 @@ class MetricsPane(Horizontal):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="series-side"):
-            yield Static("series" + (f" of {len(self.juids)} runs" if len(self.juids) > 1 else ""),
-                         classes="pane-title")
+            yield Static(
+                "series" + (f" of {len(self.juids)} runs" if len(self.juids) > 1 else ""),
+                classes="pane-title",
+            )
             yield SelectionList[str](id="series")
             yield Static("", id="legend")
         with Vertical(id="chart-side"):
@@ -96,8 +104,10 @@ class MetricsPane(Horizontal):
         """The x axis, smoothing and y scale in use, and the keys that change them."""
         s = self.style
         smooth = f"EMA {s.smooth:g}" if s.smooth else "off"
-        return (f"x: {X_LABELS[s.x]} (x)  ·  smoothing: {smooth} ([ ])  ·  "
-                f"y: {'log' if s.log_y else 'linear'} (y)")
+        return (
+            f"x: {X_LABELS[s.x]} (x)  ·  smoothing: {smooth} ([ ])  ·  "
+            f"y: {'log' if s.log_y else 'linear'} (y)"
+        )
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -148,8 +158,9 @@ class MetricsPane(Horizontal):
                     if self.style.x == "epoch" and "epoch" in mine:
                         epochs[juid] = monkey.metrics(juid, "epoch").get("epoch", [])
                 if not worker.is_cancelled:
-                    self.post_message(self.Loaded(sorted(names), points, labels, epochs,
-                                                  palette, by))
+                    self.post_message(
+                        self.Loaded(sorted(names), points, labels, epochs, palette, by)
+                    )
                 time.sleep(POLL if chosen or names else POLL / 4)
         finally:
             monkey.store.close()
@@ -195,15 +206,23 @@ class MetricsPane(Horizontal):
             name, lo, hi = self.by
             bar = "".join(f"[{value_colour(i / 7)}]█[/]" for i in range(8))
             head.append(f"colour: {escape(name)} {lo:.3g} {bar} {hi:.3g}")
-        legend.update("\n".join(head + [
-            f"[{self.palette[j]}]━━[/] {escape(self.labels.get(j, j))}" for j in self.juids]))
+        legend.update(
+            "\n".join(
+                head
+                + [f"[{self.palette[j]}]━━[/] {escape(self.labels.get(j, j))}" for j in self.juids]
+            )
+        )
 
     def _draw(self) -> None:
         points = {k: v for k, v in self.points.items() if k[1] in self.chosen}
         stamp = {k: (len(v), v[-1][2] if v else 0.0) for k, v in points.items()}
         style = self.style
-        now = (style.x, style.smooth, style.log_y,
-               tuple(len(s) for s in self.epochs.values()))  # epochs: read after a switch
+        now = (
+            style.x,
+            style.smooth,
+            style.log_y,
+            tuple(len(s) for s in self.epochs.values()),
+        )  # epochs: read after a switch
         if stamp == self.shown and now == self._shown_style:
             return
         self.shown, self._shown_style = stamp, now
@@ -224,12 +243,16 @@ class MetricsPane(Horizontal):
             self.drawn[metric] = {j: _thin(xs, ys) for j, (xs, _, ys) in data.items()}
             self._panel(plt, metric, data)
         if not points:
-            plt.title("no metrics yet: log them with monkey.log(name, value, step=...)"
-                      if not self.names else "choose series with space")
+            plt.title(
+                "no metrics yet: log them with monkey.log(name, value, step=...)"
+                if not self.names
+                else "choose series with space"
+            )
         chart.refresh()
 
-    def _panel(self, plt: Any, metric: str,
-               data: dict[str, tuple[list[float], list[float], list[float]]]) -> None:
+    def _panel(
+        self, plt: Any, metric: str, data: dict[str, tuple[list[float], list[float], list[float]]]
+    ) -> None:
         """One metric's panel: its own y axis, nice ticks (powers of ten on a log scale);
         when smoothed, the raw lines faint under the smoothed ones (as W&B draws them)."""
         style = self.style
@@ -257,8 +280,9 @@ class MetricsPane(Horizontal):
         plt.xlabel(X_LABELS[style.x])
 
 
-def _colours(juids: list[str], params: dict[str, dict[str, Any]]
-             ) -> tuple[dict[str, str], tuple[str, float, float] | None]:
+def _colours(
+    juids: list[str], params: dict[str, dict[str, Any]]
+) -> tuple[dict[str, str], tuple[str, float, float] | None]:
     """Run -> colour as the PNG and HTML charts: 20 distinct colours, past 20 runs by the
     value of the numeric parameter that differs most (and that parameter's range)."""
     by = colour_param(params) if len(juids) > 20 else None

@@ -47,8 +47,15 @@ class NewJobScreen(ModalScreen[str | None]):
         select = self.query_one("#provider", Select)
         select.set_options([(p, p) for p in self.providers])
         select.value = self.providers[0]
-        for ident, value in (("command", ""), ("name", ""), ("cpus", "1"), ("gpus", "0"),
-                             ("retries", "0"), ("memory", ""), ("workdir", self.workdir)):
+        for ident, value in (
+            ("command", ""),
+            ("name", ""),
+            ("cpus", "1"),
+            ("gpus", "0"),
+            ("retries", "0"),
+            ("memory", ""),
+            ("workdir", self.workdir),
+        ):
             self.query_one(f"#{ident}", Input).value = value
         self.query_one("#submit", Button).disabled = False
         self._error("")
@@ -62,11 +69,18 @@ class NewJobScreen(ModalScreen[str | None]):
             yield Label("name (default: the script's name)")
             yield Input(id="name")
             yield Label("provider")
-            yield Select([(p, p) for p in self.providers], value=self.providers[0],
-                         allow_blank=False, id="provider")  # fmt: skip
+            yield Select(
+                [(p, p) for p in self.providers],
+                value=self.providers[0],
+                allow_blank=False,
+                id="provider",
+            )
             with Horizontal(classes="row"):
-                for label, ident, value in (("cpus", "cpus", "1"), ("gpus", "gpus", "0"),
-                                            ("retries", "retries", "0")):
+                for label, ident, value in (
+                    ("cpus", "cpus", "1"),
+                    ("gpus", "gpus", "0"),
+                    ("retries", "retries", "0"),
+                ):
                     with Vertical(classes="cell"):
                         yield Label(label)
                         yield Input(value, type="integer", id=ident)
@@ -98,10 +112,16 @@ class NewJobScreen(ModalScreen[str | None]):
         provider = self.query_one("#provider", Select).value
         self.query_one("#submit", Button).disabled = True
         self._error("submitting…")
-        self._submit(command, dict(
-            provider=str(provider), name=self._value("name") or None,
-            memory=self._value("memory") or None, workdir=self._value("workdir") or None,
-            **numbers))  # fmt: skip
+        self._submit(
+            command,
+            dict(
+                provider=str(provider),
+                name=self._value("name") or None,
+                memory=self._value("memory") or None,
+                workdir=self._value("workdir") or None,
+                **numbers,
+            ),
+        )
 
     @work(thread=True, exclusive=True, group="submit")
     def _submit(self, command: str, options: dict[str, object]) -> None:

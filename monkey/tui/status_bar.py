@@ -8,8 +8,17 @@ from textual.widgets import Static
 
 from monkey.tui.format import STATE_STYLES
 
-_ORDER = ("running", "dispatching", "queued", "paused", "failed", "lost", "preempted",
-          "cancelled", "succeeded")  # fmt: skip
+_ORDER = (
+    "running",
+    "dispatching",
+    "queued",
+    "paused",
+    "failed",
+    "lost",
+    "preempted",
+    "cancelled",
+    "succeeded",
+)
 
 
 class StatusBar(Static):
@@ -17,11 +26,25 @@ class StatusBar(Static):
 
     _line = ""
 
-    def show(self, *, core_pid: int | None, counts: Counter[str], shown: int, marked: int,
-             filter_text: str, sort: str, grouped: bool, problems: int = 0) -> None:
+    def show(
+        self,
+        *,
+        core_pid: int | None,
+        counts: Counter[str],
+        shown: int,
+        marked: int,
+        filter_text: str,
+        sort: str,
+        grouped: bool,
+        problems: int = 0,
+    ) -> None:
         up, down = STATE_STYLES["succeeded"], STATE_STYLES["failed"]
         if core_pid:
-            core = f"[{up}]core running[/] (pid {core_pid})" if core_pid > 0 else f"[{up}]core starting[/]"
+            core = (
+                f"[{up}]core running[/] (pid {core_pid})"
+                if core_pid > 0
+                else f"[{up}]core starting[/]"
+            )
         else:
             core = f"[{down}]core down[/] — press [b]D[/] to start it"
         total = sum(counts.values())

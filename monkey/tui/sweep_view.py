@@ -49,8 +49,15 @@ def ranked(status: dict[str, Any], analysis: dict[str, Any]) -> list[dict[str, A
     values = {r["job"]: r["value"] for r in analysis["runs"]}
     labels = run_labels({j["job"]: j["params"] for j in status["jobs"]})
     sign = -1 if (analysis["metric"] or {}).get("goal") == "max" else 1
-    rows = [{"job": j["job"], "state": j["state"], "value": values.get(j["job"]),
-             "label": labels[j["job"]]} for j in status["jobs"]]
+    rows = [
+        {
+            "job": j["job"],
+            "state": j["state"],
+            "value": values.get(j["job"]),
+            "label": labels[j["job"]],
+        }
+        for j in status["jobs"]
+    ]
     return sorted(rows, key=lambda r: (r["value"] is None, sign * (r["value"] or 0.0)))
 
 
@@ -92,8 +99,12 @@ class SweepScreen(Screen[None]):
     class Loaded(Message):
         """`sweep_status` and `sweep_analysis` of the sweep, or why they could not be read."""
 
-        def __init__(self, status: dict[str, Any] | None, analysis: dict[str, Any] | None,
-                     error: str | None = None) -> None:
+        def __init__(
+            self,
+            status: dict[str, Any] | None,
+            analysis: dict[str, Any] | None,
+            error: str | None = None,
+        ) -> None:
             super().__init__()
             self.status = status
             self.analysis = analysis
@@ -130,8 +141,9 @@ class SweepScreen(Screen[None]):
     def _load(self) -> None:
         try:
             status = self.shared("sweep_status", self.sweep)
-            self.post_message(self.Loaded(status, self.shared("sweep_analysis", status["id"],
-                                                              status)))
+            self.post_message(
+                self.Loaded(status, self.shared("sweep_analysis", status["id"], status))
+            )
         except MonkeyError as exc:
             self.post_message(self.Loaded(None, None, str(exc)))
 
@@ -144,16 +156,20 @@ class SweepScreen(Screen[None]):
         status, analysis = message.status, message.analysis
         if status["state"] in ENDED and status["done"] == status["total"]:
             self._timer.stop()  # nothing will change: no more reads
-        shown = ([(j["job"], j["state"]) for j in status["jobs"]],
-                 [(r["job"], r["value"]) for r in analysis["runs"]])
+        shown = (
+            [(j["job"], j["state"]) for j in status["jobs"]],
+            [(r["job"], r["value"]) for r in analysis["runs"]],
+        )
         if shown == self._shown:
             return  # nothing changed: no redraw
         self._shown = shown
         metric = analysis["metric"]
         self.best, self.method = analysis["best"], analysis["method"]
         self.importance = analysis["importance"]
-        head = (f"sweep [b]{escape(status['id'])}[/b] · {escape(status['name'])} · "
-                f"{status['state']} · {status['done']}/{status['total']} ended")
+        head = (
+            f"sweep [b]{escape(status['id'])}[/b] · {escape(status['name'])} · "
+            f"{status['state']} · {status['done']}/{status['total']} ended"
+        )
         if metric:
             head += f" · {escape(metric['name'])} ({metric['goal']})"
             if self.best:
@@ -177,8 +193,13 @@ class SweepScreen(Screen[None]):
         xs: list[float] = list(range(len(axes)))
         for i in best_last(runs, self.best):
             best = runs[i]["job"] == self.best
-            plt.plot(xs, self.parallel[runs[i]["job"]], color=rgb(BEST if best else colours[i]),
-                     marker="dot" if not best else None, yside="right")
+            plt.plot(
+                xs,
+                self.parallel[runs[i]["job"]],
+                color=rgb(BEST if best else colours[i]),
+                marker="dot" if not best else None,
+                yside="right",
+            )
         plt.xticks(xs, axes)
         ticks = scaled[-1][1]
         # plotext's annotations say yside is a number; it takes "left"/"right" (its docs)
@@ -191,8 +212,7 @@ class SweepScreen(Screen[None]):
     @on(DataTable.RowSelected, "#sweep-runs")
     def _on_run(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value:
-            self.app.push_screen(JobScreen(self.shared, event.row_key.value,
-                                           self.app.clock))  # type: ignore[attr-defined]
+            self.app.push_screen(JobScreen(self.shared, event.row_key.value, self.app.clock))  # type: ignore[attr-defined]
 
     def action_back(self) -> None:
         self.dismiss(None)
@@ -207,11 +227,14 @@ class SweepScreen(Screen[None]):
             best = row["job"] == self.best
             mark = f"bold {BEST}" if best else ""
             value = "-" if row["value"] is None else f"{row['value']:.4g}"
-            table.add_row(Text(f"{i}" + (" ★" if best else ""), style=mark),
-                          Text(row["job"], style=mark),
-                          Text(row["state"], style=STATE_STYLES.get(row["state"], "")),
-                          Text(value, style=mark), Text(row["label"], style=mark),
-                          key=row["job"])
+            table.add_row(
+                Text(f"{i}" + (" ★" if best else ""), style=mark),
+                Text(row["job"], style=mark),
+                Text(row["state"], style=STATE_STYLES.get(row["state"], "")),
+                Text(value, style=mark),
+                Text(row["label"], style=mark),
+                key=row["job"],
+            )
 
     def _show_importance(self, analysis: dict[str, Any]) -> None:
         box = self.query_one("#sweep-importance", Static)
@@ -221,7 +244,9 @@ class SweepScreen(Screen[None]):
         width = max(map(len, self.importance), default=0)
         lines = [f"[b]parameter importance[/b] (method: {escape(self.method)})"]
         for name, share in self.importance.items():
-            lines.append(f"{escape(name):<{width}}  {share:4.2f} [{DOT}]{'█' * round(share * 20)}[/]")
+            lines.append(
+                f"{escape(name):<{width}}  {share:4.2f} [{DOT}]{'█' * round(share * 20)}[/]"
+            )
         if note := too_few(analysis):
             lines.append(escape(note))
         box.update("\n".join(lines))

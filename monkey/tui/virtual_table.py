@@ -111,8 +111,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self._strips.clear()
         self._resize()
 
-    def update_rows(self, cells: Mapping[str, Sequence[Cell]],
-                    widths: Mapping[str, Sequence[int]] | None = None) -> None:
+    def update_rows(
+        self, cells: Mapping[str, Sequence[Cell]], widths: Mapping[str, Sequence[int]] | None = None
+    ) -> None:
         """Set the cells of rows (shown or not) and widen columns to ``widths``."""
         grew = False
         if widths:
