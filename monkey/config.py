@@ -46,6 +46,22 @@ def python_entry(module: str, function: str) -> list[str]:
 _ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
 
 
+def lock_now(fd: int) -> int | None:
+    """FD with an exclusive lock taken on it now, or None (FD closed) when another process
+    holds it: the lock that says a core, or a server, runs for a MONKEY_HOME."""
+    import errno
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
 def stop_process(
     pid_now: Callable[[], int | None], what: str, timeout: float, every: float = 0.02
 ) -> int | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import signal
 import socket
@@ -11,7 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-from monkey.config import Home, first_error, open_private, python_entry, stop_process, write_private
+from monkey.config import (
+    Home,
+    first_error,
+    lock_now,
+    open_private,
+    python_entry,
+    stop_process,
+    write_private,
+)
 from monkey.models import MonkeyError
 from monkey.version import PACKAGE, fresh_entry, version
 
@@ -57,14 +64,7 @@ def _try_lock(home: Home) -> int | None:
             fd = os.open(home.daemon_lock, os.O_RDONLY)
         except FileNotFoundError:  # never made: no core ever ran here
             fd = os.open(os.devnull, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
+    return lock_now(fd)
 
 
 def status(home: Home) -> int | None:

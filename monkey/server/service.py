@@ -5,8 +5,6 @@ held by a file lock)."""
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -16,7 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from monkey.config import Home, first_error, open_private, python_entry, stop_process, write_private
+from monkey.config import (
+    Home,
+    first_error,
+    lock_now,
+    open_private,
+    python_entry,
+    stop_process,
+    write_private,
+)
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -172,19 +178,9 @@ def remote_add_line(home: Home, token: str) -> str:
     return f"monkey remote add lab {url(settings)} --token {token}{pin}"
 
 
-# -- the lock, like the core's -----------------------------------------------------------
-
-
 def _try_lock(files: Files) -> int | None:
-    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
+    """The server's lock, taken (its fd), or None when a server holds it."""
+    return lock_now(os.open(files.lock, os.O_RDWR | os.O_CREAT, 0o600))
 
 
 def status(home: Home) -> int | None:
