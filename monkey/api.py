@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from monkey.models import (
 from monkey.models import Job as JobRecord
 from monkey.rerun import Reruns
 from monkey.store import Store
-from monkey.submit import Submitter, default_name, wake
+from monkey.submit import Submitter, default_name, parse_command, wake
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -88,7 +87,31 @@ class Monkey:
             self._providers_stamp = stamp
         return self._providers
 
+    @property
+    def owner(self) -> str | None:
+        """Who the jobs submitted through this facade belong to (None: this machine's user;
+        a main node's server sets the calling user)."""
+        return self._submitter.owner
+
+    @owner.setter
+    def owner(self, name: str | None) -> None:
+        self._submitter.owner = name
+
     # -- submit -------------------------------------------------------------------------
+
+    def provider_kind(
+        self,
+        provider: str = "local",
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        host: str | None = None,
+        time: str | int | None = None,
+    ) -> str:
+        """The kind of PROVIDER (its driver type), once resources like these fit it
+        (MonkeyError naming why not): what a client needs to gather a submission."""
+        self._submitter.resources(provider, cpus, gpus, memory, host, time)
+        return self.providers[provider].type
 
     def run(
         self,
@@ -111,6 +134,7 @@ class Monkey:
         start_core: bool = True,
         job_yml: str | os.PathLike[str] | bool | None = None,
         yes: bool = False,
+        gathered: dict[str, Any] | None = None,
     ) -> Job:
         """Snapshot the code and data, record the job, and wake the core. Returns at once.
 
@@ -119,20 +143,10 @@ class Monkey:
         of each attempt, with its unit ("90s", "30m", "2h", "1d", "HH:MM:SS"; an int is
         seconds; a bare number as text is refused, as Slurm would read minutes); past it the
         job gets SIGTERM, then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
-        asking (see `monkey.snapshot.snapshot_dir`)."""
-        try:
-            argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
-        except ValueError as exc:
-            raise MonkeyError(f"command {cmd!r}: {exc} (it is split as a shell would)") from None
-        if not argv:
-            raise MonkeyError(
-                "no command given; put it after `--`, e.g. monkey run -- python train.py"
-            )
-        if any("\0" in arg for arg in argv):
-            raise MonkeyError(
-                f"command {argv!r} contains a NUL byte (\\0), which no program can "
-                "receive; remove it"
-            )
+        asking (see `monkey.snapshot.snapshot_dir`). ``gathered``: what a client gathered
+        on its machine instead of this machine's workdir, datasets and env (a main node's
+        API, see ``Submitter.accept``)."""
+        argv = parse_command(cmd)
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
         with (
@@ -152,6 +166,7 @@ class Monkey:
                 workdir=workdir,
                 job_yml=job_yml,
                 yes=yes,
+                gathered=gathered,
             )
             if params is None and sweep is None:  # a plain run: the flags in its command
                 from monkey.rerun import command_values
@@ -293,6 +308,7 @@ class Monkey:
             "core": {"running": absent is None, "since": absent or None},
             # How long the job's instance may stay out of reach before its attempt is lost.
             "lost_after": self._lost_after(job.provider) if job.unreachable_since else None,
+            "owner": self.store.job_owners([juid]).get(juid),  # who submitted it
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             # What the provider says of the job's machine (a Slurm job id, its node list)...

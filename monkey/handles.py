@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         store: Store
 
         def store_follower(self) -> Follower: ...
+        def get_job(self, ref: str) -> JobRecord: ...
         def logs(
             self,
             ref: str,
@@ -44,9 +45,7 @@ class Job:
 
     @property
     def record(self) -> JobRecord:
-        job = self.monkey.store.get_job(self.juid)
-        assert job is not None
-        return job
+        return self.monkey.get_job(self.juid)
 
     @property
     def status(self) -> State:

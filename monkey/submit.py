@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from monkey.config import Home, ProviderConfig
@@ -45,6 +45,35 @@ CAPTURED_ENV = (
 MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
+
+
+# The fields ``gather`` reads on the submitting machine (and a client sends to a server).
+GATHERED = (
+    "provider",
+    "env",
+    "snapshot",
+    "workdir",
+    "datasets",
+    "git",
+    "python",
+    "retries",
+    "spec",
+    "outputs",
+    "packages",
+)
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+class BlobsMissing(MonkeyError):
+    """Blobs a submission needs that the server does not hold (HTTP 409): the client
+    uploads them and submits again."""
+
+    def __init__(self, digests: list[str]) -> None:
+        super().__init__(
+            f"{len(digests)} blob(s) of this submission are not on the server "
+            f"(e.g. {digests[0]}); submit again to upload them"
+        )
+        self.digests = digests
 
 
 class Submission(Record):
@@ -84,6 +113,7 @@ class Submitter:
         self.store = store
         self._providers = providers
         self._blob_store: BlobStore | None = None
+        self.owner: str | None = None  # who submits (None: this machine's user)
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -106,6 +136,36 @@ class Submitter:
         memory: str | None = None,
         host: str | None = None,
         time: str | int | None = None,
+        gathered: dict[str, Any] | None = None,
+        **local: Any,
+    ) -> Submission:
+        """Check the options and store the code, data and environment the jobs of one
+        submission share (done once for a whole sweep). GATHERED: what a client gathered
+        on its own machine and sent with its blobs (see ``gather`` and ``accept``), instead
+        of LOCAL's folders and files of this machine (see ``gather``)."""
+        resources = self.resources(provider, cpus, gpus, memory, host, time)
+        if gathered is None:
+            options = driver_class(self.providers[provider].type).job_options
+            sub = self.gather(provider, options, **local)
+        else:
+            retries = local.pop("retries", 0)  # a sweep's own, over the gathered one
+            given = sorted(k for k, v in local.items() if v not in (None, (), [], False))
+            if given:
+                raise MonkeyError(
+                    f"{', '.join(given)}: the client gathers these on its own machine; "
+                    "send them with the code it gathered, not beside it"
+                )
+            sub = self.accept(gathered, provider)
+            if retries:
+                sub.fields["retries"] = check_retries(retries)
+        sub.fields["resources"] = resources
+        return sub
+
+    def gather(
+        self,
+        provider: str,
+        job_options: frozenset[str],
+        *,
         outputs: str | Iterable[str] = (),
         retries: int = 0,
         datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
@@ -114,11 +174,12 @@ class Submitter:
         job_yml: str | os.PathLike[str] | bool | None = None,
         yes: bool = False,
     ) -> Submission:
-        """Check the options and store the code, data and environment the jobs of one
-        submission share (done once for a whole sweep)."""
+        """Read this machine's side of a submission to PROVIDER (whose kind takes
+        JOB_OPTIONS from a job.yml): the code, datasets, job.yml, git state, installed
+        packages and environment, stored in this Submitter's blobs. The fields lack the
+        resources, which ``prepare`` checks against the provider."""
         from monkey import jobspec, snapshot
 
-        resources = self.resources(provider, cpus, gpus, memory, host, time)
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
         outputs = [
             check_output_glob(g) for g in ([outputs] if isinstance(outputs, str) else outputs)
@@ -128,10 +189,7 @@ class Submitter:
             if isinstance(datasets, (str, os.PathLike))
             else [os.fspath(d) for d in datasets]
         )
-        if not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-            raise MonkeyError(
-                f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}"
-            )
+        check_retries(retries)
         root = os.path.expanduser(workdir) if workdir else os.getcwd()
         # True, like None, reads the workdir's job.yml if any (Path(True) failed)
         job_file = (
@@ -162,12 +220,7 @@ class Submitter:
         spec_record = None
         if js is not None:
             spec_record, spec_blobs = jobspec.resolve(
-                js,
-                snap.files,
-                blobs,
-                self.store,
-                provider,
-                driver_class(self.providers[provider].type).job_options,
+                js, snap.files, blobs, self.store, provider, job_options
             )
             new_blobs += spec_blobs
         recorded_datasets = []
@@ -199,7 +252,6 @@ class Submitter:
             name=js.name if js is not None else None,
             fields={
                 "provider": provider,
-                "resources": resources,
                 "env": {**plain_env, **{k: REDACTED for k in secret_env}},
                 "snapshot": snap.digest,
                 "workdir": folder.path,
@@ -215,6 +267,48 @@ class Submitter:
             secrets=secret_env,
         )
 
+    def accept(self, gathered: dict[str, Any], provider: str) -> Submission:
+        """The submission a client gathered on its machine (``gather``'s fields, name and
+        secrets, sent over the API), checked as if it had been gathered here; BlobsMissing
+        when a blob it needs has not been uploaded (the client sends those and asks again)."""
+        try:
+            fields = dict(gathered["fields"])
+            name, secrets = gathered.get("name"), dict(gathered.get("secrets") or {})
+            extra = sorted(set(fields) - set(GATHERED))
+            lacking = sorted(set(GATHERED) - set(fields) - {"provider"})
+        except (KeyError, TypeError, ValueError):
+            raise MonkeyError("the gathered submission is malformed; upgrade the client") from None
+        if extra or lacking:
+            raise MonkeyError(
+                f"the gathered submission has {extra or 'no'} unknown and lacks {lacking or 'no'}"
+                " fields; upgrade the client"
+            )
+        fields["provider"] = provider
+        check_retries(fields["retries"])
+        fields["outputs"] = [check_output_glob(str(g)) for g in fields["outputs"] or ()]
+        for label, values in (("--env", fields["env"]), ("secret env", secrets)):
+            if not isinstance(values, dict) or not all(
+                isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) and "\0" not in v
+                for k, v in values.items()
+            ):
+                raise MonkeyError(f"{label}: give NAME=VALUE pairs of text")
+        for key in ("snapshot", "packages"):
+            if not isinstance(fields[key], str) or not _DIGEST.fullmatch(fields[key]):
+                raise MonkeyError(f"the gathered {key} is not a blob digest; upgrade the client")
+        for key, kind in (("datasets", list), ("git", dict), ("spec", (dict, type(None)))):
+            if not isinstance(fields[key], kind):
+                raise MonkeyError(f"the gathered {key} is malformed; upgrade the client")
+        if name is not None and not isinstance(name, str):
+            raise MonkeyError("the gathered job name is not text")
+        blobs = self.blobs()
+        needed = blobs_needed(fields, blobs)
+        missing = sorted(d for d in needed if not blobs.has(d))
+        if missing:
+            raise BlobsMissing(missing)
+        sizes = [(d, os.path.getsize(blobs.path(d))) for d in sorted(needed)]
+        fields["blobs"] = blobs.stamped(sizes)
+        return Submission(name=name, fields=fields, secrets=secrets)
+
     def record(
         self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]], **fields: Any
     ) -> list[str]:
@@ -224,7 +318,9 @@ class Submitter:
         if sub.secrets and secrets_ref is None:
             secrets_ref = self._write_secrets(sub.secrets)
         try:
-            juids = self.store.create_jobs(cells, secrets=secrets_ref, **sub.fields, **fields)
+            juids = self.store.create_jobs(
+                cells, secrets=secrets_ref, owner=self.owner, **sub.fields, **fields
+            )
         except BaseException:
             if secrets_ref is not None and secrets_ref != sub.secrets_ref:
                 (self.home.secrets / secrets_ref).unlink(missing_ok=True)
@@ -332,6 +428,63 @@ def wake(home: Home, queued: str | None = None) -> None:
         if queued is None:
             raise
         raise MonkeyError(f"{queued} is queued, but {exc}") from None
+
+
+def parse_command(cmd: str | Sequence[str]) -> list[str]:
+    """A job's command as argv (a string is split as a shell would); MonkeyError for none."""
+    import shlex
+
+    try:
+        argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+    except ValueError as exc:
+        raise MonkeyError(f"command {cmd!r}: {exc} (it is split as a shell would)") from None
+    if not argv:
+        raise MonkeyError("no command given; put it after `--`, e.g. monkey run -- python train.py")
+    if any("\0" in arg for arg in argv):
+        raise MonkeyError(
+            f"command {argv!r} contains a NUL byte (\\0), which no program can receive; remove it"
+        )
+    return argv
+
+
+def check_retries(retries: Any) -> int:
+    """RETRIES, refused unless a whole number from 0 to MAX_RETRIES."""
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= MAX_RETRIES:
+        raise MonkeyError(
+            f"--retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}"
+        )
+    return retries
+
+
+def blobs_needed(fields: dict[str, Any], blobs: BlobStore) -> set[str]:
+    """Every blob the jobs of a submission with FIELDS need: the code's and data's file
+    lists and, of those in BLOBS, the files they list; the git diff, the packages listing,
+    the job.yml's env file and install script."""
+    from monkey.snapshot.manifest import load_manifest
+
+    spec = fields.get("spec") or {}
+    lists = [
+        fields["snapshot"],
+        *(d.get("digest") for d in fields["datasets"] if isinstance(d, dict)),
+        *(d.get("digest") for d in spec.get("data") or () if isinstance(d, dict)),
+    ]
+    single = [
+        fields["packages"],
+        (fields.get("git") or {}).get("diff"),
+        spec.get("env_file_digest"),
+        spec.get("install_script_digest"),
+    ]
+    needed = {d for d in [*lists, *single] if isinstance(d, str)}
+    bad = sorted(d for d in needed if not _DIGEST.fullmatch(d))
+    if bad:
+        raise MonkeyError(f"{bad[0]!r} is not a blob digest; upgrade the client")
+    for digest in {d for d in lists if isinstance(d, str)}:
+        if blobs.has(digest):
+            listed = {f.digest for f in load_manifest(blobs, digest)}
+            if not all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in listed):
+                raise MonkeyError(f"blob {digest} lists a file without a valid digest")
+            needed |= listed
+    return needed
 
 
 def check_output_glob(pattern: str) -> str:

@@ -388,8 +388,6 @@ def test_remote_use_env_and_option_select_the_remote(node):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["run", "--", "true"], "run"),
-        (["sweep", "--grid", "x=1,2", "--", "echo"], "sweep"),
         (["list", "sweeps"], "list sweeps"),
         (["info", "last", "--files"], "info"),
         (["rm", "last"], "rm"),

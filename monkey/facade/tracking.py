@@ -49,7 +49,7 @@ class Sweeps:
         grid: dict[str, list[Any]] | None = None,
         random: int | None = None,
         distributions: dict[str, dict[str, Any]] | None = None,
-        file: str | None = None,
+        file: str | dict[str, Any] | None = None,
         metric: str | None = None,
         goal: str | None = None,
         max_parallel: int | None = None,
@@ -64,8 +64,8 @@ class Sweeps:
 
         ``grid``: name -> values; ``random=N`` draws N cells from ``grid`` values and
         ``distributions`` (name -> {"distribution": "uniform"|"log_uniform"|"int_uniform"|
-        "choice", "min", "max" | "values"}); ``file``: a YAML sweep file (explicit
-        arguments override it). ``max_cells``: allow more cells than the default cap
+        "choice", "min", "max" | "values"}); ``file``: a YAML sweep file, or its content
+        as ``sweepspec.load_file`` reads it (explicit arguments override it). ``max_cells``: allow more cells than the default cap
         (``sweepspec.MAX_CELLS``). ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
 
         The code and data are stored once for all cells; the cells are written in batches
@@ -73,7 +73,9 @@ class Sweeps:
         """
         from monkey.tracking import sweeps, sweepspec
 
-        spec: dict[str, Any] = sweepspec.load_file(file) if file else {}
+        spec: dict[str, Any] = (
+            dict(file) if isinstance(file, dict) else sweepspec.load_file(file) if file else {}
+        )
         params = dict(spec.get("parameters") or {})
         params.update(
             {

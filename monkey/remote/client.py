@@ -17,6 +17,7 @@ from monkey.remote.settings import Remote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 CONNECT_TIMEOUT = 5.0  # seconds: a server that is down or unreachable is one line, quickly
@@ -168,17 +169,25 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, retry: bool = True
+        self,
+        method: str,
+        path: str,
+        body: bytes | Iterable[bytes] | None = None,
+        retry: bool = True,
+        headers: dict[str, str] | None = None,
     ) -> http.client.HTTPResponse:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
-        meanwhile is opened again once (RETRY), only when the request cannot have reached it."""
+        meanwhile is opened again once (RETRY), only when the request cannot have reached it
+        (a BODY given as pieces, read once, is never sent again)."""
         headers = {
             "Authorization": f"Bearer {self.remote.token}",
             API_HEADER: str(API),
             VERSION_HEADER: _version(),
             "Content-Type": "application/json",
+            **(headers or {}),
         }
+        retry = retry and (body is None or isinstance(body, bytes))
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
@@ -196,7 +205,7 @@ class Client:
                 BrokenPipeError,
             )
             if retry and not fresh and isinstance(exc, unsent):
-                return self.request(method, path, body, retry=False)
+                return self.request(method, path, body, retry=False, headers=headers)
             raise Unreachable(
                 f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
             ) from None

@@ -10,7 +10,7 @@ import http.client
 import json
 import sys
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from urllib.parse import quote
 
 from monkey.remote import settings
@@ -19,6 +19,9 @@ from monkey.remote.client import Client, RemoteError, Unreachable
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from monkey.handles import Job
+    from monkey.remote.submit import Gatherer
 
 # Facade methods called as they are: name -> whether they act on a job (the server checks
 # its owner). The server's allow-list (monkey.server.calls) is the authority.
@@ -35,6 +38,10 @@ CALLS = (
     "metrics",
     "search",
     "whoami",
+    "rerun_sweep",
+    "sweep_status",
+    "files",
+    "cat",
 )
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
@@ -53,6 +60,7 @@ class RemoteMonkey:
         self.name = name
         self.remote = settings.get(name)
         self.client = Client(self.remote, settings.load()["remotes"][name].get("user"))
+        self._gatherer: Gatherer | None = None
 
     def __repr__(self) -> str:
         return f"<RemoteMonkey {self.name} {self.remote.url}>"
@@ -64,6 +72,85 @@ class RemoteMonkey:
 
     def close(self) -> None:
         self.client.close()
+        if self._gatherer is not None:
+            self._gatherer.close()
+            self._gatherer = None
+
+    # -- submitting (see monkey.remote.submit) --------------------------------------------
+
+    def gatherer(self) -> Gatherer:
+        """What gathers and uploads this remote's submissions (its blob cache opened once)."""
+        if self._gatherer is None:
+            from monkey.remote.submit import Gatherer
+
+            self._gatherer = Gatherer(self.name, self.client)
+        return self._gatherer
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        provider: str = "local",
+        name: str | None = None,
+        sweep: str | None = None,
+        params: dict[str, Any] | None = None,
+        start_core: bool = True,
+        **options: Any,
+    ) -> Job:
+        """As ``Monkey.run``: the code and data gathered here, the job recorded and run by
+        the main node's core (START_CORE does not apply: that core always runs)."""
+        from monkey.remote.submit import LOCAL_OPTIONS, RESOURCES
+        from monkey.submit import parse_command
+
+        unknown = sorted(set(options) - {*LOCAL_OPTIONS, *RESOURCES})
+        if unknown:
+            raise TypeError(f"run() got an unexpected keyword argument {unknown[0]!r}")
+        from monkey.handles import Job
+
+        argv = parse_command(cmd)
+        g = self.gatherer()
+        gathered = g.gather(provider, options)
+        juid = g.submit(
+            "run",
+            argv,
+            provider=provider,
+            name=name,
+            sweep=sweep,
+            params=params,
+            gathered=gathered,
+            **{k: options[k] for k in RESOURCES if k in options},
+        )
+        return Job(self, juid)  # type: ignore[arg-type]  # the methods a handle uses
+
+    def sweep(
+        self,
+        command: str | list[str] | None = None,
+        *,
+        file: str | dict[str, Any] | None = None,
+        provider: str = "local",
+        **options: Any,
+    ) -> str:
+        """As ``Monkey.sweep``: a sweep file is read here and the code and data gathered
+        here; returns the sweep id."""
+        from monkey.remote.submit import LOCAL_OPTIONS, RESOURCES
+
+        if file is not None and not isinstance(file, dict):
+            from monkey.tracking.sweepspec import load_file
+
+            file = load_file(file)
+        local = {k: options.pop(k) for k in LOCAL_OPTIONS if k != "retries" and k in options}
+        resources = {k: options[k] for k in RESOURCES if k in options}
+        g = self.gatherer()
+        gathered = g.gather(provider, {**local, **resources})
+        return g.submit(
+            "sweep", command, file=file, provider=provider, gathered=gathered, **options
+        )
+
+    def rerun(self, ref: str, **options: Any) -> Job:
+        """As ``Monkey.rerun``: the new job is the caller's."""
+        from monkey.handles import Job
+
+        return Job(self, self.client.call("rerun", ref, **options))  # type: ignore[arg-type]
 
     def job_listing(
         self,

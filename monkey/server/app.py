@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
+from monkey.server import blobs
 from monkey.server.auth import Gate
 from monkey.server.calls import CALLS, Forbidden, run_call
 from monkey.store import Store
@@ -105,6 +106,10 @@ _local_home: Home | None = None
 
 
 def _error(exc: Exception) -> JSONResponse:
+    from monkey.submit import BlobsMissing
+
+    if isinstance(exc, BlobsMissing):
+        return JSONResponse({"error": str(exc), "missing": exc.digests}, 409)
     status = 403 if isinstance(exc, Forbidden) else 400
     return JSONResponse({"error": str(exc)}, status)
 
@@ -242,6 +247,7 @@ def build(home: Home) -> ASGIApp:
         routes=[
             Route("/api/v1/call/{method}", call, methods=["POST"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
+            *blobs.routes(home),
         ]
     )
     Store(home.db).close()  # the schema migrated before the first request

@@ -21,6 +21,7 @@ class Forbidden(MonkeyError):
 class Call(NamedTuple):
     admin: bool = False  # admins only
     acts: bool = False  # acts on the job named by the first argument: its owner or an admin
+    submits: bool = False  # records jobs owned by the caller
 
 
 CALLS: dict[str, Call] = {
@@ -37,6 +38,14 @@ CALLS: dict[str, Call] = {
     "pause": Call(acts=True),
     "resume": Call(acts=True),
     "retry": Call(acts=True),
+    "provider_kind": Call(),
+    "files": Call(),
+    "sweep_status": Call(),
+    "cat": Call(),
+    "run": Call(submits=True),
+    "sweep": Call(submits=True),
+    "rerun": Call(submits=True),
+    "rerun_sweep": Call(submits=True),
     "check_provider": Call(admin=True),  # it records what it finds, as the core would
 }
 
@@ -64,4 +73,47 @@ def run_call(
                 f"or an admin may {method} it"
             )
         args = [juid, *args[1:]]
-    return getattr(m, method)(*args, **kwargs)
+    if not rule.submits:
+        return getattr(m, method)(*args, **kwargs)
+    if method in ("run", "sweep"):
+        kwargs = _gathered_only(method, kwargs)
+    if method == "rerun_sweep" and kwargs.get("in_place") and not user["admin"]:
+        _own_sweep(m, user["name"], args[0] if args else None)
+    m.owner = user["name"]
+    try:
+        result = getattr(m, method)(*args, **kwargs)
+    finally:
+        m.owner = None
+    return getattr(result, "juid", result)  # a Job handle: its id
+
+
+# Options of run and sweep that read files of the machine they run on: a client gathers
+# them on its own machine and sends what it found (``gathered``).
+_LOCAL_OPTIONS = ("datasets", "env", "workdir", "job_yml", "yes", "outputs", "start_core")
+
+
+def _gathered_only(method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """KWARGS of a run or sweep through the API: the code and data gathered by the client,
+    never files of the server; a sweep file as its content."""
+    if not isinstance(kwargs.get("gathered"), dict):
+        raise MonkeyError(f"{method}: the client sends no gathered code; upgrade the client")
+    given = sorted(k for k in _LOCAL_OPTIONS if k in kwargs)
+    if given:
+        raise MonkeyError(f"{method}: {', '.join(given)} are gathered by the client, not sent")
+    if method == "sweep" and not isinstance(kwargs.get("file"), (dict, type(None))):
+        raise MonkeyError("sweep: send the sweep file's content, not its path")
+    return kwargs
+
+
+def _own_sweep(m: Monkey, name: str, ref: Any) -> None:
+    """Forbidden unless NAME owns every job of sweep REF (its runs are re-run in place)."""
+    if not isinstance(ref, str):
+        raise MonkeyError("rerun_sweep: name the sweep")
+    sid = m.store.resolve_sweep(ref)
+    juids = [row[0] for row in m.store.sweep_jobs_brief(sid)]
+    others = sorted({o or "nobody recorded" for o in m.store.job_owners(juids).values()} - {name})
+    if others:
+        raise Forbidden(
+            f"sweep {sid} has runs of {', '.join(others)}; only their owner or an admin may "
+            "re-run them in place (without --in-place the new runs are yours)"
+        )

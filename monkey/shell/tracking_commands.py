@@ -572,7 +572,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         _json(m.sweep_status(sid))
     else:
-        total = len(m.store.sweep_jobs_brief(sid))
+        total = len(m.sweep_status(sid)["jobs"])
         print(sid)
         print(
             f"monkey: sweep {sid}: {total} runs queued; `monkey sweep status {sid}`",

@@ -337,6 +337,14 @@ class BlobStore:
         with self._writing():
             return self._ingest(os.fspath(src), expect=None)
 
+    def receiver(self, digest: str) -> Receiver:
+        """A blob DIGEST arriving in pieces (an upload): written to a temporary file in the
+        store and hashed as it comes, put in place only when its bytes match DIGEST."""
+        self.path(digest)  # refuses what is not a digest
+        with self._writing():
+            fd, tmp = self._temp(digest)
+        return Receiver(self, digest, fd, tmp)
+
     # -- internals
 
     @contextmanager
@@ -418,6 +426,49 @@ class BlobStore:
             _unlink(tmp)
             return digest, size, False
         return digest, size, self._commit(tmp, digest)
+
+
+class Receiver:
+    """One blob being received (see ``BlobStore.receiver``): ``write`` its pieces, then
+    ``finish`` (MonkeyError when the bytes do not match the digest), or ``abort``."""
+
+    def __init__(self, store: BlobStore, digest: str, fd: int, tmp: str) -> None:
+        self.store, self.digest, self.tmp = store, digest, tmp
+        self.file = open(fd, "wb", closefd=True)  # noqa: SIM115  # closed by finish or abort
+        self.hasher = blake3.blake3()
+        self.size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        with self.store._writing():
+            try:
+                self.file.write(data)
+            except BaseException:
+                self.abort()
+                raise
+        self.hasher.update(data)
+        self.size += len(data)
+
+    def finish(self) -> bool:
+        """Put the blob in place; True when newly stored (False: it was there already)."""
+        try:
+            with self.store._writing():
+                os.fchmod(self.file.fileno(), _BLOB_MODE)
+                self.file.close()
+        except BaseException:
+            self.abort()
+            raise
+        got = self.hasher.hexdigest()
+        if got != self.digest:
+            _unlink(self.tmp)
+            raise MonkeyError(
+                f"blob {self.digest}: the {self.size} bytes received hash to {got}; "
+                "refused (the upload was damaged or the file changed while it was sent)"
+            )
+        return self.store._commit(self.tmp, self.digest)
+
+    def abort(self) -> None:
+        self.file.close()
+        _unlink(self.tmp)
 
 
 def _remember(path: str, stamp: tuple[int, int, int, int]) -> None:

@@ -1,0 +1,197 @@
+"""Blobs over the API: which of a submission's blobs the server lacks, their upload (a
+streamed pack, each blob re-hashed and refused when its bytes do not match its digest)
+and their download (for clone, cat and pull on a laptop).
+
+The pack a client uploads is, for each blob, a line ``DIGEST SIZE\\n`` and then SIZE
+bytes. It is read as it arrives and written to temporary files in the blob store, never
+held in memory; a blob is put in place only once whole and right, so a client that
+drops, stalls or is cut off, or a server killed midway, leaves no blob half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from monkey.config import Home
+from monkey.models import MonkeyError
+from monkey.snapshot.blobs import BlobStore, Receiver
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+_DIGEST = re.compile(rb"[0-9a-f]{64}")
+MAX_ASKED = 20_000  # digests in one question (the client asks in batches)
+STALL = 120.0  # seconds without a byte of an upload: the client is gone
+_FLUSH = 1 << 20  # bytes gathered before a write in a worker thread
+
+
+def max_blob() -> int:
+    """The largest blob an upload may hold (MONKEY_SERVER_MAX_BLOB bytes, default 1 TiB)."""
+    try:
+        return int(os.environ.get("MONKEY_SERVER_MAX_BLOB", 1 << 40))
+    except ValueError:
+        raise MonkeyError("MONKEY_SERVER_MAX_BLOB must be a whole number of bytes") from None
+
+
+class BadPack(MonkeyError):
+    """An upload that is not a pack of blobs (400)."""
+
+
+class Unpacker:
+    """Reads a pack piece by piece into the blob store (``feed``, then ``close``)."""
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+        self.limit = max_blob()
+        self.head = bytearray()
+        self.current: Receiver | None = None
+        self.left = 0  # bytes of the current blob still to come
+        self.skipping = False  # a blob the store has already: its bytes are read, not kept
+        self.stored = self.present = self.bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        view, i = memoryview(data), 0
+        while i < len(data):
+            if self.left == 0 and self.current is None and not self.skipping:
+                nl = data.find(b"\n", i)
+                if nl < 0:
+                    self.head += data[i:]
+                    if len(self.head) > 100:
+                        raise BadPack("an upload's blob header is too long; upgrade the client")
+                    return
+                self._begin(bytes(self.head) + data[i:nl])
+                self.head.clear()
+                i = nl + 1
+                continue
+            take = min(self.left, len(data) - i)
+            if self.current is not None:
+                self.current.write(view[i : i + take])
+            i += take
+            self.left -= take
+            self.bytes += take
+            if self.left == 0:
+                self._end()
+
+    def _begin(self, line: bytes) -> None:
+        digest, _, size = line.partition(b" ")
+        if not _DIGEST.fullmatch(digest) or not size.isdigit():
+            raise BadPack(f"an upload's blob header {line[:80]!r} is not `DIGEST SIZE`")
+        self.left = int(size)
+        if self.left > self.limit:
+            raise BadPack(
+                f"blob {digest.decode()} holds {self.left} bytes, over this server's limit of "
+                f"{self.limit} (MONKEY_SERVER_MAX_BLOB on the main node)"
+            )
+        name = digest.decode()
+        if self.blobs.has(name):
+            self.skipping = True
+        else:
+            self.current = self.blobs.receiver(name)
+        if self.left == 0:
+            self._end()
+
+    def _end(self) -> None:
+        if self.current is not None:
+            receiver, self.current = self.current, None
+            if receiver.finish():
+                self.stored += 1
+            else:
+                self.present += 1
+        else:
+            self.present += 1
+        self.skipping = False
+
+    def close(self) -> None:
+        """The pack ended: BadPack when it stopped inside a blob or a header."""
+        if self.current is not None or self.left or self.head:
+            self.abort()
+            raise BadPack("the upload ended inside a blob; send it again")
+
+    def abort(self) -> None:
+        if self.current is not None:
+            self.current.abort()
+            self.current = None
+
+
+async def _pieces(request: Request) -> AsyncIterator[bytes]:
+    """The request's body as it arrives; TimeoutError when the client sends nothing for
+    STALL seconds (other requests are served meanwhile)."""
+    stream = request.stream().__aiter__()
+    while True:
+        with anyio.fail_after(STALL):
+            try:
+                piece = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+        if piece:
+            yield piece
+
+
+def routes(home: Home) -> list[Route]:
+    """The blob routes of the server over HOME."""
+    blobs = BlobStore(home.blobs)
+
+    async def missing(request: Request) -> Response:
+        """``POST /api/v1/blobs/missing`` with a JSON list of digests: those not stored."""
+        data = bytearray()
+        async for piece in _pieces(request):
+            data += piece
+            if len(data) > MAX_ASKED * 70:
+                return JSONResponse({"error": f"ask about at most {MAX_ASKED} blobs at once"}, 413)
+        try:
+            asked = json.loads(data)
+            if not isinstance(asked, list) or not all(
+                isinstance(d, str) and _DIGEST.fullmatch(d.encode()) for d in asked
+            ):
+                raise ValueError("not a list of digests")
+        except ValueError as exc:
+            return JSONResponse({"error": f"blobs missing: a malformed request ({exc})"}, 400)
+        lacking = await run_in_threadpool(lambda: [d for d in asked if not blobs.has(d)])
+        return JSONResponse(lacking)
+
+    async def upload(request: Request) -> Response:
+        """``POST /api/v1/blobs``: a pack of blobs (see the module's docstring)."""
+        unpacker = Unpacker(blobs)
+        pending = bytearray()
+        try:
+            async for piece in _pieces(request):
+                pending += piece
+                if len(pending) >= _FLUSH:
+                    chunk, pending = bytes(pending), bytearray()
+                    await run_in_threadpool(unpacker.feed, chunk)
+            await run_in_threadpool(unpacker.feed, bytes(pending))
+            unpacker.close()
+        except (ClientDisconnect, TimeoutError):
+            await run_in_threadpool(unpacker.abort)
+            return Response(status_code=400)  # nobody reads it
+        except MonkeyError as exc:
+            await run_in_threadpool(unpacker.abort)
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse(
+            {"stored": unpacker.stored, "present": unpacker.present, "bytes": unpacker.bytes}
+        )
+
+    async def download(request: Request) -> Response:
+        """``GET /api/v1/blobs/DIGEST``: the blob's bytes (the client checks them)."""
+        digest = request.path_params["digest"]
+        try:
+            path = blobs.path(digest)
+        except MonkeyError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        if not path.exists():
+            return JSONResponse({"error": f"blob {digest} is not on this server"}, 404)
+        return FileResponse(path, media_type="application/octet-stream")
+
+    return [
+        Route("/api/v1/blobs/missing", missing, methods=["POST"]),
+        Route("/api/v1/blobs", upload, methods=["POST"]),
+        Route("/api/v1/blobs/{digest}", download, methods=["GET"]),
+    ]

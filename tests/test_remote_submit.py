@@ -1,0 +1,262 @@
+"""Submitting through a remote: `run`, `sweep` and `rerun` from a laptop (its own HOME and
+MONKEY_HOME) to a real `monkey server` over TLS; the code and data are gathered on the
+laptop, only the blobs the server lacks are uploaded, and the server's core runs the jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from mainnode import MainNode, wait_until_ended
+
+ADMIN = pwd.getpwuid(os.getuid()).pw_name  # the first admin is named after the server's user
+
+
+@pytest.fixture
+def node(home: Path, tmp_path: Path):
+    n = MainNode(home, tmp_path)
+    n.start()
+    n.add_remote()
+    yield n
+    n.close()
+
+
+def project(root: Path, files: int = 3) -> Path:
+    """A small project on the laptop: a script, a module, a data file."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "train.py").write_text(
+        "import sys, os\n"
+        "print('lr', sys.argv[-1], open('notes.txt').read().strip())\n"
+        "print('secret', os.environ.get('API_TOKEN'))\n"
+    )
+    for i in range(files):
+        (root / f"notes{'' if i == 0 else i}.txt").write_text(f"note {i}\n")
+    return root
+
+
+def output(node: MainNode, juid: str) -> str:
+    wait_until_ended(node, juid)
+    return node.server("logs", juid).stdout
+
+
+def info(node: MainNode, juid: str) -> dict:
+    return json.loads(node.server("info", juid, "--json").stdout)
+
+
+def test_run_from_a_laptop_runs_its_code_on_the_main_node(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    done = node.laptop(
+        "--remote",
+        "lab",
+        "run",
+        "--workdir",
+        str(code),
+        "--env",
+        "API_TOKEN=hunter2-secret-value",
+        "--env",
+        "SEED=3",
+        "--",
+        "python3",
+        "train.py",
+        "--lr",
+        "0.5",
+    )
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    assert re.fullmatch(r"\d\d-\d\d-\d\d-\d{3}", juid)
+    out = output(node, juid)
+    assert "lr 0.5 note 0" in out
+    assert "secret hunter2-secret-value" in out  # the secret reached the job
+    record = info(node, juid)
+    assert record["state"] == "succeeded"
+    assert record["owner"] == ADMIN
+    assert record["params"] == {"lr": 0.5}
+    assert record["env"]["SEED"] == "3"
+    # the secret is in no record, through the API or on the server
+    assert "hunter2" not in node.server("info", juid, "--json").stdout
+    assert "hunter2" not in node.laptop("--remote", "lab", "info", juid, "--json").stdout
+    assert b"hunter2" not in (node.home / "monkey.db").read_bytes()
+    # the code the job ran is the laptop's, as `cat` on the main node shows it
+    assert node.server("cat", juid, "notes.txt").stdout == "note 0\n"
+    # the laptop holds its remote settings and the blob cache, no job
+    files = node.laptop_files()
+    assert ".config/monkey/remotes.json" in files
+    assert not [f for f in files if f.startswith(".monkey")]
+    assert all(f.startswith((".config/monkey/", ".cache/monkey/remotes/lab/")) for f in files)
+
+
+def test_an_unchanged_project_uploads_nothing_the_second_time(node, tmp_path):
+    code = project(tmp_path / "src" / "proj", files=50)
+    (code / "weights.bin").write_bytes(os.urandom(200_000))
+    first = node.laptop("--remote", "lab", "run", "--workdir", str(code), "--", "true")
+    assert first.returncode == 0, first.stderr
+    blobs = node.home / "blobs"
+    before = sorted(p for p in blobs.rglob("*") if p.is_file())
+    second = node.laptop("--remote", "lab", "run", "--workdir", str(code), "--", "true")
+    assert second.returncode == 0, second.stderr
+    assert sorted(p for p in blobs.rglob("*") if p.is_file()) == before
+    one, two = info(node, first.stdout.strip()), info(node, second.stdout.strip())
+    assert one["snapshot"] == two["snapshot"]
+    # a changed file: only it (and the new file list) reaches the server
+    (code / "notes7.txt").write_text("changed\n")
+    third = node.laptop("--remote", "lab", "run", "--workdir", str(code), "--", "cat", "notes7.txt")
+    assert third.returncode == 0, third.stderr
+    added = sorted(set(p for p in blobs.rglob("*") if p.is_file()) - set(before))
+    assert len(added) == 2, added
+    assert output(node, third.stdout.strip()) == "changed\n"
+
+
+def test_a_dataset_is_uploaded_once_and_reaches_the_job(node, tmp_path):
+    data = tmp_path / "laptop" / "data"
+    data.mkdir(parents=True)
+    (data / "train.csv").write_text("a,b\n1,2\n")
+    code = project(tmp_path / "src" / "proj")
+    done = node.laptop(
+        "--remote",
+        "lab",
+        "run",
+        "--workdir",
+        str(code),
+        "--dataset",
+        f"{data}:TRAIN",
+        "--",
+        "sh",
+        "-c",
+        'cat "$MONKEY_DATASET_TRAIN/train.csv"',
+    )
+    assert done.returncode == 0, done.stderr
+    assert output(node, done.stdout.strip()) == "a,b\n1,2\n"
+
+
+def test_bad_input_through_a_remote_is_one_line_and_records_nothing(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    for argv, words in (
+        (["--provider", "nowhere"], "unknown provider 'nowhere'"),
+        (["--cpus", "0"], "--cpus must be a whole number >= 1"),
+        (["--dataset", str(tmp_path / "missing")], "does not exist"),
+        (["--retries", "5000"], "--retries must be a whole number"),
+    ):
+        done = node.laptop("--remote", "lab", "run", "--workdir", str(code), *argv, "--", "true")
+        assert done.returncode != 0, argv
+        assert words in done.stderr, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert json.loads(node.server("list", "jobs", "--json").stdout)["jobs"] == []
+
+
+def test_run_follow_and_json_through_a_remote(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    done = node.laptop(
+        "--remote", "lab", "run", "-f", "--workdir", str(code), "--", "sh", "-c", "echo hi; exit 4"
+    )
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == "hi\n"
+    assert re.search(r"job \S+ queued on local", done.stderr)
+    shown = node.laptop("--remote", "lab", "run", "--json", "--workdir", str(code), "--", "true")
+    assert shown.returncode == 0, shown.stderr
+    record = json.loads(shown.stdout)
+    assert record["argv"] == ["true"]
+    assert record["job"] in node.server("list", "jobs").stdout
+
+
+def test_sweep_and_rerun_through_a_remote(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    sweep_file = tmp_path / "laptop" / "sweep.yml"
+    sweep_file.write_text("parameters:\n  lr: [0.1, 0.2]\n")
+    done = node.laptop(
+        "--remote",
+        "lab",
+        "sweep",
+        "--file",
+        str(sweep_file),
+        "--workdir",
+        str(code),
+        "--",
+        "python3",
+        "train.py",
+        "--lr",
+        "{lr}",
+    )
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.strip()
+    assert "2 runs queued" in done.stderr
+    status = json.loads(node.server("sweep", "status", sid, "--json").stdout)
+    juids = [j["job"] for j in status["jobs"]]
+    assert sorted(output(node, j).splitlines()[0] for j in juids) == [
+        "lr 0.1 note 0",
+        "lr 0.2 note 0",
+    ]
+    again = node.laptop("--remote", "lab", "rerun", juids[0], "--set", "lr=0.7")
+    assert again.returncode == 0, again.stderr
+    assert output(node, again.stdout.strip()).startswith("lr 0.7 note 0")
+
+
+def test_another_user_submits_jobs_of_their_own(node, tmp_path):
+    token = node.add_user("ada")
+    node.add_remote(token=token, name="ada")
+    code = project(tmp_path / "src" / "proj")
+    done = node.laptop("--remote", "ada", "run", "--workdir", str(code), "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert info(node, done.stdout.strip())["owner"] == "ada"
+    theirs = node.laptop("--remote", "lab", "run", "--workdir", str(code), "--", "sleep", "60")
+    refused = node.laptop("--remote", "ada", "kill", "job", theirs.stdout.strip())
+    assert refused.returncode != 0
+    assert f"belongs to {ADMIN}" in refused.stderr
+
+
+def test_a_server_killed_during_an_upload_leaves_no_job_and_no_broken_blob(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    big = tmp_path / "laptop" / "big"
+    big.mkdir()
+    for i in range(8):
+        (big / f"part{i}.bin").write_bytes(os.urandom(8 << 20))
+    laptop = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monkey",
+            "--remote",
+            "lab",
+            "run",
+            "--workdir",
+            str(code),
+            "--dataset",
+            str(big),
+            "--",
+            "true",
+        ],
+        env=node.laptop_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    blobs = node.home / "blobs"
+
+    def uploading() -> bool:
+        return any(p.name.startswith(".tmp-") for p in blobs.rglob("*"))
+
+    wait_for(uploading, timeout=60, every=0.01, what="the upload to begin")
+    node.kill(signal.SIGKILL)
+    _, err = laptop.communicate(timeout=60)
+    assert laptop.returncode == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert "lab:" in err
+    assert json.loads(node.server("list", "jobs", "--json").stdout)["jobs"] == []
+    # every blob in place is whole: its bytes match its digest
+    done = node.server("verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # started again, the same command uploads what is missing and the job runs
+    node.start()
+    done = node.laptop(
+        "--remote", "lab", "run", "--workdir", str(code), "--dataset", str(big), "--", "true"
+    )
+    assert done.returncode == 0, done.stderr
+    wait_until_ended(node, done.stdout.strip())
+    assert info(node, done.stdout.strip())["state"] == "succeeded"
