@@ -328,6 +328,9 @@ class Reruns:
     def _blobs(self) -> BlobStore:
         return self.submitter.blobs()
 
+    def _job_spec(self, juid: str) -> dict[str, Any] | None:
+        return self.store.job_spec(juid)
+
     def _job_record(self, ref: str) -> JobRecord:
         job = self.store.get_job(self.store.resolve(ref))
         assert job is not None
@@ -353,7 +356,15 @@ class Reruns:
         blobs = self._blobs()
         templates: dict[str, list[str] | None] = {}
         planned = []
+        owner = self.submitter.owner
+        owners = self.store.job_owners([j.juid for j in jobs]) if owner is not None else {}
         for job, name in zip(jobs, names):
+            secrets = self.store.secrets_ref(job.juid)
+            if owner is not None and secrets and owners.get(job.juid) != owner:
+                raise MonkeyError(
+                    f"job {job.juid} carries secret env values of {owners.get(job.juid)}; only "
+                    "they may run it again (submit your own with `monkey run --env`)"
+                )
             spec = self.store.job_spec(job.juid)
             check_blobs(blobs, job, spec, verify=False)  # their bytes: checked at the start
             if job.sweep not in templates:
@@ -395,7 +406,7 @@ class Reruns:
                 "git": job.git,
                 "python": job.python,
                 "retries": job.retries,
-                "secrets": self.store.secrets_ref(job.juid),
+                "secrets": secrets,
                 "spec": spec,
                 "outputs": self.store.outputs(job.juid),
                 "packages": self.store.job_packages(job.juid),
@@ -404,7 +415,9 @@ class Reruns:
         juids = []
         with self.store.tx() as db:
             for of, cell, fields, changes in planned:
-                [juid] = self.store.create_jobs([cell], sweep=sweep, held=held, **fields)
+                [juid] = self.store.create_jobs(
+                    [cell], sweep=sweep, held=held, owner=owner, **fields
+                )
                 self.store.record_rerun(db, juid, of, changes)
                 juids.append(juid)
         return juids
@@ -585,7 +598,7 @@ class Reruns:
         from monkey.snapshot.blobs import BlobDamaged
 
         job = self._job_record(ref)
-        spec = self.store.job_spec(job.juid)
+        spec = self._job_spec(job.juid)
         blobs = self._blobs()
         check_blobs(blobs, job, spec if with_data else None, git=True, verify=False)  # copies check
         dest = Path(to if to is not None else job.juid).expanduser().absolute()

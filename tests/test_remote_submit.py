@@ -209,6 +209,17 @@ def test_another_user_submits_jobs_of_their_own(node, tmp_path):
     refused = node.laptop("--remote", "ada", "kill", "job", theirs.stdout.strip())
     assert refused.returncode != 0
     assert f"belongs to {ADMIN}" in refused.stderr
+    # a rerun is the rerunner's job; one carrying another user's secrets is refused
+    again = node.laptop("--remote", "ada", "rerun", theirs.stdout.strip())
+    assert again.returncode == 0, again.stderr
+    assert info(node, again.stdout.strip())["owner"] == "ada"
+    secret = node.laptop(
+        "--remote", "lab", "run", "--workdir", str(code), "--env", "API_TOKEN=s3cr3t", "--", "true"
+    ).stdout.strip()
+    stolen = node.laptop("--remote", "ada", "rerun", secret, "--set", "x=1")
+    assert stolen.returncode == 1
+    assert f"job {secret} carries secret env values of {ADMIN}" in stolen.stderr
+    assert node.laptop("--remote", "lab", "rerun", secret).returncode == 0
 
 
 def test_a_server_killed_during_an_upload_leaves_no_job_and_no_broken_blob(node, tmp_path):
@@ -260,3 +271,60 @@ def test_a_server_killed_during_an_upload_leaves_no_job_and_no_broken_blob(node,
     assert done.returncode == 0, done.stderr
     wait_until_ended(node, done.stdout.strip())
     assert info(node, done.stdout.strip())["state"] == "succeeded"
+
+
+def test_cat_files_and_clone_fetch_the_code_from_the_main_node(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    subprocess.run(["git", "init", "-q", str(code)], check=True)
+    subprocess.run(
+        ["git", "-C", str(code), "-c", "user.email=a@b", "-c", "user.name=a", "add", "."],
+        check=True,
+    )
+    subprocess.run(
+        ["git", "-C", str(code), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"],
+        check=True,
+    )
+    (code / "notes.txt").write_text("uncommitted\n")
+    data = tmp_path / "src" / "data.csv"
+    data.write_text("x\n1\n")
+    juid = node.laptop(
+        "--remote", "lab", "run", "--workdir", str(code), "--dataset", str(data), "--", "true"
+    ).stdout.strip()
+    # a second laptop with an empty cache: everything comes from the server
+    other = {"XDG_CACHE_HOME": str(tmp_path / "other-cache")}
+    assert node.laptop("--remote", "lab", "cat", juid, "notes.txt", **other).stdout == (
+        "uncommitted\n"
+    )
+    listed = node.laptop("--remote", "lab", "info", juid, "--files", **other)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == node.server("info", juid, "--files").stdout
+    missing = node.laptop("--remote", "lab", "cat", juid, "nope.txt", **other)
+    assert missing.returncode == 1
+    assert f"job {juid} has no code file 'nope.txt'" in missing.stderr
+    dest = tmp_path / "clones" / "c1"
+    dest.parent.mkdir()
+    done = node.laptop("--remote", "lab", "clone", juid, "--to", str(dest), "--with-data", **other)
+    assert done.returncode == 0, done.stderr
+    assert (dest / "notes.txt").read_text() == "uncommitted\n"
+    assert (dest / "train.py").read_text() == (code / "train.py").read_text()
+    assert (dest / "datasets" / "DATA" / "data.csv").read_text() == "x\n1\n"
+    # submitted from this machine's repository: a git clone at its commit, diff applied
+    log = subprocess.run(
+        ["git", "-C", str(dest), "log", "--oneline"], capture_output=True, text=True
+    ).stdout
+    assert log.strip().endswith("x")
+    # a blob damaged on the server is refused by the laptop, never written out
+    digest = next(
+        f["digest"]
+        for f in json.loads(node.server("info", juid, "--files", "--json").stdout)
+        if f["path"] == "train.py"
+    )
+    stored = node.home / "blobs" / digest[:2] / digest[2:]
+    stored.chmod(0o600)
+    stored.write_bytes(b"print('not what ran')\n")
+    fresh = {"XDG_CACHE_HOME": str(tmp_path / "third-cache")}
+    damaged = node.laptop("--remote", "lab", "cat", juid, "train.py", **fresh)
+    assert damaged.returncode == 1
+    assert f"blob {digest}" in damaged.stderr and "refused" in damaged.stderr
+    assert len(damaged.stderr.strip().splitlines()) == 1
+    assert "not what ran" not in damaged.stdout

@@ -142,7 +142,7 @@ def download(client: Client, blobs: BlobStore, digests: Iterable[str]) -> None:
     """Fetch those of DIGESTS that BLOBS lacks from the server, each checked against its
     digest before it is kept."""
     for digest in sorted(set(digests)):
-        if blobs.has(digest):
+        if BlobStore.has(blobs, digest):
             continue
         resp = client.request("GET", f"/api/v1/blobs/{digest}")
         receiver = blobs.receiver(digest)
@@ -160,3 +160,38 @@ def download(client: Client, blobs: BlobStore, digests: Iterable[str]) -> None:
             receiver.abort()
             raise
         receiver.finish()
+
+
+class FetchingBlobs(BlobStore):
+    """A laptop's blob cache that fetches a blob it lacks from the server when it is asked
+    for (each checked against its digest): the code of a job as ``clone``, ``cat`` and
+    ``info --files`` read it, only the blobs they need."""
+
+    def __init__(self, root: os.PathLike[str], client: Client) -> None:
+        super().__init__(root)  # type: ignore[arg-type]
+        self.client = client
+
+    def _fetch(self, digest: str) -> None:
+        if super().has(digest):
+            return
+        try:
+            download(self.client, self, [digest])
+        except RemoteError as exc:
+            if exc.status != 404:
+                raise
+
+    def has(self, digest: str) -> bool:
+        self._fetch(digest)
+        return super().has(digest)
+
+    def verify(self, digest: str) -> bool | None:
+        self._fetch(digest)
+        return super().verify(digest)
+
+    def read_bytes(self, digest: str) -> bytes:
+        self._fetch(digest)
+        return super().read_bytes(digest)
+
+    def copy_out(self, digest: str, target: str) -> None:
+        self._fetch(digest)
+        super().copy_out(digest, target)

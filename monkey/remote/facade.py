@@ -40,8 +40,6 @@ CALLS = (
     "whoami",
     "rerun_sweep",
     "sweep_status",
-    "files",
-    "cat",
 )
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
@@ -145,6 +143,24 @@ class RemoteMonkey:
         return g.submit(
             "sweep", command, file=file, provider=provider, gathered=gathered, **options
         )
+
+    def files(self, ref: str) -> list[Any]:
+        """As ``Monkey.files``: the job's code files, read from its file list (fetched)."""
+        return self._reruns().files(ref)
+
+    def cat(self, ref: str, path: str) -> bytes:
+        """As ``Monkey.cat``: one code file as the job saw it (fetched and checked)."""
+        return self._reruns().cat(ref, path)
+
+    def clone(self, ref: str, to: Any = None, with_data: bool = False) -> dict[str, Any]:
+        """As ``Monkey.clone``: the job's code written here, its blobs fetched and checked;
+        with its git history when it was submitted from this machine's repository."""
+        return self._reruns().clone(ref, to, with_data=with_data)
+
+    def _reruns(self) -> Any:
+        from monkey.remote.reruns import RemoteReruns
+
+        return RemoteReruns(self.gatherer(), self.client, self.get_job, self.info)
 
     def rerun(self, ref: str, **options: Any) -> Job:
         """As ``Monkey.rerun``: the new job is the caller's."""

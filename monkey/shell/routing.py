@@ -19,11 +19,20 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         return True
     if name == "list":
         return args.what in ("jobs", "providers")
-    if name == "info":
-        return not args.files
     if name == "sweep":  # a new sweep (its actions: not yet)
         return not args.cmd or args.cmd[0] not in ("status", "cancel", "pause", "resume", "retry")
-    return name in ("logs", "job", "kill", "metrics", "search", "run", "rerun")
+    return name in (
+        "logs",
+        "job",
+        "kill",
+        "metrics",
+        "search",
+        "run",
+        "rerun",
+        "info",
+        "clone",
+        "cat",
+    )
 
 
 def check_remote(words: str) -> None:
