@@ -56,9 +56,28 @@ def _to(
 
 
 class Monkey:
-    """Submit, inspect and control jobs. Every UI goes through this class."""
+    """Submit, inspect and control jobs. Every UI goes through this class.
 
-    def __init__(self, home: str | os.PathLike[str] | Home | None = None) -> None:
+    ``Monkey(remote="lab")``, or ``Monkey()`` with MONKEY_REMOTE=lab, is the main node
+    ``lab``'s facade instead (``monkey.remote.facade.RemoteMonkey``: the same methods, the
+    jobs run there); ``Monkey(HOME)`` is always the MONKEY_HOME HOME of this machine."""
+
+    def __new__(
+        cls, home: str | os.PathLike[str] | Home | None = None, remote: str | None = None
+    ) -> Monkey:
+        if remote is None and home is None:
+            remote = os.environ.get("MONKEY_REMOTE") or None
+        if remote is not None and remote != "local" and cls is Monkey:
+            if home is not None:
+                raise MonkeyError("give Monkey a home (this machine) or a remote, not both")
+            from monkey.remote.facade import RemoteMonkey
+
+            return RemoteMonkey(remote)  # type: ignore[return-value]  # the same methods
+        return super().__new__(cls)
+
+    def __init__(
+        self, home: str | os.PathLike[str] | Home | None = None, remote: str | None = None
+    ) -> None:
         self.home = (home if isinstance(home, Home) else Home(home)).ensure()
         self.store = Store(self.home.db)
         self._providers: dict[str, ProviderConfig] | None = None

@@ -328,3 +328,45 @@ def test_cat_files_and_clone_fetch_the_code_from_the_main_node(node, tmp_path):
     assert f"blob {digest}" in damaged.stderr and "refused" in damaged.stderr
     assert len(damaged.stderr.strip().splitlines()) == 1
     assert "not what ran" not in damaged.stdout
+
+
+def test_the_python_api_goes_to_a_remote_by_name_or_by_environment(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    script = tmp_path / "src" / "sweep_script.py"
+    script.write_text(
+        "import sys\n"
+        "from monkey import Monkey\n"
+        "m = Monkey(remote=sys.argv[1]) if sys.argv[1] != '-' else Monkey()\n"
+        f"job = m.run(['python3', 'train.py', '--lr', '0.3'], workdir={str(code)!r})\n"
+        "print(job.juid)\n"
+    )
+    by_name = subprocess.run(
+        [sys.executable, str(script), "lab"], env=node.laptop_env, capture_output=True, text=True
+    )
+    assert by_name.returncode == 0, by_name.stderr
+    by_env = subprocess.run(
+        [sys.executable, str(script), "-"],
+        env={**node.laptop_env, "MONKEY_REMOTE": "lab"},
+        capture_output=True,
+        text=True,
+    )
+    assert by_env.returncode == 0, by_env.stderr
+    for done in (by_name, by_env):
+        juid = done.stdout.strip()
+        assert output(node, juid).startswith("lr 0.3 note 0")
+    # the handle reads through the remote: state, exit code, output
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from monkey import Monkey; j = Monkey(remote='lab').job(sys.argv[1]); "
+            "print(j.status.value, j.exit_code, j.logs(tail=2), end='')",
+            by_env.stdout.strip(),
+        ],
+        env=node.laptop_env,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    assert check.stdout == "succeeded 0 lr 0.3 note 0\nsecret None\n"
+    assert not [f for f in node.laptop_files() if f.startswith(".monkey")]

@@ -162,6 +162,12 @@ class RemoteMonkey:
 
         return RemoteReruns(self.gatherer(), self.client, self.get_job, self.info)
 
+    def job(self, ref: str) -> Job:
+        """As ``Monkey.job``: a handle on job REF of the main node."""
+        from monkey.handles import Job
+
+        return Job(self, self.resolve(ref))  # type: ignore[arg-type]  # the methods a handle uses
+
     def rerun(self, ref: str, **options: Any) -> Job:
         """As ``Monkey.rerun``: the new job is the caller's."""
         from monkey.handles import Job
@@ -190,6 +196,7 @@ class RemoteMonkey:
         attempt: int | None = None,
         tail: int | None = None,
         setup: bool = False,
+        marks: bool = True,
     ) -> Iterator[bytes]:
         """What the job printed so far (as ``Monkey.output_chunks``), streamed."""
         resp = self.client.stream(
@@ -199,6 +206,7 @@ class RemoteMonkey:
                 "attempt": attempt,
                 "tail": tail,
                 "setup": int(setup) if setup else None,
+                "unmarked": None if marks else 1,
             },
         )
         while True:
@@ -213,6 +221,15 @@ class RemoteMonkey:
             if not piece:
                 return
             yield piece
+
+    def logs(
+        self, ref: str, stderr: bool = False, attempt: int | None = None, tail: int | None = None
+    ) -> bytes:
+        """As ``Monkey.logs``: the job's stdout (or STDERR) so far, or its last TAIL lines."""
+        chunks = self.output_chunks(
+            ref, "stderr" if stderr else "stdout", attempt=attempt, tail=tail, marks=False
+        )
+        return b"".join(chunks)
 
     def follow(
         self,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Options of run and sweep read on this machine; the others go to the server as given.
 LOCAL_OPTIONS = ("outputs", "retries", "datasets", "env", "workdir", "job_yml", "yes")
-RESOURCES = ("cpus", "gpus", "memory", "host", "time")
+RESOURCES = {"cpus": 1, "gpus": 0, "memory": None, "host": None, "time": None}  # defaults
 
 
 def cache_folder(name: str) -> Path:
@@ -50,7 +50,7 @@ class Gatherer:
         ``gathered``, once the server agreed the resources fit and every blob it needs is
         on the server."""
         kind = self.client.call(
-            "provider_kind", provider, *(options.get(k) for k in RESOURCES)
+            "provider_kind", provider, *(options.get(k, v) for k, v in RESOURCES.items())
         )  # a provider that does not exist, or too many CPUs, is refused before any work
         from monkey.drivers import driver_class
         from monkey.models import MonkeyError

@@ -174,7 +174,12 @@ async def logs(request: Request) -> Response:
     def first() -> tuple[bytes, Iterator[bytes]]:
         chunks = iter(
             _monkey().output_chunks(
-                ref, stream, attempt=attempt, tail=tail, setup=bool(q.get("setup"))
+                ref,
+                stream,
+                attempt=attempt,
+                tail=tail,
+                setup=bool(q.get("setup")),
+                marks=not q.get("unmarked"),
             )
         )
         return next(chunks, b""), chunks
