@@ -370,3 +370,35 @@ def test_the_python_api_goes_to_a_remote_by_name_or_by_environment(node, tmp_pat
     assert check.returncode == 0, check.stderr
     assert check.stdout == "succeeded 0 lr 0.3 note 0\nsecret None\n"
     assert not [f for f in node.laptop_files() if f.startswith(".monkey")]
+
+
+def test_pull_fetches_a_jobs_persisted_folders_to_the_laptop(node, tmp_path):
+    code = project(tmp_path / "src" / "proj")
+    (code / "job.yml").write_text(
+        "name: keep\nrun:\n  env_type: none\npersist:\n  - name: out\n    path: out/model\n"
+    )
+    done = node.laptop(
+        "--remote",
+        "lab",
+        "run",
+        "--workdir",
+        str(code),
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p out/model/sub && echo w1 > out/model/weights.txt && echo s > out/model/sub/s",
+    )
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    wait_until_ended(node, juid)
+    dest = tmp_path / "pulled"
+    pulled = node.laptop("--remote", "lab", "pull", juid, "--to", str(dest))
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout == f"out/model -> {dest / 'out/model'}\n"
+    assert (dest / "out" / "model" / "weights.txt").read_text() == "w1\n"
+    assert (dest / "out" / "model" / "sub" / "s").read_text() == "s\n"
+    again = node.laptop("--remote", "lab", "pull", juid, "--to", str(dest))
+    assert again.returncode == 1
+    assert "is not empty; pass --force" in again.stderr
+    # nothing of it stays in the laptop's cache
+    assert not list((tmp_path / "laptop" / ".cache").rglob("weights.txt"))

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
 from urllib.parse import quote
 
 from monkey.remote import settings
@@ -162,6 +163,35 @@ class RemoteMonkey:
 
         return RemoteReruns(self.gatherer(), self.client, self.get_job, self.info)
 
+    def persisted(self, ref: str) -> list[tuple[str, Path]]:
+        """As ``Monkey.persisted``: the job's saved persisted folders, fetched from the main
+        node into a folder of this remote's cache removed when this process ends."""
+        import atexit
+        import shutil
+        import tempfile
+
+        from monkey.remote.submit import cache_folder
+
+        juid = self.resolve(ref)
+        spec = self.info(juid)["spec"] or {}
+        resp = self.client.stream(f"/api/v1/persisted/{quote(juid)}", {})
+        cache_folder(self.name).mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".pull-", dir=cache_folder(self.name)))
+        atexit.register(shutil.rmtree, tmp, True)
+        try:
+            _extract(resp, tmp)
+        except OSError as exc:
+            self.close()
+            raise Unreachable(
+                f"{self.name}: the connection dropped while fetching job {juid}'s folders "
+                f"({exc}); run the command again"
+            ) from None
+        return [
+            (p["path"], tmp / p["path"])
+            for p in spec.get("persist", [])
+            if (tmp / p["path"]).is_dir()
+        ]
+
     def job(self, ref: str) -> Job:
         """As ``Monkey.job``: a handle on job REF of the main node."""
         from monkey.handles import Job
@@ -278,6 +308,26 @@ class RemoteMonkey:
                     ) from None
                 time.sleep(_BACKOFF[min(tries, len(_BACKOFF) - 1)])
                 tries += 1
+
+
+def _extract(stream: Any, dest: Path) -> None:
+    """Unpack the tar archive read from STREAM into DEST: only files, folders and links
+    that stay inside DEST (the `data` filter; on a Python without it, the same rules)."""
+    import tarfile
+
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+            return
+        for member in tar:
+            name = member.name
+            if (
+                name.startswith("/")
+                or ".." in name.split("/")
+                or not (member.isfile() or member.isdir())
+            ):
+                raise RemoteError(f"the server sent an unsafe path {name!r}; refused")
+            tar.extract(member, dest)
 
 
 def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
-from monkey.server import blobs
+from monkey.server import blobs, folders
 from monkey.server.auth import Gate
 from monkey.server.calls import CALLS, Forbidden, run_call
 from monkey.store import Store
@@ -253,6 +253,7 @@ def build(home: Home) -> ASGIApp:
             Route("/api/v1/call/{method}", call, methods=["POST"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
             *blobs.routes(home),
+            *folders.routes(_monkey),
         ]
     )
     Store(home.db).close()  # the schema migrated before the first request

@@ -178,10 +178,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from monkey.api import Monkey
+    from monkey.shell.common import monkey
 
-    m = Monkey()
-    juid = m.store.resolve(args.job)
+    m = monkey()
+    juid = m.resolve(args.job)
     folders = m.persisted(juid)
     if not folders:
         raise MonkeyError(

@@ -32,6 +32,7 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         "info",
         "clone",
         "cat",
+        "pull",
     )
 
 
