@@ -94,14 +94,18 @@ def median_wall(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def run_to_start(m: Any, project: str, runs: int) -> list[float]:
+def run_to_start(
+    m: Any, project: str, runs: int, remote: dict[str, str] | None = None
+) -> list[float]:
     """Seconds from starting `monkey run -- true` (a new CLI process, in PROJECT) to the job's
-    process start as the agent recorded it, for RUNS jobs one after another (a core serves)."""
+    process start as the agent recorded it, for RUNS jobs one after another (a core serves);
+    with REMOTE (a laptop's environment), `monkey --remote lab run` from that laptop."""
     latencies = []
+    argv = [*MONKEY, *(["--remote", "lab"] if remote else []), "run", "--", "true"]
     for _ in range(runs):
         t0 = time.time()
         out = subprocess.run(
-            [*MONKEY, "run", "--", "true"], capture_output=True, text=True, check=True, cwd=project
+            argv, capture_output=True, text=True, check=True, cwd=project, env=remote
         )
         job = m.job(out.stdout.strip())
         job.wait(timeout=30)
@@ -185,3 +189,50 @@ def make_sweep(
             points = [("acc", s, value(i, s), 1.7e9 + i * 60 + s) for s in range(steps)]
             m.store._insert_columns(db, job.juid, 1, as_columns(points))
     return sid
+
+
+def start_main_node(home: Path) -> tuple[dict[str, str], Callable[[], None]]:
+    """`monkey server start` on a free loopback port over HOME, and a laptop (its own HOME,
+    config and MONKEY_HOME) with the remote `lab` added: (the laptop's environment, stop).
+    The server runs with this interpreter (it needs starlette and uvicorn)."""
+    import re
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server_env = dict(os.environ)
+    started = subprocess.run(
+        [sys.executable, "-m", "monkey", "server", "start", "--bind", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        env=server_env,
+        check=True,
+    ).stdout
+    found = re.search(r"--token (\S+) --fingerprint (\S+)", started)
+    assert found, started
+    token, fingerprint = found.groups()
+    laptop = Path(tempfile.mkdtemp(prefix="monkey-bench-laptop-"))
+    laptop_env = dict(
+        os.environ,
+        HOME=str(laptop),
+        XDG_CONFIG_HOME=str(laptop / ".config"),
+        XDG_CACHE_HOME=str(laptop / ".cache"),
+        MONKEY_HOME=str(laptop / ".monkey"),
+    )
+    subprocess.run(
+        [*MONKEY, "remote", "add", "lab", f"https://127.0.0.1:{port}", "--token", token]
+        + ["--fingerprint", fingerprint],
+        env=laptop_env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+    def stop() -> None:
+        subprocess.run(
+            [sys.executable, "-m", "monkey", "server", "stop"],
+            env=server_env,
+            stdout=subprocess.DEVNULL,
+        )
+
+    return laptop_env, stop

@@ -301,12 +301,11 @@ class Submitter:
         if name is not None and not isinstance(name, str):
             raise MonkeyError("the gathered job name is not text")
         blobs = self.blobs()
-        needed = blobs_needed(fields, blobs)
-        missing = sorted(d for d in needed if not blobs.has(d))
+        named, listed = blobs_needed(fields, blobs)
+        missing = sorted(d for d in named | listed if not blobs.has(d))
         if missing:
             raise BlobsMissing(missing)
-        sizes = [(d, os.path.getsize(blobs.path(d))) for d in sorted(needed)]
-        fields["blobs"] = blobs.stamped(sizes)
+        fields["blobs"] = []  # recorded as they were uploaded (or before)
         return Submission(name=name, fields=fields, secrets=secrets)
 
     def record(
@@ -456,10 +455,10 @@ def check_retries(retries: Any) -> int:
     return retries
 
 
-def blobs_needed(fields: dict[str, Any], blobs: BlobStore) -> set[str]:
-    """Every blob the jobs of a submission with FIELDS need: the code's and data's file
-    lists and, of those in BLOBS, the files they list; the git diff, the packages listing,
-    the job.yml's env file and install script."""
+def blobs_needed(fields: dict[str, Any], blobs: BlobStore) -> tuple[set[str], set[str]]:
+    """The blobs the jobs of a submission with FIELDS need: (those the fields name: the code's
+    and data's file lists, the git diff, the packages listing, the job.yml's env file and
+    install script; the files listed by those lists that are in BLOBS)."""
     from monkey.snapshot.manifest import load_manifest
 
     spec = fields.get("spec") or {}
@@ -474,17 +473,18 @@ def blobs_needed(fields: dict[str, Any], blobs: BlobStore) -> set[str]:
         spec.get("env_file_digest"),
         spec.get("install_script_digest"),
     ]
-    needed = {d for d in [*lists, *single] if isinstance(d, str)}
-    bad = sorted(d for d in needed if not _DIGEST.fullmatch(d))
+    named = {d for d in [*lists, *single] if isinstance(d, str)}
+    bad = sorted(d for d in named if not _DIGEST.fullmatch(d))
     if bad:
         raise MonkeyError(f"{bad[0]!r} is not a blob digest; upgrade the client")
+    listed: set[str] = set()
     for digest in {d for d in lists if isinstance(d, str)}:
         if blobs.has(digest):
-            listed = {f.digest for f in load_manifest(blobs, digest)}
-            if not all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in listed):
+            files = {f.digest for f in load_manifest(blobs, digest)}
+            if not all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in files):
                 raise MonkeyError(f"blob {digest} lists a file without a valid digest")
-            needed |= listed
-    return needed
+            listed |= files
+    return named, listed - named
 
 
 def check_output_glob(pattern: str) -> str:

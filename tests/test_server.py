@@ -389,13 +389,11 @@ def test_remote_use_env_and_option_select_the_remote(node):
     "argv, words",
     [
         (["list", "sweeps"], "list sweeps"),
-        (["info", "last", "--files"], "info"),
         (["rm", "last"], "rm"),
         (["gc"], "gc"),
         (["server", "status"], "server status"),
         (["daemon", "status"], "daemon status"),
         (["provider", "check", "x"], "provider check"),
-        (["clone", "last"], "clone"),
         ([], "shell (no command)"),
     ],
 )

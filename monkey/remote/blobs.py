@@ -34,17 +34,15 @@ def missing(client: Client, digests: Iterable[str]) -> list[str]:
     return lacking
 
 
-def upload(client: Client, blobs: BlobStore, digests: Iterable[str]) -> int:
-    """Send those of DIGESTS (all in BLOBS) the server lacks; returns the bytes sent. A link
-    that drops midway is tried once more from the first pack not received."""
-    for attempt in (1, 2):
-        try:
-            return _send(client, blobs, missing(client, digests))
-        except Unreachable:
-            client.close()
-            if attempt == 2:
-                raise
-    return 0
+def upload(client: Client, blobs: BlobStore, digests: list[str]) -> int:
+    """Send DIGESTS (all in BLOBS), in this order; returns the bytes sent. A link that drops
+    midway is tried once more with those the server still lacks."""
+    try:
+        return _send(client, blobs, digests)
+    except Unreachable:
+        client.close()
+    left = set(missing(client, digests))
+    return _send(client, blobs, [d for d in digests if d in left])
 
 
 def _send(client: Client, blobs: BlobStore, lacking: list[str]) -> int:

@@ -119,7 +119,7 @@ class RemoteMonkey:
             gathered=gathered,
             **{k: options[k] for k in RESOURCES if k in options},
         )
-        return Job(self, juid)  # type: ignore[arg-type]  # the methods a handle uses
+        return Job(self, juid)
 
     def sweep(
         self,
@@ -196,13 +196,13 @@ class RemoteMonkey:
         """As ``Monkey.job``: a handle on job REF of the main node."""
         from monkey.handles import Job
 
-        return Job(self, self.resolve(ref))  # type: ignore[arg-type]  # the methods a handle uses
+        return Job(self, self.resolve(ref))
 
     def rerun(self, ref: str, **options: Any) -> Job:
         """As ``Monkey.rerun``: the new job is the caller's."""
         from monkey.handles import Job
 
-        return Job(self, self.client.call("rerun", ref, **options))  # type: ignore[arg-type]
+        return Job(self, self.client.call("rerun", ref, **options))
 
     def job_listing(
         self,

@@ -63,13 +63,19 @@ class Gatherer:
         with self.submitter.blobs().lease():
             sub = self.submitter.gather(provider, job_options, **local)
         fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
-        self.needed = blobs_needed(fields, self.submitter.blobs())
+        self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
         self.send()
         return {"fields": fields, "name": sub.name, "secrets": sub.secrets}
 
-    def send(self) -> int:
-        """Upload the blobs of the last gathered submission the server lacks; the bytes sent."""
-        return transfer.upload(self.client, self.submitter.blobs(), self.needed)
+    def send(self, full: bool = False) -> int:
+        """Upload the blobs of the last gathered submission the server lacks (the files
+        before the lists naming them); the bytes sent. Unless FULL, the server is asked
+        about the files only when it lacks a list: it checks them all when the jobs are
+        submitted, and says which it lacks (HTTP 409)."""
+        lacking = transfer.missing(self.client, self.named)
+        if lacking or full:
+            lacking = [*transfer.missing(self.client, self.listed), *lacking]
+        return transfer.upload(self.client, self.submitter.blobs(), lacking)
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Facade METHOD on the server with the gathered submission in KWARGS; when a gc
@@ -79,5 +85,5 @@ class Gatherer:
         except RemoteError as exc:
             if exc.status != 409:
                 raise
-        self.send()
+        self.send(full=True)
         return self.client.call(method, *args, **kwargs)

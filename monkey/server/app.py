@@ -252,7 +252,7 @@ def build(home: Home) -> ASGIApp:
         routes=[
             Route("/api/v1/call/{method}", call, methods=["POST"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
-            *blobs.routes(home),
+            *blobs.routes(home, _monkey),
             *folders.routes(_monkey),
         ]
     )

@@ -25,7 +25,9 @@ from monkey.snapshot.blobs import BlobStore, Receiver
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
+
+    from monkey.api import Monkey
 
 _DIGEST = re.compile(rb"[0-9a-f]{64}")
 MAX_ASKED = 20_000  # digests in one question (the client asks in batches)
@@ -56,6 +58,7 @@ class Unpacker:
         self.left = 0  # bytes of the current blob still to come
         self.skipping = False  # a blob the store has already: its bytes are read, not kept
         self.stored = self.present = self.bytes = 0
+        self.received: list[tuple[str, int]] = []  # (digest, size) newly stored
 
     def feed(self, data: bytes) -> None:
         view, i = memoryview(data), 0
@@ -103,6 +106,7 @@ class Unpacker:
             receiver, self.current = self.current, None
             if receiver.finish():
                 self.stored += 1
+                self.received.append((receiver.digest, receiver.size))
             else:
                 self.present += 1
         else:
@@ -135,9 +139,15 @@ async def _pieces(request: Request) -> AsyncIterator[bytes]:
             yield piece
 
 
-def routes(home: Home) -> list[Route]:
-    """The blob routes of the server over HOME."""
+def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
+    """The blob routes of the server over HOME (MONKEY: this thread's facade)."""
     blobs = BlobStore(home.blobs)
+
+    def record(unpacker: Unpacker) -> None:
+        """The blobs received, with the stamps of bytes hashed as they came (see
+        ``BlobStore.stamped``): a core need not hash them again."""
+        if unpacker.received:
+            monkey().store.add_blobs(blobs.stamped(unpacker.received))
 
     async def missing(request: Request) -> Response:
         """``POST /api/v1/blobs/missing`` with a JSON list of digests: those not stored."""
@@ -169,11 +179,14 @@ def routes(home: Home) -> list[Route]:
                     await run_in_threadpool(unpacker.feed, chunk)
             await run_in_threadpool(unpacker.feed, bytes(pending))
             unpacker.close()
+            await run_in_threadpool(record, unpacker)
         except (ClientDisconnect, TimeoutError):
             await run_in_threadpool(unpacker.abort)
+            await run_in_threadpool(record, unpacker)
             return Response(status_code=400)  # nobody reads it
         except MonkeyError as exc:
             await run_in_threadpool(unpacker.abort)
+            await run_in_threadpool(record, unpacker)
             return JSONResponse({"error": str(exc)}, 400)
         return JSONResponse(
             {"stored": unpacker.stored, "present": unpacker.present, "bytes": unpacker.bytes}
