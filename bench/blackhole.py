@@ -12,33 +12,20 @@ connection is still open and unanswered, and daemon.log reports no failed call o
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
 import time
 
 import yaml
-from common import REPO, fresh_home, run_to_start, stop_everything
+from common import REPO, fake_aws, fresh_home, run_to_start, stop_everything
 
 sys.path.insert(0, str(REPO / "tests"))  # the test fixtures' blackhole
 from blackhole import Blackhole  # noqa: E402
-from moto_server import CREDENTIALS, IMAGE, REGION  # noqa: E402
+from moto_server import IMAGE, REGION  # noqa: E402
 
 IDLE_RUNS = 41
 WINDOW = 30.0  # seconds of local jobs inside the hang
-
-
-def fake_aws(folder: str) -> None:
-    """Fake credentials in the environment, no AWS file or metadata service read."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        os.environ.pop(name, None)
-    os.environ.update(
-        CREDENTIALS,
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_CONFIG_FILE=os.path.join(folder, "no-aws-config"),
-        AWS_SHARED_CREDENTIALS_FILE=os.path.join(folder, "no-aws-credentials"),
-    )
 
 
 def main() -> None:

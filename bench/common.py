@@ -236,3 +236,18 @@ def start_main_node(home: Path) -> tuple[dict[str, str], Callable[[], None]]:
         )
 
     return laptop_env, stop
+
+
+def fake_aws(folder: str) -> None:
+    """Fake credentials in the environment, no AWS file or metadata service read."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from moto_server import CREDENTIALS
+
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        os.environ.pop(name, None)
+    os.environ.update(
+        CREDENTIALS,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=os.path.join(folder, "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=os.path.join(folder, "no-aws-credentials"),
+    )
