@@ -69,7 +69,7 @@ def split_url(url: str) -> tuple[str, str, int]:
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.path not in ("", "/"):
         raise MonkeyError(
             f"{url!r} is not a server URL; give https://HOST:PORT, as "
-            "`monkey server start` printed it"
+            "`monkey server start` printed it, or ssh://USER@HOST[:PORT] to go through SSH"
         )
     if parts.scheme == "http" and parts.hostname not in LOOPBACK:
         raise MonkeyError(
@@ -82,16 +82,28 @@ def split_url(url: str) -> tuple[str, str, int]:
 class Client:
     """Calls and streams to one remote, over one kept-alive connection."""
 
-    def __init__(self, remote: Remote, user: str | None = None) -> None:
+    def __init__(
+        self, remote: Remote, user: str | None = None, trust_on_first_use: bool = False
+    ) -> None:
         self.remote = remote
         self.user = user
-        self.scheme, self.host, self.port = split_url(remote.url)
+        self.tunnel = None  # an ssh:// remote: connections are channels of one SSH connection
+        server = remote.url
+        if remote.url.startswith("ssh:"):
+            from monkey.remote.tunnel import Tunnel
+
+            self.tunnel = Tunnel(remote.name, remote.url, trust_on_first_use)
+            server = self.tunnel.server_url
+        self.scheme, self.host, self.port = split_url(server)
+        self._open = self.tunnel.open if self.tunnel else socket.create_connection
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self.tunnel is not None:
+            self.tunnel.close()
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -107,6 +119,7 @@ class Client:
                 timeout=CONNECT_TIMEOUT,
                 context=self._context(verify=not self.remote.fingerprint),
             )
+        conn._create_connection = self._open  # type: ignore[attr-defined]  # direct or tunnelled
         try:
             conn.connect()
         except ssl.SSLCertVerificationError as exc:
@@ -158,12 +171,14 @@ class Client:
         ctx = self._context(verify=False)
         try:
             with (
-                socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT) as raw,
+                self._open((self.host, self.port), CONNECT_TIMEOUT) as raw,
                 ctx.wrap_socket(raw, server_hostname=self.host) as tls,
             ):
                 return fingerprint(tls.getpeercert(binary_form=True) or b"")
         except OSError as exc:
             return f"unknown: {_why(exc)}"
+        except MonkeyError as exc:  # the tunnel's own line
+            return f"unknown: {exc}"
 
     # -- requests -------------------------------------------------------------------------
 

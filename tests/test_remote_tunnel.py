@@ -1,0 +1,212 @@
+"""`monkey remote add NAME ssh://USER@HOST[:PORT]` (issue 27): a real `monkey server` on
+127.0.0.1 reached through a real sshd (tests/sshd.py) by a laptop with its own HOME, keys
+and known_hosts."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mainnode import MainNode, free_port, wait_until_ended
+from sshd import Lab, SSHHost
+
+pytestmark = pytest.mark.system
+
+
+class Tunnelled:
+    """A main node whose server is reached through HOST's sshd."""
+
+    def __init__(self, node: MainNode, lab: Lab, host: SSHHost) -> None:
+        self.node, self.lab, self.host = node, lab, host
+
+    def url(self, server_port: int | None = None) -> str:
+        port = self.node.port if server_port is None else server_port
+        return (
+            f"ssh://{self.host.user}@{self.host.address}:{self.host.port}/?server=127.0.0.1:{port}"
+        )
+
+    def add(self, *extra: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
+        node = self.node
+        return node.laptop("remote", "add", "lab", url or self.url(), "--token", node.token, *extra)
+
+
+@pytest.fixture
+def tunnelled(home: Path, tmp_path: Path):
+    node = MainNode(home, tmp_path)
+    node.laptop_env.pop("SSH_AUTH_SOCK", None)  # the laptop's keys only: its own ~/.ssh
+    lab = Lab(node.laptop_root)
+    try:
+        node.start()
+        yield Tunnelled(node, lab, lab.add("main"))
+    finally:
+        lab.close()
+        node.close()
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_remote_commands_go_through_the_ssh_tunnel(tunnelled):
+    node = tunnelled.node
+    # the certificate is never trusted silently: shown, with how to pin it
+    unpinned = tunnelled.add()
+    assert unpinned.returncode == 1
+    line = one_line(unpinned.stderr)
+    assert f"add --fingerprint {node.fingerprint}" in line
+    assert node.laptop_files() == [".ssh/id_ed25519", ".ssh/id_ed25519.pub", ".ssh/known_hosts"]
+    added = tunnelled.add("--fingerprint", node.fingerprint)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith(f"remote lab added: {tunnelled.url()} as ")
+
+    ok = node.server("run", "--", "sh", "-c", "echo hello; echo warn >&2").stdout.strip()
+    wait_until_ended(node, ok)
+    waiting = node.server("run", "--", "sleep", "600").stdout.strip()
+    for command in (
+        f"info {ok}",
+        f"info {ok} --json",
+        f"logs {ok}",
+        f"logs --stderr {ok}",
+        f"logs -f {ok}",
+        "list providers",
+        "search warn",
+        "logs nosuch",
+    ):
+        local = node.server(*command.split())
+        remote = node.laptop("--remote", "lab", *command.split())
+        assert (remote.returncode, remote.stdout, remote.stderr) == (
+            local.returncode,
+            local.stdout,
+            local.stderr,
+        ), command
+    listed = node.laptop("--remote", "lab", "list", "jobs")
+    assert listed.returncode == 0 and ok in listed.stdout and waiting in listed.stdout
+    cancelled = node.laptop("--remote", "lab", "cancel", waiting)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled" in node.server("info", waiting, "--json").stdout
+    # the laptop holds its keys and its remote settings, no job data
+    assert node.laptop_files() == [
+        ".config/monkey/lab.token",
+        ".config/monkey/remotes.json",
+        ".ssh/id_ed25519",
+        ".ssh/id_ed25519.pub",
+        ".ssh/known_hosts",
+    ]
+
+
+def test_logs_follow_through_the_tunnel_resumes_across_a_server_restart(tunnelled, tmp_path):
+    node = tunnelled.node
+    assert tunnelled.add("--fingerprint", node.fingerprint).returncode == 0
+    go = tmp_path / "go"
+    script = f"echo one; while [ ! -e {go} ]; do sleep 0.05; done; for i in 2 3 4; do echo $i; done"
+    juid = node.server("run", "--", "sh", "-c", script).stdout.strip()
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=node.laptop_env,
+        bufsize=0,
+    )
+    assert follower.stdout is not None and follower.stdout.readline() == b"one\n"
+    node.kill()  # the sshd stays up: the channel to the server fails until it is back
+    node.start()
+    go.touch()
+    rest, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    assert rest == b"2\n3\n4\n"
+    assert b"connection lost; reconnecting" in err and b"reconnected" in err
+
+
+def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
+    node, host, lab = tunnelled.node, tunnelled.host, tunnelled.lab
+    pin = ("--fingerprint", node.fingerprint)
+    name = f"[{host.address}]:{host.port}"
+    # a host key known_hosts does not hold
+    known = lab.ssh_dir / "known_hosts"
+    known.write_text("")
+    unknown = tunnelled.add(*pin)
+    assert unknown.returncode == 1
+    line = one_line(unknown.stderr)
+    assert line.startswith(
+        f"monkey: error: lab: host key of {name} is unknown (ssh-ed25519 SHA256:"
+    )
+    assert f"ssh-keyscan -p {host.port} {host.address} >> ~/.ssh/known_hosts" in line
+    assert "--trust-on-first-use" in line
+    assert not (node.laptop_root / ".config").exists()  # nothing saved
+    # trusted on first use, explicitly: recorded, and checked from then on
+    trusted = tunnelled.add(*pin, "--trust-on-first-use")
+    assert trusted.returncode == 0, trusted.stderr
+    recorded = node.laptop_root / ".config/monkey/known_hosts"
+    assert recorded.read_text() == f"{name} {' '.join(host.host_key_pub)}\n"
+    assert node.laptop("--remote", "lab", "list", "jobs").returncode == 0
+    # the host's key changed (reinstalled, or another machine at its address)
+    other = lab.add("other", trusted=False)
+    recorded.write_text(f"{name} {' '.join(other.host_key_pub)}\n")
+    changed = node.laptop("--remote", "lab", "list", "jobs")
+    assert changed.returncode == 1
+    line = one_line(changed.stderr)
+    assert line.startswith(f"monkey: error: lab: host key of {name} has CHANGED (ssh-ed25519 ")
+    assert f"ssh-keygen -R '{name}'" in line
+    recorded.write_text(f"{name} {' '.join(host.host_key_pub)}\n")
+    # the laptop's key is not accepted there
+    host.authorize(other.host_key_pub[0] + " " + other.host_key_pub[1])
+    refused = node.laptop("--remote", "lab", "list", "jobs")
+    assert refused.returncode == 1
+    assert one_line(refused.stderr) == (
+        f"monkey: error: lab: SSH authentication as {host.user!r} failed on "
+        f"{host.user}@{host.address}:{host.port} with ssh-agent and ~/.ssh keys; add your "
+        f"public key to ~/.ssh/authorized_keys there (ssh-copy-id -p {host.port} "
+        f"{host.user}@{host.address})"
+    )
+    host.authorize(lab.client_pub)
+    # sshd answers, but no monkey server listens behind it
+    nobody = free_port()
+    empty = tunnelled.add(*pin, url=tunnelled.url(nobody))
+    assert empty.returncode == 1
+    line = one_line(empty.stderr)
+    assert line.startswith(
+        f"monkey: error: lab: {host.address}:{host.port} answers over SSH but no monkey "
+        f"server listens at 127.0.0.1:{nobody} on it ("
+    )
+    assert "`monkey server start`" in line and "?server=HOST:PORT" in line
+    # sshd down: one line, quickly
+    host.cut()
+    down = node.laptop("--remote", "lab", "list", "jobs", timeout=30)
+    assert down.returncode == 1
+    assert one_line(down.stderr) == (
+        f"monkey: error: lab: cannot reach {host.user}@{host.address}:{host.port} over SSH "
+        "(connection refused); is the main node up and its sshd running?"
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ssh://:22",
+        "ssh://host/some/path",
+        "ssh://host:99999",
+        "ssh://host/?port=1",
+        "ssh://u:secret@host",
+    ],
+)
+def test_a_bad_ssh_url_is_one_line(home, tmp_path, url):
+    node = MainNode(home, tmp_path)
+    done = node.laptop("remote", "add", "lab", url, "--token", "t")
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        f"monkey: error: {url!r} is not an SSH remote; give ssh://USER@HOST[:PORT], with "
+        "?server=HOST:PORT when the server does not listen on 127.0.0.1:8443 there"
+    )
+    bad_server = node.laptop("remote", "add", "lab", "ssh://h/?server=ftp://x:1", "--token", "t")
+    assert bad_server.returncode == 1 and "'ftp://x:1' is not a server URL" in bad_server.stderr
+    tofu = node.laptop(
+        "remote", "add", "lab", "https://h:1", "--token", "t", "--trust-on-first-use"
+    )
+    assert tofu.returncode == 2 and "--trust-on-first-use is for an ssh:// remote" in tofu.stderr
+    assert not re.search(r"Traceback", done.stderr + bad_server.stderr + tofu.stderr)
+    assert node.laptop_files() == []
