@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from mainnode import MainNode, free_port, wait_until_ended
 from sshd import Lab, SSHHost
+from test_remote_wait import wait_across_a_restart
 
 pytestmark = pytest.mark.system
 
@@ -120,6 +121,12 @@ def test_logs_follow_through_the_tunnel_resumes_across_a_server_restart(tunnelle
     assert follower.returncode == 0, err
     assert rest == b"2\n3\n4\n"
     assert b"connection lost; reconnecting" in err and b"reconnected" in err
+
+
+def test_job_wait_through_the_tunnel_rides_out_a_server_restart(tunnelled, tmp_path):
+    node = tunnelled.node
+    assert tunnelled.add("--fingerprint", node.fingerprint).returncode == 0
+    wait_across_a_restart(node, tmp_path / "go", node.laptop_env)
 
 
 def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
