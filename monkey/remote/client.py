@@ -183,7 +183,12 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, retry: bool = True
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        retry: bool = True,
+        read_timeout: float = READ_TIMEOUT,
     ) -> http.client.HTTPResponse:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
@@ -197,8 +202,8 @@ class Client:
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
-        elif self._conn.sock is not None:
-            self._conn.sock.settimeout(READ_TIMEOUT)  # a follow's stream may have set another
+        if self._conn.sock is not None:
+            self._conn.sock.settimeout(read_timeout)  # a follow's stream may have set another
         try:
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
@@ -211,7 +216,7 @@ class Client:
                 BrokenPipeError,
             )
             if retry and not fresh and isinstance(exc, unsent):
-                return self.request(method, path, body, retry=False)
+                return self.request(method, path, body, False, read_timeout)
             raise Unreachable(
                 f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
             ) from None
@@ -260,8 +265,13 @@ class Client:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The result of facade METHOD(*ARGS, **KWARGS) on the server."""
+        return self.call_within(READ_TIMEOUT, method, *args, **kwargs)
+
+    def call_within(self, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``call``, Unreachable when the answer does not come within TIMEOUT seconds (a
+        poller's quick call: a link down is noticed soon)."""
         body = codec.dumps({"args": list(args), "kwargs": kwargs})
-        resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
+        resp = self.request("POST", f"/api/v1/call/{quote(method)}", body, read_timeout=timeout)
         return codec.loads(resp.read())
 
     def stream(

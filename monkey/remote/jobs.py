@@ -10,6 +10,9 @@ from monkey.models import TERMINAL, State
 from monkey.remote.client import Unreachable
 from monkey.remote.facade import Link
 
+# Seconds a poll waits for its answer: a link down is noticed then, not at READ_TIMEOUT.
+POLL_SILENCE = 15.0
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monkey.models import Job as JobRecord
@@ -23,7 +26,7 @@ class RemoteJob(Job):
 
     @property
     def record(self) -> JobRecord:
-        return self.monkey.get_job(self.juid)
+        return self.monkey.client.call_within(POLL_SILENCE, "get_job", self.juid)
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> State:
         """Block until the job ends (a retry pending is not an end) or is paused; return its
