@@ -145,7 +145,15 @@ def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
     assert f"ssh-keyscan -p {host.port} {host.address} >> ~/.ssh/known_hosts" in line
     assert "--trust-on-first-use" in line
     assert not (node.laptop_root / ".config").exists()  # nothing saved
-    # trusted on first use, explicitly: recorded, and checked from then on
+    # trusted on first use, explicitly: recorded, and checked from then on; not recorded
+    # when the remote could not be added
+    wrong = node.laptop(
+        "remote", "add", "lab", tunnelled.url(), "--token", "mk_wrong", *pin, "--trust-on-first-use"
+    )
+    assert one_line(wrong.stderr).endswith(
+        "lab: token refused; ask an admin: monkey server user token NAME"
+    )
+    assert [f for f in node.laptop_files() if not f.startswith(".ssh/")] == []
     trusted = tunnelled.add(*pin, "--trust-on-first-use")
     assert trusted.returncode == 0, trusted.stderr
     recorded = node.laptop_root / ".config/monkey/known_hosts"
@@ -158,7 +166,10 @@ def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
     assert changed.returncode == 1
     line = one_line(changed.stderr)
     assert line.startswith(f"monkey: error: lab: host key of {name} has CHANGED (ssh-ed25519 ")
-    assert f"ssh-keygen -R '{name}'" in line
+    assert line.endswith(
+        f"(ssh-keygen -R '{name}'); it was trusted on first use and recorded in {recorded} "
+        f"(ssh-keygen -R '{name}' -f {recorded})"
+    )
     recorded.write_text(f"{name} {' '.join(host.host_key_pub)}\n")
     # the laptop's key is not accepted there
     host.authorize(other.host_key_pub[0] + " " + other.host_key_pub[1])
@@ -217,3 +228,21 @@ def test_a_bad_ssh_url_is_one_line(home, tmp_path, url):
     assert tofu.returncode == 2 and "--trust-on-first-use is for an ssh:// remote" in tofu.stderr
     assert not re.search(r"Traceback", done.stderr + bad_server.stderr + tofu.stderr)
     assert node.laptop_files() == []
+
+
+def test_a_server_without_tls_on_loopback_through_the_tunnel(home, tmp_path):
+    node = MainNode(home, tmp_path)
+    node.laptop_env.pop("SSH_AUTH_SOCK", None)
+    lab = Lab(node.laptop_root)
+    try:
+        welcome = node.start("--no-tls")
+        assert "certificate" not in welcome
+        host = lab.add("main")
+        url = f"ssh://{host.user}@{host.address}:{host.port}?server=http://127.0.0.1:{node.port}"
+        added = node.laptop("remote", "add", "lab", url, "--token", node.token)
+        assert added.returncode == 0, added.stderr
+        listed = node.laptop("--remote", "lab", "list", "jobs")
+        assert listed.returncode == 0 and listed.stdout.startswith("no jobs yet"), listed.stderr
+    finally:
+        lab.close()
+        node.close()

@@ -71,7 +71,17 @@ class Tunnel:
         self.entry, self.server_url = split_ssh_url(url)
         self.tofu = trust_on_first_use
         self._transport: paramiko.Transport | None = None
+        self._keys: _RemoteKeys | None = None
         self._lock = threading.Lock()
+
+    def forget_trusted(self) -> None:
+        """Drop the host key trusted on first use by this tunnel (a `remote add` that
+        failed leaves nothing behind)."""
+        keys = self._keys
+        if keys is not None and keys.recorded:
+            keys.forget(keys.recorded)
+            if keys.own_path.is_file() and not keys.own_path.stat().st_size:
+                keys.own_path.unlink()  # it held only that key
 
     def close(self) -> None:
         with self._lock:
@@ -136,7 +146,7 @@ class Tunnel:
         spec = ssh_hosts.host_spec(self.entry, ssh_hosts.ssh_config())
         if self.tofu:  # where the key is recorded
             settings.folder().mkdir(parents=True, exist_ok=True, mode=0o700)
-        keys = _RemoteKeys(Home(settings.folder()), self.tofu, spec)
+        keys = self._keys = _RemoteKeys(Home(settings.folder()), self.tofu, spec)
         try:
             return ssh_hosts.open_transport(spec, keys, timeout)
         except ssh_hosts.Unreachable as exc:
@@ -165,6 +175,7 @@ class _RemoteKeys(HostKeys):
     def __init__(self, home: Any, tofu: bool, spec: Any) -> None:
         super().__init__(home, tofu)
         self.spec = spec
+        self.recorded: str | None = None  # the name whose key was trusted on first use
 
     def check(self, name: str, key: Any, tofu: bool = False, confirm: Any = None) -> None:
         from monkey.drivers.ssh_hosts import Untrusted, fingerprint
@@ -178,7 +189,21 @@ class _RemoteKeys(HostKeys):
                 f"{spec.hostname} >> ~/.ssh/known_hosts), or add the remote again with "
                 "--trust-on-first-use"
             )
-        super().check(name, key, tofu, confirm)
+        known = self.keys.lookup(name) is not None
+        try:
+            super().check(name, key, tofu, confirm)
+        except Untrusted as exc:
+            mine = self.own_path.is_file() and any(
+                line.split(" ", 1)[0] == name for line in self.own_path.read_text().splitlines()
+            )
+            if not mine:
+                raise
+            raise Untrusted(
+                f"{exc}; it was trusted on first use and recorded in {self.own_path} "
+                f"(ssh-keygen -R '{name}' -f {self.own_path})"
+            ) from None
+        if not known:
+            self.recorded = name
 
 
 class _Bridged(socket.socket):

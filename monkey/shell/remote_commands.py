@@ -135,6 +135,10 @@ def _add(args: argparse.Namespace, data: dict) -> int:
     )
     try:
         me = client.call("whoami")
+    except MonkeyError:
+        if client.tunnel is not None:
+            client.tunnel.forget_trusted()
+        raise
     finally:
         client.close()
     data["remotes"][name] = {"url": url, "fingerprint": fp, "user": me["name"]}
