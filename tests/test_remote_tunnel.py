@@ -129,6 +129,12 @@ def test_job_wait_through_the_tunnel_rides_out_a_server_restart(tunnelled, tmp_p
     wait_across_a_restart(node, tmp_path / "go", node.laptop_env)
 
 
+def test_job_wait_through_the_tunnel_rides_out_a_cut_ssh_link(tunnelled, tmp_path):
+    node, host = tunnelled.node, tunnelled.host
+    assert tunnelled.add("--fingerprint", node.fingerprint).returncode == 0
+    wait_across_a_restart(node, tmp_path / "go", node.laptop_env, host.cut, host.restore)
+
+
 def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
     node, host, lab = tunnelled.node, tunnelled.host, tunnelled.lab
     pin = ("--fingerprint", node.fingerprint)

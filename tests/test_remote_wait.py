@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,9 +42,16 @@ def waiter(env: dict[str, str], juid: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_across_a_restart(node: MainNode, go: Path, env: dict[str, str]) -> None:
+def wait_across_a_restart(
+    node: MainNode,
+    go: Path,
+    env: dict[str, str],
+    down: Callable[[], object] | None = None,
+    up: Callable[[], object] | None = None,
+) -> None:
     """Submit a job held until GO exists; wait for it from the laptop while the server is
-    SIGKILLed and started again; the wait ends with the job's state."""
+    SIGKILLed and started again (or while DOWN and UP cut and restore the link); the wait
+    ends with the job's state."""
     script = f"echo before; while [ ! -e {go} ]; do sleep 0.05; done; echo after; exit 3"
     juid = node.server("run", "--", "sh", "-c", script).stdout.strip()
     proc = waiter(env, juid)
@@ -53,10 +61,10 @@ def wait_across_a_restart(node: MainNode, go: Path, env: dict[str, str]) -> None
         "waiting dispatching\n",
         "waiting running\n",
     )
-    node.kill()
+    (down or node.kill)()
     lost = proc.stderr.readline()  # seen before the server is back: the wait noticed
     assert lost == f"monkey: lab: connection lost; reconnecting (job {juid} goes on)\n"
-    node.start()
+    (up or node.start)()
     go.touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
