@@ -96,6 +96,7 @@ class Client:
             server = self.tunnel.server_url
         self.scheme, self.host, self.port = split_url(server)
         self._open = self.tunnel.open if self.tunnel else socket.create_connection
+        self.read_timeout = READ_TIMEOUT  # a call's answer (see call_within)
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -154,7 +155,7 @@ class Client:
                     f"remote again with --fingerprint {seen}"
                 )
         assert conn.sock is not None
-        conn.sock.settimeout(READ_TIMEOUT)
+        conn.sock.settimeout(self.read_timeout)
         return conn
 
     @staticmethod
@@ -183,12 +184,7 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        retry: bool = True,
-        read_timeout: float = READ_TIMEOUT,
+        self, method: str, path: str, body: bytes | None = None, retry: bool = True
     ) -> http.client.HTTPResponse:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
@@ -202,8 +198,8 @@ class Client:
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
-        if self._conn.sock is not None:
-            self._conn.sock.settimeout(read_timeout)  # a follow's stream may have set another
+        elif self._conn.sock is not None:
+            self._conn.sock.settimeout(self.read_timeout)  # a follow's stream may have set another
         try:
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
@@ -216,7 +212,7 @@ class Client:
                 BrokenPipeError,
             )
             if retry and not fresh and isinstance(exc, unsent):
-                return self.request(method, path, body, False, read_timeout)
+                return self.request(method, path, body, retry=False)
             raise Unreachable(
                 f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
             ) from None
@@ -265,14 +261,18 @@ class Client:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The result of facade METHOD(*ARGS, **KWARGS) on the server."""
-        return self.call_within(READ_TIMEOUT, method, *args, **kwargs)
+        body = codec.dumps({"args": list(args), "kwargs": kwargs})
+        resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
+        return codec.loads(resp.read())
 
     def call_within(self, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
         """``call``, Unreachable when the answer does not come within TIMEOUT seconds (a
-        poller's quick call: a link down is noticed soon)."""
-        body = codec.dumps({"args": list(args), "kwargs": kwargs})
-        resp = self.request("POST", f"/api/v1/call/{quote(method)}", body, read_timeout=timeout)
-        return codec.loads(resp.read())
+        poller's quick call: a link down is noticed then, not after READ_TIMEOUT)."""
+        self.read_timeout = timeout
+        try:
+            return self.call(method, *args, **kwargs)
+        finally:
+            self.read_timeout = READ_TIMEOUT
 
     def stream(
         self, path: str, query: dict[str, Any], body: Any = None, read_timeout: float = READ_TIMEOUT

@@ -101,13 +101,6 @@ class RemoteMonkey:
     def close(self) -> None:
         self.client.close()
 
-    def job(self, ref: str) -> Any:
-        """A handle on job REF (``monkey.remote.jobs.RemoteJob``): its fields read from the
-        server, ``wait()`` riding out a server restart or a dropped link."""
-        from monkey.remote.jobs import RemoteJob
-
-        return RemoteJob(self, self.resolve(ref))
-
     def job_listing(
         self,
         states: Any = None,
