@@ -3,10 +3,7 @@
 
 Target (issue 27): the remote listing at most 1.3x the local one. Both CLIs run with the clean
 interpreter (common.PY); the server runs with this one (it needs starlette and uvicorn).
-`python bench/remote_list.py [REPEAT]` (default 21 runs each, medians). When OpenSSH's sshd
-is installed, the same listing through an ssh:// remote too (a real sshd on 127.0.0.2 from
-tests/sshd.py, the server behind it on its loopback port): an SSH login and a channel per
-command on top of the TLS remote.
+`python bench/remote_list.py [REPEAT]` (default 21 runs each, medians).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from common import PY, copy_jobs, fresh_home, median_wall, stop_everything
 
@@ -99,7 +95,6 @@ def main() -> None:
             lambda: quiet([PY, "-m", "monkey", "--remote", "lab", "list", "jobs"], laptop_env),
             repeat,
         )
-        tunnelled = through_ssh(laptop, laptop_env, port, token, fp, repeat, quiet)
     finally:
         subprocess.run(
             [sys.executable, "-m", "monkey", "server", "stop"],
@@ -113,36 +108,6 @@ def main() -> None:
         f"monkey --remote lab list jobs:   {remote * 1000:7.1f} ms  ({remote / local:.2f}x local, "
         "target <= 1.3x)"
     )
-    if tunnelled is not None:
-        print(
-            f"monkey --remote tun list jobs:   {tunnelled * 1000:7.1f} ms  "
-            f"({tunnelled / local:.2f}x local, {tunnelled / remote:.2f}x https; ssh://)"
-        )
-    else:
-        print("ssh:// remote: not measured (no /usr/sbin/sshd)")
-
-
-def through_ssh(
-    laptop: Path, env: dict[str, str], port: int, token: str, fp: str, repeat: int, quiet: Any
-) -> float | None:
-    """The median of `monkey --remote tun list jobs` through a real sshd, or None without one."""
-    if not os.path.exists("/usr/sbin/sshd"):
-        return None
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from sshd import Lab
-
-    env = {k: v for k, v in env.items() if k != "SSH_AUTH_SOCK"}
-    lab = Lab(laptop)
-    try:
-        host = lab.add("main")
-        url = f"ssh://{host.user}@{host.address}:{host.port}/?server=127.0.0.1:{port}"
-        add = [PY, "-m", "monkey", "remote", "add", "tun", url, "--token", token]
-        quiet([*add, "--fingerprint", fp], env)
-        return median_wall(
-            lambda: quiet([PY, "-m", "monkey", "--remote", "tun", "list", "jobs"], env), repeat
-        )
-    finally:
-        lab.close()
 
 
 if __name__ == "__main__":
