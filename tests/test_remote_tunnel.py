@@ -198,6 +198,17 @@ def test_ssh_failures_are_one_line_naming_the_fix(tunnelled):
         f"server listens at 127.0.0.1:{nobody} on it ("
     )
     assert "`monkey server start`" in line and "?server=HOST:PORT" in line
+    # sshd forwards nothing
+    config = host.dir / "sshd_config"
+    config.write_text(config.read_text().replace("AllowTcpForwarding yes", "AllowTcpForwarding no"))
+    host.restart_sshd()
+    closed = node.laptop("--remote", "lab", "list", "jobs")
+    assert closed.returncode == 1
+    assert one_line(closed.stderr) == (
+        f"monkey: error: lab: the sshd of {host.address}:{host.port} refuses to forward "
+        f"connections for {host.user} (AllowTcpForwarding in its sshd_config); ask its admin "
+        "to allow it, or reach the server by https:// on an open port"
+    )
     # sshd down: one line, quickly
     host.cut()
     down = node.laptop("--remote", "lab", "list", "jobs", timeout=30)

@@ -105,6 +105,13 @@ class Tunnel:
                 break
             except paramiko.ChannelException as exc:
                 host, port = address
+                if exc.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+                    raise RemoteError(
+                        f"{self.name}: the sshd of {self._label()} refuses to forward "
+                        f"connections for {self.entry['user'] or 'this user'} (AllowTcpForwarding "
+                        "in its sshd_config); ask its admin to allow it, or reach the server "
+                        "by https:// on an open port"
+                    ) from None
                 raise Unreachable(
                     f"{self.name}: {self._label()} answers over SSH but no monkey server "
                     f"listens at {host}:{port} on it ({exc.text or exc.code}); start it there "
