@@ -247,7 +247,7 @@ def test_a_bad_ssh_url_is_one_line(home, tmp_path, url):
     assert node.laptop_files() == []
 
 
-def test_a_server_without_tls_on_loopback_through_the_tunnel(home, tmp_path):
+def test_a_server_without_tls_through_the_tunnel_to_a_host_of_ssh_config(home, tmp_path):
     node = MainNode(home, tmp_path)
     node.laptop_env.pop("SSH_AUTH_SOCK", None)
     lab = Lab(node.laptop_root)
@@ -255,7 +255,11 @@ def test_a_server_without_tls_on_loopback_through_the_tunnel(home, tmp_path):
         welcome = node.start("--no-tls")
         assert "certificate" not in welcome
         host = lab.add("main")
-        url = f"ssh://{host.user}@{host.address}:{host.port}?server=http://127.0.0.1:{node.port}"
+        # the host as ~/.ssh/config names it: its address, port and user come from there
+        (lab.ssh_dir / "config").write_text(
+            f"Host mainnode\n  HostName {host.address}\n  Port {host.port}\n  User {host.user}\n"
+        )
+        url = f"ssh://mainnode?server=http://127.0.0.1:{node.port}"
         added = node.laptop("remote", "add", "lab", url, "--token", node.token)
         assert added.returncode == 0, added.stderr
         listed = node.laptop("--remote", "lab", "list", "jobs")
