@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from mainnode import MainNode, free_port, wait_until_ended
 from sshd import Lab, SSHHost
 from test_remote_wait import wait_across_a_restart
@@ -267,3 +268,32 @@ def test_a_server_without_tls_through_the_tunnel_to_a_host_of_ssh_config(home, t
     finally:
         lab.close()
         node.close()
+
+
+def test_the_laptops_ssh_agent_logs_in(tunnelled, tmp_path):
+    node, lab = tunnelled.node, tunnelled.lab
+    # the key only in the agent: no file ~/.ssh would offer
+    hidden = tmp_path / "agent-only-key"
+    Path(lab.key).rename(hidden)
+    Path(lab.key + ".pub").unlink()
+    without = tunnelled.add("--fingerprint", node.fingerprint)
+    assert without.returncode == 1
+    assert one_line(without.stderr) == (
+        f"monkey: error: lab: no SSH key to log in to {tunnelled.host.user}@"
+        f"{tunnelled.host.address}:{tunnelled.host.port}: load one into ssh-agent (ssh-add), "
+        "keep it as ~/.ssh/id_ed25519 (or id_ecdsa, id_rsa), or name it with IdentityFile in "
+        "~/.ssh/config"
+    )
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, what="ssh-agent to listen")
+        env = {**node.laptop_env, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(hidden)], env=env, check=True, capture_output=True)
+        node.laptop_env = env
+        added = tunnelled.add("--fingerprint", node.fingerprint)
+        assert added.returncode == 0, added.stderr
+        assert node.laptop("--remote", "lab", "list", "jobs").stdout.startswith("no jobs yet")
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)

@@ -412,7 +412,7 @@ def _auth_keys(spec: HostSpec) -> list[Any]:
             except MonkeyError:
                 continue
     if not keys:
-        raise MonkeyError(
+        raise AuthFailed(
             f"no SSH key for {spec.name}: set `key:` in providers.yml or load one into ssh-agent"
         )
     return keys

@@ -165,15 +165,24 @@ class Tunnel:
             ) from None
         except ssh_hosts.Untrusted as exc:
             raise RemoteError(f"{self.name}: {exc}") from None
-        except ssh_hosts.AuthFailed:
+        except ssh_hosts.AuthFailed as exc:
+            if str(exc).startswith("no SSH key"):
+                raise RemoteError(
+                    f"{self.name}: no SSH key to log in to {spec.label}: load one into ssh-agent "
+                    "(ssh-add), keep it as ~/.ssh/id_ed25519 (or id_ecdsa, id_rsa), or name it "
+                    "with IdentityFile in ~/.ssh/config"
+                ) from None
             which = ", ".join(spec.keys) if spec.keys else "ssh-agent and ~/.ssh keys"
             raise RemoteError(
                 f"{self.name}: SSH authentication as {spec.user!r} failed on {spec.label} "
                 f"with {which}; add your public key to ~/.ssh/authorized_keys there "
                 f"(ssh-copy-id -p {spec.port} {spec.user}@{spec.hostname})"
             ) from None
-        except MonkeyError as exc:  # a key file that cannot be read, none at all
-            raise RemoteError(f"{self.name}: {exc}") from None
+        except MonkeyError as exc:  # a key file that cannot be read
+            where = "IdentityFile in ~/.ssh/config"
+            raise RemoteError(
+                f"{self.name}: {str(exc).replace('`key:` in providers.yml', where)}"
+            ) from None
 
 
 class _RemoteKeys(HostKeys):
