@@ -72,6 +72,7 @@ class Tunnel:
         self.tofu = trust_on_first_use
         self._transport: paramiko.Transport | None = None
         self._keys: _RemoteKeys | None = None
+        self._where = self._user = ""  # the sshd's HOST:PORT and user, once resolved
         self._lock = threading.Lock()
 
     def forget_trusted(self) -> None:
@@ -108,7 +109,7 @@ class Tunnel:
                 if exc.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
                     raise RemoteError(
                         f"{self.name}: the sshd of {self._label()} refuses to forward "
-                        f"connections for {self.entry['user'] or 'this user'} (AllowTcpForwarding "
+                        f"connections for {self._user} (AllowTcpForwarding "
                         "in its sshd_config); ask its admin to allow it, or reach the server "
                         "by https:// on an open port"
                     ) from None
@@ -126,8 +127,8 @@ class Tunnel:
         return _bridge(chan)
 
     def _label(self) -> str:
-        port = self.entry["port"] or 22
-        return f"{self.entry['host']}:{port}"
+        """HOST:PORT of the sshd (as ~/.ssh/config resolved it, once connected)."""
+        return self._where or f"{self.entry['host']}:{self.entry['port'] or 22}"
 
     def _up(self, timeout: float, again: bool) -> paramiko.Transport:
         with self._lock:
@@ -151,6 +152,7 @@ class Tunnel:
         logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
         spec = ssh_hosts.host_spec(self.entry, ssh_hosts.ssh_config())
+        self._where, self._user = f"{spec.hostname}:{spec.port}", spec.user
         if self.tofu:  # where the key is recorded
             settings.folder().mkdir(parents=True, exist_ok=True, mode=0o700)
         keys = self._keys = _RemoteKeys(Home(settings.folder()), self.tofu, spec)
