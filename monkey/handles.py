@@ -63,7 +63,12 @@ class Job:
 
         Woken by each write to the store (see ``monkey.logfiles.Follower``), and at least
         every ``poll`` seconds. Keeps a core serving meanwhile (starting it again if it dies):
-        without one the job would never end."""
+        without one the job would never end. A main node's job is polled through its API,
+        riding out a restart or a dropped link (``monkey.remote.waiting``)."""
+        if not hasattr(self.monkey, "store"):  # monkey.remote.facade.RemoteMonkey
+            from monkey.remote.waiting import wait_for
+
+            return wait_for(self.monkey, self.juid, timeout, poll)  # type: ignore[arg-type]
         from monkey.core.daemon import Keeper
 
         keeper = Keeper(self.monkey.home)

@@ -28,6 +28,9 @@ class MainNode:
         self.home = home
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
+        self.address = "127.0.0.1"  # the server's (another machine's: see tests/netns.py)
+        self.server_prefix: list[str] = []  # `monkey server run` starts after these words
+        self.laptop_prefix: list[str] = []  # and the laptop's commands after these
         self.server_env = dict(
             os.environ,
             MONKEY_HOME=str(home),
@@ -51,13 +54,14 @@ class MainNode:
         returns what it printed first."""
         self.proc = subprocess.Popen(
             [
+                *self.server_prefix,
                 sys.executable,
                 "-m",
                 "monkey",
                 "server",
                 "run",
                 "--bind",
-                f"127.0.0.1:{self.port}",
+                f"{self.address}:{self.port}",
                 *extra,
             ],
             stdout=subprocess.PIPE,
@@ -112,7 +116,7 @@ class MainNode:
     ) -> subprocess.CompletedProcess[str]:
         """`monkey ARGS` on the laptop."""
         return subprocess.run(
-            [sys.executable, "-m", "monkey", *args],
+            [*self.laptop_prefix, sys.executable, "-m", "monkey", *args],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -31,6 +31,10 @@ class Unreachable(NotReady):
     """The host did not answer (network, sshd down): worth retrying soon."""
 
 
+class AuthFailed(MonkeyError):
+    """No key offered was accepted for the user."""
+
+
 class Untrusted(NotReady):
     """The host's key is not (or no longer) the one known_hosts holds: retried once
     known_hosts changes."""
@@ -408,7 +412,7 @@ def _auth_keys(spec: HostSpec) -> list[Any]:
             except MonkeyError:
                 continue
     if not keys:
-        raise MonkeyError(
+        raise AuthFailed(
             f"no SSH key for {spec.name}: set `key:` in providers.yml or load one into ssh-agent"
         )
     return keys
@@ -477,7 +481,7 @@ def _authenticate(transport: paramiko.Transport, spec: HostSpec) -> None:
         if transport.is_authenticated():
             return
     which = ", ".join(spec.keys) if spec.keys else "ssh-agent and ~/.ssh keys"
-    raise MonkeyError(
+    raise AuthFailed(
         f"{spec.name}: authentication as {spec.user!r} failed on {spec.hostname}:{spec.port} "
         f"with {which}; check `user:` and `key:` in providers.yml"
     )

@@ -70,7 +70,7 @@ def split_url(url: str) -> tuple[str, str, int]:
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.path not in ("", "/"):
         raise MonkeyError(
             f"{url!r} is not a server URL; give https://HOST:PORT, as "
-            "`monkey server start` printed it"
+            "`monkey server start` printed it, or ssh://USER@HOST[:PORT] to go through SSH"
         )
     if parts.scheme == "http" and parts.hostname not in LOOPBACK:
         raise MonkeyError(
@@ -83,16 +83,29 @@ def split_url(url: str) -> tuple[str, str, int]:
 class Client:
     """Calls and streams to one remote, over one kept-alive connection."""
 
-    def __init__(self, remote: Remote, user: str | None = None) -> None:
+    def __init__(
+        self, remote: Remote, user: str | None = None, trust_on_first_use: bool = False
+    ) -> None:
         self.remote = remote
         self.user = user
-        self.scheme, self.host, self.port = split_url(remote.url)
+        self.tunnel = None  # an ssh:// remote: connections are channels of one SSH connection
+        server = remote.url
+        if remote.url.startswith("ssh:"):
+            from monkey.remote.tunnel import Tunnel
+
+            self.tunnel = Tunnel(remote.name, remote.url, trust_on_first_use)
+            server = self.tunnel.server_url
+        self.scheme, self.host, self.port = split_url(server)
+        self._open = self.tunnel.open if self.tunnel else socket.create_connection
+        self.read_timeout = READ_TIMEOUT  # a call's answer (see call_within)
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self.tunnel is not None:
+            self.tunnel.close()
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -108,6 +121,7 @@ class Client:
                 timeout=CONNECT_TIMEOUT,
                 context=self._context(verify=not self.remote.fingerprint),
             )
+        conn._create_connection = self._open  # type: ignore[attr-defined]  # direct or tunnelled
         try:
             conn.connect()
         except ssl.SSLCertVerificationError as exc:
@@ -142,7 +156,7 @@ class Client:
                     f"remote again with --fingerprint {seen}"
                 )
         assert conn.sock is not None
-        conn.sock.settimeout(READ_TIMEOUT)
+        conn.sock.settimeout(self.read_timeout)
         return conn
 
     @staticmethod
@@ -159,12 +173,14 @@ class Client:
         ctx = self._context(verify=False)
         try:
             with (
-                socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT) as raw,
+                self._open((self.host, self.port), CONNECT_TIMEOUT) as raw,
                 ctx.wrap_socket(raw, server_hostname=self.host) as tls,
             ):
                 return fingerprint(tls.getpeercert(binary_form=True) or b"")
         except OSError as exc:
             return f"unknown: {_why(exc)}"
+        except MonkeyError as exc:  # the tunnel's own line
+            return f"unknown: {exc}"
 
     # -- requests -------------------------------------------------------------------------
 
@@ -192,7 +208,7 @@ class Client:
         if self._conn is None:
             self._conn = self._connect()
         elif self._conn.sock is not None:
-            self._conn.sock.settimeout(READ_TIMEOUT)  # a follow's stream may have set another
+            self._conn.sock.settimeout(self.read_timeout)  # a follow's stream may have set another
         try:
             self._conn.request(method, path, body=body, headers=headers)
             resp = self._conn.getresponse()
@@ -257,6 +273,15 @@ class Client:
         body = codec.dumps({"args": list(args), "kwargs": kwargs})
         resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
         return codec.loads(resp.read())
+
+    def call_within(self, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``call``, Unreachable when the answer does not come within TIMEOUT seconds (a
+        poller's quick call: a link down is noticed then, not after READ_TIMEOUT)."""
+        self.read_timeout = timeout
+        try:
+            return self.call(method, *args, **kwargs)
+        finally:
+            self.read_timeout = READ_TIMEOUT
 
     def stream(
         self, path: str, query: dict[str, Any], body: Any = None, read_timeout: float = READ_TIMEOUT

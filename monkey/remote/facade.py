@@ -47,6 +47,42 @@ FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second):
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
+class Link:
+    """A remote's link as a follower or a poller sees it: one line when it is lost, one when
+    it is back, waits growing between tries, and Unreachable (one line) past RESUME_FOR."""
+
+    def __init__(self, remote: RemoteMonkey, juid: str, doing: str, again: str) -> None:
+        self.remote, self.juid, self.doing, self.again = remote, juid, doing, again
+        self.lost_at: float | None = None
+        self.tries = 0
+
+    def up(self) -> None:
+        """A call went through."""
+        if self.lost_at is not None:
+            print(f"monkey: {self.remote.name}: reconnected; {self.doing} again", file=sys.stderr)
+        self.lost_at, self.tries = None, 0
+
+    def down(self, most: float | None = None) -> None:
+        """A call did not go through: wait before the next (at most MOST seconds)."""
+        self.remote.close()
+        now = time.monotonic()
+        if self.lost_at is None:
+            self.lost_at = now
+            print(
+                f"monkey: {self.remote.name}: connection lost; reconnecting "
+                f"(job {self.juid} goes on)",
+                file=sys.stderr,
+            )
+        elif now - self.lost_at > RESUME_FOR:
+            raise Unreachable(
+                f"{self.remote.name}: cannot reach {self.remote.remote.url} for "
+                f"{RESUME_FOR:.0f}s; stopped {self.doing} (job {self.juid} goes on): {self.again}"
+            ) from None
+        pause = _BACKOFF[min(self.tries, len(_BACKOFF) - 1)]
+        time.sleep(pause if most is None else max(0.0, min(pause, most)))
+        self.tries += 1
+
+
 class RemoteMonkey:
     """The facade of the main node NAME (default: the selected remote)."""
 
@@ -275,7 +311,7 @@ class RemoteMonkey:
         stream = stream or ("stderr" if stderr else "stdout")
         juid = self.resolve(ref)
         start: dict[str, Any] = {"offsets": {}, "marked": []}
-        first, lost_at, tries = True, None, 0
+        first, link = True, Link(self, juid, "following", f"monkey logs -f {juid}")
         while True:
             try:
                 query = {"stream": stream, "follow": 1, "tail": tail if first else None}
@@ -285,29 +321,13 @@ class RemoteMonkey:
                     body=None if first else start,
                     read_timeout=FOLLOW_SILENCE,
                 )
-                if lost_at is not None:
-                    print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
-                lost_at, tries, first = None, 0, False
+                link.up()
+                first = False
                 if (yield from _frames(resp, start)):
                     return
                 raise Unreachable("the stream ended early")
             except Unreachable:
-                self.close()
-                now = time.monotonic()
-                if lost_at is None:
-                    lost_at = now
-                    print(
-                        f"monkey: {self.name}: connection lost; reconnecting (job {juid} goes on)",
-                        file=sys.stderr,
-                    )
-                elif now - lost_at > RESUME_FOR:
-                    raise Unreachable(
-                        f"{self.name}: cannot reach {self.remote.url} for "
-                        f"{RESUME_FOR:.0f}s; stopped following (job {juid} goes on): "
-                        f"monkey logs -f {juid}"
-                    ) from None
-                time.sleep(_BACKOFF[min(tries, len(_BACKOFF) - 1)])
-                tries += 1
+                link.down()
 
 
 def _extract(stream: Any, dest: Path) -> None:

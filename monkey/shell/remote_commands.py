@@ -26,12 +26,23 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
         description="Add a main node; it is reached once to check both.",
     )
     add.add_argument("name", help="a short name for it, e.g. lab")
-    add.add_argument("url", help="https://HOST:PORT, as `monkey server start` printed it")
+    add.add_argument(
+        "url",
+        help="https://HOST:PORT, as `monkey server start` printed it; or "
+        "ssh://USER@HOST[:PORT] through an SSH tunnel to the server on 127.0.0.1:8443 there "
+        "(?server=HOST:PORT for another address)",
+    )
     add.add_argument("--token", required=True, help="your token on it (`monkey server user add`)")
     add.add_argument(
         "--fingerprint",
         metavar="SHA256:...",
         help="pin its self-signed certificate (`monkey server status` prints it)",
+    )
+    add.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="ssh:// only: accept the SSH host key if known_hosts has none for it, and "
+        "record it (rather than adding it with ssh-keyscan first)",
     )
     use = sub.add_parser(
         "use",
@@ -112,9 +123,22 @@ def _add(args: argparse.Namespace, data: dict) -> int:
     name = settings.check_name(args.name)
     url = args.url.rstrip("/")
     fp = normal_fingerprint(args.fingerprint) if args.fingerprint else None
-    client = Client(settings.Remote(name, url, fp, args.token.strip()), user=None)
+    if args.trust_on_first_use and not url.startswith("ssh:"):
+        raise UsageError(
+            "monkey remote add: --trust-on-first-use is for an ssh:// remote's host key; "
+            "pin a server's certificate with --fingerprint"
+        )
+    client = Client(
+        settings.Remote(name, url, fp, args.token.strip()),
+        user=None,
+        trust_on_first_use=args.trust_on_first_use,
+    )
     try:
         me = client.call("whoami")
+    except MonkeyError:
+        if client.tunnel is not None:
+            client.tunnel.forget_trusted()
+        raise
     finally:
         client.close()
     data["remotes"][name] = {"url": url, "fingerprint": fp, "user": me["name"]}
