@@ -64,11 +64,10 @@ class Job:
         Woken by each write to the store (see ``monkey.logfiles.Follower``), and at least
         every ``poll`` seconds. Keeps a core serving meanwhile (starting it again if it dies):
         without one the job would never end. A main node's job is polled through its API,
-        riding out a restart or a dropped link (``monkey.remote.waiting``)."""
-        if not hasattr(self.monkey, "store"):  # monkey.remote.facade.RemoteMonkey
-            from monkey.remote.waiting import wait_for
-
-            return wait_for(self.monkey, self.juid, timeout, poll)  # type: ignore[arg-type]
+        riding out a restart or a dropped link (``RemoteMonkey.wait_job``)."""
+        wait_job = getattr(self.monkey, "wait_job", None)
+        if wait_job is not None:  # a main node's job (monkey.remote.facade.RemoteMonkey)
+            return wait_job(self.juid, timeout, poll)
         from monkey.core.daemon import Keeper
 
         keeper = Keeper(self.monkey.home)

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from monkey.models import Attempt, Job, MonkeyError, Resources, State
-from monkey.remote.client import normal_fingerprint, split_url
+from monkey.remote import split_url
+from monkey.remote.client import normal_fingerprint
 from monkey.remote.codec import dumps, loads
 from monkey.remote.settings import check_name
 

@@ -79,8 +79,7 @@ def test_job_wait_rides_out_a_server_restart(node, tmp_path):
 
 def test_job_wait_gives_up_past_the_limit_with_one_line(node, tmp_path, monkeypatch, capsys):
     from monkey.handles import Job
-    from monkey.remote import facade
-    from monkey.remote.client import Unreachable
+    from monkey.remote import Unreachable, facade
 
     node.add_remote()
     juid = node.server("run", "--", "sleep", "600").stdout.strip()

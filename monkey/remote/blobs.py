@@ -10,7 +10,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from monkey.remote.client import Client, RemoteError, Unreachable
+from monkey.remote import RemoteError, Unreachable
+from monkey.remote.client import Client
 from monkey.snapshot.blobs import BlobStore
 
 TYPE_CHECKING = False

@@ -9,10 +9,19 @@ import http.client
 import json
 import socket
 import ssl
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 from monkey.models import MonkeyError
-from monkey.remote import API, API_HEADER, UPGRADE, VERSION_HEADER, codec
+from monkey.remote import (
+    API,
+    API_HEADER,
+    UPGRADE,
+    VERSION_HEADER,
+    RemoteError,
+    Unreachable,
+    codec,
+    split_url,
+)
 from monkey.remote.settings import Remote
 
 TYPE_CHECKING = False
@@ -22,19 +31,6 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT = 5.0  # seconds: a server that is down or unreachable is one line, quickly
 READ_TIMEOUT = 120.0  # a call's answer; a follow's stream gets keep-alives every second
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
-
-
-class RemoteError(MonkeyError):
-    """A refusal by the server or the network, as one line for the user."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Unreachable(RemoteError):
-    """The server could not be reached, or the connection dropped."""
 
 
 def fingerprint(der: bytes) -> str:
@@ -57,27 +53,6 @@ def normal_fingerprint(text: str) -> str:
             "`monkey server status` prints on the server"
         )
     return "SHA256:" + body
-
-
-def split_url(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of a remote's URL; MonkeyError naming the fix when it is not one."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-        parts = parts._replace(netloc="")
-    if parts.scheme not in ("https", "http") or not parts.hostname or parts.path not in ("", "/"):
-        raise MonkeyError(
-            f"{url!r} is not a server URL; give https://HOST:PORT, as "
-            "`monkey server start` printed it, or ssh://USER@HOST[:PORT] to go through SSH"
-        )
-    if parts.scheme == "http" and parts.hostname not in LOOPBACK:
-        raise MonkeyError(
-            f"{url}: plain http is for loopback only (the token would cross the "
-            "network in clear); use https://"
-        )
-    return parts.scheme, parts.hostname, port or (8443 if parts.scheme == "https" else 8080)
 
 
 class Client:

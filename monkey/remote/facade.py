@@ -14,14 +14,15 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from monkey.remote import settings
-from monkey.remote.client import Client, RemoteError, Unreachable
+from monkey.remote import RemoteError, Unreachable, settings
+from monkey.remote.client import Client
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from monkey.handles import Job
+    from monkey.models import State
     from monkey.remote.submit import Gatherer
 
 # Facade methods called as they are: name -> whether they act on a job (the server checks
@@ -45,6 +46,7 @@ CALLS = (
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
+POLL_SILENCE = 15.0  # seconds a poll waits for its answer: a link down is noticed then
 
 
 class Link:
@@ -227,6 +229,33 @@ class RemoteMonkey:
             for p in spec.get("persist", [])
             if (tmp / p["path"]).is_dir()
         ]
+
+    def wait_job(self, juid: str, timeout: float | None = None, poll: float = 1.0) -> State:
+        """``Job.wait()`` of job JUID: until it ends (a retry pending is not an end) or is
+        paused; its state. The server is asked every POLL seconds; while it cannot be
+        reached (it restarts, the link is down) the asks back off, one line saying so and
+        one when it is back, up to RESUME_FOR seconds (then Unreachable: the job goes on)."""
+        from monkey.models import TERMINAL, State
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        link = Link(self, juid, "waiting", f"monkey info {juid}")
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                state = self.client.call_within(POLL_SILENCE, "get_job", juid).state
+            except Unreachable:
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"job {juid}: {self.name} out of reach after {timeout}s"
+                    ) from None
+                link.down(most=left)
+                continue
+            link.up()
+            if state in TERMINAL or state == State.PAUSED:
+                return state
+            if left is not None and left < 0:
+                raise TimeoutError(f"job {juid} still {state.value} after {timeout}s")
+            time.sleep(poll if left is None else max(0.0, min(poll, left)))
 
     def job(self, ref: str) -> Job:
         """As ``Monkey.job``: a handle on job REF of the main node."""

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 
 from monkey.config import Home
+from monkey.remote import RemoteError
 from monkey.remote import blobs as transfer
-from monkey.remote.client import Client, RemoteError
+from monkey.remote.client import Client
 from monkey.store import Store
 from monkey.submit import Submitter, blobs_needed
 

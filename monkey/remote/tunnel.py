@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from monkey.drivers.ssh_hosts import HostKeys
 from monkey.models import MonkeyError
-from monkey.remote.client import RemoteError, Unreachable, split_url
+from monkey.remote import RemoteError, Unreachable, split_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class _Bridged(socket.socket):
     """The client's end of a socket pair relayed to a channel: a real socket (TLS wraps
     it), which ignores TCP options (http.client sets TCP_NODELAY; sshd's side has it)."""
 
-    def setsockopt(self, level: int, *args: Any) -> None:  # type: ignore[override]
+    def setsockopt(self, level: int, *args: Any) -> None:
         if level != socket.IPPROTO_TCP:
             super().setsockopt(level, *args)
 
