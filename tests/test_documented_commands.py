@@ -225,6 +225,7 @@ CASES: list[tuple[str, set[int]]] = [
     ("server user token bob", {0}),
     ("remote add lab https://127.0.0.1:{port} --token nope", {1}),
     ("remote add lab https://127.0.0.1:{port} --token nope --fingerprint SHA256:" + "0" * 64, {1}),
+    ("remote add lab ssh://nobody@127.0.0.1:{port} --token nope --trust-on-first-use", {1}),
     ("remote use lab", {1}),
     ("remote use --local", {0}),
     ("remote list", {0}),
