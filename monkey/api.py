@@ -212,9 +212,12 @@ class Monkey:
     compare = _to("_tracking", Tracking.compare)
     diff = _to("_tracking", Tracking.diff)
     plot = _to("_tracking", Tracking.plot)
+    plot_data = _to("_tracking", Tracking.plot_data)
     chart_data = _to("_tracking", Tracking.chart_data)
     sweep_analysis = _to("_tracking", Tracking.sweep_analysis)
     report = _to("_tracking", Tracking.report)
+    report_data = _to("_tracking", Tracking.report_data)
+    select_jobs = _to("_tracking", Tracking.select_jobs)
     export = _to("_tracking", Tracking.export)
 
     def _blobs(self) -> BlobStore:

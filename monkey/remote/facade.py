@@ -35,6 +35,16 @@ CALLS = (
     "metrics",
     "search",
     "whoami",
+    "sweeps",
+    "sweep_status",
+    "sweep_analysis",
+    "sweep_control",
+    "costs",
+    "compare",
+    "diff",
+    "select_jobs",
+    "plot_data",
+    "report_data",
 )
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
@@ -79,6 +89,31 @@ class RemoteMonkey:
             provider,
             limit,
         )
+
+    def plot(
+        self,
+        refs: list[str],
+        metrics: list[str] | str | None,
+        out: str,
+        x: str = "step",
+        size: tuple[int, int] = (1000, 600),
+        *,
+        smooth: float = 0.0,
+        log_y: bool = False,
+        sweep: str | None = None,
+    ) -> str:
+        """As ``Monkey.plot``: the data from the server, the file drawn and written here."""
+        from monkey.facade import render
+
+        return render.plot(self.plot_data, refs, metrics, out, x, size, smooth, log_y, sweep)
+
+    def report(
+        self, ref: str | None, out: str, jobs: list[str] | None = None, title: str | None = None
+    ) -> str:
+        """As ``Monkey.report``: the data from the server, the HTML rendered and written here."""
+        from monkey.facade import render
+
+        return render.report(self.report_data, ref, out, jobs, title)
 
     def output_chunks(
         self,

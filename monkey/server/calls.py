@@ -21,6 +21,9 @@ class Forbidden(MonkeyError):
 class Call(NamedTuple):
     admin: bool = False  # admins only
     acts: bool = False  # acts on the job named by the first argument: its owner or an admin
+    sweep: bool = (
+        False  # acts on the sweep named by the first argument: its jobs' owner or an admin
+    )
 
 
 CALLS: dict[str, Call] = {
@@ -38,6 +41,16 @@ CALLS: dict[str, Call] = {
     "resume": Call(acts=True),
     "retry": Call(acts=True),
     "check_provider": Call(admin=True),  # it records what it finds, as the core would
+    "sweeps": Call(),
+    "sweep_status": Call(),
+    "sweep_analysis": Call(),
+    "costs": Call(),
+    "compare": Call(),
+    "diff": Call(),
+    "select_jobs": Call(),
+    "plot_data": Call(),  # the client draws the plot and writes it
+    "report_data": Call(),  # the client renders the report and writes it
+    "sweep_control": Call(sweep=True),
 }
 
 
@@ -64,4 +77,24 @@ def run_call(
                 f"or an admin may {method} it"
             )
         args = [juid, *args[1:]]
+    if rule.sweep:
+        _check_sweep(m, user, method, args)
     return getattr(m, method)(*args, **kwargs)
+
+
+def _check_sweep(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> None:
+    """Forbidden unless USER is an admin or owns every job of the sweep ARGS[0] names."""
+    if not args or not isinstance(args[0], str):
+        raise MonkeyError(f"{method.replace('_', ' ')}: name the sweep")
+    if user["admin"]:
+        return
+    sid = m.store.resolve_sweep(args[0])
+    juids = [j.juid for j in m.store.list_jobs(sweep=sid)]
+    others = sorted(
+        {o or "nobody recorded" for o in m.store.job_owners(juids).values()} - {user["name"]}
+    )
+    if others:
+        raise Forbidden(
+            f"sweep {sid} has jobs of {', '.join(others)}; only their owner or an admin may "
+            f"{args[1] if len(args) > 1 else 'act on'} it"
+        )

@@ -18,10 +18,17 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
     if name in ("remote", "completion"):  # this machine's own settings
         return True
     if name == "list":
-        return args.what in ("jobs", "providers")
+        return args.what in ("jobs", "providers", "sweeps")
+    if name == "sweep":  # acting on a sweep (submitting one sends its code: not yet)
+        from monkey.shell.tracking_commands import SWEEP_ACTIONS
+
+        return bool(args.cmd) and args.cmd[0] in SWEEP_ACTIONS
     if name == "info":
         return not args.files
-    return name in ("logs", "job", "kill", "metrics", "search")
+    return name in (
+        *("logs", "job", "kill", "metrics", "search"),
+        *("compare", "diff", "plot", "report"),
+    )
 
 
 def check_remote(words: str) -> None:
