@@ -14,6 +14,7 @@ from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
 from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
+from monkey.facade.disk import Disk
 from monkey.facade.tracking import Sweeps, Tracking
 from monkey.handles import Job
 from monkey.logfiles import LOGS, Follower, LogCursor
@@ -74,6 +75,7 @@ class Monkey:
             self.home, self.store, self._submitter, self._control, lambda queued: self.wake(queued)
         )
         self._tracking = Tracking(self.home, self.store, self._sweeps)
+        self._disk = Disk(self)
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -219,6 +221,12 @@ class Monkey:
     report_data = _to("_tracking", Tracking.report_data)
     select_jobs = _to("_tracking", Tracking.select_jobs)
     export = _to("_tracking", Tracking.export)
+    rm_select = _to("_disk", Disk.rm_select)
+    rm = _to("_disk", Disk.rm)
+    gc = _to("_disk", Disk.gc)
+    du = _to("_disk", Disk.du)
+    du_hosts = _to("_disk", Disk.du_hosts)
+    verify = _to("_disk", Disk.verify)
 
     def _blobs(self) -> BlobStore:
         """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""

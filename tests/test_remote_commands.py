@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from mainnode import MainNode
+from mainnode import MainNode, wait_until_ended
 
 pytestmark = pytest.mark.system
 
@@ -229,3 +229,130 @@ def _states(node: MainNode, sid: str) -> set[str]:
     return {
         j["state"] for j in json.loads(node.server("sweep", "status", sid, "--json").stdout)["jobs"]
     }
+
+
+# -- acting commands with rights: rm, gc, verify, du, provider check, instances -------------
+
+
+def _twins(node: MainNode, *argv: str) -> tuple[str, str]:
+    """Two ended jobs alike (ARGV) on the main node: one acted on here, one there."""
+    juids = tuple(node.server("run", *argv).stdout.strip() for _ in "ab")
+    for juid in juids:
+        wait_until_ended(node, juid)
+    return juids  # type: ignore[return-value]
+
+
+def _same_twins(node: MainNode, argv: list[str], here: str, there: str) -> None:
+    """ARGV ("J": the job) on HERE locally and on THERE through the remote say the same
+    (the sizes of their folders, which differ by a byte or so, aside)."""
+    local = node.server(*[here if w == "J" else w for w in argv])
+    remote = node.laptop("--remote", "lab", *[there if w == "J" else w for w in argv])
+    assert (
+        remote.returncode,
+        _sizeless(remote.stdout.replace(there, "J")),
+        _sizeless(remote.stderr.replace(there, "J")),
+    ) == (
+        local.returncode,
+        _sizeless(local.stdout.replace(here, "J")),
+        _sizeless(local.stderr.replace(here, "J")),
+    ), argv
+
+
+def _sizeless(text: str) -> str:
+    return re.sub(r"\b\d+(\.\d+)? ([kMG]?B)\b", r"N \2", text)
+
+
+def test_disk_and_instance_commands_through_a_remote_give_the_local_output(node, tmp_path):
+    here, there = _twins(node, "-w", str(_project(tmp_path)), "--", "python3", "train.py", "1")
+    node.add_remote()
+    node.server("gc", "--grace", "0s")  # what a first gc frees, freed: both see the same
+    outs = {"srv": tmp_path, "lap": tmp_path}
+    for command in (
+        "du",
+        "du --json",
+        "du --hosts",
+        "du --hosts --json",
+        "verify",
+        "verify {a}",
+        "verify nosuch",
+        "gc",
+        "gc --grace 0s",
+        "gc --grace soon",
+        "provider check local",
+        "provider check nosuch",
+        "create instance --provider local",
+        "create instance --provider nosuch",
+        "delete instance nosuch",
+        "rm",
+        "rm nosuch --yes",
+        "rm {a}",
+        "rm --failed --yes",
+    ):
+        _same(node, command, {"a": here}, outs)
+    busy = [node.server("run", "--", "sleep", "600").stdout.strip()]
+    _same(node, "rm {busy} --yes", {"busy": busy[0]}, outs)  # queued or running: refused
+    wait_for(lambda: '"state": "running"' in node.server("info", busy[0], "--json").stdout)
+    _same(node, "rm {busy} --yes", {"busy": busy[0]}, outs)  # refused as locally: still there
+    assert node.server("info", busy[0]).returncode == 0
+    _same_twins(node, ["rm", "J", "--yes"], here, there)  # deleted, each with its folder
+    for juid in (here, there):
+        gone = node.server("info", juid)
+        assert gone.returncode == 1 and "no job" in gone.stderr
+        assert not (node.home / "runs" / juid).exists()
+    for juid in busy:
+        node.server("cancel", juid)
+    # provider add reads credentials on the laptop: refused with one line, nothing added
+    added = node.laptop("--remote", "lab", "provider", "add", "ssh", "gpus", "--host", "h1")
+    assert (added.returncode, added.stdout) == (2, "")
+    assert one_line(added.stderr) == (
+        "monkey provider add reads credentials and keys on this machine; run it on the main "
+        "node (remote lab)"
+    )
+    assert "gpus" not in node.server("list", "providers").stdout
+    assert node.laptop_files() == [".config/monkey/lab.token", ".config/monkey/remotes.json"]
+
+
+def test_rm_is_the_owners_or_an_admins_and_gc_verify_instances_are_admins(node):
+    from monkey.store import Store
+
+    mine, theirs = _twins(node, "--", "true")
+    admin_name = json.loads(node.server("server", "user", "list", "--json").stdout)[0]["name"]
+    bob = node.add_user("bob")
+    Store(node.home / "monkey.db").set_owner([mine], "bob")
+    node.add_remote(bob, name="bob")
+    node.add_remote(node.token, name="lab")
+    # bob removes his own job, not the admin's (nor both at once: nothing deleted then)
+    for argv in (
+        ["rm", theirs, "--yes"],
+        ["rm", mine, theirs, "--yes"],
+        ["rm", "--older-than", "0s", "--yes"],
+    ):
+        refused = node.laptop("--remote", "bob", *argv)
+        assert refused.returncode == 1, (argv, refused.stderr)
+        assert one_line(refused.stderr) == (
+            f"monkey: error: job {theirs} belongs to {admin_name}; only its owner or an admin "
+            "may rm it"
+        )
+    assert node.server("info", mine).returncode == node.server("info", theirs).returncode == 0
+    done = node.laptop("--remote", "bob", "rm", mine, "--yes")
+    assert done.returncode == 0 and done.stdout.startswith("deleted 1 jobs, freed ")
+    assert node.server("info", mine).returncode == 1
+    # admins' commands
+    for argv, what in (
+        (["gc"], "gc"),
+        (["verify"], "verify"),
+        (["provider", "check", "local"], "check provider"),
+        (["create", "instance", "--provider", "local"], "create instance"),
+        (["delete", "instance", "x"], "delete instance"),
+    ):
+        refused = node.laptop("--remote", "bob", *argv)
+        assert refused.returncode == 1, (argv, refused.stderr)
+        assert one_line(refused.stderr) == (
+            f"monkey: error: {what} is for admins of this server; ask one"
+        ), argv
+    # reads are every user's
+    assert node.laptop("--remote", "bob", "du").stdout == node.server("du").stdout
+    # an admin removes anyone's job
+    done = node.laptop("--remote", "lab", "rm", theirs, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert node.server("info", theirs).returncode == 1

@@ -45,7 +45,18 @@ CALLS = (
     "select_jobs",
     "plot_data",
     "report_data",
+    "rm_select",
+    "rm",
+    "du",
+    "du_hosts",
+    "gc",
+    "verify",
+    "instances",
+    "check_provider",
 )
+# seconds the server waits for the core to create or delete an instance (an answer comes
+# within the client's read timeout; the core goes on with a request still under way)
+INSTANCE_WAIT = 100.0
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -114,6 +125,25 @@ class RemoteMonkey:
         from monkey.facade import render
 
         return render.report(self.report_data, ref, out, jobs, title)
+
+    def create_instance(
+        self,
+        provider: str,
+        size: str | None = None,
+        spot: bool | None = None,
+        host: str | None = None,
+        timeout: float = INSTANCE_WAIT,
+    ) -> dict[str, Any]:
+        """As ``Monkey.create_instance`` (admins), waiting at most INSTANCE_WAIT seconds."""
+        return self.client.call(
+            "create_instance", provider, size, spot, host, min(timeout, INSTANCE_WAIT)
+        )
+
+    def delete_instance(
+        self, ref: str, force: bool = False, timeout: float = INSTANCE_WAIT
+    ) -> dict[str, Any]:
+        """As ``Monkey.delete_instance`` (admins), waiting at most INSTANCE_WAIT seconds."""
+        return self.client.call("delete_instance", ref, force, min(timeout, INSTANCE_WAIT))
 
     def output_chunks(
         self,

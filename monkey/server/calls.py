@@ -21,9 +21,8 @@ class Forbidden(MonkeyError):
 class Call(NamedTuple):
     admin: bool = False  # admins only
     acts: bool = False  # acts on the job named by the first argument: its owner or an admin
-    sweep: bool = (
-        False  # acts on the sweep named by the first argument: its jobs' owner or an admin
-    )
+    sweep: bool = False  # acts on the sweep the first argument names: its jobs' owner or admin
+    jobs: bool = False  # acts on the jobs the first argument lists: their owner or an admin
 
 
 CALLS: dict[str, Call] = {
@@ -51,6 +50,15 @@ CALLS: dict[str, Call] = {
     "plot_data": Call(),  # the client draws the plot and writes it
     "report_data": Call(),  # the client renders the report and writes it
     "sweep_control": Call(sweep=True),
+    "rm_select": Call(),
+    "rm": Call(jobs=True),
+    "du": Call(),
+    "du_hosts": Call(),
+    "gc": Call(admin=True),
+    "verify": Call(admin=True),
+    "instances": Call(),
+    "create_instance": Call(admin=True),
+    "delete_instance": Call(admin=True),
 }
 
 
@@ -79,6 +87,8 @@ def run_call(
         args = [juid, *args[1:]]
     if rule.sweep:
         _check_sweep(m, user, method, args)
+    if rule.jobs:
+        args = [_own_jobs(m, user, method, args), *args[1:]]
     return getattr(m, method)(*args, **kwargs)
 
 
@@ -98,3 +108,20 @@ def _check_sweep(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) 
             f"sweep {sid} has jobs of {', '.join(others)}; only their owner or an admin may "
             f"{args[1] if len(args) > 1 else 'act on'} it"
         )
+
+
+def _own_jobs(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> list[str]:
+    """The ids of the jobs ARGS[0] lists; Forbidden unless USER is an admin or owns each."""
+    refs = args[0] if args else None
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise MonkeyError(f"{method}: list the jobs")
+    juids = list(dict.fromkeys(m.resolve(r) for r in refs))
+    if not user["admin"]:
+        owners = m.store.job_owners(juids)
+        for juid in juids:
+            if owners.get(juid) != user["name"]:
+                raise Forbidden(
+                    f"job {juid} belongs to {owners.get(juid) or 'nobody recorded'}; only its "
+                    f"owner or an admin may {method} it"
+                )
+    return juids

@@ -25,9 +25,12 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         return bool(args.cmd) and args.cmd[0] in SWEEP_ACTIONS
     if name == "info":
         return not args.files
+    if name == "provider":  # adding one reads credentials on this machine
+        return args.action == "check"
     return name in (
         *("logs", "job", "kill", "metrics", "search"),
         *("compare", "diff", "plot", "report"),
+        *("rm", "du", "gc", "verify", "create", "delete"),
     )
 
 
@@ -36,6 +39,11 @@ def check_remote(words: str) -> None:
     from monkey.remote.settings import selected
 
     remote = selected()
+    if remote and words == "provider add":
+        raise NotRemote(
+            f"monkey provider add reads credentials and keys on this machine; run it on the "
+            f"main node (remote {remote})"
+        )
     if remote:
         raise NotRemote(
             f"monkey {words} does not work through a remote yet; run it on the main "
