@@ -76,6 +76,10 @@ class Monkey:
         )
         self._tracking = Tracking(self.home, self.store, self._sweeps)
         self._disk = Disk(self)
+        # Who acts through this facade, recorded in the events of the jobs it steers:
+        # this machine's user, or the user `monkey server` sets for each call.
+        self.actor: str | None = None
+        self._sweeps.actor = self.acting_user
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -258,8 +262,11 @@ class Monkey:
         provider: str | None = None,
         limit: int | None = None,
         owners: bool = False,
+        owner: str | None = None,
+        mine: bool = False,
     ) -> dict[str, Any]:
-        """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``)."""
+        """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``): only
+        OWNER's jobs, or with MINE the acting user's."""
         from monkey.facade.listing import job_listing
 
         return job_listing(
@@ -269,7 +276,14 @@ class Monkey:
             provider,
             limit,
             owners,
+            self.acting_user() if mine else owner,
         )
+
+    def acting_user(self) -> str:
+        """Who acts through this facade: ``actor``, or this machine's user."""
+        from monkey.store.db import local_user
+
+        return self.actor or local_user()
 
     def jobs(
         self,
@@ -788,11 +802,16 @@ class Monkey:
                 if job.state == target:
                     return target
                 if self.store.transition(
-                    juid, job.state, target, kind="user", detail=request.value
+                    juid,
+                    job.state,
+                    target,
+                    kind="user",
+                    detail=request.value,
+                    actor=self.acting_user(),
                 ):
                     return target
             elif job.state in LIVE:
-                if self.store.set_request(juid, request.value, LIVE):
+                if self.store.set_request(juid, request.value, LIVE, actor=self.acting_user()):
                     self.wake()
                     return job.state
             else:
@@ -826,6 +845,7 @@ class Monkey:
             detail="resume",
             not_before=0.0,
             request=None,
+            actor=self.acting_user(),
         ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
@@ -842,7 +862,14 @@ class Monkey:
                 + (" (resume paused ones)" if job.state == State.PAUSED else "")
             )
         if not self.store.transition(
-            juid, job.state, State.QUEUED, kind="user", detail="retry", not_before=0.0, request=None
+            juid,
+            job.state,
+            State.QUEUED,
+            kind="user",
+            detail="retry",
+            not_before=0.0,
+            request=None,
+            actor=self.acting_user(),
         ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()

@@ -356,3 +356,78 @@ def test_rm_is_the_owners_or_an_admins_and_gc_verify_instances_are_admins(node):
     done = node.laptop("--remote", "lab", "rm", theirs, "--yes")
     assert done.returncode == 0, done.stderr
     assert node.server("info", theirs).returncode == 1
+
+
+# -- owners: list jobs --mine/--owner, and who acted in a job's events --------------------
+
+
+def _listed(done) -> list[str]:
+    assert done.returncode == 0, done.stderr
+    return [j["job"] for j in json.loads(done.stdout)["jobs"]]
+
+
+def test_list_jobs_mine_and_owner_here_and_through_a_remote(node):
+    from monkey.store import Store
+    from monkey.store.db import local_user
+
+    admins, bobs = _twins(node, "--", "true")
+    Store(node.home / "monkey.db").set_owner([bobs], "bob")
+    admin_name = json.loads(node.server("server", "user", "list", "--json").stdout)[0]["name"]
+    node.add_remote(node.add_user("bob"), name="bob")
+    node.add_remote(node.token, name="lab")
+    assert _listed(node.laptop("--remote", "bob", "list", "jobs", "--mine", "--json")) == [bobs]
+    assert _listed(node.laptop("--remote", "lab", "list", "jobs", "--mine", "--json")) == [admins]
+    for who, juid in (("bob", bobs), (admin_name, admins), ("nobody", None)):
+        argv = ["list", "jobs", "--owner", who]
+        local, remote = node.server(*argv), node.laptop("--remote", "bob", *argv)
+        assert _listed(node.laptop("--remote", "bob", *argv, "--json")) == ([juid] if juid else [])
+        assert _listed(node.server(*argv, "--json")) == ([juid] if juid else [])
+        if juid:  # through the remote, the OWNER column (a server with several users)
+            assert remote.stdout.splitlines()[1].split()[:3] == [juid, "true", who]
+            assert local.stdout.splitlines()[1].split()[:3] == [juid, "true", "succeeded"]
+        else:
+            assert remote.stdout == local.stdout == "no jobs match\n"
+    # here, --mine is this machine's user's
+    mine = _listed(node.server("list", "jobs", "--mine", "--json"))
+    assert mine == ([admins] if local_user() == admin_name else [])
+    both = node.server("list", "jobs", "--mine", "--owner", "bob")
+    assert both.returncode == 2 and "not allowed with argument" in one_line(both.stderr)
+
+
+def test_the_events_of_a_job_name_who_acted(node):
+    from monkey.store import Store
+    from monkey.store.db import local_user
+
+    bobs, others = (node.server("run", "--", "sleep", "600").stdout.strip() for _ in "ab")
+    Store(node.home / "monkey.db").set_owner([bobs, others], "bob")
+    admin_name = json.loads(node.server("server", "user", "list", "--json").stdout)[0]["name"]
+    node.add_remote(node.add_user("bob"), name="bob")
+    node.add_remote(node.token, name="lab")
+    for argv in (["pause", bobs], ["resume", bobs], ["cancel", bobs]):
+        done = node.laptop("--remote", "bob", *argv)
+        assert done.returncode == 0, done.stderr
+    wait_until_ended(node, bobs)
+    assert node.laptop("--remote", "lab", "cancel", others).returncode == 0
+    wait_until_ended(node, others)
+    assert node.laptop("--remote", "bob", "retry", others).returncode == 0
+    assert node.server("cancel", others).returncode == 0  # here: this machine's user
+
+    def acted(juid: str) -> list[tuple[str, str | None]]:
+        events = json.loads(node.server("info", juid, "--json").stdout)["events"]
+        return [(e["detail"], e["actor"]) for e in events if e["kind"] in ("user", "request")]
+
+    assert [a for a in acted(bobs) if a[0] in ("pause", "resume", "cancel")] == [
+        ("pause", "bob"),
+        ("resume", "bob"),
+        ("cancel", "bob"),
+    ]
+    assert [a for a in acted(others) if a[0] in ("retry", "cancel")] == [
+        ("cancel", admin_name),
+        ("retry", "bob"),
+        ("cancel", local_user()),
+    ]
+    # `info` shows them, here and through the remote alike
+    shown = node.server("info", bobs).stdout
+    assert re.search(r"paused -> queued\s+resume \(by bob\)", shown), shown
+    assert re.search(r"request\s+cancel \(by bob\)", shown), shown
+    assert node.laptop("--remote", "bob", "info", bobs).stdout == shown

@@ -39,6 +39,7 @@ class Sweeps:
         self.submitter = submitter
         self._control = control
         self._wake = wake  # Monkey.wake: the one door to the core
+        self.actor: Callable[[], str | None] = lambda: None  # who acts (Monkey sets it)
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -274,6 +275,7 @@ class Sweeps:
                     detail=action,
                     not_before=HOLD,
                     request=None,
+                    actor=self.actor(),
                 ):
                     touched += 1
             if action == "retry" and not touched:

@@ -92,13 +92,18 @@ class RemoteMonkey:
         provider: str | None = None,
         limit: int | None = None,
         owners: bool = True,
+        owner: str | None = None,
+        mine: bool = False,
     ) -> dict[str, Any]:
-        """What `monkey list jobs` shows; with the owners when the server has several users."""
+        """What `monkey list jobs` shows; with the owners when the server has several users;
+        only OWNER's jobs, or with MINE this token's user's."""
         return self.client.call(
             "job_listing",
             None if states is None else sorted(s.value for s in states),
             provider,
             limit,
+            **({"owner": owner} if owner is not None else {}),
+            **({"mine": True} if mine else {}),
         )
 
     def plot(

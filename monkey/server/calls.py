@@ -89,7 +89,11 @@ def run_call(
         _check_sweep(m, user, method, args)
     if rule.jobs:
         args = [_own_jobs(m, user, method, args), *args[1:]]
-    return getattr(m, method)(*args, **kwargs)
+    m.actor = user["name"]  # the events of the jobs it steers name USER; `--mine` is USER's
+    try:
+        return getattr(m, method)(*args, **kwargs)
+    finally:
+        m.actor = None
 
 
 def _check_sweep(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> None:
