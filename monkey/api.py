@@ -225,6 +225,8 @@ class Monkey:
     report_data = _to("_tracking", Tracking.report_data)
     select_jobs = _to("_tracking", Tracking.select_jobs)
     export = _to("_tracking", Tracking.export)
+    export_jobs = _to("_tracking", Tracking.export_jobs)
+    export_rows = _to("_tracking", Tracking.export_rows)
     rm_select = _to("_disk", Disk.rm_select)
     rm = _to("_disk", Disk.rm)
     gc = _to("_disk", Disk.gc)

@@ -431,3 +431,53 @@ def test_the_events_of_a_job_name_who_acted(node):
     assert re.search(r"paused -> queued\s+resume \(by bob\)", shown), shown
     assert re.search(r"request\s+cancel \(by bob\)", shown), shown
     assert node.laptop("--remote", "bob", "info", bobs).stdout == shown
+
+
+def test_export_through_a_remote_writes_the_same_files_on_the_laptop(node, tmp_path):
+    """The rows come from the server a page of jobs at a time (a sweep of 22 runs spans two
+    pages: its row is written once); the SQLite file and CSV files are written here."""
+    cells = ",".join(str(i) for i in range(22))
+    done = node.server(
+        "sweep", "-w", str(_project(tmp_path)), "--grid", f"x={cells}", "--", "echo", "{x}"
+    )
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.strip()
+    wait_for(
+        lambda: (
+            json.loads(node.server("sweep", "status", sid, "--json").stdout)["state"] == "finished"
+        ),
+        timeout=180,
+        every=0.5,
+        what="the sweep to finish",
+    )
+    node.add_remote()
+    outs = {"srv": tmp_path / "srv-out", "lap": tmp_path / "laptop" / "out"}
+    for d in outs.values():
+        d.mkdir(parents=True)
+    for command in (
+        "export --to {out}/runs.db --csv {out}/csv",
+        "export --sweep {s} --name *-1* --csv {out}/csv1",
+        "export --sweep {s} --to {out}/runs.db --json",  # an earlier export, updated
+        "export --sweep {s} last --to {out}/x.db",
+        "export --to {out}/nosuch/x.db",
+        "export --sweep nosuch --to {out}/x.db",
+        "export",
+    ):
+        _same(node, command, {"s": sid}, outs)
+    for name in ("csv", "csv1"):
+        for table in sorted(p.name for p in (outs["srv"] / name).iterdir()):
+            here = (outs["lap"] / name / table).read_text()
+            assert here == (outs["srv"] / name / table).read_text(), table
+    swept = (outs["lap"] / "csv" / "sweeps.csv").read_text().splitlines()
+    assert len(swept) == 2 and swept[1].startswith(f"{sid},")  # its header and its one row
+    import sqlite3
+
+    def tables(db: Path) -> dict[str, list[tuple]]:
+        with sqlite3.connect(db) as con:
+            names = [
+                r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            return {n: sorted(map(repr, con.execute(f"SELECT * FROM [{n}]"))) for n in names}
+
+    assert tables(outs["lap"] / "runs.db") == tables(outs["srv"] / "runs.db")
+    assert not list(node.home.rglob("*.csv"))

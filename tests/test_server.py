@@ -390,7 +390,6 @@ def test_remote_use_env_and_option_select_the_remote(node):
     [
         (["run", "--", "true"], "run"),
         (["sweep", "--grid", "x=1,2", "--", "echo"], "sweep"),
-        (["export", "--to", "x.db"], "export"),
         (["info", "last", "--files"], "info"),
         (["server", "status"], "server status"),
         (["daemon", "status"], "daemon status"),

@@ -607,6 +607,11 @@ class Tracking:
         count of rows of each table (see ``monkey.facade.export``)."""
         from monkey.facade.export import export
 
+        return export(self, self.export_jobs(refs, sweep), to, csv_dir)
+
+    def export_jobs(self, refs: list[str] | None = None, sweep: str | None = None) -> list[str]:
+        """The ids of the jobs ``export`` writes: REFS, SWEEP's, or every job, oldest first;
+        MonkeyError when there are none."""
         if refs and sweep:
             raise MonkeyError("monkey export: give either jobs or --sweep, not both")
         if sweep is not None:
@@ -621,4 +626,11 @@ class Tracking:
                 "monkey export: no jobs to export"
                 + (f" (sweep {sweep} has none)" if sweep else "; run some first")
             )
-        return export(self, juids, to, csv_dir)
+        return juids
+
+    def export_rows(self, juids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(table, record) of every row an export holds for JUIDS (a remote's client writes
+        them; see ``monkey.facade.export.rows``)."""
+        from monkey.facade.export import rows
+
+        return list(rows(self, juids))

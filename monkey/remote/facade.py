@@ -45,6 +45,8 @@ CALLS = (
     "select_jobs",
     "plot_data",
     "report_data",
+    "export_jobs",
+    "export_rows",
     "rm_select",
     "rm",
     "du",
@@ -130,6 +132,19 @@ class RemoteMonkey:
         from monkey.facade import render
 
         return render.report(self.report_data, ref, out, jobs, title)
+
+    def export(
+        self,
+        refs: list[str] | None = None,
+        *,
+        sweep: str | None = None,
+        to: str | None = None,
+        csv_dir: str | None = None,
+    ) -> dict[str, int]:
+        """As ``Monkey.export``: the rows from the server, the files written here."""
+        from monkey.facade.export import export
+
+        return export(None, self.export_jobs(refs, sweep), to, csv_dir, fetch=self.export_rows)
 
     def create_instance(
         self,

@@ -49,6 +49,8 @@ CALLS: dict[str, Call] = {
     "select_jobs": Call(),
     "plot_data": Call(),  # the client draws the plot and writes it
     "report_data": Call(),  # the client renders the report and writes it
+    "export_jobs": Call(),
+    "export_rows": Call(),  # the client writes the export
     "sweep_control": Call(sweep=True),
     "rm_select": Call(),
     "rm": Call(jobs=True),

@@ -29,7 +29,7 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         return args.action == "check"
     return name in (
         *("logs", "job", "kill", "metrics", "search"),
-        *("compare", "diff", "plot", "report"),
+        *("compare", "diff", "plot", "report", "export"),
         *("rm", "du", "gc", "verify", "create", "delete"),
     )
 

@@ -447,8 +447,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     refs = args.jobs
     if args.name or args.since:
         if args.sweep:
-            sid = m.store.resolve_sweep(args.sweep)
-            refs = [j.juid for j in m.store.list_jobs(sweep=sid, newest_first=False)]
+            refs = m.export_jobs(None, args.sweep)
         refs, _ = _selected(m, refs, args.name, args.since)
         counts = m.export(refs, to=args.to, csv_dir=args.csv)
     else:
