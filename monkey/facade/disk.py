@@ -27,12 +27,18 @@ class Disk:
         sweep: str | None = None,
         older_than: str | None = None,
         failed: bool = False,
+        owner: str | None = None,
     ) -> list[Job]:
         """The jobs `monkey rm` would delete: named by REFS, in SWEEP, ended longer than
-        OLDER_THAN ago and/or failed (the filters narrow each other)."""
+        OLDER_THAN ago and/or failed (the filters narrow each other); with no REFS, only
+        OWNER's when given (a user of a shared main node)."""
         from monkey.housekeeping import select_jobs
 
-        return select_jobs(self._m, refs or [], sweep, older_than, failed)
+        jobs = select_jobs(self._m, refs or [], sweep, older_than, failed)
+        if owner is None or refs:
+            return jobs
+        owners = self._m.store.job_owners([j.juid for j in jobs])
+        return [j for j in jobs if owners.get(j.juid) == owner]
 
     def rm(self, refs: list[str]) -> dict[str, Any]:
         """Delete the ended jobs REFS with their logs, metrics and files (a job not ended is

@@ -76,6 +76,8 @@ def run_call(
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
     if method == "job_listing":  # owners are shown on a server with several users
         kwargs = {**kwargs, "owners": m.store.count_users() > 1}
+    if method == "rm_select" and not user["admin"]:  # `rm --failed`: the user's own jobs
+        kwargs = {**kwargs, "owner": user["name"]}
     if rule.acts:
         if not args or not isinstance(args[0], str):
             raise MonkeyError(f"{method}: name the job")
