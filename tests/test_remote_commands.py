@@ -219,6 +219,11 @@ def test_sweep_actions_need_the_owner_of_its_jobs_or_an_admin(node, tmp_path):
         ), action
         for sid in (here, there):
             _settle(node, sid, settled)
+    # the events of the sweep's jobs name who acted through the remote: the admin
+    run = json.loads(node.server("sweep", "status", there, "--json").stdout)["jobs"][0]["job"]
+    events = json.loads(node.server("info", run, "--json").stdout)["events"]
+    acted = [(e["detail"], e["actor"]) for e in events if e["kind"] in ("user", "request")]
+    assert ("resume", admin_name) in acted and ("cancel", admin_name) in acted, acted
 
 
 def _settle(node: MainNode, sid: str, settled: set[str]) -> None:
