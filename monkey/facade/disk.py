@@ -10,15 +10,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from monkey.api import Monkey
     from monkey.host_cleanup import HostsReport
+    from monkey.housekeeping import Facade
     from monkey.models import Job
 
 
 class Disk:
-    """MONKEY_HOME's disk, through the facade M (its store, home and core)."""
+    """MONKEY_HOME's disk, through the facade M (its store, home and core: a ``Monkey``)."""
 
-    def __init__(self, m: Monkey) -> None:
+    def __init__(self, m: Facade) -> None:
         self._m = m
 
     def rm_select(
