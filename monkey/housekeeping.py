@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
         def _blobs(self) -> BlobStore: ...
 
+        def wake(self, queued: str | None = None) -> None: ...
+
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

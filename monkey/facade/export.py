@@ -383,7 +383,12 @@ def export(
                 writers[table] = csv.DictWriter(fh, fieldnames=list(columns))
                 writers[table].writeheader()
         batches: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-        found = paged(fetch, juids) if fetch is not None or m is None else rows(m, juids)
+        if fetch is not None:
+            found = paged(fetch, juids)
+        elif m is not None:
+            found = rows(m, juids)
+        else:
+            raise MonkeyError("monkey export: nothing to read the jobs from")
         for table, record in found:
             counts[table] += 1
             if table in writers:

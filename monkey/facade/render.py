@@ -34,7 +34,8 @@ def plot(
     check_out(out, "monkey plot", "acc.png", IMAGE_SUFFIXES)
     found = data(refs, metrics, x, smooth=smooth, log_y=log_y, sweep=sweep)
     try:
-        return str(png_plot(found["charts"], out, Style(**found["style"]), tuple(size)))
+        width, height = size
+        return str(png_plot(found["charts"], out, Style(**found["style"]), (width, height)))
     except OSError as exc:
         raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
 
