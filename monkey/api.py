@@ -13,6 +13,7 @@ from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
 from monkey.core.presence import absent_since
 from monkey.drivers import driver_class, load_providers
+from monkey.facade.disk import Disk
 from monkey.facade.tracking import Sweeps, Tracking
 from monkey.handles import Job
 from monkey.logfiles import LOGS, Follower, LogCursor
@@ -92,6 +93,8 @@ class Monkey:
             self.home, self.store, self._submitter, self._control, lambda queued: self.wake(queued)
         )
         self._tracking = Tracking(self.home, self.store, self._sweeps)
+        self._disk = Disk(self)
+        self._sweeps.actor = self.acting_user
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -107,13 +110,14 @@ class Monkey:
         return self._providers
 
     @property
-    def owner(self) -> str | None:
-        """Who the jobs submitted through this facade belong to (None: this machine's user;
-        a main node's server sets the calling user)."""
+    def actor(self) -> str | None:
+        """Who acts through this facade: the owner of the jobs it submits, named in the
+        events of the jobs it steers. None: this machine's user; `monkey server` sets the
+        calling user for each call."""
         return self._submitter.owner
 
-    @owner.setter
-    def owner(self, name: str | None) -> None:
+    @actor.setter
+    def actor(self, name: str | None) -> None:
         self._submitter.owner = name
 
     # -- submit -------------------------------------------------------------------------
@@ -246,10 +250,21 @@ class Monkey:
     compare = _to("_tracking", Tracking.compare)
     diff = _to("_tracking", Tracking.diff)
     plot = _to("_tracking", Tracking.plot)
+    plot_data = _to("_tracking", Tracking.plot_data)
     chart_data = _to("_tracking", Tracking.chart_data)
     sweep_analysis = _to("_tracking", Tracking.sweep_analysis)
     report = _to("_tracking", Tracking.report)
+    report_data = _to("_tracking", Tracking.report_data)
+    select_jobs = _to("_tracking", Tracking.select_jobs)
     export = _to("_tracking", Tracking.export)
+    export_jobs = _to("_tracking", Tracking.export_jobs)
+    export_rows = _to("_tracking", Tracking.export_rows)
+    rm_select = _to("_disk", Disk.rm_select)
+    rm = _to("_disk", Disk.rm)
+    gc = _to("_disk", Disk.gc)
+    du = _to("_disk", Disk.du)
+    du_hosts = _to("_disk", Disk.du_hosts)
+    verify = _to("_disk", Disk.verify)
 
     def _blobs(self) -> BlobStore:
         """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
@@ -281,8 +296,11 @@ class Monkey:
         provider: str | None = None,
         limit: int | None = None,
         owners: bool = False,
+        owner: str | None = None,
+        mine: bool = False,
     ) -> dict[str, Any]:
-        """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``)."""
+        """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``): only
+        OWNER's jobs, or with MINE the acting user's."""
         from monkey.facade.listing import job_listing
 
         return job_listing(
@@ -292,7 +310,14 @@ class Monkey:
             provider,
             limit,
             owners,
+            self.acting_user() if mine else owner,
         )
+
+    def acting_user(self) -> str:
+        """Who acts through this facade: ``actor``, or this machine's user."""
+        from monkey.store.db import local_user
+
+        return self.actor or local_user()
 
     def jobs(
         self,
@@ -812,11 +837,16 @@ class Monkey:
                 if job.state == target:
                     return target
                 if self.store.transition(
-                    juid, job.state, target, kind="user", detail=request.value
+                    juid,
+                    job.state,
+                    target,
+                    kind="user",
+                    detail=request.value,
+                    actor=self.acting_user(),
                 ):
                     return target
             elif job.state in LIVE:
-                if self.store.set_request(juid, request.value, LIVE):
+                if self.store.set_request(juid, request.value, LIVE, actor=self.acting_user()):
                     self.wake()
                     return job.state
             else:
@@ -850,6 +880,7 @@ class Monkey:
             detail="resume",
             not_before=0.0,
             request=None,
+            actor=self.acting_user(),
         ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()
@@ -866,7 +897,14 @@ class Monkey:
                 + (" (resume paused ones)" if job.state == State.PAUSED else "")
             )
         if not self.store.transition(
-            juid, job.state, State.QUEUED, kind="user", detail="retry", not_before=0.0, request=None
+            juid,
+            job.state,
+            State.QUEUED,
+            kind="user",
+            detail="retry",
+            not_before=0.0,
+            request=None,
+            actor=self.acting_user(),
         ):
             raise MonkeyError(f"job {juid} changed state meanwhile; try again")
         self.wake()

@@ -13,9 +13,17 @@ from monkey.store.hosts import BUCKET
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
-    from monkey.api import Monkey
+    from monkey.store import Store
+
+    class Facade(Protocol):
+        """What ``ask`` uses of the ``Monkey`` facade (its Disk part passes it)."""
+
+        store: Store
+
+        def wake(self, queued: str | None = None) -> None: ...
+
 
 WAIT = 20.0  # seconds a command waits for the hosts reached to report
 
@@ -29,7 +37,7 @@ class HostsReport:
     why: str = ""  # why nothing was carried out (the core cannot start)
 
 
-def ask(m: Monkey, hosts: list[str], since: float, wait: float = WAIT) -> HostsReport:
+def ask(m: Facade, hosts: list[str], since: float, wait: float = WAIT) -> HostsReport:
     """Wake the core for the chores recorded at SINCE for HOSTS and wait up to WAIT seconds
     for those of the hosts reached to be carried out (not for hosts known to be out of reach)."""
     report = HostsReport()

@@ -42,8 +42,23 @@ from monkey.models import TERMINAL, MonkeyError, State
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from monkey.api import Monkey
+    from typing import Protocol
+
+    from monkey.config import Home
     from monkey.models import Job
+    from monkey.snapshot.blobs import BlobStore
+    from monkey.store import Store
+
+    class Facade(Protocol):
+        """What these functions use of the ``Monkey`` facade (its Disk part passes it)."""
+
+        home: Home
+        store: Store
+
+        def _blobs(self) -> BlobStore: ...
+
+        def wake(self, queued: str | None = None) -> None: ...
+
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -71,7 +86,7 @@ def tree_size(path: Path) -> tuple[int, int]:
 
 
 def select_jobs(
-    m: Monkey,
+    m: Facade,
     refs: Iterable[str],
     sweep: str | None = None,
     older_than: str | None = None,
@@ -98,7 +113,7 @@ def select_jobs(
     return list({j.juid: j for j in jobs}.values())
 
 
-def remove_jobs(m: Monkey, jobs: list[Job]) -> tuple[int, int]:
+def remove_jobs(m: Facade, jobs: list[Job]) -> tuple[int, int]:
     """Delete JOBS (all ended) and their run folders and secrets; (jobs, bytes freed).
     A job not ended is refused, and nothing is deleted."""
     live = [j for j in jobs if j.state not in TERMINAL]
@@ -154,7 +169,7 @@ class GcReport:
         )
 
 
-def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
+def gc(m: Facade, grace: float = 3600.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
     agent that died, and blobs no job needs (older than GRACE seconds)."""
     from monkey.client_agent.rundir import CODE_RECORD, reclaim_code
@@ -192,7 +207,7 @@ def gc(m: Monkey, grace: float = 3600.0) -> GcReport:
     return report
 
 
-def _gc_blobs(m: Monkey, needed: set[str], cut: float, report: GcReport) -> None:
+def _gc_blobs(m: Facade, needed: set[str], cut: float, report: GcReport) -> None:
     """Delete the blobs no job needs, stored before CUT, the partial files of writers that
     are gone, and the damaged blobs `monkey verify` set aside. Called under the store's
     exclusive lease."""
@@ -373,7 +388,7 @@ def _gc_datasets(root: Path, needed: set[str], cut: float) -> tuple[int, int]:
     return count, freed
 
 
-def usage(m: Monkey) -> dict[str, dict[str, int]]:
+def usage(m: Facade) -> dict[str, dict[str, int]]:
     """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs (with the partial
     files of interrupted writes among them: partial_bytes, partial_files), envs (job.yml
     environments), datasets (shared copies), and the database."""
@@ -408,7 +423,7 @@ class VerifyReport:
     missing: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
-def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
+def _uses(m: Facade, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
     """{digest: [(juid, what it is to the job)]} of every blob JOBS need; a file list that
     cannot be read counts itself only (it is checked, and reported, itself)."""
     from monkey.snapshot.manifest import load_manifest
@@ -440,7 +455,7 @@ def _uses(m: Monkey, jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
     return uses
 
 
-def verify(m: Monkey, refs: Iterable[str] = ()) -> VerifyReport:
+def verify(m: Facade, refs: Iterable[str] = ()) -> VerifyReport:
     """Check every blob the jobs REFS need (none: every job's, and every blob stored)
     against its digest; set damaged ones aside (``blobs/.damaged/``, so that submitting
     the job's source again stores a good copy, and gc removes them)."""

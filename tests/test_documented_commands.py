@@ -50,6 +50,9 @@ CASES: list[tuple[str, set[int]]] = [
     # list
     ("list jobs --running --queued --finished --failed --provider local --limit 5", {0}),
     ("list jobs --all --json", {0}),
+    ("list jobs --mine", {0}),
+    ("list jobs --owner nobody --json", {0}),
+    ("list jobs --mine --owner x", {2}),
     ("list providers", {0}),
     ("list providers --json", {0}),
     ("list providers --monkey-instances --json", {0}),

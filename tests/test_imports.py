@@ -178,7 +178,8 @@ SERVER_STACK = ("starlette", "uvicorn", "anyio", "cryptography", "monkey.server"
 
 
 def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_ones(home, tmp_path):
-    """The laptop's `monkey --remote lab list jobs`: standard library and monkey.remote only."""
+    """The laptop's `monkey --remote lab list jobs` (and `compare`, `list sweeps`): standard
+    library and monkey.remote only, no matplotlib."""
     from mainnode import MainNode
 
     node = MainNode(home, tmp_path)
@@ -186,21 +187,26 @@ def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_o
     try:
         node.add_remote()
         node.server("run", "--", "true")
-        among = (*HEAVY, *SERVER_STACK)
+        among = (*HEAVY, *SERVER_STACK, "matplotlib")
         report = f"print(sorted(m for m in sys.modules if m.startswith({among!r})))"
-        code = (
-            "import sys; from monkey.shell.cli import main; "
-            f"code = main(['--remote', 'lab', 'list', 'jobs']); {report}; sys.exit(code)"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env=dict(node.laptop_env, PYTHONPATH=str(ROOT)),
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "true" in done.stdout
-        assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == []
+        for argv, shown in (
+            (["list", "jobs"], "true"),
+            (["compare", "last"], "JOB"),
+            (["list", "sweeps"], "no sweeps yet"),
+        ):
+            code = (
+                "import sys; from monkey.shell.cli import main; "
+                f"code = main(['--remote', 'lab', *{argv!r}]); {report}; sys.exit(code)"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                env=dict(node.laptop_env, PYTHONPATH=str(ROOT)),
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            assert shown in done.stdout
+            assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == [], argv
     finally:
         node.close()

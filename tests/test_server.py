@@ -388,12 +388,8 @@ def test_remote_use_env_and_option_select_the_remote(node):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["list", "sweeps"], "list sweeps"),
-        (["rm", "last"], "rm"),
-        (["gc"], "gc"),
         (["server", "status"], "server status"),
         (["daemon", "status"], "daemon status"),
-        (["provider", "check", "x"], "provider check"),
         ([], "shell (no command)"),
     ],
 )

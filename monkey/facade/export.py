@@ -30,7 +30,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -132,6 +132,7 @@ INDEXES = {
     "jobs": ("sweep",),
 }
 BATCH = 5000
+PAGE = 20  # jobs whose rows a remote export asks for at once
 
 
 def iso(ts: float | None) -> str | None:
@@ -276,7 +277,22 @@ def rows(m: Source, juids: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
         )
 
 
-def check_targets(m: Source, to: str | None, csv_dir: str | None) -> None:
+def paged(
+    fetch: Callable[[list[str]], Iterable[Iterable[Any]]], juids: list[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The rows of JUIDS as ``rows`` gives them, fetched PAGE jobs at a time (a remote's
+    ``export_rows``); a sweep's row once."""
+    seen: set[str] = set()
+    for i in range(0, len(juids), PAGE):
+        for table, record in fetch(juids[i : i + PAGE]):
+            if table == "sweeps":
+                if record["sweep"] in seen:
+                    continue
+                seen.add(record["sweep"])
+            yield table, record
+
+
+def check_targets(m: Source | None, to: str | None, csv_dir: str | None) -> None:
     """MonkeyError unless TO is a new file or an earlier export in an existing folder, and
     CSV_DIR a folder (made if missing) that is not a file."""
     if not to and not csv_dir:
@@ -293,7 +309,7 @@ def check_targets(m: Source, to: str | None, csv_dir: str | None) -> None:
                 f"monkey export: folder {target.parent} does not exist; create it "
                 "or write somewhere else"
             )
-        if target.exists() and target.resolve() == m.home.db.resolve():
+        if m is not None and target.exists() and target.resolve() == m.home.db.resolve():
             raise MonkeyError(
                 f"monkey export: {to} is monkey's own database; write the export "
                 "to another file, e.g. runs.db"
@@ -341,10 +357,15 @@ def _check_earlier_export(target: Path) -> None:
 
 
 def export(
-    m: Source, juids: list[str], to: str | None = None, csv_dir: str | None = None
+    m: Source | None,
+    juids: list[str],
+    to: str | None = None,
+    csv_dir: str | None = None,
+    fetch: Callable[[list[str]], Iterable[Iterable[Any]]] | None = None,
 ) -> dict[str, int]:
     """Write the jobs JUIDS to the SQLite file TO (upserting into an earlier export) and/or
-    one CSV file per table in CSV_DIR; the count of rows of each table."""
+    one CSV file per table in CSV_DIR; the count of rows of each table. The rows are read
+    from M's store, or with FETCH (a remote's ``export_rows``) a page of jobs at a time."""
     check_targets(m, to, csv_dir)
     counts = dict.fromkeys(TABLES, 0)
     tmp = f"{to}.tmp-{os.getpid()}" if to else None
@@ -362,7 +383,13 @@ def export(
                 writers[table] = csv.DictWriter(fh, fieldnames=list(columns))
                 writers[table].writeheader()
         batches: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-        for table, record in rows(m, juids):
+        if fetch is not None:
+            found = paged(fetch, juids)
+        elif m is not None:
+            found = rows(m, juids)
+        else:
+            raise MonkeyError("monkey export: nothing to read the jobs from")
+        for table, record in found:
             counts[table] += 1
             if table in writers:
                 writers[table].writerow(record)

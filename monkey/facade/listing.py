@@ -25,16 +25,18 @@ def job_listing(
     provider: str | None = None,
     limit: int | None = None,
     owners: bool = False,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
-    when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None)}."""
+    when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None)}; only OWNER's jobs when
+    given."""
     states = None if states is None else set(states)
-    jobs = store.list_jobs(states=states, provider=provider, limit=limit)
+    jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
     total = (
         len(jobs)
         if limit is None or len(jobs) < limit
-        else store.count_listed(states=states, provider=provider)
+        else store.count_listed(states=states, provider=provider, owner=owner)
     )
     now = time.time()
     absent = absent_since(home)  # when no core runs, runtimes stop at its last moment

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable
 
+from monkey.facade import render
 from monkey.models import MonkeyError, Request, State
 from monkey.submit import Submission, Submitter
 
@@ -39,6 +39,7 @@ class Sweeps:
         self.submitter = submitter
         self._control = control
         self._wake = wake  # Monkey.wake: the one door to the core
+        self.actor: Callable[[], str | None] = lambda: None  # who acts (Monkey sets it)
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -216,8 +217,9 @@ class Sweeps:
         ]
         return sweep
 
-    def sweep_control(self, ref: str, action: str) -> dict[str, int]:
-        """cancel, pause, resume or retry every cell of a sweep; counts of jobs touched."""
+    def sweep_control(self, ref: str, action: str) -> dict[str, Any]:
+        """cancel, pause, resume or retry every cell of a sweep: {"sweep": its id, "jobs":
+        how many jobs it touched}."""
         from monkey.models import LIVE, TERMINAL
         from monkey.store.tracking import HOLD
         from monkey.tracking import sweeps
@@ -275,6 +277,7 @@ class Sweeps:
                     detail=action,
                     not_before=HOLD,
                     request=None,
+                    actor=self.actor(),
                 ):
                     touched += 1
             if action == "retry" and not touched:
@@ -288,7 +291,7 @@ class Sweeps:
                 f"unknown sweep action {action!r}; use cancel, pause, resume or retry"
             )
         self._wake(None)
-        return {"jobs": touched}
+        return {"sweep": sid, "jobs": touched}
 
 
 class Tracking:
@@ -402,9 +405,22 @@ class Tracking:
         """Write a PNG (SVG, PDF by suffix) of METRICS across jobs, or a sweep's runs (its
         metric by default): one panel per metric, runs named by the parameters that differ;
         ``smooth``: EMA weight in [0, 1); ``x``: step, epoch or time. Returns its path."""
-        from monkey.tracking.plots import png_plot
+        return render.plot(self.plot_data, refs, metrics, out, x, size, smooth, log_y, sweep)
 
-        _check_out(out, "monkey plot", "acc.png", IMAGE_SUFFIXES)
+    def plot_data(
+        self,
+        refs: list[str],
+        metrics: list[str] | str | None,
+        x: str = "step",
+        *,
+        smooth: float = 0.0,
+        log_y: bool = False,
+        sweep: str | None = None,
+    ) -> dict[str, Any]:
+        """What ``plot`` draws: {"charts": metric -> run -> series, "style": plots.Style's
+        fields} (plain data: a remote's client draws it)."""
+        from dataclasses import asdict
+
         if not 0 <= smooth < 1:
             raise MonkeyError(f"monkey plot: --smooth {smooth} is outside [0, 1); try 0.6")
         names = [metrics] if isinstance(metrics, str) else list(metrics or [])
@@ -428,10 +444,7 @@ class Tracking:
                 f"no job among {', '.join(juids[:5])} logged "
                 f"{' or '.join(map(repr, names))}; see `monkey metrics {juids[0]}`"
             )
-        try:
-            return str(png_plot(charts, out, style, size))
-        except OSError as exc:
-            raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
+        return {"charts": charts, "style": asdict(style)}
 
     def chart_data(
         self,
@@ -524,9 +537,16 @@ class Tracking:
     ) -> str:
         """Write a self-contained HTML report of the sweep REF, or of the JOBS (refs) under
         TITLE; returns its path."""
-        from monkey.tracking.report import jobs_report, sweep_report
+        return render.report(self.report_data, ref, out, jobs, title)
 
-        _check_out(out, "monkey report", "report.html")
+    def report_data(
+        self, ref: str | None, jobs: list[str] | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        """What ``report`` writes, as plain data (a remote's client renders it): {"status"
+        and "analysis" (a sweep's) or "title" and "summary" (jobs'), "table", "charts",
+        "style"}."""
+        from dataclasses import asdict
+
         if ref is not None:
             status = self._sweeps.sweep_status(ref)
             table = self.compare(sweep=status["id"])
@@ -539,25 +559,42 @@ class Tracking:
             {n for j in juids for n in self.store.metric_names(j) if not n.startswith("sys/")}
         )
         charts, style = self.chart_data(juids, names)
+        data = {"table": table, "charts": charts, "style": asdict(style)}
         if ref is not None:
-            html = sweep_report(status, table, charts, style, self.sweep_analysis(ref, status))
+            return {**data, "status": status, "analysis": self.sweep_analysis(ref, status)}
+        summary = [
+            {"job": j.juid, "state": j.state.value, "command": j.command}
+            for j in records
+            if j is not None
+        ]
+        return {**data, "title": title or f"{len(summary)} jobs", "summary": summary}
+
+    def select_jobs(
+        self, refs: list[str], name: str | None = None, since: str | None = None
+    ) -> tuple[list[str], str]:
+        """The jobs chosen by REFS, a NAME pattern (shell-style) and SINCE (an age: 12h),
+        the filters narrowing each other, oldest first; and words saying how."""
+        import time
+        from fnmatch import fnmatchcase
+
+        from monkey.housekeeping import parse_age
+
+        if refs:
+            found = (self.store.get_job(self.store.resolve(r)) for r in dict.fromkeys(refs))
+            jobs = [j for j in found if j]
         else:
-            summary = [
-                {"job": j.juid, "state": j.state.value, "command": j.command}
-                for j in records
-                if j is not None
-            ]
-            html = jobs_report(title or f"{len(summary)} jobs", summary, table, charts, style)
-        tmp = f"{out}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(html)
-            os.replace(tmp, out)
-        except OSError as exc:
-            if os.path.isfile(tmp):
-                os.unlink(tmp)
-            raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
-        return out
+            jobs = self.store.list_jobs(newest_first=False)
+        words = [f"jobs {', '.join(refs)}"] if refs else ["jobs"]
+        if name:
+            jobs = [j for j in jobs if fnmatchcase(j.name, name)]
+            words.append(f"named {name}")
+        if since:
+            cut = time.time() - parse_age(since)
+            jobs = [j for j in jobs if j.created_at >= cut]
+            words.append(f"created in the last {since}")
+        if not jobs:
+            raise MonkeyError(f"no {' '.join(words)}; see `monkey list jobs`")
+        return [j.juid for j in jobs], " ".join(words)
 
     def export(
         self,
@@ -572,6 +609,11 @@ class Tracking:
         count of rows of each table (see ``monkey.facade.export``)."""
         from monkey.facade.export import export
 
+        return export(self, self.export_jobs(refs, sweep), to, csv_dir)
+
+    def export_jobs(self, refs: list[str] | None = None, sweep: str | None = None) -> list[str]:
+        """The ids of the jobs ``export`` writes: REFS, SWEEP's, or every job, oldest first;
+        MonkeyError when there are none."""
         if refs and sweep:
             raise MonkeyError("monkey export: give either jobs or --sweep, not both")
         if sweep is not None:
@@ -586,26 +628,11 @@ class Tracking:
                 "monkey export: no jobs to export"
                 + (f" (sweep {sweep} has none)" if sweep else "; run some first")
             )
-        return export(self, juids, to, csv_dir)
+        return juids
 
+    def export_rows(self, juids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(table, record) of every row an export holds for JUIDS (a remote's client writes
+        them; see ``monkey.facade.export.rows``)."""
+        from monkey.facade.export import rows
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".svg", ".pdf")
-
-
-def _check_out(out: str, command: str, example: str, suffixes: tuple[str, ...] = ()) -> None:
-    """MonkeyError unless OUT names a file that can be written in an existing folder."""
-    if os.path.isdir(out) or out.endswith(os.sep):
-        raise MonkeyError(
-            f"{command}: {out} is a folder; name the file to write, "
-            f"e.g. {os.path.join(out, example)}"
-        )
-    folder = os.path.dirname(out) or "."
-    if not os.path.isdir(folder):
-        raise MonkeyError(
-            f"{command}: folder {folder} does not exist; create it or write somewhere else"
-        )
-    if suffixes and os.path.splitext(out)[1].lower() not in suffixes:
-        raise MonkeyError(
-            f"{command}: cannot tell the image format of {out}; end the name "
-            f"with {', '.join(suffixes)}, e.g. {example}"
-        )
+        return list(rows(self, juids))

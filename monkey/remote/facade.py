@@ -41,8 +41,30 @@ CALLS = (
     "search",
     "whoami",
     "rerun_sweep",
+    "sweeps",
     "sweep_status",
+    "sweep_analysis",
+    "sweep_control",
+    "costs",
+    "compare",
+    "diff",
+    "select_jobs",
+    "plot_data",
+    "report_data",
+    "export_jobs",
+    "export_rows",
+    "rm_select",
+    "rm",
+    "du",
+    "du_hosts",
+    "gc",
+    "verify",
+    "instances",
+    "check_provider",
 )
+# seconds the server waits for the core to create or delete an instance (an answer comes
+# within the client's read timeout; the core goes on with a request still under way)
+INSTANCE_WAIT = 100.0
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -275,14 +297,76 @@ class RemoteMonkey:
         provider: str | None = None,
         limit: int | None = None,
         owners: bool = True,
+        owner: str | None = None,
+        mine: bool = False,
     ) -> dict[str, Any]:
-        """What `monkey list jobs` shows; with the owners when the server has several users."""
+        """What `monkey list jobs` shows; with the owners when the server has several users;
+        only OWNER's jobs, or with MINE this token's user's."""
         return self.client.call(
             "job_listing",
             None if states is None else sorted(s.value for s in states),
             provider,
             limit,
+            **({"owner": owner} if owner is not None else {}),
+            **({"mine": True} if mine else {}),
         )
+
+    def plot(
+        self,
+        refs: list[str],
+        metrics: list[str] | str | None,
+        out: str,
+        x: str = "step",
+        size: tuple[int, int] = (1000, 600),
+        *,
+        smooth: float = 0.0,
+        log_y: bool = False,
+        sweep: str | None = None,
+    ) -> str:
+        """As ``Monkey.plot``: the data from the server, the file drawn and written here."""
+        from monkey.facade import render
+
+        return render.plot(self.plot_data, refs, metrics, out, x, size, smooth, log_y, sweep)
+
+    def report(
+        self, ref: str | None, out: str, jobs: list[str] | None = None, title: str | None = None
+    ) -> str:
+        """As ``Monkey.report``: the data from the server, the HTML rendered and written here."""
+        from monkey.facade import render
+
+        return render.report(self.report_data, ref, out, jobs, title)
+
+    def export(
+        self,
+        refs: list[str] | None = None,
+        *,
+        sweep: str | None = None,
+        to: str | None = None,
+        csv_dir: str | None = None,
+    ) -> dict[str, int]:
+        """As ``Monkey.export``: the rows from the server, the files written here."""
+        from monkey.facade.export import export
+
+        return export(None, self.export_jobs(refs, sweep), to, csv_dir, fetch=self.export_rows)
+
+    def create_instance(
+        self,
+        provider: str,
+        size: str | None = None,
+        spot: bool | None = None,
+        host: str | None = None,
+        timeout: float = INSTANCE_WAIT,
+    ) -> dict[str, Any]:
+        """As ``Monkey.create_instance`` (admins), waiting at most INSTANCE_WAIT seconds."""
+        return self.client.call(
+            "create_instance", provider, size, spot, host, min(timeout, INSTANCE_WAIT)
+        )
+
+    def delete_instance(
+        self, ref: str, force: bool = False, timeout: float = INSTANCE_WAIT
+    ) -> dict[str, Any]:
+        """As ``Monkey.delete_instance`` (admins), waiting at most INSTANCE_WAIT seconds."""
+        return self.client.call("delete_instance", ref, force, min(timeout, INSTANCE_WAIT))
 
     def output_chunks(
         self,

@@ -22,6 +22,8 @@ class Call(NamedTuple):
     admin: bool = False  # admins only
     acts: bool = False  # acts on the job named by the first argument: its owner or an admin
     submits: bool = False  # records jobs owned by the caller
+    sweep: bool = False  # acts on the sweep the first argument names: its jobs' owner or admin
+    jobs: bool = False  # acts on the jobs the first argument lists: their owner or an admin
 
 
 CALLS: dict[str, Call] = {
@@ -45,6 +47,26 @@ CALLS: dict[str, Call] = {
     "rerun": Call(submits=True),
     "rerun_sweep": Call(submits=True),
     "check_provider": Call(admin=True),  # it records what it finds, as the core would
+    "sweeps": Call(),
+    "sweep_analysis": Call(),
+    "costs": Call(),
+    "compare": Call(),
+    "diff": Call(),
+    "select_jobs": Call(),
+    "plot_data": Call(),  # the client draws the plot and writes it
+    "report_data": Call(),  # the client renders the report and writes it
+    "export_jobs": Call(),
+    "export_rows": Call(),  # the client writes the export
+    "sweep_control": Call(sweep=True),
+    "rm_select": Call(),
+    "rm": Call(jobs=True),
+    "du": Call(),
+    "du_hosts": Call(),
+    "gc": Call(admin=True),
+    "verify": Call(admin=True),
+    "instances": Call(),
+    "create_instance": Call(admin=True),
+    "delete_instance": Call(admin=True),
 }
 
 
@@ -60,6 +82,8 @@ def run_call(
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
     if method == "job_listing":  # owners are shown on a server with several users
         kwargs = {**kwargs, "owners": m.store.count_users() > 1}
+    if method == "rm_select" and not user["admin"]:  # `rm --failed`: the user's own jobs
+        kwargs = {**kwargs, "owner": user["name"]}
     if rule.acts:
         if not args or not isinstance(args[0], str):
             raise MonkeyError(f"{method}: name the job")
@@ -71,18 +95,20 @@ def run_call(
                 f"or an admin may {method} it"
             )
         args = [juid, *args[1:]]
-    if not rule.submits:
-        return getattr(m, method)(*args, **kwargs)
+    if rule.sweep:
+        _check_sweep(m, user, method, args)
+    if rule.jobs:
+        args = [_own_jobs(m, user, method, args), *args[1:]]
     if method in ("run", "sweep"):
         kwargs = _gathered_only(method, kwargs)
     if method == "rerun_sweep" and kwargs.get("in_place") and not user["admin"]:
-        _own_sweep(m, user["name"], args[0] if args else None)
-    m.owner = user["name"]
+        _check_sweep(m, user, method, args)
+    m.actor = user["name"]  # owns what it submits; the events of the jobs it steers name it
     try:
         result = getattr(m, method)(*args, **kwargs)
     finally:
-        m.owner = None
-    return getattr(result, "juid", result)  # a Job handle: its id
+        m.actor = None
+    return getattr(result, "juid", result) if rule.submits else result  # a Job handle: its id
 
 
 # Options of run and sweep that read files of the machine they run on: a client gathers
@@ -103,15 +129,36 @@ def _gathered_only(method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _own_sweep(m: Monkey, name: str, ref: Any) -> None:
-    """Forbidden unless NAME owns every job of sweep REF (its runs are re-run in place)."""
-    if not isinstance(ref, str):
-        raise MonkeyError("rerun_sweep: name the sweep")
-    sid = m.store.resolve_sweep(ref)
-    juids = [row[0] for row in m.store.sweep_jobs_brief(sid)]
-    others = sorted({o or "nobody recorded" for o in m.store.job_owners(juids).values()} - {name})
+def _check_sweep(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> None:
+    """Forbidden unless USER is an admin or owns every job of the sweep ARGS[0] names."""
+    if not args or not isinstance(args[0], str):
+        raise MonkeyError(f"{method.replace('_', ' ')}: name the sweep")
+    if user["admin"]:
+        return
+    sid = m.store.resolve_sweep(args[0])
+    juids = [j.juid for j in m.store.list_jobs(sweep=sid)]
+    others = sorted(
+        {o or "nobody recorded" for o in m.store.job_owners(juids).values()} - {user["name"]}
+    )
     if others:
         raise Forbidden(
-            f"sweep {sid} has runs of {', '.join(others)}; only their owner or an admin may "
-            "re-run them in place (without --in-place the new runs are yours)"
+            f"sweep {sid} has jobs of {', '.join(others)}; only their owner or an admin may "
+            f"{args[1] if len(args) > 1 else 'act on'} it"
         )
+
+
+def _own_jobs(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> list[str]:
+    """The ids of the jobs ARGS[0] lists; Forbidden unless USER is an admin or owns each."""
+    refs = args[0] if args else None
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise MonkeyError(f"{method}: list the jobs")
+    juids = list(dict.fromkeys(m.resolve(r) for r in refs))
+    if not user["admin"]:
+        owners = m.store.job_owners(juids)
+        for juid in juids:
+            if owners.get(juid) != user["name"]:
+                raise Forbidden(
+                    f"job {juid} belongs to {owners.get(juid) or 'nobody recorded'}; only its "
+                    f"owner or an admin may {method} it"
+                )
+    return juids

@@ -121,6 +121,11 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     jobs.add_argument("--provider", "-p", help="only jobs of this provider")
     jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
     jobs.add_argument("--all", "-a", action="store_true", help="every job (no --limit)")
+    who = jobs.add_mutually_exclusive_group()
+    who.add_argument(
+        "--mine", action="store_true", help="only my jobs (through a remote: its token's user's)"
+    )
+    who.add_argument("--owner", metavar="NAME", help="only the jobs NAME submitted")
     jobs.add_argument("--json", action="store_true", help="print JSON")
     jobs.set_defaults(func=cmd_list_jobs)
     prov = sub.add_parser(
@@ -432,7 +437,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             states = (states or set()) | set(members)
     limit = None if args.all else args.limit
-    listing = _job_listing(states, args.provider, limit)
+    listing = _job_listing(states, args.provider, limit, args.owner, args.mine)
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
     now = time.time()
@@ -454,7 +459,12 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         return 0
     if not jobs:
         print(
-            "no jobs" + (" match" if states or args.provider else " yet; try `monkey run -- CMD`")
+            "no jobs"
+            + (
+                " match"
+                if states or args.provider or args.owner or args.mine
+                else " yet; try `monkey run -- CMD`"
+            )
         )
         return 0
     if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran there, none runs now
@@ -495,20 +505,27 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
 
 
 def _job_listing(
-    states: set[State] | None, provider: str | None, limit: int | None
+    states: set[State] | None,
+    provider: str | None,
+    limit: int | None,
+    owner: str | None = None,
+    mine: bool = False,
 ) -> dict[str, Any]:
     """`list jobs`' data: from the selected remote, or straight from this machine's store
-    (without loading the facade: `monkey list jobs` is benchmarked)."""
+    (without loading the facade: `monkey list jobs` is benchmarked); only OWNER's jobs, or
+    with MINE this machine's user's (the remote's: its token's user's)."""
     from monkey.remote.settings import selected
 
     if selected():
-        return monkey().job_listing(states, provider, limit)
+        return monkey().job_listing(states, provider, limit, owner=owner, mine=mine)
     from monkey.config import Home
     from monkey.facade.listing import job_listing
     from monkey.store import Store
+    from monkey.store.db import local_user
 
     home = Home().ensure()
-    return job_listing(home, Store(home.db), states, provider, limit)
+    owner = local_user() if mine else owner
+    return job_listing(home, Store(home.db), states, provider, limit, owner=owner)
 
 
 def cmd_list_providers(args: argparse.Namespace) -> int:
@@ -726,12 +743,20 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             [
                 _when(e["ts"]),
                 f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"],
-                (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or ""),
+                _event_detail(e),
             ]
             for e in info["events"][-30:]
         ],
     )
     return 0
+
+
+def _event_detail(e: dict[str, Any]) -> str:
+    """An event's DETAIL cell: its attempt, detail and who acted ("cancel (by ana)")."""
+    text = (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or "")
+    if e.get("actor"):
+        text = f"{text} (by {e['actor']})" if text else f"by {e['actor']}"
+    return text
 
 
 def _unreachable_note(info: dict[str, Any]) -> str:

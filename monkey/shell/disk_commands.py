@@ -17,6 +17,8 @@ from monkey.shell.common import ParserClass, job_argument, make_parser, monkey
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.api import Monkey
 
 
@@ -85,10 +87,8 @@ def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from monkey import housekeeping
-
     m = monkey()
-    jobs = housekeeping.select_jobs(m, args.jobs, args.sweep, args.older_than, args.failed)
+    jobs = m.rm_select(args.jobs, args.sweep, args.older_than, args.failed)
     if not jobs:
         print("no job matches")
         return 0
@@ -106,25 +106,22 @@ def cmd_rm(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return 1
-    since = time.time()
-    count, freed = housekeeping.remove_jobs(m, jobs)
-    print(f"deleted {count} jobs, freed {human_size(freed)}; `monkey gc` frees their blobs")
-    juids = {j.juid for j in jobs}
-    hosts = sorted({c["instance"] for c in m.store.host_chores() if c["job"] in juids})
-    _print_hosts(
-        m, hosts, since, lambda f: f"{f['runs']} job folders ({human_size(f['run_bytes'])})"
+    done = m.rm([j.juid for j in jobs])
+    print(
+        f"deleted {done['jobs']} jobs, freed {human_size(done['freed'])}; `monkey gc` frees "
+        "their blobs"
     )
+    _print_hosts(done["hosts"], lambda f: f"{f['runs']} job folders ({human_size(f['run_bytes'])})")
     return 0
 
 
-def _print_hosts(
-    m: Monkey, hosts: list[str], since: float, freed: Callable[[dict[str, int]], str]
-) -> None:
-    """Wait for the core to carry out the chores just recorded for HOSTS; say what each freed
-    (FREED words it) and which are not reached yet."""
+def _print_hosts(asked: dict[str, Any], freed: Callable[[dict[str, int]], str]) -> None:
+    """Say what each host ASKED (a facade's hosts report) freed (FREED words it) and which
+    are not reached yet."""
     from monkey import host_cleanup
+    from monkey.facade.disk import hosts_report
 
-    report = host_cleanup.ask(m, hosts, since)
+    report = hosts_report(asked)
     for host, done in report.done.items():
         got = done["usage"].get("freed")
         print(
@@ -145,24 +142,17 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
     m = monkey()
-    grace = housekeeping.parse_age(args.grace)
-    report = housekeeping.gc(m, grace)
+    report = m.gc(housekeeping.parse_age(args.grace))
     h = human_size
     print(
-        f"freed {h(report.total)}: {report.blobs} blobs ({h(report.blob_bytes)}), "
-        f"{report.runs} folders of deleted jobs ({h(report.run_bytes)}), "
-        f"{report.envs} environments ({h(report.env_bytes)}), "
-        f"{report.datasets} dataset copies ({h(report.dataset_bytes)}), "
-        f"code copies left behind ({h(report.code_bytes)})"
+        f"freed {h(report['total'])}: {report['blobs']} blobs ({h(report['blob_bytes'])}), "
+        f"{report['runs']} folders of deleted jobs ({h(report['run_bytes'])}), "
+        f"{report['envs']} environments ({h(report['env_bytes'])}), "
+        f"{report['datasets']} dataset copies ({h(report['dataset_bytes'])}), "
+        f"code copies left behind ({h(report['code_bytes'])})"
     )
-    since = time.time()
-    from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
-
-    hosts = m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES)
     _print_hosts(
-        m,
-        hosts,
-        since,
+        report["hosts"],
         lambda f: (
             f"{f['blobs']} blobs ({h(f['blob_bytes'])}), {f['runs']} "
             f"folders of deleted jobs ({h(f['run_bytes'])}), {f['partial']} partial uploads "
@@ -173,20 +163,20 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_du(args: argparse.Namespace) -> int:
-    from monkey import housekeeping
     from monkey.shell.table import render
 
     m = monkey()
     if args.hosts:
         return _du_hosts(m, args.json)
-    parts = housekeeping.usage(m)
+    du = m.du()
+    root, parts = du["home"], du["parts"]
     if args.json:
-        print(json.dumps({"home": str(m.home.root), **parts}, indent=2))
+        print(json.dumps({"home": root, **parts}, indent=2))
         return 0
     h = human_size
     rows = [[name, h(p["bytes"]), f"{p['files']:,}"] for name, p in parts.items()]
     rows.append(["total", h(sum(p["bytes"] for p in parts.values())), ""])
-    print(f"{m.home.root}: {parts['runs']['jobs']:,} jobs")
+    print(f"{root}: {parts['runs']['jobs']:,} jobs")
     render(["PART", "SIZE", "FILES"], rows)
     blobs = parts["blobs"]
     if blobs["partial_files"]:
@@ -198,32 +188,22 @@ def cmd_du(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from monkey import housekeeping
-
-    m = monkey()
-    report = housekeeping.verify(m, args.jobs)
-    blobs = f"{report.blobs:,} blob" + ("" if report.blobs == 1 else "s")
-    jobs = f"{report.jobs:,} job" + ("" if report.jobs == 1 else "s")
+    report = monkey().verify(args.jobs)
+    damaged, missing = report["damaged"], report["missing"]
+    blobs = f"{report['blobs']:,} blob" + ("" if report["blobs"] == 1 else "s")
+    jobs = f"{report['jobs']:,} job" + ("" if report["jobs"] == 1 else "s")
     print(
-        f"checked {blobs} ({human_size(report.bytes)}) of {jobs}: "
-        f"{len(report.damaged)} damaged, {len(report.missing)} missing"
+        f"checked {blobs} ({human_size(report['bytes'])}) of {jobs}: "
+        f"{len(damaged)} damaged, {len(missing)} missing"
     )
-    for word, found in (
-        ("damaged (set aside in blobs/.damaged)", report.damaged),
-        ("missing", report.missing),
-    ):
+    for word, found in (("damaged (set aside in blobs/.damaged)", damaged), ("missing", missing)):
         for digest, uses in sorted(found.items()):
             shown = "; ".join(f"job {juid} {what}" for juid, what in uses[:5])
             more = f" and {len(uses) - 5} more" if len(uses) > 5 else ""
             print(f"{word}: blob {digest}: {shown or 'no job uses it'}{more}")
-    if report.damaged or report.missing:
+    if damaged or missing:
         affected = sorted(
-            {
-                juid
-                for found in (report.damaged, report.missing)
-                for uses in found.values()
-                for juid, _ in uses
-            }
+            {juid for found in (damaged, missing) for uses in found.values() for juid, _ in uses}
         )
         if affected:
             print(
@@ -238,14 +218,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _du_hosts(m: Monkey, as_json: bool) -> int:
     """`du --hosts`: each SSH host measured now (the last measure of one not reached)."""
     from monkey import host_cleanup
+    from monkey.facade.disk import hosts_report
     from monkey.shell.table import render
 
-    since = time.time()
-    from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
-
-    hosts = m.store.owe_hosts("du", None, HOST_FOLDERS, BUCKET_FILES)
-    report = host_cleanup.ask(m, hosts, since)
-    known = m.store.host_usage()
+    found = m.du_hosts()
+    hosts, known = found["hosts"], found["known"]
+    report = hosts_report(found["asked"])
     if as_json:
         print(
             json.dumps(

@@ -533,10 +533,10 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from monkey.api import Monkey
+    from monkey.shell.common import monkey
 
     logging.getLogger("monkey").addHandler(logging.NullHandler())  # the report says it all
-    report = Monkey().check_provider(args.name)
+    report = monkey().check_provider(args.name)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -705,15 +705,15 @@ def delete_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser
 
 
 def _instance_row(m: Any, instance: str) -> dict[str, Any]:
-    return next((r for r in m.store.instances() if r["id"] == instance), {"id": instance})
+    return next((r for r in m.instances() if r["id"] == instance), {"id": instance})
 
 
 def cmd_create_instance(args: argparse.Namespace) -> int:
     import json
 
-    from monkey.api import Monkey
+    from monkey.shell.common import monkey
 
-    m = Monkey()
+    m = monkey()
     req = m.create_instance(args.provider, size=args.size, spot=args.spot, host=args.host)
     row = _instance_row(m, req["instance"])
     if args.json:
@@ -737,9 +737,9 @@ def cmd_create_instance(args: argparse.Namespace) -> int:
 
 
 def cmd_delete_instance(args: argparse.Namespace) -> int:
-    from monkey.api import Monkey
+    from monkey.shell.common import monkey
 
-    m = Monkey()
+    m = monkey()
     req = m.delete_instance(args.instance, force=args.force)
     row = _instance_row(m, req["instance"])
     print(

@@ -15,24 +15,17 @@ class NotRemote(UsageError):
 
 def remote_ready(name: str, args: argparse.Namespace) -> bool:
     """Whether command NAME (parsed into ARGS) works through a remote."""
-    if name in ("remote", "completion"):  # this machine's own settings
+    if name in ("remote", "completion", "init"):  # this machine's own settings and files
         return True
     if name == "list":
-        return args.what in ("jobs", "providers")
-    if name == "sweep":  # a new sweep (its actions: not yet)
-        return not args.cmd or args.cmd[0] not in ("status", "cancel", "pause", "resume", "retry")
+        return args.what in ("jobs", "providers", "sweeps")
+    if name == "provider":  # adding one reads credentials on this machine
+        return args.action == "check"
     return name in (
-        "logs",
-        "job",
-        "kill",
-        "metrics",
-        "search",
-        "run",
-        "rerun",
-        "info",
-        "clone",
-        "cat",
-        "pull",
+        *("logs", "job", "kill", "metrics", "search", "info", "sweep"),
+        *("run", "rerun", "clone", "cat", "pull"),
+        *("compare", "diff", "plot", "report", "export"),
+        *("rm", "du", "gc", "verify", "create", "delete"),
     )
 
 
@@ -41,6 +34,11 @@ def check_remote(words: str) -> None:
     from monkey.remote.settings import selected
 
     remote = selected()
+    if remote and words == "provider add":
+        raise NotRemote(
+            f"monkey provider add reads credentials and keys on this machine; run it on the "
+            f"main node (remote {remote})"
+        )
     if remote:
         raise NotRemote(
             f"monkey {words} does not work through a remote yet; run it on the main "

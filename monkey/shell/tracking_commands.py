@@ -90,26 +90,8 @@ def _selected(
     m: Monkey, refs: list[str], name: str | None, since: str | None
 ) -> tuple[list[str], str]:
     """The jobs chosen by REFS, --name and --since, oldest first, and words saying how."""
-    from fnmatch import fnmatchcase
-
-    from monkey.housekeeping import parse_age
-    from monkey.models import MonkeyError
-
-    if refs:
-        jobs = [j for j in (m.store.get_job(m.store.resolve(r)) for r in dict.fromkeys(refs)) if j]
-    else:
-        jobs = m.store.list_jobs(newest_first=False)
-    words = [f"jobs {', '.join(refs)}"] if refs else ["jobs"]
-    if name:
-        jobs = [j for j in jobs if fnmatchcase(j.name, name)]
-        words.append(f"named {name}")
-    if since:
-        cut = time.time() - parse_age(since)
-        jobs = [j for j in jobs if j.created_at >= cut]
-        words.append(f"created in the last {since}")
-    if not jobs:
-        raise MonkeyError(f"no {' '.join(words)}; see `monkey list jobs`")
-    return [j.juid for j in jobs], " ".join(words)
+    juids, words = m.select_jobs(refs, name, since)
+    return list(juids), words
 
 
 def plot_parser(cls: ParserClass) -> argparse.ArgumentParser:
@@ -465,8 +447,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     refs = args.jobs
     if args.name or args.since:
         if args.sweep:
-            sid = m.store.resolve_sweep(args.sweep)
-            refs = [j.juid for j in m.store.list_jobs(sweep=sid, newest_first=False)]
+            refs = m.export_jobs(None, args.sweep)
         refs, _ = _selected(m, refs, args.name, args.since)
         counts = m.export(refs, to=args.to, csv_dir=args.csv)
     else:
@@ -585,8 +566,7 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
     m = monkey()
     if action != "status":
         done = m.sweep_control(ref, action)
-        sid = m.store.resolve_sweep(ref)
-        print(f"{sid} {action}: {done['jobs']} runs")
+        print(f"{done['sweep']} {action}: {done['jobs']} runs")
         return 0
     st = m.sweep_status(ref)
     costs = m.costs([j["job"] for j in st["jobs"]])

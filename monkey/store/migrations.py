@@ -300,6 +300,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE jobs ADD COLUMN owner TEXT;
         """,
     ),
+    (
+        "0017_event_actors",
+        # Who acted (a user of `monkey server`, or this machine's user; NULL: the core, or an
+        # event from before actors were recorded); `list jobs --mine/--owner` by owner.
+        """
+        ALTER TABLE events ADD COLUMN actor TEXT;
+        CREATE INDEX jobs_owner ON jobs(owner, seq);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
