@@ -255,8 +255,9 @@ def _relay(sock: socket.socket, chan: paramiko.Channel) -> None:
                 if not data:
                     return
                 sock.sendall(data)
-    except (OSError, EOFError, ValueError):
-        return
+    except (OSError, EOFError, ValueError, paramiko.SSHException):
+        return  # the link went down (a cut SSH connection says so as SSHException): the
+        # client's read fails and it reconnects
     finally:
         chan.close()
         sock.close()
