@@ -41,6 +41,15 @@ CALLS = (
     "whoami",
     "rerun_sweep",
     "sweep_status",
+    # what the dashboard reads (monkey.tui)
+    "jobs",
+    "jobs_changed",
+    "latest_metrics",
+    "live_attempts",
+    "instances",
+    "core_status",
+    "metric_names",
+    "sweep_analysis",
 )
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
@@ -68,6 +77,21 @@ class RemoteMonkey:
         if method not in CALLS:
             raise AttributeError(f"{method!r} is not available through a remote yet")
         return lambda *args, **kwargs: self.client.call(method, *args, **kwargs)
+
+    @property
+    def providers(self) -> dict[str, Any]:
+        """As ``Monkey.providers``: the main node's providers.yml (secrets redacted)."""
+        from monkey.config import ProviderConfig
+
+        configs = self.client.call("provider_configs")
+        return {name: ProviderConfig(name, kind, opts) for name, (kind, opts) in configs.items()}
+
+    def start_core(self) -> int:
+        """Never a core on this machine: the main node's server runs its core."""
+        raise RemoteError(
+            f"{self.name}: the main node's core is run by its server; if it is down, restart "
+            "the server there: monkey server stop; monkey server start"
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -268,10 +292,12 @@ class RemoteMonkey:
         tail: int | None = None,
         poll: float = 1.0,
         stream: str | None = None,
+        idle: bool = False,
     ) -> Iterator[bytes]:
         """The job's output as it is written until the job ends (as ``Monkey.follow``). A
         dropped connection or a restarted server is waited for (back-off, up to RESUME_FOR
-        seconds) and the output resumes from the last byte yielded: none lost or doubled."""
+        seconds) and the output resumes from the last byte yielded: none lost or doubled.
+        With IDLE, an empty piece each second nothing is written (a reader can stop then)."""
         stream = stream or ("stderr" if stderr else "stdout")
         juid = self.resolve(ref)
         start: dict[str, Any] = {"offsets": {}, "marked": []}
@@ -288,7 +314,7 @@ class RemoteMonkey:
                 if lost_at is not None:
                     print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
                 lost_at, tries, first = None, 0, False
-                if (yield from _frames(resp, start)):
+                if (yield from _frames(resp, start, idle)):
                     return
                 raise Unreachable("the stream ended early")
             except Unreachable:
@@ -330,9 +356,10 @@ def _extract(stream: Any, dest: Path) -> None:
             tar.extract(member, dest)
 
 
-def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
+def _frames(resp: Any, start: dict[str, Any], idle: bool = False) -> Generator[bytes, None, bool]:
     """Yield the pieces of a follow stream, recording in START where each ended (only once
-    it is whole); True when the server said the job ended, False when the stream broke."""
+    it is whole); True when the server said the job ended, False when the stream broke.
+    With IDLE, an empty piece for each keep-alive."""
     try:
         while True:
             head = resp.readline()
@@ -340,6 +367,8 @@ def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
                 return False
             kind, *fields = head.decode().split()
             if kind == "K":
+                if idle:
+                    yield b""
                 continue
             if kind == "E":
                 resp.read()  # the stream's end: the connection serves the next call

@@ -45,6 +45,16 @@ CALLS: dict[str, Call] = {
     "rerun": Call(submits=True),
     "rerun_sweep": Call(submits=True),
     "check_provider": Call(admin=True),  # it records what it finds, as the core would
+    # what the dashboard reads (monkey.tui): any user
+    "jobs": Call(),
+    "jobs_changed": Call(),
+    "latest_metrics": Call(),
+    "live_attempts": Call(),
+    "instances": Call(),
+    "core_status": Call(),
+    "metric_names": Call(),
+    "sweep_analysis": Call(),
+    "provider_configs": Call(),
 }
 
 
@@ -58,6 +68,8 @@ def run_call(
         raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if method == "whoami":
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
+    if method == "provider_configs":
+        return _provider_configs(m)
     if method == "job_listing":  # owners are shown on a server with several users
         kwargs = {**kwargs, "owners": m.store.count_users() > 1}
     if rule.acts:
@@ -115,3 +127,20 @@ def _own_sweep(m: Monkey, name: str, ref: Any) -> None:
             f"sweep {sid} has runs of {', '.join(others)}; only their owner or an admin may "
             "re-run them in place (without --in-place the new runs are yours)"
         )
+
+
+def _provider_configs(m: Monkey) -> dict[str, list[Any]]:
+    """Provider name -> [type, options] as providers.yml gives them, secrets redacted (the
+    options of a provider may hold a password or a key that no user of the API may see)."""
+    return {name: [cfg.type, _redacted(cfg.options)] for name, cfg in m.providers.items()}
+
+
+def _redacted(value: Any) -> Any:
+    """VALUE with the values of secret-named keys (at any depth) replaced by REDACTED."""
+    from monkey.models import REDACTED, is_secret_name
+
+    if isinstance(value, dict):
+        return {k: REDACTED if is_secret_name(str(k)) else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value

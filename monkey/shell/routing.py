@@ -33,6 +33,8 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         "clone",
         "cat",
         "pull",
+        "dash",
+        "web",
     )
 
 

@@ -125,7 +125,8 @@ class CoreStarted(Message):
 
 
 class DashApp(App[None]):
-    """The dashboard. ``job`` opens it on one job; ``clock`` is injectable for snapshots."""
+    """The dashboard of HOME (this machine's) or of a facade (a main node's ``RemoteMonkey``).
+    ``job`` opens it on one job; ``clock`` is injectable for snapshots."""
 
     CSS_PATH = Path(__file__).with_name("dash.tcss")
     TITLE = "monkey"
@@ -147,7 +148,7 @@ class DashApp(App[None]):
 
     def __init__(
         self,
-        home: str | os.PathLike[str] | Home | None = None,
+        home: str | os.PathLike[str] | Home | Any | None = None,
         *,
         job: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -331,7 +332,12 @@ class DashApp(App[None]):
             self._frozen = True
         self._report(message.problem)
         if self.core_pid and not message.core_pid:
-            self.notify("the core stopped; press D to start it", severity="warning")
+            self.notify(
+                f"the core of main node {self.shared.remote} stopped; its server restarts it"
+                if self.shared.remote
+                else "the core stopped; press D to start it",
+                severity="warning",
+            )
         self.core_pid = message.core_pid
         self.providers = message.providers
         self.table.load(message.jobs, message.cells, message.widths, message.now, message.values)
