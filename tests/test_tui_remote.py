@@ -8,13 +8,18 @@ from pathlib import Path
 
 import pytest
 from mainnode import MainNode, wait_until_ended
-from test_tui import cell, drive, shown, until
+from test_tui import cell, drive, screen_text, shown, until
+from test_tui_charts import NOW, drawn, fill_sweep, overlaid_metrics
+from test_tui_charts import drive as charts_drive
 
+from monkey.api import Monkey
+from monkey.models import REDACTED
 from monkey.remote.facade import RemoteMonkey
 from monkey.tui.app import DashApp
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.log_pane import LogPane
+from monkey.tui.sweep_view import SweepScreen
 
 pytestmark = pytest.mark.system
 
@@ -119,3 +124,71 @@ def test_remote_dash_cancels_ones_own_job_and_refuses_a_colleagues_in_one_line(n
     assert state_on_server(node, mine) == "cancelled"
     assert state_on_server(node, theirs) == "running"
     no_job_data(node)
+
+
+def test_remote_dash_draws_a_runs_metrics_and_its_sweeps_analysis(node, home):
+    local = Monkey(home)  # the main node's store, filled as its core would
+    sid, juids = fill_sweep(local, n=6)
+    analysis = local.sweep_analysis(sid)
+    local.store.close()
+    node.add_remote()
+    remote = RemoteMonkey("lab")
+    app = DashApp(remote, clock=lambda: NOW)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: app.table.row_count == 7, "the sweep's runs")
+        pane = await overlaid_metrics(app, pilot, juids[:2])
+        await until(
+            pilot,
+            lambda: pane.drawn.get("loss") and len(pane.drawn["loss"]) == 2,
+            "the loss of both runs",
+        )
+        xs, ys = pane.drawn["loss"][juids[0]]
+        assert xs == list(range(20)) and ys[0] > ys[-1]
+        assert "lr=0.001" in screen_text(app)  # the legend: the runs' parameters
+        await pilot.press("escape")
+        app.table.move_cursor(juids[3])
+        await pilot.press("a")
+        await until(
+            pilot, lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen), "the view"
+        )
+        assert app.screen.importance == analysis["importance"]
+        assert app.screen.best == analysis["best"]
+
+    charts_drive(app, body)
+    remote.close()
+    no_job_data(node)
+
+
+def test_remote_dash_command_is_routed_to_the_main_node(node):
+    node.add_remote()
+    juid = node.server("run", "--", "true").stdout.strip()
+    for argv in (["dash"], ["dash", juid[:-1]], ["web", "--juid", "last"]):
+        done = node.laptop("--remote", "lab", *argv)  # no terminal here: refused, in one line
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip() == (
+            "monkey: error: the dashboard needs a terminal; use `monkey list jobs` or "
+            "`monkey info job JOB` in scripts"
+        )
+    wrong = node.laptop("--remote", "lab", "dash", "nosuchjob")  # resolved by the main node
+    assert wrong.returncode == 1 and "nosuchjob" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+    no_job_data(node)
+
+
+def test_providers_through_a_remote_hide_their_secrets(node):
+    (node.home / "providers.yml").write_text(
+        "providers:\n  box:\n    type: ssh\n    hosts:\n"
+        "      - {host: 127.0.0.1, user: alice, key: /home/alice/.ssh/lab_key}\n"
+    )
+    node.add_remote()
+    remote = RemoteMonkey("lab")
+    try:
+        providers = remote.providers
+    finally:
+        remote.close()
+    assert sorted(providers) == ["box", "local"]
+    assert providers["box"].type == "ssh"
+    assert providers["box"].options["hosts"] == [
+        {"host": "127.0.0.1", "user": "alice", "key": REDACTED}
+    ]
