@@ -19,6 +19,7 @@ from monkey.tui.app import DashApp
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.job_screen import JobScreen
 from monkey.tui.log_pane import LogPane
+from monkey.tui.new_job import NewJobScreen
 from monkey.tui.sweep_view import SweepScreen
 
 pytestmark = pytest.mark.system
@@ -192,3 +193,28 @@ def test_providers_through_a_remote_hide_their_secrets(node):
     assert providers["box"].options["hosts"] == [
         {"host": "127.0.0.1", "user": "alice", "key": REDACTED}
     ]
+
+
+def test_remote_dash_new_job_runs_the_laptops_folder_and_its_retry_is_followed(node):
+    (Path.cwd() / "hello.txt").write_text("from the laptop\n")  # the form's folder: here
+    node.add_remote()
+    remote = RemoteMonkey("lab")
+    app = DashApp(remote)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: app.providers, "the main node's providers")
+        await pilot.press("n", *"cat hello.txt", "ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, NewJobScreen), "the form to close")
+        await until(pilot, lambda: len(shown(app)) == 1, "the new job in the table")
+        juid = shown(app)[0]
+        await until(pilot, lambda: cell(app, juid, "state") == "succeeded", "it to run", 60)
+        await pilot.press("enter", "l")
+        pane = app.screen.query_one(LogPane)
+        await until(pilot, lambda: "from the laptop" in pane.view.lines, "its output")
+        await pilot.press("r")  # retry from the job screen: the second attempt is followed
+        await until(pilot, lambda: pane.view.lines.count("from the laptop") == 2, "attempt 2", 60)
+        assert any("attempt 2" in line for line in pane.view.lines)
+
+    drive(app, body)
+    remote.close()
+    no_job_data(node)

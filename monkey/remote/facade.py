@@ -293,11 +293,14 @@ class RemoteMonkey:
         poll: float = 1.0,
         stream: str | None = None,
         idle: bool = False,
-    ) -> Iterator[bytes]:
+        files: bool = False,
+    ) -> Iterator[Any]:
         """The job's output as it is written until the job ends (as ``Monkey.follow``). A
         dropped connection or a restarted server is waited for (back-off, up to RESUME_FOR
         seconds) and the output resumes from the last byte yielded: none lost or doubled.
-        With IDLE, an empty piece each second nothing is written (a reader can stop then)."""
+        With IDLE, an empty piece each second nothing is written (a reader can stop then);
+        with FILES, as ``Monkey.follow_pieces``: (file, offset, piece), ("mark", N, line),
+        None each second nothing is written."""
         stream = stream or ("stderr" if stderr else "stdout")
         juid = self.resolve(ref)
         start: dict[str, Any] = {"offsets": {}, "marked": []}
@@ -314,7 +317,7 @@ class RemoteMonkey:
                 if lost_at is not None:
                     print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
                 lost_at, tries, first = None, 0, False
-                if (yield from _frames(resp, start, idle)):
+                if (yield from _frames(resp, start, idle, files)):
                     return
                 raise Unreachable("the stream ended early")
             except Unreachable:
@@ -356,10 +359,12 @@ def _extract(stream: Any, dest: Path) -> None:
             tar.extract(member, dest)
 
 
-def _frames(resp: Any, start: dict[str, Any], idle: bool = False) -> Generator[bytes, None, bool]:
+def _frames(
+    resp: Any, start: dict[str, Any], idle: bool = False, files: bool = False
+) -> Generator[Any, None, bool]:
     """Yield the pieces of a follow stream, recording in START where each ended (only once
     it is whole); True when the server said the job ended, False when the stream broke.
-    With IDLE, an empty piece for each keep-alive."""
+    With IDLE, an empty piece for each keep-alive; with FILES, as ``RemoteMonkey.follow``."""
     try:
         while True:
             head = resp.readline()
@@ -367,8 +372,8 @@ def _frames(resp: Any, start: dict[str, Any], idle: bool = False) -> Generator[b
                 return False
             kind, *fields = head.decode().split()
             if kind == "K":
-                if idle:
-                    yield b""
+                if idle or files:
+                    yield None if files else b""
                 continue
             if kind == "E":
                 resp.read()  # the stream's end: the connection serves the next call
@@ -386,8 +391,10 @@ def _frames(resp: Any, start: dict[str, Any], idle: bool = False) -> Generator[b
                 continue
             if kind == "M":
                 start["marked"].append(int(fields[0]))
+                piece: Any = ("mark", int(fields[0]), body)
             else:  # D FILE OFFSET SIZE
                 start["offsets"][fields[0]] = int(fields[1]) + size
-            yield body
+                piece = (fields[0], int(fields[1]), body)
+            yield piece if files else body
     except (OSError, ValueError, IndexError, http.client.HTTPException):
         return False

@@ -158,24 +158,35 @@ class LogPane(Vertical):
     def _tail_remote(self, juid: str, stderr: bool, generation: int) -> None:
         """As ``_tail``, through a main node's follow stream (which resumes after a dropped
         link) from the last MAX_LINES lines, until the job ends; then looks every POLL
-        seconds whether it runs again (a retry) to follow it afresh. Ends when cancelled
+        seconds whether it ran again (a retry) to follow it afresh. Ends when cancelled
         (the stream has a keep-alive each second)."""
         worker = get_current_worker()
         monkey = self.shared.fresh()
         again = False
         try:
             while not worker.is_cancelled:
-                decoder = codecs.getincrementaldecoder("utf-8")("replace")
-                pieces = monkey.follow(juid, stderr=stderr, tail=MAX_LINES, poll=POLL, idle=True)
+                decoders: dict[str, codecs.IncrementalDecoder] = {}
+                pieces = monkey.follow(juid, stderr=stderr, tail=MAX_LINES, poll=POLL, files=True)
                 for piece in pieces:
                     if worker.is_cancelled:
                         pieces.close()
                         return
-                    text = decoder.decode(piece)
+                    if piece is None or piece[0] == "mark":  # a keep-alive (marks: not asked)
+                        continue
+                    name, offset, data = piece
+                    head = ""
+                    if name not in decoders:
+                        decoders[name] = codecs.getincrementaldecoder("utf-8")("replace")
+                        head = _attempt_header(Path(name), offset, len(decoders) > 1)
+                    text = head + decoders[name].decode(data)
                     if text or again:
                         self.post_message(self.Output(text, generation, again))
                         again = False
-                while not worker.is_cancelled and monkey.get_job(juid).state not in LIVE:
+                ended = monkey.get_job(juid).attempts
+                while not worker.is_cancelled:  # a retry may end within a look: count them
+                    job = monkey.get_job(juid)
+                    if job.state in LIVE or job.attempts != ended:
+                        break
                     time.sleep(POLL)
                 again = True
         except MonkeyError as exc:
