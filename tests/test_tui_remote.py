@@ -59,7 +59,7 @@ def test_remote_dash_shows_the_main_nodes_jobs_live_and_follows_a_log(node, tmp_
     async def body(pilot) -> None:
         await until(pilot, lambda: shown(app) == [first], "the main node's job")
         await until(pilot, lambda: cell(app, first, "state") == "running", "it running", 60)
-        assert "core running" in str(app.status.render())  # the main node's core
+        assert "main node lab: core running" in str(app.status.render())
         assert app.providers and "local" in app.providers
         second = node.server("run", "--", "sleep", "600").stdout.strip()
         await until(pilot, lambda: shown(app) == [second, first], "a new job, live")

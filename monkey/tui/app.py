@@ -369,6 +369,7 @@ class DashApp(App[None]):
             sort=table.sort_label(),
             grouped=table.group_sweeps,
             problems=table.problems,
+            remote=self.shared.remote,
         )
         self._offer_legal_actions()
 
