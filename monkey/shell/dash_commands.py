@@ -47,8 +47,9 @@ def cmd_dash(args: argparse.Namespace) -> int:
     reopen = os.environ.pop(REOPEN, None)
     if reopen is not None:
         args.job = reopen or None
-    monkey = facade()  # this machine's, or the selected main node's
+    monkey = None
     if args.job:
+        monkey = facade()  # this machine's, or the selected main node's
         try:
             juid = monkey.job(args.job).juid
         except BaseException:
@@ -57,13 +58,15 @@ def cmd_dash(args: argparse.Namespace) -> int:
     if not (
         sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()
     ):  # Textual draws on stderr
-        _close(monkey)
+        if monkey is not None:
+            _close(monkey)
         raise MonkeyError(
             "the dashboard needs a terminal; use `monkey list jobs` or "
             "`monkey info job JOB` in scripts"
         )
     from monkey.tui.app import DashApp
 
+    monkey = monkey or facade()
     app = DashApp(monkey, job=juid)
     try:
         app.run()
