@@ -18,6 +18,10 @@ from monkey.api import LIVE, LOGS, Follower, LogCursor, MonkeyError
 from monkey.client_agent import rundir
 from monkey.tui.shared import SharedMonkey
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 POLL = 1.0  # seconds between looks at the log files when nothing is written (a new attempt)
 FIRST_TAIL = 2 << 20  # at open, show at most this much of an attempt's existing output
 MAX_READ = 4 << 20  # at most this much per file per look, so a flood never stalls a look
@@ -182,18 +186,30 @@ class LogPane(Vertical):
                     if text or again:
                         self.post_message(self.Output(text, generation, again))
                         again = False
-                ended = monkey.get_job(juid).attempts
-                while not worker.is_cancelled:  # a retry may end within a look: count them
-                    job = monkey.get_job(juid)
-                    if job.state in LIVE or job.attempts != ended:
-                        break
-                    time.sleep(POLL)
+                self._wait_to_run_again(monkey, juid, generation)
                 again = True
         except MonkeyError as exc:
             if not worker.is_cancelled:
                 self.post_message(self.Trouble(str(exc), generation))
         finally:
             self.shared.close(monkey)
+
+    def _wait_to_run_again(self, monkey: Any, juid: str, generation: int) -> None:
+        """Return once job JUID ran again since its follow ended (a retry may run and end
+        between two looks: its attempts are counted) or the worker is cancelled. A main
+        node out of reach meanwhile is said in the status line and looked at again."""
+        worker = get_current_worker()
+        ended: int | None = None
+        while not worker.is_cancelled:
+            try:
+                job = monkey.get_job(juid)
+            except MonkeyError as exc:
+                self.post_message(self.Trouble(str(exc), generation))
+            else:
+                if job.state in LIVE or ended not in (None, job.attempts):
+                    return
+                ended = job.attempts
+            time.sleep(POLL)
 
     @on(Trouble)
     def _on_trouble(self, message: Trouble) -> None:
