@@ -50,6 +50,7 @@ CALLS = (
     "core_status",
     "metric_names",
     "sweep_analysis",
+    "dashboard_state",
 )
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down

@@ -55,6 +55,7 @@ CALLS: dict[str, Call] = {
     "metric_names": Call(),
     "sweep_analysis": Call(),
     "provider_configs": Call(),
+    "dashboard_state": Call(),
 }
 
 
@@ -70,6 +71,8 @@ def run_call(
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
     if method == "provider_configs":
         return _provider_configs(m)
+    if method == "dashboard_state":
+        return _dashboard_state(m, *args, **kwargs)
     if method == "job_listing":  # owners are shown on a server with several users
         kwargs = {**kwargs, "owners": m.store.count_users() > 1}
     if rule.acts:
@@ -133,6 +136,24 @@ def _provider_configs(m: Monkey) -> dict[str, list[Any]]:
     """Provider name -> [type, options] as providers.yml gives them, secrets redacted (the
     options of a provider may hold a password or a key that no user of the API may see)."""
     return {name: [cfg.type, _redacted(cfg.options)] for name, cfg in m.providers.items()}
+
+
+def _dashboard_state(m: Monkey, now: float | None = None) -> dict[str, Any]:
+    """What the dashboard reads at each poll besides the jobs, in one answer: the providers
+    (or the problem reading them), the core's pid, live attempts, recorded instances and
+    the instances monkey created (see monkey.tui.app)."""
+    try:
+        providers, problem = _provider_configs(m), None
+    except MonkeyError as exc:  # the rest is still worth showing
+        providers, problem = {}, str(exc)
+    return {
+        "providers": providers,
+        "problem": problem,
+        "core": m.core_status(),
+        "live": m.live_attempts(),
+        "instances": m.instances(),
+        "created": m.monkey_instances(now) if providers else [],
+    }
 
 
 def _redacted(value: Any) -> Any:

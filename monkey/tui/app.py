@@ -267,14 +267,19 @@ class DashApp(App[None]):
             if self._since is None or newest > self._since:
                 self._since_at = real_now
             self._since = max(self._since or 0.0, newest) or real_now
-        problem = None
-        try:
-            providers = {
-                name: (cfg.type, dict(cfg.options))
-                for name, cfg in self.shared.get("providers").items()
-            }
-        except MonkeyError as exc:  # the jobs are still worth showing
-            providers, problem = {}, str(exc)
+        problem, state = None, None
+        if self.shared.remote:  # what a local poll reads one by one, in one round trip
+            state = self.shared("dashboard_state", self.clock())
+            providers = {name: (kind, opts) for name, (kind, opts) in state["providers"].items()}
+            problem = state["problem"]
+        else:
+            try:
+                providers = {
+                    name: (cfg.type, dict(cfg.options))
+                    for name, cfg in self.shared.get("providers").items()
+                }
+            except MonkeyError as exc:  # the jobs are still worth showing
+                providers, problem = {}, str(exc)
         now = self.clock()
         # Metrics change without a change of the job's record while it runs, and its last
         # batch may land just after it ended: read them for live and recently changed jobs.
@@ -293,6 +298,13 @@ class DashApp(App[None]):
                     metrics[juid] = text
         values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
+        if state is None:
+            state = {
+                "core": self.shared("core_status"),
+                "live": self.shared("live_attempts"),
+                "instances": self.shared("instances"),
+                "created": self.shared("monkey_instances", now) if providers else [],
+            }
         self.post_message(
             DataLoaded(
                 changed,
@@ -301,12 +313,12 @@ class DashApp(App[None]):
                 metrics,
                 values,
                 now,
-                self.shared("core_status"),
-                self.shared("live_attempts"),
-                self.shared("instances"),
+                state["core"],
+                state["live"],
+                state["instances"],
                 providers,
                 problem,
-                self.shared("monkey_instances", now) if providers else [],
+                state["created"],
                 partial=first is not None,
             )
         )
