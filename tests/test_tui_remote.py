@@ -218,3 +218,25 @@ def test_remote_dash_new_job_runs_the_laptops_folder_and_its_retry_is_followed(n
     drive(app, body)
     remote.close()
     no_job_data(node)
+
+
+def test_remote_dash_reports_the_main_nodes_broken_providers_file_and_shows_its_jobs(node):
+    juid = node.server("run", "--", "true").stdout.strip()
+    (node.home / "providers.yml").write_text("providers: [unclosed\n")
+    node.add_remote()
+    remote = RemoteMonkey("lab")
+    app = DashApp(remote)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: shown(app) == [juid], "the job")
+        await until(
+            pilot,
+            lambda: any("invalid YAML" in str(n.message) for n in app._notifications),
+            "the problem told",
+        )
+        assert "main node lab: core running" in str(app.status.render())
+        await pilot.press("n")  # the form needs the providers: it says why it cannot open
+        assert not isinstance(app.screen, NewJobScreen)
+
+    drive(app, body)
+    remote.close()
