@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
 RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
+REMOTE_RESYNC = 300.0  # the same through a remote (10,000 jobs: seconds of work both ends)
 FIRST = 200  # newest jobs read and shown first at start, before all the others
 PAINTED = 2.0  # seconds a key that opens a modal waits at most for its first frame
 
@@ -247,7 +248,8 @@ class DashApp(App[None]):
         """Post what changed in the store since the last look (runs in the poll worker);
         with ``first``, only the newest ``first`` jobs (a partial look)."""
         real_now = time.time()
-        full = first is not None or self._since is None or real_now - self._last_full > RESYNC
+        resync = REMOTE_RESYNC if self.shared.remote else RESYNC
+        full = first is not None or self._since is None or real_now - self._last_full > resync
         if first is not None:
             jobs = self.shared("jobs", limit=first)
         elif full:
