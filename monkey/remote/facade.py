@@ -293,15 +293,13 @@ class RemoteMonkey:
         tail: int | None = None,
         poll: float = 1.0,
         stream: str | None = None,
-        idle: bool = False,
         files: bool = False,
     ) -> Iterator[Any]:
         """The job's output as it is written until the job ends (as ``Monkey.follow``). A
         dropped connection or a restarted server is waited for (back-off, up to RESUME_FOR
         seconds) and the output resumes from the last byte yielded: none lost or doubled.
-        With IDLE, an empty piece each second nothing is written (a reader can stop then);
-        with FILES, as ``Monkey.follow_pieces``: (file, offset, piece), ("mark", N, line),
-        None each second nothing is written."""
+        With FILES, as ``Monkey.follow_pieces``: (file, offset, piece), ("mark", N, line),
+        None each second nothing is written (a reader can stop then)."""
         stream = stream or ("stderr" if stderr else "stdout")
         juid = self.resolve(ref)
         start: dict[str, Any] = {"offsets": {}, "marked": []}
@@ -318,7 +316,7 @@ class RemoteMonkey:
                 if lost_at is not None:
                     print(f"monkey: {self.name}: reconnected; following again", file=sys.stderr)
                 lost_at, tries, first = None, 0, False
-                if (yield from _frames(resp, start, idle, files)):
+                if (yield from _frames(resp, start, files)):
                     return
                 raise Unreachable("the stream ended early")
             except Unreachable:
@@ -360,12 +358,10 @@ def _extract(stream: Any, dest: Path) -> None:
             tar.extract(member, dest)
 
 
-def _frames(
-    resp: Any, start: dict[str, Any], idle: bool = False, files: bool = False
-) -> Generator[Any, None, bool]:
+def _frames(resp: Any, start: dict[str, Any], files: bool = False) -> Generator[Any, None, bool]:
     """Yield the pieces of a follow stream, recording in START where each ended (only once
     it is whole); True when the server said the job ended, False when the stream broke.
-    With IDLE, an empty piece for each keep-alive; with FILES, as ``RemoteMonkey.follow``."""
+    With FILES, as ``RemoteMonkey.follow`` says."""
     try:
         while True:
             head = resp.readline()
@@ -373,8 +369,8 @@ def _frames(
                 return False
             kind, *fields = head.decode().split()
             if kind == "K":
-                if idle or files:
-                    yield None if files else b""
+                if files:
+                    yield None
                 continue
             if kind == "E":
                 resp.read()  # the stream's end: the connection serves the next call
