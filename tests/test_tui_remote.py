@@ -63,6 +63,18 @@ def test_remote_dash_shows_the_main_nodes_jobs_live_and_follows_a_log(node, tmp_
         assert app.providers and "local" in app.providers
         second = node.server("run", "--", "sleep", "600").stdout.strip()
         await until(pilot, lambda: shown(app) == [second, first], "a new job, live")
+        await pilot.press("i")  # the main node's providers and live attempts
+        attempts = app.screen.query_one("#attempts-table")
+        await until(
+            pilot,
+            lambda: (
+                {str(attempts.get_row_at(i)[0]) for i in range(attempts.row_count)}
+                == {first, second}
+            ),
+            "both live attempts",
+        )
+        assert str(app.screen.query_one("#instances-table").get_row_at(0)[0]) == "local"
+        await pilot.press("i")
         await pilot.press("down", "enter", "l")
         assert isinstance(app.screen, JobScreen) and app.screen.juid == first
         pane = app.screen.query_one(LogPane)
