@@ -12,6 +12,7 @@ from monkey.remote import split_url
 from monkey.remote.client import normal_fingerprint
 from monkey.remote.codec import dumps, loads
 from monkey.remote.settings import check_name
+from monkey.tracking.ingest import as_columns
 
 
 def test_records_states_and_odd_floats_round_trip():
@@ -75,3 +76,37 @@ def test_tokens_never_start_with_a_dash_and_hold_32_random_bytes():
     tokens = [new_token() for _ in range(2000)]
     assert all(t.startswith("mk_") and len(t) == 3 + 43 for t in tokens)
     assert len(set(tokens)) == len(tokens)
+
+
+def _listed(value):
+    """VALUE with tuples as lists (JSON has no tuples; the dashboard indexes either)."""
+    if isinstance(value, dict):
+        return {k: _listed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_listed(v) for v in value]
+    return value
+
+
+def test_what_the_dashboard_reads_comes_back_as_it_was(home, monkey):
+    from conftest import start_core, wait_for
+
+    start_core(home)
+    juid = monkey.run(["sleep", "60"], name="dash").juid
+    wait_for(lambda: monkey.live_attempts(), what="a live attempt")
+    with monkey.store.tx() as db:
+        monkey.store._insert_columns(db, juid, 1, as_columns([("loss", 1, math.nan, 5.0)]))
+    reads = {
+        "jobs": monkey.jobs(),
+        "jobs_changed": monkey.jobs_changed(0.0),
+        "latest_metrics": monkey.latest_metrics([juid]),
+        "live_attempts": monkey.live_attempts(),
+        "instances": monkey.instances(),
+        "monkey_instances": monkey.monkey_instances(),
+        "core_status": monkey.core_status(),
+        "info": monkey.info(juid),
+        "metric_names": monkey.metric_names(juid),
+    }
+    for name, value in reads.items():
+        back = loads(dumps(value))
+        assert repr(back) == repr(_listed(value)), name  # repr: NaN is not equal to itself
+    monkey.cancel(juid)

@@ -61,6 +61,14 @@ CALLS = (
     "verify",
     "instances",
     "check_provider",
+    # what the dashboard reads (monkey.tui)
+    "jobs",
+    "jobs_changed",
+    "latest_metrics",
+    "live_attempts",
+    "core_status",
+    "metric_names",
+    "dashboard_state",
 )
 # seconds the server waits for the core to create or delete an instance (an answer comes
 # within the client's read timeout; the core goes on with a request still under way)
@@ -128,6 +136,21 @@ class RemoteMonkey:
         if method not in CALLS:
             raise AttributeError(f"{method!r} is not available through a remote yet")
         return lambda *args, **kwargs: self.client.call(method, *args, **kwargs)
+
+    @property
+    def providers(self) -> dict[str, Any]:
+        """As ``Monkey.providers``: the main node's providers.yml (secrets redacted)."""
+        from monkey.config import ProviderConfig
+
+        configs = self.client.call("provider_configs")
+        return {name: ProviderConfig(name, kind, opts) for name, (kind, opts) in configs.items()}
+
+    def start_core(self) -> int:
+        """Never a core on this machine: the main node's server runs its core."""
+        raise RemoteError(
+            f"{self.name}: the main node's core is run by its server; if it is down, restart "
+            "the server there: monkey server stop; monkey server start"
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -417,10 +440,13 @@ class RemoteMonkey:
         tail: int | None = None,
         poll: float = 1.0,
         stream: str | None = None,
-    ) -> Iterator[bytes]:
+        files: bool = False,
+    ) -> Iterator[Any]:
         """The job's output as it is written until the job ends (as ``Monkey.follow``). A
         dropped connection or a restarted server is waited for (back-off, up to RESUME_FOR
-        seconds) and the output resumes from the last byte yielded: none lost or doubled."""
+        seconds) and the output resumes from the last byte yielded: none lost or doubled.
+        With FILES, as ``Monkey.follow_pieces``: (file, offset, piece), ("mark", N, line),
+        None each second nothing is written (a reader can stop then)."""
         stream = stream or ("stderr" if stderr else "stdout")
         juid = self.resolve(ref)
         start: dict[str, Any] = {"offsets": {}, "marked": []}
@@ -436,7 +462,7 @@ class RemoteMonkey:
                 )
                 link.up()
                 first = False
-                if (yield from _frames(resp, start)):
+                if (yield from _frames(resp, start, files)):
                     return
                 raise Unreachable("the stream ended early")
             except Unreachable:
@@ -463,9 +489,10 @@ def _extract(stream: Any, dest: Path) -> None:
             tar.extract(member, dest)
 
 
-def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
+def _frames(resp: Any, start: dict[str, Any], files: bool = False) -> Generator[Any, None, bool]:
     """Yield the pieces of a follow stream, recording in START where each ended (only once
-    it is whole); True when the server said the job ended, False when the stream broke."""
+    it is whole); True when the server said the job ended, False when the stream broke.
+    With FILES, as ``RemoteMonkey.follow`` says."""
     try:
         while True:
             head = resp.readline()
@@ -473,6 +500,8 @@ def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
                 return False
             kind, *fields = head.decode().split()
             if kind == "K":
+                if files:
+                    yield None
                 continue
             if kind == "E":
                 resp.read()  # the stream's end: the connection serves the next call
@@ -490,8 +519,10 @@ def _frames(resp: Any, start: dict[str, Any]) -> Generator[bytes, None, bool]:
                 continue
             if kind == "M":
                 start["marked"].append(int(fields[0]))
+                piece: Any = ("mark", int(fields[0]), body)
             else:  # D FILE OFFSET SIZE
                 start["offsets"][fields[0]] = int(fields[1]) + size
-            yield body
+                piece = (fields[0], int(fields[1]), body)
+            yield piece if files else body
     except (OSError, ValueError, IndexError, http.client.HTTPException):
         return False

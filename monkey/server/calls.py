@@ -67,6 +67,15 @@ CALLS: dict[str, Call] = {
     "instances": Call(),
     "create_instance": Call(admin=True),
     "delete_instance": Call(admin=True),
+    # what the dashboard reads (monkey.tui): any user
+    "jobs": Call(),
+    "jobs_changed": Call(),
+    "latest_metrics": Call(),
+    "live_attempts": Call(),
+    "core_status": Call(),
+    "metric_names": Call(),
+    "provider_configs": Call(),
+    "dashboard_state": Call(),
 }
 
 
@@ -80,6 +89,10 @@ def run_call(
         raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if method == "whoami":
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
+    if method == "provider_configs":
+        return _provider_configs(m)
+    if method == "dashboard_state":
+        return _dashboard_state(m, *args, **kwargs)
     if method == "job_listing":  # owners are shown on a server with several users
         kwargs = {**kwargs, "owners": m.store.count_users() > 1}
     if method == "rm_select" and not user["admin"]:  # `rm --failed`: the user's own jobs
@@ -162,3 +175,38 @@ def _own_jobs(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> 
                     f"owner or an admin may {method} it"
                 )
     return juids
+
+
+def _provider_configs(m: Monkey) -> dict[str, list[Any]]:
+    """Provider name -> [type, options] as providers.yml gives them, secrets redacted (the
+    options of a provider may hold a password or a key that no user of the API may see)."""
+    return {name: [cfg.type, _redacted(cfg.options)] for name, cfg in m.providers.items()}
+
+
+def _dashboard_state(m: Monkey, now: float | None = None) -> dict[str, Any]:
+    """What the dashboard reads at each poll besides the jobs, in one answer: the providers
+    (or the problem reading them), the core's pid, live attempts, recorded instances and
+    the instances monkey created (see monkey.tui.app)."""
+    try:
+        providers, problem = _provider_configs(m), None
+    except MonkeyError as exc:  # the rest is still worth showing
+        providers, problem = {}, str(exc)
+    return {
+        "providers": providers,
+        "problem": problem,
+        "core": m.core_status(),
+        "live": m.live_attempts(),
+        "instances": m.instances(),
+        "created": m.monkey_instances(now) if providers else [],
+    }
+
+
+def _redacted(value: Any) -> Any:
+    """VALUE with the values of secret-named keys (at any depth) replaced by REDACTED."""
+    from monkey.models import REDACTED, is_secret_name
+
+    if isinstance(value, dict):
+        return {k: REDACTED if is_secret_name(str(k)) else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value

@@ -22,7 +22,7 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
     if name == "provider":  # adding one reads credentials on this machine
         return args.action == "check"
     return name in (
-        *("logs", "job", "kill", "metrics", "search", "info", "sweep"),
+        *("logs", "job", "kill", "metrics", "search", "info", "sweep", "dash", "web"),
         *("run", "rerun", "clone", "cat", "pull"),
         *("compare", "diff", "plot", "report", "export"),
         *("rm", "du", "gc", "verify", "create", "delete"),

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 POLL = 1.0  # seconds between looks at the store: the table is at most this late
 OVERLAP = 5.0  # re-read jobs changed this long before the newest change seen (late commits)
 RESYNC = 30.0  # seconds between full re-reads, a safety net under the incremental ones
+REMOTE_RESYNC = 300.0  # the same through a remote (10,000 jobs: seconds of work both ends)
 FIRST = 200  # newest jobs read and shown first at start, before all the others
 PAINTED = 2.0  # seconds a key that opens a modal waits at most for its first frame
 
@@ -125,7 +126,8 @@ class CoreStarted(Message):
 
 
 class DashApp(App[None]):
-    """The dashboard. ``job`` opens it on one job; ``clock`` is injectable for snapshots."""
+    """The dashboard of HOME (this machine's) or of a facade (a main node's ``RemoteMonkey``).
+    ``job`` opens it on one job; ``clock`` is injectable for snapshots."""
 
     CSS_PATH = Path(__file__).with_name("dash.tcss")
     TITLE = "monkey"
@@ -147,7 +149,7 @@ class DashApp(App[None]):
 
     def __init__(
         self,
-        home: str | os.PathLike[str] | Home | None = None,
+        home: str | os.PathLike[str] | Home | Any | None = None,
         *,
         job: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -246,7 +248,8 @@ class DashApp(App[None]):
         """Post what changed in the store since the last look (runs in the poll worker);
         with ``first``, only the newest ``first`` jobs (a partial look)."""
         real_now = time.time()
-        full = first is not None or self._since is None or real_now - self._last_full > RESYNC
+        resync = REMOTE_RESYNC if self.shared.remote else RESYNC
+        full = first is not None or self._since is None or real_now - self._last_full > resync
         if first is not None:
             jobs = self.shared("jobs", limit=first)
         elif full:
@@ -266,14 +269,19 @@ class DashApp(App[None]):
             if self._since is None or newest > self._since:
                 self._since_at = real_now
             self._since = max(self._since or 0.0, newest) or real_now
-        problem = None
-        try:
-            providers = {
-                name: (cfg.type, dict(cfg.options))
-                for name, cfg in self.shared.get("providers").items()
-            }
-        except MonkeyError as exc:  # the jobs are still worth showing
-            providers, problem = {}, str(exc)
+        problem, state = None, None
+        if self.shared.remote:  # what a local poll reads one by one, in one round trip
+            state = self.shared("dashboard_state", self.clock())
+            providers = {name: (kind, opts) for name, (kind, opts) in state["providers"].items()}
+            problem = state["problem"]
+        else:
+            try:
+                providers = {
+                    name: (cfg.type, dict(cfg.options))
+                    for name, cfg in self.shared.get("providers").items()
+                }
+            except MonkeyError as exc:  # the jobs are still worth showing
+                providers, problem = {}, str(exc)
         now = self.clock()
         # Metrics change without a change of the job's record while it runs, and its last
         # batch may land just after it ended: read them for live and recently changed jobs.
@@ -292,6 +300,13 @@ class DashApp(App[None]):
                     metrics[juid] = text
         values = {juid: last[juid] for juid in (*cells, *metrics) if juid in last}
         widths = {juid: cell_widths(row) for juid, row in cells.items()}
+        if state is None:
+            state = {
+                "core": self.shared("core_status"),
+                "live": self.shared("live_attempts"),
+                "instances": self.shared("instances"),
+                "created": self.shared("monkey_instances", now) if providers else [],
+            }
         self.post_message(
             DataLoaded(
                 changed,
@@ -300,12 +315,12 @@ class DashApp(App[None]):
                 metrics,
                 values,
                 now,
-                self.shared("core_status"),
-                self.shared("live_attempts"),
-                self.shared("instances"),
+                state["core"],
+                state["live"],
+                state["instances"],
                 providers,
                 problem,
-                self.shared("monkey_instances", now) if providers else [],
+                state["created"],
                 partial=first is not None,
             )
         )
@@ -331,7 +346,12 @@ class DashApp(App[None]):
             self._frozen = True
         self._report(message.problem)
         if self.core_pid and not message.core_pid:
-            self.notify("the core stopped; press D to start it", severity="warning")
+            self.notify(
+                f"the core of main node {self.shared.remote} stopped; its server restarts it"
+                if self.shared.remote
+                else "the core stopped; press D to start it",
+                severity="warning",
+            )
         self.core_pid = message.core_pid
         self.providers = message.providers
         self.table.load(message.jobs, message.cells, message.widths, message.now, message.values)
@@ -363,6 +383,7 @@ class DashApp(App[None]):
             sort=table.sort_label(),
             grouped=table.group_sweeps,
             problems=table.problems,
+            remote=self.shared.remote,
         )
         self._offer_legal_actions()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -13,9 +14,13 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
-from monkey.api import LOGS, Follower, LogCursor
+from monkey.api import LIVE, LOGS, Follower, LogCursor, MonkeyError
 from monkey.client_agent import rundir
 from monkey.tui.shared import SharedMonkey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 POLL = 1.0  # seconds between looks at the log files when nothing is written (a new attempt)
 FIRST_TAIL = 2 << 20  # at open, show at most this much of an attempt's existing output
@@ -37,6 +42,15 @@ class LogPane(Vertical):
 
     class Output(Message):
         """Text read from the log files by the tail worker."""
+
+        def __init__(self, text: str, generation: int, again: bool = False) -> None:
+            super().__init__()
+            self.text = text
+            self.generation = generation
+            self.again = again  # the whole output again (a main node's job re-queued)
+
+    class Trouble(Message):
+        """Why the output cannot be followed (a main node out of reach for long)."""
 
         def __init__(self, text: str, generation: int) -> None:
             super().__init__()
@@ -87,7 +101,8 @@ class LogPane(Vertical):
         self.view.clear()
         self.matches, self.match_index = [], -1
         self.other = 0
-        self._tail(self.juid, self.stderr, self.generation)  # cancels the old worker
+        tail = self._tail_remote if self.shared.remote else self._tail
+        tail(self.juid, self.stderr, self.generation)  # cancels the old worker
         if old is not None:
             old.wake()  # which then ends at once
         self._show_status()
@@ -143,9 +158,69 @@ class LogPane(Vertical):
             follower.close()
             monkey.store.close()
 
+    @work(thread=True, exclusive=True, group="tail")
+    def _tail_remote(self, juid: str, stderr: bool, generation: int) -> None:
+        """As ``_tail``, through a main node's follow stream (which resumes after a dropped
+        link) from the last MAX_LINES lines, until the job ends; then looks every POLL
+        seconds whether it ran again (a retry) to follow it afresh. Ends when cancelled
+        (the stream has a keep-alive each second)."""
+        worker = get_current_worker()
+        monkey = self.shared.fresh()
+        again = False
+        try:
+            while not worker.is_cancelled:
+                decoders: dict[str, codecs.IncrementalDecoder] = {}
+                pieces = monkey.follow(juid, stderr=stderr, tail=MAX_LINES, poll=POLL, files=True)
+                for piece in pieces:
+                    if worker.is_cancelled:
+                        pieces.close()
+                        return
+                    if piece is None or piece[0] == "mark":  # a keep-alive (marks: not asked)
+                        continue
+                    name, offset, data = piece
+                    head = ""
+                    if name not in decoders:
+                        decoders[name] = codecs.getincrementaldecoder("utf-8")("replace")
+                        head = _attempt_header(Path(name), offset, len(decoders) > 1)
+                    text = head + decoders[name].decode(data)
+                    if text or again:
+                        self.post_message(self.Output(text, generation, again))
+                        again = False
+                self._wait_to_run_again(monkey, juid, generation)
+                again = True
+        except MonkeyError as exc:
+            if not worker.is_cancelled:
+                self.post_message(self.Trouble(str(exc), generation))
+        finally:
+            self.shared.close(monkey)
+
+    def _wait_to_run_again(self, monkey: Any, juid: str, generation: int) -> None:
+        """Return once job JUID ran again since its follow ended (a retry may run and end
+        between two looks: its attempts are counted) or the worker is cancelled. A main
+        node out of reach meanwhile is said in the status line and looked at again."""
+        worker = get_current_worker()
+        ended: int | None = None
+        while not worker.is_cancelled:
+            try:
+                job = monkey.get_job(juid)
+            except MonkeyError as exc:
+                self.post_message(self.Trouble(str(exc), generation))
+            else:
+                if job.state in LIVE or ended not in (None, job.attempts):
+                    return
+                ended = job.attempts
+            time.sleep(POLL)
+
+    @on(Trouble)
+    def _on_trouble(self, message: Trouble) -> None:
+        if message.generation == self.generation:
+            self._show_status(message.text)
+
     @on(Output)
     def _on_output(self, message: Output) -> None:
         if message.generation == self.generation:
+            if message.again:
+                self.view.clear()
             empty = not self.view.line_count
             self.view.write(message.text)
             if empty:

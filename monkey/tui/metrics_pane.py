@@ -138,8 +138,7 @@ class MetricsPane(Horizontal):
         worker = get_current_worker()
         monkey = self.shared.fresh()
         try:
-            jobs = {juid: monkey.store.get_job(juid) for juid in self.juids}
-            params = {juid: job.params if job else {} for juid, job in jobs.items()}
+            params = {juid: _params(monkey, juid) for juid in self.juids}
             labels = run_labels(params)
             palette, by = _colours(self.juids, params)
             while not worker.is_cancelled:
@@ -163,7 +162,7 @@ class MetricsPane(Horizontal):
                     )
                 time.sleep(POLL if chosen or names else POLL / 4)
         finally:
-            monkey.store.close()
+            self.shared.close(monkey)
 
     @on(Loaded)
     def _on_loaded(self, message: Loaded) -> None:
@@ -278,6 +277,18 @@ class MetricsPane(Horizontal):
             title += ": no values above 0 for a log scale (press y)"
         plt.title(title)
         plt.xlabel(X_LABELS[style.x])
+
+
+def _params(monkey: Any, juid: str) -> dict[str, Any]:
+    """Job JUID's parameters ({} when it is gone), read from this machine's store or, through
+    a main node, by its API."""
+    if hasattr(monkey, "store"):
+        job = monkey.store.get_job(juid)
+        return job.params if job else {}
+    try:
+        return monkey.get_job(juid).params
+    except MonkeyError:
+        return {}
 
 
 def _colours(

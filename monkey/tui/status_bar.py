@@ -37,7 +37,9 @@ class StatusBar(Static):
         sort: str,
         grouped: bool,
         problems: int = 0,
+        remote: str | None = None,
     ) -> None:
+        """REMOTE: the main node shown (its core is run by its server, never started here)."""
         up, down = STATE_STYLES["succeeded"], STATE_STYLES["failed"]
         if core_pid:
             core = (
@@ -45,8 +47,12 @@ class StatusBar(Static):
                 if core_pid > 0
                 else f"[{up}]core starting[/]"
             )
+        elif remote:
+            core = f"[{down}]core down[/] — the server of {remote} restarts it"
         else:
             core = f"[{down}]core down[/] — press [b]D[/] to start it"
+        if remote:
+            core = f"main node [b]{remote}[/]: {core}"
         total = sum(counts.values())
         parts = [f"{counts[s]} [{STATE_STYLES[s]}]{s}[/]" for s in _ORDER if counts[s]]
         line = f"{core} · {total} jobs" + (f": {', '.join(parts)}" if parts else "")
