@@ -484,3 +484,17 @@ def test_export_through_a_remote_writes_the_same_files_on_the_laptop(node, tmp_p
 
     assert tables(outs["lap"] / "runs.db") == tables(outs["srv"] / "runs.db")
     assert not list(node.home.rglob("*.csv"))
+
+
+def test_completion_offers_the_main_nodes_recent_jobs(node):
+    node.add_remote()
+    juid = node.server("run", "--", "true").stdout.strip()
+    done = node.laptop("--remote", "lab", "__complete", "logs", "")
+    assert done.returncode == 0, done.stderr
+    assert juid in done.stdout.split()
+    # no MONKEY_HOME is made on the laptop for it
+    assert not [f for f in node.laptop_files() if f.startswith(".monkey")]
+    node.kill()
+    down = node.laptop("--remote", "lab", "__complete", "logs", "")
+    assert down.returncode == 0
+    assert down.stdout.split() == ["last"]

@@ -808,6 +808,13 @@ def _complete(words: list[str]) -> int:
     from monkey.shell.completion import candidates
 
     def recent_jobs() -> list[str]:
+        from monkey.remote.settings import selected
+
+        if selected():  # the main node's jobs; none when it cannot be reached
+            try:
+                return [j.juid for j in monkey().job_listing(limit=50)["jobs"]]
+            except MonkeyError:
+                return []
         from monkey.config import Home
         from monkey.store import Store
 
