@@ -1369,7 +1369,11 @@ def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) 
         "(orphan_timeout 1s): powering the machine off so that its cloud terminates it: echo bye"
         in world.log()
     )
-    assert "the shutdown command succeeded" in world.log()
+    wait_for(  # logged once the command has exited, a moment after its file appeared
+        lambda: "the shutdown command succeeded" in world.log(),
+        timeout=TIMEOUT,
+        what="the command's success in agent.log",
+    )
 
 
 def test_a_failed_shutdown_command_is_logged_and_a_request_is_contact(world: World) -> None:
