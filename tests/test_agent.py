@@ -1363,8 +1363,12 @@ def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) 
     assert not mark.exists() and proc.poll() is None
     gate.touch()
     client.wait_exit("j1")
-    wait_for(mark.exists, timeout=TIMEOUT, what="the shutdown command")
-    assert mark.read_text() == "bye\n" and proc.poll() is None  # it stays: the machine goes
+    wait_for(  # `echo bye >> FILE` makes the file, then writes to it
+        lambda: mark.exists() and mark.read_text() == "bye\n",
+        timeout=TIMEOUT,
+        what="the shutdown command",
+    )
+    assert proc.poll() is None  # it stays: the machine goes
     assert (
         "(orphan_timeout 1s): powering the machine off so that its cloud terminates it: echo bye"
         in world.log()

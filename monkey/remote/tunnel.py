@@ -242,6 +242,8 @@ def _bridge(chan: paramiko.Channel) -> socket.socket:
 
 
 def _relay(sock: socket.socket, chan: paramiko.Channel) -> None:
+    import paramiko
+
     try:
         while True:
             ready, _, _ = select.select([sock, chan], [], [])
