@@ -5,7 +5,6 @@ version), and the calls and streams ``RemoteMonkey`` makes."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import ssl
@@ -23,6 +22,7 @@ from monkey.remote import (
     split_url,
 )
 from monkey.remote.settings import Remote
+from monkey.remote.wire import Answer, Connection, Disconnected
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,9 +71,9 @@ class Client:
             self.tunnel = Tunnel(remote.name, remote.url, trust_on_first_use)
             server = self.tunnel.server_url
         self.scheme, self.host, self.port = split_url(server)
-        self._open = self.tunnel.open if self.tunnel else socket.create_connection
+        self._open = self.tunnel.open if self.tunnel else _create_connection
         self.read_timeout = READ_TIMEOUT  # a call's answer (see call_within)
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Connection | None = None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -84,55 +84,52 @@ class Client:
 
     # -- connecting -----------------------------------------------------------------------
 
-    def _connect(self) -> http.client.HTTPConnection:
+    def _connect(self) -> Connection:
         name, url = self.remote.name, self.remote.url
-        conn: http.client.HTTPConnection
-        if self.scheme == "http":
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=CONNECT_TIMEOUT)
-        else:
-            conn = http.client.HTTPSConnection(
-                self.host,
-                self.port,
-                timeout=CONNECT_TIMEOUT,
-                context=self._context(verify=not self.remote.fingerprint),
-            )
-        conn._create_connection = self._open  # type: ignore[attr-defined]  # direct or tunnelled
         try:
-            conn.connect()
-        except ssl.SSLCertVerificationError as exc:
-            conn.close()
-            seen = self._peer_fingerprint()
-            why = (
-                "is signed by no authority this machine trusts"
-                if exc.verify_code in (18, 19)
-                else f"cannot be verified ({exc.verify_message})"
-            )  # 18, 19: self-signed
-            raise RemoteError(
-                f"{name}: the certificate of {url} ({seen}) {why}; if `monkey server status` on "
-                f"the server prints that fingerprint, pin it: add --fingerprint {seen} to "
-                "`monkey remote add`"
-            ) from None
-        except (OSError, ssl.SSLError) as exc:
-            conn.close()
-            raise Unreachable(
-                f"{name}: cannot reach {url} ({_why(exc)}); is `monkey server` "
-                "running there? (`monkey server status` on it)"
-            ) from None
-        if self.remote.fingerprint:
-            sock = conn.sock
-            assert isinstance(sock, ssl.SSLSocket)
-            der = sock.getpeercert(binary_form=True) or b""
-            seen = fingerprint(der)
-            if seen != self.remote.fingerprint:  # the token is not sent to another server
-                conn.close()
-                raise RemoteError(
-                    f"{name}: the certificate of {url} changed: pinned {self.remote.fingerprint}, "
-                    f"now {seen}; if the server's certificate was renewed on purpose, add the "
-                    f"remote again with --fingerprint {seen}"
+            sock = self._open((self.host, self.port), CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise self._unreachable(exc) from None
+        if self.scheme == "https":
+            pinned = bool(self.remote.fingerprint)
+            ctx = self._context(verify=not pinned)
+            try:
+                sock = ctx.wrap_socket(
+                    sock, server_hostname=_sni(self.host) if pinned else self.host
                 )
-        assert conn.sock is not None
-        conn.sock.settimeout(self.read_timeout)
-        return conn
+            except ssl.SSLCertVerificationError as exc:
+                sock.close()
+                seen = self._peer_fingerprint()
+                why = (
+                    "is signed by no authority this machine trusts"
+                    if exc.verify_code in (18, 19)
+                    else f"cannot be verified ({exc.verify_message})"
+                )  # 18, 19: self-signed
+                raise RemoteError(
+                    f"{name}: the certificate of {url} ({seen}) {why}; if `monkey server "
+                    f"status` on the server prints that fingerprint, pin it: add --fingerprint "
+                    f"{seen} to `monkey remote add`"
+                ) from None
+            except OSError as exc:  # ssl.SSLError is one
+                sock.close()
+                raise self._unreachable(exc) from None
+            if self.remote.fingerprint:
+                seen = fingerprint(sock.getpeercert(binary_form=True) or b"")
+                if seen != self.remote.fingerprint:  # the token is not sent to another server
+                    sock.close()
+                    raise RemoteError(
+                        f"{name}: the certificate of {url} changed: pinned "
+                        f"{self.remote.fingerprint}, now {seen}; if the server's certificate "
+                        f"was renewed on purpose, add the remote again with --fingerprint {seen}"
+                    )
+        sock.settimeout(self.read_timeout)
+        return Connection(sock, f"{self.host}:{self.port}")
+
+    def _unreachable(self, exc: OSError) -> Unreachable:
+        return Unreachable(
+            f"{self.remote.name}: cannot reach {self.remote.url} ({_why(exc)}); is `monkey "
+            "server` running there? (`monkey server status` on it)"
+        )
 
     @staticmethod
     def _context(verify: bool) -> ssl.SSLContext:
@@ -149,7 +146,7 @@ class Client:
         try:
             with (
                 self._open((self.host, self.port), CONNECT_TIMEOUT) as raw,
-                ctx.wrap_socket(raw, server_hostname=self.host) as tls,
+                ctx.wrap_socket(raw, server_hostname=_sni(self.host)) as tls,
             ):
                 return fingerprint(tls.getpeercert(binary_form=True) or b"")
         except OSError as exc:
@@ -166,7 +163,7 @@ class Client:
         body: bytes | Iterable[bytes] | None = None,
         retry: bool = True,
         headers: dict[str, str] | None = None,
-    ) -> http.client.HTTPResponse:
+    ) -> Answer:
         """Send a request and return its answer once its status is a success; RemoteError
         with the one line for anything else. A kept-alive connection the server closed
         meanwhile is opened again once (RETRY), only when the request cannot have reached it
@@ -179,23 +176,19 @@ class Client:
             **(headers or {}),
         }
         retry = retry and (body is None or isinstance(body, bytes))
+        if self._conn is not None and not self._conn.reusable:
+            self.close()  # an answer left unread, or the server said it closes
         fresh = self._conn is None
         if self._conn is None:
             self._conn = self._connect()
-        elif self._conn.sock is not None:
+        else:
             self._conn.sock.settimeout(self.read_timeout)  # a follow's stream may have set another
         try:
-            self._conn.request(method, path, body=body, headers=headers)
-            resp = self._conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
+            resp = self._conn.request(method, path, headers, body)
+        except OSError as exc:
             self.close()
             # A kept-alive connection the server had closed: the request never reached it.
-            unsent = (
-                http.client.RemoteDisconnected,
-                http.client.ImproperConnectionState,
-                BrokenPipeError,
-            )
-            if retry and not fresh and isinstance(exc, unsent):
+            if retry and not fresh and isinstance(exc, (Disconnected, BrokenPipeError)):
                 return self.request(method, path, body, retry=False, headers=headers)
             raise Unreachable(
                 f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
@@ -203,7 +196,7 @@ class Client:
         self._check(resp)
         return resp
 
-    def _check(self, resp: http.client.HTTPResponse) -> None:
+    def _check(self, resp: Answer) -> None:
         name = self.remote.name
         theirs = resp.getheader(API_HEADER)
         if theirs is None:
@@ -260,7 +253,7 @@ class Client:
 
     def stream(
         self, path: str, query: dict[str, Any], body: Any = None, read_timeout: float = READ_TIMEOUT
-    ) -> http.client.HTTPResponse:
+    ) -> Answer:
         """A streamed answer: the caller reads it to its end (or closes the client); a read
         that waits READ_TIMEOUT seconds fails (a follow's keep-alives come every second)."""
         shown = {k: v for k, v in query.items() if v is not None and v is not False}
@@ -269,9 +262,23 @@ class Client:
             resp = self.request("GET", target)
         else:
             resp = self.request("POST", target, json.dumps(body).encode())
-        if self._conn is not None and self._conn.sock is not None:
+        if self._conn is not None:
             self._conn.sock.settimeout(read_timeout)
         return resp
+
+
+def _create_connection(address: tuple[str, int], timeout: float) -> socket.socket:
+    """socket.create_connection, an ASCII host name given as bytes: a str is encoded with
+    the idna codec, whose import (unicodedata, stringprep) every command would pay."""
+    host, port = address
+    named = host.encode() if host.isascii() else host  # getaddrinfo takes bytes too
+    return socket.create_connection((named, port), timeout)  # type: ignore[arg-type]
+
+
+def _sni(host: str) -> str | None:
+    """The server name a pinned connection sends for HOST: none for an address (RFC 6066),
+    so no idna codec either (a checked one needs HOST, name or address, to match)."""
+    return None if ":" in host or host.replace(".", "").isdigit() else host
 
 
 def _version() -> str:

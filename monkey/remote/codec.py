@@ -24,8 +24,13 @@ _ENUMS: dict[str, type[enum.Enum]] = {
 }
 
 
+_PLAIN = frozenset((str, int, bool, type(None)))  # exact types: a str enum is not one
+
+
 def encode(value: Any) -> Any:
     """VALUE as plain JSON data (tagged objects for records and enums)."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, enum.Enum) and type(value).__name__ in _ENUMS:
         return {TAG: type(value).__name__, "value": value.value}
     if isinstance(value, models.Record) and type(value).__name__ in _RECORDS:
@@ -44,30 +49,28 @@ def encode(value: Any) -> Any:
     return value
 
 
-def decode(value: Any) -> Any:
-    """The value ``encode`` made VALUE from."""
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    tag = value.get(TAG)
+def _decoded(value: dict[str, Any]) -> Any:
+    """A JSON object (its members decoded first) as the record, enum or float ``encode``
+    made it from, when tagged."""
+    tag = value.pop(TAG, None)
     if tag is None:
-        return {k: decode(v) for k, v in value.items()}
+        return value
     if tag == "float":
         return float(value["value"])
     if tag in _ENUMS:
         return _ENUMS[tag](value["value"])
     if tag in _RECORDS:
-        fields = {k: decode(v) for k, v in value.items() if k != TAG}
         if tag == "Job":  # a Job's resources and state are typed; the rest is plain data
-            fields["resources"] = fields["resources"] or models.Resources()
-        return _RECORDS[tag](**fields)
+            value["resources"] = value["resources"] or models.Resources()
+        return _RECORDS[tag](**value)
     raise ValueError(f"unknown type {tag!r} in a server's answer")
 
 
 def dumps(value: Any) -> bytes:
+    """VALUE as JSON (see ``encode``)."""
     return json.dumps(encode(value), separators=(",", ":")).encode()
 
 
 def loads(data: bytes) -> Any:
-    return decode(json.loads(data))
+    """The value ``dumps`` made DATA from."""
+    return json.loads(data, object_hook=_decoded)

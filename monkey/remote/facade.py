@@ -6,7 +6,6 @@ needs one is refused by the CLI before it runs (see ``monkey.shell.common.REMOTE
 
 from __future__ import annotations
 
-import http.client
 import json
 import sys
 import time
@@ -524,5 +523,5 @@ def _frames(resp: Any, start: dict[str, Any], files: bool = False) -> Generator[
                 start["offsets"][fields[0]] = int(fields[1]) + size
                 piece = (fields[0], int(fields[1]), body)
             yield piece if files else body
-    except (OSError, ValueError, IndexError, http.client.HTTPException):
+    except (OSError, ValueError, IndexError):  # wire.BadAnswer is an OSError
         return False

@@ -226,7 +226,7 @@ class _RemoteKeys(HostKeys):
 
 class _Bridged(socket.socket):
     """The client's end of a socket pair relayed to a channel: a real socket (TLS wraps
-    it), which ignores TCP options (http.client sets TCP_NODELAY; sshd's side has it)."""
+    it), which ignores TCP options (the client sets TCP_NODELAY; sshd's side has it)."""
 
     def setsockopt(self, level: int, *args: Any) -> None:
         if level != socket.IPPROTO_TCP:

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from monkey.config import Home
 from monkey.models import MonkeyError
+from monkey.server.lanes import in_bulk
 from monkey.snapshot.blobs import BlobStore, Receiver
 
 TYPE_CHECKING = False
@@ -164,7 +165,7 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
                 raise ValueError("not a list of digests")
         except ValueError as exc:
             return JSONResponse({"error": f"blobs missing: a malformed request ({exc})"}, 400)
-        lacking = await run_in_threadpool(lambda: [d for d in asked if not blobs.has(d)])
+        lacking = await in_bulk(lambda: [d for d in asked if not blobs.has(d)])
         return JSONResponse(lacking)
 
     async def upload(request: Request) -> Response:
@@ -176,8 +177,8 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
                 pending += piece
                 if len(pending) >= _FLUSH:
                     chunk, pending = bytes(pending), bytearray()
-                    await run_in_threadpool(unpacker.feed, chunk)
-            await run_in_threadpool(unpacker.feed, bytes(pending))
+                    await in_bulk(unpacker.feed, chunk)
+            await in_bulk(unpacker.feed, bytes(pending))
             unpacker.close()
             await run_in_threadpool(record, unpacker)
         except (ClientDisconnect, TimeoutError):
