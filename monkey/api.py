@@ -158,6 +158,8 @@ class Monkey:
         job_yml: str | os.PathLike[str] | bool | None = None,
         yes: bool = False,
         gathered: dict[str, Any] | None = None,
+        after: str | Iterable[str] | None = None,
+        after_any: str | Iterable[str] | None = None,
     ) -> Job:
         """Snapshot the code and data, record the job, and wake the core. Returns at once.
 
@@ -168,8 +170,11 @@ class Monkey:
         job gets SIGTERM, then SIGKILL, and fails. ``yes``: store a working folder or dataset over 2 GB without
         asking (see `monkey.snapshot.snapshot_dir`). ``gathered``: what a client gathered
         on its machine instead of this machine's workdir, datasets and env (a main node's
-        API, see ``Submitter.accept``)."""
+        API, see ``Submitter.accept``). ``after``: jobs (ids, prefixes, `last`, or sweeps: all
+        their jobs) that must succeed before this one starts; if one ends otherwise, this one
+        is cancelled. ``after_any``: jobs that must end, however they end."""
         argv = parse_command(cmd)
+        deps = self._submitter.dependencies(after, after_any)
         if start_core:  # a socket folder that cannot be used refuses before anything is written
             self.home.socket_path("core")
         with (
@@ -196,7 +201,10 @@ class Monkey:
 
                 params = command_values(argv)
             [juid] = self._submitter.record(
-                sub, [(argv, name or sub.name or default_name(argv), params or {})], sweep=sweep
+                sub,
+                [(argv, name or sub.name or default_name(argv), params or {})],
+                sweep=sweep,
+                after=deps,
             )
         if start_core:
             self.wake(queued=f"job {juid}")
@@ -214,11 +222,14 @@ class Monkey:
         time: str | int | None = None,
         name: str | None = None,
         start_core: bool = True,
+        after: str | Iterable[str] | None = None,
+        after_any: str | Iterable[str] | None = None,
     ) -> Job:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
-        optionally another provider or resources (``time``: the time limit, as ``run``'s).
-        Returns the new job at once (see ``monkey.rerun``)."""
+        optionally another provider or resources (``time``: the time limit, as ``run``'s;
+        ``after``, ``after_any`` as ``run``'s). Returns the new job at once (see
+        ``monkey.rerun``)."""
         return Job(
             self,
             self._reruns.rerun(
@@ -231,6 +242,8 @@ class Monkey:
                 time=time,
                 name=name,
                 start_core=start_core,
+                after=after,
+                after_any=after_any,
             ),
         )
 
@@ -355,6 +368,8 @@ class Monkey:
             "owner": self.store.job_owners([juid]).get(juid),  # who submitted it
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
+            # the jobs it runs after: [{"job", "any", "state", "met"}] (see Store.dependencies)
+            "after": self.store.dependencies(juid),
             # What the provider says of the job's machine (a Slurm job id, its node list)...
             "instance_extra": next(
                 (m["extra"] for m in machines if m["id"] == record.get("instance")), None

@@ -349,6 +349,7 @@ class Reruns:
         names: list[str],
         sweep: str | None,
         held: bool,
+        after: dict[str, bool] | None = None,
     ) -> list[str]:
         """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
         their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
@@ -416,7 +417,7 @@ class Reruns:
         with self.store.tx() as db:
             for of, cell, fields, changes in planned:
                 [juid] = self.store.create_jobs(
-                    [cell], sweep=sweep, held=held, owner=owner, **fields
+                    [cell], sweep=sweep, held=held, owner=owner, after=after, **fields
                 )
                 self.store.record_rerun(db, juid, of, changes)
                 juids.append(juid)
@@ -434,12 +435,15 @@ class Reruns:
         time: str | int | None = None,
         name: str | None = None,
         start_core: bool = True,
+        after: str | Iterable[str] | None = None,
+        after_any: str | Iterable[str] | None = None,
     ) -> str:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
-        optionally another provider or resources (``time``: the time limit, as ``run``'s).
-        Returns the new job's id at once."""
+        optionally another provider or resources (``time``, ``after``, ``after_any``: as
+        ``run``'s). Returns the new job's id at once."""
         job = self._job_record(ref)
+        deps = self.submitter.dependencies(after, after_any)
         if start_core:
             self.home.socket_path("core")
         with self._blobs().lease():
@@ -454,6 +458,7 @@ class Reruns:
                 names=[name or job.name],
                 sweep=None,
                 held=False,
+                after=deps,
             )
         if start_core:
             self._wake(f"job {juid}")
@@ -474,13 +479,17 @@ class Reruns:
         time: str | int | None = None,
         name: str | None = None,
         start_core: bool = True,
+        after: str | Iterable[str] | None = None,
+        after_any: str | Iterable[str] | None = None,
     ) -> str:
         """Rerun cells of sweep REF (all; ``failed`` ones; or ``cells``, numbered from 1 in
         the order of `sweep status`) as a new sweep, or as new jobs of the same sweep with
-        ``in_place``. Returns the sweep id the reruns belong to."""
+        ``in_place`` (``after``, ``after_any``: as ``run``'s, for each). Returns the sweep id
+        the reruns belong to."""
         from monkey.tracking import sweeps
 
         sid = self.store.resolve_sweep(ref)
+        deps = self.submitter.dependencies(after, after_any)
         sweep = self.store.get_sweep(sid)
         assert sweep is not None
         if sweep["state"] in (sweeps.SUBMITTING, sweeps.INTERRUPTED):
@@ -537,6 +546,7 @@ class Reruns:
                 names=names,
                 sweep=target,
                 held=True,
+                after=deps,
             )
             if in_place:
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP)

@@ -46,6 +46,9 @@ _AHEAD_WINDOW = float(os.environ.get("MONKEY_AHEAD_WINDOW", "0.5"))
 AHEAD_RUN = 1.0
 _AHEAD_FACTOR = 8
 _AHEAD_MAX = 32
+# cancel_doomed looks again at jobs changed this long before its last look: a change is
+# stamped before its transaction commits, possibly after that look began.
+_DOOM_MARGIN = 10.0
 
 
 class Dispatch:
@@ -74,6 +77,7 @@ class Dispatch:
     ended_at: dict[tuple[str, str], tuple[float, float]]
     to_send: list[Callable[[], None]]
     passes: int
+    doom_checked: float
 
     if TYPE_CHECKING:  # the core's own, called from here
 
@@ -82,6 +86,7 @@ class Dispatch:
         def drop_link(self, key: tuple[str, str]) -> None: ...
         def needs_on_demand(self, job: Job) -> bool: ...
         def _never_started(self, att: Attempt) -> None: ...
+        def changed(self) -> None: ...
 
     def usage(self) -> dict[str, Usage]:
         """What the live attempts take of each instance. An attempt that exited takes
@@ -96,6 +101,35 @@ class Dispatch:
             if memory is not None:
                 u.memory += parse_size(memory)
         return used
+
+    def cancel_doomed(self) -> None:
+        """Cancel the queued and paused jobs waiting for a job that had to succeed and ended
+        otherwise (or was removed); their own dependents follow in the same pass. Only jobs
+        changed lately are looked at (all of them in a core's first pass)."""
+        since = self.doom_checked and self.doom_checked - _DOOM_MARGIN
+        self.doom_checked = time.time()
+        cancelled = True
+        while cancelled:
+            cancelled = False
+            for juid, dep, dep_state, state in self.store.doomed(since):
+                how = (
+                    "was removed"
+                    if dep_state is None
+                    else ("failed" if dep_state == "failed" else f"ended {dep_state}")
+                )
+                reason = f"dependency {dep} {how}"
+                if self.store.transition(
+                    juid,
+                    State(state),
+                    State.CANCELLED,
+                    kind="dependency",
+                    detail=reason,
+                    reason=reason,
+                    request=None,
+                ):
+                    log.info("%s cancelled: %s", juid, reason)
+                    cancelled = True
+                    self.changed()
 
     def dispatch_ready(self, now: float) -> None:
         """Place and start every queued job that fits somewhere now."""

@@ -141,6 +141,7 @@ class Core(Links, Dispatch):
         self.stopping = False
         self.to_send: list[Callable[[], None]] = []  # starts to send once the pass committed
         self.passes = 0  # passes so far: a job read in this pass is still as read
+        self.doom_checked = 0.0  # when cancel_doomed last looked (0: never: look at all)
         # Fixed providers found without a free slot, until something frees room: a job
         # queued meanwhile (a wake) cannot start there, so its pass does not look.
         self.full: set[str] = set()
@@ -262,6 +263,8 @@ class Core(Links, Dispatch):
         if self.woken or health:
             self.apply_requests()
             self.elastic.requests(now)
+        if self.woken or health or self.dirty:  # a job ended, or was cancelled or removed
+            self.cancel_doomed()
         self.woken = False
         placed_nowhere = False
         if self.dirty or health or (self.ready_at is not None and self.ready_at <= now):

@@ -29,8 +29,8 @@ def job_listing(
 ) -> dict[str, Any]:
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
-    when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None)}; only OWNER's jobs when
-    given."""
+    when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None), "waiting_on": queued
+    juid -> the jobs it still waits for}; only OWNER's jobs when given."""
     states = None if states is None else set(states)
     jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
     total = (
@@ -47,4 +47,6 @@ def job_listing(
         "total": total,
         "core_since": absent or None,
         "owners": store.job_owners(juids) if owners else None,
+        # queued jobs waiting for others: juid -> the jobs not yet as needed
+        "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from monkey.facade import render
 from monkey.models import MonkeyError, Request, State
@@ -59,6 +59,8 @@ class Sweeps:
         seed: int | None = None,
         name: str | None = None,
         max_cells: int | None = None,
+        after: str | Iterable[str] | None = None,
+        after_any: str | Iterable[str] | None = None,
         **run_options: Any,
     ) -> str:
         """Create a sweep: one queued job per cell; returns the sweep id.
@@ -67,7 +69,8 @@ class Sweeps:
         ``distributions`` (name -> {"distribution": "uniform"|"log_uniform"|"int_uniform"|
         "choice", "min", "max" | "values"}); ``file``: a YAML sweep file, or its content
         as ``sweepspec.load_file`` reads it (explicit arguments override it). ``max_cells``: allow more cells than the default cap
-        (``sweepspec.MAX_CELLS``). ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
+        (``sweepspec.MAX_CELLS``). ``after``, ``after_any``: as ``run``'s, for every cell.
+        ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
 
         The code and data are stored once for all cells; the cells are written in batches
         (see ``monkey.tracking.sweeps`` for what an interrupted submission leaves).
@@ -106,6 +109,7 @@ class Sweeps:
         spec = sweepspec.check(spec)
         spec["cells"] = sweepspec.size(spec, max_cells)
         cells = sweepspec.expand(spec)
+        deps = self.submitter.dependencies(after, after_any)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
         with (
@@ -116,7 +120,7 @@ class Sweeps:
                 with self.store.tx():  # the lock is held before anyone sees the sweep
                     sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
                     lock = sweeps.SubmissionLock(self.home, sid)
-                self._write_cells(sub, sid, name or sid, spec, cells)
+                self._write_cells(sub, sid, name or sid, spec, cells, deps)
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
             finally:
                 if lock is not None:
@@ -134,6 +138,7 @@ class Sweeps:
         label: str,
         spec: dict[str, Any],
         cells: list[dict[str, Any]],
+        after: dict[str, bool],
     ) -> None:
         """Write a submitting sweep's cells, held, in batches; on failure mark it interrupted
         and say how far it got."""
@@ -149,7 +154,7 @@ class Sweeps:
                     (sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
                     for i, cell in enumerate(cells[start : start + WRITE_BATCH], start + 1)
                 ]
-                self.submitter.record(sub, batch, sweep=sid, held=True)
+                self.submitter.record(sub, batch, sweep=sid, held=True, after=after)
                 written += len(batch)
                 time.sleep(0.005)  # the lock is free: a waiting writer takes it now
         except MonkeyError as exc:

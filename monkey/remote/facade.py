@@ -176,6 +176,8 @@ class RemoteMonkey:
         sweep: str | None = None,
         params: dict[str, Any] | None = None,
         start_core: bool = True,
+        after: str | Sequence[str] | None = None,
+        after_any: str | Sequence[str] | None = None,
         **options: Any,
     ) -> Job:
         """As ``Monkey.run``: the code and data gathered here, the job recorded and run by
@@ -199,6 +201,8 @@ class RemoteMonkey:
             sweep=sweep,
             params=params,
             gathered=gathered,
+            **({"after": after} if after else {}),
+            **({"after_any": after_any} if after_any else {}),
             **{k: options[k] for k in RESOURCES if k in options},
         )
         return Job(self, juid)

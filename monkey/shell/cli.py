@@ -18,6 +18,7 @@ from monkey.shell.common import (
     Parser,
     ParserClass,
     UsageError,
+    after_options,
     check_jobs,
     follow,
     job_argument,
@@ -65,6 +66,7 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)",
     )
     p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
+    after_options(p)
     p.add_argument(
         "--dataset",
         "-d",
@@ -396,6 +398,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         job_yml=False if args.no_job_yml else args.job_yml,
         yes=args.yes,
+        after=args.after,
+        after_any=args.after_any,
     )
     if args.json:
         print_json(job.record.to_json())
@@ -420,6 +424,18 @@ _FILTERS = {
 _CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
 
 
+def _waiting_for(info: dict[str, Any]) -> str:
+    """``info job``'s note on a queued job that waits for others ("" when none)."""
+    if info["state"] != "queued":
+        return ""
+    unmet = [d for d in info.get("after") or [] if not d["met"]]
+    ends = [d["job"] for d in unmet if d["any"]]
+    succeeds = [d["job"] for d in unmet if not d["any"]]
+    parts = [f"{', '.join(succeeds)} to succeed"] if succeeds else []
+    parts += [f"{', '.join(ends)} to end"] if ends else []
+    return f"; waiting for {' and '.join(parts)}" if parts else ""
+
+
 def core_absent_line(since: float) -> str:
     """The one line a listing prints while no core runs (SINCE: when one last ran here)."""
     same_day = time.localtime(since)[:3] == time.localtime()[:3]
@@ -440,6 +456,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     listing = _job_listing(states, args.provider, limit, args.owner, args.mine)
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
+    waiting_on = listing.get("waiting_on") or {}
     now = time.time()
     if args.json:
         print_json(
@@ -449,6 +466,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                         **j.to_json(),
                         "runtime": runtimes.get(j.juid),
                         **({"owner": owners.get(j.juid)} if owners else {}),
+                        **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
                     }
                     for j in jobs
                 ],
@@ -474,6 +492,8 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         shown = (
             "unreachable"
             if j.unreachable_since is not None and j.state in _CORE_MOVES
+            else "waiting"
+            if j.juid in waiting_on
             else j.state.value
         )
         rows.append(
@@ -604,7 +624,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             + _unreachable_note(info)
             + (f" ({info['reason']})" if info["reason"] else "")
             + (f" [{info['request']} requested]" if info["request"] else "")
-            + (f"; waiting: {info['waiting']}" if info.get("waiting") else ""),
+            + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")
+            + _waiting_for(info),
         ),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
@@ -664,6 +685,12 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         )
     if info.get("sweep"):
         fields.append(("sweep", info["sweep"]))
+    for dep in info.get("after") or []:
+        need = "to end" if dep["any"] else "to succeed"
+        now = dep["state"] or "removed"
+        fields.append(
+            ("after", f"{dep['job']} ({'done' if dep['met'] else 'waiting ' + need}: {now})")
+        )
     if info.get("rerun_of"):
         from monkey.shell.tracking_commands import fmt
 

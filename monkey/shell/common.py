@@ -149,6 +149,23 @@ def job_argument(
     p.set_defaults(_job_rule=(dest, count, default, p))  # the parser: its prog as the shell set it
 
 
+def after_options(p: argparse.ArgumentParser) -> None:
+    """`--after` and `--after-any` of run, sweep and rerun."""
+    p.add_argument(
+        "--after",
+        action="append",
+        metavar="JOB[,JOB...]",
+        help="start only once these jobs (ids, prefixes, `last`, or sweeps: all their jobs) "
+        "succeeded; if one fails or is cancelled, this one is cancelled (repeatable)",
+    )
+    p.add_argument(
+        "--after-any",
+        action="append",
+        metavar="JOB[,JOB...]",
+        help="start only once these jobs ended, however they ended (repeatable)",
+    )
+
+
 def check_jobs(args: argparse.Namespace) -> None:
     """Apply the rule job_argument() set: a missing required JOB is a UsageError."""
     rule = getattr(args, "_job_rule", None)

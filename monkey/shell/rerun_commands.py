@@ -10,7 +10,15 @@ import argparse
 import json
 import sys
 
-from monkey.shell.common import ParserClass, UsageError, follow, job_argument, make_parser, monkey
+from monkey.shell.common import (
+    ParserClass,
+    UsageError,
+    after_options,
+    follow,
+    job_argument,
+    make_parser,
+    monkey,
+)
 
 
 def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
@@ -42,6 +50,7 @@ def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "2h, 1d or HH:MM:SS (default: as before)",
     )
     p.add_argument("--name", "-n", help="a readable name (default: as before)")
+    after_options(p)
     p.add_argument(
         "--follow",
         "-f",
@@ -101,6 +110,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         memory=args.memory,
         time=args.time,
         name=args.name,
+        after=args.after,
+        after_any=args.after_any,
     )
     m = monkey()
     if args.sweep is not None:

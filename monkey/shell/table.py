@@ -21,6 +21,7 @@ STATE_COLOURS = {
     "preempted": "33",
     "lost": "31",
     "unreachable": "1;33",  # running, its instance out of reach (not a state of its own)
+    "waiting": "2;33",  # queued, waiting for other jobs (`run --after`)
 }
 
 

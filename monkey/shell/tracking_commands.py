@@ -13,7 +13,15 @@ import math
 import sys
 import time
 
-from monkey.shell.common import ParserClass, UsageError, job_argument, make_parser, monkey, suggest
+from monkey.shell.common import (
+    ParserClass,
+    UsageError,
+    after_options,
+    job_argument,
+    make_parser,
+    monkey,
+    suggest,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -209,6 +217,7 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-cells", type=int, metavar="N", help="allow up to N runs (default cap: 10000)"
     )
+    after_options(p)
     p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
@@ -549,6 +558,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         env=args.env,
         workdir=args.workdir,
         yes=args.yes,
+        after=args.after,
+        after_any=args.after_any,
     )
     if args.json:
         _json(m.sweep_status(sid))

@@ -21,6 +21,7 @@ from monkey.models import (
 from monkey.store.attempts import AttemptStore
 from monkey.store.blobs import BlobRecords, BlobRow
 from monkey.store.dashboard import DashboardQueries
+from monkey.store.deps import WAITING, DependencyStore
 from monkey.store.errors import (
     NEARLY_FULL,
     IllegalTransition,
@@ -171,6 +172,7 @@ class Store(
     HostChoresStore,
     InstanceRequestStore,
     UserStore,
+    DependencyStore,
 ):
     """A connection to monkey.db; safe to use from several processes at once."""
 
@@ -355,13 +357,15 @@ class Store(
         packages: str | None = None,
         now: float | None = None,
         owner: str | None = None,
+        after: dict[str, bool] | None = None,
     ) -> list[str]:
         """Insert jobs alike but for their (argv, name, params), each with a fresh juid
         (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
 
         ``held`` jobs wait for their sweep's hook to release them; ``spec`` is the resolved
         job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
-        of installed packages; ``owner`` who submits them (default: this machine's user)."""
+        of installed packages; ``owner`` who submits them (default: this machine's user);
+        ``after`` the jobs each waits for (job -> whether any ending will do, else success)."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         shared = (
@@ -410,6 +414,20 @@ class Store(
                         f"INSERT OR REPLACE INTO {table}(juid, {column}) VALUES (?, ?)",
                         [(juid, value) for juid in juids],
                     )
+            if after:
+                marks = ", ".join("?" * len(after))
+                known = {
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT juid FROM jobs WHERE juid IN ({marks})", list(after)
+                    )
+                }
+                gone = sorted(set(after) - known)
+                if gone:  # removed since it was named: nothing is recorded
+                    raise MonkeyError(
+                        f"job {gone[0]} does not exist any more; --after names existing jobs"
+                    )
+                self._add_deps(db, juids, after)
         return juids
 
     @staticmethod
@@ -529,7 +547,10 @@ class Store(
     ) -> Iterator[Job]:
         """Queued jobs whose back-off has passed: preempted ones first, then oldest first
         (each decoded when the caller gets to it)."""
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ?"
+        sql = (
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ? "
+            f"AND NOT {WAITING}"
+        )
         args: list[Any] = [now]
         if provider is not None:
             sql += " AND provider = ?"
@@ -542,7 +563,7 @@ class Store(
         return (
             self.db.execute(
                 "SELECT 1 FROM jobs WHERE state = 'queued' AND not_before <= ? AND provider = ? "
-                "LIMIT 1",
+                f"AND NOT {WAITING} LIMIT 1",
                 (now, provider),
             ).fetchone()
             is not None

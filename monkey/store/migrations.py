@@ -309,6 +309,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_owner ON jobs(owner, seq);
         """,
     ),
+    (
+        "0018_dependencies",
+        # `run --after JOB` (ANY = 0: JOB must succeed) and `--after-any JOB` (ANY = 1: JOB
+        # must end): the job stays queued until each DEP is so.
+        """
+        CREATE TABLE job_deps(
+            juid TEXT NOT NULL,
+            dep TEXT NOT NULL,
+            any INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (juid, dep)
+        ) WITHOUT ROWID;
+        CREATE INDEX job_deps_dep ON job_deps(dep);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,176 @@
+"""`run --after JOB` / `--after-any JOB` (issue 29, part 1): a job starts only once the jobs
+it names succeeded (or ended), waits visibly meanwhile, is cancelled with the reason when
+one it needs fails, and keeps all of that across a SIGKILLed core."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from conftest import kill_core, start_core, wait_for
+
+ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
+
+
+def _state(monkey, juid: str) -> str:
+    return monkey.store.get_job(juid).state.value
+
+
+def _ended(monkey, *juids: str, timeout: float = 60) -> None:
+    wait_for(
+        lambda: all(_state(monkey, j) in ENDED for j in juids),
+        timeout=timeout,
+        what=f"jobs {', '.join(juids)} to end",
+    )
+
+
+def test_a_diamond_runs_in_order(monkey, tmp_path: Path):
+    """A; B and C after A; D after B and C: each starts only after what it names ended,
+    and D after both."""
+    log = tmp_path / "order"
+    step = f"sleep 0.5; echo $0 >> {log}"
+    a = monkey.run(["sh", "-c", step, "a"]).juid
+    b = monkey.run(["sh", "-c", step, "b"], after=a).juid
+    c = monkey.run(["sh", "-c", step, "c"], after=[a]).juid
+    d = monkey.run(["sh", "-c", step, "d"], after=f"{b},{c}").juid
+    _ended(monkey, a, b, c, d)
+    assert [_state(monkey, j) for j in (a, b, c, d)] == ["succeeded"] * 4
+    order = log.read_text().split()
+    assert order[0] == "a" and order[-1] == "d" and sorted(order[1:3]) == ["b", "c"]
+    record = {j: monkey.store.get_job(j) for j in (a, b, c, d)}
+    for late, early in ((b, a), (c, a), (d, b), (d, c)):
+        assert record[late].started_at >= record[early].finished_at
+
+
+def test_a_waiting_job_is_shown_waiting_and_says_on_which(monkey, cli):
+    a = monkey.run(["sleep", "30"]).juid
+    b = cli("run", "--after", "last", "--", "true", check=True).stdout.strip()
+    wait_for(lambda: _state(monkey, a) == "running", what="the first job to run")
+    table = cli("list", "jobs", check=True).stdout
+    row = next(line for line in table.splitlines() if line.startswith(b))
+    assert row.split()[2] == "waiting"
+    listed = json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]
+    mine = next(j for j in listed if j["job"] == b)
+    assert (mine["state"], mine["waiting_on"]) == ("queued", [a])
+    shown = cli("info", b, check=True).stdout
+    assert f"waiting for {a} to succeed" in shown
+    assert re.search(rf"\nafter +{a} \(waiting to succeed: running\)\n", shown), shown
+    assert json.loads(cli("info", b, "--json", check=True).stdout)["after"] == [
+        {"job": a, "any": False, "state": "running", "met": False}
+    ]
+    assert _state(monkey, b) == "queued"  # never started early
+    cli("cancel", a, check=True)
+    _ended(monkey, a, b)
+    assert _state(monkey, b) == "cancelled"
+
+
+def test_a_failed_dependency_cancels_its_dependents_in_a_chain(monkey, cli):
+    a = monkey.run(["sh", "-c", "exit 3"]).juid
+    b = monkey.run(["true"], after=a).juid
+    c = monkey.run(["true"], after=b).juid
+    any_end = monkey.run(["echo", "cleanup"], after_any=a).juid
+    _ended(monkey, a, b, c, any_end)
+    assert [_state(monkey, j) for j in (a, b, c, any_end)] == [
+        "failed",
+        "cancelled",
+        "cancelled",
+        "succeeded",
+    ]
+    assert monkey.store.get_job(b).reason == f"dependency {a} failed"
+    assert monkey.store.get_job(c).reason == f"dependency {b} ended cancelled"
+    assert f"cancelled (dependency {a} failed)" in cli("info", b, check=True).stdout
+    assert monkey.store.get_job(b).attempts == 0  # it never ran
+
+
+def test_retrying_a_dependency_does_not_revive_dependents_retrying_one_re_arms_it(
+    monkey, cli, tmp_path: Path
+):
+    flag = tmp_path / "ready"
+    a = monkey.run(["test", "-e", str(flag)]).juid
+    b = monkey.run(["echo", "ran"], after=a).juid
+    _ended(monkey, a, b)
+    assert _state(monkey, b) == "cancelled"
+    flag.touch()
+    cli("retry", a, check=True)
+    _ended(monkey, a)
+    assert _state(monkey, a) == "succeeded"
+    assert _state(monkey, b) == "cancelled"  # not revived by its dependency's retry
+    cli("retry", b, check=True)  # re-armed: it waits for a, which has succeeded now
+    _ended(monkey, b)
+    assert _state(monkey, b) == "succeeded"
+    assert monkey.logs(b) == b"ran\n"
+
+
+def test_after_a_sweep_waits_for_every_cell(monkey, tmp_path: Path):
+    log = tmp_path / "order"
+    sid = monkey.sweep(
+        ["sh", "-c", f"sleep 0.3; echo cell >> {log}", "{x}"], grid={"x": [1, 2, 3]}, max_parallel=1
+    )
+    last = monkey.run(["sh", "-c", f"echo last >> {log}"], after=sid).juid
+    cells = [row[0] for row in monkey.store.sweep_jobs_brief(sid)]
+    assert [d["job"] for d in monkey.info(last)["after"]] == sorted(cells)
+    _ended(monkey, last, *cells)
+    assert log.read_text().split() == ["cell", "cell", "cell", "last"]
+
+
+def test_a_sweep_after_a_job_holds_every_cell(monkey):
+    a = monkey.run(["sleep", "1"]).juid
+    sid = monkey.sweep(["echo", "{x}"], grid={"x": [1, 2]}, after=a)
+    cells = [row[0] for row in monkey.store.sweep_jobs_brief(sid)]
+    assert all(monkey.info(c)["after"][0]["job"] == a for c in cells)
+    _ended(monkey, a, *cells)
+    a_end = monkey.store.get_job(a).finished_at
+    assert all(monkey.store.get_job(c).started_at >= a_end for c in cells)
+
+
+def test_dependencies_survive_a_sigkilled_core(monkey, home: Path):
+    a = monkey.run(["sleep", "2"]).juid
+    b = monkey.run(["sh", "-c", "echo once"], after=a).juid
+    c = monkey.run(["true"], after=[b]).juid
+    wait_for(lambda: _state(monkey, a) == "running", what="the first job to run")
+    kill_core(home)
+    start_core(home)
+    _ended(monkey, a, b, c)
+    assert [_state(monkey, j) for j in (a, b, c)] == ["succeeded"] * 3
+    assert monkey.store.get_job(b).attempts == 1  # exactly once
+    assert monkey.logs(b) == b"once\n"
+    assert monkey.store.get_job(b).started_at >= monkey.store.get_job(a).finished_at
+
+
+def test_naming_a_job_that_does_not_exist_records_nothing(monkey, cli):
+    for argv, words in (
+        (["--after", "26-01-01-999"], "--after 26-01-01-999: no job matches"),
+        (["--after-any", "no-such-sweep"], "--after-any no-such-sweep: no sweep matches"),
+        (["--after", ","], "an empty job id"),
+    ):
+        done = cli("run", *argv, "--", "true")
+        assert done.returncode == 1, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr
+    assert monkey.store.list_jobs() == []
+
+
+def test_through_a_remote_the_main_node_resolves_and_holds_dependencies(home: Path, tmp_path):
+    from mainnode import MainNode, wait_until_ended
+
+    node = MainNode(home, tmp_path)
+    node.start()
+    try:
+        node.add_remote()
+        first = node.laptop("--remote", "lab", "run", "--", "sleep", "2").stdout.strip()
+        done = node.laptop("--remote", "lab", "run", "--after", "last", "--", "echo", "then")
+        assert done.returncode == 0, done.stderr
+        second = done.stdout.strip()
+        listed = node.laptop("--remote", "lab", "list", "jobs", "--json").stdout
+        assert next(j for j in json.loads(listed)["jobs"] if j["job"] == second)["waiting_on"] == [
+            first
+        ]
+        wait_until_ended(node, second)
+        info = json.loads(node.server("info", second, "--json").stdout)
+        assert info["state"] == "succeeded"
+        assert info["after"] == [{"job": first, "any": False, "state": "succeeded", "met": True}]
+        refused = node.laptop("--remote", "lab", "run", "--after", "99-01-01-001", "--", "true")
+        assert refused.returncode == 1
+        assert "--after 99-01-01-001: no job matches" in refused.stderr
+    finally:
+        node.close()
