@@ -135,6 +135,12 @@ def test_the_prompt_names_the_remote_and_remote_use_switches_it(laptop, monkeypa
     assert app.prompt == "monkey> "
     assert run_one(app, "list jobs")[0].startswith("no jobs yet")  # the laptop's own
     assert run_one(app, "daemon status")[0].startswith("core not running")  # allowed here
+    # `--remote NAME` on one command, as the one-shot CLI takes it; the shorts forms too
+    assert juid in run_one(app, "list jobs --remote lab")[0]
+    assert app.prompt == "monkey> "
+    assert run_one(app, f"info --remote lab {juid} > info.txt") == ("", False)
+    assert re.match(rf"job\s+{juid}\n", Path("info.txt").read_text())
+    assert run_one(app, "list jobs")[0].startswith("no jobs yet")
     run_one(app, "remote use lab")
     assert juid in run_one(app, "list jobs")[0]
     # another terminal choosing this machine does not move this shell's session

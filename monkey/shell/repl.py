@@ -205,6 +205,45 @@ class MonkeyShell(cmd2.Cmd):
         version.code_digest()  # the code this shell runs, to notice a reinstall against
         self._reinstalled: str | None = None
         self.register_postparsing_hook(self._restart_if_reinstalled)
+        self.register_postparsing_hook(self._as_the_cli)
+        self.register_cmdfinalization_hook(self._end_of_command)
+        self._put_back: tuple[str | None] | None = None  # $MONKEY_REMOTE before `--remote`
+
+    def _as_the_cli(self, data: cmd2.plugin.PostparsingData) -> cmd2.plugin.PostparsingData:
+        """Before a command, read its line as the one-shot CLI does: a short form written out
+        (`cancel JOB` is `job cancel JOB`, `info JOB` is `info job JOB`), and `--remote NAME`
+        (before any `--`) taken out: NAME for this command only."""
+        statement = data.statement
+        if not statement.command or statement.command in ("alias", "macro", "shell"):
+            return data
+        words = [statement.command, *statement.arg_list]  # quotes kept
+        before = os.environ.get("MONKEY_REMOTE")
+        try:
+            line = cli.expand(cli.take_remote(words))
+        except MonkeyError as exc:  # `--remote` and no NAME
+            self.perror(f"error: {str(exc).removeprefix('monkey: ')}")
+            self.last_result = 2
+            raise cmd2.exceptions.EmptyStatement from None
+        if os.environ.get("MONKEY_REMOTE") != before:
+            self._put_back = (before,)  # once the command is done
+        if line != words:
+            post = statement.post_command
+            typed = self.statement_parser.parse(" ".join(line) + (f" {post}" if post else ""))
+            data.statement = type(typed).from_dict({**typed.to_dict(), "raw": statement.raw})
+        return data
+
+    def _end_of_command(
+        self, data: cmd2.plugin.CommandFinalizationData
+    ) -> cmd2.plugin.CommandFinalizationData:
+        """After a command given `--remote NAME`: the session's remote again."""
+        if self._put_back is not None:
+            (before,), self._put_back = self._put_back, None
+            if before is None:
+                os.environ.pop("MONKEY_REMOTE", None)
+            else:
+                os.environ["MONKEY_REMOTE"] = before
+            self.prompt = prompt()
+        return data
 
     def _restart_if_reinstalled(
         self, data: cmd2.plugin.PostparsingData
