@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from mainnode import MainNode, wait_until_ended
+from terminal import Terminal
 from test_shell import _complete, run_one
 
 from monkey.shell.repl import MonkeyShell
@@ -127,6 +129,8 @@ def test_the_prompt_names_the_remote_and_remote_use_switches_it(laptop, monkeypa
     monkeypatch.setenv("MONKEY_REMOTE", "local")
     app = MonkeyShell(persistent_history_file="")
     assert app.prompt == "monkey> "
+    assert _complete(app, "remote use ") == ["lab", "local"]
+    assert _complete(app, "remote remove ") == ["lab"]
     assert run_one(app, "remote use lab")[0] == "commands now go to lab\n"
     assert app.prompt == "monkey[lab]> "
     assert juid in run_one(app, "list jobs")[0]
@@ -214,3 +218,34 @@ def test_ctrl_c_stops_following_through_a_remote_and_the_shell_goes_on(laptop):
     assert laptop.laptop("--remote", "lab", "cancel", juid).returncode == 0
     wait_until_ended(laptop, juid)
     assert not (laptop.laptop_root / ".monkey").exists()
+
+
+@pytest.mark.timeout(180)
+def test_the_remote_shell_in_a_terminal(node, tmp_path):
+    """`monkey --remote lab` as a user types it: the intro and prompt name the main node, tab
+    completes one of its job ids, Ctrl-C stops following and the shell goes on."""
+    endless = node.server("run", "--", "sleep", "600").stdout.strip()
+    env = {**node.laptop_env, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm", "NO_COLOR": "1"}
+    prompt = r"monkey\[lab\]>"
+    argv = [sys.executable, "-m", "monkey", "--remote", "lab"]
+    with Terminal(env, tmp_path, argv) as term:
+        term.expect(rf"Commands go to the main node lab \({re.escape(node.url)}\).*" + prompt)
+        term.send("list jobs\r")
+        term.expect(f"{endless} .*sleep 600.*" + prompt)
+        for keys in ("inf\t", "j\t", f"{endless[:-2]}\t"):  # completion runs in a thread
+            term.send(keys)
+            term.settle()
+        term.send("\r")
+        term.expect(rf"info job {endless}.*command\s+sleep 600.*" + prompt)
+        term.send(f"logs --follow {endless}\r")
+        term.expect(f"logs --follow {endless}")
+        time.sleep(1.0)
+        term.send("\x03")  # Ctrl-C
+        term.expect(f"stopped following; job {endless} goes on.*" + prompt)
+        term.send("daemon status\r")
+        term.expect(re.escape(REFUSED) + ".*" + prompt)
+        term.send("\x04")  # Ctrl-D
+        assert term.close() == 0
+    assert node.laptop("--remote", "lab", "cancel", endless).returncode == 0
+    wait_until_ended(node, endless)
+    assert not (node.laptop_root / ".monkey").exists()

@@ -148,10 +148,33 @@ def _complete_jobs(parser: argparse.ArgumentParser, paths: bool = True) -> None:
 COMMANDS = {**cli.PARSERS, **{name: cli.ONE_SHOT[name] for name in cli.SHELL_TOO}}
 
 
+def _remotes(_: MonkeyShell) -> cmd2.Choices:
+    """choices_provider for `remote remove NAME`: the remotes set up here."""
+    from monkey.remote import settings
+
+    try:
+        return cmd2.Choices.from_values(sorted(settings.load()["remotes"]), is_sorted=True)
+    except MonkeyError as exc:
+        raise cmd2.CompletionError(str(exc)) from None
+
+
+def _remotes_or_local(app: MonkeyShell) -> cmd2.Choices:
+    """choices_provider for `remote use NAME`: the remotes set up here, and `local`."""
+    from monkey.remote.settings import LOCAL
+
+    return cmd2.Choices.from_values([*_remotes(app).to_strings(), LOCAL])
+
+
 def shell_parser(name: str) -> ShellParser:
     """The parser of one-shot command `name`, built for the shell."""
     parser = cast(ShellParser, COMMANDS[name](cls=ShellParser))  # built as a cls
     _complete_jobs(parser, paths=name != "provider")
+    if name == "remote":
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for verb, choices in (("use", _remotes_or_local), ("remove", _remotes)):
+            for arg in verbs.choices[verb]._actions:
+                if arg.dest == "name":
+                    arg.set_choices_provider(choices)
     return parser
 
 
