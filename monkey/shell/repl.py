@@ -2,7 +2,8 @@
 
 Every command here is the one-shot command of the same name: the shell builds its parser with
 the builder in `cli.PARSERS` (given a cmd2 parser class) and runs the same `cmd_*` function
-through `MonkeyShell.run_command`. Nothing else in monkey imports this module (cmd2 is slow to
+through `MonkeyShell.run_command`, on this machine or through the selected remote as the CLI
+would (`routing.route`). Nothing else in monkey imports this module (cmd2 is slow to
 import), except `cli.main` when `monkey` is run with no arguments.
 """
 
@@ -225,12 +226,12 @@ class MonkeyShell(cmd2.Cmd):
         self._monkey: Monkey | None = None
         self._remote: tuple[str, Monkey] | None = None  # (name, its facade) for completion
         self._completing = threading.Lock()  # completion runs in threads; one connection
+        self._put_back: tuple[str | None] | None = None  # $MONKEY_REMOTE before `--remote`
         version.code_digest()  # the code this shell runs, to notice a reinstall against
         self._reinstalled: str | None = None
         self.register_postparsing_hook(self._restart_if_reinstalled)
         self.register_postparsing_hook(self._as_the_cli)
         self.register_cmdfinalization_hook(self._end_of_command)
-        self._put_back: tuple[str | None] | None = None  # $MONKEY_REMOTE before `--remote`
 
     def _as_the_cli(self, data: cmd2.plugin.PostparsingData) -> cmd2.plugin.PostparsingData:
         """Before a command, read its line as the one-shot CLI does: a short form written out
@@ -365,7 +366,7 @@ class MonkeyShell(cmd2.Cmd):
         if self._remote is None or self._remote[0] != name:
             if self._remote is not None:
                 self._remote[1].close()  # type: ignore[attr-defined]  # a RemoteMonkey's
-            self._remote = None
+                self._remote = None
             self._remote = (str(name), monkey())
         return self._remote[1]
 
