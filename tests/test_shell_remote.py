@@ -52,7 +52,7 @@ def laptop(node: MainNode, monkeypatch: pytest.MonkeyPatch) -> MainNode:
     return node
 
 
-def _shell(node: MainNode, lines: list[str], *argv: str, cwd: Path) -> str:
+def _shell(node: MainNode, lines: list[str], *argv: str, cwd: Path, **env: str) -> str:
     """`monkey ARGV` on the laptop reading LINES on its stdin: stdout and stderr as printed."""
     done = subprocess.run(
         [sys.executable, "-m", "monkey", *argv],
@@ -62,7 +62,7 @@ def _shell(node: MainNode, lines: list[str], *argv: str, cwd: Path) -> str:
         text=True,
         timeout=180,
         cwd=cwd,
-        env={**node.laptop_env, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"},
+        env={**node.laptop_env, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **env},
     )
     assert done.returncode == 0, done.stdout
     return done.stdout
@@ -102,6 +102,17 @@ def test_the_shell_through_a_remote_runs_lists_shows_and_refuses_in_one_line(nod
     assert {f.split("/")[0] for f in files} == {".config", ".cache"}, files
     history = node.laptop_root / ".cache/monkey/remotes/lab/history"
     assert history.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("how", ["MONKEY_REMOTE", "remote use"])
+def test_the_shell_goes_to_the_remote_chosen_by_the_environment_or_remote_use(node, how):
+    juid = node.server("run", "--", "true").stdout.strip()
+    env = {"MONKEY_REMOTE": "lab"} if how == "MONKEY_REMOTE" else {}
+    if how == "remote use":
+        assert node.laptop("remote", "use", "lab").returncode == 0
+    out = _shell(node, ["list jobs", "remote list"], cwd=node.laptop_root, **env)
+    assert juid in out and re.search(r"\*\s+lab\s", out)
+    assert not (node.laptop_root / ".monkey").exists()
 
 
 def test_the_remote_shell_keeps_its_history_beside_the_blob_cache(laptop):
