@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from mainnode import MainNode, wait_until_ended
 from terminal import Terminal
+from test_remote_tunnel import tunnelled  # noqa: F401  (a fixture)
 from test_shell import _complete, run_one
 
 from monkey.shell.repl import MonkeyShell
@@ -259,4 +260,22 @@ def test_the_remote_shell_in_a_terminal(node, tmp_path):
         assert term.close() == 0
     assert node.laptop("--remote", "lab", "cancel", endless).returncode == 0
     wait_until_ended(node, endless)
+    assert not (node.laptop_root / ".monkey").exists()
+
+
+def test_the_shell_through_an_ssh_remote(tunnelled, monkeypatch):
+    """Through an ssh:// remote: commands, and job ids completed over the kept tunnel."""
+    node = tunnelled.node
+    assert tunnelled.add("--fingerprint", node.fingerprint).returncode == 0
+    juid = node.server("run", "--", "true").stdout.strip()
+    for key in ("HOME", "XDG_CONFIG_HOME", "MONKEY_HOME"):
+        monkeypatch.setenv(key, node.laptop_env[key])
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("MONKEY_REMOTE", "lab")
+    app = MonkeyShell(persistent_history_file="")
+    assert set(_complete(app, "logs ")) == {"last", juid}
+    assert set(_complete(app, "info job ")) == {"last", juid}
+    assert juid in run_one(app, "list jobs")[0]
+    assert re.search(rf"job\s+{juid}\n", run_one(app, f"info {juid}")[0])
+    assert run_one(app, "daemon status")[0] == REFUSED + "\n"
     assert not (node.laptop_root / ".monkey").exists()
