@@ -167,6 +167,17 @@ def test_the_prompt_names_the_remote_and_remote_use_switches_it(laptop, monkeypa
     assert app.prompt == "monkey> "
 
 
+def test_a_shell_on_this_machine_follows_remote_use_from_another_terminal(laptop, monkeypatch):
+    juid = laptop.server("run", "--", "true").stdout.strip()
+    monkeypatch.delenv("MONKEY_REMOTE")
+    app = MonkeyShell(persistent_history_file="")
+    assert run_one(app, "list jobs")[0].startswith("no jobs yet")
+    assert app.prompt == "monkey> "
+    assert laptop.laptop("remote", "use", "lab").returncode == 0
+    assert juid in run_one(app, "list jobs")[0]  # as a one-shot command would
+    assert app.prompt == "monkey[lab]> "  # from then on the prompt says so
+
+
 def test_job_ids_complete_from_the_main_node_and_nothing_when_it_is_down(laptop):
     juid = laptop.server("run", "--", "true").stdout.strip()
     app = MonkeyShell(persistent_history_file="")

@@ -259,14 +259,16 @@ class MonkeyShell(cmd2.Cmd):
     def _end_of_command(
         self, data: cmd2.plugin.CommandFinalizationData
     ) -> cmd2.plugin.CommandFinalizationData:
-        """After a command given `--remote NAME`: the session's remote again."""
+        """After a command: the session's remote again if it was given `--remote NAME`, and
+        the prompt naming where the next command goes (a shell on this machine follows
+        `remote use` typed in another terminal, as one-shot commands do)."""
         if self._put_back is not None:
             (before,), self._put_back = self._put_back, None
             if before is None:
                 os.environ.pop("MONKEY_REMOTE", None)
             else:
                 os.environ["MONKEY_REMOTE"] = before
-            self.prompt = prompt()
+        self.prompt = prompt()
         return data
 
     def _restart_if_reinstalled(
