@@ -390,7 +390,6 @@ def test_remote_use_env_and_option_select_the_remote(node):
     [
         (["server", "status"], "server status"),
         (["daemon", "status"], "daemon status"),
-        ([], "shell (no command)"),
     ],
 )
 def test_commands_not_through_a_remote_yet_say_so_and_exit_2(node, argv, words):

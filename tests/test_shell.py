@@ -296,9 +296,9 @@ def test_one_way_per_command():
     """The shell's commands are the CLI's: same parsers, same functions."""
     from monkey.shell import cli, repl
 
-    for name in cli.PARSERS:
+    for name in repl.COMMANDS:
         assert callable(getattr(MonkeyShell, f"do_{name}"))
-        one_shot = cli.PARSERS[name]()
+        one_shot = {**cli.PARSERS, **cli.ONE_SHOT}[name]()
         shell = repl.shell_parser(name)
         assert shell.description == one_shot.description
         assert {a.dest for a in shell._actions} == {a.dest for a in one_shot._actions}

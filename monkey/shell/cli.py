@@ -28,7 +28,7 @@ from monkey.shell.common import (
     suggest,
     write_all,
 )
-from monkey.shell.routing import NotRemote, check_remote, remote_ready, take_remote
+from monkey.shell.routing import NotRemote, route, shell_remote, take_remote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -306,11 +306,13 @@ PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
 # Commands of the one-shot CLI only (the shell completes by itself).
 ONE_SHOT: dict[str, Callable[..., argparse.ArgumentParser]] = {
     "completion": completion_parser,
-    # the main node's server, and the remotes a one-shot command goes to (the shell runs
-    # on this machine's MONKEY_HOME only, for now)
+    # the main node's server (run on it)
     "server": _elsewhere("server_commands", "server_parser"),
+    # the remotes commands go to (the shell has it too: see SHELL_TOO)
     "remote": _elsewhere("remote_commands", "remote_parser"),
 }
+# One-shot commands the `monkey>` shell has too.
+SHELL_TOO = ("remote",)
 
 OVERVIEW = """\
 usage: monkey [COMMAND [ARGS]]
@@ -834,19 +836,6 @@ def _complete(words: list[str]) -> int:
     """`monkey __complete WORD...`: the candidates for the last word, one a line."""
     from monkey.shell.completion import candidates
 
-    def recent_jobs() -> list[str]:
-        from monkey.remote.settings import selected
-
-        if selected():  # the main node's jobs; none when it cannot be reached
-            try:
-                return [j.juid for j in monkey().job_listing(limit=50)["jobs"]]
-            except MonkeyError:
-                return []
-        from monkey.config import Home
-        from monkey.store import Store
-
-        return [j.juid for j in Store(Home().ensure().db).list_jobs(limit=50)]
-
     if len(words) > 1:
         words = expand(words)
     from monkey.shell.tracking_commands import SWEEP_ACTIONS
@@ -855,6 +844,23 @@ def _complete(words: list[str]) -> int:
     for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs, actions):
         print(word)
     return 0
+
+
+def recent_jobs(limit: int = 50, facade: Callable[[], Any] | None = None) -> list[str]:
+    """The newest job ids, newest first, to complete a JOB: through a remote the main node's
+    (asked through FACADE(), default a new one), none when it is out of reach or refuses;
+    else this machine's."""
+    from monkey.remote.settings import selected
+
+    if selected():
+        try:
+            return [j.juid for j in (facade or monkey)().job_listing(limit=limit)["jobs"]]
+        except MonkeyError:
+            return []
+    from monkey.config import Home
+    from monkey.store import Store
+
+    return [j.juid for j in Store(Home().ensure().db).list_jobs(limit=limit)]
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -984,13 +990,7 @@ def dispatch(argv: list[str]) -> int:
             f"(commands: {', '.join(names)}; see monkey --help)"
         )
     args = builder().parse_args(argv[1:])
-    if not remote_ready(name, args):
-        sub = getattr(args, "what", None) or getattr(args, "action", None)
-        check_remote(
-            f"{name} {sub}"
-            if isinstance(sub, str) and name in ("list", "server", "sweep", "provider", "daemon")
-            else name
-        )
+    route(name, args)
     check_jobs(args)
     return int(args.func(args) or 0)
 
@@ -1007,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = take_remote(argv)
         if not argv:
-            check_remote("shell (no command)")
+            shell_remote()
     except MonkeyError as exc:
         return _failed(exc)
     if not argv:

@@ -46,10 +46,10 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     use = sub.add_parser(
         "use",
-        help="send commands to NAME from now on (--local: this machine)",
+        help="send commands to NAME from now on (`local` or --local: this machine)",
         description="Choose the remote commands go to.",
     )
-    use.add_argument("name", nargs="?")
+    use.add_argument("name", nargs="?", help="a remote, or `local` for this machine")
     use.add_argument("--local", action="store_true", help="back to this machine's MONKEY_HOME")
     ls = sub.add_parser(
         "list", help="the remotes, the one in use marked", description="List remotes."
@@ -70,6 +70,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
     if args.action == "add":
         return _add(args, data)
     if args.action == "use":
+        if args.name == settings.LOCAL and not args.local:  # `remote use local`
+            args.name, args.local = None, True
         if args.local == bool(args.name):
             raise UsageError("monkey remote use: give NAME, or --local for this machine")
         if args.name and args.name not in data["remotes"]:

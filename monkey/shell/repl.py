@@ -2,7 +2,8 @@
 
 Every command here is the one-shot command of the same name: the shell builds its parser with
 the builder in `cli.PARSERS` (given a cmd2 parser class) and runs the same `cmd_*` function
-through `MonkeyShell.run_command`. Nothing else in monkey imports this module (cmd2 is slow to
+through `MonkeyShell.run_command`, on this machine or through the selected remote as the CLI
+would (`routing.route`). Nothing else in monkey imports this module (cmd2 is slow to
 import), except `cli.main` when `monkey` is run with no arguments.
 """
 
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
 
 PROMPT = "monkey> "
+REMOTE_PROMPT = "monkey[{}]> "  # through remote NAME
 # A shell restarted onto reinstalled code gets {"line": the command typed when the change was
 # noticed, run first; "session": where its history session began} in this variable.
 RESUME = "MONKEY_SHELL_RESUME"
@@ -142,10 +145,37 @@ def _complete_jobs(parser: argparse.ArgumentParser, paths: bool = True) -> None:
             action.set_completer(cmd2.Cmd.path_complete)  # type: ignore[attr-defined]
 
 
+# The shell's commands: the one-shot CLI's (the same parsers and functions).
+COMMANDS = {**cli.PARSERS, **{name: cli.ONE_SHOT[name] for name in cli.SHELL_TOO}}
+
+
+def _remotes(_: MonkeyShell) -> cmd2.Choices:
+    """choices_provider for `remote remove NAME`: the remotes set up here."""
+    from monkey.remote import settings
+
+    try:
+        return cmd2.Choices.from_values(sorted(settings.load()["remotes"]), is_sorted=True)
+    except MonkeyError as exc:
+        raise cmd2.CompletionError(str(exc)) from None
+
+
+def _remotes_or_local(app: MonkeyShell) -> cmd2.Choices:
+    """choices_provider for `remote use NAME`: the remotes set up here, and `local`."""
+    from monkey.remote.settings import LOCAL
+
+    return cmd2.Choices.from_values([*_remotes(app).to_strings(), LOCAL])
+
+
 def shell_parser(name: str) -> ShellParser:
     """The parser of one-shot command `name`, built for the shell."""
-    parser = cast(ShellParser, cli.PARSERS[name](cls=ShellParser))  # built as a cls
+    parser = cast(ShellParser, COMMANDS[name](cls=ShellParser))  # built as a cls
     _complete_jobs(parser, paths=name != "provider")
+    if name == "remote":
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for verb, choices in (("use", _remotes_or_local), ("remove", _remotes)):
+            for arg in verbs.choices[verb]._actions:
+                if arg.dest == "name":
+                    arg.set_choices_provider(choices)
     return parser
 
 
@@ -156,24 +186,90 @@ def _private_file(path: Path) -> Path:
     return path
 
 
+def history_file() -> Path:
+    """Where the shell keeps its history: $MONKEY_HOME/history, or through remote NAME
+    beside its blob cache (the laptop then holds no MONKEY_HOME)."""
+    from monkey.remote.settings import selected
+
+    name = selected()
+    if name is None:
+        from monkey.config import Home
+
+        return _private_file(Home().ensure().root / "history")
+    from monkey.remote.submit import cache_folder
+
+    folder = cache_folder(name)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return _private_file(folder / "history")
+
+
+def prompt() -> str:
+    """`monkey> ` on this machine, `monkey[lab]> ` through remote lab."""
+    from monkey.remote.settings import selected
+
+    name = selected()
+    return PROMPT if name is None else REMOTE_PROMPT.format(name)
+
+
 class MonkeyShell(cmd2.Cmd):
     """`monkey>`: every one-shot command, plus cmd2's history, redirection and scripting."""
 
     def __init__(self, *, persistent_history_file: str | None = None, **kwargs: Any) -> None:
-        """cmd2.Cmd's options; history persists in $MONKEY_HOME/history unless a file is given."""
+        """cmd2.Cmd's options; history persists in `history_file()` unless a file is given."""
         if persistent_history_file is None:
-            from monkey.config import Home
-
-            persistent_history_file = str(_private_file(Home().ensure().root / "history"))
+            persistent_history_file = str(history_file())
         kwargs.setdefault("allow_cli_args", False)  # `monkey ARGS` is the one-shot CLI's
         kwargs.setdefault("suggest_similar_command", True)
         super().__init__(persistent_history_file=persistent_history_file, **kwargs)
-        self.prompt = PROMPT
+        self.prompt = prompt()
         self.default_error = "error: unknown command '{}'; type `help` to list the commands"
         self._monkey: Monkey | None = None
+        self._remote: tuple[str, Monkey] | None = None  # (name, its facade) for completion
+        self._completing = threading.Lock()  # completion runs in threads; one connection
+        self._put_back: tuple[str | None] | None = None  # $MONKEY_REMOTE before `--remote`
         version.code_digest()  # the code this shell runs, to notice a reinstall against
         self._reinstalled: str | None = None
         self.register_postparsing_hook(self._restart_if_reinstalled)
+        self.register_postparsing_hook(self._as_the_cli)
+        self.register_cmdfinalization_hook(self._end_of_command)
+
+    def _as_the_cli(self, data: cmd2.plugin.PostparsingData) -> cmd2.plugin.PostparsingData:
+        """Before a command, read its line as the one-shot CLI does: a short form written out
+        (`cancel JOB` is `job cancel JOB`, `info JOB` is `info job JOB`), and `--remote NAME`
+        (before any `--`) taken out: NAME for this command only."""
+        statement = data.statement
+        if not statement.command or statement.command in ("alias", "macro", "shell"):
+            return data
+        words = [statement.command, *statement.arg_list]  # quotes kept
+        before = os.environ.get("MONKEY_REMOTE")
+        try:
+            line = cli.expand(cli.take_remote(words))
+        except MonkeyError as exc:  # `--remote` and no NAME
+            self.perror(f"error: {str(exc).removeprefix('monkey: ')}")
+            self.last_result = 2
+            raise cmd2.exceptions.EmptyStatement from None
+        if os.environ.get("MONKEY_REMOTE") != before:
+            self._put_back = (before,)  # once the command is done
+        if line != words:
+            post = statement.post_command
+            typed = self.statement_parser.parse(" ".join(line) + (f" {post}" if post else ""))
+            data.statement = type(typed).from_dict({**typed.to_dict(), "raw": statement.raw})
+        return data
+
+    def _end_of_command(
+        self, data: cmd2.plugin.CommandFinalizationData
+    ) -> cmd2.plugin.CommandFinalizationData:
+        """After a command: the session's remote again if it was given `--remote NAME`, and
+        the prompt naming where the next command goes (a shell on this machine follows
+        `remote use` typed in another terminal, as one-shot commands do)."""
+        if self._put_back is not None:
+            (before,), self._put_back = self._put_back, None
+            if before is None:
+                os.environ.pop("MONKEY_REMOTE", None)
+            else:
+                os.environ["MONKEY_REMOTE"] = before
+        self.prompt = prompt()
+        return data
 
     def _restart_if_reinstalled(
         self, data: cmd2.plugin.PostparsingData
@@ -200,17 +296,25 @@ class MonkeyShell(cmd2.Cmd):
 
     # -- running the one-shot commands ----------------------------------------------------
 
-    def run_command(self, args: argparse.Namespace) -> int:
-        """Run a parsed one-shot command as the CLI would, printing into the shell.
+    def run_command(self, args: argparse.Namespace, name: str) -> int:
+        """Run command NAME, parsed into ARGS, as the CLI would (on this machine or through
+        the selected remote, the same refusals), printing into the shell.
 
-        A MonkeyError prints `error: MESSAGE` and the shell goes on; the exit status the
-        command would have had is left in `self.last_result`.
+        A MonkeyError prints `error: MESSAGE` (a command that does not work through a remote:
+        the CLI's line) and the shell goes on; the exit status the command would have had is
+        left in `self.last_result`.
         """
         saved = sys.stdout
         sys.stdout = _CommandOutput(self.stdout)
         try:
+            cli.route(name, args)
             cli.check_jobs(args)
             status = int(args.func(args) or 0)
+            if name == "remote":
+                self._switched(args)
+        except cli.NotRemote as exc:
+            self.perror(str(exc))
+            status = 2
         except MonkeyError as exc:
             self.perror(f"error: {exc}")
             status = 2 if isinstance(exc, cli.UsageError) else 1
@@ -231,16 +335,51 @@ class MonkeyShell(cmd2.Cmd):
         self.last_result = status
         return status
 
+    def _switched(self, args: argparse.Namespace) -> None:
+        """After `remote use` or `remote remove` here: the next commands go where it says
+        (kept in $MONKEY_REMOTE for this session, see routing.shell_remote), and the prompt
+        names it."""
+        from monkey.remote.settings import LOCAL
+
+        if args.action == "use":
+            if args.name and args.name != LOCAL:
+                os.environ["MONKEY_REMOTE"] = args.name
+            else:
+                os.environ.pop("MONKEY_REMOTE", None)
+        elif args.action == "remove" and os.environ.get("MONKEY_REMOTE") == args.name:
+            os.environ.pop("MONKEY_REMOTE", None)  # back to this machine, as the CLI
+        self.prompt = prompt()
+
     def monkey(self) -> Monkey:
-        """The Monkey the shell reads from to complete; commands make their own."""
+        """The Monkey of this machine the shell reads from to complete; commands make their
+        own."""
         if self._monkey is None:
             from monkey.api import Monkey
 
-            self._monkey = Monkey()
+            self._monkey = Monkey(remote="local")
         return self._monkey
 
+    def _remote_facade(self) -> Monkey:
+        """The selected remote's facade, for completion (kept while the remote stays)."""
+        from monkey.remote.settings import selected
+        from monkey.shell.common import monkey
+
+        name = selected()
+        if self._remote is None or self._remote[0] != name:
+            if self._remote is not None:
+                self._remote[1].close()  # type: ignore[attr-defined]  # a RemoteMonkey's
+                self._remote = None
+            self._remote = (str(name), monkey())
+        return self._remote[1]
+
     def job_ids(self) -> list[str]:
-        """The newest job ids, newest first, for completion."""
+        """The newest job ids, newest first, for completion: through a remote the main
+        node's (none when it is out of reach)."""
+        from monkey.remote.settings import selected
+
+        if selected():
+            with self._completing:
+                return cli.recent_jobs(JOB_CHOICES, self._remote_facade)
         try:
             return [job.juid for job in self.monkey().store.list_jobs(limit=JOB_CHOICES)]
         except MonkeyError as exc:
@@ -255,7 +394,7 @@ class MonkeyShell(cmd2.Cmd):
             _CMD2_HELP(self, args)
             return
         self.last_result = True
-        ours = [name for name in cli.PARSERS if self.get_command_func(name) is not None]
+        ours = [name for name in COMMANDS if self.get_command_func(name) is not None]
         others = sorted(set(self.get_visible_commands()) - set(ours))
         for title, names in (
             ("monkey commands (`COMMAND --help` describes one):", ours),
@@ -297,7 +436,7 @@ def _shell_command(name: str) -> Callable[..., Any]:
         return shell_parser(name)
 
     def command(self: MonkeyShell, args: argparse.Namespace) -> None:
-        self.run_command(args)
+        self.run_command(args, name)
 
     # cmd2 names the command and keys its parser by these, so set them before decorating.
     command.__name__ = f"do_{name}"
@@ -307,7 +446,7 @@ def _shell_command(name: str) -> Callable[..., Any]:
     return cmd2.with_category(CATEGORY)(cmd2.with_argparser(build_parser)(command))
 
 
-for _name in cli.PARSERS:
+for _name in COMMANDS:
     setattr(MonkeyShell, f"do_{_name}", _shell_command(_name))
 del _name
 
@@ -323,4 +462,16 @@ def run_shell() -> int:
             return app.exit_code
     elif sys.stdin.isatty():
         intro = f"monkey {cli.VERSION}: type `help` for the commands, `quit` or Ctrl-D to leave."
+        intro += _where()
     return app.cmdloop(intro)
+
+
+def _where() -> str:
+    """The intro's line naming the main node commands go to ("" on this machine)."""
+    from monkey.remote import settings
+
+    name = settings.selected()
+    if name is None:
+        return ""
+    url = settings.load()["remotes"].get(name, {}).get("url", "?")
+    return f"\nCommands go to the main node {name} ({url}); `remote use local` for this machine."

@@ -29,6 +29,29 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
     )
 
 
+def route(name: str, args: argparse.Namespace) -> None:
+    """NotRemote when a remote is selected and command NAME (parsed into ARGS) does not work
+    through one: the one check of the one-shot CLI and of the `monkey>` shell."""
+    if remote_ready(name, args):
+        return
+    sub = getattr(args, "what", None) or getattr(args, "action", None)
+    grouped = name in ("list", "server", "sweep", "provider", "daemon")
+    check_remote(f"{name} {sub}" if isinstance(sub, str) and grouped else name)
+
+
+def shell_remote() -> str | None:
+    """The remote a `monkey>` shell opened now talks to (None: this machine), kept in
+    $MONKEY_REMOTE for the session so that `remote use` in another terminal does not move
+    it; MonkeyError naming the fix when that remote is not set up."""
+    from monkey.remote import settings
+
+    name = settings.selected()
+    if name is not None:
+        settings.get(name)  # its settings and token are here (the server is not asked)
+        os.environ["MONKEY_REMOTE"] = name
+    return name
+
+
 def check_remote(words: str) -> None:
     """NotRemote when a remote is selected: WORDS (the command) does not work through one."""
     from monkey.remote.settings import selected
