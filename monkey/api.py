@@ -30,7 +30,7 @@ from monkey.models import (
 from monkey.models import Job as JobRecord
 from monkey.rerun import Reruns
 from monkey.store import Store
-from monkey.submit import Submitter, default_name, parse_command, wake
+from monkey.submit import Submitter, check_priority, default_name, parse_command, wake
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,6 +160,7 @@ class Monkey:
         gathered: dict[str, Any] | None = None,
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
+        priority: int = 0,
     ) -> Job:
         """Snapshot the code and data, record the job, and wake the core. Returns at once.
 
@@ -172,7 +173,8 @@ class Monkey:
         on its machine instead of this machine's workdir, datasets and env (a main node's
         API, see ``Submitter.accept``). ``after``: jobs (ids, prefixes, `last`, or sweeps: all
         their jobs) that must succeed before this one starts; if one ends otherwise, this one
-        is cancelled. ``after_any``: jobs that must end, however they end."""
+        is cancelled. ``after_any``: jobs that must end, however they end. ``priority``:
+        higher starts first among queued jobs (default 0; FIFO within a priority)."""
         argv = parse_command(cmd)
         deps = self._submitter.dependencies(after, after_any)
         if start_core:  # a socket folder that cannot be used refuses before anything is written
@@ -205,6 +207,7 @@ class Monkey:
                 [(argv, name or sub.name or default_name(argv), params or {})],
                 sweep=sweep,
                 after=deps,
+                priority=check_priority(priority),
             )
         if start_core:
             self.wake(queued=f"job {juid}")
@@ -224,11 +227,12 @@ class Monkey:
         start_core: bool = True,
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
+        priority: int = 0,
     ) -> Job:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
         optionally another provider or resources (``time``: the time limit, as ``run``'s;
-        ``after``, ``after_any`` as ``run``'s). Returns the new job at once (see
+        ``after``, ``after_any``, ``priority`` as ``run``'s). Returns the new job at once (see
         ``monkey.rerun``)."""
         return Job(
             self,
@@ -244,6 +248,7 @@ class Monkey:
                 start_core=start_core,
                 after=after,
                 after_any=after_any,
+                priority=priority,
             ),
         )
 
@@ -869,6 +874,19 @@ class Monkey:
                     f"job {juid} already {job.state.value}; nothing to {request.value}"
                 )
         raise MonkeyError(f"job {juid} kept changing state; try again")
+
+    def set_priority(self, ref: str, priority: int) -> int:
+        """Change queued or paused job REF's priority (higher starts first); returns it."""
+        juid = self.store.resolve(ref)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise MonkeyError(f"priority {priority!r}: give a whole number, e.g. 10 or -5")
+        if not self.store.set_priority(juid, priority, actor=self.acting_user()):
+            job = self.store.get_job(juid)
+            assert job is not None
+            raise MonkeyError(
+                f"job {juid} is {job.state.value}; only queued or paused jobs change priority"
+            )
+        return priority
 
     def cancel(self, ref: str) -> State:
         """Cancel a job: queued/paused at once; running gets SIGTERM, then SIGKILL."""

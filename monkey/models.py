@@ -477,6 +477,7 @@ class Job(Record):
         "params",
         "instance",
         "unreachable_since",
+        "priority",
     )
 
     def __init__(
@@ -507,6 +508,7 @@ class Job(Record):
         params: dict[str, Any] | None = None,
         instance: str | None = None,
         unreachable_since: float | None = None,
+        priority: int = 0,
     ) -> None:
         self.juid = juid
         self.name = name
@@ -535,6 +537,7 @@ class Job(Record):
         self.instance = instance
         # Since when its live attempt's instance is out of reach (a sub-status of running).
         self.unreachable_since = unreachable_since
+        self.priority = priority  # higher starts first among queued jobs (`run --priority`)
 
     @property
     def command(self) -> str:
@@ -571,6 +574,7 @@ class Job(Record):
             "sweep": self.sweep,
             "params": self.params,
             "unreachable_since": self.unreachable_since,
+            "priority": self.priority,
         }
 
 

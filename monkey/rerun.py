@@ -22,6 +22,7 @@ from pathlib import Path
 
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import Job as JobRecord
+from monkey.submit import check_priority
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -350,6 +351,7 @@ class Reruns:
         sweep: str | None,
         held: bool,
         after: dict[str, bool] | None = None,
+        priority: int = 0,
     ) -> list[str]:
         """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
         their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
@@ -417,7 +419,13 @@ class Reruns:
         with self.store.tx() as db:
             for of, cell, fields, changes in planned:
                 [juid] = self.store.create_jobs(
-                    [cell], sweep=sweep, held=held, owner=owner, after=after, **fields
+                    [cell],
+                    sweep=sweep,
+                    held=held,
+                    owner=owner,
+                    after=after,
+                    priority=priority,
+                    **fields,
                 )
                 self.store.record_rerun(db, juid, of, changes)
                 juids.append(juid)
@@ -437,11 +445,12 @@ class Reruns:
         start_core: bool = True,
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
-        optionally another provider or resources (``time``, ``after``, ``after_any``: as
-        ``run``'s). Returns the new job's id at once."""
+        optionally another provider or resources (``time``, ``after``, ``after_any``,
+        ``priority``: as ``run``'s). Returns the new job's id at once."""
         job = self._job_record(ref)
         deps = self.submitter.dependencies(after, after_any)
         if start_core:
@@ -459,6 +468,7 @@ class Reruns:
                 sweep=None,
                 held=False,
                 after=deps,
+                priority=check_priority(priority),
             )
         if start_core:
             self._wake(f"job {juid}")
@@ -481,6 +491,7 @@ class Reruns:
         start_core: bool = True,
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
+        priority: int = 0,
     ) -> str:
         """Rerun cells of sweep REF (all; ``failed`` ones; or ``cells``, numbered from 1 in
         the order of `sweep status`) as a new sweep, or as new jobs of the same sweep with
@@ -547,6 +558,7 @@ class Reruns:
                 sweep=target,
                 held=True,
                 after=deps,
+                priority=check_priority(priority),
             )
             if in_place:
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP)

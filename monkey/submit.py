@@ -481,6 +481,13 @@ def parse_command(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
+def check_priority(priority: Any) -> int:
+    """PRIORITY as a job's priority; MonkeyError when it is not a whole number."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise MonkeyError(f"priority {priority!r}: give a whole number, e.g. 10 or -5")
+    return priority
+
+
 def check_retries(retries: Any) -> int:
     """RETRIES, refused unless a whole number from 0 to MAX_RETRIES."""
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= MAX_RETRIES:

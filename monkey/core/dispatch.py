@@ -5,14 +5,15 @@ A mixin of ``monkey.core.scheduler.Core``, which holds the state named below."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from monkey.core.placement import Usage, place
+from monkey.core.placement import Usage, fair_order, place
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import Capacity, Driver, NotReady
 from monkey.environments import start_fields
@@ -166,7 +167,7 @@ class Dispatch:
             waiting = self.waiting[provider] = []
             on_demand = self.on_demand[provider] = []
             spot: set[str] | None = None
-            for job in self.store.ready_jobs(now, limit=limit, provider=provider):
+            for job in self._in_turn(provider, now, limit):
                 where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
@@ -193,6 +194,17 @@ class Dispatch:
                     usage.get(c.instance, Usage()).slots >= c.slots for c in capacities
                 ):
                     break  # full: the jobs after this one wait for an exit
+
+    def _in_turn(self, provider: str, now: float, limit: int) -> Iterator[Job]:
+        """PROVIDER's ready jobs in the order they get free slots: the store's (priority,
+        then oldest); with several owners' jobs queued, by fair share (``fair_order``)."""
+        owners = self.store.queued_owners()
+        if len(owners) < 2:
+            return self.store.ready_jobs(now, limit=limit, provider=provider)
+        heads = {
+            o: self.store.ready_jobs(now, limit=limit, provider=provider, owner=o) for o in owners
+        }
+        return itertools.islice(fair_order(heads, self.store.running_by_owner(provider)), limit)
 
     def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
         """CAPACITIES with more slots on instances where short attempts just ended (see

@@ -1,11 +1,17 @@
-"""Placement: pure functions that choose an instance (and GPUs) for a job."""
+"""Placement: pure functions that choose an instance (and GPUs) for a job, and which
+owner's job goes next (fair share)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from monkey.drivers.base import Capacity
-from monkey.models import Resources, parse_size
+from monkey.models import Job, Resources, parse_size
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass
@@ -65,3 +71,26 @@ def place(
     used.gpus.update(gpus)
     used.memory += memory
     return Placement(cap.instance, gpus)
+
+
+def fair_order(heads: dict[Any, Iterator[Job]], running: dict[Any, int]) -> Iterator[Job]:
+    """The jobs of several owners in the order they should get free slots. HEADS: each
+    owner's ready jobs in the store's order; RUNNING: the slots each owner's jobs take now.
+    A higher priority goes first whoever owns it; among jobs of the same priority, the next
+    goes to the owner taking the fewest slots so far (counting the jobs handed out here), the
+    oldest job on a tie: one owner's long queue cannot starve another's single job."""
+    taken = dict(running)
+    peeked = {o: j for o, it in heads.items() if (j := next(it, None)) is not None}
+    while peeked:
+        owner = min(
+            peeked,
+            key=lambda o: (-peeked[o].priority, taken.get(o, 0), peeked[o].created_at),
+        )
+        job = peeked[owner]
+        following = next(heads[owner], None)
+        if following is None:
+            del peeked[owner]
+        else:
+            peeked[owner] = following
+        taken[owner] = taken.get(owner, 0) + max(1, job.resources.cpus)
+        yield job

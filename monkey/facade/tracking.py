@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 from monkey.facade import render
 from monkey.models import MonkeyError, Request, State
-from monkey.submit import Submission, Submitter
+from monkey.submit import Submission, Submitter, check_priority
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class Sweeps:
         max_cells: int | None = None,
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
+        priority: int = 0,
         **run_options: Any,
     ) -> str:
         """Create a sweep: one queued job per cell; returns the sweep id.
@@ -69,7 +70,8 @@ class Sweeps:
         ``distributions`` (name -> {"distribution": "uniform"|"log_uniform"|"int_uniform"|
         "choice", "min", "max" | "values"}); ``file``: a YAML sweep file, or its content
         as ``sweepspec.load_file`` reads it (explicit arguments override it). ``max_cells``: allow more cells than the default cap
-        (``sweepspec.MAX_CELLS``). ``after``, ``after_any``: as ``run``'s, for every cell.
+        (``sweepspec.MAX_CELLS``). ``after``, ``after_any``, ``priority``: as ``run``'s,
+        for every cell.
         ``run_options`` go to ``run`` (provider, cpus, gpus, ...).
 
         The code and data are stored once for all cells; the cells are written in batches
@@ -110,6 +112,7 @@ class Sweeps:
         spec["cells"] = sweepspec.size(spec, max_cells)
         cells = sweepspec.expand(spec)
         deps = self.submitter.dependencies(after, after_any)
+        check_priority(priority)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
         with (
@@ -120,7 +123,7 @@ class Sweeps:
                 with self.store.tx():  # the lock is held before anyone sees the sweep
                     sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
                     lock = sweeps.SubmissionLock(self.home, sid)
-                self._write_cells(sub, sid, name or sid, spec, cells, deps)
+                self._write_cells(sub, sid, name or sid, spec, cells, deps, priority)
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
             finally:
                 if lock is not None:
@@ -139,6 +142,7 @@ class Sweeps:
         spec: dict[str, Any],
         cells: list[dict[str, Any]],
         after: dict[str, bool],
+        priority: int,
     ) -> None:
         """Write a submitting sweep's cells, held, in batches; on failure mark it interrupted
         and say how far it got."""
@@ -154,7 +158,9 @@ class Sweeps:
                     (sweepspec.render(spec["command"], cell), f"{label}-{i}", cell)
                     for i, cell in enumerate(cells[start : start + WRITE_BATCH], start + 1)
                 ]
-                self.submitter.record(sub, batch, sweep=sid, held=True, after=after)
+                self.submitter.record(
+                    sub, batch, sweep=sid, held=True, after=after, priority=priority
+                )
                 written += len(batch)
                 time.sleep(0.005)  # the lock is free: a waiting writer takes it now
         except MonkeyError as exc:

@@ -36,6 +36,7 @@ CALLS = (
     "pause",
     "resume",
     "retry",
+    "set_priority",
     "metrics",
     "search",
     "whoami",
@@ -178,6 +179,7 @@ class RemoteMonkey:
         start_core: bool = True,
         after: str | Sequence[str] | None = None,
         after_any: str | Sequence[str] | None = None,
+        priority: int = 0,
         **options: Any,
     ) -> Job:
         """As ``Monkey.run``: the code and data gathered here, the job recorded and run by
@@ -203,6 +205,7 @@ class RemoteMonkey:
             gathered=gathered,
             **({"after": after} if after else {}),
             **({"after_any": after_any} if after_any else {}),
+            **({"priority": priority} if priority else {}),
             **{k: options[k] for k in RESOURCES if k in options},
         )
         return Job(self, juid)

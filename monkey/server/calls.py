@@ -40,6 +40,7 @@ CALLS: dict[str, Call] = {
     "pause": Call(acts=True),
     "resume": Call(acts=True),
     "retry": Call(acts=True),
+    "set_priority": Call(acts=True),
     "provider_kind": Call(),
     "sweep_status": Call(),
     "run": Call(submits=True),

@@ -18,13 +18,13 @@ from monkey.shell.common import (
     Parser,
     ParserClass,
     UsageError,
-    after_options,
     check_jobs,
     follow,
     job_argument,
     make_parser,
     monkey,
     print_json,
+    queue_options,
     suggest,
     write_all,
 )
@@ -66,7 +66,7 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         "MONKEY_HOME/runs/JOB/ATTEMPT/work/ (repeatable)",
     )
     p.add_argument("--retries", type=int, default=0, help="re-runs after a failure or loss")
-    after_options(p)
+    queue_options(p)
     p.add_argument(
         "--dataset",
         "-d",
@@ -205,8 +205,10 @@ def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "job", "Control jobs: cancel, pause, resume, retry.")
-    sub = p.add_subparsers(dest="action", required=True, metavar="{cancel,pause,resume,retry}")
+    p = make_parser(cls, "job", "Control jobs: cancel, pause, resume, retry, priority.")
+    sub = p.add_subparsers(
+        dest="action", required=True, metavar="{cancel,pause,resume,retry,priority}"
+    )
     texts = {
         "cancel": "stop jobs for good (SIGTERM, then SIGKILL after a grace period)",
         "pause": "hold jobs; running ones are stopped gracefully",
@@ -217,7 +219,19 @@ def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         job_argument(a, "jobs", "+", help="job ids, prefixes, or `last`")
         a.set_defaults(func=cmd_job)
+    text = "change the priority of a queued or paused job (higher starts first)"
+    a = sub.add_parser("priority", help=text, description=text[0].upper() + text[1:] + ".")
+    job_argument(a, "job", help="a job id, a prefix, or `last`")
+    a.add_argument("priority", type=int, metavar="N", help="the new priority, e.g. 10 or -5")
+    a.set_defaults(func=cmd_job_priority)
     return p
+
+
+def cmd_job_priority(args: argparse.Namespace) -> int:
+    m = monkey()
+    juid = m.resolve(args.job)
+    print(f"{juid} priority {m.set_priority(juid, args.priority)}")
+    return 0
 
 
 def kill_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
@@ -402,6 +416,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         yes=args.yes,
         after=args.after,
         after_any=args.after_any,
+        priority=args.priority,
     )
     if args.json:
         print_json(job.record.to_json())
@@ -498,11 +513,12 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             if j.juid in waiting_on
             else j.state.value
         )
+        rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""
         rows.append(
             [
                 j.juid,
                 j.name,
-                shown,
+                shown + rank,  # a queued job's priority beside its state, when not 0
                 j.provider,
                 str(j.attempts),
                 ago(now - j.created_at),

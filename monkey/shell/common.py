@@ -149,8 +149,17 @@ def job_argument(
     p.set_defaults(_job_rule=(dest, count, default, p))  # the parser: its prog as the shell set it
 
 
-def after_options(p: argparse.ArgumentParser) -> None:
-    """`--after` and `--after-any` of run, sweep and rerun."""
+def queue_options(p: argparse.ArgumentParser) -> None:
+    """Where a job stands in the queue: `--priority`, `--after` and `--after-any` of run,
+    sweep and rerun."""
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="higher starts first among queued jobs (default 0; first come first served "
+        "within a priority)",
+    )
     p.add_argument(
         "--after",
         action="append",

@@ -33,7 +33,7 @@ compdef _monkey monkey
 """
 
 SCRIPTS = {"bash": BASH, "zsh": ZSH}
-JOB_ARGS = ("job", "jobs")  # positionals that take job ids
+JOB_ARGS = ("job", "jobs", "after", "after_any")  # arguments that take job ids
 
 
 def candidates(

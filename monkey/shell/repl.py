@@ -36,7 +36,7 @@ REMOTE_PROMPT = "monkey[{}]> "  # through remote NAME
 RESUME = "MONKEY_SHELL_RESUME"
 CATEGORY = "monkey"
 # Arguments that name jobs; tab completes them with job ids.
-JOB_ARGUMENTS = ("job", "jobs")
+JOB_ARGUMENTS = ("job", "jobs", "after", "after_any")
 # How many of the newest job ids completion offers.
 JOB_CHOICES = 200
 # Arguments that name local files or folders (and the command after `--`); tab completes

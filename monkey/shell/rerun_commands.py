@@ -13,11 +13,11 @@ import sys
 from monkey.shell.common import (
     ParserClass,
     UsageError,
-    after_options,
     follow,
     job_argument,
     make_parser,
     monkey,
+    queue_options,
 )
 
 
@@ -50,7 +50,7 @@ def rerun_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "2h, 1d or HH:MM:SS (default: as before)",
     )
     p.add_argument("--name", "-n", help="a readable name (default: as before)")
-    after_options(p)
+    queue_options(p)
     p.add_argument(
         "--follow",
         "-f",
@@ -112,6 +112,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         name=args.name,
         after=args.after,
         after_any=args.after_any,
+        priority=args.priority,
     )
     m = monkey()
     if args.sweep is not None:

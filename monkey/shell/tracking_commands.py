@@ -16,10 +16,10 @@ import time
 from monkey.shell.common import (
     ParserClass,
     UsageError,
-    after_options,
     job_argument,
     make_parser,
     monkey,
+    queue_options,
     suggest,
 )
 
@@ -217,7 +217,7 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-cells", type=int, metavar="N", help="allow up to N runs (default cap: 10000)"
     )
-    after_options(p)
+    queue_options(p)
     p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
@@ -560,6 +560,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         yes=args.yes,
         after=args.after,
         after_any=args.after_any,
+        priority=args.priority,
     )
     if args.json:
         _json(m.sweep_status(sid))

@@ -45,7 +45,7 @@ from monkey.store.users import UserStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
 # How long a statement waits for the write lock before the user is told. SQLite's own
 # waits start at 1 ms and grow to 100 ms: far longer than the core holds the lock for a
@@ -358,6 +358,7 @@ class Store(
         now: float | None = None,
         owner: str | None = None,
         after: dict[str, bool] | None = None,
+        priority: int = 0,
     ) -> list[str]:
         """Insert jobs alike but for their (argv, name, params), each with a fresh juid
         (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
@@ -385,6 +386,7 @@ class Store(
             sweep,
             secrets,
             owner or local_user(),
+            priority,
         )
         with self.tx() as db:
             self._add_blobs(db, blobs, now)
@@ -393,8 +395,8 @@ class Store(
             db.executemany(
                 "INSERT INTO jobs(juid, name, argv, params, state, provider, resources, env, "
                 "snapshot, workdir, datasets, git, python, retries, created_at, updated_at, "
-                "not_before, sweep, secrets, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?, ?, ?)",
+                "not_before, sweep, secrets, owner, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (juid, name or juid, dumps(argv), dumps(params), *shared)
                     for juid, (argv, name, params) in zip(juids, cells)
@@ -402,7 +404,7 @@ class Store(
             )
             db.executemany(
                 "INSERT INTO events(juid, ts, kind, new, actor) VALUES (?, ?, 'created', ?, ?)",
-                [(juid, now, state.value, shared[-1]) for juid in juids],
+                [(juid, now, state.value, shared[-2]) for juid in juids],
             )
             for table, column, value in (
                 ("job_specs", "spec", spec and dumps(spec)),
@@ -543,10 +545,15 @@ class Store(
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
 
     def ready_jobs(
-        self, now: float, limit: int = 1000, provider: str | None = None
+        self,
+        now: float,
+        limit: int = 1000,
+        provider: str | None = None,
+        owner: str | None | Literal[False] = False,
     ) -> Iterator[Job]:
-        """Queued jobs whose back-off has passed: preempted ones first, then oldest first
-        (each decoded when the caller gets to it)."""
+        """Queued jobs whose back-off has passed and that wait for no other job: preempted
+        ones first, then by priority, then oldest first (each decoded when the caller gets to
+        it); only OWNER's when given (None: jobs with no owner recorded)."""
         sql = (
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= ? "
             f"AND NOT {WAITING}"
@@ -555,8 +562,59 @@ class Store(
         if provider is not None:
             sql += " AND provider = ?"
             args.append(provider)
-        rows = self.db.execute(sql + " ORDER BY front DESC, seq LIMIT ?", (*args, limit)).fetchall()
+        if owner is not False:
+            sql += " AND owner IS ?"
+            args.append(owner)
+        rows = self.db.execute(
+            sql + " ORDER BY front DESC, priority DESC, seq LIMIT ?", (*args, limit)
+        ).fetchall()
         return (_job(r) for r in rows)
+
+    def queued_owners(self) -> list[str | None]:
+        """The owners of queued jobs, each found by one index seek (a handful, however many
+        jobs each has queued)."""
+        owners: list[str | None] = []
+        row = self.db.execute(
+            "SELECT 1 FROM jobs INDEXED BY jobs_owner_ready WHERE state = 'queued' "
+            "AND owner IS NULL LIMIT 1"
+        ).fetchone()
+        if row:
+            owners.append(None)
+        last = ""
+        while True:
+            row = self.db.execute(
+                "SELECT owner FROM jobs INDEXED BY jobs_owner_ready WHERE state = 'queued' "
+                "AND owner > ? ORDER BY owner LIMIT 1",
+                (last,),
+            ).fetchone()
+            if row is None:
+                return owners
+            last = row[0]
+            owners.append(last)
+
+    def running_by_owner(self, provider: str) -> dict[str | None, int]:
+        """How many of PROVIDER's slots each owner's live attempts take."""
+        rows = self.db.execute(
+            "SELECT j.owner, SUM(MAX(1, COALESCE(json_extract(j.resources, '$.cpus'), 1))) "
+            "FROM attempts a JOIN jobs j ON j.juid = a.juid "
+            "WHERE a.state = 'live' AND j.provider = ? GROUP BY j.owner",
+            (provider,),
+        )
+        return {owner: int(n) for owner, n in rows}
+
+    def set_priority(self, juid: str, priority: int, actor: str | None = None) -> bool:
+        """Change a queued or paused job's priority (ACTOR's request); False when it is in
+        another state."""
+        with self.tx() as db:
+            done = db.execute(
+                "UPDATE jobs SET priority = ?, updated_at = ? WHERE juid = ? "
+                "AND state IN ('queued', 'paused')",
+                (priority, time.time(), juid),
+            ).rowcount
+            if done:
+                detail = f"priority {priority}"
+                self._event(db, juid, None, "user", None, None, detail, time.time(), actor)
+        return bool(done)
 
     def has_ready(self, provider: str, now: float) -> bool:
         """Whether the provider has a queued job ready to run."""

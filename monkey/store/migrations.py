@@ -323,6 +323,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX job_deps_dep ON job_deps(dep);
         """,
     ),
+    (
+        "0019_priority",
+        # `run --priority N`: higher first among queued jobs (preempted ones still lead),
+        # FIFO within a priority; per owner too, for the fair share of a shared server.
+        """
+        ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+        DROP INDEX jobs_ready;
+        CREATE INDEX jobs_ready ON jobs(state, front DESC, priority DESC, seq);
+        CREATE INDEX jobs_owner_ready ON jobs(state, owner, front DESC, priority DESC, seq);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
-    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since"
+    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since, priority"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -60,6 +60,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         params,
         instance,
         unreachable_since,
+        priority,
     ) = row
     return Job(
         juid=juid,
@@ -88,6 +89,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         params=_decode(params),
         instance=instance,
         unreachable_since=unreachable_since,
+        priority=priority,
     )
 
 

@@ -150,7 +150,13 @@ def row_cells(
         "job": job.juid,
         "name": Text(job.name),
         "state": Text(
-            shown_state(job) + ("*" if job.request else ""),
+            shown_state(job)
+            + ("*" if job.request else "")
+            + (  # a queued job's priority, when not 0 (`run --priority`)
+                f" ({job.priority:+d})"
+                if job.priority and job.state in (State.QUEUED, State.PAUSED)
+                else ""
+            ),
             style=STATE_STYLES.get(shown_state(job), ""),
         ),
         "where": Text(where(job)),

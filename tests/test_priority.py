@@ -1,0 +1,98 @@
+"""`--priority N` and `monkey job priority` (issue 29, part 2): higher first, first come first
+served within a priority; and on a queue shared by several owners, free slots go by fair
+share, so one owner's long queue cannot starve another's jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import wait_for
+
+ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
+
+
+def _one_slot(home: Path, slots: int = 1) -> None:
+    (home / "providers.yml").write_text(f"providers:\n  local: {{type: local, slots: {slots}}}\n")
+
+
+def _ended(monkey, juids: list[str], timeout: float = 120) -> None:
+    wait_for(
+        lambda: all(monkey.store.get_job(j).state.value in ENDED for j in juids),
+        timeout=timeout,
+        what="the jobs to end",
+    )
+
+
+def test_higher_priority_starts_first_fifo_within_one(home: Path, monkey, cli, tmp_path: Path):
+    _one_slot(home)
+    order = tmp_path / "order"
+    blocker = monkey.run(["sleep", "3"]).juid
+    wait_for(lambda: monkey.store.get_job(blocker).state.value == "running", what="a blocker")
+
+    def job(word: str, priority: int) -> str:
+        return monkey.run(["sh", "-c", f"echo {word} >> {order}"], priority=priority).juid
+
+    juids = [
+        job("low1", 0),
+        job("urgent", 10),
+        job("low2", 0),
+        job("last", -5),
+        job("high1", 5),
+        job("high2", 5),
+    ]
+    moved = cli("run", "--priority", "0", "--", "sh", "-c", f"echo moved >> {order}", check=True)
+    moved_juid = moved.stdout.strip()
+    assert cli("job", "priority", moved_juid, "7", check=True).stdout.strip() == (
+        f"{moved_juid} priority 7"
+    )
+    table = cli("list", "jobs", check=True).stdout
+    assert "queued (+7)" in table and "queued (-5)" in table
+    listed = json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]
+    assert {j["job"]: j["priority"] for j in listed}[juids[1]] == 10
+    _ended(monkey, [*juids, moved_juid])
+    assert order.read_text().split() == [
+        "urgent",
+        "moved",
+        "high1",
+        "high2",
+        "low1",
+        "low2",
+        "last",
+    ]
+    events = json.loads(cli("info", moved_juid, "--json", check=True).stdout)["events"]
+    assert any(e["detail"] == "priority 7" for e in events)
+
+
+def test_priority_of_a_job_that_is_not_queued_is_refused(monkey, cli):
+    job = monkey.run(["true"])
+    job.wait(timeout=60)
+    done = cli("job", "priority", job.juid, "3")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"monkey: error: job {job.juid} is succeeded; only queued or paused jobs change priority"
+    )
+    bad = cli("run", "--priority", "high", "--", "true")
+    assert bad.returncode == 2 and "--priority: invalid int value" in bad.stderr
+    assert len(monkey.store.list_jobs()) == 1
+
+
+def test_two_owners_share_the_slots_fairly(home: Path, monkey):
+    """ana queues six jobs on two slots, then bob two: bob's first starts as soon as one of
+    ana's ends, not after all of hers; both of his end before her last."""
+    _one_slot(home, slots=2)
+    monkey.actor = "ana"
+    anas = [monkey.run(["sleep", "1.5"]).juid for _ in range(6)]
+    wait_for(
+        lambda: sum(monkey.store.get_job(j).state.value == "running" for j in anas) == 2,
+        what="two of ana's jobs to run",
+    )
+    monkey.actor = "bob"
+    bobs = [monkey.run(["sleep", "1.5"]).juid for _ in range(2)]
+    _ended(monkey, anas + bobs)
+    start = {j: monkey.store.attempts(j)[-1].started_at for j in anas + bobs}
+    assert start[bobs[0]] < start[anas[2]]  # the first slot freed went to bob
+    assert start[bobs[1]] < start[anas[4]]
+    assert max(start[b] for b in bobs) < start[anas[-1]]
+    owners = monkey.store.job_owners(anas + bobs)
+    assert {owners[j] for j in anas} == {"ana"} and {owners[j] for j in bobs} == {"bob"}
