@@ -18,6 +18,15 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>\d+))?$")
 
 
+# Said under each kind's --help: what `provider add` does through a remote (on_main_node).
+_ON_MAIN_NODE = (
+    "Through a remote (--remote NAME), the main node runs it, for its admins: the files the "
+    "options name (--key, --credentials, --workdir) are the main node's, and so are the "
+    "credentials, the checks and the providers.yml written (its core uses them); a relative "
+    "path starts from its home folder."
+)
+
+
 def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(
         prog="monkey provider", description="Add a provider to providers.yml, or check its hosts."
@@ -33,6 +42,7 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
         "ssh",
         help="a pool of SSH hosts",
         description="Add an `ssh` provider: hosts reached over SSH.",
+        epilog=_ON_MAIN_NODE,
     )
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     ssh.add_argument(
@@ -147,6 +157,18 @@ def _save_provider(home: Any, name: str, entry: dict[str, Any]) -> Any:
     return path
 
 
+def add_on_main_node(args: argparse.Namespace, words: list[str]) -> int:
+    """`monkey provider add WORDS` through a remote: the main node runs it as its own command
+    (admins only); its output and exit status, as if it had run here."""
+    from monkey.remote.facade import RemoteMonkey
+
+    done = RemoteMonkey().provider_add(words, args.name)
+    sys.stdout.write(done["stdout"])
+    sys.stdout.flush()
+    sys.stderr.write(done["stderr"])
+    return int(done["code"])
+
+
 def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     from monkey.config import Home
     from monkey.drivers import load_providers
@@ -192,6 +214,7 @@ def _aws_parser(kinds: Any) -> None:
         "records their ids. Run it again to reuse them or repair what is gone; flags "
         "not given keep the provider's current values. Asks on a terminal for what "
         "is missing.",
+        epilog=_ON_MAIN_NODE,
     )
     aws.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     aws.add_argument("--region", help="AWS region, e.g. us-east-1")
@@ -284,6 +307,7 @@ def _slurm_parser(kinds: Any) -> None:
         description="Add a `slurm` provider. Slurm's commands (sbatch, squeue, sinfo) must work "
         "on this machine, or on the login host given with --login (over SSH); the "
         "partition is checked with sinfo.",
+        epilog=_ON_MAIN_NODE,
     )
     slurm.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     slurm.add_argument(
@@ -435,6 +459,7 @@ def _gcp_parser(kinds: Any) -> None:
         "a firewall rule letting SSH in from one address range, an SSH key, the GCS "
         "bucket). Run it again to reuse them; flags not given keep the provider's "
         "current values. Asks on a terminal for what is missing.",
+        epilog=_ON_MAIN_NODE,
     )
     gcp.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     gcp.add_argument("--credentials", metavar="FILE", help="service-account JSON key file")
