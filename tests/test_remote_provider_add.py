@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,10 +213,11 @@ def _commands_naming(word: str) -> list[int]:
 
 
 def test_provider_add_that_hangs_on_the_main_node_is_stopped_at_its_limit(node):
-    hole = Blackhole()
+    """One runs at a time (each rewrites providers.yml): another meanwhile is one line."""
+    hole, first = Blackhole(), None
     try:
         node.server_env.update(
-            MONKEY_PROVIDER_ADD_LIMIT="5",
+            MONKEY_PROVIDER_ADD_LIMIT="20",
             AWS_ACCESS_KEY_ID="AKIAEXAMPLE",
             AWS_SECRET_ACCESS_KEY="secret",
         )
@@ -222,10 +225,24 @@ def test_provider_add_that_hangs_on_the_main_node_is_stopped_at_its_limit(node):
         node.add_remote()
         words = ["provider", "add", "aws", "cloud", "--region", "us-east-1", "--size", "t3.micro"]
         words += ["--image", "ami-12345678", "--ssh-from", "10.0.0.0/8"]
-        done = node.laptop("--remote", "lab", *words, "--endpoint", hole.endpoint)
-        assert done.returncode == 1
-        assert done.stderr.strip().splitlines()[-1] == (
-            "monkey: error: provider add did not finish within 5s on the main node; stopped "
+        first = subprocess.Popen(
+            [*node.laptop_prefix, sys.executable, "-m", "monkey", "--remote", "lab", *words]
+            + ["--endpoint", hole.endpoint],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=node.laptop_env,
+        )
+        wait_for(hole.hanging, timeout=60, what="the set-up to reach the endpoint")
+        busy = node.laptop("--remote", "lab", "provider", "add", "ssh", "x", "--host", "h1")
+        assert (busy.returncode, one_line(busy.stderr)) == (
+            1,
+            "monkey: error: another provider add runs on the main node; try again when it is done",
+        )
+        out, err = first.communicate(timeout=120)
+        assert first.returncode == 1, (out, err)
+        assert err.strip().splitlines()[-1] == (
+            "monkey: error: provider add did not finish within 20s on the main node; stopped "
             "(providers.yml unchanged; run it again: what it created is reused)"
         )
         assert providers_yml(node) is None
@@ -235,6 +252,9 @@ def test_provider_add_that_hangs_on_the_main_node_is_stopped_at_its_limit(node):
         again = node.laptop("--remote", "lab", "provider", "add", "ssh", "x", "--host", "h1")
         assert again.returncode == 0, again.stderr
     finally:
+        if first is not None and first.poll() is None:
+            first.kill()
+            first.communicate()
         hole.stop()
 
 
