@@ -280,3 +280,47 @@ def test_slurm_provider_added_through_a_remote_is_checked_with_the_main_nodes_si
         assert not (node.laptop_root / ".monkey").exists()
     finally:
         node.close()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ssh gpus --host me@gpu1:2222 --host gpu2 --user me --key ~/.ssh/id --cpus 2 --gpus 0 "
+        "--memory 64G --workdir /data/w --python python3.11 --trust-on-first-use --force",
+        "ssh --host=-odd --key=-k -- -named",  # values and a name that start with '-'
+        "aws cloud --region us-east-1 --size t3.micro --image ami-1 --spot --max-instances 4 "
+        "--idle-timeout 600 --bucket b --endpoint http://127.0.0.1:5000 --credentials ~/c "
+        "--profile p --user ubuntu --address private --ssh-from 10.0.0.0/8 --subnet-cidr "
+        "10.9.0.0/24 --metadata-url http://127.0.0.1:9/ --force",
+        "aws cloud --no-spot",
+        "gcp g --credentials ~/sa.json --project p --zone a,b --size e2-small --image debian-12 "
+        "--no-preemptible --network n --max-instances 2 --idle-timeout 60 --bucket b --user u "
+        "--address public --ssh-from 1.2.3.4/32 --endpoint http://x --storage-endpoint http://y",
+        "gcp g --preemptible",
+        "slurm hpc --partition p --account a --qos q --time 1:00:00 --gres gpu:1 --constraint c "
+        "--signal B:USR1@60 --workdir /w --login me@login:22 --key ~/.ssh/k --trust-new-host "
+        "--extra-arg=--nice=10 --extra-arg=--exclusive --force",
+        "slurm hpc",
+    ],
+)
+def test_the_words_sent_to_the_main_node_give_the_same_command(line):
+    """What the laptop sends is the command line the user typed, written out in full: the
+    main node parses it into the same options (the laptop's parser read it first)."""
+    import argparse
+
+    from monkey.shell.provider_commands import command_words, provider_parser
+
+    def parsed(words: list[str]) -> tuple[dict[str, object], argparse.ArgumentParser]:
+        parser = provider_parser(argparse.ArgumentParser)
+        args = parser.parse_args(["add", *words])
+        kinds = next(a for a in parser._actions if a.dest == "action").choices["add"]
+        kind = next(a for a in kinds._actions if a.dest == "kind").choices[args.kind]
+        return args, kind
+
+    args, kind = parsed(line.split())
+    words = command_words(args, kind)
+    again, _ = parsed(words)
+    assert {k: v for k, v in vars(again).items() if k != "func"} == {
+        k: v for k, v in vars(args).items() if k != "func"
+    }, words
+    assert words[0] == args.kind and words[-2:] == ["--", args.name]

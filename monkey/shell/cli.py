@@ -27,7 +27,7 @@ from monkey.shell.common import (
     suggest,
     write_all,
 )
-from monkey.shell.routing import NotRemote, check_remote, on_main_node, remote_ready, take_remote
+from monkey.shell.routing import NotRemote, check_remote, remote_ready, take_remote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -965,10 +965,6 @@ def dispatch(argv: list[str]) -> int:
             else name
         )
     check_jobs(args)
-    if on_main_node(name, args):
-        from monkey.shell.provider_commands import add_on_main_node
-
-        return add_on_main_node(args, argv[2:])
     return int(args.func(args) or 0)
 
 

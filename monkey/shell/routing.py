@@ -29,17 +29,6 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
     )
 
 
-def on_main_node(name: str, args: argparse.Namespace) -> bool:
-    """Whether command NAME (parsed into ARGS) goes to the selected remote as its words, for
-    the main node to run as its own command: `provider add` reads the files, keys and
-    credentials of the machine it runs on, and writes its providers.yml."""
-    if name != "provider" or args.action != "add":
-        return False
-    from monkey.remote.settings import selected
-
-    return selected() is not None
-
-
 def check_remote(words: str) -> None:
     """NotRemote when a remote is selected: WORDS (the command) does not work through one."""
     from monkey.remote.settings import selected
@@ -76,3 +65,14 @@ def take_remote(argv: list[str]) -> list[str]:
         out.append(word)
         i += 1
     return out
+
+
+def on_main_node(name: str, args: argparse.Namespace) -> bool:
+    """Whether command NAME (parsed into ARGS) goes to the selected remote as its words, for
+    the main node to run as its own command: `provider add` reads the files, keys and
+    credentials of the machine it runs on, and writes its providers.yml."""
+    if name != "provider" or args.action != "add":
+        return False
+    from monkey.remote.settings import selected
+
+    return selected() is not None
