@@ -324,3 +324,31 @@ def test_the_words_sent_to_the_main_node_give_the_same_command(line):
         k: v for k, v in vars(args).items() if k != "func"
     }, words
     assert words[0] == args.kind and words[-2:] == ["--", args.name]
+
+
+def test_an_admin_adds_an_ec2_provider_with_the_main_nodes_credentials(home, tmp_path, moto):
+    """The cloud set-up runs on the main node, with its credentials (the laptop has none):
+    the VPC, key pair and bucket are made there, the private key lands in its MONKEY_HOME."""
+    node = MainNode(home, tmp_path)
+    for key in [k for k in node.laptop_env if k.startswith("AWS_")]:
+        del node.laptop_env[key]
+    try:
+        node.start()
+        node.add_remote()
+        done = node.laptop(
+            *("--remote", "lab", "provider", "add", "aws", "cloud", "--endpoint", moto.endpoint),
+            *("--region", "us-east-1", "--size", "t3.micro", "--image", moto.image),
+            *("--subnet-cidr", "127.0.0.0/24", "--address", "private", "--user", "tester"),
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == (
+            f"added provider 'cloud' (ec2, us-east-1) to {node.home / 'providers.yml'}"
+        )
+        entry = yaml.safe_load(providers_yml(node) or "")["providers"]["cloud"]
+        assert entry["vpc"] in [v["VpcId"] for v in moto.boto3("ec2").describe_vpcs()["Vpcs"]]
+        assert Path(entry["key"]).is_file() and Path(entry["key"]).is_relative_to(node.home)
+        assert not (node.laptop_root / ".monkey").exists()
+        assert node.laptop_files() == [".config/monkey/lab.token", ".config/monkey/remotes.json"]
+    finally:
+        node.close()
