@@ -147,27 +147,23 @@ def test_provider_add_through_a_remote_is_refused_to_users_and_tells_the_command
         status, _, answer = raw(node, "POST", "/api/v1/call/provider_add", node.token, body=body)
         assert status == 400 and error in json.loads(answer)["error"], (args, answer)
     assert providers_yml(node) == before
-    missing = node.laptop(
-        "--remote",
-        "lab",
-        "provider",
-        "add",
-        "ssh",
-        "x",
-        "--host",
-        "h1",
-        "--key",
-        str(tmp_path / "no-such-key"),
+    # a path names a file of the main node: a key in the laptop's ~/.ssh is not there
+    laptop_key = node.laptop_root / ".ssh" / "id_laptop"
+    laptop_key.parent.mkdir(parents=True)
+    laptop_key.write_text("not sent\n")
+    words = ["provider", "add", "ssh", "x", "--host", "h1", "--key", "~/.ssh/id_laptop"]
+    missing = node.laptop("--remote", "lab", *words)
+    assert (missing.returncode, one_line(missing.stderr)) == (
+        1,
+        "monkey: error: --key ~/.ssh/id_laptop: no such file",
     )
-    assert (
-        one_line(missing.stderr) == f"monkey: error: --key {tmp_path / 'no-such-key'}: no such file"
-    )
+    laptop_key.unlink()
     # aws with no --region and no terminal on the main node: the command's one line, no prompt
     aws = node.laptop("--remote", "lab", "provider", "add", "aws", "cloud", timeout=60)
     assert (aws.returncode, aws.stdout) == (1, "")
     assert one_line(aws.stderr).startswith("monkey: error: --region is needed: "), aws.stderr
     assert providers_yml(node) == before
-    assert node.laptop_files() == [
+    assert node.laptop_files() == [  # its remotes only
         ".config/monkey/bob.token",
         ".config/monkey/lab.token",
         ".config/monkey/remotes.json",
