@@ -21,13 +21,13 @@ _SOCKET_PATH_MAX = 100
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 
 
-def python_entry(module: str, function: str) -> list[str]:
+def python_entry(module: str, function: str, exits: bool = False) -> list[str]:
     """argv running ``module.function()`` with this interpreter and this copy of monkey,
     whether or not monkey is installed. The process is isolated (``-I``: neither the folder
     it starts in nor PYTHON* variables reach sys.path, so a project's json.py cannot stand
     in for the standard library's) and given this process's import path instead, minus the
     script's folder and the current one; the path travels as an argument, not PYTHONPATH,
-    so jobs started below it inherit nothing."""
+    so jobs started below it inherit nothing. With EXITS, the result is the exit status."""
     skip = 0 if sys.flags.isolated or getattr(sys.flags, "safe_path", False) else 1
     try:
         here = os.getcwd()
@@ -37,7 +37,8 @@ def python_entry(module: str, function: str) -> list[str]:
     paths = [p for p in sys.path[skip:] if os.path.isabs(p) and p != here]
     boot = (
         "import os, sys; sys.path[:] = sys.argv.pop(1).split(os.pathsep); "
-        f"from {module} import {function}; {function}()"
+        f"from {module} import {function}; "
+        + (f"sys.exit({function}())" if exits else f"{function}()")
     )
     path = os.pathsep.join(dict.fromkeys([_PACKAGE_PARENT, *paths]))
     return [sys.executable, "-I", "-c", boot, path]

@@ -73,6 +73,7 @@ CALLS = (
 # seconds the server waits for the core to create or delete an instance (an answer comes
 # within the client's read timeout; the core goes on with a request still under way)
 INSTANCE_WAIT = 100.0
+PROVIDER_ADD_WAIT = 330.0  # seconds for `provider add`'s answer (the server stops it at 300)
 RESUME_FOR = 300.0  # seconds a follow keeps trying to reach the server again
 FOLLOW_SILENCE = 15.0  # seconds without a byte (keep-alives come every second): the link is down
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -396,6 +397,11 @@ class RemoteMonkey:
     ) -> dict[str, Any]:
         """As ``Monkey.delete_instance`` (admins), waiting at most INSTANCE_WAIT seconds."""
         return self.client.call("delete_instance", ref, force, min(timeout, INSTANCE_WAIT))
+
+    def provider_add(self, words: list[str], name: str) -> dict[str, Any]:
+        """`monkey provider add WORDS` run by the main node as its own command (admins): its
+        "code", "stdout" and "stderr". NAME, the provider, names it in the server's log."""
+        return self.client.call_within(PROVIDER_ADD_WAIT, "provider_add", words, name)
 
     def output_chunks(
         self,

@@ -48,6 +48,7 @@ CALLS: dict[str, Call] = {
     "rerun": Call(submits=True),
     "rerun_sweep": Call(submits=True),
     "check_provider": Call(admin=True),  # it records what it finds, as the core would
+    "provider_add": Call(admin=True),  # the main node's own command (monkey.server.provider_add)
     "sweeps": Call(),
     "sweep_analysis": Call(),
     "costs": Call(),
@@ -90,6 +91,10 @@ def run_call(
         raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if method == "whoami":
         return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
+    if method == "provider_add":
+        from monkey.server.provider_add import provider_add
+
+        return provider_add(m.home, user["name"], *args, **kwargs)
     if method == "provider_configs":
         return _provider_configs(m)
     if method == "dashboard_state":

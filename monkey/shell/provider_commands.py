@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -16,6 +17,15 @@ from monkey.models import MonkeyError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>[^@:\s/]+)(?::(?P<port>\d+))?$")
+
+
+# Said under each kind's --help: what `provider add` does through a remote (on_main_node).
+_ON_MAIN_NODE = (
+    "Through a remote (--remote NAME), the main node runs it, for its admins: the files the "
+    "options name (--key, --credentials, --workdir) are the main node's, and so are the "
+    "credentials, the checks and the providers.yml written (its core uses them); a relative "
+    "path starts from its home folder."
+)
 
 
 def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -33,6 +43,7 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
         "ssh",
         help="a pool of SSH hosts",
         description="Add an `ssh` provider: hosts reached over SSH.",
+        epilog=_ON_MAIN_NODE,
     )
     ssh.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     ssh.add_argument(
@@ -58,7 +69,7 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
         help="accept unknown host keys once, recorded in MONKEY_HOME/known_hosts",
     )
     ssh.add_argument("--force", action="store_true", help="replace a provider of that name")
-    ssh.set_defaults(func=cmd_provider_add_ssh)
+    ssh.set_defaults(func=_anywhere(cmd_provider_add_ssh, ssh))
     _aws_parser(kinds)
     _gcp_parser(kinds)
     _slurm_parser(kinds)
@@ -147,6 +158,50 @@ def _save_provider(home: Any, name: str, entry: dict[str, Any]) -> Any:
     return path
 
 
+def _anywhere(
+    command: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser
+) -> Callable[[argparse.Namespace], int]:
+    """COMMAND (a `provider add` kind parsed by PARSER) run here, or, with a remote selected,
+    by the main node as its own command (see monkey.shell.routing.on_main_node)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from monkey.shell.routing import on_main_node
+
+        if not on_main_node("provider", args):
+            return command(args)
+        from monkey.remote.facade import RemoteMonkey
+
+        done = RemoteMonkey().provider_add(command_words(args, parser), args.name)
+        sys.stdout.write(done["stdout"])
+        sys.stdout.flush()
+        sys.stderr.write(done["stderr"])
+        return int(done["code"])
+
+    return run
+
+
+def command_words(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The words after `provider add` that give ARGS again (as parsed by PARSER, a kind's):
+    the kind, each option given as --OPTION=VALUE (a value may start with '-'), and the
+    positional name last, after `--`."""
+    words, last = [args.kind], []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if value is None or isinstance(action, argparse._HelpAction):
+            continue
+        if not action.option_strings:
+            last = ["--", str(value)]
+        elif isinstance(action, argparse.BooleanOptionalAction):
+            words.append(action.option_strings[0 if value else 1])  # --spot, --no-spot
+        elif action.nargs == 0:  # a flag
+            words += [action.option_strings[0]] if value else []
+        elif isinstance(value, list):  # repeatable
+            words += [f"{action.option_strings[0]}={v}" for v in value]
+        else:
+            words.append(f"{action.option_strings[0]}={value}")
+    return words + last
+
+
 def cmd_provider_add_ssh(args: argparse.Namespace) -> int:
     from monkey.config import Home
     from monkey.drivers import load_providers
@@ -192,6 +247,7 @@ def _aws_parser(kinds: Any) -> None:
         "records their ids. Run it again to reuse them or repair what is gone; flags "
         "not given keep the provider's current values. Asks on a terminal for what "
         "is missing.",
+        epilog=_ON_MAIN_NODE,
     )
     aws.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     aws.add_argument("--region", help="AWS region, e.g. us-east-1")
@@ -248,7 +304,7 @@ def _aws_parser(kinds: Any) -> None:
     )
     aws.add_argument("--metadata-url", help=argparse.SUPPRESS)  # emulators serve their own
     aws.add_argument("--force", action="store_true", help="replace a provider of another kind")
-    aws.set_defaults(func=cmd_provider_add_aws)
+    aws.set_defaults(func=_anywhere(cmd_provider_add_aws, aws))
 
 
 def cmd_provider_add_aws(args: argparse.Namespace) -> int:
@@ -284,6 +340,7 @@ def _slurm_parser(kinds: Any) -> None:
         description="Add a `slurm` provider. Slurm's commands (sbatch, squeue, sinfo) must work "
         "on this machine, or on the login host given with --login (over SSH); the "
         "partition is checked with sinfo.",
+        epilog=_ON_MAIN_NODE,
     )
     slurm.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     slurm.add_argument(
@@ -326,7 +383,7 @@ def _slurm_parser(kinds: Any) -> None:
         help="another sbatch option (repeatable), e.g. --extra-arg=--nice=10",
     )
     slurm.add_argument("--force", action="store_true", help="replace a provider of that name")
-    slurm.set_defaults(func=cmd_provider_add_slurm)
+    slurm.set_defaults(func=_anywhere(cmd_provider_add_slurm, slurm))
 
 
 def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
@@ -435,6 +492,7 @@ def _gcp_parser(kinds: Any) -> None:
         "a firewall rule letting SSH in from one address range, an SSH key, the GCS "
         "bucket). Run it again to reuse them; flags not given keep the provider's "
         "current values. Asks on a terminal for what is missing.",
+        epilog=_ON_MAIN_NODE,
     )
     gcp.add_argument("name", help="the provider's name, used with `run --provider NAME`")
     gcp.add_argument("--credentials", metavar="FILE", help="service-account JSON key file")
@@ -481,7 +539,7 @@ def _gcp_parser(kinds: Any) -> None:
     )
     gcp.add_argument("--metadata-url", help=argparse.SUPPRESS)
     gcp.add_argument("--force", action="store_true", help="replace a provider of another kind")
-    gcp.set_defaults(func=cmd_provider_add_gcp)
+    gcp.set_defaults(func=_anywhere(cmd_provider_add_gcp, gcp))
 
 
 def cmd_provider_add_gcp(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         return True
     if name == "list":
         return args.what in ("jobs", "providers", "sweeps")
-    if name == "provider":  # adding one reads credentials on this machine
-        return args.action == "check"
+    if name == "provider":  # add: run by the main node as its own command (on_main_node)
+        return True
     return name in (
         *("logs", "job", "kill", "metrics", "search", "info", "sweep", "dash", "web"),
         *("run", "rerun", "clone", "cat", "pull"),
@@ -57,11 +57,6 @@ def check_remote(words: str) -> None:
     from monkey.remote.settings import selected
 
     remote = selected()
-    if remote and words == "provider add":
-        raise NotRemote(
-            f"monkey provider add reads credentials and keys on this machine; run it on the "
-            f"main node (remote {remote})"
-        )
     if remote:
         raise NotRemote(
             f"monkey {words} does not work through a remote yet; run it on the main "
@@ -93,3 +88,14 @@ def take_remote(argv: list[str]) -> list[str]:
         out.append(word)
         i += 1
     return out
+
+
+def on_main_node(name: str, args: argparse.Namespace) -> bool:
+    """Whether command NAME (parsed into ARGS) goes to the selected remote as its words, for
+    the main node to run as its own command: `provider add` reads the files, keys and
+    credentials of the machine it runs on, and writes its providers.yml."""
+    if name != "provider" or args.action != "add":
+        return False
+    from monkey.remote.settings import selected
+
+    return selected() is not None
