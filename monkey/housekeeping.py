@@ -123,6 +123,13 @@ def remove_jobs(m: Facade, jobs: list[Job]) -> tuple[int, int]:
             f"job {j.juid} is {j.state.value}; cancel it first (`monkey job cancel "
             f"{j.juid}`) or leave it out"
         )
+    waiting = m.store.dependents(j.juid for j in jobs)
+    if waiting:
+        job, dep = waiting[0]
+        raise MonkeyError(
+            f"job {job} waits for job {dep} (run --after); cancel it first (`monkey job "
+            f"cancel {job}`) or leave {dep} out"
+        )
     # Their folders on SSH hosts and in buckets: the core's to delete.
     m.store.owe_job_folders((j.juid for j in jobs), HOST_FOLDERS, BUCKET_FILES)
     m.store.delete_jobs(j.juid for j in jobs)

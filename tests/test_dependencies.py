@@ -174,3 +174,33 @@ def test_through_a_remote_the_main_node_resolves_and_holds_dependencies(home: Pa
         assert "--after 99-01-01-001: no job matches" in refused.stderr
     finally:
         node.close()
+
+
+def test_a_job_others_wait_for_is_not_removed(monkey, cli):
+    done = monkey.run(["true"])
+    done.wait(timeout=60)
+    hold = monkey.run(["sleep", "30"]).juid
+    waiting = monkey.run(["true"], after=[done.juid, hold]).juid
+    refused = cli("rm", "--yes", done.juid)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"monkey: error: job {waiting} waits for job {done.juid} (run --after); cancel it "
+        f"first (`monkey job cancel {waiting}`) or leave {done.juid} out"
+    ]
+    assert monkey.store.get_job(done.juid) is not None
+    cli("cancel", waiting, hold, check=True)
+    _ended(monkey, waiting, hold)
+    assert cli("rm", "--yes", done.juid).returncode == 0
+
+
+def test_info_counts_the_rest_of_a_long_list(monkey, cli):
+    sid = monkey.sweep(["echo", "{x}"], grid={"x": list(range(12))})
+    cells = [row[0] for row in monkey.store.sweep_jobs_brief(sid)]
+    _ended(monkey, *cells)
+    after = monkey.run(["true"], after=sid).juid
+    _ended(monkey, after)
+    lines = [line for line in cli("info", after, check=True).stdout.splitlines()]
+    shown = [line for line in lines if line.startswith("after ")]
+    assert len(shown) == 11
+    assert shown[-1].split(None, 1)[1] == "2 more, 2 of them done (--json lists them)"
+    assert len(json.loads(cli("info", after, "--json", check=True).stdout)["after"]) == 12

@@ -441,6 +441,9 @@ _FILTERS = {
 _CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
 
 
+AFTER_SHOWN = 10  # `info job` lists this many of the jobs it runs after
+
+
 def _waiting_for(info: dict[str, Any]) -> str:
     """``info job``'s note on a queued job that waits for others ("" when none)."""
     if info["state"] != "queued":
@@ -448,9 +451,15 @@ def _waiting_for(info: dict[str, Any]) -> str:
     unmet = [d for d in info.get("after") or [] if not d["met"]]
     ends = [d["job"] for d in unmet if d["any"]]
     succeeds = [d["job"] for d in unmet if not d["any"]]
-    parts = [f"{', '.join(succeeds)} to succeed"] if succeeds else []
-    parts += [f"{', '.join(ends)} to end"] if ends else []
+    parts = [f"{_some(succeeds)} to succeed"] if succeeds else []
+    parts += [f"{_some(ends)} to end"] if ends else []
     return f"; waiting for {' and '.join(parts)}" if parts else ""
+
+
+def _some(juids: list[str]) -> str:
+    """JUIDS as a list to read: the first three, and how many more."""
+    shown = ", ".join(juids[:3])
+    return shown + (f" and {len(juids) - 3} more" if len(juids) > 3 else "")
 
 
 def core_absent_line(since: float) -> str:
@@ -703,12 +712,17 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         )
     if info.get("sweep"):
         fields.append(("sweep", info["sweep"]))
-    for dep in info.get("after") or []:
+    after = sorted(info.get("after") or [], key=lambda d: d["met"])  # those waited for first
+    for dep in after[:AFTER_SHOWN]:
         need = "to end" if dep["any"] else "to succeed"
         now = dep["state"] or "removed"
         fields.append(
             ("after", f"{dep['job']} ({'done' if dep['met'] else 'waiting ' + need}: {now})")
         )
+    if len(after) > AFTER_SHOWN:  # a whole sweep: the rest counted
+        rest = after[AFTER_SHOWN:]
+        done = sum(d["met"] for d in rest)
+        fields.append(("after", f"{len(rest)} more, {done} of them done (--json lists them)"))
     if info.get("rerun_of"):
         from monkey.shell.tracking_commands import fmt
 

@@ -60,6 +60,22 @@ class DependencyStore:
                 out.setdefault(juid, []).append(dep)
         return out
 
+    def dependents(self, juids: Iterable[str]) -> list[tuple[str, str]]:
+        """(job, the one of JUIDS it waits for) of each queued or paused job that waits for
+        one of JUIDS and is not among them."""
+        juids = list(juids)
+        out: list[tuple[str, str]] = []
+        for start in range(0, len(juids), 500):
+            chunk = juids[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            out += self.db.execute(
+                "SELECT d.juid, d.dep FROM job_deps d JOIN jobs j ON j.juid = d.juid "
+                f"WHERE d.dep IN ({marks}) AND j.state IN ('queued', 'paused') "
+                f"AND d.juid NOT IN ({marks}) ORDER BY j.seq",
+                chunk + chunk,
+            ).fetchall()
+        return out
+
     def doomed(self, since: float = 0.0) -> list[tuple[str, str, str | None, str]]:
         """Queued or paused jobs that can no longer run: (juid, the dependency that had to
         succeed, its state (None: removed), the job's state); only those where the job or
