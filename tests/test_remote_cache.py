@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import blake3
 import pytest
 from conftest import wait_for
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
@@ -194,34 +196,45 @@ def test_remove_drops_the_cache_list_shows_sizes_and_prune_empties(node, tmp_pat
 
 
 def test_two_submissions_at_once_with_a_tiny_limit_both_succeed(node, tmp_path):
+    """One submission stopped mid-upload (SIGSTOP: a slow link, a laptop put to sleep), a
+    second one from another terminal runs and trims the cache meanwhile: the first one's
+    blobs stay until it ends, and both jobs run."""
     tiny = {"MONKEY_REMOTE_CACHE_MAX": "1000"}
-    codes = [project(tmp_path / f"p{i}", f"p{i}", size=(24 << 20) * (i + 1)) for i in range(2)]
-
-    def start(code: Path) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monkey", "--remote", "lab", "run", "--workdir", str(code)]
-            + ["--", "python3", "main.py"],
-            env={**node.laptop_env, **tiny},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    first = start(codes[0])
-    wait_for(  # the first one uploads while the second gathers, uploads and trims
-        lambda: (
-            any(p.name.startswith(".tmp-") for p in (node.home / "blobs").rglob("*"))
-            or first.poll() is not None
-        ),
-        timeout=60,
-        every=0.01,
-        what="the first upload to begin",
+    big = project(tmp_path / "big", "big", size=1000)
+    for i in range(4):  # blobs it opens one after the other as it uploads
+        (big / f"part{i}.bin").write_bytes(os.urandom(8 << 20))
+    small = project(tmp_path / "small", "small")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "monkey", "--remote", "lab", "run", "--workdir", str(big)]
+        + ["--", "python3", "main.py"],
+        env={**node.laptop_env, **tiny},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    second = start(codes[1])
-    for proc, code in ((first, codes[0]), (second, codes[1])):
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        assert ran(node, out.strip()) == expected(code, code.name)
+    try:
+        wait_for(
+            lambda: any(p.name.startswith(".tmp-") for p in (node.home / "blobs").rglob("*")),
+            timeout=60,
+            every=0.005,
+            what="the first upload to begin",
+        )
+        first.send_signal(signal.SIGSTOP)
+        second = submit(node, small, **tiny)  # ends, and trims, while the first uploads
+        parts = {blake3.blake3((big / f"part{i}.bin").read_bytes()).hexdigest() for i in range(4)}
+        assert parts <= set(cached(node))  # under the first one's lease: kept
+        for action in ("remove", "prune"):  # nor is the cache deleted under it
+            busy = node.laptop("remote", action, "lab")
+            assert busy.returncode == 1
+            assert busy.stderr.startswith("monkey: error: a command is using the cache of ")
+            assert len(busy.stderr.strip().splitlines()) == 1
+        assert "lab" in json.loads(node.laptop("remote", "list", "--json").stdout)["remotes"]
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert ran(node, out.strip()) == expected(big, "big")
+    assert ran(node, second) == expected(small, "small")
     assert sum(cached(node).values()) <= 1000  # the last one to end trimmed the cache
 
 

@@ -153,15 +153,16 @@ class Cache:
         with self.blobs.lease(exclusive=True, wait=False) as held:
             if not held:
                 return 0
+            freed = _clear_partials(self.blobs.root)
             limit = max_bytes()
             if self.usage(save=True) <= limit:
-                return 0
-            return self._evict(store, int(limit * KEEP))
+                return freed
+            return freed + self._evict(store, int(limit * KEEP))
 
     def usage(self, save: bool = False) -> int:
-        """The bytes in the blob folder: the shards whose folder changed since the last
-        count are listed again, the others taken from it (saved with SAVE: the caller
-        holds the lease exclusive)."""
+        """The bytes of the blobs (those being written in their folders included): the
+        shards whose folder changed since the last count are listed again, the others taken
+        from it (saved with SAVE: the caller holds the lease exclusive)."""
         root = self.blobs.root
         known = self._load_sizes()
         counted: dict[str, list[int | None]] = {}
@@ -176,15 +177,10 @@ class Cache:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not entry.is_dir(follow_symlinks=False):
-                if entry.name.startswith(TMP_PREFIX):  # a big file being stored
-                    total += st.st_size
-                continue
-            if len(entry.name) != 2:  # what `monkey verify` set aside
-                total += _tree_bytes(Path(entry.path))
-                continue
+            if not entry.is_dir(follow_symlinks=False) or len(entry.name) != 2:
+                continue  # the lease, this count, a big file being stored (a moment)
             seen = known.get(entry.name)
-            if seen is not None and seen[0] is not None and seen[0] == st.st_mtime_ns:
+            if isinstance(seen, list) and len(seen) == 2 and seen[0] == st.st_mtime_ns:
                 size = int(seen[1] or 0)
             else:
                 size = _tree_bytes(Path(entry.path))
@@ -239,14 +235,15 @@ class Cache:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if entry.name.startswith(TMP_PREFIX):  # nobody writes: the lease is ours
-                    _unlink(Path(entry.path))
+                if entry.name.startswith(TMP_PREFIX):
+                    if _dead_partial(entry.name):
+                        _unlink(Path(entry.path))
                     continue
                 total += st.st_size
                 blobs.append(
                     (st.st_mtime_ns, shard.name + entry.name, Path(entry.path), st.st_size)
                 )
-        used = _used_at(blobs)
+        used = _used_at(self.blobs, blobs)
         blobs.sort(key=lambda b: used.get(b[1], b[0]))
         doomed = []
         for _at, digest, path, size in blobs:
@@ -279,12 +276,12 @@ class Cache:
             _unlink(staged)
 
 
-def _used_at(blobs: list[tuple[int, str, Path, int]]) -> dict[str, int]:
-    """When each blob was last used: its own mtime, or that of a newer file list naming it."""
+def _used_at(store: BlobStore, blobs: list[tuple[int, str, Path, int]]) -> dict[str, int]:
+    """When each of BLOBS (in STORE) was last used: its own mtime, or that of a newer file
+    list naming it."""
     from monkey.snapshot.manifest import load_manifest
 
     used: dict[str, int] = {}
-    store = None
     for at, digest, path, size in blobs:
         used[digest] = max(used.get(digest, 0), at)
         if not len(_LIST_HEAD) < size < _LIST_MAX:
@@ -295,7 +292,6 @@ def _used_at(blobs: list[tuple[int, str, Path, int]]) -> dict[str, int]:
                     continue
         except OSError:
             continue
-        store = store or BlobStore(path.parent.parent)
         try:
             listed = load_manifest(store, digest)
         except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
@@ -304,6 +300,22 @@ def _used_at(blobs: list[tuple[int, str, Path, int]]) -> dict[str, int]:
             if isinstance(entry.digest, str) and used.get(entry.digest, 0) < at:
                 used[entry.digest] = at
     return used
+
+
+def _clear_partials(root: Path) -> int:
+    """Delete the big files being stored at the top of ROOT whose writer is gone; the
+    bytes freed."""
+    try:
+        entries = [e for e in os.scandir(root) if e.name.startswith(TMP_PREFIX)]
+    except OSError:
+        return 0
+    return sum(_unlink(Path(e.path)) for e in entries if _dead_partial(e.name))
+
+
+def _dead_partial(name: str) -> bool:
+    """Whether the partial file NAME (``.tmp-<writer's pid>-...``) has no writer any more."""
+    pid = name[len(TMP_PREFIX) :].partition("-")[0]
+    return pid.isdigit() and not _alive(int(pid))
 
 
 def _alive(pid: int) -> bool:
