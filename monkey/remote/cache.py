@@ -27,7 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
-from monkey.models import MonkeyError, human_size, parse_size
+from monkey.models import MonkeyError, parse_size
 from monkey.snapshot.blobs import TMP_PREFIX, BlobStore
 from monkey.store.errors import StoreUnavailable, is_no_space
 
@@ -41,9 +41,9 @@ ENV = "MONKEY_REMOTE_CACHE_MAX"
 DEFAULT_MAX = 5 << 30
 KEEP = 0.8  # a trim leaves the blobs at this share of the limit
 _SIZES = ".sizes"  # in the blob folder: {shard: [its folder's mtime_ns or None, bytes]}
-# A folder's mtime recorded this close to the scan may hide a change in the same clock tick
-# (the kernel's coarse clock: 10 ms at most); such a folder is scanned again next time.
-_RACY_NS = 100_000_000
+# A folder's mtime recorded this close to the scan may hide a later change with the same
+# timestamp (the coarsest filesystems keep 2 s); such a folder is scanned again next time.
+_RACY_NS = 2_000_000_000
 _LIST_HEAD = b'{"files":'  # how a file list (manifest) blob begins
 _LIST_MAX = 1 << 30
 
@@ -109,8 +109,7 @@ class Cache:
         """A full disk under the cache, as one line naming it and the fix."""
         return MonkeyError(
             f"the cache of remote {self.name} ({self.root}) is on a full disk; free space "
-            f"there, or set XDG_CACHE_HOME to a folder on a disk with room (the cache keeps "
-            f"up to {ENV}={human_size(max_bytes())})"
+            "there, or set XDG_CACHE_HOME to a folder on a disk with room"
         )
 
     def unwritable(self, exc: OSError) -> MonkeyError:

@@ -11,6 +11,7 @@ server lacks it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import ExitStack, contextmanager
 
@@ -71,10 +72,20 @@ class Gatherer:
         """Hold the cache's lease while blobs are read or fetched (nothing trims them
         meanwhile), then trim the cache to its limit."""
         try:
-            with self.cache.blobs.lease():
+            with self.cache.blobs.lease(), self._disk():
                 yield
         finally:
             self.trim()
+
+    @contextmanager
+    def _disk(self) -> Iterator[None]:
+        """A full disk under the cache as one line naming it and the fix."""
+        try:
+            yield
+        except DiskFull as exc:
+            if not os.path.realpath(exc.path).startswith(os.path.realpath(self.cache.root)):
+                raise  # not the cache's disk (a clone's folder)
+            raise self.cache.full() from None
 
     def trim(self) -> None:
         """Bring the cache under its limit, unless another command uses it (it does so as
@@ -105,10 +116,8 @@ class Gatherer:
         local = {k: options[k] for k in LOCAL_OPTIONS if options.get(k) is not None}
         self._hold()  # until ``submit`` ends
         try:
-            try:
+            with self._disk():
                 sub = self.submitter.gather(provider, job_options, **local)
-            except DiskFull:
-                raise self.cache.full() from None
             fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
             self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
             self.cache.touch(self.named)  # the file lists stand for their files
