@@ -180,6 +180,14 @@ def test_remove_drops_the_cache_list_shows_sizes_and_prune_empties(node, tmp_pat
     pruned = node.laptop("remote", "prune", "old")
     assert pruned.returncode == 0, pruned.stderr
     assert pruned.stdout.startswith("old: freed ") and not cache(node, "old").exists()
+    # prune empties a remote's cache but for the monkey> shell's history kept there
+    (cache(node) / "history").write_text("list jobs\n")
+    pruned = node.laptop("remote", "prune")
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stdout.startswith("lab: freed ")
+    assert sorted(p.name for p in cache(node).iterdir()) == ["history"]
+    assert (cache(node) / "history").read_text() == "list jobs\n"
+    submit(node, code)  # and it fills again
     # remove: the remote, its token and its cache
     removed = node.laptop("remote", "remove", "lab")
     assert removed.returncode == 0, removed.stderr

@@ -21,9 +21,11 @@ last one (``.sizes``), not by listing every blob."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 ENV = "MONKEY_REMOTE_CACHE_MAX"
 DEFAULT_MAX = 5 << 30
 KEEP = 0.8  # a trim leaves the blobs at this share of the limit
+SHELL_HISTORY = "history"  # the monkey> shell's history through the remote, kept by prune
 _SIZES = ".sizes"  # in the blob folder: {shard: [its folder's mtime_ns or None, bytes]}
 # A folder's mtime recorded this close to the scan may hide a later change with the same
 # timestamp (the coarsest filesystems keep 2 s); such a folder is scanned again next time.
@@ -86,13 +89,13 @@ def names() -> list[str]:
 
 
 def clear_leftovers() -> None:
-    """Delete what a removal cut short left (``.removed-NAME-PID`` of a process gone)."""
+    """Delete what a removal cut short left (``.removed-PID-...`` of a process gone)."""
     try:
         entries = [e for e in os.scandir(base_folder()) if e.name.startswith(".removed-")]
     except OSError:
         return
     for entry in entries:
-        pid = entry.name.rpartition("-")[2]
+        pid = entry.name.split("-")[1]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -201,9 +204,9 @@ class Cache:
                 total += _tree_bytes(path) if entry.is_dir(follow_symlinks=False) else _lsize(path)
         return total
 
-    def remove(self) -> int:
-        """Delete the whole cache (when no command uses it); the bytes freed. MonkeyError
-        when a command holds it."""
+    def remove(self, keep: tuple[str, ...] = ()) -> int:
+        """Delete the cache when no command uses it (CacheBusy otherwise), all but the
+        entries named in KEEP (e.g. SHELL_HISTORY when it is only emptied); the bytes freed."""
         if not self.root.is_dir():
             return 0
         with self.blobs.lease(exclusive=True, wait=False) as held:
@@ -212,12 +215,19 @@ class Cache:
                     f"a command is using the cache of remote {self.name} (a submission or a "
                     "clone in progress); run this again once it ends"
                 )
-            freed = self.size()
-            aside = self.root.with_name(f".removed-{self.name}-{os.getpid()}")
-            try:
-                os.rename(self.root, aside)  # gone at once, whatever stops the deletion
+            try:  # moved aside first: gone at once, whatever stops the deletion
+                aside = Path(tempfile.mkdtemp(prefix=f".removed-{os.getpid()}-", dir=base_folder()))
+                if not keep:
+                    os.rename(self.root, aside / self.name)
+                for entry in os.scandir(self.root) if keep else ():
+                    if entry.name not in keep:
+                        os.rename(entry.path, aside / entry.name)
             except OSError as exc:
                 raise self.unwritable(exc) from None
+        if keep:
+            with contextlib.suppress(OSError):  # it keeps something
+                self.root.rmdir()
+        freed = _tree_bytes(aside)
         shutil.rmtree(aside, ignore_errors=True)
         return freed
 

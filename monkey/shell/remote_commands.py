@@ -55,9 +55,7 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
     use.add_argument("name", nargs="?")
     use.add_argument("--local", action="store_true", help="back to this machine's MONKEY_HOME")
     ls = sub.add_parser(
-        "list",
-        help="the remotes, the one in use marked, and the size of each one's cache",
-        description="List remotes.",
+        "list", help="the remotes, the one in use marked", description="List remotes."
     )
     ls.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser(
@@ -126,7 +124,8 @@ def _remove(name: str, data: dict) -> int:
 
 
 def _prune(name: str | None, data: dict) -> int:
-    """Empty NAME's cache, or every cache (those of removed remotes too)."""
+    """Empty NAME's cache, or every cache (those of removed remotes too); the shell's
+    history there stays."""
     from monkey.models import human_size
     from monkey.remote import cache, settings
 
@@ -139,7 +138,7 @@ def _prune(name: str | None, data: dict) -> int:
     busy = []
     for each in caches:
         try:
-            freed = cache.Cache(each).remove()
+            freed = cache.Cache(each).remove(keep=(cache.SHELL_HISTORY,))
         except cache.CacheBusy:
             busy.append(each)
             continue
