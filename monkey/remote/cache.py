@@ -17,7 +17,11 @@ Several commands at once: each holds the cache's lease (``BlobStore.lease``, sha
 it writes, reads or uploads blobs; a trim takes it exclusive without waiting, so it never
 removes a blob another command counts on, and when another command holds the lease, that
 one trims as it ends. Each trim knows the cache's size from the folders changed since the
-last one (``.sizes``), not by listing every blob."""
+last one (``.sizes``), not by listing every blob.
+
+`monkey remote remove NAME` deletes a remote's cache, `monkey remote prune [NAME]` empties
+caches now (the shell's history kept there stays); both are refused while a command holds
+the lease, and move what they delete aside first, so an interruption leaves no half cache."""
 
 from __future__ import annotations
 
