@@ -199,10 +199,12 @@ class Cache:
 
     def size(self) -> int:
         """The bytes the whole cache holds on disk (its blobs and its store)."""
-        if not self.root.is_dir():
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError:  # none, or unreadable
             return 0
         total = self.usage()
-        for entry in os.scandir(self.root):
+        for entry in entries:
             path = Path(entry.path)
             if path != self.blobs.root:
                 total += _tree_bytes(path) if entry.is_dir(follow_symlinks=False) else _lsize(path)
