@@ -70,7 +70,7 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
         description="Empty blob caches now, to free their disk space (they refill as "
         "commands need; what the main node holds is never uploaded again).",
     )
-    prune.add_argument("name", nargs="?")
+    prune.add_argument("name", nargs="?", help="a remote (default: every cache here)")
     p.set_defaults(func=cmd_remote)
     return p
 
