@@ -10,8 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from conftest import wait_for
 
 
@@ -153,6 +155,16 @@ class MainNode:
             self.proc.wait(timeout=30)
         if self.proc is not None and self.proc.stdout:
             self.proc.stdout.close()
+
+
+@pytest.fixture
+def node(home: Path, tmp_path: Path) -> Iterator[MainNode]:
+    """A started main node over the test's MONKEY_HOME, stopped after the test (import it
+    into a test module: ``from mainnode import node``)."""
+    n = MainNode(home, tmp_path)
+    n.start()
+    yield n
+    n.close()
 
 
 def wait_until_ended(node: MainNode, juid: str) -> None:

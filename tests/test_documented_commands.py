@@ -240,6 +240,8 @@ CASES: list[tuple[str, set[int]]] = [
     ("remote list", {0}),
     ("remote list --json", {0}),
     ("remote remove lab", {1}),
+    ("remote prune lab", {1}),
+    ("remote prune", {0}),
     ("server user remove bob", {0}),
     ("server install-service --print", {0}),
     ("server install-service", {0}),
@@ -341,6 +343,7 @@ def test_every_documented_command_runs_without_a_traceback(
 ) -> None:
     (tmp_path / "scratch").mkdir()
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "scratch" / "config"))  # remotes, units
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "scratch" / "cache"))  # remotes' caches
     values = _setup(cli, home, tmp_path / "scratch")
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))

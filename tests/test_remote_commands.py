@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from mainnode import MainNode, wait_until_ended
+from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 
 pytestmark = pytest.mark.system
 
@@ -21,14 +21,6 @@ TRAIN = (
     "for i in range(4): print(json.dumps({'monkey': {'step': i, 'loss': lr / (i + 1), "
     "'acc': 1 - lr / (i + 2)}}))\n"
 )
-
-
-@pytest.fixture
-def node(home: Path, tmp_path: Path):
-    n = MainNode(home, tmp_path)
-    n.start()
-    yield n
-    n.close()
 
 
 def one_line(text: str) -> str:

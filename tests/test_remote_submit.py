@@ -15,18 +15,15 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from mainnode import MainNode, wait_until_ended
+from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 
 ADMIN = pwd.getpwuid(os.getuid()).pw_name  # the first admin is named after the server's user
 
 
-@pytest.fixture
-def node(home: Path, tmp_path: Path):
-    n = MainNode(home, tmp_path)
-    n.start()
-    n.add_remote()
-    yield n
-    n.close()
+@pytest.fixture(autouse=True)
+def lab(node: MainNode) -> None:
+    """Every test here submits from a laptop that has the main node as its remote `lab`."""
+    node.add_remote()
 
 
 def project(root: Path, files: int = 3) -> Path:

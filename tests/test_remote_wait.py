@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mainnode import MainNode
+from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 
 pytestmark = pytest.mark.system
 
@@ -22,14 +22,6 @@ WAITER = (
     "state = job.wait()\n"
     "print(state.value, job.exit_code)\n"
 )
-
-
-@pytest.fixture
-def node(home: Path, tmp_path: Path):
-    n = MainNode(home, tmp_path)
-    n.start()
-    yield n
-    n.close()
 
 
 def waiter(env: dict[str, str], juid: str) -> subprocess.Popen[str]:

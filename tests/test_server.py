@@ -18,17 +18,9 @@ from pathlib import Path
 
 import pytest
 from blackhole import Blackhole
-from mainnode import MainNode, wait_until_ended
+from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 
 pytestmark = pytest.mark.system
-
-
-@pytest.fixture
-def node(home: Path, tmp_path: Path):
-    n = MainNode(home, tmp_path)
-    n.start()
-    yield n
-    n.close()
 
 
 def raw(

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mainnode import MainNode, wait_until_ended
+from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 from test_tui import cell, drive, screen_text, shown, until
 from test_tui_charts import NOW, drawn, fill_sweep, overlaid_metrics
 from test_tui_charts import drive as charts_drive
@@ -25,16 +25,12 @@ from monkey.tui.sweep_view import SweepScreen
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def node(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A main node, and this test process as its laptop (the dashboard runs here)."""
-    n = MainNode(home, tmp_path)
-    n.start()
+@pytest.fixture(autouse=True)
+def laptop_here(node: MainNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test process is the main node's laptop (the dashboard runs here)."""
     for name in ("HOME", "XDG_CONFIG_HOME", "MONKEY_HOME"):
-        monkeypatch.setenv(name, n.laptop_env[name])
+        monkeypatch.setenv(name, node.laptop_env[name])
     monkeypatch.delenv("MONKEY_REMOTE", raising=False)
-    yield n
-    n.close()
 
 
 def state_on_server(node: MainNode, juid: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -169,9 +170,17 @@ class FetchingBlobs(BlobStore):
     def __init__(self, root: os.PathLike[str], client: Client) -> None:
         super().__init__(root)  # type: ignore[arg-type]
         self.client = client
+        self._used: set[str] = set()
 
     def _fetch(self, digest: str) -> None:
         if super().has(digest):
+            if digest not in self._used:  # used now: the cache's trim keeps it longer
+                self._used.add(digest)
+                now = time.time_ns()
+                try:
+                    os.utime(self.path(digest), ns=(now, now))
+                except OSError:
+                    pass
             return
         try:
             download(self.client, self, [digest])

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from monkey.remote.client import Client
     from monkey.remote.submit import Gatherer
     from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import FileEntry
 
 
 class RemoteReruns(Reruns):
@@ -33,6 +34,19 @@ class RemoteReruns(Reruns):
         super().__init__(gatherer.home, gatherer.store, gatherer.submitter, lambda _: None)
         self.get_job, self.info = get_job, info
         self.fetching = FetchingBlobs(gatherer.home.blobs, client)
+        self.using = gatherer.using  # the cache's lease while its blobs are read, then a trim
+
+    def files(self, ref: str) -> list[FileEntry]:
+        with self.using():
+            return super().files(ref)
+
+    def cat(self, ref: str, path: str) -> bytes:
+        with self.using():
+            return super().cat(ref, path)
+
+    def clone(self, ref: str, to: Any = None, with_data: bool = False) -> dict[str, Any]:
+        with self.using():
+            return super().clone(ref, to, with_data)
 
     def _blobs(self) -> BlobStore:
         return self.fetching

@@ -3,35 +3,37 @@ gathered on this machine exactly as a local submission gathers them (``Submitter
 into a blob cache of this remote, the blobs the server lacks are uploaded, and the server
 records the jobs from what was gathered (``Submitter.accept``), owned by the token's user.
 
-The cache (``$XDG_CACHE_HOME/monkey/remotes/NAME``, default ``~/.cache``) holds blobs and
-the digests of unchanged files, so submitting an unchanged project again reads and sends
-nothing but the file list; it holds no job. Deleting it costs one full upload."""
+The cache (``$XDG_CACHE_HOME/monkey/remotes/NAME``, default ``~/.cache``; see
+``monkey.remote.cache``) holds blobs and the digests of unchanged files, so submitting an
+unchanged project again reads and sends nothing but the file list; it holds no job. It is
+bounded, and a blob it no longer holds costs a read of its file and an upload only when the
+server lacks it."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import sys
+from contextlib import ExitStack, contextmanager
 
 from monkey.config import Home
 from monkey.remote import RemoteError
 from monkey.remote import blobs as transfer
+from monkey.remote.cache import Cache, cache_folder
 from monkey.remote.client import Client
 from monkey.store import Store
+from monkey.store.errors import DiskFull, StoreUnavailable
 from monkey.submit import Submitter, blobs_needed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
+
+__all__ = ["Gatherer", "cache_folder"]
 
 # Options of run and sweep read on this machine; the others go to the server as given.
 LOCAL_OPTIONS = ("outputs", "retries", "datasets", "env", "workdir", "job_yml", "yes")
 RESOURCES = {"cpus": 1, "gpus": 0, "memory": None, "host": None, "time": None}  # defaults
-
-
-def cache_folder(name: str) -> Path:
-    """The blob cache of remote NAME."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "monkey" / "remotes" / name
 
 
 class Gatherer:
@@ -39,12 +41,63 @@ class Gatherer:
 
     def __init__(self, name: str, client: Client) -> None:
         self.client = client
-        self.home = Home(cache_folder(name)).ensure()
-        self.store = Store(self.home.db)
+        self.cache = Cache(name)
+        self.cache.check()  # one line naming the folder and the fix, before any work
+        self.home = Home(self.cache.root).ensure()
+        try:
+            self.store = Store(self.home.db)
+        except DiskFull:
+            raise self.cache.full() from None
         self.submitter = Submitter(self.home, self.store, dict)
+        self._lease: ExitStack | None = None  # held from a gather to its submission's end
+        self.sent = 0  # the bytes the last submission uploaded
 
     def close(self) -> None:
+        self._release()
         self.store.close()
+
+    def _hold(self) -> None:
+        if self._lease is None:
+            lease = ExitStack()
+            lease.enter_context(self.cache.blobs.lease())
+            self._lease = lease
+
+    def _release(self) -> None:
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
+
+    @contextmanager
+    def using(self) -> Iterator[None]:
+        """Hold the cache's lease while blobs are read or fetched (nothing trims them
+        meanwhile), then trim the cache to its limit."""
+        try:
+            with self.cache.blobs.lease(), self._disk():
+                yield
+        finally:
+            self.trim()
+
+    @contextmanager
+    def _disk(self) -> Iterator[None]:
+        """A full disk under the cache as one line naming it and the fix."""
+        try:
+            yield
+        except DiskFull as exc:
+            if not os.path.realpath(exc.path).startswith(os.path.realpath(self.cache.root)):
+                raise  # not the cache's disk (a clone's folder)
+            raise self.cache.full() from None
+
+    def trim(self) -> None:
+        """Bring the cache under its limit, unless another command uses it (it does so as
+        it ends); a cache that cannot be trimmed now is said in a note."""
+        try:
+            self.cache.trim(self.store)
+        except (OSError, StoreUnavailable) as exc:
+            print(
+                f"monkey: note: the cache of remote {self.cache.name} could not be trimmed "
+                f"now ({exc}); the next command tries again",
+                file=sys.stderr,
+            )
 
     def gather(self, provider: str, options: dict[str, Any]) -> dict[str, Any]:
         """What a run or sweep to PROVIDER with OPTIONS (run's keywords) sends as
@@ -61,11 +114,17 @@ class Gatherer:
         except MonkeyError:  # a kind this client does not know: the server warns
             job_options = frozenset()
         local = {k: options[k] for k in LOCAL_OPTIONS if options.get(k) is not None}
-        with self.submitter.blobs().lease():
-            sub = self.submitter.gather(provider, job_options, **local)
-        fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
-        self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
-        self.send()
+        self._hold()  # until ``submit`` ends
+        try:
+            with self._disk():
+                sub = self.submitter.gather(provider, job_options, **local)
+            fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
+            self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
+            self.cache.touch(self.named)  # the file lists stand for their files
+            self.sent = self.send()
+        except BaseException:
+            self._release()
+            raise
         return {"fields": fields, "name": sub.name, "secrets": sub.secrets}
 
     def send(self, full: bool = False) -> int:
@@ -82,9 +141,13 @@ class Gatherer:
         """Facade METHOD on the server with the gathered submission in KWARGS; when a gc
         there removed some blobs since they were sent, they are sent again, once."""
         try:
+            try:
+                return self.client.call(method, *args, **kwargs)
+            except RemoteError as exc:
+                if exc.status != 409:
+                    raise
+            self.sent += self.send(full=True)
             return self.client.call(method, *args, **kwargs)
-        except RemoteError as exc:
-            if exc.status != 409:
-                raise
-        self.send(full=True)
-        return self.client.call(method, *args, **kwargs)
+        finally:
+            self._release()
+            self.trim()

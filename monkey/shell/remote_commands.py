@@ -13,13 +13,16 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p = make_parser(
         cls,
         "remote",
-        "The main nodes (`monkey server`) this machine sends commands to: add, use, list, remove.",
+        "The main nodes (`monkey server`) this machine sends commands to: add, use, list, "
+        "remove, prune.",
     )
     p.epilog = (
         "A command talks to: --remote NAME, else $MONKEY_REMOTE, else the remote `monkey "
-        "remote use` chose; `local` (or `monkey remote use --local`) means this machine."
+        "remote use` chose; `local` (or `monkey remote use --local`) means this machine. "
+        "Each remote's blob cache ($XDG_CACHE_HOME/monkey/remotes/NAME) keeps at most "
+        "$MONKEY_REMOTE_CACHE_MAX of blobs (default 5G)."
     )
-    sub = p.add_subparsers(dest="action", required=True, metavar="{add,use,list,remove}")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{add,use,list,remove,prune}")
     add = sub.add_parser(
         "add",
         help="add a main node (checks the token and certificate once)",
@@ -56,9 +59,18 @@ def remote_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     ls.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser(
-        "remove", help="forget a remote and its token", description="Forget a remote."
+        "remove",
+        help="forget a remote, its token and its cache",
+        description="Forget a remote; its blob cache on this machine is deleted.",
     )
     rm.add_argument("name")
+    prune = sub.add_parser(
+        "prune",
+        help="empty the blob cache of NAME, or of every remote (removed ones' too)",
+        description="Empty blob caches now, to free their disk space (they refill as "
+        "commands need; what the main node holds is never uploaded again).",
+    )
+    prune.add_argument("name", nargs="?", help="a remote (default: every cache here)")
     p.set_defaults(func=cmd_remote)
     return p
 
@@ -85,36 +97,100 @@ def cmd_remote(args: argparse.Namespace) -> int:
         )
         return 0
     if args.action == "remove":
-        if data["remotes"].pop(args.name, None) is None:
-            raise MonkeyError(f"no remote {args.name!r}; see `monkey remote list`")
-        if data["default"] == args.name:
-            data["default"] = None
-        settings.save(data)
-        settings.token_file(args.name).unlink(missing_ok=True)
-        print(f"remote {args.name} removed")
-        return 0
+        return _remove(args.name, data)
+    if args.action == "prune":
+        return _prune(args.name, data)
+    return _list(args, data)
+
+
+def _remove(name: str, data: dict) -> int:
+    from monkey.models import human_size
+    from monkey.remote import settings
+    from monkey.remote.cache import Cache, clear_leftovers
+
+    if name not in data["remotes"]:
+        raise MonkeyError(f"no remote {name!r}; see `monkey remote list`")
+    cache = Cache(settings.check_name(name))
+    freed = cache.remove()  # first: refused while a command uses it, nothing changed
+    clear_leftovers()
+    del data["remotes"][name]
+    if data["default"] == name:
+        data["default"] = None
+    settings.save(data)
+    settings.token_file(name).unlink(missing_ok=True)
+    print(
+        f"remote {name} removed"
+        + (f"; its cache freed {human_size(freed)} ({cache.root})" if freed else "")
+    )
+    return 0
+
+
+def _prune(name: str | None, data: dict) -> int:
+    """Empty NAME's cache, or every cache (those of removed remotes too); the shell's
+    history there stays."""
+    from monkey.models import human_size
+    from monkey.remote import cache, settings
+
+    if name is not None:
+        settings.check_name(name)
+        if name not in data["remotes"] and name not in cache.names():
+            raise MonkeyError(f"no remote {name!r} and no cache of it; see `monkey remote list`")
+    caches = [name] if name is not None else cache.names()
+    cache.clear_leftovers()
+    busy = []
+    for each in caches:
+        try:
+            freed = cache.Cache(each).remove(keep=(cache.SHELL_HISTORY,))
+        except cache.CacheBusy:
+            busy.append(each)
+            continue
+        print(f"{each}: freed {human_size(freed)}")
+    if not caches:
+        print("no cache to empty")
+    if busy:
+        raise MonkeyError(
+            f"a command is using the cache of {', '.join(busy)} (a submission or a clone in "
+            "progress); run `monkey remote prune` again once it ends"
+        )
+    return 0
+
+
+def _list(args: argparse.Namespace, data: dict) -> int:
+    from monkey.models import human_size
+    from monkey.remote import cache, settings
+
     current = settings.selected()
+    sizes = {name: cache.Cache(name).size() for name in cache.names()}
     if args.json:
-        print_json({"selected": current, "remotes": data["remotes"]})
+        remotes = {n: {**r, "cache_bytes": sizes.get(n, 0)} for n, r in data["remotes"].items()}
+        print_json({"selected": current, "remotes": remotes})
         return 0
     if not data["remotes"]:
         print("no remotes; add one: monkey remote add NAME https://HOST:8443 --token T")
-        return 0
-    from monkey.shell.table import render
+    else:
+        from monkey.shell.table import render
 
-    render(
-        ["", "REMOTE", "URL", "USER", "CERTIFICATE"],
-        [
+        render(
+            ["", "REMOTE", "URL", "USER", "CERTIFICATE", "CACHE"],
             [
-                "*" if name == current else "",
-                name,
-                r["url"],
-                r.get("user") or "-",
-                r.get("fingerprint") or "CA-verified",
-            ]
-            for name, r in sorted(data["remotes"].items())
-        ],
-    )
+                [
+                    "*" if name == current else "",
+                    name,
+                    r["url"],
+                    r.get("user") or "-",
+                    r.get("fingerprint") or "CA-verified",
+                    human_size(sizes.get(name, 0)),
+                ]
+                for name, r in sorted(data["remotes"].items())
+            ],
+        )
+    left = {n: s for n, s in sizes.items() if n not in data["remotes"]}
+    if left:
+        print(
+            "caches of removed remotes: "
+            + ", ".join(f"{n} ({human_size(s)})" for n, s in sorted(left.items()))
+            + "; empty them: monkey remote prune"
+        )
     return 0
 
 

@@ -265,12 +265,15 @@ class BlobStore:
             raise BlobDamaged(digest, self.root)
 
     @contextmanager
-    def lease(self, exclusive: bool = False, waiting: str | None = None) -> Iterator[None]:
+    def lease(
+        self, exclusive: bool = False, waiting: str | None = None, wait: bool = True
+    ) -> Iterator[bool]:
         """Hold the store's lease: shared by submitters from their first blob written or
         reused to their job rows committed; exclusive by gc while it decides and deletes.
         So gc never deletes a blob a submission counts on, and a submitter never reuses one
         gc is deleting. A flock: a process killed at any instant releases it. WAITING: what
-        to call the caller in a note when it has to wait."""
+        to call the caller in a note when it has to wait. Yields whether it is held: with
+        WAIT false, False at once when another holds it (the body runs without it)."""
         import fcntl
 
         try:
@@ -287,6 +290,9 @@ class BlobStore:
             try:
                 fcntl.flock(fd, how | fcntl.LOCK_NB)
             except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
                 if waiting:
                     import logging
 
@@ -296,7 +302,7 @@ class BlobStore:
                         "submissions" if exclusive else "a gc",
                     )
                 fcntl.flock(fd, how)
-            yield
+            yield True
         finally:
             os.close(fd)
 

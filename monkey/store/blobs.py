@@ -3,6 +3,7 @@ those a process hashed) and the known digests of files by path."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -94,4 +95,13 @@ class BlobRecords:
                 "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ino, digest) "
                 "VALUES (?, ?, ?, ?, ?)",
                 entries,
+            )
+
+    def forget_file_digests(self, digests: Iterable[str]) -> None:
+        """Remove the stat cache rows giving one of DIGESTS (their blobs are gone from a
+        cache): the next snapshot reads those files again."""
+        with self.tx() as db:
+            db.execute(
+                "DELETE FROM stat_cache WHERE digest IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(set(digests))),),
             )
