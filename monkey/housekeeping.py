@@ -39,6 +39,7 @@ from pathlib import Path
 
 from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
 from monkey.models import TERMINAL, MonkeyError, State
+from monkey.sizes import file_size, tree_size, unlink_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,19 +71,6 @@ def parse_age(text: str) -> float:
     if not found or (not found.group(2) and float(found.group(1)) != 0):
         raise MonkeyError(f"{text!r} is not an age; give a number and a unit, e.g. 30d, 12h, 90m")
     return float(found.group(1)) * _UNITS.get(found.group(2), 0.0)
-
-
-def tree_size(path: Path) -> tuple[int, int]:
-    """(bytes, files) under PATH (apparent sizes; links not followed)."""
-    total = count = 0
-    for folder, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-                count += 1
-            except OSError:
-                pass
-    return total, count
 
 
 def select_jobs(
@@ -227,13 +215,13 @@ def _gc_blobs(m: Facade, needed: set[str], cut: float, report: GcReport) -> None
         if entry.name == DAMAGED:
             report.blob_bytes += _remove(path)
         elif _dead_partial(path, cut):
-            report.blob_bytes += _unlink_size(path)
+            report.blob_bytes += unlink_size(path)
         if not entry.is_dir(follow_symlinks=False) or len(entry.name) != 2:
             continue
         for f in path.iterdir():
             if f.name.startswith(TMP_PREFIX):
                 if _dead_partial(f, cut):
-                    report.blob_bytes += _unlink_size(f)
+                    report.blob_bytes += unlink_size(f)
                 continue
             digest = entry.name + f.name
             try:
@@ -280,23 +268,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # another user's: it exists
     return True
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
-
-
-def _unlink_size(path: Path) -> int:
-    """Delete the file PATH; the bytes it held (0 if already gone)."""
-    try:
-        size = path.lstat().st_size
-        path.unlink()
-    except OSError:
-        return 0
-    return size
 
 
 def _env_keys(specs: dict[str, dict]) -> set[str]:
@@ -410,7 +381,7 @@ def usage(m: Facade) -> dict[str, dict[str, int]]:
         size, count = tree_size(path)
         out[name] = {"bytes": size, "files": count}
     partial = [p for pattern in (".tmp-*", "??/.tmp-*") for p in home.blobs.glob(pattern)]
-    out["blobs"]["partial_bytes"] = sum(_size(p) for p in partial)  # counted in its bytes too
+    out["blobs"]["partial_bytes"] = sum(file_size(p) for p in partial)  # counted in its bytes too
     out["blobs"]["partial_files"] = len(partial)
     db = sum(p.stat().st_size for p in home.root.glob("monkey.db*") if p.is_file())
     out["database"] = {"bytes": db, "files": 1}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from conftest import wait_for
 
-from monkey.housekeeping import tree_size
 from monkey.rerun import check_blobs
+from monkey.sizes import tree_size
 from monkey.snapshot import BlobStore
 from monkey.store import Store
 

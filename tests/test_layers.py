@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "environments": (13, "job environments (venv, conda...): their rules and set-up fields"),
     "logfiles": (13, "reading run logs by byte offset"),
     "version": (13, "the package version and the code digest"),
+    "sizes": (13, "sizes of files and folders on disk, and what deleting one freed"),
     "models": (14, "dataclasses and enums, no I/O"),
     "client_agent": (
         14,

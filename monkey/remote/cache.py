@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from monkey.models import MonkeyError, parse_size
+from monkey.sizes import file_size, tree_size, unlink_size
 from monkey.snapshot.blobs import TMP_PREFIX, BlobStore
 from monkey.store.errors import StoreUnavailable, is_no_space
 
@@ -189,7 +190,7 @@ class Cache:
             if isinstance(seen, list) and len(seen) == 2 and seen[0] == st.st_mtime_ns:
                 size = int(seen[1] or 0)
             else:
-                size = _tree_bytes(Path(entry.path))
+                size = tree_size(Path(entry.path))[0]
             settled = st.st_mtime_ns < start - _RACY_NS
             counted[entry.name] = [st.st_mtime_ns if settled else None, size]
             total += size
@@ -207,7 +208,9 @@ class Cache:
         for entry in entries:
             path = Path(entry.path)
             if path != self.blobs.root:
-                total += _tree_bytes(path) if entry.is_dir(follow_symlinks=False) else _lsize(path)
+                total += (
+                    tree_size(path)[0] if entry.is_dir(follow_symlinks=False) else file_size(path)
+                )
         return total
 
     def remove(self, keep: tuple[str, ...] = ()) -> int:
@@ -233,7 +236,7 @@ class Cache:
         if keep:
             with contextlib.suppress(OSError):  # it keeps something
                 self.root.rmdir()
-        freed = _tree_bytes(aside)
+        freed = tree_size(aside)[0]
         shutil.rmtree(aside, ignore_errors=True)
         return freed
 
@@ -252,7 +255,7 @@ class Cache:
                     continue
                 if entry.name.startswith(TMP_PREFIX):
                     if _dead_partial(entry.name):
-                        _unlink(Path(entry.path))
+                        unlink_size(Path(entry.path))
                     continue
                 total += st.st_size
                 blobs.append(
@@ -272,7 +275,7 @@ class Cache:
             pass  # a snapshot checks that a cached digest's blob is there before trusting it
         freed = 0
         for _digest, path in doomed:
-            freed += _unlink(path)
+            freed += unlink_size(path)
         return freed
 
     def _load_sizes(self) -> dict[str, list[int | None]]:
@@ -288,7 +291,7 @@ class Cache:
             staged.write_text(json.dumps(sizes, separators=(",", ":")))
             os.replace(staged, self.blobs.root / _SIZES)
         except OSError:  # a count to redo next time, no harm
-            _unlink(staged)
+            unlink_size(staged)
 
 
 def _used_at(store: BlobStore, blobs: list[tuple[int, str, Path, int]]) -> dict[str, int]:
@@ -324,7 +327,7 @@ def _clear_partials(root: Path) -> int:
         entries = [e for e in os.scandir(root) if e.name.startswith(TMP_PREFIX)]
     except OSError:
         return 0
-    return sum(_unlink(Path(e.path)) for e in entries if _dead_partial(e.name))
+    return sum(unlink_size(Path(e.path)) for e in entries if _dead_partial(e.name))
 
 
 def _dead_partial(name: str) -> bool:
@@ -351,28 +354,3 @@ def _shards(root: Path) -> Iterator[Path]:
     for entry in entries:
         if len(entry.name) == 2 and entry.is_dir(follow_symlinks=False):
             yield Path(entry.path)
-
-
-def _tree_bytes(folder: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(folder):
-        for name in files:
-            total += _lsize(Path(dirpath, name))
-    return total
-
-
-def _lsize(path: Path) -> int:
-    try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
-
-
-def _unlink(path: Path) -> int:
-    """Delete the file PATH; the bytes it held (0 if already gone)."""
-    try:
-        size = path.lstat().st_size
-        path.unlink()
-    except OSError:
-        return 0
-    return size
