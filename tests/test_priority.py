@@ -96,3 +96,35 @@ def test_two_owners_share_the_slots_fairly(home: Path, monkey):
     assert max(start[b] for b in bobs) < start[anas[-1]]
     owners = monkey.store.job_owners(anas + bobs)
     assert {owners[j] for j in anas} == {"ana"} and {owners[j] for j in bobs} == {"bob"}
+
+
+def test_through_a_remote_only_its_owner_changes_a_jobs_priority(home: Path, tmp_path: Path):
+    from mainnode import MainNode
+
+    node = MainNode(home, tmp_path)
+    home.mkdir(parents=True, exist_ok=True)
+    _one_slot(home)
+    node.start()
+    try:
+        node.add_remote(node.add_user("bob"), name="bob")
+        node.add_remote(node.add_user("ana"), name="ana")
+        blocker = node.laptop("--remote", "ana", "run", "--", "sleep", "60").stdout.strip()
+        anas = node.laptop("--remote", "ana", "run", "--priority", "2", "--", "true")
+        assert anas.returncode == 0, anas.stderr
+        ana = anas.stdout.strip()
+        refused = node.laptop("--remote", "bob", "job", "priority", ana, "9")
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines() == [
+            f"monkey: error: job {ana} belongs to ana; only its owner or an admin may "
+            "change the priority of it"
+        ]
+        done = node.laptop("--remote", "ana", "job", "priority", ana, "9")
+        assert done.stdout.strip() == f"{ana} priority 9", done.stderr
+        info = json.loads(node.server("info", ana, "--json").stdout)
+        assert info["priority"] == 9
+        assert [(e["detail"], e["actor"]) for e in info["events"] if e["kind"] == "user"] == [
+            ("priority 9", "ana")
+        ]
+        node.server("cancel", blocker, ana)
+    finally:
+        node.close()

@@ -109,9 +109,10 @@ def run_call(
         juid = m.resolve(args[0])
         owner = m.store.job_owners([juid]).get(juid)
         if owner != user["name"] and not user["admin"]:
+            verb = "change the priority of" if method == "set_priority" else method
             raise Forbidden(
                 f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner "
-                f"or an admin may {method} it"
+                f"or an admin may {verb} it"
             )
         args = [juid, *args[1:]]
     if rule.sweep:
