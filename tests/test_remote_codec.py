@@ -15,6 +15,15 @@ from monkey.remote.settings import check_name
 from monkey.tracking.ingest import as_columns
 
 
+def test_a_field_a_newer_server_sends_is_dropped_not_a_crash():
+    """A client of the same API reads a record with a field it does not know (a newer
+    server's) as the record it knows."""
+    sent = dumps(Job("26-11-27-001", "train", State.QUEUED, ["true"], "local"))
+    newer = sent.replace(b'"priority":0', b'"priority":0,"colour":"blue"')
+    assert b"colour" in newer
+    assert loads(newer) == Job("26-11-27-001", "train", State.QUEUED, ["true"], "local")
+
+
 def test_records_states_and_odd_floats_round_trip():
     job = Job(
         "26-11-27-001",

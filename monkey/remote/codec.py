@@ -19,6 +19,8 @@ TAG = "__monkey__"
 _RECORDS: dict[str, type[models.Record]] = {
     cls.__name__: cls for cls in (models.Job, models.Attempt, models.Resources, models.Instance)
 }
+# Each record's fields: one a newer server sends that this client does not know is dropped.
+_FIELDS = {name: frozenset(cls.__slots__) for name, cls in _RECORDS.items()}
 _ENUMS: dict[str, type[enum.Enum]] = {
     cls.__name__: cls for cls in (models.State, models.Request, models.Ending, models.InstanceState)
 }
@@ -62,6 +64,8 @@ def _decoded(value: dict[str, Any]) -> Any:
     if tag in _RECORDS:
         if tag == "Job":  # a Job's resources and state are typed; the rest is plain data
             value["resources"] = value["resources"] or models.Resources()
+        if value.keys() - _FIELDS[tag]:
+            value = {k: v for k, v in value.items() if k in _FIELDS[tag]}
         return _RECORDS[tag](**value)
     raise ValueError(f"unknown type {tag!r} in a server's answer")
 
