@@ -878,9 +878,7 @@ class Monkey:
     def set_priority(self, ref: str, priority: int) -> int:
         """Change queued or paused job REF's priority (higher starts first); returns it."""
         juid = self.store.resolve(ref)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise MonkeyError(f"priority {priority!r}: give a whole number, e.g. 10 or -5")
-        if not self.store.set_priority(juid, priority, actor=self.acting_user()):
+        if not self.store.set_priority(juid, check_priority(priority), actor=self.acting_user()):
             job = self.store.get_job(juid)
             assert job is not None
             raise MonkeyError(

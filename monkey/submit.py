@@ -481,10 +481,20 @@ def parse_command(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
+MAX_PRIORITY = 1_000_000  # either way: room for any scheme, and always an SQLite integer
+
+
 def check_priority(priority: Any) -> int:
-    """PRIORITY as a job's priority; MonkeyError when it is not a whole number."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise MonkeyError(f"priority {priority!r}: give a whole number, e.g. 10 or -5")
+    """PRIORITY as a job's priority; MonkeyError when it is not a whole number in range."""
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not -MAX_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise MonkeyError(
+            f"priority {priority!r}: give a whole number from -{MAX_PRIORITY:,} to "
+            f"{MAX_PRIORITY:,}, e.g. 10 or -5"
+        )
     return priority
 
 

@@ -74,6 +74,16 @@ def test_priority_of_a_job_that_is_not_queued_is_refused(monkey, cli):
     )
     bad = cli("run", "--priority", "high", "--", "true")
     assert bad.returncode == 2 and "--priority: invalid int value" in bad.stderr
+    for argv in (
+        ["run", "--priority", str(10**20), "--", "true"],
+        ["job", "priority", "last", "-2000000"],
+    ):
+        huge = cli(*argv)
+        assert huge.returncode == 1, huge.stderr
+        assert huge.stderr.strip().splitlines() == [
+            f"monkey: error: priority {int(argv[2 if argv[0] == 'run' else 3])}: give a whole "
+            "number from -1,000,000 to 1,000,000, e.g. 10 or -5"
+        ]
     assert len(monkey.store.list_jobs()) == 1
 
 
