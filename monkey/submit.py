@@ -132,8 +132,9 @@ class Submitter:
     ) -> dict[str, bool]:
         """The jobs named by AFTER (each must succeed) and AFTER_ANY (each must end), as
         ``Store.create_jobs`` takes them: job id -> whether any ending will do. Each is a job
-        (an id, a unique prefix, `last`) or a sweep (its id or name: all its jobs), given as
-        a list or one text of them separated by commas."""
+        (an id, a unique prefix, `last`) or a sweep (its id or name: all its jobs, each of
+        which need only end: a sweep's runs fail or stop early as a matter of course), given
+        as a list or one text of them separated by commas."""
         deps: dict[str, bool] = {}
         for refs, any_end in ((after, False), (after_any, True)):
             words = [refs] if isinstance(refs, str) else list(refs or ())
@@ -144,23 +145,24 @@ class Submitter:
                         "--after 26-11-21-001,last"
                     )
                 try:
-                    named = self._dependency(ref)
+                    named, whole_sweep = self._dependency(ref)
                 except MonkeyError as exc:
                     option = "--after-any" if any_end else "--after"
                     raise MonkeyError(f"{option} {ref}: {exc}") from None
-                for juid in named:
-                    deps[juid] = any_end and deps.get(juid, True)  # success wins over any end
+                for juid in named:  # a sweep's runs need only end: some fail or stop early
+                    ended = any_end or whole_sweep
+                    deps[juid] = ended and deps.get(juid, True)  # success wins over any end
         return deps
 
-    def _dependency(self, ref: str) -> list[str]:
-        """The jobs REF names: one job, or every job of a sweep."""
+    def _dependency(self, ref: str) -> tuple[list[str], bool]:
+        """The jobs REF names (one job, or every job of a sweep), and whether a sweep."""
         if ref == "last" or all(c in "0123456789-" for c in ref):
-            return [self.store.resolve(ref)]
+            return [self.store.resolve(ref)], False
         sid = self.store.resolve_sweep(ref)
         juids = [row[0] for row in self.store.sweep_jobs_brief(sid)]
         if not juids:
             raise MonkeyError(f"sweep {sid} has no jobs to wait for")
-        return juids
+        return juids, True
 
     def prepare(
         self,

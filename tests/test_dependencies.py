@@ -102,16 +102,29 @@ def test_retrying_a_dependency_does_not_revive_dependents_retrying_one_re_arms_i
     assert monkey.logs(b) == b"ran\n"
 
 
-def test_after_a_sweep_waits_for_every_cell(monkey, tmp_path: Path):
+def test_after_a_sweep_waits_for_every_cell_however_each_ended(monkey, tmp_path: Path):
+    """A sweep's runs fail or are stopped early as a matter of course: the job after it
+    waits for each to end, and runs."""
     log = tmp_path / "order"
     sid = monkey.sweep(
-        ["sh", "-c", f"sleep 0.3; echo cell >> {log}", "{x}"], grid={"x": [1, 2, 3]}, max_parallel=1
+        ["sh", "-c", f"sleep 0.3; echo cell >> {log}; test $0 != 2", "{x}"],
+        grid={"x": [1, 2, 3]},
+        max_parallel=1,
+        retries=0,
     )
     last = monkey.run(["sh", "-c", f"echo last >> {log}"], after=sid).juid
     cells = [row[0] for row in monkey.store.sweep_jobs_brief(sid)]
-    assert [d["job"] for d in monkey.info(last)["after"]] == sorted(cells)
+    assert [(d["job"], d["any"]) for d in monkey.info(last)["after"]] == [
+        (c, True) for c in sorted(cells)
+    ]
     _ended(monkey, last, *cells)
+    assert sorted(monkey.store.get_job(c).state.value for c in cells) == [
+        "failed",
+        "succeeded",
+        "succeeded",
+    ]
     assert log.read_text().split() == ["cell", "cell", "cell", "last"]
+    assert monkey.store.get_job(last).state.value == "succeeded"
 
 
 def test_a_sweep_after_a_job_holds_every_cell(monkey):
