@@ -266,9 +266,10 @@ class Dispatch:
         where: list[Capacity],
         prices: dict[str, float | None],
     ) -> float:
-        """The $/hour JOB would add: its share of the instance it is placed on; placed
-        nowhere on an elastic provider, the whole price of a machine of its size (the
-        entry's ``prices:`` for it, else the dearest of the provider's machines of that size
+        """The $/hour JOB would add (as ``Store.begin_attempt`` will charge it): its share
+        of the CPUs of the instance it is placed on, times that instance's price; placed
+        nowhere on an elastic provider, its share of a new machine of its size (priced by
+        the entry's ``prices:``, else as the dearest of the provider's machines of that size
         known); 0 when unknown."""
         if placement is not None:
             price = prices.get(placement.instance)
@@ -288,7 +289,8 @@ class Dispatch:
                 if r["size"] == size and r["price"] is not None
             ]
             price = max(known, default=None)
-        return float(price or 0.0)
+        share = min(1.0, max(1, job.resources.cpus) / max(1, drv.size_slots(size)))
+        return float(price or 0.0) * share
 
     def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
         """CAPACITIES with more slots on instances where short attempts just ended (see
