@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from mainnode import node  # noqa: F401  (a fixture)
 
 from monkey.store.quotas import UNLIMITED, limits_for
 from tests import test_ec2
@@ -261,3 +262,54 @@ def test_a_spend_quota_on_a_cloud_holds_jobs_and_makes_no_machine(
         left = [i["InstanceId"] for i in moto.instances()]
         if left:
             moto.boto3("ec2").terminate_instances(InstanceIds=left)
+
+
+def test_quotas_through_a_remote_admins_set_them_users_see_their_use(node, tmp_path: Path):
+    from mainnode import wait_until_ended
+
+    bob = node.add_user("bob")
+    node.add_remote(bob, name="bob")
+    node.add_remote(node.token, name="admin")
+    refused = node.laptop("--remote", "bob", "server", "quota", "set", "bob", "--jobs", "5")
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "monkey: set quota is for admins of this server; ask one\n",
+    )
+    done = node.laptop("--remote", "admin", "server", "quota", "set", "bob", "--jobs", "1")
+    assert (done.returncode, done.stdout) == (0, "quota bob on all providers: jobs 1\n"), (
+        done.stderr
+    )
+    bad = node.laptop(
+        "--remote", "admin", "server", "quota", "set", "bob", "--provider", "x", "--jobs", "1"
+    )
+    assert bad.returncode == 1 and bad.stderr.startswith("monkey: error: no provider 'x'")
+    gate, hold = _gate(tmp_path)
+    first = node.laptop("--remote", "bob", "run", "--", *hold).stdout.strip()
+    second = node.laptop("--remote", "bob", "run", "--", *hold).stdout.strip()
+    reason = "over quota: bob runs 1 of 1 job on local"
+
+    def held() -> str | None:
+        return json.loads(node.laptop("--remote", "bob", "info", second, "--json").stdout)["held"]
+
+    wait_for(lambda: held() == reason, what="bob's second job held")
+    shown = node.laptop("--remote", "bob", "info", second).stdout
+    assert f"queued; waiting: {reason}" in shown
+    row = next(
+        r
+        for r in node.laptop("--remote", "bob", "list", "jobs").stdout.splitlines()
+        if r.startswith(second)
+    )
+    assert "over quota" in row
+    use = json.loads(node.laptop("--remote", "bob", "list", "providers", "--json").stdout)
+    assert [(u["user"], u["jobs"], u["held"]) for u in use["quotas"]] == [
+        ("bob", {"used": 1, "limit": 1}, 1)
+    ]
+    listed = json.loads(node.laptop("--remote", "bob", "server", "quota", "list", "--json").stdout)
+    assert [(q["user"], q["provider"], q["jobs"]) for q in listed] == [("bob", "*", 1)]
+    assert not (node.laptop_root / ".monkey").exists()  # nothing made on the laptop
+    removed = node.laptop("--remote", "admin", "server", "quota", "remove", "bob")
+    assert removed.returncode == 0, removed.stderr
+    wait_for(lambda: held() is None, what="bob's second job to start")
+    gate.touch()
+    wait_until_ended(node, first)
+    wait_until_ended(node, second)

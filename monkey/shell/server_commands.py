@@ -90,6 +90,8 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    if args.action == "quota":  # through the facade: on a remote's main node too
+        return _quota(args)
     from monkey.config import Home
     from monkey.server import service
 
@@ -120,8 +122,6 @@ def cmd_server(args: argparse.Namespace) -> int:
         return _status(home, args.json)
     if args.action == "install-service":
         return _install_service(home, args.print)
-    if args.action == "quota":
-        return _quota(args)
     return _user(home, args)
 
 
@@ -280,7 +280,7 @@ def _limit_text(value: float | None, spend: bool = False) -> str:
 
 
 def _quota(args: argparse.Namespace) -> int:
-    from monkey.shell.cli import monkey
+    from monkey.shell.common import monkey
 
     m = monkey()
     action = args.quota_action
