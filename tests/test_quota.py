@@ -313,3 +313,33 @@ def test_quotas_through_a_remote_admins_set_them_users_see_their_use(node, tmp_p
     gate.touch()
     wait_until_ended(node, first)
     wait_until_ended(node, second)
+
+
+def test_jobs_held_back_do_not_use_up_the_pass_for_other_owners(
+    home: Path, monkey, cli, tmp_path: Path
+):
+    """ana's urgent GPU jobs, all over her quota, come first in the queue: bob's job still
+    gets the free slot (held jobs are not counted among the few a pass looks at)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "providers.yml").write_text(
+        "providers:\n  local: {type: local, slots: 2, gpus: [0, 1]}\n"
+    )
+    _users(monkey, "ana", "bob")
+    cli("server", "quota", "set", "ana", "--gpus", "1", check=True)
+    gate, hold = _gate(tmp_path)
+    monkey.actor = "ana"
+    running = monkey.run(hold, gpus=1).juid
+    wait_for(lambda: _state(monkey, running) == "running", what="ana's GPU job")
+    urgent = [monkey.run(hold, gpus=1, priority=5).juid for _ in range(6)]
+    monkey.actor = "bob"
+    bobs = monkey.run(hold).juid
+    wait_for(lambda: _state(monkey, bobs) == "running", what="bob's job")
+    assert all(_state(monkey, j) == "queued" for j in urgent)
+    held = _listed(cli)
+    assert all(held[j]["held"].startswith("over quota: ana uses 1 of 1 GPUs") for j in urgent[:3])
+    gate.touch()
+    cli("server", "quota", "remove", "ana", check=True)
+    wait_for(
+        lambda: all(_state(monkey, j) == "succeeded" for j in [running, bobs, *urgent]),
+        what="every job to end",
+    )

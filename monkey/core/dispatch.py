@@ -178,11 +178,15 @@ class Dispatch:
             owners: dict[str, str | None] = {}  # juid -> owner, with quotas
             held: dict[str, list[str]] = {}  # reason -> the jobs it holds back this pass
             prices: dict[str, float | None] | None = None
+            looked = 0  # with quotas, the jobs held back do not count toward LIMIT
             for job in self._in_turn(provider, now, limit, quota, owners):
                 owner = owners.get(job.juid)
                 if quota and (why := quota.over(owner, job)):
                     held.setdefault(why, []).append(job.juid)
                     continue
+                looked += 1
+                if looked > limit:
+                    break
                 where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
@@ -234,8 +238,9 @@ class Dispatch:
     ) -> Iterator[Job]:
         """PROVIDER's ready jobs in the order they get free slots: the store's (priority,
         then oldest); with several owners' jobs queued, by fair share (``fair_order``).
-        With QUOTA, owners at their jobs quota are left out (their jobs held, saying why)
-        and OWNER_OF learns each job's owner."""
+        With QUOTA, owners at their jobs quota are left out (their jobs held, saying why),
+        OWNER_OF learns each job's owner, and the caller stops at LIMIT jobs not held back
+        (each owner's first LIMIT are looked at)."""
         owners = self.store.queued_owners()
         if quota is None and len(owners) < 2:
             return self.store.ready_jobs(now, limit=limit, provider=provider)
@@ -247,7 +252,8 @@ class Dispatch:
                 continue
             jobs = self.store.ready_jobs(now, limit=limit, provider=provider, owner=o)
             heads[o] = jobs if owner_of is None else _owned(jobs, o, owner_of)
-        return itertools.islice(fair_order(heads, self.store.running_by_owner(provider)), limit)
+        ordered = fair_order(heads, self.store.running_by_owner(provider))
+        return ordered if quota else itertools.islice(ordered, limit)
 
     def _held(self, provider: str, quota: QuotaPass, held: dict[str, list[str]]) -> None:
         """Record why HELD's jobs wait this pass; the quota reasons of PROVIDER's other
