@@ -343,3 +343,11 @@ def test_jobs_held_back_do_not_use_up_the_pass_for_other_owners(
         lambda: all(_state(monkey, j) == "succeeded" for j in [running, bobs, *urgent]),
         what="every job to end",
     )
+
+
+def test_removing_a_user_removes_its_quotas(monkey, cli):
+    _users(monkey, "ana", "bob")
+    cli("server", "quota", "set", "ana", "--jobs", "2", check=True)
+    cli("server", "quota", "set", "bob", "--provider", "local", "--gpus", "1", check=True)
+    cli("server", "user", "remove", "ana", check=True)
+    assert [(q["user"], q["provider"]) for q in monkey.store.quotas()] == [("bob", "local")]
