@@ -273,7 +273,7 @@ def test_quotas_through_a_remote_admins_set_them_users_see_their_use(node, tmp_p
     refused = node.laptop("--remote", "bob", "server", "quota", "set", "bob", "--jobs", "5")
     assert (refused.returncode, refused.stderr) == (
         1,
-        "monkey: set quota is for admins of this server; ask one\n",
+        "monkey: error: set quota is for admins of this server; ask one\n",
     )
     done = node.laptop("--remote", "admin", "server", "quota", "set", "bob", "--jobs", "1")
     assert (done.returncode, done.stdout) == (0, "quota bob on all providers: jobs 1\n"), (
