@@ -424,7 +424,8 @@ class Monkey:
     def provider_status(self) -> dict[str, Any]:
         """What `monkey list providers` shows: {"core": {"running", "pid"}, "providers": [{
         "name", "type", "queued", "running", what its kind describes (slots, gpus, hosts, a
-        detail line), "error": why its waiting jobs get no machine}]}, providers by name."""
+        detail line), "error": why its waiting jobs get no machine}], with quotas set
+        "quotas": each user's use against them (``quota_rows``)}, providers by name."""
         from monkey.core import daemon
 
         counts: dict[str, dict[str, int]] = {}
@@ -450,14 +451,13 @@ class Monkey:
                 info["error"] = error
             out.append(info)
         pid = daemon.status(self.home)
-        from monkey.facade.quotas import quota_rows
+        status: dict[str, Any] = {"core": {"running": bool(pid), "pid": pid}, "providers": out}
+        quotas = self.store.quotas()
+        if quotas:  # each user's use of each provider against the quotas that bind them
+            from monkey.facade.quotas import quota_rows
 
-        return {
-            "core": {"running": bool(pid), "pid": pid},
-            "providers": out,
-            # each user's use of each provider against the quotas that bind them
-            "quotas": quota_rows(self.store, sorted(self.providers), self.store.quotas()),
-        }
+            status["quotas"] = quota_rows(self.store, sorted(self.providers), quotas)
+        return status
 
     def quotas(self) -> list[dict[str, Any]]:
         """The quota entries (see ``Store.quotas``)."""
