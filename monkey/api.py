@@ -359,7 +359,9 @@ class Monkey:
         juid = self.store.resolve(ref)
         job = self.store.get_job(juid)
         assert job is not None
+        held = self.store.holds([juid]).get(juid)  # a quota's reason, while queued
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
+        waiting = "; ".join(w for w in (held, waiting) if w) or None
         now = time.time()
         record = job.to_json()
         machines = self.store.instances(job.provider, live=job.state == State.QUEUED)
@@ -373,6 +375,7 @@ class Monkey:
             "owner": self.store.job_owners([juid]).get(juid),  # who submitted it
             "rerun_of": self.store.rerun_of(juid),  # {"job", "changes"} or None
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
+            "held": held,  # why a quota holds it back ("over quota: ..."), or None
             # the jobs it runs after: [{"job", "any", "state", "met"}] (see Store.dependencies)
             "after": self.store.dependencies(juid),
             # What the provider says of the job's machine (a Slurm job id, its node list)...
@@ -421,7 +424,8 @@ class Monkey:
     def provider_status(self) -> dict[str, Any]:
         """What `monkey list providers` shows: {"core": {"running", "pid"}, "providers": [{
         "name", "type", "queued", "running", what its kind describes (slots, gpus, hosts, a
-        detail line), "error": why its waiting jobs get no machine}]}, providers by name."""
+        detail line), "error": why its waiting jobs get no machine}], with quotas set
+        "quotas": each user's use against them (``quota_rows``)}, providers by name."""
         from monkey.core import daemon
 
         counts: dict[str, dict[str, int]] = {}
@@ -447,7 +451,56 @@ class Monkey:
                 info["error"] = error
             out.append(info)
         pid = daemon.status(self.home)
-        return {"core": {"running": bool(pid), "pid": pid}, "providers": out}
+        status: dict[str, Any] = {"core": {"running": bool(pid), "pid": pid}, "providers": out}
+        quotas = self.store.quotas()
+        if quotas:  # each user's use of each provider against the quotas that bind them
+            from monkey.facade.quotas import quota_rows
+
+            status["quotas"] = quota_rows(self.store, sorted(self.providers), quotas)
+        return status
+
+    def quotas(self) -> list[dict[str, Any]]:
+        """The quota entries (see ``Store.quotas``)."""
+        return self.store.quotas()
+
+    def set_quota(
+        self,
+        user: str | None,
+        provider: str | None = None,
+        jobs: int | str | None = None,
+        gpus: int | str | None = None,
+        spend: float | str | None = None,
+    ) -> dict[str, Any]:
+        """Set the limits given (``unlimited`` lifts a wider entry's) for USER (None:
+        everyone's default) on PROVIDER (None: all); returns the entry. The core applies
+        them at its next pass."""
+        from monkey.core.daemon import ping
+        from monkey.facade.quotas import check_target, parse_limit
+        from monkey.store.quotas import ANY
+
+        user, provider = user or ANY, provider or ANY
+        given = {"jobs": jobs, "gpus": gpus, "spend": spend}
+        limits = {k: parse_limit(k, str(v)) for k, v in given.items() if v is not None}
+        if not limits:
+            raise MonkeyError("give a limit to set: --jobs N, --gpus N or --spend USD_PER_HOUR")
+        check_target(self.store, sorted(self.providers), user, provider)
+        self.store.set_quota(user, provider, limits)
+        ping(self.home)
+        return next(
+            q for q in self.store.quotas() if (q["user"], q["provider"]) == (user, provider)
+        )
+
+    def remove_quota(self, user: str | None, provider: str | None = None) -> None:
+        """Remove the entry of USER (None: the default) on PROVIDER (None: all)."""
+        from monkey.core.daemon import ping
+        from monkey.store.quotas import ANY
+
+        user, provider = user or ANY, provider or ANY
+        if not self.store.remove_quota(user, provider):
+            who = "the default" if user == ANY else user
+            where = "all providers" if provider == ANY else provider
+            raise MonkeyError(f"no quota for {who} on {where}; see `monkey server quota list`")
+        ping(self.home)
 
     def check_provider(self, name: str) -> list[dict[str, Any]]:
         """Reach every host of SSH provider NAME now (`monkey provider check`): one report per

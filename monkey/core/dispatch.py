@@ -13,7 +13,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 
-from monkey.core.placement import Usage, fair_order, place
+from monkey.core.placement import Placement, Usage, fair_order, memory_needed, place, slots_needed
+from monkey.core.quota import QuotaPass
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import Capacity, Driver, NotReady
 from monkey.environments import start_fields
@@ -79,6 +80,7 @@ class Dispatch:
     to_send: list[Callable[[], None]]
     passes: int
     doom_checked: float
+    quota_held = True  # jobs may carry a quota's reason (a new core clears stale ones)
 
     if TYPE_CHECKING:  # the core's own, called from here
 
@@ -133,9 +135,14 @@ class Dispatch:
                     self.changed()
 
     def dispatch_ready(self, now: float) -> None:
-        """Place and start every queued job that fits somewhere now."""
+        """Place and start every queued job that fits somewhere now (and that takes its
+        owner over no quota: those wait, saying why)."""
         usage: dict[str, Usage] | None = None
         self.waiting = {}
+        quotas = self.store.quotas()  # the one look when no quota is set
+        if not quotas and self.quota_held:
+            self.store.release(None)
+        self.quota_held = bool(quotas)
         for provider in self.providers:
             if provider in self.full or not self.store.has_ready(provider, now):
                 continue
@@ -167,7 +174,19 @@ class Dispatch:
             waiting = self.waiting[provider] = []
             on_demand = self.on_demand[provider] = []
             spot: set[str] | None = None
-            for job in self._in_turn(provider, now, limit):
+            quota = QuotaPass(quotas, self.store.quota_use(provider), provider) if quotas else None
+            owners: dict[str, str | None] = {}  # juid -> owner, with quotas
+            held: dict[str, list[str]] = {}  # reason -> the jobs it holds back this pass
+            prices: dict[str, float | None] | None = None
+            looked = 0  # with quotas, the jobs held back do not count toward LIMIT
+            for job in self._in_turn(provider, now, limit, quota, owners):
+                owner = owners.get(job.juid)
+                if quota and (why := quota.over(owner, job)):
+                    held.setdefault(why, []).append(job.juid)
+                    continue
+                looked += 1
+                if looked > limit:
+                    break
                 where, unplaced = capacities, waiting
                 if drv.elastic and self.needs_on_demand(job):
                     if spot is None:
@@ -179,9 +198,21 @@ class Dispatch:
                     size = drv.size_for(job.resources)
                     where = [c for c in where if c.extra.get("size", size) == size]
                 placement = place(job.resources, where, usage, pinned=job.resources.host)
+                rate = 0.0
+                if quota and quota.spend_limited(owner):
+                    if prices is None:
+                        prices = {r["id"]: r["price"] for r in self.store.instances(provider)}
+                    rate = self._rate(provider, drv, job, placement, where, prices)
+                    if why := quota.over(owner, job, rate):
+                        if placement is not None:
+                            _unplace(usage, placement, job, where)
+                        held.setdefault(why, []).append(job.juid)
+                        continue
                 if placement is None:
                     unplaced.append(job.resources)
                     continue
+                if quota:
+                    quota.took(owner, job, rate)
                 self.start(
                     job,
                     drv,
@@ -194,17 +225,78 @@ class Dispatch:
                     usage.get(c.instance, Usage()).slots >= c.slots for c in capacities
                 ):
                     break  # full: the jobs after this one wait for an exit
+            if quota:
+                self._held(provider, quota, held)
 
-    def _in_turn(self, provider: str, now: float, limit: int) -> Iterator[Job]:
+    def _in_turn(
+        self,
+        provider: str,
+        now: float,
+        limit: int,
+        quota: QuotaPass | None = None,
+        owner_of: dict[str, str | None] | None = None,
+    ) -> Iterator[Job]:
         """PROVIDER's ready jobs in the order they get free slots: the store's (priority,
-        then oldest); with several owners' jobs queued, by fair share (``fair_order``)."""
+        then oldest); with several owners' jobs queued, by fair share (``fair_order``).
+        With QUOTA, owners at their jobs quota are left out (their jobs held, saying why),
+        OWNER_OF learns each job's owner, and the caller stops at LIMIT jobs not held back
+        (each owner's first LIMIT are looked at)."""
         owners = self.store.queued_owners()
-        if len(owners) < 2:
+        if quota is None and len(owners) < 2:
             return self.store.ready_jobs(now, limit=limit, provider=provider)
-        heads = {
-            o: self.store.ready_jobs(now, limit=limit, provider=provider, owner=o) for o in owners
-        }
-        return itertools.islice(fair_order(heads, self.store.running_by_owner(provider)), limit)
+        heads: dict[str | None, Iterator[Job]] = {}
+        for o in owners:
+            if quota and (why := quota.full(o)):
+                self.store.hold_owner(o, provider, why)
+                quota.held_owners.add(o)
+                continue
+            jobs = self.store.ready_jobs(now, limit=limit, provider=provider, owner=o)
+            heads[o] = jobs if owner_of is None else _owned(jobs, o, owner_of)
+        ordered = fair_order(heads, self.store.running_by_owner(provider))
+        return ordered if quota else itertools.islice(ordered, limit)
+
+    def _held(self, provider: str, quota: QuotaPass, held: dict[str, list[str]]) -> None:
+        """Record why HELD's jobs wait this pass; the quota reasons of PROVIDER's other
+        jobs are cleared (their owners are within their quotas, or it is their turn)."""
+        for why, juids in held.items():
+            self.store.hold(juids, why)
+        kept = [j for juids in held.values() for j in juids]
+        self.store.release(provider, keep_owners=quota.held_owners, keep=kept)
+
+    def _rate(
+        self,
+        provider: str,
+        drv: Driver,
+        job: Job,
+        placement: Placement | None,
+        where: list[Capacity],
+        prices: dict[str, float | None],
+    ) -> float:
+        """The $/hour JOB would add (as ``Store.begin_attempt`` will charge it): its share
+        of the CPUs of the instance it is placed on, times that instance's price; placed
+        nowhere on an elastic provider, its share of a new machine of its size (priced by
+        the entry's ``prices:``, else as the dearest of the provider's machines of that size
+        known); 0 when unknown."""
+        if placement is not None:
+            price = prices.get(placement.instance)
+            cap = next((c for c in where if c.instance == placement.instance), None)
+            if price is None or cap is None:
+                return 0.0
+            return price * min(1.0, max(1, job.resources.cpus) / max(1, cap.slots))
+        if not drv.elastic:
+            return 0.0
+        size = drv.size_for(job.resources)
+        config = self.providers.get(provider)
+        price = ((config.options.get("prices") if config else None) or {}).get(size)
+        if price is None:
+            known = [
+                r["price"]
+                for r in self.store.instances(provider)
+                if r["size"] == size and r["price"] is not None
+            ]
+            price = max(known, default=None)
+        share = min(1.0, max(1, job.resources.cpus) / max(1, drv.size_slots(size)))
+        return float(price or 0.0) * share
 
     def _ahead(self, provider: str, capacities: list[Capacity]) -> list[Capacity]:
         """CAPACITIES with more slots on instances where short attempts just ended (see
@@ -519,3 +611,23 @@ class Dispatch:
         except (OSError, ValueError) as exc:
             log.error("secrets of %s unreadable: %s", job.juid, exc)
             return {}
+
+
+def _owned(
+    jobs: Iterator[Job], owner: str | None, owner_of: dict[str, str | None]
+) -> Iterator[Job]:
+    """JOBS, each noted in OWNER_OF as OWNER's as it is handed out."""
+    for job in jobs:
+        owner_of[job.juid] = owner
+        yield job
+
+
+def _unplace(
+    usage: dict[str, Usage], placement: Placement, job: Job, where: list[Capacity]
+) -> None:
+    """Give back what ``place`` counted in USAGE for JOB."""
+    used = usage[placement.instance]
+    cap = next(c for c in where if c.instance == placement.instance)
+    used.slots -= slots_needed(job.resources, cap)
+    used.gpus.difference_update(placement.gpus)
+    used.memory -= memory_needed(job.resources)

@@ -61,6 +61,9 @@ CALLS = (
     "verify",
     "instances",
     "check_provider",
+    "quotas",
+    "set_quota",
+    "remove_quota",
     # what the dashboard reads (monkey.tui)
     "jobs",
     "jobs_changed",

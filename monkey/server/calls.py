@@ -69,6 +69,9 @@ CALLS: dict[str, Call] = {
     "instances": Call(),
     "create_instance": Call(admin=True),
     "delete_instance": Call(admin=True),
+    "quotas": Call(),
+    "set_quota": Call(admin=True),
+    "remove_quota": Call(admin=True),
     # what the dashboard reads (monkey.tui): any user
     "jobs": Call(),
     "jobs_changed": Call(),

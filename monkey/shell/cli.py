@@ -483,6 +483,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
     waiting_on = listing.get("waiting_on") or {}
+    held = listing.get("held") or {}
     now = time.time()
     if args.json:
         print_json(
@@ -493,6 +494,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                         "runtime": runtimes.get(j.juid),
                         **({"owner": owners.get(j.juid)} if owners else {}),
                         **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
+                        **({"held": held[j.juid]} if j.juid in held else {}),
                     }
                     for j in jobs
                 ],
@@ -520,6 +522,8 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             if j.unreachable_since is not None and j.state in _CORE_MOVES
             else "waiting"
             if j.juid in waiting_on
+            else "over quota"
+            if j.juid in held
             else j.state.value
         )
         rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""
@@ -609,6 +613,10 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     from monkey.shell.provider_commands import print_hosts
 
     print_hosts(out)
+    if status.get("quotas"):
+        from monkey.shell.server_commands import print_quota_use
+
+        print_quota_use(status["quotas"])
     for p in out:
         if p.get("detail"):  # a kind's own line (a Slurm partition's state)
             print(f"{p['name']}: {p['detail']}")

@@ -31,7 +31,7 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     p.epilog = EPILOG
     sub = p.add_subparsers(
-        dest="action", required=True, metavar="{start,run,stop,status,user,install-service}"
+        dest="action", required=True, metavar="{start,run,stop,status,user,quota,install-service}"
     )
     for action, text in (
         ("start", "start in the background (and the core beside it)"),
@@ -84,11 +84,14 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
         description="Rotate a user's token.",
     )
     tok.add_argument("name")
+    _quota_parser(sub)
     p.set_defaults(func=cmd_server)
     return p
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    if args.action == "quota":  # through the facade: on a remote's main node too
+        return _quota(args)
     from monkey.config import Home
     from monkey.server import service
 
@@ -235,3 +238,124 @@ def _user(home: object, args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _quota_parser(sub: Any) -> None:
+    quota = sub.add_parser(
+        "quota",
+        help="set, list, remove users' quotas (jobs, GPUs, $/h) per provider",
+        description="Quotas: the most concurrent jobs, GPUs and estimated $/hour a user's "
+        "jobs may take on a provider; a job over quota waits, saying why. The most specific "
+        "entry that sets a limit wins: user and provider, user, default and provider, default.",
+    )
+    qs = quota.add_subparsers(dest="quota_action", required=True, metavar="{set,list,remove}")
+    st = qs.add_parser(
+        "set", help="set a user's (or the default) limits", description="Set quota limits."
+    )
+    for a in (
+        st,
+        qs.add_parser("remove", help="remove a quota entry", description="Remove a quota entry."),
+    ):
+        who = a.add_mutually_exclusive_group(required=True)
+        who.add_argument("user", nargs="?", help="a user of this server")
+        who.add_argument("--default", action="store_true", help="everyone without their own")
+        a.add_argument("--provider", metavar="P", help="on this provider only (default: all)")
+    st.add_argument("--jobs", metavar="N", help="most concurrent jobs (unlimited lifts it)")
+    st.add_argument("--gpus", metavar="N", help="most GPUs of running jobs")
+    st.add_argument(
+        "--spend", metavar="USD_PER_HOUR", help="most estimated $/hour of running jobs (clouds)"
+    )
+    ls = qs.add_parser("list", help="the quota entries", description="List quota entries.")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _limit_text(value: float | None, spend: bool = False) -> str:
+    from monkey.store.quotas import UNLIMITED
+
+    if value is None:
+        return "-"
+    if value == UNLIMITED:
+        return "unlimited"
+    return f"${value:.2f}/h" if spend else str(int(value))
+
+
+def _quota(args: argparse.Namespace) -> int:
+    from monkey.shell.common import monkey
+
+    m = monkey()
+    action = args.quota_action
+    user = None if getattr(args, "default", False) else args.__dict__.get("user")
+    if action == "set":
+        q = m.set_quota(user, args.provider, args.jobs, args.gpus, args.spend)
+        print(f"quota {_entry_name(q)}: {_limits_line(q)}")
+        return 0
+    if action == "remove":
+        m.remove_quota(user, args.provider)
+        print(
+            f"quota of {'the default' if user is None else user} on "
+            f"{args.provider or 'all providers'} removed"
+        )
+        return 0
+    quotas = m.quotas()
+    if args.json:
+        print_json(quotas)
+        return 0
+    if not quotas:
+        print("no quotas; set one: monkey server quota set USER|--default --jobs N")
+        return 0
+    from monkey.shell.table import render
+
+    render(
+        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND"],
+        [
+            [
+                "(default)" if q["user"] == "*" else q["user"],
+                "(all)" if q["provider"] == "*" else q["provider"],
+                _limit_text(q["jobs"]),
+                _limit_text(q["gpus"]),
+                _limit_text(q["spend"], spend=True),
+            ]
+            for q in quotas
+        ],
+    )
+    return 0
+
+
+def _entry_name(q: dict[str, Any]) -> str:
+    who = "default" if q["user"] == "*" else q["user"]
+    return f"{who} on {'all providers' if q['provider'] == '*' else q['provider']}"
+
+
+def _limits_line(q: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} {_limit_text(q[name], name == 'spend')}"
+        for name in ("jobs", "gpus", "spend")
+        if q[name] is not None
+    )
+
+
+def print_quota_use(rows: list[dict[str, Any]]) -> None:
+    """`list providers`' section: each user's use of each provider against their quota."""
+    from monkey.shell.table import render
+
+    def cell(u: dict[str, Any], spend: bool = False) -> str:
+        used = f"${u['used']:.2f}" if spend else str(int(u["used"]))
+        if u["limit"] is None:
+            return used
+        return f"{used}/{_limit_text(u['limit'], spend)}"
+
+    print()
+    render(
+        ["QUOTA USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "HELD"],
+        [
+            [
+                r["user"] or "(no owner)",
+                r["provider"],
+                cell(r["jobs"]),
+                cell(r["gpus"]),
+                cell(r["spend"], spend=True),
+                str(r["held"]),
+            ]
+            for r in rows
+        ],
+    )

@@ -22,6 +22,7 @@ STATE_COLOURS = {
     "lost": "31",
     "unreachable": "1;33",  # running, its instance out of reach (not a state of its own)
     "waiting": "2;33",  # queued, waiting for other jobs (`run --after`)
+    "over quota": "2;33",  # queued, held back by its owner's quota (`monkey server quota`)
 }
 
 

@@ -31,7 +31,7 @@ class AttemptStore:
         with self.tx() as db:
             cur = db.execute(
                 "UPDATE jobs SET state = 'dispatching', attempts = ?, updated_at = ?, instance = ?, "
-                "reason = NULL, exit_code = NULL, finished_at = NULL, front = 0 "
+                "reason = NULL, exit_code = NULL, finished_at = NULL, front = 0, held = NULL "
                 "WHERE juid = ? AND state = 'queued' AND attempts = ?",
                 (n, now, instance, job.juid, job.attempts),
             )

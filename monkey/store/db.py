@@ -38,6 +38,7 @@ from monkey.store.instances import InstanceStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from monkey.store.outputs import OutputQueries
+from monkey.store.quotas import QuotaStore
 from monkey.store.rerun import RerunStore
 from monkey.store.rows import _JOB_COLUMNS, _job
 from monkey.store.tracking import HOLD, TrackingStore
@@ -173,6 +174,7 @@ class Store(
     InstanceRequestStore,
     UserStore,
     DependencyStore,
+    QuotaStore,
 ):
     """A connection to monkey.db; safe to use from several processes at once."""
 

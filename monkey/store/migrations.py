@@ -334,6 +334,25 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_owner_ready ON jobs(state, owner, front DESC, priority DESC, seq);
         """,
     ),
+    (
+        "0020_quotas",
+        # `monkey server quota`: per user (or '*', everyone) and provider (or '*', all) the
+        # most concurrent jobs, GPUs and estimated $/hour of live attempts (NULL: not set by
+        # this entry; -1: unlimited); and why a queued job waits for a quota (NULL: it does not).
+        """
+        CREATE TABLE quotas(
+            user TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            jobs INTEGER,
+            gpus INTEGER,
+            spend REAL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (user, provider)
+        ) WITHOUT ROWID;
+        ALTER TABLE jobs ADD COLUMN held TEXT;
+        CREATE INDEX jobs_held ON jobs(provider) WHERE held IS NOT NULL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

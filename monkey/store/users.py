@@ -18,6 +18,7 @@ class UserStore:
     """Mixin of Store: table ``users`` and the ``owner`` column of ``jobs``."""
 
     db: sqlite3.Connection
+    tx: Any  # Store.tx
 
     def add_user(self, name: str, digest: str, admin: bool = False) -> None:
         """Record user NAME with its token's DIGEST; MonkeyError when NAME exists."""
@@ -39,7 +40,11 @@ class UserStore:
         )
 
     def remove_user(self, name: str) -> bool:
-        return self.db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount > 0
+        """Remove NAME and its quotas (`monkey server quota`)."""
+        with self.tx() as db:
+            gone = db.execute("DELETE FROM users WHERE name = ?", (name,)).rowcount > 0
+            db.execute("DELETE FROM quotas WHERE user = ?", (name,))
+        return gone
 
     def users(self) -> list[dict[str, Any]]:
         """Every user: name, digest, admin, created_at, last_used; by name."""
