@@ -96,7 +96,8 @@ class QuotaStore:
         """Clear the held reason of PROVIDER's jobs (every provider's with None) except
         KEEP's and KEEP_OWNERS' (held again this pass)."""
         keep, owners = set(keep), set(keep_owners)
-        sql, args = "SELECT juid, owner FROM jobs INDEXED BY jobs_held WHERE held IS NOT NULL", ()
+        sql = "SELECT juid, owner FROM jobs INDEXED BY jobs_held WHERE held IS NOT NULL"
+        args: tuple[str, ...] = ()
         if provider is not None:
             sql, args = sql + " AND provider = ?", (provider,)
         free = [j for j, o in self.db.execute(sql, args) if j not in keep and o not in owners]
