@@ -248,26 +248,11 @@ def _dead_partial(path: Path, cut: float) -> bool:
     """Whether PATH is a blob's partial file (``.tmp-<pid>-...``) nobody writes any more:
     its writer's process is gone, or it was last written before CUT. A submitter writes
     only under the store's lease, which gc holds exclusively: one still alive is stuck."""
-    from monkey.snapshot.blobs import TMP_PREFIX
+    from monkey.snapshot.blobs import TMP_PREFIX, writer_gone
 
-    name = path.name
-    if not name.startswith(TMP_PREFIX):
+    if not path.name.startswith(TMP_PREFIX):
         return False
-    pid = name[len(TMP_PREFIX) :].partition("-")[0]
-    if pid.isdigit() and not _alive(int(pid)):
-        return True
-    return _mtime(path) <= cut
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process PID exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's: it exists
-    return True
+    return writer_gone(path.name) or _mtime(path) <= cut
 
 
 def _env_keys(specs: dict[str, dict]) -> set[str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from monkey.models import MonkeyError, parse_size
 from monkey.sizes import file_size, tree_size, unlink_size
-from monkey.snapshot.blobs import TMP_PREFIX, BlobStore
+from monkey.snapshot.blobs import TMP_PREFIX, BlobStore, writer_gone
 from monkey.store.errors import StoreUnavailable, is_no_space
 
 TYPE_CHECKING = False
@@ -100,8 +100,7 @@ def clear_leftovers() -> None:
     except OSError:
         return
     for entry in entries:
-        pid = entry.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if writer_gone(entry.name, ".removed-"):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
@@ -254,7 +253,7 @@ class Cache:
                 except OSError:
                     continue
                 if entry.name.startswith(TMP_PREFIX):
-                    if _dead_partial(entry.name):
+                    if writer_gone(entry.name):
                         unlink_size(Path(entry.path))
                     continue
                 total += st.st_size
@@ -327,23 +326,7 @@ def _clear_partials(root: Path) -> int:
         entries = [e for e in os.scandir(root) if e.name.startswith(TMP_PREFIX)]
     except OSError:
         return 0
-    return sum(unlink_size(Path(e.path)) for e in entries if _dead_partial(e.name))
-
-
-def _dead_partial(name: str) -> bool:
-    """Whether the partial file NAME (``.tmp-<writer's pid>-...``) has no writer any more."""
-    pid = name[len(TMP_PREFIX) :].partition("-")[0]
-    return pid.isdigit() and not _alive(int(pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's
-    return True
+    return sum(unlink_size(Path(e.path)) for e in entries if writer_gone(e.name))
 
 
 def _shards(root: Path) -> Iterator[Path]:

@@ -31,6 +31,21 @@ TMP_PREFIX = ".tmp-"
 DAMAGED = ".damaged"  # the folder of the store where `monkey verify` sets damaged blobs aside
 
 
+def writer_gone(name: str, prefix: str = TMP_PREFIX) -> bool:
+    """Whether the process that names the file or folder NAME (``PREFIX<pid>-...``) is gone
+    from this machine: what it was writing is left over."""
+    pid = name[len(prefix) :].partition("-")[0]
+    if not name.startswith(prefix) or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # another user's: it exists
+    return False
+
+
 def hash_file(path: Path) -> str:
     """The blake3 hex digest (64 chars) of a file's current content."""
     with open(path, "rb") as f:
