@@ -38,7 +38,7 @@ def main() -> None:
                 m.run(["sleep", "1"], workdir=project)
         started = time.monotonic()
         while True:
-            running = m.store.running_by_owner("local")
+            running = {o: int(u[3]) for (o, _), u in m.store.quota_use("local").items()}
             queued = m.store.count_jobs().get("queued", 0)
             if not queued:
                 break

@@ -252,7 +252,8 @@ class Dispatch:
                 continue
             jobs = self.store.ready_jobs(now, limit=limit, provider=provider, owner=o)
             heads[o] = jobs if owner_of is None else _owned(jobs, o, owner_of)
-        ordered = fair_order(heads, self.store.running_by_owner(provider))
+        use = quota.use if quota else {o: u for (o, _), u in self.store.quota_use(provider).items()}
+        ordered = fair_order(heads, {o: int(u[3]) for o, u in use.items()})
         return ordered if quota else itertools.islice(ordered, limit)
 
     def _held(self, provider: str, quota: QuotaPass, held: dict[str, list[str]]) -> None:

@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+_NONE = (0, 0, 0.0, 0)  # an owner's use with nothing live: [jobs, GPUs, $/hour, slots]
+
+
 def who(owner: str | None) -> str:
     return owner if owner is not None else "jobs with no owner"
 
@@ -40,7 +43,7 @@ class QuotaPass:
     def full(self, owner: str | None) -> str | None:
         """Why OWNER may start no job at all here now (its jobs quota is reached), or None."""
         limit = self.limits(owner).get("jobs")
-        n = self.use.get(owner, [0, 0, 0.0])[0]
+        n = self.use.get(owner, _NONE)[0]
         if limit is not None and n + 1 > limit:
             return (
                 f"over quota: {who(owner)} runs {int(n)} of {int(limit)} "
@@ -54,7 +57,7 @@ class QuotaPass:
         if why:
             return why
         limits = self.limits(owner)
-        _, gpus, spend = self.use.get(owner, [0, 0, 0.0])
+        _, gpus, spend, _ = self.use.get(owner, _NONE)
         limit = limits.get("gpus")
         if limit is not None and job.resources.gpus and gpus + job.resources.gpus > limit:
             return (
@@ -71,7 +74,8 @@ class QuotaPass:
 
     def took(self, owner: str | None, job: Job, rate: float = 0.0) -> None:
         """Count JOB, just started at RATE $/hour, in OWNER's use."""
-        u = self.use.setdefault(owner, [0, 0, 0.0])
+        u = self.use.setdefault(owner, list(_NONE))
         u[0] += 1
         u[1] += job.resources.gpus
         u[2] += rate
+        u[3] += max(1, job.resources.cpus)

@@ -67,7 +67,7 @@ def quota_rows(
             limits = limits_for(quotas, user, provider)
             if not limits:
                 continue
-            used = use.get((user, provider), [0, 0, 0.0])
+            used = use.get((user, provider), [0, 0, 0.0, 0])
             out.append(
                 {
                     "user": user,

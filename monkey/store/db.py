@@ -594,16 +594,6 @@ class Store(
             last = row[0]
             owners.append(last)
 
-    def running_by_owner(self, provider: str) -> dict[str | None, int]:
-        """How many of PROVIDER's slots each owner's live attempts take."""
-        rows = self.db.execute(
-            "SELECT j.owner, SUM(MAX(1, COALESCE(json_extract(j.resources, '$.cpus'), 1))) "
-            "FROM attempts a JOIN jobs j ON j.juid = a.juid "
-            "WHERE a.state = 'live' AND j.provider = ? GROUP BY j.owner",
-            (provider,),
-        )
-        return {owner: int(n) for owner, n in rows}
-
     def set_priority(self, juid: str, priority: int, actor: str | None = None) -> bool:
         """Change a queued or paused job's priority (ACTOR's request); False when it is in
         another state."""

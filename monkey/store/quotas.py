@@ -57,18 +57,19 @@ class QuotaStore:
         )
 
     def quota_use(self, provider: str | None = None) -> dict[tuple[str | None, str], list[float]]:
-        """(owner, provider) -> [jobs, GPUs, $/hour] their live attempts take (PROVIDER's
-        only when given)."""
+        """(owner, provider) -> [jobs, GPUs, $/hour, slots] their live attempts take
+        (PROVIDER's only when given): what quotas count, and the fair share's slots."""
         sql = (
             "SELECT j.owner, j.provider, COUNT(*), "
-            "SUM(COALESCE(json_extract(j.resources, '$.gpus'), 0)), SUM(COALESCE(a.price, 0)) "
+            "SUM(COALESCE(json_extract(j.resources, '$.gpus'), 0)), SUM(COALESCE(a.price, 0)), "
+            "SUM(MAX(1, COALESCE(json_extract(j.resources, '$.cpus'), 1))) "
             "FROM attempts a JOIN jobs j ON j.juid = a.juid WHERE a.state = 'live'"
         )
         args: tuple[str, ...] = ()
         if provider is not None:
             sql, args = sql + " AND j.provider = ?", (provider,)
         rows = self.db.execute(sql + " GROUP BY j.owner, j.provider", args)
-        return {(o, p): [n, g or 0, s or 0.0] for o, p, n, g, s in rows}
+        return {(o, p): [n, g or 0, s or 0.0, c] for o, p, n, g, s, c in rows}
 
     def hold(self, juids: Iterable[str], reason: str) -> None:
         """Record that queued JUIDS wait for REASON (a quota); no write when it is known."""
