@@ -470,19 +470,24 @@ class Monkey:
         jobs: int | str | None = None,
         gpus: int | str | None = None,
         spend: float | str | None = None,
+        share: float | str | None = None,
     ) -> dict[str, Any]:
-        """Set the limits given (``unlimited`` lifts a wider entry's) for USER (None:
-        everyone's default) on PROVIDER (None: all); returns the entry. The core applies
-        them at its next pass."""
+        """Set the limits given (``unlimited`` lifts a wider entry's) and the fair-share
+        weight SHARE for USER (None: everyone's default) on PROVIDER (None: all); returns the
+        entry. The core applies them at its next pass."""
         from monkey.core.daemon import ping
-        from monkey.facade.quotas import check_target, parse_limit
+        from monkey.facade.quotas import check_target, parse_limit, parse_share
         from monkey.store.quotas import ANY
 
         user, provider = user or ANY, provider or ANY
         given = {"jobs": jobs, "gpus": gpus, "spend": spend}
         limits = {k: parse_limit(k, str(v)) for k, v in given.items() if v is not None}
+        if share is not None:
+            limits["share"] = parse_share(str(share))
         if not limits:
-            raise MonkeyError("give a limit to set: --jobs N, --gpus N or --spend USD_PER_HOUR")
+            raise MonkeyError(
+                "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR or --share W"
+            )
         check_target(self.store, sorted(self.providers), user, provider)
         self.store.set_quota(user, provider, limits)
         ping(self.home)

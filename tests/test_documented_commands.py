@@ -234,6 +234,7 @@ CASES: list[tuple[str, set[int]]] = [
     ("server user token bob", {0}),
     ("server quota set bob --provider local --jobs 4 --gpus 1 --spend 2.5", {0}),
     ("server quota set --default --jobs unlimited", {0}),
+    ("server quota set bob --share 2", {0}),
     ("server quota set bob --jobs many", {1}),
     ("server quota list", {0}),
     ("server quota list --json", {0}),

@@ -13,7 +13,9 @@ from typing import Any
 import yaml
 from mainnode import node  # noqa: F401  (a fixture)
 
-from monkey.store.quotas import UNLIMITED, limits_for
+from monkey.core.placement import fair_order
+from monkey.models import Job, State
+from monkey.store.quotas import UNLIMITED, limits_for, share_for
 from tests import test_ec2
 from tests.conftest import kill_core, start_core, wait_for
 from tests.test_ec2 import add_aws, info, run_job
@@ -151,9 +153,9 @@ def test_a_gpu_quota_holds_gpu_jobs_but_not_smaller_ones(home: Path, monkey, cli
     assert _state(monkey, gpu2) == "queued"
     listed = cli("server", "quota", "list", check=True).stdout.splitlines()
     assert [line.split() for line in listed] == [
-        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND"],
-        ["(default)", "(all)", "-", "1", "-"],
-        ["bob", "(all)", "-", "unlimited", "-"],
+        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE"],
+        ["(default)", "(all)", "-", "1", "-", "-"],
+        ["bob", "(all)", "-", "unlimited", "-", "-"],
     ]
     assert cli("server", "quota", "remove", "--default", check=True).stdout == (
         "quota of the default on all providers removed\n"
@@ -187,7 +189,17 @@ def test_bad_quota_input_is_one_line_and_writes_nothing(home: Path, monkey, cli)
             "--spend 'nan' is not a limit; give dollars per "
             "hour, e.g. 5.50 (0 allows none), or unlimited",
         ),
-        (["set", "ana"], 1, "give a limit to set: --jobs N, --gpus N or --spend USD_PER_HOUR"),
+        (
+            ["set", "ana"],
+            1,
+            "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR or --share W",
+        ),
+        (
+            ["set", "ana", "--share", "0"],
+            1,
+            "--share '0' is not a weight; give a number above 0, e.g. 2 for twice the slots "
+            "of a user with the default 1",
+        ),
         (
             ["set", "zed", "--jobs", "1"],
             1,
@@ -225,6 +237,27 @@ def test_the_most_specific_entry_sets_each_limit():
     assert limits_for(quotas, "bob", "gpu") == {"jobs": 2, "gpus": 4, "spend": 5.0}
     assert limits_for(quotas, None, "cpu") == {"jobs": 10, "gpus": 4}
     assert limits_for([], "ana", "gpu") == {}
+    shares = [
+        {"user": "*", "provider": "*", "jobs": None, "gpus": None, "spend": None, "share": 2.0},
+        {"user": "ana", "provider": "gpu", "jobs": 1, "gpus": None, "spend": None, "share": 5.0},
+    ]
+    assert (share_for(shares, "ana", "gpu"), share_for(shares, "ana", "cpu")) == (5.0, 2.0)
+    assert share_for([], "bob", "gpu") == 1.0
+    assert limits_for(shares, "ana", "gpu") == {"jobs": 1}  # a share is no limit
+
+
+def test_fair_order_gives_slots_in_proportion_to_shares():
+    def queue(owner: str) -> Any:
+        return iter(
+            Job(f"{owner}{i}", "", State.QUEUED, ["true"], "local", created_at=float(i))
+            for i in range(40)
+        )
+
+    first = list(fair_order({"ana": queue("ana"), "bob": queue("bob")}, {}, {"ana": 3.0}))[:20]
+    assert sum(j.juid.startswith("ana") for j in first) == 15  # 3 of every 4
+    # bob already runs 4 slots: with equal shares ana gets the next 4 before bob gets one.
+    equal = list(fair_order({"ana": queue("ana"), "bob": queue("bob")}, {"bob": 4}))[:5]
+    assert [j.juid for j in equal] == ["ana0", "ana1", "ana2", "ana3", "bob0"]
 
 
 def test_a_spend_quota_on_a_cloud_holds_jobs_and_makes_no_machine(
@@ -341,6 +374,40 @@ def test_jobs_held_back_do_not_use_up_the_pass_for_other_owners(
     cli("server", "quota", "remove", "ana", check=True)
     wait_for(
         lambda: all(_state(monkey, j) == "succeeded" for j in [running, bobs, *urgent]),
+        what="every job to end",
+    )
+
+
+def test_a_users_share_weighs_the_free_slots_they_get(home: Path, monkey, cli, tmp_path: Path):
+    """ana's share is 3, bob's the default 1: of 4 slots, ana's queue takes 3 and bob's 1,
+    and the share is listed with the quotas."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    _users(monkey, "ana", "bob", "carl")
+    out = cli("server", "quota", "set", "ana", "--share", "3", check=True).stdout
+    assert out == "quota ana on all providers: share 3\n"
+    gate, hold = _gate(tmp_path)
+    first, blocking = _gate(tmp_path / "carl")
+    (tmp_path / "carl").mkdir()
+    monkey.actor = "carl"  # carl's jobs take every slot until both queues are full
+    carls = [monkey.run(blocking).juid for _ in range(4)]
+    wait_for(lambda: all(_state(monkey, j) == "running" for j in carls), what="carl's jobs")
+    mine = {}
+    for owner in ("bob", "ana"):
+        monkey.actor = owner
+        mine[owner] = [monkey.run(hold).juid for _ in range(6)]
+    first.touch()
+
+    def running(owner: str) -> int:
+        return sum(_state(monkey, j) == "running" for j in mine[owner])
+
+    wait_for(lambda: running("ana") + running("bob") == 4, what="4 jobs running")
+    assert (running("ana"), running("bob")) == (3, 1)
+    listed = cli("server", "quota", "list", check=True).stdout.splitlines()
+    assert listed[0].split()[-1] == "SHARE" and listed[1].split()[-1] == "3"
+    gate.touch()
+    wait_for(
+        lambda: all(_state(monkey, j) == "succeeded" for j in mine["ana"] + mine["bob"]),
         what="every job to end",
     )
 

@@ -237,7 +237,8 @@ class Dispatch:
         owner_of: dict[str, str | None] | None = None,
     ) -> Iterator[Job]:
         """PROVIDER's ready jobs in the order they get free slots: the store's (priority,
-        then oldest); with several owners' jobs queued, by fair share (``fair_order``).
+        then oldest); with several owners' jobs queued, by fair share (``fair_order``, with
+        the owners' weights when quota entries set them).
         With QUOTA, owners at their jobs quota are left out (their jobs held, saying why),
         OWNER_OF learns each job's owner, and the caller stops at LIMIT jobs not held back
         (each owner's first LIMIT are looked at)."""
@@ -253,7 +254,8 @@ class Dispatch:
             jobs = self.store.ready_jobs(now, limit=limit, provider=provider, owner=o)
             heads[o] = jobs if owner_of is None else _owned(jobs, o, owner_of)
         use = quota.use if quota else {o: u for (o, _), u in self.store.quota_use(provider).items()}
-        ordered = fair_order(heads, {o: int(u[3]) for o, u in use.items()})
+        shares = {o: quota.share(o) for o in heads} if quota else None
+        ordered = fair_order(heads, {o: int(u[3]) for o, u in use.items()}, shares)
         return ordered if quota else itertools.islice(ordered, limit)
 
     def _held(self, provider: str, quota: QuotaPass, held: dict[str, list[str]]) -> None:

@@ -73,18 +73,28 @@ def place(
     return Placement(cap.instance, gpus)
 
 
-def fair_order(heads: dict[Any, Iterator[Job]], running: dict[Any, int]) -> Iterator[Job]:
+def fair_order(
+    heads: dict[Any, Iterator[Job]],
+    running: dict[Any, int],
+    shares: dict[Any, float] | None = None,
+) -> Iterator[Job]:
     """The jobs of several owners in the order they should get free slots. HEADS: each
-    owner's ready jobs in the store's order; RUNNING: the slots each owner's jobs take now.
-    A higher priority goes first whoever owns it; among jobs of the same priority, the next
-    goes to the owner taking the fewest slots so far (counting the jobs handed out here), the
-    oldest job on a tie: one owner's long queue cannot starve another's single job."""
+    owner's ready jobs in the store's order; RUNNING: the slots each owner's jobs take now;
+    SHARES: owners' weights (1 when not given). A higher priority goes first whoever owns
+    it; among jobs of the same priority, the next goes to the owner taking the fewest slots
+    for their share so far (counting the jobs handed out here), the oldest job on a tie: one
+    owner's long queue cannot starve another's single job."""
     taken = dict(running)
+    weight = shares or {}
     peeked = {o: j for o, it in heads.items() if (j := next(it, None)) is not None}
     while peeked:
         owner = min(
             peeked,
-            key=lambda o: (-peeked[o].priority, taken.get(o, 0), peeked[o].created_at),
+            key=lambda o: (
+                -peeked[o].priority,
+                taken.get(o, 0) / weight.get(o, 1.0),
+                peeked[o].created_at,
+            ),
         )
         job = peeked[owner]
         following = next(heads[owner], None)

@@ -1,10 +1,11 @@
 """Quotas in a dispatch pass: whether starting a job would take its owner over a limit
-(concurrent jobs, GPUs, estimated $/hour) on one provider, and the reason it waits if so."""
+(concurrent jobs, GPUs, estimated $/hour) on one provider, and the reason it waits if so;
+and each owner's fair-share weight there."""
 
 from __future__ import annotations
 
 from monkey.models import Job
-from monkey.store.quotas import limits_for
+from monkey.store.quotas import limits_for, share_for
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ class QuotaPass:
         if owner not in self._limits:
             self._limits[owner] = limits_for(self.quotas, owner, self.provider)
         return self._limits[owner]
+
+    def share(self, owner: str | None) -> float:
+        """OWNER's fair-share weight here (1 unless an entry sets it)."""
+        return share_for(self.quotas, owner, self.provider)
 
     def spend_limited(self, owner: str | None) -> bool:
         return "spend" in self.limits(owner)

@@ -1,5 +1,5 @@
-"""Quotas of a shared main node (`monkey server quota`): setting them, and each user's use
-of every provider against them (`monkey list providers`)."""
+"""Quotas of a shared main node (`monkey server quota`): setting them (limits and fair-share
+weights), and each user's use of every provider against them (`monkey list providers`)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,21 @@ def parse_limit(name: str, text: str) -> float | None:
         what = "dollars per hour, e.g. 5.50" if name == "spend" else "a whole number, e.g. 4"
         raise MonkeyError(
             f"{_FLAGS[name]} {text!r} is not a limit; give {what} (0 allows none), or unlimited"
+        )
+    return value
+
+
+def parse_share(text: str) -> float:
+    """The value of --share TEXT: a fair-share weight above 0 (1 is everyone's default);
+    MonkeyError naming the flag otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1_000_000:
+        raise MonkeyError(
+            f"--share {text!r} is not a weight; give a number above 0, e.g. 2 for twice "
+            "the slots of a user with the default 1"
         )
     return value
 

@@ -243,10 +243,11 @@ def _user(home: object, args: argparse.Namespace) -> int:
 def _quota_parser(sub: Any) -> None:
     quota = sub.add_parser(
         "quota",
-        help="set, list, remove users' quotas (jobs, GPUs, $/h) per provider",
+        help="set, list, remove users' quotas (jobs, GPUs, $/h, share) per provider",
         description="Quotas: the most concurrent jobs, GPUs and estimated $/hour a user's "
-        "jobs may take on a provider; a job over quota waits, saying why. The most specific "
-        "entry that sets a limit wins: user and provider, user, default and provider, default.",
+        "jobs may take on a provider (a job over quota waits, saying why), and the user's "
+        "fair-share weight there. The most specific entry that sets a value wins: user and "
+        "provider, user, default and provider, default.",
     )
     qs = quota.add_subparsers(dest="quota_action", required=True, metavar="{set,list,remove}")
     st = qs.add_parser(
@@ -265,6 +266,11 @@ def _quota_parser(sub: Any) -> None:
     st.add_argument(
         "--spend", metavar="USD_PER_HOUR", help="most estimated $/hour of running jobs (clouds)"
     )
+    st.add_argument(
+        "--share",
+        metavar="W",
+        help="fair-share weight (default 1): a user with 2 gets twice the slots of one with 1",
+    )
     ls = qs.add_parser("list", help="the quota entries", description="List quota entries.")
     ls.add_argument("--json", action="store_true", help="print JSON")
 
@@ -279,6 +285,10 @@ def _limit_text(value: float | None, spend: bool = False) -> str:
     return f"${value:.2f}/h" if spend else str(int(value))
 
 
+def _share_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _quota(args: argparse.Namespace) -> int:
     from monkey.shell.common import monkey
 
@@ -286,7 +296,7 @@ def _quota(args: argparse.Namespace) -> int:
     action = args.quota_action
     user = None if getattr(args, "default", False) else args.__dict__.get("user")
     if action == "set":
-        q = m.set_quota(user, args.provider, args.jobs, args.gpus, args.spend)
+        q = m.set_quota(user, args.provider, args.jobs, args.gpus, args.spend, args.share)
         print(f"quota {_entry_name(q)}: {_limits_line(q)}")
         return 0
     if action == "remove":
@@ -306,7 +316,7 @@ def _quota(args: argparse.Namespace) -> int:
     from monkey.shell.table import render
 
     render(
-        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND"],
+        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE"],
         [
             [
                 "(default)" if q["user"] == "*" else q["user"],
@@ -314,6 +324,7 @@ def _quota(args: argparse.Namespace) -> int:
                 _limit_text(q["jobs"]),
                 _limit_text(q["gpus"]),
                 _limit_text(q["spend"], spend=True),
+                _share_text(q.get("share")),
             ]
             for q in quotas
         ],
@@ -327,11 +338,14 @@ def _entry_name(q: dict[str, Any]) -> str:
 
 
 def _limits_line(q: dict[str, Any]) -> str:
-    return ", ".join(
+    said = [
         f"{name} {_limit_text(q[name], name == 'spend')}"
         for name in ("jobs", "gpus", "spend")
         if q[name] is not None
-    )
+    ]
+    if q.get("share") is not None:
+        said.append(f"share {_share_text(q['share'])}")
+    return ", ".join(said)
 
 
 def print_quota_use(rows: list[dict[str, Any]]) -> None:

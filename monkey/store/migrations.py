@@ -353,6 +353,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX jobs_held ON jobs(provider) WHERE held IS NOT NULL;
         """,
     ),
+    (
+        "0021_quota_shares",
+        # A user's fair-share weight on a provider (`server quota set --share W`; NULL: not
+        # set by this entry, 1 when no entry sets it): free slots go to the owner whose
+        # running slots divided by their share are the fewest.
+        """
+        ALTER TABLE quotas ADD COLUMN share REAL;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,6 +1,7 @@
 """Store queries of quotas (`monkey server quota`): per user (or ``*``, everyone) and per
 provider (or ``*``, all), the most concurrent jobs, GPUs and estimated $/hour a user's live
-attempts may take; and why a queued job is held back by one (``jobs.held``)."""
+attempts may take and the user's fair-share weight; and why a queued job is held back by
+one (``jobs.held``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
 ANY = "*"  # a quota entry's user or provider that stands for all
 LIMITS = ("jobs", "gpus", "spend")
+FIELDS = (*LIMITS, "share")  # a quota entry's settings: its limits and a fair-share weight
 UNLIMITED = -1  # a limit set to "unlimited": a more specific entry lifting a wider one
 
 
@@ -25,16 +27,17 @@ class QuotaStore:
     db: sqlite3.Connection
 
     def quotas(self) -> list[dict[str, Any]]:
-        """Every quota entry: {"user", "provider", "jobs", "gpus", "spend"} (None: not set
-        here; UNLIMITED: lifted), by user then provider, ``*`` first."""
+        """Every quota entry: {"user", "provider", "jobs", "gpus", "spend", "share"} (None:
+        not set here; UNLIMITED: a limit lifted), by user then provider, ``*`` first."""
         rows = self.db.execute(
-            "SELECT user, provider, jobs, gpus, spend FROM quotas "
+            "SELECT user, provider, jobs, gpus, spend, share FROM quotas "
             "ORDER BY user != '*', user, provider != '*', provider"
         ).fetchall()
-        return [dict(zip(("user", "provider", *LIMITS), r)) for r in rows]
+        return [dict(zip(("user", "provider", *FIELDS), r)) for r in rows]
 
     def set_quota(self, user: str, provider: str, limits: dict[str, float | None]) -> None:
-        """Set LIMITS (only those given) of the entry for USER on PROVIDER, making it."""
+        """Set LIMITS (only those given, a share among them) of the entry for USER on
+        PROVIDER, making it."""
         now = time.time()
         self.db.execute(
             "INSERT INTO quotas(user, provider, updated_at) VALUES (?, ?, ?) "
@@ -42,7 +45,7 @@ class QuotaStore:
             (user, provider, now),
         )
         for name, value in limits.items():
-            assert name in LIMITS
+            assert name in FIELDS
             self.db.execute(
                 f"UPDATE quotas SET {name} = ? WHERE user = ? AND provider = ?",
                 (value, user, provider),
@@ -128,9 +131,9 @@ class QuotaStore:
         return out
 
 
-def limits_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> dict[str, float]:
-    """The limits that bind USER on PROVIDER: each from the most specific entry that sets
-    it (user+provider, user+*, *+provider, *+*); those lifted or never set are left out."""
+def settings_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> dict[str, float]:
+    """The settings (FIELDS) that apply to USER on PROVIDER: each from the most specific
+    entry that sets it (user+provider, user+*, *+provider, *+*); unset ones left out."""
     out: dict[str, float] = {}
     rank = {(user, provider): 0, (user, ANY): 1, (ANY, provider): 2, (ANY, ANY): 3}
     found: dict[str, int] = {}
@@ -138,8 +141,20 @@ def limits_for(quotas: list[dict[str, Any]], user: str | None, provider: str) ->
         r = rank.get((q["user"], q["provider"]))
         if r is None:
             continue
-        for name in LIMITS:
-            if q[name] is not None and r < found.get(name, 4):
+        for name in FIELDS:
+            if q.get(name) is not None and r < found.get(name, 4):
                 found[name] = r
                 out[name] = q[name]
-    return {k: v for k, v in out.items() if v != UNLIMITED}
+    return out
+
+
+def limits_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> dict[str, float]:
+    """The limits that bind USER on PROVIDER (see ``settings_for``); those lifted or never
+    set are left out."""
+    found = settings_for(quotas, user, provider)
+    return {k: v for k, v in found.items() if k in LIMITS and v != UNLIMITED}
+
+
+def share_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> float:
+    """USER's fair-share weight on PROVIDER: 1 unless an entry sets it."""
+    return settings_for(quotas, user, provider).get("share", 1.0)
