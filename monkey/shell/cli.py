@@ -7,13 +7,11 @@ only what a command needs, so `monkey list jobs` stays fast.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Callable
 
-from monkey.models import TERMINAL, MonkeyError, State, format_duration
+from monkey.models import MonkeyError, State
 from monkey.shell.common import (
     Parser,
     ParserClass,
@@ -129,7 +127,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     )
     who.add_argument("--owner", metavar="NAME", help="only the jobs NAME submitted")
     jobs.add_argument("--json", action="store_true", help="print JSON")
-    jobs.set_defaults(func=cmd_list_jobs)
+    jobs.set_defaults(func=_command_in("listing_commands", "cmd_list_jobs"))
     prov = sub.add_parser(
         "providers",
         help="configured providers and their capacity",
@@ -148,7 +146,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         action="store_true",
         help="with --monkey-instances: the terminated ones too, with why they ended",
     )
-    prov.set_defaults(func=cmd_list_providers)
+    prov.set_defaults(func=_command_in("listing_commands", "cmd_list_providers"))
     sweeps = sub.add_parser(
         "sweeps", help="sweeps, newest first", description="Sweeps, newest first."
     )
@@ -166,7 +164,7 @@ def info_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     job.add_argument(
         "--files", action="store_true", help="list its code files with sizes and digests"
     )
-    job.set_defaults(func=cmd_info_job)
+    job.set_defaults(func=_command_in("info_commands", "cmd_info_job"))
     return p
 
 
@@ -382,12 +380,6 @@ JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --jui
 # -- helpers --------------------------------------------------------------------------
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 # -- commands -------------------------------------------------------------------------
 
 
@@ -427,413 +419,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.follow:
         return follow(m, job.juid, "both")
     return 0
-
-
-_FILTERS = {
-    "running": (State.DISPATCHING, State.RUNNING),
-    "queued": (State.QUEUED, State.PAUSED),
-    "finished": tuple(TERMINAL),
-    "failed": (State.FAILED, State.LOST),
-}
-
-
-# States that only a running core moves on (a job queued, starting or running).
-_CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
-
-
-AFTER_SHOWN = 10  # `info job` lists this many of the jobs it runs after
-
-
-def _waiting_for(info: dict[str, Any]) -> str:
-    """``info job``'s note on a queued job that waits for others ("" when none)."""
-    if info["state"] != "queued":
-        return ""
-    unmet = [d for d in info.get("after") or [] if not d["met"]]
-    ends = [d["job"] for d in unmet if d["any"]]
-    succeeds = [d["job"] for d in unmet if not d["any"]]
-    parts = [f"{_some(succeeds)} to succeed"] if succeeds else []
-    parts += [f"{_some(ends)} to end"] if ends else []
-    return f"; waiting for {' and '.join(parts)}" if parts else ""
-
-
-def _some(juids: list[str]) -> str:
-    """JUIDS as a list to read: the first three, and how many more."""
-    shown = ", ".join(juids[:3])
-    return shown + (f" and {len(juids) - 3} more" if len(juids) > 3 else "")
-
-
-def core_absent_line(since: float) -> str:
-    """The one line a listing prints while no core runs (SINCE: when one last ran here)."""
-    same_day = time.localtime(since)[:3] == time.localtime()[:3]
-    when = time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.localtime(since))
-    return f"core not running since {when}; states as of then; monkey daemon start"
-
-
-def cmd_list_jobs(args: argparse.Namespace) -> int:
-    from monkey.shell.table import STATE_COLOURS, ago, duration, render
-
-    if args.limit < 1:
-        raise UsageError("monkey list jobs: --limit must be at least 1")
-    states: set[State] | None = None
-    for flag, members in _FILTERS.items():
-        if getattr(args, flag):
-            states = (states or set()) | set(members)
-    limit = None if args.all else args.limit
-    listing = _job_listing(states, args.provider, limit, args.owner, args.mine)
-    jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
-    absent, owners = listing["core_since"], listing["owners"]
-    waiting_on = listing.get("waiting_on") or {}
-    held = listing.get("held") or {}
-    now = time.time()
-    if args.json:
-        print_json(
-            {
-                "jobs": [
-                    {
-                        **j.to_json(),
-                        "runtime": runtimes.get(j.juid),
-                        **({"owner": owners.get(j.juid)} if owners else {}),
-                        **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
-                        **({"held": held[j.juid]} if j.juid in held else {}),
-                    }
-                    for j in jobs
-                ],
-                "core": {"running": absent is None, "since": absent or None},
-                "total": total,
-            }
-        )
-        return 0
-    if not jobs:
-        print(
-            "no jobs"
-            + (
-                " match"
-                if states or args.provider or args.owner or args.mine
-                else " yet; try `monkey run -- CMD`"
-            )
-        )
-        return 0
-    if absent and any(j.state in _CORE_MOVES for j in jobs):  # a core ran there, none runs now
-        print(core_absent_line(absent), file=sys.stderr)
-    rows, colours = [], []
-    for j in jobs:
-        shown = (
-            "unreachable"
-            if j.unreachable_since is not None and j.state in _CORE_MOVES
-            else "waiting"
-            if j.juid in waiting_on
-            else "over quota"
-            if j.juid in held
-            else j.state.value
-        )
-        rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""
-        rows.append(
-            [
-                j.juid,
-                j.name,
-                shown + rank,  # a queued job's priority beside its state, when not 0
-                j.provider,
-                str(j.attempts),
-                ago(now - j.created_at),
-                duration(runtimes.get(j.juid)),
-                "-" if j.exit_code is None else str(j.exit_code),
-                j.command,
-            ]
-        )
-        colours.append([None, None, STATE_COLOURS.get(shown)] + [None] * 6)
-    headers = ["JOB", "NAME", "STATE", "PROVIDER", "TRIES", "AGE", "RUNTIME", "EXIT", "COMMAND"]
-    if owners:  # a server with several users: whose each job is, after its name
-        headers.insert(2, "OWNER")
-        for row, colour, j in zip(rows, colours, jobs):
-            row.insert(2, owners.get(j.juid) or "-")
-            colour.insert(2, None)
-        render(headers, rows, colours=colours, flex=9, shrink={1: 8, 2: 6, 4: 8}, drop=(5, 8, 4))
-    else:
-        render(headers, rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
-    if total > len(jobs):
-        print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
-    return 0
-
-
-def _job_listing(
-    states: set[State] | None,
-    provider: str | None,
-    limit: int | None,
-    owner: str | None = None,
-    mine: bool = False,
-) -> dict[str, Any]:
-    """`list jobs`' data: from the selected remote, or straight from this machine's store
-    (without loading the facade: `monkey list jobs` is benchmarked); only OWNER's jobs, or
-    with MINE this machine's user's (the remote's: its token's user's)."""
-    from monkey.remote.settings import selected
-
-    if selected():
-        return monkey().job_listing(states, provider, limit, owner=owner, mine=mine)
-    from monkey.config import Home
-    from monkey.facade.listing import job_listing
-    from monkey.store import Store
-    from monkey.store.db import local_user
-
-    home = Home().ensure()
-    owner = local_user() if mine else owner
-    return job_listing(home, Store(home.db), states, provider, limit, owner=owner)
-
-
-def cmd_list_providers(args: argparse.Namespace) -> int:
-    from monkey.shell.table import render
-
-    m = monkey()
-    if args.monkey_instances:
-        from monkey.shell.provider_commands import print_monkey_instances
-
-        return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
-    if args.all:
-        raise UsageError(
-            "--all goes with --monkey-instances: monkey list providers --monkey-instances --all"
-        )
-    status = m.provider_status()
-    out, pid = status["providers"], status["core"]["pid"]
-    if args.json:
-        print_json(status)
-        return 0
-    render(
-        ["PROVIDER", "TYPE", "SLOTS", "GPUS", "RUNNING", "QUEUED"],
-        [
-            [
-                p["name"],
-                p["type"],
-                str(p.get("slots", "-")),
-                str(p.get("gpus", "-")),
-                str(p["running"]),
-                str(p["queued"]),
-            ]
-            for p in out
-        ],
-    )
-    from monkey.shell.provider_commands import print_hosts
-
-    print_hosts(out)
-    if status.get("quotas"):
-        from monkey.shell.server_commands import print_quota_use
-
-        print_quota_use(status["quotas"])
-    for p in out:
-        if p.get("detail"):  # a kind's own line (a Slurm partition's state)
-            print(f"{p['name']}: {p['detail']}")
-        error = p.get("error")
-        if error:
-            print(error if error.startswith(f"{p['name']}:") else f"{p['name']}: {error}")
-    print(f"core: {f'running (pid {pid})' if pid else 'not running'}")
-    return 0
-
-
-def cmd_info_job(args: argparse.Namespace) -> int:
-    from monkey.shell.table import duration, printable, render, state_text, use_colour
-
-    m = monkey()
-    if args.files:
-        if args.json:
-            print_json([f.as_dict() for f in m.files(args.job)])
-        else:
-            from monkey.shell.rerun_commands import print_files
-
-            print_files(m, args.job)
-        return 0
-    info = m.info(args.job)
-    if args.json:
-        print_json(info)
-        return 0
-    colour = use_colour(sys.stdout)
-    res = info["resources"]
-    git = info["git"] or {}
-    core = info["core"]
-    if core["since"] and State(info["state"]) in _CORE_MOVES:
-        print(core_absent_line(core["since"]), file=sys.stderr)
-    until = time.time() if core["running"] else min(time.time(), core["since"] or time.time())
-    fields = [
-        ("job", info["job"]),
-        ("name", info["name"]),
-        (
-            "state",
-            state_text(info["state"], colour)
-            + _unreachable_note(info)
-            + (f" ({info['reason']})" if info["reason"] else "")
-            + (f" [{info['request']} requested]" if info["request"] else "")
-            + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")
-            + _waiting_for(info),
-        ),
-        ("command", info["command"]),
-        ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
-        *(
-            [("machine", ", ".join(f"{k} {v}" for k, v in info["instance_extra"].items() if v))]
-            if info.get("instance_extra")
-            else []
-        ),
-        *[
-            ("pending", ", ".join(f"{k} {v}" for k, v in p.items() if v))
-            for p in info.get("pending_instances", [])
-        ],
-        (
-            "resources",
-            f"cpus {res['cpus']}, gpus {res['gpus']}"
-            + (f", memory {res['memory']}" if res.get("memory") else ""),
-        ),
-        (
-            "time limit",
-            f"{format_duration(res['time'])} per attempt" if res.get("time") else "none",
-        ),
-        ("retries", str(info["retries"])),
-        ("workdir", info["workdir"]),
-        *(
-            [("runs in", git["subdir"] + "/ (sub-folder of the workdir)")]
-            if git.get("subdir")
-            else []
-        ),
-        ("snapshot", info["snapshot"] or "-"),
-        (
-            "git",
-            (f"{git.get('commit') or '-'}" + (" (uncommitted changes)" if git.get("dirty") else ""))
-            if git
-            else "not a git repository",
-        ),
-        ("python", info["python"]),
-        ("created", _when(info["created_at"])),
-        ("started", _when(info["started_at"])),
-        ("finished", _when(info["finished_at"])),
-        ("exit code", "-" if info["exit_code"] is None else str(info["exit_code"])),
-        ("checkpoints", info["checkpoint_dir"]),
-    ]
-    if info.get("cost"):
-        from monkey.store.cost import dollars
-
-        cost = info["cost"]
-        fields.append(
-            (
-                "cost",
-                f"{dollars(cost['total'])} estimated"
-                + (
-                    f", {dollars(cost['preempted'])} of it on preempted attempts"
-                    if cost["preempted"]
-                    else ""
-                ),
-            )
-        )
-    if info.get("sweep"):
-        fields.append(("sweep", info["sweep"]))
-    after = sorted(info.get("after") or [], key=lambda d: d["met"])  # those waited for first
-    for dep in after[:AFTER_SHOWN]:
-        need = "to end" if dep["any"] else "to succeed"
-        now = dep["state"] or "removed"
-        fields.append(
-            ("after", f"{dep['job']} ({'done' if dep['met'] else 'waiting ' + need}: {now})")
-        )
-    if len(after) > AFTER_SHOWN:  # a whole sweep: the rest counted
-        rest = after[AFTER_SHOWN:]
-        done = sum(d["met"] for d in rest)
-        fields.append(("after", f"{len(rest)} more, {done} of them done (--json lists them)"))
-    if info.get("rerun_of"):
-        from monkey.shell.tracking_commands import fmt
-
-        rerun = info["rerun_of"]
-        changes = rerun["changes"]
-        shown = [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("params", {}).items()]
-        shown += [
-            f"{k} {fmt(v[0])} -> {fmt(v[1])}"
-            for k, v in changes.items()
-            if k in ("provider", "name")
-        ]
-        shown += [f"{k} {fmt(a)} -> {fmt(b)}" for k, (a, b) in changes.get("resources", {}).items()]
-        fields.append(("rerun of", rerun["job"] + (f" ({', '.join(shown)})" if shown else "")))
-    if info.get("params"):
-        from monkey.tracking.ingest import flatten
-
-        fields += [
-            (f"param {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
-            for k, v in flatten(info["params"]).items()
-        ]
-    for ds in info["datasets"]:
-        fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
-    if info.get("spec"):
-        from monkey.shell.jobspec_commands import spec_fields
-
-        fields += spec_fields(info["spec"])
-    for key, value in info["env"].items():
-        fields.append((f"env {key}", value if len(value) < 80 else value[:77] + "..."))
-    width = max(len(k) for k, _ in fields)
-    for key, value in fields:  # the state alone may hold colours; the rest is escaped
-        print(f"{key.ljust(width)}  {value if key == 'state' else printable(value)}")
-    last = info.get("last_output")
-    if last:
-        print(
-            f"\nlast output of attempt {last['attempt']}"
-            + (f" ({last['reason']})" if last["reason"] else "")
-            + ":"
-        )
-        for line in last["lines"] or ["(it printed nothing)"]:
-            print(f"  {line}")
-    if info["attempts_detail"]:
-        from monkey.store.cost import dollars
-
-        print()
-        cloud = any(a["size"] for a in info["attempts_detail"])  # size, capacity and cost too
-        render(
-            ["ATTEMPT", "INSTANCE", "STARTED", "RUNTIME", "EXIT", "REASON"]
-            + (["SIZE", "CAPACITY", "COST"] if cloud else []),
-            [
-                [
-                    str(a["n"]),
-                    a["instance"],
-                    _when(a["started_at"]),
-                    duration((a["ended_at"] or until) - a["started_at"])
-                    if a["started_at"]
-                    else "-",
-                    "-" if a["exit_code"] is None else str(a["exit_code"]),
-                    a["reason"]
-                    or (
-                        ("unreachable" if info.get("unreachable_since") else "running")
-                        if a["state"] == "live"
-                        else "-"
-                    ),
-                ]
-                + (
-                    [a["size"] or "-", "spot" if a["spot"] else "on-demand", dollars(a["cost"])]
-                    if cloud
-                    else []
-                )
-                for a in info["attempts_detail"]
-            ],
-        )
-    print()
-    render(
-        ["TIME", "EVENT", "DETAIL"],
-        [
-            [
-                _when(e["ts"]),
-                f"{e['old'] or e['kind']} -> {e['new']}" if e["new"] else e["kind"],
-                _event_detail(e),
-            ]
-            for e in info["events"][-30:]
-        ],
-    )
-    return 0
-
-
-def _event_detail(e: dict[str, Any]) -> str:
-    """An event's DETAIL cell: its attempt, detail and who acted ("cancel (by ana)")."""
-    text = (f"attempt {e['attempt']}: " if e["attempt"] else "") + (e["detail"] or "")
-    if e.get("actor"):
-        text = f"{text} (by {e['actor']})" if text else f"by {e['actor']}"
-    return text
-
-
-def _unreachable_note(info: dict[str, Any]) -> str:
-    """ ", but lab/h1 is unreachable since 12:41:05 (lost at 12:51:05 if it stays so)"."""
-    since = info.get("unreachable_since")
-    if since is None or State(info["state"]) not in (State.RUNNING, State.DISPATCHING):
-        return ""
-    clock = time.strftime("%H:%M:%S", time.localtime(since))
-    lost = time.strftime("%H:%M:%S", time.localtime(since + (info.get("lost_after") or 0)))
-    return f", but {info['instance']} is unreachable since {clock} (lost at {lost} if it stays so)"
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
