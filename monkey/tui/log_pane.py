@@ -14,8 +14,9 @@ from textual.message import Message
 from textual.widgets import Input, Log, Static
 from textual.worker import get_current_worker
 
-from monkey.api import LIVE, LOGS, Follower, LogCursor, MonkeyError
+from monkey.api import LIVE, MonkeyError
 from monkey.client_agent import rundir
+from monkey.logfiles import LOGS, Follower, LogCursor
 from monkey.tui.shared import SharedMonkey
 
 TYPE_CHECKING = False
