@@ -151,7 +151,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         "sweeps", help="sweeps, newest first", description="Sweeps, newest first."
     )
     sweeps.add_argument("--json", action="store_true", help="print JSON")
-    sweeps.set_defaults(func=_command_in("tracking_commands", "cmd_list_sweeps"))
+    sweeps.set_defaults(func=_command_in("sweep_commands", "cmd_list_sweeps"))
     return p
 
 
@@ -288,7 +288,7 @@ _MODULES = {
     "metrics": ("tracking_commands", "metrics_parser"),
     "plot": ("tracking_commands", "plot_parser"),
     "report": ("tracking_commands", "report_parser"),
-    "sweep": ("tracking_commands", "sweep_parser"),
+    "sweep": ("sweep_commands", "sweep_parser"),
     "compare": ("tracking_commands", "compare_parser"),
     "diff": ("tracking_commands", "diff_parser"),
     "export": ("tracking_commands", "export_parser"),
@@ -461,7 +461,7 @@ def _complete(words: list[str]) -> int:
 
     if len(words) > 1:
         words = expand(words)
-    from monkey.shell.tracking_commands import SWEEP_ACTIONS
+    from monkey.shell.sweep_commands import SWEEP_ACTIONS
 
     actions = {"sweep": SWEEP_ACTIONS}
     for word in candidates(words, {**PARSERS, **ONE_SHOT}, list(SHORT_FORMS), recent_jobs, actions):
