@@ -152,7 +152,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
 
     m = monkey()
     if args.monkey_instances:
-        from monkey.shell.provider_commands import print_monkey_instances
+        from monkey.shell.instance_commands import print_monkey_instances
 
         return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
     if args.all:
