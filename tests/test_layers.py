@@ -7,7 +7,8 @@ annotation depends on it as much as calling it does). Modules loaded by name fro
 
 Units: a folder of monkey/ (``store``, ``drivers``...) or a top-level module (``api``,
 ``rerun``...). (a) A unit imports only from units of a lower layer (``LAYERS``); (b) no circle
-between units, nor between the modules of one folder, except the circles in ``ALLOWED``.
+between units, nor between the modules of one folder, except the circles in ``ALLOWED``;
+(c) no module is over 800 lines.
 """
 
 from __future__ import annotations
@@ -275,3 +276,16 @@ def test_the_checks_see_an_upward_import_and_a_circle() -> None:
     graph = import_graph()
     graph["store.dashboard"].add("store.db")
     assert any({"store.dashboard", "store.db"} <= c for c in circles(graph))
+
+
+MODULE_LINES_MAX = 800  # a module past this holds more than one idea: split it at a seam
+
+
+def test_no_module_is_over_800_lines() -> None:
+    """Small modules with names that say what they hold (issue 26)."""
+    long = {
+        str(path.relative_to(ROOT.parent)): n
+        for path in sorted(ROOT.rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES_MAX
+    }
+    assert long == {}, f"split these modules at a seam: {long}"

@@ -318,7 +318,8 @@ def test_provider_add_and_list_providers_show_the_partition(
 
 def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from monkey.config import Home, ProviderConfig
-    from monkey.drivers.slurm import Size, SlurmDriver
+    from monkey.drivers.slurm import SlurmDriver
+    from monkey.drivers.slurm_commands import Size
     from monkey.models import Resources
     from monkey.version import agent_digest
 

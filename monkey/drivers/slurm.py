@@ -34,15 +34,23 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from monkey.drivers.agent_link import connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.drivers.slurm_commands import (
+    Runner,
+    Size,
+    mem_megabytes,
+    partitions,
+    pending_jobs,
+    slurm_command,
+    slurm_time,
+)
 from monkey.drivers.transport import Transport
 from monkey.models import Instance, InstanceState, MonkeyError, Resources, parse_size
 
@@ -76,7 +84,6 @@ _KEYS = {
 # Values that go into `#SBATCH` lines as they are: no spaces, quotes or newlines.
 _WORD = re.compile(r"[A-Za-z0-9_.:,=+/@%-]+")
 _SIGNAL = re.compile(r"(B:)?[A-Z0-9]+@\d+")
-_COMMAND_TIMEOUT = 60.0
 _WATCH_EVERY = 0.05  # seconds between looks for the sockets of allocations starting
 _WATCH_LOGIN_EVERY = 0.25  # the same through a login host (one round trip each)
 _SOCKET_MAX = 100
@@ -116,118 +123,6 @@ _AGENT_BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
     "from monkey.client_agent.agent import main; main()"
 )
-
-
-def slurm_command(argv: list[str], stdin: str | None = None, what: str = "") -> str:
-    """Run a Slurm client command here and return its stdout; a one-line MonkeyError with
-    Slurm's own message when it fails or is missing."""
-    try:
-        done = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, timeout=_COMMAND_TIMEOUT
-        )
-    except FileNotFoundError:
-        raise MonkeyError(
-            f"{argv[0]} not found: this machine needs Slurm's client commands "
-            "(install slurm-client, or run monkey on a login node)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise MonkeyError(
-            f"{argv[0]} gave no answer in {_COMMAND_TIMEOUT:.0f}s: is slurmctld "
-            "reachable from this machine?"
-        ) from None
-    if done.returncode != 0:
-        said = " ".join(done.stderr.split()) or f"exit {done.returncode}"
-        raise MonkeyError(f"{what or argv[0]} failed: {said}")
-    return done.stdout
-
-
-# Runs a Slurm command (argv, stdin, what) and returns its stdout: here or on a login host.
-Runner = Callable[..., str]
-
-
-def partitions(run: Runner = slurm_command) -> dict[str, dict[str, Any]]:
-    """The cluster's partitions (one ``sinfo`` call): per name, its nodes by state
-    (idle, mixed, allocated, other), its idle CPUs, whether it is up and the default."""
-    out = run(["sinfo", "-h", "-o", "%P|%a|%T|%D|%C"], what="sinfo")
-    found: dict[str, dict[str, Any]] = {}
-    for line in out.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 5:
-            continue
-        name, avail, state, count, cpus = parts
-        info = found.setdefault(
-            name.rstrip("*"),
-            {
-                "up": avail == "up",
-                "default": name.endswith("*"),
-                "idle": 0,
-                "mixed": 0,
-                "allocated": 0,
-                "other": 0,
-                "idle_cpus": 0,
-            },
-        )
-        kind = state.rstrip("*~#!%$@^-")
-        key = {"idle": "idle", "mixed": "mixed", "allocated": "allocated"}.get(kind, "other")
-        info[key] += int(count)
-        info["idle_cpus"] += int(cpus.split("/")[1]) if cpus.count("/") == 3 else 0
-    return found
-
-
-def pending_jobs(partition: str | None, run: Runner = slurm_command) -> int:
-    """Jobs pending in PARTITION (all partitions when None), from one ``squeue`` call."""
-    argv = ["squeue", "-h", "-t", "PENDING", "-o", "%i"]
-    if partition:
-        argv += ["-p", partition]
-    return len(run(argv, what="squeue").split())
-
-
-@dataclass
-class Size:
-    """What one allocation asks of Slurm; as text (the instance's size) ``c2-m512M-g1-t3600``
-    (t: the job's time limit in seconds)."""
-
-    cpus: int = 1
-    memory: str | None = None
-    gpus: int = 0
-    time: int | None = None
-
-    @classmethod
-    def of(cls, resources: Resources) -> Size:
-        return cls(max(1, resources.cpus), resources.memory, resources.gpus, resources.time)
-
-    @classmethod
-    def parse(cls, text: str | None) -> Size:
-        size = cls()
-        for part in (text or "").split("-"):
-            if part.startswith("c"):
-                size.cpus = int(part[1:])
-            elif part.startswith("m"):
-                size.memory = part[1:]
-            elif part.startswith("g"):
-                size.gpus = int(part[1:])
-            elif part.startswith("t"):
-                size.time = int(part[1:])
-        return size
-
-    def __str__(self) -> str:
-        return "-".join(
-            [
-                f"c{self.cpus}",
-                *([f"m{self.memory}"] if self.memory else []),
-                *([f"g{self.gpus}"] if self.gpus else []),
-                *([f"t{self.time}"] if self.time else []),
-            ]
-        )
-
-
-def slurm_time(seconds: int) -> str:
-    """SECONDS as sbatch --time's HH:MM:SS."""
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _mem_megabytes(memory: str) -> int:
-    return max(1, -(-parse_size(memory) // (1 << 20)))
 
 
 @dataclass
@@ -431,7 +326,7 @@ class SlurmDriver(Driver):
                 lines.append(f"#SBATCH --{key}={opts[key]}")
         lines.append(f"#SBATCH --cpus-per-task={size.cpus}")
         if size.memory:
-            lines.append(f"#SBATCH --mem={_mem_megabytes(size.memory)}M")
+            lines.append(f"#SBATCH --mem={mem_megabytes(size.memory)}M")
         gres = [str(opts["gres"])] if opts.get("gres") else []
         if size.gpus:
             gres.append(f"gpu:{size.gpus}")

@@ -18,9 +18,7 @@ import logging
 import os
 import queue
 import shlex
-import shutil
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.base import Capacity, NotReady
+from monkey.drivers.ssh_files import append_chunks, mirror, send_blobs, share_blobs
 from monkey.drivers.ssh_hosts import (
     HostKeys,
     HostSpec,
@@ -45,7 +44,6 @@ from monkey.drivers.ssh_io import (
     drain,
     finish_channel,
     push_tree,
-    raise_disk_full,
     read_exactly,
     remove_tree,
     sftp_makedirs,
@@ -68,7 +66,7 @@ log = logging.getLogger("monkey.ssh")
 _KEPT = ("checkpoint", "persist")
 _LOG_NAMES = (rundir.STDOUT, rundir.STDERR, rundir.ORDER, rundir.SETUP_LOG)  # kept in step
 _PUMP_EVERY = 0.25
-_TAIL_MAX = 8 << 20  # what the helper returns of one file per request
+
 _BACKOFF_MAX = 0.5
 # Paths of the machine a job was submitted from; they mean nothing on another host.
 _LOCAL_ONLY_ENV = frozenset(
@@ -246,7 +244,7 @@ class SSHTransport(Transport):
         if not wanted:
             return {}
         if self.shared_fs:
-            self._share_blobs(wanted)
+            share_blobs(self.home.blobs, Path(self.shared_fs or ""), wanted)
             host.synced.update(wanted)
             return {}
         missing = self.missing(instance, wanted)
@@ -320,7 +318,7 @@ class SSHTransport(Transport):
         with host.lock, ssh_errors(host):
             call, local = self._tail_call(host, [(juid, attempt)])
             results = self._helper(host, call, *(kept if current else []))
-            if self._append(local, results[0][1]):
+            if append_chunks(local, results[0][1]):
                 self._fetch_logs(host, [(juid, attempt)])
             for name, (listing, _) in zip(_KEPT, results[1:]):
                 self._pull_kept(host, juid, name, listing)
@@ -732,17 +730,6 @@ class SSHTransport(Transport):
                 local.append(path)
         return ("tail", [remote]), local
 
-    @staticmethod
-    def _append(local: list[Path], chunks: list[bytes | None]) -> bool:
-        """Append each chunk to its local log; True when one was cut at the helper's limit."""
-        more = False
-        for path, data in zip(local, chunks):
-            if data:
-                with open(path, "ab") as out:
-                    out.write(data)
-            more = more or (data is not None and len(data) >= _TAIL_MAX)
-        return more
-
     def fetch_logs(self, instance: str, attempts: list[tuple[str, int]]) -> None:
         """Bring the ATTEMPTS' logs on INSTANCE up to date in MONKEY_HOME now."""
         self._fetch_logs(self._host(instance), attempts)
@@ -755,98 +742,29 @@ class SSHTransport(Transport):
             while more:
                 call, local = self._tail_call(host, attempts)
                 [(_, chunks)] = self._helper(host, call)
-                more = self._append(local, chunks)
+                more = append_chunks(local, chunks)
 
     def _pull_kept(
         self, host: Host, juid: str, name: str, listing: dict[str, Any] | None = None
     ) -> None:
         """Make MONKEY_HOME's copy of a kept folder equal to the host's (regular files only)."""
         remote = f"{self._runs(host)}/{juid}/{name}"
-        local = self.home.runs / juid / name
         with host.lock:
             if listing is None:
                 [(listing, _)] = self._helper(host, ("listing", [remote]))
-            if not listing["exists"]:
-                return
-            files = {checked_rel(rel): (size, mtime_ns) for rel, size, mtime_ns in listing["files"]}
-            dirs = {checked_rel(d) for d in listing["dirs"]}
-            local.mkdir(parents=True, exist_ok=True)
-            for rel, (size, mtime_ns) in files.items():
-                dst = local / rel
-                try:
-                    info = os.lstat(dst)
-                    if stat.S_ISREG(info.st_mode) and (info.st_size, info.st_mtime_ns) == (
-                        size,
-                        mtime_ns,
-                    ):
-                        continue
-                except FileNotFoundError:
-                    pass
-                clear(dst.parent, local)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dst.with_name(dst.name + ".monkey-tmp")
-                self._sftp(host).get(f"{remote}/{rel}", str(tmp))
-                os.utime(tmp, ns=(mtime_ns, mtime_ns))
-                if dst.is_dir() and not dst.is_symlink():
-                    shutil.rmtree(dst)
-                os.replace(tmp, dst)
-            for path in sorted(local.rglob("*"), reverse=True):
-                rel = path.relative_to(local).as_posix()
-                if rel in files or (rel in dirs and path.is_dir() and not path.is_symlink()):
-                    continue
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink()
-
-    def _share_blobs(self, digests: list[str]) -> None:
-        """Copy the blobs into the shared folder every host mounts, readable as far as that
-        folder lets anyone in (a hard link would share the home's private blob, unreadable
-        to a host's user of another uid)."""
-        for digest in digests:
-            dst = Path(self.shared_fs or "", "blobs", digest[:2], digest[2:])
-            if dst.exists():
-                continue
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dst.with_name(f".tmp-{dst.name}-{os.getpid()}")
-            shutil.copyfile(self.home.blobs / digest[:2] / digest[2:], tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dst)
+            if listing["exists"]:
+                sftp = self._sftp(host)
+                mirror(
+                    listing,
+                    self.home.runs / juid / name,
+                    lambda rel, to: sftp.get(f"{remote}/{rel}", to),
+                )
 
     def _send_blobs(self, host: Host, target: str, digests: list[str]) -> None:
-        """Stream DIGESTS into the host's blobs folder TARGET; a full disk there is said as
-        such (the receiver leaves no partial file), not as the broken pipe it causes."""
-        import blake3
-
-        from monkey.snapshot.blobs import BlobDamaged
-
+        """Stream DIGESTS into the host's blobs folder TARGET (see ``ssh_files.send_blobs``)."""
         channel = self._run(host, ssh_remote.RECEIVE, [target])
-        sent = 0
         try:
-            for digest in digests:
-                path = self.home.blobs / digest[:2] / digest[2:]
-                size = path.stat().st_size
-                head = f"{digest} {size}\n".encode()
-                channel.sendall(head)
-                # The host checks what arrives with the sha256 (it has no blake3); the
-                # blake3 of the same bytes proves they are the blob's.
-                check, sha = blake3.blake3(), hashlib.sha256()
-                with open(path, "rb") as fh:
-                    while chunk := fh.read(1 << 20):
-                        check.update(chunk)
-                        sha.update(chunk)
-                        channel.sendall(chunk)
-                if check.hexdigest() != digest:
-                    channel.sendall(b"damaged\n")  # refused there: nothing is stored
-                    raise BlobDamaged(digest, self.home.blobs)
-                channel.sendall(f"{sha.hexdigest()}\n".encode())
-                sent += len(head) + size
-            channel.shutdown_write()
-            finish_channel(channel, host)
-        except Exception:
-            raise_disk_full(channel, host)
-            raise
+            sent = send_blobs(channel, host, self.home.blobs, digests)
         finally:
             channel.close()
-            host.bytes_sent += sent
         log.info("%s: sent %d blobs, %d bytes", host.instance, len(digests), sent)

@@ -389,7 +389,7 @@ def _slurm_parser(kinds: Any) -> None:
 def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
     from monkey.config import Home
     from monkey.drivers import load_providers
-    from monkey.drivers.slurm import Runner, partitions, slurm_command
+    from monkey.drivers.slurm_commands import Runner, partitions, slurm_command
 
     home = Home().ensure()
     providers = load_providers(home)
