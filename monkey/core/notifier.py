@@ -122,6 +122,8 @@ def message(store: Store, home: Home, row: dict[str, Any], url: str | None) -> d
     cost = job_costs(store.db, [juid], now).get(juid)
     output = _last_lines(home, juid, row["attempt"]) if state in ("failed", "lost") else []
     reason = row["detail"] or ""
+    if row["requeued"]:  # a preempted or lost job queued again
+        reason = f"{reason}; queued again" if reason else "queued again"
     title = f"Job {juid} ({row['name']}) {state}" + (f": {reason}" if reason else "")
     fields = [("Job", f"{juid} {row['name']}"), ("State", state)]
     fields += [("Reason", reason)] if reason else []
@@ -219,6 +221,8 @@ def deliveries_for(
     targets: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row["name"] is None:  # its job was removed since
+            continue
+        if row["requeued"] and row["new"] == "failed":  # not over: its retry may succeed
             continue
         owner = row["owner"] or local_user()
         row = {**row, "owner": owner}

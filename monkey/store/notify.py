@@ -112,17 +112,20 @@ class NotifyStore:
     # -- the outbox -----------------------------------------------------------------------
 
     def outbox(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The oldest LIMIT outbox rows with their event and job (job fields None: removed)."""
+        """The oldest LIMIT outbox rows with their event and job (job fields None: removed;
+        ``requeued``: the job was queued again at once, for a retry or after a preemption)."""
         rows = self.db.execute(
             "SELECT o.event, e.juid, e.attempt, e.ts, e.new, e.detail, j.owner, j.name, "
-            "j.sweep, j.state, j.exit_code, j.provider, j.created_at "
+            "j.sweep, j.state, j.exit_code, j.provider, j.created_at, EXISTS (SELECT 1 FROM "
+            "events r WHERE r.juid = e.juid AND r.attempt IS e.attempt AND r.id > e.id AND "
+            "r.kind IN ('retry', 'preempt')) "
             "FROM notify_outbox o JOIN events e ON e.id = o.event "
             "LEFT JOIN jobs j ON j.juid = e.juid ORDER BY o.event LIMIT ?",
             (limit,),
         ).fetchall()
         keys = (
             "event", "juid", "attempt", "ts", "new", "detail", "owner", "name", "sweep",
-            "state", "exit_code", "provider", "created_at",
+            "state", "exit_code", "provider", "created_at", "requeued",
         )  # fmt: skip
         return [dict(zip(keys, r)) for r in rows]
 
