@@ -132,9 +132,7 @@ def test_a_failing_job_sends_one_signed_webhook_with_what_to_act_on(monkey, cli,
     assert _targets(cli)["ci"]["pending"] == 0
 
 
-def test_slack_gets_block_kit_and_run_notify_sends_an_ending_no_rule_takes(
-    monkey, cli, receiver
-):
+def test_slack_gets_block_kit_and_run_notify_sends_an_ending_no_rule_takes(monkey, cli, receiver):
     """A Slack target whose rules skip successes still hears of a job run with --notify;
     the body is Slack's documented shape: `text` as the fallback, `blocks` of section and
     context blocks with mrkdwn text objects."""
@@ -229,9 +227,7 @@ def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
     assert "connection refused" in listed and f"{port}/hook" not in listed
     receiver = Receiver(port)
     try:
-        wait_for(
-            lambda: _targets(cli)["ci"]["sent"] == 3, timeout=90, what="all three delivered"
-        )
+        wait_for(lambda: _targets(cli)["ci"]["sent"] == 3, timeout=90, what="all three delivered")
         time.sleep(1.0)
         ids = [g["headers"]["X-Monkey-Delivery"] for g in receiver.got]
         assert len(ids) == 3 and len(set(ids)) == 3
