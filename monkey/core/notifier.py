@@ -29,6 +29,7 @@ from fnmatch import fnmatchcase
 
 from monkey.config import Home
 from monkey.models import MonkeyError, format_duration
+from monkey.store.notify import NOTIFY_STATES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,9 +164,7 @@ def sweep_message(
 ) -> dict[str, Any]:
     """The message of a sweep whose last job ended."""
     total = sum(counts.values())
-    parts = ", ".join(
-        f"{counts[s]} {s}" for s in ("succeeded", "failed", "cancelled") if counts.get(s)
-    )
+    parts = ", ".join(f"{counts[s]} {s}" for s in NOTIFY_STATES if counts.get(s))
     title = f"Sweep {sweep} finished: {total} jobs, {parts}"
     link = f"{url}/web/sweeps/{sweep}" if url else None
     return {
@@ -173,11 +172,7 @@ def sweep_message(
         "text": title,
         "title": title,
         "fields": [("Sweep", sweep), ("Jobs", str(total))]
-        + [
-            (s.capitalize(), str(counts[s]))
-            for s in ("succeeded", "failed", "cancelled")
-            if counts.get(s)
-        ],
+        + [(s.capitalize(), str(counts[s])) for s in NOTIFY_STATES if counts.get(s)],
         "output": [],
         "url": link,
         "ts": row["ts"],
@@ -219,6 +214,8 @@ def deliveries_for(
 
     out: list[dict[str, Any]] = []
     targets: dict[str, list[dict[str, Any]]] = {}
+    # Only a sweep's last ending in the batch may be its end (asked once per batch).
+    last_of_sweep = {r["sweep"]: r["event"] for r in rows if r["sweep"]}
     for row in rows:
         if row["name"] is None:  # its job was removed since
             continue
@@ -236,7 +233,7 @@ def deliveries_for(
             body = json.dumps(message(store, home, row, url))
             for name in sorted(chosen & known):
                 out.append(_delivery(row, owner, name, kinds_of(row), body))
-        if row["sweep"] and row["new"] in ("succeeded", "failed", "cancelled"):
+        if row["sweep"] and last_of_sweep[row["sweep"]] == row["event"]:
             counts = store.sweep_finished(row["sweep"], row["event"])
             if counts is None:
                 continue
