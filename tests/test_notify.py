@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import kill_core, start_core, wait_for
+from mainnode import node  # noqa: F401  (a fixture)
 
 KEY = "k" * 20 + "-signing-key-of-the-test"
 ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
@@ -448,3 +449,49 @@ def test_no_target_means_no_outbox(monkey):
     juid = monkey.run(_fail()).juid
     _ended(monkey, juid)
     assert monkey.store.db.execute("SELECT COUNT(*) FROM notify_outbox").fetchone()[0] == 0
+
+
+# -- through a remote -------------------------------------------------------------------
+
+
+def test_through_a_remote_each_user_has_their_own_targets(node, receiver):
+    """bob adds a target from his laptop (its URL and key go to the main node's secrets,
+    nothing is made on the laptop); ana sees none of it and cannot remove it; bob's job
+    run with --notify is told there, with a link to the main node's page of the job."""
+    from mainnode import wait_until_ended
+
+    node.add_remote(node.add_user("bob"), name="bob")
+    node.add_remote(node.add_user("ana"), name="ana")
+    added = node.laptop(
+        "--remote", "bob", "notify", "add", "ci", "webhook", receiver.url, "--secret", KEY,
+        "--on", "succeeded",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert "s3cr3tPath" not in added.stdout
+    mine = json.loads(node.laptop("--remote", "bob", "notify", "list", "--json").stdout)
+    assert [(t["name"], t["shown"]) for t in mine] == [
+        ("ci", f"http://127.0.0.1:{receiver.port}/…/Hook")
+    ]
+    assert json.loads(node.laptop("--remote", "ana", "notify", "list", "--json").stdout) == []
+    refused = node.laptop("--remote", "ana", "notify", "remove", "ci")
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "monkey: error: you have no target named 'ci'; see `monkey notify list`\n",
+    )
+    other = node.laptop("--remote", "ana", "run", "--notify", "ci", "--", "true")
+    assert other.returncode == 1 and "--notify ci: you have no such target" in other.stderr
+    juid = node.laptop("--remote", "bob", "run", "--name", "remote-job", "--", "true")
+    juid = juid.stdout.strip()
+    wait_until_ended(node, juid)
+    wait_for(lambda: receiver.got, what="bob's message")
+    body = receiver.got[0]["body"]
+    assert (body["job"]["id"], body["job"]["owner"], body["event"]) == (juid, "bob", "succeeded")
+    assert body["job"]["url"] == f"{node.url}/web/jobs/{juid}"
+    assert receiver.got[0]["signed"]
+    tested = node.laptop("--remote", "bob", "notify", "test", "ci")
+    assert (tested.returncode, tested.stdout) == (0, "test message sent to ci\n"), tested.stderr
+    [secret] = (node.home / "secrets").glob("notify-*")
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert not (node.laptop_root / ".monkey").exists()
+    assert node.laptop("--remote", "bob", "notify", "remove", "ci").returncode == 0
+    assert not secret.exists()
