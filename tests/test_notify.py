@@ -495,3 +495,27 @@ def test_through_a_remote_each_user_has_their_own_targets(node, receiver):
     assert not (node.laptop_root / ".monkey").exists()
     assert node.laptop("--remote", "bob", "notify", "remove", "ci").returncode == 0
     assert not secret.exists()
+
+
+def test_time_limits_and_retries_are_told_once_the_job_is_over(monkey, cli, receiver):
+    """`--on timeout` hears of a time limit reached (with its reason); a failing job with a
+    retry left is told once, when its last attempt failed, not at each attempt."""
+    cli("notify", "add", "t", "webhook", receiver.url + "/t", "--secret", KEY, "--on", "timeout")
+    cli("notify", "add", "f", "webhook", receiver.url + "/f", "--secret", KEY, "--on", "failed")
+    slow = monkey.run(["sleep", "60"], name="slow", time="2s").juid
+    retried = monkey.run(_fail(), name="retried", retries=1).juid
+    _ended(monkey, slow, retried)
+    assert len(monkey.store.attempts(retried)) == 2
+    wait_for(lambda: _targets(cli)["f"]["sent"] == 2, what="the failures' messages")
+    wait_for(lambda: _targets(cli)["t"]["sent"] == 1, what="the time limit's message")
+    time.sleep(1.0)
+    told = sorted(
+        (g["path"][-2:], g["body"]["event"], g["body"]["job"]["id"]) for g in receiver.got
+    )
+    assert told == sorted(
+        [("/t", "timeout", slow), ("/f", "timeout", slow), ("/f", "failed", retried)]
+    )
+    [timeout] = [g["body"] for g in receiver.got if g["path"].endswith("/t")]
+    assert "time limit 2s reached" in timeout["job"]["reason"]
+    [failed] = [g["body"] for g in receiver.got if g["body"]["job"]["id"] == retried]
+    assert failed["job"]["attempt"] == 2
