@@ -408,6 +408,9 @@ class Monkey:
             ],
             "events": self.store.events(juid),
             "last_output": self._last_output(job),
+            # its `monkey notify` messages: [{"id", "target", "what", "state", "tries",
+            # "last_error", "sent_at"}] (see Store.job_deliveries)
+            "notifications": self.store.job_deliveries(juid),
         }
 
     def _lost_after(self, provider: str) -> float:

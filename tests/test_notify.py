@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import stat
 import threading
@@ -226,6 +227,12 @@ def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
     assert row["pending"] == 3 and row["sent"] == 0
     listed = cli("notify", "list", check=True).stdout
     assert "connection refused" in listed and f"{port}/hook" not in listed
+    shown = cli("info", juids[0], check=True).stdout
+    assert re.search(
+        rf"notified +ci \(failed\): pending after \d+ tries, last: 127.0.0.1:{port}: "
+        "connection refused",
+        shown,
+    ), shown
     receiver = Receiver(port)
     try:
         wait_for(lambda: _targets(cli)["ci"]["sent"] == 3, timeout=90, what="all three delivered")
@@ -234,6 +241,7 @@ def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
         assert len(ids) == 3 and len(set(ids)) == 3
         assert [g["body"]["job"]["id"] for g in receiver.got] == juids
         assert all(g["signed"] for g in receiver.got)
+        assert re.search(r"notified +ci \(failed\): sent\n", cli("info", juids[0]).stdout)
     finally:
         receiver.close()
 
