@@ -15,20 +15,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 EPILOG = """\
-examples:
-  monkey notify add team slack https://hooks.slack.com/services/T000/B000/XXXX
-  monkey notify add ci webhook https://ci.example.org/hook --on failed,sweep
-  monkey notify add me email me@example.org --smtp smtp.example.org:587 \\
-      --user me@example.org --password-env SMTP_PASSWORD --name 'train-*'
-  monkey run --notify me -- python train.py     (this job's end, whatever the rules)
-
-Events: succeeded, failed, lost, preempted, cancelled, timeout (time limit reached),
-sweep (a sweep's last job ended); default failed,lost,preempted,timeout,sweep; `all`.
-URLs, signing keys and passwords are kept in MONKEY_HOME/secrets (0600), never in the
-database, logs or `notify list`. Plain http and --plain SMTP reach loopback only.
-Webhooks get a JSON body and X-Monkey-Timestamp, X-Monkey-Delivery (the idempotency id,
-the same on every retry) and X-Monkey-Signature: sha256=HEX(HMAC-SHA256(key, timestamp +
-"." + body)).
+Example: monkey notify add team slack https://hooks.slack.com/services/T000/B000/XXXX;
+monkey notify add me email me@example.org --smtp smtp.example.org:587 --user me@example.org
+--password-env SMTP_PASSWORD --name 'train-*'; monkey run --notify team -- python train.py
+(that job's end, whatever the rules). Events: succeeded, failed, lost, preempted,
+cancelled, timeout (time limit reached), sweep (a sweep's last job ended); default
+failed,lost,preempted,timeout,sweep; or all. URLs, signing keys and passwords are kept in
+MONKEY_HOME/secrets (0600), never in the database, logs or `notify list`. Plain http and
+--plain SMTP reach loopback only. Webhooks get a JSON body with the headers
+X-Monkey-Timestamp, X-Monkey-Delivery (the idempotency id, the same on every retry) and
+X-Monkey-Signature: sha256=HEX(HMAC-SHA256(key, timestamp + "." + body)).
 """
 
 
@@ -39,14 +35,12 @@ def notify_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "Notifications of your jobs' ends: Slack, signed webhooks, email.",
     )
     p.epilog = EPILOG
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = p.add_subparsers(dest="action", required=True, metavar="{add,list,remove,test}")
     add = sub.add_parser(
         "add",
         help="add a target: NAME slack URL | webhook URL | email TO",
         description="Add a notification target, with rules: which events, which jobs.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add.add_argument("name", help="the target's name (for --notify, list, remove, test)")
     add.add_argument("kind", choices=("slack", "webhook", "email"), help="the kind of target")
