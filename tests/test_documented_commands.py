@@ -245,6 +245,9 @@ CASES: list[tuple[str, set[int]]] = [
     ("notify list --json", {0}),
     ("notify test ci", {1}),
     ("run --notify team -- echo told", {0}),
+    ("sweep --grid x=5,6 --notify team,ci -- echo {{x}}", {0}),
+    ("rerun {a} --notify team", {0}),
+    ("rerun --sweep scan --notify team", {2}),
     ("notify remove me", {0}),
     ("notify remove me", {1}),
     # the main node ({port}: a free port; the remotes' settings go to {tmp}/config)
