@@ -96,6 +96,21 @@ def _ended(monkey, *juids: str, timeout: float = 60) -> None:
     )
 
 
+def _settled(monkey) -> None:
+    """Wait until every ending so far was turned into deliveries and none is pending."""
+    db = monkey.store.db
+    wait_for(
+        lambda: (
+            db.execute("SELECT COUNT(*) FROM notify_outbox").fetchone()[0] == 0
+            and db.execute(
+                "SELECT COUNT(*) FROM notify_deliveries WHERE state = 'pending'"
+            ).fetchone()[0]
+            == 0
+        ),
+        what="the notifier to send everything",
+    )
+
+
 def _targets(cli) -> dict[str, dict]:
     return {t["name"]: t for t in json.loads(cli("notify", "list", "--json", check=True).stdout)}
 
@@ -129,7 +144,7 @@ def test_a_failing_job_sends_one_signed_webhook_with_what_to_act_on(monkey, cli,
     assert job["exit_code"] == 3 and job["duration"] is not None
     assert body["output"][-2:] == ["working", "the last words"]
     assert juid in body["text"] and "failed" in body["text"]
-    time.sleep(1.5)  # a few notifier passes later: still one
+    _settled(monkey)
     assert len(receiver.got) == 1
     assert _targets(cli)["ci"]["pending"] == 0
 
@@ -144,7 +159,7 @@ def test_slack_gets_block_kit_and_run_notify_sends_an_ending_no_rule_takes(monke
     juid = told.stdout.split()[0]
     _ended(monkey, plain, juid)
     wait_for(lambda: len(receiver.got) >= 1, what="the Slack message")
-    time.sleep(1.0)
+    _settled(monkey)
     [got] = receiver.got
     payload = got["body"]
     assert "X-Monkey-Signature" not in got["headers"]  # Slack checks nothing: its URL is secret
@@ -198,7 +213,7 @@ def test_rules_choose_events_sweep_and_job_names(monkey, cli, receiver, tmp_path
     other = monkey.run(_fail(), name="not-in-sweep").juid
     _ended(monkey, other)
     wait_for(lambda: _targets(cli)["sw"]["sent"] == 2, what="the sweep's two messages")
-    time.sleep(1.0)
+    _settled(monkey)
     keep = [g["body"] for g in receiver.got if g["path"].endswith("/keep")]
     assert [(b["event"], b["job"]["id"]) for b in keep] == [("succeeded", kept)]
     sw = [g["body"] for g in receiver.got if g["path"].endswith("/sw")]
@@ -219,12 +234,13 @@ def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
     for i in range(3):
         juids.append(monkey.run(_fail(f"n{i}"), name=f"j{i}").juid)
         _ended(monkey, juids[-1])
-    wait_for(
-        lambda: "connection refused" in (_targets(cli)["ci"]["last_error"] or ""),
-        what="a refused try",
-    )
-    row = _targets(cli)["ci"]
-    assert row["pending"] == 3 and row["sent"] == 0
+
+    def waiting() -> bool:
+        row = _targets(cli)["ci"]
+        return row["pending"] == 3 and "connection refused" in (row["last_error"] or "")
+
+    wait_for(waiting, what="three messages waiting after a refused try")
+    assert _targets(cli)["ci"]["sent"] == 0
     listed = cli("notify", "list", check=True).stdout
     assert "connection refused" in listed and f"{port}/hook" not in listed
     shown = cli("info", juids[0], check=True).stdout
@@ -236,7 +252,7 @@ def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
     receiver = Receiver(port)
     try:
         wait_for(lambda: _targets(cli)["ci"]["sent"] == 3, timeout=90, what="all three delivered")
-        time.sleep(1.0)
+        _settled(monkey)
         ids = [g["headers"]["X-Monkey-Delivery"] for g in receiver.got]
         assert len(ids) == 3 and len(set(ids)) == 3
         assert [g["body"]["job"]["id"] for g in receiver.got] == juids
@@ -516,7 +532,7 @@ def test_time_limits_and_retries_are_told_once_the_job_is_over(monkey, cli, rece
     assert len(monkey.store.attempts(retried)) == 2
     wait_for(lambda: _targets(cli)["f"]["sent"] == 2, what="the failures' messages")
     wait_for(lambda: _targets(cli)["t"]["sent"] == 1, what="the time limit's message")
-    time.sleep(1.0)
+    _settled(monkey)
     told = sorted(
         (g["path"][-2:], g["body"]["event"], g["body"]["job"]["id"]) for g in receiver.got
     )

@@ -359,7 +359,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         # 0600 file of MONKEY_HOME/secrets named by SECRET, never here); the targets a job
         # was submitted with (`run --notify`); the outbox (events worth a message, written
         # with the event itself: see Store._event); and the deliveries made of it, each with
-        # its idempotency id, sent in order per target with retries.
+        # its idempotency id, sent in order per target with retries (its job is `job`, not
+        # `juid`: `rm` of the job leaves its messages to be sent).
         """
         CREATE TABLE notify_targets(
             owner TEXT NOT NULL,
@@ -386,7 +387,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             id TEXT NOT NULL UNIQUE,
             owner TEXT NOT NULL,
             target TEXT NOT NULL,
-            juid TEXT,
+            job TEXT,
             what TEXT NOT NULL,
             body TEXT NOT NULL,
             created_at REAL NOT NULL,
@@ -397,7 +398,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             sent_at REAL
         );
         CREATE INDEX notify_pending ON notify_deliveries(state, owner, target, seq);
-        CREATE INDEX notify_juid ON notify_deliveries(juid);
+        CREATE INDEX notify_job ON notify_deliveries(job);
         """,
     ),
 ]

@@ -113,14 +113,15 @@ class NotifyStore:
     # -- the outbox -----------------------------------------------------------------------
 
     def outbox(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The oldest LIMIT outbox rows with their event and job (job fields None: removed;
+        """The oldest LIMIT outbox rows with their event and job (event and job fields None:
+        removed by `rm` since;
         ``requeued``: the job was queued again at once, for a retry or after a preemption)."""
         rows = self.db.execute(
             "SELECT o.event, e.juid, e.attempt, e.ts, e.new, e.detail, j.owner, j.name, "
             "j.sweep, j.state, j.exit_code, j.provider, j.created_at, EXISTS (SELECT 1 FROM "
             "events r WHERE r.juid = e.juid AND r.attempt IS e.attempt AND r.id > e.id AND "
             "r.kind IN ('retry', 'preempt')) "
-            "FROM notify_outbox o JOIN events e ON e.id = o.event "
+            "FROM notify_outbox o LEFT JOIN events e ON e.id = o.event "
             "LEFT JOIN jobs j ON j.juid = e.juid ORDER BY o.event LIMIT ?",
             (limit,),
         ).fetchall()
@@ -157,7 +158,7 @@ class NotifyStore:
         now = time.time()
         with self.tx() as db:  # type: ignore[attr-defined]
             db.executemany(
-                "INSERT OR IGNORE INTO notify_deliveries(id, owner, target, juid, what, body, "
+                "INSERT OR IGNORE INTO notify_deliveries(id, owner, target, job, what, body, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
                     (d["id"], d["owner"], d["target"], d["juid"], d["what"], d["body"], now)
@@ -221,7 +222,7 @@ class NotifyStore:
         """JUID's deliveries: id, target, what, state, tries, last_error, sent_at."""
         keys = ("id", "target", "what", "state", "tries", "last_error", "sent_at")
         rows = self.db.execute(
-            f"SELECT {', '.join(keys)} FROM notify_deliveries WHERE juid = ? ORDER BY seq",
+            f"SELECT {', '.join(keys)} FROM notify_deliveries WHERE job = ? ORDER BY seq",
             (juid,),
         )
         return [dict(zip(keys, r)) for r in rows]
