@@ -231,6 +231,7 @@ class smtp_session:  # noqa: N801 - used as a context manager
         where = f"SMTP {o['host']}:{o['port']}"
         context = ssl.create_default_context()
         try:
+            smtp: smtplib.SMTP
             if o["tls"] == "ssl":
                 smtp = smtplib.SMTP_SSL(o["host"], o["port"], timeout=TIMEOUT, context=context)
             else:

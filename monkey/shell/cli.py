@@ -419,7 +419,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         after=args.after,
         after_any=args.after_any,
         priority=args.priority,
-        **({"notify": [n for v in args.notify for n in v.split(",")]} if args.notify else {}),
+        notify=[n for v in args.notify or () for n in v.split(",")] or None,
     )
     if args.json:
         print_json(job.record.to_json())
