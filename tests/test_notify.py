@@ -543,3 +543,38 @@ def test_time_limits_and_retries_are_told_once_the_job_is_over(monkey, cli, rece
     assert "time limit 2s reached" in timeout["job"]["reason"]
     [failed] = [g["body"] for g in receiver.got if g["body"]["job"]["id"] == retried]
     assert failed["job"]["attempt"] == 2
+
+
+def test_https_receivers_have_their_certificate_checked(
+    monkey, cli, home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A webhook over HTTPS: refused in one line while its certificate is not trusted here;
+    delivered once SSL_CERT_FILE names it (the core reads the same variable)."""
+    import ssl
+
+    from monkey.server.tls import make_self_signed
+
+    cert, key = tmp_path / "hook-cert.pem", tmp_path / "hook-key.pem"
+    make_self_signed(cert, key, ["127.0.0.1"])
+    receiver = Receiver()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
+    url = f"https://127.0.0.1:{receiver.port}/hook/s3cr3tPathOfTheHook"
+    try:
+        cli("notify", "add", "secure", "webhook", url, "--secret", KEY, check=True)
+        proc = cli("notify", "test", "secure")
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines() == [
+            f"monkey: error: notify test secure: TLS error with 127.0.0.1:{receiver.port}: "
+            "self-signed certificate (its certificate is not trusted here; SSL_CERT_FILE names "
+            "a CA file)"
+        ]
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert cli("notify", "test", "secure").returncode == 0
+        juid = monkey.run(_fail(), name="over-tls").juid  # the core starts with the variable
+        _ended(monkey, juid)
+        wait_for(lambda: len(receiver.got) == 2, what="the failure over HTTPS")
+        assert receiver.got[1]["body"]["job"]["id"] == juid and receiver.got[1]["signed"]
+    finally:
+        receiver.close()

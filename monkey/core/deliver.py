@@ -194,6 +194,8 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
         raise SendError(f"{host}: no answer within {TIMEOUT:.0f}s") from None
     except OSError as exc:
         raise SendError(f"{host}: {exc.strerror or exc}") from None
+    except ValueError:  # http.client.InvalidURL and the like: its text would show the URL
+        raise SendError(f"{host}: the URL cannot be sent to; add the target again", True) from None
 
 
 def _send_email(

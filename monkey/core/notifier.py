@@ -326,7 +326,13 @@ class Notifier:
                 continue
             target = {**target, "options": json.loads(target["options"])}
             try:
-                send(target, secret_of(self.home, target), json.loads(head["body"]), head["id"])
+                hidden = secret_of(self.home, target)
+            except (OSError, ValueError) as exc:  # its secret file is gone or damaged
+                why = getattr(exc, "strerror", None) or "not JSON"
+                store.delivery_failed(head["seq"], f"cannot read the target's secret: {why}", None)
+                continue
+            try:
+                send(target, hidden, json.loads(head["body"]), head["id"])
             except SendError as exc:
                 tries = head["tries"] + 1
                 give_up = exc.permanent and tries >= GIVE_UP
@@ -341,11 +347,6 @@ class Notifier:
                     tries,
                     exc,
                     "; given up" if give_up else "",
-                )
-                continue
-            except OSError as exc:  # its secret file is gone
-                store.delivery_failed(
-                    head["seq"], f"cannot read the target's secret: {exc.strerror}", None
                 )
                 continue
             store.delivery_sent(head["seq"])
