@@ -159,6 +159,29 @@ def message(store: Store, home: Home, row: dict[str, Any], url: str | None) -> d
     }
 
 
+def _message_or_less(
+    store: Store, home: Home, row: dict[str, Any], url: str | None
+) -> dict[str, Any]:
+    """``message``; when part of it cannot be read (a damaged log file, a value the store
+    cannot sum), the message without its output, duration and cost, rather than an outbox
+    stuck on one row."""
+    try:
+        return message(store, home, row, url)
+    except Exception:  # noqa: BLE001 - logged; the message goes with what is known
+        log.exception("notification of %s: sent without output, duration or cost", row["juid"])
+        title = f"Job {row['juid']} ({row['name']}) {row['new']}"
+        return {
+            "event": row["new"],
+            "text": title,
+            "title": title,
+            "fields": [("Job", row["juid"]), ("State", row["new"])],
+            "output": [],
+            "url": f"{url}/web/jobs/{row['juid']}" if url else None,
+            "ts": row["ts"],
+            "job": {"id": row["juid"], "name": row["name"], "state": row["new"]},
+        }
+
+
 def sweep_message(
     sweep: str, counts: dict[str, int], row: dict[str, Any], url: str | None
 ) -> dict[str, Any]:
@@ -230,7 +253,7 @@ def deliveries_for(
         chosen |= {n for n, events in per_job.items() if kinds & set(events.split(","))}
         known = {t["name"] for t in mine}
         if chosen & known:
-            body = json.dumps(message(store, home, row, url))
+            body = json.dumps(_message_or_less(store, home, row, url))
             for name in sorted(chosen & known):
                 out.append(_delivery(row, owner, name, kinds_of(row), body))
         if row["sweep"] and last_of_sweep[row["sweep"]] == row["event"]:
