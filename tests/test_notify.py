@@ -354,7 +354,17 @@ def test_notify_test_says_why_in_one_line(cli):
 def test_secrets_stay_out_of_the_database_and_logs(monkey, cli, home, receiver):
     """The webhook URL and its key are in a 0600 file of secrets/, never in monkey.db (its
     WAL too), daemon.log, the events or `notify list`."""
-    cli("notify", "add", "ci", "webhook", receiver.url, "--secret", KEY, check=True)
+    cli(
+        "notify",
+        "add",
+        "ci",
+        "webhook",
+        "-",
+        "--secret",
+        KEY,
+        input=receiver.url + "\n",
+        check=True,
+    )
     juid = monkey.run(_fail(), name="leak").juid
     _ended(monkey, juid)
     wait_for(lambda: _targets(cli)["ci"]["sent"] == 1, what="the delivery")

@@ -44,7 +44,12 @@ def notify_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     add.add_argument("name", help="the target's name (for --notify, list, remove, test)")
     add.add_argument("kind", choices=("slack", "webhook", "email"), help="the kind of target")
-    add.add_argument("dest", metavar="URL|TO", help="the webhook URL, or email addresses (a,b)")
+    add.add_argument(
+        "dest",
+        metavar="URL|TO",
+        help="the webhook URL (- reads it from stdin: kept out of your shell's history), or "
+        "email addresses (a,b)",
+    )
     add.add_argument(
         "--on",
         metavar="EVENTS",
@@ -178,7 +183,12 @@ def _add(m: Any, args: argparse.Namespace) -> int:
             raise UsageError(f"monkey notify add: {wrong[0]} is for email targets, not {args.kind}")
         if args.secret is not None:
             options["secret"] = args.secret
-    row = m.notify_add(args.name, args.kind, args.dest, **options)
+    dest = args.dest
+    if dest == "-" and args.kind != "email":  # the URL is a secret: not on the command line
+        dest = sys.stdin.readline().strip()
+        if not dest:
+            raise MonkeyError("notify add: no URL on stdin; pipe it in, e.g. < hook-url.txt")
+    row = m.notify_add(args.name, args.kind, dest, **options)
     print(
         f"notify target {row['name']} added: {row['kind']} {row['shown']}, on "
         f"{','.join(row['events'])} ({_jobs(row)})"
