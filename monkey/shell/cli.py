@@ -447,14 +447,6 @@ _CORE_MOVES = (State.QUEUED, State.DISPATCHING, State.RUNNING)
 AFTER_SHOWN = 10  # `info job` lists this many of the jobs it runs after
 
 
-def _notified(note: dict[str, Any]) -> str:
-    """A `monkey notify` message of a job as `info job` shows it."""
-    text = f"{note['target']} ({note['what']}): {note['state']}"
-    if note["state"] != "sent" and note["tries"]:
-        text += f" after {note['tries']} tries, last: {note['last_error']}"
-    return text
-
-
 def _waiting_for(info: dict[str, Any]) -> str:
     """``info job``'s note on a queued job that waits for others ("" when none)."""
     if info["state"] != "queued":
@@ -742,8 +734,10 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         rest = after[AFTER_SHOWN:]
         done = sum(d["met"] for d in rest)
         fields.append(("after", f"{len(rest)} more, {done} of them done (--json lists them)"))
-    for note in info.get("notifications") or []:  # `monkey notify` messages of this job
-        fields.append(("notified", _notified(note)))
+    if info.get("notifications"):  # its `monkey notify` messages
+        from monkey.shell.notify_commands import notified
+
+        fields += [("notified", notified(note)) for note in info["notifications"]]
     if info.get("rerun_of"):
         from monkey.shell.tracking_commands import fmt
 

@@ -218,3 +218,11 @@ def _password(args: argparse.Namespace) -> str:
     import getpass
 
     return getpass.getpass(f"SMTP password of {args.user}: ")
+
+
+def notified(note: dict[str, Any]) -> str:
+    """A `monkey notify` message of a job as `info job` shows it."""
+    text = f"{note['target']} ({note['what']}): {note['state']}"
+    if note["state"] != "sent" and note["tries"]:
+        text += f" after {note['tries']} tries, last: {note['last_error']}"
+    return text
