@@ -354,7 +354,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
-        "0021_notify",
+        "0022_notify",  # after main's 0021_quota_shares
         # `monkey notify`: each user's targets (their URLs, passwords and keys live in a
         # 0600 file of MONKEY_HOME/secrets named by SECRET, never here); the targets a job
         # was submitted with (`run --notify`); the outbox (events worth a message, written
