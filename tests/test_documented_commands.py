@@ -229,6 +229,10 @@ CASES: list[tuple[str, set[int]]] = [
     ),
     ("notify add team slack https://hooks.example.org/services/T/B/X --on all", {0}),
     (
+        "notify add ops slack https://hooks.example.org/services/T/B/Y --on idle --idle-after 1h --spend-over 100",
+        {0},
+    ),
+    (
         "notify add me email me@example.org --smtp 127.0.0.1:{port} --plain --from m@example.org "
         "--no-check",
         {0},

@@ -23,6 +23,10 @@ import pytest
 from conftest import kill_core, start_core, wait_for
 from mainnode import node  # noqa: F401  (a fixture)
 
+from tests import test_ec2
+
+fleet = test_ec2.fleet  # one sshd per address moto gives the instances (a fixture)
+
 KEY = "k" * 20 + "-signing-key-of-the-test"
 ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
 
@@ -301,7 +305,7 @@ def test_bad_urls_and_rules_are_one_line_and_store_nothing(cli, home):
         (
             ["webhook", "https://example.org/x", "--on", "failed,exploded"],
             "--on exploded: not an event; choose among succeeded, failed, lost, preempted, "
-            "cancelled, timeout, sweep (comma-separated), or all",
+            "cancelled, timeout, sweep, idle, spend (comma-separated), or all",
         ),
         (
             ["email", "me@example.org", "--smtp", "mail.example.org", "--plain"],
@@ -588,3 +592,63 @@ def test_https_receivers_have_their_certificate_checked(
         assert receiver.got[1]["body"]["job"]["id"] == juid and receiver.got[1]["signed"]
     finally:
         receiver.close()
+
+
+def test_an_idle_billing_machine_and_a_months_spend_are_told_once(
+    cli, home: Path, moto, fleet, receiver, monkeypatch
+) -> None:
+    """An EC2 machine left idle past --idle-after, and the month's estimated spend passing
+    --spend-over: one message each (looked for again and again, each made once)."""
+    import yaml
+
+    from tests.test_ec2 import add_aws, info, run_job
+
+    monkeypatch.setenv("MONKEY_NOTIFY_WATCH_EVERY", "0.3")
+    add_aws(cli, moto, fleet, home, "--max-instances", "1", "--idle-timeout", "600")
+    providers = yaml.safe_load((home / "providers.yml").read_text())
+    providers["providers"]["aws"]["prices"] = {"t3.micro": 36.0}  # 2 vCPUs: $18/h per cpu
+    (home / "providers.yml").write_text(yaml.safe_dump(providers))
+    out = cli(
+        "notify", "add", "ops", "webhook", receiver.url, "--secret", KEY,
+        "--on", "idle", "--idle-after", "2s", "--spend-over", "0.01", check=True,
+    ).stdout  # fmt: skip
+    assert "idle>2s,spend>$0.0100" in out
+    listed = _targets(cli)["ops"]
+    assert (listed["events"], listed["idle_after"], listed["spend_over"]) == (
+        ["idle", "spend"],
+        2.0,
+        0.01,
+    )
+    try:
+        juid = run_job(cli, "sleep", "3")  # $18/h for 3 s: $0.015
+        wait_for(lambda: info(cli, juid)["state"] == "succeeded", timeout=120, what="the job")
+        wait_for(lambda: len(receiver.got) >= 2, timeout=30, what="both messages")
+        time.sleep(1.5)  # several more looks: nothing is told twice
+        bodies = {g["body"]["event"]: g for g in receiver.got}
+        assert sorted(g["body"]["event"] for g in receiver.got) == ["idle", "spend"]
+        assert all(g["signed"] for g in receiver.got)
+        idle = bodies["idle"]["body"]
+        [instance] = info(cli, juid)["instance"].split()
+        assert idle["instance"]["id"] == instance and idle["instance"]["price"] == 36.0
+        assert "still billing ($36.00/h)" in idle["text"]
+        spend = bodies["spend"]["body"]["spend"]
+        assert spend["threshold"] == 0.01 and 0.01 <= spend["spent"] < 0.1
+    finally:
+        cli("daemon", "stop")
+        left = [i["InstanceId"] for i in moto.instances()]
+        if left:
+            moto.boto3("ec2").terminate_instances(InstanceIds=left)
+
+
+def test_idle_and_spend_options_are_checked(cli) -> None:
+    cases = [
+        (["--on", "spend"], "--on spend needs its threshold: --spend-over USD"),
+        (["--idle-after", "30m"], "--idle-after goes with the idle event: add --on idle"),
+        (["--on", "idle", "--idle-after", "30"], "--idle-after '30' is not a duration"),
+        (["--spend-over", "-5"], "--spend-over '-5' is not an amount"),
+    ]
+    for extra, said in cases:
+        proc = cli("notify", "add", "x", "webhook", "https://example.org/h", *extra)
+        assert proc.returncode != 0 and said in proc.stderr, (extra, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert _targets(cli) == {}

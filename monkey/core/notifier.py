@@ -28,6 +28,7 @@ import time
 from fnmatch import fnmatchcase
 
 from monkey.config import Home
+from monkey.core.alerts import WATCH_EVERY, alert_deliveries
 from monkey.models import format_duration
 from monkey.store.notify import NOTIFY_STATES
 
@@ -44,9 +45,12 @@ FIRST_BACKOFF, LONGEST_BACKOFF = 1.0, 600.0
 GIVE_UP = 3  # tries of a delivery its receiver refuses for good
 KEEP_SENT = 7 * 86400  # seconds a delivery is remembered after it was sent
 OUTPUT_LINES = 10  # last lines of output in a failure's message
-EVENTS = ("succeeded", "failed", "lost", "preempted", "cancelled", "timeout", "sweep")
+ENDINGS = ("succeeded", "failed", "lost", "preempted", "cancelled", "timeout", "sweep")
+# A rule's events: a job's (or sweep's) ending, a machine idle but billing, spend passing a
+# threshold (the last two: monkey.core.alerts).
+EVENTS = (*ENDINGS, "idle", "spend")
 DEFAULT_EVENTS = ("failed", "lost", "preempted", "timeout", "sweep")
-JOB_EVENTS = ",".join(EVENTS)  # `run --notify`: every ending of that job
+JOB_EVENTS = ",".join(ENDINGS)  # `run --notify`: every ending of that job
 
 
 def backoff(tries: int) -> float:
@@ -294,6 +298,11 @@ class Notifier:
         self.every = every
         self.stopped = threading.Event()
         self.url = server_url(home)
+        # Seconds between looks for idle machines and spend (MONKEY_NOTIFY_WATCH_EVERY).
+        try:
+            self.watch_every = float(os.environ.get("MONKEY_NOTIFY_WATCH_EVERY") or WATCH_EVERY)
+        except ValueError:
+            self.watch_every = WATCH_EVERY
         self._pruned = 0.0
         self.thread = threading.Thread(target=self._run, name="notifier", daemon=True)
         self.thread.start()
@@ -303,10 +312,14 @@ class Notifier:
 
         store: Store | None = None
         busy = False
+        watched = 0.0
         while not self.stopped.wait(0 if busy else self.every):
             try:
                 store = store or Store(self.home.db, create=False)
                 self.turn(store)
+                if time.monotonic() - watched >= self.watch_every:
+                    watched = time.monotonic()
+                    store.take_outbox([], alert_deliveries(store, self.home, time.time(), self.url))
                 busy = self.deliver(store)
                 if time.time() - self._pruned > 3600:
                     self._pruned = time.time()

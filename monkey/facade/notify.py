@@ -34,8 +34,8 @@ def parse_events(events: str | Iterable[str] | None) -> str:
         return ",".join(DEFAULT_EVENTS)
     words = events.split(",") if isinstance(events, str) else list(events)
     words = [w.strip().lower() for w in words if w.strip()]
-    if words == ["all"]:
-        return ",".join(EVENTS)
+    if words == ["all"]:  # spend, only with a threshold (see add_target)
+        return ",".join(e for e in EVENTS if e != "spend")
     wrong = [w for w in words if w not in EVENTS]
     if wrong or not words:
         raise MonkeyError(
@@ -43,6 +43,47 @@ def parse_events(events: str | Iterable[str] | None) -> str:
             f"{', '.join(EVENTS)} (comma-separated), or all"
         )
     return ",".join(e for e in EVENTS if e in words)
+
+
+def _watch_options(
+    rule: str, idle_after: str | float | None, spend_over: str | float | None
+) -> dict[str, float]:
+    """The options of the idle and spend events, checked: {"idle_after": seconds,
+    "spend_over": USD}, those given."""
+    from monkey.models import parse_duration
+
+    out: dict[str, float] = {}
+    events = rule.split(",")
+    if idle_after is not None:
+        if "idle" not in events:
+            raise MonkeyError("--idle-after goes with the idle event: add --on idle (or all)")
+        seconds = idle_after if isinstance(idle_after, (int, float)) else None
+        try:
+            seconds = parse_duration(idle_after) if seconds is None else seconds
+        except MonkeyError:
+            seconds = -1
+        if not 0 < seconds < 366 * 86400:
+            raise MonkeyError(
+                f"--idle-after {idle_after!r} is not a duration; give one with its unit, "
+                "e.g. 30m or 2h"
+            )
+        out["idle_after"] = float(seconds)
+    if spend_over is not None:
+        try:
+            usd = float(spend_over)
+        except ValueError:
+            usd = -1.0
+        if not 0 < usd < 1e9:
+            raise MonkeyError(
+                f"--spend-over {spend_over!r} is not an amount; give US dollars above 0, "
+                "e.g. 100 (a month's estimated spend)"
+            )
+        out["spend_over"] = usd
+    elif "spend" in events:
+        raise MonkeyError(
+            "--on spend needs its threshold: --spend-over USD (a month's estimated spend)"
+        )
+    return out
 
 
 def _smtp(server: str | None, tls: str) -> tuple[str, int]:
@@ -86,9 +127,14 @@ def add_target(
     password: str | None = None,
     tls: str = "starttls",
     check: bool = True,
+    idle_after: str | float | None = None,
+    spend_over: str | float | None = None,
 ) -> dict[str, Any]:
     """Add OWNER's target NAME (see `monkey notify add`); its listing row, with ``key``
-    when a signing key was generated (shown this once). Nothing is stored when it fails."""
+    when a signing key was generated (shown this once). Nothing is stored when it fails.
+    IDLE_AFTER ("30m"): how long a machine is idle before the ``idle`` event tells of it;
+    SPEND_OVER (USD): the ``spend`` event's threshold for a month's spend (it adds the
+    event)."""
     if not _NAME.match(name or ""):
         raise MonkeyError(
             f"{name!r} is not a target name; use letters, digits, '.', '_' or '-' (at most 64)"
@@ -100,6 +146,9 @@ def add_target(
             f"you have a target named {name} already; remove it first (monkey notify remove {name})"
         )
     rule = parse_events(events)
+    watch = _watch_options(rule, idle_after, spend_over)
+    if "spend_over" in watch and "spend" not in rule.split(","):
+        rule = ",".join(e for e in EVENTS if e in {*rule.split(","), "spend"})
     options: dict[str, Any] = {}
     generated = None
     if kind in ("slack", "webhook"):
@@ -139,6 +188,7 @@ def add_target(
                     pass
             except SendError as exc:
                 raise MonkeyError(f"{exc} (nothing was added)") from None
+    options.update(watch)
     ref = f"notify-{secrets.token_hex(8)}.json"
     write_private(home.secrets / ref, json.dumps(hidden).encode())
     try:
@@ -166,8 +216,8 @@ def add_target(
 
 
 def list_targets(store: Store, owner: str) -> list[dict[str, Any]]:
-    """OWNER's targets: name, kind, shown (masked), events, sweep, glob, and their
-    deliveries: pending, sent, failed, last_error."""
+    """OWNER's targets: name, kind, shown (masked), events, sweep, glob, idle_after and
+    spend_over (when set), and their deliveries: pending, sent, failed, last_error."""
     counts = store.delivery_counts(owner)
     return [
         {
@@ -177,6 +227,11 @@ def list_targets(store: Store, owner: str) -> list[dict[str, Any]]:
             "events": t["events"].split(","),
             "sweep": t["sweep"],
             "glob": t["glob"],
+            **{
+                k: v
+                for k, v in json.loads(t["options"]).items()
+                if k in ("idle_after", "spend_over")
+            },
             **counts.get(t["name"], {"pending": 0, "sent": 0, "failed": 0, "last_error": None}),
         }
         for t in store.notify_targets(owner)

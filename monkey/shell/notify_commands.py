@@ -54,7 +54,18 @@ def notify_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "--on",
         metavar="EVENTS",
         help="events, comma-separated: succeeded, failed, lost, preempted, cancelled, "
-        "timeout, sweep, or all (default failed,lost,preempted,timeout,sweep)",
+        "timeout, sweep, idle (a cloud machine idle but billing), spend, or all "
+        "(default failed,lost,preempted,timeout,sweep)",
+    )
+    add.add_argument(
+        "--idle-after",
+        metavar="DURATION",
+        help="idle: tell of a machine idle this long (default 30m)",
+    )
+    add.add_argument(
+        "--spend-over",
+        metavar="USD",
+        help="spend: tell when your estimated spend of the month passes USD (adds the event)",
     )
     add.add_argument("--sweep", metavar="S", help="only this sweep's jobs")
     add.add_argument("--name", dest="glob", metavar="GLOB", help="only jobs whose name matches")
@@ -129,7 +140,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
                 r["name"],
                 r["kind"],
                 r["shown"],
-                ",".join(r["events"]),
+                events_text(r),
                 _jobs(r),
                 str(r["pending"]),
                 str(r["sent"]),
@@ -140,6 +151,22 @@ def cmd_notify(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def events_text(row: dict[str, Any]) -> str:
+    """A target's events as `notify list` shows them: ``failed,idle>30m,spend>$100.00``."""
+    from monkey.core.alerts import IDLE_AFTER
+    from monkey.models import format_duration
+    from monkey.store.cost import dollars
+
+    def one(event: str) -> str:
+        if event == "idle":
+            return f"idle>{format_duration(row.get('idle_after', IDLE_AFTER))}"
+        if event == "spend" and row.get("spend_over") is not None:
+            return f"spend>{dollars(row['spend_over'])}"
+        return event
+
+    return ",".join(one(e) for e in row["events"])
 
 
 def _jobs(row: dict[str, Any]) -> str:
@@ -154,6 +181,8 @@ def _add(m: Any, args: argparse.Namespace) -> int:
         "events": args.on,
         "sweep": args.sweep,
         "glob": args.glob,
+        "idle_after": args.idle_after,
+        "spend_over": args.spend_over,
     }
     if args.kind == "email":
         password = None
@@ -191,7 +220,7 @@ def _add(m: Any, args: argparse.Namespace) -> int:
     row = m.notify_add(args.name, args.kind, dest, **options)
     print(
         f"notify target {row['name']} added: {row['kind']} {row['shown']}, on "
-        f"{','.join(row['events'])} ({_jobs(row)})"
+        f"{events_text(row)} ({_jobs(row)})"
     )
     if row.get("key"):
         print(

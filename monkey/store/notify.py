@@ -53,6 +53,28 @@ class NotifyStore:
         rows = self.db.execute(sql + " ORDER BY owner, name", args)
         return [dict(zip(_TARGET_KEYS, r)) for r in rows]
 
+    def owner_spend(self, owner: str, since: float, now: float, local: bool = False) -> float:
+        """Estimated $ OWNER's attempts (with LOCAL, those of jobs with no owner too) spent
+        from SINCE to NOW: each priced attempt's $/hour times its time in that span."""
+        row = self.db.execute(
+            "SELECT SUM(a.price * (MIN(COALESCE(a.ended_at, ?), ?) - MAX(a.started_at, ?)) "
+            "/ 3600.0) FROM attempts a JOIN jobs j ON j.juid = a.juid "
+            "WHERE a.price IS NOT NULL AND a.started_at IS NOT NULL "
+            "AND COALESCE(a.ended_at, ?) > ? AND a.started_at < ? "
+            "AND (j.owner = ? OR (? AND j.owner IS NULL))",
+            (now, now, since, now, since, now, owner, local),
+        ).fetchone()
+        return max(0.0, row[0] or 0.0)
+
+    def instance_owners(self, instance: str) -> list[str | None]:
+        """The owners of the jobs that ran on INSTANCE (None: jobs with no owner)."""
+        rows = self.db.execute(
+            "SELECT DISTINCT j.owner FROM attempts a JOIN jobs j ON j.juid = a.juid "
+            "WHERE a.instance = ?",
+            (instance,),
+        )
+        return [r[0] for r in rows]
+
     def notify_target(self, owner: str, name: str) -> dict[str, Any] | None:
         row = self.db.execute(
             f"SELECT {_TARGET_COLUMNS} FROM notify_targets WHERE owner = ? AND name = ?",
