@@ -652,3 +652,39 @@ def test_idle_and_spend_options_are_checked(cli) -> None:
         assert proc.returncode != 0 and said in proc.stderr, (extra, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
     assert _targets(cli) == {}
+
+
+def test_a_lost_job_queued_again_is_told_with_its_last_output(home: Path, monkey, cli, receiver):
+    """A job whose process vanished while no core watched ends its attempt lost: told (a
+    default event) with the reason, "queued again" and its last output; the retry that
+    succeeds is not (succeeded is not among the default events)."""
+    import signal
+
+    from test_recovery import _agent_pid, _dead
+
+    cli("notify", "add", "ops", "webhook", receiver.url, "--secret", KEY, check=True)
+    job = monkey.run(
+        [
+            "sh",
+            "-c",
+            'if [ -e "$MONKEY_CHECKPOINT_DIR/x" ]; then exit 0; fi; '
+            'touch "$MONKEY_CHECKPOINT_DIR/x"; echo once; sleep 300',
+        ],
+        retries=1,
+        name="vanishing",
+    )
+    wait_for(lambda: job.logs() == "once\n" and job.status.value == "running", what="a start")
+    pid = job.attempts()[0].pid
+    kill_core(home)
+    os.kill(_agent_pid(home), signal.SIGKILL)
+    os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: _dead(pid), what="the job to die")
+    start_core(home)
+    assert job.wait(timeout=60).value == "succeeded"
+    _settled(monkey)
+    [got] = receiver.got
+    body = got["body"]
+    assert got["signed"] and body["event"] == "lost"
+    assert (body["job"]["id"], body["job"]["state"]) == (job.juid, "lost")
+    assert body["job"]["reason"] == "process vanished; queued again"
+    assert body["output"] == ["once"]
