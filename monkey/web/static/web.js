@@ -1,0 +1,102 @@
+// Monkey Web: live rows on the jobs page, the live log and the charts on a job page.
+"use strict";
+(function () {
+  // -- jobs page: reload the rows whenever a job changes (server-sent events)
+  var jobs = document.getElementById("jobs");
+  if (jobs && window.EventSource) {
+    var busy = false, again = false;
+    var reload = function () {
+      if (busy) { again = true; return; }
+      busy = true;
+      var q = new URLSearchParams(location.search); q.set("fragment", "1");
+      fetch("/web/jobs?" + q.toString(), {credentials: "same-origin"}).then(function (r) {
+        if (r.redirected || !r.ok) return null;
+        return r.text();
+      }).then(function (html) {
+        if (html !== null) jobs.innerHTML = html;  // rendered and escaped by the server
+      }).finally(function () {
+        busy = false;
+        if (again) { again = false; reload(); }
+      });
+    };
+    new EventSource("/web/events").addEventListener("changed", reload);
+  }
+
+  // -- job page: the output followed live
+  var log = document.getElementById("log");
+  if (log && window.EventSource) {
+    var follow = document.getElementById("follow"), pause = document.getElementById("pause");
+    var status = document.getElementById("logstate"), held = [], paused = false;
+    var add = function (items) {
+      var frag = document.createDocumentFragment();
+      items.forEach(function (m) {
+        var span = document.createElement("span");
+        span.className = m.s;
+        span.innerHTML = m.h;  // escaped by the server before colours became spans
+        frag.appendChild(span);
+      });
+      log.appendChild(frag);
+      if (follow.checked) log.scrollTop = log.scrollHeight;
+    };
+    pause.addEventListener("click", function () {
+      paused = !paused;
+      pause.setAttribute("aria-pressed", String(paused));
+      pause.textContent = paused ? "Resume (" + held.length + " new)" : "Pause";
+      if (!paused) { add(held); held = []; }
+    });
+    var feed = new EventSource(log.dataset.feed);
+    feed.onmessage = function (e) {
+      var m = JSON.parse(e.data);
+      if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
+      else add([m]);
+    };
+    feed.addEventListener("end", function (e) {
+      feed.close();
+      status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
+      drawCharts();
+    });
+    feed.addEventListener("failure", function (e) {
+      feed.close();
+      status.textContent = JSON.parse(e.data).error;
+    });
+  }
+
+  // -- job page: one chart per metric (uPlot), series downsampled by the server
+  var charts = document.getElementById("charts"), plots = {};
+  var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
+  function drawCharts() {
+    if (!charts || !window.uPlot) return;
+    var width = Math.max(200, Math.min(charts.clientWidth, 640) - 8);
+    fetch(charts.dataset.src + "?width=" + Math.round(width), {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : {}; })
+      .then(function (series) {
+        var names = Object.keys(series);
+        if (!names.length) return;
+        if (charts.querySelector("p.muted")) charts.innerHTML = "";
+        names.forEach(function (name, i) {
+          var s = series[name], data = [s.x, s.y];
+          if (plots[name]) { plots[name].setData(data); return; }
+          var box = document.createElement("figure");
+          box.className = "chart";
+          var title = document.createElement("h3");
+          title.textContent = name;
+          var note = document.createElement("figcaption");
+          note.className = "note";
+          note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
+          box.appendChild(title);
+          charts.appendChild(box);
+          plots[name] = new uPlot({
+            width: width, height: 220,
+            scales: {x: {time: s.by === "time"}},
+            series: [{label: s.by}, {label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}],
+            axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
+          }, data, box);
+          box.appendChild(note);
+        });
+      });
+  }
+  if (charts) {
+    window.addEventListener("load", drawCharts);
+    if (charts.dataset.live === "1") setInterval(drawCharts, 5000);
+  }
+})();

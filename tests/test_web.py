@@ -1,0 +1,340 @@
+"""Monkey Web (issue 28): pages of a real main node (`monkey server run`, TLS) driven by
+a real browser (Debian's chromium through Playwright; never a downloaded browser), and the
+pure helpers (ANSI colours to HTML, downsampling)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from mainnode import MainNode, node  # noqa: F401 - node: a fixture
+
+from monkey.web.render import AnsiHtml, ansi_to_html, downsample
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+# -- pure helpers -------------------------------------------------------------------------
+
+
+def test_ansi_escapes_text_before_colouring_it():
+    out = ansi_to_html(b"<script>alert('x')</script> \x1b[31mred\x1b[0m & \x1b[1;4mbold\x1b[m")
+    assert "<script>" not in out
+    assert out == (
+        "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; "
+        '<span class="a-f1">red</span> &amp; <span class="a-b a-u">bold</span>'
+    )
+
+
+def test_ansi_colours_256_truecolour_bright_and_resets():
+    assert ansi_to_html(b"\x1b[92mok\x1b[39m.") == '<span class="a-f10">ok</span>.'
+    assert ansi_to_html(b"\x1b[38;5;196mX") == '<span style="color:#ff0000;">X</span>'
+    assert ansi_to_html(b"\x1b[48;2;1;2;3mY") == '<span style="background-color:#010203;">Y</span>'
+    # cursor moves and clears are dropped, not shown as garbage
+    assert ansi_to_html(b"a\x1b[2K\x1b[1Gb\x1b]0;title\x07c") == "abc"
+
+
+def test_ansi_state_and_split_sequences_carry_across_pieces():
+    r = AnsiHtml()
+    assert r.feed(b"x\x1b[3") == "x"  # the sequence is cut: kept for the next piece
+    assert r.feed(b"2mgreen \xe2") == '<span class="a-f2">green </span>'
+    assert r.feed(b"\x82\xac\n") == '<span class="a-f2">€\n</span>'  # the colour carries on
+
+
+def test_downsample_keeps_short_series_and_turns_nan_to_none():
+    assert downsample([1, 2, 3], [1.0, math.nan, 3.0], 10) == ([1, 2, 3], [1.0, None, 3.0])
+
+
+def test_downsample_a_million_points_keeps_extremes_in_order():
+    n = 1_000_000
+    xs = list(range(n))
+    ys = [math.sin(i / 1000) for i in xs]
+    ys[123_456] = 50.0  # a spike one point wide
+    ys[654_321] = -50.0
+    ys[777_777] = math.nan
+    x, y = downsample(xs, ys, 1000)
+    assert len(x) == len(y) <= 2000
+    assert x == sorted(x)
+    assert max(y) == 50.0 and min(y) == -50.0  # spikes survive
+    assert 123_456 in x and 654_321 in x
+    assert all(v == v for v in y)  # no NaN
+
+
+# -- in a browser ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def page_for(browser, **options):
+    context = browser.new_context(ignore_https_errors=True, **options)
+    context.set_default_timeout(30_000)
+    return context.new_page()
+
+
+def login(page, node: MainNode, token: str, path: str = "/web/jobs") -> None:
+    page.goto(node.url + path)
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(re.escape(path) + r"(\?.*)?$"))
+
+
+def run_job(node: MainNode, *argv: str, name: str | None = None) -> str:
+    done = node.server("run", *(["--name", name] if name else []), "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def state_of(node: MainNode, juid: str) -> str:
+    return json.loads(node.server("info", juid, "--json").stdout)["state"]
+
+
+def csrf_of(page) -> str:
+    return page.get_attribute("input[name=csrf]", "value")
+
+
+@pytest.mark.system
+def test_login_is_required_a_wrong_token_refused_and_logout_ends_the_session(node, browser):
+    page = page_for(browser)
+    page.goto(node.url + "/web/jobs?state=running")
+    assert "/web/login?next=" in page.url  # no session: the login form, coming back after
+    page.fill("#token", "mk_not-a-token")
+    page.click("button[type=submit]")
+    assert "that token was refused" in page.inner_text("[role=alert]")
+    page.fill("#token", node.token)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/web/jobs?state=running")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "monkey_session")
+    assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
+    assert node.token not in cookie["value"]
+    # the API is untouched: a web session is no bearer token
+    api = page.request.post(node.url + "/api/v1/call/whoami", headers={"X-Monkey-API": "1"})
+    assert api.status == 401
+    # a forged login form (no CSRF token) is refused
+    forged = page.context.request.post(node.url + "/web/login", form={"token": node.token})
+    assert forged.status == 403
+    page.click("text=Log out")
+    page.wait_for_url("**/web/login")
+    page.goto(node.url + "/web/jobs")
+    assert "/web/login" in page.url
+    # the old cookie, replayed, is refused too
+    again = page_for(browser)
+    again.context.add_cookies([{**cookie}])
+    again.goto(node.url + "/web/jobs")
+    assert "/web/login" in again.url
+
+
+@pytest.mark.system
+def test_a_line_written_by_a_running_job_appears_without_a_reload(node, browser, tmp_path):
+    flag = tmp_path / "go"
+    script = (
+        f"echo first line; while [ ! -e {flag} ]; do sleep 0.05; done; "
+        "printf '\\033[31mthe red <line>\\033[0m\\n' >&2; sleep 300"
+    )
+    juid = run_job(node, "sh", "-c", script)
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    page.wait_for_selector("#log >> text=first line")
+    page.evaluate("window.sameDocument = 1")
+    flag.touch()
+    red = page.wait_for_selector("#log .err .a-f1")
+    assert red.inner_text() == "the red <line>"  # escaped, coloured, on stderr
+    assert page.evaluate("window.sameDocument") == 1  # no reload
+    node.server("job", "cancel", juid)
+
+
+@pytest.mark.system
+def test_a_chart_is_drawn_for_each_metric(node, browser):
+    code = (
+        "import json\n"
+        "for i in range(3000):\n"
+        "    print(json.dumps({'monkey': {'loss': 1 / (i + 1), 'acc': i / 3000, 'step': i}}))\n"
+    )
+    juid = run_job(node, sys.executable, "-c", code)
+    wait_for(lambda: state_of(node, juid) == "succeeded", timeout=120, what="the job to end")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    page.wait_for_selector("#charts figure:nth-of-type(2) canvas")
+    titles = page.eval_on_selector_all("#charts h3", "hs => hs.map(h => h.textContent)")
+    assert sorted(titles) == ["acc", "loss"]
+    drawn = page.evaluate(
+        """() => [...document.querySelectorAll('#charts canvas')].map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; })"""
+    )
+    assert all(n > 100 for n in drawn), drawn
+    series = page.request.get(node.url + f"/web/jobs/{juid}/metrics?width=100").json()
+    assert series["loss"]["points"] == 3000 and len(series["loss"]["x"]) <= 200
+
+
+@pytest.mark.system
+def test_filters_and_search_narrow_the_jobs_and_new_jobs_appear_live(node, browser):
+    a = run_job(node, "echo", "needle-in-output", name="alpha")
+    b = run_job(node, "echo", "plain", name="beta")
+    c = run_job(node, "false", name="alphabet")
+    for juid in (a, b, c):
+        wait_for(lambda j=juid: state_of(node, j) in ("succeeded", "failed"), timeout=120)
+    page = page_for(browser)
+    login(page, node, node.token)
+
+    def shown() -> list[str]:
+        return page.eval_on_selector_all(
+            "table.jobs tbody tr td:first-child", "t => t.map(x => x.textContent)"
+        )
+
+    assert sorted(shown()) == sorted([a, b, c])
+    page.fill("input[name=name]", "alpha")
+    page.click("text=Filter")
+    page.wait_for_url("**name=alpha**")
+    assert sorted(shown()) == sorted([a, c])
+    page.select_option("select[name=state]", "failed")
+    page.click("text=Filter")
+    page.wait_for_url("**state=failed**")
+    assert shown() == [c]
+    page.goto(node.url + "/web/jobs?q=needle-in-output")
+    assert shown() == [a]
+    assert "holds “needle-in-output”" in page.inner_text(".count")
+    page.goto(node.url + "/web/jobs?name=<b>x")  # a user's string is escaped back
+    assert page.input_value("input[name=name]") == "<b>x"
+    # live: a job submitted now appears without a reload
+    page.goto(node.url + "/web/jobs")
+    page.evaluate("window.sameDocument = 1")
+    d = run_job(node, "true", name="delta")
+    page.wait_for_selector(f"table.jobs a:text-is('{d}')")
+    assert page.evaluate("window.sameDocument") == 1
+
+
+@pytest.mark.system
+def test_jobs_are_paged_newest_first(node, browser):
+    done = node.server("sweep", "--grid", "x=" + ",".join(map(str, range(55))), "--", "echo", "{x}")
+    assert done.returncode == 0, done.stderr
+    page = page_for(browser)
+    login(page, node, node.token)
+    first = page.eval_on_selector_all("table.jobs tbody tr", "rows => rows.length")
+    assert first == 50 and "55 jobs" in page.inner_text(".count")
+    page.click("text=Older →")
+    assert page.eval_on_selector_all("table.jobs tbody tr", "rows => rows.length") == 5
+
+
+@pytest.mark.system
+def test_cancel_from_the_page_stops_the_job_and_a_forged_post_is_refused(node, browser):
+    juid = run_job(node, "sleep", "300")
+    wait_for(lambda: state_of(node, juid) == "running", timeout=60, what="the job to run")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    # a POST without the CSRF token, with the session cookie: refused, the job untouched
+    forged = page.request.post(node.url + f"/web/jobs/{juid}/action", form={"action": "cancel"})
+    assert forged.status == 403 and "CSRF" in forged.text()
+    forged = page.request.post(
+        node.url + f"/web/jobs/{juid}/action", form={"action": "cancel", "csrf": "guess"}
+    )
+    assert forged.status == 403
+    assert state_of(node, juid) == "running"
+    page.click("button.act-cancel")
+    page.wait_for_url(f"**/web/jobs/{juid}")
+    wait_for(lambda: state_of(node, juid) == "cancelled", timeout=60, what="the cancel")
+    events = json.loads(node.server("info", juid, "--json").stdout)["events"]
+    admin = re.search(r"admin user (\S+) created", node.welcome).group(1)
+    assert any(e["actor"] == admin for e in events)  # the session's user asked
+
+
+@pytest.mark.system
+def test_another_users_job_shows_no_actions_and_a_forged_post_is_refused(node, browser):
+    bob = node.add_user("bob")
+    juid = run_job(node, "sleep", "300")  # the admin's
+    page = page_for(browser)
+    login(page, node, bob, f"/web/jobs/{juid}")
+    assert page.query_selector(".actions") is None
+    assert page.query_selector("button.act-cancel") is None
+    forged = page.request.post(
+        node.url + f"/web/jobs/{juid}/action", form={"action": "cancel", "csrf": csrf_of(page)}
+    )
+    assert forged.status == 403
+    assert f"job {juid} belongs to" in forged.text()
+    assert state_of(node, juid) in ("queued", "dispatching", "running")
+    node.server("job", "cancel", juid)
+
+
+@pytest.mark.system
+def test_no_horizontal_scroll_at_360_px(node, browser):
+    long = "x" * 300
+    juid = run_job(node, "echo", long, "--a-very-long-option=" + "y" * 200, name="n" * 80)
+    page = page_for(browser, viewport={"width": 360, "height": 740})
+    login(page, node, node.token)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    page.goto(node.url + f"/web/jobs/{juid}")
+    page.wait_for_selector("#log >> text=xxxx")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+    page.goto(node.url + "/web/login")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+
+
+@pytest.mark.system
+def test_monkey_web_prints_a_link_that_logs_in_once(node, browser):
+    juid = run_job(node, "true")
+    done = node.server("web", juid, "--no-browser")
+    assert done.returncode == 0, done.stderr
+    link = done.stdout.splitlines()[0]
+    assert link.startswith(f"{node.url}/web/login?once=")
+    page = page_for(browser)
+    page.goto(link)
+    page.wait_for_url(f"**/web/jobs/{juid}")
+    assert page.inner_text("h1").startswith(f"Job {juid}")
+    twice = page_for(browser)
+    twice.goto(link)
+    assert "used already" in twice.inner_text("[role=alert]")
+    # through a remote: the main node's page, logged in as the remote's user
+    bob = node.add_user("bob")
+    node.add_remote(bob)
+    done = node.laptop("--remote", "lab", "web", "--no-browser")
+    assert done.returncode == 0, done.stderr
+    link = done.stdout.splitlines()[0]
+    assert link.startswith(f"{node.url}/web/login?once=")
+    page = page_for(browser)
+    page.goto(link)
+    page.wait_for_url("**/web/jobs")
+    assert page.inner_text(".who") == "bob"
+    # an unknown job: one line, nothing opened
+    bad = node.server("web", "nosuchjob", "--no-browser")
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.system
+def test_monkey_web_starts_a_loopback_server_when_none_runs(cli, home, browser):
+    done = cli("web", "--no-browser")
+    assert done.returncode == 0, done.stderr
+    link = done.stdout.splitlines()[0]
+    assert re.match(r"http://127\.0\.0\.1:\d+/web/login\?once=", link), link
+    page = page_for(browser)
+    page.goto(link)
+    page.wait_for_url("**/web/jobs")
+    again = cli("web", "--no-browser")  # reuses the running server
+    assert again.stdout.split("/web/")[0] == link.split("/web/")[0]
+    cli("server", "stop")
+    assert shutil.which("true")
