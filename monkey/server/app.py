@@ -66,7 +66,7 @@ class Guard:
                 ]
             await send(message)
 
-        if scope["path"] == "/web" or scope["path"].startswith("/web/"):
+        if scope["path"] in ("/web", "/favicon.ico") or scope["path"].startswith("/web/"):
             await self.app(scope, receive, send_versioned)  # pages: their own sessions
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

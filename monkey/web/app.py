@@ -48,7 +48,13 @@ COOKIE = "monkey_session"
 LOGIN_COOKIE = "monkey_login"  # the login form's CSRF token (double submit)
 TAIL = 2000  # lines of output a job page starts from
 FOLLOWERS = 200  # live feeds served at once
-TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain", ".md": "text/plain"}
+TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain",
+    ".md": "text/plain",
+}
 SECURITY = {
     "Content-Security-Policy": (
         "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
@@ -84,6 +90,7 @@ class Web:
 
     def routes(self) -> list[BaseRoute]:
         return [
+            Route("/favicon.ico", self.icon),  # asked by browsers unbidden: never a refused token
             Mount(
                 "/web",
                 routes=[
@@ -99,7 +106,7 @@ class Web:
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
                     Route("/static/{path:path}", self.static),
                 ],
-            )
+            ),
         ]
 
     # -- sessions ---------------------------------------------------------------------
@@ -393,6 +400,9 @@ class Web:
                 yield event
         finally:
             await anyio.to_thread.run_sync(events.close, limiter=self._limiter)  # type: ignore[attr-defined]
+
+    async def icon(self, request: Request) -> Response:
+        return RedirectResponse("/web/static/icon.svg", 301)
 
     async def static(self, request: Request) -> Response:
         path = (STATIC / request.path_params["path"]).resolve()

@@ -1,0 +1,142 @@
+"""Monkey Web in a real headless browser (Debian's chromium through Playwright): the jobs
+page with 100,000 jobs in the store, and a job page with a 1,000,000-point metric.
+
+Targets (issue 28), medians of 3 cold loads (a new browser context each: nothing cached):
+  - jobs page: first contentful paint at most 0.5 s;
+  - job page with a 1,000,000-point metric: first contentful paint at most 1 s, at most
+    500 KB transferred once its charts are drawn.
+Baseline, measured in the same run: the login page's first contentful paint (a page with
+no data at all). Run from the checkout: PYTHONPATH=. python3 bench/web.py"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from common import copy_jobs, fresh_home
+
+N = 100_000
+POINTS = 1_000_000
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+FCP = "performance.getEntriesByName('first-contentful-paint')[0].startTime"
+PAINTED = "performance.getEntriesByName('first-contentful-paint').length > 0"
+BYTES = (
+    "performance.getEntriesByType('navigation').concat(performance.getEntriesByType("
+    "'resource')).reduce((n, e) => n + (e.transferSize || e.encodedBodySize || 0), 0)"
+)
+
+
+def main() -> None:
+    home = fresh_home()
+    from monkey.api import Monkey
+    from monkey.tracking.ingest import as_columns
+
+    m = Monkey(home)
+    job = m.run(["true"], start_core=False)
+    t = time.perf_counter()
+    copy_jobs(
+        m,
+        job.juid,
+        [
+            {
+                "juid": f"25-01-{1 + i // 9000:02d}-{i % 9000 + 1:04d}",
+                "state": ("succeeded", "failed")[i % 2],
+            }
+            for i in range(N)
+        ],
+    )
+    points = [("loss", s, math.sin(s / 5000) + 1 / (s + 1), 1.7e9 + s) for s in range(POINTS)]
+    with m.store.tx() as db:
+        m.store._insert_columns(db, job.juid, 1, as_columns(points))
+    m.store.close()
+    print(f"inserted {N} jobs and a {POINTS}-point metric in {time.perf_counter() - t:.1f}s")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = subprocess.run(
+        [sys.executable, "-m", "monkey", "server", "start", "--bind", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.search(r"--token (\S+)", started)
+    assert found, started
+    token, url = found.group(1), f"https://127.0.0.1:{port}"
+    try:
+        measure(url, token, job.juid)
+    finally:
+        for stop in (["server", "stop"], ["daemon", "stop", "--all"]):  # the core it started too
+            subprocess.run([sys.executable, "-m", "monkey", *stop], capture_output=True)
+
+
+def measure(url: str, token: str, juid: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+        def cold(path: str, charts: bool = False) -> tuple[float, float]:
+            """(FCP ms, KB transferred) of PATH loaded in a new context, logged in."""
+            context = browser.new_context(ignore_https_errors=True, bypass_csp=True)
+            page = context.new_page()
+            page.goto(url + "/web/login")
+            page.fill("#token", token)
+            page.click("button[type=submit]")
+            page.wait_for_url("**/web/jobs")
+            page = context.new_page()
+            page.goto(url + path)
+            if charts:
+                page.wait_for_selector("#charts canvas", timeout=60_000)
+            page.wait_for_function(PAINTED, timeout=30_000)
+            fcp, size = page.evaluate(f"[{FCP}, {BYTES}]")
+            context.close()
+            return float(fcp), float(size) / 1000
+
+        def login_page() -> tuple[float, float]:
+            context = browser.new_context(ignore_https_errors=True, bypass_csp=True)
+            page = context.new_page()
+            page.goto(url + "/web/login")
+            page.wait_for_function(PAINTED, timeout=30_000)
+            fcp = page.evaluate(FCP)
+            context.close()
+            return float(fcp), 0.0
+
+        cold("/web/jobs")  # warm-up: the server's first requests and the browser's start
+        base = [login_page()[0] for _ in range(3)]
+        jobs = [cold("/web/jobs")[0] for _ in range(3)]
+        job = [cold(f"/web/jobs/{juid}", charts=True) for _ in range(3)]
+        browser.close()
+    b = statistics.median(base)
+    j = statistics.median(jobs)
+    f = statistics.median(x[0] for x in job)
+    kb = statistics.median(x[1] for x in job)
+    print(f"login page FCP (baseline):        {b:7.1f} ms  runs {[round(x) for x in base]}")
+    print(
+        f"jobs page FCP, {N:,} jobs:     {j:7.1f} ms  ({j / b:.1f}x baseline; target <= 500 ms)"
+        f"  runs {[round(x) for x in jobs]}"
+    )
+    print(
+        f"job page FCP, {POINTS:,}-point metric: {f:7.1f} ms  ({f / b:.1f}x baseline; target "
+        f"<= 1000 ms)  runs {[round(x[0]) for x in job]}"
+    )
+    print(f"job page transferred:             {kb:7.1f} KB  (target <= 500 KB)")
+
+
+if __name__ == "__main__":
+    main()
