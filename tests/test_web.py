@@ -348,3 +348,58 @@ def test_monkey_web_starts_a_loopback_server_when_none_runs(cli, home, browser):
     assert again.stdout.split("/web/")[0] == link.split("/web/")[0]
     cli("server", "stop")
     assert shutil.which("true")
+
+
+@pytest.mark.system
+def test_sweep_page_ranks_runs_sorts_by_a_column_and_keeps_actions_to_owners(node, browser):
+    code = "import json, sys; print(json.dumps({'monkey': {'acc': float(sys.argv[1]), 'step': 0}}))"
+    done = node.server(
+        "sweep",
+        "--name",
+        "scan",
+        "--metric",
+        "acc",
+        "--goal",
+        "max",
+        "--grid",
+        "lr=1,3,2",
+        "--",
+        sys.executable,
+        "-c",
+        code,
+        "{lr}",
+    )
+    assert done.returncode == 0, done.stderr
+    sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
+    runs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    for run in runs:
+        wait_for(lambda j=run["job"]: state_of(node, j) == "succeeded", timeout=120)
+    best = next(r["job"] for r in runs if r["params"] == {"lr": 3})
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/sweeps/{sid}")
+    assert "3 of 3 ended" in page.inner_text(".facts")
+    assert page.inner_text(".facts a >> nth=0") == best
+
+    def column(name: str) -> list[str]:
+        heads = page.eval_on_selector_all("table.runs th", "hs => hs.map(h => h.innerText)")
+        i = heads.index(name)
+        return page.eval_on_selector_all(
+            f"table.runs tbody tr td:nth-child({i + 1})", "ts => ts.map(t => t.innerText)"
+        )
+
+    assert column("acc") == ["3", "2", "1"]  # best first on the sweep's metric
+    page.click("table.runs th a:text-is('lr')")
+    page.wait_for_url("**sort=lr**")
+    first = column("lr")
+    page.click("table.runs th a:text-is('lr')")  # again: reversed
+    page.wait_for_url("**reverse=1**")
+    assert column("lr") == first[::-1] and sorted(first) in (first, first[::-1])
+    assert page.query_selector("button.act-retry") is not None  # the admin's sweep
+    bob = page_for(browser)
+    login(bob, node, node.add_user("bob"), f"/web/sweeps/{sid}")
+    assert bob.query_selector(".actions") is None
+    forged = bob.request.post(
+        node.url + f"/web/sweeps/{sid}/action", form={"action": "retry", "csrf": csrf_of(bob)}
+    )
+    assert forged.status == 403 and "only their owner or an admin" in forged.text()
+    assert all(state_of(node, r["job"]) == "succeeded" for r in runs)

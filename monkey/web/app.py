@@ -104,6 +104,9 @@ class Web:
                     Route("/jobs/{ref}/output.txt", self.download),
                     Route("/jobs/{ref}/metrics", self.metrics),
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
+                    Route("/sweeps", self.sweeps),
+                    Route("/sweeps/{ref}", self.sweep),
+                    Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
                     Route("/static/{path:path}", self.static),
                 ],
             ),
@@ -339,6 +342,59 @@ class Web:
                 headers={"Content-Disposition": f'attachment; filename="{juid}.txt"'},
             )
         )
+
+    async def sweeps(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return self._to_login(request)
+        data = await run_in_threadpool(lambda: views.sweeps_page(self.monkey()))
+        return self.page("sweeps.html", session=session, **data)
+
+    async def sweep(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return self._to_login(request)
+        return await self._sweep_page(request, session)
+
+    async def _sweep_page(
+        self,
+        request: Request,
+        session: dict[str, Any],
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        ref = request.path_params["ref"]
+        q = request.query_params
+        try:
+            data = await run_in_threadpool(
+                lambda: views.sweep_page(
+                    self.monkey(), ref, session["user"], q.get("sort"), bool(q.get("reverse"))
+                )
+            )
+        except MonkeyError as exc:
+            return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
+        return self.page("sweep.html", status, session, error=error, cell=views.cell, **data)
+
+    async def sweep_action(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return self._to_login(request)
+        refused = await self._check_csrf(request, session)
+        if refused:
+            return refused
+        what = str((await _form(request)).get("action", ""))
+        if what not in views.SWEEP_ACTIONS:
+            return await self._sweep_page(request, session, f"no action {what!r} here", 400)
+        ref = request.path_params["ref"]
+        try:  # the API's own rule: the owner of every job of the sweep, or an admin
+            await run_in_threadpool(
+                lambda: run_call(self.monkey(), session["user"], "sweep_control", [ref, what], {})
+            )
+        except Forbidden as exc:
+            return await self._sweep_page(request, session, str(exc), 403)
+        except MonkeyError as exc:
+            return await self._sweep_page(request, session, str(exc), 400)
+        return _headers(RedirectResponse(f"/web/sweeps/{ref}", 303))
 
     # -- live feeds (server-sent events) ----------------------------------------------
 

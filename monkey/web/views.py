@@ -174,3 +174,39 @@ def duration(seconds: float | None) -> str:
 
 def clock(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+SWEEP_ACTIONS = ("cancel", "pause", "resume", "retry")
+
+
+def sweeps_page(m: Monkey) -> dict[str, Any]:
+    """The sweeps, newest first, with their jobs' counts by state."""
+    return {"sweeps": m.sweeps()}
+
+
+def sweep_page(
+    m: Monkey, ref: str, user: dict[str, Any], sort: str | None, reverse: bool
+) -> dict[str, Any]:
+    """A sweep's progress, best run and runs table (``Monkey.compare``: parameters, and
+    each metric's last and best), sorted by SORT (best first for a metric); the actions
+    USER may take on it (an admin, or the owner of every one of its jobs)."""
+    status = m.sweep_status(ref)
+    table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
+    owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
+    mine = user["admin"] or owners <= {user["name"]}
+    return {
+        "sweep": status,
+        "table": table,
+        "early": set(status.get("stopped_early") or []),
+        "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
+        "reverse": reverse,
+    }
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: numbers short, nothing as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if value != value else f"{value:.4g}"
+    return str(value)

@@ -97,6 +97,8 @@
   }
   if (charts) {
     window.addEventListener("load", drawCharts);
-    if (charts.dataset.live === "1") setInterval(drawCharts, 5000);
+    if (charts.dataset.live === "1") {
+      setInterval(function () { if (!document.hidden) drawCharts(); }, 10000);
+    }
   }
 })();
