@@ -403,3 +403,23 @@ def test_sweep_page_ranks_runs_sorts_by_a_column_and_keeps_actions_to_owners(nod
     )
     assert forged.status == 403 and "only their owner or an admin" in forged.text()
     assert all(state_of(node, r["job"]) == "succeeded" for r in runs)
+
+
+@pytest.mark.system
+def test_providers_page_shows_each_providers_jobs_and_its_problem(node, browser):
+    (node.home / "providers.yml").write_text(
+        "providers:\n  box:\n    type: ssh\n    hosts:\n      - {host: 127.0.0.1, port: 1, "
+        "user: me, key: /nowhere/key}\n"
+    )
+    juid = run_job(node, "sleep", "300")
+    wait_for(lambda: state_of(node, juid) == "running", timeout=60, what="the job to run")
+    page = page_for(browser)
+    login(page, node, node.token, "/web/providers")
+    rows = page.eval_on_selector_all(
+        "table.jobs tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.innerText))"
+    )
+    local = next(r for r in rows if r[0] == "local")
+    assert local[1:4] == ["local", "0", "1"]  # type, queued, running
+    assert any(r[0] == "box" and r[1] == "ssh" for r in rows)
+    assert "running (pid" in page.inner_text("main")
+    node.server("job", "cancel", juid)

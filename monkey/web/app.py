@@ -104,6 +104,7 @@ class Web:
                     Route("/jobs/{ref}/output.txt", self.download),
                     Route("/jobs/{ref}/metrics", self.metrics),
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
+                    Route("/providers", self.providers),
                     Route("/sweeps", self.sweeps),
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
@@ -342,6 +343,16 @@ class Web:
                 headers={"Content-Disposition": f'attachment; filename="{juid}.txt"'},
             )
         )
+
+    async def providers(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return self._to_login(request)
+        try:
+            data = await run_in_threadpool(lambda: views.providers_page(self.monkey()))
+        except MonkeyError as exc:  # providers.yml unreadable: said, as list providers says it
+            return self.page("error.html", 500, session, title="Providers", message=str(exc))
+        return self.page("providers.html", session=session, **data)
 
     async def sweeps(self, request: Request) -> Response:
         session = await self.session(request)

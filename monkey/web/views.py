@@ -210,3 +210,30 @@ def cell(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if value != value else f"{value:.4g}"
     return str(value)
+
+
+_PROVIDER_SHOWN = ("name", "type", "queued", "running", "error")
+
+
+def providers_page(m: Monkey) -> dict[str, Any]:
+    """Each provider's jobs and what its kind describes (``Monkey.provider_status``), and
+    the machines monkey created with their state, size, spot, age and cost so far."""
+    status = m.provider_status()
+    providers = [
+        {
+            **p,
+            "more": ", ".join(
+                f"{k} {cell(v)}" for k, v in p.items() if k not in _PROVIDER_SHOWN and v != []
+            ),
+        }
+        for p in status["providers"]
+    ]
+    instances = [
+        {**i, "age_text": duration(i["age"]), "cost_text": _dollars(i["cost"])}
+        for i in m.monkey_instances()
+    ]
+    return {"core": status["core"], "providers": providers, "instances": instances}
+
+
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else f"${value:.2f}"
