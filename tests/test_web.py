@@ -215,7 +215,7 @@ def test_filters_and_search_narrow_the_jobs_and_new_jobs_appear_live(node, brows
 
     def shown() -> list[str]:
         return page.eval_on_selector_all(
-            "table.jobs tbody tr td:first-child", "t => t.map(x => x.textContent)"
+            "table.jobs tbody tr td:nth-child(2)", "t => t.map(x => x.textContent)"
         )
 
     assert sorted(shown()) == sorted([a, b, c])
@@ -423,3 +423,36 @@ def test_providers_page_shows_each_providers_jobs_and_its_problem(node, browser)
     assert any(r[0] == "box" and r[1] == "ssh" for r in rows)
     assert "running (pid" in page.inner_text("main")
     node.server("job", "cancel", juid)
+
+
+@pytest.mark.system
+def test_picked_jobs_are_compared_side_by_side_with_their_metrics_overlaid(node, browser):
+    code = (
+        "import json, sys\n"
+        "for i in range(20):\n"
+        "    print(json.dumps({'monkey': {'loss': float(sys.argv[1]) / (i + 1), 'step': i}}))\n"
+    )
+    done = node.server("sweep", "--grid", "lr=1,2", "--", sys.executable, "-c", code, "{lr}")
+    assert done.returncode == 0, done.stderr
+    runs = [j["job"] for j in json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]]
+    for juid in runs:
+        wait_for(lambda j=juid: state_of(node, j) == "succeeded", timeout=120)
+    page = page_for(browser)
+    login(page, node, node.token)
+    for juid in runs:
+        page.check(f"input[name=job][value='{juid}']")
+    page.click("text=Compare picked")
+    page.wait_for_url("**/web/compare?job=**")
+    differing = page.eval_on_selector_all(
+        "table.compare tr.differs th", "hs => hs.map(h => h.innerText)"
+    )
+    assert "≠ lr" in differing and "≠ loss" in differing
+    assert not any("state" in h for h in differing)  # both succeeded: the same
+    page.wait_for_selector("#overlay figure canvas")
+    legend = page.eval_on_selector_all(
+        "#overlay .u-legend .u-series .u-label", "ls => ls.map(l => l.innerText)"
+    )
+    assert sorted(legend[1:]) == sorted(runs)  # one line per job in the loss chart
+    one = page_for(browser)
+    login(one, node, node.token, f"/web/compare?job={runs[0]}")
+    assert "at least two jobs" in one.inner_text("[role=alert]")

@@ -87,6 +87,17 @@ class Web:
     def __init__(self, home: Home, monkey: Callable[[], Monkey], gate: Gate) -> None:
         self.home, self.monkey, self.gate = home, monkey, gate
         self._limiter: Any = None
+        self._change: tuple[float, tuple[float, int]] | None = None  # (read at, value)
+
+    def last_change(self) -> tuple[float, int]:
+        """The store's last job change, read at most every half second however many pages
+        watch it (each live page asks twice a second)."""
+        import time
+
+        now = time.monotonic()
+        if self._change is None or now - self._change[0] >= 0.45:
+            self._change = (now, self.monkey().store.last_job_change())
+        return self._change[1]
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -105,6 +116,7 @@ class Web:
                     Route("/jobs/{ref}/metrics", self.metrics),
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
                     Route("/providers", self.providers),
+                    Route("/compare", self.compare),
                     Route("/sweeps", self.sweeps),
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
@@ -344,6 +356,17 @@ class Web:
             )
         )
 
+    async def compare(self, request: Request) -> Response:
+        session = await self.session(request)
+        if session is None:
+            return self._to_login(request)
+        refs = list(dict.fromkeys(request.query_params.getlist("job")))
+        try:
+            data = await run_in_threadpool(lambda: views.compare_page(self.monkey(), refs))
+        except MonkeyError as exc:
+            return self.page("error.html", 400, session, title="Compare", message=str(exc))
+        return self.page("compare.html", session=session, **data)
+
     async def providers(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
@@ -420,7 +443,7 @@ class Web:
             quiet = 0.0
             yield b"retry: 2000\n\n"
             while True:
-                now = await run_in_threadpool(lambda: self.monkey().store.last_job_change())
+                now = await run_in_threadpool(self.last_change)
                 if now != last:
                     if last is not None:
                         yield f"event: changed\ndata: {now[0]}\n\n".encode()

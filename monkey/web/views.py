@@ -237,3 +237,22 @@ def providers_page(m: Monkey) -> dict[str, Any]:
 
 def _dollars(value: float | None) -> str:
     return "-" if value is None else f"${value:.2f}"
+
+
+def compare_page(m: Monkey, refs: list[str]) -> dict[str, Any]:
+    """Jobs REFS side by side (``Monkey.compare``): one row per parameter or metric (last
+    and best), one column per job; ``differs`` marks the rows whose values are not all
+    the same."""
+    if len(refs) < 2:
+        raise MonkeyError("pick at least two jobs to compare (the boxes of the jobs list)")
+    if len(refs) > 20:
+        raise MonkeyError(f"{len(refs)} jobs: compare at most 20 at once")
+    table = m.compare(refs)
+    jobs = [r["job"] for r in table["rows"]]
+    rows = []
+    for column in table["columns"]:
+        if column == "job":
+            continue
+        values = [cell(r.get(column)) for r in table["rows"]]
+        rows.append({"name": column, "values": values, "differs": len(set(values)) > 1})
+    return {"jobs": jobs, "rows": rows}

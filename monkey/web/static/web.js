@@ -13,7 +13,11 @@
         if (r.redirected || !r.ok) return null;
         return r.text();
       }).then(function (html) {
-        if (html !== null) jobs.innerHTML = html;  // rendered and escaped by the server
+        if (html === null) return;
+        var picked = {};
+        jobs.querySelectorAll("input[name=job]:checked").forEach(function (b) { picked[b.value] = 1; });
+        jobs.innerHTML = html;  // rendered and escaped by the server
+        jobs.querySelectorAll("input[name=job]").forEach(function (b) { b.checked = !!picked[b.value]; });
       }).finally(function () {
         busy = false;
         if (again) { again = false; reload(); }
@@ -95,6 +99,41 @@
         });
       });
   }
+  // -- compare page: each metric of the picked jobs overlaid in one chart
+  var overlay = document.getElementById("overlay");
+  function drawOverlay() {
+    if (!window.uPlot) return;
+    var jobs = overlay.dataset.jobs.split(","), width = Math.max(200, Math.min(overlay.clientWidth, 800) - 8);
+    Promise.all(jobs.map(function (j) {
+      return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : {}; });
+    })).then(function (all) {
+      var names = {};
+      all.forEach(function (m) { Object.keys(m).forEach(function (n) { names[n] = 1; }); });
+      names = Object.keys(names).sort();
+      if (!names.length) return;
+      overlay.innerHTML = "";
+      names.forEach(function (name) {
+        var tables = [], series = [{label: "x"}];
+        all.forEach(function (m, i) {
+          if (!m[name]) return;
+          tables.push([m[name].x, m[name].y]);
+          series.push({label: jobs[i], stroke: colours[i % colours.length], width: 1.5, spanGaps: true});
+        });
+        var box = document.createElement("figure");
+        box.className = "chart";
+        var title = document.createElement("h3");
+        title.textContent = name;
+        box.appendChild(title);
+        overlay.appendChild(box);
+        new uPlot({width: width, height: 240, series: series,
+          axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]},
+          uPlot.join(tables), box);
+      });
+    });
+  }
+  if (overlay) window.addEventListener("load", drawOverlay);
+
   if (charts) {
     window.addEventListener("load", drawCharts);
     if (charts.dataset.live === "1") {
