@@ -162,10 +162,11 @@ def test_login_is_required_a_wrong_token_refused_and_logout_ends_the_session(nod
 
 @pytest.mark.system
 def test_a_line_written_by_a_running_job_appears_without_a_reload(node, browser, tmp_path):
-    flag = tmp_path / "go"
+    flag, flag2 = tmp_path / "go", tmp_path / "go2"
     script = (
         f"echo first line; while [ ! -e {flag} ]; do sleep 0.05; done; "
-        "printf '\\033[31mthe red <line>\\033[0m\\n' >&2; sleep 300"
+        "printf '\\033[31mthe red <line>\\033[0m\\n' >&2; "
+        f"while [ ! -e {flag2} ]; do sleep 0.05; done; echo written while hidden; sleep 300"
     )
     juid = run_job(node, "sh", "-c", script)
     page = page_for(browser)
@@ -176,6 +177,17 @@ def test_a_line_written_by_a_running_job_appears_without_a_reload(node, browser,
     red = page.wait_for_selector("#log .err .a-f1")
     assert red.inner_text() == "the red <line>"  # escaped, coloured, on stderr
     assert page.evaluate("window.sameDocument") == 1  # no reload
+    # a hidden page gives its connection back; shown again, it resumes at its offsets:
+    # what was written meanwhile appears once, nothing before it again
+    shown = "Object.defineProperty(document, 'hidden', {value: %s, configurable: true});"
+    event = "document.dispatchEvent(new Event('visibilitychange'))"
+    page.evaluate(shown % "true" + event)
+    flag2.touch()
+    wait_for(lambda: "written while hidden" in node.server("logs", juid).stdout, timeout=60)
+    page.evaluate(shown % "false" + event)
+    page.wait_for_selector("#log >> text=written while hidden")
+    text = page.inner_text("#log")
+    assert [text.count(s) for s in ("first line", "the red", "written while hidden")] == [1, 1, 1]
     node.server("job", "cancel", juid)
 
 
@@ -456,3 +468,27 @@ def test_picked_jobs_are_compared_side_by_side_with_their_metrics_overlaid(node,
     one = page_for(browser)
     login(one, node, node.token, f"/web/compare?job={runs[0]}")
     assert "at least two jobs" in one.inner_text("[role=alert]")
+
+
+@pytest.mark.system
+def test_hidden_pages_give_their_connections_back(node, browser):
+    """A browser opens at most 6 connections to a server, and each live page holds one:
+    hidden pages close theirs, so a seventh page still opens (and they catch up when shown)."""
+    juid = run_job(node, "sh", "-c", "echo started; sleep 300")
+    first = page_for(browser)
+    login(first, node, node.token)
+    context = first.context
+    hide = (
+        "Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+        "document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    for i in range(7):
+        page = context.new_page()
+        page.goto(node.url + (f"/web/jobs/{juid}" if i % 2 else "/web/jobs"))
+        if i % 2:
+            page.wait_for_selector("#log >> text=started")
+        page.evaluate(hide)
+    last = context.new_page()
+    last.goto(node.url + f"/web/jobs/{juid}")
+    last.wait_for_selector("#log >> text=started")
+    node.server("job", "cancel", juid)

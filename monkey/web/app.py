@@ -459,8 +459,8 @@ class Web:
     async def log_feed(self, request: Request) -> Response:
         """The job's output as events, each {"s": "out"|"err"|"mark", "h": its HTML},
         with the byte offsets reached as the event id: a browser that reconnects sends it
-        back (Last-Event-ID) and the feed resumes there, nothing lost or doubled; ``end``
-        when the job has ended."""
+        back (Last-Event-ID, or ``from`` when a hidden page reopens its feed) and the feed
+        resumes there, nothing lost or doubled; ``end`` when the job has ended."""
         if await self.session(request) is None:
             return JSONResponse({"error": "log in first"}, 401)
         ref = request.path_params["ref"]
@@ -470,7 +470,8 @@ class Web:
             return JSONResponse({"error": str(exc)}, 404)
         start = None
         try:
-            start = json.loads(request.headers.get("last-event-id", "") or "null")
+            given = request.headers.get("last-event-id") or request.query_params.get("from")
+            start = json.loads(given or "null")  # where a reconnecting page stopped
         except ValueError:
             start = None
         if not isinstance(start, dict):

@@ -23,7 +23,18 @@
         if (again) { again = false; reload(); }
       });
     };
-    new EventSource("/web/events").addEventListener("changed", reload);
+    var changes = null;
+    var watch = function () {
+      changes = new EventSource("/web/events");
+      changes.addEventListener("changed", reload);
+    };
+    watch();
+    // A hidden page gives its connection back (a browser keeps 6 per server: a seventh
+    // open page would wait for one) and catches up when shown again.
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden && changes) { changes.close(); changes = null; }
+      else if (!document.hidden && !changes) { watch(); reload(); }
+    });
   }
 
   // -- job page: the output followed live
@@ -48,20 +59,32 @@
       pause.textContent = paused ? "Resume (" + held.length + " new)" : "Pause";
       if (!paused) { add(held); held = []; }
     });
-    var feed = new EventSource(log.dataset.feed);
-    feed.onmessage = function (e) {
-      var m = JSON.parse(e.data);
-      if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
-      else add([m]);
+    var feed = null, at = "", ended = false;
+    var open = function () {
+      feed = new EventSource(log.dataset.feed + (at ? "?from=" + encodeURIComponent(at) : ""));
+      feed.onmessage = function (e) {
+        at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
+        var m = JSON.parse(e.data);
+        if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
+        else add([m]);
+      };
+      feed.addEventListener("end", function (e) {
+        feed.close();
+        ended = true;
+        status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
+        drawCharts();
+      });
+      feed.addEventListener("failure", function (e) {
+        feed.close();
+        ended = true;
+        status.textContent = JSON.parse(e.data).error;
+      });
     };
-    feed.addEventListener("end", function (e) {
-      feed.close();
-      status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
-      drawCharts();
-    });
-    feed.addEventListener("failure", function (e) {
-      feed.close();
-      status.textContent = JSON.parse(e.data).error;
+    open();
+    document.addEventListener("visibilitychange", function () {  // as the jobs page does
+      if (ended) return;
+      if (document.hidden && feed) { feed.close(); feed = null; }
+      else if (!document.hidden && !feed) open();
     });
   }
 
