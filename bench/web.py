@@ -143,7 +143,7 @@ def measure(url: str, token: str, juid: str) -> None:
 
 TICKER = (
     "import time\n"
-    "for i in range(600):\n"
+    "for i in range(6000):\n"
     "    print(f'tick {time.time():.6f}', flush=True)\n"
     "    time.sleep(0.1)\n"
 )
@@ -194,6 +194,7 @@ def live(url: str, token: str) -> None:
             pages.append(follower)
         pages[0].wait_for_selector("#log >> text=tick")
         delays = sorted(pages[0].evaluate(ARRIVALS))
+        assert delays, "no line arrived: " + pages[0].inner_text("#logstate")
         after = _rss(pid)
         browser.close()
     p95 = delays[int(len(delays) * 0.95) - 1] if delays else float("nan")

@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 
-from monkey.web.render import AnsiHtml, ansi_to_html, downsample
+from monkey.web.render import AnsiHtml, ansi_to_html, downsample, downsample_pairs
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -492,3 +492,13 @@ def test_hidden_pages_give_their_connections_back(node, browser):
     last.goto(node.url + f"/web/jobs/{juid}")
     last.wait_for_selector("#log >> text=started")
     node.server("job", "cancel", juid)
+
+
+def test_downsample_pairs_reads_a_stream_once_with_uneven_buckets():
+    n = 12_345
+    stream = ((float(i), float(i % 97)) for i in range(n))  # read once, like a cursor
+    x, y = downsample_pairs(stream, n, 100)
+    assert len(x) == 200 and x == sorted(x)
+    assert set(y) == {0.0, 96.0}  # each bucket's lowest and highest
+    empty = ((float(i), None) for i in range(5000))  # nothing logged: nothing drawn
+    assert downsample_pairs(empty, 5000, 10) == ([], [])

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import codecs
 import html
-import math
 import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
 # An escape sequence: CSI (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC \), or a
 # two-byte one. Only SGR (CSI ... m) is drawn; the rest (cursor moves, clears) is dropped.
@@ -128,23 +127,47 @@ def downsample(
     runs of consecutive points, its lowest and its highest (in their order), so spikes
     survive; missing (None or NaN) values are left out. A series of at most 2 * BUCKETS
     points comes back whole (NaN as None)."""
-    n = len(xs)
-    if n <= 2 * buckets:
-        return list(xs), [None if y is None or math.isnan(y) else y for y in ys]
+    return downsample_pairs(zip(xs, ys), len(xs), buckets)
+
+
+def downsample_pairs(
+    points: Iterable[tuple[float, float | None]], n: int, buckets: int = 1000
+) -> tuple[list[float], list[float | None]]:
+    """``downsample`` of the N (x, y) POINTS read once, in order (a database cursor): the
+    memory it takes grows with BUCKETS, not with N."""
     out_x: list[float] = []
     out_y: list[float | None] = []
-    for b in range(buckets):
-        lo_i = hi_i = -1
-        lo = hi = 0.0
-        for i in range(b * n // buckets, (b + 1) * n // buckets):
-            y = ys[i]
-            if y is None or y != y:
-                continue
-            if lo_i < 0 or y < lo:
-                lo, lo_i = y, i
-            if hi_i < 0 or y > hi:
-                hi, hi_i = y, i
-        for i in sorted({lo_i, hi_i} - {-1}):
-            out_x.append(xs[i])
-            out_y.append(ys[i])
+    if n <= 2 * buckets:
+        for x, y in points:
+            out_x.append(x)
+            out_y.append(None if y is None or y != y else y)
+        return out_x, out_y
+    bucket, end = 0, n // buckets
+    lo = hi = None  # (y, i, x) of the bucket's lowest and highest so far
+    for i, (x, y) in enumerate(points):
+        while i >= end:  # this point starts the next bucket: the last one's two are kept
+            _keep(lo, hi, out_x, out_y)
+            lo = hi = None
+            bucket += 1
+            end = (bucket + 1) * n // buckets
+        if y is None or y != y:
+            continue
+        if lo is None or y < lo[0]:
+            lo = (y, i, x)
+        if hi is None or y > hi[0]:
+            hi = (y, i, x)
+    _keep(lo, hi, out_x, out_y)
     return out_x, out_y
+
+
+def _keep(
+    lo: tuple[float, int, float] | None,
+    hi: tuple[float, int, float] | None,
+    out_x: list[float],
+    out_y: list[float | None],
+) -> None:
+    if lo is None or hi is None:
+        return
+    for y, _, x in sorted({lo, hi}, key=lambda p: p[1]):
+        out_x.append(x)
+        out_y.append(y)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.web.render import downsample
+from monkey.web.render import downsample_pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -145,13 +145,16 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
 
 def metric_series(m: Monkey, ref: str, width: int = 1000) -> dict[str, Any]:
     """Metric name -> {"x", "y", "points", "by"}: each series downsampled to WIDTH buckets
-    (``render.downsample``); x is the step when every point has one, else the time."""
+    as it is read (``render.downsample_pairs``); x is the step when every point has one,
+    else the time."""
+    juid = m.resolve(ref)
     out: dict[str, Any] = {}
-    for name, points in m.metrics(ref).items():
-        by_step = all(p[0] is not None for p in points)
-        xs = [float(s if by_step and s is not None else w) for s, _, w in points]
-        x, y = downsample(xs, [p[1] for p in points], width)
-        out[name] = {"x": x, "y": y, "points": len(points), "by": "step" if by_step else "time"}
+    for name, (n, steps) in m.store.metric_counts(juid).items():
+        by_step = steps == n
+        rows = m.store.metric_rows(juid, name)
+        pairs = ((float(s if by_step and s is not None else w), v) for s, v, w in rows)
+        x, y = downsample_pairs(pairs, n, width)
+        out[name] = {"x": x, "y": y, "points": n, "by": "step" if by_step else "time"}
     return out
 
 
