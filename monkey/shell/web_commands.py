@@ -19,9 +19,14 @@ def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = cls(
         prog="monkey web",
         description=(
-            "Open Monkey Web (every job, its live output and charts) in a browser, logged in "
-            "by a one-time link (printed too); on a job's page with JOB. Through a remote: "
-            "the main node's pages. `monkey dash` is the terminal dashboard."
+            "Open Monkey Web in a browser (every job, its live output and charts), logged in "
+            "by a one-time link; with JOB, that job's page."
+        ),
+        epilog=(
+            "The link is printed too (it works once, within 2 minutes). On this machine it "
+            "opens the server of MONKEY_HOME, started on 127.0.0.1 (plain HTTP) when none "
+            "runs; through a remote, the main node's pages as the remote's user. `monkey dash` "
+            "is the terminal dashboard."
         ),
     )
     from monkey.shell.common import job_argument
