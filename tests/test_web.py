@@ -211,6 +211,7 @@ def test_a_chart_is_drawn_for_each_metric(node, browser):
             let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; })"""
     )
     assert all(n > 100 for n in drawn), drawn
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # charts fit
     series = page.request.get(node.url + f"/web/jobs/{juid}/metrics?width=100").json()
     assert series["loss"]["points"] == 3000 and len(series["loss"]["x"]) <= 200
 
@@ -393,7 +394,7 @@ def test_sweep_page_ranks_runs_sorts_by_a_column_and_keeps_actions_to_owners(nod
     assert page.inner_text(".facts a >> nth=0") == best
 
     def column(name: str) -> list[str]:
-        heads = page.eval_on_selector_all("table.runs th", "hs => hs.map(h => h.innerText)")
+        heads = page.eval_on_selector_all("table.runs th a", "hs => hs.map(h => h.innerText)")
         i = heads.index(name)
         return page.eval_on_selector_all(
             f"table.runs tbody tr td:nth-child({i + 1})", "ts => ts.map(t => t.innerText)"

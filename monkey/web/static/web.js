@@ -88,12 +88,18 @@
     });
   }
 
+  // The width of one chart in a grid of columns at least 420 px wide (16 px apart).
+  function chartWidth(grid) {
+    var cols = Math.max(1, Math.floor((grid.clientWidth + 16) / 436));
+    return Math.max(200, Math.floor((grid.clientWidth - 16 * (cols - 1)) / cols) - 4);
+  }
+
   // -- job page: one chart per metric (uPlot), series downsampled by the server
   var charts = document.getElementById("charts"), plots = {};
   var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
   function drawCharts() {
     if (!charts || !window.uPlot) return;
-    var width = Math.max(200, Math.min(charts.clientWidth, 640) - 8);
+    var width = chartWidth(charts);
     fetch(charts.dataset.src + "?width=" + Math.round(width), {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.json() : {}; })
       .then(function (series) {
@@ -126,7 +132,7 @@
   var overlay = document.getElementById("overlay");
   function drawOverlay() {
     if (!window.uPlot) return;
-    var jobs = overlay.dataset.jobs.split(","), width = Math.max(200, Math.min(overlay.clientWidth, 800) - 8);
+    var jobs = overlay.dataset.jobs.split(","), width = chartWidth(overlay);
     Promise.all(jobs.map(function (j) {
       return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : {}; });
