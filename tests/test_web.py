@@ -503,3 +503,22 @@ def test_downsample_pairs_reads_a_stream_once_with_uneven_buckets():
     assert set(y) == {0.0, 96.0}  # each bucket's lowest and highest
     empty = ((float(i), None) for i in range(5000))  # nothing logged: nothing drawn
     assert downsample_pairs(empty, 5000, 10) == ([], [])
+
+
+@pytest.mark.system
+def test_assets_are_cached_and_confined_and_a_login_never_leaves_this_server(node, browser):
+    page = page_for(browser)
+    asset = page.request.get(node.url + "/web/static/vendor/uPlot.iife.min.js?v=1")
+    assert asset.ok and "immutable" in asset.headers["cache-control"]
+    assert asset.headers["content-type"].startswith("text/javascript")
+    for path in ("/web/static/..%2fapp.py", "/web/static/%2e%2e/app.py", "/web/static/nothing"):
+        assert page.request.get(node.url + path).status == 404, path
+    # no session needed for assets, but every page asks for one (the API's token does not do)
+    assert "/web/login" in page.request.get(node.url + "/web/providers").url
+    page.goto(node.url + "/web/login?next=//evil.example/web/x")
+    page.fill("#token", node.token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{node.url}/web/jobs")  # not another site
+    shown = page.request.get(node.url + "/web/jobs")
+    assert shown.headers["cache-control"] == "no-store"
+    assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
