@@ -212,6 +212,14 @@ def test_a_chart_is_drawn_for_each_metric(node, browser):
     )
     assert all(n > 100 for n in drawn), drawn
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # charts fit
+    # log y and smoothing redraw the curves in place
+    loss = "monkeyCharts.loss.data[1]"
+    before = page.evaluate(f"{loss}.slice(0, 50)")
+    page.check("#logy")
+    assert page.evaluate("monkeyCharts.loss.scales.y.distr") == 3
+    page.fill("#smooth", "0.9")
+    smoothed = page.evaluate(f"{loss}.slice(0, 50)")
+    assert smoothed[0] == before[0] and smoothed[10] > before[10]  # a falling curve lags
     series = page.request.get(node.url + f"/web/jobs/{juid}/metrics?width=100").json()
     assert series["loss"]["points"] == 3000 and len(series["loss"]["x"]) <= 200
 

@@ -94,40 +94,58 @@
     return Math.max(200, Math.floor((grid.clientWidth - 16 * (cols - 1)) / cols) - 4);
   }
 
-  // -- job page: one chart per metric (uPlot), series downsampled by the server
-  var charts = document.getElementById("charts"), plots = {};
+  // -- job page: one chart per metric (uPlot), series downsampled by the server; drag to
+  // zoom (double-click: back), log y and smoothing (an exponential moving average) on top
+  var charts = document.getElementById("charts"), plots = {}, raw = {}, drawnAs = "";
   var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
+  var logY = document.getElementById("logy"), smooth = document.getElementById("smooth");
+  window.monkeyCharts = plots;  // for tests and the curious
+  function shown(ys) {
+    var w = smooth ? parseFloat(smooth.value) : 0, avg = null;
+    return ys.map(function (y) {
+      if (y === null || (logY && logY.checked && y <= 0)) return null;
+      avg = avg === null || !w ? y : w * avg + (1 - w) * y;
+      return avg;
+    });
+  }
+  function render() {
+    var width = chartWidth(charts), mode = (logY && logY.checked ? "log" : "lin") + width;
+    var names = Object.keys(raw);
+    if (!names.length) return;
+    if (mode !== drawnAs) {  // a new scale or width: drawn again
+      charts.innerHTML = "";
+      Object.keys(plots).forEach(function (n) { plots[n].destroy(); delete plots[n]; });
+      drawnAs = mode;
+    }
+    names.forEach(function (name, i) {
+      var s = raw[name], data = [s.x, shown(s.y)];
+      if (plots[name]) { plots[name].setData(data); return; }
+      var box = document.createElement("figure");
+      box.className = "chart";
+      var title = document.createElement("h3");
+      title.textContent = name;
+      var note = document.createElement("figcaption");
+      note.className = "note";
+      note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
+      box.appendChild(title);
+      charts.appendChild(box);
+      plots[name] = new uPlot({
+        width: width, height: 220,
+        scales: {x: {time: s.by === "time"}, y: logY && logY.checked ? {distr: 3} : {}},
+        series: [{label: s.by}, {label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}],
+        axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
+      }, data, box);
+      box.appendChild(note);
+    });
+  }
   function drawCharts() {
     if (!charts || !window.uPlot) return;
-    var width = chartWidth(charts);
-    fetch(charts.dataset.src + "?width=" + Math.round(width), {credentials: "same-origin"})
+    fetch(charts.dataset.src + "?width=" + Math.round(chartWidth(charts)), {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.json() : {}; })
-      .then(function (series) {
-        var names = Object.keys(series);
-        if (!names.length) return;
-        if (charts.querySelector("p.muted")) charts.innerHTML = "";
-        names.forEach(function (name, i) {
-          var s = series[name], data = [s.x, s.y];
-          if (plots[name]) { plots[name].setData(data); return; }
-          var box = document.createElement("figure");
-          box.className = "chart";
-          var title = document.createElement("h3");
-          title.textContent = name;
-          var note = document.createElement("figcaption");
-          note.className = "note";
-          note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
-          box.appendChild(title);
-          charts.appendChild(box);
-          plots[name] = new uPlot({
-            width: width, height: 220,
-            scales: {x: {time: s.by === "time"}},
-            series: [{label: s.by}, {label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}],
-            axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
-          }, data, box);
-          box.appendChild(note);
-        });
-      });
+      .then(function (series) { raw = series; render(); });
   }
+  if (logY) logY.addEventListener("change", render);
+  if (smooth) smooth.addEventListener("input", render);
   // -- compare page: each metric of the picked jobs overlaid in one chart
   var overlay = document.getElementById("overlay");
   function drawOverlay() {
