@@ -188,6 +188,11 @@ def test_a_line_written_by_a_running_job_appears_without_a_reload(node, browser,
     page.wait_for_selector("#log >> text=written while hidden")
     text = page.inner_text("#log")
     assert [text.count(s) for s in ("first line", "the red", "written while hidden")] == [1, 1, 1]
+    page.fill("#find", "LINE")  # find in the output, case aside
+    assert page.inner_text("#found") == "2 found"
+    page.press("#find", "Enter")
+    assert page.inner_text("#found") == "1 of 2"
+    assert page.evaluate("CSS.highlights.get('found').size") == 2
     node.server("job", "cancel", juid)
 
 

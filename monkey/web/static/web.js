@@ -81,6 +81,44 @@
       });
     };
     open();
+    // Find in the output: every match highlighted (CSS highlights: the text is untouched),
+    // Enter moves to the next one.
+    var find = document.getElementById("find"), found = document.getElementById("found");
+    var matches = [], here = -1;
+    var search = function () {
+      matches = [];
+      var text = find.value.toLowerCase();
+      if (text && window.CSS && CSS.highlights) {
+        var walker = document.createTreeWalker(log, NodeFilter.SHOW_TEXT), node;
+        while ((node = walker.nextNode())) {
+          var hay = node.data.toLowerCase(), at = hay.indexOf(text);
+          while (at >= 0) {
+            var r = new Range();
+            r.setStart(node, at);
+            r.setEnd(node, at + text.length);
+            matches.push(r);
+            at = hay.indexOf(text, at + text.length);
+          }
+        }
+      }
+      here = -1;
+      if (window.CSS && CSS.highlights) {
+        CSS.highlights.set("found", new Highlight(...matches));
+        CSS.highlights.delete("found-here");
+      }
+      found.textContent = text ? matches.length + " found" : "";
+    };
+    find.addEventListener("input", search);
+    find.addEventListener("keydown", function (e) {
+      if (e.key !== "Enter" || !matches.length) return;
+      e.preventDefault();
+      here = (here + 1) % matches.length;
+      CSS.highlights.set("found-here", new Highlight(matches[here]));
+      follow.checked = false;  // stay on the match while lines arrive
+      var box = matches[here].getBoundingClientRect(), frame = log.getBoundingClientRect();
+      log.scrollTop += box.top - frame.top - log.clientHeight / 2;
+      found.textContent = (here + 1) + " of " + matches.length;
+    });
     document.addEventListener("visibilitychange", function () {  // as the jobs page does
       if (ended) return;
       if (document.hidden && feed) { feed.close(); feed = null; }
