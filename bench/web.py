@@ -63,7 +63,9 @@ def main() -> None:
             for i in range(N)
         ],
     )
-    points = [("loss", s, math.sin(s / 5000) + 1 / (s + 1), 1.7e9 + s) for s in range(POINTS)]
+    points: list[tuple[str, int | None, float | None, float]] = [
+        ("loss", s, math.sin(s / 5000) + 1 / (s + 1), 1.7e9 + s) for s in range(POINTS)
+    ]
     with m.store.tx() as db:
         m.store._insert_columns(db, job.juid, 1, as_columns(points))
     m.store.close()
@@ -173,14 +175,12 @@ def live(url: str, token: str) -> None:
         text=True,
         check=True,
     ).stdout.strip()
-    pid = int(
-        re.search(
-            r"pid (\d+)",
-            subprocess.run(
-                [sys.executable, "-m", "monkey", "server", "status"], capture_output=True, text=True
-            ).stdout,
-        ).group(1)
-    )
+    status = subprocess.run(
+        [sys.executable, "-m", "monkey", "server", "status"], capture_output=True, text=True
+    ).stdout
+    found = re.search(r"pid (\d+)", status)
+    assert found, status
+    pid = int(found.group(1))
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         before = _rss(pid)
@@ -194,9 +194,11 @@ def live(url: str, token: str) -> None:
             follower.wait_for_url("**/web/jobs")
             follower.goto(url + f"/web/jobs/{out}")
             pages.append(follower)
-        pages[0].wait_for_selector("#log >> text=tick")
-        delays = sorted(pages[0].evaluate(ARRIVALS))
-        assert delays, "no line arrived: " + pages[0].inner_text("#logstate")
+        watched = pages[-1]
+        watched.bring_to_front()  # a page in the background may be hidden: its feed closed
+        watched.wait_for_selector("#log >> text=tick", timeout=120_000)
+        delays = sorted(watched.evaluate(ARRIVALS))
+        assert delays, "no line arrived: " + watched.inner_text("#logstate")
         after = _rss(pid)
         browser.close()
     p95 = delays[int(len(delays) * 0.95) - 1] if delays else float("nan")
