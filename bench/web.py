@@ -167,8 +167,6 @@ ARRIVALS = """() => new Promise(done => {
 def live(url: str, token: str) -> None:
     """p95 of a line's way from a running job to its page, and the server's RSS with 20
     pages following live logs."""
-    from playwright.sync_api import sync_playwright
-
     out = subprocess.run(
         [sys.executable, "-m", "monkey", "run", "--", sys.executable, "-c", TICKER],
         capture_output=True,
@@ -181,6 +179,27 @@ def live(url: str, token: str) -> None:
     found = re.search(r"pid (\d+)", status)
     assert found, status
     pid = int(found.group(1))
+    try:
+        delays, before, after = _follow(url, token, out, pid)
+    finally:  # the ticker, cancelled however the measure ended, before the core stops
+        subprocess.run([sys.executable, "-m", "monkey", "job", "cancel", out], capture_output=True)
+        subprocess.run([sys.executable, "-m", "monkey", "logs", "-f", out], capture_output=True)
+    p95 = delays[int(len(delays) * 0.95) - 1] if delays else float("nan")
+    print(
+        f"live log, write to page:          p95 {p95:7.1f} ms, median "
+        f"{statistics.median(delays):.1f} ms over {len(delays)} lines (target p95 <= 1000 ms)"
+    )
+    print(
+        f"server RSS, 20 pages following:   {after:7.1f} MB  (before them {before:.1f} MB; "
+        "target <= 150 MB)"
+    )
+
+
+def _follow(url: str, token: str, juid: str, pid: int) -> tuple[list[float], float, float]:
+    """20 users following job JUID's page: (the write-to-page delays in ms seen on one of
+    them, the server's RSS before and with them, MB)."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         before = _rss(pid)
@@ -192,7 +211,7 @@ def live(url: str, token: str) -> None:
             follower.fill("#token", token)
             follower.click("button[type=submit]")
             follower.wait_for_url("**/web/jobs")
-            follower.goto(url + f"/web/jobs/{out}")
+            follower.goto(url + f"/web/jobs/{juid}")
             pages.append(follower)
         watched = pages[-1]
         watched.bring_to_front()  # a page in the background may be hidden: its feed closed
@@ -201,16 +220,7 @@ def live(url: str, token: str) -> None:
         assert delays, "no line arrived: " + watched.inner_text("#logstate")
         after = _rss(pid)
         browser.close()
-    p95 = delays[int(len(delays) * 0.95) - 1] if delays else float("nan")
-    print(
-        f"live log, write to page:          p95 {p95:7.1f} ms, median "
-        f"{statistics.median(delays):.1f} ms over {len(delays)} lines (target p95 <= 1000 ms)"
-    )
-    print(
-        f"server RSS, 20 pages following:   {after:7.1f} MB  (before them {before:.1f} MB; "
-        "target <= 150 MB)"
-    )
-    subprocess.run([sys.executable, "-m", "monkey", "job", "cancel", out], capture_output=True)
+    return delays, before, after
 
 
 def _rss(pid: int) -> float:
