@@ -151,17 +151,18 @@ TICKER = (
     "    print(f'tick {time.time():.6f}', flush=True)\n"
     "    time.sleep(0.1)\n"
 )
-ARRIVALS = """() => new Promise(done => {
-    const log = document.getElementById('log'), seen = [], known = new Set();
+WATCH = """() => {
+    const log = document.getElementById('log'), known = new Set();
     const ticks = () => [...log.textContent.matchAll(/tick (\\d+\\.\\d+)/g)].map(m => m[1]);
     ticks().forEach(t => known.add(t));  // lines shown before: not timed
+    window.delays = [];
     new MutationObserver(() => {
         const now = performance.timeOrigin + performance.now();
-        for (const t of ticks()) if (!known.has(t)) { known.add(t); seen.push([t, now]); }
+        for (const t of ticks()) {
+            if (!known.has(t)) { known.add(t); window.delays.push(now - parseFloat(t) * 1000); }
+        }
     }).observe(log, {childList: true, subtree: true});
-    setTimeout(() => done(seen.map(s => now_minus(s))), 8000);
-    function now_minus(s) { return s[1] - parseFloat(s[0]) * 1000; }
-})"""
+}"""
 
 
 def live(url: str, token: str) -> None:
@@ -216,7 +217,9 @@ def _follow(url: str, token: str, juid: str, pid: int) -> tuple[list[float], flo
         watched = pages[-1]
         watched.bring_to_front()  # a page in the background may be hidden: its feed closed
         watched.wait_for_selector("#log >> text=tick", timeout=120_000)
-        delays = sorted(watched.evaluate(ARRIVALS))
+        watched.evaluate(WATCH)
+        time.sleep(8)  # a browser's timers may be throttled: the wait is this process's
+        delays = sorted(watched.evaluate("window.delays"))
         assert delays, "no line arrived: " + watched.inner_text("#logstate")
         after = _rss(pid)
         browser.close()

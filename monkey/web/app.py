@@ -489,8 +489,9 @@ class Web:
                 if event is None:
                     return
                 yield event
-        finally:
-            await anyio.to_thread.run_sync(events.close, limiter=self._limiter)  # type: ignore[attr-defined]
+        finally:  # also when the page went away (cancelled): its store closed, its thread freed
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(events.close, limiter=self._limiter)  # type: ignore[attr-defined]
 
     async def icon(self, request: Request) -> Response:
         return RedirectResponse("/web/static/icon.svg", 301)
