@@ -184,7 +184,7 @@ def test_web_command_loads_neither_the_pages_nor_the_server_stack(tmp_path):
         "import contextlib; from monkey.shell.cli import main\n"
         "with contextlib.suppress(SystemExit): main(['web', '--help'])"
     )
-    among = ("monkey.web", "jinja2", "starlette", "uvicorn", "anyio")
+    among = ("monkey.server.web", "jinja2", "starlette", "uvicorn", "anyio")
     assert _heavy_modules(f"exec({code!r})", tmp_path, among) == []
 
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 
-from monkey.web.render import AnsiHtml, ansi_to_html, downsample, downsample_pairs
+from monkey.server.web.render import AnsiHtml, ansi_to_html, downsample, downsample_pairs
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

@@ -1,6 +1,6 @@
 """The routes of `monkey server` (Starlette): every request is authenticated first (401,
 429 after too many refused tokens from one address), every answer says the API and monkey
-versions. The web pages (monkey.web, under /web) are routes beside these, with sessions of
+versions. The web pages (monkey.server.web, under /web) are routes beside these, with sessions of
 their own."""
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def build(home: Home) -> ASGIApp:
     """The server's ASGI application over MONKEY_HOME HOME."""
     global _local_home
     _local_home = home
-    from monkey.web.app import Web
+    from monkey.server.web.app import Web
 
     gate = Gate(lambda: _monkey().store)
     app = Starlette(

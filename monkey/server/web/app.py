@@ -30,8 +30,8 @@ from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
 from monkey.server.calls import Forbidden, run_call
-from monkey.web import views
-from monkey.web.render import AnsiHtml
+from monkey.server.web import views
+from monkey.server.web.render import AnsiHtml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

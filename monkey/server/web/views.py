@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from monkey.models import TERMINAL, MonkeyError, State
-from monkey.web.render import downsample_pairs
+from monkey.server.web.render import downsample_pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
