@@ -26,6 +26,7 @@ from starlette.responses import (
 )
 from starlette.routing import BaseRoute, Mount, Route
 
+from monkey.client_agent import rundir
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
@@ -535,7 +536,7 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
                 html = renderers.setdefault(kind, AnsiHtml()).feed(data)
                 if not html:
                     continue
-                body = {"s": "err" if kind.endswith("stderr.log") else "out", "h": html}
+                body = {"s": "err" if kind.endswith(rundir.STDERR) else "out", "h": html}
             yield (
                 f"id: {json.dumps(cursor, separators=(',', ':'))}\ndata: {json.dumps(body)}\n\n"
             ).encode()
