@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Container, Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -295,6 +295,27 @@ class Web:
         return self.page("job.html", status, session, error=error, **data)
 
     async def action(self, request: Request) -> Response:
+        """A job's action (cancel, pause, resume, retry) from its page."""
+        return await self._act(
+            request,
+            views.ACTIONS,
+            lambda what, ref: (what, [ref]),
+            self._job_page,
+            "jobs",
+        )
+
+    async def _act(
+        self,
+        request: Request,
+        allowed: Container[str],
+        call: Callable[[str, str], tuple[str, list[str]]],
+        page: Callable[..., Any],
+        where: str,
+    ) -> Response:
+        """A form's action on the job or sweep of the URL: logged in, its CSRF token right,
+        one of ALLOWED, carried out by ``run_call`` (CALL(action, ref): the API's name and
+        arguments) under the API's own rule (the owner or an admin); then back to its page
+        (PAGE, with the error when it failed)."""
         session = await self.session(request)
         if session is None:
             return self._to_login(request)
@@ -302,18 +323,19 @@ class Web:
         if refused:
             return refused
         what = str((await _form(request)).get("action", ""))
-        if what not in views.ACTIONS:
-            return await self._job_page(request, session, f"no action {what!r} here", 400)
+        if what not in allowed:
+            return await page(request, session, f"no action {what!r} here", 400)
         ref = request.path_params["ref"]
-        try:  # the API's own rule: the job's owner or an admin
+        name, args = call(what, ref)
+        try:
             await run_in_threadpool(
-                lambda: run_call(self.monkey(), session["user"], what, [ref], {})
+                lambda: run_call(self.monkey(), session["user"], name, args, {})
             )
         except Forbidden as exc:
-            return await self._job_page(request, session, str(exc), 403)
+            return await page(request, session, str(exc), 403)
         except MonkeyError as exc:
-            return await self._job_page(request, session, str(exc), 400)
-        return _headers(RedirectResponse(f"/web/jobs/{ref}", 303))
+            return await page(request, session, str(exc), 400)
+        return _headers(RedirectResponse(f"/web/{where}/{ref}", 303))
 
     async def metrics(self, request: Request) -> Response:
         session = await self.session(request)
@@ -411,25 +433,15 @@ class Web:
         return self.page("sweep.html", status, session, error=error, cell=views.cell, **data)
 
     async def sweep_action(self, request: Request) -> Response:
-        session = await self.session(request)
-        if session is None:
-            return self._to_login(request)
-        refused = await self._check_csrf(request, session)
-        if refused:
-            return refused
-        what = str((await _form(request)).get("action", ""))
-        if what not in views.SWEEP_ACTIONS:
-            return await self._sweep_page(request, session, f"no action {what!r} here", 400)
-        ref = request.path_params["ref"]
-        try:  # the API's own rule: the owner of every job of the sweep, or an admin
-            await run_in_threadpool(
-                lambda: run_call(self.monkey(), session["user"], "sweep_control", [ref, what], {})
-            )
-        except Forbidden as exc:
-            return await self._sweep_page(request, session, str(exc), 403)
-        except MonkeyError as exc:
-            return await self._sweep_page(request, session, str(exc), 400)
-        return _headers(RedirectResponse(f"/web/sweeps/{ref}", 303))
+        """An action on every run of a sweep, from its page (the owner of all its jobs or
+        an admin)."""
+        return await self._act(
+            request,
+            views.SWEEP_ACTIONS,
+            lambda what, ref: ("sweep_control", [ref, what]),
+            self._sweep_page,
+            "sweeps",
+        )
 
     # -- live feeds (server-sent events) ----------------------------------------------
 
