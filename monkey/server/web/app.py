@@ -31,7 +31,7 @@ from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
 from monkey.server.calls import Forbidden, run_call
-from monkey.server.web import views
+from monkey.server.web import code, views
 from monkey.server.web.render import AnsiHtml
 
 TYPE_CHECKING = False
@@ -121,6 +121,7 @@ class Web:
                     Route("/sweeps", self.sweeps),
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
+                    *code.routes(self),
                     Route("/static/{path:path}", self.static),
                 ],
             ),

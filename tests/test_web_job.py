@@ -1,0 +1,118 @@
+"""Monkey Web's job page, its remaining parts (issue 28): the code snapshot browser, diffs
+against git HEAD and another run, the rerun form and clone instructions; against a real
+main node with real jobs, in Debian's chromium (the fixtures of tests/test_web.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
+from test_web import browser, login, page_for  # noqa: F401 - browser: a fixture
+
+from monkey.server.web.code import diff_lines, safe_path
+
+
+def git(where: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(where), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def run_in(node: MainNode, workdir: Path, *argv: str) -> str:
+    done = node.server("run", "--workdir", str(workdir), "--", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_safe_path_refuses_absolute_and_climbing_paths():
+    assert safe_path("src/./train.py") == "src/train.py"
+    for bad in ("/etc/passwd", "../x", "a/../../x", "a\\b", "", ".", "a/\0"):
+        assert safe_path(bad) is None, bad
+
+
+def test_diff_lines_tell_added_removed_and_hunks():
+    text = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old <b>\n+new\n same"
+    assert diff_lines(text) == (
+        [
+            ("file", "--- a/x"),
+            ("file", "+++ b/x"),
+            ("hunk", "@@ -1 +1 @@"),
+            ("del", "-old <b>"),
+            ("add", "+new"),
+            ("ctx", " same"),
+        ],
+        0,
+    )
+    assert diff_lines("+a\n+b\n+c", most=2) == ([("add", "+a"), ("add", "+b")], 1)
+
+
+@pytest.mark.system
+def test_the_code_browser_shows_files_as_the_job_saw_them_and_refuses_climbing_out(
+    node, browser, tmp_path
+):
+    code = tmp_path / "proj"
+    (code / "src").mkdir(parents=True)
+    (code / "src" / "train.py").write_text("print('<lr> & 0.1')\n")
+    (code / "data.bin").write_bytes(b"\0\1\2" * 100)
+    (code / "big.txt").write_text("x" * 600_000 + "THE END\n")
+    juid = run_in(node, code, "true")
+    (code / "src" / "train.py").write_text("changed after\n")  # the job keeps its copy
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    page.click("text=Browse its files")
+    page.click(".tree >> text=train.py")
+    page.wait_for_url(f"**/web/jobs/{juid}/code/src/train.py")
+    assert page.inner_text("#source") == "print('<lr> & 0.1')\n"  # as the job saw it, escaped
+    raw = page.request.get(node.url + f"/web/jobs/{juid}/code/src/train.py?raw=1")
+    assert raw.body() == b"print('<lr> & 0.1')\n"
+    page.goto(node.url + f"/web/jobs/{juid}/code/data.bin")
+    assert page.inner_text("#binary").startswith("binary, 300 bytes")
+    page.goto(node.url + f"/web/jobs/{juid}/code/big.txt")
+    assert "truncated" in page.inner_text("#truncated")
+    assert "THE END" not in page.inner_text("#source")
+    raw = page.request.get(node.url + f"/web/jobs/{juid}/code/big.txt?raw=1")
+    assert raw.body().endswith(b"THE END\n")
+    # climbing out of the snapshot, or an absolute path, is refused; a missing file is 404
+    for bad in ("..%2F..%2Fetc%2Fpasswd", "src/..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd"):
+        answer = page.request.get(node.url + f"/web/jobs/{juid}/code/{bad}")
+        assert answer.status == 400, bad
+        assert "root:" not in answer.text()
+        answer = page.request.get(node.url + f"/web/jobs/{juid}/code/{bad}?raw=1")
+        assert answer.status == 400, bad
+    missing = page.request.get(node.url + f"/web/jobs/{juid}/code/nope.py")
+    assert missing.status == 404 and "has no code file" in missing.text()
+
+
+@pytest.mark.system
+def test_diffs_against_git_head_and_another_run_mark_the_changed_lines(node, browser, tmp_path):
+    code = tmp_path / "repo"
+    code.mkdir()
+    (code / "train.py").write_text("lr = 0.1\nepochs = 3\n")
+    git(code, "init", "-q")
+    git(code, "add", ".")
+    git(code, "commit", "-qm", "first")
+    clean = run_in(node, code, "true")
+    (code / "train.py").write_text("lr = 0.5  # <tuned>\nepochs = 3\n")
+    dirty = run_in(node, code, "true")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{clean}/diff")
+    assert "no uncommitted changes" in page.inner_text("#note")
+    page.goto(node.url + f"/web/jobs/{dirty}")
+    page.click("text=Diff against git HEAD")
+    page.wait_for_selector("#diff")
+    assert page.inner_text("#diff .l-add").endswith("+lr = 0.5  # <tuned>")  # escaped
+    assert page.inner_text("#diff .l-del").endswith("-lr = 0.1")
+    # against another run, from the job page's form
+    page.goto(node.url + f"/web/jobs/{dirty}")
+    page.fill("#code-h ~ form input[name=against]", clean)
+    page.click("#code-h ~ form button")
+    page.wait_for_url(f"**/web/jobs/{dirty}/diff?against={clean}")
+    assert page.inner_text("#diff .l-add").endswith("+lr = 0.5  # <tuned>")
+    assert page.inner_text("#diff .l-del").endswith("-lr = 0.1")
+    assert "1 changed, 0 added, 0 removed" in page.inner_text("main")
+    page.goto(node.url + f"/web/jobs/{dirty}/diff?against=nosuchjob")
+    assert "nosuchjob" in page.inner_text("[role=alert]")
