@@ -116,3 +116,70 @@ def test_diffs_against_git_head_and_another_run_mark_the_changed_lines(node, bro
     assert "1 changed, 0 added, 0 removed" in page.inner_text("main")
     page.goto(node.url + f"/web/jobs/{dirty}/diff?against=nosuchjob")
     assert "nosuchjob" in page.inner_text("[role=alert]")
+
+
+@pytest.mark.system
+def test_datasets_persisted_folders_and_outputs_are_listed_and_downloadable(
+    node, browser, tmp_path
+):
+    import tarfile
+
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / "job.yml").write_text(
+        "name: keep\nrun:\n  env_type: none\npersist:\n  - name: out\n    path: out/model\n"
+    )
+    data = tmp_path / "mnist"
+    data.mkdir()
+    (data / "x.txt").write_text("42\n" * 100)
+    script = (
+        "mkdir -p out/model/sub && echo w1 > out/model/weights.txt && echo s > out/model/sub/s"
+        " && echo 0.93 > result.json && ln -s /etc/passwd leak.json"
+    )
+    done = node.server(
+        "run",
+        "--workdir",
+        str(code),
+        "--dataset",
+        f"{data}:MNIST",
+        "--outputs",
+        "*.json",
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    wait_until_ended(node, juid)
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    row = page.inner_text("#datasets tbody tr")
+    assert "MNIST" in row and "$MONKEY_DATASET_MNIST" in row and "300 Bytes" in row
+    assert "out/model/ 2 files" in page.inner_text("#persisted-h ~ h3")
+    with page.expect_download() as got:
+        page.click("text=Download .tar.gz")
+    with tarfile.open(got.value.path(), "r:gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+        assert names == ["out/sub/s", "out/weights.txt"]
+        assert tar.extractfile("out/weights.txt").read() == b"w1\n"
+    with page.expect_download() as got:
+        page.click("#persisted-h ~ ul >> text=weights.txt")
+    assert Path(got.value.path()).read_bytes() == b"w1\n"
+    outputs = page.inner_text("#outputs-h ~ ul")
+    assert "result.json" in outputs and "leak.json" not in outputs  # a link out is no output
+    with page.expect_download() as got:
+        page.click("#outputs-h ~ ul >> text=result.json")
+    assert Path(got.value.path()).read_bytes() == b"0.93\n"
+    # only the outputs of its folder, never the rest, never out of it
+    base = node.url + f"/web/jobs/{juid}"
+    for bad, status in (
+        ("/outputs/1/leak.json", 404),
+        ("/outputs/1/job.yml", 404),
+        ("/outputs/1/..%2F..%2F..%2Fsecrets", 400),
+        ("/persisted/out/..%2F..%2F..%2Fsecrets", 400),
+        ("/persisted/nope.tar.gz", 404),
+    ):
+        answer = page.request.get(base + bad)
+        assert answer.status == status, bad
+        assert "root:" not in answer.text()

@@ -31,7 +31,7 @@ from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
 from monkey.server.calls import Forbidden, run_call
-from monkey.server.web import code, views
+from monkey.server.web import code, files, views
 from monkey.server.web.render import AnsiHtml
 
 TYPE_CHECKING = False
@@ -122,6 +122,7 @@ class Web:
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
                     *code.routes(self),
+                    *files.routes(self),
                     Route("/static/{path:path}", self.static),
                 ],
             ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from monkey.models import TERMINAL, MonkeyError, State
+from monkey.server.web.job_extras import extras
 from monkey.server.web.render import downsample_pairs
 
 TYPE_CHECKING = False
@@ -140,6 +141,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
         ],
         "events": [{**e, "when": clock(e["ts"])} for e in info["events"][-200:]],
         "cost": info.get("cost"),
+        **extras(m, info, user),  # datasets, outputs, rerun form (job_extras.py)
     }
 
 
