@@ -4,12 +4,14 @@ main node with real jobs, in Debian's chromium (the fixtures of tests/test_web.p
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
-from test_web import browser, login, page_for  # noqa: F401 - browser: a fixture
+from test_web import browser, csrf_of, login, page_for, run_job  # noqa: F401 - browser: a fixture
 
 from monkey.server.web.code import diff_lines, safe_path
 
@@ -183,3 +185,67 @@ def test_datasets_persisted_folders_and_outputs_are_listed_and_downloadable(
         answer = page.request.get(base + bad)
         assert answer.status == status, bad
         assert "root:" not in answer.text()
+
+
+def job_ids(node: MainNode) -> list[str]:
+    done = node.server("list", "jobs", "--all", "--json")
+    assert done.returncode == 0, done.stderr
+    return sorted(j["job"] for j in json.loads(done.stdout)["jobs"])
+
+
+@pytest.mark.system
+def test_rerun_from_the_form_queues_the_changed_job_and_bad_values_queue_nothing(
+    node, browser, tmp_path
+):
+    bob = node.add_user("bob")
+    juid = run_job(node, "echo", "--lr", "0.1", "--epochs", "3")  # the admin's
+    wait_until_ended(node, juid)
+    page = page_for(browser)
+    login(page, node, bob, f"/web/jobs/{juid}")
+    assert page.inner_text("#clone-line") == f"monkey clone {juid} --to ./{juid}"
+    assert page.inner_text("#rerun-line") == f"monkey rerun {juid}"
+    assert page.input_value("input[name='p:lr']") == "0.1"
+    before = job_ids(node)
+    # a bad value: its one-line error on the form, what was typed kept, nothing queued
+    page.fill("input[name='p:lr']", "0.5")
+    page.fill("input[name=time]", "5")
+    page.click("#rerun-form button[type=submit]")
+    assert "time limit '5' has no unit; write 5m" in page.inner_text("#rerun-error")
+    assert page.input_value("input[name='p:lr']") == "0.5"
+    assert page.input_value("input[name=time]") == "5"
+    page.fill("input[name=cpus]", "two")
+    page.fill("input[name=time]", "")
+    page.click("#rerun-form button[type=submit]")
+    assert page.inner_text("#rerun-error") == "cpus 'two' is not a whole number; write e.g. 2"
+    assert job_ids(node) == before
+    # a forged form without the CSRF token is refused, nothing queued
+    forged = page.request.post(node.url + f"/web/jobs/{juid}/rerun", form={"p:lr": "9"})
+    assert forged.status == 403
+    assert job_ids(node) == before
+    # anyone may rerun a job they see (as the API's rerun): bob's new job, its value changed
+    page.fill("input[name=cpus]", "1")
+    page.click("#rerun-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/web/jobs/(?!" + juid + r")[^/]+$"))
+    new = page.url.rsplit("/", 1)[-1]
+    info = json.loads(node.server("info", new, "--json").stdout)
+    assert info["owner"] == "bob" and info["rerun_of"]["job"] == juid
+    page.wait_for_selector("#log >> text=--lr 0.5 --epochs 3")
+
+
+@pytest.mark.system
+def test_a_job_with_another_users_secrets_offers_no_rerun_and_refuses_one(node, browser):
+    bob = node.add_user("bob")
+    done = node.server("run", "--env", "API_TOKEN=hunter2", "--", "true")
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    page = page_for(browser)
+    login(page, node, bob, f"/web/jobs/{juid}")
+    assert "carries secret env values of" in page.inner_text("#rerun-refused")
+    assert page.query_selector("#rerun-form") is None
+    before = job_ids(node)
+    forged = page.request.post(
+        node.url + f"/web/jobs/{juid}/rerun", form={"csrf": csrf_of(page), "name": "x"}
+    )
+    assert forged.status == 400 and "carries secret env values" in forged.text()
+    assert "hunter2" not in forged.text()
+    assert job_ids(node) == before

@@ -31,7 +31,7 @@ from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
 from monkey.server.calls import Forbidden, run_call
-from monkey.server.web import code, files, views
+from monkey.server.web import code, files, rerun_form, views
 from monkey.server.web.render import AnsiHtml
 
 TYPE_CHECKING = False
@@ -123,6 +123,7 @@ class Web:
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
                     *code.routes(self),
                     *files.routes(self),
+                    *rerun_form.routes(self),
                     Route("/static/{path:path}", self.static),
                 ],
             ),

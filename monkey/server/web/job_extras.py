@@ -4,6 +4,7 @@ folders and outputs (``files.data_part``), the rerun form and the clone instruct
 from __future__ import annotations
 
 from monkey.server.web.files import data_part
+from monkey.server.web.rerun_form import form_values
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -14,4 +15,4 @@ if TYPE_CHECKING:
 
 def extras(m: Monkey, info: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     """The job page's further values, from ``Monkey.info``'s INFO, for USER."""
-    return {"data": data_part(m, info["job"])}
+    return {"data": data_part(m, info["job"]), "rerun": form_values(m, info, user)}
