@@ -249,3 +249,72 @@ def test_a_job_with_another_users_secrets_offers_no_rerun_and_refuses_one(node, 
     assert forged.status == 400 and "carries secret env values" in forged.text()
     assert "hunter2" not in forged.text()
     assert job_ids(node) == before
+
+
+@pytest.mark.system
+def test_the_new_job_form_queues_a_job_that_runs_and_bad_values_queue_nothing(node, browser):
+    page = page_for(browser)
+    login(page, node, node.token, "/web/new")
+    assert "runs in an empty folder" in page.inner_text("#code-from")
+    before = job_ids(node)
+    page.fill("#command", "sh -c 'echo hello $GREETING; ls -A | wc -l; echo ${#API_TOKEN}'")
+    page.fill("textarea[name=env]", "GREETING=<web>\nAPI_TOKEN=hunter2hunter2\n")
+    page.fill("input[name=time]", "5")
+    page.click("#new-form button[type=submit]")
+    assert page.inner_text("#new-error") == (
+        "time limit '5' has no unit; write 5m for 5 minutes (or 5s, 5h, 5d, HH:MM:SS)"
+    )
+    assert page.input_value("#command").startswith("sh -c 'echo hello $GREETING")
+    assert "API_TOKEN=hunter2hunter2" in page.input_value("textarea[name=env]")
+    page.fill("input[name=time]", "5m")
+    page.fill("textarea[name=env]", "GREETING=<web>\nnot a line")
+    page.click("#new-form button[type=submit]")
+    assert page.inner_text("#new-error") == (
+        "env line 2 'not a line' is not KEY=VALUE; write e.g. SEED=1"
+    )
+    forged = page.request.post(node.url + "/web/new", form={"command": "true"})
+    assert forged.status == 403
+    assert job_ids(node) == before  # nothing queued by any of them
+    page.fill("textarea[name=env]", "GREETING=<web>\nAPI_TOKEN=hunter2hunter2\n")
+    page.click("#new-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/web/jobs/[^/]+$"))
+    juid = page.url.rsplit("/", 1)[-1]
+    page.wait_for_selector("#log >> text=hello <web>")
+    wait_until_ended(node, juid)
+    out = node.server("logs", juid).stdout
+    assert out.split() == ["hello", "<web>", "0", "14"]  # an empty folder; the secret given
+    info = node.server("info", juid, "--json").stdout
+    assert "hunter2" not in info
+    assert page.inner_text(".who") == json.loads(info)["owner"] + " (admin)"  # the session's
+    db = (node.home / "monkey.db").read_bytes()
+    assert b"hunter2hunter2" not in db  # as `run --env`: secret values never in the store
+
+
+@pytest.mark.system
+def test_a_new_job_from_another_job_runs_on_its_code(node, browser, tmp_path):
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / "train.py").write_text("print('trained on the snapshot')\n")
+    data = tmp_path / "mnist"
+    data.mkdir()
+    (data / "x.txt").write_text("42\n")
+    done = node.server(
+        "run", "--workdir", str(code), "--dataset", f"{data}:MNIST", "--", "python3", "train.py"
+    )
+    assert done.returncode == 0, done.stderr
+    source = done.stdout.strip()
+    (code / "train.py").write_text("print('changed since')\n")
+    bob = node.add_user("bob")
+    page = page_for(browser)
+    login(page, node, bob, f"/web/jobs/{source}")
+    page.click("#new-from")
+    page.wait_for_url(f"**/web/new?from={source}")
+    assert page.input_value("#command") == "python3 train.py"
+    assert page.is_checked("input[name=datasets][value=MNIST]")
+    page.fill("#command", "sh -c 'python3 train.py; cat $MONKEY_DATASET_MNIST/x.txt'")
+    page.click("#new-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/web/jobs/(?!" + source + r")[^/]+$"))
+    juid = page.url.rsplit("/", 1)[-1]
+    wait_until_ended(node, juid)
+    assert node.server("logs", juid).stdout.split("\n")[:2] == ["trained on the snapshot", "42"]
+    assert json.loads(node.server("info", juid, "--json").stdout)["owner"] == "bob"

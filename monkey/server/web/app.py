@@ -31,7 +31,7 @@ from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.server import websession
 from monkey.server.calls import Forbidden, run_call
-from monkey.server.web import code, files, rerun_form, views
+from monkey.server.web import code, files, newjob, rerun_form, views
 from monkey.server.web.render import AnsiHtml
 
 TYPE_CHECKING = False
@@ -124,6 +124,7 @@ class Web:
                     *code.routes(self),
                     *files.routes(self),
                     *rerun_form.routes(self),
+                    *newjob.routes(self),
                     Route("/static/{path:path}", self.static),
                 ],
             ),
