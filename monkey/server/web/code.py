@@ -17,19 +17,21 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from monkey.api import Monkey
-    from monkey.server.web.app import Web
+
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 SHOWN_BYTES = 512 * 1024  # a file's text shown at most; the rest by its download link
 DIFF_LINES = 20_000  # a diff's lines shown at most
 SNIFF = 8192  # a NUL in a file's first bytes makes it binary (as git decides)
 
 
-def routes(web: Web) -> list[Route]:
-    """The code pages' routes, under /web."""
-    pages = CodePages(web)
+def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
+    """The code pages' routes, under /web (HEADERS: adds the app's security headers)."""
+    pages = CodePages(web, headers)
     return [
         Route("/jobs/{ref}/code", pages.tree),
         Route("/jobs/{ref}/code/{path:path}", pages.file),
@@ -197,8 +199,8 @@ def _crumbs(path: str) -> list[str]:
 class CodePages:
     """The handlers, over WEB's sessions, facade and page rendering."""
 
-    def __init__(self, web: Web) -> None:
-        self.web = web
+    def __init__(self, web: Web, headers: Callable[[Response], Response]) -> None:
+        self.web, self.headers = web, headers
 
     async def tree(self, request: Request) -> Response:
         session = await self.web.session(request)
@@ -232,7 +234,7 @@ class CodePages:
             except MonkeyError as exc:
                 return self._error(session, ref, exc, 404)
             name = path.rsplit("/", 1)[-1]
-            return _headers(
+            return self.headers(
                 Response(
                     data,
                     media_type="application/octet-stream",
@@ -267,9 +269,3 @@ class CodePages:
         return self.web.page(
             "error.html", status, session, title=f"Code of job {ref}", message=str(error)
         )
-
-
-def _headers(response: Response) -> Response:
-    from monkey.server.web.app import _headers as add
-
-    return add(response)

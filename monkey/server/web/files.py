@@ -24,17 +24,19 @@ from monkey.server.web.code import safe_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from monkey.api import Monkey
-    from monkey.server.web.app import Web
+
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 LISTED = 200  # files listed per folder on the page (the archive holds them all)
 
 
-def routes(web: Web) -> list[Route]:
-    pages = FilePages(web)
+def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
+    """The download routes, under /web (HEADERS: adds the app's security headers)."""
+    pages = FilePages(web, headers)
     return [
         Route("/jobs/{ref}/persisted/{name}.tar.gz", pages.folder),
         Route("/jobs/{ref}/persisted/{name}/{path:path}", pages.persisted_file),
@@ -45,7 +47,8 @@ def routes(web: Web) -> list[Route]:
 def _files(folder: Path, most: int = LISTED) -> tuple[list[dict[str, Any]], int, int]:
     """FOLDER's regular files (links skipped) as [{path, url, size}] (at most MOST), their
     count and total bytes."""
-    listed, count, total = [], 0, 0
+    listed: list[dict[str, Any]] = []
+    count = total = 0
     for root, dirs, names in os.walk(folder):
         dirs.sort()
         for leaf in sorted(names):
@@ -149,8 +152,8 @@ def gzipped(pieces: Iterator[bytes]) -> Iterator[bytes]:
 
 
 class FilePages:
-    def __init__(self, web: Web) -> None:
-        self.web = web
+    def __init__(self, web: Web, headers: Callable[[Response], Response]) -> None:
+        self.web, self.headers = web, headers
 
     async def _persisted(self, request: Request) -> tuple[Any, Path | None, str]:
         """(the session or a response, the saved copy of the persisted folder named in
@@ -180,7 +183,7 @@ class FilePages:
         if copy is None:
             return self._error(session, request, said, 404)
         name = f"{said}-{copy.name}.tar.gz"
-        return _headers(
+        return self.headers(
             StreamingResponse(
                 gzipped(tar_stream([(copy.name, copy)])),
                 media_type="application/gzip",
@@ -229,7 +232,7 @@ class FilePages:
                 "or links out",
                 400 if safe_path(rel) is None else 404,
             )
-        return _headers(
+        return self.headers(
             FileResponse(
                 path,
                 media_type="application/octet-stream",
@@ -243,9 +246,3 @@ class FilePages:
     ) -> Response:
         ref = request.path_params["ref"]
         return self.web.page("error.html", status, session, title=f"Job {ref}", message=message)
-
-
-def _headers(response: Response) -> Response:
-    from monkey.server.web.app import _headers as add
-
-    return add(response)

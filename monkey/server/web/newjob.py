@@ -22,19 +22,22 @@ from starlette.routing import Route
 
 from monkey.models import REDACTED, MonkeyError
 from monkey.server.calls import Forbidden, run_call
-from monkey.server.web.rerun_form import limit_text
+from monkey.server.web.rerun_form import limit_text, posted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from monkey.api import Monkey
     from monkey.models import Job
-    from monkey.server.web.app import Web
+
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 
-def routes(web: Web) -> list[Route]:
-    page = NewJobPage(web)
+def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
+    """The new-job page's route, under /web (HEADERS: adds the app's security headers)."""
+    page = NewJobPage(web, headers)
     return [Route("/new", page.handle, methods=["GET", "POST"])]
 
 
@@ -172,12 +175,10 @@ def call_kwargs(m: Monkey, form: dict[str, Any]) -> tuple[list[str], dict[str, A
 
 
 class NewJobPage:
-    def __init__(self, web: Web) -> None:
-        self.web = web
+    def __init__(self, web: Web, headers: Callable[[Response], Response]) -> None:
+        self.web, self.headers = web, headers
 
     async def handle(self, request: Request) -> Response:
-        from monkey.server.web.app import _headers
-
         web = self.web
         session = await web.session(request)
         if session is None:
@@ -187,7 +188,7 @@ class NewJobPage:
             refused = await web._check_csrf(request, session)
             if refused:
                 return refused
-            form = await _fields(request)
+            form = await posted(request)
             source = str(form.get("from", "")).strip() or None
         try:
             shown = await run_in_threadpool(lambda: form_for(web.monkey(), source))
@@ -202,7 +203,7 @@ class NewJobPage:
             juid = await run_in_threadpool(
                 lambda: run_call(web.monkey(), session["user"], "run", [argv], kwargs)
             )
-            return _headers(RedirectResponse(f"/web/jobs/{juid}", 303))
+            return self.headers(RedirectResponse(f"/web/jobs/{juid}", 303))
         except Forbidden as exc:
             error, status = str(exc), 403
         except MonkeyError as exc:
@@ -215,20 +216,3 @@ class NewJobPage:
             error=error,
             **{**shown, "values": typed, "picked": list(form.get("datasets", []))},
         )
-
-
-async def _fields(request: Request) -> dict[str, Any]:
-    """The posted form: each field's first value, ``datasets`` as the list of all ticked
-    (at most 64 KiB, as the other forms)."""
-    from urllib.parse import parse_qsl
-
-    body = await request.body()
-    if len(body) > 65536:
-        return {}
-    fields: dict[str, Any] = {"datasets": []}
-    for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-        if key == "datasets":
-            fields["datasets"].append(value)
-        else:
-            fields.setdefault(key, value)
-    return fields

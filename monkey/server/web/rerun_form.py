@@ -17,17 +17,23 @@ from monkey.server.calls import Forbidden, run_call
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from monkey.api import Monkey
-    from monkey.server.web.app import Web
+
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 PARAM = "p:"  # a parameter field's name prefix
 FIELDS = ("provider", "cpus", "gpus", "memory", "time", "name")
 
 
-def routes(web: Web) -> list[Route]:
-    return [Route("/jobs/{ref}/rerun", RerunPage(web).post, methods=["POST"])]
+def routes(
+    web: Web, headers: Callable[[Response], Response], job_page: Callable[..., dict[str, Any]]
+) -> list[Route]:
+    """The rerun form's route, under /web (HEADERS: adds the app's security headers;
+    JOB_PAGE: ``views.job_page``, the job page's values shown again with an error)."""
+    return [Route("/jobs/{ref}/rerun", RerunPage(web, headers, job_page).post, methods=["POST"])]
 
 
 def text(value: Any) -> str:
@@ -100,13 +106,15 @@ def call_args(form: dict[str, str], shown: dict[str, Any]) -> dict[str, Any]:
 
 
 class RerunPage:
-    def __init__(self, web: Web) -> None:
-        self.web = web
+    def __init__(
+        self,
+        web: Web,
+        headers: Callable[[Response], Response],
+        job_page: Callable[..., dict[str, Any]],
+    ) -> None:
+        self.web, self.headers, self.job_page = web, headers, job_page
 
     async def post(self, request: Request) -> Response:
-        from monkey.server.web import views
-        from monkey.server.web.app import _form, _headers
-
         web = self.web
         session = await web.session(request)
         if session is None:
@@ -114,11 +122,11 @@ class RerunPage:
         refused = await web._check_csrf(request, session)
         if refused:
             return refused
-        form = await _form(request)
+        form = await posted(request)
         ref = request.path_params["ref"]
         user = session["user"]
         try:
-            data = await run_in_threadpool(lambda: views.job_page(web.monkey(), ref, user))
+            data = await run_in_threadpool(lambda: self.job_page(web.monkey(), ref, user))
         except MonkeyError as exc:
             return web.page("error.html", 404, session, title=f"Job {ref}", message=str(exc))
         juid = data["info"]["job"]
@@ -128,7 +136,7 @@ class RerunPage:
             new = await run_in_threadpool(
                 lambda: run_call(web.monkey(), user, "rerun", [juid], kwargs)
             )
-            return _headers(RedirectResponse(f"/web/jobs/{new}", 303))
+            return self.headers(RedirectResponse(f"/web/jobs/{new}", 303))
         except Forbidden as exc:
             error, status = str(exc), 403
         except MonkeyError as exc:
@@ -141,3 +149,20 @@ class RerunPage:
         return web.page(
             "job.html", status, session, **{**data, "rerun": typed, "rerun_error": error}
         )
+
+
+async def posted(request: Request) -> dict[str, Any]:
+    """The posted form: each field's first value, ``datasets`` as the list of all ticked
+    (at most 64 KiB, as the other forms)."""
+    from urllib.parse import parse_qsl
+
+    body = await request.body()
+    if len(body) > 65536:
+        return {}
+    fields: dict[str, Any] = {"datasets": []}
+    for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
+        if key == "datasets":
+            fields["datasets"].append(value)
+        else:
+            fields.setdefault(key, value)
+    return fields
