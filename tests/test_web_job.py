@@ -318,3 +318,28 @@ def test_a_new_job_from_another_job_runs_on_its_code(node, browser, tmp_path):
     wait_until_ended(node, juid)
     assert node.server("logs", juid).stdout.split("\n")[:2] == ["trained on the snapshot", "42"]
     assert json.loads(node.server("info", juid, "--json").stdout)["owner"] == "bob"
+
+
+@pytest.mark.system
+def test_the_new_pages_have_no_horizontal_scroll_at_360_px(node, browser, tmp_path):
+    code = tmp_path / "proj"
+    (code / ("a-long-folder-name-" * 4)).mkdir(parents=True)
+    (code / ("a-long-folder-name-" * 4) / "f.py").write_text("x = '" + "y" * 400 + "'\n")
+    git(code, "init", "-q")
+    git(code, "add", ".")
+    git(code, "commit", "-qm", "first")
+    (code / ("a-long-folder-name-" * 4) / "f.py").write_text("x = '" + "z" * 400 + "'\n")
+    juid = run_in(node, code, "echo", "--lr", "0." + "1" * 100)
+    page = page_for(browser, viewport={"width": 360, "height": 740})
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    folder = "a-long-folder-name-" * 4
+    for path in (
+        f"/web/jobs/{juid}",
+        f"/web/jobs/{juid}/code",
+        f"/web/jobs/{juid}/code/{folder}/f.py",
+        f"/web/jobs/{juid}/diff",
+        f"/web/new?from={juid}",
+        "/web/new",
+    ):
+        page.goto(node.url + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360, path

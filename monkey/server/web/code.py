@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 SHOWN_BYTES = 512 * 1024  # a file's text shown at most; the rest by its download link
 DIFF_LINES = 20_000  # a diff's lines shown at most
+TREE_FILES = 5000  # files the tree lists at most (`monkey info job --files` lists all)
 SNIFF = 8192  # a NUL in a file's first bytes makes it binary (as git decides)
 
 
@@ -78,7 +79,7 @@ def tree_page(m: Monkey, ref: str) -> dict[str, Any]:
     files = m.files(job.juid)
     rows = []
     seen: set[str] = set()
-    for f in files:
+    for f in files[:TREE_FILES]:
         parts = f.path.split("/")
         opened = []
         for depth in range(1, len(parts)):
@@ -100,6 +101,7 @@ def tree_page(m: Monkey, ref: str) -> dict[str, Any]:
         "job": job.juid,
         "name": job.name,
         "files": rows,
+        "count": len(files),
         "total": sum(f.size for f in files),
         "git": _git_facts(job.git),
         "snapshot": bool(job.snapshot),
