@@ -119,6 +119,11 @@ class Monkey:
     def actor(self, name: str | None) -> None:
         self._submitter.owner = name
 
+    def packages_listing(self, blobs: BlobStore) -> tuple[str, int]:
+        """(digest, size) of this Python's installed packages, stored in BLOBS: what a job
+        submitted here without its own listing (Monkey Web's new job) records."""
+        return self._submitter.packages(blobs)
+
     # -- submit -------------------------------------------------------------------------
 
     def provider_kind(

@@ -120,7 +120,7 @@ def gathered(m: Monkey, source: str | None, env: dict[str, str], datasets: list[
     if source is None:
         with tempfile.TemporaryDirectory(prefix="monkey-web-") as empty:
             snapshot = snapshot_dir(Path(empty), blobs, m.store).digest
-        packages = m._submitter.packages(blobs)[0]  # this server's Python, as `run` on it
+        packages = m.packages_listing(blobs)[0]  # this server's Python, as `run` on it
         fields: dict[str, Any] = {
             "snapshot": snapshot,
             "workdir": "(none: a job from Monkey Web without code)",
@@ -147,7 +147,7 @@ def gathered(m: Monkey, source: str | None, env: dict[str, str], datasets: list[
             "python": job.python,
             "spec": m.store.job_spec(job.juid),
             "outputs": m.store.outputs(job.juid),
-            "packages": m.store.job_packages(job.juid) or m._submitter.packages(blobs)[0],
+            "packages": m.store.job_packages(job.juid) or m.packages_listing(blobs)[0],
         }
     fields.update(env=plain, retries=0)
     return {"fields": fields, "name": None, "secrets": secret}
