@@ -197,9 +197,16 @@ def sweep_page(
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
     owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
+    from monkey.server.web.sweep_views import analysis
+    from monkey.tracking.ingest import flatten
+
+    names = list(dict.fromkeys(k for j in status["jobs"] for k in flatten(j["params"] or {})))
+    best = (status.get("best") or {}).get("job")
     return {
         "sweep": status,
         "table": table,
+        "analysis": analysis(table, names, status["spec"].get("metric")),
+        "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
         "reverse": reverse,

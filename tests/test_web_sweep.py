@@ -1,0 +1,178 @@
+"""Monkey Web's sweep analysis, chart options, live state lines and session upkeep (issue
+28): the pure helpers as unit tests, the pages against a real main node with real jobs in
+a real browser (the fixtures of tests/test_web.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import wait_for
+from mainnode import MainNode, node  # noqa: F401 - node: a fixture
+from test_web import browser, login, page_for, state_of  # noqa: F401 - browser: a fixture
+
+from monkey.server.web.sweep_views import analysis, importance, parcoords
+
+# -- pure helpers -------------------------------------------------------------------------
+
+
+def test_importance_scores_a_grid_by_anova_and_a_random_search_by_rank_correlation():
+    rows = []
+    for lr in (0.001, 0.01, 0.1):
+        for opt in ("sgd", "adam"):
+            for seed in (1, 2):
+                # acc peaks at the middle lr (a straight-line fit would miss it); opt barely
+                # matters; seed not at all
+                acc = {0.001: 0.5, 0.01: 0.9, 0.1: 0.5}[lr] + (0.01 if opt == "adam" else 0)
+                rows.append(
+                    {"job": f"j{len(rows)}", "lr": lr, "opt": opt, "seed": seed, "acc": acc}
+                )
+    scores = {d["param"]: d for d in importance(rows, ["seed", "opt", "lr"], "acc")}
+    assert scores["lr"]["method"] == "η²" and scores["lr"]["score"] > 0.99
+    assert scores["opt"]["score"] < 0.01 and scores["seed"]["score"] == 0.0
+    assert [d["param"] for d in importance(rows, ["seed", "opt", "lr"], "acc")][0] == "lr"
+    # a random search: values never repeat, a monotonic effect on a log scale counts fully
+    random = [{"job": str(i), "lr": 10 ** -(i / 7), "loss": i * i} for i in range(20)]
+    (lr,) = importance(random, ["lr"], "loss")
+    assert lr["method"] == "ρ²" and lr["score"] == pytest.approx(1.0) and lr["n"] == 20
+
+
+def test_importance_says_none_with_too_few_runs_one_value_or_no_metric():
+    rows = [
+        {"job": "a", "x": 1, "y": "p", "m": 1.0},
+        {"job": "b", "x": 1, "y": "q", "m": None},  # not ended: no metric, left out
+        {"job": "c", "x": 1, "y": "q", "m": float("nan")},
+        {"job": "d", "x": 1, "y": "p", "m": 3.0},
+    ]
+    scores = {d["param"]: d for d in importance(rows, ["x", "y"], "m")}
+    assert scores["x"]["score"] is None and scores["x"]["n"] == 2
+    assert scores["y"]["score"] is None  # 2 runs with the metric: too few
+    assert importance([], ["x"], "m") == [{"param": "x", "score": None, "method": "η²", "n": 0}]
+
+
+def test_parcoords_axes_are_numeric_log_or_categorical_with_the_metric_last():
+    rows = [
+        {"job": "a", "lr": 0.0001, "opt": "sgd", "layers": 2, "acc:best": 0.5},
+        {"job": "b", "lr": 0.1, "opt": "adam", "layers": 10, "acc:best": None},
+        {"job": "c", "lr": 0.01, "opt": None, "layers": 4, "acc:best": 0.75},
+    ]
+    pc = parcoords(rows, ["lr", "opt", "layers"], "acc:best", "max")
+    axes = {a["name"]: a for a in pc["axes"]}
+    assert [a["name"] for a in pc["axes"]] == ["lr", "opt", "layers", "acc:best"]
+    assert axes["lr"]["log"] and not axes["layers"]["log"]
+    assert axes["opt"] == {"name": "opt", "kind": "cat", "levels": ["adam", "sgd"]}
+    assert pc["runs"][1] == {"job": "b", "v": [0.1, "adam", 10, None], "m": None}
+    assert pc["runs"][2]["v"][1] is None
+    table = {
+        "columns": ["job", "name", "state", "lr", "param:acc", "acc", "acc:best"],
+        "rows": [{**r, "param:acc": 1} for r in rows],
+    }
+    found = analysis(table, ["lr", "acc", "missing"], {"name": "acc", "goal": "max"})
+    assert found["metric"] == "acc:best" and found["params"] == ["lr", "param:acc"]
+    assert found["parcoords"]["goal"] == "max"
+    # no metric of the sweep's: the first one logged, its last value
+    assert analysis(table, ["lr"], None)["metric"] == "acc"
+
+
+# -- in a browser ------------------------------------------------------------------------
+
+ACC = (
+    "import json, sys\n"
+    "lr, opt = float(sys.argv[1]), sys.argv[2]\n"
+    "acc = {0.001: 0.5, 0.01: 0.9, 0.1: 0.6}[lr] + (0.02 if opt == 'adam' else 0)\n"
+    "for step in range(3):\n"
+    "    print(json.dumps({'monkey': {'acc': acc * (step + 1) / 3, 'step': step}}))\n"
+)
+
+
+def a_sweep(node: MainNode) -> tuple[str, list[dict]]:
+    done = node.server(
+        "sweep",
+        "--name",
+        "lr-scan",
+        "--metric",
+        "acc",
+        "--goal",
+        "max",
+        "--grid",
+        "lr=0.001,0.01,0.1",
+        "--grid",
+        "opt=sgd,adam",
+        "--",
+        sys.executable,
+        "-c",
+        ACC,
+        "{lr}",
+        "{opt}",
+    )
+    assert done.returncode == 0, done.stderr
+    sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
+    runs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    for run in runs:
+        wait_for(lambda j=run["job"]: state_of(node, j) == "succeeded", timeout=180)
+    return sid, runs
+
+
+def shown_rows(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "table.runs tbody tr:not([hidden])", "rs => rs.map(r => r.dataset.job)"
+    )
+
+
+@pytest.mark.system
+def test_sweep_page_draws_parallel_coordinates_brushes_the_table_and_ranks_parameters(
+    node, browser
+):
+    sid, runs = a_sweep(node)
+    assert len(runs) == 6
+    best = next(r["job"] for r in runs if r["params"] == {"lr": 0.01, "opt": "adam"})
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/sweeps/{sid}")
+    # one line per run, one axis per parameter and the metric; the best run on top
+    page.wait_for_selector("#parcoords path.run")
+    assert page.eval_on_selector_all("#parcoords path.run", "ps => ps.length") == 6
+    axes = page.eval_on_selector_all("#parcoords g.axis", "gs => gs.map(g => g.dataset.axis)")
+    assert axes == ["lr", "opt", "acc:best"]
+    assert page.get_attribute("#parcoords path.best", "data-job") == best
+    colours = page.eval_on_selector_all(
+        "#parcoords path.run", "ps => new Set(ps.map(p => p.getAttribute('stroke'))).size"
+    )
+    assert colours >= 3  # coloured by the metric
+    # the best run is marked in the table too
+    assert page.get_attribute("table.runs tr.best", "data-job") == best
+    assert "★" in page.inner_text("table.runs tr.best")
+    assert len(shown_rows(page)) == 6
+    # brush the top of the metric's axis: only the runs with the highest accuracy stay
+    hit = page.locator("#parcoords g.axis[data-axis='acc:best'] rect.hit").bounding_box()
+    x = hit["x"] + hit["width"] / 2
+    page.mouse.move(x, hit["y"] + 2)
+    page.mouse.down()
+    page.mouse.move(x, hit["y"] + 30, steps=4)
+    page.mouse.up()
+    kept = shown_rows(page)
+    assert best in kept and 0 < len(kept) < 6
+    assert page.eval_on_selector_all("#parcoords path.run:not(.off)", "ps => ps.length") == len(
+        kept
+    )
+    assert f"{len(kept)} of 6 runs selected" in page.inner_text("#pc-count")
+    # a second brush on a categorical axis narrows further: adam only
+    hit = page.locator("#parcoords g.axis[data-axis='opt'] rect.hit").bounding_box()
+    x = hit["x"] + hit["width"] / 2
+    page.mouse.move(x, hit["y"] + hit["height"] - 30)
+    page.mouse.down()
+    page.mouse.move(x, hit["y"] + hit["height"] - 2, steps=4)  # the bottom level: "adam"
+    page.mouse.up()
+    both = shown_rows(page)
+    adam = {r["job"] for r in runs if r["params"]["opt"] == "adam"}
+    assert set(both) == set(kept) & adam and best in both
+    page.click("#pc-clear")
+    assert len(shown_rows(page)) == 6
+    # importance: lr explains nearly all of the accuracy, opt little
+    names = page.eval_on_selector_all(".importance dt", "ds => ds.map(d => d.textContent)")
+    assert names == ["lr", "opt"]
+    scores = page.eval_on_selector_all(".importance .score", "ss => ss.map(s => +s.textContent)")
+    assert scores[0] > 0.9 and scores[1] < 0.1
+    bars = page.eval_on_selector_all(".importance .bar", "bs => bs.map(b => b.clientWidth)")
+    assert bars[0] > bars[1] > 0
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
