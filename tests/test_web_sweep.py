@@ -12,6 +12,8 @@ from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 from test_web import browser, login, page_for, state_of  # noqa: F401 - browser: a fixture
 
+from monkey.config import Home
+from monkey.server import websession
 from monkey.server.web.sweep_views import analysis, importance, parcoords
 
 # -- pure helpers -------------------------------------------------------------------------
@@ -73,6 +75,31 @@ def test_parcoords_axes_are_numeric_log_or_categorical_with_the_metric_last():
     assert found["parcoords"]["goal"] == "max"
     # no metric of the sweep's: the first one logged, its last value
     assert analysis(table, ["lr"], None)["metric"] == "acc"
+
+
+def test_expired_sessions_are_pruned_on_a_login_at_most_hourly_and_in_bounded_steps(tmp_path):
+    import os
+    import time
+
+    (tmp_path / "mh").mkdir()
+    home = Home(tmp_path / "mh")
+    old = [websession.create_session(home, f"u{i}")[0] for i in range(5)]
+    folder = tmp_path / "mh" / "server" / "web" / "sessions"
+    for path in folder.iterdir():  # all of them expired a day ago
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "expires": time.time() - 86400}))
+    os.utime(folder.parent / "pruned", (time.time() - 30, time.time() - 30))
+    websession.create_session(home, "ana")  # pruned half a minute ago: not again yet
+    assert len(list(folder.iterdir())) == 6
+    gone = websession.prune(home, most=2)  # bounded: two files looked at, the rest wait
+    assert gone in (1, 2) and len(list(folder.iterdir())) == 6 - gone
+    os.utime(folder.parent / "pruned", (time.time() - 4000, time.time() - 4000))
+    sid, _ = websession.create_session(home, "ana")  # over an hour: pruned on this login
+    assert len(list(folder.iterdir())) == 2
+    assert websession.session(home, sid)["user"] == "ana"
+    assert all(websession.session(home, s) is None for s in old)
+    assert websession.end_user_sessions(home, "ana") == 2
+    assert websession.session(home, sid) is None
 
 
 # -- in a browser ------------------------------------------------------------------------
@@ -176,3 +203,37 @@ def test_sweep_page_draws_parallel_coordinates_brushes_the_table_and_ranks_param
     bars = page.eval_on_selector_all(".importance .bar", "bs => bs.map(b => b.clientWidth)")
     assert bars[0] > bars[1] > 0
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+@pytest.mark.system
+def test_a_users_sessions_end_when_its_token_is_rotated_or_it_is_removed(node, browser):
+    bob = page_for(browser)
+    login(bob, node, node.add_user("bob"), "/web/jobs")
+    done = node.server("server", "user", "token", "bob")
+    assert done.returncode == 0, done.stderr
+    bob.goto(node.url + "/web/providers")
+    assert "/web/login?next=%2Fweb%2Fproviders" in bob.url  # the stale cookie: log in again
+    new = done.stdout.strip().splitlines()[1]
+    login(bob, node, new, "/web/providers")
+    assert bob.inner_text(".who") == "bob"
+    # removed, then added again under the same name: the old session is not theirs
+    assert node.server("server", "user", "remove", "bob").returncode == 0
+    node.add_user("bob")
+    bob.goto(node.url + "/web/jobs")
+    assert "/web/login" in bob.url
+    # a token rotated by another path than the command (the store itself): the session
+    # knows its token's key and ends all the same
+    from monkey.server import auth
+    from monkey.store import Store
+
+    carol = page_for(browser)
+    login(carol, node, node.add_user("carol"), "/web/jobs")
+    store = Store(Home(node.home).db)
+    auth.rotate(store, "carol")
+    store.close()
+    carol.goto(node.url + "/web/jobs")
+    assert "/web/login" in carol.url
+    ana = page_for(browser)  # the admin's own session is untouched
+    login(ana, node, node.token, "/web/jobs")
+    ana.goto(node.url + "/web/providers")
+    assert ana.url.endswith("/web/providers")

@@ -138,9 +138,21 @@ class Web:
             user = next(
                 (u for u in self.monkey().store.users() if u["name"] == found["user"]), None
             )
-            return None if user is None else {"user": user, "csrf": found["csrf"]}
+            if user is None or found.get("key") != websession.token_key(user["digest"]):
+                # the user removed, or its token rotated since this session was opened
+                websession.end_session(self.home, request.cookies.get(COOKIE))
+                return None
+            return {"user": user, "csrf": found["csrf"]}
 
         return await run_in_threadpool(look)
+
+    def _open_session(self, name: str) -> tuple[str, str]:
+        """A session of user NAME bound to its token as it is now (("", "") when the
+        user is gone)."""
+        user = next((u for u in self.monkey().store.users() if u["name"] == name), None)
+        if user is None:
+            return "", ""
+        return websession.create_session(self.home, name, websession.token_key(user["digest"]))
 
     def _to_login(self, request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -185,7 +197,9 @@ class Web:
                     "or run `monkey web` again for a new link",
                     403,
                 )
-            sid, _ = await run_in_threadpool(websession.create_session, self.home, user)
+            sid, _ = await run_in_threadpool(self._open_session, user)
+            if not sid:
+                return await self._login_form(target, f"no user {user!r} any more", 403)
             # a page that moves on by itself, rather than a redirect: a navigation started
             # elsewhere (a terminal, a chat) does not carry SameSite=Strict cookies
             answer = self.page("moving.html", target=target)
@@ -214,7 +228,12 @@ class Web:
                 "gives a new one",
                 401,
             )
-        sid, _ = await run_in_threadpool(websession.create_session, self.home, found["name"])
+        sid, _ = await run_in_threadpool(
+            websession.create_session,
+            self.home,
+            found["name"],
+            websession.token_key(found["digest"]),
+        )
         redirect = _headers(RedirectResponse(target, 303))
         self._set_cookie(redirect, sid)
         redirect.delete_cookie(LOGIN_COOKIE, path="/web/login")
