@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
-from test_web import browser, login, page_for, state_of  # noqa: F401 - browser: a fixture
+from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 - browser: a fixture
 
 from monkey.config import Home
 from monkey.server import websession
@@ -237,3 +237,65 @@ def test_a_users_sessions_end_when_its_token_is_rotated_or_it_is_removed(node, b
     login(ana, node, node.token, "/web/jobs")
     ana.goto(node.url + "/web/providers")
     assert ana.url.endswith("/web/providers")
+
+
+@pytest.mark.system
+def test_state_lines_follow_a_job_that_ends_without_a_reload(node, browser, tmp_path):
+    flag = tmp_path / "go"
+    juid = run_job(node, "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done; exit 3")
+    wait_for(lambda: state_of(node, juid) == "running", timeout=120, what="the job to run")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    providers = page.context.new_page()
+    providers.goto(node.url + "/web/providers")
+    assert page.inner_text("#state") == "running"
+    assert page.query_selector("button.act-cancel") and not page.query_selector("button.act-retry")
+    running = providers.eval_on_selector_all(
+        "#providers-live tbody tr >> nth=0 >> td", "ts => ts.map(t => t.innerText)"
+    )
+    assert running[3] == "1"  # the local provider runs one job
+    page.evaluate("window.sameDocument = 1")
+    providers.evaluate("window.sameDocument = 1")
+    flag.touch()
+    page.wait_for_selector("#state >> text=failed")
+    facts = page.inner_text("#job-facts")
+    assert "Exit\n3" in facts or "Exit\t3" in facts, facts
+    page.wait_for_selector("button.act-retry")
+    assert page.query_selector("button.act-cancel") is None  # its actions changed too
+    assert "exit 3" in page.inner_text("#job-attempts")
+    assert page.evaluate("window.sameDocument") == 1  # no reload
+    from playwright.sync_api import expect
+
+    running = providers.locator("#providers-live tbody tr >> nth=0 >> td >> nth=3")
+    expect(running).to_have_text("0", timeout=30_000)
+    assert providers.evaluate("window.sameDocument") == 1
+    # the swapped-in action works: its form carries the session's CSRF token
+    page.click("button.act-retry")
+    page.wait_for_url(f"**/web/jobs/{juid}")
+    attempts = lambda: json.loads(node.server("info", juid, "--json").stdout)["attempts"]  # noqa: E731
+    wait_for(lambda: attempts() == 2, timeout=60, what="the retry to start")
+
+
+@pytest.mark.system
+def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_path):
+    flag = tmp_path / "go"
+    done = node.server(
+        "sweep",
+        "--grid",
+        "x=1,2",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {flag} ]; do sleep 0.05; done; echo {{x}}",
+    )
+    assert done.returncode == 0, done.stderr
+    sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/sweeps/{sid}")
+    assert "0 of 2 ended" in page.inner_text("#sweep-facts")
+    assert page.query_selector("#sweep-facts button.act-cancel")
+    page.evaluate("window.sameDocument = 1")
+    flag.touch()
+    page.wait_for_selector("#sweep-facts >> text=2 of 2 ended")
+    assert "2 succeeded" in page.inner_text("#sweep-facts")
+    assert page.evaluate("window.sameDocument") == 1

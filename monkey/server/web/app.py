@@ -111,6 +111,7 @@ class Web:
                     Route("/logout", self.logout, methods=["POST"]),
                     Route("/jobs", self.jobs),
                     Route("/events", self.events),
+                    Route("/changed", self.changed),
                     Route("/jobs/{ref}", self.job),
                     Route("/jobs/{ref}/log", self.log_feed),
                     Route("/jobs/{ref}/output.txt", self.download),
@@ -487,6 +488,13 @@ class Web:
                 quiet += 0.5
 
         return _sse(feed())
+
+    async def changed(self, request: Request) -> Response:
+        """{"at": the store's last job change}: what a page's live state line polls (a
+        request a second, no connection held), fetching its page again when it moves."""
+        if await self.session(request) is None:
+            return JSONResponse({"error": "log in first"}, 401)
+        return _headers(JSONResponse({"at": list(await run_in_threadpool(self.last_change))}))
 
     async def log_feed(self, request: Request) -> Response:
         """The job's output as events, each {"s": "out"|"err"|"mark", "h": its HTML},
