@@ -14,6 +14,7 @@ from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 -
 
 from monkey.config import Home
 from monkey.server import websession
+from monkey.server.web.charts import epoch_mapper, xs
 from monkey.server.web.sweep_views import analysis, importance, parcoords
 
 # -- pure helpers -------------------------------------------------------------------------
@@ -75,6 +76,17 @@ def test_parcoords_axes_are_numeric_log_or_categorical_with_the_metric_last():
     assert found["parcoords"]["goal"] == "max"
     # no metric of the sweep's: the first one logged, its last value
     assert analysis(table, ["lr"], None)["metric"] == "acc"
+
+
+def test_epoch_mapping_interpolates_between_logged_epochs_and_clamps_outside():
+    at = epoch_mapper([(100, 1.0), (200, 2.0), (None, 9.0), (300, float("nan")), (400, 4.0)])
+    assert at(150) == 1.5 and at(200) == 2.0 and at(300) == 3.0
+    assert at(0) == 1.0 and at(10_000) == 4.0  # before the first, after the last
+    assert epoch_mapper([(None, 1.0), (5, None)]) is None
+    rows = [(0, 1.0, 1000.0), (150, 2.0, 1005.0), (None, 3.0, 1010.5)]
+    assert list(xs(rows, "epoch", 1000.0, at)) == [(1.0, 1.0), (1.5, 2.0), (10.5, 3.0)]
+    assert list(xs(rows, "step", 1000.0)) == [(0.0, 1.0), (150.0, 2.0), (10.5, 3.0)]
+    assert list(xs(rows, "time", 999.0)) == [(1.0, 1.0), (6.0, 2.0), (11.5, 3.0)]
 
 
 def test_expired_sessions_are_pruned_on_a_login_at_most_hourly_and_in_bounded_steps(tmp_path):
@@ -299,3 +311,62 @@ def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_
     page.wait_for_selector("#sweep-facts >> text=2 of 2 ended")
     assert "2 succeeded" in page.inner_text("#sweep-facts")
     assert page.evaluate("window.sameDocument") == 1
+
+
+LOSS = (
+    "import json, sys\n"
+    "k = float(sys.argv[1])\n"
+    "for step in range(0, 300, 5):\n"
+    "    print(json.dumps({'monkey': {'loss': k / (step + 1), 'step': step}}))\n"
+    "    if step % 100 == 0:\n"
+    "        print(json.dumps({'monkey': {'epoch': step // 100, 'step': step}}))\n"
+)
+
+
+@pytest.mark.system
+def test_a_runs_charts_overlay_its_sweeps_runs_and_go_by_step_epoch_or_time(node, browser):
+    done = node.server("sweep", "--grid", "k=1,2,3", "--", sys.executable, "-c", LOSS, "{k}")
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    for run in runs:
+        wait_for(lambda j=run["job"]: state_of(node, j) == "succeeded", timeout=180)
+    juid = next(r["job"] for r in runs if r["params"] == {"k": 1})
+    for run in runs:  # every run's metrics read in, not only its state ended
+        wait_for(lambda j=run["job"]: "loss" in node.server("metrics", j).stdout, timeout=60)
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    page.wait_for_selector("#charts figure canvas")
+    series = "monkeyCharts.loss.series.length"
+    assert page.evaluate(series) == 2  # x and this run
+    assert "Overlay sweep runs (2)" in page.inner_text("#charts-h + .logbar")
+    page.check("#overlay-runs")
+    page.wait_for_selector("#charts figure canvas")
+    wait_for(lambda: page.evaluate(f"window.monkeyCharts.loss && {series}") == 4, timeout=30)
+    labels = page.evaluate("monkeyCharts.loss.series.map(s => s.label)")
+    assert labels[1] == "loss" and sorted(labels[2:]) == sorted(
+        r["job"] for r in runs if r["job"] != juid
+    )
+    # x by epoch: steps 0..295 with epochs logged at steps 0, 100, 200 -> 0 to 2
+    page.select_option("#xby", "epoch")
+    wait_for(
+        lambda: page.evaluate("window.monkeyCharts.loss && monkeyCharts.loss.data[0].at(-1)") == 2
+    )
+    xs_epoch = page.evaluate("monkeyCharts.loss.data[0]")
+    assert xs_epoch[0] == 0 and 1.4 < xs_epoch[len(xs_epoch) // 2] < 1.6
+    assert page.evaluate("monkeyCharts.loss.series.length") == 4  # still overlaid
+    # x by time: seconds since the run started, small and increasing
+    page.select_option("#xby", "time")
+    wait_for(
+        lambda: (
+            page.evaluate("window.monkeyCharts.loss && monkeyCharts.loss.series[0].label")
+            == "seconds"
+        )
+    )
+    t = page.evaluate("monkeyCharts.loss.data[0]")
+    assert 0 <= t[0] <= t[-1] < 600
+    page.uncheck("#overlay-runs")
+    wait_for(lambda: page.evaluate(f"window.monkeyCharts.loss && {series}") == 2, timeout=30)
+    got = page.request.get(node.url + f"/web/jobs/{juid}/metrics?x=epoch&width=50").json()
+    assert got["loss"]["by"] == "epoch" and got["epoch"]["x"][-1] == 2
+    bad = page.request.get(node.url + f"/web/jobs/{juid}/metrics?x=wall")
+    assert "use one of step, epoch, time" in bad.json()["error"]

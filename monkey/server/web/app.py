@@ -366,8 +366,11 @@ class Web:
         except ValueError:
             width = 1000
         ref = request.path_params["ref"]
+        by = request.query_params.get("x", "step")
         try:
-            data = await run_in_threadpool(lambda: views.metric_series(self.monkey(), ref, width))
+            data = await run_in_threadpool(
+                lambda: views.metric_series(self.monkey(), ref, width, by)
+            )
         except MonkeyError as exc:
             return JSONResponse({"error": str(exc)}, 404)
         return _headers(JSONResponse(data))
