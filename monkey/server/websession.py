@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 SESSION_DAYS = 7  # a session ends this long after login
 LINK_SECONDS = 120  # a one-time link must be used this soon
+PRUNE_EVERY = 3600  # seconds between two prunes of expired sessions (on a login)
+PRUNE_MOST = 5000  # files a prune looks at, at most
 
 
 def _folder(home: Home, kind: str) -> Path:
@@ -67,11 +69,20 @@ def consume_link(home: Home, secret: str, now: float | None = None) -> str | Non
     return str(record["user"])
 
 
-def create_session(home: Home, user: str) -> tuple[str, str]:
-    """A new session of USER: (its id, for the cookie; its CSRF token, for forms)."""
+def token_key(digest: str) -> str:
+    """What a session keeps of its user's token DIGEST (a hash of it): a session whose key
+    is no longer its user's was opened with a token since rotated (or a user since removed
+    and added again) and ends."""
+    return hashlib.sha256(f"monkey-web-session:{digest}".encode()).hexdigest()[:32]
+
+
+def create_session(home: Home, user: str, key: str = "") -> tuple[str, str]:
+    """A new session of USER whose token's ``token_key`` is KEY: (its id, for the cookie;
+    its CSRF token, for forms). Expired sessions and links are pruned now and then."""
     sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
-    body = {"user": user, "csrf": csrf, "expires": time.time() + SESSION_DAYS * 86400}
+    body = {"user": user, "key": key, "csrf": csrf, "expires": time.time() + SESSION_DAYS * 86400}
     write_private(_folder(home, "sessions") / _name(sid), json.dumps(body).encode())
+    prune_now_and_then(home)
     return sid, csrf
 
 
@@ -96,12 +107,44 @@ def end_session(home: Home, sid: str | None) -> None:
         (_folder(home, "sessions") / _name(sid)).unlink(missing_ok=True)
 
 
-def prune(home: Home, now: float | None = None) -> int:
-    """Remove expired sessions and links; how many went."""
+def end_user_sessions(home: Home, user: str) -> int:
+    """End every session of USER (its token rotated, or the user removed); how many."""
+    gone = 0
+    for path in _folder(home, "sessions").iterdir():
+        try:
+            mine = json.loads(path.read_text()).get("user") == user
+        except (OSError, ValueError):
+            continue
+        if mine:
+            path.unlink(missing_ok=True)
+            gone += 1
+    return gone
+
+
+def prune_now_and_then(home: Home, now: float | None = None) -> int:
+    """``prune`` when it last ran PRUNE_EVERY ago or more (a stamp file's time), else
+    nothing: a login pays for it at most once an hour; how many went."""
+    now = time.time() if now is None else now
+    stamp = _folder(home, "sessions").parent / "pruned"
+    try:
+        if now - stamp.stat().st_mtime < PRUNE_EVERY:
+            return 0
+    except OSError:
+        pass
+    stamp.touch()
+    os.utime(stamp, (now, now))
+    return prune(home, now)
+
+
+def prune(home: Home, now: float | None = None, most: int = PRUNE_MOST) -> int:
+    """Remove expired sessions and links, looking at MOST files at most (bounded work: the
+    rest wait for the next time); how many went."""
+    import itertools
+
     now = time.time() if now is None else now
     gone = 0
     for kind in ("sessions", "links"):
-        for path in _folder(home, kind).iterdir():
+        for path in itertools.islice(_folder(home, kind).iterdir(), most):
             try:
                 expired = json.loads(path.read_text()).get("expires", 0) < now
             except (OSError, ValueError):

@@ -196,7 +196,7 @@ def _ready_line(home: object, name: str, token: str) -> None:
 
 def _user(home: object, args: argparse.Namespace) -> int:
     from monkey.config import Home
-    from monkey.server import auth
+    from monkey.server import auth, websession
     from monkey.store import Store
 
     assert isinstance(home, Home)
@@ -212,6 +212,7 @@ def _user(home: object, args: argparse.Namespace) -> int:
         return 0
     if action == "token":
         token = auth.rotate(store, args.name)
+        websession.end_user_sessions(home, args.name)  # its web sessions too
         print(f"a new token for {args.name} (the old one is refused from now on), shown only now:")
         print(token)
         _ready_line(home, args.name, token)
@@ -219,6 +220,7 @@ def _user(home: object, args: argparse.Namespace) -> int:
     if action == "remove":
         if not store.remove_user(args.name):
             raise MonkeyError(f"no user {args.name!r}; see `monkey server user list`")
+        websession.end_user_sessions(home, args.name)
         print(f"user {args.name} removed; its token is refused from now on")
         return 0
     users = [{k: v for k, v in u.items() if k != "digest"} for u in store.users()]

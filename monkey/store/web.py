@@ -79,6 +79,17 @@ class WebQueries:
                 "SELECT step, value, wall FROM metrics WHERE series = ? ORDER BY rowid", (row[0],)
             )
 
+    def metric_first_wall(self, juid: str) -> float | None:
+        """When job JUID logged its first metric point (the first of each series, by its
+        own index: no scan of a long series), or None."""
+        firsts = self.db.execute(
+            "SELECT (SELECT wall FROM metrics WHERE series = s.id ORDER BY rowid LIMIT 1) "
+            "FROM metric_series s WHERE s.juid = ?",
+            (juid,),
+        ).fetchall()
+        walls = [w for (w,) in firsts if w is not None]
+        return min(walls) if walls else None
+
     def last_job_change(self) -> tuple[float, int]:
         """(the latest ``updated_at`` of any job, how many jobs): changes when a job is
         added, changes state or is removed (the jobs_updated index answers)."""

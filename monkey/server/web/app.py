@@ -111,6 +111,7 @@ class Web:
                     Route("/logout", self.logout, methods=["POST"]),
                     Route("/jobs", self.jobs),
                     Route("/events", self.events),
+                    Route("/changed", self.changed),
                     Route("/jobs/{ref}", self.job),
                     Route("/jobs/{ref}/log", self.log_feed),
                     Route("/jobs/{ref}/output.txt", self.download),
@@ -142,9 +143,21 @@ class Web:
             user = next(
                 (u for u in self.monkey().store.users() if u["name"] == found["user"]), None
             )
-            return None if user is None else {"user": user, "csrf": found["csrf"]}
+            if user is None or found.get("key") != websession.token_key(user["digest"]):
+                # the user removed, or its token rotated since this session was opened
+                websession.end_session(self.home, request.cookies.get(COOKIE))
+                return None
+            return {"user": user, "csrf": found["csrf"]}
 
         return await run_in_threadpool(look)
+
+    def _open_session(self, name: str) -> tuple[str, str]:
+        """A session of user NAME bound to its token as it is now (("", "") when the
+        user is gone)."""
+        user = next((u for u in self.monkey().store.users() if u["name"] == name), None)
+        if user is None:
+            return "", ""
+        return websession.create_session(self.home, name, websession.token_key(user["digest"]))
 
     def _to_login(self, request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -189,7 +202,9 @@ class Web:
                     "or run `monkey web` again for a new link",
                     403,
                 )
-            sid, _ = await run_in_threadpool(websession.create_session, self.home, user)
+            sid, _ = await run_in_threadpool(self._open_session, user)
+            if not sid:
+                return await self._login_form(target, f"no user {user!r} any more", 403)
             # a page that moves on by itself, rather than a redirect: a navigation started
             # elsewhere (a terminal, a chat) does not carry SameSite=Strict cookies
             answer = self.page("moving.html", target=target)
@@ -218,7 +233,12 @@ class Web:
                 "gives a new one",
                 401,
             )
-        sid, _ = await run_in_threadpool(websession.create_session, self.home, found["name"])
+        sid, _ = await run_in_threadpool(
+            websession.create_session,
+            self.home,
+            found["name"],
+            websession.token_key(found["digest"]),
+        )
         redirect = _headers(RedirectResponse(target, 303))
         self._set_cookie(redirect, sid)
         redirect.delete_cookie(LOGIN_COOKIE, path="/web/login")
@@ -350,8 +370,11 @@ class Web:
         except ValueError:
             width = 1000
         ref = request.path_params["ref"]
+        by = request.query_params.get("x", "step")
         try:
-            data = await run_in_threadpool(lambda: views.metric_series(self.monkey(), ref, width))
+            data = await run_in_threadpool(
+                lambda: views.metric_series(self.monkey(), ref, width, by)
+            )
         except MonkeyError as exc:
             return JSONResponse({"error": str(exc)}, 404)
         return _headers(JSONResponse(data))
@@ -472,6 +495,13 @@ class Web:
                 quiet += 0.5
 
         return _sse(feed())
+
+    async def changed(self, request: Request) -> Response:
+        """{"at": the store's last job change}: what a page's live state line polls (a
+        request a second, no connection held), fetching its page again when it moves."""
+        if await self.session(request) is None:
+            return JSONResponse({"error": "log in first"}, 401)
+        return _headers(JSONResponse({"at": list(await run_in_threadpool(self.last_change))}))
 
     async def log_feed(self, request: Request) -> Response:
         """The job's output as events, each {"s": "out"|"err"|"mark", "h": its HTML},

@@ -127,6 +127,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
         "info": info,
         "actions": actions,
         "live": state not in TERMINAL,
+        "siblings": _siblings(m, info),
         "limit": duration(limit) if limit else "none",
         "attempts": [
             {
@@ -145,18 +146,42 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def metric_series(m: Monkey, ref: str, width: int = 1000) -> dict[str, Any]:
+OVERLAID = 20  # other runs of a sweep a job page's charts may overlay, at most
+
+
+def _siblings(m: Monkey, info: dict[str, Any]) -> list[str]:
+    """The other runs of the job's sweep (the first OVERLAID), for its charts' overlay."""
+    if not info.get("sweep"):
+        return []
+    jobs = m.store.list_jobs(sweep=info["sweep"], newest_first=False)
+    return [j.juid for j in jobs if j.juid != info["job"]][:OVERLAID]
+
+
+def metric_series(m: Monkey, ref: str, width: int = 1000, by: str = "step") -> dict[str, Any]:
     """Metric name -> {"x", "y", "points", "by"}: each series downsampled to WIDTH buckets
-    as it is read (``render.downsample_pairs``); x is the step when every point has one,
-    else the time."""
+    as it is read (``render.downsample_pairs``); x BY "step" (when every point has one,
+    else the time), "epoch" (steps mapped through the logged ``epoch`` metric, else the
+    step) or "time" (seconds since the run started)."""
+    from monkey.server.web import charts
+
+    if by not in charts.XS:
+        raise MonkeyError(f"x by {by!r}: use one of {', '.join(charts.XS)}")
     juid = m.resolve(ref)
+    counts = m.store.metric_counts(juid)
+    epoch = None
+    if by == "epoch" and charts.EPOCH in counts:
+        epoch = charts.epoch_mapper((s, v) for s, v, _ in m.store.metric_rows(juid, charts.EPOCH))
+    job = m.store.get_job(juid)
+    began = [t for t in (job and job.started_at, m.store.metric_first_wall(juid)) if t]
+    start = min(began, default=0.0)  # the run's start, or its first point if a retry began later
     out: dict[str, Any] = {}
-    for name, (n, steps) in m.store.metric_counts(juid).items():
-        by_step = steps == n
+    for name, (n, steps) in counts.items():
+        shown = by if steps == n else "time"
+        if shown == "epoch" and epoch is None:
+            shown = "step"
         rows = m.store.metric_rows(juid, name)
-        pairs = ((float(s if by_step and s is not None else w), v) for s, v, w in rows)
-        x, y = downsample_pairs(pairs, n, width)
-        out[name] = {"x": x, "y": y, "points": n, "by": "step" if by_step else "time"}
+        x, y = downsample_pairs(charts.xs(rows, shown, start, epoch), n, width)
+        out[name] = {"x": x, "y": y, "points": n, "by": shown}
     return out
 
 
@@ -199,9 +224,16 @@ def sweep_page(
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
     owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
+    from monkey.server.web.sweep_views import analysis
+    from monkey.tracking.ingest import flatten
+
+    names = list(dict.fromkeys(k for j in status["jobs"] for k in flatten(j["params"] or {})))
+    best = (status.get("best") or {}).get("job")
     return {
         "sweep": status,
         "table": table,
+        "analysis": analysis(table, names, status["spec"].get("metric")),
+        "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
         "reverse": reverse,

@@ -135,6 +135,8 @@
   // -- job page: one chart per metric (uPlot), series downsampled by the server; drag to
   // zoom (double-click: back), log y and smoothing (an exponential moving average) on top
   var charts = document.getElementById("charts"), plots = {}, raw = {}, drawnAs = "";
+  var xBy = document.getElementById("xby"), overlayRuns = document.getElementById("overlay-runs");
+  var others = [];  // [{job, series}] of the sweep's other runs, when overlaid
   var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
   var logY = document.getElementById("logy"), smooth = document.getElementById("smooth");
   window.monkeyCharts = plots;  // for tests and the curious
@@ -147,7 +149,7 @@
     });
   }
   function render() {
-    var width = chartWidth(charts), mode = (logY && logY.checked ? "log" : "lin") + width;
+    var width = chartWidth(charts), mode = (logY && logY.checked ? "log" : "lin") + width + (xBy ? xBy.value : "") + others.length;
     var names = Object.keys(raw);
     if (!names.length) return;
     if (mode !== drawnAs) {  // a new scale or width: drawn again
@@ -156,7 +158,16 @@
       drawnAs = mode;
     }
     names.forEach(function (name, i) {
-      var s = raw[name], data = [s.x, shown(s.y)];
+      var s = raw[name], data = [s.x, shown(s.y)], lines = [{label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}];
+      var more = others.filter(function (o) { return o.series[name]; });
+      if (more.length) {  // this run first and thick, the others thin, in the other colours
+        data = uPlot.join([[s.x, s.y]].concat(more.map(function (o) { return [o.series[name].x, o.series[name].y]; })));
+        data = [data[0]].concat(data.slice(1).map(shown));
+        lines[0].width = 2.5;
+        more.forEach(function (o, k) {
+          lines.push({label: o.job, stroke: colours[(i + k + 1) % colours.length], width: 1, spanGaps: true});
+        });
+      }
       if (plots[name]) { plots[name].setData(data); return; }
       var box = document.createElement("figure");
       box.className = "chart";
@@ -169,8 +180,8 @@
       charts.appendChild(box);
       plots[name] = new uPlot({
         width: width, height: 220,
-        scales: {x: {time: s.by === "time"}, y: logY && logY.checked ? {distr: 3} : {}},
-        series: [{label: s.by}, {label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}],
+        scales: {x: {time: false}, y: logY && logY.checked ? {distr: 3} : {}},
+        series: [{label: s.by === "time" ? "seconds" : s.by}].concat(lines),
         axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
       }, data, box);
       box.appendChild(note);
@@ -178,10 +189,21 @@
   }
   function drawCharts() {
     if (!charts || !window.uPlot) return;
-    fetch(charts.dataset.src + "?width=" + Math.round(chartWidth(charts)), {credentials: "same-origin"})
-      .then(function (r) { return r.ok ? r.json() : {}; })
-      .then(function (series) { raw = series; render(); });
+    var q = "?width=" + Math.round(chartWidth(charts)) + "&x=" + (xBy ? xBy.value : "step");
+    var runs = overlayRuns && overlayRuns.checked ? overlayRuns.dataset.runs.split(",") : [];
+    var get = function (src) {
+      return fetch(src + q, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : {}; });
+    };
+    Promise.all([get(charts.dataset.src)].concat(runs.map(function (j) {
+      return get("/web/jobs/" + encodeURIComponent(j) + "/metrics");
+    }))).then(function (all) {
+      raw = all[0];
+      others = all.slice(1).map(function (series, k) { return {job: runs[k], series: series}; });
+      render();
+    });
   }
+  if (xBy) xBy.addEventListener("change", drawCharts);
+  if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
   // -- compare page: each metric of the picked jobs overlaid in one chart

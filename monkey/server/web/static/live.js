@@ -1,0 +1,41 @@
+// Monkey Web: a page's live parts (the elements marked data-live: a job's state line and
+// actions, a sweep's progress, the providers' tables) follow the jobs without a reload. A
+// light poll of /web/changed each second (no connection held, unlike a feed: a browser
+// keeps only 6 per server); when the jobs moved, the page is fetched again and each live
+// part whose HTML changed is swapped in (rendered and escaped by the server).
+"use strict";
+(function () {
+  if (!document.querySelector("[data-live]") || !window.fetch) return;
+  var last = null, busy = false;
+  function refresh() {
+    busy = true;
+    fetch(location.href, {credentials: "same-origin"}).then(function (r) {
+      return r.ok && !r.redirected ? r.text() : null;
+    }).then(function (html) {
+      if (html === null) return;
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      document.querySelectorAll("[data-live]").forEach(function (part) {
+        var now = part.id && fresh.getElementById(part.id);
+        if (!now || now.innerHTML === part.innerHTML) return;
+        var focused = part.contains(document.activeElement) && document.activeElement.className;
+        part.innerHTML = now.innerHTML;
+        if (focused) {  // the focus stays on the same control when it is still there
+          var again = part.querySelector("." + focused.split(" ")[0]);
+          if (again) again.focus();
+        }
+      });
+    }).catch(function () {}).finally(function () { busy = false; });
+  }
+  function tick() {
+    if (document.hidden || busy) return;
+    fetch("/web/changed", {credentials: "same-origin"}).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (d) {
+      if (!d) return;
+      var at = JSON.stringify(d.at);
+      if (at !== last) { last = at; refresh(); }  // the first answer too: what moved since the page was made
+    }).catch(function () {});
+  }
+  setInterval(tick, 1000);
+  tick();
+})();

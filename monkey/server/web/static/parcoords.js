@@ -1,0 +1,150 @@
+// Monkey Web: a sweep's parallel coordinates, drawn as SVG (no library: a few hundred
+// lines of d3 would be a 90 KB bundle for one chart). One axis per parameter and the
+// metric, one line per run coloured by the metric (viridis: safe for colour blindness and
+// in grey); drag along an axis to keep the runs crossing it there, in the chart and in
+// the runs table; click an axis to clear its selection.
+"use strict";
+(function () {
+  var box = document.getElementById("parcoords"), source = document.getElementById("pc-data");
+  if (!box || !source) return;
+  var data = JSON.parse(source.textContent), NS = "http://www.w3.org/2000/svg";
+  var VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  var TOP = 34, BOTTOM = 26, HEIGHT = 320, NONE = 14;  // NONE: below an axis, runs without a value
+  var brushes = {}, paths = [], count = document.getElementById("pc-count");
+  var table = document.querySelector("table.runs tbody");
+  var best = document.querySelector("tr.best");
+  best = best ? best.dataset.job : null;
+
+  function el(name, attrs, parent) {
+    var e = document.createElementNS(NS, name);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function colour(t) {
+    var at = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1), i = Math.min(Math.floor(at), VIRIDIS.length - 2);
+    var f = at - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
+    return "rgb(" + [0, 1, 2].map(function (k) { return Math.round(a[k] + (b[k] - a[k]) * f); }).join(",") + ")";
+  }
+  // An axis's position of a value, 0 (bottom) to 1 (top); null without a value.
+  function unit(axis, v) {
+    if (v === null || v === undefined) return null;
+    if (axis.kind === "cat") {
+      var n = axis.levels.length;
+      return n < 2 ? 0.5 : axis.levels.indexOf(v) / (n - 1);
+    }
+    if (axis.max === axis.min) return 0.5;
+    if (axis.log) return (Math.log(v) - Math.log(axis.min)) / (Math.log(axis.max) - Math.log(axis.min));
+    return (v - axis.min) / (axis.max - axis.min);
+  }
+  function label(v) {
+    if (typeof v !== "number") return String(v);
+    return Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(1) : String(+v.toPrecision(4));
+  }
+  function ticks(axis) {
+    if (axis.kind === "cat") return axis.levels;
+    if (axis.max === axis.min) return [axis.min];
+    var out = [];
+    for (var i = 0; i <= 4; i++) {
+      var t = i / 4;
+      out.push(axis.log ? Math.exp(Math.log(axis.min) + t * (Math.log(axis.max) - Math.log(axis.min))) : axis.min + t * (axis.max - axis.min));
+    }
+    return out;
+  }
+
+  var metrics = data.runs.map(function (r) { return r.m; }).filter(function (m) { return m !== null; });
+  var low = Math.min.apply(null, metrics), high = Math.max.apply(null, metrics);
+
+  function draw() {
+    box.innerHTML = "";
+    paths = [];
+    var width = Math.max(280, box.clientWidth), n = data.axes.length;
+    var left = 40, right = 40, step = n > 1 ? (width - left - right) / (n - 1) : 0;
+    var plot = HEIGHT - TOP - BOTTOM - NONE;
+    var svg = el("svg", {viewBox: "0 0 " + width + " " + HEIGHT, height: HEIGHT}, box);
+    var xs = data.axes.map(function (_, i) { return n > 1 ? left + i * step : width / 2; });
+    var ys = function (axis, v) {
+      var u = unit(axis, v);
+      return u === null ? TOP + plot + NONE : TOP + (1 - u) * plot;
+    };
+    var lines = el("g", {"class": "lines"}, svg);
+    data.runs.forEach(function (run) {
+      var d = run.v.map(function (v, i) { return (i ? "L" : "M") + xs[i].toFixed(1) + "," + ys(data.axes[i], v).toFixed(1); }).join("");
+      var p = el("path", {d: d, "class": "run" + (run.m === null ? " none" : "") + (run.job === best ? " best" : ""), "data-job": run.job}, lines);
+      if (run.m !== null) p.setAttribute("stroke", colour(high > low ? (run.m - low) / (high - low) : 1));
+      el("title", {}, p).textContent = run.job + (data.metric ? ": " + data.metric + " " + (run.m === null ? "none" : label(run.m)) : "");
+      paths.push({run: run, path: p});
+    });
+    var bestPath = lines.querySelector(".best");
+    if (bestPath) lines.appendChild(bestPath);  // on top
+    data.axes.forEach(function (axis, i) {
+      var g = el("g", {"class": "axis", "data-axis": axis.name}, svg);
+      el("line", {x1: xs[i], x2: xs[i], y1: TOP, y2: TOP + plot}, g);
+      var name = el("text", {x: xs[i], y: TOP - 18, "text-anchor": i === 0 ? "start" : i === n - 1 && n > 1 ? "end" : "middle", "class": "name"}, g);
+      name.textContent = axis.name + (axis.log ? " (log)" : "");
+      ticks(axis).forEach(function (t) {
+        var y = ys(axis, t);
+        el("line", {x1: xs[i] - 3, x2: xs[i] + 3, y1: y, y2: y}, g);
+        el("text", {x: xs[i] + (i === n - 1 && n > 1 ? -6 : 6), y: y + 4, "text-anchor": i === n - 1 && n > 1 ? "end" : "start"}, g).textContent = label(t);
+      });
+      if (data.runs.some(function (r) { return r.v[i] === null; })) {
+        el("text", {x: xs[i] + 6, y: TOP + plot + NONE + 4}, g).textContent = "none";
+      }
+      var b = brushes[axis.name];
+      var rect = el("rect", {"class": "brush", x: xs[i] - 8, width: 16, y: 0, height: 0, visibility: "hidden"}, g);
+      if (b) { rect.setAttribute("y", b[0]); rect.setAttribute("height", b[1] - b[0]); rect.setAttribute("visibility", "visible"); }
+      var hit = el("rect", {"class": "hit", x: xs[i] - 14, width: 28, y: TOP - 6, height: plot + NONE + 12}, g);
+      var start = null;
+      var at = function (e) {
+        var r = svg.getBoundingClientRect();
+        return (e.clientY - r.top) * HEIGHT / r.height;
+      };
+      hit.addEventListener("pointerdown", function (e) {
+        start = at(e);
+        hit.setPointerCapture(e.pointerId);
+        e.preventDefault();
+      });
+      hit.addEventListener("pointermove", function (e) {
+        if (start === null) return;
+        var y = at(e), y0 = Math.min(start, y), y1 = Math.max(start, y);
+        rect.setAttribute("y", y0); rect.setAttribute("height", y1 - y0); rect.setAttribute("visibility", "visible");
+      });
+      hit.addEventListener("pointerup", function (e) {
+        if (start === null) return;
+        var y = at(e), y0 = Math.min(start, y), y1 = Math.max(start, y);
+        start = null;
+        if (y1 - y0 < 3) { delete brushes[axis.name]; rect.setAttribute("visibility", "hidden"); }
+        else brushes[axis.name] = [y0, y1];
+        filter();
+      });
+      axis.y = function (v) { return ys(axis, v); };
+    });
+    filter();
+  }
+
+  // Keep the runs crossing every brushed axis inside its brush; hide the others' rows.
+  function filter() {
+    var kept = 0, shown = {};
+    paths.forEach(function (p) {
+      var ok = data.axes.every(function (axis, i) {
+        var b = brushes[axis.name];
+        if (!b) return true;
+        var y = axis.y(p.run.v[i]);
+        return y >= b[0] && y <= b[1];
+      });
+      p.path.classList.toggle("off", !ok);
+      if (ok) { kept++; shown[p.run.job] = 1; }
+    });
+    if (table) table.querySelectorAll("tr[data-job]").forEach(function (tr) { tr.hidden = !shown[tr.dataset.job]; });
+    count.textContent = kept === paths.length ? paths.length + " runs" : kept + " of " + paths.length + " runs selected";
+  }
+
+  document.getElementById("pc-clear").addEventListener("click", function () { brushes = {}; draw(); });
+  var drawnAt = 0;
+  window.addEventListener("resize", function () {
+    if (Math.abs(box.clientWidth - drawnAt) > 20) { drawnAt = box.clientWidth; draw(); }
+  });
+  drawnAt = box.clientWidth;
+  draw();
+  window.monkeyParcoords = {data: data, brushes: function () { return brushes; }};
+})();
