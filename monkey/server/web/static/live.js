@@ -1,11 +1,11 @@
-// Monkey Web: a page's live parts (the elements marked data-live: a job's state line and
+// Monkey Web: a page's live parts (the elements marked data-refresh: a job's state line and
 // actions, a sweep's progress, the providers' tables) follow the jobs without a reload. A
 // light poll of /web/changed each second (no connection held, unlike a feed: a browser
 // keeps only 6 per server); when the jobs moved, the page is fetched again and each live
 // part whose HTML changed is swapped in (rendered and escaped by the server).
 "use strict";
 (function () {
-  if (!document.querySelector("[data-live]") || !window.fetch) return;
+  if (!document.querySelector("[data-refresh]") || !window.fetch) return;
   var last = null, busy = false;
   function refresh() {
     busy = true;
@@ -14,7 +14,7 @@
     }).then(function (html) {
       if (html === null) return;
       var fresh = new DOMParser().parseFromString(html, "text/html");
-      document.querySelectorAll("[data-live]").forEach(function (part) {
+      document.querySelectorAll("[data-refresh]").forEach(function (part) {
         var now = part.id && fresh.getElementById(part.id);
         if (!now || now.innerHTML === part.innerHTML) return;
         var focused = part.contains(document.activeElement) && document.activeElement.className;
