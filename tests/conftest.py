@@ -9,6 +9,7 @@ a core, an agent or the CLI in a subprocess without such a fixture; the rest are
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import os
@@ -202,8 +203,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def run_cli_in_process(args: list[str], input: str | None = None) -> subprocess.CompletedProcess[str]:
     """`monkey ARGS` run by this process's `monkey.shell.cli.main`, seen as its subprocess
     would be: its own stdin (INPUT, else empty), stdout, stderr, exit status, traceback on an
-    uncaught error, logging's last-resort warnings and Python's default warning filters; the
-    environment, folder, umask, argv and logging handlers it changes are put back after."""
+    uncaught error, logging's last-resort warnings and Python's default warning filters, what
+    it leaves open closed when it returns; the environment, folder, umask, argv and logging
+    handlers it changes are put back after."""
     from monkey.shell.cli import main
 
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
@@ -235,6 +237,7 @@ def run_cli_in_process(args: list[str], input: str | None = None) -> subprocess.
             except Exception:
                 traceback.print_exc()
                 code = 1
+            gc.collect()  # close what the command left open (its database), as its exit would
             if code is None:
                 code = 0
             elif not isinstance(code, int):
