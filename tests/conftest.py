@@ -36,9 +36,16 @@ SYSTEM_FIXTURES = frozenset({
 })
 
 
+# Fixtures of a resource the whole machine has one of -> the xdist group whose tests run on
+# one worker, one after the other: the session's single Slurm; the fixed folder of the
+# dashboard's snapshots (its lock would hold a worker idle while another has it).
+XDIST_GROUPS = {"slurm_cluster": "slurm", "frozen": "tui-snapshots"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
-    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker."""
+    xdist (`-n N --dist loadgroup`), the tests that share one resource go to one worker
+    (`XDIST_GROUPS`)."""
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.get_closest_marker("system") is None:
@@ -46,8 +53,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.unit)
                 continue
             item.add_marker(pytest.mark.system)
-        if xdist and "slurm_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("slurm"))  # one Slurm, on one worker
+        if xdist:
+            for fixture, group in XDIST_GROUPS.items():
+                if fixture in getattr(item, "fixturenames", ()):
+                    item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)
