@@ -42,11 +42,24 @@ SYSTEM_FIXTURES = frozenset({
 XDIST_GROUPS = {"slurm_cluster": "slurm", "frozen": "tui-snapshots"}
 
 
+# The modules whose tests take longest (a storm runs 75-100 s, Slurm's group minutes), in
+# the order xdist hands them out first: started last, one would run on alone at the end.
+LONGEST_FIRST = (
+    "test_slurm.py", "test_slurm_login.py", "test_absence_storm.py", "test_gc_storm.py",
+    "test_spot_more.py", "test_gce_spot.py", "test_spot.py", "test_ec2.py", "test_ssh.py",
+    "test_documented_commands.py", "test_gce.py", "test_absence.py", "test_gc_race.py",
+    "test_fault_storm.py", "test_upgrade.py", "test_disk.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
     xdist (`-n N --dist loadgroup`), the tests that share one resource go to one worker
-    (`XDIST_GROUPS`)."""
+    (`XDIST_GROUPS`), and the longest go out first (`LONGEST_FIRST`)."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands out in its order
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
     for item in items:
         if item.get_closest_marker("system") is None:
             if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
