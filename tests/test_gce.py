@@ -437,9 +437,13 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_deletes_it(cli, hom
         start_core(home)
         wait_for(lambda: gce.listed() == [], timeout=60, what="the stopped instance to be deleted")
         why = "its agent powered it off: no job and no word from the core for 2s (orphan_timeout)"
-        shown = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
-        assert re.search(rf"{re.escape(instance)} +gcp +terminated .*destroyed: {re.escape(why)}",
-                         shown), shown
+
+        def shown() -> str | None:  # the core records the deletion once GCE has done it
+            out = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout
+            return out if re.search(rf"{re.escape(instance)} +gcp +terminated .*destroyed: "
+                                    rf"{re.escape(why)}", out) else None
+
+        wait_for(shown, timeout=30, what=f"`list providers` to show {instance} destroyed: {why}")
     finally:
         cli("daemon", "stop")
         shutil.rmtree(marks, ignore_errors=True)
