@@ -244,9 +244,13 @@ def test_lost_host_resumes_elsewhere_from_checkpoint_and_stale_is_fenced(
         cli, home: Path, lab: Lab) -> None:
     first, second = lab.add("h1"), lab.add("h2")
     configure(home, [first.entry(key=lab.key, cpus=1)], checkpoint_every=0.2, lost_after=3)
-    Path("train.py").write_text(EPOCHS)
+    # Held at its end while its run folder holds `hold`: the attempt on the lost host runs on
+    # until it is fenced, however long the rest takes.
+    Path("train.py").write_text(EPOCHS + "while os.path.exists(os.path.join(os.environ['MONKEY_RUN_DIR'], "
+                                "'hold')):\n    time.sleep(0.05)\n")
     juid = run(cli, "--provider", "lab", "--retries", "1", "--", "python3", "train.py", "80", "0.25")
     wait_for(lambda: "epoch 3\n" in cli("logs", juid).stdout, what="three epochs")
+    (remote_runs(first) / juid / "1" / "hold").write_text("")
     ckpt = home / "runs" / juid / "checkpoint" / "epoch.txt"
     wait_for(lambda: ckpt.exists() and int(ckpt.read_text()) >= 3, what="the checkpoint synced back")
     # Add the second host, then lose the first for good (the job keeps running there).
