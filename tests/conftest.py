@@ -1,5 +1,5 @@
-"""Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
-every process (core, agent, jobs) the test started.
+"""Fixtures: a private MONKEY_HOME per test, the real CLI (in the test's process, or in a
+subprocess), and clean-up of every process (core, agent, jobs) the test started.
 
 Every test is marked `unit` or `system` here (`pytest -m unit` is the fast inner loop): a
 test is `system` when it uses a fixture that starts real services (`SYSTEM_FIXTURES`) or is
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
-# the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
+# the CLI (`cli`, `monkey`: their submissions start a core). A test using any of them,
 # directly or through another fixture, is `system`.
 SYSTEM_FIXTURES = frozenset({
     "cli", "monkey", "moto", "moto_server", "slurm", "slurm_cluster", "gce", "gcs_server", "lab",
