@@ -1,5 +1,5 @@
-"""Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
-every process (core, agent, jobs) the test started.
+"""Fixtures: a private MONKEY_HOME per test, the real CLI (in the test's process, or in a
+subprocess), and clean-up of every process (core, agent, jobs) the test started.
 
 Every test is marked `unit` or `system` here (`pytest -m unit` is the fast inner loop): a
 test is `system` when it uses a fixture that starts real services (`SYSTEM_FIXTURES`) or is
@@ -9,11 +9,16 @@ a core, an agent or the CLI in a subprocess without such a fixture; the rest are
 from __future__ import annotations
 
 import contextlib
+import gc
+import io
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
-# the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
+# the CLI (`cli`, `monkey`: their submissions start a core). A test using any of them,
 # directly or through another fixture, is `system`.
 SYSTEM_FIXTURES = frozenset(
     {
@@ -217,21 +222,118 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     kill_all(f"MONKEY_HOME={root}")
 
 
+def _captured(stream: io.TextIOWrapper) -> str:
+    """What a subprocess's captured ``text=True`` stream would read: UTF-8, universal newlines."""
+    stream.flush()
+    data = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+# Python's default warning filters, first match first (`python -W` and PYTHONWARNINGS unset).
+_DEFAULT_WARNINGS = (
+    ("default", DeprecationWarning),
+    ("ignore", DeprecationWarning),
+    ("ignore", PendingDeprecationWarning),
+    ("ignore", ImportWarning),
+    ("ignore", ResourceWarning),
+)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_cli_in_process(
+    args: list[str], input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`monkey ARGS` run by this process's `monkey.shell.cli.main`, seen as its subprocess
+    would be: its own stdin (INPUT, else empty), stdout, stderr, exit status, traceback on an
+    uncaught error, logging's last-resort warnings and Python's default warning filters, what
+    it leaves open closed when it returns; the environment, folder, umask, argv and logging
+    handlers it changes are put back after."""
+    from monkey.shell.cli import main
+
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    loggers = {
+        name: logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    saved_handlers = {name: list(logger.handlers) for name, logger in loggers.items()}
+    root = logging.getLogger()
+    root_handlers = list(root.handlers)
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(
+        io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
+    sys.stdout, sys.stderr = out, err
+    sys.argv = [str(REPO / "monkey" / "__main__.py"), *args]
+    root.handlers = []  # no pytest capture: warnings go to stderr, as in a fresh interpreter
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category in reversed(_DEFAULT_WARNINGS):  # each goes in front
+                warnings.filterwarnings(
+                    action, category=category, module="__main__" if action == "default" else ""
+                )
+            warnings.showwarning = _show_warning
+            try:
+                code = main(list(args))
+            except SystemExit as exc:
+                code = exc.code
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            gc.collect()  # close what the command left open (its database), as its exit would
+            if code is None:
+                code = 0
+            elif not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.umask(umask)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        root.handlers = root_handlers
+        for name, logger in logging.Logger.manager.loggerDict.items():
+            if isinstance(logger, logging.Logger) and name != "root":
+                logger.handlers = saved_handlers.get(name, [])
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "monkey", *args], code, _captured(out), _captured(err)
+    )
+
+
 @pytest.fixture
 def cli(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run `monkey ARGS` as a user would, in a subprocess."""
+    """Run `monkey ARGS` as a user would: in this process (`run_cli_in_process`), or in a
+    subprocess through the entry point (`python -m monkey`) with PROCESS and for the commands
+    that are a process of their own (the shell, `daemon run`)."""
 
     def run(
-        *args: str, timeout: float = 120, check: bool = False, input: str | None = None
+        *args: str,
+        timeout: float = 120,
+        check: bool = False,
+        input: str | None = None,
+        process: bool = False,
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "monkey", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=input,
-            env=os.environ.copy(),
-        )
+        if process or not args or list(args[:2]) == ["daemon", "run"]:  # the shell, the core
+            proc = subprocess.run(
+                [sys.executable, "-m", "monkey", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input,
+                env=os.environ.copy(),
+            )
+        else:
+            proc = run_cli_in_process(list(args), input)
         if check and proc.returncode != 0:
             raise AssertionError(f"monkey {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc
