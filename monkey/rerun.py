@@ -352,6 +352,7 @@ class Reruns:
         held: bool,
         after: dict[str, bool] | None = None,
         priority: int = 0,
+        notify: dict[str, str] | None = None,
     ) -> list[str]:
         """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
         their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
@@ -425,6 +426,7 @@ class Reruns:
                     owner=owner,
                     after=after,
                     priority=priority,
+                    notify=notify,
                     **fields,
                 )
                 self.store.record_rerun(db, juid, of, changes)
@@ -446,6 +448,7 @@ class Reruns:
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
         priority: int = 0,
+        notify: str | Iterable[str] | None = None,
     ) -> str:
         """Queue job REF again from its record alone: the same code, data, job.yml, env and
         command, with parameters rewritten by ``set`` ({"lr": 0.2} or ["lr=0.2"]) and
@@ -453,6 +456,12 @@ class Reruns:
         ``priority``: as ``run``'s). Returns the new job's id at once."""
         job = self._job_record(ref)
         deps = self.submitter.dependencies(after, after_any)
+        targets = None
+        if notify:  # `rerun --notify NAME`: as run's
+            from monkey.store.db import local_user
+            from monkey.submit import job_targets
+
+            targets = job_targets(self.store, self.submitter.owner or local_user(), notify)
         if start_core:
             self.home.socket_path("core")
         with self._blobs().lease():
@@ -469,6 +478,7 @@ class Reruns:
                 held=False,
                 after=deps,
                 priority=check_priority(priority),
+                notify=targets,
             )
         if start_core:
             self._wake(f"job {juid}")

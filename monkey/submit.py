@@ -563,3 +563,25 @@ def default_name(argv: list[str]) -> str:
         if scripts and "-c" not in args:
             return Path(scripts[0]).stem
     return first
+
+
+def job_targets(
+    store: Store, owner: str, names: str | Iterable[str] | None, sweep: bool = False
+) -> dict[str, str] | None:
+    """`run --notify NAMES`: OWNER's targets for these jobs, name -> events (every ending
+    of a job; for a sweep's jobs, failures and the sweep's end); MonkeyError for a name that
+    is none of OWNER's targets."""
+    if not names:
+        return None
+    words = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+    known = {t["name"] for t in store.notify_targets(owner)}
+    for word in words:
+        if word not in known:
+            raise MonkeyError(
+                f"--notify {word}: you have no such target; add it with `monkey notify add "
+                f"{word} ...` (see `monkey notify list`)"
+            )
+    from monkey.core.notifier import DEFAULT_EVENTS, JOB_EVENTS
+
+    events = ",".join(DEFAULT_EVENTS) if sweep else JOB_EVENTS
+    return {w: events for w in words if w}

@@ -221,6 +221,39 @@ CASES: list[tuple[str, set[int]]] = [
         "--persist output --data data --yes --force",
         {0},
     ),
+    # notifications (nothing listens on {port} yet: a test is refused; no add sends)
+    (
+        "notify add ci webhook http://127.0.0.1:{port}/hook --secret generated "
+        "--on failed,sweep --sweep scan --name 'n*'",
+        {0},
+    ),
+    ("notify add team slack https://hooks.example.org/services/T/B/X --on all", {0}),
+    (
+        "notify add ops slack https://hooks.example.org/services/T/B/Y --on idle --idle-after 1h --spend-over 100",
+        {0},
+    ),
+    (
+        "notify add me email me@example.org --smtp 127.0.0.1:{port} --plain --from m@example.org "
+        "--no-check",
+        {0},
+    ),
+    ("notify add m2 email me@example.org --smtp smtp.example.org --ssl --no-check", {0}),
+    ("notify add m3 email me@example.org --smtp smtp.example.org --starttls --no-check", {0}),
+    (
+        "notify add m4 email me@example.org --smtp smtp.example.org --user u "
+        "--password-env NO_SUCH_VARIABLE",
+        {1},
+    ),
+    ("notify add x webhook http://example.org/x", {1}),
+    ("notify list", {0}),
+    ("notify list --json", {0}),
+    ("notify test ci", {1}),
+    ("run --notify team -- echo told", {0}),
+    ("sweep --grid x=5,6 --notify team,ci -- echo {{x}}", {0}),
+    ("rerun {a} --notify team", {0}),
+    ("rerun --sweep scan --notify team", {2}),
+    ("notify remove me", {0}),
+    ("notify remove me", {1}),
     # the main node ({port}: a free port; the remotes' settings go to {tmp}/config)
     ("server start --bind 127.0.0.1:{port}", {0}),
     ("server status", {0}),

@@ -27,7 +27,7 @@ from monkey.config import Home, ProviderConfig
 from monkey.drivers import gce_setup
 from monkey.drivers.base import NoCapacity
 from monkey.drivers.cloud import USER_DATA
-from monkey.drivers.gce import GCEDriver, setup
+from monkey.drivers.gce import GCEDriver, list_price, setup
 from monkey.models import InstanceState, MonkeyError, Resources
 from monkey.snapshot import BlobStore
 from monkey.storage.bucket import PACK_BLOB_MAX
@@ -140,11 +140,35 @@ def test_create_list_destroy(
 
     [found] = driver.list_nodes()
     assert (found.id, found.state, found.address) == (inst.id, InstanceState.RUNNING, "127.0.0.4")
+    # Priced as GCE lists a preemptible e2-small in us-central1: half a vCPU and 2 GiB.
+    assert found.price == pytest.approx(0.003527, abs=1e-6)
     gce.preempt(ZONE, raw["name"])  # GCE stops a preempted instance: listed stopped
     assert driver.list_nodes()[0].state == InstanceState.STOPPED
     driver.destroy_node(inst.id)
     assert driver.list_nodes() == [] and gce.listed() == []
     driver.destroy_node(inst.id)  # idempotent
+
+
+def test_list_prices_are_gces_own() -> None:
+    """GCE's on-demand and preemptible list prices in us-central1 (libcloud's price list),
+    a shared-core type billed its fraction of a vCPU; an entry's ``prices:`` wins; a type
+    whose rates the list lacks (GPU families) is unknown."""
+    assert list_price("e2-standard-2", "us-central1") == pytest.approx(0.067011, abs=1e-6)
+    assert list_price("n2-standard-4", "us-central1") == pytest.approx(0.194236, abs=1e-6)
+    assert list_price("e2-micro", "us-central1") == pytest.approx(0.008376, abs=1e-6)
+    assert list_price("e2-standard-2", "us-central1", preemptible=True) < 0.067011 / 3
+    assert list_price("g2-standard-4", "us-central1") is None
+    assert list_price("e2-standard-2", "mars-north1") is None
+
+
+def test_an_entrys_prices_win(gcp: ProviderConfig, home: Path) -> None:
+    entry = {**gcp.options, "prices": {"e2-small": 0.5}}
+    drv = GCEDriver(ProviderConfig(gcp.name, gcp.type, entry), Home(home))
+    try:
+        assert (drv.price("e2-small"), drv.price("e2-small", spot=True)) == (0.5, 0.5)
+        assert drv.price("e2-medium") == pytest.approx(0.033506, abs=1e-6)
+    finally:
+        drv.close()
 
 
 def test_labels_filter_the_listing(
@@ -459,6 +483,38 @@ def test_core_creates_an_instance_code_goes_through_gcs_then_idle_termination(
     for path in home.rglob("*"):
         if path.is_file():
             assert b"X-Goog-Signature" not in path.read_bytes(), path
+
+
+def test_a_spend_quota_binds_on_gces_list_prices(cli, home: Path, gce: FakeGCE, fleet: Lab) -> None:
+    """With no `prices:` in the entry, a job's spend rate comes from GCE's list price: a
+    spend quota below an e2-small's (the entry's size) holds the job and no machine is
+    made; raised, it runs on a machine priced in the listing."""
+    from monkey.store.db import local_user
+
+    me = local_user()
+    add_gcp(cli, gce, fleet, home, "--max-instances", "1", "--idle-timeout", "2")
+    try:
+        cli("server", "quota", "set", me, "--provider", "gcp", "--spend", "0.01", check=True)
+        juid = json.loads(
+            cli(
+                "run", "--json", "-p", "gcp", "--cpus", "2", "--", "sleep", "600", check=True
+            ).stdout
+        )["job"]
+        reason = f"over quota: {me} spends $0.00 of $0.0100/h on gcp; this job adds $0.0168/h"
+        wait_for(lambda: info(cli, juid)["held"] == reason, timeout=60, what="the job held")
+        assert gce.listed() == []  # no machine is made for a held job
+        cli("server", "quota", "set", me, "--provider", "gcp", "--spend", "0.02", check=True)
+        wait_for(lambda: info(cli, juid)["state"] == "running", timeout=90, what="the job")
+        [row] = json.loads(
+            cli("list", "providers", "--monkey-instances", "--json", check=True).stdout
+        )["instances"]
+        assert (row["size"], row["price"]) == ("e2-small", pytest.approx(0.016753, abs=1e-6))
+        [use] = json.loads(cli("list", "providers", "--json", check=True).stdout)["quotas"]
+        assert use["spend"] == {"used": pytest.approx(0.016753, abs=1e-6), "limit": 0.02}
+        cli("cancel", juid, check=True)
+        wait_for(lambda: gce.listed() == [], timeout=30, what="idle termination")
+    finally:
+        cli("daemon", "stop")
 
 
 def test_core_terminates_a_labelled_instance_it_has_no_record_of(

@@ -278,8 +278,8 @@ class Dispatch:
         """The $/hour JOB would add (as ``Store.begin_attempt`` will charge it): its share
         of the CPUs of the instance it is placed on, times that instance's price; placed
         nowhere on an elastic provider, its share of a new machine of its size (priced by
-        the entry's ``prices:``, else as the dearest of the provider's machines of that size
-        known); 0 when unknown."""
+        the driver: the entry's ``prices:`` or the cloud's list price, else as the dearest
+        of the provider's machines of that size known); 0 when unknown."""
         if placement is not None:
             price = prices.get(placement.instance)
             cap = next((c for c in where if c.instance == placement.instance), None)
@@ -289,8 +289,7 @@ class Dispatch:
         if not drv.elastic:
             return 0.0
         size = drv.size_for(job.resources)
-        config = self.providers.get(provider)
-        price = ((config.options.get("prices") if config else None) or {}).get(size)
+        price = drv.price(size)
         if price is None:
             known = [
                 r["price"]

@@ -5,6 +5,7 @@ and each owner's fair-share weight there."""
 from __future__ import annotations
 
 from monkey.models import Job
+from monkey.store.cost import dollars
 from monkey.store.quotas import limits_for, share_for
 
 TYPE_CHECKING = False
@@ -13,6 +14,12 @@ if TYPE_CHECKING:
 
 
 _NONE = (0, 0, 0.0, 0)  # an owner's use with nothing live: [jobs, GPUs, $/hour, slots]
+
+
+def usd(value: float) -> str:
+    """A $/hour figure of a quota: as ``dollars`` shows money ($0.0084 under a dollar), none
+    as $0.00."""
+    return dollars(value) if value else "$0.00"
 
 
 def who(owner: str | None) -> str:
@@ -72,8 +79,8 @@ class QuotaPass:
         limit = limits.get("spend")
         if limit is not None and rate and spend + rate > limit + 1e-9:
             return (
-                f"over quota: {who(owner)} spends ${spend:.2f} of ${limit:.2f}/h on "
-                f"{self.provider}; this job adds ${rate:.2f}/h"
+                f"over quota: {who(owner)} spends {usd(spend)} of {usd(limit)}/h on "
+                f"{self.provider}; this job adds {usd(rate)}/h"
             )
         return None
 

@@ -16,6 +16,7 @@ from monkey.core.dispatch import AHEAD_RUN, KILL_GRACE, Dispatch
 from monkey.core.endings import Facts, decide
 from monkey.core.endings import span as _span
 from monkey.core.links import HEARTBEAT_TIMEOUT, Links
+from monkey.core.notifier import Notifier
 from monkey.core.outage import Outage
 from monkey.core.presence import Presence
 from monkey.core.provisioning import LIST_EVERY, Elastic
@@ -89,6 +90,7 @@ class Core(Links, Dispatch):
         self.home = home
         self.store = Store(home.db)
         self.checkpointer = Checkpointer(home.db)
+        self.notifier = Notifier(home)  # sends `monkey notify` messages off the loop
         self.providers: dict[str, ProviderConfig] = load_providers(home)
         self.providers_mtime = _mtime(home.providers_file)
         self.drivers: dict[str, Driver] = {}
@@ -233,6 +235,7 @@ class Core(Links, Dispatch):
         self.wake_sock.close()
         self.outage.close()
         self.checkpointer.close()
+        self.notifier.close()
         self.store.close()
 
     def timeout(self) -> float:

@@ -282,6 +282,12 @@ class Driver(ABC):
         reached; the core plans how many machines to create with it."""
         return 1
 
+    def price(self, size: str | None, spot: bool = False) -> float | None:
+        """Estimated $/hour of a machine of SIZE (SPOT: a spot or preemptible one), from the
+        entry's ``prices:`` or the provider's price list, asking no API (the core calls it
+        in its loop, for spend quotas); None when nothing knows."""
+        return None
+
     @property
     def idle_timeout(self) -> float:
         """Seconds an elastic instance may stay without a job before it is destroyed."""

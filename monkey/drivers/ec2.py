@@ -267,10 +267,9 @@ class EC2Driver(CloudDriver):
             f"cannot read the console of {node}", lambda api: api.ex_get_console_output(found)
         )["output"]
 
-    def _price(self, size: str | None, spot: bool, zone: str | None) -> float | None:
-        """Estimated $/hour of an instance of SIZE: the entry's ``prices:`` for it, else
-        libcloud's on-demand price in the region; a spot one costs the spot price EC2 reports
-        for the size (in ZONE) when it reports one. None when nothing knows."""
+    def price(self, size: str | None, spot: bool = False) -> float | None:
+        """The entry's ``prices:`` for SIZE, else libcloud's on-demand price in the region
+        (a spot machine's too: its going rate needs an API call, see ``_price``)."""
         if not size:
             return None
         price = (self.entry.get("prices") or {}).get(size)
@@ -278,9 +277,15 @@ class EC2Driver(CloudDriver):
             from libcloud.pricing import get_size_price
 
             price = get_size_price("compute", "ec2_linux", size, self.entry["region"])
-        if spot:
-            price = self._spot_price(size, zone) or price
         return None if price is None else float(price)
+
+    def _price(self, size: str | None, spot: bool, zone: str | None) -> float | None:
+        """Estimated $/hour of an instance of SIZE (``price``); a spot one costs the spot
+        price EC2 reports for the size (in ZONE) when it reports one. None when nothing knows."""
+        price = self.price(size)
+        if spot and size:
+            price = self._spot_price(size, zone) or price
+        return price
 
     def _spot_price(self, size: str, zone: str | None) -> float | None:
         """The current spot price of SIZE in ZONE (else the lowest of the region), as EC2

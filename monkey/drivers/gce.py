@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The vCPUs GCE bills a shared-core machine type for (it shows 2 to the guest).
+_SHARED_CORE = {"e2-micro": 0.25, "e2-small": 0.5, "e2-medium": 1.0}
+
 # Common machine types, cheapest first: `size_for` takes the first that holds a job.
 SIZES = [
     Size(*s)
@@ -283,6 +286,17 @@ class GCEDriver(CloudDriver):
 
         return self._call(f"creating firewall rule {name}", run)
 
+    def price(self, size: str | None, spot: bool = False, zone: str | None = None) -> float | None:
+        """The entry's ``prices:`` for SIZE, else GCE's list price of its vCPUs and memory
+        in ZONE's region (the entry's first zone by default; libcloud's price list, which
+        has the general-purpose families' on-demand and preemptible rates, not GPUs')."""
+        if not size:
+            return None
+        price = (self.entry.get("prices") or {}).get(size)
+        if price is not None:
+            return float(price)
+        return list_price(size, (zone or self.zones[0]).rsplit("-", 1)[0], spot)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _mine(self, node: Node) -> bool:
@@ -312,6 +326,7 @@ class GCEDriver(CloudDriver):
             size=node.size,  # type: ignore[arg-type]
             spot=spot,
             launched_at=launched,
+            price=self.price(node.size, spot, getattr(zone, "name", zone)),  # type: ignore[arg-type]
             # GCE stops a preemptible instance it reclaims: its jobs were preempted.
             extra={
                 "kind": self.kind,
@@ -445,3 +460,24 @@ def _ssh_source(given: str | None, entry: dict[str, Any]) -> str:
         "from, e.g. --ssh-from 203.0.113.7/32 (this machine's public address; "
         "monkey asks no outside service for it)"
     )
+
+
+def list_price(size: str, region: str, preemptible: bool = False) -> float | None:
+    """$/hour of machine type SIZE in REGION from libcloud's GCE price list: its family's
+    rate per vCPU and per GiB of memory (vCPUs and memory from ``SIZES``; a shared-core
+    type is billed its fraction of a vCPU, ``_SHARED_CORE``); None for a type
+    the table or the list does not know (GPU families, shared-core micro types...)."""
+    from libcloud.pricing import get_pricing
+
+    known = {s.name: s for s in SIZES}.get(size)
+    rates = (get_pricing("compute", "gce_instances") or {}).get(size.split("-", 1)[0])
+    if known is None or not rates or "cpu" not in rates or "ram" not in rates:
+        return None
+    cpus = _SHARED_CORE.get(size, known.cpus)
+    kind = "preemptible" if preemptible else "on_demand"
+    try:
+        cpu = rates["cpu"][kind][region]["price"]
+        ram = rates["ram"][kind][region]["price"]
+    except KeyError:
+        return None
+    return round(cpus * float(cpu) + known.memory * float(ram), 6)

@@ -62,6 +62,7 @@ class Sweeps:
         after: str | Iterable[str] | None = None,
         after_any: str | Iterable[str] | None = None,
         priority: int = 0,
+        notify: str | Iterable[str] | None = None,
         **run_options: Any,
     ) -> str:
         """Create a sweep: one queued job per cell; returns the sweep id.
@@ -113,6 +114,13 @@ class Sweeps:
         cells = sweepspec.expand(spec)
         deps = self.submitter.dependencies(after, after_any)
         check_priority(priority)
+        targets = None
+        if notify:  # `sweep --notify NAME`: its failures and its end, whatever the rules
+            from monkey.store.db import local_user
+            from monkey.submit import job_targets
+
+            owner = self.submitter.owner or local_user()
+            targets = job_targets(self.store, owner, notify, sweep=True)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
         with (
@@ -123,7 +131,7 @@ class Sweeps:
                 with self.store.tx():  # the lock is held before anyone sees the sweep
                     sid = self.store.create_sweep(name or "", spec, state=sweeps.SUBMITTING)
                     lock = sweeps.SubmissionLock(self.home, sid)
-                self._write_cells(sub, sid, name or sid, spec, cells, deps, priority)
+                self._write_cells(sub, sid, name or sid, spec, cells, deps, priority, targets)
                 self.store.set_sweep_state(sid, sweeps.ACTIVE_SWEEP, only_from=[sweeps.SUBMITTING])
             finally:
                 if lock is not None:
@@ -143,6 +151,7 @@ class Sweeps:
         cells: list[dict[str, Any]],
         after: dict[str, bool],
         priority: int,
+        notify: dict[str, str] | None = None,
     ) -> None:
         """Write a submitting sweep's cells, held, in batches; on failure mark it interrupted
         and say how far it got."""
@@ -159,7 +168,13 @@ class Sweeps:
                     for i, cell in enumerate(cells[start : start + WRITE_BATCH], start + 1)
                 ]
                 self.submitter.record(
-                    sub, batch, sweep=sid, held=True, after=after, priority=priority
+                    sub,
+                    batch,
+                    sweep=sid,
+                    held=True,
+                    after=after,
+                    priority=priority,
+                    notify=notify,
                 )
                 written += len(batch)
                 time.sleep(0.005)  # the lock is free: a waiting writer takes it now

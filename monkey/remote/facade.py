@@ -37,6 +37,10 @@ CALLS = (
     "resume",
     "retry",
     "set_priority",
+    "notify_add",
+    "notify_list",
+    "notify_remove",
+    "notify_test",
     "metrics",
     "search",
     "whoami",
@@ -184,6 +188,7 @@ class RemoteMonkey:
         after: str | Sequence[str] | None = None,
         after_any: str | Sequence[str] | None = None,
         priority: int = 0,
+        notify: str | Sequence[str] | None = None,
         **options: Any,
     ) -> Job:
         """As ``Monkey.run``: the code and data gathered here, the job recorded and run by
@@ -210,6 +215,7 @@ class RemoteMonkey:
             **({"after": after} if after else {}),
             **({"after_any": after_any} if after_any else {}),
             **({"priority": priority} if priority else {}),
+            **({"notify": notify} if notify else {}),
             **{k: options[k] for k in RESOURCES if k in options},
         )
         return Job(self, juid)

@@ -72,6 +72,11 @@ CALLS: dict[str, Call] = {
     "quotas": Call(),
     "set_quota": Call(admin=True),
     "remove_quota": Call(admin=True),
+    # `monkey notify`: the calling user's own targets (their secrets stay on the server)
+    "notify_add": Call(),
+    "notify_list": Call(),
+    "notify_remove": Call(),
+    "notify_test": Call(),
     # what the dashboard reads (monkey.tui): any user
     "jobs": Call(),
     "jobs_changed": Call(),

@@ -91,6 +91,7 @@ def configure(
     for what in ("cert", "key"):
         if settings[what] and not Path(settings[what]).is_file():
             raise MonkeyError(f"--{what} {settings[what]}: no such file")
+    settings["url"] = url(settings)  # for links to its pages (the core's notifications)
     write_private(files.settings, json.dumps(settings, indent=2).encode())
     return settings
 

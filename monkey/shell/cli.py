@@ -302,6 +302,7 @@ _MODULES = {
     "gc": ("disk_commands", "gc_parser"),
     "du": ("disk_commands", "du_parser"),
     "verify": ("disk_commands", "verify_parser"),
+    "notify": ("notify_commands", "notify_parser"),
 }
 
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
@@ -367,6 +368,7 @@ commands:
   gc                         free blobs no job needs and folders of deleted jobs
   du                         disk used by jobs, blobs, environments
   verify [JOB...]            check stored code and data against their digests
+  notify add|list|remove|test   word of your jobs' ends: Slack, signed webhooks, email
   server start|run|stop|status   this machine as a main node: the HTTPS API (--bind HOST:PORT)
   server user add|list|remove|token   the server's users and their tokens
   remote add|use|list|remove     main nodes this machine sends commands to (--remote NAME)
@@ -409,6 +411,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         after=args.after,
         after_any=args.after_any,
         priority=args.priority,
+        notify=[n for v in args.notify or () for n in v.split(",")] or None,
     )
     if args.json:
         print_json(job.record.to_json())

@@ -173,6 +173,13 @@ def queue_options(p: argparse.ArgumentParser) -> None:
         metavar="JOB[,JOB...]",
         help="start only once these jobs ended, however they ended (repeatable)",
     )
+    p.add_argument(
+        "--notify",
+        action="append",
+        metavar="TARGET[,TARGET...]",
+        help="tell these `monkey notify` targets of this job's end (a sweep's: its "
+        "failures and its end), whatever their rules (repeatable)",
+    )
 
 
 def check_jobs(args: argparse.Namespace) -> None:

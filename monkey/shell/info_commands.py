@@ -148,6 +148,10 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         rest = after[AFTER_SHOWN:]
         done = sum(d["met"] for d in rest)
         fields.append(("after", f"{len(rest)} more, {done} of them done (--json lists them)"))
+    if info.get("notifications"):  # its `monkey notify` messages
+        from monkey.shell.notify_commands import notified
+
+        fields += [("notified", notified(note)) for note in info["notifications"]]
     if info.get("rerun_of"):
         from monkey.shell.tracking_commands import fmt
 

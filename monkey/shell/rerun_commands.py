@@ -118,6 +118,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if args.sweep is not None:
         if args.job or args.follow:
             raise UsageError("monkey rerun --sweep: give the sweep alone (no JOB, no --follow)")
+        if args.notify:
+            raise UsageError("monkey rerun --sweep: --notify goes with a job rerun only (yet)")
         sid = m.rerun_sweep(
             args.sweep,
             failed=args.failed,
@@ -136,6 +138,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise UsageError(
             "monkey rerun: name the job to run again, e.g. monkey rerun last --set lr=0.2"
         )
+    if args.notify:
+        options["notify"] = [n for v in args.notify for n in v.split(",")]
     job = m.rerun(args.job, **options)
     if args.json:
         sys.stdout.write(json.dumps(m.info(job.juid), indent=2, default=str) + "\n")

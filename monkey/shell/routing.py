@@ -28,6 +28,7 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         *("run", "rerun", "clone", "cat", "pull"),
         *("compare", "diff", "plot", "report", "export"),
         *("rm", "du", "gc", "verify", "create", "delete"),
+        "notify",
     )
 
 

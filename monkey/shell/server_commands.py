@@ -282,7 +282,9 @@ def _limit_text(value: float | None, spend: bool = False) -> str:
         return "-"
     if value == UNLIMITED:
         return "unlimited"
-    return f"${value:.2f}/h" if spend else str(int(value))
+    from monkey.core.quota import usd
+
+    return f"{usd(value)}/h" if spend else str(int(value))
 
 
 def _share_text(value: float | None) -> str:
@@ -353,7 +355,9 @@ def print_quota_use(rows: list[dict[str, Any]]) -> None:
     from monkey.shell.table import render
 
     def cell(u: dict[str, Any], spend: bool = False) -> str:
-        used = f"${u['used']:.2f}" if spend else str(int(u["used"]))
+        from monkey.core.quota import usd
+
+        used = usd(u["used"]) if spend else str(int(u["used"]))
         if u["limit"] is None:
             return used
         return f"{used}/{_limit_text(u['limit'], spend)}"

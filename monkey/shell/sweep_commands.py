@@ -199,6 +199,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         after=args.after,
         after_any=args.after_any,
         priority=args.priority,
+        **({"notify": [n for v in args.notify for n in v.split(",")]} if args.notify else {}),
     )
     if args.json:
         finite_json(m.sweep_status(sid))

@@ -37,6 +37,7 @@ from monkey.store.instance_requests import InstanceRequestStore
 from monkey.store.instances import InstanceStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from monkey.store.notify import NOTIFY_STATES, NotifyStore, outbox_add
 from monkey.store.outputs import OutputQueries
 from monkey.store.quotas import QuotaStore
 from monkey.store.rerun import RerunStore
@@ -175,6 +176,7 @@ class Store(
     UserStore,
     DependencyStore,
     QuotaStore,
+    NotifyStore,
 ):
     """A connection to monkey.db; safe to use from several processes at once."""
 
@@ -361,6 +363,7 @@ class Store(
         owner: str | None = None,
         after: dict[str, bool] | None = None,
         priority: int = 0,
+        notify: dict[str, str] | None = None,
     ) -> list[str]:
         """Insert jobs alike but for their (argv, name, params), each with a fresh juid
         (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
@@ -368,7 +371,8 @@ class Store(
         ``held`` jobs wait for their sweep's hook to release them; ``spec`` is the resolved
         job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
         of installed packages; ``owner`` who submits them (default: this machine's user);
-        ``after`` the jobs each waits for (job -> whether any ending will do, else success)."""
+        ``after`` the jobs each waits for (job -> whether any ending will do, else success);
+        ``notify`` the owner's targets told of their endings (name -> events)."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         shared = (
@@ -432,6 +436,8 @@ class Store(
                         f"job {gone[0]} does not exist any more; --after names existing jobs"
                     )
                 self._add_deps(db, juids, after)
+            if notify:
+                self._add_job_notify(db, juids, notify)
         return juids
 
     @staticmethod
@@ -714,11 +720,13 @@ class Store(
         now: float,
         actor: str | None = None,
     ) -> None:
-        db.execute(
+        cur = db.execute(
             "INSERT INTO events(juid, attempt, ts, kind, old, new, detail, actor) "
             "VALUES (?,?,?,?,?,?,?,?)",
             (juid, attempt, now, kind, old, new, detail, actor),
         )
+        if new in NOTIFY_STATES:  # an ending, in its own transaction: never lost
+            outbox_add(db, cur.lastrowid)
 
     def events(self, juid: str) -> list[dict[str, Any]]:
         """JUID's events in order: id, attempt, ts, kind, old, new, detail and actor (who

@@ -362,6 +362,54 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE quotas ADD COLUMN share REAL;
         """,
     ),
+    (
+        "0022_notify",
+        # `monkey notify`: each user's targets (their URLs, passwords and keys live in a
+        # 0600 file of MONKEY_HOME/secrets named by SECRET, never here); the targets a job
+        # was submitted with (`run --notify`); the outbox (events worth a message, written
+        # with the event itself: see Store._event); and the deliveries made of it, each with
+        # its idempotency id, sent in order per target with retries (its job is `job`, not
+        # `juid`: `rm` of the job leaves its messages to be sent).
+        """
+        CREATE TABLE notify_targets(
+            owner TEXT NOT NULL,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            shown TEXT NOT NULL,
+            options TEXT NOT NULL,
+            events TEXT NOT NULL,
+            sweep TEXT,
+            glob TEXT,
+            secret TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (owner, name)
+        ) WITHOUT ROWID;
+        CREATE TABLE job_notify(
+            juid TEXT NOT NULL,
+            target TEXT NOT NULL,
+            events TEXT NOT NULL,
+            PRIMARY KEY (juid, target)
+        ) WITHOUT ROWID;
+        CREATE TABLE notify_outbox(event INTEGER PRIMARY KEY);
+        CREATE TABLE notify_deliveries(
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            owner TEXT NOT NULL,
+            target TEXT NOT NULL,
+            job TEXT,
+            what TEXT NOT NULL,
+            body TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending',
+            tries INTEGER NOT NULL DEFAULT 0,
+            next_try REAL NOT NULL DEFAULT 0,
+            last_error TEXT,
+            sent_at REAL
+        );
+        CREATE INDEX notify_pending ON notify_deliveries(state, owner, target, seq);
+        CREATE INDEX notify_job ON notify_deliveries(job);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
