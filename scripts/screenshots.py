@@ -7,7 +7,9 @@ reaches the network), drives `monkey dash` with Textual's pilot and writes under
 - dash-jobs.svg: the jobs table;
 - dash-metrics.svg: one job's metrics, four sweep runs overlaid;
 - dash-problems.svg: the problems view (`!`), failed jobs first;
-- report-chart.svg: the metric charts of `monkey report`'s HTML page for the sweep.
+- report-chart.svg: the metric charts of `monkey report`'s HTML page for the sweep;
+- web-jobs.png, web-job.png, web-sweep.png: Monkey Web's jobs, job and sweep pages, served
+  in this process (no core) and shot by Debian's chromium through Playwright.
 
 Usage: python scripts/screenshots.py [--out docs] [--home DIR]
 """
@@ -34,6 +36,8 @@ SIZE = (132, 32)
 STEPS = 60
 METRIC = "val/loss"
 FILES = ("dash-jobs.svg", "dash-metrics.svg", "dash-problems.svg", "report-chart.svg")
+WEB_FILES = ("web-jobs.png", "web-job.png", "web-sweep.png")
+CHROMIUM = "/usr/bin/chromium"
 
 
 def build_home(root: Path) -> tuple[Monkey, str, list[str]]:
@@ -199,9 +203,55 @@ def report_chart(m: Monkey, sid: str, out: Path) -> None:
     (out / "report-chart.svg").write_text(svg + "\n")
 
 
+def web_pages(m: Monkey, sid: str, juids: list[str], out: Path) -> None:
+    """Monkey Web's pages of the demo, served by uvicorn in a thread of this process (no
+    core: the demo stays as written), logged in by a one-time link, shot at 1280x800."""
+    import socket
+    import threading
+
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    from monkey.server.app import build
+    from monkey.server.auth import add_user
+    from monkey.server.websession import issue_link
+
+    if not m.store.count_users():
+        add_user(m.store, "demo", admin=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(build(m.home), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{url}/web/login?once={issue_link(m.home, m.store.users()[0]['name'])}")
+            page.wait_for_url("**/web/jobs")
+            page.screenshot(path=str(out / "web-jobs.png"))
+            page.goto(f"{url}/web/jobs/{juids[0]}")
+            page.wait_for_selector("#charts canvas")
+            page.screenshot(path=str(out / "web-job.png"), full_page=True)
+            page.goto(f"{url}/web/sweeps/{sid}")
+            page.screenshot(path=str(out / "web-sweep.png"), full_page=True)
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs", help="where the SVGs go")
+    parser.add_argument("--out", type=Path, default=REPO / "docs", help="where the images go")
     parser.add_argument("--home", type=Path, help="folder for the demo (default: a temp dir)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -209,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     m, sid, juids = build_home(root)
     asyncio.run(dashboard(m, juids, args.out))
     report_chart(m, sid, args.out)
+    web_pages(m, sid, juids, args.out)
     m.store.close()
-    for name in FILES:
+    for name in (*FILES, *WEB_FILES):
         print(args.out / name)
     return 0
 

@@ -8,9 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 # System packages: task-spooler (local job queue), sshd + iproute2 (SSH tests), git,
-# slurm-wlm + munge (single-node Slurm for the Slurm provider tests), zsh (completion tests).
+# slurm-wlm + munge (single-node Slurm for the Slurm provider tests), zsh (completion tests),
+# chromium (Monkey Web's browser tests, driven by Playwright).
 # python3/pip/venv are listed too because a bare Debian 12 image has none of them.
-apt_pkgs=(task-spooler openssh-server iproute2 git python3 python3-pip python3-venv slurm-wlm munge zsh)
+apt_pkgs=(task-spooler openssh-server iproute2 git python3 python3-pip python3-venv slurm-wlm munge zsh chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1380,6 +1380,27 @@ def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) 
     )
 
 
+def test_an_armed_agent_idle_past_its_idle_timeout_waits_without_spinning(world: World) -> None:
+    """Armed, an agent idle past --idle-timeout stays (the orphan watch decides); it then
+    sleeps until its next deadline, not in a loop that wakes at once (it took a whole CPU
+    of every idle cloud machine until its orphan timeout)."""
+    proc = world.start_agent("--idle-timeout", "0.2")
+    client = world.client(sync=False)
+    client.request("sync", attempts=[], orphan={"timeout": 600, "command": "true"})
+    client.link.close()
+    time.sleep(1)  # idle past its idle timeout, no link open
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+    before = cpu()
+    time.sleep(2)
+    assert proc.poll() is None  # it stays
+    assert cpu() - before < 0.5  # a spinning loop takes the whole 2 s
+
+
 def test_a_failed_shutdown_command_is_logged_and_a_request_is_contact(world: World) -> None:
     mark = world.tmp / "tried"
     world.start_agent()

@@ -31,8 +31,11 @@ def test_screenshots_script_writes_the_readme_svgs(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     names = ["dash-jobs.svg", "dash-metrics.svg", "dash-problems.svg", "report-chart.svg"]
-    assert done.stdout.split() == [str(out / name) for name in names]
-    assert sorted(p.name for p in out.iterdir()) == names  # nothing else left behind
+    web = ["web-jobs.png", "web-job.png", "web-sweep.png"]  # Monkey Web, shot by chromium
+    assert done.stdout.split() == [str(out / name) for name in (*names, *web)]
+    assert sorted(p.name for p in out.iterdir()) == sorted(names + web)  # nothing else
+    for name in web:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
     jobs = svg_text(out / "dash-jobs.svg")
     for name in ("lr-depth-1", "lr-depth-12", "eval", "prepare", "export", "val/loss"):

@@ -164,8 +164,11 @@ CASES: list[tuple[str, set[int]]] = [
     ("dash", {1}),
     ("dash {a}", {1}),
     ("dash --juid {a}", {1}),
-    ("web --juid {a}", {1}),
-    ("web -j {a}", {1}),
+    ("web --juid nosuchjob --no-browser", {1}),  # nothing started for an unknown job
+    ("web -j {a} --no-browser", {0}),  # a one-time link (the server of this home started)
+    ("web {a} --no-browser", {0}),
+    ("web --no-browser", {0}),
+    ("server stop", {0}),  # the server `web` started: the server cases below start their own
     # providers and instances (nothing answers at these addresses: one-line errors)
     (
         "provider add ssh lab --host me@127.0.0.1:1 --user me --key {tmp}/key --cpus 2 --gpus 0 "

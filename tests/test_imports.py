@@ -177,6 +177,17 @@ def test_providers_checked_once_are_read_back_without_yaml_or_drivers(tmp_path):
 SERVER_STACK = ("starlette", "uvicorn", "anyio", "cryptography", "monkey.server", "monkey.api")
 
 
+def test_web_command_loads_neither_the_pages_nor_the_server_stack(tmp_path):
+    """`monkey web` issues a link and opens a browser: Monkey Web's pages, Jinja2 and
+    Starlette are the server's alone."""
+    code = (
+        "import contextlib; from monkey.shell.cli import main\n"
+        "with contextlib.suppress(SystemExit): main(['web', '--help'])"
+    )
+    among = ("monkey.server.web", "jinja2", "starlette", "uvicorn", "anyio")
+    assert _heavy_modules(f"exec({code!r})", tmp_path, among) == []
+
+
 def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_ones(home, tmp_path):
     """The laptop's `monkey --remote lab list jobs` (and `compare`, `list sweeps`): standard
     library and monkey.remote only, no matplotlib, and not the standard library's

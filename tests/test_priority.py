@@ -26,8 +26,8 @@ def _ended(monkey, juids: list[str], timeout: float = 120) -> None:
 
 def test_higher_priority_starts_first_fifo_within_one(home: Path, monkey, cli, tmp_path: Path):
     _one_slot(home)
-    order = tmp_path / "order"
-    blocker = monkey.run(["sleep", "3"]).juid
+    order, gate = tmp_path / "order", tmp_path / "gate"
+    blocker = monkey.run(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]).juid
     wait_for(lambda: monkey.store.get_job(blocker).state.value == "running", what="a blocker")
 
     def job(word: str, priority: int) -> str:
@@ -50,6 +50,7 @@ def test_higher_priority_starts_first_fifo_within_one(home: Path, monkey, cli, t
     assert "queued (+7)" in table and "queued (-5)" in table
     listed = json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]
     assert {j["job"]: j["priority"] for j in listed}[juids[1]] == 10
+    gate.touch()  # the blocker ends: the queue goes in its order
     _ended(monkey, [*juids, moved_juid])
     assert order.read_text().split() == [
         "urgent",
@@ -87,23 +88,25 @@ def test_priority_of_a_job_that_is_not_queued_is_refused(monkey, cli):
     assert len(monkey.store.list_jobs()) == 1
 
 
-def test_two_owners_share_the_slots_fairly(home: Path, monkey):
-    """ana queues six jobs on two slots, then bob two: bob's first starts as soon as one of
-    ana's ends, not after all of hers; both of his end before her last."""
+def test_two_owners_share_the_slots_fairly(home: Path, monkey, tmp_path: Path):
+    """ana queues six jobs on two slots, then bob two: bob's start among the first slots
+    freed, not after all of ana's (first come, first served would put them last)."""
     _one_slot(home, slots=2)
+    gate = tmp_path / "gate"  # ana's first two hold their slots until bob's jobs are queued
+    work = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; sleep 0.3"]
     monkey.actor = "ana"
-    anas = [monkey.run(["sleep", "1.5"]).juid for _ in range(6)]
+    anas = [monkey.run(work).juid for _ in range(6)]
     wait_for(
         lambda: sum(monkey.store.get_job(j).state.value == "running" for j in anas) == 2,
         what="two of ana's jobs to run",
     )
     monkey.actor = "bob"
-    bobs = [monkey.run(["sleep", "1.5"]).juid for _ in range(2)]
+    bobs = [monkey.run(work).juid for _ in range(2)]
+    gate.touch()
     _ended(monkey, anas + bobs)
     start = {j: monkey.store.attempts(j)[-1].started_at for j in anas + bobs}
-    assert start[bobs[0]] < start[anas[2]]  # the first slot freed went to bob
-    assert start[bobs[1]] < start[anas[4]]
-    assert max(start[b] for b in bobs) < start[anas[-1]]
+    assert start[bobs[0]] < start[anas[3]]  # among the first two slots freed
+    assert start[bobs[1]] < start[anas[5]]
     owners = monkey.store.job_owners(anas + bobs)
     assert {owners[j] for j in anas} == {"ana"} and {owners[j] for j in bobs} == {"bob"}
 
@@ -119,6 +122,10 @@ def test_through_a_remote_only_its_owner_changes_a_jobs_priority(home: Path, tmp
         node.add_remote(node.add_user("bob"), name="bob")
         node.add_remote(node.add_user("ana"), name="ana")
         blocker = node.laptop("--remote", "ana", "run", "--", "sleep", "60").stdout.strip()
+        wait_for(  # else ana's job of a higher priority would take the slot first
+            lambda: json.loads(node.server("info", blocker, "--json").stdout)["state"] == "running",
+            what="the blocker to run",
+        )
         anas = node.laptop("--remote", "ana", "run", "--priority", "2", "--", "true")
         assert anas.returncode == 0, anas.stderr
         ana = anas.stdout.strip()

@@ -52,7 +52,7 @@ def test_every_option_in_the_table_exists_and_every_option_is_in_the_table() -> 
             ]
             for strings in options(parsers[command]):
                 longs = [o for o in strings if o.startswith("--")]
-                if set(strings) & set(GLOBAL_OPTIONS) or (command, longs[0]) in HIDDEN:
+                if set(strings) & set(GLOBAL_OPTIONS) or (command, (longs or strings)[0]) in HIDDEN:
                     continue
                 if not set(strings) & row.flags:
                     problems.append(f"`{command} {'/'.join(strings)}` is not in README's row")

@@ -172,7 +172,7 @@ def test_remote_dash_draws_a_runs_metrics_and_its_sweeps_analysis(node, home):
 def test_remote_dash_command_is_routed_to_the_main_node(node):
     node.add_remote()
     juid = node.server("run", "--", "true").stdout.strip()
-    for argv in (["dash"], ["dash", juid[:-1]], ["web", "--juid", "last"]):
+    for argv in (["dash"], ["dash", juid[:-1]], ["dash", "--juid", "last"]):
         done = node.laptop("--remote", "lab", *argv)  # no terminal here: refused, in one line
         assert done.returncode == 1, done.stderr
         assert done.stderr.strip() == (

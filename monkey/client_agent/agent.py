@@ -248,7 +248,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         if self.jobs:
             deadlines.append(self.next_heartbeat)
             deadlines.append(self.next_tail)
-        if self.idle_since is not None:
+        if self.idle_since is not None and not self.orphan.armed:  # armed: it stays idle
             deadlines.append(self.idle_since + self.idle_timeout)
         orphan_at = self.orphan.deadline()
         if orphan_at is not None:

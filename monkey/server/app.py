@@ -1,6 +1,7 @@
 """The routes of `monkey server` (Starlette): every request is authenticated first (401,
 429 after too many refused tokens from one address), every answer says the API and monkey
-versions. The web pages will be routes beside these."""
+versions. The web pages (monkey.server.web, under /web) are routes beside these, with sessions of
+their own."""
 
 from __future__ import annotations
 
@@ -65,6 +66,9 @@ class Guard:
                 ]
             await send(message)
 
+        if scope["path"] in ("/web", "/favicon.ico") or scope["path"].startswith("/web/"):
+            await self.app(scope, receive, send_versioned)  # pages: their own sessions
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         address = (scope.get("client") or ("?", 0))[0]
         wait = self.gate.retry_after(address)
@@ -249,13 +253,17 @@ def build(home: Home) -> ASGIApp:
     """The server's ASGI application over MONKEY_HOME HOME."""
     global _local_home
     _local_home = home
+    from monkey.server.web.app import Web
+
+    gate = Gate(lambda: _monkey().store)
     app = Starlette(
         routes=[
             Route("/api/v1/call/{method}", call, methods=["POST"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
             *blobs.routes(home, _monkey),
             *folders.routes(_monkey),
+            *Web(home, _monkey, gate).routes(),
         ]
     )
     Store(home.db).close()  # the schema migrated before the first request
-    return Guard(app, Gate(lambda: _monkey().store))
+    return Guard(app, gate)

@@ -86,6 +86,7 @@ CALLS: dict[str, Call] = {
     "metric_names": Call(),
     "provider_configs": Call(),
     "dashboard_state": Call(),
+    "web_link": Call(),  # a one-time Monkey Web login link for the caller (`monkey web`)
 }
 
 
@@ -105,6 +106,8 @@ def run_call(
         return provider_add(m.home, user["name"], *args, **kwargs)
     if method == "provider_configs":
         return _provider_configs(m)
+    if method == "web_link":
+        return _web_link(m, user, *args, **kwargs)
     if method == "dashboard_state":
         return _dashboard_state(m, *args, **kwargs)
     if method == "job_listing":  # owners are shown on a server with several users
@@ -190,6 +193,18 @@ def _own_jobs(m: Monkey, user: dict[str, Any], method: str, args: list[Any]) -> 
                     f"owner or an admin may {method} it"
                 )
     return juids
+
+
+def _web_link(m: Monkey, user: dict[str, Any], page: str = "/web/jobs") -> str:
+    """The path of a one-time link that logs USER in to Monkey Web and opens PAGE."""
+    from urllib.parse import urlencode
+
+    from monkey.server.websession import issue_link
+
+    if not isinstance(page, str) or not page.startswith("/web/"):
+        raise MonkeyError(f"web link: {page!r} is not a page of Monkey Web (/web/...)")
+    secret = issue_link(m.home, user["name"])
+    return f"/web/login?{urlencode({'once': secret, 'next': page})}"
 
 
 def _provider_configs(m: Monkey) -> dict[str, list[Any]]:

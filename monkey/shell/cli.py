@@ -281,7 +281,7 @@ def _elsewhere(module: str, builder: str) -> Callable[..., argparse.ArgumentPars
 # Commands kept in their own modules: name -> (module, parser builder).
 _MODULES = {
     "dash": ("dash_commands", "dash_parser"),
-    "web": ("dash_commands", "web_parser"),
+    "web": ("web_commands", "web_parser"),
     "init": ("jobspec_commands", "init_parser"),
     "pull": ("jobspec_commands", "pull_parser"),
     "search": ("tracking_commands", "search_parser"),
@@ -350,7 +350,8 @@ commands:
   provider check NAME        connect to a provider's hosts and report each
   create instance --provider P   create (cloud) or claim (SSH) an instance ahead of jobs
   delete instance ID         terminate (cloud) or release (SSH) an instance
-  dash [JOB]                 the full-screen dashboard (`web --juid JOB` too)
+  dash [JOB]                 the full-screen dashboard
+  web [JOB]                  Monkey Web in a browser (a one-time login link)
   init                       write a commented job.yml for this project
   pull JOB [--to DIR]        fetch a job's persisted folders (job.yml `persist`)
   metrics JOB [--plot]       a job's metrics (--name N, --json, --csv)

@@ -1,4 +1,4 @@
-"""`monkey dash` and `monkey web --juid JOB`: open the full-screen dashboard."""
+"""`monkey dash`: open the full-screen dashboard."""
 
 from __future__ import annotations
 
@@ -26,16 +26,6 @@ def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from monkey.shell.common import job_argument
 
     job_argument(p, count="?", help="open on this job (id, unique prefix, or `last`)")
-    p.set_defaults(func=cmd_dash)
-    return p
-
-
-def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = cls(
-        prog="monkey web",
-        description=("Open the dashboard, on one job with --juid (the original Monkey's `web`)."),
-    )
-    p.add_argument("--juid", "-j", dest="job", help="job id, unique prefix, or `last`")
     p.set_defaults(func=cmd_dash)
     return p
 

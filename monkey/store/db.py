@@ -44,6 +44,7 @@ from monkey.store.rerun import RerunStore
 from monkey.store.rows import _JOB_COLUMNS, _job
 from monkey.store.tracking import HOLD, TrackingStore
 from monkey.store.users import UserStore
+from monkey.store.web import WebQueries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ def _job_filter(
 
 class Store(
     AttemptStore,
+    WebQueries,
     InstanceStore,
     BlobRecords,
     DashboardQueries,

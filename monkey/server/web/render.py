@@ -1,0 +1,173 @@
+"""Pure helpers of Monkey Web: a job's output as HTML (ANSI colours as spans, everything
+escaped first) and long metric series cut down to what a chart can show."""
+
+from __future__ import annotations
+
+import codecs
+import html
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+# An escape sequence: CSI (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC \), or a
+# two-byte one. Only SGR (CSI ... m) is drawn; the rest (cursor moves, clears) is dropped.
+_ESCAPE = re.compile(r"\x1b(?:\[([0-9;:?]*)([@-~])|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_OPEN = re.compile(r"\x1b(?:\[[0-9;:?]*|\][^\x07\x1b]*|\x1b?)?$")  # a sequence cut short
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+class AnsiHtml:
+    """Turns a stream of output bytes into HTML, piece by piece: the text escaped, SGR
+    colours and styles as ``<span class="a-...">``; a sequence or a UTF-8 character split
+    between two pieces is kept until the next; the style carries over from one to the next."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._rest = ""
+        self.style: dict[str, str] = {}  # "fg", "bg", "b", "d", "i", "u" -> class
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        text = self._rest + self._decoder.decode(data, final)
+        self._rest = ""
+        if not final:
+            cut = _OPEN.search(text)
+            if cut and cut.group(0):
+                text, self._rest = text[: cut.start()], cut.group(0)
+        out: list[str] = []
+        pos = 0
+        for m in _ESCAPE.finditer(text):
+            out.append(self._text(text[pos : m.start()]))
+            if m.group(2) == "m":
+                self._sgr(m.group(1) or "0")
+            pos = m.end()
+        out.append(self._text(text[pos:]))
+        return "".join(out)
+
+    def _text(self, text: str) -> str:
+        text = _CONTROL.sub("", text.replace("\r\n", "\n"))
+        if not text:
+            return ""
+        escaped = html.escape(text, quote=True)
+        classes = " ".join(self.style[k] for k in sorted(self.style) if not k.endswith("#"))
+        inline = ""
+        for key in ("fg", "bg"):  # 24-bit colours: a style, as its numbers only
+            value = self.style.get(f"{key}#")
+            if value:
+                inline += f"{'color' if key == 'fg' else 'background-color'}:{value};"
+        if not classes and not inline:
+            return escaped
+        attrs = (f' class="{classes}"' if classes else "") + (
+            f' style="{inline}"' if inline else ""
+        )
+        return f"<span{attrs}>{escaped}</span>"
+
+    def _sgr(self, params: str) -> None:
+        codes = [int(c) if c.isdigit() else 0 for c in re.split("[;:]", params)]
+        i = 0
+        while i < len(codes):
+            c = codes[i]
+            if c == 0:
+                self.style = {}
+            elif c in (1, 2, 3, 4):
+                self.style["bdiu"[c - 1]] = f"a-{'bdiu'[c - 1]}"
+            elif c == 22:
+                self.style.pop("b", None)
+                self.style.pop("d", None)
+            elif c in (23, 24):
+                self.style.pop("i" if c == 23 else "u", None)
+            elif 30 <= c <= 37 or 90 <= c <= 97:
+                self._colour("fg", c - 30 if c < 90 else c - 82)
+            elif 40 <= c <= 47 or 100 <= c <= 107:
+                self._colour("bg", c - 40 if c < 100 else c - 92)
+            elif c in (39, 49):
+                key = "fg" if c == 39 else "bg"
+                self.style.pop(key, None)
+                self.style.pop(f"{key}#", None)
+            elif c in (38, 48) and i + 1 < len(codes):
+                key = "fg" if c == 38 else "bg"
+                if codes[i + 1] == 5 and i + 2 < len(codes):
+                    self._colour(key, codes[i + 2])
+                    i += 2
+                elif codes[i + 1] == 2 and i + 4 < len(codes):
+                    r, g, b = (max(0, min(255, v)) for v in codes[i + 2 : i + 5])
+                    self.style.pop(key, None)
+                    self.style[f"{key}#"] = f"#{r:02x}{g:02x}{b:02x}"
+                    i += 4
+            i += 1
+
+    def _colour(self, key: str, n: int) -> None:
+        self.style.pop(f"{key}#", None)
+        if 0 <= n < 16:
+            self.style[key] = f"a-{'f' if key == 'fg' else 'g'}{n}"
+        elif 16 <= n < 256:  # the 256-colour cube and greys, as 24-bit
+            self.style.pop(key, None)
+            self.style[f"{key}#"] = _xterm(n)
+
+
+def _xterm(n: int) -> str:
+    if n >= 232:
+        v = 8 + (n - 232) * 10
+        return f"#{v:02x}{v:02x}{v:02x}"
+    n -= 16
+    steps = [0, 95, 135, 175, 215, 255]
+    return f"#{steps[n // 36]:02x}{steps[n // 6 % 6]:02x}{steps[n % 6]:02x}"
+
+
+def ansi_to_html(data: bytes) -> str:
+    """DATA (a whole output) as HTML: see ``AnsiHtml``."""
+    return AnsiHtml().feed(data, final=True)
+
+
+def downsample(
+    xs: Sequence[float], ys: Sequence[float | None], buckets: int = 1000
+) -> tuple[list[float], list[float | None]]:
+    """The points of a series a chart BUCKETS pixels wide can show: for each of BUCKETS
+    runs of consecutive points, its lowest and its highest (in their order), so spikes
+    survive; missing (None or NaN) values are left out. A series of at most 2 * BUCKETS
+    points comes back whole (NaN as None)."""
+    return downsample_pairs(zip(xs, ys), len(xs), buckets)
+
+
+def downsample_pairs(
+    points: Iterable[tuple[float, float | None]], n: int, buckets: int = 1000
+) -> tuple[list[float], list[float | None]]:
+    """``downsample`` of the N (x, y) POINTS read once, in order (a database cursor): the
+    memory it takes grows with BUCKETS, not with N."""
+    out_x: list[float] = []
+    out_y: list[float | None] = []
+    if n <= 2 * buckets:
+        for x, y in points:
+            out_x.append(x)
+            out_y.append(None if y is None or y != y else y)
+        return out_x, out_y
+    bucket, end = 0, n // buckets
+    lo = hi = None  # (y, i, x) of the bucket's lowest and highest so far
+    for i, (x, y) in enumerate(points):
+        while i >= end:  # this point starts the next bucket: the last one's two are kept
+            _keep(lo, hi, out_x, out_y)
+            lo = hi = None
+            bucket += 1
+            end = (bucket + 1) * n // buckets
+        if y is None or y != y:
+            continue
+        if lo is None or y < lo[0]:
+            lo = (y, i, x)
+        if hi is None or y > hi[0]:
+            hi = (y, i, x)
+    _keep(lo, hi, out_x, out_y)
+    return out_x, out_y
+
+
+def _keep(
+    lo: tuple[float, int, float] | None,
+    hi: tuple[float, int, float] | None,
+    out_x: list[float],
+    out_y: list[float | None],
+) -> None:
+    if lo is None or hi is None:
+        return
+    for y, _, x in sorted({lo, hi}, key=lambda p: p[1]):
+        out_x.append(x)
+        out_y.append(y)

@@ -1,0 +1,228 @@
+// Monkey Web: live rows on the jobs page, the live log and the charts on a job page.
+"use strict";
+(function () {
+  // -- jobs page: reload the rows whenever a job changes (server-sent events)
+  var jobs = document.getElementById("jobs");
+  if (jobs && window.EventSource) {
+    var busy = false, again = false;
+    var reload = function () {
+      if (busy) { again = true; return; }
+      busy = true;
+      var q = new URLSearchParams(location.search); q.set("fragment", "1");
+      fetch("/web/jobs?" + q.toString(), {credentials: "same-origin"}).then(function (r) {
+        if (r.redirected || !r.ok) return null;
+        return r.text();
+      }).then(function (html) {
+        if (html === null) return;
+        var picked = {};
+        jobs.querySelectorAll("input[name=job]:checked").forEach(function (b) { picked[b.value] = 1; });
+        jobs.innerHTML = html;  // rendered and escaped by the server
+        jobs.querySelectorAll("input[name=job]").forEach(function (b) { b.checked = !!picked[b.value]; });
+      }).finally(function () {
+        busy = false;
+        if (again) { again = false; reload(); }
+      });
+    };
+    var changes = null;
+    var watch = function () {
+      changes = new EventSource("/web/events");
+      changes.addEventListener("changed", reload);
+    };
+    watch();
+    // A hidden page gives its connection back (a browser keeps 6 per server: a seventh
+    // open page would wait for one) and catches up when shown again.
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden && changes) { changes.close(); changes = null; }
+      else if (!document.hidden && !changes) { watch(); reload(); }
+    });
+  }
+
+  // -- job page: the output followed live
+  var log = document.getElementById("log");
+  if (log && window.EventSource) {
+    var follow = document.getElementById("follow"), pause = document.getElementById("pause");
+    var status = document.getElementById("logstate"), held = [], paused = false;
+    var add = function (items) {
+      var frag = document.createDocumentFragment();
+      items.forEach(function (m) {
+        var span = document.createElement("span");
+        span.className = m.s;
+        span.innerHTML = m.h;  // escaped by the server before colours became spans
+        frag.appendChild(span);
+      });
+      log.appendChild(frag);
+      if (follow.checked) log.scrollTop = log.scrollHeight;
+    };
+    pause.addEventListener("click", function () {
+      paused = !paused;
+      pause.setAttribute("aria-pressed", String(paused));
+      pause.textContent = paused ? "Resume (" + held.length + " new)" : "Pause";
+      if (!paused) { add(held); held = []; }
+    });
+    var feed = null, at = "", ended = false;
+    var open = function () {
+      feed = new EventSource(log.dataset.feed + (at ? "?from=" + encodeURIComponent(at) : ""));
+      feed.onmessage = function (e) {
+        at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
+        var m = JSON.parse(e.data);
+        if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
+        else add([m]);
+      };
+      feed.addEventListener("end", function (e) {
+        feed.close();
+        ended = true;
+        status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
+        drawCharts();
+      });
+      feed.addEventListener("failure", function (e) {
+        feed.close();
+        ended = true;
+        status.textContent = JSON.parse(e.data).error;
+      });
+    };
+    open();
+    // Find in the output: every match highlighted (CSS highlights: the text is untouched),
+    // Enter moves to the next one.
+    var find = document.getElementById("find"), found = document.getElementById("found");
+    var matches = [], here = -1;
+    var search = function () {
+      matches = [];
+      var text = find.value.toLowerCase();
+      if (text && window.CSS && CSS.highlights) {
+        var walker = document.createTreeWalker(log, NodeFilter.SHOW_TEXT), node;
+        while ((node = walker.nextNode())) {
+          var hay = node.data.toLowerCase(), at = hay.indexOf(text);
+          while (at >= 0) {
+            var r = new Range();
+            r.setStart(node, at);
+            r.setEnd(node, at + text.length);
+            matches.push(r);
+            at = hay.indexOf(text, at + text.length);
+          }
+        }
+      }
+      here = -1;
+      if (window.CSS && CSS.highlights) {
+        CSS.highlights.set("found", new Highlight(...matches));
+        CSS.highlights.delete("found-here");
+      }
+      found.textContent = text ? matches.length + " found" : "";
+    };
+    find.addEventListener("input", search);
+    find.addEventListener("keydown", function (e) {
+      if (e.key !== "Enter" || !matches.length) return;
+      e.preventDefault();
+      here = (here + 1) % matches.length;
+      CSS.highlights.set("found-here", new Highlight(matches[here]));
+      follow.checked = false;  // stay on the match while lines arrive
+      var box = matches[here].getBoundingClientRect(), frame = log.getBoundingClientRect();
+      log.scrollTop += box.top - frame.top - log.clientHeight / 2;
+      found.textContent = (here + 1) + " of " + matches.length;
+    });
+    document.addEventListener("visibilitychange", function () {  // as the jobs page does
+      if (ended) return;
+      if (document.hidden && feed) { feed.close(); feed = null; }
+      else if (!document.hidden && !feed) open();
+    });
+  }
+
+  // The width of one chart in a grid of columns at least 420 px wide (16 px apart).
+  function chartWidth(grid) {
+    var cols = Math.max(1, Math.floor((grid.clientWidth + 16) / 436));
+    return Math.max(200, Math.floor((grid.clientWidth - 16 * (cols - 1)) / cols) - 4);
+  }
+
+  // -- job page: one chart per metric (uPlot), series downsampled by the server; drag to
+  // zoom (double-click: back), log y and smoothing (an exponential moving average) on top
+  var charts = document.getElementById("charts"), plots = {}, raw = {}, drawnAs = "";
+  var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
+  var logY = document.getElementById("logy"), smooth = document.getElementById("smooth");
+  window.monkeyCharts = plots;  // for tests and the curious
+  function shown(ys) {
+    var w = smooth ? parseFloat(smooth.value) : 0, avg = null;
+    return ys.map(function (y) {
+      if (y === null || (logY && logY.checked && y <= 0)) return null;
+      avg = avg === null || !w ? y : w * avg + (1 - w) * y;
+      return avg;
+    });
+  }
+  function render() {
+    var width = chartWidth(charts), mode = (logY && logY.checked ? "log" : "lin") + width;
+    var names = Object.keys(raw);
+    if (!names.length) return;
+    if (mode !== drawnAs) {  // a new scale or width: drawn again
+      charts.innerHTML = "";
+      Object.keys(plots).forEach(function (n) { plots[n].destroy(); delete plots[n]; });
+      drawnAs = mode;
+    }
+    names.forEach(function (name, i) {
+      var s = raw[name], data = [s.x, shown(s.y)];
+      if (plots[name]) { plots[name].setData(data); return; }
+      var box = document.createElement("figure");
+      box.className = "chart";
+      var title = document.createElement("h3");
+      title.textContent = name;
+      var note = document.createElement("figcaption");
+      note.className = "note";
+      note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
+      box.appendChild(title);
+      charts.appendChild(box);
+      plots[name] = new uPlot({
+        width: width, height: 220,
+        scales: {x: {time: s.by === "time"}, y: logY && logY.checked ? {distr: 3} : {}},
+        series: [{label: s.by}, {label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}],
+        axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
+      }, data, box);
+      box.appendChild(note);
+    });
+  }
+  function drawCharts() {
+    if (!charts || !window.uPlot) return;
+    fetch(charts.dataset.src + "?width=" + Math.round(chartWidth(charts)), {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : {}; })
+      .then(function (series) { raw = series; render(); });
+  }
+  if (logY) logY.addEventListener("change", render);
+  if (smooth) smooth.addEventListener("input", render);
+  // -- compare page: each metric of the picked jobs overlaid in one chart
+  var overlay = document.getElementById("overlay");
+  function drawOverlay() {
+    if (!window.uPlot) return;
+    var jobs = overlay.dataset.jobs.split(","), width = chartWidth(overlay);
+    Promise.all(jobs.map(function (j) {
+      return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : {}; });
+    })).then(function (all) {
+      var names = {};
+      all.forEach(function (m) { Object.keys(m).forEach(function (n) { names[n] = 1; }); });
+      names = Object.keys(names).sort();
+      if (!names.length) return;
+      overlay.innerHTML = "";
+      names.forEach(function (name) {
+        var tables = [], series = [{label: "x"}];
+        all.forEach(function (m, i) {
+          if (!m[name]) return;
+          tables.push([m[name].x, m[name].y]);
+          series.push({label: jobs[i], stroke: colours[i % colours.length], width: 1.5, spanGaps: true});
+        });
+        var box = document.createElement("figure");
+        box.className = "chart";
+        var title = document.createElement("h3");
+        title.textContent = name;
+        box.appendChild(title);
+        overlay.appendChild(box);
+        new uPlot({width: width, height: 240, series: series,
+          axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]},
+          uPlot.join(tables), box);
+      });
+    });
+  }
+  if (overlay) window.addEventListener("load", drawOverlay);
+
+  if (charts) {
+    window.addEventListener("load", drawCharts);
+    if (charts.dataset.live === "1") {
+      setInterval(function () { if (!document.hidden) drawCharts(); }, 10000);
+    }
+  }
+})();

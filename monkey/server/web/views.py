@@ -1,0 +1,261 @@
+"""What Monkey Web's pages show, read through the facade in a worker thread (plain dicts
+and lists the templates render)."""
+
+from __future__ import annotations
+
+import time
+
+from monkey.models import TERMINAL, MonkeyError, State
+from monkey.server.web.render import downsample_pairs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.api import Monkey
+
+PAGE = 50  # jobs a page shows
+SEARCH_HITS = 500  # jobs a full-text search narrows to at most
+FILTERS = ("state", "provider", "owner", "sweep", "name", "q")
+ACTIONS = ("cancel", "pause", "resume", "retry")
+
+
+def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[str, Any]:
+    """A page of the jobs list: {"rows", "total", "next" (the cursor of the next page or
+    None), "owners" (whether to show them), "providers", "states", "searched"}."""
+    state = filters.get("state") or None
+    if state is not None and state not in {s.value for s in State}:
+        raise MonkeyError(f"state {state!r}: use one of {', '.join(s.value for s in State)}")
+    juids = None
+    text = filters.get("q", "").strip()
+    if text:
+        juids = [hit["job"] for hit in m.search(text, SEARCH_HITS)]
+    where: dict[str, Any] = {
+        "state": state,
+        "provider": filters.get("provider") or None,
+        "owner": filters.get("owner") or None,
+        "sweep": filters.get("sweep") or None,
+        "name": filters.get("name") or None,
+        "juids": juids,
+    }
+    store = m.store
+    jobs = store.job_page(**where, before=before, limit=PAGE + 1)
+    more = len(jobs) > PAGE
+    jobs = jobs[:PAGE]
+    ids = [j.juid for j in jobs]
+    now = time.time()
+    runtimes = store.runtimes(ids, now)
+    owners = store.job_owners(ids)
+    waiting = store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED)
+    held = store.holds(j.juid for j in jobs if j.state == State.QUEUED)
+    metrics = store.latest_metric_values(ids)
+    rows = []
+    for j in jobs:
+        shown = (
+            "unreachable"
+            if j.unreachable_since is not None and j.state not in TERMINAL
+            else "waiting"
+            if j.juid in waiting
+            else "over quota"
+            if j.juid in held
+            else j.state.value
+        )
+        rows.append(
+            {
+                "juid": j.juid,
+                "name": j.name,
+                "owner": owners.get(j.juid) or "",
+                "state": j.state.value,
+                "shown": shown,
+                "provider": j.provider,
+                "attempts": j.attempts,
+                "age": ago(now - j.created_at),
+                "created": j.created_at,
+                "runtime": duration(runtimes.get(j.juid)),
+                "exit": "" if j.exit_code is None else str(j.exit_code),
+                "command": j.command,
+                "metrics": _few_metrics(metrics.get(j.juid, {})),
+            }
+        )
+    return {
+        "rows": rows,
+        "total": store.count_page(**where),
+        "next": ids[-1] if more else None,
+        "owners": store.count_users() > 1,
+        "providers": sorted(m.providers) if _providers_ok(m) else [],
+        "states": [s.value for s in State],
+        "searched": text,
+    }
+
+
+def _providers_ok(m: Monkey) -> bool:
+    try:
+        m.providers  # noqa: B018 - a broken providers.yml leaves the filter free text
+        return True
+    except MonkeyError:
+        return False
+
+
+def _few_metrics(values: dict[str, float | None], most: int = 3) -> str:
+    shown = [f"{k}={_number(v)}" for k, v in sorted(values.items())[:most]]
+    return " ".join(shown) + (" …" if len(values) > most else "")
+
+
+def _number(v: float | None) -> str:
+    return "nan" if v is None else f"{v:.4g}"
+
+
+def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
+    """Everything the job page shows: ``Monkey.info`` plus what USER may do to it."""
+    info = m.info(ref)
+    state = State(info["state"])
+    mine = user["admin"] or info.get("owner") == user["name"]
+    actions = []
+    if mine:
+        if state not in TERMINAL:
+            actions.append("cancel")
+        if state in (State.QUEUED, State.DISPATCHING, State.RUNNING):
+            actions.append("pause")
+        if state == State.PAUSED:
+            actions.append("resume")
+        if state in TERMINAL:
+            actions.append("retry")
+    now = time.time()
+    limit = info["resources"].get("time")
+    return {
+        "info": info,
+        "actions": actions,
+        "live": state not in TERMINAL,
+        "limit": duration(limit) if limit else "none",
+        "attempts": [
+            {
+                **a,
+                "start": clock(a.get("started_at")),
+                "end": clock(a.get("ended_at")),
+                "ran": duration(
+                    (a.get("ended_at") or now) - a["started_at"] if a.get("started_at") else None
+                ),
+            }
+            for a in info["attempts_detail"]
+        ],
+        "events": [{**e, "when": clock(e["ts"])} for e in info["events"][-200:]],
+        "cost": info.get("cost"),
+    }
+
+
+def metric_series(m: Monkey, ref: str, width: int = 1000) -> dict[str, Any]:
+    """Metric name -> {"x", "y", "points", "by"}: each series downsampled to WIDTH buckets
+    as it is read (``render.downsample_pairs``); x is the step when every point has one,
+    else the time."""
+    juid = m.resolve(ref)
+    out: dict[str, Any] = {}
+    for name, (n, steps) in m.store.metric_counts(juid).items():
+        by_step = steps == n
+        rows = m.store.metric_rows(juid, name)
+        pairs = ((float(s if by_step and s is not None else w), v) for s, v, w in rows)
+        x, y = downsample_pairs(pairs, n, width)
+        out[name] = {"x": x, "y": y, "points": n, "by": "step" if by_step else "time"}
+    return out
+
+
+def ago(seconds: float) -> str:
+    return duration(max(0.0, seconds)) + " ago"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def clock(ts: float | None) -> str:
+    return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+SWEEP_ACTIONS = ("cancel", "pause", "resume", "retry")
+
+
+def sweeps_page(m: Monkey) -> dict[str, Any]:
+    """The sweeps, newest first, with their jobs' counts by state."""
+    return {"sweeps": m.sweeps()}
+
+
+def sweep_page(
+    m: Monkey, ref: str, user: dict[str, Any], sort: str | None, reverse: bool
+) -> dict[str, Any]:
+    """A sweep's progress, best run and runs table (``Monkey.compare``: parameters, and
+    each metric's last and best), sorted by SORT (best first for a metric); the actions
+    USER may take on it (an admin, or the owner of every one of its jobs)."""
+    status = m.sweep_status(ref)
+    table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
+    owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
+    mine = user["admin"] or owners <= {user["name"]}
+    return {
+        "sweep": status,
+        "table": table,
+        "early": set(status.get("stopped_early") or []),
+        "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
+        "reverse": reverse,
+    }
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: numbers short, nothing as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if value != value else f"{value:.4g}"
+    return str(value)
+
+
+_PROVIDER_SHOWN = ("name", "type", "queued", "running", "error")
+
+
+def providers_page(m: Monkey) -> dict[str, Any]:
+    """Each provider's jobs and what its kind describes (``Monkey.provider_status``), and
+    the machines monkey created with their state, size, spot, age and cost so far."""
+    status = m.provider_status()
+    providers = [
+        {
+            **p,
+            "more": ", ".join(
+                f"{k} {cell(v)}" for k, v in p.items() if k not in _PROVIDER_SHOWN and v != []
+            ),
+        }
+        for p in status["providers"]
+    ]
+    instances = [
+        {**i, "age_text": duration(i["age"]), "cost_text": _dollars(i["cost"])}
+        for i in m.monkey_instances()
+    ]
+    return {"core": status["core"], "providers": providers, "instances": instances}
+
+
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else f"${value:.2f}"
+
+
+def compare_page(m: Monkey, refs: list[str]) -> dict[str, Any]:
+    """Jobs REFS side by side (``Monkey.compare``): one row per parameter or metric (last
+    and best), one column per job; ``differs`` marks the rows whose values are not all
+    the same."""
+    if len(refs) < 2:
+        raise MonkeyError("pick at least two jobs to compare (the boxes of the jobs list)")
+    if len(refs) > 20:
+        raise MonkeyError(f"{len(refs)} jobs: compare at most 20 at once")
+    table = m.compare(refs)
+    jobs = [r["job"] for r in table["rows"]]
+    rows = []
+    for column in table["columns"]:
+        if column == "job":
+            continue
+        values = [cell(r.get(column)) for r in table["rows"]]
+        rows.append({"name": column, "values": values, "differs": len(set(values)) > 1})
+    return {"jobs": jobs, "rows": rows}
