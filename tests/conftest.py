@@ -82,15 +82,22 @@ def wait_for(
     every: float = 0.02,
     what: str = "condition",
 ) -> object:
-    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds."""
+    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds. The pause
+    starts at EVERY and grows to 0.2 s, and is never shorter than the predicate took: a
+    predicate running the CLI in this process would otherwise take a core from the processes
+    it waits for."""
     deadline = time.monotonic() + timeout
+    pause, longest = every, max(every, 0.2)
     while True:
+        started = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
+        time.sleep(max(pause, now - started))
+        pause = min(pause * 1.5, longest)
 
 
 def processes_with_env(marker: str) -> list[int]:
