@@ -16,11 +16,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,10 +49,35 @@ SYSTEM_FIXTURES = frozenset(
 )
 
 
+# The modules whose tests take longest (EC2's 10 minutes in all, a storm 100 s, Slurm's group
+# minutes), in the order xdist hands them out first: started last, one would run on alone at
+# the end of a run.
+LONGEST_FIRST = (
+    "test_ec2.py",
+    "test_slurm.py",
+    "test_slurm_login.py",
+    "test_ssh.py",
+    "test_gce.py",
+    "test_spot_more.py",
+    "test_documented_commands.py",
+    "test_gce_spot.py",
+    "test_ec2_setup.py",
+    "test_gc_storm.py",
+    "test_upgrade.py",
+    "test_absence_storm.py",
+    "test_web.py",
+    "test_spot.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
-    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker."""
+    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker
+    and the longest modules' go out first (`LONGEST_FIRST`)."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands out in its order
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
     for item in items:
         if item.get_closest_marker("system") is None:
             if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
@@ -250,6 +277,23 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+class _ThreadStream:
+    """The command's stream for the threads of the command, and the old one for threads that
+    ran before it (a test's servers: their tracebacks are not the command's output)."""
+
+    def __init__(self, mine: io.TextIOWrapper, theirs: object, others: set[int | None]) -> None:
+        self._mine, self._theirs, self._others = mine, theirs, others
+
+    def _target(self) -> Any:
+        return self._theirs if threading.get_ident() in self._others else self._mine
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
 def run_cli_in_process(
     args: list[str], input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -277,7 +321,9 @@ def run_cli_in_process(
         io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True
     )
     sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
-    sys.stdout, sys.stderr = out, err
+    others = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
+    sys.stdout = _ThreadStream(out, saved_streams[1], others)  # type: ignore[assignment]
+    sys.stderr = _ThreadStream(err, saved_streams[2], others)  # type: ignore[assignment]
     sys.argv = [str(REPO / "monkey" / "__main__.py"), *args]
     root.handlers = []  # no pytest capture: warnings go to stderr, as in a fresh interpreter
     try:
