@@ -1,5 +1,5 @@
-"""Fixtures: a private MONKEY_HOME per test, the real CLI in a subprocess, and clean-up of
-every process (core, agent, jobs) the test started.
+"""Fixtures: a private MONKEY_HOME per test, the real CLI (in the test's process, or in a
+subprocess), and clean-up of every process (core, agent, jobs) the test started.
 
 Every test is marked `unit` or `system` here (`pytest -m unit` is the fast inner loop): a
 test is `system` when it uses a fixture that starts real services (`SYSTEM_FIXTURES`) or is
@@ -9,13 +9,20 @@ a core, an agent or the CLI in a subprocess without such a fixture; the rest are
 from __future__ import annotations
 
 import contextlib
+import gc
+import io
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
-# the CLI in a subprocess (`monkey`: its submissions start a core). A test using any of them,
+# the CLI (`cli`, `monkey`: their submissions start a core). A test using any of them,
 # directly or through another fixture, is `system`.
 SYSTEM_FIXTURES = frozenset(
     {
@@ -42,10 +49,35 @@ SYSTEM_FIXTURES = frozenset(
 )
 
 
+# The modules whose tests take longest (EC2's 10 minutes in all, a storm 100 s, Slurm's group
+# minutes), in the order xdist hands them out first: started last, one would run on alone at
+# the end of a run.
+LONGEST_FIRST = (
+    "test_ec2.py",
+    "test_slurm.py",
+    "test_slurm_login.py",
+    "test_ssh.py",
+    "test_gce.py",
+    "test_spot_more.py",
+    "test_documented_commands.py",
+    "test_gce_spot.py",
+    "test_ec2_setup.py",
+    "test_gc_storm.py",
+    "test_upgrade.py",
+    "test_absence_storm.py",
+    "test_web.py",
+    "test_spot.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test `system` (by its fixtures or its own marker) or else `unit`; under
-    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker."""
+    xdist (`-n N --dist loadgroup`), the tests of the session's single Slurm go to one worker
+    and the longest modules' go out first (`LONGEST_FIRST`)."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands out in its order
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
     for item in items:
         if item.get_closest_marker("system") is None:
             if SYSTEM_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
@@ -77,15 +109,22 @@ def wait_for(
     every: float = 0.02,
     what: str = "condition",
 ) -> object:
-    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds."""
+    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` seconds. The pause
+    starts at EVERY and grows to 0.2 s, and is never shorter than the predicate took: a
+    predicate running the CLI in this process would otherwise take a core from the processes
+    it waits for."""
     deadline = time.monotonic() + timeout
+    pause, longest = every, max(every, 0.2)
     while True:
+        started = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
+        time.sleep(max(pause, now - started))
+        pause = min(pause * 1.5, longest)
 
 
 def processes_with_env(marker: str) -> list[int]:
@@ -217,21 +256,137 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     kill_all(f"MONKEY_HOME={root}")
 
 
+def _captured(stream: io.TextIOWrapper) -> str:
+    """What a subprocess's captured ``text=True`` stream would read: UTF-8, universal newlines."""
+    stream.flush()
+    data = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+# Python's default warning filters, first match first (`python -W` and PYTHONWARNINGS unset).
+_DEFAULT_WARNINGS = (
+    ("default", DeprecationWarning),
+    ("ignore", DeprecationWarning),
+    ("ignore", PendingDeprecationWarning),
+    ("ignore", ImportWarning),
+    ("ignore", ResourceWarning),
+)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+class _ThreadStream:
+    """The command's stream for the threads of the command, and the old one for threads that
+    ran before it (a test's servers: their tracebacks are not the command's output)."""
+
+    def __init__(self, mine: io.TextIOWrapper, theirs: object, others: set[int | None]) -> None:
+        self._mine, self._theirs, self._others = mine, theirs, others
+
+    def _target(self) -> Any:
+        return self._theirs if threading.get_ident() in self._others else self._mine
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+def run_cli_in_process(
+    args: list[str], input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`monkey ARGS` run by this process's `monkey.shell.cli.main`, seen as its subprocess
+    would be: its own stdin (INPUT, else empty), stdout, stderr, exit status, traceback on an
+    uncaught error, logging's last-resort warnings and Python's default warning filters, what
+    it leaves open closed when it returns; the environment, folder, umask, argv and logging
+    handlers it changes are put back after."""
+    from monkey.shell.cli import main
+
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    loggers = {
+        name: logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    saved_handlers = {name: list(logger.handlers) for name, logger in loggers.items()}
+    root = logging.getLogger()
+    root_handlers = list(root.handlers)
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(
+        io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
+    others = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
+    sys.stdout = _ThreadStream(out, saved_streams[1], others)  # type: ignore[assignment]
+    sys.stderr = _ThreadStream(err, saved_streams[2], others)  # type: ignore[assignment]
+    sys.argv = [str(REPO / "monkey" / "__main__.py"), *args]
+    root.handlers = []  # no pytest capture: warnings go to stderr, as in a fresh interpreter
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category in reversed(_DEFAULT_WARNINGS):  # each goes in front
+                warnings.filterwarnings(
+                    action, category=category, module="__main__" if action == "default" else ""
+                )
+            warnings.showwarning = _show_warning
+            try:
+                code = main(list(args))
+            except SystemExit as exc:
+                code = exc.code
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            gc.collect()  # close what the command left open (its database), as its exit would
+            if code is None:
+                code = 0
+            elif not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.umask(umask)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        root.handlers = root_handlers
+        for name, logger in logging.Logger.manager.loggerDict.items():
+            if isinstance(logger, logging.Logger) and name != "root":
+                logger.handlers = saved_handlers.get(name, [])
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "monkey", *args], code, _captured(out), _captured(err)
+    )
+
+
 @pytest.fixture
 def cli(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run `monkey ARGS` as a user would, in a subprocess."""
+    """Run `monkey ARGS` as a user would: in this process (`run_cli_in_process`), or in a
+    subprocess through the entry point (`python -m monkey`) with PROCESS and for the commands
+    that are a process of their own (the shell, `daemon run`)."""
 
     def run(
-        *args: str, timeout: float = 120, check: bool = False, input: str | None = None
+        *args: str,
+        timeout: float = 120,
+        check: bool = False,
+        input: str | None = None,
+        process: bool = False,
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "monkey", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=input,
-            env=os.environ.copy(),
-        )
+        if process or not args or list(args[:2]) == ["daemon", "run"]:  # the shell, the core
+            proc = subprocess.run(
+                [sys.executable, "-m", "monkey", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input,
+                env=os.environ.copy(),
+            )
+        else:
+            proc = run_cli_in_process(list(args), input)
         if check and proc.returncode != 0:
             raise AssertionError(f"monkey {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc

@@ -1088,7 +1088,7 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(
     os.chmod(marks, 0o777)
     mark = marks / "powered-off"
     entry = yaml.safe_load((home / "providers.yml").read_text())
-    entry["providers"]["aws"].update(orphan_timeout=2, shutdown_command=f"echo bye > {mark}")
+    entry["providers"]["aws"].update(orphan_timeout=5, shutdown_command=f"echo bye > {mark}")
     (home / "providers.yml").write_text(yaml.safe_dump(entry))
     ec2 = moto.boto3("ec2")
     try:
@@ -1106,7 +1106,7 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(
             wait_for(
                 lambda: (
                     (row := store.instances("aws")[0])["idle_since"] is not None
-                    and time.time() - row["idle_since"] > 6
+                    and time.time() - row["idle_since"] > 12
                 ),
                 timeout=60,
                 what="a long idle spell",
@@ -1121,7 +1121,7 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(
         said = (host.home / ".monkey-agent" / "agent.log").read_text()
         assert re.search(
             r"orphaned: no job for \d+s and no request from the core for \d+s "
-            r"\(orphan_timeout 2s\): powering the machine off",
+            r"\(orphan_timeout 5s\): powering the machine off",
             said,
         ), said
         ec2.terminate_instances(InstanceIds=[node])  # what EC2 does after that shutdown
@@ -1135,7 +1135,7 @@ def test_an_orphaned_instance_powers_itself_off_and_the_core_says_why(
                 store.close()
 
         wait_for(ended, timeout=60, what="the termination to be recorded")
-        why = "its agent powered it off: no job and no word from the core for 2s (orphan_timeout)"
+        why = "its agent powered it off: no job and no word from the core for 5s (orphan_timeout)"
         assert ended()[0]["detail"] == why
         assert f"{instance} is gone: {why}" in (home / "daemon.log").read_text()
         shown = cli("list", "providers", "--monkey-instances", "--all", check=True).stdout

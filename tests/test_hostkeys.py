@@ -118,6 +118,31 @@ def test_printed_host_keys_reads_cloud_init_blocks() -> None:
     assert printed_host_keys(None) == set()
 
 
+def test_keys_recorded_while_others_are_forgotten_are_all_kept(tmp_path: Path) -> None:
+    """One thread trusts new machines' keys while another forgets gone machines' (the
+    core's connections and its provisioning): no recorded key is lost from the file."""
+    import threading
+
+    from monkey.drivers.ssh_hosts import HostKeys
+
+    keys = [paramiko.ECDSAKey.generate() for _ in range(4)]
+    recorder, forgetter = HostKeys(Home(tmp_path), True), HostKeys(Home(tmp_path), True)
+    for n in range(100):
+        recorder.check(f"gone-{n}", keys[n % 4])
+
+    def forget() -> None:
+        for n in range(100):
+            forgetter.forget(f"gone-{n}")
+
+    thread = threading.Thread(target=forget)
+    thread.start()
+    for n in range(100):
+        recorder.check(f"new-{n}", keys[n % 4])
+    thread.join()
+    names = [line.split()[0] for line in (tmp_path / "known_hosts").read_text().splitlines()]
+    assert names == [f"new-{n}" for n in range(100)]
+
+
 def test_key_printed_on_the_console_is_pinned(
     driver: EC2Driver, consoles: Consoles, fleet: Lab, home: Path
 ) -> None:

@@ -4,6 +4,8 @@ allocations monkey makes with sbatch, followed and released like any instance.""
 from __future__ import annotations
 
 import json
+import stat
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,6 +355,27 @@ def test_the_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     for bad in validate_refuses:
         with pytest.raises(Exception, match="provider 'hpc'"):
             SlurmDriver.validate("providers.yml", "hpc", {"type": "slurm", **bad})
+
+
+def test_the_batch_script_keeps_the_agents_socket_folder_private(tmp_path: Path) -> None:
+    """The folder of the agent's socket is made 0700 (it may be /tmp/monkey-UID, which the
+    core refuses to use when others can read it)."""
+    from monkey.config import Home, ProviderConfig
+    from monkey.drivers.slurm import SlurmDriver
+    from monkey.drivers.slurm_commands import Size
+    from monkey.models import Resources
+
+    (tmp_path / "home_id").write_text("0123456789ab")
+    driver = SlurmDriver(
+        ProviderConfig("hpc", "slurm", {"workdir": "/shared/me/monkey"}), Home(tmp_path)
+    )
+    script = driver.batch_script(Size.of(Resources(cpus=1)))
+    made = [line for line in script.splitlines() if "mkdir" in line]
+    sock = tmp_path / "sockets" / "deeper" / "agent.sock"
+    run = f"umask 022\nroot={tmp_path / 'root'}\nsock={sock}\n" + "\n".join(made)
+    subprocess.run(["bash", "-c", run], check=True)
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    assert (tmp_path / "root").is_dir()
 
 
 def test_pause_checkpoints_and_releases_the_allocation_and_resume_goes_on_from_there(

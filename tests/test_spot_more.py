@@ -264,6 +264,12 @@ def test_a_job_that_ended_while_no_agent_ran_has_its_last_checkpoint_uploaded(
     # checkpoint and ends. The agent that adopts the ended job uploads that checkpoint
     # before telling the exit, as the first would have.
     spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port, epochs=8)
+    # Each epoch waits for `go` in the run folder, given once the agent is dead: under load
+    # the whole job could end before the kill.
+    gate = '    while not os.path.exists(os.path.join(os.environ["MONKEY_RUN_DIR"], "go")):\n'
+    mark = '    print("epoch", state["epoch"], flush=True)\n'
+    train = Path("train.py").read_text()
+    Path("train.py").write_text(train.replace(mark, mark + gate + "        time.sleep(0.05)\n"))
     try:
         juid = run_job(cli, "python3", "train.py")
         wait_for(lambda: _uploaded_epoch(moto, home, juid) >= 1, timeout=60, what="a first upload")
@@ -273,6 +279,7 @@ def test_a_job_that_ended_while_no_agent_ran_has_its_last_checkpoint_uploaded(
         uploaded = _uploaded_epoch(moto, home, juid)
         assert uploaded < 8
         [out] = list(host.dir.rglob(f"{juid}/1/stdout.log"))
+        (out.parent / "go").write_text("")
         wait_for(
             lambda: f"result {expected(8)}\n" in out.read_text(), timeout=60, what="the job to end"
         )

@@ -354,8 +354,12 @@ def test_cancel_stops_remote_process_tree(cli, home: Path, lab: Lab) -> None:
 def test_pause_and_resume_remote_job_from_checkpoint(cli, home: Path, lab: Lab) -> None:
     host = lab.add("h1")
     configure(home, [host.entry(key=lab.key)])
-    Path("train.py").write_text(EPOCHS)
-    juid = run(cli, "--provider", "lab", "--", "python3", "train.py", "8", "0.2")
+    # The first attempt waits after its second epoch until it is paused (under load the
+    # whole job could end before the pause came).
+    Path("train.py").write_text(
+        EPOCHS + "while os.environ['MONKEY_ATTEMPT'] == '1':\n    time.sleep(0.05)\n"
+    )
+    juid = run(cli, "--provider", "lab", "--", "python3", "train.py", "2", "0.2")
     wait_for(lambda: "epoch 2\n" in cli("logs", juid).stdout, what="two epochs")
     cli("job", "pause", juid, check=True)
     assert wait_state(cli, juid, "paused") == "paused"

@@ -10,7 +10,8 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -350,24 +351,39 @@ class HostKeys:
             confirm(key)
         self.keys.add(name, kind, key)
         line = f"{name} {kind} {key.get_base64()}\n"
-        fd = os.open(self.own_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(line)
+        with self._locked():
+            fd = os.open(self.own_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as fh:
+                fh.write(line)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Monkey's known_hosts to this thread or process alone: a line appended while
+        `forget` rewrites the file would go to the replaced file and be lost."""
+        import fcntl
+
+        fd = os.open(self.own_path.with_name("known_hosts.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def forget(self, name: str) -> None:
         """Drop the keys recorded for NAME in monkey's own known_hosts (a machine monkey
         created is gone; ~/.ssh/known_hosts is the user's and stays as it is)."""
         while self.keys.lookup(name) is not None:
             del self.keys[name]
-        try:
-            lines = self.own_path.read_text().splitlines(keepends=True)
-        except FileNotFoundError:
-            return
-        kept = [line for line in lines if name not in line.split(" ", 1)[0].split(",")]
-        if len(kept) != len(lines):
-            staged = self.own_path.with_name(f"known_hosts.{os.getpid()}")
-            write_private(staged, "".join(kept).encode())
-            os.replace(staged, self.own_path)
+        with self._locked():
+            try:
+                lines = self.own_path.read_text().splitlines(keepends=True)
+            except FileNotFoundError:
+                return
+            kept = [line for line in lines if name not in line.split(" ", 1)[0].split(",")]
+            if len(kept) != len(lines):
+                staged = self.own_path.with_name(f"known_hosts.{os.getpid()}")
+                write_private(staged, "".join(kept).encode())
+                os.replace(staged, self.own_path)
 
 
 def _load_key(path: str) -> paramiko.PKey:

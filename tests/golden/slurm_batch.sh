@@ -20,7 +20,8 @@
 # job; its logs, events and exit code are in the attempt's run directory.
 root=/shared/me/monkey/alloc/"$SLURM_JOB_ID"
 sock=/shared/me/monkey/alloc/"$SLURM_JOB_ID"/agent.sock
-mkdir -p "$root" "$(dirname "$sock")"
+mkdir -p "$root"
+(umask 077 && mkdir -p "$(dirname "$sock")")  # private: maybe /tmp/monkey-UID
 python3 -I -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.agent import main; main()' /shared/me/monkey/agent/AGENT --root "$root" --socket "$sock" \
     --idle-timeout 600 --heartbeat 5 --term-notice 30 &
 agent=$!
