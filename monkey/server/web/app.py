@@ -159,7 +159,7 @@ class Web:
             return "", ""
         return websession.create_session(self.home, name, websession.token_key(user["digest"]))
 
-    def _to_login(self, request: Request) -> Response:
+    def to_login(self, request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return _headers(RedirectResponse(f"/web/login?{urlencode({'next': target})}", 303))
 
@@ -261,16 +261,22 @@ class Web:
         return answer
 
     async def logout(self, request: Request) -> Response:
-        session = await self.session(request)
-        if session is None:
-            return self._to_login(request)
-        refused = await self._check_csrf(request, session)
-        if refused:
-            return refused
+        session = await self.form_session(request)
+        if isinstance(session, Response):
+            return session
         await run_in_threadpool(websession.end_session, self.home, request.cookies.get(COOKIE))
         answer = _headers(RedirectResponse("/web/login", 303))
         answer.delete_cookie(COOKIE, path="/web")
         return answer
+
+    async def form_session(self, request: Request) -> dict[str, Any] | Response:
+        """The session of a posted form, or the answer when there is none (the login page)
+        or the form's CSRF token is wrong (403)."""
+        session = await self.session(request)
+        if session is None:
+            return self.to_login(request)
+        refused = await self._check_csrf(request, session)
+        return refused if refused is not None else session
 
     async def _check_csrf(self, request: Request, session: dict[str, Any]) -> Response | None:
         form = await _form(request)
@@ -288,7 +294,7 @@ class Web:
     async def jobs(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         q = request.query_params
         filters = {k: q.get(k, "") for k in views.FILTERS}
         before = q.get("before") or None
@@ -303,7 +309,7 @@ class Web:
     async def job(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         return await self._job_page(request, session)
 
     async def _job_page(
@@ -340,12 +346,9 @@ class Web:
         one of ALLOWED, carried out by ``run_call`` (CALL(action, ref): the API's name and
         arguments) under the API's own rule (the owner or an admin); then back to its page
         (PAGE, with the error when it failed)."""
-        session = await self.session(request)
-        if session is None:
-            return self._to_login(request)
-        refused = await self._check_csrf(request, session)
-        if refused:
-            return refused
+        session = await self.form_session(request)
+        if isinstance(session, Response):
+            return session
         what = str((await _form(request)).get("action", ""))
         if what not in allowed:
             return await page(request, session, f"no action {what!r} here", 400)
@@ -382,7 +385,7 @@ class Web:
     async def download(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         ref = request.path_params["ref"]
         try:
             juid = await run_in_threadpool(lambda: self.monkey().resolve(ref))
@@ -409,7 +412,7 @@ class Web:
     async def compare(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         refs = list(dict.fromkeys(request.query_params.getlist("job")))
         try:
             data = await run_in_threadpool(lambda: views.compare_page(self.monkey(), refs))
@@ -420,7 +423,7 @@ class Web:
     async def providers(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         try:
             data = await run_in_threadpool(lambda: views.providers_page(self.monkey()))
         except MonkeyError as exc:  # providers.yml unreadable: said, as list providers says it
@@ -430,14 +433,14 @@ class Web:
     async def sweeps(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         data = await run_in_threadpool(lambda: views.sweeps_page(self.monkey()))
         return self.page("sweeps.html", session=session, **data)
 
     async def sweep(self, request: Request) -> Response:
         session = await self.session(request)
         if session is None:
-            return self._to_login(request)
+            return self.to_login(request)
         return await self._sweep_page(request, session)
 
     async def _sweep_page(

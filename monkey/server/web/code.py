@@ -207,7 +207,7 @@ class CodePages:
     async def tree(self, request: Request) -> Response:
         session = await self.web.session(request)
         if session is None:
-            return self.web._to_login(request)
+            return self.web.to_login(request)
         ref = request.path_params["ref"]
         try:
             data = await run_in_threadpool(lambda: tree_page(self.web.monkey(), ref))
@@ -218,7 +218,7 @@ class CodePages:
     async def file(self, request: Request) -> Response:
         session = await self.web.session(request)
         if session is None:
-            return self.web._to_login(request)
+            return self.web.to_login(request)
         ref = request.path_params["ref"]
         path = safe_path(request.path_params["path"])
         if path is None:
@@ -252,7 +252,7 @@ class CodePages:
     async def diff(self, request: Request) -> Response:
         session = await self.web.session(request)
         if session is None:
-            return self.web._to_login(request)
+            return self.web.to_login(request)
         ref = request.path_params["ref"]
         other = request.query_params.get("against", "").strip()
         m = self.web.monkey

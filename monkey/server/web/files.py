@@ -160,7 +160,7 @@ class FilePages:
         the URL or None, the job's id or an error)."""
         session = await self.web.session(request)
         if session is None:
-            return self.web._to_login(request), None, ""
+            return self.web.to_login(request), None, ""
         ref, name = request.path_params["ref"], request.path_params["name"]
         try:
             juid, folders = await run_in_threadpool(
@@ -202,7 +202,7 @@ class FilePages:
     async def output_file(self, request: Request) -> Response:
         session = await self.web.session(request)
         if session is None:
-            return self.web._to_login(request)
+            return self.web.to_login(request)
         ref, n = request.path_params["ref"], request.path_params["attempt"]
         try:
             juid = await run_in_threadpool(lambda: self.web.monkey().resolve(ref))

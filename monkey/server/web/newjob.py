@@ -182,7 +182,7 @@ class NewJobPage:
         web = self.web
         session = await web.session(request)
         if session is None:
-            return web._to_login(request)
+            return web.to_login(request)
         source = request.query_params.get("from", "").strip() or None
         if request.method == "POST":
             refused = await web._check_csrf(request, session)

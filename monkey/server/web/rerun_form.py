@@ -116,12 +116,9 @@ class RerunPage:
 
     async def post(self, request: Request) -> Response:
         web = self.web
-        session = await web.session(request)
-        if session is None:
-            return web._to_login(request)
-        refused = await web._check_csrf(request, session)
-        if refused:
-            return refused
+        session = await web.form_session(request)
+        if isinstance(session, Response):
+            return session
         form = await posted(request)
         ref = request.path_params["ref"]
         user = session["user"]

@@ -92,8 +92,8 @@ def importance(rows: list[dict[str, Any]], params: list[str], metric: str) -> li
     rank correlation (monotonic effects, whatever the scale)."""
     out = []
     for p in params:
-        pairs = [
-            (r.get(p), float(r[metric]))
+        pairs: list[tuple[Any, float]] = [
+            (r.get(p), float(r[metric]))  # _finite: a number
             for r in rows
             if r.get(p) is not None and _finite(r.get(metric))
         ]
@@ -101,6 +101,7 @@ def importance(rows: list[dict[str, Any]], params: list[str], metric: str) -> li
         ys = [y for _, y in pairs]
         distinct = {repr(x) for x in xs}
         numeric = all(_finite(x) for x in xs)
+        score: float | None
         if numeric and len(distinct) > len(xs) / 2:
             method = "ρ²"
             score = _r2(_ranks([float(x) for x in xs]), _ranks(ys)) if len(xs) else 0.0
@@ -110,7 +111,7 @@ def importance(rows: list[dict[str, Any]], params: list[str], metric: str) -> li
         if len(pairs) < MIN_RUNS or len(distinct) < 2:
             score = None
         out.append({"param": p, "score": score, "method": method, "n": len(pairs)})
-    out.sort(key=lambda d: (d["score"] is None, -(d["score"] or 0.0), d["param"]))
+    out.sort(key=lambda d: (d["score"] is None, -float(d["score"] or 0.0), d["param"]))
     return out
 
 
@@ -155,7 +156,7 @@ def parcoords(
     axes = [_axis(n, [r.get(n) for r in rows]) for n in names]
     runs = []
     for r in rows:
-        values = []
+        values: list[Any] = []
         for a in axes:
             v = r.get(a["name"])
             if v is None or (a["kind"] == "num" and not _finite(v)):
