@@ -361,6 +361,46 @@ def test_monkey_web_prints_a_link_that_logs_in_once(node, browser):
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_monkey_web_opens_a_sweeps_page_or_a_comparison(node, browser):
+    code = "import json, sys; print(json.dumps({'monkey': {'acc': float(sys.argv[1])}}))"
+    done = node.server(
+        "sweep", "--name", "pair", "--grid", "lr=1,2", "--", sys.executable, "-c", code, "{lr}"
+    )
+    assert done.returncode == 0, done.stderr
+    sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
+    a, b = sorted(
+        j["job"] for j in json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    )
+    done = node.server("web", "--sweep", "pair", "--no-browser")  # by its name
+    assert done.returncode == 0, done.stderr
+    page = page_for(browser)
+    page.goto(done.stdout.splitlines()[0])
+    page.wait_for_url(f"**/web/sweeps/{sid}")
+    assert sid in page.inner_text("h1")
+    done = node.server("web", "--compare", a, b, "--no-browser")
+    assert done.returncode == 0, done.stderr
+    page = page_for(browser)
+    page.goto(done.stdout.splitlines()[0])
+    page.wait_for_url("**/web/compare?*")
+    table = page.inner_text("main")
+    assert a in table and b in table
+    node.add_remote(node.add_user("ann"))  # through a remote: the same pages
+    done = node.laptop("--remote", "lab", "web", "--sweep", sid[:-1], "--no-browser")
+    assert done.returncode == 0, done.stderr
+    page = page_for(browser)
+    page.goto(done.stdout.splitlines()[0])
+    page.wait_for_url(f"**/web/sweeps/{sid}")
+    # bad input: one line each, no link printed
+    for argv, said in (
+        (("--sweep", "nosuchsweep"), "nosuchsweep"),
+        (("--compare", a), "--compare needs two jobs or more"),
+        ((a, "--sweep", "pair"), "give one of JOB, --sweep or --compare"),
+    ):
+        bad = node.server("web", *argv, "--no-browser")
+        assert bad.returncode != 0 and bad.stdout == "", (argv, bad.stdout)
+        assert len(bad.stderr.strip().splitlines()) == 1 and said in bad.stderr, bad.stderr
+
+
 @pytest.mark.system
 def test_monkey_web_starts_a_loopback_server_when_none_runs(cli, home, browser):
     done = cli("web", "--no-browser")

@@ -12,6 +12,8 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from monkey.config import Home
 
 
@@ -20,7 +22,8 @@ def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
         prog="monkey web",
         description=(
             "Open Monkey Web in a browser (every job, its live output and charts), logged in "
-            "by a one-time link; with JOB, that job's page."
+            "by a one-time link; with JOB, that job's page; --sweep S, a sweep's; --compare "
+            "A B..., those jobs side by side."
         ),
         epilog=(
             "The link is printed too (it works once, within 2 minutes). On this machine it "
@@ -33,6 +36,13 @@ def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
 
     job_argument(p, count="?", help="open this job's page (id, unique prefix, or `last`)")
     p.add_argument("-j", dest="job", metavar="JOB", help="same as --juid")
+    p.add_argument("--sweep", metavar="S", help="open this sweep's page (id, prefix or name)")
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="JOB",
+        help="open the compare page of these jobs (two or more)",
+    )
     p.add_argument("--no-browser", action="store_true", help="only print the link (it works once)")
     p.set_defaults(func=cmd_web)
     return p
@@ -41,10 +51,17 @@ def web_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
 def cmd_web(args: argparse.Namespace) -> int:
     from monkey.remote.settings import selected
 
+    given = [
+        o for o, v in (("JOB", args.job), ("--sweep", args.sweep), ("--compare", args.compare)) if v
+    ]
+    if len(given) > 1:
+        raise MonkeyError(f"give one of JOB, --sweep or --compare, not {' and '.join(given)}")
+    if args.compare is not None and len(args.compare) < 2:
+        raise MonkeyError("--compare needs two jobs or more: monkey web --compare A B")
     if selected():
-        url = _remote_link(args.job)
+        url = _remote_link(args)
     else:
-        url = _local_link(args.job)
+        url = _local_link(args)
     print(url)
     print("(the link logs you in once, within 2 minutes; then log in with your token)")
     if not args.no_browser and _can_open():
@@ -54,23 +71,31 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0
 
 
-def _page(juid: str | None) -> str:
-    return f"/web/jobs/{juid}" if juid else "/web/jobs"
+def _page(args: argparse.Namespace, job: Callable[[str], str], sweep: Callable[[str], str]) -> str:
+    """The page ARGS ask for, its job and sweep references resolved by JOB and SWEEP (an
+    unknown one: one line, nothing opened)."""
+    from urllib.parse import quote, urlencode
+
+    if args.sweep:
+        return f"/web/sweeps/{quote(sweep(args.sweep))}"
+    if args.compare:
+        return "/web/compare?" + urlencode([("job", job(ref)) for ref in args.compare])
+    return f"/web/jobs/{quote(job(args.job))}" if args.job else "/web/jobs"
 
 
-def _remote_link(ref: str | None) -> str:
+def _remote_link(args: argparse.Namespace) -> str:
     from monkey.remote.facade import RemoteMonkey
 
     m = RemoteMonkey()
     try:
-        juid = m.resolve(ref) if ref else None
-        path = m.client.call("web_link", _page(juid))
+        page = _page(args, m.resolve, lambda ref: m.sweep_status(ref)["id"])
+        path = m.client.call("web_link", page)
         return m.remote.url.rstrip("/") + path
     finally:
         m.close()
 
 
-def _local_link(ref: str | None) -> str:
+def _local_link(args: argparse.Namespace) -> str:
     from urllib.parse import urlencode
 
     from monkey.config import Home
@@ -80,7 +105,7 @@ def _local_link(ref: str | None) -> str:
     home = Home().ensure()
     store = Store(home.db)
     try:
-        juid = store.resolve(ref) if ref else None  # an unknown job: one line, nothing started
+        page = _page(args, store.resolve, store.resolve_sweep)  # before anything starts
     finally:
         store.close()
     settings = service.saved_settings(home)
@@ -102,7 +127,7 @@ def _local_link(ref: str | None) -> str:
             "is in `monkey server status`",
             file=sys.stderr,
         )
-    return f"{base}/web/login?{urlencode({'once': secret, 'next': _page(juid)})}"
+    return f"{base}/web/login?{urlencode({'once': secret, 'next': page})}"
 
 
 def _local_user(home: Home) -> str:
