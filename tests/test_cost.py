@@ -166,9 +166,14 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
         ran = attempt["ended_at"] - attempt["started_at"]
         assert info(cli, juid)["cost"] == {"total": 18.0 * ran / 3600, "preempted": 0.0}
 
-        [row] = json.loads(
-            cli("list", "providers", "--monkey-instances", "--json", check=True).stdout
-        )["instances"]
+        def listed() -> dict[str, Any]:
+            [row] = json.loads(
+                cli("list", "providers", "--monkey-instances", "--json", check=True).stdout
+            )["instances"]
+            return row
+
+        row = wait_for(lambda: (r := listed())["idle"] is not None and r, what="idle time")
+        assert 0 <= row["idle"] <= row["age"]
         assert row["id"] == info(cli, juid)["instance"] and row["provider"] == "aws"
         assert (row["state"], row["size"], row["spot"], row["address"], row["jobs"]) == (
             "up",
@@ -189,11 +194,12 @@ def test_monkey_instances_listing_end_to_end(cli, home: Path, moto: Any, fleet) 
             "ADDRESS",
             "JOBS",
             "AGE",
+            "IDLE",
             "$/H",
             "COST",
         ]
         assert re.match(
-            rf"{re.escape(row['id'])}\s+aws\s+up\s+t3\.micro\s+-\s+127\.0\.0\.4\s+-\s+\d+[smh]\s+36\s+\$\d+\.\d+$",
+            rf"{re.escape(row['id'])}\s+aws\s+up\s+t3\.micro\s+-\s+127\.0\.0\.4\s+-\s+\d+[smh]\s+\d+[smh]\s+36\s+\$\d+\.\d+$",
             line,
         ), line
         assert total.startswith("estimated cost so far: $")

@@ -146,7 +146,8 @@ class Providers:
         """The machines monkey created (of elastic providers) and has not seen terminated
         (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
         provider, state (the agent's reach once running), size, spot, address, the jobs live
-        on it, age in seconds, estimated $/hour and $ spent so far (None: unknown)."""
+        on it, age and idle time in seconds, estimated $/hour and $ spent so far (None:
+        unknown)."""
         now = time.time() if now is None else now
         elastic = {name for name, cfg in self.providers.items() if driver_class(cfg.type).elastic}
         jobs: dict[str, list[str]] = {}
@@ -170,6 +171,10 @@ class Providers:
                     "address": row["address"],
                     "jobs": jobs.get(row["id"], []),
                     "age": None if launched is None else end - launched,
+                    # how long it has run no job (None: busy, ended, or not yet known)
+                    "idle": None
+                    if row["idle_since"] is None or row["terminated_at"] or jobs.get(row["id"])
+                    else max(0.0, now - row["idle_since"]),
                     "price": price,
                     "cost": None
                     if price is None or launched is None

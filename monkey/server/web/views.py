@@ -266,7 +266,12 @@ def providers_page(m: Monkey) -> dict[str, Any]:
         for p in status["providers"]
     ]
     instances = [
-        {**i, "age_text": duration(i["age"]), "cost_text": _dollars(i["cost"])}
+        {
+            **i,
+            "age_text": duration(i["age"]),
+            "idle_text": "-" if i.get("idle") is None else duration(i["idle"]),
+            "cost_text": _dollars(i["cost"]),
+        }
         for i in m.monkey_instances()
     ]
     return {"core": status["core"], "providers": providers, "instances": instances}
