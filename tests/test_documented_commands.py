@@ -168,6 +168,8 @@ CASES: list[tuple[str, set[int]]] = [
     ("web -j {a} --no-browser", {0}),  # a one-time link (the server of this home started)
     ("web {a} --no-browser", {0}),
     ("web --no-browser", {0}),
+    ("web --sweep scan --no-browser", {0}),
+    ("web --compare {a} {b} --no-browser", {0}),
     ("server stop", {0}),  # the server `web` started: the server cases below start their own
     # providers and instances (nothing answers at these addresses: one-line errors)
     (
