@@ -362,7 +362,7 @@ class HostKeys:
         `forget` rewrites the file would go to the replaced file and be lost."""
         import fcntl
 
-        fd = os.open(self.own_path.with_name("known_hosts.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.own_path.parent, os.O_RDONLY)  # its folder's lock: no file left
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -374,6 +374,8 @@ class HostKeys:
         created is gone; ~/.ssh/known_hosts is the user's and stays as it is)."""
         while self.keys.lookup(name) is not None:
             del self.keys[name]
+        if not self.own_path.exists():
+            return
         with self._locked():
             try:
                 lines = self.own_path.read_text().splitlines(keepends=True)
