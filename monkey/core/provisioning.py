@@ -169,7 +169,14 @@ class Elastic:
                 continue
             if node.state in (InstanceState.TERMINATED, InstanceState.STOPPED):
                 # reclaimed, or stopped from outside
-                self._end_attempts(name, node.id, bool(node.extra.get("preempted")))
+                self._end_attempts(
+                    name,
+                    node.id,
+                    bool(node.extra.get("preempted")),
+                    str(node.extra.get("preempted_why") or "")
+                    if node.extra.get("preempted")
+                    else "",
+                )
             if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
                 self._destroy(name, drv, node.id, why or "stopped from outside monkey")
         for row in known.values():
@@ -230,17 +237,21 @@ class Elastic:
         store.record_instance(inst, detail=why or "no longer listed by the cloud")
         self._end_attempts(name, inst.id)
 
-    def _end_attempts(self, name: str, instance: str, preempted: bool = False) -> None:
+    def _end_attempts(
+        self, name: str, instance: str, preempted: bool = False, detail: str = ""
+    ) -> None:
         """End the attempts live on a machine that is gone or stopped (`lost`, retried), or
-        that the cloud reclaimed (PREEMPTED: they resume from their last upload)."""
+        that the cloud reclaimed (PREEMPTED: they resume from their last upload; DETAIL is
+        the driver's word on why, if it has one)."""
         why = Ending.PREEMPTED if preempted else Ending.TERMINATED
-        detail = "its spot instance was reclaimed without a notice" if preempted else None
+        if preempted and not detail:
+            detail = "its spot instance was reclaimed without a notice"
         for att in self.core.store.live_attempts(instance):
             self.core.on_exit(
                 (name, instance),
                 att.juid,
                 att.n,
-                {"reason": why.value, "ts": time.time(), "detail": detail},
+                {"reason": why.value, "ts": time.time(), "detail": detail or None},
                 att.events_offset,
             )
 

@@ -493,7 +493,11 @@ class SlurmDriver(Driver):
             }
             if restarts.isdigit() and int(restarts) > 0 and inst_state != InstanceState.TERMINATED:
                 inst_state = InstanceState.STOPPED
-                extra.update(preempted=True, restarts=int(restarts))
+                extra.update(
+                    preempted=True,
+                    restarts=int(restarts),
+                    preempted_why="Slurm requeued the allocation (requeue or preemption)",
+                )
             with self._lock:
                 alloc = self._allocs.get(job_id)
                 if alloc is None and inst_state != InstanceState.TERMINATED:
@@ -550,6 +554,7 @@ class SlurmDriver(Driver):
                     "slurm_state": state,
                     "exit_code": code,
                     "preempted": state in _PREEMPTED_STATES,
+                    "preempted_why": f"Slurm ended the allocation ({state})",
                 },
             )
             for job_id, (state, code) in last.items()
