@@ -19,6 +19,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from common import copy_jobs, fresh_home
@@ -197,33 +198,89 @@ def live(url: str, token: str) -> None:
 
 
 def _follow(url: str, token: str, juid: str, pid: int) -> tuple[list[float], float, float]:
-    """20 users following job JUID's page: (the write-to-page delays in ms seen on one of
-    them, the server's RSS before and with them, MB)."""
+    """20 users following job JUID's page: (the write-to-page delays in ms seen on the one
+    drawn by Chromium, the server's RSS before and with them, MB).
+
+    Each user logs in in a browser context of their own (a session each). One page is
+    Chromium's; the 19 others are clients making the requests such a page makes (the page
+    itself, its log feed held open and read, /web/changed each second), because 20 drawn
+    pages need more CPU than this 2-core machine has: a page following a job that writes
+    10 lines a second takes about 10% of a core in Chromium's processes (measured), and a
+    starved renderer measures the machine, not the server."""
     from playwright.sync_api import sync_playwright
 
+    stop = threading.Event()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         before = _rss(pid)
-        pages = []
-        for _ in range(20):  # 20 users: a browser opens at most 6 connections to a server
+        pages, threads = [], []
+        for i in range(20):
             context = browser.new_context(ignore_https_errors=True, bypass_csp=True)
             follower = context.new_page()
             follower.goto(url + "/web/login")
             follower.fill("#token", token)
             follower.click("button[type=submit]")
             follower.wait_for_url("**/web/jobs")
+            if i < 19:
+                cookie = "; ".join(f"{c['name']}={c['value']}" for c in context.cookies())
+                follower.close()
+                t = threading.Thread(target=_client, args=(url, cookie, juid, stop), daemon=True)
+                t.start()
+                threads.append(t)
+                continue
             follower.goto(url + f"/web/jobs/{juid}")
             pages.append(follower)
         watched = pages[-1]
-        watched.bring_to_front()  # a page in the background may be hidden: its feed closed
         watched.wait_for_selector("#log >> text=tick", timeout=120_000)
         watched.evaluate(WATCH)
         time.sleep(8)  # a browser's timers may be throttled: the wait is this process's
         delays = sorted(watched.evaluate("window.delays"))
         assert delays, "no line arrived: " + watched.inner_text("#logstate")
         after = _rss(pid)
+        stop.set()
         browser.close()
+    lines = [getattr(t, "lines", 0) for t in threads]
+    assert min(lines) > 50, f"followers that read little of the feed: {lines}"
     return delays, before, after
+
+
+def _client(url: str, cookie: str, juid: str, stop: threading.Event) -> None:
+    """One user's page, as requests: the job page, its log feed read as it comes, and
+    /web/changed each second (what live.js asks), until STOP."""
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    tls = ssl._create_unverified_context()  # the bench server's own certificate
+
+    def connect() -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(where.hostname, where.port, context=tls, timeout=30)
+
+    headers = {"Cookie": cookie}
+    page = connect()
+    page.request("GET", f"/web/jobs/{juid}", headers=headers)
+    answer = page.getresponse()
+    assert answer.status == 200, answer.status
+    answer.read()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            page.request("GET", "/web/changed", headers=headers)
+            page.getresponse().read()
+
+    threading.Thread(target=poll, daemon=True).start()
+    feed = connect()
+    feed.request("GET", f"/web/jobs/{juid}/log", headers={**headers, "Accept": "text/event-stream"})
+    stream = feed.getresponse()
+    assert stream.status == 200, stream.status
+    me = threading.current_thread()
+    me.lines = 0  # type: ignore[attr-defined]
+    while not stop.is_set():
+        if not stream.readline():
+            break
+        me.lines += 1  # type: ignore[attr-defined]
+    feed.close()
 
 
 def _rss(pid: int) -> float:

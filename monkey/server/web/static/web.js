@@ -53,6 +53,13 @@
       log.appendChild(frag);
       if (follow.checked) log.scrollTop = log.scrollHeight;
     };
+    // Lines are drawn at most 5 times a second, however fast they come: a page following
+    // a chatty job stays cheap (each draw lays out and paints the log again).
+    var pending = [], timer = null;
+    var queue = function (m) {
+      pending.push(m);
+      if (timer === null) timer = setTimeout(function () { timer = null; add(pending); pending = []; }, 200);
+    };
     pause.addEventListener("click", function () {
       paused = !paused;
       pause.setAttribute("aria-pressed", String(paused));
@@ -66,7 +73,7 @@
         at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
         var m = JSON.parse(e.data);
         if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
-        else add([m]);
+        else queue(m);
       };
       feed.addEventListener("end", function (e) {
         feed.close();
