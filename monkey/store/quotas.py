@@ -123,8 +123,10 @@ class QuotaStore:
             chunk = juids[start : start + 500]
             out.update(
                 self.db.execute(
-                    "SELECT juid, held FROM jobs WHERE held IS NOT NULL AND state = 'queued' "
-                    f"AND juid IN ({', '.join('?' * len(chunk))})",
+                    # by the primary key (`+state`: not the state indexes, which would
+                    # read every queued job)
+                    f"SELECT juid, held FROM jobs WHERE juid IN ({', '.join('?' * len(chunk))}) "
+                    "AND held IS NOT NULL AND +state = 'queued'",
                     chunk,
                 )
             )
