@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 # pass (a fraction of a millisecond), so a submitter and the core would sleep through most
 # of each other's pauses. The waiting is done here instead, in tries from 50 us that double
 # up to 2 ms.
-BUSY_WAIT = float(os.environ.get("MONKEY_BUSY_WAIT", "60"))
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.00005, 0.002
 # Pages the WAL may grow to before a committing connection copies it into the database
 # file itself (SQLite's default is 1,000: about every 200 commits, a commit that fsyncs
@@ -90,6 +89,12 @@ def is_damage(exc: BaseException) -> bool:
     )
 
 
+def busy_wait() -> float:
+    """How long a statement waits for the lock another process holds: MONKEY_BUSY_WAIT
+    seconds (read when a wait begins, not at import), 60 by default."""
+    return float(os.environ.get("MONKEY_BUSY_WAIT", "60"))
+
+
 class _Connection(sqlite3.Connection):
     """A connection whose statements wait for the write lock in short tries and raise
     StoreUnavailable (not an SQLite error) for a full disk or a lock held too long; the
@@ -111,7 +116,7 @@ class _Connection(sqlite3.Connection):
                 if (
                     not isinstance(failure, StoreBusy)
                     or self.in_transaction
-                    or time.monotonic() - start > BUSY_WAIT
+                    or time.monotonic() - start > busy_wait()
                 ):
                     self.failure = failure
                     raise failure from exc
