@@ -295,10 +295,13 @@ def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_
         "sweep",
         "--grid",
         "x=1,2",
+        "--metric",
+        "acc",
         "--",
         "sh",
         "-c",
-        f"while [ ! -e {flag} ]; do sleep 0.05; done; echo {{x}}",
+        f"while [ ! -e {flag} ]; do sleep 0.05; done; "
+        'echo \'{"monkey": {"acc": {x}}}\'',
     )
     assert done.returncode == 0, done.stderr
     sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
@@ -306,10 +309,27 @@ def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_
     login(page, node, node.token, f"/web/sweeps/{sid}")
     assert "0 of 2 ended" in page.inner_text("#sweep-facts")
     assert page.query_selector("#sweep-facts button.act-cancel")
+    page.wait_for_selector("#parcoords path.run", state="attached")  # no metric: no line yet
+    assert page.eval_on_selector_all("#parcoords path.run:not(.none)", "ps => ps.length") == 0
     page.evaluate("window.sameDocument = 1")
     flag.touch()
     page.wait_for_selector("#sweep-facts >> text=2 of 2 ended")
     assert "2 succeeded" in page.inner_text("#sweep-facts")
+    # the runs table and the parallel coordinates follow too: both runs ended with a metric
+    wait_for(
+        lambda: (
+            page.eval_on_selector_all("table.runs td .state", "ss => ss.map(s => s.textContent)")
+            == ["succeeded", "succeeded"]
+        ),
+        what="the runs table to show both ended",
+    )
+    wait_for(
+        lambda: page.eval_on_selector_all("#parcoords path.run:not(.none)", "ps => ps.length") == 2,
+        what="the parallel coordinates to draw both runs' metric",
+    )
+    assert page.get_attribute("table.runs tr.best", "data-job") == page.get_attribute(
+        "#parcoords path.best", "data-job"
+    )
     assert page.evaluate("window.sameDocument") == 1
 
 

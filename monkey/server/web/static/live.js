@@ -2,7 +2,8 @@
 // actions, a sweep's progress, the providers' tables) follow the jobs without a reload. A
 // light poll of /web/changed each second (no connection held, unlike a feed: a browser
 // keeps only 6 per server); when the jobs moved, the page is fetched again and each live
-// part whose HTML changed is swapped in (rendered and escaped by the server).
+// part whose HTML changed is swapped in (rendered and escaped by the server), and then
+// "monkey:refreshed" is sent on the document.
 "use strict";
 (function () {
   if (!document.querySelector("[data-refresh]") || !window.fetch) return;
@@ -13,10 +14,11 @@
       return r.ok && !r.redirected ? r.text() : null;
     }).then(function (html) {
       if (html === null) return;
-      var fresh = new DOMParser().parseFromString(html, "text/html");
+      var fresh = new DOMParser().parseFromString(html, "text/html"), swapped = false;
       document.querySelectorAll("[data-refresh]").forEach(function (part) {
         var now = part.id && fresh.getElementById(part.id);
         if (!now || now.innerHTML === part.innerHTML) return;
+        swapped = true;
         var focused = part.contains(document.activeElement) && document.activeElement.className;
         part.innerHTML = now.innerHTML;
         if (focused) {  // the focus stays on the same control when it is still there
@@ -24,6 +26,8 @@
           if (again) again.focus();
         }
       });
+      // what a page's scripts drew from the parts (a sweep's parallel coordinates) follows
+      if (swapped) document.dispatchEvent(new Event("monkey:refreshed"));
     }).catch(function () {}).finally(function () { busy = false; });
   }
   function tick() {

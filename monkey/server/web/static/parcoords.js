@@ -7,13 +7,22 @@
 (function () {
   var box = document.getElementById("parcoords"), source = document.getElementById("pc-data");
   if (!box || !source) return;
-  var data = JSON.parse(source.textContent), NS = "http://www.w3.org/2000/svg";
+  var data, NS = "http://www.w3.org/2000/svg";
   var VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   var TOP = 34, BOTTOM = 26, HEIGHT = 320, NONE = 14;  // NONE: below an axis, runs without a value
   var brushes = {}, paths = [], count = document.getElementById("pc-count");
-  var table = document.querySelector("table.runs tbody");
-  var best = document.querySelector("tr.best");
-  best = best ? best.dataset.job : null;
+  var table, best, low, high;
+
+  // The runs, the runs table and the best run: read again when live.js swapped them in.
+  function load() {
+    data = JSON.parse(document.getElementById("pc-data").textContent);
+    table = document.querySelector("table.runs tbody");
+    var row = document.querySelector("tr.best");
+    best = row ? row.dataset.job : null;
+    var metrics = data.runs.map(function (r) { return r.m; }).filter(function (m) { return m !== null; });
+    low = Math.min.apply(null, metrics);
+    high = Math.max.apply(null, metrics);
+  }
 
   function el(name, attrs, parent) {
     var e = document.createElementNS(NS, name);
@@ -51,9 +60,6 @@
     }
     return out;
   }
-
-  var metrics = data.runs.map(function (r) { return r.m; }).filter(function (m) { return m !== null; });
-  var low = Math.min.apply(null, metrics), high = Math.max.apply(null, metrics);
 
   function draw() {
     box.innerHTML = "";
@@ -144,7 +150,10 @@
   window.addEventListener("resize", function () {
     if (Math.abs(box.clientWidth - drawnAt) > 20) { drawnAt = box.clientWidth; draw(); }
   });
+  // A run that ended or moved: drawn again from the new data, the selections kept.
+  document.addEventListener("monkey:refreshed", function () { load(); draw(); });
   drawnAt = box.clientWidth;
+  load();
   draw();
-  window.monkeyParcoords = {data: data, brushes: function () { return brushes; }};
+
 })();
