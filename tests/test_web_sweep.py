@@ -207,6 +207,21 @@ def test_sweep_page_draws_parallel_coordinates_brushes_the_table_and_ranks_param
     assert set(both) == set(kept) & adam and best in both
     page.click("#pc-clear")
     assert len(shown_rows(page)) == 6
+    # by keyboard: Tab from the clear button reaches the first axis, then the metric's;
+    # ArrowUp selects the top of it, Escape clears it
+    page.focus("#pc-clear")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.axis") == "lr"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.axis") == "acc:best"
+    page.keyboard.press("ArrowUp")
+    top = shown_rows(page)
+    assert best in top and 0 < len(top) < 6
+    page.keyboard.press("Shift+ArrowDown")  # wider: as many runs or more
+    assert set(top) <= set(shown_rows(page))
+    page.keyboard.press("Escape")
+    assert len(shown_rows(page)) == 6
     # importance: lr explains nearly all of the accuracy, opt little
     names = page.eval_on_selector_all(".importance dt", "ds => ds.map(d => d.textContent)")
     assert names == ["lr", "opt"]

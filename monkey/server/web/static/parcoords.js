@@ -2,7 +2,7 @@
 // lines of d3 would be a 90 KB bundle for one chart). One axis per parameter and the
 // metric, one line per run coloured by the metric (viridis: safe for colour blindness and
 // in grey); drag along an axis to keep the runs crossing it there, in the chart and in
-// the runs table; click an axis to clear its selection.
+// the runs table; click an axis to clear its selection (or, by keyboard, see `keys`).
 "use strict";
 (function () {
   var box = document.getElementById("parcoords"), source = document.getElementById("pc-data");
@@ -96,9 +96,9 @@
       if (data.runs.some(function (r) { return r.v[i] === null; })) {
         el("text", {x: xs[i] + 6, y: TOP + plot + NONE + 4}, g).textContent = "none";
       }
-      var b = brushes[axis.name];
       var rect = el("rect", {"class": "brush", x: xs[i] - 8, width: 16, y: 0, height: 0, visibility: "hidden"}, g);
-      if (b) { rect.setAttribute("y", b[0]); rect.setAttribute("height", b[1] - b[0]); rect.setAttribute("visibility", "visible"); }
+      show(rect, brushes[axis.name]);
+      keys(g, axis, rect, TOP - 6, TOP + plot + NONE + 6);
       var hit = el("rect", {"class": "hit", x: xs[i] - 14, width: 28, y: TOP - 6, height: plot + NONE + 12}, g);
       var start = null;
       var at = function (e) {
@@ -119,13 +119,47 @@
         if (start === null) return;
         var y = at(e), y0 = Math.min(start, y), y1 = Math.max(start, y);
         start = null;
-        if (y1 - y0 < 3) { delete brushes[axis.name]; rect.setAttribute("visibility", "hidden"); }
+        if (y1 - y0 < 3) delete brushes[axis.name];
         else brushes[axis.name] = [y0, y1];
+        show(rect, brushes[axis.name]);
         filter();
       });
       axis.y = function (v) { return ys(axis, v); };
     });
     filter();
+  }
+
+  function show(rect, b) {
+    rect.setAttribute("visibility", b ? "visible" : "hidden");
+    if (b) { rect.setAttribute("y", b[0]); rect.setAttribute("height", b[1] - b[0]); }
+  }
+
+  // The keyboard's way to brush: Tab to an axis; the arrows select a band (a quarter of
+  // the axis, from the end they point to) and move it a twentieth at a time, Shift with
+  // the arrows moves its lower edge (narrower, wider); Escape or Delete clears it.
+  function keys(g, axis, rect, top, bottom) {
+    g.setAttribute("tabindex", "0");
+    g.setAttribute("role", "group");
+    g.setAttribute("aria-label", axis.name + " axis: arrows select a band of runs, Shift+arrows resize it, Escape clears");
+    g.addEventListener("keydown", function (e) {
+      var b = brushes[axis.name], step = (bottom - top) / 20, dir = e.key === "ArrowUp" ? -1 : 1;
+      if (e.key === "Escape" || e.key === "Delete") {
+        if (!b) return;
+        delete brushes[axis.name];
+      } else if (e.key === "ArrowUp" || e.key === "ArrowDown") {
+        var band = (bottom - top) / 4;
+        if (!b) b = dir < 0 ? [top, top + band] : [bottom - band, bottom];
+        else if (e.shiftKey) b = [b[0], Math.min(bottom, Math.max(b[0] + step, b[1] + dir * step))];
+        else {
+          var y0 = Math.min(bottom - (b[1] - b[0]), Math.max(top, b[0] + dir * step));
+          b = [y0, y0 + b[1] - b[0]];
+        }
+        brushes[axis.name] = b;
+      } else return;
+      e.preventDefault();
+      show(rect, brushes[axis.name]);
+      filter();
+    });
   }
 
   // Keep the runs crossing every brushed axis inside its brush; hide the others' rows.
