@@ -273,6 +273,7 @@ class Monkey:
     rerun_sweep = _to("_reruns", Reruns.rerun_sweep)
     files = _to("_reruns", Reruns.files)
     cat = _to("_reruns", Reruns.cat)
+    code_blob = _to("_reruns", Reruns.code_blob)
     clone = _to("_reruns", Reruns.clone)
     sweep = _to("_sweeps", Sweeps.sweep)
     sweeps = _to("_sweeps", Sweeps.sweeps)

@@ -599,6 +599,11 @@ class Reruns:
 
     def cat(self, ref: str, path: str) -> bytes:
         """One code file of the job, as the job saw it (checked against its digest)."""
+        return self.code_blob(ref, path).read_bytes()
+
+    def code_blob(self, ref: str, path: str) -> Path:
+        """Where one code file of the job is stored, its bytes checked against its digest
+        (BlobDamaged when they are wrong): what a download streams from."""
         from monkey.snapshot.blobs import BlobDamaged
 
         job = self._job_record(ref)
@@ -609,9 +614,10 @@ class Reruns:
                 if not blobs.has(f.digest):
                     check_blobs(blobs, job, None, verify=False)
                 try:
-                    return blobs.read_bytes(f.digest)
+                    blobs.check(f.digest)
                 except BlobDamaged as exc:
                     raise exc.about(f.path, job.juid) from None
+                return blobs.path(f.digest)
         raise MonkeyError(
             f"job {job.juid} has no code file {path!r}; `monkey info job "
             f"{job.juid} --files` lists them"

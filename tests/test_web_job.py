@@ -13,6 +13,7 @@ import pytest
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 from test_web import browser, csrf_of, login, page_for, run_job  # noqa: F401 - browser: a fixture
 
+from monkey.api import Monkey
 from monkey.server.web.code import diff_lines, safe_path
 
 
@@ -77,7 +78,14 @@ def test_the_code_browser_shows_files_as_the_job_saw_them_and_refuses_climbing_o
     assert "truncated" in page.inner_text("#truncated")
     assert "THE END" not in page.inner_text("#source")
     raw = page.request.get(node.url + f"/web/jobs/{juid}/code/big.txt?raw=1")
-    assert raw.body().endswith(b"THE END\n")
+    assert raw.body().endswith(b"THE END\n") and len(raw.body()) == 600_008
+    assert raw.headers["content-disposition"] == "attachment; filename*=UTF-8''big.txt"
+    # a damaged copy in the store is refused, never sent as if it were the job's
+    stored = Monkey(node.home).code_blob(juid, "big.txt")
+    stored.write_bytes(stored.read_bytes().replace(b"THE END", b"THE EMD"))
+    damaged = page.request.get(node.url + f"/web/jobs/{juid}/code/big.txt?raw=1")
+    assert damaged.status == 404 and "THE EMD" not in damaged.text()
+    assert "damaged" in damaged.text()
     # climbing out of the snapshot, or an absolute path, is refused; a missing file is 404
     for bad in ("..%2F..%2Fetc%2Fpasswd", "src/..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd"):
         answer = page.request.get(node.url + f"/web/jobs/{juid}/code/{bad}")

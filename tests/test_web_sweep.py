@@ -303,6 +303,9 @@ def test_state_lines_follow_a_job_that_ends_without_a_reload(node, browser, tmp_
     wait_for(lambda: attempts() == 2, timeout=60, what="the retry to start")
 
 
+LOG_X = """echo '{"monkey": {"acc": {x}}}'"""  # a run's metric: its parameter x
+
+
 @pytest.mark.system
 def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_path):
     flag = tmp_path / "go"
@@ -315,8 +318,7 @@ def test_a_sweeps_progress_follows_its_runs_without_a_reload(node, browser, tmp_
         "--",
         "sh",
         "-c",
-        f"while [ ! -e {flag} ]; do sleep 0.05; done; "
-        'echo \'{"monkey": {"acc": {x}}}\'',
+        f"while [ ! -e {flag} ]; do sleep 0.05; done; " + LOG_X,
     )
     assert done.returncode == 0, done.stderr
     sid = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from monkey.models import MonkeyError
@@ -232,13 +232,13 @@ class CodePages:
         m = self.web.monkey
         if request.query_params.get("raw"):
             try:
-                data = await run_in_threadpool(lambda: m().cat(ref, path))
+                stored = await run_in_threadpool(lambda: m().code_blob(ref, path))
             except MonkeyError as exc:
                 return self._error(session, ref, exc, 404)
             name = path.rsplit("/", 1)[-1]
             return self.headers(
-                Response(
-                    data,
+                FileResponse(  # streamed from the store: a large file is never held in memory
+                    stored,
                     media_type="application/octet-stream",
                     headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
                 )
