@@ -418,3 +418,20 @@ def test_removing_a_user_removes_its_quotas(monkey, cli):
     cli("server", "quota", "set", "bob", "--provider", "local", "--gpus", "1", check=True)
     cli("server", "user", "remove", "ana", check=True)
     assert [(q["user"], q["provider"]) for q in monkey.store.quotas()] == [("bob", "local")]
+
+
+def test_holding_and_releasing_a_job_is_a_change_pages_and_the_dashboard_see(tmp_path: Path):
+    from monkey.api import Monkey
+
+    m = Monkey(tmp_path / "home")
+    juid = m.run(["true"], start_core=False).juid
+    store = m.store
+    before = store.last_job_change()
+    store.hold([juid], "over quota: ana uses 1 of 1 jobs on local")
+    held = store.last_job_change()
+    assert held > before
+    assert juid in [j.juid for j in store.jobs_updated_since(before[0])]  # the dashboard reads
+    store.hold([juid], "over quota: ana uses 1 of 1 jobs on local")  # known: no write
+    assert store.last_job_change() == held
+    store.release(None)
+    assert store.last_job_change() > held and store.holds([juid]) == {}

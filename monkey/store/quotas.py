@@ -75,10 +75,14 @@ class QuotaStore:
         return {(o, p): [n, g or 0, s or 0.0, c] for o, p, n, g, s, c in rows}
 
     def hold(self, juids: Iterable[str], reason: str) -> None:
-        """Record that queued JUIDS wait for REASON (a quota); no write when it is known."""
+        """Record that queued JUIDS wait for REASON (a quota); no write when it is known.
+        Holding or releasing a job is a change of it (``updated_at``): the dashboard and
+        Monkey Web show it."""
+        now = time.time()
         self.db.executemany(
-            "UPDATE jobs SET held = ? WHERE juid = ? AND state = 'queued' AND held IS NOT ?",
-            [(reason, j, reason) for j in juids],
+            "UPDATE jobs SET held = ?, updated_at = ? "
+            "WHERE juid = ? AND state = 'queued' AND held IS NOT ?",
+            [(reason, now, j, reason) for j in juids],
         )
 
     def hold_owner(self, owner: str | None, provider: str, reason: str) -> None:
@@ -89,9 +93,10 @@ class QuotaStore:
             (owner, provider, reason),
         ).fetchone():
             self.db.execute(
-                "UPDATE jobs INDEXED BY jobs_owner_ready SET held = ? WHERE state = 'queued' "
-                f"AND owner IS ? AND provider = ? AND held IS NOT ? AND NOT {WAITING}",
-                (reason, owner, provider, reason),
+                "UPDATE jobs INDEXED BY jobs_owner_ready SET held = ?, updated_at = ? "
+                f"WHERE state = 'queued' AND owner IS ? AND provider = ? AND held IS NOT ? "
+                f"AND NOT {WAITING}",
+                (reason, time.time(), owner, provider, reason),
             )
 
     def release(
@@ -105,7 +110,10 @@ class QuotaStore:
         if provider is not None:
             sql, args = sql + " AND provider = ?", (provider,)
         free = [j for j, o in self.db.execute(sql, args) if j not in keep and o not in owners]
-        self.db.executemany("UPDATE jobs SET held = NULL WHERE juid = ?", [(j,) for j in free])
+        now = time.time()
+        self.db.executemany(
+            "UPDATE jobs SET held = NULL, updated_at = ? WHERE juid = ?", [(now, j) for j in free]
+        )
 
     def held_counts(self) -> dict[tuple[str | None, str], int]:
         """(owner, provider) -> how many of their queued jobs a quota holds back."""
