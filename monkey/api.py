@@ -375,7 +375,7 @@ class Monkey:
         juid = self.store.resolve(ref)
         job = self.store.get_job(juid)
         assert job is not None
-        held = self.store.holds([juid]).get(juid)  # a quota's reason, while queued
+        held = job.held  # a quota's reason, while queued
         waiting = self.store.provider_error(job.provider) if job.state == State.QUEUED else None
         waiting = "; ".join(w for w in (held, waiting) if w) or None
         now = time.time()

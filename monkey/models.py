@@ -478,6 +478,7 @@ class Job(Record):
         "instance",
         "unreachable_since",
         "priority",
+        "held",
     )
 
     def __init__(
@@ -509,6 +510,7 @@ class Job(Record):
         instance: str | None = None,
         unreachable_since: float | None = None,
         priority: int = 0,
+        held: str | None = None,
     ) -> None:
         self.juid = juid
         self.name = name
@@ -538,6 +540,8 @@ class Job(Record):
         # Since when its live attempt's instance is out of reach (a sub-status of running).
         self.unreachable_since = unreachable_since
         self.priority = priority  # higher starts first among queued jobs (`run --priority`)
+        # Why a quota holds it back ("over quota: ..."), while it is queued; else None.
+        self.held = held if state == State.QUEUED else None
 
     @property
     def command(self) -> str:

@@ -428,10 +428,11 @@ def test_holding_and_releasing_a_job_is_a_change_pages_and_the_dashboard_see(tmp
     store = m.store
     before = store.last_job_change()
     store.hold([juid], "over quota: ana uses 1 of 1 jobs on local")
+    assert store.get_job(juid).held == "over quota: ana uses 1 of 1 jobs on local"
     held = store.last_job_change()
     assert held > before
     assert juid in [j.juid for j in store.jobs_updated_since(before[0])]  # the dashboard reads
     store.hold([juid], "over quota: ana uses 1 of 1 jobs on local")  # known: no write
     assert store.last_job_change() == held
     store.release(None)
-    assert store.last_job_change() > held and store.holds([juid]) == {}
+    assert store.last_job_change() > held and store.get_job(juid).held is None

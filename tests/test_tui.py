@@ -664,3 +664,21 @@ def test_state_colours_meet_wcag_aa_on_the_default_theme(home):
                 assert contrast(fg, bg) >= 4.5, (state, fg, background, bg, contrast(fg, bg))
 
     drive(app, body)
+
+
+def test_a_job_a_quota_holds_shows_over_quota_until_it_is_let_go(home):
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    juid = m.run(["true"], start_core=False).juid  # no core: it stays queued
+    app = DashApp(home)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: shown(app) == [juid], "the job")
+        assert cell(app, juid, "state") == "queued"
+        m.store.hold([juid], "over quota: ana uses 1 of 1 jobs on local")
+        await until(pilot, lambda: cell(app, juid, "state") == "over quota", "over quota")
+        m.store.release(None)
+        await until(pilot, lambda: cell(app, juid, "state") == "queued", "queued again")
+
+    drive(app, body)

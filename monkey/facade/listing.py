@@ -51,5 +51,5 @@ def job_listing(
         # queued jobs waiting for others: juid -> the jobs not yet as needed
         "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
         # queued jobs a quota holds back: juid -> why ("over quota: ...")
-        "held": store.holds(j.juid for j in jobs if j.state == State.QUEUED),
+        "held": {j.juid: j.held for j in jobs if j.held},
     }

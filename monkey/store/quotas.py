@@ -123,23 +123,6 @@ class QuotaStore:
         )
         return {(o, p): n for o, p, n in rows}
 
-    def holds(self, juids: Iterable[str]) -> dict[str, str]:
-        """Of JUIDS, the queued ones a quota holds back: juid -> why."""
-        juids = list(juids)
-        out: dict[str, str] = {}
-        for start in range(0, len(juids), 500):
-            chunk = juids[start : start + 500]
-            out.update(
-                self.db.execute(
-                    # by the primary key (`+state`: not the state indexes, which would
-                    # read every queued job)
-                    f"SELECT juid, held FROM jobs WHERE juid IN ({', '.join('?' * len(chunk))}) "
-                    "AND held IS NOT NULL AND +state = 'queued'",
-                    chunk,
-                )
-            )
-        return out
-
 
 def settings_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> dict[str, float]:
     """The settings (FIELDS) that apply to USER on PROVIDER: each from the most specific

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
-    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since, priority"
+    "started_at, finished_at, not_before, sweep, params, instance, unreachable_since, priority, "
+    "held"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -61,6 +62,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         instance,
         unreachable_since,
         priority,
+        held,
     ) = row
     return Job(
         juid=juid,
@@ -90,6 +92,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         instance=instance,
         unreachable_since=unreachable_since,
         priority=priority,
+        held=held,
     )
 
 

@@ -23,6 +23,7 @@ STATE_STYLES = {
     "preempted": "#ffaa55",
     "lost": "#ff8f8f",
     "unreachable": "bold #ffaa55",  # running, its instance out of reach
+    "over quota": "italic #e0c060",  # queued, held back by a quota
 }
 # Lifecycle order of the states, for sorting by STATE and the status line's counts.
 LIFECYCLE = (
@@ -103,9 +104,12 @@ def sparkline(values: list[float], width: int = 20) -> str:
 
 def shown_state(job: JobRecord) -> str:
     """The state as the table shows it: `unreachable` for a live job whose instance is out
-    of reach (still `running` in the record and for filters)."""
+    of reach (still `running` in the record and for filters), `over quota` for a queued job
+    a quota holds back (as `list jobs` shows them)."""
     if job.unreachable_since is not None and job.state in (State.RUNNING, State.DISPATCHING):
         return "unreachable"
+    if job.held:
+        return "over quota"
     return job.state.value
 
 
