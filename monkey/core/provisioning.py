@@ -173,9 +173,7 @@ class Elastic:
                     name,
                     node.id,
                     bool(node.extra.get("preempted")),
-                    str(node.extra.get("preempted_why") or "")
-                    if node.extra.get("preempted")
-                    else "",
+                    str(node.extra.get("preempted_why") or ""),
                 )
             if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
                 self._destroy(name, drv, node.id, why or "stopped from outside monkey")
@@ -244,14 +242,13 @@ class Elastic:
         that the cloud reclaimed (PREEMPTED: they resume from their last upload; DETAIL is
         the driver's word on why, if it has one)."""
         why = Ending.PREEMPTED if preempted else Ending.TERMINATED
-        if preempted and not detail:
-            detail = "its spot instance was reclaimed without a notice"
+        said = (detail or "its spot instance was reclaimed without a notice") if preempted else None
         for att in self.core.store.live_attempts(instance):
             self.core.on_exit(
                 (name, instance),
                 att.juid,
                 att.n,
-                {"reason": why.value, "ts": time.time(), "detail": detail or None},
+                {"reason": why.value, "ts": time.time(), "detail": said},
                 att.events_offset,
             )
 

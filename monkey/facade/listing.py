@@ -30,8 +30,8 @@ def job_listing(
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
     when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None), "waiting_on": queued
-    juid -> the jobs it still waits for, "held": queued juid -> the quota that holds it back};
-    only OWNER's jobs when given."""
+    juid -> the jobs it still waits for}; only OWNER's jobs when given (a job a quota holds
+    back says why in its ``held``)."""
     states = None if states is None else set(states)
     jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
     total = (
@@ -50,6 +50,4 @@ def job_listing(
         "owners": store.job_owners(juids) if owners else None,
         # queued jobs waiting for others: juid -> the jobs not yet as needed
         "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
-        # queued jobs a quota holds back: juid -> why ("over quota: ...")
-        "held": {j.juid: j.held for j in jobs if j.held},
     }

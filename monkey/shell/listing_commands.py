@@ -51,7 +51,6 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
     waiting_on = listing.get("waiting_on") or {}
-    held = listing.get("held") or {}
     now = time.time()
     if args.json:
         print_json(
@@ -62,7 +61,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                         "runtime": runtimes.get(j.juid),
                         **({"owner": owners.get(j.juid)} if owners else {}),
                         **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
-                        **({"held": held[j.juid]} if j.juid in held else {}),
+                        **({"held": j.held} if j.held else {}),
                     }
                     for j in jobs
                 ],
@@ -91,7 +90,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             else "waiting"
             if j.juid in waiting_on
             else "over quota"
-            if j.juid in held
+            if j.held
             else j.state.value
         )
         rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""

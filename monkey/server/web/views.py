@@ -48,7 +48,6 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
     waiting = store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED)
-    held = {j.juid: j.held for j in jobs if j.held}
     metrics = store.latest_metric_values(ids)
     rows = []
     for j in jobs:
@@ -58,7 +57,7 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
             else "waiting"
             if j.juid in waiting
             else "over quota"
-            if j.juid in held
+            if j.held
             else j.state.value
         )
         rows.append(

@@ -189,5 +189,4 @@
   drawnAt = box.clientWidth;
   load();
   draw();
-
 })();
