@@ -13,11 +13,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import blake3
 import pytest
-from conftest import wait_for
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 
 pytestmark = pytest.mark.system
@@ -203,6 +203,24 @@ def test_remove_drops_the_cache_list_shows_sizes_and_prune_empties(node, tmp_pat
     assert node.laptop("remote", "prune").stdout == "no cache to empty\n"
 
 
+def stop_mid_upload(proc: subprocess.Popen[str], node: MainNode, timeout: float = 60) -> None:
+    """Leave PROC stopped (SIGSTOP) in the middle of a blob's upload. It runs in 10 ms steps
+    and is looked at only while stopped, when a partial blob on the server stays: a poll
+    while it runs can miss every blob's window on a fast machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.02)  # the server writes what was already sent
+        if any((node.home / "blobs").rglob(".tmp-*")):
+            return
+        if proc.poll() is not None:
+            assert proc.stderr is not None
+            raise AssertionError(f"the submission ended before its upload: {proc.stderr.read()}")
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError(f"no upload began in {timeout}s")
+
+
 def test_two_submissions_at_once_with_a_tiny_limit_both_succeed(node, tmp_path):
     """One submission stopped mid-upload (SIGSTOP: a slow link, a laptop put to sleep), a
     second one from another terminal runs and trims the cache meanwhile: the first one's
@@ -221,13 +239,7 @@ def test_two_submissions_at_once_with_a_tiny_limit_both_succeed(node, tmp_path):
         text=True,
     )
     try:
-        wait_for(
-            lambda: any(p.name.startswith(".tmp-") for p in (node.home / "blobs").rglob("*")),
-            timeout=60,
-            every=0.005,
-            what="the first upload to begin",
-        )
-        first.send_signal(signal.SIGSTOP)
+        stop_mid_upload(first, node)
         second = submit(node, small, **tiny)  # ends, and trims, while the first uploads
         parts = {blake3.blake3((big / f"part{i}.bin").read_bytes()).hexdigest() for i in range(4)}
         assert parts <= set(cached(node))  # under the first one's lease: kept
