@@ -180,6 +180,40 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.stash[_CGROUPS] = (parent, set(os.listdir(parent)) if parent else set())
 
 
+_BUSY = pytest.StashKey[dict[str, float]]()  # test id -> machine CPU seconds while it ran
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine has spent busy since boot (/proc/stat: all
+    but idle and iowait), whoever spent them: a test's daemons and browsers count too."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Note the machine CPU each test took (serial runs only: under xdist tests overlap)."""
+    if item.config.pluginmanager.hasplugin("xdist") and item.config.getoption("numprocesses"):
+        yield
+        return
+    before = machine_busy_seconds()
+    yield
+    item.config.stash.setdefault(_BUSY, {})[item.nodeid] = machine_busy_seconds() - before
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """After --durations' wall times, the tests that kept the machine busiest: where the
+    suite's CPU goes (it bounds how fast any number of workers can run it)."""
+    busy = config.stash.get(_BUSY, {})
+    if not busy:
+        return
+    terminalreporter.write_sep("=", f"machine CPU: {sum(busy.values()):.0f} s in all; busiest 15")
+    for nodeid, seconds in sorted(busy.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:7.2f}s cpu {nodeid}")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Remove the job cgroups that agents this session killed left behind (an agent removes
     its own when it stops; a SIGKILLed one cannot). Done once, when every test has ended:
