@@ -63,6 +63,32 @@ def monkey_command() -> list[str]:
 MONKEY = monkey_command()
 
 
+def outside_imports(argv: list[str], cwd: str | None = None) -> list[str]:
+    """The modules from outside monkey (the standard library, blake3...) that the command
+    ARGV imports, as `python -X importtime` reports them."""
+    done = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, cwd=cwd
+    )
+    names = []
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package" and not name.startswith("monkey"):
+                names.append(name)
+    return names
+
+
+def floor_wall(argv: list[str], repeat: int, cwd: str | None = None) -> float:
+    """Median wall time of a `python -c` that imports only what ARGV imports from outside
+    monkey: the part of ARGV's time no code of monkey's could remove (an import that fails
+    there, e.g. a Windows-only module a stdlib one tries, fails here too)."""
+    code = (
+        f"for n in {outside_imports(argv, cwd)!r}:\n"
+        "    try:\n        __import__(n)\n    except ImportError:\n        pass"
+    )
+    return median_wall(lambda: run_quiet([PY, "-c", code]), repeat)
+
+
 def compile_repo() -> None:
     """Write the checkout's bytecode, as the first run of any install does. Where
     PYTHONDONTWRITEBYTECODE is set (some sandboxes set it) no run writes it, and every

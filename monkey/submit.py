@@ -250,36 +250,46 @@ class Submitter:
         blobs = self.blobs()
         # The job.yml stored with the code holds no env values: they reach the job as env.
         hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
-        snap = snapshot.snapshot_dir(
-            folder, blobs, self.store, js.snapshot_ignore() if js else (), replace=hidden, yes=yes
-        )
-        new_blobs = list(snap.new_blobs)
-        spec_record = None
-        if js is not None:
-            spec_record, spec_blobs = jobspec.resolve(
-                js, snap.files, blobs, self.store, provider, job_options
+        # git runs while the code is walked and stored; a failure below leaves no git behind
+        query = snapshot.GitQuery(folder, [str(js.file)] if js and hidden else ())
+        try:
+            snap = snapshot.snapshot_dir(
+                folder,
+                blobs,
+                self.store,
+                js.snapshot_ignore() if js else (),
+                replace=hidden,
+                yes=yes,
             )
-            new_blobs += spec_blobs
-        recorded_datasets = []
-        seen: set[str] = set()
-        for spec in specs:
-            ds = snapshot.dataset(
-                spec, blobs, self.store, yes=yes
-            )  # a path as typed: from the current folder
-            if ds.name in seen:
-                raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
-            seen.add(ds.name)
-            new_blobs += ds.new_blobs
-            recorded_datasets.append(
-                {
-                    "name": ds.name,
-                    "digest": ds.digest,
-                    "single": ds.single,
-                    "size": ds.size,
-                    "source": spec,
-                }
-            )
-        git, git_blobs = snapshot.git_info(folder, blobs, [str(js.file)] if js and hidden else ())
+            new_blobs = list(snap.new_blobs)
+            spec_record = None
+            if js is not None:
+                spec_record, spec_blobs = jobspec.resolve(
+                    js, snap.files, blobs, self.store, provider, job_options
+                )
+                new_blobs += spec_blobs
+            recorded_datasets = []
+            seen: set[str] = set()
+            for spec in specs:
+                ds = snapshot.dataset(
+                    spec, blobs, self.store, yes=yes
+                )  # a path as typed: from the current folder
+                if ds.name in seen:
+                    raise MonkeyError(f"two datasets are named {ds.name}; name them with PATH:NAME")
+                seen.add(ds.name)
+                new_blobs += ds.new_blobs
+                recorded_datasets.append(
+                    {
+                        "name": ds.name,
+                        "digest": ds.digest,
+                        "single": ds.single,
+                        "size": ds.size,
+                        "source": spec,
+                    }
+                )
+            git, git_blobs = query.result(blobs)
+        finally:
+            query.cancel()
         if subdir:  # the job runs in this folder of its code (as `cd SUBDIR && CMD`)
             git = {**git, "subdir": subdir}
         new_blobs += git_blobs

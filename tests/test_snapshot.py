@@ -19,9 +19,9 @@ from monkey.models import MonkeyError
 from monkey.snapshot import (
     BlobStore,
     FileEntry,
+    GitQuery,
     dataset,
     dataset_name,
-    git_info,
     hash_file,
     load_manifest,
     manifest,
@@ -707,7 +707,7 @@ def test_git_info_in_a_repo(tmp_path: Path, blobs: BlobStore) -> None:
     git(repo, "commit", "-q", "-m", "init")
     sha = git(repo, "rev-parse", "HEAD").strip()
 
-    info, new = git_info(repo / "src", blobs)
+    info, new = GitQuery(repo / "src").result(blobs)
     assert info == {
         "commit": sha,
         "branch": "main",
@@ -720,7 +720,7 @@ def test_git_info_in_a_repo(tmp_path: Path, blobs: BlobStore) -> None:
 
     (repo / "train.py").write_text("lr = 0.5\n")
     write(repo, {"notes.txt": "untracked", "debug.log": "ignored", "new/dir.py": "x"})
-    info, new = git_info(repo, blobs)
+    info, new = GitQuery(repo).result(blobs)
     assert info["commit"] == sha and info["dirty"] is True
     assert info["untracked"] == ["new/", "notes.txt"]
     diff = blobs.read_bytes(info["diff"])
@@ -733,11 +733,11 @@ def test_git_info_in_a_repo(tmp_path: Path, blobs: BlobStore) -> None:
     git(clone, "apply", "change.patch")
     assert (clone / "train.py").read_text() == "lr = 0.5\n"
 
-    again, new = git_info(repo, blobs)
+    again, new = GitQuery(repo).result(blobs)
     assert again == info and new == []  # the same diff blob is not stored twice
 
     git(repo, "checkout", "-q", "--detach")
-    assert git_info(repo, blobs)[0]["branch"] is None
+    assert GitQuery(repo).result(blobs)[0]["branch"] is None
 
 
 @needs_git
@@ -745,7 +745,7 @@ def test_git_info_without_commits(tmp_path: Path, blobs: BlobStore) -> None:
     repo = tmp_path / "fresh"
     write(repo, {"a.py": "a"})
     git(repo, "init", "-q", "-b", "dev")
-    info, new = git_info(repo, blobs)
+    info, new = GitQuery(repo).result(blobs)
     assert info["commit"] is None and info["diff"] is None and info["branch"] == "dev"
     assert info["untracked"] == ["a.py"]
     assert new == []
@@ -758,8 +758,8 @@ def test_git_info_outside_a_repo(
     plain.mkdir()
     if _git_top(os.fspath(plain.resolve())) is not None:
         pytest.skip("the temporary folder is inside a git repository")
-    assert git_info(plain, blobs) == ({}, [])
-    assert git_info(tmp_path / "missing", blobs) == ({}, [])
+    assert GitQuery(plain).result(blobs) == ({}, [])
+    assert GitQuery(tmp_path / "missing").result(blobs) == ({}, [])
 
 
 @needs_git
@@ -770,4 +770,29 @@ def test_git_info_without_git_on_path(
     repo.mkdir()
     git(repo, "init", "-q")
     monkeypatch.setenv("PATH", os.fspath(tmp_path / "no-bin"))
-    assert git_info(repo, blobs) == ({}, [])
+    assert GitQuery(repo).result(blobs) == ({}, [])
+
+
+@needs_git
+def test_a_submission_that_fails_leaves_no_git_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git runs while the code is stored; when the submission then fails (here a dataset
+    that does not exist), its git processes are stopped, not left behind."""
+    from monkey.api import Monkey
+
+    repo = tmp_path / "repo"
+    write(repo, {"train.py": "x\n"})
+    git(repo, "init", "-q")
+    slow = tmp_path / "bin" / "git"  # a git that takes its time (and is found by it)
+    slow.parent.mkdir()
+    tag = f"sleep 30.{os.getpid()}"
+    slow.write_text(f"#!/bin/sh\nexec {tag}\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow.parent}:{os.environ['PATH']}")
+    m = Monkey(tmp_path / "home")
+    with pytest.raises(MonkeyError, match="does not exist"):
+        m.run(["true"], workdir=repo, datasets=[tmp_path / "missing"], start_core=False)
+    running = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
+    assert running == ""
+    assert m.jobs() == []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from monkey.snapshot.blobs import BlobDamaged, BlobStore, hash_file
 from monkey.snapshot.datasets import dataset, dataset_name, parse_dataset_spec
-from monkey.snapshot.git import Folder, git_info, locate, repository_root
+from monkey.snapshot.git import Folder, GitQuery, locate, repository_root
 from monkey.snapshot.manifest import (
     LINK_MODE,
     Dataset,
@@ -34,7 +34,7 @@ __all__ = [
     "LINK_MODE",
     "Snapshot",
     "dataset",
-    "git_info",
+    "GitQuery",
     "hash_file",
     "load_manifest",
     "locate",

@@ -68,66 +68,95 @@ def repository_root(folder: Folder) -> tuple[Folder, str]:
     return Folder(top, top), os.path.relpath(folder.path, top).replace(os.sep, "/")
 
 
-def git_info(
-    workdir: Path | Folder, blobs: BlobStore, exclude: Sequence[str] = ()
-) -> tuple[dict[str, Any], list[tuple[str, int]]]:
-    """Git provenance of ``workdir``, and the blobs newly stored for it.
+class GitQuery:
+    """Git provenance of a job's folder, asked when created: its git processes (two, three
+    when GIT_DIR/GIT_WORK_TREE are set, none outside a repository) run while the caller
+    walks and stores the code, and ``result`` reads their answers. ``cancel`` stops them
+    (a submission that fails leaves no git process behind); it is a no-op after ``result``.
+    Never raises on git problems."""
 
-    Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}`` where
-    ``dirty`` means tracked files differ from HEAD, ``diff`` is the digest of a blob holding
-    ``git diff HEAD --binary`` (None when clean or without commits; the absolute paths
-    ``exclude`` are left out of it, e.g. a job.yml holding secrets) and ``untracked`` lists
-    up to 100 untracked, non-ignored paths (relative to ``root``; folders end in ``/``).
-    ``({}, [])`` outside a repository or without git. Never raises on git problems; runs
-    two git processes concurrently (three when GIT_DIR/GIT_WORK_TREE are set), none
-    outside a repository."""
-    if isinstance(workdir, Folder):
-        wd, top = workdir.path, workdir.top
-    else:
-        wd = os.path.realpath(workdir)
-        top = _git_top(wd)
-    custom = "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ
-    if custom:
-        top = None
-    if top is None and not custom:
-        return {}, []
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    base = ["git", "-C", wd]
-    commands = [
-        [
-            *base,
-            "status",
-            "--porcelain=v2",
-            "--branch",
-            "-z",
-            "--untracked-files=normal",
-            "--no-renames",
-        ],
-        [
-            *base,
-            "diff",
-            "HEAD",
-            "--binary",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-        ],
-    ]
-    # Paths outside the work tree make git fail: then there is no diff, never a leak.
-    left_out = [p for p in exclude if top is None or (p + "/").startswith(top.rstrip("/") + "/")]
-    if left_out:
-        commands[1] += ["--", *(f":(exclude,literal){p}" for p in left_out)]
-    if top is None:
-        commands.append([*base, "rev-parse", "--show-toplevel"])
-    outputs = _run_all(commands, env)
-    if outputs is None or outputs[0] is None:
-        return {}, []
-    if top is None:
-        if outputs[2] is None:
+    def __init__(self, workdir: Path | Folder, exclude: Sequence[str] = ()) -> None:
+        if isinstance(workdir, Folder):
+            wd, top = workdir.path, workdir.top
+        else:
+            wd = os.path.realpath(workdir)
+            top = _git_top(wd)
+        custom = "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ
+        if custom:
+            top = None
+        self.top = top
+        self._procs: list[Any] | None = None
+        self._deadline = time.monotonic() + _GIT_TIMEOUT
+        if top is None and not custom:
+            return
+        env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+        base = ["git", "-C", wd]
+        commands = [
+            [
+                *base,
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "-z",
+                "--untracked-files=normal",
+                "--no-renames",
+            ],
+            [
+                *base,
+                "diff",
+                "HEAD",
+                "--binary",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+            ],
+        ]
+        # Paths outside the work tree make git fail: then there is no diff, never a leak.
+        left_out = [
+            p for p in exclude if top is None or (p + "/").startswith(top.rstrip("/") + "/")
+        ]
+        if left_out:
+            commands[1] += ["--", *(f":(exclude,literal){p}" for p in left_out)]
+        if top is None:
+            commands.append([*base, "rev-parse", "--show-toplevel"])
+        self._procs = _start_all(commands, env)
+
+    def cancel(self) -> None:
+        """Stop the git processes still running (after a failed submission)."""
+        procs, self._procs = self._procs, None
+        for proc in procs or ():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+    def result(self, blobs: BlobStore) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+        """The provenance, and the blobs newly stored for it.
+
+        Inside a work tree: ``{"commit", "branch", "dirty", "diff", "root", "untracked"}``
+        where ``dirty`` means tracked files differ from HEAD, ``diff`` is the digest of a
+        blob holding ``git diff HEAD --binary`` (None when clean or without commits; the
+        absolute paths ``exclude`` are left out of it, e.g. a job.yml holding secrets) and
+        ``untracked`` lists up to 100 untracked, non-ignored paths (relative to ``root``;
+        folders end in ``/``). ``({}, [])`` outside a repository or without git."""
+        procs, self._procs = self._procs, None
+        if procs is None:
             return {}, []
-        top = os.fsdecode(outputs[2].strip())
+        outputs = _collect(procs, self._deadline)
+        top = self.top
+        if outputs[0] is None:
+            return {}, []
+        if top is None:
+            if outputs[2] is None:
+                return {}, []
+            top = os.fsdecode(outputs[2].strip())
+        return _parse(outputs[0], outputs[1], top, blobs)
+
+
+def _parse(
+    status: bytes, diff: bytes | None, top: str, blobs: BlobStore
+) -> tuple[dict[str, Any], list[tuple[str, int]]]:
     info: dict[str, Any] = {
         "commit": None,
         "branch": None,
@@ -136,7 +165,7 @@ def git_info(
         "root": top,
         "untracked": [],
     }
-    fields = outputs[0].split(b"\0")
+    fields = status.split(b"\0")
     i = 0
     while i < len(fields):
         field = fields[i]
@@ -156,7 +185,6 @@ def git_info(
             info["dirty"] = True
             i += 1  # a rename record is followed by its original path
     new: list[tuple[str, int]] = []
-    diff = outputs[1]
     if info["commit"] and diff:
         try:
             digest, fresh = blobs.put_bytes(diff)
@@ -168,8 +196,8 @@ def git_info(
     return info, new
 
 
-def _run_all(commands: list[list[str]], env: dict[str, str]) -> list[bytes | None] | None:
-    """Run commands concurrently; each one's stdout, or None where it failed."""
+def _start_all(commands: list[list[str]], env: dict[str, str]) -> list[Any] | None:
+    """Start COMMANDS at once; None when git is not installed."""
     import subprocess  # (only here: a folder outside git costs a command nothing)
 
     procs: list[subprocess.Popen[bytes]] = []
@@ -189,7 +217,13 @@ def _run_all(commands: list[list[str]], env: dict[str, str]) -> list[bytes | Non
             proc.kill()
             proc.wait()
         return None
-    deadline = time.monotonic() + _GIT_TIMEOUT
+    return procs
+
+
+def _collect(procs: list[Any], deadline: float) -> list[bytes | None]:
+    """Each process's stdout, or None where it failed or outlived DEADLINE."""
+    import subprocess
+
     outputs: list[bytes | None] = []
     for proc in procs:
         try:
