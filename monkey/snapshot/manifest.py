@@ -17,13 +17,13 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from monkey.models import MonkeyError, Record, human_size
 from monkey.snapshot.blobs import BlobStore, hash_file
 from monkey.snapshot.git import Folder, locate
-from monkey.snapshot.walk import _RACY_NS, _walk
+from monkey.snapshot.walk import _RACY_NS, WalkMemo, _walk
 from monkey.store.db import Store
 
 LINK_MODE = stat.S_IFLNK | 0o777  # the mode of a manifest entry recording a symlink
@@ -137,6 +137,14 @@ def _cached(store: Store, keys: list[str]) -> dict[str, tuple[int, int, int, str
         except UnicodeEncodeError:  # undecodable file names cannot be stored in SQLite
             out.update(store.cached_digests([k for k in keys if _encodable(k)]))
     return out
+
+
+def _remembered(store: Store, root: str) -> str | None:
+    """The WalkMemo kept for the folder ROOT, if any."""
+    try:
+        return store.walk_memo(root)
+    except UnicodeEncodeError:
+        return None
 
 
 def _encodable(text: str) -> bool:
@@ -266,6 +274,7 @@ def snapshot_dir(
     folder = workdir if isinstance(workdir, Folder) else locate(workdir)
     root = folder.path
     links: list[tuple[str, str]] = []
+    memo = WalkMemo(_remembered(store, root))
     found = _walk(
         root,
         ignore=True,
@@ -274,7 +283,11 @@ def snapshot_dir(
         extra_ignore=ignore,
         links=links,
         top=folder.top,
+        memo=memo,
     )
+    if memo.changed:
+        with suppress(UnicodeEncodeError):  # a folder's name SQLite cannot hold
+            store.keep_walk_memo(root, memo.dumps())
     given = [
         (FileEntry(rel, "", LINK_MODE, len(os.fsencode(target))), os.fsencode(target))
         for rel, target in links

@@ -3,6 +3,7 @@ files they leave in."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -13,6 +14,8 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from pathspec import GitIgnoreSpec
 
 # The stat cache does not remember files modified this recently (the "racy git" problem):
@@ -124,28 +127,22 @@ def _parse_rules(text: str, extra: Sequence[str], strip: int, prefix: str) -> _R
     return _Rules(spec, strip, prefix)
 
 
-def _ancestor_rules(root: str, top: str | None) -> list[_Rules]:
-    """.gitignore files (and .git/info/exclude) above ``root`` up to TOP, the top of its
-    repository (None: outside one)."""
+def _ancestor_files(root: str, top: str | None) -> list[tuple[str, str]]:
+    """(path, prefix) of the ignore files that may apply above ``root`` up to TOP, the top
+    of its repository (None: outside one): .git/info/exclude and each .gitignore, whether
+    they exist or not."""
     if top is None:
         return []
-    found: list[tuple[str, str]] = []
-    rules = []
-    exclude = os.path.join(top, ".git", "info", "exclude")
     rel_top = os.path.relpath(root, top).replace(os.sep, "/")
-    prefix_top = "" if rel_top == "." else rel_top + "/"
-    if os.path.isfile(exclude):
-        found.append((exclude, prefix_top))
+    found = [
+        (os.path.join(top, ".git", "info", "exclude"), "" if rel_top == "." else rel_top + "/")
+    ]
     here = top
     parts = [] if rel_top == "." else rel_top.split("/")
     for i in range(len(parts)):
         found.append((os.path.join(here, ".gitignore"), "/".join(parts[i:]) + "/"))
         here = os.path.join(here, parts[i])
-    for path, prefix in found:
-        r = _load_rules(path, 0, prefix)
-        if r is not None:
-            rules.append(r)
-    return rules
+    return found
 
 
 def _ignored(chain: tuple[_Rules, ...], first: _Rules | None, rel: str) -> bool:
@@ -172,6 +169,56 @@ def _matcher(chain: tuple[_Rules, ...], first: _Rules | None) -> Callable[[str],
     return lambda rel: _ignored(chain, first, rel)
 
 
+_Stamp = list[int] | None  # an ignore file's size, mtime, ctime and inode; None: absent
+_Source = tuple[str, int, str, tuple[str, ...]]  # an ignore file: _load_rules' arguments
+
+
+def _stamp(path: str) -> _Stamp:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+class WalkMemo:
+    """What a code walk's ignore files decided, kept between commands (as git's untracked
+    cache): a folder whose entries and whose ignore files, its own and those above it, are
+    all unchanged since reuses the decisions, so a walk where nothing that decides changed
+    parses no ignore file (pathspec's import alone is ~25 ms of `monkey run`).
+
+    ``data`` is what ``dumps`` gave last time (None: nothing known). Folders and ignore
+    files changed in the racy window are not remembered."""
+
+    def __init__(self, data: str | None = None) -> None:
+        self.old: dict[str, Any] = {}
+        if data:
+            try:
+                old = json.loads(data)
+            except ValueError:
+                old = None
+            if isinstance(old, dict) and old.get("v") == 1:
+                self.old = old
+        self.new: dict[str, Any] = {"v": 1, "base": None, "dirs": {}}
+        self.racy_after = time.time_ns() - _RACY_NS
+        self.reused = 0  # folders this walk decided from memory
+
+    @property
+    def changed(self) -> bool:
+        """Whether this walk learnt something the last one did not know."""
+        return self.new != self.old
+
+    def dumps(self) -> str:
+        return json.dumps(self.new, separators=(",", ":"))
+
+    def fresh(self, stamps: list[_Stamp]) -> list[_Stamp] | None:
+        """STAMPS as remembered: None where one changed in the racy window."""
+        for st in stamps:
+            if st is not None and max(st[1], st[2]) >= self.racy_after:
+                return None
+        return stamps
+
+
 def _walk(
     root: str,
     *,
@@ -181,28 +228,43 @@ def _walk(
     extra_ignore: Sequence[str] = (),
     links: list[tuple[str, str]] | None = None,
     top: str | None = None,
+    memo: WalkMemo | None = None,
 ) -> list[tuple[str, str, os.stat_result]]:
     """Regular files under ``root`` as (relative POSIX path, absolute path, stat); folders
     whose absolute path is in ``skip`` are left out; ``extra_ignore`` patterns count as
     lines of the root .monkeyignore; with ``ignore``, the ignore files from ``top`` (the
-    top of the repository holding ``root``) down apply. With a ``links`` list, symlinks
-    leading out of ``root`` are not followed but appended to it as (relative path, link
-    target)."""
+    top of the repository holding ``root``) down apply, their decisions taken from and
+    kept in ``memo`` when given. With a ``links`` list, symlinks leading out of ``root``
+    are not followed but appended to it as (relative path, link target)."""
     out: list[tuple[str, str, os.stat_result]] = []
     inside = root.rstrip("/") + "/"
-    first: _Rules | None = None
-    chain: tuple[_Rules, ...] = ()
+    # Ignore files as (path, strip, prefix, extra), parsed only for a folder deciding anew.
+    first_src = (os.path.join(root, ".monkeyignore"), 0, "", tuple(extra_ignore))
+    chain: tuple[_Source, ...] = ()
+    base_fresh = False
     if ignore:
-        first = _load_rules(os.path.join(root, ".monkeyignore"), 0, "", extra_ignore)
-        chain = tuple(_ancestor_rules(root, top))
+        ancestors = _ancestor_files(root, top)
+        chain = tuple((path, 0, prefix, ()) for path, prefix in ancestors)
+        if memo is not None:
+            stamps = [_stamp(p) for p, _ in ancestors] + [_stamp(first_src[0])]
+            base = [top, list(extra_ignore), stamps]
+            base_fresh = memo.old.get("base") == base
+            memo.new["base"] = base if memo.fresh(stamps) is not None else None
+    parsed: dict[tuple[Any, ...], tuple[_Rules, ...]] = {}
+
+    def rules_of(sources: tuple[_Source, ...]) -> tuple[_Rules, ...]:
+        if sources not in parsed:
+            parsed[sources] = tuple(r for src in sources if (r := _load_rules(*src)) is not None)
+        return parsed[sources]
+
     seen: set[tuple[int, int]] = set()
     linked: list[str] = []  # symlinked folders left out of a code snapshot
     if follow_dirs:
         st = os.stat(root)
         seen.add((st.st_dev, st.st_ino))
-    stack: list[tuple[str, str, tuple[_Rules, ...]]] = [(root, "", chain)]
+    stack: list[tuple[str, str, tuple[Any, ...], bool]] = [(root, "", chain, base_fresh)]
     while stack:
-        folder, prefix, chain = stack.pop()
+        folder, prefix, chain, fresh = stack.pop()
         try:
             with os.scandir(folder) as it:
                 entries = list(it)
@@ -213,15 +275,23 @@ def _walk(
                 f"cannot read folder {folder} ({exc.strerror}); fix its permissions "
                 "or list it in .monkeyignore"
             ) from None
+        as_file: set[str] = set()  # names ignored as a file, and as a folder
+        as_dir: set[str] = set()
         if ignore:
             # A folder's .monkeyignore overrides its .gitignore; the root one is `first`.
             names = (".gitignore", ".monkeyignore") if prefix else (".gitignore",)
             found = {e.name: e.path for e in entries if e.name in names}
-            for name in names:
-                rules = _load_rules(found[name], len(prefix), "") if name in found else None
-                if rules is not None:
-                    chain = (*chain, rules)
-        ignored = _matcher(chain, first) if ignore else None
+            own: list[_Source] = [(found[n], len(prefix), "", ()) for n in names if n in found]
+            chain = (*chain, *own)
+            fresh, as_file, as_dir = _decide(
+                memo,
+                folder,
+                prefix,
+                entries,
+                own,
+                fresh,
+                lambda c=chain: (rules_of(c), rules_of((first_src,))),  # type: ignore[misc]
+            )
         for entry in entries:
             name = entry.name
             if name == ".git":
@@ -232,7 +302,7 @@ def _walk(
             except OSError:
                 continue
             if is_dir:
-                if ignored is not None and ignored(rel + "/"):
+                if name in as_dir:
                     continue
                 if entry.path in skip:
                     continue
@@ -245,16 +315,14 @@ def _walk(
                     if key in seen:
                         continue
                     seen.add(key)
-                stack.append((entry.path, rel + "/", chain))
+                stack.append((entry.path, rel + "/", chain, fresh))
                 continue
-            if ignored is not None and ignored(rel):
+            if name in as_file:
                 continue
             if links is not None and entry.is_symlink():
                 target = _outside_link(entry.path, inside)
                 if target is not None:
-                    if not (
-                        ignored is not None and os.path.isdir(entry.path) and ignored(rel + "/")
-                    ):
+                    if not (name in as_dir and os.path.isdir(entry.path)):
                         links.append((rel, target))
                     continue
             try:
@@ -267,8 +335,8 @@ def _walk(
                 key = (st.st_dev, st.st_ino)
                 if key not in seen:
                     seen.add(key)
-                    stack.append((entry.path, rel + "/", chain))
-            elif stat.S_ISDIR(st.st_mode) and not (ignored is not None and ignored(rel + "/")):
+                    stack.append((entry.path, rel + "/", chain, fresh))
+            elif stat.S_ISDIR(st.st_mode) and name not in as_dir:
                 linked.append(rel)
             # other kinds (sockets, fifos, devices, links to folders in code) are skipped
     if linked:  # the job would miss them without a word: say so (once per run)
@@ -281,6 +349,54 @@ def _walk(
             + (f" and {len(linked) - 3} more" if len(linked) > 3 else ""),
         )
     return out
+
+
+def _decide(
+    memo: WalkMemo | None,
+    folder: str,
+    prefix: str,
+    entries: list[os.DirEntry[str]],
+    own: list[_Source],
+    fresh: bool,
+    rules: Callable[[], tuple[tuple[_Rules, ...], tuple[_Rules, ...]]],
+) -> tuple[bool, set[str], set[str]]:
+    """(whether the ignore files down to this folder are all as remembered, the names of
+    its ENTRIES ignored as a file, those ignored as a folder): remembered when the folder
+    and those files are unchanged, else decided by RULES (() -> the chain, the root
+    .monkeyignore) and remembered. FRESH: the files above it are as remembered; OWN: its
+    own ignore files."""
+    known = memo.old.get("dirs", {}).get(prefix) if memo is not None else None
+    own_stamps = [_stamp(src[0]) for src in own]
+    fresh = fresh and known is not None and known[1] == own_stamps
+    try:
+        st = os.stat(folder)
+        here: list[int] | None = [st.st_ctime_ns, st.st_ino]  # ctime: no tool sets it back
+    except OSError:
+        here = None
+    if fresh and here is not None and known is not None and known[0] == here:
+        as_file, as_dir = set(known[2]), set(known[3])
+        memo.reused += 1  # type: ignore[union-attr]  # known is not None: nor is memo
+    else:
+        chain, first = rules()
+        ignored = _matcher(chain, first[0] if first else None)
+        as_file, as_dir = set(), set()
+        if ignored is not None:
+            for entry in entries:
+                rel = prefix + entry.name
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not is_dir and ignored(rel):
+                    as_file.add(entry.name)
+                if (is_dir or entry.is_symlink()) and ignored(rel + "/"):
+                    as_dir.add(entry.name)
+    if memo is not None:
+        if here is not None and here[0] >= memo.racy_after:
+            here = None  # an entry may change within the same tick: decide again next time
+        if memo.fresh(own_stamps) is not None:
+            memo.new["dirs"][prefix] = [here, own_stamps, sorted(as_file), sorted(as_dir)]
+    return fresh, as_file, as_dir
 
 
 def _outside_link(path: str, inside: str) -> str | None:

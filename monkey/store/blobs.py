@@ -18,7 +18,7 @@ BlobRow = tuple[str, int] | tuple[str, int, "tuple[int, int, int] | None"]
 
 
 class BlobRecords:
-    """Mixin of Store: the rows of ``blobs`` and ``stat_cache``."""
+    """Mixin of Store: the rows of ``blobs``, ``stat_cache`` and ``walk_memo``."""
 
     db: sqlite3.Connection
 
@@ -96,6 +96,15 @@ class BlobRecords:
                 "VALUES (?, ?, ?, ?, ?)",
                 entries,
             )
+
+    def walk_memo(self, root: str) -> str | None:
+        """What the ignore files under the folder ROOT decided last time (WalkMemo's JSON)."""
+        row = self.db.execute("SELECT memo FROM walk_memo WHERE root = ?", (root,)).fetchone()
+        return row[0] if row else None
+
+    def keep_walk_memo(self, root: str, memo: str) -> None:
+        with self.tx() as db:
+            db.execute("INSERT OR REPLACE INTO walk_memo(root, memo) VALUES (?, ?)", (root, memo))
 
     def forget_file_digests(self, digests: Iterable[str]) -> None:
         """Remove the stat cache rows giving one of DIGESTS (their blobs are gone from a

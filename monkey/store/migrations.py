@@ -410,6 +410,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX notify_job ON notify_deliveries(job);
         """,
     ),
+    (
+        "0023_walk_memo",
+        # What the ignore files of each project folder decided in its last snapshot
+        # (snapshot.walk.WalkMemo, JSON): the next one parses none that did not change.
+        """
+        CREATE TABLE walk_memo(root TEXT PRIMARY KEY, memo TEXT NOT NULL) WITHOUT ROWID;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
