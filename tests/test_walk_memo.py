@@ -285,3 +285,18 @@ def change(
     elif what == 8:
         link = where / f"link{step}"
         link.symlink_to(rng.choice([tmp_path, root / "src", where / "nowhere"]))
+
+
+def test_a_damaged_memo_is_ignored(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    settle()
+    truth = found(root, None)
+    for damaged in (
+        "not json",
+        "[1, 2]",
+        '{"v": 1, "dirs": [1]}',
+        '{"v": 1, "base": 5, "dirs": {"": "x", "src/": [null, [], [{"a": 1}], []]}}',
+        '{"v": 1, "base": null, "dirs": {"": [null, [], [], [], []]}}',
+        '{"v": 2, "dirs": {}}',
+    ):
+        assert found(root, WalkMemo(damaged)) == truth, damaged

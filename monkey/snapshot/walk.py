@@ -197,7 +197,8 @@ class WalkMemo:
                 old = json.loads(data)
             except ValueError:
                 old = None
-            if isinstance(old, dict) and old.get("v") == 1:
+            if isinstance(old, dict) and old.get("v") == 1 and isinstance(old.get("dirs"), dict):
+                old["dirs"] = {k: v for k, v in old["dirs"].items() if _well_formed(v)}
                 self.old = old
         self.new: dict[str, Any] = {"v": 1, "base": None, "dirs": {}}
         self.racy_after = time.time_ns() - _RACY_NS
@@ -217,6 +218,20 @@ class WalkMemo:
             if st is not None and max(st[1], st[2]) >= self.racy_after:
                 return None
         return stamps
+
+
+def _well_formed(known: Any) -> bool:
+    """Whether KNOWN is a folder's record as _decide writes it (a damaged one is dropped)."""
+    return (
+        isinstance(known, list)
+        and len(known) == 4
+        and (known[0] is None or isinstance(known[0], list))
+        and isinstance(known[1], list)
+        and all(
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+            for names in known[2:]
+        )
+    )
 
 
 def _walk(
