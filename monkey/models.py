@@ -479,6 +479,7 @@ class Job(Record):
         "unreachable_since",
         "priority",
         "held",
+        "waiting",
     )
 
     def __init__(
@@ -511,6 +512,7 @@ class Job(Record):
         unreachable_since: float | None = None,
         priority: int = 0,
         held: str | None = None,
+        waiting: bool = False,
     ) -> None:
         self.juid = juid
         self.name = name
@@ -542,6 +544,21 @@ class Job(Record):
         self.priority = priority  # higher starts first among queued jobs (`run --priority`)
         # Why a quota holds it back ("over quota: ..."), while it is queued; else None.
         self.held = held if state == State.QUEUED else None
+        # Whether it waits queued for other jobs (`run --after`) to succeed or end.
+        self.waiting = waiting and state == State.QUEUED
+
+    @property
+    def shown_state(self) -> str:
+        """The state as listings show it: `unreachable` for a live job whose instance is out
+        of reach (still `running` in the record and for filters), `waiting` for a queued job
+        waiting for other jobs, `over quota` for one a quota holds back."""
+        if self.unreachable_since is not None and self.state in LIVE:
+            return "unreachable"
+        if self.waiting:
+            return "waiting"
+        if self.held:
+            return "over quota"
+        return self.state.value
 
     @property
     def command(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from conftest import kill_core, start_core, wait_for
@@ -217,3 +218,35 @@ def test_info_counts_the_rest_of_a_long_list(monkey, cli):
     assert len(shown) == 11
     assert shown[-1].split(None, 1)[1] == "2 more, 2 of them done (--json lists them)"
     assert len(json.loads(cli("info", after, "--json", check=True).stdout)["after"]) == 12
+
+
+def test_a_dependency_that_ends_or_runs_again_marks_its_waiting_jobs_changed(tmp_path: Path):
+    """Whether a job waits is part of its record (`waiting`), and a change of it is a change
+    of the job (`updated_at`), which the dashboard and Monkey Web redraw: when the job it
+    waits for ends, and when that one is queued again for a retry."""
+    from monkey.api import Monkey
+    from monkey.models import State
+
+    m = Monkey(tmp_path / "home")
+    a = m.run(["true"], start_core=False).juid
+    b = m.run(["true"], start_core=False, after=a).juid
+    c = m.run(["true"], start_core=False, after_any=a).juid
+    store, t = m.store, time.time() + 1000
+    assert [store.get_job(j).waiting for j in (a, b, c)] == [False, True, True]
+    assert [store.get_job(j).shown_state for j in (a, b, c)] == ["queued", "waiting", "waiting"]
+    store.begin_attempt(store.get_job(a), "local", "/r/1", now=t)
+    store.attempt_started(a, 1, 11, t)
+    store.end_attempt(
+        a, 1, final=State.FAILED, exit_code=1, signal=None, reason="x", requeue_after=0, now=t + 1
+    )  # failed, and queued again at once for its retry: both still wait
+    assert [(store.get_job(j).waiting, store.get_job(j).updated_at) for j in (b, c)] == [
+        (True, t + 1),
+        (True, t + 1),
+    ]
+    store.begin_attempt(store.get_job(a), "local", "/r/2", now=t + 2)
+    store.attempt_started(a, 2, 12, t + 2)
+    store.end_attempt(a, 2, final=State.SUCCEEDED, exit_code=0, signal=None, reason="x", now=t + 3)
+    assert [(store.get_job(j).waiting, store.get_job(j).updated_at) for j in (b, c)] == [
+        (False, t + 3),
+        (False, t + 3),
+    ]

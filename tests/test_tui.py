@@ -682,3 +682,28 @@ def test_a_job_a_quota_holds_shows_over_quota_until_it_is_let_go(home):
         await until(pilot, lambda: cell(app, juid, "state") == "queued", "queued again")
 
     drive(app, body)
+
+
+def test_a_job_waiting_for_another_shows_waiting_until_that_one_ends(home):
+    """`run --after-any A` waits for A; A cancelled while it is queued lets it go: it shows
+    `queued` (no core runs here) at the next poll, though nothing of its own record changed
+    but the wait, and it last changed long before (past the incremental poll's overlap)."""
+    from monkey.api import Monkey
+
+    m = Monkey(home)
+    first = m.run(["true"], start_core=False).juid
+    then = m.run(["true"], start_core=False, after_any=first).juid
+    with m.store.tx() as db:
+        db.execute("UPDATE jobs SET updated_at = updated_at - 600")
+    app = DashApp(home)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: sorted(shown(app)) == sorted([first, then]), "the jobs")
+        assert cell(app, then, "state") == "waiting" and cell(app, first, "state") == "queued"
+        other = m.run(["true"], start_core=False).juid  # the polls move on past the two
+        await until(pilot, lambda: other in shown(app), "a newer job")
+        m.cancel(first)
+        await until(pilot, lambda: cell(app, first, "state") == "cancelled", "the cancel")
+        await until(pilot, lambda: cell(app, then, "state") == "queued", "no wait", timeout=5)
+
+    drive(app, body)

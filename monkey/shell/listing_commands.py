@@ -84,15 +84,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         print(core_absent_line(absent), file=sys.stderr)
     rows, colours = [], []
     for j in jobs:
-        shown = (
-            "unreachable"
-            if j.unreachable_since is not None and j.state in CORE_MOVES
-            else "waiting"
-            if j.juid in waiting_on
-            else "over quota"
-            if j.held
-            else j.state.value
-        )
+        shown = j.shown_state
         rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""
         rows.append(
             [

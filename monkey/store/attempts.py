@@ -6,6 +6,7 @@ import sqlite3
 import time
 
 from monkey.models import Attempt, Job, State, can_transition
+from monkey.store.deps import ENDED, touch_dependents
 from monkey.store.errors import IllegalTransition
 from monkey.store.rows import _ATTEMPT_COLUMNS, _attempt
 
@@ -191,6 +192,8 @@ class AttemptStore:
                 (final.value, exit_code, reason, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)
+            if final.value in ENDED:
+                touch_dependents(db, juid, now)
             if requeue_after is None:
                 return final
             db.execute(

@@ -21,7 +21,7 @@ from monkey.models import (
 from monkey.store.attempts import AttemptStore
 from monkey.store.blobs import BlobRecords, BlobRow
 from monkey.store.dashboard import DashboardQueries
-from monkey.store.deps import WAITING, DependencyStore
+from monkey.store.deps import ENDED, WAITING, DependencyStore, touch_dependents
 from monkey.store.errors import (
     NEARLY_FULL,
     IllegalTransition,
@@ -688,6 +688,8 @@ class Store(
             if cur.rowcount != 1:
                 return False
             self._event(db, juid, attempt, kind, old.value, new.value, detail, now, actor)
+            if old.value in ENDED or new.value in ENDED:
+                touch_dependents(db, juid, now)
         return True
 
     def set_request(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from monkey.models import Attempt, Job, Resources, State
+from monkey.store.deps import WAITING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
     "started_at, finished_at, not_before, sweep, params, instance, unreachable_since, priority, "
-    "held"
+    f"held, state = 'queued' AND {WAITING}"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -63,6 +64,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         unreachable_since,
         priority,
         held,
+        waiting,
     ) = row
     return Job(
         juid=juid,
@@ -93,6 +95,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         unreachable_since=unreachable_since,
         priority=priority,
         held=held,
+        waiting=bool(waiting),
     )
 
 

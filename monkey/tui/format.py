@@ -23,6 +23,7 @@ STATE_STYLES = {
     "preempted": "#ffaa55",
     "lost": "#ff8f8f",
     "unreachable": "bold #ffaa55",  # running, its instance out of reach
+    "waiting": "italic #e0c060",  # queued, waiting for other jobs (`run --after`)
     "over quota": "italic #e0c060",  # queued, held back by a quota
 }
 # Lifecycle order of the states, for sorting by STATE and the status line's counts.
@@ -102,17 +103,6 @@ def sparkline(values: list[float], width: int = 20) -> str:
     return "".join(_SPARKS[min(7, int(max(0.0, v) / top * 7.999))] for v in values)
 
 
-def shown_state(job: JobRecord) -> str:
-    """The state as the table shows it: `unreachable` for a live job whose instance is out
-    of reach (still `running` in the record and for filters), `over quota` for a queued job
-    a quota holds back (as `list jobs` shows them)."""
-    if job.unreachable_since is not None and job.state in (State.RUNNING, State.DISPATCHING):
-        return "unreachable"
-    if job.held:
-        return "over quota"
-    return job.state.value
-
-
 def runtime(job: JobRecord, now: float) -> float | None:
     """Seconds the job has run so far (to its end once it stopped)."""
     if not job.started_at:
@@ -154,14 +144,14 @@ def row_cells(
         "job": job.juid,
         "name": Text(job.name),
         "state": Text(
-            shown_state(job)
+            job.shown_state
             + ("*" if job.request else "")
             + (  # a queued job's priority, when not 0 (`run --priority`)
                 f" ({job.priority:+d})"
                 if job.priority and job.state in (State.QUEUED, State.PAUSED)
                 else ""
             ),
-            style=STATE_STYLES.get(shown_state(job), ""),
+            style=STATE_STYLES.get(job.shown_state, ""),
         ),
         "where": Text(where(job)),
         "tries": str(job.attempts),

@@ -47,19 +47,10 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
     now = time.time()
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
-    waiting = store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED)
     metrics = store.latest_metric_values(ids)
     rows = []
     for j in jobs:
-        shown = (
-            "unreachable"
-            if j.unreachable_since is not None and j.state not in TERMINAL
-            else "waiting"
-            if j.juid in waiting
-            else "over quota"
-            if j.held
-            else j.state.value
-        )
+        shown = j.shown_state
         rows.append(
             {
                 "juid": j.juid,
