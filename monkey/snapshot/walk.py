@@ -212,12 +212,9 @@ class WalkMemo:
     def dumps(self) -> str:
         return json.dumps(self.new, separators=(",", ":"))
 
-    def fresh(self, stamps: list[_Stamp]) -> list[_Stamp] | None:
-        """STAMPS as remembered: None where one changed in the racy window."""
-        for st in stamps:
-            if st is not None and max(st[1], st[2]) >= self.racy_after:
-                return None
-        return stamps
+    def settled(self, stamps: list[_Stamp]) -> bool:
+        """Whether none of STAMPS changed in the racy window (then they can be kept)."""
+        return all(st is None or max(st[1], st[2]) < self.racy_after for st in stamps)
 
 
 def _well_formed(known: Any) -> bool:
@@ -264,7 +261,7 @@ def _walk(
             stamps = [_stamp(p) for p, _ in ancestors] + [_stamp(first_src[0])]
             base = [top, list(extra_ignore), stamps]
             base_fresh = memo.old.get("base") == base
-            memo.new["base"] = base if memo.fresh(stamps) is not None else None
+            memo.new["base"] = base if memo.settled(stamps) else None
     parsed: dict[tuple[Any, ...], tuple[_Rules, ...]] = {}
 
     def rules_of(sources: tuple[_Source, ...]) -> tuple[_Rules, ...]:
@@ -388,9 +385,9 @@ def _decide(
         here: list[int] | None = [st.st_ctime_ns, st.st_ino]  # ctime: no tool sets it back
     except OSError:
         here = None
-    if fresh and here is not None and known is not None and known[0] == here:
+    if memo is not None and known is not None and fresh and here is not None and known[0] == here:
         as_file, as_dir = set(known[2]), set(known[3])
-        memo.reused += 1  # type: ignore[union-attr]  # known is not None: nor is memo
+        memo.reused += 1
     else:
         chain, first = rules()
         ignored = _matcher(chain, first[0] if first else None)
@@ -409,7 +406,7 @@ def _decide(
     if memo is not None:
         if here is not None and here[0] >= memo.racy_after:
             here = None  # an entry may change within the same tick: decide again next time
-        if memo.fresh(own_stamps) is not None:
+        if memo.settled(own_stamps):
             memo.new["dirs"][prefix] = [here, own_stamps, sorted(as_file), sorted(as_dir)]
     return fresh, as_file, as_dir
 
