@@ -199,7 +199,19 @@ def gc(m: Facade, grace: float = 3600.0) -> GcReport:
             m.home.agent_root / "datasets", needed, cut
         )
         _gc_blobs(m, needed, cut, report)
+        _gc_path_caches(m)
     return report
+
+
+def _gc_path_caches(m: Facade) -> None:
+    """Forget the stat cache rows of files and the walk memos of folders that are gone (a
+    project deleted or moved): nothing else removes them. Called under the store's exclusive
+    lease, so no submission writes them meanwhile."""
+    files, roots = m.store.cached_paths()
+    gone_files = [f for f in files if not os.path.lexists(f)]
+    gone_roots = [r for r in roots if not os.path.isdir(r)]
+    if gone_files or gone_roots:
+        m.store.forget_paths(gone_files, gone_roots)
 
 
 def _gc_blobs(m: Facade, needed: set[str], cut: float, report: GcReport) -> None:

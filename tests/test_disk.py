@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import wait_for
@@ -242,3 +244,44 @@ def test_gc_frees_environments_and_dataset_copies_no_job_uses(cli, home: Path) -
     assert cli("logs", "--follow", again).returncode == 0
     record = json.loads((home / "runs" / again / "1" / "setup.json").read_text())
     assert record["key"] == key(kept) and record["reused"]
+
+
+def test_gc_forgets_the_caches_of_projects_that_are_gone(
+    cli, home: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The stat cache (a digest per file) and the walk memo (ignore decisions per folder)
+    keep rows for every project ever submitted; gc drops those of files and folders gone."""
+    projects = {name: tmp_path / name for name in ("kept", "gone")}
+    for folder in projects.values():
+        (folder / "src").mkdir(parents=True)
+        (folder / ".gitignore").write_text("*.log\n")
+        (folder / "src" / "model.bin").write_bytes(os.urandom(MB))
+    time.sleep(2.1)  # out of the racy window: the caches remember only older changes
+    for folder in projects.values():
+        monkeypatch.chdir(folder)
+        run_job(cli, "true")
+
+    def cached() -> tuple[set[str], set[str]]:
+        db = sqlite3.connect(home / "monkey.db")
+        try:
+            files = {p for (p,) in db.execute("SELECT path FROM stat_cache")}
+            return files, {r for (r,) in db.execute("SELECT root FROM walk_memo")}
+        finally:
+            db.close()
+
+    files, roots = cached()
+    for folder in projects.values():
+        assert str(folder / "src" / "model.bin") in files and str(folder) in roots
+    monkeypatch.chdir(tmp_path)
+    (projects["kept"] / ".gitignore").unlink()  # a file gone from a project still there
+    shutil.rmtree(projects["gone"])
+    cli("gc", check=True)  # the default grace: caches do not wait for it
+
+    files, roots = cached()
+    gone = str(projects["gone"])
+    assert not [f for f in files if f.startswith(gone + os.sep)], files
+    assert gone not in roots
+    assert str(projects["kept"] / ".gitignore") not in files
+    assert str(projects["kept"] / "src" / "model.bin") in files
+    assert str(projects["kept"]) in roots
+    assert_consistent(home)

@@ -106,6 +106,24 @@ class BlobRecords:
         with self.tx() as db:
             db.execute("INSERT OR REPLACE INTO walk_memo(root, memo) VALUES (?, ?)", (root, memo))
 
+    def cached_paths(self) -> tuple[list[str], list[str]]:
+        """The files the stat cache knows and the folders a walk memo is kept for."""
+        files = [r[0] for r in self.db.execute("SELECT path FROM stat_cache")]
+        return files, [r[0] for r in self.db.execute("SELECT root FROM walk_memo")]
+
+    def forget_paths(self, files: Sequence[str], roots: Sequence[str]) -> None:
+        """Remove the stat cache rows of FILES and the walk memos of the folders ROOTS (gone
+        from the disk: nothing will be snapshotted there again)."""
+        with self.tx() as db:
+            db.execute(
+                "DELETE FROM stat_cache WHERE path IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(files)),),
+            )
+            db.execute(
+                "DELETE FROM walk_memo WHERE root IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(roots)),),
+            )
+
     def forget_file_digests(self, digests: Iterable[str]) -> None:
         """Remove the stat cache rows giving one of DIGESTS (their blobs are gone from a
         cache): the next snapshot reads those files again."""
