@@ -139,7 +139,8 @@ def test_attempt_costs_and_the_part_lost_to_preemption(home: Path, monkey, cli) 
     status = cli("sweep", "status", sweep, check=True).stdout
     assert "cost: $0.1000 estimated, $0.0500 of it on preempted attempts" in status
     assert re.search(rf"^{juid}\s+succeeded\s+2\s+\$0\.1000\s", status, re.M), status
-    assert re.search(rf"^{other}\s+queued\s+\d+\s+-\s", status, re.M), status
+    # The core may have run the second job here meanwhile (no price: no cost either way).
+    assert re.search(rf"^{other}\s+\w+\s+\d+\s+-\s", status, re.M), status
 
 
 def test_no_price_known_shows_no_cost(home: Path, monkey, cli) -> None:

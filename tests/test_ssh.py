@@ -222,9 +222,10 @@ def test_jobs_spread_by_capacity_and_gpus_assigned(cli, home: Path, lab: Lab) ->
     assert {job_info(cli, j)["instance"] for j in gpu_jobs} == {"lab/h0"}
     assert {job_info(cli, j)["instance"] for j in running} == {"lab/h1", "lab/h2"}
     assert state(cli, waiting[0]) == "queued"
-    wait_for(lambda: all(cli("logs", j).stdout for j in gpu_jobs), what="gpu job output")
+    started = gpu_jobs + running
+    wait_for(lambda: all(cli("logs", j).stdout for j in started), what="the jobs' output")
     assert sorted(cli("logs", j).stdout for j in gpu_jobs) == ["gpus=0\n", "gpus=1\n"]
-    assert cli("logs", running[0]).stdout == "gpus=-\n"
+    assert [cli("logs", j).stdout for j in running] == ["gpus=-\n"] * 2
     release.write_text("")
     os.chmod(release, 0o644)
     for juid in gpu_jobs + cpu_jobs:
