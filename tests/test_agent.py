@@ -416,14 +416,19 @@ def test_a_signal_sent_as_the_job_starts_reaches_its_command(world: World, tree_
     agent = world.client()
     script = 'trap "echo got TERM; exit 3" TERM; while :; do sleep 0.05; done'
     alone = "import signal, sys, time; signal.signal(15, lambda *_: sys.exit(3)); time.sleep(100)"
-    for n in range(6):
+    for n in range(12):
         # a command run with `exec` replaces the wrapper (no code is written); this one
         # starts no process of its own
         exec_ = n % 2 == 1
-        world.start(
-            agent, f"j{n}", ["exec", sys.executable, "-c", alone] if exec_ else ["sh", "-c", script]
-        )
-        agent.request("signal", juid=f"j{n}", attempt=1, signal="TERM", grace=60)
+        argv = ["exec", sys.executable, "-c", alone] if exec_ else ["sh", "-c", script]
+        if n < 6:  # the signal once the start is answered
+            world.start(agent, f"j{n}", argv)
+            agent.request("signal", juid=f"j{n}", attempt=1, signal="TERM", grace=60)
+        else:  # sent with the start: the agent takes it as the wrapper is still exec'ing
+            started = send_start(world, agent, f"j{n}", argv)
+            signalled = agent.link.send("signal", juid=f"j{n}", attempt=1, signal="TERM", grace=60)
+            assert "error" not in agent.wait_reply(started)
+            assert "error" not in agent.wait_reply(signalled)
         event = agent.wait_exit(f"j{n}")  # well within the grace
         assert event["reason"] == "killed"
         # 3: the command's trap ran; else TERM came before the command set its trap

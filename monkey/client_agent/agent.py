@@ -53,6 +53,7 @@ from monkey.client_agent.procs import (
     become_subreaper,
     children_of,
     detect_gpus,
+    is_running,
     job_tree,
     mem_total,
     parse_signal,
@@ -437,10 +438,18 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
     def _command_runs(self, job: Job) -> bool:
         """Whether a process of the job runs a program other than the wrapper: one whose
         command line is not the wrapper's (its forks show it until they exec; a command
-        run with `exec` replaces the wrapper itself), or a zombie's (empty)."""
+        run with `exec` replaces the wrapper itself), or a zombie's (empty).
+
+        The wrapper's own command line is empty for an instant too, while it still execs
+        /bin/sh: posix_spawn returns once the kernel has given the child its new memory,
+        before the arguments are in place in it. A signal then would take the wrapper
+        before its trap (the job's command never run), so a running wrapper's empty
+        command line counts as not yet."""
         for pid in self._tree(job) | {job.pid}:
             cmd = read_small(f"/proc/{pid}/cmdline")
-            if cmd is not None and not cmd.startswith(WRAPPER_CMDLINE):
+            if cmd is None or cmd.startswith(WRAPPER_CMDLINE):
+                continue
+            if cmd or pid != job.pid or not is_running(read_stat(pid)):
                 return True
         return False
 
