@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install monkey with its test dependencies, then run the test suite.
-# Usage (from anywhere):  bash scripts/test.sh [extra pytest args]
+# Usage (from anywhere):  bash scripts/test.sh [extra pytest args]   (`-n 0`: serially)
 # CI runs this same script via .ci/run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +40,9 @@ python3 -m pip install -q -e '.[test]' --config-settings editable_mode=compat </
 
 echo "==> pytest"
 rc=0
-python3 -m pytest -q "$@" </dev/null || rc=$?
+# Four workers (pytest-xdist): the tests wait on cores, agents and services far more than
+# they compute, so 4 keep 2 cores busy. Slurm's tests share one worker (tests/conftest.py).
+python3 -m pytest -q -n 4 --dist loadgroup "$@" </dev/null || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests - refusing to report success" >&2
   exit 1

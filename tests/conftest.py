@@ -49,24 +49,31 @@ SYSTEM_FIXTURES = frozenset(
 )
 
 
-# The modules whose tests take longest (EC2's 10 minutes in all, a storm 100 s, Slurm's group
-# minutes), in the order xdist hands them out first: started last, one would run on alone at
-# the end of a run.
+# The modules whose tests take longest (in a parallel run's --durations: EC2's 170 s in all,
+# the web pages' 100 s, a storm 95 s, Slurm's group 100 s, mypy 45 s in one test), in the
+# order xdist hands them out first: started last, one would run on alone at the end of a run.
 LONGEST_FIRST = (
     "test_ec2.py",
     "test_slurm.py",
     "test_slurm_login.py",
-    "test_ssh.py",
-    "test_gce.py",
-    "test_spot_more.py",
-    "test_documented_commands.py",
-    "test_gce_spot.py",
-    "test_ec2_setup.py",
-    "test_gc_storm.py",
-    "test_upgrade.py",
     "test_absence_storm.py",
+    "test_upgrade.py",
+    "test_gc_storm.py",
+    "test_types.py",
     "test_web.py",
+    "test_spot_more.py",
+    "test_gce.py",
+    "test_remote_commands.py",
+    "test_gce_spot.py",
+    "test_web_job.py",
+    "test_ssh.py",
+    "test_documented_commands.py",
+    "test_tui.py",
+    "test_absence.py",
+    "test_web_sweep.py",
+    "test_gc_race.py",
     "test_spot.py",
+    "test_ec2_setup.py",
 )
 
 
@@ -172,8 +179,10 @@ def _on_controller(config: pytest.Config) -> bool:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Note the job cgroups that exist before the session (see `pytest_sessionfinish`)."""
+    """Note the job cgroups that exist before the session (see `pytest_sessionfinish`) and
+    the machine's busy CPU time (the run's is printed at its end)."""
     if _on_controller(session.config):
+        session.config.stash[_STARTED_BUSY] = machine_busy_seconds()
         from monkey.client_agent.procs import cgroup2_self
 
         parent = cgroup2_self()
@@ -181,6 +190,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 _BUSY = pytest.StashKey[dict[str, float]]()  # test id -> machine CPU seconds while it ran
+_STARTED_BUSY = pytest.StashKey[float]()  # the machine's busy CPU seconds when the run began
 
 
 def machine_busy_seconds() -> float:
@@ -207,7 +217,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """After --durations' wall times, the tests that kept the machine busiest: where the
     suite's CPU goes (it bounds how fast any number of workers can run it)."""
     busy = config.stash.get(_BUSY, {})
-    if not busy:
+    if not busy:  # under xdist: the whole run's, from the controller
+        if _STARTED_BUSY in config.stash:
+            spent = machine_busy_seconds() - config.stash[_STARTED_BUSY]
+            terminalreporter.write_sep("=", f"machine CPU: {spent:.0f} s in all")
         return
     terminalreporter.write_sep("=", f"machine CPU: {sum(busy.values()):.0f} s in all; busiest 15")
     for nodeid, seconds in sorted(busy.items(), key=lambda kv: -kv[1])[:15]:
