@@ -490,17 +490,3 @@ def test_validate_accepts_a_full_entry():
             "shutdown_command": "sudo poweroff",
         },
     )
-
-
-def test_sessions_share_the_parsed_service_models_but_honour_aws_data_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from monkey.drivers.ec2_api import session
-
-    entry = {"region": "us-east-1"}
-    monkeypatch.delenv("AWS_DATA_PATH", raising=False)
-    first = session(entry)._session.get_component("data_loader")
-    assert session(entry)._session.get_component("data_loader") is first
-    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
-    other = session(entry)._session.get_component("data_loader")
-    assert other is not first and str(tmp_path) in other.search_paths

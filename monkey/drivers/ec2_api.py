@@ -15,7 +15,6 @@ import re
 from urllib.parse import urlsplit
 
 import boto3
-import botocore.loaders
 import botocore.session
 from botocore.config import Config
 from botocore.exceptions import ProfileNotFound
@@ -33,19 +32,6 @@ _CONFIG = Config(
 )
 
 
-_LOADERS: dict[str | None, Any] = {}  # AWS_DATA_PATH -> botocore's loader of service models
-
-
-def _loader(data_path: str | None) -> Any:
-    """One botocore loader per data path for every session: a new session's own would read
-    and parse the service models again (EC2's is megabytes of JSON), about 0.1 s of CPU for
-    each client made."""
-    loader = _LOADERS.get(data_path)
-    if loader is None:
-        loader = _LOADERS[data_path] = botocore.loaders.create_loader(data_path)
-    return loader
-
-
 def session(entry: dict[str, Any]) -> boto3.Session:
     """A boto3 session for the entry's `credentials` file and `profile`.
 
@@ -53,7 +39,6 @@ def session(entry: dict[str, Any]) -> boto3.Session:
     an explicit profile makes boto3 ignore the AWS_* key variables, so the entry means what it
     says whatever the environment holds."""
     core = botocore.session.Session()
-    core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
     profile = entry.get("profile")
     if entry.get("credentials"):
         core.set_config_variable("credentials_file", os.path.expanduser(entry["credentials"]))
