@@ -55,7 +55,11 @@ def wait_across_a_restart(
     )
     (down or node.kill)()
     lost = proc.stderr.readline()  # seen before the server is back: the wait noticed
-    assert lost == f"monkey: lab: connection lost; reconnecting (job {juid} goes on)\n"
+    if lost != f"monkey: lab: connection lost; reconnecting (job {juid} goes on)\n":
+        proc.kill()
+        rest = proc.stderr.read()  # what readline took in (communicate would not see it)
+        proc.wait()
+        raise AssertionError(lost + rest)
     (up or node.start)()
     go.touch()
     out, err = proc.communicate(timeout=120)

@@ -143,3 +143,20 @@ def test_an_answer_cut_in_the_middle_is_an_error_not_a_short_read():
     with pytest.raises(BadAnswer, match="in the middle of an answer"):
         answer.read()
     conn.close()
+
+
+def test_a_call_whose_answer_is_cut_is_unreachable_so_a_wait_reconnects():
+    """A link cut (or a server killed) between an answer's head and the end of its body is
+    the connection dropping, as one cut before the head: `Job.wait()` and the followers
+    reconnect on Unreachable, where a BadAnswer came out as a traceback."""
+    from monkey.remote import Unreachable
+    from monkey.remote.client import Client
+    from monkey.remote.settings import Remote
+
+    port, _ = _serving(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\nX-Monkey-API: 1\r\n\r\n{"r')
+    client = Client(Remote("lab", f"http://127.0.0.1:{port}", None, "t"))
+    with pytest.raises(
+        Unreachable, match=r"^lab: the connection to http://127\.0\.0\.1:\d+ dropped"
+    ):
+        client.call("get_job", "26-11-28-001")
+    client.close()

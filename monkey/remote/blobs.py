@@ -32,7 +32,7 @@ def missing(client: Client, digests: Iterable[str]) -> list[str]:
     lacking: list[str] = []
     for start in range(0, len(asked), ASK):
         body = json.dumps(asked[start : start + ASK]).encode()
-        lacking += json.loads(client.request("POST", "/api/v1/blobs/missing", body).read())
+        lacking += json.loads(client.read(client.request("POST", "/api/v1/blobs/missing", body)))
     return lacking
 
 
@@ -68,7 +68,7 @@ def _send(client: Client, blobs: BlobStore, lacking: list[str]) -> int:
             except RemoteError:
                 client.close()  # the request may be half-sent
                 raise
-            resp.read()
+            client.read(resp)
     return total
 
 

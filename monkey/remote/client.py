@@ -213,7 +213,7 @@ class Client:
             )
         if resp.status < 400:
             return
-        data = resp.read()
+        data = self.read(resp)
         try:
             message = json.loads(data).get("error") or ""
         except (ValueError, AttributeError):
@@ -240,7 +240,18 @@ class Client:
         """The result of facade METHOD(*ARGS, **KWARGS) on the server."""
         body = codec.dumps({"args": list(args), "kwargs": kwargs})
         resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
-        return codec.loads(resp.read())
+        return codec.loads(self.read(resp))
+
+    def read(self, resp: Answer) -> bytes:
+        """The whole body of RESP; Unreachable when the connection drops before its end (a
+        link cut, the server killed, in the middle of an answer), as for its head."""
+        try:
+            return resp.read()
+        except OSError as exc:
+            self.close()
+            raise Unreachable(
+                f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
+            ) from None
 
     def call_within(self, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
         """``call``, Unreachable when the answer does not come within TIMEOUT seconds (a
