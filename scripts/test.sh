@@ -33,10 +33,16 @@ fi
 source scripts/python-env.sh
 
 # An editable install as a plain .pth naming this folder ("compat"): setuptools' default one
-# installs an import hook that every Python process then loads (pathlib, importlib.util:
-# 10-30 ms of each of the suite's ~4,000 processes, the tests' jobs included).
+# installs an import hook that every Python process then loads (it imports pathlib and
+# importlib.util), and the suite starts about 4,000. With an older pip that has no
+# --config-settings, the default install.
+compat=()
+pip_help=$(python3 -m pip install --help 2>/dev/null || true)
+if [[ $pip_help == *--config-settings* ]]; then
+  compat=(--config-settings editable_mode=compat)
+fi
 echo "==> pip install -e '.[test]'"
-python3 -m pip install -q -e '.[test]' --config-settings editable_mode=compat </dev/null
+python3 -m pip install -q -e '.[test]' "${compat[@]}" </dev/null
 
 echo "==> pytest"
 rc=0
