@@ -515,10 +515,12 @@ def test_picked_jobs_are_compared_side_by_side_with_their_metrics_overlaid(node,
     assert "≠ lr" in differing and "≠ loss" in differing
     assert not any("state" in h for h in differing)  # both succeeded: the same
     page.wait_for_selector("#overlay figure canvas")
-    legend = page.eval_on_selector_all(
-        "#overlay .u-legend .u-series .u-label", "ls => ls.map(l => l.innerText)"
+    legends = page.eval_on_selector_all(  # one chart per metric; heartbeats may add sys/*
+        "#overlay figure",
+        "fs => Object.fromEntries(fs.map(f => [f.querySelector('h3').innerText,"
+        " [...f.querySelectorAll('.u-legend .u-series .u-label')].map(l => l.innerText)]))",
     )
-    assert sorted(legend[1:]) == sorted(runs)  # one line per job in the loss chart
+    assert sorted(legends["loss"][1:]) == sorted(runs)  # one line per job in the loss chart
     one = page_for(browser)
     login(one, node, node.token, f"/web/compare?job={runs[0]}")
     assert "at least two jobs" in one.inner_text("[role=alert]")
