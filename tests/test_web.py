@@ -9,6 +9,7 @@ import math
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,28 @@ def test_ansi_state_and_split_sequences_carry_across_pieces():
     assert r.feed(b"x\x1b[3") == "x"  # the sequence is cut: kept for the next piece
     assert r.feed(b"2mgreen \xe2") == '<span class="a-f2">green </span>'
     assert r.feed(b"\x82\xac\n") == '<span class="a-f2">€\n</span>'  # the colour carries on
+
+
+def test_the_jobs_list_shows_a_jobs_own_metrics_and_leaves_system_ones_out(monkey):
+    from monkey.server.web.views import jobs_page
+    from monkey.tracking.ingest import on_heartbeat
+
+    store = monkey.store
+    job = monkey.run(["python", "train.py"], start_core=False)
+    assert store.begin_attempt(job.record, "local", str(monkey.home.run_dir(job.juid, 1)))
+    now = time.time()
+    assert store.ingest_metrics(
+        job.juid, 1, 1, [(["loss", "acc"], [0, 1], [5, 5], [0.25, 0.9], [now, now])]
+    )
+    on_heartbeat(store, job.juid, 1, 2, {"ts": now, "cpu": 97.0, "rss": 512 << 20})
+    assert set(store.latest_metric_values([job.juid])[job.juid]) == {
+        "acc",
+        "loss",
+        "sys/cpu",
+        "sys/mem",
+    }
+    (row,) = jobs_page(monkey, {}, None)["rows"]
+    assert row["metrics"] == "acc=0.9 loss=0.25"  # as the dashboard: no sys/cpu, no "…"
 
 
 def test_downsample_keeps_short_series_and_turns_nan_to_none():

@@ -88,8 +88,11 @@ def _providers_ok(m: Monkey) -> bool:
 
 
 def _few_metrics(values: dict[str, float | None], most: int = 3) -> str:
-    shown = [f"{k}={_number(v)}" for k, v in sorted(values.items())[:most]]
-    return " ".join(shown) + (" …" if len(values) > most else "")
+    """The last values of a job's first few series, system series (sys/...) left out as
+    the dashboard does."""
+    mine = sorted((k, v) for k, v in values.items() if not k.startswith("sys/"))
+    shown = [f"{k}={_number(v)}" for k, v in mine[:most]]
+    return " ".join(shown) + (" …" if len(mine) > most else "")
 
 
 def _number(v: float | None) -> str:
