@@ -46,9 +46,10 @@ python3 -m pip install -q -e '.[test]' "${compat[@]}" </dev/null
 
 echo "==> pytest"
 rc=0
-# Four workers (pytest-xdist): the tests wait on cores, agents and services far more than
-# they compute, so 4 keep 2 cores busy. Slurm's tests share one worker (tests/conftest.py).
-python3 -m pytest -q -n 4 --dist loadgroup "$@" </dev/null || rc=$?
+# Five workers (pytest-xdist): the tests wait on cores, agents and services far more than
+# they compute, so 5 keep 2 cores busy (9 minutes here; 4 workers took 10). Slurm's tests
+# share one worker (tests/conftest.py).
+python3 -m pytest -q -n 5 --dist loadgroup "$@" </dev/null || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests - refusing to report success" >&2
   exit 1
