@@ -17,6 +17,7 @@ import pytest
 from monkey.models import is_secret, is_secret_name
 from monkey.store.db import Store
 from tests import test_ssh
+from tests.conftest import kill_all
 
 OTHER_UID = 65534  # nobody: any uid that is not ours
 
@@ -30,22 +31,23 @@ def everything_under(root: Path) -> list[Path]:
 
 
 @pytest.fixture
-def reachable_home(home: Path) -> Iterator[Path]:
-    """HOME with the folders above it opened to everyone (pytest makes them 0700), so that
-    only MONKEY_HOME's own permissions stand between another user and its files."""
+def reachable_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A MONKEY_HOME in a fresh folder of /tmp open to everyone, so that only its own
+    permissions stand between another user and its files. (Not HOME with the folders above
+    it opened: pytest's are 0700 and shared by the workers of a parallel run, and one test
+    closing them again while another looked made that one see nothing.)"""
     if os.getuid() != 0:
         pytest.skip("needs root to act as another user")
-    opened = []
-    for folder in home.parents:
-        mode = stat.S_IMODE(folder.stat().st_mode)
-        if mode & 0o005 != 0o005:
-            os.chmod(folder, mode | 0o005)
-            opened.append((folder, mode))
+    base = Path(tempfile.mkdtemp(prefix="monkey-privacy-"))
+    os.chmod(base, 0o755)
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o005 == 0o005 for p in base.parents)
+    root = base / "mh"
+    monkeypatch.setenv("MONKEY_HOME", str(root))
     try:
-        yield home
+        yield root
     finally:
-        for folder, mode in opened:
-            os.chmod(folder, mode)
+        kill_all(f"MONKEY_HOME={root}")
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def readable_by_another_user(paths: list[Path]) -> list[str]:
