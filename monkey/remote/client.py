@@ -131,6 +131,11 @@ class Client:
             "server` running there? (`monkey server status` on it)"
         )
 
+    def _dropped(self, exc: OSError) -> Unreachable:
+        return Unreachable(
+            f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
+        )
+
     @staticmethod
     def _context(verify: bool) -> ssl.SSLContext:
         if verify:
@@ -190,9 +195,7 @@ class Client:
             # A kept-alive connection the server had closed: the request never reached it.
             if retry and not fresh and isinstance(exc, (Disconnected, BrokenPipeError)):
                 return self.request(method, path, body, retry=False, headers=headers)
-            raise Unreachable(
-                f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
-            ) from None
+            raise self._dropped(exc) from None
         self._check(resp)
         return resp
 
@@ -249,9 +252,7 @@ class Client:
             return resp.read()
         except OSError as exc:
             self.close()
-            raise Unreachable(
-                f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
-            ) from None
+            raise self._dropped(exc) from None
 
     def call_within(self, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
         """``call``, Unreachable when the answer does not come within TIMEOUT seconds (a
