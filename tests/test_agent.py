@@ -682,6 +682,56 @@ def test_an_adopting_agent_keeps_the_signal_sent_and_its_deadline(world: World) 
     assert out.read_text() == "TERM\n"
 
 
+def test_a_job_finds_its_signal_marked_when_the_signal_arrives(world: World) -> None:
+    # An agent killed after sending a TERM but before marking it would leave the job to an
+    # adopter that sends a second one (run twice, a handler saving a checkpoint can be cut
+    # short): the mark is written first.
+    world.start_agent()
+    agent = world.client()
+    script = (
+        "import os, signal, sys, time\n"
+        "def took(*_):\n"
+        "    print('marked' if os.path.exists(sys.argv[1]) else 'unmarked', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, took)\n"
+        "print('up', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(1)\n"
+    )
+    mark = world.run_dir("j") / "signalled"
+    world.start(agent, "j", [sys.executable, "-c", script, str(mark)])
+    out = world.run_dir("j") / "stdout.log"
+    wait_for(lambda: out.read_text() == "up\n", timeout=TIMEOUT, what="the job to start")
+    assert agent.request("signal", juid="j", attempt=1, signal="TERM", grace=60)["running"]
+    assert agent.wait_exit("j")["code"] == 0
+    assert out.read_text() == "up\nmarked\n"
+    assert json.loads(mark.read_text())["signal"] == signal.SIGTERM
+
+
+def test_a_signal_marked_but_never_sent_is_not_sent_by_the_adopter(world: World) -> None:
+    # An agent killed between marking a TERM and sending it: the agent that adopts the job
+    # takes the mark as sent (a second TERM is worse than none) and the job still ends
+    # when the grace does, by SIGKILL.
+    first = world.start_agent()
+    agent = world.client()
+    script = 'trap "echo TERM" TERM; echo up; while :; do sleep 0.05; done'
+    world.start(agent, "j", ["sh", "-c", script])
+    out = world.run_dir("j") / "stdout.log"
+    wait_for(lambda: out.read_text() == "up\n", timeout=TIMEOUT, what="the job to start")
+    first.kill()
+    first.wait()
+    mark = {"signal": signal.SIGTERM, "deadline": time.time() + 1.5, "timeout": False}
+    (world.run_dir("j") / "signalled").write_text(json.dumps(mark))
+    world.start_agent()
+    client = world.client(sync=False)
+    reply = client.request("sync", attempts=[world.sync_item("j")])
+    assert reply["attempts"][0]["status"] == "running"
+    assert client.request("signal", juid="j", attempt=1, signal="TERM", grace=60)["running"]
+    event = client.wait_exit("j")
+    assert (event["signal"], event["reason"]) == (signal.SIGKILL, "killed")
+    assert out.read_text() == "up\n"
+
+
 def sync_with_pid_of(world: World, holder: subprocess.Popen[bytes], claim: str) -> Client:
     """Record job j as started by a wrapper whose pid HOLDER now holds (its claim reading
     CLAIM, a format with the pid), then start a new agent whose sync finds it exited."""

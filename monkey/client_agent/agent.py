@@ -399,6 +399,8 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             self.deferred[job.key] = signum
             return
         self.deferred.pop(job.key, None)
+        if signum != signal.SIGKILL and job.key in self.kill_at:
+            self._mark_signalled(job, signum)
         done: set[int] = set()
         group = None  # the process group signalled at once
         if job.child:  # our unreaped child: its pid (its group's id) cannot have been reused
@@ -426,14 +428,23 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
                 os.kill(pid, signum)
             except OSError:
                 pass
-        if signum != signal.SIGKILL and job.key in self.kill_at:
-            # For an agent that adopts the job: it has the signal, and when the grace ends.
-            deadline = time.time() + self.kill_at[job.key] - time.monotonic()
-            mark = {"signal": signum, "deadline": deadline, "timeout": job.timed_out}
-            try:
-                write_atomic(os.path.join(job.run_dir, SIGNALLED), json.dumps(mark).encode())
-            except OSError as e:
-                log(f"cannot mark {job.run_dir} signalled: {e}")
+
+    def _mark_signalled(self, job: Job, signum: int) -> None:
+        """Record in the job's run dir, before sending it, the signal the job is about to
+        get and when its grace ends, for an agent that adopts the job: it sends no second
+        one, and keeps the deadline.
+
+        Marked first, so that no agent killed in between leaves a job that got a TERM
+        without the mark (an adopter would send a second one, which could run a handler
+        twice or end one saving a checkpoint). An agent killed after the mark but before
+        the signal leaves the opposite: a job the adopter believes signalled, which still
+        ends at the deadline, by SIGKILL."""
+        deadline = time.time() + self.kill_at[job.key] - time.monotonic()
+        mark = {"signal": signum, "deadline": deadline, "timeout": job.timed_out}
+        try:
+            write_atomic(os.path.join(job.run_dir, SIGNALLED), json.dumps(mark).encode())
+        except OSError as e:
+            log(f"cannot mark {job.run_dir} signalled: {e}")
 
     def _command_runs(self, job: Job) -> bool:
         """Whether a process of the job runs a program other than the wrapper: one whose
