@@ -29,9 +29,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-# Fixtures that start a core, an agent, sshd, moto, Slurm or a fake cloud's servers, or run
-# the CLI (`cli`, `monkey`: their submissions start a core). A test using any of them,
-# directly or through another fixture, is `system`.
+# Fixtures that start a core, an agent, sshd, moto, Slurm, a fake cloud's servers, a main
+# node (`node`) or Chromium (`browser`), or run the CLI (`cli`, `monkey`: their submissions
+# start a core). A test using any of them, directly or through another fixture, is `system`.
 SYSTEM_FIXTURES = frozenset(
     {
         "cli",
@@ -45,6 +45,8 @@ SYSTEM_FIXTURES = frozenset(
         "lab",
         "fleet",
         "world",
+        "node",
+        "browser",
     }
 )
 

@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from conftest import kill_core, start_core, wait_for
 
 ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
@@ -164,6 +165,7 @@ def test_naming_a_job_that_does_not_exist_records_nothing(monkey, cli):
     assert monkey.store.list_jobs() == []
 
 
+@pytest.mark.system  # starts a main node
 def test_through_a_remote_the_main_node_resolves_and_holds_dependencies(home: Path, tmp_path):
     from mainnode import MainNode, wait_until_ended
 

@@ -188,6 +188,7 @@ def test_web_command_loads_neither_the_pages_nor_the_server_stack(tmp_path):
     assert _heavy_modules(f"exec({code!r})", tmp_path, among) == []
 
 
+@pytest.mark.system  # starts a main node
 def test_list_jobs_through_a_remote_imports_neither_the_server_stack_nor_heavy_ones(home, tmp_path):
     """The laptop's `monkey --remote lab list jobs` (and `compare`, `list sweeps`): standard
     library and monkey.remote only, no matplotlib, and not the standard library's

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import wait_for
 
 ENDED = ("succeeded", "failed", "cancelled", "lost", "preempted")
@@ -111,6 +112,7 @@ def test_two_owners_share_the_slots_fairly(home: Path, monkey, tmp_path: Path):
     assert {owners[j] for j in anas} == {"ana"} and {owners[j] for j in bobs} == {"bob"}
 
 
+@pytest.mark.system  # starts a main node
 def test_through_a_remote_only_its_owner_changes_a_jobs_priority(home: Path, tmp_path: Path):
     from mainnode import MainNode
 
