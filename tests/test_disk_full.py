@@ -5,9 +5,11 @@ once space is freed; a job that fills the disk says so in its reason."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pwd
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,22 +96,30 @@ def test_commands_on_a_full_disk_fail_in_one_line_and_write_nothing(disk, cli):
     assert cli("run", "--env", "MY_TOKEN=x", "--", "python3", "train.py").returncode == 0
 
 
-def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
+def one_slot_two_jobs(disk: Path, api, gate: Path):
+    """On one slot, a job running until GATE exists, and one queued behind it."""
     (disk / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
-    gate = Path("gate").resolve()
     running = api.run(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
     queued = api.run(["true"])
     wait_for(lambda: running.status == State.RUNNING, what="the first job to run")
+    return running, queued
+
+
+def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
+    gate = Path("gate").resolve()
+    running, queued = one_slot_two_jobs(disk, api, gate)
     pid = core_pid(disk)
     ballast = fill(disk)
     gate.touch()  # its end must be recorded on a full disk; the queued job must be started
 
+    # What the core said of its failed write, or the full disk it has yet to try (when the
+    # agent could not record the job's end either: see the next test).
     status = wait_for(
-        lambda: "cannot write" in (s := cli("daemon", "status").stdout) and s,
+        lambda: f"disk full at {disk} (" in (s := cli("daemon", "status").stdout) and s,
         what="`daemon status` to say why the core is stuck",
     )
-    assert f"core running (pid {pid})" in status
-    assert f"but cannot write: disk full at {disk} (" in status
+    assert f"core running (pid {pid}) for {disk}, but " in status
+    assert "free some space there" in status
     assert queued.status == State.QUEUED
     one_line_disk_full(cli("run", "--", "true"), disk)
 
@@ -117,11 +127,44 @@ def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
     wait_for(lambda: queued.status == State.SUCCEEDED, what="the queued job to run")
     assert running.status == State.SUCCEEDED
     assert core_pid(disk) == pid
-    assert "cannot write" not in cli("daemon", "status").stdout
+    assert "disk full" not in cli("daemon", "status").stdout
     assert len(api.jobs()) == 2  # the refused `run` left no job behind
     log = (disk / "daemon.log").read_text()
     assert "Traceback" not in log
     assert log.count("cannot write the store") <= 1  # said once, not at every retry
+
+
+def test_an_end_the_agent_cannot_record_is_recorded_once_there_is_room(disk, cli, api):
+    # The disk fills while the job's events.jsonl has no room left in its last block: the
+    # agent cannot write the exit (nor heartbeats), so the core hears nothing and writes
+    # nothing. `daemon status` still says the disk is full; the job stays running; once
+    # space is freed the agent records the exit by itself, once, well before the core
+    # would give up on the silent link (30 s) and ask again.
+    gate = Path("gate").resolve()
+    job, queued = one_slot_two_jobs(disk, api, gate)
+    ballast = fill(disk)
+    events = disk / "runs" / job.juid / "1" / "events.jsonl"
+    fd = os.open(events, os.O_WRONLY | os.O_APPEND)
+    try:
+        while True:  # leading blanks are nothing to a JSON reader
+            os.write(fd, b" ")
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    gate.touch()
+
+    status = cli("daemon", "status").stdout
+    assert f"but its disk is nearly full: disk full at {disk} (" in status, status
+    time.sleep(2.5)  # the wrapper has ended, and the agent tried again twice
+    assert job.status == State.RUNNING and queued.status == State.QUEUED
+
+    ballast.unlink()
+    wait_for(lambda: job.status == State.SUCCEEDED, timeout=15, what="the exit to be recorded")
+    assert queued.wait(timeout=30) == State.SUCCEEDED
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    assert [e["type"] for e in lines].count("exit") == 1
+    assert "disk full" not in cli("daemon", "status").stdout
 
 
 def test_job_that_fills_the_disk_says_so(disk, cli, api):

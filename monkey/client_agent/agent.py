@@ -83,6 +83,7 @@ def code_digest() -> str:
 
 
 TAIL_EVERY = float(os.environ.get("MONKEY_TAIL_EVERY", "0.25"))
+UNWRITTEN_EVERY = 1.0  # seconds between tries of an exit event a full disk kept out
 DEFERRED_EVERY = 0.01  # seconds between checks whether a job with a held signal runs its command
 
 
@@ -138,7 +139,11 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         # Results through a bucket (results.py) and the metadata watcher (notice.py): their
         # threads hand outcomes to the loop through `done` and a wake-up pipe.
         self.results: dict[Key, Any] = {}
-        self.exiting: set[Key] = set()  # exited, their last upload on its way
+        self.exiting: set[Key] = set()  # exited, their last upload or exit record on its way
+        # Exits whose event a full disk kept from being written, tried again until there is
+        # room (their keys are in `exiting`: a sync finds them running meanwhile).
+        self.unwritten: dict[Key, tuple[Job, dict[str, Any]]] = {}
+        self.next_unwritten = 0.0
         self.watcher: Any = None
         self.notice: dict[str, Any] | None = None
         self.done: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -258,6 +263,8 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             deadlines.append(next(iter(self.held.values())).until)
         if self.deferred:
             deadlines.append(now + DEFERRED_EVERY)
+        if self.unwritten:
+            deadlines.append(self.next_unwritten)
         deadlines += [r.next_at for k, r in self.results.items() if k in self.jobs]
         if not deadlines:
             return 60.0
@@ -275,6 +282,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             self.cgroups.tidy()
         if self.deferred:
             self._send_deferred()
+        if self.unwritten and now >= self.next_unwritten:
+            self.next_unwritten = now + UNWRITTEN_EVERY
+            self._write_unwritten()
         for key, when in list(self.kill_at.items()):
             if when <= now:
                 del self.kill_at[key]

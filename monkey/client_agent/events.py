@@ -101,8 +101,8 @@ class Events(AgentState):
     def _append(self, job: Job, etype: str, strict: bool = False, **fields: Any) -> None:
         """Append one event line to the job's events.jsonl and push it to subscribers.
 
-        A failed write is logged and skipped (an exit is found again on the next sync), or
-        raised when STRICT.
+        A failed write is logged and skipped, or raised when STRICT; an exit that a full disk
+        kept out is tried again until there is room (``_write_unwritten``).
         """
         event = {"seq": job.seq + 1, "ts": time.time(), "type": etype, **fields}
         line = encode(event)
@@ -124,6 +124,14 @@ class Events(AgentState):
                 return
             if strict:
                 raise
+            if etype == "exit" and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                if job.key not in self.unwritten:
+                    log(
+                        f"cannot append the exit of {job.juid}/{job.attempt}, until there is room: {e}"
+                    )
+                self.unwritten[job.key] = (job, fields)
+                self.exiting.add(job.key)
+                return
             log(f"cannot append a {etype} event for {job.juid}/{job.attempt}: {e}")
             return
         job.seq += 1
@@ -133,6 +141,14 @@ class Events(AgentState):
         for conn in list(self.conns):
             if conn.subscribed:
                 self._send(conn, push)
+
+    def _write_unwritten(self) -> None:
+        """Try again the exits a full disk kept out of their events.jsonl (each goes back to
+        ``unwritten`` if there is still no room)."""
+        for key, (job, fields) in list(self.unwritten.items()):
+            del self.unwritten[key]
+            self.exiting.discard(key)
+            self._append(job, "exit", **fields)
 
     def _tail(self, job: Job, final: bool = False) -> None:
         """Ship new metrics.jsonl lines and scraped stdout lines as metrics events (a file
@@ -299,11 +315,11 @@ class Events(AgentState):
     def _report_exit(self, job: Job, fields: dict[str, Any]) -> bool:
         """Record JOB's exit; with uploads (``results``), once the last one is done, in a
         thread: the core then finds in the bucket what the next attempt restores. Whether
-        the exit waits for that upload."""
+        the exit is still on its way (that upload, or room on a full disk)."""
         results = self.results.get(job.key)
         if results is None:
             self._append(job, "exit", **fields)
-            return False
+            return job.key in self.unwritten
         self.exiting.add(job.key)
 
         def last_upload() -> tuple[dict[str, Any], dict[str, Any]]:

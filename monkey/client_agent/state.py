@@ -178,6 +178,7 @@ class AgentState:
     reclaims: queue.SimpleQueue[str] | None
     results: dict[Key, Any]
     exiting: set[Key]
+    unwritten: dict[Key, tuple[Job, dict[str, Any]]]
     watcher: Any
     notice: dict[str, Any] | None
     done: queue.SimpleQueue[tuple[str, Any]]

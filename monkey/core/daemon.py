@@ -156,10 +156,19 @@ def local_agent(home: Home, stop_if_idle: bool = False) -> dict[str, Any] | None
 
 
 def condition(home: Home) -> str:
-    """Why the running core cannot write, or "" when it can."""
+    """Why the running core cannot write, or "" when it can: what it said of its last write,
+    else a (nearly) full disk under the home, which it may not have tried yet (an agent that
+    cannot record a job's end has nothing to tell it)."""
     from monkey.core.outage import read_status
+    from monkey.store.errors import NEARLY_FULL, DiskFull, free_bytes
 
-    return read_status(home.core_status)
+    said = read_status(home.core_status)
+    if said:
+        return said
+    free = free_bytes(home.root)
+    return (
+        f"its disk is nearly full: {DiskFull(home.root, free)}" if 0 <= free < NEARLY_FULL else ""
+    )
 
 
 def run_foreground(home: Home | None = None) -> int:
