@@ -36,25 +36,38 @@ class LogCursor:
         self, paths: Sequence[Path], limit: int | None = None
     ) -> Iterator[tuple[Path, int, bytes]]:
         """(file, offset, piece) for the new bytes of each file in turn, pieces of at most CHUNK
-        bytes; at most ``limit`` bytes per file (None: up to its end)."""
+        bytes; at most ``limit`` bytes per file (None: up to its end).
+
+        Each file is read up to its size taken before any is read, the last file's first: a
+        byte of an earlier file (stdout) written before a byte read of a later one (stderr)
+        is then read too, in this call, so the two never come out in the wrong order."""
+        sizes = {}
+        for path in reversed(paths):
+            try:
+                sizes[path] = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
         for path in paths:
+            if path not in sizes:
+                continue
+            size = sizes[path]
             try:
                 fh = open(path, "rb")
             except FileNotFoundError:
                 continue
             with fh:
                 if path not in self.offsets:
-                    size = fh.seek(0, 2)
                     start = 0 if self.first_bytes is None else max(0, size - self.first_bytes)
                     self.offsets[path] = _line_start(fh, start, size)
-                pos, left = self.offsets[path], limit
+                pos = self.offsets[path]
+                left = size - pos if limit is None else min(limit, size - pos)
                 fh.seek(pos)
-                while left is None or left > 0:
-                    piece = fh.read(CHUNK if left is None else min(CHUNK, left))
+                while left > 0:
+                    piece = fh.read(min(CHUNK, left))
                     if not piece:
                         break
                     self.offsets[path] = pos + len(piece)
-                    left = None if left is None else left - len(piece)
+                    left -= len(piece)
                     yield path, pos, piece
                     pos += len(piece)
 

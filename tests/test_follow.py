@@ -10,7 +10,10 @@ from pathlib import Path
 
 from conftest import wait_for
 
-from monkey.logfiles import LOGS, Follower
+from monkey.client_agent import rundir
+from monkey.client_agent.events import Events
+from monkey.client_agent.state import Job
+from monkey.logfiles import LOGS, Follower, LogCursor, interleaved, read_segments
 
 LONG = 60.0  # a bound only: a wait that is woken returns long before
 
@@ -136,3 +139,62 @@ def test_a_follower_closed_while_its_file_is_written_prints_nothing(tmp_path, ca
         stop.set()
         writer.join()
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+LINES = 20000
+
+
+def alternate(out: Path, err: Path) -> subprocess.Popen[bytes]:
+    """A process writing o000000 to OUT, e000000 to ERR, o000001 to OUT... (LINES of each;
+    8 bytes a line, so none straddles a 4 KiB page, whose size another process could see
+    mid-write)."""
+    out.touch()
+    err.touch()
+    script = (
+        "import os, sys\n"
+        "o = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+        "e = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND)\n"
+        f"for i in range({LINES}):\n"
+        "    os.write(o, b'o%06d\\n' % i)\n"
+        "    os.write(e, b'e%06d\\n' % i)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script, str(out), str(err)])
+
+
+def assert_each_stdout_line_first(seen: list[bytes]) -> None:
+    shown = {line: n for n, line in enumerate(seen)}
+    assert len(shown) == 2 * LINES
+    assert [i for i in range(LINES) if shown[b"o%06d" % i] > shown[b"e%06d" % i]] == []
+
+
+def test_a_cursor_never_shows_stderr_before_the_stdout_written_ahead_of_it(tmp_path):
+    # Stdout read to its end, then a line written to each, then stderr read to its end,
+    # would show e{i} before o{i} (a follow did, in a CI run).
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    writer = alternate(out, err)
+    cursor = LogCursor()
+    seen: list[bytes] = []
+    pending = {out: b"", err: b""}
+    while True:
+        done = writer.poll() is not None
+        for path, _, piece in cursor.read([out, err]):
+            lines = (pending[path] + piece).split(b"\n")
+            pending[path] = lines.pop()
+            seen += lines
+        if done:
+            break
+    assert_each_stdout_line_first(seen)
+
+
+def test_the_agents_order_marks_never_put_stderr_before_the_stdout_written_ahead_of_it(
+    tmp_path,
+):
+    # `logs` puts the two together by the sizes the agent marks in output.order as the job
+    # runs: stdout's size taken, a line written to each, then stderr's would do it too.
+    out, err = tmp_path / rundir.STDOUT, tmp_path / rundir.STDERR
+    writer = alternate(out, err)
+    job = Job("j", 1, str(tmp_path), 0, -1, False, 0, 0.0)
+    while writer.poll() is None:
+        Events._mark_order(job)
+    segments = interleaved(out, err, tmp_path / rundir.ORDER)
+    assert_each_stdout_line_first(b"".join(read_segments(segments)).splitlines())

@@ -190,8 +190,9 @@ class Events(AgentState):
     def _mark_order(job: Job) -> int | None:
         """Append the logs' sizes to output.order when either grew since the last mark; the
         size of stdout.log (None when unknown)."""
-        try:
-            sizes = (os.stat(job.prefix + STDOUT).st_size, os.stat(job.prefix + STDERR).st_size)
+        try:  # stderr's first: a stdout byte written before a stderr byte counted is counted
+            err = os.stat(job.prefix + STDERR).st_size
+            sizes = (os.stat(job.prefix + STDOUT).st_size, err)
         except OSError:
             return None
         if sizes != job.order:
