@@ -81,6 +81,10 @@ def test_the_code_copy_is_reclaimed_when_the_job_ends(cli, home: Path) -> None:
     assert cli("cat", juid, "train.py", check=True).stdout.startswith("import os")
     again = cli("rerun", juid, check=True).stdout.strip().split()[-1]
     assert cli("logs", "--follow", again).stdout == "trained\n"
+    # Its copy too is deleted after its end, by the agent's reclaiming thread.
+    rerun_record = home / "runs" / again / "1" / "code.json"
+    wait_for(lambda: not rerun_record.exists(), what="the rerun's code copy to be reclaimed")
+    assert rerun_record.parent.is_dir()
     usage = json.loads(cli("du", "--json", check=True).stdout)
     assert 50 * MB <= usage["blobs"]["bytes"] < 51 * MB  # stored once for both jobs
     assert usage["runs"]["bytes"] < MB and usage["runs"]["jobs"] == 2
