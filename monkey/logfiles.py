@@ -142,7 +142,11 @@ Segment = tuple[Path, int, int]
 def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
     """The pieces of STDOUT and STDERR in the order they were written, by the agent's marks
     in ORDER (lines "STDOUT_SIZE STDERR_SIZE"; see the agent); without marks, all of stdout
-    and then all of stderr. Within the time between two marks, stdout comes first."""
+    and then all of stderr. Within the time between two marks, stdout comes first.
+
+    Lines stay whole: a piece that the other file's piece follows ends at its last line end,
+    and the rest of its line (a partial write, or a write seen half done) comes with its
+    file's next piece, after the other file's lines (``_whole_lines``)."""
     sizes = []
     for path in (stdout, stderr):
         try:
@@ -157,15 +161,59 @@ def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
                 marks.append((int(o), int(e)))
     except FileNotFoundError:
         pass
-    segments: list[Segment] = []
+    files = (stdout, stderr)
+    pieces: list[list[int]] = []  # [file index, start, end]
     done = [0, 0]
     for mark in [*marks, (sizes[0], sizes[1])]:
-        for i, path in enumerate((stdout, stderr)):
+        for i in (0, 1):
             end = min(mark[i], sizes[i])  # a fetched copy may lag behind the marks
-            if end > done[i]:
-                segments.append((path, done[i], end))
-                done[i] = end
-    return segments
+            if end > done[i] and pieces and pieces[-1][0] == i:
+                pieces[-1][2] = end  # one piece while one file grew
+            elif end > done[i]:
+                pieces.append([i, done[i], end])
+            done[i] = max(done[i], end)
+    return [(files[i], start, end) for i, start, end in _whole_lines(files, pieces)]
+
+
+def _whole_lines(files: tuple[Path, Path], pieces: list[list[int]]) -> list[list[int]]:
+    """PIECES ([file index, start, end]) with each piece followed by the other file's cut
+    after its last line end; the cut-off rest starts that file's next piece (or, with none,
+    comes last). A line of over BLOCK bytes may still be cut: finding its start would read
+    back through all of it."""
+    held: list[list[int] | None] = [None, None]  # a file's cut-off rest
+    fds: list[int | None] = [None, None]
+    out = []
+    try:
+        for k, (i, start, end) in enumerate(pieces):
+            rest, held[i] = held[i], None
+            if rest is not None:
+                start = rest[1]
+            if k + 1 < len(pieces) and pieces[k + 1][0] != i:
+                fd = fds[i]
+                if fd is None:
+                    fd = fds[i] = os.open(files[i], os.O_RDONLY)
+                cut = _line_end_before(fd, start, end)
+                if cut is not None and cut < end:
+                    held[i], end = [i, cut, end], cut
+            if end > start:
+                out.append([i, start, end])
+    finally:
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+    return out + [rest for rest in held if rest is not None]
+
+
+def _line_end_before(fd: int, start: int, end: int) -> int | None:
+    """The offset just after the last newline of the file's [start, end) (START with none),
+    or None when its last BLOCK bytes have none and it is longer."""
+    if os.pread(fd, 1, end - 1) == b"\n":
+        return end
+    floor = max(start, end - BLOCK)
+    i = os.pread(fd, end - floor, floor).rfind(b"\n")
+    if i >= 0:
+        return floor + i + 1
+    return start if floor == start else None
 
 
 def tail_segments(segments: list[Segment], lines: int) -> list[Segment]:

@@ -163,3 +163,81 @@ def test_follow_with_tail_starts_from_the_last_lines(cli, home, monkey):
     bad = cli("logs", "--tail", "-1", job.juid)
     assert (bad.returncode, bad.stderr.count("\n")) == (2, 1)
     assert "--tail must be >= 0" in bad.stderr
+
+
+def _write_run(folder: Path, writes: list[tuple[bool, bytes]], marks: set[int]) -> dict:
+    """stdout.log, stderr.log and output.order as an agent marking before each write
+    numbered in MARKS leaves them; {False: stdout's bytes, True: stderr's}."""
+    data = {False: b"", True: b""}
+    order = ""
+    for k, (to_err, piece) in enumerate(writes):
+        if k in marks:
+            order += f"{len(data[False])} {len(data[True])}\n"
+        data[to_err] += piece
+    (folder / "stdout.log").write_bytes(data[False])
+    (folder / "stderr.log").write_bytes(data[True])
+    (folder / "output.order").write_text(order)
+    return data
+
+
+def _interleaved(folder: Path) -> bytes:
+    segments = logfiles.interleaved(
+        folder / "stdout.log", folder / "stderr.log", folder / "output.order"
+    )
+    return b"".join(logfiles.read_segments(segments))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    writes=st.lists(
+        st.tuples(st.booleans(), st.binary(max_size=12)).map(
+            lambda w: (w[0], bytes(b"xy\n"[c % 3] if w[0] else b"ab\n"[c % 3] for c in w[1]))
+        ),
+        max_size=30,
+    ),
+    marks=st.sets(st.integers(0, 30)),
+)
+def test_logs_put_stdout_and_stderr_together_in_whole_lines(tmp_path_factory, writes, marks):
+    """Partial writes, marks at any byte: no line of one file is cut by a line of the other,
+    each file's lines keep their order, nothing is lost or shown twice."""
+    folder = tmp_path_factory.mktemp("run")
+    writes += [(False, b"\n"), (True, b"\n")]  # both files end their last line
+    data = _write_run(folder, writes, marks)
+    shown = _lines(_interleaved(folder))
+
+    def of(letters: bytes, lines: list[bytes]) -> list[bytes]:  # a mixed line is of neither
+        return [line for line in lines if line != b"\n" and set(line) <= set(letters + b"\n")]
+
+    assert of(b"ab", shown) == of(b"ab", _lines(data[False]))
+    assert of(b"xy", shown) == of(b"xy", _lines(data[True]))
+    assert len(shown) == len(_lines(data[False])) + len(_lines(data[True]))
+
+
+def test_logs_show_a_line_written_in_two_parts_whole(tmp_path):
+    writes = [(False, b"epoch 1 lo"), (True, b"warning: slow\n"), (False, b"ss 0.5\n")]
+    _write_run(tmp_path, writes, {1, 2})
+    assert _interleaved(tmp_path) == b"warning: slow\nepoch 1 loss 0.5\n"
+    # A job still writing its last line: the part so far comes last.
+    _write_run(tmp_path, [(False, b"epoch 2 lo"), (True, b"warning\n")], {1})
+    assert _interleaved(tmp_path) == b"warning\nepoch 2 lo"
+    # A line longer than a search block is not held back: its start is not searched for.
+    long = b"=" * (logfiles.BLOCK + 10)
+    _write_run(tmp_path, [(False, b"0\n" + long), (True, b"warning\n"), (False, b"\n")], {1, 2})
+    assert _interleaved(tmp_path) == b"0\n" + long + b"warning\n\n"
+
+
+def test_logs_of_a_job_keep_a_line_it_flushed_in_two_parts_whole(cli, home, monkey):
+    job = monkey.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "print('epoch 1 lo', end='', flush=True); time.sleep(0.8)\n"
+            "print('warning: slow', file=sys.stderr, flush=True); time.sleep(0.8)\n"
+            "print('ss 0.5')\n",
+        ]
+    )
+    assert job.wait() == "succeeded"
+    marks = (home / "runs" / job.juid / "1" / "output.order").read_text().splitlines()
+    assert marks[:2] == ["10 0", "10 14"]  # the agent saw the line cut by the warning
+    assert cli("logs", job.juid, check=True).stdout == "warning: slow\nepoch 1 loss 0.5\n"
