@@ -248,7 +248,7 @@ class Home:
                 pass
             finally:
                 staged.unlink()
-        found = path.read_text().strip()
+        found = path.read_text(errors="replace").strip()
         if not re.fullmatch(r"[0-9a-f]{12}", found):
             raise MonkeyError(
                 f"{path} holds {found[:40]!r}, not a home id; delete it and monkey makes a new one"

@@ -155,9 +155,9 @@ def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
             sizes.append(0)
     marks: list[tuple[int, int]] = []
     try:
-        for line in order.read_text().splitlines():
-            o, _, e = line.partition(" ")
-            if o.isdigit() and e.isdigit():
+        for line in order.read_bytes().split(b"\n"):  # damaged lines are skipped
+            o, _, e = line.partition(b" ")
+            if o.isdigit() and e.isdigit() and len(line) < 40:  # ASCII digits, int() takes
                 marks.append((int(o), int(e)))
     except FileNotFoundError:
         pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import resource
 import shutil
@@ -553,3 +554,22 @@ def test_an_option_of_another_sub_command_is_not_suggested_as_itself(cli, home):
     proc = cli("list", "sweeps", "--all")
     _one_line_error(proc, "unrecognized arguments: --all")
     assert "did you mean --all" not in proc.stderr
+
+
+def test_a_damaged_home_id_or_token_file_is_one_line(cli, home, tmp_path, monkeypatch):
+    from monkey.config import Home
+    from monkey.models import MonkeyError
+
+    Home(home).ensure()
+    (home / "home_id").write_bytes(b"\xff\xfe" * 6)  # not text: a disk's damage
+    with pytest.raises(MonkeyError, match=r"home_id holds .*, not a home id; delete it"):
+        Home(home).home_id()
+    config = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    (config / "monkey").mkdir(parents=True)
+    remotes = {"default": None, "remotes": {"lab": {"url": "https://127.0.0.1:9"}}}
+    (config / "monkey" / "remotes.json").write_text(json.dumps(remotes))
+    (config / "monkey" / "lab.token").write_bytes(b"\xff\xfe\n")
+    _one_line_error(
+        cli("--remote", "lab", "list", "jobs"), "lab.token cannot be read", "add the remote again"
+    )

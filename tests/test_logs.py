@@ -241,3 +241,10 @@ def test_logs_of_a_job_keep_a_line_it_flushed_in_two_parts_whole(cli, home, monk
     marks = (home / "runs" / job.juid / "1" / "output.order").read_text().splitlines()
     assert marks[:2] == ["10 0", "10 14"]  # the agent saw the line cut by the warning
     assert cli("logs", job.juid, check=True).stdout == "warning: slow\nepoch 1 loss 0.5\n"
+
+
+def test_a_damaged_order_file_is_read_past(tmp_path):
+    _write_run(tmp_path, [(False, b"a\n"), (True, b"b\n"), (False, b"c\n")], {1, 2})
+    with open(tmp_path / "output.order", "ab") as fh:  # not text, a digit int() refuses, huge
+        fh.write(b"\xff\xfe 1\n\xc2\xb2 1\n" + b"9" * 5000 + b" 1\n-1 2\n")
+    assert _interleaved(tmp_path) == b"a\nb\nc\n"

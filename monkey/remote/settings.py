@@ -111,10 +111,11 @@ def get(name: str) -> Remote:
             "https://HOST:8443 --token T` (see `monkey remote list`)"
         )
     try:
-        token = token_file(name).read_text().strip()
-    except OSError as exc:
+        token = token_file(name).read_bytes().decode("ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it holds no token"
         raise MonkeyError(
             f"remote {name}: its token file {token_file(name)} cannot be read "
-            f"({exc.strerror}); add the remote again with its token"
+            f"({why}); add the remote again with its token"
         ) from None
     return Remote(name, entry["url"], entry.get("fingerprint"), token)
