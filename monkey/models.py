@@ -124,6 +124,12 @@ def is_secret(name: str, value: str) -> bool:
     return is_secret_name(name) or bool(_secret_patterns()[1].search(value))
 
 
+def whole_number(text: str) -> int | None:
+    """TEXT as a whole number when it is one in ASCII digits (at most 18), else None:
+    ``str.isdigit`` takes "²", which ``int`` refuses, and ``int`` refuses 4,301 digits."""
+    return int(text) if 0 < len(text) <= 18 and text.isascii() and text.isdigit() else None
+
+
 def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
     """Back-off before re-running a job whose attempt number ``attempt`` failed."""
     return min(cap, base * (2 ** max(0, attempt - 1)))

@@ -69,6 +69,14 @@ def _one_line_error(proc, *needles: str) -> None:
             ["'lr'", "finite"],
         ),
         (["sweep", "--grid", "lr=nan,0.1", "--", "echo", "{lr}"], ["'lr'", "nan is not a finite"]),
+        # "²" passes str.isdigit() but not int(): a number is ASCII digits
+        (["plot", "last", "-m", "loss", "-o", "x.png", "--size", "²x600"], ["--size", "WIDTHxH"]),
+        (["server", "start", "--bind", "127.0.0.1:²"], ["--bind", "give HOST:PORT"]),
+        (["provider", "add", "slurm", "gpu", "--login", "u@h:²"], ["--login", "user@host:port"]),
+        (
+            ["notify", "add", "ops", "email", "a@b.c", "--smtp", "h:²", "--no-check"],
+            ["--smtp 'h:²'", "HOST[:PORT]"],
+        ),
     ],
 )
 def test_bad_commands(cli, home, args, needles):
@@ -573,3 +581,21 @@ def test_a_damaged_home_id_or_token_file_is_one_line(cli, home, tmp_path, monkey
     _one_line_error(
         cli("--remote", "lab", "list", "jobs"), "lab.token cannot be read", "add the remote again"
     )
+
+
+def test_a_columns_variable_that_is_no_number_is_ignored(cli, home, monkeypatch):
+    cli("run", "--", "true", check=True)
+    monkeypatch.setenv("COLUMNS", "²")
+    listing = cli("list", "jobs", check=True)
+    assert listing.stdout.startswith("JOB") and listing.stderr == ""
+
+
+def test_a_damaged_core_version_restarts_the_core_on_the_next_command(cli, home):
+    cli("daemon", "start", check=True)
+    (home / "private" / "core.version").write_bytes(b"\xff\xfe")  # not text
+    status = cli("daemon", "status", check=True)
+    assert "outdated: the next command restarts it" in status.stdout and not status.stderr
+    juid = cli("run", "--", "true", check=True).stdout.strip()
+    assert cli("logs", "--follow", juid).returncode == 0
+    mine = cli("daemon", "status", check=True).stdout
+    assert "outdated" not in mine and "\ufffd" not in mine

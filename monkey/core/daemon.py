@@ -123,7 +123,7 @@ def core_version(home: Home) -> str | None:
     except OSError:
         return None
     try:
-        return os.read(fd, 4096).decode().strip() or None
+        return os.read(fd, 4096).decode(errors="replace").strip() or None
     except OSError:
         return None
     finally:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from monkey.config import ProviderConfig
 from monkey.drivers.ssh_transport import SSHTransport
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def parse_login(text: str) -> dict[str, Any]:
     """``user@host[:port]`` (``provider add slurm --login``) as a ``login:`` entry."""
     user, _, hostport = text.rpartition("@")
     host, _, port = hostport.partition(":")
-    if not host or (port and not port.isdigit()):
+    if not host or (port and whole_number(port) is None):
         raise MonkeyError(f"--login {text}: give the login host as user@host or user@host:port")
     return {
         "host": host,

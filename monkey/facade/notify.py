@@ -14,7 +14,7 @@ import secrets
 from monkey.config import Home, write_private
 from monkey.core.deliver import KINDS, SendError, check_url, is_loopback, mask_url
 from monkey.core.notifier import DEFAULT_EVENTS, EVENTS, secret_of, test_message
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def _smtp(server: str | None, tls: str) -> tuple[str, int]:
         raise MonkeyError("an email target needs --smtp HOST[:PORT], its mail server")
     host, sep, port = server.rpartition(":") if ":" in server.strip("[]") else (server, "", "")
     host = host.strip("[]")
-    if not host or (sep and not (port.isdigit() and 0 < int(port) < 65536)):
+    if not host or (sep and not 0 < (whole_number(port) or 0) < 65536):
         raise MonkeyError(f"--smtp {server!r}: give HOST[:PORT], e.g. smtp.example.org:587")
     if tls == "plain" and not is_loopback(host):
         raise MonkeyError(

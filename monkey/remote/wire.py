@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import socket
 
+from monkey.models import whole_number
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -41,9 +43,10 @@ class Response(io.RawIOBase):
             raise Disconnected("the server closed the connection")
         version, _, rest = line.decode("latin-1").rstrip("\r\n").partition(" ")
         code = rest.partition(" ")[0]
-        if not version.startswith("HTTP/1.") or not code.isdigit() or len(line) > MAX_LINE:
+        status = whole_number(code)
+        if not version.startswith("HTTP/1.") or status is None or len(line) > MAX_LINE:
             raise BadAnswer(f"not an HTTP answer: {line[:60]!r}")
-        self.status = int(code)
+        self.status = status
         self.headers: dict[str, str] = {}
         for _ in range(MAX_HEADERS + 1):
             line = file.readline(MAX_LINE + 1)
@@ -65,9 +68,9 @@ class Response(io.RawIOBase):
         elif self._chunked:
             self._left = self._next_chunk()
         elif length is not None:
-            if not length.isdigit():
+            self._left = whole_number(length)
+            if self._left is None:
                 raise BadAnswer(f"a malformed Content-Length: {length!r}")
-            self._left = int(length)
         else:  # ended by the server closing the connection
             self.will_close = True
 

@@ -86,7 +86,7 @@ class Unpacker:
 
     def _begin(self, line: bytes) -> None:
         digest, _, size = line.partition(b" ")
-        if not _DIGEST.fullmatch(digest) or not size.isdigit():
+        if not _DIGEST.fullmatch(digest) or not size.isdigit() or len(size) > 19:
             raise BadPack(f"an upload's blob header {line[:80]!r} is not `DIGEST SIZE`")
         self.left = int(size)
         if self.left > self.limit:

@@ -23,7 +23,7 @@ from monkey.config import (
     stop_process,
     write_private,
 )
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,9 +56,10 @@ def parse_bind(text: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT ([::1]:PORT for IPv6); MonkeyError naming the fix."""
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    number = whole_number(port)
+    if not sep or not host or number is None or not 0 < number < 65536:
         raise MonkeyError(f"--bind {text!r}: give HOST:PORT, e.g. 127.0.0.1:8443 or 0.0.0.0:8443")
-    return host, int(port)
+    return host, number
 
 
 def configure(

@@ -6,6 +6,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from monkey.models import whole_number
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TextIO
@@ -97,17 +99,18 @@ def render(
 
 def terminal_width(out: TextIO) -> int | None:
     """Columns to fit in: $COLUMNS, else the terminal's; None for piped output."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
+    given = whole_number(os.environ.get("COLUMNS", ""))
+    if given is not None:
+        return given
     return columns(out, 120) if out.isatty() else None
 
 
 def columns(out: TextIO, fallback: int) -> int:
     """$COLUMNS, else the width of OUT's terminal, else FALLBACK: shutil.get_terminal_size,
     without importing shutil (and bz2 and lzma with it) on a one-shot command's path."""
-    given = os.environ.get("COLUMNS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    given = whole_number(os.environ.get("COLUMNS", ""))
+    if given:
+        return given
     try:
         return os.get_terminal_size(out.fileno()).columns or fallback
     except (AttributeError, OSError, ValueError):  # not a terminal, closed, or no fileno

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 
+from monkey.models import whole_number
 from monkey.shell.common import (
     ParserClass,
     UsageError,
@@ -264,17 +265,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def _size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
-    if (
-        not sep
-        or not w.isdigit()
-        or not h.isdigit()
-        or not (50 <= int(w) <= 10000)
-        or not (50 <= int(h) <= 10000)
-    ):
+    width, height = whole_number(w) or 0, whole_number(h) or 0
+    if not sep or not (50 <= width <= 10000) or not (50 <= height <= 10000):
         raise UsageError(
             f"monkey plot: --size {text!r} is not WIDTHxHEIGHT in pixels, e.g. 1000x600"
         )
-    return int(w), int(h)
+    return width, height
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

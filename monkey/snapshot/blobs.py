@@ -12,7 +12,7 @@ from pathlib import Path
 
 import blake3
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 from monkey.store.errors import disk_full, is_no_space
 
 TYPE_CHECKING = False
@@ -34,11 +34,11 @@ DAMAGED = ".damaged"  # the folder of the store where `monkey verify` sets damag
 def writer_gone(name: str, prefix: str = TMP_PREFIX) -> bool:
     """Whether the process that names the file or folder NAME (``PREFIX<pid>-...``) is gone
     from this machine: what it was writing is left over."""
-    pid = name[len(prefix) :].partition("-")[0]
-    if not name.startswith(prefix) or not pid.isdigit():
+    pid = whole_number(name[len(prefix) :].partition("-")[0])
+    if not name.startswith(prefix) or pid is None:
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:

@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from monkey.api import LIVE, TERMINAL, JobRecord, MonkeyError, State
+from monkey.models import whole_number
 
 # State colours: each has WCAG AA contrast (>= 4.5:1) against the default dark theme's
 # table and status-bar backgrounds (tests/test_tui.py checks them).
@@ -174,7 +175,7 @@ def cell_widths(cells: dict[str, Text | str]) -> tuple[int, ...]:
 def juid_order(juid: str) -> tuple[str, int]:
     """Chronological order of job ids (the per-day counter may pass 999)."""
     day, _, n = juid.rpartition("-")
-    return day, int(n) if n.isdigit() else 0
+    return day, whole_number(n) or 0
 
 
 def sort_key(column: str, now: float):

@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from monkey.api import MonkeyError
+from monkey.models import whole_number
 from monkey.tui.shared import SharedMonkey
 
 
@@ -105,10 +106,11 @@ class NewJobScreen(ModalScreen[str | None]):
         numbers = {}
         for ident in ("cpus", "gpus", "retries"):
             text = self._value(ident)
-            if not text.isdigit():
+            number = whole_number(text)
+            if number is None:
                 self._error(f"{ident} must be a whole number, e.g. 1")
                 return
-            numbers[ident] = int(text)
+            numbers[ident] = number
         provider = self.query_one("#provider", Select).value
         self.query_one("#submit", Button).disabled = True
         self._error("submitting…")

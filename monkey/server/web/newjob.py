@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from monkey.models import REDACTED, MonkeyError
+from monkey.models import REDACTED, MonkeyError, whole_number
 from monkey.server.calls import Forbidden, run_call
 from monkey.server.web.rerun_form import limit_text, posted
 
@@ -161,9 +161,10 @@ def call_kwargs(m: Monkey, form: dict[str, Any]) -> tuple[list[str], dict[str, A
     kwargs: dict[str, Any] = {"provider": str(form.get("provider") or "local")}
     for field in ("cpus", "gpus"):
         value = str(form.get(field, "")).strip() or ("1" if field == "cpus" else "0")
-        if not value.isdigit():
+        number = whole_number(value)
+        if number is None:
             raise MonkeyError(f"{field} {value!r} is not a whole number; write e.g. 2")
-        kwargs[field] = int(value)
+        kwargs[field] = number
     for field in ("memory", "time", "name"):
         value = str(form.get(field, "")).strip()
         if value:

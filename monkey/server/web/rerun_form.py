@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 from monkey.server.calls import Forbidden, run_call
 
 TYPE_CHECKING = False
@@ -97,9 +97,10 @@ def call_args(form: dict[str, str], shown: dict[str, Any]) -> dict[str, Any]:
         if value == shown[field] or (not value and field != "name"):
             continue
         if field in ("cpus", "gpus"):
-            if not value.isdigit():
+            number = whole_number(value)
+            if number is None:
                 raise MonkeyError(f"{field} {value!r} is not a whole number; write e.g. 2")
-            kwargs[field] = int(value)
+            kwargs[field] = number
         else:
             kwargs[field] = value or None
     return kwargs
