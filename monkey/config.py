@@ -102,7 +102,8 @@ def first_error(log: Path, offset: int) -> str:
             and not line.startswith((" ", "\t", "Traceback (", "usage: "))
             and not _ROUTINE_LOG_LINE.match(line)
         ):
-            return line.strip().removeprefix("monkey: ").removeprefix("error: ")[:500]
+            line = line.strip().removeprefix("monkey: ").removeprefix("error: ")
+            return line.removeprefix("monkey.models.MonkeyError: ")[:500]  # says it all
     return "it exited without saying why"
 
 

@@ -130,6 +130,27 @@ def whole_number(text: str) -> int | None:
     return int(text) if 0 < len(text) <= 18 and text.isascii() and text.isdigit() else None
 
 
+def env_seconds(name: str, default: float) -> float:
+    """The environment variable NAME as seconds (DEFAULT when unset); MonkeyError naming it
+    and the fix when it is not a number of seconds."""
+    import math
+    import os
+
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise MonkeyError(
+            f"{name}={text[:40]!r} is not a number of seconds; unset it or give one, "
+            f"e.g. {default:g}"
+        )
+    return seconds
+
+
 def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
     """Back-off before re-running a job whose attempt number ``attempt`` failed."""
     return min(cap, base * (2 ** max(0, attempt - 1)))

@@ -599,3 +599,19 @@ def test_a_damaged_core_version_restarts_the_core_on_the_next_command(cli, home)
     assert cli("logs", "--follow", juid).returncode == 0
     mine = cli("daemon", "status", check=True).stdout
     assert "outdated" not in mine and "\ufffd" not in mine
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("MONKEY_KILL_GRACE", "ten"), ("MONKEY_HEARTBEAT_TIMEOUT", "-1")]
+)
+def test_a_core_setting_that_is_no_number_of_seconds_is_named(cli, home, monkeypatch, name, value):
+    before = os.environ.get(name)
+    monkeypatch.setenv(name, value)
+    refused = cli("run", "--", "true")
+    _one_line_error(refused, f"{name}={value!r} is not a number of seconds; unset it", "queued")
+    juid = refused.stderr.split("job ")[1].split()[0]
+    if before is None:
+        monkeypatch.delenv(name)
+    else:
+        monkeypatch.setenv(name, before)
+    assert cli("logs", "--follow", juid).returncode == 0  # the job kept runs once it is fixed

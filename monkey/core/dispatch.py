@@ -18,7 +18,16 @@ from monkey.core.quota import QuotaPass
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import Capacity, Driver, NotReady
 from monkey.environments import start_fields
-from monkey.models import REDACTED, Attempt, Job, MonkeyError, Resources, State, parse_size
+from monkey.models import (
+    REDACTED,
+    Attempt,
+    Job,
+    MonkeyError,
+    Resources,
+    State,
+    env_seconds,
+    parse_size,
+)
 from monkey.snapshot.blobs import BlobDamaged
 
 TYPE_CHECKING = False
@@ -34,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("monkey.core")
 
-KILL_GRACE = float(os.environ.get("MONKEY_KILL_GRACE", "10"))
+KILL_GRACE = env_seconds("MONKEY_KILL_GRACE", 10.0)
 _PREPARE_TRIES = 3  # starts whose inputs cannot be made ready before the job fails
 _WAITING_MAX = 1000  # queued jobs of an elastic provider looked at per pass
 # An instance where an attempt that ran less than AHEAD_RUN seconds ended within the last

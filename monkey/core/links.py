@@ -6,13 +6,12 @@ A mixin of ``monkey.core.scheduler.Core``, which holds the state named below."""
 from __future__ import annotations
 
 import logging
-import os
 import selectors
 import time
 
 from monkey.core.endings import span
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.models import Attempt, Job, MonkeyError
+from monkey.models import Attempt, Job, MonkeyError, env_seconds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("monkey.core")
 
-HEARTBEAT_TIMEOUT = float(os.environ.get("MONKEY_HEARTBEAT_TIMEOUT", "30"))
+HEARTBEAT_TIMEOUT = env_seconds("MONKEY_HEARTBEAT_TIMEOUT", 30.0)
 # A wedged agent must not hold the core longer than it takes to call its attempts silent.
 SYNC_TIMEOUT = min(30.0, max(5.0, HEARTBEAT_TIMEOUT))
 
