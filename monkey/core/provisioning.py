@@ -146,6 +146,11 @@ class Elastic:
         for node in nodes:
             seen.add(node.id)
             if node.id not in known:
+                if self.creating.get(name):
+                    # A creation under way: the cloud (or squeue) can list the machine
+                    # before the call that makes it returns and records it. The next
+                    # listing, with none under way, finds a true orphan.
+                    continue
                 if node.state != InstanceState.TERMINATED:
                     log.warning(
                         "%s: %s carries this home's tag but was never recorded; terminating it",
