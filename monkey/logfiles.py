@@ -167,11 +167,13 @@ def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
     for mark in [*marks, (sizes[0], sizes[1])]:
         for i in (0, 1):
             end = min(mark[i], sizes[i])  # a fetched copy may lag behind the marks
-            if end > done[i] and pieces and pieces[-1][0] == i:
+            if end <= done[i]:
+                continue
+            if pieces and pieces[-1][0] == i:
                 pieces[-1][2] = end  # one piece while one file grew
-            elif end > done[i]:
+            else:
                 pieces.append([i, done[i], end])
-            done[i] = max(done[i], end)
+            done[i] = end
     return [(files[i], start, end) for i, start, end in _whole_lines(files, pieces)]
 
 
