@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import html
+import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from conftest import core_pid, start_core
+from terminal import Terminal
 from textual import events, on
 from textual.widgets import Input
 
@@ -707,3 +710,36 @@ def test_a_job_waiting_for_another_shows_waiting_until_that_one_ends(home):
         await until(pilot, lambda: cell(app, then, "state") == "queued", "no wait", timeout=5)
 
     drive(app, body)
+
+
+@pytest.mark.system  # `monkey dash` on a terminal
+@pytest.mark.timeout(90)
+def test_an_unexpected_error_ends_the_dashboard_with_one_line_and_exit_1(home, tmp_path):
+    """A defect in the dashboard (here: the help key made to raise) is one line naming it and
+    the log with its traceback, exit status 1 — not a screen of traceback and status 0."""
+    script = (
+        "import sys\n"
+        "from monkey.tui.app import DashApp\n"
+        "def boom(self):\n"
+        "    raise RuntimeError('injected defect')\n"
+        "DashApp.action_help = boom\n"
+        "from monkey.shell.entry import main\n"
+        "sys.argv = ['monkey', 'dash']\n"
+        "sys.exit(main())\n"
+    )
+    env = dict(
+        os.environ,
+        MONKEY_HOME=str(home.root),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        TERM="xterm",
+    )
+    with Terminal(env, tmp_path, argv=[sys.executable, "-c", script], size=(30, 120)) as term:
+        term.expect("Keys")  # the footer: the dashboard is up
+        term.send("?")
+        out = term.expect(r"error: the dashboard stopped.*\n?.*dash\.log")
+        status = term.close()
+    assert status == 1
+    assert "RuntimeError: injected defect" in out and "Traceback" not in out
+    log = (tmp_path / "cache" / "monkey" / "dash.log").read_text()
+    assert "Traceback" in log and "injected defect" in log and "def boom" not in out

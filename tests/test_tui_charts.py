@@ -192,6 +192,40 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
     drive(app, body)
 
 
+def test_a_running_sweep_redraws_its_view_in_place_at_every_change(home, monkey):
+    """A running sweep changes between two reads: the view draws again without mounting a
+    second chart with the same id (DuplicateIds crashed the dashboard 15-20 s in)."""
+    sid, juids = fill_sweep(monkey, n=6)
+    monkey.store.db.execute("UPDATE sweeps SET state = 'running' WHERE id = ?", (sid,))
+    app = DashApp(home, clock=lambda: NOW)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: app.table.row_count == 7, "the jobs")
+        app.table.move_cursor(juids[0])
+        await pilot.press("a")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
+            "the sweep view",
+        )
+        view = app.screen
+        for round_ in range(3):  # three runs start: three redraws
+            first = view.query_one("#sweep-parallel")
+            monkey.store.db.execute(
+                "UPDATE jobs SET state = 'running' WHERE juid = ?", (juids[round_],)
+            )
+            view._load()
+            await until(
+                pilot,
+                lambda old=first: drawn(view) and view.query_one("#sweep-parallel") is not old,
+                f"redraw {round_ + 1}",
+            )
+            assert len(view.query("#sweep-parallel")) == 1
+        assert app.return_code in (None, 0) and app.is_running
+
+    drive(app, body)
+
+
 def test_past_20_overlaid_runs_are_coloured_by_a_parameter_with_a_colour_bar(home, monkey):
     _, juids = fill_sweep(monkey, n=25, steps=3)
     app = DashApp(home, clock=lambda: NOW)

@@ -62,6 +62,9 @@ def cmd_dash(args: argparse.Namespace) -> int:
         app.run()
     finally:
         _close(monkey)
+    if app.crash:
+        print(f"error: {app.crash}", file=sys.stderr)
+        return 1
     if app.restart and "monkey.shell.repl" in sys.modules:  # the shell restarts at `dash`
         print(f"{app.restart}; type `dash` to open the new dashboard", file=sys.stderr)
     elif app.restart:

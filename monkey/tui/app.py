@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Input, TabbedContent, TabPane
 
 from monkey import version
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
+from monkey.tui import crash
 from monkey.tui.confirm import ConfirmScreen
 from monkey.tui.footer import KeyFooter
 from monkey.tui.format import (
@@ -171,6 +172,7 @@ class DashApp(App[None]):
         self._sent_metrics: dict[str, Text] = {}
         self._last_full = 0.0
         version.code_digest()  # the code this dashboard runs, to notice a reinstall against
+        self.crash: str | None = None  # the one line of an unexpected error (see crash.py)
         self.restart: str | None = None  # how monkey changed on disk: `monkey dash` restarts
         self.reopen: str | None = None  # the job whose screen was open then
         self.table = JobsTable(id="jobs-table")
@@ -198,6 +200,16 @@ class DashApp(App[None]):
         self.poll()
         if self.open_job:
             self.push_screen(JobScreen(self.shared, self.open_job, self.clock))
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An exception nothing expected ends the dashboard with one line (``crash``) and
+        exit status 1, its traceback in the crash log instead of on the screen."""
+        self.crash = crash.record(error)
+        self._return_code = 1
+        if self._exception is None:  # Textual's pilot raises it in the test that drove it
+            self._exception = error
+            self._exception_event.set()
+        self._close_messages_no_wait()
 
     def on_unmount(self) -> None:
         self.workers.cancel_all()

@@ -148,7 +148,7 @@ class SweepScreen(Screen[None]):
             self.post_message(self.Loaded(None, None, str(exc)))
 
     @on(Loaded)
-    def _on_loaded(self, message: Loaded) -> None:
+    async def _on_loaded(self, message: Loaded) -> None:
         title = self.query_one("#sweep-title", Static)
         if message.status is None or message.analysis is None:
             title.update(f"sweep {escape(self.sweep)}: {escape(message.error or '')}")
@@ -180,7 +180,7 @@ class SweepScreen(Screen[None]):
         title.update(head)
         self._table(status, analysis)
         self._show_importance(analysis)
-        self._plots(analysis)
+        await self._plots(analysis)
 
     def _parallel(self, runs: list[dict[str, Any]], metric: str) -> BuiltPlot:
         """Parameters -> metric: a line per run coloured by its value, the best in red; the
@@ -251,10 +251,12 @@ class SweepScreen(Screen[None]):
             lines.append(escape(note))
         box.update("\n".join(lines))
 
-    def _plots(self, analysis: dict[str, Any]) -> None:
-        """A scatter of the metric per parameter (most important first), and best so far."""
+    async def _plots(self, analysis: dict[str, Any]) -> None:
+        """A scatter of the metric per parameter (most important first), and best so far:
+        the charts of the previous read are gone before the new ones are mounted (their ids
+        are the same; messages wait meanwhile, so two reads never interleave)."""
         grid = self.query_one("#sweep-plots", Grid)
-        grid.remove_children()
+        await grid.remove_children()
         runs, metric = analysis["runs"], (analysis["metric"] or {}).get("name", "")
         self.scatters = {}
         plots = [self._parallel(runs, metric)] if runs else []
@@ -291,7 +293,7 @@ class SweepScreen(Screen[None]):
             plt.title(f"best {metric} so far")
             plt.xlabel("minutes")
             plots.append(chart)
-        grid.mount_all(plots)
+        await grid.mount_all(plots)
 
 
 def _ticks(plt: Any, xticks: list[tuple[float, str]], yticks: list[tuple[float, str]]) -> None:
