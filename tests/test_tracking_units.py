@@ -103,6 +103,17 @@ def test_median_rule_stops_runs_below_the_median_of_running_averages():
     assert early_stop.median_stop(curves, running, min_steps=3, min_runs=5) == set()
 
 
+def test_a_run_ahead_of_the_others_is_judged_at_the_step_they_reached():
+    """The worst run started first (a loaded machine staggers starts): it is judged at the
+    latest step the others reached, by both rules, instead of escaping them until it ends."""
+    curves = {str(q): [q * (1 - 1 / (s + 1)) for s in range(1, 6)] for q in range(2, 6)}
+    curves["1"] = [1 * (1 - 1 / (s + 1)) for s in range(1, 21)]  # 20 steps; the others 5
+    assert early_stop.median_stop(curves, set(curves), min_steps=3, min_runs=2) == {"1", "2"}
+    assert "1" in early_stop.asha_stop(curves, set(curves), min_steps=2, eta=2)
+    alone = {"1": curves["1"], "2": curves["2"][:2]}  # nobody else reached step 3 yet
+    assert early_stop.median_stop(alone, set(alone), min_steps=3, min_runs=1) == set()
+
+
 def test_asha_keeps_the_top_third_at_each_rung():
     curves = {str(i): [float(i)] * 3 for i in range(9)}
     assert early_stop.asha_stop(curves, set(curves), min_steps=1, eta=3) == {
