@@ -366,3 +366,21 @@ def test_report_and_plot_take_any_set_of_jobs(cli, home, tmp_path):
     both = cli("report", "last", "--name", "exp-*", "-o", str(tmp_path / "x.html"))
     assert both.returncode == 2 and "not both" in both.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+def test_the_end_of_one_of_todays_ids_names_the_job(cli, monkey):
+    """`monkey info 003` is today's job 003 (ids are day-scoped, as the seed's 20-09-17-001);
+    an end that several of today's ids share lists them; a prefix still wins."""
+    juids = [monkey.run(["true"], start_core=False).juid for _ in range(12)]
+    today = juids[0][:9]
+    assert all(j.startswith(today) for j in juids)
+    info = cli("info", "003", "--json", check=True).stdout
+    assert json.loads(info)["job"] == f"{today}003"
+    assert cli("info", "job", "7-011", check=True).returncode == 0  # the end of 26-12-07-011
+    ambiguous = cli("cancel", "1")
+    assert ambiguous.returncode != 0
+    line = ambiguous.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert f"'1' matches several jobs: {today}001, {today}011" in line
+    missing = cli("info", "099")
+    assert missing.returncode != 0 and "no job matches '099'" in missing.stderr

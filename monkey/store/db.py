@@ -469,7 +469,8 @@ class Store(
         return row[0] if row else None
 
     def resolve(self, ref: str) -> str:
-        """A full juid from a full id, a unique prefix, or `last`."""
+        """A full juid from a full id, a unique prefix, a unique end of one of today's ids
+        (``003``, ``7-003``), or `last`."""
         ref = ref.strip()
         if ref == "last":
             row = self.db.execute("SELECT juid FROM jobs ORDER BY seq DESC LIMIT 1").fetchone()
@@ -486,14 +487,21 @@ class Store(
             if self.db.execute("SELECT 1 FROM jobs WHERE juid = ?", (ref,)).fetchone():
                 return ref
         rows = self.db.execute(
-            "SELECT juid FROM jobs WHERE juid >= ? AND juid < ? ORDER BY seq LIMIT 3",
+            "SELECT juid FROM jobs WHERE juid >= ? AND juid < ? ORDER BY seq LIMIT 6",
             (ref, ref + "\x7f"),
         ).fetchall()
+        if not rows:  # the end of one of today's ids: `003` is today's 26-12-07-003
+            today = time.strftime("%y-%m-%d-", time.localtime())
+            rows = self.db.execute(
+                "SELECT juid FROM jobs WHERE juid >= ? AND juid < ? AND substr(juid, -?) = ? "
+                "ORDER BY seq LIMIT 6",
+                (today, today + "\x7f", len(ref), ref),
+            ).fetchall()
         if not rows:
             raise MonkeyError(f"no job matches {ref!r}; see `monkey list jobs`")
         if len(rows) > 1:
-            shown = ", ".join(r[0] for r in rows[:2])
-            raise MonkeyError(f"{ref!r} matches several jobs ({shown}, ...); give more of the id")
+            shown = ", ".join(r[0] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            raise MonkeyError(f"{ref!r} matches several jobs: {shown}; give more of the id")
         return rows[0][0]
 
     def list_jobs(
