@@ -161,6 +161,19 @@ def test_remote_add_with_a_wrong_token_is_refused_and_saves_nothing(node):
     assert node.laptop_files() == []
 
 
+def test_remote_add_with_http_for_an_https_server_says_so(node):
+    """http:// for a server that speaks HTTPS: one line saying so and the command to use,
+    not "the connection dropped"; nothing saved."""
+    plain = node.url.replace("https://", "http://")
+    done = node.laptop("remote", "add", "lab", plain, "--token", node.token)
+    assert done.returncode == 1
+    line = one_line(done.stderr)
+    assert f"{plain} speaks HTTPS, not plain HTTP" in line
+    assert f"monkey remote add lab {node.url} --fingerprint {node.fingerprint}" in line
+    assert "dropped" not in line
+    assert node.laptop_files() == []
+
+
 def test_a_changed_certificate_is_refused_with_both_fingerprints(node):
     node.add_remote()
     old = node.fingerprint

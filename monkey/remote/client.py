@@ -131,7 +131,17 @@ class Client:
             "server` running there? (`monkey server status` on it)"
         )
 
-    def _dropped(self, exc: OSError) -> Unreachable:
+    def _dropped(self, exc: OSError) -> RemoteError:
+        if self.scheme == "http" and self.tunnel is None:  # an https server closes plain HTTP
+            seen = self._peer_fingerprint()
+            if not seen.startswith("unknown"):
+                name, url = self.remote.name, self.remote.url
+                https = "https" + url[len("http") :].rstrip("/")
+                return RemoteError(
+                    f"{name}: {url} speaks HTTPS, not plain HTTP; use its https:// address: "
+                    f"monkey remote add {name} {https} --fingerprint {seen} (if `monkey server "
+                    "status` there prints that fingerprint)"
+                )
         return Unreachable(
             f"{self.remote.name}: the connection to {self.remote.url} dropped ({_why(exc)})"
         )
