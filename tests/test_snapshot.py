@@ -7,11 +7,13 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import blake3
 import pytest
+from conftest import REPO
 from pathspec import GitIgnoreSpec
 
 from monkey import snapshot
@@ -796,3 +798,28 @@ def test_a_submission_that_fails_leaves_no_git_running(
     running = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
     assert running == ""
     assert m.jobs() == []
+
+
+def test_what_monkey_writes_outside_a_job_is_not_code(
+    tmp_path: Path, blobs: BlobStore, store: Store
+) -> None:
+    """A training script run once outside monkey leaves ./checkpoints (checkpoint_dir()) and
+    ./monkey-metrics.jsonl: neither is in a later job's snapshot; the script is."""
+    wd = tmp_path / "wd"
+    write(
+        wd,
+        {
+            "train.py": (
+                "import monkey\n"
+                "monkey.log('loss', 0.5, step=1)\n"
+                "(monkey.checkpoint_dir() / 'model.pt').write_bytes(b'weights' * 1000)\n"
+                "monkey.flush()\n"
+            )
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONKEY_")}
+    subprocess.run(
+        [sys.executable, "train.py"], cwd=wd, env={**env, "PYTHONPATH": str(REPO)}, check=True
+    )
+    assert (wd / "checkpoints" / "model.pt").exists() and (wd / "monkey-metrics.jsonl").exists()
+    assert paths(snapshot_dir(wd, blobs, store)) == ["train.py"]

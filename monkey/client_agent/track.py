@@ -18,7 +18,8 @@ metrics file every ``FLUSH_EVERY`` seconds. The file holds one JSON value per li
 - ``{"params": {...}}`` and ``{"summary": {...}}``. Under monkey the file is ``$MONKEY_RUN_DIR/metrics.jsonl``, which
 the agent tails; elsewhere ``./monkey-metrics.jsonl`` (or ``$MONKEY_METRICS_FILE``).
 What is buffered is written at normal exit, on an uncaught exception and on SIGTERM; a
-SIGKILL loses at most the last ``FLUSH_EVERY`` seconds.
+SIGKILL (and a SIGTERM to a forked child, see ``_after_fork``) loses at most the last
+``FLUSH_EVERY`` seconds.
 """
 
 from __future__ import annotations
@@ -66,8 +67,15 @@ def metrics_path() -> str:
 
 
 def checkpoint_dir() -> Path:
-    """The job's checkpoint folder, kept across attempts; ./checkpoints outside monkey."""
-    path = Path(os.environ.get("MONKEY_CHECKPOINT_DIR") or "checkpoints")
+    """The job's checkpoint folder, kept across attempts; ./checkpoints outside monkey,
+    made with a ``.gitignore`` of ``*`` (as a virtualenv's), so that neither git nor a later
+    job's code snapshot takes in what a run outside monkey saved there."""
+    given = os.environ.get("MONKEY_CHECKPOINT_DIR")
+    path = Path(given or "checkpoints")
+    if not given and not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        with open(path / ".gitignore", "w", encoding="utf-8") as f:
+            f.write("# made by monkey.checkpoint_dir() outside a job: not code\n*\n")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -235,16 +243,49 @@ def _end_if_signalled() -> None:
         os.kill(os.getpid(), signum)
 
 
+def _before_fork() -> None:
+    """Hold SIGTERM in the forking thread while our handler is installed: a SIGTERM that
+    reaches the child before its ``_after_fork`` would find a Python handler whose flag
+    the child's interpreter clears after a fork, and be lost (``Pool.terminate()`` of a
+    worker the parent started a moment earlier waited for it forever, about 1% of runs
+    under load). Held, it is delivered once the child has SIGTERM's default action back
+    (and in the parent, to our handler, once the fork is done)."""
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _state["held"] = signal.SIGTERM not in before
+
+
+def _after_fork_in_parent() -> None:
+    if _state.pop("held", False):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _after_fork() -> None:
     """A forked child logs on its own: the parent's buffer is the parent's to write, and
-    locks held by the parent's threads at the fork are never released in the child."""
+    locks held by the parent's threads at the fork are never released in the child.
+
+    It also gets SIGTERM's default action back. A Python handler runs only when the main
+    thread runs Python: a child blocked in C (a Pool worker waiting on its task queue's
+    lock) whose SIGTERM lands on another thread, or just before it blocks, never runs it,
+    and `Pool.terminate()` then waits for it forever. Its last unwritten half-second of
+    points is the price; points of a child that ends normally are all written."""
     global _lock, _wake
     del _points[:]
     _lock, _wake = threading.Lock(), threading.Event()
     _state["started"] = False
+    _state["forked"] = True
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main interpreter: nothing of ours to undo
+            pass
+    if _state.pop("held", False):  # a SIGTERM sent meanwhile ends the child now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-os.register_at_fork(after_in_child=_after_fork)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork
+)
 
 
 def _start() -> None:
@@ -254,6 +295,6 @@ def _start() -> None:
     if mp_util is not None:  # a forked multiprocessing child ends in os._exit, not atexit
         mp_util.Finalize(None, flush, exitpriority=100)
     threading.Thread(target=_flusher, name="monkey-log-flush", daemon=True).start()
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and not _state.get("forked"):
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
