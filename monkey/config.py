@@ -146,6 +146,7 @@ class Home:
         directly in it lose every group and other permission; deeper files need not be
         visited, as nobody else can reach them any more."""
         try:
+            self._refuse_a_foreign_folder()
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             info = self.root.stat()
             if info.st_uid != os.getuid():
@@ -169,6 +170,26 @@ class Home:
         if info.st_mode & 0o077:
             self._tighten()
         return self
+
+    def _refuse_a_foreign_folder(self) -> None:
+        """MonkeyError when the root is a folder of other files, not a home: monkey would
+        fill it with its folders and take every group and other permission off what lies in
+        it (MONKEY_HOME=/ made the whole machine unreadable to other users). A new or empty
+        folder, one holding only a providers.yml, or one monkey has used is a home."""
+        if self.db.exists():
+            return
+        try:
+            with os.scandir(self.root) as entries:
+                names = {e.name for e in entries}
+        except (FileNotFoundError, NotADirectoryError):
+            return  # made below, or refused there as a file
+        ours = {self.blobs.name, self.runs.name, self.secrets.name, self.private.name}
+        if names & ours or names <= {self.providers_file.name}:
+            return
+        raise MonkeyError(
+            f"MONKEY_HOME {self.root} is a folder of other files, not a monkey home (it has no "
+            f"{self.db.name}); set MONKEY_HOME to a new or empty folder"
+        )
 
     def _tighten(self) -> None:
         """Remove group and other permissions from the root and its direct entries."""

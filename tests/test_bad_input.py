@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -615,3 +616,34 @@ def test_a_core_setting_that_is_no_number_of_seconds_is_named(cli, home, monkeyp
     else:
         monkeypatch.setenv(name, before)
     assert cli("logs", "--follow", juid).returncode == 0  # the job kept runs once it is fixed
+
+
+def test_a_monkey_home_that_is_a_folder_of_other_files_is_refused_untouched(tmp_path):
+    """MONKEY_HOME pointed at a folder that is not a monkey home (here a stand-in for `/` or
+    a project): one line, and no folder of monkey's made in it, no permission taken away
+    (monkey took group and other permissions off every entry of `/` once)."""
+    folder = tmp_path / "machine"
+    (folder / "usr").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine\n")
+    os.chmod(folder, 0o755)
+    os.chmod(folder / "usr", 0o755)
+    env = {**os.environ, "MONKEY_HOME": str(folder)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "monkey", "list", "jobs"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"monkey: error: MONKEY_HOME {folder} is a folder of other files, not a monkey home (it "
+        "has no monkey.db); set MONKEY_HOME to a new or empty folder"
+    ]
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "usr"]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert stat.S_IMODE((folder / "usr").stat().st_mode) == 0o755
+    only_config = tmp_path / "fresh"
+    only_config.mkdir()
+    (only_config / "providers.yml").write_text("providers:\n  local: {type: local}\n")
+    env["MONKEY_HOME"] = str(only_config)
+    done = subprocess.run(
+        [sys.executable, "-m", "monkey", "list", "jobs"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr  # a providers.yml written first is a home
