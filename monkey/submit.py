@@ -348,10 +348,16 @@ class Submitter:
 
     def check_joins(self, sweep: str | None) -> None:
         """Forbidden unless the submitting user may add jobs to SWEEP: on a main node (an
-        ``owner`` set) every job already in it is theirs, or they are an admin. On this
-        machine's own (no owner) its user owns everything."""
+        ``owner`` set) SWEEP is a sweep's id (not one to come, which would be another's)
+        and every job already in it is theirs, or they are an admin. On this machine's own
+        (no owner) its user owns everything, and a sweep may be any label."""
         if sweep is None or self.owner is None:
             return
+        if self.store.get_sweep(sweep) is None:
+            raise MonkeyError(
+                f"no sweep has the id {sweep!r}; give the id of a sweep of yours "
+                "(`monkey list sweeps`), or start one with `monkey sweep`"
+            )
         others = self.store.sweep_owners(sweep) - {self.owner}
         if others and not self.store.is_admin(self.owner):
             names = ", ".join(sorted(o or "nobody recorded" for o in others))

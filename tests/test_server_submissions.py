@@ -250,6 +250,8 @@ def test_a_job_joins_only_a_sweep_of_its_own_users_or_an_admins_doing(node, tmp_
         f"error: sweep {sid} has jobs of ana; only their owner or an admin may add jobs to it "
         "(submit without the sweep, or start your own with `monkey sweep`)"
     )
+    squat = laptop_python(node, "bob", "sw-99-01-01-001", str(work))  # a sweep to come
+    assert one_line(squat.stderr).startswith("error: no sweep has the id 'sw-99-01-01-001'")
     assert jobs_recorded(node) == jobs
     after = json.loads(node.server("sweep", "status", sid, "--json").stdout)
     assert [j["job"] for j in after["jobs"]] == [j["job"] for j in before["jobs"]]
