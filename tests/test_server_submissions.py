@@ -265,3 +265,20 @@ def test_a_job_joins_only_a_sweep_of_its_own_users_or_an_admins_doing(node, tmp_
     listed = json.loads(node.server("sweep", "status", sid, "--json").stdout)["jobs"]
     assert admin.stdout.strip() in [j["job"] for j in listed]
     node.server("cancel", admin.stdout.strip())
+
+
+def test_a_log_a_job_made_a_link_is_never_read_through_it(node):
+    bob = node.add_user("bob")
+    node.add_remote(bob, name="bob")
+    done = node.server("run", "--", "sh", "-c", "echo out; echo err >&2")
+    juid = done.stdout.strip()
+    wait_until_ended(node, juid)
+    run_dir = node.home / "runs" / juid / "1"
+    for name in ("stdout.log", "stderr.log"):  # as the job could have done while it ran
+        (run_dir / name).unlink()
+    os.symlink(node.home / "server" / "key.pem", run_dir / "stdout.log")
+    os.symlink(node.home / "monkey.db", run_dir / "stderr.log")
+    for args in (("logs", juid), ("logs", juid, "--tail", "5"), ("logs", juid, "--stderr")):
+        for done in (node.server(*args), node.laptop("--remote", "bob", *args)):
+            assert done.returncode == 0, done.stderr
+            assert "PRIVATE KEY" not in done.stdout and "SQLite" not in done.stdout, args
