@@ -197,12 +197,24 @@ def _env_value(value: Any, where: str) -> str:
 
 
 def _options(strict: bool) -> Check:
-    return _mapping(
-        _choice(tuple(MACHINE_OPTIONS)),
-        lambda v, where: _typed(*MACHINE_OPTIONS[where.rsplit(".", 1)[-1]])(v, where),
-        len(MACHINE_OPTIONS),
-        strict,
-    )
+    """A check of a provider's machine options (or, not STRICT, the good ones)."""
+
+    def check(value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise _fail(where, f"must be a mapping, not {type(value).__name__}")
+        out = {}
+        for key, option in value.items():
+            try:
+                if key not in MACHINE_OPTIONS:
+                    known = ", ".join(MACHINE_OPTIONS)
+                    raise _fail(f"{where}.{str(key)[:80]}", f"unknown option; known: {known}")
+                out[key] = _typed(*MACHINE_OPTIONS[key])(option, f"{where}.{key}")
+            except MonkeyError:
+                if strict:
+                    raise
+        return out
+
+    return check
 
 
 def _fields(strict: bool) -> dict[str, tuple[Check, Any]]:
