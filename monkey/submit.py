@@ -81,7 +81,7 @@ class Submission(Record):
     """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
     job.yml's name, the secret environment values and, once written, their file's name."""
 
-    __slots__ = ("name", "fields", "secrets", "secrets_ref")
+    __slots__ = ("name", "fields", "secrets", "secrets_ref", "joined")
 
     def __init__(
         self,
@@ -94,6 +94,7 @@ class Submission(Record):
         self.fields = fields
         self.secrets = secrets
         self.secrets_ref = secrets_ref
+        self.joined: str | None = None  # the sweep it may add jobs to, once checked
 
     def __repr__(self) -> str:  # never the secret values
         return f"Submission(name={self.name!r}, secrets={sorted(self.secrets)!r})"
@@ -371,7 +372,9 @@ class Submitter:
     ) -> list[str]:
         """Record one job per (argv, name, params) cell in one transaction; the secret values
         go to a 0600 file first, removed again when nothing refers to it."""
-        self.check_joins(fields.get("sweep"))
+        if fields.get("sweep") != sub.joined:  # a sweep's batches: its first one checks
+            self.check_joins(fields.get("sweep"))
+            sub.joined = fields.get("sweep")
         secrets_ref = sub.secrets_ref
         if sub.secrets and secrets_ref is None:
             secrets_ref = self._write_secrets(sub.secrets)
