@@ -154,7 +154,22 @@ class Submitter:
                 for juid in named:  # a sweep's runs need only end: some fail or stop early
                     ended = any_end or whole_sweep
                     deps[juid] = ended and deps.get(juid, True)  # success wins over any end
+        self._check_waits(list(deps))
         return deps
+
+    def _check_waits(self, juids: list[str]) -> None:
+        """Forbidden when, on a main node, a job of JUIDS is another user's and the
+        submitting user no admin: a job waiting for it would hold it (its owner could not
+        remove it while the waiting job is queued or paused)."""
+        if self.owner is None or not juids:
+            return
+        others = {j: o for j, o in self.store.job_owners(juids).items() if o != self.owner}
+        if others and not self.store.is_admin(self.owner):
+            juid, owner = min(others.items())
+            raise Forbidden(
+                f"--after/--after-any: job {juid} belongs to {owner or 'nobody recorded'}; "
+                "a job may wait only for jobs of your own (an admin may wait for any)"
+            )
 
     def _dependency(self, ref: str) -> tuple[list[str], bool]:
         """The jobs REF names (one job, or every job of a sweep), and whether a sweep."""

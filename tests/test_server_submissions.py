@@ -220,7 +220,7 @@ def laptop_python(node: MainNode, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_a_job_joins_only_a_sweep_of_its_own_users_or_an_admins_doing(node, tmp_path):
+def test_a_job_joins_or_waits_for_only_its_own_users_sweeps_and_jobs_or_an_admins(node, tmp_path):
     work = tmp_path / "anas-project"
     work.mkdir()
     (work / "wait.py").write_text("import time\ntime.sleep(600)\n")
@@ -252,6 +252,14 @@ def test_a_job_joins_only_a_sweep_of_its_own_users_or_an_admins_doing(node, tmp_
     )
     squat = laptop_python(node, "bob", "sw-99-01-01-001", str(work))  # a sweep to come
     assert one_line(squat.stderr).startswith("error: no sweep has the id 'sw-99-01-01-001'")
+    first = min(j["job"] for j in before["jobs"])
+    for ref in (first, sid):  # waiting for her jobs would hold them: she could not rm them
+        waits = node.laptop("--remote", "bob", "run", "-w", str(work), "--after", ref, "--", "true")
+        assert waits.returncode == 1
+        assert one_line(waits.stderr) == (
+            f"monkey: error: --after/--after-any: job {first} belongs to ana; a job may wait "
+            "only for jobs of your own (an admin may wait for any)"
+        )
     assert jobs_recorded(node) == jobs
     after = json.loads(node.server("sweep", "status", sid, "--json").stdout)
     assert [j["job"] for j in after["jobs"]] == [j["job"] for j in before["jobs"]]
