@@ -286,10 +286,11 @@ def check_spec(spec: Any, where: str = "spec") -> dict[str, Any] | None:
             out[key] = check(spec[key], f"{where}.{key}")
         elif key not in _OPTIONAL:
             raise _fail(f"{where}.{key}", "is missing")
-    names = [f["name"] for f in out["persist"]] + [f["name"] for f in out["data"]]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise _fail(f"{where}.persist", f"the name {twice[0]!r} is used twice")
+    for key in ("persist", "data"):  # as job.yml: each name once among its kind
+        names = [f["name"] for f in out[key]]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise _fail(f"{where}.{key}", f"the name {twice[0]!r} is used twice")
     return out
 
 

@@ -84,7 +84,25 @@ def test_a_spec_made_from_a_job_yml_passes_both_readings_unchanged(tmp_path: Pat
         ({"code": {"path": ".", "ignore": ["x"] * 1001}}, "spec.code.ignore: has 1,001 entries"),
         ({"name": "\ud800"}, "spec.name: '\\ud800' is not valid Unicode text"),
         ({"providers": {"gcp": {"spot": "yes"}}}, "spec.providers.gcp.spot: must be bool"),
-        ({"persist": [{"name": "d", "path": "p"}], "data": []}, None),
+        ({"persist": [{"name": "o", "path": "a"}] * 2}, "spec.persist: the name 'o' is used twice"),
+        (  # a persisted and a data folder may share a name, as in job.yml
+            {
+                "persist": [{"name": "d", "path": "p"}],
+                "data": [
+                    {
+                        "name": "d",
+                        "path": "q",
+                        "type": "copy",
+                        "compression": "none",
+                        "digest": "c" * 64,
+                        "single": False,
+                        "size": 1,
+                        "stored": 0,
+                    }
+                ],
+            },
+            None,
+        ),
     ],
 )
 def test_a_wrong_field_of_a_sent_spec_is_named(change, said):
