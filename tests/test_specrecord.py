@@ -26,7 +26,7 @@ JSON = st.recursive(
     | st.text(max_size=8)
     | st.sampled_from(["/", "..", "../..", "a/../../b", "ok", "none", "\0"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS | st.text(max_size=4), inner),
-    max_leaves=30,
+    max_leaves=16,
 )
 
 
@@ -43,7 +43,7 @@ def shape_ok(spec: dict) -> bool:
     )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(JSON)
 def test_a_stored_spec_of_any_shape_reads_as_a_well_formed_one(raw):
     spec = stored_spec(raw)
