@@ -457,14 +457,16 @@ class Monkey:
 
     def persisted(self, ref: str) -> list[tuple[str, Path]]:
         """The job's last saved persisted folders (job.yml `persist`) as (path, saved copy)."""
+        from monkey.client_agent import rundir
+        from monkey.specrecord import persisted_names
+
         juid = self.store.resolve(ref)
-        base = self.home.checkpoint_dir(juid).parent / "persist"
-        spec = self.store.job_spec(juid) or {}
-        return [
-            (p["path"], base / p["name"])
-            for p in spec.get("persist", [])
-            if (base / p["name"]).is_dir()
+        job_dir = str(self.home.runs / juid)
+        found = [
+            (path, rundir.saved_folder(job_dir, name))
+            for path, name in persisted_names(self.store.job_spec(juid))
         ]
+        return [(path, Path(copy)) for path, copy in found if copy is not None]
 
     log_paths = _to("_logs", Logs.log_paths)
     log_chunks = _to("_logs", Logs.log_chunks)

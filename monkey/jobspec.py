@@ -38,30 +38,22 @@ from pathlib import Path
 
 from monkey.config import compose_yaml, read_config
 from monkey.models import REDACTED, MonkeyError, Record
+from monkey.specrecord import (
+    COMPRESSIONS,
+    DATA_TYPES,
+    ENV_TYPES,
+    MACHINE_OPTIONS,
+    check_folder_name,
+    check_relpath,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "job.yml"
-ENV_TYPES = ("pip", "conda", "none")
-DATA_TYPES = ("copy", "mount")
-COMPRESSIONS = ("gztar", "zip", "none")
-# Machine options a provider entry may carry, with the YAML types each accepts.
-MACHINE_OPTIONS: dict[str, tuple[type, ...]] = {
-    "size": (str,),
-    "machine_type": (str,),
-    "disk": (int, str),
-    "preemptible": (bool,),
-    "spot": (bool,),
-    "image": (str,),
-    "region": (str,),
-    "zone": (str,),
-    "gpu_type": (str,),
-}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # a YAML node's anchor and tag
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _TYPE_NAMES = {
     str: "a string",
     int: "a whole number",
@@ -319,10 +311,11 @@ def _load_folders(spec: JobSpec, node: _Node, key: str, base: Path) -> None:
             raise item.fail(f"{here}.path", "is missing; give the folder's path, e.g. path: output")
         path = _relpath(fields["path"], f"{here}.path", base)
         name = fields["name"].value(f"{here}.name", str) if "name" in fields else Path(path).name
-        if not _FOLDER_NAME.fullmatch(name):
-            raise (fields.get("name") or item).fail(
-                f"{here}.name", f"{name!r} must be letters, digits, '.', '_' or '-'"
-            )
+        try:
+            check_folder_name(name, f"{here}.name")
+        except MonkeyError as exc:
+            problem = str(exc).split(": ", 1)[1]
+            raise (fields.get("name") or item).fail(f"{here}.name", problem) from None
         folder = Folder(name=name, path=path)
         if "type" in fields:
             folder.type = fields["type"].value(f"{here}.type", str)
@@ -392,7 +385,10 @@ def _relpath(node: _Node, key: str, base: Path, allow_dot: bool = False) -> str:
         raise node.fail(key, f"{raw!r} is outside the project ({base}); use a path inside it")
     if norm == "." and not allow_dot:
         raise node.fail(key, f"{raw!r} is the whole project; name a folder or file inside it")
-    return norm
+    try:
+        return check_relpath(norm, key, dot=True)  # what a main node accepts (its alphabet)
+    except MonkeyError as exc:
+        raise node.fail(key, str(exc).split(": ", 1)[1]) from None
 
 
 # -- monkey init ----------------------------------------------------------------------

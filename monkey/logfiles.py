@@ -6,7 +6,9 @@ and a tail is found by reading backwards from the end in blocks. Bytes pass thro
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +22,27 @@ if TYPE_CHECKING:
 
 CHUNK = 1 << 20  # largest piece read or yielded at once
 BLOCK = 64 << 10  # step when searching for line ends
+
+
+def open_log(path: str | os.PathLike[str]) -> BinaryIO:
+    """PATH opened for reading; FileNotFoundError also when it is a link: a job may make its
+    log a link to any file of the machine that reads it, which is never read for it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise FileNotFoundError(errno.ENOENT, "a link, not a log", str(path)) from None
+    return open(fd, "rb")
+
+
+def log_size(path: str | os.PathLike[str]) -> int | None:
+    """The size of the log PATH; None when there is none, or a link (see ``open_log``)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 class LogCursor:
@@ -43,16 +66,15 @@ class LogCursor:
         is then read too, in this call, so the two never come out in the wrong order."""
         sizes = {}
         for path in reversed(paths):
-            try:
-                sizes[path] = os.stat(path).st_size
-            except FileNotFoundError:
-                continue
+            size = log_size(path)
+            if size is not None:
+                sizes[path] = size
         for path in paths:
             if path not in sizes:
                 continue
             size = sizes[path]
             try:
-                fh = open(path, "rb")
+                fh = open_log(path)
             except FileNotFoundError:
                 continue
             with fh:
@@ -79,7 +101,7 @@ class LogCursor:
         need, last = lines, True  # a newline ending the very last line does not start one
         for path in reversed(paths):
             try:
-                fh = open(path, "rb")
+                fh = open_log(path)
             except FileNotFoundError:
                 continue
             with fh:
@@ -147,15 +169,12 @@ def interleaved(stdout: Path, stderr: Path, order: Path) -> list[Segment]:
     Lines stay whole: a piece that the other file's piece follows ends at its last line end,
     and the rest of its line (a partial write, or a write seen half done) comes with its
     file's next piece, after the other file's lines (``_whole_lines``)."""
-    sizes = []
-    for path in (stdout, stderr):
-        try:
-            sizes.append(path.stat().st_size)
-        except FileNotFoundError:
-            sizes.append(0)
+    sizes = [log_size(stdout) or 0, log_size(stderr) or 0]
     marks: list[tuple[int, int]] = []
     try:
-        for line in order.read_bytes().split(b"\n"):  # damaged lines are skipped
+        with open_log(order) as fh:
+            text = fh.read()
+        for line in text.split(b"\n"):  # damaged lines are skipped
             o, _, e = line.partition(b" ")
             if o.isdigit() and e.isdigit() and len(line) < 40:  # ASCII digits, int() takes
                 marks.append((int(o), int(e)))
@@ -193,7 +212,7 @@ def _whole_lines(files: tuple[Path, Path], pieces: list[list[int]]) -> list[list
             if k + 1 < len(pieces) and pieces[k + 1][0] != i:
                 fd = fds[i]
                 if fd is None:
-                    fd = fds[i] = os.open(files[i], os.O_RDONLY)
+                    fd = fds[i] = os.open(files[i], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 cut = _line_end_before(fd, start, end)
                 if cut is not None and cut < end:
                     held[i], end = [i, cut, end], cut
@@ -228,7 +247,7 @@ def tail_segments(segments: list[Segment], lines: int) -> list[Segment]:
     for path, start, end in reversed(segments):
         if not need:
             break
-        with open(path, "rb") as fh:
+        with open_log(path) as fh:
             found, cut = _newlines_back(fh, end, need, skip_last=last, floor=start)
         need, last = need - found, False
         kept.append((path, cut if not need else start, end))
@@ -238,7 +257,7 @@ def tail_segments(segments: list[Segment], lines: int) -> list[Segment]:
 def read_segments(segments: Sequence[Segment]) -> Iterator[bytes]:
     """The bytes of SEGMENTS in order, in pieces of at most CHUNK bytes."""
     for path, start, end in segments:
-        with open(path, "rb") as fh:
+        with open_log(path) as fh:
             fh.seek(start)
             left = end - start
             while left > 0:

@@ -16,6 +16,10 @@ class MonkeyError(Exception):
     """A user-facing error: its message is one line naming the problem and the fix."""
 
 
+class Forbidden(MonkeyError):
+    """A user asked for what only an admin or the owner of what it names may do (HTTP 403)."""
+
+
 class State(str, enum.Enum):
     """Lifecycle state of a job."""
 

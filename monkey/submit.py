@@ -15,6 +15,7 @@ from monkey.config import Home, ProviderConfig
 from monkey.drivers import driver_class
 from monkey.models import (
     REDACTED,
+    Forbidden,
     MonkeyError,
     Record,
     Resources,
@@ -80,7 +81,7 @@ class Submission(Record):
     """What the jobs of one submission share: ``fields`` for ``Store.create_jobs``, the
     job.yml's name, the secret environment values and, once written, their file's name."""
 
-    __slots__ = ("name", "fields", "secrets", "secrets_ref")
+    __slots__ = ("name", "fields", "secrets", "secrets_ref", "joined")
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class Submission(Record):
         self.fields = fields
         self.secrets = secrets
         self.secrets_ref = secrets_ref
+        self.joined: str | None = None  # the sweep it may add jobs to, once checked
 
     def __repr__(self) -> str:  # never the secret values
         return f"Submission(name={self.name!r}, secrets={sorted(self.secrets)!r})"
@@ -152,7 +154,22 @@ class Submitter:
                 for juid in named:  # a sweep's runs need only end: some fail or stop early
                     ended = any_end or whole_sweep
                     deps[juid] = ended and deps.get(juid, True)  # success wins over any end
+        self._check_waits(list(deps))
         return deps
+
+    def _check_waits(self, juids: list[str]) -> None:
+        """Forbidden when, on a main node, a job of JUIDS is another user's and the
+        submitting user no admin: a job waiting for it would hold it (its owner could not
+        remove it while the waiting job is queued or paused)."""
+        if self.owner is None or not juids:
+            return
+        others = {j: o for j, o in self.store.job_owners(juids).items() if o != self.owner}
+        if others and not self.store.is_admin(self.owner):
+            juid, owner = min(others.items())
+            raise Forbidden(
+                f"--after/--after-any: job {juid} belongs to {owner or 'nobody recorded'}; "
+                "a job may wait only for jobs of your own (an admin may wait for any)"
+            )
 
     def _dependency(self, ref: str) -> tuple[list[str], bool]:
         """The jobs REF names (one job, or every job of a sweep), and whether a sweep."""
@@ -321,7 +338,9 @@ class Submitter:
         try:
             fields = dict(gathered["fields"])
             name, secrets = gathered.get("name"), dict(gathered.get("secrets") or {})
-            extra = sorted(set(fields) - set(GATHERED))
+            extra = sorted(set(fields) - set(GATHERED)) + sorted(
+                str(k)[:80] for k in gathered if k not in ("fields", "name", "secrets")
+            )
             lacking = sorted(set(GATHERED) - set(fields) - {"provider"})
         except (KeyError, TypeError, ValueError):
             raise MonkeyError("the gathered submission is malformed; upgrade the client") from None
@@ -331,22 +350,10 @@ class Submitter:
                 " fields; upgrade the client"
             )
         fields["provider"] = provider
-        check_retries(fields["retries"])
-        fields["outputs"] = [check_output_glob(str(g)) for g in fields["outputs"] or ()]
-        for label, values in (("--env", fields["env"]), ("secret env", secrets)):
-            if not isinstance(values, dict) or not all(
-                isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) and "\0" not in v
-                for k, v in values.items()
-            ):
-                raise MonkeyError(f"{label}: give NAME=VALUE pairs of text")
-        for key in ("snapshot", "packages"):
-            if not isinstance(fields[key], str) or not _DIGEST.fullmatch(fields[key]):
-                raise MonkeyError(f"the gathered {key} is not a blob digest; upgrade the client")
-        for key, kind in (("datasets", list), ("git", dict), ("spec", (dict, type(None)))):
-            if not isinstance(fields[key], kind):
-                raise MonkeyError(f"the gathered {key} is malformed; upgrade the client")
-        if name is not None and not isinstance(name, str):
-            raise MonkeyError("the gathered job name is not text")
+        try:
+            check_gathered(fields, name, secrets)
+        except MonkeyError as exc:
+            raise MonkeyError(f"gathered {exc}; fix it, or upgrade the client") from None
         blobs = self.blobs()
         named, listed = blobs_needed(fields, blobs)
         missing = sorted(d for d in named | listed if not blobs.has(d))
@@ -355,11 +362,34 @@ class Submitter:
         fields["blobs"] = []  # recorded as they were uploaded (or before)
         return Submission(name=name, fields=fields, secrets=secrets)
 
+    def check_joins(self, sweep: str | None) -> None:
+        """Forbidden unless the submitting user may add jobs to SWEEP: on a main node (an
+        ``owner`` set) SWEEP is a sweep's id (not one to come, which would be another's)
+        and every job already in it is theirs, or they are an admin. On this machine's own
+        (no owner) its user owns everything, and a sweep may be any label."""
+        if sweep is None or self.owner is None:
+            return
+        if self.store.get_sweep(sweep) is None:
+            raise MonkeyError(
+                f"no sweep has the id {sweep!r}; give the id of a sweep of yours "
+                "(`monkey list sweeps`), or start one with `monkey sweep`"
+            )
+        others = self.store.sweep_owners(sweep) - {self.owner}
+        if others and not self.store.is_admin(self.owner):
+            names = ", ".join(sorted(o or "nobody recorded" for o in others))
+            raise Forbidden(
+                f"sweep {sweep} has jobs of {names}; only their owner or an admin may add "
+                "jobs to it (submit without the sweep, or start your own with `monkey sweep`)"
+            )
+
     def record(
         self, sub: Submission, cells: list[tuple[list[str], str, dict[str, Any]]], **fields: Any
     ) -> list[str]:
         """Record one job per (argv, name, params) cell in one transaction; the secret values
         go to a 0600 file first, removed again when nothing refers to it."""
+        if fields.get("sweep") != sub.joined:  # a sweep's batches: its first one checks
+            self.check_joins(fields.get("sweep"))
+            sub.joined = fields.get("sweep")
         secrets_ref = sub.secrets_ref
         if sub.secrets and secrets_ref is None:
             secrets_ref = self._write_secrets(sub.secrets)
@@ -549,6 +579,41 @@ def blobs_needed(fields: dict[str, Any], blobs: BlobStore) -> tuple[set[str], se
                 raise MonkeyError(f"blob {digest} lists a file without a valid digest")
             listed |= files
     return named, listed - named
+
+
+MAX_OUTPUTS = 100  # --outputs globs of one submission
+
+
+def check_gathered(fields: dict[str, Any], name: Any, secrets: dict[str, Any]) -> None:
+    """The FIELDS (``GATHERED``), job NAME and SECRETS a client sent, checked as strictly as
+    a submission gathered here is made: MonkeyError naming the first wrong field. Values
+    are normalised in FIELDS."""
+    from monkey import specrecord as sr
+
+    fields["retries"] = check_retries(fields["retries"])
+    outputs = fields["outputs"]
+    if not isinstance(outputs, list) or len(outputs) > MAX_OUTPUTS:
+        raise MonkeyError(f"outputs: give a list of at most {MAX_OUTPUTS} globs")
+    fields["outputs"] = [
+        check_output_glob(sr.check_text(g, f"outputs[{i}]")) for i, g in enumerate(outputs)
+    ]
+    for label, values in (("env", fields["env"]), ("secrets", secrets)):
+        if not isinstance(values, dict) or len(values) > sr.MAX_ITEMS:
+            raise MonkeyError(f"{label}: give at most {sr.MAX_ITEMS} NAME=VALUE pairs of text")
+        for key, value in values.items():
+            if not isinstance(key, str) or not sr.ENV_NAME.fullmatch(key):
+                raise MonkeyError(f"{label}: {str(key)[:80]!r} is not a variable name")
+            if not isinstance(value, str) or "\0" in value or len(value) > sr.MAX_VALUE:
+                raise MonkeyError(f"{label}.{key}: give text without NUL, at most 128 KiB")
+    for key in ("snapshot", "packages"):
+        sr.check_digest(fields[key], key)
+    sr.check_text(fields["workdir"], "workdir")
+    sr.check_text(fields["python"], "python", 64)
+    if name is not None:
+        sr.check_text(name, "name", 1000)
+    fields["spec"] = sr.check_spec(fields["spec"])
+    fields["datasets"] = sr.check_datasets(fields["datasets"], "datasets")
+    fields["git"] = sr.check_git(fields["git"], "git") if fields["git"] != {} else {}
 
 
 def check_output_glob(pattern: str) -> str:

@@ -117,6 +117,19 @@ def test_the_original_sample_loads(tmp_path):
             ('    - TEST_ENV: "HELLO"', "    - TEST-ENV: 1"),
             "job.yml:6: run.env.TEST-ENV: is not a valid variable name",
         ),
+        (
+            ("  - name: output", "  - name: ../../x"),
+            "job.yml:12: persist[0].name: '../../x' must be 1 to 200 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit",
+        ),
+        (
+            ("  - name: output", f"  - name: {'o' * 201}"),
+            "job.yml:12: persist[0].name: '" + "o" * 201 + "' must be 1 to 200 letters",
+        ),
+        (
+            ("    path: output", '    path: "out\\tput"'),
+            "job.yml:13: persist[0].path: 'out\\tput' holds a control character",
+        ),
         (("name: mnist", "name: [mnist"), "job.yml:2: invalid YAML"),
         (
             ('    - TEST_ENV: "HELLO"', '    - TEST_ENV: "HELLO"\n    - TEST_ENV: "BYE"'),

@@ -187,6 +187,17 @@ def test_a_symlink_out_of_the_project_is_recorded_never_read(cli, home, tmp_path
             assert b"SECRET-SHADOW-LINE" not in data and b"SECRET-DISK-DATA" not in data, path
 
 
+def test_the_agent_never_writes_through_a_link_a_job_made_in_its_run_folder(cli, home, tmp_path):
+    """A job makes its run folder's output.order a link to a file of the machine (issue 41):
+    the agent, which may run with more rights than the job, leaves that file as it was."""
+    target = tmp_path / "theirs.txt"
+    target.write_text("untouched\n")
+    script = f"ln -sf {target} ../output.order; echo a; sleep 1.5; echo b >&2; sleep 1.5"
+    proc = cli("run", "--follow", "--", "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_text() == "untouched\n"
+
+
 # -- finding 8: secret values stay out of MONKEY_HOME -------------------------------------
 
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"

@@ -48,6 +48,9 @@ TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop r
 # (private/reserve), given up when an event cannot be written for a full disk: a job that
 # filled the disk of a host still has its exit recorded.
 NEARLY_FULL = 1 << 20  # free bytes below which a failed job's note says its disk is full
+# Appending to a file of the run dir: never through a link a job made there (the agent would
+# write where it points, with its own rights)
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str, Any]:
@@ -107,9 +110,7 @@ class Events(AgentState):
         event = {"seq": job.seq + 1, "ts": time.time(), "type": etype, **fields}
         line = encode(event)
         try:
-            fd = os.open(
-                job.events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-            )
+            fd = os.open(job.events_path, _APPEND, 0o600)
             try:
                 written = os.write(fd, line)
                 if written != len(line):
@@ -197,7 +198,7 @@ class Events(AgentState):
             return None
         if sizes != job.order:
             try:
-                with open(job.prefix + ORDER, "a") as fh:
+                with open(os.open(job.prefix + ORDER, _APPEND, 0o600), "a") as fh:
                     fh.write(f"{sizes[0]} {sizes[1]}\n")
             except OSError as e:
                 log(f"cannot mark the output order of {job.juid}/{job.attempt}: {e}")

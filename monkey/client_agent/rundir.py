@@ -50,6 +50,10 @@ ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never
 OLD_EXIT = "exit"  # the exit code, in run dirs of earlier agents
 OLD_PID = "pid"  # the started record, in run dirs of earlier agents
 LOGS = (SETUP_LOG, STDOUT, STDERR)  # the logs a user reads
+PERSIST = "persist"  # beside the attempts' folders: the job's saved persisted folders
+# A persisted or data folder's name (job.yml ``persist``/``data``): one path component,
+# the name of its saved copy in PERSIST
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 TAIL_CHUNK = 4 << 20  # bytes of metrics.jsonl/stdout.log read for one metrics event
 _SCRAPED = re.compile(rb'^[ \t]*\{\s*"(?:experiment|monkey)"\s*:', re.M)
@@ -59,6 +63,24 @@ _TAIL_MARK = re.compile(rb'"type":"metrics","log":\[\d+,(\d+)\],"out":\[\d+,(\d+
 def stream_log(stream: str) -> str:
     """The log file of the job's STREAM: STDOUT for "stdout", STDERR for "stderr"."""
     return f"{stream}.log"
+
+
+def saved_folder(job_dir: str, name: str) -> str | None:
+    """JOB_DIR/PERSIST/NAME, the saved copy of persisted folder NAME, when NAME is a folder
+    name and that path is a folder reached through no link (a job may have made any of them
+    a link out); else None."""
+    if not isinstance(name, str) or not FOLDER_NAME.fullmatch(name):
+        return None
+    path = os.path.join(job_dir, PERSIST, name)
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    runs, juid = os.path.split(os.path.normpath(job_dir))
+    if os.path.realpath(path) != os.path.join(os.path.realpath(runs), juid, PERSIST, name):
+        return None  # the job's folder or PERSIST is a link
+    return path
 
 
 def record_code(run_dir: str, work: str, rels: list[str]) -> None:

@@ -46,6 +46,7 @@ from monkey.client_agent.rundir import (
     ABANDONED,
     ABANDONED_CLAIM,
     EVENTS,
+    FOLDER_NAME,
     LAUNCH,
     OLD_PID,
     STARTED,
@@ -93,7 +94,6 @@ WRAPPER = (
 # How a wrapper's /proc/PID/cmdline starts (``_spawn``'s argv up to the job's folder).
 WRAPPER_CMDLINE = b"\0".join([b"/bin/sh", b"-c", WRAPPER.encode(), b"monkey-job", b""])
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 JOB_UMASK = 0o022  # the umask jobs run with (set by main: the one the agent was started with)
 
 
@@ -391,7 +391,7 @@ class Spawning(AgentState):
         if setup is not None and not isinstance(setup, dict):
             raise RequestError("setup must be an object")
         for item in persist:
-            if not isinstance(item, dict) or not _FOLDER_NAME.fullmatch(str(item.get("name"))):
+            if not isinstance(item, dict) or not FOLDER_NAME.fullmatch(str(item.get("name"))):
                 raise RequestError(f"bad persist entry {item!r}")
             item["path"] = safe_relpath(item.get("path"))
         for key in ("env_file", "install_script"):

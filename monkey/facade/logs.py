@@ -77,7 +77,13 @@ class Logs:
         (``── attempt 2 on HOST, after preempted ──``): stdout and stderr in the order they
         were written (``stream`` "stdout" or "stderr": one of them; ``setup``: the set-up
         log instead); with ``tail``, only the last ``tail`` lines of it all, unmarked."""
-        from monkey.logfiles import Segment, interleaved, read_segments, tail_segments
+        from monkey.logfiles import (
+            Segment,
+            interleaved,
+            log_size,
+            read_segments,
+            tail_segments,
+        )
 
         juid = self.store.resolve(ref)
         attempts = [a for a in self.store.attempts(juid) if a.run_dir]
@@ -89,7 +95,7 @@ class Logs:
             folder = self.home.run_dir(juid, a.n)
             if setup or stream != "both":
                 path = folder / (rundir.SETUP_LOG if setup else rundir.stream_log(stream))
-                size = path.stat().st_size if path.exists() else 0
+                size = log_size(path) or 0
                 segments = [(path, 0, size)] if size else []
             else:
                 segments = interleaved(

@@ -270,9 +270,10 @@ class RemoteMonkey:
         import tempfile
 
         from monkey.remote.submit import cache_folder
+        from monkey.specrecord import persisted_names, stored_spec
 
         juid = self.resolve(ref)
-        spec = self.info(juid)["spec"] or {}
+        folders = persisted_names(stored_spec(self.info(juid)["spec"]))
         resp = self.client.stream(f"/api/v1/persisted/{quote(juid)}", {})
         cache_folder(self.name).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".pull-", dir=cache_folder(self.name)))
@@ -285,11 +286,7 @@ class RemoteMonkey:
                 f"{self.name}: the connection dropped while fetching job {juid}'s folders "
                 f"({exc}); run the command again"
             ) from None
-        return [
-            (p["path"], tmp / p["path"])
-            for p in spec.get("persist", [])
-            if (tmp / p["path"]).is_dir()
-        ]
+        return [(path, tmp / path) for path, _ in folders if (tmp / path).is_dir()]
 
     def wait_job(self, juid: str, timeout: float | None = None, poll: float = 1.0) -> State:
         """``Job.wait()`` of job JUID: until it ends (a retry pending is not an end) or is

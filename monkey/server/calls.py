@@ -5,17 +5,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from monkey.models import MonkeyError
+from monkey.models import Forbidden, MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from monkey.api import Monkey
-
-
-class Forbidden(MonkeyError):
-    """A user asked for what only an admin or the job's owner may do (403)."""
 
 
 class Call(NamedTuple):

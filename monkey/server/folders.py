@@ -26,17 +26,23 @@ if TYPE_CHECKING:
 _PIECE = 1 << 16
 
 
+def _regular(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """INFO when a folder or a regular file; links (a job may link out of its folder) and
+    devices are left out."""
+    return info if info.isdir() or info.isfile() else None
+
+
 def tar_stream(folders: list[tuple[str, Path]]) -> Iterator[bytes]:
-    """FOLDERS [(name in the archive, folder)] as a tar archive, piece by piece: a thread
-    writes it into a pipe that this generator reads; closing the generator (the client
-    went away) ends the writer at its next write."""
+    """FOLDERS [(name in the archive, folder)] as a tar archive of their folders and regular
+    files (never a link), piece by piece: a thread writes it into a pipe that this generator
+    reads; closing the generator (the client went away) ends the writer at its next write."""
     read_fd, write_fd = os.pipe()
 
     def write() -> None:
         try:
             with os.fdopen(write_fd, "wb") as out, tarfile.open(fileobj=out, mode="w|") as tar:
                 for name, folder in folders:
-                    tar.add(folder, arcname=name)
+                    tar.add(folder, arcname=name, filter=_regular)
         except OSError:
             pass  # the reader closed the pipe: nobody wants the rest
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from collections.abc import Iterable
@@ -81,10 +80,10 @@ class HousekeepingStore:
 
     def job_specs(self) -> dict[str, dict[str, Any]]:
         """{juid: recorded job.yml spec} of every job that has one."""
-        return {
-            juid: json.loads(spec)
-            for juid, spec in self.db.execute("SELECT juid, spec FROM job_specs")
-        }
+        from monkey.store.jobspec import read_spec
+
+        specs = {j: read_spec(s) for j, s in self.db.execute("SELECT juid, spec FROM job_specs")}
+        return {juid: spec for juid, spec in specs.items() if spec is not None}
 
     def forget_blobs(self, digests: Iterable[str]) -> None:
         """Remove the blobs table's rows of DIGESTS (before their files are deleted)."""

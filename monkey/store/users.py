@@ -56,6 +56,16 @@ class UserStore:
             for n, d, a, c, u in rows
         ]
 
+    def is_admin(self, name: str) -> bool:
+        """Whether user NAME is an admin of this main node."""
+        row = self.db.execute("SELECT admin FROM users WHERE name = ?", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def sweep_owners(self, sweep: str) -> set[str | None]:
+        """Who submitted the jobs of SWEEP (None: not recorded)."""
+        rows = self.db.execute("SELECT DISTINCT owner FROM jobs WHERE sweep = ?", (sweep,))
+        return {owner for (owner,) in rows}
+
     def count_users(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM users").fetchone()[0]
 

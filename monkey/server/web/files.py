@@ -107,14 +107,22 @@ def data_part(m: Monkey, juid: str) -> dict[str, Any]:
 def _outputs(work: Path, globs: list[str]) -> list[dict[str, Any]]:
     """The files of WORK matching GLOBS (as the agent picks outputs: regular, not links,
     never out of WORK)."""
-    if not work.is_dir():
+    runs = work.parents[2]  # runs/JUID/ATTEMPT/work: none of them may be a link out
+    real = work.resolve()
+    if real != runs.resolve() / work.relative_to(runs) or not work.is_dir():
         return []
     seen: dict[str, int] = {}
     for pattern in globs:
         for rel in glob.glob(pattern, root_dir=work, recursive=True):
             rel = os.path.normpath(rel)
             path = work / rel
-            if ".." in rel.split(os.sep) or path.is_symlink() or not path.is_file():
+            if (
+                os.path.isabs(rel)
+                or ".." in rel.split(os.sep)
+                or path.is_symlink()
+                or not path.is_file()
+                or not path.resolve().is_relative_to(real)
+            ):
                 continue
             seen[Path(rel).as_posix()] = path.stat().st_size
     return [{"path": p, "url": quote(p), "size": s} for p, s in sorted(seen.items())]
