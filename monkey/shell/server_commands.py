@@ -31,7 +31,9 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     p.epilog = EPILOG
     sub = p.add_subparsers(
-        dest="action", required=True, metavar="{start,run,stop,status,user,quota,install-service}"
+        dest="action",
+        required=True,
+        metavar="{start,run,stop,status,user,quota,notify-allow,install-service}",
     )
     for action, text in (
         ("start", "start in the background (and the core beside it)"),
@@ -85,6 +87,15 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     tok.add_argument("name")
     _quota_parser(sub)
+    allow = sub.add_parser(
+        "notify-allow",
+        help="let plain users' notify targets reach an address range (or list them)",
+        description="Plain users' notify targets (webhook, Slack, SMTP) may reach public "
+        "addresses only, never this main node's loopback, link-local, private or own "
+        "addresses; let them reach CIDR too, remove a range with --remove, or list them.",
+    )
+    allow.add_argument("cidr", nargs="?", metavar="CIDR", help="e.g. 10.1.0.0/16 or ::1/128")
+    allow.add_argument("--remove", action="store_true", help="remove CIDR from the list")
     p.set_defaults(func=cmd_server)
     return p
 
@@ -92,6 +103,8 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def cmd_server(args: argparse.Namespace) -> int:
     if args.action == "quota":  # through the facade: on a remote's main node too
         return _quota(args)
+    if args.action == "notify-allow":
+        return _notify_allow(args)
     from monkey.config import Home
     from monkey.server import service
 
@@ -239,6 +252,27 @@ def _user(home: object, args: argparse.Namespace) -> int:
             for u in users
         ],
     )
+    return 0
+
+
+def _notify_allow(args: argparse.Namespace) -> int:
+    from monkey.shell.common import UsageError, monkey
+
+    if args.remove and not args.cidr:
+        raise UsageError("monkey server notify-allow --remove: name the range, e.g. 10.0.0.0/8")
+    ranges = monkey().notify_allow(args.cidr, args.remove)
+    if args.cidr:
+        from monkey.core.reach import parse_cidr
+
+        done = "removed from" if args.remove else "added to"
+        print(f"{parse_cidr(args.cidr)} {done} the ranges plain users' notify targets may reach")
+    elif not ranges:
+        print(
+            "plain users' notify targets reach public addresses only; allow a range: "
+            "monkey server notify-allow CIDR"
+        )
+    for cidr in ranges if not args.cidr else []:
+        print(cidr)
     return 0
 
 
