@@ -279,11 +279,13 @@ def _notify_allow(args: argparse.Namespace) -> int:
 def _quota_parser(sub: Any) -> None:
     quota = sub.add_parser(
         "quota",
-        help="set, list, remove users' quotas (jobs, GPUs, $/h, share) per provider",
+        help="set, list, remove users' quotas (jobs, GPUs, $/h, share per provider; storage)",
         description="Quotas: the most concurrent jobs, GPUs and estimated $/hour a user's "
         "jobs may take on a provider (a job over quota waits, saying why), and the user's "
-        "fair-share weight there. The most specific entry that sets a value wins: user and "
-        "provider, user, default and provider, default.",
+        "fair-share weight there; and the bytes of blobs a user's uploads and jobs may hold "
+        "(--storage: a blob counts for each user holding it; an upload counts for the gc "
+        "grace, then only while a job uses it). The most specific entry that sets a value "
+        "wins: user and provider, user, default and provider, default.",
     )
     qs = quota.add_subparsers(dest="quota_action", required=True, metavar="{set,list,remove}")
     st = qs.add_parser(
@@ -306,6 +308,12 @@ def _quota_parser(sub: Any) -> None:
         "--share",
         metavar="W",
         help="fair-share weight (default 1): a user with 2 gets twice the slots of one with 1",
+    )
+    st.add_argument(
+        "--storage",
+        metavar="SIZE",
+        help="most bytes of blobs the user's uploads and jobs hold on this main node (50G; "
+        "all providers' entry only); an upload beyond it is refused",
     )
     ls = qs.add_parser("list", help="the quota entries", description="List quota entries.")
     ls.add_argument("--json", action="store_true", help="print JSON")
@@ -334,7 +342,9 @@ def _quota(args: argparse.Namespace) -> int:
     action = args.quota_action
     user = None if getattr(args, "default", False) else args.__dict__.get("user")
     if action == "set":
-        q = m.set_quota(user, args.provider, args.jobs, args.gpus, args.spend, args.share)
+        q = m.set_quota(
+            user, args.provider, args.jobs, args.gpus, args.spend, args.share, args.storage
+        )
         print(f"quota {_entry_name(q)}: {_limits_line(q)}")
         return 0
     if action == "remove":
@@ -353,8 +363,9 @@ def _quota(args: argparse.Namespace) -> int:
         return 0
     from monkey.shell.table import render
 
+    storage = any(q.get("storage") is not None for q in quotas)  # its column once one is set
     render(
-        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE"],
+        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE", *(["STORAGE"] if storage else [])],
         [
             [
                 "(default)" if q["user"] == "*" else q["user"],
@@ -363,6 +374,7 @@ def _quota(args: argparse.Namespace) -> int:
                 _limit_text(q["gpus"]),
                 _limit_text(q["spend"], spend=True),
                 _share_text(q.get("share")),
+                *([_storage_text(q.get("storage"))] if storage else []),
             ]
             for q in quotas
         ],
@@ -383,7 +395,18 @@ def _limits_line(q: dict[str, Any]) -> str:
     ]
     if q.get("share") is not None:
         said.append(f"share {_share_text(q['share'])}")
+    if q.get("storage") is not None:
+        said.append(f"storage {_storage_text(q['storage'])}")
     return ", ".join(said)
+
+
+def _storage_text(value: float | None) -> str:
+    from monkey.models import human_size
+    from monkey.store.quotas import UNLIMITED
+
+    if value is None:
+        return "-"
+    return "unlimited" if value == UNLIMITED else human_size(value)
 
 
 def print_quota_use(rows: list[dict[str, Any]]) -> None:
