@@ -163,7 +163,7 @@ def send(
     _post(secret["url"], body, headers, reach)
 
 
-def _addresses(where: str, host: str, port: int, reach: Reach | None) -> list[tuple[int, str]]:
+def _addresses(where: str, host: str, port: int, reach: Reach | None) -> list[tuple[int, Any]]:
     """HOST's addresses that REACH allows (see ``reach.resolve``); SendError otherwise."""
     try:
         return resolve(host, port, reach)
@@ -242,14 +242,14 @@ class _Pinned(http.client.HTTPConnection):
         self,
         name: str,
         port: int,
-        addresses: list[tuple[int, str]],
+        addresses: list[tuple[int, Any]],
         context: ssl.SSLContext | None,
     ) -> None:
         super().__init__(name, port, timeout=TIMEOUT)
         self.addresses, self.context = addresses, context
 
     def connect(self) -> None:
-        sock = connect(self.addresses, self.port, TIMEOUT)
+        sock = connect(self.addresses, TIMEOUT)
         if self.context is not None:
             try:
                 sock = self.context.wrap_socket(sock, server_hostname=self.host)
@@ -358,14 +358,14 @@ class smtp_session:  # noqa: N801 - used as a context manager
             self._close()
 
 
-def _pinned_smtp(tls: bool, addresses: list[tuple[int, str]], context: ssl.SSLContext) -> Any:
+def _pinned_smtp(tls: bool, addresses: list[tuple[int, Any]], context: ssl.SSLContext) -> Any:
     """smtplib's SMTP (SMTP_SSL when TLS) class connecting to one of ADDRESSES (checked
     already), the server's name kept for TLS."""
     import smtplib
 
     class Pinned(smtplib.SMTP):
         def _get_socket(self, host: str, port: int, timeout: float) -> Any:
-            sock = connect(addresses, port, timeout)
+            sock = connect(addresses, timeout)
             if not tls:
                 return sock
             try:

@@ -22,6 +22,8 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from monkey.store import Store
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -94,15 +96,15 @@ def reach_for(store: Store, owner: str) -> Reach | None:
     return Reach(tuple(ipaddress.ip_network(c) for c in store.notify_allowed()))
 
 
-def resolve(host: str, port: int, reach: Reach | None) -> list[tuple[int, str]]:
-    """HOST's addresses, as (family, address) to connect to PORT: every one checked
-    against REACH (Refused naming the rule and the fix when one may not be reached);
-    OSError when HOST has no address."""
+def resolve(host: str, port: int, reach: Reach | None) -> list[tuple[int, Any]]:
+    """HOST's addresses at PORT, as (family, socket address) to connect to: every one
+    checked against REACH (Refused naming the rule and the fix when one may not be
+    reached); OSError when HOST has no address."""
     found = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    out: list[tuple[int, str]] = []
+    out: list[tuple[int, Any]] = []
     for family, _type, _proto, _name, sockaddr in found:
         address = str(sockaddr[0])
-        if (family, address) in out:
+        if (family, sockaddr) in out:
             continue
         if reach is not None:
             ip = ipaddress.ip_address(address.partition("%")[0])
@@ -110,21 +112,22 @@ def resolve(host: str, port: int, reach: Reach | None) -> list[tuple[int, str]]:
             if why is not None:
                 cidr = f"{ip}/{ip.max_prefixlen}"
                 raise Refused(
-                    f"{host} is {ip}, {why}: a plain user's notifications may not reach this main node's "
-                    f"own network; an admin may allow it: monkey server notify-allow {cidr}"
+                    f"{host} is {ip}, {why}: a plain user's notifications may not reach "
+                    "this main node's own network; an admin may allow it: monkey server "
+                    f"notify-allow {cidr}"
                 )
-        out.append((family, address))
+        out.append((family, sockaddr))
     return out
 
 
-def connect(addresses: list[tuple[int, str]], port: int, timeout: float) -> socket.socket:
+def connect(addresses: list[tuple[int, Any]], timeout: float) -> socket.socket:
     """A TCP connection to the first of ADDRESSES (from ``resolve``) that answers."""
     error: OSError | None = None
-    for family, address in addresses:
+    for family, sockaddr in addresses:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect((address, port))
+            sock.connect(sockaddr)
         except OSError as exc:
             sock.close()
             error = exc
