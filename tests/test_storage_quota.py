@@ -16,6 +16,7 @@ import ssl
 from pathlib import Path
 
 import blake3
+import pytest
 from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401  (a fixture)
 
@@ -114,3 +115,19 @@ def test_an_upload_no_job_uses_goes_after_the_gc_grace_without_an_admin(home, tm
         assert checked.stdout.endswith(" of 1 job: 0 damaged, 0 missing\n")
     finally:
         node.close()
+
+
+def test_two_uploads_of_one_user_at_once_share_her_room():
+    """What one upload under way took counts for the other, until it is over."""
+    from monkey.server.blobs import OverQuota, Room
+
+    in_flight: dict[str, int] = {}
+    first, second = Room("ana", 10, 100, in_flight), Room("ana", 10, 100, in_flight)
+    first.take(60)
+    with pytest.raises(OverQuota, match="storage quota of ana: 70 B held of 100 B"):
+        second.take(40)
+    second.take(30)
+    first.close()
+    second.take(60)
+    second.close()
+    assert in_flight == {}

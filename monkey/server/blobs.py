@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 
 import anyio
@@ -55,19 +56,38 @@ class OverQuota(MonkeyError):
 
 class Room:
     """What is left of a user's storage quota for one upload: ``take`` each blob's
-    announced size before its bytes are read."""
+    announced size before its bytes are read. What the user's other uploads under way
+    have taken counts too (IN_FLIGHT: user -> bytes, shared by the server's uploads), so
+    two at once cannot both fit into the same room; ``close`` gives it back."""
 
-    def __init__(self, user: str, used: int, limit: int) -> None:
+    _lock = threading.Lock()
+
+    def __init__(self, user: str, used: int, limit: int, in_flight: dict[str, int]) -> None:
         self.user, self.used, self.limit = user, used, limit
+        self.in_flight = in_flight
         self.taken = 0
 
     def take(self, size: int) -> None:
         """Count SIZE bytes more; OverQuota when they do not fit."""
-        if self.used + self.taken + size > self.limit:
-            from monkey.facade.storage import over_quota
+        with self._lock:
+            others = self.in_flight.get(self.user, 0) - self.taken
+            if self.used + others + self.taken + size > self.limit:
+                from monkey.facade.storage import over_quota
 
-            raise OverQuota(over_quota(self.user, self.used, self.limit, self.taken + size))
-        self.taken += size
+                held = self.used + others
+                raise OverQuota(over_quota(self.user, held, self.limit, self.taken + size))
+            self.taken += size
+            self.in_flight[self.user] = self.in_flight.get(self.user, 0) + size
+
+    def close(self) -> None:
+        """The upload is over (its blobs recorded, or none): give its bytes back."""
+        with self._lock:
+            left = self.in_flight.get(self.user, 0) - self.taken
+            if left > 0:
+                self.in_flight[self.user] = left
+            else:
+                self.in_flight.pop(self.user, None)
+            self.taken = 0
 
 
 class Unpacker:
@@ -169,6 +189,7 @@ async def _pieces(request: Request) -> AsyncIterator[bytes]:
 def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
     """The blob routes of the server over HOME (MONKEY: this thread's facade)."""
     blobs = BlobStore(home.blobs)
+    in_flight: dict[str, int] = {}  # user -> bytes their uploads under way announced
 
     def record(unpacker: Unpacker, user: str) -> None:
         """The blobs received, with the stamps of bytes hashed as they came (see
@@ -188,10 +209,10 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
         limit = storage_limit(store.quotas(), user)
         if limit is None:
             return None
-        found = Room(user, held(store, blobs, user).get(user, 0), limit)
+        found = Room(user, held(store, blobs, user).get(user, 0), limit, in_flight)
         if announced:
             found.take(announced)  # the whole, then each blob as its header comes
-            found.taken = 0
+            found.close()
         return found
 
     async def missing(request: Request) -> Response:
@@ -223,6 +244,14 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
         except OverQuota as exc:
             return JSONResponse({"error": str(exc)}, 413, headers={"Connection": "close"})
         unpacker = Unpacker(blobs, quota)
+        try:
+            return await _unpack(request, unpacker, user)
+        finally:
+            if quota is not None:
+                quota.close()
+
+    async def _unpack(request: Request, unpacker: Unpacker, user: str) -> Response:
+        """Read the pack into UNPACKER as it arrives; the blobs received are USER's."""
         pending = bytearray()
         try:
             async for piece in _pieces(request):
