@@ -14,7 +14,7 @@ import threading
 
 from conftest import wait_for
 from mainnode import node  # noqa: F401  (a fixture)
-from test_notify import KEY, receiver  # noqa: F401  (a fixture)
+from test_notify import KEY, Receiver, receiver  # noqa: F401  (a fixture)
 
 RULE = (
     "a loopback address: a plain user's notifications may not reach this main node's own "
@@ -137,3 +137,19 @@ def test_an_smtp_error_names_its_class_never_the_peers_words(cli):
     assert _one_line(proc) == (
         f"monkey: error: SMTP 127.0.0.1:{port}: connection refused (nothing was added)"
     )
+
+
+def test_a_redirect_is_not_followed(cli):
+    """A receiver answering 302 is told of in one line: the redirect is not followed (it
+    could lead anywhere, the main node's own network included)."""
+    moved = Receiver()
+    moved.status = 302
+    try:
+        cli("notify", "add", "moved", "webhook", moved.url, check=True)
+        line = _one_line(cli("notify", "test", "moved"))
+        assert line == (
+            f"monkey: error: notify test moved: 127.0.0.1:{moved.port} answered HTTP 302 "
+            "Found, a redirect, which is not followed; give the target's final URL"
+        )
+    finally:
+        moved.close()
