@@ -622,6 +622,20 @@ class Monkey:
 
         return add_target(self.home, self.store, self.acting_user(), name, kind, dest, **options)
 
+    def notify_allow(self, cidr: str | None = None, remove: bool = False) -> list[str]:
+        """The address ranges plain users' notify targets may reach on this main node
+        (beyond public addresses; see ``monkey.core.reach``), after adding CIDR (or removing
+        it with REMOVE). Admins only through a server."""
+        from monkey.core.reach import parse_cidr
+
+        if cidr is not None:
+            cidr = parse_cidr(cidr)
+            if not self.store.set_notify_allowed(cidr, not remove) and remove:
+                raise MonkeyError(
+                    f"{cidr} is not allowed; see `monkey server notify-allow` (the list)"
+                )
+        return self.store.notify_allowed()
+
     def notify_list(self) -> list[dict[str, Any]]:
         """Your targets (URLs masked, no secret), with their pending, sent and failed
         deliveries and the last error."""

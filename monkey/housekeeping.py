@@ -200,6 +200,25 @@ def gc(m: Facade, grace: float = 3600.0) -> GcReport:
         )
         _gc_blobs(m, needed, cut, report)
         _gc_path_caches(m)
+    m.store.forget_uploads(cut)
+    return report
+
+
+def gc_blobs(m: Facade, grace: float) -> GcReport:
+    """The blobs part of ``gc`` alone, with its rules (GRACE seconds, the lease): what a
+    main node runs on its own, so uploads no job names do not wait for an admin (see
+    ``monkey.server.reclaim``); nothing while a submission holds the lease (the next turn
+    does it). Uploads older than GRACE stop counting for their user."""
+    from monkey.snapshot.blobs import BlobStore
+    from monkey.snapshot.manifest import needed_blobs
+
+    report = GcReport()
+    cut = time.time() - grace
+    blobs = BlobStore(m.home.blobs)
+    with blobs.lease(exclusive=True, wait=False) as free:  # a submission under way: later
+        if free:
+            _gc_blobs(m, needed_blobs(m.store, blobs), cut, report)
+    m.store.forget_uploads(cut)
     return report
 
 

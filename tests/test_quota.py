@@ -192,7 +192,8 @@ def test_bad_quota_input_is_one_line_and_writes_nothing(home: Path, monkey, cli)
         (
             ["set", "ana"],
             1,
-            "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR or --share W",
+            "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR, --share W or "
+            "--storage SIZE",
         ),
         (
             ["set", "ana", "--share", "0"],

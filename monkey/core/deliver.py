@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import json
+import ssl
 import time
 from urllib.parse import urlsplit
 
+from monkey.core.reach import Reach, Refused, connect, resolve
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -134,12 +137,17 @@ def email_text(msg: dict[str, Any]) -> str:
 
 
 def send(
-    target: dict[str, Any], secret: dict[str, Any], msg: dict[str, Any], delivery: str
+    target: dict[str, Any],
+    secret: dict[str, Any],
+    msg: dict[str, Any],
+    delivery: str,
+    reach: Reach | None = None,
 ) -> None:
     """Send MSG to TARGET (its ``kind`` and ``options``; SECRET: its URL, key, password)
-    with idempotency id DELIVERY; SendError in one line when it failed."""
+    with idempotency id DELIVERY, only to addresses REACH allows (None: any; see
+    ``monkey.core.reach``); SendError in one line when it failed."""
     if target["kind"] == "email":
-        _send_email(target["options"], secret, msg, delivery)
+        _send_email(target["options"], secret, msg, delivery, reach)
         return
     if target["kind"] == "slack":
         body = json.dumps(slack_payload(msg)).encode()
@@ -152,54 +160,111 @@ def send(
             "X-Monkey-Delivery": delivery,
             "X-Monkey-Signature": sign(secret["key"], stamp, body),
         }
-    _post(secret["url"], body, headers)
+    _post(secret["url"], body, headers, reach)
 
 
-def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "monkey", **headers},
-    )
-    host = urlsplit(url).netloc
+def _addresses(where: str, host: str, port: int, reach: Reach | None) -> list[tuple[int, Any]]:
+    """HOST's addresses that REACH allows (see ``reach.resolve``); SendError otherwise."""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:  # noqa: S310 - checked
-            answer.read(65536)
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-        permanent = 400 <= status < 500 and status not in (408, 425, 429)
-        why = exc.read(200).decode(errors="replace").strip().splitlines()
+        return resolve(host, port, reach)
+    except Refused as exc:
+        raise SendError(str(exc), permanent=True) from None
+    except (OSError, UnicodeError) as exc:
+        why = getattr(exc, "strerror", None) or "no address"
+        raise SendError(f"{where}: cannot resolve {host} ({why})") from None
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], reach: Reach | None) -> None:
+    """POST BODY to URL: its name resolved once, the connection made to an address REACH
+    allows, the name kept for Host and TLS; a redirect is not followed."""
+    import http.client
+    import ssl
+
+    parts = urlsplit(url)
+    where = parts.netloc.rpartition("@")[2]
+    tls = parts.scheme == "https"
+    try:
+        name, port = parts.hostname or "", parts.port or (443 if tls else 80)
+    except ValueError:
+        raise SendError(f"{where}: the URL cannot be sent to; add the target again", True) from None
+    addresses = _addresses(where, name, port, reach)
+    conn = _Pinned(name, port, addresses, ssl.create_default_context() if tls else None)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request(
+            "POST",
+            path,
+            body,
+            {"Content-Type": "application/json", "User-Agent": "monkey", **headers},
+        )
+        answer = conn.getresponse()
+        status, reason = answer.status, answer.reason
+        why = answer.read(200 if status >= 300 else 65536)
+    except ssl.SSLCertVerificationError as exc:
         raise SendError(
-            f"{host} answered HTTP {status} {exc.reason}" + (f": {why[0]}" if why else ""),
-            permanent,
+            f"TLS error with {where}: {exc.verify_message or exc} (its certificate "
+            "is not trusted here; SSL_CERT_FILE names a CA file)"
         ) from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, ssl.SSLCertVerificationError):
-            raise SendError(
-                f"TLS error with {host}: {reason.verify_message or reason} (its certificate "
-                "is not trusted here; SSL_CERT_FILE names a CA file)"
-            ) from None
-        if isinstance(reason, ssl.SSLError):
-            raise SendError(f"TLS error with {host}: {reason}") from None
-        if isinstance(reason, ConnectionRefusedError):
-            raise SendError(f"{host}: connection refused") from None
-        raise SendError(f"{host}: {getattr(reason, 'strerror', None) or reason}") from None
+    except ssl.SSLError as exc:
+        raise SendError(f"TLS error with {where}: {exc.reason or 'the handshake failed'}") from None
+    except ConnectionRefusedError:
+        raise SendError(f"{where}: connection refused") from None
     except TimeoutError:
-        raise SendError(f"{host}: no answer within {TIMEOUT:.0f}s") from None
+        raise SendError(f"{where}: no answer within {TIMEOUT:.0f}s") from None
+    except http.client.HTTPException:  # its text would show what the peer sent
+        raise SendError(f"{where}: the answer is not HTTP") from None
     except OSError as exc:
-        raise SendError(f"{host}: {exc.strerror or exc}") from None
+        raise SendError(f"{where}: {exc.strerror or type(exc).__name__}") from None
     except ValueError:  # http.client.InvalidURL and the like: its text would show the URL
-        raise SendError(f"{host}: the URL cannot be sent to; add the target again", True) from None
+        raise SendError(f"{where}: the URL cannot be sent to; add the target again", True) from None
+    finally:
+        conn.close()
+    if 200 <= status < 300:
+        return
+    if 300 <= status < 400:
+        raise SendError(
+            f"{where} answered HTTP {status} {reason}, a redirect, which is not followed; "
+            "give the target's final URL",
+            permanent=True,
+        )
+    permanent = 400 <= status < 500 and status not in (408, 425, 429)
+    lines = why.decode(errors="replace").strip().splitlines()
+    raise SendError(
+        f"{where} answered HTTP {status} {reason}" + (f": {lines[0]}" if lines else ""), permanent
+    )
+
+
+class _Pinned(http.client.HTTPConnection):
+    """An HTTP(S) connection to NAME made to one of ADDRESSES (checked already): Host and
+    the TLS server name are NAME."""
+
+    def __init__(
+        self,
+        name: str,
+        port: int,
+        addresses: list[tuple[int, Any]],
+        context: ssl.SSLContext | None,
+    ) -> None:
+        super().__init__(name, port, timeout=TIMEOUT)
+        self.addresses, self.context = addresses, context
+
+    def connect(self) -> None:
+        sock = connect(self.addresses, TIMEOUT)
+        if self.context is not None:
+            try:
+                sock = self.context.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
 
 
 def _send_email(
-    options: dict[str, Any], secret: dict[str, Any], msg: dict[str, Any], delivery: str
+    options: dict[str, Any],
+    secret: dict[str, Any],
+    msg: dict[str, Any],
+    delivery: str,
+    reach: Reach | None = None,
 ) -> None:
     """Plain text mail through OPTIONS' SMTP server: STARTTLS (default), SSL, or plain (to
     loopback only), logged in when a user is given; SendError in one line."""
@@ -212,7 +277,7 @@ def _send_email(
     mail["Message-ID"] = f"<{delivery}@monkey>"  # the same on every try: mail readers dedupe
     mail["X-Monkey-Delivery"] = delivery
     mail.set_content(email_text(msg))
-    with smtp_session(options, secret) as smtp:
+    with smtp_session(options, secret, reach) as smtp:
         try:
             smtp.send_message(mail)
         except Exception as exc:  # noqa: BLE001 - smtplib's errors, in one line
@@ -220,24 +285,26 @@ def _send_email(
 
 
 class smtp_session:  # noqa: N801 - used as a context manager
-    """A logged-in SMTP connection to OPTIONS' server; SendError in one line otherwise."""
+    """A logged-in SMTP connection to OPTIONS' server, made to an address REACH allows;
+    SendError in one line otherwise, naming the failure's class, never the peer's words
+    (a port that is no mail server could show what it says to anyone)."""
 
-    def __init__(self, options: dict[str, Any], secret: dict[str, Any]) -> None:
-        self.options, self.secret = options, secret
+    def __init__(
+        self, options: dict[str, Any], secret: dict[str, Any], reach: Reach | None = None
+    ) -> None:
+        self.options, self.secret, self.reach = options, secret, reach
 
     def __enter__(self) -> Any:
         import smtplib
-        import ssl
 
         o = self.options
         where = f"SMTP {o['host']}:{o['port']}"
         context = ssl.create_default_context()
+        addresses = _addresses(where, o["host"], o["port"], self.reach)
         try:
-            smtp: smtplib.SMTP
-            if o["tls"] == "ssl":
-                smtp = smtplib.SMTP_SSL(o["host"], o["port"], timeout=TIMEOUT, context=context)
-            else:
-                smtp = smtplib.SMTP(o["host"], o["port"], timeout=TIMEOUT)
+            smtp = _pinned_smtp(o["tls"] == "ssl", addresses, context)(
+                o["host"], o["port"], timeout=TIMEOUT
+            )
             self.smtp = smtp
             smtp.ehlo()
             if o["tls"] == "starttls":
@@ -268,9 +335,9 @@ class smtp_session:  # noqa: N801 - used as a context manager
             ) from None
         except ssl.SSLError as exc:
             self._close()
-            raise SendError(f"TLS error with {where}: {exc}") from None
-        except ConnectionRefusedError:
-            raise SendError(f"{where}: connection refused") from None
+            raise SendError(
+                f"TLS error with {where}: {exc.reason or 'the handshake failed'}"
+            ) from None
         except (TimeoutError, OSError, smtplib.SMTPException) as exc:
             self._close()
             raise SendError(f"{where}: {_smtp_error(exc)}") from None
@@ -291,13 +358,38 @@ class smtp_session:  # noqa: N801 - used as a context manager
             self._close()
 
 
+def _pinned_smtp(tls: bool, addresses: list[tuple[int, Any]], context: ssl.SSLContext) -> Any:
+    """smtplib's SMTP (SMTP_SSL when TLS) class connecting to one of ADDRESSES (checked
+    already), the server's name kept for TLS."""
+    import smtplib
+
+    class Pinned(smtplib.SMTP):
+        def _get_socket(self, host: str, port: int, timeout: float) -> Any:
+            sock = connect(addresses, timeout)
+            if not tls:
+                return sock
+            try:
+                return context.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
+
+    return Pinned
+
+
 def _smtp_error(exc: BaseException) -> str:
+    """What went wrong, by its class: never the words the peer sent."""
+    import smtplib
+
     code = getattr(exc, "smtp_code", None)
-    text = getattr(exc, "smtp_error", None)
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    if code:
-        return f"{code} {' '.join(str(text).split())}"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
     if isinstance(exc, TimeoutError):
         return f"no answer within {TIMEOUT:.0f}s"
-    return " ".join(str(getattr(exc, "strerror", None) or exc).split()) or type(exc).__name__
+    if isinstance(exc, smtplib.SMTPServerDisconnected):
+        return "the server closed the connection"
+    if isinstance(code, int) and 200 <= code < 600:
+        return f"the server answered code {code}"
+    if isinstance(exc, smtplib.SMTPException):
+        return "the server does not speak SMTP"
+    return str(getattr(exc, "strerror", None) or type(exc).__name__)

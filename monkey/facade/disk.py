@@ -68,10 +68,17 @@ class Disk:
         return {**asdict(report), "total": report.total, "hosts": self._ask(hosts, since)}
 
     def du(self) -> dict[str, Any]:
-        """Disk used by MONKEY_HOME: {"home": its path, "parts": part -> bytes, files...}."""
+        """Disk used by MONKEY_HOME: {"home": its path, "parts": part -> bytes, files...,
+        "users": on a main node, the bytes of blobs each user holds and their storage
+        quota (see ``monkey.facade.storage.storage_rows``)}."""
+        from monkey.facade.storage import storage_rows
         from monkey.housekeeping import usage
 
-        return {"home": str(self._m.home.root), "parts": usage(self._m)}
+        return {
+            "home": str(self._m.home.root),
+            "parts": usage(self._m),
+            "users": storage_rows(self._m.store, self._m._blobs()),
+        }
 
     def du_hosts(self) -> dict[str, Any]:
         """What each SSH host holds, measured now where reached: {"hosts": ids, "known":

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from urllib.parse import urlsplit
 
 from monkey.config import Home, write_private
 from monkey.core.deliver import KINDS, SendError, check_url, is_loopback, mask_url
 from monkey.core.notifier import DEFAULT_EVENTS, EVENTS, secret_of, test_message
+from monkey.core.reach import Refused, reach_for, resolve
 from monkey.models import MonkeyError, whole_number
 
 TYPE_CHECKING = False
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PORTS = {"starttls": 587, "ssl": 465, "plain": 25}
+_HTTP = {"http": 80, "https": 443}
 
 
 def parse_events(events: str | Iterable[str] | None) -> str:
@@ -155,6 +158,8 @@ def add_target(
         if smtp or user or sender:
             raise MonkeyError(f"--smtp, --user and --from are for email targets, not {kind}")
         url = check_url(dest, "Slack webhook" if kind == "slack" else "webhook")
+        parts = urlsplit(url)
+        _check_reach(store, owner, parts.hostname or "", parts.port or _HTTP[parts.scheme])
         hidden: dict[str, Any] = {"url": url}
         shown = mask_url(url)
         if kind == "webhook":
@@ -169,6 +174,7 @@ def add_target(
         if tls not in _PORTS:
             raise MonkeyError(f"{tls!r} is not a TLS mode; choose starttls, ssl or plain")
         host, port = _smtp(smtp, tls)
+        _check_reach(store, owner, host, port)
         to = _addresses(dest)
         if user and password is None:
             raise MonkeyError(
@@ -184,7 +190,7 @@ def add_target(
             from monkey.core.deliver import smtp_session
 
             try:
-                with smtp_session(options, hidden):
+                with smtp_session(options, hidden, reach_for(store, owner)):
                     pass
             except SendError as exc:
                 raise MonkeyError(f"{exc} (nothing was added)") from None
@@ -213,6 +219,23 @@ def add_target(
         raise MonkeyError(f"you have a target named {name} already")
     [row] = [r for r in list_targets(store, owner) if r["name"] == name]
     return {**row, "key": generated} if generated else row
+
+
+def _check_reach(store: Store, owner: str, host: str, port: int) -> None:
+    """MonkeyError when a target's HOST is one OWNER's notifications may not reach (see
+    ``monkey.core.reach``), or has no address while OWNER is restricted."""
+    reach = reach_for(store, owner)
+    if reach is None:
+        return
+    try:
+        resolve(host, port, reach)
+    except Refused as exc:
+        raise MonkeyError(f"{exc} (nothing was added)") from None
+    except (OSError, UnicodeError):
+        raise MonkeyError(
+            f"{host} has no address here; give a host name the main node can resolve "
+            "(nothing was added)"
+        ) from None
 
 
 def list_targets(store: Store, owner: str) -> list[dict[str, Any]]:
@@ -260,6 +283,12 @@ def test_target(home: Home, store: Store, owner: str, name: str) -> None:
             f"cannot read target {name}'s secret ({exc}); remove it and add it again"
         ) from None
     try:
-        send(target, hidden, test_message(owner, name), f"test-{secrets.token_hex(8)}")
+        send(
+            target,
+            hidden,
+            test_message(owner, name),
+            f"test-{secrets.token_hex(8)}",
+            reach_for(store, owner),
+        )
     except SendError as exc:
         raise MonkeyError(f"notify test {name}: {exc}") from None

@@ -82,12 +82,14 @@ class Providers:
         gpus: int | str | None = None,
         spend: float | str | None = None,
         share: float | str | None = None,
+        storage: int | str | None = None,
     ) -> dict[str, Any]:
         """Set the limits given (``unlimited`` lifts a wider entry's) and the fair-share
-        weight SHARE for USER (None: everyone's default) on PROVIDER (None: all); returns the
-        entry. The core applies them at its next pass."""
+        weight SHARE for USER (None: everyone's default) on PROVIDER (None: all), and the
+        bytes of blobs STORAGE ("50G") the user's uploads and jobs may hold (all providers'
+        entry only); returns the entry. The core applies them at its next pass."""
         from monkey.core.daemon import ping
-        from monkey.facade.quotas import check_target, parse_limit, parse_share
+        from monkey.facade.quotas import check_target, parse_limit, parse_share, parse_storage
         from monkey.store.quotas import ANY
 
         user, provider = user or ANY, provider or ANY
@@ -95,9 +97,17 @@ class Providers:
         limits = {k: parse_limit(k, str(v)) for k, v in given.items() if v is not None}
         if share is not None:
             limits["share"] = parse_share(str(share))
+        if storage is not None:
+            if provider != ANY:
+                raise MonkeyError(
+                    "--storage limits what a user stores on this main node, whatever the "
+                    "provider; leave out --provider"
+                )
+            limits["storage"] = parse_storage(str(storage))
         if not limits:
             raise MonkeyError(
-                "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR or --share W"
+                "give a limit to set: --jobs N, --gpus N, --spend USD_PER_HOUR, --share W "
+                "or --storage SIZE"
             )
         check_target(self.store, sorted(self.providers), user, provider)
         self.store.set_quota(user, provider, limits)

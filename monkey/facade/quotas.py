@@ -32,6 +32,21 @@ def parse_limit(name: str, text: str) -> float | None:
     return value
 
 
+def parse_storage(text: str) -> int:
+    """The value of --storage TEXT: bytes ("50G", "500M", "1T") or ``unlimited``;
+    MonkeyError naming the flag otherwise."""
+    from monkey.models import parse_size
+
+    if text.strip().lower() in ("unlimited", "none"):
+        return UNLIMITED
+    try:
+        return parse_size(text)
+    except MonkeyError:
+        raise MonkeyError(
+            f"--storage {text!r} is not a size; give e.g. 50G or 500M (0 allows none), or unlimited"
+        ) from None
+
+
 def parse_share(text: str) -> float:
     """The value of --share TEXT: a fair-share weight above 0 (1 is everyone's default);
     MonkeyError naming the flag otherwise."""

@@ -63,6 +63,8 @@ def _send(client: Client, blobs: BlobStore, lacking: list[str]) -> int:
                     headers={
                         "Content-Type": "application/octet-stream",
                         "Content-Length": str(length),
+                        # a pack beyond the user's storage quota is refused before it is sent
+                        "Expect": "100-continue",
                     },
                 )
             except RemoteError:

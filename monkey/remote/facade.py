@@ -41,6 +41,7 @@ CALLS = (
     "notify_list",
     "notify_remove",
     "notify_test",
+    "notify_allow",
     "metrics",
     "search",
     "whoami",

@@ -131,6 +131,11 @@ class Answer(io.BufferedReader):
         return self.raw.getheader(name, default)
 
 
+def given_value(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header NAME in HEADERS, whatever its case, lowered."""
+    return next((v.lower() for k, v in headers.items() if k.lower() == name), None)
+
+
 class Connection:
     """One kept-alive connection over SOCK (plain or TLS) to HOST."""
 
@@ -158,7 +163,8 @@ class Connection:
         body: bytes | Iterable[bytes] | None = None,
     ) -> Answer:
         """Send a request and read its answer's status and headers. A BODY in pieces is sent chunked unless
-        HEADERS give its Content-Length."""
+        HEADERS give its Content-Length. With ``Expect: 100-continue`` in HEADERS, BODY is sent
+        only once the server says so: an answer instead (a refusal) comes back unsent."""
         given = {k.lower() for k in headers}
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -176,6 +182,12 @@ class Connection:
             self.sock.sendall(head + body)
         else:
             self.sock.sendall(head)
+            if given_value(headers, "expect") == "100-continue":
+                first = Response(self._file, method)
+                if first.status != 100:  # the server refused the body before reading it
+                    first.will_close = True  # the body it expected never came
+                    self._last = first
+                    return Answer(first)
             for piece in body or ():
                 if chunked and piece:
                     self.sock.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import time
 
 import anyio
 from starlette.concurrency import run_in_threadpool
@@ -20,7 +22,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from monkey.config import Home
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, whole_number
 from monkey.server.lanes import in_bulk
 from monkey.snapshot.blobs import BlobStore, Receiver
 
@@ -48,11 +50,53 @@ class BadPack(MonkeyError):
     """An upload that is not a pack of blobs (400)."""
 
 
-class Unpacker:
-    """Reads a pack piece by piece into the blob store (``feed``, then ``close``)."""
+class OverQuota(MonkeyError):
+    """An upload beyond its user's storage quota (413)."""
 
-    def __init__(self, blobs: BlobStore) -> None:
+
+class Room:
+    """What is left of a user's storage quota for one upload: ``take`` each blob's
+    announced size before its bytes are read. What the user's other uploads under way
+    have taken counts too (IN_FLIGHT: user -> bytes, shared by the server's uploads), so
+    two at once cannot both fit into the same room; ``close`` gives it back."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, user: str, used: int, limit: int, in_flight: dict[str, int]) -> None:
+        self.user, self.used, self.limit = user, used, limit
+        self.in_flight = in_flight
+        self.taken = 0
+
+    def take(self, size: int) -> None:
+        """Count SIZE bytes more; OverQuota when they do not fit."""
+        with self._lock:
+            others = self.in_flight.get(self.user, 0) - self.taken
+            if self.used + others + self.taken + size > self.limit:
+                from monkey.facade.storage import over_quota
+
+                held = self.used + others
+                raise OverQuota(over_quota(self.user, held, self.limit, self.taken + size))
+            self.taken += size
+            self.in_flight[self.user] = self.in_flight.get(self.user, 0) + size
+
+    def close(self) -> None:
+        """The upload is over (its blobs recorded, or none): give its bytes back."""
+        with self._lock:
+            left = self.in_flight.get(self.user, 0) - self.taken
+            if left > 0:
+                self.in_flight[self.user] = left
+            else:
+                self.in_flight.pop(self.user, None)
+            self.taken = 0
+
+
+class Unpacker:
+    """Reads a pack piece by piece into the blob store (``feed``, then ``close``); each
+    blob's size is taken from ROOM (a storage quota) before its bytes are read."""
+
+    def __init__(self, blobs: BlobStore, room: Room | None = None) -> None:
         self.blobs = blobs
+        self.room = room
         self.limit = max_blob()
         self.head = bytearray()
         self.current: Receiver | None = None
@@ -94,6 +138,8 @@ class Unpacker:
                 f"blob {digest.decode()} holds {self.left} bytes, over this server's limit of "
                 f"{self.limit} (MONKEY_SERVER_MAX_BLOB on the main node)"
             )
+        if self.room is not None:
+            self.room.take(self.left)
         name = digest.decode()
         if self.blobs.has(name):
             self.skipping = True
@@ -143,12 +189,31 @@ async def _pieces(request: Request) -> AsyncIterator[bytes]:
 def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
     """The blob routes of the server over HOME (MONKEY: this thread's facade)."""
     blobs = BlobStore(home.blobs)
+    in_flight: dict[str, int] = {}  # user -> bytes their uploads under way announced
 
-    def record(unpacker: Unpacker) -> None:
+    def record(unpacker: Unpacker, user: str) -> None:
         """The blobs received, with the stamps of bytes hashed as they came (see
-        ``BlobStore.stamped``): a core need not hash them again."""
+        ``BlobStore.stamped``): a core need not hash them again; USER uploaded them."""
         if unpacker.received:
-            monkey().store.add_blobs(blobs.stamped(unpacker.received))
+            store = monkey().store
+            store.add_blobs(blobs.stamped(unpacker.received))
+            store.record_uploads(user, [d for d, _ in unpacker.received], time.time())
+
+    def room(user: str, announced: int | None) -> Room | None:
+        """USER's room under their storage quota (None: no quota); OverQuota when the
+        upload's ANNOUNCED bytes (its Content-Length) cannot fit."""
+        from monkey.facade.storage import held
+        from monkey.store.quotas import storage_limit
+
+        store = monkey().store
+        limit = storage_limit(store.quotas(), user)
+        if limit is None:
+            return None
+        found = Room(user, held(store, blobs, user).get(user, 0), limit, in_flight)
+        if announced:
+            found.take(announced)  # the whole, then each blob as its header comes
+            found.close()
+        return found
 
     async def missing(request: Request) -> Response:
         """``POST /api/v1/blobs/missing`` with a JSON list of digests: those not stored."""
@@ -169,8 +234,24 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
         return JSONResponse(lacking)
 
     async def upload(request: Request) -> Response:
-        """``POST /api/v1/blobs``: a pack of blobs (see the module's docstring)."""
-        unpacker = Unpacker(blobs)
+        """``POST /api/v1/blobs``: a pack of blobs (see the module's docstring). Beyond the
+        user's storage quota it is refused (413) before its bytes are read: the whole, by
+        its Content-Length, then each blob by the size its header announces."""
+        user = request.state.user["name"]
+        length = whole_number(request.headers.get("content-length") or "")
+        try:
+            quota = await run_in_threadpool(room, user, length)
+        except OverQuota as exc:
+            return JSONResponse({"error": str(exc)}, 413, headers={"Connection": "close"})
+        unpacker = Unpacker(blobs, quota)
+        try:
+            return await _unpack(request, unpacker, user)
+        finally:
+            if quota is not None:
+                quota.close()
+
+    async def _unpack(request: Request, unpacker: Unpacker, user: str) -> Response:
+        """Read the pack into UNPACKER as it arrives; the blobs received are USER's."""
         pending = bytearray()
         try:
             async for piece in _pieces(request):
@@ -180,15 +261,16 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
                     await in_bulk(unpacker.feed, chunk)
             await in_bulk(unpacker.feed, bytes(pending))
             unpacker.close()
-            await run_in_threadpool(record, unpacker)
+            await run_in_threadpool(record, unpacker, user)
         except (ClientDisconnect, TimeoutError):
             await run_in_threadpool(unpacker.abort)
-            await run_in_threadpool(record, unpacker)
+            await run_in_threadpool(record, unpacker, user)
             return Response(status_code=400)  # nobody reads it
         except MonkeyError as exc:
             await run_in_threadpool(unpacker.abort)
-            await run_in_threadpool(record, unpacker)
-            return JSONResponse({"error": str(exc)}, 400)
+            await run_in_threadpool(record, unpacker, user)
+            status = 413 if isinstance(exc, OverQuota) else 400
+            return JSONResponse({"error": str(exc)}, status, headers={"Connection": "close"})
         return JSONResponse(
             {"stored": unpacker.stored, "present": unpacker.present, "bytes": unpacker.bytes}
         )

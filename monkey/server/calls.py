@@ -73,6 +73,7 @@ CALLS: dict[str, Call] = {
     "notify_list": Call(),
     "notify_remove": Call(),
     "notify_test": Call(),
+    "notify_allow": Call(admin=True),  # ranges plain users' targets may reach
     # what the dashboard reads (monkey.tui): any user
     "jobs": Call(),
     "jobs_changed": Call(),

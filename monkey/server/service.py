@@ -248,8 +248,14 @@ def serve(home: Home | None = None) -> int:
                         "server %d serving %s on %s", os.getpid(), root, url(settings)
                     )
 
+        from monkey.server.reclaim import Reclaimer
+
+        reclaimer = Reclaimer(home)  # uploads no job uses go after the gc grace
         server = Server(config)
-        server.run()
+        try:
+            server.run()
+        finally:
+            reclaimer.close()
         return 0 if server.started else 1
     except MonkeyError as exc:
         print(f"monkey: error: the server cannot start: {exc}", file=sys.stderr)

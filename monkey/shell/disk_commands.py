@@ -169,9 +169,9 @@ def cmd_du(args: argparse.Namespace) -> int:
     if args.hosts:
         return _du_hosts(m, args.json)
     du = m.du()
-    root, parts = du["home"], du["parts"]
+    root, parts, users = du["home"], du["parts"], du.get("users") or []
     if args.json:
-        print(json.dumps({"home": root, **parts}, indent=2))
+        print(json.dumps({"home": root, **parts, **({"users": users} if users else {})}, indent=2))
         return 0
     h = human_size
     rows = [[name, h(p["bytes"]), f"{p['files']:,}"] for name, p in parts.items()]
@@ -183,6 +183,15 @@ def cmd_du(args: argparse.Namespace) -> int:
         print(
             f"blobs include {blobs['partial_files']:,} partial files "
             f"({h(blobs['partial_bytes'])}) of interrupted writes; `monkey gc` removes them"
+        )
+    if users:  # a main node: what each user's uploads and jobs hold, against their quota
+        print()
+        render(
+            ["USER", "USED", "STORAGE LIMIT"],
+            [
+                [u["user"], h(u["used"]), "-" if u["limit"] is None else h(u["limit"])]
+                for u in users
+            ],
         )
     return 0
 

@@ -22,7 +22,9 @@ monkey notify add me email me@example.org --smtp smtp.example.org:587 --user me@
 cancelled, timeout (time limit reached), sweep (a sweep's last job ended); default
 failed,lost,preempted,timeout,sweep; or all. URLs, signing keys and passwords are kept in
 MONKEY_HOME/secrets (0600), never in the database, logs or `notify list`. Plain http and
---plain SMTP reach loopback only. Webhooks get a JSON body with the headers
+--plain SMTP reach loopback only. On a main node a plain user's targets reach public
+addresses only, never its loopback, private or own addresses (checked at each send too),
+unless an admin allows a range: monkey server notify-allow CIDR. Webhooks get a JSON body with the headers
 X-Monkey-Timestamp, X-Monkey-Delivery (the idempotency id, the same on every retry) and
 X-Monkey-Signature: sha256=HEX(HMAC-SHA256(key, timestamp + "." + body)).
 """

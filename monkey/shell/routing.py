@@ -21,8 +21,8 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
         return args.what in ("jobs", "providers", "sweeps")
     if name == "provider":  # add: run by the main node as its own command (on_main_node)
         return True
-    if name == "server":  # quota: the main node's quotas (set and remove: its admins)
-        return args.action == "quota"
+    if name == "server":  # the main node's quotas and notify ranges (set: its admins)
+        return args.action in ("quota", "notify-allow")
     return name in (
         *("logs", "job", "kill", "metrics", "search", "info", "sweep", "dash", "web"),
         *("run", "rerun", "clone", "cat", "pull"),

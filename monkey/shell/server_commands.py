@@ -31,7 +31,9 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     p.epilog = EPILOG
     sub = p.add_subparsers(
-        dest="action", required=True, metavar="{start,run,stop,status,user,quota,install-service}"
+        dest="action",
+        required=True,
+        metavar="{start,run,stop,status,user,quota,notify-allow,install-service}",
     )
     for action, text in (
         ("start", "start in the background (and the core beside it)"),
@@ -85,6 +87,15 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     tok.add_argument("name")
     _quota_parser(sub)
+    allow = sub.add_parser(
+        "notify-allow",
+        help="let plain users' notify targets reach an address range (or list them)",
+        description="Plain users' notify targets (webhook, Slack, SMTP) may reach public "
+        "addresses only, never this main node's loopback, link-local, private or own "
+        "addresses; let them reach CIDR too, remove a range with --remove, or list them.",
+    )
+    allow.add_argument("cidr", nargs="?", metavar="CIDR", help="e.g. 10.1.0.0/16 or ::1/128")
+    allow.add_argument("--remove", action="store_true", help="remove CIDR from the list")
     p.set_defaults(func=cmd_server)
     return p
 
@@ -92,6 +103,8 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
 def cmd_server(args: argparse.Namespace) -> int:
     if args.action == "quota":  # through the facade: on a remote's main node too
         return _quota(args)
+    if args.action == "notify-allow":
+        return _notify_allow(args)
     from monkey.config import Home
     from monkey.server import service
 
@@ -242,14 +255,37 @@ def _user(home: object, args: argparse.Namespace) -> int:
     return 0
 
 
+def _notify_allow(args: argparse.Namespace) -> int:
+    from monkey.shell.common import UsageError, monkey
+
+    if args.remove and not args.cidr:
+        raise UsageError("monkey server notify-allow --remove: name the range, e.g. 10.0.0.0/8")
+    ranges = monkey().notify_allow(args.cidr, args.remove)
+    if args.cidr:
+        from monkey.core.reach import parse_cidr
+
+        done = "removed from" if args.remove else "added to"
+        print(f"{parse_cidr(args.cidr)} {done} the ranges plain users' notify targets may reach")
+    elif not ranges:
+        print(
+            "plain users' notify targets reach public addresses only; allow a range: "
+            "monkey server notify-allow CIDR"
+        )
+    for cidr in ranges if not args.cidr else []:
+        print(cidr)
+    return 0
+
+
 def _quota_parser(sub: Any) -> None:
     quota = sub.add_parser(
         "quota",
-        help="set, list, remove users' quotas (jobs, GPUs, $/h, share) per provider",
+        help="set, list, remove users' quotas (jobs, GPUs, $/h, share per provider; storage)",
         description="Quotas: the most concurrent jobs, GPUs and estimated $/hour a user's "
         "jobs may take on a provider (a job over quota waits, saying why), and the user's "
-        "fair-share weight there. The most specific entry that sets a value wins: user and "
-        "provider, user, default and provider, default.",
+        "fair-share weight there; and the bytes of blobs a user's uploads and jobs may hold "
+        "(--storage: a blob counts for each user holding it; an upload counts for the gc "
+        "grace, then only while a job uses it). The most specific entry that sets a value "
+        "wins: user and provider, user, default and provider, default.",
     )
     qs = quota.add_subparsers(dest="quota_action", required=True, metavar="{set,list,remove}")
     st = qs.add_parser(
@@ -272,6 +308,12 @@ def _quota_parser(sub: Any) -> None:
         "--share",
         metavar="W",
         help="fair-share weight (default 1): a user with 2 gets twice the slots of one with 1",
+    )
+    st.add_argument(
+        "--storage",
+        metavar="SIZE",
+        help="most bytes of blobs the user's uploads and jobs hold on this main node (50G; "
+        "all providers' entry only); an upload beyond it is refused",
     )
     ls = qs.add_parser("list", help="the quota entries", description="List quota entries.")
     ls.add_argument("--json", action="store_true", help="print JSON")
@@ -300,7 +342,9 @@ def _quota(args: argparse.Namespace) -> int:
     action = args.quota_action
     user = None if getattr(args, "default", False) else args.__dict__.get("user")
     if action == "set":
-        q = m.set_quota(user, args.provider, args.jobs, args.gpus, args.spend, args.share)
+        q = m.set_quota(
+            user, args.provider, args.jobs, args.gpus, args.spend, args.share, args.storage
+        )
         print(f"quota {_entry_name(q)}: {_limits_line(q)}")
         return 0
     if action == "remove":
@@ -319,8 +363,9 @@ def _quota(args: argparse.Namespace) -> int:
         return 0
     from monkey.shell.table import render
 
+    storage = any(q.get("storage") is not None for q in quotas)  # its column once one is set
     render(
-        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE"],
+        ["USER", "PROVIDER", "JOBS", "GPUS", "SPEND", "SHARE", *(["STORAGE"] if storage else [])],
         [
             [
                 "(default)" if q["user"] == "*" else q["user"],
@@ -329,6 +374,7 @@ def _quota(args: argparse.Namespace) -> int:
                 _limit_text(q["gpus"]),
                 _limit_text(q["spend"], spend=True),
                 _share_text(q.get("share")),
+                *([_storage_text(q.get("storage"))] if storage else []),
             ]
             for q in quotas
         ],
@@ -349,7 +395,18 @@ def _limits_line(q: dict[str, Any]) -> str:
     ]
     if q.get("share") is not None:
         said.append(f"share {_share_text(q['share'])}")
+    if q.get("storage") is not None:
+        said.append(f"storage {_storage_text(q['storage'])}")
     return ", ".join(said)
+
+
+def _storage_text(value: float | None) -> str:
+    from monkey.models import human_size
+    from monkey.store.quotas import UNLIMITED
+
+    if value is None:
+        return "-"
+    return "unlimited" if value == UNLIMITED else human_size(value)
 
 
 def print_quota_use(rows: list[dict[str, Any]]) -> None:

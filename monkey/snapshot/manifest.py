@@ -103,19 +103,34 @@ def load_manifest(blobs: BlobStore, digest: str) -> list[FileEntry]:
 def needed_blobs(store: Store, blobs: BlobStore) -> set[str]:
     """Every blob an existing job needs: the digests in its records and, for each that is a
     file list (code, dataset, data folder), the digests it lists."""
-    needed = store.referenced_digests()
-    for digest in list(needed):
-        try:
-            with open(blobs.path(digest), "rb") as f:
-                if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
-                    continue  # not a file list (a data file, a diff)
-        except OSError:
-            continue
-        try:
-            needed.update(f.digest for f in load_manifest(blobs, digest))
-        except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
-            continue  # not a file list
-    return needed
+    return with_listed(blobs, store.referenced_digests())
+
+
+def with_listed(
+    blobs: BlobStore, digests: set[str], known: dict[str, list[str]] | None = None
+) -> set[str]:
+    """DIGESTS and, for each that is a file list (code, dataset, data folder), the digests
+    it lists; KNOWN: file list -> what it lists, filled and reused (lists never change)."""
+    known = {} if known is None else known
+    out = set(digests)
+    for digest in digests:
+        if digest not in known:
+            known[digest] = _listed(blobs, digest)
+        out.update(known[digest])
+    return out
+
+
+def _listed(blobs: BlobStore, digest: str) -> list[str]:
+    try:
+        with open(blobs.path(digest), "rb") as f:
+            if f.read(9) != b'{"files":' or os.fstat(f.fileno()).st_size > _MANIFEST_MAX:
+                return []  # not a file list (a data file, a diff)
+    except (OSError, MonkeyError):
+        return []
+    try:
+        return [f.digest for f in load_manifest(blobs, digest)]
+    except (MonkeyError, ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return []  # not a file list
 
 
 # -- storing ----------------------------------------------------------------------------

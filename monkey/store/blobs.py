@@ -51,6 +51,40 @@ class BlobRecords:
         with self.tx() as db:
             self._add_blobs(db, blobs, time.time())
 
+    def record_uploads(self, user: str, digests: Iterable[str], at: float) -> None:
+        """USER uploaded DIGESTS (stored now) at AT: they count against USER's storage for
+        the gc grace (see ``monkey.facade.storage``)."""
+        with self.tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO blob_uploads(user, digest, at) VALUES (?, ?, ?)",
+                [(user, d, at) for d in digests],
+            )
+
+    def uploads_since(self, since: float, user: str | None = None) -> dict[str, set[str]]:
+        """user -> the digests they uploaded since SINCE (USER's only when given)."""
+        sql = "SELECT user, digest FROM blob_uploads WHERE at >= ?"
+        args: tuple[float | str, ...] = (since,)
+        if user is not None:
+            sql, args = sql + " AND user = ?", (since, user)
+        found: dict[str, set[str]] = {}
+        for who, digest in self.db.execute(sql, args):
+            found.setdefault(who, set()).add(digest)
+        return found
+
+    def forget_uploads(self, before: float) -> None:
+        """Forget the uploads made before BEFORE (past the gc grace: only jobs hold them)."""
+        with self.tx() as db:
+            db.execute("DELETE FROM blob_uploads WHERE at < ?", (before,))
+
+    def blob_sizes(self, digests: Iterable[str]) -> dict[str, int]:
+        """digest -> size of those of DIGESTS that are stored."""
+        return dict(
+            self.db.execute(
+                "SELECT digest, size FROM blobs WHERE digest IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(set(digests))),),
+            ).fetchall()
+        )
+
     def blob_stamps(self, digests: Sequence[str]) -> dict[str, tuple[int, int, int, int, int]]:
         """The recorded stamps of DIGESTS that have one: digest -> (size, mtime_ns, ctime_ns,
         ino, checked_ns), checked_ns being when it was recorded."""

@@ -78,6 +78,21 @@ class HousekeepingStore:
                 found.update(_DIGEST.findall(" ".join(v for v in row if isinstance(v, str))))
         return found
 
+    def owner_digests(self, owner: str | None = None) -> dict[str | None, set[str]]:
+        """The blob digests written in each owner's jobs' records (as ``referenced_digests``,
+        by the jobs' owner; OWNER's only when given)."""
+        where, args = ("WHERE j.owner = ?", (owner,)) if owner is not None else ("", ())
+        found: dict[str | None, set[str]] = {}
+        for table in self.juid_tables():
+            if table in ("events", "metric_series", "run_summary"):
+                continue
+            source = "jobs j" if table == "jobs" else f"{table} t JOIN jobs j ON j.juid = t.juid"
+            columns = "j.*" if table == "jobs" else "t.*"
+            for row in self.db.execute(f"SELECT j.owner, {columns} FROM {source} {where}", args):
+                text = " ".join(v for v in row[1:] if isinstance(v, str))
+                found.setdefault(row[0], set()).update(_DIGEST.findall(text))
+        return found
+
     def job_specs(self) -> dict[str, dict[str, Any]]:
         """{juid: recorded job.yml spec} of every job that has one."""
         from monkey.store.jobspec import read_spec
@@ -90,6 +105,7 @@ class HousekeepingStore:
         rows: list[Any] = [(d,) for d in digests]
         with self.tx() as db:
             db.executemany("DELETE FROM blobs WHERE digest = ?", rows)
+            db.executemany("DELETE FROM blob_uploads WHERE digest = ?", rows)
 
     def job_ids(self) -> set[str]:
         """Every job's juid."""

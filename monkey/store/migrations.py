@@ -418,6 +418,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE walk_memo(root TEXT PRIMARY KEY, memo TEXT NOT NULL) WITHOUT ROWID;
         """,
     ),
+    (
+        "0024_ownership",
+        # Issue 41: the address ranges an admin lets plain users' notify targets reach
+        # (`server notify-allow CIDR`); a user's storage limit in bytes (`server quota set
+        # USER --storage SIZE`, on the entry for all providers); and who uploaded each blob
+        # to a main node, when (an upload counts against its uploader for the gc grace).
+        """
+        CREATE TABLE notify_allow(cidr TEXT PRIMARY KEY, added_at REAL NOT NULL) WITHOUT ROWID;
+        ALTER TABLE quotas ADD COLUMN storage INTEGER;
+        CREATE TABLE blob_uploads(
+            user TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (user, digest)
+        ) WITHOUT ROWID;
+        CREATE INDEX blob_uploads_digest ON blob_uploads(digest);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -256,3 +256,18 @@ class NotifyStore:
                 "DELETE FROM notify_deliveries WHERE state != 'pending' AND created_at < ?",
                 (before,),
             )
+
+    def notify_allowed(self) -> list[str]:
+        """The address ranges (CIDR) plain users' targets may reach (`server notify-allow`)."""
+        return [r[0] for r in self.db.execute("SELECT cidr FROM notify_allow ORDER BY cidr")]
+
+    def set_notify_allowed(self, cidr: str, allowed: bool) -> bool:
+        """Add (ALLOWED) or remove the range CIDR; whether anything changed."""
+        with self.tx() as db:  # type: ignore[attr-defined]
+            if allowed:
+                done = db.execute(
+                    "INSERT OR IGNORE INTO notify_allow VALUES (?, ?)", (cidr, time.time())
+                )
+            else:
+                done = db.execute("DELETE FROM notify_allow WHERE cidr = ?", (cidr,))
+            return done.rowcount > 0

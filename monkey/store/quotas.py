@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 ANY = "*"  # a quota entry's user or provider that stands for all
 LIMITS = ("jobs", "gpus", "spend")
-FIELDS = (*LIMITS, "share")  # a quota entry's settings: its limits and a fair-share weight
+# A quota entry's settings: its limits of running jobs, a fair-share weight, and (on the
+# entry for all providers) the bytes of blobs the user's uploads and jobs may hold.
+FIELDS = (*LIMITS, "share", "storage")
 UNLIMITED = -1  # a limit set to "unlimited": a more specific entry lifting a wider one
 
 
@@ -27,10 +29,11 @@ class QuotaStore:
     db: sqlite3.Connection
 
     def quotas(self) -> list[dict[str, Any]]:
-        """Every quota entry: {"user", "provider", "jobs", "gpus", "spend", "share"} (None:
-        not set here; UNLIMITED: a limit lifted), by user then provider, ``*`` first."""
+        """Every quota entry: {"user", "provider", "jobs", "gpus", "spend", "share",
+        "storage"} (None: not set here; UNLIMITED: a limit lifted), by user then provider,
+        ``*`` first."""
         rows = self.db.execute(
-            "SELECT user, provider, jobs, gpus, spend, share FROM quotas "
+            "SELECT user, provider, jobs, gpus, spend, share, storage FROM quotas "
             "ORDER BY user != '*', user, provider != '*', provider"
         ).fetchall()
         return [dict(zip(("user", "provider", *FIELDS), r)) for r in rows]
@@ -151,3 +154,10 @@ def limits_for(quotas: list[dict[str, Any]], user: str | None, provider: str) ->
 def share_for(quotas: list[dict[str, Any]], user: str | None, provider: str) -> float:
     """USER's fair-share weight on PROVIDER: 1 unless an entry sets it."""
     return settings_for(quotas, user, provider).get("share", 1.0)
+
+
+def storage_limit(quotas: list[dict[str, Any]], user: str | None) -> int | None:
+    """The bytes of blobs USER may hold (see ``settings_for``: the user's entry for all
+    providers, else the default's); None: no limit."""
+    found = settings_for(quotas, user, ANY).get("storage")
+    return None if found is None or found == UNLIMITED else int(found)
