@@ -1,5 +1,5 @@
 """The routes of `monkey server` (Starlette): every request is authenticated first (401,
-429 after too many refused tokens from one address), every answer says the API and monkey
+429 after too many refused tokens of one prefix from one address: see ``auth.Gate``), every answer says the API and monkey
 versions. The web pages (monkey.server.web, under /web) are routes beside these, with sessions of
 their own."""
 
@@ -70,17 +70,17 @@ class Guard:
             await self.app(scope, receive, send_versioned)  # pages: their own sessions
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        address = (scope.get("client") or ("?", 0))[0]
-        wait = self.gate.retry_after(address)
+        peer = (scope.get("client") or ("?", 0))[0]  # forwarded only by a --trusted-proxy
+        auth = headers.get("authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        wait = self.gate.retry_after(peer, token)
         if wait:
             answer: Response = JSONResponse(
                 {"error": "too many refused tokens"}, 429, headers={"Retry-After": str(wait)}
             )
             await answer(scope, receive, send_versioned)
             return
-        auth = headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        user = await run_in_threadpool(self.gate.user, token, address)
+        user = await run_in_threadpool(self.gate.user, token, peer)
         if user is None:
             await JSONResponse({"error": "token refused"}, 401)(scope, receive, send_versioned)
             return

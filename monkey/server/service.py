@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BIND = "127.0.0.1:8443"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_HEADERS = 16 * 1024  # bytes of a request's line and headers
 
 
 class Files:
@@ -62,15 +63,36 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host, number
 
 
+def parse_proxies(given: list[str]) -> list[str]:
+    """The networks of GIVEN (``--trusted-proxy``: addresses or CIDR networks; ``none``
+    trusts none), normalised; MonkeyError naming the one that is neither."""
+    import ipaddress
+
+    if [g.strip().lower() for g in given] == ["none"]:
+        return []
+    networks = []
+    for text in given:
+        try:
+            networks.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+        except ValueError:
+            raise MonkeyError(
+                f"--trusted-proxy {text!r}: give the address or network (CIDR) of a proxy in "
+                "front of this server, e.g. 10.0.0.5 or 10.0.0.0/24 (none: trust no proxy)"
+            ) from None
+    return list(dict.fromkeys(networks))
+
+
 def configure(
     home: Home,
     bind: str | None = None,
     cert: str | None = None,
     key: str | None = None,
     no_tls: bool = False,
+    trusted_proxies: list[str] | None = None,
 ) -> dict[str, Any]:
     """The server's settings: those given, else those of the last start, else the defaults;
-    saved for the next start. Refuses plain HTTP off loopback and a half-given --cert/--key."""
+    saved for the next start. Refuses plain HTTP off loopback, a half-given --cert/--key
+    and a --trusted-proxy that names no address or network."""
     files = Files(home).ensure()
     saved = saved_settings(home)
     if (cert is None) != (key is None):
@@ -82,6 +104,11 @@ def configure(
         "cert": str(Path(cert).resolve()) if cert else saved.get("cert"),
         "key": str(Path(key).resolve()) if key else saved.get("key"),
         "tls": not no_tls if (no_tls or bind) else saved.get("tls", True),
+        "trusted_proxies": (
+            parse_proxies(trusted_proxies)
+            if trusted_proxies is not None
+            else list(saved.get("trusted_proxies") or [])
+        ),
     }
     host, _ = parse_bind(settings["bind"])
     if not settings["tls"] and host not in LOOPBACK:
@@ -234,6 +261,13 @@ def serve(home: Home | None = None) -> int:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=3,
+            log_config=None,  # its records through the root logger: one format, one filter
+            http="h11",  # h11 bounds a request's line and headers (httptools would not)
+            h11_max_incomplete_event_size=MAX_HEADERS,
+            # X-Forwarded-For and -Proto count only from a proxy given with --trusted-proxy
+            # (uvicorn would trust them from loopback: any tunnel user could claim an address)
+            proxy_headers=bool(settings["trusted_proxies"]),
+            forwarded_allow_ips=settings["trusted_proxies"] or [],
             ssl_certfile=str(paths[0]) if paths else None,
             ssl_keyfile=str(paths[1]) if paths else None,
         )

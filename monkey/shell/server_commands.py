@@ -46,6 +46,13 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
         a.add_argument("--cert", metavar="PEM", help="serve this certificate (with --key)")
         a.add_argument("--key", metavar="PEM", help="the certificate's private key")
         a.add_argument("--no-tls", action="store_true", help="plain HTTP: loopback only")
+        a.add_argument(
+            "--trusted-proxy",
+            action="append",
+            metavar="CIDR",
+            help="a reverse proxy in front of the server (address or network, repeatable; "
+            "none: no proxy): its X-Forwarded-For names the client; kept for the next start",
+        )
     sub.add_parser(
         "stop", help="stop the server (the core goes on)", description="Stop the server."
     )
@@ -102,10 +109,16 @@ def cmd_server(args: argparse.Namespace) -> int:
             raise MonkeyError(
                 f"a server is already running for {home.root} (pid {running}); "
                 "`monkey server stop` first to start it with other settings"
-                if args.action == "run" or args.bind or args.cert or args.no_tls
+                if args.action == "run"
+                or args.bind
+                or args.cert
+                or args.no_tls
+                or args.trusted_proxy
                 else f"the server is already running (pid {running}); see `monkey server status`"
             )
-        settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
+        settings = service.configure(
+            home, args.bind, args.cert, args.key, args.no_tls, args.trusted_proxy
+        )
         if args.action == "run":
             lines = service.welcome(home, settings, service.first_admin(home))
             print("\n".join([*lines, "serving in the foreground (Ctrl-C stops it)"]), flush=True)

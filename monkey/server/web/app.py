@@ -217,14 +217,14 @@ class Web:
         expected = request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not hmac.compare_digest(given, expected):
             return await self._login_form(target, "the form had expired; log in again", 403)
-        wait = self.gate.retry_after(address)
+        token = str(form.get("token", "")).strip()
+        wait = self.gate.retry_after(address, token)
         if wait:
             refused = await self._login_form(
                 target, f"too many refused tokens from this address; try again in {wait}s", 429
             )
             refused.headers["Retry-After"] = str(wait)
             return refused
-        token = str(form.get("token", "")).strip()
         found = await run_in_threadpool(self.gate.user, token, address)
         if found is None:
             return await self._login_form(
