@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import secrets
+import socket
 import ssl
 
 import pytest
@@ -20,6 +21,7 @@ def ask(
     path: str = "/api/v1/call/whoami",
     source: str = "127.0.0.1",
     forwarded: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> int:
     """The status of one HTTPS request from SOURCE (an address of the loopback), with
     X-Forwarded-For FORWARDED when given."""
@@ -28,7 +30,7 @@ def ask(
     conn = http.client.HTTPSConnection(
         "127.0.0.1", node.port, context=ctx, timeout=30, source_address=(source, 0)
     )
-    headers = {"X-Monkey-API": "1"}
+    headers = {"X-Monkey-API": "1", **(headers or {})}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if forwarded:
@@ -99,3 +101,85 @@ def test_a_bad_trusted_proxy_is_one_line(home, tmp_path):
         "proxy)"
     )
     assert n.server("server", "status").returncode == 3
+
+
+def rss(pid: int) -> int:
+    """Resident memory of process PID, in bytes (VmRSS of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def post_big(
+    node: MainNode, size: int, chunked: bool, path: str = "/web/login", token: str = ""
+) -> bytes:
+    """POST SIZE bytes (a generator's pieces, chunked or with a Content-Length) to PATH
+    with TOKEN if any; the answer's status line and body (sending stops once the server
+    answers or closes)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", node.port), timeout=15))
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}"
+    if token:
+        framing += f"\r\nAuthorization: Bearer {token}\r\nX-Monkey-API: 1"
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        f"application/x-www-form-urlencoded\r\n{framing}\r\n\r\n".encode()
+    )
+
+    def pieces():
+        left = size
+        while left:
+            piece = b"t" * min(left, 1 << 20)
+            left -= len(piece)
+            yield b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+        if chunked:
+            yield b"0\r\n\r\n"
+
+    answer = b""
+    try:
+        for piece in pieces():
+            sock.setblocking(False)
+            try:
+                answer = sock.recv(65536)  # (the socket's readiness may be a TLS ticket)
+            except ssl.SSLWantReadError:
+                pass
+            sock.settimeout(15)
+            if answer:
+                break  # the server answered: it reads no more
+            sock.sendall(piece)
+    except OSError:
+        pass  # closed by the server
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except OSError:
+        pass
+    sock.close()
+    return answer
+
+
+def test_an_unauthenticated_huge_post_is_refused_before_it_is_read(node):
+    before = rss(node.proc.pid)
+    for chunked in (True, False):
+        answer = post_big(node, 300 << 20, chunked)
+        assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+        assert answer.rstrip().endswith(b"<p>a form of Monkey Web may carry at most 64 KiB</p>"), (
+            answer
+        )
+    assert rss(node.proc.pid) - before < 64 << 20
+    # an API call: refused without its token before a byte of its body is read, and
+    # with it, cut off at its bound
+    answer = post_big(node, 300 << 20, True, "/api/v1/call/whoami")
+    assert answer.startswith(b"HTTP/1.1 401 ") and b"connection: close" in answer
+    for chunked in (True, False):
+        answer = post_big(node, 300 << 20, chunked, "/api/v1/call/whoami", node.token)
+        assert answer.startswith(b"HTTP/1.1 413 ")
+        assert answer.split(b"\r\n\r\n", 1)[1] == (
+            b'{"error": "a request to /api/v1/call/whoami may carry at most 1 MiB"}\n'
+        )
+    assert rss(node.proc.pid) - before < 64 << 20
+    assert ask(node, node.token) == 200  # and the server serves on
+    assert ask(node, node.token, headers={"X-Padding": "p" * (32 << 10)}) == 400  # headers too

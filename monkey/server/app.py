@@ -22,6 +22,7 @@ from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
 from monkey.server import blobs, folders
 from monkey.server.auth import Gate
+from monkey.server.bounds import BodyBound
 from monkey.server.calls import CALLS, Forbidden, run_call
 from monkey.server.lanes import in_bulk
 from monkey.store import Store
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
 
 log = logging.getLogger("monkey.server")
-MAX_BODY = 1 << 20  # bytes of a call's arguments
+MAX_BODY = 1 << 20  # bytes of a call's arguments (and of any other request's body)
+MAX_FORM = 64 << 10  # bytes of a form posted to Monkey Web
 
 
 def _version() -> str:
@@ -120,12 +122,7 @@ def _error(exc: Exception) -> JSONResponse:
 
 
 async def _body(request: Request) -> bytes:
-    data = bytearray()
-    async for part in request.stream():
-        data += part
-        if len(data) > MAX_BODY:
-            raise MonkeyError(f"a request body may hold at most {MAX_BODY} bytes")
-    return bytes(data)
+    return await request.body()  # bounded by BodyBound (body_limit)
 
 
 async def call(request: Request) -> Response:
@@ -266,4 +263,15 @@ def build(home: Home) -> ASGIApp:
         ]
     )
     Store(home.db).close()  # the schema migrated before the first request
-    return Guard(app, gate)
+    return BodyBound(Guard(app, gate), body_limit)
+
+
+def body_limit(path: str) -> int | None:
+    """The most bytes a request's body to PATH may hold (see ``bounds.BodyBound``)."""
+    if path == "/api/v1/blobs":
+        return None  # a pack of blobs, written to disk as it comes, each blob bounded
+    if path == "/api/v1/blobs/missing":
+        return blobs.MAX_QUESTION
+    if path == "/web" or path.startswith("/web/"):
+        return MAX_FORM
+    return MAX_BODY

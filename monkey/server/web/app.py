@@ -599,13 +599,12 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A posted form's fields (application/x-www-form-urlencoded, at most 64 KiB; the first
-    value of each), without a multipart parser: the pages post only small forms."""
+    """A posted form's fields (application/x-www-form-urlencoded, bounded by
+    monkey.server.bounds; the first value of each), without a multipart parser: the pages
+    post only small forms."""
     from urllib.parse import parse_qsl
 
     body = await request.body()
-    if len(body) > 65536:
-        return {}
     fields: dict[str, str] = {}
     for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
         fields.setdefault(key, value)
