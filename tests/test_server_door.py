@@ -4,10 +4,14 @@ bodies bounded before they are read, the audit log, and repeated errors logged o
 
 from __future__ import annotations
 
+import getpass
 import http.client
+import json
+import os
 import secrets
 import socket
 import ssl
+from urllib.parse import urlencode
 
 import pytest
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
@@ -22,6 +26,7 @@ def ask(
     source: str = "127.0.0.1",
     forwarded: str | None = None,
     headers: dict[str, str] | None = None,
+    body: bytes = b"{}",
 ) -> int:
     """The status of one HTTPS request from SOURCE (an address of the loopback), with
     X-Forwarded-For FORWARDED when given."""
@@ -35,7 +40,7 @@ def ask(
         headers["Authorization"] = f"Bearer {token}"
     if forwarded:
         headers["X-Forwarded-For"] = forwarded
-    conn.request("POST", path, body=b"{}", headers=headers)
+    conn.request("POST", path, body=body, headers=headers)
     status = conn.getresponse().status
     conn.close()
     return status
@@ -182,4 +187,77 @@ def test_an_unauthenticated_huge_post_is_refused_before_it_is_read(node):
         )
     assert rss(node.proc.pid) - before < 64 << 20
     assert ask(node, node.token) == 200  # and the server serves on
-    assert ask(node, node.token, headers={"X-Padding": "p" * (32 << 10)}) == 400  # headers too
+    assert ask(node, node.token, headers={"X-Padding": "p" * (32 << 10)}) in (400, 431)  # headers
+
+
+def web_login(node: MainNode, token: str) -> int:
+    """Log in to Monkey Web with TOKEN as a browser does (the form's CSRF cookie first)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", node.port, context=ctx, timeout=30)
+    conn.request("GET", "/web/login")
+    form = conn.getresponse()
+    form.read()
+    csrf = form.getheader("set-cookie").split("monkey_login=")[1].split(";")[0]
+    conn.request(
+        "POST",
+        "/web/login",
+        body=urlencode({"csrf": csrf, "token": token}),
+        headers={
+            "Cookie": f"monkey_login={csrf}",
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+    )
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_refusals_logins_and_actions_on_jobs_are_in_the_audit_log(node):
+    juid = node.server("run", "--", "sleep", "600").stdout.strip()
+    admin = json.loads(node.server("server", "user", "list", "--json").stdout)[0]["name"]
+    bob = node.add_user("bob")
+    refused_token = wrong("zz")
+    assert ask(node, refused_token) == 401
+    cancel = json.dumps({"args": [juid], "kwargs": {}}).encode()
+    assert ask(node, bob, "/api/v1/call/cancel", body=cancel) == 403
+    assert ask(node, bob, "/api/v1/call/job_listing") == 200  # a read: not recorded
+    assert ask(node, node.token, "/api/v1/call/cancel", body=cancel) == 200
+    assert web_login(node, bob) == 303
+
+    done = node.server("server", "audit", "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    seen = [
+        (e["user"], e["peer"], e["action"], e["target"], e["outcome"], e.get("token"))
+        for e in events
+    ]
+    assert seen == [
+        (getpass.getuser(), "local", "user add", "bob", "ok", None),
+        (None, "127.0.0.1", "token refused", "POST /api/v1/call/whoami", "refused", "mk_zz…"),
+        ("bob", "127.0.0.1", "cancel", juid, "refused", None),
+        (admin, "127.0.0.1", "cancel", juid, "ok", None),
+        ("bob", "127.0.0.1", "web login", "/web/login", "ok", None),
+    ]
+    assert "only its owner or an admin may cancel it" in events[2]["detail"]
+    assert [e["at"] for e in events] == sorted(e["at"] for e in events)
+
+    log = node.home / "server" / "audit.jsonl"
+    assert os.stat(log).st_mode & 0o777 == 0o600
+    text = log.read_text()
+    assert refused_token not in text and refused_token[3:8] not in text
+    assert bob not in text and node.token not in text
+
+    node.server_env["COLUMNS"] = "200"
+    table = node.server("server", "audit", "--user", "bob").stdout.splitlines()
+    assert table[0].split() == ["TIME", "USER", "FROM", "ACTION", "TARGET", "OUTCOME", "DETAIL"]
+    assert [row.split()[2:7] for row in table[1:]] == [
+        ["bob", "127.0.0.1", "cancel", juid, "refused"],
+        ["bob", "127.0.0.1", "web", "login", "/web/login"],
+    ]
+    assert node.server("server", "audit", "--since", "1h", "--json").stdout == done.stdout
+    assert node.server("server", "audit", "--user", "nobody").stdout == "no events of that user\n"
+    bad = node.server("server", "audit", "--since", "yesterday")
+    assert bad.returncode == 1 and bad.stderr.strip() == (
+        "monkey: error: 'yesterday' is not an age; give a number and a unit, e.g. 30d, 12h, 90m"
+    )

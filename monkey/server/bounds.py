@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+MAX_HEADERS = 16 << 10  # bytes of a request's line and headers
+
+
 class TooLarge(Exception):
     """A body that went over its route's limit while it was read."""
 
@@ -28,7 +31,15 @@ class BodyBound:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.limit(scope["path"]) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEADERS:
+            # h11 bounds headers that arrive in pieces (h11_max_incomplete_event_size);
+            # this, those that came in one read
+            await _refuse(scope, send, MAX_HEADERS, 431, "its headers")
+            return
+        limit = self.limit(scope["path"])
         if limit is None:
             await self.app(scope, receive, send)
             return
@@ -70,20 +81,25 @@ class BodyBound:
             await _refuse(scope, send, limit)
 
 
-async def _refuse(scope: Scope, send: Send, limit: int) -> None:
-    """413 with one line: HTML for Monkey Web's pages, JSON for the API; the connection
-    closed after it."""
-    if scope["path"].startswith("/web"):
+async def _refuse(scope: Scope, send: Send, limit: int, status: int = 413, what: str = "") -> None:
+    """STATUS (413: a body over LIMIT; 431: WHAT over it) with one line: HTML for Monkey
+    Web's pages, JSON for the API; the connection closed after it."""
+    web = scope["path"].startswith("/web")
+    if what:
+        said = f"a request may carry at most {_size(limit)} in {what}"
+    elif web:
         said = f"a form of Monkey Web may carry at most {_size(limit)}"
-        body, kind = f"<!doctype html><title>Too large</title><p>{said}</p>\n", b"text/html"
     else:
         said = f"a request to {scope['path']} may carry at most {_size(limit)}"
+    if web:
+        body, kind = f"<!doctype html><title>Too large</title><p>{said}</p>\n", b"text/html"
+    else:
         body, kind = json.dumps({"error": said}) + "\n", b"application/json"
     data = body.encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", kind + b"; charset=utf-8"),
                 (b"content-length", str(len(data)).encode()),

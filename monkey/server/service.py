@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 DEFAULT_BIND = "127.0.0.1:8443"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-MAX_HEADERS = 16 * 1024  # bytes of a request's line and headers
 
 
 class Files:
@@ -245,6 +244,7 @@ def serve(home: Home | None = None) -> int:
 
         from monkey.core import daemon
         from monkey.server.app import build
+        from monkey.server.bounds import MAX_HEADERS
 
         daemon.start(home)  # the core beside it: the API's requests are its work
         host, port = parse_bind(settings["bind"])
@@ -263,7 +263,7 @@ def serve(home: Home | None = None) -> int:
             timeout_graceful_shutdown=3,
             log_config=None,  # its records through the root logger: one format, one filter
             http="h11",  # h11 bounds a request's line and headers (httptools would not)
-            h11_max_incomplete_event_size=MAX_HEADERS,
+            h11_max_incomplete_event_size=MAX_HEADERS,  # (see monkey.server.bounds)
             # X-Forwarded-For and -Proto count only from a proxy given with --trusted-proxy
             # (uvicorn would trust them from loopback: any tunnel user could claim an address)
             proxy_headers=bool(settings["trusted_proxies"]),
