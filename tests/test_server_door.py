@@ -261,3 +261,27 @@ def test_refusals_logins_and_actions_on_jobs_are_in_the_audit_log(node):
     assert bad.returncode == 1 and bad.stderr.strip() == (
         "monkey: error: 'yesterday' is not an age; give a number and a unit, e.g. 30d, 12h, 90m"
     )
+
+
+def test_a_flood_of_one_bad_request_is_logged_once_with_a_count(home, tmp_path):
+    n = MainNode(home, tmp_path)
+    started = n.server("server", "start", "--bind", f"127.0.0.1:{n.port}", "--no-tls")
+    assert started.returncode == 0, started.stderr
+
+    def send(request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", n.port), timeout=30) as sock:
+            sock.sendall(request)
+            return sock.recv(100)
+
+    try:
+        for _ in range(500):  # no HTTP at all
+            assert send(b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        for _ in range(20):  # a route that fails (a 500 and a traceback on today's main)
+            send(b"GET /web/static/x%00 HTTP/1.1\r\nHost: x\r\n\r\n")
+    finally:
+        assert n.server("server", "stop").returncode == 0
+    log = (home / "server" / "server.log").read_text()
+    assert len(log) < 8192, log[-2000:]
+    assert log.count("Exception in ASGI application") <= 2, log  # (none once fixed)
+    assert log.count("Invalid HTTP request received.") == 2, log
+    assert "Invalid HTTP request received. (repeated 499 times since " in log

@@ -252,6 +252,9 @@ def serve(home: Home | None = None) -> int:
             level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+        from monkey.server import repeats
+
+        quiet = repeats.install(logging.getLogger())  # a flood of one error: written once
         config = uvicorn.Config(
             build(home),
             host=host,
@@ -281,6 +284,10 @@ def serve(home: Home | None = None) -> int:
                     logging.getLogger("monkey.server").info(
                         "server %d serving %s on %s", os.getpid(), root, url(settings)
                     )
+
+            async def shutdown(self, sockets: Any = None) -> None:
+                await super().shutdown(sockets)
+                repeats.flush(logging.getLogger(), quiet)  # (uvicorn then dies by its signal)
 
         server = Server(config)
         server.run()
