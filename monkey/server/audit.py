@@ -108,7 +108,7 @@ def _throttle(peer: str, now: float) -> int | None:
 
 def _append(file: Path, text: str) -> None:
     """TEXT appended to FILE under its lock, rotating it first when it would pass SIZE."""
-    file.parent.mkdir(mode=0o700, exist_ok=True)
+    file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     data = text.encode()
     while True:
         fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -76,8 +76,9 @@ class Gate:
     Why guessing is still bounded: only a guess that starts with a token's own prefix can be
     that token, so against any one token an address gets FAILURES guesses per WINDOW, as
     with a limit per address; all prefixes together give it 64**PREFIX times that (40,960 a
-    minute), each a 2**-256 chance. The table of buckets is bounded (MOST); an address
-    that spreads its guesses over many prefixes is recorded once a minute in the audit log.
+    minute), each a 2**-256 chance. The table of buckets is bounded (MOST), and the
+    refusals are in the audit log (monkey.server.audit: 20 a minute per address one by one,
+    the rest as a count).
     """
 
     def __init__(self, store: Callable[[], Store]) -> None:
