@@ -1,7 +1,8 @@
-"""The routes of `monkey server` (Starlette): every request is authenticated first (401,
-429 after too many refused tokens of one prefix from one address: see ``auth.Gate``), every answer says the API and monkey
-versions. The web pages (monkey.server.web, under /web) are routes beside these, with sessions of
-their own."""
+"""The routes of `monkey server` (Starlette): every request's body bounded before it is
+read (``bounds.BodyBound``), every request authenticated first (401, 429 after too many
+refused tokens of one prefix from one address: see ``auth.Gate``), every answer saying the
+API and monkey versions, every action recorded in the audit log. The web pages
+(monkey.server.web, under /web) are routes beside these, with sessions of their own."""
 
 from __future__ import annotations
 

@@ -243,6 +243,7 @@ def serve(home: Home | None = None) -> int:
         import uvicorn
 
         from monkey.core import daemon
+        from monkey.server import repeats
         from monkey.server.app import build
         from monkey.server.bounds import MAX_HEADERS
 
@@ -252,8 +253,6 @@ def serve(home: Home | None = None) -> int:
             level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        from monkey.server import repeats
-
         quiet = repeats.install(logging.getLogger())  # a flood of one error: written once
         config = uvicorn.Config(
             build(home),
