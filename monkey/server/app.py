@@ -1,14 +1,15 @@
-"""The routes of `monkey server` (Starlette): every request is authenticated first (401,
-429 after too many refused tokens from one address), every answer says the API and monkey
-versions. The web pages (monkey.server.web, under /web) are routes beside these, with sessions of
-their own."""
+"""The routes of `monkey server` (Starlette): every request's body bounded before it is
+read (``bounds.BodyBound``), every request authenticated first (401, 429 after too many
+refused tokens of one prefix from one address: see ``auth.Gate``), every answer saying the
+API and monkey versions, every action recorded in the audit log. The web pages
+(monkey.server.web, under /web) are routes beside these, with sessions of their own."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -20,8 +21,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from monkey.config import Home
 from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
-from monkey.server import blobs, folders
-from monkey.server.auth import Gate
+from monkey.server import audit, blobs, folders
+from monkey.server.auth import Gate, token_prefix
+from monkey.server.bounds import BodyBound
 from monkey.server.calls import CALLS, Forbidden, run_call
 from monkey.server.lanes import in_bulk
 from monkey.store import Store
@@ -33,7 +35,8 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
 
 log = logging.getLogger("monkey.server")
-MAX_BODY = 1 << 20  # bytes of a call's arguments
+MAX_BODY = 1 << 20  # bytes of a call's arguments (and of any other request's body)
+MAX_FORM = 64 << 10  # bytes of a form posted to Monkey Web
 
 
 def _version() -> str:
@@ -45,9 +48,22 @@ def _version() -> str:
 class Guard:
     """ASGI middleware: the versions on every answer, the token checked on every request."""
 
-    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+    def __init__(self, app: ASGIApp, gate: Gate, home: Home) -> None:
         self.app = app
         self.gate = gate
+        self.home = home
+
+    def _refused(self, scope: Scope, peer: str, token: str | None, status: int) -> None:
+        """The refusal in the audit log (the token's first characters only)."""
+        audit.record(
+            self.home,
+            "token refused",
+            peer=peer,
+            target=f"{scope['method']} {scope['path']}",
+            outcome="refused",
+            token=token_prefix(token),
+            detail="too many refused tokens (429)" if status == 429 else None,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -70,18 +86,20 @@ class Guard:
             await self.app(scope, receive, send_versioned)  # pages: their own sessions
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        address = (scope.get("client") or ("?", 0))[0]
-        wait = self.gate.retry_after(address)
+        peer = (scope.get("client") or ("?", 0))[0]  # forwarded only by a --trusted-proxy
+        auth = headers.get("authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        wait = self.gate.retry_after(peer, token)
         if wait:
+            await run_in_threadpool(self._refused, scope, peer, token, 429)
             answer: Response = JSONResponse(
                 {"error": "too many refused tokens"}, 429, headers={"Retry-After": str(wait)}
             )
             await answer(scope, receive, send_versioned)
             return
-        auth = headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        user = await run_in_threadpool(self.gate.user, token, address)
+        user = await run_in_threadpool(self.gate.user, token, peer)
         if user is None:
+            await run_in_threadpool(self._refused, scope, peer, token, 401)
             await JSONResponse({"error": "token refused"}, 401)(scope, receive, send_versioned)
             return
         if headers.get(API_HEADER.lower()) != str(API):
@@ -120,12 +138,7 @@ def _error(exc: Exception) -> JSONResponse:
 
 
 async def _body(request: Request) -> bytes:
-    data = bytearray()
-    async for part in request.stream():
-        data += part
-        if len(data) > MAX_BODY:
-            raise MonkeyError(f"a request body may hold at most {MAX_BODY} bytes")
-    return bytes(data)
+    return await request.body()  # bounded by BodyBound (body_limit)
 
 
 async def call(request: Request) -> Response:
@@ -151,6 +164,58 @@ async def call(request: Request) -> Response:
     except TypeError as exc:  # arguments the method does not take
         return JSONResponse({"error": f"{method}: {exc}"}, 400)
     return Response(answer, media_type="application/json")
+
+
+# The calls the audit log records (those that change something); the others only read.
+AUDITED = {name for name, rule in CALLS.items() if any(rule)} | {
+    "rm_select",
+    "notify_add",
+    "notify_remove",
+    "notify_test",
+}
+
+
+def audited(route: Callable[[Request], Awaitable[Response]], home: Home) -> Callable[..., Any]:
+    """ROUTE (``call``), its actions recorded in the audit log once their outcome is
+    known: who, from where, the method, what it names, ok / refused (403) / error."""
+
+    async def endpoint(request: Request) -> Response:
+        answer = await route(request)
+        method = request.path_params["method"]
+        if method in AUDITED:
+            status = answer.status_code
+            outcome = "ok" if status < 400 else "refused" if status == 403 else "error"
+            detail = None
+            if outcome != "ok":
+                try:
+                    detail = str(json.loads(bytes(answer.body)).get("error"))
+                except (ValueError, AttributeError, RecursionError):
+                    detail = f"HTTP {status}"
+            await run_in_threadpool(
+                audit.record,
+                home,
+                method,
+                user=request.state.user["name"],
+                peer=request.client.host if request.client else None,
+                target=_named(await request.body()),
+                outcome=outcome,
+                detail=detail,
+            )
+        return answer
+
+    return endpoint
+
+
+def _named(body: bytes) -> str | None:
+    """What a call's body names first (a job, a sweep, the jobs listed), for the audit."""
+    try:
+        args = json.loads(body or b"{}").get("args") or [None]
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    first = args[0] if isinstance(args, list) else None
+    if isinstance(first, list) and all(isinstance(x, str) for x in first):
+        return " ".join(first)
+    return first if isinstance(first, str) else None
 
 
 async def logs(request: Request) -> Response:
@@ -258,7 +323,7 @@ def build(home: Home) -> ASGIApp:
     gate = Gate(lambda: _monkey().store)
     app = Starlette(
         routes=[
-            Route("/api/v1/call/{method}", call, methods=["POST"]),
+            Route("/api/v1/call/{method}", audited(call, home), methods=["POST"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
             *blobs.routes(home, _monkey),
             *folders.routes(_monkey),
@@ -266,4 +331,15 @@ def build(home: Home) -> ASGIApp:
         ]
     )
     Store(home.db).close()  # the schema migrated before the first request
-    return Guard(app, gate)
+    return BodyBound(Guard(app, gate, home), body_limit)
+
+
+def body_limit(path: str) -> int | None:
+    """The most bytes a request's body to PATH may hold (see ``bounds.BodyBound``)."""
+    if path == "/api/v1/blobs":
+        return None  # a pack of blobs, written to disk as it comes, each blob bounded
+    if path == "/api/v1/blobs/missing":
+        return blobs.MAX_QUESTION
+    if path == "/web" or path.startswith("/web/"):
+        return MAX_FORM
+    return MAX_BODY

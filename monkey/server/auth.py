@@ -1,6 +1,6 @@
 """Users' tokens and failed authentications: tokens are 32 random bytes shown once and kept
-only as their SHA-256 digest, compared in constant time; an address that fails too often is
-refused for a while (429)."""
+only as their SHA-256 digest, compared in constant time; an address that sends too many
+refused tokens of one prefix is refused for a while (429): see ``Gate``."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-FAILURES = 10  # refused tokens an address may send per WINDOW
+FAILURES = 10  # refused tokens a bucket (an address and a token prefix) may take per WINDOW
 WINDOW = 60.0
+PREFIX = 2  # characters of a refused token that name its bucket (after "mk_")
+MOST = 100_000  # buckets remembered at once
 TOUCH_EVERY = 60.0  # seconds between two records of a user's last use
 _NAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$", re.IGNORECASE)
 
@@ -61,30 +63,47 @@ def rotate(store: Store, name: str) -> str:
 
 
 class Gate:
-    """Who a token belongs to, and the per-address limit on refused tokens."""
+    """Who a token belongs to, and the limit on refused tokens.
+
+    A refusal is counted against its *bucket*: the TCP peer (scope's client, which names a
+    forwarded address only from a ``--trusted-proxy``; an IPv6 peer by its /64) and the
+    first PREFIX characters of the token it sent. A bucket that collected FAILURES refusals
+    within WINDOW seconds is refused (429) until the oldest is WINDOW old. A request whose
+    token is valid is never counted, and another user's token falls in another bucket, so
+    users who share an address (every SSH tunnel arrives from 127.0.0.1) do not lock each
+    other out by mistyping theirs.
+
+    Why guessing is still bounded: only a guess that starts with a token's own prefix can be
+    that token, so against any one token an address gets FAILURES guesses per WINDOW, as
+    with a limit per address; all prefixes together give it 64**PREFIX times that (40,960 a
+    minute), each a 2**-256 chance. The table of buckets is bounded (MOST), and the
+    refusals are in the audit log (monkey.server.audit: 20 a minute per address one by one,
+    the rest as a count).
+    """
 
     def __init__(self, store: Callable[[], Store]) -> None:
         self.store = store  # the calling thread's store
-        self._failures: dict[str, deque[float]] = {}
+        self._failures: dict[tuple[str, str], deque[float]] = {}
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def retry_after(self, address: str, now: float | None = None) -> int:
-        """Seconds ADDRESS must wait (0: it may try)."""
+    def retry_after(self, peer: str, token: str | None, now: float | None = None) -> int:
+        """Seconds a request from PEER with TOKEN must wait (0: it may try)."""
         now = time.monotonic() if now is None else now
+        key = bucket(peer, token)
         with self._lock:
-            seen = self._failures.get(address)
+            seen = self._failures.get(key)
             while seen and seen[0] <= now - WINDOW:
                 seen.popleft()
             if not seen:
-                self._failures.pop(address, None)  # an address that stopped failing is forgotten
+                self._failures.pop(key, None)  # a bucket that stopped failing is forgotten
                 return 0
             if len(seen) < FAILURES:
                 return 0
             return max(1, int(seen[0] + WINDOW - now) + 1)
 
-    def user(self, token: str | None, address: str) -> dict[str, Any] | None:
-        """The user TOKEN belongs to, or None (a failure counted against ADDRESS)."""
+    def user(self, token: str | None, peer: str) -> dict[str, Any] | None:
+        """The user TOKEN belongs to, or None (a refusal counted in its bucket)."""
         found = None
         if token:
             mine = digest(token)
@@ -93,10 +112,47 @@ class Gate:
                     found = user
         now = time.monotonic()
         if found is None:
-            with self._lock:
-                self._failures.setdefault(address, deque()).append(now)
+            self._count(bucket(peer, token), now)
             return None
         if now - self._touched.get(found["name"], -TOUCH_EVERY) >= TOUCH_EVERY:
             self._touched[found["name"]] = now
             self.store().touch_user(found["name"], time.time())
         return found
+
+    def _count(self, key: tuple[str, str], now: float) -> None:
+        with self._lock:
+            if len(self._failures) >= MOST:  # forget the buckets whose refusals are all old
+                for old in [k for k, v in self._failures.items() if v[-1] <= now - WINDOW]:
+                    del self._failures[old]
+            if len(self._failures) < MOST or key in self._failures:
+                self._failures.setdefault(key, deque(maxlen=FAILURES)).append(now)
+
+
+def bucket(peer: str, token: str | None) -> tuple[str, str]:
+    """Where a refusal of TOKEN from PEER is counted: (the peer, an IPv6 one by its /64;
+    the token's prefix)."""
+    return network(peer), token_prefix(token)
+
+
+def token_prefix(token: str | None) -> str:
+    """The first PREFIX characters of TOKEN after ``mk_`` (all a log may show of it)."""
+    if not token:
+        return ""
+    return token.removeprefix("mk_")[:PREFIX]
+
+
+def network(peer: str) -> str:
+    """PEER as a limit counts it: an IPv4 address (also IPv4-mapped), an IPv6 one's /64 (a
+    host is given a /64 to pick addresses from), anything else as it is."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer[:64]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        if not address.is_loopback:
+            return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 _DIGEST = re.compile(rb"[0-9a-f]{64}")
 MAX_ASKED = 20_000  # digests in one question (the client asks in batches)
+MAX_QUESTION = MAX_ASKED * 70  # bytes of that question (bounded by monkey.server.bounds)
 STALL = 120.0  # seconds without a byte of an upload: the client is gone
 _FLUSH = 1 << 20  # bytes gathered before a write in a worker thread
 
@@ -220,8 +221,6 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
         data = bytearray()
         async for piece in _pieces(request):
             data += piece
-            if len(data) > MAX_ASKED * 70:
-                return JSONResponse({"error": f"ask about at most {MAX_ASKED} blobs at once"}, 413)
         try:
             asked = json.loads(data)
             if not isinstance(asked, list) or not all(

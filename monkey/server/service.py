@@ -62,15 +62,36 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host, number
 
 
+def parse_proxies(given: list[str]) -> list[str]:
+    """The networks of GIVEN (``--trusted-proxy``: addresses or CIDR networks; ``none``
+    trusts none), normalised; MonkeyError naming the one that is neither."""
+    import ipaddress
+
+    if [g.strip().lower() for g in given] == ["none"]:
+        return []
+    networks = []
+    for text in given:
+        try:
+            networks.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+        except ValueError:
+            raise MonkeyError(
+                f"--trusted-proxy {text!r}: give the address or network (CIDR) of a proxy in "
+                "front of this server, e.g. 10.0.0.5 or 10.0.0.0/24 (none: trust no proxy)"
+            ) from None
+    return list(dict.fromkeys(networks))
+
+
 def configure(
     home: Home,
     bind: str | None = None,
     cert: str | None = None,
     key: str | None = None,
     no_tls: bool = False,
+    trusted_proxies: list[str] | None = None,
 ) -> dict[str, Any]:
     """The server's settings: those given, else those of the last start, else the defaults;
-    saved for the next start. Refuses plain HTTP off loopback and a half-given --cert/--key."""
+    saved for the next start. Refuses plain HTTP off loopback, a half-given --cert/--key
+    and a --trusted-proxy that names no address or network."""
     files = Files(home).ensure()
     saved = saved_settings(home)
     if (cert is None) != (key is None):
@@ -82,6 +103,11 @@ def configure(
         "cert": str(Path(cert).resolve()) if cert else saved.get("cert"),
         "key": str(Path(key).resolve()) if key else saved.get("key"),
         "tls": not no_tls if (no_tls or bind) else saved.get("tls", True),
+        "trusted_proxies": (
+            parse_proxies(trusted_proxies)
+            if trusted_proxies is not None
+            else list(saved.get("trusted_proxies") or [])
+        ),
     }
     host, _ = parse_bind(settings["bind"])
     if not settings["tls"] and host not in LOOPBACK:
@@ -217,7 +243,9 @@ def serve(home: Home | None = None) -> int:
         import uvicorn
 
         from monkey.core import daemon
+        from monkey.server import repeats
         from monkey.server.app import build
+        from monkey.server.bounds import MAX_HEADERS
 
         daemon.start(home)  # the core beside it: the API's requests are its work
         host, port = parse_bind(settings["bind"])
@@ -225,6 +253,7 @@ def serve(home: Home | None = None) -> int:
             level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+        quiet = repeats.install(logging.getLogger())  # a flood of one error: written once
         config = uvicorn.Config(
             build(home),
             host=host,
@@ -234,6 +263,13 @@ def serve(home: Home | None = None) -> int:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=3,
+            log_config=None,  # its records through the root logger: one format, one filter
+            http="h11",  # h11 bounds a request's line and headers (httptools would not)
+            h11_max_incomplete_event_size=MAX_HEADERS,  # (see monkey.server.bounds)
+            # X-Forwarded-For and -Proto count only from a proxy given with --trusted-proxy
+            # (uvicorn would trust them from loopback: any tunnel user could claim an address)
+            proxy_headers=bool(settings["trusted_proxies"]),
+            forwarded_allow_ips=settings["trusted_proxies"] or [],
             ssl_certfile=str(paths[0]) if paths else None,
             ssl_keyfile=str(paths[1]) if paths else None,
         )
@@ -247,6 +283,10 @@ def serve(home: Home | None = None) -> int:
                     logging.getLogger("monkey.server").info(
                         "server %d serving %s on %s", os.getpid(), root, url(settings)
                     )
+
+            async def shutdown(self, sockets: Any = None) -> None:
+                await super().shutdown(sockets)
+                repeats.flush(logging.getLogger(), quiet)  # (uvicorn then dies by its signal)
 
         from monkey.server.reclaim import Reclaimer
 

@@ -33,7 +33,7 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     sub = p.add_subparsers(
         dest="action",
         required=True,
-        metavar="{start,run,stop,status,user,quota,notify-allow,install-service}",
+        metavar="{start,run,stop,status,user,quota,audit,notify-allow,install-service}",
     )
     for action, text in (
         ("start", "start in the background (and the core beside it)"),
@@ -48,6 +48,13 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
         a.add_argument("--cert", metavar="PEM", help="serve this certificate (with --key)")
         a.add_argument("--key", metavar="PEM", help="the certificate's private key")
         a.add_argument("--no-tls", action="store_true", help="plain HTTP: loopback only")
+        a.add_argument(
+            "--trusted-proxy",
+            action="append",
+            metavar="CIDR",
+            help="a reverse proxy in front of the server (address or network, repeatable; "
+            "none: no proxy): its X-Forwarded-For names the client; kept for the next start",
+        )
     sub.add_parser(
         "stop", help="stop the server (the core goes on)", description="Stop the server."
     )
@@ -96,6 +103,15 @@ def server_parser(cls: ParserClass) -> argparse.ArgumentParser:
     )
     allow.add_argument("cidr", nargs="?", metavar="CIDR", help="e.g. 10.1.0.0/16 or ::1/128")
     allow.add_argument("--remove", action="store_true", help="remove CIDR from the list")
+    audit = sub.add_parser(
+        "audit",
+        help="the audit log: refused tokens, logins, admin actions, actions on jobs",
+        description="The server's audit log (MONKEY_HOME/server/audit.jsonl and its rotated "
+        "files), newest last: when, who, from where, what, on what, and the outcome.",
+    )
+    audit.add_argument("--user", metavar="U", help="this user's events only")
+    audit.add_argument("--since", metavar="AGE", help="events of the last AGE only (90m, 12h, 7d)")
+    audit.add_argument("--json", action="store_true", help="print JSON lines")
     p.set_defaults(func=cmd_server)
     return p
 
@@ -115,10 +131,16 @@ def cmd_server(args: argparse.Namespace) -> int:
             raise MonkeyError(
                 f"a server is already running for {home.root} (pid {running}); "
                 "`monkey server stop` first to start it with other settings"
-                if args.action == "run" or args.bind or args.cert or args.no_tls
+                if args.action == "run"
+                or args.bind
+                or args.cert
+                or args.no_tls
+                or args.trusted_proxy
                 else f"the server is already running (pid {running}); see `monkey server status`"
             )
-        settings = service.configure(home, args.bind, args.cert, args.key, args.no_tls)
+        settings = service.configure(
+            home, args.bind, args.cert, args.key, args.no_tls, args.trusted_proxy
+        )
         if args.action == "run":
             lines = service.welcome(home, settings, service.first_admin(home))
             print("\n".join([*lines, "serving in the foreground (Ctrl-C stops it)"]), flush=True)
@@ -135,7 +157,50 @@ def cmd_server(args: argparse.Namespace) -> int:
         return _status(home, args.json)
     if args.action == "install-service":
         return _install_service(home, args.print)
+    if args.action == "audit":
+        return _audit(home, args)
     return _user(home, args)
+
+
+def _audit(home: object, args: argparse.Namespace) -> int:
+    import json
+
+    from monkey.config import Home
+    from monkey.housekeeping import parse_age
+    from monkey.server import audit
+
+    assert isinstance(home, Home)
+    since = time.time() - parse_age(args.since) if args.since else None
+    events = audit.read(home, args.user, since)
+    if args.json:
+        for event in events:
+            print(json.dumps(event, ensure_ascii=False))
+        return 0
+    if not events:
+        print(
+            "no events"
+            + (" of that user" if args.user else "")
+            + (" in that time" if since else "")
+        )
+        return 0
+    from monkey.shell.table import render
+
+    render(
+        ["TIME", "USER", "FROM", "ACTION", "TARGET", "OUTCOME", "DETAIL"],
+        [
+            [
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])),
+                e.get("user") or "-",
+                e.get("peer") or "-",
+                str(e.get("action")),
+                e.get("target") or "-",
+                str(e.get("outcome")),
+                " ".join(x for x in (e.get("token"), e.get("detail")) if x) or "-",
+            ]
+            for e in events
+        ],
+    )
+    return 0
 
 
 def _status(home: object, as_json: bool) -> int:
@@ -209,33 +274,18 @@ def _ready_line(home: object, name: str, token: str) -> None:
 
 def _user(home: object, args: argparse.Namespace) -> int:
     from monkey.config import Home
-    from monkey.server import auth, websession
     from monkey.store import Store
 
     assert isinstance(home, Home)
     store = Store(home.db)
-    action = args.user_action
-    if action == "add":
-        token = auth.add_user(store, args.name, args.admin)
-        print(
-            f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:"
-        )
-        print(token)
-        _ready_line(home, args.name, token)
-        return 0
-    if action == "token":
-        token = auth.rotate(store, args.name)
-        websession.end_user_sessions(home, args.name)  # its web sessions too
-        print(f"a new token for {args.name} (the old one is refused from now on), shown only now:")
-        print(token)
-        _ready_line(home, args.name, token)
-        return 0
-    if action == "remove":
-        if not store.remove_user(args.name):
-            raise MonkeyError(f"no user {args.name!r}; see `monkey server user list`")
-        websession.end_user_sessions(home, args.name)
-        print(f"user {args.name} removed; its token is refused from now on")
-        return 0
+    if args.user_action in ("add", "token", "remove"):
+        try:
+            done = _user_change(home, store, args)
+        except MonkeyError as exc:
+            _audit_admin(home, f"user {args.user_action}", args.name, str(exc))
+            raise
+        _audit_admin(home, f"user {args.user_action}", args.name)
+        return done
     users = [{k: v for k, v in u.items() if k != "digest"} for u in store.users()]
     if args.json:
         print_json(users)
@@ -274,6 +324,48 @@ def _notify_allow(args: argparse.Namespace) -> int:
     for cidr in ranges if not args.cidr else []:
         print(cidr)
     return 0
+
+
+def _user_change(home: object, store: object, args: argparse.Namespace) -> int:
+    """`server user add|token|remove NAME`."""
+    from monkey.config import Home
+    from monkey.server import auth, websession
+    from monkey.store import Store
+
+    assert isinstance(home, Home) and isinstance(store, Store)
+    if args.user_action == "add":
+        token = auth.add_user(store, args.name, args.admin)
+        print(
+            f"user {args.name} added{' (admin)' if args.admin else ''}; its token, shown only now:"
+        )
+        print(token)
+        _ready_line(home, args.name, token)
+        return 0
+    if args.user_action == "token":
+        token = auth.rotate(store, args.name)
+        websession.end_user_sessions(home, args.name)  # its web sessions too
+        print(f"a new token for {args.name} (the old one is refused from now on), shown only now:")
+        print(token)
+        _ready_line(home, args.name, token)
+        return 0
+    if not store.remove_user(args.name):
+        raise MonkeyError(f"no user {args.name!r}; see `monkey server user list`")
+    websession.end_user_sessions(home, args.name)
+    print(f"user {args.name} removed; its token is refused from now on")
+    return 0
+
+
+def _audit_admin(home: object, action: str, target: str, error: str | None = None) -> None:
+    """An admin command run on the main node itself, in the audit log (its ERROR: failed)."""
+    from monkey.config import Home
+    from monkey.server import audit
+    from monkey.store.db import local_user
+
+    assert isinstance(home, Home)
+    outcome = "error" if error else "ok"
+    audit.record(
+        home, action, user=local_user(), peer="local", target=target, outcome=outcome, detail=error
+    )
 
 
 def _quota_parser(sub: Any) -> None:

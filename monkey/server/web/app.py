@@ -205,6 +205,7 @@ class Web:
             sid, _ = await run_in_threadpool(self._open_session, user)
             if not sid:
                 return await self._login_form(target, f"no user {user!r} any more", 403)
+            await self._audit("web login", user, address, "one-time link")
             # a page that moves on by itself, rather than a redirect: a navigation started
             # elsewhere (a terminal, a chat) does not carry SameSite=Strict cookies
             answer = self.page("moving.html", target=target)
@@ -217,16 +218,18 @@ class Web:
         expected = request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not hmac.compare_digest(given, expected):
             return await self._login_form(target, "the form had expired; log in again", 403)
-        wait = self.gate.retry_after(address)
+        token = str(form.get("token", "")).strip()
+        wait = self.gate.retry_after(address, token)
         if wait:
+            await self._audit("token refused", None, address, "too many (429)", token, "refused")
             refused = await self._login_form(
                 target, f"too many refused tokens from this address; try again in {wait}s", 429
             )
             refused.headers["Retry-After"] = str(wait)
             return refused
-        token = str(form.get("token", "")).strip()
         found = await run_in_threadpool(self.gate.user, token, address)
         if found is None:
+            await self._audit("token refused", None, address, None, token, "refused")
             return await self._login_form(
                 target,
                 "that token was refused; `monkey server user token NAME` on the main node "
@@ -239,10 +242,38 @@ class Web:
             found["name"],
             websession.token_key(found["digest"]),
         )
+        await self._audit("web login", found["name"], address, "token")
         redirect = _headers(RedirectResponse(target, 303))
         self._set_cookie(redirect, sid)
         redirect.delete_cookie(LOGIN_COOKIE, path="/web/login")
         return redirect
+
+    async def _audit(
+        self,
+        action: str,
+        user: str | None,
+        peer: str,
+        detail: str | None = None,
+        token: str | None = None,
+        outcome: str = "ok",
+        target: str | None = "/web/login",
+    ) -> None:
+        """An event of the pages in the audit log (a refused TOKEN: its prefix only)."""
+        from monkey.server import audit
+        from monkey.server.auth import token_prefix
+
+        await run_in_threadpool(
+            lambda: audit.record(
+                self.home,
+                action,
+                user=user,
+                peer=peer,
+                target=target,
+                outcome=outcome,
+                detail=detail,
+                token=token_prefix(token) if outcome == "refused" else None,
+            )
+        )
 
     async def _login_form(
         self, target: str, error: str | None = None, status: int = 200
@@ -354,14 +385,25 @@ class Web:
             return await page(request, session, f"no action {what!r} here", 400)
         ref = request.path_params["ref"]
         name, args = call(what, ref)
+        error, status = "", 0
         try:
             await run_in_threadpool(
                 lambda: run_call(self.monkey(), session["user"], name, args, {})
             )
         except Forbidden as exc:
-            return await page(request, session, str(exc), 403)
+            error, status = str(exc), 403
         except MonkeyError as exc:
-            return await page(request, session, str(exc), 400)
+            error, status = str(exc), 400
+        await self._audit(
+            name if name != "sweep_control" else f"sweep {what}",
+            session["user"]["name"],
+            (request.client.host if request.client else "?") or "?",
+            error or "from Monkey Web",
+            outcome="refused" if status == 403 else "error" if status else "ok",
+            target=ref,
+        )
+        if status:
+            return await page(request, session, error, status)
         return _headers(RedirectResponse(f"/web/{where}/{ref}", 303))
 
     async def metrics(self, request: Request) -> Response:
@@ -599,13 +641,12 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A posted form's fields (application/x-www-form-urlencoded, at most 64 KiB; the first
-    value of each), without a multipart parser: the pages post only small forms."""
+    """A posted form's fields (application/x-www-form-urlencoded, bounded by
+    monkey.server.bounds; the first value of each), without a multipart parser: the pages
+    post only small forms."""
     from urllib.parse import parse_qsl
 
     body = await request.body()
-    if len(body) > 65536:
-        return {}
     fields: dict[str, str] = {}
     for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
         fields.setdefault(key, value)

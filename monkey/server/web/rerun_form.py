@@ -151,12 +151,10 @@ class RerunPage:
 
 async def posted(request: Request) -> dict[str, Any]:
     """The posted form: each field's first value, ``datasets`` as the list of all ticked
-    (at most 64 KiB, as the other forms)."""
+    (bounded by monkey.server.bounds, as the other forms)."""
     from urllib.parse import parse_qsl
 
     body = await request.body()
-    if len(body) > 65536:
-        return {}
     fields: dict[str, Any] = {"datasets": []}
     for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
         if key == "datasets":
