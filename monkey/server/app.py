@@ -18,11 +18,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from monkey.config import Home
+from monkey.contract import Access, methods
 from monkey.models import MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
-from monkey.server import blobs, folders
+from monkey.server import blobs, door, folders
 from monkey.server.auth import Gate
-from monkey.server.calls import CALLS, Forbidden, run_call
+from monkey.server.calls import Forbidden, run_call
 from monkey.server.lanes import in_bulk
 from monkey.store import Store
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("monkey.server")
 MAX_BODY = 1 << 20  # bytes of a call's arguments
+CALLED = {name: rule for name, rule in methods().items() if rule.called}  # the call routes
 
 
 def _version() -> str:
@@ -129,28 +131,36 @@ async def _body(request: Request) -> bytes:
 
 
 async def call(request: Request) -> Response:
+    """``POST /api/v1/call/METHOD``: a method of the contract, its arguments checked at the
+    door (400 naming what is wrong), then carried out for the caller (monkey.server.calls)."""
     method = request.path_params["method"]
-    if method not in CALLS:
+    rule = CALLED.get(method)
+    if rule is None:
         return JSONResponse(
             {"error": f"{method} is not available through the API of this server"}, 404
         )
     try:
-        body = codec.loads(await _body(request) or b"{}")
-        args, kwargs = list(body.get("args", [])), dict(body.get("kwargs", {}))
-    except (ValueError, AttributeError, TypeError, MonkeyError) as exc:
-        return JSONResponse({"error": f"{method}: a malformed request ({exc})"}, 400)
+        kwargs = await run_in_threadpool(door.arguments, method, await _body(request))
+    except MonkeyError as exc:
+        return JSONResponse({"error": str(exc)}, 400)
     user = request.state.user
 
     def work() -> bytes:  # encoded in the thread too: the event loop only moves bytes
-        return codec.dumps(run_call(_monkey(), user, method, args, kwargs))
+        return codec.dumps(run_call(_monkey(), user, method, kwargs))
 
     try:
-        answer = await (in_bulk(work) if CALLS[method].submits else run_in_threadpool(work))
+        answer = await (in_bulk(work) if rule.access is Access.SUBMITS else run_in_threadpool(work))
     except MonkeyError as exc:
         return _error(exc)
-    except TypeError as exc:  # arguments the method does not take
-        return JSONResponse({"error": f"{method}: {exc}"}, 400)
+    except Exception as exc:  # a fault of the server: one line in its log, no traceback
+        log.error("call %s by %s failed: %s: %.200s", method, user["name"], type(exc).__name__, exc)
+        return JSONResponse({"error": f"{method}: the server failed; its log says why"}, 500)
     return Response(answer, media_type="application/json")
+
+
+async def openapi(request: Request) -> Response:
+    """``GET /api/v1/openapi.json``: the calls' OpenAPI document, made from the contract."""
+    return JSONResponse(await run_in_threadpool(door.openapi))
 
 
 async def logs(request: Request) -> Response:
@@ -259,6 +269,7 @@ def build(home: Home) -> ASGIApp:
     app = Starlette(
         routes=[
             Route("/api/v1/call/{method}", call, methods=["POST"]),
+            Route("/api/v1/openapi.json", openapi, methods=["GET"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
             *blobs.routes(home, _monkey),
             *folders.routes(_monkey),
