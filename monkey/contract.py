@@ -8,23 +8,28 @@ their arguments (monkey.server.door), the OpenAPI document and the shell's remot
 all derived from the rules here (``methods()``). The parameter types of a forwarded method
 are what crosses the wire: JSON types that the server checks strictly on arrival.
 
-Cheap to import (the one-shot remote client does): standard typing only."""
+Cheap to import (every one-shot command's routing does): no `typing` at run time, and
+no validation library (the server's door has it)."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterator, Sequence
     from pathlib import Path
+    from typing import Any, Protocol, TypeVar
 
     from monkey.facade.tracking import Series
     from monkey.handles import Job
     from monkey.models import Job as JobRecord
     from monkey.models import State
     from monkey.snapshot.manifest import FileEntry
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
+else:
+    Protocol = object  # typing costs a one-shot command's start; only mypy needs it
 
 
 class Access(enum.Enum):
@@ -49,21 +54,22 @@ class Crossing(enum.Enum):
     LOCAL = "this machine only: refused through a remote"
 
 
-class Rule(NamedTuple):
+class Rule:
     """A method's place in the contract. SERVED: the server answers it with its own
     implementation (``monkey.server.calls.SERVED``), given the caller."""
 
-    access: Access
-    crossing: Crossing
-    served: bool = False
+    __slots__ = ("access", "crossing", "served")
+
+    def __init__(self, access: Access, crossing: Crossing, served: bool = False) -> None:
+        self.access, self.crossing, self.served = access, crossing, served
+
+    def __repr__(self) -> str:
+        return f"Rule({self.access.name}, {self.crossing.name}, served={self.served})"
 
     @property
     def called(self) -> bool:
         """Whether POST /api/v1/call/METHOD serves it."""
         return self.crossing in (Crossing.FORWARDED, Crossing.GATHERED)
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def api(*marks: Access | Crossing, served: bool = False) -> Callable[[_F], _F]:

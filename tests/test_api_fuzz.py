@@ -55,6 +55,9 @@ class Fuzzed:
         self.conn: http.client.HTTPSConnection | None = None
 
     def post(self, method: str, body: bytes) -> int:
+        return self.request("POST", f"/api/v1/call/{method}", body)
+
+    def request(self, verb: str, path: str, body: bytes | None) -> int:
         for _ in range(2):  # a connection the server closed after an answer: once more
             if self.conn is None:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -64,8 +67,8 @@ class Fuzzed:
                 )
             try:
                 self.conn.request(
-                    "POST",
-                    f"/api/v1/call/{method}",
+                    verb,
+                    path,
                     body=body,
                     headers={"X-Monkey-API": "1", "Authorization": f"Bearer {self.token}"},
                 )
@@ -75,7 +78,7 @@ class Fuzzed:
             except (http.client.HTTPException, OSError):
                 self.conn.close()
                 self.conn = None
-        raise AssertionError(f"{method}: the server did not answer")
+        raise AssertionError(f"{verb} {path}: the server did not answer")
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +223,46 @@ def test_no_call_of_the_contract_is_answered_with_a_server_error(fuzzed):
     log = "".join(fuzzed.output)
     assert "Traceback" not in log, log[-3000:]
     assert len(log) < 64 * 1024, len(log)
+
+
+@st.composite
+def log_requests(draw: st.DrawFn, juid: str) -> tuple[str, str, bytes | None]:
+    """A request of a job's output, its query and resume body hostile or not."""
+    from urllib.parse import quote, urlencode
+
+    ref = draw(st.one_of(NAMES, st.just(juid), st.text(max_size=10)))
+    query = {
+        k: draw(st.one_of(st.integers(-(10**30), 10**30).map(str), st.text(max_size=6)))
+        for k in draw(st.sets(st.sampled_from(["stream", "tail", "attempt", "setup", "follow"])))
+    }
+    if draw(st.booleans()):
+        query["stream"] = draw(st.sampled_from(["both", "stdout", "stderr"]))
+    body = None
+    if draw(st.booleans()):
+        body = draw(
+            st.one_of(
+                JSONISH.map(lambda v: json.dumps(v).encode()),
+                st.sampled_from([b"[" * 5000, b'{"offsets": {"x": 1e400}}', b'{"marked": [NaN]}']),
+                st.just(json.dumps({"offsets": {"stdout.log": 0}, "marked": [1]}).encode()),
+            )
+        )
+    path = f"/api/v1/logs/{quote(ref, safe='')}?{urlencode(query)}"
+    return ("POST" if body is not None else "GET"), path, body
+
+
+@pytest.mark.timeout(120)
+def test_no_request_of_a_job_output_is_answered_with_a_server_error(fuzzed):
+    errors = []
+
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None)
+    @given(log_requests(fuzzed.juid))
+    def one(request: tuple[str, str, bytes | None]) -> None:
+        status = fuzzed.request(*request)
+        if status >= 500:
+            errors.append(request)
+
+    one()
+    assert not errors, errors[:5]
 
 
 def test_the_one_shot_client_does_not_import_the_validation_library(tmp_path):

@@ -31,6 +31,10 @@ def test_every_method_is_declared_once_and_implemented_by_both_facades():
     assert rules["cancel"].access is Access.JOB and rules["rm"].access is Access.JOBS
     assert rules["run"].crossing is Crossing.GATHERED and rules["gc"].access is Access.ADMIN
     assert rules["start_core"].crossing is Crossing.LOCAL and "whoami" in vars(ServerApi)
+    # the shell's remote routing names contract methods only, and the contract decides
+    from monkey.shell.routing import USES
+
+    assert {m for uses in USES.values() for m in uses} <= set(rules)
 
 
 def call(node: MainNode, token: str, method: str, body: bytes) -> tuple[int, str]:

@@ -5,7 +5,6 @@ their own."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -173,7 +172,7 @@ async def logs(request: Request) -> Response:
             raise MonkeyError(f"stream {stream!r}: use both, stdout or stderr")
         tail = int(q["tail"]) if "tail" in q else None
         attempt = int(q["attempt"]) if "attempt" in q else None
-        start = json.loads(await _body(request) or b"null") if request.method == "POST" else None
+        start = door.follow_start(await _body(request)) if request.method == "POST" else None
     except (ValueError, MonkeyError) as exc:
         return JSONResponse({"error": f"logs: {exc}"}, 400)
     if q.get("follow"):

@@ -48,7 +48,14 @@ class Form:
 
 @functools.cache
 def _namespace() -> dict[str, Any]:
-    return dict(vars(contract))
+    """What the contract's parameter annotations name."""
+    import collections.abc
+
+    return {
+        "Any": Any,
+        "Sequence": collections.abc.Sequence,
+        "Collection": collections.abc.Collection,
+    }
 
 
 @functools.cache
@@ -116,6 +123,29 @@ def _check(method: str, value: Any, depth: int) -> None:
     elif isinstance(value, list):
         for v in value:
             _check(method, v, depth + 1)
+
+
+class FollowStart(msgspec.Struct, forbid_unknown_fields=True):
+    """Where a resumed follow starts (``POST /api/v1/logs/REF?follow=1``): each file's
+    offset, and the attempts whose mark was already shown."""
+
+    offsets: dict[str, int] = {}
+    marked: list[int] = []
+
+
+def follow_start(body: bytes) -> dict[str, Any] | None:
+    """The start BODY gives (None: none), checked; BadCall naming what is wrong."""
+    try:
+        start = msgspec.json.decode(body or b"null", type=FollowStart | None)
+    except RecursionError:
+        raise BadCall("logs: the body is nested too deeply") from None
+    except msgspec.DecodeError as exc:  # ValidationError is one
+        raise BadCall(f"logs: {exc}") from None
+    if start is None:
+        return None
+    _check("logs", start.offsets, 1)
+    _check("logs", start.marked, 1)
+    return {"offsets": start.offsets, "marked": start.marked}
 
 
 def openapi() -> dict[str, Any]:
