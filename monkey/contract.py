@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, Protocol, TypeVar
 
-    from monkey.facade.tracking import Series
     from monkey.handles import Job
     from monkey.models import Job as JobRecord
     from monkey.models import State
@@ -295,7 +294,9 @@ class Api(Protocol):
     @api(SWEEP)
     def sweep_control(self, ref: str, action: str) -> dict[str, Any]: ...
     @api()
-    def metrics(self, ref: str, name: str | None = ...) -> dict[str, Series]: ...
+    def metrics(
+        self, ref: str, name: str | None = ...
+    ) -> dict[str, list[tuple[int | None, float, float]]]: ...
     @api()
     def metric_names(self, ref: str) -> list[str]: ...
     @api()
@@ -532,14 +533,19 @@ class Wire(Protocol):
     ) -> str: ...
 
 
+_methods: dict[str, Rule] = {}
+
+
 def methods() -> dict[str, Rule]:
-    """Every method of the contract and its rule."""
-    return {
-        name: f.__api__
-        for cls in (Api, ServerApi)
-        for name, f in vars(cls).items()
-        if hasattr(f, "__api__")
-    }
+    """Every method of the contract and its rule (read once; do not change it)."""
+    if not _methods:
+        _methods.update(
+            (name, f.__api__)
+            for cls in (Api, ServerApi)
+            for name, f in vars(cls).items()
+            if hasattr(f, "__api__")
+        )
+    return _methods
 
 
 def signature_of(name: str) -> Callable[..., Any]:
