@@ -34,7 +34,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Concatenate, ParamSpec, TypeVar
 
+    from monkey.contract import Api
     from monkey.snapshot.blobs import BlobStore
+
+    def _conforms(m: Monkey) -> Api:
+        return m  # mypy checks that Monkey implements the contract
 
     _P = ParamSpec("_P")
     _R = TypeVar("_R")
@@ -51,6 +55,15 @@ def _to(
         return method(getattr(self, part), *args, **kwargs)
 
     return call
+
+
+def _states(items: list[State | str]) -> list[State]:
+    """ITEMS as states; MonkeyError naming the states there are."""
+    try:
+        return [State(s) for s in items]
+    except ValueError:
+        allowed = ", ".join(s.value for s in State)
+        raise MonkeyError(f"unknown state in {items!r}; use one of {allowed}") from None
 
 
 class Monkey:
@@ -340,7 +353,7 @@ class Monkey:
         return job_listing(
             self.home,
             self.store,
-            None if states is None else [State(s) for s in states],
+            None if states is None else _states(list(states)),
             provider,
             limit,
             owners,
@@ -362,12 +375,7 @@ class Monkey:
         """Job records, newest first."""
         states = None
         if state is not None:
-            items = [state] if isinstance(state, (str, State)) else list(state)
-            try:
-                states = [State(s) for s in items]
-            except ValueError:
-                allowed = ", ".join(s.value for s in State)
-                raise MonkeyError(f"unknown state in {items!r}; use one of {allowed}") from None
+            states = _states([state] if isinstance(state, (str, State)) else list(state))
         return self.store.list_jobs(states=states, provider=provider, limit=limit)
 
     def info(self, ref: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "server": (1, "`monkey server`: the main node's HTTPS API, one more client of the facade"),
     "api": (3, "the Monkey facade, the one door for the UIs and scripts"),
     "remote": (4, "a main node's client: RemoteMonkey (what Monkey(remote=...) makes), its codec"),
+    "contract": (5, "the API's contract: each facade method declared once, for every side"),
     "rerun": (5, "`monkey rerun`, clone, cat: a part of the facade Monkey delegates to"),
     "facade": (5, "sweeps, metrics, reports, exports: the parts Monkey delegates to"),
     "submit": (6, "the one submission path (run, sweep, rerun); it wakes the core"),

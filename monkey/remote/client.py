@@ -251,7 +251,7 @@ class Client:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The result of facade METHOD(*ARGS, **KWARGS) on the server."""
-        body = codec.dumps({"args": list(args), "kwargs": kwargs})
+        body = codec.arguments(args, kwargs)
         resp = self.request("POST", f"/api/v1/call/{quote(method)}", body)
         return codec.loads(self.read(resp))
 

@@ -78,3 +78,19 @@ def dumps(value: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """The value ``dumps`` made DATA from."""
     return json.loads(data, object_hook=_decoded)
+
+
+def arguments(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> bytes:
+    """A call's body: its arguments as plain JSON (an enum as its value, a path as text,
+    a set as a list), never a tagged object: the contract declares none among arguments."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, (set, frozenset)):
+            return sorted(value, key=str)
+        raise TypeError(f"{type(value).__name__} is not an argument the API takes")
+
+    return json.dumps({"args": list(args), "kwargs": kwargs}, default=plain).encode()

@@ -1,8 +1,9 @@
 """``RemoteMonkey``: the ``Monkey`` facade's methods, carried out by a main node.
 
 The shell's commands call it as they call ``monkey.api.Monkey`` and get the same types
-back (see ``codec``). Methods not listed in ``CALLS`` do not exist here: a command that
-needs one is refused by the CLI before it runs (see ``monkey.shell.common.REMOTE_READY``)."""
+back (see ``codec``). It implements the contract (``monkey.contract.ServerApi``, checked by
+mypy): each forwarded method is one line; a command that needs a method it lacks is refused
+by the CLI before it runs (see ``monkey.shell.routing``)."""
 
 from __future__ import annotations
 
@@ -20,64 +21,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from monkey.contract import ServerApi
     from monkey.handles import Job
+    from monkey.models import Job as JobRecord
     from monkey.models import State
     from monkey.remote.submit import Gatherer
 
-# Facade methods called as they are: name -> whether they act on a job (the server checks
-# its owner). The server's allow-list (monkey.server.calls) is the authority.
-CALLS = (
-    "resolve",
-    "get_job",
-    "info",
-    "provider_status",
-    "monkey_instances",
-    "cancel",
-    "pause",
-    "resume",
-    "retry",
-    "set_priority",
-    "notify_add",
-    "notify_list",
-    "notify_remove",
-    "notify_test",
-    "notify_allow",
-    "metrics",
-    "search",
-    "whoami",
-    "rerun_sweep",
-    "sweeps",
-    "sweep_status",
-    "sweep_analysis",
-    "sweep_control",
-    "costs",
-    "compare",
-    "diff",
-    "select_jobs",
-    "plot_data",
-    "report_data",
-    "export_jobs",
-    "export_rows",
-    "rm_select",
-    "rm",
-    "du",
-    "du_hosts",
-    "gc",
-    "verify",
-    "instances",
-    "check_provider",
-    "quotas",
-    "set_quota",
-    "remove_quota",
-    # what the dashboard reads (monkey.tui)
-    "jobs",
-    "jobs_changed",
-    "latest_metrics",
-    "live_attempts",
-    "core_status",
-    "metric_names",
-    "dashboard_state",
-)
+    def _conforms(remote: RemoteMonkey) -> ServerApi:
+        return remote  # mypy checks that RemoteMonkey implements the whole contract
+
+
 # seconds the server waits for the core to create or delete an instance (an answer comes
 # within the client's read timeout; the core goes on with a request still under way)
 INSTANCE_WAIT = 100.0
@@ -141,17 +94,12 @@ class RemoteMonkey:
     def __repr__(self) -> str:
         return f"<RemoteMonkey {self.name} {self.remote.url}>"
 
-    def __getattr__(self, method: str) -> Any:
-        if method not in CALLS:
-            raise AttributeError(f"{method!r} is not available through a remote yet")
-        return lambda *args, **kwargs: self.client.call(method, *args, **kwargs)
-
     @property
     def providers(self) -> dict[str, Any]:
         """As ``Monkey.providers``: the main node's providers.yml (secrets redacted)."""
         from monkey.config import ProviderConfig
 
-        configs = self.client.call("provider_configs")
+        configs = self.provider_configs()
         return {name: ProviderConfig(name, kind, opts) for name, (kind, opts) in configs.items()}
 
     def start_core(self) -> int:
@@ -219,7 +167,7 @@ class RemoteMonkey:
             **({"notify": notify} if notify else {}),
             **{k: options[k] for k in RESOURCES if k in options},
         )
-        return Job(self, juid)
+        return Job(self, juid)  # type: ignore[arg-type]  # Owner's methods, remotely
 
     def sweep(
         self,
@@ -271,10 +219,9 @@ class RemoteMonkey:
         import tempfile
 
         from monkey.remote.submit import cache_folder
-        from monkey.specrecord import persisted_names, stored_spec
 
         juid = self.resolve(ref)
-        folders = persisted_names(stored_spec(self.info(juid)["spec"]))
+        spec = self.info(juid)["spec"] or {}
         resp = self.client.stream(f"/api/v1/persisted/{quote(juid)}", {})
         cache_folder(self.name).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".pull-", dir=cache_folder(self.name)))
@@ -287,7 +234,11 @@ class RemoteMonkey:
                 f"{self.name}: the connection dropped while fetching job {juid}'s folders "
                 f"({exc}); run the command again"
             ) from None
-        return [(path, tmp / path) for path, _ in folders if (tmp / path).is_dir()]
+        return [
+            (p["path"], tmp / p["path"])
+            for p in spec.get("persist", [])
+            if (tmp / p["path"]).is_dir()
+        ]
 
     def wait_job(self, juid: str, timeout: float | None = None, poll: float = 1.0) -> State:
         """``Job.wait()`` of job JUID: until it ends (a retry pending is not an end) or is
@@ -320,13 +271,203 @@ class RemoteMonkey:
         """As ``Monkey.job``: a handle on job REF of the main node."""
         from monkey.handles import Job
 
-        return Job(self, self.resolve(ref))
+        return Job(self, self.resolve(ref))  # type: ignore[arg-type]
 
     def rerun(self, ref: str, **options: Any) -> Job:
         """As ``Monkey.rerun``: the new job is the caller's."""
         from monkey.handles import Job
 
-        return Job(self, self.client.call("rerun", ref, **options))
+        return Job(self, self.client.call("rerun", ref, **options))  # type: ignore[arg-type]
+
+    # -- forwarded as they are (see monkey.contract) ---------------------------------------
+
+    def rerun_sweep(self, ref: str, **options: Any) -> str:
+        return self.client.call("rerun_sweep", ref, **options)
+
+    def provider_kind(
+        self,
+        provider: str = "local",
+        cpus: int = 1,
+        gpus: int = 0,
+        memory: str | None = None,
+        host: str | None = None,
+        time: str | int | None = None,
+    ) -> str:
+        return self.client.call("provider_kind", provider, cpus, gpus, memory, host, time)
+
+    def resolve(self, ref: str) -> str:
+        return self.client.call("resolve", ref)
+
+    def get_job(self, ref: str) -> JobRecord:
+        return self.client.call("get_job", ref)
+
+    def info(self, ref: str) -> dict[str, Any]:
+        return self.client.call("info", ref)
+
+    def jobs(
+        self, state: Any = None, provider: str | None = None, limit: int | None = None
+    ) -> list[JobRecord]:
+        return self.client.call("jobs", state, provider, limit)
+
+    def jobs_changed(self, since: float) -> list[JobRecord]:
+        return self.client.call("jobs_changed", since)
+
+    def search(self, text: str, limit: int = 50) -> list[dict[str, Any]]:
+        return self.client.call("search", text, limit)
+
+    def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
+        return self.client.call("costs", juids, now)
+
+    def live_attempts(self) -> list[dict[str, Any]]:
+        return self.client.call("live_attempts")
+
+    def core_status(self) -> int | None:
+        return self.client.call("core_status")
+
+    def cancel(self, ref: str) -> State:
+        return self.client.call("cancel", ref)
+
+    def pause(self, ref: str) -> State:
+        return self.client.call("pause", ref)
+
+    def resume(self, ref: str) -> State:
+        return self.client.call("resume", ref)
+
+    def retry(self, ref: str) -> State:
+        return self.client.call("retry", ref)
+
+    def set_priority(self, ref: str, priority: int) -> int:
+        return self.client.call("set_priority", ref, priority)
+
+    def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
+        return self.client.call("sweeps", state)
+
+    def sweep_status(self, ref: str) -> dict[str, Any]:
+        return self.client.call("sweep_status", ref)
+
+    def sweep_analysis(self, ref: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.client.call("sweep_analysis", ref)  # the server reads the status itself
+
+    def sweep_control(self, ref: str, action: str) -> dict[str, Any]:
+        return self.client.call("sweep_control", ref, action)
+
+    def metrics(self, ref: str, name: str | None = None) -> dict[str, Any]:
+        return self.client.call("metrics", ref, name)
+
+    def metric_names(self, ref: str) -> list[str]:
+        return self.client.call("metric_names", ref)
+
+    def latest_metrics(self, refs: list[str]) -> dict[str, dict[str, float | None]]:
+        return self.client.call("latest_metrics", refs)
+
+    def compare(self, refs: list[str] | None = None, **options: Any) -> dict[str, Any]:
+        return self.client.call("compare", refs, **options)
+
+    def diff(self, ref_a: str, ref_b: str) -> dict[str, Any]:
+        return self.client.call("diff", ref_a, ref_b)
+
+    def select_jobs(
+        self, refs: list[str], name: str | None = None, since: str | None = None
+    ) -> tuple[list[str], str]:
+        return tuple(self.client.call("select_jobs", refs, name, since))
+
+    def plot_data(
+        self, refs: list[str], metrics: list[str] | str | None, x: str = "step", **options: Any
+    ) -> dict[str, Any]:
+        return self.client.call("plot_data", refs, metrics, x, **options)
+
+    def report_data(
+        self, ref: str | None, jobs: list[str] | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        return self.client.call("report_data", ref, jobs, title)
+
+    def export_jobs(self, refs: list[str] | None = None, sweep: str | None = None) -> list[str]:
+        return self.client.call("export_jobs", refs, sweep)
+
+    def export_rows(self, juids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        return self.client.call("export_rows", juids)
+
+    def rm_select(
+        self,
+        refs: list[str] | None = None,
+        sweep: str | None = None,
+        older_than: str | None = None,
+        failed: bool = False,
+        owner: str | None = None,
+    ) -> list[JobRecord]:
+        return self.client.call("rm_select", refs, sweep, older_than, failed, owner)
+
+    def rm(self, refs: list[str]) -> dict[str, Any]:
+        return self.client.call("rm", refs)
+
+    def du(self) -> dict[str, Any]:
+        return self.client.call("du")
+
+    def du_hosts(self) -> dict[str, Any]:
+        return self.client.call("du_hosts")
+
+    def gc(self, grace: float = 3600.0) -> dict[str, Any]:
+        return self.client.call("gc", grace)
+
+    def verify(self, refs: list[str] | None = None) -> dict[str, Any]:
+        return self.client.call("verify", refs)
+
+    def provider_status(self) -> dict[str, Any]:
+        return self.client.call("provider_status")
+
+    def check_provider(self, name: str) -> list[dict[str, Any]]:
+        return self.client.call("check_provider", name)
+
+    def instances(self) -> list[dict[str, Any]]:
+        return self.client.call("instances")
+
+    def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[Any]:
+        return self.client.call("monkey_instances", now, ended)
+
+    def quotas(self) -> list[dict[str, Any]]:
+        return self.client.call("quotas")
+
+    def set_quota(
+        self,
+        user: str | None,
+        provider: str | None = None,
+        jobs: int | str | None = None,
+        gpus: int | str | None = None,
+        spend: float | str | None = None,
+        share: float | str | None = None,
+        storage: int | str | None = None,
+    ) -> dict[str, Any]:
+        return self.client.call("set_quota", user, provider, jobs, gpus, spend, share, storage)
+
+    def remove_quota(self, user: str | None, provider: str | None = None) -> None:
+        return self.client.call("remove_quota", user, provider)
+
+    def notify_add(self, name: str, kind: str, dest: str, **options: Any) -> dict[str, Any]:
+        return self.client.call("notify_add", name, kind, dest, **options)
+
+    def notify_list(self) -> list[dict[str, Any]]:
+        return self.client.call("notify_list")
+
+    def notify_remove(self, name: str) -> None:
+        return self.client.call("notify_remove", name)
+
+    def notify_test(self, name: str) -> None:
+        return self.client.call("notify_test", name)
+
+    def notify_allow(self, cidr: str | None = None, remove: bool = False) -> list[str]:
+        return self.client.call("notify_allow", cidr, remove)
+
+    def whoami(self) -> dict[str, Any]:
+        return self.client.call("whoami")
+
+    def provider_configs(self) -> dict[str, list[Any]]:
+        return self.client.call("provider_configs")
+
+    def dashboard_state(self, now: float | None = None) -> dict[str, Any]:
+        return self.client.call("dashboard_state", now)
+
+    def web_link(self, page: str = "/web/jobs") -> str:
+        return self.client.call("web_link", page)
 
     def job_listing(
         self,

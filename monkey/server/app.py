@@ -19,12 +19,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from monkey.config import Home
-from monkey.models import MonkeyError
+from monkey.contract import Access, methods
+from monkey.models import Forbidden, MonkeyError
 from monkey.remote import API, API_HEADER, VERSION_HEADER, codec
-from monkey.server import audit, blobs, folders
+from monkey.server import audit, blobs, door, folders
 from monkey.server.auth import Gate, token_prefix
 from monkey.server.bounds import BodyBound
-from monkey.server.calls import CALLS, Forbidden, run_call
+from monkey.server.calls import run_call
 from monkey.server.lanes import in_bulk
 from monkey.store import Store
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("monkey.server")
 MAX_BODY = 1 << 20  # bytes of a call's arguments (and of any other request's body)
 MAX_FORM = 64 << 10  # bytes of a form posted to Monkey Web
+CALLED = {name: rule for name, rule in methods().items() if rule.called}  # the call routes
 
 
 def _version() -> str:
@@ -142,37 +144,37 @@ async def _body(request: Request) -> bytes:
 
 
 async def call(request: Request) -> Response:
+    """``POST /api/v1/call/METHOD``: a method of the contract, its arguments checked at the
+    door (400 naming what is wrong), then carried out for the caller (monkey.server.calls)."""
     method = request.path_params["method"]
-    if method not in CALLS:
+    rule = CALLED.get(method)
+    if rule is None:
         return JSONResponse(
             {"error": f"{method} is not available through the API of this server"}, 404
         )
     try:
-        body = codec.loads(await _body(request) or b"{}")
-        args, kwargs = list(body.get("args", [])), dict(body.get("kwargs", {}))
-    except (ValueError, AttributeError, TypeError, MonkeyError) as exc:
-        return JSONResponse({"error": f"{method}: a malformed request ({exc})"}, 400)
+        kwargs = await run_in_threadpool(door.arguments, method, await _body(request))
+    except MonkeyError as exc:
+        return JSONResponse({"error": str(exc)}, 400)
     user = request.state.user
 
     def work() -> bytes:  # encoded in the thread too: the event loop only moves bytes
-        return codec.dumps(run_call(_monkey(), user, method, args, kwargs))
+        return codec.dumps(run_call(_monkey(), user, method, kwargs))
 
     try:
-        answer = await (in_bulk(work) if CALLS[method].submits else run_in_threadpool(work))
+        answer = await (in_bulk(work) if rule.access is Access.SUBMITS else run_in_threadpool(work))
     except MonkeyError as exc:
         return _error(exc)
-    except TypeError as exc:  # arguments the method does not take
-        return JSONResponse({"error": f"{method}: {exc}"}, 400)
+    except Exception as exc:  # a fault of the server: one line in its log, no traceback
+        log.error("call %s by %s failed: %s: %.200s", method, user["name"], type(exc).__name__, exc)
+        return JSONResponse({"error": f"{method}: the server failed; its log says why"}, 500)
     return Response(answer, media_type="application/json")
 
 
 # The calls the audit log records (those that change something); the others only read.
-AUDITED = {name for name, rule in CALLS.items() if any(rule)} | {
-    "rm_select",
-    "notify_add",
-    "notify_remove",
-    "notify_test",
-}
+AUDITED = {
+    name for name, rule in CALLED.items() if rule.access not in (Access.ANYONE, Access.CALLER)
+} | {"rm_select", "notify_add", "notify_remove", "notify_test"}
 
 
 def audited(route: Callable[[Request], Awaitable[Response]], home: Home) -> Callable[..., Any]:
@@ -209,13 +211,21 @@ def audited(route: Callable[[Request], Awaitable[Response]], home: Home) -> Call
 def _named(body: bytes) -> str | None:
     """What a call's body names first (a job, a sweep, the jobs listed), for the audit."""
     try:
-        args = json.loads(body or b"{}").get("args") or [None]
+        sent = json.loads(body or b"{}")
+        args, kwargs = sent.get("args") or [None], sent.get("kwargs") or {}
+        first = args[0] if isinstance(args, list) else None
+        if first is None and isinstance(kwargs, dict):
+            first = next((kwargs[k] for k in ("ref", "refs", "name") if k in kwargs), None)
     except (ValueError, AttributeError, RecursionError):
         return None
-    first = args[0] if isinstance(args, list) else None
     if isinstance(first, list) and all(isinstance(x, str) for x in first):
         return " ".join(first)
     return first if isinstance(first, str) else None
+
+
+async def openapi(request: Request) -> Response:
+    """``GET /api/v1/openapi.json``: the calls' OpenAPI document, made from the contract."""
+    return JSONResponse(await run_in_threadpool(door.openapi))
 
 
 async def logs(request: Request) -> Response:
@@ -228,7 +238,7 @@ async def logs(request: Request) -> Response:
             raise MonkeyError(f"stream {stream!r}: use both, stdout or stderr")
         tail = int(q["tail"]) if "tail" in q else None
         attempt = int(q["attempt"]) if "attempt" in q else None
-        start = json.loads(await _body(request) or b"null") if request.method == "POST" else None
+        start = door.follow_start(await _body(request)) if request.method == "POST" else None
     except (ValueError, MonkeyError) as exc:
         return JSONResponse({"error": f"logs: {exc}"}, 400)
     if q.get("follow"):
@@ -324,6 +334,7 @@ def build(home: Home) -> ASGIApp:
     app = Starlette(
         routes=[
             Route("/api/v1/call/{method}", audited(call, home), methods=["POST"]),
+            Route("/api/v1/openapi.json", openapi, methods=["GET"]),
             Route("/api/v1/logs/{ref}", logs, methods=["GET", "POST"]),
             *blobs.routes(home, _monkey),
             *folders.routes(_monkey),

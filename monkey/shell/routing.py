@@ -13,23 +13,59 @@ class NotRemote(UsageError):
     """A command that cannot go through a remote yet (exit 2, printed as it is)."""
 
 
+# The facade methods (monkey.contract) each command calls, by command or (command,
+# subcommand): a command works through a remote when every one of them crosses one. () is
+# a command of this machine's own settings and files; a command not here does not work
+# through a remote (the main node's own `server` commands).
+USES: dict[str | tuple[str, str], tuple[str, ...]] = {
+    **dict.fromkeys(("remote", "completion", "init"), ()),
+    "run": ("run",),
+    "rerun": ("rerun", "rerun_sweep"),
+    "clone": ("clone",),
+    "cat": ("files", "cat"),
+    "pull": ("persisted",),
+    "logs": ("output_chunks", "follow"),
+    "job": ("cancel", "pause", "resume", "retry", "set_priority"),
+    "kill": ("cancel",),
+    "info": ("info",),
+    "metrics": ("metrics",),
+    "search": ("search",),
+    "sweep": ("sweep", "sweeps", "sweep_status", "sweep_control", "sweep_analysis"),
+    "dash": ("dashboard_state", "jobs_changed"),
+    "web": ("web_link",),
+    "compare": ("compare",),
+    "diff": ("diff",),
+    "plot": ("plot",),
+    "report": ("report",),
+    "export": ("export",),
+    "rm": ("rm_select", "rm"),
+    "du": ("du",),
+    "gc": ("gc",),
+    "verify": ("verify",),
+    "create": ("create_instance",),
+    "delete": ("delete_instance",),
+    "notify": ("notify_add", "notify_list", "notify_remove", "notify_test"),
+    "provider": ("provider_add", "check_provider"),  # add: the main node runs it itself
+    "daemon": ("start_core", "core_status"),
+    ("list", "jobs"): ("job_listing",),
+    ("list", "providers"): ("provider_status",),
+    ("list", "sweeps"): ("sweeps",),
+    ("server", "quota"): ("quotas", "set_quota", "remove_quota"),
+    ("server", "notify-allow"): ("notify_allow",),
+}
+
+
 def remote_ready(name: str, args: argparse.Namespace) -> bool:
-    """Whether command NAME (parsed into ARGS) works through a remote."""
-    if name in ("remote", "completion", "init"):  # this machine's own settings and files
-        return True
-    if name == "list":
-        return args.what in ("jobs", "providers", "sweeps")
-    if name == "provider":  # add: run by the main node as its own command (on_main_node)
-        return True
-    if name == "server":  # the main node's quotas and notify ranges (set: its admins)
-        return args.action in ("quota", "notify-allow")
-    return name in (
-        *("logs", "job", "kill", "metrics", "search", "info", "sweep", "dash", "web"),
-        *("run", "rerun", "clone", "cat", "pull"),
-        *("compare", "diff", "plot", "report", "export"),
-        *("rm", "du", "gc", "verify", "create", "delete"),
-        "notify",
-    )
+    """Whether command NAME (parsed into ARGS) works through a remote: every facade method
+    it calls crosses one (monkey.contract)."""
+    from monkey.contract import Crossing, methods
+
+    sub = getattr(args, "what", None) or getattr(args, "action", None)
+    uses = USES.get((name, sub) if isinstance(sub, str) and (name, sub) in USES else name)
+    if uses is None:
+        return False
+    rules = methods()
+    return all(rules[m].crossing is not Crossing.LOCAL for m in uses)
 
 
 def route(name: str, args: argparse.Namespace) -> None:

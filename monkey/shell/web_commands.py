@@ -89,7 +89,7 @@ def _remote_link(args: argparse.Namespace) -> str:
     m = RemoteMonkey()
     try:
         page = _page(args, m.resolve, lambda ref: m.sweep_status(ref)["id"])
-        path = m.client.call("web_link", page)
+        path = m.web_link(page)
         return m.remote.url.rstrip("/") + path
     finally:
         m.close()

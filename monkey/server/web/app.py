@@ -6,6 +6,7 @@ monkey's version)."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import secrets
@@ -28,9 +29,10 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from monkey.client_agent import rundir
 from monkey.config import Home
-from monkey.models import MonkeyError
+from monkey.models import Forbidden, MonkeyError
 from monkey.server import websession
-from monkey.server.calls import Forbidden, run_call
+from monkey.server.calls import run_call
+from monkey.server.door import check
 from monkey.server.web import code, files, newjob, rerun_form, views
 from monkey.server.web.render import AnsiHtml
 
@@ -388,7 +390,7 @@ class Web:
         error, status = "", 0
         try:
             await run_in_threadpool(
-                lambda: run_call(self.monkey(), session["user"], name, args, {})
+                lambda: run_call(self.monkey(), session["user"], name, check(name, args, {}))
             )
         except Forbidden as exc:
             error, status = str(exc), 403
@@ -589,8 +591,10 @@ class Web:
         return RedirectResponse("/web/static/icon.svg", 301)
 
     async def static(self, request: Request) -> Response:
-        path = (STATIC / request.path_params["path"]).resolve()
-        if not path.is_relative_to(STATIC.resolve()) or not path.is_file():
+        """One of the files shipped in ``static/``, looked up by name (a name from the URL
+        never becomes a path: `x%00`, `../`, anything else is a 404)."""
+        path = _static_files().get(request.path_params["path"])
+        if path is None:
             return Response("not found", 404, media_type="text/plain")
         media = TYPES.get(path.suffix, "application/octet-stream")
         return Response(
@@ -601,6 +605,12 @@ class Web:
                 "X-Content-Type-Options": "nosniff",
             },
         )
+
+
+@functools.cache
+def _static_files() -> dict[str, Path]:
+    """Name (``css/web.css``) -> path of each file shipped in ``static/``."""
+    return {p.relative_to(STATIC).as_posix(): p for p in STATIC.rglob("*") if p.is_file()}
 
 
 def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator[bytes]:

@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from monkey.models import REDACTED, MonkeyError, whole_number
-from monkey.server.calls import Forbidden, run_call
+from monkey.models import REDACTED, Forbidden, MonkeyError, whole_number
+from monkey.server.calls import run_call
+from monkey.server.door import check
 from monkey.server.web.rerun_form import limit_text, posted
 
 TYPE_CHECKING = False
@@ -202,7 +203,7 @@ class NewJobPage:
         try:
             argv, kwargs = await run_in_threadpool(lambda: call_kwargs(web.monkey(), form))
             juid = await run_in_threadpool(
-                lambda: run_call(web.monkey(), session["user"], "run", [argv], kwargs)
+                lambda: run_call(web.monkey(), session["user"], "run", check("run", [argv], kwargs))
             )
             return self.headers(RedirectResponse(f"/web/jobs/{juid}", 303))
         except Forbidden as exc:

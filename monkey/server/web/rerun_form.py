@@ -12,8 +12,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from monkey.models import MonkeyError, whole_number
-from monkey.server.calls import Forbidden, run_call
+from monkey.models import Forbidden, MonkeyError, whole_number
+from monkey.server.calls import run_call
+from monkey.server.door import check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class RerunPage:
         try:
             kwargs = call_args(form, data["rerun"])
             new = await run_in_threadpool(
-                lambda: run_call(web.monkey(), user, "rerun", [juid], kwargs)
+                lambda: run_call(web.monkey(), user, "rerun", check("rerun", [juid], kwargs))
             )
             return self.headers(RedirectResponse(f"/web/jobs/{new}", 303))
         except Forbidden as exc:
