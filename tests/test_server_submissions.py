@@ -93,25 +93,29 @@ def test_a_gathered_spec_naming_a_folder_out_of_the_job_is_refused_and_nothing_r
     bob = node.add_user("bob")
     for name in ("/abs", "../..", "a/../../x"):
         spec = {**SPEC, "persist": [{"name": name, "path": "out"}]}
-        status, answer = call(node, bob, "run", "true", gathered=gathered(spec))
+        status, answer = call(node, bob, "run", ["true"], gathered=gathered(spec))
         assert status == 400, answer
         assert one_line(answer["error"]).startswith(
             f"gathered spec.persist[0].name: {name!r} must be 1 to 200 letters"
         )
     for field, value, said in (
-        ("persist", [{"name": "out", "path": "../../server"}], "spec.persist[0].path"),
-        ("persist", [{"name": "out", "path": "out", "more": 1}], "spec.persist[0].more"),
-        ("data", [{"name": "d", "path": "/etc", "type": "copy"}], "spec.data[0].path"),
-        ("env_file", "/etc/passwd", "spec.env_file"),
-        ("code", {"path": "a\0b", "ignore": []}, "spec.code.path"),
-        ("persist", [{"name": f"n{i}", "path": f"p{i}"} for i in range(101)], "spec.persist"),
-        ("shell", "rm -rf /", "spec.shell: unknown key"),
+        ("persist", [{"name": "out", "path": "../../server"}], "gathered spec.persist[0].path"),
+        ("persist", [{"name": "out", "path": "out", "more": 1}], "gathered spec.persist[0].more"),
+        ("data", [{"name": "d", "path": "/etc", "type": "copy"}], "gathered spec.data[0].path"),
+        ("env_file", "/etc/passwd", "gathered spec.env_file"),
+        ("code", {"path": "a\0b", "ignore": []}, "run: a string holds NUL"),  # at the door
+        (
+            "persist",
+            [{"name": f"n{i}", "path": f"p{i}"} for i in range(101)],
+            "gathered spec.persist",
+        ),
+        ("shell", "rm -rf /", "gathered spec.shell: unknown key"),
     ):
-        status, answer = call(node, bob, "run", "true", gathered=gathered({**SPEC, field: value}))
-        assert status == 400 and one_line(answer["error"]).startswith(f"gathered {said}"), answer
+        status, answer = call(node, bob, "run", ["true"], gathered=gathered({**SPEC, field: value}))
+        assert status == 400 and one_line(answer["error"]).startswith(said), answer
     assert jobs_recorded(node) == 0
     # a well-made one only lacks its blobs, which the client then sends
-    status, answer = call(node, bob, "run", "true", gathered=gathered(SPEC))
+    status, answer = call(node, bob, "run", ["true"], gathered=gathered(SPEC))
     assert status == 409 and answer["missing"], answer
 
 

@@ -162,4 +162,6 @@ def _short(text: str | None, most: int = 300) -> str | None:
     if text is None:
         return None
     text = " ".join(str(text).split())
+    # a lone surrogate or NUL a request carried is shown escaped, never written raw
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\0")
     return text if len(text) <= most else text[: most - 1] + "…"
