@@ -113,6 +113,7 @@ class Adoption(AgentState):
         job.cgroup = str(record.get("cgroup") or "")
         job.limit = record.get("limit")
         job.cpus = int(record.get("cpus") or 1)
+        job.monitor = str(record.get("sandbox") or "")
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", **{k: v for k, v in record.items() if k != "type"})
