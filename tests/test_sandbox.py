@@ -71,6 +71,9 @@ def _logs(node: MainNode, juid: str, *extra: str) -> str:
 def test_a_users_job_sees_nothing_of_another_users_job_nor_of_monkey_home(node, home):
     node.add_remote(node.add_user("ana"), name="ana")
     node.add_remote(node.add_user("bob"), name="bob")
+    assert "local: isolation sandbox (bubblewrap)\n" in node.server("list", "providers").stdout
+    checked = node.server("provider", "check", "local").stdout
+    assert checked.startswith("local ") and checked.endswith(" isolation sandbox (bubblewrap)\n")
     Path("ana.py").write_text(ANA)
     Path("job.yml").write_text("persist:\n  - name: output\n    path: output\n")
     ana = node.laptop("--remote", "ana", "run", "--env", f"API_TOKEN={SECRET}", "--", "python",
@@ -140,6 +143,10 @@ def test_a_worker_that_cannot_isolate_refuses_other_users_jobs(home, tmp_path):
         wait_until_ended(n, mine)
         wait_until_ended(n, ana)
         assert '"state": "succeeded"' in n.server("info", mine, "--json").stdout
+        assert (
+            f"local: isolation none: bubblewrap is not at {tmp_path / 'no-bwrap'} (MONKEY_BWRAP), "
+            "or not executable; other users' jobs fail to start there\n"
+        ) in n.server("list", "providers").stdout
         info = json.loads(n.server("info", ana, "--json").stdout)
         assert info["state"] == "failed"
         reason = info["reason"]
@@ -155,10 +162,17 @@ def test_a_worker_that_cannot_isolate_refuses_other_users_jobs(home, tmp_path):
 
 
 def test_isolation_sandbox_without_bwrap_fails_the_job_in_one_line(cli, home, monkeypatch):
+    from monkey.client_agent import sandbox
+
+    monkeypatch.setattr(sandbox, "_found", None)  # this process's answer (the CLI runs here)
     monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                                 if not os.path.exists(f"{p}/bwrap")))  # fmt: skip
     home.mkdir(exist_ok=True)
     (home / "providers.yml").write_text("providers:\n  local: {type: local, isolation: sandbox}\n")
+    assert (
+        "local: isolation none: bubblewrap (bwrap) is not installed on this machine; its jobs "
+        "fail to start\n"
+    ) in cli("list", "providers").stdout
     done = cli("run", "--follow", "--", sys.executable, "-c", "pass")
     assert done.returncode == 1
     assert (

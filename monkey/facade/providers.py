@@ -60,7 +60,7 @@ class Providers:
             for inst in instances:
                 inst["running"] = running.get(inst["id"], 0)
             info.update(driver_class(cfg.type).describe(cfg, instances))
-            info["isolation"] = isolation_of(cfg.options, users, self._why_no_sandbox(cfg.type))
+            info["isolation"] = isolation_of(cfg.options, users, self._why_no_sandbox(cfg, users))
             error = self.store.provider_error(name)
             if error:  # why the jobs waiting for it get no machine
                 info["error"] = error
@@ -81,7 +81,7 @@ class Providers:
         from monkey.drivers.local import local_capacity
 
         cap = local_capacity(config)
-        why = self._why_no_sandbox("local")
+        why = self._why_no_sandbox(config, users := self.store.count_users())
         return {
             "instance": config.name,
             "host": "this machine",
@@ -90,15 +90,18 @@ class Providers:
             "gpus": cap.gpus,
             "memory": mem_total(),
             "workdir": str(self.home.root),
-            "isolation": isolation_of(config.options, self.store.count_users(), why),
+            "isolation": isolation_of(config.options, users, why),
         }
 
     @staticmethod
-    def _why_no_sandbox(kind: str) -> str | None:
-        """Why this machine cannot make a job's sandbox ("" when it can) for the `local`
-        kind, whose worker is this machine; None for the others."""
-        if kind != "local":
+    def _why_no_sandbox(config: ProviderConfig, users: int) -> str | None:
+        """Why this machine cannot make a job's sandbox ("" when it can) for a `local`
+        provider whose jobs may need one (probed only then); None for the other kinds."""
+        if config.type != "local":
             return None
+        mode = config.options.get("isolation", "auto")
+        if mode == "none" or (mode == "auto" and users <= 1):
+            return ""  # not used
         from monkey.client_agent.sandbox import bwrap
 
         return bwrap()[1]
