@@ -81,10 +81,13 @@ def test_a_users_job_sees_nothing_of_another_users_job_nor_of_monkey_home(node, 
     wait_for(lambda: "ready 1" in _logs(node, ana), timeout=60, what="ana's job to start")
     os.remove("job.yml")
     run = home / "runs" / ana / "1"
+    ssh_key = Path(node.server_env["HOME"]) / ".ssh" / "id_ed25519"  # the main node's own
+    ssh_key.parent.mkdir(parents=True, exist_ok=True)
+    ssh_key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     secrets = sorted(str(p) for p in (home / "secrets").iterdir())
     assert secrets and (home / "server" / "key.pem").exists()
     readable = [run, run / "stdout.log", home / "monkey.db", home / "server" / "key.pem",
-                home / "secrets", home / "runs" / ana / "checkpoint" / "state"]  # fmt: skip
+                home / "secrets", home / "runs" / ana / "checkpoint" / "state", ssh_key]  # fmt: skip
     writable = [run / "stdout.log", run / "evil", home / "monkey.db", home / "secrets" / "x"]
     targets = {
         "read": [str(p) for p in readable] + secrets,
@@ -199,3 +202,21 @@ def test_which_jobs_isolation_puts_in_a_sandbox():
     assert start_isolation({}, 3, "me", "me") == "auto"  # the server's own: one if it can
     assert start_isolation({"isolation": "none"}, 3, "ana", "me") == "none"
     assert start_isolation({"isolation": "sandbox"}, 1, "me", "me") == "sandbox"
+
+
+def test_a_sandbox_hides_the_server_users_home_but_the_software_jobs_run(tmp_path):
+    from monkey.client_agent.sandbox import home_software
+
+    home = tmp_path / "srv"
+    for folder in ("miniconda3/bin", "bin", ".ssh", "lib/py"):
+        (home / folder).mkdir(parents=True)
+    environ = {
+        "HOME": str(home),
+        "PATH": f"{home}/miniconda3/bin:{home}/bin:/usr/bin",
+        "PYTHONPATH": f"{home}/lib/py",
+    }
+    assert home_software(environ, "/opt/monkey") == (
+        str(home),
+        [f"{home}/bin", f"{home}/lib/py", f"{home}/miniconda3"],  # never .ssh, nor all of home
+    )
+    assert home_software({"HOME": "/"}, "/opt/monkey") == ("", [])

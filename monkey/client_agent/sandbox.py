@@ -9,7 +9,9 @@ passed through, and the network as any job. The agent's root (MONKEY_HOME for th
 are bound again at their own paths, so every path the agent hands the job (its run
 folder, its checkpoint folder, the code the agent gives every job, its datasets) holds:
 the run folder, the checkpoint and persisted folders and the environments' folder
-read-write, the job code and datasets read-only. No capability is kept (``--cap-drop
+read-write, the job code and datasets read-only. The agent's HOME (the server user's SSH
+keys and cloud credentials) is hidden the same way but for the software jobs run
+(``home_software``). No capability is kept (``--cap-drop
 ALL``: a job started by root cannot remount what is hidden).
 
 The wrapper shell that claims the run folder stays outside (its pid is the claim's, it
@@ -28,6 +30,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 from monkey.client_agent.common import read_small
 
@@ -115,30 +118,54 @@ def is_monitor(pid: int, path: str) -> bool:
     return cmd is not None and cmd.startswith(path.encode() + b"\0")
 
 
+def home_software(environ: dict[str, str], package: str) -> tuple[str, list[str]]:
+    """(the agent's HOME, the folders of software under it a job may need) from the agent's
+    own ENVIRON, never a job's: HOME holds the server user's keys and credentials (~/.ssh,
+    ~/.aws...), so a sandbox hides it but for the python the agent runs on (its prefix and
+    base prefix), PACKAGE (the folder that holds monkey) and the folders of PATH's and
+    PYTHONPATH's entries (a PATH entry's parent: ~/miniconda3 for ~/miniconda3/bin, the entry
+    itself when its parent is HOME). ("", []) when HOME is unset, / or not a folder."""
+    home = os.path.normpath(environ.get("HOME") or "/")
+    if home == "/" or not os.path.isabs(home) or not os.path.isdir(home):
+        return "", []
+    found = [sys.prefix, sys.base_prefix, package]
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        if os.path.isabs(entry):
+            parent = os.path.dirname(os.path.normpath(entry))
+            found.append(entry if parent == home else parent)
+    found += [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
+    inside = os.path.join(home, "")
+    keep = {os.path.normpath(p) for p in found if os.path.normpath(p).startswith(inside)}
+    return home, sorted(keep)
+
+
 def argv(
     path: str,
-    root: str,
+    hidden: list[str],
     cwd: str,
     command: list[str],
     writable: list[str],
     readable: list[str],
     env: dict[str, str],
 ) -> list[str]:
-    """The command that runs COMMAND in CWD in a sandbox made with the bwrap at PATH: ROOT
-    hidden (an empty read-only tmpfs), the folders of WRITABLE then READABLE bound again in
-    it (those that exist, each at its own path), the GPUs' devices passed through,
-    HIDDEN_VARS of ENV unset."""
+    """The command that runs COMMAND in CWD in a sandbox made with the bwrap at PATH: the
+    folders of HIDDEN covered (each by an empty read-only tmpfs), the folders of WRITABLE
+    then READABLE bound again in them (those that exist, each at its own path), the GPUs'
+    devices passed through, HIDDEN_VARS of ENV unset."""
     out = _common(path)
     for dev in sorted(glob.glob("/dev/nvidia*")):
         out += ["--dev-bind", dev, dev]
-    out += ["--tmpfs", root]
+    hidden = sorted(hidden, key=len)  # a folder before the ones inside it
+    for folder in hidden:
+        out += ["--tmpfs", folder]
     for folder in writable:
         if os.path.isdir(folder):
             out += ["--bind", folder, folder]
     for folder in readable:
         if os.path.exists(folder):
             out += ["--ro-bind", folder, folder]
-    out += ["--remount-ro", root]  # the tmpfs alone: what is bound in it stays as bound
+    for folder in reversed(hidden):  # the tmpfs alone: what is bound in it stays as bound
+        out += ["--remount-ro", folder]
     for name in HIDDEN_VARS:
         if name in env:
             out += ["--unsetenv", name]

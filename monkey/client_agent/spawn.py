@@ -272,7 +272,9 @@ class Spawning(AgentState):
         shared = os.path.join(self.root, "datasets")
         readable += [os.path.join(shared, digest) for _n, _f, digest, _s in datasets]
         readable += [os.path.join(shared, digest) for _r, _f, digest, mount in placed if mount]
-        return sandbox.argv(monitor, self.root, cwd, argv, writable, readable, env)
+        home, software = sandbox.home_software(self.environ, os.path.dirname(os.path.dirname(HERE)))
+        hidden = [self.root, home] if home else [self.root]
+        return sandbox.argv(monitor, hidden, cwd, argv, writable, readable + software, env)
 
     @staticmethod
     def _check_unused(run_dir: str) -> None:
