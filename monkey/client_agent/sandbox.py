@@ -155,7 +155,11 @@ def argv(
     out = _common(path)
     for dev in sorted(glob.glob("/dev/nvidia*")):
         out += ["--dev-bind", dev, dev]
-    hidden = sorted(hidden, key=len)  # a folder before the ones inside it
+    covered: list[str] = []  # one tmpfs per folder not inside another one
+    for folder in sorted(hidden, key=len):
+        if not any(folder == c or folder.startswith(os.path.join(c, "")) for c in covered):
+            covered.append(folder)
+    hidden = covered
     for folder in hidden:
         out += ["--tmpfs", folder]
     for folder in writable:
