@@ -130,6 +130,51 @@ def test_a_users_job_sees_nothing_of_another_users_job_nor_of_monkey_home(node, 
     wait_for(lambda: not processes_with_env(f"API_TOKEN={SECRET}"), what="ana's processes gone")
 
 
+def test_on_an_ssh_host_a_users_job_sees_nothing_of_another_users_job(home, tmp_path):
+    """The same agent on an SSH host (sshd as a plain user): bob's job there reads and writes
+    nothing of ana's job's folder, nor the main node's SSH key, nor her environment."""
+    from sshd import Lab
+
+    lab = Lab(tmp_path / "srv-user")  # the main node's ~/.ssh
+    n = MainNode(home, tmp_path)
+    n.server_env.pop("SSH_AUTH_SOCK", None)
+    try:
+        host = lab.add("h1")
+        home.mkdir(parents=True, exist_ok=True)
+        hosts = json.dumps([host.entry(key=lab.key)])
+        (home / "providers.yml").write_text(f"providers:\n  lab: {{type: ssh, hosts: {hosts}}}\n")
+        n.start()
+        n.add_remote(n.add_user("ana"), name="ana")
+        n.add_remote(n.add_user("bob"), name="bob")
+        Path("ana.py").write_text(ANA)
+        ana = n.laptop("--remote", "ana", "run", "-p", "lab", "--env", f"API_TOKEN={SECRET}",
+                       "--", "python3", "ana.py").stdout.strip()  # fmt: skip
+        wait_for(lambda: "ready 1" in _logs(n, ana), timeout=60, what="ana's job on the host")
+        [run] = Path(host.workdir).glob(f"runs/*/{ana}/1")
+        targets = {
+            "read": [str(run), str(run / "stdout.log"), str(Path(lab.key))],
+            "write": [str(run / "stdout.log"), str(run / "evil")],
+            "secret": SECRET,
+            "home": host.workdir,
+        }
+        Path("targets.json").write_text(json.dumps(targets))
+        Path("bob.py").write_text(BOB)
+        bob = n.laptop("--remote", "bob", "run", "-p", "lab", "--", "python3", "bob.py")
+        wait_until_ended(n, bob.stdout.strip())
+        probe = next(
+            line for line in _logs(n, bob.stdout.strip()).splitlines() if line.startswith("probe ")
+        )
+        got = json.loads(probe[len("probe ") :])
+        assert (got["read"], got["wrote"], got["environ"], got["home_var"]) == ([], [], [], False)
+        assert "ana" not in json.dumps(got["home_holds"])
+        assert n.laptop("--remote", "ana", "cancel", ana).returncode == 0
+        wait_until_ended(n, ana)
+        wait_for(lambda: not processes_with_env(f"API_TOKEN={SECRET}"), what="ana's processes gone")
+    finally:
+        n.close()
+        lab.close()
+
+
 def _no_bwrap_node(home: Path, tmp_path: Path) -> MainNode:
     n = MainNode(home, tmp_path)
     n.server_env["MONKEY_BWRAP"] = str(tmp_path / "no-bwrap")
