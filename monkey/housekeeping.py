@@ -332,8 +332,9 @@ def _set_aside(path: Path) -> Path:
 
 
 def _gc_envs(root: Path, keep: set[str], cut: float) -> tuple[int, int]:
-    """Delete the environments under ROOT whose key is not in KEEP, finished before CUT and
-    not locked by a job preparing them; (how many, bytes freed)."""
+    """Delete the environments under ROOT (and its per-owner folders) whose key is not in
+    KEEP, finished before CUT and not locked by a job preparing them; (how many, bytes
+    freed)."""
     from monkey.client_agent.launcher import READY
 
     count = freed = 0
@@ -341,6 +342,10 @@ def _gc_envs(root: Path, keep: set[str], cut: float) -> tuple[int, int]:
         path = Path(entry.path)
         if entry.name.startswith(".gc-"):  # set aside by a gc that was interrupted
             freed += _remove(path)
+            continue
+        if entry.name.startswith("owner-") and entry.is_dir(follow_symlinks=False):
+            more = _gc_envs(path, keep, cut)  # one user's, for sandboxed jobs (spawn._envs)
+            count, freed = count + more[0], freed + more[1]
             continue
         if not entry.is_dir(follow_symlinks=False) or entry.name in keep:
             continue

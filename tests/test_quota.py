@@ -23,6 +23,11 @@ from tests.test_ec2 import add_aws, info, run_job
 fleet = test_ec2.fleet  # one sshd per address moto gives the instances
 
 
+# The jobs here wait on a file of the test's, which a sandbox would hide: these tests are
+# about quotas, run as the server's own user's jobs would.
+NO_SANDBOX = "providers:\n  local: {type: local, isolation: none}\n"
+
+
 def _gate(tmp_path: Path) -> tuple[Path, list[str]]:
     gate = tmp_path / "gate"
     return gate, ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
@@ -56,7 +61,9 @@ def test_a_user_at_the_jobs_quota_waits_while_another_users_jobs_start(
     home: Path, monkey, cli, tmp_path: Path
 ):
     home.mkdir(parents=True, exist_ok=True)
-    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 5}\n")
+    (home / "providers.yml").write_text(
+        "providers:\n  local: {type: local, isolation: none, slots: 5}\n"
+    )
     _users(monkey, "ana", "bob")
     assert (
         cli(
@@ -120,7 +127,7 @@ def test_a_gpu_quota_holds_gpu_jobs_but_not_smaller_ones(home: Path, monkey, cli
     """A default quota binds every user; the owner's CPU-only job still starts."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "providers.yml").write_text(
-        "providers:\n  local: {type: local, slots: 6, gpus: [0, 1, 2, 3]}\n"
+        "providers:\n  local: {type: local, isolation: none, slots: 6, gpus: [0, 1, 2, 3]}\n"
     )
     _users(monkey, "ana", "bob")
     cli("server", "quota", "set", "--default", "--gpus", "1", check=True)
@@ -317,6 +324,7 @@ def test_quotas_through_a_remote_admins_set_them_users_see_their_use(node, tmp_p
         "--remote", "admin", "server", "quota", "set", "bob", "--provider", "x", "--jobs", "1"
     )
     assert bad.returncode == 1 and bad.stderr.startswith("monkey: error: no provider 'x'")
+    (node.home / "providers.yml").write_text(NO_SANDBOX)
     gate, hold = _gate(tmp_path)
     first = node.laptop("--remote", "bob", "run", "--", *hold).stdout.strip()
     second = node.laptop("--remote", "bob", "run", "--", *hold).stdout.strip()
@@ -356,7 +364,7 @@ def test_jobs_held_back_do_not_use_up_the_pass_for_other_owners(
     gets the free slot (held jobs are not counted among the few a pass looks at)."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "providers.yml").write_text(
-        "providers:\n  local: {type: local, slots: 2, gpus: [0, 1]}\n"
+        "providers:\n  local: {type: local, isolation: none, slots: 2, gpus: [0, 1]}\n"
     )
     _users(monkey, "ana", "bob")
     cli("server", "quota", "set", "ana", "--gpus", "1", check=True)
@@ -383,7 +391,9 @@ def test_a_users_share_weighs_the_free_slots_they_get(home: Path, monkey, cli, t
     """ana's share is 3, bob's the default 1: of 4 slots, ana's queue takes 3 and bob's 1,
     and the share is listed with the quotas."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    (home / "providers.yml").write_text(
+        "providers:\n  local: {type: local, isolation: none, slots: 4}\n"
+    )
     _users(monkey, "ana", "bob", "carl")
     out = cli("server", "quota", "set", "ana", "--share", "3", check=True).stdout
     assert out == "quota ana on all providers: share 3\n"

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from monkey.client_agent.common import RequestError, encode, log, one_line, trace
+from monkey.client_agent.common import RequestError, encode, log, one_line, read_small, trace
 from monkey.client_agent.procs import (
     CLK_TCK,
     environ_lines,
@@ -32,7 +32,19 @@ from monkey.client_agent.rundir import (
     recorded_exit,
     tail_offsets,
 )
+from monkey.client_agent.sandbox import bwrap
+from monkey.client_agent.spawn import WRAPPER_CMDLINE
 from monkey.client_agent.state import AgentState, Job
+
+
+def wrapped_sandbox(pid: int) -> str:
+    """The bwrap that the job wrapper PID runs its job under ("" when none): the command
+    after the wrapper's own words and the job's folder, when it is this agent's bwrap."""
+    cmd = read_small(f"/proc/{pid}/cmdline") or b""
+    words = cmd[len(WRAPPER_CMDLINE) :].split(b"\0") if cmd.startswith(WRAPPER_CMDLINE) else []
+    path = bwrap()[0]
+    return path if path and len(words) > 1 and words[1] == path.encode() else ""
+
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -113,6 +125,7 @@ class Adoption(AgentState):
         job.cgroup = str(record.get("cgroup") or "")
         job.limit = record.get("limit")
         job.cpus = int(record.get("cpus") or 1)
+        job.monitor = str(record.get("sandbox") or "")
         job.tail = tail_offsets(job.events_path)
         if seq == 0:
             self._append(job, "started", **{k: v for k, v in record.items() if k != "type"})
@@ -194,6 +207,7 @@ class Adoption(AgentState):
             record.update(
                 gpus=values.get(b"CUDA_VISIBLE_DEVICES", b"").decode(),
                 cgroup=values.get(b"MONKEY_CGROUP", b"").decode(),
+                sandbox=wrapped_sandbox(pid),
             )
         return record
 

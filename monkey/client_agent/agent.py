@@ -61,6 +61,8 @@ from monkey.client_agent.procs import (
     signal_pids,
 )
 from monkey.client_agent.rundir import SIGNALLED, STARTED
+from monkey.client_agent.sandbox import INNER_CMDLINE, is_monitor
+from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
 from monkey.client_agent.wire import Wire
@@ -343,6 +345,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             "cpus": os.cpu_count(),
             "memory": mem_total(),
             "gpus": self.gpus,
+            "sandbox": dict(zip(("bwrap", "why"), sandbox_bwrap())),
         }
 
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -413,7 +416,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             self._mark_signalled(job, signum)
         done: set[int] = set()
         group = None  # the process group signalled at once
-        if job.child:  # our unreaped child: its pid (its group's id) cannot have been reused
+        if job.monitor and signum != signal.SIGKILL:  # all but bwrap's (see sandbox.py)
+            done = {pid for pid in self._tree(job) | {job.pid} if is_monitor(pid, job.monitor)}
+        elif job.child:  # our unreaped child: its pid (its group's id) cannot have been reused
             try:
                 os.killpg(job.pid, signum)
                 group = job.pid
@@ -470,6 +475,10 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             cmd = read_small(f"/proc/{pid}/cmdline")
             if cmd is None or cmd.startswith(WRAPPER_CMDLINE):
                 continue
+            if job.monitor and (
+                cmd.startswith(INNER_CMDLINE) or cmd.startswith(job.monitor.encode() + b"\0")
+            ):
+                continue  # the sandbox, its job yet to exec
             if cmd or pid != job.pid or not is_running(read_stat(pid)):
                 return True
         return False

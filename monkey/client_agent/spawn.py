@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import hashlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from monkey.client_agent import sandbox
 from monkey.client_agent.blobs import (
     _blob_check_file,
     blob_intact,
@@ -153,6 +155,7 @@ class Spawning(AgentState):
             raise RequestError("slots and cpus must be positive integers")
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
+        monitor = self._isolation(req.get("isolation"), req.get("provider"))
         self._watch(req.get("watch"))
         self.orphan.arm(req.get("orphan"))
         blobs_dir = req.get("blobs_dir") or ""
@@ -185,7 +188,12 @@ class Spawning(AgentState):
             for rel, ds_files, _digest, mount in placed:
                 code += [rel] if mount else [f"{rel}/{frel}" for frel, _blob, _mode in ds_files]
             record_code(run_dir, work, code)
-            argv = self._launcher(req, run_dir, work, argv)
+            envs = self._envs(monitor, req.get("owner"))
+            argv = self._launcher(req, run_dir, work, argv, envs)
+            if monitor:
+                argv = self._sandboxed(
+                    monitor, req, run_dir, cwd, argv, env, datasets, placed, envs
+                )
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing half-copied stays
                 remove_tree(work)
@@ -210,12 +218,63 @@ class Spawning(AgentState):
             conn,
             req.get("id"),
         )
+        pending.monitor = monitor
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
                 self.held[pending.key] = pending
                 return None
         return {"pid": self._launch(pending).pid}
+
+    @staticmethod
+    def _isolation(mode: Any, provider: Any) -> str:
+        """The bwrap to run the job under ("": none) for a start's ISOLATION: "sandbox" (a
+        sandbox or a refusal saying why none can be made), "auto" (one when it can be
+        made), "none" or absent (none)."""
+        if mode in (None, "none"):
+            return ""
+        if mode not in ("auto", "sandbox"):
+            raise RequestError(f"isolation must be auto, sandbox or none, not {mode!r}")
+        path, why = sandbox.bwrap()
+        if not path and mode == "sandbox":
+            where = f"on provider {provider!r}" if isinstance(provider, str) else "here"
+            raise RequestError(
+                f"jobs {where} must run in a sandbox and cannot: {why}; install bubblewrap "
+                "(apt-get install bubblewrap), or set `isolation: none` on that provider "
+                "(every job then runs with the server's authority)"
+            )
+        return path
+
+    def _sandboxed(
+        self,
+        monitor: str,
+        req: dict[str, Any],
+        run_dir: str,
+        cwd: str,
+        argv: list[str],
+        env: dict[str, str],
+        datasets: list[tuple[str, list, str, bool]],
+        placed: list[tuple[str, list, str, bool]],
+        envs: str,
+    ) -> list[str]:
+        """ARGV run in a sandbox that holds the job's own folders (see sandbox.py)."""
+        writable = [run_dir]
+        job_dir = os.path.dirname(os.path.normpath(run_dir))  # the folder of all its attempts
+        for folder in (env.get("MONKEY_CHECKPOINT_DIR"), req.get("persist_dir")):
+            # only the job's own, beside its attempts: a path given otherwise is not bound
+            if folder and os.path.dirname(os.path.normpath(folder)) == job_dir:
+                os.makedirs(folder, 0o700, exist_ok=True)
+                writable.append(folder)
+        if req.get("setup"):  # the launcher builds or reuses the job's environment there
+            os.makedirs(envs, 0o700, exist_ok=True)
+            writable.append(envs)
+        readable = [os.path.dirname(self.job_path)]  # launcher.py and the in-job monkey
+        shared = os.path.join(self.root, "datasets")
+        readable += [os.path.join(shared, digest) for _n, _f, digest, _s in datasets]
+        readable += [os.path.join(shared, digest) for _r, _f, digest, mount in placed if mount]
+        home, software = sandbox.home_software(self.environ, os.path.dirname(os.path.dirname(HERE)))
+        hidden = [self.root, home] if home else [self.root]
+        return sandbox.argv(monitor, hidden, cwd, argv, writable, readable + software, env)
 
     @staticmethod
     def _check_unused(run_dir: str) -> None:
@@ -239,7 +298,9 @@ class Spawning(AgentState):
         p.env.update(job_env(p.run_dir, cgroup))
         if p.limit is not None:
             p.limit[1] = time.time() + p.limit[0]
-        job = self._spawn(p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus)
+        job = self._spawn(
+            p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus, p.monitor
+        )
         job.cgroup = cgroup
         if p.results is not None:
             self.results[job.key] = p.results
@@ -383,7 +444,18 @@ class Spawning(AgentState):
         for frel, blob, mode in files:
             self._copy_blob(blob, os.path.join(work, rel), frel, mode)
 
-    def _launcher(self, req: dict[str, Any], run_dir: str, work: str, argv: list[str]) -> list[str]:
+    def _envs(self, monitor: str, owner: Any) -> str:
+        """The folder of the environments a job's set-up builds or reuses: ROOT/envs, or in a
+        sandbox (MONITOR) one per OWNER, ROOT/envs/owner-DIGEST, so that no user's job can
+        change an environment another user's job then runs in."""
+        if not monitor:
+            return os.path.join(self.root, "envs")
+        tag = hashlib.sha256(str(owner).encode()).hexdigest()[:16]
+        return os.path.join(self.root, "envs", f"owner-{tag}")
+
+    def _launcher(
+        self, req: dict[str, Any], run_dir: str, work: str, argv: list[str], envs: str
+    ) -> list[str]:
         """ARGV, or ARGV behind launcher.py when the job has a set-up or persisted folders."""
         setup, persist = req.get("setup"), req.get("persist") or []
         if not setup and not persist:
@@ -403,7 +475,7 @@ class Spawning(AgentState):
         launch = {
             "run_dir": run_dir,
             "work": work,
-            "envs": os.path.join(self.root, "envs"),
+            "envs": envs,
             "setup": setup,
             "persist": persist,
             "persist_dir": persist_dir,
@@ -478,6 +550,7 @@ class Spawning(AgentState):
         env: dict[str, str],
         limit: list[float] | None,
         cpus: int,
+        monitor: str = "",
     ) -> Job:
         """Start the wrapper in a new session and track it (posix_spawn: a vfork without
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
@@ -526,6 +599,7 @@ class Spawning(AgentState):
                 cgroup=env.get("MONKEY_CGROUP", ""),
                 limit=limit,
                 cpus=cpus,
+                **({"sandbox": monitor} if monitor else {}),
             )
         except OSError as e:
             os.killpg(pid, signal.SIGKILL)
@@ -539,6 +613,7 @@ class Spawning(AgentState):
         job.gpus = [g for g in gpus.split(",") if g]
         job.limit = limit
         job.cpus = cpus
+        job.monitor = monitor
         self._track(job)
         return job
 

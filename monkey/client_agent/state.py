@@ -52,6 +52,7 @@ class Job:
         "prefix",
         "events_path",
         "push_head",
+        "monitor",
     )
 
     def __init__(
@@ -82,6 +83,7 @@ class Job:
         self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
+        self.monitor = ""  # the bwrap its sandbox runs under ("": none; see sandbox.py)
         self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
         self.events_path = self.prefix + EVENTS
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
@@ -109,6 +111,7 @@ class Pending:
         "conn",
         "rid",
         "until",
+        "monitor",
     )
 
     def __init__(
@@ -130,6 +133,7 @@ class Pending:
         self.cpus = cpus
         self.conn, self.rid = conn, rid  # where its reply goes once it spawns or is withdrawn
         self.until = time.monotonic() + HOLD_LIMIT
+        self.monitor = ""  # the bwrap running it in a sandbox ("": none)
 
     @property
     def key(self) -> Key:

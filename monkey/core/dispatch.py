@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from monkey.core.placement import Placement, Usage, fair_order, memory_needed, place, slots_needed
 from monkey.core.quota import QuotaPass
 from monkey.drivers.agent_link import AgentGone
-from monkey.drivers.base import Capacity, Driver, NotReady
+from monkey.drivers.base import Capacity, Driver, NotReady, start_isolation
 from monkey.environments import start_fields
 from monkey.models import (
     REDACTED,
@@ -29,6 +29,7 @@ from monkey.models import (
     parse_size,
 )
 from monkey.snapshot.blobs import BlobDamaged
+from monkey.store.db import local_user
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -571,9 +572,14 @@ class Dispatch:
                     "single": ds.get("single", False),
                 }
             )
+        me = local_user()
+        owner = self.store.job_owners([job.juid]).get(job.juid) or me
         return {
             "juid": job.juid,
             "attempt": job.attempts,
+            "provider": job.provider,
+            "isolation": start_isolation(drv.config.options, self.store.count_users(), owner, me),
+            "owner": owner,  # a sandboxed job's environments are its owner's own
             "run_dir": run_dir,
             "argv": job.argv,
             "env": env,

@@ -120,7 +120,9 @@ class NotReady(MonkeyError):
 
 # Keys every kind takes. lost_after: how long an instance may stay out of reach (its
 # agent not linked, while the core runs) before its attempts are lost (default 10 minutes).
-SHARED_KEYS = {"type", "lost_after"}
+# isolation: whether jobs run in a sandbox (see client_agent/sandbox.py and start_isolation).
+SHARED_KEYS = {"type", "lost_after", "isolation"}
+ISOLATIONS = ("auto", "sandbox", "none")
 LOST_AFTER = 600.0
 _LOST_AFTER_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -134,12 +136,60 @@ def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]
             f"{where}: provider {name!r}: unknown key {sorted(unknown)[0]!r}; "
             f"allowed: {', '.join(sorted((allowed | SHARED_KEYS) - {'type'}))}"
         )
+    if entry.get("isolation", "auto") not in ISOLATIONS:
+        raise MonkeyError(
+            f"{where}: provider {name!r}: isolation must be auto, sandbox or none, "
+            f"got {entry['isolation']!r}"
+        )
     if "lost_after" in entry and lost_after(entry) is None:
         raise MonkeyError(
             f"{where}: provider {name!r}: lost_after must be a duration like "
             f"600, 90s, 10m or 1h (how long a machine may stay out of reach "
             f"before its jobs are lost), got {entry['lost_after']!r}"
         )
+
+
+def start_isolation(options: dict[str, Any], users: int, owner: str, me: str) -> str:
+    """The ``isolation`` of an agent's start for a job of OWNER on a provider with OPTIONS,
+    in a home with USERS users where ME is the home's own Unix user: "sandbox" (in one, or
+    refused), "auto" (in one when the worker can make it) or "none".
+
+    ``isolation: auto`` (the default) isolates only where the home serves other people (a
+    main node with more than one user); there a worker that cannot make a sandbox runs the
+    jobs of ME alone, who has the server's authority anyway, and refuses the others'."""
+    mode = options.get("isolation", "auto")
+    if mode != "auto":
+        return str(mode)
+    if users <= 1:
+        return "none"
+    return "auto" if owner == me else "sandbox"
+
+
+def isolation_of(options: dict[str, Any], users: int, why_not: str | None) -> str:
+    """How a provider with OPTIONS isolates its jobs in a home with USERS users, one line for
+    `list providers`: "sandbox ..." or "none (why)". WHY_NOT: why its workers cannot make a
+    sandbox ("" when they can; None when unknown here, a remote worker's own)."""
+    mode = options.get("isolation", "auto")
+    if mode == "none":
+        return "none (isolation: none: every job runs with the server's authority)"
+    if mode == "auto" and users <= 1:
+        return "none (one user; isolation: auto isolates on a main node with more)"
+    if why_not is None:
+        return "sandbox where a host has bubblewrap (see `monkey provider check`)"
+    if not why_not:
+        return "sandbox (bubblewrap)"
+    if mode == "sandbox":
+        return f"none: {why_not}; its jobs fail to start"
+    return f"none: {why_not}; other users' jobs fail to start there"
+
+
+def sandbox_of(hello: dict[str, Any]) -> str | None:
+    """Whether the agent that said HELLO can run jobs in a sandbox, for `provider check`:
+    "sandbox (bubblewrap)" or "none: why"; None when it does not say (an older agent)."""
+    said = hello.get("sandbox")
+    if not isinstance(said, dict):
+        return None
+    return "sandbox (bubblewrap)" if said.get("bwrap") else f"none: {said.get('why')}"
 
 
 def lost_after(options: dict[str, Any]) -> float | None:

@@ -46,7 +46,10 @@ class Providers:
         running: dict[str, int] = {}
         for instance, *_ in self.store.live_usage():
             running[instance] = running.get(instance, 0) + 1
+        from monkey.drivers.base import isolation_of
+
         out = []
+        users = self.store.count_users()
         for name, cfg in sorted(self.providers.items()):
             info: dict[str, Any] = {
                 "name": name,
@@ -57,6 +60,7 @@ class Providers:
             for inst in instances:
                 inst["running"] = running.get(inst["id"], 0)
             info.update(driver_class(cfg.type).describe(cfg, instances))
+            info["isolation"] = isolation_of(cfg.options, users, self._why_no_sandbox(cfg, users))
             error = self.store.provider_error(name)
             if error:  # why the jobs waiting for it get no machine
                 info["error"] = error
@@ -69,6 +73,38 @@ class Providers:
 
             status["quotas"] = quota_rows(self.store, sorted(self.providers), quotas)
         return status
+
+    def _check_local(self, config: ProviderConfig) -> dict[str, Any]:
+        """`provider check`'s report of this machine (a `local` provider)."""
+        from monkey.client_agent.procs import mem_total
+        from monkey.drivers.base import isolation_of
+        from monkey.drivers.local import local_capacity
+
+        cap = local_capacity(config)
+        why = self._why_no_sandbox(config, users := self.store.count_users())
+        return {
+            "instance": config.name,
+            "host": "this machine",
+            "error": None,
+            "slots": cap.slots,
+            "gpus": cap.gpus,
+            "memory": mem_total(),
+            "workdir": str(self.home.root),
+            "isolation": isolation_of(config.options, users, why),
+        }
+
+    @staticmethod
+    def _why_no_sandbox(config: ProviderConfig, users: int) -> str | None:
+        """Why this machine cannot make a job's sandbox ("" when it can) for a `local`
+        provider whose jobs may need one (probed only then); None for the other kinds."""
+        if config.type != "local":
+            return None
+        mode = config.options.get("isolation", "auto")
+        if mode == "none" or (mode == "auto" and users <= 1):
+            return ""  # not used
+        from monkey.client_agent.sandbox import bwrap
+
+        return bwrap()[1]
 
     def quotas(self) -> list[dict[str, Any]]:
         """The quota entries (see ``Store.quotas``)."""
@@ -137,9 +173,12 @@ class Providers:
         config = self.providers.get(name)
         if config is None:
             raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
+        if config.type == "local":
+            return [self._check_local(config)]
         if config.type != "ssh":
             raise MonkeyError(
-                f"provider {name!r} is {config.type!r}; `provider check` checks ssh providers"
+                f"provider {name!r} is {config.type!r}; `provider check` checks ssh and local "
+                "providers"
             )
         driver: SSHDriver = get_driver(config, self.home)  # type: ignore[assignment]  # an ssh provider's
         try:

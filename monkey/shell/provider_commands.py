@@ -76,7 +76,9 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
     check = sub.add_parser(
         "check",
         help="connect to a provider's hosts and report each",
-        description="Connect to each host of a provider and report it.",
+        description="Connect to each host of an ssh provider (or check this machine, for a "
+        "local one) and report it: up or why not, CPUs, GPUs, memory, and whether its jobs "
+        "run in a sandbox (isolation).",
     )
     check.add_argument("name", help="the provider's name")
     check.add_argument("--json", action="store_true", help="print JSON")
@@ -605,7 +607,8 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
                 gpus = ",".join(host["gpus"]) or "-"
                 print(
                     f"{host['instance']:<24} {host['host']:<32} up    cpus {host['slots']}  "
-                    f"gpus {gpus}  memory {_size(host['memory'])}"
+                    f"gpus {gpus}  memory {_size(host['memory'])}  "
+                    f"isolation {host.get('isolation') or 'unknown'}"
                 )
     bad = [h for h in report if h["error"]]
     if bad:
