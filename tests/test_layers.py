@@ -51,6 +51,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "logfiles": (13, "reading run logs by byte offset"),
     "version": (13, "the package version and the code digest"),
     "sizes": (13, "sizes of files and folders on disk, and what deleting one freed"),
+    "specrecord": (13, "a job spec's shape: checked strictly when sent, read tolerantly"),
     "models": (14, "dataclasses and enums, no I/O"),
     "client_agent": (
         14,

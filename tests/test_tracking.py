@@ -270,56 +270,6 @@ def test_points_logged_in_forked_multiprocessing_children_and_threads_all_arrive
     assert steps(monkey, job.juid, "parent") == [None]
 
 
-@pytest.mark.system  # a Python process of its own
-def test_a_logging_pool_worker_blocked_in_c_still_dies_of_sigterm(tmp_path):
-    """Pool.terminate() SIGTERMs workers blocked on the task queue's lock (in C). A worker
-    that inherited monkey.log's Python SIGTERM handler dies only when its main thread runs
-    Python again, which a signal landing on its flush thread never makes happen: the job
-    hung at the Pool's exit (issue 42, item 16). Here the worker's main thread blocks
-    SIGTERM, so the signal can only land on the flush thread: it must still end it."""
-    script = tmp_path / "pool.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import multiprocessing as mp, signal, sys, monkey
-            def worker(sem):
-                monkey.log("w", 1.0, step=0)  # the worker's own flush thread starts
-                monkey.flush()
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-                sem.acquire()  # blocked in C until the end
-            if __name__ == "__main__":
-                monkey.log("parent", 1.0)  # installs the SIGTERM handler that flushes
-                ctx = mp.get_context("fork")
-                sem = ctx.Semaphore(0)
-                p = ctx.Process(target=worker, args=(sem,))
-                p.start()
-                import time, os
-                while not os.path.exists("monkey-metrics.jsonl") or b"w" not in open(
-                    "monkey-metrics.jsonl", "rb").read():
-                    time.sleep(0.05)
-                p.terminate()
-                p.join(20)
-                print("exitcode", p.exitcode)
-                if p.exitcode is None:
-                    p.kill()  # no orphan left behind when it fails
-                sys.exit(0 if p.exitcode == -signal.SIGTERM else 1)
-            """
-        )
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("MONKEY_RUN_DIR", None)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "exitcode -15" in proc.stdout
-
-
 @pytest.mark.system  # Python processes of their own
 def test_pools_terminated_as_soon_as_made_never_wait_for_a_worker(tmp_path):
     """`with Pool(4): ...` ending at once SIGTERMs workers that may not have run a line yet.

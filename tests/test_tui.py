@@ -729,7 +729,7 @@ def test_an_unexpected_error_ends_the_dashboard_with_one_line_and_exit_1(home, t
     )
     env = dict(
         os.environ,
-        MONKEY_HOME=str(home.root),
+        MONKEY_HOME=str(home),
         XDG_CACHE_HOME=str(tmp_path / "cache"),
         PYTHONPATH=str(Path(__file__).resolve().parents[1]),
         TERM="xterm",

@@ -36,6 +36,8 @@ EVENTS = "events.jsonl"  # events, appended by the agent only
 STARTED = "started"  # the wrapper's claim: its pid, or ABANDONED_CLAIM written by a sync
 ABANDONED_CLAIM = b"abandoned\n"
 METRICS = "metrics.jsonl"  # written by the job (monkey.log, track.FILE_NAME), tailed by the agent
+# monkey.log's file outside a job (track.metrics_path): never part of a code snapshot
+OUTSIDE_METRICS = "monkey-metrics.jsonl"
 WORK = "work"  # the materialised code: the job's working directory
 CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attempt ends
 LAUNCH = "launch.json"  # what launcher.py is to do

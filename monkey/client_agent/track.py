@@ -18,8 +18,8 @@ metrics file every ``FLUSH_EVERY`` seconds. The file holds one JSON value per li
 - ``{"params": {...}}`` and ``{"summary": {...}}``. Under monkey the file is ``$MONKEY_RUN_DIR/metrics.jsonl``, which
 the agent tails; elsewhere ``./monkey-metrics.jsonl`` (or ``$MONKEY_METRICS_FILE``).
 What is buffered is written at normal exit, on an uncaught exception and on SIGTERM; a
-SIGKILL (and a SIGTERM to a forked child, see ``_after_fork``) loses at most the last
-``FLUSH_EVERY`` seconds.
+SIGKILL loses at most the last ``FLUSH_EVERY`` seconds; a forked child writes each point
+as it is logged (see ``_after_fork``).
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def log(name: str | Mapping[str, Any], value: Any = None, step: int | None = Non
             _log_many(name, value, step)
     except (TypeError, ValueError) as exc:
         raise _bad_call(name, value, step, exc) from None
-    if not _state["started"]:
-        _start()
+    if _state["started"] is not True:
+        _after_log()
 
 
 def _log_many(values: Any, value: Any, step: int | None) -> None:
@@ -189,8 +189,8 @@ def _write_record(kind: str, values: dict[str, Any]) -> None:
         _flush_locked()  # points logged before it stay before it
         _write(line + "\n")
     _end_if_signalled()
-    if not _state["started"]:
-        _start()
+    if _state["started"] is not True:
+        _after_log()
 
 
 def _plain(value: Any) -> Any:
@@ -267,13 +267,13 @@ def _after_fork() -> None:
     It also gets SIGTERM's default action back. A Python handler runs only when the main
     thread runs Python: a child blocked in C (a Pool worker waiting on its task queue's
     lock) whose SIGTERM lands on another thread, or just before it blocks, never runs it,
-    and `Pool.terminate()` then waits for it forever. Its last unwritten half-second of
-    points is the price; points of a child that ends normally are all written."""
+    and `Pool.terminate()` then waits for it forever. So that a SIGTERM loses nothing, a
+    forked child writes each point as it is logged (``FORKED``): a Pool's workers are
+    ended by one after every task."""
     global _lock, _wake
     del _points[:]
     _lock, _wake = threading.Lock(), threading.Event()
-    _state["started"] = False
-    _state["forked"] = True
+    _state["started"] = FORKED
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -288,6 +288,18 @@ os.register_at_fork(
 )
 
 
+FORKED = "forked"  # _state["started"] in a forked child: every point written at once
+
+
+def _after_log() -> None:
+    """After a point or record was logged in a process not yet started (the flusher, the
+    exit and SIGTERM hooks), or in a forked child (written now)."""
+    if _state["started"] is FORKED:
+        flush()
+    else:
+        _start()
+
+
 def _start() -> None:
     _state["started"] = True
     atexit.register(flush)
@@ -295,6 +307,6 @@ def _start() -> None:
     if mp_util is not None:  # a forked multiprocessing child ends in os._exit, not atexit
         mp_util.Finalize(None, flush, exitpriority=100)
     threading.Thread(target=_flusher, name="monkey-log-flush", daemon=True).start()
-    if threading.current_thread() is threading.main_thread() and not _state.get("forked"):
+    if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)

@@ -265,10 +265,6 @@ def _store_files(
     return files, new, digest, sum(f.size for f in files)
 
 
-# What monkey itself writes into a project when a script runs outside a job: never code.
-MONKEY_FILES = ("monkey-metrics.jsonl",)
-
-
 def snapshot_dir(
     workdir: Path | Folder,
     blobs: BlobStore,
@@ -283,7 +279,7 @@ def snapshot_dir(
     that content instead of its own.
 
     ``.git`` is always skipped, and so is what ``monkey.log`` writes outside a job
-    (``MONKEY_FILES``; ``checkpoint_dir()`` ignores itself). Symlinks leading out of ``workdir`` are never followed:
+    (``walk.MONKEY_FILES``; ``checkpoint_dir()`` ignores itself). Symlinks leading out of ``workdir`` are never followed:
     they are recorded as links (mode ``S_IFLNK | 0o777``, the blob holds the target) and
     named in a warning. Inside it, symlinks to files store their target; symlinked
     folders, broken links, sockets and fifos are skipped, and so is MONKEY_HOME (the
@@ -300,7 +296,7 @@ def snapshot_dir(
         ignore=True,
         follow_dirs=False,
         skip=frozenset({blobs.home}),
-        extra_ignore=(*MONKEY_FILES, *ignore),
+        extra_ignore=ignore,
         links=links,
         top=folder.top,
         memo=memo,

@@ -10,6 +10,7 @@ import stat
 import time
 from collections.abc import Callable, Sequence
 
+from monkey.client_agent.rundir import OUTSIDE_METRICS
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -231,6 +232,12 @@ def _well_formed(known: Any) -> bool:
     )
 
 
+# What monkey itself writes into a project when a script runs outside a job (monkey.log's
+# file; checkpoint_dir() ignores itself): never code, at any depth. By name, not by pattern:
+# a pattern would load pathspec at every submission.
+MONKEY_FILES = frozenset({OUTSIDE_METRICS})
+
+
 def _walk(
     root: str,
     *,
@@ -329,7 +336,7 @@ def _walk(
                     seen.add(key)
                 stack.append((entry.path, rel + "/", chain, fresh))
                 continue
-            if name in as_file:
+            if name in as_file or (ignore and name in MONKEY_FILES):
                 continue
             if links is not None and entry.is_symlink():
                 target = _outside_link(entry.path, inside)
