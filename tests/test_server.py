@@ -201,6 +201,17 @@ def test_every_endpoint_answers_401_without_a_valid_token(node):
             assert headers["x-monkey-api"] == "1"
 
 
+def test_the_address_pasted_into_a_browser_opens_monkey_web(node):
+    """`server start` prints the main node's address: a browser (Accept: text/html) at / is
+    sent to Monkey Web, which asks it to log in; an API client there still gets a 401."""
+    page = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    status, headers, _ = raw(node, "GET", "/", headers=page)
+    assert status == 303 and headers["location"] == "/web/jobs"
+    status, headers, body = raw(node, "GET", "/web/jobs", headers=page)
+    assert status in (302, 303, 307) and headers["location"].startswith("/web/login")
+    assert raw(node, "GET", "/")[0] == 401  # no Accept: an API client
+
+
 def test_refused_tokens_are_rate_limited_per_address_and_prefix(node):
     for _ in range(10):
         assert raw(node, "POST", "/api/v1/call/whoami", "wrong")[0] == 401
@@ -421,7 +432,7 @@ def test_another_users_job_is_refused_with_403_and_an_admin_may(node):
     refused = node.laptop("--remote", "bob", "cancel", juid)
     assert refused.returncode == 1
     assert one_line(refused.stderr) == (
-        f"monkey: job {juid} belongs to {admin_name}; only its owner or an admin may cancel it"
+        f"monkey: error: job {juid} belongs to {admin_name}; only its owner or an admin may cancel it"
     )
     assert '"state": "cancelled"' not in node.server("info", juid, "--json").stdout
     for action in ("pause", "resume", "retry"):

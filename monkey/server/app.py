@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,6 +88,10 @@ class Guard:
             await self.app(scope, receive, send_versioned)  # pages: their own sessions
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if scope["path"] == "/" and "text/html" in headers.get("accept", ""):
+            # the address `server start` prints, pasted into a browser: Monkey Web
+            await RedirectResponse("/web/jobs", 303)(scope, receive, send_versioned)
+            return
         peer = (scope.get("client") or ("?", 0))[0]  # forwarded only by a --trusted-proxy
         auth = headers.get("authorization", "")
         token = auth[7:].strip() if auth.lower().startswith("bearer ") else None

@@ -21,6 +21,7 @@ from monkey.shell.common import (
     job_argument,
     make_parser,
     monkey,
+    print_error,
     print_json,
     queue_options,
     suggest,
@@ -499,7 +500,7 @@ def cmd_job(args: argparse.Namespace) -> int:
             juid = m.resolve(ref)
             state = action(juid)
         except MonkeyError as exc:
-            print(f"monkey: {exc}", file=sys.stderr)
+            print_error(str(exc))
             status = 1
             continue
         done = {"cancel": State.CANCELLED, "pause": State.PAUSED}.get(args.action)

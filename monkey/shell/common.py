@@ -220,6 +220,13 @@ def monkey() -> Monkey:
     return Monkey()
 
 
+def print_error(text: str) -> None:
+    """One error line on stderr, as every other error is shown: ``error: ...`` in the
+    ``monkey>`` shell, ``monkey: error: ...`` from a one-shot command."""
+    prefix = "error: " if "monkey.shell.repl" in sys.modules else "monkey: error: "
+    print(prefix + text, file=sys.stderr)
+
+
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 

@@ -32,6 +32,7 @@ def dash_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
 
 def cmd_dash(args: argparse.Namespace) -> int:
     from monkey.shell.common import monkey as facade
+    from monkey.shell.common import print_error
 
     juid = None
     reopen = os.environ.pop(REOPEN, None)
@@ -63,7 +64,7 @@ def cmd_dash(args: argparse.Namespace) -> int:
     finally:
         _close(monkey)
     if app.crash:
-        print(f"error: {app.crash}", file=sys.stderr)
+        print_error(app.crash)
         return 1
     if app.restart and "monkey.shell.repl" in sys.modules:  # the shell restarts at `dash`
         print(f"{app.restart}; type `dash` to open the new dashboard", file=sys.stderr)
