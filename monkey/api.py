@@ -424,7 +424,27 @@ class Monkey:
             # its `monkey notify` messages: [{"id", "target", "what", "state", "tries",
             # "last_error", "sent_at"}] (see Store.job_deliveries)
             "notifications": self.store.job_deliveries(juid),
+            # each metric it logged (system series left out): last value and step, the best
+            # (its sweep's goal, else guessed from the name: `loss` is minimised) and count
+            "metrics": self._metric_summary(job),
         }
+
+    def _metric_summary(self, job: JobRecord) -> dict[str, dict[str, Any]]:
+        from monkey.tracking.compare import goal_of
+
+        goals: dict[str, str] = {}
+        if job.sweep:
+            metric = (self.store.get_sweep(job.sweep) or {}).get("spec", {}).get("metric") or {}
+            if metric.get("name") and metric.get("goal"):
+                goals[metric["name"]] = metric["goal"]
+        stats = self.store.metric_stats([job.juid])[job.juid]
+        out = {}
+        for name, st in sorted(stats.items()):
+            if name.startswith("sys/"):
+                continue
+            goal = goal_of(name, goals)
+            out[name] = {**st, "goal": goal, "best": st["min"] if goal == "min" else st["max"]}
+        return out
 
     def _lost_after(self, provider: str) -> float:
         from monkey.drivers.base import LOST_AFTER, lost_after

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -354,3 +355,30 @@ def test_a_python_without_monkey_logs_through_the_agents_monkey(home, cli, open_
         "API (checkpoint_dir, flush, log, log_params, preempted, summary) is, as monkey is not "
         "installed in the job's environment"
     )
+
+
+def test_info_shows_each_metrics_last_and_best_value(home, monkey, cli):
+    write(
+        Path("train.py"),
+        """
+        import monkey
+        for step, (loss, acc) in enumerate([(0.9, 0.5), (0.2, 0.8), (0.4, 0.7)]):
+            monkey.log({"loss": loss, "acc": acc}, step=step)
+        """,
+    )
+    job = monkey.run("python train.py")
+    assert job.wait(60) == State.SUCCEEDED
+    out = cli("info", job.juid, check=True).stdout
+    assert re.search(r"\nmetric acc +last 0\.7 \(step 2\) · best 0\.8 \(max\) · 3 points\n", out)
+    assert re.search(r"\nmetric loss +last 0\.4 \(step 2\) · best 0\.2 \(min\) · 3 points\n", out)
+    assert "sys/" not in out
+    info = json.loads(cli("info", job.juid, "--json", check=True).stdout)
+    assert info["metrics"]["loss"] == {
+        "last": 0.4,
+        "step": 2,
+        "min": 0.2,
+        "max": 0.9,
+        "count": 3,
+        "goal": "min",
+        "best": 0.2,
+    }

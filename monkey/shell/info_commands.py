@@ -172,6 +172,15 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             (f"param {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
             for k, v in flatten(info["params"]).items()
         ]
+    for name, st in (info.get("metrics") or {}).items():
+        step = "" if st["step"] is None else f" (step {st['step']})"
+        fields.append(
+            (
+                f"metric {name}",
+                f"last {_number(st['last'])}{step} · best {_number(st['best'])} "
+                f"({st['goal']}) · {st['count']} points",
+            )
+        )
     for ds in info["datasets"]:
         fields.append((f"dataset {ds['name']}", f"{ds['digest'][:16]} ({ds['source']})"))
     if info.get("spec"):
@@ -255,3 +264,8 @@ def _unreachable_note(info: dict[str, Any]) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(since))
     lost = time.strftime("%H:%M:%S", time.localtime(since + (info.get("lost_after") or 0)))
     return f", but {info['instance']} is unreachable since {clock} (lost at {lost} if it stays so)"
+
+
+def _number(value: float | None) -> str:
+    """A metric's value as `compare` shows it: 4 significant digits."""
+    return "-" if value is None else f"{value:.4g}"
