@@ -107,6 +107,10 @@ def test_bad_dataset_name_is_named_as_such(cli, home):
         ("providers:\n  x: {type: banana}\n", ["type 'banana'", "use one of"]),
         ("providers:\n  local: {type: local, slots: -1}\n", ["slots must be a positive integer"]),
         ("providers:\n  local: {type: local, colour: red}\n", ["unknown key 'colour'"]),
+        (  # one agent serves this machine: two entries looped between dispatching and queued
+            "providers:\n  cpu: {type: local, slots: 1}\n",
+            ["providers 'cpu' and 'local' are both this machine", "keep one entry, named local"],
+        ),
         ("nonsense: 1\n", ["unknown top-level key 'nonsense'"]),
     ],
 )

@@ -101,6 +101,13 @@ def load_providers(home: Home) -> dict[str, ProviderConfig]:
                 f"use one of {', '.join(supported_kinds())}"
             )
         driver_class(config.type).validate(where, name, config.options)
+    machine = sorted(name for name, config in providers.items() if config.type == "local")
+    if len(machine) > 1:  # one agent serves this machine: two entries would share its slots
+        raise MonkeyError(
+            f"{where}: providers {' and '.join(repr(n) for n in machine)} are both this "
+            "machine (type local; `local` is there even when not written), whose one agent "
+            "they would share; keep one entry, named local, with this machine's slots and GPUs"
+        )
     _cache(home, key, providers)
     return providers
 
