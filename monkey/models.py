@@ -213,6 +213,23 @@ def human_size(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+def run_time(seconds: float | None) -> str:
+    """A run time as the CLI and the dashboard show it: 0.4s, 12s, 3m05s, 2h10m, 3d04h;
+    `-` when unknown (never negative: a clock stepped back reads 0.0s)."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def format_duration(seconds: float) -> str:
     """A duration as its largest exact unit: 3600 -> "1h", 90 -> "90s", 5400 -> "90m"."""
     whole = int(seconds)

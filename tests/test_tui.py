@@ -743,3 +743,13 @@ def test_an_unexpected_error_ends_the_dashboard_with_one_line_and_exit_1(home, t
     assert "RuntimeError: injected defect" in out and "Traceback" not in out
     log = (tmp_path / "cache" / "monkey" / "dash.log").read_text()
     assert "Traceback" in log and "injected defect" in log and "def boom" not in out
+
+
+def test_the_dashboard_reads_runtimes_as_list_jobs_does():
+    """RUNTIME said 0s in the dashboard where `list jobs` said 0.8s: one formatting now."""
+    from monkey.models import run_time as listed  # what listing_commands shows
+    from monkey.tui.format import duration as shown
+
+    for seconds, text in ((0.8, "0.8s"), (42.5, "42s"), (185, "3m05s"), (7800, "2h10m")):
+        assert shown(seconds) == listed(seconds) == text
+    assert shown(90_000) == "1d01h" and shown(-3.0) == "0.0s" and shown(None) == "-"

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from monkey.models import State, format_duration
+from monkey.models import State, format_duration, run_time
 from monkey.shell.common import monkey, print_json
 from monkey.shell.listing_commands import CORE_MOVES, core_absent_line
 
@@ -45,7 +45,7 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_info_job(args: argparse.Namespace) -> int:
-    from monkey.shell.table import duration, printable, render, state_text, use_colour
+    from monkey.shell.table import printable, render, state_text, use_colour
 
     m = monkey()
     if args.files:
@@ -214,7 +214,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
                     str(a["n"]),
                     a["instance"],
                     _when(a["started_at"]),
-                    duration((a["ended_at"] or until) - a["started_at"])
+                    run_time((a["ended_at"] or until) - a["started_at"])
                     if a["started_at"]
                     else "-",
                     "-" if a["exit_code"] is None else str(a["exit_code"]),

@@ -38,7 +38,8 @@ def core_absent_line(since: float) -> str:
 
 
 def cmd_list_jobs(args: argparse.Namespace) -> int:
-    from monkey.shell.table import STATE_COLOURS, ago, duration, render
+    from monkey.models import run_time
+    from monkey.shell.table import STATE_COLOURS, ago, render
 
     if args.limit < 1:
         raise UsageError("monkey list jobs: --limit must be at least 1")
@@ -94,7 +95,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                 j.provider,
                 str(j.attempts),
                 ago(now - j.created_at),
-                duration(runtimes.get(j.juid)),
+                run_time(runtimes.get(j.juid)),
                 "-" if j.exit_code is None else str(j.exit_code),
                 j.command,
             ]

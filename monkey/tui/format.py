@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from monkey.api import LIVE, TERMINAL, JobRecord, MonkeyError, State
+from monkey.models import run_time as duration
 from monkey.models import whole_number
 
 # State colours: each has WCAG AA contrast (>= 4.5:1) against the default dark theme's
@@ -63,20 +64,6 @@ _SPARKS = "▁▂▃▄▅▆▇█"
 MARK = Text("●")
 NO_MARK = Text(" ")
 NO_METRICS = Text("")
-
-
-def duration(seconds: float | None) -> str:
-    """A short human duration: 42s, 3m05s, 2h10m, 3d04h."""
-    if seconds is None:
-        return "-"
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def when(ts: float | None) -> str:
