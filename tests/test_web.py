@@ -376,6 +376,8 @@ def test_monkey_web_prints_a_link_that_logs_in_once(node, browser):
     assert done.returncode == 0, done.stderr
     link = done.stdout.splitlines()[0]
     assert link.startswith(f"{node.url}/web/login?once=")
+    assert f"certificate: {node.fingerprint} (self-signed" in done.stdout  # what to check
+    assert f"certificate: {node.fingerprint} (self-signed" in done.stdout  # what to check
     page = page_for(browser)
     page.goto(link)
     page.wait_for_url("**/web/jobs")

@@ -58,12 +58,18 @@ def cmd_web(args: argparse.Namespace) -> int:
         raise MonkeyError(f"give one of JOB, --sweep or --compare, not {' and '.join(given)}")
     if args.compare is not None and len(args.compare) < 2:
         raise MonkeyError("--compare needs two jobs or more: monkey web --compare A B")
+    pinned = None
     if selected():
-        url = _remote_link(args)
+        url, pinned = _remote_link(args)
     else:
         url = _local_link(args)
     print(url)
     print("(the link logs you in once, within 2 minutes; then log in with your token)")
+    if pinned:  # a self-signed certificate: the browser warns before the page
+        print(
+            f"certificate: {pinned} (self-signed: the browser says the connection is not "
+            "private; proceed only if the certificate it shows has this SHA-256 fingerprint)"
+        )
     if not args.no_browser and _can_open():
         import webbrowser
 
@@ -83,14 +89,16 @@ def _page(args: argparse.Namespace, job: Callable[[str], str], sweep: Callable[[
     return f"/web/jobs/{quote(job(args.job))}" if args.job else "/web/jobs"
 
 
-def _remote_link(args: argparse.Namespace) -> str:
+def _remote_link(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The one-time link on the selected main node, and the fingerprint its certificate
+    is pinned to (None: one from a public authority, or plain HTTP)."""
     from monkey.remote.facade import RemoteMonkey
 
     m = RemoteMonkey()
     try:
         page = _page(args, m.resolve, lambda ref: m.sweep_status(ref)["id"])
         path = m.web_link(page)
-        return m.remote.url.rstrip("/") + path
+        return m.remote.url.rstrip("/") + path, m.remote.fingerprint
     finally:
         m.close()
 
