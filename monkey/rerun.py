@@ -111,6 +111,15 @@ def _scalar(text: str) -> Any:
     return scalar(text)
 
 
+def rerun_name(name: str) -> str:
+    """A rerun's default name: it says it is one (``sw-3`` -> ``sw-3-rerun``, then
+    ``sw-3-rerun2``...)."""
+    found = re.fullmatch(r"(.*)-rerun(\d*)", name)
+    if found is None:
+        return f"{name}-rerun"
+    return f"{found.group(1)}-rerun{int(found.group(2) or 1) + 1}"
+
+
 def apply_sets(
     job: JobRecord, sets: Mapping[str, str], template: list[str] | None
 ) -> tuple[list[str], dict[str, Any], dict[str, list[Any]]]:
@@ -138,6 +147,13 @@ def apply_sets(
         rest[name] = (key, text)
     if template is not None and any(k in placeholders for k in changed):
         argv = render(template, params)  # first: the other parameters are rewritten in it
+    if template is not None and len(argv) == len(job.argv) == len(template):
+        # a word the sets did not touch stays as it was typed: `--l2 0` is not re-rendered
+        # `--l2 0.0` from a value the script's log_params recorded as a float
+        argv = [
+            new if any(m.group(1) in changed for m in PLACEHOLDER.finditer(word)) else old
+            for word, new, old in zip(template, argv, job.argv)
+        ]
     given = command_params(argv)
     for name, (key, text) in rest.items():
         hit = given.get(_norm(name))
@@ -399,7 +415,7 @@ class Reruns:
             }
             if moved:
                 changes["resources"] = moved
-            if name != job.name:
+            if name not in (job.name, rerun_name(job.name)):  # a name given, not the default
                 changes["name"] = [job.name, name]
             fields: dict[str, Any] = {
                 "provider": where,
@@ -474,7 +490,7 @@ class Reruns:
                 gpus=gpus,
                 memory=memory,
                 time=time,
-                names=[name or job.name],
+                names=[name or rerun_name(job.name)],
                 sweep=None,
                 held=False,
                 after=deps,

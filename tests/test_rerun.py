@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from monkey.models import MonkeyError
-from monkey.rerun import apply_sets, write_files
+from monkey.rerun import apply_sets, rerun_name, write_files
 from monkey.snapshot import BlobStore, FileEntry, load_manifest
 from tests.conftest import wait_for
 from tests.test_ssh import configure, lab  # noqa: F401  (the SSH hosts fixture)
@@ -217,6 +217,32 @@ def test_set_rewrites_every_form_and_sweep_placeholders(monkey) -> None:
     )
     assert argv == ["python3", "t.py", "--out", "x"]
     assert changed == {"lr": [0.1, 0.4], "out": ["runs/lr0.4", "x"]}
+
+
+def test_set_leaves_every_untouched_word_byte_for_byte(monkey) -> None:
+    """A sweep cell whose script's log_params recorded `l2` as 0.0: `--set lr=0.7` changes
+    the lr word only; `--l2 0` stays `--l2 0` (it became `--l2 0.0`), and the default name
+    of a rerun says it is one."""
+    template = ["python3", "t.py", "--lr", "{lr}", "--l2", "{l2}"]
+    cell = monkey.store.create_job(
+        name="alice-sw-3",
+        argv=["python3", "t.py", "--lr", "0.1", "--l2", "0"],
+        params={"lr": 0.1, "l2": 0.0},  # l2 as the script's log_params recorded it
+        provider="local",
+        resources=monkey.run(["true"], start_core=False).record.resources,
+        env={},
+        snapshot=None,
+        workdir=".",
+        datasets=[],
+        git={},
+        python="3",
+    )
+    argv, params, changed = apply_sets(cell, {"lr": "0.7"}, template)
+    assert argv == ["python3", "t.py", "--lr", "0.7", "--l2", "0"]
+    assert changed == {"lr": [0.1, 0.7]} and params == {"lr": 0.7, "l2": 0.0}
+    assert rerun_name("alice-sw-3") == "alice-sw-3-rerun"
+    assert rerun_name("alice-sw-3-rerun") == "alice-sw-3-rerun2"
+    assert rerun_name("alice-sw-3-rerun2") == "alice-sw-3-rerun3"
 
 
 def test_api_rerun_and_missing_blob_error(cli, monkey, project) -> None:
