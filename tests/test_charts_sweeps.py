@@ -166,3 +166,15 @@ def test_sweep_report_shows_analysis_and_small_multiples():
     ]
     assert texts(metrics, "legend") == [r["job"] for r in runs]
     assert sum(1 for s in svgs if s.get("class") == "scatter") == 3 + 1  # 3 params + progress
+
+
+def test_a_parameter_every_run_has_with_one_value_is_not_ranked():
+    """`epochs` logged with log_params by every run, always 10: a constant, not a parameter
+    of importance 0.00 beside the ones that vary (the dashboard and the report ranked it)."""
+    runs = [
+        {"job": f"j{i}", "params": {"lr": lr, "epochs": 10}, "value": v, "ended": float(i)}
+        for i, (lr, v) in enumerate([(0.1, 1.0), (0.1, 1.1), (0.01, 0.2), (0.01, 0.3)])
+    ]
+    analysis = sa.analyse(runs, "min")
+    assert list(analysis["importance"]) == ["lr"] and analysis["importance"]["lr"] > 0.9
+    assert analysis["constants"] == {"epochs": 10} and "epochs" not in analysis["unranked"]

@@ -52,9 +52,23 @@ def runs_needed(values: Sequence[Any]) -> int:
     return REPEATS * distinct
 
 
-def unranked(params: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Parameter -> runs needed, for the parameters too few runs repeat to rank."""
+def constants(params: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Parameter -> its value, for those every run has with one value (`epochs` a script
+    logs with log_params): nothing to rank."""
     names = list(dict.fromkeys(k for p in params for k in p))
+    out = {}
+    for name in names:
+        values = [repr(p[name]) if name in p else None for p in params]
+        if len(params) > 1 and None not in values and len(set(values)) == 1:
+            out[name] = params[0][name]
+    return out
+
+
+def unranked(params: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Parameter -> runs needed, for the parameters too few runs repeat to rank (constants
+    left out)."""
+    fixed = constants(params)
+    names = [k for k in dict.fromkeys(k for p in params for k in p) if k not in fixed]
     out = {}
     for name in names:
         values = [p.get(name) for p in params]
@@ -69,7 +83,7 @@ def importance(params: Sequence[dict[str, Any]], metric: Sequence[float]) -> dic
     n = len(metric)
     mean = sum(metric) / n if n else 0.0
     total = sum((v - mean) ** 2 for v in metric)
-    skip = unranked(params)
+    skip = {**unranked(params), **constants(params)}
     names = [k for k in dict.fromkeys(k for p in params for k in p) if k not in skip]
     out = {}
     for name in names:
@@ -93,16 +107,25 @@ def best_so_far(runs: Sequence[tuple[float, float]], goal: str) -> list[tuple[fl
 
 def analyse(runs: Sequence[dict[str, Any]], goal: str) -> dict[str, Any]:
     """RUNS [{job, params, value, ended}] with a value -> importance, the parameters too few
-    runs repeat to rank (-> runs needed), best run, best so far."""
+    runs repeat to rank (-> runs needed), those with one value (constants), best run, best
+    so far."""
     scored = [r for r in runs if r.get("value") is not None and math.isfinite(r["value"])]
     if not scored:
-        return {"method": METHOD, "importance": {}, "unranked": {}, "best": None, "best_so_far": []}
+        return {
+            "method": METHOD,
+            "importance": {},
+            "unranked": {},
+            "constants": {},
+            "best": None,
+            "best_so_far": [],
+        }
     pick = max if goal == "max" else min
     best = pick(scored, key=lambda r: r["value"])
     return {
         "method": METHOD,
         "importance": importance([r["params"] for r in scored], [r["value"] for r in scored]),
         "unranked": unranked([r["params"] for r in scored]),
+        "constants": constants([r["params"] for r in scored]),
         "best": best["job"],
         "best_so_far": best_so_far(
             [(r["ended"], r["value"]) for r in scored if r.get("ended") is not None], goal
