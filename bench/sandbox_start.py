@@ -1,6 +1,7 @@
 """With the core running: `monkey run -- CMD` (a new CLI process) until the job's command
-runs (and from the agent's spawn of the job until it runs), on one home with two `local` providers, one with `isolation: none` and one with
-`isolation: sandbox` (bubblewrap), interleaved in the same run. CMD is `sh -c 'date +%s%N >
+runs (and from the agent's spawn of the job until it runs), on one home whose `local`
+provider is switched between `isolation: none` and `isolation: sandbox` (bubblewrap) before
+each run, interleaved in the same run (this machine is one provider entry). CMD is `sh -c 'date +%s%N >
 t'`: the command itself notes when it runs (the agent's recorded start comes before the
 sandbox is made, so it would hide the sandbox's cost). The cost is the median of the
 differences of runs taken one after the other (the machine's load shifts both alike). Target
@@ -21,14 +22,18 @@ RUNS = 31
 CMD = ["sh", "-c", "date +%s%N > t"]
 
 
-def run_to_command(project: str, provider: str, home: Path) -> tuple[float, float]:
-    """Seconds from starting `monkey run -p PROVIDER -- CMD` to CMD's own clock reading, and
-    from the agent's recorded start of the job (its wrapper spawned) to that reading."""
+def run_to_command(project: str, isolation: str, home: Path) -> tuple[float, float]:
+    """Seconds from starting `monkey run -- CMD` with `local` set to ISOLATION to CMD's own
+    clock reading, and from the agent's recorded start of the job (its wrapper spawned) to
+    that reading."""
     from monkey.api import Monkey
 
+    (home / "providers.yml").write_text(
+        f"providers:\n  local: {{type: local, isolation: {isolation}}}\n"
+    )
     t0 = time.time()
     out = subprocess.run(
-        [*MONKEY, "run", "-p", provider, "--", *CMD],
+        [*MONKEY, "run", "--", *CMD],
         capture_output=True,
         text=True,
         check=True,
@@ -37,7 +42,7 @@ def run_to_command(project: str, provider: str, home: Path) -> tuple[float, floa
     juid = out.stdout.strip()
     job = Monkey(home).job(juid)
     job.wait(timeout=30)
-    assert str(job.status) == "succeeded", f"{juid} on {provider}: {job.status}"
+    assert str(job.status) == "succeeded", f"{juid} ({isolation}): {job.status}"
     ran = int((home / "runs" / juid / "1" / "work" / "t").read_text()) / 1e9
     return ran - t0, ran - job.attempts()[0].started_at
 
@@ -45,18 +50,14 @@ def run_to_command(project: str, provider: str, home: Path) -> tuple[float, floa
 def main() -> None:
     home = fresh_home()
     home.mkdir(parents=True)
-    (home / "providers.yml").write_text(
-        "providers:\n"
-        "  local: {type: local, isolation: none}\n"
-        "  boxed: {type: local, isolation: sandbox}\n"
-    )
+    (home / "providers.yml").write_text("providers:\n  local: {type: local}\n")
     from monkey.config import Home
     from monkey.core import daemon
 
     project = tempfile.mkdtemp()
     daemon.start(Home(home))
     try:
-        times: dict[str, list[tuple[float, float]]] = {"local": [], "boxed": []}
+        times: dict[str, list[tuple[float, float]]] = {"none": [], "sandbox": []}
         for name in times:
             run_to_command(project, name, home)  # warm: the agent is up, bwrap probed
         for _ in range(RUNS):
