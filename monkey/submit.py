@@ -43,6 +43,13 @@ CAPTURED_ENV = (
     "LD_LIBRARY_PATH",
     "CUDA_HOME",
 )
+
+
+def captured_env() -> dict[str, str]:
+    """This machine's software environment: the CAPTURED_ENV variables it has."""
+    return {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
+
+
 MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHONS = re.compile(r"^python[0-9.]*$")
@@ -227,11 +234,14 @@ class Submitter:
         workdir: str | os.PathLike[str] | None = None,
         job_yml: str | os.PathLike[str] | bool | None = None,
         yes: bool = False,
+        captured: bool = True,
     ) -> Submission:
         """Read this machine's side of a submission to PROVIDER (whose kind takes
         JOB_OPTIONS from a job.yml): the code, datasets, job.yml, git state, installed
         packages and environment, stored in this Submitter's blobs. The fields lack the
-        resources, which ``prepare`` checks against the provider."""
+        resources, which ``prepare`` checks against the provider. CAPTURED: the
+        environment starts from this machine's PATH, VIRTUAL_ENV... (not for a main node's
+        job: its own are used, see ``accept``)."""
         from monkey import jobspec, snapshot
 
         # A lone string is one glob / one dataset, not a sequence of one-letter ones.
@@ -263,7 +273,7 @@ class Submitter:
         elif not workdir:  # in a sub-folder of a repository: its root, run in the sub-folder
             folder, subdir = snapshot.repository_root(folder)
             outputs = [f"{subdir}/{g}" if subdir else g for g in outputs]  # from the job's folder
-        plain_env, secret_env = self.split_env(env)
+        plain_env, secret_env = self.split_env(env, captured)
         blobs = self.blobs()
         # The job.yml stored with the code holds no env values: they reach the job as env.
         hidden = {os.path.relpath(js.file, js.code_root): js.redacted()} if js and js.env else {}
@@ -354,6 +364,9 @@ class Submitter:
             check_gathered(fields, name, secrets)
         except MonkeyError as exc:
             raise MonkeyError(f"gathered {exc}; fix it, or upgrade the client") from None
+        # The job runs here: on this machine's PATH, VIRTUAL_ENV..., not the laptop's (a
+        # laptop's venv is not here); a value the user named with --env or job.yml wins.
+        fields["env"] = {**captured_env(), **fields["env"]}
         blobs = self.blobs()
         named, listed = blobs_needed(fields, blobs)
         missing = sorted(d for d in named | listed if not blobs.has(d))
@@ -438,8 +451,10 @@ class Submitter:
 
     @staticmethod
     def split_env(
-        env: dict[str, str] | str | Iterable[str] | None,
+        env: dict[str, str] | str | Iterable[str] | None, captured: bool = True
     ) -> tuple[dict[str, str], dict[str, str]]:
+        """(plain, secret) values of ENV, checked; with CAPTURED, the plain ones start from
+        this machine's software environment (CAPTURED_ENV: PATH, VIRTUAL_ENV...)."""
         given: dict[str, str] = {}
         if isinstance(env, dict):
             given = {str(k): str(v) for k, v in env.items()}
@@ -457,7 +472,7 @@ class Submitter:
                     f"--env {key}: the value contains a NUL byte (\\0), which no "
                     "program can receive; remove it"
                 )
-        plain = {k: v for k in CAPTURED_ENV if (v := os.environ.get(k)) is not None}
+        plain = captured_env() if captured else {}
         secret: dict[str, str] = {}
         for key, value in given.items():
             (secret if is_secret(key, value) else plain)[key] = value

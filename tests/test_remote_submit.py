@@ -90,6 +90,35 @@ def test_run_from_a_laptop_runs_its_code_on_the_main_node(node, tmp_path):
     assert all(f.startswith((".config/monkey/", ".cache/monkey/remotes/lab/")) for f in files)
 
 
+def test_a_remote_job_runs_on_the_main_nodes_path_not_the_laptops(node, tmp_path):
+    """A laptop whose venv (first on its PATH) does not exist on the main node: the job
+    runs on the main node's PATH and Python; the laptop's PATH and VIRTUAL_ENV are not
+    carried, unless named with --env; `info` shows what the job got."""
+    code = project(tmp_path / "src" / "proj")
+    venv = tmp_path / "laptop-only" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    laptop_path = f"{venv / 'bin'}:{os.environ['PATH']}"
+    done = node.laptop(
+        "--remote", "lab", "run", "--workdir", str(code), "--env", "LAPTOP_SAYS=hi", "--",
+        "python3", "train.py", "--lr", "0.5",
+        PATH=laptop_path, VIRTUAL_ENV=str(venv),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    assert "lr 0.5" in output(node, juid)
+    record = info(node, juid)
+    assert record["state"] == "succeeded"
+    assert record["env"]["PATH"] == node.server_env["PATH"]  # the main node's
+    assert "VIRTUAL_ENV" not in record["env"] or record["env"]["VIRTUAL_ENV"] != str(venv)
+    assert record["env"]["LAPTOP_SAYS"] == "hi"
+    named = node.laptop(
+        "--remote", "lab", "run", "--workdir", str(code), "--env", f"PATH={laptop_path}", "--",
+        "true", PATH=laptop_path,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    assert info(node, named.stdout.strip())["env"]["PATH"] == laptop_path  # named: carried
+
+
 def test_an_unchanged_project_uploads_nothing_the_second_time(node, tmp_path):
     code = project(tmp_path / "src" / "proj", files=50)
     (code / "weights.bin").write_bytes(os.urandom(200_000))

@@ -117,7 +117,7 @@ class Gatherer:
         self._hold()  # until ``submit`` ends
         try:
             with self._disk():
-                sub = self.submitter.gather(provider, job_options, **local)
+                sub = self.submitter.gather(provider, job_options, captured=False, **local)
             fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
             self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
             self.cache.touch(self.named)  # the file lists stand for their files
