@@ -469,6 +469,39 @@ def _read_until(proc: subprocess.Popen[bytes], want: bytes) -> bytes:
     return seen
 
 
+def test_logs_follow_exits_with_the_jobs_code_across_a_server_stop(node, tmp_path):
+    """`server stop` (SIGTERM) while a laptop follows a job that ends during the stop, the
+    server started again a moment later: the follower prints every line once and exits with
+    the job's code, 0 (it said `cannot reach ... (connection refused)` and exited 1). Three
+    times: where the job's end falls in the stop varies."""
+    node.add_remote()
+    for round_ in range(3):
+        go = tmp_path / f"go{round_}"
+        script = (
+            "echo first; "
+            f"while [ ! -e {go} ]; do sleep 0.05; done; "
+            "for i in 1 2 3; do echo out $i; done"
+        )
+        juid = node.server("run", "--", "sh", "-c", script).stdout.strip()
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "monkey", "--remote", "lab", "logs", "-f", juid],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=node.laptop_env,
+            bufsize=0,
+        )
+        seen = _read_until(follower, b"first\n")
+        node.proc.send_signal(signal.SIGTERM)  # what `monkey server stop` sends
+        go.touch()  # the job ends while the server stops
+        node.proc.wait(timeout=60)
+        node.start()
+        rest, err = follower.communicate(timeout=120)
+        assert follower.returncode == 0, err
+        lines = (seen + rest).decode().splitlines()
+        assert lines == ["first", "out 1", "out 2", "out 3"], err
+        assert "cannot reach" not in err.decode()
+
+
 def test_logs_follow_resumes_across_a_server_killed_and_restarted(node, tmp_path):
     go = tmp_path / "go"
     script = (

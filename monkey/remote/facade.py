@@ -90,6 +90,7 @@ class RemoteMonkey:
         self.remote = settings.get(name)
         self.client = Client(self.remote, settings.load()["remotes"][name].get("user"))
         self._gatherer: Gatherer | None = None
+        self._ended: dict[str, JobRecord] = {}  # a followed job's end, read by its follow
 
     def __repr__(self) -> str:
         return f"<RemoteMonkey {self.name} {self.remote.url}>"
@@ -299,7 +300,8 @@ class RemoteMonkey:
         return self.client.call("resolve", ref)
 
     def get_job(self, ref: str) -> JobRecord:
-        return self.client.call("get_job", ref)
+        ended = self._ended.pop(ref, None)  # read by a follow that saw the job end
+        return ended if ended is not None else self.client.call("get_job", ref)
 
     def info(self, ref: str) -> dict[str, Any]:
         return self.client.call("info", ref)
@@ -623,8 +625,15 @@ class RemoteMonkey:
                 link.up()
                 first = False
                 if (yield from _frames(resp, start, files)):
-                    return
+                    break
                 raise Unreachable("the stream ended early")
+            except Unreachable:
+                link.down()
+        while True:  # its end as recorded, for the exit status: a server stopping meanwhile
+            try:  # is waited for as the stream was (then `get_job` answers from here)
+                self._ended[juid] = self.client.call("get_job", juid)
+                link.up()
+                return
             except Unreachable:
                 link.down()
 

@@ -282,6 +282,9 @@ async def logs(request: Request) -> Response:
 
 
 _followers: Any = None  # the threads follows wait in (created in the event loop)
+# Set when the server stops: each follow's stream ends (without its end-of-job frame) within
+# a keep-alive, so that a stop need not wait for them; their clients resume from where they were.
+STOPPING = threading.Event()
 FOLLOWERS = 1000  # follows served at once
 
 
@@ -293,7 +296,7 @@ async def _in_own_threads(frames: Iterator[bytes]) -> AsyncIterator[bytes]:
     global _followers
     if _followers is None:
         _followers = anyio.CapacityLimiter(FOLLOWERS)
-    while True:
+    while not STOPPING.is_set():  # a stopping server ends its follows at once: they resume
         frame = await anyio.to_thread.run_sync(next, frames, None, limiter=_followers)
         if frame is None:
             return

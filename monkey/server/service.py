@@ -285,6 +285,9 @@ def serve(home: Home | None = None) -> int:
                     )
 
             async def shutdown(self, sockets: Any = None) -> None:
+                from monkey.server.app import STOPPING
+
+                STOPPING.set()  # follows end now; calls under way finish
                 await super().shutdown(sockets)
                 repeats.flush(logging.getLogger(), quiet)  # (uvicorn then dies by its signal)
 
