@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from blackhole import Blackhole
+from conftest import wait_for
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
 
 pytestmark = pytest.mark.system
@@ -612,3 +614,29 @@ def test_server_stop_while_a_client_follows_ends_the_server_and_the_follow_goes_
     rest, err = follower.communicate(timeout=120)
     assert b"first" not in rest and follower.returncode == 130, err  # a cancelled job's exit status
     assert b"connection lost; reconnecting" in err
+
+
+def test_the_main_node_starts_its_core_again_when_it_dies(node, tmp_path):
+    """The core the server started, SIGKILLed: the server reaps it (no zombie) and starts
+    another within seconds, so a job submitted meanwhile runs; `server status` counts it."""
+    pid_file = node.home / "daemon.pid"
+    old = int(pid_file.read_text())
+    os.kill(old, signal.SIGKILL)
+
+    def restarted() -> bool:
+        try:
+            return int(pid_file.read_text()) != old
+        except (OSError, ValueError):
+            return False
+
+    wait_for(restarted, timeout=30, what="a new core")  # nobody asked: the server did
+    wait_for(lambda: not Path(f"/proc/{old}").exists(), timeout=10, what="the old core reaped")
+    status = node.server("server", "status").stdout
+    assert re.search(r"core: running \(pid \d+\); restarted by the server 1 time\(s\)", status)
+    node.add_remote()
+    juid = node.laptop("--remote", "lab", "run", "--", "true").stdout.strip()
+    wait_for(
+        lambda: '"state": "succeeded"' in node.server("info", juid, "--json").stdout,
+        timeout=60,
+        what="a job to run on the new core",
+    )

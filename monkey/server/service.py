@@ -247,7 +247,7 @@ def serve(home: Home | None = None) -> int:
         from monkey.server.app import build
         from monkey.server.bounds import MAX_HEADERS
 
-        daemon.start(home)  # the core beside it: the API's requests are its work
+        core = daemon.start(home)  # the core beside it: the API's requests are its work
         host, port = parse_bind(settings["bind"])
         logging.basicConfig(
             level=os.environ.get("MONKEY_LOG_LEVEL", "INFO"),
@@ -292,12 +292,15 @@ def serve(home: Home | None = None) -> int:
                 repeats.flush(logging.getLogger(), quiet)  # (uvicorn then dies by its signal)
 
         from monkey.server.reclaim import Reclaimer
+        from monkey.server.supervise import CoreWatch
 
         reclaimer = Reclaimer(home)  # uploads no job uses go after the gc grace
+        watch = CoreWatch(home, core)  # a core that dies is started again
         server = Server(config)
         try:
             server.run()
         finally:
+            watch.close()
             reclaimer.close()
         return 0 if server.started else 1
     except MonkeyError as exc:

@@ -34,7 +34,10 @@ def core_absent_line(since: float) -> str:
     """The one line a listing prints while no core runs (SINCE: when one last ran here)."""
     same_day = time.localtime(since)[:3] == time.localtime()[:3]
     when = time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.localtime(since))
-    return f"core not running since {when}; states as of then; monkey daemon start"
+    from monkey.remote.settings import selected
+
+    fix = "the main node restarts it" if selected() else "monkey daemon start"
+    return f"core not running since {when}; states as of then; {fix}"
 
 
 def cmd_list_jobs(args: argparse.Namespace) -> int:

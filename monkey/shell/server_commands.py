@@ -227,6 +227,11 @@ def _status(home: object, as_json: bool) -> int:
         cert = Path(settings["cert"]) if settings.get("cert") else files.cert
         if cert.exists():
             info["fingerprint"] = fingerprint(cert)
+    from monkey.core import daemon
+    from monkey.server.supervise import restarts
+
+    core, again = daemon.status(home), restarts(home)
+    info["core"] = {"pid": core, "restarts": int(again["count"]), "last_restart": again["last_at"]}
     if as_json:
         print_json(info)
     elif pid:
@@ -235,6 +240,14 @@ def _status(home: object, as_json: bool) -> int:
         print("server not running; start it: monkey server start")
     if not as_json and info["fingerprint"]:
         print(f"certificate: {info['fingerprint']}")
+    if not as_json:
+        import time
+
+        line = f"core: {'running (pid ' + str(core) + ')' if core else 'not running'}"
+        if again["count"]:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(again["last_at"]))
+            line += f"; restarted by the server {int(again['count'])} time(s), last at {when}"
+        print(line)
     return 0 if pid else 3
 
 
