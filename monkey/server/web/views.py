@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from monkey.models import TERMINAL, MonkeyError, State
+from monkey.models import run_time as duration
 from monkey.server.web.job_extras import extras
 from monkey.server.web.render import downsample_pairs
 
@@ -180,19 +181,6 @@ def metric_series(m: Monkey, ref: str, width: int = 1000, by: str = "step") -> d
 
 def ago(seconds: float) -> str:
     return duration(max(0.0, seconds)) + " ago"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def clock(ts: float | None) -> str:
