@@ -436,9 +436,16 @@ def test_monkey_web_starts_a_loopback_server_when_none_runs(cli, home, browser):
     page = page_for(browser)
     page.goto(link)
     page.wait_for_url("**/web/jobs")
+    # this machine's own view: no token, no line for a laptop, and how it stops
+    said = done.stderr
+    assert "Monkey Web for this machine's jobs at http://127.0.0.1:" in said, said
+    assert "it stops with `monkey daemon stop`" in said
+    assert "token" not in said and "remote add" not in said and "mk_" not in said
     again = cli("web", "--no-browser")  # reuses the running server
     assert again.stdout.split("/web/")[0] == link.split("/web/")[0]
-    cli("server", "stop")
+    stopped = cli("daemon", "stop", check=True).stdout
+    assert stopped.startswith("Monkey Web stopped\ncore stopped")
+    assert "server not running" in cli("server", "status").stdout
     assert shutil.which("true")
 
 

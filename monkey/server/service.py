@@ -88,10 +88,13 @@ def configure(
     key: str | None = None,
     no_tls: bool = False,
     trusted_proxies: list[str] | None = None,
+    personal: bool | None = None,
 ) -> dict[str, Any]:
     """The server's settings: those given, else those of the last start, else the defaults;
     saved for the next start. Refuses plain HTTP off loopback, a half-given --cert/--key
-    and a --trusted-proxy that names no address or network."""
+    and a --trusted-proxy that names no address or network. PERSONAL: made by `monkey web`
+    for this machine's own view (it stops with the core); `server start|run` make it a main
+    node (False); None keeps what was saved."""
     files = Files(home).ensure()
     saved = saved_settings(home)
     if (cert is None) != (key is None):
@@ -119,6 +122,7 @@ def configure(
         if settings[what] and not Path(settings[what]).is_file():
             raise MonkeyError(f"--{what} {settings[what]}: no such file")
     settings["url"] = url(settings)  # for links to its pages (the core's notifications)
+    settings["personal"] = bool(saved.get("personal")) if personal is None else personal
     write_private(files.settings, json.dumps(settings, indent=2).encode())
     return settings
 

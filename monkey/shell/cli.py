@@ -522,6 +522,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         pid: int | None = daemon.start(home)
         print(f"core running (pid {pid}) for {home.root}")
     elif args.action == "stop":
+        from monkey.server import service
+
+        if service.saved_settings(home).get("personal") and service.status(home):
+            service.stop(home)  # `monkey web`'s server: it would start the core again
+            print("Monkey Web stopped")
         pid = daemon.stop(home)
         print(f"core stopped (pid {pid})" if pid else "core was not running")
         agent = daemon.local_agent(home, stop_if_idle=True) if args.all else None

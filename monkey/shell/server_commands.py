@@ -139,7 +139,7 @@ def cmd_server(args: argparse.Namespace) -> int:
                 else f"the server is already running (pid {running}); see `monkey server status`"
             )
         settings = service.configure(
-            home, args.bind, args.cert, args.key, args.no_tls, args.trusted_proxy
+            home, args.bind, args.cert, args.key, args.no_tls, args.trusted_proxy, personal=False
         )
         if args.action == "run":
             lines = service.welcome(home, settings, service.first_admin(home))

@@ -119,13 +119,21 @@ def _local_link(args: argparse.Namespace) -> str:
     settings = service.saved_settings(home)
     started = service.status(home) is None
     if started:
-        if not settings:  # a first start: plain HTTP on loopback, a port of its own
-            settings = service.configure(home, bind=f"127.0.0.1:{_free_port()}", no_tls=True)
-        admin = service.first_admin(home)
+        if not settings:  # a first start: this machine's own view, plain HTTP on loopback
+            settings = service.configure(
+                home, bind=f"127.0.0.1:{_free_port()}", no_tls=True, personal=True
+            )
+        admin = service.first_admin(home)  # whom the link logs in (no token is shown)
         service.start(home)
         settings = service.saved_settings(home)
-        lines = service.welcome(home, settings, admin)
-        print("\n".join(lines), file=sys.stderr)
+        if settings.get("personal"):
+            print(
+                f"Monkey Web for this machine's jobs at {service.url(settings)} (on 127.0.0.1: "
+                "yours only; the link below logs you in); it stops with `monkey daemon stop`",
+                file=sys.stderr,
+            )
+        else:  # a main node's server, configured before: its usual welcome
+            print("\n".join(service.welcome(home, settings, admin)), file=sys.stderr)
     user = _local_user(home)
     secret = websession.issue_link(home, user)
     base = service.url(settings).replace("://0.0.0.0:", "://127.0.0.1:")
