@@ -220,11 +220,13 @@ def monkey() -> Monkey:
     return Monkey()
 
 
+in_shell = False  # a command of the `monkey>` shell is running (set by its run_command)
+
+
 def print_error(text: str) -> None:
     """One error line on stderr, as every other error is shown: ``error: ...`` in the
     ``monkey>`` shell, ``monkey: error: ...`` from a one-shot command."""
-    prefix = "error: " if "monkey.shell.repl" in sys.modules else "monkey: error: "
-    print(prefix + text, file=sys.stderr)
+    print(("error: " if in_shell else "monkey: error: ") + text, file=sys.stderr)
 
 
 def print_json(value: Any) -> None:

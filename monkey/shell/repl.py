@@ -24,7 +24,7 @@ import cmd2
 
 from monkey import version
 from monkey.models import MonkeyError
-from monkey.shell import cli
+from monkey.shell import cli, common
 
 if TYPE_CHECKING:
     from monkey.api import Monkey
@@ -306,6 +306,7 @@ class MonkeyShell(cmd2.Cmd):
         """
         saved = sys.stdout
         sys.stdout = _CommandOutput(self.stdout)
+        common.in_shell = True  # a command's own error lines read as the shell's (print_error)
         try:
             cli.route(name, args)
             cli.check_jobs(args)
@@ -327,6 +328,7 @@ class MonkeyShell(cmd2.Cmd):
             self.perror(f"error: {error}")
             status = 1
         finally:
+            common.in_shell = False
             try:
                 sys.stdout.flush()
             except (BrokenPipeError, ValueError):
