@@ -56,3 +56,20 @@ def test_a_flood_of_refusals_is_counted_after_a_burst(tmp_path, monkeypatch):
         "30 more refusals from this address in the minute before, not recorded one by one"
     )
     assert said[1]["token"] == "mk_zz…" and said[1]["outcome"] == "refused"
+
+
+def test_a_full_table_of_refusals_still_limits_a_new_address(monkeypatch):
+    """Past MOST buckets, the one refused longest ago is forgotten: a flood of addresses
+    and prefixes never leaves a new address unlimited (it was: new buckets went uncounted)."""
+    from monkey.server import auth
+
+    monkeypatch.setattr(auth, "MOST", 50)
+    gate = auth.Gate(lambda: None)  # type: ignore[arg-type,return-value]  # no user is asked
+    for i in range(200):  # a flood: 200 addresses, one refusal each
+        gate._count(auth.bucket(f"10.0.{i // 250}.{i % 250}", "mk_aa"), 1000.0 + i)
+    target = auth.bucket("192.0.2.7", "mk_zz")
+    for n in range(auth.FAILURES):
+        assert gate.retry_after("192.0.2.7", "mk_zz", now=1300.0 + n) == 0
+        gate._count(target, 1300.0 + n)
+    assert gate.retry_after("192.0.2.7", "mk_zz", now=1310.0) > 0  # limited, table full or not
+    assert len(gate._failures) == 50

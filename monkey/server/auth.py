@@ -10,7 +10,7 @@ import re
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from monkey.models import MonkeyError
@@ -76,14 +76,16 @@ class Gate:
     Why guessing is still bounded: only a guess that starts with a token's own prefix can be
     that token, so against any one token an address gets FAILURES guesses per WINDOW, as
     with a limit per address; all prefixes together give it 64**PREFIX times that (40,960 a
-    minute), each a 2**-256 chance. The table of buckets is bounded (MOST), and the
+    minute), each a 2**-256 chance. The table of buckets is bounded (MOST: past it, the
+    bucket refused longest ago is forgotten, so a new bucket is always counted), and the
     refusals are in the audit log (monkey.server.audit: 20 a minute per address one by one,
     the rest as a count).
     """
 
     def __init__(self, store: Callable[[], Store]) -> None:
         self.store = store  # the calling thread's store
-        self._failures: dict[tuple[str, str], deque[float]] = {}
+        # bucket -> its refusals' times, the bucket refused longest ago first
+        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -121,11 +123,11 @@ class Gate:
 
     def _count(self, key: tuple[str, str], now: float) -> None:
         with self._lock:
-            if len(self._failures) >= MOST:  # forget the buckets whose refusals are all old
-                for old in [k for k, v in self._failures.items() if v[-1] <= now - WINDOW]:
-                    del self._failures[old]
-            if len(self._failures) < MOST or key in self._failures:
-                self._failures.setdefault(key, deque(maxlen=FAILURES)).append(now)
+            seen = self._failures.pop(key, None) or deque(maxlen=FAILURES)
+            seen.append(now)
+            self._failures[key] = seen  # now the most recent
+            while len(self._failures) > MOST:  # bounded: forget the one refused longest ago
+                self._failures.popitem(last=False)
 
 
 def bucket(peer: str, token: str | None) -> tuple[str, str]:
