@@ -745,11 +745,13 @@ def test_an_unexpected_error_ends_the_dashboard_with_one_line_and_exit_1(home, t
     assert "Traceback" in log and "injected defect" in log and "def boom" not in out
 
 
-def test_the_dashboard_reads_runtimes_as_list_jobs_does():
+def test_the_dashboard_reads_runtimes_as_list_jobs_does(monkey):
     """RUNTIME said 0s in the dashboard where `list jobs` said 0.8s: one formatting now."""
-    from monkey.models import run_time as listed  # what listing_commands shows
-    from monkey.tui.format import duration as shown
+    from monkey.models import run_time as listed  # what `list jobs` prints
+    from monkey.tui.format import row_cells
 
+    job = monkey.run(["true"], start_core=False).record
     for seconds, text in ((0.8, "0.8s"), (42.5, "42s"), (185, "3m05s"), (7800, "2h10m")):
-        assert shown(seconds) == listed(seconds) == text
-    assert shown(90_000) == "1d01h" and shown(-3.0) == "0.0s" and shown(None) == "-"
+        ran = job.replace(state=State.SUCCEEDED, started_at=1000.0, finished_at=1000.0 + seconds)
+        assert row_cells(ran, now=9e9)["runtime"] == listed(seconds) == text
+    assert listed(90_000) == "1d01h" and listed(-3.0) == "0.0s" and listed(None) == "-"

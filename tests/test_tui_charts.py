@@ -84,6 +84,17 @@ def drawn(view: SweepScreen) -> bool:
     return bool(view.scatters and plots and all(p.ready for p in plots))
 
 
+async def sweep_view(app: DashApp, pilot, rows: int, juid: str) -> SweepScreen:
+    """The sweep view (key a) of JUID's sweep, once the table shows ROWS jobs, drawn."""
+    await until(pilot, lambda: app.table.row_count == rows, "the jobs")
+    app.table.move_cursor(juid)
+    await pilot.press("a")
+    await until(
+        pilot, lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen), "the sweep view"
+    )
+    return app.screen
+
+
 def drive(app: DashApp, body: Callable[..., Awaitable[None]]) -> None:
     tui_drive(app, body, SIZE)
 
@@ -153,15 +164,7 @@ def test_sweep_view_ranks_the_parameter_that_matters_and_highlights_the_best_run
     app = DashApp(home, clock=lambda: NOW)
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: app.table.row_count == 13, "the jobs")
-        app.table.move_cursor(juids[3])
-        await pilot.press("a")
-        await until(
-            pilot,
-            lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
-            "the sweep view",
-        )
-        view = app.screen
+        view = await sweep_view(app, pilot, 13, juids[3])
         assert list(view.importance)[0] == "lr" and view.importance["lr"] > 0.9
         assert view.importance == analysis["importance"] and view.method == METHOD
         assert view.best == analysis["best"]
@@ -200,15 +203,7 @@ def test_a_running_sweep_redraws_its_view_in_place_at_every_change(home, monkey)
     app = DashApp(home, clock=lambda: NOW)
 
     async def body(pilot) -> None:
-        await until(pilot, lambda: app.table.row_count == 7, "the jobs")
-        app.table.move_cursor(juids[0])
-        await pilot.press("a")
-        await until(
-            pilot,
-            lambda: isinstance(app.screen, SweepScreen) and drawn(app.screen),
-            "the sweep view",
-        )
-        view = app.screen
+        view = await sweep_view(app, pilot, 7, juids[0])
         for round_ in range(3):  # three runs start: three redraws
             first = view.query_one("#sweep-parallel")
             monkey.store.db.execute(

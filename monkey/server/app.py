@@ -335,6 +335,7 @@ def build(home: Home) -> ASGIApp:
     """The server's ASGI application over MONKEY_HOME HOME."""
     global _local_home
     _local_home = home
+    STOPPING.clear()  # an app built again in this process serves its follows
     from monkey.server.web.app import Web
 
     gate = Gate(lambda: _monkey().store)
