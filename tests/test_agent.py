@@ -1418,6 +1418,7 @@ def test_an_armed_agent_powers_off_only_once_idle_and_unspoken_to(world: World) 
     assert not mark.exists() and proc.poll() is None
     gate.touch()
     client.wait_exit("j1")
+    client.request("ping", attempts=[])  # the core fetched it (until then, the machine stays)
     wait_for(  # `echo bye >> FILE` makes the file, then writes to it
         lambda: mark.exists() and mark.read_text() == "bye\n",
         timeout=TIMEOUT,

@@ -72,6 +72,8 @@ class Adoption(AgentState):
                 )
                 continue
             statuses.append({"juid": juid, "attempt": attempt, "status": status})
+            if status == "exited" and self.orphan.armed:
+                self.unfetched[juid, attempt] = run_dir
             job = self.jobs.get((juid, attempt))
             events = os.path.join(job.run_dir if job else run_dir, EVENTS)
             for end, line in read_lines_after(events, offset):
@@ -91,6 +93,7 @@ class Adoption(AgentState):
                         }
                     )
                 )
+        self._core_awaits(req.get("attempts") or [])
         return {"attempts": statuses}
 
     def _adopt(self, juid: str, attempt: int, run_dir: str) -> str:

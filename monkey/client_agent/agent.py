@@ -142,6 +142,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         # threads hand outcomes to the loop through `done` and a wake-up pipe.
         self.results: dict[Key, Any] = {}
         self.exiting: set[Key] = set()  # exited, their last upload or exit record on its way
+        # Ended attempts of an armed orphan watch that the core still awaits: left in the
+        # bucket before the machine powers off, which it does not do without one.
+        self.unfetched: dict[Key, str] = {}
         # Exits whose event a full disk kept from being written, tried again until there is
         # room (their keys are in `exiting`: a sync finds them running meanwhile).
         self.unwritten: dict[Key, tuple[Job, dict[str, Any]]] = {}
@@ -315,7 +318,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             if key in self.jobs and self.notice is None and res.due(now):
                 res.next_at = now + res.every  # due again after this one
                 self._in_thread("saved", self.jobs[key], res.upload)
-        self.orphan.check(bool(self.jobs or self.exiting or self.held), now)
+        self.orphan.check(bool(self.jobs or self.exiting or self.held), now, self._leave)
         if self.jobs or self.conns or self.exiting or self.held:
             self.idle_since = None
         elif self.idle_since is None:
@@ -351,6 +354,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
         """The core's sign of life to an instance it created (see OrphanWatch)."""
         self.orphan.arm(req.get("orphan"))
+        self._core_awaits(req.get("attempts"))
         return {}
 
     def op_jobs(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,46 @@ class CloudSide(AgentState):
         results.next_at = 0.0  # the earlier agent's uploads may have stopped a while ago
         self.results[job.key] = results
 
+    def _core_awaits(self, attempts: Any) -> None:
+        """The attempts the core still awaits here, as a sync or a ping names them (None: it
+        did not say): a finished one it does not name was fetched, and is forgotten."""
+        if not isinstance(attempts, list):
+            return
+        named = {(a.get("juid"), a.get("attempt")) for a in attempts if isinstance(a, dict)}
+        for key in [k for k in self.unfetched if k not in named]:
+            del self.unfetched[key]
+
+    def _leave(self, why: str) -> str | None:
+        """Before the orphaned machine powers off (WHY): put in the bucket what the core
+        has not fetched of each finished attempt (see results.leave); why it must stay up
+        instead (no bucket for one, an upload that failed), or None."""
+        if not self.unfetched:
+            return None
+        from monkey.client_agent.results import leave
+
+        forms = {}
+        for (juid, attempt), run_dir in sorted(self.unfetched.items()):
+            try:
+                with open(os.path.join(run_dir, RESULTS), "rb") as f:
+                    forms[juid, attempt] = (run_dir, json.loads(f.read()))
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError) as e:
+                return f"the upload settings of {juid}/{attempt} cannot be read: {one_line(e)}"
+        kept = [f"{j}/{n}" for j, n in sorted(self.unfetched) if (j, n) not in forms]
+        if kept:
+            return (
+                "finished attempts not fetched by the core, and no bucket to leave them in: "
+                + ", ".join(kept)
+            )
+        for (juid, attempt), (run_dir, cfg) in forms.items():
+            try:
+                sent = leave(cfg, juid, attempt, run_dir, why)
+            except Exception as e:  # a bucket that refuses, a network error
+                return f"leaving {juid}/{attempt} in the bucket failed: {one_line(e)}"
+            log(f"{juid}/{attempt}: left in the bucket for the core ({sent} bytes of its run dir)")
+        return None
+
     def _watch(self, cfg: Any) -> None:
         """Watch the instance's metadata as ``watch`` ({kind: ec2|gce, url, every}) says,
         once (a start or a sync may carry it)."""

@@ -138,6 +138,8 @@ class Events(AgentState):
         job.seq += 1
         if etype == "exit":  # the code copy is not needed any more: reclaimed off the loop
             self._reclaim(job.run_dir)
+            if self.orphan.armed:  # the machine may power off before the core fetches it
+                self.unfetched[job.key] = job.run_dir
         push = b'%s%d,"event":%s}\n' % (job.push_head, offset, line[:-1])  # the line as encoded
         for conn in list(self.conns):
             if conn.subscribed:

@@ -10,6 +10,7 @@ from monkey.client_agent.common import RequestError, log, one_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # How an orphaned cloud instance powers itself off (its cloud then terminates it).
@@ -67,10 +68,13 @@ class OrphanWatch:
             return self.tried_at + SHUTDOWN_RETRY
         return since + self.timeout
 
-    def check(self, busy: bool, now: float) -> None:
+    def check(
+        self, busy: bool, now: float, leave: Callable[[str], str | None] | None = None
+    ) -> None:
         """Note whether a job runs (BUSY); run the shutdown command once the machine has
         been orphaned for long enough. An open connection that says nothing is no contact
-        (the link of a core on a laptop that sleeps stays open)."""
+        (the link of a core on a laptop that sleeps stays open). LEAVE(why) first puts what
+        the core has not fetched in the bucket, or says why the machine must stay up."""
         if busy:
             self.idle_since = None
             return
@@ -80,6 +84,17 @@ class OrphanWatch:
         if due is None or now < due:
             return
         self.tried_at = now
+        why = (
+            f"no job for {now - self.idle_since:.0f}s and no word from the core for "
+            f"{now - self.contact:.0f}s (orphan_timeout {self.timeout:g}s)"
+        )
+        held = leave(why) if leave is not None else None
+        if held:
+            log(
+                f"not powering the machine off: {held}; looking again in {SHUTDOWN_RETRY:.0f}s "
+                "or once the core is back"
+            )
+            return
         log(
             f"orphaned: no job for {now - self.idle_since:.0f}s and no request from the core "
             f"for {now - self.contact:.0f}s (orphan_timeout {self.timeout:g}s): powering the "

@@ -11,6 +11,11 @@ URL per object to restore. Keys under the prefix:
                                      "final", "files": {rel: [sha256, size, mode]}}
     manifest.json                    a copy of the newest manifest (the switch)
 
+    left/<attempt>/<name>            the attempt's run-dir files (rundir.LEFT), put there
+                                     by an agent that powers its machine off before the
+                                     core fetched the attempt (``leave``)
+    left/<attempt>/record.json       then: {"why", "ts", "files": {name: size}}
+
 ``rel`` is ``checkpoint/<path>``, ``persist/<name>/<path>`` or ``outputs/<path>`` (outputs
 are sent with the final upload only). A file is copied to a temporary file while it is
 hashed; one that changed during the copy keeps its previous entry (or is left out), so a
@@ -277,6 +282,28 @@ class Results:
             )
             with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
                 reply.read()
+
+
+def leave(cfg: dict[str, Any], juid: str, attempt: int, run_dir: str, why: str) -> int:
+    """Put the ended attempt's run-dir files that the core reads (``rundir.LEFT``) in the
+    bucket through its upload form CFG (the run dir's ``RESULTS``), then the record that
+    says they are all there and WHY the machine powers off; returns the bytes sent."""
+    from monkey.client_agent.rundir import LEFT
+
+    sender = Results(cfg, juid, attempt, "")
+    files, sent = {}, 0
+    for name in LEFT:
+        path = os.path.join(run_dir, name)
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            continue
+        if size:  # an empty file is only its size
+            sender._post_file(f"left/{attempt}/{name}", path)
+        files[name], sent = size, sent + size
+    record = {"why": why, "ts": time.time(), "files": files}
+    sender._put(f"left/{attempt}/record.json", json.dumps(record, sort_keys=True).encode())
+    return sent
 
 
 class _Body:

@@ -52,6 +52,9 @@ ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never
 OLD_EXIT = "exit"  # the exit code, in run dirs of earlier agents
 OLD_PID = "pid"  # the started record, in run dirs of earlier agents
 LOGS = (SETUP_LOG, STDOUT, STDERR)  # the logs a user reads
+# What an ended attempt leaves in its provider's bucket when its agent powers the machine off
+# before the core fetched it (see results.leave): all the core would have read of the run dir.
+LEFT = (EVENTS, STDOUT, STDERR, ORDER, SETUP_LOG)
 PERSIST = "persist"  # beside the attempts' folders: the job's saved persisted folders
 # A persisted or data folder's name (job.yml ``persist``/``data``): one path component,
 # the name of its saved copy in PERSIST

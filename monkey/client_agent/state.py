@@ -182,6 +182,7 @@ class AgentState:
     reclaims: queue.SimpleQueue[str] | None
     results: dict[Key, Any]
     exiting: set[Key]
+    unfetched: dict[Key, str]  # ended attempts (run dirs) the core may not have fetched yet
     unwritten: dict[Key, tuple[Job, dict[str, Any]]]
     watcher: Any
     notice: dict[str, Any] | None
@@ -204,6 +205,8 @@ class AgentState:
     _keep_results: Callable[[str, dict[str, Any], str], None]
     _adopted_results: Callable[[Job], None]
     _watch: Callable[[Any], None]
+    _core_awaits: Callable[[Any], None]
+    _leave: Callable[[str], str | None]
     _in_thread: Callable[[str, Job, Callable[[], Any]], None]
     _on_done: Callable[[int], None]
     _claimed: Callable[[str], dict[str, Any] | None]  # adopt.py

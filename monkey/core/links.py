@@ -176,7 +176,9 @@ class Links:
     def ping(self, now: float) -> None:
         """Tell the agents of cloud instances the core is there (``ping_every``), however
         quiet their links: one left without a request for `orphan_timeout` while it runs no
-        job powers its machine off."""
+        job powers its machine off. Each ping names the attempts there the core still awaits
+        (live or adrift), as a sync does: the agent forgets the ended ones it does not name
+        (fetched), and leaves the others in the bucket before it powers off."""
         for key, link in list(self.links.items()):
             drv = self.drivers.get(key[0])
             every = drv.ping_every if drv is not None else None
@@ -186,10 +188,17 @@ class Links:
             ):
                 continue
             self.pinged[key] = now
-            try:
-                link.send("ping", timeout=5)
-            except (AgentGone, OSError):
-                self.drop_link(key)
+            self.send_ping(key, link)
+
+    def send_ping(self, key: tuple[str, str], link: AgentLink) -> None:
+        """Ping the agent of KEY now, naming the attempts there the core still awaits."""
+        awaited = self.store.live_attempts(key[1]) + self.store.adrift_attempts(key[1])
+        try:
+            link.send(
+                "ping", timeout=5, attempts=[{"juid": a.juid, "attempt": a.n} for a in awaited]
+            )
+        except (AgentGone, OSError):
+            self.drop_link(key)
 
     def _link_failed(self, key: tuple[str, str], exc: BaseException) -> None:
         """Try again in a second; the log says why once per change, not once per retry."""

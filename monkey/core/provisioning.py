@@ -79,6 +79,10 @@ class CoreView(Protocol):
         self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any], offset: int
     ) -> None: ...
 
+    def replay(
+        self, key: tuple[str, str], juid: str, n: int, events: list[tuple[int, dict[str, Any]]]
+    ) -> None: ...
+
 
 class Elastic:
     """The provisioning side of the core, for elastic providers."""
@@ -94,6 +98,7 @@ class Elastic:
         self.noticed: set[str] = set()  # machines whose agent saw a spot/preemption notice
         self.sweep_providers: dict[str, str | None] = {}  # per sweep: its cells' provider
         self.requests_seen = False  # requests left under way by an earlier core were looked at
+        self.recovering: set[str] = set()  # ended machines whose attempts' leftovers are read
 
     def tick(
         self,
@@ -159,11 +164,15 @@ class Elastic:
                     )
                     self._destroy(name, drv, node.id, "unrecorded")
                 continue
+            if node.id in self.recovering:
+                continue  # ended: what its agent left is being read
             ended = node.state in (InstanceState.TERMINATED, InstanceState.STOPPED)
             why = self._orphaned(name, drv, known[node.id]) if ended else ""
-            if not store.record_instance(
-                node, detail=why if node.state == InstanceState.TERMINATED else ""
-            ):
+            if ended:
+                # reclaimed, stopped from outside, or powered off by its agent
+                self._ended(name, drv, node, why)
+                continue
+            if not store.record_instance(node):
                 log.warning(
                     "%s: %s reported %s after %s; ignored",
                     name,
@@ -171,25 +180,15 @@ class Elastic:
                     node.state,
                     known[node.id]["state"],
                 )
-                continue
-            if node.state in (InstanceState.TERMINATED, InstanceState.STOPPED):
-                # reclaimed, or stopped from outside
-                self._end_attempts(
-                    name,
-                    node.id,
-                    bool(node.extra.get("preempted")),
-                    str(node.extra.get("preempted_why") or ""),
-                )
-            if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
-                self._destroy(name, drv, node.id, why or "stopped from outside monkey")
         for row in known.values():
             # Gone from the cloud's list (terminated long ago, or from outside monkey).
             if (
                 row["state"] != "terminated"
                 and row["id"] not in seen
+                and row["id"] not in self.recovering
                 and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY
             ):
-                self._gone(name, row, self._orphaned(name, drv, row))
+                self._gone(name, drv, row, self._orphaned(name, drv, row))
         if name in self.list_failed:  # the listing error is over
             self.list_failed.discard(name)
             store.set_provider_error(name, None)
@@ -227,9 +226,8 @@ class Elastic:
         log.warning("%s: %s is gone: %s", name, key[1], why)
         return why
 
-    def _gone(self, name: str, row: dict[str, Any], why: str = "") -> None:
-        """The machine is terminated: record it, and end the attempts that lived on it."""
-        store = self.core.store
+    def _gone(self, name: str, drv: Driver, row: dict[str, Any], why: str = "") -> None:
+        """The machine is no longer listed: terminated."""
         inst = Instance(
             str(row["id"]),
             name,
@@ -237,8 +235,68 @@ class Elastic:
             InstanceState.TERMINATED,
             extra=dict(row["extra"]),
         )
-        store.record_instance(inst, detail=why or "no longer listed by the cloud")
-        self._end_attempts(name, inst.id)
+        self._ended(name, drv, inst, why or "no longer listed by the cloud")
+
+    def _ended(self, name: str, drv: Driver, node: Instance, why: str) -> None:
+        """NODE is terminated or stopped (WHY, as far as the core can tell). Attempts live on
+        it whose end the core has not fetched may have been left in the bucket by its agent
+        before it powered the machine off (``Transport.left_behind``): read off the loop,
+        they end as they ended, and the machine's end says why its agent powered it off."""
+        store = self.core.store
+        # (and those lost while it was out of reach, whose end is still to be told)
+        awaited = store.live_attempts(node.id) + store.adrift_attempts(node.id)
+        if not awaited or not drv.transport.leaves_behind:
+            self._record_end(name, drv, node, why, {})
+            return
+        self.recovering.add(node.id)
+
+        def call() -> dict[tuple[str, int], Any]:
+            return {
+                (a.juid, a.n): drv.transport.left_behind(node.id, a.juid, a.n, a.events_offset)
+                for a in awaited
+            }
+
+        def then(left: dict[tuple[str, int], Any]) -> None:
+            self.recovering.discard(node.id)
+            self._record_end(name, drv, node, why, left)
+
+        def failed(exc: BaseException) -> None:
+            log.error("%s: reading what %s left in the bucket failed: %s", name, node.id, exc)
+            self.recovering.discard(node.id)
+            self._record_end(name, drv, node, why, {})
+
+        self.core.workers.submit(("left", node.id), call, then, failed)
+
+    def _record_end(
+        self,
+        name: str,
+        drv: Driver,
+        node: Instance,
+        why: str,
+        left: dict[tuple[str, int], tuple[str, list[tuple[int, dict[str, Any]]]] | None],
+    ) -> None:
+        """Record the machine ended, replay the events its agent LEFT of each attempt (an exit
+        among them ends it as it ended), and end the attempts still live on it."""
+        said = next((f"its agent powered it off: {got[0]}" for got in left.values() if got), "")
+        if said:
+            log.warning("%s: %s is gone: %s", name, node.id, said)
+        why = said or why
+        if not self.core.store.record_instance(
+            node, detail=why if node.state == InstanceState.TERMINATED else ""
+        ):
+            log.warning("%s: %s reported %s; ignored", name, node.id, node.state)
+            return
+        for (juid, n), got in left.items():
+            if got:
+                self.core.replay((name, node.id), juid, n, got[1])
+        self._end_attempts(
+            name,
+            node.id,
+            bool(node.extra.get("preempted")),
+            str(node.extra.get("preempted_why") or ""),
+        )
+        if node.state == InstanceState.STOPPED:  # takes no job and still costs its disk
+            self._destroy(name, drv, node.id, why or "stopped from outside monkey")
 
     def _end_attempts(
         self, name: str, instance: str, preempted: bool = False, detail: str = ""

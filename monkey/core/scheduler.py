@@ -393,6 +393,21 @@ class Core(Links, Dispatch):
                     attempt=n,
                 )
 
+    def replay(
+        self, key: tuple[str, str], juid: str, n: int, events: list[tuple[int, dict[str, Any]]]
+    ) -> None:
+        """Events of an attempt on the machine KEY, gone, that its agent left in the bucket
+        (each with the offset after it in events.jsonl), handled as if it had pushed them."""
+        if any(a.juid == juid and a.n == n for a in self.store.adrift_attempts(key[1])):
+            self.adrift.setdefault(key, set()).add((juid, n))  # its exit is a late one
+        self._handle_pushes(
+            key,
+            [
+                {"push": "event", "juid": juid, "attempt": n, "offset": end, "event": event}
+                for end, event in events
+            ],
+        )
+
     def _late_exit(self, key: tuple[str, str], juid: str, n: int, event: dict[str, Any]) -> None:
         """An attempt lost while its instance was out of reach ended there meanwhile (or was
         fenced just now): record how, and bring back what it wrote."""
@@ -560,6 +575,10 @@ class Core(Links, Dispatch):
             adrift=why == Ending.SILENT,
         )
         self.signalled.pop((juid, n), None)
+        link = self.links.get(key)
+        if link is not None and drv is not None and drv.ping_every is not None:
+            # fetched: its agent need not keep it for the bucket, nor stay up for it
+            self.send_ping(key, link)
 
     def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
         """The instance KEY of JOB's live attempt ATT is not linked: once a connect failed,

@@ -46,6 +46,7 @@ class BucketTransport(SSHTransport):
         super().__init__(config, home)
         self.entry = entry
         self.storage = storage
+        self.leaves_behind = storage is not None
         if storage is not None:  # kept folders go through the bucket, not over SSH
             self.checkpoint_every = math.inf
         self.reach = reach
@@ -120,6 +121,13 @@ class BucketTransport(SSHTransport):
 
     def sync_fields(self, instance: str) -> dict[str, Any]:
         return self.agent_fields(instance)
+
+    def left_behind(
+        self, instance: str, juid: str, attempt: int, offset: int
+    ) -> tuple[str, list[tuple[int, dict[str, Any]]]] | None:
+        if self.storage is None:
+            return None
+        return bucket_results.read_left(self.storage, self.home, juid, attempt, offset)
 
     def finish(
         self, instance: str, juid: str, attempt: int, outputs: list[str], current: bool

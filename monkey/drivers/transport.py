@@ -108,6 +108,20 @@ class Transport(ABC):
         folders (checkpoint, persisted). Nothing to do for shared storage."""
         return None
 
+    # Whether ``left_behind`` may find anything (a bucket); False spares the core asking.
+    leaves_behind = False
+
+    def left_behind(
+        self, instance: str, juid: str, attempt: int, offset: int
+    ) -> tuple[str, list[tuple[int, dict[str, Any]]]] | None:
+        """What the agent of INSTANCE, gone, left of an attempt the core had not fetched
+        when it powered the machine off (through a bucket: see
+        monkey.storage.results.read_left): the logs' missing tails are appended to
+        MONKEY_HOME's copies, and it returns why the agent powered the machine off and the
+        attempt's events after byte OFFSET of its events.jsonl (with their end offsets).
+        Off the core's loop. None when it left nothing; the default (no bucket) never does."""
+        return None
+
     def close(self) -> None:
         """Drop connections; agents and jobs keep running."""
         return None

@@ -124,6 +124,56 @@ def bring_back(storage: Storage, home: Home, juid: str, attempt: int, current: b
     return fetched
 
 
+def read_left(
+    storage: Storage, home: Home, juid: str, attempt: int, offset: int
+) -> tuple[str, list[tuple[int, dict[str, Any]]]] | None:
+    """What the agent of a machine that powered itself off left of ATTEMPT (see
+    client_agent.results.leave), or None when it left nothing: MONKEY_HOME's copies of the
+    attempt's logs get the bytes they lack (from their local size, as over SSH: no line
+    lost or doubled); returns why the agent powered the machine off and the events after
+    byte OFFSET of its events.jsonl, each with the offset just after it."""
+    base = f"{prefix(juid)}/left/{attempt}"
+    with tempfile.TemporaryDirectory(prefix="monkey-left-") as tmp:
+        path = Path(tmp) / "record.json"
+        if not storage.get_file(f"{base}/record.json", path):
+            return None
+        try:
+            record = json.loads(path.read_bytes())
+            why, files = str(record["why"]), dict(record["files"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MonkeyError(f"{base}/record.json is not a record monkey wrote ({exc})") from None
+        events: list[tuple[int, dict[str, Any]]] = []
+        local = home.run_dir(juid, attempt)
+        local.mkdir(parents=True, exist_ok=True)
+        for name in rundir.LEFT:
+            size = files.get(name)
+            mine = local / name
+            have = (
+                offset if name == rundir.EVENTS else (mine.stat().st_size if mine.exists() else 0)
+            )
+            if not isinstance(size, int) or size <= have:
+                continue  # nothing the core lacks
+            got = Path(tmp) / name
+            if not storage.get_file(f"{base}/{name}", got):
+                raise MonkeyError(f"{base}/{name} is missing from the bucket")
+            if name == rundir.EVENTS:
+                for end, line in rundir.read_lines_after(str(got), offset):
+                    try:
+                        event = json.loads(line)
+                    except ValueError:  # torn: an agent killed while writing it
+                        continue
+                    if end <= size and isinstance(event, dict):
+                        events.append((end, event))
+                continue
+            with open(got, "rb") as src, open(mine, "ab") as out:
+                src.seek(have)
+                left = size - have
+                while left > 0 and (chunk := src.read(min(left, 1 << 20))):
+                    out.write(chunk)
+                    left -= len(chunk)
+        return why, events
+
+
 def _sha(path: Path) -> str | None:
     try:
         digest = hashlib.sha256()
