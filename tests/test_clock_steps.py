@@ -1,0 +1,78 @@
+"""Steps of the wall clock (an NTP step, a VM resumed) while jobs run: no time limit,
+heartbeat or back-off fires early, and no runtime is negative (issue 46 item 2)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from stepped_clock import SteppedClock
+
+from monkey.models import State
+
+pytestmark = pytest.mark.system
+
+HOUR = 3600.0
+
+
+def test_wall_clock_steps_kill_no_job_early_and_leave_no_negative_runtime(home, monkey, tmp_path):
+    clock = SteppedClock(tmp_path / "clock")
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 4}\n")
+    clock.monkey("daemon", "start")
+    ledger = Path("ledger").resolve()
+    mark = f'echo "$MONKEY_JUID/$MONKEY_ATTEMPT" >> {ledger}'
+
+    def run(script: str) -> str:
+        args = ("run", "--time", "8s", "--retries", "2", "--", "sh", "-c", script)
+        return clock.monkey(*args).stdout.strip()
+
+    # 4 s of work under an 8 s limit, the clock an hour ahead a moment after it starts.
+    timed = run(f"{mark}; sleep 4; echo done")
+    wait_for(lambda: monkey.job(timed).status == State.RUNNING, what="the timed job to start")
+    clock.step(+HOUR)
+    # A job whose first attempt fails at once: the clock goes back an hour during its
+    # back-off, and its second attempt (4 s) sees the clock step both ways.
+    retried = run(f'{mark}; [ "$MONKEY_ATTEMPT" = 1 ] && exit 3; sleep 4; echo done')
+    late = run(f"{mark}; sleep 3; echo done")  # starts an hour ahead, ends an hour back
+    wait_for(lambda: monkey.job(retried).status == State.QUEUED, what="the first attempt to fail")
+    clock.step(-HOUR)
+    wait_for(lambda: len(monkey.job(retried).attempts()) == 2, what="the back-off to end")
+    clock.step(+HOUR)
+    time.sleep(1.5)
+    clock.step(-HOUR)
+    jobs = [monkey.job(j) for j in (timed, retried, late)]
+    for job in jobs:
+        job.wait(timeout=60)
+
+    runs = collections.Counter(line.split("/")[0] for line in ledger.read_text().splitlines())
+    listed = json.loads(clock.monkey("list", "jobs", "--json").stdout)["jobs"]
+    runtimes = {j["job"]: j["runtime"] for j in listed}
+    early = [
+        (j.juid, a.n, a.reason) for j in jobs for a in j.attempts() if "time limit" in a.reason
+    ]
+    negative = [
+        (j.juid, a.n)
+        for j in jobs
+        for a in j.attempts()
+        if a.started_at is not None and (a.ended_at or 0) < a.started_at
+    ] + [juid for juid, seconds in runtimes.items() if seconds is None or seconds < 0]
+    print(
+        f"\nclock steps: steps {clock.steps}, jobs {len(jobs)}, early kills {len(early)}, "
+        f"doubled runs {sum(n > 1 for j, n in runs.items() if j != retried)}, "
+        f"negative runtimes {len(negative)}"
+    )
+    assert early == []
+    assert [(j.juid, j.status) for j in jobs if j.status != State.SUCCEEDED] == []
+    assert [j.logs() for j in jobs] == ["done\n"] * 3
+    assert runs == {timed: 1, retried: 2, late: 1}
+    assert negative == []
+    # Each ran its few seconds, whatever the wall clock said meanwhile.
+    assert 3.5 < runtimes[timed] < 30 and 2.5 < runtimes[late] < 30, runtimes
+    info = clock.monkey("info", late).stdout
+    assert "-1h" not in info and "-59" not in info, info
+    log = (home / "daemon.log").read_text()
+    assert "no heartbeat" not in log and "lost the link" not in log, log
