@@ -161,15 +161,19 @@ class Adoption(AgentState):
         try:
             with open(os.path.join(job.run_dir, SIGNALLED), "rb") as f:
                 mark = json.loads(f.read())
-            signum, deadline = int(mark["signal"]), float(mark.get("boot_deadline", 0))
+            signum = int(mark["signal"])
+            # On the boot clock, which the wall clock's steps do not move; an agent before
+            # it wrote a wall-clock deadline, taken with a bound.
+            if "boot_deadline" in mark:
+                left = float(mark["boot_deadline"]) - boottime()
+            else:
+                left = float(mark["deadline"]) - time.time()
         except (OSError, ValueError, KeyError, TypeError):
             return
         job.signalled = signum
         job.timed_out = bool(mark.get("timeout"))
-        if alive:  # on the boot clock, which the wall clock's steps do not move
-            self.kill_at[job.key] = time.monotonic() + min(
-                _GRACE_MAX, max(0.0, deadline - boottime())
-            )
+        if alive:
+            self.kill_at[job.key] = time.monotonic() + min(_GRACE_MAX, max(0.0, left))
 
     @staticmethod
     def _claimed(run_dir: str) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import time
 
 from monkey.core.endings import span
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.models import Attempt, Job, MonkeyError, env_seconds
+from monkey.models import Attempt, Job, MonkeyError, env_seconds, wall_span
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -251,7 +251,8 @@ class Links:
         """Re-attach to every attempt that was live when the core last stopped; the time
         no core ran does not count towards any instance's time out of reach."""
         if not self.shifted and self.presence.previous is not None:
-            self.store.shift_unreachable(self.started_at - self.presence.previous)
+            absent = wall_span(self.presence.previous, self.started_at)
+            self.store.shift_unreachable(absent or 0.0)  # unknown (a stepped clock): none
         self.shifted = True
         instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
         providers: set[tuple[str, str]] = set()
