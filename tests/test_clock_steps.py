@@ -17,6 +17,12 @@ from monkey.models import State
 pytestmark = pytest.mark.system
 
 HOUR = 3600.0
+_BEFORE = (State.QUEUED, State.DISPATCHING)
+
+
+def _ended(monkey, juid: str) -> bool:
+    """Whether the job's first attempt ended."""
+    return any(a.ended_at is not None for a in monkey.job(juid).attempts())
 
 
 def test_wall_clock_steps_kill_no_job_early_and_leave_no_negative_runtime(home, monkey, tmp_path):
@@ -32,13 +38,13 @@ def test_wall_clock_steps_kill_no_job_early_and_leave_no_negative_runtime(home, 
 
     # 4 s of work under an 8 s limit, the clock an hour ahead a moment after it starts.
     timed = run(f"{mark}; sleep 4; echo done")
-    wait_for(lambda: monkey.job(timed).status == State.RUNNING, what="the timed job to start")
+    wait_for(lambda: monkey.job(timed).status not in _BEFORE, what="the timed job to start")
     clock.step(+HOUR)
-    # A job whose first attempt fails at once: the clock goes back an hour during its
-    # back-off, and its second attempt (4 s) sees the clock step both ways.
-    retried = run(f'{mark}; [ "$MONKEY_ATTEMPT" = 1 ] && exit 3; sleep 4; echo done')
     late = run(f"{mark}; sleep 3; echo done")  # starts an hour ahead, ends an hour back
-    wait_for(lambda: monkey.job(retried).status == State.QUEUED, what="the first attempt to fail")
+    # A job whose first attempt fails at once: the clock goes back an hour during its
+    # back-off (2 s), and its second attempt (4 s) sees the clock step both ways.
+    retried = run(f'{mark}; [ "$MONKEY_ATTEMPT" = 1 ] && exit 3; sleep 4; echo done')
+    wait_for(lambda: _ended(monkey, retried), what="the first attempt to fail")
     clock.step(-HOUR)
     wait_for(lambda: len(monkey.job(retried).attempts()) == 2, what="the back-off to end")
     clock.step(+HOUR)
