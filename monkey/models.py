@@ -155,7 +155,10 @@ def env_seconds(name: str, default: float) -> float:
     return seconds
 
 
-def retry_delay(attempt: int, base: float = 2.0, cap: float = 300.0) -> float:
+RETRY_DELAY_MAX = 300.0  # the longest back-off before a job runs again
+
+
+def retry_delay(attempt: int, base: float = 2.0, cap: float = RETRY_DELAY_MAX) -> float:
     """Back-off before re-running a job whose attempt number ``attempt`` failed."""
     return min(cap, base * (2 ** max(0, attempt - 1)))
 
@@ -211,6 +214,21 @@ def human_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+# A span between two wall-clock times longer than this is taken for a stepped clock.
+ABSURD_SPAN = 366 * 86400.0
+
+
+def wall_span(start: float | None, end: float | None) -> float | None:
+    """Seconds from START to END, two wall-clock times (stored, or read in other processes):
+    None when either is unknown or the span is negative or absurd, as a step of the wall clock
+    between them makes it (NTP, a VM resumed). A caller takes None as "unknown", never as a
+    deadline passed."""
+    if start is None or end is None:
+        return None
+    seconds = end - start
+    return seconds if 0.0 <= seconds <= ABSURD_SPAN else None
 
 
 def run_time(seconds: float | None) -> str:

@@ -720,7 +720,9 @@ def test_a_signal_marked_but_never_sent_is_not_sent_by_the_adopter(world: World)
     wait_for(lambda: out.read_text() == "up\n", timeout=TIMEOUT, what="the job to start")
     first.kill()
     first.wait()
-    mark = {"signal": signal.SIGTERM, "deadline": time.time() + 1.5, "timeout": False}
+    # The grace ends 1.5 s from now on the boot clock (a step of the wall clock moves it not).
+    grace_end = time.clock_gettime(time.CLOCK_BOOTTIME) + 1.5
+    mark = {"signal": signal.SIGTERM, "boot_deadline": grace_end, "timeout": False}
     (world.run_dir("j") / "signalled").write_text(json.dumps(mark))
     world.start_agent()
     client = world.client(sync=False)

@@ -1,5 +1,7 @@
-"""A fault storm: the agent and the core are SIGKILLed at random while a few hundred short
-jobs start and end. Every job must run exactly once, keep every log byte, and end."""
+"""A fault storm: the agent and the core are SIGKILLed at random, and the wall clock of their
+processes steps an hour either way, while a few hundred short jobs with a time limit start
+and end. Every job must run exactly once, keep every log byte, and end as it ended: none
+killed by its time limit, none with a negative run time."""
 
 from __future__ import annotations
 
@@ -10,15 +12,18 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from conftest import core_pid, start_core, wait_for
+from stepped_clock import SteppedClock
 
+from monkey.handles import Job
 from monkey.models import TERMINAL, State
 
 JOBS = 300
 STORM_SECONDS = 30.0
+HOUR = 3600.0
 
 
 def _pid_in(path: Path) -> int | None:
@@ -38,11 +43,25 @@ def _kill(pid: int | None) -> bool:
     return True
 
 
-def _storm(home: Path, rng: random.Random, kills: dict[str, int], stop: threading.Event) -> None:
+def _storm(
+    home: Path,
+    rng: random.Random,
+    kills: dict[str, int],
+    stop: threading.Event,
+    start: Callable[[], object],
+    clock: SteppedClock | None,
+) -> None:
     """SIGKILL the agent (sometimes while the core is stopped) or the core at random, and
-    start the core again, until STOP is set; KILLS counts them."""
+    START the core again, and step the CLOCK an hour either way every few seconds (never
+    more than two from the true time), until STOP is set; KILLS counts them."""
+    step_at = time.monotonic() + rng.uniform(1, 3)
     while not stop.is_set():
         time.sleep(rng.uniform(0.02, 0.4))
+        if clock is not None and time.monotonic() >= step_at:
+            step_at = time.monotonic() + rng.uniform(1, 3)
+            clock.step(
+                rng.choice([-HOUR, HOUR]) if abs(clock.offset) < 2 * HOUR else -clock.offset / 2
+            )
         agent = _pid_in(home / "private" / "agent.pid")
         roll = rng.random()
         if roll < 0.6:
@@ -58,39 +77,58 @@ def _storm(home: Path, rng: random.Random, kills: dict[str, int], stop: threadin
             kills["core"] += 1
             wait_for(lambda: core_pid(home) is None, what="the core to die")
             time.sleep(rng.uniform(0, 0.3))  # jobs go on ending while no core runs
-            start_core(home)
+            start()
 
 
 @contextlib.contextmanager
-def storm(home: Path, seed: int) -> Iterator[dict[str, int]]:
-    """The agent and the core SIGKILLed at random (``_storm``) while the block runs, on a
-    worker of 16 slots; then the core is started again. Yields the counts of kills."""
+def storm(home: Path, seed: int, clock: SteppedClock | None = None) -> Iterator[dict[str, int]]:
+    """The agent and the core SIGKILLed at random, and the CLOCK of the core and agent
+    stepped (``_storm``) while the block runs, on a worker of 16 slots; then the core is
+    started again. Yields the counts of kills."""
     (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 16}\n")
-    start_core(home)
+    start: Callable[[], object] = (
+        (lambda: start_core(home)) if clock is None else (lambda: clock.monkey("daemon", "start"))
+    )
+    start()
     kills = {"agent": 0, "core": 0}
     stop = threading.Event()
-    thread = threading.Thread(target=_storm, args=(home, random.Random(seed), kills, stop))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _storm(home, random.Random(seed), kills, stop, start, clock)
+        except BaseException as exc:  # a core that could not start: the test fails with it
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         yield kills
     finally:
         stop.set()
         thread.join()
-    start_core(home)
+    if failed:
+        raise failed[0]
+    start()
 
 
-def test_agent_and_core_killed_at_random(home, monkey):
+def test_agent_and_core_killed_at_random(home, monkey, tmp_path):
     ledger = Path("ledger").resolve()
     script = (
         f'echo "$MONKEY_JUID" >> {ledger}; echo "start $MONKEY_JUID"; '
         'sleep 0.0$((RANDOM % 3)); echo "end $MONKEY_JUID"'
     )
     seed = int(os.environ.get("MONKEY_FAULT_STORM_SEED", random.randrange(1 << 30)))
-    jobs = [monkey.run(["bash", "-c", script], start_core=False) for _ in range(JOBS // 2)]
-    with storm(home, seed) as kills:
+    clock = SteppedClock(tmp_path / "clock")
+
+    def run() -> Job:
+        return monkey.run(["bash", "-c", script], time=20, start_core=False)
+
+    jobs = [run() for _ in range(JOBS // 2)]
+    with storm(home, seed, clock) as kills:
         # The other half arrives during the storm.
         for _ in range(JOBS - len(jobs)):
-            jobs.append(monkey.run(["bash", "-c", script], start_core=False))
+            jobs.append(run())
             time.sleep(STORM_SECONDS / JOBS)
         deadline = time.monotonic() + STORM_SECONDS
         while time.monotonic() < deadline and not all(j.status in TERMINAL for j in jobs):
@@ -102,12 +140,18 @@ def test_agent_and_core_killed_at_random(home, monkey):
     once = [j for j in jobs if runs.get(j.juid) == 1]
     complete = [j for j in jobs if j.logs() == f"start {j.juid}\nend {j.juid}\n"]
     stuck = [j for j in jobs if j.status not in TERMINAL]
+    attempts = [a for j in jobs for a in j.attempts()]
+    early = [(a.juid, a.reason) for a in attempts if "time limit" in (a.reason or "")]
+    negative = [a.juid for a in attempts if a.started_at and (a.ended_at or 0) < a.started_at]
     print(
         f"\nfault storm (seed {seed}): jobs tried {len(jobs)} / ran exactly once {len(once)}"
         f" / logs byte-complete {len(complete)} / left stuck {len(stuck)};"
         f" agent kills {kills['agent']}, core kills {kills['core']}"
+        f"\nclock storm: steps {clock.steps}, jobs {len(jobs)}, early kills {len(early)},"
+        f" doubled runs {sum(n > 1 for n in runs.values())}, negative runtimes {len(negative)}"
     )
-    assert kills["agent"] > 0 and kills["core"] > 0
+    assert kills["agent"] > 0 and kills["core"] > 0 and clock.steps > 0
+    assert early == [] and negative == []
     assert not stuck, [(j.juid, j.status) for j in stuck]
     assert [j.juid for j in jobs if runs.get(j.juid) != 1] == []
     assert [(j.juid, j.logs()) for j in jobs if j not in complete] == []

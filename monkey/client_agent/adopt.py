@@ -11,6 +11,7 @@ import time
 from monkey.client_agent.common import RequestError, encode, log, one_line, read_small, trace
 from monkey.client_agent.procs import (
     CLK_TCK,
+    boottime,
     environ_lines,
     is_running,
     proc_pids,
@@ -46,6 +47,9 @@ def wrapped_sandbox(pid: int) -> str:
     return path if path and len(words) > 1 and words[1] == path.encode() else ""
 
 
+# The longest SIGKILL grace an adopted job's mark may still have (more: the mark is not
+# this agent's, and its grace is taken as over).
+_GRACE_MAX = 3600.0
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -127,6 +131,8 @@ class Adoption(AgentState):
         job.gpus = [g for g in str(record.get("gpus") or "").split(",") if g]
         job.cgroup = str(record.get("cgroup") or "")
         job.limit = record.get("limit")
+        if job.limit and alive:  # counted from its start on the boot clock, as when spawned
+            job.limit[1] = alive[1] + job.limit[0]
         job.cpus = int(record.get("cpus") or 1)
         job.monitor = str(record.get("sandbox") or "")
         job.tail = tail_offsets(job.events_path)
@@ -158,13 +164,19 @@ class Adoption(AgentState):
         try:
             with open(os.path.join(job.run_dir, SIGNALLED), "rb") as f:
                 mark = json.loads(f.read())
-            signum, deadline = int(mark["signal"]), float(mark["deadline"])
+            signum = int(mark["signal"])
+            # On the boot clock, which the wall clock's steps do not move; an agent before
+            # it wrote a wall-clock deadline, taken with a bound.
+            if "boot_deadline" in mark:
+                left = float(mark["boot_deadline"]) - boottime()
+            else:
+                left = float(mark["deadline"]) - time.time()
         except (OSError, ValueError, KeyError, TypeError):
             return
         job.signalled = signum
         job.timed_out = bool(mark.get("timeout"))
         if alive:
-            self.kill_at[job.key] = time.monotonic() + max(0.0, deadline - time.time())
+            self.kill_at[job.key] = time.monotonic() + min(_GRACE_MAX, max(0.0, left))
 
     @staticmethod
     def _claimed(run_dir: str) -> dict[str, Any] | None:

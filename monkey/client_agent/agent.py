@@ -51,6 +51,7 @@ from monkey.client_agent.orphan import OrphanWatch
 from monkey.client_agent.procs import (
     Cgroups,
     become_subreaper,
+    boottime,
     children_of,
     detect_gpus,
     is_running,
@@ -249,12 +250,10 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
                 self._flush(conn)
 
     def _timeout(self) -> float | None:
-        now = time.monotonic()
+        now, boot = time.monotonic(), boottime()
         deadlines = list(self.kill_at.values())
         deadlines += [
-            now + j.limit[1] - time.time()
-            for j in self.jobs.values()
-            if j.limit and not j.timed_out
+            now + j.limit[1] - boot for j in self.jobs.values() if j.limit and not j.timed_out
         ]
         if self.jobs:
             deadlines.append(self.next_heartbeat)
@@ -298,8 +297,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
                     log(f"{job.juid}/{job.attempt}: grace over, SIGKILL")
                     job.signalled = signal.SIGKILL
                     self._signal_session(job, signal.SIGKILL)
+        boot = boottime()
         for job in list(self.jobs.values()):
-            if job.limit and not job.timed_out and time.time() >= job.limit[1]:
+            if job.limit and not job.timed_out and boot >= job.limit[1]:
                 log(f"{job.juid}/{job.attempt}: time limit of {job.limit[0]:.0f}s reached, SIGTERM")
                 job.timed_out = True
                 job.signalled = signal.SIGTERM
@@ -458,8 +458,8 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         twice or end one saving a checkpoint). An agent killed after the mark but before
         the signal leaves the opposite: a job the adopter believes signalled, which still
         ends at the deadline, by SIGKILL."""
-        deadline = time.time() + self.kill_at[job.key] - time.monotonic()
-        mark = {"signal": signum, "deadline": deadline, "timeout": job.timed_out}
+        deadline = boottime() + self.kill_at[job.key] - time.monotonic()
+        mark = {"signal": signum, "boot_deadline": deadline, "timeout": job.timed_out}
         try:
             write_atomic(os.path.join(job.run_dir, SIGNALLED), json.dumps(mark).encode())
         except OSError as e:

@@ -253,6 +253,7 @@ class Events(AgentState):
         self.jobs.pop(job.key, None)
         self.kill_at.pop(job.key, None)
         ended = time.time()  # the exit's time, not its record's
+        ran = boottime() - job.began  # how long it ran, whatever the wall clock did meanwhile
         # The slot is free: a held start waits for none of the records, nor for the
         # clean-up when the job's leftovers are in its cgroup. Without one, the sweep for
         # its leftovers must come first: it takes the agent's children for strays only
@@ -271,7 +272,10 @@ class Events(AgentState):
         code = returncode
         if code is None or code < 0:
             code = read_exit_code(job.run_dir)
-        self._report_exit(job, self._exit_fields(job, code, returncode, ended))
+        fields = self._exit_fields(job, code, returncode, ended)
+        if job.began:
+            fields["ran"] = round(max(0.0, ran), 3)
+        self._report_exit(job, fields)
 
     def _reserve_path(self) -> str:
         return os.path.join(self.root, "private", "reserve")

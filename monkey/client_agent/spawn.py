@@ -297,7 +297,7 @@ class Spawning(AgentState):
         cgroup = self.cgroups.make()
         p.env.update(job_env(p.run_dir, cgroup))
         if p.limit is not None:
-            p.limit[1] = time.time() + p.limit[0]
+            p.limit[1] = boottime() + p.limit[0]
         job = self._spawn(
             p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus, p.monitor
         )

@@ -41,6 +41,7 @@ class Job:
         "seq",
         "signalled",
         "cpu_prev",
+        "began",
         "tail",
         "gpus",
         "cgroup",
@@ -75,12 +76,15 @@ class Job:
         self.seq = seq
         self.signalled: int | None = None
         self.cpu_prev = (0, started)  # (ticks, boot time) at last heartbeat; STARTED at first
+        self.began = started  # its start on the boot clock (0: unknown)
         self.tail = [0, 0]  # offsets in metrics.jsonl and stdout.log shipped so far
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
         self.preempted = False  # stopped by a spot/preemption notice
         self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
-        self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
+        # [seconds, deadline on the boot clock, grace] (time_limit): a step of the wall clock
+        # (NTP, a VM resumed) moves no deadline.
+        self.limit: list[float] | None = None
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
         self.monitor = ""  # the bwrap its sandbox runs under ("": none; see sandbox.py)

@@ -19,6 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from monkey.core.elapsed import Elapsed
     from monkey.store import Store
 
 WATCH_EVERY = 60.0  # seconds between looks for idle machines and spend
@@ -37,8 +38,11 @@ def month_start(now: float) -> float:
     return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)))
 
 
-def alert_deliveries(store: Store, home: Home, now: float, url: str | None) -> list[dict[str, Any]]:
-    """The deliveries due now to the targets that watch idle machines or spend."""
+def alert_deliveries(
+    store: Store, home: Home, now: float, url: str | None, elapsed: Elapsed
+) -> list[dict[str, Any]]:
+    """The deliveries due now to the targets that watch idle machines or spend (ELAPSED:
+    how long machines have been idle, whatever steps the wall clock took)."""
     from monkey.store.db import local_user
 
     targets = [t for t in store.notify_targets() if {"idle", "spend"} & set(t["events"].split(","))]
@@ -48,7 +52,7 @@ def alert_deliveries(store: Store, home: Home, now: float, url: str | None) -> l
     out = []
     watching = [t for t in targets if "idle" in t["events"].split(",")]
     if watching:
-        out += _idle(store, home, now, url, watching, me)
+        out += _idle(store, home, now, url, watching, me, elapsed)
     for t in targets:
         if "spend" in t["events"].split(","):
             out += _spend(store, now, t, me)
@@ -69,6 +73,7 @@ def _idle(
     url: str | None,
     targets: list[dict[str, Any]],
     me: str,
+    elapsed: Elapsed,
 ) -> list[dict[str, Any]]:
     """Messages of the machines idle past each target's --idle-after, to the targets of
     the owners whose jobs ran on them (this machine's user's when none did)."""
@@ -81,7 +86,7 @@ def _idle(
         if row["provider"] not in billing or since is None or row["state"] != "running":
             continue
         owners = {o or me for o in store.instance_owners(row["id"])} or {me}
-        idle = now - since
+        idle = elapsed.since(("idle_since", row["id"]), since)
         for t in targets:
             after = json.loads(t["options"]).get("idle_after", IDLE_AFTER)
             if t["owner"] not in owners or idle < after:

@@ -57,7 +57,7 @@ class HostChores:
     def __init__(self, core: ChoresCore) -> None:
         self.core = core
         self.busy: set[tuple[str, str]] = set()  # hosts with chores under way
-        self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before
+        self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before (monotonic)
 
     def tick(self) -> None:
         """Hand each linked host its owed chores (one batch per host at a time)."""
@@ -65,7 +65,7 @@ class HostChores:
         for chore in self.core.store.host_chores():
             owed.setdefault((chore["provider"], chore["instance"]), []).append(chore)
         for key, chores in owed.items():
-            if key not in self.busy and time.time() >= self.retry_at.get(key, 0.0):
+            if key not in self.busy and time.monotonic() >= self.retry_at.get(key, 0.0):
                 self._carry_out(key, chores)
 
     def _carry_out(self, key: tuple[str, str], chores: list[dict[str, Any]]) -> None:
@@ -125,7 +125,7 @@ class HostChores:
 
         def failed(exc: BaseException) -> None:
             self.busy.discard(key)
-            self.retry_at[key] = time.time() + _RETRY
+            self.retry_at[key] = time.monotonic() + _RETRY
             log.warning("%s: clean-up postponed: %s", key[1], exc)
 
         self.busy.add(key)

@@ -360,7 +360,7 @@ class Dispatch:
         if key not in self.links:
             self.connect(key)
             return
-        if time.time() < self.retry_at.get(key, 0):
+        if time.monotonic() < self.retry_at.get(key, 0):
             return  # a start there just failed: not again at once
         n = job.attempts + 1
         run_dir = drv.transport.run_dir(instance, job.juid, n)
@@ -511,7 +511,7 @@ class Dispatch:
                 att.juid, att.n, final=State.FAILED, exit_code=None, signal=None, reason=str(exc)
             )
             return
-        self.retry_at[key] = time.time() + 1.0
+        self.retry_at[key] = time.monotonic() + 1.0
         if isinstance(exc, NotReady):
             self._never_started(att)
             return

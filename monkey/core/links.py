@@ -11,13 +11,14 @@ import time
 
 from monkey.core.endings import span
 from monkey.drivers.agent_link import AgentError, AgentGone, AgentLink
-from monkey.models import Attempt, Job, MonkeyError, env_seconds
+from monkey.models import Attempt, Job, MonkeyError, env_seconds, wall_span
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from monkey.config import ProviderConfig
+    from monkey.core.elapsed import Elapsed
     from monkey.core.presence import Presence
     from monkey.core.workers import Workers
     from monkey.drivers.base import Driver
@@ -52,6 +53,7 @@ class Links:
     starting: dict[tuple[tuple[str, str], int], tuple[str, int, str | None]]
     signalled: dict[tuple[str, int], tuple[str, str]]
     started_at: float
+    elapsed: Elapsed
     shifted: bool
 
     if TYPE_CHECKING:  # the core's own, called from here
@@ -73,7 +75,7 @@ class Links:
             key in self.links
             or key in self.releasing
             or self.workers.busy(key)
-            or time.time() < self.retry_at.get(key, 0)
+            or time.monotonic() < self.retry_at.get(key, 0)
         ):
             return
         try:
@@ -123,7 +125,7 @@ class Links:
             link.close()  # linked meanwhile, or the provider is gone
             return
         self.links[key] = link
-        self.linked_at[key] = self.contact[key] = now = time.time()
+        self.linked_at[key] = self.contact[key] = time.monotonic()
         self.retry_at.pop(key, None)
         self.link_errors.pop(key, None)
         for att in live:  # reached again: what its agent recorded is adopted below
@@ -133,7 +135,8 @@ class Links:
                     att.juid,
                     att.n,
                     None,
-                    f"{key[1]} reached again after {span(now - job.unreachable_since)}",
+                    f"{key[1]} reached again after "
+                    f"{span(self.elapsed.since((att.juid, att.n), job.unreachable_since))}",
                 )
         self._forget_given(key)
         self.selector.register(link.fileno(), selectors.EVENT_READ, key)
@@ -178,7 +181,8 @@ class Links:
         quiet their links: one left without a request for `orphan_timeout` while it runs no
         job powers its machine off. Each ping names the attempts there the core still awaits
         (live or adrift), as a sync does: the agent forgets the ended ones it does not name
-        (fetched), and leaves the others in the bucket before it powers off."""
+        (fetched), and leaves the others in the bucket before it powers off. NOW: the
+        monotonic clock."""
         for key, link in list(self.links.items()):
             drv = self.drivers.get(key[0])
             every = drv.ping_every if drv is not None else None
@@ -209,7 +213,7 @@ class Links:
             log.error(
                 "cannot reach the agent of %s: %s", key[1], why, exc_info=None if expected else exc
             )
-        self.retry_at[key] = time.time() + 1.0
+        self.retry_at[key] = time.monotonic() + 1.0
 
     def drop_link(self, key: tuple[str, str]) -> None:
         link = self.links.pop(key, None)
@@ -248,7 +252,7 @@ class Links:
         except AgentGone:
             pushes = []
         if pushes:
-            self.contact[key] = time.time()
+            self.contact[key] = time.monotonic()
         self._handle_pushes(key, pushes)
         if link.closed:
             self.drop_link(key)
@@ -257,7 +261,8 @@ class Links:
         """Re-attach to every attempt that was live when the core last stopped; the time
         no core ran does not count towards any instance's time out of reach."""
         if not self.shifted and self.presence.previous is not None:
-            self.store.shift_unreachable(self.started_at - self.presence.previous)
+            absent = wall_span(self.presence.previous, self.started_at)
+            self.store.shift_unreachable(absent or 0.0)  # unknown (a stepped clock): none
         self.shifted = True
         instances = {(a.instance, a.juid) for a in self.store.live_attempts()}
         providers: set[tuple[str, str]] = set()
@@ -280,6 +285,7 @@ class Links:
             if link.closed:  # broken by a request: nothing polls it any more
                 self.drop_link(key)
         live: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        mono = time.monotonic()
         attempts = self.store.live_attempts()
         if self.releasing:  # released: forgotten once its link and attempts are gone
             held = {k[1] for k in self.links} | {a.instance for a in attempts}
@@ -290,8 +296,10 @@ class Links:
                 continue  # exited: no heartbeat comes while its results come back
             key = (job.provider, att.instance)
             live.setdefault(key, []).append((att.juid, att.n))
-            beat = att.heartbeat_at
-            silence = now - max(beat, self.linked_at.get(key, 0.0)) if beat is not None else 0.0
+            # Silence since the link's last word (heartbeats come every few seconds while a
+            # job runs), on the monotonic clock: a step of the wall clock is no silence.
+            heard = max(self.contact.get(key, 0.0), self.linked_at.get(key, 0.0))
+            silence = mono - heard if att.heartbeat_at is not None and heard else 0.0
             if silence > HEARTBEAT_TIMEOUT and key in self.links:
                 # Heartbeats stopped on a link that looks open (a half-open connection,
                 # a wedged agent): test it by connecting anew.

@@ -29,6 +29,7 @@ from fnmatch import fnmatchcase
 
 from monkey.config import Home
 from monkey.core.alerts import WATCH_EVERY, alert_deliveries
+from monkey.core.elapsed import Elapsed
 from monkey.models import format_duration
 from monkey.store.notify import NOTIFY_STATES
 
@@ -303,7 +304,8 @@ class Notifier:
             self.watch_every = float(os.environ.get("MONKEY_NOTIFY_WATCH_EVERY") or WATCH_EVERY)
         except ValueError:
             self.watch_every = WATCH_EVERY
-        self._pruned = 0.0
+        self._pruned = -3600.0  # the last prune (monotonic)
+        self.elapsed = Elapsed()  # how long machines have been idle
         self.thread = threading.Thread(target=self._run, name="notifier", daemon=True)
         self.thread.start()
 
@@ -319,10 +321,12 @@ class Notifier:
                 self.turn(store)
                 if time.monotonic() - watched >= self.watch_every:
                     watched = time.monotonic()
-                    store.take_outbox([], alert_deliveries(store, self.home, time.time(), self.url))
+                    self.elapsed.prune()
+                    alerts = alert_deliveries(store, self.home, time.time(), self.url, self.elapsed)
+                    store.take_outbox([], alerts)
                 busy = self.deliver(store)
-                if time.time() - self._pruned > 3600:
-                    self._pruned = time.time()
+                if time.monotonic() - self._pruned > 3600:
+                    self._pruned = time.monotonic()
                     store.prune_deliveries(time.time() - KEEP_SENT)
             except Exception:  # noqa: BLE001 - a full disk, a busy file: the next look tries again
                 log.exception("notifications: will try again")
@@ -351,7 +355,9 @@ class Notifier:
         for head in store.delivery_heads():
             if self.stopped.is_set():
                 break
-            if head["next_try"] > now:
+            # Not due yet; a try set further ahead than any back-off is due now (the wall
+            # clock stepped back since).
+            if now < head["next_try"] <= now + LONGEST_BACKOFF:
                 continue
             target = store.notify_target(head["owner"], head["target"])
             if target is None:

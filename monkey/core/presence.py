@@ -62,14 +62,14 @@ class Presence:
             self.previous: float | None = os.stat(self.path).st_mtime
         except OSError:
             self.previous = None
-        self.touched = 0.0
+        self.touched = 0.0  # the last touch (monotonic)
         self.touch(force=True)
 
     def touch(self, force: bool = False) -> None:
-        now = time.time()
-        if not force and now - self.touched < TOUCH_EVERY:
+        if not force and time.monotonic() - self.touched < TOUCH_EVERY:
             return
-        self.touched = now
+        self.touched = time.monotonic()
+        now = time.time()
         try:
             os.utime(self.path, (now, now))
         except FileNotFoundError:

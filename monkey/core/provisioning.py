@@ -36,6 +36,7 @@ from monkey.store.tracking import HOLD
 
 if TYPE_CHECKING:
     from monkey.config import ProviderConfig
+    from monkey.core.elapsed import Elapsed
     from monkey.core.workers import Workers
     from monkey.drivers.agent_link import AgentLink
     from monkey.drivers.base import Driver
@@ -67,7 +68,8 @@ class CoreView(Protocol):
     workers: Workers
     providers: dict[str, ProviderConfig]
     links: dict[tuple[str, str], AgentLink]
-    linked_at: dict[tuple[str, str], float]
+    linked_at: dict[tuple[str, str], float]  # monotonic
+    elapsed: Elapsed
 
     def driver(self, provider: str) -> Driver: ...
 
@@ -107,7 +109,8 @@ class Elastic:
         on_demand: dict[str, list[Resources]] | None = None,
     ) -> None:
         """One pass over the elastic providers; WAITING: resources of the jobs placed nowhere,
-        ON_DEMAND: of those that need on-demand capacity."""
+        ON_DEMAND: of those that need on-demand capacity. NOW: the wall clock."""
+        mono = time.monotonic()
         for name in list(self.core.providers):
             try:
                 drv = self.core.driver(name)
@@ -115,8 +118,8 @@ class Elastic:
                 continue
             if not drv.elastic:
                 continue
-            if now - self.listed_at.get(name, 0.0) >= LIST_EVERY:
-                self._list(name, drv, now)
+            if mono - self.listed_at.get(name, -LIST_EVERY) >= LIST_EVERY:
+                self._list(name, drv, mono)
             if name in self.inventoried:
                 self._grow(name, drv, waiting.get(name, []), now)
                 self._grow_on_demand(name, drv, (on_demand or {}).get(name, []), now)
@@ -124,11 +127,11 @@ class Elastic:
 
     # -- inventory -------------------------------------------------------------------------
 
-    def _list(self, name: str, drv: Driver, now: float) -> None:
+    def _list(self, name: str, drv: Driver, mono: float) -> None:
         key = ("list", name)
         if self.core.workers.busy(key):
             return
-        self.listed_at[name] = now
+        self.listed_at[name] = mono
         self.core.workers.submit(
             key,
             drv.list_nodes,
@@ -186,7 +189,7 @@ class Elastic:
                 row["state"] != "terminated"
                 and row["id"] not in seen
                 and row["id"] not in self.recovering
-                and time.time() - (row["launched_at"] or 0) > 2 * LIST_EVERY
+                and self._since(row, "launched_at", 2 * LIST_EVERY + 1) > 2 * LIST_EVERY
             ):
                 self._gone(name, drv, row, self._orphaned(name, drv, row))
         if name in self.list_failed:  # the listing error is over
@@ -215,7 +218,9 @@ class Elastic:
             or self.core.store.live_attempts(key[1])
         ):
             return ""
-        quiet = time.time() - max(float(idle), self.core.linked_at.get(key, 0.0))
+        quiet = self.core.elapsed.since(("idle_since", key[1]), float(idle))
+        if key in self.core.linked_at:
+            quiet = min(quiet, time.monotonic() - self.core.linked_at[key])
         if quiet < timeout:
             return ""
         minutes = f"{timeout / 60:.0f} min" if timeout >= 120 else f"{timeout:.0f}s"
@@ -342,7 +347,7 @@ class Elastic:
             if drv.batches:
                 self._cancel_surplus(name, drv, now)
             return
-        if now < self.retry_at.get(name, 0.0):
+        if time.monotonic() < self.retry_at.get(name, 0.0):
             return
         rows = store.instances(name, live=True)
         if drv.batches:
@@ -421,13 +426,13 @@ class Elastic:
             ):  # a job, or one coming
                 continue
             if row["id"] not in reached or (
-                row["idle_since"] is not None and now - row["idle_since"] >= 1
+                row["idle_since"] is not None and self._since(row, "idle_since") >= 1
             ):
                 self._destroy(name, drv, row["id"], "no job waits for it")
 
     def _grow_on_demand(self, name: str, drv: Driver, waiting: list[Resources], now: float) -> None:
         """Create on-demand machines for the jobs that need one, beyond those booting."""
-        if not waiting or now < self.retry_at.get(name, 0.0):
+        if not waiting or time.monotonic() < self.retry_at.get(name, 0.0):
             return
         rows = [r for r in self.core.store.instances(name, live=True) if not r["spot"]]
         reached = {c.instance for c in drv.instances()}
@@ -477,7 +482,7 @@ class Elastic:
                 return
             failures = self.failures[name] = self.failures.get(name, 0) + 1
             delay = min(_BACKOFF_MAX, 2.0**failures)
-            self.retry_at[name] = time.time() + delay
+            self.retry_at[name] = time.monotonic() + delay
             why = str(exc) if isinstance(exc, MonkeyError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, NoCapacity):
                 log.error("%s: creating a machine failed: %s (next try in %.0fs)", name, why, delay)
@@ -560,7 +565,7 @@ class Elastic:
             self.core.store.set_instance_request(req["id"], "done")
         elif host.error and not host.transient:
             self._request_failed(req, host.error)
-        elif now - req["updated_at"] > drv.boot_timeout:
+        elif self.core.elapsed.since(("request", req["id"]), req["updated_at"]) > drv.boot_timeout:
             self._request_failed(
                 req,
                 f"{instance} not reached within {drv.boot_timeout:.0f}s"
@@ -626,7 +631,7 @@ class Elastic:
                 if not self.core.workers.busy(("destroy", row["id"])):  # once per machine
                     store.set_provider_error(name, f"{refused[row['id']]}; monkey terminated it")
                     failures = self.failures[name] = self.failures.get(name, 0) + 1
-                    self.retry_at[name] = time.time() + min(_BACKOFF_MAX, 2.0**failures)
+                    self.retry_at[name] = time.monotonic() + min(_BACKOFF_MAX, 2.0**failures)
                     log.error("%s: %s", name, refused[row["id"]])
                 self._destroy(name, drv, row["id"], "host key refused")
                 continue
@@ -638,15 +643,22 @@ class Elastic:
                 self._destroy(name, drv, row["id"], "spot/preemption notice")
                 continue
             if row["id"] not in reached:
-                if now - (row["launched_at"] or now) > drv.boot_timeout:
+                if self._since(row, "launched_at", 0.0) > drv.boot_timeout:
                     self._destroy(
                         name, drv, row["id"], f"not reached within {drv.boot_timeout:.0f}s"
                     )
                 continue
             if row["idle_since"] is None:
                 store.set_instance_idle(row["id"], now)
-            elif now - row["idle_since"] >= drv.idle_timeout:
+                self.core.elapsed.since(("idle_since", row["id"]), now)  # counted from now
+            elif self._since(row, "idle_since") >= drv.idle_timeout:
                 self._destroy(name, drv, row["id"], f"idle for {drv.idle_timeout:.0f}s")
+
+    def _since(self, row: dict[str, Any], field: str, unknown: float = 0.0) -> float:
+        """Seconds since the instance ROW's stored wall time FIELD (UNKNOWN when it has none),
+        on the monotonic clock (``Elapsed``)."""
+        stamp = row[field]
+        return unknown if stamp is None else self.core.elapsed.since((field, row["id"]), stamp)
 
     def terminated(self, name: str, instance: str, why: str) -> None:
         """Record that monkey ended the machine (destroyed, or released after its attempt):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from monkey.config import Home, ProviderConfig
 from monkey.core.cleanup import HostChores
 from monkey.core.dispatch import AHEAD_RUN, KILL_GRACE, Dispatch
+from monkey.core.elapsed import Elapsed
 from monkey.core.endings import Facts, decide
 from monkey.core.endings import span as _span
 from monkey.core.links import HEARTBEAT_TIMEOUT, Links
@@ -25,6 +26,7 @@ from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentGone, AgentLink
 from monkey.drivers.base import LOST_AFTER, Driver, lost_after
 from monkey.models import (
+    RETRY_DELAY_MAX,
     Attempt,
     Ending,
     Job,
@@ -32,11 +34,13 @@ from monkey.models import (
     Request,
     Resources,
     State,
+    wall_span,
 )
 from monkey.snapshot.blobs import BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
 from monkey.store.errors import StoreUnavailable
+from monkey.store.tracking import HOLD
 from monkey.tracking import ingest, sweeps
 from monkey.version import code_digest, installed_elsewhere, package_version, version
 
@@ -112,16 +116,20 @@ class Core(Links, Dispatch):
         self.restart = False  # stopped because monkey was reinstalled: start a new core
         self.seen_code: str | None = None  # a new digest of the code on disk, seen once
         self.probe_at = 0.0  # the next look for an install elsewhere, this one being gone
-        self.retry_at: dict[tuple[str, str], float] = {}  # no new connect before (per link)
-        self.linked_at: dict[tuple[str, str], float] = {}  # when each link was (re)made
-        self.pinged: dict[tuple[str, str], float] = {}  # the last ping sent over each link
-        # The last time this core heard from each instance's agent (the time before it
-        # started never counts as silence: see check_health).
+        # Times of the core's own (these four, monotonic): no new connect before (per link),
+        # when each link was (re)made, the last ping sent over each link, and the last time
+        # this core heard from each instance's agent (the time before it started never counts
+        # as silence: see check_health).
+        self.retry_at: dict[tuple[str, str], float] = {}
+        self.linked_at: dict[tuple[str, str], float] = {}
+        self.pinged: dict[tuple[str, str], float] = {}
         self.contact: dict[tuple[str, str], float] = {}
+        self.elapsed = Elapsed()  # time since stored wall times (out of reach, idle since...)
         # Per instance: its attempts lost while out of reach, named in the sync of the link
         # made since (their exits, when their agent recorded one, are adopted as late exits).
         self.adrift: dict[tuple[str, str], set[tuple[str, int]]] = {}
         self.started_at = time.time()
+        self.started_mono = time.monotonic()
         self.presence = Presence(home)  # tells clients this core runs; knows the last one's end
         self.shifted = False  # the unreachable clocks moved past the time no core ran
         self.link_errors: dict[tuple[str, str], str] = {}  # the last connect error logged
@@ -246,9 +254,11 @@ class Core(Links, Dispatch):
         return max(wait, 0.001)
 
     def tick(self) -> None:
-        """One pass: configuration, what drivers learnt, requests, dispatch, health."""
-        now = time.time()
-        health = now >= self.next_health
+        """One pass: configuration, what drivers learnt, requests, dispatch, health. NOW (the
+        wall clock) is what stored times are compared with; the passes' own pace is kept on
+        the monotonic clock."""
+        now, mono = time.time(), time.monotonic()
+        health = mono >= self.next_health
         if health:
             self.full.clear()
             if self.reinstalled():
@@ -272,18 +282,22 @@ class Core(Links, Dispatch):
         placed_nowhere = False
         if self.dirty or health or (self.ready_at is not None and self.ready_at <= now):
             self.dirty = False
+            if self.ready_at is not None and now + RETRY_DELAY_MAX < self.ready_at < HOLD:
+                ended = self.store.end_absurd_backoffs(now)
+                log.warning("the wall clock stepped back: %d back-offs end now", ended)
             self.dispatch_ready(now)
             self.ready_at = self.store.next_not_before(now)
             placed_nowhere = any(self.waiting.values()) or any(self.on_demand.values())
         if health:
-            self.next_health = now + 1.0
+            self.next_health = mono + 1.0
             self.presence.touch()
             self.check_health(now)
             self.chores.tick()
-            self.ping(now)
-        if health or (placed_nowhere and now - self.elastic_at >= _ELASTIC_SOON):
+            self.ping(mono)
+            self.elapsed.prune()
+        if health or (placed_nowhere and mono - self.elastic_at >= _ELASTIC_SOON):
             # Machines for jobs that fit nowhere are asked for at once, not at the next pass.
-            self.elastic_at = now
+            self.elastic_at = mono
             self.elastic.tick(now, self.waiting, self.on_demand)
         if health:
             sweeps.tick(self.store, self.home)
@@ -494,8 +508,11 @@ class Core(Links, Dispatch):
         att = self.store.get_attempt(juid, n)
         if att is None or att.state != "live" or (juid, n) in self.finishing:
             return  # closed already (an exit replayed by a sync), or being closed
-        # How long it ran (never reported started: taken as not short).
-        ran = (event.get("ts") or time.time()) - att.started_at if att.started_at else AHEAD_RUN
+        # How long it ran (never reported started, or unknown: taken as not short).
+        ran = event.get("ran")
+        if ran is None:
+            ran = wall_span(att.started_at, event.get("ts") or time.time())
+        ran = AHEAD_RUN if ran is None else ran
         self.ended_at[key] = (time.monotonic(), ran)
         self.finishing.add((juid, n))
         try:
@@ -571,6 +588,7 @@ class Core(Links, Dispatch):
             requeue_after=end.requeue,
             offset=offset,
             now=event.get("ts"),
+            ran=event.get("ran"),
             requeue_kind=end.requeue_kind,
             adrift=why == Ending.SILENT,
         )
@@ -588,11 +606,12 @@ class Core(Links, Dispatch):
         Slurm's own listing ends it sooner when it says the machine is gone."""
         since = job.unreachable_since
         if since is None:
-            heard = self.contact.get(key, self.started_at)
+            quiet = time.monotonic() - self.contact.get(key, self.started_mono)
             why = self.link_errors.get(key)
-            if why is None and now - heard <= HEARTBEAT_TIMEOUT:
+            if why is None and quiet <= HEARTBEAT_TIMEOUT:
                 return  # a connect is on its way
-            why = why or f"nothing from its agent for {_span(now - heard)}"
+            why = why or f"nothing from its agent for {_span(quiet)}"
+            heard = now - quiet
             self.store.set_unreachable(
                 att.juid,
                 att.n,
@@ -600,18 +619,20 @@ class Core(Links, Dispatch):
                 f"{key[1]} unreachable ({why}); "
                 f"lost after {_span(self._lost_after(key[0]))} out of reach",
             )
+            self.elapsed.since((att.juid, att.n), heard)  # counted from now on, as it was
             return
         limit = self._lost_after(key[0])
-        if now - since <= limit or (now - since <= 2 * LIST_EVERY and self._on_spot(key)):
+        silence = self.elapsed.since((att.juid, att.n), since)
+        if silence <= limit or (silence <= 2 * LIST_EVERY and self._on_spot(key)):
             return  # (a spot machine's listing says first whether it was reclaimed)
         log.warning(
-            "%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], now - since
+            "%s attempt %d: %s unreachable for %.0fs: lost", att.juid, att.n, key[1], silence
         )
         self.on_exit(
             key,
             att.juid,
             att.n,
-            {"reason": Ending.SILENT.value, "silence": now - since, "lost_after": limit, "ts": now},
+            {"reason": Ending.SILENT.value, "silence": silence, "lost_after": limit, "ts": now},
             att.events_offset,
         )
 

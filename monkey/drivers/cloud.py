@@ -178,7 +178,8 @@ class CloudDriver(Driver):
         self.spot_nodes: dict[str, str] = {}  # spot/preemptible instance -> its address (watched)
         self.zones: list[str] = []  # the zones a kind creates in, in order (GCE's `zones`)
         self._zone_of: dict[str, str] = {}  # instance -> its zone (``extra["zone"]``)
-        self._zone_preempted: dict[str, float] = {}  # zone -> when it last preempted a machine
+        # zone -> when it last preempted a machine (monotonic)
+        self._zone_preempted: dict[str, float] = {}
         self._preempted_seen: set[str] = set()  # instances counted in _zone_preempted
 
     @property
@@ -268,7 +269,7 @@ class CloudDriver(Driver):
         in the last ``zone_cooldown`` minutes (default 10) while another zone is left; when
         every zone did, all of them, the longest-ago preemption first."""
         cooldown = 60.0 * float(self.entry.get("zone_cooldown", ZONE_COOLDOWN))
-        now = time.time()
+        now = time.monotonic()
         calm = [z for z in self.zones if now - self._zone_preempted.get(z, -math.inf) >= cooldown]
         return calm or sorted(self.zones, key=lambda z: self._zone_preempted.get(z, 0.0))
 
@@ -276,7 +277,7 @@ class CloudDriver(Driver):
         zone = self._zone_of.get(instance)
         if zone is not None and instance not in self._preempted_seen:
             self._preempted_seen.add(instance)
-            self._zone_preempted[zone] = time.time()
+            self._zone_preempted[zone] = time.monotonic()
             if len(self.zones) > 1:
                 log.info(
                     "%s: %s preempted %s: no new instance there for %g minutes",

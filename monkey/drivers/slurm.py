@@ -131,7 +131,7 @@ class _Alloc:
 
     job_id: str
     size: Size
-    created: float
+    created: float  # monotonic: compared with a listing's start only
     reached: bool = False
     used: bool = False  # a job was placed on it: it takes no other
     number: str | None = None  # Slurm's own job id of an array task (srun --jobid)
@@ -435,7 +435,7 @@ class SlurmDriver(Driver):
         now = time.time()
         with self._lock:
             for one in ids:
-                self._allocs[one] = _Alloc(one, wanted, now)
+                self._allocs[one] = _Alloc(one, wanted, time.monotonic())
             self._watch()
         return [
             Instance(
@@ -460,7 +460,7 @@ class SlurmDriver(Driver):
         and the core cancels it. One that ended TIMEOUT, PREEMPTED or NODE_FAIL is
         listed TERMINATED and ``preempted`` too. One this driver released (``scancel``) is
         not listed: the core recorded it ended."""
-        began = time.time()
+        began = time.monotonic()
         if self.login is not None:
             self._install_agent()  # the workdir, as the login host resolves it
         out = self._command(

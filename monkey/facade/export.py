@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from monkey.client_agent import rundir
-from monkey.models import TERMINAL, MonkeyError
+from monkey.models import TERMINAL, MonkeyError, wall_span
 
 if TYPE_CHECKING:
     from monkey.config import Home
@@ -164,7 +164,7 @@ def _job_row(job: Job) -> dict[str, Any]:
         "created_at": iso(job.created_at),
         "started_at": iso(job.started_at),
         "finished_at": iso(job.finished_at),
-        "runtime_s": round(end - job.started_at, 3) if end and job.started_at else None,
+        "runtime_s": None if (ran := wall_span(job.started_at, end)) is None else round(ran, 3),
         "exit_code": job.exit_code,
         "reason": job.reason,
         "attempts": job.attempts,
@@ -181,7 +181,7 @@ def _job_row(job: Job) -> dict[str, Any]:
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:
-    runtime = a.ended_at - a.started_at if a.ended_at and a.started_at else None
+    runtime = wall_span(a.started_at, a.ended_at)
     return {
         "job": a.juid,
         "attempt": a.n,

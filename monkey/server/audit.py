@@ -70,7 +70,7 @@ def record(
     lines = []
     with _lock:
         if outcome == "refused" and peer is not None:
-            burst = _throttle(peer, now)
+            burst = _throttle(peer, time.monotonic())  # a window no clock step stretches
             if burst is None:
                 return
             if burst:

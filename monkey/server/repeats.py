@@ -36,7 +36,9 @@ class Repeats(logging.Filter):
         key = _key(record)
         with self._lock:
             seen = self._seen.get(key)
-            if seen is not None and record.created - seen[0] < self.window:
+            # (record.created is the wall clock's: a negative span, a clock stepped back, is
+            # no repeat within the window)
+            if seen is not None and 0 <= record.created - seen[0] < self.window:
                 seen[1] += 1
                 self._last[key] = record
                 return False

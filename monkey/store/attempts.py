@@ -165,31 +165,40 @@ class AttemptStore:
         now: float | None = None,
         requeue_kind: str = "retry",
         adrift: bool = False,
+        ran: float | None = None,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
         ``requeue_after`` is given), all in one transaction. Returns the job's new state,
         or None when the attempt was not live (already handled). REQUEUE_KIND names the
         re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
         job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
-        still run it (see ``adrift_attempts``)."""
-        now = time.time() if now is None else now
+        still run it (see ``adrift_attempts``). NOW: when it ended (the wall clock where it ran);
+        RAN: how long it ran, as measured there on a monotonic clock. The attempt's end is its
+        start plus RAN when both are known, and never before its start: a step of a wall
+        clock between the two makes no negative run time."""
+        clock = time.time()
+        now = clock if now is None else now
         with self.tx() as db:
             cur = db.execute(
-                "UPDATE attempts SET state = 'ended', ended_at = ?, exit_code = ?, signal = ?, "
-                "reason = ?, events_offset = COALESCE(?, events_offset), adrift = ? "
-                "WHERE juid = ? AND n = ? AND state = 'live'",
-                (now, exit_code, signal, reason, offset, int(adrift), juid, n),
+                "UPDATE attempts SET state = 'ended', ended_at = CASE WHEN started_at IS NULL "
+                "THEN ? WHEN ? IS NOT NULL THEN started_at + ? ELSE MAX(?, started_at) END, "
+                "exit_code = ?, signal = ?, reason = ?, events_offset = COALESCE(?, events_offset), "
+                "adrift = ? WHERE juid = ? AND n = ? AND state = 'live'",
+                (now, ran, ran, now, exit_code, signal, reason, offset, int(adrift), juid, n),
             )
             if cur.rowcount != 1:
                 return None
+            sql = "SELECT ended_at FROM attempts WHERE juid = ? AND n = ?"
+            now = db.execute(sql, (juid, n)).fetchone()[0]
             row = db.execute("SELECT state FROM jobs WHERE juid = ?", (juid,)).fetchone()
             old = State(row[0])
             if not can_transition(old, final):
                 raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
             db.execute(
                 "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
-                "finished_at = ?, updated_at = ?, unreachable_since = NULL WHERE juid = ?",
-                (final.value, exit_code, reason, now, now, juid),
+                "finished_at = MAX(?, COALESCE(started_at, ?)), updated_at = ?, "
+                "unreachable_since = NULL WHERE juid = ?",
+                (final.value, exit_code, reason, now, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)
             if final.value in ENDED:
@@ -199,7 +208,8 @@ class AttemptStore:
             db.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
                 "updated_at = ?, front = ? WHERE juid = ?",
-                (now + requeue_after, now, int(requeue_kind == "preempt"), juid),
+                # The back-off counts on this process's clock, which dispatch reads.
+                (clock + requeue_after, now, int(requeue_kind == "preempt"), juid),
             )
             self._event(
                 db,

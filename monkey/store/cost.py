@@ -25,7 +25,7 @@ def job_costs(db: sqlite3.Connection, juids: list[str], now: float) -> dict[str,
     for start in range(0, len(juids), 500):
         chunk = juids[start : start + 500]
         rows = db.execute(
-            "SELECT a.juid, a.price * (coalesce(a.ended_at, ?) - a.started_at) / 3600.0, "
+            "SELECT a.juid, a.price * MAX(0, coalesce(a.ended_at, ?) - a.started_at) / 3600.0, "
             "EXISTS (SELECT 1 FROM events e WHERE e.juid = a.juid AND e.attempt = a.n "
             f"AND e.kind = 'state' AND e.new IN ({', '.join('?' * len(WASTED))})) "
             "FROM attempts a WHERE a.price IS NOT NULL AND a.started_at IS NOT NULL "

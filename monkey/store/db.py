@@ -11,6 +11,7 @@ from pathlib import Path
 
 from monkey.models import (
     JUID_RE,
+    RETRY_DELAY_MAX,
     Job,
     MonkeyError,
     Resources,
@@ -551,13 +552,14 @@ class Store(
         return self.db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0]
 
     def runtimes(self, juids: Sequence[str], now: float) -> dict[str, float]:
-        """juid -> seconds its attempts ran, summed (a live one up to NOW)."""
+        """juid -> seconds its attempts ran, summed (a live one up to NOW; none less than 0:
+        NOW, this reader's wall clock, may be behind the agent's that stamped its start)."""
         out: dict[str, float] = {}
         for i in range(0, len(juids), 500):
             part = list(juids[i : i + 500])
             out.update(
                 self.db.execute(
-                    "SELECT juid, SUM(COALESCE(ended_at, ?) - started_at) FROM attempts WHERE juid IN "
+                    "SELECT juid, SUM(MAX(0, COALESCE(ended_at, ?) - started_at)) FROM attempts WHERE juid IN "
                     f"({', '.join('?' * len(part))}) AND started_at IS NOT NULL GROUP BY juid",
                     [now, *part],
                 ).fetchall()
@@ -662,6 +664,17 @@ class Store(
             (after,),
         ).fetchone()
         return row[0]
+
+    def end_absurd_backoffs(self, now: float) -> int:
+        """Make ready now the queued jobs whose back-off ends further ahead of NOW than any
+        back-off lasts: the wall clock stepped back since it began (not the sweep cells held
+        at HOLD). How many there were."""
+        with self.tx() as db:
+            return db.execute(
+                "UPDATE jobs SET not_before = ? WHERE state = 'queued' AND not_before > ? "
+                "AND not_before < ?",
+                (now, now + RETRY_DELAY_MAX, HOLD),
+            ).rowcount
 
     def requested_jobs(self) -> list[Job]:
         rows = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE request IS NOT NULL")
