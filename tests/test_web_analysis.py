@@ -1,0 +1,211 @@
+"""Monkey Web as the place a researcher analyses runs (issue 43): charts that read right
+(compact y labels never clipped, steps not dates, a zoom that stays and is shared across
+panels) and a sweep's runs table that reads right. One main node seeded once for the
+module (a sweep of small fake jobs, a job reaching 10^6, a job still running), driven by
+Debian's chromium (the fixtures of tests/test_web.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from conftest import REPO, kill_all, plain_terminal, wait_for
+from mainnode import MainNode
+from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 - browser: a fixture
+
+BIG = (  # a counter that reaches 1.2 million
+    "import json\n"
+    "for step in range(40):\n"
+    "    print(json.dumps({'monkey': {'tokens': step * 30000, 'step': step}}))\n"
+)
+RUNNING = (  # two metrics logged until the job is cancelled
+    "import json, time\n"
+    "step = 0\n"
+    "while True:\n"
+    "    print(json.dumps({'monkey': {'loss': 1 / (step + 1), 'acc': step / (step + 9),"
+    " 'step': step}}), flush=True)\n"
+    "    step += 1\n"
+    "    time.sleep(0.1)\n"
+)
+TRAIN = (  # a sweep's cell: a few points of loss and acc; lr=1 diverges
+    "import json, sys\n"
+    "lr, depth = float(sys.argv[1]), int(sys.argv[2])\n"
+    "for step in range(0, 41, 10):\n"
+    "    loss = 3.855e-07 * depth * lr * 1000 * (41 - step) / 41 + 1e-9\n"
+    "    if lr >= 1 and step == 20:\n"
+    "        print(json.dumps({'monkey': {'loss': 1e6, 'step': step}}))\n"
+    "        sys.exit('FloatingPointError: loss diverged at step 20')\n"
+    "    print(json.dumps({'monkey': {'loss': loss, 'acc': 1 - loss, 'step': step}}))\n"
+)
+
+
+@dataclass
+class Seeded:
+    node: MainNode
+    big: str  # a finished job whose metric reaches 1.2M
+    running: str  # a job logging loss and acc until the module ends
+    sweep: str  # a 12-cell lr x depth sweep, 4 parameters constant, 3 runs diverged
+    runs: list[dict]
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    tmp = tmp_path_factory.mktemp("analysis")
+    root = tmp / "mh"
+    work = tmp / "project"
+    work.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MONKEY_HOME", str(root))
+        mp.setenv("MONKEY_HEARTBEAT", "0.5")
+        mp.setenv("MONKEY_KILL_GRACE", "3")
+        mp.setenv("PYTHONPATH", str(REPO))
+        plain_terminal(mp)
+        mp.chdir(work)
+        root.mkdir()
+        (root / "providers.yml").write_text("providers:\n  local: {type: local, slots: 6}\n")
+        node = MainNode(root, tmp)
+        node.start()
+        try:
+            big = run_job(node, sys.executable, "-c", BIG)
+            running = run_job(node, sys.executable, "-c", RUNNING)
+            done = node.server(
+                "sweep",
+                "--name",
+                "depth-scan",
+                "--metric",
+                "loss",
+                "--goal",
+                "min",
+                "--retries",
+                "0",
+                "--grid",
+                "lr=0.001,0.01,0.1,1",
+                "--grid",
+                "depth=2,4,8",
+                "--grid",
+                "seed=0",
+                "--grid",
+                "opt=sgd",
+                "--grid",
+                "wd=0",
+                "--grid",
+                "batch=64",
+                "--",
+                sys.executable,
+                "-c",
+                TRAIN,
+                "{lr}",
+                "{depth}",
+                "{seed}",
+                "{opt}",
+                "{wd}",
+                "{batch}",
+            )
+            assert done.returncode == 0, done.stderr
+            sweep = json.loads(node.server("list", "sweeps", "--json").stdout)[0]["id"]
+            jobs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+            runs = [r for r in jobs if "depth" in (r["params"] or {})]
+            assert len(runs) == 12
+            for juid in [big, *(r["job"] for r in runs)]:
+                wait_for(
+                    lambda j=juid: state_of(node, j) in ("succeeded", "failed"),
+                    timeout=180,
+                    what=f"{juid} to end",
+                )
+            for juid in [big, *(r["job"] for r in runs)]:  # every point read in
+                wait_for(lambda j=juid: node.server("metrics", j).stdout.strip(), timeout=60)
+            yield Seeded(node, big, running, sweep, runs)
+        finally:
+            node.close()
+            kill_all(f"MONKEY_HOME={root}")
+
+
+def chart_of(page, name: str) -> str:
+    """The selector of metric NAME's chart (its drag-and-zoom surface)."""
+    return f"#charts figure:has(h3:text-is('{name}')) .u-over"
+
+
+TICKS = """name => {  // each y tick label drawn, and its left edge in the chart (CSS px)
+    const u = monkeyCharts[name], a = u.axes[1], dpr = devicePixelRatio;
+    u.ctx.font = a.font[0];
+    const right = u.bbox.left / dpr - a.ticks.size - a.gap;
+    return a._values.map(v => [v, right - u.ctx.measureText(v).width / dpr]);
+}"""
+
+
+@pytest.mark.system
+def test_large_values_get_compact_y_labels_that_fit_the_chart(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{seeded.big}")
+    page.wait_for_selector(chart_of(page, "tokens"))
+    ticks = page.evaluate(TICKS, "tokens")
+    labels = [t for t, _ in ticks]
+    assert "0" in labels and any(t in ("1M", "1.2M") for t in labels), labels
+    assert not any("," in t or len(t) > 5 for t in labels), labels  # not 1,200,000
+    clipped = [(t, round(left, 1)) for t, left in ticks if left < 0]
+    assert not clipped, ticks  # every label whole inside the chart's box
+
+
+@pytest.mark.system
+def test_compared_runs_are_drawn_by_step_not_as_dates(seeded, browser):
+    a, b = (r["job"] for r in seeded.runs[:2])
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/compare?job={a}&job={b}")
+    page.wait_for_selector("#overlay figure:has(h3:text-is('loss')) .u-over")
+    xs = page.evaluate("monkeyCharts.loss.axes[0]._values")
+    assert xs and all(t.isdigit() and 0 <= int(t) <= 40 for t in xs), xs  # steps 0..40
+    assert page.evaluate("monkeyCharts.loss.series[0].label") == "step"
+
+
+def x_range(page, name: str) -> list[float]:
+    return page.evaluate(
+        f"[monkeyCharts[{name!r}].scales.x.min, monkeyCharts[{name!r}].scales.x.max]"
+    )
+
+
+def drag(page, name: str, start: float, end: float) -> None:
+    """Drag across metric NAME's chart from START to END (fractions of its width)."""
+    chart = page.locator(chart_of(page, name))
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * start, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * end, y, steps=5)
+    page.mouse.up()
+
+
+@pytest.mark.system
+def test_a_zoom_is_shared_across_panels_and_survives_the_live_refresh(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{seeded.running}")
+    for name in ("loss", "acc"):
+        page.wait_for_selector(chart_of(page, name))
+    wait_for(lambda: page.evaluate("monkeyCharts.loss.data[0].at(-1)") >= 20, timeout=60)
+    # the output above has grown to its full height: the charts stay where they are
+    wait_for(lambda: page.evaluate("log.scrollHeight > log.clientHeight + 100"), timeout=60)
+    assert page.is_checked("#syncx")  # zooming together is the default
+    drag(page, "loss", 0.3, 0.6)
+    zoomed = x_range(page, "loss")
+    last = page.evaluate("monkeyCharts.loss.data[0].at(-1)")
+    assert zoomed[1] < last  # zoomed in, not the whole run
+    assert x_range(page, "acc") == zoomed  # the other panel follows
+    # the page's live refresh brings new points (every 10 s): the zoom stays
+    wait_for(
+        lambda: page.evaluate("monkeyCharts.loss.data[0].at(-1)") > last,
+        timeout=30,
+        what="a live refresh",
+    )
+    assert x_range(page, "loss") == zoomed and x_range(page, "acc") == zoomed
+    # a double-click zooms every panel out to the whole run
+    page.dblclick(chart_of(page, "loss"))
+    full = page.evaluate("[monkeyCharts.acc.data[0][0], monkeyCharts.acc.data[0].at(-1)]")
+    assert x_range(page, "acc") == full
+    # each panel on its own when the toggle is off
+    page.uncheck("#syncx")
+    drag(page, "acc", 0.5, 0.8)
+    assert x_range(page, "acc")[1] < page.evaluate("monkeyCharts.acc.data[0].at(-1)")
+    assert x_range(page, "loss")[0] == page.evaluate("monkeyCharts.loss.data[0][0]")
