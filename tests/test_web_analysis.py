@@ -34,7 +34,7 @@ TRAIN = (  # a sweep's cell: a few points of loss and acc; lr=1 diverges
     "import json, sys\n"
     "lr, depth = float(sys.argv[1]), int(sys.argv[2])\n"
     "for step in range(0, 41, 10):\n"
-    "    loss = 3.855e-07 * depth * lr * 1000 * (41 - step) / 41 + 1e-9\n"
+    "    loss = 3.855e-07 * depth / 2 * lr * 1000 * (1 + (40 - step) / 10)\n"
     "    if lr >= 1 and step == 20:\n"
     "        print(json.dumps({'monkey': {'loss': 1e6, 'step': step}}))\n"
     "        sys.exit('FloatingPointError: loss diverged at step 20')\n"
@@ -209,3 +209,68 @@ def test_a_zoom_is_shared_across_panels_and_survives_the_live_refresh(seeded, br
     drag(page, "acc", 0.5, 0.8)
     assert x_range(page, "acc")[1] < page.evaluate("monkeyCharts.acc.data[0].at(-1)")
     assert x_range(page, "loss")[0] == page.evaluate("monkeyCharts.loss.data[0][0]")
+
+
+def header(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "table.runs thead th[data-col]", "hs => hs.map(h => h.dataset.col)"
+    )
+
+
+def axes(page) -> list[str]:
+    return page.eval_on_selector_all("#parcoords g.axis", "gs => gs.map(g => g.dataset.axis)")
+
+
+@pytest.mark.system
+def test_the_runs_table_keeps_numbers_on_one_line_leads_with_the_goal_and_hides_constants(
+    seeded, browser
+):
+    page = page_for(browser, viewport={"width": 600, "height": 900})
+    login(page, seeded.node, seeded.node.token, f"/web/sweeps/{seeded.sweep}")
+    page.wait_for_selector("#parcoords path.run")
+    # the goal metric's best and last first; parameters and metrics told apart
+    assert header(page) == [
+        *("job", "state", "loss:best", "loss", "depth", "lr", "acc", "acc:best", "name")
+    ]
+    groups = page.eval_on_selector_all(
+        "table.runs tr.groups th", "hs => hs.map(h => [h.innerText.trim(), h.colSpan])"
+    )
+    assert groups == [["", 2], ["Goal metric", 2], ["Parameters", 2], ["Metrics", 2], ["", 1]]
+    heads = page.eval_on_selector_all(
+        "table.runs thead th[data-col] a", "as => as.map(a => a.innerText)"
+    )
+    assert heads[2:8] == ["loss best", "loss last", "depth", "lr", "acc last", "acc best"]
+    # the four parameters constant across the sweep: hidden from the table and the axes
+    assert axes(page) == ["depth", "lr", "loss:best"]
+    said = page.inner_text(".constants")
+    assert all(f"{p}=" in said for p in ("seed", "opt", "wd", "batch")), said
+    # numbers never wrap: each row one line tall, 3.855e-07 on one line
+    lines = page.evaluate(
+        """() => [...document.querySelectorAll('table.runs tbody td')]
+            .filter(td => td.innerText === '3.855e-07').map(td => {
+                const r = document.createRange(); r.selectNodeContents(td);
+                return r.getClientRects().length; })"""
+    )
+    assert lines and all(n == 1 for n in lines), lines
+    one = page.evaluate(
+        "parseFloat(getComputedStyle(document.querySelector('table.runs tbody td')).lineHeight)"
+    )
+    heights = page.eval_on_selector_all(
+        "table.runs tbody tr", "rs => rs.map(r => r.getBoundingClientRect().height)"
+    )
+    assert len(heights) == 12 and max(heights) < 2 * one, (one, heights)
+    # shown on request, in the table and on the axes; the job column stays in view
+    page.click("#constants-toggle")
+    page.wait_for_url("**constants=1**")
+    assert {"seed", "opt", "wd", "batch"} <= set(header(page))
+    assert {"seed", "opt", "wd", "batch"} <= set(axes(page))
+    runs = page.locator("#sweep-runs")
+    assert runs.evaluate("r => r.scrollWidth > r.clientWidth")  # wider than the page
+    runs.evaluate("r => { r.scrollLeft = r.scrollWidth; }")
+    job = page.locator("table.runs tbody tr >> nth=0 >> th").bounding_box()
+    assert abs(job["x"] - runs.bounding_box()["x"]) < 2
+    # a sort keeps the constants shown
+    page.click("table.runs thead th[data-col='lr'] a")
+    page.wait_for_url("**sort=lr**")
+    assert "constants=1" in page.url and "seed" in header(page)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 600  # the table scrolls

@@ -499,7 +499,12 @@ class Web:
         try:
             data = await run_in_threadpool(
                 lambda: views.sweep_page(
-                    self.monkey(), ref, session["user"], q.get("sort"), bool(q.get("reverse"))
+                    self.monkey(),
+                    ref,
+                    session["user"],
+                    q.get("sort"),
+                    bool(q.get("reverse")),
+                    bool(q.get("constants")),
                 )
             )
         except MonkeyError as exc:

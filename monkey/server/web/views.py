@@ -196,24 +196,42 @@ def sweeps_page(m: Monkey) -> dict[str, Any]:
 
 
 def sweep_page(
-    m: Monkey, ref: str, user: dict[str, Any], sort: str | None, reverse: bool
+    m: Monkey,
+    ref: str,
+    user: dict[str, Any],
+    sort: str | None,
+    reverse: bool,
+    constants: bool = False,
 ) -> dict[str, Any]:
     """A sweep's progress, best run and runs table (``Monkey.compare``: parameters, and
     each metric's last and best), sorted by SORT (best first for a metric); the actions
-    USER may take on it (an admin, or the owner of every one of its jobs)."""
+    USER may take on it (an admin, or the owner of every one of its jobs). Parameters
+    with one value in every run are left out of the table and the analysis unless
+    CONSTANTS."""
     status = m.sweep_status(ref)
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
     owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
-    from monkey.server.web.sweep_views import analysis
+    from monkey.server.web import sweep_views
     from monkey.tracking.ingest import flatten
 
     names = list(dict.fromkeys(k for j in status["jobs"] for k in flatten(j["params"] or {})))
+    same = sweep_views.constant_params(table["rows"], table["columns"], names)
+    shown = names if constants else [n for n in names if n not in same]
+    found = sweep_views.analysis(table, shown, status["spec"].get("metric"))
+    fixed = sweep_views.param_columns(table["columns"], same)
+    hidden = [] if constants else fixed
+    columns = sweep_views.runs_columns(table["columns"], found["params"], found["metric"], hidden)
+    first = table["rows"][0] if table["rows"] else {}
     best = (status.get("best") or {}).get("job")
     return {
         "sweep": status,
         "table": table,
-        "analysis": analysis(table, names, status["spec"].get("metric")),
+        "columns": columns,
+        "groups": sweep_views.column_groups(columns),
+        "constants": [(n, cell(first.get(c))) for n, c in zip(same, fixed)],
+        "showing_constants": constants,
+        "analysis": found,
         "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
