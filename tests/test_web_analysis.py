@@ -69,8 +69,8 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
         node = MainNode(root, tmp)
         node.start()
         try:
-            big = run_job(node, sys.executable, "-c", BIG)
-            running = run_job(node, sys.executable, "-c", RUNNING)
+            big = run_job(node, sys.executable, "-c", BIG, name="big-counter")
+            running = run_job(node, sys.executable, "-c", RUNNING, name="live-train")
             done = node.server(
                 "sweep",
                 "--name",
@@ -274,3 +274,49 @@ def test_the_runs_table_keeps_numbers_on_one_line_leads_with_the_goal_and_hides_
     page.wait_for_url("**sort=lr**")
     assert "constants=1" in page.url and "seed" in header(page)
     assert page.evaluate("document.documentElement.scrollWidth") <= 600  # the table scrolls
+
+
+def jobs_column(page, key: str) -> list[str]:
+    """The cells of the jobs list's column KEY (its header's data-sort), top to bottom."""
+    heads = page.eval_on_selector_all("table.jobs thead th", "hs => hs.map(h => h.dataset.sort)")
+    i = heads.index(key)
+    return page.eval_on_selector_all(
+        f"table.jobs tbody tr > :nth-child({i + 1})", "ts => ts.map(t => t.innerText.trim())"
+    )
+
+
+@pytest.mark.system
+def test_the_jobs_list_sorts_by_a_column_and_filters_by_sweep_name_and_name_glob(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, "/web/jobs")
+    assert "14 jobs" in page.inner_text(".count")
+    # sort by exit code: the three diverged runs (exit 1) first, the running job last
+    page.click("table.jobs th[data-sort='exit'] a")
+    page.wait_for_url("**sort=exit**")
+    exits = jobs_column(page, "exit")
+    assert exits == ["1"] * 3 + ["0"] * 10 + [""], exits
+    page.click("table.jobs th[data-sort='exit'] a")  # again: the other way
+    page.wait_for_url("**reverse=1**")
+    assert jobs_column(page, "exit") == ["0"] * 10 + ["1"] * 3 + [""]
+    names = jobs_column(page, "name")
+    page.click("table.jobs th[data-sort='name'] a")
+    page.wait_for_url("**sort=name**")
+    assert jobs_column(page, "name") == sorted(names)
+    # the sweep filter takes the sweep's name, as `monkey compare --sweep` does; the sort stays
+    page.fill("input[name=sweep]", "depth-scan")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**sweep=depth-scan**")
+    assert "12 jobs" in page.inner_text(".count") and "sort=name" in page.url
+    rows = page.eval_on_selector_all("table.jobs tbody tr", "rs => rs.length")
+    assert rows == 12
+    # the name filter takes a shell-style pattern, as `monkey compare --name` does
+    page.goto(seeded.node.url + "/web/jobs?name=big-*")
+    assert jobs_column(page, "name") == ["big-counter"]
+    page.goto(seeded.node.url + "/web/jobs?name=*train")
+    assert jobs_column(page, "name") == ["live-train"]
+    page.goto(seeded.node.url + "/web/jobs?name=counter")  # a part of the name, as before
+    assert jobs_column(page, "name") == ["big-counter"]
+    bad = page.request.get(seeded.node.url + "/web/jobs?sort=colour")
+    assert bad.status == 400 and "use one of job, name" in bad.text()
+    missing = page.request.get(seeded.node.url + "/web/jobs?sweep=no-such-sweep")
+    assert missing.status == 400 and "no-such-sweep" in missing.text()

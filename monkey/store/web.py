@@ -15,6 +15,22 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# What the jobs page sorts by: a column, or the attempts' run time summed (a live one up
+# to the page's now, the one argument).
+JOB_SORTS = {
+    "job": "seq",
+    "name": "name",
+    "owner": "owner",
+    "state": "state",
+    "provider": "provider",
+    "tries": "attempts",
+    "age": "-created_at",  # the youngest first
+    "runtime": "(SELECT SUM(COALESCE(a.ended_at, ?) - a.started_at) FROM attempts a "
+    "WHERE a.juid = jobs.juid AND a.started_at IS NOT NULL)",
+    "exit": "exit_code",
+}
+
+
 class WebQueries:
     """Mixin for Store: the jobs page's reads."""
 
@@ -31,17 +47,31 @@ class WebQueries:
         juids: list[str] | None = None,
         before: str | None = None,
         limit: int = 50,
+        sort: str | None = None,
+        descending: bool = False,
+        offset: int = 0,
+        now: float = 0.0,
     ) -> list[Job]:
-        """Up to LIMIT jobs newest first, older than job BEFORE (its id) when given; NAME
-        matches a part of the job's name; JUIDS (a search's hits) keeps only those."""
+        """Up to LIMIT jobs newest first, older than job BEFORE (its id) when given; or,
+        by SORT (a key of ``JOB_SORTS``; DESCENDING, newest first among equals), from the
+        OFFSET-th on. NAME matches a part of the job's name, or all of it when it is a
+        shell-style pattern ('exp-*'); JUIDS (a search's hits) keeps only those; NOW is
+        when a running attempt's run time ends."""
         where, args = _page_filter(state, provider, owner, sweep, name, juids)
-        if before is not None:
+        if before is not None and sort is None:
             where.append("seq < COALESCE((SELECT seq FROM jobs WHERE juid = ?), -1)")
             args.append(before)
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY seq DESC LIMIT {max(1, int(limit))}"
+        if sort is None:
+            sql += f" ORDER BY seq DESC LIMIT {max(1, int(limit))}"
+        else:
+            by = JOB_SORTS[sort]
+            args += [now, now] if "?" in by else []  # the run time: a live one up to NOW
+            order = "DESC" if descending else "ASC"
+            sql += f" ORDER BY {by} IS NULL, {by} {order}, seq DESC"
+            sql += f" LIMIT {max(1, int(limit))} OFFSET {max(0, int(offset))}"
         return [_job(r) for r in self.db.execute(sql, args)]
 
     def count_page(
@@ -114,7 +144,10 @@ def _page_filter(
     if sweep:
         where.append("sweep = ?")
         args.append(sweep)
-    if name:
+    if name and any(c in name for c in "*?["):  # shell-style, as `monkey compare --name`
+        where.append("name GLOB ?")
+        args.append(name.replace("[!", "[^"))
+    elif name:
         escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         where.append("name LIKE ? ESCAPE '\\'")
         args.append(f"%{escaped}%")

@@ -331,13 +331,21 @@ class Web:
         q = request.query_params
         filters = {k: q.get(k, "") for k in views.FILTERS}
         before = q.get("before") or None
+        order = {"sort": q.get("sort") or None, "reverse": bool(q.get("reverse"))}
         try:
-            data = await run_in_threadpool(views.jobs_page, self.monkey(), filters, before)
+            start = max(0, int(q.get("start") or 0))
+            data = await run_in_threadpool(
+                lambda: views.jobs_page(self.monkey(), filters, before, start=start, **order)
+            )
+        except ValueError:
+            message = f"start {q.get('start')!r}: give a whole number of jobs to skip"
+            return self.page("error.html", 400, session, title="Jobs", message=message)
         except MonkeyError as exc:
             return self.page("error.html", 400, session, title="Jobs", message=str(exc))
+        shown = {"filters": filters, "before": before, "start": start, **order, **data}
         if q.get("fragment"):
-            return self.page("jobs_rows.html", session=session, filters=filters, **data)
-        return self.page("jobs.html", session=session, filters=filters, before=before, **data)
+            return self.page("jobs_rows.html", session=session, **shown)
+        return self.page("jobs.html", session=session, **shown)
 
     async def job(self, request: Request) -> Response:
         session = await self.session(request)

@@ -22,9 +22,27 @@ FILTERS = ("state", "provider", "owner", "sweep", "name", "q")
 ACTIONS = ("cancel", "pause", "resume", "retry")
 
 
-def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[str, Any]:
+# The jobs list's sortable columns (monkey.store.web.JOB_SORTS) and whether each sorts
+# high first on the first click: the newest, longest-running, most tried first.
+JOB_SORTS = {"job": False, "name": False, "owner": False, "state": False, "provider": False}
+JOB_SORTS |= {"tries": True, "age": False, "runtime": True, "exit": True}
+
+
+def jobs_page(
+    m: Monkey,
+    filters: dict[str, str],
+    before: str | None,
+    sort: str | None = None,
+    reverse: bool = False,
+    start: int = 0,
+) -> dict[str, Any]:
     """A page of the jobs list: {"rows", "total", "next" (the cursor of the next page or
-    None), "owners" (whether to show them), "providers", "states", "searched"}."""
+    None), "owners" (whether to show them), "providers", "states", "searched"}; by SORT
+    (a key of JOB_SORTS; REVERSE: the other way) the page from the START-th job, "next"
+    the start of the next one. The sweep filter takes a sweep's id, name or prefix; the
+    name filter a part of the name or a shell-style pattern."""
+    if sort is not None and sort not in JOB_SORTS:
+        raise MonkeyError(f"sort by {sort!r}: use one of {', '.join(JOB_SORTS)}")
     state = filters.get("state") or None
     if state is not None and state not in {s.value for s in State}:
         raise MonkeyError(f"state {state!r}: use one of {', '.join(s.value for s in State)}")
@@ -36,16 +54,17 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
         "state": state,
         "provider": filters.get("provider") or None,
         "owner": filters.get("owner") or None,
-        "sweep": filters.get("sweep") or None,
+        "sweep": m.store.resolve_sweep(filters["sweep"]) if filters.get("sweep") else None,
         "name": filters.get("name") or None,
         "juids": juids,
     }
     store = m.store
-    jobs = store.job_page(**where, before=before, limit=PAGE + 1)
+    now = time.time()
+    order = {"sort": sort, "descending": JOB_SORTS[sort] != reverse} if sort else {}
+    jobs = store.job_page(**where, before=before, limit=PAGE + 1, offset=start, now=now, **order)
     more = len(jobs) > PAGE
     jobs = jobs[:PAGE]
     ids = [j.juid for j in jobs]
-    now = time.time()
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
     metrics = store.latest_metric_values(ids)
@@ -72,7 +91,8 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
     return {
         "rows": rows,
         "total": store.count_page(**where),
-        "next": ids[-1] if more else None,
+        "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
+        "descending": bool(order.get("descending")),
         "owners": store.count_users() > 1,
         "providers": sorted(m.providers) if _providers_ok(m) else [],
         "states": [s.value for s in State],
