@@ -331,18 +331,19 @@ class Web:
         q = request.query_params
         filters = {k: q.get(k, "") for k in views.FILTERS}
         before = q.get("before") or None
-        order = {"sort": q.get("sort") or None, "reverse": bool(q.get("reverse"))}
+        sort, reverse = q.get("sort") or None, bool(q.get("reverse"))
         try:
             start = max(0, int(q.get("start") or 0))
             data = await run_in_threadpool(
-                lambda: views.jobs_page(self.monkey(), filters, before, start=start, **order)
+                lambda: views.jobs_page(self.monkey(), filters, before, sort, reverse, start)
             )
         except ValueError:
             message = f"start {q.get('start')!r}: give a whole number of jobs to skip"
             return self.page("error.html", 400, session, title="Jobs", message=message)
         except MonkeyError as exc:
             return self.page("error.html", 400, session, title="Jobs", message=str(exc))
-        shown = {"filters": filters, "before": before, "start": start, **order, **data}
+        shown = {"filters": filters, "before": before, "start": start, "sort": sort, **data}
+        shown["reverse"] = reverse
         if q.get("fragment"):
             return self.page("jobs_rows.html", session=session, **shown)
         return self.page("jobs.html", session=session, **shown)

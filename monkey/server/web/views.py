@@ -60,8 +60,16 @@ def jobs_page(
     }
     store = m.store
     now = time.time()
-    order = {"sort": sort, "descending": JOB_SORTS[sort] != reverse} if sort else {}
-    jobs = store.job_page(**where, before=before, limit=PAGE + 1, offset=start, now=now, **order)
+    descending = bool(sort) and JOB_SORTS[sort or "job"] != reverse
+    jobs = store.job_page(
+        **where,
+        before=before,
+        limit=PAGE + 1,
+        sort=sort,
+        descending=descending,
+        offset=start,
+        now=now,
+    )
     more = len(jobs) > PAGE
     jobs = jobs[:PAGE]
     ids = [j.juid for j in jobs]
@@ -92,7 +100,7 @@ def jobs_page(
         "rows": rows,
         "total": store.count_page(**where),
         "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
-        "descending": bool(order.get("descending")),
+        "descending": descending,
         "owners": store.count_users() > 1,
         "providers": sorted(m.providers) if _providers_ok(m) else [],
         "states": [s.value for s in State],
