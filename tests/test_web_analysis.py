@@ -37,7 +37,7 @@ TRAIN = (  # a sweep's cell: a few points of loss and acc; lr=1 diverges
     "    loss = 3.855e-07 * depth / 2 * lr * 1000 * (1 + (40 - step) / 10)\n"
     "    if lr >= 1 and step == 20:\n"
     "        print(json.dumps({'monkey': {'loss': 1e6, 'step': step}}))\n"
-    "        sys.exit('FloatingPointError: loss diverged at step 20')\n"
+    "        sys.exit('FloatingPointError: loss diverged at step %d' % step)\n"
     "    print(json.dumps({'monkey': {'loss': loss, 'acc': 1 - loss, 'step': step}}))\n"
 )
 
@@ -320,3 +320,29 @@ def test_the_jobs_list_sorts_by_a_column_and_filters_by_sweep_name_and_name_glob
     assert bad.status == 400 and "use one of job, name" in bad.text()
     missing = page.request.get(seeded.node.url + "/web/jobs?sweep=no-such-sweep")
     assert missing.status == 400 and "no-such-sweep" in missing.text()
+
+
+@pytest.mark.system
+def test_the_jobs_list_names_each_runs_sweep_a_failed_runs_error_and_a_searchs_line(
+    seeded, browser
+):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs?sweep={seeded.sweep}")
+    sweeps = page.eval_on_selector_all(
+        "table.jobs tbody tr",
+        "rs => rs.map(r => r.querySelector('a[href^=\"/web/sweeps/\"]'))"
+        ".map(a => a && [a.innerText, a.getAttribute('href')])",
+    )
+    assert sweeps == [["depth-scan", f"/web/sweeps/{seeded.sweep}"]] * 12
+    # a failed run says why, as its output's last exception line
+    page.click("table.jobs th[data-sort='exit'] a")
+    page.wait_for_url("**sort=exit**")
+    why = page.eval_on_selector_all(
+        "table.jobs tbody tr", "rs => rs.map(r => r.querySelector('.why')?.innerText ?? '')"
+    )
+    assert why == ["FloatingPointError: loss diverged at step 20"] * 3 + [""] * 9, why
+    # a search shows the line it found, where, as `monkey search` does
+    page.goto(seeded.node.url + "/web/jobs?q=diverged+at+step+20")
+    assert "3 jobs" in page.inner_text(".count")
+    found = page.eval_on_selector_all(".jobs .found", "fs => fs.map(f => f.innerText)")
+    assert found == ["stderr, attempt 1: FloatingPointError: loss diverged at step 20"] * 3

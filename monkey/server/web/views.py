@@ -48,8 +48,10 @@ def jobs_page(
         raise MonkeyError(f"state {state!r}: use one of {', '.join(s.value for s in State)}")
     juids = None
     text = filters.get("q", "").strip()
+    hits: dict[str, dict[str, Any]] = {}
     if text:
-        juids = [hit["job"] for hit in m.search(text, SEARCH_HITS)]
+        hits = {hit["job"]: hit for hit in m.search(text, SEARCH_HITS)}
+        juids = list(hits)
     where: dict[str, Any] = {
         "state": state,
         "provider": filters.get("provider") or None,
@@ -76,9 +78,12 @@ def jobs_page(
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
     metrics = store.latest_metric_values(ids)
+    sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
     rows = []
     for j in jobs:
         shown = j.shown_state
+        hit = hits.get(j.juid)
+        sweep = sweeps.get(j.sweep) if j.sweep else None
         rows.append(
             {
                 "juid": j.juid,
@@ -94,6 +99,10 @@ def jobs_page(
                 "exit": "" if j.exit_code is None else str(j.exit_code),
                 "command": j.command,
                 "metrics": _few_metrics(metrics.get(j.juid, {})),
+                "sweep": j.sweep,
+                "sweep_name": (sweep or {}).get("name") or j.sweep or "",
+                "error": _error(m, j.juid, j.attempts) if j.state == State.FAILED else None,
+                "found": hit and {"line": hit["line"].strip(), "source": hit["source"]},
             }
         )
     return {
@@ -106,6 +115,16 @@ def jobs_page(
         "states": [s.value for s in State],
         "searched": text,
     }
+
+
+def _error(m: Monkey, juid: str, attempts: int) -> str | None:
+    """A failed job's error line, from its last attempt's stderr."""
+    from monkey.client_agent import rundir
+    from monkey.server.web.errors import error_line
+
+    if not attempts:
+        return None
+    return error_line(m.home.run_dir(juid, attempts) / rundir.stream_log("stderr"))
 
 
 def _providers_ok(m: Monkey) -> bool:
