@@ -346,3 +346,36 @@ def test_the_jobs_list_names_each_runs_sweep_a_failed_runs_error_and_a_searchs_l
     assert "3 jobs" in page.inner_text(".count")
     found = page.eval_on_selector_all(".jobs .found", "fs => fs.map(f => f.innerText)")
     assert found == ["stderr, attempt 1: FloatingPointError: loss diverged at step 20"] * 3
+
+
+@pytest.mark.system
+def test_the_jobs_list_shows_chosen_parameters_and_metrics_remembered_per_user(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs?sweep={seeded.sweep}")
+    page.click("details.columns summary")
+    for key in ("param:lr", "last:loss", "best:acc"):
+        page.check(f"details.columns input[value='{key}']")
+    page.click("details.columns button[type=submit]")
+    page.wait_for_url("**cols=1**")
+    assert "sweep=" in page.url  # the filters kept
+    heads = page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.map(h => h.innerText)")
+    assert heads == ["lr", "acc best", "loss last"]  # in the order offered
+    best = next(
+        r["job"] for r in seeded.runs if r["params"]["lr"] == 0.001 and r["params"]["depth"] == 2
+    )
+    row = page.eval_on_selector(
+        f"table.jobs tbody tr:has(a[href='/web/jobs/{best}'])",
+        "r => [...r.querySelectorAll('td.num')].map(t => t.innerText)",
+    )
+    assert row == ["0.001", "1", "3.855e-07"]
+    # remembered: the plain list shows them again; another user's list does not
+    page.goto(seeded.node.url + "/web/jobs")
+    assert page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 3
+    bob = page_for(browser)
+    login(bob, seeded.node, seeded.node.add_user("bob"), "/web/jobs")
+    assert bob.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 0
+    bad = page.request.get(seeded.node.url + "/web/jobs?cols=1&col=colour:red")
+    assert bad.status == 400 and "use param:NAME, last:METRIC or best:METRIC" in bad.text()
+    page.goto(seeded.node.url + "/web/jobs?cols=1")  # none chosen: none shown, remembered
+    page.goto(seeded.node.url + "/web/jobs")
+    assert page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 0

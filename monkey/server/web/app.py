@@ -334,8 +334,11 @@ class Web:
         sort, reverse = q.get("sort") or None, bool(q.get("reverse"))
         try:
             start = max(0, int(q.get("start") or 0))
+            columns = await run_in_threadpool(self._columns, session["user"]["name"], q)
             data = await run_in_threadpool(
-                lambda: views.jobs_page(self.monkey(), filters, before, sort, reverse, start)
+                lambda: views.jobs_page(
+                    self.monkey(), filters, before, sort, reverse, start, columns
+                )
             )
         except ValueError:
             message = f"start {q.get('start')!r}: give a whole number of jobs to skip"
@@ -347,6 +350,17 @@ class Web:
         if q.get("fragment"):
             return self.page("jobs_rows.html", session=session, **shown)
         return self.page("jobs.html", session=session, **shown)
+
+    def _columns(self, user: str, q: Any) -> list[str]:
+        """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),
+        remembered as USER's; else the ones USER chose last."""
+        from monkey.server import webprefs
+
+        if "cols" not in q:
+            return list(webprefs.load(self.home, user).get("jobs_columns") or [])
+        chosen = views.check_columns(q.getlist("col"))
+        webprefs.remember(self.home, user, "jobs_columns", chosen)
+        return chosen
 
     async def job(self, request: Request) -> Response:
         session = await self.session(request)

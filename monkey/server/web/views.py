@@ -28,6 +28,27 @@ JOB_SORTS = {"job": False, "name": False, "owner": False, "state": False, "provi
 JOB_SORTS |= {"tries": True, "age": False, "runtime": True, "exit": True}
 
 
+MOST_COLUMNS = 20  # chosen columns of the jobs list, at most
+_COLUMN_KINDS = ("param", "last", "best")
+
+
+def check_columns(chosen: list[str]) -> list[str]:
+    """The jobs list's chosen columns CHOSEN (``param:NAME``, ``last:METRIC``,
+    ``best:METRIC``), checked: a MonkeyError names the first wrong one."""
+    if len(chosen) > MOST_COLUMNS:
+        raise MonkeyError(f"{len(chosen)} columns: choose at most {MOST_COLUMNS}")
+    for key in chosen:
+        kind, _, name = key.partition(":")
+        if kind not in _COLUMN_KINDS or not name or len(name) > 200:
+            raise MonkeyError(f"column {key[:60]!r}: use param:NAME, last:METRIC or best:METRIC")
+    return list(dict.fromkeys(chosen))
+
+
+def _column_label(key: str) -> str:
+    kind, _, name = key.partition(":")
+    return name if kind == "param" else f"{name} {kind}"
+
+
 def jobs_page(
     m: Monkey,
     filters: dict[str, str],
@@ -35,9 +56,12 @@ def jobs_page(
     sort: str | None = None,
     reverse: bool = False,
     start: int = 0,
+    columns: list[str] | None = None,
 ) -> dict[str, Any]:
     """A page of the jobs list: {"rows", "total", "next" (the cursor of the next page or
-    None), "owners" (whether to show them), "providers", "states", "searched"}; by SORT
+    None), "owners" (whether to show them), "providers", "states", "searched", "columns"
+    (COLUMNS, chosen: each row's "extra" holds their cells), "offered" (the parameters and
+    metrics of the page's jobs, to choose from)}; by SORT
     (a key of JOB_SORTS; REVERSE: the other way) the page from the START-th job, "next"
     the start of the next one. The sweep filter takes a sweep's id, name or prefix; the
     name filter a part of the name or a shell-style pattern."""
@@ -79,6 +103,13 @@ def jobs_page(
     owners = store.job_owners(ids)
     metrics = store.latest_metric_values(ids)
     sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
+    columns = columns or []
+    from monkey.tracking.compare import goal_of
+    from monkey.tracking.ingest import flatten
+
+    params = {j.juid: flatten(j.params or {}) for j in jobs}
+    wanted = any(not c.startswith("param:") for c in columns)
+    stats = store.metric_stats(ids) if wanted else {}
     rows = []
     for j in jobs:
         shown = j.shown_state
@@ -103,18 +134,42 @@ def jobs_page(
                 "sweep_name": (sweep or {}).get("name") or j.sweep or "",
                 "error": _error(m, j.juid, j.attempts) if j.state == State.FAILED else None,
                 "found": hit and {"line": hit["line"].strip(), "source": hit["source"]},
+                "extra": [
+                    _chosen(c, params[j.juid], stats.get(j.juid, {}), goal_of) for c in columns
+                ],
             }
         )
+    offered = sorted({f"param:{p}" for per in params.values() for p in per})
+    names = sorted({n for per in metrics.values() for n in per if not n.startswith("sys/")})
+    offered += [f"{kind}:{n}" for n in names for kind in ("last", "best")]
     return {
         "rows": rows,
         "total": store.count_page(**where),
         "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
         "descending": descending,
+        "columns": [{"key": c, "label": _column_label(c)} for c in columns],
+        "offered": [
+            {"key": c, "label": _column_label(c), "on": c in columns}
+            for c in dict.fromkeys([*offered, *columns])
+        ],
         "owners": store.count_users() > 1,
         "providers": sorted(m.providers) if _providers_ok(m) else [],
         "states": [s.value for s in State],
         "searched": text,
     }
+
+
+def _chosen(key: str, params: dict[str, Any], stats: dict[str, Any], goal_of: Any) -> str:
+    """A chosen column's cell: a parameter, or a metric's last or best value."""
+    kind, _, name = key.partition(":")
+    if kind == "param":
+        return cell(params.get(name))
+    st = stats.get(name)
+    if not st:
+        return "-"
+    if kind == "last":
+        return cell(st["last"])
+    return cell(st["max"] if goal_of(name, {}) == "max" else st["min"])
 
 
 def _error(m: Monkey, juid: str, attempts: int) -> str | None:
