@@ -368,6 +368,17 @@ def test_the_jobs_list_shows_chosen_parameters_and_metrics_remembered_per_user(s
         "r => [...r.querySelectorAll('td.num')].map(t => t.innerText)",
     )
     assert row == ["0.001", "1", "3.855e-07"]
+    # sorted by a chosen metric: best first (loss: the lowest), the diverged runs last
+    page.click("table.jobs th[data-sort='last:loss'] a")
+    page.wait_for_url("**sort=last%3Aloss**")
+    losses = [float(v) for v in jobs_column(page, "last:loss")]
+    assert losses == sorted(losses) and losses[-3:] == [1e6] * 3
+    assert jobs_column(page, "job")[0] == best
+    page.click("table.jobs th[data-sort='param:lr'] a")
+    page.wait_for_url("**sort=param%3Alr**")
+    assert [float(v) for v in jobs_column(page, "param:lr")] == [0.001] * 3 + [0.01] * 3 + [
+        0.1
+    ] * 3 + [1.0] * 3
     # remembered: the plain list shows them again; another user's list does not
     page.goto(seeded.node.url + "/web/jobs")
     assert page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 3

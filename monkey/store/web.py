@@ -31,6 +31,32 @@ JOB_SORTS = {
 }
 
 
+# A metric's value per job for the jobs page's sort: its last point, or its lowest or
+# highest (the one argument: the series' name).
+_SERIES = (
+    "FROM metric_series s JOIN metrics m ON m.series = s.id WHERE s.juid = jobs.juid AND s.name = ?"
+)
+_METRIC_SORTS = {
+    "last": f"(SELECT m.value {_SERIES} ORDER BY m.rowid DESC LIMIT 1)",
+    "min": f"(SELECT MIN(m.value) {_SERIES})",
+    "max": f"(SELECT MAX(m.value) {_SERIES})",
+}
+
+
+def _sort_by(sort: str, now: float) -> tuple[str, list[Any]]:
+    """The ORDER BY expression of SORT (a key of JOB_SORTS, ``param:NAME`` (a flattened
+    parameter: dots go down) or ``last|min|max:METRIC``) and its arguments."""
+    if sort in JOB_SORTS:
+        by = JOB_SORTS[sort]
+        return by, [now] if "?" in by else []
+    kind, _, name = sort.partition(":")
+    if kind == "param":
+        import json
+
+        return "json_extract(params, ?)", ["$." + ".".join(json.dumps(p) for p in name.split("."))]
+    return _METRIC_SORTS[kind], [name]
+
+
 class WebQueries:
     """Mixin for Store: the jobs page's reads."""
 
@@ -53,7 +79,8 @@ class WebQueries:
         now: float = 0.0,
     ) -> list[Job]:
         """Up to LIMIT jobs newest first, older than job BEFORE (its id) when given; or,
-        by SORT (a key of ``JOB_SORTS``; DESCENDING, newest first among equals), from the
+        by SORT (see ``_sort_by``; DESCENDING; the jobs without a value last, newest first
+        among equals), from the
         OFFSET-th on. NAME matches a part of the job's name, or all of it when it is a
         shell-style pattern ('exp-*'); JUIDS (a search's hits) keeps only those; NOW is
         when a running attempt's run time ends."""
@@ -67,8 +94,8 @@ class WebQueries:
         if sort is None:
             sql += f" ORDER BY seq DESC LIMIT {max(1, int(limit))}"
         else:
-            by = JOB_SORTS[sort]
-            args += [now, now] if "?" in by else []  # the run time: a live one up to NOW
+            by, more = _sort_by(sort, now)
+            args += more * 2  # the expression is written twice
             order = "DESC" if descending else "ASC"
             sql += f" ORDER BY {by} IS NULL, {by} {order}, seq DESC"
             sql += f" LIMIT {max(1, int(limit))} OFFSET {max(0, int(offset))}"

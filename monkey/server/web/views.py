@@ -65,8 +65,13 @@ def jobs_page(
     (a key of JOB_SORTS; REVERSE: the other way) the page from the START-th job, "next"
     the start of the next one. The sweep filter takes a sweep's id, name or prefix; the
     name filter a part of the name or a shell-style pattern."""
-    if sort is not None and sort not in JOB_SORTS:
-        raise MonkeyError(f"sort by {sort!r}: use one of {', '.join(JOB_SORTS)}")
+    from monkey.tracking.compare import goal_of
+
+    columns = columns or []
+    if sort is not None and sort not in JOB_SORTS and sort not in columns:
+        raise MonkeyError(
+            f"sort by {sort[:60]!r}: use one of {', '.join(JOB_SORTS)} or a chosen column"
+        )
     state = filters.get("state") or None
     if state is not None and state not in {s.value for s in State}:
         raise MonkeyError(f"state {state!r}: use one of {', '.join(s.value for s in State)}")
@@ -86,12 +91,17 @@ def jobs_page(
     }
     store = m.store
     now = time.time()
-    descending = bool(sort) and JOB_SORTS[sort or "job"] != reverse
+    by, high_first = sort, bool(sort) and JOB_SORTS.get(sort or "", False)
+    if sort and sort.partition(":")[0] in ("last", "best"):  # best first, as a sweep's table
+        kind, _, name = sort.partition(":")
+        high_first = goal_of(name, {}) == "max"
+        by = f"{'max' if high_first else 'min'}:{name}" if kind == "best" else sort
+    descending = bool(high_first) != reverse
     jobs = store.job_page(
         **where,
         before=before,
         limit=PAGE + 1,
-        sort=sort,
+        sort=by,
         descending=descending,
         offset=start,
         now=now,
@@ -103,8 +113,6 @@ def jobs_page(
     owners = store.job_owners(ids)
     metrics = store.latest_metric_values(ids)
     sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
-    columns = columns or []
-    from monkey.tracking.compare import goal_of
     from monkey.tracking.ingest import flatten
 
     params = {j.juid: flatten(j.params or {}) for j in jobs}
