@@ -147,6 +147,14 @@ def test_large_values_get_compact_y_labels_that_fit_the_chart(seeded, browser):
     assert not any("," in t or len(t) > 5 for t in labels), labels  # not 1,200,000
     clipped = [(t, round(left, 1)) for t, left in ticks if left < 0]
     assert not clipped, ticks  # every label whole inside the chart's box
+    page.check("#logy")  # on a log scale too: 10, 100, 1k, 10k, 100k, 1M
+    wait_for(
+        lambda: page.evaluate("monkeyCharts.tokens && monkeyCharts.tokens.scales.y.distr") == 3
+    )
+    ticks = page.evaluate(TICKS, "tokens")
+    labels = [t for t, _ in ticks]
+    assert "1M" in labels and "100k" in labels, labels
+    assert all(left >= 0 for _, left in ticks), ticks
 
 
 @pytest.mark.system

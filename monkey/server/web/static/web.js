@@ -151,18 +151,21 @@
   function tickText(v, big, step) {
     if (typeof v !== "number" || !isFinite(v)) return "";
     if (v === 0) return "0";
-    if (big >= 1e4 && big < 1e15) {
-      var e = Math.floor(Math.log10(big) / 3), unit = Math.pow(1000, e);
-      return decimals(v / unit, step / unit) + "kMGT"[e - 1];
-    }
+    var a = Math.abs(v);
     if (big >= 1e15 || big < 1e-3) {
-      var digits = Math.max(0, Math.min(6, Math.floor(Math.log10(big)) - Math.floor(Math.log10(step))));
+      var digits = Math.max(0, Math.min(6, Math.floor(Math.log10(a)) - Math.floor(Math.log10(step))));
       return v.toExponential(digits).replace(/\.?0+e/, "e").replace("e+", "e");
+    }
+    if (big >= 1e4 && a >= 1000) {  // each label in its own unit: 800k, 1M, 1.2M
+      var e = Math.min(4, Math.floor(Math.log10(a) / 3)), unit = Math.pow(1000, e);
+      return decimals(v / unit, step / unit) + "kMGT"[e - 1];
     }
     return decimals(v, step);
   }
-  function decimals(v, step) {
-    return String(+v.toFixed(Math.max(0, Math.min(8, Math.ceil(-Math.log10(step) - 1e-9)))));
+  function decimals(v, step) {  // as many decimals as the ticks' spacing has (0.25: two)
+    var d = 0;
+    while (d < 8 && Math.abs(step * Math.pow(10, d) - Math.round(step * Math.pow(10, d))) > 1e-6 * step * Math.pow(10, d)) d++;
+    return String(+v.toFixed(d));
   }
   // An axis as wide as its widest label (uPlot's axis.size as a function, as its
   // axis-autosize demo does): a label is never clipped at the chart's left edge.
