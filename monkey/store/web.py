@@ -23,6 +23,7 @@ JOB_SORTS = {
     "owner": "owner",
     "state": "state",
     "provider": "provider",
+    "sweep": "sweep",
     "tries": "attempts",
     "age": "-created_at",  # the youngest first
     "runtime": "(SELECT SUM(COALESCE(a.ended_at, ?) - a.started_at) FROM attempts a "

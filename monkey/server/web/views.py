@@ -24,7 +24,8 @@ ACTIONS = ("cancel", "pause", "resume", "retry")
 
 # The jobs list's sortable columns (monkey.store.web.JOB_SORTS) and whether each sorts
 # high first on the first click: the newest, longest-running, most tried first.
-JOB_SORTS = {"job": False, "name": False, "owner": False, "state": False, "provider": False}
+JOB_SORTS = {"job": False, "name": False, "sweep": False, "owner": False, "state": False}
+JOB_SORTS["provider"] = False
 JOB_SORTS |= {"tries": True, "age": False, "runtime": True, "exit": True}
 
 
