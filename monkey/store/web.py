@@ -94,12 +94,19 @@ class WebQueries:
             sql += " WHERE " + " AND ".join(where)
         if sort is None:
             sql += f" ORDER BY seq DESC LIMIT {max(1, int(limit))}"
-        else:
+        else:  # the page's ids sorted first (narrow rows), then their rows read
             by, more = _sort_by(sort, now)
-            args += more * 2  # the expression is written twice
             order = "DESC" if descending else "ASC"
-            sql += f" ORDER BY {by} IS NULL, {by} {order}, seq DESC"
-            sql += f" LIMIT {max(1, int(limit))} OFFSET {max(0, int(offset))}"
+            picked = "SELECT seq FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+            picked += f" ORDER BY {by} IS NULL, {by} {order}, seq DESC"
+            picked += f" LIMIT {max(1, int(limit))} OFFSET {max(0, int(offset))}"
+            seqs = [r[0] for r in self.db.execute(picked, args + more * 2)]
+            rank = {q: i for i, q in enumerate(seqs)}
+            rows = self.db.execute(
+                f"SELECT seq, {_JOB_COLUMNS} FROM jobs WHERE seq IN ({', '.join('?' * len(seqs))})",
+                seqs,
+            ).fetchall()
+            return [_job(r[1:]) for r in sorted(rows, key=lambda r: rank[r[0]])]
         return [_job(r) for r in self.db.execute(sql, args)]
 
     def count_page(
