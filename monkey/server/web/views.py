@@ -24,9 +24,10 @@ ACTIONS = ("cancel", "pause", "resume", "retry")
 
 # The jobs list's sortable columns (monkey.store.web.JOB_SORTS) and whether each sorts
 # high first on the first click: the newest, longest-running, most tried first.
-JOB_SORTS = {"job": False, "name": False, "sweep": False, "owner": False, "state": False}
-JOB_SORTS["provider"] = False
-JOB_SORTS |= {"tries": True, "age": False, "runtime": True, "exit": True}
+JOB_SORTS = {
+    **dict.fromkeys(("job", "name", "sweep", "owner", "state", "provider", "age"), False),
+    **dict.fromkeys(("tries", "runtime", "exit"), True),
+}
 
 
 MOST_COLUMNS = 20  # chosen columns of the jobs list, at most
@@ -143,9 +144,7 @@ def jobs_page(
                 "sweep_name": (sweep or {}).get("name") or j.sweep or "",
                 "error": _error(m, j.juid, j.attempts) if j.state == State.FAILED else None,
                 "found": hit and {"line": hit["line"].strip(), "source": hit["source"]},
-                "extra": [
-                    _chosen(c, params[j.juid], stats.get(j.juid, {}), goal_of) for c in columns
-                ],
+                "extra": [_chosen(c, params[j.juid], stats.get(j.juid, {})) for c in columns],
             }
         )
     offered = sorted({f"param:{p}" for per in params.values() for p in per})
@@ -168,8 +167,10 @@ def jobs_page(
     }
 
 
-def _chosen(key: str, params: dict[str, Any], stats: dict[str, Any], goal_of: Any) -> str:
+def _chosen(key: str, params: dict[str, Any], stats: dict[str, Any]) -> str:
     """A chosen column's cell: a parameter, or a metric's last or best value."""
+    from monkey.tracking.compare import goal_of
+
     kind, _, name = key.partition(":")
     if kind == "param":
         return cell(params.get(name))
