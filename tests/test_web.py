@@ -480,17 +480,19 @@ def test_sweep_page_ranks_runs_sorts_by_a_column_and_keeps_actions_to_owners(nod
     assert page.inner_text(".facts a >> nth=0") == best
 
     def column(name: str) -> list[str]:
-        heads = page.eval_on_selector_all("table.runs th a", "hs => hs.map(h => h.innerText)")
+        heads = page.eval_on_selector_all(
+            "table.runs thead th[data-col]", "hs => hs.map(h => h.dataset.col)"
+        )
         i = heads.index(name)
         return page.eval_on_selector_all(
-            f"table.runs tbody tr td:nth-child({i + 1})", "ts => ts.map(t => t.innerText)"
+            f"table.runs tbody tr > :nth-child({i + 1})", "ts => ts.map(t => t.innerText)"
         )
 
     assert column("acc") == ["3", "2", "1"]  # best first on the sweep's metric
-    page.click("table.runs th a:text-is('lr')")
+    page.click("table.runs th[data-col='lr'] a")
     page.wait_for_url("**sort=lr**")
     first = column("lr")
-    page.click("table.runs th a:text-is('lr')")  # again: reversed
+    page.click("table.runs th[data-col='lr'] a")  # again: reversed
     page.wait_for_url("**reverse=1**")
     assert column("lr") == first[::-1] and sorted(first) in (first, first[::-1])
     assert page.query_selector("button.act-retry") is not None  # the admin's sweep

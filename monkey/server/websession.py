@@ -25,7 +25,8 @@ PRUNE_EVERY = 3600  # seconds between two prunes of expired sessions (on a login
 PRUNE_MOST = 5000  # files a prune looks at, at most
 
 
-def _folder(home: Home, kind: str) -> Path:
+def folder(home: Home, kind: str) -> Path:
+    """MONKEY_HOME/server/web/KIND (0700), made when missing."""
     root = home.root / "server"
     root.mkdir(mode=0o700, exist_ok=True)
     path = root / "web" / kind
@@ -42,7 +43,7 @@ def issue_link(home: Home, user: str, now: float | None = None) -> str:
     secret = secrets.token_urlsafe(32)
     expires = (time.time() if now is None else now) + LINK_SECONDS
     body = json.dumps({"user": user, "expires": expires}).encode()
-    write_private(_folder(home, "links") / _name(secret), body)
+    write_private(folder(home, "links") / _name(secret), body)
     return secret
 
 
@@ -51,9 +52,9 @@ def consume_link(home: Home, secret: str, now: float | None = None) -> str | Non
     file is renamed away first, so two requests at once cannot both use it)."""
     if not secret or len(secret) > 200:
         return None
-    folder = _folder(home, "links")
-    path = folder / _name(secret)
-    taken = folder / f"{path.name}.{secrets.token_hex(4)}.used"
+    links = folder(home, "links")
+    path = links / _name(secret)
+    taken = links / f"{path.name}.{secrets.token_hex(4)}.used"
     try:
         os.rename(path, taken)
     except OSError:
@@ -81,7 +82,7 @@ def create_session(home: Home, user: str, key: str = "") -> tuple[str, str]:
     its CSRF token, for forms). Expired sessions and links are pruned now and then."""
     sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
     body = {"user": user, "key": key, "csrf": csrf, "expires": time.time() + SESSION_DAYS * 86400}
-    write_private(_folder(home, "sessions") / _name(sid), json.dumps(body).encode())
+    write_private(folder(home, "sessions") / _name(sid), json.dumps(body).encode())
     prune_now_and_then(home)
     return sid, csrf
 
@@ -90,7 +91,7 @@ def session(home: Home, sid: str | None) -> dict[str, Any] | None:
     """{"user", "csrf", "expires"} of session SID while it lasts, else None."""
     if not sid or len(sid) > 200:
         return None
-    path = _folder(home, "sessions") / _name(sid)
+    path = folder(home, "sessions") / _name(sid)
     try:
         record = dict(json.loads(path.read_text()))
     except (OSError, ValueError):
@@ -104,13 +105,13 @@ def session(home: Home, sid: str | None) -> dict[str, Any] | None:
 def end_session(home: Home, sid: str | None) -> None:
     """Log session SID out (nothing when it is unknown)."""
     if sid and len(sid) <= 200:
-        (_folder(home, "sessions") / _name(sid)).unlink(missing_ok=True)
+        (folder(home, "sessions") / _name(sid)).unlink(missing_ok=True)
 
 
 def end_user_sessions(home: Home, user: str) -> int:
     """End every session of USER (its token rotated, or the user removed); how many."""
     gone = 0
-    for path in _folder(home, "sessions").iterdir():
+    for path in folder(home, "sessions").iterdir():
         try:
             mine = json.loads(path.read_text()).get("user") == user
         except (OSError, ValueError):
@@ -125,7 +126,7 @@ def prune_now_and_then(home: Home, now: float | None = None) -> int:
     """``prune`` when it last ran PRUNE_EVERY ago or more (a stamp file's time), else
     nothing: a login pays for it at most once an hour; how many went."""
     now = time.time() if now is None else now
-    stamp = _folder(home, "sessions").parent / "pruned"
+    stamp = folder(home, "sessions").parent / "pruned"
     try:
         if now - stamp.stat().st_mtime < PRUNE_EVERY:
             return 0
@@ -144,7 +145,7 @@ def prune(home: Home, now: float | None = None, most: int = PRUNE_MOST) -> int:
     now = time.time() if now is None else now
     gone = 0
     for kind in ("sessions", "links"):
-        for path in itertools.islice(_folder(home, kind).iterdir(), most):
+        for path in itertools.islice(folder(home, kind).iterdir(), most):
             try:
                 expired = json.loads(path.read_text()).get("expires", 0) < now
             except (OSError, ValueError):

@@ -331,13 +331,36 @@ class Web:
         q = request.query_params
         filters = {k: q.get(k, "") for k in views.FILTERS}
         before = q.get("before") or None
+        sort, reverse = q.get("sort") or None, bool(q.get("reverse"))
         try:
-            data = await run_in_threadpool(views.jobs_page, self.monkey(), filters, before)
+            start = max(0, int(q.get("start") or 0))
+            columns = await run_in_threadpool(self._columns, session["user"]["name"], q)
+            data = await run_in_threadpool(
+                lambda: views.jobs_page(
+                    self.monkey(), filters, before, sort, reverse, start, columns
+                )
+            )
+        except ValueError:
+            message = f"start {q.get('start')!r}: give a whole number of jobs to skip"
+            return self.page("error.html", 400, session, title="Jobs", message=message)
         except MonkeyError as exc:
             return self.page("error.html", 400, session, title="Jobs", message=str(exc))
+        shown = {"filters": filters, "before": before, "start": start, "sort": sort, **data}
+        shown["reverse"] = reverse
         if q.get("fragment"):
-            return self.page("jobs_rows.html", session=session, filters=filters, **data)
-        return self.page("jobs.html", session=session, filters=filters, before=before, **data)
+            return self.page("jobs_rows.html", session=session, **shown)
+        return self.page("jobs.html", session=session, **shown)
+
+    def _columns(self, user: str, q: Any) -> list[str]:
+        """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),
+        remembered as USER's; else the ones USER chose last."""
+        from monkey.server import webprefs
+
+        if "cols" not in q:
+            return list(webprefs.load(self.home, user).get("jobs_columns") or [])
+        chosen = views.check_columns(q.getlist("col"))
+        webprefs.remember(self.home, user, "jobs_columns", chosen)
+        return chosen
 
     async def job(self, request: Request) -> Response:
         session = await self.session(request)
@@ -499,7 +522,12 @@ class Web:
         try:
             data = await run_in_threadpool(
                 lambda: views.sweep_page(
-                    self.monkey(), ref, session["user"], q.get("sort"), bool(q.get("reverse"))
+                    self.monkey(),
+                    ref,
+                    session["user"],
+                    q.get("sort"),
+                    bool(q.get("reverse")),
+                    bool(q.get("constants")),
                 )
             )
         except MonkeyError as exc:

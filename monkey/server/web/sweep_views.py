@@ -168,6 +168,68 @@ def parcoords(
     return {"axes": axes, "metric": metric, "goal": goal, "runs": runs}
 
 
+def constant_params(rows: list[dict[str, Any]], columns: list[str], names: list[str]) -> list[str]:
+    """The parameters of NAMES whose value is the same in every one of ROWS (two or more
+    runs): nothing to compare there."""
+    if len(rows) < 2:
+        return []
+    return [
+        name
+        for name, col in zip(names, param_columns(columns, names))
+        if len({repr(r.get(col)) for r in rows}) == 1
+    ]
+
+
+GROUPS = {"run": "", "goal": "Goal metric", "param": "Parameters", "metric": "Metrics"}
+GROUPS["summary"] = "Summary"
+
+
+def runs_columns(
+    columns: list[str], params: list[str], metric: str | None, hidden: list[str]
+) -> list[dict[str, str]]:
+    """The runs table's columns as the page shows them: {"key" (``compare``'s column),
+    "kind" (run, goal, param, metric or summary), "name", "sub" ("best", "last" or "")}.
+    The job and its state first, then the goal METRIC's best and last, the parameter
+    columns PARAMS, the other metrics (last, best), the summaries and the run's name;
+    the columns HIDDEN left out."""
+    base = metric.removesuffix(":best") if metric else None
+    metrics = [c.removesuffix(":best") for c in columns if c.endswith(":best")]
+    goal = [c for c in (f"{base}:best", base) if base in metrics and c in columns]
+    taken = {"job", "state", "name", *goal, *params, *hidden}
+    others = [c for m in metrics if m != base for c in (m, f"{m}:best")]
+    summaries = [c for c in columns if c not in taken and c not in others]
+
+    def one(key: str, kind: str) -> dict[str, str]:
+        name, sub = key, ""
+        if kind in ("goal", "metric"):
+            name, sub = key.removesuffix(":best"), ("best" if key.endswith(":best") else "last")
+        elif kind in ("param", "summary"):
+            name = key.removeprefix(f"{kind}:")
+        return {"key": key, "kind": kind, "name": name, "sub": sub}
+
+    return [
+        one("job", "run"),
+        one("state", "run"),
+        *(one(c, "goal") for c in goal),
+        *(one(c, "param") for c in params),
+        *(one(c, "metric") for c in others),
+        *(one(c, "summary") for c in summaries),
+        one("name", "run"),
+    ]
+
+
+def column_groups(shown: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The header above the columns SHOWN: one {"label", "span"} per run of one kind."""
+    groups: list[dict[str, Any]] = []
+    for c in shown:
+        label = GROUPS[c["kind"]]
+        if groups and groups[-1]["label"] == label:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({"label": label, "span": 1})
+    return groups
+
+
 def analysis(
     table: dict[str, Any], param_names: list[str], spec_metric: dict[str, Any] | None
 ) -> dict[str, Any]:

@@ -22,36 +22,109 @@ FILTERS = ("state", "provider", "owner", "sweep", "name", "q")
 ACTIONS = ("cancel", "pause", "resume", "retry")
 
 
-def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[str, Any]:
+# The jobs list's sortable columns (monkey.store.web.JOB_SORTS) and whether each sorts
+# high first on the first click: the newest, longest-running, most tried first.
+JOB_SORTS = {
+    **dict.fromkeys(("job", "name", "sweep", "owner", "state", "provider", "age"), False),
+    **dict.fromkeys(("tries", "runtime", "exit"), True),
+}
+
+
+MOST_COLUMNS = 20  # chosen columns of the jobs list, at most
+_COLUMN_KINDS = ("param", "last", "best")
+
+
+def check_columns(chosen: list[str]) -> list[str]:
+    """The jobs list's chosen columns CHOSEN (``param:NAME``, ``last:METRIC``,
+    ``best:METRIC``), checked: a MonkeyError names the first wrong one."""
+    if len(chosen) > MOST_COLUMNS:
+        raise MonkeyError(f"{len(chosen)} columns: choose at most {MOST_COLUMNS}")
+    for key in chosen:
+        kind, _, name = key.partition(":")
+        if kind not in _COLUMN_KINDS or not name or len(name) > 200:
+            raise MonkeyError(f"column {key[:60]!r}: use param:NAME, last:METRIC or best:METRIC")
+    return list(dict.fromkeys(chosen))
+
+
+def _column_label(key: str) -> str:
+    kind, _, name = key.partition(":")
+    return name if kind == "param" else f"{name} {kind}"
+
+
+def jobs_page(
+    m: Monkey,
+    filters: dict[str, str],
+    before: str | None,
+    sort: str | None = None,
+    reverse: bool = False,
+    start: int = 0,
+    columns: list[str] | None = None,
+) -> dict[str, Any]:
     """A page of the jobs list: {"rows", "total", "next" (the cursor of the next page or
-    None), "owners" (whether to show them), "providers", "states", "searched"}."""
+    None), "owners" (whether to show them), "providers", "states", "searched", "columns"
+    (COLUMNS, chosen: each row's "extra" holds their cells), "offered" (the parameters and
+    metrics of the page's jobs, to choose from)}; by SORT
+    (a key of JOB_SORTS; REVERSE: the other way) the page from the START-th job, "next"
+    the start of the next one. The sweep filter takes a sweep's id, name or prefix; the
+    name filter a part of the name or a shell-style pattern."""
+    from monkey.tracking.compare import goal_of
+
+    columns = columns or []
+    if sort is not None and sort not in JOB_SORTS and sort not in columns:
+        raise MonkeyError(
+            f"sort by {sort[:60]!r}: use one of {', '.join(JOB_SORTS)} or a chosen column"
+        )
     state = filters.get("state") or None
     if state is not None and state not in {s.value for s in State}:
         raise MonkeyError(f"state {state!r}: use one of {', '.join(s.value for s in State)}")
     juids = None
     text = filters.get("q", "").strip()
+    hits: dict[str, dict[str, Any]] = {}
     if text:
-        juids = [hit["job"] for hit in m.search(text, SEARCH_HITS)]
+        hits = {hit["job"]: hit for hit in m.search(text, SEARCH_HITS)}
+        juids = list(hits)
     where: dict[str, Any] = {
         "state": state,
         "provider": filters.get("provider") or None,
         "owner": filters.get("owner") or None,
-        "sweep": filters.get("sweep") or None,
+        "sweep": m.store.resolve_sweep(filters["sweep"]) if filters.get("sweep") else None,
         "name": filters.get("name") or None,
         "juids": juids,
     }
     store = m.store
-    jobs = store.job_page(**where, before=before, limit=PAGE + 1)
+    now = time.time()
+    by, high_first = sort, bool(sort) and JOB_SORTS.get(sort or "", False)
+    if sort and sort.partition(":")[0] in ("last", "best"):  # best first, as a sweep's table
+        kind, _, name = sort.partition(":")
+        high_first = goal_of(name, {}) == "max"
+        by = f"{'max' if high_first else 'min'}:{name}" if kind == "best" else sort
+    descending = bool(high_first) != reverse
+    jobs = store.job_page(
+        **where,
+        before=before,
+        limit=PAGE + 1,
+        sort=by,
+        descending=descending,
+        offset=start,
+        now=now,
+    )
     more = len(jobs) > PAGE
     jobs = jobs[:PAGE]
     ids = [j.juid for j in jobs]
-    now = time.time()
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
     metrics = store.latest_metric_values(ids)
+    sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
+    from monkey.tracking.ingest import flatten
+
+    params = {j.juid: flatten(j.params or {}) for j in jobs}
+    wanted = any(not c.startswith("param:") for c in columns)
+    stats = store.metric_stats(ids) if wanted else {}
     rows = []
     for j in jobs:
         shown = j.shown_state
+        hit = hits.get(j.juid)
+        sweep = sweeps.get(j.sweep) if j.sweep else None
         rows.append(
             {
                 "juid": j.juid,
@@ -67,17 +140,56 @@ def jobs_page(m: Monkey, filters: dict[str, str], before: str | None) -> dict[st
                 "exit": "" if j.exit_code is None else str(j.exit_code),
                 "command": j.command,
                 "metrics": _few_metrics(metrics.get(j.juid, {})),
+                "sweep": j.sweep,
+                "sweep_name": (sweep or {}).get("name") or j.sweep or "",
+                "error": _error(m, j.juid, j.attempts) if j.state == State.FAILED else None,
+                "found": hit and {"line": hit["line"].strip(), "source": hit["source"]},
+                "extra": [_chosen(c, params[j.juid], stats.get(j.juid, {})) for c in columns],
             }
         )
+    offered = sorted({f"param:{p}" for per in params.values() for p in per})
+    names = sorted({n for per in metrics.values() for n in per if not n.startswith("sys/")})
+    offered += [f"{kind}:{n}" for n in names for kind in ("last", "best")]
     return {
         "rows": rows,
         "total": store.count_page(**where),
-        "next": ids[-1] if more else None,
+        "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
+        "descending": descending,
+        "columns": [{"key": c, "label": _column_label(c)} for c in columns],
+        "offered": [
+            {"key": c, "label": _column_label(c), "on": c in columns}
+            for c in dict.fromkeys([*offered, *columns])
+        ],
         "owners": store.count_users() > 1,
         "providers": sorted(m.providers) if _providers_ok(m) else [],
         "states": [s.value for s in State],
         "searched": text,
     }
+
+
+def _chosen(key: str, params: dict[str, Any], stats: dict[str, Any]) -> str:
+    """A chosen column's cell: a parameter, or a metric's last or best value."""
+    from monkey.tracking.compare import goal_of
+
+    kind, _, name = key.partition(":")
+    if kind == "param":
+        return cell(params.get(name))
+    st = stats.get(name)
+    if not st:
+        return "-"
+    if kind == "last":
+        return cell(st["last"])
+    return cell(st["max"] if goal_of(name, {}) == "max" else st["min"])
+
+
+def _error(m: Monkey, juid: str, attempts: int) -> str | None:
+    """A failed job's error line, from its last attempt's stderr."""
+    from monkey.client_agent import rundir
+    from monkey.server.web.errors import error_line
+
+    if not attempts:
+        return None
+    return error_line(m.home.run_dir(juid, attempts) / rundir.stream_log("stderr"))
 
 
 def _providers_ok(m: Monkey) -> bool:
@@ -196,24 +308,42 @@ def sweeps_page(m: Monkey) -> dict[str, Any]:
 
 
 def sweep_page(
-    m: Monkey, ref: str, user: dict[str, Any], sort: str | None, reverse: bool
+    m: Monkey,
+    ref: str,
+    user: dict[str, Any],
+    sort: str | None,
+    reverse: bool,
+    constants: bool = False,
 ) -> dict[str, Any]:
     """A sweep's progress, best run and runs table (``Monkey.compare``: parameters, and
     each metric's last and best), sorted by SORT (best first for a metric); the actions
-    USER may take on it (an admin, or the owner of every one of its jobs)."""
+    USER may take on it (an admin, or the owner of every one of its jobs). Parameters
+    with one value in every run are left out of the table and the analysis unless
+    CONSTANTS."""
     status = m.sweep_status(ref)
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
     owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
-    from monkey.server.web.sweep_views import analysis
+    from monkey.server.web import sweep_views
     from monkey.tracking.ingest import flatten
 
     names = list(dict.fromkeys(k for j in status["jobs"] for k in flatten(j["params"] or {})))
+    same = sweep_views.constant_params(table["rows"], table["columns"], names)
+    shown = names if constants else [n for n in names if n not in same]
+    found = sweep_views.analysis(table, shown, status["spec"].get("metric"))
+    fixed = sweep_views.param_columns(table["columns"], same)
+    hidden = [] if constants else fixed
+    columns = sweep_views.runs_columns(table["columns"], found["params"], found["metric"], hidden)
+    first = table["rows"][0] if table["rows"] else {}
     best = (status.get("best") or {}).get("job")
     return {
         "sweep": status,
         "table": table,
-        "analysis": analysis(table, names, status["spec"].get("metric")),
+        "columns": columns,
+        "groups": sweep_views.column_groups(columns),
+        "constants": [(n, cell(first.get(c))) for n, c in zip(same, fixed)],
+        "showing_constants": constants,
+        "analysis": found,
         "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),

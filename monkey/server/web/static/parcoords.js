@@ -87,7 +87,7 @@
       var g = el("g", {"class": "axis", "data-axis": axis.name}, svg);
       el("line", {x1: xs[i], x2: xs[i], y1: TOP, y2: TOP + plot}, g);
       var name = el("text", {x: xs[i], y: TOP - 18, "text-anchor": i === 0 ? "start" : i === n - 1 && n > 1 ? "end" : "middle", "class": "name"}, g);
-      name.textContent = axis.name + (axis.log ? " (log)" : "");
+      name.textContent = axis.name.replace(/^param:/, "").replace(/:best$/, " best") + (axis.log ? " (log)" : "");
       ticks(axis).forEach(function (t) {
         var y = ys(axis, t);
         el("line", {x1: xs[i] - 3, x2: xs[i] + 3, y1: y, y2: y}, g);

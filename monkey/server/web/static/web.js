@@ -139,14 +139,119 @@
     return Math.max(200, Math.floor((grid.clientWidth - 16 * (cols - 1)) / cols) - 4);
   }
 
+  // Tick labels of a few characters: thousands and up as k, M, G, T (1.2M), tiny or huge
+  // values in exponent form (3.9e-7), the others with the decimals their spacing needs.
+  function tickTexts(u, splits) {
+    var xs = splits.filter(function (v) { return typeof v === "number" && isFinite(v); });
+    var big = Math.max.apply(null, xs.map(Math.abs).concat([0])), step = Infinity;
+    for (var i = 1; i < xs.length; i++) step = Math.min(step, Math.abs(xs[i] - xs[i - 1]) || Infinity);
+    if (!isFinite(step)) step = big || 1;
+    return splits.map(function (v) { return tickText(v, big, step); });
+  }
+  function tickText(v, big, step) {
+    if (typeof v !== "number" || !isFinite(v)) return "";
+    if (v === 0) return "0";
+    var a = Math.abs(v);
+    if (big >= 1e15 || big < 1e-3) {
+      var digits = Math.max(0, Math.min(6, Math.floor(Math.log10(a)) - Math.floor(Math.log10(step))));
+      return v.toExponential(digits).replace(/\.?0+e/, "e").replace("e+", "e");
+    }
+    if (big >= 1e4 && a >= 1000) {  // each label in its own unit: 800k, 1M, 1.2M
+      var e = Math.min(4, Math.floor(Math.log10(a) / 3)), unit = Math.pow(1000, e);
+      return decimals(v / unit, step / unit) + "kMGT"[e - 1];
+    }
+    return decimals(v, step);
+  }
+  function decimals(v, step) {  // as many decimals as the ticks' spacing has (0.25: two)
+    var d = 0;
+    while (d < 8 && Math.abs(step * Math.pow(10, d) - Math.round(step * Math.pow(10, d))) > 1e-6 * step * Math.pow(10, d)) d++;
+    return String(+v.toFixed(d));
+  }
+  // An axis as wide as its widest label (uPlot's axis.size as a function, as its
+  // axis-autosize demo does): a label is never clipped at the chart's left edge.
+  function fitLabels(u, values, i, cycle) {
+    var axis = u.axes[i], longest = "";
+    if (cycle > 1) return axis._size;
+    (values || []).forEach(function (v) { if (String(v).length > longest.length) longest = String(v); });
+    var size = axis.ticks.size + axis.gap;
+    if (longest) {
+      u.ctx.font = axis.font[0];
+      size += u.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.ceil(size) + 2;
+  }
+  function axes() {
+    var ink = getComputedStyle(document.body).color;
+    return [{stroke: ink, values: tickTexts}, {stroke: ink, values: tickTexts, size: fitLabels}];
+  }
+
+  // A page's charts: x by step (never dates); drag across one to zoom in on x, double-click
+  // to zoom out. With SYNC checked (or no SYNC) every chart zooms together. A zoom stays
+  // through live refreshes and redraws until the user resets it.
+  function chartGroup(sync) {
+    var g = {plots: {}, all: null, own: {}};
+    var together = function () { return !sync || sync.checked; };
+    var zoomOf = function (name) { return together() ? g.all : g.own[name] || null; };
+    var apply = function (u, z) {
+      var x = u.data[0];
+      if (z) u.setScale("x", {min: z[0], max: z[1]});
+      else if (x.length) u.setScale("x", {min: x[0], max: x[x.length - 1]});
+    };
+    g.zoom = function (name, z) {  // the user's zoom on chart NAME; null: zoomed out
+      if (together()) {
+        g.all = z;
+        Object.keys(g.plots).forEach(function (n) { apply(g.plots[n], z); });
+      } else {
+        if (z) g.own[name] = z; else delete g.own[name];
+        apply(g.plots[name], z);
+      }
+    };
+    g.draw = function (name, opts, data, box) {  // a new chart, zoomed as the others are
+      opts.scales = opts.scales || {};
+      opts.scales.x = {time: false};
+      opts.axes = axes();
+      opts.cursor = {drag: {x: true, y: false, setScale: false}};
+      opts.hooks = {
+        setSelect: [function (u) {
+          if (u.select.width <= 0) return;
+          var z = [u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")];
+          u.setSelect({left: 0, top: 0, width: 0, height: 0}, false);
+          g.zoom(name, z);
+        }],
+        ready: [function (u) {
+          u.over.addEventListener("dblclick", function () { g.zoom(name, null); });
+        }]
+      };
+      var u = g.plots[name] = new uPlot(opts, data, box), z = zoomOf(name);
+      if (z) apply(u, z);
+      return u;
+    };
+    g.update = function (name, data) {  // new points for a drawn chart: its zoom kept
+      var u = g.plots[name], z = zoomOf(name);
+      u.batch(function () { u.setData(data); if (z) apply(u, z); });
+    };
+    g.destroy = function () {
+      Object.keys(g.plots).forEach(function (n) { g.plots[n].destroy(); delete g.plots[n]; });
+    };
+    g.forget = function () {  // a new x axis: the zooms mean nothing there
+      g.all = null; g.own = {};
+    };
+    if (sync) sync.addEventListener("change", function () {
+      if (sync.checked) { g.forget(); g.zoom(null, null); }  // together again: all zoomed out
+      else Object.keys(g.plots).forEach(function (n) { if (g.all) g.own[n] = g.all; });
+    });
+    return g;
+  }
+
   // -- job page: one chart per metric (uPlot), series downsampled by the server; drag to
   // zoom (double-click: back), log y and smoothing (an exponential moving average) on top
-  var charts = document.getElementById("charts"), plots = {}, raw = {}, drawnAs = "";
+  var charts = document.getElementById("charts"), raw = {}, drawnAs = "";
+  var group = chartGroup(document.getElementById("syncx")), plots = group.plots;
   var xBy = document.getElementById("xby"), overlayRuns = document.getElementById("overlay-runs");
   var others = [];  // [{job, series}] of the sweep's other runs, when overlaid
   var colours = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
   var logY = document.getElementById("logy"), smooth = document.getElementById("smooth");
-  window.monkeyCharts = plots;  // for tests and the curious
+  if (charts) window.monkeyCharts = plots;  // for tests and the curious
   function shown(ys) {
     var w = smooth ? parseFloat(smooth.value) : 0, avg = null;
     return ys.map(function (y) {
@@ -161,7 +266,7 @@
     if (!names.length) return;
     if (mode !== drawnAs) {  // a new scale or width: drawn again
       charts.innerHTML = "";
-      Object.keys(plots).forEach(function (n) { plots[n].destroy(); delete plots[n]; });
+      group.destroy();
       drawnAs = mode;
     }
     names.forEach(function (name, i) {
@@ -175,7 +280,7 @@
           lines.push({label: o.job, stroke: colours[(i + k + 1) % colours.length], width: 1, spanGaps: true});
         });
       }
-      if (plots[name]) { plots[name].setData(data); return; }
+      if (plots[name]) { group.update(name, data); return; }
       var box = document.createElement("figure");
       box.className = "chart";
       var title = document.createElement("h3");
@@ -185,11 +290,10 @@
       note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
       box.appendChild(title);
       charts.appendChild(box);
-      plots[name] = new uPlot({
+      group.draw(name, {
         width: width, height: 220,
-        scales: {x: {time: false}, y: logY && logY.checked ? {distr: 3} : {}},
-        series: [{label: s.by === "time" ? "seconds" : s.by}].concat(lines),
-        axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]
+        scales: {y: logY && logY.checked ? {distr: 3} : {}},
+        series: [{label: s.by === "time" ? "seconds" : s.by}].concat(lines)
       }, data, box);
       box.appendChild(note);
     });
@@ -209,7 +313,7 @@
       render();
     });
   }
-  if (xBy) xBy.addEventListener("change", drawCharts);
+  if (xBy) xBy.addEventListener("change", function () { group.forget(); drawCharts(); });
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
@@ -218,6 +322,8 @@
   function drawOverlay() {
     if (!window.uPlot) return;
     var jobs = overlay.dataset.jobs.split(","), width = chartWidth(overlay);
+    var together = chartGroup(document.getElementById("syncx"));
+    window.monkeyCharts = together.plots;
     Promise.all(jobs.map(function (j) {
       return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : {}; });
@@ -231,6 +337,7 @@
         var tables = [], series = [{label: "x"}];
         all.forEach(function (m, i) {
           if (!m[name]) return;
+          series[0].label = m[name].by === "time" ? "seconds" : m[name].by;
           tables.push([m[name].x, m[name].y]);
           series.push({label: jobs[i], stroke: colours[i % colours.length], width: 1.5, spanGaps: true});
         });
@@ -240,9 +347,7 @@
         title.textContent = name;
         box.appendChild(title);
         overlay.appendChild(box);
-        new uPlot({width: width, height: 240, series: series,
-          axes: [{stroke: getComputedStyle(document.body).color}, {stroke: getComputedStyle(document.body).color}]},
-          uPlot.join(tables), box);
+        together.draw(name, {width: width, height: 240, series: series}, uPlot.join(tables), box);
       });
     });
   }
