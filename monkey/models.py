@@ -39,6 +39,9 @@ class State(str, enum.Enum):
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTED, State.LOST})
 LIVE = frozenset({State.DISPATCHING, State.RUNNING})
+# How a queued job whose provider waits for room on this machine's disk is shown; the
+# provider's recorded reason begins with it (see monkey.core.room).
+DISK_WAIT = "waiting for disk"
 
 # The only legal moves; every other transition is refused by the store.
 TRANSITIONS: dict[State, frozenset[State]] = {
