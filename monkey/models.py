@@ -321,6 +321,7 @@ class Ending(str, enum.Enum):
     SILENT = "silent"  # no heartbeat from its instance for too long
     TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
     PREEMPTED = "preempted"  # a spot/preemption notice stopped it, or the cloud reclaimed it
+    REVOKED = "revoked"  # a person took its machine away (a Slurm allocation scancel'ed)
     TIMEOUT = "timeout"  # its time limit (`run --time`) was reached: the agent stopped it
     SPAWN = "spawn"  # its command could not be run (not found: code 127; not executable: 126)
 

@@ -45,6 +45,7 @@ class Job:
         "gpus",
         "cgroup",
         "preempted",
+        "revoked",
         "order",
         "limit",
         "timed_out",
@@ -79,6 +80,7 @@ class Job:
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
         self.preempted = False  # stopped by a spot/preemption notice
+        self.revoked = ""  # why its machine was taken away by a person (a Slurm scancel)
         self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
         self.limit: list[float] | None = None  # [seconds, epoch deadline, grace] (time_limit)
         self.timed_out = False  # stopped by its time limit
