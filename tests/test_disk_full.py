@@ -167,6 +167,7 @@ def test_a_nearly_full_disk_refuses_runs_and_its_queued_jobs_wait_for_room(disk,
     ballast.unlink()  # nothing wakes the core: it must notice by itself
     assert queued.wait(timeout=30) == State.SUCCEEDED
     assert "waiting for disk" not in cli("list", "jobs").stdout + cli("info", queued.juid).stdout
+    assert (disk / "daemon.log").read_text().count("jobs wait: waiting for disk") == 1
 
 
 def test_a_start_that_runs_out_of_room_here_waits_for_it(disk, cli, api):

@@ -20,17 +20,22 @@ class Room:
     def __init__(self, runs: Path) -> None:
         self.runs = runs
         self.need = NEARLY_FULL  # free bytes a start needs there, more after one ran out
+        # The reason, as of when the wait began: kept while it lasts (the bytes free move
+        # with every write; the reason is recorded and logged once, not at every pass).
+        self.reason: str | None = None
 
     def wait(self) -> str | None:
         """Why starts here wait for disk now (None: there is room)."""
         free = free_bytes(self.runs)
         if free < 0 or free >= self.need:
-            self.need = NEARLY_FULL
-            return None
-        return _WAIT.format(path=self.runs, free=free)
+            self.need, self.reason = NEARLY_FULL, None
+        elif self.reason is None:
+            self.reason = _WAIT.format(path=self.runs, free=free)
+        return self.reason
 
     def ran_out(self) -> str:
         """A start ran out of space here: wait until more than it had is free; the reason."""
         free = max(0, free_bytes(self.runs))
         self.need = free + NEARLY_FULL
-        return _WAIT.format(path=self.runs, free=free)
+        self.reason = _WAIT.format(path=self.runs, free=free)
+        return self.reason
