@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -105,7 +107,12 @@ def main(queued: int = 5, submits: int = 10) -> None:
         )
     finally:
         monkey("daemon", "stop")
+        try:  # the agent, which would stay idle for minutes
+            os.kill(int((home / "private" / "agent.pid").read_text()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
         subprocess.run(["umount", "-l", str(disk)], check=False)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 if __name__ == "__main__":
