@@ -39,6 +39,9 @@ class State(str, enum.Enum):
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTED, State.LOST})
 LIVE = frozenset({State.DISPATCHING, State.RUNNING})
+# How a queued job whose provider waits for room on this machine's disk is shown; the
+# provider's recorded reason begins with it (see monkey.core.room).
+DISK_WAIT = "waiting for disk"
 
 # The only legal moves; every other transition is refused by the store.
 TRANSITIONS: dict[State, frozenset[State]] = {
@@ -336,6 +339,7 @@ class Ending(str, enum.Enum):
     SILENT = "silent"  # no heartbeat from its instance for too long
     TERMINATED = "terminated"  # its instance is gone (terminated, reclaimed)
     PREEMPTED = "preempted"  # a spot/preemption notice stopped it, or the cloud reclaimed it
+    REVOKED = "revoked"  # a person took its machine away (a Slurm allocation scancel'ed)
     TIMEOUT = "timeout"  # its time limit (`run --time`) was reached: the agent stopped it
     SPAWN = "spawn"  # its command could not be run (not found: code 127; not executable: 126)
 

@@ -373,6 +373,7 @@ class Reruns:
         """Record one rerun of each of JOBS in one transaction, once their blobs are checked;
         their new juids. Called under the blob store's lease (no gc deletes them meanwhile),
         taken before any transaction (gc takes it, then writes)."""
+        self.submitter.check_room()
         self.submitter.check_joins(sweep)
         blobs = self._blobs()
         templates: dict[str, list[str] | None] = {}

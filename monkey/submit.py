@@ -25,7 +25,7 @@ from monkey.models import (
     parse_size,
 )
 from monkey.store import Store
-from monkey.store.errors import disk_full, is_no_space
+from monkey.store.errors import NEARLY_FULL, DiskFull, disk_full, free_bytes, is_no_space
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,6 +164,13 @@ class Submitter:
         self._check_waits(list(deps))
         return deps
 
+    def check_room(self) -> None:
+        """DiskFull when MONKEY_HOME's disk is (nearly) full: a job recorded there would find
+        no room for its run, so the submission is refused before anything is written."""
+        free = free_bytes(self.home.root)
+        if 0 <= free < NEARLY_FULL:
+            raise DiskFull(self.home.root, free)
+
     def _check_waits(self, juids: list[str]) -> None:
         """Forbidden when, on a main node, a job of JUIDS is another user's and the
         submitting user no admin: a job waiting for it would hold it (its owner could not
@@ -204,6 +211,7 @@ class Submitter:
         submission share (done once for a whole sweep). GATHERED: what a client gathered
         on its own machine and sent with its blobs (see ``gather`` and ``accept``), instead
         of LOCAL's folders and files of this machine (see ``gather``)."""
+        self.check_room()
         resources = self.resources(provider, cpus, gpus, memory, host, time)
         if gathered is None:
             options = driver_class(self.providers[provider].type).job_options

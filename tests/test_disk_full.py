@@ -51,8 +51,8 @@ def api(disk: Path):
     m.store.close()
 
 
-def fill(folder: Path) -> Path:
-    """Write a file in FOLDER until the disk is full; returns it."""
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Write a file in FOLDER until the disk is full, then give LEAVE bytes back; returns it."""
     ballast = folder / "ballast"
     fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
@@ -64,6 +64,8 @@ def fill(folder: Path) -> Path:
                 assert exc.errno == errno.ENOSPC
     finally:
         os.close(fd)
+    if leave:
+        os.truncate(ballast, ballast.stat().st_size - leave)
     return ballast
 
 
@@ -132,6 +134,73 @@ def test_core_waits_out_a_full_disk_and_carries_on_by_itself(disk, cli, api):
     log = (disk / "daemon.log").read_text()
     assert "Traceback" not in log
     assert log.count("cannot write the store") <= 1  # said once, not at every retry
+
+
+def test_a_nearly_full_disk_refuses_runs_and_its_queued_jobs_wait_for_room(disk, cli, api):
+    # Room left for the store, not for a job's run: `monkey run` is refused, writing
+    # nothing; the job queued before waits for disk, saying where and how much is free,
+    # and runs by itself once space returns (issue 46 item 4). None is failed for it.
+    gate = Path("gate").resolve()
+    running, queued = one_slot_two_jobs(disk, api, gate)
+    Path("train.py").write_text("print('a new blob to store')\n")
+    stored = sorted((disk / "blobs").rglob("*"))
+    # Filled with the core away: a write of its while the disk is at 0 bytes, before
+    # fill gives some back, would make it wait for 1 MiB free (see test_core_waits_...).
+    cli("daemon", "stop", check=True)
+    ballast = fill(disk, leave=256 << 10)
+
+    one_line_disk_full(cli("run", "--", "python3", "train.py"), disk)
+    assert sorted((disk / "blobs").rglob("*")) == stored
+    assert len(api.jobs()) == 2
+
+    cli("daemon", "start", check=True)
+    gate.touch()
+    assert running.wait(timeout=30) == State.SUCCEEDED
+    listing = wait_for(
+        lambda: "waiting for disk" in (p := cli("list", "jobs")).stdout and p,
+        what="the queued job to wait for disk",
+    )
+    row = next(line for line in listing.stdout.splitlines() if queued.juid in line)
+    assert "waiting for disk" in row, listing.stdout
+    assert f"local: waiting for disk: {disk}/runs has " in listing.stderr, listing.stderr
+    assert "bytes free; free some space there" in listing.stderr, listing.stderr
+    info = cli("info", queued.juid, check=True).stdout
+    assert f"queued; waiting for disk: {disk}/runs has " in info, info
+    assert queued.status == State.QUEUED and not queued.record.reason
+
+    ballast.unlink()  # nothing wakes the core: it must notice by itself
+    assert queued.wait(timeout=30) == State.SUCCEEDED
+    assert "waiting for disk" not in cli("list", "jobs").stdout + cli("info", queued.juid).stdout
+    assert (disk / "daemon.log").read_text().count("jobs wait: waiting for disk") == 1
+
+
+def test_a_start_that_runs_out_of_room_here_waits_for_it(disk, cli, api):
+    # The disk has room for the store but not for the queued job's copy of its code: the
+    # agent's start runs out of space. The job is not failed: it waits for disk, and runs
+    # once space returns.
+    (disk / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    gate, elsewhere = Path("gate").resolve(), Path("elsewhere").resolve()
+    elsewhere.mkdir()
+    running = api.run(
+        ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"], workdir=elsewhere
+    )
+    Path("weights.bin").write_bytes(os.urandom(3 << 19))  # 1.5 MB its start copies
+    queued = api.run(["true"])
+    wait_for(lambda: running.status == State.RUNNING, what="the first job to run")
+    ballast = fill(disk, leave=5 << 18)  # 1.25 MB: more than the store needs
+
+    gate.touch()
+    assert running.wait(timeout=30) == State.SUCCEEDED
+    info = wait_for(
+        lambda: "waiting for disk" in (out := cli("info", queued.juid).stdout) and out,
+        what="the queued job to wait for disk",
+    )
+    assert f"queued (never started); waiting for disk: {disk}/runs has " in info, info
+    assert "could not start" not in info and queued.status == State.QUEUED
+    assert not list((disk / "runs" / queued.juid).glob("*/work"))  # no half copy
+
+    ballast.unlink()
+    assert queued.wait(timeout=30) == State.SUCCEEDED
 
 
 def test_an_end_the_agent_cannot_record_is_recorded_once_there_is_room(disk, cli, api):

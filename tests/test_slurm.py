@@ -232,10 +232,35 @@ def test_a_job_slurm_requeues_resumes_from_its_checkpoint_as_the_next_attempt(
     saved = int(attempt_logs(cli, juid, 1).split("checkpointed at epoch ")[1].split()[0])
     log2 = attempt_logs(cli, juid, 2)
     assert log2.startswith(f"resumed from epoch {saved}\nepoch {saved + 1}\n"), log2
+    # Slurm's SIGTERM, and the batch shell's relay of it: the warning is logged once.
+    assert (home / "daemon.log").read_text().count("Slurm is ending the allocation") <= 1
     assert log2.endswith("epoch 12\ndone\n")
     # The requeued Slurm job was not left waiting: monkey made a new allocation instead.
     assert job["instance"].split("/")[1] != slurm_id
     wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+
+
+def test_an_admins_scancel_of_the_allocation_ends_the_job_once(
+    cli: Any, home: Path, cluster: SlurmLab
+) -> None:
+    # Not a preemption (issue 46 item 5): the job fails, saying why, and with --retries 0
+    # it is not queued again; Slurm's warning is logged once.
+    juid = run_job(cli, "sh", "-c", "echo started; exec sleep 300")
+    wait_for(lambda: cli("logs", juid).stdout == "started\n", timeout=60, what="the job to run")
+    slurm_id = info(cli, juid)["instance"].split("/")[1]
+    cluster.run("scancel", slurm_id)
+    wait_for(
+        lambda: info(cli, juid)["state"] not in ("queued", "dispatching", "running", "preempted"),
+        timeout=60,
+        what="the job to end",
+    )
+    job = info(cli, juid)
+    assert job["state"] == "failed", job
+    cancelled = "Slurm: the allocation was cancelled (scancel by its user or an admin)"
+    assert job["reason"].startswith(cancelled + "; "), job["reason"]
+    assert len(job["attempts_detail"]) == 1, job["attempts_detail"]
+    wait_for(lambda: not monkey_jobs(cluster), timeout=30, what="no allocation left")
+    assert (home / "daemon.log").read_text().count(cancelled) == 1
 
 
 def test_slurms_time_limit_signal_checkpoints_and_the_job_resumes(

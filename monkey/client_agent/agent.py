@@ -64,6 +64,7 @@ from monkey.client_agent.procs import (
 from monkey.client_agent.rundir import SIGNALLED, STARTED
 from monkey.client_agent.sandbox import INNER_CMDLINE, is_monitor
 from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
+from monkey.client_agent.slurm_end import log_size, slurm_ending
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
 from monkey.client_agent.wire import Wire
@@ -103,6 +104,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         idle_timeout: float,
         heartbeat: float,
         term_notice: float | None = None,
+        slurm_log: str | None = None,
     ) -> None:
         self.root = root
         self.reserve = 0  # bytes set aside in private/reserve (see --reserve)
@@ -110,6 +112,10 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         # with this many seconds before Slurm's SIGKILL; the agent stops once its jobs ended.
         self.term_notice = term_notice
         self.termed = False  # that SIGTERM came: its notice is handled before any exit
+        # The allocation's output file, where Slurm says why it ends it (see slurm_end),
+        # and its size when this agent started (what came before is an earlier run's).
+        self.slurm_log = slurm_log
+        self.slurm_log_from = log_size(slurm_log)
         self.socket_path = socket_path
         self.idle_timeout = idle_timeout
         self.heartbeat = heartbeat
@@ -188,14 +194,18 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         if self.term_notice is None or signum != signal.SIGTERM or not self.jobs:
             self.stopping = True
             return
+        if self.termed:  # Slurm's SIGTERM, and the batch shell's relay of it: one notice
+            return
         self.termed = True
+        detail, cancelled = slurm_ending(self.slurm_log, self.slurm_log_from)
         self.done.put(
             (
                 "notice",
                 {
                     "kind": "slurm",
                     "deadline": time.time() + self.term_notice,
-                    "detail": "Slurm is ending the allocation (requeue, preemption or time limit)",
+                    "detail": detail,
+                    **({"revoked": True} if cancelled else {}),
                 },
             )
         )
@@ -585,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)",
     )
+    parser.add_argument(
+        "--slurm-log",
+        metavar="PATH",
+        help="the allocation's output file, where Slurm says why it ends it (a cancel or not)",
+    )
     args = parser.parse_args(argv)
     # Run folders, blobs, logs and checkpoints are the user's alone; a job gets the umask of
     # whoever started the agent (the login's, passed on by the SSH relay), as without monkey.
@@ -603,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         args.idle_timeout,
         max(0.05, args.heartbeat),
         args.term_notice,
+        args.slurm_log,
     )
     agent.reserve = max(0, args.reserve)
     agent.serve()

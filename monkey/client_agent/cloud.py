@@ -189,8 +189,9 @@ class CloudSide(AgentState):
     def _on_notice(self, info: dict[str, Any]) -> None:
         """A notice: tell the core; on a spot interruption or a preemption stop every job
         (SIGTERM, SIGKILL after the grace, capped below the deadline), each to be
-        reported ``preempted`` once its checkpoint is uploaded. A rebalance recommendation
-        only uploads checkpoints now."""
+        reported ``preempted`` once its checkpoint is uploaded; a machine a person took
+        away (``revoked``: a Slurm allocation cancelled) stops them the same way, each to
+        be reported ``revoked``. A rebalance recommendation only uploads checkpoints now."""
         log(f"notice: {info['kind']}: {info['detail']}")
         push = encode({"push": "notice", **info})
         for conn in list(self.conns):
@@ -207,6 +208,12 @@ class CloudSide(AgentState):
             self._withdraw(p, "this instance is being preempted")
         grace = min(PREEMPT_GRACE, max(0.0, info["deadline"] - time.time() - PREEMPT_RESERVE))
         for job in list(self.jobs.values()):
+            if info.get("revoked"):  # a person ended the machine: stopped, not preempted
+                job.revoked = info["detail"]
+                job.signalled = signal.SIGTERM
+                self.kill_at[job.key] = time.monotonic() + grace
+                self._signal_session(job, signal.SIGTERM)
+                continue
             self._append(
                 job,
                 "preempt-notice",

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 TAIL_BUDGET = 64 << 20  # bytes one job may ship per tail pass (keeps the loop responsive)
+# exit.reason of a job stopped because a person took its machine away (a Slurm allocation
+# cancelled with scancel): an end of its own, not a preemption to resume from.
+REVOKED = "revoked"
 
 # An agent started with --reserve keeps that much space aside under its root
 # (private/reserve), given up when an event cannot be written for a full disk: a job that
@@ -318,6 +321,8 @@ class Events(AgentState):
             fields["reason"] = PREEMPTED
             if self.notice is not None:
                 fields["detail"] = self.notice["detail"]
+        elif job.revoked:
+            fields.update(reason=REVOKED, detail=job.revoked)
         return fields
 
     def _report_exit(self, job: Job, fields: dict[str, Any]) -> bool:

@@ -131,6 +131,16 @@ def job_env(run_dir: str, cgroup: str) -> dict[str, str]:
     return {"MONKEY_STARTED_FILE": os.path.join(run_dir, STARTED), "MONKEY_CGROUP": cgroup}
 
 
+def _not_spawned(run_dir: str, what: str, e: OSError) -> RequestError:
+    """The refusal of a start in RUN_DIR that failed (WHAT: how) with E. Out of space, its
+    copy of the code goes (nothing half-copied stays) and the refusal says "disk full at
+    RUN_DIR (N bytes free)": a core waits for room then, and fails no job for it."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return RequestError(f"{what}: {e}")
+    remove_tree(os.path.join(run_dir, WORK))
+    return RequestError(f"disk full at {run_dir} ({free_bytes(run_dir)} bytes free)")
+
+
 class Spawning(AgentState):
     """The ``start`` op of the ``Agent`` and everything until its job runs."""
 
@@ -195,12 +205,7 @@ class Spawning(AgentState):
                     monitor, req, run_dir, cwd, argv, env, datasets, placed, envs
                 )
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):  # nothing half-copied stays
-                remove_tree(work)
-                raise RequestError(
-                    f"disk full at {run_dir} ({free_bytes(run_dir)} bytes free)"
-                ) from None
-            raise RequestError(f"materialising {run_dir} failed: {e}") from None
+            raise _not_spawned(run_dir, f"materialising {run_dir} failed", e) from None
         results = self._results(req.get("results"), juid, attempt, run_dir, work)
         if results is not None:
             self._keep_results(run_dir, req["results"], work)
@@ -556,7 +561,10 @@ class Spawning(AgentState):
         the Python-level set-up of subprocess, which costs more than the spawn itself)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         prefix = os.path.join(run_dir, "")
-        out = os.open(prefix + STDOUT, flags, 0o600)
+        try:
+            out = os.open(prefix + STDOUT, flags, 0o600)
+        except OSError as e:
+            raise _not_spawned(run_dir, "cannot open its log", e) from None
         try:
             err = os.open(prefix + STDERR, flags, 0o600)
             try:
@@ -578,7 +586,7 @@ class Spawning(AgentState):
             finally:
                 os.close(err)
         except OSError as e:
-            raise RequestError(f"cannot spawn the job: {e}") from None
+            raise _not_spawned(run_dir, "cannot spawn the job", e) from None
         finally:
             os.close(out)
         pidfd = os.pidfd_open(pid)  # our unreaped child: cannot fail for a lack of it
@@ -607,7 +615,7 @@ class Spawning(AgentState):
             if env.get("MONKEY_CGROUP"):
                 self.cgroups.release(env["MONKEY_CGROUP"])
             os.close(pidfd)
-            raise RequestError(f"cannot record the job: {e}") from None
+            raise _not_spawned(run_dir, "cannot record the job", e) from None
         # The started event is its first (seq 1, nothing tailed): op_start refused a run dir
         # with events or a claim.
         job.gpus = [g for g in gpus.split(",") if g]

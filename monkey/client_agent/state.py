@@ -46,6 +46,7 @@ class Job:
         "gpus",
         "cgroup",
         "preempted",
+        "revoked",
         "order",
         "limit",
         "timed_out",
@@ -81,6 +82,7 @@ class Job:
         self.gpus: list[str] = []  # its CUDA_VISIBLE_DEVICES
         self.cgroup = ""  # its cgroup's folder, when the agent could make one
         self.preempted = False  # stopped by a spot/preemption notice
+        self.revoked = ""  # why its machine was taken away by a person (a Slurm scancel)
         self.order = (0, 0)  # stdout.log and stderr.log sizes at the last output.order mark
         # [seconds, deadline on the boot clock, grace] (time_limit): a step of the wall clock
         # (NTP, a VM resumed) moves no deadline.

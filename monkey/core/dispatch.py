@@ -30,6 +30,7 @@ from monkey.models import (
 )
 from monkey.snapshot.blobs import BlobDamaged
 from monkey.store.db import local_user
+from monkey.store.errors import DiskFull, is_no_space
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
     from monkey.config import Home, ProviderConfig
     from monkey.core.provisioning import Elastic
+    from monkey.core.room import Room
     from monkey.core.workers import Workers
     from monkey.drivers.agent_link import AgentLink
     from monkey.snapshot.blobs import BlobStore
@@ -90,6 +92,7 @@ class Dispatch:
     to_send: list[Callable[[], None]]
     passes: int
     doom_checked: float
+    room: Room
     quota_held = True  # jobs may carry a quota's reason (a new core clears stale ones)
 
     if TYPE_CHECKING:  # the core's own, called from here
@@ -165,8 +168,10 @@ class Dispatch:
             except MonkeyError as exc:
                 self._fail_queued(provider, str(exc), now)
                 continue
-            if not drv.elastic:
-                self._not_ready(provider, None)
+            if not drv.elastic:  # this machine's jobs also wait while its disk is full
+                self._not_ready(provider, self.room.wait() if drv.kind == "local" else None)
+                if self.not_ready[provider]:
+                    continue
             if usage is None:
                 usage = self.usage()
             if self.elastic.noticed:  # machines about to go take no new job
@@ -515,6 +520,8 @@ class Dispatch:
         if isinstance(exc, NotReady):
             self._never_started(att)
             return
+        if self._out_of_room(key, att, exc):
+            return
         failures = self.prepare_failures[att.juid] = self.prepare_failures.get(att.juid, 0) + 1
         if failures < _PREPARE_TRIES:
             self._never_started(att)
@@ -528,6 +535,18 @@ class Dispatch:
             signal=None,
             reason=f"cannot prepare its inputs on {key[1]}: {exc}",
         )
+
+    def _out_of_room(self, key: tuple[str, str], att: Attempt, exc: BaseException) -> bool:
+        """Whether ATT's start on KEY failed for want of space on this machine's disk (a
+        `local` provider's): then it never started, and the provider's jobs wait for room."""
+        drv = self.drivers.get(key[0])
+        if drv is None or drv.kind != "local":
+            return False
+        if not isinstance(exc, DiskFull) and not (isinstance(exc, OSError) and is_no_space(exc)):
+            return False
+        self._not_ready(key[0], self.room.ran_out())
+        self._never_started(att)
+        return True
 
     def _manifest(self, digest: str) -> list[Any]:
         files = self.manifests.get(digest)

@@ -103,6 +103,8 @@ def _failed(job: Job, event: dict[str, Any], facts: Facts) -> tuple[State, str]:
             f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached",
         )
     reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
+    if why == Ending.REVOKED:  # a person took its machine away: an end, not a preemption
+        return State.FAILED, f"{event.get('detail') or 'its machine was taken away'}; {reason}"
     disk = event.get("disk")
     if isinstance(disk, dict) and facts.remote:
         return (

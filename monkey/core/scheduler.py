@@ -21,6 +21,7 @@ from monkey.core.notifier import Notifier
 from monkey.core.outage import Outage
 from monkey.core.presence import Presence
 from monkey.core.provisioning import LIST_EVERY, Elastic
+from monkey.core.room import Room
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentGone, AgentLink
@@ -159,6 +160,7 @@ class Core(Links, Dispatch):
         self.ended_at: dict[tuple[str, str], tuple[float, float]] = {}
         self.pass_began = 0.0  # monotonic time of the last pass that handled events
         self.outage = Outage(home.core_status)
+        self.room = Room(home.runs)  # whether this machine's disk has room for local starts
         # What the next pass must look at: requests and providers.yml after a client's wake,
         # the queue after anything that can free capacity or add jobs (not after a job's
         # start or heartbeat). The health pass each second looks at everything anyway.
@@ -484,8 +486,15 @@ class Core(Links, Dispatch):
             return
         if manifest:  # the agent may not have kept it
             self.given.get(key, set()).discard(manifest)
-        if error.startswith("disk full at "):  # the agent's own words: say which machine
-            error = f"disk full on {key[1]} at {error[len('disk full at ') :]}"
+        if error.startswith("disk full at "):  # the agent's own words
+            drv = self.drivers.get(key[0])
+            if drv is not None and drv.kind == "local":  # this machine's: the job waits
+                att = self.store.get_attempt(juid, n)
+                self._not_ready(key[0], self.room.ran_out())
+                if att is not None and att.state == "live":
+                    self._never_started(att)
+                return
+            error = f"disk full on {key[1]} at {error[len('disk full at ') :]}"  # say where
         self.store.end_attempt(
             juid,
             n,

@@ -336,6 +336,7 @@ class SlurmDriver(Driver):
         lines.append("#SBATCH --requeue" if opts.get("requeue", True) else "#SBATCH --no-requeue")
         lines += [f"#SBATCH {arg}" for arg in opts.get("extra_args", [])]
         root = shlex.quote(str(self.workdir / "alloc"))
+        logs = shlex.quote(str(self.workdir / "logs"))  # the --output folder
         prefix, suffix = self._socket_parts()
         # The allocation's name: its job id, or for an array task ARRAYID_TASK.
         me = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
@@ -352,11 +353,13 @@ class SlurmDriver(Driver):
             'mkdir -p "$root"',
             '(umask 077 && mkdir -p "$(dirname "$sock")")  # private: maybe /tmp/monkey-UID',
             f"{python} -I -c {shlex.quote(_AGENT_BOOT)} {code} --root \"$root\" --socket \"$sock\" \\",
-            f"    --idle-timeout {idle} --heartbeat {beat} --term-notice {_KILL_WAIT} &",
+            f"    --idle-timeout {idle} --heartbeat {beat} --term-notice {_KILL_WAIT} \\",
+            f"    --slurm-log {logs}/{me}.out &  # where Slurm says why it ends the allocation",
             "agent=$!",
             f"# Slurm's warning {lead}s before the time limit, and its SIGTERM on a requeue or a",
             "# preemption: the agent's jobs get SIGTERM (checkpoint, then exit), as on a spot",
-            "# notice, and end `preempted`; monkey resumes them as their next attempt.",
+            "# notice, and end `preempted`; monkey resumes them as their next attempt. A",
+            "# scancel's SIGTERM stops them too, and they end `failed` (retried as a failure).",
             f"notice={shlex.quote(NOTICE)}",
             f"trap '{python} -I -c \"$notice\" \"$sock\" {lead} \"Slurm: time limit of allocation "
             f"{me[1:-1]} in {lead}s\"' {warn}",

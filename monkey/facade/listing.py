@@ -30,8 +30,9 @@ def job_listing(
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
     when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None), "waiting_on": queued
-    juid -> the jobs it still waits for}; only OWNER's jobs when given (a job a quota holds
-    back says why in its ``held``)."""
+    juid -> the jobs it still waits for, "provider_waits": provider -> why its queued jobs
+    wait for it (a disk without room, a provider not reachable)}; only OWNER's jobs when
+    given (a job a quota holds back says why in its ``held``)."""
     states = None if states is None else set(states)
     jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
     total = (
@@ -50,4 +51,9 @@ def job_listing(
         "owners": store.job_owners(juids) if owners else None,
         # queued jobs waiting for others: juid -> the jobs not yet as needed
         "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
+        "provider_waits": {
+            p: why
+            for p in sorted({j.provider for j in jobs if j.state == State.QUEUED})
+            if (why := store.provider_error(p))
+        },
     }

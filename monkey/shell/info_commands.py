@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from monkey.models import State, format_duration, run_time
+from monkey.models import DISK_WAIT, State, format_duration, run_time
 from monkey.shell.common import monkey, print_json
 from monkey.shell.listing_commands import CORE_MOVES, core_absent_line
 
@@ -30,6 +30,13 @@ def _waiting_for(info: dict[str, Any]) -> str:
     parts = [f"{_some(succeeds)} to succeed"] if succeeds else []
     parts += [f"{_some(ends)} to end"] if ends else []
     return f"; waiting for {' and '.join(parts)}" if parts else ""
+
+
+def _waiting(why: str | None) -> str:
+    """``info job``'s note on why a queued job's provider has no machine for it yet."""
+    if not why:
+        return ""
+    return f"; {why}" if why.startswith(DISK_WAIT) else f"; waiting: {why}"
 
 
 def _some(juids: list[str]) -> str:
@@ -76,7 +83,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             + _unreachable_note(info)
             + (f" ({info['reason']})" if info["reason"] else "")
             + (f" [{info['request']} requested]" if info["request"] else "")
-            + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")
+            + _waiting(info.get("waiting"))
             + _waiting_for(info),
         ),
         ("command", info["command"]),

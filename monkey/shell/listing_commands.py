@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from monkey.models import TERMINAL, State
+from monkey.models import DISK_WAIT, TERMINAL, State
 from monkey.shell.common import UsageError, monkey, print_json
 
 TYPE_CHECKING = False
@@ -55,6 +55,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
     waiting_on = listing.get("waiting_on") or {}
+    waits = listing.get("provider_waits") or {}  # why a provider's queued jobs wait for it
     now = time.time()
     if args.json:
         print_json(
@@ -66,6 +67,11 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                         **({"owner": owners.get(j.juid)} if owners else {}),
                         **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
                         **({"held": j.held} if j.held else {}),
+                        **(
+                            {"waiting": waits[j.provider]}
+                            if j.state == State.QUEUED and j.provider in waits
+                            else {}
+                        ),
                     }
                     for j in jobs
                 ],
@@ -89,6 +95,8 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
     rows, colours = [], []
     for j in jobs:
         shown = j.shown_state
+        if shown == State.QUEUED.value and waits.get(j.provider, "").startswith(DISK_WAIT):
+            shown = DISK_WAIT
         rank = f" ({j.priority:+d})" if j.priority and j.state in _FILTERS["queued"] else ""
         rows.append(
             [
@@ -115,6 +123,8 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         render(headers, rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
     if total > len(jobs):
         print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
+    for provider, why in waits.items():
+        print(f"{provider}: {why}", file=sys.stderr)
     return 0
 
 

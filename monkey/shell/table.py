@@ -25,6 +25,7 @@ STATE_COLOURS = {
     "unreachable": "1;33",  # running, its instance out of reach (not a state of its own)
     "waiting": "2;33",  # queued, waiting for other jobs (`run --after`)
     "over quota": "2;33",  # queued, held back by its owner's quota (`monkey server quota`)
+    "waiting for disk": "2;33",  # queued, this machine's disk too full to start it
 }
 
 

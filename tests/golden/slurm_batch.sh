@@ -23,11 +23,13 @@ sock=/shared/me/monkey/alloc/"$SLURM_JOB_ID"/agent.sock
 mkdir -p "$root"
 (umask 077 && mkdir -p "$(dirname "$sock")")  # private: maybe /tmp/monkey-UID
 python3 -I -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.agent import main; main()' /shared/me/monkey/agent/AGENT --root "$root" --socket "$sock" \
-    --idle-timeout 600 --heartbeat 5 --term-notice 30 &
+    --idle-timeout 600 --heartbeat 5 --term-notice 30 \
+    --slurm-log /shared/me/monkey/logs/"$SLURM_JOB_ID".out &  # where Slurm says why it ends the allocation
 agent=$!
 # Slurm's warning 120s before the time limit, and its SIGTERM on a requeue or a
 # preemption: the agent's jobs get SIGTERM (checkpoint, then exit), as on a spot
-# notice, and end `preempted`; monkey resumes them as their next attempt.
+# notice, and end `preempted`; monkey resumes them as their next attempt. A
+# scancel's SIGTERM stops them too, and they end `failed` (retried as a failure).
 notice='import json, socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(json.dumps({"id": 1, "op": "notice", "kind": "slurm", "lead": float(sys.argv[2]), "detail": sys.argv[3]}).encode() + b"\n"); s.recv(65536)'
 trap 'python3 -I -c "$notice" "$sock" 120 "Slurm: time limit of allocation $SLURM_JOB_ID in 120s"' USR1
 trap 'kill -TERM "$agent" 2>/dev/null' TERM
