@@ -153,8 +153,11 @@ def test_agent_and_core_killed_at_random(home, monkey, tmp_path):
     assert kills["agent"] > 0 and kills["core"] > 0 and clock.steps > 0
     assert early == [] and negative == []
     assert not stuck, [(j.juid, j.status) for j in stuck]
-    assert [(j.juid, j.status, runs.get(j.juid), [a.reason for a in j.attempts()])
-            for j in jobs if runs.get(j.juid) != 1] == []
+    assert [
+        (j.juid, j.status, runs.get(j.juid), [a.reason for a in j.attempts()])
+        for j in jobs
+        if runs.get(j.juid) != 1
+    ] == []
     assert [(j.juid, j.logs()) for j in jobs if j not in complete] == []
     assert [(j.juid, j.status) for j in jobs if j.status != State.SUCCEEDED] == []
     for job in jobs:
