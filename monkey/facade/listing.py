@@ -30,7 +30,8 @@ def job_listing(
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
     when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None), "waiting_on": queued
-    juid -> the jobs it still waits for}; only OWNER's jobs when given (a job a quota holds
+    juid -> the jobs it still waits for, "providers_down": provider -> why the queued jobs
+    listed for it cannot start there}; only OWNER's jobs when given (a job a quota holds
     back says why in its ``held``)."""
     states = None if states is None else set(states)
     jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
@@ -50,4 +51,9 @@ def job_listing(
         "owners": store.job_owners(juids) if owners else None,
         # queued jobs waiting for others: juid -> the jobs not yet as needed
         "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
+        "providers_down": {
+            p: error
+            for p in sorted({j.provider for j in jobs if j.state == State.QUEUED})
+            if (error := store.provider_error(p))
+        },
     }

@@ -71,6 +71,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                 ],
                 "core": {"running": absent is None, "since": absent or None},
                 "total": total,
+                "providers_down": listing.get("providers_down") or {},
             }
         )
         return 0
@@ -115,6 +116,8 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         render(headers, rows, colours=colours, flex=8, shrink={1: 8, 3: 8}, drop=(4, 7, 3))
     if total > len(jobs):
         print(f"{len(jobs)} of {total:,} jobs; --all or --limit N", file=sys.stderr)
+    for provider, error in (listing.get("providers_down") or {}).items():  # why jobs wait
+        print(f"{provider}: {error}", file=sys.stderr)
     return 0
 
 
