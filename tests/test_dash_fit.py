@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_tui import drive, screen_text, until
+from test_tui import drive, row_text, screen_text, until
 from test_tui_charts import NOW
 
 from monkey.api import Monkey
@@ -68,3 +68,31 @@ def test_every_ticked_series_has_a_visible_panel(home, monkey, size):
         assert ("more panels below" in text) is not fits
 
     drive(app, body, size)
+
+
+def test_sweep_runs_show_the_args_that_differ_and_metrics_take_their_width(home, monkey):
+    base = ["python", "train.py", "--data", "/datasets/imagenet-subset/train", "--epochs", "30"]
+    runs = {
+        l2: logged_run(
+            monkey,
+            [*base, "--l2", l2, "--seed", "1"],
+            series=("train/cross_entropy", "val/top1_accuracy", "val/top5_accuracy"),
+        )
+        for l2 in ("0", "0.01")
+    }
+    template = monkey.run(["true"], start_core=False, name="plain").juid
+    with monkey.store.tx():
+        sid = monkey.store.create_sweep("l2-search", {"command": base}, state="finished", now=NOW)
+    monkey.store.db.execute("UPDATE jobs SET sweep = ? WHERE juid IN (?, ?)", (sid, *runs.values()))
+    app = DashApp(home, clock=lambda: NOW)
+
+    async def body(pilot) -> None:
+        await until(pilot, lambda: app.table.row_count == 5, "the jobs")
+        await until(pilot, lambda: "0.01" in row_text(app, runs["0.01"]), "the l2 of a run")
+        for l2, juid in runs.items():
+            line = row_text(app, juid)
+            assert line.endswith(f"--l2 {l2} --seed 1"), line  # what tells it apart
+            assert "train/cross_entropy" in line  # its metrics, cut to the column
+        assert row_text(app, template).endswith(" true")
+
+    drive(app, body, (160, 45))

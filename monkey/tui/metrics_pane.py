@@ -283,6 +283,8 @@ class MetricsPane(Horizontal):
 
     def _show_hint(self) -> None:
         """Name the panels that do not fit in view (those above, those below)."""
+        if not self.is_attached or not self.query("#chart-hint"):
+            return  # the pane went (its job screen closed) before this turn came
         box = self.query_one("#charts", VerticalScroll)
         metrics = list(self.drawn)
         top, bottom = box.scroll_y, box.scroll_y + box.size.height
