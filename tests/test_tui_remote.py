@@ -130,6 +130,7 @@ def test_remote_dash_shows_owners_and_disables_what_one_may_not_do_to_a_colleagu
         await pilot.press("enter")  # its own screen: the same
         assert isinstance(app.screen, JobScreen)
         assert offered(app) == {"cancel": False, "pause": False, "resume": False, "retry": False}
+        await until(pilot, lambda: refusal in screen_text(app), "the note on the job's screen")
         await pilot.press("c")
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("escape")
