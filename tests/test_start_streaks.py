@@ -45,3 +45,15 @@ def test_a_provider_whose_agent_cannot_start_is_flagged_and_backs_off(cli, home,
     wait_for(lambda: "succeeded" in info(), 60, what="the job to run")
     assert "cannot start" not in cli("list", "providers").stdout
     assert cli("list", "jobs").stderr == ""
+
+
+def test_an_edit_of_a_flagged_providers_entry_is_tried_at_once(cli, home, monkeypatch):
+    monkeypatch.setenv("MONKEY_START_BACKOFF", "3600")  # no try again before an hour
+    lock = home / "private" / "agent.lock"
+    lock.mkdir(parents=True)
+    juid = cli("run", "--", "echo", "hi", check=True).stdout.strip()
+    wait_for(lambda: "5 starts in a row" in cli("list", "providers").stdout, 60, what="flag")
+    lock.rmdir()
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 3}\n")
+    wait_for(lambda: "succeeded" in cli("info", juid).stdout, 60, what="the job to run")
+    assert "cannot start" not in cli("list", "providers").stdout

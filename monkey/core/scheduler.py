@@ -336,6 +336,9 @@ class Core(Links, Dispatch):
                 for key in [k for k in self.links if k[0] == name]:
                     self.drop_link(key)
                 self.drivers.pop(name).close()
+        for name in set(providers) | set(self.providers):  # an edit is tried again at once
+            if providers.get(name) != self.providers.get(name) and self.start_streaks.forget(name):
+                self._not_ready(name, None)
         self.providers = providers
         self.changed()
         log.info("providers.yml reloaded: %s", ", ".join(sorted(providers)))

@@ -54,6 +54,10 @@ class StartStreaks:
         streak = self._streaks.pop(provider, None)
         return streak is not None and streak.flags > 0
 
+    def forget(self, provider: str) -> bool:
+        """PROVIDER's entry changed: a fresh start, at once; whether it had been flagged."""
+        return self.started(provider)
+
     def flagged(self, provider: str) -> bool:
         streak = self._streaks.get(provider)
         return streak is not None and streak.flags > 0
