@@ -190,6 +190,7 @@ class DashApp(App[None]):
         self.table = JobsTable(id="jobs-table")
         self.status = StatusBar(id="status")
         self.instances = InstancesPane(id="instances-pane")
+        self.note = Static("", id="steer-note")  # why the current job's actions are disabled
 
     def compose(self) -> ComposeResult:
         yield self.status
@@ -198,7 +199,7 @@ class DashApp(App[None]):
                 yield self.table
             with TabPane("Instances", id="instances"):
                 yield self.instances
-        yield Static("", id="steer-note")  # why the current job's actions are disabled
+        yield self.note
         yield Input(
             placeholder="filter: words, state:running,failed provider:P sweep:S "
             "(Enter applies, Esc closes)",
@@ -476,7 +477,6 @@ class DashApp(App[None]):
         if isinstance(self.screen, JobScreen):
             return
         theirs = [j for j in self.table.targets() if j in self.refused]
-        note = self.query_one("#steer-note", Static)
         text = (
             ""
             if not theirs
@@ -487,8 +487,8 @@ class DashApp(App[None]):
         )
         if self._note != text:
             self._note = text
-            note.update(Text(text))
-            note.display = bool(text)
+            self.note.update(Text(text))
+            self.note.display = bool(text)
 
     # -- opening, filtering -------------------------------------------------------------
 
