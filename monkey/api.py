@@ -483,6 +483,10 @@ class Monkey:
 
         return dict(job_costs(self.store.db, juids, time.time() if now is None else now))
 
+    def job_owners(self, juids: list[str]) -> dict[str, str | None]:
+        """juid -> who submitted it (None: not recorded), for the jobs of JUIDS (full ids)."""
+        return self.store.job_owners(juids)
+
     def persisted(self, ref: str) -> list[tuple[str, Path]]:
         """The job's last saved persisted folders (job.yml `persist`) as (path, saved copy)."""
         from monkey.client_agent import rundir

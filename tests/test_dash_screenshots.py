@@ -38,8 +38,9 @@ def test_screenshots_script_writes_the_readme_svgs(tmp_path):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
     jobs = svg_text(out / "dash-jobs.svg")
-    for name in ("lr-depth-1", "lr-depth-12", "eval", "prepare", "export", "val/loss"):
+    for name in ("lr-depth-1", "lr-depth-12", "eval", "prepare", "export", "train/loss"):
         assert name in jobs, name
+    assert "… --lr 0.001 --layers 2" in jobs  # a sweep's runs: the args that differ
     assert "running" in jobs and "failed" in jobs and "queued" in jobs
 
     problems = svg_text(out / "dash-problems.svg")

@@ -60,6 +60,13 @@ def screen_text(app: DashApp) -> str:
     return html.unescape(" ".join(re.findall(r">([^<>]+)</text>", svg))).replace("\xa0", " ")
 
 
+def row_text(app: DashApp, juid: str) -> str:
+    """The line the jobs table draws for JUID, as on screen."""
+    table = app.table
+    y = table.order.index(juid) - table.scroll_offset.y + 1
+    return "".join(segment.text for segment in table.render_line(y)).rstrip()
+
+
 def cell(app: DashApp, juid: str, column: str) -> str:
     return str(app.table.cell(juid, column))
 

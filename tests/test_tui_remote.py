@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
-from test_tui import cell, drive, screen_text, shown, until
+from test_tui import cell, drive, offered, row_text, screen_text, shown, until
 from test_tui_charts import NOW, drawn, fill_sweep, overlaid_metrics
 from test_tui_charts import drive as charts_drive
 
@@ -95,7 +95,7 @@ def test_remote_dash_shows_the_main_nodes_jobs_live_and_follows_a_log(node, tmp_
     no_job_data(node)
 
 
-def test_remote_dash_cancels_ones_own_job_and_refuses_a_colleagues_in_one_line(node):
+def test_remote_dash_shows_owners_and_disables_what_one_may_not_do_to_a_colleagues_job(node):
     theirs = node.server("run", "--", "sleep", "600").stdout.strip()
     admin = json.loads(node.server("server", "user", "list", "--json").stdout)[0]["name"]
     node.add_remote(node.add_user("bob"), name="bob")
@@ -104,7 +104,10 @@ def test_remote_dash_cancels_ones_own_job_and_refuses_a_colleagues_in_one_line(n
     mine = submitted.stdout.strip().splitlines()[-1]
     remote = RemoteMonkey("bob")
     app = DashApp(remote)
-    refusal = f"job {theirs} belongs to {admin}; only its owner or an admin may cancel it"
+    refusal = (
+        f"job {theirs} belongs to {admin}; only its owner or an admin may cancel, pause, "
+        "resume or retry it"
+    )
 
     async def body(pilot) -> None:
         await until(pilot, lambda: shown(app) == [mine, theirs], "both jobs")
@@ -114,14 +117,23 @@ def test_remote_dash_cancels_ones_own_job_and_refuses_a_colleagues_in_one_line(n
             "both running",
             60,
         )
-        await pilot.press("down", "c")
-        assert isinstance(app.screen, ConfirmScreen) and theirs in app.screen.question
-        await pilot.press("y")
-        await until(
-            pilot,
-            lambda: any(str(n.message) == refusal for n in app._notifications),
-            "the refusal, in one line",
-        )
+        assert cell(app, mine, "owner") == "bob" and cell(app, theirs, "owner") == admin
+        assert f" {admin} " in row_text(app, theirs) and " bob " in row_text(app, mine)
+        assert "OWNER" in screen_text(app)
+        assert offered(app) == {"cancel": True, "pause": True, "resume": False, "retry": False}
+        assert refusal not in screen_text(app)
+        await pilot.press("down")  # the colleague's job: its keys disabled, the note says why
+        assert offered(app) == {"cancel": False, "pause": False, "resume": False, "retry": False}
+        assert refusal in screen_text(app)
+        await pilot.press("c")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("enter")  # its own screen: the same
+        assert isinstance(app.screen, JobScreen)
+        assert offered(app) == {"cancel": False, "pause": False, "resume": False, "retry": False}
+        await until(pilot, lambda: refusal in screen_text(app), "the note on the job's screen")
+        await pilot.press("c")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
         assert state_on_server(node, theirs) == "running"
         await pilot.press("up", "c", "y")
         await until(pilot, lambda: cell(app, mine, "state") == "cancelled", "mine cancelled")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 from monkey.core.placement import Placement, Usage, fair_order, memory_needed, place, slots_needed
 from monkey.core.quota import QuotaPass
+from monkey.core.start_streaks import StartStreaks
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import Capacity, Driver, NotReady, start_isolation
 from monkey.environments import start_fields
@@ -93,6 +94,8 @@ class Dispatch:
     passes: int
     doom_checked: float
     room: Room
+    start_streaks: StartStreaks  # per provider: starts in a row that came to nothing
+    start_links: set[tuple[str, str]]  # instances a start waits to be linked to
     quota_held = True  # jobs may carry a quota's reason (a new core clears stale ones)
 
     if TYPE_CHECKING:  # the core's own, called from here
@@ -101,7 +104,7 @@ class Dispatch:
         def connect(self, key: tuple[str, str]) -> None: ...
         def drop_link(self, key: tuple[str, str]) -> None: ...
         def needs_on_demand(self, job: Job) -> bool: ...
-        def _never_started(self, att: Attempt) -> None: ...
+        def _never_started(self, att: Attempt, why: str | None = ...) -> None: ...
         def changed(self) -> None: ...
 
     def usage(self) -> dict[str, Usage]:
@@ -157,7 +160,11 @@ class Dispatch:
             self.store.release(None)
         self.quota_held = bool(quotas)
         for provider in self.providers:
-            if provider in self.full or not self.store.has_ready(provider, now):
+            if (
+                provider in self.full
+                or not self.store.has_ready(provider, now)
+                or self.start_streaks.resting(provider)  # flagged: its jobs wait, saying why
+            ):
                 continue
             try:
                 drv = self.driver(provider)
@@ -169,9 +176,12 @@ class Dispatch:
                 self._fail_queued(provider, str(exc), now)
                 continue
             if not drv.elastic:  # this machine's jobs also wait while its disk is full
-                self._not_ready(provider, self.room.wait() if drv.kind == "local" else None)
-                if self.not_ready[provider]:
+                room = self.room.wait() if drv.kind == "local" else None
+                if room is not None:
+                    self._not_ready(provider, room)
                     continue
+                if not self.start_streaks.flagged(provider):  # a flag keeps its reason
+                    self._not_ready(provider, None)
             if usage is None:
                 usage = self.usage()
             if self.elastic.noticed:  # machines about to go take no new job
@@ -339,6 +349,18 @@ class Dispatch:
             log.warning("%s: jobs wait: %s", provider, why)
         self.store.set_provider_error(provider, why)
 
+    def came_to_nothing(self, provider: str, why: str) -> None:
+        """A start of PROVIDER's job came to nothing (see ``StartStreaks``): past a few in a
+        row, the provider is flagged, saying why, and rests before the next try."""
+        flag = self.start_streaks.failed(provider, why)
+        if flag is not None:
+            self._not_ready(provider, flag)
+
+    def started_on(self, provider: str) -> None:
+        """A job started on PROVIDER: its streak of starts that came to nothing ends."""
+        if self.start_streaks.started(provider):
+            self._not_ready(provider, None)
+
     def _fail_queued(self, provider: str, why: str, now: float) -> None:
         for job in self.store.ready_jobs(now, limit=100, provider=provider):
             att = self.store.begin_attempt(job, provider, "")
@@ -363,6 +385,7 @@ class Dispatch:
         # Linked first: a connect syncs the attempts live there, and this one must not be
         # among them before the agent has been asked to start it.
         if key not in self.links:
+            self.start_links.add(key)  # a connect that fails counts as a start that failed
             self.connect(key)
             return
         if time.monotonic() < self.retry_at.get(key, 0):
@@ -468,7 +491,7 @@ class Dispatch:
             return
         if link is None or job.request:
             # Not asked: nothing ran. A cancel or pause takes effect; else it is queued again.
-            self._never_started(att)
+            self._never_started(att, f"the link to {key[1]} dropped before its start was sent")
             return
         spec["env"]["MONKEY_CHECKPOINT_DIR"] = checkpoint
 
@@ -518,13 +541,13 @@ class Dispatch:
             return
         self.retry_at[key] = time.monotonic() + 1.0
         if isinstance(exc, NotReady):
-            self._never_started(att)
+            self._never_started(att, f"{key[1]} is not ready: {exc}")
             return
         if self._out_of_room(key, att, exc):
             return
         failures = self.prepare_failures[att.juid] = self.prepare_failures.get(att.juid, 0) + 1
         if failures < _PREPARE_TRIES:
-            self._never_started(att)
+            self._never_started(att, f"cannot prepare its inputs: {exc}")
             return
         self.prepare_failures.pop(att.juid, None)
         self.store.end_attempt(

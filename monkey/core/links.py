@@ -55,16 +55,18 @@ class Links:
     started_at: float
     elapsed: Elapsed
     shifted: bool
+    start_links: set[tuple[str, str]]
 
     if TYPE_CHECKING:  # the core's own, called from here
 
         def driver(self, provider: str) -> Driver: ...
         def _forget_given(self, key: tuple[str, str]) -> None: ...
-        def _never_started(self, att: Attempt) -> None: ...
+        def _never_started(self, att: Attempt, why: str | None = ...) -> None: ...
         def _handle_pushes(self, key: tuple[str, str], pushes: list[dict[str, Any]]) -> None: ...
         def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None: ...
         def _fail_queued(self, provider: str, why: str, now: float) -> None: ...
         def _follow(self, key: tuple[str, str], attempts: list[tuple[str, int]]) -> None: ...
+        def came_to_nothing(self, provider: str, why: str) -> None: ...
 
     def connect(self, key: tuple[str, str]) -> None:
         """Link to the instance's agent, off the loop: the driver connects (starting the
@@ -125,6 +127,7 @@ class Links:
             link.close()  # linked meanwhile, or the provider is gone
             return
         self.links[key] = link
+        self.start_links.discard(key)
         self.linked_at[key] = self.contact[key] = time.monotonic()
         self.retry_at.pop(key, None)
         self.link_errors.pop(key, None)
@@ -145,7 +148,7 @@ class Links:
         for status in reply.get("attempts", []):
             synced = by_id.get((status["juid"], status["attempt"]))
             if synced is not None and status["status"] == "unknown":
-                self._never_started(synced)
+                self._never_started(synced, f"the agent of {key[1]} does not know it")
             elif (status["juid"], status["attempt"]) in self.adrift[key] and status[
                 "status"
             ] == "unknown":
@@ -214,6 +217,9 @@ class Links:
                 "cannot reach the agent of %s: %s", key[1], why, exc_info=None if expected else exc
             )
         self.retry_at[key] = time.monotonic() + 1.0
+        if key in self.start_links:  # a job waits to start there
+            self.start_links.discard(key)
+            self.came_to_nothing(key[0], f"cannot reach the agent of {key[1]}: {why}")
 
     def drop_link(self, key: tuple[str, str]) -> None:
         link = self.links.pop(key, None)

@@ -22,6 +22,7 @@ from monkey.core.outage import Outage
 from monkey.core.presence import Presence
 from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.room import Room
+from monkey.core.start_streaks import StartStreaks
 from monkey.core.workers import Workers
 from monkey.drivers import get_driver, load_providers
 from monkey.drivers.agent_link import AgentGone, AgentLink
@@ -139,6 +140,8 @@ class Core(Links, Dispatch):
         self.releasing: set[tuple[str, str]] = set()
         self.finishing: set[tuple[str, int]] = set()  # attempts whose results are coming
         self.prepare_failures: dict[str, int] = {}  # per job: starts failed in a row
+        self.start_streaks = StartStreaks()  # per provider: starts in a row that came to nothing
+        self.start_links: set[tuple[str, str]] = set()  # instances a start waits to link to
         # Per fixed provider: why it cannot be reached or trusted yet, as recorded (None:
         # it can; absent: not known since this core started, a stale record is cleared).
         self.not_ready: dict[str, str | None] = {}
@@ -349,6 +352,9 @@ class Core(Links, Dispatch):
                 for key in [k for k in self.links if k[0] == name]:
                     self.drop_link(key)
                 self.drivers.pop(name).close()
+        for name in set(providers) | set(self.providers):  # an edit is tried again at once
+            if providers.get(name) != self.providers.get(name) and self.start_streaks.forget(name):
+                self._not_ready(name, None)
         self.providers = providers
         self.changed()
         log.info("providers.yml reloaded: %s", ", ".join(sorted(providers)))
@@ -400,6 +406,7 @@ class Core(Links, Dispatch):
                 ingest.on_metrics(self.store, juid, n, offset, event)
             elif kind == "started":
                 self.store.attempt_started(juid, n, event.get("pid", 0), event["ts"])
+                self.started_on(key[0])
             elif kind == "preempt-notice":
                 self.store.add_event(
                     juid,
@@ -461,7 +468,9 @@ class Core(Links, Dispatch):
         if reply.get("withdrawn"):  # held for a slot that stayed taken, or signalled: nothing ran
             att = self.store.get_attempt(juid, n)
             if att is not None and att.state == "live":
-                self._never_started(att)
+                # a slot taken by a job running there is no fault of the provider's
+                taken = any(a.pid and a.juid != juid for a in self.store.live_attempts(key[1]))
+                self._never_started(att, None if taken else f"withdrawn by its agent: {error}")
             return
         if "damaged blob" in error:  # the agent removed its copy there: send a good one
             log.warning("%s: %s", key[1], error)
@@ -662,7 +671,9 @@ class Core(Links, Dispatch):
         """Whether the instance KEY is a spot/preemptible machine of an elastic provider."""
         return any(r["id"] == key[1] and r["spot"] for r in self.store.instances(key[0], live=True))
 
-    def _never_started(self, att: Attempt) -> None:
+    def _never_started(self, att: Attempt, why: str | None = "never started") -> None:
+        """The attempt never ran. Unless a cancel or pause was asked, its start counts as
+        one that came to nothing because of WHY (None: not the provider's doing)."""
         job = self.store.get_job(att.juid)
         if job is None:
             return
@@ -675,6 +686,10 @@ class Core(Links, Dispatch):
             self.store.end_attempt(
                 att.juid, att.n, final=final, exit_code=None, signal=None, reason="never started"
             )
+            if final == State.QUEUED and why is not None:
+                self.came_to_nothing(
+                    job.provider, f"{att.juid} attempt {att.n} on {att.instance}: {why}"
+                )
         else:
             self.on_exit(
                 (job.provider, att.instance),

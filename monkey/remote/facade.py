@@ -320,6 +320,9 @@ class RemoteMonkey:
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
         return self.client.call("costs", juids, now)
 
+    def job_owners(self, juids: list[str]) -> dict[str, str | None]:
+        return self.client.call("job_owners", juids)
+
     def live_attempts(self) -> list[dict[str, Any]]:
         return self.client.call("live_attempts")
 
@@ -465,8 +468,10 @@ class RemoteMonkey:
     def provider_configs(self) -> dict[str, list[Any]]:
         return self.client.call("provider_configs")
 
-    def dashboard_state(self, now: float | None = None) -> dict[str, Any]:
-        return self.client.call("dashboard_state", now)
+    def dashboard_state(
+        self, now: float | None = None, owners_of: list[str] | None = None
+    ) -> dict[str, Any]:
+        return self.client.call("dashboard_state", now, owners_of)
 
     def web_link(self, page: str = "/web/jobs") -> str:
         return self.client.call("web_link", page)

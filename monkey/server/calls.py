@@ -22,13 +22,10 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, kwargs: dict[str, Any
         raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if access is Access.JOB:
         juid = m.resolve(kwargs["ref"])
-        owner = m.store.job_owners([juid]).get(juid)
-        if owner != user["name"] and not user["admin"]:
-            verb = "change the priority of" if method == "set_priority" else method
-            raise Forbidden(
-                f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner "
-                f"or an admin may {verb} it"
-            )
+        verb = "change the priority of" if method == "set_priority" else method
+        why = refusal(user, juid, m.store.job_owners([juid]).get(juid), verb)
+        if why:
+            raise Forbidden(why)
         kwargs = {**kwargs, "ref": juid}
     elif access is Access.SWEEP:
         _check_sweep(m, user, kwargs["ref"], kwargs.get("action", "act on"))
@@ -64,6 +61,20 @@ def _gathered_only(method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+STEER = "cancel, pause, resume or retry"  # what the owner of a job may do to it
+
+
+def refusal(user: dict[str, Any], juid: str, owner: str | None, verb: str) -> str | None:
+    """Why USER may not VERB job JUID, which OWNER submitted (None: they may): only its
+    owner or an admin may steer a job."""
+    if user["admin"] or owner == user["name"]:
+        return None
+    return (
+        f"job {juid} belongs to {owner or 'nobody recorded'}; only its owner or an admin "
+        f"may {verb} it"
+    )
+
+
 def _check_sweep(m: Monkey, user: dict[str, Any], ref: str, doing: str) -> None:
     """Forbidden unless USER is an admin or owns every job of the sweep REF names."""
     if user["admin"]:
@@ -86,11 +97,9 @@ def _own_jobs(m: Monkey, user: dict[str, Any], method: str, refs: list[str]) -> 
     if not user["admin"]:
         owners = m.store.job_owners(juids)
         for juid in juids:
-            if owners.get(juid) != user["name"]:
-                raise Forbidden(
-                    f"job {juid} belongs to {owners.get(juid) or 'nobody recorded'}; only its "
-                    f"owner or an admin may {method} it"
-                )
+            why = refusal(user, juid, owners.get(juid), method)
+            if why:
+                raise Forbidden(why)
     return juids
 
 
@@ -124,10 +133,15 @@ def provider_configs(m: Monkey, user: dict[str, Any] | None = None) -> dict[str,
     return {name: [cfg.type, _redacted(cfg.options)] for name, cfg in m.providers.items()}
 
 
-def dashboard_state(m: Monkey, user: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+def dashboard_state(
+    m: Monkey, user: dict[str, Any], now: float | None = None, owners_of: list[str] | None = None
+) -> dict[str, Any]:
     """What the dashboard reads at each poll besides the jobs, in one answer: the providers
     (or the problem reading them), the core's pid, live attempts, recorded instances and
-    the instances monkey created (see monkey.tui.app)."""
+    the instances monkey created (see monkey.tui.app); who the caller is, and of the jobs
+    OWNERS_OF lists, their owners and why the caller may not steer those of others."""
+    owners = m.store.job_owners(owners_of) if owners_of else {}
+    steer = {j: why for j, o in owners.items() if (why := refusal(user, j, o, STEER))}
     try:
         providers, problem = provider_configs(m), None
     except MonkeyError as exc:  # the rest is still worth showing
@@ -139,6 +153,9 @@ def dashboard_state(m: Monkey, user: dict[str, Any], now: float | None = None) -
         "live": m.live_attempts(),
         "instances": m.instances(),
         "created": m.monkey_instances(now) if providers else [],
+        "me": user["name"],
+        "owners": owners,
+        "refused": steer,
     }
 
 

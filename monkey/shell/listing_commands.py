@@ -77,6 +77,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                 ],
                 "core": {"running": absent is None, "since": absent or None},
                 "total": total,
+                "providers_down": waits,
             }
         )
         return 0

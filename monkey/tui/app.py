@@ -20,7 +20,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Input, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from monkey import version
 from monkey.api import LIVE, Home, JobRecord, MonkeyError, State
@@ -33,6 +33,7 @@ from monkey.tui.format import (
     legal,
     metrics_text,
     row_cells,
+    shared_head,
 )
 from monkey.tui.help_screen import HelpScreen
 from monkey.tui.instances_pane import InstancesPane
@@ -84,9 +85,13 @@ class DataLoaded(Message):
         problem: str | None,
         created: list[dict[str, Any]],
         partial: bool = False,
+        refused: dict[str, str] | None = None,
+        owners_shown: bool = False,
     ) -> None:
         super().__init__()
         self.partial = partial  # more of this poll follows (the first screen at start)
+        self.refused = refused or {}  # newly read: jobs the viewer may not steer, and why
+        self.owners_shown = owners_shown  # whether the OWNER column is worth drawing
         self.created = created  # the cloud instances monkey created, with their cost
         self.jobs = jobs
         self.cells = cells
@@ -170,6 +175,13 @@ class DashApp(App[None]):
         self._since_at = 0.0  # when the newest change was first seen
         self._seen: dict[str, JobRecord] = {}
         self._sent_metrics: dict[str, Text] = {}
+        self._sweeps: dict[str, set[str]] = {}  # sweep -> its jobs seen
+        self._heads: dict[str, int] = {}  # sweep -> the command words its runs share
+        self._owners: dict[str, str | None] = {}  # juid -> who submitted it (poll worker's)
+        self._others = False  # some job is not the viewer's: the OWNER column is drawn
+        self._me: str | None = None  # the viewer, on this machine
+        self.refused: dict[str, str] = {}  # juid -> why the viewer may not steer it
+        self._note = ""  # the line that says why, as shown
         self._last_full = 0.0
         version.code_digest()  # the code this dashboard runs, to notice a reinstall against
         self.crash: str | None = None  # the one line of an unexpected error (see crash.py)
@@ -178,6 +190,7 @@ class DashApp(App[None]):
         self.table = JobsTable(id="jobs-table")
         self.status = StatusBar(id="status")
         self.instances = InstancesPane(id="instances-pane")
+        self.note = Static("", id="steer-note")  # why the current job's actions are disabled
 
     def compose(self) -> ComposeResult:
         yield self.status
@@ -186,6 +199,7 @@ class DashApp(App[None]):
                 yield self.table
             with TabPane("Instances", id="instances"):
                 yield self.instances
+        yield self.note
         yield Input(
             placeholder="filter: words, state:running,failed provider:P sweep:S "
             "(Enter applies, Esc closes)",
@@ -276,17 +290,24 @@ class DashApp(App[None]):
         changed = [j for j in jobs if seen.get(j.juid) != j]
         for job in changed:
             seen[job.juid] = job
+        changed += self._sweeps_reshown(changed)
+        new = [j.juid for j in changed if j.juid not in self._owners]
         if first is None:
             newest = max((j.updated_at for j in jobs), default=0.0)
             if self._since is None or newest > self._since:
                 self._since_at = real_now
             self._since = max(self._since or 0.0, newest) or real_now
-        problem, state = None, None
+        problem, state, refused = None, None, {}
         if self.shared.remote:  # what a local poll reads one by one, in one round trip
-            state = self.shared("dashboard_state", self.clock())
+            state = self.shared("dashboard_state", self.clock(), new or None)
             providers = {name: (kind, opts) for name, (kind, opts) in state["providers"].items()}
             problem = state["problem"]
+            # who submitted the new jobs, and those the main node refuses this viewer
+            owners, refused, me = state["owners"], state["refused"], state["me"]
+            self._others = True  # a main node's jobs: whose each is matters
         else:
+            owners = self.shared("job_owners", new) if new else {}
+            me = self._me = self._me or self.shared("acting_user")
             try:
                 providers = {
                     name: (cfg.type, dict(cfg.options))
@@ -294,13 +315,26 @@ class DashApp(App[None]):
                 }
             except MonkeyError as exc:  # the jobs are still worth showing
                 providers, problem = {}, str(exc)
+        for juid in new:
+            owner = self._owners[juid] = owners.get(juid)
+            self._others = self._others or owner not in (None, me)
         now = self.clock()
         # Metrics change without a change of the job's record while it runs, and its last
         # batch may land just after it ended: read them for live and recently changed jobs.
         watch = {j for j, job in seen.items() if job.state in LIVE}
         watch.update(j.juid for j in (changed if full else jobs))
         last = self.shared("latest_metrics", sorted(watch))
-        cells = {job.juid: row_cells(job, now, last.get(job.juid)) for job in changed}
+        heads = self._heads
+        cells = {
+            job.juid: row_cells(
+                job,
+                now,
+                last.get(job.juid),
+                heads.get(job.sweep or "", 0),
+                self._owners.get(job.juid),
+            )
+            for job in changed
+        }
         sent = self._sent_metrics
         metrics = {}
         for juid in watch:
@@ -334,8 +368,28 @@ class DashApp(App[None]):
                 problem,
                 state["created"],
                 partial=first is not None,
+                refused=refused,
+                owners_shown=self._others,
             )
         )
+
+    def _sweeps_reshown(self, changed: list[JobRecord]) -> list[JobRecord]:
+        """The jobs, besides CHANGED, whose command cell changes because the words their
+        sweep's runs share changed (a run came): the table shows what tells runs apart."""
+        seen, touched = self._seen, set()
+        for job in changed:
+            if job.sweep and job.juid not in self._sweeps.setdefault(job.sweep, set()):
+                self._sweeps[job.sweep].add(job.juid)
+                touched.add(job.sweep)
+        again: list[JobRecord] = []
+        fresh = {job.juid for job in changed}
+        for sweep in touched:
+            members = self._sweeps[sweep]
+            head = shared_head([seen[j].argv for j in sorted(members)])
+            if head != self._heads.get(sweep, 0):
+                self._heads[sweep] = head
+                again += [seen[j] for j in members if j not in fresh]
+        return again
 
     @on(PollFailed)
     def _on_poll_failed(self, message: PollFailed) -> None:
@@ -366,6 +420,8 @@ class DashApp(App[None]):
             )
         self.core_pid = message.core_pid
         self.providers = message.providers
+        self.refused.update(message.refused)
+        self.table.show_column("owner", message.owners_shown)
         self.table.load(message.jobs, message.cells, message.widths, message.now, message.values)
         self.table.show_metrics(message.metrics, message.values)
         shown = (message.providers, message.instances, message.live, message.created)
@@ -400,18 +456,39 @@ class DashApp(App[None]):
         self._offer_legal_actions()
 
     def _legal_actions(self) -> frozenset[str]:
-        """Control actions that apply to at least one of the targets."""
-        if isinstance(self.screen, JobScreen):
-            return frozenset(CONTROLS)  # the job screen's state is read there; the API judges
-        records = [self.table.records[j] for j in self.table.targets() if j in self.table.records]
+        """Control actions that apply to at least one of the targets the viewer may steer
+        (a main node's refusals: ``refused``)."""
+        if isinstance(self.screen, JobScreen):  # its state is read there; the API judges
+            return frozenset() if self.screen.juid in self.refused else frozenset(CONTROLS)
+        records = [
+            self.table.records[j]
+            for j in self.table.targets()
+            if j in self.table.records and j not in self.refused
+        ]
         return frozenset(a for a in CONTROLS if any(legal(a, r) for r in records))
 
     def _offer_legal_actions(self) -> None:
-        """Re-draw the footer's keys when the set of legal actions changed."""
+        """Re-draw the footer's keys when the set of legal actions changed, and say in one
+        line why they are disabled when the targets are others' jobs."""
         offered = self._legal_actions()
         if offered != self._offered:
             self._offered = offered
             self.refresh_bindings()
+        if isinstance(self.screen, JobScreen):
+            return
+        theirs = [j for j in self.table.targets() if j in self.refused]
+        text = (
+            ""
+            if not theirs
+            else self.refused[theirs[0]]
+            if len(theirs) == 1
+            else f"{len(theirs)} of the marked jobs are others'; only their owner or an admin "
+            "may cancel, pause, resume or retry them"
+        )
+        if self._note != text:
+            self._note = text
+            self.note.update(Text(text))
+            self.note.display = bool(text)
 
     # -- opening, filtering -------------------------------------------------------------
 
@@ -516,13 +593,11 @@ class DashApp(App[None]):
             "clear",
         ):
             return False
-        if (
-            action == "control"
-            and parameters
-            and parameters[0] not in self._offered
-            and not isinstance(self.screen, JobScreen)
-        ):
-            return None  # shown disabled: no pause on a failed job
+        if action == "control" and parameters:
+            if isinstance(self.screen, JobScreen):  # shown disabled: another user's job
+                return None if self.screen.juid in self.refused else True
+            if parameters[0] not in self._offered:
+                return None  # shown disabled: no pause on a failed job, nothing of others'
         return True
 
     # -- changing jobs ------------------------------------------------------------------
@@ -536,6 +611,11 @@ class DashApp(App[None]):
         juids = self.targets()
         if not juids:
             self.notify("no job selected", severity="warning")
+            return
+        theirs = [j for j in juids if j in self.refused]
+        juids = [j for j in juids if j not in self.refused]
+        if theirs and not juids:  # from the command palette: the keys are disabled
+            self.notify(self.refused[theirs[0]], severity="warning")
             return
         if not isinstance(self.screen, JobScreen):
             records = self.table.records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ COLUMNS = {
     "mark": " ",
     "job": "JOB",
     "name": "NAME",
+    "owner": "OWNER",  # drawn when the jobs have owners besides the viewer (a main node)
     "state": "STATE",
     "where": "WHERE",
     "tries": "TRIES",
@@ -120,17 +122,44 @@ def metrics_text(values: dict[str, float | None] | None, most: int = 3) -> Text:
     return Text("  ".join(f"{k} {'nan' if v is None else f'{v:.4g}'}" for k, v in shown))
 
 
+def shared_head(argvs: list[list[str]]) -> int:
+    """How many leading words every one of ARGVS (a sweep's runs) shares, less the flag of
+    the first value that differs (``--l2`` of ``--l2 0`` and ``--l2 0.01``); 0 for one."""
+    if len(argvs) < 2:
+        return 0
+    first, shortest = argvs[0], min(len(a) for a in argvs)
+    head = 0
+    while head < shortest and all(a[head] == first[head] for a in argvs):
+        head += 1
+    if head and first[head - 1].startswith("-") and any(len(a) > head for a in argvs):
+        head -= 1
+    return head
+
+
+def command_text(argv: list[str], head: int = 0) -> str:
+    """The command as the table shows it: past the HEAD words its sweep's runs share (an
+    ellipsis in their place, so what tells runs apart comes first), at most 60 cells."""
+    command = shlex.join(argv) if not 0 < head < len(argv) else "… " + shlex.join(argv[head:])
+    return command if len(command) <= 60 else command[:57] + "..."
+
+
 def row_cells(
-    job: JobRecord, now: float, metrics: dict[str, float | None] | None = None
+    job: JobRecord,
+    now: float,
+    metrics: dict[str, float | None] | None = None,
+    head: int = 0,
+    owner: str | None = None,
 ) -> dict[str, Text | str]:
     """The table cells of one job, by column key. Cells that cannot hold markup (the job
     id, which keys the sort, tries, runtime) are strings; the rest are rich Texts, so that
-    names and commands are never read as markup."""
-    command = job.command if len(job.command) <= 60 else job.command[:57] + "..."
+    names and commands are never read as markup. HEAD: the leading words of the command
+    that its sweep's runs share (``shared_head``), left out; OWNER: who submitted it."""
+    command = command_text(job.argv, head)
     return {
         "mark": NO_MARK,
         "job": job.juid,
         "name": Text(job.name),
+        "owner": Text(owner or ""),
         "state": Text(
             job.shown_state
             + ("*" if job.request else "")

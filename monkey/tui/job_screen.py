@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -67,6 +68,7 @@ class JobScreen(Screen[None]):
                 yield LogPane(self.shared, self.juid, id="log-pane")
             with TabPane("Metrics", id="metrics"):
                 yield MetricsPane(self.shared, [self.juid, *self.overlay], id="metrics-pane")
+        yield Static("", id="steer-note")  # why its actions are disabled: another's job
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -93,6 +95,11 @@ class JobScreen(Screen[None]):
             f"job [b]{info['job']}[/b] · {info['name']} · [{style}]{info['state']}[/] · {where}"
         )
         self.query_one(JobDetail).show(info, self.clock())
+        why = getattr(self.app, "refused", {}).get(self.juid)  # the dashboard's, from its poll
+        note = self.query_one("#steer-note", Static)
+        if why and not note.display:
+            note.update(Text(why))
+            note.display = True
 
     def action_back(self) -> None:
         self.dismiss(None)

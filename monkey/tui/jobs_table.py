@@ -75,6 +75,11 @@ class JobsTable(VirtualTable):
         self.problems = 0  # jobs the problems view puts first
 
     def on_mount(self) -> None:
+        # Too wide for the terminal: LAST METRICS gives way first (its first series stay
+        # readable), then NAME and SWEEP, so that COMMAND's differing args stay in view.
+        self.narrowest = {"metrics": 28, "name": 16, "sweep": 12}
+        self.last_fits = 32  # COMMAND: a sweep's differing args (its shared words elided)
+        self.hidden = {"owner"}  # drawn once jobs have owners besides the viewer
         self.set_columns(COLUMNS)
 
     # -- data ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import SelectionList, Static
 from textual.worker import get_current_worker
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 POLL = 2.0  # seconds between reads of the selected series
 MAX_POINTS = 400  # points drawn per series; longer series are thinned evenly
+PANEL_ROWS = 9  # the least height of a metric's panel: past what fits, the panels scroll
 SMOOTHING = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95)  # EMA weights `[` and `]` step through
 
 Series = list[tuple[int | None, float, float]]
@@ -38,7 +39,9 @@ Series = list[tuple[int | None, float, float]]
 
 class MetricsPane(Horizontal):
     """Series names and the legend on the left (space toggles a series), the charts of the
-    chosen ones on the right, with the current x axis, smoothing and y scale above them."""
+    chosen ones on the right, one panel each, with the current x axis, smoothing and y scale
+    above them. Panels share the height down to PANEL_ROWS rows each; past that they scroll,
+    and a line above them names the panels below the fold."""
 
     BINDINGS = [
         Binding("right_square_bracket", "smooth(1)", "Smooth more"),
@@ -95,9 +98,11 @@ class MetricsPane(Horizontal):
             yield Static("", id="legend")
         with Vertical(id="chart-side"):
             yield Static(self.settings(), id="chart-settings")
-            yield PlotextPlot(id="chart")
+            yield Static("", id="chart-hint")
+            yield VerticalScroll(PlotextPlot(classes="panel"), id="charts")
 
     def on_mount(self) -> None:
+        self.watch(self.query_one("#charts"), "scroll_y", self._show_hint, init=False)
         self._read()
 
     def settings(self) -> str:
@@ -226,28 +231,78 @@ class MetricsPane(Horizontal):
             return
         self.shown, self._shown_style = stamp, now
         style.epochs = self.epochs
-        chart = self.query_one("#chart", PlotextPlot)
-        plt = chart.plt
-        plt.clear_data()
-        plt.clear_figure()
         metrics = sorted({name for _, name in points})
+        charts = self._panels(len(metrics))
         self.drawn, self.ticks = {}, {}
-        if len(metrics) > 1:
-            plt.subplots(len(metrics), 1)
-        for row, metric in enumerate(metrics, start=1):
-            if len(metrics) > 1:
-                plt.subplot(row, 1)
+        for chart, metric in zip(charts, metrics):
+            plt = chart.plt
+            plt.clear_data()
+            plt.clear_figure()
             lines = {j: points[(j, metric)] for j in self.juids if (j, metric) in points}
             data = {j: xy for j, xy in plot_points(lines, style).items() if xy[0]}
             self.drawn[metric] = {j: _thin(xs, ys) for j, (xs, _, ys) in data.items()}
             self._panel(plt, metric, data)
+            chart.refresh()
         if not points:
+            plt = charts[0].plt
+            plt.clear_data()
+            plt.clear_figure()
             plt.title(
                 "no metrics yet: log them with monkey.log(name, value, step=...)"
                 if not self.names
                 else "choose series with space"
             )
-        chart.refresh()
+            charts[0].refresh()
+        self.call_after_refresh(self._show_hint)
+
+    def _panels(self, n: int) -> list[PlotextPlot]:
+        """N panels (at least one), each of the height the pane shares out (PANEL_ROWS at
+        least)."""
+        box = self.query_one("#charts", VerticalScroll)
+        charts = list(box.query(PlotextPlot))
+        if len(charts) < max(1, n):
+            more = [PlotextPlot(classes="panel") for _ in range(max(1, n) - len(charts))]
+            box.mount_all(more)
+            charts += more
+        for extra in charts[max(1, n) :]:
+            extra.remove()
+        charts = charts[: max(1, n)]
+        self._size_panels(charts)
+        return charts
+
+    def _size_panels(self, charts: list[PlotextPlot] | None = None) -> None:
+        box = self.query_one("#charts", VerticalScroll)
+        charts = list(box.query(PlotextPlot)) if charts is None else charts
+        height = max(PANEL_ROWS, box.size.height // max(1, len(charts)))
+        for chart in charts:
+            chart.styles.height = height
+
+    def on_resize(self) -> None:
+        self._size_panels()
+        self.call_after_refresh(self._show_hint)
+
+    def _show_hint(self) -> None:
+        """Name the panels that do not fit in view (those above, those below)."""
+        if not self.is_attached or not self.query("#chart-hint"):
+            return  # the pane went (its job screen closed) before this turn came
+        box = self.query_one("#charts", VerticalScroll)
+        metrics = list(self.drawn)
+        top, bottom = box.scroll_y, box.scroll_y + box.size.height
+        charts = list(box.query(PlotextPlot))[: len(metrics)]
+        above = [m for m, c in zip(metrics, charts) if c.virtual_region.y < top]
+        below = [m for m, c in zip(metrics, charts) if c.virtual_region.bottom > bottom]
+        parts = []
+        if above:
+            parts.append(f"↑ {len(above)} above: {', '.join(above)}")
+        if below:
+            parts.append(
+                f"↓ {len(below)} more panel{'s' if len(below) > 1 else ''} below: "
+                f"{', '.join(below)}"
+            )
+        hint = self.query_one("#chart-hint", Static)
+        hint.display = bool(parts)
+        if parts:
+            hint.update(escape("  ·  ".join(parts) + " (scroll)"))
 
     def _panel(
         self, plt: Any, metric: str, data: dict[str, tuple[list[float], list[float], list[float]]]

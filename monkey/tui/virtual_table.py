@@ -30,7 +30,9 @@ class VirtualTable(ScrollView, can_focus=True):
 
     Each cell is a `str` or a one-style `Text` (its spans are not drawn). Column widths
     only grow, from the widths the owner measures (`update_rows`), so a row never has
-    to be measured on the UI thread.
+    to be measured on the UI thread. When the rows are wider than the table, the columns
+    named in ``narrowest`` give up width, in that order, down to their narrowest (their cells
+    cut with `…`), until the last column has ``last_fits`` cells in view (0: all of it).
     """
 
     COMPONENT_CLASSES = {"virtual-table--header", "virtual-table--cursor"}
@@ -95,7 +97,12 @@ class VirtualTable(ScrollView, can_focus=True):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.columns: dict[str, str] = {}
-        self.widths: list[int] = []
+        self.widths: list[int] = []  # what each column's widest cell takes
+        self.shown_widths: list[int] = []  # as drawn: fitted to the table (see ``narrowest``)
+        self.narrowest: dict[str, int] = {}  # column -> its narrowest width, in giving order
+        self.hidden: set[str] = set()  # columns not drawn (``show_column``)
+        self.last_fits = 0  # the width of the last column that ``narrowest`` makes room for
+        self._drawn: list[int] = []  # the indexes of the columns drawn
         self.order: list[str] = []
         self._index: dict[str, int] = {}
         self._cells: dict[str, tuple[Cell, ...]] = {}
@@ -175,9 +182,42 @@ class VirtualTable(ScrollView, can_focus=True):
 
     # -- drawing ------------------------------------------------------------------------
 
+    def show_column(self, column: str, shown: bool = True) -> None:
+        """Draw COLUMN, or leave it out (its cells are kept)."""
+        if (column not in self.hidden) != shown:
+            (self.hidden.discard if shown else self.hidden.add)(column)
+            self._strips.clear()
+            self._resize()
+            self.refresh()
+
     def _resize(self) -> None:
-        width = sum(self.widths) + 2 * PAD * len(self.widths)
+        self._fit()
+        width = sum(self.shown_widths[i] + 2 * PAD for i in self._drawn)
         self.virtual_size = Size(width, len(self.order) + 1)
+
+    def _fit(self) -> None:
+        """The widths to draw: the columns' own, the ``narrowest`` columns narrowed as far as
+        the table's width needs (and allows)."""
+        keys = list(self.columns)
+        drawn = [i for i, k in enumerate(keys) if k not in self.hidden]
+        widths = list(self.widths)
+        excess = sum(widths[i] + 2 * PAD for i in drawn) - self.size.width
+        if drawn and self.last_fits:  # the last column may run off the edge past that
+            excess -= max(0, widths[drawn[-1]] - self.last_fits)
+        for column, least in self.narrowest.items():
+            if excess <= 0 or column not in keys:
+                break
+            i = keys.index(column)
+            give = min(excess, max(0, widths[i] - least))
+            widths[i] -= give
+            excess -= give
+        if widths != self.shown_widths or drawn != self._drawn:
+            self.shown_widths, self._drawn = widths, drawn
+            self._strips.clear()
+            self.refresh()
+
+    def on_resize(self) -> None:
+        self._resize()
 
     def _style(self, spec: str | Style) -> Style:
         if isinstance(spec, Style):
@@ -189,15 +229,17 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _row_strip(self, cells: Sequence[Cell], base: Style) -> Strip:
         segments = []
-        for cell, width in zip(cells, self.widths):
+        widths = self.shown_widths
+        for i in self._drawn:
+            cell, width = cells[i], widths[i]
             if isinstance(cell, Text):
                 text, style = cell.plain, base + self._style(cell.style)
             else:
                 text, style = cell, base
             if len(text) > width:
-                text = text[:width]
+                text = text[: width - 1] + "…" if width > 1 else text[:width]
             segments.append(Segment(" " * PAD + text.ljust(width) + " " * PAD, style))
-        return Strip(segments, sum(self.widths) + 2 * PAD * len(self.widths))
+        return Strip(segments, sum(widths[i] + 2 * PAD for i in self._drawn))
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -264,7 +306,9 @@ class VirtualTable(ScrollView, can_focus=True):
         x, y = event.x + self.scroll_offset.x, event.y
         if y == 0:
             edge = 0
-            for column, width in zip(self.columns, self.widths):
+            keys = list(self.columns)
+            for i in self._drawn:
+                column, width = keys[i], self.shown_widths[i]
                 edge += width + 2 * PAD
                 if x < edge:
                     self.post_message(self.HeaderClicked(self, column))
