@@ -104,6 +104,7 @@ class Api(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
         outputs: str | Sequence[str] = ...,
         retries: int = ...,
         datasets: str | Sequence[str] = ...,
@@ -503,6 +504,7 @@ class Wire(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
         retries: int = ...,
     ) -> str: ...
 

@@ -197,14 +197,17 @@ class Submitter:
         memory: str | None = None,
         host: str | None = None,
         time: str | int | None = None,
+        image: str | None = None,
         gathered: dict[str, Any] | None = None,
         **local: Any,
     ) -> Submission:
         """Check the options and store the code, data and environment the jobs of one
         submission share (done once for a whole sweep). GATHERED: what a client gathered
         on its own machine and sent with its blobs (see ``gather`` and ``accept``), instead
-        of LOCAL's folders and files of this machine (see ``gather``)."""
+        of LOCAL's folders and files of this machine (see ``gather``). IMAGE: the OCI image
+        the jobs run in (over the job.yml's `image:`), pinned here to its digest."""
         resources = self.resources(provider, cpus, gpus, memory, host, time)
+        pinned = self.pin_image(image) if image else None  # refused before the code is stored
         if gathered is None:
             options = driver_class(self.providers[provider].type).job_options
             sub = self.gather(provider, options, **local)
@@ -220,7 +223,29 @@ class Submitter:
             if retries:
                 sub.fields["retries"] = check_retries(retries)
         sub.fields["resources"] = resources
+        written = sub.fields.pop("image", None)  # the job.yml's
+        if pinned is None and written:
+            pinned = self.pin_image(written)
+        if pinned is not None:
+            spec = sub.fields.get("spec") or {}
+            if spec.get("env_type", "none") != "none" or spec.get("install_script"):
+                raise MonkeyError(
+                    f"image {pinned['ref']}: a job.yml set-up (run.env_type, "
+                    "run.install_script) cannot run inside an image yet; install what the "
+                    "job needs in the image, or run without the image"
+                )
+            sub.fields["image"] = pinned
+            # in an image, the image's PATH, PYTHONPATH... apply, not this machine's (those
+            # the user named with --env or job.yml stay)
+            machine = captured_env()
+            sub.fields["env"] = {k: v for k, v in sub.fields["env"].items() if machine.get(k) != v}
         return sub
+
+    def pin_image(self, text: str) -> dict[str, str]:
+        """The image TEXT names, pinned to its digest (see ``monkey.images.resolve``)."""
+        from monkey.images import resolve
+
+        return resolve(self.home, text)
 
     def gather(
         self,
@@ -337,6 +362,7 @@ class Submitter:
                 "spec": spec_record,
                 "outputs": outputs,
                 "packages": packages[0],
+                **({"image": js.image} if js is not None and js.image else {}),
             },
             secrets=secret_env,
         )

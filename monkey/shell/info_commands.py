@@ -99,6 +99,11 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             "time limit",
             f"{format_duration(res['time'])} per attempt" if res.get("time") else "none",
         ),
+        *(
+            [("image", f"{info['image']['ref']} @ {info['image']['digest']}")]
+            if info.get("image")
+            else []
+        ),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),
         *(

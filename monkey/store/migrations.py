@@ -436,6 +436,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX blob_uploads_digest ON blob_uploads(digest);
         """,
     ),
+    (
+        "0025_job_images",
+        # Issue 44: the OCI image a job runs in, pinned at submission: {"ref", "digest"}.
+        """
+        CREATE TABLE job_images(juid TEXT PRIMARY KEY, image TEXT NOT NULL) WITHOUT ROWID;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,131 @@
+"""Jobs in OCI images (issue 44), with monkey's own unprivileged runner (skopeo, umoci and
+bubblewrap) on the local provider, against a real registry on 127.0.0.1 with TLS and a
+login (tests/registry.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import registry
+from conftest import wait_for
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory):
+    """A registry with lab/tiny:1 (says "one") and lab/tiny:2 (says "two")."""
+    reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
+    try:
+        reg.digests = {  # type: ignore[attr-defined]
+            tag: reg.push(f"lab/tiny:{tag}", {"/etc/said": f"{word}\n"})
+            for tag, word in (("1", "one"), ("2", "two"))
+        }
+        yield reg
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def login(cli, reg) -> None:
+    done = cli("registry", "login", reg.host, "--username", registry.USER, "--password-stdin",
+               "--ca-file", str(reg.ca), input=registry.PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"logged in to {reg.host} as {registry.USER}" in done.stdout
+
+
+def ended(monkey, juid: str, timeout: float = 60):
+    from monkey.models import TERMINAL
+
+    return wait_for(
+        lambda: (j := monkey.job(juid).record).state in TERMINAL and j,
+        timeout,
+        what=f"{juid} to end",
+    )
+
+
+def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
+    cli, monkey, reg, home
+):
+    login(cli, reg)
+    listed = cli("registry", "list").stdout
+    assert reg.host in listed and registry.USER in listed and "yes" in listed  # the CA kept
+    assert oct((home / "secrets" / "registries.json").stat().st_mode & 0o777) == "0o600"
+    Path("secret.txt").write_text("only outside\n")
+    ref = f"{reg.host}/lab/tiny:1"
+    juid = cli("run", "--image", ref, "--env", "MINE=kept", "--", "sh", "-c",
+               "cat /etc/said; echo $IMAGE_SAYS $MINE; ls /usr 2>&1 | head -1; "
+               f"cat secret.txt; id -u; test -e {home}/monkey.db && echo home-visible; "
+               "echo $PYTHONPATH; echo ${MONKEY_HOME:-unset}").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    out = cli("logs", juid).stdout
+    assert job.state.value == "succeeded", out + cli("logs", juid, "--setup").stdout
+    lines = out.splitlines()
+    assert lines[0] == "one"  # the image's file, not this machine's
+    assert lines[1] == "hello kept"  # the image's Env and the job's own variable
+    assert "No such file" in lines[2]  # this machine's /usr is not there
+    assert lines[3] == "only outside"  # its code, at the same path
+    assert "home-visible" not in out  # MONKEY_HOME of the worker is not in the image
+    assert lines[-2].endswith("/python") and ":" not in lines[-2]  # monkey's in-job package
+    assert lines[-1] == "unset"  # nothing of the worker's environment
+    info = cli("info", juid).stdout
+    assert f"image        {ref} @ {reg.digests['1']}\n" in info
+    assert registry.PASSWORD not in info and "auth" not in json.dumps(monkey.job(juid).record.env)
+    assert not list(home.rglob("pull-auth.json"))  # the pull's login is gone with the pull
+
+    # the tag moves; a rerun runs the first digest, a new run the new one
+    reg.push("lab/tiny:1", {"/etc/said": "moved\n"})
+    again = cli("rerun", juid).stdout.split()[0]
+    fresh = cli("run", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, again).state.value == "succeeded"
+    assert ended(monkey, fresh).state.value == "succeeded"
+    assert cli("logs", again).stdout.splitlines()[0] == "one"
+    assert cli("logs", fresh).stdout == "moved\n"
+    assert f"@ {reg.digests['1']}\n" in cli("info", again).stdout
+
+
+def test_image_problems_are_one_line_at_submission_and_nothing_is_recorded(cli, reg, monkey):
+    ref = f"{reg.host}/lab/tiny:1"
+    untrusted = cli("run", "--image", ref, "--", "true")
+    assert untrusted.returncode == 1
+    assert f"registry {reg.host}'s certificate is not trusted" in untrusted.stderr
+    assert f"monkey registry login {reg.host} --ca-file" in untrusted.stderr
+    wrong = cli("registry", "login", reg.host, "--username", registry.USER,
+                "--password-stdin", "--ca-file", str(reg.ca), input="wrong\n")  # fmt: skip
+    assert wrong.returncode == 1 and "unauthorized" in wrong.stderr
+    assert registry.USER not in cli("registry", "list").stdout
+    login(cli, reg)
+    missing = cli("run", "--image", f"{reg.host}/lab/nothing:1", "--", "true")
+    assert missing.returncode == 1
+    assert missing.stderr.strip().endswith(
+        f"not found in registry {reg.host}; check its name and tag"
+    )
+    bad = cli("run", "--image", "Not A Ref", "--", "true")
+    assert (
+        bad.returncode != 0 and "image reference" in bad.stderr or "repository name" in bad.stderr
+    )
+    assert monkey.jobs() == []
+    assert cli("registry", "logout", reg.host).returncode == 0
+    denied = cli("run", "--image", ref, "--", "true")
+    assert denied.returncode == 1  # the CA went with the logout: untrusted again
+    assert monkey.jobs() == []
+
+
+def test_a_command_missing_from_the_image_never_started_and_a_second_job_pulls_nothing(
+    cli, monkey, reg, home
+):
+    login(cli, reg)
+    ref = f"{reg.host}/lab/tiny:2"
+    juid = cli("run", "--image", ref, "--", "python3", "-c", "pass").stdout.strip()
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 127
+    assert (
+        "command not found in the image: python3"
+        in cli("logs", juid).stdout + cli("logs", juid, "--stderr").stdout
+    )
+    first_pull = cli("logs", juid, "--setup").stdout
+    assert f"image {ref} @ {reg.digests['2']}: pulled " in first_pull
+    second = cli("run", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, second).state.value == "succeeded"
+    assert cli("logs", second).stdout == "two\n"
+    assert "on this worker already (0 bytes pulled)" in cli("logs", second, "--setup").stdout
