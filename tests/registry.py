@@ -22,9 +22,12 @@ class Registry:
     ca: Path
     root: Path
 
-    def push(self, name: str, files: dict[str, str], cmd: str = "/bin/sh") -> str:
-        """Build an image of busybox plus FILES (path in the image: text) and push it as
-        HOST/NAME (NAME has its tag); returns the pushed manifest's digest."""
+    def push(
+        self, name: str, files: dict[str, str], cmd: str = "/bin/sh", python: bool = False
+    ) -> str:
+        """Build an image of busybox plus FILES (path in the image: text), with PYTHON this
+        machine's Debian python3 (its binary, standard library and libraries), and push it
+        as HOST/NAME (NAME has its tag); returns the pushed manifest's digest."""
         work = self.root / "build" / name.replace("/", "_").replace(":", "_")
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -35,6 +38,8 @@ class Registry:
         for tool in ("sh", "echo", "cat", "id", "ls", "sleep", "env", "pwd", "true", "touch"):
             (rootfs / "bin" / tool).symlink_to("busybox")
         (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+        if python:
+            _add_python(rootfs)
         for path, text in files.items():
             (rootfs / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
             (rootfs / path.lstrip("/")).write_text(text)
@@ -47,12 +52,33 @@ class Registry:
         shutil.copytree(rootfs, work / "bundle" / "rootfs", symlinks=True)
         run("umoci", "repack", "--image", f"{layout}:img", f"{work}/bundle")
         run("umoci", "config", "--image", f"{layout}:img", "--config.cmd", cmd,
-            "--config.env", "PATH=/bin", "--config.env", "IMAGE_SAYS=hello")  # fmt: skip
+            "--config.env", "PATH=/usr/bin:/bin", "--config.env", "IMAGE_SAYS=hello")  # fmt: skip
         digest = work / "digest"
         run("skopeo", "copy", "--dest-cert-dir", str(self.ca.parent),
             "--dest-creds", f"{USER}:{PASSWORD}", "--digestfile", str(digest),
             f"oci:{layout}:img", f"docker://{self.host}/{name}")  # fmt: skip
         return digest.read_text().strip()
+
+
+def _add_python(rootfs: Path) -> None:
+    """Debian's python3 of this machine into ROOTFS, with the libraries it links."""
+    exe = Path("/usr/bin/python3.11")
+    (rootfs / "usr/bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(exe, rootfs / "usr/bin/python3")
+    skip = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "dist-packages", "turtledemo",
+            "__pycache__", "config-3.11-x86_64-linux-gnu", "pydoc_data"}  # fmt: skip
+    shutil.copytree(
+        "/usr/lib/python3.11",
+        rootfs / "usr/lib/python3.11",
+        ignore=lambda _d, names: [n for n in names if n in skip],
+    )
+    linked = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, check=True)
+    for line in linked.stdout.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            dest = rootfs / path.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, dest)
 
 
 def free_port() -> int:
@@ -98,3 +124,46 @@ def start(root: Path) -> tuple[Registry, subprocess.Popen]:
                 raise RuntimeError((root / "registry.log").read_text()) from None
             time.sleep(0.05)
     return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), proc
+
+
+def push_layers(reg: Registry, name: str, layers: list[bytes]) -> str:
+    """Push an image made of LAYERS (uncompressed tar files, as given: nothing checks or
+    cleans them) as HOST/NAME; its digest."""
+    import hashlib
+    import json
+
+    layout = reg.root / "build" / f"raw-{name.replace('/', '_').replace(':', '_')}"
+    shutil.rmtree(layout, ignore_errors=True)
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+
+    def blob(data: bytes, media: str) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return {"mediaType": media, "digest": f"sha256:{digest}", "size": len(data)}
+
+    diff_ids = [f"sha256:{hashlib.sha256(layer).hexdigest()}" for layer in layers]
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "Cmd": ["/bin/sh"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+        "layers": [blob(layer, "application/vnd.oci.image.layer.v1.tar") for layer in layers],
+    }
+    entry = blob(json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    entry["annotations"] = {"org.opencontainers.image.ref.name": "img"}
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    digest = layout / "digest"
+    subprocess.run(
+        ["skopeo", "copy", "--dest-cert-dir", str(reg.ca.parent),
+         "--dest-creds", f"{USER}:{PASSWORD}", "--digestfile", str(digest),
+         f"oci:{layout}:img", f"docker://{reg.host}/{name}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return digest.read_text().strip()

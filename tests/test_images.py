@@ -21,6 +21,7 @@ def reg(tmp_path_factory):
             tag: reg.push(f"lab/tiny:{tag}", {"/etc/said": f"{word}\n"})
             for tag, word in (("1", "one"), ("2", "two"))
         }
+        reg.push("lab/py:1", {"/etc/said": "python inside\n"}, python=True)
         yield reg
     finally:
         proc.kill()
@@ -129,3 +130,111 @@ def test_a_command_missing_from_the_image_never_started_and_a_second_job_pulls_n
     assert ended(monkey, second).state.value == "succeeded"
     assert cli("logs", second).stdout == "two\n"
     assert "on this worker already (0 bytes pulled)" in cli("logs", second, "--setup").stdout
+
+
+TRAIN = """\
+import os, sys, monkey
+attempt = int(os.environ["MONKEY_ATTEMPT"])
+state = monkey.checkpoint_dir() / "state"
+seen = state.read_text() if state.exists() else "none"
+state.write_text(f"saved by {attempt}")
+monkey.log({"acc": 0.25 * attempt}, step=attempt)
+print("attempt", attempt, "found", seen, "python", sys.version.split()[0], open("/etc/said").read().strip())
+sys.exit(3 if attempt == 1 else 0)
+"""
+
+
+def test_monkey_log_and_checkpoints_work_inside_an_image_across_attempts(cli, monkey, reg):
+    login(cli, reg)
+    Path("train.py").write_text(TRAIN)
+    juid = cli("run", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--",
+               "python3", "train.py").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid, timeout=120)
+    out = cli("logs", juid).stdout
+    assert job.state.value == "succeeded", out + cli("logs", juid, "--setup").stdout
+    assert "attempt 1 found none python 3.11" in out and "python inside" in out
+    assert "attempt 2 found saved by 1" in out  # the checkpoint folder, bound in the image
+    assert [value for _step, value, _t in monkey.metrics(juid)["acc"]] == [0.25, 0.5]
+
+
+def test_cancel_stops_every_process_of_a_job_inside_its_image(cli, monkey, reg):
+    login(cli, reg)
+    marker = "4217"  # a sleep no other test runs
+    juid = cli("run", "--image", f"{reg.host}/lab/tiny:2", "--", "sh", "-c",
+               f"sleep {marker} & sleep {marker} & echo started; wait").stdout.strip()  # fmt: skip
+    wait_for(lambda: "started" in cli("logs", juid).stdout, 60, what="the job to start")
+    wait_for(lambda: len(_sleeps(marker)) == 2, 10, what="its two children")
+    assert cli("job", "cancel", juid).returncode == 0
+    assert ended(monkey, juid).state.value == "cancelled"
+    wait_for(lambda: not _sleeps(marker), 10, what="every process of the job to be gone")
+
+
+def _sleeps(marker: str) -> list[str]:
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd[:2] == [b"sleep", marker.encode()]:
+            found.append(pid)
+    return found
+
+
+def _layer(entries: list[tuple[str, str, str]]) -> bytes:
+    """An uncompressed tar layer of (kind, name, data-or-target) entries, as hostile as
+    given: kind f (file), s (symlink), h (hard link), c (character device)."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for kind, name, value in entries:
+            info = tarfile.TarInfo(name)
+            data = None
+            if kind == "f":
+                data = value.encode()
+                info.size, info.mode = len(data), 0o644
+            elif kind in "sh":
+                info.type = tarfile.SYMTYPE if kind == "s" else tarfile.LNKTYPE
+                info.linkname = value
+            else:
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def test_a_hostile_layer_writes_nothing_outside_the_image_root(cli, monkey, reg, home, tmp_path):
+    import os
+    import stat
+
+    login(cli, reg)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target").write_text("keep")
+    confined = registry.push_layers(reg, "evil/confined:1", [_layer([
+        ("f", f"../../../../../../../..{outside}/by-dotdot", "x"),
+        ("f", f"{outside}/by-absolute", "x"),
+        ("s", "esc", str(outside)),
+        ("f", "esc/through-a-link", "x"),
+        ("c", "a-device", ""),
+        ("f", ".wh..wh..opq", ""),  # an opaque whiteout of /
+    ])])  # fmt: skip
+    refused = registry.push_layers(
+        reg, "evil/refused:1", [_layer([("h", "hard", f"{outside}/target")])]
+    )
+    ran = cli("run", "--image", f"{reg.host}/evil/confined@{confined}", "--", "true").stdout.strip()
+    failed = cli(
+        "run", "--image", f"{reg.host}/evil/refused@{refused}", "--", "true"
+    ).stdout.strip()
+    ended(monkey, ran)
+    job = ended(monkey, failed)
+    assert sorted(os.listdir(outside)) == ["target"]  # nothing written outside...
+    assert (outside / "target").read_text() == "keep"  # ...nor changed
+    assert job.state.value == "failed"
+    state = next(ln for ln in cli("info", failed).stdout.splitlines() if ln.startswith("state"))
+    assert "unpacking failed" in state
+    for path in (home / "images").rglob("*"):  # no device node made from a layer
+        assert not stat.S_ISCHR(path.lstat().st_mode) and not stat.S_ISBLK(path.lstat().st_mode)
