@@ -49,6 +49,9 @@ def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
     cli, monkey, reg, home
 ):
     login(cli, reg)
+    engine = "images unprivileged (skopeo, umoci, bubblewrap)"
+    assert f"local: {engine}\n" in cli("list", "providers").stdout
+    assert cli("provider", "check", "local").stdout.endswith(f"  {engine}\n")
     listed = cli("registry", "list").stdout
     assert reg.host in listed and registry.USER in listed and "yes" in listed  # the CA kept
     assert oct((home / "secrets" / "registries.json").stat().st_mode & 0o777) == "0o600"
@@ -83,6 +86,8 @@ def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
     assert cli("logs", again).stdout.splitlines()[0] == "one"
     assert cli("logs", fresh).stdout == "moved\n"
     assert f"@ {reg.digests['1']}\n" in cli("info", again).stdout
+    moved = cli("diff", again, fresh).stdout
+    assert "[image]" in moved and f"- {ref} @ {reg.digests['1']}\n" in moved
 
 
 def test_image_problems_are_one_line_at_submission_and_nothing_is_recorded(cli, reg, monkey):
@@ -238,3 +243,38 @@ def test_a_hostile_layer_writes_nothing_outside_the_image_root(cli, monkey, reg,
     assert "unpacking failed" in state
     for path in (home / "images").rglob("*"):  # no device node made from a layer
         assert not stat.S_ISCHR(path.lstat().st_mode) and not stat.S_ISBLK(path.lstat().st_mode)
+
+
+def test_an_ssh_host_runs_a_job_in_its_image_as_a_plain_user(cli, monkey, reg, home, tmp_path,
+                                                            monkeypatch):  # fmt: skip
+    import yaml
+    from sshd import Lab
+
+    client_home = tmp_path / "client"
+    monkeypatch.setenv("HOME", str(client_home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    lab = Lab(client_home)
+    try:
+        host = lab.add("h1")
+        home.mkdir(exist_ok=True)
+        (home / "providers.yml").write_text(yaml.safe_dump(
+            {"providers": {"lab": {"type": "ssh", "hosts": [host.entry(key=lab.key)]}}}
+        ))  # fmt: skip
+        login(cli, reg)
+        checked = cli("provider", "check", "lab").stdout
+        assert "images unprivileged (skopeo, umoci, bubblewrap)" in checked, checked
+        Path("train.py").write_text(TRAIN)
+        juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
+                   "id -u; python3 train.py").stdout.strip()  # fmt: skip
+        job = ended(monkey, juid, timeout=120)
+        out = cli("logs", juid).stdout
+        assert job.state.value == "failed" and job.exit_code == 3, out  # attempt 1 exits 3
+        uid = out.splitlines()[0]
+        assert uid != "0" and "attempt 1 found none python 3.11" in out and "python inside" in out
+        assert [v for _s, v, _t in monkey.metrics(juid)["acc"]] == [0.25]
+        assert not list(Path(host.workdir).rglob("pull-auth.json"))
+        assert registry.PASSWORD not in "".join(
+            p.read_text(errors="replace") for p in Path(host.workdir).rglob("*.log")
+        )
+    finally:
+        lab.close()

@@ -63,6 +63,7 @@ from monkey.client_agent.procs import (
 from monkey.client_agent.rundir import SIGNALLED, STARTED
 from monkey.client_agent.sandbox import INNER_CMDLINE, is_monitor
 from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
+from monkey.client_agent.sandbox import image_engine
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
 from monkey.client_agent.wire import Wire
@@ -346,6 +347,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             "memory": mem_total(),
             "gpus": self.gpus,
             "sandbox": dict(zip(("bwrap", "why"), sandbox_bwrap())),
+            "images": dict(zip(("engine", "why"), image_engine())),
         }
 
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:

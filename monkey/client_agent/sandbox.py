@@ -112,6 +112,19 @@ def _probe(path: str) -> tuple[str, str]:
     return path, ""
 
 
+IMAGE_ENGINE = "unprivileged (skopeo, umoci, bubblewrap)"
+
+
+def image_engine() -> tuple[str, str]:
+    """(the engine that runs jobs' images here, "") or ("", why none can): monkey's own
+    unprivileged runner needs skopeo and umoci on PATH and a working bubblewrap."""
+    missing = [tool for tool in ("skopeo", "umoci") if not shutil.which(tool)]
+    if missing:
+        return "", f"{' and '.join(missing)} not installed (apt-get install skopeo umoci)"
+    path, why = bwrap()
+    return (IMAGE_ENGINE, "") if path else ("", why)
+
+
 def is_monitor(pid: int, path: str) -> bool:
     """Whether PID runs bwrap at PATH (its monitor, or its init in the sandbox)."""
     cmd = read_small(f"/proc/{pid}/cmdline")

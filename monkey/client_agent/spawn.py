@@ -272,12 +272,10 @@ class Spawning(AgentState):
             raise RequestError("image must be an object with ref, name and digest")
         if not IMAGE_DIGEST.fullmatch(image["digest"]) or not IMAGE_NAME.fullmatch(image["name"]):
             raise RequestError(f"bad image name or digest: {image['name']}@{image['digest']}")
-        path, why = sandbox.bwrap()
-        if not path:
-            raise RequestError(
-                f"jobs in images cannot run here: {why}; install bubblewrap "
-                "(apt-get install bubblewrap)"
-            )
+        engine, why = sandbox.image_engine()
+        if not engine:
+            raise RequestError(f"jobs in images cannot run on this worker: {why}")
+        path = sandbox.bwrap()[0]
         return {
             "ref": image["ref"],
             "name": image["name"],
