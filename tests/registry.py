@@ -87,10 +87,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(root: Path) -> tuple[Registry, subprocess.Popen]:
-    """A registry serving from ROOT, with its process (the caller stops it)."""
-    port = free_port()
+def start(root: Path, port: int = 0) -> tuple[Registry, subprocess.Popen]:
+    """A registry serving from ROOT (on PORT, else a free one), with its process (the
+    caller stops it). Started again on the same ROOT and PORT, it serves what it held."""
+    port = port or free_port()
     certs = root / "certs"
+    if (root / "registry.yml").exists():
+        return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), _serve(root, port)
     certs.mkdir(parents=True)
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -109,7 +112,11 @@ def start(root: Path) -> tuple[Registry, subprocess.Popen]:
         f"auth: {{htpasswd: {{realm: lab, path: {root}/htpasswd}}}}\n"
         "log: {level: warn}\n"
     )
-    log = open(root / "registry.log", "wb")
+    return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), _serve(root, port)
+
+
+def _serve(root: Path, port: int) -> subprocess.Popen:
+    log = open(root / "registry.log", "ab")
     proc = subprocess.Popen(
         ["docker-registry", "serve", str(root / "registry.yml")], stdout=log, stderr=log
     )
@@ -123,7 +130,7 @@ def start(root: Path) -> tuple[Registry, subprocess.Popen]:
                 proc.kill()
                 raise RuntimeError((root / "registry.log").read_text()) from None
             time.sleep(0.05)
-    return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), proc
+    return proc
 
 
 def push_layers(reg: Registry, name: str, layers: list[bytes]) -> str:

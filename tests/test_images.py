@@ -278,3 +278,38 @@ def test_an_ssh_host_runs_a_job_in_its_image_as_a_plain_user(cli, monkey, reg, h
         )
     finally:
         lab.close()
+
+
+def test_a_pull_from_an_unreachable_registry_is_shown_and_tried_again(cli, monkey, tmp_path):
+    own, proc = registry.start(tmp_path / "registry")
+    try:
+        own.push("lab/tiny:1", {"/etc/said": "came through\n"})
+        login(cli, own)
+        blocker = cli("run", "--", "sleep", "1").stdout.strip()
+        juid = cli("run", "--after", blocker, "--image", f"{own.host}/lab/tiny:1", "--",
+                   "cat", "/etc/said").stdout.strip()  # fmt: skip
+        proc.kill()
+        proc.wait()
+        row = wait_for(
+            lambda: (
+                next(
+                    (ln for ln in cli("list", "jobs").stdout.splitlines() if ln.startswith(juid)),
+                    "",
+                ).split()[2:3]
+                == ["pulling"]
+            ),
+            30,
+            what="list jobs to say the job is pulling",
+        )
+        assert row
+        assert "(pulling 0 B" in cli("info", juid).stdout
+        _, proc = registry.start(own.root, int(own.host.rsplit(":", 1)[1]))
+        job = ended(monkey, juid, timeout=60)
+        assert job.state.value == "succeeded"
+        assert cli("logs", juid).stdout == "came through\n"
+        setup = cli("logs", juid, "--setup").stdout
+        assert f"registry {own.host} is unreachable from the worker; trying again in 2 s" in setup
+        assert "(pulling" not in cli("info", juid).stdout
+    finally:
+        proc.kill()
+        proc.wait()

@@ -61,9 +61,8 @@ from monkey.client_agent.procs import (
     signal_pids,
 )
 from monkey.client_agent.rundir import SIGNALLED, STARTED
-from monkey.client_agent.sandbox import INNER_CMDLINE, is_monitor
+from monkey.client_agent.sandbox import INNER_CMDLINE, image_engine, is_monitor
 from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
-from monkey.client_agent.sandbox import image_engine
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
 from monkey.client_agent.state import HOLD_LIMIT, Conn, Job, Key, Pending
 from monkey.client_agent.wire import Wire

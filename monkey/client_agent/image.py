@@ -73,6 +73,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         with open(os.path.join(tmp, READY), "w"):
             pass
         os.rename(tmp, final)
+        _progress(run_dir, fetched, None, done=True)
         _note(
             log,
             f"image {cfg['ref']} @ {cfg['digest']}: pulled {fetched:,} bytes and unpacked "
@@ -89,7 +90,7 @@ def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> boo
         os.utime(os.path.join(final, READY))  # when a job last used it (for the gc)
     except OSError:
         pass
-    _progress(run_dir, 0, done=True)
+    _progress(run_dir, 0, None, done=True)
     _note(log, f"image {cfg['ref']} @ {cfg['digest']}: on this worker already (0 bytes pulled)")
     return True
 
@@ -130,19 +131,25 @@ def _auth_dir(cfg: dict[str, Any], run_dir: str) -> str:
 def _copy(cfg: dict[str, Any], store: str, auth: str, run_dir: str, log: BinaryIO) -> int:
     """skopeo copy of the pinned image into the worker's layout, retried while the registry
     is unreachable; pull.json in RUN_DIR says the bytes fetched so far. The bytes fetched."""
-    argv = ["skopeo", "copy", "--quiet"]
+    options = []
     if auth and os.path.exists(os.path.join(auth, "auth.json")):
-        argv += ["--src-authfile", os.path.join(auth, "auth.json")]
+        options += ["--src-authfile", os.path.join(auth, "auth.json")]
     if auth and os.path.exists(os.path.join(auth, "certs", "ca.crt")):
-        argv += ["--src-cert-dir", os.path.join(auth, "certs")]
+        options += ["--src-cert-dir", os.path.join(auth, "certs")]
     tag = cfg["digest"].split(":", 1)[1]
-    argv += [f"docker://{cfg['name']}@{cfg['digest']}", f"oci:{store}/oci:{tag}"]
+    source = f"docker://{cfg['name']}@{cfg['digest']}"
+    argv = ["skopeo", "copy", "--quiet", *options, source, f"oci:{store}/oci:{tag}"]
     blobs = os.path.join(store, "oci", "blobs", "sha256")
     before = _bytes_in(blobs)
+    total = _total(options, cfg["name"], source)
+    _progress(run_dir, 0, total, done=False)
     for attempt in range(PULL_TRIES):
         stop = threading.Event()
         meter = threading.Thread(
-            target=_meter, args=(blobs, before, run_dir, stop), daemon=True, name="pull-meter"
+            target=_meter,
+            args=(blobs, before, total, run_dir, stop),
+            daemon=True,
+            name="pull-meter",
         )
         meter.start()
         try:
@@ -156,7 +163,7 @@ def _copy(cfg: dict[str, Any], store: str, auth: str, run_dir: str, log: BinaryI
             meter.join()
         if proc.returncode == 0:
             fetched = max(0, _bytes_in(blobs) - before)
-            _progress(run_dir, fetched, done=True)
+            _progress(run_dir, fetched, total, done=False)  # unpacking now
             return fetched
         message = _said(cfg, proc.stderr, store, "pulling")
         log.write(proc.stderr)
@@ -181,16 +188,50 @@ def _bytes_in(folder: str) -> int:
     return total
 
 
-def _meter(blobs: str, before: int, run_dir: str, stop: threading.Event) -> None:
+def _total(options: list[str], name: str, source: str) -> int | None:
+    """The bytes of the image SOURCE names for this machine (its layers and config, as its
+    manifest lists them); None when the registry does not say."""
+    try:
+        manifest = _inspect(options, source)
+        if "manifests" in manifest:  # an index: this machine's platform's manifest
+            arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, "")
+            chosen = next(
+                (
+                    m
+                    for m in manifest["manifests"]
+                    if m.get("platform", {}).get("architecture") == arch
+                ),
+                None,
+            )
+            if chosen is None:
+                return None
+            manifest = _inspect(options, f"docker://{name}@{chosen['digest']}")
+        parts = [manifest["config"], *manifest["layers"]]
+        return sum(int(p["size"]) for p in parts)
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
+        return None
+
+
+def _inspect(options: list[str], source: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        ["skopeo", "inspect", "--raw", *options, source],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(proc.stdout)
+
+
+def _meter(blobs: str, before: int, total: int | None, run_dir: str, stop: threading.Event) -> None:
     while not stop.wait(0.5):
-        _progress(run_dir, _bytes_in(blobs) - before, done=False)
+        _progress(run_dir, _bytes_in(blobs) - before, total, done=False)
 
 
-def _progress(run_dir: str, fetched: int, done: bool) -> None:
+def _progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None:
     path = os.path.join(run_dir, "pull.json")
     try:
         with open(f"{path}.tmp", "w") as f:
-            json.dump({"bytes": max(0, fetched), "done": done}, f)
+            json.dump({"bytes": max(0, fetched), "total": total, "done": done}, f)
         os.replace(f"{path}.tmp", path)
     except OSError:
         pass

@@ -235,6 +235,7 @@ class Spawning(AgentState):
             req.get("id"),
         )
         pending.monitor = monitor
+        pending.image = image is not None
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
@@ -362,6 +363,7 @@ class Spawning(AgentState):
             p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus, p.monitor
         )
         job.cgroup = cgroup
+        job.pulling = p.image
         if p.results is not None:
             self.results[job.key] = p.results
         return job

@@ -74,6 +74,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             "state",
             state_text(info["state"], colour)
             + _unreachable_note(info)
+            + (f" ({info['phase']})" if info.get("phase") and info["state"] == "running" else "")
             + (f" ({info['reason']})" if info["reason"] else "")
             + (f" [{info['request']} requested]" if info["request"] else "")
             + (f"; waiting: {info['waiting']}" if info.get("waiting") else "")

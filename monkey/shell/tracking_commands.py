@@ -477,5 +477,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print()
             sys.stdout.write(code["diff"])
     if same:
-        print("\nno differences in command, parameters, environment, code, git, data, image or Python")
+        print(
+            "\nno differences in command, parameters, environment, code, git, data, image or Python"
+        )
     return 0

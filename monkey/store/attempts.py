@@ -188,7 +188,7 @@ class AttemptStore:
                 raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
             db.execute(
                 "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
-                "finished_at = ?, updated_at = ?, unreachable_since = NULL WHERE juid = ?",
+                "finished_at = ?, updated_at = ?, unreachable_since = NULL, phase = NULL WHERE juid = ?",
                 (final.value, exit_code, reason, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)
