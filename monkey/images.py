@@ -235,28 +235,52 @@ def skopeo() -> str:
     return path
 
 
-def resolve(home: Home, text: str) -> dict[str, str]:
-    """The image TEXT names, pinned: {"ref": TEXT, "digest": "sha256:..."} — the digest of
-    the manifest (or index) it names now, read from its registry with this home's login.
-    MonkeyError in one line when the image cannot be used: not found, unauthorized (with
-    the login command), registry unreachable or its certificate not trusted."""
-    ref = parse(text)
-    where = ref.pinned(ref.digest) if ref.digest else f"{ref.name}:{ref.tag}"
-    argv = [skopeo(), "inspect", "--raw", *Registries(home).options(ref.host)]
-    try:
-        proc = subprocess.run([*argv, f"docker://{where}"], capture_output=True, timeout=_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise MonkeyError(
-            f"image {text}: registry {ref.host} did not answer within {_TIMEOUT:.0f}s"
-        ) from None
-    if proc.returncode != 0:
-        raise MonkeyError(_skopeo_error(proc.stderr, ref.host, f"image {text}"))
-    digest = "sha256:" + hashlib.sha256(proc.stdout).hexdigest()
-    if ref.digest and digest != ref.digest:
-        raise MonkeyError(
-            f"image {text}: the registry served a manifest of digest {digest}, not the one named"
+class Resolving:
+    """The resolution of an image reference to its digest, under way in a skopeo process
+    while the submission goes on (its code snapshot); ``result`` waits for it."""
+
+    def __init__(self, home: Home, text: str) -> None:
+        self.text = text
+        self.ref = parse(text)
+        ref = self.ref
+        where = ref.pinned(ref.digest) if ref.digest else f"{ref.name}:{ref.tag}"
+        argv = [skopeo(), "inspect", "--raw", *Registries(home).options(ref.host)]
+        self.proc = subprocess.Popen(
+            [*argv, f"docker://{where}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-    return {"ref": text, "digest": digest}
+
+    def result(self) -> dict[str, str]:
+        """{"ref": TEXT, "digest": "sha256:..."}: the digest of the manifest (or index) the
+        reference names now, read from its registry with this home's login. MonkeyError in
+        one line when the image cannot be used: not found, unauthorized (with the login
+        command), registry unreachable or its certificate not trusted."""
+        text, ref = self.text, self.ref
+        try:
+            out, err = self.proc.communicate(timeout=_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise MonkeyError(
+                f"image {text}: registry {ref.host} did not answer within {_TIMEOUT:.0f}s"
+            ) from None
+        if self.proc.returncode != 0:
+            raise MonkeyError(_skopeo_error(err, ref.host, f"image {text}"))
+        digest = "sha256:" + hashlib.sha256(out).hexdigest()
+        if ref.digest and digest != ref.digest:
+            raise MonkeyError(
+                f"image {text}: the registry served a manifest of digest {digest}, not the "
+                "one named"
+            )
+        return {"ref": text, "digest": digest}
+
+    def cancel(self) -> None:
+        """Stop the resolution (the submission failed first)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
 
 def _skopeo_error(stderr: bytes, host: str, what: str) -> str:

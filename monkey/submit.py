@@ -207,26 +207,38 @@ class Submitter:
         of LOCAL's folders and files of this machine (see ``gather``). IMAGE: the OCI image
         the jobs run in (over the job.yml's `image:`), pinned here to its digest."""
         resources = self.resources(provider, cpus, gpus, memory, host, time)
-        pinned = self.pin_image(image) if image else None  # refused before the code is stored
-        if gathered is None:
-            options = driver_class(self.providers[provider].type).job_options
-            sub = self.gather(provider, options, **local)
-        else:
-            retries = local.pop("retries", 0)  # a sweep's own, over the gathered one
-            given = sorted(k for k, v in local.items() if v not in (None, (), [], False))
-            if given:
-                raise MonkeyError(
-                    f"{', '.join(given)}: the client gathers these on its own machine; "
-                    "send them with the code it gathered, not beside it"
-                )
-            sub = self.accept(gathered, provider)
-            if retries:
-                sub.fields["retries"] = check_retries(retries)
+        resolving = None
+        if image:  # a bad reference is refused before the code is stored; the registry is
+            from monkey.images import Resolving  # asked while the code is snapshot
+
+            resolving = Resolving(self.home, image)
+        try:
+            if gathered is None:
+                options = driver_class(self.providers[provider].type).job_options
+                sub = self.gather(provider, options, **local)
+            else:
+                retries = local.pop("retries", 0)  # a sweep's own, over the gathered one
+                given = sorted(k for k, v in local.items() if v not in (None, (), [], False))
+                if given:
+                    raise MonkeyError(
+                        f"{', '.join(given)}: the client gathers these on its own machine; "
+                        "send them with the code it gathered, not beside it"
+                    )
+                sub = self.accept(gathered, provider)
+                if retries:
+                    sub.fields["retries"] = check_retries(retries)
+        except BaseException:
+            if resolving is not None:
+                resolving.cancel()
+            raise
         sub.fields["resources"] = resources
         written = sub.fields.pop("image", None)  # the job.yml's
-        if pinned is None and written:
-            pinned = self.pin_image(written)
-        if pinned is not None:
+        if resolving is None and written:
+            from monkey.images import Resolving
+
+            resolving = Resolving(self.home, written)
+        if resolving is not None:
+            pinned = resolving.result()
             spec = sub.fields.get("spec") or {}
             if spec.get("env_type", "none") != "none" or spec.get("install_script"):
                 raise MonkeyError(
@@ -240,12 +252,6 @@ class Submitter:
             machine = captured_env()
             sub.fields["env"] = {k: v for k, v in sub.fields["env"].items() if machine.get(k) != v}
         return sub
-
-    def pin_image(self, text: str) -> dict[str, str]:
-        """The image TEXT names, pinned to its digest (see ``monkey.images.resolve``)."""
-        from monkey.images import resolve
-
-        return resolve(self.home, text)
 
     def gather(
         self,

@@ -23,9 +23,10 @@ class Registry:
     root: Path
 
     def push(
-        self, name: str, files: dict[str, str], cmd: str = "/bin/sh", python: bool = False
+        self, name: str, files: dict[str, str | Path], cmd: str = "/bin/sh", python: bool = False
     ) -> str:
-        """Build an image of busybox plus FILES (path in the image: text), with PYTHON this
+        """Build an image of busybox plus FILES (path in the image: text, or a file to copy),
+        with PYTHON this
         machine's Debian python3 (its binary, standard library and libraries), and push it
         as HOST/NAME (NAME has its tag); returns the pushed manifest's digest."""
         work = self.root / "build" / name.replace("/", "_").replace(":", "_")
@@ -42,7 +43,10 @@ class Registry:
             _add_python(rootfs)
         for path, text in files.items():
             (rootfs / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            (rootfs / path.lstrip("/")).write_text(text)
+            if isinstance(text, Path):
+                shutil.copy(text, rootfs / path.lstrip("/"))
+            else:
+                (rootfs / path.lstrip("/")).write_text(text)
         layout = f"{work}/oci"
         run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, cwd=work)  # noqa: E731
         run("umoci", "init", "--layout", layout)

@@ -3,8 +3,10 @@ library only (see agent.py); it runs in launcher.py, inside the job's session.
 
 Pull: ``skopeo copy`` of the pinned digest into one OCI layout per worker
 (``ROOT/images/oci``), whose blobs every image shares (a second job, or an image sharing
-layers, fetches nothing again), then ``umoci unpack --rootless`` (whiteouts honoured, every
-path kept inside the root) into ``ROOT/images/roots/HEX/``, renamed into place once whole.
+layers, fetches nothing again), then ``umoci raw unpack --rootless`` (whiteouts honoured,
+every path kept inside the root; no mtree manifest, which would hash every file again) into
+``ROOT/images/roots/HEX/rootfs``, the image's config beside it (``image.json``), renamed
+into place once whole.
 One pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked
 pulls nothing. Progress (bytes fetched so far) is written to the run folder's ``pull.json``.
 
@@ -61,15 +63,19 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
                 shutil.rmtree(auth, ignore_errors=True)
         tmp = f"{final}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp, 0o700)
         tag = cfg["digest"].split(":", 1)[1]
         proc = subprocess.run(
-            ["umoci", "unpack", "--rootless", "--image", f"{store}/oci:{tag}", tmp],
-            stdout=log,
+            ["umoci", "raw", "unpack", "--rootless", "--image", f"{store}/oci:{tag}",
+             os.path.join(tmp, "rootfs")],
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-        )
+        )  # fmt: skip
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise ImageError(_said(cfg, proc.stderr, store, "unpacking"))
+        with open(os.path.join(tmp, "image.json"), "w") as f:
+            json.dump(_config(store, tag), f)
         with open(os.path.join(tmp, READY), "w"):
             pass
         os.rename(tmp, final)
@@ -80,6 +86,34 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
             f"in {time.monotonic() - started:.1f} s",
         )
     return final
+
+
+def ready(cfg: dict[str, Any]) -> str:
+    """The bundle of the image CFG pins when this worker has it unpacked, else ""."""
+    final = os.path.join(cfg["store"], "roots", cfg["digest"].split(":", 1)[1])
+    return final if os.path.exists(os.path.join(final, READY)) else ""
+
+
+def reused(cfg: dict[str, Any], bundle: str, run_dir: str) -> None:
+    """Note in RUN_DIR's setup.log that the job runs in the unpacked BUNDLE as it is."""
+    with open(os.path.join(run_dir, "setup.log"), "ab") as log:
+        _cached(bundle, cfg, run_dir, log)
+
+
+def command(
+    cfg: dict[str, Any], bundle: str, cmd: list[str], env: dict[str, str]
+) -> tuple[list[str], str, int]:
+    """(the argv that runs CMD in the image at BUNDLE, "", 0), or ([], why not, the exit
+    code: 127 not found, 126 not executable) when the image lacks CMD's program. Its
+    environment: the image's, the job's own variables of ENV (CFG's "env"), its PYTHONPATH."""
+    own = {k: env[k] for k in cfg["env"] if k in env}
+    job_env = {**image_env(bundle), **own, "PYTHONPATH": cfg["path"]}
+    root = os.path.join(bundle, "rootfs")
+    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"])
+    if why:
+        return [], why, code
+    out = argv(cfg["bwrap"], bundle, cfg["cwd"], cmd, cfg["writable"], cfg["readable"], job_env)
+    return out, "", 0
 
 
 def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
@@ -261,12 +295,31 @@ def _said(cfg: dict[str, Any], stderr: bytes, store: str, doing: str) -> str:
 # ---------------------------------------------------------------- running
 
 
+def _config(store: str, tag: str) -> dict[str, Any]:
+    """The config (``Env``, ``User``, ``WorkingDir``...) of the image TAG names in the
+    worker's OCI layout; {} when it has none."""
+    blobs = os.path.join(store, "oci", "blobs")
+
+    def blob(digest: str) -> Any:
+        algo, _, hexd = digest.partition(":")
+        with open(os.path.join(blobs, algo, os.path.basename(hexd))) as f:
+            return json.load(f)
+
+    with open(os.path.join(store, "oci", "index.json")) as f:
+        index = json.load(f)
+    for entry in index.get("manifests", []):
+        if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag:
+            config = blob(blob(entry["digest"])["config"]["digest"])
+            return config.get("config") or {}
+    return {}
+
+
 def image_env(bundle: str) -> dict[str, str]:
-    """The environment the image's config gives its processes (from umoci's config.json)."""
+    """The environment the image's config gives its processes (its ``Env``)."""
     try:
-        with open(os.path.join(bundle, "config.json")) as f:
-            listed = json.load(f).get("process", {}).get("env") or []
-    except (OSError, ValueError):
+        with open(os.path.join(bundle, "image.json")) as f:
+            listed = json.load(f).get("Env") or []
+    except (OSError, ValueError, AttributeError):
         listed = []
     env = dict(item.split("=", 1) for item in listed if isinstance(item, str) and "=" in item)
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")

@@ -347,16 +347,10 @@ def main(argv: list[str]) -> int:
         if stop:
             return 128 + stop[0]
         if image:
-            own = {k: env[k] for k in image["env"] if k in env}
-            env = {**runner.image_env(bundle), **own, "PYTHONPATH": image["path"]}
-            why, code = runner.find_command(
-                os.path.join(bundle, "rootfs"), cmd[0], env["PATH"], image["cwd"]
-            )
+            boxed, why, code = runner.command(image, bundle, cmd, env)
             if why:
                 return _not_started(cmd[0], why, code)
-            cmd = runner.argv(
-                image["bwrap"], bundle, image["cwd"], cmd, image["writable"], image["readable"], env
-            )
+            cmd = boxed
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own
         if not cfg["persist"]:  # nothing to save: become the job (handlers reset on exec)
             log.close()

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from monkey.client_agent import image as image_runner
 from monkey.client_agent import sandbox
 from monkey.client_agent.blobs import (
     _blob_check_file,
@@ -202,12 +203,18 @@ class Spawning(AgentState):
             record_code(run_dir, work, code)
             envs = self._envs(monitor, req.get("owner"))
             folders = self._folders(req, run_dir, env, datasets, placed, envs)
+            boxed: list[str] = []  # the job's argv in its image, when no launcher is needed
             if image is not None:
                 image.update(
                     cwd=cwd, writable=folders[0], readable=folders[1], env=own, path=pythonpath
                 )
-                self._pull_auth(run_dir, req.get("image_auth"))
-            argv = self._launcher(req, run_dir, work, argv, envs, image)
+                boxed = self._image_now(req, run_dir, argv, env, image)
+                if not boxed:
+                    self._pull_auth(run_dir, req.get("image_auth"))
+            if boxed:  # the image on this worker already, nothing to prepare: no launcher
+                argv = boxed
+            else:
+                argv = self._launcher(req, run_dir, work, argv, envs, image)
             if monitor and image is None:
                 argv = self._sandboxed(monitor, cwd, argv, env, folders)
         except OSError as e:
@@ -284,6 +291,24 @@ class Spawning(AgentState):
             "store": os.path.join(self.root, "images"),
             "bwrap": path,
         }
+
+    @staticmethod
+    def _image_now(
+        req: dict[str, Any], run_dir: str, argv: list[str], env: dict[str, str], image: dict
+    ) -> list[str]:
+        """The argv that runs ARGV in IMAGE straight away, when this worker has the image
+        unpacked, the image has ARGV's program and the job has no set-up or persisted folders
+        for launcher.py to handle; else [] (the launcher pulls, prepares, runs)."""
+        if req.get("setup") or req.get("persist"):
+            return []
+        bundle = image_runner.ready(image)
+        if not bundle:
+            return []
+        boxed, why, _code = image_runner.command(image, bundle, argv, env)
+        if why:
+            return []  # the launcher says why, and marks it never started
+        image_runner.reused(image, bundle, run_dir)
+        return boxed
 
     @staticmethod
     def _pull_auth(run_dir: str, auth: Any) -> None:
