@@ -535,6 +535,7 @@ class Wire(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
     ) -> str: ...
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import registry
 from conftest import wait_for
+from mainnode import node  # noqa: F401  (the fixture)
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +314,40 @@ def test_a_pull_from_an_unreachable_registry_is_shown_and_tried_again(cli, monke
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_sweeps_cells_all_run_in_the_image_pinned_once(cli, monkey, reg):
+    login(cli, reg)
+    sid = cli("sweep", "--image", f"{reg.host}/lab/tiny:2", "--grid", "n=1,2", "--", "sh",
+              "-c", "echo cell {n}; cat /etc/said").stdout.strip().split()[-1]  # fmt: skip
+    jobs = wait_for(
+        lambda: len(js := [j for j in monkey.jobs() if j.sweep == sid]) == 2 and js,
+        30,
+        what="cells",
+    )
+    for job in jobs:
+        assert ended(monkey, job.juid).state.value == "succeeded"
+        assert cli("logs", job.juid).stdout.endswith("two\n")
+        assert f"@ {reg.digests['2']}\n" in cli("info", job.juid).stdout
+
+
+def test_through_a_remote_the_main_node_pins_the_image_with_its_own_login(node, reg):
+    from mainnode import wait_until_ended
+
+    node.add_remote(node.add_user("ana"), name="ana")
+    laptop_login = node.laptop("--remote", "ana", "registry", "list")
+    assert laptop_login.returncode != 0 and "run it on the main node" in laptop_login.stderr
+    ref = f"{reg.host}/lab/tiny:2"
+    refused = node.laptop("--remote", "ana", "run", "--image", ref, "--", "true")
+    assert refused.returncode == 1 and "certificate is not trusted" in refused.stderr
+    done = node.server("registry", "login", reg.host, "-u", registry.USER, "--password-stdin",
+                       "--ca-file", str(reg.ca), input=registry.PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    Path("job.yml").write_text(f"image: {ref}\n")
+    juid = node.laptop("--remote", "ana", "run", "--", "cat", "/etc/said").stdout.strip()
+    wait_until_ended(node, juid)
+    assert node.laptop("--remote", "ana", "logs", juid).stdout == "two\n"
+    assert (
+        f"image        {ref} @ {reg.digests['2']}\n"
+        in node.laptop("--remote", "ana", "info", juid).stdout
+    )

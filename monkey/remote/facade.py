@@ -193,6 +193,8 @@ class RemoteMonkey:
         resources = {k: options[k] for k in RESOURCES if k in options}
         g = self.gatherer()
         gathered = g.gather(provider, {**local, **resources})
+        if g.image and not options.get("image"):  # the job.yml's, pinned by the server
+            options["image"] = g.image
         return g.submit(
             "sweep", command, file=file, provider=provider, gathered=gathered, **options
         )
