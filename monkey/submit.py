@@ -208,10 +208,12 @@ class Submitter:
         the jobs run in (over the job.yml's `image:`), pinned here to its digest."""
         resources = self.resources(provider, cpus, gpus, memory, host, time)
         resolving = None
-        if image:  # a bad reference is refused before the code is stored; the registry is
-            from monkey.images import Resolving  # asked while the code is snapshot
+        if image is not None:
+            from monkey.images import Resolving, parse
 
-            resolving = Resolving(self.home, image)
+            parse(image)  # a bad reference is refused before the code is stored
+            if gathered is None:  # the registry is asked while the code is snapshot
+                resolving = Resolving(self.home, image)
         try:
             if gathered is None:
                 options = driver_class(self.providers[provider].type).job_options
@@ -232,8 +234,9 @@ class Submitter:
                 resolving.cancel()
             raise
         sub.fields["resources"] = resources
-        written = sub.fields.pop("image", None)  # the job.yml's
-        if resolving is None and written:
+        written = image or sub.fields.pop("image", None)  # given, else the job.yml's
+        sub.fields.pop("image", None)
+        if resolving is None and written:  # (a client's submission: once it is checked)
             from monkey.images import Resolving
 
             resolving = Resolving(self.home, written)
