@@ -351,3 +351,35 @@ def test_through_a_remote_the_main_node_pins_the_image_with_its_own_login(node, 
         f"image        {ref} @ {reg.digests['2']}\n"
         in node.laptop("--remote", "ana", "info", juid).stdout
     )
+
+
+def test_gc_removes_images_no_job_used_for_a_week_but_not_one_a_queued_job_needs(
+    cli, monkey, reg, home
+):
+    import os
+    import time
+
+    login(cli, reg)
+    one = cli("run", "--image", f"{reg.host}/lab/tiny:1", "--", "true").stdout.strip()
+    two = cli("run", "--image", f"{reg.host}/lab/tiny:2", "--", "true").stdout.strip()
+    py = cli("run", "--image", f"{reg.host}/lab/py:1", "--", "true").stdout.strip()
+    for juid in (one, two, py):
+        ended(monkey, juid)
+    roots = home / "images" / "roots"
+    assert len(list(roots.iterdir())) == 3
+    assert "images" in cli("du").stdout
+    week_ago = time.time() - 8 * 86400
+    for root in roots.iterdir():
+        os.utime(root / ".monkey-ready", (week_ago, week_ago))
+    blocker = cli("run", "--", "sleep", "30").stdout.strip()
+    waiting = cli("run", "--after", blocker, "--image", f"{reg.host}/lab/tiny:2", "--",
+                  "cat", "/etc/said").stdout.strip()  # fmt: skip
+    before = sum(f.stat().st_size for f in (home / "images").rglob("*") if f.is_file())
+    freed = cli("gc").stdout
+    assert "2 images (" in freed, freed
+    left = sorted(p.name for p in roots.iterdir())
+    assert left == [reg.digests["2"].split(":")[1]]  # the queued job's
+    after = sum(f.stat().st_size for f in (home / "images").rglob("*") if f.is_file())
+    assert after < before - 5_000_000  # the python image's layer went with it
+    cli("job", "cancel", blocker)
+    assert ended(monkey, waiting).state.value == "cancelled"

@@ -413,8 +413,8 @@ class RemoteMonkey:
     def du_hosts(self) -> dict[str, Any]:
         return self.client.call("du_hosts")
 
-    def gc(self, grace: float = 3600.0) -> dict[str, Any]:
-        return self.client.call("gc", grace)
+    def gc(self, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> dict[str, Any]:
+        return self.client.call("gc", grace, image_keep)
 
     def verify(self, refs: list[str] | None = None) -> dict[str, Any]:
         return self.client.call("verify", refs)
