@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 USER, PASSWORD = "ana", "s3cret-registry"
 
 
@@ -178,3 +180,20 @@ def push_layers(reg: Registry, name: str, layers: list[bytes]) -> str:
         check=True, capture_output=True,
     )  # fmt: skip
     return digest.read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory):
+    """A registry (for a test module) with lab/tiny:1 and lab/tiny:2 (busybox images whose
+    /etc/said says "one" and "two") and lab/py:1 (with Python)."""
+    reg, proc = start(tmp_path_factory.mktemp("registry"))
+    try:
+        reg.digests = {  # type: ignore[attr-defined]
+            tag: reg.push(f"lab/tiny:{tag}", {"/etc/said": f"{word}\n"})
+            for tag, word in (("1", "one"), ("2", "two"))
+        }
+        reg.push("lab/py:1", {"/etc/said": "python inside\n"}, python=True)
+        yield reg
+    finally:
+        proc.kill()
+        proc.wait()

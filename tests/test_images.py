@@ -7,26 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import registry
 from conftest import wait_for
 from mainnode import node  # noqa: F401  (the fixture)
-
-
-@pytest.fixture(scope="module")
-def reg(tmp_path_factory):
-    """A registry with lab/tiny:1 (says "one") and lab/tiny:2 (says "two")."""
-    reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
-    try:
-        reg.digests = {  # type: ignore[attr-defined]
-            tag: reg.push(f"lab/tiny:{tag}", {"/etc/said": f"{word}\n"})
-            for tag, word in (("1", "one"), ("2", "two"))
-        }
-        reg.push("lab/py:1", {"/etc/said": "python inside\n"}, python=True)
-        yield reg
-    finally:
-        proc.kill()
-        proc.wait()
+from registry import reg  # noqa: F401  (the fixture)
 
 
 def login(cli, reg) -> None:
