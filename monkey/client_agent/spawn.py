@@ -178,7 +178,9 @@ class Spawning(AgentState):
             work = os.path.join(work, name)
         # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
-        own = list(env)  # the job's own variables (all an image's job gets, and its path)
+        # the job's own variables (all an image's job gets, with its path, and its Slurm
+        # allocation's: SLURM_JOB_ID...)
+        own = [*env, *(k for k in self.environ if k.startswith("SLURM_"))]
         pythonpath = (
             f"{self.job_path}{os.pathsep}{env['PYTHONPATH']}"
             if env.get("PYTHONPATH")
