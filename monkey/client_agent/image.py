@@ -34,6 +34,17 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 READY = ".monkey-ready"
+# bubblewrap's options of every sandbox (an image's, and a main node's: sandbox.py): new
+# user, PID and IPC namespaces, the network as any job's, no capability kept.
+ISOLATED = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--share-net",
+    "--die-with-parent",
+    "--cap-drop",
+    "ALL",
+)
 PULL_TRIES = 5  # an unreachable registry: tried again after 2, 4, 8, 16 s
 _LINKS_MAX = 40
 
@@ -390,19 +401,10 @@ def argv(
     READABLE bound at their own paths, and ENV as its whole environment."""
     root = os.path.join(bundle, "rootfs")
     own = [os.path.normpath(f) for f in (*writable, *readable, cwd)]
-    out = [
-        bwrap,
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--share-net",
-        "--die-with-parent",
-        "--cap-drop",
-        "ALL",
-    ]
+    out = [bwrap, *ISOLATED]
     _splay(root, "/", own, out)
     out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for dev in sorted(_nvidia()):
+    for dev in nvidia_devices():
         out += ["--dev-bind", dev, dev]
     home = env.get("HOME") or "/tmp"
     if home != "/tmp" and home.startswith("/"):
@@ -446,8 +448,9 @@ def _splay(src: str, dst: str, own: list[str], out: list[str]) -> None:
             out += ["--ro-bind", s, d]
 
 
-def _nvidia() -> list[str]:
+def nvidia_devices() -> list[str]:
+    """The GPUs' device files (/dev/nvidia*), passed through to jobs in a sandbox."""
     try:
-        return [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
+        return sorted(os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia"))
     except OSError:
         return []
