@@ -258,7 +258,7 @@ class Resolving:
         one line when the image cannot be used: not found, unauthorized (with the login
         command), registry unreachable or its certificate not trusted."""
         text, ref = self.text, self.ref
-        try:
+        try:  # skopeo reads at most 4 MiB of a manifest (the distribution spec's bound)
             out, err = self.proc.communicate(timeout=_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
@@ -295,6 +295,8 @@ def _skopeo_error(stderr: bytes, host: str, what: str) -> str:
             f"{what}: registry {host} refused access (unauthorized); log in: "
             f"monkey registry login {host}"
         )
+    if "exceeded maximum allowed size" in low:
+        return f"{what}: registry {host} sent a manifest over 4 MiB (not an image's)"
     if "manifest unknown" in low or "name unknown" in low or "not found" in low:
         return f"{what}: not found in registry {host}; check its name and tag"
     if "x509" in low or "certificate" in low:

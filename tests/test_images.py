@@ -367,3 +367,43 @@ def test_gc_removes_images_no_job_used_for_a_week_but_not_one_a_queued_job_needs
     assert after < before - 5_000_000  # the python image's layer went with it
     cli("job", "cancel", blocker)
     assert ended(monkey, waiting).state.value == "cancelled"
+
+
+def test_a_registry_sending_a_huge_manifest_is_refused_in_one_line(cli, monkey, reg, tmp_path):
+    """A hostile registry (here a TLS server with the test registry's certificate, on
+    another port) answering a manifest of 6 MiB: the submission is refused, the submitting
+    process does not hold it all."""
+    import http.server
+    import ssl
+    import threading
+
+    class Huge(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"{}" if self.path == "/v2/" else b"x" * (6 << 20)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(reg.ca, reg.root / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        done = cli("registry", "login", host, "-u", "x", "--password-stdin", "--ca-file",
+                   str(reg.ca), input="y\n")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        huge = cli("run", "--image", f"{host}/evil/huge:1", "--", "true")
+        assert huge.returncode == 1
+        assert f"registry {host} sent a manifest over 4 MiB" in huge.stderr
+        assert monkey.jobs() == []
+    finally:
+        server.shutdown()
