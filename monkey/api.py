@@ -164,6 +164,7 @@ class Monkey:
         memory: str | None = None,
         host: str | None = None,
         time: str | int | None = None,
+        image: str | None = None,
         outputs: str | Iterable[str] = (),
         retries: int = 0,
         datasets: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
@@ -194,7 +195,8 @@ class Monkey:
         is cancelled. ``after_any``: jobs that must end, however they end. ``priority``:
         higher starts first among queued jobs (default 0; FIFO within a priority).
         ``notify``: your `monkey notify` targets (names) told of each ending of this job,
-        whatever their rules."""
+        whatever their rules. ``image``: an OCI image the job runs in (over the job.yml's
+        `image:`), pinned to its digest now: `info` shows both, a rerun uses the digest."""
         argv = parse_command(cmd)
         deps = self._submitter.dependencies(after, after_any)
         targets = None
@@ -214,6 +216,7 @@ class Monkey:
                 memory=memory,
                 host=host,
                 time=time,
+                image=image,
                 outputs=outputs,
                 retries=retries,
                 datasets=datasets,
@@ -414,6 +417,7 @@ class Monkey:
             ],
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
+            "image": self.store.job_image(juid),  # {"ref", "digest"}: pinned at submission
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
             "cost": self.costs([juid], now).get(juid),
             "attempts_detail": [

@@ -104,6 +104,7 @@ class Api(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
         outputs: str | Sequence[str] = ...,
         retries: int = ...,
         datasets: str | Sequence[str] = ...,
@@ -389,7 +390,7 @@ class Api(Protocol):
     @api()
     def du_hosts(self) -> dict[str, Any]: ...
     @api(ADMIN)
-    def gc(self, grace: float = ...) -> dict[str, Any]: ...
+    def gc(self, grace: float = ..., image_keep: float = ...) -> dict[str, Any]: ...
     @api(ADMIN)
     def verify(self, refs: list[str] | None = ...) -> dict[str, Any]: ...
 
@@ -507,6 +508,7 @@ class Wire(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
         retries: int = ...,
     ) -> str: ...
 
@@ -537,6 +539,7 @@ class Wire(Protocol):
         memory: str | None = ...,
         host: str | None = ...,
         time: str | int | None = ...,
+        image: str | None = ...,
     ) -> str: ...
 
 

@@ -155,18 +155,26 @@ class GcReport:
     env_bytes: int = 0
     datasets: int = 0
     dataset_bytes: int = 0
+    images: int = 0
+    image_bytes: int = 0
     kept: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         return (
-            self.blob_bytes + self.run_bytes + self.code_bytes + self.env_bytes + self.dataset_bytes
+            self.blob_bytes
+            + self.run_bytes
+            + self.code_bytes
+            + self.env_bytes
+            + self.dataset_bytes
+            + self.image_bytes
         )
 
 
-def gc(m: Facade, grace: float = 3600.0) -> GcReport:
+def gc(m: Facade, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> GcReport:
     """Remove run folders of deleted jobs, code copies of ended attempts left behind by an
-    agent that died, and blobs no job needs (older than GRACE seconds)."""
+    agent that died, blobs no job needs (older than GRACE seconds), and the images of this
+    machine's worker no job used for IMAGE_KEEP seconds nor waits to run in."""
     from monkey.client_agent.rundir import CODE_RECORD, reclaim_code
 
     report = GcReport()
@@ -201,7 +209,51 @@ def gc(m: Facade, grace: float = 3600.0) -> GcReport:
         _gc_blobs(m, needed, cut, report)
         _gc_path_caches(m)
     m.store.forget_uploads(cut)
+    live = {
+        image["digest"]
+        for j in jobs.values()
+        if j.state not in TERMINAL and (image := m.store.job_image(j.juid))
+    }
+    report.images, report.image_bytes = _gc_images(
+        m.home.agent_root / "images", live, time.time() - image_keep
+    )
     return report
+
+
+def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
+    """Delete the unpacked images under ROOT (the worker's, see client_agent/image.py) last
+    used before CUT whose digest no job that has not ended runs in (LIVE), then the layers
+    no image left in the layout needs; (how many images, bytes freed). Under the worker's
+    pull lock: no pull runs meanwhile."""
+    import subprocess
+
+    from monkey.client_agent.image import READY
+
+    roots = root / "roots"
+    if not roots.is_dir():
+        return 0, 0
+    count = freed = 0
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = tree_size(root)[0]
+        for entry in sorted(os.scandir(roots), key=lambda e: e.name):
+            path = Path(entry.path)
+            if entry.name.startswith(".gc-") or entry.name.endswith(".tmp"):
+                _remove(path)  # set aside by an interrupted gc; a pull killed midway
+                continue
+            if f"sha256:{entry.name}" in live or _mtime(path / READY) > cut:
+                continue
+            _remove(_set_aside(path))
+            layout = root / "oci"
+            if layout.is_dir():  # its tag: its layers go with the layout's gc below
+                subprocess.run(
+                    ["umoci", "rm", "--image", f"{layout}:{entry.name}"], capture_output=True
+                )
+            count += 1
+        if count and (root / "oci").is_dir():
+            subprocess.run(["umoci", "gc", "--layout", str(root / "oci")], capture_output=True)
+        freed = before - tree_size(root)[0]
+    return count, max(0, freed)
 
 
 def gc_blobs(m: Facade, grace: float) -> GcReport:
@@ -390,7 +442,8 @@ def _gc_datasets(root: Path, needed: set[str], cut: float) -> tuple[int, int]:
 def usage(m: Facade) -> dict[str, dict[str, int]]:
     """{part: {bytes, files}} of MONKEY_HOME: runs (jobs' folders), blobs (with the partial
     files of interrupted writes among them: partial_bytes, partial_files), envs (job.yml
-    environments), datasets (shared copies), and the database."""
+    environments), datasets (shared copies), images (jobs' images pulled here), and the
+    database."""
     home = m.home
     out: dict[str, dict[str, int]] = {}
     for name, path in (
@@ -398,6 +451,7 @@ def usage(m: Facade) -> dict[str, dict[str, int]]:
         ("blobs", home.blobs),
         ("envs", home.agent_root / "envs"),
         ("datasets", home.agent_root / "datasets"),
+        ("images", home.agent_root / "images"),
     ):
         size, count = tree_size(path)
         out[name] = {"bytes": size, "files": count}

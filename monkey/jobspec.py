@@ -4,6 +4,7 @@ per-provider machine options), loaded with line numbers so every error names its
 The format is the original Monkey one::
 
     name: mnist
+    image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime   # optional: run in this OCI image
     run:
       env_type: pip            # pip | conda | none
       env_file: requirements.txt
@@ -82,6 +83,7 @@ class JobSpec(Record):
     __slots__ = (
         "file",
         "name",
+        "image",
         "env_type",
         "env_file",
         "env",
@@ -98,6 +100,7 @@ class JobSpec(Record):
     def __init__(self, file: Path, text: str = "") -> None:
         self.file = file
         self.name: str | None = None
+        self.image: str | None = None  # an OCI reference, pinned at submission
         self.env_type = "none"
         self.env_file: str | None = None
         self.env: dict[str, str] = {}
@@ -226,10 +229,18 @@ def load(path: str | os.PathLike[str]) -> JobSpec:
     if root is None:
         return spec
     top = _Node(file, root, loader).mapping(
-        "", ("name", "run", "code", "persist", "data", "providers")
+        "", ("name", "image", "run", "code", "persist", "data", "providers")
     )
     if "name" in top:
         spec.name = str(top["name"].value("name", str, int))
+    if "image" in top:
+        from monkey.images import parse
+
+        spec.image = top["image"].value("image", str)
+        try:
+            parse(spec.image)
+        except MonkeyError as exc:
+            raise top["image"].fail("image", str(exc)) from None
     if "code" in top:
         code = top["code"].mapping("code", ("path", "ignore"))
         if "path" in code:

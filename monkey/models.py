@@ -550,6 +550,7 @@ class Job(Record):
         "priority",
         "held",
         "waiting",
+        "phase",
     )
 
     def __init__(
@@ -583,6 +584,7 @@ class Job(Record):
         priority: int = 0,
         held: str | None = None,
         waiting: bool = False,
+        phase: str | None = None,
     ) -> None:
         self.juid = juid
         self.name = name
@@ -616,14 +618,18 @@ class Job(Record):
         self.held = held if state == State.QUEUED else None
         # Whether it waits queued for other jobs (`run --after`) to succeed or end.
         self.waiting = waiting and state == State.QUEUED
+        self.phase = phase  # a live attempt's step before its command: "pulling 12 MB of 45 MB"
 
     @property
     def shown_state(self) -> str:
         """The state as listings show it: `unreachable` for a live job whose instance is out
         of reach (still `running` in the record and for filters), `waiting` for a queued job
-        waiting for other jobs, `over quota` for one a quota holds back."""
+        waiting for other jobs, `over quota` for one a quota holds back, `pulling` for a live
+        one whose image is being pulled."""
         if self.unreachable_since is not None and self.state in LIVE:
             return "unreachable"
+        if self.phase and self.state in LIVE:  # "pulling ...": its image, before its command
+            return self.phase.split()[0]
         if self.waiting:
             return "waiting"
         if self.held:
@@ -666,6 +672,7 @@ class Job(Record):
             "params": self.params,
             "unreachable_since": self.unreachable_since,
             "priority": self.priority,
+            **({"phase": self.phase} if self.phase else {}),
         }
 
 

@@ -432,6 +432,7 @@ class Reruns:
                 "spec": spec,
                 "outputs": self.store.outputs(job.juid),
                 "packages": self.store.job_packages(job.juid),
+                "image": self.store.job_image(job.juid),  # its digest: a moved tag changes nothing
             }
             planned.append((job.juid, (argv, name, params), fields, changes))
         juids = []

@@ -204,30 +204,64 @@ class Submitter:
         memory: str | None = None,
         host: str | None = None,
         time: str | int | None = None,
+        image: str | None = None,
         gathered: dict[str, Any] | None = None,
         **local: Any,
     ) -> Submission:
         """Check the options and store the code, data and environment the jobs of one
         submission share (done once for a whole sweep). GATHERED: what a client gathered
         on its own machine and sent with its blobs (see ``gather`` and ``accept``), instead
-        of LOCAL's folders and files of this machine (see ``gather``)."""
+        of LOCAL's folders and files of this machine (see ``gather``). IMAGE: the OCI image
+        the jobs run in (over the job.yml's `image:`), pinned here to its digest."""
         self.check_room()
         resources = self.resources(provider, cpus, gpus, memory, host, time)
-        if gathered is None:
-            options = driver_class(self.providers[provider].type).job_options
-            sub = self.gather(provider, options, **local)
-        else:
-            retries = local.pop("retries", 0)  # a sweep's own, over the gathered one
-            given = sorted(k for k, v in local.items() if v not in (None, (), [], False))
-            if given:
-                raise MonkeyError(
-                    f"{', '.join(given)}: the client gathers these on its own machine; "
-                    "send them with the code it gathered, not beside it"
-                )
-            sub = self.accept(gathered, provider)
-            if retries:
-                sub.fields["retries"] = check_retries(retries)
+        resolving = None
+        if image is not None:
+            from monkey.images import Resolving, parse
+
+            parse(image)  # a bad reference is refused before the code is stored
+            if gathered is None:  # the registry is asked while the code is snapshot
+                resolving = Resolving(self.home, image)
+        try:
+            if gathered is None:
+                options = driver_class(self.providers[provider].type).job_options
+                sub = self.gather(provider, options, **local)
+            else:
+                retries = local.pop("retries", 0)  # a sweep's own, over the gathered one
+                given = sorted(k for k, v in local.items() if v not in (None, (), [], False))
+                if given:
+                    raise MonkeyError(
+                        f"{', '.join(given)}: the client gathers these on its own machine; "
+                        "send them with the code it gathered, not beside it"
+                    )
+                sub = self.accept(gathered, provider)
+                if retries:
+                    sub.fields["retries"] = check_retries(retries)
+        except BaseException:
+            if resolving is not None:
+                resolving.cancel()
+            raise
         sub.fields["resources"] = resources
+        written = image or sub.fields.pop("image", None)  # given, else the job.yml's
+        sub.fields.pop("image", None)
+        if resolving is None and written:  # (a client's submission: once it is checked)
+            from monkey.images import Resolving
+
+            resolving = Resolving(self.home, written)
+        if resolving is not None:
+            pinned = resolving.result()
+            spec = sub.fields.get("spec") or {}
+            if spec.get("env_type", "none") != "none" or spec.get("install_script"):
+                raise MonkeyError(
+                    f"image {pinned['ref']}: a job.yml set-up (run.env_type, "
+                    "run.install_script) cannot run inside an image yet; install what the "
+                    "job needs in the image, or run without the image"
+                )
+            sub.fields["image"] = pinned
+            # in an image, the image's PATH, PYTHONPATH... apply, not this machine's (those
+            # the user named with --env or job.yml stay)
+            machine = captured_env()
+            sub.fields["env"] = {k: v for k, v in sub.fields["env"].items() if machine.get(k) != v}
         return sub
 
     def gather(
@@ -345,6 +379,7 @@ class Submitter:
                 "spec": spec_record,
                 "outputs": outputs,
                 "packages": packages[0],
+                **({"image": js.image} if js is not None and js.image else {}),
             },
             secrets=secret_env,
         )

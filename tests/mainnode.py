@@ -103,14 +103,17 @@ class MainNode:
             self.proc.stdout.close()
         wait_for(lambda: not self._accepts(), what="the server to stop listening")
 
-    def server(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """`monkey ARGS` on the main node."""
+    def server(
+        self, *args: str, timeout: float = 120, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`monkey ARGS` on the main node (INPUT on its stdin)."""
         return subprocess.run(
             [sys.executable, "-m", "monkey", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
             env=self.server_env,
+            input=input,
         )
 
     def laptop(

@@ -71,7 +71,7 @@ def test_the_original_sample_loads(tmp_path):
     [
         (
             ("name: mnist", "name: mnist\nnmae: typo"),
-            "job.yml:2: nmae: unknown key; allowed here: name, run, code, persist, data, providers",
+            "job.yml:2: nmae: unknown key; allowed here: name, image, run, code, persist, data, providers",
         ),
         (
             ("env_type: pip ", "env_type: pipx"),

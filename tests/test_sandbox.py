@@ -73,7 +73,7 @@ def test_a_users_job_sees_nothing_of_another_users_job_nor_of_monkey_home(node, 
     node.add_remote(node.add_user("bob"), name="bob")
     assert "local: isolation sandbox (bubblewrap)\n" in node.server("list", "providers").stdout
     checked = node.server("provider", "check", "local").stdout
-    assert checked.startswith("local ") and checked.endswith(" isolation sandbox (bubblewrap)\n")
+    assert checked.startswith("local ") and " isolation sandbox (bubblewrap)  images " in checked
     Path("ana.py").write_text(ANA)
     Path("job.yml").write_text("persist:\n  - name: output\n    path: output\n")
     ana = node.laptop("--remote", "ana", "run", "--env", f"API_TOKEN={SECRET}", "--", "python",

@@ -16,6 +16,7 @@ import yaml
 from conftest import wait_for
 from driver_contract import DriverContract, Target, provider, serve
 from in_job import SCRIPT, bare_python, check_tracked, open_tmp  # noqa: F401 - a fixture
+from registry import reg  # noqa: F401 - a fixture
 from slurm import PARTITION, SlurmLab, slurm, slurm_cluster  # noqa: F401 - fixtures
 
 from monkey.models import State
@@ -505,3 +506,25 @@ def test_in_job_api_in_an_allocation_tracks_as_locally(
         assert info(cli, juid)["state"] == "succeeded", cli("logs", "--stderr", juid).stdout
     assert info(cli, remote)["instance"].startswith("cluster/")
     assert check_tracked(cli, remote) == check_tracked(cli, local)
+
+
+def test_a_job_in_an_image_runs_in_its_allocation(
+    cli: Any, home: Path, monkey: Any, cluster: SlurmLab, reg: Any
+) -> None:
+    """On a compute node with skopeo, umoci and bubblewrap, monkey's unprivileged runner runs
+    the job in its image inside the allocation, as on any worker."""
+    from registry import PASSWORD, USER
+
+    done = cli("registry", "login", reg.host, "-u", USER, "--password-stdin", "--ca-file",
+               str(reg.ca), input=PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    juid = run_job(cli, "sh", "-c", 'cat /etc/said; echo "job $SLURM_JOB_ID"',
+                   options=("--image", f"{reg.host}/lab/tiny:2"))  # fmt: skip
+    wait_for(
+        lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=90, what="the end"
+    )
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", cli("logs", juid, "--setup").stdout
+    slurm_id = job["instance"].split("/")[1]
+    assert cli("logs", "--stdout", juid, check=True).stdout == f"two\njob {slurm_id}\n"
+    assert job["image"]["digest"] == reg.digests["2"]

@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import kill_until_gone, wait_for
 from tests.imds import Metadata
+from tests.registry import reg  # noqa: F401 - fixture
 from tests.sshd import Lab
 from tests.test_ec2 import FLEET, add_aws, fleet, info, run_job  # noqa: F401 - fixture
 
@@ -198,3 +199,35 @@ def _uploaded_epoch(moto: Any, home: Path, juid: str) -> int:
     except Exception:  # noqa: BLE001 - nothing uploaded yet
         return 0
     return json.loads(body)["epoch"]
+
+
+def test_a_job_in_an_image_resumes_on_a_new_instance_from_the_same_digest(
+    cli, home: Path, moto: Any, fleet: Lab, metadata: dict[str, Metadata], reg: Any
+) -> None:
+    spot_provider(cli, moto, fleet, home, metadata["127.0.0.4"].port)
+    from tests.registry import PASSWORD, USER
+
+    login = cli("registry", "login", reg.host, "-u", USER, "--password-stdin", "--ca-file",
+                str(reg.ca), input=PASSWORD + "\n")  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    try:
+        ran = cli("run", "--json", "-p", "aws", "--image", f"{reg.host}/lab/py:1", "--",
+                  "python3", "train.py", check=True)  # fmt: skip
+        juid = json.loads(ran.stdout)["job"]
+        wait_for(lambda: "epoch 3\n" in stdout(home, juid, 1), timeout=90, what="epoch 3")
+        first = info(cli, juid)["instance"]
+        metadata[address_of(cli, juid, moto)].interrupt(seconds=120)
+        wait_for(
+            lambda: info(cli, juid)["attempts"] == 2 and info(cli, juid)["state"] == "succeeded",
+            timeout=120,
+            what="the job to resume in its image and succeed",
+        )
+        one, two = info(cli, juid)["attempts_detail"]
+        assert one["reason"].startswith("preempted") and two["instance"] != first
+        stopped_at = epochs_done(home, juid, 1)
+        assert f"start at epoch {stopped_at}\n" in stdout(home, juid, 2)  # its checkpoint
+        assert f"result {expected()}\n" in stdout(home, juid, 2)
+        assert info(cli, juid)["image"]["digest"].startswith("sha256:")
+        wait_for(lambda: moto.instances() == [], timeout=30, what="idle termination")
+    finally:
+        finish(cli, moto)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import queue
 import time
@@ -27,6 +28,7 @@ from monkey.client_agent.rundir import (
     METRICS,
     ORDER,
     PREEMPTED,
+    PULL,
     SETUP_FAILED,
     STARTED,
     STDERR,
@@ -80,6 +82,22 @@ def exit_fields(job: Job, code: int | None, returncode: int | None) -> dict[str,
             return {"code": code, "signal": None, "reason": "setup", "error": f.read().strip()}
     except OSError:
         return {"code": code, "signal": None, "reason": "exited"}
+
+
+def _pull_progress(job: Job) -> dict[str, Any] | None:
+    """{"bytes", "total"} of the job's image pull while it runs (see image.py); None once
+    it is over (the job stops asking) or before it began."""
+    raw = read_small(job.prefix + PULL)
+    if raw is None:
+        return None
+    try:
+        said = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(said, dict) or said.get("done"):
+        job.pulling = False
+        return None
+    return {"bytes": int(said.get("bytes") or 0), "total": said.get("total")}
 
 
 def _reclaimer(runs: queue.SimpleQueue[str]) -> None:
@@ -238,6 +256,10 @@ class Events(AgentState):
             cpu = 100.0 * max(0, ticks - prev_ticks) / CLK_TCK / elapsed if elapsed > 0 else 0.0
             job.cpu_prev = (max(ticks, prev_ticks), now)
             extra: dict[str, Any] = {}
+            if job.pulling:
+                pull = _pull_progress(job)
+                if pull is not None:
+                    extra["pull"] = pull
             if gpu_usage:
                 extra["gpus"] = [
                     {"index": int(g), **gpu_usage[g]}

@@ -13,7 +13,11 @@ reaches the setup and the job alike. LAUNCH_JSON (written by the agent in the ru
      "setup": {"type": "pip"|"conda"|"none", "env_file": rel|null, "env_file_digest": d,
                "install_script": rel|null, "install_script_digest": d} | null,
      "persist": [{"name": N, "path": rel}], "persist_dir": dir,
-     "package": the monkey folder the agent runs from (see expose_monkey)}
+     "package": the monkey folder the agent runs from (see expose_monkey),
+     "image": {"ref", "name", "digest", "store": ROOT/images, "bwrap": path, "cwd": dir,
+               "writable": [dir], "readable": [dir], "env": [the job's own variables],
+               "path": its PYTHONPATH}
+              | absent: a job in an OCI image (pulled first, then run in it: image.py)}
 
 Files it writes in the run dir: ``setup.log`` (everything the set-up printed, and what the
 launcher did), ``setup.json`` ({"key", "reused", "seconds"}) once the environment is
@@ -283,16 +287,21 @@ def save_persisted(cfg: dict[str, Any], log: BinaryIO) -> None:
 # ---------------------------------------------------------------- main
 
 
-def _not_started(program: str, error: OSError) -> int:
-    """Say that PROGRAM could not be run and mark the claim as the wrapper does (a line
-    "spawn": the job never started); the exit code: 126 not executable, else 127."""
-    sys.stderr.write(f"monkey-job: {program}: {error.strerror}\n")
+def _not_started(program: str, error: OSError | str, code: int = 0) -> int:
+    """Say that PROGRAM could not be run (ERROR: the exec's, or why not in words with its
+    CODE) and mark the claim as the wrapper does (a line "spawn": the job never started);
+    the exit code: 126 not executable, else 127."""
+    if isinstance(error, str):
+        sys.stderr.write(f"monkey: {error}\n")
+    else:
+        sys.stderr.write(f"monkey-job: {program}: {error.strerror}\n")
+        code = 126 if error.errno in (errno.EACCES, errno.EISDIR, errno.ENOEXEC) else 127
     try:
         with open(os.environ["MONKEY_STARTED_FILE"], "a") as f:
             f.write("spawn\n")
     except (KeyError, OSError):
         pass
-    return 126 if error.errno in (errno.EACCES, errno.EISDIR, errno.ENOEXEC) else 127
+    return code
 
 
 def main(argv: list[str]) -> int:
@@ -309,8 +318,17 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, lambda signum, _f: stop.append(signum))
     run_dir = cfg["run_dir"]
     env = dict(os.environ)
+    image = cfg.get("image")
     with open(os.path.join(run_dir, "setup.log"), "ab") as log:
         try:
+            if image:
+                sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+                import image as runner  # type: ignore[import-not-found]  # beside this file
+
+                try:
+                    bundle = runner.pull(image, run_dir, log)
+                except runner.ImageError as e:
+                    raise SetupError(str(e)) from None
             restore_persisted(cfg, log)
             if cfg.get("setup"):
                 env.update(
@@ -328,6 +346,12 @@ def main(argv: list[str]) -> int:
             return 1
         if stop:
             return 128 + stop[0]
+        if image:
+            boxed, why, code = runner.command(image, bundle, cmd, env)
+            if why:
+                return _not_started(cmd[0], why, code)
+            cmd = boxed
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own
         if not cfg["persist"]:  # nothing to save: become the job (handlers reset on exec)
             log.close()
             try:

@@ -43,6 +43,7 @@ CODE_RECORD = "code.json"  # the code copy made in work/, deleted when the attem
 LAUNCH = "launch.json"  # what launcher.py is to do
 SETUP_LOG = "setup.log"  # launcher.py: the environment's set-up output
 SETUP_RECORD = "setup.json"  # launcher.py: the environment's key, reuse and time
+PULL = "pull.json"  # image.py: {"bytes", "total", "done"} of the job's image pull
 SETUP_FAILED = "setup.failed"  # launcher.py: one line, when the set-up failed
 RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), for adoption
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload

@@ -26,13 +26,13 @@ the agent sends every signal but KILL to the job's processes one by one, skippin
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
 import sys
 
 from monkey.client_agent.common import read_small
+from monkey.client_agent.image import ISOLATED, nvidia_devices
 
 # Inside the sandbox: enter the job's folder, check the command (not found: 127, not
 # executable: 126, each marked "spawn" in the claim as the wrapper does), exec it.
@@ -58,13 +58,7 @@ def _common(bwrap: str) -> list[str]:
     """The options every sandbox has, before its folders."""
     return [
         bwrap,
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--share-net",
-        "--die-with-parent",
-        "--cap-drop",
-        "ALL",
+        *ISOLATED,
         "--ro-bind",
         "/",
         "/",
@@ -112,6 +106,19 @@ def _probe(path: str) -> tuple[str, str]:
     return path, ""
 
 
+IMAGE_ENGINE = "unprivileged (skopeo, umoci, bubblewrap)"
+
+
+def image_engine() -> tuple[str, str]:
+    """(the engine that runs jobs' images here, "") or ("", why none can): monkey's own
+    unprivileged runner needs skopeo and umoci on PATH and a working bubblewrap."""
+    missing = [tool for tool in ("skopeo", "umoci") if not shutil.which(tool)]
+    if missing:
+        return "", f"{' and '.join(missing)} not installed (apt-get install skopeo umoci)"
+    path, why = bwrap()
+    return (IMAGE_ENGINE, "") if path else ("", why)
+
+
 def is_monitor(pid: int, path: str) -> bool:
     """Whether PID runs bwrap at PATH (its monitor, or its init in the sandbox)."""
     cmd = read_small(f"/proc/{pid}/cmdline")
@@ -153,7 +160,7 @@ def argv(
     then READABLE bound again in them (those that exist, each at its own path), the GPUs'
     devices passed through, HIDDEN_VARS of ENV unset."""
     out = _common(path)
-    for dev in sorted(glob.glob("/dev/nvidia*")):
+    for dev in nvidia_devices():
         out += ["--dev-bind", dev, dev]
     covered: list[str] = []  # one tmpfs per folder not inside another one
     for folder in sorted(hidden, key=len):

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from monkey.client_agent import image as image_runner
 from monkey.client_agent import sandbox
 from monkey.client_agent.blobs import (
     _blob_check_file,
@@ -96,6 +97,8 @@ WRAPPER = (
 # How a wrapper's /proc/PID/cmdline starts (``_spawn``'s argv up to the job's folder).
 WRAPPER_CMDLINE = b"\0".join([b"/bin/sh", b"-c", WRAPPER.encode(), b"monkey-job", b""])
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+IMAGE_NAME = re.compile(r"[A-Za-z0-9.:\[\]-]+(?:/[a-z0-9._-]+)+")
 JOB_UMASK = 0o022  # the umask jobs run with (set by main: the one the agent was started with)
 
 
@@ -103,7 +106,7 @@ def install_job_code(root: str, digest: str) -> str:
     """ROOT/jobcode/DIGEST/, made once per agent version from this agent's files: what the
     agent hands its jobs, so that nothing a job runs lives where monkey is installed (a
     reinstall elsewhere removes that folder while jobs and agents run). It holds
-    ``launcher.py`` and ``python/``, the folder first on every job's PYTHONPATH, with
+    ``launcher.py`` (with ``image.py``) and ``python/``, the folder first on every job's PYTHONPATH, with
     ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py): ``import monkey``
     gives a job the in-job API on any worker (see shim.py)."""
     final = os.path.join(root, "jobcode", digest)
@@ -117,6 +120,7 @@ def install_job_code(root: str, digest: str) -> str:
         ("shim.py", "python/monkey/__init__.py"),
         ("track.py", "python/monkey_track.py"),
         ("launcher.py", "launcher.py"),
+        ("image.py", "image.py"),  # the launcher's, for jobs in images
     ):
         shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
     try:
@@ -166,6 +170,9 @@ class Spawning(AgentState):
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         monitor = self._isolation(req.get("isolation"), req.get("provider"))
+        image = self._check_image(req.get("image"))
+        if image is not None:  # the image's own sandbox holds what the job may see
+            monitor = image["bwrap"]
         self._watch(req.get("watch"))
         self.orphan.arm(req.get("orphan"))
         blobs_dir = req.get("blobs_dir") or ""
@@ -181,6 +188,14 @@ class Spawning(AgentState):
             work = os.path.join(work, name)
         # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
+        # the job's own variables (all an image's job gets, with its path, and its Slurm
+        # allocation's: SLURM_JOB_ID...)
+        own = [*env, *(k for k in self.environ if k.startswith("SLURM_"))]
+        pythonpath = (
+            f"{self.job_path}{os.pathsep}{env['PYTHONPATH']}"
+            if env.get("PYTHONPATH")
+            else self.job_path
+        )
         env = {**self.environ, **env}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = f"{self.job_path}{os.pathsep}{path}" if path else self.job_path
@@ -199,11 +214,21 @@ class Spawning(AgentState):
                 code += [rel] if mount else [f"{rel}/{frel}" for frel, _blob, _mode in ds_files]
             record_code(run_dir, work, code)
             envs = self._envs(monitor, req.get("owner"))
-            argv = self._launcher(req, run_dir, work, argv, envs)
-            if monitor:
-                argv = self._sandboxed(
-                    monitor, req, run_dir, cwd, argv, env, datasets, placed, envs
+            folders = self._folders(req, run_dir, env, datasets, placed, envs)
+            boxed: list[str] = []  # the job's argv in its image, when no launcher is needed
+            if image is not None:
+                image.update(
+                    cwd=cwd, writable=folders[0], readable=folders[1], env=own, path=pythonpath
                 )
+                boxed = self._image_now(req, run_dir, argv, env, image)
+                if not boxed:
+                    self._pull_auth(run_dir, req.get("image_auth"))
+            if boxed:  # the image on this worker already, nothing to prepare: no launcher
+                argv = boxed
+            else:
+                argv = self._launcher(req, run_dir, work, argv, envs, image)
+            if monitor and image is None:
+                argv = self._sandboxed(monitor, cwd, argv, env, folders)
         except OSError as e:
             raise _not_spawned(run_dir, f"materialising {run_dir} failed", e) from None
         results = self._results(req.get("results"), juid, attempt, run_dir, work)
@@ -224,6 +249,7 @@ class Spawning(AgentState):
             req.get("id"),
         )
         pending.monitor = monitor
+        pending.image = image is not None
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
@@ -250,19 +276,70 @@ class Spawning(AgentState):
             )
         return path
 
-    def _sandboxed(
+    def _check_image(self, image: Any) -> dict[str, Any] | None:
+        """The start's IMAGE checked, with where this worker keeps images and the bwrap
+        that runs them; None when the job has no image."""
+        if image is None:
+            return None
+        if not isinstance(image, dict) or not all(
+            isinstance(image.get(k), str) for k in ("ref", "name", "digest")
+        ):
+            raise RequestError("image must be an object with ref, name and digest")
+        if not IMAGE_DIGEST.fullmatch(image["digest"]) or not IMAGE_NAME.fullmatch(image["name"]):
+            raise RequestError(f"bad image name or digest: {image['name']}@{image['digest']}")
+        engine, why = sandbox.image_engine()
+        if not engine:
+            raise RequestError(f"jobs in images cannot run on this worker: {why}")
+        path = sandbox.bwrap()[0]
+        return {
+            "ref": image["ref"],
+            "name": image["name"],
+            "digest": image["digest"],
+            "store": os.path.join(self.root, "images"),
+            "bwrap": path,
+        }
+
+    @staticmethod
+    def _image_now(
+        req: dict[str, Any], run_dir: str, argv: list[str], env: dict[str, str], image: dict
+    ) -> list[str]:
+        """The argv that runs ARGV in IMAGE straight away, when this worker has the image
+        unpacked, the image has ARGV's program and the job has no set-up or persisted folders
+        for launcher.py to handle; else [] (the launcher pulls, prepares, runs)."""
+        if req.get("setup") or req.get("persist"):
+            return []
+        bundle = image_runner.ready(image)
+        if not bundle:
+            return []
+        boxed, why, _code = image_runner.command(image, bundle, argv, env)
+        if why:
+            return []  # the launcher says why, and marks it never started
+        image_runner.reused(image, bundle, run_dir)
+        return boxed
+
+    @staticmethod
+    def _pull_auth(run_dir: str, auth: Any) -> None:
+        """The pull's login and CA, for the launcher alone (it deletes the file once read)."""
+        if auth is None:
+            return
+        if not isinstance(auth, dict):
+            raise RequestError("image_auth must be an object")
+        fd = os.open(
+            os.path.join(run_dir, "pull-auth.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+        )
+        with os.fdopen(fd, "w") as f:
+            json.dump(auth, f)
+
+    def _folders(
         self,
-        monitor: str,
         req: dict[str, Any],
         run_dir: str,
-        cwd: str,
-        argv: list[str],
         env: dict[str, str],
         datasets: list[tuple[str, list, str, bool]],
         placed: list[tuple[str, list, str, bool]],
         envs: str,
-    ) -> list[str]:
-        """ARGV run in a sandbox that holds the job's own folders (see sandbox.py)."""
+    ) -> tuple[list[str], list[str]]:
+        """The job's own folders (writable, readable) a sandbox or an image binds."""
         writable = [run_dir]
         job_dir = os.path.dirname(os.path.normpath(run_dir))  # the folder of all its attempts
         for folder in (env.get("MONKEY_CHECKPOINT_DIR"), req.get("persist_dir")):
@@ -277,9 +354,20 @@ class Spawning(AgentState):
         shared = os.path.join(self.root, "datasets")
         readable += [os.path.join(shared, digest) for _n, _f, digest, _s in datasets]
         readable += [os.path.join(shared, digest) for _r, _f, digest, mount in placed if mount]
+        return writable, readable
+
+    def _sandboxed(
+        self,
+        monitor: str,
+        cwd: str,
+        argv: list[str],
+        env: dict[str, str],
+        folders: tuple[list[str], list[str]],
+    ) -> list[str]:
+        """ARGV run in a sandbox that holds the job's own FOLDERS (see sandbox.py)."""
         home, software = sandbox.home_software(self.environ, os.path.dirname(os.path.dirname(HERE)))
         hidden = [self.root, home] if home else [self.root]
-        return sandbox.argv(monitor, hidden, cwd, argv, writable, readable + software, env)
+        return sandbox.argv(monitor, hidden, cwd, argv, folders[0], folders[1] + software, env)
 
     @staticmethod
     def _check_unused(run_dir: str) -> None:
@@ -307,6 +395,7 @@ class Spawning(AgentState):
             p.juid, p.attempt, p.run_dir, p.cwd, p.argv, p.env, p.limit, p.cpus, p.monitor
         )
         job.cgroup = cgroup
+        job.pulling = p.image
         if p.results is not None:
             self.results[job.key] = p.results
         return job
@@ -459,11 +548,18 @@ class Spawning(AgentState):
         return os.path.join(self.root, "envs", f"owner-{tag}")
 
     def _launcher(
-        self, req: dict[str, Any], run_dir: str, work: str, argv: list[str], envs: str
+        self,
+        req: dict[str, Any],
+        run_dir: str,
+        work: str,
+        argv: list[str],
+        envs: str,
+        image: dict[str, Any] | None,
     ) -> list[str]:
-        """ARGV, or ARGV behind launcher.py when the job has a set-up or persisted folders."""
+        """ARGV, or ARGV behind launcher.py when the job has a set-up, persisted folders or
+        an image."""
         setup, persist = req.get("setup"), req.get("persist") or []
-        if not setup and not persist:
+        if not setup and not persist and image is None:
             return argv
         if setup is not None and not isinstance(setup, dict):
             raise RequestError("setup must be an object")
@@ -485,6 +581,7 @@ class Spawning(AgentState):
             "persist": persist,
             "persist_dir": persist_dir,
             "package": os.path.dirname(HERE),
+            **({"image": image} if image is not None else {}),
         }
         path = os.path.join(run_dir, LAUNCH)
         write_atomic(path, json.dumps(launch).encode())

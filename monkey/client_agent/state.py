@@ -55,6 +55,7 @@ class Job:
         "events_path",
         "push_head",
         "monitor",
+        "pulling",
     )
 
     def __init__(
@@ -90,6 +91,7 @@ class Job:
         self.timed_out = False  # stopped by its time limit
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
         self.monitor = ""  # the bwrap its sandbox runs under ("": none; see sandbox.py)
+        self.pulling = False  # its image may be being pulled (its heartbeats say how far)
         self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
         self.events_path = self.prefix + EVENTS
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
@@ -118,6 +120,7 @@ class Pending:
         "rid",
         "until",
         "monitor",
+        "image",
     )
 
     def __init__(
@@ -140,6 +143,7 @@ class Pending:
         self.conn, self.rid = conn, rid  # where its reply goes once it spawns or is withdrawn
         self.until = time.monotonic() + HOLD_LIMIT
         self.monitor = ""  # the bwrap running it in a sandbox ("": none)
+        self.image = False  # it runs in an image, pulled first
 
     @property
     def key(self) -> Key:

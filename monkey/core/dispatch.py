@@ -616,6 +616,9 @@ class Dispatch:
             )
         me = local_user()
         owner = self.store.job_owners([job.juid]).get(job.juid) or me
+        image = self.store.job_image(job.juid)
+        if image is not None:
+            spec_fields.update(self._image_fields(image))
         return {
             "juid": job.juid,
             "attempt": job.attempts,
@@ -660,6 +663,20 @@ class Dispatch:
         given.add(job.snapshot)
         self.last_given[(key, job.workdir)] = job.snapshot
         return fields, blobs
+
+    def _image_fields(self, image: dict[str, str]) -> dict[str, Any]:
+        """The `start` fields of a job in IMAGE: what the worker pulls, and the login and
+        CA of its registry (sent for the pull only; never in the job's record or env)."""
+        from monkey.images import Registries, parse
+
+        ref = parse(image["ref"])
+        fields: dict[str, Any] = {
+            "image": {"ref": image["ref"], "name": ref.name, "digest": image["digest"]}
+        }
+        auth = Registries(self.home).pull_auth(ref.host)
+        if auth is not None:
+            fields["image_auth"] = auth
+        return fields
 
     def _secrets(self, job: Job) -> dict[str, str]:
         ref = self.store.secrets_ref(job.juid)

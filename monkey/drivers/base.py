@@ -183,6 +183,15 @@ def isolation_of(options: dict[str, Any], users: int, why_not: str | None) -> st
     return f"none: {why_not}; other users' jobs fail to start there"
 
 
+def images_of(hello: dict[str, Any]) -> str | None:
+    """The engine that runs jobs' images where the agent that said HELLO runs, for
+    `provider check`: the engine, or "none: why"; None when it does not say (an older agent)."""
+    said = hello.get("images")
+    if not isinstance(said, dict):
+        return None
+    return str(said.get("engine") or f"none: {said.get('why')}")
+
+
 def sandbox_of(hello: dict[str, Any]) -> str | None:
     """Whether the agent that said HELLO can run jobs in a sandbox, for `provider check`:
     "sandbox (bubblewrap)" or "none: why"; None when it does not say (an older agent)."""

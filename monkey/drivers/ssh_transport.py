@@ -28,7 +28,7 @@ from monkey.client_agent import rundir
 from monkey.config import Home, ProviderConfig
 from monkey.drivers import ssh_remote
 from monkey.drivers.agent_link import AgentLink
-from monkey.drivers.base import Capacity, NotReady, sandbox_of
+from monkey.drivers.base import Capacity, NotReady, images_of, sandbox_of
 from monkey.drivers.ssh_files import append_chunks, mirror, send_blobs, share_blobs
 from monkey.drivers.ssh_hosts import (
     HostKeys,
@@ -362,6 +362,7 @@ class SSHTransport(Transport):
                     "memory": cap.memory if cap else None,
                     "workdir": host.workdir or None,
                     "isolation": cap.extra.get("isolation") if cap else None,
+                    "images": cap.extra.get("images") if cap else None,
                 }
             )
         return report
@@ -429,7 +430,12 @@ class SSHTransport(Transport):
                 int(spec.cpus or hello.get("cpus") or 1),
                 gpus,
                 spec.memory if spec.memory is not None else hello.get("memory"),
-                {"host": spec.label, "workdir": host.workdir, "isolation": sandbox_of(hello)},
+                {
+                    "host": spec.label,
+                    "workdir": host.workdir,
+                    "isolation": sandbox_of(hello),
+                    "images": images_of(hello),
+                },
             )
             host.error, host.failures = None, 0
             self._record(host, "up")

@@ -54,15 +54,16 @@ class Disk:
         hosts = sorted({c["instance"] for c in store.host_chores() if c["job"] in juids})
         return {"jobs": count, "freed": freed, "hosts": self._ask(hosts, since)}
 
-    def gc(self, grace: float = 3600.0) -> dict[str, Any]:
-        """Free what no job needs (see ``housekeeping.gc``; GRACE: seconds a blob is kept),
-        then on SSH hosts and in buckets: the report's fields, "total" and "hosts"."""
+    def gc(self, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> dict[str, Any]:
+        """Free what no job needs (see ``housekeeping.gc``; GRACE: seconds a blob is kept;
+        IMAGE_KEEP: seconds an image no job used stays on this machine's worker), then on
+        SSH hosts and in buckets: the report's fields, "total" and "hosts"."""
         from dataclasses import asdict
 
         from monkey import housekeeping
         from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
 
-        report = housekeeping.gc(self._m, grace)
+        report = housekeeping.gc(self._m, grace, image_keep)
         since = time.time()
         hosts = self._m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES)
         return {**asdict(report), "total": report.total, "hosts": self._ask(hosts, since)}

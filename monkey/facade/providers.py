@@ -61,6 +61,8 @@ class Providers:
                 inst["running"] = running.get(inst["id"], 0)
             info.update(driver_class(cfg.type).describe(cfg, instances))
             info["isolation"] = isolation_of(cfg.options, users, self._why_no_sandbox(cfg, users))
+            if cfg.type == "local":
+                info["images"] = _images_here()
             error = self.store.provider_error(name)
             if error:  # why the jobs waiting for it get no machine
                 info["error"] = error
@@ -91,6 +93,7 @@ class Providers:
             "memory": mem_total(),
             "workdir": str(self.home.root),
             "isolation": isolation_of(config.options, users, why),
+            "images": _images_here(),
         }
 
     @staticmethod
@@ -315,3 +318,11 @@ class Providers:
                     "on with it (see `monkey list providers`)"
                 )
             time.sleep(0.1)
+
+
+def _images_here() -> str:
+    """The engine that runs jobs' images on this machine, or "none: why"."""
+    from monkey.client_agent.sandbox import image_engine
+
+    engine, why = image_engine()
+    return engine or f"none: {why}"

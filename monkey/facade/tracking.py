@@ -412,6 +412,9 @@ class Tracking:
         reruns = [(self.store.rerun_of(j.juid) or {}).get("job") for j in (a, b)]
         if reruns[0] != reruns[1]:
             out["rerun_of"] = reruns
+        images = [self.store.job_image(j.juid) for j in (a, b)]
+        if images[0] != images[1]:  # "ref @ digest", or None: no image
+            out["image"] = [i and f"{i['ref']} @ {i['digest']}" for i in images]
         return out
 
     # -- plots and reports --------------------------------------------------------------

@@ -139,10 +139,12 @@ class RemoteMonkey:
         after_any: str | Sequence[str] | None = None,
         priority: int = 0,
         notify: str | Sequence[str] | None = None,
+        image: str | None = None,
         **options: Any,
     ) -> Job:
         """As ``Monkey.run``: the code and data gathered here, the job recorded and run by
-        the main node's core (START_CORE does not apply: that core always runs)."""
+        the main node's core (START_CORE does not apply: that core always runs); the image
+        (IMAGE, or the job.yml's) is pinned there, with the main node's registry logins."""
         from monkey.remote.submit import LOCAL_OPTIONS, RESOURCES
         from monkey.submit import parse_command
 
@@ -166,6 +168,7 @@ class RemoteMonkey:
             **({"after_any": after_any} if after_any else {}),
             **({"priority": priority} if priority else {}),
             **({"notify": notify} if notify else {}),
+            **({"image": image or g.image} if image or g.image else {}),
             **{k: options[k] for k in RESOURCES if k in options},
         )
         return Job(self, juid)  # type: ignore[arg-type]  # Owner's methods, remotely
@@ -190,6 +193,8 @@ class RemoteMonkey:
         resources = {k: options[k] for k in RESOURCES if k in options}
         g = self.gatherer()
         gathered = g.gather(provider, {**local, **resources})
+        if g.image and not options.get("image"):  # the job.yml's, pinned by the server
+            options["image"] = g.image
         return g.submit(
             "sweep", command, file=file, provider=provider, gathered=gathered, **options
         )
@@ -411,8 +416,8 @@ class RemoteMonkey:
     def du_hosts(self) -> dict[str, Any]:
         return self.client.call("du_hosts")
 
-    def gc(self, grace: float = 3600.0) -> dict[str, Any]:
-        return self.client.call("gc", grace)
+    def gc(self, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> dict[str, Any]:
+        return self.client.call("gc", grace, image_keep)
 
     def verify(self, refs: list[str] | None = None) -> dict[str, Any]:
         return self.client.call("verify", refs)

@@ -51,6 +51,7 @@ class Gatherer:
         self.submitter = Submitter(self.home, self.store, dict)
         self._lease: ExitStack | None = None  # held from a gather to its submission's end
         self.sent = 0  # the bytes the last submission uploaded
+        self.image: str | None = None  # the last gathered job.yml's image
 
     def close(self) -> None:
         self._release()
@@ -118,6 +119,8 @@ class Gatherer:
         try:
             with self._disk():
                 sub = self.submitter.gather(provider, job_options, captured=False, **local)
+            # the job.yml's image is sent as `image`: the server pins it with its logins
+            self.image = sub.fields.pop("image", None)
             fields = {k: v for k, v in sub.fields.items() if k != "blobs"}
             self.named, self.listed = blobs_needed(fields, self.submitter.blobs())
             self.cache.touch(self.named)  # the file lists stand for their files

@@ -57,6 +57,12 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         "minutes); then SIGTERM, SIGKILL after a grace, and the job fails",
     )
     p.add_argument(
+        "--image",
+        metavar="REF",
+        help="run in this OCI image (e.g. pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime, "
+        "ghcr.io/lab/env@sha256:...), pinned to its digest now; no root or daemon needed",
+    )
+    p.add_argument(
         "--outputs",
         action="append",
         default=[],
@@ -304,6 +310,7 @@ _MODULES = {
     "du": ("disk_commands", "du_parser"),
     "verify": ("disk_commands", "verify_parser"),
     "notify": ("notify_commands", "notify_parser"),
+    "registry": ("registry_commands", "registry_parser"),
 }
 
 PARSERS: dict[str, Callable[..., argparse.ArgumentParser]] = {
@@ -374,6 +381,7 @@ commands:
   server start|run|stop|status   this machine as a main node: the HTTPS API (--bind HOST:PORT)
   server user add|list|remove|token   the server's users and their tokens
   remote add|use|list|remove     main nodes this machine sends commands to (--remote NAME)
+  registry login|list|logout     logins to the registries of jobs' images (run --image REF)
 
 JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --juid JOB.
 `monkey COMMAND --help` describes a command. State lives in $MONKEY_HOME (~/.monkey).
@@ -403,6 +411,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         memory=args.memory,
         host=args.host,
         time=args.time,
+        image=args.image,
         outputs=args.outputs,
         retries=args.retries,
         datasets=args.dataset,

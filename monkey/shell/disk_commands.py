@@ -52,6 +52,13 @@ def gc_parser(cls: ParserClass) -> argparse.ArgumentParser:
         help="keep blobs, environments and dataset copies younger than AGE "
         "(default 1h; a submission in progress is always safe: gc waits for it)",
     )
+    p.add_argument(
+        "--image-keep",
+        default="7d",
+        metavar="AGE",
+        help="keep the images this machine's worker pulled that a job used within AGE "
+        "(default 7d), and those of jobs not ended",
+    )
     p.set_defaults(func=cmd_gc)
     return p
 
@@ -142,13 +149,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from monkey import housekeeping
 
     m = monkey()
-    report = m.gc(housekeeping.parse_age(args.grace))
+    report = m.gc(housekeeping.parse_age(args.grace), housekeeping.parse_age(args.image_keep))
     h = human_size
     print(
         f"freed {h(report['total'])}: {report['blobs']} blobs ({h(report['blob_bytes'])}), "
         f"{report['runs']} folders of deleted jobs ({h(report['run_bytes'])}), "
         f"{report['envs']} environments ({h(report['env_bytes'])}), "
         f"{report['datasets']} dataset copies ({h(report['dataset_bytes'])}), "
+        f"{report['images']} images ({h(report['image_bytes'])}), "
         f"code copies left behind ({h(report['code_bytes'])})"
     )
     _print_hosts(

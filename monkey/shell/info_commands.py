@@ -81,6 +81,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             "state",
             state_text(info["state"], colour)
             + _unreachable_note(info)
+            + (f" ({info['phase']})" if info.get("phase") and info["state"] == "running" else "")
             + (f" ({info['reason']})" if info["reason"] else "")
             + (f" [{info['request']} requested]" if info["request"] else "")
             + _waiting(info.get("waiting"))
@@ -105,6 +106,11 @@ def cmd_info_job(args: argparse.Namespace) -> int:
         (
             "time limit",
             f"{format_duration(res['time'])} per attempt" if res.get("time") else "none",
+        ),
+        *(
+            [("image", f"{info['image']['ref']} @ {info['image']['digest']}")]
+            if info.get("image")
+            else []
         ),
         ("retries", str(info["retries"])),
         ("workdir", info["workdir"]),

@@ -193,6 +193,8 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
         print_quota_use(status["quotas"])
     for p in out:
         print(f"{p['name']}: isolation {p['isolation']}")
+        if p.get("images"):
+            print(f"{p['name']}: images {p['images']}")
         if p.get("detail"):  # a kind's own line (a Slurm partition's state)
             print(f"{p['name']}: {p['detail']}")
         error = p.get("error")

@@ -103,6 +103,11 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "unit: 90s, 30m, 2h, 1d or HH:MM:SS (a bare number is refused: write 5m)",
     )
     p.add_argument(
+        "--image",
+        metavar="REF",
+        help="run every cell in this OCI image, pinned to its digest now (see `run --image`)",
+    )
+    p.add_argument(
         "--dataset",
         "-d",
         action="append",
@@ -192,6 +197,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         memory=args.memory,
         time=args.time,
+        image=args.image,
         datasets=args.dataset,
         env=args.env,
         workdir=args.workdir,

@@ -442,6 +442,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         "env",
         "datasets",
         "resources",
+        "image",
         "python",
         "packages",
     ):
@@ -476,5 +477,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print()
             sys.stdout.write(code["diff"])
     if same:
-        print("\nno differences in command, parameters, environment, code, git, data or Python")
+        print(
+            "\nno differences in command, parameters, environment, code, git, data, image or Python"
+        )
     return 0

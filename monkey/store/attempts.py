@@ -197,7 +197,7 @@ class AttemptStore:
             db.execute(
                 "UPDATE jobs SET state = ?, exit_code = ?, reason = ?, request = NULL, "
                 "finished_at = MAX(?, COALESCE(started_at, ?)), updated_at = ?, "
-                "unreachable_since = NULL WHERE juid = ?",
+                "unreachable_since = NULL, phase = NULL WHERE juid = ?",
                 (final.value, exit_code, reason, now, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)

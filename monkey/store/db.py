@@ -373,6 +373,7 @@ class Store(
         after: dict[str, bool] | None = None,
         priority: int = 0,
         notify: dict[str, str] | None = None,
+        image: dict[str, str] | None = None,
     ) -> list[str]:
         """Insert jobs alike but for their (argv, name, params), each with a fresh juid
         (YY-MM-DD-NNN) and its `created` event, in one transaction; returns the juids.
@@ -381,7 +382,8 @@ class Store(
         job.yml, ``outputs`` the globs fetched back, ``packages`` the digest of the listing
         of installed packages; ``owner`` who submits them (default: this machine's user);
         ``after`` the jobs each waits for (job -> whether any ending will do, else success);
-        ``notify`` the owner's targets told of their endings (name -> events)."""
+        ``notify`` the owner's targets told of their endings (name -> events); ``image``
+        the OCI image they run in ({"ref", "digest"})."""
         now = time.time() if now is None else now
         day = time.strftime("%y-%m-%d", time.localtime(now))
         shared = (
@@ -425,6 +427,7 @@ class Store(
                 ("job_specs", "spec", spec and dumps(spec)),
                 ("job_outputs", "globs", outputs and dumps(outputs)),
                 ("job_packages", "digest", packages),
+                ("job_images", "image", image and dumps(image)),
             ):
                 if value:
                     db.executemany(

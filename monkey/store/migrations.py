@@ -436,6 +436,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX blob_uploads_digest ON blob_uploads(digest);
         """,
     ),
+    (
+        "0025_job_images",
+        # Issue 44: the OCI image a job runs in, pinned at submission: {"ref", "digest"};
+        # and what a running job's attempt is doing before its command ("pulling 12 MB of
+        # 45 MB"), from its heartbeats.
+        """
+        CREATE TABLE job_images(juid TEXT PRIMARY KEY, image TEXT NOT NULL) WITHOUT ROWID;
+        ALTER TABLE jobs ADD COLUMN phase TEXT;
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,7 +16,7 @@ _JOB_COLUMNS = (
     "juid, name, state, argv, provider, resources, env, snapshot, workdir, datasets, git, "
     "python, retries, attempts, request, exit_code, reason, created_at, updated_at, "
     "started_at, finished_at, not_before, sweep, params, instance, unreachable_since, priority, "
-    f"held, state = 'queued' AND {WAITING}"
+    f"held, state = 'queued' AND {WAITING}, phase"
 )
 _ATTEMPT_COLUMNS = (
     "juid, n, instance, state, started_at, ended_at, exit_code, signal, reason, pid, "
@@ -65,6 +65,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         priority,
         held,
         waiting,
+        phase,
     ) = row
     return Job(
         juid=juid,
@@ -96,6 +97,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         priority=priority,
         held=held,
         waiting=bool(waiting),
+        phase=phase,
     )
 
 

@@ -108,13 +108,19 @@ class TrackingStore:
         cpu: float | None,
         rss: int | None,
         batch: Columns | None,
+        phase: str | None = None,
     ) -> None:
-        """A heartbeat (liveness, usage) and its system metrics, stored once."""
+        """A heartbeat (liveness, usage, what the attempt does before its command: PHASE)
+        and its system metrics, stored once."""
         with self.tx() as db:
             db.execute(
                 "UPDATE attempts SET heartbeat_at = ?, cpu = COALESCE(?, cpu), "
                 "rss = COALESCE(?, rss) WHERE juid = ? AND n = ?",
                 (ts, cpu, rss, juid, n),
+            )
+            db.execute(
+                "UPDATE jobs SET phase = ? WHERE juid = ? AND attempts = ? AND phase IS NOT ?",
+                (phase, juid, n, phase),
             )
             if self._claim_offset(db, juid, n, offset) and batch is not None:
                 self._insert_columns(db, juid, n, batch)

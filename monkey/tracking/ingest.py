@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Mapping
 
 from monkey.client_agent.track import NO_STEP
+from monkey.models import human_size
 from monkey.store import Store
 from monkey.store.tracking import Columns
 
@@ -52,7 +53,20 @@ def on_heartbeat(store: Store, juid: str, n: int, offset: int, event: dict[str, 
         for key in ("util", "mem"):
             if isinstance(gpu.get(key), (int, float)):
                 points.append((f"sys/gpu{gpu['index']}_{key}", None, float(gpu[key]), ts))
-    store.heartbeat_metrics(juid, n, ts, offset, cpu, rss, as_columns(points) if points else None)
+    store.heartbeat_metrics(
+        juid, n, ts, offset, cpu, rss, as_columns(points) if points else None, _phase(event)
+    )
+
+
+def _phase(event: dict[str, Any]) -> str | None:
+    """What a heartbeat says the attempt does before its command: "pulling 12.0 MB of
+    45.2 MB" while its image is pulled; None once its command runs."""
+    pull = event.get("pull")
+    if not isinstance(pull, dict) or not isinstance(pull.get("bytes"), int):
+        return None
+    total = pull.get("total")
+    done = human_size(pull["bytes"])
+    return f"pulling {done} of {human_size(total)}" if isinstance(total, int) else f"pulling {done}"
 
 
 def as_columns(points: list[Point]) -> Columns:

@@ -1,0 +1,456 @@
+"""Jobs in OCI images without root or a daemon: monkey's own unprivileged runner. Standard
+library only (see agent.py); it runs in launcher.py, inside the job's session.
+
+Pull: ``skopeo copy`` of the pinned digest into one OCI layout per worker
+(``ROOT/images/oci``), whose blobs every image shares (a second job, or an image sharing
+layers, fetches nothing again), then ``umoci raw unpack --rootless`` (whiteouts honoured,
+every path kept inside the root; no mtree manifest, which would hash every file again) into
+``ROOT/images/roots/HEX/rootfs``, the image's config beside it (``image.json``), renamed
+into place once whole.
+One pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked
+pulls nothing. Progress (bytes fetched so far) is written to the run folder's ``pull.json``.
+
+Run: bubblewrap with the image as the root, read-only (as Apptainer runs images): the
+image's folders bound read-only, those on the way to the job's own folders made in the
+sandbox's own root so that the job's folders (run folder, checkpoints, persisted folders,
+datasets, monkey's in-job package) are bound at the same paths as outside; ``/tmp`` and
+the job's HOME are private tmpfs; new user, PID and IPC namespaces, no capabilities. The
+environment is the image's (its config's Env) plus the job's own variables; nothing of the
+worker's. The command is looked up in the image (not found: 127, marked "spawn").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+READY = ".monkey-ready"
+# bubblewrap's options of every sandbox (an image's, and a main node's: sandbox.py): new
+# user, PID and IPC namespaces, the network as any job's, no capability kept.
+ISOLATED = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--share-net",
+    "--die-with-parent",
+    "--cap-drop",
+    "ALL",
+)
+PULL_TRIES = 5  # an unreachable registry: tried again after 2, 4, 8, 16 s
+_LINKS_MAX = 40
+
+
+class ImageError(Exception):
+    """The image cannot be pulled or run; the message is one line for the user."""
+
+
+def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
+    """The unpacked bundle of the image CFG pins (pulled and unpacked when this worker has
+    not got it yet); ImageError in one line when it cannot be."""
+    store = cfg["store"]
+    final = os.path.join(store, "roots", cfg["digest"].split(":", 1)[1])
+    if _cached(final, cfg, run_dir, log):
+        return final
+    os.makedirs(os.path.join(store, "roots"), 0o700, exist_ok=True)
+    with open(os.path.join(store, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _cached(final, cfg, run_dir, log):  # pulled while this one waited
+            return final
+        auth = _auth_dir(cfg, run_dir)
+        started = time.monotonic()
+        try:
+            fetched = _copy(cfg, store, auth, run_dir, log)
+        finally:
+            if auth:
+                shutil.rmtree(auth, ignore_errors=True)
+        tmp = f"{final}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp, 0o700)
+        tag = cfg["digest"].split(":", 1)[1]
+        proc = subprocess.run(
+            ["umoci", "raw", "unpack", "--rootless", "--image", f"{store}/oci:{tag}",
+             os.path.join(tmp, "rootfs")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ImageError(_said(cfg, proc.stderr, store, "unpacking"))
+        with open(os.path.join(tmp, "image.json"), "w") as f:
+            json.dump(_config(store, tag), f)
+        with open(os.path.join(tmp, READY), "w"):
+            pass
+        os.rename(tmp, final)
+        _progress(run_dir, fetched, None, done=True)
+        _note(
+            log,
+            f"image {cfg['ref']} @ {cfg['digest']}: pulled {fetched:,} bytes and unpacked "
+            f"in {time.monotonic() - started:.1f} s",
+        )
+    return final
+
+
+def ready(cfg: dict[str, Any]) -> str:
+    """The bundle of the image CFG pins when this worker has it unpacked, else ""."""
+    final = os.path.join(cfg["store"], "roots", cfg["digest"].split(":", 1)[1])
+    return final if os.path.exists(os.path.join(final, READY)) else ""
+
+
+def reused(cfg: dict[str, Any], bundle: str, run_dir: str) -> None:
+    """Note in RUN_DIR's setup.log that the job runs in the unpacked BUNDLE as it is."""
+    with open(os.path.join(run_dir, "setup.log"), "ab") as log:
+        _cached(bundle, cfg, run_dir, log)
+
+
+def command(
+    cfg: dict[str, Any], bundle: str, cmd: list[str], env: dict[str, str]
+) -> tuple[list[str], str, int]:
+    """(the argv that runs CMD in the image at BUNDLE, "", 0), or ([], why not, the exit
+    code: 127 not found, 126 not executable) when the image lacks CMD's program. Its
+    environment: the image's, the job's own variables of ENV (CFG's "env"), its PYTHONPATH."""
+    own = {k: env[k] for k in cfg["env"] if k in env}
+    job_env = {**image_env(bundle), **own, "PYTHONPATH": cfg["path"]}
+    root = os.path.join(bundle, "rootfs")
+    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"])
+    if why:
+        return [], why, code
+    out = argv(cfg["bwrap"], bundle, cfg["cwd"], cmd, cfg["writable"], cfg["readable"], job_env)
+    return out, "", 0
+
+
+def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
+    """Whether the image is unpacked on this worker already (then noted as used now)."""
+    if not os.path.exists(os.path.join(final, READY)):
+        return False
+    try:
+        os.utime(os.path.join(final, READY))  # when a job last used it (for the gc)
+    except OSError:
+        pass
+    _progress(run_dir, 0, None, done=True)
+    _note(log, f"image {cfg['ref']} @ {cfg['digest']}: on this worker already (0 bytes pulled)")
+    return True
+
+
+def _note(log: BinaryIO, text: str) -> None:
+    log.write(f"[monkey] {text}\n".encode())
+    log.flush()
+
+
+def _auth_dir(cfg: dict[str, Any], run_dir: str) -> str:
+    """A private folder with the pull's login (auth.json) and CA (certs/ca.crt), read from
+    the run folder's pull-auth.json (deleted once read: the job never sees it); "" when
+    the pull needs neither."""
+    path = os.path.join(run_dir, "pull-auth.json")
+    try:
+        with open(path) as f:
+            auth = json.load(f)
+    except FileNotFoundError:
+        return ""
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    folder = os.path.join(cfg["store"], f"auth-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "certs"), 0o700)
+    if auth.get("auths"):
+        fd = os.open(os.path.join(folder, "auth.json"), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"auths": auth["auths"]}, f)
+    if auth.get("ca"):
+        with open(os.path.join(folder, "certs", "ca.crt"), "w") as f:
+            f.write(auth["ca"])
+    return folder
+
+
+def _copy(cfg: dict[str, Any], store: str, auth: str, run_dir: str, log: BinaryIO) -> int:
+    """skopeo copy of the pinned image into the worker's layout, retried while the registry
+    is unreachable; pull.json in RUN_DIR says the bytes fetched so far. The bytes fetched."""
+    options = []
+    if auth and os.path.exists(os.path.join(auth, "auth.json")):
+        options += ["--src-authfile", os.path.join(auth, "auth.json")]
+    if auth and os.path.exists(os.path.join(auth, "certs", "ca.crt")):
+        options += ["--src-cert-dir", os.path.join(auth, "certs")]
+    tag = cfg["digest"].split(":", 1)[1]
+    source = f"docker://{cfg['name']}@{cfg['digest']}"
+    argv = ["skopeo", "copy", "--quiet", *options, source, f"oci:{store}/oci:{tag}"]
+    blobs = os.path.join(store, "oci", "blobs", "sha256")
+    before = _bytes_in(blobs)
+    total = _total(options, cfg["name"], source)
+    _progress(run_dir, 0, total, done=False)
+    for attempt in range(PULL_TRIES):
+        stop = threading.Event()
+        meter = threading.Thread(
+            target=_meter,
+            args=(blobs, before, total, run_dir, stop),
+            daemon=True,
+            name="pull-meter",
+        )
+        meter.start()
+        try:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.PIPE)
+        except FileNotFoundError:
+            raise ImageError(
+                "jobs in images need skopeo and umoci on the worker: apt-get install skopeo umoci"
+            ) from None
+        finally:
+            stop.set()
+            meter.join()
+        if proc.returncode == 0:
+            fetched = max(0, _bytes_in(blobs) - before)
+            _progress(run_dir, fetched, total, done=False)  # unpacking now
+            return fetched
+        message = _said(cfg, proc.stderr, store, "pulling")
+        log.write(proc.stderr)
+        if "unreachable" not in message or attempt == PULL_TRIES - 1:
+            raise ImageError(message)
+        _note(log, f"{message}; trying again in {2 << attempt} s")
+        time.sleep(2 << attempt)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _bytes_in(folder: str) -> int:
+    total = 0
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                try:
+                    total += entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return total
+
+
+def _total(options: list[str], name: str, source: str) -> int | None:
+    """The bytes of the image SOURCE names for this machine (its layers and config, as its
+    manifest lists them); None when the registry does not say."""
+    try:
+        manifest = _inspect(options, source)
+        if "manifests" in manifest:  # an index: this machine's platform's manifest
+            arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, "")
+            chosen = next(
+                (
+                    m
+                    for m in manifest["manifests"]
+                    if m.get("platform", {}).get("architecture") == arch
+                ),
+                None,
+            )
+            if chosen is None:
+                return None
+            manifest = _inspect(options, f"docker://{name}@{chosen['digest']}")
+        parts = [manifest["config"], *manifest["layers"]]
+        return sum(int(p["size"]) for p in parts)
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
+        return None
+
+
+def _inspect(options: list[str], source: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        ["skopeo", "inspect", "--raw", *options, source],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(proc.stdout)
+
+
+def _meter(blobs: str, before: int, total: int | None, run_dir: str, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        _progress(run_dir, _bytes_in(blobs) - before, total, done=False)
+
+
+def _progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None:
+    path = os.path.join(run_dir, "pull.json")
+    try:
+        with open(f"{path}.tmp", "w") as f:
+            json.dump({"bytes": max(0, fetched), "total": total, "done": done}, f)
+        os.replace(f"{path}.tmp", path)
+    except OSError:
+        pass
+
+
+def _said(cfg: dict[str, Any], stderr: bytes, store: str, doing: str) -> str:
+    """A failed skopeo or umoci run as one line for the user, with the fix."""
+    said = stderr.decode(errors="replace")
+    low = said.lower()
+    what = f"image {cfg.get('ref') or cfg['name']}"
+    host = cfg["name"].split("/", 1)[0]
+    if "no space left" in low or "quota exceeded" in low:
+        free = shutil.disk_usage(store).free if os.path.isdir(store) else 0
+        return f"{what}: no space left on the worker at {store} ({free:,} bytes free) while {doing}"
+    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+        return f"{what}: registry {host} refused access (unauthorized); log in: monkey registry login {host}"
+    if "manifest unknown" in low or "name unknown" in low or "not found" in low:
+        return f"{what}: not found in registry {host}"
+    if "x509" in low or "certificate" in low:
+        return f"{what}: registry {host}'s certificate is not trusted on the worker; monkey registry login {host} --ca-file CA.crt"
+    if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "network")):
+        return f"{what}: registry {host} is unreachable from the worker"
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+    return f"{what}: {doing} failed: {(lines[-1] if lines else 'no message')[-300:]}"
+
+
+# ---------------------------------------------------------------- running
+
+
+def _config(store: str, tag: str) -> dict[str, Any]:
+    """The config (``Env``, ``User``, ``WorkingDir``...) of the image TAG names in the
+    worker's OCI layout; {} when it has none."""
+    blobs = os.path.join(store, "oci", "blobs")
+
+    def blob(digest: str) -> Any:
+        algo, _, hexd = digest.partition(":")
+        with open(os.path.join(blobs, algo, os.path.basename(hexd))) as f:
+            return json.load(f)
+
+    with open(os.path.join(store, "oci", "index.json")) as f:
+        index = json.load(f)
+    for entry in index.get("manifests", []):
+        if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag:
+            config = blob(blob(entry["digest"])["config"]["digest"])
+            return config.get("config") or {}
+    return {}
+
+
+def image_env(bundle: str) -> dict[str, str]:
+    """The environment the image's config gives its processes (its ``Env``)."""
+    try:
+        with open(os.path.join(bundle, "image.json")) as f:
+            listed = json.load(f).get("Env") or []
+    except (OSError, ValueError, AttributeError):
+        listed = []
+    env = dict(item.split("=", 1) for item in listed if isinstance(item, str) and "=" in item)
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return env
+
+
+def _inside(root: str, path: str) -> str | None:
+    """The host path of PATH as seen inside the image ROOT (symlinks resolved inside it);
+    None when it does not exist."""
+    parts = [p for p in path.split("/") if p]
+    seen = 0
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        host = os.path.join(root, *done, part)
+        if os.path.islink(host):
+            seen += 1
+            if seen > _LINKS_MAX:
+                return None
+            target = os.readlink(host)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        if not os.path.lexists(host):
+            return None
+        done.append(part)
+    return os.path.join(root, *done)
+
+
+def find_command(root: str, program: str, path: str, cwd: str) -> tuple[str, int]:
+    """("", 0) when PROGRAM runs in the image ROOT (looked up on the image's PATH, or at
+    its path, relative to CWD), else (why, 127 or 126)."""
+    if "/" in program:
+        candidates = [program if program.startswith("/") else os.path.join(cwd, program)]
+    else:
+        candidates = [os.path.join(d, program) for d in path.split(":") if d.startswith("/")]
+    for candidate in candidates:
+        if candidate.startswith(cwd + "/") or candidate == cwd:
+            host: str | None = candidate  # the job's own folders are bound at their paths
+        else:
+            host = _inside(root, candidate)
+        if host is None:
+            continue
+        if os.path.isfile(host) and os.access(host, os.X_OK):
+            return "", 0
+        if "/" in program:
+            return f"not executable in the image: {program}", 126
+    return f"command not found in the image: {program} (not on the image's PATH)", 127
+
+
+def argv(
+    bwrap: str,
+    bundle: str,
+    cwd: str,
+    command: list[str],
+    writable: list[str],
+    readable: list[str],
+    env: dict[str, str],
+) -> list[str]:
+    """COMMAND run in CWD in the image unpacked at BUNDLE, with the folders of WRITABLE and
+    READABLE bound at their own paths, and ENV as its whole environment."""
+    root = os.path.join(bundle, "rootfs")
+    own = [os.path.normpath(f) for f in (*writable, *readable, cwd)]
+    out = [bwrap, *ISOLATED]
+    _splay(root, "/", own, out)
+    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for dev in nvidia_devices():
+        out += ["--dev-bind", dev, dev]
+    home = env.get("HOME") or "/tmp"
+    if home != "/tmp" and home.startswith("/"):
+        out += ["--tmpfs", home]
+    for folder in writable:
+        if os.path.isdir(folder):
+            out += ["--bind", folder, folder]
+    for folder in readable:
+        if os.path.exists(folder):
+            out += ["--ro-bind", folder, folder]
+    out += ["--chdir", cwd, "--clearenv"]
+    for name, value in sorted(env.items()):
+        out += ["--setenv", name, value]
+    return [*out, "--", *command]
+
+
+_SPECIAL = {"/dev", "/proc", "/tmp", "/sys"}
+
+
+def _splay(src: str, dst: str, own: list[str], out: list[str]) -> None:
+    """Bind the image folder SRC at DST read-only, entry by entry where one of OWN's folders
+    lies beneath (those folders are then made in the sandbox's own root, where bwrap can
+    make the job's mount points)."""
+    try:
+        names = sorted(os.listdir(src))
+    except OSError:
+        return
+    for name in names:
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if d in _SPECIAL:
+            continue
+        if os.path.islink(s):
+            out += ["--symlink", os.readlink(s), d]
+        elif os.path.isdir(s):
+            if any(f == d or f.startswith(d + "/") for f in own):
+                out += ["--dir", d]
+                _splay(s, d, own, out)
+            else:
+                out += ["--ro-bind", s, d]
+        elif os.path.isfile(s):
+            out += ["--ro-bind", s, d]
+
+
+def nvidia_devices() -> list[str]:
+    """The GPUs' device files (/dev/nvidia*), passed through to jobs in a sandbox."""
+    try:
+        return sorted(os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia"))
+    except OSError:
+        return []
