@@ -43,6 +43,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "drivers": (9, "one module per provider kind"),
     "jobspec": (9, "job.yml: read by the facade, its files stored as blobs"),
     "storage": (10, "where blobs and results live; the cloud drivers move blobs through it"),
+    "images": (10, "OCI image references, their digests and registry logins (job.yml names one)"),
     "snapshot": (11, "code snapshots, datasets and git provenance, over the blob store"),
     "search": (11, "the full-text search index of jobs, over the store"),
     "store": (12, "the only place with SQL"),
