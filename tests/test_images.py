@@ -11,6 +11,7 @@ import registry
 from conftest import wait_for
 from mainnode import node  # noqa: F401  (the fixture)
 from registry import reg  # noqa: F401  (the fixture)
+from test_disk_full import api, disk  # noqa: F401  (the fixtures)
 
 
 def login(cli, reg) -> None:
@@ -407,3 +408,18 @@ def test_a_registry_sending_a_huge_manifest_is_refused_in_one_line(cli, monkey, 
         assert monkey.jobs() == []
     finally:
         server.shutdown()
+
+
+def test_a_pull_that_fills_the_workers_disk_fails_in_one_line_with_the_space_left(
+    cli, api, reg, disk
+):
+    """MONKEY_HOME on an 8 MB tmpfs: the Python image (9 MB of layers) cannot be pulled."""
+    login(cli, reg)
+    juid = cli("run", "--image", f"{reg.host}/lab/py:1", "--", "python3", "-c", "pass")
+    assert juid.returncode == 0, juid.stderr
+    job = ended(api, juid.stdout.strip())
+    assert job.state.value == "failed"
+    state = next(ln for ln in cli("info", job.juid).stdout.splitlines() if ln.startswith("state"))
+    assert f"no space left on the worker at {disk / 'images'} (" in state
+    assert " bytes free) while pulling" in state
+    assert not list((disk / "images" / "roots").glob("*"))  # nothing half-unpacked kept
