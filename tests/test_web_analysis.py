@@ -398,3 +398,91 @@ def test_the_jobs_list_shows_chosen_parameters_and_metrics_remembered_per_user(s
     page.goto(seeded.node.url + "/web/jobs?cols=1")  # none chosen: none shown, remembered
     page.goto(seeded.node.url + "/web/jobs")
     assert page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 0
+
+
+def labels(page, name: str) -> list[str]:
+    """The legend of metric NAME's chart: its series' labels, x left out."""
+    return page.evaluate(f"monkeyCharts[{name!r}].series.slice(1).map(s => s.label)")
+
+
+def y_range(page, name: str) -> list[float]:
+    return page.evaluate(
+        f"[monkeyCharts[{name!r}].scales.y.min, monkeyCharts[{name!r}].scales.y.max]"
+    )
+
+
+def redrawn(page, name: str, check: str) -> None:
+    """Wait until metric NAME's chart, drawn again, has CHECK (a JS expression of u)."""
+    wait_for(lambda: page.evaluate(f"(u => !!u && ({check}))(monkeyCharts[{name!r}])"))
+
+
+@pytest.mark.system
+def test_a_sweeps_curves_compare_runs_by_their_parameters(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/sweeps/{seeded.sweep}")
+    page.wait_for_selector("#overlay figure:has(h3:text-is('loss')) .u-over")
+    # each run named by the parameters that differ (not the four constants)
+    named = {f"depth={r['params']['depth']} lr={r['params']['lr']:g}" for r in seeded.runs}
+    assert sorted(labels(page, "loss")) == sorted(named)
+    assert "depth=8 lr=0.1" in named
+    assert y_range(page, "loss")[1] >= 1e6  # the diverged runs' 1e6 squeezes the others
+    page.check("#no-outliers")
+    redrawn(page, "loss", "u.scales.y.max < 1")
+    low, high = y_range(page, "loss")
+    assert high >= 3.855e-07 * 4 * 1000 * 5  # the largest ordinary point (depth=8 lr=1) kept
+    # hovering a curve picks its run out: the others fade, its legend is named
+    u = "monkeyCharts.loss"
+    i = page.evaluate(f"{u}.series.findIndex(s => s.label === 'depth=8 lr=1')")
+    x, y = page.evaluate(
+        f"[{u}.valToPos(0, 'x'), {u}.valToPos({u}.data[{i}][{u}.data[0].indexOf(0)], 'y')]"
+    )
+    over = page.locator("#overlay figure:has(h3:text-is('loss')) .u-over")
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + x + 3, box["y"] + y + 1)
+    wait_for(lambda: page.evaluate(f"{u}.series[{i}]._focus") is True)
+    faded = page.evaluate(f"{u}.series.filter((s, k) => k > 0 && k !== {i}).map(s => s._focus)")
+    assert faded and not any(faded), faded
+    assert page.inner_text("#overlay figure:has(h3:text-is('loss')) .hovered") == "depth=8 lr=1"
+    # hide the failed runs: the three lr=1 runs leave the legend
+    page.check("#hide-failed")
+    redrawn(page, "loss", "u.series.length === 10")
+    assert sorted(labels(page, "loss")) == sorted(n for n in named if not n.endswith(" lr=1"))
+    # grouped by depth: one mean per depth in a band of ± one standard deviation
+    page.select_option("#group-by", "depth")
+    redrawn(page, "loss", "u.series.length === 10 && u.series[1].label.startsWith('depth=')")
+    assert labels(page, "loss")[0::3] == [f"depth={d} (mean of 3)" for d in (2, 4, 8)]
+    at = page.evaluate(f"{u}.data[0].indexOf(40)")
+    mean, hi, lo = page.evaluate(f"[1, 2, 3].map(k => {u}.data[k][{at}])")
+    ys = [3.855e-07 * 2 / 2 * lr * 1000 for lr in (0.001, 0.01, 0.1)]  # depth 2 at step 40
+    m = sum(ys) / 3
+    sd = (sum((v - m) ** 2 for v in ys) / 3) ** 0.5
+    assert mean == pytest.approx(m, rel=1e-3) and hi == pytest.approx(m + sd, rel=1e-3)
+    assert lo == pytest.approx(m - sd, rel=1e-3)
+    assert page.evaluate(f"{u}.bands.length") == 3
+    # the report's plots: loss against each varying parameter, and the best so far
+    titles = page.eval_on_selector_all(
+        "#scatters svg.scatter > text:first-child", "t => t.map(e => e.textContent)"
+    )
+    assert titles == ["loss by depth", "loss by lr"]
+    assert page.eval_on_selector_all("#scatters svg:first-child circle.dot", "c => c.length") == 12
+    assert page.locator("#best-so-far polyline.best-so-far").count() == 1
+
+
+@pytest.mark.system
+def test_runs_picked_in_the_jobs_list_are_compared_by_the_parameters_that_differ(seeded, browser):
+    pick = {
+        r["job"]: r["params"]["lr"]
+        for r in seeded.runs
+        if r["params"]["depth"] == 8 and r["params"]["lr"] in (0.01, 0.1)
+    }
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs?sweep={seeded.sweep}")
+    for juid in pick:
+        page.check(f"input[name=job][value='{juid}']")
+    page.click("form.pick button[type=submit]")
+    page.wait_for_url("**/web/compare?**")
+    page.wait_for_selector("#overlay figure:has(h3:text-is('acc')) .u-over")
+    # depth is 8 in both: the legend names lr alone
+    assert sorted(labels(page, "acc")) == ["lr=0.01", "lr=0.1"]
+    assert page.locator("#group-by option[value='lr']").count() == 1

@@ -210,8 +210,8 @@
       opts.scales = opts.scales || {};
       opts.scales.x = {time: false};
       opts.axes = axes();
-      opts.cursor = {drag: {x: true, y: false, setScale: false}};
-      opts.hooks = {
+      opts.cursor = Object.assign(opts.cursor || {}, {drag: {x: true, y: false, setScale: false}});
+      opts.hooks = Object.assign(opts.hooks || {}, {
         setSelect: [function (u) {
           if (u.select.width <= 0) return;
           var z = [u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")];
@@ -221,7 +221,7 @@
         ready: [function (u) {
           u.over.addEventListener("dblclick", function () { g.zoom(name, null); });
         }]
-      };
+      });
       var u = g.plots[name] = new uPlot(opts, data, box), z = zoomOf(name);
       if (z) apply(u, z);
       return u;
@@ -317,41 +317,9 @@
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
-  // -- compare page: each metric of the picked jobs overlaid in one chart
-  var overlay = document.getElementById("overlay");
-  function drawOverlay() {
-    if (!window.uPlot) return;
-    var jobs = overlay.dataset.jobs.split(","), width = chartWidth(overlay);
-    var together = chartGroup(document.getElementById("syncx"));
-    window.monkeyCharts = together.plots;
-    Promise.all(jobs.map(function (j) {
-      return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.json() : {}; });
-    })).then(function (all) {
-      var names = {};
-      all.forEach(function (m) { Object.keys(m).forEach(function (n) { names[n] = 1; }); });
-      names = Object.keys(names).sort();
-      if (!names.length) return;
-      overlay.innerHTML = "";
-      names.forEach(function (name) {
-        var tables = [], series = [{label: "x"}];
-        all.forEach(function (m, i) {
-          if (!m[name]) return;
-          series[0].label = m[name].by === "time" ? "seconds" : m[name].by;
-          tables.push([m[name].x, m[name].y]);
-          series.push({label: jobs[i], stroke: colours[i % colours.length], width: 1.5, spanGaps: true});
-        });
-        var box = document.createElement("figure");
-        box.className = "chart";
-        var title = document.createElement("h3");
-        title.textContent = name;
-        box.appendChild(title);
-        overlay.appendChild(box);
-        together.draw(name, {width: width, height: 240, series: series}, uPlot.join(tables), box);
-      });
-    });
-  }
-  if (overlay) window.addEventListener("load", drawOverlay);
+  // the compare and sweep pages' curves (curves.js) zoom and tick as these charts do
+  window.monkeyChartGroup = chartGroup;
+  window.monkeyChartWidth = chartWidth;
 
   if (charts) {
     window.addEventListener("load", drawCharts);
