@@ -81,6 +81,18 @@ def test_the_jobs_list_shows_a_jobs_own_metrics_and_leaves_system_ones_out(monke
     assert row["metrics"] == "acc=0.9 loss=0.25"  # as the dashboard: no sys/cpu, no "…"
 
 
+def test_ansi_carriage_returns_keep_each_lines_last_redraw():
+    """A progress bar redrawn with \r: a piece keeps its last redraw, after "\r" (outside
+    any tag) when the page must erase what it has of the line; \r\n is a newline."""
+    a = AnsiHtml()
+    assert a.feed(b"start\n 10%\r 20%\r 30%") == "start\n 30%"
+    assert a.feed(b"\r") == ""  # waits for the next text
+    assert a.feed(b" 40%\r\x1b[32m 50%\x1b[0m\ndone\r\n") == (
+        '\r 40%\r<span class="a-f2"> 50%</span>\ndone\n'
+    )
+    assert a.feed(b"next") == "next"
+
+
 def test_downsample_keeps_short_series_and_turns_nan_to_none():
     assert downsample([1, 2, 3], [1.0, math.nan, 3.0], 10) == ([1, 2, 3], [1.0, None, 3.0])
 

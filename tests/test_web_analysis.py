@@ -486,3 +486,72 @@ def test_runs_picked_in_the_jobs_list_are_compared_by_the_parameters_that_differ
     # depth is 8 in both: the legend names lr alone
     assert sorted(labels(page, "acc")) == ["lr=0.01", "lr=0.1"]
     assert page.locator("#group-by option[value='lr']").count() == 1
+
+
+TQDM = (  # an epoch line on stdout, a progress bar redrawn 200 times on stderr, then a crash
+    "import sys, time\n"
+    "print('epoch 1 of 1', flush=True)\n"
+    "for i in range(201):\n"
+    "    sys.stderr.write('\\rtrain: %3d%%|%-20s| %d/200' % (i // 2, '#' * (i // 10), i))\n"
+    "    sys.stderr.flush()\n"
+    "    if i % 50 == 0:\n"
+    "        time.sleep(0.05)\n"
+    "sys.stderr.write('\\n')\n"
+    "print('saving', flush=True)\n"
+    "1 / 0\n"
+)
+
+
+@pytest.mark.system
+def test_the_log_shows_progress_bars_as_a_terminal_and_leads_to_the_error(seeded, browser):
+    juid = run_job(seeded.node, sys.executable, "-c", TQDM, name="tqdm-crash")
+    wait_for(lambda: state_of(seeded.node, juid) == "failed", timeout=60, what="the crash")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    wait_for(lambda: "ZeroDivisionError" in page.inner_text("#log"), timeout=30)
+    text = page.inner_text("#log")
+    bars = [line for line in text.splitlines() if line.startswith("train:")]
+    assert bars == ["train: 100%|####################| 200/200"], repr(text)  # its last state only
+    assert "epoch 1 of 1" in text and "ZeroDivisionError: division by zero" in text
+    # the header says why beside "failed — exit 1"
+    state = page.inner_text("#job-facts dd:has(#state)")
+    assert "failed — exit 1" in state and "ZeroDivisionError: division by zero" in state, state
+    # one stream at a time
+    page.select_option("#streams", "out")
+    shown = page.inner_text("#log")
+    assert "epoch 1 of 1" in shown and "saving" in shown and "Traceback" not in shown
+    page.select_option("#streams", "err")
+    shown = page.inner_text("#log")
+    assert "Traceback" in shown and "epoch 1 of 1" not in shown
+    page.select_option("#streams", "")
+    # straight to the first Traceback: marked, scrolled into the log's view
+    page.click("#first-error")
+    assert not page.is_checked("#follow")
+    marked = page.evaluate("[...CSS.highlights.get('found-here')].map(r => r.toString())")
+    assert marked == ["Traceback (most recent call last)"]
+    top = page.evaluate(
+        """() => { const r = [...CSS.highlights.get('found-here')][0].getBoundingClientRect(),
+            l = log.getBoundingClientRect(); return [r.top - l.top, l.height]; }"""
+    )
+    assert 0 <= top[0] < top[1], top
+    # the output's pause says it pauses the output, not the job
+    assert page.inner_text("#pause") == "Pause output"
+    assert page.locator("button", has_text="Pause").count() == 1
+
+
+@pytest.mark.system
+def test_a_running_jobs_progress_bar_is_rewritten_in_place(seeded, browser):
+    live = (
+        "import sys, time\n"
+        "for i in range(10**6):\n"
+        "    sys.stderr.write('\\rstep %d' % i); sys.stderr.flush(); time.sleep(0.02)\n"
+    )
+    juid = run_job(seeded.node, sys.executable, "-c", live, name="live-bar")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    wait_for(lambda: "step 5" in page.inner_text("#log"), timeout=60, what="the bar")
+    first = page.inner_text("#log").strip()
+    wait_for(lambda: page.inner_text("#log").strip() != first, timeout=30, what="a redraw")
+    lines = page.inner_text("#log").strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("step "), lines  # one line, redrawn
+    seeded.node.server("cancel", juid)

@@ -234,6 +234,11 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
         "actions": actions,
         "live": state not in TERMINAL,
         "siblings": _siblings(m, info),
+        "failure": (  # its error line, beside "failed — exit 1"
+            _error(m, info["job"], max((a["n"] for a in info["attempts_detail"]), default=0))
+            if state == State.FAILED
+            else None
+        ),
         "limit": duration(limit) if limit else "none",
         "attempts": [
             {

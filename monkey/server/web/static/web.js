@@ -42,17 +42,56 @@
   if (log && window.EventSource) {
     var follow = document.getElementById("follow"), pause = document.getElementById("pause");
     var status = document.getElementById("logstate"), held = [], paused = false;
+    // A carriage return rewrites its line, as in a terminal: the server sends each piece's
+    // last redraw after a "\r" (outside any tag), and what the log has of that line goes.
+    var eraseLine = function () {  // from the end back to the last newline
+      var node = log.lastChild;
+      while (node) {
+        if (node.nodeType === Node.TEXT_NODE) {
+          var cut = node.data.lastIndexOf("\n");
+          node.data = node.data.slice(0, cut + 1);
+          if (cut >= 0) return;
+        } else if (node.lastChild) { node = node.lastChild; continue; }
+        while (node !== log && !node.previousSibling) node = node.parentNode;
+        if (node === log) return;
+        node = node.previousSibling;
+      }
+    };
     var add = function (items) {
-      var frag = document.createDocumentFragment();
       items.forEach(function (m) {
-        var span = document.createElement("span");
-        span.className = m.s;
-        span.innerHTML = m.h;  // escaped by the server before colours became spans
-        frag.appendChild(span);
+        m.h.split("\r").forEach(function (h, k) {
+          if (k) eraseLine();
+          var span = document.createElement("span");
+          span.className = m.s;
+          span.innerHTML = h;  // escaped by the server before colours became spans
+          log.appendChild(span);
+        });
       });
-      log.appendChild(frag);
       if (follow.checked) log.scrollTop = log.scrollHeight;
     };
+    // Which of the job's streams the log shows (stdout, stderr or both)
+    var streams = document.getElementById("streams");
+    if (streams) streams.addEventListener("change", function () { log.dataset.only = streams.value; });
+    // "First error": the first line of a Traceback or naming an error, shown and marked
+    var firstError = document.getElementById("first-error"), ERROR = /Traceback \(most recent call last\)|\b[A-Za-z_][\w.]*(Error|Exception)\b/;
+    var errorIn = function () {
+      var walker = document.createTreeWalker(log, NodeFilter.SHOW_TEXT), node;
+      while ((node = walker.nextNode())) {
+        if (!node.parentElement.offsetParent) continue;  // a stream not shown
+        var hit = ERROR.exec(node.data);
+        if (hit) { var r = new Range(); r.setStart(node, hit.index); r.setEnd(node, hit.index + hit[0].length); return r; }
+      }
+      return null;
+    };
+    if (firstError) firstError.addEventListener("click", function () {
+      var at = errorIn();
+      if (!at) { status.textContent = "no Traceback or Error in the output shown"; return; }
+      follow.checked = false;  // stay on it while lines arrive
+      if (window.CSS && CSS.highlights) CSS.highlights.set("found-here", new Highlight(at));
+      var box = at.getBoundingClientRect(), frame = log.getBoundingClientRect();
+      log.scrollTop += box.top - frame.top - 8;
+      log.focus();
+    });
     // Lines are drawn at most 5 times a second, however fast they come: a page following
     // a chatty job stays cheap (each draw lays out and paints the log again).
     var pending = [], timer = null;
@@ -63,7 +102,7 @@
     pause.addEventListener("click", function () {
       paused = !paused;
       pause.setAttribute("aria-pressed", String(paused));
-      pause.textContent = paused ? "Resume (" + held.length + " new)" : "Pause";
+      pause.textContent = paused ? "Resume output (" + held.length + " new)" : "Pause output";
       if (!paused) { add(held); held = []; }
     });
     var feed = null, at = "", ended = false;
@@ -72,7 +111,7 @@
       feed.onmessage = function (e) {
         at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
         var m = JSON.parse(e.data);
-        if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
+        if (paused) { held.push(m); pause.textContent = "Resume output (" + held.length + " new)"; }
         else queue(m);
       };
       feed.addEventListener("end", function (e) {
