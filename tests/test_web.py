@@ -328,6 +328,7 @@ def test_cancel_from_the_page_stops_the_job_and_a_forged_post_is_refused(node, b
     )
     assert forged.status == 403
     assert state_of(node, juid) == "running"
+    page.once("dialog", lambda asked: asked.accept())  # "Cancel job ...?" (test_web_analysis)
     page.click("button.act-cancel")
     page.wait_for_url(f"**/web/jobs/{juid}")
     wait_for(lambda: state_of(node, juid) == "cancelled", timeout=60, what="the cancel")

@@ -7,6 +7,7 @@ Debian's chromium (the fixtures of tests/test_web.py)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -555,3 +556,82 @@ def test_a_running_jobs_progress_bar_is_rewritten_in_place(seeded, browser):
     lines = page.inner_text("#log").strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("step "), lines  # one line, redrawn
     seeded.node.server("cancel", juid)
+
+
+class Asked:
+    """The page's confirmation dialogs: their questions, each answered ANSWER."""
+
+    def __init__(self, page, answer: bool) -> None:
+        self.questions: list[str] = []
+        self.answer = answer
+        page.on("dialog", self.reply)
+
+    def reply(self, dialog) -> None:
+        self.questions.append(dialog.message)
+        dialog.accept() if self.answer else dialog.dismiss()
+
+
+@pytest.mark.system
+def test_a_running_jobs_cancel_asks_first_naming_the_job_and_its_runtime(seeded, browser):
+    juid = run_job(seeded.node, "sleep", "300", name="long-sleep")
+    wait_for(lambda: state_of(seeded.node, juid) == "running", timeout=60, what="the job to run")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    asked = Asked(page, answer=False)
+    page.click("button.act-cancel")
+    wait_for(lambda: asked.questions)
+    question = asked.questions[0]
+    assert question.startswith(f"Cancel job {juid} (long-sleep)? This stops it for good"), question
+    assert re.search(r"its \d+(\.\d)?s of running so far is lost\.$", question), question
+    assert page.url.endswith(f"/web/jobs/{juid}") and state_of(seeded.node, juid) == "running"
+    asked.answer = True  # yes: cancelled, through the same checked form
+    page.click("button.act-cancel")
+    wait_for(lambda: state_of(seeded.node, juid) == "cancelled", timeout=60, what="the cancel")
+    assert len(asked.questions) == 2
+    forged = page.request.post(  # the CSRF check is still there
+        seeded.node.url + f"/web/jobs/{seeded.running}/action", form={"action": "cancel"}
+    )
+    assert forged.status == 403 and state_of(seeded.node, seeded.running) == "running"
+
+
+@pytest.mark.system
+def test_a_sweeps_cancel_all_and_retry_all_ask_first(seeded, browser):
+    done = seeded.node.server(
+        "sweep", "--name", "naps", "--grid", "t=300,301", "--", "sleep", "{t}"
+    )
+    assert done.returncode == 0, done.stderr
+    naps = json.loads(seeded.node.server("list", "sweeps", "--json").stdout)
+    sid = next(s["id"] for s in naps if s["name"] == "naps")
+    cells = [
+        j["job"]
+        for j in json.loads(seeded.node.server("list", "jobs", "--json").stdout)["jobs"]
+        if j["sweep"] == sid
+    ]
+    for juid in cells:
+        wait_for(lambda j=juid: state_of(seeded.node, j) == "running", timeout=60)
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/sweeps/{sid}")
+    asked = Asked(page, answer=False)
+    page.click("button.act-cancel")
+    wait_for(lambda: asked.questions)
+    question = asked.questions[-1]
+    assert question.startswith(
+        f"Cancel all of sweep {sid} (naps)? This stops its 2 unfinished runs"
+    ), question
+    assert re.search(r"\(2 running\); \d+(\.\d)?s of running is lost\.$", question), question
+    assert all(state_of(seeded.node, j) == "running" for j in cells)
+    asked.answer = True
+    page.click("button.act-cancel")
+    for juid in cells:
+        wait_for(lambda j=juid: state_of(seeded.node, j) == "cancelled", timeout=60)
+    # Retry all on the seeded sweep: its three diverged runs named, nothing done on "no"
+    asked.answer = False
+    page.goto(seeded.node.url + f"/web/sweeps/{seeded.sweep}")
+    page.click("button.act-retry")
+    wait_for(lambda: len(asked.questions) == 3)
+    question = asked.questions[-1]
+    assert question.startswith(
+        f"Retry all of sweep {seeded.sweep} (depth-scan)? This runs its 3 failed"
+    ), question
+    failed = [r["job"] for r in seeded.runs if r["params"]["lr"] == 1]
+    assert [state_of(seeded.node, j) for j in failed] == ["failed"] * 3

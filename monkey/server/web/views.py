@@ -229,9 +229,12 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
             actions.append("retry")
     now = time.time()
     limit = info["resources"].get("time")
+    from monkey.server.web.confirm import job_questions
+
     return {
         "info": info,
         "actions": actions,
+        "ask": job_questions(info, actions),
         "live": state not in TERMINAL,
         "siblings": _siblings(m, info),
         "failure": (  # its error line, beside "failed — exit 1"
@@ -341,6 +344,7 @@ def sweep_page(
     columns = sweep_views.runs_columns(table["columns"], found["params"], found["metric"], hidden)
     first = table["rows"][0] if table["rows"] else {}
     best = (status.get("best") or {}).get("job")
+    from monkey.server.web.confirm import sweep_questions
     from monkey.server.web.curves import curve_runs
 
     return {
@@ -356,6 +360,7 @@ def sweep_page(
         "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
+        "ask": sweep_questions(m, status) if mine and status["jobs"] else {},
         "reverse": reverse,
     }
 

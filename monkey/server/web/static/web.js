@@ -1,6 +1,28 @@
 // Monkey Web: live rows on the jobs page, the live log and the charts on a job page.
 "use strict";
 (function () {
+  // -- a destructive action (data-confirm: a job's Cancel, a sweep's "Cancel all"...) asks
+  // first, naming what it acts on and what is lost; {ran} its running time at the click:
+  // data-ran seconds at data-now (the server's clock), growing with data-live runs running
+  var first = document.querySelector("form[data-now]");
+  var skew = first ? Date.now() / 1000 - parseFloat(first.dataset.now) : 0;  // this clock minus the server's
+  var runTime = function (s) {  // as the CLI and the dashboard show one (models.run_time)
+    var two = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (s < 10) return Math.max(0, s).toFixed(1) + "s";
+    s = Math.floor(s);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + two(Math.floor(s % 3600 / 60)) + "m";
+    return Math.floor(s / 86400) + "d" + two(Math.floor(s % 86400 / 3600)) + "h";
+  };
+  document.addEventListener("submit", function (e) {
+    var form = e.target, d = form.dataset || {};
+    if (!d.confirm) return;
+    var since = Math.max(0, Date.now() / 1000 - skew - parseFloat(d.now));
+    var ran = parseFloat(d.ran) + parseInt(d.live, 10) * since;
+    if (!window.confirm(d.confirm.replace("{ran}", runTime(ran)))) e.preventDefault();
+  });
+
   // -- jobs page: reload the rows whenever a job changes (server-sent events)
   var jobs = document.getElementById("jobs");
   if (jobs && window.EventSource) {
