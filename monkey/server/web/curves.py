@@ -14,26 +14,39 @@ if TYPE_CHECKING:
 MOST = 50  # runs drawn at once (a sweep's first ones, in its table's order)
 
 
-def curve_runs(m: Monkey, juids: list[str]) -> dict[str, Any]:
+def jobs_of(m: Monkey, juids: list[str]) -> list[dict[str, Any]]:
+    """The runs JUIDS (the first MOST) as ``curve_runs`` takes them: {"job", "state",
+    "params"}, as ``Monkey.sweep_status`` lists a sweep's."""
+    jobs = [j for j in (m.store.get_job(juid) for juid in juids[:MOST]) if j is not None]
+    return [{"job": j.juid, "state": j.state.value, "params": j.params} for j in jobs]
+
+
+def curve_runs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """{"runs": [{"job", "label", "state", "params": the differing ones' values}], "params":
-    the parameters whose values differ between the runs JUIDS (the first MOST), in the
-    order the runs name them; "total": how many runs were given}."""
+    the parameters whose values differ between the runs JOBS ({"job", "state", "params"};
+    the first MOST), by name as the runs table's columns; "total": how many runs}."""
+    from collections import Counter
+
     from monkey.server.web.views import cell
     from monkey.tracking.ingest import flatten
 
-    jobs = [j for j in (m.store.get_job(juid) for juid in juids[:MOST]) if j is not None]
-    params = [flatten(j.params or {}) for j in jobs]
+    total, jobs = len(jobs), jobs[:MOST]
+    params = [flatten(j["params"] or {}) for j in jobs]
     names = sorted({k for p in params for k in p})
     differ = [n for n in names if len({repr(p.get(n)) for p in params}) > 1]
-    runs = []
-    for job, p in zip(jobs, params):
-        values = {n: cell(p[n]) for n in differ if n in p}
-        label = " ".join(f"{n}={v}" for n, v in values.items()) or job.juid
-        runs.append({"job": job.juid, "label": label, "state": job.state.value, "params": values})
-    seen: dict[str, int] = {}
-    for r in runs:
-        seen[r["label"]] = seen.get(r["label"], 0) + 1
-    for r in runs:  # two runs alike in every parameter: told apart by their ids
-        if seen[r["label"]] > 1 and r["label"] != r["job"]:
-            r["label"] += f" ({r['job']})"
-    return {"runs": runs, "params": differ, "total": len(juids)}
+    values = [{n: cell(p[n]) for n in differ if n in p} for p in params]
+    labels = [" ".join(f"{n}={v}" for n, v in vs.items()) for vs in values]
+    twice = Counter(labels)
+    runs = [
+        {
+            # two runs alike in every parameter: told apart by their ids
+            "label": f"{label} ({job['job']})"
+            if label and twice[label] > 1
+            else label or job["job"],
+            "job": job["job"],
+            "state": job["state"],
+            "params": vs,
+        }
+        for job, vs, label in zip(jobs, values, labels)
+    ]
+    return {"runs": runs, "params": differ, "total": total}

@@ -347,8 +347,9 @@ def sweep_page(
     from monkey.server.web.confirm import sweep_questions
     from monkey.server.web.curves import curve_runs
 
+    by_id = {j["job"]: j for j in status["jobs"]}  # the curves in the table's order
     return {
-        "curves": curve_runs(m, [r["job"] for r in table["rows"]]),
+        "curves": curve_runs([by_id[r["job"]] for r in table["rows"] if r["job"] in by_id]),
         "report": _report_plots(m, status, [n for n in names if n not in same]),
         "sweep": status,
         "table": table,
@@ -441,6 +442,6 @@ def compare_page(m: Monkey, refs: list[str]) -> dict[str, Any]:
             continue
         values = [cell(r.get(column)) for r in table["rows"]]
         rows.append({"name": column, "values": values, "differs": len(set(values)) > 1})
-    from monkey.server.web.curves import curve_runs
+    from monkey.server.web.curves import curve_runs, jobs_of
 
-    return {"jobs": jobs, "rows": rows, "curves": curve_runs(m, jobs)}
+    return {"jobs": jobs, "rows": rows, "curves": curve_runs(jobs_of(m, jobs))}
