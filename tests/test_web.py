@@ -569,7 +569,7 @@ def test_picked_jobs_are_compared_side_by_side_with_their_metrics_overlaid(node,
         " [...f.querySelectorAll('.u-legend .u-series .u-label')].map(l => l.innerText)]))",
     )
     # one line per job in the loss chart, named by the parameter that differs
-    assert sorted(legends["loss"][1:]) == ["lr=1", "lr=2"]
+    assert sorted(legends["loss"]) == ["lr=1", "lr=2"]  # the runs alone (no x value shown)
     one = page_for(browser)
     login(one, node, node.token, f"/web/compare?job={runs[0]}")
     assert "at least two jobs" in one.inner_text("[role=alert]")

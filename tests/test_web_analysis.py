@@ -452,7 +452,13 @@ def test_a_sweeps_curves_compare_runs_by_their_parameters(seeded, browser):
     # grouped by depth: one mean per depth in a band of ± one standard deviation
     page.select_option("#group-by", "depth")
     redrawn(page, "loss", "u.series.length === 10 && u.series[1].label.startsWith('depth=')")
-    assert labels(page, "loss")[0::3] == [f"depth={d} (mean of 3)" for d in (2, 4, 8)]
+    means = [f"depth={d} (mean of 3)" for d in (2, 4, 8)]
+    assert labels(page, "loss")[0::3] == means
+    legend = page.eval_on_selector_all(  # the bands' edges left out of the legend
+        "#overlay figure:has(h3:text-is('loss')) .u-legend .u-series",
+        "rs => rs.filter(r => r.offsetParent).map(r => r.innerText.trim())",
+    )
+    assert legend == means
     at = page.evaluate(f"{u}.data[0].indexOf(40)")
     mean, hi, lo = page.evaluate(f"[1, 2, 3].map(k => {u}.data[k][{at}])")
     ys = [3.855e-07 * 2 / 2 * lr * 1000 for lr in (0.001, 0.01, 0.1)]  # depth 2 at step 40

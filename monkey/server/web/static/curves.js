@@ -99,6 +99,7 @@ window.addEventListener("load", function () {
     }
     var u = group.draw(name, {
       width: width, height: 240, series: lines, bands: bands, scales: {y: y},
+      legend: {live: false},  // the runs' names only: the hovered one is named above
       focus: {alpha: 0.25},  // the hovered curve stands out, the others fade
       cursor: {focus: {prox: 24}},
       hooks: {setSeries: [function (u, i, opts) {
@@ -106,7 +107,8 @@ window.addEventListener("load", function () {
       }]}
     }, data, figure);
     var rows = u.root.querySelectorAll(".u-legend .u-series");  // a band's edges: not in the legend
-    bands.forEach(function (b) { b.series.forEach(function (k) { if (rows[k]) rows[k].hidden = true; }); });
+    var skip = rows.length - u.series.length;  // -1: the x row not shown (legend.live off)
+    bands.forEach(function (b) { b.series.forEach(function (k) { if (rows[k + skip]) rows[k + skip].hidden = true; }); });
   }
 
   function draw() {
