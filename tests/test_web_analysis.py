@@ -474,6 +474,10 @@ def test_a_sweeps_curves_compare_runs_by_their_parameters(seeded, browser):
     assert titles == ["loss by depth", "loss by lr"]
     assert page.eval_on_selector_all("#scatters svg:first-child circle.dot", "c => c.length") == 12
     assert page.locator("#best-so-far polyline.best-so-far").count() == 1
+    page.set_viewport_size({"width": 360, "height": 740})  # on a phone: nothing wider
+    page.reload()
+    page.wait_for_selector("#overlay figure:has(h3:text-is('loss')) .u-over")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
 
 
 @pytest.mark.system

@@ -34,29 +34,21 @@ def job_questions(info: dict[str, Any], actions: list[str]) -> dict[str, dict[st
     who = f"job {info['job']}" + (f" ({info['name']})" if info.get("name") else "")
     out = {}
     if "cancel" in actions:
-        lost = (
-            f"its {RAN} of running so far is lost"
+        text = (
+            f"Cancel {who}? This stops it for good (SIGTERM, then SIGKILL); its {RAN} of "
+            "running so far is lost."
             if running
-            else "it has not started: it leaves the queue"
+            else f"Cancel {who}? It is {state.value}: cancelled, it never runs (retry queues it again)."
         )
-        out["cancel"] = _ask(
-            f"Cancel {who}? This stops it for good (SIGTERM, then SIGKILL); {lost}.",
-            ran,
-            int(running),
-            now,
-        )
+        out["cancel"] = _ask(text, ran, int(running), now)
     if "pause" in actions:
-        lost = (
-            f"what it did since its last checkpoint (of its {RAN} of running) is lost"
+        text = (
+            f"Pause {who}? This stops it gracefully and holds it until resumed; what it did "
+            f"since its last checkpoint (of its {RAN} of running) is lost."
             if running
-            else "it stays queued until resumed"
+            else f"Pause {who}? It is {state.value}: held, it does not start until resumed."
         )
-        out["pause"] = _ask(
-            f"Pause {who}? This stops it gracefully and holds it until resumed; {lost}.",
-            ran,
-            int(running),
-            now,
-        )
+        out["pause"] = _ask(text, ran, int(running), now)
     return out
 
 
@@ -82,15 +74,20 @@ def sweep_questions(m: Monkey, status: dict[str, Any]) -> dict[str, dict[str, An
         if n
     )
     lost = f"; {RAN} of running is lost" if live else ""
+    idle = "None of its runs is queued or running: nothing is stopped."
     return {
-        "cancel": _ask(
+        "cancel": _ask(f"Cancel all of {who}? {idle}")
+        if not (live or queued or paused)
+        else _ask(
             f"Cancel all of {who}? This stops its {len(live) + queued + paused} unfinished "
-            f"runs for good ({counts or 'none'}){lost}.",
+            f"runs for good ({counts}){lost}.",
             ran_live,
             len(live),
             now,
         ),
-        "pause": _ask(
+        "pause": _ask(f"Pause all of {who}? {idle}")
+        if not (live or queued)
+        else _ask(
             f"Pause all of {who}? This stops its {len(live)} running runs gracefully and holds "
             f"them and its {queued} queued ones until resumed"
             + (
