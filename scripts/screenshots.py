@@ -8,8 +8,9 @@ reaches the network), drives `monkey dash` with Textual's pilot and writes under
 - dash-metrics.svg: one job's metrics, four sweep runs overlaid;
 - dash-problems.svg: the problems view (`!`), failed jobs first;
 - report-chart.svg: the metric charts of `monkey report`'s HTML page for the sweep;
-- web-jobs.png, web-job.png, web-sweep.png: Monkey Web's jobs, job and sweep pages, served
-  in this process (no core) and shot by Debian's chromium through Playwright.
+- web-jobs.png, web-job.png, web-sweep.png, web-compare.png: Monkey Web's jobs, job and
+  sweep pages and four runs' curves compared, served in this process (no core) and shot by
+  Debian's chromium through Playwright.
 
 Usage: python scripts/screenshots.py [--out docs] [--home DIR]
 """
@@ -36,7 +37,7 @@ SIZE = (132, 32)
 STEPS = 60
 METRIC = "val/loss"
 FILES = ("dash-jobs.svg", "dash-metrics.svg", "dash-problems.svg", "report-chart.svg")
-WEB_FILES = ("web-jobs.png", "web-job.png", "web-sweep.png")
+WEB_FILES = ("web-jobs.png", "web-job.png", "web-sweep.png", "web-compare.png")
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -242,7 +243,11 @@ def web_pages(m: Monkey, sid: str, juids: list[str], out: Path) -> None:
             page.wait_for_selector("#charts canvas")
             page.screenshot(path=str(out / "web-job.png"), full_page=True)
             page.goto(f"{url}/web/sweeps/{sid}")
+            page.wait_for_selector("#overlay canvas")
             page.screenshot(path=str(out / "web-sweep.png"), full_page=True)
+            page.goto(f"{url}/web/compare?" + "&".join(f"job={j}" for j in juids[:4]))
+            page.wait_for_selector("#overlay canvas")
+            page.screenshot(path=str(out / "web-compare.png"), full_page=True)
             browser.close()
     finally:
         server.should_exit = True

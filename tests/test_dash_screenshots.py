@@ -31,7 +31,7 @@ def test_screenshots_script_writes_the_readme_svgs(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     names = ["dash-jobs.svg", "dash-metrics.svg", "dash-problems.svg", "report-chart.svg"]
-    web = ["web-jobs.png", "web-job.png", "web-sweep.png"]  # Monkey Web, shot by chromium
+    web = ["web-jobs.png", "web-job.png", "web-sweep.png", "web-compare.png"]  # by chromium
     assert done.stdout.split() == [str(out / name) for name in (*names, *web)]
     assert sorted(p.name for p in out.iterdir()) == sorted(names + web)  # nothing else
     for name in web:

@@ -81,6 +81,18 @@ def test_the_jobs_list_shows_a_jobs_own_metrics_and_leaves_system_ones_out(monke
     assert row["metrics"] == "acc=0.9 loss=0.25"  # as the dashboard: no sys/cpu, no "…"
 
 
+def test_ansi_carriage_returns_keep_each_lines_last_redraw():
+    """A progress bar redrawn with \r: a piece keeps its last redraw, after "\r" (outside
+    any tag) when the page must erase what it has of the line; \r\n is a newline."""
+    a = AnsiHtml()
+    assert a.feed(b"start\n 10%\r 20%\r 30%") == "start\n 30%"
+    assert a.feed(b"\r") == ""  # waits for the next text
+    assert a.feed(b" 40%\r\x1b[32m 50%\x1b[0m\ndone\r\n") == (
+        '\r 40%\r<span class="a-f2"> 50%</span>\ndone\n'
+    )
+    assert a.feed(b"next") == "next"
+
+
 def test_downsample_keeps_short_series_and_turns_nan_to_none():
     assert downsample([1, 2, 3], [1.0, math.nan, 3.0], 10) == ([1, 2, 3], [1.0, None, 3.0])
 
@@ -316,6 +328,7 @@ def test_cancel_from_the_page_stops_the_job_and_a_forged_post_is_refused(node, b
     )
     assert forged.status == 403
     assert state_of(node, juid) == "running"
+    page.once("dialog", lambda asked: asked.accept())  # "Cancel job ...?" (test_web_analysis)
     page.click("button.act-cancel")
     page.wait_for_url(f"**/web/jobs/{juid}")
     wait_for(lambda: state_of(node, juid) == "cancelled", timeout=60, what="the cancel")
@@ -555,7 +568,8 @@ def test_picked_jobs_are_compared_side_by_side_with_their_metrics_overlaid(node,
         "fs => Object.fromEntries(fs.map(f => [f.querySelector('h3').innerText,"
         " [...f.querySelectorAll('.u-legend .u-series .u-label')].map(l => l.innerText)]))",
     )
-    assert sorted(legends["loss"][1:]) == sorted(runs)  # one line per job in the loss chart
+    # one line per job in the loss chart, named by the parameter that differs
+    assert sorted(legends["loss"]) == ["lr=1", "lr=2"]  # the runs alone (no x value shown)
     one = page_for(browser)
     login(one, node, node.token, f"/web/compare?job={runs[0]}")
     assert "at least two jobs" in one.inner_text("[role=alert]")

@@ -7,6 +7,7 @@ Debian's chromium (the fixtures of tests/test_web.py)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -398,3 +399,249 @@ def test_the_jobs_list_shows_chosen_parameters_and_metrics_remembered_per_user(s
     page.goto(seeded.node.url + "/web/jobs?cols=1")  # none chosen: none shown, remembered
     page.goto(seeded.node.url + "/web/jobs")
     assert page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.length") == 0
+
+
+def labels(page, name: str) -> list[str]:
+    """The legend of metric NAME's chart: its series' labels, x left out."""
+    return page.evaluate(f"monkeyCharts[{name!r}].series.slice(1).map(s => s.label)")
+
+
+def y_range(page, name: str) -> list[float]:
+    return page.evaluate(
+        f"[monkeyCharts[{name!r}].scales.y.min, monkeyCharts[{name!r}].scales.y.max]"
+    )
+
+
+def redrawn(page, name: str, check: str) -> None:
+    """Wait until metric NAME's chart, drawn again, has CHECK (a JS expression of u)."""
+    wait_for(lambda: page.evaluate(f"(u => !!u && ({check}))(monkeyCharts[{name!r}])"))
+
+
+@pytest.mark.system
+def test_a_sweeps_curves_compare_runs_by_their_parameters(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/sweeps/{seeded.sweep}")
+    page.wait_for_selector("#overlay figure:has(h3:text-is('loss')) .u-over")
+    # each run named by the parameters that differ (not the four constants)
+    named = {f"depth={r['params']['depth']} lr={r['params']['lr']:g}" for r in seeded.runs}
+    assert sorted(labels(page, "loss")) == sorted(named)
+    assert "depth=8 lr=0.1" in named
+    assert y_range(page, "loss")[1] >= 1e6  # the diverged runs' 1e6 squeezes the others
+    page.check("#no-outliers")
+    redrawn(page, "loss", "u.scales.y.max < 1")
+    low, high = y_range(page, "loss")
+    assert high >= 3.855e-07 * 4 * 1000 * 5  # the largest ordinary point (depth=8 lr=1) kept
+    # hovering a curve picks its run out: the others fade, its legend is named
+    u = "monkeyCharts.loss"
+    i = page.evaluate(f"{u}.series.findIndex(s => s.label === 'depth=8 lr=1')")
+    x, y = page.evaluate(
+        f"[{u}.valToPos(0, 'x'), {u}.valToPos({u}.data[{i}][{u}.data[0].indexOf(0)], 'y')]"
+    )
+    over = page.locator("#overlay figure:has(h3:text-is('loss')) .u-over")
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + x + 3, box["y"] + y + 1)
+    wait_for(lambda: page.evaluate(f"{u}.series[{i}]._focus") is True)
+    faded = page.evaluate(f"{u}.series.filter((s, k) => k > 0 && k !== {i}).map(s => s._focus)")
+    assert faded and not any(faded), faded
+    assert page.inner_text("#overlay figure:has(h3:text-is('loss')) .hovered") == "depth=8 lr=1"
+    # hide the failed runs: the three lr=1 runs leave the legend
+    page.check("#hide-failed")
+    redrawn(page, "loss", "u.series.length === 10")
+    assert sorted(labels(page, "loss")) == sorted(n for n in named if not n.endswith(" lr=1"))
+    # grouped by depth: one mean per depth in a band of ± one standard deviation
+    page.select_option("#group-by", "depth")
+    redrawn(page, "loss", "u.series.length === 10 && u.series[1].label.startsWith('depth=')")
+    means = [f"depth={d} (mean of 3)" for d in (2, 4, 8)]
+    assert labels(page, "loss")[0::3] == means
+    legend = page.eval_on_selector_all(  # the bands' edges left out of the legend
+        "#overlay figure:has(h3:text-is('loss')) .u-legend .u-series",
+        "rs => rs.filter(r => r.offsetParent).map(r => r.innerText.trim())",
+    )
+    assert legend == means
+    at = page.evaluate(f"{u}.data[0].indexOf(40)")
+    mean, hi, lo = page.evaluate(f"[1, 2, 3].map(k => {u}.data[k][{at}])")
+    ys = [3.855e-07 * 2 / 2 * lr * 1000 for lr in (0.001, 0.01, 0.1)]  # depth 2 at step 40
+    m = sum(ys) / 3
+    sd = (sum((v - m) ** 2 for v in ys) / 3) ** 0.5
+    assert mean == pytest.approx(m, rel=1e-3) and hi == pytest.approx(m + sd, rel=1e-3)
+    assert lo == pytest.approx(m - sd, rel=1e-3)
+    assert page.evaluate(f"{u}.bands.length") == 3
+    # the report's plots: loss against each varying parameter, and the best so far
+    titles = page.eval_on_selector_all(
+        "#scatters svg.scatter > text:first-child", "t => t.map(e => e.textContent)"
+    )
+    assert titles == ["loss by depth", "loss by lr"]
+    assert page.eval_on_selector_all("#scatters svg:first-child circle.dot", "c => c.length") == 12
+    assert page.locator("#best-so-far polyline.best-so-far").count() == 1
+    page.set_viewport_size({"width": 360, "height": 740})  # on a phone: nothing wider
+    page.reload()
+    page.wait_for_selector("#overlay figure:has(h3:text-is('loss')) .u-over")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360
+
+
+@pytest.mark.system
+def test_runs_picked_in_the_jobs_list_are_compared_by_the_parameters_that_differ(seeded, browser):
+    pick = {
+        r["job"]: r["params"]["lr"]
+        for r in seeded.runs
+        if r["params"]["depth"] == 8 and r["params"]["lr"] in (0.01, 0.1)
+    }
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs?sweep={seeded.sweep}")
+    for juid in pick:
+        page.check(f"input[name=job][value='{juid}']")
+    page.click("form.pick button[type=submit]")
+    page.wait_for_url("**/web/compare?**")
+    page.wait_for_selector("#overlay figure:has(h3:text-is('acc')) .u-over")
+    # depth is 8 in both: the legend names lr alone
+    assert sorted(labels(page, "acc")) == ["lr=0.01", "lr=0.1"]
+    assert page.locator("#group-by option[value='lr']").count() == 1
+
+
+TQDM = (  # an epoch line on stdout, a progress bar redrawn 200 times on stderr, then a crash
+    "import sys, time\n"
+    "print('epoch 1 of 1', flush=True)\n"
+    "for i in range(201):\n"
+    "    sys.stderr.write('\\rtrain: %3d%%|%-20s| %d/200' % (i // 2, '#' * (i // 10), i))\n"
+    "    sys.stderr.flush()\n"
+    "    if i % 50 == 0:\n"
+    "        time.sleep(0.05)\n"
+    "sys.stderr.write('\\n')\n"
+    "print('saving', flush=True)\n"
+    "1 / 0\n"
+)
+
+
+@pytest.mark.system
+def test_the_log_shows_progress_bars_as_a_terminal_and_leads_to_the_error(seeded, browser):
+    juid = run_job(seeded.node, sys.executable, "-c", TQDM, name="tqdm-crash")
+    wait_for(lambda: state_of(seeded.node, juid) == "failed", timeout=60, what="the crash")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    wait_for(lambda: "ZeroDivisionError" in page.inner_text("#log"), timeout=30)
+    text = page.inner_text("#log")
+    bars = [line for line in text.splitlines() if line.startswith("train:")]
+    assert bars == ["train: 100%|####################| 200/200"], repr(text)  # its last state only
+    assert "epoch 1 of 1" in text and "ZeroDivisionError: division by zero" in text
+    # the header says why beside "failed — exit 1"
+    state = page.inner_text("#job-facts dd:has(#state)")
+    assert "failed — exit 1" in state and "ZeroDivisionError: division by zero" in state, state
+    # one stream at a time
+    page.select_option("#streams", "out")
+    shown = page.inner_text("#log")
+    assert "epoch 1 of 1" in shown and "saving" in shown and "Traceback" not in shown
+    page.select_option("#streams", "err")
+    shown = page.inner_text("#log")
+    assert "Traceback" in shown and "epoch 1 of 1" not in shown
+    page.select_option("#streams", "")
+    # straight to the first Traceback: marked, scrolled into the log's view
+    page.click("#first-error")
+    assert not page.is_checked("#follow")
+    marked = page.evaluate("[...CSS.highlights.get('found-here')].map(r => r.toString())")
+    assert marked == ["Traceback (most recent call last)"]
+    top = page.evaluate(
+        """() => { const r = [...CSS.highlights.get('found-here')][0].getBoundingClientRect(),
+            l = log.getBoundingClientRect(); return [r.top - l.top, l.height]; }"""
+    )
+    assert 0 <= top[0] < top[1], top
+    # the output's pause says it pauses the output, not the job
+    assert page.inner_text("#pause") == "Pause output"
+    assert page.locator("button", has_text="Pause").count() == 1
+
+
+@pytest.mark.system
+def test_a_running_jobs_progress_bar_is_rewritten_in_place(seeded, browser):
+    live = (
+        "import sys, time\n"
+        "for i in range(10**6):\n"
+        "    sys.stderr.write('\\rstep %d' % i); sys.stderr.flush(); time.sleep(0.02)\n"
+    )
+    juid = run_job(seeded.node, sys.executable, "-c", live, name="live-bar")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    wait_for(lambda: "step 5" in page.inner_text("#log"), timeout=60, what="the bar")
+    first = page.inner_text("#log").strip()
+    wait_for(lambda: page.inner_text("#log").strip() != first, timeout=30, what="a redraw")
+    lines = page.inner_text("#log").strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("step "), lines  # one line, redrawn
+    seeded.node.server("cancel", juid)
+
+
+class Asked:
+    """The page's confirmation dialogs: their questions, each answered ANSWER."""
+
+    def __init__(self, page, answer: bool) -> None:
+        self.questions: list[str] = []
+        self.answer = answer
+        page.on("dialog", self.reply)
+
+    def reply(self, dialog) -> None:
+        self.questions.append(dialog.message)
+        dialog.accept() if self.answer else dialog.dismiss()
+
+
+@pytest.mark.system
+def test_a_running_jobs_cancel_asks_first_naming_the_job_and_its_runtime(seeded, browser):
+    juid = run_job(seeded.node, "sleep", "300", name="long-sleep")
+    wait_for(lambda: state_of(seeded.node, juid) == "running", timeout=60, what="the job to run")
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs/{juid}")
+    asked = Asked(page, answer=False)
+    page.click("button.act-cancel")
+    wait_for(lambda: asked.questions)
+    question = asked.questions[0]
+    assert question.startswith(f"Cancel job {juid} (long-sleep)? This stops it for good"), question
+    assert re.search(r"its \d+(\.\d)?s of running so far is lost\.$", question), question
+    assert page.url.endswith(f"/web/jobs/{juid}") and state_of(seeded.node, juid) == "running"
+    asked.answer = True  # yes: cancelled, through the same checked form
+    page.click("button.act-cancel")
+    wait_for(lambda: state_of(seeded.node, juid) == "cancelled", timeout=60, what="the cancel")
+    assert len(asked.questions) == 2
+    forged = page.request.post(  # the CSRF check is still there
+        seeded.node.url + f"/web/jobs/{seeded.running}/action", form={"action": "cancel"}
+    )
+    assert forged.status == 403 and state_of(seeded.node, seeded.running) == "running"
+
+
+@pytest.mark.system
+def test_a_sweeps_cancel_all_and_retry_all_ask_first(seeded, browser):
+    done = seeded.node.server(
+        "sweep", "--name", "naps", "--grid", "t=300,301", "--", "sleep", "{t}"
+    )
+    assert done.returncode == 0, done.stderr
+    naps = json.loads(seeded.node.server("list", "sweeps", "--json").stdout)
+    sid = next(s["id"] for s in naps if s["name"] == "naps")
+    cells = [
+        j["job"]
+        for j in json.loads(seeded.node.server("list", "jobs", "--json").stdout)["jobs"]
+        if j["sweep"] == sid
+    ]
+    for juid in cells:
+        wait_for(lambda j=juid: state_of(seeded.node, j) == "running", timeout=60)
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/sweeps/{sid}")
+    asked = Asked(page, answer=False)
+    page.click("button.act-cancel")
+    wait_for(lambda: asked.questions)
+    question = asked.questions[-1]
+    assert question.startswith(
+        f"Cancel all of sweep {sid} (naps)? This stops its 2 unfinished runs"
+    ), question
+    assert re.search(r"\(2 running\); \d+(\.\d)?s of running is lost\.$", question), question
+    assert all(state_of(seeded.node, j) == "running" for j in cells)
+    asked.answer = True
+    page.click("button.act-cancel")
+    for juid in cells:
+        wait_for(lambda j=juid: state_of(seeded.node, j) == "cancelled", timeout=60)
+    # Retry all on the seeded sweep: its three diverged runs named, nothing done on "no"
+    asked.answer = False
+    page.goto(seeded.node.url + f"/web/sweeps/{seeded.sweep}")
+    page.click("button.act-retry")
+    wait_for(lambda: len(asked.questions) == 3)
+    question = asked.questions[-1]
+    assert question.startswith(
+        f"Retry all of sweep {seeded.sweep} (depth-scan)? This runs its 3 failed"
+    ), question
+    failed = [r["job"] for r in seeded.runs if r["params"]["lr"] == 1]
+    assert [state_of(seeded.node, j) for j in failed] == ["failed"] * 3

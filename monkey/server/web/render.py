@@ -18,14 +18,22 @@ _OPEN = re.compile(r"\x1b(?:\[[0-9;:?]*|\][^\x07\x1b]*|\x1b?)?$")  # a sequence 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+ERASE = "\r"  # in the HTML: the line so far is to be erased (by the page: static/web.js)
+
+
 class AnsiHtml:
     """Turns a stream of output bytes into HTML, piece by piece: the text escaped, SGR
     colours and styles as ``<span class="a-...">``; a sequence or a UTF-8 character split
-    between two pieces is kept until the next; the style carries over from one to the next."""
+    between two pieces is kept until the next; the style carries over from one to the next.
+    A carriage return rewrites its line as a terminal shows it (a progress bar redrawn
+    1,000 times is one line in its last state): the redraws before the last of a piece are
+    dropped, and the last one is preceded by ERASE, outside any tag, for the page to clear
+    what it has of that line; a trailing carriage return waits for the next text."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._rest = ""
+        self._erase = False  # a carriage return ended the text so far: the next text rewrites
         self.style: dict[str, str] = {}  # "fg", "bg", "b", "d", "i", "u" -> class
 
     def feed(self, data: bytes, final: bool = False) -> str:
@@ -46,7 +54,25 @@ class AnsiHtml:
         return "".join(out)
 
     def _text(self, text: str) -> str:
-        text = _CONTROL.sub("", text.replace("\r\n", "\n"))
+        out, run = [], ""  # run: the text since the last ERASE, styled as one span
+        for i, line in enumerate(_CONTROL.sub("", text.replace("\r\n", "\n")).split("\n")):
+            if i:
+                run += "\n"
+                self._erase = False
+            redraws = line.split("\r")
+            last = max((k for k, part in enumerate(redraws) if part), default=-1)
+            if last >= 0:
+                if (last > 0 and not i) or self._erase:  # a line begun here: all of it here
+                    out += [self._styled(run), ERASE]
+                    run = ""
+                run += redraws[last]
+            if len(redraws) > 1:  # a carriage return after the last text: the next rewrites
+                self._erase = last < len(redraws) - 1
+            elif last >= 0:
+                self._erase = False
+        return "".join([*out, self._styled(run)])
+
+    def _styled(self, text: str) -> str:
         if not text:
             return ""
         escaped = html.escape(text, quote=True)

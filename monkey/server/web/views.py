@@ -229,11 +229,19 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
             actions.append("retry")
     now = time.time()
     limit = info["resources"].get("time")
+    from monkey.server.web.confirm import job_questions
+
     return {
         "info": info,
         "actions": actions,
+        "ask": job_questions(info, actions),
         "live": state not in TERMINAL,
         "siblings": _siblings(m, info),
+        "failure": (  # its error line, beside "failed — exit 1"
+            _error(m, info["job"], max((a["n"] for a in info["attempts_detail"]), default=0))
+            if state == State.FAILED
+            else None
+        ),
         "limit": duration(limit) if limit else "none",
         "attempts": [
             {
@@ -336,7 +344,13 @@ def sweep_page(
     columns = sweep_views.runs_columns(table["columns"], found["params"], found["metric"], hidden)
     first = table["rows"][0] if table["rows"] else {}
     best = (status.get("best") or {}).get("job")
+    from monkey.server.web.confirm import sweep_questions
+    from monkey.server.web.curves import curve_runs
+
+    by_id = {j["job"]: j for j in status["jobs"]}  # the curves in the table's order
     return {
+        "curves": curve_runs([by_id[r["job"]] for r in table["rows"] if r["job"] in by_id]),
+        "report": _report_plots(m, status, [n for n in names if n not in same]),
         "sweep": status,
         "table": table,
         "columns": columns,
@@ -347,7 +361,27 @@ def sweep_page(
         "best": best,
         "early": set(status.get("stopped_early") or []),
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
+        "ask": sweep_questions(m, status) if mine and status["jobs"] else {},
         "reverse": reverse,
+    }
+
+
+def _report_plots(m: Monkey, status: dict[str, Any], params: list[str]) -> dict[str, Any]:
+    """What `monkey report` draws of a sweep's analysis (``monkey.tracking.sweep_analysis``,
+    inline SVG): its metric against each parameter of PARAMS, one dot per run, and the best
+    value so far as the runs ended."""
+    from monkey.tracking import sweep_analysis as sa
+
+    found = m.sweep_analysis(status["id"], status)
+    metric, runs = found.get("metric"), found["runs"]
+    if not metric or not runs:
+        return {"scatters": [], "progress": ""}
+    name = metric["name"]
+    shown = [p for p in params if any(p in r["params"] for r in runs)]
+    return {
+        "metric": name,
+        "scatters": [sa.scatter(runs, p, name, found["best"]) for p in shown],
+        "progress": sa.progress(found["best_so_far"], name),
     }
 
 
@@ -408,4 +442,6 @@ def compare_page(m: Monkey, refs: list[str]) -> dict[str, Any]:
             continue
         values = [cell(r.get(column)) for r in table["rows"]]
         rows.append({"name": column, "values": values, "differs": len(set(values)) > 1})
-    return {"jobs": jobs, "rows": rows}
+    from monkey.server.web.curves import curve_runs, jobs_of
+
+    return {"jobs": jobs, "rows": rows, "curves": curve_runs(jobs_of(m, jobs))}

@@ -1,6 +1,28 @@
 // Monkey Web: live rows on the jobs page, the live log and the charts on a job page.
 "use strict";
 (function () {
+  // -- a destructive action (data-confirm: a job's Cancel, a sweep's "Cancel all"...) asks
+  // first, naming what it acts on and what is lost; {ran} its running time at the click:
+  // data-ran seconds at data-now (the server's clock), growing with data-live runs running
+  var first = document.querySelector("form[data-now]");
+  var skew = first ? Date.now() / 1000 - parseFloat(first.dataset.now) : 0;  // this clock minus the server's
+  var runTime = function (s) {  // as the CLI and the dashboard show one (models.run_time)
+    var two = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (s < 10) return Math.max(0, s).toFixed(1) + "s";
+    s = Math.floor(s);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + two(Math.floor(s % 3600 / 60)) + "m";
+    return Math.floor(s / 86400) + "d" + two(Math.floor(s % 86400 / 3600)) + "h";
+  };
+  document.addEventListener("submit", function (e) {
+    var form = e.target, d = form.dataset || {};
+    if (!d.confirm) return;
+    var since = Math.max(0, Date.now() / 1000 - skew - parseFloat(d.now));
+    var ran = parseFloat(d.ran) + parseInt(d.live, 10) * since;
+    if (!window.confirm(d.confirm.replace("{ran}", runTime(ran)))) e.preventDefault();
+  });
+
   // -- jobs page: reload the rows whenever a job changes (server-sent events)
   var jobs = document.getElementById("jobs");
   if (jobs && window.EventSource) {
@@ -42,17 +64,56 @@
   if (log && window.EventSource) {
     var follow = document.getElementById("follow"), pause = document.getElementById("pause");
     var status = document.getElementById("logstate"), held = [], paused = false;
+    // A carriage return rewrites its line, as in a terminal: the server sends each piece's
+    // last redraw after a "\r" (outside any tag), and what the log has of that line goes.
+    var eraseLine = function () {  // from the end back to the last newline
+      var node = log.lastChild;
+      while (node) {
+        if (node.nodeType === Node.TEXT_NODE) {
+          var cut = node.data.lastIndexOf("\n");
+          node.data = node.data.slice(0, cut + 1);
+          if (cut >= 0) return;
+        } else if (node.lastChild) { node = node.lastChild; continue; }
+        while (node !== log && !node.previousSibling) node = node.parentNode;
+        if (node === log) return;
+        node = node.previousSibling;
+      }
+    };
     var add = function (items) {
-      var frag = document.createDocumentFragment();
       items.forEach(function (m) {
-        var span = document.createElement("span");
-        span.className = m.s;
-        span.innerHTML = m.h;  // escaped by the server before colours became spans
-        frag.appendChild(span);
+        m.h.split("\r").forEach(function (h, k) {
+          if (k) eraseLine();
+          var span = document.createElement("span");
+          span.className = m.s;
+          span.innerHTML = h;  // escaped by the server before colours became spans
+          log.appendChild(span);
+        });
       });
-      log.appendChild(frag);
       if (follow.checked) log.scrollTop = log.scrollHeight;
     };
+    // Which of the job's streams the log shows (stdout, stderr or both)
+    var streams = document.getElementById("streams");
+    if (streams) streams.addEventListener("change", function () { log.dataset.only = streams.value; });
+    // "First error": the first line of a Traceback or naming an error, shown and marked
+    var firstError = document.getElementById("first-error"), ERROR = /Traceback \(most recent call last\)|\b[A-Za-z_][\w.]*(Error|Exception)\b/;
+    var errorIn = function () {
+      var walker = document.createTreeWalker(log, NodeFilter.SHOW_TEXT), node;
+      while ((node = walker.nextNode())) {
+        if (!node.parentElement.offsetParent) continue;  // a stream not shown
+        var hit = ERROR.exec(node.data);
+        if (hit) { var r = new Range(); r.setStart(node, hit.index); r.setEnd(node, hit.index + hit[0].length); return r; }
+      }
+      return null;
+    };
+    if (firstError) firstError.addEventListener("click", function () {
+      var at = errorIn();
+      if (!at) { status.textContent = "no Traceback or Error in the output shown"; return; }
+      follow.checked = false;  // stay on it while lines arrive
+      if (window.CSS && CSS.highlights) CSS.highlights.set("found-here", new Highlight(at));
+      var box = at.getBoundingClientRect(), frame = log.getBoundingClientRect();
+      log.scrollTop += box.top - frame.top - 8;
+      log.focus();
+    });
     // Lines are drawn at most 5 times a second, however fast they come: a page following
     // a chatty job stays cheap (each draw lays out and paints the log again).
     var pending = [], timer = null;
@@ -63,7 +124,7 @@
     pause.addEventListener("click", function () {
       paused = !paused;
       pause.setAttribute("aria-pressed", String(paused));
-      pause.textContent = paused ? "Resume (" + held.length + " new)" : "Pause";
+      pause.textContent = paused ? "Resume output (" + held.length + " new)" : "Pause output";
       if (!paused) { add(held); held = []; }
     });
     var feed = null, at = "", ended = false;
@@ -72,7 +133,7 @@
       feed.onmessage = function (e) {
         at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
         var m = JSON.parse(e.data);
-        if (paused) { held.push(m); pause.textContent = "Resume (" + held.length + " new)"; }
+        if (paused) { held.push(m); pause.textContent = "Resume output (" + held.length + " new)"; }
         else queue(m);
       };
       feed.addEventListener("end", function (e) {
@@ -210,8 +271,8 @@
       opts.scales = opts.scales || {};
       opts.scales.x = {time: false};
       opts.axes = axes();
-      opts.cursor = {drag: {x: true, y: false, setScale: false}};
-      opts.hooks = {
+      opts.cursor = Object.assign(opts.cursor || {}, {drag: {x: true, y: false, setScale: false}});
+      opts.hooks = Object.assign(opts.hooks || {}, {
         setSelect: [function (u) {
           if (u.select.width <= 0) return;
           var z = [u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")];
@@ -221,7 +282,7 @@
         ready: [function (u) {
           u.over.addEventListener("dblclick", function () { g.zoom(name, null); });
         }]
-      };
+      });
       var u = g.plots[name] = new uPlot(opts, data, box), z = zoomOf(name);
       if (z) apply(u, z);
       return u;
@@ -317,41 +378,9 @@
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
-  // -- compare page: each metric of the picked jobs overlaid in one chart
-  var overlay = document.getElementById("overlay");
-  function drawOverlay() {
-    if (!window.uPlot) return;
-    var jobs = overlay.dataset.jobs.split(","), width = chartWidth(overlay);
-    var together = chartGroup(document.getElementById("syncx"));
-    window.monkeyCharts = together.plots;
-    Promise.all(jobs.map(function (j) {
-      return fetch("/web/jobs/" + encodeURIComponent(j) + "/metrics?width=" + Math.round(width), {credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.json() : {}; });
-    })).then(function (all) {
-      var names = {};
-      all.forEach(function (m) { Object.keys(m).forEach(function (n) { names[n] = 1; }); });
-      names = Object.keys(names).sort();
-      if (!names.length) return;
-      overlay.innerHTML = "";
-      names.forEach(function (name) {
-        var tables = [], series = [{label: "x"}];
-        all.forEach(function (m, i) {
-          if (!m[name]) return;
-          series[0].label = m[name].by === "time" ? "seconds" : m[name].by;
-          tables.push([m[name].x, m[name].y]);
-          series.push({label: jobs[i], stroke: colours[i % colours.length], width: 1.5, spanGaps: true});
-        });
-        var box = document.createElement("figure");
-        box.className = "chart";
-        var title = document.createElement("h3");
-        title.textContent = name;
-        box.appendChild(title);
-        overlay.appendChild(box);
-        together.draw(name, {width: width, height: 240, series: series}, uPlot.join(tables), box);
-      });
-    });
-  }
-  if (overlay) window.addEventListener("load", drawOverlay);
+  // the compare and sweep pages' curves (curves.js) zoom and tick as these charts do
+  window.monkeyChartGroup = chartGroup;
+  window.monkeyChartWidth = chartWidth;
 
   if (charts) {
     window.addEventListener("load", drawCharts);
