@@ -49,6 +49,14 @@ CASES: list[tuple[str, set[int]]] = [
     ("run --after {a} --after-any {failed},{b} --priority 3 -- echo after", {0}),
     ("run --after no-such-sweep -- echo never", {1}),
     ("run", {2}),
+    # images: a registry that is not there is refused at submission, in one line
+    ("run --image 127.0.0.1:1/lab/none:1 -- true", {1}),
+    ("sweep --image 127.0.0.1:1/lab/none:1 --grid x=1 -- echo {{x}}", {1}),
+    ("registry list", {0}),
+    ("registry list --json", {0}),
+    ("registry login 127.0.0.1:1 --username u --password-stdin --ca-file {tmp}/no.crt", {1}),
+    ("registry login 127.0.0.1:1 -u u --password-stdin", {1}),
+    ("registry logout 127.0.0.1:1", {1}),
     # list
     ("list jobs --running --queued --finished --failed --provider local --limit 5", {0}),
     ("list jobs --all --json", {0}),
@@ -215,6 +223,7 @@ CASES: list[tuple[str, set[int]]] = [
     ("verify {a} --juid {a}", {0}),
     ("gc --grace 1h", {0}),
     ("gc --grace 0", {0}),
+    ("gc --image-keep 7d", {0}),
     ("du", {0}),
     ("du --json", {0}),
     ("du --hosts", {0}),

@@ -34,7 +34,7 @@ from monkey.server import websession
 from monkey.server.calls import run_call
 from monkey.server.door import check
 from monkey.server.web import code, files, newjob, rerun_form, views
-from monkey.server.web.render import AnsiHtml
+from monkey.server.web.render import AnsiHtml, cell
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -532,7 +532,7 @@ class Web:
             )
         except MonkeyError as exc:
             return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
-        return self.page("sweep.html", status, session, error=error, cell=views.cell, **data)
+        return self.page("sweep.html", status, session, error=error, cell=cell, **data)
 
     async def sweep_action(self, request: Request) -> Response:
         """An action on every run of a sweep, from its page (the owner of all its jobs or

@@ -27,7 +27,7 @@ def curve_runs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     the first MOST), by name as the runs table's columns; "total": how many runs}."""
     from collections import Counter
 
-    from monkey.server.web.views import cell
+    from monkey.server.web.render import cell
     from monkey.tracking.ingest import flatten
 
     total, jobs = len(jobs), jobs[:MOST]

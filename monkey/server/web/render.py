@@ -1,5 +1,5 @@
 """Pure helpers of Monkey Web: a job's output as HTML (ANSI colours as spans, everything
-escaped first) and long metric series cut down to what a chart can show."""
+escaped first), long metric series cut down to what a chart can show, and table cells."""
 
 from __future__ import annotations
 
@@ -10,6 +10,17 @@ import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from typing import Any
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: numbers short, nothing as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if value != value else f"{value:.4g}"
+    return str(value)
+
 
 # An escape sequence: CSI (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC \), or a
 # two-byte one. Only SGR (CSI ... m) is drawn; the rest (cursor moves, clears) is dropped.

@@ -8,7 +8,7 @@ import time
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import run_time as duration
 from monkey.server.web.job_extras import extras
-from monkey.server.web.render import downsample_pairs
+from monkey.server.web.render import cell, downsample_pairs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -383,15 +383,6 @@ def _report_plots(m: Monkey, status: dict[str, Any], params: list[str]) -> dict[
         "scatters": [sa.scatter(runs, p, name, found["best"]) for p in shown],
         "progress": sa.progress(found["best_so_far"], name),
     }
-
-
-def cell(value: Any) -> str:
-    """A table cell's text: numbers short, nothing as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "nan" if value != value else f"{value:.4g}"
-    return str(value)
 
 
 _PROVIDER_SHOWN = ("name", "type", "queued", "running", "error")
