@@ -69,7 +69,10 @@ def _storm(
         elif roll < 0.75:  # the agent dies while the core, stopped, has events unread
             core = core_pid(home)
             if core and core > 0 and agent:
-                os.kill(core, signal.SIGSTOP)
+                try:
+                    os.kill(core, signal.SIGSTOP)
+                except ProcessLookupError:  # the core ended by itself meanwhile
+                    continue
                 time.sleep(rng.uniform(0.05, 0.3))
                 kills["agent"] += _kill(agent)
                 os.kill(core, signal.SIGCONT)

@@ -30,7 +30,7 @@ NAMES = (
     rundir.RESULTS_SEQ,
 )
 # Shipped alone into a job's environment (they cannot import rundir): checked below.
-ALONE = ("launcher.py", "track.py")
+ALONE = ("launcher.py", "track.py", "image.py")  # copied beside the job: see spawn.py
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -74,6 +74,8 @@ def test_the_files_shipped_alone_write_the_names_of_the_layout() -> None:
         f'"{name}"' in launcher
         for name in (rundir.SETUP_LOG, rundir.SETUP_RECORD, rundir.SETUP_FAILED)
     )
+    image = (AGENT_SRC / "image.py").read_text()
+    assert all(f'"{name}"' in image for name in (rundir.SETUP_LOG, rundir.PULL))
     assert (rundir.stream_log("stdout"), rundir.stream_log("stderr")) == (
         rundir.STDOUT,
         rundir.STDERR,
