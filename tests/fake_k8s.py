@@ -149,6 +149,7 @@ class FakeK8s:
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) refused to the token
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
+        self.created: list[dict[str, Any]] = []  # every pod as it was created
         self.bookmark_every = bookmark_every
         self.pull_backoff = 1.0
         self.ca_dir = None  # the CAs the node's runtime trusts (a registry's)
@@ -506,9 +507,13 @@ class FakeK8s:
         """The bwrap command that runs CONTAINER in its image, and its environment."""
         bundle = pulled[0]
         config = json.loads((Path(bundle) / "image.json").read_text())
-        command = container.get("command") or config.get("Entrypoint") or []
-        args = container.get("args") if container.get("command") or container.get("args") else None
-        command = [*command, *(args if args is not None else (config.get("Cmd") or []))]
+        # As the kubelet: a command replaces the image's Entrypoint and Cmd; args alone
+        # replace its Cmd.
+        if container.get("command"):
+            command = [*container["command"], *(container.get("args") or [])]
+        else:
+            args = container.get("args") or config.get("Cmd") or []
+            command = [*(config.get("Entrypoint") or []), *args]
         env = runner.image_env(bundle)
         for item in container.get("env") or []:
             env[item["name"]] = item.get("value", "")
@@ -575,6 +580,7 @@ class FakeK8s:
             body["spec"].setdefault("schedulerName", "default-scheduler")
             body["status"] = {"phase": "Pending", "qosClass": _qos(body)}
             self.pods[(ns, meta["name"])] = body
+            self.created.append(json.loads(json.dumps(body)))
             self._record("pods", "ADDED", body)
             out = json.loads(json.dumps(body))
         self._schedule()

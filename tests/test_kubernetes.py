@@ -1,0 +1,178 @@
+"""The `kubernetes` provider (issue 45) against tests/fake_k8s.py, a fake API server in the
+API's shapes whose kubelet really runs each pod in its image (pulled from a real registry on
+127.0.0.1, tests/registry.py) with the images issue's unprivileged runner."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import registry
+import yaml
+from conftest import wait_for
+from fake_k8s import FakeK8s, kubeconfig
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory):
+    """A registry with lab/tiny:1 (says "one")."""
+    reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
+    try:
+        reg.push("lab/tiny:1", {"/etc/said": "one\n"})
+        yield reg
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path, reg):
+    """A fake cluster of two nodes of 2 CPUs and 8Gi each, trusting the registry's CA, and
+    a kubeconfig reaching it (context `fake`, namespace `ml`)."""
+    fake = FakeK8s(tmp_path / "k8s", ca=reg.ca)
+    fake.add_node("node-a", cpus=2, memory="8Gi")
+    fake.add_node("node-b", cpus=2, memory="8Gi")
+    fake.kubeconfig = kubeconfig(fake, tmp_path / "kube" / "config", namespace="ml")
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def added(cli, cluster, *extra: str) -> None:
+    done = cli("provider", "add", "kubernetes", "lab", "--kubeconfig", str(cluster.kubeconfig),
+               *extra)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def login(cli, reg) -> None:
+    done = cli("registry", "login", reg.host, "--username", registry.USER, "--password-stdin",
+               "--ca-file", str(reg.ca), input=registry.PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def ended(monkey, juid: str, timeout: float = 60):
+    from monkey.models import TERMINAL
+
+    return wait_for(
+        lambda: (j := monkey.job(juid).record).state in TERMINAL and j,
+        timeout,
+        what=f"{juid} to end",
+    )
+
+
+def state_line(cli, juid: str) -> str:
+    return next(ln for ln in cli("info", juid).stdout.splitlines() if ln.startswith("state"))
+
+
+def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
+    done = cli("provider", "add", "kubernetes", "lab", "--kubeconfig", str(cluster.kubeconfig),
+               "--schedule-timeout", "30", "--node-selector", "pool=gpu")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "added provider 'lab' (kubernetes, context fake, namespace ml: 2 nodes, 4 CPUs and "
+        "0 GPUs allocatable) to "
+    )
+    entry = yaml.safe_load((home / "providers.yml").read_text())["providers"]["lab"]
+    assert entry == {
+        "type": "kubernetes",
+        "kubeconfig": str(cluster.kubeconfig),
+        "context": "fake",
+        "namespace": "ml",
+        "schedule_timeout": 30.0,
+        "node_selector": {"pool": "gpu"},
+    }
+    listed = cli("list", "providers").stdout
+    assert "lab" in listed and "kubernetes" in listed
+
+    wrong = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
+                str(cluster.kubeconfig), "--context", "prod")  # fmt: skip
+    assert wrong.returncode == 1
+    assert "has no context 'prod'; contexts: fake" in wrong.stderr
+    cluster.deny("create", "pods")
+    denied = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
+                 str(cluster.kubeconfig))  # fmt: skip
+    assert denied.returncode == 1
+    assert "context fake, namespace ml: you may not create pods there" in denied.stderr
+    assert "other" not in (home / "providers.yml").read_text()  # nothing written
+
+    entry["schedule_timeout"] = -1
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"lab": entry}}))
+    bad = cli("list", "providers")
+    assert bad.returncode != 0 and "schedule_timeout must be seconds > 0" in bad.stderr
+
+
+def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster)
+    login(cli, reg)  # the pod pulls with this login (a pull secret of its own)
+    ref = f"{reg.host}/lab/tiny:1"
+    juid = cli("run", "-p", "lab", "--image", ref, "--cpus", "2", "--memory", "1G", "--env",
+               "MINE=kept", "--", "sh", "-c", "cat /etc/said; echo $MINE $IMAGE_SAYS; exit 3"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 3, cli("logs", juid, "--setup").stdout
+    assert cli("logs", juid).stdout == "one\nkept hello\n"
+    assert "exit 3" in state_line(cli, juid)
+    pod = cluster.created[-1]
+    assert pod["metadata"]["namespace"] == "ml"
+    assert pod["metadata"]["labels"]["monkey.dev/job"] == juid
+    assert pod["spec"]["restartPolicy"] == "Never"
+    container = pod["spec"]["containers"][0]
+    assert container["image"].startswith(f"{reg.host}/lab/tiny@sha256:")  # pinned
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
+    setup = cli("logs", juid, "--setup").stdout
+    assert f"pod {pod['metadata']['name']} scheduled on node node-" in setup
+    wait_for(lambda: cluster.pod(pod["metadata"]["name"], "ml") is None, 10, what="pod deleted")
+    assert not cluster.secrets  # its pull secret too
+
+    ok = cli("run", "-p", "lab", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, ok).state.value == "succeeded"
+    assert cli("logs", ok).stdout == "one\n"
+
+
+def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--schedule-timeout", "3")
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--cpus", "3",
+               "--retries", "2", "--", "true").stdout.strip()  # fmt: skip
+    reason = "0/2 nodes are available: 2 Insufficient cpu."
+    wait_for(lambda: f"(pending {reason})" in state_line(cli, juid), 20, what="the reason")
+    row = next(ln for ln in cli("list", "jobs").stdout.splitlines() if ln.startswith(juid))
+    assert row.split()[2] == "pending"
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.attempts == 1  # not retried
+    assert f"not scheduled within schedule_timeout 3s: {reason}" in state_line(cli, juid)
+    assert all(p["metadata"]["name"] not in str(cluster.pods) for p in cluster.created)
+
+
+def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--image", f"{reg.host}/lab/tiny:1")  # pulled without a login
+    refused = cli("run", "-p", "lab", "--retries", "2", "--", "true").stdout.strip()
+    job = ended(monkey, refused)
+    assert job.state.value == "failed" and job.attempts == 1
+    line = state_line(cli, refused)
+    assert f"registry {reg.host} refused the pull (unauthorized, ErrImagePull)" in line
+    assert f"monkey registry login {reg.host}" in line
+
+    login(cli, reg)
+    reg.push("lab/gone:1", {"/etc/said": "soon gone\n"})
+    blocker = cli("run", "--", "sleep", "2").stdout.strip()
+    lost = cli("run", "-p", "lab", "--after", blocker, "--image", f"{reg.host}/lab/gone:1",
+               "--retries", "2", "--", "true").stdout.strip()  # fmt: skip
+    subprocess.run(
+        ["skopeo", "delete", "--cert-dir", str(reg.ca.parent), "--creds",
+         f"{registry.USER}:{registry.PASSWORD}", f"docker://{reg.host}/lab/gone:1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    job = ended(monkey, lost)
+    assert job.state.value == "failed" and job.attempts == 1
+    assert "/lab/gone@sha256:" in state_line(cli, lost)
+    assert f"not found in registry {reg.host} (ErrImagePull)" in state_line(cli, lost)
