@@ -141,6 +141,7 @@ class FakeK8s:
         self.lock = threading.Condition()
         self.rv = itertools.count(1000)
         self.version = 1000
+        self.compacted = 0  # a watch from before this resourceVersion is 410 Gone
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, kind, type, obj
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
@@ -150,6 +151,7 @@ class FakeK8s:
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) refused to the token
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
+        self.roots: dict[tuple[str, str], Path] = {}  # a running pod's image root, here
         self.bookmark_every = bookmark_every
         self.pull_backoff = 1.0
         self.ca_dir = None  # the CAs the node's runtime trusts (a registry's)
@@ -220,15 +222,23 @@ class FakeK8s:
         self.denied.add((verb, resource))
 
     def expire_history(self) -> None:
-        """Forget every watch event so far: a watch from an older resourceVersion gets 410."""
+        """Forget every watch event so far, as an API server's compaction does: every open
+        watch, and any from an older resourceVersion, gets 410 Gone (a client lists again)."""
         with self.lock:
             self.history.clear()
+            self.version = self.compacted = next(self.rv)
             self.lock.notify_all()
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
         with self.lock:
             pod = self.pods.get((namespace, name))
             return json.loads(json.dumps(pod)) if pod else None
+
+    def rootfs(self, name: str, namespace: str = "default") -> Path:
+        """The image root POD runs in, on this machine: a file a test puts there appears in
+        the pod (read-only to it)."""
+        with self.lock:
+            return self.roots[(namespace, name)]
 
     def close(self) -> None:
         self.closed.set()
@@ -434,6 +444,7 @@ class FakeK8s:
             finally:
                 log.close()
             self.procs[key] = proc
+            self.roots[key] = Path(bundle[0]) / "rootfs"
             self._event(pod, "Normal", "Created", "Created container: job")
             self._event(pod, "Normal", "Started", "Started container job")
             started = _now()
@@ -632,21 +643,21 @@ class FakeK8s:
                          if _selected(o, ns, selector, fields)]  # fmt: skip
             else:
                 start = []
-                oldest = self.history[0][0] if self.history else self.version + 1
-                if since < oldest - 1 and since < self.version:
+                if self._expired(since):
                     raise Gone()
         yield from ({"type": t, "object": o} for t, o in start)
         last_mark = time.monotonic()
         while not self.closed.is_set():
             with self.lock:
+                if self._expired(since):
+                    raise Gone()
                 fresh = [(rv, t, o) for rv, k, t, o in self.history if rv > since and k == kind]
                 if not fresh:
-                    oldest = self.history[0][0] if self.history else self.version + 1
-                    if since < oldest - 1 and since < self.version:
-                        raise Gone()
                     left = min(deadline, last_mark + self.bookmark_every) - time.monotonic()
                     if left > 0:
                         self.lock.wait(left)
+                    if self._expired(since):
+                        raise Gone()
                     fresh = [(rv, t, o) for rv, k, t, o in self.history
                              if rv > since and k == kind]  # fmt: skip
                 current = self.version
@@ -663,6 +674,11 @@ class FakeK8s:
                     "apiVersion": "v1", "metadata": {"resourceVersion": str(since)}}}  # fmt: skip
             if now >= deadline:
                 return
+
+    def _expired(self, since: int) -> bool:
+        """Whether events after resourceVersion SINCE are no longer kept (the lock held)."""
+        oldest = self.history[0][0] if self.history else self.version + 1
+        return since < self.compacted or (since < oldest - 1 and since < self.version)
 
     def log(self, ns: str, name: str, follow: bool, since: str | None):
         """Yield the container log's bytes (from SINCE, an RFC 3339 time: lines written then

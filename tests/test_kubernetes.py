@@ -176,3 +176,35 @@ def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries
     assert job.state.value == "failed" and job.attempts == 1
     assert "/lab/gone@sha256:" in state_line(cli, lost)
     assert f"not found in registry {reg.host} (ErrImagePull)" in state_line(cli, lost)
+
+
+def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
+    cli, monkey, cluster, reg, home
+):
+    from conftest import kill_core, start_core
+
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo before; while [ ! -e /etc/go-$MONKEY_JUID ]; do sleep 0.1; done; echo after; exit 4"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: cli("logs", juid).stdout == "before\n", 30, what="the job to start")
+    kill_core(home)
+    pod = cluster.created[-1]["metadata"]["name"]
+    lists = sum(1 for r in cluster.requests if r.startswith("GET /api/v1/namespaces/ml/pods?"))
+    start_core(home)
+    wait_for(
+        lambda: (
+            sum(1 for r in cluster.requests if r.startswith("GET /api/v1/namespaces/ml/pods?"))
+            > lists + 1
+        ),
+        20,
+        what="the new core to list and watch the pods",
+    )
+    expired = len(cluster.requests)
+    cluster.expire_history()  # the watch gets 410 Gone: it lists again, and goes on
+    (cluster.rootfs(pod, "ml") / "etc" / f"go-{juid}").touch()
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 4 and job.attempts == 1
+    assert cli("logs", juid).stdout == "before\nafter\n"  # nothing lost, nothing twice
+    assert [r for r in cluster.requests[expired:] if "/pods?" in r and "watch=" not in r]
