@@ -40,6 +40,7 @@ and DisruptionTarget, PVCs, any other resource.
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import os
@@ -152,6 +153,8 @@ class FakeK8s:
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
         self.roots: dict[tuple[str, str], Path] = {}  # a running pod's image root, here
+        # what runs a command in a running pod (pods/exec): its container, image, volumes
+        self.sandboxes: dict[tuple[str, str], tuple[dict[str, Any], Any, dict[str, str]]] = {}
         self.bookmark_every = bookmark_every
         self.pull_backoff = 1.0
         self.ca_dir = None  # the CAs the node's runtime trusts (a registry's)
@@ -431,6 +434,20 @@ class FakeK8s:
                     path.mkdir(parents=True)
                     volumes[volume["name"]] = str(path)
             argv, env = self._argv(container, bundle, volumes)
+            program = argv[argv.index("--") + 1]
+            path = {e["name"]: e.get("value", "") for e in container.get("env") or []}.get(
+                "PATH", runner.image_env(bundle[0])["PATH"]
+            )
+            cwd = container.get("workingDir") or "/"
+            if runner.find_command(str(Path(bundle[0]) / "rootfs"), program, path, cwd)[0]:
+                said = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime "
+                    "create failed: runc create failed: unable to start container process: "
+                    f'exec: "{program}": executable file not found in $PATH: unknown'
+                )
+                self._event(pod, "Warning", "Failed", f"Error: {said}")
+                self._terminated(pod, 128, "StartError", said)
+                return
             log = open(folder / "container.log", "ab")
             pod["status"]["containerStatuses"][0]["imageID"] = f"{ref.split('@')[0]}@{bundle[1]}"
             try:
@@ -445,6 +462,7 @@ class FakeK8s:
                 log.close()
             self.procs[key] = proc
             self.roots[key] = Path(bundle[0]) / "rootfs"
+            self.sandboxes[key] = (container, bundle, volumes)
             self._event(pod, "Normal", "Created", "Created container: job")
             self._event(pod, "Normal", "Started", "Started container job")
             started = _now()
@@ -827,8 +845,111 @@ def _kill(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-_POD = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)(/log)?")
+_POD = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)(/log|/exec)?")
 _LIST = re.compile(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|nodes)")
+
+
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """A server's websocket frame (unmasked, final)."""
+    n = len(payload)
+    head = bytes([0x80 | opcode])
+    if n < 126:
+        head += bytes([n])
+    elif n < 1 << 16:
+        head += bytes([126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([127]) + n.to_bytes(8, "big")
+    return head + payload
+
+
+def _websocket_exec(sock: Any, proc: subprocess.Popen) -> None:
+    """Relay PROC's stdin, stdout and stderr over the websocket SOCK (one thread: reads and
+    writes of a TLS socket never overlap); then its exit as channel 3's Status, and close."""
+    import queue
+    import select
+
+    feed: queue.Queue[bytes | None] = queue.Queue()
+
+    def feeding() -> None:  # stdin in its own thread: a full pipe never stalls the relay
+        assert proc.stdin is not None
+        try:
+            while (data := feed.get()) is not None:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+        except OSError:
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    threading.Thread(target=feeding, daemon=True).start()
+    assert proc.stdout is not None and proc.stderr is not None
+    outs = {proc.stdout.fileno(): 1, proc.stderr.fileno(): 2}
+    buf = b""
+    open_ws = True
+    try:
+        while outs or (open_ws and proc.poll() is None):
+            ready = [] if not open_ws else [sock]
+            if open_ws and sock.pending():
+                r = [sock]
+            else:
+                r, _, _ = select.select([*ready, *outs], [], [], 0.2)
+            for fd in [f for f in r if f is not sock]:
+                data = os.read(fd, 65536)
+                if data:
+                    sock.sendall(_frame(2, bytes([outs[fd]]) + data))
+                else:
+                    del outs[fd]
+            if sock in r:
+                data = sock.recv(65536)
+                if not data:
+                    open_ws = False
+                    feed.put(None)
+                    continue
+                buf += data
+                while True:  # every whole frame in BUF
+                    if len(buf) < 2:
+                        break
+                    opcode, n, at = buf[0] & 0x0F, buf[1] & 0x7F, 2
+                    if n == 126:
+                        n, at = int.from_bytes(buf[2:4], "big"), 4
+                    elif n == 127:
+                        n, at = int.from_bytes(buf[2:10], "big"), 10
+                    masked = buf[1] & 0x80
+                    if len(buf) < at + (4 if masked else 0) + n:
+                        break
+                    mask = buf[at : at + 4] if masked else b"\0\0\0\0"
+                    at += 4 if masked else 0
+                    payload = bytes(b ^ mask[i % 4] for i, b in enumerate(buf[at : at + n]))
+                    buf = buf[at + n :]
+                    if opcode == 8:  # close
+                        open_ws = False
+                        feed.put(None)
+                        break
+                    if opcode in (1, 2) and payload[:1] == b"\0" and len(payload) > 1:
+                        feed.put(payload[1:])
+        code = proc.wait()
+        if code == 0:
+            status = {"metadata": {}, "status": "Success"}
+        else:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: exit status {code}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}  # fmt: skip
+        if open_ws:
+            sock.sendall(_frame(2, b"\x03" + json.dumps(status).encode()))
+            sock.sendall(_frame(8, (1000).to_bytes(2, "big")))
+    except (OSError, ssl.SSLError):
+        pass
+    finally:
+        feed.put(None)
+        if proc.poll() is None:
+            _kill(proc, signal.SIGKILL)
+            proc.wait()
 
 
 def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
@@ -904,6 +1025,9 @@ def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
             if pod:
                 ns, name, log = pod.groups()
                 self._allowed("delete" if method == "DELETE" else "get", "pods")
+                if log == "/exec" and method in ("GET", "POST"):
+                    self._allowed("create", "pods/exec")
+                    return self._exec(ns, name, parse_qs(urlparse(self.path).query))
                 if log and method == "GET":
                     chunks = fake.log(ns, name, query.get("follow", "").lower() == "true",
                                       query.get("sinceTime"))  # fmt: skip
@@ -947,6 +1071,42 @@ def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
                     return self._send(200, fake.list(kind, ns, selector, fields))
             raise _Error(404, "NotFound", f"the server could not find the requested resource "
                          f"({method} {path})")  # fmt: skip
+
+        def _exec(self, ns: str, name: str, query: dict[str, list[str]]) -> None:
+            """pods/exec over a websocket, in the v4.channel.k8s.io protocol: frames whose
+            first byte is the channel (0 stdin, 1 stdout, 2 stderr, 3 the final Status).
+            The command runs in the pod's sandbox (its image, its emptyDir volumes)."""
+            with fake.lock:
+                sandbox = fake.sandboxes.get((ns, name))
+                pod = fake.pods.get((ns, name))
+            if pod is None:
+                raise _Error(404, "NotFound", f'pods "{name}" not found')
+            if sandbox is None or (ns, name) not in fake.procs:
+                raise _Error(400, "BadRequest", "cannot exec into a container in a completed "
+                             "pod; current phase is " + pod["status"].get("phase", "Pending"))  # fmt: skip
+            if self.headers.get("Upgrade", "").lower() != "websocket":
+                raise _Error(400, "BadRequest", "Upgrade request required")
+            protocols = [
+                p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",")
+            ]
+            if "v4.channel.k8s.io" not in protocols:
+                raise _Error(400, "BadRequest", "only v4.channel.k8s.io is served")
+            container, bundle, volumes = sandbox
+            argv, env = fake._argv({**container, "command": query.get("command", []), "args": []}, bundle,
+                                   volumes)  # fmt: skip
+            accept = base64.b64encode(hashlib.sha1(
+                (self.headers["Sec-WebSocket-Key"] + _WS_GUID).encode()).digest()).decode()  # fmt: skip
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+            self.end_headers()
+            self.wfile.flush()
+            self.close_connection = True
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
+            _websocket_exec(self.connection, proc)
 
         def _allowed(self, verb: str, resource: str) -> None:
             if (verb, resource) in fake.denied:

@@ -4,7 +4,9 @@ API's shapes whose kubelet really runs each pod in its image (pulled from a real
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import registry
@@ -17,10 +19,13 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory):
-    """A registry with lab/tiny:1 (says "one")."""
+    """A registry with lab/tiny:1 (says "one"; busybox's sh, cat, sleep...) and lab/tools:1
+    (busybox's tar, head and mkdir too: what putting a job's code in its pod needs)."""
     reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
     try:
         reg.push("lab/tiny:1", {"/etc/said": "one\n"})
+        busybox = Path(shutil.which("busybox") or "/bin/busybox")
+        reg.push("lab/tools:1", {f"/bin/{tool}": busybox for tool in ("tar", "head", "mkdir")})
         yield reg
     finally:
         proc.kill()
@@ -208,3 +213,47 @@ def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
     assert job.state.value == "failed" and job.exit_code == 4 and job.attempts == 1
     assert cli("logs", juid).stdout == "before\nafter\n"  # nothing lost, nothing twice
     assert [r for r in cluster.requests[expired:] if "/pods?" in r and "watch=" not in r]
+
+
+def test_a_jobs_code_reaches_its_pod_through_exec_and_an_image_without_a_shell_says_so(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("data").mkdir()
+    Path("data/x.txt").write_text("a data file of the project\n")
+    Path("main.sh").write_text("echo from the code in $(pwd); cat data/x.txt\n")
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--",
+               "sh", "main.sh").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded", cli("logs", juid, "--setup").stdout
+    assert cli("logs", juid).stdout == (
+        "from the code in /monkey/work\na data file of the project\n"
+    )
+    assert "the job's code (" in cli("logs", juid, "--setup").stdout
+    pod = cluster.created[-1]
+    assert pod["spec"]["volumes"] == [{"name": "monkey", "emptyDir": {}}]  # no ConfigMap
+
+    shell_less = registry.push_layers(reg, "lab/no-shell:1", [_layer("etc/said", "no shell\n")])
+    bare = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/no-shell@{shell_less}",
+               "--retries", "1", "--", "sh", "main.sh").stdout.strip()  # fmt: skip
+    job = ended(monkey, bare)
+    assert job.state.value == "failed" and job.attempts == 1
+    assert (
+        "the container cannot start (StartError): failed to create containerd task: failed to "
+        "create shim task: OCI runtime create failed: runc create failed: unable to start "
+        'container process: exec: "sh": executable file not found in $PATH: unknown'
+    ) in state_line(cli, bare)
+
+
+def _layer(name: str, text: str) -> bytes:
+    """An uncompressed tar layer holding one file."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(text.encode())
+        tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()

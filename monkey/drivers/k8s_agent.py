@@ -18,23 +18,31 @@ A core that restarts links again and syncs: attempts whose pod still exists are 
 (their log followed on from the bytes already kept), those whose pod is gone without an
 exit are ``vanished``.
 
-Not done yet (issue 45): the job's code snapshot, datasets, checkpoints and ``monkey.log``
-in the pod (they need the worker agent inside the pod, reached through the API server's
-exec channel), preemption and eviction notices, OOMKilled's limit in the reason.
+The job's code snapshot goes into the pod's emptyDir (``/monkey/work``) through the API
+server's exec channel once the pod runs (a tar on the exec's stdin: the image needs sh,
+head and tar), and the pod's command waits for it; no ConfigMap, no inbound port.
+
+Not done yet (issue 45): datasets, checkpoints, outputs and ``monkey.log`` in the pod
+(they need the worker agent inside the pod, reached through the same exec channel),
+preemption and eviction notices, OOMKilled's limit in the reason.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import posixpath
 import socket
+import stat
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
 
 from monkey.drivers.agent_link import AgentLink
-from monkey.drivers.k8s_api import LABEL, Cluster, label_value, pod_manifest
+from monkey.drivers.k8s_api import LABEL, RUN_FOLDER, Cluster, label_value, pod_manifest
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -67,6 +75,8 @@ class _Attempt:
     signalled: int | None = None  # the signal asked (the pod was deleted for it)
     ended: bool = False  # its exit event is written
     ending: dict[str, Any] | None = None  # the exit, written once its log is whole
+    code: bytes | None = None  # the job's code as a tar, until it is in the pod
+    workdir: str = ""  # where it goes in the pod (the command's folder: cwd)
     logging: threading.Thread | None = None
     log_done: threading.Event = field(default_factory=threading.Event)
 
@@ -81,7 +91,11 @@ def status_of(pod: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
     containers = status.get("containerStatuses") or []
     state = (containers[0].get("state") or {}) if containers else {}
     if "terminated" in state:
-        return "ended", None, state["terminated"]
+        ended = state["terminated"]
+        if ended.get("reason") in ("StartError", "ContainerCannotRun"):
+            said = ended.get("message") or ""
+            return "failed", f"the container cannot start ({ended['reason']}): {said[-300:]}", ended
+        return "ended", None, ended
     if status.get("phase") in ("Succeeded", "Failed") and not containers:
         return "ended", None, {"exitCode": None, "reason": status.get("reason")}
     if "running" in state:
@@ -133,6 +147,7 @@ class ClusterAgent:
         self.subscribers: list[_Conn] = []
         self.closed = threading.Event()
         self.error: str | None = None  # why the watch cannot follow the cluster now
+        self.manifests: dict[str, list[Any]] = {}  # code file lists given, by digest
         self._cluster: Cluster | None = None
         self._threads: list[threading.Thread] = []
 
@@ -207,6 +222,16 @@ class ClusterAgent:
         env = {k: str(v) for k, v in (req.get("env") or {}).items() if k not in _LOCAL_ONLY}
         resources = req.get("resources") or {}
         gpus = int(resources.get("gpus") or 0)
+        files = self._files(req)
+        code, work, cwd = None, None, ""
+        if files:
+            code = code_tar(files, req["blobs_dir"])
+            work = f"{RUN_FOLDER}/work"
+            if req.get("workdir_name"):
+                work = f"{work}/{_one_name(req['workdir_name'])}"
+            cwd = posixpath.normpath(f"{work}/{req['cwd']}") if req.get("cwd") else work
+            if not cwd.startswith(f"{work}"):
+                raise MonkeyError(f"cwd {req['cwd']!r} leaves the job's code")
         secret = None
         auths = (req.get("image_auth") or {}).get("auths")
         cluster = self.cluster
@@ -224,8 +249,10 @@ class ClusterAgent:
             gpus,
             self.options,
             secret,
+            cwd or None,
         )
         att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret)
+        att.code, att.workdir = code, cwd
         with self.lock:
             self.attempts[(juid, n)] = att
         try:
@@ -383,6 +410,12 @@ class ClusterAgent:
         if att.phase is not None:
             att.phase = None
             self._emit(att, "heartbeat")
+        with self.lock:
+            tar = att.code if kind == "running" else None
+            if tar is not None:
+                att.code = None
+        if tar is not None:
+            threading.Thread(target=self._upload, args=(att, tar), daemon=True).start()
         self._log(att)
         if kind == "ended" and att.ending is None:
             code = details.get("exitCode")
@@ -395,6 +428,58 @@ class ClusterAgent:
                 ending = {"code": code, "signal": None, "reason": "exited"}
             att.ending = ending
             threading.Thread(target=self._end_after_log, args=(att,), daemon=True).start()
+
+    def _upload(self, att: _Attempt, code: bytes) -> None:
+        """Put the job's CODE (a tar) into its pod's run folder through an exec; the pod's
+        command then starts in it. A failure ends the attempt as a failed set-up."""
+        started = time.monotonic()
+        work = f"{RUN_FOLDER}/work"
+        script = (
+            f"mkdir -p {work} '{att.workdir}' && head -c {len(code)} | tar -x -f - -C {work}"
+            f" && touch {RUN_FOLDER}/ready"
+        )
+        try:
+            status, _out, err = self.cluster.exec(att.pod, ["sh", "-c", script], code)
+        except MonkeyError as exc:
+            self._fail(att, f"the job's code could not be put in pod {att.pod}: {exc}")
+            return
+        if status != 0:
+            said = (err.decode(errors="replace").strip().splitlines() or [f"exit {status}"])[-1]
+            self._fail(
+                att,
+                f"the job's code could not be put in pod {att.pod} (its image needs sh, head "
+                f"and tar): {said[-200:]}",
+            )
+            return
+        self._setup_line(
+            att,
+            f"the job's code ({len(code):,} bytes) put in pod {att.pod} in "
+            f"{time.monotonic() - started:.1f} s",
+        )
+
+    def _files(self, req: dict[str, Any]) -> list[Any] | None:
+        """The start's code files [[relpath, digest, mode]]: given, or the list its manifest
+        names (or a change to one) when this agent was given it; unknown: the core sends
+        the full list again."""
+        files, manifest = req.get("files"), req.get("manifest")
+        if files is None and manifest:
+            if req.get("base"):
+                base = self.manifests.get(req["base"])
+                if base is None:
+                    raise MonkeyError(f"unknown manifest {req['base']}: send the full file list")
+                changes = list(req.get("changes") or [])
+                dropped = set(req.get("removed") or []) | {c[0] for c in changes}
+                files = sorted([f for f in base if f[0] not in dropped] + changes)
+            else:
+                files = self.manifests.get(manifest)
+                if files is None:
+                    raise MonkeyError(f"unknown manifest {manifest}: send the full file list")
+        if files is not None and manifest:
+            with self.lock:
+                if len(self.manifests) > 256:
+                    self.manifests.clear()
+                self.manifests[manifest] = files
+        return files
 
     def _fail(self, att: _Attempt, why: str) -> None:
         """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried."""
@@ -508,6 +593,36 @@ class ClusterAgent:
                 f.write(f"[monkey] {text}\n")
         except OSError:
             pass
+
+
+def code_tar(files: list[Any], blobs_dir: str) -> bytes:
+    """The job's code FILES ([[relpath, digest, mode]], blobs in BLOBS_DIR) as a tar: files
+    with their mode, links out of the project as symlinks (their blob holds the target)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, digest, mode in files:
+            name = posixpath.normpath(str(rel))
+            if name.startswith("/") or name == ".." or name.startswith("../"):
+                raise MonkeyError(f"unsafe path {rel!r} in the job's code")
+            try:
+                with open(os.path.join(blobs_dir, digest[:2], digest[2:]), "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise MonkeyError(f"missing blob {digest} of {rel}: {exc}") from None
+            info = tarfile.TarInfo(name)
+            if stat.S_ISLNK(int(mode)):
+                info.type, info.linkname = tarfile.SYMTYPE, os.fsdecode(data)
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), int(mode) & 0o777
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _one_name(text: str) -> str:
+    if not text or "/" in text or text in (".", ".."):
+        raise MonkeyError(f"workdir_name must be one path component: {text!r}")
+    return text
 
 
 def manifest_cpus(manifest: dict[str, Any]) -> int:

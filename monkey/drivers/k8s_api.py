@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import threading
 
 from monkey.models import MonkeyError, parse_size
 
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
 GPU = "nvidia.com/gpu"
 LABEL = "monkey.dev"  # the prefix of monkey's labels: monkey.dev/home, /job, /attempt, /owner
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
+RUN_FOLDER = "/monkey"  # the pod's emptyDir: the job's code in work/, then ready
+# The pod's command when its job has code: wait for the code (put through an exec), then
+# run the job's argv in its folder ($1). Needs sh and sleep in the image.
+WAIT_FOR_CODE = (
+    f'while [ ! -e {RUN_FOLDER}/ready ]; do sleep 0.1; done; cd "$1" || exit 127; shift; exec "$@"'
+)
 
 
 def default_kubeconfig() -> str:
@@ -92,6 +99,10 @@ class Cluster:
             self.context = chosen["name"]
             self.namespace = namespace or chosen["context"].get("namespace") or "default"
             api = config.new_client_from_config(self.kubeconfig, context=self.context)
+            # The client's exec (kubernetes.stream) swaps its ApiClient's request method
+            # while it connects: a client of its own, one connect at a time, keeps the
+            # watch and the logs of other threads off the websocket path.
+            self._exec_api = config.new_client_from_config(self.kubeconfig, context=self.context)
         except config.ConfigException as exc:
             raise MonkeyError(f"kubeconfig {self.kubeconfig}: {exc}") from None
         api.configuration.retries = 1
@@ -99,9 +110,12 @@ class Cluster:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.authz = client.AuthorizationV1Api(api)
+        self._exec_core = client.CoreV1Api(self._exec_api)
+        self._exec_lock = threading.Lock()
 
     def close(self) -> None:
         self.api.close()
+        self._exec_api.close()
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         """CALL's JSON answer; one-line MonkeyError (the API's own message) when it fails."""
@@ -217,6 +231,44 @@ class Cluster:
         finally:
             resp.release_conn()
 
+    def exec(
+        self, name: str, argv: list[str], stdin: bytes = b"", timeout: float = 300
+    ) -> tuple[int, bytes, bytes]:
+        """Run ARGV in pod NAME's container through the API server (pods/exec), with STDIN;
+        (exit code, stdout, stderr). MonkeyError when the exec cannot be made."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        try:
+            with self._exec_lock:
+                ws = stream(
+                    self._exec_core.connect_get_namespaced_pod_exec,
+                    name,
+                    self.namespace,
+                    command=argv,
+                    container="job",
+                    stdin=bool(stdin),
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    _preload_content=False,
+                    binary=True,
+                )
+        except ApiException as exc:
+            raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
+        try:
+            for at in range(0, len(stdin), 1 << 20):
+                ws.write_stdin(stdin[at : at + (1 << 20)])
+            ws.run_forever(timeout=timeout)
+            if ws.is_open():
+                raise MonkeyError(f"exec in pod {name}: no end within {timeout:.0f}s")
+            code = ws.returncode
+            return int(code if code is not None else -1), ws.read_stdout(), ws.read_stderr()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
+        finally:
+            ws.close()
+
     def watch(
         self, selector: str, on_list: Callable[[list[dict[str, Any]]], None],
         on_event: Callable[[str, dict[str, Any]], None], stop: Callable[[], bool],
@@ -312,10 +364,13 @@ def pod_manifest(
     gpus: int,
     options: dict[str, Any],
     pull_secret: str | None,
+    workdir: str | None = None,
 ) -> dict[str, Any]:
     """The Pod of one attempt: restartPolicy Never, the job's command in its image, CPUS,
     MEMORY and GPUS as requests and limits, and the entry's OPTIONS (node_selector,
-    tolerations, priority_class, service_account, queue)."""
+    tolerations, priority_class, service_account, queue). With WORKDIR (a folder under
+    /monkey, the pod's emptyDir), the command waits for /monkey/ready (the job's code put
+    there through an exec) and runs in WORKDIR."""
     resources: dict[str, str] = {"cpu": str(max(1, cpus))}
     memory = memory or options.get("memory")
     if memory:
@@ -324,18 +379,18 @@ def pod_manifest(
         resources[GPU] = str(gpus)
     if options.get("queue"):
         labels = {**labels, "kueue.x-k8s.io/queue-name": str(options["queue"])}
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "job",
-                "image": image,
-                "command": list(argv),
-                "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
-            }
-        ],
+    container: dict[str, Any] = {
+        "name": "job",
+        "image": image,
+        "command": list(argv),
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
     }
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if workdir is not None:
+        container["command"] = ["sh", "-c", WAIT_FOR_CODE, "monkey-job", workdir, *argv]
+        container["volumeMounts"] = [{"name": "monkey", "mountPath": RUN_FOLDER}]
+        spec["volumes"] = [{"name": "monkey", "emptyDir": {}}]
     if options.get("node_selector"):
         spec["nodeSelector"] = dict(options["node_selector"])
     if options.get("tolerations"):
