@@ -90,7 +90,7 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
         "node_selector": {"pool": "gpu"},
     }
     listed = cli("list", "providers").stdout
-    assert "lab" in listed and "kubernetes" in listed
+    assert "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable\n" in listed
 
     wrong = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
                 str(cluster.kubeconfig), "--context", "prod")  # fmt: skip
@@ -257,3 +257,16 @@ def _layer(name: str, text: str) -> bytes:
         info.size = len(text.encode())
         tar.addfile(info, io.BytesIO(text.encode()))
     return buf.getvalue()
+
+
+def test_cancel_deletes_the_pod_and_stops_its_processes(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo started; sleep 4242").stdout.strip()  # fmt: skip
+    wait_for(lambda: "started" in cli("logs", juid).stdout, 30, what="the job to start")
+    assert cli("job", "cancel", juid).returncode == 0
+    assert ended(monkey, juid).state.value == "cancelled"
+    pod = cluster.created[-1]["metadata"]["name"]
+    wait_for(lambda: cluster.pod(pod, "ml") is None, 20, what="the pod to be deleted")
+    assert not cluster.procs  # the container's processes are gone
