@@ -137,8 +137,18 @@ class FakeK8s:
     """The fake's state, its HTTPS server (``url``), scheduler and kubelet; ``close()``
     stops every pod's process and the server."""
 
-    def __init__(self, root: Path, ca: Path | None = None, bookmark_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        ca: Path | None = None,
+        bookmark_every: float = 1.0,
+        node_auths: dict[str, Any] | None = None,
+    ) -> None:
+        """ROOT holds its files; CA: a registry's CA the nodes trust; NODE_AUTHS: registry
+        logins the nodes have themselves ({host: {"auth": ...}}, as a kubelet's credential
+        provider gives them), used for pods without a pull secret for that host."""
         self.root = root
+        self.node_auths = dict(node_auths or {})
         self.lock = threading.Condition()
         self.rv = itertools.count(1000)
         self.version = 1000
@@ -493,7 +503,7 @@ class FakeK8s:
         """(the unpacked bundle of REF, its digest), pulled with the pod's pull secrets."""
         name, _, digest = ref.partition("@")
         host = name.split("/", 1)[0]
-        auth: dict[str, Any] = {}
+        auth: dict[str, Any] = dict(self.node_auths)
         for secret in secrets:
             if secret and secret.get("type") == "kubernetes.io/dockerconfigjson":
                 data = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))

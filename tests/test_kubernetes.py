@@ -12,6 +12,7 @@ import pytest
 import registry
 import yaml
 from conftest import wait_for
+from driver_contract import DriverContract, provider, serve
 from fake_k8s import FakeK8s, kubeconfig
 
 pytestmark = pytest.mark.system
@@ -44,6 +45,25 @@ def cluster(tmp_path, reg):
         yield fake
     finally:
         fake.close()
+
+
+class TestKubernetesContract(DriverContract):
+    """The driver contract against the fake cluster (one node whose runtime has the
+    registry's login), the provider's default image having sh, head and tar."""
+
+    @pytest.fixture
+    def target(self, home: Path, tmp_path: Path, reg):  # the fixture
+        import base64
+
+        login = base64.b64encode(f"{registry.USER}:{registry.PASSWORD}".encode()).decode()
+        fake = FakeK8s(tmp_path / "k8s", ca=reg.ca, node_auths={reg.host: {"auth": login}})
+        fake.add_node("node-a", cpus=2, memory="8Gi")
+        entry = {"type": "kubernetes", "kubeconfig": str(kubeconfig(fake, tmp_path / "kube")),
+                 "image": f"{reg.host}/lab/tools:1"}  # fmt: skip
+        try:
+            yield from serve(provider(home, "lab", entry), home, ["lab"])
+        finally:
+            fake.close()
 
 
 def added(cli, cluster, *extra: str) -> None:
@@ -216,7 +236,7 @@ def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
 
 
 def test_a_jobs_code_reaches_its_pod_through_exec_and_an_image_without_a_shell_says_so(
-    cli, monkey, cluster, reg
+    cli, monkey, cluster, reg, home
 ):
     added(cli, cluster)
     login(cli, reg)
@@ -233,6 +253,15 @@ def test_a_jobs_code_reaches_its_pod_through_exec_and_an_image_without_a_shell_s
     assert "the job's code (" in cli("logs", juid, "--setup").stdout
     pod = cluster.created[-1]
     assert pod["spec"]["volumes"] == [{"name": "monkey", "emptyDir": {}}]  # no ConfigMap
+
+    Path("make.sh").write_text("mkdir -p out; echo 42 > out/result.txt; echo no > other.txt\n")
+    made = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--outputs", "out",
+               "--", "sh", "make.sh").stdout.strip()  # fmt: skip
+    assert ended(monkey, made).state.value == "succeeded", cli("logs", made, "--setup").stdout
+    assert cli("logs", made).stdout == ""  # the pod's own mark is not the job's output
+    work = home / "runs" / made / "1" / "work"  # as run --outputs brings them back
+    assert [str(p.relative_to(work)) for p in work.rglob("*.txt")] == ["out/result.txt"]
+    assert (work / "out" / "result.txt").read_text() == "42\n"
 
     shell_less = registry.push_layers(reg, "lab/no-shell:1", [_layer("etc/said", "no shell\n")])
     bare = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/no-shell@{shell_less}",

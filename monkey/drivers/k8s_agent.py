@@ -22,7 +22,12 @@ The job's code snapshot goes into the pod's emptyDir (``/monkey/work``) through 
 server's exec channel once the pod runs (a tar on the exec's stdin: the image needs sh,
 head and tar), and the pod's command waits for it; no ConfigMap, no inbound port.
 
-Not done yet (issue 45): datasets, checkpoints, outputs and ``monkey.log`` in the pod
+With ``run --outputs``, the pod's command prints a mark once the job ended (cut from the
+log) and waits; the files matching the globs are read through an exec into the run
+folder's work/, then the pod ends.
+
+Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
+pod
 (they need the worker agent inside the pod, reached through the same exec channel),
 preemption and eviction notices, OOMKilled's limit in the reason.
 """
@@ -76,6 +81,8 @@ class _Attempt:
     ended: bool = False  # its exit event is written
     ending: dict[str, Any] | None = None  # the exit, written once its log is whole
     code: bytes | None = None  # the job's code as a tar, until it is in the pod
+    outputs: list[str] = field(default_factory=list)  # run --outputs globs, brought back
+    mark: str = ""  # what the pod prints once its job ended, before its outputs are read
     workdir: str = ""  # where it goes in the pod (the command's folder: cwd)
     logging: threading.Thread | None = None
     log_done: threading.Event = field(default_factory=threading.Event)
@@ -191,8 +198,14 @@ class ClusterAgent:
     # -- requests ---------------------------------------------------------------------------
 
     def hello(self) -> dict[str, Any]:
+        """The protocol's hello; cpus, memory and gpus: the cluster's ready nodes'
+        allocatable ones (one listing)."""
+        from monkey.drivers.kubernetes import capacity_of
+
+        cap = capacity_of(self.name, self.cluster.nodes())
         return {"version": VERSION, "digest": "kubernetes", "code": "", "pid": os.getpid(),
-                "root": "", "cpus": 0, "memory": 0, "gpus": []}  # fmt: skip
+                "root": "", "cpus": cap.slots, "memory": cap.memory or 0,
+                "gpus": [{"index": g} for g in cap.gpus]}  # fmt: skip
 
     def start(self, req: dict[str, Any]) -> dict[str, Any]:
         juid, n, run_dir = req["juid"], int(req["attempt"]), req["run_dir"]
@@ -223,6 +236,7 @@ class ClusterAgent:
         resources = req.get("resources") or {}
         gpus = int(resources.get("gpus") or 0)
         files = self._files(req)
+        outputs = [str(o) for o in req.get("outputs") or []]
         code, work, cwd = None, None, ""
         if files:
             code = code_tar(files, req["blobs_dir"])
@@ -250,9 +264,11 @@ class ClusterAgent:
             self.options,
             secret,
             cwd or None,
+            mark_of(pod) if code is not None and outputs else None,
         )
         att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret)
-        att.code, att.workdir = code, cwd
+        att.code, att.workdir, att.outputs = code, cwd, outputs
+        att.mark = mark_of(pod) if code is not None and outputs else ""
         with self.lock:
             self.attempts[(juid, n)] = att
         try:
@@ -333,6 +349,9 @@ class ClusterAgent:
             att = _Attempt(juid, n, run_dir, pod_name, image, started.get("ts") or time.time())
             att.seq = max(int(e.get("seq") or 0) for e in events)
             att.secret = f"{pod_name}-pull"
+            command = pod["spec"]["containers"][0].get("command") or [] if pod else []
+            if len(command) > 5 and command[5] == mark_of(pod_name):  # sh -c SCRIPT $0 $1 $2
+                att.mark = command[5]
             self.attempts[(juid, n)] = att
         if pod is None:
             self._end(att, {"code": None, "signal": None, "reason": "vanished"})
@@ -457,6 +476,18 @@ class ClusterAgent:
             f"{time.monotonic() - started:.1f} s",
         )
 
+    def _fetch(self, att: _Attempt) -> None:
+        """Bring the files of the job's work folder that match its outputs globs into its
+        run folder's work/ (a tar read through an exec), then let the pod end."""
+        work = f"{RUN_FOLDER}/work"
+        script = f"cd {work} && tar -c -f - . ; touch {RUN_FOLDER}/fetched"
+        try:
+            _status, out, err = self.cluster.exec(att.pod, ["sh", "-c", script])
+            count = unpack_outputs(out, att.outputs, os.path.join(att.run_dir, "work"))
+            self._setup_line(att, f"{count} output files brought back from pod {att.pod}")
+        except (MonkeyError, OSError, tarfile.TarError) as exc:
+            self._setup_line(att, f"the outputs of pod {att.pod} could not be brought back: {exc}")
+
     def _files(self, req: dict[str, Any]) -> list[Any] | None:
         """The start's code files [[relpath, digest, mode]]: given, or the list its manifest
         names (or a change to one) when this agent was given it; unknown: the core sends
@@ -509,15 +540,32 @@ class ClusterAgent:
             skip = os.path.getsize(path)
         except OSError:
             skip = 0
+        mark = att.mark.encode() if att.mark else b""
+        held = b""  # the end of what came, while it may be the start of the mark
+        done = False  # the mark came: what follows is the pod's own end
         try:
             with open(path, "ab") as out:
                 for chunk in self.cluster.log(att.pod, follow=True):
                     if skip:
                         cut = min(skip, len(chunk))
                         chunk, skip = chunk[cut:], skip - cut
-                    if chunk:
-                        out.write(chunk)
+                    if not chunk or done:
+                        continue
+                    data, held = held + chunk, b""
+                    at = data.find(mark) if mark else -1
+                    if at >= 0:  # the job ended: its outputs are read before the pod ends
+                        out.write(data[:at])
                         out.flush()
+                        done = True
+                        self._fetch(att)
+                        continue
+                    keep = len(mark) - 1 if mark else 0
+                    while keep and not data.endswith(mark[:keep]):
+                        keep -= 1
+                    data, held = (data[:-keep], data[-keep:]) if keep else (data, b"")
+                    out.write(data)
+                    out.flush()
+                out.write(held)
         except MonkeyError as exc:
             self._setup_line(att, f"the pod's log could not be read: {exc}")
         finally:
@@ -617,6 +665,39 @@ def code_tar(files: list[Any], blobs_dir: str) -> bytes:
                 info.size, info.mode = len(data), int(mode) & 0o777
                 tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def mark_of(pod: str) -> str:
+    """What POD prints once its job ended (never a line a job writes by chance)."""
+    import hashlib
+
+    return "monkey-job-ended-" + hashlib.sha256(pod.encode()).hexdigest()[:24]
+
+
+def unpack_outputs(data: bytes, globs: list[str], dest: str) -> int:
+    """The regular files of the tar DATA whose path (or a folder of it) matches one of
+    GLOBS, written under DEST; how many. Nothing leaves DEST."""
+    import fnmatch
+
+    count = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            name = posixpath.normpath(member.name)
+            if not member.isfile() or name.startswith(("/", "..")) or name == ".":
+                continue
+            parts = name.split("/")
+            prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+            if not any(fnmatch.fnmatch(p, g) for p in prefixes for g in globs):
+                continue
+            target = os.path.join(dest, *parts)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            with open(target, "wb") as f:
+                f.write(source.read())
+            count += 1
+    return count
 
 
 def _one_name(text: str) -> str:

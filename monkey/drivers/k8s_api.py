@@ -32,6 +32,21 @@ RUN_FOLDER = "/monkey"  # the pod's emptyDir: the job's code in work/, then read
 WAIT_FOR_CODE = (
     f'while [ ! -e {RUN_FOLDER}/ready ]; do sleep 0.1; done; cd "$1" || exit 127; shift; exec "$@"'
 )
+# The same for a job with outputs to bring back ($2: a mark): the job runs as the shell's
+# child (a SIGTERM to the pod reaches it); once it ended the mark and its code are printed,
+# and the pod waits (60 s at most) for ``fetched``, made once its outputs were read.
+WAIT_FOR_CODE_THEN_OUTPUTS = (
+    f"while [ ! -e {RUN_FOLDER}/ready ]; do sleep 0.1; done\n"
+    'cd "$1" || exit 127; mark=$2; shift 2\n'
+    '"$@" &\n'
+    "pid=$!\n"
+    "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
+    "wait $pid; code=$?\n"
+    "while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done\n"
+    'echo "$mark $code"\n'
+    f"n=0; while [ ! -e {RUN_FOLDER}/fetched ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\n"
+    "exit $code\n"
+)
 
 
 def default_kubeconfig() -> str:
@@ -365,12 +380,14 @@ def pod_manifest(
     options: dict[str, Any],
     pull_secret: str | None,
     workdir: str | None = None,
+    mark: str | None = None,
 ) -> dict[str, Any]:
     """The Pod of one attempt: restartPolicy Never, the job's command in its image, CPUS,
     MEMORY and GPUS as requests and limits, and the entry's OPTIONS (node_selector,
     tolerations, priority_class, service_account, queue). With WORKDIR (a folder under
     /monkey, the pod's emptyDir), the command waits for /monkey/ready (the job's code put
-    there through an exec) and runs in WORKDIR."""
+    there through an exec) and runs in WORKDIR; with MARK too, it then prints MARK and the
+    job's exit code, and waits for its outputs to be read."""
     resources: dict[str, str] = {"cpu": str(max(1, cpus))}
     memory = memory or options.get("memory")
     if memory:
@@ -388,7 +405,11 @@ def pod_manifest(
     }
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
     if workdir is not None:
-        container["command"] = ["sh", "-c", WAIT_FOR_CODE, "monkey-job", workdir, *argv]
+        container["command"] = (
+            ["sh", "-c", WAIT_FOR_CODE_THEN_OUTPUTS, "monkey-job", workdir, mark, *argv]
+            if mark
+            else ["sh", "-c", WAIT_FOR_CODE, "monkey-job", workdir, *argv]
+        )
         container["volumeMounts"] = [{"name": "monkey", "mountPath": RUN_FOLDER}]
         spec["volumes"] = [{"name": "monkey", "emptyDir": {}}]
     if options.get("node_selector"):

@@ -25,7 +25,7 @@ import time
 
 from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.drivers.transport import Transport
-from monkey.models import MonkeyError, parse_size
+from monkey.models import Instance, InstanceState, MonkeyError, parse_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,6 +164,19 @@ class KubernetesDriver(Driver):
                 self._listing.start()
             return [self._capacity] if self._capacity is not None else []
 
+    def list_nodes(self) -> list[Instance]:
+        """The cluster, RUNNING while its API server answers (one listing of its nodes, which
+        refreshes its capacity); MonkeyError in one line when it cannot be reached."""
+        nodes = self.agent.cluster.nodes()
+        capacity = capacity_of(self.name, nodes)
+        with self._lock:
+            self._capacity, self._listed_at = capacity, time.monotonic()
+        return [
+            Instance(
+                self.name, self.name, self.name, InstanceState.RUNNING, extra={"nodes": len(nodes)}
+            )
+        ]
+
     def _list_nodes(self) -> None:
         try:
             nodes = self.agent.cluster.nodes()
@@ -221,6 +234,12 @@ class KubernetesTransport(Transport):
 
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
         return str(self.home.run_dir(juid, attempt))
+
+    def start_fields(
+        self, instance: str, juid: str, attempt: int, outputs: list[str]
+    ) -> dict[str, Any]:
+        """The job's outputs globs: the cluster's agent brings those files back from its pod."""
+        return {"outputs": outputs} if outputs else {}
 
     def checkpoint_dir(self, instance: str, juid: str) -> str:
         path = self.home.checkpoint_dir(juid)
