@@ -247,6 +247,36 @@ class FakeK8s:
             pod = self.pods.get((namespace, name))
             return json.loads(json.dumps(pod)) if pod else None
 
+    def evict(self, name: str, namespace: str = "default", how: str = "pressure") -> None:
+        """Stop POD as Kubernetes disrupts pods: HOW is ``pressure`` (the kubelet evicts it
+        for node pressure: DisruptionTarget TerminationByKubelet, phase Failed, reason
+        Evicted, the pod kept), ``preemption`` (the scheduler makes room for a higher
+        priority: DisruptionTarget PreemptionByScheduler, then a graceful delete) or
+        ``drain`` (the Eviction API: EvictionByEvictionAPI, then a graceful delete). Its
+        processes get SIGTERM, then SIGKILL after the pod's grace period."""
+        reasons = {
+            "pressure": ("TerminationByKubelet", "The node was low on resource: memory. "
+                         "Threshold quantity: 100Mi, available: 42Mi."),
+            "preemption": ("PreemptionByScheduler", "default-scheduler: preempting to "
+                           "accommodate a higher priority pod"),
+            "drain": ("EvictionByEvictionAPI", "Eviction API: evicting"),
+        }  # fmt: skip
+        reason, message = reasons[how]
+        with self.lock:
+            pod = self.pods[(namespace, name)]
+            _set_condition(pod, "DisruptionTarget", "True", reason, message)
+            if how == "pressure":
+                pod["status"]["reason"], pod["status"]["message"] = "Evicted", message
+                self._event(pod, "Warning", "Evicted", message)
+            self._changed(pod)
+            proc = self.procs.get((namespace, name))
+            grace = pod["spec"]["terminationGracePeriodSeconds"]
+        if how != "pressure":
+            self.delete_pod(namespace, name, None)
+        elif proc is not None:
+            _kill(proc, signal.SIGTERM)
+            threading.Timer(grace, _kill, (proc, signal.SIGKILL)).start()
+
     def rootfs(self, name: str, namespace: str = "default") -> Path:
         """The image root POD runs in, on this machine: a file a test puts there appears in
         the pod (read-only to it)."""

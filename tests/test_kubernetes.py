@@ -299,3 +299,26 @@ def test_cancel_deletes_the_pod_and_stops_its_processes(cli, monkey, cluster, re
     pod = cluster.created[-1]["metadata"]["name"]
     wait_for(lambda: cluster.pod(pod, "ml") is None, 20, what="the pod to be deleted")
     assert not cluster.procs  # the container's processes are gone
+
+
+@pytest.mark.parametrize("how", ["pressure", "preemption"])
+def test_an_evicted_or_preempted_pod_is_a_notice_and_the_job_runs_again_in_a_new_pod(
+    cli, monkey, cluster, reg, how
+):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               'echo attempt $MONKEY_ATTEMPT; [ "$MONKEY_ATTEMPT" = 1 ] && sleep 4343; exit 0'
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: "attempt 1" in cli("logs", juid).stdout, 30, what="the first attempt")
+    first = cluster.created[-1]["metadata"]["name"]
+    cluster.evict(first, "ml", how)
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2 and job.retries == 0
+    why = monkey.job(juid).attempts()[0].reason
+    expected = {
+        "pressure": "preempted: evicted by its node: The node was low on resource: memory.",
+        "preemption": "preempted: preempted by the scheduler: default-scheduler: preempting",
+    }[how]
+    assert why.startswith(expected), why
+    assert cluster.created[-1]["metadata"]["name"] != first  # a new pod

@@ -26,6 +26,11 @@ With ``run --outputs``, the pod's command prints a mark once the job ended (cut 
 log) and waits; the files matching the globs are read through an exec into the run
 folder's work/, then the pod ends.
 
+A pod Kubernetes disrupts (its DisruptionTarget condition: evicted for node pressure,
+preempted by the scheduler, a drain) ends its attempt ``preempted`` with the reason, as a
+spot notice does: the job goes back to the queue without using a retry and runs again in a
+new pod (the kubelet gives the job SIGTERM and the pod's grace period).
+
 Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
 pod
 (they need the worker agent inside the pod, reached through the same exec channel),
@@ -83,6 +88,7 @@ class _Attempt:
     code: bytes | None = None  # the job's code as a tar, until it is in the pod
     outputs: list[str] = field(default_factory=list)  # run --outputs globs, brought back
     mark: str = ""  # what the pod prints once its job ended, before its outputs are read
+    disrupted: str = ""  # why Kubernetes is stopping the pod (evicted, preempted, drained)
     workdir: str = ""  # where it goes in the pod (the command's folder: cwd)
     logging: threading.Thread | None = None
     log_done: threading.Event = field(default_factory=threading.Event)
@@ -405,6 +411,9 @@ class ClusterAgent:
             if att.ending is None:
                 if att.signalled is not None:
                     self._end(att, {"code": None, "signal": att.signalled, "reason": "killed"})
+                elif att.disrupted:
+                    self._end(att, {"code": None, "signal": None, "reason": "preempted",
+                                    "detail": att.disrupted})  # fmt: skip
                 else:
                     self._setup_line(att, f"pod {name} was deleted from outside monkey")
                     self._end(att, {"code": None, "signal": None, "reason": "vanished"})
@@ -414,6 +423,10 @@ class ClusterAgent:
     def _follow(self, att: _Attempt, pod: dict[str, Any]) -> None:
         """Act on what POD does now: its phase on the job, its log, its end."""
         kind, line, details = status_of(pod)
+        disrupted = disruption_of(pod)
+        if disrupted and not att.disrupted:
+            att.disrupted = disrupted
+            self._setup_line(att, f"pod {att.pod}: {disrupted}")
         if pod["spec"].get("nodeName") and not att.scheduled:
             att.scheduled = True
             self._setup_line(att, f"pod {att.pod} scheduled on node {pod['spec']['nodeName']}")
@@ -443,6 +456,9 @@ class ClusterAgent:
                 self._setup_line(att, f"pod {att.pod}: OOMKilled (its memory limit was reached)")
             if att.signalled is not None:
                 ending = {"code": code, "signal": att.signalled, "reason": "killed"}
+            elif att.disrupted:  # as a spot notice: queued again without using a retry
+                ending = {"code": code, "signal": None, "reason": "preempted",
+                          "detail": att.disrupted}  # fmt: skip
             else:
                 ending = {"code": code, "signal": None, "reason": "exited"}
             att.ending = ending
@@ -641,6 +657,26 @@ class ClusterAgent:
                 f.write(f"[monkey] {text}\n")
         except OSError:
             pass
+
+
+_DISRUPTIONS = {
+    "TerminationByKubelet": "evicted by its node",
+    "PreemptionByScheduler": "preempted by the scheduler",
+    "EvictionByEvictionAPI": "evicted (the Eviction API: a node drain)",
+    "DeletionByTaintManager": "evicted by a taint of its node",
+    "DeletionByPodGC": "deleted by the pod garbage collector (its node is gone)",
+}
+
+
+def disruption_of(pod: dict[str, Any]) -> str:
+    """Why Kubernetes is stopping POD (its DisruptionTarget condition), in one line; ""."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            reason = cond.get("reason") or "DisruptionTarget"
+            said = _DISRUPTIONS.get(reason, reason)
+            message = (cond.get("message") or "").strip()
+            return f"{said}: {message}" if message else said
+    return ""
 
 
 def code_tar(files: list[Any], blobs_dir: str) -> bytes:
