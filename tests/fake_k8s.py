@@ -33,8 +33,12 @@ for an image it cannot pull (tried again every ``pull_backoff`` seconds), ``runn
 restartPolicy Never). A deleted pod's processes get SIGTERM, then SIGKILL after the grace
 period.
 
-Not served yet: exec, port-forward, OOMKilled (memory limits are not enforced), eviction
-and DisruptionTarget, PVCs, any other resource.
+A container's memory limit is enforced as its cgroup would: past it (the resident memory
+of its processes), they are SIGKILLed and the container ends ``OOMKilled`` (137).
+``evict`` disrupts a pod as node pressure, the scheduler's preemption or a drain do
+(DisruptionTarget). pods/exec is a websocket in the v4.channel.k8s.io protocol.
+
+Not served yet: port-forward, PVCs, any other resource.
 """
 
 from __future__ import annotations
@@ -514,6 +518,12 @@ class FakeK8s:
             _set_condition(pod, "ContainersReady", "True")
             _set_condition(pod, "Ready", "True")
             self._changed(pod)
+        limit = quantity(
+            ((container.get("resources") or {}).get("limits") or {}).get("memory") or 0
+        )
+        oom = threading.Event()
+        if limit:
+            threading.Thread(target=_oom_killer, args=(proc, limit, oom), daemon=True).start()
         code = proc.wait()
         with self.lock:
             self.procs.pop(key, None)
@@ -522,7 +532,8 @@ class FakeK8s:
                 return
             if code < 0:
                 code = 128 - code
-            self._terminated(pod, code, "Completed" if code == 0 else "Error", None)
+            reason = "OOMKilled" if oom.is_set() else "Completed" if code == 0 else "Error"
+            self._terminated(pod, code, reason, None)
             if pod["metadata"].get("deletionTimestamp"):
                 self._remove(key)
         self._schedule()
@@ -876,6 +887,29 @@ def _node_info() -> dict[str, str]:
             "kernelVersion": os.uname().release, "kubeProxyVersion": "", "kubeletVersion":
             "v1.31.0-fake", "machineID": "", "operatingSystem": "linux",
             "osImage": "fake", "systemUUID": ""}  # fmt: skip
+
+
+def _oom_killer(proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
+    """The container's memory limit, as its cgroup enforces it: once the resident memory of
+    its processes (its session's) passes LIMIT bytes, they are SIGKILLed and OOM set."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    while proc.poll() is None:
+        used = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                if os.getsid(int(pid)) != proc.pid:
+                    continue
+                with open(f"/proc/{pid}/statm") as f:
+                    used += int(f.read().split()[1]) * page
+            except (OSError, ValueError, IndexError):
+                continue
+        if used > limit:
+            oom.set()
+            _kill(proc, signal.SIGKILL)
+            return
+        time.sleep(0.05)
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:

@@ -322,3 +322,15 @@ def test_an_evicted_or_preempted_pod_is_a_notice_and_the_job_runs_again_in_a_new
     }[how]
     assert why.startswith(expected), why
     assert cluster.created[-1]["metadata"]["name"] != first  # a new pod
+
+
+def test_a_pod_past_its_memory_limit_is_oomkilled_and_says_its_limit(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--memory", "48M",
+               "--", "sh", "-c", 'echo filling; x=$(head -c 200000000 /dev/zero | tr "\\0" a)'
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 137
+    assert "exit 137 (OOMKilled, limit 48Mi)" in state_line(cli, juid)
+    assert cli("logs", juid).stdout == "filling\n"

@@ -103,6 +103,8 @@ def _failed(job: Job, event: dict[str, Any], facts: Facts) -> tuple[State, str]:
             f"time limit {format_duration(event.get('limit') or job.resources.time or 0)} reached",
         )
     reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
+    if isinstance(event.get("detail"), str) and event["detail"]:  # the worker's word on it:
+        reason += f" ({event['detail'][:200]})"  # a pod OOMKilled at its limit
     disk = event.get("disk")
     if isinstance(disk, dict) and facts.remote:
         return (

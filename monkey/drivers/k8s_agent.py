@@ -31,10 +31,11 @@ preempted by the scheduler, a drain) ends its attempt ``preempted`` with the rea
 spot notice does: the job goes back to the queue without using a retry and runs again in a
 new pod (the kubelet gives the job SIGTERM and the pod's grace period).
 
+A container OOMKilled ends its attempt with its code (137) and ``OOMKilled, limit 16Gi``.
+
 Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
-pod
-(they need the worker agent inside the pod, reached through the same exec channel),
-preemption and eviction notices, OOMKilled's limit in the reason.
+pod (they need the worker agent inside the pod, reached through the same exec channel),
+orphaned pods collected, a job given up here going to another provider.
 """
 
 from __future__ import annotations
@@ -452,15 +453,19 @@ class ClusterAgent:
         if kind == "ended" and att.ending is None:
             code = details.get("exitCode")
             reason = details.get("reason") or ""
+            detail = {}
             if reason == "OOMKilled":
-                self._setup_line(att, f"pod {att.pod}: OOMKilled (its memory limit was reached)")
+                limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+                said = f"OOMKilled, limit {limits['memory']}" if "memory" in limits else "OOMKilled"
+                self._setup_line(att, f"pod {att.pod}: {said}")
+                detail = {"detail": said}
             if att.signalled is not None:
                 ending = {"code": code, "signal": att.signalled, "reason": "killed"}
             elif att.disrupted:  # as a spot notice: queued again without using a retry
                 ending = {"code": code, "signal": None, "reason": "preempted",
                           "detail": att.disrupted}  # fmt: skip
             else:
-                ending = {"code": code, "signal": None, "reason": "exited"}
+                ending = {"code": code, "signal": None, "reason": "exited", **detail}
             att.ending = ending
             threading.Thread(target=self._end_after_log, args=(att,), daemon=True).start()
 
