@@ -334,3 +334,20 @@ def test_a_pod_past_its_memory_limit_is_oomkilled_and_says_its_limit(cli, monkey
     assert job.state.value == "failed" and job.exit_code == 137
     assert "exit 137 (OOMKilled, limit 48Mi)" in state_line(cli, juid)
     assert cli("logs", juid).stdout == "filling\n"
+
+
+def test_a_pod_of_this_home_that_no_attempt_has_is_collected(cli, monkey, cluster, reg, home):
+    from monkey.config import Home
+    from monkey.drivers.k8s_api import label_value
+
+    added(cli, cluster)
+    login(cli, reg)
+    mine = label_value(Home(home).home_id())
+    for name, labels in (("left-behind", {"monkey.dev/home": mine}),
+                         ("someone-elses", {"monkey.dev/home": "another-home"})):  # fmt: skip
+        cluster.create_pod("ml", {"metadata": {"name": name, "labels": labels}, "spec": {
+            "containers": [{"name": "job", "image": f"{reg.host}/lab/nothing:1"}]}})  # fmt: skip
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "true").stdout.strip()
+    assert ended(monkey, juid).state.value == "succeeded"
+    wait_for(lambda: cluster.pod("left-behind", "ml") is None, 20, what="the orphan collected")
+    assert cluster.pod("someone-elses", "ml") is not None  # another home's pod is left alone

@@ -32,10 +32,12 @@ spot notice does: the job goes back to the queue without using a retry and runs 
 new pod (the kubelet gives the job SIGTERM and the pod's grace period).
 
 A container OOMKilled ends its attempt with its code (137) and ``OOMKilled, limit 16Gi``.
+A pod of this home that no attempt has once a core synced (its attempt ended while no core
+ran) is an orphan: deleted with its pull secret.
 
 Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
 pod (they need the worker agent inside the pod, reached through the same exec channel),
-orphaned pods collected, a job given up here going to another provider.
+a job given up here going to another provider.
 """
 
 from __future__ import annotations
@@ -328,7 +330,23 @@ class ClusterAgent:
             else:
                 status = "exited" if att.ended else "running"
             out.append({"juid": juid, "attempt": n, "status": status})
+        with self.lock:  # every live attempt of the cluster is named by a core's sync
+            tracked = {a.pod for a in self.attempts.values()}
+            orphans = sorted(name for name in self.pods if name not in tracked)
+        if orphans:
+            threading.Thread(target=self._collect, args=(orphans,), daemon=True).start()
         return {"attempts": out}
+
+    def _collect(self, orphans: list[str]) -> None:
+        """Delete the pods (and pull secrets) of this home that no attempt has: left by a
+        core that died, whose attempts were ended since (lost, cancelled)."""
+        for name in orphans:
+            log.warning("%s: deleting pod %s: no attempt of this home runs there", self.name, name)
+            try:
+                self.cluster.delete_pod(name, 0)
+                self.cluster.delete_secret(f"{name}-pull")
+            except MonkeyError as exc:
+                log.warning("%s: %s", self.name, exc)
 
     def jobs(self) -> dict[str, Any]:
         with self.lock:
