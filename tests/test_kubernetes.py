@@ -111,6 +111,12 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
     }
     listed = cli("list", "providers").stdout
     assert "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable\n" in listed
+    checked = cli("provider", "check", "lab")
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.splitlines()[0].split() == [
+        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "isolation", "pod",
+        "images", "the", "cluster's", "(fake://1.0)",
+    ]  # fmt: skip
 
     wrong = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
                 str(cluster.kubeconfig), "--context", "prod")  # fmt: skip

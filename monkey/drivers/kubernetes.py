@@ -200,6 +200,51 @@ class KubernetesDriver(Driver):
             agent.close()
 
 
+def check_cluster(config: ProviderConfig) -> list[dict[str, Any]]:
+    """`monkey provider check` of a cluster: one report per node (instance, host: the node,
+    error: why it takes no pod, slots, gpus, memory: allocatable, isolation: pod, images:
+    its container runtime), or one report saying why the cluster cannot be reached."""
+    from monkey.drivers.k8s_api import GPU, Cluster, amount
+
+    options = config.options
+    try:
+        cluster = Cluster(options.get("kubeconfig"), options.get("context"),
+                          options.get("namespace"))  # fmt: skip
+        try:
+            nodes = cluster.nodes()
+            where = cluster.server
+        finally:
+            cluster.close()
+    except MonkeyError as exc:
+        return [{"instance": config.name, "host": str(options.get("context") or "-"),
+                 "error": str(exc), "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    if not nodes:
+        return [{"instance": config.name, "host": where, "error": "the cluster lists no node",
+                 "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    out = []
+    for node in nodes:
+        allocatable = node.get("status", {}).get("allocatable", {})
+        error = None
+        if node.get("spec", {}).get("unschedulable"):
+            error = "cordoned (unschedulable)"
+        elif not _ready(node):
+            error = "not ready"
+        runtime = node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion")
+        out.append(
+            {
+                "instance": config.name,
+                "host": node["metadata"]["name"],
+                "error": error,
+                "slots": int(amount(allocatable.get("cpu", 0))),
+                "gpus": [str(i) for i in range(int(amount(allocatable.get(GPU, 0))))],
+                "memory": int(amount(allocatable.get("memory", 0))) or None,
+                "isolation": "pod",
+                "images": f"the cluster's ({runtime})" if runtime else "the cluster's",
+            }
+        )
+    return out
+
+
 def _ready(node: dict[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
