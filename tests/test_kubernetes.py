@@ -357,3 +357,18 @@ def test_a_pod_of_this_home_that_no_attempt_has_is_collected(cli, monkey, cluste
     assert ended(monkey, juid).state.value == "succeeded"
     wait_for(lambda: cluster.pod("left-behind", "ml") is None, 20, what="the orphan collected")
     assert cluster.pod("someone-elses", "ml") is not None  # another home's pod is left alone
+
+
+def test_what_a_pod_cannot_have_yet_is_refused_in_one_line(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("data.csv").write_text("a,b\n")
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--dataset",
+               "data.csv:D", "--", "true").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed"
+    assert (
+        "could not start: provider 'lab' (kubernetes) cannot give a pod datasets yet: put "
+        "what the job needs into its image"
+    ) in state_line(cli, juid)
+    assert not cluster.created  # no pod was made

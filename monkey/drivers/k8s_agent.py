@@ -67,6 +67,13 @@ log = logging.getLogger("monkey.kubernetes")
 VERSION = 1
 # Variables of a job's start that name this machine's folders: meaningless in a pod.
 _LOCAL_ONLY = {"MONKEY_RUN_DIR", "MONKEY_CHECKPOINT_DIR", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
+# What a start may ask that a pod cannot have yet (it needs monkey's agent in the pod).
+_NOT_YET = (
+    ("datasets", "datasets"),
+    ("placed", "job.yml data folders"),
+    ("setup", "a job.yml set-up"),
+    ("persist", "persisted folders"),
+)
 _IMAGE_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _START_FAILURES = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
 
@@ -228,6 +235,12 @@ class ClusterAgent:
             raise MonkeyError(
                 f"provider {self.name!r} runs jobs in images: give run --image REF, or "
                 "image: in job.yml or in the provider's entry"
+            )
+        missing = [what for key, what in _NOT_YET if req.get(key)]
+        if missing:
+            raise MonkeyError(
+                f"provider {self.name!r} (kubernetes) cannot give a pod {' or '.join(missing)} "
+                "yet: put what the job needs into its image"
             )
         os.makedirs(run_dir, exist_ok=True)
         if os.path.exists(os.path.join(run_dir, "events.jsonl")) or os.path.exists(
