@@ -166,6 +166,8 @@ class FakeK8s:
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) refused to the token
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
+        self.born: dict[tuple[str, str], float] = {}  # when each pod was created (monotonic)
+        self.last_start_delay = 0.0  # seconds from the last pod's creation to its process
         self.roots: dict[tuple[str, str], Path] = {}  # a running pod's image root, here
         # what runs a command in a running pod (pods/exec): its container, image, volumes
         self.sandboxes: dict[tuple[str, str], tuple[dict[str, Any], Any, dict[str, str]]] = {}
@@ -505,6 +507,7 @@ class FakeK8s:
             finally:
                 log.close()
             self.procs[key] = proc
+            self.last_start_delay = time.monotonic() - self.born.get(key, time.monotonic())
             self.roots[key] = Path(bundle[0]) / "rootfs"
             self.sandboxes[key] = (container, bundle, volumes)
             self._event(pod, "Normal", "Created", "Created container: job")
@@ -661,6 +664,7 @@ class FakeK8s:
             body["status"] = {"phase": "Pending", "qosClass": _qos(body)}
             self.pods[(ns, meta["name"])] = body
             self.created.append(json.loads(json.dumps(body)))
+            self.born[(ns, meta["name"])] = time.monotonic()
             self._record("pods", "ADDED", body)
             out = json.loads(json.dumps(body))
         self._schedule()

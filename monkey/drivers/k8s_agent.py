@@ -99,6 +99,9 @@ class _Attempt:
     outputs: list[str] = field(default_factory=list)  # run --outputs globs, brought back
     mark: str = ""  # what the pod prints once its job ended, before its outputs are read
     disrupted: str = ""  # why Kubernetes is stopping the pod (evicted, preempted, drained)
+    # Its `started` event is written: what the watch saw of its pod before waits for it
+    # (a pod may run and end before its creation's answer came back).
+    started: bool = False
     workdir: str = ""  # where it goes in the pod (the command's folder: cwd)
     logging: threading.Thread | None = None
     log_done: threading.Event = field(default_factory=threading.Event)
@@ -302,8 +305,9 @@ class ClusterAgent:
                 cluster.delete_secret(secret)
             raise
         self._setup_line(att, f"pod {pod} created in namespace {cluster.namespace} ({image})")
-        self._emit(att, "started", pid=0, pod=pod, gpus=[], cpus=manifest_cpus(manifest))
         with self.lock:
+            self._emit(att, "started", pid=0, pod=pod, gpus=[], cpus=manifest_cpus(manifest))
+            att.started = True
             seen = self.pods.get(pod)
         if seen is not None:
             self._follow(att, seen)
@@ -386,6 +390,7 @@ class ClusterAgent:
             image = pod["spec"]["containers"][0]["image"] if pod else ""
             att = _Attempt(juid, n, run_dir, pod_name, image, started.get("ts") or time.time())
             att.seq = max(int(e.get("seq") or 0) for e in events)
+            att.started = True
             att.secret = f"{pod_name}-pull"
             command = pod["spec"]["containers"][0].get("command") or [] if pod else []
             if len(command) > 5 and command[5] == mark_of(pod_name):  # sh -c SCRIPT $0 $1 $2
@@ -437,7 +442,7 @@ class ClusterAgent:
             else:
                 self.pods[name] = pod
             att = next((a for a in self.attempts.values() if a.pod == name), None)
-        if att is None or att.ended:
+        if att is None or att.ended or not att.started:
             return
         if kind == "DELETED":
             if att.ending is None:
@@ -650,7 +655,11 @@ class ClusterAgent:
         while not self.closed.wait(min(self.beat, 0.5)):
             now = time.time()
             with self.lock:
-                live = [a for a in self.attempts.values() if not a.ended and a.ending is None]
+                live = [
+                    a
+                    for a in self.attempts.values()
+                    if a.started and not a.ended and a.ending is None
+                ]
             for att in live:
                 if not att.scheduled and now - att.created > self.schedule_timeout:
                     said = (att.phase or "pending").removeprefix("pending").strip()
