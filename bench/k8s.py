@@ -72,10 +72,18 @@ def main() -> None:
             f"{statistics.median(kubelet) * 1000:.0f} ms)"
         )
 
+        submitted = len(fake.requests)
         for _ in range(PODS):
             cli(project, "run", "-p", "k8s", "--image", ref, "--", "sleep", "600")
         deadline = time.monotonic() + 120
-        while sum(1 for p in list(fake.procs)) < PODS and time.monotonic() < deadline:
+        while (
+            time.monotonic() < deadline
+            and (  # every pod running, its log followed
+                len(fake.procs) < PODS
+                or sum(1 for r in fake.requests[submitted:] if r.split("?")[0].endswith("/log"))
+                < PODS
+            )
+        ):
             time.sleep(0.2)
         time.sleep(2)
         before = len(fake.requests)

@@ -173,6 +173,7 @@ class FakeK8s:
         self.sandboxes: dict[tuple[str, str], tuple[dict[str, Any], Any, dict[str, str]]] = {}
         self.bookmark_every = bookmark_every
         self.pull_backoff = 1.0
+        self.create_delay = 0.0  # seconds a pod's creation is answered late (a slow API server)
         self.ca_dir = None  # the CAs the node's runtime trusts (a registry's)
         if ca is not None:
             self.ca_dir = root / "node-ca"
@@ -668,6 +669,8 @@ class FakeK8s:
             self._record("pods", "ADDED", body)
             out = json.loads(json.dumps(body))
         self._schedule()
+        if self.create_delay:  # the pod runs meanwhile; its creator hears of it late
+            time.sleep(self.create_delay)
         return out
 
     def delete_pod(self, ns: str, name: str, grace: int | None) -> dict[str, Any]:

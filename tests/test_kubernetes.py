@@ -372,3 +372,17 @@ def test_what_a_pod_cannot_have_yet_is_refused_in_one_line(cli, monkey, cluster,
         "what the job needs into its image"
     ) in state_line(cli, juid)
     assert not cluster.created  # no pod was made
+
+
+def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster)
+    login(cli, reg)
+    cluster.create_delay = 2.0  # the watch sees the pod run and end first
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "echo", "quick"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded"
+    assert cli("logs", juid).stdout == "quick\n"
+    assert cli("daemon", "status").stdout.startswith("core running")  # the core carried on
