@@ -386,3 +386,15 @@ def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
     assert job.state.value == "succeeded"
     assert cli("logs", juid).stdout == "quick\n"
     assert cli("daemon", "status").stdout.startswith("core running")  # the core carried on
+
+
+def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo one; sleep 1; echo two; exit 5").stdout.strip()  # fmt: skip
+    followed = cli("logs", "-f", juid)
+    lines = followed.stdout.splitlines()
+    assert [ln for ln in lines if not ln.startswith("[monkey] ")] == ["one", "two"]
+    assert any(" scheduled on node node-" in ln for ln in lines)  # what the pod went through
+    assert followed.returncode == 5
