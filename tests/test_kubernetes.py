@@ -168,11 +168,11 @@ def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back
 def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
     cli, monkey, cluster, reg
 ):
-    added(cli, cluster, "--schedule-timeout", "3")
+    added(cli, cluster, "--schedule-timeout", "3", "--node-selector", "pool=gpu")
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--cpus", "3",
-               "--retries", "2", "--", "true").stdout.strip()  # fmt: skip
-    reason = "0/2 nodes are available: 2 Insufficient cpu."
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--retries", "2",
+               "--", "true").stdout.strip()  # fmt: skip
+    reason = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
     wait_for(lambda: f"(pending {reason})" in state_line(cli, juid), 20, what="the reason")
     row = next(ln for ln in cli("list", "jobs").stdout.splitlines() if ln.startswith(juid))
     assert row.split()[2] == "pending"
@@ -398,3 +398,22 @@ def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
     assert [ln for ln in lines if not ln.startswith("[monkey] ")] == ["one", "two"]
     assert any(" scheduled on node node-" in ln for ln in lines)  # what the pod went through
     assert followed.returncode == 5
+
+
+def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster, reg):
+    added(cli, cluster)  # two nodes of 2 CPUs, 8Gi and no GPU
+    login(cli, reg)
+    refused = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1",
+                  "--", "true")  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        "provider 'lab': no node of the cluster could hold a pod asking --cpus 1 --gpus 1 "
+        "(the largest allocatable: 2 CPUs, 0 nvidia.com/gpu, 8.0G memory; see monkey "
+        "provider check lab)"
+    )
+    assert monkey.jobs() == []
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=1)
+    assert cli("provider", "check", "lab").returncode == 0
+    fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1", "--",
+               "true")  # fmt: skip
+    assert fits.returncode == 0, fits.stderr

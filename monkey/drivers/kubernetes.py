@@ -106,9 +106,30 @@ class KubernetesDriver(Driver):
 
     @classmethod
     def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        """--host; or a job no ready node of the cluster could ever hold (as its nodes were
+        last listed, by provider add or the core: read from MONKEY_HOME, no API call). A pod
+        that fits a node but waits is the scheduler's to explain."""
         if resources.host:
             return f"provider {config.name!r} is a Kubernetes cluster; --host is for ssh providers"
-        return None  # the cluster's scheduler says why a pod waits
+        from monkey.config import Home
+
+        shapes = read_shapes(Home(), config.name)
+        if not shapes:
+            return None
+        memory = parse_size(resources.memory) if resources.memory else 0
+        if any(
+            resources.cpus <= cpus and resources.gpus <= gpus and memory <= mem
+            for cpus, gpus, mem in shapes
+        ):
+            return None
+        cpus, gpus, mem = max(shapes, key=lambda s: (s[1], s[0], s[2]))
+        return (
+            f"provider {config.name!r}: no node of the cluster could hold a pod asking "
+            f"--cpus {resources.cpus} --gpus {resources.gpus}"
+            + (f" --memory {resources.memory}" if resources.memory else "")
+            + f" (the largest allocatable: {cpus} CPUs, {gpus} nvidia.com/gpu, "
+            f"{mem / (1 << 30):.1f}G memory; see monkey provider check {config.name})"
+        )
 
     @classmethod
     def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
@@ -169,6 +190,7 @@ class KubernetesDriver(Driver):
         refreshes its capacity); MonkeyError in one line when it cannot be reached."""
         nodes = self.agent.cluster.nodes()
         capacity = capacity_of(self.name, nodes)
+        keep_shapes(self.home, self.name, nodes)
         with self._lock:
             self._capacity, self._listed_at = capacity, time.monotonic()
         return [
@@ -181,6 +203,7 @@ class KubernetesDriver(Driver):
         try:
             nodes = self.agent.cluster.nodes()
             capacity = capacity_of(self.name, nodes)
+            keep_shapes(self.home, self.name, nodes)
         except MonkeyError as exc:
             capacity = None
             self.agent.error = str(exc)
@@ -200,10 +223,11 @@ class KubernetesDriver(Driver):
             agent.close()
 
 
-def check_cluster(config: ProviderConfig) -> list[dict[str, Any]]:
+def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
     """`monkey provider check` of a cluster: one report per node (instance, host: the node,
     error: why it takes no pod, slots, gpus, memory: allocatable, isolation: pod, images:
-    its container runtime), or one report saying why the cluster cannot be reached."""
+    its container runtime), or one report saying why the cluster cannot be reached. The
+    nodes' shapes are remembered (``never_fits``)."""
     from monkey.drivers.k8s_api import GPU, Cluster, amount
 
     options = config.options
@@ -218,6 +242,7 @@ def check_cluster(config: ProviderConfig) -> list[dict[str, Any]]:
     except MonkeyError as exc:
         return [{"instance": config.name, "host": str(options.get("context") or "-"),
                  "error": str(exc), "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    keep_shapes(home, config.name, nodes)
     if not nodes:
         return [{"instance": config.name, "host": where, "error": "the cluster lists no node",
                  "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
@@ -248,6 +273,52 @@ def check_cluster(config: ProviderConfig) -> list[dict[str, Any]]:
 def _ready(node: dict[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_shapes(nodes: list[dict[str, Any]]) -> list[list[int]]:
+    """The distinct [cpus, gpus, memory] allocatable on the cluster's ready nodes."""
+    from monkey.drivers.k8s_api import GPU, amount
+
+    shapes = set()
+    for node in nodes:
+        if not _ready(node) or node.get("spec", {}).get("unschedulable"):
+            continue
+        allocatable = node["status"].get("allocatable", {})
+        shapes.add(
+            (
+                int(amount(allocatable.get("cpu", 0))),
+                int(amount(allocatable.get(GPU, 0))),
+                int(amount(allocatable.get("memory", 0))),
+            )
+        )
+    return sorted([list(s) for s in shapes])
+
+
+def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:
+    """Remember the shapes of cluster NAME's nodes in MONKEY_HOME (for ``never_fits``)."""
+    import json
+    import os
+
+    from monkey.config import write_private
+
+    path = home.private / f"kubernetes-{name}.json"
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        write_private(tmp, json.dumps({"shapes": node_shapes(nodes)}).encode())
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
+    """The node shapes of cluster NAME as last listed; none when never listed."""
+    import json
+
+    try:
+        data = json.loads((home.private / f"kubernetes-{name}.json").read_text())
+        return [(int(c), int(g), int(m)) for c, g, m in data["shapes"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def capacity_of(name: str, nodes: list[dict[str, Any]]) -> Capacity:

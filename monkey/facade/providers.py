@@ -181,7 +181,7 @@ class Providers:
         if config.type == "kubernetes":
             from monkey.drivers.kubernetes import check_cluster
 
-            return check_cluster(config)
+            return check_cluster(config, self.home)
         if config.type != "ssh":
             raise MonkeyError(
                 f"provider {name!r} is {config.type!r}; `provider check` checks ssh, local "

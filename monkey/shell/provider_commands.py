@@ -484,7 +484,7 @@ def _kubernetes_parser(kinds: Any) -> None:
 
 def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
     from monkey.drivers.k8s_api import Cluster, default_kubeconfig
-    from monkey.drivers.kubernetes import capacity_of
+    from monkey.drivers.kubernetes import capacity_of, keep_shapes
 
     home, _old = _previous(args.name, "kubernetes", args.force)
     providers_have = args.name in _names(home)
@@ -525,6 +525,7 @@ def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
     if selector:
         entry["node_selector"] = selector
     path = _save_provider(home, args.name, entry)
+    keep_shapes(home, args.name, nodes)  # a job no node could hold is refused at once
     cap = capacity_of(args.name, nodes)
     print(
         f"added provider {args.name!r} (kubernetes, {where}: {len(nodes)} nodes, "
