@@ -208,6 +208,12 @@ CASES: list[tuple[str, set[int]]] = [
         "--login me@127.0.0.1:1 --key {tmp}/key --trust-new-host --force",
         {1},
     ),
+    (
+        "provider add kubernetes k --kubeconfig {tmp}/no-kubeconfig --context c --namespace n "
+        "--image python:3.12-slim --schedule-timeout 30 --memory 1G --node-selector pool=gpu "
+        "--priority-class p --service-account s --queue q --force",
+        {1},
+    ),
     ("create instance --provider local", {1}),
     ("create instance -p lab --size big", {1}),
     ("create instance -p lab --spot", {1}),

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "watchdog", "rich")
+HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "watchdog", "rich",
+         "kubernetes")  # fmt: skip
 
 
 def _heavy_modules(code: str, tmp_path: Path, among: tuple[str, ...] = HEAVY) -> list[str]:
@@ -103,6 +104,16 @@ def test_ec2_entry_validation_imports_nothing_heavy(tmp_path):
         "from monkey.drivers.ec2_setup import validate; "
         "validate('p', 'aws', {'type': 'ec2', 'region': 'us-east-1', 'size': 't3.micro', "
         "'image': 'ami-1', 'endpoint': 'http://127.0.0.1:5000'})"
+    )
+    assert _heavy_modules(code, tmp_path) == []
+
+
+def test_kubernetes_entry_validation_imports_no_client(tmp_path):
+    """A `kubernetes` entry is checked without the kubernetes client (a second to import)."""
+    code = (
+        "from monkey.drivers.kubernetes import KubernetesDriver; "
+        "KubernetesDriver.validate('p', 'k8s', {'type': 'kubernetes', 'context': 'lab', "
+        "'namespace': 'ml', 'schedule_timeout': 30, 'node_selector': {'gpu': 'a100'}})"
     )
     assert _heavy_modules(code, tmp_path) == []
 

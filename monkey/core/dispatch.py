@@ -628,6 +628,7 @@ class Dispatch:
             "run_dir": run_dir,
             "argv": job.argv,
             "env": env,
+            "resources": job.resources.to_json(),  # a kind that sizes a pod per job reads it
             **code,
             "blobs_dir": drv.transport.blobs_dir(instance),
             "datasets": datasets,

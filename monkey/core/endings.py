@@ -105,6 +105,8 @@ def _failed(job: Job, event: dict[str, Any], facts: Facts) -> tuple[State, str]:
     reason = f"exit {code}" if code is not None else f"killed by signal {sig}"
     if why == Ending.REVOKED:  # a person took its machine away: an end, not a preemption
         return State.FAILED, f"{event.get('detail') or 'its machine was taken away'}; {reason}"
+    if isinstance(event.get("detail"), str) and event["detail"]:  # the worker's word on it:
+        reason += f" ({event['detail'][:200]})"  # a pod OOMKilled at its limit
     disk = event.get("disk")
     if isinstance(disk, dict) and facts.remote:
         return (

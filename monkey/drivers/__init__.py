@@ -48,6 +48,7 @@ _DRIVERS = {
     "ec2": "monkey.drivers.ec2:EC2Driver",
     "gce": "monkey.drivers.gce:GCEDriver",
     "slurm": "monkey.drivers.slurm:SlurmDriver",
+    "kubernetes": "monkey.drivers.kubernetes:KubernetesDriver",
 }
 # Kinds whose jobs leave something behind that `rm` and `gc` owe a clean-up (see
 # monkey/store/hosts.py), read without importing any driver: folders on the hosts, which

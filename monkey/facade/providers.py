@@ -178,10 +178,14 @@ class Providers:
             raise MonkeyError(f"no provider {name!r}; see `monkey list providers`")
         if config.type == "local":
             return [self._check_local(config)]
+        if config.type == "kubernetes":
+            from monkey.drivers.kubernetes import check_cluster
+
+            return check_cluster(config, self.home)
         if config.type != "ssh":
             raise MonkeyError(
-                f"provider {name!r} is {config.type!r}; `provider check` checks ssh and local "
-                "providers"
+                f"provider {name!r} is {config.type!r}; `provider check` checks ssh, local "
+                "and kubernetes providers"
             )
         driver: SSHDriver = get_driver(config, self.home)  # type: ignore[assignment]  # an ssh provider's
         try:

@@ -355,6 +355,7 @@ commands:
   provider add aws NAME      add an EC2 region: creates its VPC, key pair and bucket
   provider add gcp NAME      add a GCE project: creates its firewall rule, key and bucket
   provider add slurm NAME    add a Slurm partition (--login USER@HOST from a laptop)
+  provider add kubernetes NAME   add a kubeconfig context: one pod per job, in its image
   provider check NAME        connect to a provider's hosts and report each
   create instance --provider P   create (cloud) or claim (SSH) an instance ahead of jobs
   delete instance ID         terminate (cloud) or release (SSH) an instance

@@ -38,7 +38,7 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
         help="add a provider to providers.yml",
         description="Add a provider to providers.yml.",
     )
-    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp,slurm}")
+    kinds = add.add_subparsers(dest="kind", required=True, metavar="{ssh,aws,gcp,slurm,kubernetes}")
     ssh = kinds.add_parser(
         "ssh",
         help="a pool of SSH hosts",
@@ -73,6 +73,7 @@ def provider_parser(cls: type[argparse.ArgumentParser]) -> argparse.ArgumentPars
     _aws_parser(kinds)
     _gcp_parser(kinds)
     _slurm_parser(kinds)
+    _kubernetes_parser(kinds)
     check = sub.add_parser(
         "check",
         help="connect to a provider's hosts and report each",
@@ -445,6 +446,98 @@ def cmd_provider_add_slurm(args: argparse.Namespace) -> int:
         f"{info['mixed']} mixed, {info['allocated']} allocated nodes) to {path}"
     )
     return 0
+
+
+def _kubernetes_parser(kinds: Any) -> None:
+    k8s = kinds.add_parser(
+        "kubernetes",
+        help="a Kubernetes cluster: each job runs in a pod (its image)",
+        description="Add a `kubernetes` provider from a context of your kubeconfig. Access is "
+        "checked (may you create pods in the namespace? list its nodes?) and the nodes' "
+        "allocatable CPUs and GPUs are shown.",
+        epilog=_ON_MAIN_NODE,
+    )
+    k8s.add_argument("name", help="the provider's name, used with `run --provider NAME`")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, ~/.kube/config)")
+    k8s.add_argument("--context", help="the kubeconfig's context (default: its current one)")
+    k8s.add_argument("--namespace", help="namespace of the pods (default: the context's)")
+    k8s.add_argument("--image", help="image of jobs run without --image, e.g. python:3.12-slim")
+    k8s.add_argument(
+        "--schedule-timeout",
+        type=float,
+        help="seconds a pod may wait for a node before its job is given up (default 60)",
+    )
+    k8s.add_argument("--memory", help="memory of a job that asks none, e.g. 4G")
+    k8s.add_argument(
+        "--node-selector",
+        action="append",
+        default=[],
+        metavar="LABEL=VALUE",
+        help="run pods only on nodes with this label (repeatable)",
+    )
+    k8s.add_argument("--priority-class", help="the pods' priorityClassName")
+    k8s.add_argument("--service-account", help="the pods' serviceAccountName")
+    k8s.add_argument("--queue", help="a Kueue LocalQueue: the pods' kueue.x-k8s.io/queue-name")
+    k8s.add_argument("--force", action="store_true", help="replace a provider of that name")
+    k8s.set_defaults(func=_anywhere(cmd_provider_add_kubernetes, k8s))
+
+
+def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
+    from monkey.drivers.k8s_api import Cluster, default_kubeconfig
+    from monkey.drivers.kubernetes import capacity_of, keep_shapes
+
+    home, _old = _previous(args.name, "kubernetes", args.force)
+    providers_have = args.name in _names(home)
+    if providers_have and not args.force:
+        raise MonkeyError(f"provider {args.name!r} exists already; pass --force to replace it")
+    kubeconfig = os.path.abspath(os.path.expanduser(args.kubeconfig or default_kubeconfig()))
+    entry: dict[str, Any] = {"type": "kubernetes", "kubeconfig": kubeconfig}
+    selector = {}
+    for item in args.node_selector:
+        label, sep, value = item.partition("=")
+        if not sep or not label:
+            raise MonkeyError(f"--node-selector {item!r}: give LABEL=VALUE, e.g. gpu=a100")
+        selector[label] = value
+    cluster = Cluster(kubeconfig, args.context, args.namespace)
+    try:
+        where = f"context {cluster.context}, namespace {cluster.namespace}"
+        if not cluster.can("create", "pods"):
+            raise MonkeyError(
+                f"{where}: you may not create pods there (kubectl auth can-i create pods "
+                f"-n {cluster.namespace} says no); ask the cluster's admins for a Role, or "
+                "choose another --namespace"
+            )
+        try:
+            nodes = cluster.nodes()
+        except MonkeyError as exc:
+            raise MonkeyError(
+                f"{where}: {exc}; monkey lists nodes to know the cluster's CPUs and GPUs "
+                "(kubectl auth can-i list nodes)"
+            ) from None
+    finally:
+        cluster.close()
+    entry["context"] = cluster.context
+    entry["namespace"] = cluster.namespace
+    for key in ("image", "schedule_timeout", "memory", "priority_class", "service_account",
+                "queue"):  # fmt: skip
+        if getattr(args, key) is not None:
+            entry[key] = getattr(args, key)
+    if selector:
+        entry["node_selector"] = selector
+    path = _save_provider(home, args.name, entry)
+    keep_shapes(home, args.name, nodes)  # a job no node could hold is refused at once
+    cap = capacity_of(args.name, nodes)
+    print(
+        f"added provider {args.name!r} (kubernetes, {where}: {len(nodes)} nodes, "
+        f"{cap.slots} CPUs and {len(cap.gpus)} GPUs allocatable) to {path}"
+    )
+    return 0
+
+
+def _names(home: Any) -> set[str]:
+    from monkey.drivers import load_providers
+
+    return set(load_providers(home))
 
 
 def _ask(key: str, label: str) -> str:

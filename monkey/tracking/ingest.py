@@ -60,7 +60,11 @@ def on_heartbeat(store: Store, juid: str, n: int, offset: int, event: dict[str, 
 
 def _phase(event: dict[str, Any]) -> str | None:
     """What a heartbeat says the attempt does before its command: "pulling 12.0 MB of
-    45.2 MB" while its image is pulled; None once its command runs."""
+    45.2 MB" while its image is pulled, or the worker's own one line ("pending 0/3 nodes are
+    available: ...": a Kubernetes pod); None once its command runs."""
+    said = event.get("phase")
+    if isinstance(said, str) and said:
+        return said[:300]
     pull = event.get("pull")
     if not isinstance(pull, dict) or not isinstance(pull.get("bytes"), int):
         return None

@@ -1,0 +1,126 @@
+"""The `kubernetes` provider (issue 45) against tests/fake_k8s.py and a registry on 127.0.0.1.
+
+1. Submit to first log line: with the core running and the image on the node already,
+   `monkey run -p k8s --image REF -- echo first` (a new CLI process) until `first` is in the
+   job's stdout.log, RUNS times one after another; the median, and the fake's own share
+   (pod created -> its process started: what a kubelet does) beside it.
+2. Watch, not polling: the API requests monkey makes per minute while N pods run (a
+   `sleep`), counted by the fake over a window, against what polling each pod every 5 s
+   would make (N * 12 per minute). Target: a constant, whatever N.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import MONKEY, REPO, fresh_home, stop_everything
+
+sys.path.insert(0, str(REPO / "tests"))
+import fake_k8s  # noqa: E402
+import registry  # noqa: E402
+
+RUNS = 11
+PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+WINDOW = 30.0
+
+
+def cli(project: str, *args: str) -> str:
+    return subprocess.run(
+        [*MONKEY, *args], capture_output=True, text=True, check=True, cwd=project
+    ).stdout.strip()
+
+
+def main() -> None:
+    home = fresh_home()
+    work = Path(tempfile.mkdtemp(prefix="monkey-bench-k8s-"))
+    reg, reg_proc = registry.start(work / "registry")
+    login = base64.b64encode(f"{registry.USER}:{registry.PASSWORD}".encode()).decode()
+    fake = fake_k8s.FakeK8s(work / "k8s", ca=reg.ca, node_auths={reg.host: {"auth": login}})
+    project = str(work / "project")
+    Path(project).mkdir()
+    try:
+        reg.push("lab/tiny:1", {})
+        fake.add_node("node-a", cpus=PODS + 4, memory="64Gi")
+        kubeconfig = fake_k8s.kubeconfig(fake, work / "kubeconfig")
+        cli(project, "provider", "add", "kubernetes", "k8s", "--kubeconfig", str(kubeconfig))
+        subprocess.run(
+            [*MONKEY, "registry", "login", reg.host, "--username", registry.USER,
+             "--password-stdin", "--ca-file", str(reg.ca)],
+            input=registry.PASSWORD, text=True, check=True, capture_output=True, cwd=project,
+        )  # fmt: skip
+        ref = f"{reg.host}/lab/tiny:1"
+        first = cli(project, "run", "-p", "k8s", "--image", ref, "--", "echo", "warm")
+        wait_log(home, first, "warm", 60)  # the core up, the image on the node
+
+        totals, kubelet = [], []
+        for _ in range(RUNS):
+            began = time.perf_counter()
+            juid = cli(project, "run", "-p", "k8s", "--image", ref, "--", "echo", "first")
+            wait_log(home, juid, "first", 60)
+            totals.append(time.perf_counter() - began)
+            kubelet.append(fake.last_start_delay)
+        print(
+            f"submit -> first log line: median {statistics.median(totals) * 1000:.0f} ms over "
+            f"{RUNS} jobs (the fake's own pod created -> process started: median "
+            f"{statistics.median(kubelet) * 1000:.0f} ms)"
+        )
+
+        submitted = len(fake.requests)
+        for _ in range(PODS):
+            cli(project, "run", "-p", "k8s", "--image", ref, "--", "sleep", "600")
+        deadline = time.monotonic() + 120
+        while (
+            time.monotonic() < deadline
+            and (  # every pod running, its log followed
+                len(fake.procs) < PODS
+                or sum(1 for r in fake.requests[submitted:] if r.split("?")[0].endswith("/log"))
+                < PODS
+            )
+        ):
+            time.sleep(0.2)
+        time.sleep(2)
+        before = len(fake.requests)
+        time.sleep(WINDOW)
+        made = fake.requests[before:]
+        per_minute = len(made) * 60 / WINDOW
+        kinds: dict[str, int] = {}
+        for request in made:
+            key = request.split("?")[0]
+            kinds[key] = kinds.get(key, 0) + 1
+        print(
+            f"{len(fake.procs)} pods running: {per_minute:.1f} API requests per minute "
+            f"({', '.join(f'{n} {k}' for k, n in sorted(kinds.items())) or 'none'} in "
+            f"{WINDOW:.0f} s; the watch is one open request, re-opened every 5 minutes), "
+            f"against {PODS * 12} per minute polling each pod every 5 s"
+        )
+    finally:
+        stop_everything(home)
+        fake.close()
+        reg_proc.kill()
+        reg_proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def wait_log(home: Path, juid: str, text: str, timeout: float) -> None:
+    path = home / "runs" / juid / "1" / "stdout.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if text in path.read_text():
+                return
+        except OSError:
+            pass
+        time.sleep(0.005)
+    raise SystemExit(f"{juid}: no {text!r} in its log within {timeout:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

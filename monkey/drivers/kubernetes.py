@@ -1,0 +1,366 @@
+"""The `kubernetes` provider: a cluster a lab already has, one Pod per attempt.
+
+The cluster is one instance (named after the provider) whose capacity is its nodes'
+allocatable CPUs and GPUs; the cluster's own scheduler places each pod, and says why one
+waits. Its agent is ``k8s_agent.ClusterAgent``, in the core: it speaks the agent protocol
+over a socket pair, creates the pods, follows them with one watch and keeps each attempt's
+run folder (events, the pod's log) in MONKEY_HOME, where the core reads it as it reads the
+local agent's.
+
+providers.yml::
+
+    k8s: {type: kubernetes, kubeconfig: ~/.kube/config, context: lab, namespace: ml,
+          schedule_timeout: 60, image: python:3.12-slim, memory: 4G,
+          node_selector: {gpu: a100}, tolerations: [{key: gpu, operator: Exists}],
+          priority_class: research, service_account: monkey, queue: team-a}
+
+The `kubernetes` package (about a second to import) is loaded only when a cluster is
+reached (k8s_api), never to check an entry or print a listing of what is recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.drivers.transport import Transport
+from monkey.models import Instance, InstanceState, MonkeyError, parse_size
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.config import Home, ProviderConfig
+    from monkey.drivers.agent_link import AgentLink
+    from monkey.drivers.k8s_agent import ClusterAgent
+    from monkey.models import Resources
+
+_KEYS = {
+    "kubeconfig",
+    "context",
+    "namespace",
+    "schedule_timeout",
+    "image",
+    "memory",
+    "node_selector",
+    "tolerations",
+    "priority_class",
+    "service_account",
+    "queue",
+}
+_WORDS = ("kubeconfig", "context", "namespace", "image", "priority_class", "service_account",
+          "queue")  # fmt: skip
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+_NODES_EVERY = 30.0  # seconds between listings of the nodes (capacity)
+
+
+class KubernetesDriver(Driver):
+    """A Kubernetes cluster: one instance, one pod per attempt."""
+
+    kind = "kubernetes"
+
+    @classmethod
+    def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
+        """Text options are text; schedule_timeout a number of seconds > 0; memory a size;
+        node_selector a map of labels; tolerations a list of Kubernetes tolerations."""
+        unknown_keys(where, name, entry, _KEYS)
+
+        def bad(text: str) -> MonkeyError:
+            return MonkeyError(f"{where}: provider {name!r}: {text}")
+
+        for key in _WORDS:
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, str) and value and "\n" not in value):
+                raise bad(f"{key} must be text, got {value!r}")
+        timeout = entry.get("schedule_timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        ):
+            raise bad(
+                f"schedule_timeout must be seconds > 0 (how long a pod may wait for a node "
+                f"before its job is given up), got {timeout!r}"
+            )
+        if entry.get("memory") is not None:
+            try:
+                parse_size(str(entry["memory"]))
+            except (MonkeyError, ValueError):
+                raise bad(
+                    f"memory must be a size like 4G or 512M, got {entry['memory']!r}"
+                ) from None
+        selector = entry.get("node_selector")
+        if selector is not None and not (
+            isinstance(selector, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
+        ):
+            raise bad("node_selector must map node labels to values, e.g. {gpu: a100}")
+        tolerations = entry.get("tolerations")
+        if tolerations is not None and not (
+            isinstance(tolerations, list)
+            and all(isinstance(t, dict) and t and set(t) <= _TOLERATION_KEYS for t in tolerations)
+        ):
+            raise bad(
+                "tolerations must be a list of {key, operator, value, effect}, e.g. "
+                "[{key: gpu, operator: Exists, effect: NoSchedule}]"
+            )
+
+    @classmethod
+    def never_fits(cls, config: ProviderConfig, resources: Resources) -> str | None:
+        """--host; or a job no ready node of the cluster could ever hold (as its nodes were
+        last listed, by provider add or the core: read from MONKEY_HOME, no API call). A pod
+        that fits a node but waits is the scheduler's to explain."""
+        if resources.host:
+            return f"provider {config.name!r} is a Kubernetes cluster; --host is for ssh providers"
+        from monkey.config import Home
+
+        shapes = read_shapes(Home(), config.name)
+        if not shapes:
+            return None
+        memory = parse_size(resources.memory) if resources.memory else 0
+        if any(
+            resources.cpus <= cpus and resources.gpus <= gpus and memory <= mem
+            for cpus, gpus, mem in shapes
+        ):
+            return None
+        cpus, gpus, mem = max(shapes, key=lambda s: (s[1], s[0], s[2]))
+        return (
+            f"provider {config.name!r}: no node of the cluster could hold a pod asking "
+            f"--cpus {resources.cpus} --gpus {resources.gpus}"
+            + (f" --memory {resources.memory}" if resources.memory else "")
+            + f" (the largest allocatable: {cpus} CPUs, {gpus} nvidia.com/gpu, "
+            f"{mem / (1 << 30):.1f}G memory; see monkey provider check {config.name})"
+        )
+
+    @classmethod
+    def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
+        """The cluster's nodes: ready ones, allocatable CPUs and GPUs (one listing)."""
+        from monkey.drivers.k8s_api import Cluster
+
+        options = config.options
+        try:
+            cluster = Cluster(options.get("kubeconfig"), options.get("context"),
+                              options.get("namespace"))  # fmt: skip
+            try:
+                nodes = cluster.nodes()
+            finally:
+                cluster.close()
+        except MonkeyError as exc:
+            return {"slots": 0, "gpus": 0, "error": str(exc)}
+        cap = capacity_of(config.name, nodes)
+        ready = sum(1 for n in nodes if _ready(n))
+        return {
+            "slots": cap.slots,
+            "gpus": len(cap.gpus),
+            "detail": f"{cluster.context}, namespace {cluster.namespace}: {ready} of "
+            f"{len(nodes)} nodes ready, {cap.slots} CPUs and {len(cap.gpus)} GPUs allocatable",
+        }
+
+    def __init__(self, config: ProviderConfig, home: Home) -> None:
+        super().__init__(config, home)
+        self.transport = KubernetesTransport(self)
+        self._agent: ClusterAgent | None = None
+        self._capacity: Capacity | None = None
+        self._listed_at = 0.0
+        self._listing: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def agent(self) -> ClusterAgent:
+        with self._lock:
+            if self._agent is None:
+                from monkey.drivers.k8s_agent import ClusterAgent
+
+                self._agent = ClusterAgent(self.name, self.home.home_id(), self.config.options)
+            return self._agent
+
+    def instances(self) -> list[Capacity]:
+        """The cluster as one instance of its nodes' allocatable CPUs and GPUs, listed in a
+        thread every 30 s (none until the first listing came back)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._listed_at >= _NODES_EVERY and self._listing is None:
+                self._listing = threading.Thread(
+                    target=self._list_nodes, name=f"k8s-{self.name}-nodes", daemon=True
+                )
+                self._listing.start()
+            return [self._capacity] if self._capacity is not None else []
+
+    def list_nodes(self) -> list[Instance]:
+        """The cluster, RUNNING while its API server answers (one listing of its nodes, which
+        refreshes its capacity); MonkeyError in one line when it cannot be reached."""
+        nodes = self.agent.cluster.nodes()
+        capacity = capacity_of(self.name, nodes)
+        keep_shapes(self.home, self.name, nodes)
+        with self._lock:
+            self._capacity, self._listed_at = capacity, time.monotonic()
+        return [
+            Instance(
+                self.name, self.name, self.name, InstanceState.RUNNING, extra={"nodes": len(nodes)}
+            )
+        ]
+
+    def _list_nodes(self) -> None:
+        try:
+            nodes = self.agent.cluster.nodes()
+            capacity = capacity_of(self.name, nodes)
+            keep_shapes(self.home, self.name, nodes)
+        except MonkeyError as exc:
+            capacity = None
+            self.agent.error = str(exc)
+        with self._lock:
+            fresh = self._capacity is None and capacity is not None
+            if capacity is not None:
+                self._capacity = capacity
+            self._listed_at = time.monotonic()
+            self._listing = None
+        if fresh:
+            self.wake()
+
+    def close(self) -> None:
+        with self._lock:
+            agent = self._agent
+        if agent is not None:
+            agent.close()
+
+
+def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
+    """`monkey provider check` of a cluster: one report per node (instance, host: the node,
+    error: why it takes no pod, slots, gpus, memory: allocatable, isolation: pod, images:
+    its container runtime), or one report saying why the cluster cannot be reached. The
+    nodes' shapes are remembered (``never_fits``)."""
+    from monkey.drivers.k8s_api import GPU, Cluster, amount
+
+    options = config.options
+    try:
+        cluster = Cluster(options.get("kubeconfig"), options.get("context"),
+                          options.get("namespace"))  # fmt: skip
+        try:
+            nodes = cluster.nodes()
+            where = cluster.server
+        finally:
+            cluster.close()
+    except MonkeyError as exc:
+        return [{"instance": config.name, "host": str(options.get("context") or "-"),
+                 "error": str(exc), "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    keep_shapes(home, config.name, nodes)
+    if not nodes:
+        return [{"instance": config.name, "host": where, "error": "the cluster lists no node",
+                 "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    out = []
+    for node in nodes:
+        allocatable = node.get("status", {}).get("allocatable", {})
+        error = None
+        if node.get("spec", {}).get("unschedulable"):
+            error = "cordoned (unschedulable)"
+        elif not _ready(node):
+            error = "not ready"
+        runtime = node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion")
+        out.append(
+            {
+                "instance": config.name,
+                "host": node["metadata"]["name"],
+                "error": error,
+                "slots": int(amount(allocatable.get("cpu", 0))),
+                "gpus": [str(i) for i in range(int(amount(allocatable.get(GPU, 0))))],
+                "memory": int(amount(allocatable.get("memory", 0))) or None,
+                "isolation": "pod",
+                "images": f"the cluster's ({runtime})" if runtime else "the cluster's",
+            }
+        )
+    return out
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_shapes(nodes: list[dict[str, Any]]) -> list[list[int]]:
+    """The distinct [cpus, gpus, memory] allocatable on the cluster's ready nodes."""
+    from monkey.drivers.k8s_api import GPU, amount
+
+    shapes = set()
+    for node in nodes:
+        if not _ready(node) or node.get("spec", {}).get("unschedulable"):
+            continue
+        allocatable = node["status"].get("allocatable", {})
+        shapes.add(
+            (
+                int(amount(allocatable.get("cpu", 0))),
+                int(amount(allocatable.get(GPU, 0))),
+                int(amount(allocatable.get("memory", 0))),
+            )
+        )
+    return sorted([list(s) for s in shapes])
+
+
+def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:
+    """Remember the shapes of cluster NAME's nodes in MONKEY_HOME (for ``never_fits``)."""
+    import json
+    import os
+
+    from monkey.config import write_private
+
+    path = home.private / f"kubernetes-{name}.json"
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        write_private(tmp, json.dumps({"shapes": node_shapes(nodes)}).encode())
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
+    """The node shapes of cluster NAME as last listed; none when never listed."""
+    import json
+
+    try:
+        data = json.loads((home.private / f"kubernetes-{name}.json").read_text())
+        return [(int(c), int(g), int(m)) for c, g, m in data["shapes"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def capacity_of(name: str, nodes: list[dict[str, Any]]) -> Capacity:
+    """The cluster NAME as one instance: its ready nodes' allocatable CPUs and GPUs summed
+    (the scheduler places each pod on one node, and says so when none fits)."""
+    from monkey.drivers.k8s_api import GPU, amount
+
+    ready = [n for n in nodes if _ready(n) and not n.get("spec", {}).get("unschedulable")]
+    cpus = sum(int(amount(n["status"].get("allocatable", {}).get("cpu", 0))) for n in ready)
+    gpus = sum(int(amount(n["status"].get("allocatable", {}).get(GPU, 0))) for n in ready)
+    memory = sum(int(amount(n["status"].get("allocatable", {}).get("memory", 0))) for n in ready)
+    return Capacity(name, cpus, [str(i) for i in range(gpus)], memory or None)
+
+
+class KubernetesTransport(Transport):
+    """The cluster's agent (in the core); the attempts' run folders are MONKEY_HOME's."""
+
+    quick = True
+
+    def __init__(self, driver: KubernetesDriver) -> None:
+        self.driver = driver
+        self.home = driver.home
+
+    def connect(self, instance: str) -> AgentLink:
+        return self.driver.agent.connect()
+
+    def blobs_dir(self, instance: str) -> str:
+        return str(self.home.blobs)
+
+    def run_dir(self, instance: str, juid: str, attempt: int) -> str:
+        return str(self.home.run_dir(juid, attempt))
+
+    def start_fields(
+        self, instance: str, juid: str, attempt: int, outputs: list[str]
+    ) -> dict[str, Any]:
+        """The job's outputs globs: the cluster's agent brings those files back from its pod."""
+        return {"outputs": outputs} if outputs else {}
+
+    def checkpoint_dir(self, instance: str, juid: str) -> str:
+        path = self.home.checkpoint_dir(juid)
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def close(self) -> None:
+        self.driver.close()

@@ -1,0 +1,419 @@
+"""The `kubernetes` provider (issue 45) against tests/fake_k8s.py, a fake API server in the
+API's shapes whose kubelet really runs each pod in its image (pulled from a real registry on
+127.0.0.1, tests/registry.py) with the images issue's unprivileged runner."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import registry
+import yaml
+from conftest import wait_for
+from driver_contract import DriverContract, provider, serve
+from fake_k8s import FakeK8s, kubeconfig
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory):
+    """A registry with lab/tiny:1 (says "one"; busybox's sh, cat, sleep...) and lab/tools:1
+    (busybox's tar, head and mkdir too: what putting a job's code in its pod needs)."""
+    reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
+    try:
+        reg.push("lab/tiny:1", {"/etc/said": "one\n"})
+        busybox = Path(shutil.which("busybox") or "/bin/busybox")
+        reg.push("lab/tools:1", {f"/bin/{tool}": busybox for tool in ("tar", "head", "mkdir")})
+        yield reg
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path, reg):
+    """A fake cluster of two nodes of 2 CPUs and 8Gi each, trusting the registry's CA, and
+    a kubeconfig reaching it (context `fake`, namespace `ml`)."""
+    fake = FakeK8s(tmp_path / "k8s", ca=reg.ca)
+    fake.add_node("node-a", cpus=2, memory="8Gi")
+    fake.add_node("node-b", cpus=2, memory="8Gi")
+    fake.kubeconfig = kubeconfig(fake, tmp_path / "kube" / "config", namespace="ml")
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+class TestKubernetesContract(DriverContract):
+    """The driver contract against the fake cluster (one node whose runtime has the
+    registry's login), the provider's default image having sh, head and tar."""
+
+    @pytest.fixture
+    def target(self, home: Path, tmp_path: Path, reg):  # the fixture
+        import base64
+
+        login = base64.b64encode(f"{registry.USER}:{registry.PASSWORD}".encode()).decode()
+        fake = FakeK8s(tmp_path / "k8s", ca=reg.ca, node_auths={reg.host: {"auth": login}})
+        fake.add_node("node-a", cpus=2, memory="8Gi")
+        entry = {"type": "kubernetes", "kubeconfig": str(kubeconfig(fake, tmp_path / "kube")),
+                 "image": f"{reg.host}/lab/tools:1"}  # fmt: skip
+        try:
+            yield from serve(provider(home, "lab", entry), home, ["lab"])
+        finally:
+            fake.close()
+
+
+def added(cli, cluster, *extra: str) -> None:
+    done = cli("provider", "add", "kubernetes", "lab", "--kubeconfig", str(cluster.kubeconfig),
+               *extra)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def login(cli, reg) -> None:
+    done = cli("registry", "login", reg.host, "--username", registry.USER, "--password-stdin",
+               "--ca-file", str(reg.ca), input=registry.PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def ended(monkey, juid: str, timeout: float = 60):
+    from monkey.models import TERMINAL
+
+    return wait_for(
+        lambda: (j := monkey.job(juid).record).state in TERMINAL and j,
+        timeout,
+        what=f"{juid} to end",
+    )
+
+
+def state_line(cli, juid: str) -> str:
+    return next(ln for ln in cli("info", juid).stdout.splitlines() if ln.startswith("state"))
+
+
+def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
+    done = cli("provider", "add", "kubernetes", "lab", "--kubeconfig", str(cluster.kubeconfig),
+               "--schedule-timeout", "30", "--node-selector", "pool=gpu")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "added provider 'lab' (kubernetes, context fake, namespace ml: 2 nodes, 4 CPUs and "
+        "0 GPUs allocatable) to "
+    )
+    entry = yaml.safe_load((home / "providers.yml").read_text())["providers"]["lab"]
+    assert entry == {
+        "type": "kubernetes",
+        "kubeconfig": str(cluster.kubeconfig),
+        "context": "fake",
+        "namespace": "ml",
+        "schedule_timeout": 30.0,
+        "node_selector": {"pool": "gpu"},
+    }
+    listed = cli("list", "providers").stdout
+    assert "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable\n" in listed
+    checked = cli("provider", "check", "lab")
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.splitlines()[0].split() == [
+        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "isolation", "pod",
+        "images", "the", "cluster's", "(fake://1.0)",
+    ]  # fmt: skip
+
+    wrong = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
+                str(cluster.kubeconfig), "--context", "prod")  # fmt: skip
+    assert wrong.returncode == 1
+    assert "has no context 'prod'; contexts: fake" in wrong.stderr
+    cluster.deny("create", "pods")
+    denied = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
+                 str(cluster.kubeconfig))  # fmt: skip
+    assert denied.returncode == 1
+    assert "context fake, namespace ml: you may not create pods there" in denied.stderr
+    assert "other" not in (home / "providers.yml").read_text()  # nothing written
+
+    entry["schedule_timeout"] = -1
+    (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"lab": entry}}))
+    bad = cli("list", "providers")
+    assert bad.returncode != 0 and "schedule_timeout must be seconds > 0" in bad.stderr
+
+
+def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster)
+    login(cli, reg)  # the pod pulls with this login (a pull secret of its own)
+    ref = f"{reg.host}/lab/tiny:1"
+    juid = cli("run", "-p", "lab", "--image", ref, "--cpus", "2", "--memory", "1G", "--env",
+               "MINE=kept", "--", "sh", "-c", "cat /etc/said; echo $MINE $IMAGE_SAYS; exit 3"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 3, cli("logs", juid, "--setup").stdout
+    assert cli("logs", juid).stdout == "one\nkept hello\n"
+    assert "exit 3" in state_line(cli, juid)
+    pod = cluster.created[-1]
+    assert pod["metadata"]["namespace"] == "ml"
+    assert pod["metadata"]["labels"]["monkey.dev/job"] == juid
+    assert pod["spec"]["restartPolicy"] == "Never"
+    container = pod["spec"]["containers"][0]
+    assert container["image"].startswith(f"{reg.host}/lab/tiny@sha256:")  # pinned
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
+    setup = cli("logs", juid, "--setup").stdout
+    assert f"pod {pod['metadata']['name']} scheduled on node node-" in setup
+    wait_for(lambda: cluster.pod(pod["metadata"]["name"], "ml") is None, 10, what="pod deleted")
+    assert not cluster.secrets  # its pull secret too
+
+    ok = cli("run", "-p", "lab", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, ok).state.value == "succeeded"
+    assert cli("logs", ok).stdout == "one\n"
+
+
+def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--schedule-timeout", "3", "--node-selector", "pool=gpu")
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--retries", "2",
+               "--", "true").stdout.strip()  # fmt: skip
+    reason = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    wait_for(lambda: f"(pending {reason})" in state_line(cli, juid), 20, what="the reason")
+    row = next(ln for ln in cli("list", "jobs").stdout.splitlines() if ln.startswith(juid))
+    assert row.split()[2] == "pending"
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.attempts == 1  # not retried
+    assert f"not scheduled within schedule_timeout 3s: {reason}" in state_line(cli, juid)
+    assert all(p["metadata"]["name"] not in str(cluster.pods) for p in cluster.created)
+
+
+def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--image", f"{reg.host}/lab/tiny:1")  # pulled without a login
+    refused = cli("run", "-p", "lab", "--retries", "2", "--", "true").stdout.strip()
+    job = ended(monkey, refused)
+    assert job.state.value == "failed" and job.attempts == 1
+    line = state_line(cli, refused)
+    assert f"registry {reg.host} refused the pull (unauthorized, ErrImagePull)" in line
+    assert f"monkey registry login {reg.host}" in line
+
+    login(cli, reg)
+    reg.push("lab/gone:1", {"/etc/said": "soon gone\n"})
+    blocker = cli("run", "--", "sleep", "2").stdout.strip()
+    lost = cli("run", "-p", "lab", "--after", blocker, "--image", f"{reg.host}/lab/gone:1",
+               "--retries", "2", "--", "true").stdout.strip()  # fmt: skip
+    subprocess.run(
+        ["skopeo", "delete", "--cert-dir", str(reg.ca.parent), "--creds",
+         f"{registry.USER}:{registry.PASSWORD}", f"docker://{reg.host}/lab/gone:1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    job = ended(monkey, lost)
+    assert job.state.value == "failed" and job.attempts == 1
+    assert "/lab/gone@sha256:" in state_line(cli, lost)
+    assert f"not found in registry {reg.host} (ErrImagePull)" in state_line(cli, lost)
+
+
+def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
+    cli, monkey, cluster, reg, home
+):
+    from conftest import kill_core, start_core
+
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo before; while [ ! -e /etc/go-$MONKEY_JUID ]; do sleep 0.1; done; echo after; exit 4"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: cli("logs", juid).stdout == "before\n", 30, what="the job to start")
+    kill_core(home)
+    pod = cluster.created[-1]["metadata"]["name"]
+    lists = sum(1 for r in cluster.requests if r.startswith("GET /api/v1/namespaces/ml/pods?"))
+    start_core(home)
+    wait_for(
+        lambda: (
+            sum(1 for r in cluster.requests if r.startswith("GET /api/v1/namespaces/ml/pods?"))
+            > lists + 1
+        ),
+        20,
+        what="the new core to list and watch the pods",
+    )
+    expired = len(cluster.requests)
+    cluster.expire_history()  # the watch gets 410 Gone: it lists again, and goes on
+    (cluster.rootfs(pod, "ml") / "etc" / f"go-{juid}").touch()
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 4 and job.attempts == 1
+    assert cli("logs", juid).stdout == "before\nafter\n"  # nothing lost, nothing twice
+    assert [r for r in cluster.requests[expired:] if "/pods?" in r and "watch=" not in r]
+
+
+def test_a_jobs_code_reaches_its_pod_through_exec_and_an_image_without_a_shell_says_so(
+    cli, monkey, cluster, reg, home
+):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("data").mkdir()
+    Path("data/x.txt").write_text("a data file of the project\n")
+    Path("main.sh").write_text("echo from the code in $(pwd); cat data/x.txt\n")
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--",
+               "sh", "main.sh").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded", cli("logs", juid, "--setup").stdout
+    assert cli("logs", juid).stdout == (
+        "from the code in /monkey/work\na data file of the project\n"
+    )
+    assert "the job's code (" in cli("logs", juid, "--setup").stdout
+    pod = cluster.created[-1]
+    assert pod["spec"]["volumes"] == [{"name": "monkey", "emptyDir": {}}]  # no ConfigMap
+
+    Path("make.sh").write_text("mkdir -p out; echo 42 > out/result.txt; echo no > other.txt\n")
+    made = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--outputs", "out",
+               "--", "sh", "make.sh").stdout.strip()  # fmt: skip
+    assert ended(monkey, made).state.value == "succeeded", cli("logs", made, "--setup").stdout
+    assert cli("logs", made).stdout == ""  # the pod's own mark is not the job's output
+    work = home / "runs" / made / "1" / "work"  # as run --outputs brings them back
+    assert [str(p.relative_to(work)) for p in work.rglob("*.txt")] == ["out/result.txt"]
+    assert (work / "out" / "result.txt").read_text() == "42\n"
+
+    shell_less = registry.push_layers(reg, "lab/no-shell:1", [_layer("etc/said", "no shell\n")])
+    bare = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/no-shell@{shell_less}",
+               "--retries", "1", "--", "sh", "main.sh").stdout.strip()  # fmt: skip
+    job = ended(monkey, bare)
+    assert job.state.value == "failed" and job.attempts == 1
+    assert (
+        "the container cannot start (StartError): failed to create containerd task: failed to "
+        "create shim task: OCI runtime create failed: runc create failed: unable to start "
+        'container process: exec: "sh": executable file not found in $PATH: unknown'
+    ) in state_line(cli, bare)
+
+
+def _layer(name: str, text: str) -> bytes:
+    """An uncompressed tar layer holding one file."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(text.encode())
+        tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
+def test_cancel_deletes_the_pod_and_stops_its_processes(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo started; sleep 4242").stdout.strip()  # fmt: skip
+    wait_for(lambda: "started" in cli("logs", juid).stdout, 30, what="the job to start")
+    assert cli("job", "cancel", juid).returncode == 0
+    assert ended(monkey, juid).state.value == "cancelled"
+    pod = cluster.created[-1]["metadata"]["name"]
+    wait_for(lambda: cluster.pod(pod, "ml") is None, 20, what="the pod to be deleted")
+    assert not cluster.procs  # the container's processes are gone
+
+
+@pytest.mark.parametrize("how", ["pressure", "preemption"])
+def test_an_evicted_or_preempted_pod_is_a_notice_and_the_job_runs_again_in_a_new_pod(
+    cli, monkey, cluster, reg, how
+):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               'echo attempt $MONKEY_ATTEMPT; [ "$MONKEY_ATTEMPT" = 1 ] && sleep 4343; exit 0'
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: "attempt 1" in cli("logs", juid).stdout, 30, what="the first attempt")
+    first = cluster.created[-1]["metadata"]["name"]
+    cluster.evict(first, "ml", how)
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2 and job.retries == 0
+    why = monkey.job(juid).attempts()[0].reason
+    expected = {
+        "pressure": "preempted: evicted by its node: The node was low on resource: memory.",
+        "preemption": "preempted: preempted by the scheduler: default-scheduler: preempting",
+    }[how]
+    assert why.startswith(expected), why
+    assert cluster.created[-1]["metadata"]["name"] != first  # a new pod
+
+
+def test_a_pod_past_its_memory_limit_is_oomkilled_and_says_its_limit(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--memory", "48M",
+               "--", "sh", "-c", 'echo filling; x=$(head -c 200000000 /dev/zero | tr "\\0" a)'
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed" and job.exit_code == 137
+    assert "exit 137 (OOMKilled, limit 48Mi)" in state_line(cli, juid)
+    assert cli("logs", juid).stdout == "filling\n"
+
+
+def test_a_pod_of_this_home_that_no_attempt_has_is_collected(cli, monkey, cluster, reg, home):
+    from monkey.config import Home
+    from monkey.drivers.k8s_api import label_value
+
+    added(cli, cluster)
+    login(cli, reg)
+    mine = label_value(Home(home).home_id())
+    for name, labels in (("left-behind", {"monkey.dev/home": mine}),
+                         ("someone-elses", {"monkey.dev/home": "another-home"})):  # fmt: skip
+        cluster.create_pod("ml", {"metadata": {"name": name, "labels": labels}, "spec": {
+            "containers": [{"name": "job", "image": f"{reg.host}/lab/nothing:1"}]}})  # fmt: skip
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "true").stdout.strip()
+    assert ended(monkey, juid).state.value == "succeeded"
+    wait_for(lambda: cluster.pod("left-behind", "ml") is None, 20, what="the orphan collected")
+    assert cluster.pod("someone-elses", "ml") is not None  # another home's pod is left alone
+
+
+def test_what_a_pod_cannot_have_yet_is_refused_in_one_line(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("data.csv").write_text("a,b\n")
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--dataset",
+               "data.csv:D", "--", "true").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "failed"
+    assert (
+        "could not start: provider 'lab' (kubernetes) cannot give a pod datasets yet: put "
+        "what the job needs into its image"
+    ) in state_line(cli, juid)
+    assert not cluster.created  # no pod was made
+
+
+def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster)
+    login(cli, reg)
+    cluster.create_delay = 2.0  # the watch sees the pod run and end first
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "echo", "quick"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded"
+    assert cli("logs", juid).stdout == "quick\n"
+    assert cli("daemon", "status").stdout.startswith("core running")  # the core carried on
+
+
+def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+               "echo one; sleep 1; echo two; exit 5").stdout.strip()  # fmt: skip
+    followed = cli("logs", "-f", juid)
+    lines = followed.stdout.splitlines()
+    assert [ln for ln in lines if not ln.startswith("[monkey] ")] == ["one", "two"]
+    assert any(" scheduled on node node-" in ln for ln in lines)  # what the pod went through
+    assert followed.returncode == 5
+
+
+def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster, reg):
+    added(cli, cluster)  # two nodes of 2 CPUs, 8Gi and no GPU
+    login(cli, reg)
+    refused = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1",
+                  "--", "true")  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        "provider 'lab': no node of the cluster could hold a pod asking --cpus 1 --gpus 1 "
+        "(the largest allocatable: 2 CPUs, 0 nvidia.com/gpu, 8.0G memory; see monkey "
+        "provider check lab)"
+    )
+    assert monkey.jobs() == []
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=1)
+    assert cli("provider", "check", "lab").returncode == 0
+    fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1", "--",
+               "true")  # fmt: skip
+    assert fits.returncode == 0, fits.stderr
