@@ -24,6 +24,7 @@ import threading
 import time
 
 from monkey.drivers.base import Capacity, Driver, unknown_keys
+from monkey.drivers.k8s_pods import capacity_of, node_ready, node_shapes
 from monkey.drivers.transport import Transport
 from monkey.models import Instance, InstanceState, MonkeyError, parse_size
 
@@ -147,7 +148,7 @@ class KubernetesDriver(Driver):
         except MonkeyError as exc:
             return {"slots": 0, "gpus": 0, "error": str(exc)}
         cap = capacity_of(config.name, nodes)
-        ready = sum(1 for n in nodes if _ready(n))
+        ready = sum(1 for n in nodes if node_ready(n))
         return {
             "slots": cap.slots,
             "gpus": len(cap.gpus),
@@ -252,7 +253,7 @@ def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
         error = None
         if node.get("spec", {}).get("unschedulable"):
             error = "cordoned (unschedulable)"
-        elif not _ready(node):
+        elif not node_ready(node):
             error = "not ready"
         runtime = node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion")
         out.append(
@@ -268,30 +269,6 @@ def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def _ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def node_shapes(nodes: list[dict[str, Any]]) -> list[list[int]]:
-    """The distinct [cpus, gpus, memory] allocatable on the cluster's ready nodes."""
-    from monkey.drivers.k8s_api import GPU, amount
-
-    shapes = set()
-    for node in nodes:
-        if not _ready(node) or node.get("spec", {}).get("unschedulable"):
-            continue
-        allocatable = node["status"].get("allocatable", {})
-        shapes.add(
-            (
-                int(amount(allocatable.get("cpu", 0))),
-                int(amount(allocatable.get(GPU, 0))),
-                int(amount(allocatable.get("memory", 0))),
-            )
-        )
-    return sorted([list(s) for s in shapes])
 
 
 def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:
@@ -319,18 +296,6 @@ def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
         return [(int(c), int(g), int(m)) for c, g, m in data["shapes"]]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-
-
-def capacity_of(name: str, nodes: list[dict[str, Any]]) -> Capacity:
-    """The cluster NAME as one instance: its ready nodes' allocatable CPUs and GPUs summed
-    (the scheduler places each pod on one node, and says so when none fits)."""
-    from monkey.drivers.k8s_api import GPU, amount
-
-    ready = [n for n in nodes if _ready(n) and not n.get("spec", {}).get("unschedulable")]
-    cpus = sum(int(amount(n["status"].get("allocatable", {}).get("cpu", 0))) for n in ready)
-    gpus = sum(int(amount(n["status"].get("allocatable", {}).get(GPU, 0))) for n in ready)
-    memory = sum(int(amount(n["status"].get("allocatable", {}).get("memory", 0))) for n in ready)
-    return Capacity(name, cpus, [str(i) for i in range(gpus)], memory or None)
 
 
 class KubernetesTransport(Transport):

@@ -484,7 +484,8 @@ def _kubernetes_parser(kinds: Any) -> None:
 
 def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
     from monkey.drivers.k8s_api import Cluster, default_kubeconfig
-    from monkey.drivers.kubernetes import capacity_of, keep_shapes
+    from monkey.drivers.k8s_pods import capacity_of
+    from monkey.drivers.kubernetes import keep_shapes
 
     home, _old = _previous(args.name, "kubernetes", args.force)
     providers_have = args.name in _names(home)
