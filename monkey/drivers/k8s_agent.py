@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from monkey.client_agent.rundir import ABANDONED, EVENTS, SETUP_LOG, STDOUT
 from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.k8s_api import LABEL, RUN_FOLDER, Cluster, label_value, pod_manifest
 from monkey.drivers.k8s_pods import (
@@ -201,8 +202,8 @@ class ClusterAgent:
                 "yet: put what the job needs into its image"
             )
         os.makedirs(run_dir, exist_ok=True)
-        if os.path.exists(os.path.join(run_dir, "events.jsonl")) or os.path.exists(
-            os.path.join(run_dir, "abandoned")
+        if os.path.exists(os.path.join(run_dir, EVENTS)) or os.path.exists(
+            os.path.join(run_dir, ABANDONED)
         ):
             raise MonkeyError(f"{run_dir} was used already: not started again")
         pod = label_value(f"monkey-{self.home_id[:6]}-{juid}-{n}").lower()
@@ -298,7 +299,7 @@ class ClusterAgent:
                 status = "exited" if _has_exit(run_dir) else "unknown"
                 if status == "unknown":
                     os.makedirs(run_dir, exist_ok=True)
-                    open(os.path.join(run_dir, "abandoned"), "a").close()
+                    open(os.path.join(run_dir, ABANDONED), "a").close()
             else:
                 status = "exited" if att.ended else "running"
             out.append({"juid": juid, "attempt": n, "status": status})
@@ -547,7 +548,7 @@ class ClusterAgent:
         att.logging.start()
 
     def _logging(self, att: _Attempt) -> None:
-        path = os.path.join(att.run_dir, "stdout.log")
+        path = os.path.join(att.run_dir, STDOUT)
         try:
             skip = os.path.getsize(path)
         except OSError:
@@ -636,7 +637,7 @@ class ClusterAgent:
                 return
             att.seq += 1
             event = {"seq": att.seq, "ts": time.time(), "type": kind, **fields}
-            path = os.path.join(att.run_dir, "events.jsonl")
+            path = os.path.join(att.run_dir, EVENTS)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, (json.dumps(event) + "\n").encode())
@@ -653,7 +654,7 @@ class ClusterAgent:
             return
         att.said = text
         try:
-            with open(os.path.join(att.run_dir, "setup.log"), "a") as f:
+            with open(os.path.join(att.run_dir, SETUP_LOG), "a") as f:
                 f.write(f"[monkey] {text}\n")
         except OSError:
             pass
@@ -661,7 +662,7 @@ class ClusterAgent:
 
 def _events(run_dir: str) -> list[dict[str, Any]]:
     try:
-        with open(os.path.join(run_dir, "events.jsonl")) as f:
+        with open(os.path.join(run_dir, EVENTS)) as f:
             return [json.loads(line) for line in f if line.strip().endswith("}")]
     except (OSError, ValueError):
         return []
@@ -744,7 +745,7 @@ class _Conn:
     def _replay(self, req: dict[str, Any]) -> None:
         """Push every event of the named attempts after the offset the core has."""
         for item in req.get("attempts") or []:
-            path = os.path.join(item["run_dir"], "events.jsonl")
+            path = os.path.join(item["run_dir"], EVENTS)
             try:
                 with open(path, "rb") as f:
                     f.seek(int(item.get("offset") or 0))

@@ -102,7 +102,10 @@ class MetricsPane(Horizontal):
             yield VerticalScroll(PlotextPlot(classes="panel"), id="charts")
 
     def on_mount(self) -> None:
-        self.watch(self.query_one("#charts"), "scroll_y", self._show_hint, init=False)
+        charts = self.query_one("#charts")
+        self.watch(charts, "scroll_y", self._show_hint, init=False)
+        # the panels' layout settles after the refresh that drew them: named again once it has
+        self.watch(charts, "virtual_size", self._show_hint, init=False)
         self._read()
 
     def settings(self) -> str:
