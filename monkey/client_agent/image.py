@@ -409,12 +409,7 @@ def argv(
     home = env.get("HOME") or "/tmp"
     if home != "/tmp" and home.startswith("/"):
         out += ["--tmpfs", home]
-    for folder in writable:
-        if os.path.isdir(folder):
-            out += ["--bind", folder, folder]
-    for folder in readable:
-        if os.path.exists(folder):
-            out += ["--ro-bind", folder, folder]
+    out += binds(writable, readable)
     out += ["--chdir", cwd, "--clearenv"]
     for name, value in sorted(env.items()):
         out += ["--setenv", name, value]
@@ -446,6 +441,19 @@ def _splay(src: str, dst: str, own: list[str], out: list[str]) -> None:
                 out += ["--ro-bind", s, d]
         elif os.path.isfile(s):
             out += ["--ro-bind", s, d]
+
+
+def binds(writable: list[str], readable: list[str]) -> list[str]:
+    """bubblewrap's options binding the folders of WRITABLE then READABLE (those that
+    exist), each at its own path."""
+    out: list[str] = []
+    for folder in writable:
+        if os.path.isdir(folder):
+            out += ["--bind", folder, folder]
+    for folder in readable:
+        if os.path.exists(folder):
+            out += ["--ro-bind", folder, folder]
+    return out
 
 
 def nvidia_devices() -> list[str]:

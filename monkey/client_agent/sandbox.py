@@ -32,7 +32,7 @@ import subprocess
 import sys
 
 from monkey.client_agent.common import read_small
-from monkey.client_agent.image import ISOLATED, nvidia_devices
+from monkey.client_agent.image import ISOLATED, binds, nvidia_devices
 
 # Inside the sandbox: enter the job's folder, check the command (not found: 127, not
 # executable: 126, each marked "spawn" in the claim as the wrapper does), exec it.
@@ -169,12 +169,7 @@ def argv(
     hidden = covered
     for folder in hidden:
         out += ["--tmpfs", folder]
-    for folder in writable:
-        if os.path.isdir(folder):
-            out += ["--bind", folder, folder]
-    for folder in readable:
-        if os.path.exists(folder):
-            out += ["--ro-bind", folder, folder]
+    out += binds(writable, readable)
     for folder in reversed(hidden):  # the tmpfs alone: what is bound in it stays as bound
         out += ["--remount-ro", folder]
     for name in HIDDEN_VARS:
