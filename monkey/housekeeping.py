@@ -233,27 +233,30 @@ def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
     if not roots.is_dir():
         return 0, 0
     count = freed = 0
+    layout = root / "oci"
     with open(root / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        before = tree_size(root)[0]
+        gone: list[str] = []
         for entry in sorted(os.scandir(roots), key=lambda e: e.name):
             path = Path(entry.path)
             if entry.name.startswith(".gc-") or entry.name.endswith(".tmp"):
-                _remove(path)  # set aside by an interrupted gc; a pull killed midway
-                continue
-            if f"sha256:{entry.name}" in live or _mtime(path / READY) > cut:
-                continue
-            _remove(_set_aside(path))
-            layout = root / "oci"
-            if layout.is_dir():  # its tag: its layers go with the layout's gc below
-                subprocess.run(
-                    ["umoci", "rm", "--image", f"{layout}:{entry.name}"], capture_output=True
-                )
-            count += 1
-        if count and (root / "oci").is_dir():
-            subprocess.run(["umoci", "gc", "--layout", str(root / "oci")], capture_output=True)
-        freed = before - tree_size(root)[0]
-    return count, max(0, freed)
+                freed += _remove(path)  # set aside by an interrupted gc; a pull killed midway
+            elif f"sha256:{entry.name}" not in live and _mtime(path / READY) <= cut:
+                freed += _remove(_set_aside(path))
+                gone.append(entry.name)
+        if gone and layout.is_dir():  # their tags, then the layers no tag left needs
+            before = tree_size(layout)[0]
+            try:
+                for tag in gone:
+                    subprocess.run(
+                        ["umoci", "rm", "--image", f"{layout}:{tag}"], capture_output=True
+                    )
+                subprocess.run(["umoci", "gc", "--layout", str(layout)], capture_output=True)
+            except OSError:  # umoci gone since: the layers stay for a later gc
+                pass
+            freed += max(0, before - tree_size(layout)[0])
+        count = len(gone)
+    return count, freed
 
 
 def gc_blobs(m: Facade, grace: float) -> GcReport:

@@ -242,12 +242,12 @@ class Submitter:
                 resolving.cancel()
             raise
         sub.fields["resources"] = resources
-        written = image or sub.fields.pop("image", None)  # given, else the job.yml's
-        sub.fields.pop("image", None)
-        if resolving is None and written:  # (a client's submission: once it is checked)
+        text = image or sub.fields.pop("image", None)  # given, else the job.yml's
+        sub.fields.pop("image", None)  # (the job.yml's, when one was given)
+        if resolving is None and text:  # a client's submission once checked, or the job.yml's
             from monkey.images import Resolving
 
-            resolving = Resolving(self.home, written)
+            resolving = Resolving(self.home, text)
         if resolving is not None:
             pinned = resolving.result()
             spec = sub.fields.get("spec") or {}

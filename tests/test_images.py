@@ -423,3 +423,20 @@ def test_a_pull_that_fills_the_workers_disk_fails_in_one_line_with_the_space_lef
     assert f"no space left on the worker at {disk / 'images'} (" in state
     assert " bytes free) while pulling" in state
     assert not list((disk / "images" / "roots").glob("*"))  # nothing half-unpacked kept
+
+
+def test_a_job_with_persisted_folders_in_a_pulled_image_never_sees_the_registry_login(
+    cli, monkey, reg
+):
+    """Such a job goes through the launcher even when its image is on the worker: the login
+    left for the pull is gone before the job runs."""
+    login(cli, reg)
+    ref = f"{reg.host}/lab/tiny:2"
+    first = cli("run", "--image", ref, "--", "true").stdout.strip()  # pulls it
+    assert ended(monkey, first).state.value == "succeeded"
+    Path("job.yml").write_text("persist:\n  - name: out\n    path: out\n")
+    juid = cli("run", "--image", ref, "--", "sh", "-c", 'mkdir -p out; ls -a "$MONKEY_RUN_DIR"')
+    job = ended(monkey, juid.stdout.strip())
+    out = cli("logs", job.juid).stdout
+    assert job.state.value == "succeeded", out
+    assert "stdout.log" in out and "pull-auth.json" not in out

@@ -58,6 +58,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
     not got it yet); ImageError in one line when it cannot be."""
     store = cfg["store"]
     final = os.path.join(store, "roots", cfg["digest"].split(":", 1)[1])
+    login = _take_login(run_dir)  # first, whatever follows: the job never sees it
     if _cached(final, cfg, run_dir, log):
         return final
     os.makedirs(os.path.join(store, "roots"), 0o700, exist_ok=True)
@@ -65,7 +66,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _cached(final, cfg, run_dir, log):  # pulled while this one waited
             return final
-        auth = _auth_dir(cfg, run_dir)
+        auth = _auth_dir(cfg, login)
         started = time.monotonic()
         try:
             fetched = _copy(cfg, store, auth, run_dir, log)
@@ -145,21 +146,28 @@ def _note(log: BinaryIO, text: str) -> None:
     log.flush()
 
 
-def _auth_dir(cfg: dict[str, Any], run_dir: str) -> str:
-    """A private folder with the pull's login (auth.json) and CA (certs/ca.crt), read from
-    the run folder's pull-auth.json (deleted once read: the job never sees it); "" when
-    the pull needs neither."""
+def _take_login(run_dir: str) -> dict[str, Any]:
+    """The pull's login and CA the agent left in RUN_DIR's pull-auth.json, which is gone
+    once this returns (read or not); {} when there is none."""
     path = os.path.join(run_dir, "pull-auth.json")
     try:
         with open(path) as f:
             auth = json.load(f)
-    except FileNotFoundError:
-        return ""
+    except (OSError, ValueError):
+        auth = {}
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
+    return auth if isinstance(auth, dict) else {}
+
+
+def _auth_dir(cfg: dict[str, Any], auth: dict[str, Any]) -> str:
+    """A private folder with the pull's login AUTH (auth.json) and CA (certs/ca.crt); ""
+    when the pull needs neither."""
+    if not auth.get("auths") and not auth.get("ca"):
+        return ""
     folder = os.path.join(cfg["store"], f"auth-{os.getpid()}")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(os.path.join(folder, "certs"), 0o700)

@@ -188,14 +188,7 @@ class Spawning(AgentState):
             work = os.path.join(work, name)
         # cwd: the folder of the code the job starts in (a run from a repository's sub-folder)
         cwd = os.path.join(work, safe_relpath(req["cwd"])) if req.get("cwd") else work
-        # the job's own variables (all an image's job gets, with its path, and its Slurm
-        # allocation's: SLURM_JOB_ID...)
-        own = [*env, *(k for k in self.environ if k.startswith("SLURM_"))]
-        pythonpath = (
-            f"{self.job_path}{os.pathsep}{env['PYTHONPATH']}"
-            if env.get("PYTHONPATH")
-            else self.job_path
-        )
+        given = env  # the start's own variables (with the path, all an image's job gets)
         env = {**self.environ, **env}
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = f"{self.job_path}{os.pathsep}{path}" if path else self.job_path
@@ -217,8 +210,14 @@ class Spawning(AgentState):
             folders = self._folders(req, run_dir, env, datasets, placed, envs)
             boxed: list[str] = []  # the job's argv in its image, when no launcher is needed
             if image is not None:
+                path = given.get("PYTHONPATH")
                 image.update(
-                    cwd=cwd, writable=folders[0], readable=folders[1], env=own, path=pythonpath
+                    cwd=cwd,
+                    writable=folders[0],
+                    readable=folders[1],
+                    # and its Slurm allocation's (SLURM_JOB_ID...)
+                    env=[*given, *(k for k in self.environ if k.startswith("SLURM_"))],
+                    path=f"{self.job_path}{os.pathsep}{path}" if path else self.job_path,
                 )
                 boxed = self._image_now(req, run_dir, argv, env, image)
                 if not boxed:
