@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 DOCKER_HUB = "docker.io"
 REF_MAX = 512
-_HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # never "." or ".." (a folder is named so)
+_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]{{1,5}})?")
 _PATH = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
 )
@@ -146,8 +147,7 @@ class Registries:
 
     def login(self, host: str, username: str, password: str, ca: str | None = None) -> None:
         """Check USERNAME and PASSWORD against HOST (trusting the CA file CA) and keep them."""
-        if not _HOST.fullmatch(host) or "/" in host:
-            raise MonkeyError(f"registry {host!r}: give a host, e.g. ghcr.io or 10.0.0.5:5000")
+        folder = self.certs / _host_folder(host)
         if ca is not None:
             try:
                 pem = Path(ca).expanduser().read_text()
@@ -158,7 +158,6 @@ class Registries:
         self.authfile.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         trial = self.authfile.with_name(f"registries.{os.getpid()}.json")
         write_private(trial, b'{"auths": {}}')
-        folder = self.certs / _host_folder(host)
         trial_certs = self.certs / f".{_host_folder(host)}.{os.getpid()}"
         try:
             argv = [skopeo(), "login", "--authfile", str(trial), "--username", username]
@@ -192,11 +191,11 @@ class Registries:
 
     def logout(self, host: str) -> bool:
         """Forget HOST's login and CA; False when there was neither."""
+        folder = self.certs / _host_folder(host)
         auths = self._auths()
         had = auths.pop(host, None) is not None
         if had:
             write_private(self.authfile, json.dumps({"auths": auths}, indent=1).encode())
-        folder = self.certs / _host_folder(host)
         if folder.is_dir():
             shutil.rmtree(folder)
             had = True
@@ -221,6 +220,10 @@ class Registries:
 
 
 def _host_folder(host: str) -> str:
+    """The name of HOST's folder of its CA; MonkeyError when HOST is not a registry host
+    (so that no name such as `..` ever becomes a path)."""
+    if not _HOST.fullmatch(host):
+        raise MonkeyError(f"registry {host!r}: give a host, e.g. ghcr.io or 10.0.0.5:5000")
     return host.replace(":", "_")
 
 

@@ -76,7 +76,7 @@ def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
     assert "[image]" in moved and f"- {ref} @ {reg.digests['1']}\n" in moved
 
 
-def test_image_problems_are_one_line_at_submission_and_nothing_is_recorded(cli, reg, monkey):
+def test_image_problems_are_one_line_at_submission_and_nothing_is_recorded(cli, reg, monkey, home):
     ref = f"{reg.host}/lab/tiny:1"
     untrusted = cli("run", "--image", ref, "--", "true")
     assert untrusted.returncode == 1
@@ -92,6 +92,14 @@ def test_image_problems_are_one_line_at_submission_and_nothing_is_recorded(cli, 
     assert missing.stderr.strip().endswith(
         f"not found in registry {reg.host}; check its name and tag"
     )
+    for words in (
+        ["logout", ".."],
+        ["logout", "../x"],
+        ["login", "..", "-u", "x", "--password-stdin"],
+    ):
+        refused = cli("registry", *words, input="pw\n")  # never a folder: `..` is not a host
+        assert refused.returncode == 1 and "give a host" in refused.stderr, refused.stderr
+    assert (home / "monkey.db").is_file() and (home / "secrets" / "registries.json").is_file()
     bad = cli("run", "--image", "Not A Ref", "--", "true")
     assert (
         bad.returncode != 0 and "image reference" in bad.stderr or "repository name" in bad.stderr
