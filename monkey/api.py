@@ -89,12 +89,16 @@ class Monkey:
     def __init__(
         self, home: str | os.PathLike[str] | Home | None = None, remote: str | None = None
     ) -> None:
-        self.home = (home if isinstance(home, Home) else Home(home)).ensure()
-        self.store = Store(self.home.db)
+        home = (home if isinstance(home, Home) else Home(home)).ensure()
+        self._assemble(home, Store(home.db), None)
+
+    def _assemble(self, home: Home, store: Store, owner: str | None) -> None:
+        self.home = home
+        self.store = store
         self._providers: dict[str, ProviderConfig] | None = None
         self._providers_stamp: tuple[int, int] | None = None
         # The parts it delegates to: one submission path for run, sweep and rerun.
-        self._submitter = Submitter(self.home, self.store, lambda: self.providers)
+        self._submitter = Submitter(self.home, self.store, lambda: self.providers, owner)
         # The parts wake the core through Monkey.wake, looked up when they call it.
         self._reruns = Reruns(
             self.home, self.store, self._submitter, lambda queued: self.wake(queued)
@@ -106,7 +110,15 @@ class Monkey:
         self._disk = Disk(self)
         self._logs = Logs(self.home, self.store)
         self._providers_part = Providers(self.home, self.store, lambda: self.providers)
-        self._sweeps.actor = self.acting_user
+
+    def acting_for(self, user: str) -> Monkey:
+        """This facade acting for USER (what `monkey server` does for each call): the same
+        home and database connection, but what it submits is USER's and the events of the
+        jobs it steers name USER. The caller is fixed here, never set on a shared facade."""
+        view = object.__new__(type(self))
+        view._assemble(self.home, self.store, user)
+        view._providers, view._providers_stamp = self._providers, self._providers_stamp
+        return view
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:
@@ -123,14 +135,9 @@ class Monkey:
 
     @property
     def actor(self) -> str | None:
-        """Who acts through this facade: the owner of the jobs it submits, named in the
-        events of the jobs it steers. None: this machine's user; `monkey server` sets the
-        calling user for each call."""
+        """Who acts through this facade (``acting_for``): the owner of the jobs it submits,
+        named in the events of the jobs it steers. None: this machine's user."""
         return self._submitter.owner
-
-    @actor.setter
-    def actor(self, name: str | None) -> None:
-        self._submitter.owner = name
 
     def packages_listing(self, blobs: BlobStore) -> tuple[str, int]:
         """(digest, size) of this Python's installed packages, stored in BLOBS: what a job
@@ -365,9 +372,7 @@ class Monkey:
 
     def acting_user(self) -> str:
         """Who acts through this facade: ``actor``, or this machine's user."""
-        from monkey.store.db import local_user
-
-        return self.actor or local_user()
+        return self._submitter.acting_user()
 
     def jobs(
         self,

@@ -477,10 +477,9 @@ class Reruns:
         deps = self.submitter.dependencies(after, after_any)
         targets = None
         if notify:  # `rerun --notify NAME`: as run's
-            from monkey.store.db import local_user
             from monkey.submit import job_targets
 
-            targets = job_targets(self.store, self.submitter.owner or local_user(), notify)
+            targets = job_targets(self.store, self.submitter.acting_user(), notify)
         if start_core:
             self.home.socket_path("core")
         with self._blobs().lease():

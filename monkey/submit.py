@@ -116,13 +116,23 @@ class Submitter:
     _packages_memo: tuple[dict[str, str], str, int] | None = None
 
     def __init__(
-        self, home: Home, store: Store, providers: Callable[[], dict[str, ProviderConfig]]
+        self,
+        home: Home,
+        store: Store,
+        providers: Callable[[], dict[str, ProviderConfig]],
+        owner: str | None = None,
     ) -> None:
         self.home = home
         self.store = store
         self._providers = providers
         self._blob_store: BlobStore | None = None
-        self.owner: str | None = None  # who submits (None: this machine's user)
+        self.owner = owner  # who submits (None: this machine's user)
+
+    def acting_user(self) -> str:
+        """Who submits and steers: ``owner``, or this machine's user."""
+        from monkey.store.db import local_user
+
+        return self.owner or local_user()
 
     @property
     def providers(self) -> dict[str, ProviderConfig]:

@@ -95,14 +95,14 @@ def test_two_owners_share_the_slots_fairly(home: Path, monkey, tmp_path: Path):
     _one_slot(home, slots=2)
     gate = tmp_path / "gate"  # ana's first two hold their slots until bob's jobs are queued
     work = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; sleep 0.3"]
-    monkey.actor = "ana"
-    anas = [monkey.run(work).juid for _ in range(6)]
+    as_user = monkey.acting_for("ana")
+    anas = [as_user.run(work).juid for _ in range(6)]
     wait_for(
         lambda: sum(monkey.store.get_job(j).state.value == "running" for j in anas) == 2,
         what="two of ana's jobs to run",
     )
-    monkey.actor = "bob"
-    bobs = [monkey.run(work).juid for _ in range(2)]
+    as_user = monkey.acting_for("bob")
+    bobs = [as_user.run(work).juid for _ in range(2)]
     gate.touch()
     _ended(monkey, anas + bobs)
     start = {j: monkey.store.attempts(j)[-1].started_at for j in anas + bobs}

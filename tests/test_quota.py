@@ -72,12 +72,12 @@ def test_a_user_at_the_jobs_quota_waits_while_another_users_jobs_start(
         == "quota ana on local: jobs 1\n"
     )
     gate, hold = _gate(tmp_path)
-    monkey.actor = "ana"
-    first = monkey.run(hold).juid
+    as_user = monkey.acting_for("ana")
+    first = as_user.run(hold).juid
     wait_for(lambda: _state(monkey, first) == "running", what="ana's first job")
-    second = monkey.run(hold).juid
-    monkey.actor = "bob"
-    bobs = [monkey.run(hold).juid for _ in range(2)]
+    second = as_user.run(hold).juid
+    as_user = monkey.acting_for("bob")
+    bobs = [as_user.run(hold).juid for _ in range(2)]
     wait_for(lambda: all(_state(monkey, b) == "running" for b in bobs), what="bob's jobs")
     reason = "over quota: ana runs 1 of 1 job on local"
     wait_for(lambda: _info(cli, second)["held"] == reason, what="ana's second job held")
@@ -107,7 +107,7 @@ def test_a_user_at_the_jobs_quota_waits_while_another_users_jobs_start(
     # The quota lives in the store: a core killed and started again starts nothing early.
     kill_core(home)
     start_core(home)
-    third = monkey.run(hold).juid  # bob's: once it runs, the new core has had its pass
+    third = as_user.run(hold).juid  # bob's: once it runs, the new core has had its pass
     wait_for(lambda: _state(monkey, third) == "running", what="bob's third job")
     assert _state(monkey, second) == "queued" and _info(cli, second)["held"] == reason
 
@@ -132,13 +132,13 @@ def test_a_gpu_quota_holds_gpu_jobs_but_not_smaller_ones(home: Path, monkey, cli
     _users(monkey, "ana", "bob")
     cli("server", "quota", "set", "--default", "--gpus", "1", check=True)
     gate, hold = _gate(tmp_path)
-    monkey.actor = "ana"
-    gpu1 = monkey.run(hold, gpus=1).juid
+    as_user = monkey.acting_for("ana")
+    gpu1 = as_user.run(hold, gpus=1).juid
     wait_for(lambda: _state(monkey, gpu1) == "running", what="ana's GPU job")
-    gpu2 = monkey.run(hold, gpus=1).juid
-    cpu = monkey.run(hold).juid
-    monkey.actor = "bob"
-    bobs = monkey.run(hold, gpus=1).juid
+    gpu2 = as_user.run(hold, gpus=1).juid
+    cpu = as_user.run(hold).juid
+    as_user = monkey.acting_for("bob")
+    bobs = as_user.run(hold, gpus=1).juid
     wait_for(
         lambda: _state(monkey, cpu) == "running" and _state(monkey, bobs) == "running",
         what="ana's CPU job and bob's GPU job",
@@ -154,8 +154,8 @@ def test_a_gpu_quota_holds_gpu_jobs_but_not_smaller_ones(home: Path, monkey, cli
     assert use["bob"]["gpus"] == {"used": 1, "limit": 1} and use["bob"]["held"] == 0
     # bob's own entry lifts the default's limit for him only
     cli("server", "quota", "set", "bob", "--gpus", "unlimited", check=True)
-    monkey.actor = "bob"
-    bob2 = monkey.run(hold, gpus=1).juid
+    as_user = monkey.acting_for("bob")
+    bob2 = as_user.run(hold, gpus=1).juid
     wait_for(lambda: _state(monkey, bob2) == "running", what="bob's second GPU job")
     assert _state(monkey, gpu2) == "queued"
     listed = cli("server", "quota", "list", check=True).stdout.splitlines()
@@ -369,12 +369,12 @@ def test_jobs_held_back_do_not_use_up_the_pass_for_other_owners(
     _users(monkey, "ana", "bob")
     cli("server", "quota", "set", "ana", "--gpus", "1", check=True)
     gate, hold = _gate(tmp_path)
-    monkey.actor = "ana"
-    running = monkey.run(hold, gpus=1).juid
+    as_user = monkey.acting_for("ana")
+    running = as_user.run(hold, gpus=1).juid
     wait_for(lambda: _state(monkey, running) == "running", what="ana's GPU job")
-    urgent = [monkey.run(hold, gpus=1, priority=5).juid for _ in range(6)]
-    monkey.actor = "bob"
-    bobs = monkey.run(hold).juid
+    urgent = [as_user.run(hold, gpus=1, priority=5).juid for _ in range(6)]
+    as_user = monkey.acting_for("bob")
+    bobs = as_user.run(hold).juid
     wait_for(lambda: _state(monkey, bobs) == "running", what="bob's job")
     assert all(_state(monkey, j) == "queued" for j in urgent)
     held = _listed(cli)
@@ -400,13 +400,13 @@ def test_a_users_share_weighs_the_free_slots_they_get(home: Path, monkey, cli, t
     gate, hold = _gate(tmp_path)
     first, blocking = _gate(tmp_path / "carl")
     (tmp_path / "carl").mkdir()
-    monkey.actor = "carl"  # carl's jobs take every slot until both queues are full
-    carls = [monkey.run(blocking).juid for _ in range(4)]
+    as_user = monkey.acting_for("carl")  # carl's jobs take every slot until both queues are full
+    carls = [as_user.run(blocking).juid for _ in range(4)]
     wait_for(lambda: all(_state(monkey, j) == "running" for j in carls), what="carl's jobs")
     mine = {}
     for owner in ("bob", "ana"):
-        monkey.actor = owner
-        mine[owner] = [monkey.run(hold).juid for _ in range(6)]
+        as_user = monkey.acting_for(owner)
+        mine[owner] = [as_user.run(hold).juid for _ in range(6)]
     first.touch()
 
     def running(owner: str) -> int:

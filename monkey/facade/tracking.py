@@ -39,7 +39,6 @@ class Sweeps:
         self.submitter = submitter
         self._control = control
         self._wake = wake  # Monkey.wake: the one door to the core
-        self.actor: Callable[[], str | None] = lambda: None  # who acts (Monkey sets it)
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -116,11 +115,9 @@ class Sweeps:
         check_priority(priority)
         targets = None
         if notify:  # `sweep --notify NAME`: its failures and its end, whatever the rules
-            from monkey.store.db import local_user
             from monkey.submit import job_targets
 
-            owner = self.submitter.owner or local_user()
-            targets = job_targets(self.store, owner, notify, sweep=True)
+            targets = job_targets(self.store, self.submitter.acting_user(), notify, sweep=True)
         self.home.socket_path("core")  # a socket folder that cannot be used refuses first
         lock = None
         with (
@@ -303,7 +300,7 @@ class Sweeps:
                     detail=action,
                     not_before=HOLD,
                     request=None,
-                    actor=self.actor(),
+                    actor=self.submitter.acting_user(),
                 ):
                     touched += 1
             if action == "retry" and not touched:

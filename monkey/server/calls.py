@@ -32,14 +32,8 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, kwargs: dict[str, Any
     elif access is Access.JOBS:
         kwargs = {**kwargs, "refs": _own_jobs(m, user, method, kwargs["refs"])}
     served = SERVED.get(method)
-    m.actor = user["name"]  # owns what it submits; the events of the jobs it steers name it
-    try:
-        if served is not None:
-            result = served(m, user, **kwargs)
-        else:
-            result = getattr(m, method)(**kwargs)
-    finally:
-        m.actor = None
+    m = m.acting_for(user["name"])  # owns what it submits; the events of what it steers
+    result = served(m, user, **kwargs) if served is not None else getattr(m, method)(**kwargs)
     return getattr(result, "juid", result) if access is Access.SUBMITS else result  # an id
 
 
