@@ -95,6 +95,46 @@ def test_the_openapi_document_lists_every_call_with_its_parameters(node):
     assert schemas["Run"]["properties"]["gathered"]["type"] == "object"
 
 
+def test_each_calls_result_is_the_shape_its_openapi_document_says(node, tmp_path):
+    """A client in another language reads the results by the document alone: the whole
+    document is valid OpenAPI 3.1, and real answers validate against each call's result."""
+    import jsonschema
+    from openapi_spec_validator import validate
+
+    ana = node.add_user("ana")
+    doc = json.loads(raw(node, "GET", "/api/v1/openapi.json", ana)[2])
+    validate(doc)
+    node.add_remote(ana)
+    done = node.laptop("--remote", "lab", "run", "--", "sleep", "60")
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    for method, args in (
+        ("info", [juid]),
+        ("jobs", []),
+        ("get_job", [juid]),
+        ("job_owners", [[juid]]),
+        ("whoami", []),
+        ("job_listing", []),
+        ("cancel", [juid]),
+        ("live_attempts", []),
+    ):
+        status, _, body = raw(
+            node, "POST", f"/api/v1/call/{method}", ana, json.dumps({"args": args}).encode()
+        )
+        assert status == 200, (method, body)
+        answer = doc["paths"][f"/api/v1/call/{method}"]["post"]["responses"]["200"]
+        schema = {**answer["content"]["application/json"]["schema"], **doc}
+        jsonschema.validate(json.loads(body), schema, cls=jsonschema.Draft202012Validator)
+    records = doc["components"]["schemas"]
+    assert records["Job"]["properties"]["state"] == {"$ref": "#/components/schemas/State"}
+    assert "running" in records["State"]["properties"]["value"]["enum"]
+    run = doc["paths"]["/api/v1/call/run"]["post"]["responses"]
+    assert run["200"]["content"]["application/json"]["schema"]["type"] == "string"
+    assert "409" in run  # blobs to upload first
+    bad = {**json.loads(raw(node, "POST", "/api/v1/call/info", ana, b'{"args": [1]}')[2])}
+    jsonschema.validate(bad, run["400"]["content"]["application/json"]["schema"])
+
+
 def test_a_static_file_name_with_nul_is_a_404_not_a_500(node):
     for path in ("/web/static/x%00", "/web/static/%00/../web.css", "/web/static/../app.py"):
         status, _, body = raw(node, "GET", path)
