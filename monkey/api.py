@@ -14,6 +14,7 @@ from monkey.drivers import load_providers
 from monkey.facade.disk import Disk
 from monkey.facade.logs import Logs
 from monkey.facade.providers import Providers
+from monkey.facade.records import Records
 from monkey.facade.tracking import Sweeps, Tracking
 from monkey.handles import Job
 from monkey.models import (
@@ -110,6 +111,7 @@ class Monkey:
         self._disk = Disk(self)
         self._logs = Logs(self.home, self.store)
         self._providers_part = Providers(self.home, self.store, lambda: self.providers)
+        self._records = Records(self.store)
 
     def acting_for(self, user: str) -> Monkey:
         """This facade acting for USER (what `monkey server` does for each call): the same
@@ -138,6 +140,20 @@ class Monkey:
         """Who acts through this facade (``acting_for``): the owner of the jobs it submits,
         named in the events of the jobs it steers. None: this machine's user."""
         return self._submitter.owner
+
+    def close(self) -> None:
+        """Release this facade's database connection (a facade made for one thread)."""
+        self.store.close()
+
+    def empty_snapshot(self, blobs: BlobStore) -> str:
+        """The digest of a snapshot of no files, stored in BLOBS: the code of a job from
+        Monkey Web that names none."""
+        import tempfile
+
+        from monkey.snapshot.manifest import snapshot_dir
+
+        with tempfile.TemporaryDirectory(prefix="monkey-web-") as empty:
+            return snapshot_dir(Path(empty), blobs, self.store).digest
 
     def packages_listing(self, blobs: BlobStore) -> tuple[str, int]:
         """(digest, size) of this Python's installed packages, stored in BLOBS: what a job
@@ -485,6 +501,22 @@ class Monkey:
     monkey_instances = _to("_providers_part", Providers.monkey_instances)
     create_instance = _to("_providers_part", Providers.create_instance)
     delete_instance = _to("_providers_part", Providers.delete_instance)
+    # what Monkey Web and the server read beyond the contract's calls (monkey.facade.records)
+    job_spec = _to("_records", Records.job_spec)
+    job_outputs = _to("_records", Records.job_outputs)
+    job_packages = _to("_records", Records.job_packages)
+    attempts = _to("_records", Records.attempts)
+    carries_secrets = _to("_records", Records.carries_secrets)
+    runtimes = _to("_records", Records.runtimes)
+    last_job_change = _to("_records", Records.last_job_change)
+    sweep_jobs = _to("_records", Records.sweep_jobs)
+    sweep_owners = _to("_records", Records.sweep_owners)
+    users = _to("_records", Records.users)
+    user = _to("_records", Records.user)
+    touch_user = _to("_records", Records.touch_user)
+    record_uploads = _to("_records", Records.record_uploads)
+    storage_room = _to("_records", Records.storage_room)
+    user_count = _to("_records", Records.user_count)
 
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
         """juid -> estimated cost ``{"total", "preempted"}`` in $, for jobs with any known."""

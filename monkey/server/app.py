@@ -330,7 +330,7 @@ def _frames(
         text = str(exc).encode()
         yield f"X {len(text)}\n".encode() + text
     finally:
-        m.store.close()
+        m.close()
 
 
 def build(home: Home) -> ASGIApp:
@@ -340,7 +340,7 @@ def build(home: Home) -> ASGIApp:
     STOPPING.clear()  # an app built again in this process serves its follows
     from monkey.server.web.app import Web
 
-    gate = Gate(lambda: _monkey().store)
+    gate = Gate(_monkey)
     app = Starlette(
         routes=[
             Route("/api/v1/call/{method}", audited(call, home), methods=["POST"]),

@@ -14,11 +14,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from monkey.models import MonkeyError
-from monkey.store import Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from monkey.api import Monkey
+    from monkey.store import Store
 
 FAILURES = 10  # refused tokens a bucket (an address and a token prefix) may take per WINDOW
 WINDOW = 60.0
@@ -82,8 +84,8 @@ class Gate:
     the rest as a count).
     """
 
-    def __init__(self, store: Callable[[], Store]) -> None:
-        self.store = store  # the calling thread's store
+    def __init__(self, monkey: Callable[[], Monkey]) -> None:
+        self.monkey = monkey  # the calling thread's facade
         # bucket -> its refusals' times, the bucket refused longest ago first
         self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
         self._touched: dict[str, float] = {}
@@ -109,7 +111,7 @@ class Gate:
         found = None
         if token:
             mine = digest(token)
-            for user in self.store().users():  # every digest compared: no early exit
+            for user in self.monkey().users():  # every digest compared: no early exit
                 if hmac.compare_digest(mine, user["digest"]):
                     found = user
         now = time.monotonic()
@@ -118,7 +120,7 @@ class Gate:
             return None
         if now - self._touched.get(found["name"], -TOUCH_EVERY) >= TOUCH_EVERY:
             self._touched[found["name"]] = now
-            self.store().touch_user(found["name"], time.time())
+            self.monkey().touch_user(found["name"], time.time())
         return found
 
     def _count(self, key: tuple[str, str], now: float) -> None:

@@ -196,21 +196,15 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
         """The blobs received, with the stamps of bytes hashed as they came (see
         ``BlobStore.stamped``): a core need not hash them again; USER uploaded them."""
         if unpacker.received:
-            store = monkey().store
-            store.add_blobs(blobs.stamped(unpacker.received))
-            store.record_uploads(user, [d for d, _ in unpacker.received], time.time())
+            monkey().record_uploads(user, blobs.stamped(unpacker.received), time.time())
 
     def room(user: str, announced: int | None) -> Room | None:
         """USER's room under their storage quota (None: no quota); OverQuota when the
         upload's ANNOUNCED bytes (its Content-Length) cannot fit."""
-        from monkey.facade.storage import held
-        from monkey.store.quotas import storage_limit
-
-        store = monkey().store
-        limit = storage_limit(store.quotas(), user)
-        if limit is None:
+        room = monkey().storage_room(user, blobs)
+        if room is None:
             return None
-        found = Room(user, held(store, blobs, user).get(user, 0), limit, in_flight)
+        found = Room(user, *room, in_flight)
         if announced:
             found.take(announced)  # the whole, then each blob as its header comes
             found.close()

@@ -23,7 +23,7 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, kwargs: dict[str, Any
     if access is Access.JOB:
         juid = m.resolve(kwargs["ref"])
         verb = "change the priority of" if method == "set_priority" else method
-        why = refusal(user, juid, m.store.job_owners([juid]).get(juid), verb)
+        why = refusal(user, juid, m.job_owners([juid]).get(juid), verb)
         if why:
             raise Forbidden(why)
         kwargs = {**kwargs, "ref": juid}
@@ -73,11 +73,8 @@ def _check_sweep(m: Monkey, user: dict[str, Any], ref: str, doing: str) -> None:
     """Forbidden unless USER is an admin or owns every job of the sweep REF names."""
     if user["admin"]:
         return
-    sid = m.store.resolve_sweep(ref)
-    juids = [j.juid for j in m.store.list_jobs(sweep=sid)]
-    others = sorted(
-        {o or "nobody recorded" for o in m.store.job_owners(juids).values()} - {user["name"]}
-    )
+    sid, owners = m.sweep_owners(ref)
+    others = sorted({o or "nobody recorded" for o in owners} - {user["name"]})
     if others:
         raise Forbidden(
             f"sweep {sid} has jobs of {', '.join(others)}; only their owner or an admin may "
@@ -89,7 +86,7 @@ def _own_jobs(m: Monkey, user: dict[str, Any], method: str, refs: list[str]) -> 
     """The ids of the jobs REFS lists; Forbidden unless USER is an admin or owns each."""
     juids = list(dict.fromkeys(m.resolve(r) for r in refs))
     if not user["admin"]:
-        owners = m.store.job_owners(juids)
+        owners = m.job_owners(juids)
         for juid in juids:
             why = refusal(user, juid, owners.get(juid), method)
             if why:
@@ -99,7 +96,7 @@ def _own_jobs(m: Monkey, user: dict[str, Any], method: str, refs: list[str]) -> 
 
 def whoami(m: Monkey, user: dict[str, Any]) -> dict[str, Any]:
     """The caller's name, whether an admin, and how many users the server has."""
-    return {"name": user["name"], "admin": user["admin"], "users": m.store.count_users()}
+    return {"name": user["name"], "admin": user["admin"], "users": m.user_count()}
 
 
 def provider_add(m: Monkey, user: dict[str, Any], words: list[str], name: str) -> Any:
@@ -134,7 +131,7 @@ def dashboard_state(
     (or the problem reading them), the core's pid, live attempts, recorded instances and
     the instances monkey created (see monkey.tui.app); who the caller is, and of the jobs
     OWNERS_OF lists, their owners and why the caller may not steer those of others."""
-    owners = m.store.job_owners(owners_of) if owners_of else {}
+    owners = m.job_owners(owners_of) if owners_of else {}
     steer = {j: why for j, o in owners.items() if (why := refusal(user, j, o, STEER))}
     try:
         providers, problem = provider_configs(m), None
@@ -155,7 +152,7 @@ def dashboard_state(
 
 def job_listing(m: Monkey, user: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """`monkey list jobs`: with the owners when the server has several users."""
-    return m.job_listing(**{**kwargs, "owners": m.store.count_users() > 1})
+    return m.job_listing(**{**kwargs, "owners": m.user_count() > 1})
 
 
 def rm_select(m: Monkey, user: dict[str, Any], **kwargs: Any) -> Any:

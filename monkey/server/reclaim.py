@@ -49,7 +49,7 @@ class Reclaimer:
                 try:
                     report = gc_blobs(m, self.grace)
                 finally:
-                    m.store.close()
+                    m.close()
             except Exception:  # noqa: BLE001 - a busy store, a full disk: the next turn
                 log.exception("reclaiming unused blobs: will try again")
                 continue

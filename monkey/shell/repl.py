@@ -369,7 +369,7 @@ class MonkeyShell(cmd2.Cmd):
         name = selected()
         if self._remote is None or self._remote[0] != name:
             if self._remote is not None:
-                self._remote[1].close()  # type: ignore[attr-defined]  # a RemoteMonkey's
+                self._remote[1].close()
                 self._remote = None
             self._remote = (str(name), monkey())
         return self._remote[1]

@@ -99,7 +99,7 @@ class Web:
 
         now = time.monotonic()
         if self._change is None or now - self._change[0] >= 0.45:
-            self._change = (now, self.monkey().store.last_job_change())
+            self._change = (now, self.monkey().last_job_change())
         return self._change[1]
 
     def routes(self) -> list[BaseRoute]:
@@ -142,9 +142,7 @@ class Web:
             found = websession.session(self.home, request.cookies.get(COOKIE))
             if found is None:
                 return None
-            user = next(
-                (u for u in self.monkey().store.users() if u["name"] == found["user"]), None
-            )
+            user = self.monkey().user(found["user"])
             if user is None or found.get("key") != websession.token_key(user["digest"]):
                 # the user removed, or its token rotated since this session was opened
                 websession.end_session(self.home, request.cookies.get(COOKIE))
@@ -156,7 +154,7 @@ class Web:
     def _open_session(self, name: str) -> tuple[str, str]:
         """A session of user NAME bound to its token as it is now (("", "") when the
         user is gone)."""
-        user = next((u for u in self.monkey().store.users() if u["name"] == name), None)
+        user = self.monkey().user(name)
         if user is None:
             return "", ""
         return websession.create_session(self.home, name, websession.token_key(user["digest"]))
@@ -466,7 +464,7 @@ class Web:
             try:
                 yield from m.output_chunks(juid)
             finally:
-                m.store.close()
+                m.close()
 
         return _headers(
             StreamingResponse(
@@ -669,13 +667,15 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
             yield (
                 f"id: {json.dumps(cursor, separators=(',', ':'))}\ndata: {json.dumps(body)}\n\n"
             ).encode()
-        job = m.store.get_job(juid)
-        state = job.state.value if job is not None else "gone"
+        try:
+            state = m.get_job(juid).state.value
+        except MonkeyError:  # removed while followed
+            state = "gone"
         yield f"event: end\ndata: {json.dumps({'state': state})}\n\n".encode()
     except MonkeyError as exc:
         yield f"event: failure\ndata: {json.dumps({'error': str(exc)})}\n\n".encode()
     finally:
-        m.store.close()
+        m.close()
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -74,8 +74,7 @@ def diff_lines(text: str, most: int = DIFF_LINES) -> tuple[list[tuple[str, str]]
 def tree_page(m: Monkey, ref: str) -> dict[str, Any]:
     """The job's code files: {"job", "files": [{path, size, depth, name, dirs}], "total",
     "git"}; each file carries the folders it opens (``dirs``: the ones not shown before)."""
-    job = m.store.get_job(m.resolve(ref))
-    assert job is not None
+    job = m.get_job(ref)
     files = m.files(job.juid)
     rows = []
     seen: set[str] = set()
@@ -131,8 +130,7 @@ def git_diff_page(m: Monkey, ref: str) -> dict[str, Any]:
     """The uncommitted changes the job's snapshot recorded against its git HEAD."""
     from monkey.snapshot.blobs import BlobStore
 
-    job = m.store.get_job(m.resolve(ref))
-    assert job is not None
+    job = m.get_job(ref)
     git = job.git
     lines: list[tuple[str, str]] = []
     more = 0

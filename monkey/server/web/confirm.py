@@ -62,7 +62,7 @@ def sweep_questions(m: Monkey, status: dict[str, Any]) -> dict[str, dict[str, An
         by.setdefault(j["state"], []).append(j["job"])
     live = [juid for s in LIVE for juid in by.get(s.value, [])]
     ended = [juid for s in ("failed", "cancelled", "preempted", "lost") for juid in by.get(s, [])]
-    times = m.store.runtimes([*live, *ended], now)
+    times = m.runtimes([*live, *ended], now)
     ran_live = sum(times.get(j, 0.0) for j in live)
     queued, paused = len(by.get("queued", [])), len(by.get("paused", []))
     who = f"sweep {status['id']}" + (

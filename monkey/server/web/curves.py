@@ -5,6 +5,8 @@ curves themselves are drawn in the browser (static/curves.js) from each run's se
 
 from __future__ import annotations
 
+from monkey.models import MonkeyError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -17,7 +19,12 @@ MOST = 50  # runs drawn at once (a sweep's first ones, in its table's order)
 def jobs_of(m: Monkey, juids: list[str]) -> list[dict[str, Any]]:
     """The runs JUIDS (the first MOST) as ``curve_runs`` takes them: {"job", "state",
     "params"}, as ``Monkey.sweep_status`` lists a sweep's."""
-    jobs = [j for j in (m.store.get_job(juid) for juid in juids[:MOST]) if j is not None]
+    jobs = []
+    for juid in juids[:MOST]:
+        try:
+            jobs.append(m.get_job(juid))
+        except MonkeyError:  # removed since the page was made
+            continue
     return [{"job": j.juid, "state": j.state.value, "params": j.params} for j in jobs]
 
 

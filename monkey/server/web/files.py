@@ -65,9 +65,8 @@ def _files(folder: Path, most: int = LISTED) -> tuple[list[dict[str, Any]], int,
 
 def data_part(m: Monkey, juid: str) -> dict[str, Any]:
     """The job page's datasets, persisted folders and outputs."""
-    job = m.store.get_job(juid)
-    assert job is not None
-    spec = m.store.job_spec(juid) or {}
+    job = m.get_job(juid)
+    spec = m.job_spec(juid) or {}
     datasets = [
         {
             "name": d["name"],
@@ -95,8 +94,8 @@ def data_part(m: Monkey, juid: str) -> dict[str, Any]:
             {"path": path, "name": name, "files": listed, "count": count, "bytes": total}
         )
     outputs = []
-    globs = m.store.outputs(juid)
-    for a in m.store.attempts(juid) if globs else ():
+    globs = m.job_outputs(juid)
+    for a in m.attempts(juid) if globs else ():
         work = m.home.run_dir(juid, a.n) / rundir.WORK
         found = _outputs(work, globs)
         if found:
@@ -216,7 +215,7 @@ class FilePages:
             juid = await run_in_threadpool(lambda: self.web.monkey().resolve(ref))
         except MonkeyError as exc:
             return self._error(session, request, str(exc), 404)
-        globs = await run_in_threadpool(lambda: self.web.monkey().store.outputs(juid))
+        globs = await run_in_threadpool(lambda: self.web.monkey().job_outputs(juid))
         work = self.web.home.run_dir(juid, n) / rundir.WORK
         rel = safe_path(request.path_params["path"])
         wanted = await run_in_threadpool(lambda: {f["path"] for f in _outputs(work, globs)})

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import tempfile
-from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from monkey.api import Monkey
-    from monkey.models import Job
 
     Web = Any  # monkey.server.web.app.Web (which imports this module)
 
@@ -40,12 +37,6 @@ def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
     """The new-job page's route, under /web (HEADERS: adds the app's security headers)."""
     page = NewJobPage(web, headers)
     return [Route("/new", page.handle, methods=["GET", "POST"])]
-
-
-def _source(m: Monkey, ref: str) -> Job:
-    job = m.store.get_job(m.resolve(ref))
-    assert job is not None
-    return job
 
 
 def form_for(m: Monkey, ref: str | None) -> dict[str, Any]:
@@ -66,7 +57,7 @@ def form_for(m: Monkey, ref: str | None) -> dict[str, Any]:
     }
     if not ref:
         return {"values": values, "source": None, "datasets": [], "providers": providers}
-    job = _source(m, ref)
+    job = m.get_job(ref)
     shown = {k: v for k, v in job.env.items() if k not in CAPTURED_ENV and v != REDACTED}
     values.update(
         command=shlex.join(job.argv),
@@ -113,14 +104,12 @@ def gathered(m: Monkey, source: str | None, env: dict[str, str], datasets: list[
     """The ``run`` call's ``gathered`` submission: job SOURCE's code and record (its DATASETS
     named) or an empty folder's, with ENV split into plain and secret as `run --env`."""
     from monkey.snapshot.blobs import BlobStore
-    from monkey.snapshot.manifest import snapshot_dir
     from monkey.submit import CAPTURED_ENV, Submitter
 
     plain, secret = Submitter.split_env(env)  # checks the names; this machine's PATH, ...
     blobs = BlobStore(m.home.blobs)
     if source is None:
-        with tempfile.TemporaryDirectory(prefix="monkey-web-") as empty:
-            snapshot = snapshot_dir(Path(empty), blobs, m.store).digest
+        snapshot = m.empty_snapshot(blobs)
         packages = m.packages_listing(blobs)[0]  # this server's Python, as `run` on it
         fields: dict[str, Any] = {
             "snapshot": snapshot,
@@ -133,7 +122,7 @@ def gathered(m: Monkey, source: str | None, env: dict[str, str], datasets: list[
             "packages": packages,
         }
     else:
-        job = _source(m, source)
+        job = m.get_job(source)
         known = {d["name"]: d for d in job.datasets}
         unknown = sorted(set(datasets) - set(known))
         if unknown:
@@ -146,9 +135,9 @@ def gathered(m: Monkey, source: str | None, env: dict[str, str], datasets: list[
             "datasets": [known[n] for n in datasets],
             "git": job.git,
             "python": job.python,
-            "spec": m.store.job_spec(job.juid),
-            "outputs": m.store.outputs(job.juid),
-            "packages": m.store.job_packages(job.juid) or m.packages_listing(blobs)[0],
+            "spec": m.job_spec(job.juid),
+            "outputs": m.job_outputs(job.juid),
+            "packages": m.job_packages(job.juid) or m.packages_listing(blobs)[0],
         }
     fields.update(env=plain, retries=0)
     return {"fields": fields, "name": None, "secrets": secret}

@@ -59,9 +59,8 @@ def form_values(m: Monkey, info: dict[str, Any], user: dict[str, Any]) -> dict[s
     [(name, value)], "provider", "providers", "cpus", "gpus", "memory", "time", "name",
     "refused" (why USER may not rerun it, or None)}."""
     res = info["resources"]
-    secrets = m.store.secrets_ref(info["job"])
     refused = None
-    if secrets and info.get("owner") != user["name"]:
+    if m.carries_secrets(info["job"]) and info.get("owner") != user["name"]:
         refused = (
             f"it carries secret env values of {info.get('owner')}; only they may run it "
             "again (submit your own with `monkey run --env`)"

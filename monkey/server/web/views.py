@@ -267,8 +267,8 @@ def _siblings(m: Monkey, info: dict[str, Any]) -> list[str]:
     """The other runs of the job's sweep (the first OVERLAID), for its charts' overlay."""
     if not info.get("sweep"):
         return []
-    jobs = m.store.list_jobs(sweep=info["sweep"], newest_first=False)
-    return [j.juid for j in jobs if j.juid != info["job"]][:OVERLAID]
+    juids = m.sweep_jobs(info["sweep"])[1]
+    return [j for j in juids if j != info["job"]][:OVERLAID]
 
 
 def metric_series(m: Monkey, ref: str, width: int = 1000, by: str = "step") -> dict[str, Any]:
@@ -330,7 +330,7 @@ def sweep_page(
     CONSTANTS."""
     status = m.sweep_status(ref)
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
-    owners = set(m.store.job_owners([j["job"] for j in status["jobs"]]).values())
+    owners = set(m.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
     from monkey.server.web import sweep_views
     from monkey.tracking.ingest import flatten
