@@ -413,6 +413,14 @@ class Monkey:
         now = time.time()
         record = job.to_json()
         machines = self.store.instances(job.provider, live=job.state == State.QUEUED)
+        after = self.store.dependencies(juid)
+        attempts = self.store.attempts(juid)
+        from monkey.facade.waiting import tries, why_waiting
+
+        try:
+            config = self.providers.get(job.provider)
+        except MonkeyError:  # a broken providers.yml: the capacity is not known
+            config = None
         absent = absent_since(self.home)
         return {
             **record,
@@ -425,7 +433,13 @@ class Monkey:
             "waiting": waiting,  # why a queued job's provider has no machine for it yet
             "held": held,  # why a quota holds it back ("over quota: ..."), or None
             # the jobs it runs after: [{"job", "any", "state", "met"}] (see Store.dependencies)
-            "after": self.store.dependencies(juid),
+            "after": after,
+            # the state as `list jobs` shows it (waiting, over quota, pulling, unreachable)
+            "shown_state": job.shown_state,
+            # why a queued job has not started, each reason as `info job` says it (see
+            # monkey.facade.waiting.why_waiting)
+            "why": why_waiting(self.store, job, config, after, now),
+            **tries(attempts),  # "tries" that started, and attempts that "never_started"
             # What the provider says of the job's machine (a Slurm job id, its node list)...
             "instance_extra": next(
                 (m["extra"] for m in machines if m["id"] == record.get("instance")), None
@@ -441,9 +455,7 @@ class Monkey:
             "image": self.store.job_image(juid),  # {"ref", "digest"}: pinned at submission
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
             "cost": self.costs([juid], now).get(juid),
-            "attempts_detail": [
-                {**a.as_dict(), "cost": a.cost(now)} for a in self.store.attempts(juid)
-            ],
+            "attempts_detail": [{**a.as_dict(), "cost": a.cost(now)} for a in attempts],
             "events": self.store.events(juid),
             "last_output": self._last_output(job),
             # its `monkey notify` messages: [{"id", "target", "what", "state", "tries",

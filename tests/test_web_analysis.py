@@ -645,3 +645,125 @@ def test_a_sweeps_cancel_all_and_retry_all_ask_first(seeded, browser):
     ), question
     failed = [r["job"] for r in seeded.runs if r["params"]["lr"] == 1]
     assert [state_of(seeded.node, j) for j in failed] == ["failed"] * 3
+
+
+# -- views in the URL (issue 43 item 9): a link reproduces them in a fresh browser ----------
+
+
+def shown_rows(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "table.runs tbody tr:not([hidden])", "rs => rs.map(r => r.dataset.job)"
+    )
+
+
+def same_view(url: str, link: str) -> bool:
+    """Whether URL is LINK's page with the same view (its parameters in any order)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    a, b = urlsplit(url), urlsplit(link)
+    return a.path == b.path and parse_qs(a.query) == parse_qs(b.query)
+
+
+def chosen(page) -> list[str]:
+    return page.eval_on_selector_all("table.jobs th.chosen", "hs => hs.map(h => h.dataset.sort)")
+
+
+@pytest.mark.system
+def test_a_zoomed_smoothed_log_chart_is_reproduced_from_its_url(seeded, browser):
+    run = seeded.runs[0]["job"]
+    path = f"/web/jobs/{run}"
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, path)
+    page.wait_for_selector(chart_of(page, "loss"))
+    page.select_option("#xby", "epoch")
+    page.check("#logy")
+    page.locator("#smooth").fill("0.9")
+    wait_for(lambda: page.evaluate("monkeyCharts.loss && monkeyCharts.loss.scales.y.distr") == 3)
+    drag(page, "loss", 0.3, 0.7)
+    zoomed = x_range(page, "loss")
+    assert x_range(page, "acc") == zoomed
+    smoothed = page.evaluate("monkeyCharts.loss.data[1]")
+    link = page.url
+    for part in ("x=epoch", "logy=1", "smooth=0.9", "zoom="):
+        assert part in link, link
+    # a colleague opens the link: another browser context (no cookie, nothing remembered)
+    fresh = page_for(browser)
+    login(fresh, seeded.node, seeded.node.token, link.removeprefix(seeded.node.url))
+    fresh.wait_for_selector(chart_of(fresh, "acc"))
+    wait_for(lambda: fresh.evaluate("monkeyCharts.loss && monkeyCharts.loss.scales.y.distr") == 3)
+    assert fresh.input_value("#xby") == "epoch" and fresh.is_checked("#logy")
+    assert fresh.input_value("#smooth") == "0.9"
+    assert x_range(fresh, "loss") == zoomed and x_range(fresh, "acc") == zoomed
+    assert fresh.evaluate("monkeyCharts.loss.data[1]") == smoothed
+    assert same_view(fresh.url, link)
+    # remembered in the first browser: the page opened without a view shows the last one
+    page.goto(seeded.node.url + path)
+    page.wait_for_selector(chart_of(page, "acc"))
+    assert same_view(page.url, link) and x_range(page, "loss") == zoomed
+    # zoomed out: the link says so
+    page.dblclick(chart_of(page, "loss"))
+    assert "zoom=" not in page.url and "smooth=0.9" in page.url
+
+
+@pytest.mark.system
+def test_the_jobs_lists_sort_and_columns_are_in_its_url(seeded, browser):
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, f"/web/jobs?sweep={seeded.sweep}")
+    page.click("details.columns summary")
+    for key in ("param:depth", "best:loss"):
+        page.check(f"details.columns input[value='{key}']")
+    page.click("details.columns button[type=submit]")
+    page.wait_for_url("**cols=1**")
+    page.click("table.jobs th[data-sort='best:loss'] a")
+    page.wait_for_url("**sort=best%3Aloss**")
+    link, order = page.url, jobs_column(page, "job")
+    assert chosen(page) == ["param:depth", "best:loss"]
+    # a colleague who chose no columns opens the link: the same columns, the same order
+    dana = page_for(browser)
+    login(dana, seeded.node, seeded.node.add_user("dana"), link.removeprefix(seeded.node.url))
+    assert chosen(dana) == ["param:depth", "best:loss"]
+    assert jobs_column(dana, "job") == order
+    # remembered: the list opened plain comes back so sorted, its URL saying it
+    page.goto(seeded.node.url + "/web/jobs")
+    page.wait_for_url("**sort=best%3Aloss**")
+    assert "col=param%3Adepth" in page.url and chosen(page) == ["param:depth", "best:loss"]
+
+
+@pytest.mark.system
+def test_a_sweeps_brush_and_sort_are_in_its_url(seeded, browser):
+    path = f"/web/sweeps/{seeded.sweep}"
+    page = page_for(browser)
+    login(page, seeded.node, seeded.node.token, path)
+    page.click("table.runs thead th[data-col='lr'] a")
+    page.wait_for_url("**sort=lr**")
+    page.wait_for_selector("#parcoords path.run")
+    # brush the top of the goal metric's axis: the runs with the highest loss
+    hit = page.locator("#parcoords g.axis[data-axis='loss:best'] rect.hit").bounding_box()
+    x = hit["x"] + hit["width"] / 2
+    page.mouse.move(x, hit["y"] + 2)
+    page.mouse.down()
+    page.mouse.move(x, hit["y"] + 60, steps=4)
+    page.mouse.up()
+    kept = shown_rows(page)
+    assert 0 < len(kept) < 12, kept
+    # its curves: the failed runs hidden, grouped by depth
+    page.check("#hide-failed")
+    page.select_option("#group-by", "depth")
+    redrawn(page, "loss", "u.series.length === 1 + 3 * 3")  # a mean and its band per depth
+    link, count = page.url, page.inner_text("#pc-count")
+    for part in ("brush=loss%3Abest%3A", "sort=lr", "failed=hide", "group=depth"):
+        assert part in link, link
+    # in a fresh browser, narrower: the same runs kept
+    fresh = page_for(browser, viewport={"width": 700, "height": 900})
+    login(fresh, seeded.node, seeded.node.token, link.removeprefix(seeded.node.url))
+    fresh.wait_for_selector("#parcoords path.run")
+    assert shown_rows(fresh) == kept and fresh.inner_text("#pc-count") == count
+    assert fresh.is_checked("#hide-failed") and fresh.input_value("#group-by") == "depth"
+    redrawn(fresh, "loss", "u.series.length === 1 + 3 * 3")
+    assert same_view(fresh.url, link)
+    # remembered for this sweep: opened without a view, its brush and sort come back
+    page.goto(seeded.node.url + path)
+    page.wait_for_selector("#parcoords path.run")
+    wait_for(lambda: "sort=lr" in page.url and "brush=" in page.url)
+    wait_for(lambda: page.get_attribute("table.runs th[data-col='lr']", "aria-sort") is not None)
+    wait_for(lambda: shown_rows(page) == kept)

@@ -10,8 +10,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from mainnode import MainNode, node, wait_until_ended  # noqa: F401 - node: a fixture
-from test_web import browser, csrf_of, login, page_for, run_job  # noqa: F401 - browser: a fixture
+from test_web import (  # noqa: F401 - browser: a fixture
+    browser,
+    csrf_of,
+    login,
+    page_for,
+    run_job,
+    state_of,
+)
 
 from monkey.api import Monkey
 from monkey.server.web.code import diff_lines, safe_path
@@ -351,3 +359,65 @@ def test_the_new_pages_have_no_horizontal_scroll_at_360_px(node, browser, tmp_pa
     ):
         page.goto(node.url + path)
         assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
+
+
+# -- "Why isn't it running?" (issue 43 item 8) ---------------------------------------------
+
+
+def state_line(node: MainNode, juid: str) -> str:
+    """The state line of `monkey info JUID`."""
+    out = node.server("info", juid).stdout
+    return next(line for line in out.splitlines() if line.startswith("state"))
+
+
+@pytest.mark.system
+def test_a_waiting_jobs_page_names_the_job_and_the_capacity_it_waits_for(node, browser, tmp_path):
+    (node.home / "providers.yml").write_text("providers:\n  local: {type: local, slots: 1}\n")
+    flag = tmp_path / "go"
+    holder = run_job(node, "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done", name="holder")
+    wait_for(lambda: state_of(node, holder) == "running", timeout=120, what="the job to run")
+    behind = run_job(node, "true", name="behind")  # the one slot is taken
+    done = node.server("run", "--name", "after", "--after", holder, "--", "true")
+    assert done.returncode == 0, done.stderr
+    after = done.stdout.strip()
+    wait_for(lambda: "slots busy" in state_line(node, behind), timeout=60, what="the core's pass")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{after}")
+    # the state as the jobs list says it, and the job it waits for: a link, with its state
+    assert page.inner_text("#state") == "waiting"
+    why = page.inner_text("#why-waiting")
+    assert why == f"waiting for {holder} (running) to succeed", why
+    assert page.get_attribute("#why-waiting a", "href") == f"/web/jobs/{holder}"
+    assert state_line(node, after).endswith(f"queued; waiting for {holder} to succeed")
+    # a full provider: how many of its slots are busy, and with which job (as `info` says)
+    page.goto(node.url + f"/web/jobs/{behind}")
+    assert page.inner_text("#state") == "queued"
+    why = page.inner_text("#why-waiting")
+    assert why == f"waiting: 1 of 1 slots busy: job {holder} (running)", why
+    assert state_line(node, behind).endswith(f"queued; waiting: 1 of 1 slots busy: job {holder}")
+    assert page.inner_text("#tries") == "0"
+    # the slot frees: the page follows without a reload, the reason gone
+    flag.touch()
+    page.wait_for_selector("#state >> text=succeeded", timeout=60_000)
+    assert page.query_selector("#why-waiting") is None
+    assert page.inner_text("#tries") == "1"
+
+
+def test_attempts_that_never_started_are_counted_apart_from_tries(monkey, cli):
+    from monkey.models import State
+    from monkey.server.web.views import job_page
+
+    job = monkey.run(["true"], start_core=False)
+    store = monkey.store
+    for n in (1, 2):  # two starts that came to nothing (no process ran)
+        record = store.get_job(job.juid)
+        assert store.begin_attempt(record, "local", str(monkey.home.run_dir(job.juid, n)))
+        store.end_attempt(
+            job.juid, n, final=State.QUEUED, exit_code=None, signal=None, reason="never started"
+        )
+    info = monkey.info(job.juid)
+    assert (info["attempts"], info["tries"], info["never_started"]) == (2, 0, 2)
+    shown = cli("info", job.juid).stdout
+    assert re.search(r"^tries +0, and 2 attempts that never started$", shown, re.M), shown
+    user = {"name": "me", "admin": True}
+    assert job_page(monkey, job.juid, user)["tries"] == "0, and 2 attempts that never started"

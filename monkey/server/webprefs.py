@@ -1,4 +1,4 @@
-"""Monkey Web's remembered choices per user (the jobs list's columns), one small JSON
+"""Monkey Web's remembered choices per user (the jobs list's columns and sort), one small JSON
 file per user under MONKEY_HOME/server/web/prefs (0600, named by the SHA-256 of the
 user's name)."""
 

@@ -8,7 +8,8 @@ import json
 import sys
 import time
 
-from monkey.models import DISK_WAIT, State, format_duration, run_time
+from monkey.facade.waiting import tries_text
+from monkey.models import State, format_duration, run_time
 from monkey.shell.common import monkey, print_json
 from monkey.shell.listing_commands import CORE_MOVES, core_absent_line
 
@@ -18,31 +19,6 @@ if TYPE_CHECKING:
 
 
 AFTER_SHOWN = 10  # `info job` lists this many of the jobs it runs after
-
-
-def _waiting_for(info: dict[str, Any]) -> str:
-    """``info job``'s note on a queued job that waits for others ("" when none)."""
-    if info["state"] != "queued":
-        return ""
-    unmet = [d for d in info.get("after") or [] if not d["met"]]
-    ends = [d["job"] for d in unmet if d["any"]]
-    succeeds = [d["job"] for d in unmet if not d["any"]]
-    parts = [f"{_some(succeeds)} to succeed"] if succeeds else []
-    parts += [f"{_some(ends)} to end"] if ends else []
-    return f"; waiting for {' and '.join(parts)}" if parts else ""
-
-
-def _waiting(why: str | None) -> str:
-    """``info job``'s note on why a queued job's provider has no machine for it yet."""
-    if not why:
-        return ""
-    return f"; {why}" if why.startswith(DISK_WAIT) else f"; waiting: {why}"
-
-
-def _some(juids: list[str]) -> str:
-    """JUIDS as a list to read: the first three, and how many more."""
-    shown = ", ".join(juids[:3])
-    return shown + (f" and {len(juids) - 3} more" if len(juids) > 3 else "")
 
 
 def _when(ts: float | None) -> str:
@@ -84,8 +60,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             + (f" ({info['phase']})" if info.get("phase") and info["state"] == "running" else "")
             + (f" ({info['reason']})" if info["reason"] else "")
             + (f" [{info['request']} requested]" if info["request"] else "")
-            + _waiting(info.get("waiting"))
-            + _waiting_for(info),
+            + "".join(f"; {why['text']}" for why in info.get("why") or []),
         ),
         ("command", info["command"]),
         ("provider", info["provider"] + (f" on {info['instance']}" if info["instance"] else "")),
@@ -113,6 +88,7 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             else []
         ),
         ("retries", str(info["retries"])),
+        ("tries", tries_text(info)),
         ("workdir", info["workdir"]),
         *(
             [("runs in", git["subdir"] + "/ (sub-folder of the workdir)")]

@@ -327,12 +327,17 @@ class Web:
         if session is None:
             return self.to_login(request)
         q = request.query_params
+        user = session["user"]["name"]
+        if not request.url.query:  # the list as the user last sorted it, in the URL
+            view = await run_in_threadpool(self._remembered_view, user)
+            if view:
+                return _headers(RedirectResponse(f"/web/jobs?{urlencode(view)}", 303))
         filters = {k: q.get(k, "") for k in views.FILTERS}
         before = q.get("before") or None
         sort, reverse = q.get("sort") or None, bool(q.get("reverse"))
         try:
             start = max(0, int(q.get("start") or 0))
-            columns = await run_in_threadpool(self._columns, session["user"]["name"], q)
+            columns = await run_in_threadpool(self._columns, user, q)
             data = await run_in_threadpool(
                 lambda: views.jobs_page(
                     self.monkey(), filters, before, sort, reverse, start, columns
@@ -343,11 +348,32 @@ class Web:
             return self.page("error.html", 400, session, title="Jobs", message=message)
         except MonkeyError as exc:
             return self.page("error.html", 400, session, title="Jobs", message=str(exc))
+        if sort and not q.get("fragment"):
+            await run_in_threadpool(self._remember_sort, user, sort, reverse)
         shown = {"filters": filters, "before": before, "start": start, "sort": sort, **data}
         shown["reverse"] = reverse
+        # the chosen columns in every link of the list, so a link shows them to anyone
+        shown["view"] = [("cols", "1"), *(("col", c) for c in columns)] if columns else []
         if q.get("fragment"):
             return self.page("jobs_rows.html", session=session, **shown)
         return self.page("jobs.html", session=session, **shown)
+
+    def _remembered_view(self, user: str) -> list[tuple[str, str]]:
+        """USER's remembered columns and sort of the jobs list, as a query ([] when none)."""
+        from monkey.server import webprefs
+
+        prefs = webprefs.load(self.home, user)
+        columns = [str(c) for c in prefs.get("jobs_columns") or []]
+        view = [("cols", "1"), *(("col", c) for c in columns)] if columns else []
+        sort = prefs.get("jobs_sort")
+        if isinstance(sort, list) and len(sort) == 2 and sort[0] in (*views.JOB_SORTS, *columns):
+            view += [("sort", str(sort[0]))] + ([("reverse", "1")] if sort[1] else [])
+        return view
+
+    def _remember_sort(self, user: str, sort: str, reverse: bool) -> None:
+        from monkey.server import webprefs
+
+        webprefs.remember(self.home, user, "jobs_sort", [sort, reverse])
 
     def _columns(self, user: str, q: Any) -> list[str]:
         """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),

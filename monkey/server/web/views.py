@@ -229,6 +229,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
             actions.append("retry")
     now = time.time()
     limit = info["resources"].get("time")
+    from monkey.facade.waiting import tries_text
     from monkey.server.web.confirm import job_questions
 
     return {
@@ -243,6 +244,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
             else None
         ),
         "limit": duration(limit) if limit else "none",
+        "tries": tries_text(info),  # as `monkey info` says them
         "attempts": [
             {
                 **a,

@@ -18,6 +18,22 @@ window.addEventListener("load", function () {
   var group = monkeyChartGroup(document.getElementById("syncx"));
   var series = null;  // per run: metric name -> {x, y, by}
   window.monkeyCharts = group.plots;
+  // The view in the URL and remembered (view.js): hide failed, ignore outliers, zooming
+  // together (for every comparison), the grouping and the zoom (this page's)
+  if (window.monkeyView) {
+    var view = monkeyView("curves", {failed: "kind", outliers: "kind", sync: "kind", group: "page", zoom: "page"});
+    var syncx = document.getElementById("syncx");
+    if (hideFailed) hideFailed.checked = view.get("failed") === "hide";
+    if (noOutliers) noOutliers.checked = view.get("outliers") === "ignore";
+    if (syncx) syncx.checked = view.get("sync") !== "0";
+    if (groupBy) groupBy.value = [].some.call(groupBy.options, function (o) { return o.value === view.get("group"); }) ? view.get("group") : "";
+    group.restore(view.all("zoom"));
+    group.onzoom.push(function () { view.set("zoom", group.saved()); });
+    if (hideFailed) hideFailed.addEventListener("change", function () { view.set("failed", hideFailed.checked ? "hide" : null); });
+    if (noOutliers) noOutliers.addEventListener("change", function () { view.set("outliers", noOutliers.checked ? "ignore" : null); });
+    if (syncx) syncx.addEventListener("change", function () { view.set("sync", syncx.checked ? null : "0"); });
+    if (groupBy) groupBy.addEventListener("change", function () { view.set("group", groupBy.value); });
+  }
 
   // The y range of the bulk of VALUES: beyond 3 interquartile ranges of the quartiles
   // (of their logarithms when all are positive, as a loss's are) is an outlier.

@@ -42,4 +42,6 @@
   }
   setInterval(tick, 1000);
   tick();
+  // the page's parts again, now (a sort restored into the URL: view.js, web.js)
+  window.monkeyRefresh = function () { if (!busy) refresh(); else setTimeout(window.monkeyRefresh, 100); };
 })();

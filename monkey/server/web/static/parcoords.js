@@ -10,8 +10,13 @@
   var data, NS = "http://www.w3.org/2000/svg";
   var VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   var TOP = 34, BOTTOM = 26, HEIGHT = 320, NONE = 14;  // NONE: below an axis, runs without a value
+  var PLOT = HEIGHT - TOP - BOTTOM - NONE;
   var brushes = {}, paths = [], count = document.getElementById("pc-count");
   var table, best, low, high;
+  // The brushes in the URL and remembered for this sweep (view.js): "AXIS:low:high" each,
+  // in the axis's values (a numeric one) or its fraction of the height (categories), so a
+  // link keeps its runs however wide the chart is drawn
+  var view = window.monkeyView ? monkeyView("parcoords", {brush: "page"}) : null;
 
   // The runs, the runs table and the best run: read again when live.js swapped them in.
   function load() {
@@ -61,12 +66,46 @@
     return out;
   }
 
+  // A brush's edge Y (in the chart's units) as a link keeps it, and back: a numeric
+  // axis's value there, else the fraction of the axis (1: its top, below 0: "none").
+  function valued(axis) { return axis.kind !== "cat" && axis.max > axis.min; }
+  function edgeOf(axis, y) {
+    var t = (TOP + PLOT - y) / PLOT;
+    if (!valued(axis)) return +t.toPrecision(6);
+    if (axis.log) return +Math.exp(Math.log(axis.min) + t * (Math.log(axis.max) - Math.log(axis.min))).toPrecision(6);
+    return +(axis.min + t * (axis.max - axis.min)).toPrecision(6);
+  }
+  function yOf(axis, v) {
+    var t = !valued(axis) ? v : axis.log ? (Math.log(v) - Math.log(axis.min)) / (Math.log(axis.max) - Math.log(axis.min)) : (v - axis.min) / (axis.max - axis.min);
+    return TOP + PLOT - t * PLOT;
+  }
+  function settle(axis, b) {  // B as the link will give it back
+    var y = [yOf(axis, edgeOf(axis, b[0])), yOf(axis, edgeOf(axis, b[1]))];
+    return [Math.min(y[0], y[1]), Math.max(y[0], y[1])];
+  }
+  function restore() {
+    view.all("brush").forEach(function (entry) {
+      var parts = entry.split(":"), high = parseFloat(parts.pop()), low = parseFloat(parts.pop());
+      var axis = data.axes.filter(function (a) { return a.name === parts.join(":"); })[0];
+      if (!axis || !isFinite(low) || !isFinite(high) || (axis.log && (low <= 0 || high <= 0))) return;
+      var y = [yOf(axis, low), yOf(axis, high)];
+      brushes[axis.name] = [Math.min(y[0], y[1]), Math.max(y[0], y[1])];
+    });
+  }
+  function remember() {
+    if (!view) return;
+    view.set("brush", data.axes.filter(function (a) { return brushes[a.name]; }).map(function (a) {
+      var b = brushes[a.name], ends = [edgeOf(a, b[1]), edgeOf(a, b[0])];  // low, high
+      return a.name + ":" + Math.min(ends[0], ends[1]) + ":" + Math.max(ends[0], ends[1]);
+    }));
+  }
+
   function draw() {
     box.innerHTML = "";
     paths = [];
     var width = Math.max(280, box.clientWidth), n = data.axes.length;
     var left = 40, right = 40, step = n > 1 ? (width - left - right) / (n - 1) : 0;
-    var plot = HEIGHT - TOP - BOTTOM - NONE;
+    var plot = PLOT;
     var svg = el("svg", {viewBox: "0 0 " + width + " " + HEIGHT, height: HEIGHT}, box);
     var xs = data.axes.map(function (_, i) { return n > 1 ? left + i * step : width / 2; });
     var ys = function (axis, v) {
@@ -120,9 +159,10 @@
         var y = at(e), y0 = Math.min(start, y), y1 = Math.max(start, y);
         start = null;
         if (y1 - y0 < 3) delete brushes[axis.name];
-        else brushes[axis.name] = [y0, y1];
+        else brushes[axis.name] = settle(axis, [y0, y1]);
         show(rect, brushes[axis.name]);
         filter();
+        remember();
       });
       axis.y = function (v) { return ys(axis, v); };
     });
@@ -154,11 +194,12 @@
           var y0 = Math.min(bottom - (b[1] - b[0]), Math.max(top, b[0] + dir * step));
           b = [y0, y0 + b[1] - b[0]];
         }
-        brushes[axis.name] = b;
+        brushes[axis.name] = settle(axis, b);
       } else return;
       e.preventDefault();
       show(rect, brushes[axis.name]);
       filter();
+      remember();
     });
   }
 
@@ -179,7 +220,7 @@
     count.textContent = kept === paths.length ? paths.length + " runs" : kept + " of " + paths.length + " runs selected";
   }
 
-  document.getElementById("pc-clear").addEventListener("click", function () { brushes = {}; draw(); });
+  document.getElementById("pc-clear").addEventListener("click", function () { brushes = {}; draw(); remember(); });
   var drawnAt = 0;
   window.addEventListener("resize", function () {
     if (Math.abs(box.clientWidth - drawnAt) > 20) { drawnAt = box.clientWidth; draw(); }
@@ -188,5 +229,6 @@
   document.addEventListener("monkey:refreshed", function () { load(); draw(); });
   drawnAt = box.clientWidth;
   load();
+  if (view) restore();
   draw();
 })();

@@ -59,6 +59,13 @@
     });
   }
 
+  // -- a sweep's page: its runs table's sort in the URL (the server sorts) and remembered
+  // for this sweep (view.js); a sort remembered is fetched in place (live.js), no reload
+  if (document.getElementById("sweep-runs") && window.monkeyView) {
+    var order = monkeyView("sweep", {sort: "page", reverse: "page"});
+    if (order.restored && window.monkeyRefresh) window.monkeyRefresh();
+  }
+
   // -- job page: the output followed live
   var log = document.getElementById("log");
   if (log && window.EventSource) {
@@ -248,24 +255,29 @@
 
   // A page's charts: x by step (never dates); drag across one to zoom in on x, double-click
   // to zoom out. With SYNC checked (or no SYNC) every chart zooms together. A zoom stays
-  // through live refreshes and redraws until the user resets it.
+  // through live refreshes and redraws until the user resets it. A zoom is a plain
+  // {from, to} (null: the whole run), kept on each chart as u.zoom; g.zoom applies one
+  // (the user's, or a link's), and then calls each of g.onzoom (the page's URL follows).
   function chartGroup(sync) {
-    var g = {plots: {}, all: null, own: {}};
+    var g = {plots: {}, all: null, own: {}, onzoom: []};
     var together = function () { return !sync || sync.checked; };
     var zoomOf = function (name) { return together() ? g.all : g.own[name] || null; };
     var apply = function (u, z) {
       var x = u.data[0];
-      if (z) u.setScale("x", {min: z[0], max: z[1]});
+      u.zoom = z;
+      if (z) u.setScale("x", {min: z.from, max: z.to});
       else if (x.length) u.setScale("x", {min: x[0], max: x[x.length - 1]});
     };
-    g.zoom = function (name, z) {  // the user's zoom on chart NAME; null: zoomed out
+    var told = function (name, z) { g.onzoom.forEach(function (f) { f(name, z); }); };
+    g.zoom = function (name, z) {  // the zoom on chart NAME; null: zoomed out
       if (together()) {
         g.all = z;
         Object.keys(g.plots).forEach(function (n) { apply(g.plots[n], z); });
       } else {
         if (z) g.own[name] = z; else delete g.own[name];
-        apply(g.plots[name], z);
+        if (g.plots[name]) apply(g.plots[name], z);
       }
+      told(name, z);
     };
     g.draw = function (name, opts, data, box) {  // a new chart, zoomed as the others are
       opts.scales = opts.scales || {};
@@ -275,7 +287,8 @@
       opts.hooks = Object.assign(opts.hooks || {}, {
         setSelect: [function (u) {
           if (u.select.width <= 0) return;
-          var z = [u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x")];
+          var at = function (px) { return +u.posToVal(px, "x").toPrecision(6); };  // a short URL
+          var z = {from: at(u.select.left), to: at(u.select.left + u.select.width)};
           u.setSelect({left: 0, top: 0, width: 0, height: 0}, false);
           g.zoom(name, z);
         }],
@@ -284,6 +297,7 @@
         }]
       });
       var u = g.plots[name] = new uPlot(opts, data, box), z = zoomOf(name);
+      u.zoom = null;
       if (z) apply(u, z);
       return u;
     };
@@ -296,10 +310,27 @@
     };
     g.forget = function () {  // a new x axis: the zooms mean nothing there
       g.all = null; g.own = {};
+      told(null, null);
+    };
+    // The zooms as a link holds them: "from,to" for all charts, "NAME,from,to" for one.
+    g.saved = function () {
+      if (together()) return g.all ? [g.all.from + "," + g.all.to] : [];
+      return Object.keys(g.own).map(function (n) { return n + "," + g.own[n].from + "," + g.own[n].to; });
+    };
+    g.restore = function (entries) {  // before the charts are drawn
+      entries.forEach(function (e) {
+        var parts = e.split(","), to = parseFloat(parts.pop()), from = parseFloat(parts.pop());
+        if (!isFinite(from) || !isFinite(to) || from >= to) return;
+        if (parts.length) g.own[parts.join(",")] = {from: from, to: to};
+        else g.all = {from: from, to: to};
+      });
     };
     if (sync) sync.addEventListener("change", function () {
       if (sync.checked) { g.forget(); g.zoom(null, null); }  // together again: all zoomed out
-      else Object.keys(g.plots).forEach(function (n) { if (g.all) g.own[n] = g.all; });
+      else {
+        Object.keys(g.plots).forEach(function (n) { if (g.all) g.own[n] = g.all; });
+        told(null, null);
+      }
     });
     return g;
   }
@@ -378,6 +409,24 @@
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
+  // Its view in the URL and remembered (view.js): log y, smoothing, x, the overlay, zooming
+  // together (for every job page), the zoom (this job's)
+  if (charts && window.monkeyView) {
+    var view = monkeyView("job", {logy: "kind", smooth: "kind", x: "kind", overlay: "kind", sync: "kind", zoom: "page"});
+    var syncx = document.getElementById("syncx"), flag = function (box) { return box.checked ? "1" : null; };
+    if (logY) logY.checked = view.get("logy") === "1";
+    if (smooth) smooth.value = view.get("smooth") || "0";
+    if (xBy) xBy.value = [].some.call(xBy.options, function (o) { return o.value === view.get("x"); }) ? view.get("x") : "step";
+    if (overlayRuns) overlayRuns.checked = view.get("overlay") === "1";
+    if (syncx) syncx.checked = view.get("sync") !== "0";
+    group.restore(view.all("zoom"));
+    group.onzoom.push(function () { view.set("zoom", group.saved()); });
+    if (logY) logY.addEventListener("change", function () { view.set("logy", flag(logY)); });
+    if (smooth) smooth.addEventListener("change", function () { view.set("smooth", +smooth.value ? smooth.value : null); });
+    if (xBy) xBy.addEventListener("change", function () { view.set("x", xBy.value === "step" ? null : xBy.value); });
+    if (overlayRuns) overlayRuns.addEventListener("change", function () { view.set("overlay", flag(overlayRuns)); });
+    if (syncx) syncx.addEventListener("change", function () { view.set("sync", syncx.checked ? null : "0"); });
+  }
   // the compare and sweep pages' curves (curves.js) zoom and tick as these charts do
   window.monkeyChartGroup = chartGroup;
   window.monkeyChartWidth = chartWidth;
