@@ -118,8 +118,8 @@ class SeriesCache:
             else:
                 now = old.grown(store, ends)
             with self._lock:
-                newer = old is None or now.last >= old.last or now.first != old.first
-                self._items[key] = now if newer else old  # never back to an older state
+                older = old is not None and old.last > now.last and old.first == now.first
+                self._items[key] = old if older and old is not None else now  # never back
                 self._items.move_to_end(key)
                 total = sum(s.points for s in self._items.values())
                 while total > self.most and len(self._items) > 1:
@@ -142,8 +142,9 @@ def job_series(
     """Metric name -> {"x", "y", "points", "by", "last"} of job REF's series (NAMES, or
     all): the whole (or the WINDOW (lo, hi) on the x axis, with the nearest point on each
     side) cut down to WIDTH pixels (``decimate``), or with SINCE (a rowid) only the points
-    logged after it; "points": how many it has in all, "last": the rowid of its last (the
-    page's next SINCE). x BY "step" (when every point has one, else the time), "epoch"
+    logged after it, cut down as the page draws them (WIDTH pixels across the WINDOW shown,
+    else across the whole); "points": how many it has in all, "last": the rowid of its
+    last (the page's next SINCE); values with 7 significant digits. x BY "step" (when every point has one, else the time), "epoch"
     (steps mapped through the logged ``epoch`` metric, else the step) or "time" (seconds
     since the run started)."""
     if by not in charts.XS:
@@ -182,12 +183,51 @@ def _series(
         if since is not None and s.last <= since:
             continue  # nothing new
         if since is not None:
-            rows = store.metric_window(sid, since)
-            x, y = _cut(charts.xs((r[1:] for r in rows), shown, start, epoch), None, width)
+            x, y = _added(store, s, shown, start, epoch, since, window, width)
         else:
             x, y = _drawn(store, s, shown, start, epoch, window, width)
-        out[name] = {"x": x, "y": y, "points": s.points, "by": shown, "last": s.last}
+        out[name] = {
+            "x": [_short(v, 9) for v in x],
+            "y": [_short(v, 7) for v in y],
+            "points": s.points,
+            "by": shown,
+            "last": s.last,
+        }
     return out
+
+
+def _short(v: float | None, digits: int) -> float | None:
+    """V with DIGITS significant digits at most (a whole number as an int; infinite as
+    None, a gap): what a chart shows, in a few bytes of JSON."""
+    if v is None or not math.isfinite(v):
+        return None
+    if v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    return float(f"{v:.{digits}g}")
+
+
+def _added(
+    store: Store,
+    s: Summary,
+    by: str,
+    start: float,
+    epoch: Callable[[float], float] | None,
+    since: int,
+    shown: tuple[float, float] | None,
+    width: int,
+) -> Points:
+    """Series S's points logged after rowid SINCE, cut down at the scale the page draws
+    them: WIDTH pixels across SHOWN (the x range on screen; None: the whole series)."""
+    rows = store.metric_window(s.series, since)
+    points = list(charts.xs((r[1:] for r in rows), by, start, epoch))
+    if not points:
+        return [], []
+    if shown is None:
+        los, his = s.spans(by, start, epoch)
+        shown = (min(los), max(his))
+    lo, hi = min(x for x, _ in points), max(x for x, _ in points)
+    pixel = (shown[1] - shown[0]) / width
+    return decimate(points, lo, hi, max(1, math.ceil((hi - lo) / pixel)) if pixel > 0 else width)
 
 
 def _drawn(

@@ -213,8 +213,9 @@ def _number(v: float | None) -> str:
 
 
 def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
-    """Everything the job page shows: ``Monkey.info`` plus what USER may do to it."""
-    info = m.info(ref)
+    """Everything the job page shows: ``Monkey.info`` (but its metrics' summary: the
+    charts show them) plus what USER may do to it."""
+    info = m.info(ref, metrics=False)
     state = State(info["state"])
     mine = user["admin"] or info.get("owner") == user["name"]
     actions = []

@@ -435,7 +435,8 @@
   // A running job's new points, appended: its charts' zoom kept
   function refresh() {
     if (loading || cursor === null) return;  // the whole is on its way (or not asked yet)
-    var src = charts.dataset.src + query("&since=" + cursor), mine = asked;
+    var z = group.all, at = z ? "&from=" + z[0] + "&to=" + z[1] : "";  // the scale drawn
+    var src = charts.dataset.src + query("&since=" + cursor + at), mine = asked;
     return getJSON(src).then(function (got) {
       if (mine !== asked) return;  // drawn whole again meanwhile
       var names = Object.keys(got);
