@@ -402,8 +402,9 @@ class Monkey:
             states = _states([state] if isinstance(state, (str, State)) else list(state))
         return self.store.list_jobs(states=states, provider=provider, limit=limit)
 
-    def info(self, ref: str) -> dict[str, Any]:
-        """Everything known about a job: record, attempts, events."""
+    def info(self, ref: str, metrics: bool = True) -> dict[str, Any]:
+        """Everything known about a job: record, attempts, events; its metrics' summary
+        unless not METRICS (a scan of every point: a second per million)."""
         juid = self.store.resolve(ref)
         job = self.store.get_job(juid)
         assert job is not None
@@ -463,7 +464,7 @@ class Monkey:
             "notifications": self.store.job_deliveries(juid),
             # each metric it logged (system series left out): last value and step, the best
             # (its sweep's goal, else guessed from the name: `loss` is minimised) and count
-            "metrics": self._metric_summary(job),
+            "metrics": self._metric_summary(job) if metrics else {},
         }
 
     def _metric_summary(self, job: JobRecord) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,8 @@ import pytest
 from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 
-from monkey.server.web.render import AnsiHtml, ansi_to_html, downsample, downsample_pairs
+from monkey.server.web.render import AnsiHtml, ansi_to_html
+from monkey.server.web.series import decimate
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -93,18 +94,17 @@ def test_ansi_carriage_returns_keep_each_lines_last_redraw():
     assert a.feed(b"next") == "next"
 
 
-def test_downsample_keeps_short_series_and_turns_nan_to_none():
-    assert downsample([1, 2, 3], [1.0, math.nan, 3.0], 10) == ([1, 2, 3], [1.0, None, 3.0])
+def test_decimate_keeps_short_series_and_turns_nan_to_none():
+    assert decimate(zip([1, 2, 3], [1.0, math.nan, 3.0]), 1, 3, 10) == ([1, 2, 3], [1.0, None, 3.0])
 
 
-def test_downsample_a_million_points_keeps_extremes_in_order():
+def test_decimate_a_million_points_keeps_extremes_in_order():
     n = 1_000_000
-    xs = list(range(n))
-    ys = [math.sin(i / 1000) for i in xs]
+    ys = [math.sin(i / 1000) for i in range(n)]
     ys[123_456] = 50.0  # a spike one point wide
     ys[654_321] = -50.0
     ys[777_777] = math.nan
-    x, y = downsample(xs, ys, 1000)
+    x, y = decimate(zip(range(n), ys), 0, n - 1, 1000)
     assert len(x) == len(y) <= 2000
     assert x == sorted(x)
     assert max(y) == 50.0 and min(y) == -50.0  # spikes survive
@@ -599,14 +599,17 @@ def test_hidden_pages_give_their_connections_back(node, browser):
     node.server("job", "cancel", juid)
 
 
-def test_downsample_pairs_reads_a_stream_once_with_uneven_buckets():
+def test_decimate_reads_a_stream_once_and_keeps_a_windows_neighbours():
     n = 12_345
     stream = ((float(i), float(i % 97)) for i in range(n))  # read once, like a cursor
-    x, y = downsample_pairs(stream, n, 100)
+    x, y = decimate(stream, 0, n - 1, 100)
     assert len(x) == 200 and x == sorted(x)
-    assert set(y) == {0.0, 96.0}  # each bucket's lowest and highest
+    assert set(y) == {0.0, 96.0}  # each pixel's lowest and highest
     empty = ((float(i), None) for i in range(5000))  # nothing logged: nothing drawn
-    assert downsample_pairs(empty, 5000, 10) == ([], [])
+    assert decimate(empty, 0, 4999, 10) == ([], [])
+    # a window: its points, and the nearest one on each side for the lines to reach its edges
+    x, y = decimate(((float(i), float(i)) for i in range(100)), 10.5, 20.5, 100)
+    assert x == [10.0, *range(11, 21), 21.0]
 
 
 @pytest.mark.system

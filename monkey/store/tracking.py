@@ -6,6 +6,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import repeat
 
 from monkey.models import dumps
@@ -148,6 +149,59 @@ class TrackingStore:
                 "SELECT step, value, wall FROM metrics WHERE series = ? ORDER BY rowid", (sid,)
             ).fetchall()
         return out
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Reads that all see one state of the store (a read transaction: writers go on
+        meanwhile); inside another transaction, that one's."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")  # deferred: the state is the one of its first read
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
+    def metric_series_ids(self, juid: str) -> dict[str, int]:
+        """Series name -> its id, of job JUID's metrics."""
+        rows = self.db.execute(
+            "SELECT name, id FROM metric_series WHERE juid = ? ORDER BY name", (juid,)
+        )
+        return dict(rows.fetchall())
+
+    def metric_ends(self, series: int) -> tuple[int, int] | None:
+        """(first, last) rowid of SERIES' points, or None: two seeks of its index."""
+        row = self.db.execute(
+            "SELECT (SELECT rowid FROM metrics WHERE series = ?1 ORDER BY rowid LIMIT 1), "
+            "(SELECT rowid FROM metrics WHERE series = ?1 ORDER BY rowid DESC LIMIT 1)",
+            (series,),
+        ).fetchone()
+        return None if row[0] is None else (int(row[0]), int(row[1]))
+
+    def metric_blocks(self, series: int, after: int, block: int) -> list[tuple[Any, ...]]:
+        """SERIES' points from rowid AFTER on, summed up per BLOCK rowids: (block number,
+        first rowid, last rowid, points, points with a step, lowest and highest step, wall
+        and value), in order; one pass over its index."""
+        return self.db.execute(
+            "SELECT rowid / ?3, MIN(rowid), MAX(rowid), COUNT(*), COUNT(step), MIN(step), "
+            "MAX(step), MIN(wall), MAX(wall), MIN(value), MAX(value) FROM metrics "
+            "WHERE series = ?1 AND rowid >= ?2 GROUP BY rowid / ?3 ORDER BY 1",
+            (series, after, block),
+        ).fetchall()
+
+    def metric_window(
+        self, series: int, after: int, until: int | None = None
+    ) -> Iterator[tuple[int, int | None, float | None, float]]:
+        """(rowid, step, value, wall) of SERIES' points with a rowid above AFTER and at most
+        UNTIL, in logging order, read as they are consumed (a range of its index)."""
+        if until is None:
+            until = 2**63 - 1
+        yield from self.db.execute(
+            "SELECT rowid, step, value, wall FROM metrics "
+            "WHERE series = ? AND rowid > ? AND rowid <= ? ORDER BY rowid",
+            (series, after, until),
+        )
 
     def metric_points_many(
         self, juids: list[str], name: str

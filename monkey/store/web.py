@@ -5,7 +5,6 @@ job (what the live pages watch)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 
 from monkey.models import Job
 from monkey.store.rows import _JOB_COLUMNS, _job
@@ -123,26 +122,6 @@ class WebQueries:
         where, args = _page_filter(state, provider, owner, sweep, name, juids)
         sql = "SELECT COUNT(*) FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         return int(self.db.execute(sql, args).fetchone()[0])
-
-    def metric_counts(self, juid: str) -> dict[str, tuple[int, int]]:
-        """Series name -> (its points, how many of them have a step) of job JUID."""
-        rows = self.db.execute(
-            "SELECT s.name, COUNT(*), COUNT(m.step) FROM metric_series s "
-            "JOIN metrics m ON m.series = s.id WHERE s.juid = ? GROUP BY s.id ORDER BY s.name",
-            (juid,),
-        )
-        return {name: (int(n), int(steps)) for name, n, steps in rows}
-
-    def metric_rows(self, juid: str, name: str) -> Iterator[tuple[int | None, float | None, float]]:
-        """The (step, value, wall) of job JUID's series NAME in logging order, read as they
-        are consumed (a million points never held at once)."""
-        row = self.db.execute(
-            "SELECT id FROM metric_series WHERE juid = ? AND name = ?", (juid, name)
-        ).fetchone()
-        if row is not None:  # by the series' own index: no join per point
-            yield from self.db.execute(
-                "SELECT step, value, wall FROM metrics WHERE series = ? ORDER BY rowid", (row[0],)
-            )
 
     def metric_first_wall(self, juid: str) -> float | None:
         """When job JUID logged its first metric point (the first of each series, by its

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hmac
 import json
+import math
 import secrets
 from collections.abc import AsyncIterator, Callable, Container, Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from urllib.parse import urlencode
 import anyio
 import jinja2
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -33,7 +36,7 @@ from monkey.models import Forbidden, MonkeyError
 from monkey.server import websession
 from monkey.server.calls import run_call
 from monkey.server.door import check
-from monkey.server.web import code, files, newjob, rerun_form, views
+from monkey.server.web import code, files, newjob, rerun_form, series, views
 from monkey.server.web.render import AnsiHtml, cell
 
 TYPE_CHECKING = False
@@ -91,6 +94,7 @@ class Web:
         self.home, self.monkey, self.gate = home, monkey, gate
         self._limiter: Any = None
         self._change: tuple[float, tuple[float, int]] | None = None  # (read at, value)
+        self.series = series.SeriesCache()  # the charts' long series, read once
 
     def last_change(self) -> tuple[float, int]:
         """The store's last job change, read at most every half second however many pages
@@ -130,6 +134,8 @@ class Web:
                     *newjob.routes(self, _headers),
                     Route("/static/{path:path}", self.static),
                 ],
+                # pages and series compressed (the live feeds are not: text/event-stream)
+                middleware=[Middleware(GZipMiddleware, minimum_size=1000, compresslevel=6)],
             ),
         ]
 
@@ -456,21 +462,42 @@ class Web:
         return _headers(RedirectResponse(f"/web/{where}/{ref}", 303))
 
     async def metrics(self, request: Request) -> Response:
+        """A job's series for its charts (``series.job_series``): ``width`` pixels, ``x``
+        (step, epoch or time), the window ``from`` .. ``to`` a zoom shows, or only the
+        points logged after ``since`` (the "last" of the page's previous answer)."""
         session = await self.session(request)
         if session is None:
             return JSONResponse({"error": "log in first"}, 401)
+        q = request.query_params
         try:
-            width = max(50, min(4000, int(request.query_params.get("width", "1000"))))
+            width = max(50, min(4000, int(q.get("width", "1000"))))
         except ValueError:
             width = 1000
+        try:
+            window = (float(q["from"]), float(q["to"])) if "from" in q or "to" in q else None
+            since = int(q["since"]) if q.get("since") else None
+        except (KeyError, ValueError):
+            message = "give from and to as numbers (the x range shown), since as a whole number"
+            return _headers(JSONResponse({"error": message}, 400))
+        if window is not None and not (all(map(math.isfinite, window)) and window[0] < window[1]):
+            message = f"from {q['from']} to {q['to']}: give finite numbers, from below to"
+            return _headers(JSONResponse({"error": message}, 400))
         ref = request.path_params["ref"]
-        by = request.query_params.get("x", "step")
         try:
             data = await run_in_threadpool(
-                lambda: views.metric_series(self.monkey(), ref, width, by)
+                lambda: series.job_series(
+                    self.monkey(),
+                    self.series,
+                    ref,
+                    width,
+                    q.get("x", "step"),
+                    window,
+                    since,
+                    q.getlist("name"),
+                )
             )
         except MonkeyError as exc:
-            return JSONResponse({"error": str(exc)}, 404)
+            return _headers(JSONResponse({"error": str(exc)}, 404))
         return _headers(JSONResponse(data))
 
     async def download(self, request: Request) -> Response:

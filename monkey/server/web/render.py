@@ -1,5 +1,5 @@
 """Pure helpers of Monkey Web: a job's output as HTML (ANSI colours as spans, everything
-escaped first), long metric series cut down to what a chart can show, and table cells."""
+escaped first) and table cells."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
     from typing import Any
 
 
@@ -155,56 +154,3 @@ def _xterm(n: int) -> str:
 def ansi_to_html(data: bytes) -> str:
     """DATA (a whole output) as HTML: see ``AnsiHtml``."""
     return AnsiHtml().feed(data, final=True)
-
-
-def downsample(
-    xs: Sequence[float], ys: Sequence[float | None], buckets: int = 1000
-) -> tuple[list[float], list[float | None]]:
-    """The points of a series a chart BUCKETS pixels wide can show: for each of BUCKETS
-    runs of consecutive points, its lowest and its highest (in their order), so spikes
-    survive; missing (None or NaN) values are left out. A series of at most 2 * BUCKETS
-    points comes back whole (NaN as None)."""
-    return downsample_pairs(zip(xs, ys), len(xs), buckets)
-
-
-def downsample_pairs(
-    points: Iterable[tuple[float, float | None]], n: int, buckets: int = 1000
-) -> tuple[list[float], list[float | None]]:
-    """``downsample`` of the N (x, y) POINTS read once, in order (a database cursor): the
-    memory it takes grows with BUCKETS, not with N."""
-    out_x: list[float] = []
-    out_y: list[float | None] = []
-    if n <= 2 * buckets:
-        for x, y in points:
-            out_x.append(x)
-            out_y.append(None if y is None or y != y else y)
-        return out_x, out_y
-    bucket, end = 0, n // buckets
-    lo = hi = None  # (y, i, x) of the bucket's lowest and highest so far
-    for i, (x, y) in enumerate(points):
-        while i >= end:  # this point starts the next bucket: the last one's two are kept
-            _keep(lo, hi, out_x, out_y)
-            lo = hi = None
-            bucket += 1
-            end = (bucket + 1) * n // buckets
-        if y is None or y != y:
-            continue
-        if lo is None or y < lo[0]:
-            lo = (y, i, x)
-        if hi is None or y > hi[0]:
-            hi = (y, i, x)
-    _keep(lo, hi, out_x, out_y)
-    return out_x, out_y
-
-
-def _keep(
-    lo: tuple[float, int, float] | None,
-    hi: tuple[float, int, float] | None,
-    out_x: list[float],
-    out_y: list[float | None],
-) -> None:
-    if lo is None or hi is None:
-        return
-    for y, _, x in sorted({lo, hi}, key=lambda p: p[1]):
-        out_x.append(x)
-        out_y.append(y)

@@ -8,7 +8,7 @@ import time
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import run_time as duration
 from monkey.server.web.job_extras import extras
-from monkey.server.web.render import cell, downsample_pairs
+from monkey.server.web.render import cell
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -213,8 +213,9 @@ def _number(v: float | None) -> str:
 
 
 def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
-    """Everything the job page shows: ``Monkey.info`` plus what USER may do to it."""
-    info = m.info(ref)
+    """Everything the job page shows: ``Monkey.info`` (but its metrics' summary: the
+    charts show them) plus what USER may do to it."""
+    info = m.info(ref, metrics=False)
     state = State(info["state"])
     mine = user["admin"] or info.get("owner") == user["name"]
     actions = []
@@ -271,34 +272,6 @@ def _siblings(m: Monkey, info: dict[str, Any]) -> list[str]:
         return []
     juids = m.sweep_jobs(info["sweep"])[1]
     return [j for j in juids if j != info["job"]][:OVERLAID]
-
-
-def metric_series(m: Monkey, ref: str, width: int = 1000, by: str = "step") -> dict[str, Any]:
-    """Metric name -> {"x", "y", "points", "by"}: each series downsampled to WIDTH buckets
-    as it is read (``render.downsample_pairs``); x BY "step" (when every point has one,
-    else the time), "epoch" (steps mapped through the logged ``epoch`` metric, else the
-    step) or "time" (seconds since the run started)."""
-    from monkey.server.web import charts
-
-    if by not in charts.XS:
-        raise MonkeyError(f"x by {by!r}: use one of {', '.join(charts.XS)}")
-    juid = m.resolve(ref)
-    counts = m.store.metric_counts(juid)
-    epoch = None
-    if by == "epoch" and charts.EPOCH in counts:
-        epoch = charts.epoch_mapper((s, v) for s, v, _ in m.store.metric_rows(juid, charts.EPOCH))
-    job = m.store.get_job(juid)
-    began = [t for t in (job and job.started_at, m.store.metric_first_wall(juid)) if t]
-    start = min(began, default=0.0)  # the run's start, or its first point if a retry began later
-    out: dict[str, Any] = {}
-    for name, (n, steps) in counts.items():
-        shown = by if steps == n else "time"
-        if shown == "epoch" and epoch is None:
-            shown = "step"
-        rows = m.store.metric_rows(juid, name)
-        x, y = downsample_pairs(charts.xs(rows, shown, start, epoch), n, width)
-        out[name] = {"x": x, "y": y, "points": n, "by": shown}
-    return out
 
 
 def ago(seconds: float) -> str:

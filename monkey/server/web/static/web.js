@@ -147,7 +147,7 @@
         feed.close();
         ended = true;
         status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
-        drawCharts();
+        if (charts && charts.dataset.live === "1") refresh();  // its last points
       });
       feed.addEventListener("failure", function (e) {
         feed.close();
@@ -277,8 +277,9 @@
         if (z) g.own[name] = z; else delete g.own[name];
         if (g.plots[name]) apply(g.plots[name], z);
       }
-      told(name, z);
+      told(together() ? null : name, z);  // null: every chart
     };
+    g.zoomOf = zoomOf;
     g.draw = function (name, opts, data, box) {  // a new chart, zoomed as the others are
       opts.scales = opts.scales || {};
       opts.scales.x = {time: false};
@@ -335,9 +336,11 @@
     return g;
   }
 
-  // -- job page: one chart per metric (uPlot), series downsampled by the server; drag to
-  // zoom (double-click: back), log y and smoothing (an exponential moving average) on top
-  var charts = document.getElementById("charts"), raw = {}, drawnAs = "";
+  // -- job page: one chart per metric (uPlot), each series fetched once, cut down by the
+  // server to the chart's pixels (each pixel's lowest and highest point); a zoom fetches
+  // its window again, finer; a running job's charts get only the points logged since the
+  // last (the "since" cursor). Log y and smoothing (an exponential moving average) on top.
+  var charts = document.getElementById("charts"), raw = {}, drawnAs = "", cursor = null;
   var group = chartGroup(document.getElementById("syncx")), plots = group.plots;
   var xBy = document.getElementById("xby"), overlayRuns = document.getElementById("overlay-runs");
   var others = [];  // [{job, series}] of the sweep's other runs, when overlaid
@@ -352,6 +355,21 @@
       return avg;
     });
   }
+  // A series' points as drawn: the whole one's, and inside a zoomed window its finer ones
+  function points(s) {
+    var w = s.win;
+    if (!w) return [s.x, s.y];
+    var x = [], y = [], i = 0;
+    for (; i < s.x.length && s.x[i] < w.lo; i++) { x.push(s.x[i]); y.push(s.y[i]); }
+    for (var k = 0; k < w.x.length; k++) { x.push(w.x[k]); y.push(w.y[k]); }
+    while (i < s.x.length && s.x[i] <= w.hi) i++;
+    for (; i < s.x.length; i++) { x.push(s.x[i]); y.push(s.y[i]); }
+    return [x, y];
+  }
+  function caption(s) {
+    var n = s.win ? s.win.x.length : s.x.length;
+    return s.points + " points, by " + s.by + (s.points > n ? " (" + n + (s.win ? " in this window" : "") + " shown: lowest and highest of each pixel)" : "");
+  }
   function render() {
     var width = chartWidth(charts), mode = (logY && logY.checked ? "log" : "lin") + width + (xBy ? xBy.value : "") + others.length;
     var names = Object.keys(raw);
@@ -362,24 +380,28 @@
       drawnAs = mode;
     }
     names.forEach(function (name, i) {
-      var s = raw[name], data = [s.x, shown(s.y)], lines = [{label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}];
+      var s = raw[name], mine = points(s), data = [mine[0], shown(mine[1])], lines = [{label: name, stroke: colours[i % colours.length], width: 1.5, spanGaps: true}];
       var more = others.filter(function (o) { return o.series[name]; });
       if (more.length) {  // this run first and thick, the others thin, in the other colours
-        data = uPlot.join([[s.x, s.y]].concat(more.map(function (o) { return [o.series[name].x, o.series[name].y]; })));
+        data = uPlot.join([mine].concat(more.map(function (o) { return [o.series[name].x, o.series[name].y]; })));
         data = [data[0]].concat(data.slice(1).map(shown));
         lines[0].width = 2.5;
         more.forEach(function (o, k) {
           lines.push({label: o.job, stroke: colours[(i + k + 1) % colours.length], width: 1, spanGaps: true});
         });
       }
-      if (plots[name]) { group.update(name, data); return; }
+      if (plots[name]) {
+        group.update(name, data);
+        plots[name].root.parentNode.querySelector("figcaption").textContent = caption(s);
+        return;
+      }
       var box = document.createElement("figure");
       box.className = "chart";
       var title = document.createElement("h3");
       title.textContent = name;
       var note = document.createElement("figcaption");
       note.className = "note";
-      note.textContent = s.points + " points, by " + s.by + (s.points > s.x.length ? " (" + s.x.length + " shown: lowest and highest of each pixel)" : "");
+      note.textContent = caption(s);
       box.appendChild(title);
       charts.appendChild(box);
       group.draw(name, {
@@ -390,22 +412,78 @@
       box.appendChild(note);
     });
   }
-  function drawCharts() {
+  function query(more) {
+    return "?width=" + Math.round(chartWidth(charts)) + "&x=" + (xBy ? xBy.value : "step") + (more || "");
+  }
+  function getJSON(src) {
+    return fetch(src, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : {}; });
+  }
+  function lastOf(all) {  // the rowid of the last point the page has: the next "since"
+    Object.keys(all).forEach(function (n) { cursor = Math.max(cursor || 0, all[n].last); });
+  }
+  var loading = null, asked = 0;
+  function drawCharts() {  // every series whole (and its zoomed window again)
     if (!charts || !window.uPlot) return;
-    var q = "?width=" + Math.round(chartWidth(charts)) + "&x=" + (xBy ? xBy.value : "step");
     var runs = overlayRuns && overlayRuns.checked ? overlayRuns.dataset.runs.split(",") : [];
-    var get = function (src) {
-      return fetch(src + q, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : {}; });
-    };
-    Promise.all([get(charts.dataset.src)].concat(runs.map(function (j) {
-      return get("/web/jobs/" + encodeURIComponent(j) + "/metrics");
+    var mine = ++asked;
+    loading = Promise.all([getJSON(charts.dataset.src + query())].concat(runs.map(function (j) {
+      return getJSON("/web/jobs/" + encodeURIComponent(j) + "/metrics" + query());
     }))).then(function (all) {
+      if (mine !== asked) return;
+      var was = raw;
       raw = all[0];
+      Object.keys(raw).forEach(function (n) {  // a window of the same axis stays
+        if (was[n] && was[n].win && was[n].by === raw[n].by) raw[n].win = was[n].win;
+      });
+      cursor = 0;  // no point yet: the next refresh asks for all there are
+      lastOf(raw);
       others = all.slice(1).map(function (series, k) { return {job: runs[k], series: series}; });
       render();
+    }).finally(function () { if (mine === asked) loading = null; });
+    return loading;
+  }
+  // A zoom (a drag across a chart; NAME null: every chart) fetches its window finer; a
+  // zoom out goes back to the whole series.
+  var zooms = 0;
+  group.onzoom.push(function (name, z) {
+    var names = name === null ? Object.keys(raw) : [name], mine = ++zooms;
+    if (!z) {
+      names.forEach(function (n) { if (raw[n]) delete raw[n].win; });
+      render();
+      return;
+    }
+    var only = name === null ? "" : "&name=" + encodeURIComponent(name);
+    getJSON(charts.dataset.src + query("&from=" + z.from + "&to=" + z.to + only)).then(function (got) {
+      if (mine !== zooms) return;  // zoomed again meanwhile
+      Object.keys(got).forEach(function (n) {
+        var s = raw[n];
+        if (s && s.by === got[n].by) s.win = {lo: z.from, hi: z.to, x: got[n].x, y: got[n].y};
+      });
+      render();
+    });
+  });
+  // A running job's new points, appended: its charts' zoom kept
+  function refresh() {
+    if (loading || cursor === null) return;  // the whole is on its way (or not asked yet)
+    var z = group.all, at = z ? "&from=" + z.from + "&to=" + z.to : "";  // the scale drawn
+    var src = charts.dataset.src + query("&since=" + cursor + at), mine = asked;
+    return getJSON(src).then(function (got) {
+      if (mine !== asked) return;  // drawn whole again meanwhile
+      var names = Object.keys(got);
+      if (names.some(function (n) { return raw[n] && raw[n].by !== got[n].by; })) return drawCharts();
+      names.forEach(function (n) {
+        var s = raw[n], g = got[n];
+        if (!s) { raw[n] = g; return; }  // a new series: all its points are new
+        s.x = s.x.concat(g.x); s.y = s.y.concat(g.y); s.points = g.points; s.last = g.last;
+        if (s.win) g.x.forEach(function (x, k) {
+          if (x >= s.win.lo && x <= s.win.hi) { s.win.x.push(x); s.win.y.push(g.y[k]); }
+        });
+      });
+      lastOf(got);
+      if (names.length) render();
     });
   }
-  if (xBy) xBy.addEventListener("change", function () { group.forget(); drawCharts(); });
+  if (xBy) xBy.addEventListener("change", function () { group.forget(); raw = {}; drawCharts(); });
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
@@ -434,7 +512,7 @@
   if (charts) {
     window.addEventListener("load", drawCharts);
     if (charts.dataset.live === "1") {
-      setInterval(function () { if (!document.hidden) drawCharts(); }, 10000);
+      setInterval(function () { if (!document.hidden) refresh(); }, 10000);
     }
   }
 })();
