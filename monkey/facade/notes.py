@@ -23,8 +23,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def check_note(text: str) -> str:
-    """TEXT as a note (trailing blanks dropped); MonkeyError naming what is wrong."""
-    text = text.rstrip()
+    """TEXT as a note (line ends as \n, trailing blanks dropped); MonkeyError naming what
+    is wrong."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
     if not text:
         raise MonkeyError("the note is empty; give its text, or --clear to remove the note")
     size = len(text.encode())

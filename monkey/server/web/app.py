@@ -119,11 +119,13 @@ class Web:
                     Route("/jobs/{ref}/output.txt", self.download),
                     Route("/jobs/{ref}/metrics", self.metrics),
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
+                    Route("/jobs/{ref}/notes", self.job_notes, methods=["POST"]),
                     Route("/providers", self.providers),
                     Route("/compare", self.compare),
                     Route("/sweeps", self.sweeps),
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
+                    Route("/sweeps/{ref}/notes", self.sweep_notes, methods=["POST"]),
                     *code.routes(self, _headers),
                     *files.routes(self, _headers),
                     *rerun_form.routes(self, _headers, views.job_page),
@@ -544,6 +546,67 @@ class Web:
             self._sweep_page,
             "sweeps",
         )
+
+    async def job_notes(self, request: Request) -> Response:
+        """A job's note and tags from its page's form (its owner or an admin)."""
+        return await self._annotate(request, "job", self._job_page, "jobs")
+
+    async def sweep_notes(self, request: Request) -> Response:
+        """A sweep's note and tags from its page's form (the owner of all its runs or an
+        admin)."""
+        return await self._annotate(request, "sweep", self._sweep_page, "sweeps")
+
+    async def _annotate(
+        self, request: Request, kind: str, page: Callable[..., Any], where: str
+    ) -> Response:
+        """The note (blank: none) and tags (separated by spaces) a form sets on the job or
+        sweep (KIND) of the URL, checked whole before anything is written, each written
+        by ``run_call`` under the API's own rule; then back to its page."""
+        session = await self.form_session(request)
+        if isinstance(session, Response):
+            return session
+        form = await _form(request)
+        ref = request.path_params["ref"]
+        user = session["user"]
+
+        def write() -> None:
+            from monkey.facade import notes
+
+            m = self.monkey()
+            text = form.get("note", "").strip() or None
+            tags = notes.check_tags(form.get("tags", "").replace(",", " ").split())
+            if text is not None:
+                text = notes.check_note(text)
+            if len(tags) > notes.TAGS_MAX:
+                raise MonkeyError(f"{len(tags)} tags: at most {notes.TAGS_MAX}")
+            key = m.resolve(ref) if kind == "job" else m.store.resolve_sweep(ref)
+            now = m.store.tags_of(kind, [key]).get(key, [])
+            said = (m.store.note_of(kind, key) or {}).get("text")
+            prefix = "" if kind == "job" else "sweep_"
+            if text != said:
+                run_call(m, user, prefix + "note", check(prefix + "note", [key, text], {}))
+            add, remove = [t for t in tags if t not in now], [t for t in now if t not in tags]
+            if add or remove:
+                run_call(m, user, prefix + "tag", check(prefix + "tag", [key, add, remove], {}))
+
+        error, status = "", 0
+        try:
+            await run_in_threadpool(write)
+        except Forbidden as exc:
+            error, status = str(exc), 403
+        except MonkeyError as exc:
+            error, status = str(exc), 400
+        await self._audit(
+            f"{kind} note",
+            user["name"],
+            (request.client.host if request.client else "?") or "?",
+            error or "from Monkey Web",
+            outcome="refused" if status == 403 else "error" if status else "ok",
+            target=ref,
+        )
+        if status:
+            return await page(request, session, error, status)
+        return _headers(RedirectResponse(f"/web/{where}/{ref}#notes", 303))
 
     # -- live feeds (server-sent events) ----------------------------------------------
 

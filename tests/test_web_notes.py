@@ -1,0 +1,160 @@
+"""Monkey Web, issue 43 item 10: notes and tags edited on the job and sweep pages (owners
+and admins only, CSRF as every form) and the jobs list filtered by a tag; the `queued`
+state's colour readable (4.5:1) in light and dark mode. A real main node, real jobs, a
+real browser (the fixtures of tests/test_web.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import wait_for
+from mainnode import MainNode, node  # noqa: F401 - node: a fixture
+from test_web import browser, csrf_of, login, page_for, run_job, state_of  # noqa: F401
+
+
+def info(node: MainNode, juid: str) -> dict:
+    return json.loads(node.server("info", juid, "--json").stdout)
+
+
+@pytest.mark.system
+def test_a_jobs_note_and_tags_are_edited_on_its_page_and_filter_the_jobs_list(node, browser):
+    juid = run_job(node, "true", name="tagged")
+    other = run_job(node, "true", name="plain")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    assert "none yet" in page.inner_text("#notes")
+    page.click("#notes summary")
+    page.fill("#note-text", "lr 0.1 diverged at step 458\nretry with warm-up")
+    page.fill("#note-tags", "baseline lr-0.1")
+    page.click("#notes button[type=submit]")
+    page.wait_for_url(f"**/web/jobs/{juid}#notes")
+    assert page.inner_text("#notes .note") == "lr 0.1 diverged at step 458\nretry with warm-up"
+    tags = page.eval_on_selector_all("#notes .tag", "ts => ts.map(t => t.textContent)")
+    assert tags == ["baseline", "lr-0.1"]
+    shown = info(node, juid)
+    assert shown["tags"] == ["baseline", "lr-0.1"] and shown["note"]["text"].endswith("warm-up")
+    # a bad tag: a 400 naming it, nothing changed
+    page.click("#notes summary")
+    page.fill("#note-text", "changed")
+    page.fill("#note-tags", "baseline bad!tag")
+    page.click("#notes button[type=submit]")
+    assert "tag 'bad!tag': a tag is 1 to 32 letters" in page.inner_text(".error")
+    shown = info(node, juid)
+    assert shown["tags"] == ["baseline", "lr-0.1"] and shown["note"]["text"].startswith("lr 0.1")
+    # a tag links to the jobs list filtered by it; the filter's field keeps it
+    page.goto(node.url + f"/web/jobs/{juid}")
+    page.click("#notes a.tag:text-is('baseline')")
+    page.wait_for_url("**/web/jobs?tag=baseline")
+    listed = page.eval_on_selector_all(
+        "table.jobs tbody tr td:nth-child(2) a", "as => as.map(a => a.textContent)"
+    )
+    assert listed == [juid] and "1 job" in page.inner_text(".count")
+    assert page.input_value("input[name=tag]") == "baseline"
+    assert "baseline" in page.inner_text("table.jobs tbody tr")
+    page.fill("input[name=tag]", "")
+    page.click(".filters button[type=submit]")
+    page.wait_for_selector(f"table.jobs a:text-is('{other}')")
+    # a blank note removes it, an empty tags field removes them
+    page.goto(node.url + f"/web/jobs/{juid}")
+    page.click("#notes summary")
+    page.fill("#note-text", "")
+    page.fill("#note-tags", "")
+    page.click("#notes button[type=submit]")
+    page.wait_for_url(f"**/web/jobs/{juid}#notes")
+    shown = info(node, juid)
+    assert shown["tags"] == [] and shown["note"] is None
+
+
+@pytest.mark.system
+def test_only_owners_and_admins_edit_notes_and_a_forged_post_is_refused(node, browser):
+    juid = run_job(node, "true")  # the admin's
+    page = page_for(browser)
+    login(page, node, node.add_user("bob"), f"/web/jobs/{juid}")
+    assert page.query_selector("#notes form") is None  # shown, not editable
+    url = node.url + f"/web/jobs/{juid}/notes"
+    forged = page.request.post(url, form={"note": "mine", "tags": "bob", "csrf": "guess"})
+    assert forged.status == 403 and "CSRF" in forged.text()
+    refused = page.request.post(url, form={"note": "mine", "tags": "x", "csrf": csrf_of(page)})
+    assert refused.status == 403
+    assert f"job {juid} belongs to" in refused.text() and "may write the note of it" in (
+        refused.text()
+    )
+    tagged = page.request.post(url, form={"note": "", "tags": "x", "csrf": csrf_of(page)})
+    assert tagged.status == 403 and "may change the tags of it" in tagged.text()
+    shown = info(node, juid)
+    assert shown["note"] is None and shown["tags"] == []
+
+
+@pytest.mark.system
+def test_a_sweeps_note_and_tags_are_edited_on_its_page(node, browser):
+    done = node.server("sweep", "--name", "scan", "--grid", "x=1,2", "--", "echo", "{x}")
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.strip()
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/sweeps/{sid}")
+    page.click("#notes summary")
+    page.fill("#note-text", "x=2 is the one")
+    page.fill("#note-tags", "paper, fig-3")
+    page.click("#notes button[type=submit]")
+    page.wait_for_url(f"**/web/sweeps/{sid}#notes")
+    assert page.inner_text("#notes .note") == "x=2 is the one"
+    tags = page.eval_on_selector_all("#notes .tag", "ts => ts.map(t => t.textContent)")
+    assert tags == ["fig-3", "paper"]
+    status = json.loads(node.server("sweep", "status", sid, "--json").stdout)
+    assert status["tags"] == ["fig-3", "paper"] and status["note"]["text"] == "x=2 is the one"
+    bob = page_for(browser)
+    login(bob, node, node.add_user("bob"), f"/web/sweeps/{sid}")
+    assert bob.query_selector("#notes form") is None
+    refused = bob.request.post(
+        node.url + f"/web/sweeps/{sid}/notes",
+        form={"note": "", "tags": "", "csrf": csrf_of(bob)},
+    )
+    assert refused.status == 403 and "only their owner or an admin may" in refused.text()
+    assert json.loads(node.server("sweep", "status", sid, "--json").stdout)["tags"] == [
+        "fig-3",
+        "paper",
+    ]
+
+
+def _contrast(page, selector: str) -> float:
+    """The WCAG contrast of SELECTOR's text colour on the first opaque background behind it."""
+    fg, *backs = page.evaluate(  # one step: the live refresh may replace the element
+        """selector => {
+          const el = document.querySelector(selector);
+          const out = [getComputedStyle(el).color];
+          for (let e = el; e; e = e.parentElement) out.push(getComputedStyle(e).backgroundColor);
+          return out;
+        }""",
+        selector,
+    )
+
+    def rgba(text: str) -> list[float]:
+        assert text.startswith("rgb"), text  # Chromium's computed colours: rgb() or rgba()
+        values = [float(v) for v in re.findall(r"[\d.]+", text)]
+        return values if len(values) == 4 else [*values, 1.0]
+
+    def luminance(c: list[float]) -> float:
+        r, g, b = (v / 255 for v in c[:3])
+        lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in (r, g, b)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    back = next((c for c in map(rgba, backs) if c[3] > 0), [255.0, 255.0, 255.0, 1.0])
+    a, b = luminance(rgba(fg)), luminance(back)
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+@pytest.mark.system
+def test_the_queued_state_reads_at_4_5_to_1_in_light_and_dark_mode(node, browser, tmp_path):
+    gate = tmp_path / "gate"
+    first = run_job(node, "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    held = node.server("run", "--after", first, "--", "true").stdout.strip()
+    wait_for(lambda: state_of(node, held) == "queued", what="a queued job")
+    for scheme in ("light", "dark"):
+        page = page_for(browser, color_scheme=scheme)
+        login(page, node, node.token, f"/web/jobs/{held}")
+        assert _contrast(page, "#state.s-queued") >= 4.5, scheme
+        page.goto(node.url + "/web/jobs")
+        assert _contrast(page, "table.jobs .state.s-queued") >= 4.5, scheme
+    gate.touch()
