@@ -444,6 +444,13 @@ class Monkey:
             "metrics": self._metric_summary(job),
         }
 
+    def checkpoints(self, ref: str) -> dict[str, Any]:
+        """The files of job REF's checkpoint_dir(): {"files": [{"path", "size", "mtime"}]
+        newest first (the first 200), "count", "bytes"}."""
+        from monkey.facade.checkpoints import checkpoint_files
+
+        return checkpoint_files(self.home.checkpoint_dir(self.store.resolve(ref)))
+
     def _metric_summary(self, job: JobRecord) -> dict[str, dict[str, Any]]:
         from monkey.tracking.compare import goal_of
 

@@ -158,3 +158,36 @@ def test_the_queued_state_reads_at_4_5_to_1_in_light_and_dark_mode(node, browser
         page.goto(node.url + "/web/jobs")
         assert _contrast(page, "table.jobs .state.s-queued") >= 4.5, scheme
     gate.touch()
+
+
+CHECKPOINTS = (
+    "import os, monkey\n"
+    "d = monkey.checkpoint_dir()\n"
+    "os.makedirs(os.path.join(d, 'opt'), exist_ok=True)\n"
+    "open(os.path.join(d, 'model-100.pt'), 'wb').write(b'w' * 2048)\n"
+    "open(os.path.join(d, 'opt', 'state.json'), 'w').write('{\"step\": 100}')\n"
+    "os.symlink('/etc/passwd', os.path.join(d, 'out-link'))\n"
+)
+
+
+@pytest.mark.system
+def test_the_job_page_lists_its_checkpoint_files_each_downloadable(node, browser):
+    import sys
+
+    juid = run_job(node, sys.executable, "-c", CHECKPOINTS)
+    wait_for(lambda: state_of(node, juid) == "succeeded", timeout=60, what="the job to end")
+    page = page_for(browser)
+    login(page, node, node.token, f"/web/jobs/{juid}")
+    rows = page.eval_on_selector_all(
+        "#checkpoints tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert sorted(r[0] for r in rows) == ["model-100.pt", "opt/state.json"]  # no link
+    assert dict((r[0], r[1]) for r in rows)["model-100.pt"] == "2.0 KiB"
+    assert all(r[2].startswith("20") for r in rows)  # when each was written
+    assert "2 files" in page.inner_text("#checkpoints-h + p")
+    with page.expect_download() as got:
+        page.click("#checkpoints a:text-is('opt/state.json')")
+    assert open(got.value.path()).read() == '{"step": 100}'
+    for path, status in (("out-link", 404), ("..%2F..%2Fmonkey.db", 400), ("nothing", 404)):
+        answer = page.request.get(node.url + f"/web/jobs/{juid}/checkpoints/{path}")
+        assert answer.status == status, (path, answer.status)

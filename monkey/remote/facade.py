@@ -349,6 +349,9 @@ class RemoteMonkey:
     def set_priority(self, ref: str, priority: int) -> int:
         return self.client.call("set_priority", ref, priority)
 
+    def checkpoints(self, ref: str) -> dict[str, Any]:
+        return self.client.call("checkpoints", ref)
+
     def note(self, ref: str, text: str | None) -> dict[str, Any]:
         return self.client.call("note", ref, text)
 
