@@ -88,7 +88,7 @@ def test_only_owners_and_admins_edit_notes_and_a_forged_post_is_refused(node, br
 
 
 @pytest.mark.system
-def test_a_sweeps_note_and_tags_are_edited_on_its_page(node, browser):
+def test_a_sweeps_note_and_tags_are_edited_on_its_page_which_links_its_report(node, browser):
     done = node.server("sweep", "--name", "scan", "--grid", "x=1,2", "--", "echo", "{x}")
     assert done.returncode == 0, done.stderr
     sid = done.stdout.strip()
@@ -104,6 +104,14 @@ def test_a_sweeps_note_and_tags_are_edited_on_its_page(node, browser):
     assert tags == ["fig-3", "paper"]
     status = json.loads(node.server("sweep", "status", sid, "--json").stdout)
     assert status["tags"] == ["fig-3", "paper"] and status["note"]["text"] == "x=2 is the one"
+    # its `monkey report`, linked from the page and served as the CLI writes it
+    page.click("#report-link")
+    page.wait_for_url(f"**/web/sweeps/{sid}/report.html")
+    assert page.title() == f"monkey sweep {sid}"
+    assert page.inner_text("h1") == f"Sweep {sid} (scan)"
+    kept = page.request.get(node.url + f"/web/sweeps/{sid}/report.html?download=1")
+    assert kept.status == 200 and "attachment" in kept.headers["content-disposition"]
+    assert page.request.get(node.url + "/web/sweeps/nosuch/report.html").status == 404
     bob = page_for(browser)
     login(bob, node, node.add_user("bob"), f"/web/sweeps/{sid}")
     assert bob.query_selector("#notes form") is None

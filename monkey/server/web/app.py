@@ -126,6 +126,7 @@ class Web:
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
                     Route("/sweeps/{ref}/notes", self.sweep_notes, methods=["POST"]),
+                    Route("/sweeps/{ref}/report.html", self.sweep_report),
                     *code.routes(self, _headers),
                     *files.routes(self, _headers),
                     *rerun_form.routes(self, _headers, views.job_page),
@@ -546,6 +547,28 @@ class Web:
             self._sweep_page,
             "sweeps",
         )
+
+    async def sweep_report(self, request: Request) -> Response:
+        """The sweep's `monkey report` (``?download=1``: as a file to keep)."""
+        session = await self.session(request)
+        if session is None:
+            return self.to_login(request)
+        ref = request.path_params["ref"]
+
+        def render() -> tuple[str, str]:
+            from monkey.facade.render import report_html
+
+            found = self.monkey().report_data(ref)
+            return found["status"]["id"], report_html(found)
+
+        try:
+            sid, html = await run_in_threadpool(render)
+        except MonkeyError as exc:
+            return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
+        headers = {}
+        if request.query_params.get("download"):
+            headers["Content-Disposition"] = f'attachment; filename="report-{sid}.html"'
+        return _headers(HTMLResponse(html, headers=headers))
 
     async def job_notes(self, request: Request) -> Response:
         """A job's note and tags from its page's form (its owner or an admin)."""
