@@ -199,3 +199,45 @@ def test_the_job_page_lists_its_checkpoint_files_each_downloadable(node, browser
     for path, status in (("out-link", 404), ("..%2F..%2Fmonkey.db", 400), ("nothing", 404)):
         answer = page.request.get(node.url + f"/web/jobs/{juid}/checkpoints/{path}")
         assert answer.status == status, (path, answer.status)
+
+
+@pytest.mark.system
+def test_the_jobs_list_and_a_sweeps_runs_download_as_csv_as_shown(node, browser):
+    import csv
+    import io
+
+    done = node.server(
+        "sweep", "--name", "scan", "--grid", "lr=0.001,0.01,0.1", "--metric", "acc", "--goal",
+        "max", "--", "python3", "-c",
+        "import json, sys; lr = float(sys.argv[1]); "
+        "print(json.dumps({'monkey': {'acc': 1 / 3 + lr}}))", "{lr}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.strip()
+    runs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    for run in runs:
+        wait_for(lambda j=run["job"]: state_of(node, j) == "succeeded", timeout=120)
+    lone = run_job(node, "true", name="=cmd()")  # a name a spreadsheet would run
+    for juid in (lone, runs[0]["job"]):
+        assert node.server("job", "tag", juid, "keep").returncode == 0
+    page = page_for(browser)
+    login(page, node, node.token, "/web/jobs?tag=keep&sort=name")
+    with page.expect_download() as got:
+        page.click("#jobs-csv")
+    table = list(csv.reader(io.StringIO(open(got.value.path()).read())))
+    assert table[0][:6] == ["job", "name", "tags", "sweep", "state", "provider"]
+    assert [r[0] for r in table[1:]] == [lone, runs[0]["job"]]  # by name: "=cmd()" first
+    assert table[1][1] == "'=cmd()" and table[1][2] == "keep" and table[2][3] == "scan"
+    # the sweep's runs: the page's columns in its order, values whole
+    page.goto(node.url + f"/web/sweeps/{sid}?sort=lr")
+    shown = page.eval_on_selector_all("table.runs tbody tr", "rs => rs.map(r => r.dataset.job)")
+    with page.expect_download() as got:
+        page.click("#runs-csv")
+    table = list(csv.reader(io.StringIO(open(got.value.path()).read())))
+    heads = page.eval_on_selector_all(
+        "table.runs thead tr:last-child th", "hs => hs.map(h => h.textContent.trim())"
+    )
+    assert table[0] == [h.rstrip(" ↑↓") for h in heads]
+    assert [r[0] for r in table[1:]] == shown and len(shown) == 3
+    acc = table[0].index("acc best")
+    assert sorted(float(r[acc]) for r in table[1:]) == [1 / 3 + 0.001, 1 / 3 + 0.01, 1 / 3 + 0.1]

@@ -112,6 +112,7 @@ class Web:
                     Route("/login", self.login, methods=["GET", "POST"]),
                     Route("/logout", self.logout, methods=["POST"]),
                     Route("/jobs", self.jobs),
+                    Route("/jobs.csv", self.jobs_csv),
                     Route("/events", self.events),
                     Route("/changed", self.changed),
                     Route("/jobs/{ref}", self.job),
@@ -127,6 +128,7 @@ class Web:
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
                     Route("/sweeps/{ref}/notes", self.sweep_notes, methods=["POST"]),
                     Route("/sweeps/{ref}/report.html", self.sweep_report),
+                    Route("/sweeps/{ref}/runs.csv", self.sweep_csv),
                     *code.routes(self, _headers),
                     *files.routes(self, _headers),
                     *rerun_form.routes(self, _headers, views.job_page),
@@ -353,6 +355,49 @@ class Web:
         if q.get("fragment"):
             return self.page("jobs_rows.html", session=session, **shown)
         return self.page("jobs.html", session=session, **shown)
+
+    async def jobs_csv(self, request: Request) -> Response:
+        """The jobs list as CSV: its filters, sort and chosen columns, every page."""
+        from monkey.server.web.tables_csv import jobs_csv
+
+        session = await self.session(request)
+        if session is None:
+            return self.to_login(request)
+        q = request.query_params
+        filters = {k: q.get(k, "") for k in views.FILTERS}
+        try:
+            columns = await run_in_threadpool(self._columns, session["user"]["name"], q)
+            text = await run_in_threadpool(
+                lambda: jobs_csv(
+                    self.monkey(), filters, q.get("sort") or None, bool(q.get("reverse")), columns
+                )
+            )
+        except MonkeyError as exc:
+            return self.page("error.html", 400, session, title="Jobs", message=str(exc))
+        return _csv_file(text, "jobs.csv")
+
+    async def sweep_csv(self, request: Request) -> Response:
+        """A sweep's runs table as CSV, with the page's columns and sort."""
+        from monkey.server.web.tables_csv import runs_csv
+
+        session = await self.session(request)
+        if session is None:
+            return self.to_login(request)
+        ref, q = request.path_params["ref"], request.query_params
+        try:
+            data = await run_in_threadpool(
+                lambda: views.sweep_page(
+                    self.monkey(),
+                    ref,
+                    session["user"],
+                    q.get("sort"),
+                    bool(q.get("reverse")),
+                    bool(q.get("constants")),
+                )
+            )
+        except MonkeyError as exc:
+            return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
+        return _csv_file(runs_csv(data), f"sweep-{data['sweep']['id']}-runs.csv")
 
     def _columns(self, user: str, q: Any) -> list[str]:
         """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),
@@ -775,6 +820,17 @@ async def _form(request: Request) -> dict[str, str]:
     for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
         fields.setdefault(key, value)
     return fields
+
+
+def _csv_file(text: str, name: str) -> Response:
+    """TEXT as a CSV file NAME to download."""
+    return _headers(
+        Response(
+            text,
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    )
 
 
 def _sse(events: AsyncIterator[bytes]) -> Response:
