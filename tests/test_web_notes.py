@@ -241,3 +241,36 @@ def test_the_jobs_list_and_a_sweeps_runs_download_as_csv_as_shown(node, browser)
     assert [r[0] for r in table[1:]] == shown and len(shown) == 3
     acc = table[0].index("acc best")
     assert sorted(float(r[acc]) for r in table[1:]) == [1 / 3 + 0.001, 1 / 3 + 0.01, 1 / 3 + 0.1]
+
+
+@pytest.mark.system
+def test_the_jobs_list_pages_newer_and_older_with_its_range(node, browser):
+    done = node.server("sweep", "--grid", "x=" + ",".join(map(str, range(67))), "--", "echo", "{x}")
+    assert done.returncode == 0, done.stderr
+    page = page_for(browser)
+    login(page, node, node.token)
+
+    def shown() -> tuple[str, list[str]]:
+        ids = page.eval_on_selector_all(
+            "table.jobs tbody tr td:nth-child(2) a", "as => as.map(a => a.textContent)"
+        )
+        return page.inner_text("nav.pages .range"), ids
+
+    first = shown()
+    assert first[0] == "1–50 of 67" and len(first[1]) == 50
+    assert page.query_selector("nav.pages a[rel=prev]") is None
+    page.click("text=Older →")
+    older = shown()
+    assert older[0] == "51–67 of 67" and len(older[1]) == 17
+    assert not set(older[1]) & set(first[1])
+    assert page.query_selector("nav.pages a[rel=next]") is None
+    page.click("text=← Newer")
+    assert shown() == first
+    # sorted: the same by offsets
+    page.goto(node.url + "/web/jobs?sort=job&reverse=1")
+    top = shown()
+    assert top[0] == "1–50 of 67"
+    page.click("text=Next →")
+    assert shown()[0] == "51–67 of 67" and len(shown()[1]) == 17
+    page.click("text=← Previous")
+    assert shown() == top

@@ -162,6 +162,7 @@ def jobs_page(
         "rows": rows,
         "total": store.count_page(**where),
         "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
+        "page_size": PAGE,
         "descending": descending,
         "columns": [{"key": c, "label": _column_label(c)} for c in columns],
         "offered": [
