@@ -13,6 +13,7 @@ from monkey.core.presence import absent_since
 from monkey.drivers import load_providers
 from monkey.facade.disk import Disk
 from monkey.facade.logs import Logs
+from monkey.facade.notes import Notes
 from monkey.facade.providers import Providers
 from monkey.facade.records import Records
 from monkey.facade.tracking import Sweeps, Tracking
@@ -112,6 +113,7 @@ class Monkey:
         self._logs = Logs(self.home, self.store)
         self._providers_part = Providers(self.home, self.store, lambda: self.providers)
         self._records = Records(self.store)
+        self._notes = Notes(self.store, self.acting_user)
 
     def acting_for(self, user: str) -> Monkey:
         """This facade acting for USER (what `monkey server` does for each call): the same
@@ -332,6 +334,10 @@ class Monkey:
     export = _to("_tracking", Tracking.export)
     export_jobs = _to("_tracking", Tracking.export_jobs)
     export_rows = _to("_tracking", Tracking.export_rows)
+    note = _to("_notes", Notes.note)
+    tag = _to("_notes", Notes.tag)
+    sweep_note = _to("_notes", Notes.sweep_note)
+    sweep_tag = _to("_notes", Notes.sweep_tag)
     rm_select = _to("_disk", Disk.rm_select)
     rm = _to("_disk", Disk.rm)
     gc = _to("_disk", Disk.gc)
@@ -371,9 +377,10 @@ class Monkey:
         owners: bool = False,
         owner: str | None = None,
         mine: bool = False,
+        tag: str | None = None,
     ) -> dict[str, Any]:
         """What `monkey list jobs` shows (see ``monkey.facade.listing.job_listing``): only
-        OWNER's jobs, or with MINE the acting user's."""
+        OWNER's jobs, or with MINE the acting user's; only those tagged TAG."""
         from monkey.facade.listing import job_listing
 
         return job_listing(
@@ -384,6 +391,7 @@ class Monkey:
             limit,
             owners,
             self.acting_user() if mine else owner,
+            tag,
         )
 
     def acting_user(self) -> str:
@@ -454,6 +462,9 @@ class Monkey:
             "checkpoint_dir": str(self.home.checkpoint_dir(juid)),
             "spec": self.store.job_spec(juid),
             "image": self.store.job_image(juid),  # {"ref", "digest"}: pinned at submission
+            # a researcher's note ({"text", "at", "by"} or None) and tags
+            "note": self.store.note_of("job", juid),
+            "tags": self.store.tags_of("job", [juid]).get(juid, []),
             # estimated $ (total, and the part spent on preempted/lost attempts); None: unknown
             "cost": self.costs([juid], now).get(juid),
             "attempts_detail": [{**a.as_dict(), "cost": a.cost(now)} for a in attempts],
@@ -466,6 +477,13 @@ class Monkey:
             # (its sweep's goal, else guessed from the name: `loss` is minimised) and count
             "metrics": self._metric_summary(job) if metrics else {},
         }
+
+    def checkpoints(self, ref: str) -> dict[str, Any]:
+        """The files of job REF's checkpoint_dir(): {"files": [{"path", "size", "mtime"}]
+        newest first (the first 200), "count", "bytes"}."""
+        from monkey.facade.checkpoints import checkpoint_files
+
+        return checkpoint_files(self.home.checkpoint_dir(self.store.resolve(ref)))
 
     def _metric_summary(self, job: JobRecord) -> dict[str, dict[str, Any]]:
         from monkey.tracking.compare import goal_of

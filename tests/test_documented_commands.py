@@ -135,6 +135,11 @@ CASES: list[tuple[str, set[int]]] = [
     ("sweep cancel s2", {0}),
     ("sweep retry scan", {1}),
     ("sweep stauts scan", {2}),
+    ("sweep note scan 'x=2 wins'", {0}),
+    ("sweep --clear note scan", {0}),
+    ("sweep tag scan paper", {0}),
+    ("sweep untag scan paper", {0}),
+    ("sweep tag scan 'no way'", {1}),
     # rerun, clone, cat, pull
     (
         "rerun {a} --set lr=0.3 --provider local --cpus 1 --gpus 0 --memory 1M --time 1m "
@@ -160,6 +165,14 @@ CASES: list[tuple[str, set[int]]] = [
     ("job priority {slow} 4", {0}),
     ("job resume {slow}", {0}),
     ("job priority {a} 4", {1}),
+    ("job note {a} 'a fine run'", {0}),
+    ("job note --juid {a} --clear", {0}),
+    ("job note {a}", {2}),
+    ("job tag {a} baseline", {0}),
+    ("job tag --juid {a} 'no way'", {1}),
+    ("list jobs --tag baseline", {0}),
+    ("job untag {a} baseline", {0}),
+    ("job untag --juid {a} baseline", {0}),
     ("job cancel --juid {slow}", {0}),
     ("cancel {slow}", {1}),
     ("kill job --juid {slow2}", {0}),

@@ -130,6 +130,13 @@ def test_transcript(app, name):
     run_transcript(app, TRANSCRIPTS / f"{name}.txt")
 
 
+def test_transcript_notes_and_tags(app, shell_home):
+    """`job note|tag|untag`, `list jobs --tag` and `sweep note|tag` on a job of the test."""
+    when = time.mktime((2026, 11, 21, 12, 0, 0, 0, 0, -1))
+    assert _new_job(Monkey(), when) == "26-11-21-001"
+    run_transcript(app, TRANSCRIPTS / "notes.txt")
+
+
 @pytest.mark.system  # runs jobs: a core and an agent
 @pytest.mark.timeout(120)
 def test_transcript_run_and_follow(app):

@@ -26,19 +26,24 @@ def job_listing(
     limit: int | None = None,
     owners: bool = False,
     owner: str | None = None,
+    tag: str | None = None,
 ) -> dict[str, Any]:
     """{"jobs": records newest first, "runtimes": juid -> seconds run (all attempts),
     "total": how many match without the limit, "core_since": None while a core runs, else
     when one last ran here, "owners": juid -> who submitted it (with OWNERS, else None), "waiting_on": queued
     juid -> the jobs it still waits for, "provider_waits": provider -> why its queued jobs
     wait for it (a disk without room, a provider not reachable)}; only OWNER's jobs when
-    given (a job a quota holds back says why in its ``held``)."""
+    given, only those tagged TAG (a job a quota holds back says why in its ``held``)."""
     states = None if states is None else set(states)
-    jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner)
+    if tag is not None:
+        from monkey.facade.notes import check_tags
+
+        check_tags([tag])
+    jobs = store.list_jobs(states=states, provider=provider, limit=limit, owner=owner, tag=tag)
     total = (
         len(jobs)
         if limit is None or len(jobs) < limit
-        else store.count_listed(states=states, provider=provider, owner=owner)
+        else store.count_listed(states=states, provider=provider, owner=owner, tag=tag)
     )
     now = time.time()
     absent = absent_since(home)  # when no core runs, runtimes stop at its last moment
@@ -49,6 +54,7 @@ def job_listing(
         "total": total,
         "core_since": absent or None,
         "owners": store.job_owners(juids) if owners else None,
+        "tags": store.tags_of("job", juids),  # juid -> its tags, for those that have any
         # queued jobs waiting for others: juid -> the jobs not yet as needed
         "waiting_on": store.waiting_on(j.juid for j in jobs if j.state == State.QUEUED),
         "provider_waits": {

@@ -40,6 +40,20 @@ def plot(
         raise MonkeyError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
+def report_html(found: dict[str, Any]) -> str:
+    """The HTML report (self-contained: inline SVG and styles, no script) of FOUND, a
+    facade's ``report_data``."""
+    from monkey.tracking.plots import Style
+    from monkey.tracking.report import jobs_report, sweep_report
+
+    style = Style(**found["style"])
+    if "status" in found:
+        return sweep_report(
+            found["status"], found["table"], found["charts"], style, found["analysis"]
+        )
+    return jobs_report(found["title"], found["summary"], found["table"], found["charts"], style)
+
+
 def report(
     data: Callable[..., dict[str, Any]],
     ref: str | None,
@@ -49,18 +63,8 @@ def report(
 ) -> str:
     """Write the HTML report of what DATA (a facade's ``report_data``) gives for the sweep
     REF or the JOBS to OUT; returns its path."""
-    from monkey.tracking.plots import Style
-    from monkey.tracking.report import jobs_report, sweep_report
-
     check_out(out, "monkey report", "report.html")
-    found = data(ref, jobs, title)
-    style = Style(**found["style"])
-    if "status" in found:
-        html = sweep_report(
-            found["status"], found["table"], found["charts"], style, found["analysis"]
-        )
-    else:
-        html = jobs_report(found["title"], found["summary"], found["table"], found["charts"], style)
+    html = report_html(data(ref, jobs, title))
     tmp = f"{out}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -211,6 +211,8 @@ class Sweeps:
         assert sweep is not None
         jobs = self.store.list_jobs(sweep=sid, newest_first=False)
         sweep["counts"] = self._sweep_counts(sid)
+        sweep["note"] = self.store.note_of("sweep", sid)  # {"text", "at", "by"} or None
+        sweep["tags"] = self.store.tags_of("sweep", [sid]).get(sid, [])
         sweep["total"] = len(jobs)
         sweep["done"] = sum(1 for j in jobs if j.state in TERMINAL)
         sweep["stopped_early"] = [

@@ -349,6 +349,25 @@ class RemoteMonkey:
     def set_priority(self, ref: str, priority: int) -> int:
         return self.client.call("set_priority", ref, priority)
 
+    def checkpoints(self, ref: str) -> dict[str, Any]:
+        return self.client.call("checkpoints", ref)
+
+    def note(self, ref: str, text: str | None) -> dict[str, Any]:
+        return self.client.call("note", ref, text)
+
+    def tag(
+        self, ref: str, add: list[str] | None = None, remove: list[str] | None = None
+    ) -> dict[str, Any]:
+        return self.client.call("tag", ref, add, remove)
+
+    def sweep_note(self, ref: str, text: str | None) -> dict[str, Any]:
+        return self.client.call("sweep_note", ref, text)
+
+    def sweep_tag(
+        self, ref: str, add: list[str] | None = None, remove: list[str] | None = None
+    ) -> dict[str, Any]:
+        return self.client.call("sweep_tag", ref, add, remove)
+
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
         return self.client.call("sweeps", state)
 
@@ -489,9 +508,10 @@ class RemoteMonkey:
         owners: bool = True,
         owner: str | None = None,
         mine: bool = False,
+        tag: str | None = None,
     ) -> dict[str, Any]:
         """What `monkey list jobs` shows; with the owners when the server has several users;
-        only OWNER's jobs, or with MINE this token's user's."""
+        only OWNER's jobs, or with MINE this token's user's; only those tagged TAG."""
         return self.client.call(
             "job_listing",
             None if states is None else sorted(s.value for s in states),
@@ -499,6 +519,7 @@ class RemoteMonkey:
             limit,
             **({"owner": owner} if owner is not None else {}),
             **({"mine": True} if mine else {}),
+            **({"tag": tag} if tag is not None else {}),
         )
 
     def plot(

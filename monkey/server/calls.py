@@ -22,19 +22,29 @@ def run_call(m: Monkey, user: dict[str, Any], method: str, kwargs: dict[str, Any
         raise Forbidden(f"{method.replace('_', ' ')} is for admins of this server; ask one")
     if access is Access.JOB:
         juid = m.resolve(kwargs["ref"])
-        verb = "change the priority of" if method == "set_priority" else method
+        verb = _VERBS.get(method, method)
         why = refusal(user, juid, m.job_owners([juid]).get(juid), verb)
         if why:
             raise Forbidden(why)
         kwargs = {**kwargs, "ref": juid}
     elif access is Access.SWEEP:
-        _check_sweep(m, user, kwargs["ref"], kwargs.get("action", "act on"))
+        _check_sweep(m, user, kwargs["ref"], kwargs.get("action", _VERBS.get(method, "act on")))
     elif access is Access.JOBS:
         kwargs = {**kwargs, "refs": _own_jobs(m, user, method, kwargs["refs"])}
     served = SERVED.get(method)
     m = m.acting_for(user["name"])  # owns what it submits; the events of what it steers
     result = served(m, user, **kwargs) if served is not None else getattr(m, method)(**kwargs)
     return getattr(result, "juid", result) if access is Access.SUBMITS else result  # an id
+
+
+# What a refusal says the caller may not do, by method (else the method's name).
+_VERBS = {
+    "set_priority": "change the priority of",
+    "note": "write the note of",
+    "tag": "change the tags of",
+    "sweep_note": "write the note of",
+    "sweep_tag": "change the tags of",
+}
 
 
 # Options of run and sweep that read files of the machine they run on: a client gathers

@@ -126,6 +126,7 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     ):
         jobs.add_argument(flag, action="store_true", help=f"only jobs {text}")
     jobs.add_argument("--provider", "-p", help="only jobs of this provider")
+    jobs.add_argument("--tag", metavar="TAG", help="only jobs tagged TAG (`job tag`)")
     jobs.add_argument("--limit", "-l", type=int, default=50, help="at most N jobs (default 50)")
     jobs.add_argument("--all", "-a", action="store_true", help="every job (no --limit)")
     who = jobs.add_mutually_exclusive_group()
@@ -210,9 +211,13 @@ def logs_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "job", "Control jobs: cancel, pause, resume, retry, priority.")
+    p = make_parser(
+        cls, "job", "Control jobs: cancel, pause, resume, retry, priority; note and tag them."
+    )
     sub = p.add_subparsers(
-        dest="action", required=True, metavar="{cancel,pause,resume,retry,priority}"
+        dest="action",
+        required=True,
+        metavar="{cancel,pause,resume,retry,priority,note,tag,untag}",
     )
     texts = {
         "cancel": "stop jobs for good (SIGTERM, then SIGKILL after a grace period)",
@@ -229,7 +234,26 @@ def job_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     job_argument(a, "job", help="a job id, a prefix, or `last`")
     a.add_argument("priority", type=int, metavar="N", help="the new priority, e.g. 10 or -5")
     a.set_defaults(func=cmd_job_priority)
+    text = "write a note on a job (what it tried, what it showed), or remove it"
+    a = sub.add_parser("note", help=text, description=text[0].upper() + text[1:] + ".")
+    job_argument(a, "job", help="a job id, a prefix, or `last`")
+    note_arguments(a)
+    a.set_defaults(func=_command_in("info_commands", "cmd_job_note"))
+    for action, text in (
+        ("tag", "tag a job (`list jobs --tag TAG` finds it)"),
+        ("untag", "remove tags from a job"),
+    ):
+        a = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        job_argument(a, "job", help="a job id, a prefix, or `last`")
+        a.add_argument("tags", nargs="+", metavar="TAG", help="letters, digits, . _ - : +")
+        a.set_defaults(func=_command_in("info_commands", "cmd_job_tag"))
     return p
+
+
+def note_arguments(p: argparse.ArgumentParser) -> None:
+    """A note's TEXT, or --clear: of `job note` and `sweep note`."""
+    p.add_argument("text", nargs="?", metavar="TEXT", help="the note (quote it; up to 10 KB)")
+    p.add_argument("--clear", action="store_true", help="remove the note")
 
 
 def cmd_job_priority(args: argparse.Namespace) -> int:
@@ -348,6 +372,7 @@ commands:
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
   search WORDS...            jobs whose command or output holds WORDS, newest first
   job cancel|pause|resume|retry JOB...
+  job note JOB TEXT          a note on a job (--clear removes it); job tag|untag JOB TAG...
   kill job JOB...            same as `job cancel`
   daemon start|stop|status|run   (status: versions; stop --all: idle agent too)
   completion bash|zsh        a completion script: eval "$(monkey completion bash)"
@@ -367,6 +392,7 @@ commands:
   plot JOB... -m M -o F.png  a PNG comparing metric M across jobs (or --jobs, --name, --since)
   sweep [OPTIONS] -- CMD     a hyper-parameter sweep (--grid, --random, --file)
   sweep status|cancel|pause|resume|retry SWEEP
+  sweep note SWEEP TEXT      a note on a sweep (--clear); sweep tag|untag SWEEP TAG...
   compare JOB...|--sweep S   parameters and final/best metrics, ranked
   diff JOB_A JOB_B           what differs between two jobs
   report SWEEP -o F.html     a self-contained HTML report of a sweep (or --jobs, --name, --since)

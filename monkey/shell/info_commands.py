@@ -53,6 +53,8 @@ def cmd_info_job(args: argparse.Namespace) -> int:
     fields = [
         ("job", info["job"]),
         ("name", info["name"]),
+        *([("tags", " ".join(info["tags"]))] if info.get("tags") else []),
+        *note_fields(info.get("note")),
         (
             "state",
             state_text(info["state"], colour)
@@ -234,6 +236,39 @@ def cmd_info_job(args: argparse.Namespace) -> int:
             for e in info["events"][-30:]
         ],
     )
+    return 0
+
+
+def note_fields(note: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A note as `info job` and `sweep status` show it: its lines, then who wrote it when."""
+    if not note:
+        return []
+    lines = note["text"].splitlines()
+    by = f" by {note['by']}" if note.get("by") else ""
+    return [("note" if i == 0 else "", line) for i, line in enumerate(lines)] + [
+        ("", f"({_when(note['at'])}{by})")
+    ]
+
+
+def cmd_job_note(args: argparse.Namespace) -> int:
+    """`job note JOB TEXT` (or --clear)."""
+    if (args.text is None) == (not args.clear):
+        from monkey.shell.common import UsageError
+
+        raise UsageError(
+            f"monkey job note: give the note's TEXT or --clear, not {'both' if args.clear else 'neither'}"
+        )
+    done = monkey().note(args.job, None if args.clear else args.text)
+    print(f"{done['id']} note " + ("removed" if done["note"] is None else "saved"))
+    return 0
+
+
+def cmd_job_tag(args: argparse.Namespace) -> int:
+    """`job tag JOB TAG...` and `job untag JOB TAG...`."""
+    m = monkey()
+    add = args.tags if args.action == "tag" else []
+    done = m.tag(args.job, add=add, remove=args.tags if args.action == "untag" else [])
+    print(f"{done['id']} tags: {' '.join(done['tags']) or '(none)'}")
     return 0
 
 

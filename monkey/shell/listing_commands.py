@@ -51,10 +51,11 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             states = (states or set()) | set(members)
     limit = None if args.all else args.limit
-    listing = _job_listing(states, args.provider, limit, args.owner, args.mine)
+    listing = _job_listing(states, args.provider, limit, args.owner, args.mine, args.tag)
     jobs, runtimes, total = listing["jobs"], listing["runtimes"], listing["total"]
     absent, owners = listing["core_since"], listing["owners"]
     waiting_on = listing.get("waiting_on") or {}
+    tags = listing.get("tags") or {}
     waits = listing.get("provider_waits") or {}  # why a provider's queued jobs wait for it
     now = time.time()
     if args.json:
@@ -65,6 +66,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
                         **j.to_json(),
                         "runtime": runtimes.get(j.juid),
                         **({"owner": owners.get(j.juid)} if owners else {}),
+                        "tags": tags.get(j.juid, []),
                         **({"waiting_on": waiting_on[j.juid]} if j.juid in waiting_on else {}),
                         **({"held": j.held} if j.held else {}),
                         **(
@@ -86,7 +88,7 @@ def cmd_list_jobs(args: argparse.Namespace) -> int:
             "no jobs"
             + (
                 " match"
-                if states or args.provider or args.owner or args.mine
+                if states or args.provider or args.owner or args.mine or args.tag
                 else " yet; try `monkey run -- CMD`"
             )
         )
@@ -135,14 +137,16 @@ def _job_listing(
     limit: int | None,
     owner: str | None = None,
     mine: bool = False,
+    tag: str | None = None,
 ) -> dict[str, Any]:
     """`list jobs`' data: from the selected remote, or straight from this machine's store
     (without loading the facade: `monkey list jobs` is benchmarked); only OWNER's jobs, or
-    with MINE this machine's user's (the remote's: its token's user's)."""
+    with MINE this machine's user's (the remote's: its token's user's); only those tagged
+    TAG."""
     from monkey.remote.settings import selected
 
     if selected():
-        return monkey().job_listing(states, provider, limit, owner=owner, mine=mine)
+        return monkey().job_listing(states, provider, limit, owner=owner, mine=mine, tag=tag)
     from monkey.config import Home
     from monkey.facade.listing import job_listing
     from monkey.store import Store
@@ -150,7 +154,7 @@ def _job_listing(
 
     home = Home().ensure()
     owner = local_user() if mine else owner
-    return job_listing(home, Store(home.db), states, provider, limit, owner=owner)
+    return job_listing(home, Store(home.db), states, provider, limit, owner=owner, tag=tag)
 
 
 def cmd_list_providers(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry")
+SWEEP_ACTIONS = ("status", "cancel", "pause", "resume", "retry", "note", "tag", "untag")
 
 
 def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
@@ -32,7 +32,8 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
         cls,
         "sweep",
         "Start a hyper-parameter sweep, or act on one: "
-        "`sweep status|cancel|pause|resume|retry SWEEP`.",
+        "`sweep status|cancel|pause|resume|retry SWEEP`, `sweep note SWEEP TEXT|--clear`, "
+        "`sweep tag|untag SWEEP TAG...`.",
     )
     p.add_argument(
         "--grid",
@@ -126,6 +127,7 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
         help="store a working folder or dataset over 2 GB without asking",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--clear", action="store_true", help="with `sweep note SWEEP`: remove the note")
     p.add_argument(
         "cmd",
         nargs=argparse.REMAINDER,
@@ -138,6 +140,8 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     words = args.cmd
+    if words and words[0] in ("note", "tag", "untag"):
+        return _sweep_notes(words, args.clear or "--clear" in words)
     if words and words[0] in SWEEP_ACTIONS:
         as_json = args.json or "--json" in words
         words = [w for w in words if w != "--json"]
@@ -219,6 +223,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_notes(words: list[str], clear: bool) -> int:
+    """`sweep note SWEEP TEXT|--clear`, `sweep tag|untag SWEEP TAG...`."""
+    action, rest = words[0], [w for w in words[1:] if w != "--clear"]
+    if action == "note":
+        if len(rest) != (1 if clear else 2):
+            raise UsageError(
+                "monkey sweep note: name one sweep and give the note's TEXT (quoted) or "
+                "--clear, e.g. monkey sweep note last 'lr above 0.1 diverges'"
+            )
+        done = monkey().sweep_note(rest[0], None if clear else rest[1])
+        print(f"{done['id']} note " + ("removed" if done["note"] is None else "saved"))
+        return 0
+    if len(rest) < 2 or clear:
+        raise UsageError(
+            f"monkey sweep {action}: name one sweep and its tags, e.g. "
+            f"monkey sweep {action} last baseline"
+        )
+    tags = rest[1:]
+    done = monkey().sweep_tag(
+        rest[0], add=tags if action == "tag" else [], remove=tags if action == "untag" else []
+    )
+    print(f"{done['id']} tags: {' '.join(done['tags']) or '(none)'}")
+    return 0
+
+
 def _sweep_action(action: str, ref: str, as_json: bool) -> int:
     m = monkey()
     if action != "status":
@@ -239,6 +268,13 @@ def _sweep_action(action: str, ref: str, as_json: bool) -> int:
         f"sweep {st['id']} ({st['name']}): {st['state']}, {st['done']}/{st['total']} ended"
         + (f" ({counts})" if counts else "")
     )
+    if st.get("tags"):
+        print(f"tags: {' '.join(st['tags'])}")
+    if st.get("note"):
+        from monkey.shell.info_commands import note_fields
+
+        for key, line in note_fields(st["note"]):
+            print(f"{key or '':4}  {line}")
     if st["state"] in ("submitting", "interrupted"):
         cells = st["spec"].get("cells", "?")
         print(

@@ -37,6 +37,7 @@ from monkey.store.instance_requests import InstanceRequestStore
 from monkey.store.instances import InstanceStore
 from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from monkey.store.notes import NotesStore
 from monkey.store.notify import NOTIFY_STATES, NotifyStore, outbox_add
 from monkey.store.outputs import OutputQueries
 from monkey.store.queue import QueueQueries
@@ -149,9 +150,13 @@ def _job_filter(
     provider: str | None,
     sweep: str | None,
     owner: str | None = None,
+    tag: str | None = None,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (with its leading space, or "") and arguments of a job listing."""
     where, args = [], []
+    if tag is not None:
+        where.append("juid IN (SELECT juid FROM job_tags WHERE tag = ?)")
+        args.append(tag)
     if owner is not None:
         where.append("owner = ?")
         args.append(owner)
@@ -170,6 +175,7 @@ def _job_filter(
 
 class Store(
     QueueQueries,
+    NotesStore,
     AttemptStore,
     WebQueries,
     InstanceStore,
@@ -518,6 +524,7 @@ class Store(
         limit: int | None = None,
         newest_first: bool = True,
         owner: str | None = None,
+        tag: str | None = None,
     ) -> list[Job]:
         order = "DESC" if newest_first else "ASC"
         states = None if states is None else list(states)
@@ -526,7 +533,7 @@ class Store(
             # states sorted every match (25,000 failed jobs: 53 ms instead of 1 ms).
             parts, args = [], []
             for state in states:
-                where, part_args = _job_filter([state], provider, sweep, owner)
+                where, part_args = _job_filter([state], provider, sweep, owner, tag)
                 parts.append(
                     f"SELECT * FROM (SELECT {_JOB_COLUMNS}, seq FROM jobs{where} "
                     f"ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)})"
@@ -537,7 +544,7 @@ class Store(
                 + f" ORDER BY seq {order} LIMIT {min(int(limit), 2**63 - 1)}"
             )
             return [_job(r[:-1]) for r in self.db.execute(sql, args)]
-        where, args = _job_filter(states, provider, sweep, owner)
+        where, args = _job_filter(states, provider, sweep, owner, tag)
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + where + f" ORDER BY seq {order}"
         if limit:
             sql += f" LIMIT {min(int(limit), 2**63 - 1)}"  # SQLite's largest integer
@@ -550,9 +557,10 @@ class Store(
         provider: str | None = None,
         sweep: str | None = None,
         owner: str | None = None,
+        tag: str | None = None,
     ) -> int:
         """How many jobs ``list_jobs`` with the same filters gives without a limit."""
-        where, args = _job_filter(states, provider, sweep, owner)
+        where, args = _job_filter(states, provider, sweep, owner, tag)
         return self.db.execute("SELECT COUNT(*) FROM jobs" + where, args).fetchone()[0]
 
     def runtimes(self, juids: Sequence[str], now: float) -> dict[str, float]:

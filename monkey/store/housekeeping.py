@@ -19,6 +19,7 @@ class HousekeepingStore:
     db: sqlite3.Connection
 
     tx: Any  # Store.tx
+    forget_sweep_notes: Any  # Store.forget_sweep_notes
 
     def juid_tables(self) -> list[str]:
         """Every table with a ``juid`` column."""
@@ -65,6 +66,8 @@ class HousekeepingStore:
                 "(SELECT 1 FROM jobs WHERE sweep = sweeps.id)",
                 [(s,) for s in sorted(sweeps)],
             )
+            if sweeps:
+                self.forget_sweep_notes(db)
         return done
 
     def referenced_digests(self) -> set[str]:

@@ -446,6 +446,26 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE jobs ADD COLUMN phase TEXT;
         """,
     ),
+    (
+        "0026_notes_tags",
+        # Issue 43: a researcher's note and tags on a job or a sweep (`monkey job note|tag`,
+        # `monkey sweep note|tag`, Monkey Web); a job's go with it (their `juid` column), a
+        # sweep's with its last job (Store.delete_jobs).
+        """
+        CREATE TABLE job_notes(
+            juid TEXT PRIMARY KEY, note TEXT NOT NULL, at REAL NOT NULL, by TEXT
+        ) WITHOUT ROWID;
+        CREATE TABLE job_tags(juid TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (juid, tag))
+            WITHOUT ROWID;
+        CREATE INDEX job_tags_tag ON job_tags(tag);
+        CREATE TABLE sweep_notes(
+            sweep TEXT PRIMARY KEY, note TEXT NOT NULL, at REAL NOT NULL, by TEXT
+        ) WITHOUT ROWID;
+        CREATE TABLE sweep_tags(sweep TEXT NOT NULL, tag TEXT NOT NULL, PRIMARY KEY (sweep, tag))
+            WITHOUT ROWID;
+        CREATE INDEX sweep_tags_tag ON sweep_tags(tag);
+        """,
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

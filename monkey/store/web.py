@@ -78,7 +78,8 @@ class WebQueries:
         offset: int = 0,
         now: float = 0.0,
     ) -> list[Job]:
-        """Up to LIMIT jobs newest first, older than job BEFORE (its id) when given; or,
+        """Up to LIMIT jobs newest first, older than job BEFORE (its id) when given, else
+        from the OFFSET-th; or,
         by SORT (see ``_sort_by``; DESCENDING; the jobs without a value last, newest first
         among equals), from the
         OFFSET-th on. NAME matches a part of the job's name, or all of it when it is a
@@ -91,8 +92,10 @@ class WebQueries:
         sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        if sort is None:
+        if sort is None:  # from job BEFORE on, or the OFFSET-th
             sql += f" ORDER BY seq DESC LIMIT {max(1, int(limit))}"
+            if before is None and offset:
+                sql += f" OFFSET {max(0, int(offset))}"
         else:  # the page's ids sorted first (narrow rows), then their rows read
             by, more = _sort_by(sort, now)
             order = "DESC" if descending else "ASC"

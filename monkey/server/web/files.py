@@ -41,6 +41,7 @@ def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
         Route("/jobs/{ref}/persisted/{name}.tar.gz", pages.folder),
         Route("/jobs/{ref}/persisted/{name}/{path:path}", pages.persisted_file),
         Route("/jobs/{ref}/outputs/{attempt:int}/{path:path}", pages.output_file),
+        Route("/jobs/{ref}/checkpoints/{path:path}", pages.checkpoint_file),
     ]
 
 
@@ -100,7 +101,22 @@ def data_part(m: Monkey, juid: str) -> dict[str, Any]:
         found = _outputs(work, globs)
         if found:
             outputs.append({"attempt": a.n, "files": found[:LISTED], "count": len(found)})
-    return {"datasets": datasets, "persisted": persisted, "outputs": outputs, "globs": globs}
+    from monkey.server.web.views import clock
+
+    saved = m.checkpoints(juid)
+    checkpoints = {
+        **saved,
+        "files": [
+            {**f, "url": quote(f["path"]), "when": clock(f["mtime"])} for f in saved["files"]
+        ],
+    }
+    return {
+        "datasets": datasets,
+        "persisted": persisted,
+        "outputs": outputs,
+        "globs": globs,
+        "checkpoints": checkpoints,
+    }
 
 
 def _outputs(work: Path, globs: list[str]) -> list[dict[str, Any]]:
@@ -228,6 +244,21 @@ class FilePages:
                 400 if rel is None else 404,
             )
         return self._send(session, request, work, rel)
+
+    async def checkpoint_file(self, request: Request) -> Response:
+        """A file of the job's checkpoint_dir() (MONKEY_HOME's copy)."""
+        session = await self.web.session(request)
+        if session is None:
+            return self.web.to_login(request)
+        try:
+            juid = await run_in_threadpool(
+                lambda: self.web.monkey().resolve(request.path_params["ref"])
+            )
+        except MonkeyError as exc:
+            return self._error(session, request, str(exc), 404)
+        return self._send(
+            session, request, self.web.home.checkpoint_dir(juid), request.path_params["path"]
+        )
 
     def _send(self, session: dict[str, Any], request: Request, base: Path, rel: str) -> Response:
         path = confined(base, rel)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 PAGE = 50  # jobs a page shows
 SEARCH_HITS = 500  # jobs a full-text search narrows to at most
-FILTERS = ("state", "provider", "owner", "sweep", "name", "q")
+FILTERS = ("state", "provider", "owner", "sweep", "name", "tag", "q")
 ACTIONS = ("cancel", "pause", "resume", "retry")
 
 
@@ -83,6 +83,12 @@ def jobs_page(
     if text:
         hits = {hit["job"]: hit for hit in m.search(text, SEARCH_HITS)}
         juids = list(hits)
+    tag = filters.get("tag", "").strip()
+    if tag:  # a search's hits that carry the tag, or every job that does
+        from monkey.facade.notes import check_tags
+
+        tagged = set(m.store.tagged("job", check_tags([tag])[0]))
+        juids = [j for j in juids if j in tagged] if juids is not None else sorted(tagged)
     where: dict[str, Any] = {
         "state": state,
         "provider": filters.get("provider") or None,
@@ -113,6 +119,7 @@ def jobs_page(
     ids = [j.juid for j in jobs]
     runtimes = store.runtimes(ids, now)
     owners = store.job_owners(ids)
+    tags = store.tags_of("job", ids)
     metrics = store.latest_metric_values(ids)
     sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
     from monkey.tracking.ingest import flatten
@@ -141,6 +148,7 @@ def jobs_page(
                 "command": j.command,
                 "metrics": _few_metrics(metrics.get(j.juid, {})),
                 "sweep": j.sweep,
+                "tags": tags.get(j.juid, []),
                 "sweep_name": (sweep or {}).get("name") or j.sweep or "",
                 "error": _error(m, j.juid, j.attempts) if j.state == State.FAILED else None,
                 "found": hit and {"line": hit["line"].strip(), "source": hit["source"]},
@@ -154,6 +162,7 @@ def jobs_page(
         "rows": rows,
         "total": store.count_page(**where),
         "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
+        "page_size": PAGE,
         "descending": descending,
         "columns": [{"key": c, "label": _column_label(c)} for c in columns],
         "offered": [
@@ -216,6 +225,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
     """Everything the job page shows: ``Monkey.info`` (but its metrics' summary: the
     charts show them) plus what USER may do to it."""
     info = m.info(ref, metrics=False)
+    info["note"] = _dated(info.get("note"))
     state = State(info["state"])
     mine = user["admin"] or info.get("owner") == user["name"]
     actions = []
@@ -235,6 +245,7 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "info": info,
+        "editable": mine,  # its note and tags (the owner or an admin)
         "actions": actions,
         "ask": job_questions(info, actions),
         "live": state not in TERMINAL,
@@ -261,6 +272,11 @@ def job_page(m: Monkey, ref: str, user: dict[str, Any]) -> dict[str, Any]:
         "cost": info.get("cost"),
         **extras(m, info, user),  # datasets, outputs, rerun form (job_extras.py)
     }
+
+
+def _dated(note: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A note with ``when`` it was written, as the pages show times."""
+    return note and {**note, "when": clock(note["at"])}
 
 
 OVERLAID = 20  # other runs of a sweep a job page's charts may overlay, at most
@@ -304,6 +320,7 @@ def sweep_page(
     with one value in every run are left out of the table and the analysis unless
     CONSTANTS."""
     status = m.sweep_status(ref)
+    status["note"] = _dated(status.get("note"))
     table = m.compare(sweep=status["id"], sort=sort or None, reverse=reverse)
     owners = set(m.job_owners([j["job"] for j in status["jobs"]]).values())
     mine = user["admin"] or owners <= {user["name"]}
@@ -335,6 +352,7 @@ def sweep_page(
         "analysis": found,
         "best": best,
         "early": set(status.get("stopped_early") or []),
+        "editable": mine,  # its note and tags (the owner of every run or an admin)
         "actions": SWEEP_ACTIONS if mine and status["jobs"] else (),
         "ask": sweep_questions(m, status) if mine and status["jobs"] else {},
         "reverse": reverse,
