@@ -21,6 +21,7 @@ from starlette.routing import Route
 from monkey.client_agent import rundir
 from monkey.models import MonkeyError
 from monkey.server.web.code import safe_path
+from monkey.server.web.render import clock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,8 +102,6 @@ def data_part(m: Monkey, juid: str) -> dict[str, Any]:
         found = _outputs(work, globs)
         if found:
             outputs.append({"attempt": a.n, "files": found[:LISTED], "count": len(found)})
-    from monkey.server.web.views import clock
-
     saved = m.checkpoints(juid)
     checkpoints = {
         **saved,

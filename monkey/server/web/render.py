@@ -6,10 +6,16 @@ from __future__ import annotations
 import codecs
 import html
 import re
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+def clock(ts: float | None) -> str:
+    """TS as this machine's local date and time ("-": none)."""
+    return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def cell(value: Any) -> str:

@@ -8,7 +8,7 @@ import time
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import run_time as duration
 from monkey.server.web.job_extras import extras
-from monkey.server.web.render import cell
+from monkey.server.web.render import cell, clock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -292,10 +292,6 @@ def _siblings(m: Monkey, info: dict[str, Any]) -> list[str]:
 
 def ago(seconds: float) -> str:
     return duration(max(0.0, seconds)) + " ago"
-
-
-def clock(ts: float | None) -> str:
-    return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 SWEEP_ACTIONS = ("cancel", "pause", "resume", "retry")

@@ -439,28 +439,39 @@
       lastOf(raw);
       others = all.slice(1).map(function (series, k) { return {job: runs[k], series: series}; });
       render();
+      zoomedWindows();
     }).finally(function () { if (mine === asked) loading = null; });
     return loading;
   }
-  // A zoom (a drag across a chart; NAME null: every chart) fetches its window finer; a
-  // zoom out goes back to the whole series.
-  var zooms = 0;
-  group.onzoom.push(function (name, z) {
-    var names = name === null ? Object.keys(raw) : [name], mine = ++zooms;
-    if (!z) {
-      names.forEach(function (n) { if (raw[n]) delete raw[n].win; });
-      render();
-      return;
-    }
+  // A zoom (a drag across a chart, or one a link restored; NAME null: every chart) fetches
+  // its window finer; a zoom out goes back to the whole series.
+  var asking = {};  // NAME ("" for every chart) -> its latest window asked
+  function fetchWindow(name, z) {
+    var key = name === null ? "" : name, mine = asking[key] = (asking[key] || 0) + 1;
     var only = name === null ? "" : "&name=" + encodeURIComponent(name);
     getJSON(charts.dataset.src + query("&from=" + z.from + "&to=" + z.to + only)).then(function (got) {
-      if (mine !== zooms) return;  // zoomed again meanwhile
+      if (mine !== asking[key]) return;  // zoomed again meanwhile
       Object.keys(got).forEach(function (n) {
         var s = raw[n];
         if (s && s.by === got[n].by) s.win = {lo: z.from, hi: z.to, x: got[n].x, y: got[n].y};
       });
       render();
     });
+  }
+  function zoomedWindows() {  // the zooms drawn without their finer window yet
+    if (group.all) {
+      if (Object.keys(raw).some(function (n) { return !raw[n].win; })) fetchWindow(null, group.all);
+      return;
+    }
+    Object.keys(group.own).forEach(function (n) {
+      if (raw[n] && !raw[n].win) fetchWindow(n, group.own[n]);
+    });
+  }
+  group.onzoom.push(function (name, z) {
+    if (z) return fetchWindow(name, z);
+    (name === null ? Object.keys(raw) : [name]).forEach(function (n) { if (raw[n]) delete raw[n].win; });
+    asking = {};
+    render();
   });
   // A running job's new points, appended: its charts' zoom kept
   function refresh() {
@@ -483,7 +494,7 @@
       if (names.length) render();
     });
   }
-  if (xBy) xBy.addEventListener("change", function () { group.forget(); raw = {}; drawCharts(); });
+  if (xBy) xBy.addEventListener("change", function () { raw = {}; group.forget(); drawCharts(); });
   if (overlayRuns) overlayRuns.addEventListener("change", drawCharts);
   if (logY) logY.addEventListener("change", render);
   if (smooth) smooth.addEventListener("input", render);
