@@ -196,6 +196,7 @@ def test_sweep_page_draws_parallel_coordinates_brushes_the_table_and_ranks_param
     )
     assert f"{len(kept)} of 6 runs selected" in page.inner_text("#pc-count")
     # a second brush on a categorical axis narrows further: adam only
+    page.locator("#parcoords").scroll_into_view_if_needed()  # its whole height in view
     hit = page.locator("#parcoords g.axis[data-axis='opt'] rect.hit").bounding_box()
     x = hit["x"] + hit["width"] / 2
     page.mouse.move(x, hit["y"] + hit["height"] - 30)
