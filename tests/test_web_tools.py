@@ -1,5 +1,7 @@
-"""Monkey Web, issue 43 item 10: notes and tags edited on the job and sweep pages (owners
-and admins only, CSRF as every form) and the jobs list filtered by a tag; the `queued`
+"""Monkey Web, issue 43 item 10 (what every other tool has): notes and tags edited on the
+job and sweep pages (owners and admins only, CSRF as every form) and the jobs list
+filtered by a tag; a job's checkpoint files; a sweep's report; CSV of the tables; pages
+both ways with their range; a phone's tables and parallel coordinates; the `queued`
 state's colour readable (4.5:1) in light and dark mode. A real main node, real jobs, a
 real browser (the fixtures of tests/test_web.py)."""
 
