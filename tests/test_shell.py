@@ -203,7 +203,10 @@ def test_complete_commands_subcommands_options(app):
     assert "list" in _complete(app, "li")
     assert _complete(app, "list j") == ["jobs"]
     assert _complete(app, "info ") == ["job"]
-    assert set(_complete(app, "job ")) == {"cancel", "pause", "resume", "retry", "priority"}
+    assert set(_complete(app, "job ")) == {
+        *("cancel", "pause", "resume", "retry", "priority"),
+        *("note", "tag", "untag"),
+    }
     assert "--provider" in _complete(app, "list jobs --pr")
     assert _complete(app, "daemon st") == ["start", "status", "stop"]
     assert "--follow" in _complete(app, "logs --fo")
