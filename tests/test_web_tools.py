@@ -243,6 +243,17 @@ def test_the_jobs_list_and_a_sweeps_runs_download_as_csv_as_shown(node, browser)
     assert [r[0] for r in table[1:]] == shown and len(shown) == 3
     acc = table[0].index("acc best")
     assert sorted(float(r[acc]) for r in table[1:]) == [1 / 3 + 0.001, 1 / 3 + 0.01, 1 / 3 + 0.1]
+    # a selection in the parallel coordinates (the top of the metric's axis): those runs
+    page.focus("#parcoords g.axis[data-axis='acc:best']")
+    page.keyboard.press("ArrowUp")
+    kept = page.eval_on_selector_all(
+        "table.runs tbody tr:not([hidden])", "rs => rs.map(r => r.dataset.job)"
+    )
+    assert 0 < len(kept) < 3
+    with page.expect_download() as got:
+        page.click("#runs-csv")
+    table = list(csv.reader(io.StringIO(open(got.value.path()).read())))
+    assert [r[0] for r in table[1:]] == kept
 
 
 @pytest.mark.system

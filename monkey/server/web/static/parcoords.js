@@ -218,6 +218,13 @@
       if (ok) { kept++; shown[p.run.job] = 1; }
     });
     if (table) table.querySelectorAll("tr[data-job]").forEach(function (tr) { tr.hidden = !shown[tr.dataset.job]; });
+    var csv = document.getElementById("runs-csv");  // the CSV holds the selected runs only
+    if (csv) {
+      var url = new URL(csv.href);
+      url.searchParams.delete("job");
+      if (kept < paths.length) Object.keys(shown).forEach(function (j) { url.searchParams.append("job", j); });
+      csv.href = url.toString();
+    }
     count.textContent = kept === paths.length ? paths.length + " runs" : kept + " of " + paths.length + " runs selected";
   }
 
