@@ -73,6 +73,8 @@ def test_a_sweep_is_noted_and_tagged(monkey, cli):
     assert saved.stdout.strip() == f"{sid_text} note saved", saved.stderr
     tagged = cli("sweep", "tag", "scan", "paper", "fig-3")
     assert tagged.stdout.strip() == f"{sid_text} tags: fig-3 paper", tagged.stderr
+    listed = json.loads(cli("list", "sweeps", "--json", check=True).stdout)
+    assert [s["tags"] for s in listed] == [["fig-3", "paper"]]
     status = cli("sweep", "status", "scan", check=True).stdout
     assert "tags: fig-3 paper" in status and "x=2 is the one" in status
     untagged = cli("sweep", "untag", "scan", "paper")

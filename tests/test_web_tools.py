@@ -106,6 +106,12 @@ def test_a_sweeps_note_and_tags_are_edited_on_its_page_which_links_its_report(no
     assert tags == ["fig-3", "paper"]
     status = json.loads(node.server("sweep", "status", sid, "--json").stdout)
     assert status["tags"] == ["fig-3", "paper"] and status["note"]["text"] == "x=2 is the one"
+    page.goto(node.url + "/web/sweeps")
+    assert page.eval_on_selector_all("table.jobs .tag", "ts => ts.map(t => t.textContent)") == [
+        "fig-3",
+        "paper",
+    ]
+    page.goto(node.url + f"/web/sweeps/{sid}")
     # its `monkey report`, linked from the page and served as the CLI writes it
     page.click("#report-link")
     page.wait_for_url(f"**/web/sweeps/{sid}/report.html")
