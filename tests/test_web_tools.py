@@ -55,6 +55,8 @@ def test_a_jobs_note_and_tags_are_edited_on_its_page_and_filter_the_jobs_list(no
     assert listed == [juid] and "1 job" in page.inner_text(".count")
     assert page.input_value("input[name=tag]") == "baseline"
     assert "baseline" in page.inner_text("table.jobs tbody tr")
+    bad = page.request.get(node.url + "/web/jobs?tag=a%20b")
+    assert bad.status == 400 and "tag &#39;a b&#39;: a tag is" in bad.text()
     page.fill("input[name=tag]", "")
     page.click(".filters button[type=submit]")
     page.wait_for_selector(f"table.jobs a:text-is('{other}')")
