@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for
+
 
 def test_a_job_is_noted_tagged_found_by_tag_and_shown(monkey, cli):
     job = monkey.run(["true"])
@@ -71,6 +73,8 @@ def test_a_sweep_is_noted_and_tagged(monkey, cli):
     assert saved.stdout.strip() == f"{sid_text} note saved", saved.stderr
     tagged = cli("sweep", "tag", "scan", "paper", "fig-3")
     assert tagged.stdout.strip() == f"{sid_text} tags: fig-3 paper", tagged.stderr
+    listed = json.loads(cli("list", "sweeps", "--json", check=True).stdout)
+    assert [s["tags"] for s in listed] == [["fig-3", "paper"]]
     status = cli("sweep", "status", "scan", check=True).stdout
     assert "tags: fig-3 paper" in status and "x=2 is the one" in status
     untagged = cli("sweep", "untag", "scan", "paper")
@@ -83,6 +87,13 @@ def test_a_sweep_is_noted_and_tagged(monkey, cli):
     assert bad.returncode == 1 and bad.stderr.strip().startswith("monkey: error: tag 'no way'")
     usage = cli("sweep", "note", "scan")
     assert usage.returncode == 2 and "--clear" in usage.stderr
+    # removing the sweep's jobs removes the sweep, and its note and tags with it
+    for job in json.loads(cli("list", "jobs", "--json", check=True).stdout)["jobs"]:
+        wait_for(lambda j=job["job"]: monkey.get_job(j).state.value == "succeeded", timeout=60)
+    cli("sweep", "note", "scan", "kept until the sweep goes", check=True)
+    cli("rm", "--sweep", "scan", "--yes", check=True)
+    assert monkey.store.note_of("sweep", sid_text) is None
+    assert monkey.store.tags_of("sweep", [sid_text]) == {}
 
 
 @pytest.mark.system  # starts a main node

@@ -184,13 +184,15 @@ class Sweeps:
             ) from None
 
     def sweeps(self, state: str | None = None) -> list[dict[str, Any]]:
-        """Sweeps, newest first, each with its job counts by state."""
+        """Sweeps, newest first, each with its job counts by state and its tags."""
         from monkey.tracking import sweeps
 
         sweeps.settle(self.store, self.home)
         out = self.store.list_sweeps(states=[state] if state else None)
+        tags = self.store.tags_of("sweep", [s["id"] for s in out])
         for sweep in out:
             sweep["counts"] = self._sweep_counts(sweep["id"])
+            sweep["tags"] = tags.get(sweep["id"], [])
         return out
 
     def _sweep_counts(self, sid: str) -> dict[str, int]:

@@ -54,12 +54,6 @@ class NotesStore:
                 out.setdefault(key, []).append(tag)
         return out
 
-    def tagged(self, kind: str, tag: str) -> list[str]:
-        """The jobs or sweeps (KIND) tagged TAG."""
-        column = _KEYS[kind]
-        rows = self.db.execute(f"SELECT {column} FROM {kind}_tags WHERE tag = ?", (tag,))
-        return [r[0] for r in rows]
-
     def change_tags(
         self, kind: str, key: str, add: Iterable[str], remove: Iterable[str], most: int
     ) -> list[str]:

@@ -71,6 +71,7 @@ class WebQueries:
         sweep: str | None = None,
         name: str | None = None,
         juids: list[str] | None = None,
+        tag: str | None = None,
         before: str | None = None,
         limit: int = 50,
         sort: str | None = None,
@@ -83,9 +84,10 @@ class WebQueries:
         by SORT (see ``_sort_by``; DESCENDING; the jobs without a value last, newest first
         among equals), from the
         OFFSET-th on. NAME matches a part of the job's name, or all of it when it is a
-        shell-style pattern ('exp-*'); JUIDS (a search's hits) keeps only those; NOW is
+        shell-style pattern ('exp-*'); JUIDS (a search's hits) keeps only those, TAG only
+        the jobs tagged so; NOW is
         when a running attempt's run time ends."""
-        where, args = _page_filter(state, provider, owner, sweep, name, juids)
+        where, args = _page_filter(state, provider, owner, sweep, name, juids, tag)
         if before is not None and sort is None:
             where.append("seq < COALESCE((SELECT seq FROM jobs WHERE juid = ?), -1)")
             args.append(before)
@@ -120,9 +122,10 @@ class WebQueries:
         sweep: str | None = None,
         name: str | None = None,
         juids: list[str] | None = None,
+        tag: str | None = None,
     ) -> int:
         """How many jobs ``job_page`` pages through with the same filters."""
-        where, args = _page_filter(state, provider, owner, sweep, name, juids)
+        where, args = _page_filter(state, provider, owner, sweep, name, juids, tag)
         sql = "SELECT COUNT(*) FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         return int(self.db.execute(sql, args).fetchone()[0])
 
@@ -151,9 +154,13 @@ def _page_filter(
     sweep: str | None,
     name: str | None,
     juids: list[str] | None,
+    tag: str | None = None,
 ) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
+    if tag:
+        where.append("juid IN (SELECT juid FROM job_tags WHERE tag = ?)")
+        args.append(tag)
     for column, value in (("state", state), ("provider", provider), ("owner", owner)):
         if value:
             where.append(f"{column} = ?")

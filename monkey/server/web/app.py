@@ -407,7 +407,8 @@ class Web:
         return _csv_file(text, "jobs.csv")
 
     async def sweep_csv(self, request: Request) -> Response:
-        """A sweep's runs table as CSV, with the page's columns and sort."""
+        """A sweep's runs table as CSV, with the page's columns and sort (and only the runs
+        ``job`` names when given: a selection in the parallel coordinates)."""
         from monkey.server.web.tables_csv import runs_csv
 
         session = await self.session(request)
@@ -427,7 +428,8 @@ class Web:
             )
         except MonkeyError as exc:
             return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
-        return _csv_file(runs_csv(data), f"sweep-{data['sweep']['id']}-runs.csv")
+        rows = runs_csv(data, q.getlist("job"))
+        return _csv_file(rows, f"sweep-{data['sweep']['id']}-runs.csv")
 
     def _columns(self, user: str, q: Any) -> list[str]:
         """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),

@@ -86,10 +86,16 @@ def jobs_csv(
     return _csv([*header, "metrics", "command", "error"], rows[:MOST_ROWS])
 
 
-def runs_csv(data: dict[str, Any]) -> str:
+def runs_csv(data: dict[str, Any], jobs: list[str] | None = None) -> str:
     """A sweep's runs table (``views.sweep_page``'s DATA): its columns in its order, the
-    values whole (not rounded as the page shows them)."""
+    values whole (not rounded as the page shows them); only the runs JOBS when given (those
+    the parallel coordinates' selection keeps)."""
     columns = data["columns"]
     header = [c["name"] + (f" {c['sub']}" if c["sub"] else "") for c in columns]
-    rows = [[r.get(c["key"]) for c in columns] for r in data["table"]["rows"]]
+    keep = set(jobs or ())
+    rows = [
+        [r.get(c["key"]) for c in columns]
+        for r in data["table"]["rows"]
+        if not keep or r["job"] in keep
+    ]
     return _csv(header, rows)

@@ -83,12 +83,11 @@ def jobs_page(
     if text:
         hits = {hit["job"]: hit for hit in m.search(text, SEARCH_HITS)}
         juids = list(hits)
-    tag = filters.get("tag", "").strip()
-    if tag:  # a search's hits that carry the tag, or every job that does
+    tag = filters.get("tag", "").strip() or None
+    if tag is not None:
         from monkey.facade.notes import check_tags
 
-        tagged = set(m.store.tagged("job", check_tags([tag])[0]))
-        juids = [j for j in juids if j in tagged] if juids is not None else sorted(tagged)
+        check_tags([tag])
     where: dict[str, Any] = {
         "state": state,
         "provider": filters.get("provider") or None,
@@ -96,6 +95,7 @@ def jobs_page(
         "sweep": m.store.resolve_sweep(filters["sweep"]) if filters.get("sweep") else None,
         "name": filters.get("name") or None,
         "juids": juids,
+        "tag": tag,
     }
     store = m.store
     now = time.time()

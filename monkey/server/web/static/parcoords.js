@@ -10,7 +10,8 @@
   var data, NS = "http://www.w3.org/2000/svg";
   var VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   var TOP = 34, BOTTOM = 26, HEIGHT = 320, NONE = 14;  // NONE: below an axis, runs without a value
-  var PLOT = HEIGHT - TOP - BOTTOM - NONE;
+  var ROW = 16;  // a second row of axis titles, when one row cannot hold them (a phone)
+  var PLOT = HEIGHT - TOP - BOTTOM - NONE;  // the axes' height (TOP grows with two rows)
   var brushes = {}, paths = [], count = document.getElementById("pc-count");
   var table, best, low, high;
   // The brushes in the URL and remembered for this sweep (view.js): "AXIS:low:high" each,
@@ -99,15 +100,58 @@
       return a.name + ":" + Math.min(ends[0], ends[1]) + ":" + Math.max(ends[0], ends[1]);
     }));
   }
+  function title(axis) {
+    return axis.name.replace(/^param:/, "").replace(/:best$/, " best") + (axis.log ? " (log)" : "");
+  }
+  // The axis titles' rows and texts: one row when the titles fit side by side, else two
+  // (every other axis a row up); a title still wider than its room is shortened with "…"
+  // (the whole name is its tooltip and the axis's label).
+  function titles(svg, xs, width) {
+    var n = xs.length, names = data.axes.map(title), texts = names.slice();
+    var room = el("g", {"class": "axis"}, svg);  // styled as the titles will be
+    var probe = names.map(function (t, i) {
+      var e = el("text", {x: xs[i], y: 0, "class": "name", "text-anchor": anchor(i, n)}, room);
+      e.textContent = t;
+      return e;
+    });
+    function span(i) {
+      var w = probe[i].getComputedTextLength(), a = anchor(i, n);
+      return a === "start" ? [xs[i], xs[i] + w] : a === "end" ? [xs[i] - w, xs[i]] : [xs[i] - w / 2, xs[i] + w / 2];
+    }
+    function clash(i, j) { return span(i)[1] + 8 > span(j)[0]; }
+    function shorten(i) {
+      texts[i] = texts[i].replace(/…$/, "").slice(0, -1) + "…";
+      probe[i].textContent = texts[i];
+    }
+    var rows = 1;
+    for (var i = 1; i < n; i++) if (clash(i - 1, i)) rows = 2;
+    for (i = 0; i < n; i++) {
+      while (texts[i].length > 2 && (span(i)[0] < 0 || span(i)[1] > width)) shorten(i);
+      if (i < rows) continue;
+      while (clash(i - rows, i) && (texts[i].length > 2 || texts[i - rows].length > 2)) {
+        shorten(texts[i].length >= texts[i - rows].length ? i : i - rows);
+      }
+    }
+    svg.removeChild(room);
+    return {rows: rows, names: names, texts: texts};
+  }
+  function anchor(i, n) { return i === 0 ? "start" : i === n - 1 && n > 1 ? "end" : "middle"; }
 
   function draw() {
     box.innerHTML = "";
     paths = [];
     var width = Math.max(280, box.clientWidth), n = data.axes.length;
     var left = 40, right = 40, step = n > 1 ? (width - left - right) / (n - 1) : 0;
-    var plot = PLOT;
     var svg = el("svg", {viewBox: "0 0 " + width + " " + HEIGHT, height: HEIGHT}, box);
     var xs = data.axes.map(function (_, i) { return n > 1 ? left + i * step : width / 2; });
+    var head = titles(svg, xs, width);
+    var was = [TOP, PLOT];
+    TOP = 34 + (head.rows - 1) * ROW;
+    PLOT = HEIGHT - TOP - BOTTOM - NONE;
+    var plot = PLOT;
+    if (TOP !== was[0]) Object.keys(brushes).forEach(function (k) {  // the same part of each axis
+      brushes[k] = brushes[k].map(function (y) { return TOP + (y - was[0]) * PLOT / was[1]; });
+    });
     var ys = function (axis, v) {
       var u = unit(axis, v);
       return u === null ? TOP + plot + NONE : TOP + (1 - u) * plot;
@@ -125,8 +169,10 @@
     data.axes.forEach(function (axis, i) {
       var g = el("g", {"class": "axis", "data-axis": axis.name}, svg);
       el("line", {x1: xs[i], x2: xs[i], y1: TOP, y2: TOP + plot}, g);
-      var name = el("text", {x: xs[i], y: TOP - 18, "text-anchor": i === 0 ? "start" : i === n - 1 && n > 1 ? "end" : "middle", "class": "name"}, g);
-      name.textContent = axis.name.replace(/^param:/, "").replace(/:best$/, " best") + (axis.log ? " (log)" : "");
+      var up = head.rows === 2 && i % 2 === 1 ? ROW : 0;
+      var name = el("text", {x: xs[i], y: TOP - 18 - up, "text-anchor": anchor(i, n), "class": "name"}, g);
+      name.textContent = head.texts[i];
+      if (head.texts[i] !== head.names[i]) el("title", {}, name).textContent = head.names[i];
       ticks(axis).forEach(function (t) {
         var y = ys(axis, t);
         el("line", {x1: xs[i] - 3, x2: xs[i] + 3, y1: y, y2: y}, g);
@@ -217,6 +263,13 @@
       if (ok) { kept++; shown[p.run.job] = 1; }
     });
     if (table) table.querySelectorAll("tr[data-job]").forEach(function (tr) { tr.hidden = !shown[tr.dataset.job]; });
+    var csv = document.getElementById("runs-csv");  // the CSV holds the selected runs only
+    if (csv) {
+      var url = new URL(csv.href);
+      url.searchParams.delete("job");
+      if (kept < paths.length) Object.keys(shown).forEach(function (j) { url.searchParams.append("job", j); });
+      csv.href = url.toString();
+    }
     count.textContent = kept === paths.length ? paths.length + " runs" : kept + " of " + paths.length + " runs selected";
   }
 

@@ -1,5 +1,7 @@
-"""Monkey Web, issue 43 item 10: notes and tags edited on the job and sweep pages (owners
-and admins only, CSRF as every form) and the jobs list filtered by a tag; the `queued`
+"""Monkey Web, issue 43 item 10 (what every other tool has): notes and tags edited on the
+job and sweep pages (owners and admins only, CSRF as every form) and the jobs list
+filtered by a tag; a job's checkpoint files; a sweep's report; CSV of the tables; pages
+both ways with their range; a phone's tables and parallel coordinates; the `queued`
 state's colour readable (4.5:1) in light and dark mode. A real main node, real jobs, a
 real browser (the fixtures of tests/test_web.py)."""
 
@@ -24,7 +26,7 @@ def test_a_jobs_note_and_tags_are_edited_on_its_page_and_filter_the_jobs_list(no
     other = run_job(node, "true", name="plain")
     page = page_for(browser)
     login(page, node, node.token, f"/web/jobs/{juid}")
-    assert "none yet" in page.inner_text("#notes")
+    assert page.inner_text("#notes summary") == "Add a note or tags"
     page.click("#notes summary")
     page.fill("#note-text", "lr 0.1 diverged at step 458\nretry with warm-up")
     page.fill("#note-tags", "baseline lr-0.1")
@@ -53,6 +55,8 @@ def test_a_jobs_note_and_tags_are_edited_on_its_page_and_filter_the_jobs_list(no
     assert listed == [juid] and "1 job" in page.inner_text(".count")
     assert page.input_value("input[name=tag]") == "baseline"
     assert "baseline" in page.inner_text("table.jobs tbody tr")
+    bad = page.request.get(node.url + "/web/jobs?tag=a%20b")
+    assert bad.status == 400 and "tag &#39;a b&#39;: a tag is" in bad.text()
     page.fill("input[name=tag]", "")
     page.click(".filters button[type=submit]")
     page.wait_for_selector(f"table.jobs a:text-is('{other}')")
@@ -104,6 +108,12 @@ def test_a_sweeps_note_and_tags_are_edited_on_its_page_which_links_its_report(no
     assert tags == ["fig-3", "paper"]
     status = json.loads(node.server("sweep", "status", sid, "--json").stdout)
     assert status["tags"] == ["fig-3", "paper"] and status["note"]["text"] == "x=2 is the one"
+    page.goto(node.url + "/web/sweeps")
+    assert page.eval_on_selector_all("table.jobs .tag", "ts => ts.map(t => t.textContent)") == [
+        "fig-3",
+        "paper",
+    ]
+    page.goto(node.url + f"/web/sweeps/{sid}")
     # its `monkey report`, linked from the page and served as the CLI writes it
     page.click("#report-link")
     page.wait_for_url(f"**/web/sweeps/{sid}/report.html")
@@ -241,6 +251,17 @@ def test_the_jobs_list_and_a_sweeps_runs_download_as_csv_as_shown(node, browser)
     assert [r[0] for r in table[1:]] == shown and len(shown) == 3
     acc = table[0].index("acc best")
     assert sorted(float(r[acc]) for r in table[1:]) == [1 / 3 + 0.001, 1 / 3 + 0.01, 1 / 3 + 0.1]
+    # a selection in the parallel coordinates (the top of the metric's axis): those runs
+    page.focus("#parcoords g.axis[data-axis='acc:best']")
+    page.keyboard.press("ArrowUp")
+    kept = page.eval_on_selector_all(
+        "table.runs tbody tr:not([hidden])", "rs => rs.map(r => r.dataset.job)"
+    )
+    assert 0 < len(kept) < 3
+    with page.expect_download() as got:
+        page.click("#runs-csv")
+    table = list(csv.reader(io.StringIO(open(got.value.path()).read())))
+    assert [r[0] for r in table[1:]] == kept
 
 
 @pytest.mark.system
@@ -274,3 +295,71 @@ def test_the_jobs_list_pages_newer_and_older_with_its_range(node, browser):
     assert shown()[0] == "51–67 of 67" and len(shown()[1]) == 17
     page.click("text=← Previous")
     assert shown() == top
+
+
+PHONE_SWEEP = (
+    "import json, sys; lr, wd, bs = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]); "
+    "print(json.dumps({'monkey': {'validation_loss': lr * 1000 + wd + 1e-9 * bs, "
+    "'train_accuracy_top5': 0.123456789 * bs}}))"
+)
+# The cells of SELECTOR whose text takes more than one line: [text, lines].
+WRAPPED = """(sel) => [...document.querySelectorAll(sel)].map(c => {
+  const r = document.createRange(); r.selectNodeContents(c);
+  return [c.textContent.trim(), new Set([...r.getClientRects()].map(x => Math.round(x.top))).size];
+}).filter(x => x[1] > 1)"""
+
+
+@pytest.mark.system
+def test_on_a_phone_numbers_never_wrap_and_parallel_coordinates_titles_read(node, browser):
+    import sys
+
+    done = node.server(
+        "sweep", "--name", "phone", "--metric", "validation_loss", "--goal", "min",
+        "--grid", "learning_rate=3.855e-07,0.00012,0.0314", "--grid", "weight_decay=0.0001,0.01",
+        "--grid", "batch_size=32,256", "--", sys.executable, "-c", PHONE_SWEEP,
+        "{learning_rate}", "{weight_decay}", "{batch_size}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sid = done.stdout.strip()
+    runs = json.loads(node.server("list", "jobs", "--json").stdout)["jobs"]
+    for run in runs:
+        wait_for(lambda j=run["job"]: state_of(node, j) == "succeeded", timeout=120)
+    page = page_for(browser, viewport={"width": 390, "height": 844})
+    login(page, node, node.token, f"/web/sweeps/{sid}")
+    page.wait_for_selector("#parcoords g.axis text.name")
+    assert page.evaluate(WRAPPED, "table.runs td, table.runs tbody th") == []
+    assert page.evaluate(WRAPPED, "#sweep-facts .keep") == []  # the best run's parameters
+    titles = page.evaluate(
+        """() => {
+          const svg = document.querySelector('#parcoords svg').getBoundingClientRect();
+          return [...document.querySelectorAll('#parcoords text.name')].map(t => {
+            const b = t.getBoundingClientRect(), whole = t.querySelector('title');
+            return {left: b.left, right: b.right, top: b.top, bottom: b.bottom,
+                    inside: b.left >= svg.left - 0.5 && b.right <= svg.right + 0.5,
+                    size: parseFloat(getComputedStyle(t).fontSize),
+                    shown: [...t.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join(''),
+                    whole: whole ? whole.textContent : null};
+          });
+        }"""
+    )
+    assert len(titles) == 4 and all(t["inside"] and t["size"] >= 11 for t in titles), titles
+    for i, a in enumerate(titles):
+        for b in titles[i + 1 :]:
+            apart = a["right"] <= b["left"] or b["right"] <= a["left"]
+            assert apart or a["bottom"] <= b["top"] or b["bottom"] <= a["top"], (a, b)
+    for t in titles:  # each reads: whole, or shortened with the whole name as its tooltip
+        assert t["whole"] is None or (t["shown"].endswith("…") and len(t["shown"]) >= 8), t
+    names = [t["whole"] or t["shown"] for t in titles]
+    assert names == [
+        "batch_size",
+        "learning_rate (log)",
+        "weight_decay (log)",
+        "validation_loss best (log)",
+    ]
+    # the jobs list, with chosen numeric columns, and a comparison
+    page.goto(node.url + "/web/jobs?cols=1&col=param:learning_rate&col=last:validation_loss")
+    assert page.evaluate(WRAPPED, "table.jobs td.num, table.jobs td.nowrap") == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    picked = "&".join(f"job={r['job']}" for r in runs[:3])
+    page.goto(node.url + f"/web/compare?{picked}")
+    assert page.evaluate(WRAPPED, "table.compare td") == []
