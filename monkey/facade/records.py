@@ -51,6 +51,34 @@ class Records:
         changes state or is removed."""
         return self.store.last_job_change()
 
+    def sweep_id(self, ref: str) -> str:
+        """The id of sweep REF (an id, its name, a unique prefix, `last`)."""
+        return self.store.resolve_sweep(ref)
+
+    def jobs_table(
+        self, where: dict[str, Any], *, now: float, stats: bool, **page: Any
+    ) -> dict[str, Any]:
+        """A page of the jobs list as Monkey Web shows it: the jobs WHERE selects (state,
+        provider, owner, sweep id, name, juids, tag), PAGE (before, limit, sort, descending,
+        offset: as ``Store.job_page``), with what each row shows: {"jobs", "total",
+        "runtimes", "owners", "tags", "metrics" (latest values), "sweeps" (id -> record),
+        "stats" (each metric's last, min and max, when STATS), "users"}."""
+        store = self.store
+        with store.reading():  # one state of the store for the page and its counts
+            jobs = store.job_page(**where, now=now, **page)
+            ids = [j.juid for j in jobs]
+            return {
+                "jobs": jobs,
+                "total": store.count_page(**where),
+                "runtimes": store.runtimes(ids, now),
+                "owners": store.job_owners(ids),
+                "tags": store.tags_of("job", ids),
+                "metrics": store.latest_metric_values(ids),
+                "sweeps": {s: store.get_sweep(s) for s in {j.sweep for j in jobs if j.sweep}},
+                "stats": store.metric_stats(ids) if stats else {},
+                "users": store.count_users(),
+            }
+
     def sweep_jobs(self, ref: str) -> tuple[str, list[str]]:
         """(sweep REF's id, the ids of its jobs)."""
         sid = self.store.resolve_sweep(ref)

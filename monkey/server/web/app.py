@@ -700,9 +700,9 @@ class Web:
                 text = notes.check_note(text)
             if len(tags) > notes.TAGS_MAX:
                 raise MonkeyError(f"{len(tags)} tags: at most {notes.TAGS_MAX}")
-            key = m.resolve(ref) if kind == "job" else m.store.resolve_sweep(ref)
-            now = m.store.tags_of(kind, [key]).get(key, [])
-            said = (m.store.note_of(kind, key) or {}).get("text")
+            key = m.resolve(ref) if kind == "job" else m.sweep_id(ref)
+            got = m.annotations(kind, key)
+            now, said = got["tags"], (got["note"] or {}).get("text")
             prefix = "" if kind == "job" else "sweep_"
             if text != said:
                 run_call(m, user, prefix + "note", check(prefix + "note", [key, text], {}))

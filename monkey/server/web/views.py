@@ -92,12 +92,11 @@ def jobs_page(
         "state": state,
         "provider": filters.get("provider") or None,
         "owner": filters.get("owner") or None,
-        "sweep": m.store.resolve_sweep(filters["sweep"]) if filters.get("sweep") else None,
+        "sweep": m.sweep_id(filters["sweep"]) if filters.get("sweep") else None,
         "name": filters.get("name") or None,
         "juids": juids,
         "tag": tag,
     }
-    store = m.store
     now = time.time()
     by, high_first = sort, bool(sort) and JOB_SORTS.get(sort or "", False)
     if sort and sort.partition(":")[0] in ("last", "best"):  # best first, as a sweep's table
@@ -105,28 +104,25 @@ def jobs_page(
         high_first = goal_of(name, {}) == "max"
         by = f"{'max' if high_first else 'min'}:{name}" if kind == "best" else sort
     descending = bool(high_first) != reverse
-    jobs = store.job_page(
-        **where,
+    table = m.jobs_table(
+        where,
+        now=now,
+        stats=any(not c.startswith("param:") for c in columns),
         before=before,
         limit=PAGE + 1,
         sort=by,
         descending=descending,
         offset=start,
-        now=now,
     )
+    jobs = table["jobs"]
     more = len(jobs) > PAGE
     jobs = jobs[:PAGE]
     ids = [j.juid for j in jobs]
-    runtimes = store.runtimes(ids, now)
-    owners = store.job_owners(ids)
-    tags = store.tags_of("job", ids)
-    metrics = store.latest_metric_values(ids)
-    sweeps = {sid: store.get_sweep(sid) for sid in {j.sweep for j in jobs if j.sweep}}
+    runtimes, owners, tags = table["runtimes"], table["owners"], table["tags"]
+    metrics, sweeps, stats = table["metrics"], table["sweeps"], table["stats"]
     from monkey.tracking.ingest import flatten
 
     params = {j.juid: flatten(j.params or {}) for j in jobs}
-    wanted = any(not c.startswith("param:") for c in columns)
-    stats = store.metric_stats(ids) if wanted else {}
     rows = []
     for j in jobs:
         shown = j.shown_state
@@ -160,7 +156,7 @@ def jobs_page(
     offered += [f"{kind}:{n}" for n in names for kind in ("last", "best")]
     return {
         "rows": rows,
-        "total": store.count_page(**where),
+        "total": table["total"],
         "next": (str(start + PAGE) if sort else ids[-1]) if more else None,
         "page_size": PAGE,
         "descending": descending,
@@ -169,7 +165,7 @@ def jobs_page(
             {"key": c, "label": _column_label(c), "on": c in columns}
             for c in dict.fromkeys([*offered, *columns])
         ],
-        "owners": store.count_users() > 1,
+        "owners": table["users"] > 1,
         "providers": sorted(m.providers) if _providers_ok(m) else [],
         "states": [s.value for s in State],
         "searched": text,
