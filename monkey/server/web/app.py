@@ -36,8 +36,9 @@ from monkey.models import Forbidden, MonkeyError
 from monkey.server import websession
 from monkey.server.calls import run_call
 from monkey.server.door import check
-from monkey.server.web import code, files, newjob, rerun_form, series, views
+from monkey.server.web import annotate, code, exports, files, newjob, rerun_form, series, views
 from monkey.server.web.render import AnsiHtml, cell
+from monkey.server.web.rerun_form import posted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -116,7 +117,6 @@ class Web:
                     Route("/login", self.login, methods=["GET", "POST"]),
                     Route("/logout", self.logout, methods=["POST"]),
                     Route("/jobs", self.jobs),
-                    Route("/jobs.csv", self.jobs_csv),
                     Route("/events", self.events),
                     Route("/changed", self.changed),
                     Route("/jobs/{ref}", self.job),
@@ -124,19 +124,17 @@ class Web:
                     Route("/jobs/{ref}/output.txt", self.download),
                     Route("/jobs/{ref}/metrics", self.metrics),
                     Route("/jobs/{ref}/action", self.action, methods=["POST"]),
-                    Route("/jobs/{ref}/notes", self.job_notes, methods=["POST"]),
                     Route("/providers", self.providers),
                     Route("/compare", self.compare),
                     Route("/sweeps", self.sweeps),
                     Route("/sweeps/{ref}", self.sweep),
                     Route("/sweeps/{ref}/action", self.sweep_action, methods=["POST"]),
-                    Route("/sweeps/{ref}/notes", self.sweep_notes, methods=["POST"]),
-                    Route("/sweeps/{ref}/report.html", self.sweep_report),
-                    Route("/sweeps/{ref}/runs.csv", self.sweep_csv),
                     *code.routes(self, _headers),
                     *files.routes(self, _headers),
                     *rerun_form.routes(self, _headers, views.job_page),
                     *newjob.routes(self, _headers),
+                    *exports.routes(self, _headers),
+                    *annotate.routes(self, _headers),
                     Route("/static/{path:path}", self.static),
                 ],
                 # pages and series compressed (the live feeds are not: text/event-stream)
@@ -224,7 +222,7 @@ class Web:
             return answer
         if request.method == "GET":
             return await self._login_form(target)
-        form = await _form(request)
+        form = await posted(request)
         given = str(form.get("csrf", ""))
         expected = request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not hmac.compare_digest(given, expected):
@@ -321,7 +319,7 @@ class Web:
         return refused if refused is not None else session
 
     async def _check_csrf(self, request: Request, session: dict[str, Any]) -> Response | None:
-        form = await _form(request)
+        form = await posted(request)
         if hmac.compare_digest(str(form.get("csrf", "")), session["csrf"]):
             return None
         return self.page(
@@ -386,51 +384,6 @@ class Web:
 
         webprefs.remember(self.home, user, "jobs_sort", [sort, reverse])
 
-    async def jobs_csv(self, request: Request) -> Response:
-        """The jobs list as CSV: its filters, sort and chosen columns, every page."""
-        from monkey.server.web.tables_csv import jobs_csv
-
-        session = await self.session(request)
-        if session is None:
-            return self.to_login(request)
-        q = request.query_params
-        filters = {k: q.get(k, "") for k in views.FILTERS}
-        try:
-            columns = await run_in_threadpool(self._columns, session["user"]["name"], q)
-            text = await run_in_threadpool(
-                lambda: jobs_csv(
-                    self.monkey(), filters, q.get("sort") or None, bool(q.get("reverse")), columns
-                )
-            )
-        except MonkeyError as exc:
-            return self.page("error.html", 400, session, title="Jobs", message=str(exc))
-        return _csv_file(text, "jobs.csv")
-
-    async def sweep_csv(self, request: Request) -> Response:
-        """A sweep's runs table as CSV, with the page's columns and sort (and only the runs
-        ``job`` names when given: a selection in the parallel coordinates)."""
-        from monkey.server.web.tables_csv import runs_csv
-
-        session = await self.session(request)
-        if session is None:
-            return self.to_login(request)
-        ref, q = request.path_params["ref"], request.query_params
-        try:
-            data = await run_in_threadpool(
-                lambda: views.sweep_page(
-                    self.monkey(),
-                    ref,
-                    session["user"],
-                    q.get("sort"),
-                    bool(q.get("reverse")),
-                    bool(q.get("constants")),
-                )
-            )
-        except MonkeyError as exc:
-            return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
-        rows = runs_csv(data, q.getlist("job"))
-        return _csv_file(rows, f"sweep-{data['sweep']['id']}-runs.csv")
-
     def _columns(self, user: str, q: Any) -> list[str]:
         """The jobs list's chosen columns: the URL's (``cols`` set: the ``col`` values),
         remembered as USER's; else the ones USER chose last."""
@@ -485,7 +438,7 @@ class Web:
         session = await self.form_session(request)
         if isinstance(session, Response):
             return session
-        what = str((await _form(request)).get("action", ""))
+        what = str((await posted(request)).get("action", ""))
         if what not in allowed:
             return await page(request, session, f"no action {what!r} here", 400)
         ref = request.path_params["ref"]
@@ -646,89 +599,6 @@ class Web:
             "sweeps",
         )
 
-    async def sweep_report(self, request: Request) -> Response:
-        """The sweep's `monkey report` (``?download=1``: as a file to keep)."""
-        session = await self.session(request)
-        if session is None:
-            return self.to_login(request)
-        ref = request.path_params["ref"]
-
-        def render() -> tuple[str, str]:
-            from monkey.facade.render import report_html
-
-            found = self.monkey().report_data(ref)
-            return found["status"]["id"], report_html(found)
-
-        try:
-            sid, html = await run_in_threadpool(render)
-        except MonkeyError as exc:
-            return self.page("error.html", 404, session, title=f"Sweep {ref}", message=str(exc))
-        headers = {}
-        if request.query_params.get("download"):
-            headers["Content-Disposition"] = f'attachment; filename="report-{sid}.html"'
-        return _headers(HTMLResponse(html, headers=headers))
-
-    async def job_notes(self, request: Request) -> Response:
-        """A job's note and tags from its page's form (its owner or an admin)."""
-        return await self._annotate(request, "job", self._job_page, "jobs")
-
-    async def sweep_notes(self, request: Request) -> Response:
-        """A sweep's note and tags from its page's form (the owner of all its runs or an
-        admin)."""
-        return await self._annotate(request, "sweep", self._sweep_page, "sweeps")
-
-    async def _annotate(
-        self, request: Request, kind: str, page: Callable[..., Any], where: str
-    ) -> Response:
-        """The note (blank: none) and tags (separated by spaces) a form sets on the job or
-        sweep (KIND) of the URL, checked whole before anything is written, each written
-        by ``run_call`` under the API's own rule; then back to its page."""
-        session = await self.form_session(request)
-        if isinstance(session, Response):
-            return session
-        form = await _form(request)
-        ref = request.path_params["ref"]
-        user = session["user"]
-
-        def write() -> None:
-            from monkey.facade import notes
-
-            m = self.monkey()
-            text = form.get("note", "").strip() or None
-            tags = notes.check_tags(form.get("tags", "").replace(",", " ").split())
-            if text is not None:
-                text = notes.check_note(text)
-            if len(tags) > notes.TAGS_MAX:
-                raise MonkeyError(f"{len(tags)} tags: at most {notes.TAGS_MAX}")
-            key = m.resolve(ref) if kind == "job" else m.sweep_id(ref)
-            got = m.annotations(kind, key)
-            now, said = got["tags"], (got["note"] or {}).get("text")
-            prefix = "" if kind == "job" else "sweep_"
-            if text != said:
-                run_call(m, user, prefix + "note", check(prefix + "note", [key, text], {}))
-            add, remove = [t for t in tags if t not in now], [t for t in now if t not in tags]
-            if add or remove:
-                run_call(m, user, prefix + "tag", check(prefix + "tag", [key, add, remove], {}))
-
-        error, status = "", 0
-        try:
-            await run_in_threadpool(write)
-        except Forbidden as exc:
-            error, status = str(exc), 403
-        except MonkeyError as exc:
-            error, status = str(exc), 400
-        await self._audit(
-            f"{kind} note",
-            user["name"],
-            (request.client.host if request.client else "?") or "?",
-            error or "from Monkey Web",
-            outcome="refused" if status == 403 else "error" if status else "ok",
-            target=ref,
-        )
-        if status:
-            return await page(request, session, error, status)
-        return _headers(RedirectResponse(f"/web/{where}/{ref}#notes", 303))
-
     # -- live feeds (server-sent events) ----------------------------------------------
 
     async def events(self, request: Request) -> Response:
@@ -862,30 +732,6 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
         yield f"event: failure\ndata: {json.dumps({'error': str(exc)})}\n\n".encode()
     finally:
         m.close()
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """A posted form's fields (application/x-www-form-urlencoded, bounded by
-    monkey.server.bounds; the first value of each), without a multipart parser: the pages
-    post only small forms."""
-    from urllib.parse import parse_qsl
-
-    body = await request.body()
-    fields: dict[str, str] = {}
-    for key, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-        fields.setdefault(key, value)
-    return fields
-
-
-def _csv_file(text: str, name: str) -> Response:
-    """TEXT as a CSV file NAME to download."""
-    return _headers(
-        Response(
-            text,
-            media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
-        )
-    )
 
 
 def _sse(events: AsyncIterator[bytes]) -> Response:

@@ -20,8 +20,10 @@
   var view = window.monkeyView ? monkeyView("parcoords", {brush: "page"}) : null;
 
   // The runs, the runs table and the best run: read again when live.js swapped them in.
+  var drawnFrom = null;  // the data's text the chart was drawn from
   function load() {
-    data = JSON.parse(document.getElementById("pc-data").textContent);
+    drawnFrom = document.getElementById("pc-data").textContent;
+    data = JSON.parse(drawnFrom);
     table = document.querySelector("table.runs tbody");
     var row = document.querySelector("tr.best");
     best = row ? row.dataset.job : null;
@@ -278,8 +280,17 @@
   window.addEventListener("resize", function () {
     if (Math.abs(box.clientWidth - drawnAt) > 20) { drawnAt = box.clientWidth; draw(); }
   });
-  // A run that ended or moved: drawn again from the new data, the selections kept.
-  document.addEventListener("monkey:refreshed", function () { load(); draw(); });
+  // A run that ended or moved: drawn again from the new data, the selections kept; when
+  // only the table changed, its rows are filtered again (a brush being dragged goes on).
+  document.addEventListener("monkey:refreshed", function () {
+    if (document.getElementById("pc-data").textContent !== drawnFrom) {
+      load();
+      draw();
+      return;
+    }
+    table = document.querySelector("table.runs tbody");
+    filter();
+  });
   drawnAt = box.clientWidth;
   load();
   if (view) restore();
