@@ -1,7 +1,8 @@
 """Monkey Web's long series (issue 43, item 7): a zoom fetches its window finer, the page
 asks for each series once, a running job's refresh sends only the points since the page's
-last, and pages and series travel gzip-compressed; against a real main node, in Debian's
-chromium (the fixtures of tests/test_web.py)."""
+last (and its state line follows the log's feed rather than a poll a second), and pages
+and series travel gzip-compressed; against a real main node, in Debian's chromium (the
+fixtures of tests/test_web.py)."""
 
 from __future__ import annotations
 
@@ -113,9 +114,13 @@ def test_a_running_jobs_refresh_asks_only_for_the_points_since_its_last(node, br
     page = page_for(browser)
     answers = []
     page.on("response", lambda r: "/metrics" in r.url and answers.append(r))
+    polls = []
+    page.on("request", lambda r: "/web/changed" in r.url and polls.append(r.url))
     try:
         login(page, node, node.token, f"/web/jobs/{juid}")
         page.wait_for_selector(chart("acc"))
+        page.wait_for_selector("#log >> text=loss")
+        polled = len(polls)
         first = answers[0].json()
         had = {n: list(s["x"]) for n, s in first.items()}
         # the next one (every 10 s): whatever it asks, read its answer
@@ -131,6 +136,10 @@ def test_a_running_jobs_refresh_asks_only_for_the_points_since_its_last(node, br
         xs = page.evaluate("monkeyCharts.loss.data[0]")
         assert xs[: len(had["loss"])] == had["loss"]
         assert all(a < b for a, b in zip(xs, xs[1:])), "a point twice or out of order"
+        # the state line follows what the log's feed says, not a poll each second
+        assert len(polls) == polled, polls
+        node.server("job", "cancel", juid)
+        wait_for(lambda: page.inner_text("#state") == "cancelled", what="the state line")
     finally:
         node.server("job", "cancel", juid)
 

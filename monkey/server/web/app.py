@@ -609,7 +609,9 @@ class Web:
         """The job's output as events, each {"s": "out"|"err"|"mark", "h": its HTML},
         with the byte offsets reached as the event id: a browser that reconnects sends it
         back (Last-Event-ID, or ``from`` when a hidden page reopens its feed) and the feed
-        resumes there, nothing lost or doubled; ``end`` when the job has ended."""
+        resumes there, nothing lost or doubled; ``changed`` when any job changed (what
+        /web/changed says: the page's live parts follow it without polling); ``end`` when
+        the job has ended."""
         if await self.session(request) is None:
             return JSONResponse({"error": "log in first"}, 401)
         ref = request.path_params["ref"]
@@ -670,13 +672,22 @@ def _static_files() -> dict[str, Path]:
 
 def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator[bytes]:
     """``log_feed``'s events, read from the job's files (see ``Monkey.follow_pieces``)."""
+    import time
+
     from monkey.api import Monkey
 
     m = Monkey(home)
     renderers: dict[str, AnsiHtml] = {}
     cursor: dict[str, Any] = {"offsets": {}, "marked": []}
+    change, looked = None, 0.0
     try:
         for piece in m.follow_pieces(juid, "both", tail=None if start else TAIL, start=start):
+            if time.monotonic() - looked >= 0.5:  # the page's live parts follow its feed
+                looked = time.monotonic()
+                now = m.store.last_job_change()
+                if now != change:  # as /web/changed says it, the first time too
+                    change = now
+                    yield f"event: changed\ndata: {json.dumps(list(now))}\n\n".encode()
             if piece is None:
                 yield b": keep-alive\n\n"
                 continue
