@@ -195,7 +195,7 @@ def measure(url: str, token: str, juid: str, sweep: str) -> None:
     print(
         f"zoom into 2% of {POINTS:,} points:  {ms:7.1f} ms to its window drawn (target <= 300 "
         f"ms), {statistics.median(z[1] for z in zooms)} points drawn in it  runs "
-        f"{[(round(z[0]), z[1]) for z in zooms]}"
+        f"{[(f'{z[0]:.0f}', z[1]) for z in zooms]}"
     )
 
 

@@ -19,6 +19,7 @@ from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 - browser: a fixture
 
 from monkey.api import Monkey
+from monkey.server.web.series import SeriesCache, job_series
 from monkey.store import Store
 from monkey.tracking.ingest import as_columns
 
@@ -198,3 +199,33 @@ def test_the_series_are_read_through_their_index(tmp_path):
         plan = " / ".join(p[3] for p in store.db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "INDEX metrics_series (series=?" in plan and "SCAN metrics" not in plan, plan
     store.close()
+
+
+def test_a_series_is_read_once_and_a_running_ones_summary_grows(monkey):
+    job = monkey.run(["python", "train.py"], start_core=False)
+    store = monkey.store
+
+    def log(first: int, n: int) -> None:
+        rows = [("loss", s, float(s % 7), 1.7e9 + s) for s in range(first, first + n)]
+        with store.tx() as db:
+            store._insert_columns(db, job.juid, 1, as_columns(rows))
+
+    log(0, 100_000)
+    cache = SeriesCache()
+    whole = job_series(monkey, cache, job.juid, 500)["loss"]
+    assert whole["points"] == 100_000 and len(whole["x"]) <= 1000
+    (summary,) = cache._items.values()
+    again = job_series(monkey, cache, job.juid, 500)["loss"]
+    assert again == whole and cache._items[job.juid, "loss"] is summary  # not read again
+    log(100_000, 50)  # the job logs on: only its new blocks are read
+    new = job_series(monkey, cache, job.juid, 500, since=whole["last"])["loss"]
+    assert new["points"] == 100_050 and min(new["x"]) >= 100_000
+    # cut down as the chart draws them: 50 steps are a pixel of 100,050 in 500
+    assert len(new["x"]) == 2 and sorted(new["y"]) == [0.0, 6.0]
+    grown = cache._items[job.juid, "loss"]
+    kept = len(summary.cols[0]) - 1  # every block but the last, as it was
+    assert grown.cols[0][:kept] == summary.cols[0][:kept] and grown.points == 100_050
+    # a window: its points exactly, with the nearest one on each side
+    window = job_series(monkey, cache, job.juid, 500, window=(40_000.5, 40_100.5))["loss"]
+    assert window["x"] == list(range(40_000, 40_102))
+    assert window["y"] == [float(s % 7) for s in range(40_000, 40_102)]

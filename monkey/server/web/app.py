@@ -2,7 +2,7 @@
 web`) into a session cookie (HttpOnly, Secure, SameSite=Strict; the session a file of
 MONKEY_HOME, see monkey.server.websession), a CSRF token on every form, the pages, their
 live feeds (server-sent events) and the static files (cached for a year: their URLs carry
-monkey's version)."""
+monkey's version); pages, series and files gzip-compressed for a browser that takes it."""
 
 from __future__ import annotations
 
