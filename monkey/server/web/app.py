@@ -54,6 +54,7 @@ COOKIE = "monkey_session"
 LOGIN_COOKIE = "monkey_login"  # the login form's CSRF token (double submit)
 TAIL = 2000  # lines of output a job page starts from
 FOLLOWERS = 200  # live feeds served at once
+KEEP_ALIVE = 10.0  # seconds between a quiet log feed's keep-alives
 TYPES = {
     ".js": "text/javascript",
     ".css": "text/css",
@@ -631,7 +632,8 @@ class Web:
 
     async def _threaded(self, events: Iterator[bytes]) -> AsyncIterator[bytes]:
         """EVENTS read in threads of their own: a follow waits in its thread between
-        writes and must not take the threads the pages are served from."""
+        writes and must not take the threads the pages are served from (an empty event:
+        a wait, nothing sent)."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(FOLLOWERS)
         try:
@@ -639,7 +641,8 @@ class Web:
                 event = await anyio.to_thread.run_sync(next, events, None, limiter=self._limiter)
                 if event is None:
                     return
-                yield event
+                if event:
+                    yield event
         finally:  # also when the page went away (cancelled): its store closed, its thread freed
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(events.close, limiter=self._limiter)  # type: ignore[attr-defined]
@@ -679,7 +682,7 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
     m = Monkey(home)
     renderers: dict[str, AnsiHtml] = {}
     cursor: dict[str, Any] = {"offsets": {}, "marked": []}
-    change, looked = None, 0.0
+    change, looked, alive = None, 0.0, 0.0
     try:
         for piece in m.follow_pieces(juid, "both", tail=None if start else TAIL, start=start):
             if time.monotonic() - looked >= 0.5:  # the page's live parts follow its feed
@@ -688,8 +691,10 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
                 if now != change:  # as /web/changed says it, the first time too
                     change = now
                     yield f"event: changed\ndata: {json.dumps(list(now))}\n\n".encode()
-            if piece is None:
-                yield b": keep-alive\n\n"
+            if piece is None:  # a wait (a write to the run folder wakes it: metrics)
+                quiet = time.monotonic() - alive >= KEEP_ALIVE
+                alive = time.monotonic() if quiet else alive
+                yield b": keep-alive\n\n" if quiet else b""  # b"": nothing sent
                 continue
             kind, where, data = piece
             if kind == "start":
