@@ -195,7 +195,7 @@ def measure(url: str, token: str, juid: str, sweep: str) -> None:
     print(
         f"zoom into 2% of {POINTS:,} points:  {ms:7.1f} ms to its window drawn (target <= 300 "
         f"ms), {statistics.median(z[1] for z in zooms)} points drawn in it  runs "
-        f"{[(round(z[0]), z[1]) for z in zooms]}"
+        f"{[(f'{z[0]:.0f}', z[1]) for z in zooms]}"
     )
 
 
@@ -394,27 +394,35 @@ def live_bytes(url: str, token: str) -> None:
             page.fill("#token", token)
             page.click("button[type=submit]")
             page.wait_for_url("**/web/jobs")
+            cdp = context.new_cdp_session(page)
+            urls: dict[str, str] = {}
+            since: set[str] = set()  # requests made once the minute began
+            got: dict[str, float] = {}  # request id -> bytes received in the minute
+            done: dict[str, float] = {}  # request id (one of SINCE) -> bytes in all, headers too
+            counting = threading.Event()
+
+            def sent(e: dict[str, Any]) -> None:
+                urls[e["requestId"]] = e["request"]["url"]
+                if counting.is_set():
+                    since.add(e["requestId"])
+
+            def data(e: dict[str, Any]) -> None:  # a feed's bytes, as they come
+                if counting.is_set():
+                    r = e["requestId"]
+                    got[r] = got.get(r, 0) + (e["encodedDataLength"] or e["dataLength"])
+
+            def finished(e: dict[str, Any]) -> None:
+                if e["requestId"] in since:
+                    done[e["requestId"]] = e["encodedDataLength"]
+
+            cdp.on("Network.requestWillBeSent", sent)
+            cdp.on("Network.dataReceived", data)
+            cdp.on("Network.loadingFinished", finished)
+            cdp.send("Network.enable")
             page.goto(url + f"/web/jobs/{out}")
             page.wait_for_selector("#charts figure:nth-of-type(4) canvas", timeout=60_000)
-            cdp = context.new_cdp_session(page)
-            got: dict[str, float] = {}  # request id -> bytes so far
-            done: dict[str, float] = {}  # request id -> bytes in all (headers included)
-            urls: dict[str, str] = {}
-            cdp.on(
-                "Network.requestWillBeSent",
-                lambda e: urls.update({e["requestId"]: e["request"]["url"]}),
-            )
-            cdp.on(
-                "Network.dataReceived",
-                lambda e: got.update(
-                    {e["requestId"]: got.get(e["requestId"], 0) + e["encodedDataLength"]}
-                ),
-            )
-            cdp.on(
-                "Network.loadingFinished",
-                lambda e: done.update({e["requestId"]: e["encodedDataLength"]}),
-            )
-            cdp.send("Network.enable")
+            page.wait_for_timeout(2000)  # the page's first requests over
+            counting.set()
             end = time.monotonic() + MINUTE
             while time.monotonic() < end:
                 page.wait_for_timeout(500)  # events are read while the page is driven

@@ -1,7 +1,8 @@
 """Monkey Web's long series (issue 43, item 7): a zoom fetches its window finer, the page
 asks for each series once, a running job's refresh sends only the points since the page's
-last, and pages and series travel gzip-compressed; against a real main node, in Debian's
-chromium (the fixtures of tests/test_web.py)."""
+last (and its state line follows the log's feed rather than a poll a second), and pages
+and series travel gzip-compressed; against a real main node, in Debian's chromium (the
+fixtures of tests/test_web.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 - browser: a fixture
 
 from monkey.api import Monkey
+from monkey.server.web.series import SeriesCache, job_series
 from monkey.store import Store
 from monkey.tracking.ingest import as_columns
 
@@ -113,9 +115,13 @@ def test_a_running_jobs_refresh_asks_only_for_the_points_since_its_last(node, br
     page = page_for(browser)
     answers = []
     page.on("response", lambda r: "/metrics" in r.url and answers.append(r))
+    polls = []
+    page.on("request", lambda r: "/web/changed" in r.url and polls.append(r.url))
     try:
         login(page, node, node.token, f"/web/jobs/{juid}")
         page.wait_for_selector(chart("acc"))
+        page.wait_for_selector("#log >> text=loss")
+        polled = len(polls)
         first = answers[0].json()
         had = {n: list(s["x"]) for n, s in first.items()}
         # the next one (every 10 s): whatever it asks, read its answer
@@ -131,6 +137,10 @@ def test_a_running_jobs_refresh_asks_only_for_the_points_since_its_last(node, br
         xs = page.evaluate("monkeyCharts.loss.data[0]")
         assert xs[: len(had["loss"])] == had["loss"]
         assert all(a < b for a, b in zip(xs, xs[1:])), "a point twice or out of order"
+        # the state line follows what the log's feed says, not a poll each second
+        assert len(polls) == polled, polls
+        node.server("job", "cancel", juid)
+        wait_for(lambda: page.inner_text("#state") == "cancelled", what="the state line")
     finally:
         node.server("job", "cancel", juid)
 
@@ -189,3 +199,33 @@ def test_the_series_are_read_through_their_index(tmp_path):
         plan = " / ".join(p[3] for p in store.db.execute("EXPLAIN QUERY PLAN " + sql))
         assert "INDEX metrics_series (series=?" in plan and "SCAN metrics" not in plan, plan
     store.close()
+
+
+def test_a_series_is_read_once_and_a_running_ones_summary_grows(monkey):
+    job = monkey.run(["python", "train.py"], start_core=False)
+    store = monkey.store
+
+    def log(first: int, n: int) -> None:
+        rows = [("loss", s, float(s % 7), 1.7e9 + s) for s in range(first, first + n)]
+        with store.tx() as db:
+            store._insert_columns(db, job.juid, 1, as_columns(rows))
+
+    log(0, 100_000)
+    cache = SeriesCache()
+    whole = job_series(monkey, cache, job.juid, 500)["loss"]
+    assert whole["points"] == 100_000 and len(whole["x"]) <= 1000
+    (summary,) = cache._items.values()
+    again = job_series(monkey, cache, job.juid, 500)["loss"]
+    assert again == whole and cache._items[job.juid, "loss"] is summary  # not read again
+    log(100_000, 50)  # the job logs on: only its new blocks are read
+    new = job_series(monkey, cache, job.juid, 500, since=whole["last"])["loss"]
+    assert new["points"] == 100_050 and min(new["x"]) >= 100_000
+    # cut down as the chart draws them: 50 steps are a pixel of 100,050 in 500
+    assert len(new["x"]) == 2 and sorted(new["y"]) == [0.0, 6.0]
+    grown = cache._items[job.juid, "loss"]
+    kept = len(summary.cols[0]) - 1  # every block but the last, as it was
+    assert grown.cols[0][:kept] == summary.cols[0][:kept] and grown.points == 100_050
+    # a window: its points exactly, with the nearest one on each side
+    window = job_series(monkey, cache, job.juid, 500, window=(40_000.5, 40_100.5))["loss"]
+    assert window["x"] == list(range(40_000, 40_102))
+    assert window["y"] == [float(s % 7) for s in range(40_000, 40_102)]

@@ -2,7 +2,7 @@
 web`) into a session cookie (HttpOnly, Secure, SameSite=Strict; the session a file of
 MONKEY_HOME, see monkey.server.websession), a CSRF token on every form, the pages, their
 live feeds (server-sent events) and the static files (cached for a year: their URLs carry
-monkey's version)."""
+monkey's version); pages, series and files gzip-compressed for a browser that takes it."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ COOKIE = "monkey_session"
 LOGIN_COOKIE = "monkey_login"  # the login form's CSRF token (double submit)
 TAIL = 2000  # lines of output a job page starts from
 FOLLOWERS = 200  # live feeds served at once
+KEEP_ALIVE = 10.0  # seconds between a quiet log feed's keep-alives
 TYPES = {
     ".js": "text/javascript",
     ".css": "text/css",
@@ -636,7 +637,9 @@ class Web:
         """The job's output as events, each {"s": "out"|"err"|"mark", "h": its HTML},
         with the byte offsets reached as the event id: a browser that reconnects sends it
         back (Last-Event-ID, or ``from`` when a hidden page reopens its feed) and the feed
-        resumes there, nothing lost or doubled; ``end`` when the job has ended."""
+        resumes there, nothing lost or doubled; ``changed`` when any job changed (what
+        /web/changed says: the page's live parts follow it without polling); ``end`` when
+        the job has ended."""
         if await self.session(request) is None:
             return JSONResponse({"error": "log in first"}, 401)
         ref = request.path_params["ref"]
@@ -656,7 +659,8 @@ class Web:
 
     async def _threaded(self, events: Iterator[bytes]) -> AsyncIterator[bytes]:
         """EVENTS read in threads of their own: a follow waits in its thread between
-        writes and must not take the threads the pages are served from."""
+        writes and must not take the threads the pages are served from (an empty event:
+        a wait, nothing sent)."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(FOLLOWERS)
         try:
@@ -664,7 +668,8 @@ class Web:
                 event = await anyio.to_thread.run_sync(next, events, None, limiter=self._limiter)
                 if event is None:
                     return
-                yield event
+                if event:
+                    yield event
         finally:  # also when the page went away (cancelled): its store closed, its thread freed
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(events.close, limiter=self._limiter)  # type: ignore[attr-defined]
@@ -697,15 +702,26 @@ def _static_files() -> dict[str, Path]:
 
 def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator[bytes]:
     """``log_feed``'s events, read from the job's files (see ``Monkey.follow_pieces``)."""
+    import time
+
     from monkey.api import Monkey
 
     m = Monkey(home)
     renderers: dict[str, AnsiHtml] = {}
     cursor: dict[str, Any] = {"offsets": {}, "marked": []}
+    change, looked, alive = None, 0.0, 0.0
     try:
         for piece in m.follow_pieces(juid, "both", tail=None if start else TAIL, start=start):
-            if piece is None:
-                yield b": keep-alive\n\n"
+            if time.monotonic() - looked >= 0.5:  # the page's live parts follow its feed
+                looked = time.monotonic()
+                now = m.store.last_job_change()
+                if now != change:  # as /web/changed says it, the first time too
+                    change = now
+                    yield f"event: changed\ndata: {json.dumps(list(now))}\n\n".encode()
+            if piece is None:  # a wait (a write to the run folder wakes it: metrics)
+                quiet = time.monotonic() - alive >= KEEP_ALIVE
+                alive = time.monotonic() if quiet else alive
+                yield b": keep-alive\n\n" if quiet else b""  # b"": nothing sent
                 continue
             kind, where, data = piece
             if kind == "start":

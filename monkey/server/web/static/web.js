@@ -135,8 +135,14 @@
       if (!paused) { add(held); held = []; }
     });
     var feed = null, at = "", ended = false;
+    // While the feed is open it says when jobs changed (live.js need not poll for it)
+    var unfed = function () { document.dispatchEvent(new Event("monkey:unfed")); };
     var open = function () {
       feed = new EventSource(log.dataset.feed + (at ? "?from=" + encodeURIComponent(at) : ""));
+      feed.addEventListener("changed", function (e) {
+        document.dispatchEvent(new CustomEvent("monkey:changed", {detail: JSON.parse(e.data)}));
+      });
+      feed.addEventListener("error", unfed);  // reconnecting: polled meanwhile
       feed.onmessage = function (e) {
         at = e.lastEventId || at;  // the byte offsets reached: where a reopened feed resumes
         var m = JSON.parse(e.data);
@@ -145,12 +151,14 @@
       };
       feed.addEventListener("end", function (e) {
         feed.close();
+        unfed();
         ended = true;
         status.textContent = "the job has ended (" + JSON.parse(e.data).state + ")";
         if (charts && charts.dataset.live === "1") refresh();  // its last points
       });
       feed.addEventListener("failure", function (e) {
         feed.close();
+        unfed();
         ended = true;
         status.textContent = JSON.parse(e.data).error;
       });
@@ -196,7 +204,7 @@
     });
     document.addEventListener("visibilitychange", function () {  // as the jobs page does
       if (ended) return;
-      if (document.hidden && feed) { feed.close(); feed = null; }
+      if (document.hidden && feed) { feed.close(); feed = null; unfed(); }
       else if (!document.hidden && !feed) open();
     });
   }
