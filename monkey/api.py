@@ -541,6 +541,7 @@ class Monkey:
     runtimes = _to("_records", Records.runtimes)
     last_job_change = _to("_records", Records.last_job_change)
     sweep_id = _to("_records", Records.sweep_id)
+    metric_series = _to("_records", Records.metric_series)
     jobs_table = _to("_records", Records.jobs_table)
     annotations = _to("_notes", Notes.annotations)
     sweep_jobs = _to("_records", Records.sweep_jobs)

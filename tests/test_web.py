@@ -18,7 +18,7 @@ from conftest import wait_for
 from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 
 from monkey.server.web.render import AnsiHtml, ansi_to_html
-from monkey.server.web.series import decimate
+from monkey.tracking.series import decimate
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [

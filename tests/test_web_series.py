@@ -19,9 +19,9 @@ from mainnode import MainNode, node  # noqa: F401 - node: a fixture
 from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 - browser: a fixture
 
 from monkey.api import Monkey
-from monkey.server.web.series import SeriesCache, job_series
 from monkey.store import Store
 from monkey.tracking.ingest import as_columns
+from monkey.tracking.series import SeriesCache
 
 POINTS = 200_000
 SPIKE = 101_234  # the step of a spike one point wide
@@ -212,13 +212,13 @@ def test_a_series_is_read_once_and_a_running_ones_summary_grows(monkey):
 
     log(0, 100_000)
     cache = SeriesCache()
-    whole = job_series(monkey, cache, job.juid, 500)["loss"]
+    whole = monkey.metric_series(job.juid, cache, 500)["loss"]
     assert whole["points"] == 100_000 and len(whole["x"]) <= 1000
     (summary,) = cache._items.values()
-    again = job_series(monkey, cache, job.juid, 500)["loss"]
+    again = monkey.metric_series(job.juid, cache, 500)["loss"]
     assert again == whole and cache._items[job.juid, "loss"] is summary  # not read again
     log(100_000, 50)  # the job logs on: only its new blocks are read
-    new = job_series(monkey, cache, job.juid, 500, since=whole["last"])["loss"]
+    new = monkey.metric_series(job.juid, cache, 500, since=whole["last"])["loss"]
     assert new["points"] == 100_050 and min(new["x"]) >= 100_000
     # cut down as the chart draws them: 50 steps are a pixel of 100,050 in 500
     assert len(new["x"]) == 2 and sorted(new["y"]) == [0.0, 6.0]
@@ -226,6 +226,6 @@ def test_a_series_is_read_once_and_a_running_ones_summary_grows(monkey):
     kept = len(summary.cols[0]) - 1  # every block but the last, as it was
     assert grown.cols[0][:kept] == summary.cols[0][:kept] and grown.points == 100_050
     # a window: its points exactly, with the nearest one on each side
-    window = job_series(monkey, cache, job.juid, 500, window=(40_000.5, 40_100.5))["loss"]
+    window = monkey.metric_series(job.juid, cache, 500, window=(40_000.5, 40_100.5))["loss"]
     assert window["x"] == list(range(40_000, 40_102))
     assert window["y"] == [float(s % 7) for s in range(40_000, 40_102)]

@@ -14,8 +14,8 @@ from test_web import browser, login, page_for, run_job, state_of  # noqa: F401 -
 
 from monkey.config import Home
 from monkey.server import websession
-from monkey.server.web.charts import epoch_mapper, xs
 from monkey.server.web.sweep_views import analysis, importance, parcoords
+from monkey.tracking.axes import epoch_mapper, xs
 
 # -- pure helpers -------------------------------------------------------------------------
 

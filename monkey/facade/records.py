@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from monkey.snapshot.blobs import BlobStore
     from monkey.store import Store
     from monkey.store.blobs import BlobRow
+    from monkey.tracking.series import SeriesCache
 
 
 class Records:
@@ -50,6 +51,24 @@ class Records:
         """(the latest change of any job, how many jobs): moves when a job is added,
         changes state or is removed."""
         return self.store.last_job_change()
+
+    def metric_series(
+        self,
+        ref: str,
+        cache: SeriesCache,
+        width: int = 1000,
+        by: str = "step",
+        window: tuple[float, float] | None = None,
+        since: int | None = None,
+        names: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Job REF's metric series as its charts draw them, through CACHE (a
+        ``monkey.tracking.series.SeriesCache`` its caller keeps): see
+        ``monkey.tracking.series.job_series``."""
+        from monkey.tracking.series import job_series
+
+        juid = self.store.resolve(ref)
+        return job_series(self.store, cache, juid, width, by, window, since, names)
 
     def sweep_id(self, ref: str) -> str:
         """The id of sweep REF (an id, its name, a unique prefix, `last`)."""

@@ -36,9 +36,10 @@ from monkey.models import Forbidden, MonkeyError
 from monkey.server import websession
 from monkey.server.calls import run_call
 from monkey.server.door import check
-from monkey.server.web import annotate, code, exports, files, newjob, rerun_form, series, views
+from monkey.server.web import annotate, code, exports, files, newjob, rerun_form, views
 from monkey.server.web.render import AnsiHtml, cell
 from monkey.server.web.rerun_form import posted
+from monkey.tracking.series import SeriesCache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class Web:
         self.home, self.monkey, self.gate = home, monkey, gate
         self._limiter: Any = None
         self._change: tuple[float, tuple[float, int]] | None = None  # (read at, value)
-        self.series = series.SeriesCache()  # the charts' long series, read once
+        self.series = SeriesCache()  # the charts' long series, read once
 
     def last_change(self) -> tuple[float, int]:
         """The store's last job change, read at most every half second however many pages
@@ -489,10 +490,9 @@ class Web:
         ref = request.path_params["ref"]
         try:
             data = await run_in_threadpool(
-                lambda: series.job_series(
-                    self.monkey(),
-                    self.series,
+                lambda: self.monkey().metric_series(
                     ref,
+                    self.series,
                     width,
                     q.get("x", "step"),
                     window,
@@ -714,7 +714,7 @@ def _log_events(home: Home, juid: str, start: dict[str, Any] | None) -> Iterator
         for piece in m.follow_pieces(juid, "both", tail=None if start else TAIL, start=start):
             if time.monotonic() - looked >= 0.5:  # the page's live parts follow its feed
                 looked = time.monotonic()
-                now = m.store.last_job_change()
+                now = m.last_job_change()
                 if now != change:  # as /web/changed says it, the first time too
                     change = now
                     yield f"event: changed\ndata: {json.dumps(list(now))}\n\n".encode()

@@ -1,5 +1,5 @@
 """A job page's chart axes: x by step, epoch or wall time since the run's start. Pure
-functions; the series stay downsampled as they are read (``render.downsample_pairs``)."""
+functions; the series are cut down where they are read (monkey.tracking.series)."""
 
 from __future__ import annotations
 

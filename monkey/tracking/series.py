@@ -21,13 +21,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from monkey.models import MonkeyError
-from monkey.server.web import charts
+from monkey.tracking import axes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from monkey.api import Monkey
     from monkey.store import Store
 
 BLOCK = 32  # rowids per block of a summary
@@ -82,7 +81,7 @@ class Summary:
     def spans(
         self, by: str, start: float, epoch: Callable[[float], float] | None
     ) -> tuple[list[float], list[float]]:
-        """Each block's lowest and highest x, by BY (see ``charts.xs``)."""
+        """Each block's lowest and highest x, by BY (see ``axes.xs``)."""
         c = self.cols
         if by == "time":
             return [w - start for w in c[WALL_LO]], [w - start for w in c[WALL_HI]]
@@ -130,16 +129,16 @@ class SeriesCache:
 
 
 def job_series(
-    m: Monkey,
+    store: Store,
     cache: SeriesCache,
-    ref: str,
+    juid: str,
     width: int = 1000,
     by: str = "step",
     window: tuple[float, float] | None = None,
     since: int | None = None,
     names: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Metric name -> {"x", "y", "points", "by", "last"} of job REF's series (NAMES, or
+    """Metric name -> {"x", "y", "points", "by", "last"} of job JUID's series (NAMES, or
     all): the whole (or the WINDOW (lo, hi) on the x axis, with the nearest point on each
     side) cut down to WIDTH pixels (``decimate``), or with SINCE (a rowid) only the points
     logged after it, cut down as the page draws them (WIDTH pixels across the WINDOW shown,
@@ -147,11 +146,10 @@ def job_series(
     last (the page's next SINCE); values with 7 significant digits. x BY "step" (when every point has one, else the time), "epoch"
     (steps mapped through the logged ``epoch`` metric, else the step) or "time" (seconds
     since the run started)."""
-    if by not in charts.XS:
-        raise MonkeyError(f"x by {by!r}: use one of {', '.join(charts.XS)}")
-    juid = m.resolve(ref)
-    with m.store.reading():  # one state of the store: "last" is where every series stands
-        return _series(m.store, cache, juid, width, by, window, since, names)
+    if by not in axes.XS:
+        raise MonkeyError(f"x by {by!r}: use one of {', '.join(axes.XS)}")
+    with store.reading():  # one state of the store: "last" is where every series stands
+        return _series(store, cache, juid, width, by, window, since, names)
 
 
 def _series(
@@ -166,9 +164,9 @@ def _series(
 ) -> dict[str, Any]:
     ids = store.metric_series_ids(juid)
     epoch = None
-    if by == "epoch" and charts.EPOCH in ids:
-        rows = store.metric_window(ids[charts.EPOCH], -1)
-        epoch = charts.epoch_mapper((s, v) for _, s, v, _ in rows)
+    if by == "epoch" and axes.EPOCH in ids:
+        rows = store.metric_window(ids[axes.EPOCH], -1)
+        epoch = axes.epoch_mapper((s, v) for _, s, v, _ in rows)
     job = store.get_job(juid)
     began = [t for t in (job and job.started_at, store.metric_first_wall(juid)) if t]
     start = min(began, default=0.0)  # the run's start, or its first point if a retry began later
@@ -219,7 +217,7 @@ def _added(
     """Series S's points logged after rowid SINCE, cut down at the scale the page draws
     them: WIDTH pixels across SHOWN (the x range on screen; None: the whole series)."""
     rows = store.metric_window(s.series, since)
-    points = list(charts.xs((r[1:] for r in rows), by, start, epoch))
+    points = list(axes.xs((r[1:] for r in rows), by, start, epoch))
     if not points:
         return [], []
     if shown is None:
@@ -254,7 +252,7 @@ def _drawn(
     c = s.cols
     if sum(c[COUNT][i] for i in blocks) <= RAW:
         rows = store.metric_window(s.series, int(c[FIRST][blocks[0]]) - 1, int(c[LAST][blocks[-1]]))
-        return _cut(charts.xs((r[1:] for r in rows), by, start, epoch), window, width)
+        return _cut(axes.xs((r[1:] for r in rows), by, start, epoch), window, width)
 
     def ends() -> Iterable[tuple[float, float | None]]:  # each block's lowest and highest
         for i in blocks:  # at its middle; the first and last block at the series' ends
