@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, wait_for
 
-from monkey.models import State
+from monkey.models import MonkeyError, State
 
 LRS = ["0.001", "0.01", "0.1", "0.5"]
 
@@ -379,3 +379,10 @@ def test_plot_and_report_refuse_an_output_they_cannot_write(
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert sorted(p.name for p in Path.cwd().rglob("*")) == ["plots"]  # nothing written
+
+
+def test_plot_data_of_no_job_is_one_line_not_a_crash(monkey):
+    """Through the API a plot may name no job and no sweep (the fuzz found it: an
+    IndexError, a 500): one line saying what to give."""
+    with pytest.raises(MonkeyError, match="name the jobs to draw, or a sweep with --sweep"):
+        monkey.plot_data([], metrics="acc")

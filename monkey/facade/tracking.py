@@ -467,6 +467,8 @@ class Tracking:
                 raise MonkeyError(f"sweep {sid} has no runs yet")
         if not names:
             raise MonkeyError("monkey plot: name the metric to draw with --metric NAME")
+        if not refs:
+            raise MonkeyError("monkey plot: name the jobs to draw, or a sweep with --sweep")
         juids = list(dict.fromkeys(self.store.resolve(r) for r in refs))
         charts, style = self.chart_data(juids, names, x, smooth=smooth, log_y=log_y)
         if not any(charts.values()):

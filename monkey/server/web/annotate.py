@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from monkey.server.web.app import Web
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 
 def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:

@@ -14,8 +14,9 @@ from monkey.server.web import views
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
-    from monkey.server.web.app import Web
+    Web = Any  # monkey.server.web.app.Web (which imports this module)
 
 
 def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
