@@ -223,39 +223,35 @@ def gc(m: Facade, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> GcR
 def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
     """Delete the unpacked images under ROOT (the worker's, see client_agent/image.py) last
     used before CUT whose digest no job that has not ended runs in (LIVE), then the layers
-    no image left in the layout needs; (how many images, bytes freed). Under the worker's
-    pull lock: no pull runs meanwhile."""
-    import subprocess
-
-    from monkey.client_agent.image import READY
+    no image left was made of, and what a pull cut short left; (how many images, bytes
+    freed). Under the worker's pull lock: no pull runs meanwhile."""
+    from monkey.client_agent.image import READY, USED
 
     roots = root / "roots"
     if not roots.is_dir():
         return 0, 0
     count = freed = 0
-    layout = root / "oci"
     with open(root / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        gone: list[str] = []
+        kept: set[str] = set()
         for entry in sorted(os.scandir(roots), key=lambda e: e.name):
             path = Path(entry.path)
             if entry.name.startswith(".gc-") or entry.name.endswith(".tmp"):
                 freed += _remove(path)  # set aside by an interrupted gc; a pull killed midway
             elif f"sha256:{entry.name}" not in live and _mtime(path / READY) <= cut:
                 freed += _remove(_set_aside(path))
-                gone.append(entry.name)
-        if gone and layout.is_dir():  # their tags, then the layers no tag left needs
-            before = tree_size(layout)[0]
-            try:
-                for tag in gone:
-                    subprocess.run(
-                        ["umoci", "rm", "--image", f"{layout}:{tag}"], capture_output=True
-                    )
-                subprocess.run(["umoci", "gc", "--layout", str(layout)], capture_output=True)
-            except OSError:  # umoci gone since: the layers stay for a later gc
-                pass
-            freed += max(0, before - tree_size(layout)[0])
-        count = len(gone)
+                count += 1
+            else:
+                try:
+                    kept.update(json.loads((path / USED).read_text()))
+                except (OSError, ValueError, TypeError):
+                    pass  # unpacked before blobs.json was kept: its layers go
+        blobs = root / "blobs" / "sha256"
+        for entry in os.scandir(blobs) if blobs.is_dir() else []:
+            if f"sha256:{entry.name}" not in kept:  # HEX, or HEX.part-PID of a pull killed
+                freed += unlink_size(Path(entry.path))
+        if (root / "oci").is_dir():  # the layout of pulls before monkey pulled by itself
+            freed += _remove(root / "oci")
     return count, freed
 
 

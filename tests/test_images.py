@@ -5,6 +5,7 @@ login (tests/registry.py)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import registry
@@ -35,7 +36,7 @@ def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
     cli, monkey, reg, home
 ):
     login(cli, reg)
-    engine = "images unprivileged (skopeo, umoci, bubblewrap)"
+    engine = "images unprivileged (bubblewrap)"
     assert f"local: {engine}\n" in cli("list", "providers").stdout
     assert cli("provider", "check", "local").stdout.endswith(f"  {engine}\n")
     listed = cli("registry", "list").stdout
@@ -213,28 +214,38 @@ def test_a_hostile_layer_writes_nothing_outside_the_image_root(cli, monkey, reg,
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "target").write_text("keep")
+    refused = {  # each layer refused whole, in one line naming its entry
+        "an absolute path": [("f", f"{outside}/by-absolute", "x")],
+        "a path with ..": [("f", f"../../../../../../../..{outside}/by-dotdot", "x")],
+        "an opaque whiteout of /": [("f", "fine", "x"), ("f", ".wh..wh..opq", "")],
+        "a hard link to what the layer's root lacks": [("h", "hard", f"{str(outside)[1:]}/target")],
+    }
+    failed = {}
+    for n, (why, entries) in enumerate(refused.items()):
+        digest = registry.push_layers(reg, f"evil/refused{n}:1", [_layer(entries)])
+        ref = f"{reg.host}/evil/refused{n}@{digest}"
+        failed[why] = cli("run", "--image", ref, "--", "true").stdout.strip()
+    # links out of the root are followed inside it; a device file is not made
     confined = registry.push_layers(reg, "evil/confined:1", [_layer([
-        ("f", f"../../../../../../../..{outside}/by-dotdot", "x"),
-        ("f", f"{outside}/by-absolute", "x"),
         ("s", "esc", str(outside)),
-        ("f", "esc/through-a-link", "x"),
+        ("f", "esc/through-a-link", "inside"),
+        ("s", "up", "../../../.."),
+        ("f", "up/by-relative-link", "inside"),
         ("c", "a-device", ""),
-        ("f", ".wh..wh..opq", ""),  # an opaque whiteout of /
     ])])  # fmt: skip
-    refused = registry.push_layers(
-        reg, "evil/refused:1", [_layer([("h", "hard", f"{outside}/target")])]
-    )
     ran = cli("run", "--image", f"{reg.host}/evil/confined@{confined}", "--", "true").stdout.strip()
-    failed = cli(
-        "run", "--image", f"{reg.host}/evil/refused@{refused}", "--", "true"
-    ).stdout.strip()
-    ended(monkey, ran)
-    job = ended(monkey, failed)
+    for why, juid in failed.items():
+        job = ended(monkey, juid)
+        assert job.state.value == "failed"
+        state = next(ln for ln in cli("info", juid).stdout.splitlines() if ln.startswith("state"))
+        assert f"unpacking failed: layer 1 refused: {why}" in state, state
+    ended(monkey, ran)  # (the image has no `true`)
+    assert "1 device files not made" in cli("logs", ran, "--setup").stdout
+    rootfs = home / "images" / "roots" / confined.split(":")[1] / "rootfs"
+    assert (rootfs / str(outside)[1:] / "through-a-link").read_text() == "inside"
+    assert (rootfs / "by-relative-link").read_text() == "inside"
     assert sorted(os.listdir(outside)) == ["target"]  # nothing written outside...
     assert (outside / "target").read_text() == "keep"  # ...nor changed
-    assert job.state.value == "failed"
-    state = next(ln for ln in cli("info", failed).stdout.splitlines() if ln.startswith("state"))
-    assert "unpacking failed" in state
     for path in (home / "images").rglob("*"):  # no device node made from a layer
         assert not stat.S_ISCHR(path.lstat().st_mode) and not stat.S_ISBLK(path.lstat().st_mode)
 
@@ -256,7 +267,7 @@ def test_an_ssh_host_runs_a_job_in_its_image_as_a_plain_user(cli, monkey, reg, h
         ))  # fmt: skip
         login(cli, reg)
         checked = cli("provider", "check", "lab").stdout
-        assert "images unprivileged (skopeo, umoci, bubblewrap)" in checked, checked
+        assert "images unprivileged (bubblewrap)" in checked, checked
         Path("train.py").write_text(TRAIN)
         juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                    "id -u; python3 train.py").stdout.strip()  # fmt: skip
@@ -448,3 +459,31 @@ def test_a_job_with_persisted_folders_in_a_pulled_image_never_sees_the_registry_
     out = cli("logs", job.juid).stdout
     assert job.state.value == "succeeded", out
     assert "stdout.log" in out and "pull-auth.json" not in out
+
+
+def test_layers_apply_their_whiteouts_and_a_layer_another_image_shares_is_not_fetched_again(
+    cli, monkey, reg, home
+):
+    login(cli, reg)
+    base = _layer([("f", "a", "lower"), ("f", "d/x", "lower"), ("f", "d/y", "lower"),
+                   ("f", "keep", "lower")])  # fmt: skip
+    upper = _layer([("f", ".wh.a", ""), ("f", "d/.wh..wh..opq", ""), ("f", "d/z", "upper")])
+    other = _layer([("f", "other", "mine")])
+    first = registry.push_layers(reg, "lab/layered:1", [base, upper])
+    second = registry.push_layers(reg, "lab/sharing:1", [base, other])
+    pulled = []
+    for name, digest in (("layered", first), ("sharing", second)):
+        juid = cli("run", "--image", f"{reg.host}/lab/{name}@{digest}", "--", "true").stdout
+        ended(monkey, juid.strip())  # (these images have no `true`: the pull is what counts)
+        setup = cli("logs", juid.strip(), "--setup").stdout
+        pulled.append(int(re.search(r"pulled ([\d,]+) bytes", setup)[1].replace(",", "")))
+    roots = home / "images" / "roots"
+    layered = roots / first.split(":")[1] / "rootfs"
+    assert sorted(p.relative_to(layered).as_posix() for p in layered.rglob("*")) == [
+        "d", "d/z", "keep"
+    ]  # fmt: skip
+    sharing = roots / second.split(":")[1] / "rootfs"
+    assert sorted(p.name for p in sharing.iterdir()) == ["a", "d", "keep", "other"]
+    # the shared layer was on the worker: fetched once, kept once
+    assert 0 < pulled[1] < pulled[0]
+    assert len(list((home / "images" / "blobs" / "sha256").iterdir())) == 3

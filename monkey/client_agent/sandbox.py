@@ -106,15 +106,12 @@ def _probe(path: str) -> tuple[str, str]:
     return path, ""
 
 
-IMAGE_ENGINE = "unprivileged (skopeo, umoci, bubblewrap)"
+IMAGE_ENGINE = "unprivileged (bubblewrap)"
 
 
 def image_engine() -> tuple[str, str]:
     """(the engine that runs jobs' images here, "") or ("", why none can): monkey's own
-    unprivileged runner needs skopeo and umoci on PATH and a working bubblewrap."""
-    missing = [tool for tool in ("skopeo", "umoci") if not shutil.which(tool)]
-    if missing:
-        return "", f"{' and '.join(missing)} not installed (apt-get install skopeo umoci)"
+    unprivileged runner (it pulls by itself: pull.py) needs a working bubblewrap."""
     path, why = bwrap()
     return (IMAGE_ENGINE, "") if path else ("", why)
 
