@@ -487,3 +487,29 @@ def test_layers_apply_their_whiteouts_and_a_layer_another_image_shares_is_not_fe
     # the shared layer was on the worker: fetched once, kept once
     assert 0 < pulled[1] < pulled[0]
     assert len(list((home / "images" / "blobs" / "sha256").iterdir())) == 3
+
+
+def test_a_job_yml_set_up_runs_inside_the_image_once_per_worker_and_is_reused(cli, monkey, reg):
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text(
+        'cat /etc/said > "$VIRTUAL_ENV/said"\necho built >> "$VIRTUAL_ENV/builds"\n'
+    )
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/py:1\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    show = ('command -v python; cat "$VIRTUAL_ENV/said" "$VIRTUAL_ENV/builds"; '
+            'python -c "import sys, monkey; print(sys.prefix == sys.base_prefix)"')  # fmt: skip
+    first = cli("run", "--", "sh", "-c", show).stdout.strip()
+    job = ended(monkey, first, timeout=120)
+    out = cli("logs", first).stdout
+    assert job.state.value == "succeeded", out + cli("logs", first, "--setup").stdout
+    python, said, builds, base = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python  # the environment's, first
+    assert said == "python inside"  # the install script ran in the image
+    assert builds == "built" and base == "False"  # in the virtualenv, monkey importable
+    second = cli("run", "--", "sh", "-c", show).stdout.strip()
+    assert ended(monkey, second).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # built once: reused as it is
+    assert "reusing environment" in cli("logs", second, "--setup").stdout

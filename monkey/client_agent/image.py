@@ -131,19 +131,41 @@ def reused(cfg: dict[str, Any], bundle: str, run_dir: str) -> None:
 
 
 def command(
-    cfg: dict[str, Any], bundle: str, cmd: list[str], env: dict[str, str]
+    cfg: dict[str, Any],
+    bundle: str,
+    cmd: list[str],
+    env: dict[str, str],
+    activated: dict[str, str] | None = None,
 ) -> tuple[list[str], str, int]:
     """(the argv that runs CMD in the image at BUNDLE, "", 0), or ([], why not, the exit
     code: 127 not found, 126 not executable) when the image lacks CMD's program. Its
-    environment: the image's, the job's own variables of ENV (CFG's "env"), its PYTHONPATH."""
+    environment: the image's, the job's own variables of ENV (CFG's "env"), those that
+    ACTIVATED its job.yml environment (built in the image: ``Inside``), its PYTHONPATH."""
     own = {k: env[k] for k in cfg["env"] if k in env}
-    job_env = {**image_env(bundle), **own, "PYTHONPATH": cfg["path"]}
+    job_env = {**image_env(bundle), **own, **(activated or {}), "PYTHONPATH": cfg["path"]}
     root = os.path.join(bundle, "rootfs")
-    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"])
+    bound = [cfg["cwd"], *cfg["writable"], *cfg["readable"]]
+    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"], bound)
     if why:
         return [], why, code
     out = argv(cfg["bwrap"], bundle, cfg["cwd"], cmd, cfg["writable"], cfg["readable"], job_env)
     return out, "", 0
+
+
+class Inside:
+    """The image a job.yml set-up runs in (launcher.py): its steps run in the image at
+    BUNDLE as the job will (its folders bound at their paths), with the image's
+    environment; the environment built is the image's alone (keyed by its DIGEST)."""
+
+    def __init__(self, cfg: dict[str, Any], bundle: str) -> None:
+        self.cfg, self.bundle, self.digest = cfg, bundle, cfg["digest"]
+        self.env = image_env(bundle)
+        self.outer_env = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}  # bwrap's own
+
+    def wrap(self, command: list[str], cwd: str, env: dict[str, str]) -> list[str]:
+        """The argv that runs COMMAND in CWD in the image with ENV as its environment."""
+        cfg = self.cfg
+        return argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
 
 
 def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
@@ -206,6 +228,20 @@ def image_env(bundle: str) -> dict[str, str]:
     return env
 
 
+def _locate(root: str, path: str, bound: list[str]) -> str | None:
+    """The host path of PATH in the sandbox of the image ROOT whose folders BOUND are at
+    their own paths (a link there to an absolute path leads into the image); None when it
+    does not exist."""
+    for _ in range(_LINKS_MAX):
+        if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound):
+            return _inside(root, path)
+        if not os.path.islink(path):
+            return path if os.path.lexists(path) else None
+        target = os.readlink(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return None
+
+
 def _inside(root: str, path: str) -> str | None:
     """The host path of PATH as seen inside the image ROOT (symlinks resolved inside it);
     None when it does not exist."""
@@ -236,18 +272,18 @@ def _inside(root: str, path: str) -> str | None:
     return os.path.join(root, *done)
 
 
-def find_command(root: str, program: str, path: str, cwd: str) -> tuple[str, int]:
+def find_command(
+    root: str, program: str, path: str, cwd: str, bound: list[str] | None = None
+) -> tuple[str, int]:
     """("", 0) when PROGRAM runs in the image ROOT (looked up on the image's PATH, or at
-    its path, relative to CWD), else (why, 127 or 126)."""
+    its path, relative to CWD; the folders BOUND, CWD's by default, at their own paths),
+    else (why, 127 or 126)."""
     if "/" in program:
         candidates = [program if program.startswith("/") else os.path.join(cwd, program)]
     else:
         candidates = [os.path.join(d, program) for d in path.split(":") if d.startswith("/")]
     for candidate in candidates:
-        if candidate.startswith(cwd + "/") or candidate == cwd:
-            host: str | None = candidate  # the job's own folders are bound at their paths
-        else:
-            host = _inside(root, candidate)
+        host = _locate(root, candidate, [cwd] if bound is None else bound)
         if host is None:
             continue
         if os.path.isfile(host) and os.access(host, os.X_OK):
