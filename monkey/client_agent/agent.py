@@ -62,7 +62,7 @@ from monkey.client_agent.procs import (
     signal_pids,
 )
 from monkey.client_agent.rundir import SIGNALLED, STARTED
-from monkey.client_agent.sandbox import INNER_CMDLINE, image_engine, is_monitor
+from monkey.client_agent.sandbox import INNER_CMDLINE, engines_found, image_engine, is_monitor
 from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
 from monkey.client_agent.slurm_end import log_size, slurm_ending
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
@@ -359,7 +359,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             "memory": mem_total(),
             "gpus": self.gpus,
             "sandbox": dict(zip(("bwrap", "why"), sandbox_bwrap())),
-            "images": dict(zip(("engine", "why"), image_engine())),
+            "images": {**dict(zip(("engine", "why"), image_engine())), "found": engines_found()},
         }
 
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:

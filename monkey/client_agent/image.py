@@ -61,7 +61,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
 
     store = cfg["store"]
     final = os.path.join(store, "roots", cfg["digest"].split(":", 1)[1])
-    login = _take_login(run_dir)  # first, whatever follows: the job never sees it
+    login = take_login(run_dir)  # first, whatever follows: the job never sees it
     if _cached(final, cfg, run_dir, log):
         return final
     os.makedirs(os.path.join(store, "roots"), 0o700, exist_ok=True)
@@ -186,7 +186,7 @@ def _note(log: BinaryIO, text: str) -> None:
     log.flush()
 
 
-def _take_login(run_dir: str) -> dict[str, Any]:
+def take_login(run_dir: str) -> dict[str, Any]:
     """The pull's login and CA the agent left in RUN_DIR's pull-auth.json, which is gone
     once this returns (read or not); {} when there is none."""
     path = os.path.join(run_dir, "pull-auth.json")

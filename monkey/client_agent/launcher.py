@@ -341,17 +341,32 @@ def main(argv: list[str]) -> int:
     image = cfg.get("image")
     inside = None  # the image the set-up runs in
     activated: dict[str, str] = {}
+    engine = image.get("engine", "bwrap") if image else ""  # bwrap: monkey's own runner
     with open(os.path.join(run_dir, "setup.log"), "ab") as log:
         try:
             if image:
                 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
                 import image as runner  # type: ignore[import-not-found]  # beside this file
 
-                try:
-                    bundle = runner.pull(image, run_dir, log)
-                except runner.ImageError as e:
-                    raise SetupError(str(e)) from None
-                inside = runner.Inside(image, bundle)
+                if engine != "bwrap":
+                    import engines  # type: ignore[import-not-found]  # beside this file
+
+                    login = runner.take_login(run_dir)  # first: the job never sees it
+                    if cfg.get("setup"):
+                        raise SetupError(
+                            f"a job.yml set-up in an image runs with monkey's own runner, not "
+                            f"{engine}: set `engine: auto` or `bwrap` on the provider"
+                        )
+                    try:
+                        engines.fetch(image, login, run_dir, log)
+                    except engines.EngineError as e:
+                        raise SetupError(str(e)) from None
+                else:
+                    try:
+                        bundle = runner.pull(image, run_dir, log)
+                    except runner.ImageError as e:
+                        raise SetupError(str(e)) from None
+                    inside = runner.Inside(image, bundle)
             restore_persisted(cfg, log)
             if cfg.get("setup"):
                 activated = prepare(
@@ -374,13 +389,15 @@ def main(argv: list[str]) -> int:
             return 1
         if stop:
             return 128 + stop[0]
-        if image:
+        if engine and engine != "bwrap":  # the launcher stays, to remove the container
+            cmd, env = engines.run(image, cmd, env, login)
+        elif image:
             boxed, why, code = runner.command(image, bundle, cmd, env, activated)
             if why:
                 return _not_started(cmd[0], why, code)
             cmd = boxed
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own
-        if not cfg["persist"]:  # nothing to save: become the job (handlers reset on exec)
+        if not cfg["persist"] and engine in ("", "bwrap"):  # nothing to save: become the job
             log.close()
             try:
                 os.execvpe(cmd[0], cmd, env)
@@ -402,6 +419,8 @@ def main(argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 save_persisted(cfg, log)
         save_persisted(cfg, log)
+        if engine and engine != "bwrap":
+            engines.remove(image)
     return 128 - code if code < 0 else code
 
 
