@@ -40,6 +40,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 from monkey.client_agent import spawn
@@ -517,7 +518,16 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         return job_tree(sid, tag, set())
 
     def _end_tree(self, job: Job) -> None:
-        """SIGKILL whatever is left of a job that ended, and release its cgroup."""
+        """SIGKILL whatever is left of a job that ended, remove its engine's container (a
+        launcher killed leaves it running), and release its cgroup."""
+        if job.container:  # in a thread: the engine's answer never holds this loop
+            threading.Thread(
+                target=subprocess.run,
+                args=(job.container,),
+                kwargs={"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL},
+                daemon=True,
+                name="container-rm",
+            ).start()
         if job.child:  # the wrapper's zombie keeps the group id ours
             try:
                 os.killpg(job.pid, signal.SIGKILL)

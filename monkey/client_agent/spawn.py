@@ -251,6 +251,8 @@ class Spawning(AgentState):
         )
         pending.monitor = monitor
         pending.image = image is not None
+        if image is not None and image["engine"] in ("docker", "podman"):
+            pending.container = [image["engine_path"], "rm", "-f", engines.name(image)]
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
@@ -401,6 +403,7 @@ class Spawning(AgentState):
         )
         job.cgroup = cgroup
         job.pulling = p.image
+        job.container = p.container
         if p.results is not None:
             self.results[job.key] = p.results
         return job
