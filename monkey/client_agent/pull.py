@@ -82,7 +82,11 @@ class Registry:
             context.load_verify_locations(cadata=ca)
         self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
         self.creds = _creds(login, self.host)
-        self.header = ""  # the Authorization that worked, shared by the downloads
+        # the Authorization that worked, shared by the downloads: Basic from the start when
+        # there is a login (a token registry answers it with its challenge, as to none)
+        self.header = (
+            "Basic " + base64.b64encode(self.creds.encode()).decode() if self.creds else ""
+        )
         self.lock = threading.Lock()
 
     def get(self, what: str, accept: str = "") -> http.client.HTTPResponse:
