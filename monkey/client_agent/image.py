@@ -232,8 +232,9 @@ def _locate(root: str, path: str, bound: list[str]) -> str | None:
     """The host path of PATH in the sandbox of the image ROOT whose folders BOUND are at
     their own paths (a link there to an absolute path leads into the image); None when it
     does not exist."""
+    bound = [os.path.normpath(b) for b in bound if os.path.normpath(b) != "/"]
     for _ in range(_LINKS_MAX):
-        if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound):
+        if not any(path == b or path.startswith(b + "/") for b in bound):
             return _inside(root, path)
         if not os.path.islink(path):
             return path if os.path.lexists(path) else None
