@@ -222,10 +222,10 @@ def gc(m: Facade, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> GcR
 
 def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
     """Delete the unpacked images under ROOT (the worker's, see client_agent/image.py) last
-    used before CUT whose digest no job that has not ended runs in (LIVE), then the layers
-    no image left was made of, and what a pull cut short left; (how many images, bytes
-    freed). Under the worker's pull lock: no pull runs meanwhile."""
-    from monkey.client_agent.image import READY, USED
+    used before CUT whose digest no job that has not ended runs in (LIVE), and what a pull
+    cut short left; (how many images, bytes freed). Under the worker's pull lock: no pull
+    runs meanwhile."""
+    from monkey.client_agent.image import READY
 
     roots = root / "roots"
     if not roots.is_dir():
@@ -233,7 +233,6 @@ def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
     count = freed = 0
     with open(root / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        kept: set[str] = set()
         for entry in sorted(os.scandir(roots), key=lambda e: e.name):
             path = Path(entry.path)
             if entry.name.startswith(".gc-") or entry.name.endswith(".tmp"):
@@ -241,17 +240,10 @@ def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
             elif f"sha256:{entry.name}" not in live and _mtime(path / READY) <= cut:
                 freed += _remove(_set_aside(path))
                 count += 1
-            else:
-                try:
-                    kept.update(json.loads((path / USED).read_text()))
-                except (OSError, ValueError, TypeError):
-                    pass  # unpacked before blobs.json was kept: its layers go
-        blobs = root / "blobs" / "sha256"
-        for entry in os.scandir(blobs) if blobs.is_dir() else []:
-            if f"sha256:{entry.name}" not in kept:  # HEX, or HEX.part-PID of a pull killed
-                freed += unlink_size(Path(entry.path))
-        if (root / "oci").is_dir():  # the layout of pulls before monkey pulled by itself
-            freed += _remove(root / "oci")
+        # a pull's layers fetched ahead (a pull killed midway); the layers kept by the pulls
+        # of earlier versions (skopeo's layout, then their own blobs)
+        for folder in ("tmp", "oci", "blobs"):
+            freed += _remove(root / folder)
     return count, freed
 
 

@@ -3,10 +3,8 @@ library only (see agent.py); it runs in launcher.py, inside the job's session.
 
 Pull (pull.py, in the launcher's process): the pinned digest's manifest and layers fetched
 from the registry's HTTP API, each layer unpacked as it arrives into
-``ROOT/images/roots/HEX/rootfs`` (the image's config beside it: ``image.json``; the digests
-it was made of: ``blobs.json``), renamed into place once whole. The layers are kept in
-``ROOT/images/blobs/sha256`` (another image sharing a layer fetches nothing again). One
-pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked pulls
+``ROOT/images/roots/HEX/rootfs`` (the image's config beside it: ``image.json``), renamed
+into place once whole. One pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked pulls
 nothing. Progress (bytes fetched so far, of the total) is written to the run folder's
 ``pull.json``; an unreachable registry is tried again after 2, 4, 8 and 16 s.
 
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 READY = ".monkey-ready"
-USED = "blobs.json"  # beside an unpacked image: the digests of the blobs it was made of
 # bubblewrap's options of every sandbox (an image's, and a main node's: sandbox.py): new
 # user, PID and IPC namespaces, the network as any job's, no capability kept.
 ISOLATED = (
@@ -76,7 +73,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         for attempt in range(PULL_TRIES):
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                fetched, config, used = fetcher.fetch(
+                fetched, config = fetcher.fetch(
                     cfg,
                     login,
                     os.path.join(tmp, "rootfs"),
@@ -104,8 +101,6 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
                 raise ImageError(f"{what}: pulling failed: {e}") from None
         with open(os.path.join(tmp, "image.json"), "w") as f:
             json.dump(config.get("config") or {}, f)
-        with open(os.path.join(tmp, USED), "w") as f:
-            json.dump(used, f)
         with open(os.path.join(tmp, READY), "w"):
             pass
         os.rename(tmp, final)

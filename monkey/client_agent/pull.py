@@ -1,14 +1,14 @@
 """Pull an image from its registry and unpack it, streamed: each layer is unpacked while it
-downloads and the next ones download beside it. Standard library only, nothing from the
+downloads (the first through memory, those fetched ahead of it through a temporary file
+removed once read) and the next ones download beside it. Standard library only, nothing from the
 rest of monkey: image.py imports it in launcher.py's process (beside it in the job code
 folder), never in the agent.
 
 Registry: the distribution API over HTTPS (``/v2/NAME/manifests/DIGEST``,
 ``/v2/NAME/blobs/DIGEST``), with the pull's login (Basic, or a Bearer token from the realm
 the registry's challenge names, as Docker's token spec says) and CA; every manifest and
-blob checked against its digest. Layers are kept in ``STORE/blobs/sha256/HEX`` (written as
-they arrive, renamed into place once their digest is checked), so another image sharing a
-layer fetches nothing again.
+blob checked against its digest. No layer is kept once unpacked: writing each one to disk
+beside its files would double what a pull writes (the unpacked image is what is kept).
 
 Unpacking (``unpack``) keeps every entry inside the root: an absolute path, a ``..``, a
 hard link to a path outside the layer's root or a whiteout of ``/`` refuse the layer (the
@@ -26,6 +26,7 @@ import http.client
 import io
 import json
 import os
+import queue
 import shutil
 import ssl
 import stat
@@ -284,23 +285,26 @@ def _digest_ok(body: bytes, digest: str) -> bool:
 
 
 class Download(threading.Thread):
-    """One layer's blob fetched into BLOBS (``HEX.part-PID`` while it comes, renamed ``HEX``
-    once its digest is checked); a ``Growing`` reader reads it as it arrives."""
+    """One layer's blob fetched and checked against its digest, for a reader (``reader``)
+    that unpacks it as it comes: through memory (a bounded queue: nothing written but the
+    files unpacked) when MEMORY, else through a temporary file in FOLDER (a layer fetched
+    ahead of the one being unpacked), removed once read."""
 
     def __init__(
         self,
         registry: Registry,
         descriptor: dict[str, Any],
-        blobs: str,
+        folder: str,
+        memory: bool,
         gate: threading.Semaphore,
         stop: threading.Event,
     ) -> None:
         super().__init__(daemon=True, name="pull-layer")
         self.registry, self.digest = registry, descriptor["digest"]
         self.size = int(descriptor.get("size") or 0)
-        self.final = os.path.join(blobs, self.digest.split(":", 1)[1])
-        self.part = f"{self.final}.part-{os.getpid()}"
-        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.chunks: queue.Queue[bytes | None] | None = queue.Queue(16) if memory else None
+        self.part = os.path.join(folder, f"{self.digest.split(':', 1)[1]}.part-{os.getpid()}")
+        self.fd = -1 if memory else os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self.gate, self.stop = gate, stop
         self.got = 0
         self.done = False
@@ -313,13 +317,25 @@ class Download(threading.Thread):
                 if self.stop.is_set():
                     raise PullError("failed", "stopped")
                 self._fetch()
-            os.rename(self.part, self.final)
         except BaseException as e:  # told to the reader
             self.error = e
         finally:
             with self.cond:
                 self.done = True
                 self.cond.notify_all()
+            if self.chunks is not None:
+                self._put(None)
+
+    def _put(self, chunk: bytes | None) -> None:
+        assert self.chunks is not None
+        while not self.stop.is_set():
+            try:
+                self.chunks.put(chunk, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+        if chunk is not None:
+            raise PullError("failed", "stopped")
 
     def _fetch(self) -> None:
         hasher = hashlib.sha256()
@@ -334,9 +350,12 @@ class Download(threading.Thread):
                 if not n:
                     break
                 hasher.update(view[:n])
-                written = 0
-                while written < n:
-                    written += os.write(self.fd, view[written:n])
+                if self.chunks is not None:
+                    self._put(bytes(view[:n]))
+                else:
+                    written = 0
+                    while written < n:
+                        written += os.write(self.fd, view[written:n])
                 with self.cond:
                     self.got += n
                     self.cond.notify_all()
@@ -350,19 +369,21 @@ class Download(threading.Thread):
         if f"sha256:{hasher.hexdigest()}" != self.digest:
             raise PullError("failed", f"layer {self.digest} arrived with another digest")
 
-    def reader(self) -> Growing:
-        return Growing(self)
+    def reader(self) -> io.RawIOBase:
+        return Queued(self) if self.chunks is not None else Growing(self)
 
     def close(self) -> None:
-        os.close(self.fd)
-        try:
-            os.unlink(self.part)
-        except OSError:
-            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            try:
+                os.unlink(self.part)
+            except OSError:
+                pass
 
 
 class Growing(io.RawIOBase):
-    """A reader of a DOWNLOAD's bytes as they arrive; at the end, its error (a digest that
+    """A reader of a DOWNLOAD's file as it grows; at the end, its error (a digest that
     does not match: nothing unpacked from it is kept)."""
 
     def __init__(self, download: Download) -> None:
@@ -379,21 +400,50 @@ class Growing(io.RawIOBase):
                 d.cond.wait()
             got = d.got
         if self.pos >= got:
-            self.finish()
+            finish(d)
             return 0
         data = os.pread(d.fd, min(len(b), got - self.pos), self.pos)
         b[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
-    def finish(self) -> None:
-        """Wait for the whole download; its error if it failed."""
+
+class Queued(io.RawIOBase):
+    """A reader of a DOWNLOAD's chunks through memory; at the end, its error."""
+
+    def __init__(self, download: Download) -> None:
+        super().__init__()
+        self.download, self.left = download, b""
+        self.ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
         d = self.download
-        with d.cond:
-            while not d.done:
-                d.cond.wait()
-        if d.error is not None:
-            raise d.error
+        assert d.chunks is not None
+        while not self.left and not self.ended:
+            chunk = d.chunks.get()
+            if chunk is None:
+                self.ended = True
+            else:
+                self.left = chunk
+        if not self.left:
+            finish(d)
+            return 0
+        n = min(len(b), len(self.left))
+        b[:n] = self.left[:n]
+        self.left = self.left[n:]
+        return n
+
+
+def finish(download: Download) -> None:
+    """Wait for the whole DOWNLOAD; its error if it failed."""
+    with download.cond:
+        while not download.done:
+            download.cond.wait()
+    if download.error is not None:
+        raise download.error
 
 
 # ---------------------------------------------------------------- the pull
@@ -405,46 +455,39 @@ def fetch(
     root: str,
     progress: Callable[[int, int | None], None],
     note: Callable[[str], None],
-) -> tuple[int, dict[str, Any], list[str]]:
-    """Pull the image CFG pins (its "name", "digest"; its layers kept in CFG's "store")
+) -> tuple[int, dict[str, Any]]:
+    """Pull the image CFG pins (its "name", "digest"; temporary files in CFG's "store")
     with LOGIN and unpack it into ROOT (made here); PROGRESS(bytes, total) is told how far
-    the downloads are. (The bytes fetched, the image's config, the digests it is made of.)"""
+    the downloads are. (The bytes fetched, the image's config.)"""
     registry = Registry(cfg["name"], login, login.get("ca"))
     manifest = registry.manifest(cfg["digest"])
     config = registry.config(manifest["config"])
-    blobs = os.path.join(cfg["store"], "blobs", "sha256")
-    os.makedirs(blobs, 0o700, exist_ok=True)
     layers = manifest["layers"]
     for layer in layers:
         if not isinstance(layer, dict) or not _digest_re_ok(layer.get("digest")):
             raise PullError("failed", "the image's manifest names a layer without a sha256 digest")
+    folder = os.path.join(cfg["store"], "tmp")
+    os.makedirs(folder, 0o700, exist_ok=True)
     stop, gate = threading.Event(), threading.Semaphore(PARALLEL)
-    downloads: dict[str, Download] = {}
+    downloads: list[Download] = []
     try:
-        for layer in layers:
-            hexd = layer["digest"].split(":", 1)[1]
-            if layer["digest"] not in downloads and not os.path.exists(os.path.join(blobs, hexd)):
-                downloads[layer["digest"]] = Download(registry, layer, blobs, gate, stop)
-        total = sum(d.size for d in downloads.values())
-        for d in downloads.values():
+        for number, layer in enumerate(layers):
+            downloads.append(Download(registry, layer, folder, number == 0, gate, stop))
+        total = sum(d.size for d in downloads)
+        for d in downloads:
             d.start()
         meter = _Meter(downloads, total, progress)
         meter.start()
         try:
             os.makedirs(root, 0o700)
-            for number, layer in enumerate(layers, 1):
-                download = downloads.get(layer["digest"])
-                stream: io.RawIOBase = (
-                    download.reader()
-                    if download is not None
-                    else open(os.path.join(blobs, layer["digest"].split(":", 1)[1]), "rb", 0)
-                )
+            for number, download in enumerate(downloads, 1):
+                stream = download.reader()
                 try:
                     skipped = unpack(stream, root, f"layer {number}")
-                    if isinstance(stream, Growing):
-                        stream.finish()
+                    finish(download)
                 finally:
                     stream.close()
+                    download.close()  # its file, read: gone
                 if skipped:
                     note(f"layer {number}: {skipped} device files not made (never in a sandbox)")
         finally:
@@ -452,13 +495,11 @@ def fetch(
             meter.join()
     finally:
         stop.set()
-        for d in downloads.values():
+        for d in downloads:
             if d.is_alive():
                 d.join()
             d.close()
-    fetched = sum(d.got for d in downloads.values())
-    used = [cfg["digest"], manifest["config"]["digest"], *(layer["digest"] for layer in layers)]
-    return fetched, config, used
+    return sum(d.got for d in downloads), config
 
 
 def _digest_re_ok(digest: Any) -> bool:
@@ -473,7 +514,7 @@ class _Meter(threading.Thread):
 
     def __init__(
         self,
-        downloads: dict[str, Download],
+        downloads: list[Download],
         total: int,
         progress: Callable[[int, int | None], None],
     ) -> None:
@@ -484,7 +525,7 @@ class _Meter(threading.Thread):
     def run(self) -> None:
         self.progress(0, self.total)
         while not self.stop.wait(0.5):
-            self.progress(sum(d.got for d in self.downloads.values()), self.total)
+            self.progress(sum(d.got for d in self.downloads), self.total)
 
 
 # ---------------------------------------------------------------- unpacking
