@@ -222,40 +222,28 @@ def gc(m: Facade, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> GcR
 
 def _gc_images(root: Path, live: set[str], cut: float) -> tuple[int, int]:
     """Delete the unpacked images under ROOT (the worker's, see client_agent/image.py) last
-    used before CUT whose digest no job that has not ended runs in (LIVE), then the layers
-    no image left in the layout needs; (how many images, bytes freed). Under the worker's
-    pull lock: no pull runs meanwhile."""
-    import subprocess
-
+    used before CUT whose digest no job that has not ended runs in (LIVE), and what a pull
+    cut short left; (how many images, bytes freed). Under the worker's pull lock: no pull
+    runs meanwhile."""
     from monkey.client_agent.image import READY
 
     roots = root / "roots"
     if not roots.is_dir():
         return 0, 0
     count = freed = 0
-    layout = root / "oci"
     with open(root / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        gone: list[str] = []
         for entry in sorted(os.scandir(roots), key=lambda e: e.name):
             path = Path(entry.path)
             if entry.name.startswith(".gc-") or entry.name.endswith(".tmp"):
                 freed += _remove(path)  # set aside by an interrupted gc; a pull killed midway
             elif f"sha256:{entry.name}" not in live and _mtime(path / READY) <= cut:
                 freed += _remove(_set_aside(path))
-                gone.append(entry.name)
-        if gone and layout.is_dir():  # their tags, then the layers no tag left needs
-            before = tree_size(layout)[0]
-            try:
-                for tag in gone:
-                    subprocess.run(
-                        ["umoci", "rm", "--image", f"{layout}:{tag}"], capture_output=True
-                    )
-                subprocess.run(["umoci", "gc", "--layout", str(layout)], capture_output=True)
-            except OSError:  # umoci gone since: the layers stay for a later gc
-                pass
-            freed += max(0, before - tree_size(layout)[0])
-        count = len(gone)
+                count += 1
+        # a pull's layers fetched ahead (a pull killed midway); the layers kept by the pulls
+        # of earlier versions (skopeo's layout, then their own blobs)
+        for folder in ("tmp", "oci", "blobs"):
+            freed += _remove(root / folder)
     return count, freed
 
 

@@ -260,13 +260,6 @@ class Submitter:
             resolving = Resolving(self.home, text)
         if resolving is not None:
             pinned = resolving.result()
-            spec = sub.fields.get("spec") or {}
-            if spec.get("env_type", "none") != "none" or spec.get("install_script"):
-                raise MonkeyError(
-                    f"image {pinned['ref']}: a job.yml set-up (run.env_type, "
-                    "run.install_script) cannot run inside an image yet; install what the "
-                    "job needs in the image, or run without the image"
-                )
             sub.fields["image"] = pinned
             # in an image, the image's PATH, PYTHONPATH... apply, not this machine's (those
             # the user named with --env or job.yml stay)

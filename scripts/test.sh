@@ -12,10 +12,11 @@ export DEBIAN_FRONTEND=noninteractive
 # chromium (Monkey Web's browser tests, driven by Playwright), bubblewrap (jobs in a
 # sandbox on a main node: tests/test_sandbox.py); docker-registry, skopeo, umoci, apache2-utils
 # (htpasswd) and busybox-static: a real OCI registry and images built without a daemon, for
-# jobs in images (tests/test_images.py).
+# jobs in images (tests/test_images.py); docker.io: Docker's engine, started by
+# tests/test_image_engines.py (as root) for jobs in images with `engine: docker`.
 # python3/pip/venv are listed too because a bare Debian 12 image has none of them.
 apt_pkgs=(task-spooler openssh-server iproute2 git python3 python3-pip python3-venv slurm-wlm munge zsh chromium bubblewrap
-  docker-registry skopeo umoci apache2-utils busybox-static)
+  docker-registry skopeo umoci apache2-utils busybox-static docker.io)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -22,8 +22,8 @@ its ``nodeSelector`` and whose taints it tolerates; when none fits, the pod gets
 are available: 3 Insufficient nvidia.com/gpu. preemption: ...``) and a ``FailedScheduling``
 event, and is tried again whenever a pod ends or a node is added.
 
-The kubelet pulls the container's image from its registry with skopeo and unpacks it with
-umoci (monkey's own unprivileged runner, monkey/client_agent/image.py), with the pod's
+The kubelet pulls the container's image from its registry and unpacks it with monkey's own
+unprivileged runner (monkey/client_agent/image.py and pull.py), with the pod's
 ``imagePullSecrets`` and the CAs the node trusts, and runs the container's command under
 bubblewrap in the image's root (its ``emptyDir`` volumes bound at their mount paths), its
 stdout and stderr in the container's log. It drives the real status shapes: ``waiting``
@@ -567,8 +567,12 @@ class FakeK8s:
                 capture_output=True,
             )
             if proc.returncode != 0:
-                raise runner.ImageError(runner._said({"name": name, "ref": ref}, proc.stderr,
-                                                     str(self.store), "pulling"))  # fmt: skip
+                said = proc.stderr.decode(errors="replace").lower()
+                host = name.split("/", 1)[0]
+                why = ("not found in registry" if "manifest unknown" in said
+                       else "refused access (unauthorized)" if "unauthorized" in said
+                       else f"pulling failed: {said.strip()[-200:]}")  # fmt: skip
+                raise runner.ImageError(f"image {ref}: {why} {host}")
             import hashlib
 
             digest = "sha256:" + hashlib.sha256(proc.stdout).hexdigest()

@@ -71,8 +71,9 @@ def _add_python(rootfs: Path) -> None:
     exe = Path("/usr/bin/python3.11")
     (rootfs / "usr/bin").mkdir(parents=True, exist_ok=True)
     shutil.copy(exe, rootfs / "usr/bin/python3")
-    skip = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "dist-packages", "turtledemo",
-            "__pycache__", "config-3.11-x86_64-linux-gnu", "pydoc_data"}  # fmt: skip
+    skip = {"test", "idlelib", "tkinter", "lib2to3", "dist-packages", "turtledemo",
+            "config-3.11-x86_64-linux-gnu", "pydoc_data"}  # fmt: skip
+    shutil.copytree("/usr/share/python-wheels", rootfs / "usr/share/python-wheels")  # venv's pip
     shutil.copytree(
         "/usr/lib/python3.11",
         rootfs / "usr/lib/python3.11",

@@ -35,7 +35,7 @@ def test_a_job_runs_in_its_image_pinned_by_digest_and_a_rerun_keeps_the_digest(
     cli, monkey, reg, home
 ):
     login(cli, reg)
-    engine = "images unprivileged (skopeo, umoci, bubblewrap)"
+    engine = "images unprivileged (bubblewrap)"
     assert f"local: {engine}\n" in cli("list", "providers").stdout
     assert cli("provider", "check", "local").stdout.endswith(f"  {engine}\n")
     listed = cli("registry", "list").stdout
@@ -213,28 +213,38 @@ def test_a_hostile_layer_writes_nothing_outside_the_image_root(cli, monkey, reg,
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "target").write_text("keep")
+    refused = {  # each layer refused whole, in one line naming its entry
+        "an absolute path": [("f", f"{outside}/by-absolute", "x")],
+        "a path with ..": [("f", f"../../../../../../../..{outside}/by-dotdot", "x")],
+        "an opaque whiteout of /": [("f", "fine", "x"), ("f", ".wh..wh..opq", "")],
+        "a hard link to what the layer's root lacks": [("h", "hard", f"{str(outside)[1:]}/target")],
+    }
+    failed = {}
+    for n, (why, entries) in enumerate(refused.items()):
+        digest = registry.push_layers(reg, f"evil/refused{n}:1", [_layer(entries)])
+        ref = f"{reg.host}/evil/refused{n}@{digest}"
+        failed[why] = cli("run", "--image", ref, "--", "true").stdout.strip()
+    # links out of the root are followed inside it; a device file is not made
     confined = registry.push_layers(reg, "evil/confined:1", [_layer([
-        ("f", f"../../../../../../../..{outside}/by-dotdot", "x"),
-        ("f", f"{outside}/by-absolute", "x"),
         ("s", "esc", str(outside)),
-        ("f", "esc/through-a-link", "x"),
+        ("f", "esc/through-a-link", "inside"),
+        ("s", "up", "../../../.."),
+        ("f", "up/by-relative-link", "inside"),
         ("c", "a-device", ""),
-        ("f", ".wh..wh..opq", ""),  # an opaque whiteout of /
     ])])  # fmt: skip
-    refused = registry.push_layers(
-        reg, "evil/refused:1", [_layer([("h", "hard", f"{outside}/target")])]
-    )
     ran = cli("run", "--image", f"{reg.host}/evil/confined@{confined}", "--", "true").stdout.strip()
-    failed = cli(
-        "run", "--image", f"{reg.host}/evil/refused@{refused}", "--", "true"
-    ).stdout.strip()
-    ended(monkey, ran)
-    job = ended(monkey, failed)
+    for why, juid in failed.items():
+        job = ended(monkey, juid)
+        assert job.state.value == "failed"
+        state = next(ln for ln in cli("info", juid).stdout.splitlines() if ln.startswith("state"))
+        assert f"unpacking failed: layer 1 refused: {why}" in state, state
+    ended(monkey, ran)  # (the image has no `true`)
+    assert "1 device files not made" in cli("logs", ran, "--setup").stdout
+    rootfs = home / "images" / "roots" / confined.split(":")[1] / "rootfs"
+    assert (rootfs / str(outside)[1:] / "through-a-link").read_text() == "inside"
+    assert (rootfs / "by-relative-link").read_text() == "inside"
     assert sorted(os.listdir(outside)) == ["target"]  # nothing written outside...
     assert (outside / "target").read_text() == "keep"  # ...nor changed
-    assert job.state.value == "failed"
-    state = next(ln for ln in cli("info", failed).stdout.splitlines() if ln.startswith("state"))
-    assert "unpacking failed" in state
     for path in (home / "images").rglob("*"):  # no device node made from a layer
         assert not stat.S_ISCHR(path.lstat().st_mode) and not stat.S_ISBLK(path.lstat().st_mode)
 
@@ -256,7 +266,7 @@ def test_an_ssh_host_runs_a_job_in_its_image_as_a_plain_user(cli, monkey, reg, h
         ))  # fmt: skip
         login(cli, reg)
         checked = cli("provider", "check", "lab").stdout
-        assert "images unprivileged (skopeo, umoci, bubblewrap)" in checked, checked
+        assert "images unprivileged (bubblewrap)" in checked, checked
         Path("train.py").write_text(TRAIN)
         juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                    "id -u; python3 train.py").stdout.strip()  # fmt: skip
@@ -448,3 +458,45 @@ def test_a_job_with_persisted_folders_in_a_pulled_image_never_sees_the_registry_
     out = cli("logs", job.juid).stdout
     assert job.state.value == "succeeded", out
     assert "stdout.log" in out and "pull-auth.json" not in out
+
+
+def test_layers_apply_their_whiteouts_in_order_and_only_the_image_is_kept(cli, monkey, reg, home):
+    login(cli, reg)
+    base = _layer([("f", "a", "lower"), ("f", "d/x", "lower"), ("f", "d/y", "lower"),
+                   ("f", "keep", "lower")])  # fmt: skip
+    upper = _layer([("f", ".wh.a", ""), ("f", "d/.wh..wh..opq", ""), ("f", "d/z", "upper")])
+    digest = registry.push_layers(reg, "lab/layered:1", [base, upper, _layer([("f", "e", "")])])
+    juid = cli("run", "--image", f"{reg.host}/lab/layered@{digest}", "--", "true").stdout
+    ended(monkey, juid.strip())  # (the image has no `true`: the pull is what counts)
+    layered = home / "images" / "roots" / digest.split(":")[1] / "rootfs"
+    assert sorted(p.relative_to(layered).as_posix() for p in layered.rglob("*")) == [
+        "d", "d/z", "e", "keep"
+    ]  # fmt: skip
+    assert sorted(p.name for p in (home / "images").iterdir()) == [".lock", "roots", "tmp"]
+    assert not list((home / "images" / "tmp").iterdir())  # no layer left once unpacked
+
+
+def test_a_job_yml_set_up_runs_inside_the_image_once_per_worker_and_is_reused(cli, monkey, reg):
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text(
+        'cat /etc/said > "$VIRTUAL_ENV/said"\necho built >> "$VIRTUAL_ENV/builds"\n'
+    )
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/py:1\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    show = ('command -v python; cat "$VIRTUAL_ENV/said" "$VIRTUAL_ENV/builds"; '
+            'python -c "import sys, monkey; print(sys.prefix == sys.base_prefix)"')  # fmt: skip
+    first = cli("run", "--", "sh", "-c", show).stdout.strip()
+    job = ended(monkey, first, timeout=120)
+    out = cli("logs", first).stdout
+    assert job.state.value == "succeeded", out + cli("logs", first, "--setup").stdout
+    python, said, builds, base = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python  # the environment's, first
+    assert said == "python inside"  # the install script ran in the image
+    assert builds == "built" and base == "False"  # in the virtualenv, monkey importable
+    second = cli("run", "--", "sh", "-c", show).stdout.strip()
+    assert ended(monkey, second).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # built once: reused as it is
+    assert "reusing environment" in cli("logs", second, "--setup").stdout

@@ -511,7 +511,7 @@ def test_in_job_api_in_an_allocation_tracks_as_locally(
 def test_a_job_in_an_image_runs_in_its_allocation(
     cli: Any, home: Path, monkey: Any, cluster: SlurmLab, reg: Any
 ) -> None:
-    """On a compute node with skopeo, umoci and bubblewrap, monkey's unprivileged runner runs
+    """On a compute node with bubblewrap, monkey's unprivileged runner runs
     the job in its image inside the allocation, as on any worker."""
     from registry import PASSWORD, USER
 

@@ -40,6 +40,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 from monkey.client_agent import spawn
@@ -62,7 +63,7 @@ from monkey.client_agent.procs import (
     signal_pids,
 )
 from monkey.client_agent.rundir import SIGNALLED, STARTED
-from monkey.client_agent.sandbox import INNER_CMDLINE, image_engine, is_monitor
+from monkey.client_agent.sandbox import INNER_CMDLINE, engines_found, image_engine, is_monitor
 from monkey.client_agent.sandbox import bwrap as sandbox_bwrap
 from monkey.client_agent.slurm_end import log_size, slurm_ending
 from monkey.client_agent.spawn import WRAPPER_CMDLINE, Spawning, install_job_code
@@ -359,7 +360,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
             "memory": mem_total(),
             "gpus": self.gpus,
             "sandbox": dict(zip(("bwrap", "why"), sandbox_bwrap())),
-            "images": dict(zip(("engine", "why"), image_engine())),
+            "images": {**dict(zip(("engine", "why"), image_engine())), "found": engines_found()},
         }
 
     def op_ping(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -517,7 +518,16 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         return job_tree(sid, tag, set())
 
     def _end_tree(self, job: Job) -> None:
-        """SIGKILL whatever is left of a job that ended, and release its cgroup."""
+        """SIGKILL whatever is left of a job that ended, remove its engine's container (a
+        launcher killed leaves it running), and release its cgroup."""
+        if job.container:  # in a thread: the engine's answer never holds this loop
+            threading.Thread(
+                target=subprocess.run,
+                args=(job.container,),
+                kwargs={"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL},
+                daemon=True,
+                name="container-rm",
+            ).start()
         if job.child:  # the wrapper's zombie keeps the group id ours
             try:
                 os.killpg(job.pid, signal.SIGKILL)

@@ -1,14 +1,12 @@
 """Jobs in OCI images without root or a daemon: monkey's own unprivileged runner. Standard
 library only (see agent.py); it runs in launcher.py, inside the job's session.
 
-Pull: ``skopeo copy`` of the pinned digest into one OCI layout per worker
-(``ROOT/images/oci``), whose blobs every image shares (a second job, or an image sharing
-layers, fetches nothing again), then ``umoci raw unpack --rootless`` (whiteouts honoured,
-every path kept inside the root; no mtree manifest, which would hash every file again) into
-``ROOT/images/roots/HEX/rootfs``, the image's config beside it (``image.json``), renamed
-into place once whole.
-One pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked
-pulls nothing. Progress (bytes fetched so far) is written to the run folder's ``pull.json``.
+Pull (pull.py, in the launcher's process): the pinned digest's manifest and layers fetched
+from the registry's HTTP API, each layer unpacked as it arrives into
+``ROOT/images/roots/HEX/rootfs`` (the image's config beside it: ``image.json``), renamed
+into place once whole. One pull at a time per worker (``ROOT/images/.lock``); a job finding its image unpacked pulls
+nothing. Progress (bytes fetched so far, of the total) is written to the run folder's
+``pull.json``; an unreachable registry is tried again after 2, 4, 8 and 16 s.
 
 Run: bubblewrap with the image as the root, read-only (as Apptainer runs images): the
 image's folders bound read-only, those on the way to the job's own folders made in the
@@ -21,12 +19,11 @@ worker's. The command is looked up in the image (not found: 127, marked "spawn")
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shutil
-import subprocess
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -55,39 +52,55 @@ class ImageError(Exception):
 
 def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
     """The unpacked bundle of the image CFG pins (pulled and unpacked when this worker has
-    not got it yet); ImageError in one line when it cannot be."""
+    not got it yet: pull.py); ImageError in one line when it cannot be. Called in
+    launcher.py's process, with pull.py beside it."""
+    import pull as fetcher  # type: ignore[import-not-found]  # beside this file
+
     store = cfg["store"]
     final = os.path.join(store, "roots", cfg["digest"].split(":", 1)[1])
-    login = _take_login(run_dir)  # first, whatever follows: the job never sees it
+    login = take_login(run_dir)  # first, whatever follows: the job never sees it
     if _cached(final, cfg, run_dir, log):
         return final
     os.makedirs(os.path.join(store, "roots"), 0o700, exist_ok=True)
+    what = f"image {cfg.get('ref') or cfg['name']}"
     with open(os.path.join(store, ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _cached(final, cfg, run_dir, log):  # pulled while this one waited
             return final
-        auth = _auth_dir(cfg, login)
         started = time.monotonic()
-        try:
-            fetched = _copy(cfg, store, auth, run_dir, log)
-        finally:
-            if auth:
-                shutil.rmtree(auth, ignore_errors=True)
+        _progress(run_dir, 0, None, done=False)
         tmp = f"{final}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp, 0o700)
-        tag = cfg["digest"].split(":", 1)[1]
-        proc = subprocess.run(
-            ["umoci", "raw", "unpack", "--rootless", "--image", f"{store}/oci:{tag}",
-             os.path.join(tmp, "rootfs")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        if proc.returncode != 0:
+        for attempt in range(PULL_TRIES):
             shutil.rmtree(tmp, ignore_errors=True)
-            raise ImageError(_said(cfg, proc.stderr, store, "unpacking"))
+            try:
+                fetched, config = fetcher.fetch(
+                    cfg,
+                    login,
+                    os.path.join(tmp, "rootfs"),
+                    lambda got, total: _progress(run_dir, got, total, done=False),
+                    lambda text: _note(log, f"{what}: {text}"),
+                )
+                break
+            except fetcher.PullError as e:
+                shutil.rmtree(tmp, ignore_errors=True)
+                message = f"{what}: {e}"
+                if e.kind != "unreachable" or attempt == PULL_TRIES - 1:
+                    if e.kind == "refused":
+                        message = f"{what}: unpacking failed: {e}"
+                    raise ImageError(message) from None
+                _note(log, f"{message}; trying again in {2 << attempt} s")
+                time.sleep(2 << attempt)
+            except OSError as e:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    free = shutil.disk_usage(store).free
+                    raise ImageError(
+                        f"{what}: no space left on the worker at {store} ({free:,} bytes free) "
+                        "while pulling"
+                    ) from None
+                raise ImageError(f"{what}: pulling failed: {e}") from None
         with open(os.path.join(tmp, "image.json"), "w") as f:
-            json.dump(_config(store, tag), f)
+            json.dump(config.get("config") or {}, f)
         with open(os.path.join(tmp, READY), "w"):
             pass
         os.rename(tmp, final)
@@ -95,7 +108,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         _note(
             log,
             f"image {cfg['ref']} @ {cfg['digest']}: pulled {fetched:,} bytes and unpacked "
-            f"in {time.monotonic() - started:.1f} s",
+            f"in {time.monotonic() - started:.2f} s",
         )
     return final
 
@@ -113,19 +126,41 @@ def reused(cfg: dict[str, Any], bundle: str, run_dir: str) -> None:
 
 
 def command(
-    cfg: dict[str, Any], bundle: str, cmd: list[str], env: dict[str, str]
+    cfg: dict[str, Any],
+    bundle: str,
+    cmd: list[str],
+    env: dict[str, str],
+    activated: dict[str, str] | None = None,
 ) -> tuple[list[str], str, int]:
     """(the argv that runs CMD in the image at BUNDLE, "", 0), or ([], why not, the exit
     code: 127 not found, 126 not executable) when the image lacks CMD's program. Its
-    environment: the image's, the job's own variables of ENV (CFG's "env"), its PYTHONPATH."""
+    environment: the image's, the job's own variables of ENV (CFG's "env"), those that
+    ACTIVATED its job.yml environment (built in the image: ``Inside``), its PYTHONPATH."""
     own = {k: env[k] for k in cfg["env"] if k in env}
-    job_env = {**image_env(bundle), **own, "PYTHONPATH": cfg["path"]}
+    job_env = {**image_env(bundle), **own, **(activated or {}), "PYTHONPATH": cfg["path"]}
     root = os.path.join(bundle, "rootfs")
-    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"])
+    bound = [cfg["cwd"], *cfg["writable"], *cfg["readable"]]
+    why, code = find_command(root, cmd[0], job_env["PATH"], cfg["cwd"], bound)
     if why:
         return [], why, code
     out = argv(cfg["bwrap"], bundle, cfg["cwd"], cmd, cfg["writable"], cfg["readable"], job_env)
     return out, "", 0
+
+
+class Inside:
+    """The image a job.yml set-up runs in (launcher.py): its steps run in the image at
+    BUNDLE as the job will (its folders bound at their paths), with the image's
+    environment; the environment built is the image's alone (keyed by its DIGEST)."""
+
+    def __init__(self, cfg: dict[str, Any], bundle: str) -> None:
+        self.cfg, self.bundle, self.digest = cfg, bundle, cfg["digest"]
+        self.env = image_env(bundle)
+        self.outer_env = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}  # bwrap's own
+
+    def wrap(self, command: list[str], cwd: str, env: dict[str, str]) -> list[str]:
+        """The argv that runs COMMAND in CWD in the image with ENV as its environment."""
+        cfg = self.cfg
+        return argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
 
 
 def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
@@ -146,7 +181,7 @@ def _note(log: BinaryIO, text: str) -> None:
     log.flush()
 
 
-def _take_login(run_dir: str) -> dict[str, Any]:
+def take_login(run_dir: str) -> dict[str, Any]:
     """The pull's login and CA the agent left in RUN_DIR's pull-auth.json, which is gone
     once this returns (read or not); {} when there is none."""
     path = os.path.join(run_dir, "pull-auth.json")
@@ -163,123 +198,6 @@ def _take_login(run_dir: str) -> dict[str, Any]:
     return auth if isinstance(auth, dict) else {}
 
 
-def _auth_dir(cfg: dict[str, Any], auth: dict[str, Any]) -> str:
-    """A private folder with the pull's login AUTH (auth.json) and CA (certs/ca.crt); ""
-    when the pull needs neither."""
-    if not auth.get("auths") and not auth.get("ca"):
-        return ""
-    folder = os.path.join(cfg["store"], f"auth-{os.getpid()}")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(os.path.join(folder, "certs"), 0o700)
-    if auth.get("auths"):
-        fd = os.open(os.path.join(folder, "auth.json"), os.O_WRONLY | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"auths": auth["auths"]}, f)
-    if auth.get("ca"):
-        with open(os.path.join(folder, "certs", "ca.crt"), "w") as f:
-            f.write(auth["ca"])
-    return folder
-
-
-def _copy(cfg: dict[str, Any], store: str, auth: str, run_dir: str, log: BinaryIO) -> int:
-    """skopeo copy of the pinned image into the worker's layout, retried while the registry
-    is unreachable; pull.json in RUN_DIR says the bytes fetched so far. The bytes fetched."""
-    options = []
-    if auth and os.path.exists(os.path.join(auth, "auth.json")):
-        options += ["--src-authfile", os.path.join(auth, "auth.json")]
-    if auth and os.path.exists(os.path.join(auth, "certs", "ca.crt")):
-        options += ["--src-cert-dir", os.path.join(auth, "certs")]
-    tag = cfg["digest"].split(":", 1)[1]
-    source = f"docker://{cfg['name']}@{cfg['digest']}"
-    argv = ["skopeo", "copy", "--quiet", *options, source, f"oci:{store}/oci:{tag}"]
-    blobs = os.path.join(store, "oci", "blobs", "sha256")
-    before = _bytes_in(blobs)
-    total = _total(options, cfg["name"], source)
-    _progress(run_dir, 0, total, done=False)
-    for attempt in range(PULL_TRIES):
-        stop = threading.Event()
-        meter = threading.Thread(
-            target=_meter,
-            args=(blobs, before, total, run_dir, stop),
-            daemon=True,
-            name="pull-meter",
-        )
-        meter.start()
-        try:
-            proc = subprocess.run(argv, stdout=log, stderr=subprocess.PIPE)
-        except FileNotFoundError:
-            raise ImageError(
-                "jobs in images need skopeo and umoci on the worker: apt-get install skopeo umoci"
-            ) from None
-        finally:
-            stop.set()
-            meter.join()
-        if proc.returncode == 0:
-            fetched = max(0, _bytes_in(blobs) - before)
-            _progress(run_dir, fetched, total, done=False)  # unpacking now
-            return fetched
-        message = _said(cfg, proc.stderr, store, "pulling")
-        log.write(proc.stderr)
-        if "unreachable" not in message or attempt == PULL_TRIES - 1:
-            raise ImageError(message)
-        _note(log, f"{message}; trying again in {2 << attempt} s")
-        time.sleep(2 << attempt)
-    raise AssertionError("unreachable")  # the loop returns or raises
-
-
-def _bytes_in(folder: str) -> int:
-    total = 0
-    try:
-        with os.scandir(folder) as it:
-            for entry in it:
-                try:
-                    total += entry.stat(follow_symlinks=False).st_size
-                except OSError:
-                    pass
-    except OSError:
-        pass
-    return total
-
-
-def _total(options: list[str], name: str, source: str) -> int | None:
-    """The bytes of the image SOURCE names for this machine (its layers and config, as its
-    manifest lists them); None when the registry does not say."""
-    try:
-        manifest = _inspect(options, source)
-        if "manifests" in manifest:  # an index: this machine's platform's manifest
-            arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, "")
-            chosen = next(
-                (
-                    m
-                    for m in manifest["manifests"]
-                    if m.get("platform", {}).get("architecture") == arch
-                ),
-                None,
-            )
-            if chosen is None:
-                return None
-            manifest = _inspect(options, f"docker://{name}@{chosen['digest']}")
-        parts = [manifest["config"], *manifest["layers"]]
-        return sum(int(p["size"]) for p in parts)
-    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
-        return None
-
-
-def _inspect(options: list[str], source: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        ["skopeo", "inspect", "--raw", *options, source],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    return json.loads(proc.stdout)
-
-
-def _meter(blobs: str, before: int, total: int | None, run_dir: str, stop: threading.Event) -> None:
-    while not stop.wait(0.5):
-        _progress(run_dir, _bytes_in(blobs) - before, total, done=False)
-
-
 def _progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None:
     path = os.path.join(run_dir, "pull.json")
     try:
@@ -290,47 +208,7 @@ def _progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None
         pass
 
 
-def _said(cfg: dict[str, Any], stderr: bytes, store: str, doing: str) -> str:
-    """A failed skopeo or umoci run as one line for the user, with the fix."""
-    said = stderr.decode(errors="replace")
-    low = said.lower()
-    what = f"image {cfg.get('ref') or cfg['name']}"
-    host = cfg["name"].split("/", 1)[0]
-    if "no space left" in low or "quota exceeded" in low:
-        free = shutil.disk_usage(store).free if os.path.isdir(store) else 0
-        return f"{what}: no space left on the worker at {store} ({free:,} bytes free) while {doing}"
-    if "unauthorized" in low or "authentication required" in low or "denied" in low:
-        return f"{what}: registry {host} refused access (unauthorized); log in: monkey registry login {host}"
-    if "manifest unknown" in low or "name unknown" in low or "not found" in low:
-        return f"{what}: not found in registry {host}"
-    if "x509" in low or "certificate" in low:
-        return f"{what}: registry {host}'s certificate is not trusted on the worker; monkey registry login {host} --ca-file CA.crt"
-    if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "network")):
-        return f"{what}: registry {host} is unreachable from the worker"
-    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
-    return f"{what}: {doing} failed: {(lines[-1] if lines else 'no message')[-300:]}"
-
-
 # ---------------------------------------------------------------- running
-
-
-def _config(store: str, tag: str) -> dict[str, Any]:
-    """The config (``Env``, ``User``, ``WorkingDir``...) of the image TAG names in the
-    worker's OCI layout; {} when it has none."""
-    blobs = os.path.join(store, "oci", "blobs")
-
-    def blob(digest: str) -> Any:
-        algo, _, hexd = digest.partition(":")
-        with open(os.path.join(blobs, algo, os.path.basename(hexd))) as f:
-            return json.load(f)
-
-    with open(os.path.join(store, "oci", "index.json")) as f:
-        index = json.load(f)
-    for entry in index.get("manifests", []):
-        if entry.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag:
-            config = blob(blob(entry["digest"])["config"]["digest"])
-            return config.get("config") or {}
-    return {}
 
 
 def image_env(bundle: str) -> dict[str, str]:
@@ -343,6 +221,21 @@ def image_env(bundle: str) -> dict[str, str]:
     env = dict(item.split("=", 1) for item in listed if isinstance(item, str) and "=" in item)
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     return env
+
+
+def _locate(root: str, path: str, bound: list[str]) -> str | None:
+    """The host path of PATH in the sandbox of the image ROOT whose folders BOUND are at
+    their own paths (a link there to an absolute path leads into the image); None when it
+    does not exist."""
+    bound = [os.path.normpath(b) for b in bound if os.path.normpath(b) != "/"]
+    for _ in range(_LINKS_MAX):
+        if not any(path == b or path.startswith(b + "/") for b in bound):
+            return _inside(root, path)
+        if not os.path.islink(path):
+            return path if os.path.lexists(path) else None
+        target = os.readlink(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return None
 
 
 def _inside(root: str, path: str) -> str | None:
@@ -375,18 +268,18 @@ def _inside(root: str, path: str) -> str | None:
     return os.path.join(root, *done)
 
 
-def find_command(root: str, program: str, path: str, cwd: str) -> tuple[str, int]:
+def find_command(
+    root: str, program: str, path: str, cwd: str, bound: list[str] | None = None
+) -> tuple[str, int]:
     """("", 0) when PROGRAM runs in the image ROOT (looked up on the image's PATH, or at
-    its path, relative to CWD), else (why, 127 or 126)."""
+    its path, relative to CWD; the folders BOUND, CWD's by default, at their own paths),
+    else (why, 127 or 126)."""
     if "/" in program:
         candidates = [program if program.startswith("/") else os.path.join(cwd, program)]
     else:
         candidates = [os.path.join(d, program) for d in path.split(":") if d.startswith("/")]
     for candidate in candidates:
-        if candidate.startswith(cwd + "/") or candidate == cwd:
-            host: str | None = candidate  # the job's own folders are bound at their paths
-        else:
-            host = _inside(root, candidate)
+        host = _locate(root, candidate, [cwd] if bound is None else bound)
         if host is None:
             continue
         if os.path.isfile(host) and os.access(host, os.X_OK):

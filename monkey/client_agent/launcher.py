@@ -67,30 +67,39 @@ def note(log: BinaryIO, text: str) -> None:
     log.flush()
 
 
-def env_key(setup: dict[str, Any]) -> str:
-    """What makes two environments the same: inputs and the worker's python."""
-    parts = [
-        setup.get("type"),
-        setup.get("env_file_digest"),
-        setup.get("install_script_digest"),
-        os.path.realpath(sys.executable),
-        sys.version,
-    ]
+def env_key(setup: dict[str, Any], image: str = "") -> str:
+    """What makes two environments the same: inputs and the worker's python, or the
+    digest of the IMAGE the environment is built and used in."""
+    parts = [setup.get("type"), setup.get("env_file_digest"), setup.get("install_script_digest")]
+    parts += ["image", image] if image else [os.path.realpath(sys.executable), sys.version]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
-def activation(setup: dict[str, Any], prefix: str) -> dict[str, str]:
-    """Variables that put the job inside the environment at PREFIX."""
+def activation(setup: dict[str, Any], prefix: str, path: str | None = None) -> dict[str, str]:
+    """Variables that put the job inside the environment at PREFIX (its bin/ before PATH:
+    this process's, or an image's)."""
     if setup["type"] == "none":
         return {}
-    path = os.path.join(prefix, "bin") + os.pathsep + os.environ.get("PATH", "")
+    if path is None:
+        path = os.environ.get("PATH", "")
+    path = os.path.join(prefix, "bin") + os.pathsep + path
     if setup["type"] == "pip":
         return {"PATH": path, "VIRTUAL_ENV": prefix}
     return {"PATH": path, "CONDA_PREFIX": prefix, "CONDA_DEFAULT_ENV": prefix}
 
 
-def run_step(argv: list[str], log: BinaryIO, cwd: str, env: dict[str, str], what: str) -> None:
+def run_step(
+    argv: list[str],
+    log: BinaryIO,
+    cwd: str,
+    env: dict[str, str],
+    what: str,
+    inside: Any = None,
+) -> None:
+    """Run ARGV for WHAT (on this worker, or INSIDE an image: image.py's ``Inside``)."""
     note(log, f"$ {' '.join(argv)}")
+    if inside is not None:
+        argv, env = inside.wrap(argv, cwd, env), inside.outer_env
     try:
         code = subprocess.run(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -101,12 +110,15 @@ def run_step(argv: list[str], log: BinaryIO, cwd: str, env: dict[str, str], what
         raise SetupError(f"{what} exited {code}")
 
 
-def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO) -> None:
-    """Create the environment at PREFIX and run the install script inside it."""
+def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO, inside: Any = None) -> None:
+    """Create the environment at PREFIX and run the install script inside it: with this
+    worker's python and conda, or those of the image INSIDE runs the steps in."""
     kind = setup["type"]
-    env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    base = inside.env if inside is not None else os.environ
+    env = dict(base, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     if kind == "pip":
-        run_step([sys.executable, "-m", "venv", prefix], log, work, env, "creating the virtualenv")
+        python = "python3" if inside is not None else sys.executable
+        run_step([python, "-m", "venv", prefix], log, work, env, "creating the virtualenv", inside)
         pip = [os.path.join(prefix, "bin", "python"), "-m", "pip", "install"]
         run_step(
             [*pip, "-r", os.path.join(work, setup["env_file"])],
@@ -114,9 +126,13 @@ def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO) -> None:
             work,
             env,
             f"pip install -r {setup['env_file']}",
+            inside,
         )
     elif kind == "conda":
-        conda = os.environ.get("CONDA_EXE") or shutil.which("conda")
+        if inside is not None:
+            conda: str | None = "conda"  # the image's (on its PATH)
+        else:
+            conda = os.environ.get("CONDA_EXE") or shutil.which("conda")
         if not conda:
             raise SetupError(
                 "conda is not installed on this worker (not on PATH, no CONDA_EXE); "
@@ -137,17 +153,19 @@ def build(setup: dict[str, Any], prefix: str, work: str, log: BinaryIO) -> None:
             work,
             env,
             f"conda env create -f {setup['env_file']}",
+            inside,
         )
     else:
         os.makedirs(prefix)
     if setup.get("install_script"):
-        env.update(activation(setup, prefix))
+        env.update(activation(setup, prefix, base.get("PATH", "")))
         run_step(
             ["/bin/sh", os.path.join(work, setup["install_script"])],
             log,
             work,
             env,
             f"install_script {setup['install_script']}",
+            inside,
         )
 
 
@@ -158,10 +176,12 @@ def prepare(
     run_dir: str,
     log: BinaryIO,
     package: str | None = None,
+    inside: Any = None,
 ) -> dict[str, str]:
-    """The environment ready (built now, or reused); returns its activation variables."""
+    """The environment ready (built now, or reused: once per worker, and image when built
+    INSIDE one); returns its activation variables."""
     started = time.monotonic()
-    key = env_key(setup)
+    key = env_key(setup, inside.digest if inside is not None else "")
     prefix = os.path.join(envs, key)
     os.makedirs(envs, 0o700, exist_ok=True)
     with open(os.path.join(envs, f"{key}.lock"), "wb") as lock:
@@ -180,13 +200,13 @@ def prepare(
                 shutil.rmtree(prefix)
             note(log, f"building {setup['type']} environment {key} at {prefix}")
             try:
-                build(setup, prefix, work, log)
+                build(setup, prefix, work, log, inside)
             except BaseException:
                 shutil.rmtree(prefix, ignore_errors=True)
                 raise
             with open(ready, "w") as f:
                 f.write(f"{time.time()}\n")
-        if setup["type"] != "none":
+        if setup["type"] != "none" and inside is None:  # an image's job has it on PYTHONPATH
             try:
                 expose_monkey(prefix, package)
             except OSError as e:  # the job may not need it: say so, do not fail
@@ -196,7 +216,7 @@ def prepare(
     record = {"key": key, "reused": reused, "seconds": seconds, "prefix": prefix}
     with open(os.path.join(run_dir, "setup.json"), "w") as f:
         json.dump(record, f)
-    return activation(setup, prefix)
+    return activation(setup, prefix, inside.env.get("PATH", "") if inside is not None else None)
 
 
 def expose_monkey(prefix: str, package: str | None) -> None:
@@ -319,23 +339,46 @@ def main(argv: list[str]) -> int:
     run_dir = cfg["run_dir"]
     env = dict(os.environ)
     image = cfg.get("image")
+    inside = None  # the image the set-up runs in
+    activated: dict[str, str] = {}
+    engine = image.get("engine", "bwrap") if image else ""  # bwrap: monkey's own runner
     with open(os.path.join(run_dir, "setup.log"), "ab") as log:
         try:
             if image:
                 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
                 import image as runner  # type: ignore[import-not-found]  # beside this file
 
-                try:
-                    bundle = runner.pull(image, run_dir, log)
-                except runner.ImageError as e:
-                    raise SetupError(str(e)) from None
+                if engine != "bwrap":
+                    import engines  # type: ignore[import-not-found]  # beside this file
+
+                    login = runner.take_login(run_dir)  # first: the job never sees it
+                    if cfg.get("setup"):
+                        raise SetupError(
+                            f"a job.yml set-up in an image runs with monkey's own runner, not "
+                            f"{engine}: set `engine: auto` or `bwrap` on the provider"
+                        )
+                    try:
+                        engines.fetch(image, login, run_dir, log)
+                    except engines.EngineError as e:
+                        raise SetupError(str(e)) from None
+                else:
+                    try:
+                        bundle = runner.pull(image, run_dir, log)
+                    except runner.ImageError as e:
+                        raise SetupError(str(e)) from None
+                    inside = runner.Inside(image, bundle)
             restore_persisted(cfg, log)
             if cfg.get("setup"):
-                env.update(
-                    prepare(
-                        cfg["setup"], cfg["envs"], cfg["work"], run_dir, log, cfg.get("package")
-                    )
+                activated = prepare(
+                    cfg["setup"],
+                    cfg["envs"],
+                    cfg["work"],
+                    run_dir,
+                    log,
+                    cfg.get("package"),
+                    inside,
                 )
+                env.update(activated)
         except (SetupError, OSError) as e:
             if stop:
                 note(log, f"set-up stopped by signal {stop[0]}")
@@ -346,13 +389,15 @@ def main(argv: list[str]) -> int:
             return 1
         if stop:
             return 128 + stop[0]
-        if image:
-            boxed, why, code = runner.command(image, bundle, cmd, env)
+        if engine and engine != "bwrap":  # the launcher stays, to remove the container
+            cmd, env = engines.run(image, cmd, env, login)
+        elif image:
+            boxed, why, code = runner.command(image, bundle, cmd, env, activated)
             if why:
                 return _not_started(cmd[0], why, code)
             cmd = boxed
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own
-        if not cfg["persist"]:  # nothing to save: become the job (handlers reset on exec)
+        if not cfg["persist"] and engine in ("", "bwrap"):  # nothing to save: become the job
             log.close()
             try:
                 os.execvpe(cmd[0], cmd, env)
@@ -374,6 +419,8 @@ def main(argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 save_persisted(cfg, log)
         save_persisted(cfg, log)
+        if engine and engine != "bwrap":
+            engines.remove(image)
     return 128 - code if code < 0 else code
 
 

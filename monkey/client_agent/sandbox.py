@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 
+from monkey.client_agent import engines
 from monkey.client_agent.common import read_small
 from monkey.client_agent.image import ISOLATED, binds, nvidia_devices
 
@@ -106,17 +107,37 @@ def _probe(path: str) -> tuple[str, str]:
     return path, ""
 
 
-IMAGE_ENGINE = "unprivileged (skopeo, umoci, bubblewrap)"
+def choose_engine(wanted: str = "auto") -> tuple[str, str]:
+    """(the engine of engines.ENGINES that runs jobs' images here for a provider's WANTED
+    engine, "") or ("", why none can). auto: monkey's own unprivileged runner (it pulls by
+    itself: pull.py) where bubblewrap works, else the first of docker, podman and apptainer
+    this worker has."""
+    if wanted in ("auto", "bwrap"):
+        path, why = bwrap()
+        if path:
+            return "bwrap", ""
+        if wanted == "auto":
+            found = next((e for e in engines.ENGINES[1:] if engines.cli(e)), "")
+            if found:
+                return found, ""
+        return "", why
+    if wanted not in engines.ENGINES:
+        return "", f"no engine {wanted!r} (auto, {', '.join(engines.ENGINES)})"
+    if not engines.cli(wanted):
+        return "", f"{wanted} is not installed on this worker"
+    return wanted, ""
 
 
-def image_engine() -> tuple[str, str]:
-    """(the engine that runs jobs' images here, "") or ("", why none can): monkey's own
-    unprivileged runner needs skopeo and umoci on PATH and a working bubblewrap."""
-    missing = [tool for tool in ("skopeo", "umoci") if not shutil.which(tool)]
-    if missing:
-        return "", f"{' and '.join(missing)} not installed (apt-get install skopeo umoci)"
-    path, why = bwrap()
-    return (IMAGE_ENGINE, "") if path else ("", why)
+def image_engine(wanted: str = "auto") -> tuple[str, str]:
+    """(the engine that runs jobs' images here for WANTED, in words, "") or ("", why none
+    can)."""
+    engine, why = choose_engine(wanted)
+    return (engines.LABELS[engine], "") if engine else ("", why)
+
+
+def engines_found() -> list[str]:
+    """The engines of engines.ENGINES whose command this worker has (bwrap: one that works)."""
+    return [e for e in engines.ENGINES if (bwrap()[0] if e == "bwrap" else engines.cli(e))]
 
 
 def is_monitor(pid: int, path: str) -> bool:

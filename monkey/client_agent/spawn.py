@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
+from monkey.client_agent import engines, sandbox
 from monkey.client_agent import image as image_runner
-from monkey.client_agent import sandbox
 from monkey.client_agent.blobs import (
     _blob_check_file,
     blob_intact,
@@ -106,7 +106,7 @@ def install_job_code(root: str, digest: str) -> str:
     """ROOT/jobcode/DIGEST/, made once per agent version from this agent's files: what the
     agent hands its jobs, so that nothing a job runs lives where monkey is installed (a
     reinstall elsewhere removes that folder while jobs and agents run). It holds
-    ``launcher.py`` (with ``image.py``) and ``python/``, the folder first on every job's PYTHONPATH, with
+    ``launcher.py`` (with ``image.py``, ``pull.py`` and ``engines.py``) and ``python/``, the folder first on every job's PYTHONPATH, with
     ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py): ``import monkey``
     gives a job the in-job API on any worker (see shim.py)."""
     final = os.path.join(root, "jobcode", digest)
@@ -121,6 +121,8 @@ def install_job_code(root: str, digest: str) -> str:
         ("track.py", "python/monkey_track.py"),
         ("launcher.py", "launcher.py"),
         ("image.py", "image.py"),  # the launcher's, for jobs in images
+        ("pull.py", "pull.py"),  # image.py's, for their pulls
+        ("engines.py", "engines.py"),  # the launcher's, for jobs in Docker, Podman, Apptainer
     ):
         shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
     try:
@@ -170,8 +172,8 @@ class Spawning(AgentState):
         if self.notice is not None:
             raise RequestError(f"this instance is being preempted ({self.notice['detail']})")
         monitor = self._isolation(req.get("isolation"), req.get("provider"))
-        image = self._check_image(req.get("image"))
-        if image is not None:  # the image's own sandbox holds what the job may see
+        image = self._check_image(req.get("image"), juid, attempt)
+        if image is not None:  # the image's own sandbox (or container) holds what the job sees
             monitor = image["bwrap"]
         self._watch(req.get("watch"))
         self.orphan.arm(req.get("orphan"))
@@ -249,6 +251,8 @@ class Spawning(AgentState):
         )
         pending.monitor = monitor
         pending.image = image is not None
+        if image is not None and image["engine"] in ("docker", "podman"):
+            pending.container = [image["engine_path"], "rm", "-f", engines.name(image)]
         if slots is not None:
             self.slots = slots
             if self.held or not self._fits(pending, slots):
@@ -275,9 +279,10 @@ class Spawning(AgentState):
             )
         return path
 
-    def _check_image(self, image: Any) -> dict[str, Any] | None:
-        """The start's IMAGE checked, with where this worker keeps images and the bwrap
-        that runs them; None when the job has no image."""
+    def _check_image(self, image: Any, juid: str, attempt: int) -> dict[str, Any] | None:
+        """The start's IMAGE checked, with where this worker keeps images and the engine
+        that runs them (bubblewrap's path for monkey's own runner); None when the job has
+        no image."""
         if image is None:
             return None
         if not isinstance(image, dict) or not all(
@@ -286,16 +291,19 @@ class Spawning(AgentState):
             raise RequestError("image must be an object with ref, name and digest")
         if not IMAGE_DIGEST.fullmatch(image["digest"]) or not IMAGE_NAME.fullmatch(image["name"]):
             raise RequestError(f"bad image name or digest: {image['name']}@{image['digest']}")
-        engine, why = sandbox.image_engine()
+        engine, why = sandbox.choose_engine(str(image.get("engine") or "auto"))
         if not engine:
             raise RequestError(f"jobs in images cannot run on this worker: {why}")
-        path = sandbox.bwrap()[0]
         return {
             "ref": image["ref"],
             "name": image["name"],
             "digest": image["digest"],
             "store": os.path.join(self.root, "images"),
-            "bwrap": path,
+            "bwrap": sandbox.bwrap()[0] if engine == "bwrap" else "",
+            "engine": engine,
+            "engine_path": "" if engine == "bwrap" else engines.cli(engine),
+            "juid": juid,
+            "attempt": attempt,
         }
 
     @staticmethod
@@ -305,7 +313,7 @@ class Spawning(AgentState):
         """The argv that runs ARGV in IMAGE straight away, when this worker has the image
         unpacked, the image has ARGV's program and the job has no set-up or persisted folders
         for launcher.py to handle; else [] (the launcher pulls, prepares, runs)."""
-        if req.get("setup") or req.get("persist"):
+        if req.get("setup") or req.get("persist") or image["engine"] != "bwrap":
             return []
         bundle = image_runner.ready(image)
         if not bundle:
@@ -395,6 +403,7 @@ class Spawning(AgentState):
         )
         job.cgroup = cgroup
         job.pulling = p.image
+        job.container = p.container
         if p.results is not None:
             self.results[job.key] = p.results
         return job

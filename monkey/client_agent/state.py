@@ -56,6 +56,7 @@ class Job:
         "push_head",
         "monitor",
         "pulling",
+        "container",
     )
 
     def __init__(
@@ -92,6 +93,7 @@ class Job:
         self.cpus = 1  # the worker's slots it takes (a start's ``cpus``)
         self.monitor = ""  # the bwrap its sandbox runs under ("": none; see sandbox.py)
         self.pulling = False  # its image may be being pulled (its heartbeats say how far)
+        self.container: list[str] = []  # the argv removing its engine's container, if any
         self.prefix = os.path.join(run_dir, "")  # the run dir's files are prefix + name
         self.events_path = self.prefix + EVENTS
         # its event pushes up to the offset: {"push":"event","juid":J,"attempt":A,"offset":
@@ -121,6 +123,7 @@ class Pending:
         "until",
         "monitor",
         "image",
+        "container",
     )
 
     def __init__(
@@ -144,6 +147,7 @@ class Pending:
         self.until = time.monotonic() + HOLD_LIMIT
         self.monitor = ""  # the bwrap running it in a sandbox ("": none)
         self.image = False  # it runs in an image, pulled first
+        self.container: list[str] = []  # the argv removing its engine's container, if any
 
     @property
     def key(self) -> Key:

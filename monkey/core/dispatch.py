@@ -618,7 +618,7 @@ class Dispatch:
         owner = self.store.job_owners([job.juid]).get(job.juid) or me
         image = self.store.job_image(job.juid)
         if image is not None:
-            spec_fields.update(self._image_fields(image))
+            spec_fields.update(self._image_fields(image, drv.config.options))
         return {
             "juid": job.juid,
             "attempt": job.attempts,
@@ -665,14 +665,20 @@ class Dispatch:
         self.last_given[(key, job.workdir)] = job.snapshot
         return fields, blobs
 
-    def _image_fields(self, image: dict[str, str]) -> dict[str, Any]:
-        """The `start` fields of a job in IMAGE: what the worker pulls, and the login and
-        CA of its registry (sent for the pull only; never in the job's record or env)."""
+    def _image_fields(self, image: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+        """The `start` fields of a job in IMAGE on a provider with OPTIONS: what the worker
+        pulls, with which engine, and the login and CA of its registry (sent for the pull
+        only; never in the job's record or env)."""
         from monkey.images import Registries, parse
 
         ref = parse(image["ref"])
         fields: dict[str, Any] = {
-            "image": {"ref": image["ref"], "name": ref.name, "digest": image["digest"]}
+            "image": {
+                "ref": image["ref"],
+                "name": ref.name,
+                "digest": image["digest"],
+                "engine": options.get("engine", "auto"),
+            }
         }
         auth = Registries(self.home).pull_auth(ref.host)
         if auth is not None:

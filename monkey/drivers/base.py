@@ -121,8 +121,11 @@ class NotReady(MonkeyError):
 # Keys every kind takes. lost_after: how long an instance may stay out of reach (its
 # agent not linked, while the core runs) before its attempts are lost (default 10 minutes).
 # isolation: whether jobs run in a sandbox (see client_agent/sandbox.py and start_isolation).
-SHARED_KEYS = {"type", "lost_after", "isolation"}
+# engine: what runs jobs' images (auto: monkey's own runner where bubblewrap works, else
+# the first of docker, podman, apptainer the worker has; see client_agent/engines.py).
+SHARED_KEYS = {"type", "lost_after", "isolation", "engine"}
 ISOLATIONS = ("auto", "sandbox", "none")
+ENGINES = ("auto", "bwrap", "docker", "podman", "apptainer")
 LOST_AFTER = 600.0
 _LOST_AFTER_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -140,6 +143,11 @@ def unknown_keys(where: str, name: str, entry: dict[str, Any], allowed: set[str]
         raise MonkeyError(
             f"{where}: provider {name!r}: isolation must be auto, sandbox or none, "
             f"got {entry['isolation']!r}"
+        )
+    if entry.get("engine", "auto") not in ENGINES:
+        raise MonkeyError(
+            f"{where}: provider {name!r}: engine must be one of {', '.join(ENGINES)}, "
+            f"got {entry['engine']!r}"
         )
     if "lost_after" in entry and lost_after(entry) is None:
         raise MonkeyError(
@@ -183,12 +191,17 @@ def isolation_of(options: dict[str, Any], users: int, why_not: str | None) -> st
     return f"none: {why_not}; other users' jobs fail to start there"
 
 
-def images_of(hello: dict[str, Any]) -> str | None:
-    """The engine that runs jobs' images where the agent that said HELLO runs, for
-    `provider check`: the engine, or "none: why"; None when it does not say (an older agent)."""
+def images_of(hello: dict[str, Any], options: dict[str, Any]) -> str | None:
+    """The engine that runs jobs' images where the agent that said HELLO runs, for a
+    provider with OPTIONS (its `engine`), for `provider check`: the engine, or "none: why";
+    None when it does not say (an older agent)."""
     said = hello.get("images")
     if not isinstance(said, dict):
         return None
+    wanted = options.get("engine", "auto")
+    if wanted not in ("auto", "bwrap"):
+        found = said.get("found") or []
+        return str(wanted) if wanted in found else f"none: {wanted} is not installed there"
     return str(said.get("engine") or f"none: {said.get('why')}")
 
 

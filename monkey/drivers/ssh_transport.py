@@ -434,7 +434,7 @@ class SSHTransport(Transport):
                     "host": spec.label,
                     "workdir": host.workdir,
                     "isolation": sandbox_of(hello),
-                    "images": images_of(hello),
+                    "images": images_of(hello, self.config.options),
                 },
             )
             host.error, host.failures = None, 0

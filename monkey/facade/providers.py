@@ -62,7 +62,7 @@ class Providers:
             info.update(driver_class(cfg.type).describe(cfg, instances))
             info["isolation"] = isolation_of(cfg.options, users, self._why_no_sandbox(cfg, users))
             if cfg.type == "local":
-                info["images"] = _images_here()
+                info["images"] = _images_here(cfg.options)
             error = self.store.provider_error(name)
             if error:  # why the jobs waiting for it get no machine
                 info["error"] = error
@@ -93,7 +93,7 @@ class Providers:
             "memory": mem_total(),
             "workdir": str(self.home.root),
             "isolation": isolation_of(config.options, users, why),
-            "images": _images_here(),
+            "images": _images_here(config.options),
         }
 
     @staticmethod
@@ -324,9 +324,10 @@ class Providers:
             time.sleep(0.1)
 
 
-def _images_here() -> str:
-    """The engine that runs jobs' images on this machine, or "none: why"."""
+def _images_here(options: dict[str, Any]) -> str:
+    """The engine that runs jobs' images on this machine for a provider with OPTIONS (its
+    `engine`), or "none: why"."""
     from monkey.client_agent.sandbox import image_engine
 
-    engine, why = image_engine()
+    engine, why = image_engine(options.get("engine", "auto"))
     return engine or f"none: {why}"

@@ -1,0 +1,206 @@
+"""The container engines a worker may run jobs' images with, beside monkey's own
+unprivileged runner (image.py): Docker, Podman and Apptainer, through their command lines.
+Standard library only (see agent.py); launcher.py runs the job through them.
+
+Each engine pulls the pinned digest with the pull's login (Docker: a private ``--config``
+folder; Podman: ``--authfile`` and ``--cert-dir``; Apptainer: ``APPTAINER_DOCKER_USERNAME``
+and ``_PASSWORD`` in its own environment), then runs the command in the image as the
+worker's user, the job's folders bound at their own paths, in its folder, with the job's
+own variables (given by name, their values in the engine's environment: never on a command
+line) and GPUs passed through when the job has some (``CUDA_VISIBLE_DEVICES``): Docker's
+``--gpus``, Podman's CDI devices (``nvidia.com/gpu=N``), Apptainer's ``--nv``. A Docker or
+Podman container is named ``monkey-JUID-ATTEMPT`` and removed when it ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ENGINES = ("bwrap", "docker", "podman", "apptainer")  # an "engine:" of providers.yml, or auto
+LABELS = {
+    "bwrap": "unprivileged (bubblewrap)",
+    "docker": "docker",
+    "podman": "podman",
+    "apptainer": "apptainer",
+}
+_PROBE_TIMEOUT = 10.0
+
+
+def cli(engine: str) -> str:
+    """The path of ENGINE's command on this worker ("" when it has none; Apptainer's may be
+    called singularity)."""
+    names = ("apptainer", "singularity") if engine == "apptainer" else (engine,)
+    return next((p for p in map(shutil.which, names) if p), "")
+
+
+def works(engine: str) -> str:
+    """ "" when ENGINE (docker, podman or apptainer) can run jobs here, else why not."""
+    path = cli(engine)
+    if not path:
+        return f"{engine} is not installed on this worker"
+    if engine == "apptainer":
+        return ""
+    try:
+        proc = subprocess.run(
+            [path, "info", "--format", "{{json .}}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=_PROBE_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{engine} cannot run: {e}"
+    if proc.returncode != 0:
+        said = proc.stderr.decode(errors="replace").strip().splitlines()
+        return f"{engine} cannot reach its engine ({said[-1] if said else proc.returncode})"
+    return ""
+
+
+def name(cfg: dict[str, Any]) -> str:
+    """The container's name: monkey-JUID-ATTEMPT."""
+    return f"monkey-{cfg['juid']}-{cfg['attempt']}"
+
+
+class EngineError(Exception):
+    """The engine cannot pull the image; the message is one line for the user."""
+
+
+def fetch(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) -> None:
+    """Pull CFG's pinned image with its engine (its output in LOG), with LOGIN in a private
+    folder gone once the pull is over; EngineError in one line when it cannot."""
+    folder = os.path.join(run_dir, f"engine-auth-{os.getpid()}")
+    os.makedirs(folder, 0o700, exist_ok=True)
+    try:
+        argv = pull(cfg, login, folder)
+        if not argv:
+            return
+        started = time.monotonic()
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE)
+    except OSError as e:
+        raise EngineError(f"image {cfg['ref']}: {cfg['engine']} cannot pull it: {e}") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if proc.returncode != 0:
+        log.write(proc.stderr)
+        raise EngineError(_said(cfg, proc.stderr))
+    seconds = time.monotonic() - started
+    log.write(f"[monkey] image {cfg['ref']} @ {cfg['digest']}: pulled by {cfg['engine']} in "
+              f"{seconds:.2f} s\n".encode())  # fmt: skip
+    log.flush()
+
+
+def _said(cfg: dict[str, Any], stderr: bytes) -> str:
+    """An engine's failed pull as one line, with the fix."""
+    said = stderr.decode(errors="replace")
+    low = said.lower()
+    host = cfg["name"].split("/", 1)[0]
+    what = f"image {cfg['ref']}"
+    if "unauthorized" in low or "authentication required" in low or "denied" in low:
+        return f"{what}: registry {host} refused access (unauthorized); log in: monkey registry login {host}"
+    if "manifest unknown" in low or "not found" in low:
+        return f"{what}: not found in registry {host}"
+    if "no space left" in low:
+        return f"{what}: no space left on the worker for {cfg['engine']}'s images"
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+    return f"{what}: {cfg['engine']} could not pull it: {(lines[-1] if lines else 'no message')[-300:]}"
+
+
+def pull(cfg: dict[str, Any], login: dict[str, Any], folder: str) -> list[str]:
+    """The argv that pulls CFG's pinned image with LOGIN (kept in the private FOLDER), or
+    [] when the run pulls it itself (Apptainer)."""
+    engine, path = cfg["engine"], cfg["engine_path"]
+    ref = f"{cfg['name']}@{cfg['digest']}"
+    auths = login.get("auths") or {}
+    if engine == "docker":
+        _write(os.path.join(folder, "config.json"), json.dumps({"auths": auths}))
+        return [path, "--config", folder, "pull", "-q", ref]
+    if engine == "podman":
+        argv = [path, "pull", "-q"]
+        if auths:
+            _write(os.path.join(folder, "auth.json"), json.dumps({"auths": auths}))
+            argv += ["--authfile", os.path.join(folder, "auth.json")]
+        if login.get("ca"):
+            os.makedirs(os.path.join(folder, "certs"), 0o700, exist_ok=True)
+            _write(os.path.join(folder, "certs", "ca.crt"), login["ca"])
+            argv += ["--cert-dir", os.path.join(folder, "certs")]
+        return [*argv, ref]
+    return []
+
+
+def run(
+    cfg: dict[str, Any], cmd: list[str], env: dict[str, str], login: dict[str, Any]
+) -> tuple[list[str], dict[str, str]]:
+    """(the argv that runs CMD in CFG's image with CFG's engine, the environment of that
+    process). ENV: the job's own variables (CFG's "env" names them) and its PYTHONPATH."""
+    engine, path = cfg["engine"], cfg["engine_path"]
+    ref = f"{cfg['name']}@{cfg['digest']}"
+    own = {k: env[k] for k in cfg["env"] if k in env}
+    own["PYTHONPATH"] = cfg["path"]
+    outer = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}
+    for key in ("DOCKER_HOST", "CONTAINER_HOST", "XDG_RUNTIME_DIR", "HOME"):
+        if key in os.environ:  # where the engine's client finds its engine and its files
+            outer[key] = os.environ[key]
+    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    if engine == "apptainer":
+        argv = [path, "exec", "--cleanenv", "--containall", "--no-home", "--pwd", cfg["cwd"]]
+        argv += ["--nv"] if gpus else []
+        for folder in cfg["writable"]:
+            argv += ["--bind", f"{folder}:{folder}"]
+        for folder in cfg["readable"]:
+            argv += ["--bind", f"{folder}:{folder}:ro"]
+        outer.update({f"APPTAINERENV_{k}": v for k, v in own.items()})
+        creds = _creds(login, cfg["name"].split("/", 1)[0])
+        if creds:
+            user, _, password = creds.partition(":")
+            outer["APPTAINER_DOCKER_USERNAME"], outer["APPTAINER_DOCKER_PASSWORD"] = user, password
+        return [*argv, f"docker://{ref}", *cmd], outer
+    argv = [path, "run", "--rm", "--name", name(cfg), "--init", "--network", "host"]
+    argv += ["--user", f"{os.getuid()}:{os.getgid()}", "--workdir", cfg["cwd"]]
+    if engine == "podman":
+        argv += ["--userns", "keep-id"]  # the worker's user inside, its files its own
+        for gpu in gpus:
+            argv += ["--device", f"nvidia.com/gpu={gpu}"]  # CDI
+    elif gpus:
+        argv += ["--gpus", f'"device={",".join(gpus)}"']
+    for folder in cfg["writable"]:
+        argv += ["--volume", f"{folder}:{folder}"]
+    for folder in cfg["readable"]:
+        argv += ["--volume", f"{folder}:{folder}:ro"]
+    for key, value in sorted(own.items()):
+        argv += ["--env", key]  # its value from this process's environment
+        outer[key] = value
+    return [*argv, "--entrypoint", cmd[0], ref, *cmd[1:]], outer
+
+
+def remove(cfg: dict[str, Any]) -> None:
+    """Remove CFG's container, if it is still there (its job is over)."""
+    if cfg["engine"] in ("docker", "podman"):
+        subprocess.run(
+            [cfg["engine_path"], "rm", "-f", name(cfg)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _creds(login: dict[str, Any], host: str) -> str:
+    entry = (login.get("auths") or {}).get(host) or {}
+    try:
+        return base64.b64decode(entry.get("auth", "")).decode()
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return ""

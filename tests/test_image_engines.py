@@ -1,0 +1,206 @@
+"""Jobs in images with the engines a provider entry chooses (`engine:`, issue 44): Docker's
+engine end to end (a real dockerd started here, as root: vfs storage, no bridge, no
+iptables), Podman and Apptainer through their command-line contract (a stand-in on PATH
+that records its arguments: tests/engine_standin.py), against a real registry with TLS and
+a login (tests/registry.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import registry
+from conftest import wait_for
+from registry import reg  # noqa: F401  (the fixture)
+from test_images import TRAIN, ended, login
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory):
+    """A Docker engine of this test module's own (its socket's DOCKER_HOST), trusting the
+    loopback registry (`--insecure-registry`: it skips verifying the test CA)."""
+    root = tmp_path_factory.mktemp("dockerd")
+    sock = f"unix://{root}/docker.sock"
+    log = open(root / "dockerd.log", "ab")
+    proc = subprocess.Popen(
+        ["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none",
+         "--storage-driver=vfs", "--data-root", str(root / "data"), "--exec-root",
+         str(root / "exec"), "--pidfile", str(root / "docker.pid"), "--host", sock,
+         "--insecure-registry", "127.0.0.0/8"],
+        stdout=log, stderr=log,
+    )  # fmt: skip
+    env = {**os.environ, "DOCKER_HOST": sock}
+    deadline = time.monotonic() + 60
+    while subprocess.run(["docker", "info"], env=env, capture_output=True).returncode != 0:
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            root / "dockerd.log"
+        ).read_text()
+        time.sleep(0.2)
+    yield sock
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    subprocess.run(["umount", str(root / "exec" / "netns" / "default")], capture_output=True)
+
+
+def providers(home: Path, entry: str) -> None:
+    home.mkdir(exist_ok=True)
+    (home / "providers.yml").write_text(f"providers:\n  local: {entry}\n")
+
+
+def containers(sock: str) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", "name=monkey-"], capture_output=True,
+                         text=True, env={**os.environ, "DOCKER_HOST": sock}, check=True)  # fmt: skip
+    return out.stdout.split()
+
+
+def test_the_docker_engine_runs_a_job_in_its_image_with_checkpoints_logs_and_cancel(
+    cli, monkey, reg, home, dockerd, monkeypatch
+):
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    providers(home, "{type: local, engine: docker}")
+    login(cli, reg)
+    assert "local: images docker\n" in cli("list", "providers").stdout
+    assert cli("provider", "check", "local").stdout.endswith("  images docker\n")
+    Path("train.py").write_text(TRAIN)
+    juid = cli("run", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--env", "MINE=kept",
+               "--", "sh", "-c", "id -u; echo $MINE $IMAGE_SAYS; python3 train.py").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid, timeout=180)
+    out = cli("logs", juid).stdout
+    assert job.state.value == "succeeded", out + cli("logs", juid, "--setup").stdout
+    lines = [ln for ln in out.splitlines() if not ln.startswith("──")]  # attempts' headers
+    assert lines[0] == str(os.getuid())  # the worker's user, in the container
+    assert lines[1] == "kept hello"  # the job's own variable, and the image's
+    assert "attempt 1 found none python 3.11" in out and "python inside" in out
+    assert "attempt 2 found saved by 1" in out  # the checkpoint folder, mounted
+    assert [v for _s, v, _t in monkey.metrics(juid)["acc"]] == [0.25, 0.5]  # monkey.log
+    assert "pulled by docker" in cli("logs", juid, "--setup").stdout
+    assert registry.PASSWORD not in json.dumps(monkey.job(juid).record.env)
+    assert not list(home.rglob("engine-auth-*")) and not list(home.rglob("pull-auth.json"))
+
+    marker = "4219"  # a job deaf to SIGTERM: killed after the grace, its container removed
+    juid = cli("run", "--image", f"{reg.host}/lab/tiny:2", "--", "sh", "-c",
+               f"trap '' TERM; sleep {marker} & sleep {marker} & echo started; wait").stdout.strip()  # fmt: skip
+    wait_for(lambda: "started" in cli("logs", juid).stdout, 120, what="the job to start")
+    assert cli("job", "cancel", juid).returncode == 0
+    assert ended(monkey, juid).state.value == "cancelled"
+    wait_for(lambda: not containers(dockerd), 30, what="its container to be gone")
+
+
+def test_an_image_gone_from_the_registry_when_docker_pulls_it_fails_in_one_line(
+    cli, monkey, reg, home, dockerd, monkeypatch
+):
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    providers(home, "{type: local, engine: docker}")
+    login(cli, reg)
+    reg.push("lab/gone:1", {"/etc/said": "soon gone\n"})
+    blocker = cli("run", "--", "sleep", "2").stdout.strip()
+    juid = cli("run", "--after", blocker, "--image", f"{reg.host}/lab/gone:1", "--",
+               "true").stdout.strip()  # fmt: skip
+    subprocess.run(
+        ["skopeo", "delete", "--cert-dir", str(reg.ca.parent), "--creds",
+         f"{registry.USER}:{registry.PASSWORD}", f"docker://{reg.host}/lab/gone:1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    job = ended(monkey, juid, timeout=120)
+    state = next(ln for ln in cli("info", juid).stdout.splitlines() if ln.startswith("state"))
+    assert job.state.value == "failed"
+    assert f"/lab/gone:1: not found in registry {reg.host}" in state, state
+
+
+def _standin(tmp_path: Path, monkeypatch, engine: str) -> Path:
+    """ENGINE's stand-in first on PATH; its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shutil.copy(Path(__file__).with_name("engine_standin.py"), bin_dir / engine)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return tmp_path / f"{engine}.jsonl"  # where it writes (beside its folder)
+
+
+def _calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _flags(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+def test_podman_gets_the_image_by_digest_the_users_id_cdi_gpus_and_the_jobs_folders(
+    cli, monkey, reg, home, tmp_path, monkeypatch
+):
+    log = _standin(tmp_path, monkeypatch, "podman")
+    providers(home, "{type: local, engine: podman, gpus: 1}")
+    login(cli, reg)
+    assert "local: images podman\n" in cli("list", "providers").stdout
+    juid = cli("run", "--gpus", "1", "--image", f"{reg.host}/lab/tiny:2", "--env", "MINE=kept",
+               "--", "sh", "-c", "echo $MINE; pwd").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    out = cli("logs", juid).stdout
+    assert job.state.value == "succeeded", out + cli("logs", juid, "--setup").stdout
+    pull, run, *rest = _calls(log)
+    ref = f"{reg.host}/lab/tiny@{reg.digests['2']}"
+    assert pull["args"][0] == "pull" and pull["args"][-1] == ref
+    assert _flags(pull["args"], "--authfile") and _flags(pull["args"], "--cert-dir")
+    args = run["args"]
+    assert args[:2] == ["run", "--rm"] and _flags(args, "--name") == [f"monkey-{juid}-1"]
+    assert _flags(args, "--user") == [f"{os.getuid()}:{os.getgid()}"]
+    assert _flags(args, "--userns") == ["keep-id"]
+    assert _flags(args, "--device") == ["nvidia.com/gpu=0"]  # CDI, the job's GPU
+    run_dir = str(home / "runs" / juid / "1")
+    assert f"{run_dir}:{run_dir}" in _flags(args, "--volume")  # its run folder, at its path
+    assert any(v.endswith(":ro") and "jobcode" in v for v in _flags(args, "--volume"))
+    work = _flags(args, "--workdir")[0]
+    assert work.startswith(run_dir) and out == f"kept\n{work}\n"
+    assert "MINE" in _flags(args, "--env") and "PYTHONPATH" in _flags(args, "--env")
+    assert "kept" not in args  # values never on a command line
+    assert args[args.index("--entrypoint") + 1 :] == ["sh", ref, "-c", "echo $MINE; pwd"]
+    assert [c["args"][:3] for c in rest] == [["rm", "-f", f"monkey-{juid}-1"]]
+    assert not any(registry.PASSWORD in " ".join(c["args"]) for c in _calls(log))
+
+
+def test_apptainer_gets_nv_binds_and_the_login_in_its_own_environment_only(
+    cli, monkey, reg, home, tmp_path, monkeypatch
+):
+    log = _standin(tmp_path, monkeypatch, "apptainer")
+    providers(home, "{type: local, engine: apptainer, gpus: 1}")
+    login(cli, reg)
+    assert "local: images apptainer\n" in cli("list", "providers").stdout
+    juid = cli("run", "--gpus", "1", "--image", f"{reg.host}/lab/tiny:2", "--env", "MINE=kept",
+               "--", "sh", "-c", "echo $MINE; env | grep -c APPTAINER || true").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    out = cli("logs", juid).stdout
+    assert job.state.value == "succeeded", out + cli("logs", juid, "--setup").stdout
+    assert out == "kept\n0\n"  # its variable, and nothing of apptainer's (the login) inside
+    [run] = _calls(log)
+    args = run["args"]
+    assert args[:2] == ["exec", "--cleanenv"] and "--nv" in args
+    run_dir = str(home / "runs" / juid / "1")
+    assert f"{run_dir}:{run_dir}" in _flags(args, "--bind")
+    assert _flags(args, "--pwd")[0].startswith(run_dir)
+    assert f"docker://{reg.host}/lab/tiny@{reg.digests['2']}" in args
+    assert {"APPTAINER_DOCKER_USERNAME", "APPTAINER_DOCKER_PASSWORD", "APPTAINERENV_MINE",
+            "APPTAINERENV_PYTHONPATH"} <= set(run["env"])  # fmt: skip
+    assert registry.PASSWORD not in " ".join(args)
+
+
+def test_an_engine_a_worker_lacks_is_said_by_provider_check_and_an_unknown_one_refused(
+    cli, monkey, reg, home, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no podman anywhere
+    providers(home, "{type: local, engine: podman}")
+    assert (
+        "none: podman is not installed on this worker" in cli("provider", "check", "local").stdout
+    )
+    bad = cli("provider", "check", "local")
+    assert bad.returncode == 0
+    (home / "providers.yml").write_text("providers:\n  local: {type: local, engine: rkt}\n")
+    refused = cli("list", "providers")
+    assert refused.returncode != 0 and "engine must be one of auto, bwrap, docker" in refused.stderr
