@@ -162,7 +162,9 @@ def test_podman_gets_the_image_by_digest_the_users_id_cdi_gpus_and_the_jobs_fold
     assert "MINE" in _flags(args, "--env") and "PYTHONPATH" in _flags(args, "--env")
     assert "kept" not in args  # values never on a command line
     assert args[args.index("--entrypoint") + 1 :] == ["sh", ref, "-c", "echo $MINE; pwd"]
-    assert [c["args"][:3] for c in rest] == [["rm", "-f", f"monkey-{juid}-1"]]
+    # the container removed once the job ended (rm -f is idempotent: the end of the job and
+    # the agent's own clean-up may both ask)
+    assert rest and all(c["args"][:3] == ["rm", "-f", f"monkey-{juid}-1"] for c in rest), rest
     assert not any(registry.PASSWORD in " ".join(c["args"]) for c in _calls(log))
 
 
