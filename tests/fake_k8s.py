@@ -30,8 +30,8 @@ stdout and stderr in the container's log. It drives the real status shapes: ``wa
 ``ContainerCreating``, then ``ErrImagePull`` (containerd's message) and ``ImagePullBackOff``
 for an image it cannot pull (tried again every ``pull_backoff`` seconds), ``running``, and
 ``terminated`` with the exit code (reason Completed or Error, phase Succeeded or Failed:
-restartPolicy Never). A deleted pod's processes get SIGTERM, then SIGKILL after the grace
-period.
+restartPolicy Never). A deleted pod's container gets SIGTERM (its own process, not
+bubblewrap's), then every process of it SIGKILL after the grace period.
 
 A container's memory limit is enforced as its cgroup would: past it (the resident memory
 of its processes), they are SIGKILLed and the container ends ``OOMKilled`` (137).
@@ -281,7 +281,7 @@ class FakeK8s:
         if how != "pressure":
             self.delete_pod(namespace, name, None)
         elif proc is not None:
-            _kill(proc, signal.SIGTERM)
+            _term(proc)
             threading.Timer(grace, _kill, (proc, signal.SIGKILL)).start()
 
     def rootfs(self, name: str, namespace: str = "default") -> Path:
@@ -688,7 +688,7 @@ class FakeK8s:
                 pod["metadata"]["deletionGracePeriodSeconds"] = grace
                 self._changed(pod)
                 out = json.loads(json.dumps(pod))
-                _kill(proc, signal.SIGTERM)
+                _term(proc)
                 threading.Timer(grace, _kill, (proc, signal.SIGKILL)).start()
         self._schedule()
         return out
@@ -898,25 +898,55 @@ def _node_info() -> dict[str, str]:
 
 def _oom_killer(proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
     """The container's memory limit, as its cgroup enforces it: once the resident memory of
-    its processes (its session's) passes LIMIT bytes, they are SIGKILLed and OOM set."""
+    its processes (the container's process and all its descendants, whatever their session)
+    passes LIMIT bytes, they are SIGKILLed and OOM set."""
     page = os.sysconf("SC_PAGE_SIZE")
     while proc.poll() is None:
-        used = 0
+        parents: dict[int, int] = {}
+        rss: dict[int, int] = {}
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
-                if os.getsid(int(pid)) != proc.pid:
-                    continue
+                with open(f"/proc/{pid}/stat") as f:
+                    parents[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
                 with open(f"/proc/{pid}/statm") as f:
-                    used += int(f.read().split()[1]) * page
+                    rss[int(pid)] = int(f.read().split()[1]) * page
             except (OSError, ValueError, IndexError):
                 continue
-        if used > limit:
+        tree, grew = {proc.pid}, True
+        while grew:
+            more = {p for p, parent in parents.items() if parent in tree} - tree
+            tree |= more
+            grew = bool(more)
+        if sum(rss.get(p, 0) for p in tree) > limit:
             oom.set()
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             _kill(proc, signal.SIGKILL)
             return
         time.sleep(0.05)
+
+
+def _term(proc: subprocess.Popen) -> None:
+    """The kubelet's SIGTERM: to the container's own process (what its command became), not
+    to bubblewrap around it nor to processes that left its process group (as a runtime
+    signals the container's PID 1 alone)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.getpgid(int(pid)) != proc.pid:
+                continue
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "bwrap":
+                    continue
+            os.kill(int(pid), signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:

@@ -1,22 +1,42 @@
 """What a cluster's objects say, for the kubernetes driver and its agent: a pod's status
 read as an attempt's (waiting, running, ended and why), the cluster as one instance from its
-nodes, and what a pod carries in and out (its code as a tar, its outputs)."""
+nodes, and what a pod carries in and out (its inputs as a tar, its outputs and kept
+folders)."""
 
 from __future__ import annotations
 
 import io
 import os
 import posixpath
-import stat
 import tarfile
 
 from monkey.drivers.base import Capacity
+from monkey.drivers.k8s_api import POD_READY, RUN_FOLDER
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# Unpacks the tar of the pod's inputs (its size: argv[1]) read on stdin into /monkey.
+UNPACK = (
+    "import io, sys, tarfile\n"
+    "n, parts, got = int(sys.argv[1]), [], 0\n"
+    "while got < n:\n"
+    "    chunk = sys.stdin.buffer.read1(n - got)\n"
+    "    if not chunk: break\n"
+    "    parts.append(chunk); got += len(chunk)\n"
+    f"tarfile.open(fileobj=io.BytesIO(b''.join(parts))).extractall({RUN_FOLDER!r})\n"
+    f"open({POD_READY!r}, 'w').close()\n"
+)
+# Writes a tar of the folders named (under /monkey) that exist to stdout.
+PACK = (
+    "import os, sys, tarfile\n"
+    f"os.chdir({RUN_FOLDER!r})\n"
+    "with tarfile.open(fileobj=sys.stdout.buffer, mode='w|') as tar:\n"
+    "    for name in sys.argv[1:]:\n"
+    "        if os.path.exists(name): tar.add(name)\n"
+)
 _IMAGE_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _START_FAILURES = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
 _DISRUPTIONS = {
@@ -88,46 +108,82 @@ def disruption_of(pod: dict[str, Any]) -> str:
     return ""
 
 
-def code_tar(files: list[Any], blobs_dir: str) -> bytes:
-    """The job's code FILES ([[relpath, digest, mode]], blobs in BLOBS_DIR) as a tar: files
-    with their mode, links out of the project as symlinks (their blob holds the target)."""
+def inputs_tar(blobs: list[str], blobs_dir: str, kept: dict[str, str]) -> bytes:
+    """What a pod gets before its agent starts, as a tar of paths under /monkey: the agent's
+    code (agent/monkey/client_agent/), the BLOBS of the job's code and datasets (blobs/, as
+    BLOBS_DIR holds them) and the local folders KEPT names by their folder in the pod (the
+    job's checkpoint, its saved persisted folders)."""
+    from monkey.version import AGENT_SRC, agent_files
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, digest, mode in files:
-            name = posixpath.normpath(str(rel))
-            if name.startswith("/") or name == ".." or name.startswith("../"):
-                raise MonkeyError(f"unsafe path {rel!r} in the job's code")
+        init = tarfile.TarInfo("agent/monkey/__init__.py")
+        tar.addfile(init, io.BytesIO(b""))
+        for name in agent_files():
+            tar.add(str(AGENT_SRC / name), f"agent/monkey/client_agent/{name}")
+        for digest in dict.fromkeys(blobs):
+            path = os.path.join(blobs_dir, digest[:2], digest[2:])
             try:
-                with open(os.path.join(blobs_dir, digest[:2], digest[2:]), "rb") as f:
-                    data = f.read()
+                tar.add(path, f"blobs/{digest[:2]}/{digest[2:]}")
             except OSError as exc:
-                raise MonkeyError(f"missing blob {digest} of {rel}: {exc}") from None
-            info = tarfile.TarInfo(name)
-            if stat.S_ISLNK(int(mode)):
-                info.type, info.linkname = tarfile.SYMTYPE, os.fsdecode(data)
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(data), int(mode) & 0o777
-                tar.addfile(info, io.BytesIO(data))
+                raise MonkeyError(f"missing blob {digest}: {exc}") from None
+        for folder, local in kept.items():
+            if os.path.isdir(local) and os.listdir(local):
+                tar.add(local, folder)
     return buf.getvalue()
 
 
-def mark_of(pod: str) -> str:
-    """What POD prints once its job ended (never a line a job writes by chance)."""
-    import hashlib
+def unpack_kept(data: bytes, kept: dict[str, str]) -> int:
+    """Replace each local folder of KEPT ({folder in the pod: local path}) by the one the
+    tar DATA holds (a folder it lacks leaves the local one as it was); the files written.
+    Nothing leaves its folder."""
+    import shutil
 
-    return "monkey-job-ended-" + hashlib.sha256(pod.encode()).hexdigest()[:24]
+    count = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        members = tar.getmembers()
+        for folder, local in kept.items():
+            mine = [m for m in members if m.name == folder or m.name.startswith(folder + "/")]
+            if not mine:
+                continue
+            fresh = f"{local}.fetching"
+            shutil.rmtree(fresh, ignore_errors=True)
+            os.makedirs(fresh)
+            for member in mine:
+                rel = posixpath.normpath(member.name[len(folder) :].lstrip("/"))
+                if rel.startswith("..") or rel.startswith("/"):
+                    continue
+                target = os.path.join(fresh, rel) if rel != "." else fresh
+                if member.isdir():
+                    os.makedirs(target, exist_ok=True)
+                elif member.isfile() and (source := tar.extractfile(member)) is not None:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with open(target, "wb") as f:
+                        f.write(source.read())
+                    os.chmod(target, member.mode & 0o700 | 0o600)
+                    count += 1
+            old = f"{local}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            if os.path.exists(local):
+                os.replace(local, old)
+            os.replace(fresh, local)
+            shutil.rmtree(old, ignore_errors=True)
+    return count
 
 
-def unpack_outputs(data: bytes, globs: list[str], dest: str) -> int:
-    """The regular files of the tar DATA whose path (or a folder of it) matches one of
-    GLOBS, written under DEST; how many. Nothing leaves DEST."""
+def unpack_outputs(data: bytes, globs: list[str], dest: str, prefix: str = "") -> int:
+    """The regular files of the tar DATA under PREFIX (a folder) whose path there (or a
+    folder of it) matches one of GLOBS, written under DEST; how many. Nothing leaves DEST."""
     import fnmatch
 
     count = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar:
             name = posixpath.normpath(member.name)
+            if prefix:
+                if not name.startswith(prefix + "/"):
+                    continue
+                name = name[len(prefix) + 1 :]
             if not member.isfile() or name.startswith(("/", "..")) or name == ".":
                 continue
             parts = name.split("/")
@@ -143,12 +199,6 @@ def unpack_outputs(data: bytes, globs: list[str], dest: str) -> int:
                 f.write(source.read())
             count += 1
     return count
-
-
-def one_name(text: str) -> str:
-    if not text or "/" in text or text in (".", ".."):
-        raise MonkeyError(f"workdir_name must be one path component: {text!r}")
-    return text
 
 
 def manifest_cpus(manifest: dict[str, Any]) -> int:

@@ -299,7 +299,8 @@ def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
 
 
 class KubernetesTransport(Transport):
-    """The cluster's agent (in the core); the attempts' run folders are MONKEY_HOME's."""
+    """The cluster's agent (in the core); the attempts' run folders, checkpoints and saved
+    persisted folders are MONKEY_HOME's, carried into each pod and back by that agent."""
 
     quick = True
 
@@ -315,6 +316,10 @@ class KubernetesTransport(Transport):
 
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
         return str(self.home.run_dir(juid, attempt))
+
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """The blobs the pod needs: the cluster's agent puts them in it (from MONKEY_HOME)."""
+        return {"pod_blobs": blobs}
 
     def start_fields(
         self, instance: str, juid: str, attempt: int, outputs: list[str]
