@@ -183,6 +183,28 @@ def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule
     assert all(p["metadata"]["name"] not in str(cluster.pods) for p in cluster.created)
 
 
+def test_a_pod_no_node_takes_in_time_goes_to_another_provider_that_fits(
+    cli, monkey, cluster, reg, home
+):
+    added(cli, cluster, "--schedule-timeout", "2", "--node-selector", "pool=gpu", "--image",
+          f"{reg.host}/lab/py:1")  # fmt: skip
+    entries = yaml.safe_load((home / "providers.yml").read_text())
+    entries["providers"]["local"] = {"type": "local", "slots": 2}
+    (home / "providers.yml").write_text(yaml.safe_dump(entries))
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--", "sh", "-c", "echo ran on $MONKEY_PROVIDER"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.provider == "local", state_line(cli, juid)
+    assert cli("logs", juid).stdout.endswith("ran on local\n")
+    first = monkey.job(juid).attempts()[0]
+    assert first.reason.startswith(
+        "not scheduled within schedule_timeout 2s: 0/2 nodes are available: 2 node(s) didn't "
+        "match Pod's node affinity/selector."
+    ) and first.reason.endswith("; queued for provider 'local'"), first.reason
+    assert job.retries == 0 and job.attempts == 2
+
+
 def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries(
     cli, monkey, cluster, reg
 ):

@@ -710,12 +710,15 @@ class ClusterAgent:
                 self.manifests[manifest] = files
         return files
 
-    def _fail(self, att: _Attempt, why: str) -> None:
-        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried."""
+    def _fail(self, att: _Attempt, why: str, unplaced: bool = False) -> None:
+        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried
+        (UNPLACED: no node took it in time; the core may queue it for another provider)."""
         with self.lock:
             if att.ending is not None:
                 return
             att.ending = {"code": None, "signal": None, "reason": "setup", "error": why}
+            if unplaced:
+                att.ending["unplaced"] = True
         self._setup_line(att, why)
         if att.link is not None:
             att.link.close()
@@ -756,6 +759,7 @@ class ClusterAgent:
                         att,
                         f"not scheduled within schedule_timeout {self.schedule_timeout:g}s"
                         + (f": {said}" if said else ""),
+                        unplaced=True,
                     )
                 elif now - att.beat_at >= self.beat:
                     att.beat_at = now
