@@ -38,7 +38,10 @@ of its processes), they are SIGKILLed and the container ends ``OOMKilled`` (137)
 ``evict`` disrupts a pod as node pressure, the scheduler's preemption or a drain do
 (DisruptionTarget). pods/exec is a websocket in the v4.channel.k8s.io protocol.
 
-Not served yet: port-forward, PVCs, any other resource.
+A pod's ``persistentVolumeClaim`` volume is a folder of the fake's, one per claim name,
+shared by every pod naming it (as a ReadWriteMany claim).
+
+Not served yet: port-forward, PVC objects, any other resource.
 """
 
 from __future__ import annotations
@@ -479,6 +482,10 @@ class FakeK8s:
                 if "emptyDir" in volume:
                     path = folder / "volumes" / volume["name"]
                     path.mkdir(parents=True)
+                    volumes[volume["name"]] = str(path)
+                elif "persistentVolumeClaim" in volume:  # one folder per claim, shared
+                    path = self.root / "claims" / volume["persistentVolumeClaim"]["claimName"]
+                    path.mkdir(parents=True, exist_ok=True)
                     volumes[volume["name"]] = str(path)
             argv, env = self._argv(container, bundle, volumes)
             program = argv[argv.index("--") + 1]

@@ -4,6 +4,7 @@ API's shapes whose kubelet really runs each pod in its image (pulled from a real
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -164,6 +165,26 @@ def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back
     ok = cli("run", "-p", "lab", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
     assert ended(monkey, ok).state.value == "succeeded"
     assert cli("logs", ok).stdout == "one\n"
+
+
+def test_with_a_cache_claim_the_jobs_code_reaches_the_cluster_once(cli, monkey, cluster, reg):
+    added(cli, cluster, "--cache-claim", "monkey-cache")
+    login(cli, reg)
+    Path("big.bin").write_bytes(os.urandom(1 << 20))  # 1 MiB of the project
+    Path("main.sh").write_text("wc -c big.bin\n")
+    sizes = []
+    for _ in range(2):
+        juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh",
+                   "main.sh").stdout.strip()  # fmt: skip
+        assert ended(monkey, juid).state.value == "succeeded", cli("logs", juid, "--setup").stdout
+        assert cli("logs", juid).stdout.split() == ["1048576", "big.bin"]
+        setup = cli("logs", juid, "--setup").stdout
+        said = next(ln for ln in setup.splitlines() if "monkey's agent and the job's" in ln)
+        sizes.append(int(said.split("inputs (")[1].split(" bytes")[0].replace(",", "")))
+    assert "2 of its 2 blobs in the cache claim monkey-cache already" in said
+    assert sizes[1] < 200_000 < sizes[0]  # the second pod got the agent, not the code
+    volumes = cluster.created[-1]["spec"]["volumes"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "monkey-cache"}} in volumes
 
 
 def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
@@ -500,6 +521,11 @@ def test_a_dataset_reaches_the_pod_and_cancel_stops_the_jobs_whole_tree(cli, mon
                "data.csv:D", "--", "python3", "tree.py").stdout.strip()  # fmt: skip
     wait_for(lambda: "child ready" in cli("logs", juid).stdout, 30, what="the job's child")
     assert "dataset says a,b\n" in cli("logs", juid).stdout
+    pod = cluster.created[-1]["metadata"]["name"]
+    listed = cli("list", "providers", "--monkey-instances").stdout  # the pod, its node, its age
+    row = next(ln for ln in listed.splitlines() if ln.startswith(pod)).split()
+    assert row[1:5] == ["lab", "running", "1", "CPU"] and row[6].startswith("node-"), listed
+    assert row[7] == juid
     assert cli("job", "cancel", juid).returncode == 0
     assert ended(monkey, juid).state.value == "cancelled"
     # The child left the job's session: the agent in the pod found it and stopped it too.

@@ -64,21 +64,25 @@ from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.k8s_api import (
     LABEL,
     POD_BLOBS,
+    POD_CACHE,
     POD_CHECKPOINT,
     POD_PERSIST,
     POD_RUN,
     POD_SOCKET,
+    RUN_FOLDER,
     Cluster,
     label_value,
     pod_manifest,
 )
 from monkey.drivers.k8s_pods import (
+    MISSING,
     PACK,
     UNPACK,
     capacity_of,
     disruption_of,
     inputs_tar,
     manifest_cpus,
+    pod_rows,
     status_of,
     unpack_kept,
     unpack_outputs,
@@ -137,8 +141,12 @@ class _Attempt:
 class ClusterAgent:
     """The agent protocol over a cluster: one per provider, in the core."""
 
-    def __init__(self, name: str, home_id: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self, name: str, home_id: str, options: dict[str, Any], pods_file: str | None = None
+    ) -> None:
         self.name = name
+        self.pods_file = pods_file  # where the pods the watch sees are kept, for listings
+        self.kept_rows: list[dict[str, Any]] | None = None
         self.options = options
         self.home_id = home_id
         self.selector = f"{LABEL}/home={label_value(home_id)}"
@@ -235,7 +243,8 @@ class ClusterAgent:
         env.update(MONKEY_RUN_DIR=POD_RUN, MONKEY_CHECKPOINT_DIR=POD_CHECKPOINT)
         files = self._files(req)
         forwarded = {k: v for k, v in req.items() if k not in _NOT_FORWARDED}
-        forwarded.update(run_dir=POD_RUN, blobs_dir=POD_BLOBS, env=env, isolation="none",
+        blobs_dir = f"{POD_CACHE}/blobs" if self.options.get("cache_claim") else POD_BLOBS
+        forwarded.update(run_dir=POD_RUN, blobs_dir=blobs_dir, env=env, isolation="none",
                          files=files or [])  # fmt: skip
         if req.get("persist"):
             forwarded["persist_dir"] = POD_PERSIST
@@ -413,6 +422,22 @@ class ClusterAgent:
             if att.ending is None and time.time() - att.created > 5:
                 self._changed("DELETED", {"metadata": {"name": att.pod}})
         self.listed.set()
+        self._keep_pods()
+
+    def _keep_pods(self) -> None:
+        """Write the pods as the watch sees them for `list providers --monkey-instances`
+        (when what it shows of them changed)."""
+        if self.pods_file is None:
+            return
+        with self.lock:
+            rows = pod_rows(list(self.pods.values()))
+            if rows == self.kept_rows:
+                return
+            self.kept_rows = rows
+            try:
+                write_private(self.pods_file, {"pods": rows})
+            except OSError as exc:
+                log.warning("%s: %s", self.name, exc)
 
     def _changed(self, kind: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -422,6 +447,8 @@ class ClusterAgent:
             else:
                 self.pods[name] = pod
             att = next((a for a in self.attempts.values() if a.pod == name), None)
+        if self.listed.is_set():
+            self._keep_pods()
         if att is None or att.ended or not att.started:
             return
         if kind == "DELETED":
@@ -526,16 +553,31 @@ class ClusterAgent:
         /monkey by the image's python3 (checked first), which lets the agent start."""
         began = time.monotonic()
         kept = {k: v for k, v in (att.start.get("kept") or {}).items() if v}
-        try:
-            tar = inputs_tar(att.start.get("blobs") or [], att.start["blobs_dir"], kept)
-        except (KeyError, OSError) as exc:
-            raise MonkeyError(f"the job's inputs could not be read: {exc}") from None
         status, _out, _err = self.cluster.exec(att.pod, ["sh", "-c", "command -v python3"])
         if status != 0:
             raise MonkeyError(
                 f"image {att.image} has no python3: monkey's agent runs in the pod with the "
                 "image's python3 (standard library only); use an image that has one"
             )
+        blobs = list(dict.fromkeys(att.start.get("blobs") or []))
+        at, cached = "blobs", ""
+        if self.options.get("cache_claim") and blobs:
+            listed = "\n".join(blobs).encode()
+            status, out, err = self.cluster.exec(
+                att.pod, ["python3", "-I", "-c", MISSING, str(len(listed))], listed
+            )
+            if status != 0:
+                said = err.decode(errors="replace").strip()[-200:]
+                raise MonkeyError(f"the cache claim {self.options['cache_claim']}: {said}")
+            lacking = set(out.decode().split())
+            at = POD_CACHE.removeprefix(RUN_FOLDER + "/") + "/blobs"
+            cached = (f", {len(blobs) - len(lacking)} of its {len(blobs)} blobs in the cache "
+                      f"claim {self.options['cache_claim']} already")  # fmt: skip
+            blobs = [b for b in blobs if b in lacking]
+        try:
+            tar = inputs_tar(blobs, att.start["blobs_dir"], kept, at)
+        except (KeyError, OSError) as exc:
+            raise MonkeyError(f"the job's inputs could not be read: {exc}") from None
         status, _out, err = self.cluster.exec(
             att.pod, ["python3", "-I", "-c", UNPACK, str(len(tar))], tar
         )
@@ -544,8 +586,8 @@ class ClusterAgent:
             raise MonkeyError(f"the job's inputs could not be put in pod {att.pod}: {said[-200:]}")
         self._setup_line(
             att,
-            f"monkey's agent and the job's inputs ({len(tar):,} bytes) put in pod {att.pod} in "
-            f"{time.monotonic() - began:.1f} s",
+            f"monkey's agent and the job's inputs ({len(tar):,} bytes{cached}) put in pod "
+            f"{att.pod} in {time.monotonic() - began:.1f} s",
         )
 
     def _open_link(self, att: _Attempt, fresh: bool) -> None:

@@ -32,6 +32,7 @@ POD_ROOT = f"{RUN_FOLDER}/root"  # the agent's root
 POD_SOCKET = f"{RUN_FOLDER}/agent.sock"
 POD_RUN = f"{RUN_FOLDER}/run"  # the attempt's run folder (one attempt per pod)
 POD_BLOBS = f"{RUN_FOLDER}/blobs"  # the blobs of the job's code and datasets
+POD_CACHE = f"{RUN_FOLDER}/cache"  # the entry's cache_claim: blobs kept across pods, by digest
 POD_CHECKPOINT = f"{RUN_FOLDER}/checkpoint"  # the job's checkpoint, carried across pods
 POD_PERSIST = f"{RUN_FOLDER}/persist"  # job.yml's saved persisted folders, the same way
 POD_READY = f"{RUN_FOLDER}/ready"  # made once all that is in: the agent starts
@@ -258,7 +259,8 @@ class Cluster:
             if ws.is_open():
                 raise MonkeyError(f"exec in pod {name}: no end within {timeout:.0f}s")
             code = ws.returncode
-            return int(code if code is not None else -1), ws.read_stdout(), ws.read_stderr()
+            out, err = ws.read_stdout() or b"", ws.read_stderr() or b""  # "" when none came
+            return int(code if code is not None else -1), bytes(out), bytes(err)
         except (OSError, ValueError, KeyError, TypeError, WebSocketException) as exc:
             raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
         finally:
@@ -389,7 +391,8 @@ def pod_manifest(
     waits for its code, put through an exec, then serves the core through the same channel;
     its SIGTERM is a notice to the job, GRACE seconds before the kubelet's SIGKILL), CPUS,
     MEMORY and GPUS as requests and limits, an emptyDir at /monkey, and the entry's OPTIONS
-    (node_selector, tolerations, priority_class, service_account, queue)."""
+    (node_selector, tolerations, priority_class, service_account, queue; cache_claim: that
+    claim at /monkey/cache)."""
     resources: dict[str, str] = {"cpu": str(max(1, cpus))}
     memory = memory or options.get("memory")
     if memory:
@@ -414,6 +417,10 @@ def pod_manifest(
         "containers": [container],
         "volumes": [{"name": "monkey", "emptyDir": {}}],
     }
+    if options.get("cache_claim"):
+        container["volumeMounts"].append({"name": "cache", "mountPath": POD_CACHE})
+        claim = {"claimName": str(options["cache_claim"])}
+        spec["volumes"].append({"name": "cache", "persistentVolumeClaim": claim})
     if options.get("node_selector"):
         spec["nodeSelector"] = dict(options["node_selector"])
     if options.get("tolerations"):

@@ -11,23 +11,43 @@ import posixpath
 import tarfile
 
 from monkey.drivers.base import Capacity
-from monkey.drivers.k8s_api import POD_READY, RUN_FOLDER
+from monkey.drivers.k8s_api import POD_CACHE, POD_READY, RUN_FOLDER
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# Unpacks the tar of the pod's inputs (its size: argv[1]) read on stdin into /monkey.
-UNPACK = (
-    "import io, sys, tarfile\n"
+_READ_STDIN = (
+    "import io, os, sys, tarfile\n"
     "n, parts, got = int(sys.argv[1]), [], 0\n"
     "while got < n:\n"
     "    chunk = sys.stdin.buffer.read1(n - got)\n"
     "    if not chunk: break\n"
     "    parts.append(chunk); got += len(chunk)\n"
-    f"tarfile.open(fileobj=io.BytesIO(b''.join(parts))).extractall({RUN_FOLDER!r})\n"
+    "data = b''.join(parts)\n"
+)
+# Unpacks the tar of the pod's inputs (its size: argv[1]) read on stdin into /monkey: each
+# file through a temporary name (a blob of the cache claim another pod writes at the same
+# time is whole either way), then makes /monkey/ready.
+UNPACK = _READ_STDIN + (
+    f"os.chdir({RUN_FOLDER!r})\n"
+    "with tarfile.open(fileobj=io.BytesIO(data)) as tar:\n"
+    "    for m in tar:\n"
+    "        if m.isdir():\n"
+    "            os.makedirs(m.name, exist_ok=True); continue\n"
+    "        os.makedirs(os.path.dirname(m.name) or '.', exist_ok=True)\n"
+    "        tmp = '%s.%d' % (m.name, os.getpid())\n"
+    "        with open(tmp, 'wb') as f: f.write(tar.extractfile(m).read())\n"
+    "        os.chmod(tmp, m.mode & 0o777); os.replace(tmp, m.name)\n"
     f"open({POD_READY!r}, 'w').close()\n"
+)
+# Prints which of the digests read on stdin (one a line; size: argv[1]) the cache claim lacks.
+MISSING = _READ_STDIN + (
+    f"os.makedirs({POD_CACHE!r} + '/blobs', exist_ok=True)\n"
+    f"os.chdir({POD_CACHE!r} + '/blobs')\n"
+    "for d in data.decode().split():\n"
+    "    if not os.path.isfile(os.path.join(d[:2], d[2:])): print(d)\n"
 )
 # Writes a tar of the folders named (under /monkey) that exist to stdout.
 PACK = (
@@ -108,15 +128,17 @@ def disruption_of(pod: dict[str, Any]) -> str:
     return ""
 
 
-def inputs_tar(blobs: list[str], blobs_dir: str, kept: dict[str, str]) -> bytes:
-    """What a pod gets before its agent starts, as a tar of paths under /monkey: the agent's
-    code (agent/monkey/client_agent/), the BLOBS of the job's code and datasets (blobs/, as
-    BLOBS_DIR holds them) and the local folders KEPT names by their folder in the pod (the
-    job's checkpoint, its saved persisted folders)."""
+def inputs_tar(
+    blobs: list[str], blobs_dir: str, kept: dict[str, str], blobs_at: str = "blobs"
+) -> bytes:
+    """What a pod gets before its agent starts, as a gzipped tar of paths under /monkey: the
+    agent's code (agent/monkey/client_agent/), the BLOBS of the job's code and datasets
+    (under BLOBS_AT, as BLOBS_DIR holds them) and the local folders KEPT names by their
+    folder in the pod (the job's checkpoint, its saved persisted folders)."""
     from monkey.version import AGENT_SRC, agent_files
 
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
         init = tarfile.TarInfo("agent/monkey/__init__.py")
         tar.addfile(init, io.BytesIO(b""))
         for name in agent_files():
@@ -124,7 +146,7 @@ def inputs_tar(blobs: list[str], blobs_dir: str, kept: dict[str, str]) -> bytes:
         for digest in dict.fromkeys(blobs):
             path = os.path.join(blobs_dir, digest[:2], digest[2:])
             try:
-                tar.add(path, f"blobs/{digest[:2]}/{digest[2:]}")
+                tar.add(path, f"{blobs_at}/{digest[:2]}/{digest[2:]}")
             except OSError as exc:
                 raise MonkeyError(f"missing blob {digest}: {exc}") from None
         for folder, local in kept.items():
@@ -199,6 +221,43 @@ def unpack_outputs(data: bytes, globs: list[str], dest: str, prefix: str = "") -
                 f.write(source.read())
             count += 1
     return count
+
+
+def pod_rows(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `list providers --monkey-instances` shows of monkey's PODS: pod, node, phase
+    (a disruption or deletion under way named), created (epoch s), job, cpus, gpus."""
+    from datetime import datetime
+
+    from monkey.drivers.k8s_api import GPU, LABEL
+
+    rows = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        status = pod.get("status") or {}
+        requests = ((spec.get("containers") or [{}])[0].get("resources") or {}).get("requests")
+        phase = str(status.get("phase") or "Pending").lower()
+        if disruption_of(pod):
+            phase += ", disrupted"
+        elif meta.get("deletionTimestamp"):
+            phase += ", terminating"
+        try:
+            created = datetime.fromisoformat(
+                str(meta.get("creationTimestamp")).replace("Z", "+00:00")
+            ).timestamp()
+        except ValueError:
+            created = None
+        rows.append(
+            {
+                "pod": meta.get("name"),
+                "node": spec.get("nodeName"),
+                "phase": phase,
+                "created": created,
+                "job": (meta.get("labels") or {}).get(f"{LABEL}/job"),
+                "cpus": (requests or {}).get("cpu"),
+                "gpus": (requests or {}).get(GPU),
+            }
+        )
+    return sorted(rows, key=lambda r: str(r["pod"]))
 
 
 def manifest_cpus(manifest: dict[str, Any]) -> int:

@@ -12,7 +12,12 @@ providers.yml::
     k8s: {type: kubernetes, kubeconfig: ~/.kube/config, context: lab, namespace: ml,
           schedule_timeout: 60, image: python:3.12-slim, memory: 4G,
           node_selector: {gpu: a100}, tolerations: [{key: gpu, operator: Exists}],
-          priority_class: research, service_account: monkey, queue: team-a}
+          priority_class: research, service_account: monkey, queue: team-a,
+          cache_claim: monkey-cache}
+
+With ``cache_claim`` (a PersistentVolumeClaim every pod mounts at /monkey/cache, ReadWriteMany
+where pods run on several nodes) the blobs of the jobs' code and datasets are kept there by
+digest: each is sent to the cluster once, and a pod gets only those the claim lacks.
 
 The `kubernetes` package (about a second to import) is loaded only when a cluster is
 reached (k8s_api), never to check an entry or print a listing of what is recorded.
@@ -49,9 +54,10 @@ _KEYS = {
     "priority_class",
     "service_account",
     "queue",
+    "cache_claim",
 }
 _WORDS = ("kubeconfig", "context", "namespace", "image", "priority_class", "service_account",
-          "queue")  # fmt: skip
+          "queue", "cache_claim")  # fmt: skip
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _NODES_EVERY = 30.0  # seconds between listings of the nodes (capacity)
 
@@ -171,7 +177,12 @@ class KubernetesDriver(Driver):
             if self._agent is None:
                 from monkey.drivers.k8s_agent import ClusterAgent
 
-                self._agent = ClusterAgent(self.name, self.home.home_id(), self.config.options)
+                self._agent = ClusterAgent(
+                    self.name,
+                    self.home.home_id(),
+                    self.config.options,
+                    pods_file(self.home, self.name),
+                )
             return self._agent
 
     def instances(self) -> list[Capacity]:
@@ -285,6 +296,24 @@ def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def pods_file(home: Home, name: str) -> str:
+    """Where the core keeps cluster NAME's pods of this home as its watch last saw them."""
+    return str(home.private / f"kubernetes-{name}-pods.json")
+
+
+def read_pods(home: Home, name: str) -> list[dict[str, Any]]:
+    """The pods of cluster NAME as the core's watch last saw them (``pod_rows``): none when
+    no core followed the cluster."""
+    import json
+
+    try:
+        with open(pods_file(home, name)) as f:
+            rows = json.load(f)["pods"]
+        return [r for r in rows if isinstance(r, dict)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
