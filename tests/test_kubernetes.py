@@ -545,6 +545,18 @@ def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
     assert cli("logs", juid).stdout == "quick\n"
     assert cli("daemon", "status").stdout.startswith("core running")  # the core carried on
 
+    # A pod deleted from outside before its creation is answered (never seen running)
+    # ends its attempt at once, and the core carries on.
+    cluster.create_delay = 3.0
+    gone = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sleep", "60"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: len(cluster.created) == 2, 20, what="the second pod")
+    cluster.delete_pod("ml", cluster.created[-1]["metadata"]["name"], 0)
+    job = ended(monkey, gone, 30)
+    assert job.state.value == "lost", state_line(cli, gone)
+    assert "was deleted from outside monkey" in cli("logs", gone, "--setup").stdout
+    assert cli("daemon", "status").stdout.startswith("core running")
+
 
 def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
     added(cli, cluster)

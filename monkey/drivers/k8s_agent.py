@@ -131,6 +131,7 @@ class _Attempt:
     # Its `started` event is written: what the watch saw of its pod before waits for it
     # (a pod may run and end before its creation's answer came back).
     started: bool = False
+    gone: bool = False  # the watch saw its pod deleted before its `started` was written
     booting: bool = False  # its inputs are being put in the pod, or its relay opened
     link: PodLink | None = None  # the relay to the pod's agent, while open
     start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
@@ -291,6 +292,8 @@ class ClusterAgent:
             seen = self.pods.get(pod)
         if seen is not None:
             self._follow(att, seen)
+        elif att.gone:  # deleted before this start was answered: it will not be seen again
+            self._changed("DELETED", {"metadata": {"name": pod}})
         return {"pid": 0}
 
     def signal(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -449,6 +452,8 @@ class ClusterAgent:
             att = next((a for a in self.attempts.values() if a.pod == name), None)
         if self.listed.is_set():
             self._keep_pods()
+        if att is not None and not att.started and kind == "DELETED":
+            att.gone = True  # before its creation's answer: start() ends it
         if att is None or att.ended or not att.started:
             return
         if kind == "DELETED":
