@@ -251,7 +251,10 @@ class Submitter:
         if resolving is not None:
             pinned = resolving.result()
             spec = sub.fields.get("spec") or {}
-            if spec.get("env_type", "none") != "none" or spec.get("install_script"):
+            in_pod = self.providers[provider].type == "kubernetes"  # its agent runs in the image
+            if not in_pod and (
+                spec.get("env_type", "none") != "none" or spec.get("install_script")
+            ):
                 raise MonkeyError(
                     f"image {pinned['ref']}: a job.yml set-up (run.env_type, "
                     "run.install_script) cannot run inside an image yet; install what the "

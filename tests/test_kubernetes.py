@@ -493,6 +493,59 @@ def test_monkey_log_and_the_checkpoint_follow_the_job_through_an_eviction_and_a_
     ), reasons
 
 
+JOB_YML = """\
+name: k
+run:
+  env_type: none
+  env:
+    - TEST_ENV: "HELLO"
+  install_script: setup.sh
+code:
+  path: "."
+  ignore: ["data**", "output**"]
+persist:
+  - name: output
+    path: output
+data:
+  - name: d
+    type: copy
+    path: data
+"""
+PROGRESS = """\
+import os, sys
+print("env", os.environ.get("TEST_ENV"), "data", open("data/x.txt").read().strip())
+os.makedirs("output", exist_ok=True)
+path = "output/progress.txt"
+start = int(open(path).read()) if os.path.exists(path) else 0
+print("start", start, flush=True)
+with open(path, "w") as f:
+    f.write(str(start + 2))
+sys.exit(3 if os.environ["MONKEY_ATTEMPT"] == "1" else 0)
+"""
+
+
+def test_a_job_yml_set_up_data_folder_and_persisted_folder_work_in_the_pod(
+    cli, monkey, cluster, reg, home
+):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("job.yml").write_text(JOB_YML)
+    Path("setup.sh").write_text("echo installing in the pod\n")
+    Path("data").mkdir()
+    Path("data/x.txt").write_text("42\n")
+    Path("train.py").write_text(PROGRESS)
+    done = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--",
+               "python3", "train.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2, cli("logs", juid, "--setup").stdout
+    logs = cli("logs", juid).stdout
+    assert "env HELLO data 42\nstart 0\n" in logs and logs.endswith("start 2\n")  # restored
+    assert "installing in the pod" in cli("logs", juid, "--setup").stdout
+    assert (home / "runs" / juid / "persist" / "output" / "progress.txt").read_text() == "4"
+
+
 TREE = """\
 import os, signal, subprocess, sys, time
 

@@ -69,25 +69,26 @@ from monkey.drivers.k8s_api import (
     POD_PERSIST,
     POD_RUN,
     POD_SOCKET,
-    RUN_FOLDER,
     Cluster,
     label_value,
     pod_manifest,
 )
+from monkey.drivers.k8s_inputs import fetch_results, put_inputs
 from monkey.drivers.k8s_pods import (
-    MISSING,
-    PACK,
-    UNPACK,
     capacity_of,
     disruption_of,
-    inputs_tar,
     manifest_cpus,
     pod_rows,
     status_of,
-    unpack_kept,
-    unpack_outputs,
 )
-from monkey.drivers.k8s_serve import CoreConn, events_of, has_exit, read_json, write_private
+from monkey.drivers.k8s_serve import (
+    CoreConn,
+    events_of,
+    has_exit,
+    read_json,
+    resolve_files,
+    write_private,
+)
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -242,7 +243,8 @@ class ClusterAgent:
         local_env = req.get("env") or {}
         env = {k: str(v) for k, v in local_env.items() if k not in _LOCAL_ONLY}
         env.update(MONKEY_RUN_DIR=POD_RUN, MONKEY_CHECKPOINT_DIR=POD_CHECKPOINT)
-        files = self._files(req)
+        with self.lock:
+            files = resolve_files(self.manifests, req)
         forwarded = {k: v for k, v in req.items() if k not in _NOT_FORWARDED}
         blobs_dir = f"{POD_CACHE}/blobs" if self.options.get("cache_claim") else POD_BLOBS
         forwarded.update(run_dir=POD_RUN, blobs_dir=blobs_dir, env=env, isolation="none",
@@ -554,46 +556,9 @@ class ClusterAgent:
         return status == 0
 
     def _put_inputs(self, att: _Attempt) -> None:
-        """One exec: the tar of the agent, the job's blobs and kept folders, unpacked into
-        /monkey by the image's python3 (checked first), which lets the agent start."""
-        began = time.monotonic()
-        kept = {k: v for k, v in (att.start.get("kept") or {}).items() if v}
-        status, _out, _err = self.cluster.exec(att.pod, ["sh", "-c", "command -v python3"])
-        if status != 0:
-            raise MonkeyError(
-                f"image {att.image} has no python3: monkey's agent runs in the pod with the "
-                "image's python3 (standard library only); use an image that has one"
-            )
-        blobs = list(dict.fromkeys(att.start.get("blobs") or []))
-        at, cached = "blobs", ""
-        if self.options.get("cache_claim") and blobs:
-            listed = "\n".join(blobs).encode()
-            status, out, err = self.cluster.exec(
-                att.pod, ["python3", "-I", "-c", MISSING, str(len(listed))], listed
-            )
-            if status != 0:
-                said = err.decode(errors="replace").strip()[-200:]
-                raise MonkeyError(f"the cache claim {self.options['cache_claim']}: {said}")
-            lacking = set(out.decode().split())
-            at = POD_CACHE.removeprefix(RUN_FOLDER + "/") + "/blobs"
-            cached = (f", {len(blobs) - len(lacking)} of its {len(blobs)} blobs in the cache "
-                      f"claim {self.options['cache_claim']} already")  # fmt: skip
-            blobs = [b for b in blobs if b in lacking]
-        try:
-            tar = inputs_tar(blobs, att.start["blobs_dir"], kept, at)
-        except (KeyError, OSError) as exc:
-            raise MonkeyError(f"the job's inputs could not be read: {exc}") from None
-        status, _out, err = self.cluster.exec(
-            att.pod, ["python3", "-I", "-c", UNPACK, str(len(tar))], tar
-        )
-        if status != 0:
-            said = (err.decode(errors="replace").strip().splitlines() or [f"exit {status}"])[-1]
-            raise MonkeyError(f"the job's inputs could not be put in pod {att.pod}: {said[-200:]}")
-        self._setup_line(
-            att,
-            f"monkey's agent and the job's inputs ({len(tar):,} bytes{cached}) put in pod "
-            f"{att.pod} in {time.monotonic() - began:.1f} s",
-        )
+        said = put_inputs(self.cluster, att.pod, att.image, att.start,
+                          self.options.get("cache_claim"))  # fmt: skip
+        self._setup_line(att, said)
 
     def _open_link(self, att: _Attempt, fresh: bool) -> None:
         from monkey.drivers.k8s_link import PodLink
@@ -711,51 +676,8 @@ class ClusterAgent:
             log.warning("%s: %s", self.name, exc)
 
     def _fetch(self, att: _Attempt) -> None:
-        """Read the job's checkpoint, persisted folders and outputs back (one exec)."""
-        kept = {k: v for k, v in (att.start.get("kept") or {}).items() if v}
-        outputs = att.start.get("outputs") or []
-        names = list(kept) + (["run/work"] if outputs else [])
-        if not names:
-            return
-        try:
-            status, out, err = self.cluster.exec(
-                att.pod, ["python3", "-I", "-c", PACK, *names], timeout=600
-            )
-            if status != 0:
-                raise MonkeyError(err.decode(errors="replace").strip()[-200:] or f"exit {status}")
-            count = unpack_kept(out, kept)
-            if outputs:
-                got = unpack_outputs(out, outputs, os.path.join(att.run_dir, "work"), "run/work")
-                self._setup_line(att, f"{got} output files brought back from pod {att.pod}")
-            if count:
-                self._setup_line(att, f"{count} kept files brought back from pod {att.pod}")
-        except (MonkeyError, OSError, ValueError) as exc:
-            self._setup_line(att, f"the job's results could not be brought back from pod "
-                             f"{att.pod}: {exc}")  # fmt: skip
-
-    def _files(self, req: dict[str, Any]) -> list[Any] | None:
-        """The start's code files [[relpath, digest, mode]]: given, or the list its manifest
-        names (or a change to one) when this agent was given it; unknown: the core sends
-        the full list again."""
-        files, manifest = req.get("files"), req.get("manifest")
-        if files is None and manifest:
-            if req.get("base"):
-                base = self.manifests.get(req["base"])
-                if base is None:
-                    raise MonkeyError(f"unknown manifest {req['base']}: send the full file list")
-                changes = list(req.get("changes") or [])
-                dropped = set(req.get("removed") or []) | {c[0] for c in changes}
-                files = sorted([f for f in base if f[0] not in dropped] + changes)
-            else:
-                files = self.manifests.get(manifest)
-                if files is None:
-                    raise MonkeyError(f"unknown manifest {manifest}: send the full file list")
-        if files is not None and manifest:
-            with self.lock:
-                if len(self.manifests) > 256:
-                    self.manifests.clear()
-                self.manifests[manifest] = files
-        return files
+        for said in fetch_results(self.cluster, att.pod, att.start, att.run_dir):
+            self._setup_line(att, said)
 
     def _fail(self, att: _Attempt, why: str, unplaced: bool = False) -> None:
         """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried

@@ -36,6 +36,30 @@ def read_json(path: str) -> dict[str, Any]:
         return {}
 
 
+def resolve_files(manifests: dict[str, list[Any]], req: dict[str, Any]) -> list[Any] | None:
+    """A start's code files [[relpath, digest, mode]]: given, or the list its manifest names
+    (or a change to one) when MANIFESTS (the lists given, by digest; kept up to date here)
+    holds it; unknown: MonkeyError, and the core sends the full list again."""
+    files, manifest = req.get("files"), req.get("manifest")
+    if files is None and manifest:
+        if req.get("base"):
+            base = manifests.get(req["base"])
+            if base is None:
+                raise MonkeyError(f"unknown manifest {req['base']}: send the full file list")
+            changes = list(req.get("changes") or [])
+            dropped = set(req.get("removed") or []) | {c[0] for c in changes}
+            files = sorted([f for f in base if f[0] not in dropped] + changes)
+        else:
+            files = manifests.get(manifest)
+            if files is None:
+                raise MonkeyError(f"unknown manifest {manifest}: send the full file list")
+    if files is not None and manifest:
+        if len(manifests) > 256:
+            manifests.clear()
+        manifests[manifest] = files
+    return files
+
+
 def events_of(run_dir: str) -> list[dict[str, Any]]:
     try:
         with open(os.path.join(run_dir, EVENTS)) as f:
