@@ -544,6 +544,7 @@ def test_a_job_yml_set_up_data_folder_and_persisted_folder_work_in_the_pod(
     assert "env HELLO data 42\nstart 0\n" in logs and logs.endswith("start 2\n")  # restored
     assert "installing in the pod" in cli("logs", juid, "--setup").stdout
     assert (home / "runs" / juid / "persist" / "output" / "progress.txt").read_text() == "4"
+    assert not list((home / "runs" / juid).rglob("pod-start.json"))  # its environment: gone
 
 
 TREE = """\

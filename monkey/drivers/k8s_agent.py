@@ -108,6 +108,7 @@ _LOCAL_ONLY = {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PATH", "VIRTUAL_ENV", "CON
 _NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_blobs",
                   "manifest", "base", "changes", "removed", "outputs", "run_dir",
                   "persist_dir"}  # fmt: skip
+_RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
 _FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
 
 
@@ -134,6 +135,7 @@ class _Attempt:
     started: bool = False
     gone: bool = False  # the watch saw its pod deleted before its `started` was written
     booting: bool = False  # its inputs are being put in the pod, or its relay opened
+    relinks: int = 0  # tries in a row to open its relay again
     link: PodLink | None = None  # the relay to the pod's agent, while open
     start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
     taken: dict[str, int] = field(default_factory=dict)  # of the pod's events and setup.log
@@ -535,15 +537,22 @@ class ClusterAgent:
     def _boot(self, att: _Attempt) -> None:
         """Put the agent and the job's inputs in the pod (unless an earlier core did), open
         the relay and hand the job to the agent there (or take it back, adopted)."""
+        fresh = not att.taken
         try:
-            fresh = not att.taken
             if fresh or not self._pod_ready(att):
                 self._put_inputs(att)
                 fresh = True
             self._open_link(att, fresh)
+            att.relinks = 0
         except Exception as exc:  # noqa: BLE001  (the attempt ends on any failure here)
             if not isinstance(exc, MonkeyError):
                 log.exception("%s: starting pod %s's agent", self.name, att.pod)
+            if not fresh and att.relinks < _RELINKS and not self.closed.is_set():
+                # A relay lost (the API server, the network): tried again while the pod runs;
+                # a pod that ended meanwhile is the watch's to end.
+                att.relinks += 1
+                threading.Timer(1.0, self._unlinked, (att, str(exc))).start()
+                return
             if att.signalled is not None:
                 self._end(att, {"code": None, "signal": att.signalled, "reason": "killed"})
             elif not att.disrupted:
@@ -599,8 +608,9 @@ class ClusterAgent:
         log.warning("%s: the link to pod %s ended: %s", self.name, att.pod, why)
         with self.lock:
             pod = self.pods.get(att.pod)
-        if pod is not None and status_of(pod)[0] == "running" and not att.booting:
-            att.booting = True
+            boot = pod is not None and status_of(pod)[0] == "running" and not att.booting
+            att.booting = att.booting or boot
+        if boot:
             threading.Thread(target=self._boot, args=(att,), daemon=True).start()
 
     def _pushed(self, att: _Attempt, msg: dict[str, Any]) -> None:
@@ -704,6 +714,10 @@ class ClusterAgent:
             att.ended = True
         att.ending = ending
         self._emit(att, "exit", **ending)
+        try:  # the start handed to the pod holds the job's environment: not kept past its end
+            os.unlink(os.path.join(att.run_dir, POD_START))
+        except OSError:
+            pass
         if att.secret:
             try:
                 self.cluster.delete_secret(att.secret)
