@@ -33,22 +33,11 @@ def put_inputs(
     which blobs the claim lacks, and only those are sent."""
     began = time.monotonic()
     kept = {k: v for k, v in (start.get("kept") or {}).items() if v}
-    status, _out, _err = cluster.exec(pod, ["sh", "-c", "command -v python3"])
-    if status != 0:
-        raise MonkeyError(
-            f"image {image} has no python3: monkey's agent runs in the pod with the "
-            "image's python3 (standard library only); use an image that has one"
-        )
     blobs = list(dict.fromkeys(start.get("blobs") or []))
     at, cached = "blobs", ""
     if cache_claim and blobs:
         listed = "\n".join(blobs).encode()
-        status, out, err = cluster.exec(
-            pod, ["python3", "-I", "-c", MISSING, str(len(listed))], listed
-        )
-        if status != 0:
-            said = err.decode(errors="replace").strip()[-200:]
-            raise MonkeyError(f"the cache claim {cache_claim}: {said}")
+        out = _python3(cluster, pod, image, MISSING, listed, f"the cache claim {cache_claim}")
         lacking = set(out.decode().split())
         at = POD_CACHE.removeprefix(RUN_FOLDER + "/") + "/blobs"
         cached = (f", {len(blobs) - len(lacking)} of its {len(blobs)} blobs in the cache "
@@ -58,14 +47,30 @@ def put_inputs(
         tar = inputs_tar(blobs, start["blobs_dir"], kept, at)
     except (KeyError, OSError) as exc:
         raise MonkeyError(f"the job's inputs could not be read: {exc}") from None
-    status, _out, err = cluster.exec(pod, ["python3", "-I", "-c", UNPACK, str(len(tar))], tar)
-    if status != 0:
-        said = (err.decode(errors="replace").strip().splitlines() or [f"exit {status}"])[-1]
-        raise MonkeyError(f"the job's inputs could not be put in pod {pod}: {said[-200:]}")
+    _python3(cluster, pod, image, UNPACK, tar, f"the job's inputs could not be put in pod {pod}")
     return (
         f"monkey's agent and the job's inputs ({len(tar):,} bytes{cached}) put in pod {pod} "
         f"in {time.monotonic() - began:.1f} s"
     )
+
+
+def _python3(cluster: Cluster, pod: str, image: str, script: str, data: bytes, what: str) -> bytes:
+    """SCRIPT run by the pod's python3 with DATA on its stdin (its size its argument); its
+    output. When it fails, MonkeyError: the image has no python3 (asked then, by one exec:
+    never on the way of a pod that has one), or WHAT and the script's last line."""
+    try:
+        status, out, err = cluster.exec(pod, ["python3", "-I", "-c", script, str(len(data))], data)
+        said = (err.decode(errors="replace").strip().splitlines() or [f"exit {status}"])[-1]
+    except MonkeyError as exc:
+        status, out, said = -1, b"", str(exc)
+    if status == 0:
+        return out
+    if cluster.exec(pod, ["sh", "-c", "command -v python3"])[0] != 0:
+        raise MonkeyError(
+            f"image {image} has no python3: monkey's agent runs in the pod with the "
+            "image's python3 (standard library only); use an image that has one"
+        )
+    raise MonkeyError(f"{what}: {said[-200:]}")
 
 
 def fetch_results(cluster: Cluster, pod: str, start: dict[str, Any], run_dir: str) -> list[str]:

@@ -3,9 +3,10 @@
 The cluster is one instance (named after the provider) whose capacity is its nodes'
 allocatable CPUs and GPUs; the cluster's own scheduler places each pod, and says why one
 waits. Its agent is ``k8s_agent.ClusterAgent``, in the core: it speaks the agent protocol
-over a socket pair, creates the pods, follows them with one watch and keeps each attempt's
-run folder (events, the pod's log) in MONKEY_HOME, where the core reads it as it reads the
-local agent's.
+over a socket pair, creates the pods, follows them with one watch, hands each job to monkey's
+own agent inside its pod (through the API server's exec channel) and keeps each attempt's
+run folder (events, logs) in MONKEY_HOME, where the core reads it as it reads the local
+agent's.
 
 providers.yml::
 
