@@ -167,6 +167,7 @@ class FakeK8s:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) refused to the token
+        self.execs: set[Any] = set()  # the sockets of the pods/exec websockets open
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
         self.born: dict[tuple[str, str], float] = {}  # when each pod was created (monotonic)
@@ -238,6 +239,17 @@ class FakeK8s:
             self._record("nodes", "ADDED", node)
             self.nodes[name] = node
         self._schedule()
+
+    def drop_execs(self) -> int:
+        """Cut every pods/exec websocket open (as an API server that restarts does); how many."""
+        with self.lock:
+            socks = list(self.execs)
+        for sock in socks:
+            try:
+                sock.shutdown(2)
+            except OSError:
+                pass
+        return len(socks)
 
     def deny(self, verb: str, resource: str) -> None:
         """SelfSubjectAccessReviews of VERB on RESOURCE answer not allowed, and such requests
@@ -1224,7 +1236,13 @@ def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
-            _websocket_exec(self.connection, proc)
+            with fake.lock:
+                fake.execs.add(self.connection)
+            try:
+                _websocket_exec(self.connection, proc)
+            finally:
+                with fake.lock:
+                    fake.execs.discard(self.connection)
 
         def _allowed(self, verb: str, resource: str) -> None:
             if (verb, resource) in fake.denied:

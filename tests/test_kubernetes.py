@@ -612,6 +612,20 @@ def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
     assert cli("daemon", "status").stdout.startswith("core running")
 
 
+def test_a_relay_cut_is_opened_again_and_nothing_is_lost_or_doubled(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
+               "echo one; while [ ! -e /etc/go-$MONKEY_JUID ]; do sleep 0.1; done; echo two"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: cli("logs", juid).stdout == "one\n", 30, what="the job to start")
+    assert cluster.drop_execs() >= 1  # the API server cut the relay
+    (cluster.rootfs(cluster.created[-1]["metadata"]["name"], "ml") / "etc" / f"go-{juid}").touch()
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 1
+    assert cli("logs", juid).stdout == "one\ntwo\n"
+
+
 def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
     added(cli, cluster)
     login(cli, reg)
