@@ -2,7 +2,7 @@
 # The driver contract of the `kubernetes` provider against a real cluster (issue 45): the
 # cluster KUBECONFIG's context names (a `kind create cluster` on a laptop works), in its
 # namespace or MONKEY_K8S_NAMESPACE; MONKEY_K8S_IMAGE: an image the cluster pulls that has
-# sh, head and tar (default busybox:1.36). It creates a few pods labelled monkey.dev/home
+# sh and python3 (default python:3.12-alpine). It creates a few pods labelled monkey.dev/home
 # and deletes them. Not run where monkey is developed: no cluster runs there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -30,15 +30,18 @@ stdout and stderr in the container's log. It drives the real status shapes: ``wa
 ``ContainerCreating``, then ``ErrImagePull`` (containerd's message) and ``ImagePullBackOff``
 for an image it cannot pull (tried again every ``pull_backoff`` seconds), ``running``, and
 ``terminated`` with the exit code (reason Completed or Error, phase Succeeded or Failed:
-restartPolicy Never). A deleted pod's processes get SIGTERM, then SIGKILL after the grace
-period.
+restartPolicy Never). A deleted pod's container gets SIGTERM (its own process, not
+bubblewrap's), then every process of it SIGKILL after the grace period.
 
 A container's memory limit is enforced as its cgroup would: past it (the resident memory
 of its processes), they are SIGKILLed and the container ends ``OOMKilled`` (137).
 ``evict`` disrupts a pod as node pressure, the scheduler's preemption or a drain do
 (DisruptionTarget). pods/exec is a websocket in the v4.channel.k8s.io protocol.
 
-Not served yet: port-forward, PVCs, any other resource.
+A pod's ``persistentVolumeClaim`` volume is a folder of the fake's, one per claim name,
+shared by every pod naming it (as a ReadWriteMany claim).
+
+Not served yet: port-forward, PVC objects, any other resource.
 """
 
 from __future__ import annotations
@@ -164,6 +167,7 @@ class FakeK8s:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) refused to the token
+        self.execs: set[Any] = set()  # the sockets of the pods/exec websockets open
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
         self.born: dict[tuple[str, str], float] = {}  # when each pod was created (monotonic)
@@ -236,6 +240,17 @@ class FakeK8s:
             self.nodes[name] = node
         self._schedule()
 
+    def drop_execs(self) -> int:
+        """Cut every pods/exec websocket open (as an API server that restarts does); how many."""
+        with self.lock:
+            socks = list(self.execs)
+        for sock in socks:
+            try:
+                sock.shutdown(2)
+            except OSError:
+                pass
+        return len(socks)
+
     def deny(self, verb: str, resource: str) -> None:
         """SelfSubjectAccessReviews of VERB on RESOURCE answer not allowed, and such requests
         are refused 403."""
@@ -281,7 +296,7 @@ class FakeK8s:
         if how != "pressure":
             self.delete_pod(namespace, name, None)
         elif proc is not None:
-            _kill(proc, signal.SIGTERM)
+            _term(proc)
             threading.Timer(grace, _kill, (proc, signal.SIGKILL)).start()
 
     def rootfs(self, name: str, namespace: str = "default") -> Path:
@@ -479,6 +494,10 @@ class FakeK8s:
                 if "emptyDir" in volume:
                     path = folder / "volumes" / volume["name"]
                     path.mkdir(parents=True)
+                    volumes[volume["name"]] = str(path)
+                elif "persistentVolumeClaim" in volume:  # one folder per claim, shared
+                    path = self.root / "claims" / volume["persistentVolumeClaim"]["claimName"]
+                    path.mkdir(parents=True, exist_ok=True)
                     volumes[volume["name"]] = str(path)
             argv, env = self._argv(container, bundle, volumes)
             program = argv[argv.index("--") + 1]
@@ -692,7 +711,7 @@ class FakeK8s:
                 pod["metadata"]["deletionGracePeriodSeconds"] = grace
                 self._changed(pod)
                 out = json.loads(json.dumps(pod))
-                _kill(proc, signal.SIGTERM)
+                _term(proc)
                 threading.Timer(grace, _kill, (proc, signal.SIGKILL)).start()
         self._schedule()
         return out
@@ -902,25 +921,55 @@ def _node_info() -> dict[str, str]:
 
 def _oom_killer(proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
     """The container's memory limit, as its cgroup enforces it: once the resident memory of
-    its processes (its session's) passes LIMIT bytes, they are SIGKILLed and OOM set."""
+    its processes (the container's process and all its descendants, whatever their session)
+    passes LIMIT bytes, they are SIGKILLed and OOM set."""
     page = os.sysconf("SC_PAGE_SIZE")
     while proc.poll() is None:
-        used = 0
+        parents: dict[int, int] = {}
+        rss: dict[int, int] = {}
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
-                if os.getsid(int(pid)) != proc.pid:
-                    continue
+                with open(f"/proc/{pid}/stat") as f:
+                    parents[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
                 with open(f"/proc/{pid}/statm") as f:
-                    used += int(f.read().split()[1]) * page
+                    rss[int(pid)] = int(f.read().split()[1]) * page
             except (OSError, ValueError, IndexError):
                 continue
-        if used > limit:
+        tree, grew = {proc.pid}, True
+        while grew:
+            more = {p for p, parent in parents.items() if parent in tree} - tree
+            tree |= more
+            grew = bool(more)
+        if sum(rss.get(p, 0) for p in tree) > limit:
             oom.set()
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             _kill(proc, signal.SIGKILL)
             return
         time.sleep(0.05)
+
+
+def _term(proc: subprocess.Popen) -> None:
+    """The kubelet's SIGTERM: to the container's own process (what its command became), not
+    to bubblewrap around it nor to processes that left its process group (as a runtime
+    signals the container's PID 1 alone)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.getpgid(int(pid)) != proc.pid:
+                continue
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "bwrap":
+                    continue
+            os.kill(int(pid), signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:
@@ -1191,7 +1240,13 @@ def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
-            _websocket_exec(self.connection, proc)
+            with fake.lock:
+                fake.execs.add(self.connection)
+            try:
+                _websocket_exec(self.connection, proc)
+            finally:
+                with fake.lock:
+                    fake.execs.discard(self.connection)
 
         def _allowed(self, verb: str, resource: str) -> None:
             if (verb, resource) in fake.denied:

@@ -3,7 +3,7 @@ collected with the suite: no cluster runs on the machines the suite runs on).
 
 KUBECONFIG (its current context, or MONKEY_K8S_CONTEXT) names the cluster, MONKEY_K8S_NAMESPACE
 the namespace (default: the context's), MONKEY_K8S_IMAGE an image the cluster can pull that
-has sh, head and tar (default busybox:1.36: busybox's sh runs its own tar and head)."""
+has sh and python3 (default python:3.12-alpine: monkey's agent runs in the pod with it)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class TestRealClusterContract(DriverContract):
             "kubeconfig": os.path.abspath(
                 os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(":")[0])
             ),
-            "image": os.environ.get("MONKEY_K8S_IMAGE", "busybox:1.36"),
+            "image": os.environ.get("MONKEY_K8S_IMAGE", "python:3.12-alpine"),
             "schedule_timeout": 300,
         }
         for key, name in (("context", "MONKEY_K8S_CONTEXT"), ("namespace", "MONKEY_K8S_NAMESPACE")):

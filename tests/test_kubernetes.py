@@ -4,6 +4,7 @@ API's shapes whose kubelet really runs each pod in its image (pulled from a real
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,13 +21,14 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory):
-    """A registry with lab/tiny:1 (says "one"; busybox's sh, cat, sleep...) and lab/tools:1
-    (busybox's tar, head and mkdir too: what putting a job's code in its pod needs)."""
+    """A registry with lab/py:1 (says "one"; busybox's sh, cat, sleep, tar, head, mkdir...
+    and python3: what monkey's agent in the pod needs) and lab/tiny:1 (no python3)."""
     reg, proc = registry.start(tmp_path_factory.mktemp("registry"))
     try:
         reg.push("lab/tiny:1", {"/etc/said": "one\n"})
         busybox = Path(shutil.which("busybox") or "/bin/busybox")
-        reg.push("lab/tools:1", {f"/bin/{tool}": busybox for tool in ("tar", "head", "mkdir")})
+        tools = {f"/bin/{tool}": busybox for tool in ("tar", "head", "mkdir", "tr")}
+        reg.push("lab/py:1", {"/etc/said": "one\n", **tools}, python=True)
         yield reg
     finally:
         proc.kill()
@@ -59,7 +61,7 @@ class TestKubernetesContract(DriverContract):
         fake = FakeK8s(tmp_path / "k8s", ca=reg.ca, node_auths={reg.host: {"auth": login}})
         fake.add_node("node-a", cpus=2, memory="8Gi")
         entry = {"type": "kubernetes", "kubeconfig": str(kubeconfig(fake, tmp_path / "kube")),
-                 "image": f"{reg.host}/lab/tools:1"}  # fmt: skip
+                 "image": f"{reg.host}/lab/py:1"}  # fmt: skip
         try:
             yield from serve(provider(home, "lab", entry), home, ["lab"])
         finally:
@@ -140,7 +142,7 @@ def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back
 ):
     added(cli, cluster)
     login(cli, reg)  # the pod pulls with this login (a pull secret of its own)
-    ref = f"{reg.host}/lab/tiny:1"
+    ref = f"{reg.host}/lab/py:1"
     juid = cli("run", "-p", "lab", "--image", ref, "--cpus", "2", "--memory", "1G", "--env",
                "MINE=kept", "--", "sh", "-c", "cat /etc/said; echo $MINE $IMAGE_SAYS; exit 3"
                ).stdout.strip()  # fmt: skip
@@ -153,7 +155,7 @@ def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back
     assert pod["metadata"]["labels"]["monkey.dev/job"] == juid
     assert pod["spec"]["restartPolicy"] == "Never"
     container = pod["spec"]["containers"][0]
-    assert container["image"].startswith(f"{reg.host}/lab/tiny@sha256:")  # pinned
+    assert container["image"].startswith(f"{reg.host}/lab/py@sha256:")  # pinned
     assert container["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
     setup = cli("logs", juid, "--setup").stdout
     assert f"pod {pod['metadata']['name']} scheduled on node node-" in setup
@@ -165,12 +167,32 @@ def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back
     assert cli("logs", ok).stdout == "one\n"
 
 
+def test_with_a_cache_claim_the_jobs_code_reaches_the_cluster_once(cli, monkey, cluster, reg):
+    added(cli, cluster, "--cache-claim", "monkey-cache")
+    login(cli, reg)
+    Path("big.bin").write_bytes(os.urandom(1 << 20))  # 1 MiB of the project
+    Path("main.sh").write_text("wc -c big.bin\n")
+    sizes = []
+    for _ in range(2):
+        juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh",
+                   "main.sh").stdout.strip()  # fmt: skip
+        assert ended(monkey, juid).state.value == "succeeded", cli("logs", juid, "--setup").stdout
+        assert cli("logs", juid).stdout.split() == ["1048576", "big.bin"]
+        setup = cli("logs", juid, "--setup").stdout
+        said = next(ln for ln in setup.splitlines() if "monkey's agent and the job's" in ln)
+        sizes.append(int(said.split("inputs (")[1].split(" bytes")[0].replace(",", "")))
+    assert "2 of its 2 blobs in the cache claim monkey-cache already" in said
+    assert sizes[1] < 200_000 < sizes[0]  # the second pod got the agent, not the code
+    volumes = cluster.created[-1]["spec"]["volumes"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "monkey-cache"}} in volumes
+
+
 def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
     cli, monkey, cluster, reg
 ):
     added(cli, cluster, "--schedule-timeout", "3", "--node-selector", "pool=gpu")
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--retries", "2",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--retries", "2",
                "--", "true").stdout.strip()  # fmt: skip
     reason = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
     wait_for(lambda: f"(pending {reason})" in state_line(cli, juid), 20, what="the reason")
@@ -182,10 +204,32 @@ def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule
     assert all(p["metadata"]["name"] not in str(cluster.pods) for p in cluster.created)
 
 
+def test_a_pod_no_node_takes_in_time_goes_to_another_provider_that_fits(
+    cli, monkey, cluster, reg, home
+):
+    added(cli, cluster, "--schedule-timeout", "2", "--node-selector", "pool=gpu", "--image",
+          f"{reg.host}/lab/py:1")  # fmt: skip
+    entries = yaml.safe_load((home / "providers.yml").read_text())
+    entries["providers"]["local"] = {"type": "local", "slots": 2}
+    (home / "providers.yml").write_text(yaml.safe_dump(entries))
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--", "sh", "-c", "echo ran on $MONKEY_PROVIDER"
+               ).stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.provider == "local", state_line(cli, juid)
+    assert cli("logs", juid).stdout.endswith("ran on local\n")
+    first = monkey.job(juid).attempts()[0]
+    assert first.reason.startswith(
+        "not scheduled within schedule_timeout 2s: 0/2 nodes are available: 2 node(s) didn't "
+        "match Pod's node affinity/selector."
+    ) and first.reason.endswith("; queued for provider 'local'"), first.reason
+    assert job.retries == 0 and job.attempts == 2
+
+
 def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries(
     cli, monkey, cluster, reg
 ):
-    added(cli, cluster, "--image", f"{reg.host}/lab/tiny:1")  # pulled without a login
+    added(cli, cluster, "--image", f"{reg.host}/lab/py:1")  # pulled without a login
     refused = cli("run", "-p", "lab", "--retries", "2", "--", "true").stdout.strip()
     job = ended(monkey, refused)
     assert job.state.value == "failed" and job.attempts == 1
@@ -216,12 +260,23 @@ def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
 
     added(cli, cluster)
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                "echo before; while [ ! -e /etc/go-$MONKEY_JUID ]; do sleep 0.1; done; echo after; exit 4"
                ).stdout.strip()  # fmt: skip
     wait_for(lambda: cli("logs", juid).stdout == "before\n", 30, what="the job to start")
     kill_core(home)
     pod = cluster.created[-1]["metadata"]["name"]
+    # The job ends while no core runs: the agent in the pod records its exit in the pod's
+    # run folder, and the pod waits for a core to take it.
+    (cluster.rootfs(pod, "ml") / "etc" / f"go-{juid}").touch()
+    uid = cluster.pod(pod, "ml")["metadata"]["uid"]
+    events = cluster.root / "pods" / uid / "volumes" / "monkey" / "run" / "events.jsonl"
+    wait_for(
+        lambda: '"type":"exit"' in events.read_text().replace(" ", ""),
+        30,
+        what="the exit in the pod",
+    )
+    assert cluster.pod(pod, "ml")["status"]["phase"] == "Running"
     lists = sum(1 for r in cluster.requests if r.startswith("GET /api/v1/namespaces/ml/pods?"))
     start_core(home)
     wait_for(
@@ -234,7 +289,6 @@ def test_a_core_that_dies_mid_job_adopts_its_pod_and_a_410_lists_again(
     )
     expired = len(cluster.requests)
     cluster.expire_history()  # the watch gets 410 Gone: it lists again, and goes on
-    (cluster.rootfs(pod, "ml") / "etc" / f"go-{juid}").touch()
     job = ended(monkey, juid)
     assert job.state.value == "failed" and job.exit_code == 4 and job.attempts == 1
     assert cli("logs", juid).stdout == "before\nafter\n"  # nothing lost, nothing twice
@@ -249,19 +303,19 @@ def test_a_jobs_code_reaches_its_pod_through_exec_and_an_image_without_a_shell_s
     Path("data").mkdir()
     Path("data/x.txt").write_text("a data file of the project\n")
     Path("main.sh").write_text("echo from the code in $(pwd); cat data/x.txt\n")
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--",
                "sh", "main.sh").stdout.strip()  # fmt: skip
     job = ended(monkey, juid)
     assert job.state.value == "succeeded", cli("logs", juid, "--setup").stdout
     assert cli("logs", juid).stdout == (
-        "from the code in /monkey/work\na data file of the project\n"
+        "from the code in /monkey/run/work\na data file of the project\n"
     )
-    assert "the job's code (" in cli("logs", juid, "--setup").stdout
+    assert "monkey's agent and the job's inputs (" in cli("logs", juid, "--setup").stdout
     pod = cluster.created[-1]
     assert pod["spec"]["volumes"] == [{"name": "monkey", "emptyDir": {}}]  # no ConfigMap
 
     Path("make.sh").write_text("mkdir -p out; echo 42 > out/result.txt; echo no > other.txt\n")
-    made = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tools:1", "--outputs", "out",
+    made = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--outputs", "out",
                "--", "sh", "make.sh").stdout.strip()  # fmt: skip
     assert ended(monkey, made).state.value == "succeeded", cli("logs", made, "--setup").stdout
     assert cli("logs", made).stdout == ""  # the pod's own mark is not the job's output
@@ -297,7 +351,7 @@ def _layer(name: str, text: str) -> bytes:
 def test_cancel_deletes_the_pod_and_stops_its_processes(cli, monkey, cluster, reg):
     added(cli, cluster)
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                "echo started; sleep 4242").stdout.strip()  # fmt: skip
     wait_for(lambda: "started" in cli("logs", juid).stdout, 30, what="the job to start")
     assert cli("job", "cancel", juid).returncode == 0
@@ -313,7 +367,7 @@ def test_an_evicted_or_preempted_pod_is_a_notice_and_the_job_runs_again_in_a_new
 ):
     added(cli, cluster)
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                'echo attempt $MONKEY_ATTEMPT; [ "$MONKEY_ATTEMPT" = 1 ] && sleep 4343; exit 0'
                ).stdout.strip()  # fmt: skip
     wait_for(lambda: "attempt 1" in cli("logs", juid).stdout, 30, what="the first attempt")
@@ -333,7 +387,7 @@ def test_an_evicted_or_preempted_pod_is_a_notice_and_the_job_runs_again_in_a_new
 def test_a_pod_past_its_memory_limit_is_oomkilled_and_says_its_limit(cli, monkey, cluster, reg):
     added(cli, cluster)
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--memory", "48M",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--memory", "48M",
                "--", "sh", "-c", 'echo filling; x=$(head -c 200000000 /dev/zero | tr "\\0" a)'
                ).stdout.strip()  # fmt: skip
     job = ended(monkey, juid)
@@ -353,25 +407,183 @@ def test_a_pod_of_this_home_that_no_attempt_has_is_collected(cli, monkey, cluste
                          ("someone-elses", {"monkey.dev/home": "another-home"})):  # fmt: skip
         cluster.create_pod("ml", {"metadata": {"name": name, "labels": labels}, "spec": {
             "containers": [{"name": "job", "image": f"{reg.host}/lab/nothing:1"}]}})  # fmt: skip
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "true").stdout.strip()
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "true").stdout.strip()
     assert ended(monkey, juid).state.value == "succeeded"
     wait_for(lambda: cluster.pod("left-behind", "ml") is None, 20, what="the orphan collected")
     assert cluster.pod("someone-elses", "ml") is not None  # another home's pod is left alone
 
 
-def test_what_a_pod_cannot_have_yet_is_refused_in_one_line(cli, monkey, cluster, reg):
+def test_an_image_without_python3_fails_in_one_line_naming_the_requirement(
+    cli, monkey, cluster, reg
+):
     added(cli, cluster)
     login(cli, reg)
-    Path("data.csv").write_text("a,b\n")
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--dataset",
-               "data.csv:D", "--", "true").stdout.strip()  # fmt: skip
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--retries", "1", "--",
+               "true").stdout.strip()  # fmt: skip
     job = ended(monkey, juid)
-    assert job.state.value == "failed"
-    assert (
-        "could not start: provider 'lab' (kubernetes) cannot give a pod datasets yet: put "
-        "what the job needs into its image"
+    assert job.state.value == "failed" and job.attempts == 1
+    assert (f"image {reg.host}/lab/tiny@sha256:") in state_line(cli, juid) and (
+        "has no python3: monkey's agent runs in the pod with the image's python3 (standard "
+        "library only); use an image that has one"
     ) in state_line(cli, juid)
-    assert not cluster.created  # no pod was made
+    name = cluster.created[-1]["metadata"]["name"]
+    wait_for(lambda: cluster.pod(name, "ml") is None, 20, what="the pod deleted")
+
+
+TRAIN = """\
+import os, signal, sys, time
+import monkey
+
+ck = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "step")
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+attempt = os.environ["MONKEY_ATTEMPT"]
+print(f"attempt {attempt} from step {step} in {os.environ['MONKEY_RUN_DIR']}", flush=True)
+if attempt == "3":
+    sys.exit(0)
+
+def save(*_):
+    with open(ck, "w") as f:
+        f.write(str(step))
+    print(f"saved step {step}", flush=True)
+    sys.exit(1)
+
+signal.signal(signal.SIGTERM, save)
+while True:
+    step += 1
+    monkey.log("loss", 1.0 / step, step=step)
+    time.sleep(0.05)
+"""
+
+
+def test_monkey_log_and_the_checkpoint_follow_the_job_through_an_eviction_and_a_pause(
+    cli, monkey, cluster, reg
+):
+    import json
+
+    added(cli, cluster)
+    login(cli, reg)
+    Path("train.py").write_text(TRAIN)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "python3",
+               "train.py").stdout.strip()  # fmt: skip
+
+    def points() -> list[int]:
+        got = json.loads(cli("metrics", juid, "--json").stdout or "{}")
+        return [p["step"] for p in got.get("loss", [])]
+
+    wait_for(lambda: len(points()) >= 3, 30, what="monkey.log's metrics from the pod")
+    assert "attempt 1 from step 0 in /monkey/run\n" in cli("logs", juid).stdout
+    cluster.evict(cluster.created[-1]["metadata"]["name"], "ml", "pressure")
+    wait_for(lambda: "attempt 2 from" in cli("logs", juid).stdout, 30, what="attempt 2")
+    saved = int(cli("logs", juid, "--attempt", "1").stdout.split("saved step ")[1].split()[0])
+    assert saved >= 3
+    assert f"attempt 2 from step {saved} " in cli("logs", juid).stdout  # the new pod has it
+    assert len(cluster.created) == 2
+    wait_for(lambda: max(points()) > saved, 30, what="attempt 2's metrics")
+    assert cli("job", "pause", juid).returncode == 0
+    wait_for(lambda: monkey.job(juid).record.state.value == "paused", 30, what="the pause")
+    second = int(cli("logs", juid, "--attempt", "2").stdout.split("saved step ")[1].split()[0])
+    assert second > saved
+    assert cli("job", "resume", juid).returncode == 0
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 3
+    assert f"attempt 3 from step {second} " in cli("logs", juid, "--attempt", "3").stdout
+    reasons = [a.reason for a in monkey.job(juid).attempts()]
+    assert reasons[0].startswith("preempted: evicted by its node") and reasons[1] == (
+        "paused by user"
+    ), reasons
+
+
+JOB_YML = """\
+name: k
+run:
+  env_type: none
+  env:
+    - TEST_ENV: "HELLO"
+  install_script: setup.sh
+code:
+  path: "."
+  ignore: ["data**", "output**"]
+persist:
+  - name: output
+    path: output
+data:
+  - name: d
+    type: copy
+    path: data
+"""
+PROGRESS = """\
+import os, sys
+print("env", os.environ.get("TEST_ENV"), "data", open("data/x.txt").read().strip())
+os.makedirs("output", exist_ok=True)
+path = "output/progress.txt"
+start = int(open(path).read()) if os.path.exists(path) else 0
+print("start", start, flush=True)
+with open(path, "w") as f:
+    f.write(str(start + 2))
+sys.exit(3 if os.environ["MONKEY_ATTEMPT"] == "1" else 0)
+"""
+
+
+def test_a_job_yml_set_up_data_folder_and_persisted_folder_work_in_the_pod(
+    cli, monkey, cluster, reg, home
+):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("job.yml").write_text(JOB_YML)
+    Path("setup.sh").write_text("echo installing in the pod\n")
+    Path("data").mkdir()
+    Path("data/x.txt").write_text("42\n")
+    Path("train.py").write_text(PROGRESS)
+    done = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--",
+               "python3", "train.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    juid = done.stdout.strip()
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2, cli("logs", juid, "--setup").stdout
+    logs = cli("logs", juid).stdout
+    assert "env HELLO data 42\nstart 0\n" in logs and logs.endswith("start 2\n")  # restored
+    assert "installing in the pod" in cli("logs", juid, "--setup").stdout
+    assert (home / "runs" / juid / "persist" / "output" / "progress.txt").read_text() == "4"
+    assert not list((home / "runs" / juid).rglob("pod-start.json"))  # its environment: gone
+
+
+TREE = """\
+import os, signal, subprocess, sys, time
+
+data = open(os.environ["MONKEY_DATASET_D"]).read().strip()
+print(f"dataset says {data}", flush=True)
+child = (
+    "import os, signal, sys, time\\n"
+    "os.setsid()\\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (print('child stopped', flush=True), sys.exit(0)))\\n"
+    "print('child ready', flush=True)\\n"
+    "while True: time.sleep(0.05)\\n"
+)
+proc = subprocess.Popen([sys.executable, "-c", child])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(proc.wait()))  # once the child is done
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_dataset_reaches_the_pod_and_cancel_stops_the_jobs_whole_tree(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    Path("tree.py").write_text(TREE)
+    Path("data.csv").write_text("a,b\n")
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--dataset",
+               "data.csv:D", "--", "python3", "tree.py").stdout.strip()  # fmt: skip
+    wait_for(lambda: "child ready" in cli("logs", juid).stdout, 30, what="the job's child")
+    assert "dataset says a,b\n" in cli("logs", juid).stdout
+    pod = cluster.created[-1]["metadata"]["name"]
+    listed = cli("list", "providers", "--monkey-instances").stdout  # the pod, its node, its age
+    row = next(ln for ln in listed.splitlines() if ln.startswith(pod)).split()
+    assert row[1:5] == ["lab", "running", "1", "CPU"] and row[6].startswith("node-"), listed
+    assert row[7] == juid
+    assert cli("job", "cancel", juid).returncode == 0
+    assert ended(monkey, juid).state.value == "cancelled"
+    # The child left the job's session: the agent in the pod found it and stopped it too.
+    assert "child stopped" in cli("logs", juid).stdout
 
 
 def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
@@ -380,18 +592,44 @@ def test_a_pod_that_ends_before_its_creation_is_answered_ends_its_job_once(
     added(cli, cluster)
     login(cli, reg)
     cluster.create_delay = 2.0  # the watch sees the pod run and end first
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "echo", "quick"
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "echo", "quick"
                ).stdout.strip()  # fmt: skip
     job = ended(monkey, juid)
     assert job.state.value == "succeeded"
     assert cli("logs", juid).stdout == "quick\n"
     assert cli("daemon", "status").stdout.startswith("core running")  # the core carried on
 
+    # A pod deleted from outside before its creation is answered (never seen running)
+    # ends its attempt at once, and the core carries on.
+    cluster.create_delay = 3.0
+    gone = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sleep", "60"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: len(cluster.created) == 2, 20, what="the second pod")
+    cluster.delete_pod("ml", cluster.created[-1]["metadata"]["name"], 0)
+    job = ended(monkey, gone, 30)
+    assert job.state.value == "lost", state_line(cli, gone)
+    assert "was deleted from outside monkey" in cli("logs", gone, "--setup").stdout
+    assert cli("daemon", "status").stdout.startswith("core running")
+
+
+def test_a_relay_cut_is_opened_again_and_nothing_is_lost_or_doubled(cli, monkey, cluster, reg):
+    added(cli, cluster)
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
+               "echo one; while [ ! -e /etc/go-$MONKEY_JUID ]; do sleep 0.1; done; echo two"
+               ).stdout.strip()  # fmt: skip
+    wait_for(lambda: cli("logs", juid).stdout == "one\n", 30, what="the job to start")
+    assert cluster.drop_execs() >= 1  # the API server cut the relay
+    (cluster.rootfs(cluster.created[-1]["metadata"]["name"], "ml") / "etc" / f"go-{juid}").touch()
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 1
+    assert cli("logs", juid).stdout == "one\ntwo\n"
+
 
 def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
     added(cli, cluster)
     login(cli, reg)
-    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c",
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh", "-c",
                "echo one; sleep 1; echo two; exit 5").stdout.strip()  # fmt: skip
     followed = cli("logs", "-f", juid)
     lines = followed.stdout.splitlines()
@@ -403,7 +641,7 @@ def test_logs_follow_a_pod_to_its_end_and_exit_with_its_code(cli, cluster, reg):
 def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster, reg):
     added(cli, cluster)  # two nodes of 2 CPUs, 8Gi and no GPU
     login(cli, reg)
-    refused = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1",
+    refused = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--gpus", "1",
                   "--", "true")  # fmt: skip
     assert refused.returncode == 1
     assert refused.stderr.strip().endswith(
@@ -414,6 +652,6 @@ def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster,
     assert monkey.jobs() == []
     cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=1)
     assert cli("provider", "check", "lab").returncode == 0
-    fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1", "--",
+    fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--gpus", "1", "--",
                "true")  # fmt: skip
     assert fits.returncode == 0, fits.stderr

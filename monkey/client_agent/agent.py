@@ -106,6 +106,7 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         heartbeat: float,
         term_notice: float | None = None,
         slurm_log: str | None = None,
+        term_kind: str = "slurm",
     ) -> None:
         self.root = root
         self.reserve = 0  # bytes set aside in private/reserve (see --reserve)
@@ -113,6 +114,9 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         # with this many seconds before Slurm's SIGKILL; the agent stops once its jobs ended.
         self.term_notice = term_notice
         self.termed = False  # that SIGTERM came: its notice is handled before any exit
+        # Whose SIGTERM it is: "slurm" (the agent stops once its jobs ended), or "kubernetes"
+        # (the pod's kubelet: the agent stays until the core fetched their results).
+        self.term_kind = term_kind
         # The allocation's output file, where Slurm says why it ends it (see slurm_end),
         # and its size when this agent started (what came before is an earlier run's).
         self.slurm_log = slurm_log
@@ -198,12 +202,15 @@ class Agent(Wire, Spawning, Events, CloudSide, Adoption):
         if self.termed:  # Slurm's SIGTERM, and the batch shell's relay of it: one notice
             return
         self.termed = True
-        detail, cancelled = slurm_ending(self.slurm_log, self.slurm_log_from)
+        if self.term_kind == "slurm":
+            detail, cancelled = slurm_ending(self.slurm_log, self.slurm_log_from)
+        else:
+            detail, cancelled = f"{self.term_kind} stops this instance (SIGTERM)", False
         self.done.put(
             (
                 "notice",
                 {
-                    "kind": "slurm",
+                    "kind": self.term_kind,
                     "deadline": time.time() + self.term_notice,
                     "detail": detail,
                     **({"revoked": True} if cancelled else {}),
@@ -607,6 +614,11 @@ def main(argv: list[str] | None = None) -> int:
         help="SIGTERM is a preemption notice SECONDS before a SIGKILL (Slurm)",
     )
     parser.add_argument(
+        "--term-kind",
+        default="slurm",
+        help="whose SIGTERM --term-notice is: slurm (stop once the jobs ended) or kubernetes",
+    )
+    parser.add_argument(
         "--slurm-log",
         metavar="PATH",
         help="the allocation's output file, where Slurm says why it ends it (a cancel or not)",
@@ -630,6 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         max(0.05, args.heartbeat),
         args.term_notice,
         args.slurm_log,
+        args.term_kind,
     )
     agent.reserve = max(0, args.reserve)
     agent.serve()

@@ -304,13 +304,14 @@ def children_of(pid: int) -> set[int]:
 
 
 def become_subreaper() -> bool:
-    """Make this process the child subreaper of its descendants (Linux prctl)."""
-    import ctypes
-
+    """Make this process the child subreaper of its descendants (Linux prctl); False
+    where it cannot (a python3 without ctypes' libffi, as in a minimal image)."""
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, ImportError):
         return False
 
 

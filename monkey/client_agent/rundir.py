@@ -49,6 +49,11 @@ RESULTS = "results.json"  # the run dir's copy of a start's ``results`` (0600), 
 RESULTS_SEQ = "results.seq"  # the number of the attempt's last manifest upload
 PREEMPTED = "preempted"  # the run dir's mark of a job told to stop by a notice
 SIGNALLED = "signalled"  # the run dir's mark of the signal the job got and its SIGKILL deadline
+# kubernetes: the core's cluster agent keeps, in the attempt's run folder in MONKEY_HOME, the
+# start it hands the agent in the pod (0600: the job's environment) and how far it took the
+# pod's events.jsonl and setup.log, for a core that adopts the pod.
+POD_START = "pod-start.json"
+POD_TAKEN = "pod-taken.json"
 ABANDONED = "abandoned"  # the mark of older agents for a run dir reported never started
 OLD_EXIT = "exit"  # the exit code, in run dirs of earlier agents
 OLD_PID = "pid"  # the started record, in run dirs of earlier agents

@@ -564,6 +564,22 @@ class Core(Links, Dispatch):
             lane=(*key, juid, str(n)),
         )
 
+    def _elsewhere(self, job: Job) -> str:
+        """The first provider written in providers.yml, other than JOB's, that could ever
+        hold it (``never_fits``: no call to it; the `local` that exists unwritten is not
+        one); "" when none."""
+        from monkey.drivers import driver_class
+
+        for name, config in self.providers.items():
+            if name == job.provider or (config.type == "local" and not config.options):
+                continue
+            try:
+                if driver_class(config.type).never_fits(config, job.resources) is None:
+                    return name
+            except MonkeyError:
+                continue
+        return ""
+
     def _close_attempt(
         self,
         key: tuple[str, str],
@@ -592,6 +608,7 @@ class Core(Links, Dispatch):
             remote=remote,
             host=key[1],
             note=self.outage.job_note(self.home.run_dir(juid, n)) if event.get("code") != 0 else "",
+            elsewhere=self._elsewhere(job) if event.get("unplaced") else "",
         )
         end = decide(job, event, facts)
         # The agent's time of the exit: a job that ended while the core was down did not
@@ -609,6 +626,7 @@ class Core(Links, Dispatch):
             ran=event.get("ran"),
             requeue_kind=end.requeue_kind,
             adrift=why == Ending.SILENT,
+            moved_to=facts.elsewhere if end.requeue_kind == "moved" else None,
         )
         self.signalled.pop((juid, n), None)
         link = self.links.get(key)

@@ -1,69 +1,93 @@
 """The `kubernetes` provider's agent: the agent protocol (docs/agent-protocol.md) spoken by
-a thread of the core, which runs each attempt as one Pod.
+a thread of the core, which runs each attempt as one Pod with monkey's own worker agent
+inside (monkey/client_agent, run by the image's python3), reached through the API server.
 
 The core links to it as to any agent (an AgentLink over one end of a socket pair) and asks
 it to ``start``, ``signal`` and ``sync`` attempts. A start creates the attempt's Pod (the
-job's image, its command and own environment, its CPUs, memory and GPUs as requests and
-limits; a registry login becomes a pull secret of the pod's); what the pod does comes from
-ONE watch of this home's pods (``Cluster.watch``), never from polling, and is written to the
-attempt's run folder in MONKEY_HOME as the worker agent writes it: ``events.jsonl``
-(started, heartbeats carrying a one-line ``phase`` while the pod waits: ``pending 0/3 nodes
-are available: 3 Insufficient nvidia.com/gpu.``, ``pulling image REF``; exit), the pod's log
-as ``stdout.log`` (Kubernetes merges stdout and stderr), and what the pod went through in
+job's image, its CPUs, memory and GPUs as requests and limits, an emptyDir at /monkey; a
+registry login becomes a pull secret of the pod's); what the pod does comes from ONE watch
+of this home's pods (``Cluster.watch``), never from polling, and is written to the
+attempt's run folder in MONKEY_HOME: ``events.jsonl`` (started, heartbeats carrying a
+one-line ``phase`` while the pod waits: ``pending 0/3 nodes are available: 3 Insufficient
+nvidia.com/gpu.``, ``pulling image REF``; exit) and what the pod went through in
 ``setup.log``. An image that cannot be pulled (not found, unauthorized) and a pod not
 scheduled within ``schedule_timeout`` end the attempt at once as a failed set-up (one line,
-not retried) and delete the pod; ``signal`` deletes the pod with the grace period asked.
+not retried) and delete the pod.
 
-A core that restarts links again and syncs: attempts whose pod still exists are adopted
-(their log followed on from the bytes already kept), those whose pod is gone without an
-exit are ``vanished``.
+Once the pod runs, one exec puts monkey's agent, the blobs of the job's code and datasets,
+its checkpoint and its saved persisted folders into /monkey (an image without python3 fails
+there, in one line), and the pod's command becomes the agent. A second exec, kept open,
+runs the relay (client_agent/pod.py, through ``PodLink``): the core's cluster agent hands
+the pod's agent the job's ``start`` (its paths the pod's) and gets its events (heartbeats,
+``monkey.log`` metrics, its exit) and its logs on the same stream, from the offsets kept
+here: so the job runs as on any worker (set-up, datasets, persisted folders, the signal
+to its whole process tree for cancel and pause, its exit recorded in the pod's run folder).
+Once the job exited, its checkpoint, persisted folders and ``run --outputs`` are read back
+through an exec into MONKEY_HOME, its exit written, and the pod deleted. The next attempt's
+pod gets them, as a cloud instance gets them from the bucket.
 
-The job's code snapshot goes into the pod's emptyDir (``/monkey/work``) through the API
-server's exec channel once the pod runs (a tar on the exec's stdin: the image needs sh,
-head and tar), and the pod's command waits for it; no ConfigMap, no inbound port.
-
-With ``run --outputs``, the pod's command prints a mark once the job ended (cut from the
-log) and waits; the files matching the globs are read through an exec into the run
-folder's work/, then the pod ends.
+A core that restarts links again and syncs: attempts whose pod still runs are adopted (the
+relay opened again from the offsets kept in the run folder: their exit, if it came
+meanwhile, is replayed by the pod's agent), those whose pod is gone without an exit are
+``vanished``. A pod of this home that no attempt has once a core synced (its attempt ended
+while no core ran) is an orphan: deleted with its pull secret.
 
 A pod Kubernetes disrupts (its DisruptionTarget condition: evicted for node pressure,
-preempted by the scheduler, a drain) ends its attempt ``preempted`` with the reason, as a
-spot notice does: the job goes back to the queue without using a retry and runs again in a
-new pod (the kubelet gives the job SIGTERM and the pod's grace period).
-
-A container OOMKilled ends its attempt with its code (137) and ``OOMKilled, limit 16Gi``.
-A pod of this home that no attempt has once a core synced (its attempt ended while no core
-ran) is an orphan: deleted with its pull secret.
-
-Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
-pod (they need the worker agent inside the pod, reached through the same exec channel),
-a job given up here going to another provider.
+preempted by the scheduler, a drain) gets the kubelet's SIGTERM, which the agent takes as a
+notice: the job gets SIGTERM, checkpoints, and its attempt ends ``preempted`` with the
+reason, as after a spot notice: it runs again in a new pod without using a retry. A
+container OOMKilled ends its attempt with its code (137) and ``OOMKilled, limit 16Gi``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
-import posixpath
 import socket
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
 
-from monkey.client_agent.rundir import ABANDONED, EVENTS, SETUP_LOG, STDOUT
+from monkey.client_agent.rundir import (
+    ABANDONED,
+    EVENTS,
+    ORDER,
+    POD_START,
+    POD_TAKEN,
+    SETUP_LOG,
+    STDERR,
+    STDOUT,
+)
 from monkey.drivers.agent_link import AgentLink
-from monkey.drivers.k8s_api import LABEL, RUN_FOLDER, Cluster, label_value, pod_manifest
+from monkey.drivers.k8s_api import (
+    LABEL,
+    POD_BLOBS,
+    POD_CACHE,
+    POD_CHECKPOINT,
+    POD_PERSIST,
+    POD_RUN,
+    POD_SOCKET,
+    Cluster,
+    label_value,
+    pod_manifest,
+)
+from monkey.drivers.k8s_inputs import fetch_results, put_inputs
 from monkey.drivers.k8s_pods import (
     capacity_of,
-    code_tar,
     disruption_of,
     manifest_cpus,
-    mark_of,
-    one_name,
+    pod_rows,
     status_of,
-    unpack_outputs,
+)
+from monkey.drivers.k8s_serve import (
+    CoreConn,
+    events_of,
+    has_exit,
+    read_json,
+    resolve_files,
+    write_private,
 )
 from monkey.models import MonkeyError
 
@@ -71,18 +95,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from monkey.drivers.k8s_link import PodLink
+
 log = logging.getLogger("monkey.kubernetes")
 
 VERSION = 1
-# Variables of a job's start that name this machine's folders: meaningless in a pod.
-_LOCAL_ONLY = {"MONKEY_RUN_DIR", "MONKEY_CHECKPOINT_DIR", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
-# What a start may ask that a pod cannot have yet (it needs monkey's agent in the pod).
-_NOT_YET = (
-    ("datasets", "datasets"),
-    ("placed", "job.yml data folders"),
-    ("setup", "a job.yml set-up"),
-    ("persist", "persisted folders"),
-)
+# Variables of a job's start that name the submitting machine's folders or software: the
+# pod has its own (its run folder's are set to the pod's).
+_LOCAL_ONLY = {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+               "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "CUDA_HOME", "HOME"}  # fmt: skip
+# A start's fields the pod's agent gets otherwise (or not at all).
+_NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_blobs",
+                  "manifest", "base", "changes", "removed", "outputs", "run_dir",
+                  "persist_dir"}  # fmt: skip
+_RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
+_FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
 
 
 @dataclass
@@ -99,26 +126,31 @@ class _Attempt:
     scheduled: bool = False
     said: str = ""  # the last line written to setup.log
     beat_at: float = 0.0
-    signalled: int | None = None  # the signal asked (the pod was deleted for it)
+    signalled: int | None = None  # the signal asked
     ended: bool = False  # its exit event is written
-    ending: dict[str, Any] | None = None  # the exit, written once its log is whole
-    code: bytes | None = None  # the job's code as a tar, until it is in the pod
-    outputs: list[str] = field(default_factory=list)  # run --outputs globs, brought back
-    mark: str = ""  # what the pod prints once its job ended, before its outputs are read
+    ending: dict[str, Any] | None = None  # the exit, once known
     disrupted: str = ""  # why Kubernetes is stopping the pod (evicted, preempted, drained)
     # Its `started` event is written: what the watch saw of its pod before waits for it
     # (a pod may run and end before its creation's answer came back).
     started: bool = False
-    workdir: str = ""  # where it goes in the pod (the command's folder: cwd)
-    logging: threading.Thread | None = None
-    log_done: threading.Event = field(default_factory=threading.Event)
+    gone: bool = False  # the watch saw its pod deleted before its `started` was written
+    booting: bool = False  # its inputs are being put in the pod, or its relay opened
+    relinks: int = 0  # tries in a row to open its relay again
+    link: PodLink | None = None  # the relay to the pod's agent, while open
+    start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
+    taken: dict[str, int] = field(default_factory=dict)  # of the pod's events and setup.log
+    lock: threading.Lock = field(default_factory=threading.Lock)  # its local files
 
 
 class ClusterAgent:
     """The agent protocol over a cluster: one per provider, in the core."""
 
-    def __init__(self, name: str, home_id: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self, name: str, home_id: str, options: dict[str, Any], pods_file: str | None = None
+    ) -> None:
         self.name = name
+        self.pods_file = pods_file  # where the pods the watch sees are kept, for listings
+        self.kept_rows: list[dict[str, Any]] | None = None
         self.options = options
         self.home_id = home_id
         self.selector = f"{LABEL}/home={label_value(home_id)}"
@@ -128,7 +160,7 @@ class ClusterAgent:
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # by name, as the watch last saw them
         self.listed = threading.Event()  # the watch's first listing is in
-        self.subscribers: list[_Conn] = []
+        self.subscribers: list[CoreConn] = []
         self.closed = threading.Event()
         self.error: str | None = None  # why the watch cannot follow the cluster now
         self.manifests: dict[str, list[Any]] = {}  # code file lists given, by digest
@@ -160,7 +192,7 @@ class ClusterAgent:
                     thread.start()
                     self._threads.append(thread)
         mine, theirs = socket.socketpair()
-        conn = _Conn(self, mine)
+        conn = CoreConn(self, mine)
         threading.Thread(target=conn.serve, name=f"k8s-{self.name}-link", daemon=True).start()
         return AgentLink(theirs)
 
@@ -169,8 +201,11 @@ class ClusterAgent:
         with self.lock:
             for conn in list(self.subscribers):
                 conn.close()
+            links = [a.link for a in self.attempts.values() if a.link is not None]
             if self._cluster is not None:
                 self._cluster.close()
+        for link in links:
+            link.close()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -195,12 +230,6 @@ class ClusterAgent:
                 f"provider {self.name!r} runs jobs in images: give run --image REF, or "
                 "image: in job.yml or in the provider's entry"
             )
-        missing = [what for key, what in _NOT_YET if req.get(key)]
-        if missing:
-            raise MonkeyError(
-                f"provider {self.name!r} (kubernetes) cannot give a pod {' or '.join(missing)} "
-                "yet: put what the job needs into its image"
-            )
         os.makedirs(run_dir, exist_ok=True)
         if os.path.exists(os.path.join(run_dir, EVENTS)) or os.path.exists(
             os.path.join(run_dir, ABANDONED)
@@ -213,20 +242,24 @@ class ClusterAgent:
             f"{LABEL}/attempt": str(n),
             f"{LABEL}/owner": label_value(str(req.get("owner") or "unknown")),
         }
-        env = {k: str(v) for k, v in (req.get("env") or {}).items() if k not in _LOCAL_ONLY}
+        local_env = req.get("env") or {}
+        env = {k: str(v) for k, v in local_env.items() if k not in _LOCAL_ONLY}
+        env.update(MONKEY_RUN_DIR=POD_RUN, MONKEY_CHECKPOINT_DIR=POD_CHECKPOINT)
+        with self.lock:
+            files = resolve_files(self.manifests, req)
+        forwarded = {k: v for k, v in req.items() if k not in _NOT_FORWARDED}
+        blobs_dir = f"{POD_CACHE}/blobs" if self.options.get("cache_claim") else POD_BLOBS
+        forwarded.update(run_dir=POD_RUN, blobs_dir=blobs_dir, env=env, isolation="none",
+                         files=files or [])  # fmt: skip
+        if req.get("persist"):
+            forwarded["persist_dir"] = POD_PERSIST
+        kept = {"checkpoint": str(local_env.get("MONKEY_CHECKPOINT_DIR") or "")}
+        if req.get("persist_dir"):
+            kept["persist"] = str(req["persist_dir"])
+        start = {"pod": pod, "start": forwarded, "blobs": list(req.get("pod_blobs") or []),
+                 "blobs_dir": req["blobs_dir"], "kept": kept,
+                 "outputs": [str(o) for o in req.get("outputs") or []]}  # fmt: skip
         resources = req.get("resources") or {}
-        gpus = int(resources.get("gpus") or 0)
-        files = self._files(req)
-        outputs = [str(o) for o in req.get("outputs") or []]
-        code, work, cwd = None, None, ""
-        if files:
-            code = code_tar(files, req["blobs_dir"])
-            work = f"{RUN_FOLDER}/work"
-            if req.get("workdir_name"):
-                work = f"{work}/{one_name(req['workdir_name'])}"
-            cwd = posixpath.normpath(f"{work}/{req['cwd']}") if req.get("cwd") else work
-            if not cwd.startswith(f"{work}"):
-                raise MonkeyError(f"cwd {req['cwd']!r} leaves the job's code")
         secret = None
         auths = (req.get("image_auth") or {}).get("auths")
         cluster = self.cluster
@@ -237,19 +270,15 @@ class ClusterAgent:
             pod,
             labels,
             image,
-            list(req["argv"]),
-            env,
             int(resources.get("cpus") or req.get("cpus") or 1),
             resources.get("memory"),
-            gpus,
+            int(resources.get("gpus") or 0),
             self.options,
             secret,
-            cwd or None,
-            mark_of(pod) if code is not None and outputs else None,
+            self.beat,
         )
-        att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret)
-        att.code, att.workdir, att.outputs = code, cwd, outputs
-        att.mark = mark_of(pod) if code is not None and outputs else ""
+        att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret, start=start)
+        write_private(os.path.join(run_dir, POD_START), start)
         with self.lock:
             self.attempts[(juid, n)] = att
         try:
@@ -267,10 +296,13 @@ class ClusterAgent:
             seen = self.pods.get(pod)
         if seen is not None:
             self._follow(att, seen)
+        elif att.gone:  # deleted before this start was answered: it will not be seen again
+            self._changed("DELETED", {"metadata": {"name": pod}})
         return {"pid": 0}
 
     def signal(self, req: dict[str, Any]) -> dict[str, Any]:
-        """Delete the attempt's pod: SIGTERM, then SIGKILL after the grace asked (0 for KILL)."""
+        """The signal to the job's whole process tree, by the agent in its pod; before that
+        agent runs, the pod is deleted (SIGTERM, then SIGKILL after the grace asked)."""
         with self.lock:
             att = self.attempts.get((req["juid"], int(req["attempt"])))
         if att is None or att.ended or att.ending is not None:
@@ -278,6 +310,14 @@ class ClusterAgent:
         sig = str(req.get("signal", "TERM")).upper().removeprefix("SIG")
         grace = 0 if sig in ("KILL", "9") else int(float(req.get("grace", 10)))
         att.signalled = 9 if grace == 0 else 15
+        link = att.link
+        if link is not None:
+            try:
+                return link.request("signal", juid=att.juid, attempt=att.n,
+                                    signal=req.get("signal", "TERM"),
+                                    grace=req.get("grace", 10))  # fmt: skip
+            except MonkeyError as exc:
+                log.warning("%s: signal through pod %s: %s", self.name, att.pod, exc)
         self._setup_line(att, f"pod {att.pod} deleted (SIG{sig}, grace {grace}s)")
         gone = not self.cluster.delete_pod(att.pod, grace)
         if gone:
@@ -296,7 +336,7 @@ class ClusterAgent:
             if att is None:
                 att = self._adopt(juid, n, run_dir)
             if att is None:
-                status = "exited" if _has_exit(run_dir) else "unknown"
+                status = "exited" if has_exit(run_dir) else "unknown"
                 if status == "unknown":
                     os.makedirs(run_dir, exist_ok=True)
                     open(os.path.join(run_dir, ABANDONED), "a").close()
@@ -334,7 +374,7 @@ class ClusterAgent:
     def _adopt(self, juid: str, n: int, run_dir: str) -> _Attempt | None:
         """The attempt a core before this one started, when its run folder says it started
         and has no exit: followed again from its pod, or ended ``vanished`` without one."""
-        events = _events(run_dir)
+        events = events_of(run_dir)
         if not events or any(e.get("type") == "exit" for e in events):
             return None
         started = next((e for e in events if e.get("type") == "started"), None)
@@ -348,9 +388,9 @@ class ClusterAgent:
             att.seq = max(int(e.get("seq") or 0) for e in events)
             att.started = True
             att.secret = f"{pod_name}-pull"
-            command = pod["spec"]["containers"][0].get("command") or [] if pod else []
-            if len(command) > 5 and command[5] == mark_of(pod_name):  # sh -c SCRIPT $0 $1 $2
-                att.mark = command[5]
+            att.start = read_json(os.path.join(run_dir, POD_START))
+            att.taken = read_json(os.path.join(run_dir, POD_TAKEN))
+            att.scheduled = bool(pod and pod["spec"].get("nodeName"))
             self.attempts[(juid, n)] = att
         if pod is None:
             self._end(att, {"code": None, "signal": None, "reason": "vanished"})
@@ -389,6 +429,22 @@ class ClusterAgent:
             if att.ending is None and time.time() - att.created > 5:
                 self._changed("DELETED", {"metadata": {"name": att.pod}})
         self.listed.set()
+        self._keep_pods()
+
+    def _keep_pods(self) -> None:
+        """Write the pods as the watch sees them for `list providers --monkey-instances`
+        (when what it shows of them changed)."""
+        if self.pods_file is None:
+            return
+        with self.lock:
+            rows = pod_rows(list(self.pods.values()))
+            if rows == self.kept_rows:
+                return
+            self.kept_rows = rows
+            try:
+                write_private(self.pods_file, {"pods": rows})
+            except OSError as exc:
+                log.warning("%s: %s", self.name, exc)
 
     def _changed(self, kind: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -398,6 +454,10 @@ class ClusterAgent:
             else:
                 self.pods[name] = pod
             att = next((a for a in self.attempts.values() if a.pod == name), None)
+        if self.listed.is_set():
+            self._keep_pods()
+        if att is not None and not att.started and kind == "DELETED":
+            att.gone = True  # before its creation's answer: start() ends it
         if att is None or att.ended or not att.started:
             return
         if kind == "DELETED":
@@ -414,7 +474,7 @@ class ClusterAgent:
         self._follow(att, pod)
 
     def _follow(self, att: _Attempt, pod: dict[str, Any]) -> None:
-        """Act on what POD does now: its phase on the job, its log, its end."""
+        """Act on what POD does now: its phase on the job, its agent, its end."""
         kind, line, details = status_of(pod)
         disrupted = disruption_of(pod)
         if disrupted and not att.disrupted:
@@ -435,22 +495,24 @@ class ClusterAgent:
         if att.phase is not None:
             att.phase = None
             self._emit(att, "heartbeat")
-        with self.lock:
-            tar = att.code if kind == "running" else None
-            if tar is not None:
-                att.code = None
-        if tar is not None:
-            threading.Thread(target=self._upload, args=(att, tar), daemon=True).start()
-        self._log(att)
-        if kind == "ended" and att.ending is None:
+        if kind == "running":
+            with self.lock:
+                boot = att.link is None and not att.booting and att.ending is None
+                att.booting = att.booting or boot
+            if boot:
+                threading.Thread(target=self._boot, args=(att,), daemon=True).start()
+            return
+        if kind == "ended" and att.ending is None:  # the agent's container ended first
             code = details.get("exitCode")
-            reason = details.get("reason") or ""
             detail = {}
-            if reason == "OOMKilled":
+            if details.get("reason") == "OOMKilled":
                 limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
                 said = f"OOMKilled, limit {limits['memory']}" if "memory" in limits else "OOMKilled"
                 self._setup_line(att, f"pod {att.pod}: {said}")
                 detail = {"detail": said}
+            elif not att.disrupted and att.signalled is None:
+                self._setup_line(att, f"pod {att.pod} ended (exit {code}) before its job's exit "
+                                 f"came: {self._container_log(att)}")  # fmt: skip
             if att.signalled is not None:
                 ending = {"code": code, "signal": att.signalled, "reason": "killed"}
             elif att.disrupted:  # as a spot notice: queued again without using a retry
@@ -459,139 +521,191 @@ class ClusterAgent:
             else:
                 ending = {"code": code, "signal": None, "reason": "exited", **detail}
             att.ending = ending
-            threading.Thread(target=self._end_after_log, args=(att,), daemon=True).start()
+            threading.Thread(target=self._finish, args=(att, None), daemon=True).start()
 
-    def _upload(self, att: _Attempt, code: bytes) -> None:
-        """Put the job's CODE (a tar) into its pod's run folder through an exec; the pod's
-        command then starts in it. A failure ends the attempt as a failed set-up."""
-        started = time.monotonic()
-        work = f"{RUN_FOLDER}/work"
-        script = (
-            f"mkdir -p {work} '{att.workdir}' && head -c {len(code)} | tar -x -f - -C {work}"
-            f" && touch {RUN_FOLDER}/ready"
-        )
+    def _container_log(self, att: _Attempt) -> str:
+        """The last line the pod's container (monkey's agent) wrote, or why not."""
         try:
-            status, _out, err = self.cluster.exec(att.pod, ["sh", "-c", script], code)
+            data = b"".join(self.cluster.log(att.pod, follow=False))
         except MonkeyError as exc:
-            self._fail(att, f"the job's code could not be put in pod {att.pod}: {exc}")
-            return
-        if status != 0:
-            said = (err.decode(errors="replace").strip().splitlines() or [f"exit {status}"])[-1]
-            self._fail(
-                att,
-                f"the job's code could not be put in pod {att.pod} (its image needs sh, head "
-                f"and tar): {said[-200:]}",
-            )
-            return
-        self._setup_line(
-            att,
-            f"the job's code ({len(code):,} bytes) put in pod {att.pod} in "
-            f"{time.monotonic() - started:.1f} s",
+            return str(exc)
+        lines = data.decode(errors="replace").strip().splitlines()
+        return lines[-1][-300:] if lines else "it wrote nothing"
+
+    # -- the agent in the pod ----------------------------------------------------------------
+
+    def _boot(self, att: _Attempt) -> None:
+        """Put the agent and the job's inputs in the pod (unless an earlier core did), open
+        the relay and hand the job to the agent there (or take it back, adopted)."""
+        fresh = not att.taken
+        try:
+            if fresh or not self._pod_ready(att):
+                self._put_inputs(att)
+                fresh = True
+            self._open_link(att, fresh)
+            att.relinks = 0
+        except Exception as exc:  # noqa: BLE001  (the attempt ends on any failure here)
+            if not isinstance(exc, MonkeyError):
+                log.exception("%s: starting pod %s's agent", self.name, att.pod)
+            if not fresh and att.relinks < _RELINKS and not self.closed.is_set():
+                # A relay lost (the API server, the network): tried again while the pod runs;
+                # a pod that ended meanwhile is the watch's to end.
+                att.relinks += 1
+                threading.Timer(1.0, self._unlinked, (att, str(exc))).start()
+                return
+            if att.signalled is not None:
+                self._end(att, {"code": None, "signal": att.signalled, "reason": "killed"})
+            elif not att.disrupted:
+                self._fail(att, str(exc))
+        finally:
+            att.booting = False
+
+    def _pod_ready(self, att: _Attempt) -> bool:
+        status, _out, _err = self.cluster.exec(att.pod, ["sh", "-c", f"test -S {POD_SOCKET}"])
+        return status == 0
+
+    def _put_inputs(self, att: _Attempt) -> None:
+        said = put_inputs(self.cluster, att.pod, att.image, att.start,
+                          self.options.get("cache_claim"))  # fmt: skip
+        self._setup_line(att, said)
+
+    def _open_link(self, att: _Attempt, fresh: bool) -> None:
+        from monkey.drivers.k8s_link import PodLink
+
+        offsets = {}
+        for name in _FOLLOWED:
+            try:
+                offsets[name] = os.path.getsize(os.path.join(att.run_dir, name))
+            except OSError:
+                offsets[name] = 0
+        offsets[SETUP_LOG] = int(att.taken.get(SETUP_LOG, 0))
+        link = PodLink(
+            self.cluster,
+            att.pod,
+            offsets,
+            lambda msg: self._pushed(att, msg),
+            lambda why: self._unlinked(att, why),
         )
+        att.link = link
+        if fresh:
+            link.request("sync", attempts=[])
+            self._take(att, 0)
+            reply = link.request("start", timeout=600, **att.start["start"])
+            if reply.get("withdrawn"):
+                raise MonkeyError(str(reply.get("error") or "withdrawn"))
+            return
+        item = {"juid": att.juid, "attempt": att.n, "run_dir": POD_RUN,
+                "offset": int(att.taken.get(EVENTS, 0))}  # fmt: skip
+        status = link.request("sync", attempts=[item])["attempts"][0]["status"]
+        if status == "unknown":
+            raise MonkeyError(f"the agent in pod {att.pod} never started the job")
+
+    def _unlinked(self, att: _Attempt, why: str) -> None:
+        """The relay ended: open it again while the pod runs and the job has not exited."""
+        att.link = None
+        if att.ending is not None or att.ended or self.closed.is_set():
+            return
+        log.warning("%s: the link to pod %s ended: %s", self.name, att.pod, why)
+        with self.lock:
+            pod = self.pods.get(att.pod)
+            boot = pod is not None and status_of(pod)[0] == "running" and not att.booting
+            att.booting = att.booting or boot
+        if boot:
+            threading.Thread(target=self._boot, args=(att,), daemon=True).start()
+
+    def _pushed(self, att: _Attempt, msg: dict[str, Any]) -> None:
+        """A push of the pod's agent: a file's new bytes, or an event of the job."""
+        if msg.get("push") == "file":
+            self._file(att, str(msg["name"]), int(msg["at"]), base64.b64decode(msg["data"]))
+            return
+        if msg.get("push") != "event" or (msg.get("juid"), msg.get("attempt")) != (
+            att.juid,
+            att.n,
+        ):
+            return  # a notice: the pod's own, told by the watch
+        event = dict(msg["event"])
+        kind = event.pop("type", None)
+        for key in ("seq", "ts", "ran"):  # "ran": from the pod's start, not the attempt's
+            event.pop(key, None)
+        if kind == "exit":
+            with self.lock:
+                first = att.ending is None
+                if first:
+                    att.ending = event
+            if first:
+                threading.Thread(target=self._finish, args=(att, msg["offset"]),
+                                 daemon=True).start()  # fmt: skip
+            return
+        if kind != "started" and kind is not None:
+            self._emit(att, kind, **event)
+        self._take(att, int(msg["offset"]))
+
+    def _file(self, att: _Attempt, name: str, at: int, data: bytes) -> None:
+        with att.lock:
+            path = os.path.join(att.run_dir, name)
+            if name == SETUP_LOG:
+                have = int(att.taken.get(SETUP_LOG, 0))
+            elif name in _FOLLOWED:
+                have = os.path.getsize(path) if os.path.exists(path) else 0
+            else:
+                return
+            if at + len(data) <= have:
+                return
+            with open(path, "ab") as f:
+                f.write(data[max(0, have - at) :])
+            if name == SETUP_LOG:
+                att.taken[SETUP_LOG] = at + len(data)
+                write_private(os.path.join(att.run_dir, POD_TAKEN), att.taken)
+
+    def _take(self, att: _Attempt, offset: int) -> None:
+        """Record how far the pod's events were taken (an adopting core goes on from there)."""
+        with att.lock:
+            att.taken[EVENTS] = max(offset, int(att.taken.get(EVENTS, 0)))
+            write_private(os.path.join(att.run_dir, POD_TAKEN), att.taken)
+
+    def _finish(self, att: _Attempt, offset: int | None) -> None:
+        """The job exited (OFFSET: its exit event's in the pod), or its pod's container ended
+        (None): bring back its kept folders and outputs while the pod runs, write its exit,
+        delete the pod."""
+        assert att.ending is not None
+        ending = dict(att.ending)
+        if offset is not None:
+            self._fetch(att)
+            if att.disrupted and ending.get("reason") in ("preempted", "killed", "exited"):
+                if att.signalled is None:
+                    ending.update(reason="preempted", detail=att.disrupted)
+        self._end(att, ending)
+        if offset is not None:
+            self._take(att, offset)
+        link = att.link
+        if link is not None:
+            link.close()
+        try:
+            self.cluster.delete_pod(att.pod, 0)
+        except MonkeyError as exc:
+            log.warning("%s: %s", self.name, exc)
 
     def _fetch(self, att: _Attempt) -> None:
-        """Bring the files of the job's work folder that match its outputs globs into its
-        run folder's work/ (a tar read through an exec), then let the pod end."""
-        work = f"{RUN_FOLDER}/work"
-        script = f"cd {work} && tar -c -f - . ; touch {RUN_FOLDER}/fetched"
-        try:
-            _status, out, err = self.cluster.exec(att.pod, ["sh", "-c", script])
-            count = unpack_outputs(out, att.outputs, os.path.join(att.run_dir, "work"))
-            self._setup_line(att, f"{count} output files brought back from pod {att.pod}")
-        except (MonkeyError, OSError, tarfile.TarError) as exc:
-            self._setup_line(att, f"the outputs of pod {att.pod} could not be brought back: {exc}")
+        for said in fetch_results(self.cluster, att.pod, att.start, att.run_dir):
+            self._setup_line(att, said)
 
-    def _files(self, req: dict[str, Any]) -> list[Any] | None:
-        """The start's code files [[relpath, digest, mode]]: given, or the list its manifest
-        names (or a change to one) when this agent was given it; unknown: the core sends
-        the full list again."""
-        files, manifest = req.get("files"), req.get("manifest")
-        if files is None and manifest:
-            if req.get("base"):
-                base = self.manifests.get(req["base"])
-                if base is None:
-                    raise MonkeyError(f"unknown manifest {req['base']}: send the full file list")
-                changes = list(req.get("changes") or [])
-                dropped = set(req.get("removed") or []) | {c[0] for c in changes}
-                files = sorted([f for f in base if f[0] not in dropped] + changes)
-            else:
-                files = self.manifests.get(manifest)
-                if files is None:
-                    raise MonkeyError(f"unknown manifest {manifest}: send the full file list")
-        if files is not None and manifest:
-            with self.lock:
-                if len(self.manifests) > 256:
-                    self.manifests.clear()
-                self.manifests[manifest] = files
-        return files
-
-    def _fail(self, att: _Attempt, why: str) -> None:
-        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried."""
-        if att.ending is not None:
-            return
-        att.ending = {"code": None, "signal": None, "reason": "setup", "error": why}
-        self._setup_line(att, why)
-        try:
-            self.cluster.delete_pod(att.pod, 0)
-        except MonkeyError as exc:
-            log.warning("%s: %s", self.name, exc)
-        self._end(att, att.ending)
-
-    def _log(self, att: _Attempt) -> None:
-        """Follow the pod's log into stdout.log (once; from the bytes kept there already)."""
+    def _fail(self, att: _Attempt, why: str, unplaced: bool = False) -> None:
+        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried
+        (UNPLACED: no node took it in time; the core may queue it for another provider)."""
         with self.lock:
-            if att.logging is not None:
+            if att.ending is not None:
                 return
-            att.logging = threading.Thread(
-                target=self._logging, args=(att,), name=f"k8s-log-{att.pod}", daemon=True
-            )
-        att.logging.start()
-
-    def _logging(self, att: _Attempt) -> None:
-        path = os.path.join(att.run_dir, STDOUT)
-        try:
-            skip = os.path.getsize(path)
-        except OSError:
-            skip = 0
-        mark = att.mark.encode() if att.mark else b""
-        held = b""  # the end of what came, while it may be the start of the mark
-        done = False  # the mark came: what follows is the pod's own end
-        try:
-            with open(path, "ab") as out:
-                for chunk in self.cluster.log(att.pod, follow=True):
-                    if skip:
-                        cut = min(skip, len(chunk))
-                        chunk, skip = chunk[cut:], skip - cut
-                    if not chunk or done:
-                        continue
-                    data, held = held + chunk, b""
-                    at = data.find(mark) if mark else -1
-                    if at >= 0:  # the job ended: its outputs are read before the pod ends
-                        out.write(data[:at])
-                        out.flush()
-                        done = True
-                        self._fetch(att)
-                        continue
-                    keep = len(mark) - 1 if mark else 0
-                    while keep and not data.endswith(mark[:keep]):
-                        keep -= 1
-                    data, held = (data[:-keep], data[-keep:]) if keep else (data, b"")
-                    out.write(data)
-                    out.flush()
-                out.write(held)
-        except MonkeyError as exc:
-            self._setup_line(att, f"the pod's log could not be read: {exc}")
-        finally:
-            att.log_done.set()
-
-    def _end_after_log(self, att: _Attempt) -> None:
-        att.log_done.wait(30)
-        assert att.ending is not None
-        self._end(att, att.ending)
+            att.ending = {"code": None, "signal": None, "reason": "setup", "error": why}
+            if unplaced:
+                att.ending["unplaced"] = True
+        self._setup_line(att, why)
+        if att.link is not None:
+            att.link.close()
         try:
             self.cluster.delete_pod(att.pod, 0)
         except MonkeyError as exc:
             log.warning("%s: %s", self.name, exc)
+        self._end(att, att.ending)
 
     def _end(self, att: _Attempt, ending: dict[str, Any]) -> None:
         with self.lock:
@@ -600,6 +714,10 @@ class ClusterAgent:
             att.ended = True
         att.ending = ending
         self._emit(att, "exit", **ending)
+        try:  # the start handed to the pod holds the job's environment: not kept past its end
+            os.unlink(os.path.join(att.run_dir, POD_START))
+        except OSError:
+            pass
         if att.secret:
             try:
                 self.cluster.delete_secret(att.secret)
@@ -607,14 +725,15 @@ class ClusterAgent:
                 log.warning("%s: %s", self.name, exc)
 
     def _beating(self) -> None:
-        """Heartbeats of the live attempts (their phase), and the schedule timeout."""
+        """Heartbeats of the attempts whose agent does not run yet (their phase), and the
+        schedule timeout."""
         while not self.closed.wait(min(self.beat, 0.5)):
             now = time.time()
             with self.lock:
                 live = [
                     a
                     for a in self.attempts.values()
-                    if a.started and not a.ended and a.ending is None
+                    if a.started and not a.ended and a.ending is None and a.link is None
                 ]
             for att in live:
                 if not att.scheduled and now - att.created > self.schedule_timeout:
@@ -623,6 +742,7 @@ class ClusterAgent:
                         att,
                         f"not scheduled within schedule_timeout {self.schedule_timeout:g}s"
                         + (f": {said}" if said else ""),
+                        unplaced=True,
                     )
                 elif now - att.beat_at >= self.beat:
                     att.beat_at = now
@@ -630,7 +750,7 @@ class ClusterAgent:
 
     # -- the run folder ----------------------------------------------------------------------
 
-    def _emit(self, att: _Attempt, kind: str, **fields: Any) -> None:
+    def _emit(self, att: _Attempt, kind: str, /, **fields: Any) -> None:
         """Append an event to the attempt's events.jsonl and push it to the linked cores."""
         with self.lock:
             if att.ended and kind != "exit":
@@ -658,106 +778,3 @@ class ClusterAgent:
                 f.write(f"[monkey] {text}\n")
         except OSError:
             pass
-
-
-def _events(run_dir: str) -> list[dict[str, Any]]:
-    try:
-        with open(os.path.join(run_dir, EVENTS)) as f:
-            return [json.loads(line) for line in f if line.strip().endswith("}")]
-    except (OSError, ValueError):
-        return []
-
-
-def _has_exit(run_dir: str) -> bool:
-    return any(e.get("type") == "exit" for e in _events(run_dir))
-
-
-class _Conn:
-    """One link from a core: requests in, replies and pushes out."""
-
-    def __init__(self, agent: ClusterAgent, sock: socket.socket) -> None:
-        self.agent = agent
-        self.sock = sock
-        self.wlock = threading.Lock()
-        self.open = True
-
-    def send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
-        with self.wlock:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.close()
-
-    def close(self) -> None:
-        self.open = False
-        with self.agent.lock:
-            if self in self.agent.subscribers:
-                self.agent.subscribers.remove(self)
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def serve(self) -> None:
-        buf = b""
-        try:
-            while self.open:
-                data = self.sock.recv(1 << 16)
-                if not data:
-                    break
-                buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        self._handle(json.loads(line))
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.close()
-
-    def _handle(self, req: dict[str, Any]) -> None:
-        agent, op, rid = self.agent, req.get("op"), req.get("id")
-        try:
-            if op == "hello":
-                reply = agent.hello()
-            elif op == "start":
-                reply = agent.start(req)
-            elif op == "signal":
-                reply = agent.signal(req)
-            elif op == "sync":
-                reply = agent.sync(req)
-            elif op == "jobs":
-                reply = agent.jobs()
-            elif op in ("ping", "shutdown"):
-                reply = {"stopping": False}
-            else:
-                raise MonkeyError(f"unknown op {op!r}")
-        except (MonkeyError, KeyError, TypeError, ValueError, OSError) as exc:
-            self.send({"id": rid, "ok": False, "error": str(exc) or type(exc).__name__})
-            return
-        self.send({"id": rid, "ok": True, **reply})
-        if op == "sync":
-            with agent.lock:  # no event is written between the replay and the subscription
-                self._replay(req)
-                agent.subscribers.append(self)
-
-    def _replay(self, req: dict[str, Any]) -> None:
-        """Push every event of the named attempts after the offset the core has."""
-        for item in req.get("attempts") or []:
-            path = os.path.join(item["run_dir"], EVENTS)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(int(item.get("offset") or 0))
-                    data = f.read()
-                    start = int(item.get("offset") or 0)
-            except OSError:
-                continue
-            for line in data.split(b"\n")[:-1]:
-                start += len(line) + 1
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                self.send({"push": "event", "juid": item["juid"], "attempt": item["attempt"],
-                           "offset": start, "event": event})  # fmt: skip

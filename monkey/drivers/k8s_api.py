@@ -26,27 +26,22 @@ if TYPE_CHECKING:
 GPU = "nvidia.com/gpu"
 LABEL = "monkey.dev"  # the prefix of monkey's labels: monkey.dev/home, /job, /attempt, /owner
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
-RUN_FOLDER = "/monkey"  # the pod's emptyDir: the job's code in work/, then ready
-# The pod's command when its job has code: wait for the code (put through an exec), then
-# run the job's argv in its folder ($1). Needs sh and sleep in the image.
-WAIT_FOR_CODE = (
-    f'while [ ! -e {RUN_FOLDER}/ready ]; do sleep 0.1; done; cd "$1" || exit 127; shift; exec "$@"'
-)
-# The same for a job with outputs to bring back ($2: a mark): the job runs as the shell's
-# child (a SIGTERM to the pod reaches it); once it ended the mark and its code are printed,
-# and the pod waits (60 s at most) for ``fetched``, made once its outputs were read.
-WAIT_FOR_CODE_THEN_OUTPUTS = (
-    f"while [ ! -e {RUN_FOLDER}/ready ]; do sleep 0.1; done\n"
-    'cd "$1" || exit 127; mark=$2; shift 2\n'
-    '"$@" &\n'
-    "pid=$!\n"
-    "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
-    "wait $pid; code=$?\n"
-    "while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done\n"
-    'echo "$mark $code"\n'
-    f"n=0; while [ ! -e {RUN_FOLDER}/fetched ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\n"
-    "exit $code\n"
-)
+RUN_FOLDER = "/monkey"  # the pod's emptyDir: monkey's agent, the job's blobs and run folder
+POD_AGENT = f"{RUN_FOLDER}/agent"  # the agent's code (monkey/client_agent/), put by an exec
+POD_ROOT = f"{RUN_FOLDER}/root"  # the agent's root
+POD_SOCKET = f"{RUN_FOLDER}/agent.sock"
+POD_RUN = f"{RUN_FOLDER}/run"  # the attempt's run folder (one attempt per pod)
+POD_BLOBS = f"{RUN_FOLDER}/blobs"  # the blobs of the job's code and datasets
+POD_CACHE = f"{RUN_FOLDER}/cache"  # the entry's cache_claim: blobs kept across pods, by digest
+POD_CHECKPOINT = f"{RUN_FOLDER}/checkpoint"  # the job's checkpoint, carried across pods
+POD_PERSIST = f"{RUN_FOLDER}/persist"  # job.yml's saved persisted folders, the same way
+POD_READY = f"{RUN_FOLDER}/ready"  # made once all that is in: the agent starts
+# Runs a module of the agent's code ($1) with the image's python3.
+BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from monkey.client_agent.{} import main; sys.exit(main())"
+# The pod's command: wait for the agent's code (put through an exec, which checked that the
+# image has python3), then become monkey's agent. Needs sh and sleep in the image.
+WAIT_FOR_AGENT = f'while [ ! -e {POD_READY} ]; do sleep 0.1; done; cd {RUN_FOLDER} && exec python3 -I -c "$0" "$@"'
+GRACE = 30  # seconds from the kubelet's SIGTERM to its SIGKILL (the pod's default)
 
 
 def default_kubeconfig() -> str:
@@ -251,18 +246,41 @@ class Cluster:
     ) -> tuple[int, bytes, bytes]:
         """Run ARGV in pod NAME's container through the API server (pods/exec), with STDIN;
         (exit code, stdout, stderr). MonkeyError when the exec cannot be made."""
+        from websocket import WebSocketException
+
+        ws = self.open_exec(name, argv, bool(stdin))
+        try:
+            try:
+                for at in range(0, len(stdin), 1 << 20):
+                    ws.write_stdin(stdin[at : at + (1 << 20)])
+            except (OSError, WebSocketException):
+                pass  # the command ended without reading it all: its status says why
+            ws.run_forever(timeout=timeout)
+            if ws.is_open():
+                raise MonkeyError(f"exec in pod {name}: no end within {timeout:.0f}s")
+            code = ws.returncode
+            out, err = ws.read_stdout() or b"", ws.read_stderr() or b""  # "" when none came
+            return int(code if code is not None else -1), bytes(out), bytes(err)
+        except (OSError, ValueError, KeyError, TypeError, WebSocketException) as exc:
+            raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
+        finally:
+            ws.close()
+
+    def open_exec(self, name: str, argv: list[str], stdin: bool) -> Any:
+        """A websocket running ARGV in pod NAME's container (the client's WSClient: its
+        ``sock`` carries v4.channel.k8s.io frames). MonkeyError when it cannot be opened."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
         try:
             with self._exec_lock:
-                ws = stream(
+                return stream(
                     self._exec_core.connect_get_namespaced_pod_exec,
                     name,
                     self.namespace,
                     command=argv,
                     container="job",
-                    stdin=bool(stdin),
+                    stdin=stdin,
                     stdout=True,
                     stderr=True,
                     tty=False,
@@ -271,18 +289,8 @@ class Cluster:
                 )
         except ApiException as exc:
             raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
-        try:
-            for at in range(0, len(stdin), 1 << 20):
-                ws.write_stdin(stdin[at : at + (1 << 20)])
-            ws.run_forever(timeout=timeout)
-            if ws.is_open():
-                raise MonkeyError(f"exec in pod {name}: no end within {timeout:.0f}s")
-            code = ws.returncode
-            return int(code if code is not None else -1), ws.read_stdout(), ws.read_stderr()
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError) as exc:
             raise MonkeyError(f"exec in pod {name}: {_reason(exc)}") from None
-        finally:
-            ws.close()
 
     def watch(
         self, selector: str, on_list: Callable[[list[dict[str, Any]]], None],
@@ -372,22 +380,19 @@ def pod_manifest(
     name: str,
     labels: dict[str, str],
     image: str,
-    argv: list[str],
-    env: dict[str, str],
     cpus: int,
     memory: str | None,
     gpus: int,
     options: dict[str, Any],
     pull_secret: str | None,
-    workdir: str | None = None,
-    mark: str | None = None,
+    heartbeat: float = 5.0,
 ) -> dict[str, Any]:
-    """The Pod of one attempt: restartPolicy Never, the job's command in its image, CPUS,
-    MEMORY and GPUS as requests and limits, and the entry's OPTIONS (node_selector,
-    tolerations, priority_class, service_account, queue). With WORKDIR (a folder under
-    /monkey, the pod's emptyDir), the command waits for /monkey/ready (the job's code put
-    there through an exec) and runs in WORKDIR; with MARK too, it then prints MARK and the
-    job's exit code, and waits for its outputs to be read."""
+    """The Pod of one attempt: restartPolicy Never, monkey's agent in the job's image (it
+    waits for its code, put through an exec, then serves the core through the same channel;
+    its SIGTERM is a notice to the job, GRACE seconds before the kubelet's SIGKILL), CPUS,
+    MEMORY and GPUS as requests and limits, an emptyDir at /monkey, and the entry's OPTIONS
+    (node_selector, tolerations, priority_class, service_account, queue; cache_claim: that
+    claim at /monkey/cache)."""
     resources: dict[str, str] = {"cpu": str(max(1, cpus))}
     memory = memory or options.get("memory")
     if memory:
@@ -396,22 +401,26 @@ def pod_manifest(
         resources[GPU] = str(gpus)
     if options.get("queue"):
         labels = {**labels, "kueue.x-k8s.io/queue-name": str(options["queue"])}
+    agent = ["--root", POD_ROOT, "--socket", POD_SOCKET, "--idle-timeout", "3600",
+             "--heartbeat", f"{heartbeat:g}", "--term-notice", str(GRACE), "--term-kind",
+             "kubernetes"]  # fmt: skip
     container: dict[str, Any] = {
         "name": "job",
         "image": image,
-        "command": list(argv),
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "command": ["sh", "-c", WAIT_FOR_AGENT, BOOT.format("agent"), POD_AGENT, *agent],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "monkey", "mountPath": RUN_FOLDER}],
     }
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if workdir is not None:
-        container["command"] = (
-            ["sh", "-c", WAIT_FOR_CODE_THEN_OUTPUTS, "monkey-job", workdir, mark, *argv]
-            if mark
-            else ["sh", "-c", WAIT_FOR_CODE, "monkey-job", workdir, *argv]
-        )
-        container["volumeMounts"] = [{"name": "monkey", "mountPath": RUN_FOLDER}]
-        spec["volumes"] = [{"name": "monkey", "emptyDir": {}}]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": GRACE,
+        "containers": [container],
+        "volumes": [{"name": "monkey", "emptyDir": {}}],
+    }
+    if options.get("cache_claim"):
+        container["volumeMounts"].append({"name": "cache", "mountPath": POD_CACHE})
+        claim = {"claimName": str(options["cache_claim"])}
+        spec["volumes"].append({"name": "cache", "persistentVolumeClaim": claim})
     if options.get("node_selector"):
         spec["nodeSelector"] = dict(options["node_selector"])
     if options.get("tolerations"):

@@ -1,22 +1,62 @@
 """What a cluster's objects say, for the kubernetes driver and its agent: a pod's status
 read as an attempt's (waiting, running, ended and why), the cluster as one instance from its
-nodes, and what a pod carries in and out (its code as a tar, its outputs)."""
+nodes, and what a pod carries in and out (its inputs as a tar, its outputs and kept
+folders)."""
 
 from __future__ import annotations
 
 import io
 import os
 import posixpath
-import stat
 import tarfile
 
 from monkey.drivers.base import Capacity
+from monkey.drivers.k8s_api import POD_CACHE, POD_READY, RUN_FOLDER
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+_READ_STDIN = (
+    "import io, os, sys, tarfile\n"
+    "n, parts, got = int(sys.argv[1]), [], 0\n"
+    "while got < n:\n"
+    "    chunk = sys.stdin.buffer.read1(n - got)\n"
+    "    if not chunk: break\n"
+    "    parts.append(chunk); got += len(chunk)\n"
+    "data = b''.join(parts)\n"
+)
+# Unpacks the tar of the pod's inputs (its size: argv[1]) read on stdin into /monkey: each
+# file through a temporary name (a blob of the cache claim another pod writes at the same
+# time is whole either way), then makes /monkey/ready.
+UNPACK = _READ_STDIN + (
+    f"os.chdir({RUN_FOLDER!r})\n"
+    "with tarfile.open(fileobj=io.BytesIO(data)) as tar:\n"
+    "    for m in tar:\n"
+    "        if m.isdir():\n"
+    "            os.makedirs(m.name, exist_ok=True); continue\n"
+    "        os.makedirs(os.path.dirname(m.name) or '.', exist_ok=True)\n"
+    "        tmp = '%s.%d' % (m.name, os.getpid())\n"
+    "        with open(tmp, 'wb') as f: f.write(tar.extractfile(m).read())\n"
+    "        os.chmod(tmp, m.mode & 0o777); os.replace(tmp, m.name)\n"
+    f"open({POD_READY!r}, 'w').close()\n"
+)
+# Prints which of the digests read on stdin (one a line; size: argv[1]) the cache claim lacks.
+MISSING = _READ_STDIN + (
+    f"os.makedirs({POD_CACHE!r} + '/blobs', exist_ok=True)\n"
+    f"os.chdir({POD_CACHE!r} + '/blobs')\n"
+    "for d in data.decode().split():\n"
+    "    if not os.path.isfile(os.path.join(d[:2], d[2:])): print(d)\n"
+)
+# Writes a tar of the folders named (under /monkey) that exist to stdout.
+PACK = (
+    "import os, sys, tarfile\n"
+    f"os.chdir({RUN_FOLDER!r})\n"
+    "with tarfile.open(fileobj=sys.stdout.buffer, mode='w|') as tar:\n"
+    "    for name in sys.argv[1:]:\n"
+    "        if os.path.exists(name): tar.add(name)\n"
+)
 _IMAGE_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _START_FAILURES = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
 _DISRUPTIONS = {
@@ -88,46 +128,84 @@ def disruption_of(pod: dict[str, Any]) -> str:
     return ""
 
 
-def code_tar(files: list[Any], blobs_dir: str) -> bytes:
-    """The job's code FILES ([[relpath, digest, mode]], blobs in BLOBS_DIR) as a tar: files
-    with their mode, links out of the project as symlinks (their blob holds the target)."""
+def inputs_tar(
+    blobs: list[str], blobs_dir: str, kept: dict[str, str], blobs_at: str = "blobs"
+) -> bytes:
+    """What a pod gets before its agent starts, as a gzipped tar of paths under /monkey: the
+    agent's code (agent/monkey/client_agent/), the BLOBS of the job's code and datasets
+    (under BLOBS_AT, as BLOBS_DIR holds them) and the local folders KEPT names by their
+    folder in the pod (the job's checkpoint, its saved persisted folders)."""
+    from monkey.version import AGENT_SRC, agent_files
+
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, digest, mode in files:
-            name = posixpath.normpath(str(rel))
-            if name.startswith("/") or name == ".." or name.startswith("../"):
-                raise MonkeyError(f"unsafe path {rel!r} in the job's code")
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        init = tarfile.TarInfo("agent/monkey/__init__.py")
+        tar.addfile(init, io.BytesIO(b""))
+        for name in agent_files():
+            tar.add(str(AGENT_SRC / name), f"agent/monkey/client_agent/{name}")
+        for digest in dict.fromkeys(blobs):
+            path = os.path.join(blobs_dir, digest[:2], digest[2:])
             try:
-                with open(os.path.join(blobs_dir, digest[:2], digest[2:]), "rb") as f:
-                    data = f.read()
+                tar.add(path, f"{blobs_at}/{digest[:2]}/{digest[2:]}")
             except OSError as exc:
-                raise MonkeyError(f"missing blob {digest} of {rel}: {exc}") from None
-            info = tarfile.TarInfo(name)
-            if stat.S_ISLNK(int(mode)):
-                info.type, info.linkname = tarfile.SYMTYPE, os.fsdecode(data)
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(data), int(mode) & 0o777
-                tar.addfile(info, io.BytesIO(data))
+                raise MonkeyError(f"missing blob {digest}: {exc}") from None
+        for folder, local in kept.items():
+            if os.path.isdir(local) and os.listdir(local):
+                tar.add(local, folder)
     return buf.getvalue()
 
 
-def mark_of(pod: str) -> str:
-    """What POD prints once its job ended (never a line a job writes by chance)."""
-    import hashlib
+def unpack_kept(data: bytes, kept: dict[str, str]) -> int:
+    """Replace each local folder of KEPT ({folder in the pod: local path}) by the one the
+    tar DATA holds (a folder it lacks leaves the local one as it was); the files written.
+    Nothing leaves its folder."""
+    import shutil
 
-    return "monkey-job-ended-" + hashlib.sha256(pod.encode()).hexdigest()[:24]
+    count = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        members = tar.getmembers()
+        for folder, local in kept.items():
+            mine = [m for m in members if m.name == folder or m.name.startswith(folder + "/")]
+            if not mine:
+                continue
+            fresh = f"{local}.fetching"
+            shutil.rmtree(fresh, ignore_errors=True)
+            os.makedirs(fresh)
+            for member in mine:
+                rel = posixpath.normpath(member.name[len(folder) :].lstrip("/"))
+                if rel.startswith("..") or rel.startswith("/"):
+                    continue
+                target = os.path.join(fresh, rel) if rel != "." else fresh
+                if member.isdir():
+                    os.makedirs(target, exist_ok=True)
+                elif member.isfile() and (source := tar.extractfile(member)) is not None:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with open(target, "wb") as f:
+                        f.write(source.read())
+                    os.chmod(target, member.mode & 0o700 | 0o600)
+                    count += 1
+            old = f"{local}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            if os.path.exists(local):
+                os.replace(local, old)
+            os.replace(fresh, local)
+            shutil.rmtree(old, ignore_errors=True)
+    return count
 
 
-def unpack_outputs(data: bytes, globs: list[str], dest: str) -> int:
-    """The regular files of the tar DATA whose path (or a folder of it) matches one of
-    GLOBS, written under DEST; how many. Nothing leaves DEST."""
+def unpack_outputs(data: bytes, globs: list[str], dest: str, prefix: str = "") -> int:
+    """The regular files of the tar DATA under PREFIX (a folder) whose path there (or a
+    folder of it) matches one of GLOBS, written under DEST; how many. Nothing leaves DEST."""
     import fnmatch
 
     count = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar:
             name = posixpath.normpath(member.name)
+            if prefix:
+                if not name.startswith(prefix + "/"):
+                    continue
+                name = name[len(prefix) + 1 :]
             if not member.isfile() or name.startswith(("/", "..")) or name == ".":
                 continue
             parts = name.split("/")
@@ -145,10 +223,41 @@ def unpack_outputs(data: bytes, globs: list[str], dest: str) -> int:
     return count
 
 
-def one_name(text: str) -> str:
-    if not text or "/" in text or text in (".", ".."):
-        raise MonkeyError(f"workdir_name must be one path component: {text!r}")
-    return text
+def pod_rows(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `list providers --monkey-instances` shows of monkey's PODS: pod, node, phase
+    (a disruption or deletion under way named), created (epoch s), job, cpus, gpus."""
+    from datetime import datetime
+
+    from monkey.drivers.k8s_api import GPU, LABEL
+
+    rows = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        status = pod.get("status") or {}
+        requests = ((spec.get("containers") or [{}])[0].get("resources") or {}).get("requests")
+        phase = str(status.get("phase") or "Pending").lower()
+        if disruption_of(pod):
+            phase += ", disrupted"
+        elif meta.get("deletionTimestamp"):
+            phase += ", terminating"
+        try:
+            created = datetime.fromisoformat(
+                str(meta.get("creationTimestamp")).replace("Z", "+00:00")
+            ).timestamp()
+        except ValueError:
+            created = None
+        rows.append(
+            {
+                "pod": meta.get("name"),
+                "node": spec.get("nodeName"),
+                "phase": phase,
+                "created": created,
+                "job": (meta.get("labels") or {}).get(f"{LABEL}/job"),
+                "cpus": (requests or {}).get("cpu"),
+                "gpus": (requests or {}).get(GPU),
+            }
+        )
+    return sorted(rows, key=lambda r: str(r["pod"]))
 
 
 def manifest_cpus(manifest: dict[str, Any]) -> int:

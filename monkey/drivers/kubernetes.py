@@ -3,16 +3,22 @@
 The cluster is one instance (named after the provider) whose capacity is its nodes'
 allocatable CPUs and GPUs; the cluster's own scheduler places each pod, and says why one
 waits. Its agent is ``k8s_agent.ClusterAgent``, in the core: it speaks the agent protocol
-over a socket pair, creates the pods, follows them with one watch and keeps each attempt's
-run folder (events, the pod's log) in MONKEY_HOME, where the core reads it as it reads the
-local agent's.
+over a socket pair, creates the pods, follows them with one watch, hands each job to monkey's
+own agent inside its pod (through the API server's exec channel) and keeps each attempt's
+run folder (events, logs) in MONKEY_HOME, where the core reads it as it reads the local
+agent's.
 
 providers.yml::
 
     k8s: {type: kubernetes, kubeconfig: ~/.kube/config, context: lab, namespace: ml,
           schedule_timeout: 60, image: python:3.12-slim, memory: 4G,
           node_selector: {gpu: a100}, tolerations: [{key: gpu, operator: Exists}],
-          priority_class: research, service_account: monkey, queue: team-a}
+          priority_class: research, service_account: monkey, queue: team-a,
+          cache_claim: monkey-cache}
+
+With ``cache_claim`` (a PersistentVolumeClaim every pod mounts at /monkey/cache, ReadWriteMany
+where pods run on several nodes) the blobs of the jobs' code and datasets are kept there by
+digest: each is sent to the cluster once, and a pod gets only those the claim lacks.
 
 The `kubernetes` package (about a second to import) is loaded only when a cluster is
 reached (k8s_api), never to check an entry or print a listing of what is recorded.
@@ -49,9 +55,10 @@ _KEYS = {
     "priority_class",
     "service_account",
     "queue",
+    "cache_claim",
 }
 _WORDS = ("kubeconfig", "context", "namespace", "image", "priority_class", "service_account",
-          "queue")  # fmt: skip
+          "queue", "cache_claim")  # fmt: skip
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _NODES_EVERY = 30.0  # seconds between listings of the nodes (capacity)
 
@@ -171,7 +178,12 @@ class KubernetesDriver(Driver):
             if self._agent is None:
                 from monkey.drivers.k8s_agent import ClusterAgent
 
-                self._agent = ClusterAgent(self.name, self.home.home_id(), self.config.options)
+                self._agent = ClusterAgent(
+                    self.name,
+                    self.home.home_id(),
+                    self.config.options,
+                    pods_file(self.home, self.name),
+                )
             return self._agent
 
     def instances(self) -> list[Capacity]:
@@ -287,6 +299,24 @@ def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:
         pass
 
 
+def pods_file(home: Home, name: str) -> str:
+    """Where the core keeps cluster NAME's pods of this home as its watch last saw them."""
+    return str(home.private / f"kubernetes-{name}-pods.json")
+
+
+def read_pods(home: Home, name: str) -> list[dict[str, Any]]:
+    """The pods of cluster NAME as the core's watch last saw them (``pod_rows``): none when
+    no core followed the cluster."""
+    import json
+
+    try:
+        with open(pods_file(home, name)) as f:
+            rows = json.load(f)["pods"]
+        return [r for r in rows if isinstance(r, dict)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
     """The node shapes of cluster NAME as last listed; none when never listed."""
     import json
@@ -299,7 +329,8 @@ def read_shapes(home: Home, name: str) -> list[tuple[int, int, int]]:
 
 
 class KubernetesTransport(Transport):
-    """The cluster's agent (in the core); the attempts' run folders are MONKEY_HOME's."""
+    """The cluster's agent (in the core); the attempts' run folders, checkpoints and saved
+    persisted folders are MONKEY_HOME's, carried into each pod and back by that agent."""
 
     quick = True
 
@@ -315,6 +346,10 @@ class KubernetesTransport(Transport):
 
     def run_dir(self, instance: str, juid: str, attempt: int) -> str:
         return str(self.home.run_dir(juid, attempt))
+
+    def prepare(self, instance: str, blobs: list[str]) -> dict[str, Any]:
+        """The blobs the pod needs: the cluster's agent puts them in it (from MONKEY_HOME)."""
+        return {"pod_blobs": blobs}
 
     def start_fields(
         self, instance: str, juid: str, attempt: int, outputs: list[str]

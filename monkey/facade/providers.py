@@ -242,6 +242,37 @@ class Providers:
                     self.store.instance_events(row["id"]) if row["state"] == "terminated" else []
                 )
                 out[-1]["ended"] = events[-1]["detail"] if events else None
+        return out + self._pods(now)
+
+    def _pods(self, now: float) -> list[dict[str, Any]]:
+        """Monkey's pods of each kubernetes provider, as the core's watch last saw them:
+        the pod, its phase, the node as its address, its requests as its size."""
+        from monkey.drivers.kubernetes import read_pods
+
+        out = []
+        for name, cfg in self.providers.items():
+            if cfg.type != "kubernetes":
+                continue
+            for pod in read_pods(self.home, name):
+                size = f"{pod.get('cpus') or '?'} CPU" + (
+                    f", {pod['gpus']} GPU" if pod.get("gpus") else ""
+                )
+                created = pod.get("created")
+                out.append(
+                    {
+                        "id": pod.get("pod"),
+                        "provider": name,
+                        "state": pod.get("phase"),
+                        "size": size,
+                        "spot": False,
+                        "address": pod.get("node"),
+                        "jobs": [pod["job"]] if pod.get("job") else [],
+                        "age": None if created is None else max(0.0, now - created),
+                        "idle": None,
+                        "price": None,
+                        "cost": None,
+                    }
+                )
         return out
 
     # -- instances on request: `monkey create|delete instance` -----------------------------

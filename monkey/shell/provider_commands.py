@@ -478,6 +478,11 @@ def _kubernetes_parser(kinds: Any) -> None:
     k8s.add_argument("--priority-class", help="the pods' priorityClassName")
     k8s.add_argument("--service-account", help="the pods' serviceAccountName")
     k8s.add_argument("--queue", help="a Kueue LocalQueue: the pods' kueue.x-k8s.io/queue-name")
+    k8s.add_argument(
+        "--cache-claim",
+        help="a PersistentVolumeClaim (ReadWriteMany) every pod mounts: the jobs' code and "
+        "datasets are sent to the cluster once, by digest",
+    )
     k8s.add_argument("--force", action="store_true", help="replace a provider of that name")
     k8s.set_defaults(func=_anywhere(cmd_provider_add_kubernetes, k8s))
 
@@ -520,7 +525,7 @@ def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
     entry["context"] = cluster.context
     entry["namespace"] = cluster.namespace
     for key in ("image", "schedule_timeout", "memory", "priority_class", "service_account",
-                "queue"):  # fmt: skip
+                "queue", "cache_claim"):  # fmt: skip
         if getattr(args, key) is not None:
             entry[key] = getattr(args, key)
     if selector:

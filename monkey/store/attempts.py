@@ -166,9 +166,10 @@ class AttemptStore:
         requeue_kind: str = "retry",
         adrift: bool = False,
         ran: float | None = None,
+        moved_to: str | None = None,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
-        ``requeue_after`` is given), all in one transaction. Returns the job's new state,
+        ``requeue_after`` is given: for provider MOVED_TO when named), all in one transaction. Returns the job's new state,
         or None when the attempt was not live (already handled). REQUEUE_KIND names the
         re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
         job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
@@ -207,9 +208,9 @@ class AttemptStore:
                 return final
             db.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
-                "updated_at = ?, front = ? WHERE juid = ?",
+                "updated_at = ?, front = ?, provider = COALESCE(?, provider) WHERE juid = ?",
                 # The back-off counts on this process's clock, which dispatch reads.
-                (clock + requeue_after, now, int(requeue_kind == "preempt"), juid),
+                (clock + requeue_after, now, int(requeue_kind != "retry"), moved_to, juid),
             )
             self._event(
                 db,
@@ -218,7 +219,9 @@ class AttemptStore:
                 requeue_kind,
                 final.value,
                 "queued",
-                f"{requeue_kind} in {requeue_after:.0f}s",
+                f"for provider {moved_to}"
+                if moved_to
+                else f"{requeue_kind} in {requeue_after:.0f}s",
                 now,
             )
             return State.QUEUED
