@@ -417,3 +417,74 @@ def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster,
     fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/tiny:1", "--gpus", "1", "--",
                "true")  # fmt: skip
     assert fits.returncode == 0, fits.stderr
+
+
+def _gpu_node_tainted(cluster) -> str:
+    """A GPU node the provider's pods do not tolerate (its taint): the cluster's only GPU is
+    one no pod of monkey's can have. The scheduler's message for a GPU pod, then."""
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=1,
+                     taints=[{"key": "nvidia.com/gpu", "value": "present",
+                              "effect": "NoSchedule"}])  # fmt: skip
+    return (
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had untolerated "
+        "taint {nvidia.com/gpu: present}."
+    )
+
+
+def _with_local(home: Path, gpus: list[int]) -> None:
+    """providers.yml gets a `local` provider with GPUS (the ids it hands out)."""
+    path = home / "providers.yml"
+    data = yaml.safe_load(path.read_text())
+    data["providers"]["local"] = {"type": "local", "slots": 2, "gpus": gpus}
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_pod_given_up_on_the_cluster_runs_on_the_next_provider_that_can_hold_it(
+    cli, monkey, cluster, reg, home
+):
+    reason = _gpu_node_tainted(cluster)
+    added(cli, cluster, "--schedule-timeout", "3", "--image", f"{reg.host}/lab/tiny:1")
+    login(cli, reg)
+    _with_local(home, [0])
+    juid = cli("run", "-p", "lab,local", "--gpus", "1", "--", "sh", "-c",
+               "echo ran on $MONKEY_PROVIDER with GPU $CUDA_VISIBLE_DEVICES").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded", cli("info", juid).stdout
+    assert job.provider == "local" and job.retries == 0
+    given_up = f"lab: not scheduled within schedule_timeout 3s: {reason}"
+    assert cli("logs", juid).stdout.splitlines() == [
+        "── attempt 1 on lab ──",
+        f"── attempt 2 on local, after {given_up}; moved to local ──",
+        "ran on local with GPU 0",
+    ]
+    first, second = monkey.job(juid).attempts()
+    assert first.reason == f"{given_up}; moved to local"
+    assert second.instance == "local"
+    info = cli("info", juid).stdout
+    assert f"running -> queued       attempt 1: {given_up}; moved to local\n" in info
+    assert "lab -> local            attempt 1: lab gave it up\n" in info
+    pod = cluster.created[-1]["metadata"]["name"]
+    wait_for(lambda: cluster.pod(pod, "ml") is None, 10, what="the given-up pod deleted")
+    assert len(cluster.created) == 1  # not tried on the cluster again
+
+
+def test_a_pod_given_up_fails_its_job_when_no_other_provider_may_hold_it(
+    cli, monkey, cluster, reg, home
+):
+    reason = _gpu_node_tainted(cluster)
+    added(cli, cluster, "--schedule-timeout", "3", "--image", f"{reg.host}/lab/tiny:1")
+    login(cli, reg)
+    _with_local(home, [])
+    pinned = cli("run", "-p", "lab", "--gpus", "1", "--retries", "2", "--", "true").stdout.strip()
+    # local is allowed, but has no GPU: nowhere else to go either
+    listed = cli("run", "-p", "lab,local", "--gpus", "1", "--", "true").stdout.strip()
+    given_up = f"lab: not scheduled within schedule_timeout 3s: {reason}"
+    job = ended(monkey, pinned)
+    assert job.state.value == "failed" and job.attempts == 1  # not retried
+    assert state_line(cli, pinned).split(None, 1)[1] == f"failed ({given_up})"
+    job = ended(monkey, listed)
+    assert job.state.value == "failed" and job.attempts == 1 and job.provider == "lab"
+    assert state_line(cli, listed).split(None, 1)[1] == (
+        f"failed ({given_up}; no other provider of lab,local can hold it: provider 'local' "
+        "has 2 slots and 0 GPUs; a job asking --cpus 1 --gpus 1 could never run there)"
+    )

@@ -10,9 +10,10 @@ attempt's run folder in MONKEY_HOME as the worker agent writes it: ``events.json
 (started, heartbeats carrying a one-line ``phase`` while the pod waits: ``pending 0/3 nodes
 are available: 3 Insufficient nvidia.com/gpu.``, ``pulling image REF``; exit), the pod's log
 as ``stdout.log`` (Kubernetes merges stdout and stderr), and what the pod went through in
-``setup.log``. An image that cannot be pulled (not found, unauthorized) and a pod not
-scheduled within ``schedule_timeout`` end the attempt at once as a failed set-up (one line,
-not retried) and delete the pod; ``signal`` deletes the pod with the grace period asked.
+``setup.log``. An image that cannot be pulled (not found, unauthorized) ends the attempt
+at once as a failed set-up (one line, not retried), a pod not scheduled within
+``schedule_timeout`` as ``given_up`` (the core hands the job to another of its providers);
+both delete the pod; ``signal`` deletes the pod with the grace period asked.
 
 A core that restarts links again and syncs: attempts whose pod still exists are adopted
 (their log followed on from the bytes already kept), those whose pod is gone without an
@@ -36,8 +37,7 @@ A pod of this home that no attempt has once a core synced (its attempt ended whi
 ran) is an orphan: deleted with its pull secret.
 
 Not done yet (issue 45): datasets, checkpoints, persisted folders and ``monkey.log`` in the
-pod (they need the worker agent inside the pod, reached through the same exec channel),
-a job given up here going to another provider.
+pod (they need the worker agent inside the pod, reached through the same exec channel).
 """
 
 from __future__ import annotations
@@ -525,11 +525,12 @@ class ClusterAgent:
                 self.manifests[manifest] = files
         return files
 
-    def _fail(self, att: _Attempt, why: str) -> None:
-        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried."""
+    def _fail(self, att: _Attempt, why: str, reason: str = "setup") -> None:
+        """End ATT as a failed set-up (WHY, one line; REASON ``given_up``: no node took it,
+        another provider may), its pod deleted, not retried."""
         if att.ending is not None:
             return
-        att.ending = {"code": None, "signal": None, "reason": "setup", "error": why}
+        att.ending = {"code": None, "signal": None, "reason": reason, "error": why}
         self._setup_line(att, why)
         try:
             self.cluster.delete_pod(att.pod, 0)
@@ -623,6 +624,7 @@ class ClusterAgent:
                         att,
                         f"not scheduled within schedule_timeout {self.schedule_timeout:g}s"
                         + (f": {said}" if said else ""),
+                        "given_up",
                     )
                 elif now - att.beat_at >= self.beat:
                     att.beat_at = now

@@ -43,7 +43,13 @@ VERSION = "0.1.0"
 
 def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = make_parser(cls, "run", "Snapshot the code, queue CMD and print the job id.")
-    p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
+    p.add_argument(
+        "--provider",
+        "-p",
+        default="local",
+        help="where to run (default: local); P1,P2: the first that can hold it, the next "
+        "when one gives it up (a pod no node takes)",
+    )
     p.add_argument("--name", "-n", help="a readable name (default: the script's name)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots the job takes (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")

@@ -166,6 +166,7 @@ class AttemptStore:
         requeue_kind: str = "retry",
         adrift: bool = False,
         ran: float | None = None,
+        move_to: str | None = None,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
         ``requeue_after`` is given), all in one transaction. Returns the job's new state,
@@ -175,7 +176,9 @@ class AttemptStore:
         still run it (see ``adrift_attempts``). NOW: when it ended (the wall clock where it ran);
         RAN: how long it ran, as measured there on a monotonic clock. The attempt's end is its
         start plus RAN when both are known, and never before its start: a step of a wall
-        clock between the two makes no negative run time."""
+        clock between the two makes no negative run time. MOVE_TO: the provider the job,
+        queued again (FINAL), now belongs to (a `moved` event), at the head of its queue: its
+        own gave it up before it ran (REASON says why)."""
         clock = time.time()
         now = clock if now is None else now
         with self.tx() as db:
@@ -201,6 +204,14 @@ class AttemptStore:
                 (final.value, exit_code, reason, now, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)
+            if move_to is not None:
+                (was,) = db.execute("SELECT provider FROM jobs WHERE juid = ?", (juid,)).fetchone()
+                db.execute(
+                    "UPDATE jobs SET provider = ?, front = 1, not_before = 0, finished_at = NULL "
+                    "WHERE juid = ?",
+                    (move_to, juid),
+                )
+                self._event(db, juid, n, "moved", was, move_to, f"{was} gave it up", now)
             if final.value in ENDED:
                 touch_dependents(db, juid, now)
             if requeue_after is None:
@@ -231,6 +242,13 @@ class AttemptStore:
             "COALESCE((SELECT MAX(id) FROM events WHERE juid = ? AND kind = 'user'), 0)",
             (juid, kind, juid),
         ).fetchone()[0]
+
+    def gave_up(self, juid: str, since: float) -> set[str]:
+        """The providers that gave JUID up (it moved away from them) since SINCE."""
+        rows = self.db.execute(
+            "SELECT old FROM events WHERE juid = ? AND kind = 'moved' AND ts >= ?", (juid, since)
+        )
+        return {r[0] for r in rows}
 
     def get_attempt(self, juid: str, n: int) -> Attempt | None:
         row = self.db.execute(
