@@ -110,11 +110,15 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
         "node_selector": {"pool": "gpu"},
     }
     listed = cli("list", "providers").stdout
-    assert "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable\n" in listed
+    assert (
+        "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable; 0 pods of "
+        "monkey's running\n"
+    ) in listed
     checked = cli("provider", "check", "lab")
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.splitlines()[0].split() == [
-        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "isolation", "pod",
+        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "pods", "0",
+        "isolation", "pod",
         "images", "the", "cluster's", "(fake://1.0)",
     ]  # fmt: skip
 
@@ -488,3 +492,48 @@ def test_a_pod_given_up_fails_its_job_when_no_other_provider_may_hold_it(
         f"failed ({given_up}; no other provider of lab,local can hold it: provider 'local' "
         "has 2 slots and 0 GPUs; a job asking --cpus 1 --gpus 1 could never run there)"
     )
+
+
+def test_list_instances_providers_and_check_show_the_nodes_and_monkeys_pods(
+    cli, cluster, reg, home
+):
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=2)
+    added(cli, cluster)
+    login(cli, reg)
+    sleeps = ["--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c", "echo started; sleep 4242"]
+    cpu = cli("run", "-p", "lab", *sleeps).stdout.strip()
+    gpu = cli("run", "-p", "lab", "--gpus", "1", *sleeps).stdout.strip()
+    for juid in (cpu, gpu):
+        wait_for(lambda j=juid: "started" in cli("logs", j).stdout, 30, what=f"{juid} to start")
+    pods = {p["metadata"]["labels"]["monkey.dev/job"]: p["metadata"]["name"]
+            for p in cluster.created}  # fmt: skip
+
+    listed = cli("list", "instances")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS",
+                                "NODE", "JOBS", "AGE", "IDLE", "$/H", "COST"]  # fmt: skip
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
+    assert rows[pods[cpu]][1:8] == ["lab", "running", "pod", "-", "-", "node-a", cpu]
+    assert rows[pods[gpu]][1:8] == ["lab", "running", "pod", "-", "-", "gpu-node", gpu]
+    assert rows[pods[gpu]][8].endswith("s")  # its age, in seconds
+    assert len(rows) == 2
+
+    providers = cli("list", "providers").stdout
+    assert (
+        "lab: fake, namespace ml: 3 of 3 nodes ready, 12 CPUs and 2 GPUs allocatable; 2 pods "
+        "of monkey's running\n"
+    ) in providers
+    hosts = {ln.split()[0]: ln.split() for ln in providers.splitlines() if ln.startswith("lab/")}
+    assert hosts == {
+        "lab/node-a": ["lab/node-a", "node-a", "ready", "2", "0", "8.0G", "1"],
+        "lab/node-b": ["lab/node-b", "node-b", "ready", "2", "0", "8.0G", "0"],
+        "lab/gpu-node": ["lab/gpu-node", "gpu-node", "ready", "8", "2", "32.0G", "1"],
+    }
+
+    checked = cli("provider", "check", "lab")
+    assert checked.returncode == 0, checked.stderr
+    nodes = {ln.split()[1]: ln.split()[2:13] for ln in checked.stdout.splitlines()}
+    assert nodes["gpu-node"] == ["up", "cpus", "8", "gpus", "0,1", "memory", "32.0G", "pods",
+                                 "1", "isolation", "pod"]  # fmt: skip
+    assert nodes["node-b"][7:9] == ["pods", "0"]

@@ -197,14 +197,26 @@ class Providers:
         return report
 
     def monkey_instances(
-        self, now: float | None = None, ended: bool = False
+        self, now: float | None = None, ended: bool = False, pods: bool = False
     ) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated
         (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
         provider, state (the agent's reach once running), size, spot, address, the jobs live
         on it, age and idle time in seconds, estimated $/hour and $ spent so far (None:
-        unknown)."""
+        unknown). With PODS, then each Kubernetes provider's pods of this home, as its
+        cluster lists them now (``kubernetes.pod_rows``: their node too)."""
         now = time.time() if now is None else now
+        out = self._made(now, ended)
+        if pods:
+            from monkey.drivers.kubernetes import pod_rows
+
+            for _name, cfg in sorted(self.providers.items()):
+                if cfg.type == "kubernetes":
+                    out += pod_rows(cfg, self.home, now)
+        return out
+
+    def _made(self, now: float, ended: bool) -> list[dict[str, Any]]:
+        """The machines of elastic providers (see ``monkey_instances``)."""
         elastic = {name for name, cfg in self.providers.items() if driver_class(cfg.type).elastic}
         jobs: dict[str, list[str]] = {}
         for att in self.store.live_attempts():
