@@ -175,8 +175,8 @@ class Monkey:
     ) -> str:
         """The kind of PROVIDER (its driver type), once resources like these fit it
         (MonkeyError naming why not): what a client needs to gather a submission."""
-        self._submitter.resources(provider, cpus, gpus, memory, host, time)
-        return self.providers[provider].type
+        chosen = self._submitter.placed(provider, cpus, gpus, memory, host, time)[0]
+        return self.providers[chosen].type
 
     def run(
         self,

@@ -59,6 +59,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     ),
     State.RUNNING: frozenset(
         {
+            State.QUEUED,  # its provider gave it up before it ran: it goes to another
             State.SUCCEEDED,
             State.FAILED,
             State.CANCELLED,
@@ -303,7 +304,7 @@ def _rebuilt(cls: type[Record], values: tuple[Any, ...]) -> Any:
 class Resources(Record):
     """What a job asks of a worker."""
 
-    __slots__ = ("cpus", "gpus", "memory", "host", "time")
+    __slots__ = ("cpus", "gpus", "memory", "host", "time", "providers")
 
     def __init__(
         self,
@@ -312,12 +313,16 @@ class Resources(Record):
         memory: str | None = None,
         host: str | None = None,
         time: int | None = None,
+        providers: list[str] | None = None,
     ) -> None:
         self.cpus = cpus
         self.gpus = gpus
         self.memory = memory
         self.host = host  # pinned to this instance of the provider (`run --host`)
         self.time = time  # seconds an attempt may run (`run --time`), then it fails
+        # The providers it may run on, in order (`run -p a,b`), when more than one: one that
+        # gives it up before it ran (no room there) hands it to the next that can hold it.
+        self.providers = providers
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpus": self.cpus, "gpus": self.gpus, "memory": self.memory}
@@ -325,6 +330,8 @@ class Resources(Record):
             out["host"] = self.host
         if self.time:
             out["time"] = self.time
+        if self.providers:
+            out["providers"] = self.providers
         return out
 
 
@@ -342,6 +349,9 @@ class Ending(str, enum.Enum):
     REVOKED = "revoked"  # a person took its machine away (a Slurm allocation scancel'ed)
     TIMEOUT = "timeout"  # its time limit (`run --time`) was reached: the agent stopped it
     SPAWN = "spawn"  # its command could not be run (not found: code 127; not executable: 126)
+    # Its provider gave it up before it ran, for want of room there (a pod no node took
+    # within schedule_timeout): another provider of the job's may take it.
+    GIVEN_UP = "given_up"
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Ending:

@@ -393,13 +393,14 @@ class Reruns:
                 found = self.store.get_sweep(job.sweep) if job.sweep else None
                 templates[job.sweep or ""] = found["spec"].get("command") if found else None
             argv, params, changed = apply_sets(job, sets, templates.get(job.sweep or ""))
-            where = provider or job.provider
-            resources = self.submitter.resources(
-                where,
+            # where it may run: as asked, else as the job was (every provider it allowed)
+            asked = provider or ",".join(job.resources.providers or [job.provider])
+            where, resources = self.submitter.placed(
+                asked,
                 job.resources.cpus if cpus is None else cpus,
                 job.resources.gpus if gpus is None else gpus,
                 job.resources.memory if memory is None else memory,
-                job.resources.host if where == job.provider else None,
+                job.resources.host if asked == job.provider else None,
                 job.resources.time if time is None else time,
             )
             changes: dict[str, Any] = {}

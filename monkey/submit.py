@@ -224,7 +224,7 @@ class Submitter:
         of LOCAL's folders and files of this machine (see ``gather``). IMAGE: the OCI image
         the jobs run in (over the job.yml's `image:`), pinned here to its digest."""
         self.check_room()
-        resources = self.resources(provider, cpus, gpus, memory, host, time)
+        provider, resources = self.placed(provider, cpus, gpus, memory, host, time)
         resolving = None
         if image is not None:
             from monkey.images import Resolving, parse
@@ -472,11 +472,32 @@ class Submitter:
         host: str | None = None,
         time: str | int | None = None,
     ) -> Resources:
-        config = self.providers.get(provider)
-        if config is None:
-            names = ", ".join(sorted(self.providers))
+        """The resources asked, checked against PROVIDER (see ``placed``)."""
+        return self.placed(provider, cpus, gpus, memory, host, time)[1]
+
+    def placed(
+        self,
+        provider: str,
+        cpus: int,
+        gpus: int,
+        memory: str | None,
+        host: str | None = None,
+        time: str | int | None = None,
+    ) -> tuple[str, Resources]:
+        """(the provider the job goes to, the resources asked), checked. PROVIDER names one
+        provider, or several in order (``a,b``): the job goes to the first that could ever
+        hold it, and one that gives it up before it ran hands it to the next."""
+        names = list(dict.fromkeys(n.strip() for n in provider.split(",")))
+        for name in names:
+            if name not in self.providers:
+                configured = ", ".join(sorted(self.providers))
+                raise MonkeyError(
+                    f"unknown provider {name!r}; configured: {configured} (add it to "
+                    f"{self.home.providers_file})"
+                )
+        if host and len(names) > 1:
             raise MonkeyError(
-                f"unknown provider {provider!r}; configured: {names} (add it to {self.home.providers_file})"
+                f"--host names a host of one provider; give one --provider with it, not {provider}"
             )
         for label, value, low in (("--cpus", cpus, 1), ("--gpus", gpus, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -489,11 +510,16 @@ class Submitter:
             memory=memory,
             host=host,
             time=parse_duration(time) if time is not None else None,
+            providers=names if len(names) > 1 else None,
         )
-        why = driver_class(config.type).never_fits(config, resources)
-        if why:
-            raise MonkeyError(why)
-        return resources
+        reasons = []
+        for name in names:
+            config = self.providers[name]
+            why = driver_class(config.type).never_fits(config, resources)
+            if not why:
+                return name, resources
+            reasons.append(why)
+        raise MonkeyError("; ".join(reasons))
 
     @staticmethod
     def split_env(

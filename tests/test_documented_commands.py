@@ -68,6 +68,8 @@ CASES: list[tuple[str, set[int]]] = [
     ("list providers --monkey-instances --json", {0}),
     ("list providers --monkey-instances --all", {0}),
     ("list providers -a", {2}),
+    ("list instances", {0}),
+    ("list instances --all --json", {0}),
     ("list sweeps", {0}),
     ("list sweeps --json", {0}),
     # info, logs, search

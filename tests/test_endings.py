@@ -77,13 +77,3 @@ def test_a_full_disk_is_named_where_the_job_ran():
     assert remote.reason == "exit 1; disk full on gpu1 at /w/runs (10 bytes free)"
     local = decide(_job(retries=0), {"code": None, "signal": 9}, Facts(note="; disk full here"))
     assert local.reason == "killed by signal 9; disk full here"
-
-
-def test_a_job_no_node_took_in_time_moves_to_another_provider_or_fails():
-    event = {"code": None, "reason": "setup", "error": "not scheduled within 60s", "unplaced": True}
-    moved = decide(_job(), event, Facts(elsewhere="local"))
-    assert (moved.final, moved.requeue, moved.requeue_kind) == (State.PREEMPTED, 0.0, "moved")
-    assert moved.reason == "not scheduled within 60s; queued for provider 'local'"
-    stays = decide(_job(), event, Facts())
-    assert (stays.final, stays.requeue) == (State.FAILED, None)
-    assert stays.reason.startswith("setup: not scheduled within 60s;")

@@ -112,11 +112,15 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
         "node_selector": {"pool": "gpu"},
     }
     listed = cli("list", "providers").stdout
-    assert "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable\n" in listed
+    assert (
+        "lab: fake, namespace ml: 2 of 2 nodes ready, 4 CPUs and 0 GPUs allocatable; 0 pods of "
+        "monkey's running\n"
+    ) in listed
     checked = cli("provider", "check", "lab")
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.splitlines()[0].split() == [
-        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "isolation", "pod",
+        "lab", "node-a", "up", "cpus", "2", "gpus", "-", "memory", "8.0G", "pods", "0",
+        "isolation", "pod",
         "images", "the", "cluster's", "(fake://1.0)",
     ]  # fmt: skip
 
@@ -202,28 +206,6 @@ def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule
     assert job.state.value == "failed" and job.attempts == 1  # not retried
     assert f"not scheduled within schedule_timeout 3s: {reason}" in state_line(cli, juid)
     assert all(p["metadata"]["name"] not in str(cluster.pods) for p in cluster.created)
-
-
-def test_a_pod_no_node_takes_in_time_goes_to_another_provider_that_fits(
-    cli, monkey, cluster, reg, home
-):
-    added(cli, cluster, "--schedule-timeout", "2", "--node-selector", "pool=gpu", "--image",
-          f"{reg.host}/lab/py:1")  # fmt: skip
-    entries = yaml.safe_load((home / "providers.yml").read_text())
-    entries["providers"]["local"] = {"type": "local", "slots": 2}
-    (home / "providers.yml").write_text(yaml.safe_dump(entries))
-    login(cli, reg)
-    juid = cli("run", "-p", "lab", "--", "sh", "-c", "echo ran on $MONKEY_PROVIDER"
-               ).stdout.strip()  # fmt: skip
-    job = ended(monkey, juid)
-    assert job.state.value == "succeeded" and job.provider == "local", state_line(cli, juid)
-    assert cli("logs", juid).stdout.endswith("ran on local\n")
-    first = monkey.job(juid).attempts()[0]
-    assert first.reason.startswith(
-        "not scheduled within schedule_timeout 2s: 0/2 nodes are available: 2 node(s) didn't "
-        "match Pod's node affinity/selector."
-    ) and first.reason.endswith("; queued for provider 'local'"), first.reason
-    assert job.retries == 0 and job.attempts == 2
 
 
 def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries(
@@ -655,3 +637,119 @@ def test_a_job_no_node_could_hold_is_refused_at_submission(cli, monkey, cluster,
     fits = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--gpus", "1", "--",
                "true")  # fmt: skip
     assert fits.returncode == 0, fits.stderr
+
+
+def _gpu_node_tainted(cluster) -> str:
+    """A GPU node the provider's pods do not tolerate (its taint): the cluster's only GPU is
+    one no pod of monkey's can have. The scheduler's message for a GPU pod, then."""
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=1,
+                     taints=[{"key": "nvidia.com/gpu", "value": "present",
+                              "effect": "NoSchedule"}])  # fmt: skip
+    return (
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had untolerated "
+        "taint {nvidia.com/gpu: present}."
+    )
+
+
+def _with_local(home: Path, gpus: list[int]) -> None:
+    """providers.yml gets a `local` provider with GPUS (the ids it hands out)."""
+    path = home / "providers.yml"
+    data = yaml.safe_load(path.read_text())
+    data["providers"]["local"] = {"type": "local", "slots": 2, "gpus": gpus}
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_pod_given_up_on_the_cluster_runs_on_the_next_provider_that_can_hold_it(
+    cli, monkey, cluster, reg, home
+):
+    reason = _gpu_node_tainted(cluster)
+    added(cli, cluster, "--schedule-timeout", "3", "--image", f"{reg.host}/lab/tiny:1")
+    login(cli, reg)
+    _with_local(home, [0])
+    juid = cli("run", "-p", "lab,local", "--gpus", "1", "--", "sh", "-c",
+               "echo ran on $MONKEY_PROVIDER with GPU $CUDA_VISIBLE_DEVICES").stdout.strip()  # fmt: skip
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded", cli("info", juid).stdout
+    assert job.provider == "local" and job.retries == 0
+    given_up = f"lab: not scheduled within schedule_timeout 3s: {reason}"
+    assert cli("logs", juid).stdout.splitlines() == [
+        "── attempt 1 on lab ──",
+        f"── attempt 2 on local, after {given_up}; moved to local ──",
+        "ran on local with GPU 0",
+    ]
+    first, second = monkey.job(juid).attempts()
+    assert first.reason == f"{given_up}; moved to local"
+    assert second.instance == "local"
+    info = cli("info", juid).stdout
+    assert f"running -> queued       attempt 1: {given_up}; moved to local\n" in info
+    assert "lab -> local            attempt 1: lab gave it up\n" in info
+    pod = cluster.created[-1]["metadata"]["name"]
+    wait_for(lambda: cluster.pod(pod, "ml") is None, 10, what="the given-up pod deleted")
+    assert len(cluster.created) == 1  # not tried on the cluster again
+
+
+def test_a_pod_given_up_fails_its_job_when_no_other_provider_may_hold_it(
+    cli, monkey, cluster, reg, home
+):
+    reason = _gpu_node_tainted(cluster)
+    added(cli, cluster, "--schedule-timeout", "3", "--image", f"{reg.host}/lab/tiny:1")
+    login(cli, reg)
+    _with_local(home, [])
+    pinned = cli("run", "-p", "lab", "--gpus", "1", "--retries", "2", "--", "true").stdout.strip()
+    # local is allowed, but has no GPU: nowhere else to go either
+    listed = cli("run", "-p", "lab,local", "--gpus", "1", "--", "true").stdout.strip()
+    given_up = f"lab: not scheduled within schedule_timeout 3s: {reason}"
+    job = ended(monkey, pinned)
+    assert job.state.value == "failed" and job.attempts == 1  # not retried
+    assert state_line(cli, pinned).split(None, 1)[1] == f"failed ({given_up})"
+    job = ended(monkey, listed)
+    assert job.state.value == "failed" and job.attempts == 1 and job.provider == "lab"
+    assert state_line(cli, listed).split(None, 1)[1] == (
+        f"failed ({given_up}; no other provider of lab,local can hold it: provider 'local' "
+        "has 2 slots and 0 GPUs; a job asking --cpus 1 --gpus 1 could never run there)"
+    )
+
+
+def test_list_instances_providers_and_check_show_the_nodes_and_monkeys_pods(
+    cli, cluster, reg, home
+):
+    cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=2)
+    added(cli, cluster)
+    login(cli, reg)
+    sleeps = ["--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c", "echo started; sleep 4242"]
+    cpu = cli("run", "-p", "lab", *sleeps).stdout.strip()
+    gpu = cli("run", "-p", "lab", "--gpus", "1", *sleeps).stdout.strip()
+    for juid in (cpu, gpu):
+        wait_for(lambda j=juid: "started" in cli("logs", j).stdout, 30, what=f"{juid} to start")
+    pods = {p["metadata"]["labels"]["monkey.dev/job"]: p["metadata"]["name"]
+            for p in cluster.created}  # fmt: skip
+
+    listed = cli("list", "instances")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS",
+                                "NODE", "JOBS", "AGE", "IDLE", "$/H", "COST"]  # fmt: skip
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
+    assert rows[pods[cpu]][1:8] == ["lab", "running", "pod", "-", "-", "node-a", cpu]
+    assert rows[pods[gpu]][1:8] == ["lab", "running", "pod", "-", "-", "gpu-node", gpu]
+    assert rows[pods[gpu]][8].endswith("s")  # its age, in seconds
+    assert len(rows) == 2
+
+    providers = cli("list", "providers").stdout
+    assert (
+        "lab: fake, namespace ml: 3 of 3 nodes ready, 12 CPUs and 2 GPUs allocatable; 2 pods "
+        "of monkey's running\n"
+    ) in providers
+    hosts = {ln.split()[0]: ln.split() for ln in providers.splitlines() if ln.startswith("lab/")}
+    assert hosts == {
+        "lab/node-a": ["lab/node-a", "node-a", "ready", "2", "0", "8.0G", "1"],
+        "lab/node-b": ["lab/node-b", "node-b", "ready", "2", "0", "8.0G", "0"],
+        "lab/gpu-node": ["lab/gpu-node", "gpu-node", "ready", "8", "2", "32.0G", "1"],
+    }
+
+    checked = cli("provider", "check", "lab")
+    assert checked.returncode == 0, checked.stderr
+    nodes = {ln.split()[1]: ln.split()[2:13] for ln in checked.stdout.splitlines()}
+    assert nodes["gpu-node"] == ["up", "cpus", "8", "gpus", "0,1", "memory", "32.0G", "pods",
+                                 "1", "isolation", "pod"]  # fmt: skip
+    assert nodes["node-b"][7:9] == ["pods", "0"]

@@ -41,28 +41,31 @@ class Facts:
     remote: bool = False  # it ran on another machine (a full disk there is named)
     host: str = ""  # the machine it ran on
     note: str = ""  # "; disk full ..." when its local folder's disk is (nearly) full
-    elsewhere: str = ""  # for a job no node took in time: another provider that could hold it
+    elsewhere: str | None = None  # the provider it goes to when its own gave it up
+    nowhere: str = ""  # "; no other provider of a,b can hold it: ..." when none can
 
 
 @dataclass(frozen=True)
 class Decision:
     """The job's next state and reason; ``requeue``: seconds before it is queued again
-    (None: it stays ended), as a ``retry`` (counted), a ``preempt`` (not) or a ``moved``
-    (to the provider ``Facts.elsewhere``)."""
+    (None: it stays ended), as a ``retry`` (counted) or a ``preempt`` (not); ``move_to``:
+    the provider it is queued for now (FINAL queued), its own having given it up."""
 
     final: State
     reason: str
     requeue: float | None = None
     requeue_kind: str = "retry"
+    move_to: str | None = None
 
 
 def decide(job: Job, event: dict[str, Any], facts: Facts) -> Decision:
     """The ending of JOB's attempt whose exit EVENT says how it ended.
 
-    A cancel or pause asked wins; a failed or lost attempt is retried while retries
-    remain, except a set-up that failed (a job no node took in time, ``unplaced``, goes to
-    the queue of another provider that could hold it, when there is one) or a command that could not be started (the same
-    inputs would fail the same way); a preempted one is queued again, without counting,
+    A cancel or pause asked wins; an attempt its provider gave up before it ran (no room
+    there) moves the job to ``facts.elsewhere`` without using a retry, else fails it; a
+    failed or lost attempt is retried while retries remain, except a set-up that failed or
+    a command that could not be started (the same inputs would fail the same way); a
+    preempted one is queued again, without counting,
     until it has been preempted ``max_preemptions`` times."""
     code, why = event.get("code"), Ending.of(event)
     if job.request == Request.CANCEL.value:
@@ -72,10 +75,12 @@ def decide(job: Job, event: dict[str, Any], facts: Facts) -> Decision:
     if why == Ending.PREEMPTED:
         reason, again = _preempted(event, facts)
         return Decision(State.PREEMPTED, reason, 0.0 if again else None, "preempt")
-    if why == Ending.SETUP and event.get("unplaced") and facts.elsewhere:
-        # No node took it in time: queued at once for a provider that could.
-        reason = f"{event.get('error')}; queued for provider {facts.elsewhere!r}"
-        return Decision(State.PREEMPTED, reason, 0.0, "moved")
+    if why == Ending.GIVEN_UP:  # no room there: another provider of its own, or the end
+        said = f"{job.provider}: {event.get('error') or 'given up before it ran'}"
+        if facts.elsewhere:
+            return Decision(State.QUEUED, f"{said}; moved to {facts.elsewhere}",
+                            move_to=facts.elsewhere)  # fmt: skip
+        return Decision(State.FAILED, said + facts.nowhere)
     if why == Ending.SETUP:  # not retried: the same inputs would fail the same way
         return Decision(
             State.FAILED, f"setup: {event.get('error')}; see `monkey logs --setup {job.juid}`"

@@ -24,7 +24,7 @@ from monkey.core.provisioning import LIST_EVERY, Elastic
 from monkey.core.room import Room
 from monkey.core.start_streaks import StartStreaks
 from monkey.core.workers import Workers
-from monkey.drivers import get_driver, load_providers
+from monkey.drivers import driver_class, get_driver, load_providers
 from monkey.drivers.agent_link import AgentGone, AgentLink
 from monkey.drivers.base import LOST_AFTER, Driver, lost_after
 from monkey.models import (
@@ -64,6 +64,8 @@ _DAMAGED_TRIES = 5
 # A pass after a quiet spell begins at once.
 _PASS_GAP = 0.003
 MAX_PREEMPTIONS = 10  # a job preempted this often stays preempted (providers.yml: max_preemptions)
+# Seconds a provider that gave a job up (no room for it there) is avoided for that job.
+GIVEN_UP_COOLDOWN = 600.0
 
 
 def bind_wake_socket(home: Home) -> socket.socket:
@@ -564,22 +566,6 @@ class Core(Links, Dispatch):
             lane=(*key, juid, str(n)),
         )
 
-    def _elsewhere(self, job: Job) -> str:
-        """The first provider written in providers.yml, other than JOB's, that could ever
-        hold it (``never_fits``: no call to it; the `local` that exists unwritten is not
-        one); "" when none."""
-        from monkey.drivers import driver_class
-
-        for name, config in self.providers.items():
-            if name == job.provider or (config.type == "local" and not config.options):
-                continue
-            try:
-                if driver_class(config.type).never_fits(config, job.resources) is None:
-                    return name
-            except MonkeyError:
-                continue
-        return ""
-
     def _close_attempt(
         self,
         key: tuple[str, str],
@@ -599,6 +585,7 @@ class Core(Links, Dispatch):
         drv = self.drivers.get(key[0])
         remote = drv is not None and drv.kind != "local"
         config = self.providers.get(job.provider)
+        elsewhere, nowhere = self.elsewhere(job) if why == Ending.GIVEN_UP else (None, "")
         facts = Facts(
             retries_done=self.store.auto_retries(juid) if job.retries else 0,
             preemptions=self.store.auto_retries(juid, "preempt") if why == Ending.PREEMPTED else 0,
@@ -608,7 +595,8 @@ class Core(Links, Dispatch):
             remote=remote,
             host=key[1],
             note=self.outage.job_note(self.home.run_dir(juid, n)) if event.get("code") != 0 else "",
-            elsewhere=self._elsewhere(job) if event.get("unplaced") else "",
+            elsewhere=elsewhere,
+            nowhere=nowhere,
         )
         end = decide(job, event, facts)
         # The agent's time of the exit: a job that ended while the core was down did not
@@ -626,13 +614,38 @@ class Core(Links, Dispatch):
             ran=event.get("ran"),
             requeue_kind=end.requeue_kind,
             adrift=why == Ending.SILENT,
-            moved_to=facts.elsewhere if end.requeue_kind == "moved" else None,
+            move_to=end.move_to,
         )
         self.signalled.pop((juid, n), None)
         link = self.links.get(key)
         if link is not None and drv is not None and drv.ping_every is not None:
             # fetched: its agent need not keep it for the bucket, nor stay up for it
             self.send_ping(key, link)
+
+    def elsewhere(self, job: Job) -> tuple[str | None, str]:
+        """(the provider JOB goes to now that its own gave it up, or None and why none): the
+        first of the providers it allows (``run -p a,b``) that could ever hold it and has
+        not given it up within the last GIVEN_UP_COOLDOWN seconds."""
+        allowed = job.resources.providers or [job.provider]
+        cooling = self.store.gave_up(job.juid, time.time() - GIVEN_UP_COOLDOWN)
+        reasons = []
+        for name in allowed:
+            if name == job.provider:
+                continue
+            config = self.providers.get(name)
+            if config is None:
+                reasons.append(f"{name} is no longer in providers.yml")
+            elif name in cooling:
+                reasons.append(f"{name} gave it up too")
+            elif why := driver_class(config.type).never_fits(config, job.resources):
+                reasons.append(why)
+            else:
+                return name, ""
+        if not reasons:
+            return None, ""
+        return None, f"; no other provider of {','.join(allowed)} can hold it: " + "; ".join(
+            reasons
+        )
 
     def _judge(self, key: tuple[str, str], job: Job, att: Attempt, now: float) -> None:
         """The instance KEY of JOB's live attempt ATT is not linked: once a connect failed,

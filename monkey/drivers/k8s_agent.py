@@ -10,9 +10,10 @@ of this home's pods (``Cluster.watch``), never from polling, and is written to t
 attempt's run folder in MONKEY_HOME: ``events.jsonl`` (started, heartbeats carrying a
 one-line ``phase`` while the pod waits: ``pending 0/3 nodes are available: 3 Insufficient
 nvidia.com/gpu.``, ``pulling image REF``; exit) and what the pod went through in
-``setup.log``. An image that cannot be pulled (not found, unauthorized) and a pod not
-scheduled within ``schedule_timeout`` end the attempt at once as a failed set-up (one line,
-not retried) and delete the pod.
+``setup.log``. An image that cannot be pulled (not found, unauthorized) ends the attempt at
+once as a failed set-up (one line, not retried), a pod not scheduled within
+``schedule_timeout`` as ``given_up`` (the core hands the job to another of its providers);
+both delete the pod.
 
 Once the pod runs, one exec puts monkey's agent, the blobs of the job's code and datasets,
 its checkpoint and its saved persisted folders into /monkey (an image without python3 fails
@@ -689,15 +690,14 @@ class ClusterAgent:
         for said in fetch_results(self.cluster, att.pod, att.start, att.run_dir):
             self._setup_line(att, said)
 
-    def _fail(self, att: _Attempt, why: str, unplaced: bool = False) -> None:
-        """End ATT as a failed set-up (WHY, one line): its pod deleted, not retried
-        (UNPLACED: no node took it in time; the core may queue it for another provider)."""
+    def _fail(self, att: _Attempt, why: str, reason: str = "setup") -> None:
+        """End ATT as a failed set-up (WHY, one line; REASON ``given_up``: no node took it
+        in time, the core may hand the job to another of its providers): its pod deleted,
+        not retried."""
         with self.lock:
             if att.ending is not None:
                 return
-            att.ending = {"code": None, "signal": None, "reason": "setup", "error": why}
-            if unplaced:
-                att.ending["unplaced"] = True
+            att.ending = {"code": None, "signal": None, "reason": reason, "error": why}
         self._setup_line(att, why)
         if att.link is not None:
             att.link.close()
@@ -742,7 +742,7 @@ class ClusterAgent:
                         att,
                         f"not scheduled within schedule_timeout {self.schedule_timeout:g}s"
                         + (f": {said}" if said else ""),
-                        unplaced=True,
+                        "given_up",
                     )
                 elif now - att.beat_at >= self.beat:
                     att.beat_at = now

@@ -168,6 +168,17 @@ class Cluster:
             ]
         )
 
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        """The pods of the namespace carrying the labels SELECTOR names (one listing)."""
+        return list(
+            self._call(
+                "listing pods",
+                lambda: self.core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, _preload_content=False
+                ),
+            )["items"]
+        )
+
     def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         name = pod["metadata"]["name"]
         return dict(

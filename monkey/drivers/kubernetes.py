@@ -141,26 +141,39 @@ class KubernetesDriver(Driver):
 
     @classmethod
     def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
-        """The cluster's nodes: ready ones, allocatable CPUs and GPUs (one listing)."""
-        from monkey.drivers.k8s_api import Cluster
+        """The cluster's nodes (``hosts``: each one's state, allocatable CPUs, GPUs and
+        memory, and monkey's pods on it) and a line of their sums (one listing of the nodes
+        and one of this home's pods)."""
+        from monkey.config import Home
 
-        options = config.options
         try:
-            cluster = Cluster(options.get("kubeconfig"), options.get("context"),
-                              options.get("namespace"))  # fmt: skip
-            try:
-                nodes = cluster.nodes()
-            finally:
-                cluster.close()
+            where, nodes, pods = look(config, Home())
         except MonkeyError as exc:
             return {"slots": 0, "gpus": 0, "error": str(exc)}
         cap = capacity_of(config.name, nodes)
         ready = sum(1 for n in nodes if node_ready(n))
+        live = [p for p in pods if p.get("status", {}).get("phase") in ("Pending", "Running")]
+        running = sum(1 for p in live if p["status"]["phase"] == "Running")
+        pending = len(live) - running
         return {
             "slots": cap.slots,
             "gpus": len(cap.gpus),
-            "detail": f"{cluster.context}, namespace {cluster.namespace}: {ready} of "
-            f"{len(nodes)} nodes ready, {cap.slots} CPUs and {len(cap.gpus)} GPUs allocatable",
+            "hosts": [
+                {
+                    "instance": f"{config.name}/{node['host']}",
+                    "host": node["host"],
+                    "state": "ready" if node["error"] is None else "not ready",
+                    "slots": node["slots"],
+                    "gpus": node["gpus"],
+                    "memory": node["memory"],
+                    "running": node["pods"],
+                    "error": node["error"],
+                }
+                for node in node_reports(config.name, nodes, live)
+            ],
+            "detail": f"{where}: {ready} of {len(nodes)} nodes ready, {cap.slots} CPUs and "
+            f"{len(cap.gpus)} GPUs allocatable; {running} pods of monkey's running"
+            + (f", {pending} pending" if pending else ""),
         }
 
     def __init__(self, config: ProviderConfig, home: Home) -> None:
@@ -236,29 +249,39 @@ class KubernetesDriver(Driver):
             agent.close()
 
 
-def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
-    """`monkey provider check` of a cluster: one report per node (instance, host: the node,
-    error: why it takes no pod, slots, gpus, memory: allocatable, isolation: pod, images:
-    its container runtime), or one report saying why the cluster cannot be reached. The
-    nodes' shapes are remembered (``never_fits``)."""
-    from monkey.drivers.k8s_api import GPU, Cluster, amount
+def look(
+    config: ProviderConfig, home: Home
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """What cluster CONFIG holds now: ("CONTEXT, namespace NS", its nodes, the pods of HOME
+    in the namespace), one listing of each; the nodes' shapes are remembered
+    (``never_fits``). MonkeyError in one line when it cannot be reached."""
+    from monkey.drivers.k8s_api import LABEL, Cluster, label_value
 
     options = config.options
+    cluster = Cluster(options.get("kubeconfig"), options.get("context"),
+                      options.get("namespace"))  # fmt: skip
     try:
-        cluster = Cluster(options.get("kubeconfig"), options.get("context"),
-                          options.get("namespace"))  # fmt: skip
-        try:
-            nodes = cluster.nodes()
-            where = cluster.server
-        finally:
-            cluster.close()
-    except MonkeyError as exc:
-        return [{"instance": config.name, "host": str(options.get("context") or "-"),
-                 "error": str(exc), "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+        nodes = cluster.nodes()
+        pods = cluster.pods(f"{LABEL}/home={label_value(home.home_id())}")
+    finally:
+        cluster.close()
     keep_shapes(home, config.name, nodes)
-    if not nodes:
-        return [{"instance": config.name, "host": where, "error": "the cluster lists no node",
-                 "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    return f"{cluster.context}, namespace {cluster.namespace}", nodes, pods
+
+
+def node_reports(
+    name: str, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One report per node of cluster NAME (instance, host: the node, error: why it takes no
+    pod, slots, gpus, memory: allocatable, pods: how many of PODS it runs, isolation: pod,
+    images: its container runtime)."""
+    from monkey.drivers.k8s_api import GPU, amount
+
+    on: dict[str, int] = {}
+    for pod in pods:
+        node = pod.get("spec", {}).get("nodeName")
+        if node:
+            on[node] = on.get(node, 0) + 1
     out = []
     for node in nodes:
         allocatable = node.get("status", {}).get("allocatable", {})
@@ -268,19 +291,81 @@ def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
         elif not node_ready(node):
             error = "not ready"
         runtime = node.get("status", {}).get("nodeInfo", {}).get("containerRuntimeVersion")
+        host = node["metadata"]["name"]
         out.append(
             {
-                "instance": config.name,
-                "host": node["metadata"]["name"],
+                "instance": name,
+                "host": host,
                 "error": error,
                 "slots": int(amount(allocatable.get("cpu", 0))),
                 "gpus": [str(i) for i in range(int(amount(allocatable.get(GPU, 0))))],
                 "memory": int(amount(allocatable.get("memory", 0))) or None,
+                "pods": on.get(host, 0),
                 "isolation": "pod",
                 "images": f"the cluster's ({runtime})" if runtime else "the cluster's",
             }
         )
     return out
+
+
+def check_cluster(config: ProviderConfig, home: Home) -> list[dict[str, Any]]:
+    """`monkey provider check` of a cluster: one report per node (``node_reports``: its
+    state, allocatable CPUs, GPUs and memory, monkey's live pods on it), or one report
+    saying why the cluster cannot be reached."""
+    try:
+        where, nodes, pods = look(config, home)
+    except MonkeyError as exc:
+        return [{"instance": config.name, "host": str(config.options.get("context") or "-"),
+                 "error": str(exc), "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    if not nodes:
+        return [{"instance": config.name, "host": where, "error": "the cluster lists no node",
+                 "slots": 0, "gpus": [], "memory": None}]  # fmt: skip
+    live = [p for p in pods if p.get("status", {}).get("phase") in ("Pending", "Running")]
+    return node_reports(config.name, nodes, live)
+
+
+def pod_rows(config: ProviderConfig, home: Home, now: float) -> list[dict[str, Any]]:
+    """`monkey list instances`' rows of cluster CONFIG: HOME's pods there (id: the pod,
+    provider, state: its phase, node, jobs: its job, age in seconds), or one row saying why
+    the cluster cannot be reached (state ``unreachable``, ``error``)."""
+    import calendar
+
+    try:
+        _where, _nodes, pods = look(config, home)
+    except MonkeyError as exc:
+        return [_pod_row(config.name, config.name, "unreachable", None, [], None, str(exc))]
+    rows = []
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        try:
+            made = calendar.timegm(time.strptime(meta["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+            age: float | None = max(0.0, now - made)
+        except (KeyError, ValueError):
+            age = None
+        job = (meta.get("labels") or {}).get("monkey.dev/job")
+        phase = str(status.get("phase") or "unknown").lower()
+        if meta.get("deletionTimestamp"):
+            phase = "terminating"
+        node = pod.get("spec", {}).get("nodeName")
+        rows.append(_pod_row(meta["name"], config.name, phase, node, [job] if job else [], age))
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _pod_row(
+    pod: str,
+    provider: str,
+    state: str,
+    node: str | None,
+    jobs: list[str],
+    age: float | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": pod, "provider": provider, "state": state, "size": "pod",
+                           "spot": False, "address": None, "node": node, "jobs": jobs,
+                           "age": age, "idle": None, "price": None, "cost": None}  # fmt: skip
+    if error is not None:
+        row["error"] = error
+    return row
 
 
 def keep_shapes(home: Home, name: str, nodes: list[dict[str, Any]]) -> None:

@@ -197,14 +197,28 @@ class Providers:
         return report
 
     def monkey_instances(
-        self, now: float | None = None, ended: bool = False
+        self, now: float | None = None, ended: bool = False, pods: bool = False
     ) -> list[dict[str, Any]]:
         """The machines monkey created (of elastic providers) and has not seen terminated
         (with ENDED, the terminated ones too, each with ``ended``: why, as recorded): id,
         provider, state (the agent's reach once running), size, spot, address, the jobs live
         on it, age and idle time in seconds, estimated $/hour and $ spent so far (None:
-        unknown)."""
+        unknown); then each Kubernetes provider's pods of this home: with PODS as its cluster
+        lists them now (``kubernetes.pod_rows``: one listing per cluster), else as the
+        core's watch last saw them (no call to the cluster)."""
         now = time.time() if now is None else now
+        out = self._made(now, ended)
+        if not pods:
+            return out + self._pods(now)
+        from monkey.drivers.kubernetes import pod_rows
+
+        for _name, cfg in sorted(self.providers.items()):
+            if cfg.type == "kubernetes":
+                out += pod_rows(cfg, self.home, now)
+        return out
+
+    def _made(self, now: float, ended: bool) -> list[dict[str, Any]]:
+        """The machines of elastic providers (see ``monkey_instances``)."""
         elastic = {name for name, cfg in self.providers.items() if driver_class(cfg.type).elastic}
         jobs: dict[str, list[str]] = {}
         for att in self.store.live_attempts():
@@ -242,7 +256,7 @@ class Providers:
                     self.store.instance_events(row["id"]) if row["state"] == "terminated" else []
                 )
                 out[-1]["ended"] = events[-1]["detail"] if events else None
-        return out + self._pods(now)
+        return out
 
     def _pods(self, now: float) -> list[dict[str, Any]]:
         """Monkey's pods of each kubernetes provider, as the core's watch last saw them:

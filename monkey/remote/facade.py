@@ -450,8 +450,10 @@ class RemoteMonkey:
     def instances(self) -> list[dict[str, Any]]:
         return self.client.call("instances")
 
-    def monkey_instances(self, now: float | None = None, ended: bool = False) -> list[Any]:
-        return self.client.call("monkey_instances", now, ended)
+    def monkey_instances(
+        self, now: float | None = None, ended: bool = False, pods: bool = False
+    ) -> list[Any]:
+        return self.client.call("monkey_instances", now, ended, pods)
 
     def quotas(self) -> list[dict[str, Any]]:
         return self.client.call("quotas")

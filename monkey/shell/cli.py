@@ -43,7 +43,13 @@ VERSION = "0.1.0"
 
 def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
     p = make_parser(cls, "run", "Snapshot the code, queue CMD and print the job id.")
-    p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
+    p.add_argument(
+        "--provider",
+        "-p",
+        default="local",
+        help="where to run (default: local); P1,P2: the first that can hold it, the next "
+        "when one gives it up (a pod no node takes)",
+    )
     p.add_argument("--name", "-n", help="a readable name (default: the script's name)")
     p.add_argument("--cpus", type=int, default=1, help="CPU slots the job takes (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs the job takes (default 0)")
@@ -115,8 +121,8 @@ def run_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
 
 
 def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
-    p = make_parser(cls, "list", "List jobs, providers or sweeps.")
-    sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers,sweeps}")
+    p = make_parser(cls, "list", "List jobs, providers, instances or sweeps.")
+    sub = p.add_subparsers(dest="what", required=True, metavar="{jobs,providers,instances,sweeps}")
     jobs = sub.add_parser("jobs", help="jobs, newest first", description="Jobs, newest first.")
     for flag, text in (
         ("--running", "dispatching or running"),
@@ -155,6 +161,17 @@ def list_parser(cls: ParserClass = Parser) -> argparse.ArgumentParser:
         help="with --monkey-instances: the terminated ones too, with why they ended",
     )
     prov.set_defaults(func=_command_in("listing_commands", "cmd_list_providers"))
+    inst = sub.add_parser(
+        "instances",
+        help="the machines and pods monkey holds",
+        description="The cloud instances monkey created and the pods it runs on Kubernetes "
+        "clusters (each cluster listed now): state, node or address, jobs, age, cost.",
+    )
+    inst.add_argument("--json", action="store_true", help="print JSON")
+    inst.add_argument(
+        "--all", "-a", action="store_true", help="the terminated instances too, with why"
+    )
+    inst.set_defaults(func=_command_in("listing_commands", "cmd_list_instances"))
     sweeps = sub.add_parser(
         "sweeps", help="sweeps, newest first", description="Sweeps, newest first."
     )
@@ -368,6 +385,7 @@ With no command it opens the interactive `monkey>` shell.
 commands:
   run [OPTIONS] -- CMD...    snapshot the code and queue CMD (prints the job id)
   list jobs|providers|sweeps jobs (newest first), configured providers, or sweeps
+  list instances             the cloud instances monkey made and the pods it runs
   info job JOB               everything known about a job
   logs [-f] JOB              a job's output; -f follows it, --setup its set-up
   search WORDS...            jobs whose command or output holds WORDS, newest first

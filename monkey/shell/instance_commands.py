@@ -1,4 +1,4 @@
-"""Instances monkey made or holds: `monkey list providers --monkey-instances`' table, and
+"""Instances monkey made or holds: `monkey list instances`' table, and
 `monkey create instance` / `monkey delete instance` (the core carries them out)."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 
 
 def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> int:
-    """`monkey list providers --monkey-instances`: one row per instance monkey created."""
+    """`monkey list instances`: one row per instance monkey created, and per pod it runs
+    on a Kubernetes cluster (NODE: the pod's); a cluster that cannot be reached says why
+    on stderr."""
     import json
 
     from monkey.shell.table import ago, render
@@ -21,12 +23,18 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
     if as_json:
         print(json.dumps({"instances": instances}, indent=2))
         return 0
+    for i in instances:
+        if i.get("error"):
+            sys.stderr.write(f"{i['provider']}: {i['error']}\n")
+    instances = [i for i in instances if not i.get("error")]
     if not instances:
         print(
-            "no instances: monkey creates them for jobs of cloud providers (`monkey run -p NAME`)"
+            "no instances: monkey creates them for jobs of cloud providers, and pods for "
+            "jobs of Kubernetes ones (`monkey run -p NAME`)"
         )
         return 0
     why = any("ended" in i for i in instances)  # --all: why each terminated one ended
+    pods = any("node" in i for i in instances)
     render(
         [
             "INSTANCE",
@@ -35,6 +43,7 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
             "SIZE",
             "SPOT",
             "ADDRESS",
+            *(["NODE"] if pods else []),
             "JOBS",
             "AGE",
             "IDLE",
@@ -50,6 +59,7 @@ def print_monkey_instances(instances: list[dict[str, Any]], as_json: bool) -> in
                 i["size"] or "-",
                 "spot" if i["spot"] else "-",
                 i["address"] or "-",
+                *([i.get("node") or "-"] if pods else []),
                 ",".join(i["jobs"]) or "-",
                 ago(i["age"]),
                 ago(i.get("idle")),

@@ -157,6 +157,13 @@ def _job_listing(
     return job_listing(home, Store(home.db), states, provider, limit, owner=owner, tag=tag)
 
 
+def cmd_list_instances(args: argparse.Namespace) -> int:
+    """`monkey list instances`: the machines monkey made and the pods it runs."""
+    from monkey.shell.instance_commands import print_monkey_instances
+
+    return print_monkey_instances(monkey().monkey_instances(ended=args.all, pods=True), args.json)
+
+
 def cmd_list_providers(args: argparse.Namespace) -> int:
     from monkey.shell.table import render
 
@@ -164,7 +171,7 @@ def cmd_list_providers(args: argparse.Namespace) -> int:
     if args.monkey_instances:
         from monkey.shell.instance_commands import print_monkey_instances
 
-        return print_monkey_instances(m.monkey_instances(ended=args.all), args.json)
+        return print_monkey_instances(m.monkey_instances(ended=args.all, pods=True), args.json)
     if args.all:
         raise UsageError(
             "--all goes with --monkey-instances: monkey list providers --monkey-instances --all"

@@ -707,7 +707,8 @@ def cmd_provider_check(args: argparse.Namespace) -> int:
                 print(
                     f"{host['instance']:<24} {host['host']:<32} up    cpus {host['slots']}  "
                     f"gpus {gpus}  memory {_size(host['memory'])}  "
-                    f"isolation {host.get('isolation') or 'unknown'}  "
+                    + (f"pods {host['pods']}  " if "pods" in host else "")
+                    + f"isolation {host.get('isolation') or 'unknown'}  "
                     f"images {host.get('images') or 'unknown'}"
                 )
     bad = [h for h in report if h["error"]]

@@ -93,7 +93,13 @@ def sweep_parser(cls: ParserClass) -> argparse.ArgumentParser:
         "--max-cells", type=int, metavar="N", help="allow up to N runs (default cap: 10000)"
     )
     queue_options(p)
-    p.add_argument("--provider", "-p", default="local", help="where to run (default: local)")
+    p.add_argument(
+        "--provider",
+        "-p",
+        default="local",
+        help="where to run (default: local); P1,P2: the first that can hold it, the next "
+        "when one gives it up (a pod no node takes)",
+    )
     p.add_argument("--cpus", type=int, default=1, help="CPU slots per run (default 1)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per run (default 0)")
     p.add_argument("--memory", help="memory each run needs, e.g. 8G")

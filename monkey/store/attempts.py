@@ -166,17 +166,19 @@ class AttemptStore:
         requeue_kind: str = "retry",
         adrift: bool = False,
         ran: float | None = None,
-        moved_to: str | None = None,
+        move_to: str | None = None,
     ) -> State | None:
         """Close a live attempt and move its job to ``final`` (then to queued when
-        ``requeue_after`` is given: for provider MOVED_TO when named), all in one transaction. Returns the job's new state,
+        ``requeue_after`` is given), all in one transaction. Returns the job's new state,
         or None when the attempt was not live (already handled). REQUEUE_KIND names the
         re-queue's event: ``retry`` (counted against --retries) or ``preempt`` (not; the
         job goes to the head of the queue). ADRIFT: its instance is out of reach, and may
         still run it (see ``adrift_attempts``). NOW: when it ended (the wall clock where it ran);
         RAN: how long it ran, as measured there on a monotonic clock. The attempt's end is its
         start plus RAN when both are known, and never before its start: a step of a wall
-        clock between the two makes no negative run time."""
+        clock between the two makes no negative run time. MOVE_TO: the provider the job,
+        queued again (FINAL), now belongs to (a `moved` event), at the head of its queue: its
+        own gave it up before it ran (REASON says why)."""
         clock = time.time()
         now = clock if now is None else now
         with self.tx() as db:
@@ -202,15 +204,23 @@ class AttemptStore:
                 (final.value, exit_code, reason, now, now, now, juid),
             )
             self._event(db, juid, n, "state", old.value, final.value, reason, now)
+            if move_to is not None:
+                (was,) = db.execute("SELECT provider FROM jobs WHERE juid = ?", (juid,)).fetchone()
+                db.execute(
+                    "UPDATE jobs SET provider = ?, front = 1, not_before = 0, finished_at = NULL "
+                    "WHERE juid = ?",
+                    (move_to, juid),
+                )
+                self._event(db, juid, n, "moved", was, move_to, f"{was} gave it up", now)
             if final.value in ENDED:
                 touch_dependents(db, juid, now)
             if requeue_after is None:
                 return final
             db.execute(
                 "UPDATE jobs SET state = 'queued', not_before = ?, finished_at = NULL, "
-                "updated_at = ?, front = ?, provider = COALESCE(?, provider) WHERE juid = ?",
+                "updated_at = ?, front = ? WHERE juid = ?",
                 # The back-off counts on this process's clock, which dispatch reads.
-                (clock + requeue_after, now, int(requeue_kind != "retry"), moved_to, juid),
+                (clock + requeue_after, now, int(requeue_kind == "preempt"), juid),
             )
             self._event(
                 db,
@@ -219,9 +229,7 @@ class AttemptStore:
                 requeue_kind,
                 final.value,
                 "queued",
-                f"for provider {moved_to}"
-                if moved_to
-                else f"{requeue_kind} in {requeue_after:.0f}s",
+                f"{requeue_kind} in {requeue_after:.0f}s",
                 now,
             )
             return State.QUEUED
@@ -234,6 +242,13 @@ class AttemptStore:
             "COALESCE((SELECT MAX(id) FROM events WHERE juid = ? AND kind = 'user'), 0)",
             (juid, kind, juid),
         ).fetchone()[0]
+
+    def gave_up(self, juid: str, since: float) -> set[str]:
+        """The providers that gave JUID up (it moved away from them) since SINCE."""
+        rows = self.db.execute(
+            "SELECT old FROM events WHERE juid = ? AND kind = 'moved' AND ts >= ?", (juid, since)
+        )
+        return {r[0] for r in rows}
 
     def get_attempt(self, juid: str, n: int) -> Attempt | None:
         row = self.db.execute(
