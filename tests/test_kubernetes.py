@@ -560,8 +560,8 @@ def test_a_dataset_reaches_the_pod_and_cancel_stops_the_jobs_whole_tree(cli, mon
     pod = cluster.created[-1]["metadata"]["name"]
     listed = cli("list", "providers", "--monkey-instances").stdout  # the pod, its node, its age
     row = next(ln for ln in listed.splitlines() if ln.startswith(pod)).split()
-    assert row[1:5] == ["lab", "running", "1", "CPU"] and row[6].startswith("node-"), listed
-    assert row[7] == juid
+    assert row[1:5] == ["lab", "running", "1", "CPU"] and row[7].startswith("node-"), listed
+    assert row[8] == juid
     assert cli("job", "cancel", juid).returncode == 0
     assert ended(monkey, juid).state.value == "cancelled"
     # The child left the job's session: the agent in the pod found it and stopped it too.
@@ -716,7 +716,7 @@ def test_list_instances_providers_and_check_show_the_nodes_and_monkeys_pods(
     cluster.add_node("gpu-node", cpus=8, memory="32Gi", gpus=2)
     added(cli, cluster)
     login(cli, reg)
-    sleeps = ["--image", f"{reg.host}/lab/tiny:1", "--", "sh", "-c", "echo started; sleep 4242"]
+    sleeps = ["--image", f"{reg.host}/lab/py:1", "--", "sh", "-c", "echo started; sleep 4242"]
     cpu = cli("run", "-p", "lab", *sleeps).stdout.strip()
     gpu = cli("run", "-p", "lab", "--gpus", "1", *sleeps).stdout.strip()
     for juid in (cpu, gpu):
@@ -729,10 +729,12 @@ def test_list_instances_providers_and_check_show_the_nodes_and_monkeys_pods(
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["INSTANCE", "PROVIDER", "STATE", "SIZE", "SPOT", "ADDRESS",
                                 "NODE", "JOBS", "AGE", "IDLE", "$/H", "COST"]  # fmt: skip
-    rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
-    assert rows[pods[cpu]][1:8] == ["lab", "running", "pod", "-", "-", "node-a", cpu]
-    assert rows[pods[gpu]][1:8] == ["lab", "running", "pod", "-", "-", "gpu-node", gpu]
-    assert rows[pods[gpu]][8].endswith("s")  # its age, in seconds
+    rows = {ln.split()[0]: ln for ln in lines[1:]}
+    for juid, node, size in ((cpu, "node-a", "1 CPU"), (gpu, "gpu-node", "1 CPU, 1 GPU")):
+        line, words = rows[pods[juid]], rows[pods[juid]].split()
+        assert words[1:3] == ["lab", "running"] and f" {size} " in line, line  # its requests
+        assert words[words.index(node) + 1] == juid, line
+    assert rows[pods[gpu]].split()[-4].endswith("s")  # its age, in seconds
     assert len(rows) == 2
 
     providers = cli("list", "providers").stdout

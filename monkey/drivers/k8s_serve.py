@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from monkey.drivers.k8s_agent import ClusterAgent
+    ClusterAgent = Any  # monkey.drivers.k8s_agent.ClusterAgent (which imports this module)
 
 
 def write_private(path: str, data: dict[str, Any]) -> None:

@@ -347,8 +347,21 @@ def pod_rows(config: ProviderConfig, home: Home, now: float) -> list[dict[str, A
         if meta.get("deletionTimestamp"):
             phase = "terminating"
         node = pod.get("spec", {}).get("nodeName")
-        rows.append(_pod_row(meta["name"], config.name, phase, node, [job] if job else [], age))
+        row = _pod_row(meta["name"], config.name, phase, node, [job] if job else [], age)
+        row["size"] = _requested(pod)
+        rows.append(row)
     return sorted(rows, key=lambda r: r["id"])
+
+
+def _requested(pod: dict[str, Any]) -> str:
+    """A pod's requests as a size: ``1 CPU``, ``4 CPU, 1 GPU`` (``pod``: none stated)."""
+    asked: dict[str, Any] = {}
+    for c in pod.get("spec", {}).get("containers") or []:
+        asked.update(((c.get("resources") or {}).get("requests")) or {})
+    if "cpu" not in asked:
+        return "pod"
+    gpus = asked.get("nvidia.com/gpu")
+    return f"{asked['cpu']} CPU" + (f", {gpus} GPU" if gpus and str(gpus) != "0" else "")
 
 
 def _pod_row(
