@@ -70,6 +70,7 @@ CASES: list[tuple[str, set[int]]] = [
     ("list providers -a", {2}),
     ("list instances", {0}),
     ("list instances --all --json", {0}),
+    ("list instances -a", {0}),
     ("list sweeps", {0}),
     ("list sweeps --json", {0}),
     # info, logs, search
