@@ -9,13 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from monkey.config import Home, ProviderConfig
-from monkey.core.presence import absent_since
 from monkey.drivers import load_providers
-from monkey.facade.disk import Disk
-from monkey.facade.logs import Logs
-from monkey.facade.providers import Providers
-from monkey.facade.records import Records
-from monkey.facade.tracking import Sweeps, Tracking
 from monkey.handles import Job
 from monkey.models import (
     LIVE,
@@ -27,7 +21,6 @@ from monkey.models import (
     is_secret_name,  # noqa: F401 (the dashboard imports it from here)
 )
 from monkey.models import Job as JobRecord
-from monkey.rerun import Reruns
 from monkey.store import Store
 from monkey.submit import Submitter, check_priority, default_name, parse_command, wake
 
@@ -36,6 +29,12 @@ if TYPE_CHECKING:
     from typing import Any, Concatenate, ParamSpec, TypeVar
 
     from monkey.contract import Api
+    from monkey.facade.disk import Disk
+    from monkey.facade.logs import Logs
+    from monkey.facade.providers import Providers
+    from monkey.facade.records import Records
+    from monkey.facade.tracking import Sweeps, Tracking
+    from monkey.rerun import Reruns
     from monkey.snapshot.blobs import BlobStore
 
     def _conforms(m: Monkey) -> Api:
@@ -45,17 +44,70 @@ if TYPE_CHECKING:
     _R = TypeVar("_R")
 
 
-def _to(
+class _Later:
+    """A part's class named where ``Monkey`` delegates to it, imported on first use: `monkey
+    run` loads none of the parts it does not call (sweeps, tracking, logs, disk...)."""
+
+    def __init__(self, module: str, qualname: str) -> None:
+        self.module, self.qualname = module, qualname
+
+    def __getattr__(self, name: str) -> _Later:
+        return _Later(self.module, f"{self.qualname}.{name}")
+
+    def load(self) -> Any:
+        import importlib
+
+        found = importlib.import_module(self.module)
+        for name in self.qualname.split("."):
+            found = getattr(found, name)
+        return found
+
+
+if not TYPE_CHECKING:  # mypy sees the classes themselves (imported above)
+    Disk = _Later("monkey.facade.disk", "Disk")
+    Logs = _Later("monkey.facade.logs", "Logs")
+    Providers = _Later("monkey.facade.providers", "Providers")
+    Records = _Later("monkey.facade.records", "Records")
+    Sweeps = _Later("monkey.facade.tracking", "Sweeps")
+    Tracking = _Later("monkey.facade.tracking", "Tracking")
+    Reruns = _Later("monkey.rerun", "Reruns")
+
+
+def _call(
     part: str, method: Callable[Concatenate[Any, _P], _R]
 ) -> Callable[Concatenate[Any, _P], _R]:
-    """A ``Monkey`` method that calls METHOD of its part ``self.<PART>`` (a ``Reruns``,
-    ``Sweeps`` or ``Tracking``), with METHOD's signature and docstring."""
-
     @functools.wraps(method)
     def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return method(getattr(self, part), *args, **kwargs)
 
     return call
+
+
+class _Delegate:
+    """The method of ``Monkey`` a ``_to`` names, made on first look-up (from the class or
+    an instance: help() and inspect see the method itself) and then set on the class."""
+
+    def __init__(self, part: str, method: _Later) -> None:
+        self.part, self.method = part, method
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.owner, self.name = owner, name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        call = _call(self.part, self.method.load())
+        setattr(self.owner, self.name, call)
+        return call if obj is None else call.__get__(obj, owner)
+
+
+def _to(
+    part: str, method: Callable[Concatenate[Any, _P], _R]
+) -> Callable[Concatenate[Any, _P], _R]:
+    """A ``Monkey`` method that calls METHOD of its part ``self.<PART>`` (a ``Reruns``,
+    ``Sweeps``, ``Tracking``...), with METHOD's signature and docstring; the part's module
+    is imported when the method is first looked up."""
+    if isinstance(method, _Later):  # (at run time only: mypy sees the classes themselves)
+        return _Delegate(part, method)  # type: ignore[return-value,unused-ignore]
+    return _call(part, method)
 
 
 def _states(items: list[State | str]) -> list[State]:
@@ -98,20 +150,54 @@ class Monkey:
         self.store = store
         self._providers: dict[str, ProviderConfig] | None = None
         self._providers_stamp: tuple[int, int] | None = None
-        # The parts it delegates to: one submission path for run, sweep and rerun.
+        # The parts it delegates to: one submission path for run, sweep and rerun; the
+        # others made when first used (properties below).
         self._submitter = Submitter(self.home, self.store, lambda: self.providers, owner)
-        # The parts wake the core through Monkey.wake, looked up when they call it.
-        self._reruns = Reruns(
-            self.home, self.store, self._submitter, lambda queued: self.wake(queued)
-        )
-        self._sweeps = Sweeps(
+
+    # The parts wake the core through Monkey.wake, looked up when they call it.
+    @functools.cached_property
+    def _reruns(self) -> Reruns:
+        from monkey.rerun import Reruns
+
+        return Reruns(self.home, self.store, self._submitter, lambda queued: self.wake(queued))
+
+    @functools.cached_property
+    def _sweeps(self) -> Sweeps:
+        from monkey.facade.tracking import Sweeps
+
+        return Sweeps(
             self.home, self.store, self._submitter, self._control, lambda queued: self.wake(queued)
         )
-        self._tracking = Tracking(self.home, self.store, self._sweeps)
-        self._disk = Disk(self)
-        self._logs = Logs(self.home, self.store)
-        self._providers_part = Providers(self.home, self.store, lambda: self.providers)
-        self._records = Records(self.store)
+
+    @functools.cached_property
+    def _tracking(self) -> Tracking:
+        from monkey.facade.tracking import Tracking
+
+        return Tracking(self.home, self.store, self._sweeps)
+
+    @functools.cached_property
+    def _disk(self) -> Disk:
+        from monkey.facade.disk import Disk
+
+        return Disk(self)
+
+    @functools.cached_property
+    def _logs(self) -> Logs:
+        from monkey.facade.logs import Logs
+
+        return Logs(self.home, self.store)
+
+    @functools.cached_property
+    def _providers_part(self) -> Providers:
+        from monkey.facade.providers import Providers
+
+        return Providers(self.home, self.store, lambda: self.providers)
+
+    @functools.cached_property
+    def _records(self) -> Records:
+        from monkey.facade.records import Records
+
+        return Records(self.store)
 
     def acting_for(self, user: str) -> Monkey:
         """This facade acting for USER (what `monkey server` does for each call): the same
@@ -250,7 +336,7 @@ class Monkey:
                 gathered=gathered,
             )
             if params is None and sweep is None:  # a plain run: the flags in its command
-                from monkey.rerun import command_values
+                from monkey.params import command_values
 
                 params = command_values(argv)
             [juid] = self._submitter.record(
@@ -421,6 +507,8 @@ class Monkey:
             config = self.providers.get(job.provider)
         except MonkeyError:  # a broken providers.yml: the capacity is not known
             config = None
+        from monkey.core.presence import absent_since
+
         absent = absent_since(self.home)
         return {
             **record,
