@@ -79,7 +79,8 @@ def test_run_loads_no_slow_stdlib(tmp_path):
 # method of theirs is first called), the remote API's rules (read only when a remote is
 # selected), the agent's link and files (a kind's rules load no transport).
 NOT_FOR_RUN = ("monkey.facade", "monkey.rerun", "monkey.contract", "monkey.logfiles",
-               "monkey.client_agent", "monkey.drivers.agent_link", "monkey.core.presence")  # fmt: skip
+               "monkey.client_agent", "monkey.drivers.agent_link", "monkey.core.presence",
+               "monkey.shell.table", "monkey.snapshot.datasets")  # fmt: skip
 
 
 def test_run_loads_only_the_submission_path(tmp_path):
