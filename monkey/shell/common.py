@@ -5,6 +5,7 @@ library are imported up here (one-shot commands stay fast)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -54,7 +55,9 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and raises instead of exiting."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
+        if "formatter_class" not in kwargs:  # the width looked up once per parser, not once
+            width = columns(sys.__stdout__ or sys.stdout, 80) - 2  # per argument added
+            kwargs["formatter_class"] = functools.partial(_Formatter, width=width)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
