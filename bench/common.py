@@ -78,15 +78,38 @@ def outside_imports(argv: list[str], cwd: str | None = None) -> list[str]:
     return names
 
 
-def floor_wall(argv: list[str], repeat: int, cwd: str | None = None) -> float:
-    """Median wall time of a `python -c` that imports only what ARGV imports from outside
-    monkey: the part of ARGV's time no code of monkey's could remove (an import that fails
-    there, e.g. a Windows-only module a stdlib one tries, fails here too)."""
+def floor_argv(argv: list[str], cwd: str | None = None) -> list[str]:
+    """A `python -c` that imports only what ARGV imports from outside monkey: the part of
+    ARGV's time no code of monkey's could remove (an import that fails there, e.g. a
+    Windows-only module a stdlib one tries, fails here too)."""
     code = (
         f"for n in {outside_imports(argv, cwd)!r}:\n"
         "    try:\n        __import__(n)\n    except ImportError:\n        pass"
     )
-    return median_wall(lambda: run_quiet([PY, "-c", code]), repeat)
+    return [PY, "-c", code]
+
+
+def floor_wall(argv: list[str], repeat: int, cwd: str | None = None) -> float:
+    """Median wall time of ARGV's floor (``floor_argv``)."""
+    floor = floor_argv(argv, cwd)
+    return median_wall(lambda: run_quiet(floor), repeat)
+
+
+def child_cpu(fn: Callable[[], object]) -> float:
+    """CPU seconds (user + system) the child processes FN ran and waited for used: unlike
+    wall time, it stays put on a machine busy with other work."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fn()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def median_cpu(fn: Callable[[], object], repeat: int) -> float:
+    """Median ``child_cpu`` of ``fn`` over ``repeat`` runs, after one warm-up run."""
+    fn()
+    return statistics.median(child_cpu(fn) for _ in range(repeat))
 
 
 def compile_repo() -> None:
@@ -121,18 +144,29 @@ def median_wall(fn: Callable[[], object], repeat: int) -> float:
 
 
 def run_to_start(
-    m: Any, project: str, runs: int, remote: dict[str, str] | None = None
+    m: Any,
+    project: str,
+    runs: int,
+    remote: dict[str, str] | None = None,
+    cpu: list[float] | None = None,
 ) -> list[float]:
     """Seconds from starting `monkey run -- true` (a new CLI process, in PROJECT) to the job's
     process start as the agent recorded it, for RUNS jobs one after another (a core serves);
-    with REMOTE (a laptop's environment), `monkey --remote lab run` from that laptop."""
+    with REMOTE (a laptop's environment), `monkey --remote lab run` from that laptop. CPU, when
+    given, gets each CLI process's CPU seconds."""
+    import resource
+
     latencies = []
     argv = [*MONKEY, *(["--remote", "lab"] if remote else []), "run", "--", "true"]
     for _ in range(runs):
         t0 = time.time()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run(
             argv, capture_output=True, text=True, check=True, cwd=project, env=remote
         )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         job = m.job(out.stdout.strip())
         job.wait(timeout=30)
         latencies.append(job.attempts()[0].started_at - t0)

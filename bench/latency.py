@@ -14,15 +14,17 @@ import tempfile
 from common import (
     MONKEY,
     PY,
+    floor_argv,
     floor_wall,
     fresh_home,
+    median_cpu,
     median_wall,
     run_quiet,
     run_to_start,
     stop_everything,
 )
 
-RUNS = 21
+RUNS = 31
 
 
 def git_project() -> str:
@@ -60,11 +62,15 @@ def main() -> None:
     daemon.start(Home(home))
     try:
         m.run(["true"]).wait(timeout=30)  # warm: the agent is up
-        latencies = run_to_start(m, project, RUNS)
+        cpu: list[float] = []
+        latencies = run_to_start(m, project, RUNS, cpu=cpu)
         run_to_start(m, repo, 1)  # its first snapshot learns the folder
         in_repo = run_to_start(m, repo, RUNS)
         base = median_wall(lambda: run_quiet([PY, "-c", "pass"]), 11)
         floor = floor_wall([*MONKEY, "run", "--", "true"], 11, cwd=project)
+        base_cpu = median_cpu(lambda: run_quiet([PY, "-c", "pass"]), 31)
+        floor_cmd = floor_argv([*MONKEY, "run", "--", "true"], cwd=project)
+        floor_cpu = median_cpu(lambda: run_quiet(floor_cmd), 31)
         lat = statistics.median(latencies)
         print(f"python -c pass:                      {base * 1000:6.1f} ms")
         print(
@@ -75,6 +81,12 @@ def main() -> None:
             f"monkey run -- true -> process start: {lat * 1000:6.1f} ms median "
             f"(min {min(latencies) * 1000:.1f}, max {max(latencies) * 1000:.1f}) = "
             f"{lat / base:.1f}x, target <= 4x"
+        )
+        own = statistics.median(cpu) - floor_cpu
+        print(
+            f"CPU: python -c pass {base_cpu * 1000:.1f} ms, the floor {floor_cpu * 1000:.1f} ms, "
+            f"the CLI's `run -- true` {statistics.median(cpu) * 1000:.1f} ms: monkey's own "
+            f"{own * 1000:.1f} ms (medians of {RUNS}, 31, 31)"
         )
         lat = statistics.median(in_repo)
         print(

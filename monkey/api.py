@@ -5,18 +5,12 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from monkey.config import Home, ProviderConfig
-from monkey.core.presence import absent_since
 from monkey.drivers import load_providers
-from monkey.facade.disk import Disk
-from monkey.facade.logs import Logs
-from monkey.facade.notes import Notes
-from monkey.facade.providers import Providers
-from monkey.facade.records import Records
-from monkey.facade.tracking import Sweeps, Tracking
+from monkey.facade.parts import Later, to
 from monkey.handles import Job
 from monkey.models import (
     LIVE,
@@ -28,35 +22,36 @@ from monkey.models import (
     is_secret_name,  # noqa: F401 (the dashboard imports it from here)
 )
 from monkey.models import Job as JobRecord
-from monkey.rerun import Reruns
 from monkey.store import Store
 from monkey.submit import Submitter, check_priority, default_name, parse_command, wake
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Concatenate, ParamSpec, TypeVar
+    from typing import Any
 
     from monkey.contract import Api
+    from monkey.facade.disk import Disk
+    from monkey.facade.logs import Logs
+    from monkey.facade.notes import Notes
+    from monkey.facade.providers import Providers
+    from monkey.facade.records import Records
+    from monkey.facade.tracking import Sweeps, Tracking
+    from monkey.rerun import Reruns
     from monkey.snapshot.blobs import BlobStore
 
     def _conforms(m: Monkey) -> Api:
         return m  # mypy checks that Monkey implements the contract
 
-    _P = ParamSpec("_P")
-    _R = TypeVar("_R")
 
-
-def _to(
-    part: str, method: Callable[Concatenate[Any, _P], _R]
-) -> Callable[Concatenate[Any, _P], _R]:
-    """A ``Monkey`` method that calls METHOD of its part ``self.<PART>`` (a ``Reruns``,
-    ``Sweeps`` or ``Tracking``), with METHOD's signature and docstring."""
-
-    @functools.wraps(method)
-    def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return method(getattr(self, part), *args, **kwargs)
-
-    return call
+if not TYPE_CHECKING:  # mypy sees the classes themselves (imported above)
+    Disk = Later("monkey.facade.disk", "Disk")
+    Logs = Later("monkey.facade.logs", "Logs")
+    Notes = Later("monkey.facade.notes", "Notes")
+    Providers = Later("monkey.facade.providers", "Providers")
+    Records = Later("monkey.facade.records", "Records")
+    Sweeps = Later("monkey.facade.tracking", "Sweeps")
+    Tracking = Later("monkey.facade.tracking", "Tracking")
+    Reruns = Later("monkey.rerun", "Reruns")
 
 
 def _states(items: list[State | str]) -> list[State]:
@@ -99,21 +94,60 @@ class Monkey:
         self.store = store
         self._providers: dict[str, ProviderConfig] | None = None
         self._providers_stamp: tuple[int, int] | None = None
-        # The parts it delegates to: one submission path for run, sweep and rerun.
+        # The parts it delegates to: one submission path for run, sweep and rerun; the
+        # others made when first used (properties below).
         self._submitter = Submitter(self.home, self.store, lambda: self.providers, owner)
-        # The parts wake the core through Monkey.wake, looked up when they call it.
-        self._reruns = Reruns(
-            self.home, self.store, self._submitter, lambda queued: self.wake(queued)
-        )
-        self._sweeps = Sweeps(
+
+    # The parts wake the core through Monkey.wake, looked up when they call it.
+    @functools.cached_property
+    def _reruns(self) -> Reruns:
+        from monkey.rerun import Reruns
+
+        return Reruns(self.home, self.store, self._submitter, lambda queued: self.wake(queued))
+
+    @functools.cached_property
+    def _sweeps(self) -> Sweeps:
+        from monkey.facade.tracking import Sweeps
+
+        return Sweeps(
             self.home, self.store, self._submitter, self._control, lambda queued: self.wake(queued)
         )
-        self._tracking = Tracking(self.home, self.store, self._sweeps)
-        self._disk = Disk(self)
-        self._logs = Logs(self.home, self.store)
-        self._providers_part = Providers(self.home, self.store, lambda: self.providers)
-        self._records = Records(self.store)
-        self._notes = Notes(self.store, self.acting_user)
+
+    @functools.cached_property
+    def _tracking(self) -> Tracking:
+        from monkey.facade.tracking import Tracking
+
+        return Tracking(self.home, self.store, self._sweeps)
+
+    @functools.cached_property
+    def _disk(self) -> Disk:
+        from monkey.facade.disk import Disk
+
+        return Disk(self)
+
+    @functools.cached_property
+    def _logs(self) -> Logs:
+        from monkey.facade.logs import Logs
+
+        return Logs(self.home, self.store)
+
+    @functools.cached_property
+    def _providers_part(self) -> Providers:
+        from monkey.facade.providers import Providers
+
+        return Providers(self.home, self.store, lambda: self.providers)
+
+    @functools.cached_property
+    def _records(self) -> Records:
+        from monkey.facade.records import Records
+
+        return Records(self.store)
+
+    @functools.cached_property
+    def _notes(self) -> Notes:
+        from monkey.facade.notes import Notes
+
+        return Notes(self.store, self.acting_user)
 
     def acting_for(self, user: str) -> Monkey:
         """This facade acting for USER (what `monkey server` does for each call): the same
@@ -252,7 +286,7 @@ class Monkey:
                 gathered=gathered,
             )
             if params is None and sweep is None:  # a plain run: the flags in its command
-                from monkey.rerun import command_values
+                from monkey.params import command_values
 
                 params = command_values(argv)
             [juid] = self._submitter.record(
@@ -311,39 +345,39 @@ class Monkey:
     # Delegated: reruns of sweeps and the code as a job saw it (``monkey.rerun.Reruns``),
     # sweeps (``monkey.facade.tracking.Sweeps``), metrics, comparisons, plots, reports and
     # exports (``monkey.facade.tracking.Tracking``).
-    rerun_sweep = _to("_reruns", Reruns.rerun_sweep)
-    files = _to("_reruns", Reruns.files)
-    cat = _to("_reruns", Reruns.cat)
-    code_blob = _to("_reruns", Reruns.code_blob)
-    clone = _to("_reruns", Reruns.clone)
-    sweep = _to("_sweeps", Sweeps.sweep)
-    sweeps = _to("_sweeps", Sweeps.sweeps)
-    sweep_status = _to("_sweeps", Sweeps.sweep_status)
-    sweep_control = _to("_sweeps", Sweeps.sweep_control)
-    metrics = _to("_tracking", Tracking.metrics)
-    metric_names = _to("_tracking", Tracking.metric_names)
-    compare = _to("_tracking", Tracking.compare)
-    diff = _to("_tracking", Tracking.diff)
-    plot = _to("_tracking", Tracking.plot)
-    plot_data = _to("_tracking", Tracking.plot_data)
-    chart_data = _to("_tracking", Tracking.chart_data)
-    sweep_analysis = _to("_tracking", Tracking.sweep_analysis)
-    report = _to("_tracking", Tracking.report)
-    report_data = _to("_tracking", Tracking.report_data)
-    select_jobs = _to("_tracking", Tracking.select_jobs)
-    export = _to("_tracking", Tracking.export)
-    export_jobs = _to("_tracking", Tracking.export_jobs)
-    export_rows = _to("_tracking", Tracking.export_rows)
-    note = _to("_notes", Notes.note)
-    tag = _to("_notes", Notes.tag)
-    sweep_note = _to("_notes", Notes.sweep_note)
-    sweep_tag = _to("_notes", Notes.sweep_tag)
-    rm_select = _to("_disk", Disk.rm_select)
-    rm = _to("_disk", Disk.rm)
-    gc = _to("_disk", Disk.gc)
-    du = _to("_disk", Disk.du)
-    du_hosts = _to("_disk", Disk.du_hosts)
-    verify = _to("_disk", Disk.verify)
+    rerun_sweep = to("_reruns", Reruns.rerun_sweep)
+    files = to("_reruns", Reruns.files)
+    cat = to("_reruns", Reruns.cat)
+    code_blob = to("_reruns", Reruns.code_blob)
+    clone = to("_reruns", Reruns.clone)
+    sweep = to("_sweeps", Sweeps.sweep)
+    sweeps = to("_sweeps", Sweeps.sweeps)
+    sweep_status = to("_sweeps", Sweeps.sweep_status)
+    sweep_control = to("_sweeps", Sweeps.sweep_control)
+    metrics = to("_tracking", Tracking.metrics)
+    metric_names = to("_tracking", Tracking.metric_names)
+    compare = to("_tracking", Tracking.compare)
+    diff = to("_tracking", Tracking.diff)
+    plot = to("_tracking", Tracking.plot)
+    plot_data = to("_tracking", Tracking.plot_data)
+    chart_data = to("_tracking", Tracking.chart_data)
+    sweep_analysis = to("_tracking", Tracking.sweep_analysis)
+    report = to("_tracking", Tracking.report)
+    report_data = to("_tracking", Tracking.report_data)
+    select_jobs = to("_tracking", Tracking.select_jobs)
+    export = to("_tracking", Tracking.export)
+    export_jobs = to("_tracking", Tracking.export_jobs)
+    export_rows = to("_tracking", Tracking.export_rows)
+    note = to("_notes", Notes.note)
+    tag = to("_notes", Notes.tag)
+    sweep_note = to("_notes", Notes.sweep_note)
+    sweep_tag = to("_notes", Notes.sweep_tag)
+    rm_select = to("_disk", Disk.rm_select)
+    rm = to("_disk", Disk.rm)
+    gc = to("_disk", Disk.gc)
+    du = to("_disk", Disk.du)
+    du_hosts = to("_disk", Disk.du_hosts)
+    verify = to("_disk", Disk.verify)
 
     def _blobs(self) -> BlobStore:
         """The blob store of this MONKEY_HOME (one per Monkey: it keeps its real path)."""
@@ -430,6 +464,8 @@ class Monkey:
             config = self.providers.get(job.provider)
         except MonkeyError:  # a broken providers.yml: the capacity is not known
             config = None
+        from monkey.core.presence import absent_since
+
         absent = absent_since(self.home)
         return {
             **record,
@@ -524,34 +560,34 @@ class Monkey:
             "lines": text.decode(errors="replace").splitlines(),
         }
 
-    provider_status = _to("_providers_part", Providers.provider_status)
-    quotas = _to("_providers_part", Providers.quotas)
-    set_quota = _to("_providers_part", Providers.set_quota)
-    remove_quota = _to("_providers_part", Providers.remove_quota)
-    check_provider = _to("_providers_part", Providers.check_provider)
-    monkey_instances = _to("_providers_part", Providers.monkey_instances)
-    create_instance = _to("_providers_part", Providers.create_instance)
-    delete_instance = _to("_providers_part", Providers.delete_instance)
+    provider_status = to("_providers_part", Providers.provider_status)
+    quotas = to("_providers_part", Providers.quotas)
+    set_quota = to("_providers_part", Providers.set_quota)
+    remove_quota = to("_providers_part", Providers.remove_quota)
+    check_provider = to("_providers_part", Providers.check_provider)
+    monkey_instances = to("_providers_part", Providers.monkey_instances)
+    create_instance = to("_providers_part", Providers.create_instance)
+    delete_instance = to("_providers_part", Providers.delete_instance)
     # what Monkey Web and the server read beyond the contract's calls (monkey.facade.records)
-    job_spec = _to("_records", Records.job_spec)
-    job_outputs = _to("_records", Records.job_outputs)
-    job_packages = _to("_records", Records.job_packages)
-    attempts = _to("_records", Records.attempts)
-    carries_secrets = _to("_records", Records.carries_secrets)
-    runtimes = _to("_records", Records.runtimes)
-    last_job_change = _to("_records", Records.last_job_change)
-    sweep_id = _to("_records", Records.sweep_id)
-    metric_series = _to("_records", Records.metric_series)
-    jobs_table = _to("_records", Records.jobs_table)
-    annotations = _to("_notes", Notes.annotations)
-    sweep_jobs = _to("_records", Records.sweep_jobs)
-    sweep_owners = _to("_records", Records.sweep_owners)
-    users = _to("_records", Records.users)
-    user = _to("_records", Records.user)
-    touch_user = _to("_records", Records.touch_user)
-    record_uploads = _to("_records", Records.record_uploads)
-    storage_room = _to("_records", Records.storage_room)
-    user_count = _to("_records", Records.user_count)
+    job_spec = to("_records", Records.job_spec)
+    job_outputs = to("_records", Records.job_outputs)
+    job_packages = to("_records", Records.job_packages)
+    attempts = to("_records", Records.attempts)
+    carries_secrets = to("_records", Records.carries_secrets)
+    runtimes = to("_records", Records.runtimes)
+    last_job_change = to("_records", Records.last_job_change)
+    sweep_id = to("_records", Records.sweep_id)
+    metric_series = to("_records", Records.metric_series)
+    jobs_table = to("_records", Records.jobs_table)
+    annotations = to("_notes", Notes.annotations)
+    sweep_jobs = to("_records", Records.sweep_jobs)
+    sweep_owners = to("_records", Records.sweep_owners)
+    users = to("_records", Records.users)
+    user = to("_records", Records.user)
+    touch_user = to("_records", Records.touch_user)
+    record_uploads = to("_records", Records.record_uploads)
+    storage_room = to("_records", Records.storage_room)
+    user_count = to("_records", Records.user_count)
 
     def costs(self, juids: list[str], now: float | None = None) -> dict[str, Any]:
         """juid -> estimated cost ``{"total", "preempted"}`` in $, for jobs with any known."""
@@ -576,14 +612,14 @@ class Monkey:
         ]
         return [(path, Path(copy)) for path, copy in found if copy is not None]
 
-    log_paths = _to("_logs", Logs.log_paths)
-    log_chunks = _to("_logs", Logs.log_chunks)
-    logs = _to("_logs", Logs.logs)
-    setup_logs = _to("_logs", Logs.setup_logs)
-    output_chunks = _to("_logs", Logs.output_chunks)
-    store_follower = _to("_logs", Logs.store_follower)
-    follow = _to("_logs", Logs.follow)
-    follow_pieces = _to("_logs", Logs.follow_pieces)
+    log_paths = to("_logs", Logs.log_paths)
+    log_chunks = to("_logs", Logs.log_chunks)
+    logs = to("_logs", Logs.logs)
+    setup_logs = to("_logs", Logs.setup_logs)
+    output_chunks = to("_logs", Logs.output_chunks)
+    store_follower = to("_logs", Logs.store_follower)
+    follow = to("_logs", Logs.follow)
+    follow_pieces = to("_logs", Logs.follow_pieces)
 
     # -- dashboard ----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from monkey.models import MonkeyError, Record
+from monkey.models import MonkeyError, Record, later_pattern
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def python_entry(module: str, function: str, exits: bool = False) -> list[str]:
     return [sys.executable, "-I", "-c", boot, path]
 
 
-_ROUTINE_LOG_LINE = re.compile(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
+_ROUTINE_LOG_LINE = later_pattern(r"^\S+ \S+ (?:(?:DEBUG|INFO|WARNING) |agent\[)")
 
 
 def lock_now(fd: int) -> int | None:

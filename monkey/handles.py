@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 
-from monkey.config import Home
-from monkey.logfiles import Follower
 from monkey.models import TERMINAL, Attempt, State
 from monkey.models import Job as JobRecord
-from monkey.store import Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Protocol
+
+    from monkey.config import Home
+    from monkey.logfiles import Follower
+    from monkey.store import Store
 
     class Owner(Protocol):
         """What a handle needs of the facade that made it (``monkey.api.Monkey``)."""

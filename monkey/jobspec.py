@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 
 from monkey.config import compose_yaml, read_config
-from monkey.models import REDACTED, MonkeyError, Record
+from monkey.models import REDACTED, MonkeyError, Record, later_pattern
 from monkey.specrecord import (
     COMPRESSIONS,
     DATA_TYPES,
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "job.yml"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # a YAML node's anchor and tag
+_ENV_NAME = later_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROPERTIES = later_pattern(r"(?:[&!]\S*\s+)*")  # a YAML node's anchor and tag
 _TYPE_NAMES = {
     str: "a string",
     int: "a whole number",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from monkey.models import TERMINAL, MonkeyError, State
 from monkey.models import Job as JobRecord
+from monkey.params import command_params, norm, scalar
 from monkey.submit import check_priority
 
 TYPE_CHECKING = False
@@ -35,15 +36,7 @@ if TYPE_CHECKING:
     from monkey.store import Store
     from monkey.submit import Submitter
 
-_KV = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.*)", re.DOTALL)
-_FLAG = re.compile(r"--([A-Za-z_][A-Za-z0-9_.-]*)(=(.*))?", re.DOTALL)
-_SHORT = re.compile(r"-([A-Za-z])")  # `-n 5`: a parameter only when a number follows
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 FAILED_CELLS = (State.FAILED, State.LOST)  # what `rerun --sweep S --failed` picks
-
-
-def _norm(name: str) -> str:
-    return name.replace("-", "_")
 
 
 # -- parameters -------------------------------------------------------------------------
@@ -62,53 +55,6 @@ def parse_sets(items: Mapping[str, Any] | Iterable[str] | None) -> dict[str, str
             raise MonkeyError(f"--set {item!r} is not PARAM=VALUE; write e.g. --set lr=0.2")
         out[name.strip()] = value
     return out
-
-
-def command_params(argv: list[str]) -> dict[str, tuple[str, list[tuple[int, str]]]]:
-    """Parameters given in a command: normalised name -> (name as written, [(index of the
-    argument holding the value, form)]) with form "next" (``--lr 0.1``), "eq" (``--lr=0.1``)
-    or "kv" (``lr=0.1``); a one-letter flag counts when a number follows (``-n 5``). The
-    program itself (argv[0]) is never a parameter."""
-    found: dict[str, tuple[str, list[tuple[int, str]]]] = {}
-
-    def add(name: str, index: int, form: str) -> None:
-        found.setdefault(_norm(name), (name, []))[1].append((index, form))
-
-    for i in range(1, len(argv)):
-        arg = argv[i]
-        flag = _FLAG.fullmatch(arg)
-        if flag:
-            if flag.group(2) is not None:
-                add(flag.group(1), i, "eq")
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                add(flag.group(1), i + 1, "next")
-            continue
-        if _SHORT.fullmatch(arg) and i + 1 < len(argv) and _NUMBER.fullmatch(argv[i + 1]):
-            add(arg[1:], i + 1, "next")
-            continue
-        kv = _KV.fullmatch(arg)
-        if kv and not arg.startswith("-"):
-            add(kv.group(1), i, "kv")
-    return found
-
-
-def command_values(argv: list[str]) -> dict[str, Any]:
-    """The parameters a plain command gives (``--lr 0.1`` -> ``{"lr": 0.1}``), by the names
-    as written, values as numbers where they read as numbers; the last one given wins."""
-    out: dict[str, Any] = {}
-    for name, places in command_params(argv).values():
-        index, form = places[-1]
-        text = argv[index]
-        if form != "next":
-            text = text.partition("=")[2]
-        out[name.lstrip("-")] = _scalar(text)
-    return out
-
-
-def _scalar(text: str) -> Any:
-    from monkey.tracking.sweepspec import scalar
-
-    return scalar(text)
 
 
 def rerun_name(name: str) -> str:
@@ -131,14 +77,14 @@ def apply_sets(
     from monkey.tracking.sweepspec import PLACEHOLDER, render
 
     argv, params = list(job.argv), dict(job.params)
-    by_norm = {_norm(k): k for k in params}
+    by_norm = {norm(k): k for k in params}
     placeholders = {m.group(1) for a in template or () for m in PLACEHOLDER.finditer(a)}
     changed: dict[str, list[Any]] = {}
     rest: dict[str, tuple[str | None, str]] = {}
     for name, text in sets.items():
-        key = by_norm.get(_norm(name))
+        key = by_norm.get(norm(name))
         if key is not None:
-            value = _scalar(text)
+            value = scalar(text)
             if params[key] != value:
                 changed[key] = [params[key], value]
             params[key] = value
@@ -156,7 +102,7 @@ def apply_sets(
         ]
     given = command_params(argv)
     for name, (key, text) in rest.items():
-        hit = given.get(_norm(name))
+        hit = given.get(norm(name))
         if hit is None:
             if key is not None:
                 continue  # a parameter the command does not show (e.g. given through params=)
@@ -178,7 +124,7 @@ def apply_sets(
             else:
                 argv[index] = text
             if key is None and old != text:
-                changed[shown] = [_scalar(old), _scalar(text)]
+                changed[shown] = [scalar(old), scalar(text)]
     return argv, params, changed
 
 
@@ -569,7 +515,7 @@ class Reruns:
             else:
                 spec = dict(sweep["spec"], rerun_of=sid, cells=len(picked))
                 spec["parameters"] = {  # a parameter set to one value has that value only
-                    k: {"values": [_scalar(sets[k])]} if k in sets else v
+                    k: {"values": [scalar(sets[k])]} if k in sets else v
                     for k, v in spec.get("parameters", {}).items()
                 }
                 target = self.store.create_sweep(name or "", spec)

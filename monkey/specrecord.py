@@ -7,10 +7,7 @@ the web page, pull, rerun, the core) fails on it. Also the other paths a client 
 
 from __future__ import annotations
 
-import re
-
-from monkey.client_agent.rundir import FOLDER_NAME
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, later_pattern
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,9 +35,9 @@ MAX_FOLDERS = 100  # persisted or data folders of one job.yml
 MAX_ITEMS = 1000  # env variables, ignore patterns, providers
 MAX_TEXT = 4096  # a path, a pattern, a name
 MAX_VALUE = 128 * 1024  # an env value (Linux takes at most 128 KiB per string)
-DIGEST = re.compile(r"[0-9a-f]{64}")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+DIGEST = later_pattern(r"[0-9a-f]{64}")
+ENV_NAME = later_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = later_pattern(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _fail(where: str, problem: str) -> MonkeyError:
@@ -79,6 +76,8 @@ def check_relpath(value: Any, where: str, dot: bool = False) -> str:
 
 def check_folder_name(value: Any, where: str) -> str:
     """VALUE as the name of a persisted or data folder (one part of a path)."""
+    from monkey.client_agent.rundir import FOLDER_NAME  # (the agent's own rule)
+
     if not isinstance(value, str) or not FOLDER_NAME.fullmatch(value):
         raise _fail(
             where,
@@ -323,7 +322,7 @@ def _dataset_name(value: Any, where: str) -> str:
     return value
 
 
-DATASET_NAME = re.compile(r"[A-Za-z0-9_]{1,200}")
+DATASET_NAME = later_pattern(r"[A-Za-z0-9_]{1,200}")
 MAX_DATASETS = 100  # --dataset of one submission
 # A submission's --dataset entries and git state, as ``Submitter.gather`` records them.
 check_datasets = _listing(

@@ -6,7 +6,6 @@ submit through here."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from monkey.models import (
     Resources,
     dumps,
     is_secret,
+    later_pattern,
     parse_duration,
     parse_size,
 )
@@ -51,8 +51,8 @@ def captured_env() -> dict[str, str]:
 
 
 MAX_RETRIES = 1000  # attempts of one job beyond the first; more is a typo, not a plan
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PYTHONS = re.compile(r"^python[0-9.]*$")
+_ENV_NAME = later_pattern(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHONS = later_pattern(r"^python[0-9.]*$")
 
 
 # The fields ``gather`` reads on the submitting machine (and a client sends to a server).
@@ -69,7 +69,7 @@ GATHERED = (
     "outputs",
     "packages",
 )
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+_DIGEST = later_pattern(r"[0-9a-f]{64}")
 
 
 class BlobsMissing(MonkeyError):

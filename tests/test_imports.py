@@ -75,6 +75,28 @@ def test_run_loads_no_slow_stdlib(tmp_path):
     assert _heavy_modules(code, tmp_path, SLOW_STDLIB) == []
 
 
+# What `monkey run` needs none of (issue 42, speed): the facade's other parts (loaded when a
+# method of theirs is first called), the remote API's rules (read only when a remote is
+# selected), the agent's link and files (a kind's rules load no transport).
+NOT_FOR_RUN = ("monkey.facade", "monkey.rerun", "monkey.contract", "monkey.logfiles",
+               "monkey.client_agent", "monkey.drivers.agent_link", "monkey.core.presence",
+               "monkey.shell.table", "monkey.snapshot.datasets")  # fmt: skip
+
+
+def test_run_loads_only_the_submission_path(tmp_path):
+    """`monkey run -- true` (the second: the first lists the installed packages) loads none
+    of NOT_FOR_RUN."""
+    from monkey.config import Home
+    from monkey.core import daemon
+
+    code = "from monkey.shell.cli import main; main(['run', '--', 'true'])"
+    try:
+        _heavy_modules(code, tmp_path)
+        assert _heavy_modules(code, tmp_path, NOT_FOR_RUN) == []
+    finally:
+        daemon.stop(Home(tmp_path / "home"))
+
+
 def test_in_job_api_loads_no_slow_stdlib(tmp_path):
     """`import monkey; monkey.log(...)` inside a job costs the job's start little."""
     assert _heavy_modules("import monkey; monkey.log", tmp_path, SLOW_STDLIB) == []

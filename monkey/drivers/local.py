@@ -8,16 +8,16 @@ import time
 from pathlib import Path
 
 from monkey.config import Home, ProviderConfig, first_error, open_private, python_entry
-from monkey.drivers.agent_link import AgentLink, connect_unix
 from monkey.drivers.base import Capacity, Driver, unknown_keys
 from monkey.drivers.transport import Transport
 from monkey.models import MonkeyError, Resources
-from monkey.version import AGENT_SRC, agent_digest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
     from typing import Any
+
+    from monkey.drivers.agent_link import AgentLink
 
 
 def detect_gpus() -> list[str]:
@@ -75,6 +75,8 @@ def outdated(hello: dict[str, Any]) -> str | None:
     """Why the local agent that said HELLO is not the installed one, or None when it is: it
     runs other code, or the same code from another folder (monkey installed elsewhere since:
     the files it hands its jobs may be gone)."""
+    from monkey.version import AGENT_SRC, agent_digest
+
     digest, code = hello.get("digest"), hello.get("code")
     if digest != agent_digest():
         return f"it runs other code ({digest or 'older'}, installed {agent_digest()})"
@@ -183,7 +185,10 @@ class LocalTransport(Transport):
     def connect(self, instance: str) -> AgentLink:
         """A link to the local agent, started when none runs. An agent of another version
         (a reinstall) is asked to stop, its jobs left running, and a fresh one started from
-        the installed code adopts them on the core's ``sync``."""
+        the installed code adopts them on the core's ``sync``. (The link's module loads
+        here: `monkey run` imports this module only for the kind's rules.)"""
+        from monkey.drivers.agent_link import connect_unix
+
         try:
             link = connect_unix(self.socket)
         except OSError:

@@ -11,8 +11,6 @@ request carries ``Authorization: Bearer TOKEN`` and ``X-Monkey-API``; every answ
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from monkey.models import MonkeyError
 
 API = 1  # the protocol's version: a client and a server of different APIs refuse each other
@@ -36,6 +34,8 @@ class Unreachable(RemoteError):
 
 def split_url(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of a remote's URL; MonkeyError naming the fix when it is not one."""
+    from urllib.parse import urlsplit
+
     parts = urlsplit(url)
     try:
         port = parts.port

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, later_pattern
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 LOCAL = "local"  # MONKEY_REMOTE=local: this machine, whatever the default
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+_NAME = later_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
 class Remote:

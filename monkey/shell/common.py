@@ -5,22 +5,36 @@ library are imported up here (one-shot commands stay fast)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable
 
-from monkey.models import MonkeyError, State
+from monkey.models import MonkeyError, State, whole_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any, NoReturn, TextIO
 
     from monkey.api import Monkey
 
 
 class UsageError(MonkeyError):
     """A command line that does not parse."""
+
+
+def columns(out: TextIO, fallback: int) -> int:
+    """$COLUMNS, else the width of OUT's terminal, else FALLBACK: shutil.get_terminal_size,
+    without importing shutil (and bz2 and lzma with it) on a one-shot command's path."""
+    given = whole_number(os.environ.get("COLUMNS", ""))
+    if given:
+        return given
+    try:
+        return os.get_terminal_size(out.fileno()).columns or fallback
+    except (AttributeError, OSError, ValueError):  # not a terminal, closed, or no fileno
+        return fallback
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -33,8 +47,6 @@ class _Formatter(argparse.HelpFormatter):
         max_help_position: int = 24,
         width: int | None = None,
     ) -> None:
-        from monkey.shell.table import columns
-
         width = columns(sys.__stdout__ or sys.stdout, 80) - 2 if width is None else width
         super().__init__(prog, indent_increment, max_help_position, width)
 
@@ -43,7 +55,9 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and raises instead of exiting."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
+        if "formatter_class" not in kwargs:  # the width looked up once per parser, not once
+            width = columns(sys.__stdout__ or sys.stdout, 80) - 2  # per argument added
+            kwargs["formatter_class"] = functools.partial(_Formatter, width=width)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

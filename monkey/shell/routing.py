@@ -78,12 +78,20 @@ def remote_ready(name: str, args: argparse.Namespace) -> bool:
 
 def route(name: str, args: argparse.Namespace) -> None:
     """NotRemote when a remote is selected and command NAME (parsed into ARGS) does not work
-    through one: the one check of the one-shot CLI and of the `monkey>` shell."""
-    if remote_ready(name, args):
+    through one: the one check of the one-shot CLI and of the `monkey>` shell. With no
+    remote selected it reads no rule (monkey.contract stays unloaded)."""
+    from monkey.remote.settings import selected
+
+    remote = selected()
+    if remote is None or remote_ready(name, args):
         return
     sub = getattr(args, "what", None) or getattr(args, "action", None)
     grouped = name in ("list", "server", "sweep", "provider", "daemon")
-    check_remote(f"{name} {sub}" if isinstance(sub, str) and grouped else name)
+    words = f"{name} {sub}" if isinstance(sub, str) and grouped else name
+    raise NotRemote(
+        f"monkey {words} does not work through a remote yet; run it on the main "
+        f"node (remote {remote})"
+    )
 
 
 def shell_remote() -> str | None:
@@ -97,18 +105,6 @@ def shell_remote() -> str | None:
         settings.get(name)  # its settings and token are here (the server is not asked)
         os.environ["MONKEY_REMOTE"] = name
     return name
-
-
-def check_remote(words: str) -> None:
-    """NotRemote when a remote is selected: WORDS (the command) does not work through one."""
-    from monkey.remote.settings import selected
-
-    remote = selected()
-    if remote:
-        raise NotRemote(
-            f"monkey {words} does not work through a remote yet; run it on the main "
-            f"node (remote {remote})"
-        )
 
 
 def take_remote(argv: list[str]) -> list[str]:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from monkey.models import whole_number
+from monkey.shell.common import columns
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,18 +105,6 @@ def terminal_width(out: TextIO) -> int | None:
     if given is not None:
         return given
     return columns(out, 120) if out.isatty() else None
-
-
-def columns(out: TextIO, fallback: int) -> int:
-    """$COLUMNS, else the width of OUT's terminal, else FALLBACK: shutil.get_terminal_size,
-    without importing shutil (and bz2 and lzma with it) on a one-shot command's path."""
-    given = whole_number(os.environ.get("COLUMNS", ""))
-    if given:
-        return given
-    try:
-        return os.get_terminal_size(out.fileno()).columns or fallback
-    except (AttributeError, OSError, ValueError):  # not a terminal, closed, or no fileno
-        return fallback
 
 
 def fit(

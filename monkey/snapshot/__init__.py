@@ -14,7 +14,6 @@ an edit after a snapshot never changes what a queued job runs.
 from __future__ import annotations
 
 from monkey.snapshot.blobs import BlobDamaged, BlobStore, hash_file
-from monkey.snapshot.datasets import dataset, dataset_name, parse_dataset_spec
 from monkey.snapshot.git import Folder, GitQuery, locate, repository_root
 from monkey.snapshot.manifest import (
     LINK_MODE,
@@ -24,6 +23,22 @@ from monkey.snapshot.manifest import (
     load_manifest,
     snapshot_dir,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monkey.snapshot.datasets import dataset, dataset_name, parse_dataset_spec
+
+
+def __getattr__(name: str) -> Any:
+    """The datasets' functions, loaded by the first submission that has a dataset."""
+    if name in ("dataset", "dataset_name", "parse_dataset_spec"):
+        from monkey.snapshot import datasets
+
+        return getattr(datasets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BlobDamaged",

@@ -8,13 +8,13 @@ import stat
 import time
 from pathlib import Path
 
-from monkey.models import MonkeyError
+from monkey.models import MonkeyError, later_pattern
 from monkey.snapshot.blobs import BlobStore
 from monkey.snapshot.manifest import Dataset, _size_check, _store_files
 from monkey.snapshot.walk import _existing, _walk
 from monkey.store.db import Store
 
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_RE = later_pattern(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def parse_dataset_spec(spec: str, base: Path | None = None) -> tuple[str, str | None]:

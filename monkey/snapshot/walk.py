@@ -10,7 +10,6 @@ import stat
 import time
 from collections.abc import Callable, Sequence
 
-from monkey.client_agent.rundir import OUTSIDE_METRICS
 from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
@@ -234,8 +233,10 @@ def _well_formed(known: Any) -> bool:
 
 # What monkey itself writes into a project when a script runs outside a job (monkey.log's
 # file; checkpoint_dir() ignores itself): never code, at any depth. By name, not by pattern:
-# a pattern would load pathspec at every submission.
-MONKEY_FILES = frozenset({OUTSIDE_METRICS})
+# a pattern would load pathspec at every submission. (The name is the agent's
+# rundir.OUTSIDE_METRICS, written out: importing the agent's module would cost every `monkey
+# run` its code; test_what_monkey_writes_outside_a_job_is_not_code checks they agree.)
+MONKEY_FILES = frozenset({"monkey-metrics.jsonl"})
 
 
 def _walk(

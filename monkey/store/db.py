@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -66,8 +67,10 @@ WAL_BACKSTOP = 10_000
 CHECKPOINT_EVERY = 0.5  # seconds between the checkpointer's looks at the WAL
 
 
+@functools.cache
 def local_user() -> str:
-    """This machine's user name: the owner of the jobs submitted here."""
+    """This machine's user name: the owner of the jobs submitted here. Looked up once per
+    process (without $USER it reads the password database: a file read per submission)."""
     import getpass
 
     try:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterable
+
+from monkey.models import later_pattern
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_DIGEST = re.compile(r"\b[0-9a-f]{64}\b")
+_DIGEST = later_pattern(r"\b[0-9a-f]{64}\b")
 
 
 class HousekeepingStore:
