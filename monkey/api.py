@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from monkey.config import Home, ProviderConfig
+from monkey.delegation import Later, to
 from monkey.drivers import load_providers
-from monkey.facade.parts import Later, to
 from monkey.handles import Job
 from monkey.models import (
     LIVE,

@@ -44,6 +44,13 @@ def _fail(where: str, problem: str) -> MonkeyError:
     return MonkeyError(f"{where}: {problem}")
 
 
+def _key(key: Any) -> str:
+    """KEY as an error names it: its first 80 characters, quoted when not printable (a
+    newline in a key must not split the one-line error)."""
+    text = str(key)[:80]
+    return text if text.isprintable() else repr(text)
+
+
 def check_text(value: Any, where: str, most: int = MAX_TEXT) -> str:
     """VALUE as text of at most MOST characters, without control characters or lone
     surrogates."""
@@ -129,7 +136,7 @@ def _record(fields: dict[str, Check], optional: tuple[str, ...] = (), strict: bo
     def check(value: Any, where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise _fail(where, f"must be a mapping, not {type(value).__name__}")
-        unknown = sorted(str(k)[:80] for k in value if k not in fields)
+        unknown = sorted(_key(k) for k in value if k not in fields)
         if unknown and strict:
             raise _fail(f"{where}.{unknown[0]}", f"unknown key; known: {', '.join(fields)}")
         out = {}
@@ -276,7 +283,7 @@ def check_spec(spec: Any, where: str = "spec") -> dict[str, Any] | None:
         return None
     if not isinstance(spec, dict):
         raise _fail(where, f"must be a mapping, not {type(spec).__name__}")
-    unknown = sorted(str(k)[:80] for k in spec if k not in _STRICT)
+    unknown = sorted(_key(k) for k in spec if k not in _STRICT)
     if unknown:
         raise _fail(f"{where}.{unknown[0]}", "unknown key")
     out: dict[str, Any] = {}

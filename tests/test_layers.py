@@ -53,6 +53,8 @@ LAYERS: dict[str, tuple[int, str]] = {
     "version": (13, "the package version and the code digest"),
     "sizes": (13, "sizes of files and folders on disk, and what deleting one freed"),
     "specrecord": (13, "a job spec's shape: checked strictly when sent, read tolerantly"),
+    "params": (7, "the parameters a command gives: a run's params, where rerun --set writes"),
+    "delegation": (13, "how Monkey delegates to its parts, each loaded on first use"),
     "models": (14, "dataclasses and enums, no I/O"),
     "client_agent": (
         14,
