@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import kill_all, wait_for
 
 
 def free_port() -> int:
@@ -158,6 +158,8 @@ class MainNode:
             self.proc.wait(timeout=30)
         if self.proc is not None and self.proc.stdout:
             self.proc.stdout.close()
+        # a laptop's own core and agent (a `run` without the remote starts them there)
+        kill_all(f"MONKEY_HOME={self.laptop_root / '.monkey'}")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import kill_all
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("cmd2", "textual", "libcloud", "boto3", "paramiko", "sqlite_utils", "watchdog", "rich",
@@ -95,6 +96,7 @@ def test_run_loads_only_the_submission_path(tmp_path):
         assert _heavy_modules(code, tmp_path, NOT_FOR_RUN) == []
     finally:
         daemon.stop(Home(tmp_path / "home"))
+        kill_all(f"MONKEY_HOME={tmp_path / 'home'}")  # and its agent, whatever stop did
 
 
 def test_in_job_api_loads_no_slow_stdlib(tmp_path):
