@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from _thread import get_ident  # (builtin: costs no import, unlike threading)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ def read_small(path: str) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write a file (0600) through a temporary name and rename."""
-    tmp = f"{path}.tmp"
+    """Write a file (0600) through a temporary name (this thread's own: two threads may
+    write the same file) and rename."""
+    tmp = f"{path}.{get_ident()}.tmp"
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as f:
         f.write(data)
     os.rename(tmp, path)

@@ -51,6 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from monkey.client_agent.common import write_atomic
 from monkey.client_agent.rundir import (
     ABANDONED,
     EVENTS,
@@ -88,7 +89,6 @@ from monkey.drivers.k8s_serve import (
     has_exit,
     read_json,
     resolve_files,
-    write_private,
 )
 from monkey.models import MonkeyError
 
@@ -279,7 +279,7 @@ class ClusterAgent:
             self.beat,
         )
         att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret, start=start)
-        write_private(os.path.join(run_dir, POD_START), start)
+        write_atomic(os.path.join(run_dir, POD_START), json.dumps(start).encode())
         with self.lock:
             self.attempts[(juid, n)] = att
         try:
@@ -443,7 +443,7 @@ class ClusterAgent:
                 return
             self.kept_rows = rows
             try:
-                write_private(self.pods_file, {"pods": rows})
+                write_atomic(self.pods_file, json.dumps({"pods": rows}).encode())
             except OSError as exc:
                 log.warning("%s: %s", self.name, exc)
 
@@ -656,13 +656,13 @@ class ClusterAgent:
                 f.write(data[max(0, have - at) :])
             if name == SETUP_LOG:
                 att.taken[SETUP_LOG] = at + len(data)
-                write_private(os.path.join(att.run_dir, POD_TAKEN), att.taken)
+                write_atomic(os.path.join(att.run_dir, POD_TAKEN), json.dumps(att.taken).encode())
 
     def _take(self, att: _Attempt, offset: int) -> None:
         """Record how far the pod's events were taken (an adopting core goes on from there)."""
         with att.lock:
             att.taken[EVENTS] = max(offset, int(att.taken.get(EVENTS, 0)))
-            write_private(os.path.join(att.run_dir, POD_TAKEN), att.taken)
+            write_atomic(os.path.join(att.run_dir, POD_TAKEN), json.dumps(att.taken).encode())
 
     def _finish(self, att: _Attempt, offset: int | None) -> None:
         """The job exited (OFFSET: its exit event's in the pod), or its pod's container ended

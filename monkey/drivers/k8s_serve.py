@@ -19,14 +19,6 @@ if TYPE_CHECKING:
     ClusterAgent = Any  # monkey.drivers.k8s_agent.ClusterAgent (which imports this module)
 
 
-def write_private(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def read_json(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:

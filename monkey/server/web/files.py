@@ -49,20 +49,11 @@ def routes(web: Web, headers: Callable[[Response], Response]) -> list[Route]:
 def _files(folder: Path, most: int = LISTED) -> tuple[list[dict[str, Any]], int, int]:
     """FOLDER's regular files (links skipped) as [{path, url, size}] (at most MOST), their
     count and total bytes."""
-    listed: list[dict[str, Any]] = []
-    count = total = 0
-    for root, dirs, names in os.walk(folder):
-        dirs.sort()
-        for leaf in sorted(names):
-            path = Path(root, leaf)
-            if path.is_symlink() or not path.is_file():
-                continue
-            size = path.stat().st_size
-            count, total = count + 1, total + size
-            if len(listed) < most:
-                rel = path.relative_to(folder).as_posix()
-                listed.append({"path": rel, "url": quote(rel), "size": size})
-    return listed, count, total
+    from monkey.facade.checkpoints import regular_files
+
+    found = regular_files(folder)
+    listed = [{"path": rel, "url": quote(rel), "size": size} for rel, size, _ in found[:most]]
+    return listed, len(found), sum(size for _, size, _ in found)
 
 
 def data_part(m: Monkey, juid: str) -> dict[str, Any]:
