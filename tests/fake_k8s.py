@@ -944,11 +944,14 @@ def _oom_killer(proc: subprocess.Popen, limit: float, oom: threading.Event) -> N
             grew = bool(more)
         if sum(rss.get(p, 0) for p in tree) > limit:
             oom.set()
-            for pid in tree:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            # the whole group at once, as the cgroup's OOM kill: each stopped first, so that
+            # none sees another die (a shell would say "Killed" and exit 137)
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in tree:
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
             _kill(proc, signal.SIGKILL)
             return
         time.sleep(0.05)

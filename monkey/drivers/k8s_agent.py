@@ -111,6 +111,7 @@ _NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_
                   "persist_dir"}  # fmt: skip
 _RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
 _FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
+OOM_WAIT = 3.0  # seconds a SIGKILL nobody asked for waits for the watch to say OOMKilled
 
 
 @dataclass
@@ -131,6 +132,9 @@ class _Attempt:
     ended: bool = False  # its exit event is written
     ending: dict[str, Any] | None = None  # the exit, once known
     disrupted: str = ""  # why Kubernetes is stopping the pod (evicted, preempted, drained)
+    # Its container's end as the watch saw it: its exit code and "OOMKilled, limit ..." (or "")
+    container_end: tuple[int | None, str] | None = None
+    container_ended: threading.Event = field(default_factory=threading.Event)
     # Its `started` event is written: what the watch saw of its pod before waits for it
     # (a pod may run and end before its creation's answer came back).
     started: bool = False
@@ -503,15 +507,18 @@ class ClusterAgent:
             if boot:
                 threading.Thread(target=self._boot, args=(att,), daemon=True).start()
             return
-        if kind == "ended" and att.ending is None:  # the agent's container ended first
-            code = details.get("exitCode")
-            detail = {}
+        if kind == "ended" and att.container_end is None:
+            oom = ""
             if details.get("reason") == "OOMKilled":
                 limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-                said = f"OOMKilled, limit {limits['memory']}" if "memory" in limits else "OOMKilled"
-                self._setup_line(att, f"pod {att.pod}: {said}")
-                detail = {"detail": said}
-            elif not att.disrupted and att.signalled is None:
+                oom = f"OOMKilled, limit {limits['memory']}" if "memory" in limits else "OOMKilled"
+                self._setup_line(att, f"pod {att.pod}: {oom}")
+            att.container_end = (details.get("exitCode"), oom)
+            att.container_ended.set()
+        if kind == "ended" and att.ending is None:  # the agent's container ended first
+            code, oom = att.container_end or (details.get("exitCode"), "")
+            detail = {"detail": oom} if oom else {}
+            if not oom and not att.disrupted and att.signalled is None:
                 self._setup_line(att, f"pod {att.pod} ended (exit {code}) before its job's exit "
                                  f"came: {self._container_log(att)}")  # fmt: skip
             if att.signalled is not None:
@@ -675,6 +682,14 @@ class ClusterAgent:
             if att.disrupted and ending.get("reason") in ("preempted", "killed", "exited"):
                 if att.signalled is None:
                     ending.update(reason="preempted", detail=att.disrupted)
+            elif att.signalled is None and (ending.get("signal") == 9 or ending.get("code") == 137):
+                # A SIGKILL nobody asked for (or a shell's 137 for one): the container's memory
+                # limit, when the watch says so (its end may come after the agent told of the
+                # job's)
+                att.container_ended.wait(OOM_WAIT)
+                code, oom = att.container_end or (None, "")
+                if oom:
+                    ending.update(code=code, signal=None, reason="exited", detail=oom)
         self._end(att, ending)
         if offset is not None:
             self._take(att, offset)
