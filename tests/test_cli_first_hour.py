@@ -376,7 +376,8 @@ def test_the_end_of_one_of_todays_ids_names_the_job(cli, monkey):
     assert all(j.startswith(today) for j in juids)
     info = cli("info", "003", "--json", check=True).stdout
     assert json.loads(info)["job"] == f"{today}003"
-    assert cli("info", "job", "7-011", check=True).returncode == 0  # the end of 26-12-07-011
+    end = f"{today[-2]}-011"  # the end of today's 011: 7-011 for 26-12-07-011
+    assert cli("info", "job", end, check=True).returncode == 0
     ambiguous = cli("cancel", "1")
     assert ambiguous.returncode != 0
     line = ambiguous.stderr.strip()
