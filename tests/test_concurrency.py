@@ -74,3 +74,19 @@ def test_a_lock_held_too_long_gives_one_line_and_the_core_waits_it_out(
     gate.touch()  # its heartbeats could not be written meanwhile; its end can
     assert running.wait(timeout=60) == State.SUCCEEDED
     assert core_pid(home) == pid
+
+
+def test_a_write_of_many_rows_waits_for_the_lock_like_any_other(home, monkey):
+    """An admin's ``set_owner`` (one statement, many rows) while another program holds
+    the write lock waits for it instead of failing at once."""
+    import threading
+
+    from monkey.store import Store
+
+    juids = [monkey.run(["true"]).juid for _ in range(3)]
+    holder = sqlite3.connect(home / "monkey.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: holder.execute("COMMIT")).start()
+    Store(home / "monkey.db").set_owner(juids, "bob")
+    holder.close()
+    assert set(Store(home / "monkey.db").job_owners(juids).values()) == {"bob"}

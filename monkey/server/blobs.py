@@ -18,12 +18,13 @@ import time
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from monkey.config import Home
 from monkey.models import MonkeyError, whole_number
 from monkey.server.lanes import in_bulk
+from monkey.server.opened import opened_file
 from monkey.snapshot.blobs import BlobStore, Receiver
 
 TYPE_CHECKING = False
@@ -275,9 +276,10 @@ def routes(home: Home, monkey: Callable[[], Monkey]) -> list[Route]:
             path = blobs.path(digest)
         except MonkeyError as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        if not path.exists():
+        answer = opened_file(path)
+        if answer is None:
             return JSONResponse({"error": f"blob {digest} is not on this server"}, 404)
-        return FileResponse(path, media_type="application/octet-stream")
+        return answer
 
     return [
         Route("/api/v1/blobs/missing", missing, methods=["POST"]),

@@ -109,10 +109,17 @@ class _Connection(sqlite3.Connection):
     failure: StoreUnavailable | None = None
 
     def execute(self, sql: str, params: Any = (), /) -> sqlite3.Cursor:
+        return self._waiting(super().execute, sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Any], /) -> sqlite3.Cursor:
+        # Outside a transaction a wait retries, so the rows must be readable twice.
+        return self._waiting(super().executemany, sql, rows if self.in_transaction else list(rows))
+
+    def _waiting(self, run: Any, sql: str, args: Any) -> sqlite3.Cursor:
         start, pause = time.monotonic(), _FIRST_PAUSE
         while True:
             try:
-                return super().execute(sql, params)
+                return run(sql, args)
             except sqlite3.OperationalError as exc:
                 failure = sqlite_failure(exc, self.path)
                 if failure is None:
@@ -127,16 +134,6 @@ class _Connection(sqlite3.Connection):
                     raise failure from exc
             time.sleep(pause)
             pause = min(2 * pause, _LONGEST_PAUSE)
-
-    def executemany(self, sql: str, rows: Iterable[Any], /) -> sqlite3.Cursor:
-        try:
-            return super().executemany(sql, rows)
-        except sqlite3.OperationalError as exc:
-            failure = sqlite_failure(exc, self.path)
-            if failure is None:
-                raise
-            self.failure = failure
-            raise failure from exc
 
 
 def _create_private(path: Path) -> None:

@@ -10,10 +10,11 @@ from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from monkey.models import MonkeyError
+from monkey.server.opened import opened_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -233,14 +234,10 @@ class CodePages:
                 stored = await run_in_threadpool(lambda: m().code_blob(ref, path))
             except MonkeyError as exc:
                 return self._error(session, ref, exc, 404)
-            name = path.rsplit("/", 1)[-1]
-            return self.headers(
-                FileResponse(  # streamed from the store: a large file is never held in memory
-                    stored,
-                    media_type="application/octet-stream",
-                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
-                )
-            )
+            answer = opened_file(stored, download_as=path.rsplit("/", 1)[-1])
+            if answer is None:
+                return self._error(session, ref, MonkeyError(f"{path} is gone from the store"), 404)
+            return self.headers(answer)
         try:
             data = await run_in_threadpool(lambda: file_page(m(), ref, path))
         except MonkeyError as exc:

@@ -15,11 +15,12 @@ from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from monkey.client_agent import rundir
 from monkey.models import MonkeyError
+from monkey.server.opened import opened_file
 from monkey.server.web.code import safe_path
 from monkey.server.web.render import clock
 
@@ -260,14 +261,10 @@ class FilePages:
                 "or links out",
                 400 if safe_path(rel) is None else 404,
             )
-        return self.headers(
-            FileResponse(
-                path,
-                media_type="application/octet-stream",
-                filename=path.name,
-                content_disposition_type="attachment",
-            )
-        )
+        answer = opened_file(path, download_as=path.name)
+        if answer is None:
+            return self._error(session, request, f"no file {rel!r} here (it is gone)", 404)
+        return self.headers(answer)
 
     def _error(
         self, session: dict[str, Any], request: Request, message: str, status: int
