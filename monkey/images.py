@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 DOCKER_HUB = "docker.io"
 REF_MAX = 512
+NAME_MAX = 255  # the distribution spec's limit of HOST/PATH
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # never "." or ".." (a folder is named so)
 _HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]{{1,5}})?")
 _PATH = re.compile(
@@ -82,7 +83,8 @@ def parse(text: Any) -> Reference:
     first, _, remainder = rest.partition("/")
     if remainder and ("." in first or ":" in first or first == "localhost"):
         host, path = first, remainder
-        if not _HOST.fullmatch(host):
+        port = host.rpartition(":")[2] if not host.endswith("]") else ""
+        if not _HOST.fullmatch(host) or (port.isdigit() and not 0 < int(port) < 65536):
             raise MonkeyError(f"image {text!r}: {host!r} is not a registry host")
     else:
         host, path = DOCKER_HUB, rest if remainder else f"library/{rest}"
@@ -90,6 +92,11 @@ def parse(text: Any) -> Reference:
         raise MonkeyError(
             f"image {text!r}: {path!r} is not a repository name (lower-case letters, digits, "
             "and . _ - between them, parts separated by /)"
+        )
+    if len(host) + 1 + len(path) > NAME_MAX:
+        raise MonkeyError(
+            f"image {text[:60]!r}...: a repository name is at most {NAME_MAX} characters "
+            "with its registry host"
         )
     if tag is None and digest is None:
         tag = "latest"
