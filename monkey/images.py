@@ -60,6 +60,12 @@ class Reference:
         return f"{self.name}@{digest}"
 
 
+def is_host(text: str) -> bool:
+    """Whether TEXT is a registry's host (a name or address, and a port in 1-65535)."""
+    port = "" if text.endswith("]") else text.rpartition(":")[2]
+    return bool(_HOST.fullmatch(text)) and (not port.isdigit() or 0 < int(port) < 65536)
+
+
 def parse(text: Any) -> Reference:
     """TEXT as a reference (``pytorch/pytorch:2.4.0``, ``ghcr.io/o/r@sha256:...``,
     ``127.0.0.1:5000/lab/tiny:1``); MonkeyError naming what is wrong with it."""
@@ -83,8 +89,7 @@ def parse(text: Any) -> Reference:
     first, _, remainder = rest.partition("/")
     if remainder and ("." in first or ":" in first or first == "localhost"):
         host, path = first, remainder
-        port = host.rpartition(":")[2] if not host.endswith("]") else ""
-        if not _HOST.fullmatch(host) or (port.isdigit() and not 0 < int(port) < 65536):
+        if not is_host(host):
             raise MonkeyError(f"image {text!r}: {host!r} is not a registry host")
     else:
         host, path = DOCKER_HUB, rest if remainder else f"library/{rest}"
@@ -229,7 +234,7 @@ class Registries:
 def _host_folder(host: str) -> str:
     """The name of HOST's folder of its CA; MonkeyError when HOST is not a registry host
     (so that no name such as `..` ever becomes a path)."""
-    if not _HOST.fullmatch(host):
+    if not is_host(host):
         raise MonkeyError(f"registry {host!r}: give a host, e.g. ghcr.io or 10.0.0.5:5000")
     return host.replace(":", "_")
 
