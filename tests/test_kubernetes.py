@@ -127,7 +127,7 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
     wrong = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
                 str(cluster.kubeconfig), "--context", "prod")  # fmt: skip
     assert wrong.returncode == 1
-    assert "has no context 'prod'; contexts: fake" in wrong.stderr
+    assert "has no context 'prod'; pick one with --context (contexts: fake)" in wrong.stderr
     cluster.deny("create", "pods")
     denied = cli("provider", "add", "kubernetes", "other", "--kubeconfig",
                  str(cluster.kubeconfig))  # fmt: skip
@@ -139,6 +139,25 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
     (home / "providers.yml").write_text(yaml.safe_dump({"providers": {"lab": entry}}))
     bad = cli("list", "providers")
     assert bad.returncode != 0 and "schedule_timeout must be seconds > 0" in bad.stderr
+
+
+def test_a_broken_kubeconfig_is_one_line_and_nothing_is_written(cli, home, tmp_path):
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [\n")
+    out = cli("provider", "add", "kubernetes", "k", "--kubeconfig", str(broken))
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"monkey: error: kubeconfig {broken} is not readable YAML (")
+    assert out.stderr.endswith("; fix it or give another with --kubeconfig\n")
+    assert len(out.stderr.splitlines()) == 1
+    bare = tmp_path / "bare"
+    bare.write_text("apiVersion: v1\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\n")
+    out = cli("provider", "add", "kubernetes", "k", "--kubeconfig", str(bare))
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"monkey: error: kubeconfig {bare} has no current-context; pick one with --context "
+        "(contexts: a)\n"
+    )
+    assert not (home / "providers.yml").exists() or "k:" not in (home / "providers.yml").read_text()
 
 
 def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back(

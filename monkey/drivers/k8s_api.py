@@ -97,17 +97,20 @@ class Cluster:
             raise MonkeyError(
                 f"no kubeconfig at {self.kubeconfig}; give one with --kubeconfig or KUBECONFIG"
             )
+        contexts, current = _contexts(self.kubeconfig)
+        names = [c["name"] for c in contexts]
+        chosen = context or current
+        if chosen is None or chosen not in names:
+            said = f"no context {chosen!r}" if chosen else "no current-context"
+            raise MonkeyError(
+                f"kubeconfig {self.kubeconfig} has {said}; pick one with --context "
+                f"(contexts: {', '.join(names) or 'none'})"
+            )
+        self.context = chosen
+        entry = next(c for c in contexts if c["name"] == chosen).get("context")
+        given = entry.get("namespace") if isinstance(entry, dict) else None
+        self.namespace = namespace or (given if isinstance(given, str) else "") or "default"
         try:
-            contexts, active = config.list_kube_config_contexts(self.kubeconfig)
-            names = [c["name"] for c in contexts or []]
-            if context is not None and context not in names:
-                raise MonkeyError(
-                    f"kubeconfig {self.kubeconfig} has no context {context!r}; "
-                    f"contexts: {', '.join(names) or 'none'}"
-                )
-            chosen = next((c for c in contexts if c["name"] == context), active)
-            self.context = chosen["name"]
-            self.namespace = namespace or chosen["context"].get("namespace") or "default"
             api = config.new_client_from_config(self.kubeconfig, context=self.context)
             # The client's exec (kubernetes.stream) swaps its ApiClient's request method
             # while it connects: a client of its own, one connect at a time, keeps the
@@ -448,3 +451,30 @@ def pod_manifest(
         "metadata": {"name": name, "labels": labels},
         "spec": spec,
     }
+
+
+def _contexts(path: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The contexts of the kubeconfig at PATH and its current-context; MonkeyError in one
+    line when it is not a readable kubeconfig."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        said = " ".join(str(exc).split())[:200]
+        raise MonkeyError(
+            f"kubeconfig {path} is not readable YAML ({said}); fix it or give another "
+            "with --kubeconfig"
+        ) from None
+    if not isinstance(doc, dict):
+        raise MonkeyError(
+            f"kubeconfig {path} is not a kubeconfig (no contexts); give another with --kubeconfig"
+        )
+    contexts = [
+        c
+        for c in doc.get("contexts") or []
+        if isinstance(c, dict) and isinstance(c.get("name"), str)
+    ]
+    current = doc.get("current-context")
+    return contexts, current if isinstance(current, str) and current else None
