@@ -206,3 +206,73 @@ def test_an_engine_a_worker_lacks_is_said_by_provider_check_and_an_unknown_one_r
     (home / "providers.yml").write_text("providers:\n  local: {type: local, engine: rkt}\n")
     refused = cli("list", "providers")
     assert refused.returncode != 0 and "engine must be one of auto, bwrap, docker" in refused.stderr
+
+
+SETUP_SH = 'cat /etc/said > "$VIRTUAL_ENV/said"\necho built >> "$VIRTUAL_ENV/builds"\n'
+SHOW = ('command -v python; cat "$VIRTUAL_ENV/said" "$VIRTUAL_ENV/builds"; '
+        'python -c "import sys, monkey; print(sys.prefix == sys.base_prefix)"')  # fmt: skip
+
+
+def test_a_job_yml_set_up_runs_in_the_image_with_docker_once_per_worker_and_digest(
+    cli, monkey, reg, home, dockerd, monkeypatch
+):
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    providers(home, "{type: local, engine: docker}")
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text(SETUP_SH)
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/py:1\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    first = cli("run", "--", "sh", "-c", SHOW).stdout.strip()
+    job = ended(monkey, first, timeout=180)
+    out, setup = cli("logs", first).stdout, cli("logs", first, "--setup").stdout
+    assert job.state.value == "succeeded", out + setup
+    python, said, builds, base = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python  # the environment's, first
+    assert said == "python inside"  # the install script ran in the image, not on this machine
+    assert builds == "built" and base == "False"  # in the virtualenv, monkey importable
+    assert "building pip environment" in setup
+    second = cli("run", "--", "sh", "-c", SHOW).stdout.strip()
+    assert ended(monkey, second, timeout=120).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # built once: reused as it is
+    assert "reusing environment" in cli("logs", second, "--setup").stdout
+    assert not containers(dockerd)  # every step's container gone
+
+
+@pytest.mark.parametrize("engine", ["podman", "apptainer"])
+def test_a_job_yml_set_up_runs_through_podman_and_apptainer_once_per_digest(
+    cli, monkey, reg, home, tmp_path, monkeypatch, engine
+):
+    log = _standin(tmp_path, monkeypatch, engine)
+    providers(home, f"{{type: local, engine: {engine}}}")
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text('echo built >> "$VIRTUAL_ENV/builds"\n')
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/tiny:2\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    show = 'command -v python; cat "$VIRTUAL_ENV/builds"; echo $PATH'
+    first = cli("run", "--", "sh", "-c", show).stdout.strip()
+    job = ended(monkey, first, timeout=120)
+    out = cli("logs", first).stdout
+    assert job.state.value == "succeeded", out + cli("logs", first, "--setup").stdout
+    python, builds, path = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python
+    assert builds == "built"
+    assert path == f"{python.rsplit('/', 1)[0]}:/usr/bin:/bin"  # its bin/, then the image's PATH
+    runs = [c for c in _calls(log) if c["args"][0] in ("run", "exec")]
+    steps, job_run = runs[:-1], runs[-1]
+    ref = f"{reg.host}/lab/tiny@{reg.digests['2']}"
+    assert len(steps) == 3 and all(ref in " ".join(c["args"]) for c in steps)  # venv, pip, script
+    envs = python.rsplit("/", 3)[0]  # ROOT/envs, where the steps build it: bound writable
+    binds = _flags(steps[0]["args"], "--volume" if engine == "podman" else "--bind")
+    assert f"{envs}:{envs}" in binds
+    named = set(job_run["env"]) if engine == "apptainer" else set(_flags(job_run["args"], "--env"))
+    assert {"PATH", "VIRTUAL_ENV"} <= {n.removeprefix("APPTAINERENV_") for n in named}
+    second = cli("run", "--", "sh", "-c", show).stdout.strip()
+    assert ended(monkey, second).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # reused: no step ran again
+    assert len([c for c in _calls(log) if c["args"][0] in ("run", "exec")]) == len(runs) + 1

@@ -9,7 +9,8 @@ worker's user, the job's folders bound at their own paths, in its folder, with t
 own variables (given by name, their values in the engine's environment: never on a command
 line) and GPUs passed through when the job has some (``CUDA_VISIBLE_DEVICES``): Docker's
 ``--gpus``, Podman's CDI devices (``nvidia.com/gpu=N``), Apptainer's ``--nv``. A Docker or
-Podman container is named ``monkey-JUID-ATTEMPT`` and removed when it ends.
+Podman container is named ``monkey-JUID-ATTEMPT`` and removed when it ends. A job.yml
+set-up runs in the image the same way, step by step (``Inside``), once per worker and digest.
 """
 
 from __future__ import annotations
@@ -137,21 +138,41 @@ def pull(cfg: dict[str, Any], login: dict[str, Any], folder: str) -> list[str]:
 
 
 def run(
-    cfg: dict[str, Any], cmd: list[str], env: dict[str, str], login: dict[str, Any]
+    cfg: dict[str, Any],
+    cmd: list[str],
+    env: dict[str, str],
+    login: dict[str, Any],
+    activated: dict[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(the argv that runs CMD in CFG's image with CFG's engine, the environment of that
-    process). ENV: the job's own variables (CFG's "env" names them) and its PYTHONPATH."""
+    process). ENV: the job's own variables (CFG's "env" names them) and its PYTHONPATH;
+    ACTIVATED: those of its job.yml environment (built in the image: ``Inside``)."""
+    own = {k: env[k] for k in cfg["env"] if k in env}
+    own.update(activated or {})
+    own["PYTHONPATH"] = cfg["path"]
+    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    return _argv(cfg, cfg["cwd"], cmd, own, login, gpus)
+
+
+def _argv(
+    cfg: dict[str, Any],
+    cwd: str,
+    cmd: list[str],
+    own: dict[str, str],
+    login: dict[str, Any],
+    gpus: list[str],
+) -> tuple[list[str], dict[str, str]]:
+    """(the argv that runs CMD in CWD in CFG's image with OWN as the variables it gives,
+    GPUS passed through; the environment of that process: OWN's values, never on its
+    command line)."""
     engine, path = cfg["engine"], cfg["engine_path"]
     ref = f"{cfg['name']}@{cfg['digest']}"
-    own = {k: env[k] for k in cfg["env"] if k in env}
-    own["PYTHONPATH"] = cfg["path"]
     outer = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}
     for key in ("DOCKER_HOST", "CONTAINER_HOST", "XDG_RUNTIME_DIR", "HOME"):
         if key in os.environ:  # where the engine's client finds its engine and its files
             outer[key] = os.environ[key]
-    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
     if engine == "apptainer":
-        argv = [path, "exec", "--cleanenv", "--containall", "--no-home", "--pwd", cfg["cwd"]]
+        argv = [path, "exec", "--cleanenv", "--containall", "--no-home", "--pwd", cwd]
         argv += ["--nv"] if gpus else []
         for folder in cfg["writable"]:
             argv += ["--bind", f"{folder}:{folder}"]
@@ -164,7 +185,7 @@ def run(
             outer["APPTAINER_DOCKER_USERNAME"], outer["APPTAINER_DOCKER_PASSWORD"] = user, password
         return [*argv, f"docker://{ref}", *cmd], outer
     argv = [path, "run", "--rm", "--name", name(cfg), "--init", "--network", "host"]
-    argv += ["--user", f"{os.getuid()}:{os.getgid()}", "--workdir", cfg["cwd"]]
+    argv += ["--user", f"{os.getuid()}:{os.getgid()}", "--workdir", cwd]
     if engine == "podman":
         argv += ["--userns", "keep-id"]  # the worker's user inside, its files its own
         for gpu in gpus:
@@ -179,6 +200,52 @@ def run(
         argv += ["--env", key]  # its value from this process's environment
         outer[key] = value
     return [*argv, "--entrypoint", cmd[0], ref, *cmd[1:]], outer
+
+
+class Inside:
+    """The image a job.yml set-up runs in with CFG's engine (launcher.py): each step runs
+    in the image as the job will (its folders bound at their paths, as the worker's user,
+    in a container of the job's name, removed once the step is over), with the image's
+    environment (its config's Env, read from the registry with LOGIN once per worker and
+    digest); the environment built is the image's alone (keyed by its digest)."""
+
+    def __init__(self, cfg: dict[str, Any], login: dict[str, Any]) -> None:
+        self.cfg, self.login, self.digest = cfg, login, cfg["digest"]
+        self.env = image_env(cfg, login)
+
+    def wrap(
+        self, command: list[str], cwd: str, env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """(the argv that runs COMMAND in CWD in the image with ENV as its environment, the
+        environment of that argv's process)."""
+        return _argv(self.cfg, cwd, command, env, self.login, [])
+
+
+def image_env(cfg: dict[str, Any], login: dict[str, Any]) -> dict[str, str]:
+    """The environment CFG's image gives its processes (its config's ``Env``), kept in
+    CFG's store as ``configs/HEX.json`` once read from the registry with LOGIN;
+    EngineError in one line when it cannot be read."""
+    import pull  # type: ignore[import-not-found]  # beside this file
+
+    path = os.path.join(cfg["store"], "configs", cfg["digest"].split(":", 1)[1] + ".json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        try:
+            registry = pull.Registry(cfg["name"], login, login.get("ca"))
+            config = registry.config(registry.manifest(cfg["digest"])["config"]).get("config")
+        except pull.PullError as e:
+            raise EngineError(f"image {cfg['ref']}: reading its config: {e}") from None
+        config = config if isinstance(config, dict) else {}
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        _write(f"{path}.{os.getpid()}", json.dumps(config))
+        os.replace(f"{path}.{os.getpid()}", path)
+    listed = config.get("Env") if isinstance(config, dict) else None
+    pairs = [i.split("=", 1) for i in listed or [] if isinstance(i, str) and "=" in i]
+    env = dict(pairs)
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return env
 
 
 def remove(cfg: dict[str, Any]) -> None:

@@ -155,12 +155,15 @@ class Inside:
     def __init__(self, cfg: dict[str, Any], bundle: str) -> None:
         self.cfg, self.bundle, self.digest = cfg, bundle, cfg["digest"]
         self.env = image_env(bundle)
-        self.outer_env = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}  # bwrap's own
 
-    def wrap(self, command: list[str], cwd: str, env: dict[str, str]) -> list[str]:
-        """The argv that runs COMMAND in CWD in the image with ENV as its environment."""
+    def wrap(
+        self, command: list[str], cwd: str, env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """(the argv that runs COMMAND in CWD in the image with ENV as its environment,
+        the environment of that argv's process: bwrap's own)."""
         cfg = self.cfg
-        return argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
+        out = argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
+        return out, {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}
 
 
 def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
