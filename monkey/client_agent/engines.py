@@ -4,7 +4,10 @@ Standard library only (see agent.py); launcher.py runs the job through them.
 
 Each engine pulls the pinned digest with the pull's login (Docker: a private ``--config``
 folder; Podman: ``--authfile`` and ``--cert-dir``; Apptainer: ``APPTAINER_DOCKER_USERNAME``
-and ``_PASSWORD`` in its own environment), then runs the command in the image as the
+and ``_PASSWORD`` in its own environment). A registry whose CA a login gave (a lab's
+self-signed one) is pulled from by monkey's own pull for Docker, streamed into ``docker
+load``: Docker's engine trusts a CA only from a root-owned ``certs.d`` on every worker, and
+only for all its users. Then each engine runs the command in the image as the
 worker's user, the job's folders bound at their own paths, in its folder, with the job's
 own variables (given by name, their values in the engine's environment: never on a command
 line) and GPUs passed through when the job has some (``CUDA_VISIBLE_DEVICES``): Docker's
@@ -20,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 TYPE_CHECKING = False
@@ -78,6 +82,9 @@ class EngineError(Exception):
 def fetch(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) -> None:
     """Pull CFG's pinned image with its engine (its output in LOG), with LOGIN in a private
     folder gone once the pull is over; EngineError in one line when it cannot."""
+    if _loaded(cfg, login):
+        _load(cfg, login, run_dir, log)
+        return
     folder = os.path.join(run_dir, f"engine-auth-{os.getpid()}")
     os.makedirs(folder, 0o700, exist_ok=True)
     try:
@@ -99,6 +106,75 @@ def fetch(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) ->
     log.flush()
 
 
+def _loaded(cfg: dict[str, Any], login: dict[str, Any]) -> bool:
+    """Whether Docker gets CFG's image from monkey's own pull (``docker load``) rather than
+    pulling it itself: when the registry's CA is a login's (a lab's self-signed one), which
+    Docker's engine would trust only from a root-owned certs.d on every worker."""
+    return cfg["engine"] == "docker" and bool(login.get("ca"))
+
+
+def local_ref(cfg: dict[str, Any], login: dict[str, Any]) -> str:
+    """The reference CFG's engine runs the image by: its digest, or the tag of the digest
+    monkey loaded into Docker (``NAME:sha256-HEX``; ``docker load`` records no digest)."""
+    if _loaded(cfg, login):
+        return f"{cfg['name']}:{cfg['digest'].replace(':', '-')}"
+    return f"{cfg['name']}@{cfg['digest']}"
+
+
+def _load(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) -> None:
+    """Pull CFG's image with monkey's own pull (LOGIN's CA trusted, every blob checked
+    against its digest) streamed into ``docker load``, tagged ``local_ref``; nothing pulled
+    when Docker has that tag already."""
+    import image  # type: ignore[import-not-found]  # beside this file
+    import pull  # type: ignore[import-not-found]  # beside this file
+
+    path, tag, what = cfg["engine_path"], local_ref(cfg, login), f"image {cfg['ref']}"
+    found = subprocess.run([path, "image", "inspect", "--format", "{{.Id}}", tag],
+                           stdin=subprocess.DEVNULL, capture_output=True)  # fmt: skip
+    if found.returncode == 0:
+        image.progress(run_dir, 0, None, done=True)
+        log.write(
+            f"[monkey] {what} @ {cfg['digest']}: in docker already (0 bytes pulled)\n".encode()
+        )
+        log.flush()
+        return
+    started = time.monotonic()
+    image.progress(run_dir, 0, None, done=False)
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen([path, "load", "-q"], stdin=subprocess.PIPE, stdout=log,
+                                    stderr=err)  # fmt: skip
+        except OSError as e:
+            raise EngineError(f"{what}: docker cannot load it: {e}") from None
+        assert proc.stdin is not None
+        try:
+            fetched = pull.archive(
+                cfg, login, proc.stdin, tag,
+                lambda got, total: image.progress(run_dir, got, total, done=False),
+            )  # fmt: skip
+            proc.stdin.close()
+        except pull.PullError as e:
+            proc.kill()
+            proc.wait()
+            raise EngineError(f"{what}: {e}") from None
+        except OSError as e:  # docker load ended first (its stderr says why)
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip().splitlines()
+            raise EngineError(f"{what}: docker load failed: {said[-1] if said else e}") from None
+        if proc.wait() != 0:
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip().splitlines()
+            raise EngineError(
+                f"{what}: docker load failed: {said[-1] if said else proc.returncode}"
+            )
+    image.progress(run_dir, fetched, None, done=True)
+    log.write(f"[monkey] {what} @ {cfg['digest']}: pulled {fetched:,} bytes and loaded into "
+              f"docker in {time.monotonic() - started:.2f} s\n".encode())  # fmt: skip
+    log.flush()
+
+
 def _said(cfg: dict[str, Any], stderr: bytes) -> str:
     """An engine's failed pull as one line, with the fix."""
     said = stderr.decode(errors="replace")
@@ -109,6 +185,11 @@ def _said(cfg: dict[str, Any], stderr: bytes) -> str:
         return f"{what}: registry {host} refused access (unauthorized); log in: monkey registry login {host}"
     if "manifest unknown" in low or "not found" in low:
         return f"{what}: not found in registry {host}"
+    if "x509" in low or "certificate" in low:
+        return (
+            f"{what}: {cfg['engine']} does not trust registry {host}'s certificate; give its CA: "
+            f"monkey registry login {host} --ca-file CA.crt"
+        )
     if "no space left" in low:
         return f"{what}: no space left on the worker for {cfg['engine']}'s images"
     lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
@@ -166,7 +247,7 @@ def _argv(
     GPUS passed through; the environment of that process: OWN's values, never on its
     command line)."""
     engine, path = cfg["engine"], cfg["engine_path"]
-    ref = f"{cfg['name']}@{cfg['digest']}"
+    ref = local_ref(cfg, login)
     outer = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}
     for key in ("DOCKER_HOST", "CONTAINER_HOST", "XDG_RUNTIME_DIR", "HOME"):
         if key in os.environ:  # where the engine's client finds its engine and its files
