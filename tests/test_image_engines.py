@@ -348,3 +348,22 @@ def test_docker_pulls_from_a_registry_whose_ca_only_monkey_was_given(
         again = cli("run", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
         assert ended(monkey, again, timeout=60).state.value == "succeeded"
         assert "in docker already (0 bytes pulled)" in cli("logs", again, "--setup").stdout
+
+
+def test_in_a_slurm_allocation_auto_prefers_pyxis_then_apptainer_then_monkeys_runner(
+    tmp_path, monkeypatch
+):
+    from monkey.client_agent import engines, sandbox
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # bubblewrap works here; no engine else
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert sandbox.choose_engine("auto") == ("bwrap", "")
+    _standin(tmp_path, monkeypatch, "apptainer")
+    assert sandbox.choose_engine("auto") == ("apptainer", "")
+    for name in ("srun", "enroot"):
+        _standin(tmp_path, monkeypatch, name)
+    engines._PYXIS.clear()
+    assert sandbox.choose_engine("auto") == ("pyxis", "")
+    monkeypatch.delenv("SLURM_JOB_ID")  # outside an allocation: monkey's own runner first
+    assert sandbox.choose_engine("auto") == ("bwrap", "")
+    assert sandbox.choose_engine("pyxis")[0] == ""

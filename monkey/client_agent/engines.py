@@ -30,29 +30,51 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-ENGINES = ("bwrap", "docker", "podman", "apptainer")  # an "engine:" of providers.yml, or auto
+# an "engine:" of providers.yml, or auto
+ENGINES = ("bwrap", "docker", "podman", "apptainer", "pyxis")
 LABELS = {
     "bwrap": "unprivileged (bubblewrap)",
     "docker": "docker",
     "podman": "podman",
     "apptainer": "apptainer",
+    "pyxis": "pyxis (srun --container-image)",
 }
 _PROBE_TIMEOUT = 10.0
+_PYXIS: dict[str, str] = {}  # srun's path -> itself when it has pyxis's flags, else ""
 
 
 def cli(engine: str) -> str:
     """The path of ENGINE's command on this worker ("" when it has none; Apptainer's may be
-    called singularity)."""
+    called singularity; pyxis's is srun, in a Slurm allocation whose srun has pyxis's
+    ``--container-image`` and whose node has enroot)."""
+    if engine == "pyxis":
+        return _pyxis()
     names = ("apptainer", "singularity") if engine == "apptainer" else (engine,)
     return next((p for p in map(shutil.which, names) if p), "")
 
 
+def _pyxis() -> str:
+    srun = shutil.which("srun")
+    if not srun or "SLURM_JOB_ID" not in os.environ or not shutil.which("enroot"):
+        return ""
+    if srun not in _PYXIS:
+        try:
+            said = subprocess.run([srun, "--help"], stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=_PROBE_TIMEOUT).stdout  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            said = b""
+        _PYXIS[srun] = srun if b"--container-image" in said else ""
+    return _PYXIS[srun]
+
+
 def works(engine: str) -> str:
-    """ "" when ENGINE (docker, podman or apptainer) can run jobs here, else why not."""
+    """ "" when ENGINE (docker, podman, apptainer or pyxis) can run jobs here, else why not."""
     path = cli(engine)
     if not path:
+        if engine == "pyxis":
+            return "pyxis is not here (srun without --container-image, or not in an allocation)"
         return f"{engine} is not installed on this worker"
-    if engine == "apptainer":
+    if engine in ("apptainer", "pyxis"):
         return ""
     try:
         proc = subprocess.run(
@@ -85,6 +107,9 @@ def fetch(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) ->
     if _loaded(cfg, login):
         _load(cfg, login, run_dir, log)
         return
+    if cfg["engine"] == "pyxis":
+        _import(cfg, login, log)
+        return
     folder = os.path.join(run_dir, f"engine-auth-{os.getpid()}")
     os.makedirs(folder, 0o700, exist_ok=True)
     try:
@@ -114,8 +139,11 @@ def _loaded(cfg: dict[str, Any], login: dict[str, Any]) -> bool:
 
 
 def local_ref(cfg: dict[str, Any], login: dict[str, Any]) -> str:
-    """The reference CFG's engine runs the image by: its digest, or the tag of the digest
-    monkey loaded into Docker (``NAME:sha256-HEX``; ``docker load`` records no digest)."""
+    """The reference CFG's engine runs the image by: its digest, the tag of the digest
+    monkey loaded into Docker (``NAME:sha256-HEX``; ``docker load`` records no digest), or
+    for pyxis the squashfs file enroot imported it as (``STORE/enroot/HEX.sqsh``)."""
+    if cfg["engine"] == "pyxis":
+        return os.path.join(cfg["store"], "enroot", cfg["digest"].split(":", 1)[1] + ".sqsh")
     if _loaded(cfg, login):
         return f"{cfg['name']}:{cfg['digest'].replace(':', '-')}"
     return f"{cfg['name']}@{cfg['digest']}"
@@ -172,6 +200,58 @@ def _load(cfg: dict[str, Any], login: dict[str, Any], run_dir: str, log: Any) ->
     image.progress(run_dir, fetched, None, done=True)
     log.write(f"[monkey] {what} @ {cfg['digest']}: pulled {fetched:,} bytes and loaded into "
               f"docker in {time.monotonic() - started:.2f} s\n".encode())  # fmt: skip
+    log.flush()
+
+
+def _import(cfg: dict[str, Any], login: dict[str, Any], log: Any) -> None:
+    """Import CFG's pinned image with enroot as the squashfs file pyxis runs (once per worker
+    and digest), LOGIN's credentials in a private ``ENROOT_CONFIG_PATH`` (``.credentials``,
+    netrc) and its CA as curl's bundle, gone once imported."""
+    sqsh, what = local_ref(cfg, login), f"image {cfg['ref']}"
+    if os.path.exists(sqsh):
+        log.write(
+            f"[monkey] {what} @ {cfg['digest']}: on this worker already (0 bytes pulled)\n".encode()
+        )
+        log.flush()
+        return
+    enroot = shutil.which("enroot")
+    if not enroot:
+        raise EngineError(f"{what}: pyxis needs enroot on the node, and it has none")
+    os.makedirs(os.path.dirname(sqsh), 0o700, exist_ok=True)
+    folder = f"{sqsh}.auth-{os.getpid()}"
+    tmp = f"{sqsh}.tmp-{os.getpid()}"
+    env = dict(os.environ)
+    os.makedirs(folder, 0o700, exist_ok=True)
+    started = time.monotonic()
+    try:
+        creds = _creds(login, cfg["name"].split("/", 1)[0])
+        if creds:
+            user, _, password = creds.partition(":")
+            host = cfg["name"].split("/", 1)[0]
+            _write(
+                os.path.join(folder, ".credentials"),
+                f"machine {host} login {user} password {password}\n",
+            )
+            env["ENROOT_CONFIG_PATH"] = folder
+        if login.get("ca"):
+            _write(os.path.join(folder, "ca.crt"), login["ca"])
+            env["CURL_CA_BUNDLE"] = os.path.join(folder, "ca.crt")
+        argv = [enroot, "import", "--output", tmp, f"docker://{cfg['name']}@{cfg['digest']}"]
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE, env=env
+        )
+        if proc.returncode != 0:
+            log.write(proc.stderr)
+            raise EngineError(_said(cfg, proc.stderr))
+        os.replace(tmp, sqsh)
+    except OSError as e:
+        raise EngineError(f"{what}: enroot cannot import it: {e}") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.write(f"[monkey] {what} @ {cfg['digest']}: imported by enroot in "
+              f"{time.monotonic() - started:.2f} s\n".encode())  # fmt: skip
     log.flush()
 
 
@@ -252,6 +332,14 @@ def _argv(
     for key in ("DOCKER_HOST", "CONTAINER_HOST", "XDG_RUNTIME_DIR", "HOME"):
         if key in os.environ:  # where the engine's client finds its engine and its files
             outer[key] = os.environ[key]
+    if engine == "pyxis":  # a step of the allocation, its srun's environment
+        outer.update({k: v for k, v in os.environ.items() if k.startswith("SLURM")})
+        outer.update(own)  # the image's values win over srun's but for these (--container-env)
+        mounts = [f"{f}:{f}" for f in cfg["writable"]] + [f"{f}:{f}:ro" for f in cfg["readable"]]
+        argv = [path, "--overlap", "--nodes=1", "--ntasks=1", "--quiet", f"--container-image={ref}",
+                f"--container-mounts={','.join(mounts)}", f"--container-workdir={cwd}",
+                "--no-container-mount-home", f"--container-env={','.join(sorted(own))}"]  # fmt: skip
+        return [*argv, *cmd], outer
     if engine == "apptainer":
         argv = [path, "exec", "--cleanenv", "--containall", "--no-home", "--pwd", cwd]
         argv += ["--nv"] if gpus else []
