@@ -394,7 +394,7 @@ def image_env(cfg: dict[str, Any], login: dict[str, Any]) -> dict[str, str]:
     """The environment CFG's image gives its processes (its config's ``Env``), kept in
     CFG's store as ``configs/HEX.json`` once read from the registry with LOGIN;
     EngineError in one line when it cannot be read."""
-    import pull  # type: ignore[import-not-found]  # beside this file
+    import pull  # beside this file, as in _load
 
     path = os.path.join(cfg["store"], "configs", cfg["digest"].split(":", 1)[1] + ".json")
     try:
