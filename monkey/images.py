@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from monkey.config import Home, write_private
@@ -143,6 +144,16 @@ class Registries:
             out += ["--cert-dir", str(folder)]
         return out
 
+    def basic(self, host: str) -> tuple[str, str | None] | None:
+        """(HOST's Basic Authorization value, "" when this home has no login for it; its CA
+        file or None), or None when a login it has is not a user and password."""
+        entry = self._auths().get(host)
+        auth = entry.get("auth") if isinstance(entry, dict) else ""
+        if entry is not None and not (isinstance(auth, str) and auth):
+            return None
+        folder = self.cert_dir(host)
+        return auth or "", str(folder / "ca.crt") if folder is not None else None
+
     def pull_auth(self, host: str) -> dict[str, Any] | None:
         """What a worker needs to pull from HOST: its auth.json entry and CA (never stored
         with a job; sent with the start request only)."""
@@ -250,16 +261,44 @@ def skopeo() -> str:
     return path
 
 
+_ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
+_HEAD_TIMEOUT = 10.0
+
+
 class Resolving:
-    """The resolution of an image reference to its digest, under way in a skopeo process
-    while the submission goes on (its code snapshot); ``result`` waits for it."""
+    """The resolution of an image reference to its digest, under way while the submission
+    goes on (its code snapshot); ``result`` waits for it. A tag this home resolved before
+    (``registries/resolved.json``) is asked of its registry with one HEAD request, in a
+    thread: when the registry says the tag still names that digest, that is the answer;
+    otherwise (a moved tag, a registry that wants a token, any error) skopeo resolves it,
+    as it does every tag the first time, and says what went wrong."""
 
     def __init__(self, home: Home, text: str) -> None:
-        self.text = text
+        self.text, self.home = text, home
         self.ref = parse(text)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.check: _Unchanged | None = None
+        ref, registries = self.ref, Registries(home)
+        known = None if ref.digest else _resolved(home).get(f"{ref.name}:{ref.tag}")
+        if isinstance(known, str) and _DIGEST.fullmatch(known):
+            basic = registries.basic(ref.host)
+            if basic is not None:
+                self.check = _Unchanged(ref, known, *basic)
+                self.check.start()
+                return
+        self._skopeo()
+
+    def _skopeo(self) -> None:
         ref = self.ref
         where = ref.pinned(ref.digest) if ref.digest else f"{ref.name}:{ref.tag}"
-        argv = [skopeo(), "inspect", "--raw", *Registries(home).options(ref.host)]
+        argv = [skopeo(), "inspect", "--raw", *Registries(self.home).options(ref.host)]
         self.proc = subprocess.Popen(
             [*argv, f"docker://{where}"],
             stdin=subprocess.DEVNULL,
@@ -273,6 +312,13 @@ class Resolving:
         one line when the image cannot be used: not found, unauthorized (with the login
         command), registry unreachable or its certificate not trusted."""
         text, ref = self.text, self.ref
+        if self.check is not None:
+            self.check.join(_HEAD_TIMEOUT + 1)
+            if self.check.said == self.check.digest:  # the registry: the tag is unchanged
+                return {"ref": text, "digest": self.check.digest}
+            self.check = None
+            self._skopeo()
+        assert self.proc is not None
         try:  # skopeo reads at most 4 MiB of a manifest (the distribution spec's bound)
             out, err = self.proc.communicate(timeout=_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -289,13 +335,125 @@ class Resolving:
                 f"image {text}: the registry served a manifest of digest {digest}, not the "
                 "one named"
             )
+        if not ref.digest:
+            _remember(self.home, f"{ref.name}:{ref.tag}", digest)
         return {"ref": text, "digest": digest}
 
     def cancel(self) -> None:
-        """Stop the resolution (the submission failed first)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate()
+        """Stop the resolution (the submission failed first; a HEAD request ends by itself
+        within its timeout)."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.communicate()
+
+
+def _resolved(home: Home) -> dict[str, Any]:
+    """The digest each tag this home resolved named then (NAME:TAG -> sha256:...)."""
+    try:
+        found = json.loads((home.root / "registries" / "resolved.json").read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _remember(home: Home, tag: str, digest: str) -> None:
+    """Keep that TAG named DIGEST when skopeo resolved it (written aside, then renamed)."""
+    known = _resolved(home)
+    if known.get(tag) == digest:
+        return
+    known[tag] = digest
+    folder = home.root / "registries"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        aside = folder / f".resolved.{os.getpid()}.json"
+        write_private(aside, json.dumps(known, indent=1).encode())
+        os.replace(aside, folder / "resolved.json")
+    except OSError:
+        pass  # the next submission asks skopeo again
+
+
+class _Unchanged(threading.Thread):
+    """Asks REF's registry with one HEAD request (AUTH: a Basic Authorization's value or
+    "", CA: a CA file or None) which digest REF's tag names now: ``said``, None when the
+    registry would not say (a token it wants, an error: skopeo then resolves it)."""
+
+    def __init__(self, ref: Reference, digest: str, auth: str, ca: str | None) -> None:
+        super().__init__(daemon=True, name="image-head")
+        self.ref, self.digest, self.auth, self.ca = ref, digest, auth, ca
+        self.said: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.said = self._ask()
+        except (OSError, ValueError):
+            self.said = None
+
+    def _ask(self) -> str | None:
+        import socket
+        import ssl
+        from urllib.parse import urlsplit
+
+        ref = self.ref
+        host = "registry-1.docker.io" if ref.host == DOCKER_HUB else ref.host
+        where = urlsplit(f"//{host}")
+        name, port = where.hostname or "", where.port or 443
+        context = ssl.create_default_context(cafile=self.ca)
+        lines = [
+            f"HEAD /v2/{ref.path}/manifests/{ref.tag} HTTP/1.1",
+            f"Host: {host}",
+            f"Accept: {_ACCEPT}",
+            "User-Agent: monkey",
+            "Connection: close",
+        ]
+        if self.auth:
+            lines.append(f"Authorization: Basic {self.auth}")
+        with socket.create_connection((name, port), timeout=_HEAD_TIMEOUT) as raw:
+            # the request is sent at once, not held until the handshake's last segment is
+            # acknowledged (Nagle's algorithm against a delayed ACK: 40 ms)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with context.wrap_socket(raw, server_hostname=name) as tls:
+                tls.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 65536:
+                    chunk = tls.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+        status, *fields = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        if status.split(" ")[1:2] != ["200"]:
+            return None
+        for field in fields:
+            key, _, value = field.partition(":")
+            if key.strip().lower() == "docker-content-digest":
+                return value.strip()
+        return None
+
+
+_EARLY: dict[tuple[Path, str], Resolving] = {}
+
+
+def resolve_early(home: Home, text: str) -> None:
+    """Start resolving the image TEXT now, for a command that is about to submit it: the
+    registry is asked while the command loads the rest (the submission takes it over with
+    ``resolving``; ``cancel_early`` stops one no submission took). A bad reference is left
+    for the submission to refuse."""
+    try:
+        _EARLY[(home.root, text)] = Resolving(home, text)
+    except MonkeyError:
+        pass
+
+
+def resolving(home: Home, text: str) -> Resolving:
+    """The resolution of the image TEXT for a submission: the one started early for it,
+    else one started now."""
+    return _EARLY.pop((home.root, text), None) or Resolving(home, text)
+
+
+def cancel_early() -> None:
+    """Stop the resolutions started early that no submission took (it failed first)."""
+    while _EARLY:
+        _EARLY.popitem()[1].cancel()
 
 
 def _skopeo_error(stderr: bytes, host: str, what: str) -> str:

@@ -227,11 +227,12 @@ class Submitter:
         provider, resources = self.placed(provider, cpus, gpus, memory, host, time)
         resolving = None
         if image is not None:
-            from monkey.images import Resolving, parse
+            from monkey.images import parse
+            from monkey.images import resolving as resolution
 
             parse(image)  # a bad reference is refused before the code is stored
             if gathered is None:  # the registry is asked while the code is snapshot
-                resolving = Resolving(self.home, image)
+                resolving = resolution(self.home, image)
         try:
             if gathered is None:
                 options = driver_class(self.providers[provider].type).job_options
@@ -255,9 +256,9 @@ class Submitter:
         text = image or sub.fields.pop("image", None)  # given, else the job.yml's
         sub.fields.pop("image", None)  # (the job.yml's, when one was given)
         if resolving is None and text:  # a client's submission once checked, or the job.yml's
-            from monkey.images import Resolving
+            from monkey.images import resolving as resolution
 
-            resolving = Resolving(self.home, text)
+            resolving = resolution(self.home, text)
         if resolving is not None:
             pinned = resolving.result()
             sub.fields["image"] = pinned

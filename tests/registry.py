@@ -94,18 +94,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(root: Path, port: int = 0) -> tuple[Registry, subprocess.Popen]:
-    """A registry serving from ROOT (on PORT, else a free one), with its process (the
-    caller stops it). Started again on the same ROOT and PORT, it serves what it held."""
+def start(
+    root: Path, port: int = 0, address: str = "127.0.0.1"
+) -> tuple[Registry, subprocess.Popen]:
+    """A registry serving from ROOT on ADDRESS (on PORT, else a free one), with its process
+    (the caller stops it). Started again on the same ROOT and PORT, it serves what it held."""
     port = port or free_port()
     certs = root / "certs"
     if (root / "registry.yml").exists():
-        return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), _serve(root, port)
+        return Registry(f"{address}:{port}", certs / "ca.crt", root), _serve(root, port, address)
     certs.mkdir(parents=True)
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-keyout", str(root / "key.pem"), "-out", str(certs / "ca.crt"), "-days", "2",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+         "-subj", f"/CN={address}", "-addext", f"subjectAltName=IP:{address}"],
         check=True, capture_output=True,
     )  # fmt: skip
     hashed = subprocess.run(
@@ -115,14 +117,14 @@ def start(root: Path, port: int = 0) -> tuple[Registry, subprocess.Popen]:
     (root / "registry.yml").write_text(
         "version: 0.1\n"
         f"storage: {{filesystem: {{rootdirectory: {root}/data}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: 127.0.0.1:{port}, tls: {{certificate: {certs}/ca.crt, key: {root}/key.pem}}}}\n"
+        f"http: {{addr: {address}:{port}, tls: {{certificate: {certs}/ca.crt, key: {root}/key.pem}}}}\n"
         f"auth: {{htpasswd: {{realm: lab, path: {root}/htpasswd}}}}\n"
         "log: {level: warn}\n"
     )
-    return Registry(f"127.0.0.1:{port}", certs / "ca.crt", root), _serve(root, port)
+    return Registry(f"{address}:{port}", certs / "ca.crt", root), _serve(root, port, address)
 
 
-def _serve(root: Path, port: int) -> subprocess.Popen:
+def _serve(root: Path, port: int, address: str) -> subprocess.Popen:
     log = open(root / "registry.log", "ab")
     proc = subprocess.Popen(
         ["docker-registry", "serve", str(root / "registry.yml")], stdout=log, stderr=log
@@ -130,7 +132,7 @@ def _serve(root: Path, port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 20
     while True:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            socket.create_connection((address, port), timeout=1).close()
             break
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -6,11 +6,16 @@ a login (tests/registry.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import secrets
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,35 +25,46 @@ from registry import reg  # noqa: F401  (the fixture)
 from test_images import TRAIN, ended, login
 
 
-@pytest.fixture(scope="module")
-def dockerd(tmp_path_factory):
-    """A Docker engine of this test module's own (its socket's DOCKER_HOST), trusting the
-    loopback registry (`--insecure-registry`: it skips verifying the test CA)."""
-    root = tmp_path_factory.mktemp("dockerd")
+@contextlib.contextmanager
+def docker_engine(root: Path, *extra: str) -> Iterator[str]:
+    """A Docker engine of its own (its socket's DOCKER_HOST) keeping its files in ROOT, in
+    this process's network namespace; EXTRA: dockerd's further options."""
     sock = f"unix://{root}/docker.sock"
+    short = Path(tempfile.mkdtemp(prefix="mkd", dir="/tmp"))  # containerd's socket paths: < 104
     log = open(root / "dockerd.log", "ab")
     proc = subprocess.Popen(
         ["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none",
          "--storage-driver=vfs", "--data-root", str(root / "data"), "--exec-root",
-         str(root / "exec"), "--pidfile", str(root / "docker.pid"), "--host", sock,
-         "--insecure-registry", "127.0.0.0/8"],
+         str(short / "exec"), "--pidfile", str(root / "docker.pid"), "--host", sock, *extra],
         stdout=log, stderr=log,
     )  # fmt: skip
     env = {**os.environ, "DOCKER_HOST": sock}
     deadline = time.monotonic() + 60
-    while subprocess.run(["docker", "info"], env=env, capture_output=True).returncode != 0:
-        assert proc.poll() is None and time.monotonic() < deadline, (
-            root / "dockerd.log"
-        ).read_text()
-        time.sleep(0.2)
-    yield sock
-    proc.terminate()
     try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    subprocess.run(["umount", str(root / "exec" / "netns" / "default")], capture_output=True)
+        while subprocess.run(["docker", "info"], env=env, capture_output=True).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                root / "dockerd.log"
+            ).read_text()
+            time.sleep(0.2)
+        yield sock
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["umount", str(short / "exec" / "netns" / "default")], capture_output=True)
+        shutil.rmtree(short, ignore_errors=True)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory):
+    """A Docker engine of this test module's own (a loopback registry is one Docker never
+    verifies: 127.0.0.0/8 is always an insecure registry to it)."""
+    with docker_engine(tmp_path_factory.mktemp("dockerd")) as sock:
+        yield sock
 
 
 def providers(home: Path, entry: str) -> None:
@@ -82,7 +98,7 @@ def test_the_docker_engine_runs_a_job_in_its_image_with_checkpoints_logs_and_can
     assert "attempt 1 found none python 3.11" in out and "python inside" in out
     assert "attempt 2 found saved by 1" in out  # the checkpoint folder, mounted
     assert [v for _s, v, _t in monkey.metrics(juid)["acc"]] == [0.25, 0.5]  # monkey.log
-    assert "pulled by docker" in cli("logs", juid, "--setup").stdout
+    assert "loaded into docker" in cli("logs", juid, "--setup").stdout  # the CA is monkey's
     assert registry.PASSWORD not in json.dumps(monkey.job(juid).record.env)
     assert not list(home.rglob("engine-auth-*")) and not list(home.rglob("pull-auth.json"))
 
@@ -206,3 +222,148 @@ def test_an_engine_a_worker_lacks_is_said_by_provider_check_and_an_unknown_one_r
     (home / "providers.yml").write_text("providers:\n  local: {type: local, engine: rkt}\n")
     refused = cli("list", "providers")
     assert refused.returncode != 0 and "engine must be one of auto, bwrap, docker" in refused.stderr
+
+
+SETUP_SH = 'cat /etc/said > "$VIRTUAL_ENV/said"\necho built >> "$VIRTUAL_ENV/builds"\n'
+SHOW = ('command -v python; cat "$VIRTUAL_ENV/said" "$VIRTUAL_ENV/builds"; '
+        'python -c "import sys, monkey; print(sys.prefix == sys.base_prefix)"')  # fmt: skip
+
+
+def test_a_job_yml_set_up_runs_in_the_image_with_docker_once_per_worker_and_digest(
+    cli, monkey, reg, home, dockerd, monkeypatch
+):
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    providers(home, "{type: local, engine: docker}")
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text(SETUP_SH)
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/py:1\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    first = cli("run", "--", "sh", "-c", SHOW).stdout.strip()
+    job = ended(monkey, first, timeout=180)
+    out, setup = cli("logs", first).stdout, cli("logs", first, "--setup").stdout
+    assert job.state.value == "succeeded", out + setup
+    python, said, builds, base = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python  # the environment's, first
+    assert said == "python inside"  # the install script ran in the image, not on this machine
+    assert builds == "built" and base == "False"  # in the virtualenv, monkey importable
+    assert "building pip environment" in setup
+    second = cli("run", "--", "sh", "-c", SHOW).stdout.strip()
+    assert ended(monkey, second, timeout=120).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # built once: reused as it is
+    assert "reusing environment" in cli("logs", second, "--setup").stdout
+    assert not containers(dockerd)  # every step's container gone
+
+
+@pytest.mark.parametrize("engine", ["podman", "apptainer"])
+def test_a_job_yml_set_up_runs_through_podman_and_apptainer_once_per_digest(
+    cli, monkey, reg, home, tmp_path, monkeypatch, engine
+):
+    log = _standin(tmp_path, monkeypatch, engine)
+    providers(home, f"{{type: local, engine: {engine}}}")
+    login(cli, reg)
+    Path("requirements.txt").write_text("")
+    Path("setup.sh").write_text('echo built >> "$VIRTUAL_ENV/builds"\n')
+    Path("job.yml").write_text(
+        f"image: {reg.host}/lab/tiny:2\n"
+        "run: {env_type: pip, env_file: requirements.txt, install_script: setup.sh}\n"
+    )
+    show = 'command -v python; cat "$VIRTUAL_ENV/builds"; echo $PATH'
+    first = cli("run", "--", "sh", "-c", show).stdout.strip()
+    job = ended(monkey, first, timeout=120)
+    out = cli("logs", first).stdout
+    assert job.state.value == "succeeded", out + cli("logs", first, "--setup").stdout
+    python, builds, path = out.splitlines()
+    assert python.endswith("/bin/python") and "/envs/" in python
+    assert builds == "built"
+    assert path == f"{python.rsplit('/', 1)[0]}:/usr/bin:/bin"  # its bin/, then the image's PATH
+    runs = [c for c in _calls(log) if c["args"][0] in ("run", "exec")]
+    steps, job_run = runs[:-1], runs[-1]
+    ref = f"{reg.host}/lab/tiny@{reg.digests['2']}"
+    assert len(steps) == 3 and all(ref in " ".join(c["args"]) for c in steps)  # venv, pip, script
+    envs = python.rsplit("/", 3)[0]  # ROOT/envs, where the steps build it: bound writable
+    binds = _flags(steps[0]["args"], "--volume" if engine == "podman" else "--bind")
+    assert f"{envs}:{envs}" in binds
+    named = set(job_run["env"]) if engine == "apptainer" else set(_flags(job_run["args"], "--env"))
+    assert {"PATH", "VIRTUAL_ENV"} <= {n.removeprefix("APPTAINERENV_") for n in named}
+    second = cli("run", "--", "sh", "-c", show).stdout.strip()
+    assert ended(monkey, second).state.value == "succeeded"
+    assert cli("logs", second).stdout == out  # reused: no step ran again
+    assert len([c for c in _calls(log) if c["args"][0] in ("run", "exec")]) == len(runs) + 1
+
+
+LAB_IP = "10.213.9.1"  # not loopback: an address Docker verifies a registry's certificate at
+
+
+@contextlib.contextmanager
+def lab_network() -> Iterator[None]:
+    """This test process (and what it starts: the registry, dockerd, monkey's core, agent
+    and jobs) in a network namespace of its own whose loopback also has LAB_IP."""
+    name = f"mk{os.getpid()}{secrets.token_hex(2)}-lab"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"network namespaces cannot be created here: {made.stderr.strip()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    home_ns = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        for step in (["link", "set", "lo", "up"], ["addr", "add", f"{LAB_IP}/32", "dev", "lo"]):
+            subprocess.run(["ip", "-n", name, *step], check=True, capture_output=True)
+        lab_ns = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+        try:
+            assert libc.setns(lab_ns, 0x40000000) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            os.close(lab_ns)
+        try:
+            yield
+        finally:
+            assert libc.setns(home_ns, 0x40000000) == 0, os.strerror(ctypes.get_errno())
+    finally:
+        os.close(home_ns)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_docker_pulls_from_a_registry_whose_ca_only_monkey_was_given(
+    cli, monkey, home, tmp_path, monkeypatch
+):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(lab_network())
+        own, proc = registry.start(tmp_path / "registry", address=LAB_IP)
+        stack.callback(proc.wait)
+        stack.callback(proc.kill)
+        own.push("lab/tiny:1", {"/etc/said": "one\n"})
+        (tmp_path / "dockerd").mkdir()
+        sock = stack.enter_context(docker_engine(tmp_path / "dockerd"))
+        monkeypatch.setenv("DOCKER_HOST", sock)
+        providers(home, "{type: local, engine: docker}")
+        login(cli, own)  # --ca-file: monkey's own trust, nothing of Docker's configured
+        ref = f"{own.host}/lab/tiny:1"
+        juid = cli("run", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+        job = ended(monkey, juid, timeout=120)
+        out, setup = cli("logs", juid).stdout, cli("logs", juid, "--setup").stdout
+        assert job.state.value == "succeeded", out + setup + cli("info", juid).stdout
+        assert out == "one\n"
+        assert "loaded into docker" in setup
+        again = cli("run", "--image", ref, "--", "cat", "/etc/said").stdout.strip()
+        assert ended(monkey, again, timeout=60).state.value == "succeeded"
+        assert "in docker already (0 bytes pulled)" in cli("logs", again, "--setup").stdout
+
+
+def test_in_a_slurm_allocation_auto_prefers_pyxis_then_apptainer_then_monkeys_runner(
+    tmp_path, monkeypatch
+):
+    from monkey.client_agent import engines, sandbox
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # bubblewrap works here; no engine else
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert sandbox.choose_engine("auto") == ("bwrap", "")
+    _standin(tmp_path, monkeypatch, "apptainer")
+    assert sandbox.choose_engine("auto") == ("apptainer", "")
+    for name in ("srun", "enroot"):
+        _standin(tmp_path, monkeypatch, name)
+    engines._PYXIS.clear()
+    assert sandbox.choose_engine("auto") == ("pyxis", "")
+    monkeypatch.delenv("SLURM_JOB_ID")  # outside an allocation: monkey's own runner first
+    assert sandbox.choose_engine("auto") == ("bwrap", "")
+    assert sandbox.choose_engine("pyxis")[0] == ""

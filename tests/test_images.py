@@ -500,3 +500,28 @@ def test_a_job_yml_set_up_runs_inside_the_image_once_per_worker_and_is_reused(cl
     assert ended(monkey, second).state.value == "succeeded"
     assert cli("logs", second).stdout == out  # built once: reused as it is
     assert "reusing environment" in cli("logs", second, "--setup").stdout
+
+
+def pinned(cli, ref: str) -> str:
+    """The digest a job submitted in the image REF was pinned to."""
+    juid = cli("run", "--image", ref, "--", "true").stdout.strip()
+    return json.loads(cli("info", "job", juid, "--json").stdout)["image"]["digest"]
+
+
+def test_a_tag_resolved_before_is_asked_of_its_registry_again_at_each_submission(
+    cli, monkey, tmp_path
+):
+    own, proc = registry.start(tmp_path / "registry")
+    ref = f"{own.host}/lab/tiny:1"
+    try:
+        first = own.push("lab/tiny:1", {"/etc/said": "first\n"})
+        login(cli, own)
+        assert [pinned(cli, ref) for _ in range(2)] == [first, first]
+        moved = own.push("lab/tiny:1", {"/etc/said": "moved\n"})
+        assert pinned(cli, ref) == moved  # the registry said the tag moved
+    finally:
+        proc.kill()
+        proc.wait()
+    gone = cli("run", "--image", ref, "--", "true")  # never the digest it named before
+    assert gone.returncode == 1 and f"registry {own.host} is unreachable" in gone.stderr
+    assert len(monkey.jobs()) == 3

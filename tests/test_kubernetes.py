@@ -238,7 +238,10 @@ def test_an_image_the_registry_lost_or_refuses_fails_in_one_line_without_retries
     assert f"registry {reg.host} refused the pull (unauthorized, ErrImagePull)" in line
     assert f"monkey registry login {reg.host}" in line
 
-    login(cli, reg)
+    login(cli, reg)  # the entry's image is pulled with the login, as an --image is
+    ok = cli("run", "-p", "lab", "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, ok).state.value == "succeeded", state_line(cli, ok)
+    assert cli("logs", ok).stdout == "one\n"
     reg.push("lab/gone:1", {"/etc/said": "soon gone\n"})
     blocker = cli("run", "--", "sleep", "2").stdout.strip()
     lost = cli("run", "-p", "lab", "--after", blocker, "--image", f"{reg.host}/lab/gone:1",

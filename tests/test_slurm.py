@@ -4,6 +4,7 @@ allocations monkey makes with sbatch, followed and released like any instance.""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -528,3 +529,60 @@ def test_a_job_in_an_image_runs_in_its_allocation(
     slurm_id = job["instance"].split("/")[1]
     assert cli("logs", "--stdout", juid, check=True).stdout == f"two\njob {slurm_id}\n"
     assert job["image"]["digest"] == reg.digests["2"]
+
+
+def test_a_job_in_an_image_runs_through_pyxis_where_the_allocations_srun_has_it(
+    cli: Any,
+    home: Path,
+    monkey: Any,
+    cluster: SlurmLab,
+    reg: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where srun has pyxis's --container-image (and the node enroot), an allocation runs
+    its job's image through pyxis: enroot imports the digest once as a squashfs file (the
+    login in its own private config), the job is a step in it. Pyxis is not installable
+    here: srun and enroot are stand-ins that record their arguments (tests/engine_standin.py)
+    and run the command on this machine; sbatch, the allocation and its agent are real."""
+    import shutil
+
+    from registry import PASSWORD, USER
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("srun", "enroot"):
+        shutil.copy(Path(__file__).with_name("engine_standin.py"), bin_dir / name)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    done = cli("registry", "login", reg.host, "-u", USER, "--password-stdin", "--ca-file",
+               str(reg.ca), input=PASSWORD + "\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    juid = run_job(cli, "sh", "-c", "echo $MINE; pwd",
+                   options=("--image", f"{reg.host}/lab/tiny:2", "--env", "MINE=kept"))  # fmt: skip
+    wait_for(
+        lambda: info(cli, juid)["state"] in ("succeeded", "failed"), timeout=90, what="the end"
+    )
+    job = info(cli, juid)
+    assert job["state"] == "succeeded", cli("logs", juid, "--setup").stdout
+    mine, cwd = cli("logs", "--stdout", juid, check=True).stdout.splitlines()
+    assert mine == "kept"
+
+    def calls(name: str) -> list[dict[str, Any]]:
+        return [json.loads(ln) for ln in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    digest = reg.digests["2"]
+    [imported] = calls("enroot")
+    assert imported["args"][:2] == ["import", "--output"]
+    assert imported["args"][3] == f"docker://{reg.host}/lab/tiny@{digest}"  # the pinned digest
+    assert imported["netrc"] == [reg.host] and "CURL_CA_BUNDLE" in imported["env"]
+    [step] = [c for c in calls("srun") if c["args"] != ["--help"]]
+    flags = dict(a.split("=", 1) for a in step["args"] if a.startswith("--container-"))
+    sqsh = Path(flags["--container-image"])
+    assert sqsh.name == f"{digest.split(':')[1]}.sqsh" and sqsh.parent.name == "enroot"
+    assert flags["--container-workdir"] == cwd
+    assert {"MINE", "PYTHONPATH"} <= set(flags["--container-env"].split(","))
+    assert any(m.endswith(":ro") for m in flags["--container-mounts"].split(","))
+    assert "--no-container-mount-home" in step["args"] and "--overlap" in step["args"]
+    assert step["args"][-3:] == ["sh", "-c", "echo $MINE; pwd"]
+    assert not any(PASSWORD in " ".join(c["args"]) for c in calls("srun") + calls("enroot"))
+    assert not list(sqsh.parent.glob("*.auth-*"))  # the login gone once imported

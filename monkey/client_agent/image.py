@@ -68,7 +68,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         if _cached(final, cfg, run_dir, log):  # pulled while this one waited
             return final
         started = time.monotonic()
-        _progress(run_dir, 0, None, done=False)
+        progress(run_dir, 0, None, done=False)
         tmp = f"{final}.tmp"
         for attempt in range(PULL_TRIES):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -77,7 +77,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
                     cfg,
                     login,
                     os.path.join(tmp, "rootfs"),
-                    lambda got, total: _progress(run_dir, got, total, done=False),
+                    lambda got, total: progress(run_dir, got, total, done=False),
                     lambda text: _note(log, f"{what}: {text}"),
                 )
                 break
@@ -104,7 +104,7 @@ def pull(cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> str:
         with open(os.path.join(tmp, READY), "w"):
             pass
         os.rename(tmp, final)
-        _progress(run_dir, fetched, None, done=True)
+        progress(run_dir, fetched, None, done=True)
         _note(
             log,
             f"image {cfg['ref']} @ {cfg['digest']}: pulled {fetched:,} bytes and unpacked "
@@ -155,12 +155,15 @@ class Inside:
     def __init__(self, cfg: dict[str, Any], bundle: str) -> None:
         self.cfg, self.bundle, self.digest = cfg, bundle, cfg["digest"]
         self.env = image_env(bundle)
-        self.outer_env = {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}  # bwrap's own
 
-    def wrap(self, command: list[str], cwd: str, env: dict[str, str]) -> list[str]:
-        """The argv that runs COMMAND in CWD in the image with ENV as its environment."""
+    def wrap(
+        self, command: list[str], cwd: str, env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """(the argv that runs COMMAND in CWD in the image with ENV as its environment,
+        the environment of that argv's process: bwrap's own)."""
         cfg = self.cfg
-        return argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
+        out = argv(cfg["bwrap"], self.bundle, cwd, command, cfg["writable"], cfg["readable"], env)
+        return out, {"PATH": os.environ.get("PATH") or "/usr/bin:/bin"}
 
 
 def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> bool:
@@ -171,7 +174,7 @@ def _cached(final: str, cfg: dict[str, Any], run_dir: str, log: BinaryIO) -> boo
         os.utime(os.path.join(final, READY))  # when a job last used it (for the gc)
     except OSError:
         pass
-    _progress(run_dir, 0, None, done=True)
+    progress(run_dir, 0, None, done=True)
     _note(log, f"image {cfg['ref']} @ {cfg['digest']}: on this worker already (0 bytes pulled)")
     return True
 
@@ -198,7 +201,8 @@ def take_login(run_dir: str) -> dict[str, Any]:
     return auth if isinstance(auth, dict) else {}
 
 
-def _progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None:
+def progress(run_dir: str, fetched: int, total: int | None, done: bool) -> None:
+    """Tell RUN_DIR's pull.json how far the pull is (the agent shows it: `pulling`)."""
     path = os.path.join(run_dir, "pull.json")
     try:
         with open(f"{path}.tmp", "w") as f:

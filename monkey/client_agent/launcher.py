@@ -96,10 +96,11 @@ def run_step(
     what: str,
     inside: Any = None,
 ) -> None:
-    """Run ARGV for WHAT (on this worker, or INSIDE an image: image.py's ``Inside``)."""
+    """Run ARGV for WHAT (on this worker, or INSIDE an image: the ``Inside`` of image.py
+    or engines.py)."""
     note(log, f"$ {' '.join(argv)}")
     if inside is not None:
-        argv, env = inside.wrap(argv, cwd, env), inside.outer_env
+        argv, env = inside.wrap(argv, cwd, env)
     try:
         code = subprocess.run(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -352,13 +353,10 @@ def main(argv: list[str]) -> int:
                     import engines  # type: ignore[import-not-found]  # beside this file
 
                     login = runner.take_login(run_dir)  # first: the job never sees it
-                    if cfg.get("setup"):
-                        raise SetupError(
-                            f"a job.yml set-up in an image runs with monkey's own runner, not "
-                            f"{engine}: set `engine: auto` or `bwrap` on the provider"
-                        )
                     try:
                         engines.fetch(image, login, run_dir, log)
+                        if cfg.get("setup"):
+                            inside = engines.Inside(image, login)
                     except engines.EngineError as e:
                         raise SetupError(str(e)) from None
                 else:
@@ -390,7 +388,7 @@ def main(argv: list[str]) -> int:
         if stop:
             return 128 + stop[0]
         if engine and engine != "bwrap":  # the launcher stays, to remove the container
-            cmd, env = engines.run(image, cmd, env, login)
+            cmd, env = engines.run(image, cmd, env, login, activated)
         elif image:
             boxed, why, code = runner.command(image, bundle, cmd, env, activated)
             if why:

@@ -202,7 +202,11 @@ class Registry:
         """The image's config blob DESCRIPTOR names, checked."""
         return self._checked_json(f"blobs/{descriptor['digest']}", descriptor["digest"])
 
-    def _checked_json(self, what: str, digest: str, accept: str = "") -> dict[str, Any]:
+    def blob(self, digest: str) -> bytes:
+        """The small blob (at most 4 MiB: a config) of DIGEST, checked."""
+        return self._checked(f"blobs/{digest}", digest)
+
+    def _checked(self, what: str, digest: str, accept: str = "") -> bytes:
         with self.get(what, accept) as reply:
             try:
                 body = reply.read(MANIFEST_MAX + 1)
@@ -212,6 +216,10 @@ class Registry:
             raise PullError("failed", f"registry {self.host} sent over 4 MiB for {what}")
         if not _digest_ok(body, digest):
             raise PullError("failed", f"registry {self.host} sent {what} of another digest")
+        return body
+
+    def _checked_json(self, what: str, digest: str, accept: str = "") -> dict[str, Any]:
+        body = self._checked(what, digest, accept)
         try:
             found = json.loads(body)
         except ValueError:
@@ -459,47 +467,121 @@ def fetch(
     """Pull the image CFG pins (its "name", "digest"; temporary files in CFG's "store")
     with LOGIN and unpack it into ROOT (made here); PROGRESS(bytes, total) is told how far
     the downloads are. (The bytes fetched, the image's config.)"""
+    registry, manifest = _pinned(cfg, login)
+    config = registry.config(manifest["config"])
+    with _Downloads(registry, manifest["layers"], cfg["store"], progress) as downloads:
+        os.makedirs(root, 0o700)
+        for number, download in enumerate(downloads, 1):
+            stream = download.reader()
+            try:
+                skipped = unpack(stream, root, f"layer {number}")
+                finish(download)
+            finally:
+                stream.close()
+                download.close()  # its file, read: gone
+            if skipped:
+                note(f"layer {number}: {skipped} device files not made (never in a sandbox)")
+        return sum(d.got for d in downloads), config
+
+
+def archive(
+    cfg: dict[str, Any],
+    login: dict[str, Any],
+    out: BinaryIO,
+    tag: str,
+    progress: Callable[[int, int | None], None],
+) -> int:
+    """Write the image CFG pins to OUT as ``docker save`` does (what ``docker load``
+    reads), tagged TAG: its config and its layers as the registry serves them, each checked
+    against its digest; manifest.json comes last, so that an archive cut short by a failed
+    check loads nothing. The bytes fetched."""
+    registry, manifest = _pinned(cfg, login)
+    config = manifest["config"]
+    if not _digest_re_ok(config.get("digest")):
+        raise PullError("failed", "the image's manifest names a config without a sha256 digest")
+    body = registry.blob(config["digest"])
+    tar = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT)
+    _add(tar, f"{config['digest'][7:]}.json", io.BytesIO(body), len(body))
+    names = []
+    with _Downloads(registry, manifest["layers"], cfg["store"], progress) as downloads:
+        for download in downloads:
+            if download.size <= 0:
+                raise PullError("failed", "the image's manifest names a layer without its size")
+            names.append(f"{download.digest[7:]}.tar")  # as served: docker load inflates it
+            stream = download.reader()
+            try:
+                _add(tar, names[-1], stream, download.size)
+                finish(download)
+            finally:
+                stream.close()
+                download.close()
+        said = [{"Config": f"{config['digest'][7:]}.json", "RepoTags": [tag], "Layers": names}]
+        listed = json.dumps(said).encode()
+        _add(tar, "manifest.json", io.BytesIO(listed), len(listed))
+        tar.close()
+        return sum(d.got for d in downloads)
+
+
+def _add(tar: tarfile.TarFile, name: str, stream: Any, size: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    tar.addfile(info, stream)
+
+
+def _pinned(cfg: dict[str, Any], login: dict[str, Any]) -> tuple[Registry, dict[str, Any]]:
+    """CFG's registry (with LOGIN) and the manifest of the digest CFG pins, its layers
+    checked to be named by digest."""
     registry = Registry(cfg["name"], login, login.get("ca"))
     manifest = registry.manifest(cfg["digest"])
-    config = registry.config(manifest["config"])
-    layers = manifest["layers"]
-    for layer in layers:
+    for layer in manifest["layers"]:
         if not isinstance(layer, dict) or not _digest_re_ok(layer.get("digest")):
             raise PullError("failed", "the image's manifest names a layer without a sha256 digest")
-    folder = os.path.join(cfg["store"], "tmp")
-    os.makedirs(folder, 0o700, exist_ok=True)
-    stop, gate = threading.Event(), threading.Semaphore(PARALLEL)
-    downloads: list[Download] = []
-    try:
-        for number, layer in enumerate(layers):
-            downloads.append(Download(registry, layer, folder, number == 0, gate, stop))
-        total = sum(d.size for d in downloads)
-        for d in downloads:
-            d.start()
-        meter = _Meter(downloads, total, progress)
-        meter.start()
+    return registry, manifest
+
+
+class _Downloads:
+    """The LAYERS of REGISTRY downloading (PARALLEL at once; temporary files in STORE's
+    tmp/) while the body of the with-statement reads them in order, PROGRESS told how far
+    they are; every download stopped and its file gone at its end."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        layers: list[dict[str, Any]],
+        store: str,
+        progress: Callable[[int, int | None], None],
+    ) -> None:
+        self.registry, self.layers, self.progress = registry, layers, progress
+        self.folder = os.path.join(store, "tmp")
+        self.stop, self.gate = threading.Event(), threading.Semaphore(PARALLEL)
+        self.downloads: list[Download] = []
+        self.meter: _Meter | None = None
+
+    def __enter__(self) -> list[Download]:
+        os.makedirs(self.folder, 0o700, exist_ok=True)
         try:
-            os.makedirs(root, 0o700)
-            for number, download in enumerate(downloads, 1):
-                stream = download.reader()
-                try:
-                    skipped = unpack(stream, root, f"layer {number}")
-                    finish(download)
-                finally:
-                    stream.close()
-                    download.close()  # its file, read: gone
-                if skipped:
-                    note(f"layer {number}: {skipped} device files not made (never in a sandbox)")
-        finally:
-            meter.stop.set()
-            meter.join()
-    finally:
-        stop.set()
-        for d in downloads:
+            for number, layer in enumerate(self.layers):
+                self.downloads.append(
+                    Download(self.registry, layer, self.folder, number == 0, self.gate, self.stop)
+                )
+            for d in self.downloads:
+                d.start()
+            self.meter = _Meter(self.downloads, sum(d.size for d in self.downloads), self.progress)
+            self.meter.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.downloads
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.meter is not None:
+            self.meter.stop.set()
+            self.meter.join()
+        self.stop.set()
+        for d in self.downloads:
             if d.is_alive():
                 d.join()
             d.close()
-    return sum(d.got for d in downloads), config
 
 
 def _digest_re_ok(digest: Any) -> bool:

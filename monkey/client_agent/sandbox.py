@@ -109,15 +109,20 @@ def _probe(path: str) -> tuple[str, str]:
 
 def choose_engine(wanted: str = "auto") -> tuple[str, str]:
     """(the engine of engines.ENGINES that runs jobs' images here for a provider's WANTED
-    engine, "") or ("", why none can). auto: monkey's own unprivileged runner (it pulls by
-    itself: pull.py) where bubblewrap works, else the first of docker, podman and apptainer
-    this worker has."""
+    engine, "") or ("", why none can). auto: in a Slurm allocation, pyxis where its srun
+    has it, else apptainer, as the cluster's admins set them up; elsewhere (and then)
+    monkey's own unprivileged runner (it pulls by itself: pull.py) where bubblewrap works,
+    else the first of docker, podman and apptainer this worker has."""
+    if wanted == "auto" and "SLURM_JOB_ID" in os.environ:
+        found = next((e for e in ("pyxis", "apptainer") if engines.cli(e)), "")
+        if found:
+            return found, ""
     if wanted in ("auto", "bwrap"):
         path, why = bwrap()
         if path:
             return "bwrap", ""
         if wanted == "auto":
-            found = next((e for e in engines.ENGINES[1:] if engines.cli(e)), "")
+            found = next((e for e in ("docker", "podman", "apptainer") if engines.cli(e)), "")
             if found:
                 return found, ""
         return "", why

@@ -619,6 +619,8 @@ class Dispatch:
         image = self.store.job_image(job.juid)
         if image is not None:
             spec_fields.update(self._image_fields(image, drv.config.options))
+        elif default := drv.default_image():  # the entry's image: pulled with the same login
+            spec_fields.update(self._image_auth(default))
         return {
             "juid": job.juid,
             "attempt": job.attempts,
@@ -669,7 +671,7 @@ class Dispatch:
         """The `start` fields of a job in IMAGE on a provider with OPTIONS: what the worker
         pulls, with which engine, and the login and CA of its registry (sent for the pull
         only; never in the job's record or env)."""
-        from monkey.images import Registries, parse
+        from monkey.images import parse
 
         ref = parse(image["ref"])
         fields: dict[str, Any] = {
@@ -680,10 +682,18 @@ class Dispatch:
                 "engine": options.get("engine", "auto"),
             }
         }
-        auth = Registries(self.home).pull_auth(ref.host)
-        if auth is not None:
-            fields["image_auth"] = auth
-        return fields
+        return {**fields, **self._image_auth(image["ref"])}
+
+    def _image_auth(self, text: str) -> dict[str, Any]:
+        """{"image_auth": the login and CA of the registry of the image TEXT}, or {} when
+        this home has none (or TEXT is no image reference: its provider says so)."""
+        from monkey.images import Registries, parse
+
+        try:
+            auth = Registries(self.home).pull_auth(parse(text).host)
+        except MonkeyError:
+            return {}
+        return {} if auth is None else {"image_auth": auth}
 
     def _secrets(self, job: Job) -> dict[str, str]:
         ref = self.store.secrets_ref(job.juid)

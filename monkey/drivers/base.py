@@ -297,6 +297,11 @@ class Driver(ABC):
         state, slots, gpus, memory, running, error). INSTANCES are its recorded ones."""
         return {}
 
+    def default_image(self) -> str | None:
+        """The OCI image a job without one runs in on this provider (its entry's), or None:
+        such a job runs on the machine itself."""
+        return None
+
     # -- provisioning -----------------------------------------------------------------------
 
     @property

@@ -139,6 +139,10 @@ class KubernetesDriver(Driver):
             f"{mem / (1 << 30):.1f}G memory; see monkey provider check {config.name})"
         )
 
+    def default_image(self) -> str | None:
+        """The entry's ``image``: what a job without one runs in."""
+        return self.config.options.get("image") or None
+
     @classmethod
     def describe(cls, config: ProviderConfig, instances: list[dict[str, Any]]) -> dict[str, Any]:
         """The cluster's nodes (``hosts``: each one's state, allocatable CPUs, GPUs and

@@ -440,35 +440,56 @@ JOB is a job id (26-11-21-001), a unique prefix of one, or `last`; also as --jui
 # -- commands -------------------------------------------------------------------------
 
 
+def early_image(text: str) -> None:
+    """Start resolving a submission's image on this machine before its facade loads, so
+    that the registry answers meanwhile (a main node resolves it there: nothing here)."""
+    from monkey.remote.settings import selected
+
+    if selected():
+        return
+    from monkey.config import Home
+    from monkey.images import resolve_early
+
+    resolve_early(Home(), text)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UsageError(
             "monkey run: no command given; write it after `--`, e.g. monkey run -- python train.py"
         )
-    m = monkey()
-    job = m.run(
-        cmd,
-        provider=args.provider,
-        name=args.name,
-        cpus=args.cpus,
-        gpus=args.gpus,
-        memory=args.memory,
-        host=args.host,
-        time=args.time,
-        image=args.image,
-        outputs=args.outputs,
-        retries=args.retries,
-        datasets=args.dataset,
-        env=args.env,
-        workdir=args.workdir,
-        job_yml=False if args.no_job_yml else args.job_yml,
-        yes=args.yes,
-        after=args.after,
-        after_any=args.after_any,
-        priority=args.priority,
-        notify=[n for v in args.notify or () for n in v.split(",")] or None,
-    )
+    if args.image:
+        early_image(args.image)
+    try:
+        m = monkey()
+        job = m.run(
+            cmd,
+            provider=args.provider,
+            name=args.name,
+            cpus=args.cpus,
+            gpus=args.gpus,
+            memory=args.memory,
+            host=args.host,
+            time=args.time,
+            image=args.image,
+            outputs=args.outputs,
+            retries=args.retries,
+            datasets=args.dataset,
+            env=args.env,
+            workdir=args.workdir,
+            job_yml=False if args.no_job_yml else args.job_yml,
+            yes=args.yes,
+            after=args.after,
+            after_any=args.after_any,
+            priority=args.priority,
+            notify=[n for v in args.notify or () for n in v.split(",")] or None,
+        )
+    finally:
+        if args.image:
+            from monkey.images import cancel_early
+
+            cancel_early()  # one the submission never took (it failed first)
     if args.json:
         print_json(job.record.to_json())
     elif args.follow:
