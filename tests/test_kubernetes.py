@@ -475,6 +475,41 @@ def test_monkey_log_and_the_checkpoint_follow_the_job_through_an_eviction_and_a_
     ), reasons
 
 
+SAVES_ONCE = """\
+import os, sys, time
+ck = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "step")
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+print(f"attempt {os.environ['MONKEY_ATTEMPT']} from step {step}", flush=True)
+if os.environ["MONKEY_ATTEMPT"] != "1":
+    sys.exit(0)
+with open(ck + ".tmp", "w") as f:
+    f.write("7")
+os.replace(ck + ".tmp", ck)
+print("saved step 7", flush=True)
+time.sleep(4242)
+"""
+
+
+def test_a_pod_deleted_without_notice_resumes_from_the_checkpoint_read_back_while_it_ran(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--checkpoint-every", "0.5")
+    login(cli, reg)
+    Path("train.py").write_text(SAVES_ONCE)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--",
+               "python3", "train.py").stdout.strip()  # fmt: skip
+    wait_for(lambda: "saved step 7" in cli("logs", juid).stdout, 30, what="the checkpoint")
+    info = cli("info", juid).stdout
+    kept = Path(next(ln for ln in info.splitlines() if ln.startswith("checkpoints")).split()[1])
+    wait_for(lambda: (kept / "step").is_file(), 10, what="the checkpoint read back")
+    assert (kept / "step").read_text() == "7"
+    cluster.delete_pod("ml", cluster.created[-1]["metadata"]["name"], 0)  # no time to save
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2, state_line(cli, juid)
+    assert "attempt 2 from step 7" in cli("logs", juid, "--attempt", "2").stdout
+    assert len(cluster.created) == 2  # in a new pod
+
+
 JOB_YML = """\
 name: k
 run:

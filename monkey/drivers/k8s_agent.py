@@ -75,7 +75,7 @@ from monkey.drivers.k8s_api import (
     label_value,
     pod_manifest,
 )
-from monkey.drivers.k8s_inputs import fetch_results, put_inputs
+from monkey.drivers.k8s_inputs import fetch_results, put_inputs, read_kept
 from monkey.drivers.k8s_pods import (
     capacity_of,
     disruption_of,
@@ -111,6 +111,7 @@ _NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_
                   "persist_dir"}  # fmt: skip
 _RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
 _FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
+CHECKPOINT_EVERY = 30.0  # seconds between read-backs of a running job's kept folders
 OOM_WAIT = 3.0  # seconds a SIGKILL nobody asked for waits for the watch to say OOMKilled
 
 
@@ -141,6 +142,9 @@ class _Attempt:
     gone: bool = False  # the watch saw its pod deleted before its `started` was written
     booting: bool = False  # its inputs are being put in the pod, or its relay opened
     relinks: int = 0  # tries in a row to open its relay again
+    kept_at: float = 0.0  # when its kept folders were last read back (or its agent linked)
+    keeping: bool = False  # they are being read back now
+    fetching: threading.Lock = field(default_factory=threading.Lock)  # a read-back at a time
     link: PodLink | None = None  # the relay to the pod's agent, while open
     start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
     taken: dict[str, int] = field(default_factory=dict)  # of the pod's events and setup.log
@@ -161,6 +165,7 @@ class ClusterAgent:
         self.selector = f"{LABEL}/home={label_value(home_id)}"
         self.schedule_timeout = float(options.get("schedule_timeout", 60))
         self.beat = max(0.2, float(os.environ.get("MONKEY_HEARTBEAT", "5")))
+        self.checkpoint_every = float(options.get("checkpoint_every", CHECKPOINT_EVERY))
         self.lock = threading.RLock()
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # by name, as the watch last saw them
@@ -552,6 +557,7 @@ class ClusterAgent:
                 fresh = True
             self._open_link(att, fresh)
             att.relinks = 0
+            att.kept_at = time.time()
         except Exception as exc:  # noqa: BLE001  (the attempt ends on any failure here)
             if not isinstance(exc, MonkeyError):
                 log.exception("%s: starting pod %s's agent", self.name, att.pod)
@@ -702,8 +708,23 @@ class ClusterAgent:
             log.warning("%s: %s", self.name, exc)
 
     def _fetch(self, att: _Attempt) -> None:
-        for said in fetch_results(self.cluster, att.pod, att.start, att.run_dir):
-            self._setup_line(att, said)
+        with att.fetching:
+            said = fetch_results(self.cluster, att.pod, att.start, att.run_dir)
+        for line in said:
+            self._setup_line(att, line)
+
+    def _keep(self, att: _Attempt) -> None:
+        """Read the running job's checkpoint and persisted folders back into MONKEY_HOME (as
+        the SSH and cloud transports do every ``checkpoint_every``): a pod lost without
+        warning (its node gone, deleted by someone) resumes from them in a new pod."""
+        try:
+            with att.fetching:
+                if att.ending is None:  # its exit's read-back, after this one, is the last
+                    read_kept(self.cluster, att.pod, att.start)
+        except (MonkeyError, OSError, ValueError) as exc:
+            log.info("%s: reading pod %s's checkpoint back: %s", self.name, att.pod, exc)
+        finally:
+            att.keeping = False
 
     def _fail(self, att: _Attempt, why: str, reason: str = "setup") -> None:
         """End ATT as a failed set-up (WHY, one line; REASON ``given_up``: no node took it
@@ -740,8 +761,8 @@ class ClusterAgent:
                 log.warning("%s: %s", self.name, exc)
 
     def _beating(self) -> None:
-        """Heartbeats of the attempts whose agent does not run yet (their phase), and the
-        schedule timeout."""
+        """Heartbeats of the attempts whose agent does not run yet (their phase), the
+        schedule timeout, and the read-backs of the running jobs' kept folders."""
         while not self.closed.wait(min(self.beat, 0.5)):
             now = time.time()
             with self.lock:
@@ -750,6 +771,15 @@ class ClusterAgent:
                     for a in self.attempts.values()
                     if a.started and not a.ended and a.ending is None and a.link is None
                 ]
+                due = [
+                    a
+                    for a in self.attempts.values()
+                    if a.link is not None and a.ending is None and not a.keeping
+                    and any((a.start.get("kept") or {}).values()) and now - a.kept_at >= self.checkpoint_every
+                ]  # fmt: skip
+            for att in due:
+                att.kept_at, att.keeping = now, True
+                threading.Thread(target=self._keep, args=(att,), daemon=True).start()
             for att in live:
                 if not att.scheduled and now - att.created > self.schedule_timeout:
                     said = (att.phase or "pending").removeprefix("pending").strip()

@@ -11,7 +11,7 @@ agent's.
 providers.yml::
 
     k8s: {type: kubernetes, kubeconfig: ~/.kube/config, context: lab, namespace: ml,
-          schedule_timeout: 60, image: python:3.12-slim, memory: 4G,
+          schedule_timeout: 60, checkpoint_every: 30, image: python:3.12-slim, memory: 4G,
           node_selector: {gpu: a100}, tolerations: [{key: gpu, operator: Exists}],
           priority_class: research, service_account: monkey, queue: team-a,
           cache_claim: monkey-cache}
@@ -48,6 +48,7 @@ _KEYS = {
     "context",
     "namespace",
     "schedule_timeout",
+    "checkpoint_every",
     "image",
     "memory",
     "node_selector",
@@ -88,6 +89,14 @@ class KubernetesDriver(Driver):
             raise bad(
                 f"schedule_timeout must be seconds > 0 (how long a pod may wait for a node "
                 f"before its job is given up), got {timeout!r}"
+            )
+        every = entry.get("checkpoint_every")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0
+        ):
+            raise bad(
+                f"checkpoint_every must be seconds > 0 (how often a running job's checkpoint "
+                f"is read back from its pod), got {every!r}"
             )
         if entry.get("memory") is not None:
             try:
