@@ -191,6 +191,32 @@ def test_with_a_cache_claim_the_jobs_code_reaches_the_cluster_once(cli, monkey, 
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "monkey-cache"}} in volumes
 
 
+def test_gc_and_du_hosts_cover_the_cache_claim_as_an_ssh_hosts_cache(cli, monkey, cluster, reg):
+    added(cli, cluster, "--cache-claim", "monkey-cache", "--image", f"{reg.host}/lab/py:1")
+    login(cli, reg)  # the default image's registry: the pod gc makes gets its login too
+    Path("main.sh").write_text("wc -c big.bin\n")
+    blobs = cluster.root / "claims" / "monkey-cache" / "blobs"
+    juids, bigs = [], []
+    for _ in range(2):
+        Path("big.bin").write_bytes(os.urandom(1 << 20))
+        juids.append(cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh",
+                         "main.sh").stdout.strip())  # fmt: skip
+        assert ended(monkey, juids[-1]).state.value == "succeeded"
+        [big] = {p for p in blobs.glob("*/*") if p.stat().st_size == 1 << 20} - set(bigs)
+        bigs.append(big)  # the blob of this job's big.bin, in the claim
+    du = cli("du", "--hosts")
+    assert du.returncode == 0, du.stderr
+    row = next(ln for ln in du.stdout.splitlines() if ln.startswith("lab cache "))
+    assert "2.1 MB (3)" in row and row.endswith(" now"), du.stdout  # 3 blobs, measured now
+    assert cli("rm", "--yes", juids[0]).returncode == 0
+    gc = cli("gc", "--grace", "0")
+    assert gc.returncode == 0, gc.stderr
+    assert "lab cache: freed 1.0 MB: 1 blobs (1.0 MB), 0 folders of deleted jobs (0 B)" in gc.stdout
+    assert not bigs[0].exists() and bigs[1].is_file()  # the job still there keeps its code
+    assert not [p for p in cluster.pods.values() if "cache-chores" in p["metadata"]["name"]]
+    assert not cluster.secrets  # the pull secret of gc's pod went with it
+
+
 def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
     cli, monkey, cluster, reg
 ):

@@ -234,6 +234,44 @@ class KubernetesDriver(Driver):
             )
         ]
 
+    def clean_cache(self, keep: list[str] | None, grace: float) -> dict[str, int] | None:
+        """`gc` in the cluster's cache claim (see k8s_cache): the blobs there that neither
+        KEEP nor another home's gc names, unused for GRACE seconds, and partial uploads;
+        what was freed, as an SSH host says it (None when KEEP is None: no gc asked)."""
+        import json
+
+        from monkey.drivers.k8s_api import POD_CACHE
+        from monkey.drivers.k8s_cache import runs_dir
+        from monkey.drivers.ssh_remote import CLEAN
+
+        if keep is None:
+            return None
+        request = json.dumps({"runs": [], "gc": True, "keep": keep}).encode()
+        args = [POD_CACHE, runs_dir(self.home.home_id()), str(grace)]
+        return dict(json.loads(self._in_claim(CLEAN, args, request)))
+
+    def cache_usage(self) -> dict[str, Any]:
+        """What the cluster's cache claim holds, as an SSH host's usage says it."""
+        import json
+
+        from monkey.drivers.k8s_api import POD_CACHE
+        from monkey.drivers.k8s_cache import runs_dir
+        from monkey.drivers.ssh_remote import USAGE
+
+        return dict(json.loads(self._in_claim(USAGE, [POD_CACHE, runs_dir(self.home.home_id())])))
+
+    def _in_claim(self, script: str, args: list[str], data: bytes = b"") -> bytes:
+        from monkey.drivers.k8s_cache import run_in_claim
+        from monkey.images import Registries, parse
+
+        options = self.config.options
+        auths = None
+        if options.get("image"):
+            login = Registries(self.home).pull_auth(parse(options["image"]).host)
+            auths = (login or {}).get("auths")
+        cluster = self.agent.cluster
+        return run_in_claim(cluster, options, self.home.home_id(), script, args, data, auths)
+
     def _list_nodes(self) -> None:
         try:
             nodes = self.agent.cluster.nodes()
