@@ -141,6 +141,55 @@ def test_provider_add_checks_access_and_writes_the_entry(cli, cluster, home):
     assert bad.returncode != 0 and "schedule_timeout must be seconds > 0" in bad.stderr
 
 
+def test_a_registry_with_its_own_ca_gets_a_pull_secret_and_nodes_without_the_ca_say_so(
+    cli, monkey, cluster, reg, tmp_path, home
+):
+    import base64
+    import json
+
+    # The provider's default image is in the private registry: its pods get the login too.
+    added(cli, cluster, "--image", f"{reg.host}/lab/py:1")
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, juid).state.value == "succeeded", state_line(cli, juid)
+    assert cli("logs", juid).stdout == "one\n"
+    [secret] = cluster.created_secrets
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    token = base64.b64encode(f"{registry.USER}:{registry.PASSWORD}".encode()).decode()
+    # As `kubectl create secret docker-registry` writes it; the CA cannot be in it.
+    assert config == {
+        "auths": {
+            reg.host: {"username": registry.USER, "password": registry.PASSWORD, "auth": token}
+        }
+    }
+    pod = cluster.created[-1]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": secret["metadata"]["name"]}]
+    wait_for(lambda: not cluster.secrets, 10, what="the pull secret deleted")
+
+    # A cluster whose nodes do not trust the registry's CA: one line saying what to do.
+    bare = FakeK8s(tmp_path / "bare")
+    try:
+        bare.add_node("node-a", cpus=2, memory="8Gi")
+        config_file = kubeconfig(bare, tmp_path / "bare-kube" / "config", namespace="ml")
+        done = cli("provider", "add", "kubernetes", "bare", "--kubeconfig", str(config_file))
+        assert done.returncode == 0, done.stderr
+        failed = cli("run", "-p", "bare", "--image", f"{reg.host}/lab/py:1", "--retries", "1",
+                     "--", "true").stdout.strip()  # fmt: skip
+        job = ended(monkey, failed, 60)
+        assert job.state.value == "failed" and job.attempts == 1
+        line = state_line(cli, failed)
+        assert "x509: certificate signed by unknown authority" in line, line
+        assert line.endswith(
+            f"the cluster's nodes do not trust the CA of registry {reg.host}: install it in "
+            f"each node's container runtime (containerd: /etc/containerd/certs.d/{reg.host}/"
+            "ca.crt; see README, Kubernetes); see `monkey logs --setup "
+            f"{failed}`)"
+        ), line
+    finally:
+        bare.close()
+
+
 def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back(
     cli, monkey, cluster, reg
 ):

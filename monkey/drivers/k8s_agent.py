@@ -94,6 +94,7 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from monkey.drivers.k8s_link import PodLink
@@ -155,9 +156,15 @@ class ClusterAgent:
     """The agent protocol over a cluster: one per provider, in the core."""
 
     def __init__(
-        self, name: str, home_id: str, options: dict[str, Any], pods_file: str | None = None
+        self,
+        name: str,
+        home_id: str,
+        options: dict[str, Any],
+        pods_file: str | None = None,
+        logins: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         self.name = name
+        self.logins = logins  # the registry login to pull an image (the entry's default one)
         self.pods_file = pods_file  # where the pods the watch sees are kept, for listings
         self.kept_rows: list[dict[str, Any]] | None = None
         self.options = options
@@ -272,6 +279,8 @@ class ClusterAgent:
         resources = req.get("resources") or {}
         secret = None
         auths = (req.get("image_auth") or {}).get("auths")
+        if not image_fields and self.logins is not None:  # the entry's image: its login here
+            auths = (self.logins(image) or {}).get("auths")
         cluster = self.cluster
         if auths:
             secret = f"{pod}-pull"

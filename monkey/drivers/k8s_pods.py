@@ -103,6 +103,15 @@ def status_of(pod: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
                 f"image {image}: registry {host} refused the pull (unauthorized, {reason}); "
                 f"log in on this machine: monkey registry login {host}"
             ), waiting  # fmt: skip
+        if "x509: " in message:  # the node's runtime refuses the registry's certificate
+            said = "x509: " + message.split("x509: ", 1)[1][:200]
+            if "unknown authority" in said:
+                said += (
+                    f"; the cluster's nodes do not trust the CA of registry {host}: install it "
+                    f"in each node's container runtime (containerd: /etc/containerd/certs.d/"
+                    f"{host}/ca.crt; see README, Kubernetes)"
+                )
+            return "image", f"image {image}: {said}", waiting
         if reason == "InvalidImageName":
             return "image", f"image {image}: invalid image name ({message})", waiting
         return "creating", f"pulling image {image}: {reason}: {message[-200:]}", waiting

@@ -205,6 +205,7 @@ class KubernetesDriver(Driver):
                     self.home.home_id(),
                     self.config.options,
                     pods_file(self.home, self.name),
+                    self._login,
                 )
             return self._agent
 
@@ -260,15 +261,20 @@ class KubernetesDriver(Driver):
 
         return dict(json.loads(self._in_claim(USAGE, [POD_CACHE, runs_dir(self.home.home_id())])))
 
-    def _in_claim(self, script: str, args: list[str], data: bytes = b"") -> bytes:
-        from monkey.drivers.k8s_cache import run_in_claim
+    def _login(self, image: str) -> dict[str, Any] | None:
+        """What `registry login` keeps for IMAGE's registry (its auths and CA), or None."""
         from monkey.images import Registries, parse
 
+        try:
+            return Registries(self.home).pull_auth(parse(image).host)
+        except MonkeyError:
+            return None
+
+    def _in_claim(self, script: str, args: list[str], data: bytes = b"") -> bytes:
+        from monkey.drivers.k8s_cache import run_in_claim
+
         options = self.config.options
-        auths = None
-        if options.get("image"):
-            login = Registries(self.home).pull_auth(parse(options["image"]).host)
-            auths = (login or {}).get("auths")
+        auths = (self._login(options["image"]) or {}).get("auths") if options.get("image") else None
         cluster = self.agent.cluster
         return run_in_claim(cluster, options, self.home.home_id(), script, args, data, auths)
 
