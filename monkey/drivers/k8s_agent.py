@@ -23,8 +23,11 @@ the pod's agent the job's ``start`` (its paths the pod's) and gets its events (h
 ``monkey.log`` metrics, its exit) and its logs on the same stream, from the offsets kept
 here: so the job runs as on any worker (set-up, datasets, persisted folders, the signal
 to its whole process tree for cancel and pause, its exit recorded in the pod's run folder).
-Once the job exited, its checkpoint, persisted folders and ``run --outputs`` are read back
-through an exec into MONKEY_HOME, its exit written, and the pod deleted. The next attempt's
+While it runs, its checkpoint and persisted folders are read back through an exec every
+``checkpoint_every`` seconds once the relay says they changed (a pod lost without warning
+resumes from there). Once the job exited, its checkpoint, persisted folders and ``run
+--outputs`` are read back through an exec into MONKEY_HOME, its exit written, and the pod
+deleted. The next attempt's
 pod gets them, as a cloud instance gets them from the bucket.
 
 A core that restarts links again and syncs: attempts whose pod still runs are adopted (the
@@ -144,6 +147,7 @@ class _Attempt:
     booting: bool = False  # its inputs are being put in the pod, or its relay opened
     relinks: int = 0  # tries in a row to open its relay again
     kept_at: float = 0.0  # when its kept folders were last read back (or its agent linked)
+    kept_changed: bool = False  # they changed in the pod since (its relay says so)
     keeping: bool = False  # they are being read back now
     fetching: threading.Lock = field(default_factory=threading.Lock)  # a read-back at a time
     link: PodLink | None = None  # the relay to the pod's agent, while open
@@ -602,13 +606,16 @@ class ClusterAgent:
             except OSError:
                 offsets[name] = 0
         offsets[SETUP_LOG] = int(att.taken.get(SETUP_LOG, 0))
+        kept = [k for k, v in (att.start.get("kept") or {}).items() if v]
         link = PodLink(
             self.cluster,
             att.pod,
             offsets,
             lambda msg: self._pushed(att, msg),
             lambda why: self._unlinked(att, why),
+            kept,
         )
+        att.kept_changed = att.kept_changed or not fresh  # (changes while it was not linked)
         att.link = link
         if fresh:
             link.request("sync", attempts=[])
@@ -640,6 +647,9 @@ class ClusterAgent:
         """A push of the pod's agent: a file's new bytes, or an event of the job."""
         if msg.get("push") == "file":
             self._file(att, str(msg["name"]), int(msg["at"]), base64.b64decode(msg["data"]))
+            return
+        if msg.get("push") == "kept":  # read back at the next checkpoint_every
+            att.kept_changed = True
             return
         if msg.get("push") != "event" or (msg.get("juid"), msg.get("attempt")) != (
             att.juid,
@@ -724,13 +734,15 @@ class ClusterAgent:
 
     def _keep(self, att: _Attempt) -> None:
         """Read the running job's checkpoint and persisted folders back into MONKEY_HOME (as
-        the SSH and cloud transports do every ``checkpoint_every``): a pod lost without
-        warning (its node gone, deleted by someone) resumes from them in a new pod."""
+        the SSH and cloud transports do every ``checkpoint_every``; here only once its relay
+        said they changed, so a pod whose job saves nothing costs no request): a pod lost
+        without warning (its node gone, deleted by someone) resumes from them in a new pod."""
         try:
             with att.fetching:
                 if att.ending is None:  # its exit's read-back, after this one, is the last
                     read_kept(self.cluster, att.pod, att.start)
         except (MonkeyError, OSError, ValueError) as exc:
+            att.kept_changed = True  # tried again at the next checkpoint_every
             log.info("%s: reading pod %s's checkpoint back: %s", self.name, att.pod, exc)
         finally:
             att.keeping = False
@@ -784,10 +796,10 @@ class ClusterAgent:
                     a
                     for a in self.attempts.values()
                     if a.link is not None and a.ending is None and not a.keeping
-                    and any((a.start.get("kept") or {}).values()) and now - a.kept_at >= self.checkpoint_every
+                    and a.kept_changed and now - a.kept_at >= self.checkpoint_every
                 ]  # fmt: skip
             for att in due:
-                att.kept_at, att.keeping = now, True
+                att.kept_at, att.keeping, att.kept_changed = now, True, False
                 threading.Thread(target=self._keep, args=(att,), daemon=True).start()
             for att in live:
                 if not att.scheduled and now - att.created > self.schedule_timeout:
