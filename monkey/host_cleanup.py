@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from monkey.models import MonkeyError
-from monkey.store.hosts import BUCKET
+from monkey.store.hosts import BUCKET, CACHE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ def ask(m: Facade, hosts: list[str], since: float, wait: float = WAIT) -> HostsR
     while True:
         pending = {c["instance"] for c in m.store.host_chores() if c["created_at"] >= since}
         up = {r["id"] for r in m.store.instances() if r["reach"] == "up"}
-        up.update(h for h in pending if h.endswith(BUCKET))  # a bucket is always in reach
+        # a bucket, a cluster's cache claim: always in reach (or said why not)
+        up.update(h for h in pending if h.endswith((BUCKET, CACHE)))
         if not pending & up or time.monotonic() > deadline:
             break
         time.sleep(0.1)

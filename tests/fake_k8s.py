@@ -170,6 +170,7 @@ class FakeK8s:
         self.execs: set[Any] = set()  # the sockets of the pods/exec websockets open
         self.requests: list[str] = []  # "METHOD path?query" of every request, in order
         self.created: list[dict[str, Any]] = []  # every pod as it was created
+        self.created_secrets: list[dict[str, Any]] = []  # every secret as it was created
         self.born: dict[tuple[str, str], float] = {}  # when each pod was created (monotonic)
         self.last_start_delay = 0.0  # seconds from the last pod's creation to its process
         self.roots: dict[tuple[str, str], Path] = {}  # a running pod's image root, here
@@ -571,7 +572,7 @@ class FakeK8s:
         for secret in secrets:
             if secret and secret.get("type") == "kubernetes.io/dockerconfigjson":
                 data = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
-                auth.update(data.get("auths", {}))
+                auth.update({h: _kubelet_login(e) for h, e in data.get("auths", {}).items()})
         options = []
         if self.ca_dir is not None:
             options += ["--cert-dir", str(self.ca_dir)]
@@ -899,6 +900,34 @@ def _status(container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
             "ready": False, "restartCount": 0, "started": False, "state": state}  # fmt: skip
 
 
+def _valid_secret(body: dict[str, Any]) -> None:
+    """The API server's checks of a secret of type kubernetes.io/dockerconfigjson: its data
+    has `.dockerconfigjson`, base64 of a JSON object (422 Invalid otherwise)."""
+    if body.get("type") != "kubernetes.io/dockerconfigjson":
+        return
+    name = body.get("metadata", {}).get("name")
+    data = (body.get("data") or {}).get(".dockerconfigjson")
+    if data is None:
+        raise _Error(422, "Invalid", f'Secret "{name}" is invalid: data[.dockerconfigjson]: '
+                     "Required value")  # fmt: skip
+    try:
+        if not isinstance(json.loads(base64.b64decode(data, validate=True)), dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        raise _Error(422, "Invalid", f'Secret "{name}" is invalid: data[.dockerconfigjson]: '
+                     f"Invalid value: \"<secret contents redacted>\": {exc}") from None  # fmt: skip
+
+
+def _kubelet_login(entry: dict[str, Any]) -> dict[str, str]:
+    """A registry's entry of a pull secret as the kubelet reads it (DockerConfigEntry:
+    ``auth``, base64 of user:password, wins over ``username`` and ``password``), as the
+    auth.json entry the runtime is given."""
+    user, password = entry.get("username") or "", entry.get("password") or ""
+    if entry.get("auth"):
+        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
 def _containerd_error(ref: str, said: str) -> str:
     """The runner's one line (image.py) as containerd words an ErrImagePull."""
     if "not found in registry" in said:
@@ -909,6 +938,13 @@ def _containerd_error(ref: str, said: str) -> str:
                 f'failed to resolve reference "{ref}": pull access denied, repository does '
                 "not exist or may require authorization: authorization failed: "
                 "401 Unauthorized")  # fmt: skip
+    if "certificate is not trusted" in said:  # the node's runtime lacks the registry's CA
+        name, _, digest = ref.partition("@")
+        host, _, repo = name.partition("/")
+        return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{ref}": '
+                f'failed to resolve reference "{ref}": failed to do request: Head '
+                f'"https://{host}/v2/{repo}/manifests/{digest}": tls: failed to verify '
+                "certificate: x509: certificate signed by unknown authority")  # fmt: skip
     return f'rpc error: code = Unknown desc = failed to pull and unpack image "{ref}": {said}'
 
 
@@ -1269,8 +1305,10 @@ def _handler(fake: FakeK8s) -> type[BaseHTTPRequestHandler]:
                         raise _Error(
                             409, "AlreadyExists", f'secrets "{meta["name"]}" already exists'
                         )
+                    _valid_secret(body)
                     meta.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=_now())
                     fake.secrets[(ns, meta["name"])] = body
+                    fake.created_secrets.append(json.loads(json.dumps(body)))
                     fake._record("secrets", "ADDED", body)
                     return self._send(201, body)
                 found = fake.secrets.get((ns, name or ""))

@@ -160,6 +160,55 @@ def test_a_broken_kubeconfig_is_one_line_and_nothing_is_written(cli, home, tmp_p
     assert not (home / "providers.yml").exists() or "k:" not in (home / "providers.yml").read_text()
 
 
+def test_a_registry_with_its_own_ca_gets_a_pull_secret_and_nodes_without_the_ca_say_so(
+    cli, monkey, cluster, reg, tmp_path, home
+):
+    import base64
+    import json
+
+    # The provider's default image is in the private registry: its pods get the login too.
+    added(cli, cluster, "--image", f"{reg.host}/lab/py:1")
+    login(cli, reg)
+    juid = cli("run", "-p", "lab", "--", "cat", "/etc/said").stdout.strip()
+    assert ended(monkey, juid).state.value == "succeeded", state_line(cli, juid)
+    assert cli("logs", juid).stdout == "one\n"
+    [secret] = cluster.created_secrets
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    token = base64.b64encode(f"{registry.USER}:{registry.PASSWORD}".encode()).decode()
+    # As `kubectl create secret docker-registry` writes it; the CA cannot be in it.
+    assert config == {
+        "auths": {
+            reg.host: {"username": registry.USER, "password": registry.PASSWORD, "auth": token}
+        }
+    }
+    pod = cluster.created[-1]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": secret["metadata"]["name"]}]
+    wait_for(lambda: not cluster.secrets, 10, what="the pull secret deleted")
+
+    # A cluster whose nodes do not trust the registry's CA: one line saying what to do.
+    bare = FakeK8s(tmp_path / "bare")
+    try:
+        bare.add_node("node-a", cpus=2, memory="8Gi")
+        config_file = kubeconfig(bare, tmp_path / "bare-kube" / "config", namespace="ml")
+        done = cli("provider", "add", "kubernetes", "bare", "--kubeconfig", str(config_file))
+        assert done.returncode == 0, done.stderr
+        failed = cli("run", "-p", "bare", "--image", f"{reg.host}/lab/py:1", "--retries", "1",
+                     "--", "true").stdout.strip()  # fmt: skip
+        job = ended(monkey, failed, 60)
+        assert job.state.value == "failed" and job.attempts == 1
+        line = state_line(cli, failed)
+        assert "x509: certificate signed by unknown authority" in line, line
+        assert line.endswith(
+            f"the cluster's nodes do not trust the CA of registry {reg.host}: install it in "
+            f"each node's container runtime (containerd: /etc/containerd/certs.d/{reg.host}/"
+            "ca.crt; see README, Kubernetes); see `monkey logs --setup "
+            f"{failed}`)"
+        ), line
+    finally:
+        bare.close()
+
+
 def test_a_job_runs_in_a_pod_in_its_image_and_its_exit_code_and_output_come_back(
     cli, monkey, cluster, reg
 ):
@@ -208,6 +257,32 @@ def test_with_a_cache_claim_the_jobs_code_reaches_the_cluster_once(cli, monkey, 
     assert sizes[1] < 200_000 < sizes[0]  # the second pod got the agent, not the code
     volumes = cluster.created[-1]["spec"]["volumes"]
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "monkey-cache"}} in volumes
+
+
+def test_gc_and_du_hosts_cover_the_cache_claim_as_an_ssh_hosts_cache(cli, monkey, cluster, reg):
+    added(cli, cluster, "--cache-claim", "monkey-cache", "--image", f"{reg.host}/lab/py:1")
+    login(cli, reg)  # the default image's registry: the pod gc makes gets its login too
+    Path("main.sh").write_text("wc -c big.bin\n")
+    blobs = cluster.root / "claims" / "monkey-cache" / "blobs"
+    juids, bigs = [], []
+    for _ in range(2):
+        Path("big.bin").write_bytes(os.urandom(1 << 20))
+        juids.append(cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--", "sh",
+                         "main.sh").stdout.strip())  # fmt: skip
+        assert ended(monkey, juids[-1]).state.value == "succeeded"
+        [big] = {p for p in blobs.glob("*/*") if p.stat().st_size == 1 << 20} - set(bigs)
+        bigs.append(big)  # the blob of this job's big.bin, in the claim
+    du = cli("du", "--hosts")
+    assert du.returncode == 0, du.stderr
+    row = next(ln for ln in du.stdout.splitlines() if ln.startswith("lab cache "))
+    assert "2.1 MB (3)" in row and row.endswith(" now"), du.stdout  # 3 blobs, measured now
+    assert cli("rm", "--yes", juids[0]).returncode == 0
+    gc = cli("gc", "--grace", "0")
+    assert gc.returncode == 0, gc.stderr
+    assert "lab cache: freed 1.0 MB: 1 blobs (1.0 MB), 0 folders of deleted jobs (0 B)" in gc.stdout
+    assert not bigs[0].exists() and bigs[1].is_file()  # the job still there keeps its code
+    assert not [p for p in cluster.pods.values() if "cache-chores" in p["metadata"]["name"]]
+    assert not cluster.secrets  # the pull secret of gc's pod went with it
 
 
 def test_a_pod_no_node_fits_shows_the_schedulers_reason_and_fails_after_schedule_timeout(
@@ -495,6 +570,41 @@ def test_monkey_log_and_the_checkpoint_follow_the_job_through_an_eviction_and_a_
     assert reasons[0].startswith("preempted: evicted by its node") and reasons[1] == (
         "paused by user"
     ), reasons
+
+
+SAVES_ONCE = """\
+import os, sys, time
+ck = os.path.join(os.environ["MONKEY_CHECKPOINT_DIR"], "step")
+step = int(open(ck).read()) if os.path.exists(ck) else 0
+print(f"attempt {os.environ['MONKEY_ATTEMPT']} from step {step}", flush=True)
+if os.environ["MONKEY_ATTEMPT"] != "1":
+    sys.exit(0)
+with open(ck + ".tmp", "w") as f:
+    f.write("7")
+os.replace(ck + ".tmp", ck)
+print("saved step 7", flush=True)
+time.sleep(4242)
+"""
+
+
+def test_a_pod_deleted_without_notice_resumes_from_the_checkpoint_read_back_while_it_ran(
+    cli, monkey, cluster, reg
+):
+    added(cli, cluster, "--checkpoint-every", "0.5")
+    login(cli, reg)
+    Path("train.py").write_text(SAVES_ONCE)
+    juid = cli("run", "-p", "lab", "--image", f"{reg.host}/lab/py:1", "--retries", "1", "--",
+               "python3", "train.py").stdout.strip()  # fmt: skip
+    wait_for(lambda: "saved step 7" in cli("logs", juid).stdout, 30, what="the checkpoint")
+    info = cli("info", juid).stdout
+    kept = Path(next(ln for ln in info.splitlines() if ln.startswith("checkpoints")).split()[1])
+    wait_for(lambda: (kept / "step").is_file(), 10, what="the checkpoint read back")
+    assert (kept / "step").read_text() == "7"
+    cluster.delete_pod("ml", cluster.created[-1]["metadata"]["name"], 0)  # no time to save
+    job = ended(monkey, juid)
+    assert job.state.value == "succeeded" and job.attempts == 2, state_line(cli, juid)
+    assert "attempt 2 from step 7" in cli("logs", juid, "--attempt", "2").stdout
+    assert len(cluster.created) == 2  # in a new pod
 
 
 JOB_YML = """\

@@ -221,6 +221,42 @@ def test_cancel_asked_while_a_start_is_refused_is_not_lost(home, monkey):
         core.close()
 
 
+def test_an_exit_the_store_cannot_take_as_sent_never_stops_the_core(home, monkey):
+    """A cluster agent's exit can reach the core before its `started` did (a watch event
+    late or reordered, a relay replaying it): the exit proves the command started, so the
+    job ends as it says; an exit of an attempt ended or moved meanwhile is ignored; the
+    pushes after them are handled in the same pass."""
+    from monkey.config import Home
+    from monkey.core.scheduler import Core
+
+    core = Core(Home(home))
+    try:
+        early, moved, other = (monkey.run(["true"], start_core=False) for _ in range(3))
+        for job in (early, moved, other):
+            record = monkey.store.get_job(job.juid)
+            monkey.store.begin_attempt(record, "lab", str(home / "runs" / job.juid / "1"))
+        monkey.store.end_attempt(moved.juid, 1, final=State.QUEUED, exit_code=None,
+                                 signal=None, reason="given up", move_to="local")  # fmt: skip
+        now = time.time()
+
+        def push(juid: str, kind: str, offset: int, **event: object) -> dict:
+            return {"push": "event", "juid": juid, "attempt": 1, "offset": offset,
+                    "event": {"seq": 1, "ts": now, "type": kind, **event}}  # fmt: skip
+
+        ended = {"code": 0, "signal": None, "reason": "exited"}
+        core._handle_pushes(("lab", "lab"), [
+            push(early.juid, "exit", 80, **ended),
+            push(moved.juid, "exit", 80, **ended),
+            push(other.juid, "started", 40, pid=0),
+        ])  # fmt: skip
+        assert early.status == State.SUCCEEDED
+        assert [(a.exit_code, a.reason) for a in early.attempts()] == [(0, "exit 0")]
+        assert moved.status == State.QUEUED and monkey.store.get_job(moved.juid).provider == "local"
+        assert other.status == State.RUNNING
+    finally:
+        core.close()
+
+
 def test_agent_killed_while_the_core_is_stopped_is_noticed(home, monkey):
     """The agent dies while the core, stopped, has not read its last events: the core
     reads them, notices the broken link, connects to a new agent and follows the rest."""

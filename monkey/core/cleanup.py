@@ -1,7 +1,8 @@
-"""The clean-up SSH hosts and cloud buckets are owed: `rm` and `gc` record it (the store's
-``host_chores``), the core carries it out on each host once linked to it, in the host's
-transport lane (after the starts sent there before, so a blob is never taken from under a
-start), and in each bucket (instance ``<provider> bucket``) in a lane of its own.
+"""The clean-up SSH hosts, cloud buckets and clusters' cache claims are owed: `rm` and `gc`
+record it (the store's ``host_chores``), the core carries it out on each host once linked
+to it, in the host's transport lane (after the starts sent there before, so a blob is never
+taken from under a start), in each bucket (instance ``<provider> bucket``) and each cluster's cache claim
+(``<provider> cache``: no run folders there, only blobs) in a lane of its own.
 
 - ``run``: a deleted job's folder on the host (this home's ``runs/<tag>/<juid>``), unless a
   job of that id exists (an `rm` killed before it deleted the job's rows).
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from monkey.models import MonkeyError
-from monkey.store.hosts import BUCKET
+from monkey.store.hosts import BUCKET, CACHE
 
 if TYPE_CHECKING:
     from monkey.config import Home
@@ -77,19 +78,19 @@ class HostChores:
             drv = core.driver(key[0])
         except MonkeyError:
             return
-        bucket = key[1].endswith(BUCKET)
+        bucket, cache = key[1].endswith(BUCKET), key[1].endswith(CACHE)
         transport = drv.transport  # its hosts' clean-up: the SSH transport's
-        if not callable(
-            getattr(drv if bucket else transport, "clean_bucket" if bucket else "clean", None)
-        ):
+        method = "clean_bucket" if bucket else "clean_cache" if cache else "clean"
+        if not callable(getattr(drv if bucket or cache else transport, method, None)):
             core.store.chores_done(c["id"] for c in chores)
             return
-        if not bucket and key[1] not in getattr(transport, "hosts", {}):
-            core.store.chores_done(c["id"] for c in chores)  # no longer configured: not ours
-            return
-        if not bucket and key not in core.links:
-            core.connect(key)  # done once linked (a host out of reach: once it is back)
-            return
+        if not bucket and not cache:  # an SSH host (a cache claim: through the API server)
+            if key[1] not in getattr(transport, "hosts", {}):
+                core.store.chores_done(c["id"] for c in chores)  # no longer configured
+                return
+            if key not in core.links:
+                core.connect(key)  # done once linked (a host out of reach: once it is back)
+                return
         existing = core.store.job_ids()
         runs = sorted({c["job"] for c in chores if c["what"] == "run" and c["job"] not in existing})
         gcs = [c for c in chores if c["what"] == "gc"]
@@ -100,6 +101,8 @@ class HostChores:
         def call() -> tuple[dict[str, int] | None, dict[str, Any]]:
             if bucket:
                 return drv.clean_bucket(runs, keep, grace), {}  # type: ignore[attr-defined]
+            if cache:
+                return drv.clean_cache(keep, grace), drv.cache_usage()  # type: ignore[attr-defined]
             freed = transport.clean(key[1], runs, keep, grace) if runs or keep is not None else None  # type: ignore[attr-defined]
             return freed, transport.host_usage(key[1])  # type: ignore[attr-defined]
 
@@ -129,7 +132,7 @@ class HostChores:
             log.warning("%s: clean-up postponed: %s", key[1], exc)
 
         self.busy.add(key)
-        core._transport(key, drv, call, then, failed)
+        core._transport(key, drv, call, then, failed, slow=cache)  # (a pod to start, maybe)
 
     def _needed(self) -> set[str]:
         """Every blob a job of this home needs (as local `gc` keeps them)."""

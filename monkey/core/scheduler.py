@@ -36,12 +36,13 @@ from monkey.models import (
     Request,
     Resources,
     State,
+    can_transition,
     wall_span,
 )
 from monkey.snapshot.blobs import BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
-from monkey.store.errors import StoreUnavailable
+from monkey.store.errors import IllegalTransition, StoreUnavailable
 from monkey.store.tracking import HOLD
 from monkey.tracking import ingest, sweeps
 from monkey.version import code_digest, installed_elsewhere, package_version, version
@@ -599,23 +600,31 @@ class Core(Links, Dispatch):
             nowhere=nowhere,
         )
         end = decide(job, event, facts)
-        # The agent's time of the exit: a job that ended while the core was down did not
-        # run until the core came back.
-        self.store.end_attempt(
-            juid,
-            n,
-            final=end.final,
-            exit_code=event.get("code"),
-            signal=event.get("signal"),
-            reason=end.reason,
-            requeue_after=end.requeue,
-            offset=offset,
-            now=event.get("ts"),
-            ran=event.get("ran"),
-            requeue_kind=end.requeue_kind,
-            adrift=why == Ending.SILENT,
-            move_to=end.move_to,
-        )
+        if job.state == State.DISPATCHING and not can_transition(job.state, end.final):
+            now = self.store.get_job(juid)  # (JOB may be as read before its `started` came)
+            if now is not None and now.state == State.DISPATCHING:
+                # Its `started` never came (late, or reordered by a watch): its exit proves it
+                self.store.attempt_started(juid, n, 0, event.get("ts") or time.time())
+        try:
+            # The agent's time of the exit: a job that ended while the core was down did not
+            # run until the core came back.
+            self.store.end_attempt(
+                juid,
+                n,
+                final=end.final,
+                exit_code=event.get("code"),
+                signal=event.get("signal"),
+                reason=end.reason,
+                requeue_after=end.requeue,
+                offset=offset,
+                now=event.get("ts"),
+                ran=event.get("ran"),
+                requeue_kind=end.requeue_kind,
+                adrift=why == Ending.SILENT,
+                move_to=end.move_to,
+            )
+        except IllegalTransition as exc:  # a late event of a job that moved on: never fatal
+            log.warning("%s attempt %d: its exit is ignored: %s", juid, n, exc)
         self.signalled.pop((juid, n), None)
         link = self.links.get(key)
         if link is not None and drv is not None and drv.ping_every is not None:

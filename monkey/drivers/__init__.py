@@ -57,6 +57,18 @@ HOST_FOLDERS = ("ssh",)
 BUCKET_FILES = ("ec2", "gce")
 
 
+def cache_claims(home: Home) -> list[str]:
+    """The providers whose entry names a cluster's cache claim (`kubernetes`, cache_claim):
+    `gc` and `du --hosts` reach it as a host (see monkey/drivers/k8s_cache.py); none while
+    providers.yml is broken (its error is every other command's to say)."""
+    try:
+        providers = load_providers(home)
+    except MonkeyError:
+        return []
+    return sorted(name for name, config in providers.items()
+                  if config.type == "kubernetes" and config.options.get("cache_claim"))  # fmt: skip
+
+
 _CACHE = "providers.json"  # in MONKEY_HOME/private: providers.yml's entries as last checked
 
 

@@ -23,8 +23,11 @@ the pod's agent the job's ``start`` (its paths the pod's) and gets its events (h
 ``monkey.log`` metrics, its exit) and its logs on the same stream, from the offsets kept
 here: so the job runs as on any worker (set-up, datasets, persisted folders, the signal
 to its whole process tree for cancel and pause, its exit recorded in the pod's run folder).
-Once the job exited, its checkpoint, persisted folders and ``run --outputs`` are read back
-through an exec into MONKEY_HOME, its exit written, and the pod deleted. The next attempt's
+While it runs, its checkpoint and persisted folders are read back through an exec every
+``checkpoint_every`` seconds once the relay says they changed (a pod lost without warning
+resumes from there). Once the job exited, its checkpoint, persisted folders and ``run
+--outputs`` are read back through an exec into MONKEY_HOME, its exit written, and the pod
+deleted. The next attempt's
 pod gets them, as a cloud instance gets them from the bucket.
 
 A core that restarts links again and syncs: attempts whose pod still runs are adopted (the
@@ -75,7 +78,7 @@ from monkey.drivers.k8s_api import (
     label_value,
     pod_manifest,
 )
-from monkey.drivers.k8s_inputs import fetch_results, put_inputs
+from monkey.drivers.k8s_inputs import fetch_results, put_inputs, read_kept
 from monkey.drivers.k8s_pods import (
     capacity_of,
     disruption_of,
@@ -94,6 +97,7 @@ from monkey.models import MonkeyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from monkey.drivers.k8s_link import PodLink
@@ -111,6 +115,7 @@ _NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_
                   "persist_dir"}  # fmt: skip
 _RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
 _FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
+CHECKPOINT_EVERY = 30.0  # seconds between read-backs of a running job's kept folders
 OOM_WAIT = 3.0  # seconds a SIGKILL nobody asked for waits for the watch to say OOMKilled
 
 
@@ -141,6 +146,10 @@ class _Attempt:
     gone: bool = False  # the watch saw its pod deleted before its `started` was written
     booting: bool = False  # its inputs are being put in the pod, or its relay opened
     relinks: int = 0  # tries in a row to open its relay again
+    kept_at: float = 0.0  # when its kept folders were last read back (or its agent linked)
+    kept_changed: bool = False  # they changed in the pod since (its relay says so)
+    keeping: bool = False  # they are being read back now
+    fetching: threading.Lock = field(default_factory=threading.Lock)  # a read-back at a time
     link: PodLink | None = None  # the relay to the pod's agent, while open
     start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
     taken: dict[str, int] = field(default_factory=dict)  # of the pod's events and setup.log
@@ -151,9 +160,15 @@ class ClusterAgent:
     """The agent protocol over a cluster: one per provider, in the core."""
 
     def __init__(
-        self, name: str, home_id: str, options: dict[str, Any], pods_file: str | None = None
+        self,
+        name: str,
+        home_id: str,
+        options: dict[str, Any],
+        pods_file: str | None = None,
+        logins: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         self.name = name
+        self.logins = logins  # the registry login to pull an image (the entry's default one)
         self.pods_file = pods_file  # where the pods the watch sees are kept, for listings
         self.kept_rows: list[dict[str, Any]] | None = None
         self.options = options
@@ -161,6 +176,7 @@ class ClusterAgent:
         self.selector = f"{LABEL}/home={label_value(home_id)}"
         self.schedule_timeout = float(options.get("schedule_timeout", 60))
         self.beat = max(0.2, float(os.environ.get("MONKEY_HEARTBEAT", "5")))
+        self.checkpoint_every = float(options.get("checkpoint_every", CHECKPOINT_EVERY))
         self.lock = threading.RLock()
         self.attempts: dict[tuple[str, int], _Attempt] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # by name, as the watch last saw them
@@ -267,6 +283,8 @@ class ClusterAgent:
         resources = req.get("resources") or {}
         secret = None
         auths = (req.get("image_auth") or {}).get("auths")
+        if not image_fields and self.logins is not None:  # the entry's image: its login here
+            auths = (self.logins(image) or {}).get("auths")
         cluster = self.cluster
         if auths:
             secret = f"{pod}-pull"
@@ -552,6 +570,7 @@ class ClusterAgent:
                 fresh = True
             self._open_link(att, fresh)
             att.relinks = 0
+            att.kept_at = time.time()
         except Exception as exc:  # noqa: BLE001  (the attempt ends on any failure here)
             if not isinstance(exc, MonkeyError):
                 log.exception("%s: starting pod %s's agent", self.name, att.pod)
@@ -587,13 +606,16 @@ class ClusterAgent:
             except OSError:
                 offsets[name] = 0
         offsets[SETUP_LOG] = int(att.taken.get(SETUP_LOG, 0))
+        kept = [k for k, v in (att.start.get("kept") or {}).items() if v]
         link = PodLink(
             self.cluster,
             att.pod,
             offsets,
             lambda msg: self._pushed(att, msg),
             lambda why: self._unlinked(att, why),
+            kept,
         )
+        att.kept_changed = att.kept_changed or not fresh  # (changes while it was not linked)
         att.link = link
         if fresh:
             link.request("sync", attempts=[])
@@ -625,6 +647,9 @@ class ClusterAgent:
         """A push of the pod's agent: a file's new bytes, or an event of the job."""
         if msg.get("push") == "file":
             self._file(att, str(msg["name"]), int(msg["at"]), base64.b64decode(msg["data"]))
+            return
+        if msg.get("push") == "kept":  # read back at the next checkpoint_every
+            att.kept_changed = True
             return
         if msg.get("push") != "event" or (msg.get("juid"), msg.get("attempt")) != (
             att.juid,
@@ -702,8 +727,25 @@ class ClusterAgent:
             log.warning("%s: %s", self.name, exc)
 
     def _fetch(self, att: _Attempt) -> None:
-        for said in fetch_results(self.cluster, att.pod, att.start, att.run_dir):
-            self._setup_line(att, said)
+        with att.fetching:
+            said = fetch_results(self.cluster, att.pod, att.start, att.run_dir)
+        for line in said:
+            self._setup_line(att, line)
+
+    def _keep(self, att: _Attempt) -> None:
+        """Read the running job's checkpoint and persisted folders back into MONKEY_HOME (as
+        the SSH and cloud transports do every ``checkpoint_every``; here only once its relay
+        said they changed, so a pod whose job saves nothing costs no request): a pod lost
+        without warning (its node gone, deleted by someone) resumes from them in a new pod."""
+        try:
+            with att.fetching:
+                if att.ending is None:  # its exit's read-back, after this one, is the last
+                    read_kept(self.cluster, att.pod, att.start)
+        except (MonkeyError, OSError, ValueError) as exc:
+            att.kept_changed = True  # tried again at the next checkpoint_every
+            log.info("%s: reading pod %s's checkpoint back: %s", self.name, att.pod, exc)
+        finally:
+            att.keeping = False
 
     def _fail(self, att: _Attempt, why: str, reason: str = "setup") -> None:
         """End ATT as a failed set-up (WHY, one line; REASON ``given_up``: no node took it
@@ -740,8 +782,8 @@ class ClusterAgent:
                 log.warning("%s: %s", self.name, exc)
 
     def _beating(self) -> None:
-        """Heartbeats of the attempts whose agent does not run yet (their phase), and the
-        schedule timeout."""
+        """Heartbeats of the attempts whose agent does not run yet (their phase), the
+        schedule timeout, and the read-backs of the running jobs' kept folders."""
         while not self.closed.wait(min(self.beat, 0.5)):
             now = time.time()
             with self.lock:
@@ -750,6 +792,15 @@ class ClusterAgent:
                     for a in self.attempts.values()
                     if a.started and not a.ended and a.ending is None and a.link is None
                 ]
+                due = [
+                    a
+                    for a in self.attempts.values()
+                    if a.link is not None and a.ending is None and not a.keeping
+                    and a.kept_changed and now - a.kept_at >= self.checkpoint_every
+                ]  # fmt: skip
+            for att in due:
+                att.kept_at, att.keeping, att.kept_changed = now, True, False
+                threading.Thread(target=self._keep, args=(att,), daemon=True).start()
             for att in live:
                 if not att.scheduled and now - att.created > self.schedule_timeout:
                     said = (att.phase or "pending").removeprefix("pending").strip()

@@ -50,6 +50,20 @@ def default_kubeconfig() -> str:
     return os.path.abspath(os.path.expanduser(listed or "~/.kube/config"))
 
 
+def docker_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An auth.json entry (``auth``: base64 of user:password) as a pull secret's, with the
+    username and password spelled out too, as kubectl writes one and every runtime reads."""
+    out = dict(entry)
+    if isinstance(entry.get("auth"), str) and entry["auth"]:
+        try:
+            user, sep, password = base64.b64decode(entry["auth"]).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return out
+        if sep:
+            out = {"username": user, "password": password, **out}
+    return out
+
+
 def label_value(text: str) -> str:
     """TEXT as a label value: letters, digits, '.', '_' and '-', at most 63, alphanumeric at
     both ends."""
@@ -212,8 +226,12 @@ class Cluster:
         return True
 
     def pull_secret(self, name: str, auths: dict[str, Any], labels: dict[str, str]) -> None:
-        """Create secret NAME of type dockerconfigjson holding AUTHS (a registry login)."""
-        data = base64.b64encode(json.dumps({"auths": auths}).encode()).decode()
+        """Create secret NAME of type dockerconfigjson holding AUTHS (a registry login, as
+        auth.json holds it), each entry as `kubectl create secret docker-registry` writes
+        it: username, password and auth. (A registry's CA cannot be in it: the nodes'
+        container runtime must trust it; see README.)"""
+        entries = {host: docker_entry(entry) for host, entry in auths.items()}
+        data = base64.b64encode(json.dumps({"auths": entries}).encode()).decode()
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",

@@ -1,7 +1,8 @@
 """What a pod carries in and out through the API server's exec channel: its inputs before
 monkey's agent starts there (the agent's code, the job's blobs, checkpoint and saved
 persisted folders: only the blobs a cache claim lacks), and the job's results once it
-exited (its checkpoint, persisted folders and ``run --outputs``)."""
+exited (its checkpoint, persisted folders and ``run --outputs``), the checkpoint and persisted
+folders also now and then while it runs."""
 
 from __future__ import annotations
 
@@ -76,17 +77,10 @@ def _python3(cluster: Cluster, pod: str, image: str, script: str, data: bytes, w
 def fetch_results(cluster: Cluster, pod: str, start: dict[str, Any], run_dir: str) -> list[str]:
     """Read the job's checkpoint, persisted folders and outputs back from POD (one exec)
     into the local folders START names and RUN_DIR's work/; the lines saying so."""
-    kept = {k: v for k, v in (start.get("kept") or {}).items() if v}
     outputs = start.get("outputs") or []
-    names = list(kept) + (["run/work"] if outputs else [])
-    if not names:
-        return []
     said = []
     try:
-        status, out, err = cluster.exec(pod, ["python3", "-I", "-c", PACK, *names], timeout=600)
-        if status != 0:
-            raise MonkeyError(err.decode(errors="replace").strip()[-200:] or f"exit {status}")
-        count = unpack_kept(out, kept)
+        count, out = _read_back(cluster, pod, start, ["run/work"] if outputs else [])
         if outputs:
             got = unpack_outputs(out, outputs, os.path.join(run_dir, "work"), "run/work")
             said.append(f"{got} output files brought back from pod {pod}")
@@ -95,3 +89,24 @@ def fetch_results(cluster: Cluster, pod: str, start: dict[str, Any], run_dir: st
     except (MonkeyError, OSError, ValueError) as exc:
         said.append(f"the job's results could not be brought back from pod {pod}: {exc}")
     return said
+
+
+def read_kept(cluster: Cluster, pod: str, start: dict[str, Any]) -> int:
+    """Read the job's checkpoint and persisted folders back from POD while it runs (one
+    exec), replacing the local copies START names: a pod lost without warning then resumes
+    from them; the files read. MonkeyError, OSError or ValueError when it cannot."""
+    return _read_back(cluster, pod, start, [])[0]
+
+
+def _read_back(
+    cluster: Cluster, pod: str, start: dict[str, Any], more: list[str]
+) -> tuple[int, bytes]:
+    """The kept folders START names, and the folders MORE (under /monkey), read from POD as
+    one tar; the kept ones unpacked over their local copies. (kept files written, the tar)"""
+    kept = {k: v for k, v in (start.get("kept") or {}).items() if v}
+    if not kept and not more:
+        return 0, b""
+    status, out, err = cluster.exec(pod, ["python3", "-I", "-c", PACK, *kept, *more], timeout=600)
+    if status != 0:
+        raise MonkeyError(err.decode(errors="replace").strip()[-200:] or f"exit {status}")
+    return unpack_kept(out, kept), out

@@ -22,8 +22,9 @@ _STDIN, _STDOUT, _STDERR, _STATUS = 0, 1, 2, 3
 
 
 class PodLink:
-    """An open relay to the agent of POD; ON_PUSH gets each push, ON_CLOSE the reason once
-    the relay ends (the pod stopped, the API server dropped it, ``close``)."""
+    """An open relay to the agent of POD; ON_PUSH gets each push (``{"push": "kept"}`` once
+    one of the folders KEPT, under /monkey, changed), ON_CLOSE the reason once the relay ends
+    (the pod stopped, the API server dropped it, ``close``)."""
 
     def __init__(
         self,
@@ -32,6 +33,7 @@ class PodLink:
         offsets: dict[str, int],
         on_push: Callable[[dict[str, Any]], None],
         on_close: Callable[[str], None],
+        kept: list[str] | None = None,
     ) -> None:
         self.pod = pod
         self.on_push = on_push
@@ -41,7 +43,8 @@ class PodLink:
         self.lock = threading.Lock()
         self.closed = False
         argv = ["python3", "-I", "-c", BOOT.format("pod"), POD_AGENT, POD_SOCKET, POD_RUN,
-                *(f"{name}={at}" for name, at in offsets.items())]  # fmt: skip
+                *(f"{name}={at}" for name, at in offsets.items()),
+                *(f"kept:{folder}=0" for folder in kept or [])]  # fmt: skip
         self.ws = cluster.open_exec(pod, argv, True)
         self.sock = self.ws.sock
         self.err = b""

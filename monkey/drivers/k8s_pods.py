@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_READ_STDIN = (
+READ_STDIN = (
     "import io, os, sys, tarfile\n"
     "n, parts, got = int(sys.argv[1]), [], 0\n"
     "while got < n:\n"
@@ -30,7 +30,7 @@ _READ_STDIN = (
 # Unpacks the tar of the pod's inputs (its size: argv[1]) read on stdin into /monkey: each
 # file through a temporary name (a blob of the cache claim another pod writes at the same
 # time is whole either way), then makes /monkey/ready.
-UNPACK = _READ_STDIN + (
+UNPACK = READ_STDIN + (
     f"os.chdir({RUN_FOLDER!r})\n"
     "with tarfile.open(fileobj=io.BytesIO(data)) as tar:\n"
     "    for m in tar:\n"
@@ -42,12 +42,16 @@ UNPACK = _READ_STDIN + (
     "        os.chmod(tmp, m.mode & 0o777); os.replace(tmp, m.name)\n"
     f"open({POD_READY!r}, 'w').close()\n"
 )
-# Prints which of the digests read on stdin (one a line; size: argv[1]) the cache claim lacks.
-MISSING = _READ_STDIN + (
+# Prints which of the digests read on stdin (one a line; size: argv[1]) the cache claim lacks;
+# touches those it has (used now: see k8s_cache).
+MISSING = READ_STDIN + (
     f"os.makedirs({POD_CACHE!r} + '/blobs', exist_ok=True)\n"
     f"os.chdir({POD_CACHE!r} + '/blobs')\n"
     "for d in data.decode().split():\n"
     "    if not os.path.isfile(os.path.join(d[:2], d[2:])): print(d)\n"
+    "    else:\n"  # in use: `monkey gc` keeps it for its grace period
+    "        try: os.utime(os.path.join(d[:2], d[2:]))\n"
+    "        except OSError: pass\n"
 )
 # Writes a tar of the folders named (under /monkey) that exist to stdout.
 PACK = (
@@ -99,6 +103,15 @@ def status_of(pod: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
                 f"image {image}: registry {host} refused the pull (unauthorized, {reason}); "
                 f"log in on this machine: monkey registry login {host}"
             ), waiting  # fmt: skip
+        if "x509: " in message:  # the node's runtime refuses the registry's certificate
+            said = "x509: " + message.split("x509: ", 1)[1][:200]
+            if "unknown authority" in said:
+                said += (
+                    f"; the cluster's nodes do not trust the CA of registry {host}: install it "
+                    f"in each node's container runtime (containerd: /etc/containerd/certs.d/"
+                    f"{host}/ca.crt; see README, Kubernetes)"
+                )
+            return "image", f"image {image}: {said}", waiting
         if reason == "InvalidImageName":
             return "image", f"image {image}: invalid image name ({message})", waiting
         return "creating", f"pulling image {image}: {reason}: {message[-200:]}", waiting

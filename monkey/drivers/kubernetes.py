@@ -11,7 +11,7 @@ agent's.
 providers.yml::
 
     k8s: {type: kubernetes, kubeconfig: ~/.kube/config, context: lab, namespace: ml,
-          schedule_timeout: 60, image: python:3.12-slim, memory: 4G,
+          schedule_timeout: 60, checkpoint_every: 30, image: python:3.12-slim, memory: 4G,
           node_selector: {gpu: a100}, tolerations: [{key: gpu, operator: Exists}],
           priority_class: research, service_account: monkey, queue: team-a,
           cache_claim: monkey-cache}
@@ -48,6 +48,7 @@ _KEYS = {
     "context",
     "namespace",
     "schedule_timeout",
+    "checkpoint_every",
     "image",
     "memory",
     "node_selector",
@@ -88,6 +89,14 @@ class KubernetesDriver(Driver):
             raise bad(
                 f"schedule_timeout must be seconds > 0 (how long a pod may wait for a node "
                 f"before its job is given up), got {timeout!r}"
+            )
+        every = entry.get("checkpoint_every")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0
+        ):
+            raise bad(
+                f"checkpoint_every must be seconds > 0 (how often a running job's checkpoint "
+                f"is read back from its pod), got {every!r}"
             )
         if entry.get("memory") is not None:
             try:
@@ -200,6 +209,7 @@ class KubernetesDriver(Driver):
                     self.home.home_id(),
                     self.config.options,
                     pods_file(self.home, self.name),
+                    self._login,
                 )
             return self._agent
 
@@ -228,6 +238,49 @@ class KubernetesDriver(Driver):
                 self.name, self.name, self.name, InstanceState.RUNNING, extra={"nodes": len(nodes)}
             )
         ]
+
+    def clean_cache(self, keep: list[str] | None, grace: float) -> dict[str, int] | None:
+        """`gc` in the cluster's cache claim (see k8s_cache): the blobs there that neither
+        KEEP nor another home's gc names, unused for GRACE seconds, and partial uploads;
+        what was freed, as an SSH host says it (None when KEEP is None: no gc asked)."""
+        import json
+
+        from monkey.drivers.k8s_api import POD_CACHE
+        from monkey.drivers.k8s_cache import runs_dir
+        from monkey.drivers.ssh_remote import CLEAN
+
+        if keep is None:
+            return None
+        request = json.dumps({"runs": [], "gc": True, "keep": keep}).encode()
+        args = [POD_CACHE, runs_dir(self.home.home_id()), str(grace)]
+        return dict(json.loads(self._in_claim(CLEAN, args, request)))
+
+    def cache_usage(self) -> dict[str, Any]:
+        """What the cluster's cache claim holds, as an SSH host's usage says it."""
+        import json
+
+        from monkey.drivers.k8s_api import POD_CACHE
+        from monkey.drivers.k8s_cache import runs_dir
+        from monkey.drivers.ssh_remote import USAGE
+
+        return dict(json.loads(self._in_claim(USAGE, [POD_CACHE, runs_dir(self.home.home_id())])))
+
+    def _login(self, image: str) -> dict[str, Any] | None:
+        """What `registry login` keeps for IMAGE's registry (its auths and CA), or None."""
+        from monkey.images import Registries, parse
+
+        try:
+            return Registries(self.home).pull_auth(parse(image).host)
+        except MonkeyError:
+            return None
+
+    def _in_claim(self, script: str, args: list[str], data: bytes = b"") -> bytes:
+        from monkey.drivers.k8s_cache import run_in_claim
+
+        options = self.config.options
+        auths = (self._login(options["image"]) or {}).get("auths") if options.get("image") else None
+        cluster = self.agent.cluster
+        return run_in_claim(cluster, options, self.home.home_id(), script, args, data, auths)
 
     def _list_nodes(self) -> None:
         try:

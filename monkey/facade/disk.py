@@ -57,15 +57,16 @@ class Disk:
     def gc(self, grace: float = 3600.0, image_keep: float = 7 * 86400.0) -> dict[str, Any]:
         """Free what no job needs (see ``housekeeping.gc``; GRACE: seconds a blob is kept;
         IMAGE_KEEP: seconds an image no job used stays on this machine's worker), then on
-        SSH hosts and in buckets: the report's fields, "total" and "hosts"."""
+        SSH hosts, in buckets and clusters' cache claims: the report's fields, "total" and "hosts"."""
         from dataclasses import asdict
 
         from monkey import housekeeping
-        from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
+        from monkey.drivers import BUCKET_FILES, HOST_FOLDERS, cache_claims
 
         report = housekeeping.gc(self._m, grace, image_keep)
         since = time.time()
-        hosts = self._m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES)
+        caches = cache_claims(self._m.home)
+        hosts = self._m.store.owe_hosts("gc", grace, HOST_FOLDERS, BUCKET_FILES, caches)
         return {**asdict(report), "total": report.total, "hosts": self._ask(hosts, since)}
 
     def du(self) -> dict[str, Any]:
@@ -82,12 +83,13 @@ class Disk:
         }
 
     def du_hosts(self) -> dict[str, Any]:
-        """What each SSH host holds, measured now where reached: {"hosts": ids, "known":
+        """What each SSH host (and cluster's cache claim) holds, measured now where reached: {"hosts": ids, "known":
         host -> its last measure, "asked": what the hosts asked reported}."""
-        from monkey.drivers import BUCKET_FILES, HOST_FOLDERS
+        from monkey.drivers import BUCKET_FILES, HOST_FOLDERS, cache_claims
 
         since = time.time()
-        hosts = self._m.store.owe_hosts("du", None, HOST_FOLDERS, BUCKET_FILES)
+        caches = cache_claims(self._m.home)
+        hosts = self._m.store.owe_hosts("du", None, HOST_FOLDERS, BUCKET_FILES, caches)
         asked = self._ask(hosts, since)
         return {"hosts": hosts, "known": self._m.store.host_usage(), "asked": asked}
 

@@ -86,7 +86,7 @@ def du_parser(cls: ParserClass) -> argparse.ArgumentParser:
     p.add_argument(
         "--hosts",
         action="store_true",
-        help="what each SSH host holds instead: run "
+        help="what each SSH host (and Kubernetes cache claim) holds instead: run "
         "folders, blobs, partial uploads and the rest, and the space free there",
     )
     p.set_defaults(func=cmd_du)
@@ -253,7 +253,7 @@ def _du_hosts(m: Monkey, as_json: bool) -> int:
         )
         return 0
     if not hosts:
-        print("no SSH host has been used from this MONKEY_HOME")
+        print("no SSH host or cache claim has been used from this MONKEY_HOME")
         return 0
     h = human_size
     rows = []

@@ -467,6 +467,12 @@ def _kubernetes_parser(kinds: Any) -> None:
         type=float,
         help="seconds a pod may wait for a node before its job is given up (default 60)",
     )
+    k8s.add_argument(
+        "--checkpoint-every",
+        type=float,
+        help="seconds between read-backs of a running job's checkpoint and persisted folders "
+        "(a pod lost without warning resumes from the last; default 30)",
+    )
     k8s.add_argument("--memory", help="memory of a job that asks none, e.g. 4G")
     k8s.add_argument(
         "--node-selector",
@@ -524,8 +530,8 @@ def cmd_provider_add_kubernetes(args: argparse.Namespace) -> int:
         cluster.close()
     entry["context"] = cluster.context
     entry["namespace"] = cluster.namespace
-    for key in ("image", "schedule_timeout", "memory", "priority_class", "service_account",
-                "queue", "cache_claim"):  # fmt: skip
+    for key in ("image", "schedule_timeout", "checkpoint_every", "memory", "priority_class",
+                "service_account", "queue", "cache_claim"):  # fmt: skip
         if getattr(args, key) is not None:
             entry[key] = getattr(args, key)
     if selector:

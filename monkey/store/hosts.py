@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 BUCKET = " bucket"  # a cloud provider's bucket in host_chores: instance "<provider> bucket"
+CACHE = " cache"  # a cluster's cache claim in host_chores: instance "<provider> cache"
 
 
 class HostChoresStore:
@@ -54,11 +55,16 @@ class HostChoresStore:
         return done
 
     def owe_hosts(
-        self, what: str, grace: float | None, kinds: Sequence[str], buckets: Sequence[str]
+        self,
+        what: str,
+        grace: float | None,
+        kinds: Sequence[str],
+        buckets: Sequence[str],
+        caches: Sequence[str] = (),
     ) -> list[str]:
         """Owe WHAT ("gc" with GRACE seconds, or "du") to every host of the KINDS (SSH) this
         home has reached (a gc: and to the bucket of every provider of the BUCKETS kinds it
-        used); the hosts."""
+        used), and to the cache claim of each cluster of CACHES (providers); the hosts."""
         hosts = self.db.execute(
             f"SELECT id, provider FROM instances WHERE kind IN ({', '.join('?' * len(kinds))}) "
             "AND state != 'terminated' ORDER BY id",
@@ -73,6 +79,7 @@ class HostChoresStore:
                     tuple(buckets),
                 )
             ]
+        hosts += [(p + CACHE, p) for p in caches]
         now = time.time()
         with self.tx() as db:
             db.executemany(
