@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENDED = ("succeeded", "failed", "cancelled", "preempted", "lost")  # models.TERMINAL
+# A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
+# core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.
+HOLD = 1e18
 _UNMET = (
     "(p.state IS NULL OR CASE d.any WHEN 1 THEN p.state NOT IN "
     f"({', '.join(repr(s) for s in ENDED)}) ELSE p.state != 'succeeded' END)"
