@@ -29,9 +29,11 @@ WAITING = (
 def touch_dependents(db: sqlite3.Connection, dep: str, now: float) -> None:
     """Mark the queued jobs that wait for DEP as changed (``updated_at``): DEP's ending, or
     its start again, may let them go or hold them back (the dashboard and Monkey Web
-    redraw changed jobs only)."""
+    redraw changed jobs only). The jobs are looked up by id among DEP's dependents (`+state`
+    keeps SQLite from walking every queued job instead: a cost per ending that grew with
+    the queue)."""
     db.execute(
-        "UPDATE jobs SET updated_at = ? WHERE state = 'queued' "
+        "UPDATE jobs SET updated_at = ? WHERE +state = 'queued' "
         "AND juid IN (SELECT juid FROM job_deps WHERE dep = ?)",
         (now, dep),
     )
