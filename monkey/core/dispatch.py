@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from monkey.drivers.agent_link import AgentLink
     from monkey.snapshot.blobs import BlobStore
     from monkey.store import Store
+    from monkey.store.outputs import StartFacts
 
 log = logging.getLogger("monkey.core")
 
@@ -395,15 +396,17 @@ class Dispatch:
         att = self.store.begin_attempt(job, instance, run_dir, ",".join(gpus))
         if att is None:
             return
+        facts = self.store.start_facts(job.juid)
+        assert facts is not None  # its attempt was just opened in this transaction
         try:
-            spec = self.start_spec(job, drv, instance, run_dir, gpus, has_gpus)
+            spec = self.start_spec(job, facts, drv, instance, run_dir, gpus, has_gpus)
             if slots is not None:
                 spec.update(slots=slots, cpus=max(1, job.resources.cpus))
         except (MonkeyError, OSError) as exc:
             self._start_failed(key, att, exc)
             return
         blobs = spec.pop("_blobs")
-        outputs = self.store.outputs(job.juid)
+        outputs = facts.outputs
         checked = list(dict.fromkeys([*blobs, *(d["digest"] for d in job.datasets)]))
         hashed = self.blobs.unchecked(checked, self.store.blob_stamps)
 
@@ -581,11 +584,18 @@ class Dispatch:
         return files
 
     def start_spec(
-        self, job: Job, drv: Driver, instance: str, run_dir: str, gpus: list[str], has_gpus: bool
+        self,
+        job: Job,
+        facts: StartFacts,
+        drv: Driver,
+        instance: str,
+        run_dir: str,
+        gpus: list[str],
+        has_gpus: bool,
     ) -> dict[str, Any]:
-        """The agent's `start` request for the job's next attempt."""
+        """The agent's `start` request for the job's next attempt (FACTS: the store's)."""
         env = drv.transport.job_env({k: v for k, v in job.env.items() if v != REDACTED})
-        env.update(self._secrets(job))
+        env.update(self._secrets(job.juid, facts.secrets))
         env.update(
             MONKEY_JUID=job.juid,
             MONKEY_ATTEMPT=str(job.attempts),
@@ -596,7 +606,7 @@ class Dispatch:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         code, blobs = self._code_fields((job.provider, instance), job)
         spec_fields: dict[str, Any] = {}
-        spec = self.store.job_spec(job.juid)
+        spec = facts.spec
         if spec is not None:
             spec_fields, spec_blobs = start_fields(
                 spec, self._manifest, drv.transport.persist_dir(instance, job.juid)
@@ -615,8 +625,8 @@ class Dispatch:
                 }
             )
         me = local_user()
-        owner = self.store.job_owners([job.juid]).get(job.juid) or me
-        image = self.store.job_image(job.juid)
+        owner = facts.owner or me
+        image = facts.image
         if image is not None:
             spec_fields.update(self._image_fields(image, drv.config.options))
         elif default := drv.default_image():  # the entry's image: pulled with the same login
@@ -625,7 +635,7 @@ class Dispatch:
             "juid": job.juid,
             "attempt": job.attempts,
             "provider": job.provider,
-            "isolation": start_isolation(drv.config.options, self.store.count_users(), owner, me),
+            "isolation": start_isolation(drv.config.options, facts.users, owner, me),
             "owner": owner,  # a sandboxed job's environments are its owner's own
             "run_dir": run_dir,
             "argv": job.argv,
@@ -695,14 +705,14 @@ class Dispatch:
             return {}
         return {} if auth is None else {"image_auth": auth}
 
-    def _secrets(self, job: Job) -> dict[str, str]:
-        ref = self.store.secrets_ref(job.juid)
+    def _secrets(self, juid: str, ref: str | None) -> dict[str, str]:
+        """The secret values of job JUID, from its file REF (None: it has none)."""
         if not ref:
             return {}
         try:
             return json.loads((self.home.secrets / ref).read_text())
         except (OSError, ValueError) as exc:
-            log.error("secrets of %s unreadable: %s", job.juid, exc)
+            log.error("secrets of %s unreadable: %s", juid, exc)
             return {}
 
 

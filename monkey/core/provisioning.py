@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from monkey.drivers.agent_link import AgentGone
 from monkey.drivers.base import NoCapacity
 from monkey.models import Ending, Instance, InstanceState, MonkeyError, Resources, State
-from monkey.store.tracking import HOLD
+from monkey.store.deps import HOLD
 
 if TYPE_CHECKING:
     from monkey.config import ProviderConfig

@@ -42,8 +42,8 @@ from monkey.models import (
 from monkey.snapshot.blobs import BlobStore
 from monkey.store import Store
 from monkey.store.db import Checkpointer
+from monkey.store.deps import HOLD
 from monkey.store.errors import IllegalTransition, StoreUnavailable
-from monkey.store.tracking import HOLD
 from monkey.tracking import ingest, sweeps
 from monkey.version import code_digest, installed_elsewhere, package_version, version
 
@@ -542,7 +542,7 @@ class Core(Links, Dispatch):
             self._close_attempt(key, juid, n, event, offset)
             return
 
-        job = self.store.get_job(juid)
+        job, outputs = self.store.job_with_outputs(juid)
         read = self.passes
 
         def fetched(exc: BaseException | None) -> None:
@@ -552,7 +552,7 @@ class Core(Links, Dispatch):
                 log.error("fetching results of %s attempt %d failed: %s", juid, n, exc)
             self._close_attempt(key, juid, n, event, offset, job if self.passes == read else None)
 
-        outputs, current = self.store.outputs(juid), job is not None and job.attempts == n
+        current = job is not None and job.attempts == n
         if drv.releases_on_finish:
             self.release(key)
         self.changed()  # its slot is free: the next start need not wait for the results

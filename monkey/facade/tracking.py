@@ -248,7 +248,7 @@ class Sweeps:
         """cancel, pause, resume or retry every cell of a sweep: {"sweep": its id, "jobs":
         how many jobs it touched}."""
         from monkey.models import LIVE, TERMINAL
-        from monkey.store.tracking import HOLD
+        from monkey.store.deps import HOLD
         from monkey.tracking import sweeps
 
         sweeps.settle(self.store, self.home)

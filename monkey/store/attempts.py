@@ -191,10 +191,12 @@ class AttemptStore:
             )
             if cur.rowcount != 1:
                 return None
-            sql = "SELECT ended_at FROM attempts WHERE juid = ? AND n = ?"
-            now = db.execute(sql, (juid, n)).fetchone()[0]
-            row = db.execute("SELECT state FROM jobs WHERE juid = ?", (juid,)).fetchone()
-            old = State(row[0])
+            now, state = db.execute(
+                "SELECT a.ended_at, j.state FROM attempts a JOIN jobs j ON j.juid = a.juid "
+                "WHERE a.juid = ? AND a.n = ?",
+                (juid, n),
+            ).fetchone()
+            old = State(state)
             if not can_transition(old, final):
                 raise IllegalTransition(f"job {juid}: {old.value} -> {final.value} is not allowed")
             db.execute(

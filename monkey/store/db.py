@@ -19,10 +19,8 @@ from monkey.models import (
     can_transition,
     dumps,
 )
-from monkey.store.attempts import AttemptStore
 from monkey.store.blobs import BlobRecords, BlobRow
-from monkey.store.dashboard import DashboardQueries
-from monkey.store.deps import ENDED, DependencyStore, touch_dependents
+from monkey.store.deps import ENDED, HOLD, DependencyStore, touch_dependents
 from monkey.store.errors import (
     NEARLY_FULL,
     IllegalTransition,
@@ -32,26 +30,51 @@ from monkey.store.errors import (
     free_bytes,
     sqlite_failure,
 )
-from monkey.store.hosts import HostChoresStore
-from monkey.store.housekeeping import HousekeepingStore
-from monkey.store.instance_requests import InstanceRequestStore
-from monkey.store.instances import InstanceStore
-from monkey.store.jobspec import JobSpecStore
 from monkey.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from monkey.store.notes import NotesStore
-from monkey.store.notify import NOTIFY_STATES, NotifyStore, outbox_add
-from monkey.store.outputs import OutputQueries
-from monkey.store.queue import QueueQueries
-from monkey.store.quotas import QuotaStore
-from monkey.store.rerun import RerunStore
 from monkey.store.rows import _JOB_COLUMNS, _job
-from monkey.store.tracking import HOLD, TrackingStore
-from monkey.store.users import UserStore
-from monkey.store.web import WebQueries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from monkey.store.attempts import AttemptStore
+    from monkey.store.dashboard import DashboardQueries
+    from monkey.store.hosts import HostChoresStore
+    from monkey.store.housekeeping import HousekeepingStore
+    from monkey.store.instance_requests import InstanceRequestStore
+    from monkey.store.instances import InstanceStore
+    from monkey.store.jobspec import JobSpecStore
+    from monkey.store.notes import NotesStore
+    from monkey.store.notify import NotifyStore
+    from monkey.store.outputs import OutputQueries
+    from monkey.store.queue import QueueQueries
+    from monkey.store.quotas import QuotaStore
+    from monkey.store.rerun import RerunStore
+    from monkey.store.tracking import TrackingStore
+    from monkey.store.users import UserStore
+    from monkey.store.web import WebQueries
+
+    class Later(  # what monkey.store.later loads on first use
+        QueueQueries,
+        NotesStore,
+        AttemptStore,
+        WebQueries,
+        InstanceStore,
+        DashboardQueries,
+        TrackingStore,
+        JobSpecStore,
+        OutputQueries,
+        RerunStore,
+        HousekeepingStore,
+        HostChoresStore,
+        InstanceRequestStore,
+        UserStore,
+        QuotaStore,
+        NotifyStore,
+    ):
+        pass
+else:
+    from monkey.store.later import Later
 
 # How long a statement waits for the write lock before the user is told. SQLite's own
 # waits start at 1 ms and grow to 100 ms: far longer than the core holds the lock for a
@@ -173,27 +196,9 @@ def _job_filter(
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-class Store(
-    QueueQueries,
-    NotesStore,
-    AttemptStore,
-    WebQueries,
-    InstanceStore,
-    BlobRecords,
-    DashboardQueries,
-    TrackingStore,
-    JobSpecStore,
-    OutputQueries,
-    RerunStore,
-    HousekeepingStore,
-    HostChoresStore,
-    InstanceRequestStore,
-    UserStore,
-    DependencyStore,
-    QuotaStore,
-    NotifyStore,
-):
-    """A connection to monkey.db; safe to use from several processes at once."""
+class Store(Later, BlobRecords, DependencyStore):
+    """A connection to monkey.db; safe to use from several processes at once. Its queries
+    live in mixins, those a submission never makes loaded on first use (``Later``)."""
 
     db: _Connection
 
@@ -656,7 +661,9 @@ class Store(
             "VALUES (?,?,?,?,?,?,?,?)",
             (juid, attempt, now, kind, old, new, detail, actor),
         )
-        if new in NOTIFY_STATES:  # an ending, in its own transaction: never lost
+        if new in ENDED:  # an ending, in its own transaction: never lost
+            from monkey.store.notify import outbox_add
+
             outbox_add(db, cur.lastrowid)
 
     def events(self, juid: str) -> list[dict[str, Any]]:

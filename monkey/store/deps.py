@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENDED = ("succeeded", "failed", "cancelled", "preempted", "lost")  # models.TERMINAL
+# A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
+# core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.
+HOLD = 1e18
 _UNMET = (
     "(p.state IS NULL OR CASE d.any WHEN 1 THEN p.state NOT IN "
     f"({', '.join(repr(s) for s in ENDED)}) ELSE p.state != 'succeeded' END)"
@@ -26,9 +29,11 @@ WAITING = (
 def touch_dependents(db: sqlite3.Connection, dep: str, now: float) -> None:
     """Mark the queued jobs that wait for DEP as changed (``updated_at``): DEP's ending, or
     its start again, may let them go or hold them back (the dashboard and Monkey Web
-    redraw changed jobs only)."""
+    redraw changed jobs only). The jobs are looked up by id among DEP's dependents (`+state`
+    keeps SQLite from walking every queued job instead: a cost per ending that grew with
+    the queue)."""
     db.execute(
-        "UPDATE jobs SET updated_at = ? WHERE state = 'queued' "
+        "UPDATE jobs SET updated_at = ? WHERE +state = 'queued' "
         "AND juid IN (SELECT juid FROM job_deps WHERE dep = ?)",
         (now, dep),
     )

@@ -16,11 +16,12 @@ import sqlite3
 import time
 from collections.abc import Iterable
 
+from monkey.store.deps import ENDED as NOTIFY_STATES
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-NOTIFY_STATES = ("succeeded", "failed", "cancelled", "preempted", "lost")
 _ENDED = ", ".join(repr(s) for s in NOTIFY_STATES)  # models.TERMINAL
 _TARGET_COLUMNS = "owner, name, kind, shown, options, events, sweep, glob, secret, created_at"
 _TARGET_KEYS = tuple(c.strip() for c in _TARGET_COLUMNS.split(","))

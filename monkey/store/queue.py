@@ -8,9 +8,8 @@ import time
 from collections.abc import Iterator
 
 from monkey.models import RETRY_DELAY_MAX, Job
-from monkey.store.deps import WAITING
+from monkey.store.deps import HOLD, WAITING
 from monkey.store.rows import _JOB_COLUMNS, _job
-from monkey.store.tracking import HOLD
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -10,14 +10,12 @@ from contextlib import contextmanager
 from itertools import repeat
 
 from monkey.models import dumps
+from monkey.store.deps import HOLD
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# A queued sweep cell waits for a free slot of its sweep with not_before at HOLD; the
-# core's sweep hook releases it (not_before = 0) when the sweep's max_parallel allows.
-HOLD = 1e18
 # Rows written per transaction by large writes (sweeps): other writers get in between.
 WRITE_BATCH = 1000
 

@@ -22,8 +22,8 @@ import os
 from monkey.config import Home
 from monkey.models import LIVE, TERMINAL, State
 from monkey.store import Store
+from monkey.store.deps import HOLD
 from monkey.store.errors import StoreUnavailable
-from monkey.store.tracking import HOLD
 from monkey.tracking import early_stop
 
 TYPE_CHECKING = False
