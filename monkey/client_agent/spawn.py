@@ -106,7 +106,7 @@ def install_job_code(root: str, digest: str) -> str:
     """ROOT/jobcode/DIGEST/, made once per agent version from this agent's files: what the
     agent hands its jobs, so that nothing a job runs lives where monkey is installed (a
     reinstall elsewhere removes that folder while jobs and agents run). It holds
-    ``launcher.py`` (with ``image.py``, ``pull.py`` and ``engines.py``) and ``python/``, the folder first on every job's PYTHONPATH, with
+    ``launcher.py`` (with ``image.py``, ``pull.py``, ``layers.py`` and ``engines.py``) and ``python/``, the folder first on every job's PYTHONPATH, with
     ``monkey/__init__.py`` (shim.py) and ``monkey_track.py`` (track.py): ``import monkey``
     gives a job the in-job API on any worker (see shim.py)."""
     final = os.path.join(root, "jobcode", digest)
@@ -122,6 +122,7 @@ def install_job_code(root: str, digest: str) -> str:
         ("launcher.py", "launcher.py"),
         ("image.py", "image.py"),  # the launcher's, for jobs in images
         ("pull.py", "pull.py"),  # image.py's, for their pulls
+        ("layers.py", "layers.py"),  # pull.py's, to unpack each layer
         ("engines.py", "engines.py"),  # the launcher's, for jobs in Docker, Podman, Apptainer
     ):
         shutil.copyfile(os.path.join(HERE, src), os.path.join(tmp, dest))
