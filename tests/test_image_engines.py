@@ -54,7 +54,8 @@ def docker_engine(root: Path, *extra: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        subprocess.run(["umount", str(short / "exec" / "netns" / "default")], capture_output=True)
+        for mount in (short / "exec" / "netns" / "default", root / "data"):  # left when killed
+            subprocess.run(["umount", "--lazy", str(mount)], capture_output=True)
         shutil.rmtree(short, ignore_errors=True)
         log.close()
 
