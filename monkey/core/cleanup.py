@@ -59,6 +59,7 @@ class HostChores:
         self.core = core
         self.busy: set[tuple[str, str]] = set()  # hosts with chores under way
         self.retry_at: dict[tuple[str, str], float] = {}  # after a failure: not before (monotonic)
+        self.said: dict[tuple[str, str], str] = {}  # the last failure logged, per host
 
     def tick(self) -> None:
         """Hand each linked host its owed chores (one batch per host at a time)."""
@@ -108,6 +109,7 @@ class HostChores:
 
         def then(result: tuple[dict[str, int] | None, dict[str, Any]]) -> None:
             self.busy.discard(key)
+            self.said.pop(key, None)
             freed, usage = result
             core.store.record_host_usage(
                 key[0], key[1], {**usage, "freed": freed} if freed else usage
@@ -129,7 +131,9 @@ class HostChores:
         def failed(exc: BaseException) -> None:
             self.busy.discard(key)
             self.retry_at[key] = time.monotonic() + _RETRY
-            log.warning("%s: clean-up postponed: %s", key[1], exc)
+            if self.said.get(key) != str(exc):  # once per cause, not every retry
+                self.said[key] = str(exc)
+                log.warning("%s: clean-up postponed: %s", key[1], exc)
 
         self.busy.add(key)
         core._transport(key, drv, call, then, failed, slow=cache)  # (a pod to start, maybe)

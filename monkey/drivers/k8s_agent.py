@@ -27,8 +27,7 @@ While it runs, its checkpoint and persisted folders are read back through an exe
 ``checkpoint_every`` seconds once the relay says they changed (a pod lost without warning
 resumes from there). Once the job exited, its checkpoint, persisted folders and ``run
 --outputs`` are read back through an exec into MONKEY_HOME, its exit written, and the pod
-deleted. The next attempt's
-pod gets them, as a cloud instance gets them from the bucket.
+deleted. The next attempt's pod gets them, as a cloud instance gets them from the bucket.
 
 A core that restarts links again and syncs: attempts whose pod still runs are adopted (the
 relay opened again from the offsets kept in the run folder: their exit, if it came
