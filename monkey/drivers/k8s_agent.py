@@ -51,18 +51,14 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 
 from monkey.client_agent.common import write_atomic
 from monkey.client_agent.rundir import (
     ABANDONED,
     EVENTS,
-    ORDER,
     POD_START,
     POD_TAKEN,
     SETUP_LOG,
-    STDERR,
-    STDOUT,
 )
 from monkey.drivers.agent_link import AgentLink
 from monkey.drivers.k8s_api import (
@@ -77,6 +73,7 @@ from monkey.drivers.k8s_api import (
     label_value,
     pod_manifest,
 )
+from monkey.drivers.k8s_attempt import FOLLOWED, Attempt
 from monkey.drivers.k8s_inputs import fetch_results, put_inputs, read_kept
 from monkey.drivers.k8s_pods import (
     capacity_of,
@@ -99,7 +96,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from monkey.drivers.k8s_link import PodLink
 
 log = logging.getLogger("monkey.kubernetes")
 
@@ -113,46 +109,8 @@ _NOT_FORWARDED = {"op", "id", "image", "image_auth", "slots", "blobs_dir", "pod_
                   "manifest", "base", "changes", "removed", "outputs", "run_dir",
                   "persist_dir"}  # fmt: skip
 _RELINKS = 30  # tries (a second apart) to reach a running pod's agent again
-_FOLLOWED = (STDOUT, STDERR, ORDER)  # the pod's files kept byte for byte in MONKEY_HOME
 CHECKPOINT_EVERY = 30.0  # seconds between read-backs of a running job's kept folders
 OOM_WAIT = 3.0  # seconds a SIGKILL nobody asked for waits for the watch to say OOMKilled
-
-
-@dataclass
-class _Attempt:
-    juid: str
-    n: int
-    run_dir: str
-    pod: str
-    image: str
-    created: float
-    secret: str | None = None
-    seq: int = 0
-    phase: str | None = None
-    scheduled: bool = False
-    said: str = ""  # the last line written to setup.log
-    beat_at: float = 0.0
-    signalled: int | None = None  # the signal asked
-    ended: bool = False  # its exit event is written
-    ending: dict[str, Any] | None = None  # the exit, once known
-    disrupted: str = ""  # why Kubernetes is stopping the pod (evicted, preempted, drained)
-    # Its container's end as the watch saw it: its exit code and "OOMKilled, limit ..." (or "")
-    container_end: tuple[int | None, str] | None = None
-    container_ended: threading.Event = field(default_factory=threading.Event)
-    # Its `started` event is written: what the watch saw of its pod before waits for it
-    # (a pod may run and end before its creation's answer came back).
-    started: bool = False
-    gone: bool = False  # the watch saw its pod deleted before its `started` was written
-    booting: bool = False  # its inputs are being put in the pod, or its relay opened
-    relinks: int = 0  # tries in a row to open its relay again
-    kept_at: float = 0.0  # when its kept folders were last read back (or its agent linked)
-    kept_changed: bool = False  # they changed in the pod since (its relay says so)
-    keeping: bool = False  # they are being read back now
-    fetching: threading.Lock = field(default_factory=threading.Lock)  # a read-back at a time
-    link: PodLink | None = None  # the relay to the pod's agent, while open
-    start: dict[str, Any] = field(default_factory=dict)  # what POD_START holds
-    taken: dict[str, int] = field(default_factory=dict)  # of the pod's events and setup.log
-    lock: threading.Lock = field(default_factory=threading.Lock)  # its local files
 
 
 class ClusterAgent:
@@ -177,7 +135,7 @@ class ClusterAgent:
         self.beat = max(0.2, float(os.environ.get("MONKEY_HEARTBEAT", "5")))
         self.checkpoint_every = float(options.get("checkpoint_every", CHECKPOINT_EVERY))
         self.lock = threading.RLock()
-        self.attempts: dict[tuple[str, int], _Attempt] = {}
+        self.attempts: dict[tuple[str, int], Attempt] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # by name, as the watch last saw them
         self.listed = threading.Event()  # the watch's first listing is in
         self.subscribers: list[CoreConn] = []
@@ -299,7 +257,7 @@ class ClusterAgent:
             secret,
             self.beat,
         )
-        att = _Attempt(juid, n, run_dir, pod, image, time.time(), secret, start=start)
+        att = Attempt(juid, n, run_dir, pod, image, time.time(), secret, start=start)
         write_atomic(os.path.join(run_dir, POD_START), json.dumps(start).encode())
         with self.lock:
             self.attempts[(juid, n)] = att
@@ -311,7 +269,7 @@ class ClusterAgent:
             if secret:
                 cluster.delete_secret(secret)
             raise
-        self._setup_line(att, f"pod {pod} created in namespace {cluster.namespace} ({image})")
+        att.setup_line(f"pod {pod} created in namespace {cluster.namespace} ({image})")
         with self.lock:
             self._emit(att, "started", pid=0, pod=pod, gpus=[], cpus=manifest_cpus(manifest))
             att.started = True
@@ -340,7 +298,7 @@ class ClusterAgent:
                                     grace=req.get("grace", 10))  # fmt: skip
             except MonkeyError as exc:
                 log.warning("%s: signal through pod %s: %s", self.name, att.pod, exc)
-        self._setup_line(att, f"pod {att.pod} deleted (SIG{sig}, grace {grace}s)")
+        att.setup_line(f"pod {att.pod} deleted (SIG{sig}, grace {grace}s)")
         gone = not self.cluster.delete_pod(att.pod, grace)
         if gone:
             self._end(att, {"code": None, "signal": att.signalled, "reason": "killed"})
@@ -393,7 +351,7 @@ class ClusterAgent:
                 ]
             }
 
-    def _adopt(self, juid: str, n: int, run_dir: str) -> _Attempt | None:
+    def _adopt(self, juid: str, n: int, run_dir: str) -> Attempt | None:
         """The attempt a core before this one started, when its run folder says it started
         and has no exit: followed again from its pod, or ended ``vanished`` without one."""
         events = events_of(run_dir)
@@ -406,7 +364,7 @@ class ClusterAgent:
         with self.lock:
             pod = self.pods.get(pod_name)
             image = pod["spec"]["containers"][0]["image"] if pod else ""
-            att = _Attempt(juid, n, run_dir, pod_name, image, started.get("ts") or time.time())
+            att = Attempt(juid, n, run_dir, pod_name, image, started.get("ts") or time.time())
             att.seq = max(int(e.get("seq") or 0) for e in events)
             att.started = True
             att.secret = f"{pod_name}-pull"
@@ -490,25 +448,25 @@ class ClusterAgent:
                     self._end(att, {"code": None, "signal": None, "reason": "preempted",
                                     "detail": att.disrupted})  # fmt: skip
                 else:
-                    self._setup_line(att, f"pod {name} was deleted from outside monkey")
+                    att.setup_line(f"pod {name} was deleted from outside monkey")
                     self._end(att, {"code": None, "signal": None, "reason": "vanished"})
             return
         self._follow(att, pod)
 
-    def _follow(self, att: _Attempt, pod: dict[str, Any]) -> None:
+    def _follow(self, att: Attempt, pod: dict[str, Any]) -> None:
         """Act on what POD does now: its phase on the job, its agent, its end."""
         kind, line, details = status_of(pod)
         disrupted = disruption_of(pod)
         if disrupted and not att.disrupted:
             att.disrupted = disrupted
-            self._setup_line(att, f"pod {att.pod}: {disrupted}")
+            att.setup_line(f"pod {att.pod}: {disrupted}")
         if pod["spec"].get("nodeName") and not att.scheduled:
             att.scheduled = True
-            self._setup_line(att, f"pod {att.pod} scheduled on node {pod['spec']['nodeName']}")
+            att.setup_line(f"pod {att.pod} scheduled on node {pod['spec']['nodeName']}")
         if kind in ("pending", "creating"):
             if line != att.phase:
                 att.phase = line
-                self._setup_line(att, line or kind)
+                att.setup_line(line or kind)
                 self._emit(att, "heartbeat", phase=line)
             return
         if kind in ("image", "failed"):
@@ -529,14 +487,14 @@ class ClusterAgent:
             if details.get("reason") == "OOMKilled":
                 limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
                 oom = f"OOMKilled, limit {limits['memory']}" if "memory" in limits else "OOMKilled"
-                self._setup_line(att, f"pod {att.pod}: {oom}")
+                att.setup_line(f"pod {att.pod}: {oom}")
             att.container_end = (details.get("exitCode"), oom)
             att.container_ended.set()
         if kind == "ended" and att.ending is None:  # the agent's container ended first
             code, oom = att.container_end or (details.get("exitCode"), "")
             detail = {"detail": oom} if oom else {}
             if not oom and not att.disrupted and att.signalled is None:
-                self._setup_line(att, f"pod {att.pod} ended (exit {code}) before its job's exit "
+                att.setup_line(f"pod {att.pod} ended (exit {code}) before its job's exit "
                                  f"came: {self._container_log(att)}")  # fmt: skip
             if att.signalled is not None:
                 ending = {"code": code, "signal": att.signalled, "reason": "killed"}
@@ -548,7 +506,7 @@ class ClusterAgent:
             att.ending = ending
             threading.Thread(target=self._finish, args=(att, None), daemon=True).start()
 
-    def _container_log(self, att: _Attempt) -> str:
+    def _container_log(self, att: Attempt) -> str:
         """The last line the pod's container (monkey's agent) wrote, or why not."""
         try:
             data = b"".join(self.cluster.log(att.pod, follow=False))
@@ -559,7 +517,7 @@ class ClusterAgent:
 
     # -- the agent in the pod ----------------------------------------------------------------
 
-    def _boot(self, att: _Attempt) -> None:
+    def _boot(self, att: Attempt) -> None:
         """Put the agent and the job's inputs in the pod (unless an earlier core did), open
         the relay and hand the job to the agent there (or take it back, adopted)."""
         fresh = not att.taken
@@ -586,20 +544,20 @@ class ClusterAgent:
         finally:
             att.booting = False
 
-    def _pod_ready(self, att: _Attempt) -> bool:
+    def _pod_ready(self, att: Attempt) -> bool:
         status, _out, _err = self.cluster.exec(att.pod, ["sh", "-c", f"test -S {POD_SOCKET}"])
         return status == 0
 
-    def _put_inputs(self, att: _Attempt) -> None:
+    def _put_inputs(self, att: Attempt) -> None:
         said = put_inputs(self.cluster, att.pod, att.image, att.start,
                           self.options.get("cache_claim"))  # fmt: skip
-        self._setup_line(att, said)
+        att.setup_line(said)
 
-    def _open_link(self, att: _Attempt, fresh: bool) -> None:
+    def _open_link(self, att: Attempt, fresh: bool) -> None:
         from monkey.drivers.k8s_link import PodLink
 
         offsets = {}
-        for name in _FOLLOWED:
+        for name in FOLLOWED:
             try:
                 offsets[name] = os.path.getsize(os.path.join(att.run_dir, name))
             except OSError:
@@ -618,7 +576,7 @@ class ClusterAgent:
         att.link = link
         if fresh:
             link.request("sync", attempts=[])
-            self._take(att, 0)
+            att.take(0)
             reply = link.request("start", timeout=600, **att.start["start"])
             if reply.get("withdrawn"):
                 raise MonkeyError(str(reply.get("error") or "withdrawn"))
@@ -629,7 +587,7 @@ class ClusterAgent:
         if status == "unknown":
             raise MonkeyError(f"the agent in pod {att.pod} never started the job")
 
-    def _unlinked(self, att: _Attempt, why: str) -> None:
+    def _unlinked(self, att: Attempt, why: str) -> None:
         """The relay ended: open it again while the pod runs and the job has not exited."""
         att.link = None
         if att.ending is not None or att.ended or self.closed.is_set():
@@ -642,10 +600,10 @@ class ClusterAgent:
         if boot:
             threading.Thread(target=self._boot, args=(att,), daemon=True).start()
 
-    def _pushed(self, att: _Attempt, msg: dict[str, Any]) -> None:
+    def _pushed(self, att: Attempt, msg: dict[str, Any]) -> None:
         """A push of the pod's agent: a file's new bytes, or an event of the job."""
         if msg.get("push") == "file":
-            self._file(att, str(msg["name"]), int(msg["at"]), base64.b64decode(msg["data"]))
+            att.file(str(msg["name"]), int(msg["at"]), base64.b64decode(msg["data"]))
             return
         if msg.get("push") == "kept":  # read back at the next checkpoint_every
             att.kept_changed = True
@@ -670,32 +628,9 @@ class ClusterAgent:
             return
         if kind != "started" and kind is not None:
             self._emit(att, kind, **event)
-        self._take(att, int(msg["offset"]))
+        att.take(int(msg["offset"]))
 
-    def _file(self, att: _Attempt, name: str, at: int, data: bytes) -> None:
-        with att.lock:
-            path = os.path.join(att.run_dir, name)
-            if name == SETUP_LOG:
-                have = int(att.taken.get(SETUP_LOG, 0))
-            elif name in _FOLLOWED:
-                have = os.path.getsize(path) if os.path.exists(path) else 0
-            else:
-                return
-            if at + len(data) <= have:
-                return
-            with open(path, "ab") as f:
-                f.write(data[max(0, have - at) :])
-            if name == SETUP_LOG:
-                att.taken[SETUP_LOG] = at + len(data)
-                write_atomic(os.path.join(att.run_dir, POD_TAKEN), json.dumps(att.taken).encode())
-
-    def _take(self, att: _Attempt, offset: int) -> None:
-        """Record how far the pod's events were taken (an adopting core goes on from there)."""
-        with att.lock:
-            att.taken[EVENTS] = max(offset, int(att.taken.get(EVENTS, 0)))
-            write_atomic(os.path.join(att.run_dir, POD_TAKEN), json.dumps(att.taken).encode())
-
-    def _finish(self, att: _Attempt, offset: int | None) -> None:
+    def _finish(self, att: Attempt, offset: int | None) -> None:
         """The job exited (OFFSET: its exit event's in the pod), or its pod's container ended
         (None): bring back its kept folders and outputs while the pod runs, write its exit,
         delete the pod."""
@@ -716,7 +651,7 @@ class ClusterAgent:
                     ending.update(code=code, signal=None, reason="exited", detail=oom)
         self._end(att, ending)
         if offset is not None:
-            self._take(att, offset)
+            att.take(offset)
         link = att.link
         if link is not None:
             link.close()
@@ -725,13 +660,13 @@ class ClusterAgent:
         except MonkeyError as exc:
             log.warning("%s: %s", self.name, exc)
 
-    def _fetch(self, att: _Attempt) -> None:
+    def _fetch(self, att: Attempt) -> None:
         with att.fetching:
             said = fetch_results(self.cluster, att.pod, att.start, att.run_dir)
         for line in said:
-            self._setup_line(att, line)
+            att.setup_line(line)
 
-    def _keep(self, att: _Attempt) -> None:
+    def _keep(self, att: Attempt) -> None:
         """Read the running job's checkpoint and persisted folders back into MONKEY_HOME (as
         the SSH and cloud transports do every ``checkpoint_every``; here only once its relay
         said they changed, so a pod whose job saves nothing costs no request): a pod lost
@@ -746,7 +681,7 @@ class ClusterAgent:
         finally:
             att.keeping = False
 
-    def _fail(self, att: _Attempt, why: str, reason: str = "setup") -> None:
+    def _fail(self, att: Attempt, why: str, reason: str = "setup") -> None:
         """End ATT as a failed set-up (WHY, one line; REASON ``given_up``: no node took it
         in time, the core may hand the job to another of its providers): its pod deleted,
         not retried."""
@@ -754,7 +689,7 @@ class ClusterAgent:
             if att.ending is not None:
                 return
             att.ending = {"code": None, "signal": None, "reason": reason, "error": why}
-        self._setup_line(att, why)
+        att.setup_line(why)
         if att.link is not None:
             att.link.close()
         try:
@@ -763,7 +698,7 @@ class ClusterAgent:
             log.warning("%s: %s", self.name, exc)
         self._end(att, att.ending)
 
-    def _end(self, att: _Attempt, ending: dict[str, Any]) -> None:
+    def _end(self, att: Attempt, ending: dict[str, Any]) -> None:
         with self.lock:
             if att.ended:
                 return
@@ -815,7 +750,7 @@ class ClusterAgent:
 
     # -- the run folder ----------------------------------------------------------------------
 
-    def _emit(self, att: _Attempt, kind: str, /, **fields: Any) -> None:
+    def _emit(self, att: Attempt, kind: str, /, **fields: Any) -> None:
         """Append an event to the attempt's events.jsonl and push it to the linked cores."""
         with self.lock:
             if att.ended and kind != "exit":
@@ -833,13 +768,3 @@ class ClusterAgent:
                     "event": event}  # fmt: skip
             for conn in list(self.subscribers):
                 conn.send(push)
-
-    def _setup_line(self, att: _Attempt, text: str) -> None:
-        if text == att.said:
-            return
-        att.said = text
-        try:
-            with open(os.path.join(att.run_dir, SETUP_LOG), "a") as f:
-                f.write(f"[monkey] {text}\n")
-        except OSError:
-            pass
