@@ -15,12 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import kill_all, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port
 
 
 class MainNode:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 USER, PASSWORD = "ana", "s3cret-registry"
 
@@ -86,12 +87,6 @@ def _add_python(rootfs: Path) -> None:
             dest = rootfs / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, dest)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(

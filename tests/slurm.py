@@ -21,14 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 PARTITION = "debug"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlurmLab:
@@ -91,8 +86,8 @@ class SlurmLab:
 SlurmctldHost={self.node}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 AuthType=auth/munge
 AuthInfo=socket={sock}
 CredType=cred/munge

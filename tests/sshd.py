@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from conftest import kill_until_gone
+from ports import free_port
 
 SSH_USER = "monkeyssh"
 
@@ -53,12 +54,6 @@ def lab_user() -> str:
             subprocess.run(["usermod", "-p", "*", SSH_USER], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     return SSH_USER
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class Relay:

@@ -12,7 +12,6 @@ import hmac
 import json
 import os
 import re
-import socket
 import stat
 import threading
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import kill_core, start_core, wait_for
 from mainnode import node  # noqa: F401  (a fixture)
+from ports import free_port
 
 from tests import test_ec2
 
@@ -84,12 +84,6 @@ def receiver():
     r = Receiver()
     yield r
     r.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ended(monkey, *juids: str, timeout: float = 60) -> None:
@@ -231,7 +225,7 @@ def test_rules_choose_events_sweep_and_job_names(monkey, cli, receiver, tmp_path
 def test_a_receiver_down_then_up_gets_every_message_once_in_order(monkey, cli):
     """While the receiver is down the deliveries wait (list shows them pending with the
     error); once it is up each arrives once, in the order the jobs ended."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/hook"
     cli("notify", "add", "ci", "webhook", url, "--secret", KEY, check=True)
     juids = []
@@ -430,7 +424,7 @@ def smtp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     controller = Controller(
         handler,
         hostname="127.0.0.1",
-        port=_free_port(),
+        port=free_port(),
         tls_context=context,
         require_starttls=True,
         authenticator=authenticator,
