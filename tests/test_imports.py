@@ -88,7 +88,10 @@ NOT_FOR_RUN = ("monkey.facade", "monkey.rerun", "monkey.contract", "monkey.logfi
                "monkey.store.instances", "monkey.store.jobspec", "monkey.store.notes",
                "monkey.store.notify", "monkey.store.outputs", "monkey.store.tracking",
                "monkey.store.queue", "monkey.store.quotas", "monkey.store.rerun",
-               "monkey.store.users", "monkey.store.web")  # fmt: skip
+               "monkey.store.users", "monkey.store.web",
+               # what gettext loads to look argparse's words up (monkey/shell/common.py),
+               # and socket.py's enums and selectors (the core's wake: core/daemon.py)
+               "locale", "socket", "selectors")  # fmt: skip
 
 
 def test_run_loads_only_the_submission_path(tmp_path):

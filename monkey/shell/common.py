@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from monkey.api import Monkey
 
 
+# argparse translates its own words ("options", "usage: "...) through gettext, which at each
+# word looks for catalogues on disk (Python ships none for them) and imports locale first:
+# about 1 M instructions and a module more for each parser a command makes. monkey's
+# command lines speak English throughout, argparse's words with them.
+argparse._ = str  # type: ignore[attr-defined]
+
+
 class UsageError(MonkeyError):
     """A command line that does not parse."""
 
