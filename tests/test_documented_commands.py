@@ -227,7 +227,8 @@ CASES: list[tuple[str, set[int]]] = [
     (
         "provider add kubernetes k --kubeconfig {tmp}/no-kubeconfig --context c --namespace n "
         "--image python:3.12-slim --schedule-timeout 30 --memory 1G --node-selector pool=gpu "
-        "--priority-class p --service-account s --queue q --cache-claim c --force",
+        "--priority-class p --service-account s --queue q --cache-claim c --checkpoint-every 10 "
+        "--force",
         {1},
     ),
     ("create instance --provider local", {1}),
