@@ -71,7 +71,7 @@ class KubernetesDriver(Driver):
 
     @classmethod
     def validate(cls, where: str, name: str, entry: dict[str, Any]) -> None:
-        """Text options are text; schedule_timeout a number of seconds > 0; memory a size;
+        """Text options are text; schedule_timeout and checkpoint_every seconds > 0; memory a size;
         node_selector a map of labels; tolerations a list of Kubernetes tolerations."""
         unknown_keys(where, name, entry, _KEYS)
 
@@ -82,22 +82,15 @@ class KubernetesDriver(Driver):
             value = entry.get(key)
             if value is not None and not (isinstance(value, str) and value and "\n" not in value):
                 raise bad(f"{key} must be text, got {value!r}")
-        timeout = entry.get("schedule_timeout")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+        for key, meaning in (
+            ("schedule_timeout", "how long a pod may wait for a node before its job is given up"),
+            ("checkpoint_every", "how often a running job's checkpoint is read back from its pod"),
         ):
-            raise bad(
-                f"schedule_timeout must be seconds > 0 (how long a pod may wait for a node "
-                f"before its job is given up), got {timeout!r}"
-            )
-        every = entry.get("checkpoint_every")
-        if every is not None and (
-            isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0
-        ):
-            raise bad(
-                f"checkpoint_every must be seconds > 0 (how often a running job's checkpoint "
-                f"is read back from its pod), got {every!r}"
-            )
+            seconds = entry.get(key)
+            if seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0
+            ):
+                raise bad(f"{key} must be seconds > 0 ({meaning}), got {seconds!r}")
         if entry.get("memory") is not None:
             try:
                 parse_size(str(entry["memory"]))
