@@ -368,3 +368,28 @@ def test_wait_survives_the_core_dying_while_it_waits(home, monkey):
     assert (waiter.returncode, out) == (0, "failed 3\n")
     assert core_pid(home)
     assert len(job.attempts()) == 1
+
+
+def test_a_new_core_tries_an_instance_before_counting_a_stepped_hour_as_out_of_reach(
+    home, monkey
+):
+    """A core marks an instance out of reach (its agent died), the wall clock steps an hour
+    ahead, the core dies before it links again (the fault storm's clock storm once lost 25
+    jobs so). The next core's own connect finds the job; the hour the stored time claims is
+    never silence this core saw, and the attempt is not lost."""
+    from monkey.store import Store
+
+    gate = Path("gate-step").resolve()
+    job = _gated_job(monkey, gate)
+    kill_core(home)
+    agent = _agent_pid(home)
+    os.kill(agent, signal.SIGKILL)
+    wait_for(lambda: _dead(agent), what="the agent to die")
+    # What the killed core left, read an hour of wall clock later.
+    assert Store(home / "monkey.db").set_unreachable(job.juid, 1, time.time() - 3600, "test")
+    start_core(home)
+    gate.touch()
+    assert job.wait(timeout=60) == State.FAILED  # the gated job's own exit 3
+    assert job.logs() == "up\ndown\n"
+    [attempt] = job.attempts()
+    assert attempt.exit_code == 3, attempt.reason

@@ -660,14 +660,16 @@ class Core(Links, Dispatch):
         """The instance KEY of JOB's live attempt ATT is not linked: once a connect failed,
         or nothing came from it for the heartbeat timeout, the job shows it `unreachable`
         (since this core last heard from it, or started: the time no core ran is not
-        silence); past the provider's ``lost_after`` the attempt is lost. A cloud's or
-        Slurm's own listing ends it sooner when it says the machine is gone."""
+        silence); past the provider's ``lost_after`` the attempt is lost, once this core
+        tried the instance itself (a stored time may hold a step of the wall clock, or the
+        hours before a restart). A cloud's or Slurm's own listing ends it sooner when it says
+        the machine is gone."""
         since = job.unreachable_since
+        quiet = time.monotonic() - self.contact.get(key, self.started_mono)
+        why = self.link_errors.get(key)
+        if why is None and quiet <= HEARTBEAT_TIMEOUT:
+            return  # a connect is on its way (whatever a stored out-of-reach time says)
         if since is None:
-            quiet = time.monotonic() - self.contact.get(key, self.started_mono)
-            why = self.link_errors.get(key)
-            if why is None and quiet <= HEARTBEAT_TIMEOUT:
-                return  # a connect is on its way
             why = why or f"nothing from its agent for {_span(quiet)}"
             heard = now - quiet
             self.store.set_unreachable(
