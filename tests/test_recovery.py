@@ -370,9 +370,7 @@ def test_wait_survives_the_core_dying_while_it_waits(home, monkey):
     assert len(job.attempts()) == 1
 
 
-def test_a_new_core_tries_an_instance_before_counting_a_stepped_hour_as_out_of_reach(
-    home, monkey
-):
+def test_a_new_core_tries_an_instance_before_counting_a_stepped_hour_as_out_of_reach(home, monkey):
     """A core marks an instance out of reach (its agent died), the wall clock steps an hour
     ahead, the core dies before it links again (the fault storm's clock storm once lost 25
     jobs so). The next core's own connect finds the job; the hour the stored time claims is

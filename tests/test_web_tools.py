@@ -272,6 +272,15 @@ def test_the_jobs_list_pages_newer_and_older_with_its_range(node, browser):
     login(page, node, node.token)
 
     def shown() -> tuple[str, list[str]]:
+        # the page after a click may still be drawing its rows: wait for as many as it says
+        page.wait_for_function(
+            """() => {
+                const r = document.querySelector('nav.pages .range');
+                const m = r && r.textContent.match(/(\\d+)–(\\d+) of/);
+                const rows = document.querySelectorAll('table.jobs tbody tr td:nth-child(2) a');
+                return m && rows.length === m[2] - m[1] + 1;
+            }"""
+        )
         ids = page.eval_on_selector_all(
             "table.jobs tbody tr td:nth-child(2) a", "as => as.map(a => a.textContent)"
         )
