@@ -464,18 +464,6 @@ class Submitter:
         sub.secrets_ref = secrets_ref
         return juids
 
-    def resources(
-        self,
-        provider: str,
-        cpus: int,
-        gpus: int,
-        memory: str | None,
-        host: str | None = None,
-        time: str | int | None = None,
-    ) -> Resources:
-        """The resources asked, checked against PROVIDER (see ``placed``)."""
-        return self.placed(provider, cpus, gpus, memory, host, time)[1]
-
     def placed(
         self,
         provider: str,
